@@ -1,0 +1,50 @@
+# seqpar build: a static library of everything but the CLI, the CLI linking it, and the tests.
+# `make` builds build/seqpar; `make test` builds and runs the test suite; `make SANITIZE=1` adds ASan/UBSan.
+CC      ?= gcc
+MPICC_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
+MPICC_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
+BLAS_INC := /usr/include/x86_64-linux-gnu/openblas-openmp
+BLAS_LIB := /usr/lib/x86_64-linux-gnu/openblas-openmp
+OPT     ?= -O3 -march=native
+CFLAGS  ?=
+CFLAGS  += -std=c11 -D_GNU_SOURCE $(OPT) -fopenmp -Wall -Wextra -Isrc -I$(BLAS_INC) $(MPICC_CFLAGS) -MMD -MP
+LDLIBS  += -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas -ljansson $(MPICC_LIBS) -lm -fopenmp
+ifeq ($(SANITIZE),1)
+CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -g
+LDLIBS  += -fsanitize=address,undefined
+BUILD   ?= build-san
+endif
+BUILD   ?= build
+
+LIB_SRC  := $(wildcard src/core/*.c src/kernels/*.c src/attention/*.c src/comm/*.c src/model/*.c src/optim/*.c src/data/*.c src/io/*.c)
+CLI_SRC  := $(wildcard src/cli/*.c)
+TEST_SRC := $(wildcard tests/test_*.c)
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
+TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+
+all: $(BUILD)/seqpar $(TESTS)
+
+$(BUILD)/libseqpar.a: $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	ar rcs $@ $^
+
+$(BUILD)/seqpar: $(CLI_OBJ) $(BUILD)/libseqpar.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c tests/testlib.h $(BUILD)/libseqpar.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libseqpar.a $(LDLIBS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+test: all
+	bash tests/run_tests.sh $(BUILD)
+
+clean:
+	rm -rf build build-san
+
+.PHONY: all test clean
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

@@ -1,0 +1,503 @@
+/* Flash attention on the CPU (FlashAttention-2 schedule) for every seqpar strategy.
+ *
+ * Forward: one work item per (query head, query tile); the item keeps a running max m, sum l and
+ * accumulator acc (tile x head_dim) seeded from the caller's (o, lse), so each call merges into
+ * the caller's state. Scores S = Q K^T and the update acc += P V are cblas_sgemm calls on tiles
+ * addressed in place through the token-major strides (no transposing copies). Scores live in the
+ * base-2 domain (alpha = scale * log2 e) so that one exp2 per score is all the softmax needs.
+ * Backward: one work item per (key/value head, key tile) with the query heads of its GQA group
+ * looped inside, so dk/dv of a tile have a single writer; dq has many writers and goes to
+ * per-thread buffers (thread 0 writes dq directly) summed after each key/value head.
+ *
+ * Masking works on tiles: from the min/max position of each query and key tile a tile pair is
+ * fully visible (no mask work), fully hidden (skipped) or partial (elementwise -inf). Nothing is
+ * proportional to n_q x n_kv: each thread's workspace is O(tile^2 + tile * head_dim), plus for
+ * backward one (n_q, heads per group, head_dim) dq buffer per thread beyond the first.
+ *
+ * Not here: dropout, sliding windows, low-precision storage; inputs are fp32 and must be finite. */
+#include "attention/flash_attention.h"
+
+#include <cblas.h>
+#include <limits.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
+
+#include "core/common.h"
+
+/* Tile sizes: forward query rows x keys, backward key rows x query rows. */
+#ifndef FA_FWD_BQ
+#define FA_FWD_BQ 128
+#endif
+#ifndef FA_FWD_BK
+#define FA_FWD_BK 256
+#endif
+#ifndef FA_BWD_BK
+#define FA_BWD_BK 128
+#endif
+#ifndef FA_BWD_BQ
+#define FA_BWD_BQ 128
+#endif
+
+#define FA_LOG2E 1.4426950408889634
+#define FA_LN2 0.6931471805599453
+
+/* ---------------------------------------------------------------------------------------------
+ * Vectorised exp2: 2^x = 2^k * p(f), k = round(x), f in [-0.5, 0.5], p the Cephes exp2f
+ * polynomial (relative error about 1e-7). Inputs below -126 (including -inf) give exactly 0,
+ * inputs above 127 are clamped to 2^127, NaN stays NaN. */
+#define EXP2_P0 1.535336188319500e-4f
+#define EXP2_P1 1.339887440266574e-3f
+#define EXP2_P2 9.618437357674640e-3f
+#define EXP2_P3 5.550332471162809e-2f
+#define EXP2_P4 2.402264791363012e-1f
+#define EXP2_P5 6.931472028550421e-1f
+
+static inline float exp2_scalar(float x) {
+    if (!(x >= -126.0f)) return x != x ? x : 0.0f; /* NaN stays, -inf and tiny -> 0 */
+    if (x > 127.0f) x = 127.0f;
+    float k = nearbyintf(x);
+    float f = x - k;
+    float p = EXP2_P0;
+    p = p * f + EXP2_P1;
+    p = p * f + EXP2_P2;
+    p = p * f + EXP2_P3;
+    p = p * f + EXP2_P4;
+    p = p * f + EXP2_P5;
+    p = p * f + 1.0f;
+    return ldexpf(p, (int)k);
+}
+
+#ifdef __AVX2__
+static inline __m256 exp2_avx2(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-126.0f), hi = _mm256_set1_ps(127.0f);
+    __m256 zero = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);          /* x < -126, -inf included */
+    x = _mm256_min_ps(hi, _mm256_max_ps(lo, x));               /* operand order keeps NaN */
+    __m256 k = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 f = _mm256_sub_ps(x, k);
+    __m256 p = _mm256_set1_ps(EXP2_P0);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_P1));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_P2));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_P3));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_P4));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_P5));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(zero, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+#endif
+
+/* Largest element of s[0..n). */
+static inline float row_max(const float *s, int n) {
+    float m = -INFINITY;
+    int j = 0;
+#ifdef __AVX2__
+    __m256 a = _mm256_set1_ps(-INFINITY), b = a;
+    for (; j + 16 <= n; j += 16) {
+        a = _mm256_max_ps(a, _mm256_loadu_ps(s + j));
+        b = _mm256_max_ps(b, _mm256_loadu_ps(s + j + 8));
+    }
+    a = _mm256_max_ps(a, b);
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+    m = _mm_cvtss_f32(h);
+#endif
+    for (; j < n; j++) m = s[j] > m ? s[j] : m;
+    return m;
+}
+
+/* s[j] = 2^(s[j] - m) in place; returns the sum of the new values. */
+static inline float row_exp2_sum(float *s, int n, float m) {
+    float sum = 0.0f;
+    int j = 0;
+#ifdef __AVX2__
+    __m256 vm = _mm256_set1_ps(m), a = _mm256_setzero_ps(), b = a;
+    for (; j + 16 <= n; j += 16) {
+        __m256 x0 = exp2_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
+        __m256 x1 = exp2_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j + 8), vm));
+        _mm256_storeu_ps(s + j, x0);
+        _mm256_storeu_ps(s + j + 8, x1);
+        a = _mm256_add_ps(a, x0);
+        b = _mm256_add_ps(b, x1);
+    }
+    a = _mm256_add_ps(a, b);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+    sum = _mm_cvtss_f32(h);
+#endif
+    for (; j < n; j++) {
+        s[j] = exp2_scalar(s[j] - m);
+        sum += s[j];
+    }
+    return sum;
+}
+
+/* s[j] = -inf where kv_pos[j] > qp (causal mask of one row). */
+static inline void row_mask(float *restrict s, const int *restrict kv_pos, int n, int qp) {
+    for (int j = 0; j < n; j++) s[j] = kv_pos[j] > qp ? -INFINITY : s[j];
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Tiles and their visibility. */
+typedef struct { int lo, hi; } PosRange; /* min and max position in a tile */
+
+enum { TILE_HIDDEN = 0, TILE_PARTIAL = 1, TILE_VISIBLE = 2 };
+
+static void tile_ranges(const int *pos, int n, int tile, PosRange *out) {
+    for (int t = 0; t * tile < n; t++) {
+        int i0 = t * tile, i1 = i0 + tile < n ? i0 + tile : n;
+        PosRange r = {INT_MAX, INT_MIN};
+        if (pos) {
+            for (int i = i0; i < i1; i++) {
+                if (pos[i] < r.lo) r.lo = pos[i];
+                if (pos[i] > r.hi) r.hi = pos[i];
+            }
+        }
+        out[t] = r;
+    }
+}
+
+static inline int tile_class(AttnMask mask, PosRange q, PosRange k) {
+    if (mask == ATTN_FULL) return TILE_VISIBLE;
+    if (k.hi <= q.lo) return TILE_VISIBLE;
+    if (k.lo > q.hi) return TILE_HIDDEN;
+    return TILE_PARTIAL;
+}
+
+typedef struct { int cost, idx; } TileOrder;
+
+static int cmp_cost_desc(const void *a, const void *b) {
+    const TileOrder *x = a, *y = b;
+    if (x->cost != y->cost) return y->cost - x->cost;
+    return x->idx - y->idx;
+}
+
+static void check_shape(const AttnShape *s, const int *q_pos, const int *kv_pos, const char *who) {
+    if (s->n_q < 0 || s->n_kv < 0 || s->n_heads <= 0 || s->n_kv_heads <= 0 || s->head_dim <= 0)
+        die("%s: bad shape n_q=%d n_kv=%d n_heads=%d n_kv_heads=%d head_dim=%d", who, s->n_q, s->n_kv,
+            s->n_heads, s->n_kv_heads, s->head_dim);
+    if (s->n_heads % s->n_kv_heads != 0)
+        die("%s: n_heads=%d is not a multiple of n_kv_heads=%d", who, s->n_heads, s->n_kv_heads);
+    if (s->mask != ATTN_FULL && s->mask != ATTN_CAUSAL) die("%s: unknown mask %d", who, (int)s->mask);
+    if (s->mask == ATTN_CAUSAL && ((!q_pos && s->n_q > 0) || (!kv_pos && s->n_kv > 0)))
+        die("%s: causal attention needs q_pos and kv_pos", who);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Simple operations. */
+void attn_state_init(const AttnShape *s, float *o, float *lse) {
+    size_t rows = (size_t)s->n_q * s->n_heads;
+    memset(o, 0, rows * s->head_dim * sizeof(float));
+    for (size_t i = 0; i < rows; i++) lse[i] = -INFINITY;
+}
+
+void attn_merge(int n_rows, int n_heads, int head_dim, float *o, float *lse, const float *o_b,
+                const float *lse_b) {
+    long long rows = (long long)n_rows * n_heads;
+#pragma omp parallel for schedule(static) if (rows * head_dim > 65536)
+    for (long long r = 0; r < rows; r++) {
+        float a = lse[r], b = lse_b[r];
+        float *orow = o + (size_t)r * head_dim;            /* (head_dim) */
+        const float *brow = o_b + (size_t)r * head_dim;    /* (head_dim) */
+        if (b == -INFINITY) continue;                      /* nothing new */
+        if (a == -INFINITY) {                              /* nothing yet: take the partial */
+            memcpy(orow, brow, (size_t)head_dim * sizeof(float));
+            lse[r] = b;
+            continue;
+        }
+        double mx = a > b ? a : b;
+        double nl = mx + log1p(exp(-fabs((double)a - (double)b)));
+        float wa = (float)exp((double)a - nl), wb = (float)exp((double)b - nl);
+        for (int d = 0; d < head_dim; d++) orow[d] = wa * orow[d] + wb * brow[d];
+        lse[r] = (float)nl;
+    }
+}
+
+void attn_backward_delta(const AttnShape *s, const float *o, const float *dout, float *delta) {
+    long long rows = (long long)s->n_q * s->n_heads;
+    int d = s->head_dim;
+#pragma omp parallel for schedule(static) if (rows * d > 65536)
+    for (long long r = 0; r < rows; r++) {
+        const float *a = o + (size_t)r * d, *b = dout + (size_t)r * d;
+        double acc = 0.0;
+        for (int k = 0; k < d; k++) acc += (double)a[k] * b[k];
+        delta[r] = (float)acc;
+    }
+}
+
+static int cmp_int(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+double attn_forward_flops(const AttnShape *s, const int *q_pos, const int *kv_pos) {
+    check_shape(s, q_pos, kv_pos, "attn_forward_flops");
+    double pairs;
+    if (s->mask == ATTN_FULL || s->n_q == 0 || s->n_kv == 0) {
+        pairs = (double)s->n_q * s->n_kv;
+    } else {
+        int *sorted = xmalloc((size_t)s->n_kv * sizeof(int));
+        memcpy(sorted, kv_pos, (size_t)s->n_kv * sizeof(int));
+        qsort(sorted, (size_t)s->n_kv, sizeof(int), cmp_int);
+        pairs = 0;
+        for (int i = 0; i < s->n_q; i++) { /* number of keys with position <= q_pos[i] */
+            int lo = 0, hi = s->n_kv;
+            while (lo < hi) {
+                int mid = lo + (hi - lo) / 2;
+                if (sorted[mid] <= q_pos[i]) lo = mid + 1; else hi = mid;
+            }
+            pairs += lo;
+        }
+        xfree(sorted);
+    }
+    return 4.0 * s->head_dim * (double)s->n_heads * pairs;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Forward. */
+void attn_forward(const AttnShape *s, const float *q, const int *q_pos, const float *k,
+                  const float *v, const int *kv_pos, float *o, float *lse) {
+    check_shape(s, q_pos, kv_pos, "attn_forward");
+    const int n_q = s->n_q, n_kv = s->n_kv, H = s->n_heads, Hkv = s->n_kv_heads, d = s->head_dim;
+    if (n_q == 0 || n_kv == 0) return;
+    const int group = H / Hkv, BQ = FA_FWD_BQ, BK = FA_FWD_BK;
+    const int nqt = (n_q + BQ - 1) / BQ, nkt = (n_kv + BK - 1) / BK;
+    const int ldq = H * d, ldk = Hkv * d;
+    const float alpha = (float)(s->scale * FA_LOG2E); /* scores in log2 units */
+    const AttnMask mask = s->mask;
+
+    PosRange *qr = xmalloc((size_t)nqt * sizeof *qr), *kr = xmalloc((size_t)nkt * sizeof *kr);
+    tile_ranges(mask == ATTN_CAUSAL ? q_pos : NULL, n_q, BQ, qr);
+    tile_ranges(mask == ATTN_CAUSAL ? kv_pos : NULL, n_kv, BK, kr);
+    /* Heaviest query tiles first, so the dynamic schedule ends balanced. */
+    TileOrder *order = xmalloc((size_t)nqt * sizeof *order);
+    int n_busy = 0;
+    for (int t = 0; t < nqt; t++) {
+        int c = 0;
+        for (int u = 0; u < nkt; u++) c += tile_class(mask, qr[t], kr[u]) != TILE_HIDDEN;
+        if (c) order[n_busy++] = (TileOrder){c, t};
+    }
+    qsort(order, (size_t)n_busy, sizeof *order, cmp_cost_desc);
+
+    const int nth = omp_get_max_threads();
+    /* per thread: S (BQ, BK) | acc (BQ, d) | m, l (BQ) */
+    const size_t per_thread = (size_t)BQ * BK + (size_t)BQ * d + 2 * (size_t)BQ + 16;
+    float *work = xmalloc_aligned((size_t)nth * per_thread * sizeof(float));
+    const long long n_items = (long long)n_busy * H;
+
+#pragma omp parallel num_threads(nth)
+    {
+        float *S = work + (size_t)omp_get_thread_num() * per_thread; /* (bq, bk) scores / probs */
+        float *acc = S + (size_t)BQ * BK;                            /* (bq, d) */
+        float *m = acc + (size_t)BQ * d;                             /* (bq) running max, log2 */
+        float *l = m + BQ;                                           /* (bq) running sum */
+        unsigned char seen[FA_FWD_BQ];
+
+#pragma omp for schedule(dynamic, 1)
+        for (long long w = 0; w < n_items; w++) {
+            const int qt = order[w / H].idx, h = (int)(w % H), g = h / group;
+            const int i0 = qt * BQ, bq = i0 + BQ <= n_q ? BQ : n_q - i0;
+            const float *qtile = q + ((size_t)i0 * H + h) * d; /* (bq, d), row stride ldq */
+            for (int r = 0; r < bq; r++) {
+                size_t row = (size_t)(i0 + r) * H + h;
+                float L = lse[row];
+                seen[r] = 0;
+                if (L == -INFINITY) {
+                    m[r] = -INFINITY;
+                    l[r] = 0.0f;
+                    memset(acc + (size_t)r * d, 0, (size_t)d * sizeof(float));
+                } else {
+                    m[r] = (float)(L * FA_LOG2E);
+                    l[r] = 1.0f;
+                    memcpy(acc + (size_t)r * d, o + row * d, (size_t)d * sizeof(float));
+                }
+            }
+            for (int kt = 0; kt < nkt; kt++) {
+                int cls = tile_class(mask, qr[qt], kr[kt]);
+                if (cls == TILE_HIDDEN) continue;
+                const int j0 = kt * BK, bk = j0 + BK <= n_kv ? BK : n_kv - j0;
+                const float *ktile = k + ((size_t)j0 * Hkv + g) * d; /* (bk, d), row stride ldk */
+                const float *vtile = v + ((size_t)j0 * Hkv + g) * d; /* (bk, d), row stride ldk */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, d, alpha, qtile, ldq,
+                            ktile, ldk, 0.0f, S, bk);
+                for (int r = 0; r < bq; r++) {
+                    float *srow = S + (size_t)r * bk;
+                    if (cls == TILE_PARTIAL) {
+                        int qp = q_pos[i0 + r];
+                        if (qp < kr[kt].lo) { /* this row sees no key of the tile */
+                            memset(srow, 0, (size_t)bk * sizeof(float));
+                            continue;
+                        }
+                        if (qp < kr[kt].hi) row_mask(srow, kv_pos + j0, bk, qp);
+                    }
+                    seen[r] = 1;
+                    float mnew = row_max(srow, bk);
+                    if (m[r] > mnew) mnew = m[r];
+                    float sum = row_exp2_sum(srow, bk, mnew);
+                    float corr = exp2_scalar(m[r] - mnew); /* 0 when m was -inf */
+                    if (corr != 1.0f) {
+                        float *arow = acc + (size_t)r * d;
+                        for (int c = 0; c < d; c++) arow[c] *= corr;
+                    }
+                    l[r] = l[r] * corr + sum;
+                    m[r] = mnew;
+                }
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, d, bk, 1.0f, S, bk, vtile,
+                            ldk, 1.0f, acc, d);
+            }
+            for (int r = 0; r < bq; r++) {
+                if (!seen[r]) continue; /* no visible key in this call: state unchanged */
+                size_t row = (size_t)(i0 + r) * H + h;
+                float inv = 1.0f / l[r];
+                const float *arow = acc + (size_t)r * d;
+                float *orow = o + row * d;
+                for (int c = 0; c < d; c++) orow[c] = arow[c] * inv;
+                lse[row] = (float)(((double)m[r] + log2((double)l[r])) * FA_LN2);
+            }
+        }
+    }
+    xfree(work);
+    xfree(order);
+    xfree(qr);
+    xfree(kr);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Backward. */
+void attn_backward(const AttnShape *s, const float *q, const int *q_pos, const float *k,
+                   const float *v, const int *kv_pos, const float *lse, const float *delta,
+                   const float *dout, float *dq, float *dk, float *dv) {
+    check_shape(s, q_pos, kv_pos, "attn_backward");
+    const int n_q = s->n_q, n_kv = s->n_kv, H = s->n_heads, Hkv = s->n_kv_heads, d = s->head_dim;
+    if (n_q == 0 || n_kv == 0 || (!dq && !dk && !dv)) return;
+    const int group = H / Hkv, BQ = FA_BWD_BQ, BK = FA_BWD_BK;
+    const int nqt = (n_q + BQ - 1) / BQ, nkt = (n_kv + BK - 1) / BK;
+    const int ldq = H * d, ldk = Hkv * d;
+    const float alpha = (float)(s->scale * FA_LOG2E), scale = s->scale;
+    const AttnMask mask = s->mask;
+
+    PosRange *qr = xmalloc((size_t)nqt * sizeof *qr), *kr = xmalloc((size_t)nkt * sizeof *kr);
+    tile_ranges(mask == ATTN_CAUSAL ? q_pos : NULL, n_q, BQ, qr);
+    tile_ranges(mask == ATTN_CAUSAL ? kv_pos : NULL, n_kv, BK, kr);
+    TileOrder *order = xmalloc((size_t)nkt * sizeof *order);
+    int n_busy = 0;
+    for (int u = 0; u < nkt; u++) {
+        int c = 0;
+        for (int t = 0; t < nqt; t++) c += tile_class(mask, qr[t], kr[u]) != TILE_HIDDEN;
+        if (c) order[n_busy++] = (TileOrder){c, u};
+    }
+    qsort(order, (size_t)n_busy, sizeof *order, cmp_cost_desc);
+
+    const int nth = omp_get_max_threads();
+    /* per thread: P (BQ, BK) | dP (BQ, BK) | dK acc (BK, d) | dV acc (BK, d) */
+    const size_t per_thread = 2 * (size_t)BQ * BK + 2 * (size_t)BK * d + 16;
+    float *work = xmalloc_aligned((size_t)nth * per_thread * sizeof(float));
+    /* dq of threads 1.. : (n_q, group, d) each, for the heads of the current kv head */
+    const size_t dq_elems = (size_t)n_q * group * d;
+    float **dqbuf = xcalloc((size_t)nth, sizeof *dqbuf);
+    if (dq)
+        for (int t = 1; t < nth; t++) dqbuf[t] = xmalloc_aligned(dq_elems * sizeof(float));
+
+#pragma omp parallel num_threads(nth)
+    {
+        const int tid = omp_get_thread_num(), team = omp_get_num_threads();
+        float *P = work + (size_t)tid * per_thread; /* (bq, bk) probabilities, then dS */
+        float *dP = P + (size_t)BQ * BK;             /* (bq, bk) */
+        float *dKa = dP + (size_t)BQ * BK;           /* (bk, d) */
+        float *dVa = dKa + (size_t)BK * d;           /* (bk, d) */
+        for (int g = 0; g < Hkv; g++) {
+            const int h0 = g * group;
+            if (dq && tid > 0) memset(dqbuf[tid], 0, dq_elems * sizeof(float));
+            /* thread 0 accumulates straight into dq; the others into their (n_q, group, d) buffer */
+            float *dq_base = !dq ? NULL : tid == 0 ? dq + (size_t)h0 * d : dqbuf[tid];
+            const int dq_ld = tid == 0 ? ldq : group * d; /* row stride of dq_base */
+            /* no barrier needed: the previous kv head's reduction ended with one */
+#pragma omp for schedule(dynamic, 1)
+            for (int w = 0; w < n_busy; w++) {
+                const int kt = order[w].idx, j0 = kt * BK, bk = j0 + BK <= n_kv ? BK : n_kv - j0;
+                const float *ktile = k + ((size_t)j0 * Hkv + g) * d; /* (bk, d), stride ldk */
+                const float *vtile = v + ((size_t)j0 * Hkv + g) * d; /* (bk, d), stride ldk */
+                memset(dKa, 0, (size_t)bk * d * sizeof(float));
+                memset(dVa, 0, (size_t)bk * d * sizeof(float));
+                for (int hh = 0; hh < group; hh++) {
+                    const int h = h0 + hh;
+                    for (int qt = 0; qt < nqt; qt++) {
+                        int cls = tile_class(mask, qr[qt], kr[kt]);
+                        if (cls == TILE_HIDDEN) continue;
+                        const int i0 = qt * BQ, bq = i0 + BQ <= n_q ? BQ : n_q - i0;
+                        const float *qtile = q + ((size_t)i0 * H + h) * d;     /* (bq, d), ldq */
+                        const float *dotile = dout + ((size_t)i0 * H + h) * d; /* (bq, d), ldq */
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, d, alpha, qtile,
+                                    ldq, ktile, ldk, 0.0f, P, bk);
+                        int any = 0;
+                        for (int r = 0; r < bq; r++) {
+                            float *prow = P + (size_t)r * bk;
+                            float L = lse[(size_t)(i0 + r) * H + h];
+                            int hidden = L == -INFINITY;
+                            if (cls == TILE_PARTIAL && !hidden) {
+                                int qp = q_pos[i0 + r];
+                                if (qp < kr[kt].lo) hidden = 1;
+                                else if (qp < kr[kt].hi) row_mask(prow, kv_pos + j0, bk, qp);
+                            }
+                            if (hidden) {
+                                memset(prow, 0, (size_t)bk * sizeof(float));
+                                continue;
+                            }
+                            any = 1;
+                            row_exp2_sum(prow, bk, (float)(L * FA_LOG2E));
+                        }
+                        if (!any) continue;
+                        if (dv) /* dV (bk, d) += P^T (bk, bq) dO (bq, d) */
+                            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk, d, bq, 1.0f, P, bk,
+                                        dotile, ldq, 1.0f, dVa, d);
+                        if (!dq && !dk) continue;
+                        /* dP (bq, bk) = dO (bq, d) V^T (d, bk) */
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, d, 1.0f, dotile, ldq,
+                                    vtile, ldk, 0.0f, dP, bk);
+                        for (int r = 0; r < bq; r++) { /* dS = P * (dP - delta), into P */
+                            float dl = delta[(size_t)(i0 + r) * H + h];
+                            float *prow = P + (size_t)r * bk;
+                            const float *dprow = dP + (size_t)r * bk;
+                            for (int c = 0; c < bk; c++) prow[c] = prow[c] * (dprow[c] - dl);
+                        }
+                        if (dk) /* dK (bk, d) += scale dS^T (bk, bq) Q (bq, d) */
+                            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk, d, bq, scale, P, bk,
+                                        qtile, ldq, 1.0f, dKa, d);
+                        if (dq) /* dQ (bq, d) += scale dS (bq, bk) K (bk, d) */
+                            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, d, bk, scale, P, bk,
+                                        ktile, ldk, 1.0f, dq_base + (size_t)i0 * dq_ld + (size_t)hh * d,
+                                        dq_ld);
+                    }
+                }
+                for (int j = 0; j < bk; j++) { /* this thread is the only writer of these rows */
+                    size_t off = ((size_t)(j0 + j) * Hkv + g) * d;
+                    if (dk) for (int c = 0; c < d; c++) dk[off + c] += dKa[(size_t)j * d + c];
+                    if (dv) for (int c = 0; c < d; c++) dv[off + c] += dVa[(size_t)j * d + c];
+                }
+            }
+            /* implicit barrier: every thread's dq part for kv head g is complete */
+            if (dq && team > 1) {
+#pragma omp for schedule(static)
+                for (int i = 0; i < n_q; i++) {
+                    float *dst = dq + ((size_t)i * H + h0) * d; /* (group, d) contiguous */
+                    for (int t = 1; t < team; t++) {
+                        const float *src = dqbuf[t] + (size_t)i * group * d;
+                        for (size_t c = 0; c < (size_t)group * d; c++) dst[c] += src[c];
+                    }
+                }
+            }
+        }
+    }
+    for (int t = 1; t < nth; t++) xfree(dqbuf[t]);
+    xfree(dqbuf);
+    xfree(work);
+    xfree(order);
+    xfree(qr);
+    xfree(kr);
+}

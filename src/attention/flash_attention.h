@@ -1,0 +1,74 @@
+/* Flash attention on the CPU: the one attention operation every seqpar strategy calls.
+ *
+ * A call computes attention of a block of queries against a block of keys/values, and MERGES the
+ * result into a running (o, lse) pair owned by the caller. A single process calls it once with
+ * all keys; a ring strategy calls it once per received key/value block; results computed
+ * elsewhere are folded in with attn_merge(). Backward takes the FINAL o and lse (after all
+ * blocks were merged) and ACCUMULATES (+=) into dq, dk, dv, so it too can be called block by
+ * block. Never builds an S x S matrix: memory is O(tiles), independent of the sequence length.
+ *
+ * Layouts (row-major, token-major, the layout the model's projections produce):
+ *   q, o, dq, dout   (n_q,  n_heads,    head_dim)
+ *   k, v, dk, dv     (n_kv, n_kv_heads, head_dim)
+ *   lse, delta       (n_q,  n_heads)            natural log of the softmax denominator of the
+ *                                               scaled scores seen so far; -inf for a row that
+ *                                               has seen no key
+ * Query head h reads key/value head h / (n_heads / n_kv_heads): grouped-query attention without
+ * copying K and V.
+ *
+ * Masking: with ATTN_CAUSAL, key j is visible to query i iff kv_pos[j] <= q_pos[i], where the
+ * positions are GLOBAL token positions given per row. Any layout (contiguous, zigzag, striped,
+ * chunk-permuted) therefore needs no special case. With ATTN_FULL every key is visible and the
+ * position arrays may be NULL. A row that sees no key in a call is left unchanged.
+ *
+ * Threads: the calls parallelise internally with OpenMP; call them from one thread. */
+#ifndef SEQPAR_FLASH_ATTENTION_H
+#define SEQPAR_FLASH_ATTENTION_H
+
+#include <stddef.h>
+
+typedef enum { ATTN_FULL = 0, ATTN_CAUSAL = 1 } AttnMask;
+
+typedef struct {
+    int n_q;        /* query rows in this block */
+    int n_kv;       /* key/value rows in this block */
+    int n_heads;    /* query heads */
+    int n_kv_heads; /* key/value heads; divides n_heads */
+    int head_dim;
+    float scale;    /* usually 1/sqrt(head_dim) */
+    AttnMask mask;
+} AttnShape;
+
+/* Sets o = 0 and lse = -inf for n_q rows: the state of rows that have seen no key. */
+void attn_state_init(const AttnShape *s, float *o, float *lse);
+
+/* Merges the attention of q against (k, v) into the running (o, lse). */
+void attn_forward(const AttnShape *s,
+                  const float *q, const int *q_pos,
+                  const float *k, const float *v, const int *kv_pos,
+                  float *o, float *lse);
+
+/* Merges a partial result (o_b, lse_b), computed elsewhere for the same rows, into (o, lse):
+ * lse' = max + log1p(exp(-|lse - lse_b|)), o' = exp(lse - lse') o + exp(lse_b - lse') o_b.
+ * Rows with lse_b = -inf are unchanged; rows with lse = -inf take (o_b, lse_b). Never NaN. */
+void attn_merge(int n_rows, int n_heads, int head_dim,
+                float *o, float *lse, const float *o_b, const float *lse_b);
+
+/* delta[i,h] = sum_d dout[i,h,:] * o[i,h,:], computed once from the final o, before any
+ * attn_backward call for these rows. */
+void attn_backward_delta(const AttnShape *s, const float *o, const float *dout, float *delta);
+
+/* Accumulates the gradients of this (q block, kv block) pair: dq += ..., dk += ..., dv += ...
+ * o is not needed beyond delta; lse is the FINAL lse of the rows. dq, dk or dv may be NULL when
+ * that gradient is not wanted. */
+void attn_backward(const AttnShape *s,
+                   const float *q, const int *q_pos,
+                   const float *k, const float *v, const int *kv_pos,
+                   const float *lse, const float *delta, const float *dout,
+                   float *dq, float *dk, float *dv);
+
+/* Exact floating-point operation counts of a call (for MFU and benchmarks): 4 * d per visible
+ * (query, key, head) pair forward, 2.5x that backward, counting only visible pairs. */
+double attn_forward_flops(const AttnShape *s, const int *q_pos, const int *kv_pos);
+
+#endif

@@ -1,0 +1,152 @@
+/* Shared CLI helpers: see cli_common.h. */
+#include "cli/cli_common.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <limits.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/common.h"
+#include "io/config_json.h"
+#include "io/param_io.h"
+
+long parse_long(const char *cmd, const char *flag, const char *value, long min, long max) {
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(value, &end, 10);
+    if (errno || !end || *end || end == value)
+        die_collective("seqpar %s: --%s expects an integer, got '%s'", cmd, flag, value);
+    if (v < min || v > max)
+        die_collective("seqpar %s: --%s must be between %ld and %ld, got %ld", cmd, flag, min, max, v);
+    return v;
+}
+
+double parse_double(const char *cmd, const char *flag, const char *value, double min, double max) {
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(value, &end);
+    if (errno || !end || *end || end == value)
+        die_collective("seqpar %s: --%s expects a number, got '%s'", cmd, flag, value);
+    if (!(v >= min && v <= max))
+        die_collective("seqpar %s: --%s must be between %g and %g, got %g", cmd, flag, min, max, v);
+    return v;
+}
+
+void die_bad_option(const char *cmd, int argc, char **argv, int opt) {
+    const char *arg = (optind - 1 >= 0 && optind - 1 < argc) ? argv[optind - 1] : "?";
+    if (opt == ':')
+        die_collective("seqpar %s: option '%s' needs a value (see 'seqpar %s --help')", cmd, arg, cmd);
+    die_collective("seqpar %s: unknown option '%s' (see 'seqpar %s --help')", cmd, arg, cmd);
+}
+
+void die_extra_args(const char *cmd, int argc, char **argv) {
+    if (optind < argc)
+        die_collective("seqpar %s: unexpected argument '%s' (see 'seqpar %s --help')", cmd, argv[optind], cmd);
+}
+
+void set_threads(int n) {
+    if (n <= 0) return;
+    omp_set_num_threads(n);
+    openblas_set_num_threads(n);
+}
+
+int current_threads(void) { return omp_get_max_threads(); }
+
+void size_flags_default(SizeFlags *f) {
+    memset(f, 0, sizeof *f);
+    LlamaConfig *c = &f->cfg;
+    c->num_hidden_layers = 2;
+    c->hidden_size = 128;
+    c->intermediate_size = 512;
+    c->num_attention_heads = 4;
+    c->num_key_value_heads = 2;
+    c->head_dim = 0; /* derived unless --head-dim */
+    c->vocab_size = 64;
+    c->rope_theta = 10000.0;
+    c->rms_norm_eps = 1e-5f;
+    c->max_position_embeddings = 1 << 20;
+    c->tie_word_embeddings = 0;
+}
+
+const char SIZE_FLAGS_HELP[] =
+    "  --layers N          transformer layers (default 2)\n"
+    "  --hidden N          hidden size (default 128)\n"
+    "  --ffn N             MLP intermediate size (default 512)\n"
+    "  --heads N           attention heads (default 4)\n"
+    "  --kv-heads N        key/value heads, dividing --heads (default 2)\n"
+    "  --head-dim N        head dimension (default hidden/heads)\n"
+    "  --vocab N           vocabulary size (default 64; 256 for text data)\n"
+    "  --rope-theta X      RoPE base (default 10000)\n"
+    "  --tie-embeddings    share the embedding with the output head\n";
+
+int size_flags_handle(SizeFlags *f, const char *cmd, int opt, const char *arg) {
+    LlamaConfig *c = &f->cfg;
+    switch (opt) {
+    case 1001: c->num_hidden_layers = (int)parse_long(cmd, "layers", arg, 1, 4096); return 1;
+    case 1002: c->hidden_size = (int)parse_long(cmd, "hidden", arg, 1, 1 << 20); return 1;
+    case 1003: c->intermediate_size = (int)parse_long(cmd, "ffn", arg, 1, 1 << 22); return 1;
+    case 1004: c->num_attention_heads = (int)parse_long(cmd, "heads", arg, 1, 1 << 14); return 1;
+    case 1005: c->num_key_value_heads = (int)parse_long(cmd, "kv-heads", arg, 1, 1 << 14); return 1;
+    case 1006: c->head_dim = (int)parse_long(cmd, "head-dim", arg, 2, 1 << 14); return 1;
+    case 1007: c->vocab_size = (int)parse_long(cmd, "vocab", arg, 2, INT_MAX / 2); return 1;
+    case 1008: c->rope_theta = parse_double(cmd, "rope-theta", arg, 1.0, 1e12); return 1;
+    case 1009: c->tie_word_embeddings = 1; return 1;
+    default: return 0;
+    }
+}
+
+int file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+void make_dirs(const char *path, int is_dir) {
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    if (!is_dir) {
+        char *slash = strrchr(buf, '/');
+        if (!slash) return;
+        *slash = 0;
+    }
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        mkdir(buf, 0755);
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        die("cannot create directory '%s': %s", buf, strerror(errno));
+}
+
+void model_from_dir(LlamaModel *m, const char *dir, uint64_t seed) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (!file_exists(dir)) die("model directory '%s' does not exist: pass a directory holding config.json", dir);
+    if (!file_exists(path)) die("'%s' is missing: a model directory needs a Hugging Face config.json", path);
+    LlamaConfig cfg;
+    config_json_load(path, &cfg);
+    llama_build(m, &cfg);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (file_exists(path))
+        params_load_safetensors(path, &m->table, m->params, cfg.tie_word_embeddings);
+    else
+        llama_init_random(m, seed);
+}
+
+void model_from_size(LlamaModel *m, const LlamaConfig *cfg, uint64_t seed) {
+    LlamaConfig c = *cfg;
+    if (c.head_dim == 0 && c.num_attention_heads > 0) {
+        if (c.hidden_size % c.num_attention_heads != 0)
+            die_collective("--heads %d does not divide --hidden %d: pick heads dividing the hidden size or set --head-dim",
+                           c.num_attention_heads, c.hidden_size);
+        c.head_dim = c.hidden_size / c.num_attention_heads;
+    }
+    llama_config_validate(&c, "size flags");
+    llama_build(m, &c);
+    llama_init_random(m, seed);
+}

@@ -1,0 +1,48 @@
+/* Pieces shared by the seqpar subcommands: number parsing that names the bad flag, the
+ * unknown-option error, thread settings, and loading or creating a model. */
+#ifndef SEQPAR_CLI_COMMON_H
+#define SEQPAR_CLI_COMMON_H
+
+#include <getopt.h>
+#include <stdint.h>
+
+#include "model/llama.h"
+
+long   parse_long(const char *cmd, const char *flag, const char *value, long min, long max);
+double parse_double(const char *cmd, const char *flag, const char *value, double min, double max);
+
+/* Call from the getopt_long loop on '?' or ':': dies naming the option and pointing at --help. */
+void die_bad_option(const char *cmd, int argc, char **argv, int opt);
+/* Dies if positional arguments are left over. */
+void die_extra_args(const char *cmd, int argc, char **argv);
+
+/* Sets OpenMP and OpenBLAS threads (n <= 0: leave the default). */
+void set_threads(int n);
+int  current_threads(void);
+
+/* Model size flags for a model made from scratch (train and bench). */
+typedef struct {
+    LlamaConfig cfg;
+} SizeFlags;
+void size_flags_default(SizeFlags *f);
+/* Handles --layers --hidden --ffn --heads --kv-heads --head-dim --vocab --rope-theta
+ * --tie-embeddings; returns 1 if opt was one of them. */
+#define SIZE_FLAG_OPTIONS \
+    {"layers", required_argument, 0, 1001}, {"hidden", required_argument, 0, 1002}, \
+    {"ffn", required_argument, 0, 1003}, {"heads", required_argument, 0, 1004}, \
+    {"kv-heads", required_argument, 0, 1005}, {"head-dim", required_argument, 0, 1006}, \
+    {"vocab", required_argument, 0, 1007}, {"rope-theta", required_argument, 0, 1008}, \
+    {"tie-embeddings", no_argument, 0, 1009}
+int size_flags_handle(SizeFlags *f, const char *cmd, int opt, const char *arg);
+extern const char SIZE_FLAGS_HELP[];
+
+/* Loads DIR/config.json and, if present, DIR/model.safetensors (else random init from seed). */
+void model_from_dir(LlamaModel *m, const char *dir, uint64_t seed);
+/* Builds a random model from size flags (validated; `where` names the source in errors). */
+void model_from_size(LlamaModel *m, const LlamaConfig *cfg, uint64_t seed);
+
+int file_exists(const char *path);
+/* mkdir -p for the directory part of a file path (or a directory itself when is_dir). */
+void make_dirs(const char *path, int is_dir);
+
+#endif

@@ -1,0 +1,209 @@
+/* seqpar bench: speed and memory figures, each printed next to OpenBLAS sgemm GFLOPS measured
+ * in the same run. Parts: attn (flash attention forward/backward at S = 8192, head_dim 64 and
+ * 128, causal), step (a training step of a 4-layer, 256-wide, 4-head / 2-KV-head model),
+ * memory (peak memory of a training step at several sequence lengths, each in a fresh child
+ * process). Benchmarks are not tests: they report, the README quotes them. */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "attention/attention_bench.h"
+#include "cli/cli_common.h"
+#include "cli/commands.h"
+#include "core/common.h"
+#include "kernels/sgemm_bench.h"
+#include "model/llama.h"
+#include "optim/adamw.h"
+
+static const char HELP[] =
+    "usage: seqpar bench [attn|step|memory|all] [options]\n"
+    "\n"
+    "  attn      flash attention forward/backward GFLOPS (causal) vs same-run sgemm\n"
+    "  step      training step of the reference model: tokens/s and MFU vs same-run sgemm\n"
+    "  memory    peak memory of one training step at each --mem-seq-lens length\n"
+    "  all       all of the above (default)\n"
+    "\n"
+    "  --seq-len S          sequence length for attn and step (default 8192)\n"
+    "  --head-dims LIST     head dims for attn, comma separated (default 64,128)\n"
+    "  --repeats N          timed repeats; medians are reported (default 5)\n"
+    "  --mem-seq-lens LIST  sequence lengths for memory (default 4096,16384,65536)\n"
+    "  --checkpoint         step/memory with layer-boundary activation checkpointing\n"
+    "  --threads N          OpenMP/OpenBLAS threads (default: all cores)\n"
+    "  --help               this text\n"
+    "\n"
+    "The reference model: 4 layers, hidden 256, 4 heads (2 KV heads, head_dim 64), ffn 1024,\n"
+    "vocab 256, fp32, one sequence per step, AdamW included.\n";
+
+static LlamaConfig bench_model_config(void) {
+    LlamaConfig c = {.hidden_size = 256, .intermediate_size = 1024, .num_attention_heads = 4,
+                     .num_key_value_heads = 2, .num_hidden_layers = 4, .vocab_size = 256, .head_dim = 64,
+                     .max_position_embeddings = 1 << 20, .tie_word_embeddings = 0, .rms_norm_eps = 1e-5f,
+                     .rope_theta = 10000.0};
+    return c;
+}
+
+/* Parses "a,b,c" into at most max positive ints; returns the count. */
+static int parse_list(const char *flag, const char *s, int *out, int max) {
+    int n = 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (n == max) die_collective("seqpar bench: --%s takes at most %d values", flag, max);
+        out[n++] = (int)parse_long("bench", flag, tok, 1, 1 << 30);
+    }
+    if (n == 0) die_collective("seqpar bench: --%s needs at least one value", flag);
+    return n;
+}
+
+typedef struct {
+    double step_seconds, tokens_per_s, mfu;
+    size_t tracked_peak, rss_peak;
+} StepResult;
+
+/* Builds the reference model and times `repeats` full training steps (after one warm-up). */
+static StepResult run_steps(int S, int repeats, int checkpoint, double peak_gflops) {
+    LlamaConfig c = bench_model_config();
+    LlamaModel m;
+    llama_build(&m, &c);
+    llama_init_random(&m, 1);
+    AdamWConfig oc;
+    adamw_config_default(&oc);
+    AdamW opt;
+    adamw_init(&opt, &oc, 0, m.table.total);
+    SeqAttention *attn = local_attention_create();
+    LlamaActs *acts = llama_acts_create(&m, attn, S, checkpoint);
+    int *inputs = xmalloc(sizeof(int) * S), *targets = xmalloc(sizeof(int) * S), *pos = xmalloc(sizeof(int) * S);
+    Rng rng;
+    rng_seed(&rng, 7);
+    for (int i = 0; i < S; i++) {
+        inputs[i] = (int)rng_below(&rng, (uint64_t)c.vocab_size);
+        targets[i] = (int)rng_below(&rng, (uint64_t)c.vocab_size);
+        pos[i] = i;
+    }
+    double *times = xmalloc(sizeof(double) * (size_t)(repeats + 1));
+    for (int r = 0; r <= repeats; r++) {
+        double t0 = now_seconds();
+        memset(m.grads, 0, sizeof(float) * m.table.total);
+        llama_forward_backward(&m, acts, attn, inputs, targets, pos, S, 1.0f / S, 1, NULL);
+        double nsq = grad_norm_sq(m.grads, m.table.total);
+        adamw_update(&opt, &m.table, m.params, m.grads, 1e-4f, adamw_clip_scale(&oc, nsq));
+        if (r > 0) times[r - 1] = now_seconds() - t0;
+    }
+    StepResult res;
+    res.step_seconds = median_of(times, repeats);
+    res.tokens_per_s = S / res.step_seconds;
+    res.mfu = peak_gflops > 0 ? res.tokens_per_s * llama_train_flops_per_token(&c, S) / (peak_gflops * 1e9) : 0;
+    res.tracked_peak = mem_tracked_peak();
+    res.rss_peak = mem_peak_rss();
+    xfree(times); xfree(inputs); xfree(targets); xfree(pos);
+    llama_acts_free(acts);
+    seq_attention_destroy(attn);
+    adamw_free(&opt);
+    llama_free(&m);
+    return res;
+}
+
+static void bench_attn(int S, const int *dims, int n_dims, int repeats, double peak) {
+    printf("attention (causal, S = %d, fp32, %d threads), medians of %d:\n", S, current_threads(), repeats);
+    for (int i = 0; i < n_dims; i++) {
+        int d = dims[i], heads = d >= 128 ? 4 : 8;
+        AttnBenchResult r;
+        attention_bench(S, heads, heads, d, ATTN_CAUSAL, repeats, &r);
+        printf("  head_dim %3d, %d heads: forward %7.1f GFLOPS (%5.1f%% of sgemm, %.3f s) | "
+               "backward %7.1f GFLOPS (%5.1f%% of sgemm, %.3f s)\n",
+               d, heads, r.fwd_gflops, 100 * r.fwd_gflops / peak, r.fwd_seconds, r.bwd_gflops,
+               100 * r.bwd_gflops / peak, r.bwd_seconds);
+        fflush(stdout);
+    }
+}
+
+static void bench_step(int S, int repeats, int checkpoint, double peak) {
+    StepResult r = run_steps(S, repeats, checkpoint, peak);
+    printf("training step (4 layers, hidden 256, 4 heads / 2 KV, ffn 1024, S = %d%s), median of %d:\n"
+           "  %.3f s/step | %.0f tokens/s | MFU %.1f%% of same-run sgemm | peak tracked memory %.1f MiB, peak RSS %.1f MiB\n",
+           S, checkpoint ? ", checkpointing" : "", repeats, r.step_seconds, r.tokens_per_s, 100 * r.mfu,
+           (double)r.tracked_peak / (1 << 20), (double)r.rss_peak / (1 << 20));
+    fflush(stdout);
+}
+
+/* Each length runs in a child process so its peak RSS is its own. */
+static void bench_memory(const int *lens, int n, int checkpoint) {
+    printf("peak memory of one training step (reference model%s), each in a fresh process:\n",
+           checkpoint ? ", checkpointing" : "");
+    fflush(stdout);
+    for (int i = 0; i < n; i++) {
+        int fds[2];
+        if (pipe(fds) != 0) die("pipe failed");
+        pid_t pid = fork();
+        if (pid < 0) die("fork failed");
+        if (pid == 0) {
+            close(fds[0]);
+            StepResult r = run_steps(lens[i], 1, checkpoint, 0);
+            if (write(fds[1], &r, sizeof r) != (ssize_t)sizeof r) _exit(1);
+            _exit(0);
+        }
+        close(fds[1]);
+        StepResult r;
+        ssize_t got = read(fds[0], &r, sizeof r);
+        close(fds[0]);
+        int status = 0;
+        waitpid(pid, &status, 0);
+        if (got != (ssize_t)sizeof r || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            printf("  S = %6d: failed (child status %d)\n", lens[i], status);
+            continue;
+        }
+        printf("  S = %6d: tracked %8.1f MiB (%.1f KiB/token) | RSS %8.1f MiB | %.2f s/step\n", lens[i],
+               (double)r.tracked_peak / (1 << 20), (double)r.tracked_peak / 1024.0 / lens[i],
+               (double)r.rss_peak / (1 << 20), r.step_seconds);
+        fflush(stdout);
+    }
+}
+
+int cmd_bench(int argc, char **argv) {
+    const char *cmd = "bench";
+    int S = 8192, repeats = 5, checkpoint = 0;
+    int dims[8] = {64, 128}, n_dims = 2;
+    int lens[8] = {4096, 16384, 65536}, n_lens = 3;
+    static const struct option opts[] = {
+        {"seq-len", required_argument, 0, 's'}, {"head-dims", required_argument, 0, 'd'},
+        {"repeats", required_argument, 0, 'r'}, {"mem-seq-lens", required_argument, 0, 'M'},
+        {"checkpoint", no_argument, 0, 'c'}, {"threads", required_argument, 0, 'j'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    opterr = 0;
+    optind = 1;
+    int opt;
+    while ((opt = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        switch (opt) {
+        case 's': S = (int)parse_long(cmd, "seq-len", optarg, 16, 1 << 30); break;
+        case 'd': n_dims = parse_list("head-dims", optarg, dims, 8); break;
+        case 'r': repeats = (int)parse_long(cmd, "repeats", optarg, 1, 1000); break;
+        case 'M': n_lens = parse_list("mem-seq-lens", optarg, lens, 8); break;
+        case 'c': checkpoint = 1; break;
+        case 'j': set_threads((int)parse_long(cmd, "threads", optarg, 1, 4096)); break;
+        case 'h': fputs(HELP, stdout); return 0;
+        default: die_bad_option(cmd, argc, argv, opt);
+        }
+    }
+    const char *part = optind < argc ? argv[optind++] : "all";
+    die_extra_args(cmd, argc, argv);
+    int all = !strcmp(part, "all");
+    if (!all && strcmp(part, "attn") && strcmp(part, "step") && strcmp(part, "memory"))
+        die_collective("seqpar bench: unknown part '%s': use attn, step, memory or all", part);
+    for (int i = 0; i < n_dims; i++)
+        if (dims[i] % 2) die_collective("seqpar bench: --head-dims values must be even, got %d", dims[i]);
+
+    double peak = 0;
+    if (all || strcmp(part, "memory")) {
+        peak = sgemm_peak_gflops(repeats);
+        printf("OpenBLAS sgemm (2048^3, %d threads): %.1f GFLOPS (median of %d)\n", current_threads(), peak, repeats);
+        fflush(stdout);
+    }
+    if (all || !strcmp(part, "attn")) bench_attn(S, dims, n_dims, repeats, peak);
+    if (all || !strcmp(part, "step")) bench_step(S, repeats, checkpoint, peak);
+    if (all || !strcmp(part, "memory")) bench_memory(lens, n_lens, checkpoint);
+    return 0;
+}

@@ -1,0 +1,93 @@
+/* seqpar grad: one forward and backward of a model on the first S+1 tokens of a file
+ * (inputs tokens[0..S-1], targets tokens[1..S], positions 0..S-1). Prints "loss: <value>" and
+ * writes the gradient of the mean loss for every parameter (HF names and shapes, F32) to a
+ * safetensors file. This is the exactness contract every parallel strategy must reproduce. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cli/cli_common.h"
+#include "cli/commands.h"
+#include "core/common.h"
+#include "data/tokens.h"
+#include "io/param_io.h"
+#include "model/llama.h"
+
+static const char HELP[] =
+    "usage: seqpar grad --model DIR --tokens FILE --seq-len S --out FILE [options]\n"
+    "\n"
+    "One forward and backward on the first S+1 tokens of FILE; prints 'loss: <value>' and\n"
+    "writes d(mean loss)/d(parameter) for every parameter to a safetensors file.\n"
+    "\n"
+    "  --model DIR          Hugging Face model directory (config.json [+ model.safetensors])\n"
+    "  --tokens FILE        llm.c token shard (.bin) or text (.txt, one token per byte)\n"
+    "  --tokens-format F    auto|llmc|text (default auto: .txt is text, else llm.c shard)\n"
+    "  --seq-len S          tokens per sequence\n"
+    "  --out FILE           gradient file to write (safetensors, F32)\n"
+    "  --seed N             seed for random weights when DIR has no model.safetensors (default 1)\n"
+    "  --checkpoint         recompute each layer in backward (layer-boundary checkpointing)\n"
+    "  --threads N          OpenMP/OpenBLAS threads (default: all cores)\n"
+    "  --help               this text\n";
+
+int cmd_grad(int argc, char **argv) {
+    const char *cmd = "grad", *model_dir = NULL, *tokens_path = NULL, *out_path = NULL;
+    TokensFormat fmt = TOKENS_AUTO;
+    long seq_len = 0;
+    uint64_t seed = 1;
+    int checkpoint = 0;
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'}, {"tokens", required_argument, 0, 't'},
+        {"tokens-format", required_argument, 0, 'f'}, {"seq-len", required_argument, 0, 's'},
+        {"out", required_argument, 0, 'o'}, {"seed", required_argument, 0, 'r'},
+        {"checkpoint", no_argument, 0, 'c'}, {"threads", required_argument, 0, 'j'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    opterr = 0;
+    optind = 1;
+    int opt;
+    while ((opt = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'm': model_dir = optarg; break;
+        case 't': tokens_path = optarg; break;
+        case 'f': fmt = tokens_format_parse(optarg); break;
+        case 's': seq_len = parse_long(cmd, "seq-len", optarg, 1, 1L << 30); break;
+        case 'o': out_path = optarg; break;
+        case 'r': seed = (uint64_t)parse_long(cmd, "seed", optarg, 0, (1L << 62)); break;
+        case 'c': checkpoint = 1; break;
+        case 'j': set_threads((int)parse_long(cmd, "threads", optarg, 1, 4096)); break;
+        case 'h': fputs(HELP, stdout); return 0;
+        default: die_bad_option(cmd, argc, argv, opt);
+        }
+    }
+    die_extra_args(cmd, argc, argv);
+    if (!model_dir) die_collective("seqpar grad: --model DIR is required (see 'seqpar grad --help')");
+    if (!tokens_path) die_collective("seqpar grad: --tokens FILE is required (see 'seqpar grad --help')");
+    if (!seq_len) die_collective("seqpar grad: --seq-len S is required (see 'seqpar grad --help')");
+    if (!out_path) die_collective("seqpar grad: --out FILE is required (see 'seqpar grad --help')");
+
+    LlamaModel model;
+    model_from_dir(&model, model_dir, seed);
+    TokenData td;
+    tokens_load(tokens_path, fmt, &td);
+    if ((size_t)seq_len + 1 > td.n)
+        die("--seq-len %ld needs %ld tokens but '%s' holds %zu: use --seq-len %zu or less", seq_len, seq_len + 1,
+            tokens_path, td.n, td.n > 0 ? td.n - 1 : 0);
+    int S = (int)seq_len;
+    int *inputs = xmalloc(sizeof(int) * S), *targets = xmalloc(sizeof(int) * S), *positions = xmalloc(sizeof(int) * S);
+    for (int i = 0; i < S; i++) {
+        inputs[i] = (int)td.tokens[i];
+        targets[i] = (int)td.tokens[i + 1];
+        positions[i] = i;
+    }
+    SeqAttention *attn = local_attention_create();
+    LlamaActs *acts = llama_acts_create(&model, attn, S, checkpoint);
+    double loss_sum = llama_forward_backward(&model, acts, attn, inputs, targets, positions, S, 1.0f / (float)S, 1, NULL);
+    printf("loss: %.9f\n", loss_sum / S);
+    params_save_safetensors(out_path, &model.table, model.grads);
+
+    llama_acts_free(acts);
+    seq_attention_destroy(attn);
+    xfree(inputs); xfree(targets); xfree(positions);
+    tokens_free(&td);
+    llama_free(&model);
+    return 0;
+}

@@ -1,0 +1,151 @@
+/* Implementation of the core helpers: fatal errors, tracked allocation, time, RNG. */
+#include "core/common.h"
+
+#include <errno.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+static int mpi_world_size(void) {
+    int init = 0, fin = 0, size = 1;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    if (init && !fin) MPI_Comm_size(MPI_COMM_WORLD, &size);
+    return size;
+}
+
+static int mpi_world_rank(void) {
+    int init = 0, fin = 0, rank = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    if (init && !fin) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    return rank;
+}
+
+static void print_error(const char *fmt, va_list ap) {
+    char msg[2048];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    fprintf(stderr, "seqpar: error: %s\n", msg);
+    fflush(stderr);
+}
+
+void die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    print_error(fmt, ap);
+    va_end(ap);
+    if (mpi_world_size() > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+    exit(1);
+}
+
+void die_collective(const char *fmt, ...) {
+    if (mpi_world_rank() == 0 || getenv("SEQPAR_ALL_RANKS_PRINT")) {
+        va_list ap;
+        va_start(ap, fmt);
+        print_error(fmt, ap);
+        va_end(ap);
+    }
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    if (init && !fin) MPI_Finalize();
+    exit(1);
+}
+
+/* Every tracked block carries a 64-byte header holding its size, so that frees can be counted
+ * and the user pointer stays 64-byte aligned. */
+#define HEADER 64
+static size_t g_current, g_peak;
+
+static void *track(void *raw, size_t n) {
+    *(size_t *)raw = n;
+    #pragma omp atomic
+    g_current += n;
+    size_t cur = g_current;
+    if (cur > g_peak) g_peak = cur;
+    return (char *)raw + HEADER;
+}
+
+void *xmalloc_aligned(size_t n) {
+    void *raw = NULL;
+    if (posix_memalign(&raw, 64, n + HEADER) != 0 || !raw)
+        die("out of memory allocating %zu bytes (%.2f GiB): use a shorter --seq-len or a smaller model",
+            n, (double)n / (1 << 30));
+    return track(raw, n);
+}
+
+void *xmalloc(size_t n) { return xmalloc_aligned(n); }
+
+void *xcalloc(size_t count, size_t size) {
+    if (size && count > SIZE_MAX / size) die("allocation of %zu x %zu bytes overflows", count, size);
+    void *p = xmalloc_aligned(count * size);
+    memset(p, 0, count * size);
+    return p;
+}
+
+void xfree(void *p) {
+    if (!p) return;
+    char *raw = (char *)p - HEADER;
+    size_t n = *(size_t *)raw;
+    #pragma omp atomic
+    g_current -= n;
+    free(raw);
+}
+
+size_t mem_tracked_current(void) { return g_current; }
+size_t mem_tracked_peak(void) { return g_peak; }
+void mem_tracked_reset_peak(void) { g_peak = g_current; }
+
+size_t mem_peak_rss(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (size_t)ru.ru_maxrss * 1024;
+}
+
+FILE *xfopen(const char *path, const char *mode) {
+    FILE *f = fopen(path, mode);
+    if (!f)
+        die("cannot open '%s' for %s: %s", path, mode[0] == 'r' ? "reading" : "writing", strerror(errno));
+    return f;
+}
+
+double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+void rng_seed(Rng *r, uint64_t seed) {
+    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&seed);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t rng_u64(Rng *r) { /* xoshiro256** */
+    uint64_t *s = r->s;
+    uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3];
+    s[2] ^= t; s[3] = rotl(s[3], 45);
+    return result;
+}
+
+double rng_uniform(Rng *r) { return (double)(rng_u64(r) >> 11) * 0x1.0p-53; }
+
+double rng_normal(Rng *r) {
+    double u1 = rng_uniform(r), u2 = rng_uniform(r);
+    if (u1 < 1e-300) u1 = 1e-300;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+uint64_t rng_below(Rng *r, uint64_t n) { return n ? rng_u64(r) % n : 0; }

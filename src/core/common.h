@@ -1,0 +1,46 @@
+/* Core helpers shared by every part of seqpar: fatal errors that end every rank, checked
+ * allocation and file calls, timing, peak-memory accounting and a small deterministic RNG.
+ * Nothing here knows about models or parallelism. */
+#ifndef SEQPAR_COMMON_H
+#define SEQPAR_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Prints "seqpar: error: <message>" (one line) and ends the program with a non-zero status.
+ * Under MPI with more than one rank it calls MPI_Abort so that no rank is left waiting. */
+void die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+
+/* Like die(), but for an error every rank detects identically (bad flags, bad config): each rank
+ * prints the message (rank 0 first, the others only when SEQPAR_ALL_RANKS_PRINT is set) and exits
+ * with status 1 without MPI_Abort, so the output is the one clear line. */
+void die_collective(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+
+void *xmalloc(size_t n);          /* dies with the size on failure; tracked for peak memory */
+void *xcalloc(size_t count, size_t size);
+void *xmalloc_aligned(size_t n);  /* 64-byte aligned; free with xfree */
+void  xfree(void *p);             /* frees memory from xmalloc / xcalloc / xmalloc_aligned */
+FILE *xfopen(const char *path, const char *mode); /* dies naming the path and the reason */
+
+/* Bytes currently allocated through x* allocators and the highest value seen. */
+size_t mem_tracked_current(void);
+size_t mem_tracked_peak(void);
+void   mem_tracked_reset_peak(void);
+/* Peak resident set size of the process (getrusage), in bytes. */
+size_t mem_peak_rss(void);
+
+double now_seconds(void); /* monotonic clock */
+
+/* Deterministic RNG (xoshiro-style state, seeded by splitmix64): the same seed gives the same
+ * numbers on every machine. The state is plain data so checkpoints can save it. */
+typedef struct { uint64_t s[4]; } Rng;
+void     rng_seed(Rng *r, uint64_t seed);
+uint64_t rng_u64(Rng *r);
+double   rng_uniform(Rng *r);           /* [0, 1) */
+double   rng_normal(Rng *r);            /* standard normal (Box-Muller) */
+uint64_t rng_below(Rng *r, uint64_t n); /* uniform in [0, n) */
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+#endif

@@ -1,0 +1,159 @@
+/* Token files: llm.c shards (a 256-int32 header with magic, version and token count, then
+ * uint16 or uint32 tokens) and plain text read as bytes. The whole file is loaded into memory
+ * as uint32 tokens; every inconsistency (wrong magic, unknown version, a count that disagrees
+ * with the file size) fails at load with both numbers in the message. */
+#include "data/tokens.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/common.h"
+#include "io/atomic_file.h"
+
+#define LLMC_HEADER_INTS 256
+#define LLMC_HEADER_BYTES (LLMC_HEADER_INTS * sizeof(int32_t))
+#define LLMC_MAGIC_U16 20240520
+#define LLMC_VERSION_U16 1
+#define LLMC_MAGIC_U32 20240801
+#define LLMC_VERSION_U32 7
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* Reads `count` tokens of `width` bytes (2 or 4, little-endian) from fp into td->tokens. */
+static void read_tokens(FILE *fp, const char *path, size_t count, size_t width, TokenData *td) {
+    enum { CHUNK = 1 << 14 };
+    unsigned char buf[CHUNK * 4];
+    size_t done = 0;
+    uint32_t max_token = 0;
+    while (done < count) {
+        size_t want = count - done < CHUNK ? count - done : CHUNK;
+        if (fread(buf, width, want, fp) != want)
+            die("reading tokens from '%s' failed after %zu of %zu tokens: %s", path, done, count,
+                ferror(fp) ? strerror(errno) : "unexpected end of file");
+        for (size_t i = 0; i < want; i++) {
+            uint32_t v;
+            if (width == 1) {
+                v = buf[i];
+            } else if (width == 2) {
+                v = (uint32_t)buf[2 * i] | (uint32_t)buf[2 * i + 1] << 8;
+            } else {
+                v = (uint32_t)buf[4 * i] | (uint32_t)buf[4 * i + 1] << 8 | (uint32_t)buf[4 * i + 2] << 16 |
+                    (uint32_t)buf[4 * i + 3] << 24;
+            }
+            td->tokens[done + i] = v;
+            if (v > max_token) max_token = v;
+        }
+        done += want;
+    }
+    td->max_token = max_token;
+}
+
+static void load_text(FILE *fp, const char *path, size_t file_size, TokenData *td) {
+    td->format = TOKENS_TEXT;
+    td->n = file_size;
+    td->tokens = xmalloc(file_size * sizeof(uint32_t));
+    read_tokens(fp, path, file_size, 1, td);
+}
+
+static void load_llmc(FILE *fp, const char *path, size_t file_size, TokenData *td) {
+    td->format = TOKENS_LLMC;
+    if (file_size < LLMC_HEADER_BYTES)
+        die("'%s' is not an llm.c token shard: it has %zu bytes, fewer than the %zu-byte header (for a text "
+            "file use a .txt name or the text format)", path, file_size, (size_t)LLMC_HEADER_BYTES);
+    unsigned char raw[LLMC_HEADER_BYTES];
+    if (fread(raw, 1, sizeof raw, fp) != sizeof raw) die("reading the header of '%s' failed: %s", path, strerror(errno));
+    int32_t header[LLMC_HEADER_INTS];
+    for (size_t i = 0; i < LLMC_HEADER_INTS; i++)
+        header[i] = (int32_t)((uint32_t)raw[4 * i] | (uint32_t)raw[4 * i + 1] << 8 | (uint32_t)raw[4 * i + 2] << 16 |
+                              (uint32_t)raw[4 * i + 3] << 24);
+    int32_t magic = header[0], version = header[1], count = header[2];
+    size_t width;
+    if (magic == LLMC_MAGIC_U16) {
+        if (version != LLMC_VERSION_U16)
+            die("llm.c shard '%s' has magic %d with version %d; that magic goes with version %d (uint16 tokens)",
+                path, magic, version, LLMC_VERSION_U16);
+        width = 2;
+    } else if (magic == LLMC_MAGIC_U32) {
+        if (version != LLMC_VERSION_U32)
+            die("llm.c shard '%s' has magic %d with version %d; that magic goes with version %d (uint32 tokens)",
+                path, magic, version, LLMC_VERSION_U32);
+        width = 4;
+    } else {
+        die("'%s' is not an llm.c token shard: header magic is %d, expected %d (uint16 tokens) or %d (uint32 "
+            "tokens); for a text file use a .txt name or the text format", path, magic, LLMC_MAGIC_U16,
+            LLMC_MAGIC_U32);
+    }
+    if (count < 0)
+        die("llm.c shard '%s' is corrupt: its header gives a negative token count (%d)", path, count);
+    size_t expected = LLMC_HEADER_BYTES + (size_t)count * width;
+    if (expected != file_size)
+        die("llm.c shard '%s' is truncated or corrupt: the header says %d tokens (%zu bytes with the header) but "
+            "the file has %zu bytes", path, count, expected, file_size);
+    if (count == 0) die("llm.c shard '%s' holds no tokens (its header count is 0)", path);
+    td->n = (size_t)count;
+    td->tokens = xmalloc(td->n * sizeof(uint32_t));
+    read_tokens(fp, path, td->n, width, td);
+}
+
+void tokens_load(const char *path, TokensFormat format, TokenData *td) {
+    memset(td, 0, sizeof *td);
+    FILE *fp = fopen(path, "rb");
+    if (!fp) die("cannot open token file '%s': %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(fp), &sb) != 0) die("cannot stat token file '%s': %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode)) die("token file '%s' is not a regular file", path);
+    size_t file_size = (size_t)sb.st_size;
+    if (file_size == 0) die("token file '%s' is empty: it needs at least one token", path);
+    if (format == TOKENS_AUTO) format = ends_with(path, ".txt") ? TOKENS_TEXT : TOKENS_LLMC;
+    if (format == TOKENS_TEXT) load_text(fp, path, file_size, td);
+    else load_llmc(fp, path, file_size, td);
+    fclose(fp);
+}
+
+void tokens_free(TokenData *td) {
+    xfree(td->tokens);
+    memset(td, 0, sizeof *td);
+}
+
+void tokens_write_llmc(const char *path, const uint32_t *tokens, size_t n) {
+    if (n > INT32_MAX)
+        die("cannot write '%s': %zu tokens exceed the %d an llm.c shard header can count; split the data", path,
+            n, INT32_MAX);
+    uint32_t max_token = 0;
+    for (size_t i = 0; i < n; i++)
+        if (tokens[i] > max_token) max_token = tokens[i];
+    int narrow = max_token < 65536;
+    size_t width = narrow ? 2 : 4;
+    uint32_t header[LLMC_HEADER_INTS] = {0};
+    header[0] = narrow ? LLMC_MAGIC_U16 : LLMC_MAGIC_U32;
+    header[1] = narrow ? LLMC_VERSION_U16 : LLMC_VERSION_U32;
+    header[2] = (uint32_t)n;
+    unsigned char raw[LLMC_HEADER_BYTES];
+    for (size_t i = 0; i < LLMC_HEADER_INTS; i++)
+        for (size_t b = 0; b < 4; b++) raw[4 * i + b] = (unsigned char)(header[i] >> (8 * b));
+
+    AtomicFile af;
+    atomic_open(&af, path);
+    atomic_write(&af, raw, sizeof raw);
+    enum { CHUNK = 1 << 14 };
+    unsigned char buf[CHUNK * 4];
+    for (size_t done = 0; done < n;) {
+        size_t count = n - done < CHUNK ? n - done : CHUNK;
+        for (size_t i = 0; i < count; i++)
+            for (size_t b = 0; b < width; b++) buf[width * i + b] = (unsigned char)(tokens[done + i] >> (8 * b));
+        atomic_write(&af, buf, count * width);
+        done += count;
+    }
+    atomic_commit(&af);
+}
+
+TokensFormat tokens_format_parse(const char *s) {
+    if (strcmp(s, "auto") == 0) return TOKENS_AUTO;
+    if (strcmp(s, "llmc") == 0) return TOKENS_LLMC;
+    if (strcmp(s, "text") == 0) return TOKENS_TEXT;
+    die_collective("unknown token file format '%s': choose auto, llmc or text", s);
+}

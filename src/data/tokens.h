@@ -1,0 +1,35 @@
+/* Token sources for training and for `seqpar grad`: llm.c token shards and raw text as bytes. */
+#ifndef SEQPAR_TOKENS_H
+#define SEQPAR_TOKENS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { TOKENS_AUTO, TOKENS_LLMC, TOKENS_TEXT } TokensFormat;
+
+typedef struct {
+    uint32_t *tokens; /* all tokens of the file, in memory */
+    size_t n;
+    uint32_t max_token; /* largest token id present (to check against vocab_size) */
+    TokensFormat format; /* the format actually read */
+} TokenData;
+
+/* Loads a token file.
+ * llm.c shard: 256 int32 header; header[0] = magic, header[1] = version, header[2] = token
+ *   count; magic 20240520 version 1 -> uint16 tokens, magic 20240801 version 7 -> uint32 tokens.
+ *   Wrong magic, unknown version, or a token count that disagrees with the file size dies with
+ *   a one-line error naming the file, what was found and what was expected.
+ * text: every byte is a token (vocabulary 256).
+ * TOKENS_AUTO: a file ending in ".txt" is text, anything else must be an llm.c shard.
+ * A missing or empty file dies naming it. */
+void tokens_load(const char *path, TokensFormat format, TokenData *td);
+void tokens_free(TokenData *td);
+
+/* Writes an llm.c shard (version 1 with uint16 tokens if every token < 65536, else version 7)
+ * atomically. Used by tests and `seqpar` tools. */
+void tokens_write_llmc(const char *path, const uint32_t *tokens, size_t n);
+
+/* Parses "auto" / "llmc" / "text"; dies naming the value and the choices otherwise. */
+TokensFormat tokens_format_parse(const char *s);
+
+#endif

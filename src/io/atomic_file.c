@@ -1,0 +1,120 @@
+/* Atomic file writes: the data goes to a uniquely named temporary file in the target's
+ * directory (so the final rename never crosses file systems), which is flushed, fsynced, closed
+ * and renamed over the target; the directory is then fsynced so the rename itself is durable.
+ * A crash at any point leaves either the complete old file or the complete new one. */
+#include "io/atomic_file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/common.h"
+
+static char *string_copy(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *copy = xmalloc(n);
+    memcpy(copy, s, n);
+    return copy;
+}
+
+/* The directory part of `path` ("." when it has none), newly allocated. */
+static char *directory_of(const char *path) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) return string_copy(".");
+    if (slash == path) return string_copy("/");
+    size_t n = (size_t)(slash - path);
+    char *dir = xmalloc(n + 1);
+    memcpy(dir, path, n);
+    dir[n] = '\0';
+    return dir;
+}
+
+static void release_names(AtomicFile *af) {
+    xfree(af->final_path);
+    xfree(af->tmp_path);
+    af->final_path = af->tmp_path = NULL;
+    af->f = NULL;
+}
+
+void atomic_open(AtomicFile *af, const char *path) {
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    if (*base == '\0') die("cannot write '%s': the path names a directory, not a file", path);
+    size_t dir_len = (size_t)(base - path);
+    /* "<dir>/.<base>.tmp.XXXXXX": hidden, beside the target, unique. */
+    size_t n = dir_len + 1 + strlen(base) + strlen(".tmp.XXXXXX") + 1;
+    af->tmp_path = xmalloc(n);
+    snprintf(af->tmp_path, n, "%.*s.%s.tmp.XXXXXX", (int)dir_len, path, base);
+    af->final_path = string_copy(path);
+
+    int fd = mkstemp(af->tmp_path);
+    if (fd < 0) {
+        int err = errno;
+        char *dir = directory_of(path);
+        die("cannot write '%s': creating a temporary file in '%s' failed: %s (check that the directory "
+            "exists and is writable)", path, dir, strerror(err));
+    }
+    /* mkstemp creates mode 0600; give the file the permissions an ordinary fopen would. */
+    mode_t mask = umask(0);
+    umask(mask);
+    if (fchmod(fd, 0666 & ~mask) != 0) {
+        /* Not fatal: the data is still written correctly. */
+    }
+    af->f = fdopen(fd, "wb");
+    if (!af->f) {
+        int err = errno;
+        close(fd);
+        unlink(af->tmp_path);
+        die("cannot write '%s': %s", path, strerror(err));
+    }
+}
+
+/* Removes the temporary and dies with the message, naming the final path. */
+static void fail(AtomicFile *af, const char *what, int err) __attribute__((noreturn));
+static void fail(AtomicFile *af, const char *what, int err) {
+    char final_path[4096];
+    snprintf(final_path, sizeof final_path, "%s", af->final_path);
+    atomic_abort(af);
+    die("writing '%s' failed while %s: %s (is the disk full or the directory read-only?)", final_path, what,
+        strerror(err));
+}
+
+void atomic_write(AtomicFile *af, const void *buf, size_t len) {
+    if (len == 0) return;
+    if (fwrite(buf, 1, len, af->f) != len) fail(af, "writing data", errno ? errno : EIO);
+}
+
+void atomic_commit(AtomicFile *af) {
+    if (fflush(af->f) != 0) fail(af, "flushing", errno);
+    if (fsync(fileno(af->f)) != 0) fail(af, "syncing to disk", errno);
+    FILE *f = af->f;
+    af->f = NULL;
+    if (fclose(f) != 0) fail(af, "closing", errno);
+    if (rename(af->tmp_path, af->final_path) != 0) fail(af, "renaming the temporary file into place", errno);
+    char *dir = directory_of(af->final_path);
+    fsync_dir(dir);
+    xfree(dir);
+    release_names(af);
+}
+
+void atomic_abort(AtomicFile *af) {
+    if (af->f) fclose(af->f);
+    af->f = NULL;
+    if (af->tmp_path) unlink(af->tmp_path);
+    release_names(af);
+}
+
+void fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0) die("cannot open directory '%s' to sync it: %s", dir, strerror(errno));
+    /* Some file systems cannot sync directories (EINVAL); the rename is as durable as they allow. */
+    if (fsync(fd) != 0 && errno != EINVAL && errno != EROFS) {
+        int err = errno;
+        close(fd);
+        die("syncing directory '%s' failed: %s", dir, strerror(err));
+    }
+    close(fd);
+}

@@ -1,0 +1,85 @@
+/* Training checkpoints: a directory that Hugging Face tooling loads as a model (config.json +
+ * model.safetensors) and that seqpar resumes from bit-exactly (optimizer.safetensors with the
+ * AdamW moments, trainer_state.json with the step, data RNG, data cursor, seed and run settings).
+ *
+ * Layout of DIR:
+ *   config.json            the LlamaConfig (config_json_save)
+ *   model.safetensors      all parameters, F32, HF names and shapes
+ *   optimizer.safetensors  F32 tensors "adamw.m" and "adamw.v" of shape [end - begin]; the range
+ *                          [begin, end) of the flat buffer they cover is in trainer_state.json
+ *                          (absent when the checkpoint was saved without an optimizer)
+ *   trainer_state.json     format "seqpar-trainer-state", format_version 1, step, optimizer
+ *                          {type, step, begin, end}, param_total, seed, data_cursor, data_rng
+ *                          (64-bit values as "0x..." hex strings, exact), seq_len, settings
+ *                          {key: string}
+ *
+ * Saving is atomic as a whole: the files go to a sibling DIR.tmp.XXXXXX (each fsynced), which is
+ * fsynced and then swapped with DIR (renameat2 RENAME_EXCHANGE where the file system supports it,
+ * else DIR -> DIR.old.XXXXXX and DIR.tmp.XXXXXX -> DIR); the parent is fsynced and the old copy
+ * removed. A crash at any point leaves a complete old or new checkpoint (in the two-rename
+ * fallback, a crash between the renames leaves it as DIR.old.XXXXXX; loading DIR then says so).
+ * Only one process (rank 0) may save a given DIR. */
+#ifndef SEQPAR_CHECKPOINT_H
+#define SEQPAR_CHECKPOINT_H
+
+#include <stdint.h>
+
+#include "core/common.h"
+#include "core/param_table.h"
+#include "model/config.h"
+#include "optim/adamw.h"
+
+#define CKPT_FORMAT_VERSION 1
+#define CKPT_MAX_SETTINGS 32
+
+/* A run setting recorded for resume checks, as text (format floats with "%a" or "%.9g"). */
+typedef struct {
+    char key[48];
+    char value[208];
+} CkptSetting;
+
+typedef struct {
+    long step;            /* training steps completed */
+    Rng data_rng;         /* the data sampler's RNG state */
+    uint64_t data_cursor; /* the data sampler's position */
+    uint64_t seed;        /* the run's --seed */
+    int seq_len;          /* 0 = not recorded */
+    int n_settings;
+    CkptSetting settings[CKPT_MAX_SETTINGS];
+} TrainerState;
+
+/* Zeroes *st (no settings). */
+void trainer_state_init(TrainerState *st);
+/* Sets (or replaces) setting `key` to the printf-formatted value. Dies if the key is too long or
+ * there are more than CKPT_MAX_SETTINGS settings. */
+void trainer_state_set(TrainerState *st, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The value of setting `key`, or NULL. */
+const char *trainer_state_get(const TrainerState *st, const char *key);
+/* Dies with one line naming `dir`, the setting and both values if `saved` (from the checkpoint)
+ * and `now` (this run) differ in seq_len (when both are > 0) or in any setting both have. */
+void trainer_state_check(const TrainerState *saved, const TrainerState *now, const char *dir);
+
+/* Writes the checkpoint DIR atomically (see above), replacing an existing one. An existing DIR
+ * that is not empty and holds neither trainer_state.json nor model.safetensors is refused (dies),
+ * so a mistyped path cannot delete unrelated data. `opt` may be NULL (no optimizer state saved).
+ * Stale DIR.tmp.* / DIR.old.* siblings from an earlier crash are removed after a successful swap. */
+void checkpoint_save(const char *dir, const LlamaConfig *cfg, const ParamTable *t, const float *params,
+                     const AdamW *opt, const TrainerState *st);
+
+/* 1 if DIR holds a checkpoint (DIR/trainer_state.json exists), else 0. */
+int checkpoint_exists(const char *dir);
+
+/* Reads DIR/config.json into *cfg (to build the model before checkpoint_load). Dies with one line
+ * if DIR or the file is missing or invalid. */
+void checkpoint_load_config(const char *dir, LlamaConfig *cfg);
+
+/* Loads the checkpoint into an already built model: params (every tensor of t), the optimizer
+ * (m, v, step; opt may be NULL to skip it; opt must already be initialised by adamw_init with the
+ * same range as when saved) and *st. If `expect` is not NULL, the architecture fields of
+ * DIR/config.json must equal it. Validates before reading tensors: missing files, bad or
+ * wrong-version trainer_state.json, a parameter count or optimizer range that differs from t/opt;
+ * each dies with one line naming the file and the fix. Everything round-trips bit-exactly. */
+void checkpoint_load(const char *dir, const LlamaConfig *expect, const ParamTable *t, float *params, AdamW *opt,
+                     TrainerState *st);
+
+#endif

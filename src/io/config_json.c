@@ -1,0 +1,182 @@
+/* Hugging Face config.json for Llama models, read and written with jansson. Loading takes the
+ * fields seqpar uses, checks their JSON types strictly (an integer field must be a JSON
+ * integer), applies the Hugging Face defaults for optional fields, rejects settings that would
+ * change the model's arithmetic in ways seqpar does not implement (rope_scaling, biases, an
+ * activation other than SiLU), ignores everything else, and validates the result. Saving writes
+ * a config that transformers' LlamaForCausalLM.from_pretrained accepts. */
+#include "io/config_json.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/common.h"
+#include "io/atomic_file.h"
+
+static const char *json_type_name(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a non-integer number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    }
+    return "an unknown value";
+}
+
+/* The field's value, or NULL when it is absent or null. */
+static json_t *field(json_t *root, const char *name) {
+    json_t *v = json_object_get(root, name);
+    return (v && !json_is_null(v)) ? v : NULL;
+}
+
+/* Reads an integer field; when absent (or null) a required one dies and an optional one gives
+ * `fallback`. */
+static int int_field(json_t *root, const char *name, int required, int fallback, const char *path) {
+    json_t *v = field(root, name);
+    if (!v) {
+        if (required)
+            die_collective("config '%s' has no \"%s\": add it as a JSON integer (every Llama config.json "
+                           "sets it)", path, name);
+        return fallback;
+    }
+    if (!json_is_integer(v))
+        die_collective("config '%s': \"%s\" must be a JSON integer, found %s (write it without quotes or "
+                       "a decimal point)", path, name, json_type_name(v));
+    json_int_t x = json_integer_value(v);
+    if (x < INT_MIN || x > INT_MAX)
+        die_collective("config '%s': \"%s\" = %lld is out of range", path, name, (long long)x);
+    return (int)x;
+}
+
+static double number_field(json_t *root, const char *name, double fallback, const char *path) {
+    json_t *v = field(root, name);
+    if (!v) return fallback;
+    if (!json_is_number(v))
+        die_collective("config '%s': \"%s\" must be a JSON number, found %s", path, name, json_type_name(v));
+    return json_number_value(v);
+}
+
+static int bool_field(json_t *root, const char *name, int fallback, const char *path) {
+    json_t *v = field(root, name);
+    if (!v) return fallback;
+    if (!json_is_boolean(v))
+        die_collective("config '%s': \"%s\" must be true or false, found %s", path, name, json_type_name(v));
+    return json_is_true(v) ? 1 : 0;
+}
+
+/* Dies for settings that are valid Hugging Face Llama configs but change the computation in
+ * ways seqpar does not implement; silently ignoring them would train a different model. */
+static void reject_unsupported(json_t *root, const char *path) {
+    json_t *scaling = field(root, "rope_scaling");
+    if (scaling) {
+        json_t *type = json_is_object(scaling) ? json_object_get(scaling, "rope_type") : NULL;
+        if (!type && json_is_object(scaling)) type = json_object_get(scaling, "type");
+        if (!(type && json_is_string(type) && strcmp(json_string_value(type), "default") == 0))
+            die_collective("config '%s' sets \"rope_scaling\" (%s), which seqpar does not implement: remove it "
+                           "or set it to null to train with plain RoPE", path,
+                           type && json_is_string(type) ? json_string_value(type) : "non-default");
+    }
+    const char *bias_fields[] = {"attention_bias", "mlp_bias"};
+    for (size_t i = 0; i < ARRAY_LEN(bias_fields); i++)
+        if (bool_field(root, bias_fields[i], 0, path))
+            die_collective("config '%s' sets \"%s\": true, but seqpar's Llama has no biases: set it to false",
+                           path, bias_fields[i]);
+    json_t *act = field(root, "hidden_act");
+    if (act && !(json_is_string(act) && strcmp(json_string_value(act), "silu") == 0))
+        die_collective("config '%s': \"hidden_act\" must be \"silu\" (the Llama SwiGLU MLP), found %s%s%s", path,
+                       json_is_string(act) ? "\"" : "", json_is_string(act) ? json_string_value(act) : json_type_name(act),
+                       json_is_string(act) ? "\"" : "");
+}
+
+void config_json_load(const char *path, LlamaConfig *c) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        die("cannot read model config '%s': %s (pass the path of a Hugging Face config.json)", path,
+            strerror(errno));
+    json_error_t err;
+    json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &err);
+    fclose(f);
+    if (!root)
+        die_collective("config '%s' is not valid JSON: %s at line %d, column %d", path, err.text, err.line,
+                       err.column);
+    if (!json_is_object(root))
+        die_collective("config '%s' must hold a JSON object {...}, found %s", path, json_type_name(root));
+
+    memset(c, 0, sizeof *c);
+    c->hidden_size = int_field(root, "hidden_size", 1, 0, path);
+    c->intermediate_size = int_field(root, "intermediate_size", 1, 0, path);
+    c->num_attention_heads = int_field(root, "num_attention_heads", 1, 0, path);
+    c->num_hidden_layers = int_field(root, "num_hidden_layers", 1, 0, path);
+    c->vocab_size = int_field(root, "vocab_size", 1, 0, path);
+    c->num_key_value_heads = int_field(root, "num_key_value_heads", 0, c->num_attention_heads, path);
+    c->max_position_embeddings = int_field(root, "max_position_embeddings", 0, 2048, path);
+    /* 0 marks head_dim as implicit for llama_config_validate; filled in after validation. */
+    c->head_dim = int_field(root, "head_dim", 0, 0, path);
+    int head_dim_given = field(root, "head_dim") != NULL;
+    c->rms_norm_eps = (float)number_field(root, "rms_norm_eps", 1e-6, path);
+    c->rope_theta = number_field(root, "rope_theta", 10000.0, path);
+    c->tie_word_embeddings = bool_field(root, "tie_word_embeddings", 0, path);
+    reject_unsupported(root, path);
+    json_decref(root);
+
+    if (!head_dim_given && c->num_attention_heads > 0 && c->hidden_size % c->num_attention_heads == 0)
+        c->head_dim = c->hidden_size / c->num_attention_heads;
+    char where[4200];
+    snprintf(where, sizeof where, "config '%s'", path);
+    llama_config_validate(c, where);
+}
+
+/* The shortest decimal that reads back as the same float, as a double (so that 1e-6f is written
+ * as 1e-06 rather than 9.9999999747524271e-07). */
+static double float_as_short_decimal(float x) {
+    char buf[64];
+    for (int digits = 1; digits <= 9; digits++) {
+        snprintf(buf, sizeof buf, "%.*g", digits, (double)x);
+        if (strtof(buf, NULL) == x) break;
+    }
+    return strtod(buf, NULL);
+}
+
+void config_json_save(const char *path, const LlamaConfig *c) {
+    json_t *root = json_object();
+    json_object_set_new(root, "architectures", json_pack("[s]", "LlamaForCausalLM"));
+    json_object_set_new(root, "model_type", json_string("llama"));
+    json_object_set_new(root, "hidden_act", json_string("silu"));
+    json_object_set_new(root, "hidden_size", json_integer(c->hidden_size));
+    json_object_set_new(root, "intermediate_size", json_integer(c->intermediate_size));
+    json_object_set_new(root, "num_attention_heads", json_integer(c->num_attention_heads));
+    json_object_set_new(root, "num_key_value_heads", json_integer(c->num_key_value_heads));
+    json_object_set_new(root, "num_hidden_layers", json_integer(c->num_hidden_layers));
+    json_object_set_new(root, "vocab_size", json_integer(c->vocab_size));
+    json_object_set_new(root, "head_dim", json_integer(c->head_dim));
+    json_object_set_new(root, "max_position_embeddings", json_integer(c->max_position_embeddings));
+    json_object_set_new(root, "rms_norm_eps", json_real(float_as_short_decimal(c->rms_norm_eps)));
+    json_object_set_new(root, "rope_theta", json_real(c->rope_theta));
+    json_object_set_new(root, "rope_scaling", json_null());
+    json_object_set_new(root, "tie_word_embeddings", json_boolean(c->tie_word_embeddings));
+    json_object_set_new(root, "torch_dtype", json_string("float32"));
+    json_object_set_new(root, "attention_bias", json_false());
+    json_object_set_new(root, "attention_dropout", json_real(0.0));
+    json_object_set_new(root, "mlp_bias", json_false());
+    json_object_set_new(root, "initializer_range", json_real(0.02));
+    json_object_set_new(root, "use_cache", json_true());
+
+    /* 17 significant digits would print 1e-06 as 9.9999999999999995e-07; 15 keep every float
+     * exact and every realistic rope_theta. */
+    char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
+    json_decref(root);
+    if (!text) die("cannot encode model config for '%s' as JSON (out of memory?)", path);
+
+    AtomicFile af;
+    atomic_open(&af, path);
+    atomic_write(&af, text, strlen(text));
+    atomic_write(&af, "\n", 1);
+    atomic_commit(&af);
+    free(text);
+}

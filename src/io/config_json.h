@@ -1,0 +1,18 @@
+/* Reads and writes Hugging Face config.json files for Llama models (with jansson). */
+#ifndef SEQPAR_CONFIG_JSON_H
+#define SEQPAR_CONFIG_JSON_H
+
+#include "model/config.h"
+
+/* Loads config.json at `path` into *c and validates it (llama_config_validate). Missing optional
+ * fields take the Hugging Face defaults (num_key_value_heads = num_attention_heads,
+ * rms_norm_eps = 1e-6, rope_theta = 10000, tie_word_embeddings = false, head_dim = hidden/heads,
+ * max_position_embeddings = 2048). Missing required fields, wrong JSON types or unparsable JSON
+ * die with a one-line error naming the file, the field and the fix. */
+void config_json_load(const char *path, LlamaConfig *c);
+
+/* Writes an HF-loadable config.json (architectures LlamaForCausalLM, model_type llama,
+ * hidden_act silu, torch_dtype float32, ...) atomically (temp file, fsync, rename). */
+void config_json_save(const char *path, const LlamaConfig *c);
+
+#endif

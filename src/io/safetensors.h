@@ -1,0 +1,53 @@
+/* Safetensors files (the Hugging Face weight format): an 8-byte little-endian header length,
+ * a JSON header {name: {dtype, shape, data_offsets}}, then the raw data. Reading accepts F32,
+ * BF16 and F16 and converts to float; writing produces F32. */
+#ifndef SEQPAR_SAFETENSORS_H
+#define SEQPAR_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { ST_F32, ST_BF16, ST_F16 } StDtype;
+
+typedef struct {
+    char *name;
+    StDtype dtype;
+    int ndim;
+    int64_t shape[8];
+    size_t begin, end; /* byte offsets into the data section */
+} StTensor;
+
+typedef struct {
+    char *path;
+    StTensor *tensors;
+    int n_tensors;
+    unsigned char *data; /* the data section, read into memory */
+    size_t data_len;
+} StFile;
+
+/* Opens and fully validates a file: header length within the file, JSON parses, every tensor's
+ * offsets lie inside the data section and match dtype x shape. Dies with a one-line error
+ * naming the file and the problem otherwise. Unsupported dtypes die naming the tensor. */
+void st_open(const char *path, StFile *f);
+void st_close(StFile *f);
+
+/* The tensor called `name`, or NULL. */
+const StTensor *st_find(const StFile *f, const char *name);
+
+/* Copies tensor `name` into dst (converted to float). Dies naming the file and tensor if it is
+ * missing ("tensor X missing from F") or its shape differs from the expected one
+ * ("tensor X in F has shape [a, b], expected [c, d]"). */
+void st_read_f32(const StFile *f, const char *name, int ndim, const int64_t *shape, float *dst);
+
+typedef struct {
+    const char *name;
+    const float *data;
+    int ndim;
+    int64_t shape[4];
+} StWriteTensor;
+
+/* Writes the tensors as F32 in the given order, atomically: temp file in the same directory,
+ * fsync, rename. `metadata_format` goes in __metadata__.format (e.g. "pt"); NULL for none. */
+void st_write_f32(const char *path, const StWriteTensor *tensors, int n, const char *metadata_format);
+
+#endif

@@ -1,0 +1,170 @@
+/* Dense operations of the Llama model: linear layers through CBLAS, and RMSNorm, RoPE, SwiGLU,
+ * embedding and the chunked cross-entropy head as our own OpenMP loops. See ops.h. */
+#include "kernels/ops.h"
+#include "core/common.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void linear_forward(float *out, const float *in, const float *W, int N, int n_in, int n_out, int accumulate) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, n_out, n_in, 1.0f, in, n_in, W, n_in,
+                accumulate ? 1.0f : 0.0f, out, n_out);
+}
+
+void linear_backward(float *din, float *dW, const float *dout, const float *in, const float *W,
+                     int N, int n_in, int n_out) {
+    if (din) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, n_in, n_out, 1.0f, dout, n_out, W, n_in, 1.0f, din, n_in);
+    if (dW) cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n_out, n_in, N, 1.0f, dout, n_out, in, n_in, 1.0f, dW, n_in);
+}
+
+void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int D, float eps) {
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float *xi = x + (size_t)i * D;
+        float *oi = out + (size_t)i * D;
+        float ss = 0.0f;
+        for (int j = 0; j < D; j++) ss += xi[j] * xi[j];
+        float r = 1.0f / sqrtf(ss / (float)D + eps);
+        rstd[i] = r;
+        for (int j = 0; j < D; j++) oi[j] = xi[j] * r * w[j];
+    }
+}
+
+void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w,
+                      const float *rstd, int N, int D) {
+    /* y = x r w, r = (mean(x^2)+eps)^-1/2: dx = r (dout w) - x r^3 / D * sum(dout w x).
+     * dw is reduced through per-thread partials summed in thread order: deterministic for a
+     * given thread count, so resumed runs are bit-identical. */
+    int nt = omp_get_max_threads();
+    float *partial = dw ? calloc((size_t)nt * (size_t)D, sizeof(float)) : NULL;
+    if (dw && !partial) die("out of memory in rmsnorm_backward");
+    #pragma omp parallel num_threads(nt)
+    {
+        float *dw_local = dw ? partial + (size_t)omp_get_thread_num() * D : NULL;
+        #pragma omp for schedule(static)
+        for (int i = 0; i < N; i++) {
+            const float *xi = x + (size_t)i * D, *gi = dout + (size_t)i * D;
+            float r = rstd[i], dot = 0.0f;
+            for (int j = 0; j < D; j++) dot += gi[j] * w[j] * xi[j];
+            float c = dot * r * r * r / (float)D;
+            float *dxi = dx + (size_t)i * D;
+            for (int j = 0; j < D; j++) dxi[j] += r * gi[j] * w[j] - c * xi[j];
+            if (dw_local)
+                for (int j = 0; j < D; j++) dw_local[j] += gi[j] * xi[j] * r;
+        }
+    }
+    if (dw) {
+        for (int t = 0; t < nt; t++)
+            for (int j = 0; j < D; j++) dw[j] += partial[(size_t)t * D + j];
+        free(partial);
+    }
+}
+
+void rope_tables(float *cos_t, float *sin_t, const int *positions, int N, int head_dim, double theta) {
+    int half = head_dim / 2;
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        for (int j = 0; j < half; j++) {
+            double inv_freq = pow(theta, -2.0 * j / (double)head_dim);
+            double a = (double)positions[i] * inv_freq;
+            cos_t[(size_t)i * half + j] = (float)cos(a);
+            sin_t[(size_t)i * half + j] = (float)sin(a);
+        }
+    }
+}
+
+static void rope_rotate(float *x, const float *cos_t, const float *sin_t, int N, int n_heads,
+                        int head_dim, float sign) {
+    int half = head_dim / 2;
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float *c = cos_t + (size_t)i * half, *s = sin_t + (size_t)i * half;
+        for (int h = 0; h < n_heads; h++) {
+            float *xh = x + ((size_t)i * n_heads + h) * head_dim;
+            for (int j = 0; j < half; j++) {
+                float x1 = xh[j], x2 = xh[j + half], sj = sign * s[j];
+                xh[j] = x1 * c[j] - x2 * sj;
+                xh[j + half] = x2 * c[j] + x1 * sj;
+            }
+        }
+    }
+}
+
+void rope_forward(float *x, const float *cos_t, const float *sin_t, int N, int n_heads, int head_dim) {
+    rope_rotate(x, cos_t, sin_t, N, n_heads, head_dim, 1.0f);
+}
+
+void rope_backward(float *dx, const float *cos_t, const float *sin_t, int N, int n_heads, int head_dim) {
+    rope_rotate(dx, cos_t, sin_t, N, n_heads, head_dim, -1.0f);
+}
+
+void swiglu_forward(float *h, const float *gate, const float *up, size_t n) {
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float g = gate[i];
+        h[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+void swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate, const float *up, size_t n) {
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float g = gate[i], sig = 1.0f / (1.0f + expf(-g)), silu = g * sig;
+        dgate[i] += dh[i] * up[i] * sig * (1.0f + g * (1.0f - sig));
+        dup[i] += dh[i] * silu;
+    }
+}
+
+void embedding_forward(float *out, const int *tokens, const float *table, int N, int D) {
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++)
+        memcpy(out + (size_t)i * D, table + (size_t)tokens[i] * D, sizeof(float) * (size_t)D);
+}
+
+void embedding_backward(float *dtable, const float *dout, const int *tokens, int N, int D) {
+    /* Rows of the same token collide, so parallelise over the embedding dimension. */
+    #pragma omp parallel for schedule(static)
+    for (int j = 0; j < D; j++)
+        for (int i = 0; i < N; i++)
+            dtable[(size_t)tokens[i] * D + j] += dout[(size_t)i * D + j];
+}
+
+double lm_head_cross_entropy(const float *x, const float *W, const int *targets, int N, int D, int V,
+                             float loss_scale, float *dx, float *dW, int *predictions,
+                             int chunk, float *workspace) {
+    if (chunk > 256) die("internal: cross-entropy chunk %d exceeds 256", chunk);
+    double total = 0.0;
+    for (int c0 = 0; c0 < N; c0 += chunk) {
+        int n = N - c0 < chunk ? N - c0 : chunk;
+        const float *xc = x + (size_t)c0 * D;
+        float *logits = workspace; /* (n, V) */
+        linear_forward(logits, xc, W, n, D, V, 0);
+        double row_loss[256]; /* per-row losses, summed in order below (deterministic) */
+        #pragma omp parallel for schedule(static)
+        for (int i = 0; i < n; i++) {
+            float *li = logits + (size_t)i * V;
+            int t = targets[c0 + i];
+            float mx = -FLT_MAX;
+            int arg = 0;
+            for (int j = 0; j < V; j++)
+                if (li[j] > mx) { mx = li[j]; arg = j; }
+            if (predictions) predictions[c0 + i] = arg;
+            double sum = 0.0;
+            for (int j = 0; j < V; j++) sum += exp((double)(li[j] - mx));
+            double lse = (double)mx + log(sum);
+            row_loss[i] = t >= 0 ? lse - (double)li[t] : 0.0;
+            if (dx || dW) { /* logits become dlogits = scale * (softmax - onehot); 0 if ignored */
+                float s = t >= 0 ? loss_scale : 0.0f;
+                for (int j = 0; j < V; j++) li[j] = s * (float)exp((double)li[j] - lse);
+                if (t >= 0) li[t] -= s;
+            }
+        }
+        for (int i = 0; i < n; i++) total += row_loss[i];
+        if (dx || dW) linear_backward(dx ? dx + (size_t)c0 * D : NULL, dW, logits, xc, W, n, D, V);
+    }
+    return total;
+}

@@ -1,0 +1,51 @@
+/* The model's dense operations as forward/backward pairs with the same argument order.
+ * Backward functions ACCUMULATE (+=) into gradient buffers, which the caller zeroes once per
+ * step. All tensors are row-major fp32; shapes are given in comments as (rows, cols).
+ * Matrix multiplies go to OpenBLAS (CBLAS); everything else is our own loops, OpenMP-parallel
+ * over tokens. Attention lives in attention/, not here. */
+#ifndef SEQPAR_OPS_H
+#define SEQPAR_OPS_H
+
+#include <stddef.h>
+
+/* out (N, n_out) = in (N, n_in) @ W^T, W (n_out, n_in) as Hugging Face Linear stores it. accumulate: out += */
+void linear_forward(float *out, const float *in, const float *W, int N, int n_in, int n_out, int accumulate);
+/* din (N, n_in) += dout (N, n_out) @ W; dW (n_out, n_in) += dout^T @ in. din or dW may be NULL. */
+void linear_backward(float *din, float *dW, const float *dout, const float *in, const float *W,
+                     int N, int n_in, int n_out);
+
+/* RMSNorm (HF LlamaRMSNorm): out = x / sqrt(mean(x^2) + eps) * w. rstd (N) is saved. */
+void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int D, float eps);
+/* dx (N, D) += ..., dw (D) += ... from dout (N, D), x, w and the saved rstd. */
+void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w,
+                      const float *rstd, int N, int D);
+
+/* RoPE tables for explicit global positions: cos, sin (N, head_dim/2), angle = pos * theta^(-2i/d). */
+void rope_tables(float *cos_t, float *sin_t, const int *positions, int N, int head_dim, double theta);
+/* In place on x (N, n_heads, head_dim), HF rotate-half convention:
+ * x1 = x[:d/2], x2 = x[d/2:]; out = (x1 c - x2 s, x2 c + x1 s). */
+void rope_forward(float *x, const float *cos_t, const float *sin_t, int N, int n_heads, int head_dim);
+/* In place on the gradient: the transpose of the rotation (rotation by -angle). */
+void rope_backward(float *dx, const float *cos_t, const float *sin_t, int N, int n_heads, int head_dim);
+
+/* h (N, F) = silu(gate) * up */
+void swiglu_forward(float *h, const float *gate, const float *up, size_t n);
+/* dgate += dh * up * silu'(gate); dup += dh * silu(gate). (dgate, dup may alias nothing else.) */
+void swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate, const float *up, size_t n);
+
+/* out (N, D) = table[tokens[i]] */
+void embedding_forward(float *out, const int *tokens, const float *table, int N, int D);
+/* dtable[tokens[i]] += dout[i] */
+void embedding_backward(float *dtable, const float *dout, const int *tokens, int N, int D);
+
+/* Language-model head and mean cross-entropy, fused and chunked: logits are made for `chunk`
+ * tokens at a time (never N x V at once). For each token with targets[i] >= 0 adds
+ * -log softmax(x_i W^T)[target] to the returned sum. When dx/dW are non-NULL also does the
+ * backward with dloss_i = loss_scale (so the caller passes 1 / the global number of targets):
+ * dx (N, D) += ..., dW (V, D) += .... If predictions is non-NULL it gets the argmax per token.
+ * workspace: chunk * V floats, chunk <= 256. Returns the SUM of the per-token losses (double). */
+double lm_head_cross_entropy(const float *x, const float *W, const int *targets, int N, int D, int V,
+                             float loss_scale, float *dx, float *dW, int *predictions,
+                             int chunk, float *workspace);
+
+#endif

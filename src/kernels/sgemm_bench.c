@@ -1,0 +1,46 @@
+/* Implementation of the sgemm yardstick: times cblas_sgemm on a fixed shape and reports the
+ * median rate. Allocates its matrices per call; does nothing else. */
+#include "kernels/sgemm_bench.h"
+
+#include <cblas.h>
+#include <stdlib.h>
+
+#include "core/common.h"
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double median_of(double *x, int n) {
+    if (n <= 0) return 0.0;
+    qsort(x, (size_t)n, sizeof *x, cmp_double);
+    return (n % 2) ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+double sgemm_gflops(int m, int n, int k, int repeats) {
+    if (m <= 0 || n <= 0 || k <= 0) die("sgemm_gflops: bad shape %d x %d x %d", m, n, k);
+    if (repeats < 1) repeats = 1;
+    float *a = xmalloc_aligned((size_t)m * k * sizeof(float)); /* (m, k) */
+    float *b = xmalloc_aligned((size_t)k * n * sizeof(float)); /* (k, n) */
+    float *c = xmalloc_aligned((size_t)m * n * sizeof(float)); /* (m, n) */
+    Rng rng;
+    rng_seed(&rng, 1234);
+    for (size_t i = 0; i < (size_t)m * k; i++) a[i] = (float)(rng_uniform(&rng) - 0.5);
+    for (size_t i = 0; i < (size_t)k * n; i++) b[i] = (float)(rng_uniform(&rng) - 0.5);
+    double *t = xmalloc((size_t)repeats * sizeof(double));
+    for (int r = -1; r < repeats; r++) { /* r = -1: warm-up */
+        double t0 = now_seconds();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a, k, b, n, 0.0f, c, n);
+        double dt = now_seconds() - t0;
+        if (r >= 0) t[r] = dt;
+    }
+    double med = median_of(t, repeats);
+    xfree(t);
+    xfree(a);
+    xfree(b);
+    xfree(c);
+    return 2.0 * m * n * (double)k / med * 1e-9;
+}
+
+double sgemm_peak_gflops(int repeats) { return sgemm_gflops(2048, 2048, 2048, repeats); }

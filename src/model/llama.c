@@ -1,0 +1,311 @@
+/* The Llama model: parameter table, initialisation, activations, and the fused forward and
+ * backward pass over a rank's local tokens. See llama.h. */
+#include "model/llama.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/common.h"
+#include "kernels/ops.h"
+
+/* ---------------------------------------------------------------- parameters */
+
+static void add_tensor(ParamTable *t, int cap, const char *name, int64_t rows, int64_t cols, int no_decay) {
+    if (t->n >= cap) die("internal: parameter table overflow");
+    ParamTensor *p = &t->t[t->n++];
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->ndim = cols ? 2 : 1;
+    p->shape[0] = rows;
+    p->shape[1] = cols;
+    p->numel = (size_t)rows * (size_t)(cols ? cols : 1);
+    p->offset = t->total;
+    p->no_decay = no_decay;
+    t->total += p->numel;
+}
+
+static void bind_weights(LlamaWeights *w, float *base, const ParamTable *t, const LlamaConfig *c) {
+    /* The table was built in a fixed order: embed, per layer 9 tensors, norm, [lm_head]. */
+    int i = 0;
+    w->embed = base + t->t[i++].offset;
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        LlamaLayerWeights *L = &w->layers[l];
+        L->input_norm = base + t->t[i++].offset;
+        L->q_proj = base + t->t[i++].offset;
+        L->k_proj = base + t->t[i++].offset;
+        L->v_proj = base + t->t[i++].offset;
+        L->o_proj = base + t->t[i++].offset;
+        L->post_norm = base + t->t[i++].offset;
+        L->gate_proj = base + t->t[i++].offset;
+        L->up_proj = base + t->t[i++].offset;
+        L->down_proj = base + t->t[i++].offset;
+    }
+    w->final_norm = base + t->t[i++].offset;
+    w->lm_head = c->tie_word_embeddings ? w->embed : base + t->t[i++].offset;
+}
+
+void llama_build(LlamaModel *m, const LlamaConfig *cfg) {
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    const LlamaConfig *c = cfg;
+    int64_t D = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
+    int64_t qd = (int64_t)c->num_attention_heads * c->head_dim, kvd = (int64_t)c->num_key_value_heads * c->head_dim;
+    int cap = 3 + 9 * c->num_hidden_layers;
+    m->table.t = xcalloc((size_t)cap, sizeof(ParamTensor));
+    char name[96];
+    add_tensor(&m->table, cap, "model.embed_tokens.weight", V, D, 1);
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+#define LAYER_TENSOR(suffix, rows, cols, nd) \
+        snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix); add_tensor(&m->table, cap, name, rows, cols, nd)
+        LAYER_TENSOR("input_layernorm.weight", D, 0, 1);
+        LAYER_TENSOR("self_attn.q_proj.weight", qd, D, 0);
+        LAYER_TENSOR("self_attn.k_proj.weight", kvd, D, 0);
+        LAYER_TENSOR("self_attn.v_proj.weight", kvd, D, 0);
+        LAYER_TENSOR("self_attn.o_proj.weight", D, qd, 0);
+        LAYER_TENSOR("post_attention_layernorm.weight", D, 0, 1);
+        LAYER_TENSOR("mlp.gate_proj.weight", F, D, 0);
+        LAYER_TENSOR("mlp.up_proj.weight", F, D, 0);
+        LAYER_TENSOR("mlp.down_proj.weight", D, F, 0);
+#undef LAYER_TENSOR
+    }
+    add_tensor(&m->table, cap, "model.norm.weight", D, 0, 1);
+    if (!c->tie_word_embeddings) add_tensor(&m->table, cap, "lm_head.weight", V, D, 0);
+    m->params = xcalloc(m->table.total, sizeof(float));
+    m->grads = xcalloc(m->table.total, sizeof(float));
+    m->w.layers = xcalloc((size_t)c->num_hidden_layers, sizeof(LlamaLayerWeights));
+    m->g.layers = xcalloc((size_t)c->num_hidden_layers, sizeof(LlamaLayerWeights));
+    bind_weights(&m->w, m->params, &m->table, c);
+    bind_weights(&m->g, m->grads, &m->table, c);
+}
+
+void llama_init_random(LlamaModel *m, uint64_t seed) {
+    Rng rng;
+    rng_seed(&rng, seed);
+    for (int i = 0; i < m->table.n; i++) {
+        const ParamTensor *p = &m->table.t[i];
+        float *w = m->params + p->offset;
+        if (p->ndim == 1) {
+            for (size_t j = 0; j < p->numel; j++) w[j] = 1.0f;
+        } else {
+            for (size_t j = 0; j < p->numel; j++) w[j] = (float)(0.02 * rng_normal(&rng));
+        }
+    }
+}
+
+void llama_free(LlamaModel *m) {
+    xfree(m->params);
+    xfree(m->grads);
+    xfree(m->table.t);
+    xfree(m->w.layers);
+    xfree(m->g.layers);
+    memset(m, 0, sizeof *m);
+}
+
+double llama_matmul_params(const LlamaConfig *c) {
+    double D = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
+    double qd = (double)c->num_attention_heads * c->head_dim, kvd = (double)c->num_key_value_heads * c->head_dim;
+    double per_layer = D * qd * 2 + D * kvd * 2 + 3 * D * F;
+    return per_layer * c->num_hidden_layers + V * D;
+}
+
+double llama_train_flops_per_token(const LlamaConfig *c, long seq_len) {
+    return 6.0 * llama_matmul_params(c) +
+           6.0 * c->num_hidden_layers * (double)seq_len * c->num_attention_heads * c->head_dim;
+}
+
+/* ---------------------------------------------------------------- activations */
+
+typedef struct {
+    float *rstd1;     /* (N) */
+    float *q, *k, *v; /* (N, H*d), (N, Hkv*d), (N, Hkv*d), after RoPE */
+    float *o;         /* (N, H*d) attention output */
+    float *saved;     /* strategy's saved state (lse) */
+    float *x_mid;     /* (N, D) residual after attention */
+    float *rstd2;     /* (N) */
+    float *gate, *up; /* (N, F) */
+} LayerActs;
+
+struct LlamaActs {
+    int N, checkpoint, n_layers;
+    float *residual;      /* (L+1, N, D): input of each layer, then the last layer's output */
+    LayerActs *layers;    /* per layer; with checkpointing all share one set */
+    float *rope_cos, *rope_sin; /* (N, d/2) */
+    float *rstd_final;    /* (N) */
+    float *x_final;       /* (N, D) final-normed hidden states */
+    /* scratch, shared by all layers */
+    float *xn;            /* (N, D) normed input, recomputed in backward */
+    float *h;             /* (N, F) swiglu output */
+    float *dx, *dxn;      /* (N, D) */
+    float *dq, *dk, *dv, *dout; /* attention gradients */
+    float *dgate, *dup, *dh;    /* (N, F) */
+    float *ce_workspace;  /* (chunk, V) */
+    int ce_chunk;
+};
+
+static void layer_acts_alloc(LayerActs *L, const LlamaConfig *c, const SeqAttention *attn, int N) {
+    size_t D = (size_t)c->hidden_size, F = (size_t)c->intermediate_size;
+    size_t qd = (size_t)c->num_attention_heads * c->head_dim, kvd = (size_t)c->num_key_value_heads * c->head_dim;
+    L->rstd1 = xmalloc(sizeof(float) * N);
+    L->q = xmalloc(sizeof(float) * N * qd);
+    L->k = xmalloc(sizeof(float) * N * kvd);
+    L->v = xmalloc(sizeof(float) * N * kvd);
+    L->o = xmalloc(sizeof(float) * N * qd);
+    L->saved = xmalloc(sizeof(float) * attn->saved_floats(attn, N, c->num_attention_heads));
+    L->x_mid = xmalloc(sizeof(float) * N * D);
+    L->rstd2 = xmalloc(sizeof(float) * N);
+    L->gate = xmalloc(sizeof(float) * N * F);
+    L->up = xmalloc(sizeof(float) * N * F);
+}
+
+static void layer_acts_free(LayerActs *L) {
+    xfree(L->rstd1); xfree(L->q); xfree(L->k); xfree(L->v); xfree(L->o); xfree(L->saved);
+    xfree(L->x_mid); xfree(L->rstd2); xfree(L->gate); xfree(L->up);
+}
+
+LlamaActs *llama_acts_create(const LlamaModel *m, const SeqAttention *attn, int N, int checkpoint) {
+    const LlamaConfig *c = &m->cfg;
+    size_t D = (size_t)c->hidden_size, F = (size_t)c->intermediate_size, Nn = (size_t)N;
+    size_t qd = (size_t)c->num_attention_heads * c->head_dim, kvd = (size_t)c->num_key_value_heads * c->head_dim;
+    LlamaActs *a = xcalloc(1, sizeof *a);
+    a->N = N;
+    a->checkpoint = checkpoint;
+    a->n_layers = c->num_hidden_layers;
+    a->residual = xmalloc(sizeof(float) * (size_t)(a->n_layers + 1) * Nn * D);
+    int n_sets = checkpoint ? 1 : a->n_layers;
+    a->layers = xcalloc((size_t)a->n_layers, sizeof(LayerActs));
+    for (int l = 0; l < n_sets; l++) layer_acts_alloc(&a->layers[l], c, attn, N);
+    for (int l = n_sets; l < a->n_layers; l++) a->layers[l] = a->layers[0];
+    a->rope_cos = xmalloc(sizeof(float) * Nn * (size_t)(c->head_dim / 2));
+    a->rope_sin = xmalloc(sizeof(float) * Nn * (size_t)(c->head_dim / 2));
+    a->rstd_final = xmalloc(sizeof(float) * Nn);
+    a->x_final = xmalloc(sizeof(float) * Nn * D);
+    a->xn = xmalloc(sizeof(float) * Nn * D);
+    a->h = xmalloc(sizeof(float) * Nn * F);
+    a->dx = xmalloc(sizeof(float) * Nn * D);
+    a->dxn = xmalloc(sizeof(float) * Nn * D);
+    a->dq = xmalloc(sizeof(float) * Nn * qd);
+    a->dk = xmalloc(sizeof(float) * Nn * kvd);
+    a->dv = xmalloc(sizeof(float) * Nn * kvd);
+    a->dout = xmalloc(sizeof(float) * Nn * qd);
+    a->dgate = xmalloc(sizeof(float) * Nn * F);
+    a->dup = xmalloc(sizeof(float) * Nn * F);
+    a->dh = xmalloc(sizeof(float) * Nn * F);
+    a->ce_chunk = N < 256 ? N : 256;
+    a->ce_workspace = xmalloc(sizeof(float) * (size_t)a->ce_chunk * (size_t)c->vocab_size);
+    return a;
+}
+
+void llama_acts_free(LlamaActs *a) {
+    if (!a) return;
+    int n_sets = a->checkpoint ? 1 : a->n_layers;
+    for (int l = 0; l < n_sets; l++) layer_acts_free(&a->layers[l]);
+    xfree(a->layers);
+    xfree(a->residual); xfree(a->rope_cos); xfree(a->rope_sin); xfree(a->rstd_final); xfree(a->x_final);
+    xfree(a->xn); xfree(a->h); xfree(a->dx); xfree(a->dxn); xfree(a->dq); xfree(a->dk); xfree(a->dv);
+    xfree(a->dout); xfree(a->dgate); xfree(a->dup); xfree(a->dh); xfree(a->ce_workspace);
+    xfree(a);
+}
+
+/* ---------------------------------------------------------------- forward / backward */
+
+static float *residual_at(const LlamaActs *a, const LlamaConfig *c, int l) {
+    return a->residual + (size_t)l * a->N * (size_t)c->hidden_size;
+}
+
+/* Layer l: x_out = layer(x_in), filling L's saved activations (and a->xn, a->h as scratch). */
+static void layer_forward(const LlamaModel *m, LlamaActs *a, const SeqAttention *attn, int l, const int *positions) {
+    const LlamaConfig *c = &m->cfg;
+    const LlamaLayerWeights *w = &m->w.layers[l];
+    LayerActs *L = &a->layers[l];
+    int N = a->N, D = c->hidden_size, F = c->intermediate_size, H = c->num_attention_heads,
+        Hkv = c->num_key_value_heads, hd = c->head_dim;
+    const float *x_in = residual_at(a, c, l);
+    float *x_out = residual_at(a, c, l + 1);
+
+    rmsnorm_forward(a->xn, L->rstd1, x_in, w->input_norm, N, D, c->rms_norm_eps);
+    linear_forward(L->q, a->xn, w->q_proj, N, D, H * hd, 0);
+    linear_forward(L->k, a->xn, w->k_proj, N, D, Hkv * hd, 0);
+    linear_forward(L->v, a->xn, w->v_proj, N, D, Hkv * hd, 0);
+    rope_forward(L->q, a->rope_cos, a->rope_sin, N, H, hd);
+    rope_forward(L->k, a->rope_cos, a->rope_sin, N, Hkv, hd);
+    attn->forward(attn, N, H, Hkv, hd, L->q, L->k, L->v, positions, L->o, L->saved);
+    memcpy(L->x_mid, x_in, sizeof(float) * (size_t)N * D);
+    linear_forward(L->x_mid, L->o, w->o_proj, N, H * hd, D, 1);
+
+    rmsnorm_forward(a->xn, L->rstd2, L->x_mid, w->post_norm, N, D, c->rms_norm_eps);
+    linear_forward(L->gate, a->xn, w->gate_proj, N, D, F, 0);
+    linear_forward(L->up, a->xn, w->up_proj, N, D, F, 0);
+    swiglu_forward(a->h, L->gate, L->up, (size_t)N * F);
+    memcpy(x_out, L->x_mid, sizeof(float) * (size_t)N * D);
+    linear_forward(x_out, a->h, w->down_proj, N, F, D, 1);
+}
+
+/* On entry a->dx = dL/dx_out of layer l; on exit a->dx = dL/dx_in. Accumulates weight grads. */
+static void layer_backward(LlamaModel *m, LlamaActs *a, const SeqAttention *attn, int l, const int *positions) {
+    const LlamaConfig *c = &m->cfg;
+    const LlamaLayerWeights *w = &m->w.layers[l];
+    LlamaLayerWeights *g = &m->g.layers[l];
+    LayerActs *L = &a->layers[l];
+    int N = a->N, D = c->hidden_size, F = c->intermediate_size, H = c->num_attention_heads,
+        Hkv = c->num_key_value_heads, hd = c->head_dim;
+    size_t ND = (size_t)N * D, NF = (size_t)N * F;
+    const float *x_in = residual_at(a, c, l);
+
+    /* MLP: x_out = x_mid + down(swiglu(gate(xn2), up(xn2))) */
+    swiglu_forward(a->h, L->gate, L->up, NF);
+    memset(a->dh, 0, sizeof(float) * NF);
+    linear_backward(a->dh, g->down_proj, a->dx, a->h, w->down_proj, N, F, D);
+    memset(a->dgate, 0, sizeof(float) * NF);
+    memset(a->dup, 0, sizeof(float) * NF);
+    swiglu_backward(a->dgate, a->dup, a->dh, L->gate, L->up, NF);
+    rmsnorm_forward(a->xn, L->rstd2, L->x_mid, w->post_norm, N, D, c->rms_norm_eps);
+    memset(a->dxn, 0, sizeof(float) * ND);
+    linear_backward(a->dxn, g->gate_proj, a->dgate, a->xn, w->gate_proj, N, D, F);
+    linear_backward(a->dxn, g->up_proj, a->dup, a->xn, w->up_proj, N, D, F);
+    rmsnorm_backward(a->dx, g->post_norm, a->dxn, L->x_mid, w->post_norm, L->rstd2, N, D);
+
+    /* attention: x_mid = x_in + o_proj(attn(rope(q), rope(k), v)) */
+    memset(a->dout, 0, sizeof(float) * (size_t)N * H * hd);
+    linear_backward(a->dout, g->o_proj, a->dx, L->o, w->o_proj, N, H * hd, D);
+    attn->backward(attn, N, H, Hkv, hd, L->q, L->k, L->v, positions, L->o, L->saved, a->dout, a->dq, a->dk, a->dv);
+    rope_backward(a->dq, a->rope_cos, a->rope_sin, N, H, hd);
+    rope_backward(a->dk, a->rope_cos, a->rope_sin, N, Hkv, hd);
+    rmsnorm_forward(a->xn, L->rstd1, x_in, w->input_norm, N, D, c->rms_norm_eps);
+    memset(a->dxn, 0, sizeof(float) * ND);
+    linear_backward(a->dxn, g->q_proj, a->dq, a->xn, w->q_proj, N, D, H * hd);
+    linear_backward(a->dxn, g->k_proj, a->dk, a->xn, w->k_proj, N, D, Hkv * hd);
+    linear_backward(a->dxn, g->v_proj, a->dv, a->xn, w->v_proj, N, D, Hkv * hd);
+    rmsnorm_backward(a->dx, g->input_norm, a->dxn, x_in, w->input_norm, L->rstd1, N, D);
+}
+
+double llama_forward_backward(LlamaModel *m, LlamaActs *a, const SeqAttention *attn,
+                              const int *inputs, const int *targets, const int *positions, int N,
+                              float loss_scale, int backward, int *predictions) {
+    const LlamaConfig *c = &m->cfg;
+    if (N != a->N) die("internal: activations were made for %d tokens, called with %d", a->N, N);
+    int D = c->hidden_size, V = c->vocab_size, nL = c->num_hidden_layers;
+    for (int i = 0; i < N; i++)
+        if (inputs[i] < 0 || inputs[i] >= V || targets[i] >= V)
+            die("token %d at position %d is outside the vocabulary (vocab_size %d): use a model whose "
+                "vocab_size covers the data", inputs[i] < 0 || inputs[i] >= V ? inputs[i] : targets[i], i, V);
+
+    rope_tables(a->rope_cos, a->rope_sin, positions, N, c->head_dim, c->rope_theta);
+    embedding_forward(residual_at(a, c, 0), inputs, m->w.embed, N, D);
+    for (int l = 0; l < nL; l++) layer_forward(m, a, attn, l, positions);
+    rmsnorm_forward(a->x_final, a->rstd_final, residual_at(a, c, nL), m->w.final_norm, N, D, c->rms_norm_eps);
+    if (!backward)
+        return lm_head_cross_entropy(a->x_final, m->w.lm_head, targets, N, D, V, loss_scale, NULL, NULL,
+                                     predictions, a->ce_chunk, a->ce_workspace);
+
+    memset(a->dxn, 0, sizeof(float) * (size_t)N * D);
+    double loss = lm_head_cross_entropy(a->x_final, m->w.lm_head, targets, N, D, V, loss_scale, a->dxn,
+                                        m->g.lm_head, predictions, a->ce_chunk, a->ce_workspace);
+    memset(a->dx, 0, sizeof(float) * (size_t)N * D);
+    rmsnorm_backward(a->dx, m->g.final_norm, a->dxn, residual_at(a, c, nL), m->w.final_norm, a->rstd_final, N, D);
+    for (int l = nL - 1; l >= 0; l--) {
+        if (a->checkpoint) layer_forward(m, a, attn, l, positions); /* recompute into the shared set */
+        layer_backward(m, a, attn, l, positions);
+    }
+    embedding_backward(m->g.embed, a->dx, inputs, N, D);
+    return loss;
+}

@@ -1,0 +1,131 @@
+/* AdamW implementation: hyperparameter checks, the warmup + cosine schedule, a deterministic
+ * double-precision gradient norm, and the element-wise update over a range of the flat buffer
+ * (OpenMP over elements, with the weight-decay flag looked up per tensor). */
+#include "optim/adamw.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "core/common.h"
+
+void adamw_config_default(AdamWConfig *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->lr = 3e-4f;
+    cfg->min_lr = 3e-5f;
+    cfg->warmup_steps = 0;
+    cfg->total_steps = 0;
+    cfg->beta1 = 0.9f;
+    cfg->beta2 = 0.95f;
+    cfg->eps = 1e-8f;
+    cfg->weight_decay = 0.1f;
+    cfg->grad_clip = 1.0f;
+    cfg->decay_all = 0;
+}
+
+static void validate(const AdamWConfig *c) {
+    if (!(c->lr >= 0) || !isfinite(c->lr)) die("AdamW lr %g is invalid: use a finite value >= 0", (double)c->lr);
+    if (!(c->min_lr >= 0) || !isfinite(c->min_lr))
+        die("AdamW min_lr %g is invalid: use a finite value >= 0", (double)c->min_lr);
+    if (!(c->beta1 >= 0 && c->beta1 < 1)) die("AdamW beta1 %g is invalid: use a value in [0, 1)", (double)c->beta1);
+    if (!(c->beta2 >= 0 && c->beta2 < 1)) die("AdamW beta2 %g is invalid: use a value in [0, 1)", (double)c->beta2);
+    if (!(c->eps > 0) || !isfinite(c->eps)) die("AdamW eps %g is invalid: use a finite value > 0", (double)c->eps);
+    if (!(c->weight_decay >= 0) || !isfinite(c->weight_decay))
+        die("AdamW weight_decay %g is invalid: use a finite value >= 0", (double)c->weight_decay);
+    if (isnan(c->grad_clip)) die("AdamW grad_clip is NaN: use a positive value, or <= 0 to disable clipping");
+    if (c->warmup_steps < 0) die("AdamW warmup_steps %ld is negative: use 0 or more", c->warmup_steps);
+}
+
+void adamw_init(AdamW *opt, const AdamWConfig *cfg, size_t begin, size_t end) {
+    validate(cfg);
+    if (begin > end) die("AdamW range [%zu, %zu) is empty or reversed: begin must not exceed end", begin, end);
+    memset(opt, 0, sizeof *opt);
+    opt->cfg = *cfg;
+    opt->begin = begin;
+    opt->end = end;
+    size_t n = end - begin;
+    opt->m = xcalloc(n ? n : 1, sizeof(float));
+    opt->v = xcalloc(n ? n : 1, sizeof(float));
+    opt->step = 0;
+}
+
+void adamw_free(AdamW *opt) {
+    xfree(opt->m);
+    xfree(opt->v);
+    opt->m = opt->v = NULL;
+}
+
+float lr_at_step(const AdamWConfig *c, long s) {
+    if (s < 0) s = 0;
+    if (c->warmup_steps > 0 && s < c->warmup_steps)
+        return (float)((double)c->lr * (double)(s + 1) / (double)c->warmup_steps);
+    if (c->total_steps <= c->warmup_steps) return c->lr;
+    if (s >= c->total_steps) return c->min_lr;
+    double progress = (double)(s - c->warmup_steps) / (double)(c->total_steps - c->warmup_steps);
+    double cosw = 0.5 * (1.0 + cos(M_PI * progress));
+    return (float)((double)c->min_lr + cosw * ((double)c->lr - (double)c->min_lr));
+}
+
+#define NORM_BLOCK 4096
+
+double grad_norm_sq(const float *g, size_t n) {
+    size_t nb = (n + NORM_BLOCK - 1) / NORM_BLOCK;
+    if (nb <= 1) {
+        double s = 0;
+        for (size_t i = 0; i < n; i++) s += (double)g[i] * (double)g[i];
+        return s;
+    }
+    double *part = xmalloc(nb * sizeof(double));
+    #pragma omp parallel for schedule(static)
+    for (size_t b = 0; b < nb; b++) {
+        size_t lo = b * NORM_BLOCK, hi = lo + NORM_BLOCK < n ? lo + NORM_BLOCK : n;
+        double s = 0;
+        for (size_t i = lo; i < hi; i++) s += (double)g[i] * (double)g[i];
+        part[b] = s;
+    }
+    double total = 0;
+    for (size_t b = 0; b < nb; b++) total += part[b];
+    xfree(part);
+    return total;
+}
+
+float adamw_clip_scale(const AdamWConfig *cfg, double norm_sq) {
+    if (!(cfg->grad_clip > 0) || !isfinite(norm_sq)) return 1.0f;
+    double coef = (double)cfg->grad_clip / (sqrt(norm_sq) + 1e-6);
+    return coef < 1.0 ? (float)coef : 1.0f;
+}
+
+void adamw_update(AdamW *opt, const ParamTable *table, float *params, const float *grads, float lr,
+                  float grad_scale) {
+    const AdamWConfig *c = &opt->cfg;
+    long t = ++opt->step;
+    double bc1 = 1.0 - pow((double)c->beta1, (double)t);
+    double bc2 = 1.0 - pow((double)c->beta2, (double)t);
+    const float step_size = (float)((double)lr / bc1);
+    const float inv_bc2_sqrt = (float)(1.0 / sqrt(bc2));
+    const float decay_mul = (float)(1.0 - (double)lr * (double)c->weight_decay);
+    const float b1 = c->beta1, b2 = c->beta2, omb1 = 1.0f - c->beta1, omb2 = 1.0f - c->beta2;
+    const float eps = c->eps;
+    const size_t begin = opt->begin, end = opt->end;
+    float *m = opt->m, *v = opt->v; /* m[i - begin] belongs to element i */
+
+    #pragma omp parallel
+    for (int k = 0; k < table->n; k++) {
+        const ParamTensor *pt = &table->t[k];
+        size_t lo = pt->offset > begin ? pt->offset : begin;
+        size_t tend = pt->offset + pt->numel;
+        size_t hi = tend < end ? tend : end;
+        if (lo >= hi) continue;
+        const int decay = c->decay_all || !pt->no_decay;
+        const float dm = decay ? decay_mul : 1.0f;
+        #pragma omp for schedule(static) nowait
+        for (size_t i = lo; i < hi; i++) {
+            float g = grads[i] * grad_scale;
+            float p = params[i] * dm;
+            float mi = b1 * m[i - begin] + omb1 * g;
+            float vi = b2 * v[i - begin] + omb2 * (g * g);
+            m[i - begin] = mi;
+            v[i - begin] = vi;
+            params[i] = p - step_size * mi / (sqrtf(vi) * inv_bc2_sqrt + eps);
+        }
+    }
+}
