@@ -22,8 +22,9 @@ TEST_SRC := $(wildcard tests/test_*.c)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+TOOLS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/tool_*.c))
 
-all: $(BUILD)/seqpar $(TESTS)
+all: $(BUILD)/seqpar $(TESTS) $(TOOLS)
 
 $(BUILD)/libseqpar.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)

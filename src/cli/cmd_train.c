@@ -54,6 +54,7 @@ static const char HELP_TAIL[] =
     "  --save DIR           write a checkpoint to DIR at the end (and every --save-every steps)\n"
     "  --save-every N       also checkpoint every N steps\n"
     "  --resume DIR         continue the run saved in DIR (same settings required)\n"
+    "  --stop-at N          stop after step N (of the --steps schedule), e.g. to train in slices\n"
     "  --log FILE           JSONL log, appended (default runs/train.jsonl)\n"
     "  --threads N          OpenMP/OpenBLAS threads (default: all cores)\n"
     "  --peak-gflops X      peak for MFU (default: measured OpenBLAS sgemm on this machine)\n"
@@ -65,7 +66,7 @@ typedef struct {
     TokensFormat tokens_format;
     int seq_len, batch, checkpoint, eval_every, eval_seqs, save_every, quiet;
     int recall_pairs, recall_queries;
-    long steps;
+    long steps, stop_at;
     uint64_t seed;
     double peak_gflops;
     AdamWConfig opt;
@@ -160,7 +161,7 @@ static void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlag
         {"resume", required_argument, 0, 'R'}, {"log", required_argument, 0, 'o'},
         {"threads", required_argument, 0, 'j'}, {"peak-gflops", required_argument, 0, 'p'},
         {"recall-pairs", required_argument, 0, 'P'}, {"recall-queries", required_argument, 0, 'Q'},
-        {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"quiet", no_argument, 0, 'q'}, {"stop-at", required_argument, 0, 'T'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     opterr = 0;
     optind = 1;
     int opt;
@@ -194,6 +195,7 @@ static void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlag
         case 'P': o->recall_pairs = (int)parse_long(cmd, "recall-pairs", optarg, 1, 1 << 28); break;
         case 'Q': o->recall_queries = (int)parse_long(cmd, "recall-queries", optarg, 1, 1 << 28); break;
         case 'q': o->quiet = 1; break;
+        case 'T': o->stop_at = parse_long(cmd, "stop-at", optarg, 1, 1L << 40); break;
         case 'h':
             fputs(HELP_HEAD, stdout);
             fputs(SIZE_FLAGS_HELP, stdout);
@@ -205,6 +207,7 @@ static void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlag
     die_extra_args(cmd, argc, argv);
     if (!o->min_lr_set) o->opt.min_lr = o->opt.lr / 10;
     o->opt.total_steps = o->steps;
+    if (!o->stop_at || o->stop_at > o->steps) o->stop_at = o->steps;
     if (o->model_dir && o->resume_dir)
         die_collective("seqpar train: --model and --resume both name a model: --resume DIR already holds one");
 }
@@ -290,7 +293,7 @@ int cmd_train(int argc, char **argv) {
     fflush(stdout);
 
     double last_loss = NAN;
-    while (st.step < o.steps) {
+    while (st.step < o.stop_at) {
         double t0 = now_seconds();
         mem_tracked_reset_peak();
         int n_targets = 0;
@@ -322,15 +325,15 @@ int cmd_train(int argc, char **argv) {
                    st.step, o.steps, loss, lr, sqrt(norm_sq), tok_s, 100 * mfu, peak_mib);
             fflush(stdout);
         }
-        fprintf(log, "{\"step\": %ld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens_per_s\": %.3f, "
+        fprintf(log, "{\"step\": %ld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.17g, \"tokens_per_s\": %.3f, "
                      "\"mfu\": %.6f, \"peak_mem_bytes\": %zu, \"step_seconds\": %.6f}\n",
                 st.step, loss, lr, sqrt(norm_sq), tok_s, mfu, mem_tracked_peak(), dt);
         fflush(log);
-        if (ds.is_recall && o.eval_every > 0 && st.step % o.eval_every == 0 && st.step < o.steps) {
+        if (ds.is_recall && o.eval_every > 0 && st.step % o.eval_every == 0 && st.step < o.stop_at) {
             printf("step %5ld eval: ", st.step);
             evaluate_recall(&model, acts, attn, &ds, &o, positions, stdout);
         }
-        if (o.save_dir && o.save_every > 0 && st.step % o.save_every == 0 && st.step < o.steps)
+        if (o.save_dir && o.save_every > 0 && st.step % o.save_every == 0 && st.step < o.stop_at)
             checkpoint_save(o.save_dir, c, &model.table, model.params, &opt, &st);
     }
     if (ds.is_recall) {

@@ -45,9 +45,14 @@ void atomic_open(AtomicFile *af, const char *path) {
     if (*base == '\0') die("cannot write '%s': the path names a directory, not a file", path);
     size_t dir_len = (size_t)(base - path);
     /* "<dir>/.<base>.tmp.XXXXXX": hidden, beside the target, unique. */
-    size_t n = dir_len + 1 + strlen(base) + strlen(".tmp.XXXXXX") + 1;
-    af->tmp_path = xmalloc(n);
-    snprintf(af->tmp_path, n, "%.*s.%s.tmp.XXXXXX", (int)dir_len, path, base);
+    static const char suffix[] = ".tmp.XXXXXX";
+    size_t base_len = strlen(base);
+    char *tmp = xmalloc(dir_len + 1 + base_len + sizeof suffix);
+    memcpy(tmp, path, dir_len);
+    tmp[dir_len] = '.';
+    memcpy(tmp + dir_len + 1, base, base_len);
+    memcpy(tmp + dir_len + 1 + base_len, suffix, sizeof suffix);
+    af->tmp_path = tmp;
     af->final_path = string_copy(path);
 
     int fd = mkstemp(af->tmp_path);

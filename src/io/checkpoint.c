@@ -300,10 +300,11 @@ void checkpoint_save(const char *dir, const LlamaConfig *cfg, const ParamTable *
     if (!exists) {
         if (rename(tmp, d) != 0)
             die("cannot save checkpoint '%s': renaming '%s' into place failed: %s", d, tmp, strerror(errno));
-    } else if (renameat2(AT_FDCWD, tmp, AT_FDCWD, d, RENAME_EXCHANGE) == 0) {
+    } else if (!getenv("SEQPAR_CKPT_NO_RENAME_EXCHANGE") && /* test hook: force the fallback */
+               renameat2(AT_FDCWD, tmp, AT_FDCWD, d, RENAME_EXCHANGE) == 0) {
         old = tmp; /* now holds the previous checkpoint */
         tmp = NULL;
-    } else if (errno == EINVAL || errno == ENOSYS || errno == ENOTSUP) {
+    } else if (getenv("SEQPAR_CKPT_NO_RENAME_EXCHANGE") || errno == EINVAL || errno == ENOSYS || errno == ENOTSUP) {
         old = str_printf("%s.old.XXXXXX", d);
         if (!mkdtemp(old))
             die("cannot save checkpoint '%s': creating '%s' failed: %s (the new checkpoint is complete in '%s')", d,

@@ -1,9 +1,11 @@
 /* Hugging Face config.json for Llama models, read and written with jansson. Loading takes the
  * fields seqpar uses, checks their JSON types strictly (an integer field must be a JSON
  * integer), applies the Hugging Face defaults for optional fields, rejects settings that would
- * change the model's arithmetic in ways seqpar does not implement (rope_scaling, biases, an
- * activation other than SiLU), ignores everything else, and validates the result. Saving writes
- * a config that transformers' LlamaForCausalLM.from_pretrained accepts. */
+ * change the model's arithmetic in ways seqpar does not implement (rope_scaling or a non-default
+ * rope_parameters type, biases, an activation other than SiLU), ignores everything else, and
+ * validates the result. Both transformers 4 (top-level rope_theta) and transformers 5
+ * (rope_parameters.rope_theta) layouts are read. Saving writes a config that transformers'
+ * LlamaForCausalLM.from_pretrained accepts, in both layouts at once. */
 #include "io/config_json.h"
 
 #include <errno.h>
@@ -72,16 +74,22 @@ static int bool_field(json_t *root, const char *name, int fallback, const char *
 
 /* Dies for settings that are valid Hugging Face Llama configs but change the computation in
  * ways seqpar does not implement; silently ignoring them would train a different model. */
+static void reject_rope_variant(json_t *rope, const char *name, const char *path) {
+    json_t *type = json_is_object(rope) ? json_object_get(rope, "rope_type") : NULL;
+    if (!type && json_is_object(rope)) type = json_object_get(rope, "type");
+    int plain = json_is_object(rope) && (type ? json_is_string(type) && strcmp(json_string_value(type), "default") == 0
+                                              : strcmp(name, "rope_parameters") == 0);
+    if (!plain)
+        die_collective("config '%s' sets \"%s\" (%s), which seqpar does not implement: remove it (or give it "
+                       "rope_type \"default\") to train with plain RoPE", path, name,
+                       type && json_is_string(type) ? json_string_value(type) : "non-default");
+}
+
 static void reject_unsupported(json_t *root, const char *path) {
     json_t *scaling = field(root, "rope_scaling");
-    if (scaling) {
-        json_t *type = json_is_object(scaling) ? json_object_get(scaling, "rope_type") : NULL;
-        if (!type && json_is_object(scaling)) type = json_object_get(scaling, "type");
-        if (!(type && json_is_string(type) && strcmp(json_string_value(type), "default") == 0))
-            die_collective("config '%s' sets \"rope_scaling\" (%s), which seqpar does not implement: remove it "
-                           "or set it to null to train with plain RoPE", path,
-                           type && json_is_string(type) ? json_string_value(type) : "non-default");
-    }
+    if (scaling) reject_rope_variant(scaling, "rope_scaling", path);
+    json_t *parameters = field(root, "rope_parameters"); /* transformers >= 5 */
+    if (parameters) reject_rope_variant(parameters, "rope_parameters", path);
     const char *bias_fields[] = {"attention_bias", "mlp_bias"};
     for (size_t i = 0; i < ARRAY_LEN(bias_fields); i++)
         if (bool_field(root, bias_fields[i], 0, path))
@@ -121,6 +129,10 @@ void config_json_load(const char *path, LlamaConfig *c) {
     int head_dim_given = field(root, "head_dim") != NULL;
     c->rms_norm_eps = (float)number_field(root, "rms_norm_eps", 1e-6, path);
     c->rope_theta = number_field(root, "rope_theta", 10000.0, path);
+    /* transformers >= 5 writes rope_theta inside "rope_parameters"; there it is authoritative. */
+    json_t *rope_parameters = field(root, "rope_parameters");
+    if (json_is_object(rope_parameters))
+        c->rope_theta = number_field(rope_parameters, "rope_theta", c->rope_theta, path);
     c->tie_word_embeddings = bool_field(root, "tie_word_embeddings", 0, path);
     reject_unsupported(root, path);
     json_decref(root);
@@ -158,7 +170,9 @@ void config_json_save(const char *path, const LlamaConfig *c) {
     json_object_set_new(root, "max_position_embeddings", json_integer(c->max_position_embeddings));
     json_object_set_new(root, "rms_norm_eps", json_real(float_as_short_decimal(c->rms_norm_eps)));
     json_object_set_new(root, "rope_theta", json_real(c->rope_theta));
-    json_object_set_new(root, "rope_scaling", json_null());
+    json_object_set_new(root, "rope_scaling", json_null()); /* transformers 4 */
+    json_object_set_new(root, "rope_parameters", /* transformers 5 */
+                        json_pack("{s:f, s:s}", "rope_theta", c->rope_theta, "rope_type", "default"));
     json_object_set_new(root, "tie_word_embeddings", json_boolean(c->tie_word_embeddings));
     json_object_set_new(root, "torch_dtype", json_string("float32"));
     json_object_set_new(root, "attention_bias", json_false());

@@ -214,8 +214,8 @@ static float half_to_float(uint16_t h) {
 void st_read_f32(const StFile *f, const char *name, int ndim, const int64_t *shape, float *dst) {
     const StTensor *t = st_find(f, name);
     if (!t)
-        die("tensor '%s' missing from '%s' (%d tensors in the file): is this checkpoint from a model with the "
-            "same configuration?", name, f->path, f->n_tensors);
+        die("tensor '%s' missing from '%s' (the file holds %d tensors): is this checkpoint from a model "
+            "with the same configuration?", name, f->path, f->n_tensors);
     int same = t->ndim == ndim;
     for (int i = 0; same && i < ndim; i++) same = t->shape[i] == shape[i];
     if (!same) {

@@ -14,6 +14,15 @@ static void require_positive(int value, const char *field, const char *where) {
         die_collective("%s: %s is %d; it must be a positive integer", where, field, value);
 }
 
+/* The divisor of `n` nearest to `near` (ties go to the smaller), for suggesting a head count. */
+static int nearest_divisor(int n, int near) {
+    for (int delta = 0; delta <= n; delta++) {
+        if (near - delta >= 1 && n % (near - delta) == 0) return near - delta;
+        if (near + delta <= n && n % (near + delta) == 0) return near + delta;
+    }
+    return 1;
+}
+
 void llama_config_validate(const LlamaConfig *c, const char *where) {
     require_positive(c->hidden_size, "hidden_size", where);
     require_positive(c->intermediate_size, "intermediate_size", where);
@@ -28,8 +37,8 @@ void llama_config_validate(const LlamaConfig *c, const char *where) {
     int heads = c->num_attention_heads;
     if (c->hidden_size % heads != 0 && (c->head_dim <= 0 || c->head_dim == c->hidden_size / heads))
         die_collective("%s: num_attention_heads (%d) does not divide hidden_size (%d): choose a head "
-                       "count that divides the hidden size (e.g. %d), or set head_dim explicitly",
-                       where, heads, c->hidden_size, c->hidden_size % 64 == 0 ? c->hidden_size / 64 : 1);
+                       "count that divides the hidden size (the nearest is %d), or set head_dim explicitly",
+                       where, heads, c->hidden_size, nearest_divisor(c->hidden_size, heads));
     if (c->head_dim <= 0)
         die_collective("%s: head_dim is %d; it must be positive (leave it out to use hidden_size / "
                        "num_attention_heads = %d)", where, c->head_dim, c->hidden_size / heads);

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Runs the whole test suite: every build/tests/test_* binary and the CLI tests, each under a
+# timeout (a hang is a failure). Sums their "N passed, N failed" lines into one closing line and
+# exits non-zero on any failure.
+set -u
+BUILD=${1:-build}
+cd "$(dirname "$0")/.."
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+total_pass=0
+total_fail=0
+run_one() { # name, timeout seconds, command...
+    local name=$1 limit=$2
+    shift 2
+    local out rc
+    out=$(timeout "$limit" "$@" 2>&1)
+    rc=$?
+    local line
+    line=$(printf '%s\n' "$out" | grep -E '^[A-Za-z_]*:? ?[0-9]+ passed, [0-9]+ failed$' | tail -n 1)
+    local p f
+    p=$(printf '%s' "$line" | sed -E 's/.* ?([0-9]+) passed, ([0-9]+) failed$/\1/')
+    f=$(printf '%s' "$line" | sed -E 's/.* ?([0-9]+) passed, ([0-9]+) failed$/\2/')
+    [ -n "$p" ] || p=0
+    [ -n "$f" ] || f=0
+    if [ "$rc" -eq 124 ]; then
+        echo "$name: TIMED OUT after ${limit}s"
+        f=$((f + 1))
+    elif [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+        echo "$name: exited with status $rc"
+        f=$((f + 1))
+    fi
+    if [ "$f" -ne 0 ] || [ -n "${VERBOSE:-}" ]; then printf '%s\n' "$out" | grep -vE 'passed, [0-9]+ failed$' | tail -n 40; fi
+    echo "$name: $p passed, $f failed"
+    total_pass=$((total_pass + p))
+    total_fail=$((total_fail + f))
+}
+for t in "$BUILD"/tests/test_*; do
+    case "$t" in *.d) continue ;; esac
+    [ -x "$t" ] || continue
+    run_one "$(basename "$t")" 300 "$t"
+done
+run_one test_cli 600 bash tests/test_cli.sh "$BUILD"
+echo
+echo "$total_pass passed, $total_fail failed"
+[ "$total_fail" -eq 0 ]

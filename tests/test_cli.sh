@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# CLI tests through the seqpar binary: the `grad` contract against the HF fixtures, a checkpoint
+# that reloads as a model, bit-identical resume, --help for every command, and one-line errors
+# with a non-zero exit for each kind of bad input. Prints "N passed, N failed".
+set -u
+BUILD=${1:-build}
+SEQPAR="$BUILD/seqpar"
+CMP="$BUILD/tests/tool_compare_safetensors"
+FIX=tests/fixtures
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+
+# expect_error "description" "words that must appear" command...
+# The command must exit non-zero within 60 s and print exactly one line on stderr holding the words.
+expect_error() {
+    local what=$1 words=$2
+    shift 2
+    local err rc
+    err=$(timeout 60 "$@" 2>&1 >/dev/null)
+    rc=$?
+    local lines
+    lines=$(printf '%s' "$err" | grep -c '')
+    if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then bad "$what: exit status $rc"; return; fi
+    if [ "$lines" -ne 1 ]; then bad "$what: expected one line on stderr, got $lines: $err"; return; fi
+    if ! printf '%s' "$err" | grep -qi -- "$words"; then bad "$what: message lacks '$words': $err"; return; fi
+    ok
+}
+
+seq_len_of() { sed -nE 's/.*"seq_len": *([0-9]+).*/\1/p' "$FIX/$1/expected.json"; }
+loss_of() { sed -nE 's/.*"loss": *([-0-9.eE+]+).*/\1/p' "$FIX/$1/expected.json" | head -n 1; }
+
+# ---- grad: loss and gradient file against the HF float64 fixtures
+for f in tiny_mha tiny_gqa_tied tiny_headdim tiny_long; do
+    S=$(seq_len_of $f)
+    out=$(timeout 120 "$SEQPAR" grad --model "$FIX/$f" --tokens "$FIX/$f/tokens.bin" --seq-len "$S" --out "$T/$f.grads" 2>&1)
+    got=$(printf '%s\n' "$out" | sed -nE 's/^loss: ([-0-9.eE+]+)$/\1/p')
+    want=$(loss_of $f)
+    if [ -n "$got" ] && awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * b) }'; then ok; else bad "grad $f: loss '$got', reference $want"; fi
+    if "$CMP" "$T/$f.grads" "$FIX/$f/grads.safetensors" 1e-4 1e-7 >/dev/null; then ok; else bad "grad $f: gradients differ from the fixture"; fi
+done
+# --checkpoint gives the same file bit for bit
+timeout 120 "$SEQPAR" grad --model "$FIX/tiny_mha" --tokens "$FIX/tiny_mha/tokens.bin" --seq-len 24 --out "$T/ck.grads" --checkpoint >/dev/null 2>&1
+if cmp -s "$T/ck.grads" "$T/tiny_mha.grads"; then ok; else bad "grad --checkpoint differs from grad"; fi
+
+# ---- help for each command, unknown command
+for c in train grad bench; do
+    if timeout 20 "$SEQPAR" $c --help | grep -q "usage: seqpar $c"; then ok; else bad "seqpar $c --help"; fi
+done
+expect_error "unknown command" "unknown command 'frobnicate'" "$SEQPAR" frobnicate
+
+# ---- training, checkpoint, resume bit-identity
+TRAIN=(--layers 2 --hidden 32 --heads 4 --kv-heads 2 --ffn 64 --vocab 64 --seq-len 64 --batch 2 --steps 6
+       --warmup 2 --eval-every 0 --eval-seqs 2 --quiet --peak-gflops 100 --seed 5)
+run_train() { timeout 120 "$SEQPAR" train "${TRAIN[@]}" "$@" >"$T/train.out" 2>&1 || bad "train $*: $(tail -n 2 "$T/train.out")"; }
+losses() { sed -nE 's/.*"step": ([0-9]+), "loss": ([^,]+),.*/\1 \2/p' "$1"; }
+run_train --save "$T/full" --log "$T/full.jsonl"
+run_train --stop-at 3 --save "$T/part" --log "$T/part.jsonl"
+run_train --resume "$T/part" --save "$T/part" --log "$T/part.jsonl"
+if [ "$(losses "$T/full.jsonl")" = "$(losses "$T/part.jsonl")" ] && [ "$(losses "$T/full.jsonl" | wc -l)" -eq 6 ]; then ok; else
+    bad "3 steps + resume + 3 steps: losses differ from 6 uninterrupted steps"; diff <(losses "$T/full.jsonl") <(losses "$T/part.jsonl"); fi
+if cmp -s "$T/full/model.safetensors" "$T/part/model.safetensors" && cmp -s "$T/full/optimizer.safetensors" "$T/part/optimizer.safetensors"; then ok; else bad "resumed weights or optimizer state are not bit-identical"; fi
+# the checkpoint is a model directory that grad (and Hugging Face) loads
+if timeout 60 "$SEQPAR" grad --model "$T/full" --tokens "$FIX/tiny_long/tokens.bin" --seq-len 16 --out "$T/ck.grads" | grep -q '^loss: '; then ok; else bad "grad on a saved checkpoint"; fi
+expect_error "resume with another lr" "lr" "$SEQPAR" train "${TRAIN[@]}" --lr 0.5 --resume "$T/part" --log "$T/x.jsonl"
+expect_error "resume from a missing dir" "$T/nothing" "$SEQPAR" train "${TRAIN[@]}" --resume "$T/nothing" --log "$T/x.jsonl"
+# training on a text file and on an llm.c shard
+printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 1 40) > "$T/text.txt"
+if timeout 60 "$SEQPAR" train --layers 1 --hidden 32 --heads 2 --kv-heads 1 --ffn 64 --seq-len 32 --batch 2 --steps 3 --data "$T/text.txt" --log "$T/t.jsonl" --peak-gflops 100 >"$T/t.out" 2>&1 && grep -q "vocab 256" "$T/t.out"; then ok; else bad "train on text: $(tail -n 2 "$T/t.out")"; fi
+if timeout 60 "$SEQPAR" train --layers 1 --hidden 32 --heads 2 --kv-heads 1 --ffn 64 --seq-len 16 --batch 2 --steps 3 --data "$FIX/tiny_long/tokens.bin" --log "$T/t.jsonl" --peak-gflops 100 >"$T/t.out" 2>&1; then ok; else bad "train on a shard: $(tail -n 2 "$T/t.out")"; fi
+# the log has every field of a step line
+if grep -q '"tokens_per_s"' "$T/full.jsonl" && grep -q '"mfu"' "$T/full.jsonl" && grep -q '"peak_mem_bytes"' "$T/full.jsonl" && grep -q '"grad_norm"' "$T/full.jsonl" && grep -q '"lr"' "$T/full.jsonl"; then ok; else bad "JSONL log lacks fields"; fi
+
+# ---- bad input: one line, non-zero exit
+G=(grad --tokens "$FIX/tiny_mha/tokens.bin" --seq-len 24 --out "$T/g.out")
+expect_error "missing model dir" "does not exist" "$SEQPAR" "${G[@]}" --model "$T/no_such_model"
+mkdir -p "$T/empty_model"
+expect_error "model dir without config.json" "config.json" "$SEQPAR" "${G[@]}" --model "$T/empty_model"
+expect_error "missing token file" "no_such.bin" "$SEQPAR" grad --model "$FIX/tiny_mha" --tokens "$T/no_such.bin" --seq-len 24 --out "$T/g.out"
+head -c 1024 /dev/zero > "$T/zeros.bin"
+expect_error "wrong magic" "magic" "$SEQPAR" grad --model "$FIX/tiny_mha" --tokens "$T/zeros.bin" --seq-len 24 --out "$T/g.out"
+head -c 1060 "$FIX/tiny_long/tokens.bin" > "$T/trunc.bin"
+expect_error "truncated shard" "trunc.bin" "$SEQPAR" grad --model "$FIX/tiny_long" --tokens "$T/trunc.bin" --seq-len 8 --out "$T/g.out"
+expect_error "seq-len longer than the data" "seq-len" "$SEQPAR" grad --model "$FIX/tiny_mha" --tokens "$FIX/tiny_mha/tokens.bin" --seq-len 1000 --out "$T/g.out"
+# config / weights mismatches
+mkdir -p "$T/m_missing" "$T/m_shape" "$T/m_trunc" "$T/m_json" "$T/m_heads" "$T/m_kv"
+sed 's/"num_hidden_layers": *[0-9]*/"num_hidden_layers": 2/' "$FIX/tiny_long/config.json" > "$T/m_missing/config.json"
+cp "$FIX/tiny_long/model.safetensors" "$T/m_missing/"
+expect_error "tensor missing" "model.layers.1" "$SEQPAR" "${G[@]}" --model "$T/m_missing"
+cp "$FIX/tiny_mha/config.json" "$T/m_shape/"; cp "$FIX/tiny_long/model.safetensors" "$T/m_shape/"
+expect_error "tensor of the wrong shape" "shape" "$SEQPAR" "${G[@]}" --model "$T/m_shape"
+cp "$FIX/tiny_mha/config.json" "$T/m_trunc/"; head -c 100000 "$FIX/tiny_mha/model.safetensors" > "$T/m_trunc/model.safetensors"
+expect_error "truncated safetensors" "model.safetensors" "$SEQPAR" "${G[@]}" --model "$T/m_trunc"
+printf '{"hidden_size": 32, ' > "$T/m_json/config.json"
+expect_error "bad JSON config" "config.json" "$SEQPAR" "${G[@]}" --model "$T/m_json"
+sed -e 's/"num_attention_heads": *[0-9]*/"num_attention_heads": 5/' -e '/"head_dim"/d' "$FIX/tiny_mha/config.json" > "$T/m_heads/config.json"
+expect_error "heads not dividing hidden size (config)" "num_attention_heads" "$SEQPAR" "${G[@]}" --model "$T/m_heads"
+sed -e 's/"num_key_value_heads": *[0-9]*/"num_key_value_heads": 3/' "$FIX/tiny_mha/config.json" > "$T/m_kv/config.json"
+expect_error "kv heads not dividing heads (config)" "num_key_value_heads" "$SEQPAR" "${G[@]}" --model "$T/m_kv"
+expect_error "heads not dividing hidden size (flags)" "heads" "$SEQPAR" train --hidden 30 --heads 4 --steps 1 --log "$T/x.jsonl"
+expect_error "kv heads not dividing heads (flags)" "kv" "$SEQPAR" train --heads 4 --kv-heads 3 --steps 1 --log "$T/x.jsonl"
+expect_error "unknown flag" "unknown option '--bogus'" "$SEQPAR" train --bogus
+expect_error "flag without value" "needs a value" "$SEQPAR" train --steps
+expect_error "non-numeric value" "--steps expects an integer" "$SEQPAR" train --steps abc
+expect_error "grad without --model" "--model" "$SEQPAR" grad --tokens x --seq-len 3 --out y
+expect_error "unknown bench part" "unknown part" "$SEQPAR" bench nothing
+
+echo "test_cli: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

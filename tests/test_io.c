@@ -1,0 +1,779 @@
+/* Tests of the file formats and data sources: safetensors (round trip, BF16/F16 decoding, header
+ * validation), config.json (load, defaults, save round trip, errors), llm.c token shards and text
+ * files, and the associative recall generator's invariants. Error paths end the process through
+ * die(), so each is run in a fork()ed child whose stderr is captured and checked to be exactly one
+ * line containing the expected words, with exit status 1. Files live in a mkdtemp directory. */
+#include <errno.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/common.h"
+#include "data/recall.h"
+#include "data/tokens.h"
+#include "io/atomic_file.h"
+#include "io/config_json.h"
+#include "io/safetensors.h"
+#include "model/config.h"
+#include "testlib.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+#endif
+
+/* ---------------------------------------------------------------- helpers */
+
+typedef struct {
+    char dir[64];
+} TempDir;
+
+static void path_in(const TempDir *td, const char *name, char *out, size_t cap) {
+    snprintf(out, cap, "%s/%s", td->dir, name);
+}
+
+static void write_bytes(const char *path, const void *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    if (!f) { perror(path); exit(2); }
+    if (len && fwrite(data, 1, len, f) != len) { perror(path); exit(2); }
+    fclose(f);
+}
+
+static void write_text(const char *path, const char *text) { write_bytes(path, text, strlen(text)); }
+
+/* Reads a whole file into a malloc'd buffer (NUL-terminated); *len gets its size. */
+static unsigned char *read_all(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) { perror(path); exit(2); }
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *buf = malloc((size_t)n + 1);
+    if (n && fread(buf, 1, (size_t)n, f) != (size_t)n) { perror(path); exit(2); }
+    buf[n] = 0;
+    fclose(f);
+    *len = (size_t)n;
+    return buf;
+}
+
+static void put_u64_le(unsigned char *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* Builds a safetensors file from a header JSON string (padded with spaces to a multiple of 8)
+ * and a data section. */
+static void write_safetensors_raw(const char *path, const char *header, const void *data, size_t data_len) {
+    size_t hlen = strlen(header), padded = (hlen + 7) / 8 * 8;
+    size_t total = 8 + padded + data_len;
+    unsigned char *buf = malloc(total);
+    put_u64_le(buf, padded);
+    memcpy(buf + 8, header, hlen);
+    memset(buf + 8 + hlen, ' ', padded - hlen);
+    if (data_len) memcpy(buf + 8 + padded, data, data_len);
+    write_bytes(path, buf, total);
+    free(buf);
+}
+
+/* Runs fn(arg) in a child process; checks that it exits with status 1 after printing exactly one
+ * line "seqpar: error: ..." that contains every word in `words` (NULL-terminated). */
+typedef void (*DeathFn)(const void *arg);
+
+static void expect_death_impl(const char *label, DeathFn fn, const void *arg, const char *const *words) {
+    int fds[2];
+    if (pipe(fds) != 0) { perror("pipe"); exit(2); }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) { perror("fork"); exit(2); }
+    if (pid == 0) {
+#if defined(__SANITIZE_ADDRESS__)
+        __lsan_disable(); /* die() exits with live allocations by design; not leaks of the code */
+#endif
+        close(fds[0]);
+        dup2(fds[1], STDERR_FILENO);
+        close(fds[1]);
+        fn(arg);
+        _exit(0); /* returning means the error went undetected */
+    }
+    close(fds[1]);
+    char out[8192];
+    size_t used = 0;
+    ssize_t got;
+    while ((got = read(fds[0], out + used, sizeof out - 1 - used)) > 0) used += (size_t)got;
+    out[used] = 0;
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+
+    if (getenv("TEST_IO_SHOW_ERRORS")) printf("[%s] %s", label, out); /* to review the wording */
+    int exited_1 = WIFEXITED(status) && WEXITSTATUS(status) == 1;
+    CHECK(exited_1, "%s: expected exit status 1, got %s %d; stderr: %s", label,
+          WIFEXITED(status) ? "exit" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), out);
+    size_t newlines = 0;
+    for (size_t i = 0; i < used; i++) newlines += out[i] == '\n';
+    CHECK(newlines == 1 && used > 0 && out[used - 1] == '\n', "%s: expected one line on stderr, got: %s", label, out);
+    CHECK(strncmp(out, "seqpar: error: ", 15) == 0, "%s: message lacks the 'seqpar: error: ' prefix: %s", label, out);
+    for (size_t w = 0; words[w]; w++)
+        CHECK(strstr(out, words[w]) != NULL, "%s: message lacks \"%s\": %s", label, words[w], out);
+}
+
+#define EXPECT_DEATH(label, fn, arg, ...) \
+    expect_death_impl(label, fn, arg, (const char *const[]){__VA_ARGS__, NULL})
+
+/* ---------------------------------------------------------------- safetensors */
+
+typedef struct {
+    const char *path;
+    const char *tensor;
+    int ndim;
+    int64_t shape[4];
+} StReadCall;
+
+static void death_st_open(const void *arg) {
+    StFile f;
+    st_open((const char *)arg, &f);
+}
+
+static void death_st_read(const void *arg) {
+    const StReadCall *c = arg;
+    StFile f;
+    st_open(c->path, &f);
+    float *dst = malloc(4096 * sizeof(float));
+    st_read_f32(&f, c->tensor, c->ndim, c->shape, dst);
+}
+
+static void test_safetensors_round_trip(const TempDir *td) {
+    char path[256];
+    path_in(td, "model.safetensors", path, sizeof path);
+    Rng rng;
+    rng_seed(&rng, 7);
+    float embed[6 * 5], norm[5], bias3d[2 * 3 * 4];
+    for (size_t i = 0; i < ARRAY_LEN(embed); i++) embed[i] = (float)rng_normal(&rng);
+    for (size_t i = 0; i < ARRAY_LEN(norm); i++) norm[i] = 1.0f + (float)i;
+    for (size_t i = 0; i < ARRAY_LEN(bias3d); i++) bias3d[i] = (float)rng_uniform(&rng) - 0.5f;
+    /* Values whose bits must survive exactly: -0, a subnormal, infinity, a quiet NaN. */
+    uint32_t special[4] = {0x80000000u, 0x00000001u, 0x7F800000u, 0x7FC00001u};
+    memcpy(&norm[1], special, sizeof special);
+    StWriteTensor w[] = {
+        {"model.embed_tokens.weight", embed, 2, {6, 5}},
+        {"model.norm.weight", norm, 1, {5}},
+        {"extra.three_d", bias3d, 3, {2, 3, 4}},
+        {"empty", NULL, 2, {0, 7}},
+    };
+    st_write_f32(path, w, (int)ARRAY_LEN(w), "pt");
+
+    size_t len;
+    unsigned char *raw = read_all(path, &len);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | raw[i];
+    CHECK(hlen % 8 == 0, "header length %llu not a multiple of 8", (unsigned long long)hlen);
+    CHECK(raw[8] == '{', "header does not start with '{'");
+    CHECK(len == 8 + hlen + sizeof embed + sizeof norm + sizeof bias3d, "file size %zu inconsistent", len);
+    CHECK(strstr((char *)raw + 8, "\"__metadata__\":{\"format\":\"pt\"}") != NULL, "metadata missing");
+    /* Tensors in the given order: the embedding's data comes first. */
+    CHECK(memcmp(raw + 8 + hlen, embed, sizeof embed) == 0, "first tensor's data is not first");
+    free(raw);
+
+    StFile f;
+    st_open(path, &f);
+    CHECK(f.n_tensors == 4, "expected 4 tensors, got %d", f.n_tensors);
+    CHECK(f.n_tensors == 4 && strcmp(f.tensors[0].name, "model.embed_tokens.weight") == 0 &&
+              strcmp(f.tensors[3].name, "empty") == 0, "tensor order not kept");
+    const StTensor *t = st_find(&f, "extra.three_d");
+    CHECK(t && t->ndim == 3 && t->shape[0] == 2 && t->shape[1] == 3 && t->shape[2] == 4 && t->dtype == ST_F32,
+          "3-d tensor metadata wrong");
+    CHECK(st_find(&f, "nope") == NULL, "st_find of a missing name should be NULL");
+    float got_embed[30], got_norm[5], got_3d[24];
+    st_read_f32(&f, "model.embed_tokens.weight", 2, (int64_t[]){6, 5}, got_embed);
+    st_read_f32(&f, "model.norm.weight", 1, (int64_t[]){5}, got_norm);
+    st_read_f32(&f, "extra.three_d", 3, (int64_t[]){2, 3, 4}, got_3d);
+    st_read_f32(&f, "empty", 2, (int64_t[]){0, 7}, got_3d); /* zero elements: writes nothing */
+    CHECK(memcmp(got_embed, embed, sizeof embed) == 0, "embedding not bit-exact");
+    CHECK(memcmp(got_norm, norm, sizeof norm) == 0, "norm (with special values) not bit-exact");
+    CHECK(memcmp(got_3d, bias3d, sizeof bias3d) == 0, "3-d tensor not bit-exact");
+    st_close(&f);
+
+    /* Overwriting is atomic and leaves no temporary files behind. */
+    st_write_f32(path, w, 1, NULL);
+    st_open(path, &f);
+    CHECK(f.n_tensors == 1, "rewritten file should hold 1 tensor, has %d", f.n_tensors);
+    st_close(&f);
+    raw = read_all(path, &len);
+    CHECK(strstr((char *)raw + 8, "__metadata__") == NULL, "metadata written although NULL was passed");
+    free(raw);
+}
+
+static void test_safetensors_half_types(const TempDir *td) {
+    char path[256];
+    path_in(td, "half.safetensors", path, sizeof path);
+    /* BF16: 1, -2, 0.5, 3.140625. F16 (7 values, so the F32 tensor after it starts at an odd
+     * multiple of 2 bytes): 1, -2, 65504, 2^-24 (subnormal), 1/3 rounded, +inf, -0. */
+    uint16_t bf16[4] = {0x3F80, 0xC000, 0x3F00, 0x4049};
+    uint16_t f16[7] = {0x3C00, 0xC000, 0x7BFF, 0x0001, 0x3555, 0x7C00, 0x8000};
+    float f32[2] = {42.5f, -0.125f};
+    unsigned char data[8 + 14 + 8];
+    memcpy(data, bf16, 8);
+    memcpy(data + 8, f16, 14);
+    memcpy(data + 22, f32, 8);
+    const char *header =
+        "{\"__metadata__\":{\"format\":\"pt\"},"
+        "\"a.bf16\":{\"dtype\":\"BF16\",\"shape\":[2,2],\"data_offsets\":[0,8]},"
+        "\"b.f16\":{\"dtype\":\"F16\",\"shape\":[7],\"data_offsets\":[8,22]},"
+        "\"c.f32\":{\"dtype\":\"F32\",\"shape\":[1,2],\"data_offsets\":[22,30]}}";
+    write_safetensors_raw(path, header, data, sizeof data);
+
+    StFile f;
+    st_open(path, &f);
+    CHECK(f.n_tensors == 3, "expected 3 tensors (metadata skipped), got %d", f.n_tensors);
+    CHECK(st_find(&f, "a.bf16") && st_find(&f, "a.bf16")->dtype == ST_BF16, "BF16 dtype not recognized");
+    CHECK(st_find(&f, "b.f16") && st_find(&f, "b.f16")->dtype == ST_F16, "F16 dtype not recognized");
+    float got_bf16[4], got_f16[7], got_f32[2];
+    st_read_f32(&f, "a.bf16", 2, (int64_t[]){2, 2}, got_bf16);
+    st_read_f32(&f, "b.f16", 1, (int64_t[]){7}, got_f16);
+    st_read_f32(&f, "c.f32", 2, (int64_t[]){1, 2}, got_f32);
+    float want_bf16[4] = {1.0f, -2.0f, 0.5f, 3.140625f};
+    for (int i = 0; i < 4; i++) CHECK(got_bf16[i] == want_bf16[i], "bf16[%d] = %g, want %g", i, got_bf16[i], want_bf16[i]);
+    float want_f16[7] = {1.0f, -2.0f, 65504.0f, 0x1.0p-24f, 0.333251953125f, INFINITY, -0.0f};
+    for (int i = 0; i < 7; i++) CHECK(got_f16[i] == want_f16[i], "f16[%d] = %g, want %g", i, got_f16[i], want_f16[i]);
+    CHECK(signbit(got_f16[6]), "F16 -0 lost its sign");
+    CHECK(got_f32[0] == 42.5f && got_f32[1] == -0.125f, "unaligned F32 tensor read wrong");
+    st_close(&f);
+}
+
+static void test_safetensors_errors(const TempDir *td) {
+    char good[256], truncated[256], bad_json[256], bad_len[256], bad_span[256], bad_dtype[256], tiny[256],
+        out_of_range[256];
+    path_in(td, "good.safetensors", good, sizeof good);
+    path_in(td, "truncated.safetensors", truncated, sizeof truncated);
+    path_in(td, "bad_json.safetensors", bad_json, sizeof bad_json);
+    path_in(td, "bad_len.safetensors", bad_len, sizeof bad_len);
+    path_in(td, "bad_span.safetensors", bad_span, sizeof bad_span);
+    path_in(td, "bad_dtype.safetensors", bad_dtype, sizeof bad_dtype);
+    path_in(td, "tiny.safetensors", tiny, sizeof tiny);
+    path_in(td, "out_of_range.safetensors", out_of_range, sizeof out_of_range);
+
+    float values[12] = {0};
+    StWriteTensor w[] = {{"w", values, 2, {3, 4}}};
+    st_write_f32(good, w, 1, "pt");
+    size_t len;
+    unsigned char *raw = read_all(good, &len);
+    write_bytes(truncated, raw, len - 5); /* data section cut short */
+    put_u64_le(raw, 1u << 20);            /* header length far beyond the file */
+    write_bytes(bad_len, raw, len);
+    free(raw);
+    float data[12] = {0};
+    write_safetensors_raw(bad_json, "{\"w\": {\"dtype\": \"F32\",, }", data, sizeof data);
+    write_safetensors_raw(bad_span, "{\"w\":{\"dtype\":\"F32\",\"shape\":[3,4],\"data_offsets\":[0,40]}}", data,
+                          sizeof data);
+    write_safetensors_raw(bad_dtype, "{\"w\":{\"dtype\":\"I64\",\"shape\":[6],\"data_offsets\":[0,48]}}", data,
+                          sizeof data);
+    write_safetensors_raw(out_of_range, "{\"w\":{\"dtype\":\"F32\",\"shape\":[16],\"data_offsets\":[0,64]}}",
+                          data, sizeof data);
+    write_bytes(tiny, "abc", 3);
+
+    char missing[256];
+    path_in(td, "does_not_exist.safetensors", missing, sizeof missing);
+    EXPECT_DEATH("safetensors missing file", death_st_open, missing, "does_not_exist.safetensors", "No such file");
+    EXPECT_DEATH("safetensors truncated", death_st_open, truncated, "truncated.safetensors", "truncated", "48");
+    EXPECT_DEATH("safetensors header length", death_st_open, bad_len, "bad_len.safetensors", "header length",
+                 "1048576");
+    EXPECT_DEATH("safetensors bad header json", death_st_open, bad_json, "bad_json.safetensors", "header",
+                 "column");
+    EXPECT_DEATH("safetensors span mismatch", death_st_open, bad_span, "bad_span.safetensors", "'w'", "40", "48");
+    EXPECT_DEATH("safetensors unsupported dtype", death_st_open, bad_dtype, "bad_dtype.safetensors", "'w'", "I64",
+                 "BF16");
+    EXPECT_DEATH("safetensors offsets past data", death_st_open, out_of_range, "out_of_range.safetensors",
+                 "data_offsets", "48 bytes");
+    EXPECT_DEATH("safetensors too small", death_st_open, tiny, "tiny.safetensors", "3 bytes");
+
+    StReadCall missing_tensor = {good, "lm_head.weight", 2, {3, 4}};
+    EXPECT_DEATH("safetensors tensor missing", death_st_read, &missing_tensor, "lm_head.weight", "missing",
+                 "good.safetensors");
+    StReadCall wrong_shape = {good, "w", 2, {4, 3}};
+    EXPECT_DEATH("safetensors wrong shape", death_st_read, &wrong_shape, "'w'", "good.safetensors", "[3, 4]",
+                 "expected [4, 3]");
+    StReadCall wrong_rank = {good, "w", 1, {12}};
+    EXPECT_DEATH("safetensors wrong rank", death_st_read, &wrong_rank, "[3, 4]", "expected [12]");
+}
+
+/* ---------------------------------------------------------------- config.json */
+
+static void death_config_load(const void *arg) {
+    LlamaConfig c;
+    config_json_load((const char *)arg, &c);
+}
+
+static void death_config_validate(const void *arg) {
+    llama_config_validate((const LlamaConfig *)arg, "size flags");
+}
+
+static void test_config(const TempDir *td) {
+    char full[256], minimal[256], saved[256];
+    path_in(td, "full_config.json", full, sizeof full);
+    path_in(td, "minimal_config.json", minimal, sizeof minimal);
+    path_in(td, "saved_config.json", saved, sizeof saved);
+    write_text(full,
+               "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
+               "  \"hidden_size\": 256, \"intermediate_size\": 688, \"num_attention_heads\": 8,\n"
+               "  \"num_key_value_heads\": 2, \"num_hidden_layers\": 3, \"vocab_size\": 1000,\n"
+               "  \"max_position_embeddings\": 131072, \"rms_norm_eps\": 1e-05, \"rope_theta\": 500000.0,\n"
+               "  \"tie_word_embeddings\": true, \"head_dim\": null, \"hidden_act\": \"silu\",\n"
+               "  \"rope_scaling\": null, \"attention_bias\": false, \"bos_token_id\": 1,\n"
+               "  \"some_future_field\": {\"nested\": [1, 2]}, \"torch_dtype\": \"bfloat16\"\n}\n");
+    LlamaConfig c;
+    config_json_load(full, &c);
+    CHECK(c.hidden_size == 256 && c.intermediate_size == 688 && c.num_attention_heads == 8 &&
+              c.num_key_value_heads == 2 && c.num_hidden_layers == 3 && c.vocab_size == 1000,
+          "full config sizes wrong");
+    CHECK(c.head_dim == 32, "head_dim null should default to hidden/heads = 32, got %d", c.head_dim);
+    CHECK(c.max_position_embeddings == 131072, "max_position_embeddings %d", c.max_position_embeddings);
+    CHECK(c.rms_norm_eps == 1e-5f && c.rope_theta == 500000.0 && c.tie_word_embeddings == 1,
+          "full config eps/theta/tie wrong");
+
+    write_text(minimal, "{\"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 4, "
+                        "\"num_hidden_layers\": 2, \"vocab_size\": 256}");
+    config_json_load(minimal, &c);
+    CHECK(c.num_key_value_heads == 4, "default num_key_value_heads should equal heads, got %d", c.num_key_value_heads);
+    CHECK(c.head_dim == 16, "default head_dim should be 16, got %d", c.head_dim);
+    CHECK(c.rms_norm_eps == 1e-6f, "default rms_norm_eps %g", (double)c.rms_norm_eps);
+    CHECK(c.rope_theta == 10000.0, "default rope_theta %g", c.rope_theta);
+    CHECK(c.tie_word_embeddings == 0, "default tie_word_embeddings should be false");
+    CHECK(c.max_position_embeddings == 2048, "default max_position_embeddings %d", c.max_position_embeddings);
+
+    /* transformers 5 layout: rope_theta inside rope_parameters. */
+    char v5[256];
+    path_in(td, "v5_config.json", v5, sizeof v5);
+    write_text(v5, "{\"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 4, "
+                   "\"num_hidden_layers\": 2, \"vocab_size\": 256, \"dtype\": \"bfloat16\", "
+                   "\"rope_parameters\": {\"rope_theta\": 500000.0, \"rope_type\": \"default\"}}");
+    config_json_load(v5, &c);
+    CHECK(c.rope_theta == 500000.0, "rope_parameters.rope_theta not read: %g", c.rope_theta);
+
+    /* Save, reload: identical. Explicit head_dim different from hidden/heads survives. */
+    LlamaConfig orig = {.hidden_size = 96, .intermediate_size = 256, .num_attention_heads = 6,
+                        .num_key_value_heads = 3, .num_hidden_layers = 2, .vocab_size = 300, .head_dim = 32,
+                        .max_position_embeddings = 4096, .tie_word_embeddings = 1, .rms_norm_eps = 1e-6f,
+                        .rope_theta = 10000.0};
+    config_json_save(saved, &orig);
+    LlamaConfig back;
+    config_json_load(saved, &back);
+    CHECK(memcmp(&orig, &back, sizeof orig) == 0, "config save/load round trip changed values");
+    json_error_t err;
+    json_t *root = json_load_file(saved, 0, &err);
+    CHECK(root != NULL, "saved config is not JSON: %s", err.text);
+    if (root) {
+        json_t *arch = json_object_get(root, "architectures");
+        CHECK(json_is_array(arch) && json_array_size(arch) == 1 &&
+                  strcmp(json_string_value(json_array_get(arch, 0)), "LlamaForCausalLM") == 0,
+              "architectures wrong");
+        CHECK(strcmp(json_string_value(json_object_get(root, "model_type")), "llama") == 0, "model_type wrong");
+        CHECK(strcmp(json_string_value(json_object_get(root, "hidden_act")), "silu") == 0, "hidden_act wrong");
+        CHECK(strcmp(json_string_value(json_object_get(root, "torch_dtype")), "float32") == 0, "torch_dtype wrong");
+        CHECK(json_is_false(json_object_get(root, "attention_bias")) && json_is_false(json_object_get(root, "mlp_bias")),
+              "biases should be false");
+        CHECK(json_is_true(json_object_get(root, "tie_word_embeddings")), "tie_word_embeddings should be true");
+        CHECK(json_is_integer(json_object_get(root, "head_dim")), "head_dim should be an integer");
+        CHECK(json_is_real(json_object_get(root, "initializer_range")), "initializer_range missing");
+        json_decref(root);
+    }
+    size_t len;
+    char *text = (char *)read_all(saved, &len);
+    CHECK(strstr(text, "\"rms_norm_eps\": 1e-6") != NULL && strstr(text, "9999") == NULL,
+          "rms_norm_eps not written as the short decimal 1e-6: %s", text);
+    free(text);
+
+    /* Error paths. */
+    struct { const char *name, *json; } bad[] = {
+        {"bad_syntax.json", "{\n  \"hidden_size\": 64,\n  \"vocab_size\": 256,,\n}"},
+        {"missing_field.json", "{\"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 4, "
+                               "\"num_hidden_layers\": 2}"},
+        {"heads_not_dividing.json", "{\"hidden_size\": 100, \"intermediate_size\": 128, \"num_attention_heads\": 3, "
+                                    "\"num_hidden_layers\": 2, \"vocab_size\": 256}"},
+        {"kv_not_dividing.json", "{\"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 4, "
+                                 "\"num_key_value_heads\": 3, \"num_hidden_layers\": 2, \"vocab_size\": 256}"},
+        {"float_int.json", "{\"hidden_size\": 64.0, \"intermediate_size\": 128, \"num_attention_heads\": 4, "
+                           "\"num_hidden_layers\": 2, \"vocab_size\": 256}"},
+        {"string_eps.json", "{\"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 4, "
+                            "\"num_hidden_layers\": 2, \"vocab_size\": 256, \"rms_norm_eps\": \"1e-5\"}"},
+        {"rope_scaling.json", "{\"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 4, "
+                              "\"num_hidden_layers\": 2, \"vocab_size\": 256, "
+                              "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}}"},
+        {"array.json", "[1, 2]"},
+        {"rope_parameters.json", "{\"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 4, "
+                                 "\"num_hidden_layers\": 2, \"vocab_size\": 256, "
+                                 "\"rope_parameters\": {\"rope_type\": \"yarn\", \"rope_theta\": 10000}}"},
+    };
+    char paths[ARRAY_LEN(bad)][256];
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        path_in(td, bad[i].name, paths[i], sizeof paths[i]);
+        write_text(paths[i], bad[i].json);
+    }
+    char missing[256];
+    path_in(td, "no_such_config.json", missing, sizeof missing);
+    EXPECT_DEATH("config missing file", death_config_load, missing, "no_such_config.json", "No such file");
+    EXPECT_DEATH("config bad JSON", death_config_load, paths[0], "bad_syntax.json", "not valid JSON", "line 3",
+                 "column");
+    EXPECT_DEATH("config missing field", death_config_load, paths[1], "missing_field.json", "\"vocab_size\"", "add it");
+    EXPECT_DEATH("config heads not dividing", death_config_load, paths[2], "heads_not_dividing.json",
+                 "num_attention_heads (3) does not divide hidden_size (100)");
+    EXPECT_DEATH("config kv not dividing", death_config_load, paths[3], "kv_not_dividing.json",
+                 "num_key_value_heads (3) does not divide num_attention_heads (4)");
+    EXPECT_DEATH("config float for int", death_config_load, paths[4], "float_int.json", "\"hidden_size\"",
+                 "JSON integer");
+    EXPECT_DEATH("config string for number", death_config_load, paths[5], "string_eps.json", "rms_norm_eps",
+                 "number");
+    EXPECT_DEATH("config rope_scaling", death_config_load, paths[6], "rope_scaling.json", "rope_scaling", "llama3");
+    EXPECT_DEATH("config not an object", death_config_load, paths[7], "array.json", "object");
+    EXPECT_DEATH("config rope_parameters", death_config_load, paths[8], "rope_parameters.json", "rope_parameters",
+                 "yarn");
+
+    LlamaConfig bad_size = orig;
+    bad_size.hidden_size = 0;
+    EXPECT_DEATH("validate zero hidden", death_config_validate, &bad_size, "size flags", "hidden_size is 0");
+    LlamaConfig bad_heads = orig;
+    bad_heads.hidden_size = 100;
+    bad_heads.num_attention_heads = 8;
+    bad_heads.head_dim = 0;
+    EXPECT_DEATH("validate heads", death_config_validate, &bad_heads, "size flags", "does not divide hidden_size");
+    LlamaConfig bad_kv = orig;
+    bad_kv.num_key_value_heads = 4;
+    EXPECT_DEATH("validate kv heads", death_config_validate, &bad_kv, "num_key_value_heads (4)", "(6)");
+}
+
+/* ---------------------------------------------------------------- tokens */
+
+typedef struct {
+    const char *path;
+    TokensFormat format;
+} TokensCall;
+
+static void death_tokens_load(const void *arg) {
+    const TokensCall *c = arg;
+    TokenData td;
+    tokens_load(c->path, c->format, &td);
+}
+
+static void death_format_parse(const void *arg) { tokens_format_parse((const char *)arg); }
+
+/* Writes an llm.c shard by hand: header (magic, version, count), then tokens of `width` bytes. */
+static void write_shard_by_hand(const char *path, int32_t magic, int32_t version, int32_t count,
+                                const uint32_t *tokens, size_t n, size_t width) {
+    size_t total = 1024 + n * width;
+    unsigned char *buf = calloc(total, 1);
+    int32_t header[3] = {magic, version, count};
+    memcpy(buf, header, sizeof header); /* little-endian host */
+    for (size_t i = 0; i < n; i++) memcpy(buf + 1024 + i * width, &tokens[i], width);
+    write_bytes(path, buf, total);
+    free(buf);
+}
+
+static void test_tokens(const TempDir *td) {
+    char v1[256], v7[256], hand_v1[256], hand_v7[256], text[256], text_as_llmc[256];
+    path_in(td, "tokens_v1.bin", v1, sizeof v1);
+    path_in(td, "tokens_v7.bin", v7, sizeof v7);
+    path_in(td, "hand_v1.bin", hand_v1, sizeof hand_v1);
+    path_in(td, "hand_v7.bin", hand_v7, sizeof hand_v7);
+    path_in(td, "story.txt", text, sizeof text);
+    path_in(td, "story.dat", text_as_llmc, sizeof text_as_llmc);
+
+    enum { N = 40000 };
+    uint32_t *small = malloc(N * sizeof(uint32_t)), *large = malloc(N * sizeof(uint32_t));
+    for (uint32_t i = 0; i < N; i++) {
+        small[i] = (i * 2654435761u) % 65536;
+        large[i] = (i * 2654435761u) % 200000;
+    }
+    small[123] = 65535;
+    large[77] = 199999;
+    tokens_write_llmc(v1, small, N);
+    tokens_write_llmc(v7, large, N);
+    struct stat sb;
+    stat(v1, &sb);
+    CHECK((size_t)sb.st_size == 1024 + 2 * (size_t)N, "v1 shard size %lld", (long long)sb.st_size);
+    stat(v7, &sb);
+    CHECK((size_t)sb.st_size == 1024 + 4 * (size_t)N, "v7 shard size %lld", (long long)sb.st_size);
+    size_t len;
+    int32_t *header = (int32_t *)read_all(v1, &len);
+    CHECK(header[0] == 20240520 && header[1] == 1 && header[2] == N, "v1 header %d %d %d", header[0], header[1],
+          header[2]);
+    free(header);
+    header = (int32_t *)read_all(v7, &len);
+    CHECK(header[0] == 20240801 && header[1] == 7 && header[2] == N, "v7 header %d %d %d", header[0], header[1],
+          header[2]);
+    free(header);
+
+    TokenData data;
+    tokens_load(v1, TOKENS_AUTO, &data);
+    CHECK(data.n == N && data.format == TOKENS_LLMC && data.max_token == 65535, "v1 load: n=%zu max=%u", data.n,
+          data.max_token);
+    CHECK(data.n == N && memcmp(data.tokens, small, N * sizeof(uint32_t)) == 0, "v1 tokens differ");
+    tokens_free(&data);
+    tokens_load(v7, TOKENS_LLMC, &data);
+    CHECK(data.n == N && data.max_token == 199999, "v7 load: n=%zu max=%u", data.n, data.max_token);
+    CHECK(data.n == N && memcmp(data.tokens, large, N * sizeof(uint32_t)) == 0, "v7 tokens differ");
+    tokens_free(&data);
+
+    uint32_t few[5] = {5, 0, 65535, 17, 300};
+    write_shard_by_hand(hand_v1, 20240520, 1, 5, few, 5, 2);
+    tokens_load(hand_v1, TOKENS_AUTO, &data);
+    CHECK(data.n == 5 && memcmp(data.tokens, few, sizeof few) == 0 && data.max_token == 65535, "hand v1 wrong");
+    tokens_free(&data);
+    uint32_t wide[3] = {128000, 1, 128255};
+    write_shard_by_hand(hand_v7, 20240801, 7, 3, wide, 3, 4);
+    tokens_load(hand_v7, TOKENS_AUTO, &data);
+    CHECK(data.n == 3 && memcmp(data.tokens, wide, sizeof wide) == 0 && data.max_token == 128255, "hand v7 wrong");
+    tokens_free(&data);
+
+    const char *story = "Once upon a time\n\xff\x01";
+    write_text(text, story);
+    tokens_load(text, TOKENS_AUTO, &data);
+    CHECK(data.format == TOKENS_TEXT && data.n == strlen(story), "text load: format %d n %zu", data.format, data.n);
+    int same = data.n == strlen(story);
+    for (size_t i = 0; same && i < data.n; i++) same = data.tokens[i] == (unsigned char)story[i];
+    CHECK(same && data.max_token == 255, "text bytes not read as tokens");
+    tokens_free(&data);
+    write_text(text_as_llmc, story);
+    tokens_load(text_as_llmc, TOKENS_TEXT, &data); /* explicit format overrides the extension */
+    CHECK(data.format == TOKENS_TEXT && data.n == strlen(story), "explicit text format ignored");
+    tokens_free(&data);
+
+    CHECK(tokens_format_parse("auto") == TOKENS_AUTO && tokens_format_parse("llmc") == TOKENS_LLMC &&
+              tokens_format_parse("text") == TOKENS_TEXT, "tokens_format_parse");
+
+    /* Error paths. */
+    char missing[256], bad_magic[256], truncated[256], empty[256], bad_version[256], short_file[256];
+    path_in(td, "missing.bin", missing, sizeof missing);
+    path_in(td, "bad_magic.bin", bad_magic, sizeof bad_magic);
+    path_in(td, "truncated.bin", truncated, sizeof truncated);
+    path_in(td, "empty.txt", empty, sizeof empty);
+    path_in(td, "bad_version.bin", bad_version, sizeof bad_version);
+    path_in(td, "short.bin", short_file, sizeof short_file);
+    write_shard_by_hand(bad_magic, 12345, 1, 5, few, 5, 2);
+    write_shard_by_hand(truncated, 20240520, 1, 6, few, 5, 2); /* header says 6, holds 5 */
+    write_shard_by_hand(bad_version, 20240801, 1, 3, wide, 3, 4);
+    write_bytes(empty, "", 0);
+    write_text(short_file, "hello");
+
+    TokensCall c_missing = {missing, TOKENS_AUTO}, c_magic = {bad_magic, TOKENS_AUTO},
+               c_trunc = {truncated, TOKENS_LLMC}, c_empty = {empty, TOKENS_AUTO},
+               c_version = {bad_version, TOKENS_AUTO}, c_short = {short_file, TOKENS_AUTO};
+    EXPECT_DEATH("tokens missing file", death_tokens_load, &c_missing, "missing.bin", "No such file");
+    EXPECT_DEATH("tokens wrong magic", death_tokens_load, &c_magic, "bad_magic.bin", "12345", "20240520",
+                 "20240801");
+    EXPECT_DEATH("tokens truncated", death_tokens_load, &c_trunc, "truncated.bin", "6 tokens", "1036 bytes",
+                 "1034 bytes");
+    EXPECT_DEATH("tokens empty", death_tokens_load, &c_empty, "empty.txt", "empty");
+    EXPECT_DEATH("tokens bad version", death_tokens_load, &c_version, "bad_version.bin", "version 1", "version 7");
+    EXPECT_DEATH("tokens short file", death_tokens_load, &c_short, "short.bin", "5 bytes", "1024");
+    EXPECT_DEATH("tokens format", death_format_parse, "llm.c", "'llm.c'", "auto, llmc or text");
+    free(small);
+    free(large);
+}
+
+/* ---------------------------------------------------------------- recall */
+
+static void death_recall_spec(const void *arg) {
+    RecallSpec s = *(const RecallSpec *)arg;
+    recall_spec_finalize(&s);
+}
+
+/* Checks every documented invariant of one generated sequence; returns the number of failures. */
+static int check_recall_sequence(const RecallSpec *s, const int *in, const int *tgt, const int *dist) {
+    int S = s->seq_len, half = S / 2, n_keys = (s->vocab_size - 1) / 2;
+    int failures = 0, n_targets = 0, n_nonzero = 0, n_pair_keys = 0;
+    int *key_pos = malloc((size_t)(n_keys + 1) * sizeof(int));
+    for (int k = 0; k <= n_keys; k++) key_pos[k] = -1;
+    for (int i = 0; i < half; i++) {
+        int tok = in[i];
+        if (tok >= 1 && tok <= n_keys) {
+            n_pair_keys++;
+            if (key_pos[tok] >= 0) failures++; /* keys distinct */
+            key_pos[tok] = i;
+            if (i + 1 >= half || in[i + 1] <= n_keys || in[i + 1] > 2 * n_keys) failures++; /* value follows */
+        } else if (tok > n_keys) {
+            if (i == 0 || in[i - 1] < 1 || in[i - 1] > n_keys) failures++; /* a value only right after a key */
+        }
+        if (tgt[i] != RECALL_IGNORE || dist[i] != 0) failures++; /* no targets in the pair half */
+    }
+    if (n_pair_keys != s->n_pairs) failures++;
+    for (int i = 0; i < S; i++) {
+        n_nonzero += in[i] != 0;
+        if (in[i] < 0 || in[i] >= s->vocab_size) failures++;
+    }
+    for (int i = half; i < S; i++) {
+        int tok = in[i];
+        if (tok == 0) {
+            if (tgt[i] != RECALL_IGNORE || dist[i] != 0) failures++;
+            continue;
+        }
+        if (tok > n_keys || key_pos[tok] < 0) { failures++; continue; } /* a query is a known key */
+        n_targets++;
+        if (tgt[i] != in[key_pos[tok] + 1]) failures++;               /* target = that key's value */
+        if (dist[i] != i - key_pos[tok]) failures++;                   /* distance to the pair's key */
+    }
+    for (int i = 0; i < S; i++)
+        if (tgt[i] != RECALL_IGNORE && (i < half || in[i] == 0)) failures++; /* targets only at queries */
+    if (n_targets != s->n_queries) failures++;
+    if (n_nonzero != 2 * s->n_pairs + s->n_queries) failures++; /* filler 0 everywhere else */
+    free(key_pos);
+    return failures;
+}
+
+static void test_recall(void) {
+    RecallSpec spec = {.vocab_size = 64, .seq_len = 256};
+    recall_spec_finalize(&spec);
+    CHECK(spec.n_pairs == 16 && spec.n_queries == 16, "defaults: %d pairs %d queries", spec.n_pairs, spec.n_queries);
+    RecallSpec capped = {.vocab_size = 16, .seq_len = 4096};
+    recall_spec_finalize(&capped);
+    CHECK(capped.n_pairs == 7, "default pairs should be capped at the 7 keys, got %d", capped.n_pairs);
+
+    enum { S = 1025 };
+    int in[S], tgt[S], dist[S], in2[S], tgt2[S], dist2[S];
+    RecallSpec cases[] = {
+        {.vocab_size = 64, .seq_len = 256},
+        {.vocab_size = 16, .seq_len = 30, .n_pairs = 7, .n_queries = 15}, /* tight: pairs fill the half, repeats */
+        {.vocab_size = 1000, .seq_len = S, .n_pairs = 100, .n_queries = 40},
+        {.vocab_size = 300, .seq_len = 5, .n_pairs = 1, .n_queries = 3},
+    };
+    for (size_t c = 0; c < ARRAY_LEN(cases); c++) {
+        RecallSpec s = cases[c];
+        recall_spec_finalize(&s);
+        Rng rng;
+        rng_seed(&rng, 1000 + c);
+        int failures = 0, max_dist = 0, min_dist = S;
+        for (int rep = 0; rep < 50; rep++) {
+            recall_generate(&s, &rng, in, tgt, dist);
+            failures += check_recall_sequence(&s, in, tgt, dist);
+            for (int i = 0; i < s.seq_len; i++)
+                if (tgt[i] != RECALL_IGNORE) {
+                    if (dist[i] > max_dist) max_dist = dist[i];
+                    if (dist[i] < min_dist) min_dist = dist[i];
+                }
+        }
+        CHECK(failures == 0, "recall case %zu: %d invariant violations", c, failures);
+        CHECK(min_dist >= 2 && max_dist < s.seq_len, "recall case %zu: distances [%d, %d]", c, min_dist, max_dist);
+    }
+    /* Distances cover short and long ranges over many sequences. */
+    {
+        RecallSpec s = cases[2];
+        recall_spec_finalize(&s);
+        Rng rng;
+        rng_seed(&rng, 5);
+        int max_dist = 0, min_dist = S;
+        for (int rep = 0; rep < 20; rep++) {
+            recall_generate(&s, &rng, in, tgt, dist);
+            for (int i = 0; i < S; i++)
+                if (tgt[i] != RECALL_IGNORE) {
+                    if (dist[i] > max_dist) max_dist = dist[i];
+                    if (dist[i] < min_dist) min_dist = dist[i];
+                }
+        }
+        CHECK(min_dist < 64 && max_dist > 900, "distances should span the sequence, got [%d, %d]", min_dist, max_dist);
+    }
+
+    /* Deterministic for a seed, different across seeds, and a zero spec gets defaults. */
+    RecallSpec s = {.vocab_size = 128, .seq_len = 512};
+    Rng a, b;
+    rng_seed(&a, 42);
+    rng_seed(&b, 42);
+    recall_generate(&s, &a, in, tgt, dist);
+    recall_generate(&s, &b, in2, tgt2, dist2);
+    CHECK(memcmp(in, in2, 512 * sizeof(int)) == 0 && memcmp(tgt, tgt2, 512 * sizeof(int)) == 0 &&
+              memcmp(dist, dist2, 512 * sizeof(int)) == 0, "same seed gave different sequences");
+    recall_generate(&s, &a, in2, tgt2, dist2);
+    CHECK(memcmp(in, in2, 512 * sizeof(int)) != 0, "consecutive sequences are identical");
+    rng_seed(&b, 43);
+    recall_generate(&s, &b, in2, tgt2, dist2);
+    CHECK(memcmp(in, in2, 512 * sizeof(int)) != 0, "different seeds gave the same sequence");
+    RecallSpec fin = s;
+    recall_spec_finalize(&fin);
+    CHECK(check_recall_sequence(&fin, in, tgt, dist) == 0, "zero-field spec sequence violates invariants");
+
+    /* Statistics: bucket of distance d is floor(log2 d). */
+    RecallStats st;
+    memset(&st, 0, sizeof st);
+    recall_stats_add(&st, 1, 1);
+    recall_stats_add(&st, 2, 1);
+    recall_stats_add(&st, 3, 0);
+    recall_stats_add(&st, 4, 1);
+    recall_stats_add(&st, 7, 1);
+    recall_stats_add(&st, 8, 0);
+    recall_stats_add(&st, 1 << 30, 1);
+    CHECK(st.total[0] == 1 && st.total[1] == 2 && st.correct[1] == 1 && st.total[2] == 2 && st.correct[2] == 2 &&
+              st.total[3] == 1 && st.correct[3] == 0 && st.total[RECALL_BUCKETS - 1] == 1,
+          "recall_stats_add buckets wrong");
+    char *text = NULL;
+    size_t text_len = 0;
+    FILE *mem = open_memstream(&text, &text_len);
+    double overall = recall_stats_print(&st, mem);
+    fclose(mem);
+    CHECK(fabs(overall - 5.0 / 7.0) < 1e-12, "overall accuracy %g", overall);
+    const char *want = "recall accuracy by distance: 1-1: 1.000 (n=1) 2-3: 0.500 (n=2) 4-7: 1.000 (n=2) "
+                       "8-15: 0.000 (n=1) 8388608+: 1.000 (n=1) overall: 0.714 (n=7)\n";
+    CHECK(strcmp(text, want) == 0, "stats line: %s", text);
+    size_t newlines = 0;
+    for (size_t i = 0; i < text_len; i++) newlines += text[i] == '\n';
+    CHECK(newlines == 1, "stats should be one line: %s", text);
+    free(text);
+
+    RecallSpec tiny_vocab = {.vocab_size = 10, .seq_len = 64};
+    EXPECT_DEATH("recall vocab too small", death_recall_spec, &tiny_vocab, "vocab_size is 10", "16");
+    RecallSpec too_many = {.vocab_size = 64, .seq_len = 64, .n_pairs = 17};
+    EXPECT_DEATH("recall pairs do not fit", death_recall_spec, &too_many, "17 pairs", "at most 16");
+    RecallSpec few_keys = {.vocab_size = 21, .seq_len = 4096, .n_pairs = 11};
+    EXPECT_DEATH("recall too few keys", death_recall_spec, &few_keys, "11 pairs", "only 10");
+}
+
+/* ---------------------------------------------------------------- atomic files */
+
+static void test_atomic(const TempDir *td) {
+    char path[256];
+    path_in(td, "atomic.txt", path, sizeof path);
+    write_text(path, "old");
+    AtomicFile af;
+    atomic_open(&af, path);
+    atomic_write(&af, "new contents", 12);
+    atomic_abort(&af);
+    size_t len;
+    char *text = (char *)read_all(path, &len);
+    CHECK(strcmp(text, "old") == 0, "abort changed the target: %s", text);
+    free(text);
+    atomic_open(&af, path);
+    atomic_write(&af, "new contents", 12);
+    atomic_commit(&af);
+    text = (char *)read_all(path, &len);
+    CHECK(strcmp(text, "new contents") == 0, "commit did not replace the target: %s", text);
+    free(text);
+    struct stat sb;
+    stat(path, &sb);
+    mode_t mask = umask(0);
+    umask(mask);
+    CHECK((sb.st_mode & 0777) == (0666 & ~mask), "committed file has mode %o, expected %o",
+          (unsigned)(sb.st_mode & 0777), (unsigned)(0666 & ~mask));
+}
+
+/* Removes the temporary directory and its (flat) contents; checks no temp files were left. */
+static void remove_temp_dir(const TempDir *td) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "ls -A %s | grep -c '\\.tmp\\.' > /dev/null", td->dir);
+    CHECK(system(cmd) != 0, "temporary files left behind in %s", td->dir);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", td->dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", td->dir);
+}
+
+int main(void) {
+    TempDir td;
+    snprintf(td.dir, sizeof td.dir, "/tmp/test_io_XXXXXX");
+    if (!mkdtemp(td.dir)) { perror("mkdtemp"); return 2; }
+    test_safetensors_round_trip(&td);
+    test_safetensors_half_types(&td);
+    test_safetensors_errors(&td);
+    test_config(&td);
+    test_tokens(&td);
+    test_recall();
+    test_atomic(&td);
+    remove_temp_dir(&td);
+    return test_summary("test_io");
+}
