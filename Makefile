@@ -1,5 +1,6 @@
 # seqpar build: a static library of everything but the CLI, the CLI linking it, and the tests.
-# `make` builds build/seqpar; `make test` builds and runs the test suite; `make SANITIZE=1` adds ASan/UBSan.
+# `make` builds build/seqpar; `make test` builds and runs the test suite; `make SANITIZE=1` adds
+# ASan/UBSan (into build-san/); `make WERROR=1` turns warnings into errors (CI).
 CC      ?= gcc
 MPICC_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 MPICC_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
@@ -9,6 +10,9 @@ OPT     ?= -O3 -march=native
 CFLAGS  ?=
 CFLAGS  += -std=c11 -D_GNU_SOURCE $(OPT) -fopenmp -Wall -Wextra -Isrc -I$(BLAS_INC) $(MPICC_CFLAGS) -MMD -MP
 LDLIBS  += -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas -ljansson $(MPICC_LIBS) -lm -fopenmp
+ifeq ($(WERROR),1)
+CFLAGS  += -Werror
+endif
 ifeq ($(SANITIZE),1)
 CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -g
 LDLIBS  += -fsanitize=address,undefined
@@ -16,7 +20,7 @@ BUILD   ?= build-san
 endif
 BUILD   ?= build
 
-LIB_SRC  := $(wildcard src/core/*.c src/kernels/*.c src/attention/*.c src/comm/*.c src/model/*.c src/optim/*.c src/data/*.c src/io/*.c)
+LIB_SRC  := $(wildcard src/core/*.c src/kernels/*.c src/attention/*.c src/comm/*.c src/strategies/*.c src/model/*.c src/optim/*.c src/data/*.c src/io/*.c)
 CLI_SRC  := $(wildcard src/cli/*.c)
 TEST_SRC := $(wildcard tests/test_*.c)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)

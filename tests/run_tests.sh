@@ -17,8 +17,8 @@ run_one() { # name, timeout seconds, command...
     local line
     line=$(printf '%s\n' "$out" | grep -E '^[A-Za-z_]*:? ?[0-9]+ passed, [0-9]+ failed$' | tail -n 1)
     local p f
-    p=$(printf '%s' "$line" | sed -E 's/.* ?([0-9]+) passed, ([0-9]+) failed$/\1/')
-    f=$(printf '%s' "$line" | sed -E 's/.* ?([0-9]+) passed, ([0-9]+) failed$/\2/')
+    p=$(printf '%s' "$line" | sed -E 's/^(.*[^0-9])?([0-9]+) passed, ([0-9]+) failed$/\2/')
+    f=$(printf '%s' "$line" | sed -E 's/^(.*[^0-9])?([0-9]+) passed, ([0-9]+) failed$/\3/')
     [ -n "$p" ] || p=0
     [ -n "$f" ] || f=0
     if [ "$rc" -eq 124 ]; then

@@ -1,0 +1,60 @@
+/* Token layouts for sequence parallelism: see layout.h. */
+#include "strategies/layout.h"
+
+#include <string.h>
+
+#include "core/common.h"
+
+TokenLayout layout_parse(const char *s) {
+    if (!strcmp(s, "contiguous")) return LAYOUT_CONTIGUOUS;
+    if (!strcmp(s, "zigzag")) return LAYOUT_ZIGZAG;
+    if (!strcmp(s, "striped")) return LAYOUT_STRIPED;
+    die_collective("unknown layout '%s': use contiguous, zigzag or striped", s);
+}
+
+const char *layout_name(TokenLayout l) {
+    switch (l) {
+    case LAYOUT_CONTIGUOUS: return "contiguous";
+    case LAYOUT_ZIGZAG: return "zigzag";
+    default: return "striped";
+    }
+}
+
+void layout_check(TokenLayout l, long S, int hp, int cp) {
+    long sp = (long)hp * cp, unit = l == LAYOUT_ZIGZAG ? 2 * sp : sp;
+    if (S % unit == 0) return;
+    long below = S / unit * unit, above = below + unit;
+    if (l == LAYOUT_ZIGZAG)
+        die_collective("--seq-len %ld does not split under the zigzag layout: it must be divisible by 2 x hp x cp = %ld "
+                       "(e.g. %ld or %ld)", S, unit, below > 0 ? below : above, above);
+    die_collective("--seq-len %ld does not split over hp x cp = %ld ranks under the %s layout: it must be divisible by "
+                   "%ld (e.g. %ld or %ld)", S, sp, layout_name(l), unit, below > 0 ? below : above, above);
+}
+
+void layout_context_positions(TokenLayout l, int S, int cp, int c, int *positions) {
+    int n = S / cp;
+    switch (l) {
+    case LAYOUT_CONTIGUOUS:
+        for (int i = 0; i < n; i++) positions[i] = c * n + i;
+        break;
+    case LAYOUT_ZIGZAG: {
+        int half = n / 2; /* chunk size S / (2 cp) */
+        for (int i = 0; i < half; i++) {
+            positions[i] = c * half + i;
+            positions[half + i] = (2 * cp - 1 - c) * half + i;
+        }
+        break;
+    }
+    case LAYOUT_STRIPED:
+        for (int i = 0; i < n; i++) positions[i] = c + i * cp;
+        break;
+    }
+}
+
+void layout_positions(TokenLayout l, int S, int hp, int cp, int h, int c, int *positions) {
+    int n_ctx = S / cp, n = n_ctx / hp;
+    int *ctx = xmalloc(sizeof(int) * (size_t)n_ctx);
+    layout_context_positions(l, S, cp, c, ctx);
+    memcpy(positions, ctx + (size_t)h * n, sizeof(int) * (size_t)n);
+    xfree(ctx);
+}
