@@ -1,0 +1,5 @@
+build-san/src/optim/adamw.o: src/optim/adamw.c src/optim/adamw.h \
+ src/core/param_table.h src/core/common.h
+src/optim/adamw.h:
+src/core/param_table.h:
+src/core/common.h:
