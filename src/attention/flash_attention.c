@@ -2,12 +2,19 @@
  *
  * Forward: one work item per (query head, query tile); the item keeps a running max m, sum l and
  * accumulator acc (tile x head_dim) seeded from the caller's (o, lse), so each call merges into
- * the caller's state. Scores S = Q K^T and the update acc += P V are cblas_sgemm calls on tiles
- * addressed in place through the token-major strides (no transposing copies). Scores live in the
- * base-2 domain (alpha = scale * log2 e) so that one exp2 per score is all the softmax needs.
+ * the caller's state. Scores are computed transposed, S^T = K Q^T (keys x queries), so that K is
+ * read in place and only the query tile is transposed, once per item; the softmax then runs
+ * down the columns, vectorised across queries, and acc += P V reads V in place. Scores live in
+ * the base-2 domain (alpha = scale * log2 e) so that one exp2 per score is all the softmax needs.
  * Backward: one work item per (key/value head, key tile) with the query heads of its GQA group
- * looped inside, so dk/dv of a tile have a single writer; dq has many writers and goes to
- * per-thread buffers (thread 0 writes dq directly) summed after each key/value head.
+ * looped inside, so dk/dv of a tile have a single writer; K and V of the tile are transposed once
+ * per item; dq has many writers and goes to per-thread buffers (thread 0 writes dq directly)
+ * summed after each key/value head.
+ *
+ * Tile products go through tile_gemm(): with AVX2+FMA an in-register 6 x 16 kernel that reads
+ * every operand in place through its strides (no packing, no beta pass: at these tile sizes
+ * OpenBLAS spends ~25% of the time packing and zeroing), otherwise, or with -DFA_USE_BLAS,
+ * cblas_sgemm on the same strided operands.
  *
  * Masking works on tiles: from the min/max position of each query and key tile a tile pair is
  * fully visible (no mask work), fully hidden (skipped) or partial (elementwise -inf). Nothing is
@@ -29,19 +36,26 @@
 
 #include "core/common.h"
 
-/* Tile sizes: forward query rows x keys, backward key rows x query rows. */
+#if defined(__AVX2__) && defined(__FMA__) && !defined(FA_USE_BLAS)
+#define FA_AVX2_KERNEL 1
+#endif
+
+/* Tile sizes. Forward: FA_FWD_BQ queries (columns of S^T) x FA_FWD_BK keys (rows of S^T).
+ * Backward: FA_BWD_BK keys x FA_BWD_BQ queries. Multiples of 6 (kernel rows) and 16 (kernel
+ * columns) waste nothing; any positive values are correct. */
 #ifndef FA_FWD_BQ
 #define FA_FWD_BQ 128
 #endif
 #ifndef FA_FWD_BK
-#define FA_FWD_BK 256
+#define FA_FWD_BK 240
 #endif
 #ifndef FA_BWD_BK
-#define FA_BWD_BK 128
+#define FA_BWD_BK 144
 #endif
 #ifndef FA_BWD_BQ
-#define FA_BWD_BQ 128
+#define FA_BWD_BQ 120
 #endif
+#define FA_SKEW 16 /* extra floats per buffer row: avoids power-of-two strides (cache-set conflicts) */
 
 #define FA_LOG2E 1.4426950408889634
 #define FA_LN2 0.6931471805599453
@@ -260,6 +274,150 @@ double attn_forward_flops(const AttnShape *s, const int *q_pos, const int *kv_po
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * Tile matrix product on strided operands:
+ *   C (M, N; row stride ldc) = alpha * A B  [+ C when accumulate]
+ * with A(m, k) = A[m * ars + k * aks] (one of ars, aks is 1: A or A^T stored row-major) and
+ * B(k, n) = B[k * ldb + n] (rows contiguous). */
+#ifdef FA_AVX2_KERNEL
+/* One 6 x 16 block of C (rows beyond mr recompute row mr-1 and are not stored; columns beyond
+ * nr are masked off when `masked`). 12 accumulators, K-loop of 2 loads, 6 broadcasts, 12 FMA. */
+static inline __attribute__((always_inline)) void
+micro_6x16(int K, int mr, float alpha, const float *A, size_t ars, size_t aks, const float *B, size_t ldb,
+           int accumulate, float *C, size_t ldc, const int masked, __m256i mlo, __m256i mhi) {
+    const float *a0 = A, *a1 = A + (size_t)(mr > 1) * ars, *a2 = A + (size_t)(mr > 2 ? 2 : mr - 1) * ars;
+    const float *a3 = A + (size_t)(mr > 3 ? 3 : mr - 1) * ars, *a4 = A + (size_t)(mr > 4 ? 4 : mr - 1) * ars;
+    const float *a5 = A + (size_t)(mr > 5 ? 5 : mr - 1) * ars;
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+    __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    for (int k = 0; k < K; k++) {
+        const float *b = B + (size_t)k * ldb;
+        __m256 b0 = masked ? _mm256_maskload_ps(b, mlo) : _mm256_loadu_ps(b);
+        __m256 b1 = masked ? _mm256_maskload_ps(b + 8, mhi) : _mm256_loadu_ps(b + 8);
+        size_t ko = (size_t)k * aks;
+        __m256 a = _mm256_broadcast_ss(a0 + ko);
+        c00 = _mm256_fmadd_ps(a, b0, c00);
+        c01 = _mm256_fmadd_ps(a, b1, c01);
+        a = _mm256_broadcast_ss(a1 + ko);
+        c10 = _mm256_fmadd_ps(a, b0, c10);
+        c11 = _mm256_fmadd_ps(a, b1, c11);
+        a = _mm256_broadcast_ss(a2 + ko);
+        c20 = _mm256_fmadd_ps(a, b0, c20);
+        c21 = _mm256_fmadd_ps(a, b1, c21);
+        a = _mm256_broadcast_ss(a3 + ko);
+        c30 = _mm256_fmadd_ps(a, b0, c30);
+        c31 = _mm256_fmadd_ps(a, b1, c31);
+        a = _mm256_broadcast_ss(a4 + ko);
+        c40 = _mm256_fmadd_ps(a, b0, c40);
+        c41 = _mm256_fmadd_ps(a, b1, c41);
+        a = _mm256_broadcast_ss(a5 + ko);
+        c50 = _mm256_fmadd_ps(a, b0, c50);
+        c51 = _mm256_fmadd_ps(a, b1, c51);
+    }
+    const __m256 va = _mm256_set1_ps(alpha);
+#define FA_STORE_ROW(r, x0, x1)                                                                      \
+    if (r < mr) {                                                                                    \
+        float *cr = C + (size_t)r * ldc;                                                             \
+        __m256 y0 = _mm256_mul_ps(va, x0), y1 = _mm256_mul_ps(va, x1);                               \
+        if (masked) {                                                                                \
+            if (accumulate) {                                                                        \
+                y0 = _mm256_add_ps(y0, _mm256_maskload_ps(cr, mlo));                                 \
+                y1 = _mm256_add_ps(y1, _mm256_maskload_ps(cr + 8, mhi));                             \
+            }                                                                                        \
+            _mm256_maskstore_ps(cr, mlo, y0);                                                        \
+            _mm256_maskstore_ps(cr + 8, mhi, y1);                                                    \
+        } else {                                                                                     \
+            if (accumulate) {                                                                        \
+                y0 = _mm256_add_ps(y0, _mm256_loadu_ps(cr));                                         \
+                y1 = _mm256_add_ps(y1, _mm256_loadu_ps(cr + 8));                                     \
+            }                                                                                        \
+            _mm256_storeu_ps(cr, y0);                                                                \
+            _mm256_storeu_ps(cr + 8, y1);                                                            \
+        }                                                                                            \
+    }
+    FA_STORE_ROW(0, c00, c01)
+    FA_STORE_ROW(1, c10, c11)
+    FA_STORE_ROW(2, c20, c21)
+    FA_STORE_ROW(3, c30, c31)
+    FA_STORE_ROW(4, c40, c41)
+    FA_STORE_ROW(5, c50, c51)
+#undef FA_STORE_ROW
+}
+#endif
+
+static void tile_gemm(int M, int N, int K, float alpha, const float *A, size_t ars, size_t aks,
+                      const float *B, size_t ldb, int accumulate, float *C, size_t ldc) {
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) {
+        if (!accumulate)
+            for (int m = 0; m < M; m++) memset(C + (size_t)m * ldc, 0, (size_t)N * sizeof(float));
+        return;
+    }
+#ifdef FA_AVX2_KERNEL
+    for (int n0 = 0; n0 < N; n0 += 16) {
+        const int nr = N - n0 < 16 ? N - n0 : 16;
+        if (nr == 16) {
+            const __m256i none = _mm256_setzero_si256();
+            for (int m0 = 0; m0 < M; m0 += 6)
+                micro_6x16(K, M - m0 < 6 ? M - m0 : 6, alpha, A + (size_t)m0 * ars, ars, aks, B + n0, ldb,
+                           accumulate, C + (size_t)m0 * ldc + n0, ldc, 0, none, none);
+        } else {
+            const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), vn = _mm256_set1_epi32(nr);
+            const __m256i mlo = _mm256_cmpgt_epi32(vn, lane);
+            const __m256i mhi = _mm256_cmpgt_epi32(vn, _mm256_add_epi32(lane, _mm256_set1_epi32(8)));
+            for (int m0 = 0; m0 < M; m0 += 6)
+                micro_6x16(K, M - m0 < 6 ? M - m0 : 6, alpha, A + (size_t)m0 * ars, ars, aks, B + n0, ldb,
+                           accumulate, C + (size_t)m0 * ldc + n0, ldc, 1, mlo, mhi);
+        }
+    }
+#else
+    if (aks != 1 && ars != 1) die("tile_gemm: neither A nor A^T is row-major");
+    cblas_sgemm(CblasRowMajor, aks == 1 ? CblasNoTrans : CblasTrans, CblasNoTrans, M, N, K, alpha, A,
+                (int)(aks == 1 ? ars : aks), B, (int)ldb, accumulate ? 1.0f : 0.0f, C, (int)ldc);
+#endif
+}
+
+/* dst (cols, ld_dst) = src (rows, cols; ld_src)^T. */
+static void transpose_tile(int rows, int cols, const float *src, size_t ld_src, float *dst, size_t ld_dst) {
+    for (int r0 = 0; r0 < rows; r0 += 8)
+        for (int c = 0; c < cols; c++)
+            for (int r = r0; r < rows && r < r0 + 8; r++) dst[(size_t)c * ld_dst + r] = src[(size_t)r * ld_src + c];
+}
+
+/* Column operations on a (rows, n; ld) score tile, vectorised across the n columns. */
+static void col_max(const float *s, int rows, int n, size_t ld, float *mx) {
+    for (int i = 0; i < n; i++) mx[i] = -INFINITY;
+    for (int j = 0; j < rows; j++) {
+        const float *row = s + (size_t)j * ld;
+        int i = 0;
+#ifdef __AVX2__
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(mx + i, _mm256_max_ps(_mm256_loadu_ps(mx + i), _mm256_loadu_ps(row + i)));
+#endif
+        for (; i < n; i++) mx[i] = row[i] > mx[i] ? row[i] : mx[i];
+    }
+}
+
+/* s[j][i] = 2^(s[j][i] - m[i]); sum[i] = sum over j of the new values. */
+static void col_exp2_sum(float *s, int rows, int n, size_t ld, const float *m, float *sum) {
+    for (int i = 0; i < n; i++) sum[i] = 0.0f;
+    for (int j = 0; j < rows; j++) {
+        float *row = s + (size_t)j * ld;
+        int i = 0;
+#ifdef __AVX2__
+        for (; i + 8 <= n; i += 8) {
+            __m256 p = exp2_avx2(_mm256_sub_ps(_mm256_loadu_ps(row + i), _mm256_loadu_ps(m + i)));
+            _mm256_storeu_ps(row + i, p);
+            _mm256_storeu_ps(sum + i, _mm256_add_ps(_mm256_loadu_ps(sum + i), p));
+        }
+#endif
+        for (; i < n; i++) {
+            row[i] = exp2_scalar(row[i] - m[i]);
+            sum[i] += row[i];
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
  * Forward. */
 void attn_forward(const AttnShape *s, const float *q, const int *q_pos, const float *k,
                   const float *v, const int *kv_pos, float *o, float *lse) {
@@ -268,7 +426,7 @@ void attn_forward(const AttnShape *s, const float *q, const int *q_pos, const fl
     if (n_q == 0 || n_kv == 0) return;
     const int group = H / Hkv, BQ = FA_FWD_BQ, BK = FA_FWD_BK;
     const int nqt = (n_q + BQ - 1) / BQ, nkt = (n_kv + BK - 1) / BK;
-    const int ldq = H * d, ldk = Hkv * d;
+    const size_t ldq = (size_t)H * d, ldk = (size_t)Hkv * d, ldt = (size_t)BQ + FA_SKEW;
     const float alpha = (float)(s->scale * FA_LOG2E); /* scores in log2 units */
     const AttnMask mask = s->mask;
 
@@ -286,24 +444,26 @@ void attn_forward(const AttnShape *s, const float *q, const int *q_pos, const fl
     qsort(order, (size_t)n_busy, sizeof *order, cmp_cost_desc);
 
     const int nth = omp_get_max_threads();
-    /* per thread: S (BQ, BK) | acc (BQ, d) | m, l (BQ) */
-    const size_t per_thread = (size_t)BQ * BK + (size_t)BQ * d + 2 * (size_t)BQ + 16;
+    /* per thread: Q^T (d, ldt) | S^T (BK, ldt) | acc (BQ, d) | m, l, mx, msafe, corr, sum (BQ) */
+    const size_t per_thread = ((size_t)d * ldt + (size_t)BK * ldt + (size_t)BQ * d + 6 * (size_t)BQ + 15) / 16 * 16;
     float *work = xmalloc_aligned((size_t)nth * per_thread * sizeof(float));
     const long long n_items = (long long)n_busy * H;
 
 #pragma omp parallel num_threads(nth)
     {
-        float *S = work + (size_t)omp_get_thread_num() * per_thread; /* (bq, bk) scores / probs */
-        float *acc = S + (size_t)BQ * BK;                            /* (bq, d) */
-        float *m = acc + (size_t)BQ * d;                             /* (bq) running max, log2 */
-        float *l = m + BQ;                                           /* (bq) running sum */
+        float *Qt = work + (size_t)omp_get_thread_num() * per_thread; /* (d, bq) transposed q tile */
+        float *ST = Qt + (size_t)d * ldt;                             /* (bk, bq) scores^T / probs^T */
+        float *acc = ST + (size_t)BK * ldt;                           /* (bq, d) */
+        float *m = acc + (size_t)BQ * d;                              /* (bq) running max, log2 */
+        float *l = m + BQ;                                            /* (bq) running sum */
+        float *mx = l + BQ, *msafe = mx + BQ, *corr = msafe + BQ, *sum = corr + BQ; /* (bq) each */
         unsigned char seen[FA_FWD_BQ];
 
 #pragma omp for schedule(dynamic, 1)
         for (long long w = 0; w < n_items; w++) {
             const int qt = order[w / H].idx, h = (int)(w % H), g = h / group;
             const int i0 = qt * BQ, bq = i0 + BQ <= n_q ? BQ : n_q - i0;
-            const float *qtile = q + ((size_t)i0 * H + h) * d; /* (bq, d), row stride ldq */
+            transpose_tile(bq, d, q + ((size_t)i0 * H + h) * d, ldq, Qt, ldt);
             for (int r = 0; r < bq; r++) {
                 size_t row = (size_t)(i0 + r) * H + h;
                 float L = lse[row];
@@ -319,37 +479,39 @@ void attn_forward(const AttnShape *s, const float *q, const int *q_pos, const fl
                 }
             }
             for (int kt = 0; kt < nkt; kt++) {
-                int cls = tile_class(mask, qr[qt], kr[kt]);
+                const int cls = tile_class(mask, qr[qt], kr[kt]);
                 if (cls == TILE_HIDDEN) continue;
                 const int j0 = kt * BK, bk = j0 + BK <= n_kv ? BK : n_kv - j0;
                 const float *ktile = k + ((size_t)j0 * Hkv + g) * d; /* (bk, d), row stride ldk */
                 const float *vtile = v + ((size_t)j0 * Hkv + g) * d; /* (bk, d), row stride ldk */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, d, alpha, qtile, ldq,
-                            ktile, ldk, 0.0f, S, bk);
-                for (int r = 0; r < bq; r++) {
-                    float *srow = S + (size_t)r * bk;
-                    if (cls == TILE_PARTIAL) {
-                        int qp = q_pos[i0 + r];
-                        if (qp < kr[kt].lo) { /* this row sees no key of the tile */
-                            memset(srow, 0, (size_t)bk * sizeof(float));
-                            continue;
-                        }
-                        if (qp < kr[kt].hi) row_mask(srow, kv_pos + j0, bk, qp);
+                /* S^T (bk, bq) = alpha K (bk, d) Q^T (d, bq) */
+                tile_gemm(bk, bq, d, alpha, ktile, ldk, 1, Qt, ldt, 0, ST, ldt);
+                if (cls == TILE_PARTIAL)
+                    for (int j = 0; j < bk; j++) {
+                        const int kp = kv_pos[j0 + j];
+                        if (kp <= qr[qt].lo) continue; /* every query of the tile sees this key */
+                        float *row = ST + (size_t)j * ldt;
+                        const int *qp = q_pos + i0;
+                        for (int i = 0; i < bq; i++) row[i] = kp > qp[i] ? -INFINITY : row[i];
                     }
-                    seen[r] = 1;
-                    float mnew = row_max(srow, bk);
-                    if (m[r] > mnew) mnew = m[r];
-                    float sum = row_exp2_sum(srow, bk, mnew);
-                    float corr = exp2_scalar(m[r] - mnew); /* 0 when m was -inf */
-                    if (corr != 1.0f) {
-                        float *arow = acc + (size_t)r * d;
-                        for (int c = 0; c < d; c++) arow[c] *= corr;
-                    }
-                    l[r] = l[r] * corr + sum;
-                    m[r] = mnew;
+                col_max(ST, bk, bq, ldt, mx);
+                for (int i = 0; i < bq; i++) {
+                    float mnew = m[i] > mx[i] ? m[i] : mx[i];
+                    seen[i] |= mx[i] != -INFINITY;
+                    msafe[i] = mnew == -INFINITY ? 0.0f : mnew; /* a column with no key yet: p = 0 */
+                    corr[i] = exp2_scalar(m[i] - msafe[i]);     /* 0 when m was -inf */
+                    m[i] = mnew;
                 }
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, d, bk, 1.0f, S, bk, vtile,
-                            ldk, 1.0f, acc, d);
+                col_exp2_sum(ST, bk, bq, ldt, msafe, sum);
+                for (int i = 0; i < bq; i++) {
+                    l[i] = l[i] * corr[i] + sum[i];
+                    if (corr[i] != 1.0f) {
+                        float *arow = acc + (size_t)i * d;
+                        for (int c = 0; c < d; c++) arow[c] *= corr[i];
+                    }
+                }
+                /* acc (bq, d) += P (bq, bk) V (bk, d), P read as (S^T)^T */
+                tile_gemm(bq, d, bk, 1.0f, ST, 1, ldt, vtile, ldk, 1, acc, (size_t)d);
             }
             for (int r = 0; r < bq; r++) {
                 if (!seen[r]) continue; /* no visible key in this call: state unchanged */
@@ -378,7 +540,7 @@ void attn_backward(const AttnShape *s, const float *q, const int *q_pos, const f
     if (n_q == 0 || n_kv == 0 || (!dq && !dk && !dv)) return;
     const int group = H / Hkv, BQ = FA_BWD_BQ, BK = FA_BWD_BK;
     const int nqt = (n_q + BQ - 1) / BQ, nkt = (n_kv + BK - 1) / BK;
-    const int ldq = H * d, ldk = Hkv * d;
+    const size_t ldq = (size_t)H * d, ldk = (size_t)Hkv * d, ldp = (size_t)BK + FA_SKEW;
     const float alpha = (float)(s->scale * FA_LOG2E), scale = s->scale;
     const AttnMask mask = s->mask;
 
@@ -395,8 +557,8 @@ void attn_backward(const AttnShape *s, const float *q, const int *q_pos, const f
     qsort(order, (size_t)n_busy, sizeof *order, cmp_cost_desc);
 
     const int nth = omp_get_max_threads();
-    /* per thread: P (BQ, BK) | dP (BQ, BK) | dK acc (BK, d) | dV acc (BK, d) */
-    const size_t per_thread = 2 * (size_t)BQ * BK + 2 * (size_t)BK * d + 16;
+    /* per thread: K^T, V^T (d, ldp) | P, dP (BQ, ldp) | dK acc, dV acc (BK, d) */
+    const size_t per_thread = (2 * (size_t)d * ldp + 2 * (size_t)BQ * ldp + 2 * (size_t)BK * d + 15) / 16 * 16;
     float *work = xmalloc_aligned((size_t)nth * per_thread * sizeof(float));
     /* dq of threads 1.. : (n_q, group, d) each, for the heads of the current kv head */
     const size_t dq_elems = (size_t)n_q * group * d;
@@ -407,37 +569,41 @@ void attn_backward(const AttnShape *s, const float *q, const int *q_pos, const f
 #pragma omp parallel num_threads(nth)
     {
         const int tid = omp_get_thread_num(), team = omp_get_num_threads();
-        float *P = work + (size_t)tid * per_thread; /* (bq, bk) probabilities, then dS */
-        float *dP = P + (size_t)BQ * BK;             /* (bq, bk) */
-        float *dKa = dP + (size_t)BQ * BK;           /* (bk, d) */
+        float *Kt = work + (size_t)tid * per_thread; /* (d, bk) transposed k tile */
+        float *Vt = Kt + (size_t)d * ldp;            /* (d, bk) transposed v tile */
+        float *P = Vt + (size_t)d * ldp;             /* (bq, bk) probabilities, then dS */
+        float *dP = P + (size_t)BQ * ldp;            /* (bq, bk) */
+        float *dKa = dP + (size_t)BQ * ldp;          /* (bk, d) */
         float *dVa = dKa + (size_t)BK * d;           /* (bk, d) */
         for (int g = 0; g < Hkv; g++) {
             const int h0 = g * group;
+            /* no barrier needed here: the previous kv head's reduction ended with one */
             if (dq && tid > 0) memset(dqbuf[tid], 0, dq_elems * sizeof(float));
             /* thread 0 accumulates straight into dq; the others into their (n_q, group, d) buffer */
             float *dq_base = !dq ? NULL : tid == 0 ? dq + (size_t)h0 * d : dqbuf[tid];
-            const int dq_ld = tid == 0 ? ldq : group * d; /* row stride of dq_base */
-            /* no barrier needed: the previous kv head's reduction ended with one */
+            const size_t dq_ld = tid == 0 ? ldq : (size_t)group * d; /* row stride of dq_base */
 #pragma omp for schedule(dynamic, 1)
             for (int w = 0; w < n_busy; w++) {
                 const int kt = order[w].idx, j0 = kt * BK, bk = j0 + BK <= n_kv ? BK : n_kv - j0;
                 const float *ktile = k + ((size_t)j0 * Hkv + g) * d; /* (bk, d), stride ldk */
                 const float *vtile = v + ((size_t)j0 * Hkv + g) * d; /* (bk, d), stride ldk */
+                transpose_tile(bk, d, ktile, ldk, Kt, ldp);
+                transpose_tile(bk, d, vtile, ldk, Vt, ldp);
                 memset(dKa, 0, (size_t)bk * d * sizeof(float));
                 memset(dVa, 0, (size_t)bk * d * sizeof(float));
                 for (int hh = 0; hh < group; hh++) {
                     const int h = h0 + hh;
                     for (int qt = 0; qt < nqt; qt++) {
-                        int cls = tile_class(mask, qr[qt], kr[kt]);
+                        const int cls = tile_class(mask, qr[qt], kr[kt]);
                         if (cls == TILE_HIDDEN) continue;
                         const int i0 = qt * BQ, bq = i0 + BQ <= n_q ? BQ : n_q - i0;
                         const float *qtile = q + ((size_t)i0 * H + h) * d;     /* (bq, d), ldq */
                         const float *dotile = dout + ((size_t)i0 * H + h) * d; /* (bq, d), ldq */
-                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, d, alpha, qtile,
-                                    ldq, ktile, ldk, 0.0f, P, bk);
+                        /* S (bq, bk) = alpha Q (bq, d) K^T (d, bk) */
+                        tile_gemm(bq, bk, d, alpha, qtile, ldq, 1, Kt, ldp, 0, P, ldp);
                         int any = 0;
                         for (int r = 0; r < bq; r++) {
-                            float *prow = P + (size_t)r * bk;
+                            float *prow = P + (size_t)r * ldp;
                             float L = lse[(size_t)(i0 + r) * H + h];
                             int hidden = L == -INFINITY;
                             if (cls == TILE_PARTIAL && !hidden) {
@@ -454,25 +620,21 @@ void attn_backward(const AttnShape *s, const float *q, const int *q_pos, const f
                         }
                         if (!any) continue;
                         if (dv) /* dV (bk, d) += P^T (bk, bq) dO (bq, d) */
-                            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk, d, bq, 1.0f, P, bk,
-                                        dotile, ldq, 1.0f, dVa, d);
+                            tile_gemm(bk, d, bq, 1.0f, P, 1, ldp, dotile, ldq, 1, dVa, (size_t)d);
                         if (!dq && !dk) continue;
                         /* dP (bq, bk) = dO (bq, d) V^T (d, bk) */
-                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, d, 1.0f, dotile, ldq,
-                                    vtile, ldk, 0.0f, dP, bk);
+                        tile_gemm(bq, bk, d, 1.0f, dotile, ldq, 1, Vt, ldp, 0, dP, ldp);
                         for (int r = 0; r < bq; r++) { /* dS = P * (dP - delta), into P */
-                            float dl = delta[(size_t)(i0 + r) * H + h];
-                            float *prow = P + (size_t)r * bk;
-                            const float *dprow = dP + (size_t)r * bk;
+                            const float dl = delta[(size_t)(i0 + r) * H + h];
+                            float *prow = P + (size_t)r * ldp;
+                            const float *dprow = dP + (size_t)r * ldp;
                             for (int c = 0; c < bk; c++) prow[c] = prow[c] * (dprow[c] - dl);
                         }
                         if (dk) /* dK (bk, d) += scale dS^T (bk, bq) Q (bq, d) */
-                            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk, d, bq, scale, P, bk,
-                                        qtile, ldq, 1.0f, dKa, d);
+                            tile_gemm(bk, d, bq, scale, P, 1, ldp, qtile, ldq, 1, dKa, (size_t)d);
                         if (dq) /* dQ (bq, d) += scale dS (bq, bk) K (bk, d) */
-                            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, d, bk, scale, P, bk,
-                                        ktile, ldk, 1.0f, dq_base + (size_t)i0 * dq_ld + (size_t)hh * d,
-                                        dq_ld);
+                            tile_gemm(bq, d, bk, scale, P, ldp, 1, ktile, ldk, 1,
+                                      dq_base + (size_t)i0 * dq_ld + (size_t)hh * d, dq_ld);
                     }
                 }
                 for (int j = 0; j < bk; j++) { /* this thread is the only writer of these rows */

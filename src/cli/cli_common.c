@@ -100,6 +100,37 @@ int size_flags_handle(SizeFlags *f, const char *cmd, int opt, const char *arg) {
     }
 }
 
+const char PARALLEL_FLAGS_HELP[] =
+    "parallelism (run under mpirun; world = dp x hp x cp ranks):\n"
+    "  --dp N              data-parallel replicas (default: ranks / (hp x cp))\n"
+    "  --hp N              head parallelism: Ulysses all-to-all inside a head group (default 1)\n"
+    "  --cp N              context parallelism: ring attention inside a context group (default 1)\n"
+    "  --ring-inner W      double ring with inner rings of W ranks; W divides cp (default cp)\n"
+    "  --placement P       head-first (head groups on consecutive ranks, default) or context-first\n"
+    "  --layout L          zigzag (default), contiguous or striped token layout\n"
+    "  --ranks-per-node N  node size for intra/inter-node accounting (default: from MPI)\n"
+    "  --zero N            0: allreduce gradients; 1: shard AdamW state over all ranks (default 0)\n"
+    "  --threads N         threads per rank (default: node cores / ranks on the node)\n"
+    "  --trace FILE        Chrome trace-event JSON, one track per rank (open in Perfetto)\n"
+    "  --stats             print bytes sent per kind, compute and exposed communication per rank\n";
+
+int parallel_flags_handle(ParallelConfig *c, const char *cmd, int opt, const char *arg) {
+    switch (opt) {
+    case 2001: c->dp = (int)parse_long(cmd, "dp", arg, 1, 1 << 20); return 1;
+    case 2002: c->hp = (int)parse_long(cmd, "hp", arg, 1, 1 << 20); return 1;
+    case 2003: c->cp = (int)parse_long(cmd, "cp", arg, 1, 1 << 20); return 1;
+    case 2004: c->ring_inner = (int)parse_long(cmd, "ring-inner", arg, 1, 1 << 20); return 1;
+    case 2005: c->placement = placement_parse(arg); return 1;
+    case 2006: c->layout = layout_parse(arg); return 1;
+    case 2007: c->ranks_per_node = (int)parse_long(cmd, "ranks-per-node", arg, 1, 1 << 20); return 1;
+    case 2008: c->zero = (int)parse_long(cmd, "zero", arg, 0, 1); return 1;
+    case 2009: c->trace_path = arg; return 1;
+    case 2010: c->stats = 1; return 1;
+    case 2011: c->threads = (int)parse_long(cmd, "threads", arg, 1, 4096); return 1;
+    default: return 0;
+    }
+}
+
 int file_exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0;

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "model/llama.h"
+#include "strategies/seq_parallel.h"
 
 long   parse_long(const char *cmd, const char *flag, const char *value, long min, long max);
 double parse_double(const char *cmd, const char *flag, const char *value, double min, double max);
@@ -40,6 +41,18 @@ extern const char SIZE_FLAGS_HELP[];
 void model_from_dir(LlamaModel *m, const char *dir, uint64_t seed);
 /* Builds a random model from size flags (validated; `where` names the source in errors). */
 void model_from_size(LlamaModel *m, const LlamaConfig *cfg, uint64_t seed);
+
+/* Parallelism flags shared by grad, train and bench: --dp --hp --cp --ring-inner --placement
+ * --layout --ranks-per-node --zero --threads --trace --stats. */
+#define PARALLEL_FLAG_OPTIONS \
+    {"dp", required_argument, 0, 2001}, {"hp", required_argument, 0, 2002}, \
+    {"cp", required_argument, 0, 2003}, {"ring-inner", required_argument, 0, 2004}, \
+    {"placement", required_argument, 0, 2005}, {"layout", required_argument, 0, 2006}, \
+    {"ranks-per-node", required_argument, 0, 2007}, {"zero", required_argument, 0, 2008}, \
+    {"trace", required_argument, 0, 2009}, {"stats", no_argument, 0, 2010}, \
+    {"threads", required_argument, 0, 2011}
+int parallel_flags_handle(ParallelConfig *c, const char *cmd, int opt, const char *arg);
+extern const char PARALLEL_FLAGS_HELP[];
 
 int file_exists(const char *path);
 /* mkdir -p for the directory part of a file path (or a directory itself when is_dir). */

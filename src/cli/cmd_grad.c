@@ -12,6 +12,7 @@
 #include "data/tokens.h"
 #include "io/param_io.h"
 #include "model/llama.h"
+#include "strategies/seq_parallel.h"
 
 static const char HELP[] =
     "usage: seqpar grad --model DIR --tokens FILE --seq-len S --out FILE [options]\n"
@@ -26,7 +27,6 @@ static const char HELP[] =
     "  --out FILE           gradient file to write (safetensors, F32)\n"
     "  --seed N             seed for random weights when DIR has no model.safetensors (default 1)\n"
     "  --checkpoint         recompute each layer in backward (layer-boundary checkpointing)\n"
-    "  --threads N          OpenMP/OpenBLAS threads (default: all cores)\n"
     "  --help               this text\n";
 
 int cmd_grad(int argc, char **argv) {
@@ -35,16 +35,20 @@ int cmd_grad(int argc, char **argv) {
     long seq_len = 0;
     uint64_t seed = 1;
     int checkpoint = 0;
+    ParallelConfig pc;
+    parallel_config_default(&pc);
     static const struct option opts[] = {
+        PARALLEL_FLAG_OPTIONS,
         {"model", required_argument, 0, 'm'}, {"tokens", required_argument, 0, 't'},
         {"tokens-format", required_argument, 0, 'f'}, {"seq-len", required_argument, 0, 's'},
         {"out", required_argument, 0, 'o'}, {"seed", required_argument, 0, 'r'},
-        {"checkpoint", no_argument, 0, 'c'}, {"threads", required_argument, 0, 'j'},
+        {"checkpoint", no_argument, 0, 'c'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     opterr = 0;
     optind = 1;
     int opt;
     while ((opt = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        if (parallel_flags_handle(&pc, cmd, opt, optarg)) continue;
         switch (opt) {
         case 'm': model_dir = optarg; break;
         case 't': tokens_path = optarg; break;
@@ -53,8 +57,7 @@ int cmd_grad(int argc, char **argv) {
         case 'o': out_path = optarg; break;
         case 'r': seed = (uint64_t)parse_long(cmd, "seed", optarg, 0, (1L << 62)); break;
         case 'c': checkpoint = 1; break;
-        case 'j': set_threads((int)parse_long(cmd, "threads", optarg, 1, 4096)); break;
-        case 'h': fputs(HELP, stdout); return 0;
+        case 'h': fputs(HELP, stdout); fputs(PARALLEL_FLAGS_HELP, stdout); return 0;
         default: die_bad_option(cmd, argc, argv, opt);
         }
     }
@@ -72,21 +75,31 @@ int cmd_grad(int argc, char **argv) {
         die("--seq-len %ld needs %ld tokens but '%s' holds %zu: use --seq-len %zu or less", seq_len, seq_len + 1,
             tokens_path, td.n, td.n > 0 ? td.n - 1 : 0);
     int S = (int)seq_len;
-    int *inputs = xmalloc(sizeof(int) * S), *targets = xmalloc(sizeof(int) * S), *positions = xmalloc(sizeof(int) * S);
+    SeqParallel par;
+    seq_parallel_create(&par, &pc, &model.cfg, S, model.table.total);
+    int N = par.n_local;
+    int *global_inputs = xmalloc(sizeof(int) * S), *global_targets = xmalloc(sizeof(int) * S);
+    int *inputs = xmalloc(sizeof(int) * N), *targets = xmalloc(sizeof(int) * N);
     for (int i = 0; i < S; i++) {
-        inputs[i] = (int)td.tokens[i];
-        targets[i] = (int)td.tokens[i + 1];
-        positions[i] = i;
+        global_inputs[i] = (int)td.tokens[i];
+        global_targets[i] = (int)td.tokens[i + 1];
     }
-    SeqAttention *attn = local_attention_create();
-    LlamaActs *acts = llama_acts_create(&model, attn, S, checkpoint);
-    double loss_sum = llama_forward_backward(&model, acts, attn, inputs, targets, positions, S, 1.0f / (float)S, 1, NULL);
-    printf("loss: %.9f\n", loss_sum / S);
-    params_save_safetensors(out_path, &model.table, model.grads);
-
+    seq_parallel_take_local(&par, global_inputs, inputs);
+    seq_parallel_take_local(&par, global_targets, targets);
+    /* Every dp replica computes the same sequence; the sum over all ranks is the mean. */
+    float loss_scale = 1.0f / ((float)S * (float)par.topo.dp);
+    LlamaActs *acts = llama_acts_create(&model, par.attn, N, checkpoint);
+    double local = llama_forward_backward(&model, acts, par.attn, inputs, targets, par.positions, N, loss_scale, 1, NULL);
+    double loss = seq_parallel_sum(&par, local) / ((double)S * par.topo.dp);
+    grad_sync_reduce(&par.sync, model.grads);
+    grad_sync_gather_params(&par.sync, model.grads); /* with --zero 1 every rank holds only its shard */
+    if (par.topo.world_rank == 0) {
+        printf("loss: %.9f\n", loss);
+        params_save_safetensors(out_path, &model.table, model.grads);
+    }
     llama_acts_free(acts);
-    seq_attention_destroy(attn);
-    xfree(inputs); xfree(targets); xfree(positions);
+    seq_parallel_free(&par);
+    xfree(global_inputs); xfree(global_targets); xfree(inputs); xfree(targets);
     tokens_free(&td);
     llama_free(&model);
     return 0;

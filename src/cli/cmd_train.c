@@ -20,6 +20,7 @@
 #include "kernels/sgemm_bench.h"
 #include "model/llama.h"
 #include "optim/adamw.h"
+#include "strategies/seq_parallel.h"
 
 static const char HELP_HEAD[] =
     "usage: seqpar train [options]\n"
@@ -34,7 +35,7 @@ static const char HELP_TAIL[] =
     "  --data SRC           'recall' (default), an llm.c shard (.bin) or a text file (.txt)\n"
     "  --tokens-format F    auto|llmc|text for --data FILE (default auto)\n"
     "  --seq-len S          tokens per sequence (default 256)\n"
-    "  --batch B            sequences per step (default 8)\n"
+    "  --batch B            sequences per step over all dp replicas (default 8; divisible by --dp)\n"
     "  --recall-pairs N     key-value pairs per recall sequence (default seq-len/16)\n"
     "  --recall-queries N   queries per recall sequence (default = pairs)\n"
     "optimisation:\n"
@@ -55,8 +56,7 @@ static const char HELP_TAIL[] =
     "  --save-every N       also checkpoint every N steps\n"
     "  --resume DIR         continue the run saved in DIR (same settings required)\n"
     "  --stop-at N          stop after step N (of the --steps schedule), e.g. to train in slices\n"
-    "  --log FILE           JSONL log, appended (default runs/train.jsonl)\n"
-    "  --threads N          OpenMP/OpenBLAS threads (default: all cores)\n"
+    "  --log FILE           JSONL log, appended by rank 0 (default runs/train.jsonl)\n"
     "  --peak-gflops X      peak for MFU (default: measured OpenBLAS sgemm on this machine)\n"
     "  --quiet              print only evaluations and the summary\n"
     "  --help               this text\n";
@@ -71,6 +71,7 @@ typedef struct {
     double peak_gflops;
     AdamWConfig opt;
     int min_lr_set;
+    ParallelConfig par;
 } TrainOptions;
 
 /* The source of training sequences: recall task or a token file read sequentially. */
@@ -96,23 +97,42 @@ static void next_sequence(DataSource *ds, TrainerState *st, int S, int *inputs, 
     st->data_cursor += (uint64_t)S;
 }
 
-/* Recall accuracy on eval_seqs fresh sequences from a fixed seed (the same set every time). */
-static double evaluate_recall(LlamaModel *m, LlamaActs *acts, const SeqAttention *attn, DataSource *ds,
-                              const TrainOptions *o, const int *positions, FILE *out) {
-    int S = o->seq_len;
-    int *inputs = xmalloc(sizeof(int) * S), *targets = xmalloc(sizeof(int) * S), *pred = xmalloc(sizeof(int) * S);
+/* Recall accuracy on eval_seqs fresh sequences from a fixed seed (the same set every time).
+ * Sequence e is evaluated by replica e % dp; each rank scores its own tokens and the counts are
+ * summed over every rank. Printed by rank 0. */
+static double evaluate_recall(LlamaModel *m, LlamaActs *acts, SeqParallel *par, DataSource *ds,
+                              const TrainOptions *o, FILE *out) {
+    int S = o->seq_len, N = par->n_local;
+    int *inputs = xmalloc(sizeof(int) * S), *targets = xmalloc(sizeof(int) * S);
+    int *li = xmalloc(sizeof(int) * N), *lt = xmalloc(sizeof(int) * N), *ld = xmalloc(sizeof(int) * N);
+    int *pred = xmalloc(sizeof(int) * N);
     Rng rng;
     rng_seed(&rng, o->seed ^ 0xE7A1E7A1ull);
     RecallStats stats;
     memset(&stats, 0, sizeof stats);
-    for (int s = 0; s < o->eval_seqs; s++) {
+    for (int e = 0; e < o->eval_seqs; e++) {
         recall_generate(&ds->spec, &rng, inputs, targets, ds->distance);
-        llama_forward_backward(m, acts, attn, inputs, targets, positions, S, 1.0f, 0, pred);
-        for (int i = 0; i < S; i++)
-            if (targets[i] >= 0) recall_stats_add(&stats, ds->distance[i], pred[i] == targets[i]);
+        if (e % par->topo.dp != par->topo.dp_rank) continue;
+        seq_parallel_take_local(par, inputs, li);
+        seq_parallel_take_local(par, targets, lt);
+        seq_parallel_take_local(par, ds->distance, ld);
+        llama_forward_backward(m, acts, par->attn, li, lt, par->positions, N, 1.0f, 0, pred);
+        for (int i = 0; i < N; i++)
+            if (lt[i] >= 0) recall_stats_add(&stats, ld[i], pred[i] == lt[i]);
     }
-    double acc = recall_stats_print(&stats, out);
-    xfree(inputs); xfree(targets); xfree(pred);
+    if (par->topo.world_size > 1) {
+        MPI_Allreduce(MPI_IN_PLACE, stats.correct, RECALL_BUCKETS, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Allreduce(MPI_IN_PLACE, stats.total, RECALL_BUCKETS, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+    }
+    double acc = 0;
+    if (par->topo.world_rank == 0) {
+        acc = recall_stats_print(&stats, out);
+    } else {
+        long right = 0, all = 0;
+        for (int b = 0; b < RECALL_BUCKETS; b++) right += stats.correct[b], all += stats.total[b];
+        acc = all ? (double)right / (double)all : 0.0;
+    }
+    xfree(inputs); xfree(targets); xfree(li); xfree(lt); xfree(ld); xfree(pred);
     return acc;
 }
 
@@ -146,8 +166,10 @@ static void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlag
     o->log_path = "runs/train.jsonl";
     o->opt.lr = 3e-3f;
     o->opt.warmup_steps = 20;
+    parallel_config_default(&o->par);
     static const struct option opts[] = {
         SIZE_FLAG_OPTIONS,
+        PARALLEL_FLAG_OPTIONS,
         {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
         {"tokens-format", required_argument, 0, 'F'}, {"seq-len", required_argument, 0, 's'},
         {"batch", required_argument, 0, 'b'}, {"steps", required_argument, 0, 'n'},
@@ -159,7 +181,7 @@ static void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlag
         {"eval-every", required_argument, 0, 'e'}, {"eval-seqs", required_argument, 0, 'E'},
         {"save", required_argument, 0, 'S'}, {"save-every", required_argument, 0, 'V'},
         {"resume", required_argument, 0, 'R'}, {"log", required_argument, 0, 'o'},
-        {"threads", required_argument, 0, 'j'}, {"peak-gflops", required_argument, 0, 'p'},
+        {"peak-gflops", required_argument, 0, 'p'},
         {"recall-pairs", required_argument, 0, 'P'}, {"recall-queries", required_argument, 0, 'Q'},
         {"quiet", no_argument, 0, 'q'}, {"stop-at", required_argument, 0, 'T'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     opterr = 0;
@@ -167,6 +189,7 @@ static void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlag
     int opt;
     while ((opt = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         if (size_flags_handle(sf, cmd, opt, optarg)) continue;
+        if (parallel_flags_handle(&o->par, cmd, opt, optarg)) continue;
         switch (opt) {
         case 'm': o->model_dir = optarg; break;
         case 'd': o->data = optarg; break;
@@ -190,7 +213,6 @@ static void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlag
         case 'V': o->save_every = (int)parse_long(cmd, "save-every", optarg, 1, 1 << 30); break;
         case 'R': o->resume_dir = optarg; break;
         case 'o': o->log_path = optarg; break;
-        case 'j': set_threads((int)parse_long(cmd, "threads", optarg, 1, 4096)); break;
         case 'p': o->peak_gflops = parse_double(cmd, "peak-gflops", optarg, 1e-3, 1e12); break;
         case 'P': o->recall_pairs = (int)parse_long(cmd, "recall-pairs", optarg, 1, 1 << 28); break;
         case 'Q': o->recall_queries = (int)parse_long(cmd, "recall-queries", optarg, 1, 1 << 28); break;
@@ -200,6 +222,7 @@ static void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlag
             fputs(HELP_HEAD, stdout);
             fputs(SIZE_FLAGS_HELP, stdout);
             fputs(HELP_TAIL, stdout);
+            fputs(PARALLEL_FLAGS_HELP, stdout);
             exit(0);
         default: die_bad_option(cmd, argc, argv, opt);
         }
@@ -210,6 +233,36 @@ static void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlag
     if (!o->stop_at || o->stop_at > o->steps) o->stop_at = o->steps;
     if (o->model_dir && o->resume_dir)
         die_collective("seqpar train: --model and --resume both name a model: --resume DIR already holds one");
+}
+
+/* Writes the checkpoint from rank 0: the AdamW moments are gathered from their shards. */
+static void save_checkpoint(const char *dir, const LlamaModel *m, const AdamW *opt, const TrainerState *st,
+                            SeqParallel *par) {
+    int root = par->topo.world_rank == 0;
+    AdamW full = *opt;
+    full.begin = 0;
+    full.end = m->table.total;
+    full.m = root ? xmalloc(sizeof(float) * m->table.total) : NULL;
+    full.v = root ? xmalloc(sizeof(float) * m->table.total) : NULL;
+    grad_sync_gather_to_root(&par->sync, opt->m, full.m);
+    grad_sync_gather_to_root(&par->sync, opt->v, full.v);
+    if (root) checkpoint_save(dir, &m->cfg, &m->table, m->params, &full, st);
+    xfree(full.m);
+    xfree(full.v);
+    if (par->topo.world_size > 1) MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/* Every rank reads the checkpoint (the directory must be visible to all ranks) and keeps its
+ * shard of the AdamW moments. */
+static void load_checkpoint(const char *dir, LlamaModel *m, AdamW *opt, TrainerState *st) {
+    AdamW full;
+    adamw_init(&full, &opt->cfg, 0, m->table.total);
+    checkpoint_load(dir, NULL, &m->table, m->params, &full, st);
+    size_t n = opt->end - opt->begin;
+    memcpy(opt->m, full.m + opt->begin, sizeof(float) * n);
+    memcpy(opt->v, full.v + opt->begin, sizeof(float) * n);
+    opt->step = full.step;
+    adamw_free(&full);
 }
 
 int cmd_train(int argc, char **argv) {
@@ -243,8 +296,8 @@ int cmd_train(int argc, char **argv) {
     }
     const LlamaConfig *c = &model.cfg;
     if (!ds.is_recall && (int)ds.td.max_token >= c->vocab_size)
-        die("'%s' holds token %u but the model's vocab_size is %d: use a model with a larger vocabulary",
-            o.data, ds.td.max_token, c->vocab_size);
+        die_collective("'%s' holds token %u but the model's vocab_size is %d: use a model with a larger vocabulary",
+                       o.data, ds.td.max_token, c->vocab_size);
     if (ds.is_recall) {
         ds.spec.vocab_size = c->vocab_size;
         ds.spec.seq_len = S;
@@ -256,100 +309,125 @@ int cmd_train(int argc, char **argv) {
         ds.distance = xmalloc(sizeof(int) * S);
     }
 
+    SeqParallel par;
+    seq_parallel_create(&par, &o.par, c, S, model.table.total);
+    int root = par.topo.world_rank == 0, dp = par.topo.dp, N = par.n_local;
+    if (o.batch % dp != 0)
+        die_collective("--batch %d does not split over --dp %d replicas: use a batch divisible by %d", o.batch, dp, dp);
+    int per_replica = o.batch / dp;
+
     AdamW opt;
-    adamw_init(&opt, &o.opt, 0, model.table.total);
+    adamw_init(&opt, &o.opt, par.sync.shard_begin, par.sync.shard_end);
     TrainerState st, now;
     trainer_state_init(&now);
     now.seed = o.seed;
     now.seq_len = S;
     record_settings(&now, &o, &model);
     if (o.resume_dir) {
-        checkpoint_load(o.resume_dir, NULL, &model.table, model.params, &opt, &st);
+        load_checkpoint(o.resume_dir, &model, &opt, &st);
         trainer_state_check(&st, &now, o.resume_dir);
-        printf("resumed from %s at step %ld\n", o.resume_dir, st.step);
+        if (root) printf("resumed from %s at step %ld\n", o.resume_dir, st.step);
     } else {
         st = now;
         rng_seed(&st.data_rng, o.seed * 0x9E3779B97F4A7C15ull + 17);
     }
 
-    SeqAttention *attn = local_attention_create();
-    LlamaActs *acts = llama_acts_create(&model, attn, S, o.checkpoint);
-    int *inputs = xmalloc(sizeof(int) * (size_t)S * o.batch), *targets = xmalloc(sizeof(int) * (size_t)S * o.batch);
-    int *positions = xmalloc(sizeof(int) * S);
-    for (int i = 0; i < S; i++) positions[i] = i;
+    LlamaActs *acts = llama_acts_create(&model, par.attn, N, o.checkpoint);
+    int *g_inputs = xmalloc(sizeof(int) * (size_t)S * o.batch), *g_targets = xmalloc(sizeof(int) * (size_t)S * o.batch);
+    int *inputs = xmalloc(sizeof(int) * (size_t)N * per_replica), *targets = xmalloc(sizeof(int) * (size_t)N * per_replica);
 
     double peak = o.peak_gflops > 0 ? o.peak_gflops : sgemm_peak_gflops(3);
     double flops_per_token = llama_train_flops_per_token(c, S);
-    make_dirs(o.log_path, 0);
-    FILE *log = xfopen(o.log_path, "a");
-    printf("model: %d layers, hidden %d, heads %d (kv %d), head_dim %d, ffn %d, vocab %d: %.3fM parameters\n",
-           c->num_hidden_layers, c->hidden_size, c->num_attention_heads, c->num_key_value_heads, c->head_dim,
-           c->intermediate_size, c->vocab_size, (double)model.table.total / 1e6);
-    printf("data: %s, seq-len %d, batch %d; %d threads; MFU against %.1f GFLOPS (%s)\n", o.data, S, o.batch,
-           current_threads(), peak, o.peak_gflops > 0 ? "--peak-gflops" : "measured sgemm");
-    if (ds.is_recall)
-        printf("recall task: %d pairs, %d queries per sequence, chance accuracy %.3f\n", ds.spec.n_pairs,
-               ds.spec.n_queries, 1.0 / ((c->vocab_size - 1) / 2));
-    fflush(stdout);
+    FILE *log = NULL;
+    if (root) {
+        make_dirs(o.log_path, 0);
+        log = xfopen(o.log_path, "a");
+        char desc[256];
+        seq_parallel_describe(&par, desc, sizeof desc);
+        printf("model: %d layers, hidden %d, heads %d (kv %d), head_dim %d, ffn %d, vocab %d: %.3fM parameters\n",
+               c->num_hidden_layers, c->hidden_size, c->num_attention_heads, c->num_key_value_heads, c->head_dim,
+               c->intermediate_size, c->vocab_size, (double)model.table.total / 1e6);
+        printf("data: %s, seq-len %d, batch %d; %d rank%s: %s\n", o.data, S, o.batch, par.topo.world_size,
+               par.topo.world_size == 1 ? "" : "s", desc);
+        printf("MFU against %.1f GFLOPS per rank (%s)\n", peak, o.peak_gflops > 0 ? "--peak-gflops" : "measured sgemm");
+        if (ds.is_recall)
+            printf("recall task: %d pairs, %d queries per sequence, chance accuracy %.3f\n", ds.spec.n_pairs,
+                   ds.spec.n_queries, 1.0 / ((c->vocab_size - 1) / 2));
+        fflush(stdout);
+    }
 
     double last_loss = NAN;
     while (st.step < o.stop_at) {
         double t0 = now_seconds();
         mem_tracked_reset_peak();
-        int n_targets = 0;
+        /* every rank draws the whole global batch (same RNG), keeps its replica's sequences and
+         * its own tokens of them */
+        long n_targets = 0;
         for (int b = 0; b < o.batch; b++) {
-            next_sequence(&ds, &st, S, inputs + (size_t)b * S, targets + (size_t)b * S);
-            for (int i = 0; i < S; i++) n_targets += targets[(size_t)b * S + i] >= 0;
+            next_sequence(&ds, &st, S, g_inputs + (size_t)b * S, g_targets + (size_t)b * S);
+            for (int i = 0; i < S; i++) n_targets += g_targets[(size_t)b * S + i] >= 0;
         }
-        if (n_targets == 0) die("a batch holds no targets: use a longer --seq-len or more --recall-queries");
+        if (n_targets == 0) die_collective("a batch holds no targets: use a longer --seq-len or more --recall-queries");
+        for (int b = 0; b < per_replica; b++) {
+            size_t g = (size_t)(par.topo.dp_rank * per_replica + b) * S;
+            seq_parallel_take_local(&par, g_inputs + g, inputs + (size_t)b * N);
+            seq_parallel_take_local(&par, g_targets + g, targets + (size_t)b * N);
+        }
         memset(model.grads, 0, sizeof(float) * model.table.total);
         double loss_sum = 0;
-        for (int b = 0; b < o.batch; b++)
-            loss_sum += llama_forward_backward(&model, acts, attn, inputs + (size_t)b * S, targets + (size_t)b * S,
-                                               positions, S, 1.0f / (float)n_targets, 1, NULL);
-        double loss = loss_sum / n_targets;
-        double norm_sq = grad_norm_sq(model.grads, model.table.total);
+        for (int b = 0; b < per_replica; b++)
+            loss_sum += llama_forward_backward(&model, acts, par.attn, inputs + (size_t)b * N, targets + (size_t)b * N,
+                                               par.positions, N, 1.0f / (float)n_targets, 1, NULL);
+        double loss = seq_parallel_sum(&par, loss_sum) / (double)n_targets;
+        double norm_sq = grad_sync_reduce(&par.sync, model.grads);
         if (!isfinite(loss) || !isfinite(norm_sq))
-            die("step %ld: loss %g, gradient norm^2 %g are not finite: lower --lr or raise --warmup", st.step + 1,
-                loss, norm_sq);
+            die_collective("step %ld: loss %g, gradient norm^2 %g are not finite: lower --lr or raise --warmup",
+                           st.step + 1, loss, norm_sq);
         float lr = lr_at_step(&o.opt, st.step);
         adamw_update(&opt, &model.table, model.params, model.grads, lr, adamw_clip_scale(&o.opt, norm_sq));
+        grad_sync_gather_params(&par.sync, model.params);
         st.step++;
         double dt = now_seconds() - t0;
-        double tok_s = (double)S * o.batch / dt;
-        double mfu = tok_s * flops_per_token / (peak * 1e9);
-        double peak_mib = (double)mem_tracked_peak() / (1 << 20);
+        if (par.topo.world_size > 1) MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        double tok_s = (double)S * o.batch / dt, tok_s_rank = tok_s / par.topo.world_size;
+        double mfu = tok_s_rank * flops_per_token / (peak * 1e9);
+        unsigned long long peak_mem = mem_tracked_peak();
+        if (par.topo.world_size > 1)
+            MPI_Allreduce(MPI_IN_PLACE, &peak_mem, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
         last_loss = loss;
-        if (!o.quiet) {
-            printf("step %5ld/%ld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | MFU %.1f%% | peak mem %.1f MiB\n",
-                   st.step, o.steps, loss, lr, sqrt(norm_sq), tok_s, 100 * mfu, peak_mib);
+        if (root && !o.quiet) {
+            printf("step %5ld/%ld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s (%.0f/rank) | MFU %.1f%% | "
+                   "peak mem %.1f MiB/rank\n",
+                   st.step, o.steps, loss, lr, sqrt(norm_sq), tok_s, tok_s_rank, 100 * mfu, (double)peak_mem / (1 << 20));
             fflush(stdout);
         }
-        fprintf(log, "{\"step\": %ld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.17g, \"tokens_per_s\": %.3f, "
-                     "\"mfu\": %.6f, \"peak_mem_bytes\": %zu, \"step_seconds\": %.6f}\n",
-                st.step, loss, lr, sqrt(norm_sq), tok_s, mfu, mem_tracked_peak(), dt);
-        fflush(log);
+        if (root) {
+            fprintf(log, "{\"step\": %ld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.17g, \"tokens_per_s\": %.3f, "
+                         "\"tokens_per_s_per_rank\": %.3f, \"mfu\": %.6f, \"peak_mem_bytes\": %llu, \"step_seconds\": %.6f}\n",
+                    st.step, loss, lr, sqrt(norm_sq), tok_s, tok_s_rank, mfu, peak_mem, dt);
+            fflush(log);
+        }
         if (ds.is_recall && o.eval_every > 0 && st.step % o.eval_every == 0 && st.step < o.stop_at) {
-            printf("step %5ld eval: ", st.step);
-            evaluate_recall(&model, acts, attn, &ds, &o, positions, stdout);
+            if (root) printf("step %5ld eval: ", st.step);
+            evaluate_recall(&model, acts, &par, &ds, &o, stdout);
         }
         if (o.save_dir && o.save_every > 0 && st.step % o.save_every == 0 && st.step < o.stop_at)
-            checkpoint_save(o.save_dir, c, &model.table, model.params, &opt, &st);
+            save_checkpoint(o.save_dir, &model, &opt, &st, &par);
     }
-    if (ds.is_recall) {
-        printf("final eval (step %ld): ", st.step);
-        double acc = evaluate_recall(&model, acts, attn, &ds, &o, positions, stdout);
-        printf("recall accuracy %.3f (chance %.3f)\n", acc, 1.0 / ((c->vocab_size - 1) / 2));
+    if (ds.is_recall && o.eval_seqs > 0) {
+        if (root) printf("final eval (step %ld): ", st.step);
+        double acc = evaluate_recall(&model, acts, &par, &ds, &o, stdout);
+        if (root) printf("recall accuracy %.3f (chance %.3f)\n", acc, 1.0 / ((c->vocab_size - 1) / 2));
     }
     if (o.save_dir) {
-        checkpoint_save(o.save_dir, c, &model.table, model.params, &opt, &st);
-        printf("saved checkpoint to %s (step %ld)\n", o.save_dir, st.step);
+        save_checkpoint(o.save_dir, &model, &opt, &st, &par);
+        if (root) printf("saved checkpoint to %s (step %ld)\n", o.save_dir, st.step);
     }
-    if (!isnan(last_loss)) printf("final loss %.6f\n", last_loss);
-    fclose(log);
-    xfree(inputs); xfree(targets); xfree(positions);
+    if (root && !isnan(last_loss)) printf("final loss %.6f\n", last_loss);
+    if (log) fclose(log);
+    xfree(g_inputs); xfree(g_targets); xfree(inputs); xfree(targets);
     llama_acts_free(acts);
-    seq_attention_destroy(attn);
+    seq_parallel_free(&par);
     adamw_free(&opt);
     if (ds.is_recall) xfree(ds.distance); else tokens_free(&ds.td);
     llama_free(&model);

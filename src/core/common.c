@@ -18,14 +18,6 @@ static int mpi_world_size(void) {
     return size;
 }
 
-static int mpi_world_rank(void) {
-    int init = 0, fin = 0, rank = 0;
-    MPI_Initialized(&init);
-    MPI_Finalized(&fin);
-    if (init && !fin) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    return rank;
-}
-
 static void print_error(const char *fmt, va_list ap) {
     char msg[2048];
     vsnprintf(msg, sizeof msg, fmt, ap);
@@ -43,12 +35,10 @@ void die(const char *fmt, ...) {
 }
 
 void die_collective(const char *fmt, ...) {
-    if (mpi_world_rank() == 0 || getenv("SEQPAR_ALL_RANKS_PRINT")) {
-        va_list ap;
-        va_start(ap, fmt);
-        print_error(fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    print_error(fmt, ap);
+    va_end(ap);
     int init = 0, fin = 0;
     MPI_Initialized(&init);
     MPI_Finalized(&fin);

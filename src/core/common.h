@@ -12,9 +12,10 @@
  * Under MPI with more than one rank it calls MPI_Abort so that no rank is left waiting. */
 void die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 
-/* Like die(), but for an error every rank detects identically (bad flags, bad config): each rank
- * prints the message (rank 0 first, the others only when SEQPAR_ALL_RANKS_PRINT is set) and exits
- * with status 1 without MPI_Abort, so the output is the one clear line. */
+/* Like die(), but for an error every rank detects identically (bad flags, bad config, a grid
+ * that does not factor): every rank prints the same line and exits with status 1 after
+ * MPI_Finalize, without MPI_Abort, so no rank hangs and none prints an abort trace. Only for
+ * errors that every rank is sure to detect; anything else must use die(). */
 void die_collective(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 
 void *xmalloc(size_t n);          /* dies with the size on failure; tracked for peak memory */

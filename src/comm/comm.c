@@ -1,0 +1,313 @@
+/* The communication layer: MPI wrappers with per-kind statistics and tracing. See comm.h. */
+#include "comm/comm.h"
+
+#include <inttypes.h>
+#include <limits.h>
+#include <string.h>
+
+#include "comm/trace.h"
+#include "core/common.h"
+
+static const char *const KIND_NAMES[COMM_KINDS] = {"alltoall", "p2p_inner", "p2p_outer", "grad_reduce",
+                                                    "param_gather"};
+
+const char *comm_kind_name(CommKind k) { return (unsigned)k < COMM_KINDS ? KIND_NAMES[k] : "?"; }
+
+static void mpi_check(int rc, const char *what, MPI_Comm mc, int peer, size_t bytes) {
+    if (rc == MPI_SUCCESS) return;
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0, size = -1;
+    MPI_Error_string(rc, msg, &len);
+    if (mc != MPI_COMM_NULL) MPI_Comm_size(mc, &size);
+    die("%s failed (communicator of %d ranks, peer %d, %zu bytes): %s", what, size, peer, bytes, msg);
+}
+
+static int bytes_to_int(size_t bytes, const char *what) {
+    if (bytes > (size_t)INT_MAX)
+        die("%s: one message of %zu bytes exceeds MPI's int count (2 GiB): use a shorter sequence or more ranks",
+            what, bytes);
+    return (int)bytes;
+}
+
+/* ---- communicator -> world ranks, cached as an attribute ---- */
+static int delete_ranks(MPI_Comm comm, int keyval, void *attr, void *extra) {
+    (void)comm;
+    (void)keyval;
+    (void)extra;
+    xfree(attr);
+    return MPI_SUCCESS;
+}
+
+/* Returns the cached array [size, world rank of 0, world rank of 1, ...] of communicator mc. */
+static const int *world_ranks(Comm *c, MPI_Comm mc) {
+    void *attr = NULL;
+    int found = 0;
+    mpi_check(MPI_Comm_get_attr(mc, c->keyval, &attr, &found), "MPI_Comm_get_attr", mc, -1, 0);
+    if (found) return attr;
+    int size;
+    mpi_check(MPI_Comm_size(mc, &size), "MPI_Comm_size", mc, -1, 0);
+    MPI_Group g, gw;
+    mpi_check(MPI_Comm_group(mc, &g), "MPI_Comm_group", mc, -1, 0);
+    mpi_check(MPI_Comm_group(c->topo->world, &gw), "MPI_Comm_group (world)", mc, -1, 0);
+    int *arr = xmalloc(sizeof(int) * ((size_t)size + 1));
+    int *in = xmalloc(sizeof(int) * (size_t)size);
+    for (int i = 0; i < size; i++) in[i] = i;
+    arr[0] = size;
+    mpi_check(MPI_Group_translate_ranks(g, size, in, gw, arr + 1), "MPI_Group_translate_ranks", mc, -1, 0);
+    xfree(in);
+    MPI_Group_free(&g);
+    MPI_Group_free(&gw);
+    mpi_check(MPI_Comm_set_attr(mc, c->keyval, arr), "MPI_Comm_set_attr", mc, -1, 0);
+    return arr;
+}
+
+int comm_world_rank_of(Comm *c, MPI_Comm mc, int rank) {
+    const int *arr = world_ranks(c, mc);
+    if (rank < 0 || rank >= arr[0]) die("comm: rank %d outside a communicator of %d ranks", rank, arr[0]);
+    return arr[1 + rank];
+}
+
+static void count_bytes(Comm *c, CommKind k, MPI_Comm mc, int peer, uint64_t bytes) {
+    int w = comm_world_rank_of(c, mc, peer);
+    if (w == c->topo->world_rank) return; /* to self: not communication */
+    if (topology_node_of(c->topo, w) == topology_node_of(c->topo, c->topo->world_rank))
+        c->stats.bytes_intra[k] += bytes;
+    else
+        c->stats.bytes_inter[k] += bytes;
+}
+
+static void record(Comm *c, const char *name, const char *cat, double t0, double t1) {
+    if (c->trace) trace_event(c->trace, name, cat, t0, t1);
+}
+
+/* ---- context ---- */
+Comm *comm_create(const Topology *t, const char *trace_path) {
+    Comm *c = xcalloc(1, sizeof *c);
+    c->topo = t;
+    mpi_check(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_ranks, &c->keyval, NULL),
+              "MPI_Comm_create_keyval", MPI_COMM_NULL, -1, 0);
+    if (trace_path) c->trace = trace_create(t->world, trace_path);
+    return c;
+}
+
+void comm_destroy(Comm *c) {
+    if (!c) return;
+    if (c->trace) {
+        trace_write(c->trace);
+        trace_free(c->trace);
+    }
+    /* attributes still attached stay valid and are deleted with their communicators */
+    mpi_check(MPI_Comm_free_keyval(&c->keyval), "MPI_Comm_free_keyval", MPI_COMM_NULL, -1, 0);
+    xfree(c);
+}
+
+uint64_t comm_stats_bytes(const CommStats *s, CommKind k) { return s->bytes_intra[k] + s->bytes_inter[k]; }
+
+void comm_stats_reset(Comm *c) { memset(&c->stats, 0, sizeof c->stats); }
+
+double comm_stats_exposed(const CommStats *s) {
+    double e = 0;
+    for (int k = 0; k < COMM_KINDS; k++) e += s->wait_s[k];
+    return e;
+}
+
+void comm_stats_print(Comm *c, FILE *f) {
+    int rank = c->topo->world_rank, size = c->topo->world_size;
+    CommStats *all = rank == 0 ? xmalloc(sizeof(CommStats) * (size_t)size) : NULL;
+    mpi_check(MPI_Gather(&c->stats, (int)sizeof(CommStats), MPI_BYTE, all, (int)sizeof(CommStats), MPI_BYTE, 0,
+                         c->topo->world),
+              "MPI_Gather (comm stats)", c->topo->world, 0, sizeof(CommStats));
+    if (rank != 0) return;
+    for (int r = 0; r < size; r++) {
+        const CommStats *s = &all[r];
+        fprintf(f, "rank %d:", r);
+        for (int k = 0; k < COMM_KINDS; k++) {
+            if (!s->messages[k] && !comm_stats_bytes(s, (CommKind)k) && s->wait_s[k] == 0) continue;
+            fprintf(f, " %s %.3f MB (intra %.3f, inter %.3f) msgs %" PRIu64 " wait %.4f s;", KIND_NAMES[k],
+                    comm_stats_bytes(s, (CommKind)k) / 1e6, s->bytes_intra[k] / 1e6, s->bytes_inter[k] / 1e6,
+                    s->messages[k], s->wait_s[k]);
+        }
+        if (s->meta_bytes) fprintf(f, " meta %.3f MB;", s->meta_bytes / 1e6);
+        fprintf(f, " compute %.4f s, exposed comm %.4f s\n", s->compute_s, comm_stats_exposed(s));
+    }
+    fflush(f);
+    xfree(all);
+}
+
+double comm_compute_begin(Comm *c) {
+    (void)c;
+    return now_seconds();
+}
+
+void comm_compute_end(Comm *c, const char *name, double t0) {
+    double t1 = now_seconds();
+    c->stats.compute_s += t1 - t0;
+    record(c, name, "compute", t0, t1);
+}
+
+/* ---- point to point ---- */
+void comm_isend(Comm *c, CommKind k, const void *buf, size_t bytes, int peer, int tag, MPI_Comm mc,
+                MPI_Request *req) {
+    double t0 = now_seconds();
+    mpi_check(MPI_Isend(buf, bytes_to_int(bytes, "MPI_Isend"), MPI_BYTE, peer, tag, mc, req), "MPI_Isend", mc,
+              peer, bytes);
+    count_bytes(c, k, mc, peer, bytes);
+    c->stats.messages[k]++;
+    if (c->trace) {
+        char name[40];
+        snprintf(name, sizeof name, "isend %s %zuKB to %d", KIND_NAMES[k], bytes >> 10,
+                 comm_world_rank_of(c, mc, peer));
+        record(c, name, "send", t0, now_seconds());
+    }
+}
+
+void comm_irecv(Comm *c, CommKind k, void *buf, size_t bytes, int peer, int tag, MPI_Comm mc, MPI_Request *req) {
+    double t0 = now_seconds();
+    mpi_check(MPI_Irecv(buf, bytes_to_int(bytes, "MPI_Irecv"), MPI_BYTE, peer, tag, mc, req), "MPI_Irecv", mc,
+              peer, bytes);
+    if (c->trace) {
+        char name[40];
+        snprintf(name, sizeof name, "irecv %s %zuKB from %d", KIND_NAMES[k], bytes >> 10,
+                 comm_world_rank_of(c, mc, peer));
+        record(c, name, "recv", t0, now_seconds());
+    }
+}
+
+void comm_waitall(Comm *c, CommKind k, int n, MPI_Request *reqs) {
+    if (n <= 0) return;
+    double t0 = now_seconds();
+    mpi_check(MPI_Waitall(n, reqs, MPI_STATUSES_IGNORE), "MPI_Waitall", MPI_COMM_NULL, -1, 0);
+    double t1 = now_seconds();
+    c->stats.wait_s[k] += t1 - t0;
+    if (c->trace) {
+        char name[40];
+        snprintf(name, sizeof name, "wait %s", KIND_NAMES[k]);
+        record(c, name, "wait", t0, t1);
+    }
+}
+
+int comm_testall(Comm *c, CommKind k, int n, MPI_Request *reqs) {
+    if (n <= 0) return 1;
+    double t0 = now_seconds();
+    int flag = 0;
+    mpi_check(MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE), "MPI_Testall", MPI_COMM_NULL, -1, 0);
+    double t1 = now_seconds();
+    c->stats.wait_s[k] += t1 - t0;
+    if (c->trace && t1 - t0 > 20e-6) record(c, "testall", "wait", t0, t1);
+    return flag;
+}
+
+/* ---- collectives ---- */
+static int comm_size_of(MPI_Comm mc) {
+    int n;
+    mpi_check(MPI_Comm_size(mc, &n), "MPI_Comm_size", mc, -1, 0);
+    return n;
+}
+
+static int comm_rank_of(MPI_Comm mc) {
+    int r;
+    mpi_check(MPI_Comm_rank(mc, &r), "MPI_Comm_rank", mc, -1, 0);
+    return r;
+}
+
+static size_t type_size(MPI_Datatype dt) {
+    int s;
+    mpi_check(MPI_Type_size(dt, &s), "MPI_Type_size", MPI_COMM_NULL, -1, 0);
+    return (size_t)s;
+}
+
+static void finish_collective(Comm *c, CommKind k, const char *cat, double t0) {
+    double t1 = now_seconds();
+    c->stats.wait_s[k] += t1 - t0;
+    if (c->trace) record(c, KIND_NAMES[k], cat, t0, t1);
+}
+
+void comm_alltoall(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t bytes_per_peer, MPI_Comm mc) {
+    int n = comm_size_of(mc), me = comm_rank_of(mc);
+    double t0 = now_seconds();
+    mpi_check(MPI_Alltoall(sendbuf, bytes_to_int(bytes_per_peer, "MPI_Alltoall"), MPI_BYTE, recvbuf,
+                           (int)bytes_per_peer, MPI_BYTE, mc),
+              "MPI_Alltoall", mc, -1, bytes_per_peer);
+    finish_collective(c, k, "alltoall", t0);
+    for (int p = 0; p < n; p++)
+        if (p != me) {
+            count_bytes(c, k, mc, p, bytes_per_peer);
+            c->stats.messages[k]++;
+        }
+}
+
+void comm_allreduce(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t count, MPI_Datatype dt,
+                    MPI_Op op, MPI_Comm mc) {
+    int n = comm_size_of(mc), me = comm_rank_of(mc);
+    size_t es = type_size(dt);
+    if (count > (size_t)INT_MAX) die("MPI_Allreduce: %zu elements exceed MPI's int count", count);
+    double t0 = now_seconds();
+    mpi_check(MPI_Allreduce(sendbuf, recvbuf, (int)count, dt, op, mc), "MPI_Allreduce", mc, -1, count * es);
+    finish_collective(c, k, "allreduce", t0);
+    size_t base = count / (size_t)n, rem = count % (size_t)n;
+    size_t mine = base + ((size_t)me < rem);
+    for (int p = 0; p < n; p++) {
+        if (p == me) continue;
+        size_t part = base + ((size_t)p < rem);
+        count_bytes(c, k, mc, p, (uint64_t)(part + mine) * es);
+        c->stats.messages[k]++;
+    }
+}
+
+void comm_reduce_scatter_block(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t recvcount,
+                               MPI_Datatype dt, MPI_Op op, MPI_Comm mc) {
+    int n = comm_size_of(mc), me = comm_rank_of(mc);
+    size_t es = type_size(dt);
+    if (recvcount > (size_t)INT_MAX) die("MPI_Reduce_scatter_block: %zu elements exceed MPI's int count", recvcount);
+    double t0 = now_seconds();
+    mpi_check(MPI_Reduce_scatter_block(sendbuf, recvbuf, (int)recvcount, dt, op, mc), "MPI_Reduce_scatter_block",
+              mc, -1, recvcount * es);
+    finish_collective(c, k, "reduce_scatter", t0);
+    for (int p = 0; p < n; p++)
+        if (p != me) {
+            count_bytes(c, k, mc, p, (uint64_t)recvcount * es);
+            c->stats.messages[k]++;
+        }
+}
+
+void comm_reduce_scatter(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, const int *recvcounts,
+                         MPI_Datatype dt, MPI_Op op, MPI_Comm mc) {
+    int n = comm_size_of(mc), me = comm_rank_of(mc);
+    size_t es = type_size(dt);
+    double t0 = now_seconds();
+    mpi_check(MPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, dt, op, mc), "MPI_Reduce_scatter", mc, -1,
+              (size_t)recvcounts[me] * es);
+    finish_collective(c, k, "reduce_scatter", t0);
+    for (int p = 0; p < n; p++)
+        if (p != me) {
+            count_bytes(c, k, mc, p, (uint64_t)recvcounts[p] * es);
+            c->stats.messages[k]++;
+        }
+}
+
+void comm_allgatherv(Comm *c, CommKind k, const void *sendbuf, int sendcount, void *recvbuf, const int *recvcounts,
+                     const int *displs, MPI_Datatype dt, MPI_Comm mc) {
+    int n = comm_size_of(mc), me = comm_rank_of(mc);
+    size_t es = type_size(dt);
+    double t0 = now_seconds();
+    mpi_check(MPI_Allgatherv(sendbuf, sendcount, dt, recvbuf, recvcounts, displs, dt, mc), "MPI_Allgatherv", mc,
+              -1, (size_t)sendcount * es);
+    finish_collective(c, k, "allgather", t0);
+    for (int p = 0; p < n; p++)
+        if (p != me) {
+            count_bytes(c, k, mc, p, (uint64_t)sendcount * es);
+            c->stats.messages[k]++;
+        }
+}
+
+void comm_allgather_meta(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t bytes, MPI_Comm mc) {
+    int n = comm_size_of(mc);
+    double t0 = now_seconds();
+    mpi_check(MPI_Allgather(sendbuf, bytes_to_int(bytes, "MPI_Allgather"), MPI_BYTE, recvbuf, (int)bytes, MPI_BYTE,
+                            mc),
+              "MPI_Allgather", mc, -1, bytes);
+    double t1 = now_seconds();
+    c->stats.wait_s[k] += t1 - t0;
+    if (c->trace) record(c, "allgather meta", "allgather", t0, t1);
+    c->stats.meta_bytes += (uint64_t)bytes * (uint64_t)(n - 1);
+}

@@ -1,0 +1,121 @@
+/* The communication layer every seqpar strategy goes through: thin wrappers over the MPI calls
+ * we use (nonblocking point-to-point, all-to-all, all-reduce, reduce-scatter, all-gather), each
+ * tagged with a CommKind, that keep per-rank statistics and an optional Chrome trace.
+ *
+ * Statistics, per kind, for THIS rank:
+ *   - bytes SENT to other ranks, split into intra-node and inter-node by the node of the peer's
+ *     world rank (topology_node_of); bytes a rank "sends" to itself are never counted;
+ *   - messages: number of point-to-point sends, or number of peers a collective sends to;
+ *   - wait time: seconds blocked inside a wait or a collective (communication NOT hidden by
+ *     compute), plus the short MPI_Testall calls made between compute pieces to progress
+ *     transfers.
+ * Plus the compute time a strategy records with comm_compute_begin/comm_compute_end, and
+ * "meta" bytes: small control data (token positions) that a strategy exchanges outside the
+ * data volumes of the paper's formulas, counted apart so that nothing is hidden.
+ *
+ * Byte accounting of collectives follows the direct model (each rank sends each peer that
+ * peer's share), which is also the bandwidth-optimal volume of ring algorithms:
+ *   alltoall:            bytes_per_peer to each other member             -> (P-1) x bytes_per_peer
+ *   allreduce:           count split in P near-equal parts c_0..c_{P-1}; to peer p: c_p (its
+ *                        reduce-scatter share) + c_me (the all-gather of mine) -> about 2(P-1)/P x size
+ *   reduce_scatter(_block): to peer p its block recvcounts[p]          -> total - own block
+ *   allgatherv:          own block to each other member               -> (P-1) x own block
+ * The true bytes of Open MPI's chosen algorithm may differ; the model is what the formulas of
+ * the papers count.
+ *
+ * Peers are addressed by their rank in the given communicator; the world rank (for the node) is
+ * found with MPI_Group_translate_ranks once per communicator and cached on the communicator as
+ * an MPI attribute (freed with it).
+ *
+ * Every MPI return code is checked: a failure dies naming the call, the communicator size, the
+ * peer and the byte count. A Comm is used from one thread. Nothing is global: the context is
+ * passed explicitly. */
+#ifndef SEQPAR_COMM_H
+#define SEQPAR_COMM_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "comm/topology.h"
+
+typedef enum {
+    COMM_ALLTOALL,     /* SeqAlltoAll of head-parallel attention */
+    COMM_P2P_INNER,    /* ring transfers inside an inner ring (the plain ring when W = cp) */
+    COMM_P2P_OUTER,    /* transfers between inner rings of a double ring */
+    COMM_GRAD_REDUCE,  /* gradient all-reduce / reduce-scatter over data-parallel replicas */
+    COMM_PARAM_GATHER, /* ZeRO parameter all-gather */
+    COMM_KINDS
+} CommKind;
+
+const char *comm_kind_name(CommKind k); /* "alltoall", "p2p_inner", ... */
+
+typedef struct {
+    uint64_t bytes_intra[COMM_KINDS]; /* sent to peers on this rank's node */
+    uint64_t bytes_inter[COMM_KINDS]; /* sent to peers on other nodes */
+    uint64_t messages[COMM_KINDS];
+    double wait_s[COMM_KINDS];        /* blocked in waits / collectives / progress tests */
+    double compute_s;                 /* recorded by the strategy */
+    uint64_t meta_bytes;              /* control data outside the kinds (see above) */
+} CommStats;
+
+typedef struct CommTrace CommTrace; /* trace.h */
+
+typedef struct {
+    const Topology *topo;
+    CommStats stats;
+    CommTrace *trace; /* NULL: tracing off (then it costs one pointer test per call) */
+    int keyval;       /* MPI attribute key caching each communicator's world ranks */
+} Comm;
+
+/* Creates the context. trace_path non-NULL turns tracing on (written by comm_destroy).
+ * Collective over the topology's world communicator (one barrier to align trace clocks). */
+Comm *comm_create(const Topology *t, const char *trace_path);
+/* Writes the trace if tracing is on (collective over world then) and frees the context. */
+void comm_destroy(Comm *c);
+
+/* Total bytes of a kind (intra + inter). */
+uint64_t comm_stats_bytes(const CommStats *s, CommKind k);
+void comm_stats_reset(Comm *c);
+/* Per-rank lines (bytes by kind with intra/inter split, messages, wait, compute, exposed comm):
+ * rank 0 gathers every rank's stats and prints them in rank order to f. Collective over world;
+ * f is only used on rank 0. */
+void comm_stats_print(Comm *c, FILE *f);
+/* Sum of wait_s over all kinds: communication time not hidden by compute. */
+double comm_stats_exposed(const CommStats *s);
+
+/* World rank of member `rank` of communicator mc (cached per communicator). */
+int comm_world_rank_of(Comm *c, MPI_Comm mc, int rank);
+
+/* Compute timing: t0 = comm_compute_begin(c); ...; comm_compute_end(c, "attn fwd", t0). The name
+ * must be a string literal or otherwise outlive the call only until it returns (it is copied). */
+double comm_compute_begin(Comm *c);
+void comm_compute_end(Comm *c, const char *name, double t0);
+
+/* Nonblocking point-to-point; bytes are counted when posted (sends only). */
+void comm_isend(Comm *c, CommKind k, const void *buf, size_t bytes, int peer, int tag, MPI_Comm mc,
+                MPI_Request *req);
+void comm_irecv(Comm *c, CommKind k, void *buf, size_t bytes, int peer, int tag, MPI_Comm mc,
+                MPI_Request *req);
+/* Waits for n requests (MPI_REQUEST_NULL entries allowed); the blocked time goes to kind k. */
+void comm_waitall(Comm *c, CommKind k, int n, MPI_Request *reqs);
+/* One MPI_Testall (progresses transfers); returns 1 when all n are complete. Time goes to k. */
+int comm_testall(Comm *c, CommKind k, int n, MPI_Request *reqs);
+
+/* Collectives (blocking; their whole time counts as wait time of kind k). */
+void comm_alltoall(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t bytes_per_peer,
+                   MPI_Comm mc);
+void comm_allreduce(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t count,
+                    MPI_Datatype dt, MPI_Op op, MPI_Comm mc);
+void comm_reduce_scatter_block(Comm *c, CommKind k, const void *sendbuf, void *recvbuf,
+                               size_t recvcount, MPI_Datatype dt, MPI_Op op, MPI_Comm mc);
+void comm_reduce_scatter(Comm *c, CommKind k, const void *sendbuf, void *recvbuf,
+                         const int *recvcounts, MPI_Datatype dt, MPI_Op op, MPI_Comm mc);
+void comm_allgatherv(Comm *c, CommKind k, const void *sendbuf, int sendcount, void *recvbuf,
+                     const int *recvcounts, const int *displs, MPI_Datatype dt, MPI_Comm mc);
+/* Plain all-gather of small control data; its bytes go to meta_bytes, its time to kind k. */
+void comm_allgather_meta(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t bytes,
+                         MPI_Comm mc);
+
+#endif

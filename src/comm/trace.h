@@ -1,0 +1,30 @@
+/* Per-rank event trace written as Chrome trace-event JSON (opens in Perfetto / chrome://tracing).
+ *
+ * Every rank buffers "X" (complete) events in memory: name, category (compute, send, recv,
+ * wait, alltoall, allreduce, ...), start and duration. trace_write() gathers all ranks' events
+ * to rank 0, which writes one JSON file (atomically: temporary file + rename):
+ *   {"traceEvents":[{"name":..,"cat":..,"ph":"X","ts":us,"dur":us,"pid":0,"tid":world_rank},
+ *                   {"name":"thread_name","ph":"M","pid":0,"tid":r,"args":{"name":"rank r"}},..]}
+ * Timestamps are microseconds since the trace was created (after a barrier, so ranks of one
+ * node line up; across nodes the clocks are only as aligned as the machines' clocks).
+ * A disabled trace is a NULL pointer: callers test it and record nothing. */
+#ifndef SEQPAR_TRACE_H
+#define SEQPAR_TRACE_H
+
+#include <mpi.h>
+
+typedef struct CommTrace CommTrace;
+
+/* Collective over world (barrier). path is copied. */
+CommTrace *trace_create(MPI_Comm world, const char *path);
+/* Seconds on the trace clock (now_seconds()). */
+double trace_now(void);
+/* Records an event from t0 to t1 (seconds, now_seconds() clock). name and cat are copied
+ * (truncated to 39 and 15 characters). */
+void trace_event(CommTrace *tr, const char *name, const char *cat, double t0, double t1);
+/* Gathers to rank 0 and writes the file; collective over world. Returns the number of events
+ * written on rank 0 (0 elsewhere). Calling it again rewrites the file with all events so far. */
+long trace_write(CommTrace *tr);
+void trace_free(CommTrace *tr);
+
+#endif

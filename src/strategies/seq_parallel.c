@@ -1,0 +1,90 @@
+/* The parallel runtime: see seq_parallel.h. */
+#include "strategies/seq_parallel.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/common.h"
+#include "strategies/dist_attention.h"
+
+void parallel_config_default(ParallelConfig *c) {
+    memset(c, 0, sizeof *c);
+    c->placement = PLACEMENT_HEAD_FIRST;
+    c->layout = LAYOUT_ZIGZAG;
+}
+
+static int ranks_on_this_node(void) {
+    MPI_Comm shared;
+    int rank = 0, n = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &shared);
+    MPI_Comm_size(shared, &n);
+    MPI_Comm_free(&shared);
+    return n;
+}
+
+void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaConfig *model, int seq_len,
+                         size_t n_params) {
+    memset(p, 0, sizeof *p);
+    p->cfg = *cfg;
+    int world = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    int hp = cfg->hp > 0 ? cfg->hp : 1, cp = cfg->cp > 0 ? cfg->cp : 1;
+    int dp = cfg->dp > 0 ? cfg->dp : (world % (hp * cp) == 0 ? world / (hp * cp) : 1);
+    if (cfg->zero != 0 && cfg->zero != 1) die_collective("--zero %d is not supported: use 0 or 1", cfg->zero);
+    topology_create(&p->topo, dp, hp, cp, cfg->ring_inner, cfg->placement, cfg->ranks_per_node);
+
+    /* threads: each rank stands for one device */
+    int node_ranks = ranks_on_this_node();
+    p->threads = cfg->threads > 0 ? cfg->threads : omp_get_num_procs() / node_ranks;
+    if (p->threads < 1) p->threads = 1;
+    omp_set_num_threads(p->threads);
+    openblas_set_num_threads(p->threads);
+
+    p->seq_len = seq_len;
+    int sp = p->topo.sp;
+    if (sp > 1) {
+        char *err = dist_attention_check(&p->topo, model->num_attention_heads, model->num_key_value_heads, seq_len,
+                                         cfg->layout);
+        if (err) die_collective("%s", err);
+    } else {
+        layout_check(cfg->layout, seq_len, 1, 1);
+    }
+    p->n_local = seq_len / sp;
+    p->positions = xmalloc(sizeof(int) * (size_t)p->n_local);
+    layout_positions(cfg->layout, seq_len, hp, cp, p->topo.hp_rank, p->topo.cp_rank, p->positions);
+    p->comm = comm_create(&p->topo, cfg->trace_path);
+    p->attn = sp > 1 ? dist_attention_create_for(&p->topo, p->comm, seq_len, model->num_attention_heads,
+                                                 model->num_key_value_heads, model->head_dim)
+                     : local_attention_create();
+    grad_sync_init(&p->sync, MPI_COMM_WORLD, p->comm, n_params, cfg->zero);
+}
+
+void seq_parallel_free(SeqParallel *p) {
+    if (p->cfg.stats) comm_stats_print(p->comm, stdout);
+    grad_sync_free(&p->sync);
+    seq_attention_destroy(p->attn);
+    comm_destroy(p->comm);
+    topology_free(&p->topo);
+    xfree(p->positions);
+    memset(p, 0, sizeof *p);
+}
+
+void seq_parallel_take_local(const SeqParallel *p, const int *global, int *local) {
+    for (int i = 0; i < p->n_local; i++) local[i] = global[p->positions[i]];
+}
+
+double seq_parallel_sum(const SeqParallel *p, double local) {
+    double global = local;
+    if (p->topo.world_size > 1) MPI_Allreduce(&local, &global, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    return global;
+}
+
+void seq_parallel_describe(const SeqParallel *p, char *buf, size_t n) {
+    const Topology *t = &p->topo;
+    snprintf(buf, n, "dp %d x hp %d x cp %d (ring W %d), %s layout, %s placement, %d ranks/node, zero %d, %d thread%s/rank",
+             t->dp, t->hp, t->cp, t->ring_inner, layout_name(p->cfg.layout), placement_name(t->placement),
+             t->ranks_per_node, p->cfg.zero, p->threads, p->threads == 1 ? "" : "s");
+}

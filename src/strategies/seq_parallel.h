@@ -1,0 +1,61 @@
+/* The parallel runtime of one training or gradient run: the dp x hp x cp grid, the
+ * communication context, the attention strategy (the single-process kernel when sp = 1, the
+ * distributed 2D / Ulysses / ring strategy otherwise), this rank's token positions under the
+ * layout, and the gradient synchronisation (allreduce or ZeRO-1). The CLI builds one from its
+ * flags; the model code never sees MPI. */
+#ifndef SEQPAR_SEQ_PARALLEL_H
+#define SEQPAR_SEQ_PARALLEL_H
+
+#include <stddef.h>
+
+#include "attention/seq_attention.h"
+#include "comm/comm.h"
+#include "comm/topology.h"
+#include "model/config.h"
+#include "strategies/data_parallel.h"
+#include "strategies/layout.h"
+
+typedef struct {
+    int dp, hp, cp;      /* 0 = not given: hp = cp = 1 and dp = world / (hp cp) */
+    int ring_inner;      /* 0 = cp (plain ring) */
+    int ranks_per_node;  /* 0 = from MPI_COMM_TYPE_SHARED */
+    int zero;            /* 0 or 1 */
+    int threads;         /* 0 = node cores / ranks on the node */
+    Placement placement;
+    TokenLayout layout;
+    const char *trace_path; /* NULL: no trace */
+    int stats;           /* print per-rank communication statistics at the end */
+} ParallelConfig;
+
+void parallel_config_default(ParallelConfig *c);
+
+typedef struct {
+    ParallelConfig cfg;
+    Topology topo;
+    Comm *comm;
+    SeqAttention *attn;
+    int seq_len;    /* global S */
+    int n_local;    /* S / sp tokens on this rank */
+    int *positions; /* (n_local) global positions of this rank's tokens */
+    GradSync sync;
+    int threads;    /* threads this rank uses */
+} SeqParallel;
+
+/* Builds everything; every configuration error (product not equal to the ranks, W not dividing
+ * cp, S not splitting under the layout, heads not splitting over hp) prints the same one-line
+ * error on every rank and exits 1. n_params sizes the gradient synchronisation. */
+void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaConfig *model, int seq_len,
+                         size_t n_params);
+/* Prints stats (if asked) and writes the trace (if asked): collective. */
+void seq_parallel_free(SeqParallel *p);
+
+/* local[i] = global[positions[i]] for this rank's n_local tokens. */
+void seq_parallel_take_local(const SeqParallel *p, const int *global, int *local);
+
+/* Sum of a double over every rank of the world. */
+double seq_parallel_sum(const SeqParallel *p, double local);
+
+/* A one-line description: "dp 2 x hp 2 x cp 2 (ring W 2), zigzag, head-first, zero 1, 1 thread/rank". */
+void seq_parallel_describe(const SeqParallel *p, char *buf, size_t n);
+
+#endif
