@@ -39,6 +39,7 @@ for t in "$BUILD"/tests/test_*; do
     run_one "$(basename "$t")" 300 "$t"
 done
 run_one test_cli 600 bash tests/test_cli.sh "$BUILD"
+run_one test_mpi 900 bash tests/test_mpi.sh "$BUILD"
 echo
 echo "$total_pass passed, $total_fail failed"
 [ "$total_fail" -eq 0 ]

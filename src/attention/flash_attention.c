@@ -383,6 +383,12 @@ static void transpose_tile(int rows, int cols, const float *src, size_t ld_src, 
             for (int r = r0; r < rows && r < r0 + 8; r++) dst[(size_t)c * ld_dst + r] = src[(size_t)r * ld_src + c];
 }
 
+/* dst (rows, cols; ld_dst) = src (rows, cols; ld_src): gathers a strided head slice into a
+ * compact tile, so that the kernel's operand rows are not a power of two apart. */
+static void copy_tile(int rows, int cols, const float *src, size_t ld_src, float *dst, size_t ld_dst) {
+    for (int r = 0; r < rows; r++) memcpy(dst + (size_t)r * ld_dst, src + (size_t)r * ld_src, (size_t)cols * sizeof(float));
+}
+
 /* Column operations on a (rows, n; ld) score tile, vectorised across the n columns. */
 static void col_max(const float *s, int rows, int n, size_t ld, float *mx) {
     for (int i = 0; i < n; i++) mx[i] = -INFINITY;
@@ -427,6 +433,7 @@ void attn_forward(const AttnShape *s, const float *q, const int *q_pos, const fl
     const int group = H / Hkv, BQ = FA_FWD_BQ, BK = FA_FWD_BK;
     const int nqt = (n_q + BQ - 1) / BQ, nkt = (n_kv + BK - 1) / BK;
     const size_t ldq = (size_t)H * d, ldk = (size_t)Hkv * d, ldt = (size_t)BQ + FA_SKEW;
+    const size_t ldc = (size_t)d + FA_SKEW; /* row stride of the compact k and v tiles */
     const float alpha = (float)(s->scale * FA_LOG2E); /* scores in log2 units */
     const AttnMask mask = s->mask;
 
@@ -444,8 +451,10 @@ void attn_forward(const AttnShape *s, const float *q, const int *q_pos, const fl
     qsort(order, (size_t)n_busy, sizeof *order, cmp_cost_desc);
 
     const int nth = omp_get_max_threads();
-    /* per thread: Q^T (d, ldt) | S^T (BK, ldt) | acc (BQ, d) | m, l, mx, msafe, corr, sum (BQ) */
-    const size_t per_thread = ((size_t)d * ldt + (size_t)BK * ldt + (size_t)BQ * d + 6 * (size_t)BQ + 15) / 16 * 16;
+    /* per thread: Q^T (d, ldt) | S^T (BK, ldt) | K, V (BK, ldc) | acc (BQ, d) | m, l, mx, msafe,
+     * corr, sum (BQ) */
+    const size_t per_thread =
+        ((size_t)d * ldt + (size_t)BK * ldt + 2 * (size_t)BK * ldc + (size_t)BQ * d + 6 * (size_t)BQ + 15) / 16 * 16;
     float *work = xmalloc_aligned((size_t)nth * per_thread * sizeof(float));
     const long long n_items = (long long)n_busy * H;
 
@@ -453,7 +462,9 @@ void attn_forward(const AttnShape *s, const float *q, const int *q_pos, const fl
     {
         float *Qt = work + (size_t)omp_get_thread_num() * per_thread; /* (d, bq) transposed q tile */
         float *ST = Qt + (size_t)d * ldt;                             /* (bk, bq) scores^T / probs^T */
-        float *acc = ST + (size_t)BK * ldt;                           /* (bq, d) */
+        float *Kc = ST + (size_t)BK * ldt;                            /* (bk, d) compact k tile */
+        float *Vc = Kc + (size_t)BK * ldc;                            /* (bk, d) compact v tile */
+        float *acc = Vc + (size_t)BK * ldc;                           /* (bq, d) */
         float *m = acc + (size_t)BQ * d;                              /* (bq) running max, log2 */
         float *l = m + BQ;                                            /* (bq) running sum */
         float *mx = l + BQ, *msafe = mx + BQ, *corr = msafe + BQ, *sum = corr + BQ; /* (bq) each */
@@ -482,10 +493,10 @@ void attn_forward(const AttnShape *s, const float *q, const int *q_pos, const fl
                 const int cls = tile_class(mask, qr[qt], kr[kt]);
                 if (cls == TILE_HIDDEN) continue;
                 const int j0 = kt * BK, bk = j0 + BK <= n_kv ? BK : n_kv - j0;
-                const float *ktile = k + ((size_t)j0 * Hkv + g) * d; /* (bk, d), row stride ldk */
-                const float *vtile = v + ((size_t)j0 * Hkv + g) * d; /* (bk, d), row stride ldk */
+                copy_tile(bk, d, k + ((size_t)j0 * Hkv + g) * d, ldk, Kc, ldc);
+                copy_tile(bk, d, v + ((size_t)j0 * Hkv + g) * d, ldk, Vc, ldc);
                 /* S^T (bk, bq) = alpha K (bk, d) Q^T (d, bq) */
-                tile_gemm(bk, bq, d, alpha, ktile, ldk, 1, Qt, ldt, 0, ST, ldt);
+                tile_gemm(bk, bq, d, alpha, Kc, ldc, 1, Qt, ldt, 0, ST, ldt);
                 if (cls == TILE_PARTIAL)
                     for (int j = 0; j < bk; j++) {
                         const int kp = kv_pos[j0 + j];
@@ -511,7 +522,7 @@ void attn_forward(const AttnShape *s, const float *q, const int *q_pos, const fl
                     }
                 }
                 /* acc (bq, d) += P (bq, bk) V (bk, d), P read as (S^T)^T */
-                tile_gemm(bq, d, bk, 1.0f, ST, 1, ldt, vtile, ldk, 1, acc, (size_t)d);
+                tile_gemm(bq, d, bk, 1.0f, ST, 1, ldt, Vc, ldc, 1, acc, (size_t)d);
             }
             for (int r = 0; r < bq; r++) {
                 if (!seen[r]) continue; /* no visible key in this call: state unchanged */
@@ -541,6 +552,7 @@ void attn_backward(const AttnShape *s, const float *q, const int *q_pos, const f
     const int group = H / Hkv, BQ = FA_BWD_BQ, BK = FA_BWD_BK;
     const int nqt = (n_q + BQ - 1) / BQ, nkt = (n_kv + BK - 1) / BK;
     const size_t ldq = (size_t)H * d, ldk = (size_t)Hkv * d, ldp = (size_t)BK + FA_SKEW;
+    const size_t ldc = (size_t)d + FA_SKEW; /* row stride of the compact k, q and dout tiles */
     const float alpha = (float)(s->scale * FA_LOG2E), scale = s->scale;
     const AttnMask mask = s->mask;
 
@@ -557,8 +569,10 @@ void attn_backward(const AttnShape *s, const float *q, const int *q_pos, const f
     qsort(order, (size_t)n_busy, sizeof *order, cmp_cost_desc);
 
     const int nth = omp_get_max_threads();
-    /* per thread: K^T, V^T (d, ldp) | P, dP (BQ, ldp) | dK acc, dV acc (BK, d) */
-    const size_t per_thread = (2 * (size_t)d * ldp + 2 * (size_t)BQ * ldp + 2 * (size_t)BK * d + 15) / 16 * 16;
+    /* per thread: K^T, V^T (d, ldp) | P, dP (BQ, ldp) | dK acc, dV acc (BK, d) | K (BK, ldc) |
+     * Q, dO (BQ, ldc) */
+    const size_t per_thread = (2 * (size_t)d * ldp + 2 * (size_t)BQ * ldp + 2 * (size_t)BK * d + (size_t)BK * ldc +
+                               2 * (size_t)BQ * ldc + 15) / 16 * 16;
     float *work = xmalloc_aligned((size_t)nth * per_thread * sizeof(float));
     /* dq of threads 1.. : (n_q, group, d) each, for the heads of the current kv head */
     const size_t dq_elems = (size_t)n_q * group * d;
@@ -575,6 +589,9 @@ void attn_backward(const AttnShape *s, const float *q, const int *q_pos, const f
         float *dP = P + (size_t)BQ * ldp;            /* (bq, bk) */
         float *dKa = dP + (size_t)BQ * ldp;          /* (bk, d) */
         float *dVa = dKa + (size_t)BK * d;           /* (bk, d) */
+        float *Kc = dVa + (size_t)BK * d;            /* (bk, d) compact k tile */
+        float *Qc = Kc + (size_t)BK * ldc;           /* (bq, d) compact q tile */
+        float *dOc = Qc + (size_t)BQ * ldc;          /* (bq, d) compact dout tile */
         for (int g = 0; g < Hkv; g++) {
             const int h0 = g * group;
             /* no barrier needed here: the previous kv head's reduction ended with one */
@@ -588,6 +605,7 @@ void attn_backward(const AttnShape *s, const float *q, const int *q_pos, const f
                 const float *ktile = k + ((size_t)j0 * Hkv + g) * d; /* (bk, d), stride ldk */
                 const float *vtile = v + ((size_t)j0 * Hkv + g) * d; /* (bk, d), stride ldk */
                 transpose_tile(bk, d, ktile, ldk, Kt, ldp);
+                if (dq) copy_tile(bk, d, ktile, ldk, Kc, ldc);
                 transpose_tile(bk, d, vtile, ldk, Vt, ldp);
                 memset(dKa, 0, (size_t)bk * d * sizeof(float));
                 memset(dVa, 0, (size_t)bk * d * sizeof(float));
@@ -597,10 +615,9 @@ void attn_backward(const AttnShape *s, const float *q, const int *q_pos, const f
                         const int cls = tile_class(mask, qr[qt], kr[kt]);
                         if (cls == TILE_HIDDEN) continue;
                         const int i0 = qt * BQ, bq = i0 + BQ <= n_q ? BQ : n_q - i0;
-                        const float *qtile = q + ((size_t)i0 * H + h) * d;     /* (bq, d), ldq */
-                        const float *dotile = dout + ((size_t)i0 * H + h) * d; /* (bq, d), ldq */
+                        copy_tile(bq, d, q + ((size_t)i0 * H + h) * d, ldq, Qc, ldc);
                         /* S (bq, bk) = alpha Q (bq, d) K^T (d, bk) */
-                        tile_gemm(bq, bk, d, alpha, qtile, ldq, 1, Kt, ldp, 0, P, ldp);
+                        tile_gemm(bq, bk, d, alpha, Qc, ldc, 1, Kt, ldp, 0, P, ldp);
                         int any = 0;
                         for (int r = 0; r < bq; r++) {
                             float *prow = P + (size_t)r * ldp;
@@ -619,11 +636,12 @@ void attn_backward(const AttnShape *s, const float *q, const int *q_pos, const f
                             row_exp2_sum(prow, bk, (float)(L * FA_LOG2E));
                         }
                         if (!any) continue;
+                        copy_tile(bq, d, dout + ((size_t)i0 * H + h) * d, ldq, dOc, ldc);
                         if (dv) /* dV (bk, d) += P^T (bk, bq) dO (bq, d) */
-                            tile_gemm(bk, d, bq, 1.0f, P, 1, ldp, dotile, ldq, 1, dVa, (size_t)d);
+                            tile_gemm(bk, d, bq, 1.0f, P, 1, ldp, dOc, ldc, 1, dVa, (size_t)d);
                         if (!dq && !dk) continue;
                         /* dP (bq, bk) = dO (bq, d) V^T (d, bk) */
-                        tile_gemm(bq, bk, d, 1.0f, dotile, ldq, 1, Vt, ldp, 0, dP, ldp);
+                        tile_gemm(bq, bk, d, 1.0f, dOc, ldc, 1, Vt, ldp, 0, dP, ldp);
                         for (int r = 0; r < bq; r++) { /* dS = P * (dP - delta), into P */
                             const float dl = delta[(size_t)(i0 + r) * H + h];
                             float *prow = P + (size_t)r * ldp;
@@ -631,9 +649,9 @@ void attn_backward(const AttnShape *s, const float *q, const int *q_pos, const f
                             for (int c = 0; c < bk; c++) prow[c] = prow[c] * (dprow[c] - dl);
                         }
                         if (dk) /* dK (bk, d) += scale dS^T (bk, bq) Q (bq, d) */
-                            tile_gemm(bk, d, bq, scale, P, 1, ldp, qtile, ldq, 1, dKa, (size_t)d);
+                            tile_gemm(bk, d, bq, scale, P, 1, ldp, Qc, ldc, 1, dKa, (size_t)d);
                         if (dq) /* dQ (bq, d) += scale dS (bq, bk) K (bk, d) */
-                            tile_gemm(bq, d, bk, scale, P, ldp, 1, ktile, ldk, 1,
+                            tile_gemm(bq, d, bk, scale, P, ldp, 1, Kc, ldc, 1,
                                       dq_base + (size_t)i0 * dq_ld + (size_t)hh * d, dq_ld);
                     }
                 }

@@ -72,7 +72,7 @@ int cmd_grad(int argc, char **argv) {
     TokenData td;
     tokens_load(tokens_path, fmt, &td);
     if ((size_t)seq_len + 1 > td.n)
-        die("--seq-len %ld needs %ld tokens but '%s' holds %zu: use --seq-len %zu or less", seq_len, seq_len + 1,
+        die_collective("--seq-len %ld needs %ld tokens but '%s' holds %zu: use --seq-len %zu or less", seq_len, seq_len + 1,
             tokens_path, td.n, td.n > 0 ? td.n - 1 : 0);
     int S = (int)seq_len;
     SeqParallel par;

@@ -278,7 +278,7 @@ int cmd_train(int argc, char **argv) {
     if (!ds.is_recall) {
         tokens_load(o.data, o.tokens_format, &ds.td);
         if (ds.td.n < (size_t)S + 1)
-            die("--seq-len %d needs %d tokens but '%s' holds %zu: use a shorter --seq-len", S, S + 1, o.data, ds.td.n);
+            die_collective("--seq-len %d needs %d tokens but '%s' holds %zu: use a shorter --seq-len", S, S + 1, o.data, ds.td.n);
         if (!o.model_dir && !o.resume_dir && sf.cfg.vocab_size <= (int)ds.td.max_token)
             sf.cfg.vocab_size = ds.td.format == TOKENS_TEXT ? 256 : (int)ds.td.max_token + 1;
     }

@@ -1,0 +1,481 @@
+/* Tests of the distributed attention strategy (src/strategies/dist_attention.c: 2D-Attention with
+ * its corners Ulysses and Ring, Double-Ring-Attention, KV replication) and of the communication
+ * layer (src/comm/comm.c, trace.c). Run under mpirun with 1, 2, 4 and 8 ranks.
+ *
+ * For EVERY factorisation world = dp x hp x cp, every inner ring size W dividing cp, both
+ * placements (where they differ: hp > 1 and cp > 1), every layout (contiguous, zigzag,
+ * striped) and several head shapes (MHA and GQA with 1, 2 and H KV heads, including KV heads
+ * fewer than hp, H = 4 and 8, head_dim 16 and 32, S = 32..64): every rank builds the same
+ * random global q, k, v, dout (same seed), computes the single-process reference with
+ * attn_forward / attn_backward over the whole sequence (causal by position), runs the
+ * distributed forward and backward on its own tokens (layout_positions) and compares O, LSE
+ * (read from `saved`, head-parallel rows), dQ, dK, dV with the reference rows. It also asserts
+ * the bytes and messages each rank sent, per kind, forward and backward, exactly equal the
+ * LoongTrain formulas (dist_attention.h), and their intra/inter-node split for a node size of 2.
+ *
+ * Tolerances (fp32 everywhere; inputs ~N(0,1), S <= 64 keys per row):
+ *   O   absolute 2e-5: o is a convex combination of v rows (|o| < ~4); the distributed result
+ *       differs from the reference only in the order of the merges (lse-weighted, fp32,
+ *       ~1e-7 relative each) and of the tile accumulation: observed ~1e-6.
+ *   LSE absolute 2e-5 + 2e-6 relative: |lse| < ~12; log1p merge in double, stored in fp32.
+ *   dQ, dK, dV: |err| <= 1e-4 x max|reference| of that tensor: the same sums of at most 64
+ *       products, added in another order (ring steps, replica sums), give ~S eps ~ 4e-6
+ *       relative; a missing or doubled block would change entries by ~1/S ~ 1.5e-2 relative,
+ *       100x above the tolerance.
+ * The byte and message counts must be exact (integers).
+ *
+ * Also: dist_attention_check() on bad head/hp/S combinations (the message names the valid hp
+ * values), the collective wrappers' byte model, comm_stats_print, and a Chrome trace that
+ * jansson can parse. Prints one line "test_dist_attention: N passed, N failed" (checks summed
+ * over all ranks) from rank 0 and exits non-zero on every rank on failure. */
+#include <jansson.h>
+#include <math.h>
+#include <mpi.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "attention/flash_attention.h"
+#include "comm/comm.h"
+#include "comm/topology.h"
+#include "core/common.h"
+#include "strategies/dist_attention.h"
+#include "strategies/layout.h"
+#include "testlib.h"
+
+extern void openblas_set_num_threads(int);
+
+#define O_ATOL 2e-5
+#define LSE_ATOL 2e-5
+#define LSE_RTOL 2e-6
+#define GRAD_REL 1e-4
+
+static int g_rank, g_size;
+static int g_fail_prints;
+
+/* Failure lines: only the first few per rank, so a broken build does not flood the log. */
+#define CHECKQ(cond, ...) do { \
+    if (cond) { tl_passed++; } else { \
+        tl_failed++; if (g_fail_prints++ < 25) { fprintf(stderr, "FAIL [rank %d] %s:%d: ", g_rank, __FILE__, __LINE__); \
+        fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); } } } while (0)
+
+/* ------------------------------------------------------------------------------------------ */
+/* Reference: the whole sequence on one process, positions 0..S-1. */
+
+typedef struct { int H, Hkv, d, S; } HeadCase;
+
+typedef struct {
+    HeadCase hc;
+    float *q, *k, *v, *dout;           /* inputs (S, H|Hkv, d) */
+    float *o, *lse, *dq, *dk, *dv;     /* reference outputs */
+    double scale_dq, scale_dk, scale_dv;
+} Reference;
+
+static float *normal(size_t n, Rng *r) {
+    float *x = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = (float)rng_normal(r);
+    return x;
+}
+
+static double max_abs(const float *x, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)x[i]));
+    return m;
+}
+
+static void reference_build(Reference *R, HeadCase hc, uint64_t seed) {
+    memset(R, 0, sizeof *R);
+    R->hc = hc;
+    const int S = hc.S, H = hc.H, Hkv = hc.Hkv, d = hc.d;
+    Rng rng;
+    rng_seed(&rng, seed);
+    size_t nq = (size_t)S * H * d, nk = (size_t)S * Hkv * d;
+    R->q = normal(nq, &rng);
+    R->k = normal(nk, &rng);
+    R->v = normal(nk, &rng);
+    R->dout = normal(nq, &rng);
+    R->o = xmalloc(nq * sizeof(float));
+    R->lse = xmalloc((size_t)S * H * sizeof(float));
+    R->dq = xcalloc(nq, sizeof(float));
+    R->dk = xcalloc(nk, sizeof(float));
+    R->dv = xcalloc(nk, sizeof(float));
+    int *pos = xmalloc(sizeof(int) * (size_t)S);
+    for (int i = 0; i < S; i++) pos[i] = i;
+    AttnShape s = {.n_q = S, .n_kv = S, .n_heads = H, .n_kv_heads = Hkv, .head_dim = d,
+                   .scale = 1.0f / sqrtf((float)d), .mask = ATTN_CAUSAL};
+    attn_state_init(&s, R->o, R->lse);
+    attn_forward(&s, R->q, pos, R->k, R->v, pos, R->o, R->lse);
+    float *delta = xmalloc((size_t)S * H * sizeof(float));
+    attn_backward_delta(&s, R->o, R->dout, delta);
+    attn_backward(&s, R->q, pos, R->k, R->v, pos, R->lse, delta, R->dout, R->dq, R->dk, R->dv);
+    R->scale_dq = max_abs(R->dq, nq);
+    R->scale_dk = max_abs(R->dk, nk);
+    R->scale_dv = max_abs(R->dv, nk);
+    xfree(delta);
+    xfree(pos);
+}
+
+static void reference_free(Reference *R) {
+    float *p[] = {R->q, R->k, R->v, R->dout, R->o, R->lse, R->dq, R->dk, R->dv};
+    for (size_t i = 0; i < ARRAY_LEN(p); i++) xfree(p[i]);
+}
+
+/* Rows of a global (S, width) tensor at the given positions. */
+static float *gather_rows(const float *g, const int *pos, int n, int width) {
+    float *x = xmalloc(sizeof(float) * (size_t)n * width);
+    for (int i = 0; i < n; i++) memcpy(x + (size_t)i * width, g + (size_t)pos[i] * width, sizeof(float) * (size_t)width);
+    return x;
+}
+
+/* max |a - ref| over rows, ref rows taken at positions */
+static double row_err(const float *a, const float *gref, const int *pos, int n, int width) {
+    double e = 0;
+    for (int i = 0; i < n; i++)
+        for (int c = 0; c < width; c++) {
+            double diff = fabs((double)a[(size_t)i * width + c] - gref[(size_t)pos[i] * width + c]);
+            if (!(diff <= e)) e = diff; /* NaN wins */
+        }
+    return e;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* One configuration. */
+
+typedef struct {
+    long cases, skipped;
+    double max_o, max_lse, max_dq, max_dk, max_dv; /* relative to tolerance */
+} Summary;
+
+static void expect_split(Comm *cm, const Topology *t, CommKind k, MPI_Comm mc, int peer, uint64_t bytes,
+                         uint64_t *intra, uint64_t *inter) {
+    int w = comm_world_rank_of(cm, mc, peer);
+    if (w == t->world_rank || !bytes) return;
+    if (topology_node_of(t, w) == topology_node_of(t, t->world_rank)) *intra += bytes;
+    else *inter += bytes;
+    (void)k;
+}
+
+static void check_volume(Comm *cm, const Topology *t, const CommStats *st, const DistAttnVolume *vol, int bwd,
+                         const char *what) {
+    const unsigned long long *bytes = bwd ? vol->bwd : vol->fwd, *msgs = bwd ? vol->bwd_msgs : vol->fwd_msgs;
+    for (int k = 0; k < COMM_KINDS; k++) {
+        CHECKQ(comm_stats_bytes(st, (CommKind)k) == bytes[k], "%s %s %s bytes %llu, formula %llu", what,
+               bwd ? "bwd" : "fwd", comm_kind_name((CommKind)k),
+               (unsigned long long)comm_stats_bytes(st, (CommKind)k), bytes[k]);
+        CHECKQ(st->messages[k] == msgs[k], "%s %s %s messages %llu, expected %llu", what, bwd ? "bwd" : "fwd",
+               comm_kind_name((CommKind)k), (unsigned long long)st->messages[k], msgs[k]);
+    }
+    CHECKQ(st->meta_bytes == (bwd ? 0 : vol->meta_fwd), "%s meta bytes %llu expected %llu", what,
+           (unsigned long long)st->meta_bytes, bwd ? 0ULL : vol->meta_fwd);
+    /* intra/inter split, recomputed from the topology: every p2p of a kind goes to one peer */
+    int W = t->ring_inner, R = t->cp / W, c = t->cp_rank;
+    uint64_t in_i = 0, in_x = 0, out_i = 0, out_x = 0, a_i = 0, a_x = 0;
+    if (W > 1) expect_split(cm, t, COMM_P2P_INNER, t->inner_comm, (t->inner_rank + 1) % W, bytes[COMM_P2P_INNER], &in_i, &in_x);
+    if (R > 1) expect_split(cm, t, COMM_P2P_OUTER, t->outer_comm, (t->outer_rank + 1) % R, bytes[COMM_P2P_OUTER], &out_i, &out_x);
+    if (t->hp > 1)
+        for (int p = 0; p < t->hp; p++)
+            expect_split(cm, t, COMM_ALLTOALL, t->head_comm, p, bytes[COMM_ALLTOALL] / (unsigned)(t->hp - 1), &a_i, &a_x);
+    (void)c;
+    CHECKQ(st->bytes_intra[COMM_P2P_INNER] == in_i && st->bytes_inter[COMM_P2P_INNER] == in_x &&
+               st->bytes_intra[COMM_P2P_OUTER] == out_i && st->bytes_inter[COMM_P2P_OUTER] == out_x &&
+               st->bytes_intra[COMM_ALLTOALL] == a_i && st->bytes_inter[COMM_ALLTOALL] == a_x,
+           "%s %s intra/inter split differs from the topology", what, bwd ? "bwd" : "fwd");
+}
+
+static void run_case(const Topology *t, Comm *cm, TokenLayout layout, const Reference *R, int piece_rows, Summary *sum,
+                     const char *what) {
+    const HeadCase hc = R->hc;
+    const int S = hc.S, H = hc.H, Hkv = hc.Hkv, d = hc.d, N = S / t->sp;
+    SeqAttention *sa = dist_attention_create_for(t, cm, S, H, Hkv, d);
+    dist_attention_set_piece_rows(sa, piece_rows);
+    int *pos = xmalloc(sizeof(int) * (size_t)N);
+    layout_positions(layout, S, t->hp, t->cp, t->hp_rank, t->cp_rank, pos);
+    float *q = gather_rows(R->q, pos, N, H * d), *k = gather_rows(R->k, pos, N, Hkv * d);
+    float *v = gather_rows(R->v, pos, N, Hkv * d), *dout = gather_rows(R->dout, pos, N, H * d);
+    float *o = xmalloc(sizeof(float) * (size_t)N * H * d);
+    float *dq = xmalloc(sizeof(float) * (size_t)N * H * d);
+    float *dk = xmalloc(sizeof(float) * (size_t)N * Hkv * d), *dv = xmalloc(sizeof(float) * (size_t)N * Hkv * d);
+    size_t nsaved = sa->saved_floats(sa, N, H);
+    float *saved = xmalloc(sizeof(float) * nsaved);
+
+    comm_stats_reset(cm);
+    sa->forward(sa, N, H, Hkv, d, q, k, v, pos, o, saved);
+    CommStats fst = cm->stats;
+    comm_stats_reset(cm);
+    sa->backward(sa, N, H, Hkv, d, q, k, v, pos, o, saved, dout, dq, dk, dv);
+    CommStats bst = cm->stats;
+
+    double eo = row_err(o, R->o, pos, N, H * d);
+    CHECKQ(eo <= O_ATOL, "%s: O error %.3g > %.1g", what, eo, O_ATOL);
+    /* LSE: head-parallel rows of this context slot, heads [head_offset, +heads) */
+    DistSavedView sv;
+    dist_attention_saved_view(sa, saved, &sv);
+    double el = 0;
+    for (int r = 0; r < sv.n_rows; r++)
+        for (int h = 0; h < sv.heads; h++) {
+            double ref = R->lse[(size_t)sv.positions[r] * H + sv.head_offset + h];
+            double e = fabs(sv.lse[(size_t)r * sv.heads + h] - ref) / (LSE_ATOL + LSE_RTOL * fabs(ref));
+            if (!(e <= el)) el = e;
+        }
+    CHECKQ(el <= 1.0, "%s: LSE error %.3g x tolerance", what, el);
+    double eq = row_err(dq, R->dq, pos, N, H * d) / (GRAD_REL * R->scale_dq);
+    double ek = row_err(dk, R->dk, pos, N, Hkv * d) / (GRAD_REL * R->scale_dk);
+    double ev = row_err(dv, R->dv, pos, N, Hkv * d) / (GRAD_REL * R->scale_dv);
+    CHECKQ(eq <= 1.0, "%s: dQ error %.3g x tolerance", what, eq);
+    CHECKQ(ek <= 1.0, "%s: dK error %.3g x tolerance", what, ek);
+    CHECKQ(ev <= 1.0, "%s: dV error %.3g x tolerance", what, ev);
+    sum->max_o = fmax(sum->max_o, eo / O_ATOL);
+    sum->max_lse = fmax(sum->max_lse, el);
+    sum->max_dq = fmax(sum->max_dq, eq);
+    sum->max_dk = fmax(sum->max_dk, ek);
+    sum->max_dv = fmax(sum->max_dv, ev);
+
+    DistAttnVolume vol;
+    dist_attention_volume(t, S, H, Hkv, d, &vol);
+    check_volume(cm, t, &fst, &vol, 0, what);
+    check_volume(cm, t, &bst, &vol, 1, what);
+    /* the paper's formulas, written out independently (fp32: Size(q) = 4 S D / sp) */
+    {
+        unsigned long long sp = (unsigned)t->sp, hp = (unsigned)t->hp, W = (unsigned)t->ring_inner,
+                           cp = (unsigned)t->cp, D = (unsigned)(H * d);
+        unsigned long long mx = (unsigned)(Hkv > t->hp ? Hkv : t->hp);
+        unsigned long long size_q = 4ULL * S * D / sp, size_kv = mx * 8ULL * S * D / sp / (unsigned)H;
+        unsigned long long a2a = (size_q + size_kv / 2 + size_kv / 2 + size_q) * (hp - 1) / hp;
+        CHECKQ(comm_stats_bytes(&fst, COMM_ALLTOALL) == a2a && comm_stats_bytes(&bst, COMM_ALLTOALL) == a2a,
+               "%s: alltoall bytes differ from (Size(q)+Size(k)+Size(v)+Size(out))(hp-1)/hp = %llu", what, a2a);
+        CHECKQ(comm_stats_bytes(&fst, COMM_P2P_INNER) == (cp / W) * (W - 1) * size_kv &&
+                   comm_stats_bytes(&fst, COMM_P2P_OUTER) == (cp / W - 1) * size_kv,
+               "%s: forward p2p bytes differ from (cp/W)(W-1) inner + (cp/W-1) outer x Size(kv)", what);
+    }
+    sum->cases++;
+    xfree(saved);
+    xfree(pos);
+    float *fr[] = {q, k, v, dout, o, dq, dk, dv};
+    for (size_t i = 0; i < ARRAY_LEN(fr); i++) xfree(fr[i]);
+    seq_attention_destroy(sa);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Checks without a topology. */
+
+static void test_check_messages(void) {
+    Topology t;
+    memset(&t, 0, sizeof t);
+    t.hp = 6;
+    t.cp = 1;
+    char *e = dist_attention_check(&t, 12, 4, 48, LAYOUT_ZIGZAG);
+    CHECK(e && strstr(e, "--hp 6") && strstr(e, "valid --hp for this model: 1, 2, 4, 12"),
+          "hp=6 for H=12 Hkv=4 should name valid hp 1, 2, 4, 12: got %s", e ? e : "(null)");
+    xfree(e);
+    t.hp = 3;
+    e = dist_attention_check(&t, 8, 8, 48, LAYOUT_CONTIGUOUS);
+    CHECK(e && strstr(e, "valid --hp for this model: 1, 2, 4, 8"), "hp=3 for H=8: got %s", e ? e : "(null)");
+    xfree(e);
+    t.hp = 16;
+    e = dist_attention_check(&t, 8, 2, 64, LAYOUT_CONTIGUOUS);
+    CHECK(e && strstr(e, "1, 2, 4, 8"), "hp=16 > H=8: got %s", e ? e : "(null)");
+    xfree(e);
+    t.hp = 8; /* KV replication: 2 KV heads over 8 head members is fine */
+    t.cp = 2;
+    e = dist_attention_check(&t, 8, 2, 64, LAYOUT_ZIGZAG);
+    CHECK(e == NULL, "hp=8 with Hkv=2 (replication) should be valid: %s", e ? e : "");
+    xfree(e);
+    e = dist_attention_check(&t, 8, 2, 48, LAYOUT_ZIGZAG);
+    CHECK(e && strstr(e, "divisible by 32"), "S=48 zigzag over sp=16 should fail naming 32: %s", e ? e : "(null)");
+    xfree(e);
+    e = dist_attention_check(&t, 8, 3, 64, LAYOUT_ZIGZAG);
+    CHECK(e && strstr(e, "not a multiple"), "H=8 with Hkv=3 should fail: %s", e ? e : "(null)");
+    xfree(e);
+    t.hp = 1;
+    t.cp = 4;
+    e = dist_attention_check(&t, 6, 6, 36, LAYOUT_STRIPED);
+    CHECK(e == NULL, "S=36 striped over 4 is valid: %s", e ? e : "");
+    xfree(e);
+}
+
+/* The collective wrappers' byte model and results. */
+static void test_collectives(void) {
+    Topology t;
+    topology_create(&t, g_size, 1, 1, 1, PLACEMENT_HEAD_FIRST, 2);
+    Comm *cm = comm_create(&t, NULL);
+    const int count = 10;
+    float buf[10], out[10];
+    for (int i = 0; i < count; i++) buf[i] = (float)(g_rank + i);
+    comm_allreduce(cm, COMM_GRAD_REDUCE, buf, out, count, MPI_FLOAT, MPI_SUM, t.dp_comm);
+    int ok = 1;
+    for (int i = 0; i < count; i++) ok &= out[i] == (float)(g_size * (g_size - 1) / 2 + g_size * i);
+    CHECK(ok, "allreduce result");
+    uint64_t expect = 0;
+    int base = count / g_size, rem = count % g_size, mine = base + (g_rank < rem);
+    for (int p = 0; p < g_size; p++)
+        if (p != g_rank) expect += 4u * (unsigned)(base + (p < rem) + mine);
+    CHECK(comm_stats_bytes(&cm->stats, COMM_GRAD_REDUCE) == expect, "allreduce bytes %llu expected %llu",
+          (unsigned long long)comm_stats_bytes(&cm->stats, COMM_GRAD_REDUCE), (unsigned long long)expect);
+    comm_stats_reset(cm);
+    /* reduce_scatter with counts r+1 and allgatherv back */
+    int *counts = xmalloc(sizeof(int) * (size_t)g_size), *displs = xmalloc(sizeof(int) * (size_t)g_size), total = 0;
+    for (int p = 0; p < g_size; p++) {
+        counts[p] = p + 1;
+        displs[p] = total;
+        total += p + 1;
+    }
+    float *all = xmalloc(sizeof(float) * (size_t)total), *part = xmalloc(sizeof(float) * (size_t)(g_rank + 1));
+    for (int i = 0; i < total; i++) all[i] = (float)i;
+    comm_reduce_scatter(cm, COMM_GRAD_REDUCE, all, part, counts, MPI_FLOAT, MPI_SUM, t.dp_comm);
+    ok = 1;
+    for (int i = 0; i < g_rank + 1; i++) ok &= part[i] == (float)(g_size * (displs[g_rank] + i));
+    CHECK(ok, "reduce_scatter result");
+    CHECK(comm_stats_bytes(&cm->stats, COMM_GRAD_REDUCE) == 4u * (unsigned)(total - counts[g_rank]),
+          "reduce_scatter bytes");
+    comm_allgatherv(cm, COMM_PARAM_GATHER, MPI_IN_PLACE, counts[g_rank], all, counts, displs, MPI_FLOAT, t.dp_comm);
+    CHECK(comm_stats_bytes(&cm->stats, COMM_PARAM_GATHER) == 4u * (unsigned)(counts[g_rank] * (g_size - 1)),
+          "allgatherv bytes");
+    /* node split with 2 ranks per node: peers 2k, 2k+1 share a node */
+    uint64_t intra = 0, inter = 0;
+    for (int p = 0; p < g_size; p++) {
+        if (p == g_rank) continue;
+        uint64_t b = 4u * (unsigned)counts[g_rank];
+        if (p / 2 == g_rank / 2) intra += b; else inter += b;
+    }
+    CHECK(cm->stats.bytes_intra[COMM_PARAM_GATHER] == intra && cm->stats.bytes_inter[COMM_PARAM_GATHER] == inter,
+          "allgatherv intra/inter split");
+    comm_stats_reset(cm);
+    comm_reduce_scatter_block(cm, COMM_GRAD_REDUCE, all, part, 1, MPI_FLOAT, MPI_SUM, t.dp_comm);
+    CHECK(comm_stats_bytes(&cm->stats, COMM_GRAD_REDUCE) == 4u * (unsigned)(g_size - 1), "reduce_scatter_block bytes");
+    xfree(all);
+    xfree(part);
+    xfree(counts);
+    xfree(displs);
+    comm_destroy(cm);
+    topology_free(&t);
+}
+
+/* A traced 2-configuration run: the file parses as JSON with our events and rank names. */
+static void test_trace_and_print(const Reference *R) {
+    char path[] = "/tmp/test_dist_attention_trace.json";
+    Topology t;
+    int hp = g_size >= 2 ? 2 : 1, cp = g_size / hp;
+    topology_create(&t, 1, hp, cp, cp, PLACEMENT_HEAD_FIRST, 2);
+    Comm *cm = comm_create(&t, path);
+    Summary s = {0};
+    run_case(&t, cm, LAYOUT_ZIGZAG, R, 8, &s, "traced run");
+    FILE *f = g_rank == 0 ? tmpfile() : NULL;
+    comm_stats_print(cm, f);
+    if (g_rank == 0) {
+        rewind(f);
+        char line[1024];
+        int lines = 0, ok = 1;
+        while (fgets(line, sizeof line, f)) {
+            char want[32];
+            snprintf(want, sizeof want, "rank %d:", lines);
+            ok &= strncmp(line, want, strlen(want)) == 0 && strstr(line, "compute") != NULL;
+            lines++;
+        }
+        CHECK(ok && lines == g_size, "comm_stats_print: %d lines in rank order", lines);
+        fclose(f);
+    }
+    comm_destroy(cm); /* writes the trace */
+    if (g_rank == 0) {
+        json_error_t err;
+        json_t *root = json_load_file(path, 0, &err);
+        CHECK(root != NULL, "trace is not valid JSON: %s (line %d)", err.text, err.line);
+        if (root) {
+            json_t *ev = json_object_get(root, "traceEvents");
+            size_t n = json_array_size(ev), names = 0, computes = 0, x = 0;
+            for (size_t i = 0; i < n; i++) {
+                json_t *e = json_array_get(ev, i);
+                const char *ph = json_string_value(json_object_get(e, "ph"));
+                const char *cat = json_string_value(json_object_get(e, "cat"));
+                if (ph && !strcmp(ph, "M")) names++;
+                if (ph && !strcmp(ph, "X")) {
+                    x++;
+                    if (json_is_number(json_object_get(e, "ts")) && json_is_number(json_object_get(e, "dur")) &&
+                        cat && !strcmp(cat, "compute"))
+                        computes++;
+                }
+            }
+            CHECK(names == (size_t)g_size && computes > 0 && x > computes,
+                  "trace: %zu thread names (want %d), %zu compute of %zu events", names, g_size, computes, x);
+            json_decref(root);
+        }
+        unlink(path);
+    }
+    topology_free(&t);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    omp_set_num_threads(1); /* up to 8 ranks share 2 cores */
+    openblas_set_num_threads(1);
+    double t_start = MPI_Wtime();
+
+    /* head shapes: MHA and GQA with 1, 2 and H KV heads; S divisible by 2 x 8 */
+    const HeadCase heads[] = {
+        {4, 4, 16, 64}, {4, 1, 32, 32}, {4, 2, 16, 48}, {8, 8, 32, 32}, {8, 2, 16, 64}, {8, 1, 16, 48},
+    };
+    const int n_heads = (int)ARRAY_LEN(heads);
+    Reference refs[ARRAY_LEN(heads)];
+    for (int i = 0; i < n_heads; i++) reference_build(&refs[i], heads[i], 1000 + (uint64_t)i);
+
+    test_check_messages();
+    test_collectives();
+
+    Summary sum = {0};
+    long combo = 0;
+    for (int hp = 1; hp <= g_size; hp++) {
+        if (g_size % hp) continue;
+        for (int cp = 1; cp <= g_size / hp; cp++) {
+            if ((g_size / hp) % cp) continue;
+            int dp = g_size / (hp * cp);
+            for (int W = 1; W <= cp; W++) {
+                if (cp % W) continue;
+                for (int pl = 0; pl < 2; pl++) {
+                    if (pl == 1 && (hp == 1 || cp == 1)) continue; /* identical rank maps */
+                    Topology t;
+                    topology_create(&t, dp, hp, cp, W, (Placement)pl, 2);
+                    Comm *cm = comm_create(&t, NULL);
+                    for (int lay = 0; lay < 3; lay++) {
+                        for (int hi = 0; hi < n_heads; hi++) {
+                            char *err = dist_attention_check(&t, heads[hi].H, heads[hi].Hkv, heads[hi].S, (TokenLayout)lay);
+                            if (err) { /* e.g. hp = 8 with H = 4 */
+                                xfree(err);
+                                sum.skipped++;
+                                continue;
+                            }
+                            char what[160];
+                            int piece = (combo++ % 2) ? 4 : 256;
+                            snprintf(what, sizeof what, "dp%d hp%d cp%d W%d %s %s H%d Hkv%d d%d S%d piece%d", dp, hp, cp,
+                                     W, placement_name((Placement)pl), layout_name((TokenLayout)lay), heads[hi].H,
+                                     heads[hi].Hkv, heads[hi].d, heads[hi].S, piece);
+                            run_case(&t, cm, (TokenLayout)lay, &refs[hi], piece, &sum, what);
+                        }
+                    }
+                    comm_destroy(cm);
+                    topology_free(&t);
+                }
+            }
+        }
+    }
+    test_trace_and_print(&refs[4]);
+    for (int i = 0; i < n_heads; i++) reference_free(&refs[i]);
+
+    double worst[5] = {sum.max_o, sum.max_lse, sum.max_dq, sum.max_dk, sum.max_dv}, wmax[5];
+    MPI_Allreduce(worst, wmax, 5, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    long counts[2] = {tl_passed, tl_failed}, tot[2];
+    MPI_Allreduce(counts, tot, 2, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+    double elapsed = MPI_Wtime() - t_start;
+    if (g_rank == 0) {
+        printf("ranks %d: %ld configurations per rank (%ld head shapes skipped as invalid for hp), %.2f s\n", g_size,
+               sum.cases, sum.skipped, elapsed);
+        printf("worst error / tolerance: O %.3f, LSE %.3f, dQ %.3f, dK %.3f, dV %.3f\n", wmax[0], wmax[1], wmax[2],
+               wmax[3], wmax[4]);
+        printf("test_dist_attention: %ld passed, %ld failed\n", tot[0], tot[1]);
+    }
+    MPI_Finalize();
+    return tot[1] ? 1 : 0;
+}
