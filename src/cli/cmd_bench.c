@@ -4,6 +4,7 @@
  * memory (peak memory of a training step at several sequence lengths, each in a fresh child
  * process). Benchmarks are not tests: they report, the README quotes them. */
 #include <getopt.h>
+#include <mpi.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,8 @@
 #include "kernels/sgemm_bench.h"
 #include "model/llama.h"
 #include "optim/adamw.h"
+#include "strategies/dist_attention_bench.h"
+#include "strategies/seq_parallel.h"
 
 static const char HELP[] =
     "usage: seqpar bench [attn|step|memory|all] [options]\n"
@@ -32,11 +35,18 @@ static const char HELP[] =
     "  --repeats N          timed repeats; medians are reported (default 5)\n"
     "  --mem-seq-lens LIST  sequence lengths for memory (default 4096,16384,65536)\n"
     "  --checkpoint         step/memory with layer-boundary activation checkpointing\n"
-    "  --threads N          OpenMP/OpenBLAS threads (default: all cores)\n"
+    "  --heads N            query heads for distributed attn (default 8)\n"
+    "  --kv-heads N         key/value heads for distributed attn (default = heads)\n"
     "  --help               this text\n"
     "\n"
     "The reference model: 4 layers, hidden 256, 4 heads (2 KV heads, head_dim 64), ffn 1024,\n"
-    "vocab 256, fp32, one sequence per step, AdamW included.\n";
+    "vocab 256, fp32, one sequence per step, AdamW included.\n"
+    "\n"
+    "Distributed attention: 'seqpar bench attn' with any of --dp/--hp/--cp (under mpirun for more\n"
+    "than one rank) times forward+backward of one causal attention layer of the strategy the flags\n"
+    "select (S = --seq-len, head_dim = first of --head-dims), the slowest rank's time, and the\n"
+    "overlap achieved (communication hidden / communication total). '--cp 1 --threads 1' on one\n"
+    "rank is the one-device baseline.\n";
 
 static LlamaConfig bench_model_config(void) {
     LlamaConfig c = {.hidden_size = 256, .intermediate_size = 1024, .num_attention_heads = 4,
@@ -163,28 +173,60 @@ static void bench_memory(const int *lens, int n, int checkpoint) {
     }
 }
 
+/* Distributed attention benchmark on the grid the flags select; rank 0 prints. */
+static void bench_dist_attn(const ParallelConfig *pc, int S, int H, int Hkv, int d, int repeats) {
+    LlamaConfig heads = {.num_attention_heads = H, .num_key_value_heads = Hkv, .head_dim = d, .hidden_size = H * d};
+    SeqParallel par;
+    seq_parallel_create(&par, pc, &heads, S, 1);
+    DistAttnBenchResult r;
+    dist_attention_bench(&par.topo, par.comm, pc->layout, S, H, Hkv, d, repeats, &r);
+    if (par.topo.world_rank == 0) {
+        char desc[256];
+        seq_parallel_describe(&par, desc, sizeof desc);
+        printf("distributed attention, causal, S = %d, %d heads (%d KV), head_dim %d on %s; medians of %d:\n", S, H,
+               Hkv, d, desc, repeats);
+        printf("  forward+backward %.3f s (forward %.3f s, backward %.3f s) | %.1f GFLOPS for the group\n"
+               "  compute %.3f s | exposed communication %.3f s (ring %.3f s) | communication alone %.3f s (ring %.3f s)\n"
+               "  overlap (hidden / total communication): %.0f%% overall, %.0f%% of the ring | %.1f MiB sent by rank 0\n",
+               r.time_s, r.fwd_s, r.bwd_s, r.gflops, r.compute_s, r.exposed_s, r.exposed_p2p_s, r.comm_only_s,
+               r.comm_only_p2p_s, 100 * r.overlap, 100 * r.overlap_p2p, r.bytes_per_rank / (1 << 20));
+        fflush(stdout);
+    }
+    seq_parallel_free(&par);
+}
+
 int cmd_bench(int argc, char **argv) {
     const char *cmd = "bench";
     int S = 8192, repeats = 5, checkpoint = 0;
     int dims[8] = {64, 128}, n_dims = 2;
     int lens[8] = {4096, 16384, 65536}, n_lens = 3;
+    int heads = 8, kv_heads = 0, grid = 0;
+    ParallelConfig pc;
+    parallel_config_default(&pc);
     static const struct option opts[] = {
+        PARALLEL_FLAG_OPTIONS,
+        {"heads", required_argument, 0, 'H'}, {"kv-heads", required_argument, 0, 'K'},
         {"seq-len", required_argument, 0, 's'}, {"head-dims", required_argument, 0, 'd'},
         {"repeats", required_argument, 0, 'r'}, {"mem-seq-lens", required_argument, 0, 'M'},
-        {"checkpoint", no_argument, 0, 'c'}, {"threads", required_argument, 0, 'j'},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"checkpoint", no_argument, 0, 'c'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     opterr = 0;
     optind = 1;
     int opt;
     while ((opt = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        if (parallel_flags_handle(&pc, cmd, opt, optarg)) {
+            if (opt >= 2001 && opt <= 2004) grid = 1;
+            if (opt == 2011) set_threads(pc.threads);
+            continue;
+        }
         switch (opt) {
+        case 'H': heads = (int)parse_long(cmd, "heads", optarg, 1, 1 << 14); break;
+        case 'K': kv_heads = (int)parse_long(cmd, "kv-heads", optarg, 1, 1 << 14); break;
         case 's': S = (int)parse_long(cmd, "seq-len", optarg, 16, 1 << 30); break;
         case 'd': n_dims = parse_list("head-dims", optarg, dims, 8); break;
         case 'r': repeats = (int)parse_long(cmd, "repeats", optarg, 1, 1000); break;
         case 'M': n_lens = parse_list("mem-seq-lens", optarg, lens, 8); break;
         case 'c': checkpoint = 1; break;
-        case 'j': set_threads((int)parse_long(cmd, "threads", optarg, 1, 4096)); break;
-        case 'h': fputs(HELP, stdout); return 0;
+        case 'h': fputs(HELP, stdout); fputs(PARALLEL_FLAGS_HELP, stdout); return 0;
         default: die_bad_option(cmd, argc, argv, opt);
         }
     }
@@ -196,6 +238,15 @@ int cmd_bench(int argc, char **argv) {
     for (int i = 0; i < n_dims; i++)
         if (dims[i] % 2) die_collective("seqpar bench: --head-dims values must be even, got %d", dims[i]);
 
+    int world = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (world > 1 || grid) {
+        if (strcmp(part, "attn"))
+            die_collective("seqpar bench: with --dp/--hp/--cp or under mpirun only 'bench attn' runs (the distributed "
+                           "attention benchmark); got '%s'", part);
+        bench_dist_attn(&pc, S, heads, kv_heads ? kv_heads : heads, dims[0], repeats);
+        return 0;
+    }
     double peak = 0;
     if (all || strcmp(part, "memory")) {
         peak = sgemm_peak_gflops(repeats);

@@ -34,6 +34,7 @@ typedef struct {
     int Hl, Hk;             /* query heads and (replicated) KV heads per head member */
     int piece_rows;
     int compute;
+    DistAttnWork work;          /* of the last forward / backward */
     float scale;
     /* workspaces */
     float *a2a_send, *a2a_recv; /* hp x N x (Hl + 2 Hk) x d each */
@@ -241,6 +242,8 @@ static void block_forward(DistCtx *x, const float *q, const int *all_pos, int c_
                 if (vis == VIS_HIDDEN) continue;
                 const int j0 = kr[b].start;
                 AttnShape s = piece_shape(x, nq, kr[b].len, vis);
+                x->work.fwd_calls++;
+                x->work.fwd_cells += (unsigned long long)nq * (unsigned)kr[b].len;
                 if (x->compute) {
                     double t0 = comm_compute_begin(x->comm);
                     attn_forward(&s, q + (size_t)i0 * Hl * d, qpos + i0, k + (size_t)j0 * Hk * d,
@@ -275,6 +278,8 @@ static void block_backward(DistCtx *x, const float *q, const int *all_pos, int c
                 const int j0 = kr[b].start;
                 const size_t qo = (size_t)i0 * Hl * d, ko = (size_t)j0 * Hk * d;
                 AttnShape s = piece_shape(x, nq, kr[b].len, vis);
+                x->work.bwd_calls++;
+                x->work.bwd_cells += (unsigned long long)nq * (unsigned)kr[b].len;
                 if (x->compute) {
                     double t0 = comm_compute_begin(x->comm);
                     attn_backward(&s, q + qo, qpos + i0, k + ko, v + ko, kpos + j0, lse + (size_t)i0 * Hl,
@@ -428,7 +433,7 @@ static void dist_forward(const SeqAttention *sa, int N, int n_heads, int n_kv_he
                          const float *k, const float *v, const int *positions, float *o, float *saved) {
     DistCtx *x = ctx_of(sa);
     check_call(x, N, n_heads, n_kv_heads, head_dim, "forward");
-    const int n = x->n, Hl = x->Hl, Hk = x->Hk, d = x->d, W = x->W, R = x->R;
+    const int n = x->n, Hk = x->Hk, d = x->d, W = x->W, R = x->R;
     const size_t kv_bytes = sizeof(float) * 2 * (size_t)n * Hk * d;
     Comm *cm = x->comm;
     const Topology *t = x->t;
@@ -440,6 +445,7 @@ static void dist_forward(const SeqAttention *sa, int N, int n_heads, int n_kv_he
     else
         memcpy(all_pos, positions, sizeof(int) * (size_t)N);
     build_runs(x, all_pos);
+    x->work.fwd_calls = x->work.fwd_cells = 0;
 
     /* 2. SeqAlltoAll of q, k, v (with KV replication). */
     a2a_qkv_forward(x, q, k, v, saved);
@@ -479,7 +485,6 @@ static void dist_forward(const SeqAttention *sa, int N, int n_heads, int n_kv_he
 
     /* 4. output back to the local layout */
     a2a_heads_to_local(x, oh, o);
-    (void)Hl;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -506,6 +511,7 @@ static void dist_backward(const SeqAttention *sa, int N, int n_heads, int n_kv_h
     if (memcmp(positions, all_pos + (size_t)t->sp_rank * N, sizeof(int) * (size_t)N) != 0)
         die("dist_attention backward: the positions differ from those of the forward that filled `saved`");
     build_runs(x, all_pos);
+    x->work.bwd_calls = x->work.bwd_cells = 0;
     const float *qh = saved, *oh = saved + off_o(x), *lseh = saved + off_lse(x);
 
     /* dout to head-parallel, delta from the final o */
@@ -701,5 +707,7 @@ SeqAttention *dist_attention_create_for(const Topology *t, Comm *comm, int seq_l
 }
 
 void dist_attention_set_piece_rows(SeqAttention *sa, int rows) { ctx_of(sa)->piece_rows = rows > 0 ? rows : 256; }
+
+void dist_attention_work(const SeqAttention *sa, DistAttnWork *w) { *w = ctx_of(sa)->work; }
 
 void dist_attention_set_compute(SeqAttention *sa, int enabled) { ctx_of(sa)->compute = enabled != 0; }

@@ -94,6 +94,13 @@ typedef struct {
 } DistAttnVolume;
 void dist_attention_volume(const Topology *t, int S, int n_heads, int n_kv_heads, int head_dim, DistAttnVolume *v);
 
+/* Attention work of this rank's last forward / backward: kernel calls and score cells
+ * (rows x keys of every (query piece, kv run) pair that was not fully masked; a causal pair
+ * counts its whole rectangle). Zigzag: (cp-1) n^2/2 off-diagonal + 3 n^2/4 diagonal (n^2 on the
+ * last slot, whose two chunks are adjacent and form one causal run). */
+typedef struct { unsigned long long fwd_calls, fwd_cells, bwd_calls, bwd_cells; } DistAttnWork;
+void dist_attention_work(const SeqAttention *sa, DistAttnWork *w);
+
 /* Tuning and measurement knobs (defaults in brackets): rows of a compute piece between progress
  * tests [256]; compute on/off [on] (off runs the same communication schedule with no attention
  * work, which is how the benchmark measures the communication time to hide). */

@@ -1,0 +1,119 @@
+/* Benchmark of the distributed attention strategy: see dist_attention_bench.h. */
+#include "strategies/dist_attention_bench.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/common.h"
+#include "strategies/dist_attention.h"
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void fill(float *x, size_t n, Rng *r) {
+    for (size_t i = 0; i < n; i++) x[i] = (float)rng_normal(r);
+}
+
+static double max_over_ranks(const Topology *t, double v) {
+    double m;
+    if (MPI_Allreduce(&v, &m, 1, MPI_DOUBLE, MPI_MAX, t->world) != MPI_SUCCESS) die("MPI_Allreduce (bench) failed");
+    return m;
+}
+
+typedef struct { double total, fwd, bwd, compute, exposed, exposed_p2p; unsigned long long bytes; } OneRun;
+
+static void one_run(const Topology *t, Comm *comm, SeqAttention *sa, int N, int H, int Hkv, int d, const float *q,
+                    const float *k, const float *v, const int *pos, float *o, float *saved, const float *dout,
+                    float *dq, float *dk, float *dv, OneRun *r) {
+    comm_stats_reset(comm);
+    if (MPI_Barrier(t->world) != MPI_SUCCESS) die("MPI_Barrier (bench) failed");
+    double t0 = now_seconds();
+    sa->forward(sa, N, H, Hkv, d, q, k, v, pos, o, saved);
+    double t1 = now_seconds();
+    sa->backward(sa, N, H, Hkv, d, q, k, v, pos, o, saved, dout, dq, dk, dv);
+    double t2 = now_seconds();
+    const CommStats *s = &comm->stats;
+    r->total = max_over_ranks(t, t2 - t0);
+    r->fwd = max_over_ranks(t, t1 - t0);
+    r->bwd = max_over_ranks(t, t2 - t1);
+    r->compute = max_over_ranks(t, s->compute_s);
+    r->exposed = max_over_ranks(t, comm_stats_exposed(s));
+    r->exposed_p2p = max_over_ranks(t, s->wait_s[COMM_P2P_INNER] + s->wait_s[COMM_P2P_OUTER]);
+    r->bytes = 0;
+    for (int kd = 0; kd < COMM_KINDS; kd++) r->bytes += comm_stats_bytes(s, (CommKind)kd);
+}
+
+void dist_attention_bench(const Topology *t, Comm *comm, TokenLayout layout, int S, int H, int Hkv, int head_dim,
+                          int repeats, DistAttnBenchResult *r) {
+    memset(r, 0, sizeof *r);
+    if (repeats < 1) repeats = 1;
+    layout_check(layout, S, t->hp, t->cp);
+    const int N = S / t->sp, d = head_dim;
+    SeqAttention *sa = dist_attention_create_for(t, comm, S, H, Hkv, d);
+    int *pos = xmalloc(sizeof(int) * (size_t)N);
+    layout_positions(layout, S, t->hp, t->cp, t->hp_rank, t->cp_rank, pos);
+    const size_t nq = (size_t)N * H * d, nk = (size_t)N * Hkv * d;
+    float *q = xmalloc_aligned(nq * sizeof(float)), *k = xmalloc_aligned(nk * sizeof(float));
+    float *v = xmalloc_aligned(nk * sizeof(float)), *dout = xmalloc_aligned(nq * sizeof(float));
+    float *o = xmalloc_aligned(nq * sizeof(float)), *dq = xmalloc_aligned(nq * sizeof(float));
+    float *dk = xmalloc_aligned(nk * sizeof(float)), *dv = xmalloc_aligned(nk * sizeof(float));
+    float *saved = xmalloc_aligned(sa->saved_floats(sa, N, H) * sizeof(float));
+    Rng rng;
+    rng_seed(&rng, 1234 + (uint64_t)t->world_rank);
+    fill(q, nq, &rng);
+    fill(k, nk, &rng);
+    fill(v, nk, &rng);
+    fill(dout, nq, &rng);
+
+    OneRun run;
+    one_run(t, comm, sa, N, H, Hkv, d, q, k, v, pos, o, saved, dout, dq, dk, dv, &run); /* warm-up */
+    double *tt = xmalloc(sizeof(double) * (size_t)repeats * 6);
+    double *tf = tt + repeats, *tb = tf + repeats, *tc = tb + repeats, *te = tc + repeats, *tp = te + repeats;
+    for (int i = 0; i < repeats; i++) {
+        one_run(t, comm, sa, N, H, Hkv, d, q, k, v, pos, o, saved, dout, dq, dk, dv, &run);
+        tt[i] = run.total;
+        tf[i] = run.fwd;
+        tb[i] = run.bwd;
+        tc[i] = run.compute;
+        te[i] = run.exposed;
+        tp[i] = run.exposed_p2p;
+    }
+    r->bytes_per_rank = (double)run.bytes;
+    r->time_s = median(tt, repeats);
+    r->fwd_s = median(tf, repeats);
+    r->bwd_s = median(tb, repeats);
+    r->compute_s = median(tc, repeats);
+    r->exposed_s = median(te, repeats);
+    r->exposed_p2p_s = median(tp, repeats);
+
+    /* the same schedule without the attention compute: all of it is communication */
+    dist_attention_set_compute(sa, 0);
+    for (int i = 0; i < repeats; i++) {
+        one_run(t, comm, sa, N, H, Hkv, d, q, k, v, pos, o, saved, dout, dq, dk, dv, &run);
+        tt[i] = run.exposed;
+        tp[i] = run.exposed_p2p;
+    }
+    r->comm_only_s = median(tt, repeats);
+    r->comm_only_p2p_s = median(tp, repeats);
+    r->overlap = r->comm_only_s > 0 ? fmax(0.0, fmin(1.0, (r->comm_only_s - r->exposed_s) / r->comm_only_s)) : 1.0;
+    r->overlap_p2p = r->comm_only_p2p_s > 0
+                         ? fmax(0.0, fmin(1.0, (r->comm_only_p2p_s - r->exposed_p2p_s) / r->comm_only_p2p_s))
+                         : 1.0;
+    double flops = 3.5 * 4.0 * d * (double)H * ((double)S * (S + 1) / 2.0);
+    r->gflops = flops / r->time_s / 1e9;
+    comm_stats_reset(comm);
+
+    xfree(tt);
+    float *fr[] = {q, k, v, dout, o, dq, dk, dv, saved};
+    for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) xfree(fr[i]);
+    xfree(pos);
+    seq_attention_destroy(sa);
+}
