@@ -94,6 +94,21 @@ run_np 8 "$SEQPAR" "${TRAIN[@]}" --dp 2 --hp 2 --cp 2 --zero 1 --resume "$T/ck" 
 if [ "$(losses "$T/grid.jsonl")" = "$(losses "$T/part.jsonl")" ]; then ok; else
     bad "ZeRO-1 resume on 8 ranks differs from the uninterrupted run"; diff <(losses "$T/grid.jsonl") <(losses "$T/part.jsonl") | head -n 6; fi
 
+# ---- --trace writes a Chrome trace with one track per rank; --stats shows placement's effect
+G=(grad --model "$FIX/tiny_long" --tokens "$FIX/tiny_long/tokens.bin" --seq-len 256 --out "$T/g" --hp 2 --cp 2 --ranks-per-node 2)
+if run_np 4 "$SEQPAR" "${G[@]}" --trace "$T/trace.json" >/dev/null 2>&1 &&
+    "$BUILD/tests/tool_check_trace" "$T/trace.json" 4 compute send recv wait alltoall allreduce >"$T/trace.out"; then ok; else
+    bad "--trace: $(cat "$T/trace.out" 2>/dev/null)"; fi
+# 2 ranks per node: head-first puts each head group on one node (all-to-all intra-node, ring
+# inter-node); context-first the opposite.
+run_np 4 "$SEQPAR" "${G[@]}" --stats --placement head-first >"$T/hf.out" 2>&1
+run_np 4 "$SEQPAR" "${G[@]}" --stats --placement context-first >"$T/cf.out" 2>&1
+if grep -q '^rank 0: alltoall [0-9.]* MB (intra [0-9.]*, inter 0.000)' "$T/hf.out" &&
+    grep -Eq '^rank 0: .*p2p_inner [0-9.]* MB \(intra 0.000, inter (0\.0*[1-9]|[1-9])' "$T/hf.out" &&
+    grep -Eq '^rank 0: alltoall [0-9.]* MB \(intra 0.000, inter (0\.0*[1-9]|[1-9])' "$T/cf.out" &&
+    grep -q 'p2p_inner [0-9.]* MB (intra [0-9.]*, inter 0.000)' "$T/cf.out"; then ok; else
+    bad "placement does not move traffic between intra- and inter-node as expected"; head -n 2 "$T/hf.out" "$T/cf.out"; fi
+
 # ---- bad grids: the same one-line error on every rank, non-zero exit, no hang
 grid_error() { # np words flags...
     local np=$1 words=$2

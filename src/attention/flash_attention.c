@@ -2,19 +2,21 @@
  *
  * Forward: one work item per (query head, query tile); the item keeps a running max m, sum l and
  * accumulator acc (tile x head_dim) seeded from the caller's (o, lse), so each call merges into
- * the caller's state. Scores are computed transposed, S^T = K Q^T (keys x queries), so that K is
- * read in place and only the query tile is transposed, once per item; the softmax then runs
- * down the columns, vectorised across queries, and acc += P V reads V in place. Scores live in
- * the base-2 domain (alpha = scale * log2 e) so that one exp2 per score is all the softmax needs.
+ * the caller's state. Scores are computed transposed, S^T = K Q^T (keys x queries): the query
+ * tile is transposed once per item, the softmax runs down the columns vectorised across queries,
+ * and acc += P V reads P as (S^T)^T. Key/value tiles are copied into compact buffers (a head's
+ * rows are H*d apart, often a power of two, which thrashes the L1 sets), and the next tile is
+ * prefetched while the current scores are computed. Scores live in the base-2 domain
+ * (alpha = scale * log2 e) so that one exp2 per score is all the softmax needs.
  * Backward: one work item per (key/value head, key tile) with the query heads of its GQA group
  * looped inside, so dk/dv of a tile have a single writer; K and V of the tile are transposed once
  * per item; dq has many writers and goes to per-thread buffers (thread 0 writes dq directly)
  * summed after each key/value head.
  *
- * Tile products go through tile_gemm(): with AVX2+FMA an in-register 6 x 16 kernel that reads
- * every operand in place through its strides (no packing, no beta pass: at these tile sizes
- * OpenBLAS spends ~25% of the time packing and zeroing), otherwise, or with -DFA_USE_BLAS,
- * cblas_sgemm on the same strided operands.
+ * Tile products go through tile_gemm(): with AVX2+FMA an in-register 6 x 16 kernel on strided
+ * operands (no packing, no beta pass: at these tile shapes OpenBLAS spent ~25% of the attention
+ * time packing and zeroing; this kernel runs at ~95% of OpenBLAS's large-sgemm rate on them),
+ * otherwise, or with -DFA_USE_BLAS, cblas_sgemm on the same strided operands.
  *
  * Masking works on tiles: from the min/max position of each query and key tile a tile pair is
  * fully visible (no mask work), fully hidden (skipped) or partial (elementwise -inf). Nothing is
@@ -44,10 +46,10 @@
  * Backward: FA_BWD_BK keys x FA_BWD_BQ queries. Multiples of 6 (kernel rows) and 16 (kernel
  * columns) waste nothing; any positive values are correct. */
 #ifndef FA_FWD_BQ
-#define FA_FWD_BQ 128
+#define FA_FWD_BQ 256
 #endif
 #ifndef FA_FWD_BK
-#define FA_FWD_BK 240
+#define FA_FWD_BK 192
 #endif
 #ifndef FA_BWD_BK
 #define FA_BWD_BK 144
@@ -105,27 +107,7 @@ static inline __m256 exp2_avx2(__m256 x) {
 }
 #endif
 
-/* Largest element of s[0..n). */
-static inline float row_max(const float *s, int n) {
-    float m = -INFINITY;
-    int j = 0;
-#ifdef __AVX2__
-    __m256 a = _mm256_set1_ps(-INFINITY), b = a;
-    for (; j + 16 <= n; j += 16) {
-        a = _mm256_max_ps(a, _mm256_loadu_ps(s + j));
-        b = _mm256_max_ps(b, _mm256_loadu_ps(s + j + 8));
-    }
-    a = _mm256_max_ps(a, b);
-    __m128 h = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
-    m = _mm_cvtss_f32(h);
-#endif
-    for (; j < n; j++) m = s[j] > m ? s[j] : m;
-    return m;
-}
-
-/* s[j] = 2^(s[j] - m) in place; returns the sum of the new values. */
+/* s[j] = 2^(s[j] - m) in place (a row of probabilities in the backward); returns their sum. */
 static inline float row_exp2_sum(float *s, int n, float m) {
     float sum = 0.0f;
     int j = 0;
@@ -344,8 +326,31 @@ micro_6x16(int K, int mr, float alpha, const float *A, size_t ars, size_t aks, c
 }
 #endif
 
+/* Rows of up to two strided tiles (the next key and value tiles) to be brought into L2 a few
+ * lines at a time while a product runs, so that the next tile's copy does not wait on memory. */
+typedef struct {
+    const char *base[2];
+    size_t stride;     /* bytes between rows */
+    int rows;          /* rows per tile */
+    int lines_per_row; /* 64-byte lines per row, counting a possibly straddled one */
+    int next, total;   /* next line to fetch, out of 2 * rows * lines_per_row (0 total: nothing) */
+} Prefetch;
+
+static inline void prefetch_some(Prefetch *p, int n) {
+#ifdef __AVX2__
+    for (; n > 0 && p->next < p->total; n--, p->next++) {
+        int t = p->next / (p->rows * p->lines_per_row), rem = p->next % (p->rows * p->lines_per_row);
+        const char *addr = p->base[t] + (size_t)(rem / p->lines_per_row) * p->stride + (size_t)(rem % p->lines_per_row) * 64;
+        _mm_prefetch(addr, _MM_HINT_T1);
+    }
+#else
+    (void)p;
+    (void)n;
+#endif
+}
+
 static void tile_gemm(int M, int N, int K, float alpha, const float *A, size_t ars, size_t aks,
-                      const float *B, size_t ldb, int accumulate, float *C, size_t ldc) {
+                      const float *B, size_t ldb, int accumulate, float *C, size_t ldc, Prefetch *pf) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0) {
         if (!accumulate)
@@ -353,23 +358,30 @@ static void tile_gemm(int M, int N, int K, float alpha, const float *A, size_t a
         return;
     }
 #ifdef FA_AVX2_KERNEL
+    const int n_calls = ((M + 5) / 6) * ((N + 15) / 16);
+    const int pf_per_call = pf ? (pf->total - pf->next + n_calls - 1) / n_calls : 0;
     for (int n0 = 0; n0 < N; n0 += 16) {
         const int nr = N - n0 < 16 ? N - n0 : 16;
         if (nr == 16) {
             const __m256i none = _mm256_setzero_si256();
-            for (int m0 = 0; m0 < M; m0 += 6)
+            for (int m0 = 0; m0 < M; m0 += 6) {
+                if (pf) prefetch_some(pf, pf_per_call);
                 micro_6x16(K, M - m0 < 6 ? M - m0 : 6, alpha, A + (size_t)m0 * ars, ars, aks, B + n0, ldb,
                            accumulate, C + (size_t)m0 * ldc + n0, ldc, 0, none, none);
+            }
         } else {
             const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), vn = _mm256_set1_epi32(nr);
             const __m256i mlo = _mm256_cmpgt_epi32(vn, lane);
             const __m256i mhi = _mm256_cmpgt_epi32(vn, _mm256_add_epi32(lane, _mm256_set1_epi32(8)));
-            for (int m0 = 0; m0 < M; m0 += 6)
+            for (int m0 = 0; m0 < M; m0 += 6) {
+                if (pf) prefetch_some(pf, pf_per_call);
                 micro_6x16(K, M - m0 < 6 ? M - m0 : 6, alpha, A + (size_t)m0 * ars, ars, aks, B + n0, ldb,
                            accumulate, C + (size_t)m0 * ldc + n0, ldc, 1, mlo, mhi);
+            }
         }
     }
 #else
+    (void)pf;
     if (aks != 1 && ars != 1) die("tile_gemm: neither A nor A^T is row-major");
     cblas_sgemm(CblasRowMajor, aks == 1 ? CblasNoTrans : CblasTrans, CblasNoTrans, M, N, K, alpha, A,
                 (int)(aks == 1 ? ars : aks), B, (int)ldb, accumulate ? 1.0f : 0.0f, C, (int)ldc);
@@ -403,20 +415,40 @@ static void col_max(const float *s, int rows, int n, size_t ld, float *mx) {
     }
 }
 
-/* s[j][i] = 2^(s[j][i] - m[i]); sum[i] = sum over j of the new values. */
+/* s[j][i] = 2^(s[j][i] - m[i]); sum[i] = sum over j of the new values. Strips of 32 columns
+ * keep their sums in registers. */
 static void col_exp2_sum(float *s, int rows, int n, size_t ld, const float *m, float *sum) {
-    for (int i = 0; i < n; i++) sum[i] = 0.0f;
+    int i0 = 0;
+#ifdef __AVX2__
+    for (; i0 + 32 <= n; i0 += 32) {
+        const __m256 m0 = _mm256_loadu_ps(m + i0), m1 = _mm256_loadu_ps(m + i0 + 8);
+        const __m256 m2 = _mm256_loadu_ps(m + i0 + 16), m3 = _mm256_loadu_ps(m + i0 + 24);
+        __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+        for (int j = 0; j < rows; j++) {
+            float *row = s + (size_t)j * ld + i0;
+            __m256 p0 = exp2_avx2(_mm256_sub_ps(_mm256_loadu_ps(row), m0));
+            __m256 p1 = exp2_avx2(_mm256_sub_ps(_mm256_loadu_ps(row + 8), m1));
+            __m256 p2 = exp2_avx2(_mm256_sub_ps(_mm256_loadu_ps(row + 16), m2));
+            __m256 p3 = exp2_avx2(_mm256_sub_ps(_mm256_loadu_ps(row + 24), m3));
+            _mm256_storeu_ps(row, p0);
+            _mm256_storeu_ps(row + 8, p1);
+            _mm256_storeu_ps(row + 16, p2);
+            _mm256_storeu_ps(row + 24, p3);
+            s0 = _mm256_add_ps(s0, p0);
+            s1 = _mm256_add_ps(s1, p1);
+            s2 = _mm256_add_ps(s2, p2);
+            s3 = _mm256_add_ps(s3, p3);
+        }
+        _mm256_storeu_ps(sum + i0, s0);
+        _mm256_storeu_ps(sum + i0 + 8, s1);
+        _mm256_storeu_ps(sum + i0 + 16, s2);
+        _mm256_storeu_ps(sum + i0 + 24, s3);
+    }
+#endif
+    for (int i = i0; i < n; i++) sum[i] = 0.0f;
     for (int j = 0; j < rows; j++) {
         float *row = s + (size_t)j * ld;
-        int i = 0;
-#ifdef __AVX2__
-        for (; i + 8 <= n; i += 8) {
-            __m256 p = exp2_avx2(_mm256_sub_ps(_mm256_loadu_ps(row + i), _mm256_loadu_ps(m + i)));
-            _mm256_storeu_ps(row + i, p);
-            _mm256_storeu_ps(sum + i, _mm256_add_ps(_mm256_loadu_ps(sum + i), p));
-        }
-#endif
-        for (; i < n; i++) {
+        for (int i = i0; i < n; i++) {
             row[i] = exp2_scalar(row[i] - m[i]);
             sum[i] += row[i];
         }
@@ -496,7 +528,17 @@ void attn_forward(const AttnShape *s, const float *q, const int *q_pos, const fl
                 copy_tile(bk, d, k + ((size_t)j0 * Hkv + g) * d, ldk, Kc, ldc);
                 copy_tile(bk, d, v + ((size_t)j0 * Hkv + g) * d, ldk, Vc, ldc);
                 /* S^T (bk, bq) = alpha K (bk, d) Q^T (d, bq) */
-                tile_gemm(bk, bq, d, alpha, Kc, ldc, 1, Qt, ldt, 0, ST, ldt);
+                Prefetch pf = {{NULL, NULL}, ldk * sizeof(float), 0, (int)((d * sizeof(float) + 63) / 64 + 1), 0, 0};
+                for (int nt = kt + 1; nt < nkt; nt++) { /* the next key tile this item will read */
+                    if (tile_class(mask, qr[qt], kr[nt]) == TILE_HIDDEN) continue;
+                    const int n0 = nt * BK, nb = n0 + BK <= n_kv ? BK : n_kv - n0;
+                    pf.base[0] = (const char *)(k + ((size_t)n0 * Hkv + g) * d);
+                    pf.base[1] = (const char *)(v + ((size_t)n0 * Hkv + g) * d);
+                    pf.rows = nb;
+                    pf.total = 2 * nb * pf.lines_per_row;
+                    break;
+                }
+                tile_gemm(bk, bq, d, alpha, Kc, ldc, 1, Qt, ldt, 0, ST, ldt, &pf);
                 if (cls == TILE_PARTIAL)
                     for (int j = 0; j < bk; j++) {
                         const int kp = kv_pos[j0 + j];
@@ -522,7 +564,7 @@ void attn_forward(const AttnShape *s, const float *q, const int *q_pos, const fl
                     }
                 }
                 /* acc (bq, d) += P (bq, bk) V (bk, d), P read as (S^T)^T */
-                tile_gemm(bq, d, bk, 1.0f, ST, 1, ldt, Vc, ldc, 1, acc, (size_t)d);
+                tile_gemm(bq, d, bk, 1.0f, ST, 1, ldt, Vc, ldc, 1, acc, (size_t)d, NULL);
             }
             for (int r = 0; r < bq; r++) {
                 if (!seen[r]) continue; /* no visible key in this call: state unchanged */
@@ -617,7 +659,7 @@ void attn_backward(const AttnShape *s, const float *q, const int *q_pos, const f
                         const int i0 = qt * BQ, bq = i0 + BQ <= n_q ? BQ : n_q - i0;
                         copy_tile(bq, d, q + ((size_t)i0 * H + h) * d, ldq, Qc, ldc);
                         /* S (bq, bk) = alpha Q (bq, d) K^T (d, bk) */
-                        tile_gemm(bq, bk, d, alpha, Qc, ldc, 1, Kt, ldp, 0, P, ldp);
+                        tile_gemm(bq, bk, d, alpha, Qc, ldc, 1, Kt, ldp, 0, P, ldp, NULL);
                         int any = 0;
                         for (int r = 0; r < bq; r++) {
                             float *prow = P + (size_t)r * ldp;
@@ -638,10 +680,10 @@ void attn_backward(const AttnShape *s, const float *q, const int *q_pos, const f
                         if (!any) continue;
                         copy_tile(bq, d, dout + ((size_t)i0 * H + h) * d, ldq, dOc, ldc);
                         if (dv) /* dV (bk, d) += P^T (bk, bq) dO (bq, d) */
-                            tile_gemm(bk, d, bq, 1.0f, P, 1, ldp, dOc, ldc, 1, dVa, (size_t)d);
+                            tile_gemm(bk, d, bq, 1.0f, P, 1, ldp, dOc, ldc, 1, dVa, (size_t)d, NULL);
                         if (!dq && !dk) continue;
                         /* dP (bq, bk) = dO (bq, d) V^T (d, bk) */
-                        tile_gemm(bq, bk, d, 1.0f, dOc, ldc, 1, Vt, ldp, 0, dP, ldp);
+                        tile_gemm(bq, bk, d, 1.0f, dOc, ldc, 1, Vt, ldp, 0, dP, ldp, NULL);
                         for (int r = 0; r < bq; r++) { /* dS = P * (dP - delta), into P */
                             const float dl = delta[(size_t)(i0 + r) * H + h];
                             float *prow = P + (size_t)r * ldp;
@@ -649,10 +691,10 @@ void attn_backward(const AttnShape *s, const float *q, const int *q_pos, const f
                             for (int c = 0; c < bk; c++) prow[c] = prow[c] * (dprow[c] - dl);
                         }
                         if (dk) /* dK (bk, d) += scale dS^T (bk, bq) Q (bq, d) */
-                            tile_gemm(bk, d, bq, scale, P, 1, ldp, Qc, ldc, 1, dKa, (size_t)d);
+                            tile_gemm(bk, d, bq, scale, P, 1, ldp, Qc, ldc, 1, dKa, (size_t)d, NULL);
                         if (dq) /* dQ (bq, d) += scale dS (bq, bk) K (bk, d) */
                             tile_gemm(bq, d, bk, scale, P, ldp, 1, Kc, ldc, 1,
-                                      dq_base + (size_t)i0 * dq_ld + (size_t)hh * d, dq_ld);
+                                      dq_base + (size_t)i0 * dq_ld + (size_t)hh * d, dq_ld, NULL);
                     }
                 }
                 for (int j = 0; j < bk; j++) { /* this thread is the only writer of these rows */
