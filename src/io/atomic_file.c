@@ -123,3 +123,11 @@ void fsync_dir(const char *dir) {
     }
     close(fd);
 }
+
+void atomic_write_text(const char *path, const char *text) {
+    AtomicFile af;
+    atomic_open(&af, path);
+    atomic_write(&af, text, strlen(text));
+    atomic_write(&af, "\n", 1);
+    atomic_commit(&af);
+}

@@ -20,6 +20,8 @@ void atomic_commit(AtomicFile *af);
 void atomic_abort(AtomicFile *af);
 /* Writes `len` bytes or dies naming the file. */
 void atomic_write(AtomicFile *af, const void *buf, size_t len);
+/* Writes a text file atomically: the NUL-terminated text followed by a newline. */
+void atomic_write_text(const char *path, const char *text);
 /* fsyncs a directory (so a rename inside it is durable). */
 void fsync_dir(const char *dir);
 

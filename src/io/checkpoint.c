@@ -244,11 +244,7 @@ static json_t *state_to_json(const TrainerState *st, const ParamTable *t, const 
 static void write_json_atomic(const char *path, json_t *root) {
     char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     if (!text) die("cannot serialize '%s' (out of memory?)", path);
-    AtomicFile af;
-    atomic_open(&af, path);
-    atomic_write(&af, text, strlen(text));
-    atomic_write(&af, "\n", 1);
-    atomic_commit(&af);
+    atomic_write_text(path, text);
     free(text);
 }
 

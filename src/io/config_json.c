@@ -187,10 +187,6 @@ void config_json_save(const char *path, const LlamaConfig *c) {
     json_decref(root);
     if (!text) die("cannot encode model config for '%s' as JSON (out of memory?)", path);
 
-    AtomicFile af;
-    atomic_open(&af, path);
-    atomic_write(&af, text, strlen(text));
-    atomic_write(&af, "\n", 1);
-    atomic_commit(&af);
+    atomic_write_text(path, text);
     free(text);
 }
