@@ -504,7 +504,8 @@ void attn_forward(const AttnShape *s, const float *q, const int *q_pos, const fl
 
 #pragma omp for schedule(dynamic, 1)
         for (long long w = 0; w < n_items; w++) {
-            const int qt = order[w / H].idx, h = (int)(w % H), g = h / group;
+            /* head-major: the threads work on one head at a time and share its K/V in L3 */
+            const int h = (int)(w / n_busy), qt = order[w % n_busy].idx, g = h / group;
             const int i0 = qt * BQ, bq = i0 + BQ <= n_q ? BQ : n_q - i0;
             transpose_tile(bq, d, q + ((size_t)i0 * H + h) * d, ldq, Qt, ldt);
             for (int r = 0; r < bq; r++) {

@@ -34,15 +34,15 @@ static const char HELP_TAIL[] =
     "data:\n"
     "  --data SRC           'recall' (default), an llm.c shard (.bin) or a text file (.txt)\n"
     "  --tokens-format F    auto|llmc|text for --data FILE (default auto)\n"
-    "  --seq-len S          tokens per sequence (default 256)\n"
+    "  --seq-len S          tokens per sequence (default 128)\n"
     "  --batch B            sequences per step over all dp replicas (default 8; divisible by --dp)\n"
     "  --recall-pairs N     key-value pairs per recall sequence (default seq-len/16)\n"
-    "  --recall-queries N   queries per recall sequence (default = pairs)\n"
+    "  --recall-queries N   queries per recall sequence (default 4 x pairs, at most seq-len/2)\n"
     "optimisation:\n"
-    "  --steps N            total training steps (default 400)\n"
-    "  --lr X               peak learning rate (default 3e-3)\n"
+    "  --steps N            total training steps (default 1500)\n"
+    "  --lr X               peak learning rate (default 2e-3)\n"
     "  --min-lr X           final learning rate of the cosine decay (default lr/10)\n"
-    "  --warmup N           linear warmup steps (default 20)\n"
+    "  --warmup N           linear warmup steps (default 50)\n"
     "  --weight-decay X     decoupled weight decay (default 0.1)\n"
     "  --decay-all          also decay norms and embeddings\n"
     "  --grad-clip X        clip the global gradient norm to X; 0 disables (default 1)\n"
@@ -50,7 +50,7 @@ static const char HELP_TAIL[] =
     "  --checkpoint         layer-boundary activation checkpointing (recompute in backward)\n"
     "run:\n"
     "  --seed N             seed for weights and data (default 1)\n"
-    "  --eval-every N       evaluate recall accuracy every N steps (default 100; 0: only at the end)\n"
+    "  --eval-every N       evaluate recall accuracy every N steps (default 250; 0: only at the end)\n"
     "  --eval-seqs N        sequences per evaluation (default 16)\n"
     "  --save DIR           write a checkpoint to DIR at the end (and every --save-every steps)\n"
     "  --save-every N       also checkpoint every N steps\n"
@@ -157,15 +157,15 @@ static void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlag
     size_flags_default(sf);
     adamw_config_default(&o->opt);
     o->data = "recall";
-    o->seq_len = 256;
+    o->seq_len = 128;
     o->batch = 8;
-    o->steps = 400;
+    o->steps = 1500;
     o->seed = 1;
-    o->eval_every = 100;
+    o->eval_every = 250;
     o->eval_seqs = 16;
     o->log_path = "runs/train.jsonl";
-    o->opt.lr = 3e-3f;
-    o->opt.warmup_steps = 20;
+    o->opt.lr = 2e-3f;
+    o->opt.warmup_steps = 50;
     parallel_config_default(&o->par);
     static const struct option opts[] = {
         SIZE_FLAG_OPTIONS,
@@ -304,6 +304,10 @@ int cmd_train(int argc, char **argv) {
         ds.spec.n_pairs = o.recall_pairs;
         ds.spec.n_queries = o.recall_queries;
         recall_spec_finalize(&ds.spec);
+        if (!o.recall_queries) { /* several queries per pair: more recall signal per sequence */
+            int q = 4 * ds.spec.n_pairs, room = S - S / 2;
+            ds.spec.n_queries = q < room ? q : room;
+        }
         o.recall_pairs = ds.spec.n_pairs;
         o.recall_queries = ds.spec.n_queries;
         ds.distance = xmalloc(sizeof(int) * S);

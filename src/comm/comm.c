@@ -4,6 +4,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <string.h>
+#include <time.h>
 
 #include "comm/trace.h"
 #include "core/common.h"
@@ -128,20 +129,28 @@ void comm_stats_print(Comm *c, FILE *f) {
                     s->messages[k], s->wait_s[k]);
         }
         if (s->meta_bytes) fprintf(f, " meta %.3f MB;", s->meta_bytes / 1e6);
-        fprintf(f, " compute %.4f s, exposed comm %.4f s\n", s->compute_s, comm_stats_exposed(s));
+        fprintf(f, " compute %.4f s (cpu %.4f s), exposed comm %.4f s\n", s->compute_s, s->compute_cpu_s,
+                comm_stats_exposed(s));
     }
     fflush(f);
     xfree(all);
 }
 
+static double process_cpu_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 double comm_compute_begin(Comm *c) {
-    (void)c;
+    c->cpu_t0 = process_cpu_seconds();
     return now_seconds();
 }
 
 void comm_compute_end(Comm *c, const char *name, double t0) {
     double t1 = now_seconds();
     c->stats.compute_s += t1 - t0;
+    c->stats.compute_cpu_s += process_cpu_seconds() - c->cpu_t0;
     record(c, name, "compute", t0, t1);
 }
 

@@ -56,7 +56,9 @@ typedef struct {
     uint64_t bytes_inter[COMM_KINDS]; /* sent to peers on other nodes */
     uint64_t messages[COMM_KINDS];
     double wait_s[COMM_KINDS];        /* blocked in waits / collectives / progress tests */
-    double compute_s;                 /* recorded by the strategy */
+    double compute_s;                 /* recorded by the strategy (wall clock) */
+    double compute_cpu_s;             /* process CPU time inside those sections: unlike the wall
+                                         clock, not inflated when other processes share the cores */
     uint64_t meta_bytes;              /* control data outside the kinds (see above) */
 } CommStats;
 
@@ -67,6 +69,7 @@ typedef struct {
     CommStats stats;
     CommTrace *trace; /* NULL: tracing off (then it costs one pointer test per call) */
     int keyval;       /* MPI attribute key caching each communicator's world ranks */
+    double cpu_t0;    /* process CPU clock at the open compute section (sections do not nest) */
 } Comm;
 
 /* Creates the context. trace_path non-NULL turns tracing on (written by comm_destroy).

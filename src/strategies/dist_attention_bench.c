@@ -28,7 +28,7 @@ static double max_over_ranks(const Topology *t, double v) {
     return m;
 }
 
-typedef struct { double total, fwd, bwd, compute, exposed, exposed_p2p; unsigned long long bytes; } OneRun;
+typedef struct { double total, fwd, bwd, compute, compute_cpu, exposed, exposed_p2p; unsigned long long bytes; } OneRun;
 
 static void one_run(const Topology *t, Comm *comm, SeqAttention *sa, int N, int H, int Hkv, int d, const float *q,
                     const float *k, const float *v, const int *pos, float *o, float *saved, const float *dout,
@@ -45,6 +45,7 @@ static void one_run(const Topology *t, Comm *comm, SeqAttention *sa, int N, int 
     r->fwd = max_over_ranks(t, t1 - t0);
     r->bwd = max_over_ranks(t, t2 - t1);
     r->compute = max_over_ranks(t, s->compute_s);
+    r->compute_cpu = max_over_ranks(t, s->compute_cpu_s);
     r->exposed = max_over_ranks(t, comm_stats_exposed(s));
     r->exposed_p2p = max_over_ranks(t, s->wait_s[COMM_P2P_INNER] + s->wait_s[COMM_P2P_OUTER]);
     r->bytes = 0;
@@ -75,8 +76,8 @@ void dist_attention_bench(const Topology *t, Comm *comm, TokenLayout layout, int
 
     OneRun run;
     one_run(t, comm, sa, N, H, Hkv, d, q, k, v, pos, o, saved, dout, dq, dk, dv, &run); /* warm-up */
-    double *tt = xmalloc(sizeof(double) * (size_t)repeats * 6);
-    double *tf = tt + repeats, *tb = tf + repeats, *tc = tb + repeats, *te = tc + repeats, *tp = te + repeats;
+    double *tt = xmalloc(sizeof(double) * (size_t)repeats * 7);
+    double *tf = tt + repeats, *tb = tf + repeats, *tc = tb + repeats, *te = tc + repeats, *tp = te + repeats, *tu = tp + repeats;
     for (int i = 0; i < repeats; i++) {
         one_run(t, comm, sa, N, H, Hkv, d, q, k, v, pos, o, saved, dout, dq, dk, dv, &run);
         tt[i] = run.total;
@@ -85,12 +86,14 @@ void dist_attention_bench(const Topology *t, Comm *comm, TokenLayout layout, int
         tc[i] = run.compute;
         te[i] = run.exposed;
         tp[i] = run.exposed_p2p;
+        tu[i] = run.compute_cpu;
     }
     r->bytes_per_rank = (double)run.bytes;
     r->time_s = median(tt, repeats);
     r->fwd_s = median(tf, repeats);
     r->bwd_s = median(tb, repeats);
     r->compute_s = median(tc, repeats);
+    r->compute_cpu_s = median(tu, repeats);
     r->exposed_s = median(te, repeats);
     r->exposed_p2p_s = median(tp, repeats);
 

@@ -13,6 +13,8 @@ typedef struct {
     double time_s;        /* forward + backward: max over ranks, median over repeats */
     double fwd_s, bwd_s;  /* the same for forward and backward alone */
     double compute_s;     /* compute time recorded in the Comm stats (attention + packing), max over ranks */
+    double compute_cpu_s; /* process CPU seconds of that compute, max over ranks: robust to other
+                             processes time-slicing the cores (divide by threads for core time) */
     double exposed_s;     /* time blocked in waits / collectives / progress tests, max over ranks */
     double exposed_p2p_s; /* the ring part of exposed_s */
     double comm_only_s;   /* forward + backward with compute off (all communication), max over ranks */
