@@ -510,6 +510,43 @@ static void test_flops(Rng *rng) {
 
 /* ------------------------------------------------------------------------------------------ */
 
+/* The same inputs give bit-identical gradients on every call, for 2 and 3 threads: which thread
+ * sums which tiles must not depend on timing (resume and checkpointing rely on it). Many kv
+ * tiles of uneven cost, repeated, so a timing-dependent schedule would show. */
+static void test_backward_reproducible(Rng *rng) {
+    const int n = 1500, H = 4, Hkv = 2, d = 64;
+    AttnShape s = {n, n, H, Hkv, d, 0.125f, ATTN_CAUSAL};
+    int *pos = xmalloc(n * sizeof(int));
+    make_positions(LAYOUT_ZIGZAG, n, 0, rng, pos);
+    size_t nq = (size_t)n * H * d, nkv = (size_t)n * Hkv * d;
+    float *q = new_normal(nq, rng, 1), *k = new_normal(nkv, rng, 1), *v = new_normal(nkv, rng, 1), *dout = new_normal(nq, rng, 1);
+    float *o = xmalloc(nq * 4), *lse = xmalloc((size_t)n * H * 4), *delta = xmalloc((size_t)n * H * 4);
+    attn_state_init(&s, o, lse);
+    attn_forward(&s, q, pos, k, v, pos, o, lse);
+    attn_backward_delta(&s, o, dout, delta);
+    float *ref[3], *got[3];
+    size_t sz[3] = {nq, nkv, nkv};
+    int saved = omp_get_max_threads();
+    const int threads[2] = {2, 3};
+    for (int ti = 0; ti < 2; ti++) {
+        omp_set_num_threads(threads[ti]);
+        for (int rep = 0; rep < 6; rep++) {
+            float **dst = rep == 0 ? ref : got;
+            for (int b = 0; b < 3; b++) dst[b] = xcalloc(sz[b], 4);
+            attn_backward(&s, q, pos, k, v, pos, lse, delta, dout, dst[0], dst[1], dst[2]);
+            if (rep == 0) continue;
+            int same = 1;
+            for (int b = 0; b < 3; b++) same &= memcmp(ref[b], got[b], sz[b] * 4) == 0;
+            CHECK(same, "backward with %d threads, repeat %d: gradients not bit-identical to the first call",
+                  threads[ti], rep);
+            for (int b = 0; b < 3; b++) xfree(got[b]);
+        }
+        for (int b = 0; b < 3; b++) xfree(ref[b]);
+    }
+    omp_set_num_threads(saved);
+    xfree(pos); xfree(q); xfree(k); xfree(v); xfree(dout); xfree(o); xfree(lse); xfree(delta);
+}
+
 int main(void) {
     Rng rng;
     rng_seed(&rng, 20240611);
@@ -519,6 +556,7 @@ int main(void) {
     test_flops(&rng);
     test_finite_difference(&rng);
     test_backward_accumulate_and_null(&rng);
+    test_backward_reproducible(&rng);
 
     /* Self-attention sweep: every length x layout x mask; head dim, GQA ratio, number of key
      * parts and prior state rotate through their values. */

@@ -642,7 +642,10 @@ void attn_backward(const AttnShape *s, const float *q, const int *q_pos, const f
             /* thread 0 accumulates straight into dq; the others into their (n_q, group, d) buffer */
             float *dq_base = !dq ? NULL : tid == 0 ? dq + (size_t)h0 * d : dqbuf[tid];
             const size_t dq_ld = tid == 0 ? ldq : (size_t)group * d; /* row stride of dq_base */
-#pragma omp for schedule(dynamic, 1)
+            /* Round-robin over the cost-sorted kv tiles, NOT a dynamic schedule: which thread sums
+             * which tiles' dq contributions must not depend on timing, so that a run is
+             * bit-reproducible for a given thread count (resume, checkpointing). */
+#pragma omp for schedule(static, 1)
             for (int w = 0; w < n_busy; w++) {
                 const int kt = order[w].idx, j0 = kt * BK, bk = j0 + BK <= n_kv ? BK : n_kv - j0;
                 const float *ktile = k + ((size_t)j0 * Hkv + g) * d; /* (bk, d), stride ldk */
