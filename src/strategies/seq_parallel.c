@@ -49,12 +49,14 @@ void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaC
         char *err = dist_attention_check(&p->topo, model->num_attention_heads, model->num_key_value_heads, seq_len,
                                          cfg->layout);
         if (err) die_collective("%s", err);
-    } else {
-        layout_check(cfg->layout, seq_len, 1, 1);
     }
     p->n_local = seq_len / sp;
     p->positions = xmalloc(sizeof(int) * (size_t)p->n_local);
-    layout_positions(cfg->layout, seq_len, hp, cp, p->topo.hp_rank, p->topo.cp_rank, p->positions);
+    if (sp > 1) {
+        layout_positions(cfg->layout, seq_len, hp, cp, p->topo.hp_rank, p->topo.cp_rank, p->positions);
+    } else { /* the sequence is not split: every layout is the identity, any length works */
+        for (int i = 0; i < seq_len; i++) p->positions[i] = i;
+    }
     p->comm = comm_create(&p->topo, cfg->trace_path);
     p->attn = sp > 1 ? dist_attention_create_for(&p->topo, p->comm, seq_len, model->num_attention_heads,
                                                  model->num_key_value_heads, model->head_dim)
