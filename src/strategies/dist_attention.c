@@ -682,14 +682,16 @@ void dist_attention_set_heads(SeqAttention *sa, int n_heads, int n_kv_heads, int
     const size_t n = (size_t)x->n, d = (size_t)head_dim, kv = 2 * n * x->Hk * d;
     const size_t a2a = (size_t)x->hp * x->N * (x->Hl + 2 * x->Hk) * d;
     x->a2a_send = xmalloc_aligned(sizeof(float) * a2a);
-    x->a2a_recv = xmalloc_aligned(sizeof(float) * a2a);
-    for (int i = 0; i < 4; i++) x->kvbuf[i] = xmalloc_aligned(sizeof(float) * kv);
-    for (int i = 0; i < 2; i++) {
-        x->dkv_l[i] = xmalloc_aligned(sizeof(float) * kv);
-        x->dkv_wp[i] = xmalloc_aligned(sizeof(float) * kv);
-    }
-    x->dkv_in = xmalloc_aligned(sizeof(float) * kv);
-    x->dkv_or = xmalloc_aligned(sizeof(float) * kv);
+    x->a2a_recv = x->hp > 1 ? xmalloc_aligned(sizeof(float) * a2a) : NULL; /* hp = 1: no all-to-all */
+    /* ring buffers only where the ring needs them: outer ones when R > 1, inner ones when W > 1 */
+    const int R = x->R, W = x->W;
+    for (int i = 0; i < 4; i++) x->kvbuf[i] = (i < 2 ? R > 1 : W > 1) ? xmalloc_aligned(sizeof(float) * kv) : NULL;
+    x->dkv_l[0] = xmalloc_aligned(sizeof(float) * kv);
+    x->dkv_l[1] = W > 1 ? xmalloc_aligned(sizeof(float) * kv) : NULL;
+    x->dkv_in = W > 1 ? xmalloc_aligned(sizeof(float) * kv) : NULL;
+    x->dkv_wp[0] = xmalloc_aligned(sizeof(float) * kv);
+    x->dkv_wp[1] = R > 1 ? xmalloc_aligned(sizeof(float) * kv) : NULL;
+    x->dkv_or = R > 1 ? xmalloc_aligned(sizeof(float) * kv) : NULL;
     x->dkv_final = xmalloc_aligned(sizeof(float) * kv);
     x->dq_h = xmalloc_aligned(sizeof(float) * n * x->Hl * d);
     x->dout_h = xmalloc_aligned(sizeof(float) * n * x->Hl * d);
