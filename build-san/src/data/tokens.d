@@ -1,5 +1,0 @@
-build-san/src/data/tokens.o: src/data/tokens.c src/data/tokens.h \
- src/core/common.h src/io/atomic_file.h
-src/data/tokens.h:
-src/core/common.h:
-src/io/atomic_file.h:

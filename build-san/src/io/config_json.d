@@ -1,6 +1,0 @@
-build-san/src/io/config_json.o: src/io/config_json.c src/io/config_json.h \
- src/model/config.h src/core/common.h src/io/atomic_file.h
-src/io/config_json.h:
-src/model/config.h:
-src/core/common.h:
-src/io/atomic_file.h:

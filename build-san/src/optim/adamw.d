@@ -1,5 +1,0 @@
-build-san/src/optim/adamw.o: src/optim/adamw.c src/optim/adamw.h \
- src/core/param_table.h src/core/common.h
-src/optim/adamw.h:
-src/core/param_table.h:
-src/core/common.h:
