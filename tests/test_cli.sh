@@ -4,15 +4,7 @@
 # with a non-zero exit for each kind of bad input. Prints "N passed, N failed".
 set -u
 BUILD=${1:-build}
-SEQPAR="$BUILD/seqpar"
-CMP="$BUILD/tests/tool_compare_safetensors"
-FIX=tests/fixtures
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+. "$(dirname "$0")/lib.sh"
 
 # expect_error "description" "words that must appear" command...
 # The command must exit non-zero within 60 s and print exactly one line on stderr holding the words.
@@ -56,7 +48,6 @@ expect_error "unknown command" "unknown command 'frobnicate'" "$SEQPAR" frobnica
 TRAIN=(--layers 2 --hidden 32 --heads 4 --kv-heads 2 --ffn 64 --vocab 64 --seq-len 64 --batch 2 --steps 6
        --warmup 2 --eval-every 0 --eval-seqs 2 --quiet --peak-gflops 100 --seed 5)
 run_train() { timeout 120 "$SEQPAR" train "${TRAIN[@]}" "$@" >"$T/train.out" 2>&1 || bad "train $*: $(tail -n 2 "$T/train.out")"; }
-losses() { sed -nE 's/.*"step": ([0-9]+), "loss": ([^,]+),.*/\1 \2/p' "$1"; }
 run_train --save "$T/full" --log "$T/full.jsonl"
 run_train --stop-at 3 --save "$T/part" --log "$T/part.jsonl"
 run_train --resume "$T/part" --save "$T/part" --log "$T/part.jsonl"
@@ -108,5 +99,4 @@ expect_error "non-numeric value" "--steps expects an integer" "$SEQPAR" train --
 expect_error "grad without --model" "--model" "$SEQPAR" grad --tokens x --seq-len 3 --out y
 expect_error "unknown bench part" "unknown part" "$SEQPAR" bench nothing
 
-echo "test_cli: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary test_cli

@@ -11,17 +11,9 @@
 # Prints "N passed, N failed".
 set -u
 BUILD=${1:-build}
-SEQPAR="$BUILD/seqpar"
-CMP="$BUILD/tests/tool_compare_safetensors"
-FIX=tests/fixtures
+. "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 run_np() { local np=$1; shift; timeout 240 mpirun --oversubscribe -np "$np" "$@"; }
 
 # ---- distributed attention against the single-process kernel (tests/test_dist_attention.c)
@@ -80,7 +72,6 @@ grad_case tiny_headdim 40 8 --hp 4 --cp 2 --layout striped
 # ---- training on dp 2 x hp 2 x cp 2 tracks one process
 TRAIN=(train --layers 2 --hidden 32 --heads 4 --kv-heads 2 --ffn 64 --vocab 64 --seq-len 64 --batch 4 --steps 20
        --warmup 3 --eval-every 0 --eval-seqs 4 --quiet --peak-gflops 100 --seed 3)
-losses() { sed -nE 's/.*"step": ([0-9]+), "loss": ([^,]+),.*/\1 \2/p' "$1"; }
 timeout 240 "$SEQPAR" "${TRAIN[@]}" --log "$T/single.jsonl" >"$T/single.out" 2>&1 || bad "single-process training: $(tail -n 2 "$T/single.out")"
 run_np 8 "$SEQPAR" "${TRAIN[@]}" --dp 2 --hp 2 --cp 2 --zero 1 --log "$T/grid.jsonl" >"$T/grid.out" 2>&1 || bad "8-rank training: $(tail -n 3 "$T/grid.out")"
 # Adam amplifies fp32 reordering a little each step: 2e-4 relative over 20 steps (seen: ~1e-6)
@@ -131,5 +122,4 @@ grid_error 4 "hp" --seq-len 256 --hp 4 --model "$FIX/tiny_gqa_tied"   # 6 heads:
 grid_error 2 "unknown layout" --seq-len 256 --layout diagonal
 grid_error 2 "unknown placement" --seq-len 256 --placement sideways
 
-echo "test_mpi: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+summary test_mpi
