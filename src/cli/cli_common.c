@@ -136,14 +136,12 @@ int file_exists(const char *path) {
     return stat(path, &st) == 0;
 }
 
-void make_dirs(const char *path, int is_dir) {
+void make_parent_dirs(const char *path) {
     char buf[4096];
     snprintf(buf, sizeof buf, "%s", path);
-    if (!is_dir) {
-        char *slash = strrchr(buf, '/');
-        if (!slash) return;
-        *slash = 0;
-    }
+    char *slash = strrchr(buf, '/');
+    if (!slash) return;
+    *slash = 0;
     for (char *p = buf + 1; *p; p++) {
         if (*p != '/') continue;
         *p = 0;

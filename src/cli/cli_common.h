@@ -55,7 +55,7 @@ int parallel_flags_handle(ParallelConfig *c, const char *cmd, int opt, const cha
 extern const char PARALLEL_FLAGS_HELP[];
 
 int file_exists(const char *path);
-/* mkdir -p for the directory part of a file path (or a directory itself when is_dir). */
-void make_dirs(const char *path, int is_dir);
+/* mkdir -p for the directory part of a file path. */
+void make_parent_dirs(const char *path);
 
 #endif

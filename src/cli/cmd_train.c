@@ -344,7 +344,7 @@ int cmd_train(int argc, char **argv) {
     double flops_per_token = llama_train_flops_per_token(c, S);
     FILE *log = NULL;
     if (root) {
-        make_dirs(o.log_path, 0);
+        make_parent_dirs(o.log_path);
         log = xfopen(o.log_path, "a");
         char desc[256];
         seq_parallel_describe(&par, desc, sizeof desc);

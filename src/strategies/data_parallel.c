@@ -68,11 +68,3 @@ void grad_sync_gather_to_root(GradSync *g, const float *shard, float *full) {
     }
     MPI_Gatherv(shard, g->counts[g->rank], MPI_FLOAT, full, g->counts, g->displs, MPI_FLOAT, 0, g->comm);
 }
-
-void grad_sync_scatter_from_root(GradSync *g, const float *full, float *shard) {
-    if (!g->zero || !g->counts) {
-        if (full != shard) memcpy(shard, full, sizeof(float) * g->total);
-        return;
-    }
-    MPI_Scatterv(full, g->counts, g->displs, MPI_FLOAT, shard, g->counts[g->rank], MPI_FLOAT, 0, g->comm);
-}

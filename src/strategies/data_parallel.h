@@ -43,7 +43,5 @@ void grad_sync_gather_params(GradSync *g, float *params);
 /* Gathers a state vector covering [shard_begin, shard_end) on each rank into full (total
  * elements) on rank 0 (zero 1), or copies it (zero 0). For saving optimizer moments. */
 void grad_sync_gather_to_root(GradSync *g, const float *shard, float *full);
-/* The inverse: rank 0's full vector scattered into each rank's shard. */
-void grad_sync_scatter_from_root(GradSync *g, const float *full, float *shard);
 
 #endif
