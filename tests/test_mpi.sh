@@ -86,6 +86,16 @@ run_np 8 "$SEQPAR" "${TRAIN[@]}" --dp 2 --hp 2 --cp 2 --zero 1 --resume "$T/ck" 
 if [ "$(losses "$T/grid.jsonl")" = "$(losses "$T/part.jsonl")" ]; then ok; else
     bad "ZeRO-1 resume on 8 ranks differs from the uninterrupted run"; diff <(losses "$T/grid.jsonl") <(losses "$T/part.jsonl") | head -n 6; fi
 
+# Every ZeRO stage saves and resumes on several ranks (--zero 0 once crashed every non-root rank
+# at its first save): 2 ranks, ring, stop at 10 + resume = uninterrupted.
+for zero in 0 1; do
+    run_np 2 "$SEQPAR" "${TRAIN[@]}" --cp 2 --zero $zero --log "$T/z$zero.jsonl" >"$T/z.out" 2>&1 || bad "2-rank training, zero $zero: $(tail -n 3 "$T/z.out")"
+    run_np 2 "$SEQPAR" "${TRAIN[@]}" --cp 2 --zero $zero --stop-at 10 --save "$T/ckz$zero" --log "$T/z${zero}p.jsonl" >"$T/z.out" 2>&1 || bad "2-rank save, zero $zero: $(tail -n 3 "$T/z.out")"
+    run_np 2 "$SEQPAR" "${TRAIN[@]}" --cp 2 --zero $zero --resume "$T/ckz$zero" --log "$T/z${zero}p.jsonl" >"$T/z.out" 2>&1 || bad "2-rank resume, zero $zero: $(tail -n 3 "$T/z.out")"
+    if [ "$(losses "$T/z$zero.jsonl" | wc -l)" -eq 20 ] && [ "$(losses "$T/z$zero.jsonl")" = "$(losses "$T/z${zero}p.jsonl")" ]; then ok; else
+        bad "zero $zero: save + resume on 2 ranks differs from the uninterrupted run"; diff <(losses "$T/z$zero.jsonl") <(losses "$T/z${zero}p.jsonl") | head -n 6; fi
+done
+
 # ---- --trace writes a Chrome trace with one track per rank; --stats shows placement's effect
 G=(grad --model "$FIX/tiny_long" --tokens "$FIX/tiny_long/tokens.bin" --seq-len 256 --out "$T/g" --hp 2 --cp 2 --ranks-per-node 2)
 if run_np 4 "$SEQPAR" "${G[@]}" --trace "$T/trace.json" >/dev/null 2>&1 &&

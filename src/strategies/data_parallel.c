@@ -62,8 +62,8 @@ void grad_sync_gather_params(GradSync *g, float *params) {
 }
 
 void grad_sync_gather_to_root(GradSync *g, const float *shard, float *full) {
-    if (!g->zero || !g->counts) {
-        if (full != shard) memcpy(full, shard, sizeof(float) * g->total);
+    if (!g->zero || !g->counts) { /* every rank holds all of it; only the root has a destination */
+        if (g->rank == 0 && full != shard) memcpy(full, shard, sizeof(float) * g->total);
         return;
     }
     MPI_Gatherv(shard, g->counts[g->rank], MPI_FLOAT, full, g->counts, g->displs, MPI_FLOAT, 0, g->comm);

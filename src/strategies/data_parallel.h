@@ -41,7 +41,8 @@ double grad_sync_reduce(GradSync *g, float *grads);
 void grad_sync_gather_params(GradSync *g, float *params);
 
 /* Gathers a state vector covering [shard_begin, shard_end) on each rank into full (total
- * elements) on rank 0 (zero 1), or copies it (zero 0). For saving optimizer moments. */
+ * elements) on rank 0 (zero 1), or copies it on rank 0 (zero 0). `full` is read only on rank 0
+ * and may be NULL elsewhere. For saving optimizer moments. */
 void grad_sync_gather_to_root(GradSync *g, const float *shard, float *full);
 
 #endif
