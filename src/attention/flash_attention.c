@@ -143,7 +143,7 @@ static inline void row_mask(float *restrict s, const int *restrict kv_pos, int n
  * Tiles and their visibility. */
 typedef struct { int lo, hi; } PosRange; /* min and max position in a tile */
 
-enum { TILE_HIDDEN = 0, TILE_PARTIAL = 1, TILE_VISIBLE = 2 };
+enum { TILE_HIDDEN = ATTN_VIS_HIDDEN, TILE_PARTIAL = ATTN_VIS_PARTIAL, TILE_VISIBLE = ATTN_VIS_FULL };
 
 static void tile_ranges(const int *pos, int n, int tile, PosRange *out) {
     for (int t = 0; t * tile < n; t++) {
@@ -159,11 +159,15 @@ static void tile_ranges(const int *pos, int n, int tile, PosRange *out) {
     }
 }
 
+AttnVisibility attn_visibility(int q_lo, int q_hi, int k_lo, int k_hi) {
+    if (k_hi <= q_lo) return ATTN_VIS_FULL;
+    if (k_lo > q_hi) return ATTN_VIS_HIDDEN;
+    return ATTN_VIS_PARTIAL;
+}
+
 static inline int tile_class(AttnMask mask, PosRange q, PosRange k) {
     if (mask == ATTN_FULL) return TILE_VISIBLE;
-    if (k.hi <= q.lo) return TILE_VISIBLE;
-    if (k.lo > q.hi) return TILE_HIDDEN;
-    return TILE_PARTIAL;
+    return (int)attn_visibility(q.lo, q.hi, k.lo, k.hi);
 }
 
 typedef struct { int cost, idx; } TileOrder;

@@ -39,6 +39,13 @@ typedef struct {
     AttnMask mask;
 } AttnShape;
 
+/* The causal visibility rule for a set of queries with positions in [q_lo, q_hi] against keys
+ * with positions in [k_lo, k_hi]: every key visible to every query (FULL), none (HIDDEN), or some
+ * (PARTIAL: needs the elementwise mask). The kernel classifies its tiles with it, and the
+ * distributed strategies classify whole blocks and runs with it: one rule, one place. */
+typedef enum { ATTN_VIS_HIDDEN = 0, ATTN_VIS_PARTIAL = 1, ATTN_VIS_FULL = 2 } AttnVisibility;
+AttnVisibility attn_visibility(int q_lo, int q_hi, int k_lo, int k_hi);
+
 /* Sets o = 0 and lse = -inf for n_q rows: the state of rows that have seen no key. */
 void attn_state_init(const AttnShape *s, float *o, float *lse);
 

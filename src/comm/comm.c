@@ -9,7 +9,7 @@
 #include "comm/trace.h"
 #include "core/common.h"
 
-static const char *const KIND_NAMES[COMM_KINDS] = {"alltoall", "p2p_inner", "p2p_outer", "grad_reduce",
+static const char *const KIND_NAMES[COMM_KINDS] = {"alltoall", "p2p_inner", "p2p_outer", "team", "grad_reduce",
                                                     "param_gather"};
 
 const char *comm_kind_name(CommKind k) { return (unsigned)k < COMM_KINDS ? KIND_NAMES[k] : "?"; }
@@ -305,6 +305,20 @@ void comm_allgatherv(Comm *c, CommKind k, const void *sendbuf, int sendcount, vo
     for (int p = 0; p < n; p++)
         if (p != me) {
             count_bytes(c, k, mc, p, (uint64_t)sendcount * es);
+            c->stats.messages[k]++;
+        }
+}
+
+void comm_allgather(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t bytes_per_rank, MPI_Comm mc) {
+    int n = comm_size_of(mc), me = comm_rank_of(mc);
+    double t0 = now_seconds();
+    mpi_check(MPI_Allgather(sendbuf, bytes_to_int(bytes_per_rank, "MPI_Allgather"), MPI_BYTE, recvbuf,
+                            (int)bytes_per_rank, MPI_BYTE, mc),
+              "MPI_Allgather", mc, -1, bytes_per_rank);
+    finish_collective(c, k, "allgather", t0);
+    for (int p = 0; p < n; p++)
+        if (p != me) {
+            count_bytes(c, k, mc, p, bytes_per_rank);
             c->stats.messages[k]++;
         }
 }

@@ -43,7 +43,8 @@
 typedef enum {
     COMM_ALLTOALL,     /* SeqAlltoAll of head-parallel attention */
     COMM_P2P_INNER,    /* ring transfers inside an inner ring (the plain ring when W = cp) */
-    COMM_P2P_OUTER,    /* transfers between inner rings of a double ring */
+    COMM_P2P_OUTER,    /* transfers between inner rings of a double ring, or between teams */
+    COMM_TEAM,         /* all-gather / reduce-scatter of attention data inside a context team */
     COMM_GRAD_REDUCE,  /* gradient all-reduce / reduce-scatter over data-parallel replicas */
     COMM_PARAM_GATHER, /* ZeRO parameter all-gather */
     COMM_KINDS
@@ -117,6 +118,8 @@ void comm_reduce_scatter(Comm *c, CommKind k, const void *sendbuf, void *recvbuf
                          const int *recvcounts, MPI_Datatype dt, MPI_Op op, MPI_Comm mc);
 void comm_allgatherv(Comm *c, CommKind k, const void *sendbuf, int sendcount, void *recvbuf,
                      const int *recvcounts, const int *displs, MPI_Datatype dt, MPI_Comm mc);
+/* All-gather of equal blocks of bytes_per_rank (own block to each other member). */
+void comm_allgather(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t bytes_per_rank, MPI_Comm mc);
 /* Plain all-gather of small control data; its bytes go to meta_bytes, its time to kind k. */
 void comm_allgather_meta(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t bytes,
                          MPI_Comm mc);

@@ -1,0 +1,139 @@
+/* The visible-pair iterator of distributed attention: see block_attention.h. */
+#include "strategies/block_attention.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "attention/flash_attention.h"
+
+void pos_block_init(PosBlock *b, const int *pos, int n, PosRun *runs) {
+    int count = 0, i = 0;
+    while (i < n) {
+        int j = i + 1;
+        if (j < n) {
+            long stride = (long)pos[j] - pos[i];
+            while (j + 1 < n && (long)pos[j + 1] - pos[j] == stride) j++;
+            j++;
+        }
+        PosRun r = {i, j - i, pos[i], pos[i]};
+        for (int k = i; k < j; k++) {
+            if (pos[k] < r.lo) r.lo = pos[k];
+            if (pos[k] > r.hi) r.hi = pos[k];
+        }
+        runs[count++] = r;
+        i = j;
+    }
+    b->pos = pos;
+    b->n = n;
+    b->runs = runs;
+    b->n_runs = count;
+}
+
+void block_attn_init(BlockAttn *b, Comm *comm, int heads, int kv_heads, int head_dim) {
+    memset(b, 0, sizeof *b);
+    b->comm = comm;
+    b->heads = heads;
+    b->kv_heads = kv_heads;
+    b->head_dim = head_dim;
+    b->scale = 1.0f / sqrtf((float)head_dim);
+    b->piece_rows = 256;
+    b->compute = 1;
+}
+
+static void range_of(const int *pos, int n, int *lo, int *hi) {
+    int a = pos[0], c = pos[0];
+    for (int i = 1; i < n; i++) {
+        if (pos[i] < a) a = pos[i];
+        if (pos[i] > c) c = pos[i];
+    }
+    *lo = a;
+    *hi = c;
+}
+
+/* The one iterator: calls visit(pair) for every visible (query piece, key run) pair, and tests
+ * the caller's requests after every piece that computed something. */
+typedef struct {
+    int i0, nq;    /* query rows [i0, i0 + nq) */
+    int j0, nk;    /* key rows [j0, j0 + nk) */
+    AttnVisibility vis;
+} Pair;
+
+typedef void (*PairFn)(BlockAttn *b, const Pair *p, void *arg);
+
+static void for_each_visible_pair(BlockAttn *b, const PosBlock *qb, const PosBlock *kb, PairFn fn, void *arg,
+                                  const Progress *pr) {
+    const int rows = b->piece_rows > 0 ? b->piece_rows : 256;
+    for (int a = 0; a < qb->n_runs; a++) {
+        const PosRun *qr = &qb->runs[a];
+        for (int r0 = 0; r0 < qr->len; r0 += rows) {
+            Pair p = {.i0 = qr->start + r0, .nq = qr->len - r0 < rows ? qr->len - r0 : rows};
+            int plo, phi, did = 0;
+            range_of(qb->pos + p.i0, p.nq, &plo, &phi);
+            for (int c = 0; c < kb->n_runs; c++) {
+                const PosRun *kr = &kb->runs[c];
+                p.vis = attn_visibility(plo, phi, kr->lo, kr->hi);
+                if (p.vis == ATTN_VIS_HIDDEN) continue;
+                p.j0 = kr->start;
+                p.nk = kr->len;
+                fn(b, &p, arg);
+                did = 1;
+            }
+            if (did && pr && pr->n) comm_testall(b->comm, pr->kind, pr->n, pr->reqs);
+        }
+    }
+}
+
+static AttnShape pair_shape(const BlockAttn *b, const Pair *p) {
+    AttnShape s = {.n_q = p->nq, .n_kv = p->nk, .n_heads = b->heads, .n_kv_heads = b->kv_heads,
+                   .head_dim = b->head_dim, .scale = b->scale,
+                   .mask = p->vis == ATTN_VIS_FULL ? ATTN_FULL : ATTN_CAUSAL};
+    return s;
+}
+
+typedef struct {
+    const float *q, *k, *v, *lse, *delta, *dout;
+    const int *qpos, *kpos;
+    float *o, *lse_out, *dq, *dk, *dv;
+} PairArgs;
+
+static void forward_pair(BlockAttn *b, const Pair *p, void *arg) {
+    const PairArgs *a = arg;
+    const size_t H = (size_t)b->heads, Hk = (size_t)b->kv_heads, d = (size_t)b->head_dim;
+    b->work.fwd_calls++;
+    b->work.fwd_cells += (unsigned long long)p->nq * (unsigned)p->nk;
+    if (!b->compute) return;
+    AttnShape s = pair_shape(b, p);
+    double t0 = comm_compute_begin(b->comm);
+    attn_forward(&s, a->q + p->i0 * H * d, a->qpos + p->i0, a->k + p->j0 * Hk * d, a->v + p->j0 * Hk * d,
+                 a->kpos + p->j0, a->o + p->i0 * H * d, a->lse_out + p->i0 * H);
+    comm_compute_end(b->comm, "attn fwd", t0);
+}
+
+static void backward_pair(BlockAttn *b, const Pair *p, void *arg) {
+    const PairArgs *a = arg;
+    const size_t H = (size_t)b->heads, Hk = (size_t)b->kv_heads, d = (size_t)b->head_dim;
+    const size_t qo = (size_t)p->i0 * H * d, ko = (size_t)p->j0 * Hk * d;
+    b->work.bwd_calls++;
+    b->work.bwd_cells += (unsigned long long)p->nq * (unsigned)p->nk;
+    if (!b->compute) return;
+    AttnShape s = pair_shape(b, p);
+    double t0 = comm_compute_begin(b->comm);
+    attn_backward(&s, a->q + qo, a->qpos + p->i0, a->k + ko, a->v + ko, a->kpos + p->j0, a->lse + p->i0 * H,
+                  a->delta + p->i0 * H, a->dout + qo, a->dq ? a->dq + qo : NULL, a->dk ? a->dk + ko : NULL,
+                  a->dv ? a->dv + ko : NULL);
+    comm_compute_end(b->comm, "attn bwd", t0);
+}
+
+void block_attn_forward(BlockAttn *b, const float *q, const PosBlock *qb, const float *k, const float *v,
+                        const PosBlock *kb, float *o, float *lse, const Progress *pr) {
+    PairArgs a = {.q = q, .k = k, .v = v, .qpos = qb->pos, .kpos = kb->pos, .o = o, .lse_out = lse};
+    for_each_visible_pair(b, qb, kb, forward_pair, &a, pr);
+}
+
+void block_attn_backward(BlockAttn *b, const float *q, const PosBlock *qb, const float *k, const float *v,
+                         const PosBlock *kb, const float *lse, const float *delta, const float *dout, float *dq,
+                         float *dk, float *dv, const Progress *pr) {
+    PairArgs a = {.q = q, .k = k, .v = v, .lse = lse, .delta = delta, .dout = dout, .qpos = qb->pos, .kpos = kb->pos,
+                  .dq = dq, .dk = dk, .dv = dv};
+    for_each_visible_pair(b, qb, kb, backward_pair, &a, pr);
+}

@@ -1,0 +1,68 @@
+/* Attention of one block of queries against one block of keys/values, as every distributed
+ * schedule calls it: the ONE iterator over visible (query piece, key run) pairs that forward and
+ * backward both use.
+ *
+ * A block's positions are cut into runs (maximal arithmetic progressions: a zigzag slot is two
+ * runs of stride 1, a striped slot one run of stride cp, a contiguous block one run). Queries go
+ * in pieces of at most piece_rows rows of one run. Each (piece, key run) pair is classified with
+ * attn_visibility() (the rule the kernel uses for its tiles): hidden pairs are skipped, fully
+ * visible ones run unmasked (ATTN_FULL), partial ones causal. So zigzag off-diagonal steps cost
+ * exactly half a block and future blocks cost nothing. Between pieces the in-flight requests of
+ * the caller's ring are tested (Open MPI progresses transfers only inside MPI calls).
+ *
+ * Work counters record kernel calls and score cells (rows x keys of every pair computed) so the
+ * tests can check balance and schedules. */
+#ifndef SEQPAR_BLOCK_ATTENTION_H
+#define SEQPAR_BLOCK_ATTENTION_H
+
+#include <mpi.h>
+#include <stddef.h>
+
+#include "comm/comm.h"
+
+/* Rows [start, start + len) of a block whose positions are an arithmetic progression in [lo, hi]. */
+typedef struct { int start, len, lo, hi; } PosRun;
+
+/* A block of rows with positions, cut into runs. runs has room for n entries. */
+typedef struct {
+    const int *pos; /* (n) */
+    int n;
+    PosRun *runs;
+    int n_runs;
+} PosBlock;
+
+/* Cuts pos (n) into runs; `runs` must hold n entries (owned by the caller). */
+void pos_block_init(PosBlock *b, const int *pos, int n, PosRun *runs);
+
+/* Attention work since the last reset. */
+typedef struct { unsigned long long fwd_calls, fwd_cells, bwd_calls, bwd_cells; } AttnWork;
+
+/* Requests to test between pieces (MPI_REQUEST_NULL entries allowed); time goes to `kind`. */
+typedef struct {
+    MPI_Request *reqs;
+    int n;
+    CommKind kind;
+} Progress;
+
+typedef struct {
+    Comm *comm;
+    int heads, kv_heads, head_dim; /* of the blocks (after any head exchange) */
+    float scale;
+    int piece_rows; /* query rows between progress tests (default 256) */
+    int compute;    /* 0: count work but skip the kernel (benchmark of communication alone) */
+    AttnWork work;
+} BlockAttn;
+
+void block_attn_init(BlockAttn *b, Comm *comm, int heads, int kv_heads, int head_dim);
+
+/* Merges attention of q (qb.n, heads, d) against k, v (kb.n, kv_heads, d) into (o, lse). */
+void block_attn_forward(BlockAttn *b, const float *q, const PosBlock *qb, const float *k, const float *v,
+                        const PosBlock *kb, float *o, float *lse, const Progress *pr);
+
+/* Accumulates dq (qb rows) and dk, dv (kb rows) of the pair; lse is the FINAL lse of the query
+ * rows and delta = rowsum(dout * o_final). dq or dk/dv may be NULL when not wanted. */
+void block_attn_backward(BlockAttn *b, const float *q, const PosBlock *qb, const float *k, const float *v,
+                         const PosBlock *kb, const float *lse, const float *delta, const float *dout, float *dq,
+                         float *dk, float *dv, const Progress *pr);
+
+#endif

@@ -1,0 +1,79 @@
+/* A context schedule: how the cp ranks of one context group compute exact causal attention of
+ * their context slot's queries against the keys/values of every slot. Every distributed strategy
+ * of seqpar is the head exchange (head_exchange.h: the SeqAlltoAll of the hp ranks of a head
+ * group, identity when hp = 1) composed with one context schedule (identity when cp = 1):
+ *
+ *   2d (double_ring.c)  LoongTrain Double-Ring-Attention; Ulysses and Ring are its corners
+ *   wallfacer           WallFacer multi-ring teams (paper 002)
+ *   lightseq            LightSeq / DistFlashAttn balanced schedule (paper 004)
+ *   allgather           all-gather context parallelism (Llama 3 / TransformerEngine)
+ *
+ * A schedule sees only its context slot (n = S / cp rows, in head-parallel layout):
+ *   q, o, dq, dout (n, heads, d);  kv = k | v packed: (2, n, kv_heads, d), k first;
+ *   lse, delta (n, heads).
+ * Positions of every slot are given once per batch (slot-major: rows of slot c are
+ * all_pos[c n .. (c+1) n)); the mask is by position (key visible iff kpos <= qpos), so the layout
+ * is whatever the loader chose. A schedule communicates only inside ctx_comm (or communicators it
+ * derives from it at creation), and counts its bytes in the kinds of comm.h (ring P2P in
+ * COMM_P2P_INNER / COMM_P2P_OUTER, team collectives in COMM_TEAM). Data travels in fp32; every
+ * accumulator is fp32. Compute goes through block_attention.h (one visibility iterator).
+ *
+ * Creation is collective over the context group; so is every forward and backward call. */
+#ifndef SEQPAR_CONTEXT_SCHEDULE_H
+#define SEQPAR_CONTEXT_SCHEDULE_H
+
+#include <stddef.h>
+
+#include "comm/comm.h"
+#include "comm/topology.h"
+#include "strategies/block_attention.h"
+#include "strategies/layout.h"
+
+/* Everything a schedule is created with. */
+typedef struct {
+    const Topology *topo; /* ctx_comm, cp, cp_rank, ring_inner, placement, ranks_per_node */
+    Comm *comm;
+    int n;                /* rows per context slot: S / cp */
+    int heads;            /* query heads held after the head exchange */
+    int kv_heads;         /* KV heads held after the head exchange (replicas included) */
+    int head_dim;
+    int team;             /* --team C (wallfacer); 0 when not given */
+    TokenLayout layout;
+} ScheduleShape;
+
+typedef struct ContextSchedule ContextSchedule;
+struct ContextSchedule {
+    void *ctx;
+    BlockAttn *blocks;    /* the schedule's block compute (work counters, piece rows, compute on/off) */
+    /* Per batch, before the layers: the positions of every slot, (cp, n) slot-major. The schedule
+     * may keep the pointer until the next call (the caller keeps the array alive). */
+    void (*set_positions)(ContextSchedule *s, const int *all_pos);
+    /* Writes o (n, heads, d) and lse (n, heads): the exact attention of the slot's queries. */
+    void (*forward)(ContextSchedule *s, const float *q, const float *kv, float *o, float *lse);
+    /* lse is the forward's final lse, delta = rowsum(dout * o) (n, heads). OVERWRITES dq (n, heads,
+     * d) and dkv (2, n, kv_heads, d) with the gradients of this slot's q and kv. */
+    void (*backward)(ContextSchedule *s, const float *q, const float *kv, const float *o, const float *lse,
+                     const float *delta, const float *dout, float *dq, float *dkv);
+    void (*destroy)(ContextSchedule *s);
+};
+
+void context_schedule_destroy(ContextSchedule *s);
+
+/* Bytes and messages one rank sends per layer, per kind (fp32), forward and backward. */
+typedef struct {
+    unsigned long long fwd[COMM_KINDS], bwd[COMM_KINDS];
+    unsigned long long fwd_msgs[COMM_KINDS], bwd_msgs[COMM_KINDS];
+    unsigned long long meta_fwd; /* control bytes (positions) outside the kinds */
+} AttnVolume;
+
+/* Everything the registry's check / volume / memory functions need (no communicators). */
+typedef struct {
+    int hp, cp;           /* head and context group sizes (sp = hp cp) */
+    int ring_inner;       /* W (2d); 0 = cp */
+    int team;             /* C (wallfacer); 0 = not given */
+    TokenLayout layout;
+    long seq_len;         /* S, global */
+    int n_heads, n_kv_heads, head_dim;
+} StrategyParams;
+
+#endif
