@@ -49,7 +49,9 @@ static double run_fixture(const char *dir, const char *weights, int checkpoint, 
         tg[i] = (int)td.tokens[i + 1];
         pos[i] = i;
     }
-    SeqAttention *attn = local_attention_create();
+    SeqAttention *attn = local_attention_create((AttnHeads){.n_local = S, .n_heads = cfg.num_attention_heads,
+                                                            .n_kv_heads = cfg.num_key_value_heads,
+                                                            .head_dim = cfg.head_dim});
     LlamaActs *acts = llama_acts_create(m, attn, S, checkpoint);
     double loss = llama_forward_backward(m, acts, attn, in, tg, pos, S, 1.0f / S, 1, NULL) / S;
     llama_acts_free(acts);

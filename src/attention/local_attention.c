@@ -8,47 +8,62 @@
 #include "attention/flash_attention.h"
 #include "core/common.h"
 
-static AttnShape local_shape(int N, int n_heads, int n_kv_heads, int head_dim) {
-    AttnShape s = {.n_q = N, .n_kv = N, .n_heads = n_heads, .n_kv_heads = n_kv_heads,
-                   .head_dim = head_dim, .scale = 1.0f / sqrtf((float)head_dim), .mask = ATTN_CAUSAL};
+typedef struct {
+    int *positions; /* (N) */
+    float *delta;   /* (N, H) */
+} LocalCtx;
+
+static AttnShape local_shape(const SeqAttention *sa) {
+    const AttnHeads *h = &sa->heads;
+    AttnShape s = {.n_q = h->n_local, .n_kv = h->n_local, .n_heads = h->n_heads, .n_kv_heads = h->n_kv_heads,
+                   .head_dim = h->head_dim, .scale = 1.0f / sqrtf((float)h->head_dim), .mask = ATTN_CAUSAL};
     return s;
 }
 
-static size_t local_saved_floats(const SeqAttention *sa, int N, int n_heads) {
-    (void)sa;
-    return (size_t)N * n_heads;
+static void local_set_positions(SeqAttention *sa, const int *positions) {
+    LocalCtx *x = sa->ctx;
+    memcpy(x->positions, positions, sizeof(int) * (size_t)sa->heads.n_local);
 }
 
-static void local_forward(const SeqAttention *sa, int N, int n_heads, int n_kv_heads, int head_dim,
-                          const float *q, const float *k, const float *v, const int *positions,
-                          float *o, float *saved) {
-    (void)sa;
-    AttnShape s = local_shape(N, n_heads, n_kv_heads, head_dim);
+static void local_forward(SeqAttention *sa, const float *q, const float *k, const float *v, float *o, float *saved) {
+    LocalCtx *x = sa->ctx;
+    AttnShape s = local_shape(sa);
     attn_state_init(&s, o, saved);
-    attn_forward(&s, q, positions, k, v, positions, o, saved);
+    attn_forward(&s, q, x->positions, k, v, x->positions, o, saved);
 }
 
-static void local_backward(const SeqAttention *sa, int N, int n_heads, int n_kv_heads, int head_dim,
-                           const float *q, const float *k, const float *v, const int *positions,
-                           const float *o, const float *saved, const float *dout,
-                           float *dq, float *dk, float *dv) {
-    (void)sa;
-    AttnShape s = local_shape(N, n_heads, n_kv_heads, head_dim);
-    float *delta = xmalloc(sizeof(float) * (size_t)N * n_heads);
-    attn_backward_delta(&s, o, dout, delta);
-    memset(dq, 0, sizeof(float) * (size_t)N * n_heads * head_dim);
-    memset(dk, 0, sizeof(float) * (size_t)N * n_kv_heads * head_dim);
-    memset(dv, 0, sizeof(float) * (size_t)N * n_kv_heads * head_dim);
-    attn_backward(&s, q, positions, k, v, positions, saved, delta, dout, dq, dk, dv);
-    xfree(delta);
+static void local_backward(SeqAttention *sa, const float *q, const float *k, const float *v, const float *o,
+                           const float *saved, const float *dout, float *dq, float *dk, float *dv) {
+    LocalCtx *x = sa->ctx;
+    const AttnHeads *h = &sa->heads;
+    AttnShape s = local_shape(sa);
+    attn_backward_delta(&s, o, dout, x->delta);
+    memset(dq, 0, sizeof(float) * (size_t)h->n_local * h->n_heads * h->head_dim);
+    memset(dk, 0, sizeof(float) * (size_t)h->n_local * h->n_kv_heads * h->head_dim);
+    memset(dv, 0, sizeof(float) * (size_t)h->n_local * h->n_kv_heads * h->head_dim);
+    attn_backward(&s, q, x->positions, k, v, x->positions, saved, x->delta, dout, dq, dk, dv);
 }
 
-static void local_destroy(SeqAttention *sa) { xfree(sa); }
+static void local_destroy(SeqAttention *sa) {
+    LocalCtx *x = sa->ctx;
+    xfree(x->positions);
+    xfree(x->delta);
+    xfree(x);
+    xfree(sa);
+}
 
-SeqAttention *local_attention_create(void) {
+SeqAttention *local_attention_create(AttnHeads heads) {
     SeqAttention *sa = xcalloc(1, sizeof *sa);
+    LocalCtx *x = xcalloc(1, sizeof *x);
+    x->positions = xmalloc(sizeof(int) * (size_t)(heads.n_local > 0 ? heads.n_local : 1));
+    x->delta = xmalloc(sizeof(float) * (size_t)(heads.n_local > 0 ? heads.n_local : 1) * (size_t)heads.n_heads);
+    for (int i = 0; i < heads.n_local; i++) x->positions[i] = i;
     sa->name = "local";
-    sa->saved_floats = local_saved_floats;
+    sa->ctx = x;
+    sa->heads = heads;
+    sa->saved_floats = (size_t)heads.n_local * heads.n_heads;
+    sa->keeps_inputs = 0;
+    sa->set_positions = local_set_positions;
     sa->forward = local_forward;
     sa->backward = local_backward;
     sa->destroy = local_destroy;

@@ -1,37 +1,49 @@
 /* The sequence-attention interface the model calls for every layer. A strategy takes the
- * rank's LOCAL tokens (q, k, v after RoPE, with each token's global position) and returns the
- * local attention output, exactly as if one process had attended over the whole sequence.
- * The single-process strategy is local_attention_create(); the distributed strategies (Ulysses,
- * ring, 2D, double ring, ...) implement the same two calls with their own context.
+ * rank's LOCAL tokens (q, k, v after RoPE) and returns the local attention output, exactly as if
+ * one process had attended over the whole sequence.
  *
- * Shapes (local tokens N): q, o, dq, dout (N, H, d); k, v, dk, dv (N, Hkv, d);
- * saved: a per-layer buffer of seq_attention_saved_floats() floats that forward fills and
- * backward reads (the lse, possibly in the strategy's own layout). */
+ * A strategy is created for one head shape (AttnHeads: local tokens N, heads H, KV heads Hkv,
+ * head_dim d) and one layout; there is no second set-up step. Per batch, set_positions() gives the
+ * global position of each local token (collective for distributed strategies: they exchange the
+ * positions once per batch, not per layer). The single-process strategy is
+ * local_attention_create(); the distributed ones come from the registry (strategies/registry.h).
+ *
+ * Shapes: q, o, dq, dout (N, H, d); k, v, dk, dv (N, Hkv, d); `saved`: a per-layer buffer of
+ * saved_floats floats that forward fills and backward reads. When keeps_inputs is set, `saved`
+ * holds the strategy's own copies of what its backward needs (head-parallel q, k, v, o and lse),
+ * so backward does not read q, k, v or o and the model need not keep them (it passes NULL). */
 #ifndef SEQPAR_SEQ_ATTENTION_H
 #define SEQPAR_SEQ_ATTENTION_H
 
 #include <stddef.h>
+
+typedef struct {
+    int n_local;    /* N: tokens on this rank */
+    int n_heads;    /* H */
+    int n_kv_heads; /* Hkv */
+    int head_dim;   /* d */
+} AttnHeads;
 
 typedef struct SeqAttention SeqAttention;
 
 struct SeqAttention {
     const char *name;
     void *ctx;
-    /* Floats of per-layer saved state for N local tokens. */
-    size_t (*saved_floats)(const SeqAttention *sa, int N, int n_heads);
-    void (*forward)(const SeqAttention *sa, int N, int n_heads, int n_kv_heads, int head_dim,
-                    const float *q, const float *k, const float *v, const int *positions,
-                    float *o, float *saved);
+    AttnHeads heads;
+    size_t saved_floats; /* per layer */
+    int keeps_inputs;    /* backward ignores q, k, v, o (may be NULL) */
+    /* Positions (N) of this rank's tokens for the coming forward/backward calls. The strategy
+     * copies what it needs. Collective for distributed strategies. */
+    void (*set_positions)(SeqAttention *sa, const int *positions);
+    void (*forward)(SeqAttention *sa, const float *q, const float *k, const float *v, float *o, float *saved);
     /* Writes (overwrites) dq, dk, dv. o is the forward's output. */
-    void (*backward)(const SeqAttention *sa, int N, int n_heads, int n_kv_heads, int head_dim,
-                     const float *q, const float *k, const float *v, const int *positions,
-                     const float *o, const float *saved, const float *dout,
-                     float *dq, float *dk, float *dv);
+    void (*backward)(SeqAttention *sa, const float *q, const float *k, const float *v, const float *o,
+                     const float *saved, const float *dout, float *dq, float *dk, float *dv);
     void (*destroy)(SeqAttention *sa);
 };
 
 /* Causal attention of all local tokens against all local tokens on this process. */
-SeqAttention *local_attention_create(void);
+SeqAttention *local_attention_create(AttnHeads heads);
 void seq_attention_destroy(SeqAttention *sa);
 
 #endif

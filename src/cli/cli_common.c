@@ -102,12 +102,14 @@ int size_flags_handle(SizeFlags *f, const char *cmd, int opt, const char *arg) {
 
 const char PARALLEL_FLAGS_HELP[] =
     "parallelism (run under mpirun; world = dp x hp x cp ranks):\n"
+    "  --strategy NAME     distributed attention: 2d (default), ulysses, ring, ... ('seqpar strategies')\n"
     "  --dp N              data-parallel replicas (default: ranks / (hp x cp))\n"
-    "  --hp N              head parallelism: Ulysses all-to-all inside a head group (default 1)\n"
-    "  --cp N              context parallelism: ring attention inside a context group (default 1)\n"
+    "  --hp N              head parallelism: all-to-all inside a head group (default 1; ulysses: all)\n"
+    "  --cp N              context parallelism inside a context group (default 1; ring etc.: all)\n"
     "  --ring-inner W      double ring with inner rings of W ranks; W divides cp (default cp)\n"
+    "  --team C            wallfacer: teams of C ranks, C^2 divides cp (default 1: plain ring)\n"
     "  --placement P       head-first (head groups on consecutive ranks, default) or context-first\n"
-    "  --layout L          zigzag (default), contiguous or striped token layout\n"
+    "  --layout L          zigzag, contiguous or striped token layout (default: the strategy's)\n"
     "  --ranks-per-node N  node size for intra/inter-node accounting (default: from MPI)\n"
     "  --zero N            0: allreduce gradients; 1: shard AdamW state over all ranks (default 0)\n"
     "  --threads N         threads per rank (default: node cores / ranks on the node)\n"
@@ -121,12 +123,14 @@ int parallel_flags_handle(ParallelConfig *c, const char *cmd, int opt, const cha
     case 2003: c->cp = (int)parse_long(cmd, "cp", arg, 1, 1 << 20); return 1;
     case 2004: c->ring_inner = (int)parse_long(cmd, "ring-inner", arg, 1, 1 << 20); return 1;
     case 2005: c->placement = placement_parse(arg); return 1;
-    case 2006: c->layout = layout_parse(arg); return 1;
+    case 2006: c->layout = layout_parse(arg); c->layout_given = 1; return 1;
     case 2007: c->ranks_per_node = (int)parse_long(cmd, "ranks-per-node", arg, 1, 1 << 20); return 1;
     case 2008: c->zero = (int)parse_long(cmd, "zero", arg, 0, 1); return 1;
     case 2009: c->trace_path = arg; return 1;
     case 2010: c->stats = 1; return 1;
     case 2011: c->threads = (int)parse_long(cmd, "threads", arg, 1, 4096); return 1;
+    case 2012: c->strategy = arg; return 1;
+    case 2013: c->team = (int)parse_long(cmd, "team", arg, 1, 1 << 20); return 1;
     default: return 0;
     }
 }

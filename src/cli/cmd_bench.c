@@ -84,7 +84,9 @@ static StepResult run_steps(int S, int repeats, int checkpoint, double peak_gflo
     adamw_config_default(&oc);
     AdamW opt;
     adamw_init(&opt, &oc, 0, m.table.total);
-    SeqAttention *attn = local_attention_create();
+    SeqAttention *attn = local_attention_create((AttnHeads){.n_local = S, .n_heads = c.num_attention_heads,
+                                                            .n_kv_heads = c.num_key_value_heads,
+                                                            .head_dim = c.head_dim});
     LlamaActs *acts = llama_acts_create(&m, attn, S, checkpoint);
     int *inputs = xmalloc(sizeof(int) * S), *targets = xmalloc(sizeof(int) * S), *pos = xmalloc(sizeof(int) * S);
     Rng rng;
@@ -179,7 +181,7 @@ static void bench_dist_attn(const ParallelConfig *pc, int S, int H, int Hkv, int
     SeqParallel par;
     seq_parallel_create(&par, pc, &heads, S, 1);
     DistAttnBenchResult r;
-    dist_attention_bench(&par.topo, par.comm, pc->layout, S, H, Hkv, d, repeats, &r);
+    dist_attention_bench(&par.topo, par.comm, par.attn, par.positions, S, repeats, &r);
     if (par.topo.world_rank == 0) {
         char desc[256];
         seq_parallel_describe(&par, desc, sizeof desc);
@@ -187,9 +189,10 @@ static void bench_dist_attn(const ParallelConfig *pc, int S, int H, int Hkv, int
                Hkv, d, desc, repeats);
         printf("  forward+backward %.3f s (forward %.3f s, backward %.3f s) | %.1f GFLOPS for the group\n"
                "  compute %.3f s | exposed communication %.3f s (ring %.3f s) | communication alone %.3f s (ring %.3f s)\n"
-               "  overlap (hidden / total communication): %.0f%% overall, %.0f%% of the ring | %.1f MiB sent by rank 0\n",
+               "  overlap (hidden / total communication): %.0f%% overall, %.0f%% of the ring | %.1f MiB in %.0f messages "
+               "sent by rank 0\n",
                r.time_s, r.fwd_s, r.bwd_s, r.gflops, r.compute_s, r.exposed_s, r.exposed_p2p_s, r.comm_only_s,
-               r.comm_only_p2p_s, 100 * r.overlap, 100 * r.overlap_p2p, r.bytes_per_rank / (1 << 20));
+               r.comm_only_p2p_s, 100 * r.overlap, 100 * r.overlap_p2p, r.bytes_per_rank / (1 << 20), r.messages_per_rank);
         fflush(stdout);
     }
     seq_parallel_free(&par);

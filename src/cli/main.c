@@ -16,6 +16,7 @@ static const char USAGE[] =
     "  train   train a model (default: a small model on the built-in associative-recall task)\n"
     "  grad    one forward and backward on a token file; prints the loss, writes every gradient\n"
     "  bench   attention, training-step and memory benchmarks against OpenBLAS sgemm\n"
+    "  strategies  the distributed attention strategies, their flags, constraints and formulas\n"
     "\n"
     "'seqpar <command> --help' describes each command's options.\n";
 
@@ -32,8 +33,10 @@ int main(int argc, char **argv) {
         status = cmd_grad(argc - 1, argv + 1);
     } else if (!strcmp(argv[1], "bench")) {
         status = cmd_bench(argc - 1, argv + 1);
+    } else if (!strcmp(argv[1], "strategies")) {
+        status = cmd_strategies(argc - 1, argv + 1);
     } else {
-        die_collective("unknown command '%s': the commands are train, grad and bench (see 'seqpar --help')", argv[1]);
+        die_collective("unknown command '%s': the commands are train, grad, bench and strategies (see 'seqpar --help')", argv[1]);
     }
     MPI_Finalize();
     return status;

@@ -245,6 +245,21 @@ void comm_alltoall(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size
         }
 }
 
+void comm_alltoallv(Comm *c, CommKind k, const void *sendbuf, const int *sendcounts, const int *sdispls,
+                    void *recvbuf, const int *recvcounts, const int *rdispls, MPI_Datatype dt, MPI_Comm mc) {
+    int n = comm_size_of(mc), me = comm_rank_of(mc);
+    size_t es = type_size(dt);
+    double t0 = now_seconds();
+    mpi_check(MPI_Alltoallv(sendbuf, sendcounts, sdispls, dt, recvbuf, recvcounts, rdispls, dt, mc), "MPI_Alltoallv",
+              mc, -1, (size_t)sendcounts[me] * es);
+    finish_collective(c, k, "alltoall", t0);
+    for (int p = 0; p < n; p++)
+        if (p != me) {
+            count_bytes(c, k, mc, p, (uint64_t)sendcounts[p] * es);
+            c->stats.messages[k]++;
+        }
+}
+
 void comm_allreduce(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t count, MPI_Datatype dt,
                     MPI_Op op, MPI_Comm mc) {
     int n = comm_size_of(mc), me = comm_rank_of(mc);

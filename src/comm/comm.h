@@ -110,6 +110,9 @@ int comm_testall(Comm *c, CommKind k, int n, MPI_Request *reqs);
 /* Collectives (blocking; their whole time counts as wait time of kind k). */
 void comm_alltoall(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t bytes_per_peer,
                    MPI_Comm mc);
+/* All-to-all with per-peer counts and displacements in elements of dt (sendcounts[p] to peer p). */
+void comm_alltoallv(Comm *c, CommKind k, const void *sendbuf, const int *sendcounts, const int *sdispls,
+                    void *recvbuf, const int *recvcounts, const int *rdispls, MPI_Datatype dt, MPI_Comm mc);
 void comm_allreduce(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t count,
                     MPI_Datatype dt, MPI_Op op, MPI_Comm mc);
 void comm_reduce_scatter_block(Comm *c, CommKind k, const void *sendbuf, void *recvbuf,

@@ -117,9 +117,10 @@ double llama_train_flops_per_token(const LlamaConfig *c, long seq_len) {
 
 typedef struct {
     float *rstd1;     /* (N) */
-    float *q, *k, *v; /* (N, H*d), (N, Hkv*d), (N, Hkv*d), after RoPE */
-    float *o;         /* (N, H*d) attention output */
-    float *saved;     /* strategy's saved state (lse) */
+    float *q, *k, *v; /* (N, H*d), (N, Hkv*d), (N, Hkv*d), after RoPE; shared scratch (not kept)
+                         when the strategy keeps its own copies (keeps_inputs) */
+    float *o;         /* (N, H*d) attention output (o_proj's weight gradient reads it) */
+    float *saved;     /* strategy's saved state (lse; head-parallel q, k, v, o, lse when distributed) */
     float *x_mid;     /* (N, D) residual after attention */
     float *rstd2;     /* (N) */
     float *gate, *up; /* (N, F) */
@@ -127,6 +128,8 @@ typedef struct {
 
 struct LlamaActs {
     int N, checkpoint, n_layers;
+    int shared_qkv;       /* q, k, v are one scratch set for all layers */
+    float *q, *k, *v;     /* that scratch set (NULL unless shared_qkv) */
     float *residual;      /* (L+1, N, D): input of each layer, then the last layer's output */
     LayerActs *layers;    /* per layer; with checkpointing all share one set */
     float *rope_cos, *rope_sin; /* (N, d/2) */
@@ -142,23 +145,33 @@ struct LlamaActs {
     int ce_chunk;
 };
 
-static void layer_acts_alloc(LayerActs *L, const LlamaConfig *c, const SeqAttention *attn, int N) {
+static void layer_acts_alloc(LayerActs *L, const LlamaConfig *c, const SeqAttention *attn, int N,
+                             const LlamaActs *a) {
     size_t D = (size_t)c->hidden_size, F = (size_t)c->intermediate_size;
     size_t qd = (size_t)c->num_attention_heads * c->head_dim, kvd = (size_t)c->num_key_value_heads * c->head_dim;
     L->rstd1 = xmalloc(sizeof(float) * N);
-    L->q = xmalloc(sizeof(float) * N * qd);
-    L->k = xmalloc(sizeof(float) * N * kvd);
-    L->v = xmalloc(sizeof(float) * N * kvd);
+    if (a->shared_qkv) {
+        L->q = a->q;
+        L->k = a->k;
+        L->v = a->v;
+    } else {
+        L->q = xmalloc(sizeof(float) * N * qd);
+        L->k = xmalloc(sizeof(float) * N * kvd);
+        L->v = xmalloc(sizeof(float) * N * kvd);
+    }
     L->o = xmalloc(sizeof(float) * N * qd);
-    L->saved = xmalloc(sizeof(float) * attn->saved_floats(attn, N, c->num_attention_heads));
+    L->saved = xmalloc(sizeof(float) * attn->saved_floats);
     L->x_mid = xmalloc(sizeof(float) * N * D);
     L->rstd2 = xmalloc(sizeof(float) * N);
     L->gate = xmalloc(sizeof(float) * N * F);
     L->up = xmalloc(sizeof(float) * N * F);
 }
 
-static void layer_acts_free(LayerActs *L) {
-    xfree(L->rstd1); xfree(L->q); xfree(L->k); xfree(L->v); xfree(L->o); xfree(L->saved);
+static void layer_acts_free(LayerActs *L, int shared_qkv) {
+    if (!shared_qkv) {
+        xfree(L->q); xfree(L->k); xfree(L->v);
+    }
+    xfree(L->rstd1); xfree(L->o); xfree(L->saved);
     xfree(L->x_mid); xfree(L->rstd2); xfree(L->gate); xfree(L->up);
 }
 
@@ -166,14 +179,27 @@ LlamaActs *llama_acts_create(const LlamaModel *m, const SeqAttention *attn, int 
     const LlamaConfig *c = &m->cfg;
     size_t D = (size_t)c->hidden_size, F = (size_t)c->intermediate_size, Nn = (size_t)N;
     size_t qd = (size_t)c->num_attention_heads * c->head_dim, kvd = (size_t)c->num_key_value_heads * c->head_dim;
+    if (attn->heads.n_local != N || attn->heads.n_heads != c->num_attention_heads ||
+        attn->heads.n_kv_heads != c->num_key_value_heads || attn->heads.head_dim != c->head_dim)
+        die("internal: the attention strategy was made for N=%d H=%d Hkv=%d d=%d, the model has N=%d H=%d Hkv=%d d=%d",
+            attn->heads.n_local, attn->heads.n_heads, attn->heads.n_kv_heads, attn->heads.head_dim, N,
+            c->num_attention_heads, c->num_key_value_heads, c->head_dim);
     LlamaActs *a = xcalloc(1, sizeof *a);
     a->N = N;
     a->checkpoint = checkpoint;
     a->n_layers = c->num_hidden_layers;
+    /* one scratch q, k, v when each layer's own would never be read again: the strategy keeps
+     * copies for its backward, or checkpointing shares one set anyway */
+    a->shared_qkv = attn->keeps_inputs && !checkpoint;
+    if (a->shared_qkv) {
+        a->q = xmalloc(sizeof(float) * Nn * qd);
+        a->k = xmalloc(sizeof(float) * Nn * kvd);
+        a->v = xmalloc(sizeof(float) * Nn * kvd);
+    }
     a->residual = xmalloc(sizeof(float) * (size_t)(a->n_layers + 1) * Nn * D);
     int n_sets = checkpoint ? 1 : a->n_layers;
     a->layers = xcalloc((size_t)a->n_layers, sizeof(LayerActs));
-    for (int l = 0; l < n_sets; l++) layer_acts_alloc(&a->layers[l], c, attn, N);
+    for (int l = 0; l < n_sets; l++) layer_acts_alloc(&a->layers[l], c, attn, N, a);
     for (int l = n_sets; l < a->n_layers; l++) a->layers[l] = a->layers[0];
     a->rope_cos = xmalloc(sizeof(float) * Nn * (size_t)(c->head_dim / 2));
     a->rope_sin = xmalloc(sizeof(float) * Nn * (size_t)(c->head_dim / 2));
@@ -198,8 +224,9 @@ LlamaActs *llama_acts_create(const LlamaModel *m, const SeqAttention *attn, int 
 void llama_acts_free(LlamaActs *a) {
     if (!a) return;
     int n_sets = a->checkpoint ? 1 : a->n_layers;
-    for (int l = 0; l < n_sets; l++) layer_acts_free(&a->layers[l]);
+    for (int l = 0; l < n_sets; l++) layer_acts_free(&a->layers[l], a->shared_qkv);
     xfree(a->layers);
+    xfree(a->q); xfree(a->k); xfree(a->v);
     xfree(a->residual); xfree(a->rope_cos); xfree(a->rope_sin); xfree(a->rstd_final); xfree(a->x_final);
     xfree(a->xn); xfree(a->h); xfree(a->dx); xfree(a->dxn); xfree(a->dq); xfree(a->dk); xfree(a->dv);
     xfree(a->dout); xfree(a->dgate); xfree(a->dup); xfree(a->dh); xfree(a->ce_workspace);
@@ -213,7 +240,7 @@ static float *residual_at(const LlamaActs *a, const LlamaConfig *c, int l) {
 }
 
 /* Layer l: x_out = layer(x_in), filling L's saved activations (and a->xn, a->h as scratch). */
-static void layer_forward(const LlamaModel *m, LlamaActs *a, const SeqAttention *attn, int l, const int *positions) {
+static void layer_forward(const LlamaModel *m, LlamaActs *a, SeqAttention *attn, int l) {
     const LlamaConfig *c = &m->cfg;
     const LlamaLayerWeights *w = &m->w.layers[l];
     LayerActs *L = &a->layers[l];
@@ -228,7 +255,7 @@ static void layer_forward(const LlamaModel *m, LlamaActs *a, const SeqAttention 
     linear_forward(L->v, a->xn, w->v_proj, N, D, Hkv * hd, 0);
     rope_forward(L->q, a->rope_cos, a->rope_sin, N, H, hd);
     rope_forward(L->k, a->rope_cos, a->rope_sin, N, Hkv, hd);
-    attn->forward(attn, N, H, Hkv, hd, L->q, L->k, L->v, positions, L->o, L->saved);
+    attn->forward(attn, L->q, L->k, L->v, L->o, L->saved);
     memcpy(L->x_mid, x_in, sizeof(float) * (size_t)N * D);
     linear_forward(L->x_mid, L->o, w->o_proj, N, H * hd, D, 1);
 
@@ -241,7 +268,7 @@ static void layer_forward(const LlamaModel *m, LlamaActs *a, const SeqAttention 
 }
 
 /* On entry a->dx = dL/dx_out of layer l; on exit a->dx = dL/dx_in. Accumulates weight grads. */
-static void layer_backward(LlamaModel *m, LlamaActs *a, const SeqAttention *attn, int l, const int *positions) {
+static void layer_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn, int l) {
     const LlamaConfig *c = &m->cfg;
     const LlamaLayerWeights *w = &m->w.layers[l];
     LlamaLayerWeights *g = &m->g.layers[l];
@@ -267,7 +294,10 @@ static void layer_backward(LlamaModel *m, LlamaActs *a, const SeqAttention *attn
     /* attention: x_mid = x_in + o_proj(attn(rope(q), rope(k), v)) */
     memset(a->dout, 0, sizeof(float) * (size_t)N * H * hd);
     linear_backward(a->dout, g->o_proj, a->dx, L->o, w->o_proj, N, H * hd, D);
-    attn->backward(attn, N, H, Hkv, hd, L->q, L->k, L->v, positions, L->o, L->saved, a->dout, a->dq, a->dk, a->dv);
+    if (attn->keeps_inputs)
+        attn->backward(attn, NULL, NULL, NULL, NULL, L->saved, a->dout, a->dq, a->dk, a->dv);
+    else
+        attn->backward(attn, L->q, L->k, L->v, L->o, L->saved, a->dout, a->dq, a->dk, a->dv);
     rope_backward(a->dq, a->rope_cos, a->rope_sin, N, H, hd);
     rope_backward(a->dk, a->rope_cos, a->rope_sin, N, Hkv, hd);
     rmsnorm_forward(a->xn, L->rstd1, x_in, w->input_norm, N, D, c->rms_norm_eps);
@@ -278,7 +308,7 @@ static void layer_backward(LlamaModel *m, LlamaActs *a, const SeqAttention *attn
     rmsnorm_backward(a->dx, g->input_norm, a->dxn, x_in, w->input_norm, L->rstd1, N, D);
 }
 
-double llama_forward_backward(LlamaModel *m, LlamaActs *a, const SeqAttention *attn,
+double llama_forward_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn,
                               const int *inputs, const int *targets, const int *positions, int N,
                               float loss_scale, int backward, int *predictions) {
     const LlamaConfig *c = &m->cfg;
@@ -290,8 +320,9 @@ double llama_forward_backward(LlamaModel *m, LlamaActs *a, const SeqAttention *a
                 "vocab_size covers the data", inputs[i] < 0 || inputs[i] >= V ? inputs[i] : targets[i], i, V);
 
     rope_tables(a->rope_cos, a->rope_sin, positions, N, c->head_dim, c->rope_theta);
+    attn->set_positions(attn, positions);
     embedding_forward(residual_at(a, c, 0), inputs, m->w.embed, N, D);
-    for (int l = 0; l < nL; l++) layer_forward(m, a, attn, l, positions);
+    for (int l = 0; l < nL; l++) layer_forward(m, a, attn, l);
     rmsnorm_forward(a->x_final, a->rstd_final, residual_at(a, c, nL), m->w.final_norm, N, D, c->rms_norm_eps);
     if (!backward)
         return lm_head_cross_entropy(a->x_final, m->w.lm_head, targets, N, D, V, loss_scale, NULL, NULL,
@@ -303,8 +334,8 @@ double llama_forward_backward(LlamaModel *m, LlamaActs *a, const SeqAttention *a
     memset(a->dx, 0, sizeof(float) * (size_t)N * D);
     rmsnorm_backward(a->dx, m->g.final_norm, a->dxn, residual_at(a, c, nL), m->w.final_norm, a->rstd_final, N, D);
     for (int l = nL - 1; l >= 0; l--) {
-        if (a->checkpoint) layer_forward(m, a, attn, l, positions); /* recompute into the shared set */
-        layer_backward(m, a, attn, l, positions);
+        if (a->checkpoint) layer_forward(m, a, attn, l); /* recompute into the shared set */
+        layer_backward(m, a, attn, l);
     }
     embedding_backward(m->g.embed, a->dx, inputs, N, D);
     return loss;

@@ -65,7 +65,7 @@ void llama_acts_free(LlamaActs *a);
  * gradient (pass 1 / global number of targets for the mean). Gradients ACCUMULATE into
  * m->grads. predictions (N) receives the argmax per token when non-NULL.
  * Returns the SUM of the local per-token losses. */
-double llama_forward_backward(LlamaModel *m, LlamaActs *a, const SeqAttention *attn,
+double llama_forward_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn,
                               const int *inputs, const int *targets, const int *positions, int N,
                               float loss_scale, int backward, int *predictions);
 

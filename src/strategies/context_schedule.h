@@ -63,10 +63,12 @@ void context_schedule_destroy(ContextSchedule *s);
 typedef struct {
     unsigned long long fwd[COMM_KINDS], bwd[COMM_KINDS];
     unsigned long long fwd_msgs[COMM_KINDS], bwd_msgs[COMM_KINDS];
-    unsigned long long meta_fwd; /* control bytes (positions) outside the kinds */
+    unsigned long long meta_batch; /* control bytes (positions) outside the kinds, once per batch */
 } AttnVolume;
 
-/* Everything the registry's check / volume / memory functions need (no communicators). */
+/* Everything the registry's check / volume / memory functions need (no communicators). For a
+ * ScheduleInfo's volume and workspace_floats, n_heads and n_kv_heads are the heads the schedule
+ * holds on this rank (after the head exchange; the model's heads when hp = 1). */
 typedef struct {
     int hp, cp;           /* head and context group sizes (sp = hp cp) */
     int ring_inner;       /* W (2d); 0 = cp */

@@ -28,17 +28,19 @@ static double max_over_ranks(const Topology *t, double v) {
     return m;
 }
 
-typedef struct { double total, fwd, bwd, compute, compute_cpu, exposed, exposed_p2p; unsigned long long bytes; } OneRun;
+typedef struct {
+    double total, fwd, bwd, compute, compute_cpu, exposed, exposed_p2p;
+    unsigned long long bytes, messages;
+} OneRun;
 
-static void one_run(const Topology *t, Comm *comm, SeqAttention *sa, int N, int H, int Hkv, int d, const float *q,
-                    const float *k, const float *v, const int *pos, float *o, float *saved, const float *dout,
-                    float *dq, float *dk, float *dv, OneRun *r) {
+static void one_run(const Topology *t, Comm *comm, SeqAttention *sa, const float *q, const float *k, const float *v,
+                    float *o, float *saved, const float *dout, float *dq, float *dk, float *dv, OneRun *r) {
     comm_stats_reset(comm);
     if (MPI_Barrier(t->world) != MPI_SUCCESS) die("MPI_Barrier (bench) failed");
     double t0 = now_seconds();
-    sa->forward(sa, N, H, Hkv, d, q, k, v, pos, o, saved);
+    sa->forward(sa, q, k, v, o, saved);
     double t1 = now_seconds();
-    sa->backward(sa, N, H, Hkv, d, q, k, v, pos, o, saved, dout, dq, dk, dv);
+    sa->backward(sa, q, k, v, o, saved, dout, dq, dk, dv);
     double t2 = now_seconds();
     const CommStats *s = &comm->stats;
     r->total = max_over_ranks(t, t2 - t0);
@@ -48,25 +50,25 @@ static void one_run(const Topology *t, Comm *comm, SeqAttention *sa, int N, int 
     r->compute_cpu = max_over_ranks(t, s->compute_cpu_s);
     r->exposed = max_over_ranks(t, comm_stats_exposed(s));
     r->exposed_p2p = max_over_ranks(t, s->wait_s[COMM_P2P_INNER] + s->wait_s[COMM_P2P_OUTER]);
-    r->bytes = 0;
-    for (int kd = 0; kd < COMM_KINDS; kd++) r->bytes += comm_stats_bytes(s, (CommKind)kd);
+    r->bytes = r->messages = 0;
+    for (int kd = 0; kd < COMM_KINDS; kd++) {
+        r->bytes += comm_stats_bytes(s, (CommKind)kd);
+        r->messages += s->messages[kd];
+    }
 }
 
-void dist_attention_bench(const Topology *t, Comm *comm, TokenLayout layout, int S, int H, int Hkv, int head_dim,
-                          int repeats, DistAttnBenchResult *r) {
+void dist_attention_bench(const Topology *t, Comm *comm, SeqAttention *sa, const int *pos, int S, int repeats,
+                          DistAttnBenchResult *r) {
     memset(r, 0, sizeof *r);
     if (repeats < 1) repeats = 1;
-    layout_check(layout, S, t->hp, t->cp);
-    const int N = S / t->sp, d = head_dim;
-    SeqAttention *sa = dist_attention_create_for(t, comm, S, H, Hkv, d);
-    int *pos = xmalloc(sizeof(int) * (size_t)N);
-    layout_positions(layout, S, t->hp, t->cp, t->hp_rank, t->cp_rank, pos);
+    const int N = sa->heads.n_local, H = sa->heads.n_heads, Hkv = sa->heads.n_kv_heads, d = sa->heads.head_dim;
+    sa->set_positions(sa, pos);
     const size_t nq = (size_t)N * H * d, nk = (size_t)N * Hkv * d;
     float *q = xmalloc_aligned(nq * sizeof(float)), *k = xmalloc_aligned(nk * sizeof(float));
     float *v = xmalloc_aligned(nk * sizeof(float)), *dout = xmalloc_aligned(nq * sizeof(float));
     float *o = xmalloc_aligned(nq * sizeof(float)), *dq = xmalloc_aligned(nq * sizeof(float));
     float *dk = xmalloc_aligned(nk * sizeof(float)), *dv = xmalloc_aligned(nk * sizeof(float));
-    float *saved = xmalloc_aligned(sa->saved_floats(sa, N, H) * sizeof(float));
+    float *saved = xmalloc_aligned(sa->saved_floats * sizeof(float));
     Rng rng;
     rng_seed(&rng, 1234 + (uint64_t)t->world_rank);
     fill(q, nq, &rng);
@@ -75,11 +77,11 @@ void dist_attention_bench(const Topology *t, Comm *comm, TokenLayout layout, int
     fill(dout, nq, &rng);
 
     OneRun run;
-    one_run(t, comm, sa, N, H, Hkv, d, q, k, v, pos, o, saved, dout, dq, dk, dv, &run); /* warm-up */
+    one_run(t, comm, sa, q, k, v, o, saved, dout, dq, dk, dv, &run); /* warm-up */
     double *tt = xmalloc(sizeof(double) * (size_t)repeats * 7);
     double *tf = tt + repeats, *tb = tf + repeats, *tc = tb + repeats, *te = tc + repeats, *tp = te + repeats, *tu = tp + repeats;
     for (int i = 0; i < repeats; i++) {
-        one_run(t, comm, sa, N, H, Hkv, d, q, k, v, pos, o, saved, dout, dq, dk, dv, &run);
+        one_run(t, comm, sa, q, k, v, o, saved, dout, dq, dk, dv, &run);
         tt[i] = run.total;
         tf[i] = run.fwd;
         tb[i] = run.bwd;
@@ -89,6 +91,7 @@ void dist_attention_bench(const Topology *t, Comm *comm, TokenLayout layout, int
         tu[i] = run.compute_cpu;
     }
     r->bytes_per_rank = (double)run.bytes;
+    r->messages_per_rank = (double)run.messages;
     r->time_s = median(tt, repeats);
     r->fwd_s = median(tf, repeats);
     r->bwd_s = median(tb, repeats);
@@ -97,15 +100,18 @@ void dist_attention_bench(const Topology *t, Comm *comm, TokenLayout layout, int
     r->exposed_s = median(te, repeats);
     r->exposed_p2p_s = median(tp, repeats);
 
-    /* the same schedule without the attention compute: all of it is communication */
-    dist_attention_set_compute(sa, 0);
-    for (int i = 0; i < repeats; i++) {
-        one_run(t, comm, sa, N, H, Hkv, d, q, k, v, pos, o, saved, dout, dq, dk, dv, &run);
+    /* the same schedule without the attention compute: all of it is communication (a single
+     * process has none) */
+    const int distributed = t->sp > 1;
+    if (distributed) dist_attention_set_compute(sa, 0);
+    for (int i = 0; distributed && i < repeats; i++) {
+        one_run(t, comm, sa, q, k, v, o, saved, dout, dq, dk, dv, &run);
         tt[i] = run.exposed;
         tp[i] = run.exposed_p2p;
     }
-    r->comm_only_s = median(tt, repeats);
-    r->comm_only_p2p_s = median(tp, repeats);
+    r->comm_only_s = distributed ? median(tt, repeats) : 0;
+    r->comm_only_p2p_s = distributed ? median(tp, repeats) : 0;
+    if (distributed) dist_attention_set_compute(sa, 1);
     r->overlap = r->comm_only_s > 0 ? fmax(0.0, fmin(1.0, (r->comm_only_s - r->exposed_s) / r->comm_only_s)) : 1.0;
     r->overlap_p2p = r->comm_only_p2p_s > 0
                          ? fmax(0.0, fmin(1.0, (r->comm_only_p2p_s - r->exposed_p2p_s) / r->comm_only_p2p_s))
@@ -117,6 +123,4 @@ void dist_attention_bench(const Topology *t, Comm *comm, TokenLayout layout, int
     xfree(tt);
     float *fr[] = {q, k, v, dout, o, dq, dk, dv, saved};
     for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) xfree(fr[i]);
-    xfree(pos);
-    seq_attention_destroy(sa);
 }

@@ -7,6 +7,7 @@
 
 #include "comm/comm.h"
 #include "comm/topology.h"
+#include "attention/seq_attention.h"
 #include "strategies/layout.h"
 
 typedef struct {
@@ -24,11 +25,14 @@ typedef struct {
     double gflops;        /* useful causal attention flops of the sp group (fwd 4 d H S(S+1)/2,
                              bwd 2.5x that) per second of time_s */
     double bytes_per_rank; /* bytes this rank sent per forward + backward (all kinds) */
+    double messages_per_rank; /* messages this rank sent per forward + backward (all kinds) */
 } DistAttnBenchResult;
 
-/* Collective over the world. Prints nothing; every rank gets the same result (except
- * bytes_per_rank). repeats >= 1 (one extra warm-up run is not timed). */
-void dist_attention_bench(const Topology *t, Comm *comm, TokenLayout layout, int S, int H, int Hkv, int head_dim,
-                          int repeats, DistAttnBenchResult *r);
+/* Collective over the world: times the runtime's strategy sa (a distributed one, or the
+ * single-process kernel when sp = 1) on this rank's positions pos. Prints nothing; every rank
+ * gets the same result (except bytes_per_rank, messages_per_rank). repeats >= 1 (one extra
+ * warm-up run is not timed). */
+void dist_attention_bench(const Topology *t, Comm *comm, SeqAttention *sa, const int *pos, int S, int repeats,
+                          DistAttnBenchResult *r);
 
 #endif

@@ -35,4 +35,47 @@ extern const ScheduleInfo wallfacer_schedule;   /* "wallfacer" (wallfacer.c) */
 extern const ScheduleInfo lightseq_schedule;    /* "lightseq" (lightseq.c) */
 extern const ScheduleInfo allgather_schedule;   /* "allgather" (allgather.c) */
 
+/* How a strategy uses the sp = hp x cp grid. */
+typedef enum {
+    GRID_2D,           /* --hp and --cp as given (default 1 x 1) */
+    GRID_HEADS_ONLY,   /* Ulysses: hp = sp (default: the ranks of a replica), cp = 1 */
+    GRID_CONTEXT_ONLY, /* Ring: hp = 1, cp = sp (default: the ranks of a replica) */
+    GRID_CONTEXT,      /* cp defaults to the ranks of a replica / hp; hp as given (default 1) */
+} GridRule;
+
+typedef struct {
+    const char *name;              /* --strategy NAME */
+    const ScheduleInfo *schedule;  /* the context schedule it runs */
+    GridRule grid;
+    TokenLayout default_layout;    /* when --layout is not given */
+    const char *summary;           /* NULL: the schedule's */
+    const char *flags;             /* NULL: the schedule's */
+    const char *constraints;       /* NULL: the schedule's */
+} Strategy;
+
+/* The registered strategies: the i-th, NULL past the end. */
+const Strategy *strategy_at(int i);
+/* NULL when unknown. */
+const Strategy *strategy_find(const char *name);
+/* "unknown strategy 'x': use one of 2d, ulysses, ring, ..." (xmalloc'd). */
+char *strategy_unknown_message(const char *name);
+
+/* Resolves --hp/--cp for the strategy: given values (0 = not given) and the ranks of one
+ * replica (sp_ranks = world / dp, or 0 when dp is not given either: then the world).
+ * Returns NULL or a one-line message (xmalloc'd), e.g. "--strategy ulysses runs on heads only:
+ * drop --cp 2". */
+char *strategy_grid(const Strategy *s, int hp_given, int cp_given, int sp_ranks, int *hp, int *cp);
+
+/* Everything the strategy needs to run p: the heads split over hp (also unevenly), S splitting
+ * under the layout, and the schedule's own check. NULL or a one-line message (xmalloc'd). */
+char *strategy_check(const Strategy *s, const StrategyParams *p);
+
+/* Bytes and messages head member hp_rank sends per layer: head exchange + context schedule. */
+void strategy_volume(const Strategy *s, const StrategyParams *p, int hp_rank, AttnVolume *v);
+
+/* Memory of head member hp_rank in floats: the `saved` state per layer (head-parallel q, kv, o,
+ * lse) and the buffers held once (head exchange, schedule workspaces, backward scratch). */
+typedef struct { size_t saved_per_layer, workspace; } AttnMemory;
+void strategy_memory(const Strategy *s, const StrategyParams *p, int hp_rank, AttnMemory *m);
+
 #endif

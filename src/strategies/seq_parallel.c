@@ -11,6 +11,7 @@
 
 void parallel_config_default(ParallelConfig *c) {
     memset(c, 0, sizeof *c);
+    c->strategy = "2d";
     c->placement = PLACEMENT_HEAD_FIRST;
     c->layout = LAYOUT_ZIGZAG;
 }
@@ -31,9 +32,19 @@ void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaC
     p->cfg = *cfg;
     int world = 1;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
-    int hp = cfg->hp > 0 ? cfg->hp : 1, cp = cfg->cp > 0 ? cfg->cp : 1;
-    int dp = cfg->dp > 0 ? cfg->dp : (world % (hp * cp) == 0 ? world / (hp * cp) : 1);
     if (cfg->zero != 0 && cfg->zero != 1) die_collective("--zero %d is not supported: use 0 or 1", cfg->zero);
+    p->strategy = strategy_find(cfg->strategy ? cfg->strategy : "2d");
+    if (!p->strategy) {
+        char *m = strategy_unknown_message(cfg->strategy);
+        die_collective("%s", m);
+    }
+    if (!cfg->layout_given) p->cfg.layout = p->strategy->default_layout;
+    cfg = &p->cfg;
+    int hp, cp;
+    int sp_ranks = cfg->dp > 0 ? (world % cfg->dp == 0 ? world / cfg->dp : 0) : world;
+    char *err = strategy_grid(p->strategy, cfg->hp, cfg->cp, sp_ranks, &hp, &cp);
+    if (err) die_collective("%s", err);
+    int dp = cfg->dp > 0 ? cfg->dp : (world % (hp * cp) == 0 ? world / (hp * cp) : 1);
     topology_create(&p->topo, dp, hp, cp, cfg->ring_inner, cfg->placement, cfg->ranks_per_node);
 
     /* threads: each rank stands for one device */
@@ -45,9 +56,11 @@ void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaC
 
     p->seq_len = seq_len;
     int sp = p->topo.sp;
+    p->params = (StrategyParams){.hp = hp, .cp = cp, .ring_inner = p->topo.ring_inner, .team = cfg->team,
+                                 .layout = cfg->layout, .seq_len = seq_len, .n_heads = model->num_attention_heads,
+                                 .n_kv_heads = model->num_key_value_heads, .head_dim = model->head_dim};
     if (sp > 1) {
-        char *err = dist_attention_check(&p->topo, model->num_attention_heads, model->num_key_value_heads, seq_len,
-                                         cfg->layout);
+        err = strategy_check(p->strategy, &p->params);
         if (err) die_collective("%s", err);
     }
     p->n_local = seq_len / sp;
@@ -58,9 +71,10 @@ void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaC
         for (int i = 0; i < seq_len; i++) p->positions[i] = i;
     }
     p->comm = comm_create(&p->topo, cfg->trace_path);
-    p->attn = sp > 1 ? dist_attention_create_for(&p->topo, p->comm, seq_len, model->num_attention_heads,
-                                                 model->num_key_value_heads, model->head_dim)
-                     : local_attention_create();
+    AttnHeads heads = {.n_local = p->n_local, .n_heads = model->num_attention_heads,
+                       .n_kv_heads = model->num_key_value_heads, .head_dim = model->head_dim};
+    p->attn = sp > 1 ? dist_attention_create(p->strategy->schedule, &p->params, &p->topo, p->comm)
+                     : local_attention_create(heads);
     grad_sync_init(&p->sync, MPI_COMM_WORLD, p->comm, n_params, cfg->zero);
 }
 
@@ -86,7 +100,7 @@ double seq_parallel_sum(const SeqParallel *p, double local) {
 
 void seq_parallel_describe(const SeqParallel *p, char *buf, size_t n) {
     const Topology *t = &p->topo;
-    snprintf(buf, n, "dp %d x hp %d x cp %d (ring W %d), %s layout, %s placement, %d ranks/node, zero %d, %d thread%s/rank",
-             t->dp, t->hp, t->cp, t->ring_inner, layout_name(p->cfg.layout), placement_name(t->placement),
+    snprintf(buf, n, "%s: dp %d x hp %d x cp %d (ring W %d), %s layout, %s placement, %d ranks/node, zero %d, %d thread%s/rank",
+             t->sp > 1 ? p->strategy->name : "single process", t->dp, t->hp, t->cp, t->ring_inner, layout_name(p->cfg.layout), placement_name(t->placement),
              t->ranks_per_node, p->cfg.zero, p->threads, p->threads == 1 ? "" : "s");
 }

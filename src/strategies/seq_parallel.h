@@ -1,6 +1,6 @@
 /* The parallel runtime of one training or gradient run: the dp x hp x cp grid, the
  * communication context, the attention strategy (the single-process kernel when sp = 1, the
- * distributed 2D / Ulysses / ring strategy otherwise), this rank's token positions under the
+ * registry's strategy otherwise), this rank's token positions under the
  * layout, and the gradient synchronisation (allreduce or ZeRO-1). The CLI builds one from its
  * flags; the model code never sees MPI. */
 #ifndef SEQPAR_SEQ_PARALLEL_H
@@ -14,15 +14,19 @@
 #include "model/config.h"
 #include "strategies/data_parallel.h"
 #include "strategies/layout.h"
+#include "strategies/registry.h"
 
 typedef struct {
-    int dp, hp, cp;      /* 0 = not given: hp = cp = 1 and dp = world / (hp cp) */
+    const char *strategy; /* registry name (default "2d") */
+    int team;            /* --team C (wallfacer); 0 = not given */
+    int dp, hp, cp;      /* 0 = not given: the strategy's grid rule decides (registry.h) */
     int ring_inner;      /* 0 = cp (plain ring) */
     int ranks_per_node;  /* 0 = from MPI_COMM_TYPE_SHARED */
     int zero;            /* 0 or 1 */
     int threads;         /* 0 = node cores / ranks on the node */
     Placement placement;
     TokenLayout layout;
+    int layout_given;    /* 0: the strategy's default layout */
     const char *trace_path; /* NULL: no trace */
     int stats;           /* print per-rank communication statistics at the end */
 } ParallelConfig;
@@ -33,6 +37,8 @@ typedef struct {
     ParallelConfig cfg;
     Topology topo;
     Comm *comm;
+    const Strategy *strategy;
+    StrategyParams params; /* what the strategy was checked and built with */
     SeqAttention *attn;
     int seq_len;    /* global S */
     int n_local;    /* S / sp tokens on this rank */
@@ -41,9 +47,10 @@ typedef struct {
     int threads;    /* threads this rank uses */
 } SeqParallel;
 
-/* Builds everything; every configuration error (product not equal to the ranks, W not dividing
- * cp, S not splitting under the layout, heads not splitting over hp) prints the same one-line
- * error on every rank and exits 1. n_params sizes the gradient synchronisation. */
+/* Builds everything; every configuration error (unknown strategy, product not equal to the
+ * ranks, W not dividing cp, S not splitting under the layout, more head ranks than heads, a
+ * schedule's own constraint) prints the same one-line error on every rank and exits 1. n_params
+ * sizes the gradient synchronisation. */
 void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaConfig *model, int seq_len,
                          size_t n_params);
 /* Prints stats (if asked) and writes the trace (if asked): collective. */

@@ -1,0 +1,316 @@
+/* LoongTrain's Double-Ring-Attention as a context schedule (paper 000 §4.3-4.5, Alg. 2): the cp
+ * ranks of a context group form cp / W inner rings ("windows") of W consecutive members; the
+ * outer ring connects the windows. W = cp is the plain ring of Ring-Attention (Megatron CP), so
+ * with the head exchange this one schedule gives LoongTrain 2D attention, DeepSpeed-Ulysses
+ * (cp = 1) and Ring-Attention (hp = 1).
+ *
+ * Forward, R = cp / W outer steps: post the outer transfer of the window's starting KV to the
+ * same member of the next window, then W inner steps (the next KV block in flight while the
+ * current one computes), then wait for the outer transfer.
+ * Backward: KV travels the same route again; the dK/dV accumulators travel with it: inside a
+ * window the accumulator follows its KV around the inner ring and makes the W-th hop back to the
+ * window's starting member, which adds the partial sum of the earlier windows (received over the
+ * outer ring while it computed) and sends the total to the same member of the next window; after
+ * the last window this hop lands on the owner. dQ accumulates locally.
+ *
+ * Bytes each rank sends per layer, Size(kv) = 8 n Hk d (k and v of a slot, fp32):
+ *   forward  p2p_inner R (W-1) Size(kv),  p2p_outer (R-1) Size(kv)
+ *   backward p2p_inner [R (W-1) + (W>1) R W] Size(kv),  p2p_outer [(R-1) + (R>1) R] Size(kv)
+ * (LoongTrain §4.5.3-4.5.4 with 4-byte elements). Messages: one per transfer. */
+#include <string.h>
+
+#include "attention/flash_attention.h"
+#include "core/common.h"
+#include "strategies/registry.h"
+
+/* Message tags: forward KV, backward KV and backward dK/dV never share a tag. */
+enum {
+    TAG_FWD_KV_INNER = 101,
+    TAG_FWD_KV_OUTER = 102,
+    TAG_BWD_KV_INNER = 201,
+    TAG_BWD_KV_OUTER = 202,
+    TAG_BWD_DKV_INNER = 203,
+    TAG_BWD_DKV_OUTER = 204,
+};
+
+typedef struct {
+    ContextSchedule base;
+    BlockAttn blocks;
+    const Topology *t;
+    Comm *comm;
+    int n, Hl, Hk, d, cp, W, R;
+    PosBlock *slots;      /* (cp) positions and runs of every slot */
+    PosRun *runs;         /* (cp n) */
+    float *kvbuf[4];      /* outer receive x2, inner rotation x2: (2 n Hk d) each */
+    float *dkv_l[2], *dkv_in, *dkv_wp[2], *dkv_or, *dkv_final;
+} DoubleRing;
+
+/* The requests of one ring step, by name. */
+typedef struct {
+    MPI_Request kv_send, kv_recv;          /* inner ring: KV to next, from previous */
+    MPI_Request outer_send, outer_recv;    /* outer ring: the window's starting KV */
+    MPI_Request dkv_send, dkv_recv;        /* inner ring: dK/dV accumulator to next, from previous */
+    MPI_Request dkv_outer_send, dkv_outer_recv; /* outer ring: partial dK/dV of earlier windows */
+    MPI_Request dkv_home;                  /* inner ring: the window's dK/dV coming back to its start */
+} RingRequests;
+
+static void ring_requests_init(RingRequests *r) {
+    MPI_Request *a = (MPI_Request *)r;
+    for (size_t i = 0; i < sizeof *r / sizeof *a; i++) a[i] = MPI_REQUEST_NULL;
+}
+
+static int inner_next(const DoubleRing *x) { return (x->t->inner_rank + 1) % x->W; }
+static int inner_prev(const DoubleRing *x) { return (x->t->inner_rank + x->W - 1) % x->W; }
+static int outer_next(const DoubleRing *x) { return (x->t->outer_rank + 1) % x->R; }
+static int outer_prev(const DoubleRing *x) { return (x->t->outer_rank + x->R - 1) % x->R; }
+
+/* Context slot whose KV this rank holds at outer step j, inner step s. */
+static int kv_owner(const DoubleRing *x, int j, int s) {
+    int o = (x->t->outer_rank - j % x->R + x->R) % x->R, i = (x->t->inner_rank - s % x->W + x->W) % x->W;
+    return o * x->W + i;
+}
+
+/* Post a KV transfer (send to next, receive from previous) on one ring. */
+static void post_pair(DoubleRing *x, CommKind kind, const float *send, float *recv, size_t bytes, int next, int prev,
+                      int tag, MPI_Comm mc, MPI_Request *rs, MPI_Request *rr) {
+    comm_isend(x->comm, kind, send, bytes, next, tag, mc, rs);
+    comm_irecv(x->comm, kind, recv, bytes, prev, tag, mc, rr);
+}
+
+static void dr_set_positions(ContextSchedule *s, const int *all_pos) {
+    DoubleRing *x = s->ctx;
+    for (int c = 0; c < x->cp; c++)
+        pos_block_init(&x->slots[c], all_pos + (size_t)c * x->n, x->n, x->runs + (size_t)c * x->n);
+}
+
+static void dr_forward(ContextSchedule *s, const float *q, const float *kv, float *o, float *lse) {
+    DoubleRing *x = s->ctx;
+    const int n = x->n, Hk = x->Hk, d = x->d, W = x->W, R = x->R;
+    const size_t kv_bytes = sizeof(float) * 2 * (size_t)n * Hk * d, half = (size_t)n * Hk * d;
+    const Topology *t = x->t;
+    AttnShape st = {.n_q = n, .n_heads = x->Hl, .head_dim = d};
+    attn_state_init(&st, o, lse);
+    RingRequests rq;
+    ring_requests_init(&rq);
+    Progress pr = {(MPI_Request *)&rq, sizeof rq / sizeof(MPI_Request), W > 1 ? COMM_P2P_INNER : COMM_P2P_OUTER};
+    const PosBlock *mine = &x->slots[t->cp_rank];
+    const float *kv_start = kv;
+    for (int j = 0; j < R; j++) {
+        if (j < R - 1)
+            post_pair(x, COMM_P2P_OUTER, kv_start, x->kvbuf[j % 2], kv_bytes, outer_next(x), outer_prev(x),
+                      TAG_FWD_KV_OUTER, t->outer_comm, &rq.outer_send, &rq.outer_recv);
+        const float *cur = kv_start;
+        for (int step = 0; step < W; step++) {
+            float *nxt = x->kvbuf[2 + step % 2];
+            if (step < W - 1)
+                post_pair(x, COMM_P2P_INNER, cur, nxt, kv_bytes, inner_next(x), inner_prev(x), TAG_FWD_KV_INNER,
+                          t->inner_comm, &rq.kv_send, &rq.kv_recv);
+            block_attn_forward(&x->blocks, q, mine, cur, cur + half, &x->slots[kv_owner(x, j, step)], o, lse, &pr);
+            if (step < W - 1) {
+                comm_waitall(x->comm, COMM_P2P_INNER, 2, &rq.kv_send);
+                cur = nxt;
+            }
+        }
+        if (j < R - 1) {
+            comm_waitall(x->comm, COMM_P2P_OUTER, 2, &rq.outer_send);
+            kv_start = x->kvbuf[j % 2];
+        }
+    }
+}
+
+static void add_into(Comm *cm, float *dst, const float *src, size_t count) {
+    double t0 = comm_compute_begin(cm);
+    for (size_t i = 0; i < count; i++) dst[i] += src[i];
+    comm_compute_end(cm, "add dkv", t0);
+}
+
+static void dr_backward(ContextSchedule *s, const float *q, const float *kv, const float *o, const float *lse,
+                        const float *delta, const float *dout, float *dq, float *dkv) {
+    DoubleRing *x = s->ctx;
+    (void)o;
+    const int n = x->n, Hl = x->Hl, Hk = x->Hk, d = x->d, W = x->W, R = x->R;
+    const size_t half = (size_t)n * Hk * d, kv_floats = 2 * half, kv_bytes = sizeof(float) * kv_floats;
+    Comm *cm = x->comm;
+    const Topology *t = x->t;
+    memset(dq, 0, sizeof(float) * (size_t)n * Hl * d);
+    RingRequests rq;
+    ring_requests_init(&rq);
+    Progress pr = {(MPI_Request *)&rq, sizeof rq / sizeof(MPI_Request), W > 1 ? COMM_P2P_INNER : COMM_P2P_OUTER};
+    const PosBlock *mine = &x->slots[t->cp_rank];
+    const float *kv_start = kv;
+    for (int j = 0; j < R; j++) {
+        float *wp = x->dkv_wp[j % 2];
+        if (j < R - 1)
+            post_pair(x, COMM_P2P_OUTER, kv_start, x->kvbuf[j % 2], kv_bytes, outer_next(x), outer_prev(x),
+                      TAG_BWD_KV_OUTER, t->outer_comm, &rq.outer_send, &rq.outer_recv);
+        if (R > 1 && j >= 1) /* partial dkv of earlier windows for this step's starting KV */
+            comm_irecv(cm, COMM_P2P_OUTER, x->dkv_or, kv_bytes, outer_prev(x), TAG_BWD_DKV_OUTER, t->outer_comm,
+                       &rq.dkv_outer_recv);
+        const float *cur = kv_start;
+        for (int step = 0; step < W; step++) {
+            float *nxt = x->kvbuf[2 + step % 2];
+            float *L = x->dkv_l[step % 2];
+            if (step < W - 1)
+                post_pair(x, COMM_P2P_INNER, cur, nxt, kv_bytes, inner_next(x), inner_prev(x), TAG_BWD_KV_INNER,
+                          t->inner_comm, &rq.kv_send, &rq.kv_recv);
+            if (W > 1 && step >= 1)
+                comm_irecv(cm, COMM_P2P_INNER, x->dkv_in, kv_bytes, inner_prev(x), TAG_BWD_DKV_INNER, t->inner_comm,
+                           &rq.dkv_recv);
+            if (W > 1 && step == W - 1) /* posted after dkv_recv: same source and tag match in order */
+                comm_irecv(cm, COMM_P2P_INNER, wp, kv_bytes, inner_prev(x), TAG_BWD_DKV_INNER, t->inner_comm,
+                           &rq.dkv_home);
+            double t0 = comm_compute_begin(cm);
+            memset(L, 0, kv_bytes);
+            comm_compute_end(cm, "zero dkv", t0);
+            block_attn_backward(&x->blocks, q, mine, cur, cur + half, &x->slots[kv_owner(x, j, step)], lse, delta,
+                                dout, dq, L, L + half, &pr);
+            if (W > 1) {
+                if (step >= 1) {
+                    comm_waitall(cm, COMM_P2P_INNER, 1, &rq.dkv_recv);
+                    add_into(cm, L, x->dkv_in, kv_floats);
+                }
+                comm_waitall(cm, COMM_P2P_INNER, 1, &rq.dkv_send); /* the previous send (other L buffer) */
+                comm_isend(cm, COMM_P2P_INNER, L, kv_bytes, inner_next(x), TAG_BWD_DKV_INNER, t->inner_comm,
+                           &rq.dkv_send);
+            }
+            if (step < W - 1) {
+                comm_waitall(cm, COMM_P2P_INNER, 2, &rq.kv_send);
+                cur = nxt;
+            }
+        }
+        /* the window's partial dkv for this step's starting KV */
+        if (W > 1) {
+            comm_waitall(cm, COMM_P2P_INNER, 1, &rq.dkv_home);
+            comm_waitall(cm, COMM_P2P_INNER, 1, &rq.dkv_send);
+        } else {
+            memcpy(wp, x->dkv_l[0], kv_bytes);
+        }
+        if (R > 1) {
+            if (j >= 1) {
+                comm_waitall(cm, COMM_P2P_OUTER, 1, &rq.dkv_outer_recv);
+                add_into(cm, wp, x->dkv_or, kv_floats);
+            }
+            if (j == R - 1) /* the total for my own KV, from the last window's starting member */
+                comm_irecv(cm, COMM_P2P_OUTER, x->dkv_final, kv_bytes, outer_prev(x), TAG_BWD_DKV_OUTER,
+                           t->outer_comm, &rq.dkv_outer_recv);
+            comm_waitall(cm, COMM_P2P_OUTER, 1, &rq.dkv_outer_send);
+            comm_isend(cm, COMM_P2P_OUTER, wp, kv_bytes, outer_next(x), TAG_BWD_DKV_OUTER, t->outer_comm,
+                       &rq.dkv_outer_send);
+        } else {
+            memcpy(x->dkv_final, wp, kv_bytes);
+        }
+        if (j < R - 1) {
+            comm_waitall(cm, COMM_P2P_OUTER, 2, &rq.outer_send);
+            kv_start = x->kvbuf[j % 2];
+        }
+    }
+    if (R > 1) comm_waitall(cm, COMM_P2P_OUTER, 2, &rq.dkv_outer_send);
+    memcpy(dkv, x->dkv_final, kv_bytes);
+}
+
+static void dr_destroy(ContextSchedule *s) {
+    DoubleRing *x = s->ctx;
+    for (int i = 0; i < 4; i++) xfree(x->kvbuf[i]);
+    for (int i = 0; i < 2; i++) {
+        xfree(x->dkv_l[i]);
+        xfree(x->dkv_wp[i]);
+    }
+    xfree(x->dkv_in);
+    xfree(x->dkv_or);
+    xfree(x->dkv_final);
+    xfree(x->slots);
+    xfree(x->runs);
+    xfree(x);
+}
+
+static int ring_w(const StrategyParams *p) { return p->ring_inner > 0 ? p->ring_inner : p->cp; }
+
+static ContextSchedule *dr_create(const ScheduleShape *sh) {
+    DoubleRing *x = xcalloc(1, sizeof *x);
+    x->t = sh->topo;
+    x->comm = sh->comm;
+    x->n = sh->n;
+    x->Hl = sh->heads;
+    x->Hk = sh->kv_heads;
+    x->d = sh->head_dim;
+    x->cp = sh->topo->cp;
+    x->W = sh->topo->ring_inner > 0 ? sh->topo->ring_inner : x->cp;
+    x->R = x->cp / x->W;
+    block_attn_init(&x->blocks, sh->comm, x->Hl, x->Hk, x->d);
+    const size_t kv = 2 * (size_t)x->n * x->Hk * x->d;
+    const int R = x->R, W = x->W;
+    /* ring buffers only where the ring needs them: outer ones when R > 1, inner ones when W > 1 */
+    for (int i = 0; i < 4; i++) x->kvbuf[i] = (i < 2 ? R > 1 : W > 1) ? xmalloc_aligned(sizeof(float) * kv) : NULL;
+    x->dkv_l[0] = xmalloc_aligned(sizeof(float) * kv);
+    x->dkv_l[1] = W > 1 ? xmalloc_aligned(sizeof(float) * kv) : NULL;
+    x->dkv_in = W > 1 ? xmalloc_aligned(sizeof(float) * kv) : NULL;
+    x->dkv_wp[0] = xmalloc_aligned(sizeof(float) * kv);
+    x->dkv_wp[1] = R > 1 ? xmalloc_aligned(sizeof(float) * kv) : NULL;
+    x->dkv_or = R > 1 ? xmalloc_aligned(sizeof(float) * kv) : NULL;
+    x->dkv_final = xmalloc_aligned(sizeof(float) * kv);
+    x->slots = xcalloc((size_t)x->cp, sizeof(PosBlock));
+    x->runs = xmalloc(sizeof(PosRun) * (size_t)x->cp * x->n);
+    x->base.ctx = x;
+    x->base.blocks = &x->blocks;
+    x->base.set_positions = dr_set_positions;
+    x->base.forward = dr_forward;
+    x->base.backward = dr_backward;
+    x->base.destroy = dr_destroy;
+    return &x->base;
+}
+
+static char *dr_check(const StrategyParams *p) {
+    int W = ring_w(p);
+    if (W < 1 || p->cp % W) {
+        char buf[256];
+        int len = snprintf(buf, sizeof buf, "--ring-inner %d does not divide --cp %d: use one of", W, p->cp);
+        for (int w = 1; w <= p->cp && len < (int)sizeof buf - 16; w++)
+            if (p->cp % w == 0) len += snprintf(buf + len, sizeof buf - (size_t)len, " %d", w);
+        size_t m = strlen(buf) + 1;
+        char *s = xmalloc(m);
+        memcpy(s, buf, m);
+        return s;
+    }
+    return NULL;
+}
+
+/* Size(kv) of a slot: 8 n Hk d; Hk is the KV heads a head member holds (the same on every
+ * member when hp divides the heads; the volume is per rank, so take the rank's own). */
+static void dr_volume_for(const StrategyParams *p, int kv_heads, AttnVolume *v) {
+    const unsigned long long W = (unsigned)ring_w(p), R = (unsigned)p->cp / W;
+    const unsigned long long n = (unsigned long long)p->seq_len / (unsigned)p->cp;
+    const unsigned long long size_kv = 8ULL * n * (unsigned)kv_heads * (unsigned)p->head_dim;
+    const unsigned long long fi = R * (W - 1), fo = R - 1;
+    const unsigned long long bi = R * (W - 1) + (W > 1 ? R * W : 0), bo = (R - 1) + (R > 1 ? R : 0);
+    v->fwd[COMM_P2P_INNER] += fi * size_kv;
+    v->fwd[COMM_P2P_OUTER] += fo * size_kv;
+    v->bwd[COMM_P2P_INNER] += bi * size_kv;
+    v->bwd[COMM_P2P_OUTER] += bo * size_kv;
+    v->fwd_msgs[COMM_P2P_INNER] += fi;
+    v->fwd_msgs[COMM_P2P_OUTER] += fo;
+    v->bwd_msgs[COMM_P2P_INNER] += bi;
+    v->bwd_msgs[COMM_P2P_OUTER] += bo;
+}
+
+/* The registry's volume takes kv_heads from p->n_kv_heads: the caller passes the schedule's
+ * view (heads after the head exchange). */
+static void dr_volume(const StrategyParams *p, AttnVolume *v) { dr_volume_for(p, p->n_kv_heads, v); }
+
+static size_t dr_workspace(const StrategyParams *p) {
+    const int W = ring_w(p), R = p->cp / W;
+    const size_t kv = 2 * (size_t)(p->seq_len / p->cp) * (size_t)p->n_kv_heads * (size_t)p->head_dim;
+    size_t bufs = (R > 1 ? 2 : 0) + (W > 1 ? 2 : 0) /* kvbuf */ + 1 + (W > 1) /* dkv_l */ + (W > 1) /* dkv_in */ +
+                  1 + (R > 1) /* dkv_wp */ + (R > 1) /* dkv_or */ + 1 /* dkv_final */;
+    return bufs * kv;
+}
+
+const ScheduleInfo double_ring_schedule = {
+    .name = "2d",
+    .summary = "LoongTrain 2D attention: head all-to-all x Double-Ring-Attention (Ulysses: cp 1; Ring: hp 1)",
+    .flags = "--hp --cp --ring-inner --placement --layout",
+    .constraints = "--ring-inner divides --cp; any layout",
+    .check = dr_check,
+    .create = dr_create,
+    .volume = dr_volume,
+    .workspace_floats = dr_workspace,
+};

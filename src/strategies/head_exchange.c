@@ -1,0 +1,263 @@
+/* The head exchange (SeqAlltoAll with uneven head splits and KV replication): see head_exchange.h. */
+#include "strategies/head_exchange.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "core/common.h"
+
+static char *message(const char *text) {
+    size_t n = strlen(text) + 1;
+    char *s = xmalloc(n);
+    memcpy(s, text, n);
+    return s;
+}
+
+char *head_split_init(HeadSplit *s, int hp, int H, int Hkv) {
+    memset(s, 0, sizeof *s);
+    char buf[256];
+    if (H < 1 || Hkv < 1 || H % Hkv) {
+        snprintf(buf, sizeof buf, "the model's %d query heads are not a multiple of its %d key/value heads", H, Hkv);
+        return message(buf);
+    }
+    if (hp < 1 || hp > H) {
+        snprintf(buf, sizeof buf,
+                 "--hp %d is more than the model's %d query heads: each head-parallel rank needs at least one head; "
+                 "use --hp 1 to %d",
+                 hp, H, H);
+        return message(buf);
+    }
+    const int G = H / Hkv; /* query heads per KV head */
+    s->hp = hp;
+    s->H = H;
+    s->Hkv = Hkv;
+    s->h0 = xmalloc(sizeof(int) * (size_t)hp);
+    s->hl = xmalloc(sizeof(int) * (size_t)hp);
+    s->hk = xmalloc(sizeof(int) * (size_t)hp);
+    s->kv_off = xmalloc(sizeof(int) * (size_t)(hp + 1));
+    s->kv_src = xmalloc(sizeof(int) * (size_t)H); /* at most one KV head per query head */
+    int h = 0, off = 0;
+    for (int p = 0; p < hp; p++) {
+        const int hl = H / hp + (p < H % hp);
+        const int g_first = h / G, g_last = (h + hl - 1) / G, span = g_last - g_first + 1;
+        int even = hl % span == 0;
+        for (int i = 0; even && i < hl; i++) even = (h + i) / G - g_first == i / (hl / span);
+        s->h0[p] = h;
+        s->hl[p] = hl;
+        s->hk[p] = even ? span : hl;
+        s->kv_off[p] = off;
+        for (int j = 0; j < s->hk[p]; j++) s->kv_src[off + j] = even ? g_first + j : (h + j) / G;
+        off += s->hk[p];
+        h += hl;
+    }
+    s->kv_off[hp] = off;
+    return NULL;
+}
+
+void head_split_free(HeadSplit *s) {
+    xfree(s->h0);
+    xfree(s->hl);
+    xfree(s->hk);
+    xfree(s->kv_off);
+    xfree(s->kv_src);
+    memset(s, 0, sizeof *s);
+}
+
+void head_exchange_init(HeadExchange *x, Comm *comm, MPI_Comm head_comm, int hp, int me, int N, int H, int Hkv,
+                        int d) {
+    memset(x, 0, sizeof *x);
+    char *err = head_split_init(&x->split, hp, H, Hkv);
+    if (err) die("head_exchange_init: %s", err); /* callers check the split first */
+    x->comm = comm;
+    x->head_comm = head_comm;
+    x->me = me;
+    x->N = N;
+    x->d = d;
+    x->Hl = x->split.hl[me];
+    x->Hk = x->split.hk[me];
+    /* the largest block set either way: q|k|v out (their heads) and in (mine), dq|dk|dv the same
+     * in reverse, o and dout (N H d one way, hp N Hl d the other) */
+    size_t theirs = 0, mine = (size_t)hp * N * (x->Hl + 2 * x->Hk) * d;
+    for (int p = 0; p < hp; p++) theirs += (size_t)N * (x->split.hl[p] + 2 * x->split.hk[p]) * d;
+    size_t most = theirs > mine ? theirs : mine;
+    if ((size_t)N * H * d > most) most = (size_t)N * H * d;
+    if ((size_t)hp * N * x->Hl * d > most) most = (size_t)hp * N * x->Hl * d;
+    size_t most_send = most, most_recv = most;
+    x->send = xmalloc_aligned(sizeof(float) * most_send);
+    x->recv = hp > 1 ? xmalloc_aligned(sizeof(float) * most_recv) : NULL;
+    x->scounts = xmalloc(sizeof(int) * (size_t)hp);
+    x->sdispls = xmalloc(sizeof(int) * (size_t)hp);
+    x->rcounts = xmalloc(sizeof(int) * (size_t)hp);
+    x->rdispls = xmalloc(sizeof(int) * (size_t)hp);
+    x->ssize = xcalloc((size_t)hp, sizeof(size_t));
+    x->rsize = xcalloc((size_t)hp, sizeof(size_t));
+}
+
+void head_exchange_free(HeadExchange *x) {
+    head_split_free(&x->split);
+    xfree(x->send);
+    xfree(x->recv);
+    xfree(x->scounts);
+    xfree(x->sdispls);
+    xfree(x->rcounts);
+    xfree(x->rdispls);
+    xfree(x->ssize);
+    xfree(x->rsize);
+    memset(x, 0, sizeof *x);
+}
+
+static void copy_rows(float *dst, size_t dst_ld, const float *src, size_t src_ld, int rows, size_t width) {
+    for (int i = 0; i < rows; i++) memcpy(dst + (size_t)i * dst_ld, src + (size_t)i * src_ld, sizeof(float) * width);
+}
+
+/* Sets counts (floats) and displacements from per-member sizes. */
+static void set_counts(int *counts, int *displs, int hp, const size_t *sizes) {
+    size_t off = 0;
+    for (int p = 0; p < hp; p++) {
+        if (sizes[p] > (size_t)0x7fffffff || off > (size_t)0x7fffffff)
+            die("head exchange: a block of %zu floats exceeds MPI's int counts; use more ranks or a shorter sequence",
+                sizes[p]);
+        counts[p] = (int)sizes[p];
+        displs[p] = (int)off;
+        off += sizes[p];
+    }
+}
+
+/* Runs the all-to-all (or nothing when hp = 1: the one block is already where it belongs). */
+static const float *exchange(HeadExchange *x, const size_t *send_sizes, const size_t *recv_sizes) {
+    const int hp = x->split.hp;
+    if (hp == 1) return x->send;
+    set_counts(x->scounts, x->sdispls, hp, send_sizes);
+    set_counts(x->rcounts, x->rdispls, hp, recv_sizes);
+    comm_alltoallv(x->comm, COMM_ALLTOALL, x->send, x->scounts, x->sdispls, x->recv, x->rcounts, x->rdispls, MPI_FLOAT,
+                   x->head_comm);
+    return x->recv;
+}
+
+void head_exchange_qkv(HeadExchange *x, const float *q, const float *k, const float *v, float *q_h, float *kv_h) {
+    const HeadSplit *s = &x->split;
+    const int hp = s->hp, N = x->N, d = x->d, H = s->H, Hkv = s->Hkv, Hl = x->Hl, Hk = x->Hk;
+    size_t *ss = x->ssize, *rs = x->rsize;
+    double t0 = comm_compute_begin(x->comm);
+    float *b = x->send;
+    for (int p = 0; p < hp; p++) { /* to member p: q of its heads | k | v of its KV heads */
+        const int hl = s->hl[p], hk = s->hk[p];
+        copy_rows(b, (size_t)hl * d, q + (size_t)s->h0[p] * d, (size_t)H * d, N, (size_t)hl * d);
+        float *bk = b + (size_t)N * hl * d, *bv = bk + (size_t)N * hk * d;
+        for (int j = 0; j < hk; j++) {
+            const int g = s->kv_src[s->kv_off[p] + j];
+            for (int i = 0; i < N; i++) {
+                memcpy(bk + ((size_t)i * hk + j) * d, k + ((size_t)i * Hkv + g) * d, sizeof(float) * (size_t)d);
+                memcpy(bv + ((size_t)i * hk + j) * d, v + ((size_t)i * Hkv + g) * d, sizeof(float) * (size_t)d);
+            }
+        }
+        ss[p] = (size_t)N * (hl + 2 * hk) * d;
+        rs[p] = (size_t)N * (Hl + 2 * Hk) * d;
+        b += ss[p];
+    }
+    comm_compute_end(x->comm, "a2a pack", t0);
+    const float *recv = exchange(x, ss, rs);
+    t0 = comm_compute_begin(x->comm);
+    const size_t n = (size_t)hp * N;
+    float *k_h = kv_h, *v_h = kv_h + n * Hk * d;
+    for (int p = 0; p < hp; p++) { /* member p's tokens are rows [p N, (p+1) N) */
+        const float *r = recv + (size_t)p * rs[p];
+        memcpy(q_h + (size_t)p * N * Hl * d, r, sizeof(float) * (size_t)N * Hl * d);
+        memcpy(k_h + (size_t)p * N * Hk * d, r + (size_t)N * Hl * d, sizeof(float) * (size_t)N * Hk * d);
+        memcpy(v_h + (size_t)p * N * Hk * d, r + (size_t)N * (Hl + Hk) * d, sizeof(float) * (size_t)N * Hk * d);
+    }
+    comm_compute_end(x->comm, "a2a unpack", t0);
+}
+
+void head_exchange_out(HeadExchange *x, const float *o_h, float *o) {
+    const HeadSplit *s = &x->split;
+    const int hp = s->hp, N = x->N, d = x->d, H = s->H, Hl = x->Hl;
+    size_t *ss = x->ssize, *rs = x->rsize;
+    double t0 = comm_compute_begin(x->comm);
+    memcpy(x->send, o_h, sizeof(float) * (size_t)hp * N * Hl * d); /* block p = rows of member p */
+    for (int p = 0; p < hp; p++) {
+        ss[p] = (size_t)N * Hl * d;
+        rs[p] = (size_t)N * s->hl[p] * d;
+    }
+    comm_compute_end(x->comm, "a2a pack", t0);
+    const float *r = exchange(x, ss, rs);
+    t0 = comm_compute_begin(x->comm);
+    for (int p = 0; p < hp; p++) {
+        copy_rows(o + (size_t)s->h0[p] * d, (size_t)H * d, r, (size_t)s->hl[p] * d, N, (size_t)s->hl[p] * d);
+        r += rs[p];
+    }
+    comm_compute_end(x->comm, "a2a unpack", t0);
+}
+
+void head_exchange_dout(HeadExchange *x, const float *dout, float *dout_h) {
+    const HeadSplit *s = &x->split;
+    const int hp = s->hp, N = x->N, d = x->d, H = s->H, Hl = x->Hl;
+    size_t *ss = x->ssize, *rs = x->rsize;
+    double t0 = comm_compute_begin(x->comm);
+    float *b = x->send;
+    for (int p = 0; p < hp; p++) {
+        copy_rows(b, (size_t)s->hl[p] * d, dout + (size_t)s->h0[p] * d, (size_t)H * d, N, (size_t)s->hl[p] * d);
+        ss[p] = (size_t)N * s->hl[p] * d;
+        rs[p] = (size_t)N * Hl * d;
+        b += ss[p];
+    }
+    comm_compute_end(x->comm, "a2a pack", t0);
+    const float *r = exchange(x, ss, rs);
+    memcpy(dout_h, r, sizeof(float) * (size_t)hp * N * Hl * d); /* received in member order */
+}
+
+void head_exchange_grads(HeadExchange *x, const float *dq_h, const float *dkv_h, float *dq, float *dk, float *dv) {
+    const HeadSplit *s = &x->split;
+    const int hp = s->hp, N = x->N, d = x->d, H = s->H, Hkv = s->Hkv, Hl = x->Hl, Hk = x->Hk;
+    const size_t n = (size_t)hp * N;
+    const float *dk_h = dkv_h, *dv_h = dkv_h + n * Hk * d;
+    size_t *ss = x->ssize, *rs = x->rsize;
+    double t0 = comm_compute_begin(x->comm);
+    for (int p = 0; p < hp; p++) {
+        float *b = x->send + (size_t)p * N * (Hl + 2 * Hk) * d;
+        memcpy(b, dq_h + (size_t)p * N * Hl * d, sizeof(float) * (size_t)N * Hl * d);
+        memcpy(b + (size_t)N * Hl * d, dk_h + (size_t)p * N * Hk * d, sizeof(float) * (size_t)N * Hk * d);
+        memcpy(b + (size_t)N * (Hl + Hk) * d, dv_h + (size_t)p * N * Hk * d, sizeof(float) * (size_t)N * Hk * d);
+        ss[p] = (size_t)N * (Hl + 2 * Hk) * d;
+        rs[p] = (size_t)N * (s->hl[p] + 2 * s->hk[p]) * d;
+    }
+    comm_compute_end(x->comm, "a2a pack", t0);
+    const float *r = exchange(x, ss, rs);
+    t0 = comm_compute_begin(x->comm);
+    memset(dk, 0, sizeof(float) * (size_t)N * Hkv * d);
+    memset(dv, 0, sizeof(float) * (size_t)N * Hkv * d);
+    for (int p = 0; p < hp; p++) {
+        const int hl = s->hl[p], hk = s->hk[p];
+        copy_rows(dq + (size_t)s->h0[p] * d, (size_t)H * d, r, (size_t)hl * d, N, (size_t)hl * d);
+        const float *bk = r + (size_t)N * hl * d, *bv = bk + (size_t)N * hk * d;
+        for (int j = 0; j < hk; j++) { /* replicas of a KV head are summed */
+            const int g = s->kv_src[s->kv_off[p] + j];
+            for (int i = 0; i < N; i++) {
+                float *tk = dk + ((size_t)i * Hkv + g) * d, *tv = dv + ((size_t)i * Hkv + g) * d;
+                const float *sk = bk + ((size_t)i * hk + j) * d, *sv = bv + ((size_t)i * hk + j) * d;
+                for (int e = 0; e < d; e++) {
+                    tk[e] += sk[e];
+                    tv[e] += sv[e];
+                }
+            }
+        }
+        r += rs[p];
+    }
+    comm_compute_end(x->comm, "a2a unpack", t0);
+}
+
+void head_exchange_volume(const HeadSplit *s, int me, long N, int d, unsigned long long *fwd_bytes,
+                          unsigned long long *bwd_bytes, unsigned long long *msgs_each_way) {
+    unsigned long long f = 0, b = 0;
+    const unsigned long long Nd4 = 4ULL * (unsigned long long)N * (unsigned)d;
+    for (int m = 0; m < s->hp; m++) {
+        if (m == me) continue;
+        f += Nd4 * (unsigned)(s->hl[m] + 2 * s->hk[m]); /* q, k, v to member m */
+        f += Nd4 * (unsigned)s->hl[me];                 /* my heads of m's tokens, back to m */
+        b += Nd4 * (unsigned)s->hl[m];                  /* dout of m's heads */
+        b += Nd4 * (unsigned)(s->hl[me] + 2 * s->hk[me]); /* dq, dk, dv of m's tokens, back to m */
+    }
+    *fwd_bytes = f;
+    *bwd_bytes = b;
+    *msgs_each_way = s->hp > 1 ? 2ULL * (unsigned)(s->hp - 1) : 0;
+}

@@ -1,0 +1,145 @@
+/* The strategy registry: see registry.h. One line per strategy in TABLE. */
+#include "strategies/registry.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "core/common.h"
+#include "strategies/head_exchange.h"
+
+static const Strategy TABLE[] = {
+    {"2d", &double_ring_schedule, GRID_2D, LAYOUT_ZIGZAG, NULL, NULL, NULL},
+    {"ulysses", &double_ring_schedule, GRID_HEADS_ONLY, LAYOUT_ZIGZAG,
+     "DeepSpeed-Ulysses: head all-to-all only (the cp = 1 corner of 2d)", "--hp --layout",
+     "hp <= query heads (uneven splits allowed; KV heads replicated when fewer than hp)"},
+    {"ring", &double_ring_schedule, GRID_CONTEXT_ONLY, LAYOUT_ZIGZAG,
+     "Ring-Attention / Megatron CP: P2P ring only (the hp = 1 corner of 2d; --ring-inner for a double ring)",
+     "--cp --ring-inner --layout", "--ring-inner divides --cp; any layout"},
+};
+
+const Strategy *strategy_at(int i) { return i >= 0 && i < (int)ARRAY_LEN(TABLE) ? &TABLE[i] : NULL; }
+
+const Strategy *strategy_find(const char *name) {
+    for (size_t i = 0; i < ARRAY_LEN(TABLE); i++)
+        if (!strcmp(TABLE[i].name, name)) return &TABLE[i];
+    return NULL;
+}
+
+static char *dup_message(const char *text) {
+    size_t n = strlen(text) + 1;
+    char *s = xmalloc(n);
+    memcpy(s, text, n);
+    return s;
+}
+
+char *strategy_unknown_message(const char *name) {
+    char buf[512];
+    int len = snprintf(buf, sizeof buf, "unknown strategy '%s': use one of", name);
+    for (size_t i = 0; i < ARRAY_LEN(TABLE) && len < (int)sizeof buf - 32; i++)
+        len += snprintf(buf + len, sizeof buf - (size_t)len, "%s %s", i ? "," : "", TABLE[i].name);
+    snprintf(buf + len, sizeof buf - (size_t)len, " (seqpar strategies lists them)");
+    return dup_message(buf);
+}
+
+char *strategy_grid(const Strategy *s, int hp_given, int cp_given, int sp_ranks, int *hp, int *cp) {
+    char buf[256];
+    *hp = hp_given > 0 ? hp_given : 1;
+    *cp = cp_given > 0 ? cp_given : 1;
+    switch (s->grid) {
+    case GRID_2D: return NULL;
+    case GRID_HEADS_ONLY:
+        if (cp_given > 1) {
+            snprintf(buf, sizeof buf,
+                     "--strategy %s splits heads only: drop --cp %d (or use --strategy 2d for heads x context)",
+                     s->name, cp_given);
+            return dup_message(buf);
+        }
+        *cp = 1;
+        if (hp_given <= 0) *hp = sp_ranks > 0 ? sp_ranks : 1;
+        return NULL;
+    case GRID_CONTEXT_ONLY:
+        if (hp_given > 1) {
+            snprintf(buf, sizeof buf,
+                     "--strategy %s splits the sequence only: drop --hp %d (or use --strategy 2d for heads x context)",
+                     s->name, hp_given);
+            return dup_message(buf);
+        }
+        *hp = 1;
+        if (cp_given <= 0) *cp = sp_ranks > 0 ? sp_ranks : 1;
+        return NULL;
+    case GRID_CONTEXT:
+        if (cp_given <= 0) *cp = sp_ranks > 0 && sp_ranks % *hp == 0 ? sp_ranks / *hp : 1;
+        return NULL;
+    }
+    return NULL;
+}
+
+/* The heads the schedule holds on head member hp_rank, as the schedule's StrategyParams. */
+static StrategyParams schedule_view(const StrategyParams *p, const HeadSplit *hs, int hp_rank) {
+    StrategyParams q = *p;
+    q.n_heads = hs->hl[hp_rank];
+    q.n_kv_heads = hs->hk[hp_rank];
+    return q;
+}
+
+char *strategy_check(const Strategy *s, const StrategyParams *p) {
+    char buf[512];
+    HeadSplit hs;
+    char *err = head_split_init(&hs, p->hp, p->n_heads, p->n_kv_heads);
+    if (err) return err;
+    head_split_free(&hs);
+    if (p->head_dim < 1) {
+        snprintf(buf, sizeof buf, "head_dim %d must be positive", p->head_dim);
+        return dup_message(buf);
+    }
+    long sp = (long)p->hp * p->cp;
+    long unit = p->layout == LAYOUT_ZIGZAG ? 2 * sp : sp;
+    if (p->seq_len <= 0 || p->seq_len % unit) {
+        long below = p->seq_len / unit * unit, above = below + unit;
+        snprintf(buf, sizeof buf,
+                 "--seq-len %ld does not split under the %s layout over hp x cp = %ld ranks: it must be divisible by "
+                 "%ld (e.g. %ld or %ld)",
+                 p->seq_len, layout_name(p->layout), sp, unit, below > 0 ? below : above, above);
+        return dup_message(buf);
+    }
+    return s->schedule->check ? s->schedule->check(p) : NULL;
+}
+
+void strategy_volume(const Strategy *s, const StrategyParams *p, int hp_rank, AttnVolume *v) {
+    memset(v, 0, sizeof *v);
+    HeadSplit hs;
+    char *err = head_split_init(&hs, p->hp, p->n_heads, p->n_kv_heads);
+    if (err) die("strategy_volume: %s", err);
+    const long N = p->seq_len / ((long)p->hp * p->cp);
+    unsigned long long fb, bb, msgs;
+    head_exchange_volume(&hs, hp_rank, N, p->head_dim, &fb, &bb, &msgs);
+    v->fwd[COMM_ALLTOALL] = fb;
+    v->bwd[COMM_ALLTOALL] = bb;
+    v->fwd_msgs[COMM_ALLTOALL] = v->bwd_msgs[COMM_ALLTOALL] = msgs;
+    v->meta_batch = 4ULL * (unsigned long long)N * (unsigned long long)((long)p->hp * p->cp - 1);
+    StrategyParams sv = schedule_view(p, &hs, hp_rank);
+    if (p->cp > 1 && s->schedule->volume) s->schedule->volume(&sv, v);
+    head_split_free(&hs);
+}
+
+void strategy_memory(const Strategy *s, const StrategyParams *p, int hp_rank, AttnMemory *m) {
+    HeadSplit hs;
+    char *err = head_split_init(&hs, p->hp, p->n_heads, p->n_kv_heads);
+    if (err) die("strategy_memory: %s", err);
+    const size_t n = (size_t)(p->seq_len / p->cp), N = (size_t)(p->seq_len / ((long)p->hp * p->cp));
+    const size_t d = (size_t)p->head_dim, Hl = (size_t)hs.hl[hp_rank], Hk = (size_t)hs.hk[hp_rank];
+    m->saved_per_layer = n * Hl * d * 2 + 2 * n * Hk * d + n * Hl; /* q_h, o_h | kv_h | lse_h */
+    size_t send = 0, recv = 0;
+    for (int q = 0; q < p->hp; q++) {
+        send += N * (size_t)(hs.hl[q] + 2 * hs.hk[q]) * d;
+        recv += N * (Hl + 2 * Hk) * d;
+    }
+    if (n * Hl * d > send) send = n * Hl * d;
+    if (N * (size_t)p->n_heads * d > recv) recv = N * (size_t)p->n_heads * d;
+    size_t exchange = send + (p->hp > 1 ? recv : 0);
+    size_t scratch = n * Hl * d * 2 + n * Hl + 2 * n * Hk * d; /* dout_h, dq_h, delta, dkv_h */
+    StrategyParams sv = schedule_view(p, &hs, hp_rank);
+    size_t sched = s->schedule->workspace_floats ? s->schedule->workspace_floats(&sv) : 0;
+    m->workspace = exchange + scratch + sched + (size_t)p->seq_len; /* + positions (S ints of 4 bytes) */
+    head_split_free(&hs);
+}
