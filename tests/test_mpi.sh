@@ -2,6 +2,7 @@
 # Multi-rank tests under mpirun --oversubscribe (1 to 8 ranks on any machine), each with a
 # timeout so that a hang is a failure:
 #   - the distributed attention test binary at 1, 2, 4 and 8 ranks;
+#   - the LightSeq / all-gather context schedule test at 2, 3, 4 and 8 ranks;
 #   - `seqpar grad` under every kind of grid (Ulysses, ring, 2D, double ring, KV replication,
 #     dp, ZeRO-1, both placements, three layouts) prints the single-process loss and writes the
 #     same gradient file, and matches the Hugging Face float64 fixtures;
@@ -27,6 +28,19 @@ if [ -x "$BUILD/tests/test_dist_attention" ]; then
     done
 else
     bad "$BUILD/tests/test_dist_attention was not built"
+fi
+
+# ---- LightSeq and all-gather context schedules (tests/test_lightseq_allgather.c); 3 ranks: odd cp
+if [ -x "$BUILD/tests/test_lightseq_allgather" ]; then
+    for np in 2 3 4 8; do  # 1 rank: run directly by run_tests.sh
+        out=$(run_np $np "$BUILD/tests/test_lightseq_allgather" 2>&1)
+        rc=$?
+        line=$(printf '%s\n' "$out" | grep -E 'passed, [0-9]+ failed' | tail -n 1)
+        if [ $rc -eq 0 ] && printf '%s' "$line" | grep -q ' 0 failed'; then ok; else
+            bad "lightseq / allgather schedules at $np ranks (status $rc): $line"; printf '%s\n' "$out" | grep -E 'FAIL|error' | head -n 10; fi
+    done
+else
+    bad "$BUILD/tests/test_lightseq_allgather was not built"
 fi
 
 # ---- seqpar grad: every grid writes the single-process file

@@ -1,0 +1,190 @@
+/* All-gather context parallelism (the Llama 3 / TransformerEngine `all_gather` CP variant): the cp
+ * ranks of a context group all-gather k|v (only the KV heads travel), every rank attends its own
+ * queries to the whole gathered sequence, one slot's kv block at a time through block_attention
+ * (the position rule skips future blocks, so zigzag balances the work), and in backward
+ * accumulates dk|dv for the whole gathered sequence and reduce-scatters them (sum); dq stays
+ * local. Any layout is exact.
+ *
+ * Communication (COMM_TEAM, ctx_comm): forward one all-gather of k|v; backward the same
+ * all-gather again (the gathered kv is not kept between forward and backward: it would cost
+ * 2 S Hk d floats per layer) and one reduce-scatter of dk|dv.
+ *
+ * Not here: overlap of the all-gather with compute (Llama 3 overlaps it with other work; here it
+ * is a blocking collective, its whole time counts as exposed wait), the head exchange. */
+#include <stdio.h>
+#include <string.h>
+
+#include "attention/flash_attention.h"
+#include "core/common.h"
+#include "strategies/registry.h"
+
+static int kv_heads_held(const StrategyParams *p) {
+    int hp = p->hp > 0 ? p->hp : 1;
+    return (p->n_kv_heads > hp ? p->n_kv_heads : hp) / hp;
+}
+
+/* floats of one slot's k|v block */
+static size_t kv_floats(const StrategyParams *p) {
+    int cp = p->cp > 0 ? p->cp : 1;
+    return 2 * (size_t)(p->seq_len / cp) * (size_t)kv_heads_held(p) * (size_t)p->head_dim;
+}
+
+static void allgather_volume(const StrategyParams *p, AttnVolume *v) {
+    memset(v, 0, sizeof *v);
+    if (p->cp <= 1) return;
+    const unsigned long long P = (unsigned)p->cp, kv = 4ULL * kv_floats(p);
+    v->fwd[COMM_TEAM] = (P - 1) * kv;                  /* all-gather: my block to each peer */
+    v->fwd_msgs[COMM_TEAM] = P - 1;
+    v->bwd[COMM_TEAM] = 2 * (P - 1) * kv;              /* all-gather again + reduce-scatter of dk|dv */
+    v->bwd_msgs[COMM_TEAM] = 2 * (P - 1);
+}
+
+/* forward: the gathered k|v (cp blocks); backward: that plus dk|dv for all of it */
+static size_t allgather_workspace_floats(const StrategyParams *p) {
+    if (p->cp <= 1) return 0;
+    return 2 * (size_t)p->cp * kv_floats(p);
+}
+
+static char *dup_msg(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *m = xmalloc(n);
+    memcpy(m, s, n);
+    return m;
+}
+
+static char *allgather_check(const StrategyParams *p) {
+    char buf[512];
+    const int hp = p->hp > 0 ? p->hp : 1;
+    if (p->cp < 1) {
+        snprintf(buf, sizeof buf, "allgather needs --cp of at least 1 (got %d)", p->cp);
+        return dup_msg(buf);
+    }
+    long unit = (long)hp * p->cp * (p->layout == LAYOUT_ZIGZAG ? 2 : 1);
+    if (p->seq_len <= 0 || p->seq_len % unit) {
+        long below = p->seq_len / unit * unit, above = below + unit;
+        snprintf(buf, sizeof buf,
+                 "allgather: --seq-len %ld does not split over hp x cp = %ld ranks under the %s layout: it must be "
+                 "divisible by %ld (e.g. %ld or %ld)",
+                 p->seq_len, (long)hp * p->cp, layout_name(p->layout), unit, below > 0 ? below : above, above);
+        return dup_msg(buf);
+    }
+    return NULL;
+}
+
+typedef struct {
+    Comm *comm;
+    MPI_Comm mc;
+    int P, r, n, H, Hk, d;
+    size_t kvf, qf; /* floats of one k|v block, of the q block */
+    BlockAttn ba;
+    PosBlock *pb;   /* (P) */
+    PosRun *runs;   /* (P n) */
+    float *kv_all;  /* (P, 2, n, Hk, d): slot c's k|v at c kvf */
+    float *dkv_all; /* same shape: dk|dv of every slot, before the reduce-scatter */
+} AgCtx;
+
+static AgCtx *ag_of(ContextSchedule *s) { return (AgCtx *)s->ctx; }
+
+static void ag_set_positions(ContextSchedule *s, const int *all_pos) {
+    AgCtx *x = ag_of(s);
+    for (int c = 0; c < x->P; c++)
+        pos_block_init(&x->pb[c], all_pos + (size_t)c * x->n, x->n, x->runs + (size_t)c * x->n);
+}
+
+/* The gathered k|v of every slot (my own without a copy when P = 1). */
+static const float *gather_kv(AgCtx *x, const float *kv) {
+    if (x->P == 1) return kv;
+    comm_allgather(x->comm, COMM_TEAM, kv, x->kv_all, sizeof(float) * x->kvf, x->mc);
+    return x->kv_all;
+}
+
+/* Slots in the order a rank visits them: its own first, then the others. */
+static int slot_at(const AgCtx *x, int i) { return (x->r + i) % x->P; }
+
+static void ag_forward(ContextSchedule *s, const float *q, const float *kv, float *o, float *lse) {
+    AgCtx *x = ag_of(s);
+    AttnShape st = {.n_q = x->n, .n_heads = x->H, .head_dim = x->d};
+    attn_state_init(&st, o, lse);
+    const float *all = gather_kv(x, kv);
+    const size_t half = x->kvf / 2;
+    for (int i = 0; i < x->P; i++) {
+        int c = slot_at(x, i);
+        const float *k = all + (size_t)c * x->kvf;
+        block_attn_forward(&x->ba, q, &x->pb[x->r], k, k + half, &x->pb[c], o, lse, NULL);
+    }
+}
+
+static void ag_backward(ContextSchedule *s, const float *q, const float *kv, const float *o, const float *lse,
+                        const float *delta, const float *dout, float *dq, float *dkv) {
+    (void)o;
+    AgCtx *x = ag_of(s);
+    const float *all = gather_kv(x, kv);
+    float *dall = x->P == 1 ? dkv : x->dkv_all;
+    const size_t half = x->kvf / 2;
+    double t0 = comm_compute_begin(x->comm);
+    memset(dq, 0, sizeof(float) * x->qf);
+    memset(dall, 0, sizeof(float) * x->kvf * (size_t)x->P);
+    comm_compute_end(x->comm, "zero grads", t0);
+    for (int i = 0; i < x->P; i++) {
+        int c = slot_at(x, i);
+        const float *k = all + (size_t)c * x->kvf;
+        float *dk = dall + (size_t)c * x->kvf;
+        block_attn_backward(&x->ba, q, &x->pb[x->r], k, k + half, &x->pb[c], lse, delta, dout, dq, dk, dk + half,
+                            NULL);
+    }
+    if (x->P > 1)
+        comm_reduce_scatter_block(x->comm, COMM_TEAM, x->dkv_all, dkv, x->kvf, MPI_FLOAT, MPI_SUM, x->mc);
+}
+
+static void ag_destroy(ContextSchedule *s) {
+    AgCtx *x = ag_of(s);
+    xfree(x->kv_all);
+    xfree(x->dkv_all);
+    xfree(x->pb);
+    xfree(x->runs);
+    xfree(x);
+    xfree(s);
+}
+
+static ContextSchedule *allgather_create(const ScheduleShape *sh) {
+    const Topology *t = sh->topo;
+    AgCtx *x = xcalloc(1, sizeof *x);
+    x->comm = sh->comm;
+    x->mc = t->ctx_comm;
+    x->P = t->cp;
+    x->r = t->cp_rank;
+    x->n = sh->n;
+    x->H = sh->heads;
+    x->Hk = sh->kv_heads;
+    x->d = sh->head_dim;
+    x->kvf = 2 * (size_t)sh->n * (size_t)sh->kv_heads * (size_t)sh->head_dim;
+    x->qf = (size_t)sh->n * (size_t)sh->heads * (size_t)sh->head_dim;
+    block_attn_init(&x->ba, sh->comm, sh->heads, sh->kv_heads, sh->head_dim);
+    x->pb = xcalloc((size_t)x->P, sizeof(PosBlock));
+    x->runs = xmalloc(sizeof(PosRun) * (size_t)x->P * (size_t)x->n);
+    if (x->P > 1) {
+        x->kv_all = xmalloc_aligned(sizeof(float) * x->kvf * (size_t)x->P);
+        x->dkv_all = xmalloc_aligned(sizeof(float) * x->kvf * (size_t)x->P);
+    }
+    ContextSchedule *s = xcalloc(1, sizeof *s);
+    s->ctx = x;
+    s->blocks = &x->ba;
+    s->set_positions = ag_set_positions;
+    s->forward = ag_forward;
+    s->backward = ag_backward;
+    s->destroy = ag_destroy;
+    return s;
+}
+
+const ScheduleInfo allgather_schedule = {
+    .name = "allgather",
+    .summary = "all-gather context parallelism (Llama 3 / TransformerEngine all_gather CP): all-gather k|v, "
+               "reduce-scatter dk|dv",
+    .flags = "--cp --layout",
+    .constraints = "any cp; any layout (zigzag balances the causal work); seq-len divisible by hp x cp (2 hp cp "
+                   "for zigzag)",
+    .check = allgather_check,
+    .create = allgather_create,
+    .volume = allgather_volume,
+    .workspace_floats = allgather_workspace_floats,
+};

@@ -1,0 +1,423 @@
+/* LightSeq / DistFlashAttn's balanced causal schedule: the plan (lightseq_step, see lightseq.h)
+ * and the context schedule that runs it over the cp ranks of a context group.
+ *
+ * Every step posts its transfers first (the inputs of the next step and the partial result of
+ * the previous step's block that belongs to another rank), computes its block while they are in
+ * flight (block_attention tests them between query pieces), then waits and folds in the partial
+ * that arrived for its own rows: forward (o, lse) with attn_merge, backward dq or dk|dv by
+ * addition. All transfers are point-to-point in ctx_comm, counted as COMM_P2P_INNER.
+ *
+ * Not here: the head exchange (hp ranks), any layout but contiguous (the plan computes only the
+ * block pairs (q_i, kv_j) with i >= j, which is the whole causal attention only when every token
+ * of slot i is at or after every token of slot j; set_positions checks that), odd P (the paper's
+ * odd-P variant has no idle step, but notes §7 and this code only do even P). */
+#include "strategies/lightseq.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "attention/flash_attention.h"
+#include "core/common.h"
+#include "strategies/registry.h"
+
+/* ------------------------------------------------------------------------------------------ */
+/* The plan. */
+
+int lightseq_steps(int P) { return P <= 1 ? 1 : P / 2 + 2; }
+
+/* The block rank r computes at step t: 1 with *q, *kv set, 0 when idle. */
+static int block_at(int P, int r, int t, int *q, int *kv) {
+    const int h = P / 2;
+    if (t == 0) {
+        *q = *kv = r;
+        return 1;
+    }
+    if (P <= 1 || t < 0 || t > h) return 0;
+    if (r >= (h < t ? h : t)) {
+        *q = r;
+        *kv = r - t;
+        return 1;
+    }
+    if (r < h && r < t && t < h) {
+        *q = r + P - t;
+        *kv = r;
+        return 1;
+    }
+    return 0;
+}
+
+void lightseq_step(int P, int r, int t, LightseqStep *s) {
+    const int h = P / 2;
+    s->q = s->kv = -1;
+    s->send_kv_to = s->send_q_to = s->recv_kv_from = s->recv_q_from = -1;
+    s->ret_to = s->ret_from = s->dkv_to = s->dkv_from = -1;
+    if (P <= 1) {
+        if (t == 0) s->q = s->kv = r;
+        return;
+    }
+    block_at(P, r, t, &s->q, &s->kv);
+    if (t <= h - 1) { /* inputs of step t + 1 */
+        int to = r + t + 1, from = r - t - 1;
+        if (to < P) s->send_kv_to = to;
+        else if (t < h - 1) s->send_q_to = to - P;
+        if (from >= 0) s->recv_kv_from = from;
+        else if (t < h - 1) s->recv_q_from = from + P;
+    }
+    int q, kv;
+    if (t >= 1 && block_at(P, r, t - 1, &q, &kv)) { /* my block of step t - 1 produced for another rank */
+        if (q != r) s->ret_to = q;
+        else if (kv != r) s->dkv_to = kv;
+    }
+    if (t >= 2) {
+        int helper = r - P + t - 1; /* helped my q at step t - 1 */
+        if (helper >= 0 && helper != r && block_at(P, helper, t - 1, &q, &kv) && q == r && kv == helper)
+            s->ret_from = helper;
+        int owner = r + t - 1; /* used my kv at step t - 1 */
+        if (owner < P && owner != r && block_at(P, owner, t - 1, &q, &kv) && q == owner && kv == r)
+            s->dkv_from = owner;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Volumes and memory. */
+
+typedef struct {
+    unsigned long long kv, q, res, bundle; /* bytes: k|v block, q block, o|lse, q|dout|lse|delta */
+    size_t kvf, qf, lf;                    /* floats: k|v block, q block, lse */
+} Sizes;
+
+static int kv_heads_held(const StrategyParams *p) {
+    int hp = p->hp > 0 ? p->hp : 1;
+    return (p->n_kv_heads > hp ? p->n_kv_heads : hp) / hp;
+}
+
+static Sizes sizes_of(long n, int heads, int kv_heads, int d) {
+    Sizes z;
+    z.kvf = 2 * (size_t)n * (size_t)kv_heads * (size_t)d;
+    z.qf = (size_t)n * (size_t)heads * (size_t)d;
+    z.lf = (size_t)n * (size_t)heads;
+    z.kv = 4ULL * z.kvf;
+    z.q = 4ULL * z.qf;
+    z.res = 4ULL * (z.qf + z.lf);
+    z.bundle = 4ULL * (2 * z.qf + 2 * z.lf);
+    return z;
+}
+
+static Sizes params_sizes(const StrategyParams *p) {
+    int hp = p->hp > 0 ? p->hp : 1, cp = p->cp > 0 ? p->cp : 1;
+    return sizes_of(p->seq_len / cp, p->n_heads / hp, kv_heads_held(p), p->head_dim);
+}
+
+void lightseq_rank_volume(const StrategyParams *p, int r, AttnVolume *v) {
+    memset(v, 0, sizeof *v);
+    const long long P = p->cp, h = P / 2;
+    if (P <= 1) return;
+    const Sizes z = params_sizes(p);
+    const int k = COMM_P2P_INNER;
+    if (r < h) { /* kv to each later rank of the first P/2 steps; helpers return o|lse and dq */
+        v->fwd[k] = (unsigned long long)h * z.kv + (unsigned long long)(h - 1 - r) * z.res;
+        v->fwd_msgs[k] = (unsigned long long)(P - 1 - r);
+        v->bwd[k] = (unsigned long long)(h + r) * z.kv + (unsigned long long)(h - 1 - r) * z.q;
+    } else { /* kv while a later rank exists, then q to the helpers; owner blocks return dk|dv */
+        v->fwd[k] = (unsigned long long)(P - 1 - r) * z.kv + (unsigned long long)(r - h) * z.q;
+        v->fwd_msgs[k] = (unsigned long long)(h - 1);
+        v->bwd[k] = (unsigned long long)(3 * h - 1 - r) * z.kv + (unsigned long long)(r - h) * z.bundle;
+    }
+    v->bwd_msgs[k] = (unsigned long long)(P - 1);
+}
+
+static void lightseq_volume(const StrategyParams *p, AttnVolume *v) {
+    memset(v, 0, sizeof *v);
+    for (int r = 0; r < p->cp; r++) {
+        AttnVolume w;
+        lightseq_rank_volume(p, r, &w);
+        for (int k = 0; k < COMM_KINDS; k++) {
+            if (w.fwd[k] > v->fwd[k]) v->fwd[k] = w.fwd[k];
+            if (w.bwd[k] > v->bwd[k]) v->bwd[k] = w.bwd[k];
+            if (w.fwd_msgs[k] > v->fwd_msgs[k]) v->fwd_msgs[k] = w.fwd_msgs[k];
+            if (w.bwd_msgs[k] > v->bwd_msgs[k]) v->bwd_msgs[k] = w.bwd_msgs[k];
+        }
+    }
+}
+
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+/* Buffers (floats): 2 incoming inputs (k|v or q|dout|lse|delta), 2 outgoing partials and 1
+ * incoming partial (k|v, or o|lse / dq), the packed q|dout|lse|delta this rank sends. */
+static size_t buffer_floats(const Sizes *z, size_t *pay, size_t *part, size_t *bundle) {
+    *pay = max_sz(z->kvf, 2 * z->qf + 2 * z->lf);
+    *part = max_sz(z->kvf, z->qf + z->lf);
+    *bundle = 2 * z->qf + 2 * z->lf;
+    return 2 * *pay + 3 * *part + *bundle;
+}
+
+static size_t lightseq_workspace_floats(const StrategyParams *p) {
+    if (p->cp <= 1) return 0;
+    Sizes z = params_sizes(p);
+    size_t a, b, c;
+    return buffer_floats(&z, &a, &b, &c);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Check. */
+
+static char *dup_msg(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *m = xmalloc(n);
+    memcpy(m, s, n);
+    return m;
+}
+
+static char *lightseq_check(const StrategyParams *p) {
+    char buf[512];
+    const int cp = p->cp, hp = p->hp > 0 ? p->hp : 1;
+    if (cp < 1) {
+        snprintf(buf, sizeof buf, "lightseq needs --cp of at least 1 (got %d)", cp);
+        return dup_msg(buf);
+    }
+    if (cp > 1 && cp % 2) {
+        snprintf(buf, sizeof buf, "lightseq needs an even --cp (got %d): use %d or %d", cp, cp - 1, cp + 1);
+        return dup_msg(buf);
+    }
+    if (cp > 1 && p->layout != LAYOUT_CONTIGUOUS) {
+        snprintf(buf, sizeof buf,
+                 "lightseq needs the contiguous layout (its plan computes only blocks of earlier or equal slots; got "
+                 "%s): add --layout contiguous",
+                 layout_name(p->layout));
+        return dup_msg(buf);
+    }
+    long unit = (long)hp * cp * (p->layout == LAYOUT_ZIGZAG ? 2 : 1);
+    if (p->seq_len <= 0 || p->seq_len % unit) {
+        long below = p->seq_len / unit * unit, above = below + unit;
+        snprintf(buf, sizeof buf,
+                 "lightseq: --seq-len %ld does not split over hp x cp = %ld ranks under the %s layout: it must be "
+                 "divisible by %ld (e.g. %ld or %ld)",
+                 p->seq_len, (long)hp * cp, layout_name(p->layout), unit, below > 0 ? below : above, above);
+        return dup_msg(buf);
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The schedule. */
+
+enum { TAG_FWD_IN = 401, TAG_FWD_RES = 402, TAG_BWD_IN = 411, TAG_BWD_DQ = 412, TAG_BWD_DKV = 413 };
+
+typedef struct {
+    Comm *comm;
+    MPI_Comm mc;
+    int P, r, n, H, Hk, d;
+    Sizes z;
+    BlockAttn ba;
+    PosBlock *pb; /* (P) one per slot */
+    PosRun *runs; /* (P n) */
+    float *pay[2], *part[2], *in, *bundle;
+} LsCtx;
+
+static LsCtx *ls_of(ContextSchedule *s) { return (LsCtx *)s->ctx; }
+
+static void ls_set_positions(ContextSchedule *s, const int *all_pos) {
+    LsCtx *x = ls_of(s);
+    for (int c = 0; c < x->P; c++)
+        pos_block_init(&x->pb[c], all_pos + (size_t)c * x->n, x->n, x->runs + (size_t)c * x->n);
+    /* exact only if no key of a later slot is visible to a query of an earlier slot */
+    for (int c = 0; c + 1 < x->P; c++) {
+        int hi = all_pos[(size_t)c * x->n], lo = all_pos[(size_t)(c + 1) * x->n];
+        for (int i = 0; i < x->n; i++) {
+            if (all_pos[(size_t)c * x->n + i] > hi) hi = all_pos[(size_t)c * x->n + i];
+            if (all_pos[(size_t)(c + 1) * x->n + i] < lo) lo = all_pos[(size_t)(c + 1) * x->n + i];
+        }
+        if (lo <= hi)
+            die("lightseq: slot %d has a token at position %d, not after every token of slot %d (up to %d): the "
+                "schedule needs the contiguous layout (--layout contiguous)",
+                c + 1, lo, c, hi);
+    }
+}
+
+static AttnShape rows_shape(const LsCtx *x) {
+    AttnShape a = {.n_q = x->n, .n_kv = x->n, .n_heads = x->H, .n_kv_heads = x->Hk, .head_dim = x->d,
+                   .scale = x->ba.scale, .mask = ATTN_CAUSAL};
+    return a;
+}
+
+static void add_into(Comm *cm, float *dst, const float *src, size_t count) {
+    double t0 = comm_compute_begin(cm);
+    for (size_t i = 0; i < count; i++) dst[i] += src[i];
+    comm_compute_end(cm, "add partial", t0);
+}
+
+static void ls_forward(ContextSchedule *s, const float *q, const float *kv, float *o, float *lse) {
+    LsCtx *x = ls_of(s);
+    const Sizes *z = &x->z;
+    const size_t half = z->kvf / 2;
+    Comm *cm = x->comm;
+    AttnShape st = rows_shape(x);
+    attn_state_init(&st, o, lse);
+    MPI_Request reqs[4];
+    Progress pr = {reqs, 4, COMM_P2P_INNER};
+    const int steps = lightseq_steps(x->P);
+    for (int t = 0; t < steps; t++) {
+        LightseqStep p;
+        lightseq_step(x->P, x->r, t, &p);
+        for (int i = 0; i < 4; i++) reqs[i] = MPI_REQUEST_NULL;
+        float *next = x->pay[t % 2], *prev = x->pay[(t + 1) % 2];
+        if (p.recv_kv_from >= 0)
+            comm_irecv(cm, COMM_P2P_INNER, next, z->kv, p.recv_kv_from, TAG_FWD_IN, x->mc, &reqs[0]);
+        else if (p.recv_q_from >= 0)
+            comm_irecv(cm, COMM_P2P_INNER, next, z->q, p.recv_q_from, TAG_FWD_IN, x->mc, &reqs[0]);
+        if (p.ret_from >= 0) comm_irecv(cm, COMM_P2P_INNER, x->in, z->res, p.ret_from, TAG_FWD_RES, x->mc, &reqs[1]);
+        if (p.send_kv_to >= 0)
+            comm_isend(cm, COMM_P2P_INNER, kv, z->kv, p.send_kv_to, TAG_FWD_IN, x->mc, &reqs[2]);
+        else if (p.send_q_to >= 0)
+            comm_isend(cm, COMM_P2P_INNER, q, z->q, p.send_q_to, TAG_FWD_IN, x->mc, &reqs[2]);
+        if (p.ret_to >= 0)
+            comm_isend(cm, COMM_P2P_INNER, x->part[(t + 1) % 2], z->res, p.ret_to, TAG_FWD_RES, x->mc, &reqs[3]);
+        if (p.q == x->r) { /* own rows: kv own (t = 0) or received at step t - 1 */
+            const float *k = p.kv == x->r ? kv : prev;
+            block_attn_forward(&x->ba, q, &x->pb[p.q], k, k + half, &x->pb[p.kv], o, lse, &pr);
+        } else if (p.q >= 0) { /* helper: another rank's q against my kv, into a fresh partial */
+            float *res = x->part[t % 2];
+            double t0 = comm_compute_begin(cm);
+            attn_state_init(&st, res, res + z->qf);
+            comm_compute_end(cm, "init partial", t0);
+            block_attn_forward(&x->ba, prev, &x->pb[p.q], kv, kv + half, &x->pb[p.kv], res, res + z->qf, &pr);
+        }
+        comm_waitall(cm, COMM_P2P_INNER, 4, reqs);
+        if (p.ret_from >= 0) {
+            double t0 = comm_compute_begin(cm);
+            attn_merge(x->n, x->H, x->d, o, lse, x->in, x->in + z->qf);
+            comm_compute_end(cm, "merge partial", t0);
+        }
+    }
+}
+
+static void ls_backward(ContextSchedule *s, const float *q, const float *kv, const float *o, const float *lse,
+                        const float *delta, const float *dout, float *dq, float *dkv) {
+    (void)o;
+    LsCtx *x = ls_of(s);
+    const Sizes *z = &x->z;
+    const size_t half = z->kvf / 2;
+    Comm *cm = x->comm;
+    double t0 = comm_compute_begin(cm);
+    memset(dq, 0, sizeof(float) * z->qf);
+    memset(dkv, 0, sizeof(float) * z->kvf);
+    comm_compute_end(cm, "zero grads", t0);
+    MPI_Request reqs[4];
+    Progress pr = {reqs, 4, COMM_P2P_INNER};
+    int packed = 0;
+    const int steps = lightseq_steps(x->P);
+    for (int t = 0; t < steps; t++) {
+        LightseqStep p;
+        lightseq_step(x->P, x->r, t, &p);
+        for (int i = 0; i < 4; i++) reqs[i] = MPI_REQUEST_NULL;
+        float *next = x->pay[t % 2], *prev = x->pay[(t + 1) % 2];
+        if (p.recv_kv_from >= 0)
+            comm_irecv(cm, COMM_P2P_INNER, next, z->kv, p.recv_kv_from, TAG_BWD_IN, x->mc, &reqs[0]);
+        else if (p.recv_q_from >= 0)
+            comm_irecv(cm, COMM_P2P_INNER, next, z->bundle, p.recv_q_from, TAG_BWD_IN, x->mc, &reqs[0]);
+        if (p.ret_from >= 0) comm_irecv(cm, COMM_P2P_INNER, x->in, z->q, p.ret_from, TAG_BWD_DQ, x->mc, &reqs[1]);
+        else if (p.dkv_from >= 0)
+            comm_irecv(cm, COMM_P2P_INNER, x->in, z->kv, p.dkv_from, TAG_BWD_DKV, x->mc, &reqs[1]);
+        if (p.send_kv_to >= 0) {
+            comm_isend(cm, COMM_P2P_INNER, kv, z->kv, p.send_kv_to, TAG_BWD_IN, x->mc, &reqs[2]);
+        } else if (p.send_q_to >= 0) {
+            if (!packed) { /* q | dout | lse | delta: what a helper needs for my rows */
+                t0 = comm_compute_begin(cm);
+                memcpy(x->bundle, q, sizeof(float) * z->qf);
+                memcpy(x->bundle + z->qf, dout, sizeof(float) * z->qf);
+                memcpy(x->bundle + 2 * z->qf, lse, sizeof(float) * z->lf);
+                memcpy(x->bundle + 2 * z->qf + z->lf, delta, sizeof(float) * z->lf);
+                comm_compute_end(cm, "pack q", t0);
+                packed = 1;
+            }
+            comm_isend(cm, COMM_P2P_INNER, x->bundle, z->bundle, p.send_q_to, TAG_BWD_IN, x->mc, &reqs[2]);
+        }
+        float *out_prev = x->part[(t + 1) % 2], *out = x->part[t % 2];
+        if (p.ret_to >= 0) comm_isend(cm, COMM_P2P_INNER, out_prev, z->q, p.ret_to, TAG_BWD_DQ, x->mc, &reqs[3]);
+        else if (p.dkv_to >= 0)
+            comm_isend(cm, COMM_P2P_INNER, out_prev, z->kv, p.dkv_to, TAG_BWD_DKV, x->mc, &reqs[3]);
+        if (p.q == x->r && p.kv == x->r) {
+            block_attn_backward(&x->ba, q, &x->pb[p.q], kv, kv + half, &x->pb[p.kv], lse, delta, dout, dq, dkv,
+                                dkv + half, &pr);
+        } else if (p.q == x->r) { /* owner block: dk|dv of the received kv go back next step */
+            t0 = comm_compute_begin(cm);
+            memset(out, 0, sizeof(float) * z->kvf);
+            comm_compute_end(cm, "zero partial", t0);
+            block_attn_backward(&x->ba, q, &x->pb[p.q], prev, prev + half, &x->pb[p.kv], lse, delta, dout, dq, out,
+                                out + half, &pr);
+        } else if (p.q >= 0) { /* helper block: dq of the received rows goes back next step */
+            const float *qm = prev, *doutm = prev + z->qf, *lsem = prev + 2 * z->qf, *deltam = lsem + z->lf;
+            t0 = comm_compute_begin(cm);
+            memset(out, 0, sizeof(float) * z->qf);
+            comm_compute_end(cm, "zero partial", t0);
+            block_attn_backward(&x->ba, qm, &x->pb[p.q], kv, kv + half, &x->pb[p.kv], lsem, deltam, doutm, out, dkv,
+                                dkv + half, &pr);
+        }
+        comm_waitall(cm, COMM_P2P_INNER, 4, reqs);
+        if (p.ret_from >= 0) add_into(cm, dq, x->in, z->qf);
+        else if (p.dkv_from >= 0) add_into(cm, dkv, x->in, z->kvf);
+    }
+}
+
+static void ls_destroy(ContextSchedule *s) {
+    LsCtx *x = ls_of(s);
+    for (int i = 0; i < 2; i++) {
+        xfree(x->pay[i]);
+        xfree(x->part[i]);
+    }
+    xfree(x->in);
+    xfree(x->bundle);
+    xfree(x->pb);
+    xfree(x->runs);
+    xfree(x);
+    xfree(s);
+}
+
+static ContextSchedule *lightseq_create(const ScheduleShape *sh) {
+    const Topology *t = sh->topo;
+    if (t->cp > 1 && t->cp % 2)
+        die_collective("lightseq needs an even --cp (got %d): use %d or %d", t->cp, t->cp - 1, t->cp + 1);
+    LsCtx *x = xcalloc(1, sizeof *x);
+    x->comm = sh->comm;
+    x->mc = t->ctx_comm;
+    x->P = t->cp;
+    x->r = t->cp_rank;
+    x->n = sh->n;
+    x->H = sh->heads;
+    x->Hk = sh->kv_heads;
+    x->d = sh->head_dim;
+    x->z = sizes_of(sh->n, sh->heads, sh->kv_heads, sh->head_dim);
+    block_attn_init(&x->ba, sh->comm, sh->heads, sh->kv_heads, sh->head_dim);
+    x->pb = xcalloc((size_t)x->P, sizeof(PosBlock));
+    x->runs = xmalloc(sizeof(PosRun) * (size_t)x->P * (size_t)x->n);
+    if (x->P > 1) {
+        size_t pay, part, bundle;
+        buffer_floats(&x->z, &pay, &part, &bundle);
+        for (int i = 0; i < 2; i++) {
+            x->pay[i] = xmalloc_aligned(sizeof(float) * pay);
+            x->part[i] = xmalloc_aligned(sizeof(float) * part);
+        }
+        x->in = xmalloc_aligned(sizeof(float) * part);
+        x->bundle = xmalloc_aligned(sizeof(float) * bundle);
+    }
+    ContextSchedule *s = xcalloc(1, sizeof *s);
+    s->ctx = x;
+    s->blocks = &x->ba;
+    s->set_positions = ls_set_positions;
+    s->forward = ls_forward;
+    s->backward = ls_backward;
+    s->destroy = ls_destroy;
+    return s;
+}
+
+const ScheduleInfo lightseq_schedule = {
+    .name = "lightseq",
+    .summary = "LightSeq / DistFlashAttn balanced causal schedule: idle early ranks compute later ranks' blocks "
+               "(paper 004 §3.2)",
+    .flags = "--cp --layout",
+    .constraints = "cp even (or 1); contiguous layout; seq-len divisible by hp x cp",
+    .check = lightseq_check,
+    .create = lightseq_create,
+    .volume = lightseq_volume,
+    .workspace_floats = lightseq_workspace_floats,
+};

@@ -1,0 +1,525 @@
+/* Tests of two context schedules: LightSeq's balanced causal schedule (src/strategies/lightseq.c)
+ * and all-gather context parallelism (src/strategies/allgather.c). Run directly (1 rank) and
+ * under mpirun --oversubscribe -np P (tests/test_mpi.sh: 2, 3, 4, 8).
+ *
+ * Without MPI traffic (every rank, cheap):
+ *   - the LightSeq plan (lightseq_step) for P = 1 and every even P up to 32: every causal block
+ *     pair (i >= j) computed exactly once and no other; every remote input of a block was sent by
+ *     its owner and received by the computing rank at the step before; no transfer is wasted;
+ *     every helper block's o|lse (forward) / dq (backward) and every owner block's dk|dv
+ *     (backward) returns to its owner exactly one step later; ranks >= P/2 compute P/2 + 1 blocks,
+ *     the others P/2; the bytes and messages the plan sends equal lightseq_rank_volume's closed
+ *     forms for every rank;
+ *   - check messages for bad configurations (odd cp, wrong layout, sequence not divisible);
+ *   - the balance figure at P = 8 (printed): total / slowest rank's work for a plain ring over
+ *     the contiguous layout, a zigzag ring, all-gather (zigzag) and LightSeq, in the block
+ *     iterator's cells (a partially visible block counts whole, as the paper counts the diagonal)
+ *     and in exact visible (query, key) pairs. LightSeq must give exactly 36/5 = 7.2 cells and the
+ *     contiguous ring 36/8 = 4.5 (paper 004, Fig. 5 and §4.3).
+ *
+ * With MPI: for every P dividing the number of ranks (dp = ranks / P replicas run side by side,
+ * hp = 1), every schedule, every layout it accepts, MHA / GQA / MQA (4 heads with 4, 2, 1 KV
+ * heads, and 8 heads with 2), piece rows 256 and 4: every rank builds the same random q, k, v, dout
+ * for the whole sequence (S = 48, same seed), takes its slot (layout_context_positions), runs
+ * forward and backward through the schedule and compares O, LSE, dQ, dK, dV with the single-
+ * process kernel over positions 0..S-1. The bytes and messages of every kind each rank sent,
+ * forward and backward (cm->stats, reset before each call), must equal the formulas exactly:
+ * for LightSeq its rank's closed form and, over the ranks, the maximum that `volume` reports; for
+ * all-gather `volume` on every rank. The work cells must equal a replay of the plan through the
+ * same iterator with the kernel off, and the schedule's allocations must match workspace_floats.
+ *
+ * Tolerances (fp32; inputs ~N(0,1), at most 48 keys per row), as in test_dist_attention:
+ *   O   absolute 2e-5 (merge order differs from the one-process kernel: observed ~1e-6);
+ *   LSE absolute 2e-5 + relative 2e-6;
+ *   dQ, dK, dV: 1e-4 x max|reference| of the tensor (sums of at most 48 products in another
+ *       order, ~S eps; a missing or doubled block moves entries by ~1/S, 100x above).
+ * Prints "test_lightseq_allgather: N passed, N failed" (summed over ranks) and exits non-zero on
+ * failure. */
+#include <math.h>
+#include <mpi.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention/flash_attention.h"
+#include "comm/comm.h"
+#include "comm/topology.h"
+#include "core/common.h"
+#include "strategies/block_attention.h"
+#include "strategies/layout.h"
+#include "strategies/lightseq.h"
+#include "strategies/registry.h"
+#include "testlib.h"
+
+extern void openblas_set_num_threads(int);
+
+#define O_ATOL 2e-5
+#define LSE_ATOL 2e-5
+#define LSE_RTOL 2e-6
+#define GRAD_REL 1e-4
+
+static int g_rank, g_size, g_fail_prints;
+
+#define CHECKQ(cond, ...) do { \
+    if (cond) { tl_passed++; } else { \
+        tl_failed++; if (g_fail_prints++ < 25) { fprintf(stderr, "FAIL [rank %d] %s:%d: ", g_rank, __FILE__, __LINE__); \
+        fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); } } } while (0)
+
+/* ------------------------------------------------------------------------------------------ */
+/* The LightSeq plan, without MPI. */
+
+static void test_plan(int P) {
+    const int steps = lightseq_steps(P), h = P / 2;
+    LightseqStep *pl = xmalloc(sizeof(LightseqStep) * (size_t)P * (size_t)steps);
+#define AT(r, t) pl[(size_t)(t) * (size_t)P + (size_t)(r)]
+    for (int t = 0; t < steps; t++)
+        for (int r = 0; r < P; r++) lightseq_step(P, r, t, &AT(r, t));
+    int *seen = xcalloc((size_t)P * (size_t)P, sizeof(int));
+    int bad_pair = 0, bad_input = 0, bad_send = 0, bad_ret = 0, bad_count = 0;
+    for (int r = 0; r < P; r++) {
+        int blocks = 0;
+        for (int t = 0; t < steps; t++) {
+            const LightseqStep *s = &AT(r, t);
+            if (s->q >= 0) {
+                blocks++;
+                if (s->q < s->kv || s->kv < 0 || s->q >= P) bad_pair++;
+                else seen[(size_t)s->q * P + s->kv]++;
+                if (s->q != r && s->kv != r) bad_input++; /* a block uses my q or my kv */
+                /* remote inputs arrived at step t - 1 from their owner */
+                if (s->q != r && (t == 0 || AT(r, t - 1).recv_q_from != s->q || AT(s->q, t - 1).send_q_to != r))
+                    bad_input++;
+                if (s->kv != r && (t == 0 || AT(r, t - 1).recv_kv_from != s->kv || AT(s->kv, t - 1).send_kv_to != r))
+                    bad_input++;
+                /* what the block produced for another rank returns at step t + 1 */
+                if (s->q != r && (t + 1 >= steps || AT(r, t + 1).ret_to != s->q || AT(s->q, t + 1).ret_from != r))
+                    bad_ret++;
+                if (s->q == r && s->kv != r &&
+                    (t + 1 >= steps || AT(r, t + 1).dkv_to != s->kv || AT(s->kv, t + 1).dkv_from != r))
+                    bad_ret++;
+            }
+            /* every receive feeds the next block; every send has its receive */
+            if (s->recv_kv_from >= 0 && (t + 1 >= steps || AT(r, t + 1).kv != s->recv_kv_from)) bad_send++;
+            if (s->recv_q_from >= 0 && (t + 1 >= steps || AT(r, t + 1).q != s->recv_q_from)) bad_send++;
+            if (s->send_kv_to >= 0 && AT(s->send_kv_to, t).recv_kv_from != r) bad_send++;
+            if (s->send_q_to >= 0 && AT(s->send_q_to, t).recv_q_from != r) bad_send++;
+            if (s->send_kv_to >= 0 && s->send_q_to >= 0) bad_send++; /* one input out per step */
+            if (s->recv_kv_from >= 0 && s->recv_q_from >= 0) bad_send++;
+            if (s->ret_to >= 0 && (t == 0 || AT(r, t - 1).q != s->ret_to || AT(r, t - 1).kv != r)) bad_ret++;
+            if (s->dkv_to >= 0 && (t == 0 || AT(r, t - 1).q != r || AT(r, t - 1).kv != s->dkv_to)) bad_ret++;
+            if (s->ret_from >= 0 && AT(s->ret_from, t).ret_to != r) bad_ret++;
+            if (s->dkv_from >= 0 && AT(s->dkv_from, t).dkv_to != r) bad_ret++;
+            if ((s->ret_to >= 0) + (s->dkv_to >= 0) > 1 || (s->ret_from >= 0) + (s->dkv_from >= 0) > 1) bad_ret++;
+        }
+        int want = P == 1 ? 1 : r >= h ? h + 1 : h;
+        if (blocks != want) bad_count++;
+    }
+    int missing = 0, twice = 0;
+    for (int i = 0; i < P; i++)
+        for (int j = 0; j <= i; j++) {
+            missing += seen[(size_t)i * P + j] == 0;
+            twice += seen[(size_t)i * P + j] > 1;
+        }
+    CHECK(!bad_pair && !missing && !twice, "P=%d: %d non-causal pairs, %d causal pairs missing, %d computed twice", P,
+          bad_pair, missing, twice);
+    CHECK(!bad_input, "P=%d: %d blocks whose remote inputs did not arrive the step before", P, bad_input);
+    CHECK(!bad_send, "P=%d: %d unmatched or wasted transfers", P, bad_send);
+    CHECK(!bad_ret, "P=%d: %d partial results not returned one step later to their owner", P, bad_ret);
+    CHECK(!bad_count, "P=%d: %d ranks compute a number of blocks other than P/2 (+1 for ranks >= P/2)", P, bad_count);
+
+    /* bytes and messages of the plan equal the closed forms, every rank */
+    StrategyParams sp = {.hp = 1, .cp = P, .layout = LAYOUT_CONTIGUOUS, .seq_len = 12L * P, .n_heads = 6,
+                         .n_kv_heads = 2, .head_dim = 5};
+    const unsigned long long n = 12, K = 8 * n * 2 * 5, Q = 4 * n * 6 * 5, L = 4 * n * 6;
+    int bad_vol = 0;
+    for (int r = 0; r < P; r++) {
+        unsigned long long fb = 0, fm = 0, bb = 0, bm = 0;
+        for (int t = 0; t < steps; t++) {
+            const LightseqStep *s = &AT(r, t);
+            if (s->send_kv_to >= 0) { fb += K; fm++; bb += K; bm++; }
+            if (s->send_q_to >= 0) { fb += Q; fm++; bb += 2 * Q + 2 * L; bm++; }
+            if (s->ret_to >= 0) { fb += Q + L; fm++; bb += Q; bm++; }
+            if (s->dkv_to >= 0) { bb += K; bm++; }
+        }
+        AttnVolume v;
+        lightseq_rank_volume(&sp, r, &v);
+        for (int k = 0; k < COMM_KINDS; k++) {
+            int inner = k == COMM_P2P_INNER;
+            if (v.fwd[k] != (inner ? fb : 0) || v.fwd_msgs[k] != (inner ? fm : 0) || v.bwd[k] != (inner ? bb : 0) ||
+                v.bwd_msgs[k] != (inner ? bm : 0))
+                bad_vol++;
+        }
+    }
+    CHECK(!bad_vol, "P=%d: the plan's bytes / messages differ from lightseq_rank_volume on %d (rank, kind)", P, bad_vol);
+    xfree(seen);
+    xfree(pl);
+#undef AT
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Check messages. */
+
+static void expect_msg(const ScheduleInfo *si, StrategyParams p, const char *want, const char *what) {
+    char *m = si->check(&p);
+    if (!want) CHECK(m == NULL, "%s: %s should be accepted: %s", si->name, what, m ? m : "");
+    else CHECK(m && strstr(m, want) && !strchr(m, '\n'), "%s: %s: want '%s' in one line, got '%s'", si->name, what,
+               want, m ? m : "(accepted)");
+    xfree(m);
+}
+
+static void test_checks(void) {
+    StrategyParams p = {.hp = 1, .cp = 3, .layout = LAYOUT_CONTIGUOUS, .seq_len = 48, .n_heads = 4, .n_kv_heads = 2,
+                        .head_dim = 16};
+    expect_msg(&lightseq_schedule, p, "lightseq needs an even --cp (got 3): use 2 or 4", "cp 3");
+    expect_msg(&allgather_schedule, p, NULL, "cp 3 contiguous");
+    p.cp = 4;
+    p.layout = LAYOUT_ZIGZAG;
+    expect_msg(&lightseq_schedule, p, "add --layout contiguous", "zigzag");
+    expect_msg(&allgather_schedule, p, NULL, "zigzag cp 4");
+    p.layout = LAYOUT_STRIPED;
+    expect_msg(&lightseq_schedule, p, "add --layout contiguous", "striped");
+    expect_msg(&allgather_schedule, p, NULL, "striped cp 4");
+    p.layout = LAYOUT_CONTIGUOUS;
+    expect_msg(&lightseq_schedule, p, NULL, "contiguous cp 4");
+    p.seq_len = 50;
+    expect_msg(&lightseq_schedule, p, "divisible by 4 (e.g. 48 or 52)", "S 50 cp 4");
+    p.layout = LAYOUT_ZIGZAG;
+    expect_msg(&allgather_schedule, p, "divisible by 8 (e.g. 48 or 56)", "S 50 zigzag cp 4");
+    p.hp = 2; /* hp x cp ranks split the sequence */
+    p.seq_len = 40;
+    expect_msg(&allgather_schedule, p, "divisible by 16 (e.g. 32 or 48)", "S 40 zigzag hp 2 cp 4");
+    p.seq_len = 48;
+    p.hp = 1;
+    p.cp = 1;
+    expect_msg(&lightseq_schedule, p, NULL, "cp 1 (local, any layout)");
+    p.cp = 0;
+    expect_msg(&lightseq_schedule, p, "at least 1", "cp 0");
+    expect_msg(&allgather_schedule, p, "at least 1", "cp 0");
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Balance at P = 8, through the same iterator with the kernel off. */
+
+typedef struct { unsigned long long cells, pairs; } Work;
+
+static Work block_work(const int *qpos, const int *kpos, int n, int piece_rows) {
+    PosRun *qr = xmalloc(sizeof(PosRun) * (size_t)n), *kr = xmalloc(sizeof(PosRun) * (size_t)n);
+    PosBlock qb, kb;
+    pos_block_init(&qb, qpos, n, qr);
+    pos_block_init(&kb, kpos, n, kr);
+    BlockAttn b;
+    block_attn_init(&b, NULL, 1, 1, 1);
+    b.compute = 0;
+    b.piece_rows = piece_rows;
+    block_attn_forward(&b, NULL, &qb, NULL, NULL, &kb, NULL, NULL, NULL);
+    Work w = {b.work.fwd_cells, 0};
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) w.pairs += kpos[j] <= qpos[i];
+    xfree(qr);
+    xfree(kr);
+    return w;
+}
+
+static int *all_positions(TokenLayout l, int S, int P) {
+    int n = S / P, *all = xmalloc(sizeof(int) * (size_t)S);
+    for (int c = 0; c < P; c++) layout_context_positions(l, S, P, c, all + (size_t)c * n);
+    return all;
+}
+
+/* Work of rank r: every slot's kv against its q (ring, all-gather), or the LightSeq plan. */
+static Work rank_work(int lightseq, TokenLayout l, int S, int P, int r, int piece_rows) {
+    int n = S / P, *all = all_positions(l, S, P);
+    Work w = {0, 0};
+    for (int t = 0; t < (lightseq ? lightseq_steps(P) : P); t++) {
+        int qs = r, ks = t;
+        if (lightseq) {
+            LightseqStep s;
+            lightseq_step(P, r, t, &s);
+            if (s.q < 0) continue;
+            qs = s.q;
+            ks = s.kv;
+        }
+        Work b = block_work(all + (size_t)qs * n, all + (size_t)ks * n, n, piece_rows);
+        w.cells += b.cells;
+        w.pairs += b.pairs;
+    }
+    xfree(all);
+    return w;
+}
+
+static void test_balance(void) {
+    const int P = 8, S = 8 * 64;
+    const struct { const char *name; int lightseq; TokenLayout l; } rows[] = {
+        {"ring, contiguous layout", 0, LAYOUT_CONTIGUOUS},
+        {"ring, zigzag layout", 0, LAYOUT_ZIGZAG},
+        {"allgather, zigzag layout", 0, LAYOUT_ZIGZAG},
+        {"lightseq (contiguous)", 1, LAYOUT_CONTIGUOUS},
+    };
+    double ratio_cells[4], ratio_pairs[4];
+    if (g_rank == 0) printf("balance at P = %d (S = %d): total work / slowest rank's work (ideal %d)\n", P, S, P);
+    for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
+        unsigned long long tc = 0, tp = 0, mc = 0, mp = 0;
+        for (int r = 0; r < P; r++) {
+            Work w = rank_work(rows[i].lightseq, rows[i].l, S, P, r, 256);
+            tc += w.cells;
+            tp += w.pairs;
+            if (w.cells > mc) mc = w.cells;
+            if (w.pairs > mp) mp = w.pairs;
+        }
+        ratio_cells[i] = (double)tc / (double)mc;
+        ratio_pairs[i] = (double)tp / (double)mp;
+        if (g_rank == 0)
+            printf("  %-26s %.3fx in block cells (partial block = whole), %.3fx in visible pairs\n", rows[i].name,
+                   ratio_cells[i], ratio_pairs[i]);
+        CHECK(tp == (unsigned long long)S * (S + 1) / 2, "%s: %llu visible pairs computed, causal attention has %llu",
+              rows[i].name, tp, (unsigned long long)S * (S + 1) / 2);
+    }
+    CHECK(fabs(ratio_cells[0] - 4.5) < 1e-12, "contiguous ring: %.4f, paper 4.5", ratio_cells[0]);
+    CHECK(fabs(ratio_cells[3] - 7.2) < 1e-12, "lightseq: %.4f, paper 7.2", ratio_cells[3]);
+    CHECK(ratio_pairs[3] > 7.0 && ratio_pairs[3] > ratio_pairs[0] + 2.5, "lightseq visible pairs: %.4f",
+          ratio_pairs[3]);
+    CHECK(ratio_pairs[1] > 7.9, "zigzag visible pairs: %.4f", ratio_pairs[1]);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Reference and distributed runs. */
+
+typedef struct { int H, Hkv, d, S; } HeadCase;
+
+typedef struct {
+    HeadCase hc;
+    float *q, *k, *v, *dout, *o, *lse, *dq, *dk, *dv;
+    double scale_dq, scale_dk, scale_dv;
+} Reference;
+
+static float *normal(size_t n, Rng *r) {
+    float *x = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = (float)rng_normal(r);
+    return x;
+}
+
+static double max_abs(const float *x, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)x[i]));
+    return m;
+}
+
+static void reference_build(Reference *R, HeadCase hc, uint64_t seed) {
+    R->hc = hc;
+    const int S = hc.S, H = hc.H, Hkv = hc.Hkv, d = hc.d;
+    Rng rng;
+    rng_seed(&rng, seed);
+    size_t nq = (size_t)S * H * d, nk = (size_t)S * Hkv * d;
+    R->q = normal(nq, &rng);
+    R->k = normal(nk, &rng);
+    R->v = normal(nk, &rng);
+    R->dout = normal(nq, &rng);
+    R->o = xmalloc(nq * sizeof(float));
+    R->lse = xmalloc((size_t)S * H * sizeof(float));
+    R->dq = xcalloc(nq, sizeof(float));
+    R->dk = xcalloc(nk, sizeof(float));
+    R->dv = xcalloc(nk, sizeof(float));
+    int *pos = xmalloc(sizeof(int) * (size_t)S);
+    for (int i = 0; i < S; i++) pos[i] = i;
+    AttnShape s = {.n_q = S, .n_kv = S, .n_heads = H, .n_kv_heads = Hkv, .head_dim = d,
+                   .scale = 1.0f / sqrtf((float)d), .mask = ATTN_CAUSAL};
+    attn_state_init(&s, R->o, R->lse);
+    attn_forward(&s, R->q, pos, R->k, R->v, pos, R->o, R->lse);
+    float *delta = xmalloc((size_t)S * H * sizeof(float));
+    attn_backward_delta(&s, R->o, R->dout, delta);
+    attn_backward(&s, R->q, pos, R->k, R->v, pos, R->lse, delta, R->dout, R->dq, R->dk, R->dv);
+    R->scale_dq = max_abs(R->dq, nq);
+    R->scale_dk = max_abs(R->dk, nk);
+    R->scale_dv = max_abs(R->dv, nk);
+    xfree(delta);
+    xfree(pos);
+}
+
+static void reference_free(Reference *R) {
+    float *p[] = {R->q, R->k, R->v, R->dout, R->o, R->lse, R->dq, R->dk, R->dv};
+    for (size_t i = 0; i < ARRAY_LEN(p); i++) xfree(p[i]);
+}
+
+static void gather_rows(float *x, const float *g, const int *pos, int n, int width) {
+    for (int i = 0; i < n; i++) memcpy(x + (size_t)i * width, g + (size_t)pos[i] * width, sizeof(float) * (size_t)width);
+}
+
+/* max |a - ref| / scale over rows, ref rows taken at positions (NaN wins) */
+static double row_err(const float *a, const float *gref, const int *pos, int n, int width, double atol, double rtol) {
+    double e = 0;
+    for (int i = 0; i < n; i++)
+        for (int c = 0; c < width; c++) {
+            double ref = gref[(size_t)pos[i] * width + c];
+            double diff = fabs((double)a[(size_t)i * width + c] - ref) / (atol + rtol * fabs(ref));
+            if (!(diff <= e)) e = diff;
+        }
+    return e;
+}
+
+typedef struct { long cases; double max_o, max_lse, max_dq, max_dk, max_dv; } Summary;
+
+static void check_counts(const CommStats *st, const AttnVolume *v, int bwd, const char *what) {
+    const unsigned long long *bytes = bwd ? v->bwd : v->fwd, *msgs = bwd ? v->bwd_msgs : v->fwd_msgs;
+    for (int k = 0; k < COMM_KINDS; k++) {
+        CHECKQ(comm_stats_bytes(st, (CommKind)k) == bytes[k] && st->messages[k] == msgs[k],
+               "%s %s %s: %llu bytes in %llu messages, formula %llu in %llu", what, bwd ? "bwd" : "fwd",
+               comm_kind_name((CommKind)k), (unsigned long long)comm_stats_bytes(st, (CommKind)k),
+               (unsigned long long)st->messages[k], bytes[k], msgs[k]);
+    }
+    CHECKQ(st->meta_bytes == 0, "%s: %llu meta bytes", what, (unsigned long long)st->meta_bytes);
+}
+
+static void run_case(const ScheduleInfo *si, const Topology *t, Comm *cm, TokenLayout layout, const Reference *R,
+                     int piece_rows, Summary *sum, const char *what) {
+    const HeadCase hc = R->hc;
+    const int S = hc.S, H = hc.H, Hkv = hc.Hkv, d = hc.d, P = t->cp, r = t->cp_rank, n = S / P;
+    const size_t qf = (size_t)n * H * d, kvh = (size_t)n * Hkv * d;
+    StrategyParams sp = {.hp = 1, .cp = P, .layout = layout, .seq_len = S, .n_heads = H, .n_kv_heads = Hkv,
+                         .head_dim = d};
+    ScheduleShape sh = {.topo = t, .comm = cm, .n = n, .heads = H, .kv_heads = Hkv, .head_dim = d, .layout = layout};
+    size_t mem0 = mem_tracked_current();
+    ContextSchedule *s = si->create(&sh);
+    size_t mem1 = mem_tracked_current(), ws = si->workspace_floats(&sp) * sizeof(float);
+    size_t slack = (size_t)P * sizeof(PosBlock) + (size_t)S * sizeof(PosRun) + 1024;
+    CHECKQ(mem1 - mem0 >= ws && mem1 - mem0 <= ws + slack, "%s: create allocated %zu bytes, workspace %zu (+ <= %zu)",
+           what, mem1 - mem0, ws, slack);
+    s->blocks->piece_rows = piece_rows;
+
+    int *all = all_positions(layout, S, P), *pos = all + (size_t)r * n;
+    float *q = xmalloc(sizeof(float) * qf), *kv = xmalloc(sizeof(float) * 2 * kvh);
+    float *dout = xmalloc(sizeof(float) * qf), *o = xmalloc(sizeof(float) * qf);
+    float *lse = xmalloc(sizeof(float) * (size_t)n * H), *delta = xmalloc(sizeof(float) * (size_t)n * H);
+    float *dq = xmalloc(sizeof(float) * qf), *dkv = xmalloc(sizeof(float) * 2 * kvh);
+    gather_rows(q, R->q, pos, n, H * d);
+    gather_rows(kv, R->k, pos, n, Hkv * d);
+    gather_rows(kv + kvh, R->v, pos, n, Hkv * d);
+    gather_rows(dout, R->dout, pos, n, H * d);
+    for (size_t i = 0; i < qf; i++) dq[i] = NAN; /* backward must overwrite */
+    for (size_t i = 0; i < 2 * kvh; i++) dkv[i] = NAN;
+
+    s->set_positions(s, all);
+    memset(&s->blocks->work, 0, sizeof s->blocks->work);
+    comm_stats_reset(cm);
+    s->forward(s, q, kv, o, lse);
+    CommStats fst = cm->stats;
+    AttnShape as = {.n_q = n, .n_kv = n, .n_heads = H, .n_kv_heads = Hkv, .head_dim = d};
+    attn_backward_delta(&as, o, dout, delta);
+    comm_stats_reset(cm);
+    s->backward(s, q, kv, o, lse, delta, dout, dq, dkv);
+    CommStats bst = cm->stats;
+
+    double eo = row_err(o, R->o, pos, n, H * d, O_ATOL, 0);
+    double el = row_err(lse, R->lse, pos, n, H, LSE_ATOL, LSE_RTOL);
+    double eq = row_err(dq, R->dq, pos, n, H * d, GRAD_REL * R->scale_dq, 0);
+    double ek = row_err(dkv, R->dk, pos, n, Hkv * d, GRAD_REL * R->scale_dk, 0);
+    double ev = row_err(dkv + kvh, R->dv, pos, n, Hkv * d, GRAD_REL * R->scale_dv, 0);
+    CHECKQ(eo <= 1, "%s: O error %.3g x tolerance", what, eo);
+    CHECKQ(el <= 1, "%s: LSE error %.3g x tolerance", what, el);
+    CHECKQ(eq <= 1, "%s: dQ error %.3g x tolerance", what, eq);
+    CHECKQ(ek <= 1, "%s: dK error %.3g x tolerance", what, ek);
+    CHECKQ(ev <= 1, "%s: dV error %.3g x tolerance", what, ev);
+    sum->max_o = fmax(sum->max_o, eo);
+    sum->max_lse = fmax(sum->max_lse, el);
+    sum->max_dq = fmax(sum->max_dq, eq);
+    sum->max_dk = fmax(sum->max_dk, ek);
+    sum->max_dv = fmax(sum->max_dv, ev);
+
+    /* work: a replay of the plan through the same iterator */
+    int is_ls = si == &lightseq_schedule;
+    Work w = rank_work(is_ls, layout, S, P, r, piece_rows);
+    CHECKQ(s->blocks->work.fwd_cells == w.cells && s->blocks->work.bwd_cells == w.cells,
+           "%s: work cells fwd %llu bwd %llu, replay %llu", what, s->blocks->work.fwd_cells, s->blocks->work.bwd_cells,
+           w.cells);
+
+    /* volume: exact per kind, forward and backward */
+    AttnVolume vol, mine;
+    si->volume(&sp, &vol);
+    if (is_ls) lightseq_rank_volume(&sp, r, &mine);
+    else mine = vol;
+    check_counts(&fst, &mine, 0, what);
+    check_counts(&bst, &mine, 1, what);
+    unsigned long long got[4 * COMM_KINDS], mx[4 * COMM_KINDS];
+    for (int k = 0; k < COMM_KINDS; k++) {
+        got[k] = comm_stats_bytes(&fst, (CommKind)k);
+        got[COMM_KINDS + k] = comm_stats_bytes(&bst, (CommKind)k);
+        got[2 * COMM_KINDS + k] = fst.messages[k];
+        got[3 * COMM_KINDS + k] = bst.messages[k];
+    }
+    MPI_Allreduce(got, mx, 4 * COMM_KINDS, MPI_UNSIGNED_LONG_LONG, MPI_MAX, t->ctx_comm);
+    int same = 1;
+    for (int k = 0; k < COMM_KINDS; k++)
+        same &= mx[k] == vol.fwd[k] && mx[COMM_KINDS + k] == vol.bwd[k] && mx[2 * COMM_KINDS + k] == vol.fwd_msgs[k] &&
+                mx[3 * COMM_KINDS + k] == vol.bwd_msgs[k];
+    CHECKQ(same, "%s: the maximum over the ranks of bytes / messages differs from volume()", what);
+
+    sum->cases++;
+    float *fr[] = {q, kv, dout, o, lse, delta, dq, dkv};
+    for (size_t i = 0; i < ARRAY_LEN(fr); i++) xfree(fr[i]);
+    xfree(all);
+    context_schedule_destroy(s);
+    CHECKQ(mem_tracked_current() == mem0, "%s: destroy left %zu bytes", what, mem_tracked_current() - mem0);
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    omp_set_num_threads(1);
+    openblas_set_num_threads(1);
+    double t_start = MPI_Wtime();
+
+    test_plan(1);
+    for (int P = 2; P <= 32; P += 2) test_plan(P);
+    test_checks();
+    test_balance();
+
+    const HeadCase heads[] = {{4, 4, 16, 48}, {4, 2, 16, 48}, {4, 1, 32, 48}, {8, 2, 8, 48}};
+    Reference refs[ARRAY_LEN(heads)];
+    for (size_t i = 0; i < ARRAY_LEN(heads); i++) reference_build(&refs[i], heads[i], 2000 + i);
+    const ScheduleInfo *scheds[] = {&lightseq_schedule, &allgather_schedule};
+    Summary sum = {0};
+    long skipped = 0, combo = 0;
+    for (int P = 1; P <= g_size; P++) {
+        if (g_size % P) continue;
+        Topology t;
+        topology_create(&t, g_size / P, 1, P, 0, PLACEMENT_HEAD_FIRST, 2);
+        Comm *cm = comm_create(&t, NULL);
+        (void)comm_world_rank_of(cm, t.ctx_comm, 0); /* caches ctx_comm's ranks (xmalloc) before run_case counts */
+        for (size_t si = 0; si < ARRAY_LEN(scheds); si++)
+            for (int lay = 0; lay < 3; lay++)
+                for (size_t hi = 0; hi < ARRAY_LEN(heads); hi++) {
+                    StrategyParams sp = {.hp = 1, .cp = P, .layout = (TokenLayout)lay, .seq_len = heads[hi].S,
+                                         .n_heads = heads[hi].H, .n_kv_heads = heads[hi].Hkv, .head_dim = heads[hi].d};
+                    char *err = scheds[si]->check(&sp);
+                    if (err) { /* only LightSeq refuses, and only odd P or another layout */
+                        CHECKQ(scheds[si] == &lightseq_schedule && (P % 2 || lay != LAYOUT_CONTIGUOUS),
+                               "%s refused cp %d %s: %s", scheds[si]->name, P, layout_name((TokenLayout)lay), err);
+                        xfree(err);
+                        skipped++;
+                        continue;
+                    }
+                    char what[160];
+                    int piece = (combo++ % 2) ? 4 : 256;
+                    snprintf(what, sizeof what, "%s cp%d (dp%d) %s H%d Hkv%d d%d S%d piece%d", scheds[si]->name, P,
+                             g_size / P, layout_name((TokenLayout)lay), heads[hi].H, heads[hi].Hkv, heads[hi].d,
+                             heads[hi].S, piece);
+                    run_case(scheds[si], &t, cm, (TokenLayout)lay, &refs[hi], piece, &sum, what);
+                }
+        comm_destroy(cm);
+        topology_free(&t);
+    }
+    for (size_t i = 0; i < ARRAY_LEN(heads); i++) reference_free(&refs[i]);
+
+    double worst[5] = {sum.max_o, sum.max_lse, sum.max_dq, sum.max_dk, sum.max_dv}, wmax[5];
+    MPI_Allreduce(worst, wmax, 5, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    long counts[2] = {tl_passed, tl_failed}, tot[2];
+    MPI_Allreduce(counts, tot, 2, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+    if (g_rank == 0) {
+        printf("ranks %d: %ld runs per rank (%ld refused configurations), %.2f s\n", g_size, sum.cases, skipped,
+               MPI_Wtime() - t_start);
+        printf("worst error / tolerance: O %.3f, LSE %.3f, dQ %.3f, dK %.3f, dV %.3f\n", wmax[0], wmax[1], wmax[2],
+               wmax[3], wmax[4]);
+        printf("test_lightseq_allgather: %ld passed, %ld failed\n", tot[0], tot[1]);
+    }
+    MPI_Finalize();
+    return tot[1] ? 1 : 0;
+}
