@@ -90,6 +90,15 @@ grad_case tiny_gqa_tied 33 3 --hp 3 --layout contiguous
 grad_case tiny_gqa_tied 32 4 --hp 4
 grad_case $L 255 3 --strategy ulysses --layout striped
 grad_case tiny_gqa_tied 32 8 --hp 4 --cp 2 --layout contiguous
+# every registered strategy by name
+grad_case $L 256 2 --strategy ring
+grad_case $L 256 4 --strategy ulysses
+grad_case $L 256 2 --strategy lightseq
+grad_case $L 256 4 --strategy lightseq
+grad_case $L 256 8 --strategy lightseq --hp 2               # head exchange x LightSeq
+grad_case $L 256 2 --strategy allgather
+grad_case $L 256 4 --strategy allgather --layout striped
+grad_case tiny_headdim 40 4 --strategy allgather --hp 2      # MQA, head exchange x all-gather
 
 # ---- training on dp 2 x hp 2 x cp 2 tracks one process
 TRAIN=(train --layers 2 --hidden 32 --heads 4 --kv-heads 2 --ffn 64 --vocab 64 --seq-len 64 --batch 4 --steps 20
@@ -100,6 +109,13 @@ run_np 8 "$SEQPAR" "${TRAIN[@]}" --dp 2 --hp 2 --cp 2 --zero 1 --log "$T/grid.js
 if [ "$(losses "$T/grid.jsonl" | wc -l)" -eq 20 ] && paste <(losses "$T/single.jsonl") <(losses "$T/grid.jsonl") |
     awk '{ d = $2 - $4; if (d < 0) d = -d; if ($1 != $3 || d > 2e-4 * $2) bad = 1 } END { exit bad }'; then ok; else
     bad "20 steps on dp 2 x hp 2 x cp 2 do not track one process"; paste <(losses "$T/single.jsonl") <(losses "$T/grid.jsonl") | head -n 5; fi
+# every strategy trains like one process: 20 steps on 4 ranks
+for strat in ulysses ring lightseq allgather; do
+    run_np 4 "$SEQPAR" "${TRAIN[@]}" --strategy $strat --log "$T/s_$strat.jsonl" >"$T/s.out" 2>&1 || bad "4-rank training, --strategy $strat: $(tail -n 3 "$T/s.out")"
+    if [ "$(losses "$T/s_$strat.jsonl" | wc -l)" -eq 20 ] && paste <(losses "$T/single.jsonl") <(losses "$T/s_$strat.jsonl") |
+        awk '{ d = $2 - $4; if (d < 0) d = -d; if ($1 != $3 || d > 2e-4 * $2) bad = 1 } END { exit bad }'; then ok; else
+        bad "20 steps of --strategy $strat on 4 ranks do not track one process"; paste <(losses "$T/single.jsonl") <(losses "$T/s_$strat.jsonl") | head -n 3; fi
+done
 # the same final recall accuracy line appears (evaluation is distributed too)
 if grep -q "recall accuracy" "$T/grid.out"; then ok; else bad "8-rank training printed no final evaluation"; fi
 # ZeRO-1 checkpoint on 8 ranks: stop at 10, resume, equals the uninterrupted 8-rank run
@@ -153,5 +169,10 @@ grid_error 4 "zigzag" --seq-len 252 --cp 4
 grid_error 8 "more than the model's 6 query heads" --seq-len 256 --hp 8 --model "$FIX/tiny_gqa_tied"
 grid_error 2 "unknown layout" --seq-len 256 --layout diagonal
 grid_error 2 "unknown placement" --seq-len 256 --placement sideways
+grid_error 2 "unknown strategy 'wormhole': use one of 2d, ulysses, ring" --seq-len 256 --strategy wormhole
+grid_error 3 "lightseq needs an even --cp (got 3)" --seq-len 255 --strategy lightseq
+grid_error 2 "lightseq needs the contiguous layout" --seq-len 256 --strategy lightseq --layout zigzag
+grid_error 2 "splits heads only: drop --cp 2" --seq-len 256 --strategy ulysses --cp 2
+grid_error 2 "splits the sequence only: drop --hp 2" --seq-len 256 --strategy ring --hp 2
 
 summary test_mpi

@@ -17,7 +17,7 @@ static const char HELP[] =
     "Lists the distributed attention strategies ('--strategy NAME' of train, grad and bench), the\n"
     "flags each reads and its constraints. Given --ranks, also prints per strategy (all ranks in one\n"
     "sequence-parallel group, its default grid) the bytes rank 0 sends per layer, forward + backward,\n"
-    "and its attention memory, from the strategies' formulas.\n"
+    "and its attention memory, from the strategies' formulas (bytes and messages of the busiest rank).\n"
     "\n"
     "  --ranks P      sequence-parallel ranks (default: list only)\n"
     "  --seq-len S    global sequence length (default 16384)\n"
@@ -59,7 +59,7 @@ int cmd_strategies(int argc, char **argv) {
                s->constraints ? s->constraints : s->schedule->constraints, layout_name(s->default_layout));
     }
     if (!P) return 0;
-    printf("\n%d ranks, S = %ld, %d heads (%d KV), head_dim %d, fp32, per layer, rank 0:\n", P, S, H, K, d);
+    printf("\n%d ranks, S = %ld, %d heads (%d KV), head_dim %d, fp32, per layer (busiest rank):\n", P, S, H, K, d);
     printf("%-10s %-10s %14s %14s %10s %16s %14s\n", "strategy", "grid", "fwd MiB", "bwd MiB", "messages",
            "saved MiB/layer", "buffers MiB");
     for (int i = 0; strategy_at(i); i++) {
@@ -80,16 +80,23 @@ int cmd_strategies(int argc, char **argv) {
             xfree(err);
             continue;
         }
-        AttnVolume v;
         AttnMemory m;
-        strategy_volume(s, &p, 0, &v);
         strategy_memory(s, &p, 0, &m);
-        unsigned long long fb = 0, bb = 0, msgs = 0;
-        for (int k = 0; k < COMM_KINDS; k++) {
-            fb += v.fwd[k];
-            bb += v.bwd[k];
-            msgs += v.fwd_msgs[k] + v.bwd_msgs[k];
-        }
+        unsigned long long fb = 0, bb = 0, msgs = 0; /* the busiest rank of each */
+        for (int h = 0; h < p.hp; h++)
+            for (int c = 0; c < p.cp; c++) {
+                AttnVolume v;
+                strategy_volume(s, &p, h, c, &v);
+                unsigned long long f = 0, b = 0, n = 0;
+                for (int k = 0; k < COMM_KINDS; k++) {
+                    f += v.fwd[k];
+                    b += v.bwd[k];
+                    n += v.fwd_msgs[k] + v.bwd_msgs[k];
+                }
+                if (f > fb) fb = f;
+                if (b > bb) bb = b;
+                if (n > msgs) msgs = n;
+            }
         char grid[32];
         snprintf(grid, sizeof grid, "%dx%d", p.hp, p.cp);
         printf("%-10s %-10s %14.2f %14.2f %10llu %16.2f %14.2f\n", s->name, grid, fb / 1048576.0, bb / 1048576.0, msgs,

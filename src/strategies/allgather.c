@@ -29,7 +29,8 @@ static size_t kv_floats(const StrategyParams *p) {
     return 2 * (size_t)(p->seq_len / cp) * (size_t)kv_heads_held(p) * (size_t)p->head_dim;
 }
 
-static void allgather_volume(const StrategyParams *p, AttnVolume *v) {
+static void allgather_volume(const StrategyParams *p, int cp_rank, AttnVolume *v) {
+    (void)cp_rank; /* symmetric */
     memset(v, 0, sizeof *v);
     if (p->cp <= 1) return;
     const unsigned long long P = (unsigned)p->cp, kv = 4ULL * kv_floats(p);

@@ -292,9 +292,10 @@ static void dr_volume_for(const StrategyParams *p, int kv_heads, AttnVolume *v) 
     v->bwd_msgs[COMM_P2P_OUTER] += bo;
 }
 
-/* The registry's volume takes kv_heads from p->n_kv_heads: the caller passes the schedule's
- * view (heads after the head exchange). */
-static void dr_volume(const StrategyParams *p, AttnVolume *v) { dr_volume_for(p, p->n_kv_heads, v); }
+static void dr_volume(const StrategyParams *p, int cp_rank, AttnVolume *v) {
+    (void)cp_rank; /* every member of a ring sends the same */
+    dr_volume_for(p, p->n_kv_heads, v);
+}
 
 static size_t dr_workspace(const StrategyParams *p) {
     const int W = ring_w(p), R = p->cp / W;

@@ -126,18 +126,8 @@ void lightseq_rank_volume(const StrategyParams *p, int r, AttnVolume *v) {
     v->bwd_msgs[k] = (unsigned long long)(P - 1);
 }
 
-static void lightseq_volume(const StrategyParams *p, AttnVolume *v) {
-    memset(v, 0, sizeof *v);
-    for (int r = 0; r < p->cp; r++) {
-        AttnVolume w;
-        lightseq_rank_volume(p, r, &w);
-        for (int k = 0; k < COMM_KINDS; k++) {
-            if (w.fwd[k] > v->fwd[k]) v->fwd[k] = w.fwd[k];
-            if (w.bwd[k] > v->bwd[k]) v->bwd[k] = w.bwd[k];
-            if (w.fwd_msgs[k] > v->fwd_msgs[k]) v->fwd_msgs[k] = w.fwd_msgs[k];
-            if (w.bwd_msgs[k] > v->bwd_msgs[k]) v->bwd_msgs[k] = w.bwd_msgs[k];
-        }
-    }
+static void lightseq_volume(const StrategyParams *p, int cp_rank, AttnVolume *v) {
+    lightseq_rank_volume(p, cp_rank, v);
 }
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }

@@ -37,8 +37,8 @@ int lightseq_steps(int P);
 /* Rank r (0 <= r < P) at step t (0 <= t < lightseq_steps(P)); P = 1 or even. */
 void lightseq_step(int P, int r, int t, LightseqStep *s);
 
-/* Bytes and messages rank r sends per layer (fp32), in closed form (the kinds: COMM_P2P_INNER).
- * lightseq_schedule.volume reports, for every number, the maximum over the ranks (rank 0). */
+/* Bytes and messages rank r sends per layer (fp32), in closed form (the kinds: COMM_P2P_INNER);
+ * lightseq_schedule.volume is this function. */
 void lightseq_rank_volume(const StrategyParams *p, int r, AttnVolume *v);
 
 #endif

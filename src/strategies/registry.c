@@ -15,6 +15,8 @@ static const Strategy TABLE[] = {
     {"ring", &double_ring_schedule, GRID_CONTEXT_ONLY, LAYOUT_ZIGZAG,
      "Ring-Attention / Megatron CP: P2P ring only (the hp = 1 corner of 2d; --ring-inner for a double ring)",
      "--cp --ring-inner --layout", "--ring-inner divides --cp; any layout"},
+    {"lightseq", &lightseq_schedule, GRID_CONTEXT, LAYOUT_CONTIGUOUS, NULL, NULL, NULL},
+    {"allgather", &allgather_schedule, GRID_CONTEXT, LAYOUT_ZIGZAG, NULL, NULL, NULL},
 };
 
 const Strategy *strategy_at(int i) { return i >= 0 && i < (int)ARRAY_LEN(TABLE) ? &TABLE[i] : NULL; }
@@ -74,9 +76,11 @@ char *strategy_grid(const Strategy *s, int hp_given, int cp_given, int sp_ranks,
     return NULL;
 }
 
-/* The heads the schedule holds on head member hp_rank, as the schedule's StrategyParams. */
+/* The heads the schedule holds on head member hp_rank, as the schedule's StrategyParams (hp = 1:
+ * the heads are already this member's share). */
 static StrategyParams schedule_view(const StrategyParams *p, const HeadSplit *hs, int hp_rank) {
     StrategyParams q = *p;
+    q.hp = 1;
     q.n_heads = hs->hl[hp_rank];
     q.n_kv_heads = hs->hk[hp_rank];
     return q;
@@ -105,7 +109,7 @@ char *strategy_check(const Strategy *s, const StrategyParams *p) {
     return s->schedule->check ? s->schedule->check(p) : NULL;
 }
 
-void strategy_volume(const Strategy *s, const StrategyParams *p, int hp_rank, AttnVolume *v) {
+void strategy_volume(const Strategy *s, const StrategyParams *p, int hp_rank, int cp_rank, AttnVolume *v) {
     memset(v, 0, sizeof *v);
     HeadSplit hs;
     char *err = head_split_init(&hs, p->hp, p->n_heads, p->n_kv_heads);
@@ -118,7 +122,17 @@ void strategy_volume(const Strategy *s, const StrategyParams *p, int hp_rank, At
     v->fwd_msgs[COMM_ALLTOALL] = v->bwd_msgs[COMM_ALLTOALL] = msgs;
     v->meta_batch = 4ULL * (unsigned long long)N * (unsigned long long)((long)p->hp * p->cp - 1);
     StrategyParams sv = schedule_view(p, &hs, hp_rank);
-    if (p->cp > 1 && s->schedule->volume) s->schedule->volume(&sv, v);
+    if (p->cp > 1 && s->schedule->volume) {
+        AttnVolume c;
+        memset(&c, 0, sizeof c);
+        s->schedule->volume(&sv, cp_rank, &c);
+        for (int k = 0; k < COMM_KINDS; k++) {
+            v->fwd[k] += c.fwd[k];
+            v->bwd[k] += c.bwd[k];
+            v->fwd_msgs[k] += c.fwd_msgs[k];
+            v->bwd_msgs[k] += c.bwd_msgs[k];
+        }
+    }
     head_split_free(&hs);
 }
 

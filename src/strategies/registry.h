@@ -23,8 +23,9 @@ typedef struct {
     char *(*check)(const StrategyParams *p);
     /* Collective over the context group. Only called after check() returned NULL. */
     ContextSchedule *(*create)(const ScheduleShape *sh);
-    /* Bytes and messages per rank per layer of the CONTEXT part (the head exchange adds its own). */
-    void (*volume)(const StrategyParams *p, AttnVolume *v);
+    /* Bytes and messages context rank cp_rank sends per layer in the CONTEXT part (the head
+     * exchange adds its own); exact, per rank (schedules such as LightSeq are not symmetric). */
+    void (*volume)(const StrategyParams *p, int cp_rank, AttnVolume *v);
     /* Peak floats of the schedule's own buffers per rank (workspaces beyond the slot's q, kv, o,
      * lse that the caller holds), for the memory formula. */
     size_t (*workspace_floats)(const StrategyParams *p);
@@ -70,8 +71,8 @@ char *strategy_grid(const Strategy *s, int hp_given, int cp_given, int sp_ranks,
  * under the layout, and the schedule's own check. NULL or a one-line message (xmalloc'd). */
 char *strategy_check(const Strategy *s, const StrategyParams *p);
 
-/* Bytes and messages head member hp_rank sends per layer: head exchange + context schedule. */
-void strategy_volume(const Strategy *s, const StrategyParams *p, int hp_rank, AttnVolume *v);
+/* Bytes and messages rank (hp_rank, cp_rank) sends per layer: head exchange + context schedule. */
+void strategy_volume(const Strategy *s, const StrategyParams *p, int hp_rank, int cp_rank, AttnVolume *v);
 
 /* Memory of head member hp_rank in floats: the `saved` state per layer (head-parallel q, kv, o,
  * lse) and the buffers held once (head exchange, schedule workspaces, backward scratch). */
