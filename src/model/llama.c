@@ -128,8 +128,8 @@ typedef struct {
 
 struct LlamaActs {
     int N, checkpoint, n_layers;
-    int shared_qkv;       /* q, k, v are one scratch set for all layers */
-    float *q, *k, *v;     /* that scratch set (NULL unless shared_qkv) */
+    int shared_qkv;       /* q, k, v are one scratch set for all layers: dq, dk, dv */
+    float *q, *k, *v;     /* that scratch set (aliases, NULL unless shared_qkv) */
     float *residual;      /* (L+1, N, D): input of each layer, then the last layer's output */
     LayerActs *layers;    /* per layer; with checkpointing all share one set */
     float *rope_cos, *rope_sin; /* (N, d/2) */
@@ -188,19 +188,11 @@ LlamaActs *llama_acts_create(const LlamaModel *m, const SeqAttention *attn, int 
     a->N = N;
     a->checkpoint = checkpoint;
     a->n_layers = c->num_hidden_layers;
-    /* one scratch q, k, v when each layer's own would never be read again: the strategy keeps
-     * copies for its backward, or checkpointing shares one set anyway */
+    /* no per-layer q, k, v when each layer's own would never be read again (the strategy keeps
+     * copies for its backward): forward projects into the gradient scratch dq, dk, dv, which
+     * backward only fills after the strategy has taken its copies */
     a->shared_qkv = attn->keeps_inputs && !checkpoint;
-    if (a->shared_qkv) {
-        a->q = xmalloc(sizeof(float) * Nn * qd);
-        a->k = xmalloc(sizeof(float) * Nn * kvd);
-        a->v = xmalloc(sizeof(float) * Nn * kvd);
-    }
     a->residual = xmalloc(sizeof(float) * (size_t)(a->n_layers + 1) * Nn * D);
-    int n_sets = checkpoint ? 1 : a->n_layers;
-    a->layers = xcalloc((size_t)a->n_layers, sizeof(LayerActs));
-    for (int l = 0; l < n_sets; l++) layer_acts_alloc(&a->layers[l], c, attn, N, a);
-    for (int l = n_sets; l < a->n_layers; l++) a->layers[l] = a->layers[0];
     a->rope_cos = xmalloc(sizeof(float) * Nn * (size_t)(c->head_dim / 2));
     a->rope_sin = xmalloc(sizeof(float) * Nn * (size_t)(c->head_dim / 2));
     a->rstd_final = xmalloc(sizeof(float) * Nn);
@@ -212,10 +204,19 @@ LlamaActs *llama_acts_create(const LlamaModel *m, const SeqAttention *attn, int 
     a->dq = xmalloc(sizeof(float) * Nn * qd);
     a->dk = xmalloc(sizeof(float) * Nn * kvd);
     a->dv = xmalloc(sizeof(float) * Nn * kvd);
+    if (a->shared_qkv) {
+        a->q = a->dq;
+        a->k = a->dk;
+        a->v = a->dv;
+    }
     a->dout = xmalloc(sizeof(float) * Nn * qd);
     a->dgate = xmalloc(sizeof(float) * Nn * F);
     a->dup = xmalloc(sizeof(float) * Nn * F);
     a->dh = xmalloc(sizeof(float) * Nn * F);
+    int n_sets = checkpoint ? 1 : a->n_layers;
+    a->layers = xcalloc((size_t)a->n_layers, sizeof(LayerActs));
+    for (int l = 0; l < n_sets; l++) layer_acts_alloc(&a->layers[l], c, attn, N, a);
+    for (int l = n_sets; l < a->n_layers; l++) a->layers[l] = a->layers[0];
     a->ce_chunk = N < 256 ? N : 256;
     a->ce_workspace = xmalloc(sizeof(float) * (size_t)a->ce_chunk * (size_t)c->vocab_size);
     return a;
@@ -226,7 +227,6 @@ void llama_acts_free(LlamaActs *a) {
     int n_sets = a->checkpoint ? 1 : a->n_layers;
     for (int l = 0; l < n_sets; l++) layer_acts_free(&a->layers[l], a->shared_qkv);
     xfree(a->layers);
-    xfree(a->q); xfree(a->k); xfree(a->v);
     xfree(a->residual); xfree(a->rope_cos); xfree(a->rope_sin); xfree(a->rstd_final); xfree(a->x_final);
     xfree(a->xn); xfree(a->h); xfree(a->dx); xfree(a->dxn); xfree(a->dq); xfree(a->dk); xfree(a->dv);
     xfree(a->dout); xfree(a->dgate); xfree(a->dup); xfree(a->dh); xfree(a->ce_workspace);
