@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Multi-rank tests under mpirun --oversubscribe (1 to 8 ranks on any machine), each with a
+# Multi-rank tests under mpirun --oversubscribe (1 to 9 ranks on any machine), each with a
 # timeout so that a hang is a failure:
 #   - the distributed attention test binary at 1, 2, 4 and 8 ranks;
+#   - the WallFacer schedule test binary at 2, 4, 8 and 9 ranks;
 #   - `seqpar grad` under every kind of grid (Ulysses, ring, 2D, double ring, KV replication,
 #     dp, ZeRO-1, both placements, three layouts) prints the single-process loss and writes the
 #     same gradient file, and matches the Hugging Face float64 fixtures;
@@ -27,6 +28,20 @@ if [ -x "$BUILD/tests/test_dist_attention" ]; then
     done
 else
     bad "$BUILD/tests/test_dist_attention was not built"
+fi
+
+# ---- WallFacer multi-ring schedule against the single-process kernel (tests/test_wallfacer.c):
+# every valid team size and both placements at 2, 4, 8 and 9 ranks (9: C = 3 teams, no ring)
+if [ -x "$BUILD/tests/test_wallfacer" ]; then
+    for np in 2 4 8 9; do  # 1 rank: run directly by run_tests.sh
+        out=$(run_np $np "$BUILD/tests/test_wallfacer" 2>&1)
+        rc=$?
+        line=$(printf '%s\n' "$out" | grep -E 'passed, [0-9]+ failed' | tail -n 1)
+        if [ $rc -eq 0 ] && printf '%s' "$line" | grep -q ' 0 failed'; then ok; else
+            bad "wallfacer at $np ranks (status $rc): $line"; printf '%s\n' "$out" | grep -E 'FAIL|error' | head -n 10; fi
+    done
+else
+    bad "$BUILD/tests/test_wallfacer was not built"
 fi
 
 # ---- seqpar grad: every grid writes the single-process file
