@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Multi-rank tests under mpirun --oversubscribe (1 to 9 ranks on any machine), each with a
+# Multi-rank tests under mpirun --oversubscribe (1 to 12 ranks on any machine), each with a
 # timeout so that a hang is a failure:
 #   - the distributed attention test binary at 1, 2, 4 and 8 ranks;
-#   - the WallFacer schedule test binary at 2, 4, 8 and 9 ranks;
+#   - the WallFacer schedule test binary at 2, 4, 8, 9 and 12 ranks;
 #   - `seqpar grad` under every kind of grid (Ulysses, ring, 2D, double ring, KV replication,
 #     dp, ZeRO-1, both placements, three layouts) prints the single-process loss and writes the
 #     same gradient file, and matches the Hugging Face float64 fixtures;
@@ -31,9 +31,10 @@ else
 fi
 
 # ---- WallFacer multi-ring schedule against the single-process kernel (tests/test_wallfacer.c):
-# every valid team size and both placements at 2, 4, 8 and 9 ranks (9: C = 3 teams, no ring)
+# every valid team size and both placements at 2, 4, 8, 9 and 12 ranks (9: C = 3, no ring
+# steps; 12: C = 2 with sub-rings of 3)
 if [ -x "$BUILD/tests/test_wallfacer" ]; then
-    for np in 2 4 8 9; do  # 1 rank: run directly by run_tests.sh
+    for np in 2 4 8 9 12; do  # 1 rank: run directly by run_tests.sh
         out=$(run_np $np "$BUILD/tests/test_wallfacer" 2>&1)
         rc=$?
         line=$(printf '%s\n' "$out" | grep -E 'passed, [0-9]+ failed' | tail -n 1)

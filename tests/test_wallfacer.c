@@ -1,5 +1,6 @@
 /* Tests of the WallFacer multi-ring context schedule (src/strategies/wallfacer.c). Run under
- * mpirun with 1, 2, 4, 8 and 9 ranks (P = the number of ranks = cp, hp = 1).
+ * mpirun with 1, 2, 4, 8, 9 and 12 ranks (P = the number of ranks = cp, hp = 1): together they
+ * cover C = 1 (plain ring), G = 1 (C = sqrt(P): no ring steps), G = 2 and G = 3 with C > 1.
  *
  * 1. The Communication Configuration Generator, on rank 0, for every P <= 64, every valid team
  *    size C (C^2 | P) and both placements: the context-rank map is a bijection with teams (team-
@@ -21,12 +22,12 @@
  *    the maximum over ranks equals wallfacer_schedule.volume exactly, and their intra/inter-node
  *    split matches the peers' nodes (nodes of C ranks under team-first keep the team collectives
  *    intra-node; nodes of G ranks under ring-first keep the sub-ring P2P intra-node). The
- *    schedule's tracked allocation matches workspace_floats.
+ *    schedule's tracked allocation matches workspace_floats, and destroy frees all of it.
  *
- * Tolerances (fp32; inputs ~N(0,1), at most S = 54 keys per row), as in test_dist_attention:
+ * Tolerances (fp32; inputs ~N(0,1), at most S = 6P = 72 keys per row), as in test_dist_attention:
  *   O   absolute 2e-5 (the distributed result differs only in merge and tile order, ~1e-6);
  *   LSE absolute 2e-5 + 2e-6 relative (|lse| < ~12);
- *   dQ, dK, dV |err| <= 1e-4 x max|reference| of the tensor (sums of <= 54 products in another
+ *   dQ, dK, dV |err| <= 1e-4 x max|reference| of the tensor (sums of <= 72 products in another
  *       order give ~S eps; a missing or doubled block changes entries by ~1/S, 100x more).
  * Prints "test_wallfacer: N passed, N failed" (checks summed over ranks) from rank 0; exits
  * non-zero on failure. */
@@ -337,6 +338,7 @@ static void run_case(const Topology *t, Comm *cm, int C, TokenLayout layout, con
     xfree(err);
     ScheduleShape sh = {.topo = t, .comm = cm, .n = n, .heads = H, .kv_heads = Hkv, .head_dim = d, .team = C,
                         .layout = layout};
+    (void)comm_world_rank_of(cm, t->ctx_comm, 0); /* the test's own cache on ctx_comm, before mem0 */
     size_t mem0 = mem_tracked_current();
     ContextSchedule *s = wallfacer_schedule.create(&sh);
     size_t mem1 = mem_tracked_current(), ws = wallfacer_schedule.workspace_floats(&p) * sizeof(float);
@@ -417,6 +419,8 @@ static void run_case(const Topology *t, Comm *cm, int C, TokenLayout layout, con
     float *bufs[] = {q, kv, dout, o, lse, delta, dq, dkv};
     for (size_t i = 0; i < ARRAY_LEN(bufs); i++) xfree(bufs[i]);
     xfree(all_pos);
+    CHECKQ(mem_tracked_current() == mem0, "%s: destroy left %zd tracked bytes", what,
+           (ssize_t)(mem_tracked_current() - mem0));
 }
 
 int main(int argc, char **argv) {
