@@ -170,6 +170,10 @@ void wallfacer_rank_volume(const StrategyParams *p, int ring_first, int ctx_rank
 }
 
 static void wf_volume(const StrategyParams *p, AttnVolume *v) {
+    if (!wallfacer_team_valid(p->cp, p->team)) { /* check() says why; nothing to count */
+        memset(v, 0, sizeof *v);
+        return;
+    }
     Sizes z = sizes_of_params(p);
     /* C > 1: some rank's initial send leaves it (at most C of the C^2 G ranks are fixed points) */
     volume_of(&z, p->team > 1, v);
