@@ -3,45 +3,51 @@
  * the Communication Configuration Generator).
  *
  * Forward (Alg. 1), per layer, on each context rank (team t, member m):
- *   1. all-gather [q | k | v] of the slot inside the team (COMM_TEAM, one message per peer): the
- *      rank now holds the team's C n query rows and C n kv rows, in member order;
+ *   1. all-gather q and kv of the slot inside the team (COMM_TEAM): the rank now holds the
+ *      team's C n query rows and C n kv rows, in member order (the gathered buffers are the
+ *      working layout: no unpacking);
  *   2. initial send (Alg. 2, COMM_P2P_OUTER): the team's kv goes to team m G + t / C, member
- *      t % C (a local copy when that is this rank), and the kv of another team arrives;
+ *      t % C (nothing moves when that is this rank), and the kv of another team arrives;
  *   3. G = P / C^2 sub-ring steps (Alg. 3, COMM_P2P_INNER): the next kv is in flight to/from the
- *      same member of the next/previous team of the team group while the current kv is attended
- *      by the team's queries (block_attn_forward, progress tests between pieces), merged into
- *      (o, lse) of the C n team rows;
+ *      same member of the next/previous team of the team group while the team's queries attend
+ *      the current kv (block_attn_forward per (query member, kv member) block, progress tests
+ *      between pieces), merged into (o, lse) partials of the C n team rows;
  *   4. reduce-scatter with the merge rule (COMM_TEAM): an all-to-all inside the team sends the
  *      (o, lse) rows of member j to member j, which merges the C partials with attn_merge in
  *      member order (not a sum).
  * Over the C members and G steps a team's queries meet the kv of every team exactly once.
  *
  * Backward (paper §3.2.1 prose, notes §6): kv and dk/dv stay put, queries travel with their dq.
- *   1. all-gather [q | k | v | dout | lse | delta] inside the team (COMM_TEAM); delta is given,
- *      so the team never needs O;
+ *   1. all-gather the query bundle [q | dout | lse | delta] and kv inside the team (COMM_TEAM);
+ *      delta is given, so the team never needs O;
  *   2. the same initial kv send as forward (COMM_P2P_OUTER); that kv stays on this rank;
- *   3. G steps: the query bundle (q, dout, lse, delta of a team) of step s+1 is in flight on the
- *      sub-ring while step s computes dq into a fresh buffer and dk/dv into the fixed kv's
- *      accumulator; the dq partial of the query team of step s then arrives from the previous
- *      rank (its step s-1), is added and sent on; the last hop (step G-1) returns the summed dq
- *      to the team that owns those queries (COMM_P2P_INNER: G-1 bundle hops, G dq hops);
+ *   3. G steps: the query bundle of step s+1 is in flight on the sub-ring while step s computes
+ *      dq into a fresh buffer and dk/dv into the fixed kv's accumulator; the dq partial of the
+ *      query team of step s then arrives from the previous rank (its step s-1), is added and
+ *      sent on; the last hop (step G-1) returns the summed dq to the team that owns those
+ *      queries (COMM_P2P_INNER: G-1 bundle hops, G dq hops, dq only on the last one since the
+ *      owner still holds its queries);
  *   4. dq reduce-scattered (sum) inside the team (COMM_TEAM); dk/dv partials sent back through
  *      the inverse of the initial map (COMM_P2P_OUTER) and reduce-scattered (sum) in the team.
  *
  * Bytes per rank per layer, fp32, a = n H d, b = n Hkv d, h = n H (heads after the head
  * exchange; n = S / cp):
- *   fwd  team  (C-1) 4 (a + 2b) + (C-1) 4 (a + h)          messages 2 (C-1)
+ *   fwd  team  (C-1) 4 (a + 2b) + (C-1) 4 (a + h)          messages 3 (C-1)
  *        inner (G-1) 4 (2 C b)                             messages G-1
  *        outer 4 (2 C b)                                   messages 1   (0 on the ranks whose
  *                                                          initial send targets themselves)
- *   bwd  team  (C-1) 4 (2a + 2b + 2h) + (C-1) 4 a + (C-1) 4 (2b)   messages 3 (C-1)
+ *   bwd  team  (C-1) 4 (2a + 2h + 2b) + (C-1) 4 a + (C-1) 4 (2b)   messages 4 (C-1)
  *        inner G > 1: (G-1) 4 C (2a + 2h) + G 4 C a        messages 2G-1 (0 when G = 1)
  *        outer 2 x 4 (2 C b)                               messages 2   (0 on those ranks)
+ * so the P2P bytes of a forward are G 4 (2 C b) = the paper's Eq. 4 and its team bytes Eq. 3
+ * (plus the lse column the merge needs).
  * Workspace (floats), one arena shared by forward and backward:
- *   fwd  (1+C)(a+2b) + 2Ca + Ch + 4Cb + 2C(a+h)
- *   bwd  (1+C)(2a+2b+2h) + 2C(2a+2h) + 8Cb + 4Ca
- *   arena = max(fwd, bwd)  (the paper's Eq. 7 term 3CA is the team's gathered q, k, v)
- * plus 5 S ints of team positions and runs.
+ *   fwd  C a + 4 C b + 2 C (a + h)       (q_team; kv current + next; (o, lse) partials + received)
+ *   bwd  (1 + 2C)(2a + 2h) + 6 C b + 3 C a  (gathered row; query bundle current + next; kv as
+ *        gathered + received; dk/dv; dq x 2 + incoming partial; the summed dq and the returned
+ *        dk/dv reuse the idle bundle and kv buffers)
+ *   arena = max(fwd, bwd); the paper's Eq. 7 term 3CA is q_team + one kv buffer of the forward
+ * plus P n PosRuns (16 bytes each) for the slots' positions.
  *
  * What it does not do: no recomputation, no fp16/bf16 transport (data travels in fp32). */
 #include "strategies/wallfacer.h"
@@ -148,13 +154,13 @@ static void volume_of(const Sizes *z, int sends_outer, AttnVolume *v) {
     memset(v, 0, sizeof *v);
     const unsigned long long C = z->C, G = z->G, a = z->a, b = z->b, h = z->h, F = sizeof(float);
     v->fwd[COMM_TEAM] = (C - 1) * F * (a + 2 * b) + (C - 1) * F * (a + h);
-    v->fwd_msgs[COMM_TEAM] = 2 * (C - 1);
+    v->fwd_msgs[COMM_TEAM] = 3 * (C - 1);
     v->fwd[COMM_P2P_INNER] = (G - 1) * F * 2 * C * b;
     v->fwd_msgs[COMM_P2P_INNER] = G - 1;
     v->fwd[COMM_P2P_OUTER] = sends_outer ? F * 2 * C * b : 0;
     v->fwd_msgs[COMM_P2P_OUTER] = sends_outer ? 1 : 0;
     v->bwd[COMM_TEAM] = (C - 1) * F * (2 * a + 2 * b + 2 * h) + (C - 1) * F * a + (C - 1) * F * 2 * b;
-    v->bwd_msgs[COMM_TEAM] = 3 * (C - 1);
+    v->bwd_msgs[COMM_TEAM] = 4 * (C - 1);
     v->bwd[COMM_P2P_INNER] = G > 1 ? (G - 1) * F * C * (2 * a + 2 * h) + G * F * C * a : 0;
     v->bwd_msgs[COMM_P2P_INNER] = G > 1 ? 2 * G - 1 : 0;
     v->bwd[COMM_P2P_OUTER] = sends_outer ? 2 * F * 2 * C * b : 0;
@@ -179,41 +185,36 @@ static void wf_volume(const StrategyParams *p, AttnVolume *v) {
     volume_of(&z, p->team > 1, v);
 }
 
-/* Arena layout: forward and backward regions overlap (a call uses one of them). */
+/* Arena layout: forward and backward regions overlap (a call uses one of them). Team buffers
+ * hold C member blocks in member order, so an all-gather lands in them as they are:
+ *   q_team (C n, H, d); kv of a team: C blocks [k_j | v_j] of 2b; (o, lse) partials: C blocks
+ *   [o_j | lse_j]; a query bundle: C blocks [q_j | dout_j | lse_j | delta_j] of 2a + 2h;
+ *   dq of a team (C n, H, d); dk/dv of a team: C blocks [dk_j | dv_j]. */
 typedef struct {
-    size_t f_gsend, f_grecv, f_q, f_kv0, f_kv1, f_o, f_lse, f_send, f_recv, f_end;
-    size_t b_gsend, b_grecv, b_bundle0, b_bundle1, b_kv0, b_kv1, b_dkv, b_dkvback, b_dql0, b_dql1, b_dqin, b_dqlast,
-        b_end;
+    size_t f_q, f_kv0, f_kv1, f_ol, f_recv, f_end;
+    size_t b_gsend, b_bundle0, b_bundle1, b_kv0, b_kv1, b_dkv, b_dql0, b_dql1, b_dqin, b_end;
 } Arena;
 
 static Arena arena_of(const Sizes *z) {
     Arena A;
-    const size_t C = z->C, a = z->a, b = z->b, h = z->h;
-    const size_t X = a + 2 * b, Y = 2 * a + 2 * b + 2 * h, bundle = C * (2 * a + 2 * h);
+    const size_t C = z->C, a = z->a, b = z->b, h = z->h, Z = 2 * a + 2 * h;
     size_t o = 0;
-    A.f_gsend = o, o += X;
-    A.f_grecv = o, o += C * X;
     A.f_q = o, o += C * a;
     A.f_kv0 = o, o += 2 * C * b;
     A.f_kv1 = o, o += 2 * C * b;
-    A.f_o = o, o += C * a;
-    A.f_lse = o, o += C * h;
-    A.f_send = o, o += C * (a + h);
+    A.f_ol = o, o += C * (a + h);
     A.f_recv = o, o += C * (a + h);
     A.f_end = o;
     o = 0;
-    A.b_gsend = o, o += Y;
-    A.b_grecv = o, o += C * Y;
-    A.b_bundle0 = o, o += bundle;
-    A.b_bundle1 = o, o += bundle;
+    A.b_gsend = o, o += Z;
+    A.b_bundle0 = o, o += C * Z;
+    A.b_bundle1 = o, o += C * Z;
     A.b_kv0 = o, o += 2 * C * b;
     A.b_kv1 = o, o += 2 * C * b;
     A.b_dkv = o, o += 2 * C * b;
-    A.b_dkvback = o, o += 2 * C * b;
     A.b_dql0 = o, o += C * a;
     A.b_dql1 = o, o += C * a;
     A.b_dqin = o, o += C * a;
-    A.b_dqlast = o, o += C * a;
     A.b_end = o;
     return A;
 }
@@ -293,23 +294,21 @@ typedef struct {
     Arena A;
     float *arena;
     const int *all_pos; /* (P, n), the caller's */
-    int *team_pos;      /* (T, C n): positions of each team's rows, member order */
-    PosRun *team_runs;  /* (T, C n) */
-    PosBlock *team_blk; /* (T) */
+    PosRun *runs;       /* (P, n) */
+    PosBlock *slot_blk; /* (P): the rows of each context slot */
 } WfCtx;
 
 static void wf_set_positions(ContextSchedule *s, const int *all_pos) {
     WfCtx *x = s->ctx;
-    const int n = x->n, C = x->me.C, T = x->me.T, P = x->me.P;
+    const int n = x->n;
     x->all_pos = all_pos;
-    for (int t = 0; t < T; t++) {
-        int *tp = x->team_pos + (size_t)t * C * n;
-        for (int j = 0; j < C; j++) {
-            int c = wallfacer_ctx_rank(P, C, x->me.ring_first, t, j);
-            memcpy(tp + (size_t)j * n, all_pos + (size_t)c * n, sizeof(int) * (size_t)n);
-        }
-        pos_block_init(&x->team_blk[t], tp, C * n, x->team_runs + (size_t)t * C * n);
-    }
+    for (int c = 0; c < x->me.P; c++)
+        pos_block_init(&x->slot_blk[c], all_pos + (size_t)c * n, n, x->runs + (size_t)c * n);
+}
+
+/* The rows of member j of team t. */
+static const PosBlock *member_rows(const WfCtx *x, int t, int j) {
+    return &x->slot_blk[wallfacer_ctx_rank(x->me.P, x->me.C, x->me.ring_first, t, j)];
 }
 
 static void require_positions(const WfCtx *x, const char *who) {
@@ -338,36 +337,27 @@ static void wf_forward(ContextSchedule *s, const float *q, const float *kv, floa
     require_positions(x, "forward");
     Comm *cm = x->comm;
     const WallfacerRank *me = &x->me;
-    const size_t C = x->z.C, a = x->z.a, b = x->z.b, h = x->z.h, X = a + 2 * b;
+    const size_t C = x->z.C, a = x->z.a, b = x->z.b, h = x->z.h;
     const int G = me->G;
     float *W = x->arena;
-    float *gsend = W + x->A.f_gsend, *grecv = W + x->A.f_grecv, *qt = W + x->A.f_q;
-    float *kv0 = W + x->A.f_kv0, *kv1 = W + x->A.f_kv1, *ot = W + x->A.f_o, *lt = W + x->A.f_lse;
-    float *send = W + x->A.f_send, *recv = W + x->A.f_recv;
+    float *qt = W + x->A.f_q, *kv0 = W + x->A.f_kv0, *kv1 = W + x->A.f_kv1, *ol = W + x->A.f_ol;
+    float *recv = W + x->A.f_recv;
 
-    /* 1. team all-gather of [q | k | v], unpacked into team-ordered q (C n, H, d), k | v */
+    /* 1. team all-gathers: q_team (C n, H, d) and the team's kv, both in member order */
+    comm_allgather(cm, COMM_TEAM, q, qt, a * sizeof(float), x->team_comm);
+    comm_allgather(cm, COMM_TEAM, kv, kv0, 2 * b * sizeof(float), x->team_comm);
     double t0 = comm_compute_begin(cm);
-    copy_f(gsend, q, a);
-    copy_f(gsend + a, kv, 2 * b);
-    comm_compute_end(cm, "wallfacer pack", t0);
-    comm_allgather(cm, COMM_TEAM, gsend, grecv, X * sizeof(float), x->team_comm);
-    t0 = comm_compute_begin(cm);
-    for (size_t j = 0; j < C; j++) {
-        const float *g = grecv + j * X;
-        copy_f(qt + j * a, g, a);
-        copy_f(kv0 + j * b, g + a, b);
-        copy_f(kv0 + C * b + j * b, g + a + b, b);
-    }
-    AttnShape st = {.n_q = (int)(C * x->z.n), .n_kv = 1, .n_heads = x->H, .n_kv_heads = x->Hk, .head_dim = x->d,
+    AttnShape st = {.n_q = x->n, .n_kv = 1, .n_heads = x->H, .n_kv_heads = x->Hk, .head_dim = x->d,
                     .scale = x->ba.scale, .mask = ATTN_CAUSAL};
-    attn_state_init(&st, ot, lt);
-    comm_compute_end(cm, "wallfacer unpack", t0);
+    for (size_t i = 0; i < C; i++) attn_state_init(&st, ol + i * (a + h), ol + i * (a + h) + a);
+    comm_compute_end(cm, "wallfacer init", t0);
 
     /* 2. initial send (Alg. 2) */
     float *cur = initial_exchange(x, kv0, kv1, 2 * C * b, me->init_send, me->init_recv, TAG_FWD_INIT);
     float *nxt = cur == kv0 ? kv1 : kv0;
 
-    /* 3. G sub-ring steps (Alg. 3), the next kv in flight while the current one computes */
+    /* 3. G sub-ring steps (Alg. 3), the next kv in flight while the current one computes;
+     *    every (query member i, kv member j) block of the team pair */
     MPI_Request reqs[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
     Progress pr = {reqs, 2, COMM_P2P_INNER};
     const size_t kv_bytes = 2 * C * b * sizeof(float);
@@ -377,7 +367,11 @@ static void wf_forward(ContextSchedule *s, const float *q, const float *kv, floa
             comm_irecv(cm, COMM_P2P_INNER, nxt, kv_bytes, me->ring_prev, TAG_FWD_KV, x->p2p_comm, &reqs[1]);
         }
         const int kt = wallfacer_fwd_kv_team(me, step);
-        block_attn_forward(&x->ba, qt, &x->team_blk[me->team], cur, cur + C * b, &x->team_blk[kt], ot, lt, &pr);
+        for (size_t i = 0; i < C; i++)
+            for (size_t j = 0; j < C; j++)
+                block_attn_forward(&x->ba, qt + i * a, member_rows(x, me->team, (int)i), cur + j * 2 * b,
+                                   cur + j * 2 * b + b, member_rows(x, kt, (int)j), ol + i * (a + h),
+                                   ol + i * (a + h) + a, &pr);
         if (step < G - 1) {
             comm_waitall(cm, COMM_P2P_INNER, 2, reqs);
             float *tmp = cur;
@@ -387,15 +381,8 @@ static void wf_forward(ContextSchedule *s, const float *q, const float *kv, floa
     }
 
     /* 4. reduce-scatter with the merge rule: member j gets every member's (o, lse) of its rows */
+    comm_alltoall(cm, COMM_TEAM, ol, recv, (a + h) * sizeof(float), x->team_comm);
     t0 = comm_compute_begin(cm);
-    for (size_t j = 0; j < C; j++) {
-        copy_f(send + j * (a + h), ot + j * a, a);
-        copy_f(send + j * (a + h) + a, lt + j * h, h);
-    }
-    comm_compute_end(cm, "wallfacer pack", t0);
-    comm_alltoall(cm, COMM_TEAM, send, recv, (a + h) * sizeof(float), x->team_comm);
-    t0 = comm_compute_begin(cm);
-    st.n_q = x->n;
     attn_state_init(&st, o, lse);
     for (size_t j = 0; j < C; j++) attn_merge(x->n, x->H, x->d, o, lse, recv + j * (a + h), recv + j * (a + h) + a);
     comm_compute_end(cm, "wallfacer merge", t0);
@@ -408,48 +395,39 @@ static void wf_backward(ContextSchedule *s, const float *q, const float *kv, con
     require_positions(x, "backward");
     Comm *cm = x->comm;
     const WallfacerRank *me = &x->me;
-    const size_t C = x->z.C, a = x->z.a, b = x->z.b, h = x->z.h, Y = 2 * a + 2 * b + 2 * h;
+    const size_t C = x->z.C, a = x->z.a, b = x->z.b, h = x->z.h, Z = 2 * a + 2 * h;
     const int G = me->G;
     float *W = x->arena;
-    float *gsend = W + x->A.b_gsend, *grecv = W + x->A.b_grecv;
+    float *gsend = W + x->A.b_gsend;
     float *bundle[2] = {W + x->A.b_bundle0, W + x->A.b_bundle1};
-    float *kv0 = W + x->A.b_kv0, *kv1 = W + x->A.b_kv1, *dkvt = W + x->A.b_dkv, *dkvback = W + x->A.b_dkvback;
-    float *dql[2] = {W + x->A.b_dql0, W + x->A.b_dql1}, *dqin = W + x->A.b_dqin, *dqlast = W + x->A.b_dqlast;
+    float *kv0 = W + x->A.b_kv0, *kv1 = W + x->A.b_kv1, *dkvt = W + x->A.b_dkv;
+    float *dql[2] = {W + x->A.b_dql0, W + x->A.b_dql1}, *dqin = W + x->A.b_dqin;
+    float *dqlast = NULL; /* the bundle buffer that receives nothing at the last step */
 
-    /* 1. team all-gather of [q | k | v | dout | lse | delta]; a bundle is
-     *    q (C n, H, d) | dout (C n, H, d) | lse (C n, H) | delta (C n, H) of one team */
+    /* 1. team all-gathers: the query bundle, C blocks [q_j | dout_j | lse_j | delta_j], and the
+     *    team's kv */
     double t0 = comm_compute_begin(cm);
     copy_f(gsend, q, a);
-    copy_f(gsend + a, kv, 2 * b);
-    copy_f(gsend + a + 2 * b, dout, a);
-    copy_f(gsend + 2 * a + 2 * b, lse, h);
-    copy_f(gsend + 2 * a + 2 * b + h, delta, h);
+    copy_f(gsend + a, dout, a);
+    copy_f(gsend + 2 * a, lse, h);
+    copy_f(gsend + 2 * a + h, delta, h);
     comm_compute_end(cm, "wallfacer pack", t0);
-    comm_allgather(cm, COMM_TEAM, gsend, grecv, Y * sizeof(float), x->team_comm);
+    comm_allgather(cm, COMM_TEAM, gsend, bundle[0], Z * sizeof(float), x->team_comm);
+    comm_allgather(cm, COMM_TEAM, kv, kv0, 2 * b * sizeof(float), x->team_comm);
     t0 = comm_compute_begin(cm);
-    float *b0 = bundle[0];
-    for (size_t j = 0; j < C; j++) {
-        const float *g = grecv + j * Y;
-        copy_f(b0 + j * a, g, a);                                    /* q */
-        copy_f(kv0 + j * b, g + a, b);                               /* k */
-        copy_f(kv0 + C * b + j * b, g + a + b, b);                   /* v */
-        copy_f(b0 + C * a + j * a, g + a + 2 * b, a);                /* dout */
-        copy_f(b0 + 2 * C * a + j * h, g + 2 * a + 2 * b, h);         /* lse */
-        copy_f(b0 + 2 * C * a + C * h + j * h, g + 2 * a + 2 * b + h, h); /* delta */
-    }
     memset(dkvt, 0, sizeof(float) * 2 * C * b);
-    comm_compute_end(cm, "wallfacer unpack", t0);
+    comm_compute_end(cm, "zero dkv", t0);
 
     /* 2. the same initial kv send as forward: this kv and its gradient stay here */
     const float *kvf = initial_exchange(x, kv0, kv1, 2 * C * b, me->init_send, me->init_recv, TAG_BWD_INIT);
-    const PosBlock *kb = &x->team_blk[wallfacer_fwd_kv_team(me, 0)];
+    const int kt = wallfacer_fwd_kv_team(me, 0);
 
     /* 3. G steps: queries travel with their dq. reqs: 0-1 bundle send/recv, 2 dq send,
      *    3 dq partial recv, 4 the summed dq of this team coming home (last hop) */
     MPI_Request reqs[5];
     for (int i = 0; i < 5; i++) reqs[i] = MPI_REQUEST_NULL;
     Progress pr = {reqs, 5, COMM_P2P_INNER};
-    const size_t bundle_bytes = C * (2 * a + 2 * h) * sizeof(float), dq_bytes = C * a * sizeof(float);
+    const size_t bundle_bytes = C * Z * sizeof(float), dq_bytes = C * a * sizeof(float);
     float *bcur = bundle[0], *bnxt = bundle[1];
     for (int step = 0; step < G; step++) {
         float *L = dql[step % 2];
@@ -459,15 +437,21 @@ static void wf_backward(ContextSchedule *s, const float *q, const float *kv, con
         }
         if (step >= 1)
             comm_irecv(cm, COMM_P2P_INNER, dqin, dq_bytes, me->ring_prev, TAG_BWD_DQ, x->p2p_comm, &reqs[3]);
-        if (G > 1 && step == G - 1)
+        if (G > 1 && step == G - 1) {
+            dqlast = bnxt; /* its last send (step G-2) completed: C Z >= C a floats */
             comm_irecv(cm, COMM_P2P_INNER, dqlast, dq_bytes, me->ring_prev, TAG_BWD_DQ_LAST, x->p2p_comm, &reqs[4]);
+        }
         t0 = comm_compute_begin(cm);
         memset(L, 0, dq_bytes);
         comm_compute_end(cm, "zero dq", t0);
-        const int qteam = wallfacer_bwd_q_team(me, step);
-        const float *bq = bcur, *bdout = bcur + C * a, *blse = bcur + 2 * C * a, *bdelta = blse + C * h;
-        block_attn_backward(&x->ba, bq, &x->team_blk[qteam], kvf, kvf + C * b, kb, blse, bdelta, bdout, L, dkvt,
-                            dkvt + C * b, &pr);
+        const int qt = wallfacer_bwd_q_team(me, step);
+        for (size_t i = 0; i < C; i++) {
+            const float *B = bcur + i * Z; /* q_i | dout_i | lse_i | delta_i */
+            for (size_t j = 0; j < C; j++)
+                block_attn_backward(&x->ba, B, member_rows(x, qt, (int)i), kvf + j * 2 * b, kvf + j * 2 * b + b,
+                                    member_rows(x, kt, (int)j), B + 2 * a, B + 2 * a + h, B + a, L + i * a,
+                                    dkvt + j * 2 * b, dkvt + j * 2 * b + b, &pr);
+        }
         if (G > 1) {
             if (step >= 1) {
                 comm_waitall(cm, COMM_P2P_INNER, 1, &reqs[3]);
@@ -493,10 +477,12 @@ static void wf_backward(ContextSchedule *s, const float *q, const float *kv, con
         dq_team = dqlast;
     }
 
-    /* 4. dk/dv back through the inverse of the initial map, overlapping the dq reduce-scatter */
+    /* 4. dk/dv back through the inverse of the initial map, overlapping the dq reduce-scatter;
+     *    then reduce-scatter (sum) of the C member blocks [dk_j | dv_j] */
     MPI_Request back[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
     const float *dkv_home = dkvt;
     if (me->init_send != me->rank) {
+        float *dkvback = kv0; /* sent by the initial exchange, which completed: free */
         comm_isend(cm, COMM_P2P_OUTER, dkvt, 2 * C * b * sizeof(float), me->init_recv, TAG_BWD_DKV, x->p2p_comm,
                    &back[0]);
         comm_irecv(cm, COMM_P2P_OUTER, dkvback, 2 * C * b * sizeof(float), me->init_send, TAG_BWD_DKV, x->p2p_comm,
@@ -505,15 +491,7 @@ static void wf_backward(ContextSchedule *s, const float *q, const float *kv, con
     }
     comm_reduce_scatter_block(cm, COMM_TEAM, dq_team, dq, a, MPI_FLOAT, MPI_SUM, x->team_comm);
     comm_waitall(cm, COMM_P2P_OUTER, 2, back);
-    /* repack (2, C n, Hk, d) into member blocks [dk_j | dv_j] and reduce-scatter (sum) */
-    t0 = comm_compute_begin(cm);
-    float *rs = grecv; /* free again: C Y >= 2 C b */
-    for (size_t j = 0; j < C; j++) {
-        copy_f(rs + j * 2 * b, dkv_home + j * b, b);
-        copy_f(rs + j * 2 * b + b, dkv_home + C * b + j * b, b);
-    }
-    comm_compute_end(cm, "wallfacer pack", t0);
-    comm_reduce_scatter_block(cm, COMM_TEAM, rs, dkv, 2 * b, MPI_FLOAT, MPI_SUM, x->team_comm);
+    comm_reduce_scatter_block(cm, COMM_TEAM, dkv_home, dkv, 2 * b, MPI_FLOAT, MPI_SUM, x->team_comm);
 }
 
 static void wf_destroy(ContextSchedule *s) {
@@ -523,9 +501,8 @@ static void wf_destroy(ContextSchedule *s) {
         if (x->team_comm != MPI_COMM_NULL) MPI_Comm_free(&x->team_comm);
         if (x->p2p_comm != MPI_COMM_NULL) MPI_Comm_free(&x->p2p_comm);
         xfree(x->arena);
-        xfree(x->team_pos);
-        xfree(x->team_runs);
-        xfree(x->team_blk);
+        xfree(x->runs);
+        xfree(x->slot_blk);
         xfree(x);
     }
     xfree(s);
@@ -550,10 +527,8 @@ static ContextSchedule *wf_create(const ScheduleShape *sh) {
     x->z = sizes_of((size_t)sh->n, sh->heads, sh->kv_heads, sh->head_dim, C, P);
     x->A = arena_of(&x->z);
     x->arena = xmalloc_aligned(sizeof(float) * arena_floats(&x->A));
-    const size_t S = (size_t)P * sh->n;
-    x->team_pos = xmalloc(sizeof(int) * S);
-    x->team_runs = xmalloc(sizeof(PosRun) * S);
-    x->team_blk = xcalloc((size_t)x->me.T, sizeof(PosBlock));
+    x->runs = xmalloc(sizeof(PosRun) * (size_t)P * sh->n);
+    x->slot_blk = xcalloc((size_t)P, sizeof(PosBlock));
     if (MPI_Comm_split(t->ctx_comm, x->me.team, x->me.member, &x->team_comm) != MPI_SUCCESS)
         die("wallfacer: MPI_Comm_split of the team communicator failed");
     if (MPI_Comm_dup(t->ctx_comm, &x->p2p_comm) != MPI_SUCCESS) die("wallfacer: MPI_Comm_dup of ctx_comm failed");
