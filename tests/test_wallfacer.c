@@ -190,6 +190,7 @@ static void test_check(void) {
     expect_msg(36, 4, 72, LAYOUT_ZIGZAG, "--team 4", "valid --team for cp 36: 1, 2, 3, 6");
     expect_msg(8, 2, 60, LAYOUT_ZIGZAG, "--seq-len 60", "16");
     expect_msg(8, 2, 60, LAYOUT_CONTIGUOUS, "--seq-len 60", "8");
+    expect_msg(0, 1, 64, LAYOUT_ZIGZAG, "--cp", NULL);
     expect_msg(8, 2, 64, LAYOUT_ZIGZAG, NULL, NULL);
     expect_msg(9, 3, 18, LAYOUT_ZIGZAG, NULL, NULL);
     expect_msg(9, 1, 9, LAYOUT_STRIPED, NULL, NULL);
