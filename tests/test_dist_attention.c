@@ -201,16 +201,18 @@ static void check_volume(Comm *cm, const Topology *t, const CommStats *st, const
 }
 
 static StrategyParams params_of(const Topology *t, TokenLayout layout, HeadCase hc) {
-    StrategyParams p = {.hp = t->hp, .cp = t->cp, .ring_inner = t->ring_inner, .layout = layout, .seq_len = hc.S,
+    StrategyParams p = {.hp = t->hp, .cp = t->cp, .ring_inner = t->ring_inner, .team = 1, .placement = t->placement,
+                        .layout = layout, .seq_len = hc.S,
                         .n_heads = hc.H, .n_kv_heads = hc.Hkv, .head_dim = hc.d};
     return p;
 }
 
-static void run_case(const Topology *t, Comm *cm, const Strategy *strat, TokenLayout layout, const Reference *R,
-                     int piece_rows, Summary *sum, const char *what) {
+static void run_case(const Topology *t, Comm *cm, const Strategy *strat, TokenLayout layout, int team,
+                     const Reference *R, int piece_rows, Summary *sum, const char *what) {
     const HeadCase hc = R->hc;
     const int S = hc.S, H = hc.H, Hkv = hc.Hkv, d = hc.d, N = S / t->sp;
     StrategyParams sp = params_of(t, layout, hc);
+    sp.team = team;
     SeqAttention *sa = dist_attention_create(strat->schedule, &sp, t, cm);
     dist_attention_set_piece_rows(sa, piece_rows);
     int *pos = xmalloc(sizeof(int) * (size_t)N);
@@ -423,7 +425,7 @@ static void test_trace_and_print(const Reference *R) {
     topology_create(&t, 1, hp, cp, cp, PLACEMENT_HEAD_FIRST, 2);
     Comm *cm = comm_create(&t, path);
     Summary s = {0};
-    run_case(&t, cm, strategy_find("2d"), LAYOUT_ZIGZAG, R, 8, &s, "traced run");
+    run_case(&t, cm, strategy_find("2d"), LAYOUT_ZIGZAG, 1, R, 8, &s, "traced run");
     FILE *f = g_rank == 0 ? tmpfile() : NULL;
     comm_stats_print(cm, f);
     if (g_rank == 0) {
@@ -511,7 +513,11 @@ int main(int argc, char **argv) {
                             const Strategy *strat = strategy_at(si);
                             if (strat->grid == GRID_HEADS_ONLY || strat->grid == GRID_CONTEXT_ONLY) continue; /* = 2d */
                             if (strat->schedule != &double_ring_schedule && (W != cp || pl == 1)) continue;
+                            const int wallfacer = strat->schedule == &wallfacer_schedule;
+                            for (int team = 1; team <= (wallfacer ? cp : 1); team++) {
+                            if (wallfacer && cp % (team * team)) continue;
                             StrategyParams sp = params_of(&t, (TokenLayout)lay, heads[hi]);
+                            sp.team = team;
                             char *err = strategy_check(strat, &sp);
                             if (err) { /* e.g. hp = 8 with H = 4 */
                                 xfree(err);
@@ -520,10 +526,11 @@ int main(int argc, char **argv) {
                             }
                             char what[160];
                             int piece = (combo++ % 2) ? 4 : 256;
-                            snprintf(what, sizeof what, "%s dp%d hp%d cp%d W%d %s %s H%d Hkv%d d%d S%d piece%d",
-                                     strat->name, dp, hp, cp, W, placement_name((Placement)pl), layout_name((TokenLayout)lay), heads[hi].H,
+                            snprintf(what, sizeof what, "%s C%d dp%d hp%d cp%d W%d %s %s H%d Hkv%d d%d S%d piece%d",
+                                     strat->name, team, dp, hp, cp, W, placement_name((Placement)pl), layout_name((TokenLayout)lay), heads[hi].H,
                                      heads[hi].Hkv, heads[hi].d, heads[hi].S, piece);
-                            run_case(&t, cm, strat, (TokenLayout)lay, &refs[hi], piece, &sum, what);
+                            run_case(&t, cm, strat, (TokenLayout)lay, team, &refs[hi], piece, &sum, what);
+                            }
                           }
                         }
                     }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Multi-rank tests under mpirun --oversubscribe (1 to 8 ranks on any machine), each with a
+# Multi-rank tests under mpirun --oversubscribe (1 to 12 ranks on any machine), each with a
 # timeout so that a hang is a failure:
 #   - the distributed attention test binary at 1, 2, 4 and 8 ranks;
 #   - the LightSeq / all-gather context schedule test at 2, 3, 4 and 8 ranks;
+#   - the WallFacer schedule test binary at 2, 4, 8, 9 and 12 ranks;
 #   - `seqpar grad` under every kind of grid (Ulysses, ring, 2D, double ring, KV replication,
 #     dp, ZeRO-1, both placements, three layouts) prints the single-process loss and writes the
 #     same gradient file, and matches the Hugging Face float64 fixtures;
@@ -17,31 +18,25 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 export OMP_NUM_THREADS=1
 run_np() { local np=$1; shift; timeout 240 mpirun --oversubscribe -np "$np" "$@"; }
 
-# ---- distributed attention against the single-process kernel (tests/test_dist_attention.c)
-if [ -x "$BUILD/tests/test_dist_attention" ]; then
-    for np in 2 3 4 8; do  # 1 rank: run directly by run_tests.sh; 3: head splits that do not divide
-        out=$(run_np $np "$BUILD/tests/test_dist_attention" 2>&1)
+# ---- test binaries under several world sizes (1 rank: run directly by run_tests.sh)
+mpi_test_binary() { # name "world sizes" description
+    local name=$1 sizes=$2 what=$3
+    if [ ! -x "$BUILD/tests/$name" ]; then bad "$BUILD/tests/$name was not built"; return; fi
+    for np in $sizes; do
+        out=$(run_np $np "$BUILD/tests/$name" 2>&1)
         rc=$?
         line=$(printf '%s\n' "$out" | grep -E 'passed, [0-9]+ failed' | tail -n 1)
         if [ $rc -eq 0 ] && printf '%s' "$line" | grep -q ' 0 failed'; then ok; else
-            bad "distributed attention at $np ranks (status $rc): $line"; printf '%s\n' "$out" | grep -E 'FAIL|error' | head -n 10; fi
+            bad "$what at $np ranks (status $rc): $line"; printf '%s\n' "$out" | grep -E 'FAIL|error' | head -n 10; fi
     done
-else
-    bad "$BUILD/tests/test_dist_attention was not built"
-fi
-
-# ---- LightSeq and all-gather context schedules (tests/test_lightseq_allgather.c); 3 ranks: odd cp
-if [ -x "$BUILD/tests/test_lightseq_allgather" ]; then
-    for np in 2 3 4 8; do  # 1 rank: run directly by run_tests.sh
-        out=$(run_np $np "$BUILD/tests/test_lightseq_allgather" 2>&1)
-        rc=$?
-        line=$(printf '%s\n' "$out" | grep -E 'passed, [0-9]+ failed' | tail -n 1)
-        if [ $rc -eq 0 ] && printf '%s' "$line" | grep -q ' 0 failed'; then ok; else
-            bad "lightseq / allgather schedules at $np ranks (status $rc): $line"; printf '%s\n' "$out" | grep -E 'FAIL|error' | head -n 10; fi
-    done
-else
-    bad "$BUILD/tests/test_lightseq_allgather was not built"
-fi
+}
+# every registered strategy against the single-process kernel (3: head splits that do not divide)
+mpi_test_binary test_dist_attention "2 3 4 8" "distributed attention"
+# LightSeq and all-gather context schedules (3 ranks: odd cp)
+mpi_test_binary test_lightseq_allgather "2 3 4 8" "lightseq / allgather schedules"
+# WallFacer: every valid team size and both placements (9: C = 3, no ring steps; 12: C = 2 with
+# sub-rings of 3)
+mpi_test_binary test_wallfacer "2 4 8 9 12" "wallfacer schedule"
 
 # ---- seqpar grad: every grid writes the single-process file
 grad_case() { # fixture seq_len np flags...
@@ -99,6 +94,11 @@ grad_case $L 256 8 --strategy lightseq --hp 2               # head exchange x Li
 grad_case $L 256 2 --strategy allgather
 grad_case $L 256 4 --strategy allgather --layout striped
 grad_case tiny_headdim 40 4 --strategy allgather --hp 2      # MQA, head exchange x all-gather
+grad_case $L 256 4 --strategy wallfacer --team 2              # one team of 2 x 2: no ring steps
+grad_case $L 256 8 --strategy wallfacer --team 2 --placement ring-first
+grad_case $L 252 9 --strategy wallfacer --team 3
+grad_case $L 256 8 --strategy wallfacer --team 1 --layout striped   # C = 1: the plain ring
+grad_case tiny_mha 24 8 --strategy wallfacer --hp 2 --team 2 --layout contiguous   # head exchange x WallFacer
 
 # ---- training on dp 2 x hp 2 x cp 2 tracks one process
 TRAIN=(train --layers 2 --hidden 32 --heads 4 --kv-heads 2 --ffn 64 --vocab 64 --seq-len 64 --batch 4 --steps 20
@@ -110,7 +110,7 @@ if [ "$(losses "$T/grid.jsonl" | wc -l)" -eq 20 ] && paste <(losses "$T/single.j
     awk '{ d = $2 - $4; if (d < 0) d = -d; if ($1 != $3 || d > 2e-4 * $2) bad = 1 } END { exit bad }'; then ok; else
     bad "20 steps on dp 2 x hp 2 x cp 2 do not track one process"; paste <(losses "$T/single.jsonl") <(losses "$T/grid.jsonl") | head -n 5; fi
 # every strategy trains like one process: 20 steps on 4 ranks
-for strat in ulysses ring lightseq allgather; do
+for strat in ulysses ring lightseq allgather wallfacer; do
     run_np 4 "$SEQPAR" "${TRAIN[@]}" --strategy $strat --log "$T/s_$strat.jsonl" >"$T/s.out" 2>&1 || bad "4-rank training, --strategy $strat: $(tail -n 3 "$T/s.out")"
     if [ "$(losses "$T/s_$strat.jsonl" | wc -l)" -eq 20 ] && paste <(losses "$T/single.jsonl") <(losses "$T/s_$strat.jsonl") |
         awk '{ d = $2 - $4; if (d < 0) d = -d; if ($1 != $3 || d > 2e-4 * $2) bad = 1 } END { exit bad }'; then ok; else
@@ -174,5 +174,6 @@ grid_error 3 "lightseq needs an even --cp (got 3)" --seq-len 255 --strategy ligh
 grid_error 2 "lightseq needs the contiguous layout" --seq-len 256 --strategy lightseq --layout zigzag
 grid_error 2 "splits heads only: drop --cp 2" --seq-len 256 --strategy ulysses --cp 2
 grid_error 2 "splits the sequence only: drop --hp 2" --seq-len 256 --strategy ring --hp 2
+grid_error 8 "valid --team for cp 8: 1, 2" --seq-len 256 --strategy wallfacer --team 3
 
 summary test_mpi

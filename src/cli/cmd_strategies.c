@@ -24,7 +24,7 @@ static const char HELP[] =
     "  --heads H      query heads (default 8)\n"
     "  --kv-heads K   key/value heads (default: H)\n"
     "  --head-dim D   head dimension (default 64)\n"
-    "  --team C       wallfacer team size (default 1)\n";
+    "  --team C       wallfacer team size (default: the largest C with C^2 dividing the ranks)\n";
 
 int cmd_strategies(int argc, char **argv) {
     const char *cmd = "strategies";
@@ -74,6 +74,7 @@ int cmd_strategies(int argc, char **argv) {
                 if (P % h == 0 && h * h <= P) p.hp = h;
             p.cp = P / p.hp;
         }
+        if (!p.team) p.team = strategy_default_team(s, p.cp);
         if (!err) err = strategy_check(s, &p);
         if (err) {
             printf("%-10s cannot run: %s\n", s->name, err);

@@ -8,13 +8,22 @@
 Placement placement_parse(const char *s) {
     if (!strcmp(s, "head-first")) return PLACEMENT_HEAD_FIRST;
     if (!strcmp(s, "context-first")) return PLACEMENT_CONTEXT_FIRST;
-    die_collective("unknown placement '%s': use head-first or context-first", s);
+    if (!strcmp(s, "team-first")) return PLACEMENT_TEAM_FIRST;
+    if (!strcmp(s, "ring-first")) return PLACEMENT_RING_FIRST;
+    die_collective("unknown placement '%s': use head-first, context-first, team-first or ring-first", s);
 }
 
-const char *placement_name(Placement p) { return p == PLACEMENT_HEAD_FIRST ? "head-first" : "context-first"; }
+const char *placement_name(Placement p) {
+    switch (p) {
+    case PLACEMENT_CONTEXT_FIRST: return "context-first";
+    case PLACEMENT_TEAM_FIRST: return "team-first";
+    case PLACEMENT_RING_FIRST: return "ring-first";
+    default: return "head-first";
+    }
+}
 
 int topology_world_rank_of(const Topology *t, int dp_rank, int h, int c) {
-    if (t->placement == PLACEMENT_HEAD_FIRST) return dp_rank * t->sp + c * t->hp + h;
+    if (t->placement != PLACEMENT_CONTEXT_FIRST) return dp_rank * t->sp + c * t->hp + h;
     return dp_rank * t->sp + h * t->cp + c;
 }
 
@@ -62,7 +71,7 @@ void topology_create(Topology *t, int dp, int hp, int cp, int ring_inner, Placem
     int r = t->world_rank;
     t->dp_rank = r / t->sp;
     int within = r % t->sp;
-    if (placement == PLACEMENT_HEAD_FIRST) {
+    if (placement != PLACEMENT_CONTEXT_FIRST) { /* head-first, team-first, ring-first */
         t->cp_rank = within / hp;
         t->hp_rank = within % hp;
     } else {

@@ -9,7 +9,15 @@
 
 #include <mpi.h>
 
-typedef enum { PLACEMENT_HEAD_FIRST = 0, PLACEMENT_CONTEXT_FIRST = 1 } Placement;
+/* team-first / ring-first: WallFacer's two placements of a context group (paper 002 §3.4: its
+ * teams, or its sub-rings, on consecutive context ranks; see wallfacer.h). For the dp x hp x cp
+ * grid they behave exactly like head-first; other schedules ignore the difference. */
+typedef enum {
+    PLACEMENT_HEAD_FIRST = 0,
+    PLACEMENT_CONTEXT_FIRST = 1,
+    PLACEMENT_TEAM_FIRST = 2,
+    PLACEMENT_RING_FIRST = 3
+} Placement;
 
 typedef struct {
     int dp, hp, cp, sp;   /* sizes; sp = hp * cp; world = dp * sp */
@@ -35,7 +43,7 @@ typedef struct {
 } Topology;
 
 /* World rank of the member (dp_rank, h, c) under the placement:
- *   head-first:    dp_rank * sp + c * hp + h
+ *   head-first (and team-first, ring-first): dp_rank * sp + c * hp + h
  *   context-first: dp_rank * sp + h * cp + c */
 int topology_world_rank_of(const Topology *t, int dp_rank, int h, int c);
 /* Node of a world rank: world_rank / ranks_per_node. */
@@ -48,7 +56,8 @@ void topology_create(Topology *t, int dp, int hp, int cp, int ring_inner, Placem
                      int ranks_per_node);
 void topology_free(Topology *t);
 
-/* "head-first" / "context-first"; dies naming the value and the choices otherwise. */
+/* "head-first" / "context-first" / "team-first" / "ring-first"; dies naming the value and the
+ * choices otherwise. */
 Placement placement_parse(const char *s);
 const char *placement_name(Placement p);
 

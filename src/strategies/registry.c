@@ -17,6 +17,7 @@ static const Strategy TABLE[] = {
      "--cp --ring-inner --layout", "--ring-inner divides --cp; any layout"},
     {"lightseq", &lightseq_schedule, GRID_CONTEXT, LAYOUT_CONTIGUOUS, NULL, NULL, NULL},
     {"allgather", &allgather_schedule, GRID_CONTEXT, LAYOUT_ZIGZAG, NULL, NULL, NULL},
+    {"wallfacer", &wallfacer_schedule, GRID_CONTEXT, LAYOUT_ZIGZAG, NULL, NULL, NULL},
 };
 
 const Strategy *strategy_at(int i) { return i >= 0 && i < (int)ARRAY_LEN(TABLE) ? &TABLE[i] : NULL; }
@@ -74,6 +75,14 @@ char *strategy_grid(const Strategy *s, int hp_given, int cp_given, int sp_ranks,
         return NULL;
     }
     return NULL;
+}
+
+int strategy_default_team(const Strategy *s, int cp) {
+    int team = 0;
+    if (s->schedule == &wallfacer_schedule)
+        for (int c = 1; c * c <= cp; c++)
+            if (cp % (c * c) == 0) team = c;
+    return team;
 }
 
 /* The heads the schedule holds on head member hp_rank, as the schedule's StrategyParams (hp = 1:

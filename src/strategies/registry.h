@@ -67,6 +67,10 @@ char *strategy_unknown_message(const char *name);
  * drop --cp 2". */
 char *strategy_grid(const Strategy *s, int hp_given, int cp_given, int sp_ranks, int *hp, int *cp);
 
+/* The team size when --team is not given: wallfacer's largest C with C^2 dividing cp; 0 for the
+ * strategies without teams. */
+int strategy_default_team(const Strategy *s, int cp);
+
 /* Everything the strategy needs to run p: the heads split over hp (also unevenly), S splitting
  * under the layout, and the schedule's own check. NULL or a one-line message (xmalloc'd). */
 char *strategy_check(const Strategy *s, const StrategyParams *p);

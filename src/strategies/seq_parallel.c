@@ -57,8 +57,10 @@ void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaC
     p->seq_len = seq_len;
     int sp = p->topo.sp;
     p->params = (StrategyParams){.hp = hp, .cp = cp, .ring_inner = p->topo.ring_inner, .team = cfg->team,
+                                 .placement = cfg->placement,
                                  .layout = cfg->layout, .seq_len = seq_len, .n_heads = model->num_attention_heads,
                                  .n_kv_heads = model->num_key_value_heads, .head_dim = model->head_dim};
+    if (p->params.team == 0) p->params.team = strategy_default_team(p->strategy, cp);
     if (sp > 1) {
         err = strategy_check(p->strategy, &p->params);
         if (err) die_collective("%s", err);
@@ -100,7 +102,9 @@ double seq_parallel_sum(const SeqParallel *p, double local) {
 
 void seq_parallel_describe(const SeqParallel *p, char *buf, size_t n) {
     const Topology *t = &p->topo;
-    snprintf(buf, n, "%s: dp %d x hp %d x cp %d (ring W %d), %s layout, %s placement, %d ranks/node, zero %d, %d thread%s/rank",
-             t->sp > 1 ? p->strategy->name : "single process", t->dp, t->hp, t->cp, t->ring_inner, layout_name(p->cfg.layout), placement_name(t->placement),
+    char team[32] = "";
+    if (t->sp > 1 && p->strategy->schedule == &wallfacer_schedule) snprintf(team, sizeof team, ", team %d", p->params.team);
+    snprintf(buf, n, "%s%s: dp %d x hp %d x cp %d (ring W %d), %s layout, %s placement, %d ranks/node, zero %d, %d thread%s/rank",
+             t->sp > 1 ? p->strategy->name : "single process", team, t->dp, t->hp, t->cp, t->ring_inner, layout_name(p->cfg.layout), placement_name(t->placement),
              t->ranks_per_node, p->cfg.zero, p->threads, p->threads == 1 ? "" : "s");
 }

@@ -1,0 +1,557 @@
+/* WallFacer multi-ring attention (paper 002, §3.2-3.5, Alg. 1-3; notes/algorithms.md §6) as a
+ * context schedule of P = cp ranks with teams of C members (wallfacer.h: names, placement and
+ * the Communication Configuration Generator).
+ *
+ * Forward (Alg. 1), per layer, on each context rank (team t, member m):
+ *   1. all-gather q and kv of the slot inside the team (COMM_TEAM): the rank now holds the
+ *      team's C n query rows and C n kv rows, in member order (the gathered buffers are the
+ *      working layout: no unpacking);
+ *   2. initial send (Alg. 2, COMM_P2P_OUTER): the team's kv goes to team m G + t / C, member
+ *      t % C (nothing moves when that is this rank), and the kv of another team arrives;
+ *   3. G = P / C^2 sub-ring steps (Alg. 3, COMM_P2P_INNER): the next kv is in flight to/from the
+ *      same member of the next/previous team of the team group while the team's queries attend
+ *      the current kv (block_attn_forward per (query member, kv member) block, progress tests
+ *      between pieces), merged into (o, lse) partials of the C n team rows;
+ *   4. reduce-scatter with the merge rule (COMM_TEAM): an all-to-all inside the team sends the
+ *      (o, lse) rows of member j to member j, which merges the C partials with attn_merge in
+ *      member order (not a sum).
+ * Over the C members and G steps a team's queries meet the kv of every team exactly once.
+ *
+ * Backward (paper §3.2.1 prose, notes §6): kv and dk/dv stay put, queries travel with their dq.
+ *   1. all-gather the query bundle [q | dout | lse | delta] and kv inside the team (COMM_TEAM);
+ *      delta is given, so the team never needs O;
+ *   2. the same initial kv send as forward (COMM_P2P_OUTER); that kv stays on this rank;
+ *   3. G steps: the query bundle of step s+1 is in flight on the sub-ring while step s computes
+ *      dq into a fresh buffer and dk/dv into the fixed kv's accumulator; the dq partial of the
+ *      query team of step s then arrives from the previous rank (its step s-1), is added and
+ *      sent on; the last hop (step G-1) returns the summed dq to the team that owns those
+ *      queries (COMM_P2P_INNER: G-1 bundle hops, G dq hops, dq only on the last one since the
+ *      owner still holds its queries);
+ *   4. dq reduce-scattered (sum) inside the team (COMM_TEAM); dk/dv partials sent back through
+ *      the inverse of the initial map (COMM_P2P_OUTER) and reduce-scattered (sum) in the team.
+ *
+ * Bytes per rank per layer, fp32, a = n H d, b = n Hkv d, h = n H (heads after the head
+ * exchange; n = S / cp):
+ *   fwd  team  (C-1) 4 (a + 2b) + (C-1) 4 (a + h)          messages 3 (C-1)
+ *        inner (G-1) 4 (2 C b)                             messages G-1
+ *        outer 4 (2 C b)                                   messages 1   (0 on the ranks whose
+ *                                                          initial send targets themselves)
+ *   bwd  team  (C-1) 4 (2a + 2h + 2b) + (C-1) 4 a + (C-1) 4 (2b)   messages 4 (C-1)
+ *        inner G > 1: (G-1) 4 C (2a + 2h) + G 4 C a        messages 2G-1 (0 when G = 1)
+ *        outer 2 x 4 (2 C b)                               messages 2   (0 on those ranks)
+ * so the P2P bytes of a forward are G 4 (2 C b) = the paper's Eq. 4 and its team bytes Eq. 3
+ * (plus the lse column the merge needs).
+ * Workspace (floats), one arena shared by forward and backward:
+ *   fwd  C a + 4 C b + 2 C (a + h)       (q_team; kv current + next; (o, lse) partials + received)
+ *   bwd  (1 + 2C)(2a + 2h) + 6 C b + 3 C a  (gathered row; query bundle current + next; kv as
+ *        gathered + received; dk/dv; dq x 2 + incoming partial; the summed dq and the returned
+ *        dk/dv reuse the idle bundle and kv buffers)
+ *   arena = max(fwd, bwd); the paper's Eq. 7 term 3CA is q_team + one kv buffer of the forward
+ * plus P n PosRuns (16 bytes each) for the slots' positions.
+ *
+ * What it does not do: no recomputation, no fp16/bf16 transport (data travels in fp32). */
+#include "strategies/wallfacer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "attention/flash_attention.h"
+#include "core/common.h"
+#include "strategies/registry.h"
+
+/* Message tags on the schedule's own communicator: no two streams share one. */
+enum {
+    TAG_FWD_INIT = 301,
+    TAG_FWD_KV = 302,
+    TAG_BWD_INIT = 311,
+    TAG_BWD_Q = 312,
+    TAG_BWD_DQ = 313,
+    TAG_BWD_DQ_LAST = 314,
+    TAG_BWD_DKV = 315,
+};
+
+/* ------------------------------------------------------------------------------------------ */
+/* Communication Configuration Generator (pure). */
+
+int wallfacer_team_valid(int P, int C) { return P >= 1 && C >= 1 && (long)C * C <= P && P % (C * C) == 0; }
+
+int wallfacer_ctx_rank(int P, int C, int ring_first, int team, int member) {
+    const int G = P / (C * C);
+    if (!ring_first) return team * C + member;
+    return ((team / G) * C + member) * G + team % G;
+}
+
+static void coords_of(int P, int C, int ring_first, int c, int *team, int *member) {
+    const int G = P / (C * C);
+    if (!ring_first) {
+        *team = c / C;
+        *member = c % C;
+    } else {
+        int i = c % G, r2 = c / G;
+        *member = r2 % C;
+        *team = (r2 / C) * G + i;
+    }
+}
+
+void wallfacer_rank_config(int P, int C, int ring_first, int rank, WallfacerRank *r) {
+    if (!wallfacer_team_valid(P, C)) die("wallfacer: team size %d is not valid for %d context ranks", C, P);
+    memset(r, 0, sizeof *r);
+    const int G = P / (C * C);
+    r->P = P;
+    r->C = C;
+    r->G = G;
+    r->T = P / C;
+    r->ring_first = ring_first != 0;
+    r->rank = rank;
+    coords_of(P, C, r->ring_first, rank, &r->team, &r->member);
+    const int t = r->team, m = r->member, i = t % G;
+    r->group = t / G;
+    /* Alg. 2: member m of team t sends its team's kv to team m G + t / C, member t % C */
+    r->init_send = wallfacer_ctx_rank(P, C, r->ring_first, m * G + t / C, t % C);
+    /* ... so the kv arriving here comes from team (t % G) C + m, member t / G */
+    r->init_recv = wallfacer_ctx_rank(P, C, r->ring_first, i * C + m, t / G);
+    /* Alg. 3: same member of the next / previous team of the team group */
+    r->ring_next = wallfacer_ctx_rank(P, C, r->ring_first, r->group * G + (i + 1) % G, m);
+    r->ring_prev = wallfacer_ctx_rank(P, C, r->ring_first, r->group * G + (i + G - 1) % G, m);
+}
+
+int wallfacer_fwd_kv_team(const WallfacerRank *r, int step) {
+    const int G = r->G, i = r->team % G;
+    return ((i - step % G + G) % G) * r->C + r->member;
+}
+
+int wallfacer_bwd_q_team(const WallfacerRank *r, int step) {
+    const int G = r->G, i = r->team % G;
+    return r->group * G + (i - step % G + G) % G;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Sizes, volume, workspace. */
+
+typedef struct {
+    size_t n, H, Hk, d, C, G;
+    size_t a, b, h; /* n H d, n Hk d, n H */
+} Sizes;
+
+static Sizes sizes_of(size_t n, int H, int Hk, int d, int C, int P) {
+    Sizes z = {.n = n, .H = (size_t)H, .Hk = (size_t)Hk, .d = (size_t)d, .C = (size_t)C,
+               .G = (size_t)(P / (C * C))};
+    z.a = n * z.H * z.d;
+    z.b = n * z.Hk * z.d;
+    z.h = n * z.H;
+    return z;
+}
+
+/* Heads held by a context rank after the head exchange (KV replicated when Hkv < hp). */
+static Sizes sizes_of_params(const StrategyParams *p) {
+    int hp = p->hp > 0 ? p->hp : 1;
+    int H = p->n_heads / hp, Hk = (p->n_kv_heads > hp ? p->n_kv_heads : hp) / hp;
+    return sizes_of((size_t)(p->seq_len / p->cp), H, Hk, p->head_dim, p->team, p->cp);
+}
+
+static void volume_of(const Sizes *z, int sends_outer, AttnVolume *v) {
+    memset(v, 0, sizeof *v);
+    const unsigned long long C = z->C, G = z->G, a = z->a, b = z->b, h = z->h, F = sizeof(float);
+    v->fwd[COMM_TEAM] = (C - 1) * F * (a + 2 * b) + (C - 1) * F * (a + h);
+    v->fwd_msgs[COMM_TEAM] = 3 * (C - 1);
+    v->fwd[COMM_P2P_INNER] = (G - 1) * F * 2 * C * b;
+    v->fwd_msgs[COMM_P2P_INNER] = G - 1;
+    v->fwd[COMM_P2P_OUTER] = sends_outer ? F * 2 * C * b : 0;
+    v->fwd_msgs[COMM_P2P_OUTER] = sends_outer ? 1 : 0;
+    v->bwd[COMM_TEAM] = (C - 1) * F * (2 * a + 2 * b + 2 * h) + (C - 1) * F * a + (C - 1) * F * 2 * b;
+    v->bwd_msgs[COMM_TEAM] = 4 * (C - 1);
+    v->bwd[COMM_P2P_INNER] = G > 1 ? (G - 1) * F * C * (2 * a + 2 * h) + G * F * C * a : 0;
+    v->bwd_msgs[COMM_P2P_INNER] = G > 1 ? 2 * G - 1 : 0;
+    v->bwd[COMM_P2P_OUTER] = sends_outer ? 2 * F * 2 * C * b : 0;
+    v->bwd_msgs[COMM_P2P_OUTER] = sends_outer ? 2 : 0;
+    v->meta_batch = 0; /* positions come with set_positions */
+}
+
+void wallfacer_rank_volume(const StrategyParams *p, int ring_first, int ctx_rank, AttnVolume *v) {
+    WallfacerRank r;
+    wallfacer_rank_config(p->cp, p->team, ring_first, ctx_rank, &r);
+    Sizes z = sizes_of_params(p);
+    volume_of(&z, r.init_send != r.rank, v);
+}
+
+static void wf_volume(const StrategyParams *p, int cp_rank, AttnVolume *v) {
+    if (!wallfacer_team_valid(p->cp, p->team)) { /* check() says why; nothing to count */
+        memset(v, 0, sizeof *v);
+        return;
+    }
+    /* exact per rank: up to C ranks are fixed points of the initial send and send nothing outer */
+    wallfacer_rank_volume(p, p->placement == PLACEMENT_RING_FIRST, cp_rank, v);
+}
+
+/* Arena layout: forward and backward regions overlap (a call uses one of them). Team buffers
+ * hold C member blocks in member order, so an all-gather lands in them as they are:
+ *   q_team (C n, H, d); kv of a team: C blocks [k_j | v_j] of 2b; (o, lse) partials: C blocks
+ *   [o_j | lse_j]; a query bundle: C blocks [q_j | dout_j | lse_j | delta_j] of 2a + 2h;
+ *   dq of a team (C n, H, d); dk/dv of a team: C blocks [dk_j | dv_j]. */
+typedef struct {
+    size_t f_q, f_kv0, f_kv1, f_ol, f_recv, f_end;
+    size_t b_gsend, b_bundle0, b_bundle1, b_kv0, b_kv1, b_dkv, b_dql0, b_dql1, b_dqin, b_end;
+} Arena;
+
+static Arena arena_of(const Sizes *z) {
+    Arena A;
+    const size_t C = z->C, a = z->a, b = z->b, h = z->h, Z = 2 * a + 2 * h;
+    size_t o = 0;
+    A.f_q = o, o += C * a;
+    A.f_kv0 = o, o += 2 * C * b;
+    A.f_kv1 = o, o += 2 * C * b;
+    A.f_ol = o, o += C * (a + h);
+    A.f_recv = o, o += C * (a + h);
+    A.f_end = o;
+    o = 0;
+    A.b_gsend = o, o += Z;
+    A.b_bundle0 = o, o += C * Z;
+    A.b_bundle1 = o, o += C * Z;
+    A.b_kv0 = o, o += 2 * C * b;
+    A.b_kv1 = o, o += 2 * C * b;
+    A.b_dkv = o, o += 2 * C * b;
+    A.b_dql0 = o, o += C * a;
+    A.b_dql1 = o, o += C * a;
+    A.b_dqin = o, o += C * a;
+    A.b_end = o;
+    return A;
+}
+
+static size_t arena_floats(const Arena *A) { return A->f_end > A->b_end ? A->f_end : A->b_end; }
+
+static size_t wf_workspace_floats(const StrategyParams *p) {
+    if (!wallfacer_team_valid(p->cp, p->team)) return 0;
+    Sizes z = sizes_of_params(p);
+    Arena A = arena_of(&z);
+    return arena_floats(&A);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Check. */
+
+static char *dup_msg(const char *buf) {
+    size_t n = strlen(buf) + 1;
+    char *s = xmalloc(n);
+    memcpy(s, buf, n);
+    return s;
+}
+
+static char *wf_check(const StrategyParams *p) {
+    char buf[512], valid[256];
+    size_t len = 0;
+    valid[0] = 0;
+    for (int c = 1; (long)c * c <= p->cp; c++)
+        if (wallfacer_team_valid(p->cp, c)) len += (size_t)snprintf(valid + len, sizeof valid - len, "%s%d", len ? ", " : "", c);
+    if (p->cp < 1) {
+        snprintf(buf, sizeof buf, "wallfacer needs --cp >= 1 (got %d)", p->cp);
+        return dup_msg(buf);
+    }
+    if (p->team == 0) {
+        snprintf(buf, sizeof buf, "wallfacer needs --team C (C² divides cp): valid --team for cp %d: %s", p->cp, valid);
+        return dup_msg(buf);
+    }
+    if (p->team < 1) {
+        snprintf(buf, sizeof buf, "--team %d must be at least 1: valid --team for cp %d: %s", p->team, p->cp, valid);
+        return dup_msg(buf);
+    }
+    if ((long)p->team * p->team > p->cp) {
+        snprintf(buf, sizeof buf, "--team %d exceeds sqrt(cp) (C² = %ld > cp = %d): valid --team for cp %d: %s", p->team,
+                 (long)p->team * p->team, p->cp, p->cp, valid);
+        return dup_msg(buf);
+    }
+    if (!wallfacer_team_valid(p->cp, p->team)) {
+        snprintf(buf, sizeof buf, "--team %d needs C² = %d to divide cp = %d: valid --team for cp %d: %s", p->team,
+                 p->team * p->team, p->cp, p->cp, valid);
+        return dup_msg(buf);
+    }
+    long sp = (long)(p->hp > 0 ? p->hp : 1) * p->cp;
+    long unit = p->layout == LAYOUT_ZIGZAG ? 2 * sp : sp;
+    if (p->seq_len <= 0 || p->seq_len % unit) {
+        long below = p->seq_len / unit * unit, above = below + unit;
+        snprintf(buf, sizeof buf,
+                 "--seq-len %ld does not split under the %s layout over hp x cp = %ld ranks: it must be divisible by "
+                 "%ld (e.g. %ld or %ld)",
+                 p->seq_len, layout_name(p->layout), sp, unit, below > 0 ? below : above, above);
+        return dup_msg(buf);
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The schedule. */
+
+typedef struct {
+    const Topology *topo;
+    Comm *comm;
+    WallfacerRank me;
+    Sizes z;
+    int n, H, Hk, d;
+    MPI_Comm team_comm; /* the C members of this rank's team, ordered by member */
+    MPI_Comm p2p_comm;  /* a duplicate of ctx_comm for the initial sends and the sub-rings */
+    BlockAttn ba;
+    Arena A;
+    float *arena;
+    const int *all_pos; /* (P, n), the caller's */
+    PosRun *runs;       /* (P, n) */
+    PosBlock *slot_blk; /* (P): the rows of each context slot */
+} WfCtx;
+
+static void wf_set_positions(ContextSchedule *s, const int *all_pos) {
+    WfCtx *x = s->ctx;
+    const int n = x->n;
+    x->all_pos = all_pos;
+    for (int c = 0; c < x->me.P; c++)
+        pos_block_init(&x->slot_blk[c], all_pos + (size_t)c * n, n, x->runs + (size_t)c * n);
+}
+
+/* The rows of member j of team t. */
+static const PosBlock *member_rows(const WfCtx *x, int t, int j) {
+    return &x->slot_blk[wallfacer_ctx_rank(x->me.P, x->me.C, x->me.ring_first, t, j)];
+}
+
+static void require_positions(const WfCtx *x, const char *who) {
+    if (!x->all_pos) die("wallfacer %s: called before set_positions(): the schedule needs every slot's positions", who);
+}
+
+static void copy_f(float *dst, const float *src, size_t count) { memcpy(dst, src, sizeof(float) * count); }
+
+static void add_into(float *dst, const float *src, size_t count) {
+    for (size_t i = 0; i < count; i++) dst[i] += src[i];
+}
+
+/* The initial send of Alg. 2 (and its inverse): sends `mine` to `to`, receives into `other` from
+ * `from`; returns the buffer that now holds the received data (mine when the map is identity). */
+static float *initial_exchange(WfCtx *x, float *mine, float *other, size_t floats, int to, int from, int tag) {
+    if (to == x->me.rank) return mine; /* a fixed point: from is this rank too */
+    MPI_Request r[2];
+    comm_isend(x->comm, COMM_P2P_OUTER, mine, floats * sizeof(float), to, tag, x->p2p_comm, &r[0]);
+    comm_irecv(x->comm, COMM_P2P_OUTER, other, floats * sizeof(float), from, tag, x->p2p_comm, &r[1]);
+    comm_waitall(x->comm, COMM_P2P_OUTER, 2, r);
+    return other;
+}
+
+static void wf_forward(ContextSchedule *s, const float *q, const float *kv, float *o, float *lse) {
+    WfCtx *x = s->ctx;
+    require_positions(x, "forward");
+    Comm *cm = x->comm;
+    const WallfacerRank *me = &x->me;
+    const size_t C = x->z.C, a = x->z.a, b = x->z.b, h = x->z.h;
+    const int G = me->G;
+    float *W = x->arena;
+    float *qt = W + x->A.f_q, *kv0 = W + x->A.f_kv0, *kv1 = W + x->A.f_kv1, *ol = W + x->A.f_ol;
+    float *recv = W + x->A.f_recv;
+
+    /* 1. team all-gathers: q_team (C n, H, d) and the team's kv, both in member order */
+    comm_allgather(cm, COMM_TEAM, q, qt, a * sizeof(float), x->team_comm);
+    comm_allgather(cm, COMM_TEAM, kv, kv0, 2 * b * sizeof(float), x->team_comm);
+    double t0 = comm_compute_begin(cm);
+    AttnShape st = {.n_q = x->n, .n_kv = 1, .n_heads = x->H, .n_kv_heads = x->Hk, .head_dim = x->d,
+                    .scale = x->ba.scale, .mask = ATTN_CAUSAL};
+    for (size_t i = 0; i < C; i++) attn_state_init(&st, ol + i * (a + h), ol + i * (a + h) + a);
+    comm_compute_end(cm, "wallfacer init", t0);
+
+    /* 2. initial send (Alg. 2) */
+    float *cur = initial_exchange(x, kv0, kv1, 2 * C * b, me->init_send, me->init_recv, TAG_FWD_INIT);
+    float *nxt = cur == kv0 ? kv1 : kv0;
+
+    /* 3. G sub-ring steps (Alg. 3), the next kv in flight while the current one computes;
+     *    every (query member i, kv member j) block of the team pair */
+    MPI_Request reqs[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    Progress pr = {reqs, 2, COMM_P2P_INNER};
+    const size_t kv_bytes = 2 * C * b * sizeof(float);
+    for (int step = 0; step < G; step++) {
+        if (step < G - 1) {
+            comm_isend(cm, COMM_P2P_INNER, cur, kv_bytes, me->ring_next, TAG_FWD_KV, x->p2p_comm, &reqs[0]);
+            comm_irecv(cm, COMM_P2P_INNER, nxt, kv_bytes, me->ring_prev, TAG_FWD_KV, x->p2p_comm, &reqs[1]);
+        }
+        const int kt = wallfacer_fwd_kv_team(me, step);
+        for (size_t i = 0; i < C; i++)
+            for (size_t j = 0; j < C; j++)
+                block_attn_forward(&x->ba, qt + i * a, member_rows(x, me->team, (int)i), cur + j * 2 * b,
+                                   cur + j * 2 * b + b, member_rows(x, kt, (int)j), ol + i * (a + h),
+                                   ol + i * (a + h) + a, &pr);
+        if (step < G - 1) {
+            comm_waitall(cm, COMM_P2P_INNER, 2, reqs);
+            float *tmp = cur;
+            cur = nxt;
+            nxt = tmp;
+        }
+    }
+
+    /* 4. reduce-scatter with the merge rule: member j gets every member's (o, lse) of its rows */
+    comm_alltoall(cm, COMM_TEAM, ol, recv, (a + h) * sizeof(float), x->team_comm);
+    t0 = comm_compute_begin(cm);
+    attn_state_init(&st, o, lse);
+    for (size_t j = 0; j < C; j++) attn_merge(x->n, x->H, x->d, o, lse, recv + j * (a + h), recv + j * (a + h) + a);
+    comm_compute_end(cm, "wallfacer merge", t0);
+}
+
+static void wf_backward(ContextSchedule *s, const float *q, const float *kv, const float *o, const float *lse,
+                        const float *delta, const float *dout, float *dq, float *dkv) {
+    WfCtx *x = s->ctx;
+    (void)o; /* delta = rowsum(dout o) is given: the team never needs O */
+    require_positions(x, "backward");
+    Comm *cm = x->comm;
+    const WallfacerRank *me = &x->me;
+    const size_t C = x->z.C, a = x->z.a, b = x->z.b, h = x->z.h, Z = 2 * a + 2 * h;
+    const int G = me->G;
+    float *W = x->arena;
+    float *gsend = W + x->A.b_gsend;
+    float *bundle[2] = {W + x->A.b_bundle0, W + x->A.b_bundle1};
+    float *kv0 = W + x->A.b_kv0, *kv1 = W + x->A.b_kv1, *dkvt = W + x->A.b_dkv;
+    float *dql[2] = {W + x->A.b_dql0, W + x->A.b_dql1}, *dqin = W + x->A.b_dqin;
+    float *dqlast = NULL; /* the bundle buffer that receives nothing at the last step */
+
+    /* 1. team all-gathers: the query bundle, C blocks [q_j | dout_j | lse_j | delta_j], and the
+     *    team's kv */
+    double t0 = comm_compute_begin(cm);
+    copy_f(gsend, q, a);
+    copy_f(gsend + a, dout, a);
+    copy_f(gsend + 2 * a, lse, h);
+    copy_f(gsend + 2 * a + h, delta, h);
+    comm_compute_end(cm, "wallfacer pack", t0);
+    comm_allgather(cm, COMM_TEAM, gsend, bundle[0], Z * sizeof(float), x->team_comm);
+    comm_allgather(cm, COMM_TEAM, kv, kv0, 2 * b * sizeof(float), x->team_comm);
+    t0 = comm_compute_begin(cm);
+    memset(dkvt, 0, sizeof(float) * 2 * C * b);
+    comm_compute_end(cm, "zero dkv", t0);
+
+    /* 2. the same initial kv send as forward: this kv and its gradient stay here */
+    const float *kvf = initial_exchange(x, kv0, kv1, 2 * C * b, me->init_send, me->init_recv, TAG_BWD_INIT);
+    const int kt = wallfacer_fwd_kv_team(me, 0);
+
+    /* 3. G steps: queries travel with their dq. reqs: 0-1 bundle send/recv, 2 dq send,
+     *    3 dq partial recv, 4 the summed dq of this team coming home (last hop) */
+    MPI_Request reqs[5];
+    for (int i = 0; i < 5; i++) reqs[i] = MPI_REQUEST_NULL;
+    Progress pr = {reqs, 5, COMM_P2P_INNER};
+    const size_t bundle_bytes = C * Z * sizeof(float), dq_bytes = C * a * sizeof(float);
+    float *bcur = bundle[0], *bnxt = bundle[1];
+    for (int step = 0; step < G; step++) {
+        float *L = dql[step % 2];
+        if (step < G - 1) {
+            comm_isend(cm, COMM_P2P_INNER, bcur, bundle_bytes, me->ring_next, TAG_BWD_Q, x->p2p_comm, &reqs[0]);
+            comm_irecv(cm, COMM_P2P_INNER, bnxt, bundle_bytes, me->ring_prev, TAG_BWD_Q, x->p2p_comm, &reqs[1]);
+        }
+        if (step >= 1)
+            comm_irecv(cm, COMM_P2P_INNER, dqin, dq_bytes, me->ring_prev, TAG_BWD_DQ, x->p2p_comm, &reqs[3]);
+        if (G > 1 && step == G - 1) {
+            dqlast = bnxt; /* its last send (step G-2) completed: C Z >= C a floats */
+            comm_irecv(cm, COMM_P2P_INNER, dqlast, dq_bytes, me->ring_prev, TAG_BWD_DQ_LAST, x->p2p_comm, &reqs[4]);
+        }
+        t0 = comm_compute_begin(cm);
+        memset(L, 0, dq_bytes);
+        comm_compute_end(cm, "zero dq", t0);
+        const int qt = wallfacer_bwd_q_team(me, step);
+        for (size_t i = 0; i < C; i++) {
+            const float *B = bcur + i * Z; /* q_i | dout_i | lse_i | delta_i */
+            for (size_t j = 0; j < C; j++)
+                block_attn_backward(&x->ba, B, member_rows(x, qt, (int)i), kvf + j * 2 * b, kvf + j * 2 * b + b,
+                                    member_rows(x, kt, (int)j), B + 2 * a, B + 2 * a + h, B + a, L + i * a,
+                                    dkvt + j * 2 * b, dkvt + j * 2 * b + b, &pr);
+        }
+        if (G > 1) {
+            if (step >= 1) {
+                comm_waitall(cm, COMM_P2P_INNER, 1, &reqs[3]);
+                t0 = comm_compute_begin(cm);
+                add_into(L, dqin, C * a);
+                comm_compute_end(cm, "add dq", t0);
+            }
+            comm_waitall(cm, COMM_P2P_INNER, 1, &reqs[2]); /* the previous dq send (the other L) */
+            comm_isend(cm, COMM_P2P_INNER, L, dq_bytes, me->ring_next, step == G - 1 ? TAG_BWD_DQ_LAST : TAG_BWD_DQ,
+                       x->p2p_comm, &reqs[2]);
+        }
+        if (step < G - 1) {
+            comm_waitall(cm, COMM_P2P_INNER, 2, reqs);
+            float *tmp = bcur;
+            bcur = bnxt;
+            bnxt = tmp;
+        }
+    }
+    const float *dq_team = dql[0]; /* G = 1: the only step's dq is complete */
+    if (G > 1) {
+        comm_waitall(cm, COMM_P2P_INNER, 1, &reqs[4]);
+        comm_waitall(cm, COMM_P2P_INNER, 1, &reqs[2]);
+        dq_team = dqlast;
+    }
+
+    /* 4. dk/dv back through the inverse of the initial map, overlapping the dq reduce-scatter;
+     *    then reduce-scatter (sum) of the C member blocks [dk_j | dv_j] */
+    MPI_Request back[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    const float *dkv_home = dkvt;
+    if (me->init_send != me->rank) {
+        float *dkvback = kv0; /* sent by the initial exchange, which completed: free */
+        comm_isend(cm, COMM_P2P_OUTER, dkvt, 2 * C * b * sizeof(float), me->init_recv, TAG_BWD_DKV, x->p2p_comm,
+                   &back[0]);
+        comm_irecv(cm, COMM_P2P_OUTER, dkvback, 2 * C * b * sizeof(float), me->init_send, TAG_BWD_DKV, x->p2p_comm,
+                   &back[1]);
+        dkv_home = dkvback;
+    }
+    comm_reduce_scatter_block(cm, COMM_TEAM, dq_team, dq, a, MPI_FLOAT, MPI_SUM, x->team_comm);
+    comm_waitall(cm, COMM_P2P_OUTER, 2, back);
+    comm_reduce_scatter_block(cm, COMM_TEAM, dkv_home, dkv, 2 * b, MPI_FLOAT, MPI_SUM, x->team_comm);
+}
+
+static void wf_destroy(ContextSchedule *s) {
+    if (!s) return;
+    WfCtx *x = s->ctx;
+    if (x) {
+        if (x->team_comm != MPI_COMM_NULL) MPI_Comm_free(&x->team_comm);
+        if (x->p2p_comm != MPI_COMM_NULL) MPI_Comm_free(&x->p2p_comm);
+        xfree(x->arena);
+        xfree(x->runs);
+        xfree(x->slot_blk);
+        xfree(x);
+    }
+    xfree(s);
+}
+
+static ContextSchedule *wf_create(const ScheduleShape *sh) {
+    const Topology *t = sh->topo;
+    const int P = t->cp, C = sh->team;
+    if (!wallfacer_team_valid(P, C))
+        die_collective("wallfacer: --team %d is not valid for --cp %d (C >= 1 and C² must divide cp)", C, P);
+    if (sh->n < 1 || sh->heads < 1 || sh->kv_heads < 1 || sh->heads % sh->kv_heads || sh->head_dim < 1)
+        die_collective("wallfacer: bad shape n %d, heads %d, kv_heads %d, head_dim %d", sh->n, sh->heads, sh->kv_heads,
+                       sh->head_dim);
+    WfCtx *x = xcalloc(1, sizeof *x);
+    x->topo = t;
+    x->comm = sh->comm;
+    x->n = sh->n;
+    x->H = sh->heads;
+    x->Hk = sh->kv_heads;
+    x->d = sh->head_dim;
+    wallfacer_rank_config(P, C, t->placement == PLACEMENT_RING_FIRST, t->cp_rank, &x->me);
+    x->z = sizes_of((size_t)sh->n, sh->heads, sh->kv_heads, sh->head_dim, C, P);
+    x->A = arena_of(&x->z);
+    x->arena = xmalloc_aligned(sizeof(float) * arena_floats(&x->A));
+    x->runs = xmalloc(sizeof(PosRun) * (size_t)P * sh->n);
+    x->slot_blk = xcalloc((size_t)P, sizeof(PosBlock));
+    if (MPI_Comm_split(t->ctx_comm, x->me.team, x->me.member, &x->team_comm) != MPI_SUCCESS)
+        die("wallfacer: MPI_Comm_split of the team communicator failed");
+    if (MPI_Comm_dup(t->ctx_comm, &x->p2p_comm) != MPI_SUCCESS) die("wallfacer: MPI_Comm_dup of ctx_comm failed");
+    block_attn_init(&x->ba, sh->comm, sh->heads, sh->kv_heads, sh->head_dim);
+    ContextSchedule *s = xcalloc(1, sizeof *s);
+    s->ctx = x;
+    s->blocks = &x->ba;
+    s->set_positions = wf_set_positions;
+    s->forward = wf_forward;
+    s->backward = wf_backward;
+    s->destroy = wf_destroy;
+    return s;
+}
+
+const ScheduleInfo wallfacer_schedule = {
+    .name = "wallfacer",
+    .summary = "WallFacer multi-ring attention: teams of C ranks all-gather q, k, v and run C^2 sub-rings of "
+               "cp/C^2 steps (paper 002)",
+    .flags = "--cp --team --placement --layout",
+    .constraints = "--team C >= 1 with C^2 dividing cp (C = 1: plain ring; C = sqrt(cp): no ring steps); "
+                   "--placement team-first (teams on consecutive ranks, default) or ring-first (sub-rings); any "
+                   "layout (zigzag balances causal work); S divisible by 2 sp (zigzag) or sp",
+    .check = wf_check,
+    .create = wf_create,
+    .volume = wf_volume,
+    .workspace_floats = wf_workspace_floats,
+};
