@@ -139,3 +139,10 @@ double rng_normal(Rng *r) {
 }
 
 uint64_t rng_below(Rng *r, uint64_t n) { return n ? rng_u64(r) % n : 0; }
+
+char *xstrdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *m = xmalloc(n);
+    memcpy(m, s, n);
+    return m;
+}

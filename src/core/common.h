@@ -19,6 +19,8 @@ void die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 void die_collective(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 
 void *xmalloc(size_t n);          /* dies with the size on failure; tracked for peak memory */
+/* A tracked copy of a string (freed with xfree): how library code returns one-line messages. */
+char *xstrdup(const char *s);
 void *xcalloc(size_t count, size_t size);
 void *xmalloc_aligned(size_t n);  /* 64-byte aligned; free with xfree */
 void  xfree(void *p);             /* frees memory from xmalloc / xcalloc / xmalloc_aligned */

@@ -46,19 +46,12 @@ static size_t allgather_workspace_floats(const StrategyParams *p) {
     return 2 * (size_t)p->cp * kv_floats(p);
 }
 
-static char *dup_msg(const char *s) {
-    size_t n = strlen(s) + 1;
-    char *m = xmalloc(n);
-    memcpy(m, s, n);
-    return m;
-}
-
 static char *allgather_check(const StrategyParams *p) {
     char buf[512];
     const int hp = p->hp > 0 ? p->hp : 1;
     if (p->cp < 1) {
         snprintf(buf, sizeof buf, "allgather needs --cp of at least 1 (got %d)", p->cp);
-        return dup_msg(buf);
+        return xstrdup(buf);
     }
     long unit = (long)hp * p->cp * (p->layout == LAYOUT_ZIGZAG ? 2 : 1);
     if (p->seq_len <= 0 || p->seq_len % unit) {
@@ -67,7 +60,7 @@ static char *allgather_check(const StrategyParams *p) {
                  "allgather: --seq-len %ld does not split over hp x cp = %ld ranks under the %s layout: it must be "
                  "divisible by %ld (e.g. %ld or %ld)",
                  p->seq_len, (long)hp * p->cp, layout_name(p->layout), unit, below > 0 ? below : above, above);
-        return dup_msg(buf);
+        return xstrdup(buf);
     }
     return NULL;
 }

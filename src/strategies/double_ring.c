@@ -266,10 +266,7 @@ static char *dr_check(const StrategyParams *p) {
         int len = snprintf(buf, sizeof buf, "--ring-inner %d does not divide --cp %d: use one of", W, p->cp);
         for (int w = 1; w <= p->cp && len < (int)sizeof buf - 16; w++)
             if (p->cp % w == 0) len += snprintf(buf + len, sizeof buf - (size_t)len, " %d", w);
-        size_t m = strlen(buf) + 1;
-        char *s = xmalloc(m);
-        memcpy(s, buf, m);
-        return s;
+        return xstrdup(buf);
     }
     return NULL;
 }

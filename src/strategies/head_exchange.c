@@ -6,26 +6,19 @@
 
 #include "core/common.h"
 
-static char *message(const char *text) {
-    size_t n = strlen(text) + 1;
-    char *s = xmalloc(n);
-    memcpy(s, text, n);
-    return s;
-}
-
 char *head_split_init(HeadSplit *s, int hp, int H, int Hkv) {
     memset(s, 0, sizeof *s);
     char buf[256];
     if (H < 1 || Hkv < 1 || H % Hkv) {
         snprintf(buf, sizeof buf, "the model's %d query heads are not a multiple of its %d key/value heads", H, Hkv);
-        return message(buf);
+        return xstrdup(buf);
     }
     if (hp < 1 || hp > H) {
         snprintf(buf, sizeof buf,
                  "--hp %d is more than the model's %d query heads: each head-parallel rank needs at least one head; "
                  "use --hp 1 to %d",
                  hp, H, H);
-        return message(buf);
+        return xstrdup(buf);
     }
     const int G = H / Hkv; /* query heads per KV head */
     s->hp = hp;

@@ -151,30 +151,23 @@ static size_t lightseq_workspace_floats(const StrategyParams *p) {
 /* ------------------------------------------------------------------------------------------ */
 /* Check. */
 
-static char *dup_msg(const char *s) {
-    size_t n = strlen(s) + 1;
-    char *m = xmalloc(n);
-    memcpy(m, s, n);
-    return m;
-}
-
 static char *lightseq_check(const StrategyParams *p) {
     char buf[512];
     const int cp = p->cp, hp = p->hp > 0 ? p->hp : 1;
     if (cp < 1) {
         snprintf(buf, sizeof buf, "lightseq needs --cp of at least 1 (got %d)", cp);
-        return dup_msg(buf);
+        return xstrdup(buf);
     }
     if (cp > 1 && cp % 2) {
         snprintf(buf, sizeof buf, "lightseq needs an even --cp (got %d): use %d or %d", cp, cp - 1, cp + 1);
-        return dup_msg(buf);
+        return xstrdup(buf);
     }
     if (cp > 1 && p->layout != LAYOUT_CONTIGUOUS) {
         snprintf(buf, sizeof buf,
                  "lightseq needs the contiguous layout (its plan computes only blocks of earlier or equal slots; got "
                  "%s): add --layout contiguous",
                  layout_name(p->layout));
-        return dup_msg(buf);
+        return xstrdup(buf);
     }
     long unit = (long)hp * cp * (p->layout == LAYOUT_ZIGZAG ? 2 : 1);
     if (p->seq_len <= 0 || p->seq_len % unit) {
@@ -183,7 +176,7 @@ static char *lightseq_check(const StrategyParams *p) {
                  "lightseq: --seq-len %ld does not split over hp x cp = %ld ranks under the %s layout: it must be "
                  "divisible by %ld (e.g. %ld or %ld)",
                  p->seq_len, (long)hp * cp, layout_name(p->layout), unit, below > 0 ? below : above, above);
-        return dup_msg(buf);
+        return xstrdup(buf);
     }
     return NULL;
 }

@@ -28,20 +28,13 @@ const Strategy *strategy_find(const char *name) {
     return NULL;
 }
 
-static char *dup_message(const char *text) {
-    size_t n = strlen(text) + 1;
-    char *s = xmalloc(n);
-    memcpy(s, text, n);
-    return s;
-}
-
 char *strategy_unknown_message(const char *name) {
     char buf[512];
     int len = snprintf(buf, sizeof buf, "unknown strategy '%s': use one of", name);
     for (size_t i = 0; i < ARRAY_LEN(TABLE) && len < (int)sizeof buf - 32; i++)
         len += snprintf(buf + len, sizeof buf - (size_t)len, "%s %s", i ? "," : "", TABLE[i].name);
     snprintf(buf + len, sizeof buf - (size_t)len, " (seqpar strategies lists them)");
-    return dup_message(buf);
+    return xstrdup(buf);
 }
 
 char *strategy_grid(const Strategy *s, int hp_given, int cp_given, int sp_ranks, int *hp, int *cp) {
@@ -55,7 +48,7 @@ char *strategy_grid(const Strategy *s, int hp_given, int cp_given, int sp_ranks,
             snprintf(buf, sizeof buf,
                      "--strategy %s splits heads only: drop --cp %d (or use --strategy 2d for heads x context)",
                      s->name, cp_given);
-            return dup_message(buf);
+            return xstrdup(buf);
         }
         *cp = 1;
         if (hp_given <= 0) *hp = sp_ranks > 0 ? sp_ranks : 1;
@@ -65,7 +58,7 @@ char *strategy_grid(const Strategy *s, int hp_given, int cp_given, int sp_ranks,
             snprintf(buf, sizeof buf,
                      "--strategy %s splits the sequence only: drop --hp %d (or use --strategy 2d for heads x context)",
                      s->name, hp_given);
-            return dup_message(buf);
+            return xstrdup(buf);
         }
         *hp = 1;
         if (cp_given <= 0) *cp = sp_ranks > 0 ? sp_ranks : 1;
@@ -103,7 +96,7 @@ char *strategy_check(const Strategy *s, const StrategyParams *p) {
     head_split_free(&hs);
     if (p->head_dim < 1) {
         snprintf(buf, sizeof buf, "head_dim %d must be positive", p->head_dim);
-        return dup_message(buf);
+        return xstrdup(buf);
     }
     long sp = (long)p->hp * p->cp;
     long unit = p->layout == LAYOUT_ZIGZAG ? 2 * sp : sp;
@@ -113,7 +106,7 @@ char *strategy_check(const Strategy *s, const StrategyParams *p) {
                  "--seq-len %ld does not split under the %s layout over hp x cp = %ld ranks: it must be divisible by "
                  "%ld (e.g. %ld or %ld)",
                  p->seq_len, layout_name(p->layout), sp, unit, below > 0 ? below : above, above);
-        return dup_message(buf);
+        return xstrdup(buf);
     }
     return s->schedule->check ? s->schedule->check(p) : NULL;
 }

@@ -50,6 +50,7 @@
  * plus P n PosRuns (16 bytes each) for the slots' positions.
  *
  * What it does not do: no recomputation, no fp16/bf16 transport (data travels in fp32). */
+#include "strategies/merge_scatter.h"
 #include "strategies/wallfacer.h"
 
 #include <math.h>
@@ -230,13 +231,6 @@ static size_t wf_workspace_floats(const StrategyParams *p) {
 /* ------------------------------------------------------------------------------------------ */
 /* Check. */
 
-static char *dup_msg(const char *buf) {
-    size_t n = strlen(buf) + 1;
-    char *s = xmalloc(n);
-    memcpy(s, buf, n);
-    return s;
-}
-
 static char *wf_check(const StrategyParams *p) {
     char buf[512], valid[256];
     size_t len = 0;
@@ -245,25 +239,25 @@ static char *wf_check(const StrategyParams *p) {
         if (wallfacer_team_valid(p->cp, c)) len += (size_t)snprintf(valid + len, sizeof valid - len, "%s%d", len ? ", " : "", c);
     if (p->cp < 1) {
         snprintf(buf, sizeof buf, "wallfacer needs --cp >= 1 (got %d)", p->cp);
-        return dup_msg(buf);
+        return xstrdup(buf);
     }
     if (p->team == 0) {
         snprintf(buf, sizeof buf, "wallfacer needs --team C (C² divides cp): valid --team for cp %d: %s", p->cp, valid);
-        return dup_msg(buf);
+        return xstrdup(buf);
     }
     if (p->team < 1) {
         snprintf(buf, sizeof buf, "--team %d must be at least 1: valid --team for cp %d: %s", p->team, p->cp, valid);
-        return dup_msg(buf);
+        return xstrdup(buf);
     }
     if ((long)p->team * p->team > p->cp) {
         snprintf(buf, sizeof buf, "--team %d exceeds sqrt(cp) (C² = %ld > cp = %d): valid --team for cp %d: %s", p->team,
                  (long)p->team * p->team, p->cp, p->cp, valid);
-        return dup_msg(buf);
+        return xstrdup(buf);
     }
     if (!wallfacer_team_valid(p->cp, p->team)) {
         snprintf(buf, sizeof buf, "--team %d needs C² = %d to divide cp = %d: valid --team for cp %d: %s", p->team,
                  p->team * p->team, p->cp, p->cp, valid);
-        return dup_msg(buf);
+        return xstrdup(buf);
     }
     long sp = (long)(p->hp > 0 ? p->hp : 1) * p->cp;
     long unit = p->layout == LAYOUT_ZIGZAG ? 2 * sp : sp;
@@ -273,7 +267,7 @@ static char *wf_check(const StrategyParams *p) {
                  "--seq-len %ld does not split under the %s layout over hp x cp = %ld ranks: it must be divisible by "
                  "%ld (e.g. %ld or %ld)",
                  p->seq_len, layout_name(p->layout), sp, unit, below > 0 ? below : above, above);
-        return dup_msg(buf);
+        return xstrdup(buf);
     }
     return NULL;
 }
@@ -380,11 +374,7 @@ static void wf_forward(ContextSchedule *s, const float *q, const float *kv, floa
     }
 
     /* 4. reduce-scatter with the merge rule: member j gets every member's (o, lse) of its rows */
-    comm_alltoall(cm, COMM_TEAM, ol, recv, (a + h) * sizeof(float), x->team_comm);
-    t0 = comm_compute_begin(cm);
-    attn_state_init(&st, o, lse);
-    for (size_t j = 0; j < C; j++) attn_merge(x->n, x->H, x->d, o, lse, recv + j * (a + h), recv + j * (a + h) + a);
-    comm_compute_end(cm, "wallfacer merge", t0);
+    merge_reduce_scatter(cm, COMM_TEAM, x->team_comm, ol, recv, x->n, x->H, x->d, o, lse);
 }
 
 static void wf_backward(ContextSchedule *s, const float *q, const float *kv, const float *o, const float *lse,
