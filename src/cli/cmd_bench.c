@@ -193,6 +193,12 @@ static void bench_dist_attn(const ParallelConfig *pc, int S, int H, int Hkv, int
                "sent by rank 0\n",
                r.time_s, r.fwd_s, r.bwd_s, r.gflops, r.compute_s, r.exposed_s, r.exposed_p2p_s, r.comm_only_s,
                r.comm_only_p2p_s, 100 * r.overlap, 100 * r.overlap_p2p, r.bytes_per_rank / (1 << 20), r.messages_per_rank);
+        printf("  sent per rank (most of any rank), forward + backward:");
+        for (int k = 0; k < COMM_KINDS; k++)
+            if (r.bytes_kind_max[k] > 0)
+                printf(" %s %.2f MiB in %.0f msgs;", comm_kind_name((CommKind)k), r.bytes_kind_max[k] / (1 << 20),
+                       r.messages_kind_max[k]);
+        printf("\n");
         fflush(stdout);
     }
     seq_parallel_free(&par);
@@ -217,7 +223,7 @@ int cmd_bench(int argc, char **argv) {
     int opt;
     while ((opt = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         if (parallel_flags_handle(&pc, cmd, opt, optarg)) {
-            if (opt >= 2001 && opt <= 2004) grid = 1;
+            if ((opt >= 2001 && opt <= 2004) || opt == 2012 || opt == 2013) grid = 1;
             if (opt == 2011) set_threads(pc.threads);
             continue;
         }

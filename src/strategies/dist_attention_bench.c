@@ -31,6 +31,7 @@ static double max_over_ranks(const Topology *t, double v) {
 typedef struct {
     double total, fwd, bwd, compute, compute_cpu, exposed, exposed_p2p;
     unsigned long long bytes, messages;
+    double kind_bytes[COMM_KINDS], kind_msgs[COMM_KINDS]; /* max over ranks */
 } OneRun;
 
 static void one_run(const Topology *t, Comm *comm, SeqAttention *sa, const float *q, const float *k, const float *v,
@@ -54,6 +55,8 @@ static void one_run(const Topology *t, Comm *comm, SeqAttention *sa, const float
     for (int kd = 0; kd < COMM_KINDS; kd++) {
         r->bytes += comm_stats_bytes(s, (CommKind)kd);
         r->messages += s->messages[kd];
+        r->kind_bytes[kd] = max_over_ranks(t, (double)comm_stats_bytes(s, (CommKind)kd));
+        r->kind_msgs[kd] = max_over_ranks(t, (double)s->messages[kd]);
     }
 }
 
@@ -92,6 +95,10 @@ void dist_attention_bench(const Topology *t, Comm *comm, SeqAttention *sa, const
     }
     r->bytes_per_rank = (double)run.bytes;
     r->messages_per_rank = (double)run.messages;
+    for (int kd = 0; kd < COMM_KINDS; kd++) {
+        r->bytes_kind_max[kd] = run.kind_bytes[kd];
+        r->messages_kind_max[kd] = run.kind_msgs[kd];
+    }
     r->time_s = median(tt, repeats);
     r->fwd_s = median(tf, repeats);
     r->bwd_s = median(tb, repeats);

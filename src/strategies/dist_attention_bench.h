@@ -26,6 +26,8 @@ typedef struct {
                              bwd 2.5x that) per second of time_s */
     double bytes_per_rank; /* bytes this rank sent per forward + backward (all kinds) */
     double messages_per_rank; /* messages this rank sent per forward + backward (all kinds) */
+    double bytes_kind_max[COMM_KINDS];    /* per kind, the most any rank sent per forward + backward */
+    double messages_kind_max[COMM_KINDS]; /* per kind, the most messages any rank sent */
 } DistAttnBenchResult;
 
 /* Collective over the world: times the runtime's strategy sa (a distributed one, or the
