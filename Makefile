@@ -37,7 +37,7 @@ $(BUILD)/libseqpar.a: $(LIB_OBJ)
 $(BUILD)/seqpar: $(CLI_OBJ) $(BUILD)/libseqpar.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/tests/%: tests/%.c tests/testlib.h $(BUILD)/libseqpar.a
+$(BUILD)/tests/%: tests/%.c tests/testlib.h tests/attn_reference.h $(BUILD)/libseqpar.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libseqpar.a $(LDLIBS)
 

@@ -44,6 +44,7 @@
 #include "strategies/head_exchange.h"
 #include "strategies/registry.h"
 #include "strategies/layout.h"
+#include "attn_reference.h"
 #include "testlib.h"
 
 extern void openblas_set_num_threads(int);
@@ -61,85 +62,6 @@ static int g_fail_prints;
     if (cond) { tl_passed++; } else { \
         tl_failed++; if (g_fail_prints++ < 25) { fprintf(stderr, "FAIL [rank %d] %s:%d: ", g_rank, __FILE__, __LINE__); \
         fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); } } } while (0)
-
-/* ------------------------------------------------------------------------------------------ */
-/* Reference: the whole sequence on one process, positions 0..S-1. */
-
-typedef struct { int H, Hkv, d, S; } HeadCase;
-
-typedef struct {
-    HeadCase hc;
-    float *q, *k, *v, *dout;           /* inputs (S, H|Hkv, d) */
-    float *o, *lse, *dq, *dk, *dv;     /* reference outputs */
-    double scale_dq, scale_dk, scale_dv;
-} Reference;
-
-static float *normal(size_t n, Rng *r) {
-    float *x = xmalloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) x[i] = (float)rng_normal(r);
-    return x;
-}
-
-static double max_abs(const float *x, size_t n) {
-    double m = 0;
-    for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)x[i]));
-    return m;
-}
-
-static void reference_build(Reference *R, HeadCase hc, uint64_t seed) {
-    memset(R, 0, sizeof *R);
-    R->hc = hc;
-    const int S = hc.S, H = hc.H, Hkv = hc.Hkv, d = hc.d;
-    Rng rng;
-    rng_seed(&rng, seed);
-    size_t nq = (size_t)S * H * d, nk = (size_t)S * Hkv * d;
-    R->q = normal(nq, &rng);
-    R->k = normal(nk, &rng);
-    R->v = normal(nk, &rng);
-    R->dout = normal(nq, &rng);
-    R->o = xmalloc(nq * sizeof(float));
-    R->lse = xmalloc((size_t)S * H * sizeof(float));
-    R->dq = xcalloc(nq, sizeof(float));
-    R->dk = xcalloc(nk, sizeof(float));
-    R->dv = xcalloc(nk, sizeof(float));
-    int *pos = xmalloc(sizeof(int) * (size_t)S);
-    for (int i = 0; i < S; i++) pos[i] = i;
-    AttnShape s = {.n_q = S, .n_kv = S, .n_heads = H, .n_kv_heads = Hkv, .head_dim = d,
-                   .scale = 1.0f / sqrtf((float)d), .mask = ATTN_CAUSAL};
-    attn_state_init(&s, R->o, R->lse);
-    attn_forward(&s, R->q, pos, R->k, R->v, pos, R->o, R->lse);
-    float *delta = xmalloc((size_t)S * H * sizeof(float));
-    attn_backward_delta(&s, R->o, R->dout, delta);
-    attn_backward(&s, R->q, pos, R->k, R->v, pos, R->lse, delta, R->dout, R->dq, R->dk, R->dv);
-    R->scale_dq = max_abs(R->dq, nq);
-    R->scale_dk = max_abs(R->dk, nk);
-    R->scale_dv = max_abs(R->dv, nk);
-    xfree(delta);
-    xfree(pos);
-}
-
-static void reference_free(Reference *R) {
-    float *p[] = {R->q, R->k, R->v, R->dout, R->o, R->lse, R->dq, R->dk, R->dv};
-    for (size_t i = 0; i < ARRAY_LEN(p); i++) xfree(p[i]);
-}
-
-/* Rows of a global (S, width) tensor at the given positions. */
-static float *gather_rows(const float *g, const int *pos, int n, int width) {
-    float *x = xmalloc(sizeof(float) * (size_t)n * width);
-    for (int i = 0; i < n; i++) memcpy(x + (size_t)i * width, g + (size_t)pos[i] * width, sizeof(float) * (size_t)width);
-    return x;
-}
-
-/* max |a - ref| over rows, ref rows taken at positions */
-static double row_err(const float *a, const float *gref, const int *pos, int n, int width) {
-    double e = 0;
-    for (int i = 0; i < n; i++)
-        for (int c = 0; c < width; c++) {
-            double diff = fabs((double)a[(size_t)i * width + c] - gref[(size_t)pos[i] * width + c]);
-            if (!(diff <= e)) e = diff; /* NaN wins */
-        }
-    return e;
-}
 
 /* ------------------------------------------------------------------------------------------ */
 /* One configuration. */
@@ -223,8 +145,12 @@ static void run_case(const Topology *t, Comm *cm, const Strategy *strat, TokenLa
     sa->set_positions(sa, pos);
     CHECKQ(cm->stats.meta_bytes == vol.meta_batch, "%s: positions exchange sent %llu meta bytes, expected %llu", what,
            (unsigned long long)cm->stats.meta_bytes, vol.meta_batch);
-    float *q = gather_rows(R->q, pos, N, H * d), *k = gather_rows(R->k, pos, N, Hkv * d);
-    float *v = gather_rows(R->v, pos, N, Hkv * d), *dout = gather_rows(R->dout, pos, N, H * d);
+    float *q = xmalloc(sizeof(float) * (size_t)N * H * d), *k = xmalloc(sizeof(float) * (size_t)N * Hkv * d);
+    float *v = xmalloc(sizeof(float) * (size_t)N * Hkv * d), *dout = xmalloc(sizeof(float) * (size_t)N * H * d);
+    gather_rows(q, R->q, pos, N, H * d);
+    gather_rows(k, R->k, pos, N, Hkv * d);
+    gather_rows(v, R->v, pos, N, Hkv * d);
+    gather_rows(dout, R->dout, pos, N, H * d);
     float *o = xmalloc(sizeof(float) * (size_t)N * H * d);
     float *dq = xmalloc(sizeof(float) * (size_t)N * H * d);
     float *dk = xmalloc(sizeof(float) * (size_t)N * Hkv * d), *dv = xmalloc(sizeof(float) * (size_t)N * Hkv * d);
@@ -243,7 +169,7 @@ static void run_case(const Topology *t, Comm *cm, const Strategy *strat, TokenLa
     sa->backward(sa, NULL, NULL, NULL, NULL, saved, dout, dq, dk, dv);
     CommStats bst = cm->stats;
 
-    double eo = row_err(o, R->o, pos, N, H * d);
+    double eo = row_err(o, R->o, pos, N, H * d, 1.0, 0);
     CHECKQ(eo <= O_ATOL, "%s: O error %.3g > %.1g", what, eo, O_ATOL);
     /* LSE: head-parallel rows of this context slot, heads [head_offset, +heads) */
     DistSavedView sv;
@@ -256,9 +182,9 @@ static void run_case(const Topology *t, Comm *cm, const Strategy *strat, TokenLa
             if (!(e <= el)) el = e;
         }
     CHECKQ(el <= 1.0, "%s: LSE error %.3g x tolerance", what, el);
-    double eq = row_err(dq, R->dq, pos, N, H * d) / (GRAD_REL * R->scale_dq);
-    double ek = row_err(dk, R->dk, pos, N, Hkv * d) / (GRAD_REL * R->scale_dk);
-    double ev = row_err(dv, R->dv, pos, N, Hkv * d) / (GRAD_REL * R->scale_dv);
+    double eq = row_err(dq, R->dq, pos, N, H * d, 1.0, 0) / (GRAD_REL * R->scale_dq);
+    double ek = row_err(dk, R->dk, pos, N, Hkv * d, 1.0, 0) / (GRAD_REL * R->scale_dk);
+    double ev = row_err(dv, R->dv, pos, N, Hkv * d, 1.0, 0) / (GRAD_REL * R->scale_dv);
     CHECKQ(eq <= 1.0, "%s: dQ error %.3g x tolerance", what, eq);
     CHECKQ(ek <= 1.0, "%s: dK error %.3g x tolerance", what, ek);
     CHECKQ(ev <= 1.0, "%s: dV error %.3g x tolerance", what, ev);

@@ -49,6 +49,7 @@
 #include "strategies/layout.h"
 #include "strategies/lightseq.h"
 #include "strategies/registry.h"
+#include "attn_reference.h"
 #include "testlib.h"
 
 extern void openblas_set_num_threads(int);
@@ -282,78 +283,6 @@ static void test_balance(void) {
 
 /* ------------------------------------------------------------------------------------------ */
 /* Reference and distributed runs. */
-
-typedef struct { int H, Hkv, d, S; } HeadCase;
-
-typedef struct {
-    HeadCase hc;
-    float *q, *k, *v, *dout, *o, *lse, *dq, *dk, *dv;
-    double scale_dq, scale_dk, scale_dv;
-} Reference;
-
-static float *normal(size_t n, Rng *r) {
-    float *x = xmalloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) x[i] = (float)rng_normal(r);
-    return x;
-}
-
-static double max_abs(const float *x, size_t n) {
-    double m = 0;
-    for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)x[i]));
-    return m;
-}
-
-static void reference_build(Reference *R, HeadCase hc, uint64_t seed) {
-    R->hc = hc;
-    const int S = hc.S, H = hc.H, Hkv = hc.Hkv, d = hc.d;
-    Rng rng;
-    rng_seed(&rng, seed);
-    size_t nq = (size_t)S * H * d, nk = (size_t)S * Hkv * d;
-    R->q = normal(nq, &rng);
-    R->k = normal(nk, &rng);
-    R->v = normal(nk, &rng);
-    R->dout = normal(nq, &rng);
-    R->o = xmalloc(nq * sizeof(float));
-    R->lse = xmalloc((size_t)S * H * sizeof(float));
-    R->dq = xcalloc(nq, sizeof(float));
-    R->dk = xcalloc(nk, sizeof(float));
-    R->dv = xcalloc(nk, sizeof(float));
-    int *pos = xmalloc(sizeof(int) * (size_t)S);
-    for (int i = 0; i < S; i++) pos[i] = i;
-    AttnShape s = {.n_q = S, .n_kv = S, .n_heads = H, .n_kv_heads = Hkv, .head_dim = d,
-                   .scale = 1.0f / sqrtf((float)d), .mask = ATTN_CAUSAL};
-    attn_state_init(&s, R->o, R->lse);
-    attn_forward(&s, R->q, pos, R->k, R->v, pos, R->o, R->lse);
-    float *delta = xmalloc((size_t)S * H * sizeof(float));
-    attn_backward_delta(&s, R->o, R->dout, delta);
-    attn_backward(&s, R->q, pos, R->k, R->v, pos, R->lse, delta, R->dout, R->dq, R->dk, R->dv);
-    R->scale_dq = max_abs(R->dq, nq);
-    R->scale_dk = max_abs(R->dk, nk);
-    R->scale_dv = max_abs(R->dv, nk);
-    xfree(delta);
-    xfree(pos);
-}
-
-static void reference_free(Reference *R) {
-    float *p[] = {R->q, R->k, R->v, R->dout, R->o, R->lse, R->dq, R->dk, R->dv};
-    for (size_t i = 0; i < ARRAY_LEN(p); i++) xfree(p[i]);
-}
-
-static void gather_rows(float *x, const float *g, const int *pos, int n, int width) {
-    for (int i = 0; i < n; i++) memcpy(x + (size_t)i * width, g + (size_t)pos[i] * width, sizeof(float) * (size_t)width);
-}
-
-/* max |a - ref| / scale over rows, ref rows taken at positions (NaN wins) */
-static double row_err(const float *a, const float *gref, const int *pos, int n, int width, double atol, double rtol) {
-    double e = 0;
-    for (int i = 0; i < n; i++)
-        for (int c = 0; c < width; c++) {
-            double ref = gref[(size_t)pos[i] * width + c];
-            double diff = fabs((double)a[(size_t)i * width + c] - ref) / (atol + rtol * fabs(ref));
-            if (!(diff <= e)) e = diff;
-        }
-    return e;
-}
 
 typedef struct { long cases; double max_o, max_lse, max_dq, max_dk, max_dv; } Summary;
 

@@ -46,6 +46,7 @@
 #include "strategies/layout.h"
 #include "strategies/registry.h"
 #include "strategies/wallfacer.h"
+#include "attn_reference.h"
 #include "testlib.h"
 
 extern void openblas_set_num_threads(int);
@@ -205,76 +206,6 @@ static void test_check(void) {
 /* ------------------------------------------------------------------------------------------ */
 /* 3. Forward and backward against the single-process kernel. */
 
-typedef struct {
-    int H, Hkv, d, S;
-    float *q, *k, *v, *dout, *o, *lse, *dq, *dk, *dv;
-    double scale_dq, scale_dk, scale_dv;
-} Reference;
-
-static float *normal(size_t n, Rng *r) {
-    float *x = xmalloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) x[i] = (float)rng_normal(r);
-    return x;
-}
-
-static double max_abs(const float *x, size_t n) {
-    double m = 0;
-    for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)x[i]));
-    return m;
-}
-
-static void reference_build(Reference *R, int H, int Hkv, int d, int S, uint64_t seed) {
-    memset(R, 0, sizeof *R);
-    R->H = H, R->Hkv = Hkv, R->d = d, R->S = S;
-    Rng rng;
-    rng_seed(&rng, seed);
-    size_t nq = (size_t)S * H * d, nk = (size_t)S * Hkv * d;
-    R->q = normal(nq, &rng);
-    R->k = normal(nk, &rng);
-    R->v = normal(nk, &rng);
-    R->dout = normal(nq, &rng);
-    R->o = xmalloc(nq * sizeof(float));
-    R->lse = xmalloc((size_t)S * H * sizeof(float));
-    R->dq = xcalloc(nq, sizeof(float));
-    R->dk = xcalloc(nk, sizeof(float));
-    R->dv = xcalloc(nk, sizeof(float));
-    int *pos = xmalloc(sizeof(int) * (size_t)S);
-    for (int i = 0; i < S; i++) pos[i] = i;
-    AttnShape s = {.n_q = S, .n_kv = S, .n_heads = H, .n_kv_heads = Hkv, .head_dim = d,
-                   .scale = 1.0f / sqrtf((float)d), .mask = ATTN_CAUSAL};
-    attn_state_init(&s, R->o, R->lse);
-    attn_forward(&s, R->q, pos, R->k, R->v, pos, R->o, R->lse);
-    float *delta = xmalloc((size_t)S * H * sizeof(float));
-    attn_backward_delta(&s, R->o, R->dout, delta);
-    attn_backward(&s, R->q, pos, R->k, R->v, pos, R->lse, delta, R->dout, R->dq, R->dk, R->dv);
-    R->scale_dq = max_abs(R->dq, nq);
-    R->scale_dk = max_abs(R->dk, nk);
-    R->scale_dv = max_abs(R->dv, nk);
-    xfree(delta);
-    xfree(pos);
-}
-
-static void reference_free(Reference *R) {
-    float *p[] = {R->q, R->k, R->v, R->dout, R->o, R->lse, R->dq, R->dk, R->dv};
-    for (size_t i = 0; i < ARRAY_LEN(p); i++) xfree(p[i]);
-}
-
-static void gather_rows(float *x, const float *g, const int *pos, int n, int width) {
-    for (int i = 0; i < n; i++) memcpy(x + (size_t)i * width, g + (size_t)pos[i] * width, sizeof(float) * (size_t)width);
-}
-
-/* max over rows of |a - ref| / (atol + rtol |ref|) */
-static double row_viol(const float *a, const float *gref, const int *pos, int n, int width, double atol, double rtol) {
-    double w = 0;
-    for (int i = 0; i < n; i++)
-        for (int c = 0; c < width; c++) {
-            double r = gref[(size_t)pos[i] * width + c];
-            double v = fabs((double)a[(size_t)i * width + c] - r) / (atol + rtol * fabs(r));
-            if (!(v <= w)) w = v;
-        }
-    return w;
-}
-
 typedef struct { long cases; double o, lse, dq, dk, dv, zz_imbalance; } Summary;
 
 /* Bytes this rank's stats put intra / inter node, recomputed from the peers' nodes. */
@@ -332,7 +263,7 @@ static void copy_volume(const CommStats *st, unsigned long long *bytes, unsigned
 
 static void run_case(const Topology *t, Comm *cm, int C, TokenLayout layout, const Reference *R, int piece,
                      Summary *sum, const char *what) {
-    const int P = t->cp, S = R->S, H = R->H, Hkv = R->Hkv, d = R->d, n = S / P, me_c = t->cp_rank;
+    const int P = t->cp, S = R->hc.S, H = R->hc.H, Hkv = R->hc.Hkv, d = R->hc.d, n = S / P, me_c = t->cp_rank;
     const int ring_first = t->placement == PLACEMENT_RING_FIRST;
     StrategyParams p = {.hp = 1, .cp = P, .team = C, .layout = layout, .seq_len = S, .n_heads = H,
                         .n_kv_heads = Hkv, .head_dim = d};
@@ -406,8 +337,8 @@ static void run_case(const Topology *t, Comm *cm, int C, TokenLayout layout, con
     check_stats(t, cm, &me, &st, &vr, 0, what);
     copy_volume(&st, vmax.fwd, vmax.fwd_msgs);
 
-    double vo = row_viol(o, R->o, pos, n, H * d, O_ATOL, 0);
-    double vl = row_viol(lse, R->lse, pos, n, H, LSE_ATOL, LSE_RTOL);
+    double vo = row_err(o, R->o, pos, n, H * d, O_ATOL, 0);
+    double vl = row_err(lse, R->lse, pos, n, H, LSE_ATOL, LSE_RTOL);
     CHECKQ(vo <= 1, "%s: O error / tolerance %.3g", what, vo);
     CHECKQ(vl <= 1, "%s: LSE error / tolerance %.3g", what, vl);
 
@@ -420,9 +351,9 @@ static void run_case(const Topology *t, Comm *cm, int C, TokenLayout layout, con
     check_stats(t, cm, &me, &st, &vr, 1, what);
     copy_volume(&st, vmax.bwd, vmax.bwd_msgs);
 
-    double vq = row_viol(dq, R->dq, pos, n, H * d, GRAD_REL * R->scale_dq, 0);
-    double vk = row_viol(dkv, R->dk, pos, n, Hkv * d, GRAD_REL * R->scale_dk, 0);
-    double vv = row_viol(dkv + b, R->dv, pos, n, Hkv * d, GRAD_REL * R->scale_dv, 0);
+    double vq = row_err(dq, R->dq, pos, n, H * d, GRAD_REL * R->scale_dq, 0);
+    double vk = row_err(dkv, R->dk, pos, n, Hkv * d, GRAD_REL * R->scale_dk, 0);
+    double vv = row_err(dkv + b, R->dv, pos, n, Hkv * d, GRAD_REL * R->scale_dv, 0);
     CHECKQ(vq <= 1, "%s: dQ error / tolerance %.3g", what, vq);
     CHECKQ(vk <= 1, "%s: dK error / tolerance %.3g", what, vk);
     CHECKQ(vv <= 1, "%s: dV error / tolerance %.3g", what, vv);
@@ -470,7 +401,7 @@ int main(int argc, char **argv) {
     const int P = g_size, S = 6 * P;
     const int kv_heads[] = {4, 2, 1}; /* MHA, GQA, MQA with 4 query heads */
     Reference refs[ARRAY_LEN(kv_heads)];
-    for (size_t i = 0; i < ARRAY_LEN(kv_heads); i++) reference_build(&refs[i], 4, kv_heads[i], 16, S, 77 + i);
+    for (size_t i = 0; i < ARRAY_LEN(kv_heads); i++) reference_build(&refs[i], (HeadCase){4, kv_heads[i], 16, S}, 77 + i);
     Summary sum = {0};
     long combo = 0;
     for (int C = 1; C * C <= P; C++) {

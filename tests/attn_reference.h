@@ -1,0 +1,91 @@
+/* The single-process attention reference the distributed-attention tests compare against: random
+ * q, k, v, dout for a whole sequence (same seed on every rank), the kernel's causal forward and
+ * backward over positions 0..S-1, and helpers to take a rank's rows and measure its error.
+ * Header-only (static inline) so each test stays one .c file. */
+#ifndef SEQPAR_TEST_ATTN_REFERENCE_H
+#define SEQPAR_TEST_ATTN_REFERENCE_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "attention/flash_attention.h"
+#include "core/common.h"
+
+typedef struct { int H, Hkv, d, S; } HeadCase;
+
+typedef struct {
+    HeadCase hc;
+    float *q, *k, *v, *dout;       /* inputs (S, H|Hkv, d) */
+    float *o, *lse, *dq, *dk, *dv; /* reference outputs */
+    double scale_dq, scale_dk, scale_dv; /* max |.| of each gradient: the scale of its tolerance */
+} Reference;
+
+static inline float *reference_normal(size_t n, Rng *r) {
+    float *x = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = (float)rng_normal(r);
+    return x;
+}
+
+static inline double reference_max_abs(const float *x, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)x[i]));
+    return m;
+}
+
+static inline void reference_build(Reference *R, HeadCase hc, uint64_t seed) {
+    memset(R, 0, sizeof *R);
+    R->hc = hc;
+    const int S = hc.S, H = hc.H, Hkv = hc.Hkv, d = hc.d;
+    Rng rng;
+    rng_seed(&rng, seed);
+    size_t nq = (size_t)S * H * d, nk = (size_t)S * Hkv * d;
+    R->q = reference_normal(nq, &rng);
+    R->k = reference_normal(nk, &rng);
+    R->v = reference_normal(nk, &rng);
+    R->dout = reference_normal(nq, &rng);
+    R->o = xmalloc(nq * sizeof(float));
+    R->lse = xmalloc((size_t)S * H * sizeof(float));
+    R->dq = xcalloc(nq, sizeof(float));
+    R->dk = xcalloc(nk, sizeof(float));
+    R->dv = xcalloc(nk, sizeof(float));
+    int *pos = xmalloc(sizeof(int) * (size_t)S);
+    for (int i = 0; i < S; i++) pos[i] = i;
+    AttnShape s = {.n_q = S, .n_kv = S, .n_heads = H, .n_kv_heads = Hkv, .head_dim = d,
+                   .scale = 1.0f / sqrtf((float)d), .mask = ATTN_CAUSAL};
+    attn_state_init(&s, R->o, R->lse);
+    attn_forward(&s, R->q, pos, R->k, R->v, pos, R->o, R->lse);
+    float *delta = xmalloc((size_t)S * H * sizeof(float));
+    attn_backward_delta(&s, R->o, R->dout, delta);
+    attn_backward(&s, R->q, pos, R->k, R->v, pos, R->lse, delta, R->dout, R->dq, R->dk, R->dv);
+    R->scale_dq = reference_max_abs(R->dq, nq);
+    R->scale_dk = reference_max_abs(R->dk, nk);
+    R->scale_dv = reference_max_abs(R->dv, nk);
+    xfree(delta);
+    xfree(pos);
+}
+
+static inline void reference_free(Reference *R) {
+    float *p[] = {R->q, R->k, R->v, R->dout, R->o, R->lse, R->dq, R->dk, R->dv};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) xfree(p[i]);
+}
+
+/* x (n, width) = rows pos[0..n) of the global g (S, width). */
+static inline void gather_rows(float *x, const float *g, const int *pos, int n, int width) {
+    for (int i = 0; i < n; i++) memcpy(x + (size_t)i * width, g + (size_t)pos[i] * width, sizeof(float) * (size_t)width);
+}
+
+/* max over the rows of |a - ref| / (atol + rtol |ref|), ref rows taken at positions; NaN wins. */
+static inline double row_err(const float *a, const float *gref, const int *pos, int n, int width, double atol,
+                             double rtol) {
+    double e = 0;
+    for (int i = 0; i < n; i++)
+        for (int c = 0; c < width; c++) {
+            double ref = gref[(size_t)pos[i] * width + c];
+            double diff = fabs((double)a[(size_t)i * width + c] - ref) / (atol + rtol * fabs(ref));
+            if (!(diff <= e)) e = diff;
+        }
+    return e;
+}
+
+#endif
