@@ -436,9 +436,9 @@ int cmd_train(int argc, char **argv) {
                 if (o.skip_nonfinite == 0)
                     die_collective("step %ld: the loss (%g) or the gradient norm (%g) is not finite: lower --lr or raise --warmup, or "
                                    "allow skipping such steps with --skip-nonfinite N", st.step + 1, loss, sqrt(norm_sq));
-                die_collective("step %ld: the loss (%g) or the gradient norm (%g) is not finite, and %d such steps were already skipped "
-                               "(--skip-nonfinite %d): lower --lr or raise --warmup", st.step + 1, loss, sqrt(norm_sq),
-                               skipped - 1, o.skip_nonfinite);
+                die_collective("step %ld: the loss (%g) or the gradient norm (%g) is not finite and the %d skips allowed by "
+                               "--skip-nonfinite are used up: lower --lr or raise --warmup", st.step + 1, loss,
+                               sqrt(norm_sq), o.skip_nonfinite);
             }
             if (root) {
                 printf("step %5ld/%ld | loss %g | grad norm %g | not finite: update skipped (%d of --skip-nonfinite %d)\n",
