@@ -8,6 +8,8 @@
 #   - preemption: SIGUSR1 sent to mpirun, SIGTERM sent to every rank, and SIGINT to a single
 #     process each stop the run after the current step with a checkpoint and exit 0; resuming
 #     from it gives losses bit-identical to an uninterrupted run;
+#   - multi-host: a link taken down between two network-namespace hosts ends the job through the
+#     watchdog (bench/multihost.sh linkdown; skipped without root / ip netns);
 #   - non-finite numbers: a NaN gradient (SEQPAR_FAULT_NONFINITE, test only) or a huge --lr ends
 #     the run naming the step (exit 1), --skip-nonfinite N skips and logs at most N steps,
 #     `seqpar grad` exits 1 on a NaN gradient and writes no file.
@@ -165,5 +167,18 @@ if [ ! -e "$T/nan.grads" ]; then ok; else bad "grad wrote a gradient file despit
 SEQPAR_FAULT_NONFINITE=1 expect_fail "grad with a NaN gradient on 2 ranks" "not finite" timeout 60 mpirun --oversubscribe -np 2 "$SEQPAR" "${G[@]}" --cp 2
 # the test hooks reject malformed values
 SEQPAR_FAULT_NONFINITE=x expect_fail "malformed SEQPAR_FAULT_NONFINITE" "SEQPAR_FAULT_NONFINITE" timeout 60 "$SEQPAR" "${NF[@]}" --log "$T/n6.jsonl"
+
+# ---- multi-host (2 network-namespace hosts over TCP, bench/multihost.sh): a link taken down in
+# the middle of the run ends the job through the watchdog within the deadline + 10 s. Needs root
+# and iproute2; skipped (with a line saying so) where network namespaces cannot be made.
+if [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null && ip netns add "sp$$probe" 2>/dev/null; then
+    ip netns del "sp$$probe"
+    if COMM_TIMEOUT=3 timeout 120 bash bench/multihost.sh "$BUILD" linkdown >"$T/mh.out" 2>&1 &&
+        grep -q "^link down: .*exited with status [1-9]" "$T/mh.out"; then ok; else
+        bad "multi-host link down: $(tail -n 5 "$T/mh.out")"; fi
+    grep '^link down:' "$T/mh.out"
+else
+    echo "multi-host link down: skipped (needs root and ip netns)"
+fi
 
 summary test_reliability
