@@ -53,6 +53,7 @@ cleanup() {
     rm -rf "$W"
 }
 trap cleanup EXIT
+trap 'exit 143' TERM INT  # (a timeout's SIGTERM) still runs the EXIT trap
 
 # ---- the hosts: namespace P<i> with eth0 = 10.231.0.<i+1>, its peer p<i> on bridge br0 in SW
 echo "multihost: setting up $HOSTS hosts"
@@ -63,6 +64,10 @@ ip -n "$SW" link set br0 up
 for i in $(seq 0 $((HOSTS - 1))); do
     ip netns add "$P$i" || die "cannot create network namespace $P$i"
     ip -n "$P$i" link set lo up
+    # give up on unacknowledged TCP data after ~1.5 s (default ~15 min): mpirun's kill messages to
+    # a host whose link is down would otherwise be retransmitted for that long (per-namespace
+    # setting, as a cluster's hosts would set it)
+    ip netns exec "$P$i" sysctl -qw net.ipv4.tcp_retries2=2
     ip -n "$SW" link add "p$i" type veth peer name eth0 netns "$P$i"
     ip -n "$SW" link set "p$i" master br0 up
     ip -n "$P$i" addr add "10.231.0.$((i + 1))/24" dev eth0
@@ -111,10 +116,11 @@ fi
 
 if [ "$MODE" = linkdown ] || [ "$MODE" = all ]; then
     rm -f "$W/l.jsonl"
-    mh_mpirun 120 "$SEQPAR" train "${MODEL[@]}" --steps 100000 --comm-timeout "$COMM_TIMEOUT" \
+    # a lighter sequence: steps of a fraction of a second even on a loaded machine
+    mh_mpirun 60 "$SEQPAR" train "${MODEL[@]}" --seq-len 512 --steps 100000 --comm-timeout "$COMM_TIMEOUT" \
         --log "$W/l.jsonl" >"$W/l.out" 2>&1 &
     tp=$!
-    for _ in $(seq 1 600); do
+    for _ in $(seq 1 300); do
         [ "$(cat "$W/l.jsonl" 2>/dev/null | wc -l)" -ge 3 ] && break
         kill -0 $tp 2>/dev/null || break
         sleep 0.1
@@ -128,7 +134,11 @@ if [ "$MODE" = linkdown ] || [ "$MODE" = all ]; then
     echo "link down: host 1's link taken down after step $(cat "$W/l.jsonl" | wc -l); mpirun exited with status $rc" \
          "${el} s later (--comm-timeout $COMM_TIMEOUT); $n watchdog line(s):"
     grep '^seqpar: error: watchdog: ' "$W/l.out" | sed 's/^/  /'
-    if [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ "$n" -lt 1 ] || ! awk -v e="$el" -v t="$COMM_TIMEOUT" 'BEGIN { exit !(e <= t + 10) }'; then
+    if [ "$(cat "$W/l.jsonl" 2>/dev/null | wc -l)" -lt 3 ]; then
+        echo "link down: FAILED: the run logged fewer than 3 steps in 30 s"
+        tail -n 20 "$W/l.out" | sed 's/^/  | /'
+        status=1
+    elif [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ "$n" -lt 1 ] || ! awk -v e="$el" -v t="$COMM_TIMEOUT" 'BEGIN { exit !(e <= t + 10) }'; then
         echo "link down: FAILED (expected a non-zero exit within $COMM_TIMEOUT + 10 s with a watchdog line)"
         tail -n 20 "$W/l.out" | sed 's/^/  | /'
         status=1
