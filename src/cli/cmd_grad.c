@@ -108,6 +108,8 @@ int cmd_grad(int argc, char **argv) {
         printf("loss: %.9f\n", loss);
         params_save_safetensors(out_path, &model.table, model.grads);
     }
+    /* every rank gets here before any enters MPI_Finalize, which has no deadline */
+    if (par.topo.world_size > 1) comm_control_barrier(par.comm, "MPI_Ibarrier (end of run)", par.topo.world);
     llama_acts_free(acts);
     seq_parallel_free(&par);
     xfree(global_inputs); xfree(global_targets); xfree(inputs); xfree(targets);

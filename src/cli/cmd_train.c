@@ -458,20 +458,16 @@ int cmd_train(int argc, char **argv) {
         double dt = agree[0];
         unsigned long long peak_mem = (unsigned long long)agree[1];
         stop_sig = (int)agree[2];
-        if (nonfinite) {
-            if (stop_sig) break;
-            continue;
-        }
         double tok_s = (double)S * o.batch / dt, tok_s_rank = tok_s / par.topo.world_size;
         double mfu = tok_s_rank * flops_per_token / (peak * 1e9);
-        last_loss = loss;
-        if (root && !o.quiet) {
+        if (!nonfinite) last_loss = loss;
+        if (root && !o.quiet && !nonfinite) {
             printf("step %5ld/%ld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s (%.0f/rank) | MFU %.1f%% | "
                    "peak mem %.1f MiB/rank\n",
                    st.step, o.steps, loss, lr, sqrt(norm_sq), tok_s, tok_s_rank, 100 * mfu, (double)peak_mem / (1 << 20));
             fflush(stdout);
         }
-        if (root) {
+        if (root && !nonfinite) {
             fprintf(log, "{\"step\": %ld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.17g, \"tokens_per_s\": %.3f, "
                          "\"tokens_per_s_per_rank\": %.3f, \"mfu\": %.6f, \"peak_mem_bytes\": %llu, \"step_seconds\": %.6f}\n",
                     st.step, loss, lr, sqrt(norm_sq), tok_s, tok_s_rank, mfu, peak_mem, dt);
@@ -512,7 +508,9 @@ int cmd_train(int argc, char **argv) {
             if (root) printf("saved checkpoint to %s (step %ld)\n", o.save_dir, st.step);
         }
     }
+    /* every rank gets here before any enters MPI_Finalize, which has no deadline */
     watch(&par, st.step, "end", 0);
+    if (par.topo.world_size > 1) comm_control_barrier(par.comm, "MPI_Ibarrier (end of run)", par.topo.world);
     if (root && !isnan(last_loss)) printf("final loss %.6f\n", last_loss);
     if (log) fclose(log);
     xfree(g_inputs); xfree(g_targets); xfree(inputs); xfree(targets);
