@@ -121,7 +121,7 @@ static void append(char *buf, size_t n, const char *fmt, ...) {
     va_end(ap);
 }
 
-/* "world ranks 0-3,8" for the members of mc (ranges, at most ~200 characters). */
+/* "4 ranks (world 0-2,8)" for the members of mc (ranges, cut after ~200 characters). */
 static void describe_group(Comm *c, MPI_Comm mc, char *buf, size_t n) {
     const int *arr = world_ranks(c, mc);
     int size = arr[0];
@@ -184,9 +184,9 @@ static void watchdog_fire(Comm *c, const char *op, CommKind k, MPI_Comm group, i
     else snprintf(when, sizeof when, "before step 1 (%s)", c->phase);
     if ((unsigned)k < COMM_KINDS) snprintf(kind, sizeof kind, " (%s)", KIND_NAMES[k]); /* control: none */
     fprintf(stderr,
-            "seqpar: error: watchdog: rank %d %s: %s%s %s is not complete after %.1f s: a rank is stopped, dead "
-            "or unreachable (the one that prints no such line); ending the job (raise --comm-timeout if steps are "
-            "legitimately this slow)\n",
+            "seqpar: error: watchdog: rank %d %s: %s%s %s is not complete after %.1f s: some rank is stopped, "
+            "dead or cut off (one of those that print no such line); ending the job (raise --comm-timeout if steps "
+            "are legitimately this slow)\n",
             c->topo->world_rank, when, op, kind, who, waited);
     fflush(stderr);
     double grace = c->timeout_s / 2 < 5 ? c->timeout_s / 2 : 5;

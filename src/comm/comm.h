@@ -42,8 +42,8 @@
  * ends the whole job with MPI_Abort(world, COMM_WATCHDOG_EXIT). Time during which this process
  * itself did not run (a gap of over 1 s between two tests: it was stopped or suspended) does not
  * count against the deadline. A timed-out MPI request cannot be
- * cancelled (collectives never can), so ending the job is the only safe outcome; the rank that
- * prints no such line is the one that is stopped, dead or cut off. */
+ * cancelled (collectives never can), so ending the job is the only safe outcome; the ranks that
+ * print no such line are the ones stopped, dead or cut off (or whose output cannot reach mpirun). */
 #ifndef SEQPAR_COMM_H
 #define SEQPAR_COMM_H
 
