@@ -64,10 +64,10 @@ static const char HELP_TAIL[] =
     "  --log FILE           JSONL log, appended by rank 0 (default runs/train.jsonl)\n"
     "  --peak-gflops X      peak for MFU (default: measured OpenBLAS sgemm on this machine)\n"
     "  --quiet              print only evaluations and the summary\n"
-    "SIGTERM, SIGUSR1 or SIGINT (to every rank; to mpirun only SIGUSR1 is forwarded) stop the run after\n"
-    "the current step: a checkpoint goes to --save DIR (default: checkpoint-stepN next to --log)\n"
-    "and the run exits 0.\n"
-    "  --help               this text\n";
+    "  --help               this text\n"
+    "stopping: SIGTERM, SIGUSR1 or SIGINT (to every rank; mpirun forwards only SIGUSR1) stop the run\n"
+    "  after the current step: a checkpoint goes to --save DIR (default: checkpoint-stepN next to\n"
+    "  --log) and the run exits 0.\n";
 
 typedef struct {
     const char *data, *save_dir, *resume_dir, *log_path, *model_dir;
