@@ -20,8 +20,10 @@
 #              mpirun notices a lost host only through TCP keepalive on its own control
 #              connections (Open MPI's default: 300 s + 9 x 20 s), so this sets
 #              oob_tcp_keepalive_time to COMM_TIMEOUT + 3 s: the ranks' watchdog fires first and
-#              mpirun then gives up on the unreachable host within a few seconds. On a real
-#              cluster set the same (see the printed mpirun line).
+#              mpirun then gives up on the unreachable host within a few seconds; each host's
+#              net.ipv4.tcp_retries2 is 2 (the default 15 retransmits unacknowledged data, such as
+#              mpirun's kill order to the lost host, for about 15 minutes). On a real cluster set
+#              the same (see the printed mpirun line).
 # Environment: HOSTS (2..4, default 2), SLOTS (ranks per host, 2), RATE (tbf rate, 20mbit),
 # COMM_TIMEOUT (seconds, 5), SEQPAR_NS_PREFIX (namespace names, default sp<pid>).
 set -u
