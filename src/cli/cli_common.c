@@ -115,7 +115,10 @@ const char PARALLEL_FLAGS_HELP[] =
     "  --zero N            0: allreduce gradients; 1: shard AdamW state over all ranks (default 0)\n"
     "  --threads N         threads per rank (default: node cores / ranks on the node)\n"
     "  --trace FILE        Chrome trace-event JSON, one track per rank (open in Perfetto)\n"
-    "  --stats             print bytes sent per kind, compute and exposed communication per rank\n";
+    "  --stats             print bytes sent per kind, compute and exposed communication per rank\n"
+    "  --comm-timeout S    watchdog: a wait for other ranks longer than S seconds ends the job with\n"
+    "                      a message and exit status 3 (default 300; the first step and checkpoint\n"
+    "                      saves may take 4 x S; 0 waits forever)\n";
 
 int parallel_flags_handle(ParallelConfig *c, const char *cmd, int opt, const char *arg) {
     switch (opt) {
@@ -132,6 +135,7 @@ int parallel_flags_handle(ParallelConfig *c, const char *cmd, int opt, const cha
     case 2011: c->threads = (int)parse_long(cmd, "threads", arg, 1, 4096); return 1;
     case 2012: c->strategy = arg; return 1;
     case 2013: c->team = (int)parse_long(cmd, "team", arg, 1, 1 << 20); return 1;
+    case 2030: c->comm_timeout = parse_double(cmd, "comm-timeout", arg, 0, 1e7); return 1;
     default: return 0;
     }
 }

@@ -1,13 +1,16 @@
 /* seqpar grad: one forward and backward of a model on the first S+1 tokens of a file
  * (inputs tokens[0..S-1], targets tokens[1..S], positions 0..S-1). Prints "loss: <value>" and
  * writes the gradient of the mean loss for every parameter (HF names and shapes, F32) to a
- * safetensors file. This is the exactness contract every parallel strategy must reproduce. */
+ * safetensors file. This is the exactness contract every parallel strategy must reproduce. A loss
+ * or gradient norm that is NaN or Inf is an error (exit 1, no file written). */
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "cli/cli_common.h"
 #include "cli/commands.h"
+#include "cli/run_control.h"
 #include "core/common.h"
 #include "data/tokens.h"
 #include "io/param_io.h"
@@ -88,15 +91,25 @@ int cmd_grad(int argc, char **argv) {
     seq_parallel_take_local(&par, global_targets, targets);
     /* Every dp replica computes the same sequence; the sum over all ranks is the mean. */
     float loss_scale = 1.0f / ((float)S * (float)par.topo.dp);
+    comm_set_step(par.comm, 1, "grad");
+    FaultPlan faults;
+    fault_plan_from_env(&faults);
     LlamaActs *acts = llama_acts_create(&model, par.attn, N, checkpoint);
     double local = llama_forward_backward(&model, acts, par.attn, inputs, targets, par.positions, N, loss_scale, 1, NULL);
+    if (fault_nonfinite_at(&faults, 1) && par.topo.world_rank == 0) model.grads[0] = NAN;
     double loss = seq_parallel_sum(&par, local) / ((double)S * par.topo.dp);
-    grad_sync_reduce(&par.sync, model.grads);
+    double norm_sq = grad_sync_reduce(&par.sync, model.grads);
+    /* NaN and Inf survive every sum: every rank reaches the same verdict */
+    if (!isfinite(loss) || !isfinite(norm_sq))
+        die_collective("seqpar grad: the loss (%g) or the gradient norm (%g) is not finite (the weights or the tokens "
+                       "of '%s' give NaN or Inf); no gradient file written", loss, sqrt(norm_sq), tokens_path);
     grad_sync_gather_params(&par.sync, model.grads); /* with --zero 1 every rank holds only its shard */
     if (par.topo.world_rank == 0) {
         printf("loss: %.9f\n", loss);
         params_save_safetensors(out_path, &model.table, model.grads);
     }
+    /* every rank gets here before any enters MPI_Finalize, which has no deadline */
+    if (par.topo.world_size > 1) comm_control_barrier(par.comm, "MPI_Ibarrier (end of run)", par.topo.world);
     llama_acts_free(acts);
     seq_parallel_free(&par);
     xfree(global_inputs); xfree(global_targets); xfree(inputs); xfree(targets);

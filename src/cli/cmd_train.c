@@ -3,7 +3,9 @@
  * tokens through the model, clips the global gradient norm and takes an AdamW step. Every step
  * prints and appends to a JSONL log: loss, learning rate, gradient norm, tokens/s, MFU, peak
  * memory. --save writes an atomic checkpoint that Hugging Face loads; --resume continues a run
- * bit-identically. */
+ * bit-identically. SIGTERM, SIGUSR1 or SIGINT stop the run after the current step with a
+ * checkpoint (run_control.h); a non-finite loss or gradient norm ends the run unless
+ * --skip-nonfinite allows skipping that step's update. */
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -12,6 +14,7 @@
 
 #include "cli/cli_common.h"
 #include "cli/commands.h"
+#include "cli/run_control.h"
 #include "core/common.h"
 #include "data/recall.h"
 #include "data/tokens.h"
@@ -56,15 +59,20 @@ static const char HELP_TAIL[] =
     "  --save-every N       also checkpoint every N steps\n"
     "  --resume DIR         continue the run saved in DIR (same settings required)\n"
     "  --stop-at N          stop after step N (of the --steps schedule), e.g. to train in slices\n"
+    "  --skip-nonfinite N   skip the update of at most N steps whose loss or gradient norm is NaN or\n"
+    "                       Inf (each logged); the next one ends the run (default 0: the first does)\n"
     "  --log FILE           JSONL log, appended by rank 0 (default runs/train.jsonl)\n"
     "  --peak-gflops X      peak for MFU (default: measured OpenBLAS sgemm on this machine)\n"
     "  --quiet              print only evaluations and the summary\n"
-    "  --help               this text\n";
+    "  --help               this text\n"
+    "stopping: SIGTERM, SIGUSR1 or SIGINT (to every rank; mpirun forwards only SIGUSR1) stop the run\n"
+    "  after the current step: a checkpoint goes to --save DIR (default: checkpoint-stepN next to\n"
+    "  --log) and the run exits 0.\n";
 
 typedef struct {
     const char *data, *save_dir, *resume_dir, *log_path, *model_dir;
     TokensFormat tokens_format;
-    int seq_len, batch, checkpoint, eval_every, eval_seqs, save_every, quiet;
+    int seq_len, batch, checkpoint, eval_every, eval_seqs, save_every, quiet, skip_nonfinite;
     int recall_pairs, recall_queries;
     long steps, stop_at;
     uint64_t seed;
@@ -121,8 +129,10 @@ static double evaluate_recall(LlamaModel *m, LlamaActs *acts, SeqParallel *par, 
             if (lt[i] >= 0) recall_stats_add(&stats, ld[i], pred[i] == lt[i]);
     }
     if (par->topo.world_size > 1) {
-        MPI_Allreduce(MPI_IN_PLACE, stats.correct, RECALL_BUCKETS, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
-        MPI_Allreduce(MPI_IN_PLACE, stats.total, RECALL_BUCKETS, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+        comm_control_allreduce(par->comm, "MPI_Iallreduce (eval counts)", stats.correct, RECALL_BUCKETS, MPI_LONG,
+                               MPI_SUM, par->topo.world);
+        comm_control_allreduce(par->comm, "MPI_Iallreduce (eval counts)", stats.total, RECALL_BUCKETS, MPI_LONG,
+                               MPI_SUM, par->topo.world);
     }
     double acc = 0;
     if (par->topo.world_rank == 0) {
@@ -183,6 +193,7 @@ static void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlag
         {"resume", required_argument, 0, 'R'}, {"log", required_argument, 0, 'o'},
         {"peak-gflops", required_argument, 0, 'p'},
         {"recall-pairs", required_argument, 0, 'P'}, {"recall-queries", required_argument, 0, 'Q'},
+        {"skip-nonfinite", required_argument, 0, 'K'},
         {"quiet", no_argument, 0, 'q'}, {"stop-at", required_argument, 0, 'T'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     opterr = 0;
     optind = 1;
@@ -217,6 +228,7 @@ static void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlag
         case 'P': o->recall_pairs = (int)parse_long(cmd, "recall-pairs", optarg, 1, 1 << 28); break;
         case 'Q': o->recall_queries = (int)parse_long(cmd, "recall-queries", optarg, 1, 1 << 28); break;
         case 'q': o->quiet = 1; break;
+        case 'K': o->skip_nonfinite = (int)parse_long(cmd, "skip-nonfinite", optarg, 0, 1 << 30); break;
         case 'T': o->stop_at = parse_long(cmd, "stop-at", optarg, 1, 1L << 40); break;
         case 'h':
             fputs(HELP_HEAD, stdout);
@@ -249,7 +261,21 @@ static void save_checkpoint(const char *dir, const LlamaModel *m, const AdamW *o
     if (root) checkpoint_save(dir, &m->cfg, &m->table, m->params, &full, st);
     xfree(full.m);
     xfree(full.v);
-    if (par->topo.world_size > 1) MPI_Barrier(MPI_COMM_WORLD);
+    if (par->topo.world_size > 1) comm_control_barrier(par->comm, "MPI_Ibarrier (after the save)", par->topo.world);
+}
+
+/* Tells the watchdog the step and phase; slow phases (the first step, saves) get
+ * COMM_SLOW_PHASE_FACTOR times the deadline. */
+static void watch(SeqParallel *par, long step, const char *phase, int slow) {
+    comm_set_step(par->comm, step, phase);
+    comm_set_timeout(par->comm, par->cfg.comm_timeout * (slow ? COMM_SLOW_PHASE_FACTOR : 1));
+}
+
+/* Where a stop signal's checkpoint goes without --save: DIR/checkpoint-stepN, DIR holding the log. */
+static void default_stop_dir(const char *log_path, long step, char *buf, size_t n) {
+    const char *slash = strrchr(log_path, '/');
+    if (slash) snprintf(buf, n, "%.*s/checkpoint-step%ld", (int)(slash - log_path), log_path, step);
+    else snprintf(buf, n, "checkpoint-step%ld", step);
 }
 
 /* Every rank reads the checkpoint (the directory must be visible to all ranks) and keeps its
@@ -360,9 +386,16 @@ int cmd_train(int argc, char **argv) {
         fflush(stdout);
     }
 
+    FaultPlan faults;
+    fault_plan_from_env(&faults);
+    stop_signals_install();
     double last_loss = NAN;
+    long first_step = st.step + 1;
+    int skipped = 0, stop_sig = 0;
     while (st.step < o.stop_at) {
         double t0 = now_seconds();
+        watch(&par, st.step + 1, "train", st.step + 1 == first_step);
+        fault_maybe_hang(&faults, par.topo.world_rank, st.step + 1);
         mem_tracked_reset_peak();
         /* every rank draws the whole global batch (same RNG), keeps its replica's sequences and
          * its own tokens of them */
@@ -382,51 +415,102 @@ int cmd_train(int argc, char **argv) {
         for (int b = 0; b < per_replica; b++)
             loss_sum += llama_forward_backward(&model, acts, par.attn, inputs + (size_t)b * N, targets + (size_t)b * N,
                                                par.positions, N, 1.0f / (float)n_targets, 1, NULL);
+        if (fault_nonfinite_at(&faults, st.step + 1) && root) model.grads[0] = NAN;
         double loss = seq_parallel_sum(&par, loss_sum) / (double)n_targets;
         double norm_sq = grad_sync_reduce(&par.sync, model.grads);
-        if (!isfinite(loss) || !isfinite(norm_sq))
-            die_collective("step %ld: loss %g, gradient norm^2 %g are not finite: lower --lr or raise --warmup",
-                           st.step + 1, loss, norm_sq);
         float lr = lr_at_step(&o.opt, st.step);
-        adamw_update(&opt, &model.table, model.params, model.grads, lr, adamw_clip_scale(&o.opt, norm_sq));
-        grad_sync_gather_params(&par.sync, model.params);
+        /* NaN and Inf survive every sum, so every rank reaches the same verdict */
+        int nonfinite = !isfinite(loss) || !isfinite(norm_sq);
+        if (nonfinite) {
+            skipped++;
+            int fatal = skipped > o.skip_nonfinite;
+            if (root) {
+                fprintf(log, "{\"step\": %ld, \"nonfinite\": true, \"action\": \"%s\", \"loss\": null, \"grad_norm\": null, "
+                             "\"loss_text\": \"%g\", \"grad_norm_text\": \"%g\", \"lr\": %.9g, \"skipped_steps\": %d, "
+                             "\"skip_limit\": %d}\n",
+                        st.step + 1, fatal ? "stopped" : "skipped", loss, sqrt(norm_sq), lr,
+                        fatal ? skipped - 1 : skipped, o.skip_nonfinite);
+                fflush(log);
+            }
+            if (fatal) {
+                if (o.skip_nonfinite == 0)
+                    die_collective("step %ld: the loss (%g) or the gradient norm (%g) is not finite: lower --lr or raise --warmup, or "
+                                   "allow skipping such steps with --skip-nonfinite N", st.step + 1, loss, sqrt(norm_sq));
+                die_collective("step %ld: the loss (%g) or the gradient norm (%g) is not finite and the %d skips allowed by "
+                               "--skip-nonfinite are used up: lower --lr or raise --warmup", st.step + 1, loss,
+                               sqrt(norm_sq), o.skip_nonfinite);
+            }
+            if (root) {
+                printf("step %5ld/%ld | loss %g | grad norm %g | not finite: update skipped (%d of --skip-nonfinite %d)\n",
+                       st.step + 1, o.steps, loss, sqrt(norm_sq), skipped, o.skip_nonfinite);
+                fflush(stdout);
+            }
+        } else {
+            adamw_update(&opt, &model.table, model.params, model.grads, lr, adamw_clip_scale(&o.opt, norm_sq));
+            grad_sync_gather_params(&par.sync, model.params);
+        }
         st.step++;
-        double dt = now_seconds() - t0;
-        if (par.topo.world_size > 1) MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        /* step time, peak memory and a stop request, agreed by every rank in one reduction */
+        double agree[3] = {now_seconds() - t0, (double)mem_tracked_peak(), (double)stop_signal_pending()};
+        if (par.topo.world_size > 1)
+            comm_control_allreduce(par.comm, "MPI_Iallreduce (step time, stop flag)", agree, 3, MPI_DOUBLE, MPI_MAX,
+                                   par.topo.world);
+        double dt = agree[0];
+        unsigned long long peak_mem = (unsigned long long)agree[1];
+        stop_sig = (int)agree[2];
         double tok_s = (double)S * o.batch / dt, tok_s_rank = tok_s / par.topo.world_size;
         double mfu = tok_s_rank * flops_per_token / (peak * 1e9);
-        unsigned long long peak_mem = mem_tracked_peak();
-        if (par.topo.world_size > 1)
-            MPI_Allreduce(MPI_IN_PLACE, &peak_mem, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
-        last_loss = loss;
-        if (root && !o.quiet) {
+        if (!nonfinite) last_loss = loss;
+        if (root && !o.quiet && !nonfinite) {
             printf("step %5ld/%ld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s (%.0f/rank) | MFU %.1f%% | "
                    "peak mem %.1f MiB/rank\n",
                    st.step, o.steps, loss, lr, sqrt(norm_sq), tok_s, tok_s_rank, 100 * mfu, (double)peak_mem / (1 << 20));
             fflush(stdout);
         }
-        if (root) {
+        if (root && !nonfinite) {
             fprintf(log, "{\"step\": %ld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.17g, \"tokens_per_s\": %.3f, "
                          "\"tokens_per_s_per_rank\": %.3f, \"mfu\": %.6f, \"peak_mem_bytes\": %llu, \"step_seconds\": %.6f}\n",
                     st.step, loss, lr, sqrt(norm_sq), tok_s, tok_s_rank, mfu, peak_mem, dt);
             fflush(log);
         }
+        if (stop_sig) break;
         if (ds.is_recall && o.eval_every > 0 && st.step % o.eval_every == 0 && st.step < o.stop_at) {
+            watch(&par, st.step, "eval", 0);
             if (root) printf("step %5ld eval: ", st.step);
             evaluate_recall(&model, acts, &par, &ds, &o, stdout);
         }
-        if (o.save_dir && o.save_every > 0 && st.step % o.save_every == 0 && st.step < o.stop_at)
+        if (o.save_dir && o.save_every > 0 && st.step % o.save_every == 0 && st.step < o.stop_at) {
+            watch(&par, st.step, "save", 1);
             save_checkpoint(o.save_dir, &model, &opt, &st, &par);
+        }
     }
-    if (ds.is_recall && o.eval_seqs > 0) {
-        if (root) printf("final eval (step %ld): ", st.step);
-        double acc = evaluate_recall(&model, acts, &par, &ds, &o, stdout);
-        if (root) printf("recall accuracy %.3f (chance %.3f)\n", acc, 1.0 / ((c->vocab_size - 1) / 2));
+    if (stop_sig) { /* a stop signal: checkpoint and exit 0, no final evaluation */
+        char dir[4096];
+        if (o.save_dir) snprintf(dir, sizeof dir, "%s", o.save_dir);
+        else default_stop_dir(o.log_path, st.step, dir, sizeof dir);
+        watch(&par, st.step, "save", 1);
+        save_checkpoint(dir, &model, &opt, &st, &par);
+        if (root) {
+            printf("seqpar: stopped by %s after step %ld of %ld: checkpoint saved to %s; continue with --resume %s\n",
+                   stop_signal_name(stop_sig), st.step, o.steps, dir, dir);
+            fflush(stdout);
+        }
+    } else {
+        if (ds.is_recall && o.eval_seqs > 0) {
+            watch(&par, st.step, "eval", 0);
+            if (root) printf("final eval (step %ld): ", st.step);
+            double acc = evaluate_recall(&model, acts, &par, &ds, &o, stdout);
+            if (root) printf("recall accuracy %.3f (chance %.3f)\n", acc, 1.0 / ((c->vocab_size - 1) / 2));
+        }
+        if (o.save_dir) {
+            watch(&par, st.step, "save", 1);
+            save_checkpoint(o.save_dir, &model, &opt, &st, &par);
+            if (root) printf("saved checkpoint to %s (step %ld)\n", o.save_dir, st.step);
+        }
     }
-    if (o.save_dir) {
-        save_checkpoint(o.save_dir, &model, &opt, &st, &par);
-        if (root) printf("saved checkpoint to %s (step %ld)\n", o.save_dir, st.step);
-    }
+    /* every rank gets here before any enters MPI_Finalize, which has no deadline */
+    watch(&par, st.step, "end", 0);
+    if (par.topo.world_size > 1) comm_control_barrier(par.comm, "MPI_Ibarrier (end of run)", par.topo.world);
     if (root && !isnan(last_loss)) printf("final loss %.6f\n", last_loss);
     if (log) fclose(log);
     xfree(g_inputs); xfree(g_targets); xfree(inputs); xfree(targets);

@@ -1,8 +1,11 @@
-/* The communication layer: MPI wrappers with per-kind statistics and tracing. See comm.h. */
+/* The communication layer: MPI wrappers with per-kind statistics, tracing and the watchdog.
+ * See comm.h. */
 #include "comm/comm.h"
 
 #include <inttypes.h>
 #include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -81,10 +84,148 @@ static void record(Comm *c, const char *name, const char *cat, double t0, double
     if (c->trace) trace_event(c->trace, name, cat, t0, t1);
 }
 
+/* ---- watchdog ---- */
+void comm_set_timeout(Comm *c, double seconds) { c->timeout_s = seconds > 0 ? seconds : 0; }
+
+void comm_set_step(Comm *c, long step, const char *phase) {
+    c->step = step;
+    c->phase = phase ? phase : "?";
+}
+
+static void remember_posted(Comm *c, MPI_Request req, int world_peer, int is_send, CommKind k, size_t bytes) {
+    CommPosted *p = &c->posted[c->posted_next];
+    c->posted_next = (c->posted_next + 1) % COMM_POSTED;
+    p->req = req;
+    p->world_peer = world_peer;
+    p->is_send = is_send;
+    p->kind = k;
+    p->bytes = bytes;
+}
+
+static const CommPosted *find_posted(const Comm *c, MPI_Request req) {
+    for (int i = 1; i <= COMM_POSTED; i++) { /* newest first */
+        const CommPosted *p = &c->posted[(c->posted_next - i + COMM_POSTED) % COMM_POSTED];
+        if (p->req == req) return p;
+    }
+    return NULL;
+}
+
+/* Appends to buf (capacity n) without overflowing; keeps it terminated. */
+static void append(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void append(char *buf, size_t n, const char *fmt, ...) {
+    size_t len = strlen(buf);
+    if (len + 1 >= n) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + len, n - len, fmt, ap);
+    va_end(ap);
+}
+
+/* "4 ranks (world 0-2,8)" for the members of mc (ranges, cut after ~200 characters). */
+static void describe_group(Comm *c, MPI_Comm mc, char *buf, size_t n) {
+    const int *arr = world_ranks(c, mc);
+    int size = arr[0];
+    snprintf(buf, n, "%d rank%s (world ", size, size == 1 ? "" : "s");
+    for (int i = 0; i < size;) {
+        int j = i;
+        while (j + 1 < size && arr[1 + j + 1] == arr[1 + j] + 1) j++;
+        if (strlen(buf) > 200) {
+            append(buf, n, "...");
+            break;
+        }
+        if (j > i) append(buf, n, "%s%d-%d", i ? "," : "", arr[1 + i], arr[1 + j]);
+        else append(buf, n, "%s%d", i ? "," : "", arr[1 + i]);
+        i = j + 1;
+    }
+    append(buf, n, ")");
+}
+
+/* The pending point-to-point requests among reqs: "recv from world rank 1 (64 KiB), ...". */
+static void describe_pending(Comm *c, int n, MPI_Request *reqs, char *buf, size_t cap) {
+    buf[0] = 0;
+    int listed = 0;
+    for (int i = 0; i < n; i++) {
+        if (reqs[i] == MPI_REQUEST_NULL) continue;
+        int done = 0;
+        MPI_Request_get_status(reqs[i], &done, MPI_STATUS_IGNORE);
+        if (done) continue;
+        const CommPosted *p = find_posted(c, reqs[i]);
+        if (p)
+            append(buf, cap, "%s%s world rank %d (%s, %zu KiB)", listed ? ", " : "", p->is_send ? "send to" : "recv from",
+                   p->world_peer, comm_kind_name(p->kind), p->bytes >> 10);
+        else
+            append(buf, cap, "%sa request not posted through comm_isend/comm_irecv", listed ? ", " : "");
+        listed++;
+    }
+    if (!listed) snprintf(buf, cap, "requests that completed just now");
+}
+
+static void sleep_seconds(double s) {
+    struct timespec ts;
+    ts.tv_sec = (time_t)s;
+    ts.tv_nsec = (long)((s - (double)ts.tv_sec) * 1e9);
+    nanosleep(&ts, NULL);
+}
+
+/* Prints the watchdog's line, gives the other ranks a moment to print theirs, ends the job. */
+static void watchdog_fire(Comm *c, const char *op, CommKind k, MPI_Comm group, int n, MPI_Request *reqs,
+                          double waited) {
+    char who[512], when[96], kind[24] = "";
+    if (group != MPI_COMM_NULL) {
+        char g[400];
+        describe_group(c, group, g, sizeof g);
+        snprintf(who, sizeof who, "over a group of %s", g);
+    } else {
+        char pend[440];
+        describe_pending(c, n, reqs, pend, sizeof pend);
+        snprintf(who, sizeof who, "waiting for %s", pend);
+    }
+    if (c->step > 0) snprintf(when, sizeof when, "at step %ld (%s)", c->step, c->phase);
+    else snprintf(when, sizeof when, "before step 1 (%s)", c->phase);
+    if ((unsigned)k < COMM_KINDS) snprintf(kind, sizeof kind, " (%s)", KIND_NAMES[k]); /* control: none */
+    fprintf(stderr,
+            "seqpar: error: watchdog: rank %d %s: %s%s %s is not complete after %.1f s: some rank is stopped, "
+            "dead or cut off (one of those that print no such line); ending the job (raise --comm-timeout if steps "
+            "are legitimately this slow)\n",
+            c->topo->world_rank, when, op, kind, who, waited);
+    fflush(stderr);
+    double grace = c->timeout_s / 2 < 5 ? c->timeout_s / 2 : 5;
+    sleep_seconds(grace);
+    MPI_Abort(c->topo->world, COMM_WATCHDOG_EXIT);
+    exit(COMM_WATCHDOG_EXIT); /* not reached */
+}
+
+/* Completes n requests under the deadline. group: the collective's communicator (named in the
+ * message), or MPI_COMM_NULL for point-to-point requests (their peers are named). k may be
+ * COMM_KINDS for control traffic. */
+static void wait_deadline(Comm *c, const char *op, CommKind k, MPI_Comm group, int n, MPI_Request *reqs) {
+    int flag = 0;
+    mpi_check(MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE), op, group, -1, 0);
+    if (flag) return;
+    double t0 = now_seconds(), prev = t0;
+    for (;;) {
+        mpi_check(MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE), op, group, -1, 0);
+        if (flag) return;
+        double t = now_seconds();
+        /* a gap far beyond the longest sleep: THIS process was not running (SIGSTOP, a
+         * suspended VM); that time is no peer's fault, so it does not count */
+        if (t - prev > 1.0) t0 += t - prev;
+        prev = t;
+        double waited = t - t0;
+        if (c->timeout_s > 0 && waited > c->timeout_s) watchdog_fire(c, op, k, group, n, reqs, waited);
+        if (waited > COMM_SPIN_S) { /* sleep about 1/16 of the time waited so far: 1 us to 1 ms */
+            double s = waited / 16;
+            sleep_seconds(s < 1e-6 ? 1e-6 : s > 1e-3 ? 1e-3 : s);
+        }
+    }
+}
+
 /* ---- context ---- */
 Comm *comm_create(const Topology *t, const char *trace_path) {
     Comm *c = xcalloc(1, sizeof *c);
     c->topo = t;
+    c->timeout_s = COMM_DEFAULT_TIMEOUT_S;
+    c->phase = "setup";
     mpi_check(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_ranks, &c->keyval, NULL),
               "MPI_Comm_create_keyval", MPI_COMM_NULL, -1, 0);
     if (trace_path) c->trace = trace_create(t->world, trace_path);
@@ -115,9 +256,11 @@ double comm_stats_exposed(const CommStats *s) {
 void comm_stats_print(Comm *c, FILE *f) {
     int rank = c->topo->world_rank, size = c->topo->world_size;
     CommStats *all = rank == 0 ? xmalloc(sizeof(CommStats) * (size_t)size) : NULL;
-    mpi_check(MPI_Gather(&c->stats, (int)sizeof(CommStats), MPI_BYTE, all, (int)sizeof(CommStats), MPI_BYTE, 0,
-                         c->topo->world),
-              "MPI_Gather (comm stats)", c->topo->world, 0, sizeof(CommStats));
+    MPI_Request req;
+    mpi_check(MPI_Igather(&c->stats, (int)sizeof(CommStats), MPI_BYTE, all, (int)sizeof(CommStats), MPI_BYTE, 0,
+                          c->topo->world, &req),
+              "MPI_Igather (comm stats)", c->topo->world, 0, sizeof(CommStats));
+    wait_deadline(c, "MPI_Igather (comm stats)", COMM_KINDS, c->topo->world, 1, &req);
     if (rank != 0) return;
     for (int r = 0; r < size; r++) {
         const CommStats *s = &all[r];
@@ -162,6 +305,7 @@ void comm_isend(Comm *c, CommKind k, const void *buf, size_t bytes, int peer, in
               peer, bytes);
     count_bytes(c, k, mc, peer, bytes);
     c->stats.messages[k]++;
+    remember_posted(c, *req, comm_world_rank_of(c, mc, peer), 1, k, bytes);
     if (c->trace) {
         char name[40];
         snprintf(name, sizeof name, "isend %s %zuKB to %d", KIND_NAMES[k], bytes >> 10,
@@ -174,6 +318,7 @@ void comm_irecv(Comm *c, CommKind k, void *buf, size_t bytes, int peer, int tag,
     double t0 = now_seconds();
     mpi_check(MPI_Irecv(buf, bytes_to_int(bytes, "MPI_Irecv"), MPI_BYTE, peer, tag, mc, req), "MPI_Irecv", mc,
               peer, bytes);
+    remember_posted(c, *req, comm_world_rank_of(c, mc, peer), 0, k, bytes);
     if (c->trace) {
         char name[40];
         snprintf(name, sizeof name, "irecv %s %zuKB from %d", KIND_NAMES[k], bytes >> 10,
@@ -185,7 +330,7 @@ void comm_irecv(Comm *c, CommKind k, void *buf, size_t bytes, int peer, int tag,
 void comm_waitall(Comm *c, CommKind k, int n, MPI_Request *reqs) {
     if (n <= 0) return;
     double t0 = now_seconds();
-    mpi_check(MPI_Waitall(n, reqs, MPI_STATUSES_IGNORE), "MPI_Waitall", MPI_COMM_NULL, -1, 0);
+    wait_deadline(c, "MPI_Waitall", k, MPI_COMM_NULL, n, reqs);
     double t1 = now_seconds();
     c->stats.wait_s[k] += t1 - t0;
     if (c->trace) {
@@ -234,9 +379,11 @@ static void finish_collective(Comm *c, CommKind k, const char *cat, double t0) {
 void comm_alltoall(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t bytes_per_peer, MPI_Comm mc) {
     int n = comm_size_of(mc), me = comm_rank_of(mc);
     double t0 = now_seconds();
-    mpi_check(MPI_Alltoall(sendbuf, bytes_to_int(bytes_per_peer, "MPI_Alltoall"), MPI_BYTE, recvbuf,
-                           (int)bytes_per_peer, MPI_BYTE, mc),
-              "MPI_Alltoall", mc, -1, bytes_per_peer);
+    MPI_Request req;
+    mpi_check(MPI_Ialltoall(sendbuf, bytes_to_int(bytes_per_peer, "MPI_Ialltoall"), MPI_BYTE, recvbuf,
+                            (int)bytes_per_peer, MPI_BYTE, mc, &req),
+              "MPI_Ialltoall", mc, -1, bytes_per_peer);
+    wait_deadline(c, "MPI_Ialltoall", k, mc, 1, &req);
     finish_collective(c, k, "alltoall", t0);
     for (int p = 0; p < n; p++)
         if (p != me) {
@@ -250,8 +397,10 @@ void comm_alltoallv(Comm *c, CommKind k, const void *sendbuf, const int *sendcou
     int n = comm_size_of(mc), me = comm_rank_of(mc);
     size_t es = type_size(dt);
     double t0 = now_seconds();
-    mpi_check(MPI_Alltoallv(sendbuf, sendcounts, sdispls, dt, recvbuf, recvcounts, rdispls, dt, mc), "MPI_Alltoallv",
-              mc, -1, (size_t)sendcounts[me] * es);
+    MPI_Request req;
+    mpi_check(MPI_Ialltoallv(sendbuf, sendcounts, sdispls, dt, recvbuf, recvcounts, rdispls, dt, mc, &req),
+              "MPI_Ialltoallv", mc, -1, (size_t)sendcounts[me] * es);
+    wait_deadline(c, "MPI_Ialltoallv", k, mc, 1, &req);
     finish_collective(c, k, "alltoall", t0);
     for (int p = 0; p < n; p++)
         if (p != me) {
@@ -266,7 +415,9 @@ void comm_allreduce(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, siz
     size_t es = type_size(dt);
     if (count > (size_t)INT_MAX) die("MPI_Allreduce: %zu elements exceed MPI's int count", count);
     double t0 = now_seconds();
-    mpi_check(MPI_Allreduce(sendbuf, recvbuf, (int)count, dt, op, mc), "MPI_Allreduce", mc, -1, count * es);
+    MPI_Request req;
+    mpi_check(MPI_Iallreduce(sendbuf, recvbuf, (int)count, dt, op, mc, &req), "MPI_Iallreduce", mc, -1, count * es);
+    wait_deadline(c, "MPI_Iallreduce", k, mc, 1, &req);
     finish_collective(c, k, "allreduce", t0);
     size_t base = count / (size_t)n, rem = count % (size_t)n;
     size_t mine = base + ((size_t)me < rem);
@@ -284,8 +435,10 @@ void comm_reduce_scatter_block(Comm *c, CommKind k, const void *sendbuf, void *r
     size_t es = type_size(dt);
     if (recvcount > (size_t)INT_MAX) die("MPI_Reduce_scatter_block: %zu elements exceed MPI's int count", recvcount);
     double t0 = now_seconds();
-    mpi_check(MPI_Reduce_scatter_block(sendbuf, recvbuf, (int)recvcount, dt, op, mc), "MPI_Reduce_scatter_block",
-              mc, -1, recvcount * es);
+    MPI_Request req;
+    mpi_check(MPI_Ireduce_scatter_block(sendbuf, recvbuf, (int)recvcount, dt, op, mc, &req),
+              "MPI_Ireduce_scatter_block", mc, -1, recvcount * es);
+    wait_deadline(c, "MPI_Ireduce_scatter_block", k, mc, 1, &req);
     finish_collective(c, k, "reduce_scatter", t0);
     for (int p = 0; p < n; p++)
         if (p != me) {
@@ -299,8 +452,10 @@ void comm_reduce_scatter(Comm *c, CommKind k, const void *sendbuf, void *recvbuf
     int n = comm_size_of(mc), me = comm_rank_of(mc);
     size_t es = type_size(dt);
     double t0 = now_seconds();
-    mpi_check(MPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, dt, op, mc), "MPI_Reduce_scatter", mc, -1,
+    MPI_Request req;
+    mpi_check(MPI_Ireduce_scatter(sendbuf, recvbuf, recvcounts, dt, op, mc, &req), "MPI_Ireduce_scatter", mc, -1,
               (size_t)recvcounts[me] * es);
+    wait_deadline(c, "MPI_Ireduce_scatter", k, mc, 1, &req);
     finish_collective(c, k, "reduce_scatter", t0);
     for (int p = 0; p < n; p++)
         if (p != me) {
@@ -314,8 +469,10 @@ void comm_allgatherv(Comm *c, CommKind k, const void *sendbuf, int sendcount, vo
     int n = comm_size_of(mc), me = comm_rank_of(mc);
     size_t es = type_size(dt);
     double t0 = now_seconds();
-    mpi_check(MPI_Allgatherv(sendbuf, sendcount, dt, recvbuf, recvcounts, displs, dt, mc), "MPI_Allgatherv", mc,
-              -1, (size_t)sendcount * es);
+    MPI_Request req;
+    mpi_check(MPI_Iallgatherv(sendbuf, sendcount, dt, recvbuf, recvcounts, displs, dt, mc, &req), "MPI_Iallgatherv",
+              mc, -1, (size_t)sendcount * es);
+    wait_deadline(c, "MPI_Iallgatherv", k, mc, 1, &req);
     finish_collective(c, k, "allgather", t0);
     for (int p = 0; p < n; p++)
         if (p != me) {
@@ -327,9 +484,11 @@ void comm_allgatherv(Comm *c, CommKind k, const void *sendbuf, int sendcount, vo
 void comm_allgather(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t bytes_per_rank, MPI_Comm mc) {
     int n = comm_size_of(mc), me = comm_rank_of(mc);
     double t0 = now_seconds();
-    mpi_check(MPI_Allgather(sendbuf, bytes_to_int(bytes_per_rank, "MPI_Allgather"), MPI_BYTE, recvbuf,
-                            (int)bytes_per_rank, MPI_BYTE, mc),
-              "MPI_Allgather", mc, -1, bytes_per_rank);
+    MPI_Request req;
+    mpi_check(MPI_Iallgather(sendbuf, bytes_to_int(bytes_per_rank, "MPI_Iallgather"), MPI_BYTE, recvbuf,
+                             (int)bytes_per_rank, MPI_BYTE, mc, &req),
+              "MPI_Iallgather", mc, -1, bytes_per_rank);
+    wait_deadline(c, "MPI_Iallgather", k, mc, 1, &req);
     finish_collective(c, k, "allgather", t0);
     for (int p = 0; p < n; p++)
         if (p != me) {
@@ -341,11 +500,50 @@ void comm_allgather(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, siz
 void comm_allgather_meta(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t bytes, MPI_Comm mc) {
     int n = comm_size_of(mc);
     double t0 = now_seconds();
-    mpi_check(MPI_Allgather(sendbuf, bytes_to_int(bytes, "MPI_Allgather"), MPI_BYTE, recvbuf, (int)bytes, MPI_BYTE,
-                            mc),
-              "MPI_Allgather", mc, -1, bytes);
+    MPI_Request req;
+    mpi_check(MPI_Iallgather(sendbuf, bytes_to_int(bytes, "MPI_Iallgather"), MPI_BYTE, recvbuf, (int)bytes,
+                             MPI_BYTE, mc, &req),
+              "MPI_Iallgather", mc, -1, bytes);
+    wait_deadline(c, "MPI_Iallgather (meta)", k, mc, 1, &req);
     double t1 = now_seconds();
     c->stats.wait_s[k] += t1 - t0;
     if (c->trace) record(c, "allgather meta", "allgather", t0, t1);
     c->stats.meta_bytes += (uint64_t)bytes * (uint64_t)(n - 1);
+}
+
+void comm_gatherv(Comm *c, CommKind k, const void *sendbuf, int sendcount, void *recvbuf, const int *recvcounts,
+                  const int *displs, MPI_Datatype dt, int root, MPI_Comm mc) {
+    int me = comm_rank_of(mc);
+    size_t es = type_size(dt);
+    double t0 = now_seconds();
+    MPI_Request req;
+    mpi_check(MPI_Igatherv(sendbuf, sendcount, dt, recvbuf, recvcounts, displs, dt, root, mc, &req), "MPI_Igatherv",
+              mc, root, (size_t)sendcount * es);
+    wait_deadline(c, "MPI_Igatherv", k, mc, 1, &req);
+    finish_collective(c, k, "gather", t0);
+    if (me != root) {
+        count_bytes(c, k, mc, root, (uint64_t)sendcount * es);
+        c->stats.messages[k]++;
+    }
+}
+
+/* ---- control traffic: under the watchdog, outside the statistics ---- */
+void comm_control_allreduce(Comm *c, const char *what, void *buf, size_t count, MPI_Datatype dt, MPI_Op op,
+                            MPI_Comm mc) {
+    if (count > (size_t)INT_MAX) die("%s: %zu elements exceed MPI's int count", what, count);
+    MPI_Request req;
+    mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, dt, op, mc, &req), what, mc, -1, count);
+    wait_deadline(c, what, COMM_KINDS, mc, 1, &req);
+}
+
+void comm_control_barrier(Comm *c, const char *what, MPI_Comm mc) {
+    MPI_Request req;
+    mpi_check(MPI_Ibarrier(mc, &req), what, mc, -1, 0);
+    wait_deadline(c, what, COMM_KINDS, mc, 1, &req);
+}
+
+void comm_control_bcast(Comm *c, const char *what, void *buf, size_t bytes, int root, MPI_Comm mc) {
+    MPI_Request req;
+    mpi_check(MPI_Ibcast(buf, bytes_to_int(bytes, what), MPI_BYTE, root, mc, &req), what, mc, root, bytes);
+    wait_deadline(c, what, COMM_KINDS, mc, 1, &req);
 }

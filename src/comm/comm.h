@@ -29,7 +29,21 @@
  *
  * Every MPI return code is checked: a failure dies naming the call, the communicator size, the
  * peer and the byte count. A Comm is used from one thread. Nothing is global: the context is
- * passed explicitly. */
+ * passed explicitly.
+ *
+ * Watchdog. Every wait has a deadline: collectives are posted as their nonblocking forms
+ * (MPI_Ialltoall, MPI_Iallreduce, ...) and completed, like point-to-point waits, by a loop of
+ * MPI_Testall that spins for COMM_SPIN_S and then sleeps between tests (nanosleep, growing with
+ * the time already waited, at most 1 ms, so a long wait leaves the core to the ranks that share
+ * it). When one wait has lasted timeout_s seconds (comm_set_timeout; 0 waits forever), the rank
+ * prints ONE line on stderr naming the operation, its kind, the peers (world ranks) or group it
+ * waited on and the step and phase the caller set with comm_set_step, waits a short grace
+ * (min(5 s, timeout / 2): the other ranks that still run print their own line meanwhile), and
+ * ends the whole job with MPI_Abort(world, COMM_WATCHDOG_EXIT). Time during which this process
+ * itself did not run (a gap of over 1 s between two tests: it was stopped or suspended) does not
+ * count against the deadline. A timed-out MPI request cannot be
+ * cancelled (collectives never can), so ending the job is the only safe outcome; the ranks that
+ * print no such line are the ones stopped, dead or cut off (or whose output cannot reach mpirun). */
 #ifndef SEQPAR_COMM_H
 #define SEQPAR_COMM_H
 
@@ -65,12 +79,36 @@ typedef struct {
 
 typedef struct CommTrace CommTrace; /* trace.h */
 
+/* Exit status of a job ended by the watchdog (mpirun returns it), distinct from the status 1
+ * of other errors so that a job script can tell a hang (e.g. requeue elsewhere) from a bad
+ * input. */
+#define COMM_WATCHDOG_EXIT 3
+#define COMM_DEFAULT_TIMEOUT_S 300.0
+/* The first step, checkpoint saves and loads and everything before step 1 may take this many
+ * times the deadline (connection set-up, first touch of all memory, rank 0 writing alone). */
+#define COMM_SLOW_PHASE_FACTOR 4
+#define COMM_SPIN_S 50e-6 /* busy-polling before a wait starts sleeping between tests */
+#define COMM_POSTED 64    /* point-to-point requests remembered for the watchdog's message */
+
+typedef struct {
+    MPI_Request req;  /* the handle as posted (handles are reused: the newest entry wins) */
+    int world_peer;
+    int is_send;
+    CommKind kind;
+    size_t bytes;
+} CommPosted;
+
 typedef struct {
     const Topology *topo;
     CommStats stats;
     CommTrace *trace; /* NULL: tracing off (then it costs one pointer test per call) */
     int keyval;       /* MPI attribute key caching each communicator's world ranks */
     double cpu_t0;    /* process CPU clock at the open compute section (sections do not nest) */
+    double timeout_s; /* watchdog deadline of one wait, seconds; 0: wait forever */
+    long step;        /* the caller's training step, for the watchdog's message (0: before step 1) */
+    const char *phase;/* what the caller is doing ("train", "eval", "save", ...): a string literal */
+    CommPosted posted[COMM_POSTED]; /* ring of recent isend/irecv requests */
+    int posted_next;
 } Comm;
 
 /* Creates the context. trace_path non-NULL turns tracing on (written by comm_destroy).
@@ -78,6 +116,13 @@ typedef struct {
 Comm *comm_create(const Topology *t, const char *trace_path);
 /* Writes the trace if tracing is on (collective over world then) and frees the context. */
 void comm_destroy(Comm *c);
+
+/* Watchdog deadline of every later wait, in seconds (0: wait forever). comm_create sets
+ * COMM_DEFAULT_TIMEOUT_S. */
+void comm_set_timeout(Comm *c, double seconds);
+/* Tells the watchdog what the caller is doing: training step (0: before step 1) and a phase
+ * (string literal such as "train", "eval", "save"), both named in its message. */
+void comm_set_step(Comm *c, long step, const char *phase);
 
 /* Total bytes of a kind (intra + inter). */
 uint64_t comm_stats_bytes(const CommStats *s, CommKind k);
@@ -126,5 +171,17 @@ void comm_allgather(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, siz
 /* Plain all-gather of small control data; its bytes go to meta_bytes, its time to kind k. */
 void comm_allgather_meta(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t bytes,
                          MPI_Comm mc);
+/* Gather to `root` (MPI_Gatherv semantics; recvcounts/displs used on the root only): each
+ * non-root member sends its block to the root, counted as one message of kind k. */
+void comm_gatherv(Comm *c, CommKind k, const void *sendbuf, int sendcount, void *recvbuf, const int *recvcounts,
+                  const int *displs, MPI_Datatype dt, int root, MPI_Comm mc);
+
+/* Control traffic: a few values per step (loss sums, step times, stop flags, evaluation counts)
+ * and barriers. Under the watchdog like everything else, but counted in no statistics (outside
+ * the formulas the statistics check). `what` names it in the watchdog's message. */
+void comm_control_allreduce(Comm *c, const char *what, void *buf, size_t count, MPI_Datatype dt, MPI_Op op,
+                            MPI_Comm mc); /* in place */
+void comm_control_barrier(Comm *c, const char *what, MPI_Comm mc);
+void comm_control_bcast(Comm *c, const char *what, void *buf, size_t bytes, int root, MPI_Comm mc);
 
 #endif

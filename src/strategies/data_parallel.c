@@ -66,5 +66,6 @@ void grad_sync_gather_to_root(GradSync *g, const float *shard, float *full) {
         if (g->rank == 0 && full != shard) memcpy(full, shard, sizeof(float) * g->total);
         return;
     }
-    MPI_Gatherv(shard, g->counts[g->rank], MPI_FLOAT, full, g->counts, g->displs, MPI_FLOAT, 0, g->comm);
+    comm_gatherv(g->stats, COMM_PARAM_GATHER, shard, g->counts[g->rank], full, g->counts, g->displs, MPI_FLOAT, 0,
+                 g->comm);
 }

@@ -14,6 +14,7 @@ void parallel_config_default(ParallelConfig *c) {
     c->strategy = "2d";
     c->placement = PLACEMENT_HEAD_FIRST;
     c->layout = LAYOUT_ZIGZAG;
+    c->comm_timeout = COMM_DEFAULT_TIMEOUT_S;
 }
 
 static int ranks_on_this_node(void) {
@@ -73,6 +74,7 @@ void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaC
         for (int i = 0; i < seq_len; i++) p->positions[i] = i;
     }
     p->comm = comm_create(&p->topo, cfg->trace_path);
+    comm_set_timeout(p->comm, cfg->comm_timeout * COMM_SLOW_PHASE_FACTOR); /* the caller shortens it after step 1 */
     AttnHeads heads = {.n_local = p->n_local, .n_heads = model->num_attention_heads,
                        .n_kv_heads = model->num_key_value_heads, .head_dim = model->head_dim};
     p->attn = sp > 1 ? dist_attention_create(p->strategy->schedule, &p->params, &p->topo, p->comm)
@@ -96,7 +98,8 @@ void seq_parallel_take_local(const SeqParallel *p, const int *global, int *local
 
 double seq_parallel_sum(const SeqParallel *p, double local) {
     double global = local;
-    if (p->topo.world_size > 1) MPI_Allreduce(&local, &global, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    if (p->topo.world_size > 1)
+        comm_control_allreduce(p->comm, "MPI_Iallreduce (loss sum)", &global, 1, MPI_DOUBLE, MPI_SUM, p->topo.world);
     return global;
 }
 

@@ -29,6 +29,7 @@ typedef struct {
     int layout_given;    /* 0: the strategy's default layout */
     const char *trace_path; /* NULL: no trace */
     int stats;           /* print per-rank communication statistics at the end */
+    double comm_timeout; /* watchdog deadline of one wait, seconds (0: none); see comm.h */
 } ParallelConfig;
 
 void parallel_config_default(ParallelConfig *c);
@@ -59,7 +60,7 @@ void seq_parallel_free(SeqParallel *p);
 /* local[i] = global[positions[i]] for this rank's n_local tokens. */
 void seq_parallel_take_local(const SeqParallel *p, const int *global, int *local);
 
-/* Sum of a double over every rank of the world. */
+/* Sum of a double over every rank of the world (control traffic, under the watchdog). */
 double seq_parallel_sum(const SeqParallel *p, double local);
 
 /* A one-line description: "dp 2 x hp 2 x cp 2 (ring W 2), zigzag, head-first, zero 1, 1 thread/rank". */

@@ -1,0 +1,88 @@
+/* Stop signals and test-only fault injection: see run_control.h. */
+#include "cli/run_control.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/common.h"
+
+static volatile sig_atomic_t g_stop_signal; /* the only global: written by the handler */
+
+static void on_stop_signal(int sig) {
+    if (g_stop_signal && sig != SIGUSR1) { /* second SIGTERM / SIGINT: end now */
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    if (!g_stop_signal) g_stop_signal = sig;
+}
+
+void stop_signals_install(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    const int sigs[] = {SIGTERM, SIGUSR1, SIGINT};
+    for (size_t i = 0; i < ARRAY_LEN(sigs); i++)
+        if (sigaction(sigs[i], &sa, NULL) != 0) die("sigaction(%d) failed: %s", sigs[i], strerror(errno));
+}
+
+int stop_signal_pending(void) { return (int)g_stop_signal; }
+
+const char *stop_signal_name(int sig) {
+    switch (sig) {
+    case SIGTERM: return "SIGTERM";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGINT: return "SIGINT";
+    default: return "a signal";
+    }
+}
+
+void fault_plan_from_env(FaultPlan *f) {
+    memset(f, 0, sizeof *f);
+    f->hang_rank = -1;
+    const char *s = getenv("SEQPAR_FAULT_NONFINITE");
+    if (s && *s) {
+        const char *p = s;
+        while (*p) {
+            char *end = NULL;
+            long v = strtol(p, &end, 10);
+            if (end == p || v < 1 || f->n_nonfinite == FAULT_MAX_STEPS || (*end && *end != ','))
+                die_collective("SEQPAR_FAULT_NONFINITE='%s' is not a list of at most %d steps >= 1 such as '3,7' "
+                               "(a test-only setting: unset it)", s, FAULT_MAX_STEPS);
+            f->nonfinite_steps[f->n_nonfinite++] = v;
+            p = *end ? end + 1 : end;
+        }
+    }
+    s = getenv("SEQPAR_FAULT_HANG");
+    if (s && *s) {
+        int r = -1;
+        long st = 0;
+        char tail = 0;
+        if (sscanf(s, "%d:%ld%c", &r, &st, &tail) != 2 || r < 0 || st < 1)
+            die_collective("SEQPAR_FAULT_HANG='%s' is not RANK:STEP such as '1:4' (a test-only setting: unset it)", s);
+        f->hang_rank = r;
+        f->hang_step = st;
+    }
+}
+
+int fault_nonfinite_at(const FaultPlan *f, long step) {
+    for (int i = 0; i < f->n_nonfinite; i++)
+        if (f->nonfinite_steps[i] == step) return 1;
+    return 0;
+}
+
+void fault_maybe_hang(const FaultPlan *f, int world_rank, long step) {
+    if (f->hang_rank != world_rank || f->hang_step != step) return;
+    fprintf(stderr, "seqpar: rank %d hangs at step %ld (SEQPAR_FAULT_HANG, test only)\n", world_rank, step);
+    fflush(stderr);
+    for (;;) {
+        struct timespec ts = {1, 0};
+        nanosleep(&ts, NULL);
+    }
+}

@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# Runtime reliability, tested with real faults and real signals (each run under a timeout, so a
+# hang is a failure):
+#   - watchdog: a rank stopped with SIGSTOP in the middle of a 4-rank run ends the job within
+#     --comm-timeout + 10 s with exit status 3 and one line per still-running rank naming the
+#     operation, the peers or group and the step (the stopped rank prints none); an injected hang
+#     (SEQPAR_FAULT_HANG, test only) ends a 2-rank run the same way;
+#   - preemption: SIGUSR1 sent to mpirun, SIGTERM sent to every rank, and SIGINT to a single
+#     process each stop the run after the current step with a checkpoint and exit 0; resuming
+#     from it gives losses bit-identical to an uninterrupted run;
+#   - multi-host: a link taken down between two network-namespace hosts ends the job through the
+#     watchdog (bench/multihost.sh linkdown; skipped without root / ip netns);
+#   - non-finite numbers: a NaN gradient (SEQPAR_FAULT_NONFINITE, test only) or a huge --lr ends
+#     the run naming the step (exit 1), --skip-nonfinite N skips and logs at most N steps,
+#     `seqpar grad` exits 1 on a NaN gradient and writes no file.
+# Prints "N passed, N failed".
+set -u
+BUILD=${1:-build}
+. "$(dirname "$0")/lib.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMP_NUM_THREADS=1
+unset SEQPAR_FAULT_NONFINITE SEQPAR_FAULT_HANG
+
+# waits until JSONL file $1 holds at least $2 lines (at most 60 s); returns non-zero on timeout
+wait_lines() {
+    local i
+    for i in $(seq 1 600); do
+        [ "$(cat "$1" 2>/dev/null | wc -l)" -ge "$2" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+# world rank of a running rank's pid (from the environment mpirun gave it)
+rank_of() { tr '\0' '\n' <"/proc/$1/environ" | sed -n 's/^OMPI_COMM_WORLD_RANK=//p'; }
+# the rank pids of the mpirun started by the `timeout` process $1
+ranks_of() { local m; m=$(pgrep -P "$1" | head -n 1); [ -n "$m" ] && pgrep -P "$m"; }
+now() { date +%s.%N; }
+
+SMALL=(--layers 2 --hidden 32 --heads 4 --kv-heads 2 --ffn 64 --vocab 64 --seq-len 64 --warmup 3 --eval-every 0
+       --eval-seqs 4 --quiet --peak-gflops 100 --seed 3)
+
+# ---- watchdog: SIGSTOP one rank of four in the middle of the run
+TO=3
+timeout 120 mpirun --oversubscribe -np 4 "$SEQPAR" train "${SMALL[@]}" --batch 4 --steps 100000 --hp 2 --cp 2 \
+    --comm-timeout $TO --log "$T/w.jsonl" >"$T/w.out" 2>&1 &
+tp=$!
+if wait_lines "$T/w.jsonl" 3; then
+    pids=($(ranks_of $tp))
+    victim=${pids[1]}
+    vr=$(rank_of "$victim")
+    t0=$(now)
+    kill -STOP "$victim"
+    wait $tp
+    rc=$?
+    el=$(echo "$(now) - $t0" | bc)
+    kill -CONT "$victim" 2>/dev/null
+    n=$(grep -cE "^seqpar: error: watchdog: rank [0-9]+ at step [0-9]+ \(train\): MPI_[A-Za-z]+ .*(world rank|group of)" "$T/w.out")
+    if [ $rc -eq 3 ]; then ok; else bad "SIGSTOP: exit status $rc, expected 3 (watchdog)"; fi
+    if awk -v e="$el" -v t=$TO 'BEGIN { exit !(e <= t + 10) }'; then ok; else bad "SIGSTOP: the job ended ${el} s after the stop, more than $TO + 10 s"; fi
+    if [ "$n" -ge 1 ]; then ok; else bad "SIGSTOP: no watchdog line: $(grep -m 3 seqpar "$T/w.out")"; fi
+    if ! grep -q "watchdog: rank $vr at" "$T/w.out"; then ok; else bad "SIGSTOP: the stopped rank $vr claimed a timeout"; fi
+    if [ "$(grep '^seqpar: error: watchdog' "$T/w.out" | awk '{print $5}' | sort | uniq -d | wc -l)" -eq 0 ]; then ok; else
+        bad "SIGSTOP: a rank printed more than one watchdog line"; fi
+    echo "watchdog: SIGSTOP of rank $vr ended the job after ${el} s (deadline $TO s), status $rc, $n rank(s) reported"
+else
+    bad "SIGSTOP: the run logged no steps: $(tail -n 3 "$T/w.out")"
+    kill $tp 2>/dev/null; wait $tp 2>/dev/null
+fi
+
+# ---- watchdog: an injected hang of rank 1 at step 4 of a data-parallel run
+t0=$(now)
+SEQPAR_FAULT_HANG=1:4 timeout 60 mpirun --oversubscribe -np 2 "$SEQPAR" train "${SMALL[@]}" --batch 4 --steps 50 --dp 2 \
+    --comm-timeout 2 --log "$T/h.jsonl" >"$T/h.out" 2>&1
+rc=$?
+el=$(echo "$(now) - $t0" | bc)
+if [ $rc -eq 3 ] && grep -qE "^seqpar: error: watchdog: rank 0 at step 4 \(train\): MPI_Iallreduce( \([a-z_ ]+\))? over a group of 2 ranks \(world 0-1\)" "$T/h.out" &&
+    [ "$(losses "$T/h.jsonl" | wc -l)" -eq 3 ]; then ok; else
+    bad "injected hang: status $rc, $(grep -m 2 'seqpar' "$T/h.out")"; fi
+
+# ---- preemption: SIGUSR1 to mpirun (forwarded to every rank), 2 ranks, ring + ZeRO-1
+P=(train "${SMALL[@]}" --batch 4 --steps 100000 --cp 2 --zero 1)
+timeout 120 mpirun --oversubscribe -np 2 "$SEQPAR" "${P[@]}" --save "$T/pck" --log "$T/p.jsonl" >"$T/p.out" 2>&1 &
+tp=$!
+wait_lines "$T/p.jsonl" 3
+mp=$(pgrep -P $tp | head -n 1)
+kill -USR1 "$mp"
+wait $tp
+rc=$?
+K=$(sed -nE 's/^seqpar: stopped by SIGUSR1 after step ([0-9]+) of 100000: checkpoint saved to .*pck; continue with --resume .*/\1/p' "$T/p.out")
+if [ $rc -eq 0 ] && [ -n "$K" ] && [ -f "$T/pck/trainer_state.json" ]; then ok; else
+    bad "SIGUSR1 to mpirun: status $rc: $(tail -n 2 "$T/p.out")"; K=5; fi
+echo "preemption: SIGUSR1 to mpirun stopped the run after step $K (status $rc)"
+E=$((K + 4))
+timeout 120 mpirun --oversubscribe -np 2 "$SEQPAR" "${P[@]}" --resume "$T/pck" --stop-at $E --log "$T/p.jsonl" >"$T/pr.out" 2>&1 ||
+    bad "resume after SIGUSR1: $(tail -n 2 "$T/pr.out")"
+timeout 120 mpirun --oversubscribe -np 2 "$SEQPAR" "${P[@]}" --stop-at $E --log "$T/pref.jsonl" >"$T/pref.out" 2>&1 ||
+    bad "uninterrupted reference: $(tail -n 2 "$T/pref.out")"
+if [ "$(losses "$T/pref.jsonl" | wc -l)" -eq $E ] && [ "$(losses "$T/p.jsonl")" = "$(losses "$T/pref.jsonl")" ]; then ok; else
+    bad "stop by SIGUSR1 + resume differs from the uninterrupted run"; diff <(losses "$T/pref.jsonl") <(losses "$T/p.jsonl") | head -n 4; fi
+
+# ---- preemption: SIGTERM to every rank (what a scheduler that signals all tasks does), zero 0
+P0=(train "${SMALL[@]}" --batch 4 --steps 100000 --cp 2)
+timeout 120 mpirun --oversubscribe -np 2 "$SEQPAR" "${P0[@]}" --save "$T/tck" --log "$T/t.jsonl" >"$T/t.out" 2>&1 &
+tp=$!
+wait_lines "$T/t.jsonl" 3
+kill -TERM $(ranks_of $tp)
+wait $tp
+rc=$?
+K=$(sed -nE 's/^seqpar: stopped by SIGTERM after step ([0-9]+) of .*/\1/p' "$T/t.out")
+if [ $rc -eq 0 ] && [ -n "$K" ] && [ -f "$T/tck/trainer_state.json" ]; then ok; else
+    bad "SIGTERM to the ranks: status $rc: $(tail -n 2 "$T/t.out")"; K=5; fi
+E=$((K + 3))
+timeout 120 mpirun --oversubscribe -np 2 "$SEQPAR" "${P0[@]}" --resume "$T/tck" --stop-at $E --log "$T/t.jsonl" >"$T/tr.out" 2>&1 ||
+    bad "resume after SIGTERM: $(tail -n 2 "$T/tr.out")"
+timeout 120 mpirun --oversubscribe -np 2 "$SEQPAR" "${P0[@]}" --stop-at $E --log "$T/tref.jsonl" >/dev/null 2>&1
+if [ "$(losses "$T/tref.jsonl" | wc -l)" -eq $E ] && [ "$(losses "$T/t.jsonl")" = "$(losses "$T/tref.jsonl")" ]; then ok; else
+    bad "stop by SIGTERM + resume differs from the uninterrupted run"; diff <(losses "$T/tref.jsonl") <(losses "$T/t.jsonl") | head -n 4; fi
+
+# ---- preemption: SIGINT to a single process without --save: checkpoint-stepN next to the log
+mkdir -p "$T/logs"
+timeout 60 "$SEQPAR" train "${SMALL[@]}" --batch 4 --steps 100000 --log "$T/logs/i.jsonl" >"$T/i.out" 2>&1 &
+tp=$!
+wait_lines "$T/logs/i.jsonl" 2
+kill -INT "$(pgrep -P $tp)"
+wait $tp
+rc=$?
+K=$(sed -nE "s|^seqpar: stopped by SIGINT after step ([0-9]+) of 100000: checkpoint saved to $T/logs/checkpoint-step\1; .*|\1|p" "$T/i.out")
+if [ $rc -eq 0 ] && [ -n "$K" ] && [ -f "$T/logs/checkpoint-step$K/model.safetensors" ]; then ok; else
+    bad "SIGINT to one process: status $rc: $(tail -n 2 "$T/i.out")"; fi
+
+# ---- non-finite numbers
+NF=(train "${SMALL[@]}" --batch 2 --steps 8)
+expect_fail() { # description, words, log, command... : non-zero exit, one error line per rank holding words
+    local what=$1 words=$2
+    shift 2
+    local out rc
+    out=$("$@" 2>&1 >/dev/null)
+    rc=$?
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && printf '%s\n' "$out" | grep -q "^seqpar: error: .*$words"; then ok; else
+        bad "$what: status $rc: $(printf '%s' "$out" | head -n 2)"; fi
+}
+SEQPAR_FAULT_NONFINITE=3 expect_fail "NaN gradient at step 3" "step 3: the loss (.*) or the gradient norm (nan) is not finite" \
+    timeout 60 "$SEQPAR" "${NF[@]}" --log "$T/n1.jsonl"
+if [ "$(losses "$T/n1.jsonl" | wc -l)" -eq 2 ] && grep -q '"step": 3, "nonfinite": true, "action": "stopped"' "$T/n1.jsonl"; then ok; else
+    bad "NaN at step 3: log does not end with the non-finite step 3"; fi
+SEQPAR_FAULT_NONFINITE=3,5 timeout 60 "$SEQPAR" "${NF[@]}" --skip-nonfinite 2 --log "$T/n2.jsonl" >"$T/n2.out" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && [ "$(losses "$T/n2.jsonl" | wc -l)" -eq 6 ] && [ "$(grep -c '"action": "skipped"' "$T/n2.jsonl")" -eq 2 ] &&
+    [ "$(grep -c 'not finite: update skipped' "$T/n2.out")" -eq 2 ]; then ok; else
+    bad "--skip-nonfinite 2 with 2 NaN steps: status $rc: $(tail -n 2 "$T/n2.out")"; fi
+# a skipped step leaves the weights alone: the step after it sees the loss of an unchanged model
+SEQPAR_FAULT_NONFINITE=3,5,7 expect_fail "third NaN beyond --skip-nonfinite 2" "step 7: .* not finite and the 2 skips allowed by --skip-nonfinite are used up" \
+    timeout 60 "$SEQPAR" "${NF[@]}" --skip-nonfinite 2 --log "$T/n3.jsonl"
+# 2 ranks, ZeRO-1: both ranks stop with the same line
+SEQPAR_FAULT_NONFINITE=2 expect_fail "NaN on 2 ranks" "step 2: " timeout 60 mpirun --oversubscribe -np 2 "$SEQPAR" "${NF[@]}" \
+    --dp 2 --zero 1 --log "$T/n4.jsonl"
+n=$(SEQPAR_FAULT_NONFINITE=2 timeout 60 mpirun --oversubscribe -np 2 "$SEQPAR" "${NF[@]}" --dp 2 --zero 1 --log "$T/n4.jsonl" 2>&1 >/dev/null |
+    grep -c '^seqpar: error: step 2: ')
+if [ "$n" -eq 2 ]; then ok; else bad "NaN on 2 ranks: $n ranks printed the error, expected 2"; fi
+# a real divergence: --lr 10 without clipping
+expect_fail "--lr 10 diverges" "step [0-9]*: the loss .* is not finite" timeout 60 "$SEQPAR" train "${SMALL[@]}" --batch 2 --steps 40 \
+    --warmup 0 --grad-clip 0 --weight-decay 0 --lr 10 --log "$T/n5.jsonl"
+# grad: non-zero exit, no file
+G=(grad --model "$FIX/tiny_mha" --tokens "$FIX/tiny_mha/tokens.bin" --seq-len 24 --out "$T/nan.grads")
+SEQPAR_FAULT_NONFINITE=1 expect_fail "grad with a NaN gradient" "seqpar grad: the loss .* gradient norm (nan) is not finite" timeout 60 "$SEQPAR" "${G[@]}"
+if [ ! -e "$T/nan.grads" ]; then ok; else bad "grad wrote a gradient file despite a NaN"; fi
+SEQPAR_FAULT_NONFINITE=1 expect_fail "grad with a NaN gradient on 2 ranks" "not finite" timeout 60 mpirun --oversubscribe -np 2 "$SEQPAR" "${G[@]}" --cp 2
+# the test hooks reject malformed values
+SEQPAR_FAULT_NONFINITE=x expect_fail "malformed SEQPAR_FAULT_NONFINITE" "SEQPAR_FAULT_NONFINITE" timeout 60 "$SEQPAR" "${NF[@]}" --log "$T/n6.jsonl"
+
+# ---- multi-host (2 network-namespace hosts over TCP, bench/multihost.sh): a link taken down in
+# the middle of the run ends the job through the watchdog within the deadline + 10 s. Needs root
+# and iproute2; skipped (with a line saying so) where network namespaces cannot be made.
+if [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null && ip netns add "sp$$probe" 2>/dev/null; then
+    ip netns del "sp$$probe"
+    if COMM_TIMEOUT=3 timeout 120 bash bench/multihost.sh "$BUILD" linkdown >"$T/mh.out" 2>&1 &&
+        grep -q "^link down: .*exited with status [1-9]" "$T/mh.out"; then ok; else
+        bad "multi-host link down: $(tail -n 5 "$T/mh.out")"; fi
+    grep '^link down:' "$T/mh.out"
+else
+    echo "multi-host link down: skipped (needs root and ip netns)"
+fi
+
+summary test_reliability
