@@ -34,6 +34,7 @@ static const char HELP[] =
     "  --seq-len S          sequence length for attn and step (default 8192)\n"
     "  --head-dims LIST     head dims for attn, comma separated (default 64,128)\n"
     "  --repeats N          timed repeats; medians are reported (default 5)\n"
+    "  --warmup-steps N     untimed training steps before step's / memory's timed ones (default 1)\n"
     "  --mem-seq-lens LIST  sequence lengths for memory (default 4096,16384,65536)\n"
     "  --checkpoint [MODE]  step/memory under none (default), layer (also --checkpoint alone) or\n"
     "                       selective checkpointing\n"
@@ -78,7 +79,9 @@ typedef struct {
     size_t tracked_peak, rss_peak;
 } StepResult;
 
-/* Builds the reference model and times `repeats` full training steps (after one warm-up). */
+static int g_warmup_steps = 1;
+
+/* Builds the reference model and times `repeats` full training steps (after the warm-up ones). */
 static StepResult run_steps(int S, int repeats, const MemoryFlags *mf, double peak_gflops) {
     LlamaConfig c = bench_model_config();
     LlamaModel m;
@@ -101,8 +104,8 @@ static StepResult run_steps(int S, int repeats, const MemoryFlags *mf, double pe
         targets[i] = (int)rng_below(&rng, (uint64_t)c.vocab_size);
         pos[i] = i;
     }
-    double *times = xmalloc(sizeof(double) * (size_t)(repeats + 1));
-    for (int r = 0; r <= repeats; r++) {
+    double *times = xmalloc(sizeof(double) * (size_t)repeats);
+    for (int r = 1 - g_warmup_steps; r <= repeats; r++) {
         double t0 = now_seconds();
         memset(m.grads, 0, sizeof(float) * m.table.total);
         llama_forward_backward(&m, acts, attn, inputs, targets, pos, S, 1.0f / S, 1, NULL);
@@ -225,7 +228,7 @@ int cmd_bench(int argc, char **argv) {
         PARALLEL_FLAG_OPTIONS,
         {"heads", required_argument, 0, 'H'}, {"kv-heads", required_argument, 0, 'K'},
         {"seq-len", required_argument, 0, 's'}, {"head-dims", required_argument, 0, 'd'},
-        {"repeats", required_argument, 0, 'r'}, {"mem-seq-lens", required_argument, 0, 'M'},
+        {"repeats", required_argument, 0, 'r'}, {"warmup-steps", required_argument, 0, 'w'}, {"mem-seq-lens", required_argument, 0, 'M'},
         MEMORY_FLAG_OPTIONS, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     opterr = 0;
     optind = 1;
@@ -243,6 +246,7 @@ int cmd_bench(int argc, char **argv) {
         case 's': S = (int)parse_long(cmd, "seq-len", optarg, 16, 1 << 30); break;
         case 'd': n_dims = parse_list("head-dims", optarg, dims, 8); break;
         case 'r': repeats = (int)parse_long(cmd, "repeats", optarg, 1, 1000); break;
+        case 'w': g_warmup_steps = (int)parse_long(cmd, "warmup-steps", optarg, 0, 1000); break;
         case 'M': n_lens = parse_list("mem-seq-lens", optarg, lens, 8); break;
         case 'h': fputs(HELP, stdout); fputs(PARALLEL_FLAGS_HELP, stdout); return 0;
         default: die_bad_option(cmd, argc, argv, opt);
