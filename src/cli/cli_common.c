@@ -137,6 +137,7 @@ int parallel_flags_handle(ParallelConfig *c, const char *cmd, int opt, const cha
 }
 
 const char MEMORY_FLAGS_HELP[] =
+    "memory:\n"
     "  --checkpoint [MODE]  activation checkpointing: none (default), layer (keep each layer's input,\n"
     "                       recompute the layer, attention's forward included; also --checkpoint alone)\n"
     "                       or selective (also keep attention's output and lse: recompute only the\n"

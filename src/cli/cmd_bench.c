@@ -4,6 +4,7 @@
  * HFU, under --checkpoint none|layer|selective and --ffn-chunks),
  * memory (peak memory of a training step at several sequence lengths, each in a fresh child
  * process). Benchmarks are not tests: they report, the README quotes them. */
+#include <cblas.h>
 #include <getopt.h>
 #include <mpi.h>
 #include <math.h>
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "attention/attention_bench.h"
@@ -35,6 +37,8 @@ static const char HELP[] =
     "  --head-dims LIST     head dims for attn, comma separated (default 64,128)\n"
     "  --repeats N          timed repeats; medians are reported (default 5)\n"
     "  --warmup-steps N     untimed training steps before step's / memory's timed ones (default 1)\n"
+    "  --cpu-time           step: time by this process's CPU time, the sgemm peak too (for a shared\n"
+    "                       machine; use with --threads 1, where CPU time is compute time)\n"
     "  --mem-seq-lens LIST  sequence lengths for memory (default 4096,16384,65536)\n"
     "  --checkpoint [MODE]  step/memory under none (default), layer (also --checkpoint alone) or\n"
     "                       selective checkpointing\n"
@@ -80,6 +84,32 @@ typedef struct {
 } StepResult;
 
 static int g_warmup_steps = 1;
+static int g_cpu_time = 0;
+
+/* Wall-clock seconds, or this process's CPU seconds under --cpu-time. */
+static double bench_clock(void) {
+    if (!g_cpu_time) return now_seconds();
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* sgemm 2048^3 GFLOPS by CPU time (--cpu-time), median of repeats. */
+static double sgemm_peak_cpu_gflops(int repeats) {
+    const int n = 2048;
+    size_t nn = (size_t)n * n;
+    float *A = xmalloc(sizeof(float) * nn), *B = xmalloc(sizeof(float) * nn), *C = xmalloc(sizeof(float) * nn);
+    for (size_t i = 0; i < nn; i++) A[i] = B[i] = (float)(i % 7) * 0.01f;
+    double *t = xmalloc(sizeof(double) * (size_t)repeats);
+    for (int r = 0; r < repeats; r++) {
+        double t0 = bench_clock();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
+        t[r] = bench_clock() - t0;
+    }
+    double gf = 2.0 * n * (double)n * n / median_of(t, repeats) / 1e9;
+    xfree(A); xfree(B); xfree(C); xfree(t);
+    return gf;
+}
 
 /* Builds the reference model and times `repeats` full training steps (after the warm-up ones). */
 static StepResult run_steps(int S, int repeats, const MemoryFlags *mf, double peak_gflops) {
@@ -106,12 +136,12 @@ static StepResult run_steps(int S, int repeats, const MemoryFlags *mf, double pe
     }
     double *times = xmalloc(sizeof(double) * (size_t)repeats);
     for (int r = 1 - g_warmup_steps; r <= repeats; r++) {
-        double t0 = now_seconds();
+        double t0 = bench_clock();
         memset(m.grads, 0, sizeof(float) * m.table.total);
         llama_forward_backward(&m, acts, attn, inputs, targets, pos, S, 1.0f / S, 1, NULL);
         double nsq = grad_norm_sq(m.grads, m.table.total);
         adamw_update(&opt, &m.table, m.params, m.grads, 1e-4f, adamw_clip_scale(&oc, nsq));
-        if (r > 0) times[r - 1] = now_seconds() - t0;
+        if (r > 0) times[r - 1] = bench_clock() - t0;
     }
     StepResult res;
     res.step_seconds = median_of(times, repeats);
@@ -151,10 +181,10 @@ static void bench_step(int S, int repeats, const MemoryFlags *mf, double peak) {
     double mfu = utilisation_clamp(r.mfu, &clamped), hfu = utilisation_clamp(r.hfu, &clamped);
     printf("training step (4 layers, hidden 256, 4 heads / 2 KV, ffn 1024, S = %d, --checkpoint %s, %d FFN chunk%s), "
            "median of %d:\n"
-           "  %.3f s/step | %.0f tokens/s | MFU %.1f%% | HFU %.1f%% of same-run sgemm | peak tracked memory %.1f MiB, "
+           "  %.3f %ss/step | %.0f tokens/s | MFU %.1f%% | HFU %.1f%% of same-run sgemm | peak tracked memory %.1f MiB, "
            "peak RSS %.1f MiB\n",
            S, llama_checkpoint_name(mf->checkpoint), r.ffn_chunks, r.ffn_chunks == 1 ? "" : "s", repeats, r.step_seconds,
-           r.tokens_per_s, 100 * mfu, 100 * hfu, (double)r.tracked_peak / (1 << 20), (double)r.rss_peak / (1 << 20));
+           g_cpu_time ? "CPU " : "", r.tokens_per_s, 100 * mfu, 100 * hfu, (double)r.tracked_peak / (1 << 20), (double)r.rss_peak / (1 << 20));
     if (clamped) printf("  (a utilisation above 100%% of the same-run sgemm is shown as 100%%)\n");
     fflush(stdout);
 }
@@ -228,7 +258,8 @@ int cmd_bench(int argc, char **argv) {
         PARALLEL_FLAG_OPTIONS,
         {"heads", required_argument, 0, 'H'}, {"kv-heads", required_argument, 0, 'K'},
         {"seq-len", required_argument, 0, 's'}, {"head-dims", required_argument, 0, 'd'},
-        {"repeats", required_argument, 0, 'r'}, {"warmup-steps", required_argument, 0, 'w'}, {"mem-seq-lens", required_argument, 0, 'M'},
+        {"repeats", required_argument, 0, 'r'}, {"warmup-steps", required_argument, 0, 'w'},
+        {"cpu-time", no_argument, 0, 'C'}, {"mem-seq-lens", required_argument, 0, 'M'},
         MEMORY_FLAG_OPTIONS, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     opterr = 0;
     optind = 1;
@@ -246,6 +277,7 @@ int cmd_bench(int argc, char **argv) {
         case 's': S = (int)parse_long(cmd, "seq-len", optarg, 16, 1 << 30); break;
         case 'd': n_dims = parse_list("head-dims", optarg, dims, 8); break;
         case 'r': repeats = (int)parse_long(cmd, "repeats", optarg, 1, 1000); break;
+        case 'C': g_cpu_time = 1; break;
         case 'w': g_warmup_steps = (int)parse_long(cmd, "warmup-steps", optarg, 0, 1000); break;
         case 'M': n_lens = parse_list("mem-seq-lens", optarg, lens, 8); break;
         case 'h': fputs(HELP, stdout); fputs(PARALLEL_FLAGS_HELP, stdout); return 0;
@@ -271,8 +303,9 @@ int cmd_bench(int argc, char **argv) {
     }
     double peak = 0;
     if (all || strcmp(part, "memory")) {
-        peak = sgemm_peak_gflops(repeats);
-        printf("OpenBLAS sgemm (2048^3, %d threads): %.1f GFLOPS (median of %d)\n", current_threads(), peak, repeats);
+        peak = g_cpu_time ? sgemm_peak_cpu_gflops(repeats < 3 ? 3 : repeats) : sgemm_peak_gflops(repeats);
+        printf("OpenBLAS sgemm (2048^3, %d threads): %.1f GFLOPS%s (median of %d)\n", current_threads(), peak,
+               g_cpu_time ? " by CPU time" : "", repeats < 3 && g_cpu_time ? 3 : repeats);
         fflush(stdout);
     }
     if (all || !strcmp(part, "attn")) bench_attn(S, dims, n_dims, repeats, peak);
