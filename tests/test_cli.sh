@@ -37,6 +37,22 @@ done
 # --checkpoint gives the same file bit for bit
 timeout 120 "$SEQPAR" grad --model "$FIX/tiny_mha" --tokens "$FIX/tiny_mha/tokens.bin" --seq-len 24 --out "$T/ck.grads" --checkpoint >/dev/null 2>&1
 if cmp -s "$T/ck.grads" "$T/tiny_mha.grads"; then ok; else bad "grad --checkpoint differs from grad"; fi
+# every checkpoint mode, each spelling, gives the same file bit for bit (3 layers, 1 KV head)
+for mode in "--checkpoint none" "--checkpoint layer" "--checkpoint=selective" "--checkpoint selective --ffn-chunks 2"; do
+    timeout 120 "$SEQPAR" grad --model "$FIX/tiny_headdim" --tokens "$FIX/tiny_headdim/tokens.bin" $mode --seq-len 40 --out "$T/ckm.grads" >/dev/null 2>&1
+    if cmp -s "$T/ckm.grads" "$T/tiny_headdim.grads"; then ok; else bad "grad $mode differs from grad"; fi
+done
+# the MLP in 1, 3 and 40 chunks of tokens: the fixture within its tolerance, the loss within 1e-6
+# (OpenBLAS may round a row differently for another number of rows: not bit-identical)
+want=$(timeout 60 "$SEQPAR" grad --model "$FIX/tiny_headdim" --tokens "$FIX/tiny_headdim/tokens.bin" --seq-len 40 --out "$T/x.grads" | sed -nE 's/^loss: (.*)$/\1/p')
+for k in 1 3 40; do
+    got=$(timeout 120 "$SEQPAR" grad --model "$FIX/tiny_headdim" --tokens "$FIX/tiny_headdim/tokens.bin" --seq-len 40 --ffn-chunks $k --checkpoint selective --out "$T/ckf.grads" 2>&1 | sed -nE 's/^loss: (.*)$/\1/p')
+    if "$CMP" "$T/ckf.grads" "$FIX/tiny_headdim/grads.safetensors" 1e-4 1e-7 >/dev/null &&
+        awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 1e-6 * b) }'; then ok; else
+        bad "grad --ffn-chunks $k: loss $got (default chunks $want) or gradients differ"; fi
+done
+expect_error "unknown checkpoint mode" "expects none, layer or selective" "$SEQPAR" grad --model "$FIX/tiny_mha" --tokens "$FIX/tiny_mha/tokens.bin" --seq-len 24 --out "$T/x" --checkpoint=partial
+expect_error "--ffn-chunks 0" "ffn-chunks" "$SEQPAR" grad --model "$FIX/tiny_mha" --tokens "$FIX/tiny_mha/tokens.bin" --seq-len 24 --out "$T/x" --ffn-chunks 0
 
 # ---- help for each command, unknown command
 for c in train grad bench; do
@@ -56,6 +72,23 @@ if [ "$(losses "$T/full.jsonl")" = "$(losses "$T/part.jsonl")" ] && [ "$(losses 
 if cmp -s "$T/full/model.safetensors" "$T/part/model.safetensors" && cmp -s "$T/full/optimizer.safetensors" "$T/part/optimizer.safetensors"; then ok; else bad "resumed weights or optimizer state are not bit-identical"; fi
 # the checkpoint is a model directory that grad (and Hugging Face) loads
 if timeout 60 "$SEQPAR" grad --model "$T/full" --tokens "$FIX/tiny_long/tokens.bin" --seq-len 16 --out "$T/ck.grads" | grep -q '^loss: '; then ok; else bad "grad on a saved checkpoint"; fi
+# the checkpoint modes train bit-identically; HFU is logged beside MFU, counts recomputation
+# (layer > selective > none with one FFN chunk = MFU) and never exceeds 1
+hfu_of() { sed -nE 's/.*"mfu": ([^,]+), "hfu": ([^,]+),.*/\1 \2/p' "$1" | tail -n 1; }
+for mode in none layer selective; do
+    run_train --checkpoint $mode --ffn-chunks 1 --log "$T/m_$mode.jsonl" --peak-gflops 1e-3
+done
+if [ "$(losses "$T/m_none.jsonl")" = "$(losses "$T/m_layer.jsonl")" ] && [ "$(losses "$T/m_none.jsonl")" = "$(losses "$T/m_selective.jsonl")" ] &&
+    [ "$(losses "$T/m_none.jsonl" | wc -l)" -eq 6 ]; then ok; else bad "train: --checkpoint modes give different losses"; fi
+if [ "$(hfu_of "$T/m_none.jsonl" | awk '{ print ($1 == 1 && $2 == 1) }')" = 1 ] && grep -q "shown as 100%" "$T/train.out"; then ok; else bad "train: utilisation above 100% is not clamped: $(hfu_of "$T/m_none.jsonl")"; fi
+# HFU / MFU for this model (2 layers, D 32, 4 heads / 2 KV of 8, F 64, V 64, S 64): model FLOPs
+# 147456 per token; recomputed per layer: projections 6144, gate/up 8192, attention forward 4096
+# -> selective (6144 + 8192) x 2 / 147456 + 1 = 1.19444, layer (+ 4096 x 2) 1.25, none 1
+for mode in none layer selective; do run_train --checkpoint $mode --ffn-chunks 1 --log "$T/u_$mode.jsonl" --peak-gflops 1e6; done
+if awk -v n="$(hfu_of "$T/u_none.jsonl")" -v l="$(hfu_of "$T/u_layer.jsonl")" -v s="$(hfu_of "$T/u_selective.jsonl")" 'function d(x) { return x < 0 ? -x : x } BEGIN {
+        split(n, a, " "); split(l, b, " "); split(s, c, " ");
+        exit !(a[1] > 0 && a[1] == a[2] && d(b[2] / b[1] - 1.25) < 1e-4 && d(c[2] / c[1] - 1.194444) < 1e-4 && b[2] <= 1) }'; then ok; else
+    bad "train: HFU / MFU ratios wrong: none $(hfu_of "$T/u_none.jsonl"), layer $(hfu_of "$T/u_layer.jsonl"), selective $(hfu_of "$T/u_selective.jsonl")"; fi
 expect_error "resume with another lr" "lr" "$SEQPAR" train "${TRAIN[@]}" --lr 0.5 --resume "$T/part" --log "$T/x.jsonl"
 expect_error "resume from a missing dir" "$T/nothing" "$SEQPAR" train "${TRAIN[@]}" --resume "$T/nothing" --log "$T/x.jsonl"
 # training on a text file and on an llm.c shard

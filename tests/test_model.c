@@ -1,6 +1,8 @@
 /* Whole-model exactness: loss and every parameter gradient of seqpar's Llama against fixtures
- * written once by Hugging Face transformers in float64 (tests/fixtures, see its README), with
- * and without layer-boundary checkpointing, from F32 and BF16 weight files. */
+ * written once by Hugging Face transformers in float64 (tests/fixtures, see its README), under
+ * every checkpoint mode (none, layer, selective: bit-identical to each other for one FFN chunk
+ * count) and FFN chunk count (1, 2, 3: within the fixture tolerance of each other), from F32 and
+ * BF16 weight files; and the activation memory of each mode and chunk count, byte for byte. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -30,7 +32,8 @@ static double json_number(const char *path, const char *key) {
 }
 
 /* Runs forward+backward of the fixture's model on its tokens; returns the mean loss. */
-static double run_fixture(const char *dir, const char *weights, int checkpoint, LlamaModel *m) {
+static double run_fixture(const char *dir, const char *weights, int checkpoint, int ffn_chunks, LlamaModel *m,
+                          size_t *acts_bytes) {
     char path[512];
     snprintf(path, sizeof path, "%s/config.json", dir);
     LlamaConfig cfg;
@@ -52,7 +55,10 @@ static double run_fixture(const char *dir, const char *weights, int checkpoint, 
     SeqAttention *attn = local_attention_create((AttnHeads){.n_local = S, .n_heads = cfg.num_attention_heads,
                                                             .n_kv_heads = cfg.num_key_value_heads,
                                                             .head_dim = cfg.head_dim});
-    LlamaActs *acts = llama_acts_create(m, attn, S, checkpoint);
+    size_t before = mem_tracked_current();
+    LlamaActsOptions ao = {.checkpoint = checkpoint, .ffn_chunks = ffn_chunks};
+    LlamaActs *acts = llama_acts_create_opts(m, attn, S, &ao);
+    if (acts_bytes) *acts_bytes = mem_tracked_current() - before;
     double loss = llama_forward_backward(m, acts, attn, in, tg, pos, S, 1.0f / S, 1, NULL) / S;
     llama_acts_free(acts);
     seq_attention_destroy(attn);
@@ -93,20 +99,65 @@ int main(void) {
         snprintf(dir, sizeof dir, "%s/%s", FIXTURES, fixtures[k]);
         snprintf(path, sizeof path, "%s/expected.json", dir);
         double expected = json_number(path, "loss");
-        LlamaModel m, mc;
-        double loss = run_fixture(dir, "model.safetensors", 0, &m);
+        LlamaModel m;
+        size_t bytes1 = 0;
+        double loss = run_fixture(dir, "model.safetensors", LLAMA_CKPT_NONE, 1, &m, &bytes1);
         CHECK(fabs(loss - expected) <= 1e-5 * fabs(expected), "%s: loss %.9f, reference %.9f", fixtures[k], loss,
               expected);
         snprintf(path, sizeof path, "%s/grads.safetensors", dir);
         compare_grads(fixtures[k], &m, path);
 
-        /* Checkpointing recomputes the same operations in the same order: bit-identical. */
-        double loss_c = run_fixture(dir, "model.safetensors", 1, &mc);
-        CHECK(loss_c == loss, "%s: loss with checkpointing %.9g differs from %.9g", fixtures[k], loss_c, loss);
-        CHECK(memcmp(mc.grads, m.grads, sizeof(float) * m.table.total) == 0,
-              "%s: gradients with checkpointing are not bit-identical", fixtures[k]);
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        LlamaConfig cfg;
+        config_json_load(path, &cfg);
+        snprintf(path, sizeof path, "%s/expected.json", dir);
+        size_t S = (size_t)json_number(path, "seq_len"), L = (size_t)cfg.num_hidden_layers;
+        size_t qd = (size_t)cfg.num_attention_heads * cfg.head_dim, F = (size_t)cfg.intermediate_size;
+        for (int chunks = 1; chunks <= 3; chunks++) {
+            /* the chunked MLP: within the HF tolerance (weight gradients sum over tokens chunk by
+             * chunk); every checkpoint mode recomputes the same operations in the same order:
+             * bit-identical to none at the same chunk count */
+            LlamaModel ref;
+            size_t bytes[3];
+            double loss_ref = run_fixture(dir, "model.safetensors", LLAMA_CKPT_NONE, chunks, &ref, &bytes[0]);
+            if (chunks > 1) {
+                CHECK(fabs(loss_ref - expected) <= 1e-5 * fabs(expected), "%s: %d FFN chunks: loss %.9f, reference %.9f",
+                      fixtures[k], chunks, loss_ref, expected);
+                char name[128];
+                snprintf(name, sizeof name, "%s (%d FFN chunks)", fixtures[k], chunks);
+                snprintf(path, sizeof path, "%s/grads.safetensors", dir);
+                compare_grads(name, &ref, path);
+                /* gate and up are never kept whole: L x 2 N F floats and the (N, F) scratch give
+                 * way to 5 chunks of ceil(N / chunks) rows */
+                size_t rows = (S + (size_t)chunks - 1) / (size_t)chunks;
+                size_t want = bytes1 - sizeof(float) * (L * 2 * S * F + 3 * S * F) + sizeof(float) * 5 * rows * F;
+                CHECK(bytes[0] == want, "%s: %d FFN chunks: activations %zu bytes, expected %zu", fixtures[k], chunks,
+                      bytes[0], want);
+            }
+            for (int mode = LLAMA_CKPT_LAYER; mode <= LLAMA_CKPT_SELECTIVE; mode++) {
+                LlamaModel mc;
+                double loss_c = run_fixture(dir, "model.safetensors", mode, chunks, &mc, &bytes[mode]);
+                CHECK(loss_c == loss_ref, "%s: loss with --checkpoint %s (%d FFN chunks) %.9g differs from %.9g",
+                      fixtures[k], llama_checkpoint_name(mode), chunks, loss_c, loss_ref);
+                CHECK(memcmp(mc.grads, ref.grads, sizeof(float) * ref.table.total) == 0,
+                      "%s: gradients with --checkpoint %s (%d FFN chunks) are not bit-identical to none", fixtures[k],
+                      llama_checkpoint_name(mode), chunks);
+                llama_free(&mc);
+            }
+            /* selective keeps, over layer, o and the lse of every layer but one (layer has one
+             * such set for its recomputation): (L - 1) (S H d + S H) floats */
+            size_t extra = sizeof(float) * (L - 1) * (S * qd + S * (size_t)cfg.num_attention_heads);
+            CHECK(bytes[LLAMA_CKPT_SELECTIVE] == bytes[LLAMA_CKPT_LAYER] + extra,
+                  "%s: selective keeps %zu bytes more than layer, expected %zu", fixtures[k],
+                  bytes[LLAMA_CKPT_SELECTIVE] - bytes[LLAMA_CKPT_LAYER], extra);
+            /* (one layer: the same single set either way) */
+            CHECK(L == 1 ? bytes[LLAMA_CKPT_SELECTIVE] == bytes[LLAMA_CKPT_NONE]
+                         : bytes[LLAMA_CKPT_SELECTIVE] < bytes[LLAMA_CKPT_NONE],
+                  "%s: selective keeps %zu bytes, none %zu", fixtures[k], bytes[LLAMA_CKPT_SELECTIVE],
+                  bytes[LLAMA_CKPT_NONE]);
+            llama_free(&ref);
+        }
         llama_free(&m);
-        llama_free(&mc);
     }
     /* BF16 weights load and give the reference loss of the BF16-rounded weights. */
     {
@@ -115,7 +166,7 @@ int main(void) {
         snprintf(path, sizeof path, "%s/expected.json", dir);
         double expected = json_number(path, "loss_bf16_weights");
         LlamaModel m;
-        double loss = run_fixture(dir, "model_bf16.safetensors", 0, &m);
+        double loss = run_fixture(dir, "model_bf16.safetensors", LLAMA_CKPT_NONE, 0, &m, NULL);
         CHECK(fabs(loss - expected) <= 1e-5 * fabs(expected), "tiny_mha bf16: loss %.9f, reference %.9f", loss, expected);
         llama_free(&m);
     }

@@ -7,6 +7,8 @@
 #   - `seqpar grad` under every kind of grid (Ulysses, ring, 2D, double ring, KV replication,
 #     dp, ZeRO-1, both placements, three layouts) prints the single-process loss and writes the
 #     same gradient file, and matches the Hugging Face float64 fixtures;
+#   - `seqpar grad --checkpoint selective` (and layer) under every strategy writes the
+#     single-process file and is bit-identical to --checkpoint none on the same grid;
 #   - 20 training steps on dp=2 x hp=2 x cp=2 track the single-process losses; a ZeRO-1 run
 #     stopped, saved and resumed on 8 ranks continues as if uninterrupted;
 #   - bad grids print the same one-line error on every rank and exit non-zero without hanging.
@@ -100,6 +102,30 @@ grad_case $L 252 9 --strategy wallfacer --team 3
 grad_case $L 256 8 --strategy wallfacer --team 1 --layout striped   # C = 1: the plain ring
 grad_case tiny_mha 24 8 --strategy wallfacer --hp 2 --team 2 --layout contiguous   # head exchange x WallFacer
 
+# ---- checkpoint modes: selective (the strategy's restore(): head exchange of q, k, v and o, no
+# attention forward) and layer under every strategy: the single-process file within tolerance, and
+# bit for bit the --checkpoint none file of the same grid
+ckpt_case() { # mode fixture seq_len np flags...
+    local mode=$1 f=$2 S=$3 np=$4
+    shift 4
+    grad_case "$f" "$S" "$np" "$@" --checkpoint "$mode" --ffn-chunks 3
+    cp "$T/dist" "$T/dist_ckpt"
+    run_np "$np" "$SEQPAR" grad --model "$FIX/$f" --tokens "$FIX/$f/tokens.bin" --seq-len "$S" --out "$T/dist" "$@" --checkpoint none --ffn-chunks 3 >/dev/null 2>&1
+    if cmp -s "$T/dist" "$T/dist_ckpt"; then ok; else bad "grad $f np $np $* --checkpoint $mode: not bit-identical to --checkpoint none"; fi
+}
+ckpt_case selective tiny_mha 24 2 --strategy ulysses                    # 2 layers, MHA
+ckpt_case selective tiny_gqa_tied 32 4 --strategy ulysses               # KV replication (hp 4 > 2 KV heads)
+ckpt_case selective tiny_headdim 40 4 --strategy 2d --hp 2 --cp 2       # 3 layers, 1 KV head
+ckpt_case selective tiny_headdim 40 8 --hp 4 --cp 2 --layout striped
+ckpt_case selective $L 256 2 --strategy ring
+ckpt_case selective tiny_mha 24 4 --strategy ring --layout contiguous
+ckpt_case selective $L 256 4 --strategy lightseq
+ckpt_case selective tiny_headdim 40 4 --strategy allgather --hp 2
+ckpt_case selective $L 256 8 --strategy wallfacer --team 2
+ckpt_case selective tiny_mha 24 8 --strategy wallfacer --hp 2 --team 2 --layout contiguous
+ckpt_case selective tiny_mha 24 8 --dp 2 --hp 2 --cp 2 --zero 1
+ckpt_case layer tiny_headdim 40 4 --strategy 2d --hp 2 --cp 2
+
 # ---- training on dp 2 x hp 2 x cp 2 tracks one process
 TRAIN=(train --layers 2 --hidden 32 --heads 4 --kv-heads 2 --ffn 64 --vocab 64 --seq-len 64 --batch 4 --steps 20
        --warmup 3 --eval-every 0 --eval-seqs 4 --quiet --peak-gflops 100 --seed 3)
@@ -116,6 +142,11 @@ for strat in ulysses ring lightseq allgather wallfacer; do
         awk '{ d = $2 - $4; if (d < 0) d = -d; if ($1 != $3 || d > 2e-4 * $2) bad = 1 } END { exit bad }'; then ok; else
         bad "20 steps of --strategy $strat on 4 ranks do not track one process"; paste <(losses "$T/single.jsonl") <(losses "$T/s_$strat.jsonl") | head -n 3; fi
 done
+# selective checkpointing trains bit-identically to none on 4 ranks (2D)
+run_np 4 "$SEQPAR" "${TRAIN[@]}" --hp 2 --cp 2 --log "$T/c_none.jsonl" >"$T/c.out" 2>&1 || bad "4-rank training, none: $(tail -n 3 "$T/c.out")"
+run_np 4 "$SEQPAR" "${TRAIN[@]}" --hp 2 --cp 2 --checkpoint selective --log "$T/c_sel.jsonl" >"$T/c.out" 2>&1 || bad "4-rank training, selective: $(tail -n 3 "$T/c.out")"
+if [ "$(losses "$T/c_none.jsonl" | wc -l)" -eq 20 ] && [ "$(losses "$T/c_none.jsonl")" = "$(losses "$T/c_sel.jsonl")" ]; then ok; else
+    bad "20 steps with --checkpoint selective on 4 ranks differ from --checkpoint none"; fi
 # the same final recall accuracy line appears (evaluation is distributed too)
 if grep -q "recall accuracy" "$T/grid.out"; then ok; else bad "8-rank training printed no final evaluation"; fi
 # ZeRO-1 checkpoint on 8 ranks: stop at 10, resume, equals the uninterrupted 8-rank run

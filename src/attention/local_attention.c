@@ -1,5 +1,6 @@
 /* The single-process SeqAttention: one flash-attention call over the whole local sequence,
- * causal by global position. The saved state is the lse (N, H). */
+ * causal by global position. The saved state is the lse (N, H), all of it kept (restore is a
+ * no-op: backward reads q, k, v, o from the model). */
 #include "attention/seq_attention.h"
 
 #include <math.h>
@@ -44,6 +45,11 @@ static void local_backward(SeqAttention *sa, const float *q, const float *k, con
     attn_backward(&s, q, x->positions, k, v, x->positions, saved, x->delta, dout, dq, dk, dv);
 }
 
+static void local_restore(SeqAttention *sa, const float *q, const float *k, const float *v, const float *o,
+                          float *saved) {
+    (void)sa, (void)q, (void)k, (void)v, (void)o, (void)saved; /* everything saved is kept */
+}
+
 static void local_destroy(SeqAttention *sa) {
     LocalCtx *x = sa->ctx;
     xfree(x->positions);
@@ -63,9 +69,11 @@ SeqAttention *local_attention_create(AttnHeads heads) {
     sa->heads = heads;
     sa->saved_floats = (size_t)heads.n_local * heads.n_heads;
     sa->keeps_inputs = 0;
+    sa->kept_floats = sa->saved_floats;
     sa->set_positions = local_set_positions;
     sa->forward = local_forward;
     sa->backward = local_backward;
+    sa->restore = local_restore;
     sa->destroy = local_destroy;
     return sa;
 }

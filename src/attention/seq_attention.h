@@ -11,7 +11,18 @@
  * Shapes: q, o, dq, dout (N, H, d); k, v, dk, dv (N, Hkv, d); `saved`: a per-layer buffer of
  * saved_floats floats that forward fills and backward reads. When keeps_inputs is set, `saved`
  * holds the strategy's own copies of what its backward needs (head-parallel q, k, v, o and lse),
- * so backward does not read q, k, v or o and the model need not keep them (it passes NULL). */
+ * so backward does not read q, k, v or o and the model need not keep them (it passes NULL).
+ *
+ * Selective checkpointing (Selective Checkpoint++ / LightSeq's rematerialization-aware
+ * checkpointing): `saved` is split into a recomputable prefix and a KEPT suffix, the last
+ * kept_floats floats (the lse: (N, H) locally, lse_h (n, Hl) for distributed strategies). A model
+ * that checkpoints selectively keeps, per layer, only the kept suffix and the local output o; in
+ * backward it recomputes q, k, v (after RoPE), copies the kept suffix back into a full `saved`
+ * buffer and calls restore(), which rebuilds the prefix exactly as forward left it without running
+ * attention (distributed: the head exchange of q, k, v and of o, i.e. all-to-alls, no attention
+ * compute). backward() then runs from the saved output and lse: attention's forward runs once.
+ * Every prefix float restore() writes is a copy of q, k, v or o, so backward after restore() is
+ * bit-identical to backward after forward(). */
 #ifndef SEQPAR_SEQ_ATTENTION_H
 #define SEQPAR_SEQ_ATTENTION_H
 
@@ -32,6 +43,7 @@ struct SeqAttention {
     AttnHeads heads;
     size_t saved_floats; /* per layer */
     int keeps_inputs;    /* backward ignores q, k, v, o (may be NULL) */
+    size_t kept_floats;  /* the suffix of `saved` that restore() cannot rebuild (<= saved_floats) */
     /* Positions (N) of this rank's tokens for the coming forward/backward calls. The strategy
      * copies what it needs. Collective for distributed strategies. */
     void (*set_positions)(SeqAttention *sa, const int *positions);
@@ -39,6 +51,11 @@ struct SeqAttention {
     /* Writes (overwrites) dq, dk, dv. o is the forward's output. */
     void (*backward)(SeqAttention *sa, const float *q, const float *k, const float *v, const float *o,
                      const float *saved, const float *dout, float *dq, float *dk, float *dv);
+    /* Refills saved[0 .. saved_floats - kept_floats) from the layer's local q, k, v (after RoPE)
+     * and output o as forward() would have; the kept suffix must already hold forward's values.
+     * Never computes attention. Collective for distributed strategies (as forward). A no-op when
+     * kept_floats == saved_floats. */
+    void (*restore)(SeqAttention *sa, const float *q, const float *k, const float *v, const float *o, float *saved);
     void (*destroy)(SeqAttention *sa);
 };
 

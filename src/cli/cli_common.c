@@ -140,6 +140,35 @@ int parallel_flags_handle(ParallelConfig *c, const char *cmd, int opt, const cha
     }
 }
 
+const char MEMORY_FLAGS_HELP[] =
+    "memory:\n"
+    "  --checkpoint [MODE]  activation checkpointing: none (default), layer (keep each layer's input,\n"
+    "                       recompute the layer, attention's forward included; also --checkpoint alone)\n"
+    "                       or selective (also keep attention's output and lse: recompute only the\n"
+    "                       projections, never attention's forward)\n"
+    "  --ffn-chunks K       run the MLP over K chunks of tokens (default 2; 1: keep gate/up whole)\n";
+
+int memory_flags_handle(MemoryFlags *f, const char *cmd, int opt, const char *arg, int argc, char **argv) {
+    switch (opt) {
+    case 3001:
+        if (!arg && optind < argc && llama_checkpoint_parse(argv[optind]) >= 0) arg = argv[optind++];
+        f->checkpoint = arg ? llama_checkpoint_parse(arg) : LLAMA_CKPT_LAYER;
+        if (f->checkpoint < 0)
+            die_collective("seqpar %s: --checkpoint expects none, layer or selective, got '%s'", cmd, arg);
+        return 1;
+    case 3002: f->ffn_chunks = (int)parse_long(cmd, "ffn-chunks", arg, 1, 1 << 30); return 1;
+    default: return 0;
+    }
+}
+
+double utilisation_clamp(double u, int *clamped) {
+    if (u > 1.0) {
+        if (clamped) *clamped = 1;
+        return 1.0;
+    }
+    return u;
+}
+
 int file_exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0;

@@ -55,6 +55,20 @@ void model_from_size(LlamaModel *m, const LlamaConfig *cfg, uint64_t seed);
 int parallel_flags_handle(ParallelConfig *c, const char *cmd, int opt, const char *arg);
 extern const char PARALLEL_FLAGS_HELP[];
 
+/* --checkpoint [none|layer|selective] and --ffn-chunks K (train, grad, bench). --checkpoint with
+ * no value is layer (as before the modes); the mode may follow as the next word or after '='. */
+#define MEMORY_FLAG_OPTIONS \
+    {"checkpoint", optional_argument, 0, 3001}, {"ffn-chunks", required_argument, 0, 3002}
+typedef struct {
+    int checkpoint; /* LLAMA_CKPT_* */
+    int ffn_chunks; /* 0: the default */
+} MemoryFlags;
+/* Returns 1 if opt was one of them (may consume the next argv word: call from the getopt loop). */
+int memory_flags_handle(MemoryFlags *f, const char *cmd, int opt, const char *arg, int argc, char **argv);
+extern const char MEMORY_FLAGS_HELP[];
+/* Utilisation for printing: min(u, 1); *clamped set when u was above 1. */
+double utilisation_clamp(double u, int *clamped);
+
 int file_exists(const char *path);
 /* mkdir -p for the directory part of a file path. */
 void make_parent_dirs(const char *path);

@@ -29,7 +29,6 @@ static const char HELP[] =
     "  --seq-len S          tokens per sequence\n"
     "  --out FILE           gradient file to write (safetensors, F32)\n"
     "  --seed N             seed for random weights when DIR has no model.safetensors (default 1)\n"
-    "  --checkpoint         recompute each layer in backward (layer-boundary checkpointing)\n"
     "  --help               this text\n";
 
 int cmd_grad(int argc, char **argv) {
@@ -37,7 +36,7 @@ int cmd_grad(int argc, char **argv) {
     TokensFormat fmt = TOKENS_AUTO;
     long seq_len = 0;
     uint64_t seed = 1;
-    int checkpoint = 0;
+    MemoryFlags mf = {0};
     ParallelConfig pc;
     parallel_config_default(&pc);
     static const struct option opts[] = {
@@ -45,13 +44,14 @@ int cmd_grad(int argc, char **argv) {
         {"model", required_argument, 0, 'm'}, {"tokens", required_argument, 0, 't'},
         {"tokens-format", required_argument, 0, 'f'}, {"seq-len", required_argument, 0, 's'},
         {"out", required_argument, 0, 'o'}, {"seed", required_argument, 0, 'r'},
-        {"checkpoint", no_argument, 0, 'c'},
+        MEMORY_FLAG_OPTIONS,
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     opterr = 0;
     optind = 1;
     int opt;
     while ((opt = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         if (parallel_flags_handle(&pc, cmd, opt, optarg)) continue;
+        if (memory_flags_handle(&mf, cmd, opt, optarg, argc, argv)) continue;
         switch (opt) {
         case 'm': model_dir = optarg; break;
         case 't': tokens_path = optarg; break;
@@ -59,8 +59,7 @@ int cmd_grad(int argc, char **argv) {
         case 's': seq_len = parse_long(cmd, "seq-len", optarg, 1, 1L << 30); break;
         case 'o': out_path = optarg; break;
         case 'r': seed = (uint64_t)parse_long(cmd, "seed", optarg, 0, (1L << 62)); break;
-        case 'c': checkpoint = 1; break;
-        case 'h': fputs(HELP, stdout); fputs(PARALLEL_FLAGS_HELP, stdout); return 0;
+        case 'h': fputs(HELP, stdout); fputs(MEMORY_FLAGS_HELP, stdout); fputs(PARALLEL_FLAGS_HELP, stdout); return 0;
         default: die_bad_option(cmd, argc, argv, opt);
         }
     }
@@ -94,7 +93,8 @@ int cmd_grad(int argc, char **argv) {
     comm_set_step(par.comm, 1, "grad");
     FaultPlan faults;
     fault_plan_from_env(&faults);
-    LlamaActs *acts = llama_acts_create(&model, par.attn, N, checkpoint);
+    LlamaActsOptions ao = {.checkpoint = mf.checkpoint, .ffn_chunks = mf.ffn_chunks};
+    LlamaActs *acts = llama_acts_create_opts(&model, par.attn, N, &ao);
     double local = llama_forward_backward(&model, acts, par.attn, inputs, targets, par.positions, N, loss_scale, 1, NULL);
     if (fault_nonfinite_at(&faults, 1) && par.topo.world_rank == 0) model.grads[0] = NAN;
     double loss = seq_parallel_sum(&par, local) / ((double)S * par.topo.dp);

@@ -1,11 +1,11 @@
 /* seqpar train: the training loop. Data comes from the built-in associative-recall task
  * (default), an llm.c token shard or a text file; each step runs --batch sequences of --seq-len
  * tokens through the model, clips the global gradient norm and takes an AdamW step. Every step
- * prints and appends to a JSONL log: loss, learning rate, gradient norm, tokens/s, MFU, peak
- * memory. --save writes an atomic checkpoint that Hugging Face loads; --resume continues a run
- * bit-identically. SIGTERM, SIGUSR1 or SIGINT stop the run after the current step with a
- * checkpoint (run_control.h); a non-finite loss or gradient norm ends the run unless
- * --skip-nonfinite allows skipping that step's update. */
+ * prints and appends to a JSONL log: loss, learning rate, gradient norm, tokens/s, MFU, HFU
+ * (hardware FLOPs: recomputation counted), peak memory. --save writes an atomic checkpoint that
+ * Hugging Face loads; --resume continues a run bit-identically. SIGTERM, SIGUSR1 or SIGINT stop the
+ * run after the current step with a checkpoint (run_control.h); a non-finite loss or gradient norm
+ * ends the run unless --skip-nonfinite allows skipping that step's update. */
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -50,7 +50,6 @@ static const char HELP_TAIL[] =
     "  --decay-all          also decay norms and embeddings\n"
     "  --grad-clip X        clip the global gradient norm to X; 0 disables (default 1)\n"
     "  --beta1 X, --beta2 X AdamW betas (default 0.9, 0.95)\n"
-    "  --checkpoint         layer-boundary activation checkpointing (recompute in backward)\n"
     "run:\n"
     "  --seed N             seed for weights and data (default 1)\n"
     "  --eval-every N       evaluate recall accuracy every N steps (default 250; 0: only at the end)\n"
@@ -62,7 +61,7 @@ static const char HELP_TAIL[] =
     "  --skip-nonfinite N   skip the update of at most N steps whose loss or gradient norm is NaN or\n"
     "                       Inf (each logged); the next one ends the run (default 0: the first does)\n"
     "  --log FILE           JSONL log, appended by rank 0 (default runs/train.jsonl)\n"
-    "  --peak-gflops X      peak for MFU (default: measured OpenBLAS sgemm on this machine)\n"
+    "  --peak-gflops X      peak for MFU and HFU (default: measured OpenBLAS sgemm on this machine)\n"
     "  --quiet              print only evaluations and the summary\n"
     "  --help               this text\n"
     "stopping: SIGTERM, SIGUSR1 or SIGINT (to every rank; mpirun forwards only SIGUSR1) stop the run\n"
@@ -72,7 +71,7 @@ static const char HELP_TAIL[] =
 typedef struct {
     const char *data, *save_dir, *resume_dir, *log_path, *model_dir;
     TokensFormat tokens_format;
-    int seq_len, batch, checkpoint, eval_every, eval_seqs, save_every, quiet, skip_nonfinite;
+    int seq_len, batch, eval_every, eval_seqs, save_every, quiet, skip_nonfinite;
     int recall_pairs, recall_queries;
     long steps, stop_at;
     uint64_t seed;
@@ -80,6 +79,7 @@ typedef struct {
     AdamWConfig opt;
     int min_lr_set;
     ParallelConfig par;
+    MemoryFlags mem;
 } TrainOptions;
 
 /* The source of training sequences: recall task or a token file read sequentially. */
@@ -187,7 +187,7 @@ static void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlag
         {"warmup", required_argument, 0, 'w'}, {"weight-decay", required_argument, 0, 'W'},
         {"decay-all", no_argument, 0, 'A'}, {"grad-clip", required_argument, 0, 'g'},
         {"beta1", required_argument, 0, '1'}, {"beta2", required_argument, 0, '2'},
-        {"checkpoint", no_argument, 0, 'c'}, {"seed", required_argument, 0, 'r'},
+        MEMORY_FLAG_OPTIONS, {"seed", required_argument, 0, 'r'},
         {"eval-every", required_argument, 0, 'e'}, {"eval-seqs", required_argument, 0, 'E'},
         {"save", required_argument, 0, 'S'}, {"save-every", required_argument, 0, 'V'},
         {"resume", required_argument, 0, 'R'}, {"log", required_argument, 0, 'o'},
@@ -201,6 +201,7 @@ static void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlag
     while ((opt = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         if (size_flags_handle(sf, cmd, opt, optarg)) continue;
         if (parallel_flags_handle(&o->par, cmd, opt, optarg)) continue;
+        if (memory_flags_handle(&o->mem, cmd, opt, optarg, argc, argv)) continue;
         switch (opt) {
         case 'm': o->model_dir = optarg; break;
         case 'd': o->data = optarg; break;
@@ -216,7 +217,6 @@ static void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlag
         case 'g': o->opt.grad_clip = (float)parse_double(cmd, "grad-clip", optarg, 0, 1e9); break;
         case '1': o->opt.beta1 = (float)parse_double(cmd, "beta1", optarg, 0, 0.999999); break;
         case '2': o->opt.beta2 = (float)parse_double(cmd, "beta2", optarg, 0, 0.999999); break;
-        case 'c': o->checkpoint = 1; break;
         case 'r': o->seed = (uint64_t)parse_long(cmd, "seed", optarg, 0, 1L << 62); break;
         case 'e': o->eval_every = (int)parse_long(cmd, "eval-every", optarg, 0, 1 << 30); break;
         case 'E': o->eval_seqs = (int)parse_long(cmd, "eval-seqs", optarg, 1, 1 << 20); break;
@@ -234,6 +234,7 @@ static void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlag
             fputs(HELP_HEAD, stdout);
             fputs(SIZE_FLAGS_HELP, stdout);
             fputs(HELP_TAIL, stdout);
+            fputs(MEMORY_FLAGS_HELP, stdout);
             fputs(PARALLEL_FLAGS_HELP, stdout);
             exit(0);
         default: die_bad_option(cmd, argc, argv, opt);
@@ -362,12 +363,15 @@ int cmd_train(int argc, char **argv) {
         rng_seed(&st.data_rng, o.seed * 0x9E3779B97F4A7C15ull + 17);
     }
 
-    LlamaActs *acts = llama_acts_create(&model, par.attn, N, o.checkpoint);
+    LlamaActsOptions ao = {.checkpoint = o.mem.checkpoint, .ffn_chunks = o.mem.ffn_chunks};
+    LlamaActs *acts = llama_acts_create_opts(&model, par.attn, N, &ao);
     int *g_inputs = xmalloc(sizeof(int) * (size_t)S * o.batch), *g_targets = xmalloc(sizeof(int) * (size_t)S * o.batch);
     int *inputs = xmalloc(sizeof(int) * (size_t)N * per_replica), *targets = xmalloc(sizeof(int) * (size_t)N * per_replica);
 
     double peak = o.peak_gflops > 0 ? o.peak_gflops : sgemm_peak_gflops(3);
     double flops_per_token = llama_train_flops_per_token(c, S);
+    double hw_flops_per_token = flops_per_token + llama_recompute_flops_per_token(c, S, acts);
+    int clamped = 0; /* a utilisation above 100% was printed as 100% */
     FILE *log = NULL;
     if (root) {
         make_parent_dirs(o.log_path);
@@ -379,7 +383,9 @@ int cmd_train(int argc, char **argv) {
                c->intermediate_size, c->vocab_size, (double)model.table.total / 1e6);
         printf("data: %s, seq-len %d, batch %d; %d rank%s: %s\n", o.data, S, o.batch, par.topo.world_size,
                par.topo.world_size == 1 ? "" : "s", desc);
-        printf("MFU against %.1f GFLOPS per rank (%s)\n", peak, o.peak_gflops > 0 ? "--peak-gflops" : "measured sgemm");
+        printf("MFU and HFU against %.1f GFLOPS per rank (%s); --checkpoint %s, %d FFN chunk%s\n", peak,
+               o.peak_gflops > 0 ? "--peak-gflops" : "measured sgemm", llama_checkpoint_name(o.mem.checkpoint),
+               llama_acts_ffn_chunks(acts), llama_acts_ffn_chunks(acts) == 1 ? "" : "s");
         if (ds.is_recall)
             printf("recall task: %d pairs, %d queries per sequence, chance accuracy %.3f\n", ds.spec.n_pairs,
                    ds.spec.n_queries, 1.0 / ((c->vocab_size - 1) / 2));
@@ -460,17 +466,20 @@ int cmd_train(int argc, char **argv) {
         stop_sig = (int)agree[2];
         double tok_s = (double)S * o.batch / dt, tok_s_rank = tok_s / par.topo.world_size;
         double mfu = tok_s_rank * flops_per_token / (peak * 1e9);
+        double hfu = tok_s_rank * hw_flops_per_token / (peak * 1e9);
         if (!nonfinite) last_loss = loss;
         if (root && !o.quiet && !nonfinite) {
             printf("step %5ld/%ld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s (%.0f/rank) | MFU %.1f%% | "
-                   "peak mem %.1f MiB/rank\n",
-                   st.step, o.steps, loss, lr, sqrt(norm_sq), tok_s, tok_s_rank, 100 * mfu, (double)peak_mem / (1 << 20));
+                   "HFU %.1f%% | peak mem %.1f MiB/rank\n",
+                   st.step, o.steps, loss, lr, sqrt(norm_sq), tok_s, tok_s_rank, 100 * utilisation_clamp(mfu, &clamped),
+                   100 * utilisation_clamp(hfu, &clamped), (double)peak_mem / (1 << 20));
             fflush(stdout);
         }
         if (root && !nonfinite) {
             fprintf(log, "{\"step\": %ld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.17g, \"tokens_per_s\": %.3f, "
-                         "\"tokens_per_s_per_rank\": %.3f, \"mfu\": %.6f, \"peak_mem_bytes\": %llu, \"step_seconds\": %.6f}\n",
-                    st.step, loss, lr, sqrt(norm_sq), tok_s, tok_s_rank, mfu, peak_mem, dt);
+                         "\"tokens_per_s_per_rank\": %.3f, \"mfu\": %.9g, \"hfu\": %.9g, \"peak_mem_bytes\": %llu, \"step_seconds\": %.6f}\n",
+                    st.step, loss, lr, sqrt(norm_sq), tok_s, tok_s_rank, fmin(mfu, 1.0), fmin(hfu, 1.0), peak_mem, dt);
+            if (mfu > 1.0 || hfu > 1.0) clamped = 1;
             fflush(log);
         }
         if (stop_sig) break;
@@ -511,6 +520,9 @@ int cmd_train(int argc, char **argv) {
     /* every rank gets here before any enters MPI_Finalize, which has no deadline */
     watch(&par, st.step, "end", 0);
     if (par.topo.world_size > 1) comm_control_barrier(par.comm, "MPI_Ibarrier (end of run)", par.topo.world);
+    if (root && clamped)
+        printf("note: a utilisation above 100%% of the peak was shown as 100%%: the peak (--peak-gflops or the "
+               "measured sgemm) is below what this run reached\n");
     if (root && !isnan(last_loss)) printf("final loss %.6f\n", last_loss);
     if (log) fclose(log);
     xfree(g_inputs); xfree(g_targets); xfree(inputs); xfree(targets);

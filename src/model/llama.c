@@ -121,50 +121,75 @@ typedef struct {
                          when the strategy keeps its own copies (keeps_inputs) */
     float *o;         /* (N, H*d) attention output (o_proj's weight gradient reads it) */
     float *saved;     /* strategy's saved state (lse; head-parallel q, k, v, o, lse when distributed) */
+    float *kept;      /* selective, when the strategy's saved state has a recomputable part: this
+                         layer's copy of the kept suffix (the lse); NULL otherwise */
     float *x_mid;     /* (N, D) residual after attention */
     float *rstd2;     /* (N) */
-    float *gate, *up; /* (N, F) */
+    float *gate, *up; /* (N, F), only under none with one FFN chunk; NULL otherwise */
 } LayerActs;
 
 struct LlamaActs {
     int N, checkpoint, n_layers;
+    int ffn_chunks, ffn_rows; /* chunks of the MLP and rows per chunk (the last may be shorter) */
+    int store_gate_up;    /* none with one chunk: gate, up kept per layer (else recomputed per chunk) */
     int shared_qkv;       /* q, k, v are one scratch set for all layers: dq, dk, dv */
     float *q, *k, *v;     /* that scratch set (aliases, NULL unless shared_qkv) */
     float *residual;      /* (L+1, N, D): input of each layer, then the last layer's output */
-    LayerActs *layers;    /* per layer; with checkpointing all share one set */
+    LayerActs *layers;    /* per layer (none); layer: all share `shared`; selective: all share
+                             `shared` but o and kept (or saved) */
+    LayerActs shared;
     float *rope_cos, *rope_sin; /* (N, d/2) */
     float *rstd_final;    /* (N) */
     float *x_final;       /* (N, D) final-normed hidden states */
     /* scratch, shared by all layers */
     float *xn;            /* (N, D) normed input, recomputed in backward */
-    float *h;             /* (N, F) swiglu output */
     float *dx, *dxn;      /* (N, D) */
     float *dq, *dk, *dv, *dout; /* attention gradients */
-    float *dgate, *dup, *dh;    /* (N, F) */
+    float *h;             /* (ffn_rows, F) swiglu output, then its gradient */
+    float *gate_c, *up_c; /* (ffn_rows, F) one chunk's gate and up (NULL when store_gate_up) */
+    float *dgate, *dup;   /* (ffn_rows, F) */
     float *ce_workspace;  /* (chunk, V) */
     int ce_chunk;
 };
 
+int llama_checkpoint_parse(const char *name) {
+    if (!name) return -1;
+    if (!strcmp(name, "none")) return LLAMA_CKPT_NONE;
+    if (!strcmp(name, "layer")) return LLAMA_CKPT_LAYER;
+    if (!strcmp(name, "selective")) return LLAMA_CKPT_SELECTIVE;
+    return -1;
+}
+
+const char *llama_checkpoint_name(int mode) {
+    return mode == LLAMA_CKPT_LAYER ? "layer" : mode == LLAMA_CKPT_SELECTIVE ? "selective" : "none";
+}
+
+static float *alloc_floats(size_t n) { return xmalloc(sizeof(float) * (n ? n : 1)); }
+
+/* One complete set (everything but o and saved when `partial`). */
 static void layer_acts_alloc(LayerActs *L, const LlamaConfig *c, const SeqAttention *attn, int N,
-                             const LlamaActs *a) {
-    size_t D = (size_t)c->hidden_size, F = (size_t)c->intermediate_size;
+                             const LlamaActs *a, int partial) {
+    size_t D = (size_t)c->hidden_size, F = (size_t)c->intermediate_size, Nn = (size_t)N;
     size_t qd = (size_t)c->num_attention_heads * c->head_dim, kvd = (size_t)c->num_key_value_heads * c->head_dim;
-    L->rstd1 = xmalloc(sizeof(float) * N);
+    memset(L, 0, sizeof *L);
+    L->rstd1 = alloc_floats(Nn);
     if (a->shared_qkv) {
         L->q = a->q;
         L->k = a->k;
         L->v = a->v;
     } else {
-        L->q = xmalloc(sizeof(float) * N * qd);
-        L->k = xmalloc(sizeof(float) * N * kvd);
-        L->v = xmalloc(sizeof(float) * N * kvd);
+        L->q = alloc_floats(Nn * qd);
+        L->k = alloc_floats(Nn * kvd);
+        L->v = alloc_floats(Nn * kvd);
     }
-    L->o = xmalloc(sizeof(float) * N * qd);
-    L->saved = xmalloc(sizeof(float) * attn->saved_floats);
-    L->x_mid = xmalloc(sizeof(float) * N * D);
-    L->rstd2 = xmalloc(sizeof(float) * N);
-    L->gate = xmalloc(sizeof(float) * N * F);
-    L->up = xmalloc(sizeof(float) * N * F);
+    if (!partial) L->o = alloc_floats(Nn * qd);
+    if (!partial || attn->kept_floats < attn->saved_floats) L->saved = alloc_floats(attn->saved_floats);
+    L->x_mid = alloc_floats(Nn * D);
+    L->rstd2 = alloc_floats(Nn);
+    if (a->store_gate_up) {
+        L->gate = alloc_floats(Nn * F);
+        L->up = alloc_floats(Nn * F);
+    }
 }
 
 static void layer_acts_free(LayerActs *L, int shared_qkv) {
@@ -176,6 +201,11 @@ static void layer_acts_free(LayerActs *L, int shared_qkv) {
 }
 
 LlamaActs *llama_acts_create(const LlamaModel *m, const SeqAttention *attn, int N, int checkpoint) {
+    LlamaActsOptions o = {.checkpoint = checkpoint, .ffn_chunks = 0};
+    return llama_acts_create_opts(m, attn, N, &o);
+}
+
+LlamaActs *llama_acts_create_opts(const LlamaModel *m, const SeqAttention *attn, int N, const LlamaActsOptions *opt) {
     const LlamaConfig *c = &m->cfg;
     size_t D = (size_t)c->hidden_size, F = (size_t)c->intermediate_size, Nn = (size_t)N;
     size_t qd = (size_t)c->num_attention_heads * c->head_dim, kvd = (size_t)c->num_key_value_heads * c->head_dim;
@@ -184,53 +214,104 @@ LlamaActs *llama_acts_create(const LlamaModel *m, const SeqAttention *attn, int 
         die("internal: the attention strategy was made for N=%d H=%d Hkv=%d d=%d, the model has N=%d H=%d Hkv=%d d=%d",
             attn->heads.n_local, attn->heads.n_heads, attn->heads.n_kv_heads, attn->heads.head_dim, N,
             c->num_attention_heads, c->num_key_value_heads, c->head_dim);
+    if (opt->checkpoint < LLAMA_CKPT_NONE || opt->checkpoint > LLAMA_CKPT_SELECTIVE)
+        die("internal: unknown checkpoint mode %d", opt->checkpoint);
+    if (attn->kept_floats > attn->saved_floats || !attn->restore)
+        die("internal: the attention strategy '%s' does not describe its kept state", attn->name);
     LlamaActs *a = xcalloc(1, sizeof *a);
     a->N = N;
-    a->checkpoint = checkpoint;
+    a->checkpoint = opt->checkpoint;
     a->n_layers = c->num_hidden_layers;
+    int K = opt->ffn_chunks > 0 ? opt->ffn_chunks : LLAMA_FFN_CHUNKS_DEFAULT;
+    if (K > N) K = N > 0 ? N : 1;
+    a->ffn_rows = N > 0 ? (N + K - 1) / K : 1;
+    a->ffn_chunks = N > 0 ? (N + a->ffn_rows - 1) / a->ffn_rows : 1;
+    a->store_gate_up = a->checkpoint == LLAMA_CKPT_NONE && a->ffn_chunks == 1;
     /* no per-layer q, k, v when each layer's own would never be read again (the strategy keeps
-     * copies for its backward): forward projects into the gradient scratch dq, dk, dv, which
-     * backward only fills after the strategy has taken its copies */
-    a->shared_qkv = attn->keeps_inputs && !checkpoint;
-    a->residual = xmalloc(sizeof(float) * (size_t)(a->n_layers + 1) * Nn * D);
-    a->rope_cos = xmalloc(sizeof(float) * Nn * (size_t)(c->head_dim / 2));
-    a->rope_sin = xmalloc(sizeof(float) * Nn * (size_t)(c->head_dim / 2));
-    a->rstd_final = xmalloc(sizeof(float) * Nn);
-    a->x_final = xmalloc(sizeof(float) * Nn * D);
-    a->xn = xmalloc(sizeof(float) * Nn * D);
-    a->h = xmalloc(sizeof(float) * Nn * F);
-    a->dx = xmalloc(sizeof(float) * Nn * D);
-    a->dxn = xmalloc(sizeof(float) * Nn * D);
-    a->dq = xmalloc(sizeof(float) * Nn * qd);
-    a->dk = xmalloc(sizeof(float) * Nn * kvd);
-    a->dv = xmalloc(sizeof(float) * Nn * kvd);
+     * copies for its backward, or restore() takes them): forward projects into the gradient
+     * scratch dq, dk, dv, which backward only fills after the strategy has taken its copies */
+    a->shared_qkv = attn->keeps_inputs;
+    a->residual = alloc_floats((size_t)(a->n_layers + 1) * Nn * D);
+    a->rope_cos = alloc_floats(Nn * (size_t)(c->head_dim / 2));
+    a->rope_sin = alloc_floats(Nn * (size_t)(c->head_dim / 2));
+    a->rstd_final = alloc_floats(Nn);
+    a->x_final = alloc_floats(Nn * D);
+    a->xn = alloc_floats(Nn * D);
+    a->dx = alloc_floats(Nn * D);
+    a->dxn = alloc_floats(Nn * D);
+    a->dq = alloc_floats(Nn * qd);
+    a->dk = alloc_floats(Nn * kvd);
+    a->dv = alloc_floats(Nn * kvd);
     if (a->shared_qkv) {
         a->q = a->dq;
         a->k = a->dk;
         a->v = a->dv;
     }
-    a->dout = xmalloc(sizeof(float) * Nn * qd);
-    a->dgate = xmalloc(sizeof(float) * Nn * F);
-    a->dup = xmalloc(sizeof(float) * Nn * F);
-    a->dh = xmalloc(sizeof(float) * Nn * F);
-    int n_sets = checkpoint ? 1 : a->n_layers;
+    a->dout = alloc_floats(Nn * qd);
+    size_t CF = (size_t)a->ffn_rows * F;
+    a->h = alloc_floats(CF);
+    a->dgate = alloc_floats(CF);
+    a->dup = alloc_floats(CF);
+    if (!a->store_gate_up) {
+        a->gate_c = alloc_floats(CF);
+        a->up_c = alloc_floats(CF);
+    }
     a->layers = xcalloc((size_t)a->n_layers, sizeof(LayerActs));
-    for (int l = 0; l < n_sets; l++) layer_acts_alloc(&a->layers[l], c, attn, N, a);
-    for (int l = n_sets; l < a->n_layers; l++) a->layers[l] = a->layers[0];
+    if (a->checkpoint == LLAMA_CKPT_NONE) {
+        for (int l = 0; l < a->n_layers; l++) layer_acts_alloc(&a->layers[l], c, attn, N, a, 0);
+    } else if (a->checkpoint == LLAMA_CKPT_LAYER) {
+        layer_acts_alloc(&a->shared, c, attn, N, a, 0);
+        for (int l = 0; l < a->n_layers; l++) a->layers[l] = a->shared;
+    } else { /* selective: per layer o and the kept suffix of saved; the rest is shared */
+        layer_acts_alloc(&a->shared, c, attn, N, a, 1);
+        for (int l = 0; l < a->n_layers; l++) {
+            LayerActs *L = &a->layers[l];
+            *L = a->shared;
+            L->o = alloc_floats(Nn * qd);
+            if (attn->kept_floats < attn->saved_floats)
+                L->kept = alloc_floats(attn->kept_floats);
+            else
+                L->saved = alloc_floats(attn->saved_floats); /* all of it is kept */
+        }
+    }
     a->ce_chunk = N < 256 ? N : 256;
-    a->ce_workspace = xmalloc(sizeof(float) * (size_t)a->ce_chunk * (size_t)c->vocab_size);
+    a->ce_workspace = alloc_floats((size_t)a->ce_chunk * (size_t)c->vocab_size);
     return a;
 }
 
 void llama_acts_free(LlamaActs *a) {
     if (!a) return;
-    int n_sets = a->checkpoint ? 1 : a->n_layers;
-    for (int l = 0; l < n_sets; l++) layer_acts_free(&a->layers[l], a->shared_qkv);
+    if (a->checkpoint == LLAMA_CKPT_NONE) {
+        for (int l = 0; l < a->n_layers; l++) layer_acts_free(&a->layers[l], a->shared_qkv);
+    } else {
+        if (a->checkpoint == LLAMA_CKPT_SELECTIVE)
+            for (int l = 0; l < a->n_layers; l++) {
+                LayerActs *L = &a->layers[l];
+                xfree(L->o);
+                if (L->kept) xfree(L->kept); else xfree(L->saved);
+            }
+        layer_acts_free(&a->shared, a->shared_qkv);
+    }
     xfree(a->layers);
     xfree(a->residual); xfree(a->rope_cos); xfree(a->rope_sin); xfree(a->rstd_final); xfree(a->x_final);
-    xfree(a->xn); xfree(a->h); xfree(a->dx); xfree(a->dxn); xfree(a->dq); xfree(a->dk); xfree(a->dv);
-    xfree(a->dout); xfree(a->dgate); xfree(a->dup); xfree(a->dh); xfree(a->ce_workspace);
+    xfree(a->xn); xfree(a->dx); xfree(a->dxn); xfree(a->dq); xfree(a->dk); xfree(a->dv); xfree(a->dout);
+    xfree(a->h); xfree(a->gate_c); xfree(a->up_c); xfree(a->dgate); xfree(a->dup); xfree(a->ce_workspace);
     xfree(a);
+}
+
+int llama_acts_checkpoint(const LlamaActs *a) { return a->checkpoint; }
+int llama_acts_ffn_chunks(const LlamaActs *a) { return a->ffn_chunks; }
+
+double llama_recompute_flops_per_token(const LlamaConfig *c, long seq_len, const LlamaActs *a) {
+    double D = c->hidden_size, F = c->intermediate_size;
+    double qd = (double)c->num_attention_heads * c->head_dim, kvd = (double)c->num_key_value_heads * c->head_dim;
+    double proj = 2.0 * (D * qd * 2 + D * kvd * 2); /* q, k, v, o projections, forward */
+    double gate_up = a->store_gate_up ? 0.0 : 2.0 * 2 * D * F;
+    double attn_fwd = 2.0 * (double)seq_len * c->num_attention_heads * c->head_dim; /* causal half */
+    double per_layer = gate_up;
+    if (a->checkpoint == LLAMA_CKPT_LAYER) per_layer += proj + attn_fwd;
+    if (a->checkpoint == LLAMA_CKPT_SELECTIVE) per_layer += proj;
+    return per_layer * c->num_hidden_layers;
 }
 
 /* ---------------------------------------------------------------- forward / backward */
@@ -239,32 +320,121 @@ static float *residual_at(const LlamaActs *a, const LlamaConfig *c, int l) {
     return a->residual + (size_t)l * a->N * (size_t)c->hidden_size;
 }
 
-/* Layer l: x_out = layer(x_in), filling L's saved activations (and a->xn, a->h as scratch). */
-static void layer_forward(const LlamaModel *m, LlamaActs *a, SeqAttention *attn, int l) {
+/* norm -> q, k, v projections -> RoPE into L->q, L->k, L->v (and a->xn). */
+static void qkv_forward(const LlamaModel *m, LlamaActs *a, int l) {
     const LlamaConfig *c = &m->cfg;
     const LlamaLayerWeights *w = &m->w.layers[l];
     LayerActs *L = &a->layers[l];
-    int N = a->N, D = c->hidden_size, F = c->intermediate_size, H = c->num_attention_heads,
-        Hkv = c->num_key_value_heads, hd = c->head_dim;
-    const float *x_in = residual_at(a, c, l);
-    float *x_out = residual_at(a, c, l + 1);
-
-    rmsnorm_forward(a->xn, L->rstd1, x_in, w->input_norm, N, D, c->rms_norm_eps);
+    int N = a->N, D = c->hidden_size, H = c->num_attention_heads, Hkv = c->num_key_value_heads, hd = c->head_dim;
+    rmsnorm_forward(a->xn, L->rstd1, residual_at(a, c, l), w->input_norm, N, D, c->rms_norm_eps);
     linear_forward(L->q, a->xn, w->q_proj, N, D, H * hd, 0);
     linear_forward(L->k, a->xn, w->k_proj, N, D, Hkv * hd, 0);
     linear_forward(L->v, a->xn, w->v_proj, N, D, Hkv * hd, 0);
     rope_forward(L->q, a->rope_cos, a->rope_sin, N, H, hd);
     rope_forward(L->k, a->rope_cos, a->rope_sin, N, Hkv, hd);
-    attn->forward(attn, L->q, L->k, L->v, L->o, L->saved);
-    memcpy(L->x_mid, x_in, sizeof(float) * (size_t)N * D);
-    linear_forward(L->x_mid, L->o, w->o_proj, N, H * hd, D, 1);
+}
 
+/* x_mid = x_in + o_proj(o) */
+static void residual_attn(const LlamaModel *m, LlamaActs *a, int l) {
+    const LlamaConfig *c = &m->cfg;
+    LayerActs *L = &a->layers[l];
+    int N = a->N, D = c->hidden_size, qd = c->num_attention_heads * c->head_dim;
+    memcpy(L->x_mid, residual_at(a, c, l), sizeof(float) * (size_t)N * D);
+    linear_forward(L->x_mid, L->o, m->w.layers[l].o_proj, N, qd, D, 1);
+}
+
+/* The attention half of layer l: x_mid = x_in + o_proj(attn(rope(q), rope(k), v)). */
+static void attn_block_forward(const LlamaModel *m, LlamaActs *a, SeqAttention *attn, int l) {
+    LayerActs *L = &a->layers[l];
+    qkv_forward(m, a, l);
+    attn->forward(attn, L->q, L->k, L->v, L->o, L->saved);
+    if (L->kept)
+        memcpy(L->kept, L->saved + (attn->saved_floats - attn->kept_floats), sizeof(float) * attn->kept_floats);
+    residual_attn(m, a, l);
+}
+
+/* Selective checkpointing: q, k, v, the strategy's saved state and x_mid of layer l again, from
+ * the layer input, the kept o and lse; attention's forward does not run. */
+static void attn_block_restore(const LlamaModel *m, LlamaActs *a, SeqAttention *attn, int l) {
+    LayerActs *L = &a->layers[l];
+    qkv_forward(m, a, l);
+    if (L->kept)
+        memcpy(L->saved + (attn->saved_floats - attn->kept_floats), L->kept, sizeof(float) * attn->kept_floats);
+    attn->restore(attn, L->q, L->k, L->v, L->o, L->saved);
+    residual_attn(m, a, l);
+}
+
+/* Rows [r0, r0 + n) of gate and up: the stored ones, or recomputed into the chunk scratch. */
+static void mlp_gate_up(const LlamaModel *m, LlamaActs *a, int l, int r0, int n, float **gate, float **up) {
+    const LlamaConfig *c = &m->cfg;
+    const LlamaLayerWeights *w = &m->w.layers[l];
+    LayerActs *L = &a->layers[l];
+    size_t D = (size_t)c->hidden_size, F = (size_t)c->intermediate_size;
+    int store = a->store_gate_up;
+    *gate = store ? L->gate + (size_t)r0 * F : a->gate_c;
+    *up = store ? L->up + (size_t)r0 * F : a->up_c;
+    const float *xn = a->xn + (size_t)r0 * D;
+    linear_forward(*gate, xn, w->gate_proj, n, (int)D, (int)F, 0);
+    linear_forward(*up, xn, w->up_proj, n, (int)D, (int)F, 0);
+}
+
+/* The MLP half: x_out = x_mid + down(swiglu(gate(xn2), up(xn2))), over chunks of ffn_rows tokens. */
+static void mlp_forward(const LlamaModel *m, LlamaActs *a, int l) {
+    const LlamaConfig *c = &m->cfg;
+    const LlamaLayerWeights *w = &m->w.layers[l];
+    LayerActs *L = &a->layers[l];
+    int N = a->N, D = c->hidden_size, F = c->intermediate_size;
+    float *x_out = residual_at(a, c, l + 1);
     rmsnorm_forward(a->xn, L->rstd2, L->x_mid, w->post_norm, N, D, c->rms_norm_eps);
-    linear_forward(L->gate, a->xn, w->gate_proj, N, D, F, 0);
-    linear_forward(L->up, a->xn, w->up_proj, N, D, F, 0);
-    swiglu_forward(a->h, L->gate, L->up, (size_t)N * F);
     memcpy(x_out, L->x_mid, sizeof(float) * (size_t)N * D);
-    linear_forward(x_out, a->h, w->down_proj, N, F, D, 1);
+    for (int r0 = 0; r0 < N; r0 += a->ffn_rows) {
+        int n = N - r0 < a->ffn_rows ? N - r0 : a->ffn_rows;
+        float *gate, *up;
+        mlp_gate_up(m, a, l, r0, n, &gate, &up);
+        swiglu_forward(a->h, gate, up, (size_t)n * F);
+        linear_forward(x_out + (size_t)r0 * D, a->h, w->down_proj, n, F, D, 1);
+    }
+}
+
+/* On entry a->dx = dL/dx_out; on exit dL/dx_mid. gate and up are the stored ones (none, one
+ * chunk) or recomputed chunk by chunk from the normed x_mid. */
+static void mlp_backward(LlamaModel *m, LlamaActs *a, int l) {
+    const LlamaConfig *c = &m->cfg;
+    const LlamaLayerWeights *w = &m->w.layers[l];
+    LlamaLayerWeights *g = &m->g.layers[l];
+    LayerActs *L = &a->layers[l];
+    int N = a->N, D = c->hidden_size, F = c->intermediate_size;
+    rmsnorm_forward(a->xn, L->rstd2, L->x_mid, w->post_norm, N, D, c->rms_norm_eps);
+    memset(a->dxn, 0, sizeof(float) * (size_t)N * D);
+    for (int r0 = 0; r0 < N; r0 += a->ffn_rows) {
+        int n = N - r0 < a->ffn_rows ? N - r0 : a->ffn_rows;
+        size_t nF = (size_t)n * F;
+        const float *dx = a->dx + (size_t)r0 * D, *xn = a->xn + (size_t)r0 * D;
+        float *gate, *up;
+        if (a->store_gate_up) {
+            gate = L->gate + (size_t)r0 * F;
+            up = L->up + (size_t)r0 * F;
+        } else {
+            mlp_gate_up(m, a, l, r0, n, &gate, &up);
+        }
+        swiglu_forward(a->h, gate, up, nF);
+        linear_backward(NULL, g->down_proj, dx, a->h, w->down_proj, n, F, D);
+        memset(a->h, 0, sizeof(float) * nF); /* h becomes dh */
+        linear_backward(a->h, NULL, dx, NULL, w->down_proj, n, F, D);
+        memset(a->dgate, 0, sizeof(float) * nF);
+        memset(a->dup, 0, sizeof(float) * nF);
+        swiglu_backward(a->dgate, a->dup, a->h, gate, up, nF);
+        float *dxn = a->dxn + (size_t)r0 * D;
+        linear_backward(dxn, g->gate_proj, a->dgate, xn, w->gate_proj, n, D, F);
+        linear_backward(dxn, g->up_proj, a->dup, xn, w->up_proj, n, D, F);
+    }
+    rmsnorm_backward(a->dx, g->post_norm, a->dxn, L->x_mid, w->post_norm, L->rstd2, N, D);
+}
+
+/* Layer l: x_out = layer(x_in), filling L's saved activations (and a->xn, a->h as scratch). */
+static void layer_forward(const LlamaModel *m, LlamaActs *a, SeqAttention *attn, int l) {
+    attn_block_forward(m, a, attn, l);
+    mlp_forward(m, a, l);
 }
 
 /* On entry a->dx = dL/dx_out of layer l; on exit a->dx = dL/dx_in. Accumulates weight grads. */
@@ -273,23 +443,11 @@ static void layer_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn, int 
     const LlamaLayerWeights *w = &m->w.layers[l];
     LlamaLayerWeights *g = &m->g.layers[l];
     LayerActs *L = &a->layers[l];
-    int N = a->N, D = c->hidden_size, F = c->intermediate_size, H = c->num_attention_heads,
-        Hkv = c->num_key_value_heads, hd = c->head_dim;
-    size_t ND = (size_t)N * D, NF = (size_t)N * F;
+    int N = a->N, D = c->hidden_size, H = c->num_attention_heads, Hkv = c->num_key_value_heads, hd = c->head_dim;
+    size_t ND = (size_t)N * D;
     const float *x_in = residual_at(a, c, l);
 
-    /* MLP: x_out = x_mid + down(swiglu(gate(xn2), up(xn2))) */
-    swiglu_forward(a->h, L->gate, L->up, NF);
-    memset(a->dh, 0, sizeof(float) * NF);
-    linear_backward(a->dh, g->down_proj, a->dx, a->h, w->down_proj, N, F, D);
-    memset(a->dgate, 0, sizeof(float) * NF);
-    memset(a->dup, 0, sizeof(float) * NF);
-    swiglu_backward(a->dgate, a->dup, a->dh, L->gate, L->up, NF);
-    rmsnorm_forward(a->xn, L->rstd2, L->x_mid, w->post_norm, N, D, c->rms_norm_eps);
-    memset(a->dxn, 0, sizeof(float) * ND);
-    linear_backward(a->dxn, g->gate_proj, a->dgate, a->xn, w->gate_proj, N, D, F);
-    linear_backward(a->dxn, g->up_proj, a->dup, a->xn, w->up_proj, N, D, F);
-    rmsnorm_backward(a->dx, g->post_norm, a->dxn, L->x_mid, w->post_norm, L->rstd2, N, D);
+    mlp_backward(m, a, l);
 
     /* attention: x_mid = x_in + o_proj(attn(rope(q), rope(k), v)) */
     memset(a->dout, 0, sizeof(float) * (size_t)N * H * hd);
@@ -334,7 +492,11 @@ double llama_forward_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn,
     memset(a->dx, 0, sizeof(float) * (size_t)N * D);
     rmsnorm_backward(a->dx, m->g.final_norm, a->dxn, residual_at(a, c, nL), m->w.final_norm, a->rstd_final, N, D);
     for (int l = nL - 1; l >= 0; l--) {
-        if (a->checkpoint) layer_forward(m, a, attn, l); /* recompute into the shared set */
+        /* layer: the attention half again, attention's forward included, into the shared set;
+         * selective: q, k, v, the strategy's state and x_mid without attention's forward. The
+         * MLP is recomputed chunk by chunk inside its backward. */
+        if (a->checkpoint == LLAMA_CKPT_LAYER) attn_block_forward(m, a, attn, l);
+        if (a->checkpoint == LLAMA_CKPT_SELECTIVE) attn_block_restore(m, a, attn, l);
         layer_backward(m, a, attn, l);
     }
     embedding_backward(m->g.embed, a->dx, inputs, N, D);

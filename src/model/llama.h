@@ -55,10 +55,51 @@ double llama_train_flops_per_token(const LlamaConfig *cfg, long seq_len);
 
 typedef struct LlamaActs LlamaActs;
 
-/* Activations for N local tokens. checkpoint = 1 keeps only each layer's input and recomputes
- * the layer (attention included) in backward. */
+/* Activation checkpointing modes (--checkpoint none|layer|selective):
+ *   none       every layer keeps its activations (fastest, most memory);
+ *   layer      only each layer's input is kept (the residual stream); backward recomputes the
+ *              attention half of the layer, attention's forward included;
+ *   selective  Selective Checkpoint++ / LightSeq's rematerialization-aware checkpointing: each
+ *              layer also keeps its attention output o (N, H d) and the strategy's kept state
+ *              (the lse: (N, H) locally, (n, Hl) head-parallel when distributed); backward
+ *              recomputes norm -> q, k, v -> RoPE (-> the strategy's restore(): for distributed
+ *              strategies the head exchange of q, k, v and o) and x_mid = x_in + o_proj(o), then
+ *              runs attention's backward from the kept output and lse: attention's forward runs
+ *              once. Extra memory over layer: L (S H d + S H) / sp floats per rank.
+ * Under layer and selective the MLP is recomputed inside its backward from x_mid (gate and up,
+ * chunk by chunk; down_proj's forward is never repeated). Gradients are bit-identical across
+ * the three modes for the same FFN chunk count. */
+enum { LLAMA_CKPT_NONE = 0, LLAMA_CKPT_LAYER = 1, LLAMA_CKPT_SELECTIVE = 2 };
+/* "none", "layer", "selective" -> the mode; -1 for anything else. */
+int llama_checkpoint_parse(const char *name);
+const char *llama_checkpoint_name(int mode);
+
+/* Chunked FFN (FPDT §5.4): the MLP's forward and backward run over ffn_chunks chunks of
+ * ceil(N / ffn_chunks) tokens, so its (N, F) gate / up / h never exist whole: scratch is 5 chunks
+ * x F floats. With more than one chunk (or under layer / selective) gate and up are recomputed
+ * per chunk in backward from the normed x_mid (2 x 2 D F FLOPs per token and layer, counted by
+ * llama_recompute_flops_per_token); with one chunk under none they are kept per layer (2 N F
+ * floats each). Default: twice the attention's chunk count; attention is not chunked, so 2. */
+#define LLAMA_FFN_CHUNKS_DEFAULT 2
+typedef struct {
+    int checkpoint; /* LLAMA_CKPT_* */
+    int ffn_chunks; /* <= 0: LLAMA_FFN_CHUNKS_DEFAULT; more than N: N */
+} LlamaActsOptions;
+
+/* Activations for N local tokens. llama_acts_create(m, attn, N, checkpoint) is
+ * llama_acts_create_opts with the default FFN chunk count. */
 LlamaActs *llama_acts_create(const LlamaModel *m, const SeqAttention *attn, int N, int checkpoint);
+LlamaActs *llama_acts_create_opts(const LlamaModel *m, const SeqAttention *attn, int N, const LlamaActsOptions *opt);
 void llama_acts_free(LlamaActs *a);
+int llama_acts_checkpoint(const LlamaActs *a);
+int llama_acts_ffn_chunks(const LlamaActs *a); /* effective */
+
+/* FLOPs per token a training step spends recomputing (beyond llama_train_flops_per_token), for
+ * hardware-FLOPs utilisation (HFU) as InternEvo counts it: layer: the forward of the attention
+ * half (q, k, v, o projections and attention) and gate/up; selective: the projections and
+ * gate/up, no attention; none: gate/up when the MLP is chunked. The flash-attention backward's
+ * own recomputation of the scores is part of every mode and counted in none. */
+double llama_recompute_flops_per_token(const LlamaConfig *cfg, long seq_len, const LlamaActs *a);
 
 /* One forward (and, if backward, backward) over N local tokens. inputs/targets/positions (N):
  * targets < 0 are ignored; positions are global. loss_scale multiplies each token's loss

@@ -63,6 +63,16 @@ static void dist_backward(SeqAttention *sa, const float *q, const float *k, cons
     x->last.bwd_cells = b->work.bwd_cells;
 }
 
+/* Selective checkpointing: q_h, kv_h by the forward's head exchange of the recomputed q, k, v;
+ * o_h from the local o by the exchange that carries dout (the same (N, H, d) -> (n, Hl, d) map,
+ * inverse of head_exchange_out). Only lse_h is kept. */
+static void dist_restore(SeqAttention *sa, const float *q, const float *k, const float *v, const float *o,
+                         float *saved) {
+    Dist *x = sa->ctx;
+    head_exchange_qkv(&x->hx, q, k, v, saved, saved + off_kv(x));
+    head_exchange_dout(&x->hx, o, saved + off_o(x));
+}
+
 static void dist_destroy(SeqAttention *sa) {
     if (!sa) return;
     Dist *x = sa->ctx;
@@ -105,9 +115,11 @@ SeqAttention *dist_attention_create(const ScheduleInfo *schedule, const Strategy
                             .head_dim = p->head_dim};
     sa->saved_floats = saved_total(x);
     sa->keeps_inputs = 1;
+    sa->kept_floats = saved_total(x) - off_lse(x); /* lse_h */
     sa->set_positions = dist_set_positions;
     sa->forward = dist_forward;
     sa->backward = dist_backward;
+    sa->restore = dist_restore;
     sa->destroy = dist_destroy;
     return sa;
 }

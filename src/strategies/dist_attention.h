@@ -13,7 +13,10 @@
  * `saved` per layer, head-parallel layout, in floats:
  *   q_h (n, Hl, d) | kv_h = k_h | v_h (2, n, Hk, d) | o_h (n, Hl, d) | lse_h (n, Hl)
  * so backward communicates only dout in and dq, dk, dv out, and the model keeps no local copy of
- * q, k, v (keeps_inputs = 1). Data travels in fp32; every accumulator is fp32. */
+ * q, k, v (keeps_inputs = 1). Data travels in fp32; every accumulator is fp32.
+ * Selective checkpointing keeps only lse_h (kept_floats = n Hl); restore() rebuilds q_h, kv_h by
+ * the head exchange of the recomputed q, k, v and o_h by the head exchange of the local o (the
+ * dout direction): two all-to-alls, no attention compute. */
 #ifndef SEQPAR_DIST_ATTENTION_H
 #define SEQPAR_DIST_ATTENTION_H
 
