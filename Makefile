@@ -9,7 +9,7 @@ BLAS_LIB := /usr/lib/x86_64-linux-gnu/openblas-openmp
 OPT     ?= -O3 -march=native
 CFLAGS  ?=
 CFLAGS  += -std=c11 -D_GNU_SOURCE $(OPT) -fopenmp -Wall -Wextra -Isrc -I$(BLAS_INC) $(MPICC_CFLAGS) -MMD -MP
-LDLIBS  += -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas -ljansson $(MPICC_LIBS) -lm -fopenmp
+LDLIBS  += -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas -ljansson -lz $(MPICC_LIBS) -lm -fopenmp
 ifeq ($(WERROR),1)
 CFLAGS  += -Werror
 endif
