@@ -1,7 +1,7 @@
 /* Token files: llm.c shards (a 256-int32 header with magic, version and token count, then
  * uint16 or uint32 tokens) and plain text read as bytes. The whole file is loaded into memory
  * as uint32 tokens; every inconsistency (wrong magic, unknown version, a count that disagrees
- * with the file size, a token id above INT32_MAX) fails at load with both numbers in the message,
+ * with the file size, a token id of INT32_MAX or more) fails at load with both numbers in the message,
  * returned to the caller (tokens_read) or ending the program (tokens_load). */
 #include "data/tokens.h"
 
@@ -47,9 +47,10 @@ static int read_tokens(FILE *fp, const char *path, size_t count, size_t width, T
                 v = (uint32_t)buf[4 * i] | (uint32_t)buf[4 * i + 1] << 8 | (uint32_t)buf[4 * i + 2] << 16 |
                     (uint32_t)buf[4 * i + 3] << 24;
             }
-            if (v > (uint32_t)INT32_MAX)
+            if (v >= (uint32_t)INT32_MAX)
                 return seq_err(e, "token file '%s' is corrupt: token %zu has id %" PRIu32 ", above the largest "
-                               "token id any vocabulary can have (%d)", path, done + i, v, INT32_MAX);
+                               "token id seqpar supports (%d): check the tokenizer or the file", path, done + i, v,
+                               INT32_MAX - 1);
             td->tokens[done + i] = v;
             if (v > max_token) max_token = v;
         }

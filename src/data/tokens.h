@@ -24,7 +24,7 @@ typedef struct {
  * text: every byte is a token (vocabulary 256).
  * TOKENS_AUTO: a file ending in ".txt" is text, anything else must be an llm.c shard.
  * A missing or empty file, or one that is not a regular file (a FIFO is refused without
- * blocking), dies naming it; so does a token id above INT32_MAX.
+ * blocking), dies naming it; so does a token id of INT32_MAX or more.
  * tokens_read returns 0, or -1 with that one-line message in *e (td then needs no tokens_free);
  * tokens_load dies with it. */
 int tokens_read(const char *path, TokensFormat format, TokenData *td, SeqErr *e);
