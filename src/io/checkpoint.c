@@ -334,7 +334,9 @@ void checkpoint_save(const char *dir, const LlamaConfig *cfg, const ParamTable *
     if (!mkdtemp(tmp))
         die("cannot save checkpoint '%s': creating a temporary directory beside it failed: %s (check that '%s' is "
             "writable)", d, strerror(errno), parent);
-    snprintf(g_filling, sizeof g_filling, "%s", tmp);
+    size_t tmp_len = strlen(tmp);
+    if (tmp_len >= sizeof g_filling) die("cannot save checkpoint '%s': the path is too long", d);
+    memcpy(g_filling, tmp, tmp_len + 1);
     die_set_cleanup(remove_filling); /* a failed write (full disk) removes what this save created */
     mode_t mask = umask(0);
     umask(mask);
