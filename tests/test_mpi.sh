@@ -99,8 +99,8 @@ done
 # Resume under a different parallel layout: the checkpoint holds the whole model and the whole
 # AdamW state, each rank takes its part. Saved at step 10 on 2 ranks (--cp 2 --zero 1), resumed
 # on 4 ranks (--hp 2 --cp 2 --zero 0, and --dp 2 --cp 2 --zero 1) and on 1 rank: steps 11-20
-# track the uninterrupted single-process run within the same fp32-reordering tolerance as above
-# (2e-4 relative; bit-identity holds only for the same layout, checked above).
+# track the uninterrupted single-process run within 1e-5 relative (seen: 3e-9; only the fp32
+# reduction order differs; bit-identity holds only for the same layout, checked above).
 run_np 2 "$SEQPAR" "${TRAIN[@]}" --cp 2 --zero 1 --stop-at 10 --save "$T/ck_layout" --log "$T/lay_part.jsonl" >"$T/lay.out" 2>&1 || bad "2-rank save for the layout change: $(tail -n 3 "$T/lay.out")"
 layout_resume() { # np flags...
     local np=$1; shift
@@ -109,7 +109,7 @@ layout_resume() { # np flags...
     else run_np "$np" "$SEQPAR" "${TRAIN[@]}" "$@" --resume "$T/ck_layout" --log "$T/lay.jsonl" >"$T/lay.out" 2>&1; fi || {
         bad "resume of a 2-rank --cp 2 --zero 1 checkpoint on $np ranks $*: $(tail -n 3 "$T/lay.out")"; return; }
     if [ "$(losses "$T/lay.jsonl" | wc -l)" -eq 10 ] && awk 'NR == FNR { want[$1] = $2; next }
-        { d = $2 - want[$1]; if (d < 0) d = -d; if (!($1 in want) || d > 2e-4 * want[$1]) bad = 1; n++ } END { exit bad || n != 10 }' \
+        { d = $2 - want[$1]; if (d < 0) d = -d; if (!($1 in want) || d > 1e-5 * want[$1]) bad = 1; n++ } END { exit bad || n != 10 }' \
         <(losses "$T/single.jsonl") <(losses "$T/lay.jsonl"); then ok; else
         bad "resume on $np ranks $* does not track the uninterrupted run"; losses "$T/lay.jsonl" | head -n 3; fi
 }
