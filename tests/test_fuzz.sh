@@ -10,12 +10,14 @@ SECONDS_EACH=${FUZZ_SECONDS:-4}
 ART=${FUZZ_ARTIFACTS:-build-fuzz/artifacts}
 pass=0
 fail=0
-if ! make -s fuzz >build-fuzz.log 2>&1; then
-    echo "FAIL: make fuzz: $(tail -n 3 build-fuzz.log) (scripts/install-deps.sh installs clang and libFuzzer)"
+log=$(mktemp)
+if ! make -s fuzz >"$log" 2>&1; then
+    echo "FAIL: make fuzz: $(tail -n 3 "$log") (scripts/install-deps.sh installs clang and libFuzzer)"
     echo "test_fuzz: 0 passed, 1 failed"
+    rm -f "$log"
     exit 1
 fi
-rm -f build-fuzz.log
+rm -f "$log"
 mkdir -p "$ART"
 for src in tests/fuzz/fuzz_*.c; do
     name=$(basename "$src" .c)
