@@ -3,7 +3,8 @@
 # build-fuzz/) and runs each on a copy of its committed seed corpus (tests/fuzz/corpus/<target>/,
 # regression inputs included) for FUZZ_SECONDS (default 4) seconds. Any crash, sanitizer report,
 # leak, timeout or exit inside a loader fails the target; the finding is kept in $FUZZ_ARTIFACTS
-# (default build-fuzz/artifacts/). Prints "N passed, N failed". Long runs: see README.
+# (default build-fuzz/artifacts/). Each target has a dictionary of its format's words
+# (tests/fuzz/<name>.dict). Prints "N passed, N failed". Long runs: see README.
 set -u
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${FUZZ_SECONDS:-4}
@@ -23,8 +24,9 @@ for src in tests/fuzz/fuzz_*.c; do
     name=$(basename "$src" .c)
     work=$(mktemp -d)
     cp tests/fuzz/corpus/"$name"/* "$work"/ 2>/dev/null
+    dict=tests/fuzz/${name#fuzz_}.dict
     out=$(timeout $((SECONDS_EACH + 60)) "build-fuzz/$name" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 \
-          -artifact_prefix="$ART/$name-" -print_final_stats=1 "$work" 2>&1)
+          -dict="$dict" -artifact_prefix="$ART/$name-" -print_final_stats=1 "$work" 2>&1)
     rc=$?
     rm -rf "$work"
     runs=$(printf '%s\n' "$out" | sed -nE 's/^stat::number_of_executed_units: *([0-9]+)/\1/p')
