@@ -9,7 +9,7 @@ BLAS_LIB := /usr/lib/x86_64-linux-gnu/openblas-openmp
 OPT     ?= -O3 -march=native
 CFLAGS  ?=
 CFLAGS  += -std=c11 -D_GNU_SOURCE $(OPT) -fopenmp -Wall -Wextra -Isrc -I$(BLAS_INC) $(MPICC_CFLAGS) -MMD -MP
-LDLIBS  += -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas -ljansson $(MPICC_LIBS) -lm -fopenmp
+LDLIBS  += -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas -ljansson -lz $(MPICC_LIBS) -lm -fopenmp
 ifeq ($(WERROR),1)
 CFLAGS  += -Werror
 endif
@@ -48,8 +48,35 @@ $(BUILD)/%.o: %.c
 test: all
 	bash tests/run_tests.sh $(BUILD)
 
-clean:
-	rm -rf build build-san
+# libFuzzer targets for the file loaders (tests/fuzz/fuzz_*.c) with ASan + UBSan, built by clang
+# into build-fuzz/ from the loader sources only (no BLAS, no OpenMP: its pragmas are ignored).
+# `make fuzz` builds them; tests/test_fuzz.sh runs each for a few seconds on its seed corpus.
+FUZZ_CC    ?= clang
+FUZZ_FLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Wno-unknown-pragmas -Isrc -Itests/fuzz $(MPICC_CFLAGS) \
+              -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer \
+              -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+ifeq ($(WERROR),1)
+FUZZ_FLAGS += -Werror
+endif
+FUZZ_LIB_SRC := src/core/common.c src/io/atomic_file.c src/io/checkpoint.c src/io/config_json.c src/io/param_io.c \
+                src/io/read_file.c src/io/safetensors.c src/data/tokens.c src/model/config.c src/optim/adamw.c
+FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=build-fuzz/obj/%.o)
+FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,build-fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 
-.PHONY: all test clean
+fuzz: $(FUZZ_TARGETS)
+.SECONDARY: $(FUZZ_LIB_OBJ)
+
+build-fuzz/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c -o $@ $<
+
+build-fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz_common.h $(FUZZ_LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_LIB_OBJ) -ljansson -lz $(MPICC_LIBS) -lm
+
+clean:
+	rm -rf build build-san build-fuzz
+
+.PHONY: all test clean fuzz
+-include $(FUZZ_LIB_OBJ:.o=.d)
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages seqpar needs to build and run; does nothing when they are present.
+# zlib1g-dev: CRC-32 checksums of checkpoint files; clang + libclang-rt-dev (the compiler-rt
+# runtimes: libFuzzer, ASan, UBSan): `make fuzz` and tests/test_fuzz.sh.
 set -euo pipefail
-need=(build-essential pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin libjansson-dev)
+need=(build-essential pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin libjansson-dev zlib1g-dev
+      clang libclang-rt-dev)
 missing=()
 for p in "${need[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

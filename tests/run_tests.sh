@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: every build/tests/test_* binary and the CLI tests, each under a
+# Runs the whole test suite: every build/tests/test_* binary, the CLI, MPI and fuzz-smoke tests, each under a
 # timeout (a hang is a failure). Sums their "N passed, N failed" lines into one closing line and
 # exits non-zero on any failure.
 set -u
@@ -41,6 +41,7 @@ done
 run_one test_cli 600 bash tests/test_cli.sh "$BUILD"
 run_one test_mpi 900 bash tests/test_mpi.sh "$BUILD"
 run_one test_reliability 300 bash tests/test_reliability.sh "$BUILD"
+run_one test_fuzz 600 bash tests/test_fuzz.sh
 echo
 echo "$total_pass passed, $total_fail failed"
 [ "$total_fail" -eq 0 ]

@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -263,7 +265,11 @@ static void test_overwrite(void) {
     opt.step = 77;
     st.step = 20;
     checkpoint_save(dir, &cfg, &t, q, &opt, &st);
-    CHECK(count_prefix("ow.tmp.") == 0 && count_prefix("ow.old.") == 0, "temporary directories left after overwrite");
+    /* only what this save created is removed: the earlier leftovers are not ours to delete */
+    CHECK(count_prefix("ow.tmp.") == 1 && count_prefix("ow.old.") == 1, "a save removed or left temporaries: %d tmp, %d old",
+          count_prefix("ow.tmp."), count_prefix("ow.old."));
+    CHECK(exists(path_in("ow.tmp.AbC123/model.safetensors")) && exists(path_in("ow.old.XyZ789")),
+          "a save removed DIR.tmp.* / DIR.old.* siblings it did not create");
     CHECK(exists(path_in("ow.other")), "an unrelated sibling directory was removed");
 
     float *r = xcalloc(t.total, sizeof(float));
@@ -280,7 +286,7 @@ static void test_overwrite(void) {
     checkpoint_save(slash, &cfg, &t, p, &opt, &st);
     checkpoint_load(slash, &cfg, &t, r, &o2, &s2);
     CHECK(memcmp(r, p, t.total * sizeof(float)) == 0, "save via trailing slash");
-    CHECK(count_prefix("ow.tmp.") == 0 && count_prefix("ow.old.") == 0, "temporary directories left (trailing slash)");
+    CHECK(count_prefix("ow.tmp.") == 1 && count_prefix("ow.old.") == 1, "temporary directories left (trailing slash)");
 
     /* the two-rename fallback used where RENAME_EXCHANGE is unsupported */
     setenv("SEQPAR_CKPT_NO_RENAME_EXCHANGE", "1", 1);
@@ -289,7 +295,7 @@ static void test_overwrite(void) {
     unsetenv("SEQPAR_CKPT_NO_RENAME_EXCHANGE");
     checkpoint_load(dir, &cfg, &t, r, &o2, &s2);
     CHECK(memcmp(r, q, t.total * sizeof(float)) == 0 && s2.step == 30, "fallback swap did not install the new checkpoint");
-    CHECK(count_prefix("ow.tmp.") == 0 && count_prefix("ow.old.") == 0, "temporary directories left (fallback swap)");
+    CHECK(count_prefix("ow.tmp.") == 1 && count_prefix("ow.old.") == 1, "temporary directories left (fallback swap)");
 
     adamw_free(&opt); adamw_free(&o2);
     xfree(p); xfree(q); xfree(r);
@@ -354,6 +360,113 @@ static void do_state_check(void *arg) {
     TrainerState a = make_state(1), b = make_state(1);
     trainer_state_set(&b, "lr", "%a", 1e-3);
     trainer_state_check(&a, &b, "ckpt");
+}
+
+/* Flips one bit of byte `at` (counted from the end when negative) of a file. */
+static void flip_bit(const char *path, long at, int bit) {
+    FILE *f = fopen(path, "r+b");
+    if (!f) { perror(path); exit(2); }
+    fseek(f, at, at < 0 ? SEEK_END : SEEK_SET);
+    long pos = ftell(f);
+    int c = fgetc(f);
+    fseek(f, pos, SEEK_SET);
+    fputc(c ^ (1 << bit), f);
+    fclose(f);
+}
+
+/* Replaces the first occurrence of `from` in a text file by `to`. */
+static void edit_text(const char *path, const char *from, const char *to) {
+    char buf[65536];
+    FILE *f = fopen(path, "rb");
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *at = strstr(buf, from);
+    CHECK(at != NULL, "'%s' not found in %s", from, path);
+    if (!at) return;
+    char out[70000];
+    snprintf(out, sizeof out, "%.*s%s%s", (int)(at - buf), buf, to, at + strlen(from));
+    write_text(path, out);
+}
+
+/* A save whose writes fail part-way (RLIMIT_FSIZE stands for a full disk: writes past 300 bytes fail
+ * with EFBIG) must end with one line and leave no DIR.tmp.XXXXXX behind. */
+static void do_save_small_disk(void *arg) {
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit rl = { 300, 300 };
+    setrlimit(RLIMIT_FSIZE, &rl);
+    ParamTable t = untied_table(); /* no optimizer steps here: OpenMP does not survive fork() */
+    LlamaConfig cfg = small_config(0);
+    float *p = xmalloc(t.total * sizeof(float));
+    fill_params(p, t.total, 3);
+    AdamWConfig ac; adamw_config_default(&ac);
+    AdamW opt; adamw_init(&opt, &ac, 0, t.total);
+    TrainerState st = make_state(5);
+    checkpoint_save((const char *)arg, &cfg, &t, p, &opt, &st);
+}
+
+typedef struct { const char *dir; } TargetArg;
+static void do_check_target(void *arg) {
+    SeqErr e;
+    if (checkpoint_check_target(((TargetArg *)arg)->dir, &e) != 0) die("%s", e.msg);
+}
+
+static void test_verification(void) {
+    LoadArgs a = { NULL, 0, 0, 0, 1, 1 };
+    /* a bit flip in any file is one line naming that file */
+    save_basic(path_in("v_model"));
+    flip_bit(path_in("v_model/model.safetensors"), -7, 3); /* inside a weight */
+    a.dir = path_in("v_model");
+    expect_death("bit flip in model.safetensors", do_load, &a, "model.safetensors", "CRC-32", "damaged", NULL);
+    save_basic(path_in("v_opt"));
+    flip_bit(path_in("v_opt/optimizer.safetensors"), -1, 0);
+    a.dir = path_in("v_opt");
+    expect_death("bit flip in optimizer.safetensors", do_load, &a, "optimizer.safetensors", "CRC-32", NULL);
+    save_basic(path_in("v_cfg"));
+    edit_text(path_in("v_cfg/config.json"), "\"rope_theta\": 10000", "\"rope_theta\": 10001");
+    a.dir = path_in("v_cfg");
+    expect_death("edited config.json", do_load, &a, "config.json", "damaged", NULL);
+    save_basic(path_in("v_state"));
+    edit_text(path_in("v_state/trainer_state.json"), "\"step\": 5", "\"step\": 7");
+    a.dir = path_in("v_state");
+    expect_death("edited trainer_state.json", do_load, &a, "trainer_state.json", "damaged", NULL);
+    save_basic(path_in("v_cursor")); /* a bit flip inside a hex value */
+    edit_text(path_in("v_cursor/trainer_state.json"), "\"data_cursor\": \"0x", "\"data_cursor\": \"0xf");
+    a.dir = path_in("v_cursor");
+    expect_death("flipped data_cursor", do_load, &a, "trainer_state.json", "damaged", NULL);
+
+    /* a failed save removes its own temporary, and only that */
+    mkdir(path_in("full.tmp.Zz9Zz9"), 0755); /* someone else's */
+    expect_death("save on a full disk", do_save_small_disk, path_in("full"), "full", "File too large", NULL);
+    CHECK(count_prefix("full.tmp.") == 1 && exists(path_in("full.tmp.Zz9Zz9")),
+          "a failed save left its temporary directory (or removed another): %d full.tmp.*", count_prefix("full.tmp."));
+    CHECK(!exists(path_in("full")), "a failed save created the checkpoint directory");
+
+    /* unusable --save targets are found before any training */
+    TargetArg ta = { path_in("v_model/model.safetensors") };
+    expect_death("save target is a file", do_check_target, &ta, "not a directory", NULL);
+    mkdir(path_in("hf_model"), 0755);
+    write_text(path_in("hf_model/config.json"), "{}");
+    write_text(path_in("hf_model/model.safetensors"), "x");
+    write_text(path_in("hf_model/tokenizer.json"), "{}");
+    ta.dir = path_in("hf_model");
+    expect_death("save target is a model directory", do_check_target, &ta, "refusing", "not a seqpar checkpoint", NULL);
+    ta.dir = path_in("no/such/parent/ck");
+    expect_death("save target without parent", do_check_target, &ta, "does not exist", NULL);
+    ta.dir = "/proc/seqpar_ck";
+    expect_death("save target not writable", do_check_target, &ta, "/proc", "failed", NULL);
+    if (geteuid() == 0) { /* only root can give a directory away */
+        mkdir(path_in("theirs"), 0755);
+        if (chown(path_in("theirs"), 4242, 4242) == 0) {
+            ta.dir = path_in("theirs");
+            expect_death("save target of another user", do_check_target, &ta, "another user", NULL);
+        }
+    }
+    SeqErr e;
+    CHECK(checkpoint_check_target(path_in("v_model"), &e) == 0, "an existing checkpoint is a fine target");
+    CHECK(checkpoint_check_target(path_in("brand_new"), &e) == 0 && !exists(path_in("brand_new")),
+          "a new target is fine and the check leaves nothing behind");
+    CHECK(count_prefix("brand_new") == 0, "the writability probe left a directory");
 }
 
 static void test_deaths(void) {
@@ -422,7 +535,8 @@ static void test_deaths(void) {
         st_write_f32(path_in("d_len/optimizer.safetensors"), w, 2, "pt");
     }
     a.dir = path_in("d_len");
-    expect_death("optimizer length mismatch", do_load, &a, "optimizer.safetensors", "10 elements", "64", NULL);
+    /* a replaced file no longer matches the size and CRC-32 recorded at save */
+    expect_death("optimizer file replaced", do_load, &a, "optimizer.safetensors", "damaged", NULL);
 
     a.dir = path_in("d_missing");
     expect_death("missing directory", do_load, &a, "d_missing", "does not exist", NULL);
@@ -537,6 +651,7 @@ int main(void) {
     test_round_trip();
     test_overwrite();
     test_deaths();
+    test_verification();
     test_tied();
     test_bf16();
     if (!tl_failed) nftw(g_root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);

@@ -12,7 +12,7 @@ expect_error() {
     local what=$1 words=$2
     shift 2
     local err rc
-    err=$(timeout 60 "$@" 2>&1 >/dev/null)
+    err=$(timeout "${EXPECT_TIMEOUT:-60}" "$@" 2>&1 >/dev/null)
     rc=$?
     local lines
     lines=$(printf '%s' "$err" | grep -c '')
@@ -131,5 +131,88 @@ expect_error "flag without value" "needs a value" "$SEQPAR" train --steps
 expect_error "non-numeric value" "--steps expects an integer" "$SEQPAR" train --steps abc
 expect_error "grad without --model" "--model" "$SEQPAR" grad --tokens x --seq-len 3 --out y
 expect_error "unknown bench part" "unknown part" "$SEQPAR" bench nothing
+
+# ---- reliability: hostile files and damaged checkpoints (issue 10): one line, non-zero exit
+EDIT="$BUILD/tests/tool_edit_state"
+le32() { local v=$1; printf "$(printf '\\%03o\\%03o\\%03o\\%03o' $((v & 255)) $((v >> 8 & 255)) $((v >> 16 & 255)) $((v >> 24 & 255)))"; }
+# an llm.c v7 shard (uint32 tokens) of 40 tokens, token 30 (a target only, at --seq-len 30) is 2^31 + 5:
+# it passed the vocabulary check as a negative int and was dropped from the loss as "no target"
+{ le32 20240801; le32 7; le32 40; for _ in $(seq 4 256); do le32 0; done
+  for i in $(seq 1 40); do if [ "$i" -eq 31 ]; then le32 2147483653; else le32 $((i % 7)); fi; done; } > "$T/big_id.bin"
+expect_error "token id >= 2^31 (grad)" "2147483653" "$SEQPAR" grad --model "$FIX/tiny_mha" --tokens "$T/big_id.bin" --seq-len 30 --out "$T/g.out"
+expect_error "token id >= 2^31 (train)" "2147483653" "$SEQPAR" train --layers 1 --hidden 32 --heads 2 --kv-heads 1 --ffn 64 --seq-len 16 --batch 1 --steps 2 --data "$T/big_id.bin" --log "$T/x.jsonl"
+# FIFOs are refused at once instead of blocking forever
+mkfifo "$T/fifo.bin" "$T/fifo_model_st"
+mkdir -p "$T/m_fifo" "$T/m_fifo_cfg"
+cp "$FIX/tiny_mha/config.json" "$T/m_fifo/"; mkfifo "$T/m_fifo/model.safetensors"; mkfifo "$T/m_fifo_cfg/config.json"
+EXPECT_TIMEOUT=15 expect_error "FIFO as token file" "regular file" "$SEQPAR" grad --model "$FIX/tiny_mha" --tokens "$T/fifo.bin" --seq-len 8 --out "$T/g.out"
+EXPECT_TIMEOUT=15 expect_error "FIFO as model.safetensors" "regular file" "$SEQPAR" "${G[@]}" --model "$T/m_fifo"
+EXPECT_TIMEOUT=15 expect_error "FIFO as config.json" "regular file" "$SEQPAR" "${G[@]}" --model "$T/m_fifo_cfg"
+# safetensors: trailing bytes, NaN and Inf weights (named)
+mkdir -p "$T/m_trail" "$T/m_nan" "$T/m_inf"
+for d in m_trail m_nan m_inf; do cp "$FIX/tiny_mha/config.json" "$FIX/tiny_mha/model.safetensors" "$T/$d/"; done
+printf 'junk' >> "$T/m_trail/model.safetensors"
+expect_error "trailing bytes after the last tensor" "trailing bytes" "$SEQPAR" "${G[@]}" --model "$T/m_trail"
+# the last 4 bytes are the last element of the last tensor in the data section
+printf '\000\000\300\177' | dd of="$T/m_nan/model.safetensors" bs=1 seek=$(( $(stat -c %s "$T/m_nan/model.safetensors") - 4 )) conv=notrunc status=none
+printf '\000\000\200\377' | dd of="$T/m_inf/model.safetensors" bs=1 seek=$(( $(stat -c %s "$T/m_inf/model.safetensors") - 4 )) conv=notrunc status=none
+expect_error "NaN weight" "tensor '.*' in .*m_nan/model.safetensors' holds NaN" "$SEQPAR" "${G[@]}" --model "$T/m_nan"
+expect_error "Inf weight" "tensor '.*' in .*m_inf/model.safetensors' holds Inf" "$SEQPAR" "${G[@]}" --model "$T/m_inf"
+# absurd configs: a clear message instead of an overflow
+mkdir -p "$T/m_huge_heads" "$T/m_huge_layers" "$T/m_far_heads"
+sed -e 's/"num_attention_heads": *[0-9]*/"num_attention_heads": 2147483647/' -e '/"head_dim"/d' "$FIX/tiny_mha/config.json" > "$T/m_huge_heads/config.json"
+sed -e 's/"num_hidden_layers": *[0-9]*/"num_hidden_layers": 238609294/' "$FIX/tiny_mha/config.json" > "$T/m_huge_layers/config.json"
+sed -e 's/"num_attention_heads": *[0-9]*/"num_attention_heads": 30000/' -e 's/"num_key_value_heads": *[0-9]*/"num_key_value_heads": 1/' -e '/"head_dim"/d' "$FIX/tiny_mha/config.json" > "$T/m_far_heads/config.json"
+expect_error "huge num_attention_heads" "num_attention_heads is 2147483647" "$SEQPAR" "${G[@]}" --model "$T/m_huge_heads"
+expect_error "huge num_hidden_layers" "num_hidden_layers is 238609294" "$SEQPAR" "${G[@]}" --model "$T/m_huge_layers"
+hidden=$(sed -nE 's/.*"hidden_size": *([0-9]+).*/\1/p' "$FIX/tiny_mha/config.json")
+expect_error "nearest head count above the hidden size" "the nearest is $hidden)" "$SEQPAR" "${G[@]}" --model "$T/m_far_heads"
+
+# --save: unusable paths end the run before step 1, on every rank, with one line
+RT=(--layers 1 --hidden 32 --heads 2 --kv-heads 1 --ffn 64 --vocab 64 --seq-len 32 --batch 2 --steps 4 --warmup 1
+    --eval-every 0 --eval-seqs 2 --quiet --peak-gflops 100 --seed 7)
+save_error() { # what words dir
+    rm -f "$T/se.jsonl"
+    expect_error "$1" "$2" "$SEQPAR" train "${RT[@]}" --save "$3" --log "$T/se.jsonl"
+    if [ -s "$T/se.jsonl" ]; then bad "$1: trained before noticing the --save path"; else ok; fi
+}
+printf 'x' > "$T/a_file"
+save_error "--save names a file" "not a directory" "$T/a_file"
+save_error "--save under a missing parent" "does not exist" "$T/no/parent/ck"
+save_error "--save in an unwritable place" "failed" "/proc/seqpar_ck"
+mkdir -p "$T/hf_dir"; cp "$FIX/tiny_mha/config.json" "$FIX/tiny_mha/model.safetensors" "$T/hf_dir/"; printf '{}' > "$T/hf_dir/tokenizer.json"
+save_error "--save over a model directory" "not a seqpar checkpoint" "$T/hf_dir"
+if [ -f "$T/hf_dir/tokenizer.json" ]; then ok; else bad "--save replaced a model directory"; fi
+# a save that fails part-way leaves no temporary: a 4 MiB file size limit stands for a full disk
+# (MPI needs files of a few MiB to start), a 7.5 MB model.safetensors fails to fit
+rm -rf "$T"/small_ck*
+err=$( (trap '' XFSZ; ulimit -f 4096; exec timeout 60 "$SEQPAR" train --layers 1 --hidden 256 --heads 2 --kv-heads 1 --ffn 2048 \
+    --vocab 64 --seq-len 16 --batch 1 --steps 1 --eval-seqs 1 --quiet --peak-gflops 100 --save "$T/small_ck" --log "$T/small.jsonl") 2>&1 >/dev/null)
+rc=$?
+if [ $rc -ne 0 ] && [ "$(printf '%s\n' "$err" | grep -c '')" -eq 1 ] && ! ls -d "$T"/small_ck.tmp.* >/dev/null 2>&1 && [ ! -e "$T/small_ck" ]; then ok; else
+    bad "failed save: status $rc, leftovers: $(ls -d "$T"/small_ck* 2>/dev/null | tr '\n' ' '), stderr: $err"; fi
+# a successful save leaves DIR.tmp.* / DIR.old.* siblings it did not create alone
+mkdir -p "$T/keep_ck.tmp.AbCdEf" "$T/keep_ck.old.GhIjKl"; printf 'mine' > "$T/keep_ck.tmp.AbCdEf/notes"
+timeout 60 "$SEQPAR" train "${RT[@]}" --save "$T/keep_ck" --log "$T/keep.jsonl" >/dev/null 2>&1 || bad "save beside foreign temporaries failed"
+if [ -f "$T/keep_ck.tmp.AbCdEf/notes" ] && [ -d "$T/keep_ck.old.GhIjKl" ] && [ -f "$T/keep_ck/trainer_state.json" ]; then ok; else
+    bad "a save removed DIR.tmp.* / DIR.old.* siblings that it did not create"; fi
+
+# damaged and out-of-schedule checkpoints are refused with one line
+ck_copy() { rm -rf "$T/$1"; cp -r "$T/keep_ck" "$T/$1"; }
+ck_copy ck_flip
+printf '\x5a' | dd of="$T/ck_flip/model.safetensors" bs=1 seek=$(( $(stat -c %s "$T/ck_flip/model.safetensors") - 100 )) conv=notrunc status=none
+expect_error "bit flip in model.safetensors" "model.safetensors.*damaged" "$SEQPAR" train "${RT[@]}" --resume "$T/ck_flip" --log "$T/x.jsonl"
+ck_copy ck_flip_opt
+printf '\x5a' | dd of="$T/ck_flip_opt/optimizer.safetensors" bs=1 seek=$(( $(stat -c %s "$T/ck_flip_opt/optimizer.safetensors") - 100 )) conv=notrunc status=none
+expect_error "bit flip in optimizer.safetensors" "optimizer.safetensors.*damaged" "$SEQPAR" train "${RT[@]}" --resume "$T/ck_flip_opt" --log "$T/x.jsonl"
+ck_copy ck_step
+"$EDIT" "$T/ck_step/trainer_state.json" step 100
+expect_error "resumed step beyond --steps" "beyond" "$SEQPAR" train "${RT[@]}" --resume "$T/ck_step" --log "$T/x.jsonl"
+# data_cursor near 2^64 must not wrap the bounds check (it read before the token buffer)
+DT=(--layers 1 --hidden 32 --heads 2 --kv-heads 1 --ffn 64 --seq-len 16 --batch 2 --steps 4 --warmup 1 --quiet --peak-gflops 100
+    --data "$FIX/tiny_long/tokens.bin")
+timeout 60 "$SEQPAR" train "${DT[@]}" --stop-at 2 --save "$T/ck_cursor" --log "$T/c.jsonl" >/dev/null 2>&1 || bad "train on a shard with --save"
+"$EDIT" "$T/ck_cursor/trainer_state.json" data_cursor '"0xffffffffffffffef"'
+expect_error "data_cursor beyond the data" "data_cursor" "$SEQPAR" train "${DT[@]}" --resume "$T/ck_cursor" --log "$T/x.jsonl"
 
 summary test_cli

@@ -289,6 +289,21 @@ static void test_safetensors_errors(const TempDir *td) {
                  "data_offsets", "48 bytes");
     EXPECT_DEATH("safetensors too small", death_st_open, tiny, "tiny.safetensors", "3 bytes");
 
+    /* the tensors must tile the data section: no overlap, no hole, nothing after the last one
+     * (all accepted before: overlapping tensors aliased each other's bytes) */
+    char overlap[256], hole[256], trailing[256];
+    path_in(td, "overlap.safetensors", overlap, sizeof overlap);
+    path_in(td, "hole.safetensors", hole, sizeof hole);
+    path_in(td, "trailing.safetensors", trailing, sizeof trailing);
+    write_safetensors_raw(overlap, "{\"a\":{\"dtype\":\"F32\",\"shape\":[8],\"data_offsets\":[0,32]},"
+                          "\"b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[16,32]}}", data, 32);
+    write_safetensors_raw(hole, "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
+                          "\"b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[32,48]}}", data, 48);
+    write_safetensors_raw(trailing, "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", data, 20);
+    EXPECT_DEATH("safetensors overlapping tensors", death_st_open, overlap, "overlap.safetensors", "'a'", "'b'", "overlap");
+    EXPECT_DEATH("safetensors hole between tensors", death_st_open, hole, "hole.safetensors", "[16, 32)", "no tensor");
+    EXPECT_DEATH("safetensors trailing bytes", death_st_open, trailing, "trailing.safetensors", "4 trailing bytes");
+
     StReadCall missing_tensor = {good, "lm_head.weight", 2, {3, 4}};
     EXPECT_DEATH("safetensors tensor missing", death_st_read, &missing_tensor, "lm_head.weight", "missing",
                  "good.safetensors");

@@ -192,17 +192,25 @@ void make_parent_dirs(const char *path) {
 
 void model_from_dir(LlamaModel *m, const char *dir, uint64_t seed) {
     char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if (!file_exists(dir)) die("model directory '%s' does not exist: pass a directory holding config.json", dir);
-    if (!file_exists(path)) die("'%s' is missing: a model directory needs a Hugging Face config.json", path);
+    SeqErr e;
+    const SeqErr *failed = NULL;
     LlamaConfig cfg;
-    config_json_load(path, &cfg);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (!file_exists(dir))
+        failed = (seq_err(&e, "model directory '%s' does not exist: pass a directory holding config.json", dir), &e);
+    else if (!file_exists(path))
+        failed = (seq_err(&e, "'%s' is missing: a model directory needs a Hugging Face config.json", path), &e);
+    else if (config_json_read(path, &cfg, &e) != 0)
+        failed = &e;
+    die_if_any_rank(failed); /* every rank ends with the same one line */
     llama_build(m, &cfg);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (file_exists(path))
-        params_load_safetensors(path, &m->table, m->params, cfg.tie_word_embeddings);
-    else
+    if (file_exists(path)) {
+        if (params_read_safetensors(path, &m->table, m->params, cfg.tie_word_embeddings, &e) != 0) failed = &e;
+        die_if_any_rank(failed);
+    } else {
         llama_init_random(m, seed);
+    }
 }
 
 void model_from_size(LlamaModel *m, const LlamaConfig *cfg, uint64_t seed) {

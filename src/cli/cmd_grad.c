@@ -72,7 +72,9 @@ int cmd_grad(int argc, char **argv) {
     LlamaModel model;
     model_from_dir(&model, model_dir, seed);
     TokenData td;
-    tokens_load(tokens_path, fmt, &td);
+    SeqErr err;
+    die_if_any_rank(tokens_read(tokens_path, fmt, &td, &err) != 0 ||
+                    tokens_check_vocab(&td, tokens_path, model.cfg.vocab_size, &err) != 0 ? &err : NULL);
     if ((size_t)seq_len + 1 > td.n)
         die_collective("--seq-len %ld needs %ld tokens but '%s' holds %zu: use --seq-len %zu or less", seq_len, seq_len + 1,
             tokens_path, td.n, td.n > 0 ? td.n - 1 : 0);

@@ -96,7 +96,8 @@ static void next_sequence(DataSource *ds, TrainerState *st, int S, int *inputs, 
         st->data_cursor++;
         return;
     }
-    if (st->data_cursor + (uint64_t)S + 1 > ds->td.n) st->data_cursor = 0;
+    /* written so that no cursor value can wrap the bound (resume checks it lies in the data) */
+    if (st->data_cursor > ds->td.n || ds->td.n - st->data_cursor < (uint64_t)S + 1) st->data_cursor = 0;
     const uint32_t *t = ds->td.tokens + st->data_cursor;
     for (int i = 0; i < S; i++) {
         inputs[i] = (int)t[i];
@@ -280,16 +281,32 @@ static void default_stop_dir(const char *log_path, long step, char *buf, size_t 
 }
 
 /* Every rank reads the checkpoint (the directory must be visible to all ranks) and keeps its
- * shard of the AdamW moments. */
+ * shard of the AdamW moments, so any rank layout resumes any checkpoint. An error on any rank
+ * ends every rank with one line. */
 static void load_checkpoint(const char *dir, LlamaModel *m, AdamW *opt, TrainerState *st) {
     AdamW full;
     adamw_init(&full, &opt->cfg, 0, m->table.total);
-    checkpoint_load(dir, NULL, &m->table, m->params, &full, st);
+    SeqErr e;
+    die_if_any_rank(checkpoint_read(dir, NULL, &m->table, m->params, &full, st, &e) != 0 ? &e : NULL);
     size_t n = opt->end - opt->begin;
     memcpy(opt->m, full.m + opt->begin, sizeof(float) * n);
     memcpy(opt->v, full.v + opt->begin, sizeof(float) * n);
     opt->step = full.step;
     adamw_free(&full);
+}
+
+/* A resumed state must fit this run: same settings, a step inside the --steps schedule and a
+ * data cursor inside the token data. */
+static int check_resumed(const TrainerState *st, const TrainerState *now, const TrainOptions *o, const DataSource *ds,
+                         SeqErr *e) {
+    if (trainer_state_compare(st, now, o->resume_dir, e) != 0) return -1;
+    if (st->step > o->steps)
+        return seq_err(e, "checkpoint %s is at step %ld, beyond this run's schedule of --steps %ld: resume with the "
+                       "--steps it was saved with, or start a new run", o->resume_dir, st->step, o->steps);
+    if (!ds->is_recall && st->data_cursor > ds->td.n)
+        return seq_err(e, "checkpoint %s has data_cursor %llu but '%s' holds %zu tokens: resume with the data it was "
+                       "trained on", o->resume_dir, (unsigned long long)st->data_cursor, o->data, ds->td.n);
+    return 0;
 }
 
 int cmd_train(int argc, char **argv) {
@@ -302,19 +319,26 @@ int cmd_train(int argc, char **argv) {
     DataSource ds;
     memset(&ds, 0, sizeof ds);
     ds.is_recall = !strcmp(o.data, "recall");
+    SeqErr err;
     if (!ds.is_recall) {
-        tokens_load(o.data, o.tokens_format, &ds.td);
+        die_if_any_rank(tokens_read(o.data, o.tokens_format, &ds.td, &err) != 0 ? &err : NULL);
         if (ds.td.n < (size_t)S + 1)
             die_collective("--seq-len %d needs %d tokens but '%s' holds %zu: use a shorter --seq-len", S, S + 1, o.data, ds.td.n);
-        if (!o.model_dir && !o.resume_dir && sf.cfg.vocab_size <= (int)ds.td.max_token)
-            sf.cfg.vocab_size = ds.td.format == TOKENS_TEXT ? 256 : (int)ds.td.max_token + 1;
+        if (!o.model_dir && !o.resume_dir && (uint32_t)sf.cfg.vocab_size <= ds.td.max_token) /* unsigned: no wrap */
+            sf.cfg.vocab_size = ds.td.format == TOKENS_TEXT ? 256 : (int)ds.td.max_token + 1; /* max_token < 2^31 - 1 */
+    }
+    /* An unusable --save path ends the run now, not after training (rank 0 checks, all end). */
+    if (o.save_dir) {
+        int rank = 0;
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        die_if_any_rank(rank == 0 && checkpoint_check_target(o.save_dir, &err) != 0 ? &err : NULL);
     }
 
     /* model */
     LlamaModel model;
     if (o.resume_dir) {
         LlamaConfig cfg;
-        checkpoint_load_config(o.resume_dir, &cfg);
+        die_if_any_rank(checkpoint_read_config(o.resume_dir, &cfg, &err) != 0 ? &err : NULL);
         llama_build(&model, &cfg);
     } else if (o.model_dir) {
         model_from_dir(&model, o.model_dir, o.seed);
@@ -322,9 +346,7 @@ int cmd_train(int argc, char **argv) {
         model_from_size(&model, &sf.cfg, o.seed);
     }
     const LlamaConfig *c = &model.cfg;
-    if (!ds.is_recall && (int)ds.td.max_token >= c->vocab_size)
-        die_collective("'%s' holds token %u but the model's vocab_size is %d: use a model with a larger vocabulary",
-                       o.data, ds.td.max_token, c->vocab_size);
+    if (!ds.is_recall) die_if_any_rank(tokens_check_vocab(&ds.td, o.data, c->vocab_size, &err) != 0 ? &err : NULL);
     if (ds.is_recall) {
         ds.spec.vocab_size = c->vocab_size;
         ds.spec.seq_len = S;
@@ -356,7 +378,7 @@ int cmd_train(int argc, char **argv) {
     record_settings(&now, &o, &model);
     if (o.resume_dir) {
         load_checkpoint(o.resume_dir, &model, &opt, &st);
-        trainer_state_check(&st, &now, o.resume_dir);
+        die_if_any_rank(check_resumed(&st, &now, &o, &ds, &err) != 0 ? &err : NULL);
         if (root) printf("resumed from %s at step %ld\n", o.resume_dir, st.step);
     } else {
         st = now;

@@ -18,6 +18,16 @@ static int mpi_world_size(void) {
     return size;
 }
 
+static void (*g_cleanup)(void);
+
+void die_set_cleanup(void (*fn)(void)) { g_cleanup = fn; }
+
+static void run_cleanup(void) {
+    void (*fn)(void) = g_cleanup;
+    g_cleanup = NULL; /* once, even if the hook itself dies */
+    if (fn) fn();
+}
+
 static void print_error(const char *fmt, va_list ap) {
     char msg[2048];
     vsnprintf(msg, sizeof msg, fmt, ap);
@@ -30,6 +40,7 @@ void die(const char *fmt, ...) {
     va_start(ap, fmt);
     print_error(fmt, ap);
     va_end(ap);
+    run_cleanup();
     if (mpi_world_size() > 1) MPI_Abort(MPI_COMM_WORLD, 1);
     exit(1);
 }
@@ -39,11 +50,41 @@ void die_collective(const char *fmt, ...) {
     va_start(ap, fmt);
     print_error(fmt, ap);
     va_end(ap);
+    run_cleanup();
     int init = 0, fin = 0;
     MPI_Initialized(&init);
     MPI_Finalized(&fin);
     if (init && !fin) MPI_Finalize();
     exit(1);
+}
+
+int seq_err(SeqErr *e, const char *fmt, ...) {
+    if (!e) return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    for (char *c = e->msg; *c; c++) /* keep it one line whatever a file name holds */
+        if (*c == '\n' || *c == '\r') *c = ' ';
+    return -1;
+}
+
+void die_if_any_rank(const SeqErr *e) {
+    if (mpi_world_size() <= 1) {
+        if (e) die_collective("%s", e->msg);
+        return;
+    }
+    int rank = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int first = e ? rank : size;
+    MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (first == size) return;
+    SeqErr shared;
+    if (rank == first) shared = *e;
+    MPI_Bcast(shared.msg, (int)sizeof shared.msg, MPI_CHAR, first, MPI_COMM_WORLD);
+    shared.msg[sizeof shared.msg - 1] = '\0';
+    die_collective("%s", shared.msg);
 }
 
 /* Every tracked block carries a 64-byte header holding its size, so that frees can be counted

@@ -18,6 +18,27 @@ void die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
  * errors that every rank is sure to detect; anything else must use die(). */
 void die_collective(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 
+/* An error reported by a library function to its caller (loaders return -1 or NULL and fill
+ * one of these) so that the caller decides how to end; `msg` is one line naming the problem and
+ * the fix, without the "seqpar: error: " prefix. */
+typedef struct {
+    char msg[1536];
+} SeqErr;
+
+/* Formats the message into *e (if e is not NULL) and returns -1, for `return seq_err(e, ...)`. */
+int seq_err(SeqErr *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Collective over MPI_COMM_WORLD (every rank must call it; a single process or no MPI is fine):
+ * when `e` is not NULL on some rank, every rank prints the message of the lowest such rank as
+ * one "seqpar: error:" line and exits with status 1 as die_collective does; otherwise returns.
+ * This is how the CLI ends a run for a loader error that only some ranks may have seen. */
+void die_if_any_rank(const SeqErr *e);
+
+/* Registers fn to run (once) just before die() or die_collective() ends the program; NULL clears
+ * it. One hook at a time: checkpoint saving uses it to remove its half-written temporary
+ * directory when a write fails (a full disk) so that no failed save leaves a temporary behind. */
+void die_set_cleanup(void (*fn)(void));
+
 void *xmalloc(size_t n);          /* dies with the size on failure; tracked for peak memory */
 /* A tracked copy of a string (freed with xfree): how library code returns one-line messages. */
 char *xstrdup(const char *s);

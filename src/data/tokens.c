@@ -1,15 +1,18 @@
 /* Token files: llm.c shards (a 256-int32 header with magic, version and token count, then
  * uint16 or uint32 tokens) and plain text read as bytes. The whole file is loaded into memory
  * as uint32 tokens; every inconsistency (wrong magic, unknown version, a count that disagrees
- * with the file size) fails at load with both numbers in the message. */
+ * with the file size, a token id of INT32_MAX or more) fails at load with both numbers in the message,
+ * returned to the caller (tokens_read) or ending the program (tokens_load). */
 #include "data/tokens.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <string.h>
-#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/common.h"
 #include "io/atomic_file.h"
+#include "io/read_file.h"
 
 #define LLMC_HEADER_INTS 256
 #define LLMC_HEADER_BYTES (LLMC_HEADER_INTS * sizeof(int32_t))
@@ -24,7 +27,7 @@ static int ends_with(const char *s, const char *suffix) {
 }
 
 /* Reads `count` tokens of `width` bytes (2 or 4, little-endian) from fp into td->tokens. */
-static void read_tokens(FILE *fp, const char *path, size_t count, size_t width, TokenData *td) {
+static int read_tokens(FILE *fp, const char *path, size_t count, size_t width, TokenData *td, SeqErr *e) {
     enum { CHUNK = 1 << 14 };
     unsigned char buf[CHUNK * 4];
     size_t done = 0;
@@ -32,8 +35,8 @@ static void read_tokens(FILE *fp, const char *path, size_t count, size_t width, 
     while (done < count) {
         size_t want = count - done < CHUNK ? count - done : CHUNK;
         if (fread(buf, width, want, fp) != want)
-            die("reading tokens from '%s' failed after %zu of %zu tokens: %s", path, done, count,
-                ferror(fp) ? strerror(errno) : "unexpected end of file");
+            return seq_err(e, "reading tokens from '%s' failed after %zu of %zu tokens: %s", path, done, count,
+                           ferror(fp) ? strerror(errno) : "unexpected end of file");
         for (size_t i = 0; i < want; i++) {
             uint32_t v;
             if (width == 1) {
@@ -44,28 +47,35 @@ static void read_tokens(FILE *fp, const char *path, size_t count, size_t width, 
                 v = (uint32_t)buf[4 * i] | (uint32_t)buf[4 * i + 1] << 8 | (uint32_t)buf[4 * i + 2] << 16 |
                     (uint32_t)buf[4 * i + 3] << 24;
             }
+            if (v >= (uint32_t)INT32_MAX)
+                return seq_err(e, "token file '%s' is corrupt: token %zu has id %" PRIu32 ", above the largest "
+                               "token id seqpar supports (%d): check the tokenizer or the file", path, done + i, v,
+                               INT32_MAX - 1);
             td->tokens[done + i] = v;
             if (v > max_token) max_token = v;
         }
         done += want;
     }
     td->max_token = max_token;
+    return 0;
 }
 
-static void load_text(FILE *fp, const char *path, size_t file_size, TokenData *td) {
+static int load_text(FILE *fp, const char *path, size_t file_size, TokenData *td, SeqErr *e) {
     td->format = TOKENS_TEXT;
     td->n = file_size;
     td->tokens = xmalloc(file_size * sizeof(uint32_t));
-    read_tokens(fp, path, file_size, 1, td);
+    return read_tokens(fp, path, file_size, 1, td, e);
 }
 
-static void load_llmc(FILE *fp, const char *path, size_t file_size, TokenData *td) {
+static int load_llmc(FILE *fp, const char *path, size_t file_size, TokenData *td, SeqErr *e) {
     td->format = TOKENS_LLMC;
     if (file_size < LLMC_HEADER_BYTES)
-        die("'%s' is not an llm.c token shard: it has %zu bytes, fewer than the %zu-byte header (for a text "
-            "file use a .txt name or the text format)", path, file_size, (size_t)LLMC_HEADER_BYTES);
+        return seq_err(e, "'%s' is not an llm.c token shard: it has %zu bytes, fewer than the %zu-byte header (for a "
+                       "text file use a .txt name or the text format)", path, file_size, (size_t)LLMC_HEADER_BYTES);
     unsigned char raw[LLMC_HEADER_BYTES];
-    if (fread(raw, 1, sizeof raw, fp) != sizeof raw) die("reading the header of '%s' failed: %s", path, strerror(errno));
+    if (fread(raw, 1, sizeof raw, fp) != sizeof raw)
+        return seq_err(e, "reading the header of '%s' failed: %s", path,
+                       ferror(fp) ? strerror(errno) : "unexpected end of file");
     int32_t header[LLMC_HEADER_INTS];
     for (size_t i = 0; i < LLMC_HEADER_INTS; i++)
         header[i] = (int32_t)((uint32_t)raw[4 * i] | (uint32_t)raw[4 * i + 1] << 8 | (uint32_t)raw[4 * i + 2] << 16 |
@@ -74,44 +84,64 @@ static void load_llmc(FILE *fp, const char *path, size_t file_size, TokenData *t
     size_t width;
     if (magic == LLMC_MAGIC_U16) {
         if (version != LLMC_VERSION_U16)
-            die("llm.c shard '%s' has magic %d with version %d; that magic goes with version %d (uint16 tokens)",
-                path, magic, version, LLMC_VERSION_U16);
+            return seq_err(e, "llm.c shard '%s' has magic %d with version %d; that magic goes with version %d (uint16 "
+                           "tokens)", path, magic, version, LLMC_VERSION_U16);
         width = 2;
     } else if (magic == LLMC_MAGIC_U32) {
         if (version != LLMC_VERSION_U32)
-            die("llm.c shard '%s' has magic %d with version %d; that magic goes with version %d (uint32 tokens)",
-                path, magic, version, LLMC_VERSION_U32);
+            return seq_err(e, "llm.c shard '%s' has magic %d with version %d; that magic goes with version %d (uint32 "
+                           "tokens)", path, magic, version, LLMC_VERSION_U32);
         width = 4;
     } else {
-        die("'%s' is not an llm.c token shard: header magic is %d, expected %d (uint16 tokens) or %d (uint32 "
-            "tokens); for a text file use a .txt name or the text format", path, magic, LLMC_MAGIC_U16,
-            LLMC_MAGIC_U32);
+        return seq_err(e, "'%s' is not an llm.c token shard: header magic is %d, expected %d (uint16 tokens) or %d "
+                       "(uint32 tokens); for a text file use a .txt name or the text format", path, magic,
+                       LLMC_MAGIC_U16, LLMC_MAGIC_U32);
     }
     if (count < 0)
-        die("llm.c shard '%s' is corrupt: its header gives a negative token count (%d)", path, count);
+        return seq_err(e, "llm.c shard '%s' is corrupt: its header gives a negative token count (%d)", path, count);
     size_t expected = LLMC_HEADER_BYTES + (size_t)count * width;
     if (expected != file_size)
-        die("llm.c shard '%s' is truncated or corrupt: the header says %d tokens (%zu bytes with the header) but "
-            "the file has %zu bytes", path, count, expected, file_size);
-    if (count == 0) die("llm.c shard '%s' holds no tokens (its header count is 0)", path);
+        return seq_err(e, "llm.c shard '%s' is truncated or corrupt: the header says %d tokens (%zu bytes with the "
+                       "header) but the file has %zu bytes", path, count, expected, file_size);
+    if (count == 0) return seq_err(e, "llm.c shard '%s' holds no tokens (its header count is 0)", path);
     td->n = (size_t)count;
     td->tokens = xmalloc(td->n * sizeof(uint32_t));
-    read_tokens(fp, path, td->n, width, td);
+    return read_tokens(fp, path, td->n, width, td, e);
+}
+
+int tokens_read(const char *path, TokensFormat format, TokenData *td, SeqErr *e) {
+    memset(td, 0, sizeof *td);
+    uint64_t size;
+    int fd = open_regular_file(path, "token file", &size, e);
+    if (fd < 0) return -1;
+    size_t file_size = (size_t)size;
+    if (file_size == 0) {
+        close(fd);
+        return seq_err(e, "token file '%s' is empty: it needs at least one token", path);
+    }
+    FILE *fp = fdopen(fd, "rb");
+    if (!fp) {
+        int err = errno;
+        close(fd);
+        return seq_err(e, "cannot open token file '%s': %s", path, strerror(err));
+    }
+    if (format == TOKENS_AUTO) format = ends_with(path, ".txt") ? TOKENS_TEXT : TOKENS_LLMC;
+    int rc = format == TOKENS_TEXT ? load_text(fp, path, file_size, td, e) : load_llmc(fp, path, file_size, td, e);
+    fclose(fp);
+    if (rc != 0) tokens_free(td);
+    return rc;
 }
 
 void tokens_load(const char *path, TokensFormat format, TokenData *td) {
-    memset(td, 0, sizeof *td);
-    FILE *fp = fopen(path, "rb");
-    if (!fp) die("cannot open token file '%s': %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fileno(fp), &sb) != 0) die("cannot stat token file '%s': %s", path, strerror(errno));
-    if (!S_ISREG(sb.st_mode)) die("token file '%s' is not a regular file", path);
-    size_t file_size = (size_t)sb.st_size;
-    if (file_size == 0) die("token file '%s' is empty: it needs at least one token", path);
-    if (format == TOKENS_AUTO) format = ends_with(path, ".txt") ? TOKENS_TEXT : TOKENS_LLMC;
-    if (format == TOKENS_TEXT) load_text(fp, path, file_size, td);
-    else load_llmc(fp, path, file_size, td);
-    fclose(fp);
+    SeqErr e;
+    if (tokens_read(path, format, td, &e) != 0) die("%s", e.msg);
+}
+
+int tokens_check_vocab(const TokenData *td, const char *path, int vocab_size, SeqErr *e) {
+    if (vocab_size <= 0 || td->max_token >= (uint32_t)vocab_size)
+        return seq_err(e, "'%s' holds token %" PRIu32 " but the model's vocab_size is %d: use a model with a larger "
+                       "vocabulary (or the tokenizer that matches this model)", path, td->max_token, vocab_size);
+    return 0;
 }
 
 void tokens_free(TokenData *td) {

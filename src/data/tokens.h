@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/common.h"
+
 typedef enum { TOKENS_AUTO, TOKENS_LLMC, TOKENS_TEXT } TokensFormat;
 
 typedef struct {
@@ -21,8 +23,15 @@ typedef struct {
  *   a one-line error naming the file, what was found and what was expected.
  * text: every byte is a token (vocabulary 256).
  * TOKENS_AUTO: a file ending in ".txt" is text, anything else must be an llm.c shard.
- * A missing or empty file dies naming it. */
+ * A missing or empty file, or one that is not a regular file (a FIFO is refused without
+ * blocking), dies naming it; so does a token id of INT32_MAX or more.
+ * tokens_read returns 0, or -1 with that one-line message in *e (td then needs no tokens_free);
+ * tokens_load dies with it. */
+int tokens_read(const char *path, TokensFormat format, TokenData *td, SeqErr *e);
 void tokens_load(const char *path, TokensFormat format, TokenData *td);
+/* 0 if every token id is below vocab_size, else -1 with a message naming the file, the id and
+ * the vocabulary size. */
+int tokens_check_vocab(const TokenData *td, const char *path, int vocab_size, SeqErr *e);
 void tokens_free(TokenData *td);
 
 /* Writes an llm.c shard (version 1 with uint16 tokens if every token < 65536, else version 7)

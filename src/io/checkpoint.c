@@ -20,6 +20,7 @@
 #include "io/atomic_file.h"
 #include "io/config_json.h"
 #include "io/param_io.h"
+#include "io/read_file.h"
 #include "io/safetensors.h"
 
 #define STATE_FORMAT "seqpar-trainer-state"
@@ -27,6 +28,14 @@
 #define F_MODEL "model.safetensors"
 #define F_OPTIM "optimizer.safetensors"
 #define F_STATE "trainer_state.json"
+#define STATE_MAX_BYTES (1 << 20)
+
+/* Fuzzing builds skip checksum mismatches so that the fuzzer can reach the checks behind them. */
+#ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+#define CHECKSUMS_ENFORCED 0
+#else
+#define CHECKSUMS_ENFORCED 1
+#endif
 
 /* ---------------------------------------------------------------------------------------------
  * Trainer state settings */
@@ -61,16 +70,22 @@ const char *trainer_state_get(const TrainerState *st, const char *key) {
     return NULL;
 }
 
-void trainer_state_check(const TrainerState *saved, const TrainerState *now, const char *dir) {
+int trainer_state_compare(const TrainerState *saved, const TrainerState *now, const char *dir, SeqErr *e) {
     if (saved->seq_len > 0 && now->seq_len > 0 && saved->seq_len != now->seq_len)
-        die("checkpoint %s was trained with seq_len %d but this run uses %d: resume with --seq-len %d or start a "
-            "new run", dir, saved->seq_len, now->seq_len, saved->seq_len);
+        return seq_err(e, "checkpoint %s was trained with seq_len %d but this run uses %d: resume with --seq-len %d or "
+                       "start a new run", dir, saved->seq_len, now->seq_len, saved->seq_len);
     for (int i = 0; i < saved->n_settings; i++) {
         const char *v = trainer_state_get(now, saved->settings[i].key);
         if (v && strcmp(v, saved->settings[i].value) != 0)
-            die("checkpoint %s was trained with %s = %s but this run uses %s: resume with the same setting or "
-                "start a new run", dir, saved->settings[i].key, saved->settings[i].value, v);
+            return seq_err(e, "checkpoint %s was trained with %s = %s but this run uses %s: resume with the same "
+                           "setting or start a new run", dir, saved->settings[i].key, saved->settings[i].value, v);
     }
+    return 0;
+}
+
+void trainer_state_check(const TrainerState *saved, const TrainerState *now, const char *dir) {
+    SeqErr e;
+    if (trainer_state_compare(saved, now, dir, &e) != 0) die_collective("%s", e.msg);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -90,11 +105,14 @@ static char *str_printf(const char *fmt, ...) {
     return s;
 }
 
-/* `dir` without trailing slashes; dies on an empty path or "/". */
-static char *normalize_dir(const char *dir) {
+/* `dir` without trailing slashes, or NULL with a message for an empty path or "/". */
+static char *normalize_dir(const char *dir, SeqErr *e) {
     size_t n = strlen(dir);
     while (n > 1 && dir[n - 1] == '/') n--;
-    if (n == 0 || (n == 1 && dir[0] == '/')) die("checkpoint directory '%s' is not usable: name a directory", dir);
+    if (n == 0 || (n == 1 && dir[0] == '/')) {
+        seq_err(e, "checkpoint directory '%s' is not usable: name a directory", dir);
+        return NULL;
+    }
     char *d = xmalloc(n + 1);
     memcpy(d, dir, n);
     d[n] = '\0';
@@ -102,7 +120,7 @@ static char *normalize_dir(const char *dir) {
 }
 
 /* Splits a normalized dir into its parent ("." if none) and base name, both newly allocated. */
-static void split_dir(const char *d, char **parent, char **base) {
+static int split_dir(const char *d, char **parent, char **base, SeqErr *e) {
     const char *slash = strrchr(d, '/');
     if (!slash) {
         *parent = str_printf(".");
@@ -111,8 +129,13 @@ static void split_dir(const char *d, char **parent, char **base) {
         *parent = slash == d ? str_printf("/") : str_printf("%.*s", (int)(slash - d), d);
         *base = str_printf("%s", slash + 1);
     }
-    if (strcmp(*base, ".") == 0 || strcmp(*base, "..") == 0)
-        die("checkpoint directory '%s' must end in a real directory name (not . or ..)", d);
+    if (strcmp(*base, ".") == 0 || strcmp(*base, "..") == 0) {
+        xfree(*parent);
+        xfree(*base);
+        *parent = *base = NULL;
+        return seq_err(e, "checkpoint directory '%s' must end in a real directory name (not . or ..)", d);
+    }
+    return 0;
 }
 
 static int path_exists(const char *p) {
@@ -152,52 +175,69 @@ static char *find_old_sibling(const char *parent, const char *base) {
     return found;
 }
 
-static void remove_stale_siblings(const char *parent, const char *base) {
-    DIR *dd = opendir(parent);
-    if (!dd) return;
-    /* Collect first: removing entries while reading the directory is unspecified. */
-    char **names = NULL;
-    size_t n = 0, cap = 0;
-    struct dirent *e;
-    while ((e = readdir(dd)) != NULL) {
-        if (!is_sibling(e->d_name, base, "tmp") && !is_sibling(e->d_name, base, "old")) continue;
-        if (n == cap) {
-            cap = cap ? 2 * cap : 4;
-            char **nn = xmalloc(cap * sizeof *nn);
-            if (names) memcpy(nn, names, n * sizeof *nn);
-            xfree(names);
-            names = nn;
-        }
-        names[n++] = str_printf("%s/%s", parent, e->d_name);
+/* 1 if `path` holds a trainer_state.json that says it was written by seqpar. */
+static int is_seqpar_checkpoint(const char *d) {
+    char *state = str_printf("%s/" F_STATE, d);
+    unsigned char *text = NULL;
+    size_t len = 0;
+    int yes = 0;
+    if (read_regular_file(state, "trainer state", STATE_MAX_BYTES, &text, &len, NULL) == 0) {
+        json_t *root = json_loadb((const char *)text, len, 0, NULL);
+        const char *fmt = root ? json_string_value(json_object_get(root, "format")) : NULL;
+        yes = fmt && strcmp(fmt, STATE_FORMAT) == 0;
+        if (root) json_decref(root);
+        xfree(text);
     }
-    closedir(dd);
-    for (size_t i = 0; i < n; i++) {
-        remove_tree(names[i]);
-        xfree(names[i]);
-    }
-    xfree(names);
+    xfree(state);
+    return yes;
 }
 
-/* An existing DIR may be replaced only if it is empty or looks like a checkpoint. */
-static void check_replaceable(const char *d) {
+/* An existing DIR may be replaced only if it is ours: a directory owned by this user that is
+ * empty or holds a seqpar checkpoint. */
+static int check_replaceable(const char *d, SeqErr *e) {
     struct stat sb;
-    if (stat(d, &sb) != 0) die("cannot inspect checkpoint directory '%s': %s", d, strerror(errno));
-    if (!S_ISDIR(sb.st_mode)) die("checkpoint path '%s' exists and is not a directory: choose another path", d);
-    char *state = str_printf("%s/" F_STATE, d), *model = str_printf("%s/" F_MODEL, d);
-    int looks_like = path_exists(state) || path_exists(model);
-    xfree(state);
-    xfree(model);
-    if (looks_like) return;
+    if (stat(d, &sb) != 0) return seq_err(e, "cannot inspect checkpoint directory '%s': %s", d, strerror(errno));
+    if (!S_ISDIR(sb.st_mode))
+        return seq_err(e, "checkpoint path '%s' exists and is not a directory: choose another --save path", d);
+    if (sb.st_uid != geteuid())
+        return seq_err(e, "refusing to replace '%s': it belongs to another user (uid %u): choose a checkpoint directory "
+                       "of your own", d, (unsigned)sb.st_uid);
+    if (is_seqpar_checkpoint(d)) return 0;
     DIR *dd = opendir(d);
-    if (!dd) die("cannot read checkpoint directory '%s': %s", d, strerror(errno));
+    if (!dd) return seq_err(e, "cannot read checkpoint directory '%s': %s", d, strerror(errno));
     int empty = 1;
-    struct dirent *e;
-    while ((e = readdir(dd)) != NULL)
-        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) { empty = 0; break; }
+    struct dirent *de;
+    while ((de = readdir(dd)) != NULL)
+        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0) { empty = 0; break; }
     closedir(dd);
     if (!empty)
-        die("refusing to replace '%s': it exists, is not empty and is not a seqpar checkpoint (no " F_STATE
-            " or " F_MODEL "): choose a new checkpoint directory", d);
+        return seq_err(e, "refusing to replace '%s': it exists, is not empty and is not a seqpar checkpoint (no "
+                       "seqpar " F_STATE "): choose a new checkpoint directory", d);
+    return 0;
+}
+
+int checkpoint_check_target(const char *dir, SeqErr *e) {
+    char *d = normalize_dir(dir, e), *parent = NULL, *base = NULL;
+    if (!d) return -1;
+    int rc = split_dir(d, &parent, &base, e);
+    struct stat sb;
+    if (rc == 0 && (stat(parent, &sb) != 0 || !S_ISDIR(sb.st_mode)))
+        rc = seq_err(e, "cannot save checkpoint '%s': parent directory '%s' %s: create it first", d, parent,
+                     path_exists(parent) ? "is not a directory" : "does not exist");
+    if (rc == 0 && path_exists(d)) rc = check_replaceable(d, e);
+    if (rc == 0) { /* the only honest writability test: create (and remove) a sibling */
+        char *probe = str_printf("%s.tmp.XXXXXX", d);
+        if (!mkdtemp(probe))
+            rc = seq_err(e, "cannot save checkpoint '%s': creating a directory in '%s' failed: %s (choose a writable "
+                         "--save path)", d, parent, strerror(errno));
+        else
+            rmdir(probe);
+        xfree(probe);
+    }
+    xfree(d);
+    xfree(parent);
+    xfree(base);
+    return rc;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -241,6 +281,29 @@ static json_t *state_to_json(const TrainerState *st, const ParamTable *t, const 
     return root;
 }
 
+/* CRC-32 of the state's canonical text: compact, keys sorted, without "state_crc32" itself. */
+static int state_crc(json_t *root, uint32_t *crc) {
+    json_t *copy = json_deep_copy(root);
+    if (!copy) return -1;
+    json_object_del(copy, "state_crc32");
+    char *text = json_dumps(copy, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(copy);
+    if (!text) return -1;
+    *crc = crc32_bytes(0, text, strlen(text));
+    free(text);
+    return 0;
+}
+
+static json_t *crc_entry(const char *path) {
+    uint32_t crc;
+    uint64_t size;
+    SeqErr e;
+    if (file_crc32(path, &crc, &size, &e) != 0) die("cannot checksum the checkpoint file just written: %s", e.msg);
+    char hex[11];
+    snprintf(hex, sizeof hex, "0x%08" PRIx32, crc);
+    return json_pack("{s:I, s:s}", "bytes", (json_int_t)size, "crc32", hex);
+}
+
 static void write_json_atomic(const char *path, json_t *root) {
     char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     if (!text) die("cannot serialize '%s' (out of memory?)", path);
@@ -248,14 +311,21 @@ static void write_json_atomic(const char *path, json_t *root) {
     free(text);
 }
 
+/* The temporary directory the current save is filling; die() removes it (see die_set_cleanup). */
+static char g_filling[4096];
+
+static void remove_filling(void) {
+    if (g_filling[0]) remove_tree(g_filling);
+    g_filling[0] = '\0';
+}
+
 void checkpoint_save(const char *dir, const LlamaConfig *cfg, const ParamTable *t, const float *params,
                      const AdamW *opt, const TrainerState *st) {
-    char *d = normalize_dir(dir), *parent, *base;
-    split_dir(d, &parent, &base);
-    if (!path_exists(parent))
-        die("cannot save checkpoint '%s': parent directory '%s' does not exist: create it first", d, parent);
+    SeqErr e;
+    if (checkpoint_check_target(dir, &e) != 0) die("%s", e.msg);
+    char *d = normalize_dir(dir, &e), *parent, *base;
+    if (!d || split_dir(d, &parent, &base, &e) != 0) die("%s", e.msg);
     int exists = path_exists(d);
-    if (exists) check_replaceable(d);
     if (opt && (opt->end > t->total || opt->begin > opt->end))
         die("cannot save checkpoint '%s': optimizer range [%zu, %zu) lies outside the %zu parameters", d, opt->begin,
             opt->end, t->total);
@@ -264,15 +334,22 @@ void checkpoint_save(const char *dir, const LlamaConfig *cfg, const ParamTable *
     if (!mkdtemp(tmp))
         die("cannot save checkpoint '%s': creating a temporary directory beside it failed: %s (check that '%s' is "
             "writable)", d, strerror(errno), parent);
+    size_t tmp_len = strlen(tmp);
+    if (tmp_len >= sizeof g_filling) die("cannot save checkpoint '%s': the path is too long", d);
+    memcpy(g_filling, tmp, tmp_len + 1);
+    die_set_cleanup(remove_filling); /* a failed write (full disk) removes what this save created */
     mode_t mask = umask(0);
     umask(mask);
     (void)chmod(tmp, 0777 & ~mask); /* mkdtemp makes 0700; not fatal if this fails */
 
+    json_t *files = json_object();
     char *p = str_printf("%s/" F_CONFIG, tmp);
     config_json_save(p, cfg);
+    json_object_set_new(files, F_CONFIG, crc_entry(p));
     xfree(p);
     p = str_printf("%s/" F_MODEL, tmp);
     params_save_safetensors(p, t, params);
+    json_object_set_new(files, F_MODEL, crc_entry(p));
     xfree(p);
     if (opt) {
         size_t n = opt->end - opt->begin;
@@ -282,14 +359,24 @@ void checkpoint_save(const char *dir, const LlamaConfig *cfg, const ParamTable *
         };
         p = str_printf("%s/" F_OPTIM, tmp);
         st_write_f32(p, w, 2, "pt");
+        json_object_set_new(files, F_OPTIM, crc_entry(p));
         xfree(p);
     }
     json_t *root = state_to_json(st, t, opt);
+    json_object_set_new(root, "files", files);
+    uint32_t crc;
+    if (state_crc(root, &crc) != 0) die("cannot checksum the trainer state of '%s' (out of memory?)", d);
+    char hex[11];
+    snprintf(hex, sizeof hex, "0x%08" PRIx32, crc);
+    json_object_set_new(root, "state_crc32", json_string(hex));
     p = str_printf("%s/" F_STATE, tmp);
     write_json_atomic(p, root);
     xfree(p);
     json_decref(root);
     fsync_dir(tmp);
+    /* The temporary is complete: from here on the messages say where each copy is. */
+    die_set_cleanup(NULL);
+    g_filling[0] = '\0';
 
     /* Swap the complete temporary directory into place. */
     char *old = NULL;
@@ -316,8 +403,9 @@ void checkpoint_save(const char *dir, const LlamaConfig *cfg, const ParamTable *
             d, strerror(errno), tmp);
     }
     fsync_dir(parent);
+    /* Only the copy this save moved aside is removed: DIR.tmp.* / DIR.old.* siblings that this
+     * run did not create (an earlier crash's, or someone else's) are left alone. */
     if (old) remove_tree(old);
-    remove_stale_siblings(parent, base);
 
     xfree(old);
     xfree(tmp);
@@ -330,7 +418,8 @@ void checkpoint_save(const char *dir, const LlamaConfig *cfg, const ParamTable *
  * Loading */
 
 int checkpoint_exists(const char *dir) {
-    char *d = normalize_dir(dir);
+    char *d = normalize_dir(dir, NULL);
+    if (!d) return 0;
     char *p = str_printf("%s/" F_STATE, d);
     int r = path_exists(p);
     xfree(p);
@@ -338,60 +427,63 @@ int checkpoint_exists(const char *dir) {
     return r;
 }
 
-/* Dies unless d is a directory, pointing at an interrupted save's leftover if there is one. */
-static void require_dir(const char *d) {
+/* 0 if d is a directory; else a message pointing at an interrupted save's leftover if any. */
+static int require_dir(const char *d, SeqErr *e) {
     struct stat sb;
     if (stat(d, &sb) == 0) {
-        if (!S_ISDIR(sb.st_mode)) die("checkpoint '%s' is not a directory: pass a checkpoint directory", d);
-        return;
+        if (!S_ISDIR(sb.st_mode)) return seq_err(e, "checkpoint '%s' is not a directory: pass a checkpoint directory", d);
+        return 0;
     }
     char *parent, *base;
-    split_dir(d, &parent, &base);
+    if (split_dir(d, &parent, &base, e) != 0) return -1;
     char *old = find_old_sibling(parent, base);
+    int rc;
     if (old)
-        die("checkpoint directory '%s' does not exist, but '%s' does (a save was interrupted): rename it to '%s' "
-            "to resume from it", d, old, d);
-    die("checkpoint directory '%s' does not exist: check the path", d);
+        rc = seq_err(e, "checkpoint directory '%s' does not exist, but '%s' does (a save was interrupted): rename it "
+                     "to '%s' to resume from it", d, old, d);
+    else
+        rc = seq_err(e, "checkpoint directory '%s' does not exist: check the path", d);
+    xfree(old);
+    xfree(parent);
+    xfree(base);
+    return rc;
 }
 
-static char *require_file(const char *d, const char *name) {
+static char *require_file(const char *d, const char *name, SeqErr *e) {
     char *p = str_printf("%s/%s", d, name);
-    if (!path_exists(p))
-        die("checkpoint '%s' is incomplete: %s is missing (resume from a complete checkpoint written by seqpar)", d,
-            name);
+    if (!path_exists(p)) {
+        seq_err(e, "checkpoint '%s' is incomplete: %s is missing (resume from a complete checkpoint written by seqpar)",
+                d, name);
+        xfree(p);
+        return NULL;
+    }
     return p;
 }
 
-void checkpoint_load_config(const char *dir, LlamaConfig *cfg) {
-    char *d = normalize_dir(dir);
-    require_dir(d);
-    char *p = require_file(d, F_CONFIG);
-    config_json_load(p, cfg);
-    xfree(p);
-    xfree(d);
+static int bad_field(const char *path, const char *key, const char *what, SeqErr *e) {
+    return seq_err(e, "%s: field \"%s\" is missing or not %s (the file is damaged: resume from another checkpoint)",
+                   path, key, what);
 }
 
-static void bad_field(const char *path, const char *key, const char *what) __attribute__((noreturn));
-static void bad_field(const char *path, const char *key, const char *what) {
-    die("%s: field \"%s\" is missing or not %s (the file is damaged: resume from another checkpoint)", path, key, what);
-}
-
-static json_int_t get_int(const char *path, json_t *obj, const char *key, json_int_t min) {
+static int get_int(const char *path, json_t *obj, const char *key, json_int_t min, json_int_t *out, SeqErr *e) {
     json_t *v = json_object_get(obj, key);
-    if (!json_is_integer(v)) bad_field(path, key, "an integer");
+    if (!json_is_integer(v)) return bad_field(path, key, "an integer", e);
     json_int_t x = json_integer_value(v);
-    if (x < min) bad_field(path, key, "a non-negative integer");
-    return x;
+    if (x < min) return bad_field(path, key, "a non-negative integer", e);
+    *out = x;
+    return 0;
 }
 
-static uint64_t parse_hex(const char *path, const char *key, json_t *v) {
+static int parse_hex(const char *path, const char *key, json_t *v, int max_digits, uint64_t *out, SeqErr *e) {
     const char *s = json_string_value(v);
-    if (!s || strncmp(s, "0x", 2) != 0 || strlen(s) < 3 || strlen(s) > 18) bad_field(path, key, "a \"0x...\" hex string");
-    char *end = NULL;
-    errno = 0;
-    unsigned long long x = strtoull(s + 2, &end, 16);
-    if (errno || *end != '\0' || s[2] == '-' || s[2] == '+' || s[2] == ' ') bad_field(path, key, "a \"0x...\" hex string");
-    return (uint64_t)x;
+    size_t n = s ? strlen(s) : 0;
+    if (!s || strncmp(s, "0x", 2) != 0 || n < 3 || n > (size_t)max_digits + 2)
+        return bad_field(path, key, "a \"0x...\" hex string", e);
+    for (size_t i = 2; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f') || (s[i] >= 'A' && s[i] <= 'F')))
+            return bad_field(path, key, "a \"0x...\" hex string", e);
+    *out = (uint64_t)strtoull(s + 2, NULL, 16);
+    return 0;
 }
 
 typedef struct {
@@ -399,71 +491,175 @@ typedef struct {
     long opt_step;
     size_t opt_begin, opt_end;
     size_t param_total;
+    int checksummed;  /* format_version >= 2: "files" holds size and CRC-32 of each file */
+    uint64_t bytes[3]; /* config, model, optimizer */
+    uint32_t crc[3];
+    int has_file[3];
 } StateExtra;
 
-static void read_state(const char *path, TrainerState *st, StateExtra *ex) {
-    json_error_t err;
-    json_t *root = json_load_file(path, 0, &err);
-    if (!root)
-        die("%s is not valid JSON (line %d: %s): the file is damaged, resume from another checkpoint", path, err.line,
-            err.text);
-    if (!json_is_object(root)) die("%s is not a JSON object: the file is damaged, resume from another checkpoint", path);
+static const char *const CHECKED_FILES[3] = { F_CONFIG, F_MODEL, F_OPTIM };
+
+static int parse_state(const char *path, json_t *root, TrainerState *st, StateExtra *ex, SeqErr *e) {
+    if (!json_is_object(root))
+        return seq_err(e, "%s is not a JSON object: the file is damaged, resume from another checkpoint", path);
     const char *fmt = json_string_value(json_object_get(root, "format"));
     if (!fmt || strcmp(fmt, STATE_FORMAT) != 0)
-        die("%s is not a seqpar trainer state (\"format\" is not \"" STATE_FORMAT "\"): pass a checkpoint written by "
-            "seqpar", path);
-    json_int_t ver = get_int(path, root, "format_version", 0);
-    if (ver != CKPT_FORMAT_VERSION)
-        die("%s has format_version %lld but this seqpar reads version %d: resume with the seqpar version that wrote "
-            "it", path, (long long)ver, CKPT_FORMAT_VERSION);
+        return seq_err(e, "%s is not a seqpar trainer state (\"format\" is not \"" STATE_FORMAT "\"): pass a "
+                       "checkpoint written by seqpar", path);
+    json_int_t ver = 0, x = 0;
+    if (get_int(path, root, "format_version", 0, &ver, e) != 0) return -1;
+    if (ver != CKPT_FORMAT_VERSION && ver != 1)
+        return seq_err(e, "%s has format_version %lld but this seqpar reads versions 1 and %d: resume with the seqpar "
+                       "version that wrote it", path, (long long)ver, CKPT_FORMAT_VERSION);
+    ex->checksummed = ver >= 2;
+    if (ex->checksummed) {
+        uint64_t want;
+        uint32_t got;
+        if (parse_hex(path, "state_crc32", json_object_get(root, "state_crc32"), 8, &want, e) != 0) return -1;
+        if (state_crc(root, &got) != 0) return seq_err(e, "%s: cannot checksum the trainer state (out of memory?)", path);
+        if (CHECKSUMS_ENFORCED && got != (uint32_t)want)
+            return seq_err(e, "%s is damaged: its contents have CRC-32 0x%08" PRIx32 " but it records 0x%08" PRIx32
+                           " (a bit flip or an edit): resume from another checkpoint", path, got, (uint32_t)want);
+        json_t *files = json_object_get(root, "files");
+        if (!json_is_object(files)) return bad_field(path, "files", "an object", e);
+        for (int i = 0; i < 3; i++) {
+            json_t *f = json_object_get(files, CHECKED_FILES[i]);
+            if (!f) continue;
+            uint64_t crc;
+            if (!json_is_object(f) || get_int(path, f, "bytes", 0, &x, e) != 0 ||
+                parse_hex(path, "files.crc32", json_object_get(f, "crc32"), 8, &crc, e) != 0)
+                return bad_field(path, "files", "an object of {bytes, crc32}", e);
+            ex->has_file[i] = 1;
+            ex->bytes[i] = (uint64_t)x;
+            ex->crc[i] = (uint32_t)crc;
+        }
+        if (!ex->has_file[0] || !ex->has_file[1])
+            return bad_field(path, "files", "an object listing " F_CONFIG " and " F_MODEL, e);
+    }
 
     trainer_state_init(st);
-    st->step = (long)get_int(path, root, "step", 0);
-    ex->param_total = (size_t)get_int(path, root, "param_total", 0);
-    st->seed = parse_hex(path, "seed", json_object_get(root, "seed"));
-    st->data_cursor = parse_hex(path, "data_cursor", json_object_get(root, "data_cursor"));
+    if (get_int(path, root, "step", 0, &x, e) != 0) return -1;
+    st->step = (long)x;
+    if (get_int(path, root, "param_total", 0, &x, e) != 0) return -1;
+    ex->param_total = (size_t)x;
+    if (parse_hex(path, "seed", json_object_get(root, "seed"), 16, &st->seed, e) != 0 ||
+        parse_hex(path, "data_cursor", json_object_get(root, "data_cursor"), 16, &st->data_cursor, e) != 0)
+        return -1;
     json_t *rng = json_object_get(root, "data_rng");
-    if (!json_is_array(rng) || json_array_size(rng) != 4) bad_field(path, "data_rng", "an array of 4 hex strings");
-    for (int i = 0; i < 4; i++) st->data_rng.s[i] = parse_hex(path, "data_rng", json_array_get(rng, (size_t)i));
-    json_int_t sl = get_int(path, root, "seq_len", 0);
-    if (sl > 0x7fffffff) bad_field(path, "seq_len", "an int");
-    st->seq_len = (int)sl;
+    if (!json_is_array(rng) || json_array_size(rng) != 4) return bad_field(path, "data_rng", "an array of 4 hex strings", e);
+    for (int i = 0; i < 4; i++)
+        if (parse_hex(path, "data_rng", json_array_get(rng, (size_t)i), 16, &st->data_rng.s[i], e) != 0) return -1;
+    if (get_int(path, root, "seq_len", 0, &x, e) != 0) return -1;
+    if (x > 0x7fffffff) return bad_field(path, "seq_len", "an int", e);
+    st->seq_len = (int)x;
 
     json_t *o = json_object_get(root, "optimizer");
     if (json_is_null(o)) {
         ex->has_opt = 0;
     } else if (json_is_object(o)) {
         const char *type = json_string_value(json_object_get(o, "type"));
-        if (!type || strcmp(type, "adamw") != 0) bad_field(path, "optimizer.type", "\"adamw\"");
+        if (!type || strcmp(type, "adamw") != 0) return bad_field(path, "optimizer.type", "\"adamw\"", e);
         ex->has_opt = 1;
-        ex->opt_step = (long)get_int(path, o, "step", 0);
-        ex->opt_begin = (size_t)get_int(path, o, "begin", 0);
-        ex->opt_end = (size_t)get_int(path, o, "end", 0);
+        if (get_int(path, o, "step", 0, &x, e) != 0) return -1;
+        ex->opt_step = (long)x;
+        if (get_int(path, o, "begin", 0, &x, e) != 0) return -1;
+        ex->opt_begin = (size_t)x;
+        if (get_int(path, o, "end", 0, &x, e) != 0) return -1;
+        ex->opt_end = (size_t)x;
         if (ex->opt_begin > ex->opt_end || ex->opt_end > ex->param_total)
-            bad_field(path, "optimizer.begin/end", "a range inside param_total");
+            return bad_field(path, "optimizer.begin/end", "a range inside param_total", e);
+        if (ex->checksummed && !ex->has_file[2])
+            return bad_field(path, "files", "an object listing " F_OPTIM, e);
     } else {
-        bad_field(path, "optimizer", "an object or null");
+        return bad_field(path, "optimizer", "an object or null", e);
     }
 
     json_t *set = json_object_get(root, "settings");
-    if (!json_is_object(set)) bad_field(path, "settings", "an object");
+    if (!json_is_object(set)) return bad_field(path, "settings", "an object", e);
     const char *key;
     json_t *val;
     json_object_foreach(set, key, val) {
-        if (!json_is_string(val)) bad_field(path, "settings", "an object of strings");
-        if (strlen(key) >= sizeof st->settings[0].key || strlen(json_string_value(val)) >= sizeof st->settings[0].value ||
-            st->n_settings >= CKPT_MAX_SETTINGS)
-            bad_field(path, "settings", "a small object of short strings");
+        if (!json_is_string(val)) return bad_field(path, "settings", "an object of strings", e);
+        if (strlen(key) == 0 || strlen(key) >= sizeof st->settings[0].key ||
+            strlen(json_string_value(val)) >= sizeof st->settings[0].value || st->n_settings >= CKPT_MAX_SETTINGS)
+            return bad_field(path, "settings", "a small object of short strings", e);
         trainer_state_set(st, key, "%s", json_string_value(val));
     }
-    json_decref(root);
+    return 0;
 }
 
-static void check_config(const char *path, const LlamaConfig *got, const LlamaConfig *want) {
+static int parse_state_text(const char *text, size_t len, const char *path, TrainerState *st, StateExtra *ex,
+                            SeqErr *e) {
+    memset(ex, 0, sizeof *ex);
+    json_error_t err;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+    if (!root)
+        return seq_err(e, "%s is not valid JSON (line %d: %s): the file is damaged, resume from another checkpoint",
+                       path, err.line, err.text);
+    int rc = parse_state(path, root, st, ex, e);
+    json_decref(root);
+    return rc;
+}
+
+int trainer_state_parse(const char *text, size_t len, const char *path, TrainerState *st, SeqErr *e) {
+    StateExtra ex;
+    return parse_state_text(text, len, path, st, &ex, e);
+}
+
+static int read_state(const char *path, TrainerState *st, StateExtra *ex, SeqErr *e) {
+    unsigned char *text;
+    size_t len;
+    if (read_regular_file(path, "trainer state", STATE_MAX_BYTES, &text, &len, e) != 0) return -1;
+    int rc = parse_state_text((const char *)text, len, path, st, ex, e);
+    xfree(text);
+    return rc;
+}
+
+/* Checks file i of the checkpoint against the size and CRC-32 the state recorded at save. */
+static int verify_file(const char *path, const StateExtra *ex, int i, SeqErr *e) {
+    if (!ex->checksummed || !ex->has_file[i]) return 0;
+    uint32_t crc;
+    uint64_t size;
+    if (file_crc32(path, &crc, &size, e) != 0) return -1;
+    if (!CHECKSUMS_ENFORCED) return 0;
+    if (size != ex->bytes[i])
+        return seq_err(e, "checkpoint file '%s' is damaged: it has %llu bytes but " F_STATE " recorded %llu at save "
+                       "(truncated or replaced): resume from another checkpoint", path, (unsigned long long)size,
+                       (unsigned long long)ex->bytes[i]);
+    if (crc != ex->crc[i])
+        return seq_err(e, "checkpoint file '%s' is damaged: its CRC-32 is 0x%08" PRIx32 " but " F_STATE " recorded "
+                       "0x%08" PRIx32 " at save (a bit flip on disk or in transfer): resume from another checkpoint",
+                       path, crc, ex->crc[i]);
+    return 0;
+}
+
+int checkpoint_read_config(const char *dir, LlamaConfig *cfg, SeqErr *e) {
+    char *d = normalize_dir(dir, e), *state_path = NULL, *cfg_path = NULL;
+    if (!d) return -1;
+    StateExtra ex;
+    TrainerState st;
+    int rc = require_dir(d, e);
+    if (rc == 0 && !(state_path = require_file(d, F_STATE, e))) rc = -1;
+    if (rc == 0 && !(cfg_path = require_file(d, F_CONFIG, e))) rc = -1;
+    if (rc == 0) rc = read_state(state_path, &st, &ex, e);
+    if (rc == 0) rc = verify_file(cfg_path, &ex, 0, e);
+    if (rc == 0) rc = config_json_read(cfg_path, cfg, e);
+    xfree(cfg_path);
+    xfree(state_path);
+    xfree(d);
+    return rc;
+}
+
+void checkpoint_load_config(const char *dir, LlamaConfig *cfg) {
+    SeqErr e;
+    if (checkpoint_read_config(dir, cfg, &e) != 0) die("%s", e.msg);
+}
+
+static int check_config(const char *path, const LlamaConfig *got, const LlamaConfig *want, SeqErr *e) {
 #define CHECK_FIELD(f) \
     if (got->f != want->f) \
-        die("%s has " #f " %d but the model was built with %d: build the model from the checkpoint's config", path, \
-            got->f, want->f)
+        return seq_err(e, "%s has " #f " %d but the model was built with %d: build the model from the checkpoint's " \
+                       "config", path, got->f, want->f)
     CHECK_FIELD(hidden_size);
     CHECK_FIELD(intermediate_size);
     CHECK_FIELD(num_attention_heads);
@@ -473,68 +669,80 @@ static void check_config(const char *path, const LlamaConfig *got, const LlamaCo
     CHECK_FIELD(head_dim);
     CHECK_FIELD(tie_word_embeddings);
 #undef CHECK_FIELD
+    return 0;
 }
 
 /* Checks that `name` in the optimizer file is 1-D with n elements, then reads it. */
-static void read_moment(const StFile *f, const char *path, const char *name, size_t n, float *dst) {
+static int read_moment(const StFile *f, const char *path, const char *name, size_t n, float *dst, SeqErr *e) {
     const StTensor *ts = st_find(f, name);
-    if (!ts) die("%s has no tensor %s: the file is damaged, resume from another checkpoint", path, name);
+    if (!ts) return seq_err(e, "%s has no tensor %s: the file is damaged, resume from another checkpoint", path, name);
     size_t have = 1;
     for (int i = 0; i < ts->ndim; i++) have *= (size_t)ts->shape[i];
     if (ts->ndim != 1 || have != n)
-        die("%s: %s has %zu elements but this model's optimizer range has %zu: the checkpoint belongs to a different "
-            "model or rank layout", path, name, have, n);
+        return seq_err(e, "%s: %s has %zu elements but this model's optimizer range has %zu: the checkpoint belongs to "
+                       "a different model or rank layout", path, name, have, n);
     int64_t shape[1] = { (int64_t)n };
-    st_read_f32(f, name, 1, shape, dst);
+    if (st_load_tensor(f, name, 1, shape, dst, e) != 0) return -1;
+    return st_check_finite(dst, n, name, path, e);
 }
 
-void checkpoint_load(const char *dir, const LlamaConfig *expect, const ParamTable *t, float *params, AdamW *opt,
-                     TrainerState *st) {
-    char *d = normalize_dir(dir);
-    require_dir(d);
-    char *cfg_path = require_file(d, F_CONFIG);
-    char *model_path = require_file(d, F_MODEL);
-    char *state_path = require_file(d, F_STATE);
-
+int checkpoint_read(const char *dir, const LlamaConfig *expect, const ParamTable *t, float *params, AdamW *opt,
+                    TrainerState *st, SeqErr *e) {
+    char *d = normalize_dir(dir, e);
+    if (!d) return -1;
+    char *cfg_path = NULL, *model_path = NULL, *state_path = NULL, *optim_path = NULL;
     StateExtra ex;
     memset(&ex, 0, sizeof ex);
     TrainerState loaded;
-    read_state(state_path, &loaded, &ex);
-
     LlamaConfig cfg;
-    config_json_load(cfg_path, &cfg);
-    if (expect) check_config(cfg_path, &cfg, expect);
-    if (ex.param_total != t->total)
-        die("%s records %zu parameters but the model has %zu: build the model from the checkpoint's config.json",
-            state_path, ex.param_total, t->total);
-
-    char *optim_path = NULL;
-    if (opt) {
+    int rc = require_dir(d, e);
+    if (rc == 0 && (!(cfg_path = require_file(d, F_CONFIG, e)) || !(model_path = require_file(d, F_MODEL, e)) ||
+                    !(state_path = require_file(d, F_STATE, e))))
+        rc = -1;
+    if (rc == 0) rc = read_state(state_path, &loaded, &ex, e);
+    if (rc == 0) rc = verify_file(cfg_path, &ex, 0, e);
+    if (rc == 0) rc = config_json_read(cfg_path, &cfg, e);
+    if (rc == 0 && expect) rc = check_config(cfg_path, &cfg, expect, e);
+    if (rc == 0 && ex.param_total != t->total)
+        rc = seq_err(e, "%s records %zu parameters but the model has %zu: build the model from the checkpoint's "
+                     "config.json", state_path, ex.param_total, t->total);
+    if (rc == 0 && opt) {
         if (!ex.has_opt)
-            die("checkpoint '%s' has no optimizer state (saved without one): load only the weights, or resume from "
-                "a checkpoint with " F_OPTIM, d);
-        if (ex.opt_begin != opt->begin || ex.opt_end != opt->end)
-            die("%s: the optimizer state covers [%zu, %zu) of the parameters but this run's optimizer covers "
-                "[%zu, %zu): resume with the same number of ranks as the saved run", state_path, ex.opt_begin,
-                ex.opt_end, opt->begin, opt->end);
-        optim_path = require_file(d, F_OPTIM);
+            rc = seq_err(e, "checkpoint '%s' has no optimizer state (saved without one): load only the weights, or "
+                         "resume from a checkpoint with " F_OPTIM, d);
+        else if (ex.opt_begin != opt->begin || ex.opt_end != opt->end)
+            rc = seq_err(e, "%s: the optimizer state covers [%zu, %zu) of the parameters but this run's optimizer "
+                         "covers [%zu, %zu): resume with the same number of ranks as the saved run", state_path, ex.opt_begin,
+                         ex.opt_end, opt->begin, opt->end);
+        else if (!(optim_path = require_file(d, F_OPTIM, e)))
+            rc = -1;
     }
-
-    params_load_safetensors(model_path, t, params, cfg.tie_word_embeddings);
-    if (opt) {
+    if (rc == 0) rc = verify_file(model_path, &ex, 1, e);
+    if (rc == 0 && optim_path) rc = verify_file(optim_path, &ex, 2, e);
+    if (rc == 0) rc = params_read_safetensors(model_path, t, params, cfg.tie_word_embeddings, e);
+    if (rc == 0 && opt) {
         StFile f;
-        st_open(optim_path, &f);
-        size_t n = opt->end - opt->begin;
-        read_moment(&f, optim_path, "adamw.m", n, opt->m);
-        read_moment(&f, optim_path, "adamw.v", n, opt->v);
-        st_close(&f);
-        opt->step = ex.opt_step;
+        rc = st_load(optim_path, &f, e);
+        if (rc == 0) {
+            size_t n = opt->end - opt->begin;
+            rc = read_moment(&f, optim_path, "adamw.m", n, opt->m, e);
+            if (rc == 0) rc = read_moment(&f, optim_path, "adamw.v", n, opt->v, e);
+            st_close(&f);
+        }
+        if (rc == 0) opt->step = ex.opt_step;
     }
-    *st = loaded;
+    if (rc == 0) *st = loaded;
 
     xfree(optim_path);
     xfree(state_path);
     xfree(model_path);
     xfree(cfg_path);
     xfree(d);
+    return rc;
+}
+
+void checkpoint_load(const char *dir, const LlamaConfig *expect, const ParamTable *t, float *params, AdamW *opt,
+                     TrainerState *st) {
+    SeqErr e;
+    if (checkpoint_read(dir, expect, t, params, opt, st, &e) != 0) die("%s", e.msg);
 }

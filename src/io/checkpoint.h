@@ -8,20 +8,33 @@
  *   optimizer.safetensors  F32 tensors "adamw.m" and "adamw.v" of shape [end - begin]; the range
  *                          [begin, end) of the flat buffer they cover is in trainer_state.json
  *                          (absent when the checkpoint was saved without an optimizer)
- *   trainer_state.json     format "seqpar-trainer-state", format_version 1, step, optimizer
+ *   trainer_state.json     format "seqpar-trainer-state", format_version 2, step, optimizer
  *                          {type, step, begin, end}, param_total, seed, data_cursor, data_rng
  *                          (64-bit values as "0x..." hex strings, exact), seq_len, settings
- *                          {key: string}
+ *                          {key: string}, files {name: {bytes, crc32}} for the three other files,
+ *                          state_crc32
+ *
+ * Verification: at save, the size and CRC-32 (zlib) of config.json, model.safetensors and
+ * optimizer.safetensors are recorded in trainer_state.json, and "state_crc32" is the CRC-32 of
+ * trainer_state.json's own canonical text (compact JSON, keys sorted, without state_crc32). At
+ * load, every one is checked before the file is used: a bit flip is a one-line error naming the
+ * damaged file. Version-1 checkpoints (no checksums) still load.
  *
  * Saving is atomic as a whole: the files go to a sibling DIR.tmp.XXXXXX (each fsynced), which is
  * fsynced and then swapped with DIR (renameat2 RENAME_EXCHANGE where the file system supports it,
  * else DIR -> DIR.old.XXXXXX and DIR.tmp.XXXXXX -> DIR); the parent is fsynced and the old copy
  * removed. A crash at any point leaves a complete old or new checkpoint (in the two-rename
  * fallback, a crash between the renames leaves it as DIR.old.XXXXXX; loading DIR then says so).
- * Only one process (rank 0) may save a given DIR. */
+ * A save that fails while writing (a full disk) removes its DIR.tmp.XXXXXX before it ends the
+ * program; DIR.tmp.* / DIR.old.* siblings that the running save did not create are never
+ * removed. Only one process (rank 0) may save a given DIR.
+ *
+ * Loading reports every problem to the caller as one line (checkpoint_read, ...); the
+ * checkpoint_load* forms die with that line instead. */
 #ifndef SEQPAR_CHECKPOINT_H
 #define SEQPAR_CHECKPOINT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "core/common.h"
@@ -29,7 +42,7 @@
 #include "model/config.h"
 #include "optim/adamw.h"
 
-#define CKPT_FORMAT_VERSION 1
+#define CKPT_FORMAT_VERSION 2
 #define CKPT_MAX_SETTINGS 32
 
 /* A run setting recorded for resume checks, as text (format floats with "%a" or "%.9g"). */
@@ -55,22 +68,35 @@ void trainer_state_init(TrainerState *st);
 void trainer_state_set(TrainerState *st, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* The value of setting `key`, or NULL. */
 const char *trainer_state_get(const TrainerState *st, const char *key);
-/* Dies with one line naming `dir`, the setting and both values if `saved` (from the checkpoint)
- * and `now` (this run) differ in seq_len (when both are > 0) or in any setting both have. */
+/* Returns -1 with one line naming `dir`, the setting and both values if `saved` (from the
+ * checkpoint) and `now` (this run) differ in seq_len (when both are > 0) or in any setting both
+ * have, else 0. trainer_state_check dies (on every rank) instead. */
+int trainer_state_compare(const TrainerState *saved, const TrainerState *now, const char *dir, SeqErr *e);
 void trainer_state_check(const TrainerState *saved, const TrainerState *now, const char *dir);
 
-/* Writes the checkpoint DIR atomically (see above), replacing an existing one. An existing DIR
- * that is not empty and holds neither trainer_state.json nor model.safetensors is refused (dies),
- * so a mistyped path cannot delete unrelated data. `opt` may be NULL (no optimizer state saved).
- * Stale DIR.tmp.* / DIR.old.* siblings from an earlier crash are removed after a successful swap. */
+/* Parses and validates trainer_state.json text (`path` names it in messages) into *st, checking
+ * its own CRC-32 when it has one. Returns 0 or -1 with a message. */
+int trainer_state_parse(const char *text, size_t len, const char *path, TrainerState *st, SeqErr *e);
+
+/* 0 if DIR can take a checkpoint, else -1 with one line saying why and what to do: its parent
+ * must be an existing directory in which this process can create entries (tested by creating
+ * and removing a DIR.tmp.XXXXXX), and an existing DIR must be a directory owned by this user that
+ * is empty or holds a seqpar checkpoint. The CLI calls it before step 1; checkpoint_save again. */
+int checkpoint_check_target(const char *dir, SeqErr *e);
+
+/* Writes the checkpoint DIR atomically (see above), replacing an existing one. A DIR that
+ * checkpoint_check_target refuses is refused (dies), so a mistyped path cannot delete unrelated
+ * data. `opt` may be NULL (no optimizer state saved). */
 void checkpoint_save(const char *dir, const LlamaConfig *cfg, const ParamTable *t, const float *params,
                      const AdamW *opt, const TrainerState *st);
 
 /* 1 if DIR holds a checkpoint (DIR/trainer_state.json exists), else 0. */
 int checkpoint_exists(const char *dir);
 
-/* Reads DIR/config.json into *cfg (to build the model before checkpoint_load). Dies with one line
- * if DIR or the file is missing or invalid. */
+/* Reads DIR/config.json into *cfg (to build the model before checkpoint_load), after checking
+ * trainer_state.json and config.json's checksum. Returns -1 with one line if DIR or a file is
+ * missing, damaged or invalid; checkpoint_load_config dies with it instead. */
+int checkpoint_read_config(const char *dir, LlamaConfig *cfg, SeqErr *e);
 void checkpoint_load_config(const char *dir, LlamaConfig *cfg);
 
 /* Loads the checkpoint into an already built model: params (every tensor of t), the optimizer
@@ -78,7 +104,11 @@ void checkpoint_load_config(const char *dir, LlamaConfig *cfg);
  * same range as when saved) and *st. If `expect` is not NULL, the architecture fields of
  * DIR/config.json must equal it. Validates before reading tensors: missing files, bad or
  * wrong-version trainer_state.json, a parameter count or optimizer range that differs from t/opt;
- * each dies with one line naming the file and the fix. Everything round-trips bit-exactly. */
+ * each dies with one line naming the file and the fix, as does a file whose size or CRC-32 differs
+ * from the one recorded at save, or a NaN / Inf in the weights or moments. Everything
+ * round-trips bit-exactly. checkpoint_read returns 0, or -1 with that line in *e. */
+int checkpoint_read(const char *dir, const LlamaConfig *expect, const ParamTable *t, float *params, AdamW *opt,
+                    TrainerState *st, SeqErr *e);
 void checkpoint_load(const char *dir, const LlamaConfig *expect, const ParamTable *t, float *params, AdamW *opt,
                      TrainerState *st);
 

@@ -3,7 +3,8 @@
  * integer), applies the Hugging Face defaults for optional fields, rejects settings that would
  * change the model's arithmetic in ways seqpar does not implement (rope_scaling or a non-default
  * rope_parameters type, biases, an activation other than SiLU), ignores everything else, and
- * validates the result. Both transformers 4 (top-level rope_theta) and transformers 5
+ * validates the result; every problem is returned to the caller as one line (config_json_read)
+ * or ends the program (config_json_load). Both transformers 4 (top-level rope_theta) and transformers 5
  * (rope_parameters.rope_theta) layouts are read. Saving writes a config that transformers'
  * LlamaForCausalLM.from_pretrained accepts, in both layouts at once. */
 #include "io/config_json.h"
@@ -16,6 +17,10 @@
 
 #include "core/common.h"
 #include "io/atomic_file.h"
+#include "io/read_file.h"
+
+/* A config.json is a few kB; anything far larger is the wrong file. */
+#define CONFIG_MAX_BYTES (16 * 1024 * 1024)
 
 static const char *json_type_name(const json_t *v) {
     switch (json_typeof(v)) {
@@ -37,111 +42,136 @@ static json_t *field(json_t *root, const char *name) {
     return (v && !json_is_null(v)) ? v : NULL;
 }
 
-/* Reads an integer field; when absent (or null) a required one dies and an optional one gives
- * `fallback`. */
-static int int_field(json_t *root, const char *name, int required, int fallback, const char *path) {
+/* Reads an integer field into *out; when absent (or null) a required one is an error and an
+ * optional one gives `fallback`. */
+static int int_field(json_t *root, const char *name, int required, int fallback, const char *path, int *out,
+                     SeqErr *e) {
     json_t *v = field(root, name);
     if (!v) {
         if (required)
-            die_collective("config '%s' has no \"%s\": add it as a JSON integer (every Llama config.json "
-                           "sets it)", path, name);
-        return fallback;
+            return seq_err(e, "config '%s' has no \"%s\": add it as a JSON integer (every Llama config.json sets it)",
+                           path, name);
+        *out = fallback;
+        return 0;
     }
     if (!json_is_integer(v))
-        die_collective("config '%s': \"%s\" must be a JSON integer, found %s (write it without quotes or "
-                       "a decimal point)", path, name, json_type_name(v));
+        return seq_err(e, "config '%s': \"%s\" must be a JSON integer, found %s (write it without quotes or a "
+                       "decimal point)", path, name, json_type_name(v));
     json_int_t x = json_integer_value(v);
-    if (x < INT_MIN || x > INT_MAX)
-        die_collective("config '%s': \"%s\" = %lld is out of range", path, name, (long long)x);
-    return (int)x;
+    if (x < INT_MIN || x > INT_MAX) return seq_err(e, "config '%s': \"%s\" = %lld is out of range", path, name, (long long)x);
+    *out = (int)x;
+    return 0;
 }
 
-static double number_field(json_t *root, const char *name, double fallback, const char *path) {
+static int number_field(json_t *root, const char *name, double fallback, const char *path, double *out, SeqErr *e) {
     json_t *v = field(root, name);
-    if (!v) return fallback;
+    if (!v) { *out = fallback; return 0; }
     if (!json_is_number(v))
-        die_collective("config '%s': \"%s\" must be a JSON number, found %s", path, name, json_type_name(v));
-    return json_number_value(v);
+        return seq_err(e, "config '%s': \"%s\" must be a JSON number, found %s", path, name, json_type_name(v));
+    *out = json_number_value(v);
+    return 0;
 }
 
-static int bool_field(json_t *root, const char *name, int fallback, const char *path) {
+static int bool_field(json_t *root, const char *name, int fallback, const char *path, int *out, SeqErr *e) {
     json_t *v = field(root, name);
-    if (!v) return fallback;
+    if (!v) { *out = fallback; return 0; }
     if (!json_is_boolean(v))
-        die_collective("config '%s': \"%s\" must be true or false, found %s", path, name, json_type_name(v));
-    return json_is_true(v) ? 1 : 0;
+        return seq_err(e, "config '%s': \"%s\" must be true or false, found %s", path, name, json_type_name(v));
+    *out = json_is_true(v) ? 1 : 0;
+    return 0;
 }
 
-/* Dies for settings that are valid Hugging Face Llama configs but change the computation in
- * ways seqpar does not implement; silently ignoring them would train a different model. */
-static void reject_rope_variant(json_t *rope, const char *name, const char *path) {
+/* Settings that are valid Hugging Face Llama configs but change the computation in ways seqpar
+ * does not implement are errors; silently ignoring them would train a different model. */
+static int reject_rope_variant(json_t *rope, const char *name, const char *path, SeqErr *e) {
     json_t *type = json_is_object(rope) ? json_object_get(rope, "rope_type") : NULL;
     if (!type && json_is_object(rope)) type = json_object_get(rope, "type");
     int plain = json_is_object(rope) && (type ? json_is_string(type) && strcmp(json_string_value(type), "default") == 0
                                               : strcmp(name, "rope_parameters") == 0);
     if (!plain)
-        die_collective("config '%s' sets \"%s\" (%s), which seqpar does not implement: remove it (or give it "
+        return seq_err(e, "config '%s' sets \"%s\" (%.60s), which seqpar does not implement: remove it (or give it "
                        "rope_type \"default\") to train with plain RoPE", path, name,
                        type && json_is_string(type) ? json_string_value(type) : "non-default");
+    return 0;
 }
 
-static void reject_unsupported(json_t *root, const char *path) {
+static int reject_unsupported(json_t *root, const char *path, SeqErr *e) {
     json_t *scaling = field(root, "rope_scaling");
-    if (scaling) reject_rope_variant(scaling, "rope_scaling", path);
+    if (scaling && reject_rope_variant(scaling, "rope_scaling", path, e) != 0) return -1;
     json_t *parameters = field(root, "rope_parameters"); /* transformers >= 5 */
-    if (parameters) reject_rope_variant(parameters, "rope_parameters", path);
+    if (parameters && reject_rope_variant(parameters, "rope_parameters", path, e) != 0) return -1;
     const char *bias_fields[] = {"attention_bias", "mlp_bias"};
-    for (size_t i = 0; i < ARRAY_LEN(bias_fields); i++)
-        if (bool_field(root, bias_fields[i], 0, path))
-            die_collective("config '%s' sets \"%s\": true, but seqpar's Llama has no biases: set it to false",
-                           path, bias_fields[i]);
+    for (size_t i = 0; i < ARRAY_LEN(bias_fields); i++) {
+        int on = 0;
+        if (bool_field(root, bias_fields[i], 0, path, &on, e) != 0) return -1;
+        if (on)
+            return seq_err(e, "config '%s' sets \"%s\": true, but seqpar's Llama has no biases: set it to false", path,
+                           bias_fields[i]);
+    }
     json_t *act = field(root, "hidden_act");
     if (act && !(json_is_string(act) && strcmp(json_string_value(act), "silu") == 0))
-        die_collective("config '%s': \"hidden_act\" must be \"silu\" (the Llama SwiGLU MLP), found %s%s%s", path,
+        return seq_err(e, "config '%s': \"hidden_act\" must be \"silu\" (the Llama SwiGLU MLP), found %s%.60s%s", path,
                        json_is_string(act) ? "\"" : "", json_is_string(act) ? json_string_value(act) : json_type_name(act),
                        json_is_string(act) ? "\"" : "");
+    return 0;
 }
 
-void config_json_load(const char *path, LlamaConfig *c) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        die("cannot read model config '%s': %s (pass the path of a Hugging Face config.json)", path,
-            strerror(errno));
-    json_error_t err;
-    json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &err);
-    fclose(f);
-    if (!root)
-        die_collective("config '%s' is not valid JSON: %s at line %d, column %d", path, err.text, err.line,
-                       err.column);
+static int config_from_json(json_t *root, const char *path, LlamaConfig *c, SeqErr *e) {
     if (!json_is_object(root))
-        die_collective("config '%s' must hold a JSON object {...}, found %s", path, json_type_name(root));
-
+        return seq_err(e, "config '%s' must hold a JSON object {...}, found %s", path, json_type_name(root));
     memset(c, 0, sizeof *c);
-    c->hidden_size = int_field(root, "hidden_size", 1, 0, path);
-    c->intermediate_size = int_field(root, "intermediate_size", 1, 0, path);
-    c->num_attention_heads = int_field(root, "num_attention_heads", 1, 0, path);
-    c->num_hidden_layers = int_field(root, "num_hidden_layers", 1, 0, path);
-    c->vocab_size = int_field(root, "vocab_size", 1, 0, path);
-    c->num_key_value_heads = int_field(root, "num_key_value_heads", 0, c->num_attention_heads, path);
-    c->max_position_embeddings = int_field(root, "max_position_embeddings", 0, 2048, path);
-    /* 0 marks head_dim as implicit for llama_config_validate; filled in after validation. */
-    c->head_dim = int_field(root, "head_dim", 0, 0, path);
+    double eps = 0;
     int head_dim_given = field(root, "head_dim") != NULL;
-    c->rms_norm_eps = (float)number_field(root, "rms_norm_eps", 1e-6, path);
-    c->rope_theta = number_field(root, "rope_theta", 10000.0, path);
+    if (int_field(root, "hidden_size", 1, 0, path, &c->hidden_size, e) ||
+        int_field(root, "intermediate_size", 1, 0, path, &c->intermediate_size, e) ||
+        int_field(root, "num_attention_heads", 1, 0, path, &c->num_attention_heads, e) ||
+        int_field(root, "num_hidden_layers", 1, 0, path, &c->num_hidden_layers, e) ||
+        int_field(root, "vocab_size", 1, 0, path, &c->vocab_size, e) ||
+        int_field(root, "num_key_value_heads", 0, c->num_attention_heads, path, &c->num_key_value_heads, e) ||
+        int_field(root, "max_position_embeddings", 0, 2048, path, &c->max_position_embeddings, e) ||
+        /* 0 marks head_dim as implicit for llama_config_check; filled in after validation. */
+        int_field(root, "head_dim", 0, 0, path, &c->head_dim, e) ||
+        number_field(root, "rms_norm_eps", 1e-6, path, &eps, e) ||
+        number_field(root, "rope_theta", 10000.0, path, &c->rope_theta, e))
+        return -1;
+    c->rms_norm_eps = (float)eps;
     /* transformers >= 5 writes rope_theta inside "rope_parameters"; there it is authoritative. */
     json_t *rope_parameters = field(root, "rope_parameters");
-    if (json_is_object(rope_parameters))
-        c->rope_theta = number_field(rope_parameters, "rope_theta", c->rope_theta, path);
-    c->tie_word_embeddings = bool_field(root, "tie_word_embeddings", 0, path);
-    reject_unsupported(root, path);
-    json_decref(root);
+    if (json_is_object(rope_parameters) &&
+        number_field(rope_parameters, "rope_theta", c->rope_theta, path, &c->rope_theta, e) != 0)
+        return -1;
+    if (bool_field(root, "tie_word_embeddings", 0, path, &c->tie_word_embeddings, e) != 0) return -1;
+    if (reject_unsupported(root, path, e) != 0) return -1;
 
     if (!head_dim_given && c->num_attention_heads > 0 && c->hidden_size % c->num_attention_heads == 0)
         c->head_dim = c->hidden_size / c->num_attention_heads;
-    char where[4200];
-    snprintf(where, sizeof where, "config '%s'", path);
-    llama_config_validate(c, where);
+    char where[1200];
+    snprintf(where, sizeof where, "config '%.1000s'", path);
+    return llama_config_check(c, where, e);
+}
+
+int config_json_parse(const char *text, size_t len, const char *path, LlamaConfig *c, SeqErr *e) {
+    json_error_t err;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+    if (!root)
+        return seq_err(e, "config '%s' is not valid JSON: %s at line %d, column %d", path, err.text, err.line, err.column);
+    int rc = config_from_json(root, path, c, e);
+    json_decref(root);
+    return rc;
+}
+
+int config_json_read(const char *path, LlamaConfig *c, SeqErr *e) {
+    unsigned char *text;
+    size_t len;
+    if (read_regular_file(path, "model config", CONFIG_MAX_BYTES, &text, &len, e) != 0) return -1;
+    int rc = config_json_parse((const char *)text, len, path, c, e);
+    xfree(text);
+    return rc;
+}
+
+void config_json_load(const char *path, LlamaConfig *c) {
+    SeqErr e;
+    if (config_json_read(path, c, &e) != 0) die_collective("%s", e.msg);
 }
 
 /* The shortest decimal that reads back as the same float, as a double (so that 1e-6f is written

@@ -2,13 +2,21 @@
 #ifndef SEQPAR_CONFIG_JSON_H
 #define SEQPAR_CONFIG_JSON_H
 
+#include <stddef.h>
+
+#include "core/common.h"
 #include "model/config.h"
 
 /* Loads config.json at `path` into *c and validates it (llama_config_validate). Missing optional
  * fields take the Hugging Face defaults (num_key_value_heads = num_attention_heads,
  * rms_norm_eps = 1e-6, rope_theta = 10000, tie_word_embeddings = false, head_dim = hidden/heads,
  * max_position_embeddings = 2048). Missing required fields, wrong JSON types or unparsable JSON
- * die with a one-line error naming the file, the field and the fix. */
+ * die with a one-line error naming the file, the field and the fix.
+ * config_json_read returns 0, or -1 with that message in *e (a FIFO or other non-regular file is
+ * refused without blocking); config_json_parse does the same for JSON text already in memory
+ * (`path` only names it in messages); config_json_load dies with the message on every rank. */
+int config_json_read(const char *path, LlamaConfig *c, SeqErr *e);
+int config_json_parse(const char *text, size_t len, const char *path, LlamaConfig *c, SeqErr *e);
 void config_json_load(const char *path, LlamaConfig *c);
 
 /* Writes an HF-loadable config.json (architectures LlamaForCausalLM, model_type llama,

@@ -27,32 +27,41 @@ void params_save_safetensors(const char *path, const ParamTable *t, const float 
     xfree(w);
 }
 
-void params_load_safetensors(const char *path, const ParamTable *t, float *params, int tie_word_embeddings) {
+int params_read_safetensors(const char *path, const ParamTable *t, float *params, int tie_word_embeddings, SeqErr *e) {
     StFile f;
-    st_open(path, &f);
-    int lm_head_idx = -1, embed_idx = -1;
-    for (int i = 0; i < t->n; i++) {
+    if (st_load(path, &f, e) != 0) return -1;
+    int lm_head_idx = -1, embed_idx = -1, rc = 0;
+    for (int i = 0; i < t->n && rc == 0; i++) {
         const ParamTensor *p = &t->t[i];
         if (strcmp(p->name, EMBED) == 0) embed_idx = i;
         if (tie_word_embeddings && strcmp(p->name, LM_HEAD) == 0) { lm_head_idx = i; continue; }
         if (!st_find(&f, p->name)) {
             if (strcmp(p->name, LM_HEAD) == 0)
-                die("tensor %s missing from %s: the weights have tied embeddings; set \"tie_word_embeddings\": true "
-                    "in config.json", p->name, path);
-            die("tensor %s missing from %s: the weights do not match the model configuration (check config.json "
-                "against the safetensors file)", p->name, path);
+                rc = seq_err(e, "tensor %s missing from %s: the weights have tied embeddings; set "
+                             "\"tie_word_embeddings\": true in config.json", p->name, path);
+            else
+                rc = seq_err(e, "tensor %s missing from %s: the weights do not match the model configuration (check "
+                             "config.json against the safetensors file)", p->name, path);
+        } else if (p->offset + p->numel > t->total) {
+            rc = seq_err(e, "tensor %s lies outside the parameter buffer (%zu + %zu > %zu): the parameter table is "
+                         "inconsistent", p->name, p->offset, p->numel, t->total);
+        } else {
+            rc = st_load_tensor(&f, p->name, p->ndim, p->shape, params + p->offset, e);
+            if (rc == 0) rc = st_check_finite(params + p->offset, p->numel, p->name, path, e);
         }
-        if (p->offset + p->numel > t->total)
-            die("tensor %s lies outside the parameter buffer (%zu + %zu > %zu): the parameter table is inconsistent",
-                p->name, p->offset, p->numel, t->total);
-        st_read_f32(&f, p->name, p->ndim, p->shape, params + p->offset);
     }
     st_close(&f);
-    if (lm_head_idx >= 0) {
+    if (rc == 0 && lm_head_idx >= 0) {
         const ParamTensor *h = &t->t[lm_head_idx];
         if (embed_idx < 0 || t->t[embed_idx].numel != h->numel)
-            die("the parameter table has %s but tie_word_embeddings is set and %s is missing or differs in size: "
-                "the parameter table is inconsistent", LM_HEAD, EMBED);
+            return seq_err(e, "the parameter table has %s but tie_word_embeddings is set and %s is missing or differs "
+                           "in size: the parameter table is inconsistent", LM_HEAD, EMBED);
         memcpy(params + h->offset, params + t->t[embed_idx].offset, h->numel * sizeof(float));
     }
+    return rc;
+}
+
+void params_load_safetensors(const char *path, const ParamTable *t, float *params, int tie_word_embeddings) {
+    SeqErr e;
+    if (params_read_safetensors(path, t, params, tie_word_embeddings, &e) != 0) die("%s", e.msg);
 }

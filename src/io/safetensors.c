@@ -1,19 +1,24 @@
 /* Safetensors reading and writing. A file is: 8-byte little-endian header length N, N bytes of
  * JSON {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, "__metadata__":
  * {..}}, then the data section that the offsets index. Reading validates the whole header up
- * front (so a bad file fails at open, naming the file and the problem) and converts F32, BF16
- * and F16 to float; writing produces F32 tensors laid out contiguously in the given order with
+ * front (so a bad file fails at open, naming the file and the problem: offsets outside the data,
+ * overlapping tensors, bytes that belong to no tensor) and converts F32, BF16 and F16 to float
+ * (st_check_finite then refuses NaN and Inf where the caller wants that); loading reports errors to the caller (st_load, st_load_tensor) or, in the
+ * dying wrappers st_open / st_read_f32, ends the program; writing produces F32 tensors laid out contiguously in the given order with
  * the header padded by spaces to a multiple of 8 bytes, as the Python library does. */
 #include "io/safetensors.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "core/common.h"
 #include "io/atomic_file.h"
+#include "io/read_file.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors.c assumes a little-endian host (safetensors data is little-endian)"
@@ -40,19 +45,6 @@ static char *string_copy(const char *s) {
     return copy;
 }
 
-static void read_exactly(FILE *fp, void *buf, size_t len, const char *path, const char *what) {
-    unsigned char *p = buf;
-    while (len > 0) {
-        size_t chunk = len < ((size_t)1 << 30) ? len : ((size_t)1 << 30);
-        size_t got = fread(p, 1, chunk, fp);
-        if (got != chunk)
-            die("reading the %s of '%s' failed: %s", what, path,
-                ferror(fp) ? strerror(errno) : "unexpected end of file (the file is truncated)");
-        p += got;
-        len -= got;
-    }
-}
-
 /* Formats a shape as "[a, b, c]" into buf. */
 static const char *shape_text(int ndim, const int64_t *shape, char *buf, size_t cap) {
     size_t used = (size_t)snprintf(buf, cap, "[");
@@ -62,38 +54,38 @@ static const char *shape_text(int ndim, const int64_t *shape, char *buf, size_t 
     return buf;
 }
 
-/* Parses one tensor entry of the header into *t; dies naming the file and tensor on any fault. */
-static void parse_tensor(const char *path, const char *name, json_t *entry, size_t data_len, StTensor *t) {
+/* Parses one tensor entry of the header into *t; reports a fault naming the file and tensor. */
+static int parse_tensor(const char *path, const char *name, json_t *entry, size_t data_len, StTensor *t, SeqErr *e) {
     if (!json_is_object(entry))
-        die("safetensors file '%s': the header entry for tensor '%s' is not an object (the file is corrupt)",
-            path, name);
+        return seq_err(e, "safetensors file '%s': the header entry for tensor '%s' is not an object (the file is "
+                       "corrupt)", path, name);
     json_t *dtype = json_object_get(entry, "dtype");
     json_t *shape = json_object_get(entry, "shape");
     json_t *offsets = json_object_get(entry, "data_offsets");
     if (!json_is_string(dtype) || !json_is_array(shape) || !json_is_array(offsets))
-        die("safetensors file '%s': tensor '%s' lacks a string \"dtype\", an array \"shape\" or an array "
-            "\"data_offsets\" (the file is corrupt)", path, name);
+        return seq_err(e, "safetensors file '%s': tensor '%s' lacks a string \"dtype\", an array \"shape\" or an "
+                       "array \"data_offsets\" (the file is corrupt)", path, name);
 
     const char *dt = json_string_value(dtype);
     if (strcmp(dt, "F32") == 0) t->dtype = ST_F32;
     else if (strcmp(dt, "BF16") == 0) t->dtype = ST_BF16;
     else if (strcmp(dt, "F16") == 0) t->dtype = ST_F16;
     else
-        die("safetensors file '%s': tensor '%s' has dtype %s, which seqpar cannot read: convert the "
-            "checkpoint to F32, BF16 or F16", path, name, dt);
+        return seq_err(e, "safetensors file '%s': tensor '%s' has dtype %.40s, which seqpar cannot read: convert the "
+                       "checkpoint to F32, BF16 or F16", path, name, dt);
 
     size_t ndim = json_array_size(shape);
     if (ndim > ARRAY_LEN(t->shape))
-        die("safetensors file '%s': tensor '%s' has %zu dimensions; at most %zu are supported", path, name, ndim,
-            ARRAY_LEN(t->shape));
+        return seq_err(e, "safetensors file '%s': tensor '%s' has %zu dimensions; at most %zu are supported", path,
+                       name, ndim, ARRAY_LEN(t->shape));
     t->ndim = (int)ndim;
     uint64_t numel = 1;
     int overflow = 0;
     for (size_t i = 0; i < ndim; i++) {
         json_t *d = json_array_get(shape, i);
         if (!json_is_integer(d) || json_integer_value(d) < 0)
-            die("safetensors file '%s': tensor '%s' has a shape entry that is not a non-negative integer", path,
-                name);
+            return seq_err(e, "safetensors file '%s': tensor '%s' has a shape entry that is not a non-negative "
+                           "integer", path, name);
         t->shape[i] = (int64_t)json_integer_value(d);
         uint64_t dim = (uint64_t)t->shape[i];
         if (dim != 0 && numel > UINT64_MAX / dim) overflow = 1;
@@ -102,83 +94,137 @@ static void parse_tensor(const char *path, const char *name, json_t *entry, size
 
     if (json_array_size(offsets) != 2 || !json_is_integer(json_array_get(offsets, 0)) ||
         !json_is_integer(json_array_get(offsets, 1)))
-        die("safetensors file '%s': tensor '%s' needs \"data_offsets\" of two integers", path, name);
+        return seq_err(e, "safetensors file '%s': tensor '%s' needs \"data_offsets\" of two integers", path, name);
     json_int_t begin = json_integer_value(json_array_get(offsets, 0));
     json_int_t end = json_integer_value(json_array_get(offsets, 1));
     if (begin < 0 || end < begin || (uint64_t)end > data_len)
-        die("safetensors file '%s' is truncated or corrupt: tensor '%s' has data_offsets [%lld, %lld] but the "
-            "data section holds %zu bytes", path, name, (long long)begin, (long long)end, data_len);
+        return seq_err(e, "safetensors file '%s' is truncated or corrupt: tensor '%s' has data_offsets [%lld, %lld] "
+                       "but the data section holds %zu bytes", path, name, (long long)begin, (long long)end, data_len);
     t->begin = (size_t)begin;
     t->end = (size_t)end;
     uint64_t want = numel * dtype_size(t->dtype);
     if (overflow || numel > UINT64_MAX / dtype_size(t->dtype) || want != (uint64_t)(end - begin)) {
         char buf[256];
-        die("safetensors file '%s': tensor '%s' (%s, shape %s) spans %lld bytes but its shape needs %" PRIu64
-            " (the file is corrupt)", path, name, dtype_name(t->dtype), shape_text(t->ndim, t->shape, buf, sizeof buf),
-            (long long)(end - begin), want);
+        return seq_err(e, "safetensors file '%s': tensor '%s' (%s, shape %s) spans %lld bytes but its shape needs "
+                       "%" PRIu64 " (the file is corrupt)", path, name, dtype_name(t->dtype),
+                       shape_text(t->ndim, t->shape, buf, sizeof buf), (long long)(end - begin), want);
     }
     t->name = string_copy(name);
+    return 0;
 }
 
-void st_open(const char *path, StFile *f) {
+static int by_begin(const void *a, const void *b) {
+    const StTensor *x = *(const StTensor *const *)a, *y = *(const StTensor *const *)b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    return x->end < y->end ? -1 : x->end > y->end;
+}
+
+/* The tensors must tile the data section exactly, as the safetensors format requires: no two
+ * overlap, no bytes between them, none after the last. */
+static int check_tiling(const char *path, const StFile *f, SeqErr *e) {
+    int n = f->n_tensors;
+    const StTensor **order = xmalloc(sizeof *order * (size_t)(n ? n : 1));
+    for (int i = 0; i < n; i++) order[i] = &f->tensors[i];
+    qsort(order, (size_t)n, sizeof *order, by_begin);
+    size_t at = 0;
+    const StTensor *prev = NULL;
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        const StTensor *t = order[i];
+        if (t->begin < at)
+            rc = seq_err(e, "safetensors file '%s' is corrupt: tensors '%s' [%zu, %zu) and '%s' [%zu, %zu) overlap in "
+                         "the data section", path, prev->name, prev->begin, prev->end, t->name, t->begin, t->end);
+        else if (t->begin > at)
+            rc = seq_err(e, "safetensors file '%s' is corrupt: bytes [%zu, %zu) of the data section belong to no "
+                         "tensor (before '%s')", path, at, t->begin, t->name);
+        if (t->end > at) { at = t->end; prev = t; }
+    }
+    if (rc == 0 && at != f->data_len)
+        rc = seq_err(e, "safetensors file '%s' is corrupt: %zu trailing bytes follow the last tensor's data "
+                     "(the data section holds %zu bytes, the tensors %zu)", path, f->data_len - at, f->data_len, at);
+    xfree(order);
+    return rc;
+}
+
+int st_load(const char *path, StFile *f, SeqErr *e) {
     memset(f, 0, sizeof *f);
-    FILE *fp = fopen(path, "rb");
-    if (!fp) die("cannot open safetensors file '%s': %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fileno(fp), &sb) != 0) die("cannot stat safetensors file '%s': %s", path, strerror(errno));
-    if (!S_ISREG(sb.st_mode)) die("safetensors path '%s' is not a regular file", path);
-    size_t file_size = (size_t)sb.st_size;
-    if (file_size < 8)
-        die("'%s' is not a safetensors file: it has %zu bytes, fewer than the 8-byte header length that "
-            "starts every safetensors file", path, file_size);
-
-    unsigned char len_bytes[8];
-    read_exactly(fp, len_bytes, 8, path, "header length");
+    unsigned char *raw;
+    size_t file_size;
+    if (read_regular_file(path, "safetensors file", UINT64_MAX, &raw, &file_size, e) != 0) return -1;
+    if (file_size < 8) {
+        xfree(raw);
+        return seq_err(e, "'%s' is not a safetensors file: it has %zu bytes, fewer than the 8-byte header length "
+                       "that starts every safetensors file", path, file_size);
+    }
     uint64_t header_len = 0;
-    for (int i = 7; i >= 0; i--) header_len = (header_len << 8) | len_bytes[i];
-    if (header_len > file_size - 8)
-        die("safetensors file '%s' is truncated or not a safetensors file: its header length is %" PRIu64
-            " bytes but only %zu bytes follow the length field", path, header_len, file_size - 8);
-    if (header_len > ST_MAX_HEADER_BYTES)
-        die("safetensors file '%s': header length %" PRIu64 " exceeds the 100 MB limit (the file is corrupt)", path,
-            header_len);
-    if (header_len < 2)
-        die("safetensors file '%s': header length is %" PRIu64 " bytes, too short for a JSON object (the file is "
-            "corrupt)", path, header_len);
+    for (int i = 7; i >= 0; i--) header_len = (header_len << 8) | raw[i];
+    const char *problem = NULL;
+    char pbuf[512];
+    if (header_len > file_size - 8) {
+        snprintf(pbuf, sizeof pbuf, "safetensors file '%.300s' is truncated or not a safetensors file: its header "
+                 "length is %" PRIu64 " bytes but only %zu bytes follow the length field", path, header_len,
+                 file_size - 8);
+        problem = pbuf;
+    } else if (header_len > ST_MAX_HEADER_BYTES) {
+        snprintf(pbuf, sizeof pbuf, "safetensors file '%.300s': header length %" PRIu64 " exceeds the 100 MB limit "
+                 "(the file is corrupt)", path, header_len);
+        problem = pbuf;
+    } else if (header_len < 2) {
+        snprintf(pbuf, sizeof pbuf, "safetensors file '%.300s': header length is %" PRIu64 " bytes, too short for a "
+                 "JSON object (the file is corrupt)", path, header_len);
+        problem = pbuf;
+    }
+    if (problem) {
+        xfree(raw);
+        return seq_err(e, "%s", problem);
+    }
 
-    char *header = xmalloc((size_t)header_len + 1);
-    read_exactly(fp, header, (size_t)header_len, path, "header");
-    header[header_len] = '\0';
     json_error_t jerr;
-    json_t *root = json_loadb(header, (size_t)header_len, JSON_REJECT_DUPLICATES, &jerr);
-    xfree(header);
-    if (!root)
-        die("safetensors file '%s' has a corrupt header: %s at line %d, column %d of the header JSON", path,
-            jerr.text, jerr.line, jerr.column);
-    if (!json_is_object(root)) die("safetensors file '%s': the header is not a JSON object (the file is corrupt)", path);
+    json_t *root = json_loadb((const char *)raw + 8, (size_t)header_len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root || !json_is_object(root)) {
+        if (root) json_decref(root);
+        xfree(raw);
+        if (!root)
+            return seq_err(e, "safetensors file '%s' has a corrupt header: %s at line %d, column %d of the header "
+                           "JSON", path, jerr.text, jerr.line, jerr.column);
+        return seq_err(e, "safetensors file '%s': the header is not a JSON object (the file is corrupt)", path);
+    }
 
     f->path = string_copy(path);
+    f->raw = raw;
+    f->data = raw + 8 + header_len;
     f->data_len = file_size - 8 - (size_t)header_len;
     size_t n_entries = json_object_size(root);
     f->tensors = xcalloc(n_entries ? n_entries : 1, sizeof(StTensor));
     const char *key;
     json_t *value;
+    int rc = 0;
     json_object_foreach(root, key, value) {
-        if (strcmp(key, "__metadata__") == 0) continue;
-        parse_tensor(path, key, value, f->data_len, &f->tensors[f->n_tensors]);
+        if (strcmp(key, "__metadata__") == 0) {
+            if (!json_is_object(value)) {
+                rc = seq_err(e, "safetensors file '%s': \"__metadata__\" is not an object (the file is corrupt)", path);
+                break;
+            }
+            continue;
+        }
+        if (parse_tensor(path, key, value, f->data_len, &f->tensors[f->n_tensors], e) != 0) { rc = -1; break; }
         f->n_tensors++;
     }
     json_decref(root);
+    if (rc == 0) rc = check_tiling(path, f, e);
+    if (rc != 0) st_close(f);
+    return rc;
+}
 
-    f->data = xmalloc(f->data_len ? f->data_len : 1);
-    read_exactly(fp, f->data, f->data_len, path, "data section");
-    fclose(fp);
+void st_open(const char *path, StFile *f) {
+    SeqErr e;
+    if (st_load(path, f, &e) != 0) die("%s", e.msg);
 }
 
 void st_close(StFile *f) {
     for (int i = 0; i < f->n_tensors; i++) xfree(f->tensors[i].name);
     xfree(f->tensors);
-    xfree(f->data);
+    xfree(f->raw);
     xfree(f->path);
     memset(f, 0, sizeof *f);
 }
@@ -211,17 +257,18 @@ static float half_to_float(uint16_t h) {
     return out;
 }
 
-void st_read_f32(const StFile *f, const char *name, int ndim, const int64_t *shape, float *dst) {
+int st_load_tensor(const StFile *f, const char *name, int ndim, const int64_t *shape, float *dst, SeqErr *e) {
     const StTensor *t = st_find(f, name);
     if (!t)
-        die("tensor '%s' missing from '%s' (the file holds %d tensors): is this checkpoint from a model "
-            "with the same configuration?", name, f->path, f->n_tensors);
+        return seq_err(e, "tensor '%s' missing from '%s' (the file holds %d tensors): is this checkpoint from a model "
+                       "with the same configuration?", name, f->path, f->n_tensors);
     int same = t->ndim == ndim;
     for (int i = 0; same && i < ndim; i++) same = t->shape[i] == shape[i];
     if (!same) {
         char have[256], want[256];
-        die("tensor '%s' in '%s' has shape %s, expected %s: the checkpoint does not match the model configuration",
-            name, f->path, shape_text(t->ndim, t->shape, have, sizeof have), shape_text(ndim, shape, want, sizeof want));
+        return seq_err(e, "tensor '%s' in '%s' has shape %s, expected %s: the checkpoint does not match the model "
+                       "configuration", name, f->path, shape_text(t->ndim, t->shape, have, sizeof have),
+                       shape_text(ndim, shape, want, sizeof want));
     }
     const unsigned char *src = f->data + t->begin;
     size_t numel = (t->end - t->begin) / dtype_size(t->dtype);
@@ -245,6 +292,20 @@ void st_read_f32(const StFile *f, const char *name, int ndim, const int64_t *sha
         }
         break;
     }
+    return 0;
+}
+
+int st_check_finite(const float *x, size_t n, const char *name, const char *path, SeqErr *e) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return seq_err(e, "tensor '%s' in '%s' holds %s at element %zu: the weights are damaged or diverged; "
+                           "use an earlier checkpoint", name, path, isnan(x[i]) ? "NaN" : "Inf", i);
+    return 0;
+}
+
+void st_read_f32(const StFile *f, const char *name, int ndim, const int64_t *shape, float *dst) {
+    SeqErr e;
+    if (st_load_tensor(f, name, ndim, shape, dst, &e) != 0) die("%s", e.msg);
 }
 
 void st_write_f32(const char *path, const StWriteTensor *tensors, int n, const char *metadata_format) {

@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/common.h"
+
 typedef enum { ST_F32, ST_BF16, ST_F16 } StDtype;
 
 typedef struct {
@@ -21,22 +23,31 @@ typedef struct {
     char *path;
     StTensor *tensors;
     int n_tensors;
-    unsigned char *data; /* the data section, read into memory */
+    unsigned char *raw;  /* the whole file, read into memory */
+    unsigned char *data; /* the data section (inside raw) */
     size_t data_len;
 } StFile;
 
-/* Opens and fully validates a file: header length within the file, JSON parses, every tensor's
- * offsets lie inside the data section and match dtype x shape. Dies with a one-line error
- * naming the file and the problem otherwise. Unsupported dtypes die naming the tensor. */
+/* Reads and fully validates a file: a regular file (a FIFO or device is refused without
+ * blocking), header length within the file, JSON parses, every tensor's offsets lie inside the
+ * data section and match dtype x shape, and the tensors tile the data section exactly (no
+ * overlap, no gap, no trailing bytes). Returns 0, or -1 with a one-line message in *e naming the
+ * file and the problem (an unsupported dtype names the tensor); *f then needs no st_close. */
+int st_load(const char *path, StFile *f, SeqErr *e);
+/* st_load that dies with the message instead of returning it. */
 void st_open(const char *path, StFile *f);
 void st_close(StFile *f);
 
 /* The tensor called `name`, or NULL. */
 const StTensor *st_find(const StFile *f, const char *name);
 
-/* Copies tensor `name` into dst (converted to float). Dies naming the file and tensor if it is
- * missing ("tensor X missing from F") or its shape differs from the expected one
- * ("tensor X in F has shape [a, b], expected [c, d]"). */
+/* Copies tensor `name` into dst (converted to float). Returns -1 with a message naming the file
+ * and tensor if it is missing ("tensor X missing from F"), its shape differs from the expected
+ * one ("tensor X in F has shape [a, b], expected [c, d]"). NaN and Inf are converted as they are. */
+int st_load_tensor(const StFile *f, const char *name, int ndim, const int64_t *shape, float *dst, SeqErr *e);
+/* 0 if every x[i] is finite, else -1 with a message naming the tensor, the file and the element. */
+int st_check_finite(const float *x, size_t n, const char *name, const char *path, SeqErr *e);
+/* st_load_tensor that dies with the message instead of returning it. */
 void st_read_f32(const StFile *f, const char *name, int ndim, const int64_t *shape, float *dst);
 
 typedef struct {

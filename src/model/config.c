@@ -1,60 +1,101 @@
 /* Validation of a Llama configuration: every check that a model built from it would otherwise
  * trip over later with an obscure failure (division by zero, a shape that does not split into
- * heads, grouped-query attention that does not group) is made here, with one clear message. */
+ * heads, grouped-query attention that does not group, sizes whose products overflow) is made
+ * here, with one clear message returned to the caller. */
 #include "model/config.h"
 
 #include <math.h>
 
 #include "core/common.h"
 
-/* Validation is a pure function of the configuration, so every rank reaches the same verdict:
- * die_collective gives the single clean line without MPI_Abort noise. */
-static void require_positive(int value, const char *field, const char *where) {
-    if (value <= 0)
-        die_collective("%s: %s is %d; it must be a positive integer", where, field, value);
-}
+/* Limits far above any real Llama (the largest have ~126 layers, 128 heads, head_dim 256) that
+ * keep every size product seqpar computes inside its integer types. */
+#define MAX_LAYERS (1 << 16)
+#define MAX_HEADS (1 << 16)
+#define MAX_HEAD_DIM (1 << 16)
+#define MAX_PARAMS 0x1p48 /* 2.8e14 parameters: ~1 PB of float32 */
 
-/* The divisor of `n` nearest to `near` (ties go to the smaller), for suggesting a head count. */
+/* The divisor of `n` nearest to `near` (ties go to the smaller), for suggesting a head count.
+ * Walks divisor pairs up to sqrt(n) in 64-bit arithmetic: no overflow, at most 46341 steps. */
 static int nearest_divisor(int n, int near) {
-    for (int delta = 0; delta <= n; delta++) {
-        if (near - delta >= 1 && n % (near - delta) == 0) return near - delta;
-        if (near + delta <= n && n % (near + delta) == 0) return near + delta;
+    if (n <= 0) return 1;
+    long long best = 1, target = near;
+    for (long long i = 1; i * i <= n; i++) {
+        if (n % i != 0) continue;
+        long long pair[2] = { i, n / i };
+        for (int k = 0; k < 2; k++) {
+            long long d = pair[k], dd = d > target ? d - target : target - d;
+            long long bd = best > target ? best - target : target - best;
+            if (dd < bd || (dd == bd && d < best)) best = d;
+        }
     }
-    return 1;
+    return (int)best;
 }
 
-void llama_config_validate(const LlamaConfig *c, const char *where) {
-    require_positive(c->hidden_size, "hidden_size", where);
-    require_positive(c->intermediate_size, "intermediate_size", where);
-    require_positive(c->num_attention_heads, "num_attention_heads", where);
-    require_positive(c->num_key_value_heads, "num_key_value_heads", where);
-    require_positive(c->num_hidden_layers, "num_hidden_layers", where);
-    require_positive(c->vocab_size, "vocab_size", where);
-    require_positive(c->max_position_embeddings, "max_position_embeddings", where);
+static int require_positive(int value, const char *field, const char *where, SeqErr *e) {
+    if (value <= 0) return seq_err(e, "%s: %s is %d; it must be a positive integer", where, field, value);
+    return 0;
+}
+
+static int require_at_most(int value, int limit, const char *field, const char *where, SeqErr *e) {
+    if (value > limit)
+        return seq_err(e, "%s: %s is %d, more than the %d seqpar supports (no real Llama comes near): check the value",
+                       where, field, value, limit);
+    return 0;
+}
+
+int llama_config_check(const LlamaConfig *c, const char *where, SeqErr *e) {
+    if (require_positive(c->hidden_size, "hidden_size", where, e) ||
+        require_positive(c->intermediate_size, "intermediate_size", where, e) ||
+        require_positive(c->num_attention_heads, "num_attention_heads", where, e) ||
+        require_positive(c->num_key_value_heads, "num_key_value_heads", where, e) ||
+        require_positive(c->num_hidden_layers, "num_hidden_layers", where, e) ||
+        require_positive(c->vocab_size, "vocab_size", where, e) ||
+        require_positive(c->max_position_embeddings, "max_position_embeddings", where, e) ||
+        require_at_most(c->num_hidden_layers, MAX_LAYERS, "num_hidden_layers", where, e) ||
+        require_at_most(c->num_attention_heads, MAX_HEADS, "num_attention_heads", where, e) ||
+        require_at_most(c->num_key_value_heads, MAX_HEADS, "num_key_value_heads", where, e) ||
+        require_at_most(c->head_dim, MAX_HEAD_DIM, "head_dim", where, e))
+        return -1;
 
     /* head_dim is implicit when it is unset (0) or equals the truncated quotient that
      * hidden_size / num_attention_heads produces: then the heads must divide the hidden size. */
     int heads = c->num_attention_heads;
     if (c->hidden_size % heads != 0 && (c->head_dim <= 0 || c->head_dim == c->hidden_size / heads))
-        die_collective("%s: num_attention_heads (%d) does not divide hidden_size (%d): choose a head "
-                       "count that divides the hidden size (the nearest is %d), or set head_dim explicitly",
+        return seq_err(e, "%s: num_attention_heads (%d) does not divide hidden_size (%d): choose a head count that "
+                       "divides the hidden size (the nearest is %d), or set head_dim explicitly",
                        where, heads, c->hidden_size, nearest_divisor(c->hidden_size, heads));
     if (c->head_dim <= 0)
-        die_collective("%s: head_dim is %d; it must be positive (leave it out to use hidden_size / "
+        return seq_err(e, "%s: head_dim is %d; it must be positive (leave it out to use hidden_size / "
                        "num_attention_heads = %d)", where, c->head_dim, c->hidden_size / heads);
     if (c->head_dim % 2 != 0)
-        die_collective("%s: head_dim is %d; rotary position embeddings need an even head_dim", where,
-                       c->head_dim);
+        return seq_err(e, "%s: head_dim is %d; rotary position embeddings need an even head_dim", where, c->head_dim);
     if (heads % c->num_key_value_heads != 0)
-        die_collective("%s: num_key_value_heads (%d) does not divide num_attention_heads (%d): grouped-query "
-                       "attention needs every KV head to serve the same number of query heads; use a "
-                       "divisor of %d", where, c->num_key_value_heads, heads, heads);
+        return seq_err(e, "%s: num_key_value_heads (%d) does not divide num_attention_heads (%d): grouped-query "
+                       "attention needs every KV head to serve the same number of query heads; use a divisor of %d",
+                       where, c->num_key_value_heads, heads, heads);
     if (c->tie_word_embeddings != 0 && c->tie_word_embeddings != 1)
-        die_collective("%s: tie_word_embeddings is %d; it must be 0 or 1", where, c->tie_word_embeddings);
+        return seq_err(e, "%s: tie_word_embeddings is %d; it must be 0 or 1", where, c->tie_word_embeddings);
     if (!(c->rms_norm_eps > 0.0f) || !isfinite(c->rms_norm_eps))
-        die_collective("%s: rms_norm_eps is %g; it must be a positive finite number (Llama uses 1e-5 or 1e-6)",
+        return seq_err(e, "%s: rms_norm_eps is %g; it must be a positive finite number (Llama uses 1e-5 or 1e-6)",
                        where, (double)c->rms_norm_eps);
     if (!(c->rope_theta > 0.0) || !isfinite(c->rope_theta))
-        die_collective("%s: rope_theta is %g; it must be a positive finite number (Llama uses 10000 or 500000)",
+        return seq_err(e, "%s: rope_theta is %g; it must be a positive finite number (Llama uses 10000 or 500000)",
                        where, c->rope_theta);
+    /* Every size product in double: exact enough to compare against the limit, cannot overflow. */
+    double D = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
+    double qd = (double)heads * c->head_dim, kvd = (double)c->num_key_value_heads * c->head_dim;
+    double per_layer = 2 * D + D * qd * 2 + D * kvd * 2 + 3 * D * F;
+    double total = per_layer * c->num_hidden_layers + V * D * (c->tie_word_embeddings ? 1 : 2) + D;
+    if (total > MAX_PARAMS)
+        return seq_err(e, "%s: the model would have %.3g parameters, more than the %.3g seqpar can index: check "
+                       "hidden_size, intermediate_size, vocab_size and num_hidden_layers", where, total, MAX_PARAMS);
+    return 0;
+}
+
+void llama_config_validate(const LlamaConfig *c, const char *where) {
+    /* A pure function of the configuration, so every rank reaches the same verdict:
+     * die_collective gives the single clean line without MPI_Abort noise. */
+    SeqErr e;
+    if (llama_config_check(c, where, &e) != 0) die_collective("%s", e.msg);
 }

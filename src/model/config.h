@@ -16,9 +16,14 @@ typedef struct {
     double rope_theta;
 } LlamaConfig;
 
-/* Dies with a one-line message naming the field and the fix if the configuration is unusable
- * (non-positive sizes, heads not dividing hidden size when head_dim is implicit, KV heads not
- * dividing heads, ...). `where` names the source (a path or "size flags") in the message. */
+#include "core/common.h"
+
+/* Returns -1 with a one-line message in *e naming the field and the fix if the configuration is
+ * unusable (non-positive sizes, heads not dividing hidden size when head_dim is implicit, KV
+ * heads not dividing heads, absurd sizes whose products would overflow, ...), else 0. `where`
+ * names the source (a path or "size flags") in the message. */
+int llama_config_check(const LlamaConfig *c, const char *where, SeqErr *e);
+/* llama_config_check that dies with the message (on every rank: it is a pure function). */
 void llama_config_validate(const LlamaConfig *c, const char *where);
 
 #endif

@@ -11,8 +11,8 @@
 
 /* ---------------------------------------------------------------- parameters */
 
-static void add_tensor(ParamTable *t, int cap, const char *name, int64_t rows, int64_t cols, int no_decay) {
-    if (t->n >= cap) die("internal: parameter table overflow");
+static void add_tensor(ParamTable *t, size_t cap, const char *name, int64_t rows, int64_t cols, int no_decay) {
+    if ((size_t)t->n >= cap) die("internal: parameter table overflow");
     ParamTensor *p = &t->t[t->n++];
     snprintf(p->name, sizeof p->name, "%s", name);
     p->ndim = cols ? 2 : 1;
@@ -50,8 +50,8 @@ void llama_build(LlamaModel *m, const LlamaConfig *cfg) {
     const LlamaConfig *c = cfg;
     int64_t D = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
     int64_t qd = (int64_t)c->num_attention_heads * c->head_dim, kvd = (int64_t)c->num_key_value_heads * c->head_dim;
-    int cap = 3 + 9 * c->num_hidden_layers;
-    m->table.t = xcalloc((size_t)cap, sizeof(ParamTensor));
+    size_t cap = 3 + 9 * (size_t)c->num_hidden_layers; /* size_t: no int overflow for any layer count */
+    m->table.t = xcalloc(cap, sizeof(ParamTensor));
     char name[96];
     add_tensor(&m->table, cap, "model.embed_tokens.weight", V, D, 1);
     for (int l = 0; l < c->num_hidden_layers; l++) {

@@ -1,0 +1,23 @@
+/* libFuzzer target for the config.json loader (config_json_parse, with llama_config_check): any
+ * input must give a configuration that passes validation or a one-line error. An accepted
+ * configuration must have the invariants the model relies on. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/common.h"
+#include "io/config_json.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    LlamaConfig c;
+    SeqErr e;
+    if (config_json_parse((const char *)data, size, "fuzz/config.json", &c, &e) != 0) {
+        if (strchr(e.msg, '\n') || !e.msg[0]) abort();
+        return 0;
+    }
+    if (c.hidden_size <= 0 || c.num_attention_heads <= 0 || c.num_key_value_heads <= 0 || c.head_dim <= 0 ||
+        c.head_dim % 2 != 0 || c.num_attention_heads % c.num_key_value_heads != 0 || c.num_hidden_layers <= 0 ||
+        c.vocab_size <= 0)
+        abort(); /* validation let an unusable configuration through */
+    return 0;
+}
