@@ -11,6 +11,13 @@ for p in "${need[@]}"; do
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 echo "install-deps: installing ${missing[*]}" >&2
-SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
+    echo "install-deps: missing Debian packages: ${missing[*]}; this user is not root and has no sudo: ask an" \
+         "administrator to run 'apt-get install ${missing[*]}' (then this script does nothing)" >&2
+    exit 1
+  fi
+fi
 $SUDO apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
