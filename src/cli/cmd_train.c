@@ -2,8 +2,8 @@
  * (default), an llm.c token shard or a text file; each step runs --batch sequences of --seq-len
  * tokens through the model, clips the global gradient norm and takes an AdamW step. Every step
  * prints and appends to a JSONL log: loss, learning rate, gradient norm, tokens/s, MFU, HFU
- * (hardware FLOPs: recomputation counted), peak memory. --save writes an atomic checkpoint that Hugging Face loads; --resume continues a run
- * bit-identically. */
+ * (hardware FLOPs: recomputation counted), peak memory. --save writes an atomic checkpoint that
+ * Hugging Face loads; --resume continues a run bit-identically. */
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
