@@ -95,6 +95,8 @@ int cmd_grad(int argc, char **argv) {
     FaultPlan faults;
     fault_plan_from_env(&faults);
     LlamaActs *acts = llama_acts_create(&model, par.attn, N, checkpoint);
+    grad_sync_attach(&par.sync, &model); /* zero 2/3: per-layer reduce-scatter (and gathers) */
+    grad_sync_microbatch(&par.sync, 1);
     double local = llama_forward_backward(&model, acts, par.attn, inputs, targets, par.positions, N, loss_scale, 1, NULL);
     if (fault_nonfinite_at(&faults, 1) && par.topo.world_rank == 0) model.grads[0] = NAN;
     double loss = seq_parallel_sum(&par, local) / ((double)S * par.topo.dp);
@@ -103,7 +105,7 @@ int cmd_grad(int argc, char **argv) {
     if (!isfinite(loss) || !isfinite(norm_sq))
         die_collective("seqpar grad: the loss (%g) or the gradient norm (%g) is not finite (the weights or the tokens "
                        "of '%s' give NaN or Inf); no gradient file written", loss, sqrt(norm_sq), tokens_path);
-    grad_sync_gather_params(&par.sync, model.grads); /* with --zero 1 every rank holds only its shard */
+    grad_sync_gather_full(&par.sync, model.grads); /* with --zero >= 1 every rank holds only its shard */
     if (par.topo.world_rank == 0) {
         printf("loss: %.9f\n", loss);
         params_save_safetensors(out_path, &model.table, model.grads);

@@ -248,7 +248,7 @@ static void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlag
 }
 
 /* Writes the checkpoint from rank 0: the AdamW moments are gathered from their shards. */
-static void save_checkpoint(const char *dir, const LlamaModel *m, const AdamW *opt, const TrainerState *st,
+static void save_checkpoint(const char *dir, LlamaModel *m, const AdamW *opt, const TrainerState *st,
                             SeqParallel *par) {
     int root = par->topo.world_rank == 0;
     AdamW full = *opt;
@@ -256,6 +256,7 @@ static void save_checkpoint(const char *dir, const LlamaModel *m, const AdamW *o
     full.end = m->table.total;
     full.m = root ? xmalloc(sizeof(float) * m->table.total) : NULL;
     full.v = root ? xmalloc(sizeof(float) * m->table.total) : NULL;
+    grad_sync_gather_full(&par->sync, m->params); /* zero 3: the parameters are sharded */
     grad_sync_gather_to_root(&par->sync, opt->m, full.m);
     grad_sync_gather_to_root(&par->sync, opt->v, full.v);
     if (root) checkpoint_save(dir, &m->cfg, &m->table, m->params, &full, st);
@@ -363,6 +364,7 @@ int cmd_train(int argc, char **argv) {
     }
 
     LlamaActs *acts = llama_acts_create(&model, par.attn, N, o.checkpoint);
+    grad_sync_attach(&par.sync, &model); /* zero 2/3: per-layer reduce-scatter (and gathers) */
     int *g_inputs = xmalloc(sizeof(int) * (size_t)S * o.batch), *g_targets = xmalloc(sizeof(int) * (size_t)S * o.batch);
     int *inputs = xmalloc(sizeof(int) * (size_t)N * per_replica), *targets = xmalloc(sizeof(int) * (size_t)N * per_replica);
 
@@ -412,9 +414,11 @@ int cmd_train(int argc, char **argv) {
         }
         memset(model.grads, 0, sizeof(float) * model.table.total);
         double loss_sum = 0;
-        for (int b = 0; b < per_replica; b++)
+        for (int b = 0; b < per_replica; b++) {
+            grad_sync_microbatch(&par.sync, b == per_replica - 1);
             loss_sum += llama_forward_backward(&model, acts, par.attn, inputs + (size_t)b * N, targets + (size_t)b * N,
                                                par.positions, N, 1.0f / (float)n_targets, 1, NULL);
+        }
         if (fault_nonfinite_at(&faults, st.step + 1) && root) model.grads[0] = NAN;
         double loss = seq_parallel_sum(&par, loss_sum) / (double)n_targets;
         double norm_sq = grad_sync_reduce(&par.sync, model.grads);

@@ -1,13 +1,43 @@
-/* Gradient synchronisation and the sharded optimizer across all dp x sp ranks (LoongTrain §5.1
- * Hybrid ZeRO, stage 1 over both dimensions).
+/* Gradient synchronisation and Hybrid ZeRO (LoongTrain §5.1) across all dp x sp ranks.
  *
- * Every rank holds all parameters. After backward each rank's gradient covers only its own
- * tokens (and, with dp, its own sequences); the loss scale already divides by the global number
- * of targets, so the full gradient is the SUM over every rank of the world.
+ * Every rank's gradient covers only its own tokens (and, with dp, its own sequences); the loss
+ * scale already divides by the global number of targets, so the full gradient is the SUM over
+ * every rank of the world.
  *   zero 0: allreduce of the whole gradient; every rank runs AdamW on all parameters.
- *   zero 1: reduce-scatter, each rank owns the AdamW moments of one contiguous shard of the flat
- *           buffer, updates it, and an all-gather brings every rank the updated parameters.
- * Both give the same update as one process (up to the order of floating-point sums). */
+ *   zero 1: the optimizer state is sharded: a reduce-scatter gives each rank the summed gradient
+ *           of its shard (one contiguous range of the flat buffer), it updates that shard, and an
+ *           all-gather brings every rank the updated parameters.
+ *   zero 2: gradients sharded too: each layer's gradient is reduce-scattered to its owners as
+ *           soon as the layer's backward has produced it (MPI_Ireduce_scatter posted in the
+ *           AFTER_BACKWARD hook, progressed during the next layers' backward, completed at the
+ *           end of the micro-batch); then as zero 1.
+ *   zero 3: parameters sharded too: each layer's parameters are all-gathered just before its
+ *           forward and again before its backward and destroyed (filled with NaN outside this
+ *           rank's shard) after each use; the embedding, the final norm and the head are
+ *           gathered for the whole micro-batch. No all-gather after the update.
+ * Sharding groups (--zero-group g, LoongTrain's partial sharding): the world is cut into
+ * groups of g consecutive world ranks; the shards are over a group's g ranks, and groups hold
+ * replicas. The gradient: reduce-scatter inside the group, then an allreduce of the shard over
+ * the world / g ranks that hold the same shard (the cross communicator); parameters are
+ * gathered inside the group. g = world (the default) is plain ZeRO over every rank.
+ *
+ * Shards: with P = g, Psi = parameters, rank r of a group owns [r Psi / P, (r + 1) Psi / P). A
+ * unit (the embedding, each layer, the tail: final norm and head) is a contiguous range of the
+ * flat buffer (checked); its reduce-scatter and all-gather give rank r the overlap of the unit
+ * with r's shard, so the per-unit collectives add up to exactly the whole-buffer ones.
+ *
+ * Bytes this rank sends per optimizer step (4-byte floats, the comm layer's direct model;
+ * Psi_r = |own shard|, G = world / g, m = micro-batches per rank = batch / dp, c_i the G near-
+ * equal parts of Psi_r of the cross allreduce, excluding one 8-byte norm allreduce over the g
+ * ranks):
+ *   zero 0:   grad_reduce   = 4 sum_{p != me} (c_p + c_me) over the world  (~ 8 Psi (W-1)/W)
+ *   zero 1/2: grad_reduce   = 4 (Psi - Psi_r) + cross(Psi_r);  param_gather = 4 (g-1) Psi_r
+ *   zero 3:   grad_reduce   = as zero 1;  param_gather = 4 (g-1) Psi_r x 2m (each micro-batch
+ *             gathers every unit once for forward and once for backward, the outer units once)
+ *             minus 4 (g-1) Psi_outer,r x m (embedding and tail are gathered once per micro-batch)
+ * where cross(n) = 4 sum_{p != me} (c_p + c_me), 0 when G = 1. With m > 1 micro-batches zero 2/3
+ * accumulate the gradient of the first m-1 in the flat gradient buffer and reduce-scatter each
+ * layer during the last micro-batch's backward. */
 #ifndef SEQPAR_DATA_PARALLEL_H
 #define SEQPAR_DATA_PARALLEL_H
 
@@ -15,34 +45,61 @@
 #include <stddef.h>
 
 #include "comm/comm.h"
+#include "model/llama.h"
 
 typedef struct {
-    MPI_Comm comm;       /* all ranks that share the parameters (the world) */
+    MPI_Comm world;      /* all ranks that share the parameters */
+    MPI_Comm shard_comm; /* this rank's sharding group (g ranks); MPI_COMM_NULL when not sharded */
+    MPI_Comm cross_comm; /* the ranks holding the same shard in the other groups (world / g) */
     Comm *stats;         /* byte and time accounting (kinds COMM_GRAD_REDUCE, COMM_PARAM_GATHER) */
-    int zero;            /* 0 or 1 */
-    int rank, size;
+    int zero;            /* 0 to 3 */
+    int group, n_groups; /* g ranks per group, world / g groups */
+    int world_rank, world_size;
+    int rank, size;      /* in shard_comm */
     size_t total;        /* elements of the flat buffer */
     size_t shard_begin, shard_end; /* this rank's optimizer range ([0, total) with zero 0) */
-    int *counts, *displs;          /* per rank shard sizes and offsets (zero 1) */
+    int *counts, *displs;          /* per group-rank shard sizes and offsets (zero >= 1) */
     float *shard_buf;              /* (shard size) reduce-scatter destination */
+    /* zero 2/3: units and the per-layer hooks (grad_sync_attach) */
+    LlamaModel *model;
+    LlamaHooks hooks;
+    int n_units;                   /* 0 embedding, 1 + l layer l, n_layers + 1 the tail */
+    size_t *unit_begin, *unit_end;
+    int *unit_counts;              /* (n_units x size): overlap of unit u with group rank p's shard */
+    MPI_Request *reqs;             /* (n_units) pending reduce-scatters */
+    int reduce_now;                /* this micro-batch is the step's last: reduce in its backward */
+    int reduced;                   /* the reduce-scatters of this step have completed */
 } GradSync;
 
-/* Plans the shards: rank r owns [r * total / size, (r + 1) * total / size). Dies if the flat
- * buffer is too large for MPI's int counts per rank. */
-void grad_sync_init(GradSync *g, MPI_Comm comm, Comm *stats, size_t total, int zero);
+/* Plans the shards over groups of `group` ranks (0: the whole world). Errors (g not dividing
+ * the world, zero outside 0..3, a buffer too large for MPI's int counts) are one line on every
+ * rank (die_collective). */
+void grad_sync_init(GradSync *g, MPI_Comm comm, Comm *stats, size_t total, int zero, int group);
 void grad_sync_free(GradSync *g);
 
-/* Sums grads over every rank: all of it (zero 0) or this rank's shard (zero 1, written into
+/* zero 2/3: installs the hooks on the model (m->hooks) and, for zero 3, destroys every
+ * parameter outside this rank's shard. Call after the parameters are loaded; a no-op
+ * otherwise. */
+void grad_sync_attach(GradSync *g, LlamaModel *m);
+/* Before each micro-batch's forward_backward: last = it is the step's last (zero 2/3 reduce
+ * in its backward; the earlier ones accumulate into the flat gradient buffer). */
+void grad_sync_microbatch(GradSync *g, int last);
+
+/* Sums grads over every rank: all of it (zero 0) or this rank's shard (zero >= 1, written into
  * grads[shard_begin, shard_end); the rest of grads is then stale). Returns the squared L2 norm
  * of the full summed gradient (identical on every rank). */
 double grad_sync_reduce(GradSync *g, float *grads);
 
-/* zero 1: all-gathers the updated shards so every rank has all parameters; zero 0: nothing. */
+/* After the update: zero 1/2 all-gather the updated shards so every rank has all parameters;
+ * zero 0 and 3: nothing. */
 void grad_sync_gather_params(GradSync *g, float *params);
+/* All-gathers a sharded flat buffer (gradients for a gradient file, zero 3 parameters for a
+ * checkpoint) so that every rank holds all of it; nothing when not sharded. */
+void grad_sync_gather_full(GradSync *g, float *buf);
 
 /* Gathers a state vector covering [shard_begin, shard_end) on each rank into full (total
- * elements) on rank 0 (zero 1), or copies it on rank 0 (zero 0). `full` is read only on rank 0
- * and may be NULL elsewhere. For saving optimizer moments. */
+ * elements) on world rank 0 (sharded), or copies it on rank 0 (zero 0). `full` is read only on
+ * rank 0 and may be NULL elsewhere. For saving optimizer moments. */
 void grad_sync_gather_to_root(GradSync *g, const float *shard, float *full);
 
 #endif
