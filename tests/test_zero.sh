@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# Hybrid ZeRO (LoongTrain §5.1) under mpirun --oversubscribe, each run with a timeout:
+#   - `seqpar grad` under --zero 2 and 3, with and without --zero-group, writes the single-
+#     process gradient file (full gradient gathered from the shards) at 2, 4 and 8 ranks;
+#   - 20 training steps under every stage (0-3) and several group sizes give --zero 0's losses
+#     within 1e-6 relative at 2, 4 (dp 2: two micro-batches per rank) and 8 ranks;
+#   - checkpoints saved under one stage resume under another (and bit-identically under the
+#     same stage);
+#   - the bytes per kind that --stats counts equal the formulas of data_parallel.h for every
+#     stage and group size;
+#   - bad --zero / --zero-group values: one line on every rank, non-zero exit.
+# Prints "N passed, N failed".
+set -u
+BUILD=${1:-build}
+. "$(dirname "$0")/lib.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMP_NUM_THREADS=1
+run_np() { local np=$1; shift; timeout 240 mpirun --oversubscribe -np "$np" "$@"; }
+
+# ---- seqpar grad: the gathered gradient is the single-process one
+grad_case() { # fixture seq_len np flags...
+    local f=$1 S=$2 np=$3
+    shift 3
+    local ref="$T/$f.$S.single"
+    if [ ! -f "$ref" ]; then
+        timeout 60 "$SEQPAR" grad --model "$FIX/$f" --tokens "$FIX/$f/tokens.bin" --seq-len "$S" --out "$ref" >"$ref.out" 2>&1
+    fi
+    local out rc want got
+    out=$(run_np "$np" "$SEQPAR" grad --model "$FIX/$f" --tokens "$FIX/$f/tokens.bin" --seq-len "$S" --out "$T/dist" "$@" 2>&1)
+    rc=$?
+    want=$(sed -nE 's/^loss: (.*)$/\1/p' "$ref.out")
+    got=$(printf '%s\n' "$out" | sed -nE 's/^loss: (.*)$/\1/p')
+    if [ $rc -ne 0 ]; then bad "grad $f np $np $*: status $rc: $(printf '%s' "$out" | tail -n 2)"; return; fi
+    if awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 1e-6 * b) }'; then ok; else
+        bad "grad $f np $np $*: loss $got, single process $want"; fi
+    if "$CMP" "$T/dist" "$ref" 1e-4 1e-7 >/dev/null; then ok; else bad "grad $f np $np $*: $("$CMP" "$T/dist" "$ref" 1e-4 1e-7)"; fi
+}
+L=tiny_long
+grad_case $L 256 2 --cp 2 --zero 2
+grad_case $L 256 2 --cp 2 --zero 3
+grad_case $L 256 4 --hp 2 --cp 2 --zero 2 --zero-group 2
+grad_case $L 256 4 --dp 2 --cp 2 --zero 3 --zero-group 2
+grad_case $L 256 4 --cp 4 --zero 3 --zero-group 1                     # no sharding: replicas only
+grad_case tiny_gqa_tied 32 4 --hp 2 --cp 2 --zero 3                   # tied embeddings
+grad_case tiny_headdim 40 4 --cp 4 --zero 3 --checkpoint              # recomputation after the gather
+grad_case tiny_gqa_tied 32 8 --hp 2 --cp 4 --zero 3 --zero-group 4
+grad_case tiny_mha 24 8 --dp 2 --hp 2 --cp 2 --zero 2 --zero-group 4
+
+# ---- 20 training steps: every stage and group size gives --zero 0's losses
+TRAIN=(train --layers 2 --hidden 32 --heads 4 --kv-heads 2 --ffn 64 --vocab 64 --seq-len 64 --batch 4 --steps 20
+       --warmup 3 --eval-every 0 --eval-seqs 4 --quiet --peak-gflops 100 --seed 3)
+close() { # a.jsonl b.jsonl: 20 steps each, losses within 1e-6 relative
+    [ "$(losses "$1" | wc -l)" -eq 20 ] && [ "$(losses "$2" | wc -l)" -eq 20 ] &&
+        paste <(losses "$1") <(losses "$2") | awk '{ d = $2 - $4; if (d < 0) d = -d; if ($1 != $3 || d > 1e-6 * $2) bad = 1 } END { exit bad }'
+}
+train_stages() { # np "grid flags" "zero flags" ...
+    local np=$1 grid=$2
+    shift 2
+    # shellcheck disable=SC2086
+    run_np "$np" "$SEQPAR" "${TRAIN[@]}" $grid --zero 0 --log "$T/base$np.jsonl" >"$T/t.out" 2>&1 || bad "np $np $grid zero 0: $(tail -n 2 "$T/t.out")"
+    for z in "$@"; do
+        rm -f "$T/t.jsonl"
+        # shellcheck disable=SC2086
+        run_np "$np" "$SEQPAR" "${TRAIN[@]}" $grid --zero $z --log "$T/t.jsonl" >"$T/t.out" 2>&1 || bad "np $np $grid --zero $z: $(tail -n 2 "$T/t.out")"
+        if close "$T/base$np.jsonl" "$T/t.jsonl"; then ok; else
+            bad "np $np $grid --zero $z: 20 steps differ from --zero 0"; paste <(losses "$T/base$np.jsonl") <(losses "$T/t.jsonl") | head -n 3; fi
+    done
+}
+train_stages 2 "--cp 2" 1 2 3 "3 --zero-group 1" "2 --zero-group 2"
+train_stages 4 "--dp 2 --cp 2" 1 "1 --zero-group 2" 2 "2 --zero-group 2" 3 "3 --zero-group 2" "3 --zero-group 1" "3 --checkpoint"
+train_stages 8 "--dp 2 --hp 2 --cp 2" 1 "2 --zero-group 4" 3 "3 --zero-group 2" "3 --zero-group 4"
+
+# ---- checkpoints: saved under one stage, resumed under another
+G4=(--dp 2 --cp 2)
+resume_case() { # "save zero flags" "resume zero flags" exact(1)|close(0)
+    local a=$1 b=$2 exact=$3
+    rm -rf "$T/ck" "$T/r.jsonl" "$T/u.jsonl"
+    # shellcheck disable=SC2086
+    run_np 4 "$SEQPAR" "${TRAIN[@]}" "${G4[@]}" --zero $a --stop-at 10 --save "$T/ck" --log "$T/r.jsonl" >"$T/r.out" 2>&1 || bad "save under --zero $a: $(tail -n 2 "$T/r.out")"
+    # shellcheck disable=SC2086
+    run_np 4 "$SEQPAR" "${TRAIN[@]}" "${G4[@]}" --zero $b --resume "$T/ck" --log "$T/r.jsonl" >"$T/r.out" 2>&1 || bad "resume under --zero $b: $(tail -n 2 "$T/r.out")"
+    # shellcheck disable=SC2086
+    run_np 4 "$SEQPAR" "${TRAIN[@]}" "${G4[@]}" --zero $b --log "$T/u.jsonl" >"$T/r.out" 2>&1 || bad "--zero $b: $(tail -n 2 "$T/r.out")"
+    if [ "$exact" = 1 ]; then
+        if [ "$(losses "$T/r.jsonl" | wc -l)" -eq 20 ] && [ "$(losses "$T/r.jsonl")" = "$(losses "$T/u.jsonl")" ]; then ok; else
+            bad "--zero $a saved, --zero $b resumed: not bit-identical to the uninterrupted run"; diff <(losses "$T/r.jsonl") <(losses "$T/u.jsonl") | head -n 4; fi
+    elif close "$T/r.jsonl" "$T/u.jsonl"; then ok; else
+        bad "--zero $a saved, --zero $b resumed: differs from the uninterrupted run"; paste <(losses "$T/r.jsonl") <(losses "$T/u.jsonl") | head -n 4; fi
+}
+resume_case 2 2 1
+resume_case 3 3 1
+resume_case "3 --zero-group 2" "3 --zero-group 2" 1
+resume_case 3 0 0
+resume_case 0 3 0
+resume_case 2 "3 --zero-group 2" 0
+resume_case "3 --zero-group 1" 1 0
+
+# ---- bytes per kind against the formulas (data_parallel.h), seqpar grad: one micro-batch
+F=tiny_headdim
+cfg() { sed -nE "s/.*\"$1\": *([0-9a-z]+).*/\1/p" "$FIX/$F/config.json"; }
+D=$(cfg hidden_size); FF=$(cfg intermediate_size); H=$(cfg num_attention_heads); KV=$(cfg num_key_value_heads)
+HD=$(cfg head_dim); NL=$(cfg num_hidden_layers); V=$(cfg vocab_size); TIED=$(cfg tie_word_embeddings)
+E=$((V * D)); TAIL=$D; [ "$TIED" = true ] || TAIL=$((D + V * D))
+PSI=$((E + NL * (2 * D + 2 * D * H * HD + 2 * D * KV * HD + 3 * D * FF) + TAIL))
+stats_case() { # np zero group(0: world) flags...
+    local np=$1 z=$2 g=$3
+    shift 3
+    local gflag=()
+    [ "$g" -gt 0 ] && gflag=(--zero-group "$g")
+    run_np "$np" "$SEQPAR" grad --model "$FIX/$F" --tokens "$FIX/$F/tokens.bin" --seq-len 40 --out "$T/s" --zero "$z" "${gflag[@]}" --stats "$@" >"$T/s.out" 2>&1 ||
+        { bad "stats np $np zero $z group $g: $(tail -n 2 "$T/s.out")"; return; }
+    [ "$g" -gt 0 ] || g=$np
+    local want got
+    want=$(awk -v W="$np" -v g="$g" -v z="$z" -v psi="$PSI" -v E="$E" -v tail="$TAIL" '
+        function ar(count, P, me, es,   base, rem, mine, p, s) { # allreduce, the direct model
+            base = int(count / P); rem = count % P; mine = base + (me < rem); s = 0
+            for (p = 0; p < P; p++) if (p != me) s += (base + (p < rem) + mine) * es
+            return s }
+        function ov(b, e, sb, se) { b = b > sb ? b : sb; e = e < se ? e : se; return e > b ? e - b : 0 }
+        BEGIN {
+            G = W / g
+            for (r = 0; r < W; r++) {
+                q = r % g; i = int(r / g)
+                sb = int(q * psi / g); se = int((q + 1) * psi / g); n = se - sb
+                gr = 0; pg = 0
+                if (z == 0) gr = ar(psi, W, r, 4)
+                else {
+                    if (g > 1) { gr += 4 * (psi - n) + ar(1, g, q, 8); pg += 4 * (g - 1) * n }
+                    if (G > 1) gr += ar(n, G, i, 4)
+                    if (z == 3 && g > 1) pg += 4 * (g - 1) * (2 * n - ov(0, E, sb, se) - ov(psi - tail, psi, sb, se))
+                }
+                printf "%d %d %d\n", r, gr, pg
+            } }')
+    got=$(sed -nE 's/^bytes rank ([0-9]+):.* grad_reduce ([0-9]+) param_gather ([0-9]+).*/\1 \2 \3/p' "$T/s.out")
+    if [ -n "$got" ] && [ "$got" = "$want" ]; then ok; else
+        bad "stats np $np zero $z group $g $*: bytes (rank grad_reduce param_gather) differ from the formulas"
+        paste <(printf '%s\n' "$want") <(printf '%s\n' "$got") | head -n 8; fi
+}
+stats_case 4 0 0 --cp 4
+stats_case 4 1 0 --cp 4
+stats_case 4 1 2 --cp 4
+stats_case 4 2 0 --cp 4
+stats_case 4 2 2 --cp 4
+stats_case 4 3 0 --cp 4
+stats_case 4 3 2 --cp 4
+stats_case 4 3 1 --cp 4
+stats_case 8 3 4 --dp 2 --cp 4
+stats_case 8 2 2 --dp 2 --cp 4
+stats_case 3 3 0 --dp 3                                               # shards of unequal size
+
+# ---- bad input: the same one line on every rank, non-zero exit, no hang
+zero_error() { # np words flags...
+    local np=$1 words=$2
+    shift 2
+    local err rc n
+    err=$(timeout 60 mpirun --oversubscribe -np "$np" "$SEQPAR" grad --model "$FIX/tiny_long" --tokens "$FIX/tiny_long/tokens.bin" --seq-len 256 --out "$T/x" "$@" 2>&1 >/dev/null)
+    rc=$?
+    n=$(printf '%s\n' "$err" | grep -c "^seqpar: error: .*$words")
+    if [ $rc -eq 0 ] || [ $rc -eq 124 ]; then bad "zero error '$words' ($*): status $rc"; return; fi
+    # exactly one line per rank from seqpar (mpirun adds its own report of the failed job)
+    if [ "$n" -ne "$np" ] || [ "$(printf '%s\n' "$err" | grep -c '^seqpar')" -ne "$np" ] ||
+        [ "$(printf '%s\n' "$err" | grep '^seqpar' | sort -u | wc -l)" -ne 1 ]; then
+        bad "zero error '$words' ($*): $n of $np ranks printed it: $(printf '%s' "$err" | head -n 3)"; return; fi
+    ok
+}
+zero_error 2 "--zero must be between 0 and 3, got 4" --cp 2 --zero 4
+zero_error 2 "--zero must be between 0 and 3, got -1" --cp 2 --zero -1
+zero_error 4 "--zero-group 3 does not divide the 4 ranks" --cp 4 --zero 2 --zero-group 3
+zero_error 2 "--zero-group 4 does not divide the 2 ranks" --cp 2 --zero 3 --zero-group 4
+zero_error 2 "--zero-group 2 shards nothing under --zero 0" --cp 2 --zero-group 2
+zero_error 2 "--zero-group must be between 1 and" --cp 2 --zero 3 --zero-group 0
+
+summary test_zero
