@@ -125,7 +125,10 @@ stats_case() { # np zero group(0: world) flags...
                 gr = 0; pg = 0
                 if (z == 0) gr = ar(psi, W, r, 4)
                 else {
-                    if (g > 1) { gr += 4 * (psi - n) + ar(1, g, q, 8); pg += 4 * (g - 1) * n }
+                    if (g > 1) gr += 4 * (psi - n) + ar(1, g, q, 8)
+                    # the gradient file: zero 1 all-gathers it in place, zero 2/3 gather it to rank 0
+                    if (g > 1 && z == 1) pg += 4 * (g - 1) * n
+                    if (g > 1 && z >= 2 && i == 0 && q > 0) pg += 4 * n
                     if (G > 1) gr += ar(n, G, i, 4)
                     if (z == 3 && g > 1) pg += 4 * (g - 1) * (2 * n - ov(0, E, sb, se) - ov(psi - tail, psi, sb, se))
                 }

@@ -256,10 +256,11 @@ static void save_checkpoint(const char *dir, LlamaModel *m, const AdamW *opt, co
     full.end = m->table.total;
     full.m = root ? xmalloc(sizeof(float) * m->table.total) : NULL;
     full.v = root ? xmalloc(sizeof(float) * m->table.total) : NULL;
-    grad_sync_gather_full(&par->sync, m->params); /* zero 3: the parameters are sharded */
+    float *params = grad_sync_full_to_root(&par->sync, m, 0); /* zero 3 holds only shards */
     grad_sync_gather_to_root(&par->sync, opt->m, full.m);
     grad_sync_gather_to_root(&par->sync, opt->v, full.v);
-    if (root) checkpoint_save(dir, &m->cfg, &m->table, m->params, &full, st);
+    if (root) checkpoint_save(dir, &m->cfg, &m->table, params, &full, st);
+    xfree(params);
     xfree(full.m);
     xfree(full.v);
     if (par->topo.world_size > 1) comm_control_barrier(par->comm, "MPI_Ibarrier (after the save)", par->topo.world);
@@ -412,14 +413,14 @@ int cmd_train(int argc, char **argv) {
             seq_parallel_take_local(&par, g_inputs + g, inputs + (size_t)b * N);
             seq_parallel_take_local(&par, g_targets + g, targets + (size_t)b * N);
         }
-        memset(model.grads, 0, sizeof(float) * model.table.total);
+        if (model.grads) memset(model.grads, 0, sizeof(float) * model.table.total); /* zero 2/3 have none */
         double loss_sum = 0;
         for (int b = 0; b < per_replica; b++) {
-            grad_sync_microbatch(&par.sync, b == per_replica - 1);
+            grad_sync_microbatch(&par.sync, b);
             loss_sum += llama_forward_backward(&model, acts, par.attn, inputs + (size_t)b * N, targets + (size_t)b * N,
                                                par.positions, N, 1.0f / (float)n_targets, 1, NULL);
         }
-        if (fault_nonfinite_at(&faults, st.step + 1) && root) model.grads[0] = NAN;
+        if (fault_nonfinite_at(&faults, st.step + 1) && root) *(model.grads ? model.grads : par.sync.shard_buf) = NAN;
         double loss = seq_parallel_sum(&par, loss_sum) / (double)n_targets;
         double norm_sq = grad_sync_reduce(&par.sync, model.grads);
         float lr = lr_at_step(&o.opt, st.step);
@@ -450,8 +451,7 @@ int cmd_train(int argc, char **argv) {
                 fflush(stdout);
             }
         } else {
-            adamw_update(&opt, &model.table, model.params, model.grads, lr, adamw_clip_scale(&o.opt, norm_sq));
-            grad_sync_gather_params(&par.sync, model.params);
+            grad_sync_update(&par.sync, &opt, &model, lr, adamw_clip_scale(&o.opt, norm_sq));
         }
         st.step++;
         /* step time, peak memory and a stop request, agreed by every rank in one reduction */

@@ -46,6 +46,7 @@
 
 #include "comm/comm.h"
 #include "model/llama.h"
+#include "optim/adamw.h"
 
 typedef struct {
     MPI_Comm world;      /* all ranks that share the parameters */
@@ -59,16 +60,25 @@ typedef struct {
     size_t total;        /* elements of the flat buffer */
     size_t shard_begin, shard_end; /* this rank's optimizer range ([0, total) with zero 0) */
     int *counts, *displs;          /* per group-rank shard sizes and offsets (zero >= 1) */
-    float *shard_buf;              /* (shard size) reduce-scatter destination */
-    /* zero 2/3: units and the per-layer hooks (grad_sync_attach) */
+    float *shard_buf;              /* (shard) the summed gradient of the shard (zero >= 2: accumulated
+                                      over the step's micro-batches) */
+    /* zero 2/3 (grad_sync_attach): units, buffers and the per-layer hooks */
     LlamaModel *model;
     LlamaHooks hooks;
     int n_units;                   /* 0 embedding, 1 + l layer l, n_layers + 1 the tail */
     size_t *unit_begin, *unit_end;
     int *unit_counts;              /* (n_units x size): overlap of unit u with group rank p's shard */
-    MPI_Request *reqs;             /* (n_units) pending reduce-scatters */
-    int reduce_now;                /* this micro-batch is the step's last: reduce in its backward */
-    int reduced;                   /* the reduce-scatters of this step have completed */
+    int *unit_displs;              /* (size) scratch */
+    MPI_Request *reqs;             /* (n_units) reduce-scatters in flight */
+    float *grad_outer;             /* gradients of the embedding and tail units, back to back */
+    float *grad_slot[2];           /* layer gradients, layer l in slot l % 2 */
+    int slot_unit[2];              /* the unit whose reduce-scatter reads the slot (-1: none) */
+    float *grad_tmp;               /* (shard) reduce-scatter target of micro-batches after the first */
+    int micro;                     /* micro-batches of this step reduced so far */
+    int reduced;                   /* this step's reduce-scatters have completed */
+    float *p_shard;                /* zero 3: this rank's parameters [shard_begin, shard_end) */
+    float *p_layer;                /* zero 3: the gathered layer in use */
+    float *p_outer;                /* zero 3: the gathered embedding + tail, during a micro-batch */
 } GradSync;
 
 /* Plans the shards over groups of `group` ranks (0: the whole world). Errors (g not dividing
@@ -77,25 +87,32 @@ typedef struct {
 void grad_sync_init(GradSync *g, MPI_Comm comm, Comm *stats, size_t total, int zero, int group);
 void grad_sync_free(GradSync *g);
 
-/* zero 2/3: installs the hooks on the model (m->hooks) and, for zero 3, destroys every
- * parameter outside this rank's shard. Call after the parameters are loaded; a no-op
- * otherwise. */
+/* zero 2/3 (on more than one rank): installs the hooks on the model (m->hooks) and takes over
+ * its buffers: m->grads is freed (NULL; m->g points into this object's buffers while in use)
+ * and, for zero 3, m->params is freed too (NULL) after this rank's shard was copied out (m->w
+ * points into gathered buffers while in use). Call after the parameters are loaded; a no-op for
+ * zero 0/1. Parameters and gradients are then reached through the functions below. */
 void grad_sync_attach(GradSync *g, LlamaModel *m);
-/* Before each micro-batch's forward_backward: last = it is the step's last (zero 2/3 reduce
- * in its backward; the earlier ones accumulate into the flat gradient buffer). */
-void grad_sync_microbatch(GradSync *g, int last);
+/* Before micro-batch `index` (0 = the step's first) of a step's forward_backward calls. */
+void grad_sync_microbatch(GradSync *g, int index);
 
-/* Sums grads over every rank: all of it (zero 0) or this rank's shard (zero >= 1, written into
- * grads[shard_begin, shard_end); the rest of grads is then stale). Returns the squared L2 norm
- * of the full summed gradient (identical on every rank). */
+/* Sums the gradient over every rank: all of grads (zero 0), this rank's shard (zero 1: written
+ * into shard_buf and grads[shard_begin, shard_end); the rest of grads is then stale), or
+ * completes the shard reduced during backward (zero 2/3: shard_buf; grads is not read). Returns
+ * the squared L2 norm of the full summed gradient (identical on every rank). */
 double grad_sync_reduce(GradSync *g, float *grads);
 
-/* After the update: zero 1/2 all-gather the updated shards so every rank has all parameters;
- * zero 0 and 3: nothing. */
-void grad_sync_gather_params(GradSync *g, float *params);
-/* All-gathers a sharded flat buffer (gradients for a gradient file, zero 3 parameters for a
- * checkpoint) so that every rank holds all of it; nothing when not sharded. */
+/* The AdamW step on this rank's range, then (zero 1/2) the all-gather of the updated shards so
+ * that every rank holds all parameters; zero 3 keeps them sharded. */
+void grad_sync_update(GradSync *g, AdamW *opt, LlamaModel *m, float lr, float grad_scale);
+
+/* All-gathers a sharded flat buffer in place so that every rank holds all of it; nothing when
+ * not sharded. */
 void grad_sync_gather_full(GradSync *g, float *buf);
+
+/* The full parameters (grads = 0) or summed gradient (grads = 1, after grad_sync_reduce) on
+ * world rank 0, in a buffer it must xfree; NULL on the other ranks. Collective. */
+float *grad_sync_full_to_root(GradSync *g, LlamaModel *m, int grads);
 
 /* Gathers a state vector covering [shard_begin, shard_end) on each rank into full (total
  * elements) on world rank 0 (sharded), or copies it on rank 0 (zero 0). `full` is read only on
