@@ -102,16 +102,9 @@ D=$(cfg hidden_size); FF=$(cfg intermediate_size); H=$(cfg num_attention_heads);
 HD=$(cfg head_dim); NL=$(cfg num_hidden_layers); V=$(cfg vocab_size); TIED=$(cfg tie_word_embeddings)
 E=$((V * D)); TAIL=$D; [ "$TIED" = true ] || TAIL=$((D + V * D))
 PSI=$((E + NL * (2 * D + 2 * D * H * HD + 2 * D * KV * HD + 3 * D * FF) + TAIL))
-stats_case() { # np zero group(0: world) flags...
-    local np=$1 z=$2 g=$3
-    shift 3
-    local gflag=()
-    [ "$g" -gt 0 ] && gflag=(--zero-group "$g")
-    run_np "$np" "$SEQPAR" grad --model "$FIX/$F" --tokens "$FIX/$F/tokens.bin" --seq-len 40 --out "$T/s" --zero "$z" "${gflag[@]}" --stats "$@" >"$T/s.out" 2>&1 ||
-        { bad "stats np $np zero $z group $g: $(tail -n 2 "$T/s.out")"; return; }
-    [ "$g" -gt 0 ] || g=$np
-    local want got
-    want=$(awk -v W="$np" -v g="$g" -v z="$z" -v psi="$PSI" -v E="$E" -v tail="$TAIL" '
+# expected "rank grad_reduce param_gather" lines: formula W g zero psi E tail mode(grad|train) steps m evals
+formula() {
+    awk -v W="$1" -v g="$2" -v z="$3" -v psi="$4" -v E="$5" -v tail="$6" -v mode="$7" -v steps="$8" -v m="$9" -v ev="${10}" '
         function ar(count, P, me, es,   base, rem, mine, p, s) { # allreduce, the direct model
             base = int(count / P); rem = count % P; mine = base + (me < rem); s = 0
             for (p = 0; p < P; p++) if (p != me) s += (base + (p < rem) + mine) * es
@@ -122,22 +115,37 @@ stats_case() { # np zero group(0: world) flags...
             for (r = 0; r < W; r++) {
                 q = r % g; i = int(r / g)
                 sb = int(q * psi / g); se = int((q + 1) * psi / g); n = se - sb
+                no = ov(0, E, sb, se) + ov(psi - tail, psi, sb, se)
                 gr = 0; pg = 0
-                if (z == 0) gr = ar(psi, W, r, 4)
+                if (z == 0) gr = steps * ar(psi, W, r, 4)
                 else {
-                    if (g > 1) gr += 4 * (psi - n) + ar(1, g, q, 8)
+                    if (g > 1) gr += steps * ((z >= 2 ? m : 1) * 4 * (psi - n) + ar(1, g, q, 8))
+                    if (G > 1) gr += steps * ar(n, G, i, 4)
+                    if (z == 3 && g > 1) pg += steps * m * 4 * (g - 1) * (2 * n - no) + ev * 4 * (g - 1) * n
+                    if (mode == "train" && z <= 2 && g > 1) pg += steps * 4 * (g - 1) * n   # after the update
                     # the gradient file: zero 1 all-gathers it in place, zero 2/3 gather it to rank 0
-                    if (g > 1 && z == 1) pg += 4 * (g - 1) * n
-                    if (g > 1 && z >= 2 && i == 0 && q > 0) pg += 4 * n
-                    if (G > 1) gr += ar(n, G, i, 4)
-                    if (z == 3 && g > 1) pg += 4 * (g - 1) * (2 * n - ov(0, E, sb, se) - ov(psi - tail, psi, sb, se))
+                    if (mode == "grad" && g > 1 && z == 1) pg += 4 * (g - 1) * n
+                    if (mode == "grad" && g > 1 && z >= 2 && i == 0 && q > 0) pg += 4 * n
                 }
                 printf "%d %d %d\n", r, gr, pg
-            } }')
-    got=$(sed -nE 's/^bytes rank ([0-9]+):.* grad_reduce ([0-9]+) param_gather ([0-9]+).*/\1 \2 \3/p' "$T/s.out")
-    if [ -n "$got" ] && [ "$got" = "$want" ]; then ok; else
-        bad "stats np $np zero $z group $g $*: bytes (rank grad_reduce param_gather) differ from the formulas"
-        paste <(printf '%s\n' "$want") <(printf '%s\n' "$got") | head -n 8; fi
+            } }'
+}
+check_bytes() { # what out-file want
+    local got
+    got=$(sed -nE 's/^bytes rank ([0-9]+):.* grad_reduce ([0-9]+) param_gather ([0-9]+).*/\1 \2 \3/p' "$2")
+    if [ -n "$got" ] && [ "$got" = "$3" ]; then ok; else
+        bad "$1: bytes (rank grad_reduce param_gather) differ from the formulas (want | got)"
+        paste <(printf '%s\n' "$3") <(printf '%s\n' "$got") | head -n 8; fi
+}
+stats_case() { # np zero group(0: world) flags...
+    local np=$1 z=$2 g=$3
+    shift 3
+    local gflag=()
+    [ "$g" -gt 0 ] && gflag=(--zero-group "$g")
+    run_np "$np" "$SEQPAR" grad --model "$FIX/$F" --tokens "$FIX/$F/tokens.bin" --seq-len 40 --out "$T/s" --zero "$z" "${gflag[@]}" --stats "$@" >"$T/s.out" 2>&1 ||
+        { bad "stats np $np zero $z group $g: $(tail -n 2 "$T/s.out")"; return; }
+    [ "$g" -gt 0 ] || g=$np
+    check_bytes "grad --stats np $np zero $z group $g $*" "$T/s.out" "$(formula "$np" "$g" "$z" "$PSI" "$E" "$TAIL" grad 1 1 0)"
 }
 stats_case 4 0 0 --cp 4
 stats_case 4 1 0 --cp 4
@@ -150,6 +158,23 @@ stats_case 4 3 1 --cp 4
 stats_case 8 3 4 --dp 2 --cp 4
 stats_case 8 2 2 --dp 2 --cp 4
 stats_case 3 3 0 --dp 3                                               # shards of unequal size
+# training: 3 steps of 2 micro-batches per rank (dp 2, batch 4) and a final evaluation of 2
+# sequences per rank (forward only: zero 3 gathers every unit once)
+TD=32; TV=64; TLAY=$((2 * TD + 2 * TD * TD + 2 * TD * 16 + 3 * TD * 64))
+TE=$((TV * TD)); TT=$((TD + TV * TD)); TPSI=$((TE + 2 * TLAY + TT))
+train_stats() { # np zero group flags...
+    local np=$1 z=$2 g=$3
+    shift 3
+    run_np "$np" "$SEQPAR" "${TRAIN[@]}" --steps 3 --zero "$z" --zero-group "$g" --stats "$@" --log "$T/ts.jsonl" >"$T/ts.out" 2>&1 ||
+        { bad "train --stats np $np zero $z group $g: $(tail -n 2 "$T/ts.out")"; return; }
+    if grep -q "model: .*: 0.023M parameters" "$T/ts.out"; then :; else bad "train --stats: the model is not the one the formula assumes"; fi
+    check_bytes "train --stats np $np zero $z group $g $*" "$T/ts.out" "$(formula "$np" "$g" "$z" "$TPSI" "$TE" "$TT" train 3 2 2)"
+}
+train_stats 4 1 2 --dp 2 --cp 2
+train_stats 4 2 4 --dp 2 --cp 2
+train_stats 4 3 4 --dp 2 --cp 2
+train_stats 8 3 2 --dp 2 --cp 4
+train_stats 8 2 4 --dp 2 --hp 2 --cp 2
 
 # ---- bad input: the same one line on every rank, non-zero exit, no hang
 zero_error() { # np words flags...

@@ -7,37 +7,43 @@
  *   zero 1: the optimizer state is sharded: a reduce-scatter gives each rank the summed gradient
  *           of its shard (one contiguous range of the flat buffer), it updates that shard, and an
  *           all-gather brings every rank the updated parameters.
- *   zero 2: gradients sharded too: each layer's gradient is reduce-scattered to its owners as
- *           soon as the layer's backward has produced it (MPI_Ireduce_scatter posted in the
- *           AFTER_BACKWARD hook, progressed during the next layers' backward, completed at the
- *           end of the micro-batch); then as zero 1.
- *   zero 3: parameters sharded too: each layer's parameters are all-gathered just before its
- *           forward and again before its backward and destroyed (filled with NaN outside this
- *           rank's shard) after each use; the embedding, the final norm and the head are
- *           gathered for the whole micro-batch. No all-gather after the update.
+ *   zero 2: gradients sharded too. The model's flat gradient buffer is freed: the embedding and
+ *           tail gradients get a buffer of their own and the layers two slots used in turn.
+ *           As soon as layer l's backward is done (hook AFTER_BACKWARD) its gradient is posted
+ *           as a nonblocking reduce-scatter (MPI_Ireduce_scatter) to its owners and progressed
+ *           while layer l-1 runs; slot l % 2 is reused by layer l-2 only after that reduce-scatter
+ *           completed. The embedding and tail follow after the embedding's backward. Every
+ *           micro-batch is reduced this way, summed into the shard (shard_buf). Then as zero 1.
+ *   zero 3: parameters sharded too. The flat parameter buffer is freed; a rank keeps its shard
+ *           (p_shard), one layer buffer that each layer is all-gathered into just before its
+ *           forward and again before its backward (the model's pointers are unbound after each
+ *           use), and, during each micro-batch, the gathered embedding + final norm + head.
+ *           No all-gather after the update.
  * Sharding groups (--zero-group g, LoongTrain's partial sharding): the world is cut into
  * groups of g consecutive world ranks; the shards are over a group's g ranks, and groups hold
  * replicas. The gradient: reduce-scatter inside the group, then an allreduce of the shard over
  * the world / g ranks that hold the same shard (the cross communicator); parameters are
  * gathered inside the group. g = world (the default) is plain ZeRO over every rank.
  *
- * Shards: with P = g, Psi = parameters, rank r of a group owns [r Psi / P, (r + 1) Psi / P). A
- * unit (the embedding, each layer, the tail: final norm and head) is a contiguous range of the
- * flat buffer (checked); its reduce-scatter and all-gather give rank r the overlap of the unit
- * with r's shard, so the per-unit collectives add up to exactly the whole-buffer ones.
+ * Shards: rank q of a group of g owns [q Psi / g, (q + 1) Psi / g) of the Psi parameters. A unit
+ * (the embedding, each layer, the tail: final norm and head) is a contiguous range of the flat
+ * buffer (checked); its reduce-scatter and all-gather give rank q the overlap of the unit with
+ * q's shard, so the per-unit collectives of one pass add up to exactly one whole-buffer one.
  *
- * Bytes this rank sends per optimizer step (4-byte floats, the comm layer's direct model;
- * Psi_r = |own shard|, G = world / g, m = micro-batches per rank = batch / dp, c_i the G near-
- * equal parts of Psi_r of the cross allreduce, excluding one 8-byte norm allreduce over the g
- * ranks):
- *   zero 0:   grad_reduce   = 4 sum_{p != me} (c_p + c_me) over the world  (~ 8 Psi (W-1)/W)
- *   zero 1/2: grad_reduce   = 4 (Psi - Psi_r) + cross(Psi_r);  param_gather = 4 (g-1) Psi_r
- *   zero 3:   grad_reduce   = as zero 1;  param_gather = 4 (g-1) Psi_r x 2m (each micro-batch
- *             gathers every unit once for forward and once for backward, the outer units once)
- *             minus 4 (g-1) Psi_outer,r x m (embedding and tail are gathered once per micro-batch)
- * where cross(n) = 4 sum_{p != me} (c_p + c_me), 0 when G = 1. With m > 1 micro-batches zero 2/3
- * accumulate the gradient of the first m-1 in the flat gradient buffer and reduce-scatter each
- * layer during the last micro-batch's backward. */
+ * Bytes one rank sends per optimizer step, as the comm layer counts them (4-byte floats; n =
+ * own shard, G = world / g groups, m = micro-batches per rank = batch / dp; ar(c, P) = the
+ * direct-model allreduce of c elements over P ranks = 4 sum_{p != me} (c_p + c_me) with c split
+ * in P near-equal parts, about 8 c (P-1)/P; ar(., 1) = 0; plus one 8-byte norm allreduce over
+ * the group when g > 1):
+ *   zero 0:   grad_reduce = ar(Psi, world)                              param_gather = 0
+ *   zero 1:   grad_reduce = 4 (Psi - n) + ar(n, G)                      param_gather = 4 (g-1) n
+ *   zero 2:   grad_reduce = m x 4 (Psi - n) + ar(n, G)                  param_gather = 4 (g-1) n
+ *   zero 3:   grad_reduce = m x 4 (Psi - n) + ar(n, G)
+ *             param_gather = m x 4 (g-1) (2 n - n_outer)    (n_outer: own part of embedding + tail,
+ *                                                             gathered once per micro-batch)
+ * (4 (Psi - n) when g > 1, else 0.) An evaluation forward under zero 3 adds 4 (g-1) n per
+ * sequence. With g = world, G = 1: zero 1/2 move 4 (Psi - n) + 4 (g-1) n ~ 2 x 4 Psi (g-1)/g,
+ * the allreduce's volume; zero 3 moves 1.5x that (LoongTrain §5.1 / ZeRO's 3 Psi vs 2 Psi). */
 #ifndef SEQPAR_DATA_PARALLEL_H
 #define SEQPAR_DATA_PARALLEL_H
 
