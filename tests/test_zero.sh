@@ -8,6 +8,7 @@
 #     same stage);
 #   - the bytes per kind that --stats counts equal the formulas of data_parallel.h for every
 #     stage and group size;
+#   - a NaN gradient is seen (and skipped with --skip-nonfinite) under zero 2 and 3;
 #   - bad --zero / --zero-group values: one line on every rank, non-zero exit.
 # Prints "N passed, N failed".
 set -u
@@ -175,6 +176,16 @@ train_stats 4 2 4 --dp 2 --cp 2
 train_stats 4 3 4 --dp 2 --cp 2
 train_stats 8 3 2 --dp 2 --cp 4
 train_stats 8 2 4 --dp 2 --hp 2 --cp 2
+
+# ---- a non-finite gradient (test hook: NaN in rank 0's gradient at step 3) is seen under
+# every sharded stage: --skip-nonfinite skips exactly that step on every rank
+for z in 2 3; do
+    rm -f "$T/nf.jsonl"
+    SEQPAR_FAULT_NONFINITE=3 run_np 4 "$SEQPAR" "${TRAIN[@]}" --steps 5 --dp 2 --cp 2 --zero $z --skip-nonfinite 1 --log "$T/nf.jsonl" >"$T/nf.out" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ] && [ "$(losses "$T/nf.jsonl" | wc -l)" -eq 4 ] && grep -q '"step": 3, "nonfinite": true, "action": "skipped"' "$T/nf.jsonl"; then ok; else
+        bad "--zero $z: a NaN gradient at step 3 was not skipped (status $rc): $(tail -n 2 "$T/nf.out")"; fi
+done
 
 # ---- bad input: the same one line on every rank, non-zero exit, no hang
 zero_error() { # np words flags...
