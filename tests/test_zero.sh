@@ -8,6 +8,7 @@
 #     same stage);
 #   - the bytes per kind that --stats counts equal the formulas of data_parallel.h for every
 #     stage and group size;
+#   - peak tracked memory falls by what zero 2 and 3 free (formulas below);
 #   - a NaN gradient is seen (and skipped with --skip-nonfinite) under zero 2 and 3;
 #   - bad --zero / --zero-group values: one line on every rank, non-zero exit.
 # Prints "N passed, N failed".
@@ -176,6 +177,32 @@ train_stats 4 2 4 --dp 2 --cp 2
 train_stats 4 3 4 --dp 2 --cp 2
 train_stats 8 3 2 --dp 2 --cp 4
 train_stats 8 2 4 --dp 2 --hp 2 --cp 2
+
+# ---- memory: peak tracked bytes per rank (the log's peak_mem_bytes, max over ranks) drop by what
+# the stages free. One micro-batch, 4 ranks, Psi parameters, n = Psi / 4 per shard, layer =
+# one layer's parameters, outer = embedding + final norm + head:
+#   zero 2 frees the flat gradient buffer and adds the outer gradients and two layer slots:
+#       peak(1) - peak(2) = 4 (Psi - outer - 2 layer)
+#   zero 3 frees the flat parameter buffer and keeps the shard, one gathered layer and (during
+#   a micro-batch) the gathered outer units:  peak(2) - peak(3) = 4 (Psi - n - layer - outer)
+MD=128; MV=512; MF=512
+MLAY=$((2 * MD + 2 * MD * MD + 2 * MD * 64 + 3 * MD * MF)); MOUT=$((MV * MD + MD + MV * MD))
+MPSI=$((4 * MLAY + MOUT)); MN=$((MPSI / 4))
+for z in 0 1 2 3; do
+    run_np 4 "$SEQPAR" train --layers 4 --hidden $MD --heads 4 --kv-heads 2 --ffn $MF --vocab $MV --seq-len 64 --batch 1 --steps 2 \
+        --eval-every 0 --eval-seqs 1 --quiet --peak-gflops 100 --cp 4 --zero $z --log "$T/mem$z.jsonl" >"$T/mem.out" 2>&1 ||
+        bad "memory run --zero $z: $(tail -n 2 "$T/mem.out")"
+done
+peak() { sed -nE 's/.*"step": 2,.*"peak_mem_bytes": ([0-9]+),.*/\1/p' "$T/mem$1.jsonl"; }
+mem_step() { # what measured expected
+    if [ -n "$2" ] && awk -v a="$2" -v b="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.02 * b) }'; then ok; else
+        bad "memory: $1 saves $2 bytes per rank, the formula $3"; fi
+}
+p0=$(peak 0); p1=$(peak 1); p2=$(peak 2); p3=$(peak 3)
+if [ -n "$p0" ] && [ -n "$p3" ] && [ "$p0" -gt "$p1" ] && [ "$p1" -gt "$p2" ] && [ "$p2" -gt "$p3" ]; then ok; else
+    bad "memory: peaks per stage do not fall: $p0 $p1 $p2 $p3"; fi
+mem_step "zero 2 over zero 1" "$((p1 - p2))" "$((4 * (MPSI - MOUT - 2 * MLAY)))"
+mem_step "zero 3 over zero 2" "$((p2 - p3))" "$((4 * (MPSI - MN - MLAY - MOUT)))"
 
 # ---- a non-finite gradient (test hook: NaN in rank 0's gradient at step 3) is seen under
 # every sharded stage: --skip-nonfinite skips exactly that step on every rank
