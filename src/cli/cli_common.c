@@ -112,7 +112,11 @@ const char PARALLEL_FLAGS_HELP[] =
     "                      wallfacer: team-first (teams on consecutive ranks) or ring-first (sub-rings)\n"
     "  --layout L          zigzag, contiguous or striped token layout (default: the strategy's)\n"
     "  --ranks-per-node N  node size for intra/inter-node accounting (default: from MPI)\n"
-    "  --zero N            0: allreduce gradients; 1: shard AdamW state over all ranks (default 0)\n"
+    "  --zero N            ZeRO stage (default 0): 0 allreduce gradients; 1 shard the AdamW state;\n"
+    "                      2 also reduce-scatter each layer's gradient during backward; 3 also\n"
+    "                      shard parameters (each layer gathered before its forward and backward)\n"
+    "  --zero-group G      shard inside groups of G consecutive ranks, replicate across groups\n"
+    "                      (G divides the ranks; default: all ranks)\n"
     "  --threads N         threads per rank (default: node cores / ranks on the node)\n"
     "  --trace FILE        Chrome trace-event JSON, one track per rank (open in Perfetto)\n"
     "  --stats             print bytes sent per kind, compute and exposed communication per rank\n"
@@ -129,7 +133,8 @@ int parallel_flags_handle(ParallelConfig *c, const char *cmd, int opt, const cha
     case 2005: c->placement = placement_parse(arg); return 1;
     case 2006: c->layout = layout_parse(arg); c->layout_given = 1; return 1;
     case 2007: c->ranks_per_node = (int)parse_long(cmd, "ranks-per-node", arg, 1, 1 << 20); return 1;
-    case 2008: c->zero = (int)parse_long(cmd, "zero", arg, 0, 1); return 1;
+    case 2008: c->zero = (int)parse_long(cmd, "zero", arg, 0, 3); return 1;
+    case 2031: c->zero_group = (int)parse_long(cmd, "zero-group", arg, 1, 1 << 20); return 1;
     case 2009: c->trace_path = arg; return 1;
     case 2010: c->stats = 1; return 1;
     case 2011: c->threads = (int)parse_long(cmd, "threads", arg, 1, 4096); return 1;

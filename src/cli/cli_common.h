@@ -44,7 +44,7 @@ void model_from_dir(LlamaModel *m, const char *dir, uint64_t seed);
 void model_from_size(LlamaModel *m, const LlamaConfig *cfg, uint64_t seed);
 
 /* Parallelism flags shared by grad, train and bench: --strategy --team --dp --hp --cp
- * --ring-inner --placement --layout --ranks-per-node --zero --threads --trace --stats. */
+ * --ring-inner --placement --layout --ranks-per-node --zero --zero-group --threads --trace --stats. */
 #define PARALLEL_FLAG_OPTIONS \
     {"dp", required_argument, 0, 2001}, {"hp", required_argument, 0, 2002}, \
     {"cp", required_argument, 0, 2003}, {"ring-inner", required_argument, 0, 2004}, \
@@ -52,7 +52,8 @@ void model_from_size(LlamaModel *m, const LlamaConfig *cfg, uint64_t seed);
     {"ranks-per-node", required_argument, 0, 2007}, {"zero", required_argument, 0, 2008}, \
     {"trace", required_argument, 0, 2009}, {"stats", no_argument, 0, 2010}, \
     {"threads", required_argument, 0, 2011}, {"strategy", required_argument, 0, 2012}, \
-    {"team", required_argument, 0, 2013}, {"comm-timeout", required_argument, 0, 2030}
+    {"team", required_argument, 0, 2013}, {"comm-timeout", required_argument, 0, 2030}, \
+    {"zero-group", required_argument, 0, 2031}
 int parallel_flags_handle(ParallelConfig *c, const char *cmd, int opt, const char *arg);
 extern const char PARALLEL_FLAGS_HELP[];
 

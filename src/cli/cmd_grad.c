@@ -97,19 +97,22 @@ int cmd_grad(int argc, char **argv) {
     fault_plan_from_env(&faults);
     LlamaActsOptions ao = {.checkpoint = mf.checkpoint, .ffn_chunks = mf.ffn_chunks};
     LlamaActs *acts = llama_acts_create_opts(&model, par.attn, N, &ao);
+    grad_sync_attach(&par.sync, &model); /* zero 2/3: per-layer reduce-scatter (and gathers) */
+    grad_sync_microbatch(&par.sync, 0);
     double local = llama_forward_backward(&model, acts, par.attn, inputs, targets, par.positions, N, loss_scale, 1, NULL);
-    if (fault_nonfinite_at(&faults, 1) && par.topo.world_rank == 0) model.grads[0] = NAN;
+    if (fault_nonfinite_at(&faults, 1) && par.topo.world_rank == 0) *(model.grads ? model.grads : par.sync.shard_buf) = NAN;
     double loss = seq_parallel_sum(&par, local) / ((double)S * par.topo.dp);
     double norm_sq = grad_sync_reduce(&par.sync, model.grads);
     /* NaN and Inf survive every sum: every rank reaches the same verdict */
     if (!isfinite(loss) || !isfinite(norm_sq))
         die_collective("seqpar grad: the loss (%g) or the gradient norm (%g) is not finite (the weights or the tokens "
                        "of '%s' give NaN or Inf); no gradient file written", loss, sqrt(norm_sq), tokens_path);
-    grad_sync_gather_params(&par.sync, model.grads); /* with --zero 1 every rank holds only its shard */
+    float *full = grad_sync_full_to_root(&par.sync, &model, 1); /* with --zero >= 1 each rank holds a shard */
     if (par.topo.world_rank == 0) {
         printf("loss: %.9f\n", loss);
-        params_save_safetensors(out_path, &model.table, model.grads);
+        params_save_safetensors(out_path, &model.table, full);
     }
+    xfree(full);
     /* every rank gets here before any enters MPI_Finalize, which has no deadline */
     if (par.topo.world_size > 1) comm_control_barrier(par.comm, "MPI_Ibarrier (end of run)", par.topo.world);
     llama_acts_free(acts);

@@ -250,7 +250,7 @@ static void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlag
 }
 
 /* Writes the checkpoint from rank 0: the AdamW moments are gathered from their shards. */
-static void save_checkpoint(const char *dir, const LlamaModel *m, const AdamW *opt, const TrainerState *st,
+static void save_checkpoint(const char *dir, LlamaModel *m, const AdamW *opt, const TrainerState *st,
                             SeqParallel *par) {
     int root = par->topo.world_rank == 0;
     AdamW full = *opt;
@@ -258,9 +258,11 @@ static void save_checkpoint(const char *dir, const LlamaModel *m, const AdamW *o
     full.end = m->table.total;
     full.m = root ? xmalloc(sizeof(float) * m->table.total) : NULL;
     full.v = root ? xmalloc(sizeof(float) * m->table.total) : NULL;
+    float *params = grad_sync_full_to_root(&par->sync, m, 0); /* zero 3 holds only shards */
     grad_sync_gather_to_root(&par->sync, opt->m, full.m);
     grad_sync_gather_to_root(&par->sync, opt->v, full.v);
-    if (root) checkpoint_save(dir, &m->cfg, &m->table, m->params, &full, st);
+    if (root) checkpoint_save(dir, &m->cfg, &m->table, params, &full, st);
+    xfree(params);
     xfree(full.m);
     xfree(full.v);
     if (par->topo.world_size > 1) comm_control_barrier(par->comm, "MPI_Ibarrier (after the save)", par->topo.world);
@@ -387,6 +389,7 @@ int cmd_train(int argc, char **argv) {
 
     LlamaActsOptions ao = {.checkpoint = o.mem.checkpoint, .ffn_chunks = o.mem.ffn_chunks};
     LlamaActs *acts = llama_acts_create_opts(&model, par.attn, N, &ao);
+    grad_sync_attach(&par.sync, &model); /* zero 2/3: per-layer reduce-scatter (and gathers) */
     int *g_inputs = xmalloc(sizeof(int) * (size_t)S * o.batch), *g_targets = xmalloc(sizeof(int) * (size_t)S * o.batch);
     int *inputs = xmalloc(sizeof(int) * (size_t)N * per_replica), *targets = xmalloc(sizeof(int) * (size_t)N * per_replica);
 
@@ -438,12 +441,14 @@ int cmd_train(int argc, char **argv) {
             seq_parallel_take_local(&par, g_inputs + g, inputs + (size_t)b * N);
             seq_parallel_take_local(&par, g_targets + g, targets + (size_t)b * N);
         }
-        memset(model.grads, 0, sizeof(float) * model.table.total);
+        if (model.grads) memset(model.grads, 0, sizeof(float) * model.table.total); /* zero 2/3 have none */
         double loss_sum = 0;
-        for (int b = 0; b < per_replica; b++)
+        for (int b = 0; b < per_replica; b++) {
+            grad_sync_microbatch(&par.sync, b);
             loss_sum += llama_forward_backward(&model, acts, par.attn, inputs + (size_t)b * N, targets + (size_t)b * N,
                                                par.positions, N, 1.0f / (float)n_targets, 1, NULL);
-        if (fault_nonfinite_at(&faults, st.step + 1) && root) model.grads[0] = NAN;
+        }
+        if (fault_nonfinite_at(&faults, st.step + 1) && root) *(model.grads ? model.grads : par.sync.shard_buf) = NAN;
         double loss = seq_parallel_sum(&par, loss_sum) / (double)n_targets;
         double norm_sq = grad_sync_reduce(&par.sync, model.grads);
         float lr = lr_at_step(&o.opt, st.step);
@@ -474,8 +479,7 @@ int cmd_train(int argc, char **argv) {
                 fflush(stdout);
             }
         } else {
-            adamw_update(&opt, &model.table, model.params, model.grads, lr, adamw_clip_scale(&o.opt, norm_sq));
-            grad_sync_gather_params(&par.sync, model.params);
+            grad_sync_update(&par.sync, &opt, &model, lr, adamw_clip_scale(&o.opt, norm_sq));
         }
         st.step++;
         /* step time, peak memory and a stop request, agreed by every rank in one reduction */

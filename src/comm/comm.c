@@ -275,6 +275,12 @@ void comm_stats_print(Comm *c, FILE *f) {
         fprintf(f, " compute %.4f s (cpu %.4f s), exposed comm %.4f s\n", s->compute_s, s->compute_cpu_s,
                 comm_stats_exposed(s));
     }
+    for (int r = 0; r < size; r++) { /* the exact byte counts, for checks against formulas */
+        fprintf(f, "bytes rank %d:", r);
+        for (int k = 0; k < COMM_KINDS; k++)
+            fprintf(f, " %s %" PRIu64, KIND_NAMES[k], comm_stats_bytes(&all[r], (CommKind)k));
+        fprintf(f, "\n");
+    }
     fflush(f);
     xfree(all);
 }
@@ -457,6 +463,19 @@ void comm_reduce_scatter(Comm *c, CommKind k, const void *sendbuf, void *recvbuf
               (size_t)recvcounts[me] * es);
     wait_deadline(c, "MPI_Ireduce_scatter", k, mc, 1, &req);
     finish_collective(c, k, "reduce_scatter", t0);
+    for (int p = 0; p < n; p++)
+        if (p != me) {
+            count_bytes(c, k, mc, p, (uint64_t)recvcounts[p] * es);
+            c->stats.messages[k]++;
+        }
+}
+
+void comm_ireduce_scatter(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, const int *recvcounts,
+                          MPI_Datatype dt, MPI_Op op, MPI_Comm mc, MPI_Request *req) {
+    int n = comm_size_of(mc), me = comm_rank_of(mc);
+    size_t es = type_size(dt);
+    mpi_check(MPI_Ireduce_scatter(sendbuf, recvbuf, recvcounts, dt, op, mc, req), "MPI_Ireduce_scatter", mc, -1,
+              (size_t)recvcounts[me] * es);
     for (int p = 0; p < n; p++)
         if (p != me) {
             count_bytes(c, k, mc, p, (uint64_t)recvcounts[p] * es);

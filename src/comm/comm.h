@@ -127,7 +127,8 @@ void comm_set_step(Comm *c, long step, const char *phase);
 /* Total bytes of a kind (intra + inter). */
 uint64_t comm_stats_bytes(const CommStats *s, CommKind k);
 void comm_stats_reset(Comm *c);
-/* Per-rank lines (bytes by kind with intra/inter split, messages, wait, compute, exposed comm):
+/* Per-rank lines (bytes by kind with intra/inter split, messages, wait, compute, exposed comm),
+ * then one line per rank "bytes rank R: KIND N ..." with the exact byte count of every kind:
  * rank 0 gathers every rank's stats and prints them in rank order to f. Collective over world;
  * f is only used on rank 0. */
 void comm_stats_print(Comm *c, FILE *f);
@@ -166,6 +167,12 @@ void comm_reduce_scatter(Comm *c, CommKind k, const void *sendbuf, void *recvbuf
                          const int *recvcounts, MPI_Datatype dt, MPI_Op op, MPI_Comm mc);
 void comm_allgatherv(Comm *c, CommKind k, const void *sendbuf, int sendcount, void *recvbuf,
                      const int *recvcounts, const int *displs, MPI_Datatype dt, MPI_Comm mc);
+/* Nonblocking reduce-scatter (MPI_Ireduce_scatter): posts it and returns; bytes are counted when
+ * posted (as comm_reduce_scatter counts them). Complete it later with comm_waitall (under the
+ * watchdog's deadline) or progress it with comm_testall; the time blocked there goes to their
+ * kind. sendbuf must not change and recvbuf not be read until it completes. */
+void comm_ireduce_scatter(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, const int *recvcounts,
+                          MPI_Datatype dt, MPI_Op op, MPI_Comm mc, MPI_Request *req);
 /* All-gather of equal blocks of bytes_per_rank (own block to each other member). */
 void comm_allgather(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t bytes_per_rank, MPI_Comm mc);
 /* Plain all-gather of small control data; its bytes go to meta_bytes, its time to kind k. */

@@ -466,6 +466,12 @@ static void layer_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn, int 
     rmsnorm_backward(a->dx, g->input_norm, a->dxn, x_in, w->input_norm, L->rstd1, N, D);
 }
 
+/* ---------------------------------------------------------------- hooks (see llama.h) */
+
+static void hook(LlamaModel *m, LlamaHookPoint p, int layer, int backward) {
+    if (m->hooks && m->hooks->fn) m->hooks->fn(m->hooks->ctx, m, p, layer, backward);
+}
+
 double llama_forward_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn,
                               const int *inputs, const int *targets, const int *positions, int N,
                               float loss_scale, int backward, int *predictions) {
@@ -479,12 +485,20 @@ double llama_forward_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn,
 
     rope_tables(a->rope_cos, a->rope_sin, positions, N, c->head_dim, c->rope_theta);
     attn->set_positions(attn, positions);
+    hook(m, LLAMA_HOOK_BEGIN, -1, backward);
     embedding_forward(residual_at(a, c, 0), inputs, m->w.embed, N, D);
-    for (int l = 0; l < nL; l++) layer_forward(m, a, attn, l);
+    for (int l = 0; l < nL; l++) {
+        hook(m, LLAMA_HOOK_BEFORE_FORWARD, l, backward);
+        layer_forward(m, a, attn, l);
+        hook(m, LLAMA_HOOK_AFTER_FORWARD, l, backward);
+    }
     rmsnorm_forward(a->x_final, a->rstd_final, residual_at(a, c, nL), m->w.final_norm, N, D, c->rms_norm_eps);
-    if (!backward)
-        return lm_head_cross_entropy(a->x_final, m->w.lm_head, targets, N, D, V, loss_scale, NULL, NULL,
-                                     predictions, a->ce_chunk, a->ce_workspace);
+    if (!backward) {
+        double fwd_loss = lm_head_cross_entropy(a->x_final, m->w.lm_head, targets, N, D, V, loss_scale, NULL, NULL,
+                                                predictions, a->ce_chunk, a->ce_workspace);
+        hook(m, LLAMA_HOOK_END, -1, 0);
+        return fwd_loss;
+    }
 
     memset(a->dxn, 0, sizeof(float) * (size_t)N * D);
     double loss = lm_head_cross_entropy(a->x_final, m->w.lm_head, targets, N, D, V, loss_scale, a->dxn,
@@ -492,13 +506,16 @@ double llama_forward_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn,
     memset(a->dx, 0, sizeof(float) * (size_t)N * D);
     rmsnorm_backward(a->dx, m->g.final_norm, a->dxn, residual_at(a, c, nL), m->w.final_norm, a->rstd_final, N, D);
     for (int l = nL - 1; l >= 0; l--) {
+        hook(m, LLAMA_HOOK_BEFORE_BACKWARD, l, 1);
         /* layer: the attention half again, attention's forward included, into the shared set;
          * selective: q, k, v, the strategy's state and x_mid without attention's forward. The
          * MLP is recomputed chunk by chunk inside its backward. */
         if (a->checkpoint == LLAMA_CKPT_LAYER) attn_block_forward(m, a, attn, l);
         if (a->checkpoint == LLAMA_CKPT_SELECTIVE) attn_block_restore(m, a, attn, l);
         layer_backward(m, a, attn, l);
+        hook(m, LLAMA_HOOK_AFTER_BACKWARD, l, 1);
     }
     embedding_backward(m->g.embed, a->dx, inputs, N, D);
+    hook(m, LLAMA_HOOK_END, -1, 1);
     return loss;
 }

@@ -30,13 +30,34 @@ typedef struct {
     float *lm_head;    /* (V, D); the embedding itself when tie_word_embeddings */
 } LlamaWeights;
 
+/* Per-layer hooks (ZeRO-2/3 use them: src/strategies/data_parallel.h). llama_forward_backward
+ * calls fn, when the model has hooks, at these points of one micro-batch; layer is -1 for BEGIN
+ * and END, backward tells whether a backward pass follows or ran. With --checkpoint the layer's
+ * recomputation runs after BEFORE_BACKWARD. A hook may repoint m->w.layers[layer] /
+ * m->g.layers[layer] and must leave them usable until the matching AFTER point. */
+typedef enum {
+    LLAMA_HOOK_BEGIN,           /* before the embedding */
+    LLAMA_HOOK_BEFORE_FORWARD,  /* before layer l's forward */
+    LLAMA_HOOK_AFTER_FORWARD,   /* after layer l's forward */
+    LLAMA_HOOK_BEFORE_BACKWARD, /* before layer l's backward (and its recomputation) */
+    LLAMA_HOOK_AFTER_BACKWARD,  /* after layer l's backward: its gradients are final */
+    LLAMA_HOOK_END              /* after the embedding's backward (or the loss, forward only) */
+} LlamaHookPoint;
+
+struct LlamaModel;
 typedef struct {
+    void (*fn)(void *ctx, struct LlamaModel *m, LlamaHookPoint point, int layer, int backward);
+    void *ctx;
+} LlamaHooks;
+
+typedef struct LlamaModel {
     LlamaConfig cfg;
     ParamTable table;  /* HF names and shapes; lm_head absent when tied */
     float *params;     /* (table.total) */
     float *grads;      /* (table.total), same layout */
     LlamaWeights w;    /* named pointers into params */
     LlamaWeights g;    /* named pointers into grads */
+    const LlamaHooks *hooks; /* NULL: none (llama_build leaves it NULL) */
 } LlamaModel;
 
 /* Allocates parameters and gradients (zeroed) for the configuration. */

@@ -96,6 +96,11 @@ float adamw_clip_scale(const AdamWConfig *cfg, double norm_sq) {
 
 void adamw_update(AdamW *opt, const ParamTable *table, float *params, const float *grads, float lr,
                   float grad_scale) {
+    adamw_update_at(opt, table, params, 0, grads, 0, lr, grad_scale);
+}
+
+void adamw_update_at(AdamW *opt, const ParamTable *table, float *params, size_t params_base, const float *grads,
+                     size_t grads_base, float lr, float grad_scale) {
     const AdamWConfig *c = &opt->cfg;
     long t = ++opt->step;
     double bc1 = 1.0 - pow((double)c->beta1, (double)t);
@@ -119,13 +124,13 @@ void adamw_update(AdamW *opt, const ParamTable *table, float *params, const floa
         const float dm = decay ? decay_mul : 1.0f;
         #pragma omp for schedule(static) nowait
         for (size_t i = lo; i < hi; i++) {
-            float g = grads[i] * grad_scale;
-            float p = params[i] * dm;
+            float g = grads[i - grads_base] * grad_scale;
+            float p = params[i - params_base] * dm;
             float mi = b1 * m[i - begin] + omb1 * g;
             float vi = b2 * v[i - begin] + omb2 * (g * g);
             m[i - begin] = mi;
             v[i - begin] = vi;
-            params[i] = p - step_size * mi / (sqrtf(vi) * inv_bc2_sqrt + eps);
+            params[i - params_base] = p - step_size * mi / (sqrtf(vi) * inv_bc2_sqrt + eps);
         }
     }
 }

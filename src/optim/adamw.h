@@ -65,5 +65,10 @@ float adamw_clip_scale(const AdamWConfig *cfg, double norm_sq);
  * Elements of the range not covered by any tensor are left untouched. OpenMP-parallel. */
 void adamw_update(AdamW *opt, const ParamTable *table, float *params, const float *grads, float lr,
                   float grad_scale);
+/* The same step where params and grads hold only part of the flat buffer: element i is
+ * params[i - params_base] and grads[i - grads_base] (ZeRO-2/3 keep only a shard of the
+ * gradient, ZeRO-3 also of the parameters). adamw_update is adamw_update_at with bases 0. */
+void adamw_update_at(AdamW *opt, const ParamTable *table, float *params, size_t params_base, const float *grads,
+                     size_t grads_base, float lr, float grad_scale);
 
 #endif

@@ -1,27 +1,45 @@
-/* Gradient reduction and ZeRO-1 sharding over all ranks: see data_parallel.h. */
+/* Gradient reduction and Hybrid ZeRO stages 0-3 over sharding groups: see data_parallel.h. */
 #include "strategies/data_parallel.h"
 
 #include <limits.h>
+#include <math.h>
 #include <string.h>
 
 #include "core/common.h"
 #include "optim/adamw.h"
 
-void grad_sync_init(GradSync *g, MPI_Comm comm, Comm *stats, size_t total, int zero) {
+void grad_sync_init(GradSync *g, MPI_Comm comm, Comm *stats, size_t total, int zero, int group) {
     memset(g, 0, sizeof *g);
-    g->comm = comm;
+    g->world = comm;
+    g->shard_comm = g->cross_comm = MPI_COMM_NULL;
     g->stats = stats;
     g->zero = zero;
     g->total = total;
-    MPI_Comm_rank(comm, &g->rank);
-    MPI_Comm_size(comm, &g->size);
+    MPI_Comm_rank(comm, &g->world_rank);
+    MPI_Comm_size(comm, &g->world_size);
+    if (zero < 0 || zero > 3) die_collective("--zero %d is not a ZeRO stage: use 0, 1, 2 or 3", zero);
+    if (group < 0 || group > g->world_size || (group > 0 && g->world_size % group != 0))
+        die_collective("--zero-group %d does not divide the %d ranks: use a divisor of %d", group, g->world_size,
+                       g->world_size);
+    if (group > 0 && zero == 0)
+        die_collective("--zero-group %d shards nothing under --zero 0: use --zero 1, 2 or 3", group);
+    g->group = group > 0 ? group : g->world_size;
+    g->n_groups = g->world_size / g->group;
+    g->rank = 0;
+    g->size = 1;
     g->shard_begin = 0;
     g->shard_end = total;
-    if (zero == 0 || g->size == 1) return;
+    if (zero == 0 || g->world_size == 1) return;
+    if (total > (size_t)INT_MAX)
+        die_collective("the model has %zu parameters, more than MPI's int counts allow in one collective: use --zero 0",
+                       total);
+    /* groups of g consecutive world ranks; the cross communicator joins equal group ranks */
+    MPI_Comm_split(comm, g->world_rank / g->group, g->world_rank, &g->shard_comm);
+    MPI_Comm_split(comm, g->world_rank % g->group, g->world_rank, &g->cross_comm);
+    MPI_Comm_rank(g->shard_comm, &g->rank);
+    MPI_Comm_size(g->shard_comm, &g->size);
     g->counts = xmalloc(sizeof(int) * (size_t)g->size);
     g->displs = xmalloc(sizeof(int) * (size_t)g->size);
-    if (total > (size_t)INT_MAX)
-        die("the model has %zu parameters, more than MPI's int counts allow in one collective: use --zero 0", total);
     for (int r = 0; r < g->size; r++) {
         size_t b = total * (size_t)r / (size_t)g->size, e = total * (size_t)(r + 1) / (size_t)g->size;
         g->counts[r] = (int)(e - b);
@@ -33,39 +51,275 @@ void grad_sync_init(GradSync *g, MPI_Comm comm, Comm *stats, size_t total, int z
 }
 
 void grad_sync_free(GradSync *g) {
+    if (g->model && g->model->hooks == &g->hooks) g->model->hooks = NULL;
+    if (g->shard_comm != MPI_COMM_NULL) MPI_Comm_free(&g->shard_comm);
+    if (g->cross_comm != MPI_COMM_NULL) MPI_Comm_free(&g->cross_comm);
     xfree(g->counts);
     xfree(g->displs);
     xfree(g->shard_buf);
+    xfree(g->unit_begin);
+    xfree(g->unit_end);
+    xfree(g->unit_counts);
+    xfree(g->reqs);
+    xfree(g->unit_displs);
+    xfree(g->grad_outer);
+    xfree(g->grad_slot[0]);
+    xfree(g->grad_slot[1]);
+    xfree(g->grad_tmp);
+    xfree(g->p_shard);
+    xfree(g->p_layer);
+    xfree(g->p_outer);
     memset(g, 0, sizeof *g);
 }
 
+/* ---------------------------------------------------------------- units and hooks */
+
+static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+/* This rank's part of unit u: [*b, *e) (empty when b == e). */
+static void unit_own(const GradSync *g, int u, size_t *b, size_t *e) {
+    *b = max_sz(g->unit_begin[u], g->shard_begin);
+    *e = min_sz(g->unit_end[u], g->shard_end);
+    if (*e < *b) *e = *b;
+}
+
+static size_t unit_size(const GradSync *g, int u) { return g->unit_end[u] - g->unit_begin[u]; }
+
+/* Points layer l's named tensors (w: one of m->w.layers / m->g.layers) into base, which holds
+ * the layer's unit; base NULL unbinds them (a use without the gather then faults). */
+static void bind_layer(const GradSync *g, LlamaLayerWeights *w, float *base, int l) {
+    float **f[9] = {&w->input_norm, &w->q_proj, &w->k_proj, &w->v_proj, &w->o_proj,
+                    &w->post_norm, &w->gate_proj, &w->up_proj, &w->down_proj};
+    const ParamTable *t = &g->model->table;
+    for (int i = 0; i < 9; i++)
+        *f[i] = base ? base + (t->t[1 + 9 * l + i].offset - g->unit_begin[1 + l]) : NULL;
+}
+
+/* The embedding, final norm and head of w pointed into base = [embedding unit | tail unit]. */
+static void bind_outer(const GradSync *g, LlamaWeights *w, float *base) {
+    const ParamTable *t = &g->model->table;
+    int tail = g->n_units - 1, nL = g->n_units - 2;
+    size_t E = unit_size(g, 0);
+    w->embed = base;
+    w->final_norm = base ? base + E + (t->t[1 + 9 * nL].offset - g->unit_begin[tail]) : NULL;
+    w->lm_head = !base || g->model->cfg.tie_word_embeddings ? w->embed
+                                                              : base + E + (t->t[2 + 9 * nL].offset - g->unit_begin[tail]);
+}
+
+/* All-gathers unit u's parameters (from the shards in p_shard) into dst (the unit's size). */
+static void unit_gather(GradSync *g, int u, float *dst) {
+    const int *cnt = g->unit_counts + (size_t)u * (size_t)g->size;
+    size_t ob, oe;
+    unit_own(g, u, &ob, &oe);
+    for (int p = 0, d = 0; p < g->size; p++) g->unit_displs[p] = d, d += cnt[p];
+    comm_allgatherv(g->stats, COMM_PARAM_GATHER, g->p_shard + (ob - g->shard_begin), cnt[g->rank], dst, cnt,
+                    g->unit_displs, MPI_FLOAT, g->shard_comm);
+}
+
+/* Posts the reduce-scatter of unit u's gradient (in src) into this rank's part of the shard
+ * accumulator (the step's first micro-batch) or of grad_tmp (the later ones, added at END). */
+static void unit_reduce_post(GradSync *g, int u, const float *src) {
+    size_t ob, oe;
+    unit_own(g, u, &ob, &oe);
+    float *dst = (g->micro == 0 ? g->shard_buf : g->grad_tmp) + (ob - g->shard_begin);
+    const int *cnt = g->unit_counts + (size_t)u * (size_t)g->size;
+    comm_ireduce_scatter(g->stats, COMM_GRAD_REDUCE, src, dst, cnt, MPI_FLOAT, MPI_SUM, g->shard_comm, &g->reqs[u]);
+}
+
+static void zero_hook(void *ctx, LlamaModel *m, LlamaHookPoint point, int layer, int backward) {
+    GradSync *g = ctx;
+    int z3 = g->zero == 3, tail = g->n_units - 1;
+    size_t E = unit_size(g, 0);
+    switch (point) {
+    case LLAMA_HOOK_BEGIN:
+        if (z3) { /* embedding, final norm and head: whole for the micro-batch */
+            g->p_outer = xmalloc(sizeof(float) * (E + unit_size(g, tail)));
+            unit_gather(g, 0, g->p_outer);
+            unit_gather(g, tail, g->p_outer + E);
+            bind_outer(g, &m->w, g->p_outer);
+        }
+        if (backward) memset(g->grad_outer, 0, sizeof(float) * (E + unit_size(g, tail)));
+        break;
+    case LLAMA_HOOK_BEFORE_FORWARD:
+        if (z3) { unit_gather(g, 1 + layer, g->p_layer); bind_layer(g, &m->w.layers[layer], g->p_layer, layer); }
+        break;
+    case LLAMA_HOOK_AFTER_FORWARD:
+        if (z3) bind_layer(g, &m->w.layers[layer], NULL, layer);
+        break;
+    case LLAMA_HOOK_BEFORE_BACKWARD: {
+        if (z3) { unit_gather(g, 1 + layer, g->p_layer); bind_layer(g, &m->w.layers[layer], g->p_layer, layer); }
+        int s = layer % 2; /* the slot's previous reduce-scatter (layer + 2) must be done */
+        if (g->slot_unit[s] >= 0) comm_waitall(g->stats, COMM_GRAD_REDUCE, 1, &g->reqs[g->slot_unit[s]]);
+        g->slot_unit[s] = -1;
+        memset(g->grad_slot[s], 0, sizeof(float) * unit_size(g, 1 + layer));
+        bind_layer(g, &m->g.layers[layer], g->grad_slot[s], layer);
+        break;
+    }
+    case LLAMA_HOOK_AFTER_BACKWARD: {
+        int s = layer % 2;
+        unit_reduce_post(g, 1 + layer, g->grad_slot[s]);
+        g->slot_unit[s] = 1 + layer;
+        bind_layer(g, &m->g.layers[layer], NULL, layer);
+        if (z3) bind_layer(g, &m->w.layers[layer], NULL, layer);
+        comm_testall(g->stats, COMM_GRAD_REDUCE, g->n_units, g->reqs); /* progress the ones in flight */
+        break;
+    }
+    case LLAMA_HOOK_END:
+        if (backward) {
+            unit_reduce_post(g, tail, g->grad_outer + E);
+            unit_reduce_post(g, 0, g->grad_outer);
+            comm_waitall(g->stats, COMM_GRAD_REDUCE, g->n_units, g->reqs);
+            g->slot_unit[0] = g->slot_unit[1] = -1;
+            if (g->micro > 0) {
+                size_t n = g->shard_end - g->shard_begin;
+                for (size_t i = 0; i < n; i++) g->shard_buf[i] += g->grad_tmp[i];
+            }
+            g->micro++;
+            g->reduced = 1;
+        }
+        if (z3) {
+            bind_outer(g, &m->w, NULL);
+            xfree(g->p_outer);
+            g->p_outer = NULL;
+        }
+        break;
+    }
+}
+
+void grad_sync_attach(GradSync *g, LlamaModel *m) {
+    if (g->zero < 2 || !g->counts) return;
+    const ParamTable *t = &m->table;
+    int nL = m->cfg.num_hidden_layers;
+    if (t->total != g->total || nL < 1 || t->n != 2 + 9 * nL + !m->cfg.tie_word_embeddings)
+        die("internal: grad_sync_attach: the table does not match the model");
+    for (int i = 1; i < t->n; i++) /* every tensor follows the previous one: units are ranges */
+        if (t->t[i].offset != t->t[i - 1].offset + t->t[i - 1].numel)
+            die("internal: the parameter table has a gap before %s", t->t[i].name);
+    g->model = m;
+    g->n_units = nL + 2;
+    g->unit_begin = xmalloc(sizeof(size_t) * (size_t)g->n_units);
+    g->unit_end = xmalloc(sizeof(size_t) * (size_t)g->n_units);
+    /* the table's order: embed, 9 tensors per layer, final norm, [lm_head] */
+    g->unit_begin[0] = 0;
+    g->unit_end[0] = t->t[1].offset;
+    size_t max_layer = 0;
+    for (int l = 0; l < nL; l++) {
+        const ParamTensor *last = &t->t[9 + 9 * l];
+        g->unit_begin[1 + l] = t->t[1 + 9 * l].offset;
+        g->unit_end[1 + l] = last->offset + last->numel;
+        max_layer = max_sz(max_layer, g->unit_end[1 + l] - g->unit_begin[1 + l]);
+    }
+    g->unit_begin[nL + 1] = t->t[1 + 9 * nL].offset;
+    g->unit_end[nL + 1] = t->total;
+    g->unit_counts = xmalloc(sizeof(int) * (size_t)g->n_units * (size_t)g->size);
+    g->unit_displs = xmalloc(sizeof(int) * (size_t)g->size);
+    for (int u = 0; u < g->n_units; u++)
+        for (int p = 0; p < g->size; p++) {
+            size_t sb = (size_t)g->displs[p], se = sb + (size_t)g->counts[p];
+            size_t b = max_sz(g->unit_begin[u], sb), e = min_sz(g->unit_end[u], se);
+            g->unit_counts[(size_t)u * (size_t)g->size + (size_t)p] = e > b ? (int)(e - b) : 0;
+        }
+    g->reqs = xmalloc(sizeof(MPI_Request) * (size_t)g->n_units);
+    for (int u = 0; u < g->n_units; u++) g->reqs[u] = MPI_REQUEST_NULL;
+    g->slot_unit[0] = g->slot_unit[1] = -1;
+
+    /* gradients: the flat buffer goes; the embedding and tail get their own buffer, layers use
+     * two slots in turn (one being reduce-scattered while the next is produced) */
+    size_t outer = unit_size(g, 0) + unit_size(g, nL + 1), n = g->shard_end - g->shard_begin;
+    g->grad_outer = xmalloc(sizeof(float) * outer);
+    g->grad_slot[0] = xmalloc(sizeof(float) * max_layer);
+    g->grad_slot[1] = xmalloc(sizeof(float) * max_layer);
+    xfree(m->grads);
+    m->grads = NULL;
+    bind_outer(g, &m->g, g->grad_outer);
+    for (int l = 0; l < nL; l++) bind_layer(g, &m->g.layers[l], NULL, l);
+    if (g->zero == 3) { /* parameters: this rank's shard, one gathered layer, the outer units per micro-batch */
+        g->p_shard = xmalloc(sizeof(float) * (n + 1));
+        memcpy(g->p_shard, m->params + g->shard_begin, sizeof(float) * n);
+        g->p_layer = xmalloc(sizeof(float) * max_layer);
+        xfree(m->params);
+        m->params = NULL;
+        bind_outer(g, &m->w, NULL);
+        for (int l = 0; l < nL; l++) bind_layer(g, &m->w.layers[l], NULL, l);
+    }
+    g->hooks.fn = zero_hook;
+    g->hooks.ctx = g;
+    m->hooks = &g->hooks;
+}
+
+void grad_sync_microbatch(GradSync *g, int index) {
+    if (index == 0) g->micro = 0, g->reduced = 0;
+    if (g->micro > 0 && !g->grad_tmp && g->zero >= 2 && g->counts)
+        g->grad_tmp = xmalloc(sizeof(float) * (g->shard_end - g->shard_begin + 1));
+}
+
+/* ---------------------------------------------------------------- the step's reduction */
+
 double grad_sync_reduce(GradSync *g, float *grads) {
-    double local;
-    if (g->size == 1) return grad_norm_sq(grads, g->total);
+    if (g->world_size == 1) return grad_norm_sq(grads, g->total);
     if (!g->zero || !g->counts) {
-        comm_allreduce(g->stats, COMM_GRAD_REDUCE, MPI_IN_PLACE, grads, g->total, MPI_FLOAT, MPI_SUM, g->comm);
+        comm_allreduce(g->stats, COMM_GRAD_REDUCE, MPI_IN_PLACE, grads, g->total, MPI_FLOAT, MPI_SUM, g->world);
         return grad_norm_sq(grads, g->total);
     }
-    comm_reduce_scatter(g->stats, COMM_GRAD_REDUCE, grads, g->shard_buf, g->counts, MPI_FLOAT, MPI_SUM, g->comm);
     size_t n = g->shard_end - g->shard_begin;
-    memcpy(grads + g->shard_begin, g->shard_buf, sizeof(float) * n);
-    local = grad_norm_sq(grads + g->shard_begin, n);
-    double global = 0;
-    comm_allreduce(g->stats, COMM_GRAD_REDUCE, &local, &global, 1, MPI_DOUBLE, MPI_SUM, g->comm);
+    if (g->zero == 1) {
+        comm_reduce_scatter(g->stats, COMM_GRAD_REDUCE, grads, g->shard_buf, g->counts, MPI_FLOAT, MPI_SUM,
+                            g->shard_comm);
+    } else if (!g->model || !g->reduced) {
+        die("internal: --zero %d: the gradient was not reduced in backward (grad_sync_attach and "
+            "grad_sync_microbatch not called)", g->zero);
+    }
+    g->reduced = 0;
+    if (g->n_groups > 1) /* the replicas of this shard in the other groups */
+        comm_allreduce(g->stats, COMM_GRAD_REDUCE, MPI_IN_PLACE, g->shard_buf, n, MPI_FLOAT, MPI_SUM, g->cross_comm);
+    if (g->zero == 1) memcpy(grads + g->shard_begin, g->shard_buf, sizeof(float) * n);
+    double local = grad_norm_sq(g->shard_buf, n), global = local;
+    if (g->size > 1)
+        comm_allreduce(g->stats, COMM_GRAD_REDUCE, &local, &global, 1, MPI_DOUBLE, MPI_SUM, g->shard_comm);
     return global;
 }
 
-void grad_sync_gather_params(GradSync *g, float *params) {
-    if (!g->zero || !g->counts) return;
-    comm_allgatherv(g->stats, COMM_PARAM_GATHER, MPI_IN_PLACE, g->counts[g->rank], params, g->counts, g->displs,
-                    MPI_FLOAT, g->comm);
+void grad_sync_update(GradSync *g, AdamW *opt, LlamaModel *m, float lr, float grad_scale) {
+    if (g->zero >= 2 && g->model) {
+        if (g->p_shard)
+            adamw_update_at(opt, &m->table, g->p_shard, g->shard_begin, g->shard_buf, g->shard_begin, lr, grad_scale);
+        else
+            adamw_update_at(opt, &m->table, m->params, 0, g->shard_buf, g->shard_begin, lr, grad_scale);
+    } else {
+        adamw_update(opt, &m->table, m->params, m->grads, lr, grad_scale);
+    }
+    if (g->zero >= 1 && g->zero <= 2) grad_sync_gather_full(g, m->params);
+}
+
+float *grad_sync_full_to_root(GradSync *g, LlamaModel *m, int grads) {
+    float *full = g->world_rank == 0 ? xmalloc(sizeof(float) * g->total) : NULL;
+    float *flat = grads ? m->grads : m->params;
+    if (flat) { /* the flat buffer exists: whole (zero 0, 2's parameters) or sharded (zero 1) */
+        if (g->zero == 1 && grads) grad_sync_gather_full(g, flat);
+        if (full) memcpy(full, flat, sizeof(float) * g->total);
+    } else {
+        grad_sync_gather_to_root(g, grads ? g->shard_buf : g->p_shard, full);
+    }
+    return full;
+}
+
+void grad_sync_gather_full(GradSync *g, float *buf) {
+    if (!g->zero || !g->counts || g->size == 1) return;
+    comm_allgatherv(g->stats, COMM_PARAM_GATHER, MPI_IN_PLACE, g->counts[g->rank], buf, g->counts, g->displs,
+                    MPI_FLOAT, g->shard_comm);
 }
 
 void grad_sync_gather_to_root(GradSync *g, const float *shard, float *full) {
     if (!g->zero || !g->counts) { /* every rank holds all of it; only the root has a destination */
-        if (g->rank == 0 && full != shard) memcpy(full, shard, sizeof(float) * g->total);
+        if (g->world_rank == 0 && full != shard) memcpy(full, shard, sizeof(float) * g->total);
+        return;
+    }
+    if (g->world_rank / g->group != 0) return; /* group 0 holds world rank 0; the others are replicas */
+    if (g->size == 1) {
+        memcpy(full, shard, sizeof(float) * g->total);
         return;
     }
     comm_gatherv(g->stats, COMM_PARAM_GATHER, shard, g->counts[g->rank], full, g->counts, g->displs, MPI_FLOAT, 0,
-                 g->comm);
+                 g->shard_comm);
 }

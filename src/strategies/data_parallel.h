@@ -1,13 +1,49 @@
-/* Gradient synchronisation and the sharded optimizer across all dp x sp ranks (LoongTrain §5.1
- * Hybrid ZeRO, stage 1 over both dimensions).
+/* Gradient synchronisation and Hybrid ZeRO (LoongTrain §5.1) across all dp x sp ranks.
  *
- * Every rank holds all parameters. After backward each rank's gradient covers only its own
- * tokens (and, with dp, its own sequences); the loss scale already divides by the global number
- * of targets, so the full gradient is the SUM over every rank of the world.
+ * Every rank's gradient covers only its own tokens (and, with dp, its own sequences); the loss
+ * scale already divides by the global number of targets, so the full gradient is the SUM over
+ * every rank of the world.
  *   zero 0: allreduce of the whole gradient; every rank runs AdamW on all parameters.
- *   zero 1: reduce-scatter, each rank owns the AdamW moments of one contiguous shard of the flat
- *           buffer, updates it, and an all-gather brings every rank the updated parameters.
- * Both give the same update as one process (up to the order of floating-point sums). */
+ *   zero 1: the optimizer state is sharded: a reduce-scatter gives each rank the summed gradient
+ *           of its shard (one contiguous range of the flat buffer), it updates that shard, and an
+ *           all-gather brings every rank the updated parameters.
+ *   zero 2: gradients sharded too. The model's flat gradient buffer is freed: the embedding and
+ *           tail gradients get a buffer of their own and the layers two slots used in turn.
+ *           As soon as layer l's backward is done (hook AFTER_BACKWARD) its gradient is posted
+ *           as a nonblocking reduce-scatter (MPI_Ireduce_scatter) to its owners and progressed
+ *           while layer l-1 runs; slot l % 2 is reused by layer l-2 only after that reduce-scatter
+ *           completed. The embedding and tail follow after the embedding's backward. Every
+ *           micro-batch is reduced this way, summed into the shard (shard_buf). Then as zero 1.
+ *   zero 3: parameters sharded too. The flat parameter buffer is freed; a rank keeps its shard
+ *           (p_shard), one layer buffer that each layer is all-gathered into just before its
+ *           forward and again before its backward (the model's pointers are unbound after each
+ *           use), and, during each micro-batch, the gathered embedding + final norm + head.
+ *           No all-gather after the update.
+ * Sharding groups (--zero-group g, LoongTrain's partial sharding): the world is cut into
+ * groups of g consecutive world ranks; the shards are over a group's g ranks, and groups hold
+ * replicas. The gradient: reduce-scatter inside the group, then an allreduce of the shard over
+ * the world / g ranks that hold the same shard (the cross communicator); parameters are
+ * gathered inside the group. g = world (the default) is plain ZeRO over every rank.
+ *
+ * Shards: rank q of a group of g owns [q Psi / g, (q + 1) Psi / g) of the Psi parameters. A unit
+ * (the embedding, each layer, the tail: final norm and head) is a contiguous range of the flat
+ * buffer (checked); its reduce-scatter and all-gather give rank q the overlap of the unit with
+ * q's shard, so the per-unit collectives of one pass add up to exactly one whole-buffer one.
+ *
+ * Bytes one rank sends per optimizer step, as the comm layer counts them (4-byte floats; n =
+ * own shard, G = world / g groups, m = micro-batches per rank = batch / dp; ar(c, P) = the
+ * direct-model allreduce of c elements over P ranks = 4 sum_{p != me} (c_p + c_me) with c split
+ * in P near-equal parts, about 8 c (P-1)/P; ar(., 1) = 0; plus one 8-byte norm allreduce over
+ * the group when g > 1):
+ *   zero 0:   grad_reduce = ar(Psi, world)                              param_gather = 0
+ *   zero 1:   grad_reduce = 4 (Psi - n) + ar(n, G)                      param_gather = 4 (g-1) n
+ *   zero 2:   grad_reduce = m x 4 (Psi - n) + ar(n, G)                  param_gather = 4 (g-1) n
+ *   zero 3:   grad_reduce = m x 4 (Psi - n) + ar(n, G)
+ *             param_gather = m x 4 (g-1) (2 n - n_outer)    (n_outer: own part of embedding + tail,
+ *                                                             gathered once per micro-batch)
+ * (4 (Psi - n) when g > 1, else 0.) An evaluation forward under zero 3 adds 4 (g-1) n per
+ * sequence. With g = world, G = 1: zero 1/2 move 4 (Psi - n) + 4 (g-1) n ~ 2 x 4 Psi (g-1)/g,
+ * the allreduce's volume; zero 3 moves 1.5x that (LoongTrain §5.1 / ZeRO's 3 Psi vs 2 Psi). */
 #ifndef SEQPAR_DATA_PARALLEL_H
 #define SEQPAR_DATA_PARALLEL_H
 
@@ -15,34 +51,78 @@
 #include <stddef.h>
 
 #include "comm/comm.h"
+#include "model/llama.h"
+#include "optim/adamw.h"
 
 typedef struct {
-    MPI_Comm comm;       /* all ranks that share the parameters (the world) */
+    MPI_Comm world;      /* all ranks that share the parameters */
+    MPI_Comm shard_comm; /* this rank's sharding group (g ranks); MPI_COMM_NULL when not sharded */
+    MPI_Comm cross_comm; /* the ranks holding the same shard in the other groups (world / g) */
     Comm *stats;         /* byte and time accounting (kinds COMM_GRAD_REDUCE, COMM_PARAM_GATHER) */
-    int zero;            /* 0 or 1 */
-    int rank, size;
+    int zero;            /* 0 to 3 */
+    int group, n_groups; /* g ranks per group, world / g groups */
+    int world_rank, world_size;
+    int rank, size;      /* in shard_comm */
     size_t total;        /* elements of the flat buffer */
     size_t shard_begin, shard_end; /* this rank's optimizer range ([0, total) with zero 0) */
-    int *counts, *displs;          /* per rank shard sizes and offsets (zero 1) */
-    float *shard_buf;              /* (shard size) reduce-scatter destination */
+    int *counts, *displs;          /* per group-rank shard sizes and offsets (zero >= 1) */
+    float *shard_buf;              /* (shard) the summed gradient of the shard (zero >= 2: accumulated
+                                      over the step's micro-batches) */
+    /* zero 2/3 (grad_sync_attach): units, buffers and the per-layer hooks */
+    LlamaModel *model;
+    LlamaHooks hooks;
+    int n_units;                   /* 0 embedding, 1 + l layer l, n_layers + 1 the tail */
+    size_t *unit_begin, *unit_end;
+    int *unit_counts;              /* (n_units x size): overlap of unit u with group rank p's shard */
+    int *unit_displs;              /* (size) scratch */
+    MPI_Request *reqs;             /* (n_units) reduce-scatters in flight */
+    float *grad_outer;             /* gradients of the embedding and tail units, back to back */
+    float *grad_slot[2];           /* layer gradients, layer l in slot l % 2 */
+    int slot_unit[2];              /* the unit whose reduce-scatter reads the slot (-1: none) */
+    float *grad_tmp;               /* (shard) reduce-scatter target of micro-batches after the first */
+    int micro;                     /* micro-batches of this step reduced so far */
+    int reduced;                   /* this step's reduce-scatters have completed */
+    float *p_shard;                /* zero 3: this rank's parameters [shard_begin, shard_end) */
+    float *p_layer;                /* zero 3: the gathered layer in use */
+    float *p_outer;                /* zero 3: the gathered embedding + tail, during a micro-batch */
 } GradSync;
 
-/* Plans the shards: rank r owns [r * total / size, (r + 1) * total / size). Dies if the flat
- * buffer is too large for MPI's int counts per rank. */
-void grad_sync_init(GradSync *g, MPI_Comm comm, Comm *stats, size_t total, int zero);
+/* Plans the shards over groups of `group` ranks (0: the whole world). Errors (g not dividing
+ * the world, zero outside 0..3, a buffer too large for MPI's int counts) are one line on every
+ * rank (die_collective). */
+void grad_sync_init(GradSync *g, MPI_Comm comm, Comm *stats, size_t total, int zero, int group);
 void grad_sync_free(GradSync *g);
 
-/* Sums grads over every rank: all of it (zero 0) or this rank's shard (zero 1, written into
- * grads[shard_begin, shard_end); the rest of grads is then stale). Returns the squared L2 norm
- * of the full summed gradient (identical on every rank). */
+/* zero 2/3 (on more than one rank): installs the hooks on the model (m->hooks) and takes over
+ * its buffers: m->grads is freed (NULL; m->g points into this object's buffers while in use)
+ * and, for zero 3, m->params is freed too (NULL) after this rank's shard was copied out (m->w
+ * points into gathered buffers while in use). Call after the parameters are loaded; a no-op for
+ * zero 0/1. Parameters and gradients are then reached through the functions below. */
+void grad_sync_attach(GradSync *g, LlamaModel *m);
+/* Before micro-batch `index` (0 = the step's first) of a step's forward_backward calls. */
+void grad_sync_microbatch(GradSync *g, int index);
+
+/* Sums the gradient over every rank: all of grads (zero 0), this rank's shard (zero 1: written
+ * into shard_buf and grads[shard_begin, shard_end); the rest of grads is then stale), or
+ * completes the shard reduced during backward (zero 2/3: shard_buf; grads is not read). Returns
+ * the squared L2 norm of the full summed gradient (identical on every rank). */
 double grad_sync_reduce(GradSync *g, float *grads);
 
-/* zero 1: all-gathers the updated shards so every rank has all parameters; zero 0: nothing. */
-void grad_sync_gather_params(GradSync *g, float *params);
+/* The AdamW step on this rank's range, then (zero 1/2) the all-gather of the updated shards so
+ * that every rank holds all parameters; zero 3 keeps them sharded. */
+void grad_sync_update(GradSync *g, AdamW *opt, LlamaModel *m, float lr, float grad_scale);
+
+/* All-gathers a sharded flat buffer in place so that every rank holds all of it; nothing when
+ * not sharded. */
+void grad_sync_gather_full(GradSync *g, float *buf);
+
+/* The full parameters (grads = 0) or summed gradient (grads = 1, after grad_sync_reduce) on
+ * world rank 0, in a buffer it must xfree; NULL on the other ranks. Collective. */
+float *grad_sync_full_to_root(GradSync *g, LlamaModel *m, int grads);
 
 /* Gathers a state vector covering [shard_begin, shard_end) on each rank into full (total
- * elements) on rank 0 (zero 1), or copies it on rank 0 (zero 0). `full` is read only on rank 0
- * and may be NULL elsewhere. For saving optimizer moments. */
+ * elements) on world rank 0 (sharded), or copies it on rank 0 (zero 0). `full` is read only on
+ * rank 0 and may be NULL elsewhere. For saving optimizer moments. */
 void grad_sync_gather_to_root(GradSync *g, const float *shard, float *full);
 
 #endif

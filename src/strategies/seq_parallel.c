@@ -33,7 +33,6 @@ void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaC
     p->cfg = *cfg;
     int world = 1;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
-    if (cfg->zero != 0 && cfg->zero != 1) die_collective("--zero %d is not supported: use 0 or 1", cfg->zero);
     p->strategy = strategy_find(cfg->strategy ? cfg->strategy : "2d");
     if (!p->strategy) {
         char *m = strategy_unknown_message(cfg->strategy);
@@ -79,7 +78,7 @@ void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaC
                        .n_kv_heads = model->num_key_value_heads, .head_dim = model->head_dim};
     p->attn = sp > 1 ? dist_attention_create(p->strategy->schedule, &p->params, &p->topo, p->comm)
                      : local_attention_create(heads);
-    grad_sync_init(&p->sync, MPI_COMM_WORLD, p->comm, n_params, cfg->zero);
+    grad_sync_init(&p->sync, MPI_COMM_WORLD, p->comm, n_params, cfg->zero, cfg->zero_group);
 }
 
 void seq_parallel_free(SeqParallel *p) {
@@ -107,7 +106,7 @@ void seq_parallel_describe(const SeqParallel *p, char *buf, size_t n) {
     const Topology *t = &p->topo;
     char team[32] = "";
     if (t->sp > 1 && p->strategy->schedule == &wallfacer_schedule) snprintf(team, sizeof team, ", team %d", p->params.team);
-    snprintf(buf, n, "%s%s: dp %d x hp %d x cp %d (ring W %d), %s layout, %s placement, %d ranks/node, zero %d, %d thread%s/rank",
+    snprintf(buf, n, "%s%s: dp %d x hp %d x cp %d (ring W %d), %s layout, %s placement, %d ranks/node, zero %d (groups of %d), %d thread%s/rank",
              t->sp > 1 ? p->strategy->name : "single process", team, t->dp, t->hp, t->cp, t->ring_inner, layout_name(p->cfg.layout), placement_name(t->placement),
-             t->ranks_per_node, p->cfg.zero, p->threads, p->threads == 1 ? "" : "s");
+             t->ranks_per_node, p->cfg.zero, p->sync.group, p->threads, p->threads == 1 ? "" : "s");
 }

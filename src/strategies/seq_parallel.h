@@ -1,7 +1,7 @@
 /* The parallel runtime of one training or gradient run: the dp x hp x cp grid, the
  * communication context, the attention strategy (the single-process kernel when sp = 1, the
  * registry's strategy otherwise), this rank's token positions under the
- * layout, and the gradient synchronisation (allreduce or ZeRO-1). The CLI builds one from its
+ * layout, and the gradient synchronisation (allreduce or ZeRO-1/2/3). The CLI builds one from its
  * flags; the model code never sees MPI. */
 #ifndef SEQPAR_SEQ_PARALLEL_H
 #define SEQPAR_SEQ_PARALLEL_H
@@ -22,7 +22,8 @@ typedef struct {
     int dp, hp, cp;      /* 0 = not given: the strategy's grid rule decides (registry.h) */
     int ring_inner;      /* 0 = cp (plain ring) */
     int ranks_per_node;  /* 0 = from MPI_COMM_TYPE_SHARED */
-    int zero;            /* 0 or 1 */
+    int zero;            /* ZeRO stage 0 to 3 (data_parallel.h) */
+    int zero_group;      /* ranks per sharding group; 0 = the world */
     int threads;         /* 0 = node cores / ranks on the node */
     Placement placement;
     TokenLayout layout;

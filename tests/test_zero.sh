@@ -1,0 +1,239 @@
+#!/usr/bin/env bash
+# Hybrid ZeRO (LoongTrain §5.1) under mpirun --oversubscribe, each run with a timeout:
+#   - `seqpar grad` under --zero 2 and 3, with and without --zero-group, writes the single-
+#     process gradient file (full gradient gathered from the shards) at 2, 4 and 8 ranks;
+#   - 20 training steps under every stage (0-3) and several group sizes give --zero 0's losses
+#     within 1e-6 relative at 2, 4 (dp 2: two micro-batches per rank) and 8 ranks;
+#   - checkpoints saved under one stage resume under another (and bit-identically under the
+#     same stage);
+#   - the bytes per kind that --stats counts equal the formulas of data_parallel.h for every
+#     stage and group size;
+#   - peak tracked memory falls by what zero 2 and 3 free (formulas below);
+#   - a NaN gradient is seen (and skipped with --skip-nonfinite) under zero 2 and 3;
+#   - bad --zero / --zero-group values: one line on every rank, non-zero exit.
+# Prints "N passed, N failed".
+set -u
+BUILD=${1:-build}
+. "$(dirname "$0")/lib.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMP_NUM_THREADS=1
+run_np() { local np=$1; shift; timeout 240 mpirun --oversubscribe -np "$np" "$@"; }
+
+# ---- seqpar grad: the gathered gradient is the single-process one
+grad_case() { # fixture seq_len np flags...
+    local f=$1 S=$2 np=$3
+    shift 3
+    local ref="$T/$f.$S.single"
+    if [ ! -f "$ref" ]; then
+        timeout 60 "$SEQPAR" grad --model "$FIX/$f" --tokens "$FIX/$f/tokens.bin" --seq-len "$S" --out "$ref" >"$ref.out" 2>&1
+    fi
+    local out rc want got
+    out=$(run_np "$np" "$SEQPAR" grad --model "$FIX/$f" --tokens "$FIX/$f/tokens.bin" --seq-len "$S" --out "$T/dist" "$@" 2>&1)
+    rc=$?
+    want=$(sed -nE 's/^loss: (.*)$/\1/p' "$ref.out")
+    got=$(printf '%s\n' "$out" | sed -nE 's/^loss: (.*)$/\1/p')
+    if [ $rc -ne 0 ]; then bad "grad $f np $np $*: status $rc: $(printf '%s' "$out" | tail -n 2)"; return; fi
+    if awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 1e-6 * b) }'; then ok; else
+        bad "grad $f np $np $*: loss $got, single process $want"; fi
+    if "$CMP" "$T/dist" "$ref" 1e-4 1e-7 >/dev/null; then ok; else bad "grad $f np $np $*: $("$CMP" "$T/dist" "$ref" 1e-4 1e-7)"; fi
+}
+L=tiny_long
+grad_case $L 256 2 --cp 2 --zero 2
+grad_case $L 256 2 --cp 2 --zero 3
+grad_case $L 256 4 --hp 2 --cp 2 --zero 2 --zero-group 2
+grad_case $L 256 4 --dp 2 --cp 2 --zero 3 --zero-group 2
+grad_case $L 256 4 --cp 4 --zero 3 --zero-group 1                     # no sharding: replicas only
+grad_case tiny_gqa_tied 32 4 --hp 2 --cp 2 --zero 3                   # tied embeddings
+grad_case tiny_headdim 40 4 --cp 4 --zero 3 --checkpoint              # recomputation after the gather
+grad_case tiny_gqa_tied 32 8 --hp 2 --cp 4 --zero 3 --zero-group 4
+grad_case tiny_mha 24 8 --dp 2 --hp 2 --cp 2 --zero 2 --zero-group 4
+
+# ---- 20 training steps: every stage and group size gives --zero 0's losses
+TRAIN=(train --layers 2 --hidden 32 --heads 4 --kv-heads 2 --ffn 64 --vocab 64 --seq-len 64 --batch 4 --steps 20
+       --warmup 3 --eval-every 0 --eval-seqs 4 --quiet --peak-gflops 100 --seed 3)
+close() { # a.jsonl b.jsonl: 20 steps each, losses within 1e-6 relative
+    [ "$(losses "$1" | wc -l)" -eq 20 ] && [ "$(losses "$2" | wc -l)" -eq 20 ] &&
+        paste <(losses "$1") <(losses "$2") | awk '{ d = $2 - $4; if (d < 0) d = -d; if ($1 != $3 || d > 1e-6 * $2) bad = 1 } END { exit bad }'
+}
+train_stages() { # np "grid flags" "zero flags" ...
+    local np=$1 grid=$2
+    shift 2
+    # shellcheck disable=SC2086
+    run_np "$np" "$SEQPAR" "${TRAIN[@]}" $grid --zero 0 --log "$T/base$np.jsonl" >"$T/t.out" 2>&1 || bad "np $np $grid zero 0: $(tail -n 2 "$T/t.out")"
+    for z in "$@"; do
+        rm -f "$T/t.jsonl"
+        # shellcheck disable=SC2086
+        run_np "$np" "$SEQPAR" "${TRAIN[@]}" $grid --zero $z --log "$T/t.jsonl" >"$T/t.out" 2>&1 || bad "np $np $grid --zero $z: $(tail -n 2 "$T/t.out")"
+        if close "$T/base$np.jsonl" "$T/t.jsonl"; then ok; else
+            bad "np $np $grid --zero $z: 20 steps differ from --zero 0"; paste <(losses "$T/base$np.jsonl") <(losses "$T/t.jsonl") | head -n 3; fi
+    done
+}
+train_stages 2 "--cp 2" 1 2 3 "3 --zero-group 1" "2 --zero-group 2"
+train_stages 4 "--dp 2 --cp 2" 1 "1 --zero-group 2" 2 "2 --zero-group 2" 3 "3 --zero-group 2" "3 --zero-group 1" "3 --checkpoint"
+train_stages 8 "--dp 2 --hp 2 --cp 2" 1 "2 --zero-group 4" 3 "3 --zero-group 2" "3 --zero-group 4"
+
+# ---- checkpoints: saved under one stage, resumed under another
+G4=(--dp 2 --cp 2)
+resume_case() { # "save zero flags" "resume zero flags" exact(1)|close(0)
+    local a=$1 b=$2 exact=$3
+    rm -rf "$T/ck" "$T/r.jsonl" "$T/u.jsonl"
+    # shellcheck disable=SC2086
+    run_np 4 "$SEQPAR" "${TRAIN[@]}" "${G4[@]}" --zero $a --stop-at 10 --save "$T/ck" --log "$T/r.jsonl" >"$T/r.out" 2>&1 || bad "save under --zero $a: $(tail -n 2 "$T/r.out")"
+    # shellcheck disable=SC2086
+    run_np 4 "$SEQPAR" "${TRAIN[@]}" "${G4[@]}" --zero $b --resume "$T/ck" --log "$T/r.jsonl" >"$T/r.out" 2>&1 || bad "resume under --zero $b: $(tail -n 2 "$T/r.out")"
+    # shellcheck disable=SC2086
+    run_np 4 "$SEQPAR" "${TRAIN[@]}" "${G4[@]}" --zero $b --log "$T/u.jsonl" >"$T/r.out" 2>&1 || bad "--zero $b: $(tail -n 2 "$T/r.out")"
+    if [ "$exact" = 1 ]; then
+        if [ "$(losses "$T/r.jsonl" | wc -l)" -eq 20 ] && [ "$(losses "$T/r.jsonl")" = "$(losses "$T/u.jsonl")" ]; then ok; else
+            bad "--zero $a saved, --zero $b resumed: not bit-identical to the uninterrupted run"; diff <(losses "$T/r.jsonl") <(losses "$T/u.jsonl") | head -n 4; fi
+    elif close "$T/r.jsonl" "$T/u.jsonl"; then ok; else
+        bad "--zero $a saved, --zero $b resumed: differs from the uninterrupted run"; paste <(losses "$T/r.jsonl") <(losses "$T/u.jsonl") | head -n 4; fi
+}
+resume_case 2 2 1
+resume_case 3 3 1
+resume_case "3 --zero-group 2" "3 --zero-group 2" 1
+resume_case 3 0 0
+resume_case 0 3 0
+resume_case 2 "3 --zero-group 2" 0
+resume_case "3 --zero-group 1" 1 0
+
+# ---- bytes per kind against the formulas (data_parallel.h), seqpar grad: one micro-batch
+F=tiny_headdim
+cfg() { sed -nE "s/.*\"$1\": *([0-9a-z]+).*/\1/p" "$FIX/$F/config.json"; }
+D=$(cfg hidden_size); FF=$(cfg intermediate_size); H=$(cfg num_attention_heads); KV=$(cfg num_key_value_heads)
+HD=$(cfg head_dim); NL=$(cfg num_hidden_layers); V=$(cfg vocab_size); TIED=$(cfg tie_word_embeddings)
+E=$((V * D)); TAIL=$D; [ "$TIED" = true ] || TAIL=$((D + V * D))
+PSI=$((E + NL * (2 * D + 2 * D * H * HD + 2 * D * KV * HD + 3 * D * FF) + TAIL))
+# expected "rank grad_reduce param_gather" lines: formula W g zero psi E tail mode(grad|train) steps m evals
+formula() {
+    awk -v W="$1" -v g="$2" -v z="$3" -v psi="$4" -v E="$5" -v tail="$6" -v mode="$7" -v steps="$8" -v m="$9" -v ev="${10}" '
+        function ar(count, P, me, es,   base, rem, mine, p, s) { # allreduce, the direct model
+            base = int(count / P); rem = count % P; mine = base + (me < rem); s = 0
+            for (p = 0; p < P; p++) if (p != me) s += (base + (p < rem) + mine) * es
+            return s }
+        function ov(b, e, sb, se) { b = b > sb ? b : sb; e = e < se ? e : se; return e > b ? e - b : 0 }
+        BEGIN {
+            G = W / g
+            for (r = 0; r < W; r++) {
+                q = r % g; i = int(r / g)
+                sb = int(q * psi / g); se = int((q + 1) * psi / g); n = se - sb
+                no = ov(0, E, sb, se) + ov(psi - tail, psi, sb, se)
+                gr = 0; pg = 0
+                if (z == 0) gr = steps * ar(psi, W, r, 4)
+                else {
+                    if (g > 1) gr += steps * ((z >= 2 ? m : 1) * 4 * (psi - n) + ar(1, g, q, 8))
+                    if (G > 1) gr += steps * ar(n, G, i, 4)
+                    if (z == 3 && g > 1) pg += steps * m * 4 * (g - 1) * (2 * n - no) + ev * 4 * (g - 1) * n
+                    if (mode == "train" && z <= 2 && g > 1) pg += steps * 4 * (g - 1) * n   # after the update
+                    # the gradient file: zero 1 all-gathers it in place, zero 2/3 gather it to rank 0
+                    if (mode == "grad" && g > 1 && z == 1) pg += 4 * (g - 1) * n
+                    if (mode == "grad" && g > 1 && z >= 2 && i == 0 && q > 0) pg += 4 * n
+                }
+                printf "%d %d %d\n", r, gr, pg
+            } }'
+}
+check_bytes() { # what out-file want
+    local got
+    got=$(sed -nE 's/^bytes rank ([0-9]+):.* grad_reduce ([0-9]+) param_gather ([0-9]+).*/\1 \2 \3/p' "$2")
+    if [ -n "$got" ] && [ "$got" = "$3" ]; then ok; else
+        bad "$1: bytes (rank grad_reduce param_gather) differ from the formulas (want | got)"
+        paste <(printf '%s\n' "$3") <(printf '%s\n' "$got") | head -n 8; fi
+}
+stats_case() { # np zero group(0: world) flags...
+    local np=$1 z=$2 g=$3
+    shift 3
+    local gflag=()
+    [ "$g" -gt 0 ] && gflag=(--zero-group "$g")
+    run_np "$np" "$SEQPAR" grad --model "$FIX/$F" --tokens "$FIX/$F/tokens.bin" --seq-len 40 --out "$T/s" --zero "$z" "${gflag[@]}" --stats "$@" >"$T/s.out" 2>&1 ||
+        { bad "stats np $np zero $z group $g: $(tail -n 2 "$T/s.out")"; return; }
+    [ "$g" -gt 0 ] || g=$np
+    check_bytes "grad --stats np $np zero $z group $g $*" "$T/s.out" "$(formula "$np" "$g" "$z" "$PSI" "$E" "$TAIL" grad 1 1 0)"
+}
+stats_case 4 0 0 --cp 4
+stats_case 4 1 0 --cp 4
+stats_case 4 1 2 --cp 4
+stats_case 4 2 0 --cp 4
+stats_case 4 2 2 --cp 4
+stats_case 4 3 0 --cp 4
+stats_case 4 3 2 --cp 4
+stats_case 4 3 1 --cp 4
+stats_case 8 3 4 --dp 2 --cp 4
+stats_case 8 2 2 --dp 2 --cp 4
+stats_case 3 3 0 --dp 3                                               # shards of unequal size
+# training: 3 steps of 2 micro-batches per rank (dp 2, batch 4) and a final evaluation of 2
+# sequences per rank (forward only: zero 3 gathers every unit once)
+TD=32; TV=64; TLAY=$((2 * TD + 2 * TD * TD + 2 * TD * 16 + 3 * TD * 64))
+TE=$((TV * TD)); TT=$((TD + TV * TD)); TPSI=$((TE + 2 * TLAY + TT))
+train_stats() { # np zero group flags...
+    local np=$1 z=$2 g=$3
+    shift 3
+    run_np "$np" "$SEQPAR" "${TRAIN[@]}" --steps 3 --zero "$z" --zero-group "$g" --stats "$@" --log "$T/ts.jsonl" >"$T/ts.out" 2>&1 ||
+        { bad "train --stats np $np zero $z group $g: $(tail -n 2 "$T/ts.out")"; return; }
+    if grep -q "model: .*: 0.023M parameters" "$T/ts.out"; then :; else bad "train --stats: the model is not the one the formula assumes"; fi
+    check_bytes "train --stats np $np zero $z group $g $*" "$T/ts.out" "$(formula "$np" "$g" "$z" "$TPSI" "$TE" "$TT" train 3 2 2)"
+}
+train_stats 4 1 2 --dp 2 --cp 2
+train_stats 4 2 4 --dp 2 --cp 2
+train_stats 4 3 4 --dp 2 --cp 2
+train_stats 8 3 2 --dp 2 --cp 4
+train_stats 8 2 4 --dp 2 --hp 2 --cp 2
+
+# ---- memory: peak tracked bytes per rank (the log's peak_mem_bytes, max over ranks) drop by what
+# the stages free. One micro-batch, 4 ranks, Psi parameters, n = Psi / 4 per shard, layer =
+# one layer's parameters, outer = embedding + final norm + head:
+#   zero 2 frees the flat gradient buffer and adds the outer gradients and two layer slots:
+#       peak(1) - peak(2) = 4 (Psi - outer - 2 layer)
+#   zero 3 frees the flat parameter buffer and keeps the shard, one gathered layer and (during
+#   a micro-batch) the gathered outer units:  peak(2) - peak(3) = 4 (Psi - n - layer - outer)
+MD=128; MV=512; MF=512
+MLAY=$((2 * MD + 2 * MD * MD + 2 * MD * 64 + 3 * MD * MF)); MOUT=$((MV * MD + MD + MV * MD))
+MPSI=$((4 * MLAY + MOUT)); MN=$((MPSI / 4))
+for z in 0 1 2 3; do
+    run_np 4 "$SEQPAR" train --layers 4 --hidden $MD --heads 4 --kv-heads 2 --ffn $MF --vocab $MV --seq-len 64 --batch 1 --steps 2 \
+        --eval-every 0 --eval-seqs 1 --quiet --peak-gflops 100 --cp 4 --zero $z --log "$T/mem$z.jsonl" >"$T/mem.out" 2>&1 ||
+        bad "memory run --zero $z: $(tail -n 2 "$T/mem.out")"
+done
+peak() { sed -nE 's/.*"step": 2,.*"peak_mem_bytes": ([0-9]+),.*/\1/p' "$T/mem$1.jsonl"; }
+mem_step() { # what measured expected
+    if [ -n "$2" ] && awk -v a="$2" -v b="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.02 * b) }'; then ok; else
+        bad "memory: $1 saves $2 bytes per rank, the formula $3"; fi
+}
+p0=$(peak 0); p1=$(peak 1); p2=$(peak 2); p3=$(peak 3)
+if [ -n "$p0" ] && [ -n "$p3" ] && [ "$p0" -gt "$p1" ] && [ "$p1" -gt "$p2" ] && [ "$p2" -gt "$p3" ]; then ok; else
+    bad "memory: peaks per stage do not fall: $p0 $p1 $p2 $p3"; fi
+mem_step "zero 2 over zero 1" "$((p1 - p2))" "$((4 * (MPSI - MOUT - 2 * MLAY)))"
+mem_step "zero 3 over zero 2" "$((p2 - p3))" "$((4 * (MPSI - MN - MLAY - MOUT)))"
+
+# ---- a non-finite gradient (test hook: NaN in rank 0's gradient at step 3) is seen under
+# every sharded stage: --skip-nonfinite skips exactly that step on every rank
+for z in 2 3; do
+    rm -f "$T/nf.jsonl"
+    SEQPAR_FAULT_NONFINITE=3 run_np 4 "$SEQPAR" "${TRAIN[@]}" --steps 5 --dp 2 --cp 2 --zero $z --skip-nonfinite 1 --log "$T/nf.jsonl" >"$T/nf.out" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ] && [ "$(losses "$T/nf.jsonl" | wc -l)" -eq 4 ] && grep -q '"step": 3, "nonfinite": true, "action": "skipped"' "$T/nf.jsonl"; then ok; else
+        bad "--zero $z: a NaN gradient at step 3 was not skipped (status $rc): $(tail -n 2 "$T/nf.out")"; fi
+done
+
+# ---- bad input: the same one line on every rank, non-zero exit, no hang
+zero_error() { # np words flags...
+    local np=$1 words=$2
+    shift 2
+    local err rc n
+    err=$(timeout 60 mpirun --oversubscribe -np "$np" "$SEQPAR" grad --model "$FIX/tiny_long" --tokens "$FIX/tiny_long/tokens.bin" --seq-len 256 --out "$T/x" "$@" 2>&1 >/dev/null)
+    rc=$?
+    n=$(printf '%s\n' "$err" | grep -c "^seqpar: error: .*$words")
+    if [ $rc -eq 0 ] || [ $rc -eq 124 ]; then bad "zero error '$words' ($*): status $rc"; return; fi
+    # exactly one line per rank from seqpar (mpirun adds its own report of the failed job)
+    if [ "$n" -ne "$np" ] || [ "$(printf '%s\n' "$err" | grep -c '^seqpar')" -ne "$np" ] ||
+        [ "$(printf '%s\n' "$err" | grep '^seqpar' | sort -u | wc -l)" -ne 1 ]; then
+        bad "zero error '$words' ($*): $n of $np ranks printed it: $(printf '%s' "$err" | head -n 3)"; return; fi
+    ok
+}
+zero_error 2 "--zero must be between 0 and 3, got 4" --cp 2 --zero 4
+zero_error 2 "--zero must be between 0 and 3, got -1" --cp 2 --zero -1
+zero_error 4 "--zero-group 3 does not divide the 4 ranks" --cp 4 --zero 2 --zero-group 3
+zero_error 2 "--zero-group 4 does not divide the 2 ranks" --cp 2 --zero 3 --zero-group 4
+zero_error 2 "--zero-group 2 shards nothing under --zero 0" --cp 2 --zero-group 2
+zero_error 2 "--zero-group must be between 1 and" --cp 2 --zero 3 --zero-group 0
+
+summary test_zero
