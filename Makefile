@@ -1,12 +1,17 @@
 # seqpar build: a static library of everything but the CLI, the CLI linking it, and the tests.
 # `make` builds build/seqpar; `make test` builds and runs the test suite; `make SANITIZE=1` adds
 # ASan/UBSan (into build-san/); `make WERROR=1` turns warnings into errors (CI).
+# Everything is compiled for a baseline (x86-64-v2) so that one binary runs on every x86-64 CPU;
+# the kernels in src/kernels/simd_avx2.c and simd_avx512.c get their instruction sets per file and
+# are chosen at run time (src/kernels/isa.h; SEQPAR_ISA=scalar|avx2|avx512 forces a lower one).
 CC      ?= gcc
 MPICC_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 MPICC_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
 BLAS_INC := /usr/include/x86_64-linux-gnu/openblas-openmp
 BLAS_LIB := /usr/lib/x86_64-linux-gnu/openblas-openmp
-OPT     ?= -O3 -march=native
+OPT     ?= -O3 -march=x86-64-v2 -mtune=generic
+ISA_AVX2_FLAGS   := -mavx2 -mfma -mf16c
+ISA_AVX512_FLAGS := $(ISA_AVX2_FLAGS) -mavx512f -mavx512bw -mavx512dq -mavx512vl
 CFLAGS  ?=
 CFLAGS  += -std=c11 -D_GNU_SOURCE $(OPT) -fopenmp -Wall -Wextra -Isrc -I$(BLAS_INC) $(MPICC_CFLAGS) -MMD -MP
 LDLIBS  += -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas -ljansson $(MPICC_LIBS) -lm -fopenmp
@@ -44,6 +49,9 @@ $(BUILD)/tests/%: tests/%.c tests/testlib.h $(BUILD)/libseqpar.a
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/src/kernels/simd_avx2.o: CFLAGS += $(ISA_AVX2_FLAGS)
+$(BUILD)/src/kernels/simd_avx512.o: CFLAGS += $(ISA_AVX512_FLAGS)
 
 test: all
 	bash tests/run_tests.sh $(BUILD)
