@@ -53,11 +53,17 @@ $(BUILD)/%.o: %.c
 $(BUILD)/src/kernels/simd_avx2.o: CFLAGS += $(ISA_AVX2_FLAGS)
 $(BUILD)/src/kernels/simd_avx512.o: CFLAGS += $(ISA_AVX512_FLAGS)
 
+# Benchmark helpers under bench/ (never needed by the tests)
+bench-tools: $(BUILD)/bench/kernel_rates
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libseqpar.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libseqpar.a $(LDLIBS)
+
 test: all
 	bash tests/run_tests.sh $(BUILD)
 
 clean:
 	rm -rf build build-san
 
-.PHONY: all test clean
+.PHONY: all test clean bench-tools
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

@@ -26,29 +26,30 @@
 
 /* ---------------------------------------------------------------------------------------------
  * Tile product: C (M, N) = alpha A B [+ C]. One GEMM_MR x (GEMM_NV VL) block of C per call of
- * micro(): GEMM_MR x GEMM_NV accumulators, per k GEMM_NV loads of B, GEMM_MR broadcasts of A.
- * Rows beyond mr recompute row mr-1 and are not stored; with `masked` the vectors of the last
- * column block load and store only their lanes in msk[]. */
-static inline __attribute__((always_inline)) void micro(int K, int mr, float alpha, const float *A, size_t ars,
-                                                        size_t aks, const float *B, size_t ldb, int accumulate,
-                                                        float *C, size_t ldc, const int masked, const VM *msk) {
-    const float *a[GEMM_MR];
+ * micro(): GEMM_MR x GEMM_NV accumulators; per k, GEMM_NV loads of B and GEMM_MR broadcasts of
+ * A from ONE pointer (A's GEMM_MR values of step k lie at a[k apk + r], r < GEMM_MR), so the
+ * broadcasts become memory operands of the FMAs. Rows beyond mr are computed and not stored;
+ * with `masked` the vectors of the last column block load and store only their lanes in msk[]. */
+static inline __attribute__((always_inline)) void micro(int K, int mr, float alpha, const float *a, size_t apk,
+                                                        const float *B, size_t ldb, int accumulate, float *C,
+                                                        size_t ldc, const int masked, const VM *msk,
+                                                        const int rows, size_t ars) {
     V c[GEMM_MR][GEMM_NV];
+    const float *ar[GEMM_MR]; /* rows mode: row r of A at a + r ars, steps contiguous */
 #pragma GCC unroll 16
-    for (int r = 0; r < GEMM_MR; r++) {
-        a[r] = A + (size_t)(r < mr ? r : mr - 1) * ars;
+    for (int r = 0; r < GEMM_MR; r++) ar[r] = a + (size_t)(r < mr ? r : mr - 1) * ars;
+#pragma GCC unroll 16
+    for (int r = 0; r < GEMM_MR; r++)
 #pragma GCC unroll 8
         for (int v = 0; v < GEMM_NV; v++) c[r][v] = vzero();
-    }
     for (int k = 0; k < K; k++) {
-        const float *b = B + (size_t)k * ldb;
+        const float *b = B + (size_t)k * ldb, *ak = a + (size_t)k * apk;
         V bv[GEMM_NV];
 #pragma GCC unroll 8
         for (int v = 0; v < GEMM_NV; v++) bv[v] = masked ? vload_m(b + v * VL, msk[v]) : vload(b + v * VL);
-        const size_t ko = (size_t)k * aks;
 #pragma GCC unroll 16
         for (int r = 0; r < GEMM_MR; r++) {
-            const V av = vset1(a[r][ko]);
+            const V av = rows ? vset1(ar[r][k]) : vset1(ak[r]);
 #pragma GCC unroll 8
             for (int v = 0; v < GEMM_NV; v++) c[r][v] = vfma(av, bv[v], c[r][v]);
         }
@@ -80,6 +81,29 @@ static inline void prefetch_some(Prefetch *p, int n) {
     }
 }
 
+#ifndef SB_ROWS_MODE
+#define SB_ROWS_MODE 1
+#endif
+#define SB_PACK 24576 /* floats of packed A per thread (96 KiB): GEMM_MR-row panels of a k-chunk */
+static _Thread_local float sb_pack[SB_PACK] __attribute__((aligned(64)));
+
+/* Packs rows m0 .. m0+mr-1 of A, steps k0 .. k0+kc-1, as (kc, GEMM_MR); missing rows are zero. */
+static void pack_panel(float *dst, const float *A, size_t ars, size_t aks, int m0, int mr, int k0, int kc) {
+    if (aks == 1 && mr == GEMM_MR) {
+        for (int r = 0; r < GEMM_MR; r++) {
+            const float *src = A + (size_t)(m0 + r) * ars + k0;
+            for (int k = 0; k < kc; k++) dst[k * GEMM_MR + r] = src[k];
+        }
+        return;
+    }
+    for (int k = 0; k < kc; k++)
+        for (int r = 0; r < GEMM_MR; r++)
+            dst[k * GEMM_MR + r] = r < mr ? A[(size_t)(m0 + r) * ars + (size_t)(k0 + k) * aks] : 0.0f;
+}
+
+/* Loop order: k-chunks, then column blocks (a GEMM_NV-vector panel of B stays in L1), then row
+ * blocks. A is read in place when it is stored transposed (ars == 1: the GEMM_MR values of a step
+ * are contiguous) and packed once per k-chunk otherwise. */
 static void sb_tile_gemm(int M, int N, int K, float alpha, const float *A, size_t ars, size_t aks, const float *B,
                          size_t ldb, int accumulate, float *C, size_t ldc, Prefetch *pf) {
     if (M <= 0 || N <= 0) return;
@@ -88,27 +112,56 @@ static void sb_tile_gemm(int M, int N, int K, float alpha, const float *A, size_
             for (int m = 0; m < M; m++) memset(C + (size_t)m * ldc, 0, (size_t)N * sizeof(float));
         return;
     }
-    const int NR = GEMM_NV * VL;
-    const int n_calls = ((M + GEMM_MR - 1) / GEMM_MR) * ((N + NR - 1) / NR);
-    const int pf_per_call = pf ? (pf->total - pf->next + n_calls - 1) / n_calls : 0;
+    const int NR = GEMM_NV * VL, nfull = N / NR * NR, nr = N - nfull;
     VM msk[GEMM_NV];
-    for (int n0 = 0; n0 < N; n0 += NR) {
-        const int nr = N - n0 < NR ? N - n0 : NR;
-        if (nr == NR) {
-            for (int m0 = 0; m0 < M; m0 += GEMM_MR) {
-                if (pf) prefetch_some(pf, pf_per_call);
-                micro(K, M - m0 < GEMM_MR ? M - m0 : GEMM_MR, alpha, A + (size_t)m0 * ars, ars, aks, B + n0, ldb,
-                      accumulate, C + (size_t)m0 * ldc + n0, ldc, 0, msk);
+    for (int v = 0; v < GEMM_NV; v++) {
+        int cnt = nr - v * VL;
+        msk[v] = vmask(cnt < 0 ? 0 : cnt > VL ? VL : cnt);
+    }
+    const int nmb = (M + GEMM_MR - 1) / GEMM_MR, in_place = ars == 1;
+    /* A row-major (aks == 1): broadcast from GEMM_MR row pointers, no packing */
+    const int rows_mode = !in_place && SB_ROWS_MODE;
+    /* packed rows: all of them, or only the partial last block when A is read in place */
+    const int packed_rows = in_place ? (M % GEMM_MR ? GEMM_MR : 0) : SB_ROWS_MODE ? 0 : nmb * GEMM_MR;
+    int KC = packed_rows ? SB_PACK / packed_rows : K;
+    if (KC > K) KC = K;
+    const int n_calls = nmb * ((N + NR - 1) / NR) * ((K + KC - 1) / KC);
+    const int pf_per_call = pf ? (pf->total - pf->next + n_calls - 1) / n_calls : 0;
+    float *pack = sb_pack;
+    for (int k0 = 0; k0 < K; k0 += KC) {
+        const int kc = K - k0 < KC ? K - k0 : KC, acc = k0 ? 1 : accumulate;
+        if (!in_place && !rows_mode)
+            for (int mb = 0; mb < nmb; mb++) {
+                const int m0 = mb * GEMM_MR, mr = M - m0 < GEMM_MR ? M - m0 : GEMM_MR;
+                pack_panel(pack + (size_t)mb * kc * GEMM_MR, A, ars, aks, m0, mr, k0, kc);
             }
-        } else {
-            for (int v = 0; v < GEMM_NV; v++) {
-                int cnt = nr - v * VL;
-                msk[v] = vmask(cnt < 0 ? 0 : cnt > VL ? VL : cnt);
-            }
-            for (int m0 = 0; m0 < M; m0 += GEMM_MR) {
+        else if (packed_rows)
+            pack_panel(pack, A, ars, aks, (nmb - 1) * GEMM_MR, M - (nmb - 1) * GEMM_MR, k0, kc);
+        const float *Bk = B + (size_t)k0 * ldb;
+        for (int n0 = 0; n0 < N; n0 += NR) {
+            const int masked = n0 >= nfull;
+            for (int mb = 0; mb < nmb; mb++) {
+                const int m0 = mb * GEMM_MR, mr = M - m0 < GEMM_MR ? M - m0 : GEMM_MR;
+                const float *ap;
+                size_t apk;
+                if (!in_place) {
+                    ap = pack + (size_t)mb * kc * GEMM_MR;
+                    apk = GEMM_MR;
+                } else if (mr == GEMM_MR) {
+                    ap = A + (size_t)m0 + (size_t)k0 * aks;
+                    apk = aks;
+                } else {
+                    ap = pack;
+                    apk = GEMM_MR;
+                }
                 if (pf) prefetch_some(pf, pf_per_call);
-                micro(K, M - m0 < GEMM_MR ? M - m0 : GEMM_MR, alpha, A + (size_t)m0 * ars, ars, aks, B + n0, ldb,
-                      accumulate, C + (size_t)m0 * ldc + n0, ldc, 1, msk);
+                float *Cb = C + (size_t)m0 * ldc + n0;
+                if (rows_mode) {
+                    const float *a0 = A + (size_t)m0 * ars + k0;
+                    if (masked) micro(kc, mr, alpha, a0, 1, Bk + n0, ldb, acc, Cb, ldc, 1, msk, 1, ars);
+                    else micro(kc, mr, alpha, a0, 1, Bk + n0, ldb, acc, Cb, ldc, 0, msk, 1, ars);
+                } else if (masked) micro(kc, mr, alpha, ap, apk, Bk + n0, ldb, acc, Cb, ldc, 1, msk, 0, 0);
+                else micro(kc, mr, alpha, ap, apk, Bk + n0, ldb, acc, Cb, ldc, 0, msk, 0, 0);
             }
         }
     }
