@@ -9,6 +9,7 @@
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "core/common.h"
+#include "kernels/isa.h"
 #include "data/tokens.h"
 #include "io/param_io.h"
 #include "model/llama.h"
@@ -94,6 +95,9 @@ int cmd_grad(int argc, char **argv) {
     grad_sync_reduce(&par.sync, model.grads);
     grad_sync_gather_params(&par.sync, model.grads); /* with --zero 1 every rank holds only its shard */
     if (par.topo.world_rank == 0) {
+        char isa[160];
+        isa_describe(isa, sizeof isa);
+        printf("kernels: %s\n", isa);
         printf("loss: %.9f\n", loss);
         params_save_safetensors(out_path, &model.table, model.grads);
     }
