@@ -59,11 +59,17 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libseqpar.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libseqpar.a $(LDLIBS)
 
+# The tile-product comparison with libxsmm and oneDNN (needs libxsmm-dev and libdnnl-dev)
+bench-libs: $(BUILD)/libseqpar.a
+	@mkdir -p $(BUILD)/bench
+	$(CC) $(CFLAGS) -Wno-unused-parameter -o $(BUILD)/bench/tile_libs bench/tile_libs.c $(BUILD)/libseqpar.a \
+	    /usr/lib/libxsmm.a -ldnnl -lpthread -ldl -lrt $(LDLIBS)
+
 test: all
 	bash tests/run_tests.sh $(BUILD)
 
 clean:
 	rm -rf build build-san
 
-.PHONY: all test clean bench-tools
+.PHONY: all test clean bench-tools bench-libs
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
