@@ -2,7 +2,7 @@
  * can run (isa.h), times flash attention forward and backward (causal, one thread) and OpenBLAS
  * sgemm with the process's CPU clock instead of the wall clock, so that time the scheduler gives
  * to other processes does not count. Not a test; built by `make bench-tools`.
- * usage: build/bench/kernel_rates [S] [head_dim] [heads] [repeats] */
+ * usage: [SEQPAR_ISA=path] build/bench/kernel_rates [S] [head_dim] [heads] [repeats] */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -54,7 +54,9 @@ int main(int argc, char **argv) {
         if (r && g > best_g) best_g = g;
     }
     printf("sgemm %d^3, 1 thread: %.1f GFLOPS per CPU-second (best of %d)\n", m, best_g, reps);
+    const IsaLevel only = isa_active(); /* with SEQPAR_ISA set, only that path */
     for (int l = 0; l < ISA_COUNT; l++) {
+        if (getenv("SEQPAR_ISA") && l != (int)only) continue;
         if (!isa_force((IsaLevel)l)) {
             printf("%-7s: this CPU cannot run it\n", isa_name((IsaLevel)l));
             continue;

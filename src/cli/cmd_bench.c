@@ -47,7 +47,11 @@ static const char HELP[] =
     "than one rank) times forward+backward of one causal attention layer of the strategy the flags\n"
     "select (S = --seq-len, head_dim = first of --head-dims), the slowest rank's time, and the\n"
     "overlap achieved (communication hidden / communication total). '--cp 1 --threads 1' on one\n"
-    "rank is the one-device baseline.\n";
+    "rank is the one-device baseline.\n"
+    "\n"
+    "Kernels: the best path this CPU runs (avx512, avx2, scalar), printed first; SEQPAR_ISA=avx2|\n"
+    "scalar|avx512 forces one (a path the CPU lacks is refused). The sgemm figure is the best of\n"
+    "several trials: the fp32 peak that MFU is measured against.\n";
 
 static LlamaConfig bench_model_config(void) {
     LlamaConfig c = {.hidden_size = 256, .intermediate_size = 1024, .num_attention_heads = 4,

@@ -58,9 +58,12 @@ static const char HELP_TAIL[] =
     "  --resume DIR         continue the run saved in DIR (same settings required)\n"
     "  --stop-at N          stop after step N (of the --steps schedule), e.g. to train in slices\n"
     "  --log FILE           JSONL log, appended by rank 0 (default runs/train.jsonl)\n"
-    "  --peak-gflops X      peak for MFU (default: measured OpenBLAS sgemm on this machine)\n"
+    "  --peak-gflops X      peak for MFU (default: best of several OpenBLAS sgemm trials here)\n"
     "  --quiet              print only evaluations and the summary\n"
-    "  --help               this text\n";
+    "  --help               this text\n"
+    "\n"
+    "Kernels: the best path this CPU runs (avx512, avx2, scalar), named in the header;\n"
+    "SEQPAR_ISA=avx2|scalar|avx512 forces one (a path the CPU lacks is refused).\n";
 
 typedef struct {
     const char *data, *save_dir, *resume_dir, *log_path, *model_dir;
