@@ -16,7 +16,7 @@
  * Tile products, the column softmax and the row loops go through the kernel table chosen at run
  * time (kernels/isa.h, simd_body.h): an in-register micro-kernel on strided operands (no packing,
  * no beta pass: at these tile shapes OpenBLAS spent ~25% of the attention time packing and
- * zeroing), 12 x 32 with AVX-512, 6 x 16 with AVX2+FMA, plain C otherwise; the tile sizes come
+ * zeroing), 6 x 64 with AVX-512, 6 x 16 with AVX2+FMA, plain C otherwise; the tile sizes come
  * from the same table.
  *
  * Masking works on tiles: from the min/max position of each query and key tile a tile pair is
