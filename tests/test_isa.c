@@ -40,8 +40,9 @@ static int child_status(const char *isa) {
 static void check_path(const SimdKernels *k) {
     const char *nm = isa_name(k->level);
     /* tile_gemm: every A layout, odd shapes, accumulate, against double */
-    for (int trial = 0; trial < 6; trial++) {
+    for (int trial = 0; trial < 8; trial++) {
         int M = 1 + (int)rng_below(&rng, 40), N = 1 + (int)rng_below(&rng, 70), K = 1 + (int)rng_below(&rng, 300);
+        if (trial >= 6) K = 1700 + trial; /* long K: the packed edge block goes in k-chunks */
         int trans = trial & 1, accumulate = (trial >> 1) & 1;
         size_t lda = (size_t)(trans ? M : K) + 3, ldb = (size_t)N + 5, ldc = (size_t)N + 2;
         float *A = xmalloc(sizeof(float) * lda * (trans ? K : M)), *B = xmalloc(sizeof(float) * ldb * K);

@@ -81,29 +81,22 @@ static inline void prefetch_some(Prefetch *p, int n) {
     }
 }
 
-#ifndef SB_ROWS_MODE
-#define SB_ROWS_MODE 1
-#endif
-#define SB_PACK 24576 /* floats of packed A per thread (96 KiB): GEMM_MR-row panels of a k-chunk */
+#define SB_PACK 6144 /* floats of packed A per thread (24 KiB): the partial last row block of a k-chunk */
 static _Thread_local float sb_pack[SB_PACK] __attribute__((aligned(64)));
 
 /* Packs rows m0 .. m0+mr-1 of A, steps k0 .. k0+kc-1, as (kc, GEMM_MR); missing rows are zero. */
 static void pack_panel(float *dst, const float *A, size_t ars, size_t aks, int m0, int mr, int k0, int kc) {
-    if (aks == 1 && mr == GEMM_MR) {
-        for (int r = 0; r < GEMM_MR; r++) {
-            const float *src = A + (size_t)(m0 + r) * ars + k0;
-            for (int k = 0; k < kc; k++) dst[k * GEMM_MR + r] = src[k];
-        }
-        return;
-    }
     for (int k = 0; k < kc; k++)
         for (int r = 0; r < GEMM_MR; r++)
             dst[k * GEMM_MR + r] = r < mr ? A[(size_t)(m0 + r) * ars + (size_t)(k0 + k) * aks] : 0.0f;
 }
 
 /* Loop order: k-chunks, then column blocks (a GEMM_NV-vector panel of B stays in L1), then row
- * blocks. A is read in place when it is stored transposed (ars == 1: the GEMM_MR values of a step
- * are contiguous) and packed once per k-chunk otherwise. */
+ * blocks. A is never copied whole: stored transposed (ars == 1) the GEMM_MR values of a step are
+ * contiguous and are read in place (the partial last row block is packed, zero-padded); stored
+ * row-major (aks == 1) the kernel broadcasts from GEMM_MR row pointers (rows mode). Packing a
+ * row-major A instead measured slower: at N = head_dim = 64 the scalar transposing copy costs a
+ * quarter of the product. */
 static void sb_tile_gemm(int M, int N, int K, float alpha, const float *A, size_t ars, size_t aks, const float *B,
                          size_t ldb, int accumulate, float *C, size_t ldc, Prefetch *pf) {
     if (M <= 0 || N <= 0) return;
@@ -118,50 +111,32 @@ static void sb_tile_gemm(int M, int N, int K, float alpha, const float *A, size_
         int cnt = nr - v * VL;
         msk[v] = vmask(cnt < 0 ? 0 : cnt > VL ? VL : cnt);
     }
-    const int nmb = (M + GEMM_MR - 1) / GEMM_MR, in_place = ars == 1;
-    /* A row-major (aks == 1): broadcast from GEMM_MR row pointers, no packing */
-    const int rows_mode = !in_place && SB_ROWS_MODE;
-    /* packed rows: all of them, or only the partial last block when A is read in place */
-    const int packed_rows = in_place ? (M % GEMM_MR ? GEMM_MR : 0) : SB_ROWS_MODE ? 0 : nmb * GEMM_MR;
-    int KC = packed_rows ? SB_PACK / packed_rows : K;
-    if (KC > K) KC = K;
+    const int nmb = (M + GEMM_MR - 1) / GEMM_MR, rows_mode = ars != 1;
+    const int edge = !rows_mode && M % GEMM_MR; /* in place, with a partial last row block */
+    const int KC = edge && K > SB_PACK / GEMM_MR ? SB_PACK / GEMM_MR : K;
     const int n_calls = nmb * ((N + NR - 1) / NR) * ((K + KC - 1) / KC);
     const int pf_per_call = pf ? (pf->total - pf->next + n_calls - 1) / n_calls : 0;
     float *pack = sb_pack;
     for (int k0 = 0; k0 < K; k0 += KC) {
         const int kc = K - k0 < KC ? K - k0 : KC, acc = k0 ? 1 : accumulate;
-        if (!in_place && !rows_mode)
-            for (int mb = 0; mb < nmb; mb++) {
-                const int m0 = mb * GEMM_MR, mr = M - m0 < GEMM_MR ? M - m0 : GEMM_MR;
-                pack_panel(pack + (size_t)mb * kc * GEMM_MR, A, ars, aks, m0, mr, k0, kc);
-            }
-        else if (packed_rows)
-            pack_panel(pack, A, ars, aks, (nmb - 1) * GEMM_MR, M - (nmb - 1) * GEMM_MR, k0, kc);
+        if (edge) pack_panel(pack, A, ars, aks, (nmb - 1) * GEMM_MR, M - (nmb - 1) * GEMM_MR, k0, kc);
         const float *Bk = B + (size_t)k0 * ldb;
         for (int n0 = 0; n0 < N; n0 += NR) {
             const int masked = n0 >= nfull;
             for (int mb = 0; mb < nmb; mb++) {
                 const int m0 = mb * GEMM_MR, mr = M - m0 < GEMM_MR ? M - m0 : GEMM_MR;
-                const float *ap;
-                size_t apk;
-                if (!in_place) {
-                    ap = pack + (size_t)mb * kc * GEMM_MR;
-                    apk = GEMM_MR;
-                } else if (mr == GEMM_MR) {
-                    ap = A + (size_t)m0 + (size_t)k0 * aks;
-                    apk = aks;
-                } else {
-                    ap = pack;
-                    apk = GEMM_MR;
-                }
-                if (pf) prefetch_some(pf, pf_per_call);
                 float *Cb = C + (size_t)m0 * ldc + n0;
+                if (pf) prefetch_some(pf, pf_per_call);
                 if (rows_mode) {
-                    const float *a0 = A + (size_t)m0 * ars + k0;
+                    const float *a0 = A + (size_t)m0 * ars + (size_t)k0 * aks;
                     if (masked) micro(kc, mr, alpha, a0, 1, Bk + n0, ldb, acc, Cb, ldc, 1, msk, 1, ars);
                     else micro(kc, mr, alpha, a0, 1, Bk + n0, ldb, acc, Cb, ldc, 0, msk, 1, ars);
-                } else if (masked) micro(kc, mr, alpha, ap, apk, Bk + n0, ldb, acc, Cb, ldc, 1, msk, 0, 0);
-                else micro(kc, mr, alpha, ap, apk, Bk + n0, ldb, acc, Cb, ldc, 0, msk, 0, 0);
+                } else {
+                    const float *ap = mr == GEMM_MR ? A + (size_t)m0 + (size_t)k0 * aks : pack;
+                    const size_t apk = mr == GEMM_MR ? aks : GEMM_MR;
+                    if (masked) micro(kc, mr, alpha, ap, apk, Bk + n0, ldb, acc, Cb, ldc, 1, msk, 0, 0);
+                    else micro(kc, mr, alpha, ap, apk, Bk + n0, ldb, acc, Cb, ldc, 0, msk, 0, 0);
+                }
             }
         }
     }
