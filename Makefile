@@ -1,12 +1,17 @@
 # seqpar build: a static library of everything but the CLI, the CLI linking it, and the tests.
 # `make` builds build/seqpar; `make test` builds and runs the test suite; `make SANITIZE=1` adds
 # ASan/UBSan (into build-san/); `make WERROR=1` turns warnings into errors (CI).
+# Everything is compiled for a baseline (x86-64-v2) so that one binary runs on every x86-64 CPU;
+# the kernels in src/kernels/simd_avx2.c and simd_avx512.c get their instruction sets per file and
+# are chosen at run time (src/kernels/isa.h; SEQPAR_ISA=scalar|avx2|avx512 forces a lower one).
 CC      ?= gcc
 MPICC_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 MPICC_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
 BLAS_INC := /usr/include/x86_64-linux-gnu/openblas-openmp
 BLAS_LIB := /usr/lib/x86_64-linux-gnu/openblas-openmp
-OPT     ?= -O3 -march=native
+OPT     ?= -O3 -march=x86-64-v2 -mtune=generic
+ISA_AVX2_FLAGS   := -mavx2 -mfma -mf16c
+ISA_AVX512_FLAGS := $(ISA_AVX2_FLAGS) -mavx512f -mavx512bw -mavx512dq -mavx512vl
 CFLAGS  ?=
 CFLAGS  += -std=c11 -D_GNU_SOURCE $(OPT) -fopenmp -Wall -Wextra -Isrc -I$(BLAS_INC) $(MPICC_CFLAGS) -MMD -MP
 LDLIBS  += -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas -ljansson -lz $(MPICC_LIBS) -lm -fopenmp
@@ -45,6 +50,21 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
+$(BUILD)/src/kernels/simd_avx2.o: CFLAGS += $(ISA_AVX2_FLAGS)
+$(BUILD)/src/kernels/simd_avx512.o: CFLAGS += $(ISA_AVX512_FLAGS)
+
+# Benchmark helpers under bench/ (never needed by the tests)
+bench-tools: $(BUILD)/bench/kernel_rates
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libseqpar.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libseqpar.a $(LDLIBS)
+
+# The tile-product comparison with libxsmm and oneDNN (needs libxsmm-dev and libdnnl-dev)
+bench-libs: $(BUILD)/libseqpar.a
+	@mkdir -p $(BUILD)/bench
+	$(CC) $(CFLAGS) -Wno-unused-parameter -o $(BUILD)/bench/tile_libs bench/tile_libs.c $(BUILD)/libseqpar.a \
+	    /usr/lib/libxsmm.a -ldnnl -lpthread -ldl -lrt $(LDLIBS)
+
 test: all
 	bash tests/run_tests.sh $(BUILD)
 
@@ -59,8 +79,11 @@ ifeq ($(WERROR),1)
 FUZZ_FLAGS += -Werror
 endif
 FUZZ_LIB_SRC := src/core/common.c src/io/atomic_file.c src/io/checkpoint.c src/io/config_json.c src/io/param_io.c \
-                src/io/read_file.c src/io/safetensors.c src/data/tokens.c src/model/config.c src/optim/adamw.c
+                src/io/read_file.c src/io/safetensors.c src/data/tokens.c src/model/config.c src/optim/adamw.c \
+                src/kernels/isa.c src/kernels/simd_scalar.c src/kernels/simd_avx2.c src/kernels/simd_avx512.c
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=build-fuzz/obj/%.o)
+build-fuzz/obj/src/kernels/simd_avx2.o: FUZZ_FLAGS += $(ISA_AVX2_FLAGS)
+build-fuzz/obj/src/kernels/simd_avx512.o: FUZZ_FLAGS += $(ISA_AVX512_FLAGS)
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,build-fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 
 fuzz: $(FUZZ_TARGETS)
@@ -77,6 +100,6 @@ build-fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz_common.h $(FUZZ_LIB_OBJ)
 clean:
 	rm -rf build build-san build-fuzz
 
-.PHONY: all test clean fuzz
+.PHONY: all test clean fuzz bench-tools bench-libs
 -include $(FUZZ_LIB_OBJ:.o=.d)
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: every build/tests/test_* binary, the CLI, MPI and fuzz-smoke tests, each under a
-# timeout (a hang is a failure). Sums their "N passed, N failed" lines into one closing line and
+# timeout (a hang is a failure); the kernel tests once more under every lower kernel path. Sums their
+# "N passed, N failed" lines into one closing line and
 # exits non-zero on any failure.
 set -u
 BUILD=${1:-build}
@@ -38,6 +39,20 @@ for t in "$BUILD"/tests/test_*; do
     [ -x "$t" ] || continue
     run_one "$(basename "$t")" 300 "$t"
 done
+# Every kernel path this CPU runs (kernels/isa.h): the loop above ran the best one; the kernel tests
+# run again under each lower path, forced with SEQPAR_ISA.
+paths=$("$BUILD"/tests/test_isa --supported 2>/dev/null)
+best=$(printf '%s\n' "$paths" | tail -n 1)
+for isa in $paths; do
+    [ "$isa" = "$best" ] && continue
+    for t in test_attention test_ops test_optim test_model; do
+        [ -x "$BUILD/tests/$t" ] && run_one "$t[$isa]" 300 env SEQPAR_ISA="$isa" "$BUILD/tests/$t"
+    done
+done
+for isa in scalar avx2 avx512; do
+    printf '%s\n' "$paths" | grep -qx "$isa" || echo "kernel path $isa: this CPU cannot run it (not tested here)"
+done
+echo "kernel paths tested: $(printf '%s ' $paths)(best: $best, used by every other test)"
 run_one test_cli 600 bash tests/test_cli.sh "$BUILD"
 run_one test_mpi 900 bash tests/test_mpi.sh "$BUILD"
 run_one test_zero 600 bash tests/test_zero.sh "$BUILD"

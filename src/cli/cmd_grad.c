@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/run_control.h"
 #include "core/common.h"
+#include "kernels/isa.h"
 #include "data/tokens.h"
 #include "io/param_io.h"
 #include "model/llama.h"
@@ -109,6 +110,9 @@ int cmd_grad(int argc, char **argv) {
                        "of '%s' give NaN or Inf); no gradient file written", loss, sqrt(norm_sq), tokens_path);
     float *full = grad_sync_full_to_root(&par.sync, &model, 1); /* with --zero >= 1 each rank holds a shard */
     if (par.topo.world_rank == 0) {
+        char isa[160];
+        isa_describe(isa, sizeof isa);
+        printf("kernels: %s\n", isa);
         printf("loss: %.9f\n", loss);
         params_save_safetensors(out_path, &model.table, full);
     }

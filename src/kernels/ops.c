@@ -1,7 +1,9 @@
 /* Dense operations of the Llama model: linear layers through CBLAS, and RMSNorm, RoPE, SwiGLU,
- * embedding and the chunked cross-entropy head as our own OpenMP loops. See ops.h. */
+ * embedding and the chunked cross-entropy head as our own OpenMP loops, whose per-row bodies are
+ * the run-time dispatched kernels of kernels/isa.h. See ops.h. */
 #include "kernels/ops.h"
 #include "core/common.h"
+#include "kernels/isa.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -22,16 +24,9 @@ void linear_backward(float *din, float *dW, const float *dout, const float *in, 
 }
 
 void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int D, float eps) {
+    const SimdKernels *sk = simd();
     #pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++) {
-        const float *xi = x + (size_t)i * D;
-        float *oi = out + (size_t)i * D;
-        float ss = 0.0f;
-        for (int j = 0; j < D; j++) ss += xi[j] * xi[j];
-        float r = 1.0f / sqrtf(ss / (float)D + eps);
-        rstd[i] = r;
-        for (int j = 0; j < D; j++) oi[j] = xi[j] * r * w[j];
-    }
+    for (int i = 0; i < N; i++) rstd[i] = sk->rmsnorm_row(out + (size_t)i * D, x + (size_t)i * D, w, D, eps);
 }
 
 void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w,
@@ -39,6 +34,7 @@ void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, c
     /* y = x r w, r = (mean(x^2)+eps)^-1/2: dx = r (dout w) - x r^3 / D * sum(dout w x).
      * dw is reduced through per-thread partials summed in thread order: deterministic for a
      * given thread count, so resumed runs are bit-identical. */
+    const SimdKernels *sk = simd();
     int nt = omp_get_max_threads();
     float *partial = dw ? calloc((size_t)nt * (size_t)D, sizeof(float)) : NULL;
     if (dw && !partial) die("out of memory in rmsnorm_backward");
@@ -46,16 +42,8 @@ void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, c
     {
         float *dw_local = dw ? partial + (size_t)omp_get_thread_num() * D : NULL;
         #pragma omp for schedule(static)
-        for (int i = 0; i < N; i++) {
-            const float *xi = x + (size_t)i * D, *gi = dout + (size_t)i * D;
-            float r = rstd[i], dot = 0.0f;
-            for (int j = 0; j < D; j++) dot += gi[j] * w[j] * xi[j];
-            float c = dot * r * r * r / (float)D;
-            float *dxi = dx + (size_t)i * D;
-            for (int j = 0; j < D; j++) dxi[j] += r * gi[j] * w[j] - c * xi[j];
-            if (dw_local)
-                for (int j = 0; j < D; j++) dw_local[j] += gi[j] * xi[j] * r;
-        }
+        for (int i = 0; i < N; i++)
+            sk->rmsnorm_bwd_row(dx + (size_t)i * D, dw_local, dout + (size_t)i * D, x + (size_t)i * D, w, rstd[i], D);
     }
     if (dw) {
         for (int t = 0; t < nt; t++)
@@ -80,17 +68,11 @@ void rope_tables(float *cos_t, float *sin_t, const int *positions, int N, int he
 static void rope_rotate(float *x, const float *cos_t, const float *sin_t, int N, int n_heads,
                         int head_dim, float sign) {
     int half = head_dim / 2;
+    const SimdKernels *sk = simd();
     #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
         const float *c = cos_t + (size_t)i * half, *s = sin_t + (size_t)i * half;
-        for (int h = 0; h < n_heads; h++) {
-            float *xh = x + ((size_t)i * n_heads + h) * head_dim;
-            for (int j = 0; j < half; j++) {
-                float x1 = xh[j], x2 = xh[j + half], sj = sign * s[j];
-                xh[j] = x1 * c[j] - x2 * sj;
-                xh[j + half] = x2 * c[j] + x1 * sj;
-            }
-        }
+        for (int h = 0; h < n_heads; h++) sk->rope_head(x + ((size_t)i * n_heads + h) * head_dim, c, s, half, sign);
     }
 }
 
@@ -102,20 +84,26 @@ void rope_backward(float *dx, const float *cos_t, const float *sin_t, int N, int
     rope_rotate(dx, cos_t, sin_t, N, n_heads, head_dim, -1.0f);
 }
 
+/* Element-wise loops run in blocks of SW_BLOCK elements, one dispatched kernel call per block. */
+#define SW_BLOCK 4096
+
 void swiglu_forward(float *h, const float *gate, const float *up, size_t n) {
+    const SimdKernels *sk = simd();
+    const long long nb = (long long)((n + SW_BLOCK - 1) / SW_BLOCK);
     #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float g = gate[i];
-        h[i] = g / (1.0f + expf(-g)) * up[i];
+    for (long long b = 0; b < nb; b++) {
+        size_t lo = (size_t)b * SW_BLOCK, len = n - lo < SW_BLOCK ? n - lo : SW_BLOCK;
+        sk->swiglu_fwd(h + lo, gate + lo, up + lo, len);
     }
 }
 
 void swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate, const float *up, size_t n) {
+    const SimdKernels *sk = simd();
+    const long long nb = (long long)((n + SW_BLOCK - 1) / SW_BLOCK);
     #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float g = gate[i], sig = 1.0f / (1.0f + expf(-g)), silu = g * sig;
-        dgate[i] += dh[i] * up[i] * sig * (1.0f + g * (1.0f - sig));
-        dup[i] += dh[i] * silu;
+    for (long long b = 0; b < nb; b++) {
+        size_t lo = (size_t)b * SW_BLOCK, len = n - lo < SW_BLOCK ? n - lo : SW_BLOCK;
+        sk->swiglu_bwd(dgate + lo, dup + lo, dh + lo, gate + lo, up + lo, len);
     }
 }
 
@@ -144,24 +132,13 @@ double lm_head_cross_entropy(const float *x, const float *W, const int *targets,
         float *logits = workspace; /* (n, V) */
         linear_forward(logits, xc, W, n, D, V, 0);
         double row_loss[256]; /* per-row losses, summed in order below (deterministic) */
+        const SimdKernels *sk = simd();
+        /* logits become dlogits = scale * (softmax - onehot) with a backward; 0 if ignored */
         #pragma omp parallel for schedule(static)
         for (int i = 0; i < n; i++) {
-            float *li = logits + (size_t)i * V;
-            int t = targets[c0 + i];
-            float mx = -FLT_MAX;
             int arg = 0;
-            for (int j = 0; j < V; j++)
-                if (li[j] > mx) { mx = li[j]; arg = j; }
+            row_loss[i] = sk->xent_row(logits + (size_t)i * V, V, targets[c0 + i], loss_scale, dx || dW, &arg);
             if (predictions) predictions[c0 + i] = arg;
-            double sum = 0.0;
-            for (int j = 0; j < V; j++) sum += exp((double)(li[j] - mx));
-            double lse = (double)mx + log(sum);
-            row_loss[i] = t >= 0 ? lse - (double)li[t] : 0.0;
-            if (dx || dW) { /* logits become dlogits = scale * (softmax - onehot); 0 if ignored */
-                float s = t >= 0 ? loss_scale : 0.0f;
-                for (int j = 0; j < V; j++) li[j] = s * (float)exp((double)li[j] - lse);
-                if (t >= 0) li[t] -= s;
-            }
         }
         for (int i = 0; i < n; i++) total += row_loss[i];
         if (dx || dW) linear_backward(dx ? dx + (size_t)c0 * D : NULL, dW, logits, xc, W, n, D, V);

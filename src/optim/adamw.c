@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/common.h"
+#include "kernels/isa.h"
 
 void adamw_config_default(AdamWConfig *cfg) {
     memset(cfg, 0, sizeof *cfg);
@@ -108,10 +109,12 @@ void adamw_update_at(AdamW *opt, const ParamTable *table, float *params, size_t 
     const float step_size = (float)((double)lr / bc1);
     const float inv_bc2_sqrt = (float)(1.0 / sqrt(bc2));
     const float decay_mul = (float)(1.0 - (double)lr * (double)c->weight_decay);
-    const float b1 = c->beta1, b2 = c->beta2, omb1 = 1.0f - c->beta1, omb2 = 1.0f - c->beta2;
-    const float eps = c->eps;
     const size_t begin = opt->begin, end = opt->end;
     float *m = opt->m, *v = opt->v; /* m[i - begin] belongs to element i */
+    const SimdKernels *sk = simd();
+    const AdamWConsts base = {c->beta1, c->beta2, 1.0f - c->beta1, 1.0f - c->beta2, c->eps, step_size, inv_bc2_sqrt,
+                              decay_mul, grad_scale};
+    enum { BLOCK = 4096 }; /* elements per dispatched kernel call */
 
     #pragma omp parallel
     for (int k = 0; k < table->n; k++) {
@@ -120,17 +123,14 @@ void adamw_update_at(AdamW *opt, const ParamTable *table, float *params, size_t 
         size_t tend = pt->offset + pt->numel;
         size_t hi = tend < end ? tend : end;
         if (lo >= hi) continue;
-        const int decay = c->decay_all || !pt->no_decay;
-        const float dm = decay ? decay_mul : 1.0f;
+        AdamWConsts kc = base;
+        if (!(c->decay_all || !pt->no_decay)) kc.decay_mul = 1.0f;
+        const long long nb = (long long)((hi - lo + BLOCK - 1) / BLOCK);
         #pragma omp for schedule(static) nowait
-        for (size_t i = lo; i < hi; i++) {
-            float g = grads[i - grads_base] * grad_scale;
-            float p = params[i - params_base] * dm;
-            float mi = b1 * m[i - begin] + omb1 * g;
-            float vi = b2 * v[i - begin] + omb2 * (g * g);
-            m[i - begin] = mi;
-            v[i - begin] = vi;
-            params[i - params_base] = p - step_size * mi / (sqrtf(vi) * inv_bc2_sqrt + eps);
+        for (long long b = 0; b < nb; b++) {
+            size_t i = lo + (size_t)b * BLOCK, len = hi - i < BLOCK ? hi - i : BLOCK;
+            sk->adamw(params + (i - params_base), grads + (i - grads_base), m + (i - begin), v + (i - begin), len,
+                      &kc);
         }
     }
 }

@@ -1,0 +1,83 @@
+/* Kernel rates per CPU-second, for A/B work on a shared machine: for every kernel path this CPU
+ * can run (isa.h), times flash attention forward and backward (causal, one thread) and OpenBLAS
+ * sgemm with the process's CPU clock instead of the wall clock, so that time the scheduler gives
+ * to other processes does not count. Not a test; built by `make bench-tools`.
+ * usage: [SEQPAR_ISA=path] build/bench/kernel_rates [S] [head_dim] [heads] [repeats] */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cblas.h>
+
+#include "attention/flash_attention.h"
+#include "core/common.h"
+#include "kernels/isa.h"
+#include "kernels/sgemm_bench.h"
+
+static double cpu_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static float *rnd(size_t n, Rng *r) {
+    float *x = xmalloc_aligned(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = (float)rng_normal(r);
+    return x;
+}
+
+int main(int argc, char **argv) {
+    int S = argc > 1 ? atoi(argv[1]) : 4096, d = argc > 2 ? atoi(argv[2]) : 64;
+    int H = argc > 3 ? atoi(argv[3]) : 8, reps = argc > 4 ? atoi(argv[4]) : 3;
+    omp_set_num_threads(1);
+    AttnShape s = {S, S, H, H, d, 1.0f / sqrtf((float)d), ATTN_CAUSAL};
+    size_t n = (size_t)S * H * d;
+    Rng rng;
+    rng_seed(&rng, 1);
+    float *q = rnd(n, &rng), *k = rnd(n, &rng), *v = rnd(n, &rng), *dout = rnd(n, &rng);
+    float *o = xmalloc_aligned(n * 4), *dq = xmalloc_aligned(n * 4), *dk = xmalloc_aligned(n * 4), *dv = xmalloc_aligned(n * 4);
+    float *lse = xmalloc_aligned((size_t)S * H * 4), *delta = xmalloc_aligned((size_t)S * H * 4);
+    int *pos = xmalloc((size_t)S * sizeof(int));
+    for (int i = 0; i < S; i++) pos[i] = i;
+    double flops = attn_forward_flops(&s, pos, pos);
+    /* sgemm per CPU second, best of reps */
+    int m = 1024;
+    float *a = rnd((size_t)m * m, &rng), *b = rnd((size_t)m * m, &rng), *c = xmalloc_aligned((size_t)m * m * 4);
+    double best_g = 0;
+    for (int r = 0; r <= reps; r++) {
+        double t0 = cpu_now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, m, m, 1.0f, a, m, b, m, 0.0f, c, m);
+        double g = 2.0 * m * m * (double)m / (cpu_now() - t0) * 1e-9;
+        if (r && g > best_g) best_g = g;
+    }
+    printf("sgemm %d^3, 1 thread: %.1f GFLOPS per CPU-second (best of %d)\n", m, best_g, reps);
+    const IsaLevel only = isa_active(); /* with SEQPAR_ISA set, only that path */
+    for (int l = 0; l < ISA_COUNT; l++) {
+        if (getenv("SEQPAR_ISA") && l != (int)only) continue;
+        if (!isa_force((IsaLevel)l)) {
+            printf("%-7s: this CPU cannot run it\n", isa_name((IsaLevel)l));
+            continue;
+        }
+        double bf = 0, bb = 0;
+        for (int r = 0; r <= reps; r++) {
+            double t0 = cpu_now();
+            attn_state_init(&s, o, lse);
+            attn_forward(&s, q, pos, k, v, pos, o, lse);
+            double t1 = cpu_now();
+            memset(dq, 0, n * 4); memset(dk, 0, n * 4); memset(dv, 0, n * 4);
+            double t2 = cpu_now();
+            attn_backward_delta(&s, o, dout, delta);
+            attn_backward(&s, q, pos, k, v, pos, lse, delta, dout, dq, dk, dv);
+            double t3 = cpu_now();
+            if (r && flops / (t1 - t0) > bf) bf = flops / (t1 - t0);
+            if (r && 2.5 * flops / (t3 - t2) > bb) bb = 2.5 * flops / (t3 - t2);
+        }
+        printf("%-7s: attention S=%d d=%d H=%d causal: forward %.1f (%.0f%% of sgemm), backward %.1f (%.0f%%) GFLOPS per CPU-second\n",
+               isa_name((IsaLevel)l), S, d, H, bf * 1e-9, 100 * bf * 1e-9 / best_g, bb * 1e-9, 100 * bb * 1e-9 / best_g);
+        fflush(stdout);
+    }
+    return 0;
+}

@@ -1,0 +1,203 @@
+"""seqpar next to PyTorch, measured in the same run (see vs_pytorch.sh, which sets up the venv).
+
+Prints, for the same shapes, precision (fp32) and thread count:
+  * causal attention, S tokens, head_dim 64 (8 heads) and 128 (4 heads): seqpar's flash attention
+    (`seqpar bench attn`) against torch.nn.functional.scaled_dot_product_attention, forward and
+    backward GFLOPS (the same flop count for both: 4 d per visible (query, key, head) pair forward,
+    2.5x that backward);
+  * a training step of the reference model (4 layers, hidden 256, 4 heads / 2 KV heads, head_dim
+    64, ffn 1024, vocab 256, one sequence, AdamW): `seqpar bench step` against transformers'
+    LlamaForCausalLM with SDPA attention, eager and under torch.compile; tokens/s and peak RSS.
+Every PyTorch measurement runs in its own child process so that its peak RSS is its own. Medians
+of --repeats timed runs after one warm-up. Not a test.
+"""
+import argparse
+import json
+import os
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SEQPAR = os.path.join(ROOT, "build", "seqpar")
+
+
+def rss_mib():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+# ---------------------------------------------------------------------------------------------
+# children: one measurement each, printing one JSON line
+
+
+def child_attn(S, d, heads, repeats):
+    import torch
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    q, k, v, do = (torch.randn(1, heads, S, d) for _ in range(4))
+    for t in (q, k, v):
+        t.requires_grad_(True)
+    flops = 4.0 * d * heads * S * (S + 1) / 2
+    tf, tb = [], []
+    for it in range(repeats + 1):
+        for t in (q, k, v):
+            t.grad = None
+        t0 = time.perf_counter()
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        t1 = time.perf_counter()
+        o.backward(do)
+        t2 = time.perf_counter()
+        if it:
+            tf.append(t1 - t0)
+            tb.append(t2 - t1)
+    f, b = statistics.median(tf), statistics.median(tb)
+    return {"fwd_gflops": flops / f * 1e-9, "bwd_gflops": 2.5 * flops / b * 1e-9, "fwd_s": f, "bwd_s": b}
+
+
+def child_step(S, repeats, compiled):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    base = rss_mib()
+    cfg = LlamaConfig(vocab_size=256, hidden_size=256, intermediate_size=1024, num_hidden_layers=4,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=S,
+                      rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False, attention_dropout=0.0)
+    cfg._attn_implementation = "sdpa"
+    model = LlamaForCausalLM(cfg).float().train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    ids = torch.randint(0, 256, (1, S))
+    labels = torch.randint(0, 256, (1, S))
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = model(input_ids=ids, labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        return loss
+
+    fn = torch.compile(step) if compiled else step
+    t0 = time.perf_counter()
+    fn()  # warm-up (and compilation)
+    warm = time.perf_counter() - t0
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    s = statistics.median(ts)
+    return {"step_s": s, "tokens_per_s": S / s, "peak_rss_mib": rss_mib(), "rss_after_import_mib": base,
+            "warmup_s": warm}
+
+
+def run_child(args, timeout):
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", json.dumps(args)]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout} s"}
+    lines = [l for l in out.stdout.splitlines() if l.startswith("{")]
+    if out.returncode != 0 or not lines:
+        tail = (out.stderr or out.stdout).strip().splitlines()[-1:] or ["?"]
+        return {"error": f"exit {out.returncode}: {tail[0][:200]}"}
+    return json.loads(lines[-1])
+
+
+# ---------------------------------------------------------------------------------------------
+# seqpar
+
+
+def seqpar(args, threads, timeout):
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    out = subprocess.run([SEQPAR, "bench"] + args, capture_output=True, text=True, env=env, timeout=timeout)
+    if out.returncode != 0:
+        sys.exit(f"seqpar bench {' '.join(args)} failed: {out.stderr.strip()}")
+    return out.stdout
+
+
+def parse_attn(text):
+    res = {}
+    for m in re.finditer(r"head_dim\s+(\d+).*?forward\s+([\d.]+) GFLOPS.*?backward\s+([\d.]+) GFLOPS", text):
+        res[int(m.group(1))] = (float(m.group(2)), float(m.group(3)))
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seq-lens", default="8192")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--parts", default="attn,step")
+    a = ap.parse_args()
+    if a.child:
+        c = json.loads(a.child)
+        import torch
+
+        torch.set_num_threads(c["threads"])
+        if c["kind"] == "attn":
+            r = child_attn(c["S"], c["d"], c["heads"], c["repeats"])
+        else:
+            r = child_step(c["S"], c["repeats"], c["compiled"])
+        print(json.dumps(r))
+        return
+    import torch
+    import transformers
+
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    print(f"vs_pytorch: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, CPU {cpu}, {a.threads} threads each, "
+          f"fp32; torch {torch.__version__} (capability {torch.backends.cpu.get_cpu_capability()}), "
+          f"transformers {transformers.__version__}; medians of {a.repeats}")
+    sys.stdout.flush()
+    parts = a.parts.split(",")
+    for S in [int(x) for x in a.seq_lens.split(",")]:
+        if "attn" in parts:
+            text = seqpar(["attn", "--seq-len", str(S), "--head-dims", "64,128", "--repeats", str(a.repeats)],
+                          a.threads, 3600)
+            head = [l for l in text.splitlines() if l.startswith(("kernels", "OpenBLAS"))]
+            print("\n".join("  seqpar " + l for l in head))
+            sp = parse_attn(text)
+            print(f"attention, causal, S = {S}, GFLOPS forward / backward (ratio = seqpar / PyTorch):")
+            for d, heads in ((64, 8), (128, 4)):
+                t = run_child({"kind": "attn", "S": S, "d": d, "heads": heads, "repeats": a.repeats,
+                               "threads": a.threads}, 3600)
+                s = sp.get(d)
+                if "error" in t or not s:
+                    print(f"  d = {d:3d}, {heads} heads: seqpar {s}, PyTorch SDPA {t.get('error')}")
+                    continue
+                print(f"  d = {d:3d}, {heads} heads: seqpar {s[0]:6.1f} / {s[1]:6.1f} | PyTorch SDPA "
+                      f"{t['fwd_gflops']:6.1f} / {t['bwd_gflops']:6.1f} | ratio {s[0] / t['fwd_gflops']:.2f}x / "
+                      f"{s[1] / t['bwd_gflops']:.2f}x")
+                sys.stdout.flush()
+        if "step" in parts:
+            text = seqpar(["step", "--seq-len", str(S), "--repeats", str(a.repeats)], a.threads, 3600)
+            m = re.search(r"([\d.]+) tokens/s.*?peak tracked memory ([\d.]+) MiB, peak RSS ([\d.]+) MiB", text)
+            if not m:
+                sys.exit("could not parse seqpar bench step output:\n" + text)
+            sp_tok, sp_tracked, sp_rss = float(m.group(1)), float(m.group(2)), float(m.group(3))
+            print(f"training step, reference model, S = {S} (tokens/s, peak RSS; ratio = seqpar / PyTorch):")
+            print(f"  seqpar                          {sp_tok:8.0f} tokens/s | peak RSS {sp_rss:7.0f} MiB "
+                  f"(tracked buffers {sp_tracked:.0f} MiB)")
+            sys.stdout.flush()
+            for compiled in ([False] if a.no_compile else [False, True]):
+                name = "torch.compile" if compiled else "eager"
+                t = run_child({"kind": "step", "S": S, "repeats": a.repeats, "compiled": compiled,
+                               "threads": a.threads}, 3600)
+                if "error" in t:
+                    print(f"  LlamaForCausalLM + SDPA, {name:13s}: {t['error']}")
+                    continue
+                extra = f" (first step with compilation {t['warmup_s']:.0f} s)" if compiled else ""
+                print(f"  LlamaForCausalLM + SDPA, {name:13s} {t['tokens_per_s']:8.0f} tokens/s | peak RSS "
+                      f"{t['peak_rss_mib']:7.0f} MiB (after import {t['rss_after_import_mib']:.0f}) | ratio "
+                      f"{sp_tok / t['tokens_per_s']:.2f}x speed, {t['peak_rss_mib'] / sp_rss:.1f}x less memory{extra}")
+                sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

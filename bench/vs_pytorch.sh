@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# seqpar next to PyTorch in the same run: creates (once) bench/.venv with PyTorch 2.x and
+# transformers from PyPI, builds seqpar if needed, then runs bench/vs_pytorch.py, which times
+# seqpar's `bench attn` / `bench step` and PyTorch's SDPA attention and transformers'
+# LlamaForCausalLM training step (eager and torch.compile) with the same thread count, and prints
+# both with their ratios. For the benchmark only: the tests and the main job never need it.
+# usage: bench/vs_pytorch.sh [--threads N] [--seq-lens 8192,32768] [--repeats N] [--no-compile]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=bench/.venv
+if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import torch, transformers' 2>/dev/null; then
+    echo "vs_pytorch: creating $VENV (PyTorch and transformers from PyPI; a few GB, once)" >&2
+    python3 -m venv "$VENV"
+    "$VENV/bin/pip" install --progress-bar off -q torch transformers
+fi
+[ -x build/seqpar ] || make -j2 build/seqpar >/dev/null
+exec "$VENV/bin/python" bench/vs_pytorch.py "$@"

@@ -1,0 +1,97 @@
+/* Runtime instruction-set dispatch for seqpar's own hot loops (flash-attention tile products and
+ * softmax, RMSNorm, RoPE, SwiGLU, cross-entropy, AdamW). The same loops are compiled three times
+ * (simd_scalar.c, simd_avx2.c, simd_avx512.c include simd_body.h with different instruction sets)
+ * into three tables of function pointers; the table is chosen once, at the first call of simd(),
+ * from CPUID (__builtin_cpu_supports), and SEQPAR_ISA=scalar|avx2|avx512 forces a lower one.
+ * Dense matrix products stay in OpenBLAS, which does its own dispatch.
+ *
+ * Everything else in the binary is compiled for a baseline (x86-64-v2), so one binary runs on
+ * every x86-64 machine the project meets and uses what each offers. Reduced precision is not here
+ * yet: a bf16 path would add capability bits (avx512_bf16, amx_bf16 with the Linux AMX state
+ * permission) and bf16 entries to the table, chosen by precision as well as by ISA. */
+#ifndef SEQPAR_ISA_H
+#define SEQPAR_ISA_H
+
+#include <stddef.h>
+
+typedef enum { ISA_SCALAR = 0, ISA_AVX2 = 1, ISA_AVX512 = 2, ISA_COUNT = 3 } IsaLevel;
+
+/* What the CPU reports (queried once). avx512 means F, BW, DQ and VL; avx2 means AVX2 and FMA. */
+typedef struct {
+    int avx2, avx512, avx512_bf16, amx_bf16;
+} CpuFeatures;
+const CpuFeatures *cpu_features(void);
+
+/* The best level this CPU can run. */
+IsaLevel isa_best(void);
+/* "scalar", "avx2", "avx512". */
+const char *isa_name(IsaLevel l);
+/* Parses a name; -1 when unknown. */
+int isa_parse(const char *name);
+
+/* Prefetch of the next key/value tiles while a product runs (rows of up to two strided tiles,
+ * a few 64-byte lines per micro-kernel call). */
+typedef struct {
+    const char *base[2];
+    size_t stride;     /* bytes between rows */
+    int rows;          /* rows per tile */
+    int lines_per_row; /* 64-byte lines per row, counting a possibly straddled one */
+    int next, total;   /* next line to fetch, out of 2 * rows * lines_per_row (0 total: nothing) */
+} Prefetch;
+
+/* One AdamW update's constants (see adamw.c). */
+typedef struct {
+    float b1, b2, omb1, omb2, eps, step_size, inv_bc2_sqrt, decay_mul, grad_scale;
+} AdamWConsts;
+
+/* The kernels of one instruction set. All are single-threaded; callers parallelise. */
+typedef struct {
+    IsaLevel level;
+    /* Flash-attention tile sizes for this kernel's block shape: forward queries x keys, backward
+     * keys x queries (multiples of the micro-kernel's rows and columns waste nothing) */
+    int fwd_bq, fwd_bk, bwd_bk, bwd_bq;
+    /* C (M, N; ldc) = alpha A B [+ C when accumulate], A(m, k) = A[m ars + k aks] (one of ars,
+     * aks is 1), B(k, n) = B[k ldb + n]. pf may be NULL. */
+    void (*tile_gemm)(int M, int N, int K, float alpha, const float *A, size_t ars, size_t aks, const float *B,
+                      size_t ldb, int accumulate, float *C, size_t ldc, Prefetch *pf);
+    /* mx[i] = max over rows j of s[j ld + i], i < n */
+    void (*col_max)(const float *s, int rows, int n, size_t ld, float *mx);
+    /* s[j][i] = 2^(s[j][i] - m[i]); sum[i] = sum over j of the new values */
+    void (*col_exp2_sum)(float *s, int rows, int n, size_t ld, const float *m, float *sum);
+    /* s[j] = 2^(s[j] - m); returns their sum */
+    float (*row_exp2_sum)(float *s, int n, float m);
+    /* p[j] = p[j] (dp[j] - delta) */
+    void (*ds_row)(float *p, const float *dp, int n, float delta);
+    /* x[j] *= a */
+    void (*scale_row)(float *x, int n, float a);
+    /* y[j] += x[j] */
+    void (*add_row)(float *y, const float *x, size_t n);
+    /* RMSNorm of one row: out = x r w with r = 1 / sqrt(mean(x^2) + eps); returns r */
+    float (*rmsnorm_row)(float *out, const float *x, const float *w, int D, float eps);
+    /* dx += r dout w - x r^3 / D sum(dout w x); dw_acc (may be NULL) += dout x r */
+    void (*rmsnorm_bwd_row)(float *dx, float *dw_acc, const float *dout, const float *x, const float *w, float r,
+                            int D);
+    /* one head of RoPE: (x1, x2) -> (x1 c - x2 sign s, x2 c + x1 sign s), half = head_dim / 2 */
+    void (*rope_head)(float *x, const float *c, const float *s, int half, float sign);
+    void (*swiglu_fwd)(float *h, const float *gate, const float *up, size_t n);
+    void (*swiglu_bwd)(float *dgate, float *dup, const float *dh, const float *gate, const float *up, size_t n);
+    /* Cross-entropy of one row of logits li (V): returns lse - li[t] (0 when t < 0), stores the
+     * argmax in *arg; with grad, li becomes scale (softmax - onehot(t)) (0 when t < 0). */
+    double (*xent_row)(float *li, int V, int t, float scale, int grad, int *arg);
+    /* AdamW over n elements (m, v indexed like p and g) */
+    void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, const AdamWConsts *k);
+} SimdKernels;
+
+/* The table chosen for this process: the best level, or SEQPAR_ISA's if set (dies with one line
+ * if it names an unknown level or one this CPU cannot run). Thread-safe; chosen at the first call. */
+const SimdKernels *simd(void);
+/* The level simd() uses. */
+IsaLevel isa_active(void);
+/* For tests and benchmarks: switch to a level; returns 0 (and changes nothing) if this CPU cannot
+ * run it. Not thread-safe: call between parallel regions. */
+int isa_force(IsaLevel l);
+/* One line for run headers: "avx512 (CPU: avx2 avx512 avx512_bf16, no amx)" and "forced by
+ * SEQPAR_ISA" when so. */
+void isa_describe(char *buf, size_t n);
+
+#endif
