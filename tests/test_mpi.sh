@@ -167,7 +167,8 @@ done
 
 # Resume under a different parallel layout: the checkpoint holds the whole model and the whole
 # AdamW state, each rank takes its part. Saved at step 10 on 2 ranks (--cp 2 --zero 1), resumed
-# on 4 ranks (--hp 2 --cp 2 --zero 0, and --dp 2 --cp 2 --zero 1) and on 1 rank: steps 11-20
+# on 4 ranks (--hp 2 --cp 2 --zero 0, --dp 2 --cp 2 --zero 1, lightseq with ZeRO-3, wallfacer with
+# ZeRO-2) and on 1 rank: steps 11-20
 # track the uninterrupted single-process run within 1e-5 relative (seen: 3e-9; only the fp32
 # reduction order differs; bit-identity holds only for the same layout, checked above).
 run_np 2 "$SEQPAR" "${TRAIN[@]}" --cp 2 --zero 1 --stop-at 10 --save "$T/ck_layout" --log "$T/lay_part.jsonl" >"$T/lay.out" 2>&1 || bad "2-rank save for the layout change: $(tail -n 3 "$T/lay.out")"
@@ -185,6 +186,9 @@ layout_resume() { # np flags...
 layout_resume 4 --hp 2 --cp 2 --zero 0
 layout_resume 4 --dp 2 --cp 2 --zero 1
 layout_resume 1
+# ... and under another strategy and ZeRO stage
+layout_resume 4 --strategy lightseq --zero 3
+layout_resume 4 --strategy wallfacer --team 2 --zero 2
 
 # A loader error seen by the ranks ends every rank with the same one line (no MPI_Abort trace)
 mkdir -p "$T/m_trail"; cp "$FIX/tiny_long/config.json" "$FIX/tiny_long/model.safetensors" "$T/m_trail/"
