@@ -58,18 +58,25 @@ void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaC
     p->seq_len = seq_len;
     int sp = p->topo.sp;
     p->params = (StrategyParams){.hp = hp, .cp = cp, .ring_inner = p->topo.ring_inner, .team = cfg->team,
-                                 .placement = cfg->placement,
+                                 .chunks = cfg->chunks, .placement = cfg->placement,
                                  .layout = cfg->layout, .seq_len = seq_len, .n_heads = model->num_attention_heads,
                                  .n_kv_heads = model->num_key_value_heads, .head_dim = model->head_dim};
     if (p->params.team == 0) p->params.team = strategy_default_team(p->strategy, cp);
-    if (sp > 1) {
+    if (cfg->chunks > 1 && !p->strategy->own)
+        die_collective("--chunks %d is read by --strategy fpdt only: drop it or use --strategy fpdt", cfg->chunks);
+    if (p->strategy->own && cfg->layout_given)
+        die_collective("--strategy %s has its own token layout: drop --layout %s", p->strategy->name,
+                       layout_name(cfg->layout));
+    /* a strategy with its own attention (fpdt) runs even on one rank: its chunked pipeline */
+    const int own = p->strategy->own != NULL;
+    if (sp > 1 || own) {
         err = strategy_check(p->strategy, &p->params);
         if (err) die_collective("%s", err);
     }
     p->n_local = seq_len / sp;
     p->positions = xmalloc(sizeof(int) * (size_t)p->n_local);
-    if (sp > 1) {
-        layout_positions(cfg->layout, seq_len, hp, cp, p->topo.hp_rank, p->topo.cp_rank, p->positions);
+    if (sp > 1 || own) {
+        strategy_positions(p->strategy, &p->params, p->topo.hp_rank, p->topo.cp_rank, p->positions);
     } else { /* the sequence is not split: every layout is the identity, any length works */
         for (int i = 0; i < seq_len; i++) p->positions[i] = i;
     }
@@ -77,7 +84,7 @@ void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaC
     comm_set_timeout(p->comm, cfg->comm_timeout * COMM_SLOW_PHASE_FACTOR); /* the caller shortens it after step 1 */
     AttnHeads heads = {.n_local = p->n_local, .n_heads = model->num_attention_heads,
                        .n_kv_heads = model->num_key_value_heads, .head_dim = model->head_dim};
-    p->attn = sp > 1 ? dist_attention_create(p->strategy->schedule, &p->params, &p->topo, p->comm)
+    p->attn = sp > 1 || own ? strategy_create_attention(p->strategy, &p->params, &p->topo, p->comm)
                      : local_attention_create(heads);
     grad_sync_init(&p->sync, MPI_COMM_WORLD, p->comm, n_params, cfg->zero);
 }
@@ -105,9 +112,13 @@ double seq_parallel_sum(const SeqParallel *p, double local) {
 
 void seq_parallel_describe(const SeqParallel *p, char *buf, size_t n) {
     const Topology *t = &p->topo;
-    char team[32] = "";
+    char team[32] = "", lay[48];
+    if (p->strategy->own)
+        snprintf(lay, sizeof lay, "rank-ordinal chunk (%d chunks)", p->params.chunks > 0 ? p->params.chunks : 1);
+    else
+        snprintf(lay, sizeof lay, "%s", layout_name(p->cfg.layout));
     if (t->sp > 1 && p->strategy->schedule == &wallfacer_schedule) snprintf(team, sizeof team, ", team %d", p->params.team);
     snprintf(buf, n, "%s%s: dp %d x hp %d x cp %d (ring W %d), %s layout, %s placement, %d ranks/node, zero %d, %d thread%s/rank",
-             t->sp > 1 ? p->strategy->name : "single process", team, t->dp, t->hp, t->cp, t->ring_inner, layout_name(p->cfg.layout), placement_name(t->placement),
+             t->sp > 1 || p->strategy->own ? p->strategy->name : "single process", team, t->dp, t->hp, t->cp, t->ring_inner, lay, placement_name(t->placement),
              t->ranks_per_node, p->cfg.zero, p->threads, p->threads == 1 ? "" : "s");
 }

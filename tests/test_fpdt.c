@@ -1,0 +1,194 @@
+/* Tests of FPDT (src/strategies/fpdt.c: Ulysses run per sequence chunk, chunk_tier.h) against the
+ * single-process reference (attn_reference.h), at whatever world size mpirun gives (1 rank: run
+ * directly by run_tests.sh; 2, 3 and 4 ranks by test_mpi.sh). For every hp dividing the world
+ * (dp = world / hp), head shapes MHA / GQA / MQA and head counts hp does not divide, and every
+ * chunk count u with S divisible by u hp:
+ *   - the rank-ordinal layout: local chunk i of member r holds global piece i hp + r;
+ *   - o, lse (chunk-major suffix of `saved`), dq, dk, dv against the reference;
+ *   - bytes and messages sent per kind, forward and backward, equal the volume formula exactly;
+ *     saved_floats equals the memory formula;
+ *   - restore() after wiping the recomputable prefix of `saved` rebuilds it bit for bit;
+ *   - check() messages for bad u / S name lengths and chunk counts that work.
+ * Prints "test_fpdt: N passed, N failed" (summed over ranks) and exits non-zero on failure. */
+#include <math.h>
+#include <mpi.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "comm/topology.h"
+#include "core/common.h"
+#include "strategies/registry.h"
+#include "attn_reference.h"
+#include "testlib.h"
+
+extern void openblas_set_num_threads(int);
+
+#define O_ATOL 2e-5
+#define LSE_ATOL 2e-5
+#define LSE_RTOL 2e-6
+#define GRAD_REL 1e-4
+
+static int g_rank, g_size, g_fail_prints;
+
+#define CHECKQ(cond, ...) do { \
+    if (cond) { tl_passed++; } else { \
+        tl_failed++; if (g_fail_prints++ < 25) { fprintf(stderr, "FAIL [rank %d] %s:%d: ", g_rank, __FILE__, __LINE__); \
+        fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); } } } while (0)
+
+static void run_case(const Topology *t, Comm *cm, const Strategy *fp, const Reference *R, int u, const char *what) {
+    const HeadCase hc = R->hc;
+    const int S = hc.S, H = hc.H, Hkv = hc.Hkv, d = hc.d, P = t->hp, N = S / P, c = N / u, Cn = S / u;
+    StrategyParams sp = {.hp = P, .cp = 1, .chunks = u, .layout = LAYOUT_CONTIGUOUS, .seq_len = S, .n_heads = H,
+                         .n_kv_heads = Hkv, .head_dim = d};
+    char *err = strategy_check(fp, &sp);
+    CHECKQ(!err, "%s: check: %s", what, err ? err : "");
+    if (err) {
+        xfree(err);
+        return;
+    }
+    int *pos = xmalloc(sizeof(int) * (size_t)N);
+    strategy_positions(fp, &sp, t->hp_rank, 0, pos);
+    int layout_ok = 1;
+    for (int i = 0; i < u; i++)
+        for (int r = 0; r < c; r++)
+            if (pos[i * c + r] != (i * P + t->hp_rank) * c + r) layout_ok = 0;
+    CHECKQ(layout_ok, "%s: local chunk i must hold global piece i hp + r", what);
+    SeqAttention *sa = strategy_create_attention(fp, &sp, t, cm);
+    AttnVolume vol;
+    strategy_volume(fp, &sp, t->hp_rank, 0, &vol);
+    AttnMemory mem;
+    strategy_memory(fp, &sp, t->hp_rank, &mem);
+    CHECKQ(sa->saved_floats == mem.saved_per_layer, "%s: saved floats %zu, formula %zu", what, sa->saved_floats,
+           mem.saved_per_layer);
+    comm_stats_reset(cm);
+    sa->set_positions(sa, pos);
+    CHECKQ(cm->stats.meta_bytes == vol.meta_batch, "%s: positions: %llu meta bytes, formula %llu", what,
+           (unsigned long long)cm->stats.meta_bytes, vol.meta_batch);
+    const size_t nq = (size_t)N * H * d, nk = (size_t)N * Hkv * d;
+    float *q = xmalloc(sizeof(float) * nq), *k = xmalloc(sizeof(float) * nk), *v = xmalloc(sizeof(float) * nk);
+    float *dout = xmalloc(sizeof(float) * nq), *o = xmalloc(sizeof(float) * nq), *dq = xmalloc(sizeof(float) * nq);
+    float *dk = xmalloc(sizeof(float) * nk), *dv = xmalloc(sizeof(float) * nk);
+    gather_rows(q, R->q, pos, N, H * d);
+    gather_rows(k, R->k, pos, N, Hkv * d);
+    gather_rows(v, R->v, pos, N, Hkv * d);
+    gather_rows(dout, R->dout, pos, N, H * d);
+    float *saved = xmalloc(sizeof(float) * sa->saved_floats), *copy = xmalloc(sizeof(float) * sa->saved_floats);
+
+    comm_stats_reset(cm);
+    sa->forward(sa, q, k, v, o, saved);
+    CommStats fst = cm->stats;
+    comm_stats_reset(cm);
+    CHECKQ(sa->keeps_inputs, "%s: keeps its inputs", what);
+    sa->backward(sa, NULL, NULL, NULL, NULL, saved, dout, dq, dk, dv);
+    CommStats bst = cm->stats;
+    for (int kd = 0; kd < COMM_KINDS; kd++) {
+        CHECKQ(comm_stats_bytes(&fst, (CommKind)kd) == vol.fwd[kd] && comm_stats_bytes(&bst, (CommKind)kd) == vol.bwd[kd],
+               "%s: kind %d bytes fwd %llu bwd %llu, formula %llu %llu", what, kd,
+               (unsigned long long)comm_stats_bytes(&fst, (CommKind)kd),
+               (unsigned long long)comm_stats_bytes(&bst, (CommKind)kd), vol.fwd[kd], vol.bwd[kd]);
+        CHECKQ(fst.messages[kd] == vol.fwd_msgs[kd] && bst.messages[kd] == vol.bwd_msgs[kd],
+               "%s: kind %d messages fwd %llu bwd %llu, formula %llu %llu", what, kd,
+               (unsigned long long)fst.messages[kd], (unsigned long long)bst.messages[kd], vol.fwd_msgs[kd],
+               vol.bwd_msgs[kd]);
+    }
+    double eo = row_err(o, R->o, pos, N, H * d, 1.0, 0);
+    CHECKQ(eo <= O_ATOL, "%s: O error %.3g", what, eo);
+    /* lse: the suffix, chunk-major, each chunk (Cn, Hl) holding positions [i Cn, (i+1) Cn) */
+    const size_t lse_n = sa->kept_floats;
+    const int Hl = (int)(lse_n / (size_t)S);
+    CHECKQ(lse_n == (size_t)S * Hl && Hl >= 1, "%s: kept floats %zu is not S x Hl", what, lse_n);
+    int h0 = 0; /* this member's first head: the first H mod hp members take one more */
+    for (int m = 0; m < t->hp_rank; m++) h0 += H / P + (m < H % P);
+    const float *lse = saved + sa->saved_floats - lse_n;
+    double el = 0;
+    for (int r = 0; r < S; r++)
+        for (int h = 0; h < Hl; h++) {
+            double ref = R->lse[(size_t)r * H + h0 + h];
+            double e = fabs(lse[(size_t)r * Hl + h] - ref) / (LSE_ATOL + LSE_RTOL * fabs(ref));
+            if (!(e <= el)) el = e;
+        }
+    CHECKQ(el <= 1.0, "%s: LSE error %.3g x tolerance (Cn %d)", what, el, Cn);
+    double eq = row_err(dq, R->dq, pos, N, H * d, 1.0, 0) / (GRAD_REL * R->scale_dq);
+    double ek = row_err(dk, R->dk, pos, N, Hkv * d, 1.0, 0) / (GRAD_REL * R->scale_dk);
+    double ev = row_err(dv, R->dv, pos, N, Hkv * d, 1.0, 0) / (GRAD_REL * R->scale_dv);
+    CHECKQ(eq <= 1.0 && ek <= 1.0 && ev <= 1.0, "%s: dQ %.3g dK %.3g dV %.3g x tolerance", what, eq, ek, ev);
+
+    /* selective checkpointing: wipe the prefix, restore, bit-identical */
+    memcpy(copy, saved, sizeof(float) * sa->saved_floats);
+    memset(saved, 0xff, sizeof(float) * (sa->saved_floats - lse_n));
+    sa->restore(sa, q, k, v, o, saved);
+    CHECKQ(!memcmp(copy, saved, sizeof(float) * sa->saved_floats), "%s: restore differs from forward's saved", what);
+
+    xfree(saved);
+    xfree(copy);
+    xfree(pos);
+    float *fr[] = {q, k, v, dout, o, dq, dk, dv};
+    for (size_t i = 0; i < ARRAY_LEN(fr); i++) xfree(fr[i]);
+    seq_attention_destroy(sa);
+}
+
+static void test_messages(const Strategy *fp) {
+    StrategyParams p = {.hp = 2, .cp = 1, .chunks = 3, .seq_len = 256, .n_heads = 4, .n_kv_heads = 2, .head_dim = 16};
+    char *e = strategy_check(fp, &p);
+    CHECKQ(e && strstr(e, "--seq-len 256") && strstr(e, "chunks x hp = 6") && strstr(e, "--chunks 1, 2, 4"),
+           "u = 3, S = 256: %s", e ? e : "(accepted)");
+    xfree(e);
+    p.chunks = 8, p.seq_len = 200; /* 200 / 16 is not whole */
+    e = strategy_check(fp, &p);
+    CHECKQ(e && strstr(e, "192 or 208"), "u = 8, S = 200: %s", e ? e : "(accepted)");
+    xfree(e);
+    p.seq_len = 256, p.hp = 5;
+    e = strategy_check(fp, &p);
+    CHECKQ(e != NULL, "hp 5 > 4 heads accepted");
+    xfree(e);
+    p.hp = 2, p.cp = 2;
+    e = strategy_check(fp, &p);
+    CHECKQ(e && strstr(e, "--cp"), "cp 2: %s", e ? e : "(accepted)");
+    xfree(e);
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    omp_set_num_threads(1);
+    openblas_set_num_threads(1);
+    const Strategy *fp = strategy_find("fpdt");
+    CHECKQ(fp && fp->own && !fp->schedule, "fpdt is registered with its own attention");
+    if (!fp) MPI_Abort(MPI_COMM_WORLD, 1);
+    test_messages(fp);
+    /* MHA, GQA, MQA, and head counts that do not divide by 3 or 4 */
+    const HeadCase heads[] = {{4, 4, 16, 96}, {4, 2, 16, 96}, {4, 1, 32, 96}, {6, 2, 16, 96}, {5, 5, 8, 96}};
+    long cases = 0;
+    for (size_t hi = 0; hi < ARRAY_LEN(heads); hi++) {
+        Reference R;
+        reference_build(&R, heads[hi], 700 + (uint64_t)hi);
+        for (int hp = 1; hp <= g_size; hp++) {
+            if (g_size % hp || hp > heads[hi].H) continue;
+            Topology t;
+            topology_create(&t, g_size / hp, hp, 1, 1, PLACEMENT_HEAD_FIRST, 2);
+            Comm *cm = comm_create(&t, NULL);
+            for (int u = 1; u <= 8; u++) {
+                if (heads[hi].S % (u * hp)) continue;
+                char what[128];
+                snprintf(what, sizeof what, "fpdt dp%d hp%d u%d H%d Hkv%d d%d S%d", g_size / hp, hp, u, heads[hi].H,
+                         heads[hi].Hkv, heads[hi].d, heads[hi].S);
+                run_case(&t, cm, fp, &R, u, what);
+                cases++;
+            }
+            comm_destroy(cm);
+            topology_free(&t);
+        }
+        reference_free(&R);
+    }
+    long counts[2] = {tl_passed, tl_failed}, tot[2];
+    MPI_Allreduce(counts, tot, 2, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+    if (g_rank == 0) {
+        printf("ranks %d: %ld fpdt configurations per rank\n", g_size, cases);
+        printf("test_fpdt: %ld passed, %ld failed\n", tot[0], tot[1]);
+    }
+    MPI_Finalize();
+    return tot[1] ? 1 : 0;
+}
