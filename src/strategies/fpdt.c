@@ -295,10 +295,16 @@ static SeqAttention *fpdt_create(const StrategyParams *p, const Topology *t, Com
     return sa;
 }
 
+static void fpdt_set_piece_rows(SeqAttention *sa, int rows) { ((Fpdt *)sa->ctx)->b.piece_rows = rows > 0 ? rows : 256; }
+
+static void fpdt_set_compute(SeqAttention *sa, int enabled) { ((Fpdt *)sa->ctx)->b.compute = enabled != 0; }
+
 const OwnAttention fpdt_attention = {
     .check = fpdt_check,
     .create = fpdt_create,
     .positions = fpdt_positions,
     .volume = fpdt_volume,
     .memory = fpdt_memory,
+    .set_piece_rows = fpdt_set_piece_rows,
+    .set_compute = fpdt_set_compute,
 };

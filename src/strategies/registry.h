@@ -56,6 +56,9 @@ typedef struct {
     /* Bytes and messages member hp_rank sends per layer, all kinds, exact. */
     void (*volume)(const StrategyParams *p, int hp_rank, AttnVolume *v);
     void (*memory)(const StrategyParams *p, int hp_rank, AttnMemory *m);
+    /* The benchmark's knobs (dist_attention.h), optional. */
+    void (*set_piece_rows)(SeqAttention *sa, int rows);
+    void (*set_compute)(SeqAttention *sa, int enabled);
 } OwnAttention;
 
 extern const OwnAttention fpdt_attention; /* "fpdt" (fpdt.c) */
