@@ -24,6 +24,12 @@
 
 typedef enum { TIER_Q = 0, TIER_KV = 1, TIER_O = 2, TIER_LSE = 3, TIER_KINDS = 4 } TierKind;
 
+typedef struct {
+    unsigned long long bytes_written, bytes_read;
+    double wait_s; /* time the caller waited for the helper thread (un-hidden I/O) */
+    size_t ram_floats; /* staging and read buffers the tier holds */
+} TierStats;
+
 typedef struct ChunkTier ChunkTier;
 struct ChunkTier {
     const char *name;
@@ -31,6 +37,7 @@ struct ChunkTier {
     int chunks;                      /* u */
     size_t chunk_floats[TIER_KINDS]; /* floats of one chunk of each kind */
     char err[256];
+    TierStats (*stats)(const ChunkTier *t); /* NULL: none (RAM) */
     float *(*slot)(ChunkTier *t, float *saved, TierKind kind, int chunk);
     int (*store)(ChunkTier *t, float *saved, TierKind kind, int chunk);
     void (*prefetch)(ChunkTier *t, const float *saved, TierKind kind, int chunk, int buf);
@@ -48,3 +55,21 @@ size_t chunk_tier_ram_saved_floats(int chunks, const size_t chunk_floats[TIER_KI
 void chunk_tier_destroy(ChunkTier *t);
 
 #endif
+
+/* The disk tier (--offload-dir DIR): q_h, kv_h and o_h chunks go to one file in DIR, unlinked as
+ * soon as it is opened (so it disappears when the process ends, however it ends); lse_h stays in
+ * RAM in `saved` (it is small, and it is the suffix selective checkpointing keeps), so a layer's
+ * `saved` needs only u chunk_floats[TIER_LSE] floats. Layers are told apart by their `saved`
+ * pointer (a buffer shared by checkpointed layers is rewritten by forward or restore before
+ * its backward reads it). One helper thread does every read and write in FIFO order, so a read
+ * always sees the writes queued before it: store() queues the write of the slot's staging buffer
+ * (two staging buffers per kind: slot() waits only for the write of two chunks ago), prefetch()
+ * queues a read into read buffer b (two per kind: the double buffer), fetch() waits for it (or
+ * queues and waits). Time spent waiting is the I/O that compute did not hide.
+ * NULL with a one-line message in err (size errsz) when DIR is not a writable directory. */
+ChunkTier *chunk_tier_disk_create(const char *dir, int rank, int chunks, const size_t chunk_floats[TIER_KINDS],
+                                  char *err, size_t errsz);
+size_t chunk_tier_disk_saved_floats(int chunks, const size_t chunk_floats[TIER_KINDS]);
+
+/* Zeros for the RAM tier. */
+void chunk_tier_stats(const ChunkTier *t, TierStats *s);

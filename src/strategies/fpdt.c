@@ -25,6 +25,10 @@
  * S (2 Hl d + 2 Hk d + Hl) floats on member p, the same as Ulysses; lse is the kept suffix for
  * selective checkpointing, restore() redoes the exchanges of q, k, v and o per chunk.
  *
+ * With --offload-dir the tier is the disk one (chunk_tier.h): q_h, kv_h, o_h chunks go to a file
+ * and come back one chunk ahead of use (forward: kv_h_{j+1} read while kv_h_j computes;
+ * backward: o_h_{j+1}, kv_h_{i+1}, q_h_{j+1} likewise); `saved` holds only lse_h, S Hl floats.
+ *
  * Communication per layer: u head exchanges of c rows, i.e. Ulysses' bytes (linear in rows) in
  * u times as many messages. */
 #include <stdio.h>
@@ -49,6 +53,7 @@ typedef struct {
     PosRun *runs;    /* (S) */
     PosBlock *blk;   /* (u) */
     float *dout_h, *delta, *dq_h, *dkv_h;
+    long batches;    /* set_positions calls */
 } Fpdt;
 
 static int fpdt_chunks(const StrategyParams *p) { return p->chunks > 0 ? p->chunks : 1; }
@@ -111,6 +116,11 @@ static void fpdt_memory(const StrategyParams *p, int hp_rank, AttnMemory *m) {
     const size_t u = (size_t)fpdt_chunks(p), S = (size_t)p->seq_len, Cn = S / u, c = Cn / (size_t)p->hp;
     const size_t d = (size_t)p->head_dim, Hl = (size_t)hs.hl[hp_rank], Hk = (size_t)hs.hk[hp_rank];
     m->saved_per_layer = S * (2 * Hl * d + 2 * Hk * d + Hl); /* q_h, o_h, kv_h, lse_h of all chunks */
+    size_t tier = 0;
+    if (p->offload_dir) { /* only lse_h stays; two staging and two read buffers of q_h, kv_h, o_h chunks */
+        m->saved_per_layer = S * Hl;
+        tier = 4 * Cn * (2 * Hl * d + 2 * Hk * d);
+    }
     size_t send = 0, recv = 0; /* the head exchange of one chunk (head_exchange.c's buffers) */
     for (int q = 0; q < p->hp; q++) {
         send += c * (size_t)(hs.hl[q] + 2 * hs.hk[q]) * d;
@@ -121,7 +131,7 @@ static void fpdt_memory(const StrategyParams *p, int hp_rank, AttnMemory *m) {
     size_t exchange = send + (p->hp > 1 ? recv : 0);
     size_t scratch = 2 * S * Hl * d + S * Hl + 2 * Cn * Hk * d; /* dout_h, dq_h, delta, dkv of one chunk */
     size_t index = 2 * S + S * (sizeof(PosRun) / sizeof(float)); /* positions (2 x S ints) and runs */
-    m->workspace = exchange + scratch + index;
+    m->workspace = exchange + scratch + index + tier;
     head_split_free(&hs);
 }
 
@@ -129,6 +139,7 @@ static size_t rows_off(const Fpdt *x, int chunk, int heads) { return (size_t)chu
 
 static void fpdt_set_positions(SeqAttention *sa, const int *positions) {
     Fpdt *x = sa->ctx;
+    x->batches++;
     if (x->P > 1)
         comm_allgather_meta(x->comm, COMM_ALLTOALL, positions, x->all_pos, sizeof(int) * (size_t)x->N, x->t->sp_comm);
     else
@@ -153,10 +164,12 @@ static void fpdt_forward(SeqAttention *sa, const float *q, const float *k, const
     x->b.work.fwd_calls = x->b.work.fwd_cells = 0;
     for (int i = 0; i < x->u; i++) {
         float *q_h = t->slot(t, saved, TIER_Q, i), *kv_h = t->slot(t, saved, TIER_KV, i);
+        if (!q_h || !kv_h) tier_check(t, -1);
         head_exchange_qkv(&x->hx, q + rows_off(x, i, x->H), k + rows_off(x, i, x->Hkv), v + rows_off(x, i, x->Hkv),
                           q_h, kv_h);
         tier_check(t, t->store(t, saved, TIER_Q, i));
         float *o_h = t->slot(t, saved, TIER_O, i), *lse_h = t->slot(t, saved, TIER_LSE, i);
+        if (!o_h || !lse_h) tier_check(t, -1);
         double t0 = comm_compute_begin(x->comm);
         attn_state_init(&st, o_h, lse_h);
         if (i > 0) t->prefetch(t, saved, TIER_KV, 0, 0);
@@ -186,7 +199,8 @@ static void fpdt_backward(SeqAttention *sa, const float *q, const float *k, cons
     x->b.work.bwd_calls = x->b.work.bwd_cells = 0;
     for (int j = 0; j < x->u; j++) {
         head_exchange_dout(&x->hx, dout + rows_off(x, j, x->H), x->dout_h + j * qsz);
-        const float *o_h = t->fetch(t, saved, TIER_O, j, 0);
+        if (j + 1 < x->u) t->prefetch(t, saved, TIER_O, j + 1, (j + 1) & 1);
+        const float *o_h = t->fetch(t, saved, TIER_O, j, j & 1);
         if (!o_h) tier_check(t, -1);
         double t0 = comm_compute_begin(x->comm);
         attn_backward_delta(&st, o_h, x->dout_h + j * qsz, x->delta + j * lsz);
@@ -195,7 +209,8 @@ static void fpdt_backward(SeqAttention *sa, const float *q, const float *k, cons
     }
     memset(x->dq_h, 0, sizeof(float) * qsz * (size_t)x->u);
     for (int i = 0; i < x->u; i++) { /* key/value chunks outer */
-        const float *kv = t->fetch(t, saved, TIER_KV, i, 0);
+        if (i + 1 < x->u) t->prefetch(t, saved, TIER_KV, i + 1, (i + 1) & 1);
+        const float *kv = t->fetch(t, saved, TIER_KV, i, i & 1);
         if (!kv) tier_check(t, -1);
         memset(x->dkv_h, 0, sizeof(float) * 2 * kv_half);
         double t0 = comm_compute_begin(x->comm);
@@ -226,9 +241,11 @@ static void fpdt_restore(SeqAttention *sa, const float *q, const float *k, const
     Fpdt *x = sa->ctx;
     ChunkTier *t = x->tier;
     for (int i = 0; i < x->u; i++) {
-        head_exchange_qkv(&x->hx, q + rows_off(x, i, x->H), k + rows_off(x, i, x->Hkv), v + rows_off(x, i, x->Hkv),
-                          t->slot(t, saved, TIER_Q, i), t->slot(t, saved, TIER_KV, i));
-        head_exchange_dout(&x->hx, o + rows_off(x, i, x->H), t->slot(t, saved, TIER_O, i));
+        float *q_h = t->slot(t, saved, TIER_Q, i), *kv_h = t->slot(t, saved, TIER_KV, i), *o_h = t->slot(t, saved, TIER_O, i);
+        if (!q_h || !kv_h || !o_h) tier_check(t, -1);
+        head_exchange_qkv(&x->hx, q + rows_off(x, i, x->H), k + rows_off(x, i, x->Hkv), v + rows_off(x, i, x->Hkv), q_h,
+                          kv_h);
+        head_exchange_dout(&x->hx, o + rows_off(x, i, x->H), o_h);
         tier_check(t, t->store(t, saved, TIER_Q, i));
         tier_check(t, t->store(t, saved, TIER_KV, i));
         tier_check(t, t->store(t, saved, TIER_O, i));
@@ -271,7 +288,13 @@ static SeqAttention *fpdt_create(const StrategyParams *p, const Topology *t, Com
     block_attn_init(&x->b, comm, x->Hl, x->Hk, x->d);
     const size_t S = (size_t)x->S, d = (size_t)x->d, Cn = (size_t)x->Cn;
     const size_t sizes[TIER_KINDS] = {Cn * x->Hl * d, 2 * Cn * x->Hk * d, Cn * x->Hl * d, Cn * x->Hl};
-    x->tier = chunk_tier_ram_create(x->u, sizes);
+    if (p->offload_dir) {
+        char err[512];
+        x->tier = chunk_tier_disk_create(p->offload_dir, t->world_rank, x->u, sizes, err, sizeof err);
+        if (!x->tier) die_collective("%s", err);
+    } else {
+        x->tier = chunk_tier_ram_create(x->u, sizes);
+    }
     x->all_pos = xmalloc(sizeof(int) * S);
     x->cpos = xmalloc(sizeof(int) * S);
     x->runs = xmalloc(sizeof(PosRun) * S);
@@ -284,7 +307,7 @@ static SeqAttention *fpdt_create(const StrategyParams *p, const Topology *t, Com
     sa->name = "fpdt";
     sa->ctx = x;
     sa->heads = (AttnHeads){.n_local = x->N, .n_heads = x->H, .n_kv_heads = x->Hkv, .head_dim = x->d};
-    sa->saved_floats = chunk_tier_ram_saved_floats(x->u, sizes);
+    sa->saved_floats = p->offload_dir ? chunk_tier_disk_saved_floats(x->u, sizes) : chunk_tier_ram_saved_floats(x->u, sizes);
     sa->keeps_inputs = 1;
     sa->kept_floats = (size_t)x->u * sizes[TIER_LSE]; /* lse_h of every chunk: the suffix */
     sa->set_positions = fpdt_set_positions;
@@ -293,6 +316,12 @@ static SeqAttention *fpdt_create(const StrategyParams *p, const Topology *t, Com
     sa->restore = fpdt_restore;
     sa->destroy = fpdt_destroy;
     return sa;
+}
+
+static void fpdt_tier_stats(const SeqAttention *sa, TierStats *s, long *batches) {
+    const Fpdt *x = sa->ctx;
+    chunk_tier_stats(x->tier, s);
+    *batches = x->batches;
 }
 
 static void fpdt_set_piece_rows(SeqAttention *sa, int rows) { ((Fpdt *)sa->ctx)->b.piece_rows = rows > 0 ? rows : 256; }
@@ -307,4 +336,5 @@ const OwnAttention fpdt_attention = {
     .memory = fpdt_memory,
     .set_piece_rows = fpdt_set_piece_rows,
     .set_compute = fpdt_set_compute,
+    .tier_stats = fpdt_tier_stats,
 };

@@ -16,6 +16,7 @@
 #include <stddef.h>
 
 #include "attention/seq_attention.h"
+#include "strategies/chunk_tier.h"
 #include "strategies/context_schedule.h"
 
 typedef struct {
@@ -59,6 +60,8 @@ typedef struct {
     /* The benchmark's knobs (dist_attention.h), optional. */
     void (*set_piece_rows)(SeqAttention *sa, int rows);
     void (*set_compute)(SeqAttention *sa, int enabled);
+    /* The slow tier's counters since creation and the batches (set_positions calls) seen. */
+    void (*tier_stats)(const SeqAttention *sa, TierStats *s, long *batches);
 } OwnAttention;
 
 extern const OwnAttention fpdt_attention; /* "fpdt" (fpdt.c) */

@@ -58,12 +58,14 @@ void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaC
     p->seq_len = seq_len;
     int sp = p->topo.sp;
     p->params = (StrategyParams){.hp = hp, .cp = cp, .ring_inner = p->topo.ring_inner, .team = cfg->team,
-                                 .chunks = cfg->chunks, .placement = cfg->placement,
+                                 .chunks = cfg->chunks, .offload_dir = cfg->offload_dir, .placement = cfg->placement,
                                  .layout = cfg->layout, .seq_len = seq_len, .n_heads = model->num_attention_heads,
                                  .n_kv_heads = model->num_key_value_heads, .head_dim = model->head_dim};
     if (p->params.team == 0) p->params.team = strategy_default_team(p->strategy, cp);
     if (cfg->chunks > 1 && !p->strategy->own)
         die_collective("--chunks %d is read by --strategy fpdt only: drop it or use --strategy fpdt", cfg->chunks);
+    if (cfg->offload_dir && !p->strategy->own)
+        die_collective("--offload-dir is read by --strategy fpdt only: drop it or use --strategy fpdt");
     if (p->strategy->own && cfg->layout_given)
         die_collective("--strategy %s has its own token layout: drop --layout %s", p->strategy->name,
                        layout_name(cfg->layout));
@@ -91,6 +93,17 @@ void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaC
 
 void seq_parallel_free(SeqParallel *p) {
     if (p->cfg.stats) comm_stats_print(p->comm, stdout);
+    if (p->cfg.stats && p->strategy->own && p->strategy->own->tier_stats) {
+        TierStats ts;
+        long batches = 0;
+        p->strategy->own->tier_stats(p->attn, &ts, &batches);
+        if (ts.bytes_written || ts.bytes_read) {
+            double b = batches > 0 ? (double)batches : 1.0;
+            printf("rank %d: offload: %.3f MB written, %.3f MB read per batch (%ld batches), I/O not hidden %.4f s per "
+                   "batch, tier buffers %.3f MB\n", p->topo.world_rank, ts.bytes_written / b / 1e6,
+                   ts.bytes_read / b / 1e6, batches, ts.wait_s / b, ts.ram_floats * 4.0 / 1e6);
+        }
+    }
     grad_sync_free(&p->sync);
     seq_attention_destroy(p->attn);
     comm_destroy(p->comm);
