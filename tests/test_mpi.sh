@@ -112,6 +112,15 @@ for np in 1 2 4; do
 done
 grad_case tiny_headdim 40 2 --strategy fpdt --chunks 4       # MQA, head_dim 16, 3 layers
 grad_case tiny_gqa_tied 32 4 --strategy fpdt --chunks 2      # 6 heads (2 KV) over 4 ranks
+# the disk tier: same file; its temporary files are gone afterwards; --stats reports its I/O
+mkdir -p "$T/offload"
+grad_case $L 256 2 --strategy fpdt --chunks 4 --offload-dir "$T/offload"
+grad_case tiny_headdim 40 1 --strategy fpdt --chunks 2 --offload-dir "$T/offload" --checkpoint selective
+if [ -z "$(ls -A "$T/offload")" ]; then ok; else bad "--offload-dir left files: $(ls "$T/offload" | head -n 3)"; fi
+out=$(run_np 2 "$SEQPAR" grad --model "$FIX/$L" --tokens "$FIX/$L/tokens.bin" --seq-len 256 --out "$T/dist" --strategy fpdt \
+      --chunks 4 --offload-dir "$T/offload" --stats 2>&1)
+if [ "$(printf '%s\n' "$out" | grep -c '^rank [01]: offload: [0-9.]* MB written, [0-9.]* MB read per batch')" -eq 2 ]; then ok; else
+    bad "--offload-dir --stats: no offload line per rank"; fi
 
 # ---- checkpoint modes: selective (the strategy's restore(): head exchange of q, k, v and o, no
 # attention forward) and layer under every strategy: the single-process file within tolerance, and
@@ -226,5 +235,7 @@ grid_error 4 "must split into chunks x hp = 32 pieces (e.g. --seq-len 224 or 256
 grid_error 2 "is read by --strategy fpdt only" --seq-len 256 --chunks 2
 grid_error 2 "has its own token layout: drop --layout zigzag" --seq-len 256 --strategy fpdt --layout zigzag
 grid_error 2 "fpdt splits heads only: drop --cp 2" --seq-len 256 --strategy fpdt --cp 2
+grid_error 2 "offload-dir /nonexistent-seqpar: cannot create a file there" --seq-len 256 --strategy fpdt --offload-dir /nonexistent-seqpar
+grid_error 2 "offload-dir is read by --strategy fpdt only" --seq-len 256 --offload-dir /tmp
 
 summary test_mpi
