@@ -10,7 +10,10 @@
  *   - restore() after wiping the recomputable prefix of `saved` rebuilds it bit for bit;
  *   - check() messages for bad u / S name lengths and chunk counts that work.
  * Prints "test_fpdt: N passed, N failed" (summed over ranks) and exits non-zero on failure. */
+#include <errno.h>
 #include <math.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <mpi.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -174,6 +177,31 @@ static void test_disk_tier(void) {
     CHECKQ(st.bytes_written == 2 * 3 * 256 * sizeof(float) && st.bytes_read >= st.bytes_written,
            "disk tier: %llu bytes written, %llu read", st.bytes_written, st.bytes_read);
     chunk_tier_destroy(t);
+
+    /* a full disk (simulated by a file size limit: writes past it fail with EFBIG): no crash,
+     * io_errno set for the caller's collective check */
+    struct rlimit old, lim;
+    getrlimit(RLIMIT_FSIZE, &old);
+    lim = old;
+    lim.rlim_cur = 1024;
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    setrlimit(RLIMIT_FSIZE, &lim);
+    t = chunk_tier_disk_create("/tmp", 0, 3, sizes, err, sizeof err);
+    CHECKQ(t != NULL, "disk tier in /tmp: %s", err);
+    if (t) {
+        for (int i = 0; i < 3; i++)
+            for (int kd = 0; kd < 3; kd++) {
+                float *s = t->slot(t, a, (TierKind)kd, i);
+                memset(s, 0, sizeof(float) * sizes[kd]);
+                t->store(t, a, (TierKind)kd, i);
+            }
+        const float *s = t->fetch(t, a, TIER_KV, 2, 0);
+        CHECKQ(s != NULL && t->io_errno == EFBIG, "full disk: io_errno %d (%s), expected EFBIG", t->io_errno,
+               t->err);
+        chunk_tier_destroy(t);
+    }
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, prev);
 }
 
 static void test_messages(const Strategy *fp) {

@@ -121,6 +121,15 @@ out=$(run_np 2 "$SEQPAR" grad --model "$FIX/$L" --tokens "$FIX/$L/tokens.bin" --
       --chunks 4 --offload-dir "$T/offload" --stats 2>&1)
 if [ "$(printf '%s\n' "$out" | grep -c '^rank [01]: offload: [0-9.]* MB written, [0-9.]* MB read per batch')" -eq 2 ]; then ok; else
     bad "--offload-dir --stats: no offload line per rank"; fi
+# a full disk (simulated: a 16 KiB file size limit with SIGXFSZ ignored; tcp, so that shared
+# memory needs no file): the same one line on every rank, no crash, no hang, no file left
+err=$(timeout 60 mpirun --oversubscribe --mca btl self,tcp -np 2 bash -c "trap '' XFSZ; ulimit -f 16; exec \"$SEQPAR\" grad \
+      --model \"$FIX/$L\" --tokens \"$FIX/$L/tokens.bin\" --seq-len 256 --out \"$T/x\" --strategy fpdt --chunks 4 \
+      --offload-dir \"$T/offload\"" 2>&1 >/dev/null)
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ -z "$(ls -A "$T/offload")" ] &&
+    [ "$(printf '%s\n' "$err" | grep -c '^seqpar: error: --offload-dir .*could not be written or read (File too large)')" -eq 2 ]; then ok; else
+    bad "full offload disk: status $rc: $(printf '%s' "$err" | head -n 3)"; fi
 
 # ---- checkpoint modes: selective (the strategy's restore(): head exchange of q, k, v and o, no
 # attention forward) and layer under every strategy: the single-process file within tolerance, and

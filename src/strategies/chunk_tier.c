@@ -146,6 +146,7 @@ static int disk_wait(ChunkTier *t, int *done) {
     k->st.wait_s += now_seconds() - t0;
     if (rc < 0) {
         snprintf(t->err, sizeof t->err, "offload file in %.160s: %s", k->dir, strerror(-rc));
+        if (!t->io_errno) t->io_errno = -rc;
         return -1;
     }
     return 0;
@@ -175,17 +176,14 @@ static float *disk_slot(ChunkTier *t, float *saved, TierKind kind, int chunk) {
     Disk *k = t->ctx;
     if (kind == TIER_LSE) return saved + (size_t)chunk * t->chunk_floats[TIER_LSE];
     int b = k->stage_next[kind];
-    if (k->stage_done[kind][b] == 0 && disk_wait(t, &k->stage_done[kind][b])) return NULL;
+    if (k->stage_done[kind][b] == 0) disk_wait(t, &k->stage_done[kind][b]); /* a failure sets io_errno */
     return k->stage[kind][b];
 }
 
 static int disk_store(ChunkTier *t, float *saved, TierKind kind, int chunk) {
     Disk *k = t->ctx;
     if (kind == TIER_LSE) return 0;
-    if (k->io_error) {
-        snprintf(t->err, sizeof t->err, "offload file in %.160s: %s", k->dir, strerror(k->io_error));
-        return -1;
-    }
+    if (k->io_error && !t->io_errno) t->io_errno = k->io_error; /* the caller stops at its next collective point */
     int b = k->stage_next[kind];
     k->stage_next[kind] = 1 - b;
     /* a read buffer that holds this chunk is stale now */
@@ -211,7 +209,7 @@ static const float *disk_fetch(ChunkTier *t, const float *saved, TierKind kind, 
     Disk *k = t->ctx;
     if (kind == TIER_LSE) return saved + (size_t)chunk * t->chunk_floats[TIER_LSE];
     disk_prefetch(t, saved, kind, chunk, buf);
-    if (disk_wait(t, &k->rdone[kind][buf])) return NULL;
+    disk_wait(t, &k->rdone[kind][buf]); /* a failure sets io_errno */
     return k->rbuf[kind][buf];
 }
 

@@ -15,8 +15,10 @@
  * other tiers: disk (--offload-dir: slot returns a staging buffer, store writes it to a file on
  * a helper thread, prefetch starts the read into buffer b, fetch waits for it; `saved` then only
  * needs the kept part) and device <-> pinned host memory on a GPU (the same calls map onto
- * cudaMemcpyAsync on a copy stream and an event per buffer). store and fetch return NULL / -1 on
- * an I/O failure with a one-line message in err. */
+ * cudaMemcpyAsync on a copy stream and an event per buffer). An I/O failure (full disk, ...) does
+ * not stop the caller mid-layer: the calls go on returning buffers (of garbage) and set
+ * io_errno; the caller checks it at its next collective point so that every rank stops with the
+ * same one-line message (fpdt.c: after each forward, backward and restore). */
 #ifndef SEQPAR_CHUNK_TIER_H
 #define SEQPAR_CHUNK_TIER_H
 
@@ -37,6 +39,7 @@ struct ChunkTier {
     int chunks;                      /* u */
     size_t chunk_floats[TIER_KINDS]; /* floats of one chunk of each kind */
     char err[256];
+    int io_errno;                    /* first failed read or write (0: none) */
     TierStats (*stats)(const ChunkTier *t); /* NULL: none (RAM) */
     float *(*slot)(ChunkTier *t, float *saved, TierKind kind, int chunk);
     int (*store)(ChunkTier *t, float *saved, TierKind kind, int chunk);

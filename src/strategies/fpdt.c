@@ -54,6 +54,7 @@ typedef struct {
     PosBlock *blk;   /* (u) */
     float *dout_h, *delta, *dq_h, *dkv_h;
     long batches;    /* set_positions calls */
+    const char *offload_dir; /* NULL: RAM tier */
 } Fpdt;
 
 static int fpdt_chunks(const StrategyParams *p) { return p->chunks > 0 ? p->chunks : 1; }
@@ -156,6 +157,17 @@ static void tier_check(ChunkTier *t, int rc) {
     if (rc) die("fpdt: %s tier: %s", t->name, t->err);
 }
 
+/* After each forward, backward and restore (collective): a slow-tier I/O failure on any rank
+ * stops every rank with the same one line. */
+static void tier_sync(Fpdt *x) {
+    if (!x->offload_dir) return;
+    int e = x->tier->io_errno;
+    if (x->P > 1) comm_control_allreduce(x->comm, "MPI_Iallreduce (offload errors)", &e, 1, MPI_INT, MPI_MAX, x->t->sp_comm);
+    if (e)
+        die_collective("--offload-dir %s: the offload file could not be written or read (%s): free space there or "
+                       "choose another directory", x->offload_dir, strerror(e));
+}
+
 static void fpdt_forward(SeqAttention *sa, const float *q, const float *k, const float *v, float *o, float *saved) {
     Fpdt *x = sa->ctx;
     ChunkTier *t = x->tier;
@@ -186,6 +198,7 @@ static void fpdt_forward(SeqAttention *sa, const float *q, const float *k, const
         tier_check(t, t->store(t, saved, TIER_O, i));
         tier_check(t, t->store(t, saved, TIER_LSE, i));
     }
+    tier_sync(x);
 }
 
 static void fpdt_backward(SeqAttention *sa, const float *q, const float *k, const float *v, const float *o,
@@ -232,6 +245,7 @@ static void fpdt_backward(SeqAttention *sa, const float *q, const float *k, cons
         head_exchange_grads(&x->hx, x->dq_h + i * qsz, x->dkv_h, dq + rows_off(x, i, x->H), dk + rows_off(x, i, x->Hkv),
                             dv + rows_off(x, i, x->Hkv));
     }
+    tier_sync(x);
 }
 
 /* Selective checkpointing: q_h, kv_h and o_h of every chunk by the exchanges forward ran (o by
@@ -250,6 +264,7 @@ static void fpdt_restore(SeqAttention *sa, const float *q, const float *k, const
         tier_check(t, t->store(t, saved, TIER_KV, i));
         tier_check(t, t->store(t, saved, TIER_O, i));
     }
+    tier_sync(x);
 }
 
 static void fpdt_destroy(SeqAttention *sa) {
@@ -288,6 +303,7 @@ static SeqAttention *fpdt_create(const StrategyParams *p, const Topology *t, Com
     block_attn_init(&x->b, comm, x->Hl, x->Hk, x->d);
     const size_t S = (size_t)x->S, d = (size_t)x->d, Cn = (size_t)x->Cn;
     const size_t sizes[TIER_KINDS] = {Cn * x->Hl * d, 2 * Cn * x->Hk * d, Cn * x->Hl * d, Cn * x->Hl};
+    x->offload_dir = p->offload_dir;
     if (p->offload_dir) {
         char err[512];
         x->tier = chunk_tier_disk_create(p->offload_dir, t->world_rank, x->u, sizes, err, sizeof err);
