@@ -11,6 +11,8 @@
 #     single-process file and is bit-identical to --checkpoint none on the same grid;
 #   - 20 training steps on dp=2 x hp=2 x cp=2 track the single-process losses; a ZeRO-1 run
 #     stopped, saved and resumed on 8 ranks continues as if uninterrupted;
+#   - FPDT (--strategy fpdt --chunks u): the single-process gradient file for u in 1, 2, 4, 8 at 1,
+#     2 and 4 ranks, MQA and uneven heads, selective checkpointing, 20 training steps;
 #   - bad grids print the same one-line error on every rank and exit non-zero without hanging.
 # Prints "N passed, N failed".
 set -u
@@ -39,6 +41,8 @@ mpi_test_binary test_lightseq_allgather "2 3 4 8" "lightseq / allgather schedule
 # WallFacer: every valid team size and both placements (9: C = 3, no ring steps; 12: C = 2 with
 # sub-rings of 3)
 mpi_test_binary test_wallfacer "2 4 8 9 12" "wallfacer schedule"
+# FPDT against the single-process kernel (3: head splits that do not divide)
+mpi_test_binary test_fpdt "2 3 4" "fpdt"
 
 # ---- seqpar grad: every grid writes the single-process file
 grad_case() { # fixture seq_len np flags...
@@ -101,6 +105,31 @@ grad_case $L 256 8 --strategy wallfacer --team 2 --placement ring-first
 grad_case $L 252 9 --strategy wallfacer --team 3
 grad_case $L 256 8 --strategy wallfacer --team 1 --layout striped   # C = 1: the plain ring
 grad_case tiny_mha 24 8 --strategy wallfacer --hp 2 --team 2 --layout contiguous   # head exchange x WallFacer
+# FPDT: u chunks at 1, 2 and 4 ranks (1 rank: the chunked pipeline without exchange; 4 ranks: KV
+# replication of the 2 KV heads), MQA (1 KV head) and 6 heads over 4 ranks
+for np in 1 2 4; do
+    for u in 1 2 4 8; do grad_case $L 256 $np --strategy fpdt --chunks $u; done
+done
+grad_case tiny_headdim 40 2 --strategy fpdt --chunks 4       # MQA, head_dim 16, 3 layers
+grad_case tiny_gqa_tied 32 4 --strategy fpdt --chunks 2      # 6 heads (2 KV) over 4 ranks
+# the disk tier: same file; its temporary files are gone afterwards; --stats reports its I/O
+mkdir -p "$T/offload"
+grad_case $L 256 2 --strategy fpdt --chunks 4 --offload-dir "$T/offload"
+grad_case tiny_headdim 40 1 --strategy fpdt --chunks 2 --offload-dir "$T/offload" --checkpoint selective
+if [ -z "$(ls -A "$T/offload")" ]; then ok; else bad "--offload-dir left files: $(ls "$T/offload" | head -n 3)"; fi
+out=$(run_np 2 "$SEQPAR" grad --model "$FIX/$L" --tokens "$FIX/$L/tokens.bin" --seq-len 256 --out "$T/dist" --strategy fpdt \
+      --chunks 4 --offload-dir "$T/offload" --stats 2>&1)
+if [ "$(printf '%s\n' "$out" | grep -c '^rank [01]: offload: [0-9.]* MB written, [0-9.]* MB read per batch')" -eq 2 ]; then ok; else
+    bad "--offload-dir --stats: no offload line per rank"; fi
+# a full disk (simulated: a 16 KiB file size limit with SIGXFSZ ignored; tcp, so that shared
+# memory needs no file): the same one line on every rank, no crash, no hang, no file left
+err=$(timeout 60 mpirun --oversubscribe --mca btl self,tcp -np 2 bash -c "trap '' XFSZ; ulimit -f 16; exec \"$SEQPAR\" grad \
+      --model \"$FIX/$L\" --tokens \"$FIX/$L/tokens.bin\" --seq-len 256 --out \"$T/x\" --strategy fpdt --chunks 4 \
+      --offload-dir \"$T/offload\"" 2>&1 >/dev/null)
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ -z "$(ls -A "$T/offload")" ] &&
+    [ "$(printf '%s\n' "$err" | grep -c '^seqpar: error: --offload-dir .*could not be written or read (File too large)')" -eq 2 ]; then ok; else
+    bad "full offload disk: status $rc: $(printf '%s' "$err" | head -n 3)"; fi
 
 # ---- checkpoint modes: selective (the strategy's restore(): head exchange of q, k, v and o, no
 # attention forward) and layer under every strategy: the single-process file within tolerance, and
@@ -125,6 +154,8 @@ ckpt_case selective $L 256 8 --strategy wallfacer --team 2
 ckpt_case selective tiny_mha 24 8 --strategy wallfacer --hp 2 --team 2 --layout contiguous
 ckpt_case selective tiny_mha 24 8 --dp 2 --hp 2 --cp 2 --zero 1
 ckpt_case layer tiny_headdim 40 4 --strategy 2d --hp 2 --cp 2
+ckpt_case selective $L 256 4 --strategy fpdt --chunks 4
+ckpt_case selective tiny_headdim 40 2 --strategy fpdt --chunks 2
 
 # ---- training on dp 2 x hp 2 x cp 2 tracks one process
 TRAIN=(train --layers 2 --hidden 32 --heads 4 --kv-heads 2 --ffn 64 --vocab 64 --seq-len 64 --batch 4 --steps 20
@@ -136,8 +167,10 @@ if [ "$(losses "$T/grid.jsonl" | wc -l)" -eq 20 ] && paste <(losses "$T/single.j
     awk '{ d = $2 - $4; if (d < 0) d = -d; if ($1 != $3 || d > 2e-4 * $2) bad = 1 } END { exit bad }'; then ok; else
     bad "20 steps on dp 2 x hp 2 x cp 2 do not track one process"; paste <(losses "$T/single.jsonl") <(losses "$T/grid.jsonl") | head -n 5; fi
 # every strategy trains like one process: 20 steps on 4 ranks
-for strat in ulysses ring lightseq allgather wallfacer; do
-    run_np 4 "$SEQPAR" "${TRAIN[@]}" --strategy $strat --log "$T/s_$strat.jsonl" >"$T/s.out" 2>&1 || bad "4-rank training, --strategy $strat: $(tail -n 3 "$T/s.out")"
+for strat in ulysses ring lightseq allgather wallfacer fpdt; do
+    extra=()
+    [ $strat = fpdt ] && extra=(--chunks 4)
+    run_np 4 "$SEQPAR" "${TRAIN[@]}" --strategy $strat "${extra[@]}" --log "$T/s_$strat.jsonl" >"$T/s.out" 2>&1 || bad "4-rank training, --strategy $strat: $(tail -n 3 "$T/s.out")"
     if [ "$(losses "$T/s_$strat.jsonl" | wc -l)" -eq 20 ] && paste <(losses "$T/single.jsonl") <(losses "$T/s_$strat.jsonl") |
         awk '{ d = $2 - $4; if (d < 0) d = -d; if ($1 != $3 || d > 2e-4 * $2) bad = 1 } END { exit bad }'; then ok; else
         bad "20 steps of --strategy $strat on 4 ranks do not track one process"; paste <(losses "$T/single.jsonl") <(losses "$T/s_$strat.jsonl") | head -n 3; fi
@@ -250,5 +283,12 @@ grid_error 2 "lightseq needs the contiguous layout" --seq-len 256 --strategy lig
 grid_error 2 "splits heads only: drop --cp 2" --seq-len 256 --strategy ulysses --cp 2
 grid_error 2 "splits the sequence only: drop --hp 2" --seq-len 256 --strategy ring --hp 2
 grid_error 8 "valid --team for cp 8: 1, 2" --seq-len 256 --strategy wallfacer --team 3
+grid_error 2 "chunks x hp = 6 pieces .*--chunks 1, 2, 4" --seq-len 256 --strategy fpdt --chunks 3
+grid_error 4 "must split into chunks x hp = 32 pieces (e.g. --seq-len 224 or 256" --seq-len 240 --strategy fpdt --chunks 8
+grid_error 2 "is read by --strategy fpdt only" --seq-len 256 --chunks 2
+grid_error 2 "has its own token layout: drop --layout zigzag" --seq-len 256 --strategy fpdt --layout zigzag
+grid_error 2 "fpdt splits heads only: drop --cp 2" --seq-len 256 --strategy fpdt --cp 2
+grid_error 2 "offload-dir /nonexistent-seqpar: cannot create a file there" --seq-len 256 --strategy fpdt --offload-dir /nonexistent-seqpar
+grid_error 2 "offload-dir is read by --strategy fpdt only" --seq-len 256 --offload-dir /tmp
 
 summary test_mpi

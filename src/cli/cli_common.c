@@ -108,6 +108,10 @@ const char PARALLEL_FLAGS_HELP[] =
     "  --cp N              context parallelism inside a context group (default 1; ring etc.: all)\n"
     "  --ring-inner W      double ring with inner rings of W ranks; W divides cp (default cp)\n"
     "  --team C            wallfacer: teams of C ranks, C^2 divides cp (default: the largest such C)\n"
+    "  --chunks U          fpdt: U sequence chunks, the head exchange and attention run per chunk\n"
+    "                      (default 1); S must split into U x ranks pieces\n"
+    "  --offload-dir DIR   fpdt: keep idle q, k|v, o chunks in a (deleted-on-exit) file in DIR, read\n"
+    "                      back by a helper thread one chunk ahead; --stats reports the I/O\n"
     "  --placement P       head-first (head groups on consecutive ranks, default) or context-first;\n"
     "                      wallfacer: team-first (teams on consecutive ranks) or ring-first (sub-rings)\n"
     "  --layout L          zigzag, contiguous or striped token layout (default: the strategy's)\n"
@@ -140,6 +144,8 @@ int parallel_flags_handle(ParallelConfig *c, const char *cmd, int opt, const cha
     case 2011: c->threads = (int)parse_long(cmd, "threads", arg, 1, 4096); return 1;
     case 2012: c->strategy = arg; return 1;
     case 2013: c->team = (int)parse_long(cmd, "team", arg, 1, 1 << 20); return 1;
+    case 2015: c->offload_dir = arg; return 1;
+    case 2014: c->chunks = (int)parse_long(cmd, "chunks", arg, 1, 1 << 20); return 1;
     case 2030: c->comm_timeout = parse_double(cmd, "comm-timeout", arg, 0, 1e7); return 1;
     default: return 0;
     }

@@ -53,7 +53,8 @@ void model_from_size(LlamaModel *m, const LlamaConfig *cfg, uint64_t seed);
     {"trace", required_argument, 0, 2009}, {"stats", no_argument, 0, 2010}, \
     {"threads", required_argument, 0, 2011}, {"strategy", required_argument, 0, 2012}, \
     {"team", required_argument, 0, 2013}, {"comm-timeout", required_argument, 0, 2030}, \
-    {"zero-group", required_argument, 0, 2031}
+    {"zero-group", required_argument, 0, 2031}, {"chunks", required_argument, 0, 2014}, \
+    {"offload-dir", required_argument, 0, 2015}
 int parallel_flags_handle(ParallelConfig *c, const char *cmd, int opt, const char *arg);
 extern const char PARALLEL_FLAGS_HELP[];
 

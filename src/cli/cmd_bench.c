@@ -279,7 +279,7 @@ int cmd_bench(int argc, char **argv) {
     int opt;
     while ((opt = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         if (parallel_flags_handle(&pc, cmd, opt, optarg)) {
-            if ((opt >= 2001 && opt <= 2004) || opt == 2012 || opt == 2013) grid = 1;
+            if ((opt >= 2001 && opt <= 2004) || (opt >= 2012 && opt <= 2014)) grid = 1;
             if (opt == 2011) set_threads(pc.threads);
             continue;
         }

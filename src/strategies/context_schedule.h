@@ -73,6 +73,8 @@ typedef struct {
     int hp, cp;           /* head and context group sizes (sp = hp cp) */
     int ring_inner;       /* W (2d); 0 = cp */
     int team;             /* C (wallfacer); 0 = not given */
+    int chunks;           /* U (fpdt); 0 = not given (1) */
+    const char *offload_dir; /* fpdt: the disk tier's directory (NULL: RAM) */
     Placement placement;  /* of the topology (wallfacer: team-first or ring-first) */
     TokenLayout layout;
     long seq_len;         /* S, global */

@@ -140,10 +140,28 @@ void dist_attention_saved_view(const SeqAttention *sa, const float *saved, DistS
 
 void dist_attention_work(const SeqAttention *sa, AttnWork *w) { *w = ((const Dist *)sa->ctx)->last; }
 
+/* Strategies with their own SeqAttention (fpdt) take the knobs through their OwnAttention. */
+static const OwnAttention *own_of(const SeqAttention *sa) {
+    if (sa->destroy == dist_destroy) return NULL;
+    const Strategy *s = strategy_find(sa->name);
+    if (!s || !s->own) die("%s: not a registered distributed strategy", sa->name);
+    return s->own;
+}
+
 void dist_attention_set_piece_rows(SeqAttention *sa, int rows) {
+    const OwnAttention *own = own_of(sa);
+    if (own) {
+        if (own->set_piece_rows) own->set_piece_rows(sa, rows);
+        return;
+    }
     ((Dist *)sa->ctx)->sched->blocks->piece_rows = rows > 0 ? rows : 256;
 }
 
 void dist_attention_set_compute(SeqAttention *sa, int enabled) {
+    const OwnAttention *own = own_of(sa);
+    if (own) {
+        if (own->set_compute) own->set_compute(sa, enabled);
+        return;
+    }
     ((Dist *)sa->ctx)->sched->blocks->compute = enabled != 0;
 }

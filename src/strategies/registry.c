@@ -5,19 +5,24 @@
 #include <string.h>
 
 #include "core/common.h"
+#include "strategies/dist_attention.h"
 #include "strategies/head_exchange.h"
 
 static const Strategy TABLE[] = {
-    {"2d", &double_ring_schedule, GRID_2D, LAYOUT_ZIGZAG, NULL, NULL, NULL},
+    {"2d", &double_ring_schedule, GRID_2D, LAYOUT_ZIGZAG, NULL, NULL, NULL, NULL},
     {"ulysses", &double_ring_schedule, GRID_HEADS_ONLY, LAYOUT_ZIGZAG,
      "DeepSpeed-Ulysses: head all-to-all only (the cp = 1 corner of 2d)", "--hp --layout",
-     "hp <= query heads (uneven splits allowed; KV heads replicated when fewer than hp)"},
+     "hp <= query heads (uneven splits allowed; KV heads replicated when fewer than hp)", NULL},
     {"ring", &double_ring_schedule, GRID_CONTEXT_ONLY, LAYOUT_ZIGZAG,
      "Ring-Attention / Megatron CP: P2P ring only (the hp = 1 corner of 2d; --ring-inner for a double ring)",
-     "--cp --ring-inner --layout", "--ring-inner divides --cp; any layout"},
-    {"lightseq", &lightseq_schedule, GRID_CONTEXT, LAYOUT_CONTIGUOUS, NULL, NULL, NULL},
-    {"allgather", &allgather_schedule, GRID_CONTEXT, LAYOUT_ZIGZAG, NULL, NULL, NULL},
-    {"wallfacer", &wallfacer_schedule, GRID_CONTEXT, LAYOUT_ZIGZAG, NULL, NULL, NULL},
+     "--cp --ring-inner --layout", "--ring-inner divides --cp; any layout", NULL},
+    {"fpdt", NULL, GRID_HEADS_ONLY, LAYOUT_CONTIGUOUS,
+     "FPDT (DeepSpeed Ulysses-Offload): Ulysses run per sequence chunk, kv chunks outer in backward",
+     "--hp --chunks", "hp <= query heads; S divisible by chunks x hp; its own rank-ordinal chunk layout",
+     &fpdt_attention},
+    {"lightseq", &lightseq_schedule, GRID_CONTEXT, LAYOUT_CONTIGUOUS, NULL, NULL, NULL, NULL},
+    {"allgather", &allgather_schedule, GRID_CONTEXT, LAYOUT_ZIGZAG, NULL, NULL, NULL, NULL},
+    {"wallfacer", &wallfacer_schedule, GRID_CONTEXT, LAYOUT_ZIGZAG, NULL, NULL, NULL, NULL},
 };
 
 const Strategy *strategy_at(int i) { return i >= 0 && i < (int)ARRAY_LEN(TABLE) ? &TABLE[i] : NULL; }
@@ -88,8 +93,20 @@ static StrategyParams schedule_view(const StrategyParams *p, const HeadSplit *hs
     return q;
 }
 
+SeqAttention *strategy_create_attention(const Strategy *s, const StrategyParams *p, const Topology *t, Comm *comm) {
+    return s->own ? s->own->create(p, t, comm) : dist_attention_create(s->schedule, p, t, comm);
+}
+
+void strategy_positions(const Strategy *s, const StrategyParams *p, int hp_rank, int cp_rank, int *positions) {
+    if (s->own && s->own->positions)
+        s->own->positions(p, hp_rank, cp_rank, positions);
+    else
+        layout_positions(p->layout, (int)p->seq_len, p->hp, p->cp, hp_rank, cp_rank, positions);
+}
+
 char *strategy_check(const Strategy *s, const StrategyParams *p) {
     char buf[512];
+    if (s->own) return s->own->check(p);
     HeadSplit hs;
     char *err = head_split_init(&hs, p->hp, p->n_heads, p->n_kv_heads);
     if (err) return err;
@@ -113,6 +130,10 @@ char *strategy_check(const Strategy *s, const StrategyParams *p) {
 
 void strategy_volume(const Strategy *s, const StrategyParams *p, int hp_rank, int cp_rank, AttnVolume *v) {
     memset(v, 0, sizeof *v);
+    if (s->own) {
+        s->own->volume(p, hp_rank, v);
+        return;
+    }
     HeadSplit hs;
     char *err = head_split_init(&hs, p->hp, p->n_heads, p->n_kv_heads);
     if (err) die("strategy_volume: %s", err);
@@ -139,6 +160,10 @@ void strategy_volume(const Strategy *s, const StrategyParams *p, int hp_rank, in
 }
 
 void strategy_memory(const Strategy *s, const StrategyParams *p, int hp_rank, AttnMemory *m) {
+    if (s->own) {
+        s->own->memory(p, hp_rank, m);
+        return;
+    }
     HeadSplit hs;
     char *err = head_split_init(&hs, p->hp, p->n_heads, p->n_kv_heads);
     if (err) die("strategy_memory: %s", err);

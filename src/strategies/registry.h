@@ -5,12 +5,18 @@
  * volume and memory formulas.
  *
  * Adding a strategy: write src/strategies/NAME.c defining `const ScheduleInfo NAME_schedule`
- * (declared below), add one line to the table in registry.c, and add its tests. */
+ * (declared below), add one line to the table in registry.c, and add its tests.
+ *
+ * A strategy that is not "head exchange, then one schedule" (FPDT runs the head exchange per
+ * chunk) provides its own SeqAttention instead: an OwnAttention (constructor, check, token
+ * layout, volume and memory formulas) and schedule = NULL. */
 #ifndef SEQPAR_REGISTRY_H
 #define SEQPAR_REGISTRY_H
 
 #include <stddef.h>
 
+#include "attention/seq_attention.h"
+#include "strategies/chunk_tier.h"
 #include "strategies/context_schedule.h"
 
 typedef struct {
@@ -36,6 +42,30 @@ extern const ScheduleInfo wallfacer_schedule;   /* "wallfacer" (wallfacer.c) */
 extern const ScheduleInfo lightseq_schedule;    /* "lightseq" (lightseq.c) */
 extern const ScheduleInfo allgather_schedule;   /* "allgather" (allgather.c) */
 
+/* Memory of head member hp_rank in floats: the `saved` state per layer (head-parallel q, kv, o,
+ * lse) and the buffers held once (head exchange, schedule workspaces, backward scratch). */
+typedef struct { size_t saved_per_layer, workspace; } AttnMemory;
+
+/* A strategy that builds its own SeqAttention (no context schedule). */
+typedef struct {
+    /* NULL or a one-line message (xmalloc'd); the whole check (heads, S, the strategy's flags). */
+    char *(*check)(const StrategyParams *p);
+    /* Collective over the replica's sp group. Only called after check() returned NULL. */
+    SeqAttention *(*create)(const StrategyParams *p, const Topology *t, Comm *comm);
+    /* positions (S / (hp cp)) of member (hp_rank, cp_rank): the strategy's own token layout. */
+    void (*positions)(const StrategyParams *p, int hp_rank, int cp_rank, int *positions);
+    /* Bytes and messages member hp_rank sends per layer, all kinds, exact. */
+    void (*volume)(const StrategyParams *p, int hp_rank, AttnVolume *v);
+    void (*memory)(const StrategyParams *p, int hp_rank, AttnMemory *m);
+    /* The benchmark's knobs (dist_attention.h), optional. */
+    void (*set_piece_rows)(SeqAttention *sa, int rows);
+    void (*set_compute)(SeqAttention *sa, int enabled);
+    /* The slow tier's counters since creation and the batches (set_positions calls) seen. */
+    void (*tier_stats)(const SeqAttention *sa, TierStats *s, long *batches);
+} OwnAttention;
+
+extern const OwnAttention fpdt_attention; /* "fpdt" (fpdt.c) */
+
 /* How a strategy uses the sp = hp x cp grid. */
 typedef enum {
     GRID_2D,           /* --hp and --cp as given (default 1 x 1) */
@@ -46,12 +76,13 @@ typedef enum {
 
 typedef struct {
     const char *name;              /* --strategy NAME */
-    const ScheduleInfo *schedule;  /* the context schedule it runs */
+    const ScheduleInfo *schedule;  /* the context schedule it runs (NULL: own != NULL) */
     GridRule grid;
     TokenLayout default_layout;    /* when --layout is not given */
     const char *summary;           /* NULL: the schedule's */
     const char *flags;             /* NULL: the schedule's */
     const char *constraints;       /* NULL: the schedule's */
+    const OwnAttention *own;       /* its own SeqAttention instead of a schedule; else NULL */
 } Strategy;
 
 /* The registered strategies: the i-th, NULL past the end. */
@@ -60,6 +91,11 @@ const Strategy *strategy_at(int i);
 const Strategy *strategy_find(const char *name);
 /* "unknown strategy 'x': use one of 2d, ulysses, ring, ..." (xmalloc'd). */
 char *strategy_unknown_message(const char *name);
+
+/* The strategy's constructor (dist_attention_create for schedules; own->create otherwise). */
+SeqAttention *strategy_create_attention(const Strategy *s, const StrategyParams *p, const Topology *t, Comm *comm);
+/* positions (S / (hp cp)) of member (hp_rank, cp_rank) under p->layout or the strategy's own. */
+void strategy_positions(const Strategy *s, const StrategyParams *p, int hp_rank, int cp_rank, int *positions);
 
 /* Resolves --hp/--cp for the strategy: given values (0 = not given) and the ranks of one
  * replica (sp_ranks = world / dp, or 0 when dp is not given either: then the world).
@@ -78,9 +114,6 @@ char *strategy_check(const Strategy *s, const StrategyParams *p);
 /* Bytes and messages rank (hp_rank, cp_rank) sends per layer: head exchange + context schedule. */
 void strategy_volume(const Strategy *s, const StrategyParams *p, int hp_rank, int cp_rank, AttnVolume *v);
 
-/* Memory of head member hp_rank in floats: the `saved` state per layer (head-parallel q, kv, o,
- * lse) and the buffers held once (head exchange, schedule workspaces, backward scratch). */
-typedef struct { size_t saved_per_layer, workspace; } AttnMemory;
 void strategy_memory(const Strategy *s, const StrategyParams *p, int hp_rank, AttnMemory *m);
 
 #endif

@@ -57,18 +57,27 @@ void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaC
     p->seq_len = seq_len;
     int sp = p->topo.sp;
     p->params = (StrategyParams){.hp = hp, .cp = cp, .ring_inner = p->topo.ring_inner, .team = cfg->team,
-                                 .placement = cfg->placement,
+                                 .chunks = cfg->chunks, .offload_dir = cfg->offload_dir, .placement = cfg->placement,
                                  .layout = cfg->layout, .seq_len = seq_len, .n_heads = model->num_attention_heads,
                                  .n_kv_heads = model->num_key_value_heads, .head_dim = model->head_dim};
     if (p->params.team == 0) p->params.team = strategy_default_team(p->strategy, cp);
-    if (sp > 1) {
+    if (cfg->chunks > 1 && !p->strategy->own)
+        die_collective("--chunks %d is read by --strategy fpdt only: drop it or use --strategy fpdt", cfg->chunks);
+    if (cfg->offload_dir && !p->strategy->own)
+        die_collective("--offload-dir is read by --strategy fpdt only: drop it or use --strategy fpdt");
+    if (p->strategy->own && cfg->layout_given)
+        die_collective("--strategy %s has its own token layout: drop --layout %s", p->strategy->name,
+                       layout_name(cfg->layout));
+    /* a strategy with its own attention (fpdt) runs even on one rank: its chunked pipeline */
+    const int own = p->strategy->own != NULL;
+    if (sp > 1 || own) {
         err = strategy_check(p->strategy, &p->params);
         if (err) die_collective("%s", err);
     }
     p->n_local = seq_len / sp;
     p->positions = xmalloc(sizeof(int) * (size_t)p->n_local);
-    if (sp > 1) {
-        layout_positions(cfg->layout, seq_len, hp, cp, p->topo.hp_rank, p->topo.cp_rank, p->positions);
+    if (sp > 1 || own) {
+        strategy_positions(p->strategy, &p->params, p->topo.hp_rank, p->topo.cp_rank, p->positions);
     } else { /* the sequence is not split: every layout is the identity, any length works */
         for (int i = 0; i < seq_len; i++) p->positions[i] = i;
     }
@@ -76,13 +85,24 @@ void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaC
     comm_set_timeout(p->comm, cfg->comm_timeout * COMM_SLOW_PHASE_FACTOR); /* the caller shortens it after step 1 */
     AttnHeads heads = {.n_local = p->n_local, .n_heads = model->num_attention_heads,
                        .n_kv_heads = model->num_key_value_heads, .head_dim = model->head_dim};
-    p->attn = sp > 1 ? dist_attention_create(p->strategy->schedule, &p->params, &p->topo, p->comm)
+    p->attn = sp > 1 || own ? strategy_create_attention(p->strategy, &p->params, &p->topo, p->comm)
                      : local_attention_create(heads);
     grad_sync_init(&p->sync, MPI_COMM_WORLD, p->comm, n_params, cfg->zero, cfg->zero_group);
 }
 
 void seq_parallel_free(SeqParallel *p) {
     if (p->cfg.stats) comm_stats_print(p->comm, stdout);
+    if (p->cfg.stats && p->strategy->own && p->strategy->own->tier_stats) {
+        TierStats ts;
+        long batches = 0;
+        p->strategy->own->tier_stats(p->attn, &ts, &batches);
+        if (ts.bytes_written || ts.bytes_read) {
+            double b = batches > 0 ? (double)batches : 1.0;
+            printf("rank %d: offload: %.3f MB written, %.3f MB read per batch (%ld batches), I/O not hidden %.4f s per "
+                   "batch, tier buffers %.3f MB\n", p->topo.world_rank, ts.bytes_written / b / 1e6,
+                   ts.bytes_read / b / 1e6, batches, ts.wait_s / b, ts.ram_floats * 4.0 / 1e6);
+        }
+    }
     grad_sync_free(&p->sync);
     seq_attention_destroy(p->attn);
     comm_destroy(p->comm);
@@ -104,9 +124,13 @@ double seq_parallel_sum(const SeqParallel *p, double local) {
 
 void seq_parallel_describe(const SeqParallel *p, char *buf, size_t n) {
     const Topology *t = &p->topo;
-    char team[32] = "";
+    char team[32] = "", lay[48];
+    if (p->strategy->own)
+        snprintf(lay, sizeof lay, "rank-ordinal chunk (%d chunks)", p->params.chunks > 0 ? p->params.chunks : 1);
+    else
+        snprintf(lay, sizeof lay, "%s", layout_name(p->cfg.layout));
     if (t->sp > 1 && p->strategy->schedule == &wallfacer_schedule) snprintf(team, sizeof team, ", team %d", p->params.team);
     snprintf(buf, n, "%s%s: dp %d x hp %d x cp %d (ring W %d), %s layout, %s placement, %d ranks/node, zero %d (groups of %d), %d thread%s/rank",
-             t->sp > 1 ? p->strategy->name : "single process", team, t->dp, t->hp, t->cp, t->ring_inner, layout_name(p->cfg.layout), placement_name(t->placement),
+             t->sp > 1 || p->strategy->own ? p->strategy->name : "single process", team, t->dp, t->hp, t->cp, t->ring_inner, lay, placement_name(t->placement),
              t->ranks_per_node, p->cfg.zero, p->sync.group, p->threads, p->threads == 1 ? "" : "s");
 }

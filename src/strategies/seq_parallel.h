@@ -19,6 +19,8 @@
 typedef struct {
     const char *strategy; /* registry name (default "2d") */
     int team;            /* --team C (wallfacer); 0 = not given */
+    int chunks;          /* --chunks U (fpdt); 0 = not given (1) */
+    const char *offload_dir; /* --offload-dir DIR (fpdt): idle chunks on disk; NULL = RAM */
     int dp, hp, cp;      /* 0 = not given: the strategy's grid rule decides (registry.h) */
     int ring_inner;      /* 0 = cp (plain ring) */
     int ranks_per_node;  /* 0 = from MPI_COMM_TYPE_SHARED */

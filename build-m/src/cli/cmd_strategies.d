@@ -1,0 +1,29 @@
+build-m/src/cli/cmd_strategies.o: src/cli/cmd_strategies.c \
+ src/cli/cli_common.h src/model/llama.h src/attention/seq_attention.h \
+ src/core/param_table.h src/model/config.h src/core/common.h \
+ src/strategies/seq_parallel.h src/comm/comm.h \
+ /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h \
+ /usr/lib/x86_64-linux-gnu/openmpi/include/mpi_portable_platform.h \
+ src/comm/topology.h src/strategies/data_parallel.h src/optim/adamw.h \
+ src/strategies/layout.h src/strategies/registry.h \
+ src/strategies/chunk_tier.h src/strategies/context_schedule.h \
+ src/strategies/block_attention.h src/cli/commands.h
+src/cli/cli_common.h:
+src/model/llama.h:
+src/attention/seq_attention.h:
+src/core/param_table.h:
+src/model/config.h:
+src/core/common.h:
+src/strategies/seq_parallel.h:
+src/comm/comm.h:
+/usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h:
+/usr/lib/x86_64-linux-gnu/openmpi/include/mpi_portable_platform.h:
+src/comm/topology.h:
+src/strategies/data_parallel.h:
+src/optim/adamw.h:
+src/strategies/layout.h:
+src/strategies/registry.h:
+src/strategies/chunk_tier.h:
+src/strategies/context_schedule.h:
+src/strategies/block_attention.h:
+src/cli/commands.h:

@@ -1,0 +1,23 @@
+build-m/src/strategies/dist_attention.o: src/strategies/dist_attention.c \
+ src/strategies/dist_attention.h src/attention/seq_attention.h \
+ src/comm/comm.h /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h \
+ /usr/lib/x86_64-linux-gnu/openmpi/include/mpi_portable_platform.h \
+ src/comm/topology.h src/strategies/block_attention.h \
+ src/strategies/context_schedule.h src/strategies/layout.h \
+ src/strategies/registry.h src/strategies/chunk_tier.h \
+ src/attention/flash_attention.h src/core/common.h \
+ src/strategies/head_exchange.h
+src/strategies/dist_attention.h:
+src/attention/seq_attention.h:
+src/comm/comm.h:
+/usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h:
+/usr/lib/x86_64-linux-gnu/openmpi/include/mpi_portable_platform.h:
+src/comm/topology.h:
+src/strategies/block_attention.h:
+src/strategies/context_schedule.h:
+src/strategies/layout.h:
+src/strategies/registry.h:
+src/strategies/chunk_tier.h:
+src/attention/flash_attention.h:
+src/core/common.h:
+src/strategies/head_exchange.h:

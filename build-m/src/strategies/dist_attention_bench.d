@@ -1,0 +1,23 @@
+build-m/src/strategies/dist_attention_bench.o: \
+ src/strategies/dist_attention_bench.c \
+ src/strategies/dist_attention_bench.h src/comm/comm.h \
+ /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h \
+ /usr/lib/x86_64-linux-gnu/openmpi/include/mpi_portable_platform.h \
+ src/comm/topology.h src/attention/seq_attention.h \
+ src/strategies/layout.h src/core/common.h \
+ src/strategies/dist_attention.h src/strategies/block_attention.h \
+ src/strategies/context_schedule.h src/strategies/registry.h \
+ src/strategies/chunk_tier.h
+src/strategies/dist_attention_bench.h:
+src/comm/comm.h:
+/usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h:
+/usr/lib/x86_64-linux-gnu/openmpi/include/mpi_portable_platform.h:
+src/comm/topology.h:
+src/attention/seq_attention.h:
+src/strategies/layout.h:
+src/core/common.h:
+src/strategies/dist_attention.h:
+src/strategies/block_attention.h:
+src/strategies/context_schedule.h:
+src/strategies/registry.h:
+src/strategies/chunk_tier.h:

@@ -1,0 +1,25 @@
+build-m/tests/test_dist_attention: tests/test_dist_attention.c \
+ /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h \
+ /usr/lib/x86_64-linux-gnu/openmpi/include/mpi_portable_platform.h \
+ src/attention/flash_attention.h src/comm/comm.h src/comm/topology.h \
+ src/core/common.h src/strategies/dist_attention.h \
+ src/attention/seq_attention.h src/strategies/block_attention.h \
+ src/strategies/context_schedule.h src/strategies/layout.h \
+ src/strategies/registry.h src/strategies/chunk_tier.h \
+ src/strategies/head_exchange.h tests/attn_reference.h tests/testlib.h
+/usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h:
+/usr/lib/x86_64-linux-gnu/openmpi/include/mpi_portable_platform.h:
+src/attention/flash_attention.h:
+src/comm/comm.h:
+src/comm/topology.h:
+src/core/common.h:
+src/strategies/dist_attention.h:
+src/attention/seq_attention.h:
+src/strategies/block_attention.h:
+src/strategies/context_schedule.h:
+src/strategies/layout.h:
+src/strategies/registry.h:
+src/strategies/chunk_tier.h:
+src/strategies/head_exchange.h:
+tests/attn_reference.h:
+tests/testlib.h:

@@ -1,0 +1,23 @@
+build-m/tests/test_wallfacer: tests/test_wallfacer.c \
+ /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h \
+ /usr/lib/x86_64-linux-gnu/openmpi/include/mpi_portable_platform.h \
+ src/attention/flash_attention.h src/comm/comm.h src/comm/topology.h \
+ src/core/common.h src/strategies/layout.h src/strategies/registry.h \
+ src/attention/seq_attention.h src/strategies/chunk_tier.h \
+ src/strategies/context_schedule.h src/strategies/block_attention.h \
+ src/strategies/wallfacer.h tests/attn_reference.h tests/testlib.h
+/usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h:
+/usr/lib/x86_64-linux-gnu/openmpi/include/mpi_portable_platform.h:
+src/attention/flash_attention.h:
+src/comm/comm.h:
+src/comm/topology.h:
+src/core/common.h:
+src/strategies/layout.h:
+src/strategies/registry.h:
+src/attention/seq_attention.h:
+src/strategies/chunk_tier.h:
+src/strategies/context_schedule.h:
+src/strategies/block_attention.h:
+src/strategies/wallfacer.h:
+tests/attn_reference.h:
+tests/testlib.h:

@@ -1,0 +1,1 @@
+build-m/tests/tool_check_trace: tests/tool_check_trace.c

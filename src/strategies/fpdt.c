@@ -1,0 +1,356 @@
+/* FPDT (Fully Pipelined Distributed Transformer, DeepSpeed Ulysses-Offload; paper 003 §4, notes
+ * §8) as its own SeqAttention: Ulysses run per sequence chunk.
+ *
+ * Layout (rank-ordinal chunks): u chunks of Cn = S / u global tokens, each cut into P = hp pieces
+ * of c = Cn / P tokens; local chunk i of member r holds global piece i P + r, i.e. positions
+ * [i Cn + r c, i Cn + (r + 1) c). The head exchange of local chunk i (a HeadExchange built for
+ * N = c rows) gives every member the contiguous global segment [i Cn, (i + 1) Cn) for its Hl
+ * query heads and Hk KV heads: chunk order is causal order.
+ *
+ * Forward, chunk i = 0 .. u-1: exchange q, k, v of local chunk i -> q_h_i, kv_h_i (stored in the
+ * tier); o_h_i, lse_h_i = attention of q_h_i against kv_h_0 .. kv_h_i one chunk at a time through
+ * the block iterator (chunks j < i fully visible, j = i causal), merged in place; o_h_i back
+ * through the exchange into local chunk i of o. Resident while attending: q_h_i, o_h_i, lse_h_i,
+ * kv_h_i and the one fetched kv_h_j (at most two KV chunks).
+ *
+ * Backward: dout of every chunk through the exchange and delta_j = rowsum(dout_h_j o_h_j); then
+ * key/value chunks outer (i), query chunks inner (j = i .. u-1): dq_h_j += ..., dkv_i += ...
+ * dq_h_j's last contribution comes at outer i = j (its first inner step), dk_i, dv_i are final
+ * after the inner loop: both go back through the exchange at the end of outer step i. Resident in
+ * the compute loop: kv_h_i and its gradient dkv_i (the two KV-sized chunks), plus q_h_j, lse_h_j
+ * of the current query chunk; dq_h and dout_h / delta of all chunks are held (S/P... per member:
+ * S Hl (2 d + 1) floats: the paper moves them to the slow tier too; see chunk_tier.h).
+ *
+ * Saved per layer (through the chunk tier, RAM today): q_h, kv_h, o_h, lse_h of every chunk,
+ * S (2 Hl d + 2 Hk d + Hl) floats on member p, the same as Ulysses; lse is the kept suffix for
+ * selective checkpointing, restore() redoes the exchanges of q, k, v and o per chunk.
+ *
+ * With --offload-dir the tier is the disk one (chunk_tier.h): q_h, kv_h, o_h chunks go to a file
+ * and come back one chunk ahead of use (forward: kv_h_{j+1} read while kv_h_j computes;
+ * backward: o_h_{j+1}, kv_h_{i+1}, q_h_{j+1} likewise); `saved` holds only lse_h, S Hl floats.
+ *
+ * Communication per layer: u head exchanges of c rows, i.e. Ulysses' bytes (linear in rows) in
+ * u times as many messages. */
+#include <stdio.h>
+#include <string.h>
+
+#include "attention/flash_attention.h"
+#include "core/common.h"
+#include "strategies/block_attention.h"
+#include "strategies/chunk_tier.h"
+#include "strategies/head_exchange.h"
+#include "strategies/registry.h"
+
+typedef struct {
+    const Topology *t;
+    Comm *comm;
+    HeadExchange hx;
+    BlockAttn b;
+    ChunkTier *tier;
+    int S, P, u, N, c, Cn, H, Hkv, Hl, Hk, d;
+    int *all_pos;    /* (S) local positions of every member, member-major */
+    int *cpos;       /* (S) positions after the exchange, chunk-major: chunk i at [i Cn, (i+1) Cn) */
+    PosRun *runs;    /* (S) */
+    PosBlock *blk;   /* (u) */
+    float *dout_h, *delta, *dq_h, *dkv_h;
+    long batches;    /* set_positions calls */
+    const char *offload_dir; /* NULL: RAM tier */
+} Fpdt;
+
+static int fpdt_chunks(const StrategyParams *p) { return p->chunks > 0 ? p->chunks : 1; }
+
+static char *fpdt_check(const StrategyParams *p) {
+    char buf[512];
+    HeadSplit hs;
+    char *err = head_split_init(&hs, p->hp, p->n_heads, p->n_kv_heads);
+    if (err) return err;
+    head_split_free(&hs);
+    if (p->head_dim < 1) {
+        snprintf(buf, sizeof buf, "head_dim %d must be positive", p->head_dim);
+        return xstrdup(buf);
+    }
+    const long u = fpdt_chunks(p), P = p->hp, unit = u * P;
+    if (p->cp != 1) {
+        snprintf(buf, sizeof buf, "--strategy fpdt splits heads only: drop --cp %d", p->cp);
+        return xstrdup(buf);
+    }
+    if (p->seq_len > 0 && p->seq_len % unit == 0) return NULL;
+    long below = p->seq_len / unit * unit, above = below + unit;
+    int len = snprintf(buf, sizeof buf,
+                       "--strategy fpdt --chunks %ld over hp %ld: --seq-len %ld must split into chunks x hp = %ld pieces "
+                       "(e.g. --seq-len %ld or %ld",
+                       u, P, p->seq_len, unit, below > 0 ? below : above, above);
+    int listed = 0;
+    for (long v = 1; p->seq_len > 0 && v <= p->seq_len / P && listed < 8 && len < (int)sizeof buf - 40; v++)
+        if (p->seq_len % (v * P) == 0)
+            len += snprintf(buf + len, sizeof buf - (size_t)len, "%s%ld", listed++ ? ", " : "; or --chunks ", v);
+    snprintf(buf + len, sizeof buf - (size_t)len, ")");
+    return xstrdup(buf);
+}
+
+static void fpdt_positions(const StrategyParams *p, int hp_rank, int cp_rank, int *positions) {
+    (void)cp_rank;
+    const int u = fpdt_chunks(p), P = p->hp, S = (int)p->seq_len, Cn = S / u, c = Cn / P;
+    for (int i = 0; i < u; i++)
+        for (int r = 0; r < c; r++) positions[(size_t)i * c + r] = i * Cn + hp_rank * c + r;
+}
+
+static void fpdt_volume(const StrategyParams *p, int hp_rank, AttnVolume *v) {
+    memset(v, 0, sizeof *v);
+    HeadSplit hs;
+    char *err = head_split_init(&hs, p->hp, p->n_heads, p->n_kv_heads);
+    if (err) die("fpdt_volume: %s", err);
+    const long u = fpdt_chunks(p), N = p->seq_len / p->hp, c = N / u;
+    unsigned long long fb, bb, msgs;
+    head_exchange_volume(&hs, hp_rank, c, p->head_dim, &fb, &bb, &msgs);
+    v->fwd[COMM_ALLTOALL] = (unsigned long long)u * fb;
+    v->bwd[COMM_ALLTOALL] = (unsigned long long)u * bb;
+    v->fwd_msgs[COMM_ALLTOALL] = v->bwd_msgs[COMM_ALLTOALL] = (unsigned long long)u * msgs;
+    v->meta_batch = 4ULL * (unsigned long long)N * (unsigned long long)(p->hp - 1);
+    head_split_free(&hs);
+}
+
+static void fpdt_memory(const StrategyParams *p, int hp_rank, AttnMemory *m) {
+    HeadSplit hs;
+    char *err = head_split_init(&hs, p->hp, p->n_heads, p->n_kv_heads);
+    if (err) die("fpdt_memory: %s", err);
+    const size_t u = (size_t)fpdt_chunks(p), S = (size_t)p->seq_len, Cn = S / u, c = Cn / (size_t)p->hp;
+    const size_t d = (size_t)p->head_dim, Hl = (size_t)hs.hl[hp_rank], Hk = (size_t)hs.hk[hp_rank];
+    m->saved_per_layer = S * (2 * Hl * d + 2 * Hk * d + Hl); /* q_h, o_h, kv_h, lse_h of all chunks */
+    size_t tier = 0;
+    if (p->offload_dir) { /* only lse_h stays; two staging and two read buffers of q_h, kv_h, o_h chunks */
+        m->saved_per_layer = S * Hl;
+        tier = 4 * Cn * (2 * Hl * d + 2 * Hk * d);
+    }
+    size_t send = 0, recv = 0; /* the head exchange of one chunk (head_exchange.c's buffers) */
+    for (int q = 0; q < p->hp; q++) {
+        send += c * (size_t)(hs.hl[q] + 2 * hs.hk[q]) * d;
+        recv += c * (Hl + 2 * Hk) * d;
+    }
+    if (Cn * Hl * d > send) send = Cn * Hl * d;
+    if (c * (size_t)p->n_heads * d > recv) recv = c * (size_t)p->n_heads * d;
+    size_t exchange = send + (p->hp > 1 ? recv : 0);
+    size_t scratch = 2 * S * Hl * d + S * Hl + 2 * Cn * Hk * d; /* dout_h, dq_h, delta, dkv of one chunk */
+    size_t index = 2 * S + S * (sizeof(PosRun) / sizeof(float)); /* positions (2 x S ints) and runs */
+    m->workspace = exchange + scratch + index + tier;
+    head_split_free(&hs);
+}
+
+static size_t rows_off(const Fpdt *x, int chunk, int heads) { return (size_t)chunk * x->c * heads * x->d; }
+
+static void fpdt_set_positions(SeqAttention *sa, const int *positions) {
+    Fpdt *x = sa->ctx;
+    x->batches++;
+    if (x->P > 1)
+        comm_allgather_meta(x->comm, COMM_ALLTOALL, positions, x->all_pos, sizeof(int) * (size_t)x->N, x->t->sp_comm);
+    else
+        memcpy(x->all_pos, positions, sizeof(int) * (size_t)x->N);
+    for (int i = 0; i < x->u; i++) {
+        for (int m = 0; m < x->P; m++)
+            memcpy(x->cpos + (size_t)i * x->Cn + (size_t)m * x->c, x->all_pos + (size_t)m * x->N + (size_t)i * x->c,
+                   sizeof(int) * (size_t)x->c);
+        pos_block_init(&x->blk[i], x->cpos + (size_t)i * x->Cn, x->Cn, x->runs + (size_t)i * x->Cn);
+    }
+}
+
+static void tier_check(ChunkTier *t, int rc) {
+    if (rc) die("fpdt: %s tier: %s", t->name, t->err);
+}
+
+/* After each forward, backward and restore (collective): a slow-tier I/O failure on any rank
+ * stops every rank with the same one line. */
+static void tier_sync(Fpdt *x) {
+    if (!x->offload_dir) return;
+    int e = x->tier->io_errno;
+    if (x->P > 1) comm_control_allreduce(x->comm, "MPI_Iallreduce (offload errors)", &e, 1, MPI_INT, MPI_MAX, x->t->sp_comm);
+    if (e)
+        die_collective("--offload-dir %s: the offload file could not be written or read (%s): free space there or "
+                       "choose another directory", x->offload_dir, strerror(e));
+}
+
+static void fpdt_forward(SeqAttention *sa, const float *q, const float *k, const float *v, float *o, float *saved) {
+    Fpdt *x = sa->ctx;
+    ChunkTier *t = x->tier;
+    const size_t kv_half = (size_t)x->Cn * x->Hk * x->d;
+    AttnShape st = {.n_q = x->Cn, .n_heads = x->Hl, .head_dim = x->d};
+    x->b.work.fwd_calls = x->b.work.fwd_cells = 0;
+    for (int i = 0; i < x->u; i++) {
+        float *q_h = t->slot(t, saved, TIER_Q, i), *kv_h = t->slot(t, saved, TIER_KV, i);
+        if (!q_h || !kv_h) tier_check(t, -1);
+        head_exchange_qkv(&x->hx, q + rows_off(x, i, x->H), k + rows_off(x, i, x->Hkv), v + rows_off(x, i, x->Hkv),
+                          q_h, kv_h);
+        tier_check(t, t->store(t, saved, TIER_Q, i));
+        float *o_h = t->slot(t, saved, TIER_O, i), *lse_h = t->slot(t, saved, TIER_LSE, i);
+        if (!o_h || !lse_h) tier_check(t, -1);
+        double t0 = comm_compute_begin(x->comm);
+        attn_state_init(&st, o_h, lse_h);
+        if (i > 0) t->prefetch(t, saved, TIER_KV, 0, 0);
+        for (int j = 0; j <= i; j++) { /* kv_h_i (just made) and at most one fetched kv_h_j */
+            const float *kv = j == i ? kv_h : t->fetch(t, saved, TIER_KV, j, j & 1);
+            if (!kv) tier_check(t, -1);
+            if (j + 1 < i) t->prefetch(t, saved, TIER_KV, j + 1, (j + 1) & 1);
+            block_attn_forward(&x->b, q_h, &x->blk[i], kv, kv + kv_half, &x->blk[j], o_h, lse_h, NULL);
+            if (j != i) t->release(t, kv);
+        }
+        comm_compute_end(x->comm, "attn fwd", t0);
+        tier_check(t, t->store(t, saved, TIER_KV, i));
+        head_exchange_out(&x->hx, o_h, o + rows_off(x, i, x->H));
+        tier_check(t, t->store(t, saved, TIER_O, i));
+        tier_check(t, t->store(t, saved, TIER_LSE, i));
+    }
+    tier_sync(x);
+}
+
+static void fpdt_backward(SeqAttention *sa, const float *q, const float *k, const float *v, const float *o,
+                          const float *saved, const float *dout, float *dq, float *dk, float *dv) {
+    Fpdt *x = sa->ctx;
+    (void)q, (void)k, (void)v, (void)o; /* the strategy's own copies are in the tier */
+    ChunkTier *t = x->tier;
+    const size_t kv_half = (size_t)x->Cn * x->Hk * x->d, qsz = (size_t)x->Cn * x->Hl * x->d,
+                 lsz = (size_t)x->Cn * x->Hl;
+    AttnShape st = {.n_q = x->Cn, .n_heads = x->Hl, .head_dim = x->d};
+    x->b.work.bwd_calls = x->b.work.bwd_cells = 0;
+    for (int j = 0; j < x->u; j++) {
+        head_exchange_dout(&x->hx, dout + rows_off(x, j, x->H), x->dout_h + j * qsz);
+        if (j + 1 < x->u) t->prefetch(t, saved, TIER_O, j + 1, (j + 1) & 1);
+        const float *o_h = t->fetch(t, saved, TIER_O, j, j & 1);
+        if (!o_h) tier_check(t, -1);
+        double t0 = comm_compute_begin(x->comm);
+        attn_backward_delta(&st, o_h, x->dout_h + j * qsz, x->delta + j * lsz);
+        comm_compute_end(x->comm, "delta", t0);
+        t->release(t, o_h);
+    }
+    memset(x->dq_h, 0, sizeof(float) * qsz * (size_t)x->u);
+    for (int i = 0; i < x->u; i++) { /* key/value chunks outer */
+        if (i + 1 < x->u) t->prefetch(t, saved, TIER_KV, i + 1, (i + 1) & 1);
+        const float *kv = t->fetch(t, saved, TIER_KV, i, i & 1);
+        if (!kv) tier_check(t, -1);
+        memset(x->dkv_h, 0, sizeof(float) * 2 * kv_half);
+        double t0 = comm_compute_begin(x->comm);
+        for (int j = i; j < x->u; j++) { /* query chunks inner: the ones that see chunk i */
+            if (j + 1 < x->u) {
+                t->prefetch(t, saved, TIER_Q, j + 1, (j + 1) & 1);
+                t->prefetch(t, saved, TIER_LSE, j + 1, (j + 1) & 1);
+            }
+            const float *q_h = t->fetch(t, saved, TIER_Q, j, j & 1), *lse_h = t->fetch(t, saved, TIER_LSE, j, j & 1);
+            if (!q_h || !lse_h) tier_check(t, -1);
+            block_attn_backward(&x->b, q_h, &x->blk[j], kv, kv + kv_half, &x->blk[i], lse_h, x->delta + j * lsz,
+                                x->dout_h + j * qsz, x->dq_h + j * qsz, x->dkv_h, x->dkv_h + kv_half, NULL);
+            t->release(t, q_h);
+            t->release(t, lse_h);
+        }
+        comm_compute_end(x->comm, "attn bwd", t0);
+        t->release(t, kv);
+        /* dq_h_i got its last contribution at j = i; dk_i, dv_i are complete */
+        head_exchange_grads(&x->hx, x->dq_h + i * qsz, x->dkv_h, dq + rows_off(x, i, x->H), dk + rows_off(x, i, x->Hkv),
+                            dv + rows_off(x, i, x->Hkv));
+    }
+    tier_sync(x);
+}
+
+/* Selective checkpointing: q_h, kv_h and o_h of every chunk by the exchanges forward ran (o by
+ * the dout exchange, the inverse of head_exchange_out); lse_h (the suffix) is kept. */
+static void fpdt_restore(SeqAttention *sa, const float *q, const float *k, const float *v, const float *o,
+                         float *saved) {
+    Fpdt *x = sa->ctx;
+    ChunkTier *t = x->tier;
+    for (int i = 0; i < x->u; i++) {
+        float *q_h = t->slot(t, saved, TIER_Q, i), *kv_h = t->slot(t, saved, TIER_KV, i), *o_h = t->slot(t, saved, TIER_O, i);
+        if (!q_h || !kv_h || !o_h) tier_check(t, -1);
+        head_exchange_qkv(&x->hx, q + rows_off(x, i, x->H), k + rows_off(x, i, x->Hkv), v + rows_off(x, i, x->Hkv), q_h,
+                          kv_h);
+        head_exchange_dout(&x->hx, o + rows_off(x, i, x->H), o_h);
+        tier_check(t, t->store(t, saved, TIER_Q, i));
+        tier_check(t, t->store(t, saved, TIER_KV, i));
+        tier_check(t, t->store(t, saved, TIER_O, i));
+    }
+    tier_sync(x);
+}
+
+static void fpdt_destroy(SeqAttention *sa) {
+    if (!sa) return;
+    Fpdt *x = sa->ctx;
+    chunk_tier_destroy(x->tier);
+    head_exchange_free(&x->hx);
+    xfree(x->all_pos);
+    xfree(x->cpos);
+    xfree(x->runs);
+    xfree(x->blk);
+    xfree(x->dout_h);
+    xfree(x->delta);
+    xfree(x->dq_h);
+    xfree(x->dkv_h);
+    xfree(x);
+    xfree(sa);
+}
+
+static SeqAttention *fpdt_create(const StrategyParams *p, const Topology *t, Comm *comm) {
+    Fpdt *x = xcalloc(1, sizeof *x);
+    x->t = t;
+    x->comm = comm;
+    x->S = (int)p->seq_len;
+    x->P = t->hp;
+    x->u = fpdt_chunks(p);
+    x->N = x->S / x->P;
+    x->Cn = x->S / x->u;
+    x->c = x->N / x->u;
+    x->H = p->n_heads;
+    x->Hkv = p->n_kv_heads;
+    x->d = p->head_dim;
+    head_exchange_init(&x->hx, comm, t->head_comm, t->hp, t->hp_rank, x->c, p->n_heads, p->n_kv_heads, p->head_dim);
+    x->Hl = x->hx.Hl;
+    x->Hk = x->hx.Hk;
+    block_attn_init(&x->b, comm, x->Hl, x->Hk, x->d);
+    const size_t S = (size_t)x->S, d = (size_t)x->d, Cn = (size_t)x->Cn;
+    const size_t sizes[TIER_KINDS] = {Cn * x->Hl * d, 2 * Cn * x->Hk * d, Cn * x->Hl * d, Cn * x->Hl};
+    x->offload_dir = p->offload_dir;
+    if (p->offload_dir) {
+        char err[512];
+        x->tier = chunk_tier_disk_create(p->offload_dir, t->world_rank, x->u, sizes, err, sizeof err);
+        if (!x->tier) die_collective("%s", err);
+    } else {
+        x->tier = chunk_tier_ram_create(x->u, sizes);
+    }
+    x->all_pos = xmalloc(sizeof(int) * S);
+    x->cpos = xmalloc(sizeof(int) * S);
+    x->runs = xmalloc(sizeof(PosRun) * S);
+    x->blk = xcalloc((size_t)x->u, sizeof(PosBlock));
+    x->dout_h = xmalloc_aligned(sizeof(float) * S * x->Hl * d);
+    x->delta = xmalloc_aligned(sizeof(float) * S * x->Hl);
+    x->dq_h = xmalloc_aligned(sizeof(float) * S * x->Hl * d);
+    x->dkv_h = xmalloc_aligned(sizeof(float) * 2 * Cn * x->Hk * d);
+    SeqAttention *sa = xcalloc(1, sizeof *sa);
+    sa->name = "fpdt";
+    sa->ctx = x;
+    sa->heads = (AttnHeads){.n_local = x->N, .n_heads = x->H, .n_kv_heads = x->Hkv, .head_dim = x->d};
+    sa->saved_floats = p->offload_dir ? chunk_tier_disk_saved_floats(x->u, sizes) : chunk_tier_ram_saved_floats(x->u, sizes);
+    sa->keeps_inputs = 1;
+    sa->kept_floats = (size_t)x->u * sizes[TIER_LSE]; /* lse_h of every chunk: the suffix */
+    sa->set_positions = fpdt_set_positions;
+    sa->forward = fpdt_forward;
+    sa->backward = fpdt_backward;
+    sa->restore = fpdt_restore;
+    sa->destroy = fpdt_destroy;
+    return sa;
+}
+
+static void fpdt_tier_stats(const SeqAttention *sa, TierStats *s, long *batches) {
+    const Fpdt *x = sa->ctx;
+    chunk_tier_stats(x->tier, s);
+    *batches = x->batches;
+}
+
+static void fpdt_set_piece_rows(SeqAttention *sa, int rows) { ((Fpdt *)sa->ctx)->b.piece_rows = rows > 0 ? rows : 256; }
+
+static void fpdt_set_compute(SeqAttention *sa, int enabled) { ((Fpdt *)sa->ctx)->b.compute = enabled != 0; }
+
+const OwnAttention fpdt_attention = {
+    .check = fpdt_check,
+    .create = fpdt_create,
+    .positions = fpdt_positions,
+    .volume = fpdt_volume,
+    .memory = fpdt_memory,
+    .set_piece_rows = fpdt_set_piece_rows,
+    .set_compute = fpdt_set_compute,
+    .tier_stats = fpdt_tier_stats,
+};
