@@ -1,1 +1,0 @@
-build-m/tests/tool_check_trace: tests/tool_check_trace.c

@@ -1,1 +1,0 @@
-build-m/tests/tool_edit_state: tests/tool_edit_state.c
