@@ -17,11 +17,11 @@ S=${1:-16384}
 REPEATS=${2:-3}
 shift 2 2>/dev/null || true
 SIZES=${*:-2 4 8}
-make -s -j"$(nproc)" build/seqpar
+make -s -j"$(nproc --all)" build/seqpar
 SEQPAR=build/seqpar
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
-echo "CPU: $(lscpu | sed -nE 's/^Model name: *//p'), $(nproc) cores; $(date -u +%Y-%m-%d)"
+echo "CPU: $(lscpu | sed -nE 's/^Model name: *//p'), $(nproc --all) cores; $(date -u +%Y-%m-%d)"
 one() { # label np flags...
     local label=$1 np=$2
     shift 2
