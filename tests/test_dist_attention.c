@@ -49,19 +49,6 @@
 
 extern void openblas_set_num_threads(int);
 
-#define O_ATOL 2e-5
-#define LSE_ATOL 2e-5
-#define LSE_RTOL 2e-6
-#define GRAD_REL 1e-4
-
-static int g_rank, g_size;
-static int g_fail_prints;
-
-/* Failure lines: only the first few per rank, so a broken build does not flood the log. */
-#define CHECKQ(cond, ...) do { \
-    if (cond) { tl_passed++; } else { \
-        tl_failed++; if (g_fail_prints++ < 25) { fprintf(stderr, "FAIL [rank %d] %s:%d: ", g_rank, __FILE__, __LINE__); \
-        fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); } } } while (0)
 
 /* ------------------------------------------------------------------------------------------ */
 /* One configuration. */

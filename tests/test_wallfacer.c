@@ -51,17 +51,6 @@
 
 extern void openblas_set_num_threads(int);
 
-#define O_ATOL 2e-5
-#define LSE_ATOL 2e-5
-#define LSE_RTOL 2e-6
-#define GRAD_REL 1e-4
-
-static int g_rank, g_size, g_fail_prints;
-
-#define CHECKQ(cond, ...) do { \
-    if (cond) { tl_passed++; } else { \
-        tl_failed++; if (g_fail_prints++ < 25) { fprintf(stderr, "FAIL [rank %d] %s:%d: ", g_rank, __FILE__, __LINE__); \
-        fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); } } } while (0)
 
 /* ------------------------------------------------------------------------------------------ */
 /* 1. The generator. */
