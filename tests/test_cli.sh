@@ -72,6 +72,17 @@ if [ "$(losses "$T/full.jsonl")" = "$(losses "$T/part.jsonl")" ] && [ "$(losses 
 if cmp -s "$T/full/model.safetensors" "$T/part/model.safetensors" && cmp -s "$T/full/optimizer.safetensors" "$T/part/optimizer.safetensors"; then ok; else bad "resumed weights or optimizer state are not bit-identical"; fi
 # the checkpoint is a model directory that grad (and Hugging Face) loads
 if timeout 60 "$SEQPAR" grad --model "$T/full" --tokens "$FIX/tiny_long/tokens.bin" --seq-len 16 --out "$T/ck.grads" | grep -q '^loss: '; then ok; else bad "grad on a saved checkpoint"; fi
+# --save-shard-mb: shards + model.safetensors.index.json (as save_pretrained with max_shard_size);
+# resuming from them is bit-identical and grad loads them as a model directory
+run_train --stop-at 3 --save "$T/spart" --save-shard-mb 0.02 --log "$T/spart.jsonl"
+n=$(ls "$T/spart" | grep -c '^model-0000[0-9]-of-0000[0-9]\.safetensors$')
+if [ "$n" -ge 2 ] && [ -f "$T/spart/model.safetensors.index.json" ] && [ ! -e "$T/spart/model.safetensors" ]; then ok; else bad "--save-shard-mb 0.02: expected shards and an index, got: $(ls "$T/spart" | tr '\n' ' ')"; fi
+run_train --resume "$T/spart" --save "$T/spart" --save-shard-mb 0.02 --log "$T/spart.jsonl"
+if [ "$(losses "$T/full.jsonl")" = "$(losses "$T/spart.jsonl")" ]; then ok; else bad "resume from a sharded checkpoint: losses differ from 6 uninterrupted steps"; fi
+timeout 60 "$SEQPAR" grad --model "$T/spart" --tokens "$FIX/tiny_long/tokens.bin" --seq-len 16 --out "$T/sck.grads" >/dev/null 2>&1
+if cmp -s "$T/ck.grads" "$T/sck.grads"; then ok; else bad "grad on the sharded checkpoint differs from grad on the single-file one"; fi
+printf '\001' | dd of="$T/spart/model-00002-of-0000$n.safetensors" bs=1 seek=200 conv=notrunc status=none
+expect_error "damaged shard" "model-00002-of-0000$n.safetensors' is damaged" "$SEQPAR" grad --model "$T/spart" --tokens "$FIX/tiny_long/tokens.bin" --seq-len 16 --out "$T/x.grads"
 # the checkpoint modes train bit-identically; HFU is logged beside MFU, counts recomputation
 # (layer > selective > none with one FFN chunk = MFU) and never exceeds 1
 hfu_of() { sed -nE 's/.*"mfu": ([^,]+), "hfu": ([^,]+),.*/\1 \2/p' "$1" | tail -n 1; }

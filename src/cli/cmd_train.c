@@ -59,6 +59,8 @@ static const char HELP_TAIL[] =
     "  --eval-seqs N        sequences per evaluation (default 16)\n"
     "  --save DIR           write a checkpoint to DIR at the end (and every --save-every steps)\n"
     "  --save-every N       also checkpoint every N steps\n"
+    "  --save-shard-mb N    weights above N MB are saved as shards + model.safetensors.index.json\n"
+    "                       (default 5000, as transformers; 0: never shard)\n"
     "  --resume DIR         continue the run saved in DIR (same settings required)\n"
     "  --stop-at N          stop after step N (of the --steps schedule), e.g. to train in slices\n"
     "  --skip-nonfinite N   skip the update of at most N steps whose loss or gradient norm is NaN or\n"
@@ -198,6 +200,7 @@ static void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlag
         {"random-init", no_argument, 0, 3101},
         {"eval-every", required_argument, 0, 'e'}, {"eval-seqs", required_argument, 0, 'E'},
         {"save", required_argument, 0, 'S'}, {"save-every", required_argument, 0, 'V'},
+        {"save-shard-mb", required_argument, 0, 3102},
         {"resume", required_argument, 0, 'R'}, {"log", required_argument, 0, 'o'},
         {"peak-gflops", required_argument, 0, 'p'},
         {"recall-pairs", required_argument, 0, 'P'}, {"recall-queries", required_argument, 0, 'Q'},
@@ -230,6 +233,7 @@ static void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlag
         case 'e': o->eval_every = (int)parse_long(cmd, "eval-every", optarg, 0, 1 << 30); break;
         case 'E': o->eval_seqs = (int)parse_long(cmd, "eval-seqs", optarg, 1, 1 << 20); break;
         case 'S': o->save_dir = optarg; break;
+        case 3102: checkpoint_set_shard_bytes((uint64_t)(parse_double(cmd, "save-shard-mb", optarg, 0.0, 1e9) * 1e6)); break;
         case 'V': o->save_every = (int)parse_long(cmd, "save-every", optarg, 1, 1 << 30); break;
         case 'R': o->resume_dir = optarg; break;
         case 'o': o->log_path = optarg; break;

@@ -5,16 +5,83 @@
 #include "io/param_io.h"
 
 #include <dirent.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "core/common.h"
+#include "io/atomic_file.h"
 #include "io/read_file.h"
 #include "io/safetensors.h"
 
 static const char LM_HEAD[] = "lm_head.weight";
 static const char EMBED[] = "model.embed_tokens.weight";
+
+static char *join_path(const char *dir, const char *name);
+
+int params_save_dir(const char *dir, const ParamTable *t, const float *params, uint64_t max_shard_bytes) {
+    uint64_t total = 0;
+    for (int i = 0; i < t->n; i++) total += (uint64_t)t->t[i].numel * 4;
+    if (max_shard_bytes == 0 || total <= max_shard_bytes) {
+        char *p = join_path(dir, "model.safetensors");
+        params_save_safetensors(p, t, params);
+        xfree(p);
+        return 1;
+    }
+    /* Greedy in table order, as transformers does: a new shard when the next tensor would push
+     * the current one past the limit (a tensor larger than the limit gets a shard of its own). */
+    int *shard_of = xmalloc(sizeof *shard_of * (size_t)(t->n ? t->n : 1));
+    int n_shards = 0;
+    uint64_t used = 0;
+    for (int i = 0; i < t->n; i++) {
+        uint64_t b = (uint64_t)t->t[i].numel * 4;
+        if (n_shards == 0 || (used > 0 && used + b > max_shard_bytes)) { n_shards++; used = 0; }
+        shard_of[i] = n_shards - 1;
+        used += b;
+    }
+    json_t *map = json_object(), *files = json_object();
+    StWriteTensor *w = xcalloc((size_t)(t->n ? t->n : 1), sizeof *w);
+    for (int k = 0; k < n_shards; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", k + 1, n_shards);
+        int n = 0;
+        for (int i = 0; i < t->n; i++) {
+            if (shard_of[i] != k) continue;
+            const ParamTensor *p = &t->t[i];
+            if (p->ndim < 1 || p->ndim > 2 || p->offset + p->numel > t->total)
+                die("tensor %s does not fit the parameter table: it is inconsistent", p->name);
+            w[n].name = p->name;
+            w[n].data = params + p->offset;
+            w[n].ndim = p->ndim;
+            for (int d = 0; d < p->ndim; d++) w[n].shape[d] = p->shape[d];
+            n++;
+            json_object_set_new(map, p->name, json_string(name));
+        }
+        char *path = join_path(dir, name);
+        st_write_f32(path, w, n, "pt");
+        uint32_t crc;
+        uint64_t size;
+        SeqErr e;
+        if (file_crc32(path, &crc, &size, &e) != 0) die("cannot checksum the shard just written: %s", e.msg);
+        char hex[11];
+        snprintf(hex, sizeof hex, "0x%08" PRIx32, crc);
+        json_object_set_new(files, name, json_pack("{s:I, s:s}", "bytes", (json_int_t)size, "crc32", hex));
+        xfree(path);
+    }
+    json_t *root = json_pack("{s:{s:I, s:I, s:o}, s:o}", "metadata", "total_size", (json_int_t)total,
+                             "total_parameters", (json_int_t)(total / 4), "seqpar_shards", files, "weight_map", map);
+    char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(root);
+    if (!text) die("cannot encode " ST_INDEX_NAME " (out of memory?)");
+    char *path = join_path(dir, ST_INDEX_NAME);
+    atomic_write_text(path, text);
+    free(text);
+    xfree(path);
+    xfree(w);
+    xfree(shard_of);
+    return n_shards;
+}
 
 void params_save_safetensors(const char *path, const ParamTable *t, const float *params) {
     StWriteTensor *w = xcalloc(t->n ? (size_t)t->n : 1, sizeof *w);
@@ -60,7 +127,7 @@ static int param_index(const ParamTable *t, const char *name) {
  * tensor the table lacks, one already loaded from another file, or (with an index) one the
  * index maps elsewhere is an error naming it. */
 static int read_one_file(const char *path, const char *shard, json_t *weight_map, const ParamTable *t, float *params,
-                         int tie, char *seen, SeqErr *e) {
+                         int tie, char *seen, float **tied_head, SeqErr *e) {
     StFile f;
     if (st_load(path, &f, e) != 0) return -1;
     int rc = 0;
@@ -79,8 +146,15 @@ static int read_one_file(const char *path, const char *shard, json_t *weight_map
             }
         }
         if (i < 0 && tie && strcmp(name, LM_HEAD) == 0) {
-            rc = seq_err(e, "'%s' holds %s but config.json sets \"tie_word_embeddings\": true: set it to false if "
-                         "the checkpoint has its own output matrix", path, LM_HEAD);
+            /* A tied model's lm_head is the embedding: a stored copy is accepted only if it is one. */
+            int emb = param_index(t, EMBED);
+            if (emb < 0 || *tied_head) {
+                rc = seq_err(e, "'%s' holds %s but the tied model has no %s to compare it with", path, LM_HEAD, EMBED);
+            } else {
+                const ParamTensor *pe = &t->t[emb];
+                *tied_head = xmalloc(sizeof(float) * (pe->numel ? pe->numel : 1));
+                rc = st_load_tensor(&f, name, pe->ndim, pe->shape, *tied_head, e);
+            }
         } else if (i < 0) {
             rc = seq_err(e, "tensor '%s' in '%s' is not part of seqpar's Llama (%s): the checkpoint is from a different "
                          "architecture or configuration; seqpar refuses to drop weights silently", name, path,
@@ -102,8 +176,15 @@ static int read_one_file(const char *path, const char *shard, json_t *weight_map
 }
 
 /* After every file: each table tensor loaded (the tied lm_head gets the embedding's copy). */
-static int finish(const char *where, const ParamTable *t, float *params, int tie, const char *seen, SeqErr *e) {
+static int finish(const char *where, const ParamTable *t, float *params, int tie, const char *seen, float *tied_head,
+                  SeqErr *e) {
     int lm_head_idx = -1, embed_idx = -1;
+    if (tied_head) {
+        int emb = param_index(t, EMBED);
+        if (emb >= 0 && memcmp(tied_head, params + t->t[emb].offset, t->t[emb].numel * sizeof(float)) != 0)
+            return seq_err(e, "%s holds %s, which differs from %s, but config.json sets \"tie_word_embeddings\": "
+                           "true: set it to false if the checkpoint has its own output matrix", where, LM_HEAD, EMBED);
+    }
     for (int i = 0; i < t->n; i++) {
         const ParamTensor *p = &t->t[i];
         if (strcmp(p->name, EMBED) == 0) embed_idx = i;
@@ -127,8 +208,10 @@ static int finish(const char *where, const ParamTable *t, float *params, int tie
 
 int params_read_safetensors(const char *path, const ParamTable *t, float *params, int tie_word_embeddings, SeqErr *e) {
     char *seen = xcalloc(t->n ? (size_t)t->n : 1, 1);
-    int rc = read_one_file(path, NULL, NULL, t, params, tie_word_embeddings, seen, e);
-    if (rc == 0) rc = finish(path, t, params, tie_word_embeddings, seen, e);
+    float *tied_head = NULL;
+    int rc = read_one_file(path, NULL, NULL, t, params, tie_word_embeddings, seen, &tied_head, e);
+    if (rc == 0) rc = finish(path, t, params, tie_word_embeddings, seen, tied_head, e);
+    xfree(tied_head);
     xfree(seen);
     return rc;
 }
@@ -138,12 +221,32 @@ static int plain_name(const char *s) {
     return *s && strchr(s, '/') == NULL && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
 }
 
+/* A shard seqpar wrote carries its size and CRC-32 in the index ("metadata.seqpar_shards"), so a
+ * damaged shard is named before it is read (the index itself is checksummed by the checkpoint). */
+static int verify_shard(const char *path, json_t *sums, const char *index_path, SeqErr *e) {
+    json_t *bytes = json_object_get(sums, "bytes"), *crc_text = json_object_get(sums, "crc32");
+    if (!json_is_integer(bytes) || !json_is_string(crc_text))
+        return seq_err(e, "'%s': metadata.seqpar_shards entry for '%s' is not {bytes, crc32}: the index is damaged",
+                       index_path, path);
+    uint32_t crc;
+    uint64_t size;
+    if (file_crc32(path, &crc, &size, e) != 0) return -1;
+    char hex[11];
+    snprintf(hex, sizeof hex, "0x%08" PRIx32, crc);
+    if (size != (uint64_t)json_integer_value(bytes) || strcmp(hex, json_string_value(crc_text)) != 0)
+        return seq_err(e, "shard '%s' is damaged: it has %llu bytes and CRC-32 %s but '%s' recorded %lld bytes and %s "
+                       "at save: use another copy of the checkpoint", path, (unsigned long long)size, hex, index_path,
+                       (long long)json_integer_value(bytes), json_string_value(crc_text));
+    return 0;
+}
+
 int params_read_sharded(const char *dir, const ParamTable *t, float *params, int tie_word_embeddings, SeqErr *e) {
     char *index_path = join_path(dir, ST_INDEX_NAME);
     unsigned char *text = NULL;
     size_t len = 0;
     json_t *root = NULL;
     char *seen = xcalloc(t->n ? (size_t)t->n : 1, 1);
+    float *tied_head = NULL;
     int rc = read_regular_file(index_path, "safetensors index", 64u << 20, &text, &len, e);
     if (rc == 0) {
         json_error_t jerr;
@@ -182,11 +285,13 @@ int params_read_sharded(const char *dir, const ParamTable *t, float *params, int
         const char *shard = json_string_value(json_array_get(shards, k));
         char *path = join_path(dir, shard);
         struct stat sb;
+        json_t *sums = json_object_get(json_object_get(json_object_get(root, "metadata"), "seqpar_shards"), shard);
         if (stat(path, &sb) != 0)
             rc = seq_err(e, "shard '%s' listed in '%s' is missing: copy every model-*.safetensors file of the "
                          "checkpoint", path, index_path);
-        else
-            rc = read_one_file(path, shard, map, t, params, tie_word_embeddings, seen, e);
+        else if (sums)
+            rc = verify_shard(path, sums, index_path, e);
+        if (rc == 0) rc = read_one_file(path, shard, map, t, params, tie_word_embeddings, seen, &tied_head, e);
         xfree(path);
     }
     /* A tensor the index lists but whose shard does not hold it. */
@@ -200,7 +305,8 @@ int params_read_sharded(const char *dir, const ParamTable *t, float *params, int
             }
         }
     }
-    if (rc == 0) rc = finish(index_path, t, params, tie_word_embeddings, seen, e);
+    if (rc == 0) rc = finish(index_path, t, params, tie_word_embeddings, seen, tied_head, e);
+    xfree(tied_head);
     json_decref(shards);
     if (root) json_decref(root);
     xfree(text);

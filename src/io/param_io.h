@@ -4,6 +4,8 @@
 #define SEQPAR_PARAM_IO_H
 
 #include "core/common.h"
+#include <stdint.h>
+
 #include "core/param_table.h"
 
 /* Writes every tensor of the table as F32 (metadata format "pt"), atomically (st_write_f32).
@@ -13,7 +15,8 @@ void params_save_safetensors(const char *path, const ParamTable *t, const float 
 /* Reads every tensor of the table from `path` (F32, BF16 or F16, converted to float), checking its
  * shape. A tensor of the table missing from the file dies naming it; a tensor in the file that the
  * table lacks is an error naming it (except RoPE inv_freq buffers of old conversions, which
- * transformers ignores too). A NaN or Inf weight is an error naming the tensor. With tie_word_embeddings, "lm_head.weight" in the file is ignored (the
+ * transformers ignores too). With tie_word_embeddings, an "lm_head.weight" in the file must equal
+ * model.embed_tokens.weight bit for bit (a redundant copy), else it is an error naming it. A NaN or Inf weight is an error naming the tensor. With tie_word_embeddings, "lm_head.weight" in the file is ignored (the
  * table built for a tied model has no lm_head; should it have one, it gets a copy of
  * model.embed_tokens.weight). */
 int params_read_safetensors(const char *path, const ParamTable *t, float *params, int tie_word_embeddings, SeqErr *e);
@@ -32,5 +35,12 @@ int params_read_sharded(const char *dir, const ParamTable *t, float *params, int
  * an error). Returns 0 when loaded, -1 with a message, or 1 when DIR holds no weights at all;
  * pytorch_model*.bin without safetensors is an error saying how to convert. */
 int params_read_dir(const char *dir, const ParamTable *t, float *params, int tie_word_embeddings, SeqErr *e);
+
+/* Writes the weights into DIR as transformers' save_pretrained does: model.safetensors when they
+ * fit in max_shard_bytes (0: no limit), else model-0000k-of-0000n.safetensors shards of at most
+ * that size (a larger tensor gets a shard alone) and model.safetensors.index.json, whose
+ * metadata also records each shard's size and CRC-32 (verified on load). Every file is written
+ * atomically. Returns the number of weight files (1: a single model.safetensors). */
+int params_save_dir(const char *dir, const ParamTable *t, const float *params, uint64_t max_shard_bytes);
 
 #endif
