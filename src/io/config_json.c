@@ -1,8 +1,10 @@
 /* Hugging Face config.json for Llama models, read and written with jansson. Loading takes the
  * fields seqpar uses, checks their JSON types strictly (an integer field must be a JSON
  * integer), applies the Hugging Face defaults for optional fields, rejects settings that would
- * change the model's arithmetic in ways seqpar does not implement (rope_scaling or a non-default
- * rope_parameters type, biases, an activation other than SiLU), ignores everything else, and
+ * change the model's arithmetic in ways seqpar does not implement (a model_type other than llama,
+ * RoPE scaling other than linear and llama3, sliding windows, q/k norms, soft-capping, biases, an
+ * activation other than SiLU) by name, reads linear and llama3 RoPE scaling (transformers 4's
+ * rope_scaling or transformers 5's rope_parameters), ignores everything else, and
  * validates the result; every problem is returned to the caller as one line (config_json_read)
  * or ends the program (config_json_load). Both transformers 4 (top-level rope_theta) and transformers 5
  * (rope_parameters.rope_theta) layouts are read. Saving writes a config that transformers'
