@@ -584,7 +584,7 @@ static void test_tied(void) {
     float *p = xmalloc(ut.total * sizeof(float));
     fill_params(p, ut.total, 8);
     const char *full = path_in("untied.safetensors");
-    memcpy(p + 40, p, 24 * sizeof(float)); /* lm_head [6,4] at 40 = a copy of embed [6,4] at 0 */
+    for (size_t i = 0; i < 24; i++) p[40 + i] = p[i]; /* lm_head [6,4] at 40 = a copy of embed [6,4] at 0 */
     params_save_safetensors(full, &ut, p); /* file has lm_head, equal to the embedding */
     float *q = xcalloc(tt.total, sizeof(float));
     params_load_safetensors(full, &tt, q, 1);
