@@ -573,15 +573,28 @@ static void do_load_untied(void *arg) {
     params_load_safetensors(((PathArg *)arg)->path, &t, p, 0);
 }
 
+static void do_load_tied(void *arg) {
+    ParamTable t = tied_table();
+    float *p = xcalloc(t.total, sizeof(float));
+    params_load_safetensors(((PathArg *)arg)->path, &t, p, 1);
+}
+
 static void test_tied(void) {
     ParamTable ut = untied_table(), tt = tied_table();
     float *p = xmalloc(ut.total * sizeof(float));
     fill_params(p, ut.total, 8);
     const char *full = path_in("untied.safetensors");
-    params_save_safetensors(full, &ut, p); /* file has lm_head */
+    for (size_t i = 0; i < 24; i++) p[40 + i] = p[i]; /* lm_head [6,4] at 40 = a copy of embed [6,4] at 0 */
+    params_save_safetensors(full, &ut, p); /* file has lm_head, equal to the embedding */
     float *q = xcalloc(tt.total, sizeof(float));
     params_load_safetensors(full, &tt, q, 1);
-    CHECK(memcmp(p, q, tt.total * sizeof(float)) == 0, "tied load (lm_head in file ignored) differs");
+    CHECK(memcmp(p, q, tt.total * sizeof(float)) == 0, "tied load (lm_head copy of the embedding in file) differs");
+    /* an lm_head that differs from the embedding would be dropped silently: refused, naming it */
+    p[40] += 1.0f;
+    params_save_safetensors(full, &ut, p);
+    PathArg pd = { full };
+    expect_death("tied load of a different lm_head", do_load_tied, &pd, "lm_head.weight", "differs", NULL);
+    p[40] -= 1.0f;
 
     /* a tied file (no lm_head) loaded as untied dies naming lm_head.weight */
     const char *tied_file = path_in("tied.safetensors");
@@ -629,7 +642,7 @@ static void test_bf16(void) {
     fwrite(header, 1, (size_t)hl, f);
     for (size_t i = 36; i < 40; i++) put_bf16(f, want[i]);
     for (size_t i = 0; i < 36; i++) put_bf16(f, want[i]);
-    for (size_t i = 0; i < 24; i++) put_bf16(f, 9.0f);
+    for (size_t i = 0; i < 24; i++) put_bf16(f, want[i]); /* tied: lm_head stored as a copy of the embedding */
     fclose(f);
     float *got = xcalloc(t.total, sizeof(float));
     params_load_safetensors(path, &t, got, 1);

@@ -26,7 +26,7 @@ seq_len_of() { sed -nE 's/.*"seq_len": *([0-9]+).*/\1/p' "$FIX/$1/expected.json"
 loss_of() { sed -nE 's/.*"loss": *([-0-9.eE+]+).*/\1/p' "$FIX/$1/expected.json" | head -n 1; }
 
 # ---- grad: loss and gradient file against the HF float64 fixtures
-for f in tiny_mha tiny_gqa_tied tiny_headdim tiny_long; do
+for f in tiny_mha tiny_gqa_tied tiny_headdim tiny_long tiny_llama3 tiny_linear; do
     S=$(seq_len_of $f)
     out=$(timeout 120 "$SEQPAR" grad --model "$FIX/$f" --tokens "$FIX/$f/tokens.bin" --seq-len "$S" --out "$T/$f.grads" 2>&1)
     got=$(printf '%s\n' "$out" | sed -nE 's/^loss: ([-0-9.eE+]+)$/\1/p')
@@ -72,6 +72,17 @@ if [ "$(losses "$T/full.jsonl")" = "$(losses "$T/part.jsonl")" ] && [ "$(losses 
 if cmp -s "$T/full/model.safetensors" "$T/part/model.safetensors" && cmp -s "$T/full/optimizer.safetensors" "$T/part/optimizer.safetensors"; then ok; else bad "resumed weights or optimizer state are not bit-identical"; fi
 # the checkpoint is a model directory that grad (and Hugging Face) loads
 if timeout 60 "$SEQPAR" grad --model "$T/full" --tokens "$FIX/tiny_long/tokens.bin" --seq-len 16 --out "$T/ck.grads" | grep -q '^loss: '; then ok; else bad "grad on a saved checkpoint"; fi
+# --save-shard-mb: shards + model.safetensors.index.json (as save_pretrained with max_shard_size);
+# resuming from them is bit-identical and grad loads them as a model directory
+run_train --stop-at 3 --save "$T/spart" --save-shard-mb 0.02 --log "$T/spart.jsonl"
+n=$(ls "$T/spart" | grep -c '^model-0000[0-9]-of-0000[0-9]\.safetensors$')
+if [ "$n" -ge 2 ] && [ -f "$T/spart/model.safetensors.index.json" ] && [ ! -e "$T/spart/model.safetensors" ]; then ok; else bad "--save-shard-mb 0.02: expected shards and an index, got: $(ls "$T/spart" | tr '\n' ' ')"; fi
+run_train --resume "$T/spart" --save "$T/spart" --save-shard-mb 0.02 --log "$T/spart.jsonl"
+if [ "$(losses "$T/full.jsonl")" = "$(losses "$T/spart.jsonl")" ]; then ok; else bad "resume from a sharded checkpoint: losses differ from 6 uninterrupted steps"; fi
+timeout 60 "$SEQPAR" grad --model "$T/spart" --tokens "$FIX/tiny_long/tokens.bin" --seq-len 16 --out "$T/sck.grads" >/dev/null 2>&1
+if cmp -s "$T/ck.grads" "$T/sck.grads"; then ok; else bad "grad on the sharded checkpoint differs from grad on the single-file one"; fi
+printf '\001' | dd of="$T/spart/model-00002-of-0000$n.safetensors" bs=1 seek=200 conv=notrunc status=none
+expect_error "damaged shard" "model-00002-of-0000$n.safetensors' is damaged" "$SEQPAR" grad --model "$T/spart" --tokens "$FIX/tiny_long/tokens.bin" --seq-len 16 --out "$T/x.grads"
 # the checkpoint modes train bit-identically; HFU is logged beside MFU, counts recomputation
 # (layer > selective > none with one FFN chunk = MFU) and never exceeds 1
 hfu_of() { sed -nE 's/.*"mfu": ([^,]+), "hfu": ([^,]+),.*/\1 \2/p' "$1" | tail -n 1; }
@@ -167,6 +178,38 @@ expect_error "huge num_attention_heads" "num_attention_heads is 2147483647" "$SE
 expect_error "huge num_hidden_layers" "num_hidden_layers is 238609294" "$SEQPAR" "${G[@]}" --model "$T/m_huge_layers"
 hidden=$(sed -nE 's/.*"hidden_size": *([0-9]+).*/\1/p' "$FIX/tiny_mha/config.json")
 expect_error "nearest head count above the hidden size" "the nearest is $hidden)" "$SEQPAR" "${G[@]}" --model "$T/m_far_heads"
+
+# ---- Hugging Face checkpoints as transformers writes them (tiny_llama3/hf_sharded: save_pretrained
+# with max_shard_size, config in transformers 5's rope_parameters layout with llama3 scaling)
+HS="$FIX/tiny_llama3/hf_sharded"
+out=$(timeout 120 "$SEQPAR" grad --model "$HS" --tokens "$FIX/tiny_llama3/tokens.bin" --seq-len 64 --out "$T/hs.grads" 2>&1)
+got=$(printf '%s\n' "$out" | sed -nE 's/^loss: ([-0-9.eE+]+)$/\1/p'); want=$(loss_of tiny_llama3)
+if [ -n "$got" ] && awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * b) }'; then ok; else bad "sharded checkpoint: loss '$got', reference $want"; fi
+if "$CMP" "$T/hs.grads" "$FIX/tiny_llama3/grads.safetensors" 1e-4 1e-7 >/dev/null; then ok; else bad "sharded checkpoint: gradients differ from the fixture"; fi
+GL=(grad --tokens "$FIX/tiny_llama3/tokens.bin" --seq-len 64 --out "$T/g.out")
+expect_error "pytorch_model.bin only" "pytorch_model.*save_pretrained" "$SEQPAR" "${GL[@]}" --model "$FIX/tiny_llama3/hf_bin"
+mkdir -p "$T/cfg_only"; cp "$FIX/tiny_llama3/config.json" "$T/cfg_only/"
+expect_error "config.json without weights" "no weights.*--random-init" "$SEQPAR" "${GL[@]}" --model "$T/cfg_only"
+if timeout 60 "$SEQPAR" "${GL[@]}" --model "$T/cfg_only" --random-init >/dev/null 2>&1; then ok; else bad "--random-init with a config-only directory failed"; fi
+for d in sh_noshard sh_unlisted sh_extra sh_both; do mkdir -p "$T/$d"; cp "$HS"/* "$T/$d/"; done
+rm "$T/sh_noshard/model-00002-of-00004.safetensors"
+expect_error "missing shard" "model-00002-of-00004.safetensors.*missing" "$SEQPAR" "${GL[@]}" --model "$T/sh_noshard"
+sed -i '/"model.layers.0.mlp.up_proj.weight"/d' "$T/sh_unlisted/model.safetensors.index.json"
+expect_error "tensor in a shard but not in the index" "up_proj.weight.*does not list it" "$SEQPAR" "${GL[@]}" --model "$T/sh_unlisted"
+sed -i 's/"weight_map": {/"weight_map": {"model.layers.0.self_attn.q_norm.weight": "model-00001-of-00004.safetensors",/' "$T/sh_extra/model.safetensors.index.json"
+expect_error "tensor seqpar does not use" "q_norm.weight.*not part of seqpar" "$SEQPAR" "${GL[@]}" --model "$T/sh_extra"
+cp "$FIX/tiny_llama3/model.safetensors" "$T/sh_both/"
+expect_error "single file and index together" "both" "$SEQPAR" "${GL[@]}" --model "$T/sh_both"
+# configs of other families or options seqpar does not compute: refused by name
+for c in mt:'s/"model_type": "llama"/"model_type": "qwen2"/':qwen2 \
+         sw:'s/"vocab_size"/"sliding_window": 4096, "vocab_size"/':sliding_window \
+         qk:'s/"vocab_size"/"use_qk_norm": true, "vocab_size"/':use_qk_norm \
+         yarn:'s/"rope_type": "llama3"/"rope_type": "yarn"/':yarn \
+         bias:'s/"attention_bias": false/"attention_bias": true/':attention_bias; do
+    n=${c%%:*}; rest=${c#*:}; expr=${rest%:*}; word=${rest##*:}
+    mkdir -p "$T/rf_$n"; cp "$HS"/* "$T/rf_$n/"; sed -i "$expr" "$T/rf_$n/config.json"
+    expect_error "config refused: $n" "$word" "$SEQPAR" "${GL[@]}" --model "$T/rf_$n"
+done
 
 # --save: unusable paths end the run before step 1, on every rank, with one line
 RT=(--layers 1 --hidden 32 --heads 2 --kv-heads 1 --ffn 64 --vocab 64 --seq-len 32 --batch 2 --steps 4 --warmup 1

@@ -376,6 +376,23 @@ static void test_config(const TempDir *td) {
     LlamaConfig back;
     config_json_load(saved, &back);
     CHECK(memcmp(&orig, &back, sizeof orig) == 0, "config save/load round trip changed values");
+    /* RoPE scaling survives save/load (both layouts are written; they agree). */
+    for (int rt = LLAMA_ROPE_LINEAR; rt <= LLAMA_ROPE_LLAMA3; rt++) {
+        LlamaConfig sc = orig;
+        sc.rope_type = rt;
+        sc.rope_factor = 8.0;
+        if (rt == LLAMA_ROPE_LLAMA3) {
+            sc.rope_low_freq_factor = 1.0;
+            sc.rope_high_freq_factor = 4.0;
+            sc.rope_original_max_position_embeddings = 8192;
+        }
+        config_json_save(saved, &sc);
+        LlamaConfig sb;
+        config_json_load(saved, &sb);
+        CHECK(memcmp(&sc, &sb, sizeof sc) == 0, "config save/load round trip of rope_type %s changed values",
+              llama_rope_type_name(rt));
+    }
+    config_json_save(saved, &orig);
     json_error_t err;
     json_t *root = json_load_file(saved, 0, &err);
     CHECK(root != NULL, "saved config is not JSON: %s", err.text);

@@ -17,7 +17,7 @@ to float32 even in a float64 model (RMSNorm's upcast, the eager softmax, RoPE's 
 out here (`ref_loss`), and the gradients against central finite differences.
 
 The C tests need neither Python nor PyTorch: the outputs are committed. Regenerate with
-    python3 tools/make_fixtures.py            (re-executes itself with /usr/bin/python3 if the
+    python3 tools/make_fixtures.py [NAME...]  (NAMEs: only those fixtures; re-executes itself with /usr/bin/python3 if the
                                                current interpreter lacks torch)
 It is seeded and deterministic (single-threaded torch), so running it again rewrites identical files.
 Needs: Debian's python3-torch (1.13.1) and `pip install transformers==4.45.2 safetensors`.
@@ -58,6 +58,17 @@ FIXTURES = [
          tie=False, eps=1e-5, theta=500000.0, head_dim=16, seed=1003, bf16=False),
     dict(name="tiny_long", hidden=32, inter=64, heads=4, kv=2, layers=1, vocab=64, S=256,
          tie=False, eps=1e-5, theta=10000.0, head_dim=None, seed=1004, bf16=False),
+    # RoPE scaling as Llama 3.1+ checkpoints use it: with head_dim 16 and theta 1e4 the
+    # wavelengths run from 6 to 2e4, so original_max_position_embeddings 256 puts pairs in all
+    # three llama3 regimes (kept, smoothed, divided by factor). hf_dirs: the same weights saved
+    # again by transformers itself (sharded safetensors with an index; pytorch_model.bin).
+    dict(name="tiny_llama3", hidden=32, inter=48, heads=2, kv=1, layers=1, vocab=40, S=64,
+         tie=False, eps=1e-5, theta=10000.0, head_dim=16, seed=1005, bf16=False, hf_dirs=True,
+         rope=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                   original_max_position_embeddings=256)),
+    dict(name="tiny_linear", hidden=32, inter=48, heads=2, kv=2, layers=1, vocab=40, S=48,
+         tie=False, eps=1e-6, theta=10000.0, head_dim=16, seed=1006, bf16=False,
+         rope=dict(rope_type="linear", factor=4.0)),
 ]
 
 WEIGHT_STD = 0.1   # std of every matrix entry
@@ -91,13 +102,39 @@ def _rmsnorm_forward(self, hidden_states):
     return self.weight * hidden_states.to(input_dtype)
 
 
+def _rope_params(cfg):
+    """The RoPE dict of a config: rope_parameters (transformers 5) or rope_scaling + rope_theta (4)."""
+    rp = getattr(cfg, "rope_parameters", None)
+    if rp:
+        return dict(rp)
+    rs = dict(getattr(cfg, "rope_scaling", None) or {"rope_type": "default"})
+    rs.setdefault("rope_type", rs.get("type", "default"))
+    rs["rope_theta"] = cfg.rope_theta
+    return rs
+
+
+def _hf_inv_freq64(cfg):
+    """transformers' own inverse frequencies, computed in float64: its rope init functions cast
+    to torch.float (float32), so torch.float is pointed at float64 while they run."""
+    rp = _rope_params(cfg)
+    dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    if rp["rope_type"] == "default":
+        return 1.0 / (rp["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    from transformers import modeling_rope_utils
+    saved = torch.float
+    torch.float = torch.float64
+    try:
+        inv_freq, attention_factor = modeling_rope_utils.ROPE_INIT_FUNCTIONS[rp["rope_type"]](cfg, "cpu")
+    finally:
+        torch.float = saved
+    assert inv_freq.dtype == torch.float64 and attention_factor == 1.0
+    return inv_freq
+
+
 @torch.no_grad()
 def _rope_forward(self, x, position_ids):
     # HF computes freqs/cos/sin in float32 (and inv_freq in float32); here everything is float64.
-    assert self.rope_type == "default"
-    cfg = self.config
-    dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    inv_freq = _hf_inv_freq64(self.config)
     freqs = position_ids[:, :, None].to(torch.float64) * inv_freq[None, None, :]
     emb = torch.cat((freqs, freqs), dim=-1)
     return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
@@ -143,7 +180,7 @@ def config_dict(fx):
         "max_position_embeddings": MAX_POS,
         "rms_norm_eps": fx["eps"],
         "rope_theta": fx["theta"],
-        "rope_scaling": None,
+        "rope_scaling": fx.get("rope"),
         "tie_word_embeddings": fx["tie"],
         "attention_bias": False,
         "attention_dropout": 0.0,
@@ -242,6 +279,23 @@ def ref_loss(W, fx, inputs, targets):
         return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
     inv = 1.0 / (fx["theta"] ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
+    rope_cfg = fx.get("rope")
+    if rope_cfg and rope_cfg["rope_type"] == "linear":  # positions / factor, i.e. frequencies / factor
+        inv = inv / rope_cfg["factor"]
+    elif rope_cfg and rope_cfg["rope_type"] == "llama3":  # Meta's apply_scaling, written out here
+        f, lo, hi, old = (rope_cfg[k] for k in ("factor", "low_freq_factor", "high_freq_factor",
+                                                  "original_max_position_embeddings"))
+        out = []
+        for fr in inv.tolist():
+            wl = 2 * math.pi / fr
+            if wl < old / hi:
+                out.append(fr)
+            elif wl > old / lo:
+                out.append(fr / f)
+            else:
+                sm = (old / wl - lo) / (hi - lo)
+                out.append((1 - sm) * fr / f + sm * fr)
+        inv = torch.tensor(out, dtype=torch.float64)
     ang = torch.arange(S, dtype=torch.float64)[:, None] * inv[None, :]   # [S, D/2]
     cos, sin = torch.cos(ang), torch.sin(ang)
 
@@ -397,12 +451,41 @@ def make_fixture(fx):
         expected["loss_bf16_weights"] = lb
         print(f"  model_bf16.safetensors: loss with bf16-rounded weights {lb!r} (own impl rel diff {rel_err(lb, lb_ref):.1e})")
 
+    if fx.get("hf_dirs"):
+        save_hf_dirs(fx, d, weights)
+
     with open(os.path.join(d, "expected.json"), "w") as f:
         json.dump(expected, f, indent=2)
         f.write("\n")
     size = sum(os.path.getsize(os.path.join(d, x)) for x in os.listdir(d))
     print(f"  wrote {d} ({size} bytes)")
     return size
+
+
+def save_hf_dirs(fx, d, weights):
+    """The fixture's weights as transformers itself writes them: hf_sharded/ by save_pretrained
+    with a small max_shard_size (model-0000k-of-0000n.safetensors + model.safetensors.index.json,
+    config.json in transformers 5's rope_parameters layout), and hf_bin/ holding only
+    pytorch_model.bin (torch.save of the state dict, the layout transformers 4 wrote with
+    safe_serialization=False; transformers 5 writes safetensors only) for the refusal test."""
+    m32 = LlamaForCausalLM.from_pretrained(d, torch_dtype=torch.float32)
+    sharded = os.path.join(d, "hf_sharded")
+    m32.save_pretrained(sharded, max_shard_size="16KB")
+    with open(os.path.join(sharded, "model.safetensors.index.json")) as f:
+        index = json.load(f)
+    shards = sorted(set(index["weight_map"].values()))
+    assert len(shards) >= 3 and sorted(index["weight_map"]) == sorted(weights), index
+    back = {}
+    for sh in shards:
+        back.update(np_load_file(os.path.join(sharded, sh)))
+    assert sorted(back) == sorted(weights)
+    for n in weights:
+        assert np.array_equal(back[n], weights[n]), n
+    bind = os.path.join(d, "hf_bin")
+    os.makedirs(bind)
+    m32.config.save_pretrained(bind)
+    torch.save(m32.state_dict(), os.path.join(bind, "pytorch_model.bin"))
+    print(f"  {sharded}: {len(shards)} shards + index; {bind}: pytorch_model.bin")
 
 
 def main():
@@ -412,8 +495,10 @@ def main():
     print(f"reference: {versions()}  (safetensors {safetensors.__version__}, numpy {np.__version__})")
     make_hf_float64_faithful()
     total = 0
+    only = sys.argv[1:]  # fixture names: make just those (the others stay as committed)
     for fx in FIXTURES:
-        total += make_fixture(fx)
+        if not only or fx["name"] in only:
+            total += make_fixture(fx)
     print(f"all fixtures OK, {total} bytes in total")
 
 

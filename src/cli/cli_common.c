@@ -201,7 +201,7 @@ void make_parent_dirs(const char *path) {
         die("cannot create directory '%s': %s", buf, strerror(errno));
 }
 
-void model_from_dir(LlamaModel *m, const char *dir, uint64_t seed) {
+void model_from_dir(LlamaModel *m, const char *dir, uint64_t seed, int random_init) {
     char path[4096];
     SeqErr e;
     const SeqErr *failed = NULL;
@@ -215,13 +215,13 @@ void model_from_dir(LlamaModel *m, const char *dir, uint64_t seed) {
         failed = &e;
     die_if_any_rank(failed); /* every rank ends with the same one line */
     llama_build(m, &cfg);
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (file_exists(path)) {
-        if (params_read_safetensors(path, &m->table, m->params, cfg.tie_word_embeddings, &e) != 0) failed = &e;
-        die_if_any_rank(failed);
-    } else {
-        llama_init_random(m, seed);
-    }
+    int rc = params_read_dir(dir, &m->table, m->params, cfg.tie_word_embeddings, &e);
+    if (rc == 1 && !random_init)
+        rc = seq_err(&e, "'%s' holds config.json but no weights (model.safetensors or " ST_INDEX_NAME "): pass "
+                     "--random-init to start from random weights on purpose", dir);
+    if (rc < 0) failed = &e;
+    die_if_any_rank(failed);
+    if (rc == 1) llama_init_random(m, seed);
 }
 
 void model_from_size(LlamaModel *m, const LlamaConfig *cfg, uint64_t seed) {

@@ -37,9 +37,11 @@ void size_flags_default(SizeFlags *f);
 int size_flags_handle(SizeFlags *f, const char *cmd, int opt, const char *arg);
 extern const char SIZE_FLAGS_HELP[];
 
-/* Loads DIR/config.json and, if present, DIR/model.safetensors (else random init from seed).
- * Collective: every rank must call it; a problem on any rank ends every rank with one line. */
-void model_from_dir(LlamaModel *m, const char *dir, uint64_t seed);
+/* Loads DIR/config.json and the weights: DIR/model.safetensors or a sharded checkpoint
+ * (model.safetensors.index.json + shards). A directory without weights is an error unless
+ * random_init (--random-init), which initialises from seed. Collective: every rank must call
+ * it; a problem on any rank ends every rank with one line. */
+void model_from_dir(LlamaModel *m, const char *dir, uint64_t seed, int random_init);
 /* Builds a random model from size flags (validated; `where` names the source in errors). */
 void model_from_size(LlamaModel *m, const LlamaConfig *cfg, uint64_t seed);
 

@@ -24,12 +24,14 @@ static const char HELP[] =
     "One forward and backward on the first S+1 tokens of FILE; prints 'loss: <value>' and\n"
     "writes d(mean loss)/d(parameter) for every parameter to a safetensors file.\n"
     "\n"
-    "  --model DIR          Hugging Face model directory (config.json [+ model.safetensors])\n"
+    "  --model DIR          Hugging Face model directory: config.json and model.safetensors or a\n"
+    "                       sharded checkpoint (model.safetensors.index.json + shards)\n"
+    "  --random-init        DIR holds only config.json: start from random weights (else an error)\n"
     "  --tokens FILE        llm.c token shard (.bin) or text (.txt, one token per byte)\n"
     "  --tokens-format F    auto|llmc|text (default auto: .txt is text, else llm.c shard)\n"
     "  --seq-len S          tokens per sequence\n"
     "  --out FILE           gradient file to write (safetensors, F32)\n"
-    "  --seed N             seed for random weights when DIR has no model.safetensors (default 1)\n"
+    "  --seed N             seed for --random-init (default 1)\n"
     "  --help               this text\n";
 
 int cmd_grad(int argc, char **argv) {
@@ -37,6 +39,7 @@ int cmd_grad(int argc, char **argv) {
     TokensFormat fmt = TOKENS_AUTO;
     long seq_len = 0;
     uint64_t seed = 1;
+    int random_init = 0;
     MemoryFlags mf = {0};
     ParallelConfig pc;
     parallel_config_default(&pc);
@@ -45,6 +48,7 @@ int cmd_grad(int argc, char **argv) {
         {"model", required_argument, 0, 'm'}, {"tokens", required_argument, 0, 't'},
         {"tokens-format", required_argument, 0, 'f'}, {"seq-len", required_argument, 0, 's'},
         {"out", required_argument, 0, 'o'}, {"seed", required_argument, 0, 'r'},
+        {"random-init", no_argument, 0, 3101},
         MEMORY_FLAG_OPTIONS,
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     opterr = 0;
@@ -55,6 +59,7 @@ int cmd_grad(int argc, char **argv) {
         if (memory_flags_handle(&mf, cmd, opt, optarg, argc, argv)) continue;
         switch (opt) {
         case 'm': model_dir = optarg; break;
+        case 3101: random_init = 1; break;
         case 't': tokens_path = optarg; break;
         case 'f': fmt = tokens_format_parse(optarg); break;
         case 's': seq_len = parse_long(cmd, "seq-len", optarg, 1, 1L << 30); break;
@@ -71,7 +76,7 @@ int cmd_grad(int argc, char **argv) {
     if (!out_path) die_collective("seqpar grad: --out FILE is required (see 'seqpar grad --help')");
 
     LlamaModel model;
-    model_from_dir(&model, model_dir, seed);
+    model_from_dir(&model, model_dir, seed, random_init);
     TokenData td;
     SeqErr err;
     die_if_any_rank(tokens_read(tokens_path, fmt, &td, &err) != 0 ||

@@ -33,7 +33,9 @@ static const char HELP_HEAD[] =
     "associative-recall task, printing recall accuracy by key-query distance.\n"
     "\n"
     "model (either --model or the size flags):\n"
-    "  --model DIR          Hugging Face model directory (config.json [+ model.safetensors])\n";
+    "  --model DIR          Hugging Face model directory: config.json and model.safetensors or a\n"
+    "                       sharded checkpoint (model.safetensors.index.json + shards)\n"
+    "  --random-init        --model DIR holds only config.json: start from random weights\n";
 static const char HELP_TAIL[] =
     "data:\n"
     "  --data SRC           'recall' (default), an llm.c shard (.bin) or a text file (.txt)\n"
@@ -57,6 +59,8 @@ static const char HELP_TAIL[] =
     "  --eval-seqs N        sequences per evaluation (default 16)\n"
     "  --save DIR           write a checkpoint to DIR at the end (and every --save-every steps)\n"
     "  --save-every N       also checkpoint every N steps\n"
+    "  --save-shard-mb N    weights above N MB are saved as shards + model.safetensors.index.json\n"
+    "                       (default 5000, as transformers; 0: never shard)\n"
     "  --resume DIR         continue the run saved in DIR (same settings required)\n"
     "  --stop-at N          stop after step N (of the --steps schedule), e.g. to train in slices\n"
     "  --skip-nonfinite N   skip the update of at most N steps whose loss or gradient norm is NaN or\n"
@@ -78,6 +82,7 @@ typedef struct {
     int recall_pairs, recall_queries;
     long steps, stop_at;
     uint64_t seed;
+    int random_init;
     double peak_gflops;
     AdamWConfig opt;
     int min_lr_set;
@@ -192,8 +197,10 @@ static void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlag
         {"decay-all", no_argument, 0, 'A'}, {"grad-clip", required_argument, 0, 'g'},
         {"beta1", required_argument, 0, '1'}, {"beta2", required_argument, 0, '2'},
         MEMORY_FLAG_OPTIONS, {"seed", required_argument, 0, 'r'},
+        {"random-init", no_argument, 0, 3101},
         {"eval-every", required_argument, 0, 'e'}, {"eval-seqs", required_argument, 0, 'E'},
         {"save", required_argument, 0, 'S'}, {"save-every", required_argument, 0, 'V'},
+        {"save-shard-mb", required_argument, 0, 3102},
         {"resume", required_argument, 0, 'R'}, {"log", required_argument, 0, 'o'},
         {"peak-gflops", required_argument, 0, 'p'},
         {"recall-pairs", required_argument, 0, 'P'}, {"recall-queries", required_argument, 0, 'Q'},
@@ -208,6 +215,7 @@ static void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlag
         if (memory_flags_handle(&o->mem, cmd, opt, optarg, argc, argv)) continue;
         switch (opt) {
         case 'm': o->model_dir = optarg; break;
+        case 3101: o->random_init = 1; break;
         case 'd': o->data = optarg; break;
         case 'F': o->tokens_format = tokens_format_parse(optarg); break;
         case 's': o->seq_len = (int)parse_long(cmd, "seq-len", optarg, 2, 1L << 30); break;
@@ -225,6 +233,7 @@ static void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlag
         case 'e': o->eval_every = (int)parse_long(cmd, "eval-every", optarg, 0, 1 << 30); break;
         case 'E': o->eval_seqs = (int)parse_long(cmd, "eval-seqs", optarg, 1, 1 << 20); break;
         case 'S': o->save_dir = optarg; break;
+        case 3102: checkpoint_set_shard_bytes((uint64_t)(parse_double(cmd, "save-shard-mb", optarg, 0.0, 1e9) * 1e6)); break;
         case 'V': o->save_every = (int)parse_long(cmd, "save-every", optarg, 1, 1 << 30); break;
         case 'R': o->resume_dir = optarg; break;
         case 'o': o->log_path = optarg; break;
@@ -346,7 +355,7 @@ int cmd_train(int argc, char **argv) {
         die_if_any_rank(checkpoint_read_config(o.resume_dir, &cfg, &err) != 0 ? &err : NULL);
         llama_build(&model, &cfg);
     } else if (o.model_dir) {
-        model_from_dir(&model, o.model_dir, o.seed);
+        model_from_dir(&model, o.model_dir, o.seed, o.random_init);
     } else {
         model_from_size(&model, &sf.cfg, o.seed);
     }

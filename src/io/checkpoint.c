@@ -311,6 +311,11 @@ static void write_json_atomic(const char *path, json_t *root) {
     free(text);
 }
 
+/* Weights above this size are saved as shards with an index (transformers' 5 GB convention). */
+static uint64_t g_shard_bytes = CHECKPOINT_DEFAULT_SHARD_BYTES;
+
+void checkpoint_set_shard_bytes(uint64_t max_shard_bytes) { g_shard_bytes = max_shard_bytes; }
+
 /* The temporary directory the current save is filling; die() removes it (see die_set_cleanup). */
 static char g_filling[4096];
 
@@ -347,9 +352,9 @@ void checkpoint_save(const char *dir, const LlamaConfig *cfg, const ParamTable *
     config_json_save(p, cfg);
     json_object_set_new(files, F_CONFIG, crc_entry(p));
     xfree(p);
-    p = str_printf("%s/" F_MODEL, tmp);
-    params_save_safetensors(p, t, params);
-    json_object_set_new(files, F_MODEL, crc_entry(p));
+    int n_weight_files = params_save_dir(tmp, t, params, g_shard_bytes);
+    p = str_printf("%s/%s", tmp, n_weight_files == 1 ? F_MODEL : ST_INDEX_NAME);
+    json_object_set_new(files, n_weight_files == 1 ? F_MODEL : ST_INDEX_NAME, crc_entry(p)); /* shards: in the index */
     xfree(p);
     if (opt) {
         size_t n = opt->end - opt->begin;
@@ -495,6 +500,7 @@ typedef struct {
     uint64_t bytes[3]; /* config, model, optimizer */
     uint32_t crc[3];
     int has_file[3];
+    int sharded;       /* the weights are ST_INDEX_NAME + shards rather than F_MODEL */
 } StateExtra;
 
 static const char *const CHECKED_FILES[3] = { F_CONFIG, F_MODEL, F_OPTIM };
@@ -524,6 +530,7 @@ static int parse_state(const char *path, json_t *root, TrainerState *st, StateEx
         if (!json_is_object(files)) return bad_field(path, "files", "an object", e);
         for (int i = 0; i < 3; i++) {
             json_t *f = json_object_get(files, CHECKED_FILES[i]);
+            if (!f && i == 1 && (f = json_object_get(files, ST_INDEX_NAME)) != NULL) ex->sharded = 1;
             if (!f) continue;
             uint64_t crc;
             if (!json_is_object(f) || get_int(path, f, "bytes", 0, &x, e) != 0 ||
@@ -534,7 +541,7 @@ static int parse_state(const char *path, json_t *root, TrainerState *st, StateEx
             ex->crc[i] = (uint32_t)crc;
         }
         if (!ex->has_file[0] || !ex->has_file[1])
-            return bad_field(path, "files", "an object listing " F_CONFIG " and " F_MODEL, e);
+            return bad_field(path, "files", "an object listing " F_CONFIG " and " F_MODEL " (or " ST_INDEX_NAME ")", e);
     }
 
     trainer_state_init(st);
@@ -696,10 +703,10 @@ int checkpoint_read(const char *dir, const LlamaConfig *expect, const ParamTable
     TrainerState loaded;
     LlamaConfig cfg;
     int rc = require_dir(d, e);
-    if (rc == 0 && (!(cfg_path = require_file(d, F_CONFIG, e)) || !(model_path = require_file(d, F_MODEL, e)) ||
-                    !(state_path = require_file(d, F_STATE, e))))
+    if (rc == 0 && (!(cfg_path = require_file(d, F_CONFIG, e)) || !(state_path = require_file(d, F_STATE, e))))
         rc = -1;
     if (rc == 0) rc = read_state(state_path, &loaded, &ex, e);
+    if (rc == 0 && !(model_path = require_file(d, ex.sharded ? ST_INDEX_NAME : F_MODEL, e))) rc = -1;
     if (rc == 0) rc = verify_file(cfg_path, &ex, 0, e);
     if (rc == 0) rc = config_json_read(cfg_path, &cfg, e);
     if (rc == 0 && expect) rc = check_config(cfg_path, &cfg, expect, e);
@@ -719,7 +726,9 @@ int checkpoint_read(const char *dir, const LlamaConfig *expect, const ParamTable
     }
     if (rc == 0) rc = verify_file(model_path, &ex, 1, e);
     if (rc == 0 && optim_path) rc = verify_file(optim_path, &ex, 2, e);
-    if (rc == 0) rc = params_read_safetensors(model_path, t, params, cfg.tie_word_embeddings, e);
+    if (rc == 0)
+        rc = ex.sharded ? params_read_sharded(d, t, params, cfg.tie_word_embeddings, e)
+                        : params_read_safetensors(model_path, t, params, cfg.tie_word_embeddings, e);
     if (rc == 0 && opt) {
         StFile f;
         rc = st_load(optim_path, &f, e);

@@ -4,7 +4,10 @@
  *
  * Layout of DIR:
  *   config.json            the LlamaConfig (config_json_save)
- *   model.safetensors      all parameters, F32, HF names and shapes
+ *   model.safetensors      all parameters, F32, HF names and shapes; above the shard limit
+ *                          (checkpoint_set_shard_bytes, default 5 GB) instead
+ *                          model-0000k-of-0000n.safetensors + model.safetensors.index.json, as
+ *                          transformers' save_pretrained writes them
  *   optimizer.safetensors  F32 tensors "adamw.m" and "adamw.v" of shape [end - begin]; the range
  *                          [begin, end) of the flat buffer they cover is in trainer_state.json
  *                          (absent when the checkpoint was saved without an optimizer)
@@ -87,6 +90,12 @@ int checkpoint_check_target(const char *dir, SeqErr *e);
 /* Writes the checkpoint DIR atomically (see above), replacing an existing one. A DIR that
  * checkpoint_check_target refuses is refused (dies), so a mistyped path cannot delete unrelated
  * data. `opt` may be NULL (no optimizer state saved). */
+/* Weights larger than this are saved as model-0000k-of-0000n.safetensors shards with
+ * model.safetensors.index.json (params_save_dir; the index's CRC is in the trainer state, each
+ * shard's in the index); 0 means never shard. Default: 5 GB, as transformers. */
+#define CHECKPOINT_DEFAULT_SHARD_BYTES 5000000000ull
+void checkpoint_set_shard_bytes(uint64_t max_shard_bytes);
+
 void checkpoint_save(const char *dir, const LlamaConfig *cfg, const ParamTable *t, const float *params,
                      const AdamW *opt, const TrainerState *st);
 

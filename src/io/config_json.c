@@ -1,8 +1,10 @@
 /* Hugging Face config.json for Llama models, read and written with jansson. Loading takes the
  * fields seqpar uses, checks their JSON types strictly (an integer field must be a JSON
  * integer), applies the Hugging Face defaults for optional fields, rejects settings that would
- * change the model's arithmetic in ways seqpar does not implement (rope_scaling or a non-default
- * rope_parameters type, biases, an activation other than SiLU), ignores everything else, and
+ * change the model's arithmetic in ways seqpar does not implement (a model_type other than llama,
+ * RoPE scaling other than linear and llama3, sliding windows, q/k norms, soft-capping, biases, an
+ * activation other than SiLU) by name, reads linear and llama3 RoPE scaling (transformers 4's
+ * rope_scaling or transformers 5's rope_parameters), ignores everything else, and
  * validates the result; every problem is returned to the caller as one line (config_json_read)
  * or ends the program (config_json_load). Both transformers 4 (top-level rope_theta) and transformers 5
  * (rope_parameters.rope_theta) layouts are read. Saving writes a config that transformers'
@@ -81,25 +83,93 @@ static int bool_field(json_t *root, const char *name, int fallback, const char *
     return 0;
 }
 
-/* Settings that are valid Hugging Face Llama configs but change the computation in ways seqpar
- * does not implement are errors; silently ignoring them would train a different model. */
-static int reject_rope_variant(json_t *rope, const char *name, const char *path, SeqErr *e) {
-    json_t *type = json_is_object(rope) ? json_object_get(rope, "rope_type") : NULL;
-    if (!type && json_is_object(rope)) type = json_object_get(rope, "type");
-    int plain = json_is_object(rope) && (type ? json_is_string(type) && strcmp(json_string_value(type), "default") == 0
-                                              : strcmp(name, "rope_parameters") == 0);
-    if (!plain)
-        return seq_err(e, "config '%s' sets \"%s\" (%.60s), which seqpar does not implement: remove it (or give it "
-                       "rope_type \"default\") to train with plain RoPE", path, name,
-                       type && json_is_string(type) ? json_string_value(type) : "non-default");
+/* Reads one RoPE description ("rope_scaling" of transformers 4 or "rope_parameters" of
+ * transformers 5) into c's rope fields: type "default" (or, for rope_parameters, none given),
+ * "linear" (factor) and "llama3" (factor, low_freq_factor, high_freq_factor,
+ * original_max_position_embeddings, which falls back to max_position_embeddings as in
+ * transformers); every other type is refused by name. *type_out gets the LLAMA_ROPE_* value. */
+static int read_rope(json_t *rope, const char *name, const char *path, LlamaConfig *c, int *type_out, SeqErr *e) {
+    if (!json_is_object(rope))
+        return seq_err(e, "config '%s': \"%s\" must be an object or null, found %s", path, name, json_type_name(rope));
+    json_t *type = field(rope, "rope_type");
+    if (!type) type = field(rope, "type");
+    if (type && !json_is_string(type))
+        return seq_err(e, "config '%s': \"%s\".rope_type must be a string, found %s", path, name, json_type_name(type));
+    const char *t = type ? json_string_value(type) : (strcmp(name, "rope_parameters") == 0 ? "default" : NULL);
+    if (!t)
+        return seq_err(e, "config '%s': \"%s\" has no \"rope_type\": give it \"default\", \"linear\" or \"llama3\"",
+                       path, name);
+    double partial = 1.0;
+    if (number_field(rope, "partial_rotary_factor", 1.0, path, &partial, e) != 0) return -1;
+    if (partial != 1.0)
+        return seq_err(e, "config '%s': \"%s\".partial_rotary_factor is %g, but seqpar rotates the whole head "
+                       "(partial rotary embeddings are not Llama's)", path, name, partial);
+    if (strcmp(t, "default") == 0) { *type_out = LLAMA_ROPE_DEFAULT; return 0; }
+    if (strcmp(t, "linear") != 0 && strcmp(t, "llama3") != 0)
+        return seq_err(e, "config '%s' sets \"%s\" of type \"%.60s\", which seqpar does not implement (it implements "
+                       "\"default\", \"linear\" and \"llama3\", exactly as transformers does)", path, name, t);
+    int llama3 = strcmp(t, "llama3") == 0;
+    if (!field(rope, "factor"))
+        return seq_err(e, "config '%s': \"%s\" of type \"%s\" has no \"factor\"", path, name, t);
+    if (number_field(rope, "factor", 1.0, path, &c->rope_factor, e) != 0) return -1;
+    if (llama3) {
+        const char *need[] = {"low_freq_factor", "high_freq_factor"};
+        for (size_t i = 0; i < ARRAY_LEN(need); i++)
+            if (!field(rope, need[i]))
+                return seq_err(e, "config '%s': \"%s\" of type \"llama3\" has no \"%s\"", path, name, need[i]);
+        if (number_field(rope, "low_freq_factor", 1.0, path, &c->rope_low_freq_factor, e) != 0 ||
+            number_field(rope, "high_freq_factor", 4.0, path, &c->rope_high_freq_factor, e) != 0 ||
+            int_field(rope, "original_max_position_embeddings", 0, c->max_position_embeddings, path,
+                      &c->rope_original_max_position_embeddings, e) != 0)
+            return -1;
+    }
+    *type_out = llama3 ? LLAMA_ROPE_LLAMA3 : LLAMA_ROPE_LINEAR;
     return 0;
 }
 
+/* rope_parameters (transformers >= 5) wins when both are present and disagree on the type only
+ * if rope_scaling is plain; two different scalings are an error. */
+static int read_rope_settings(json_t *root, const char *path, LlamaConfig *c, SeqErr *e) {
+    json_t *scaling = field(root, "rope_scaling"), *parameters = field(root, "rope_parameters");
+    int t_scaling = LLAMA_ROPE_DEFAULT, t_parameters = LLAMA_ROPE_DEFAULT;
+    LlamaConfig from_scaling = *c;
+    if (scaling && read_rope(scaling, "rope_scaling", path, &from_scaling, &t_scaling, e) != 0) return -1;
+    if (parameters && read_rope(parameters, "rope_parameters", path, c, &t_parameters, e) != 0) return -1;
+    if (t_scaling != LLAMA_ROPE_DEFAULT && t_parameters != LLAMA_ROPE_DEFAULT &&
+        (t_scaling != t_parameters || from_scaling.rope_factor != c->rope_factor ||
+         from_scaling.rope_low_freq_factor != c->rope_low_freq_factor ||
+         from_scaling.rope_high_freq_factor != c->rope_high_freq_factor ||
+         from_scaling.rope_original_max_position_embeddings != c->rope_original_max_position_embeddings))
+        return seq_err(e, "config '%s': \"rope_scaling\" and \"rope_parameters\" describe different RoPE scalings: "
+                       "keep one", path);
+    if (t_parameters == LLAMA_ROPE_DEFAULT && t_scaling != LLAMA_ROPE_DEFAULT) {
+        double theta = c->rope_theta;
+        *c = from_scaling;
+        c->rope_theta = theta;
+        t_parameters = t_scaling;
+    }
+    c->rope_type = t_parameters;
+    return 0;
+}
+
+/* Fields of other model families (or Llama options) that change the arithmetic and that seqpar
+ * does not implement: each is refused by name when it is set to anything but its neutral value. */
 static int reject_unsupported(json_t *root, const char *path, SeqErr *e) {
-    json_t *scaling = field(root, "rope_scaling");
-    if (scaling && reject_rope_variant(scaling, "rope_scaling", path, e) != 0) return -1;
-    json_t *parameters = field(root, "rope_parameters"); /* transformers >= 5 */
-    if (parameters && reject_rope_variant(parameters, "rope_parameters", path, e) != 0) return -1;
+    json_t *mt = field(root, "model_type");
+    if (mt && !(json_is_string(mt) && strcmp(json_string_value(mt), "llama") == 0))
+        return seq_err(e, "config '%s' has \"model_type\" %s%.60s%s: seqpar trains Llama models only (model_type "
+                       "\"llama\"); other families compute a different model", path, json_is_string(mt) ? "\"" : "",
+                       json_is_string(mt) ? json_string_value(mt) : json_type_name(mt), json_is_string(mt) ? "\"" : "");
+    const char *on_fields[] = {"sliding_window", "use_sliding_window", "use_qk_norm", "qk_norm", "qk_layernorm",
+                               "attn_logit_softcapping", "final_logit_softcapping", "no_rope_layers",
+                               "layer_types", "query_pre_attn_scalar", "logits_scaling", "embedding_multiplier",
+                               "residual_multiplier", "attention_multiplier"};
+    for (size_t i = 0; i < ARRAY_LEN(on_fields); i++) {
+        json_t *v = field(root, on_fields[i]);
+        if (v && !json_is_false(v))
+            return seq_err(e, "config '%s' sets \"%s\", which seqpar's Llama does not implement: remove it (or set "
+                           "it to null) only if the checkpoint was trained without it", path, on_fields[i]);
+    }
     const char *bias_fields[] = {"attention_bias", "mlp_bias"};
     for (size_t i = 0; i < ARRAY_LEN(bias_fields); i++) {
         int on = 0;
@@ -142,6 +212,7 @@ static int config_from_json(json_t *root, const char *path, LlamaConfig *c, SeqE
         return -1;
     if (bool_field(root, "tie_word_embeddings", 0, path, &c->tie_word_embeddings, e) != 0) return -1;
     if (reject_unsupported(root, path, e) != 0) return -1;
+    if (read_rope_settings(root, path, c, e) != 0) return -1;
 
     if (!head_dim_given && c->num_attention_heads > 0 && c->hidden_size % c->num_attention_heads == 0)
         c->head_dim = c->hidden_size / c->num_attention_heads;
@@ -200,9 +271,22 @@ void config_json_save(const char *path, const LlamaConfig *c) {
     json_object_set_new(root, "max_position_embeddings", json_integer(c->max_position_embeddings));
     json_object_set_new(root, "rms_norm_eps", json_real(float_as_short_decimal(c->rms_norm_eps)));
     json_object_set_new(root, "rope_theta", json_real(c->rope_theta));
-    json_object_set_new(root, "rope_scaling", json_null()); /* transformers 4 */
-    json_object_set_new(root, "rope_parameters", /* transformers 5 */
-                        json_pack("{s:f, s:s}", "rope_theta", c->rope_theta, "rope_type", "default"));
+    json_t *rope = json_pack("{s:f, s:s}", "rope_theta", c->rope_theta, "rope_type", llama_rope_type_name(c->rope_type));
+    if (c->rope_type != LLAMA_ROPE_DEFAULT) json_object_set_new(rope, "factor", json_real(c->rope_factor));
+    if (c->rope_type == LLAMA_ROPE_LLAMA3) {
+        json_object_set_new(rope, "low_freq_factor", json_real(c->rope_low_freq_factor));
+        json_object_set_new(rope, "high_freq_factor", json_real(c->rope_high_freq_factor));
+        json_object_set_new(rope, "original_max_position_embeddings",
+                            json_integer(c->rope_original_max_position_embeddings));
+    }
+    if (c->rope_type == LLAMA_ROPE_DEFAULT) { /* transformers 4 */
+        json_object_set_new(root, "rope_scaling", json_null());
+    } else {
+        json_t *scaling = json_deep_copy(rope);
+        json_object_del(scaling, "rope_theta");
+        json_object_set_new(root, "rope_scaling", scaling);
+    }
+    json_object_set_new(root, "rope_parameters", rope); /* transformers 5 */
     json_object_set_new(root, "tie_word_embeddings", json_boolean(c->tie_word_embeddings));
     json_object_set_new(root, "torch_dtype", json_string("float32"));
     json_object_set_new(root, "attention_bias", json_false());

@@ -4,6 +4,8 @@
 #define SEQPAR_PARAM_IO_H
 
 #include "core/common.h"
+#include <stdint.h>
+
 #include "core/param_table.h"
 
 /* Writes every tensor of the table as F32 (metadata format "pt"), atomically (st_write_f32).
@@ -11,13 +13,34 @@
 void params_save_safetensors(const char *path, const ParamTable *t, const float *params);
 
 /* Reads every tensor of the table from `path` (F32, BF16 or F16, converted to float), checking its
- * shape. A tensor of the table missing from the file dies naming it; tensors in the file that the
- * table lacks are ignored. A NaN or Inf weight is an error naming the tensor. With tie_word_embeddings, "lm_head.weight" in the file is ignored (the
+ * shape. A tensor of the table missing from the file dies naming it; a tensor in the file that the
+ * table lacks is an error naming it (except RoPE inv_freq buffers of old conversions, which
+ * transformers ignores too). With tie_word_embeddings, an "lm_head.weight" in the file must equal
+ * model.embed_tokens.weight bit for bit (a redundant copy), else it is an error naming it. A NaN or Inf weight is an error naming the tensor. With tie_word_embeddings, "lm_head.weight" in the file is ignored (the
  * table built for a tied model has no lm_head; should it have one, it gets a copy of
  * model.embed_tokens.weight). */
 int params_read_safetensors(const char *path, const ParamTable *t, float *params, int tie_word_embeddings, SeqErr *e);
 /* Returns 0, or -1 with a one-line message in *e (above: "dies" means that message); the
  * dying form params_load_safetensors ends the program with it instead. */
 void params_load_safetensors(const char *path, const ParamTable *t, float *params, int tie_word_embeddings);
+
+#define ST_INDEX_NAME "model.safetensors.index.json"
+
+/* Reads DIR/model.safetensors.index.json (Hugging Face's sharded layout: "weight_map" maps each
+ * tensor name to a shard file in DIR) and every shard it names: each table tensor exactly once,
+ * in the shard the index names; a missing shard, a missing tensor, a tensor the table lacks or a
+ * tensor in two shards is an error naming it. */
+int params_read_sharded(const char *dir, const ParamTable *t, float *params, int tie_word_embeddings, SeqErr *e);
+/* The weights of a Hugging Face model directory: model.safetensors or the sharded index (both:
+ * an error). Returns 0 when loaded, -1 with a message, or 1 when DIR holds no weights at all;
+ * pytorch_model*.bin without safetensors is an error saying how to convert. */
+int params_read_dir(const char *dir, const ParamTable *t, float *params, int tie_word_embeddings, SeqErr *e);
+
+/* Writes the weights into DIR as transformers' save_pretrained does: model.safetensors when they
+ * fit in max_shard_bytes (0: no limit), else model-0000k-of-0000n.safetensors shards of at most
+ * that size (a larger tensor gets a shard alone) and model.safetensors.index.json, whose
+ * metadata also records each shard's size and CRC-32 (verified on load). Every file is written
+ * atomically. Returns the number of weight files (1: a single model.safetensors). */
+int params_save_dir(const char *dir, const ParamTable *t, const float *params, uint64_t max_shard_bytes);
 
 #endif

@@ -65,6 +65,18 @@ void rope_tables(float *cos_t, float *sin_t, const int *positions, int N, int he
     }
 }
 
+void rope_tables_freq(float *cos_t, float *sin_t, const int *positions, int N, int head_dim, const double *inv_freq) {
+    int half = head_dim / 2;
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        for (int j = 0; j < half; j++) {
+            double a = (double)positions[i] * inv_freq[j];
+            cos_t[(size_t)i * half + j] = (float)cos(a);
+            sin_t[(size_t)i * half + j] = (float)sin(a);
+        }
+    }
+}
+
 static void rope_rotate(float *x, const float *cos_t, const float *sin_t, int N, int n_heads,
                         int head_dim, float sign) {
     int half = head_dim / 2;

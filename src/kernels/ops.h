@@ -22,6 +22,8 @@ void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, c
 
 /* RoPE tables for explicit global positions: cos, sin (N, head_dim/2), angle = pos * theta^(-2i/d). */
 void rope_tables(float *cos_t, float *sin_t, const int *positions, int N, int head_dim, double theta);
+/* The same tables from given inverse frequencies (head_dim / 2 of them), for scaled RoPE. */
+void rope_tables_freq(float *cos_t, float *sin_t, const int *positions, int N, int head_dim, const double *inv_freq);
 /* In place on x (N, n_heads, head_dim), HF rotate-half convention:
  * x1 = x[:d/2], x2 = x[d/2:]; out = (x1 c - x2 s, x2 c + x1 s). */
 void rope_forward(float *x, const float *cos_t, const float *sin_t, int N, int n_heads, int head_dim);

@@ -82,6 +82,20 @@ int llama_config_check(const LlamaConfig *c, const char *where, SeqErr *e) {
     if (!(c->rope_theta > 0.0) || !isfinite(c->rope_theta))
         return seq_err(e, "%s: rope_theta is %g; it must be a positive finite number (Llama uses 10000 or 500000)",
                        where, c->rope_theta);
+    if (c->rope_type != LLAMA_ROPE_DEFAULT && c->rope_type != LLAMA_ROPE_LINEAR && c->rope_type != LLAMA_ROPE_LLAMA3)
+        return seq_err(e, "%s: rope_type %d is not one seqpar implements (default, linear, llama3)", where, c->rope_type);
+    if (c->rope_type != LLAMA_ROPE_DEFAULT && (!(c->rope_factor > 0.0) || !isfinite(c->rope_factor)))
+        return seq_err(e, "%s: rope scaling \"factor\" is %g; it must be a positive finite number", where,
+                       c->rope_factor);
+    if (c->rope_type == LLAMA_ROPE_LLAMA3) {
+        if (!isfinite(c->rope_low_freq_factor) || !isfinite(c->rope_high_freq_factor) ||
+            !(c->rope_low_freq_factor > 0.0) || !(c->rope_high_freq_factor > c->rope_low_freq_factor))
+            return seq_err(e, "%s: llama3 rope scaling needs 0 < low_freq_factor < high_freq_factor, found %g and %g",
+                           where, c->rope_low_freq_factor, c->rope_high_freq_factor);
+        if (c->rope_original_max_position_embeddings <= 0)
+            return seq_err(e, "%s: llama3 rope scaling needs a positive original_max_position_embeddings, found %d",
+                           where, c->rope_original_max_position_embeddings);
+    }
     /* Every size product in double: exact enough to compare against the limit, cannot overflow. */
     double D = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
     double qd = (double)heads * c->head_dim, kvd = (double)c->num_key_value_heads * c->head_dim;
@@ -98,4 +112,26 @@ void llama_config_validate(const LlamaConfig *c, const char *where) {
      * die_collective gives the single clean line without MPI_Abort noise. */
     SeqErr e;
     if (llama_config_check(c, where, &e) != 0) die_collective("%s", e.msg);
+}
+
+const char *llama_rope_type_name(int rope_type) {
+    switch (rope_type) {
+    case LLAMA_ROPE_LINEAR: return "linear";
+    case LLAMA_ROPE_LLAMA3: return "llama3";
+    default: return "default";
+    }
+}
+
+double llama_rope_inv_freq(const LlamaConfig *c, int j) {
+    double inv_freq = pow(c->rope_theta, -2.0 * j / (double)c->head_dim); /* as rope_tables */
+    if (c->rope_type == LLAMA_ROPE_LINEAR) return inv_freq / c->rope_factor;
+    if (c->rope_type != LLAMA_ROPE_LLAMA3) return inv_freq;
+    double factor = c->rope_factor, low = c->rope_low_freq_factor, high = c->rope_high_freq_factor;
+    double old_len = (double)c->rope_original_max_position_embeddings;
+    double low_freq_wavelen = old_len / low, high_freq_wavelen = old_len / high;
+    double wavelen = 2.0 * M_PI / inv_freq;
+    if (wavelen > low_freq_wavelen) return inv_freq / factor;
+    if (wavelen < high_freq_wavelen) return inv_freq;
+    double smooth = (old_len / wavelen - low) / (high - low);
+    return (1.0 - smooth) * inv_freq / factor + smooth * inv_freq;
 }

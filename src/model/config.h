@@ -14,7 +14,24 @@ typedef struct {
     int tie_word_embeddings;    /* 0 or 1 */
     float rms_norm_eps;
     double rope_theta;
+    /* RoPE frequency scaling (config.json "rope_scaling" / "rope_parameters"); zero-initialised
+     * means plain RoPE, so designated initialisers elsewhere stay valid. */
+    int rope_type;              /* LLAMA_ROPE_DEFAULT, LLAMA_ROPE_LINEAR or LLAMA_ROPE_LLAMA3 */
+    double rope_factor;         /* linear and llama3 */
+    double rope_low_freq_factor, rope_high_freq_factor; /* llama3 */
+    int rope_original_max_position_embeddings;          /* llama3 */
 } LlamaConfig;
+
+enum { LLAMA_ROPE_DEFAULT = 0, LLAMA_ROPE_LINEAR = 1, LLAMA_ROPE_LLAMA3 = 2 };
+
+/* The RoPE inverse frequency of pair j (0 <= j < head_dim / 2), in double, exactly as
+ * transformers' rope init functions compute it: theta^(-2j/head_dim), then for "linear" divided
+ * by factor, and for "llama3" (_compute_llama3_parameters) divided by factor when the wavelength
+ * 2*pi/inv_freq exceeds original_max_position_embeddings / low_freq_factor, kept when it is
+ * below original_max_position_embeddings / high_freq_factor, and smoothly interpolated between. */
+double llama_rope_inv_freq(const LlamaConfig *c, int j);
+/* The rope_type name of c ("default", "linear", "llama3"). */
+const char *llama_rope_type_name(int rope_type);
 
 #include "core/common.h"
 

@@ -483,7 +483,14 @@ double llama_forward_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn,
             die("token %d at position %d is outside the vocabulary (vocab_size %d): use a model whose "
                 "vocab_size covers the data", inputs[i] < 0 || inputs[i] >= V ? inputs[i] : targets[i], i, V);
 
-    rope_tables(a->rope_cos, a->rope_sin, positions, N, c->head_dim, c->rope_theta);
+    if (c->rope_type == LLAMA_ROPE_DEFAULT) {
+        rope_tables(a->rope_cos, a->rope_sin, positions, N, c->head_dim, c->rope_theta);
+    } else {
+        double *inv_freq = xmalloc(sizeof *inv_freq * (size_t)(c->head_dim / 2));
+        for (int j = 0; j < c->head_dim / 2; j++) inv_freq[j] = llama_rope_inv_freq(c, j);
+        rope_tables_freq(a->rope_cos, a->rope_sin, positions, N, c->head_dim, inv_freq);
+        xfree(inv_freq);
+    }
     attn->set_positions(attn, positions);
     hook(m, LLAMA_HOOK_BEGIN, -1, backward);
     embedding_forward(residual_at(a, c, 0), inputs, m->w.embed, N, D);
