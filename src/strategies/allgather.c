@@ -53,16 +53,7 @@ static char *allgather_check(const StrategyParams *p) {
         snprintf(buf, sizeof buf, "allgather needs --cp of at least 1 (got %d)", p->cp);
         return xstrdup(buf);
     }
-    long unit = (long)hp * p->cp * (p->layout == LAYOUT_ZIGZAG ? 2 : 1);
-    if (p->seq_len <= 0 || p->seq_len % unit) {
-        long below = p->seq_len / unit * unit, above = below + unit;
-        snprintf(buf, sizeof buf,
-                 "allgather: --seq-len %ld does not split over hp x cp = %ld ranks under the %s layout: it must be "
-                 "divisible by %ld (e.g. %ld or %ld)",
-                 p->seq_len, (long)hp * p->cp, layout_name(p->layout), unit, below > 0 ? below : above, above);
-        return xstrdup(buf);
-    }
-    return NULL;
+    return layout_split_error(p->layout, p->seq_len, hp, p->cp);
 }
 
 typedef struct {

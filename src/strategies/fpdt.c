@@ -61,14 +61,8 @@ static int fpdt_chunks(const StrategyParams *p) { return p->chunks > 0 ? p->chun
 
 static char *fpdt_check(const StrategyParams *p) {
     char buf[512];
-    HeadSplit hs;
-    char *err = head_split_init(&hs, p->hp, p->n_heads, p->n_kv_heads);
+    char *err = strategy_check_heads(p);
     if (err) return err;
-    head_split_free(&hs);
-    if (p->head_dim < 1) {
-        snprintf(buf, sizeof buf, "head_dim %d must be positive", p->head_dim);
-        return xstrdup(buf);
-    }
     const long u = fpdt_chunks(p), P = p->hp, unit = u * P;
     if (p->cp != 1) {
         snprintf(buf, sizeof buf, "--strategy fpdt splits heads only: drop --cp %d", p->cp);

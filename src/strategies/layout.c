@@ -20,15 +20,16 @@ const char *layout_name(TokenLayout l) {
     }
 }
 
-void layout_check(TokenLayout l, long S, int hp, int cp) {
-    long sp = (long)hp * cp, unit = l == LAYOUT_ZIGZAG ? 2 * sp : sp;
-    if (S % unit == 0) return;
+char *layout_split_error(TokenLayout l, long S, int hp, int cp) {
+    long sp = (long)(hp > 0 ? hp : 1) * cp, unit = l == LAYOUT_ZIGZAG ? 2 * sp : sp;
+    if (S > 0 && S % unit == 0) return NULL;
     long below = S / unit * unit, above = below + unit;
-    if (l == LAYOUT_ZIGZAG)
-        die_collective("--seq-len %ld does not split under the zigzag layout: it must be divisible by 2 x hp x cp = %ld "
-                       "(e.g. %ld or %ld)", S, unit, below > 0 ? below : above, above);
-    die_collective("--seq-len %ld does not split over hp x cp = %ld ranks under the %s layout: it must be divisible by "
-                   "%ld (e.g. %ld or %ld)", S, sp, layout_name(l), unit, below > 0 ? below : above, above);
+    char buf[256];
+    snprintf(buf, sizeof buf,
+             "--seq-len %ld does not split under the %s layout over hp x cp = %ld ranks: it must be divisible by %ld "
+             "(e.g. %ld or %ld)",
+             S, layout_name(l), sp, unit, below > 0 ? below : above, above);
+    return xstrdup(buf);
 }
 
 void layout_context_positions(TokenLayout l, int S, int cp, int c, int *positions) {

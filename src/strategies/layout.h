@@ -18,9 +18,9 @@ typedef enum { LAYOUT_CONTIGUOUS = 0, LAYOUT_ZIGZAG = 1, LAYOUT_STRIPED = 2 } To
 TokenLayout layout_parse(const char *s);   /* dies naming the value and the choices */
 const char *layout_name(TokenLayout l);
 
-/* Dies (die_collective: one line, every rank, exit 1) unless S can be split under the layout,
- * naming the nearest valid lengths. */
-void layout_check(TokenLayout l, long S, int hp, int cp);
+/* NULL when S splits under the layout over hp x cp ranks; otherwise a one-line message naming the
+ * nearest valid lengths (xmalloc'd: free with xfree). */
+char *layout_split_error(TokenLayout l, long S, int hp, int cp);
 
 /* positions (S / (hp cp)): the global positions held by head member h of context rank c. */
 void layout_positions(TokenLayout l, int S, int hp, int cp, int h, int c, int *positions);

@@ -169,16 +169,7 @@ static char *lightseq_check(const StrategyParams *p) {
                  layout_name(p->layout));
         return xstrdup(buf);
     }
-    long unit = (long)hp * cp * (p->layout == LAYOUT_ZIGZAG ? 2 : 1);
-    if (p->seq_len <= 0 || p->seq_len % unit) {
-        long below = p->seq_len / unit * unit, above = below + unit;
-        snprintf(buf, sizeof buf,
-                 "lightseq: --seq-len %ld does not split over hp x cp = %ld ranks under the %s layout: it must be "
-                 "divisible by %ld (e.g. %ld or %ld)",
-                 p->seq_len, (long)hp * cp, layout_name(p->layout), unit, below > 0 ? below : above, above);
-        return xstrdup(buf);
-    }
-    return NULL;
+    return layout_split_error(p->layout, p->seq_len, hp, cp);
 }
 
 /* ------------------------------------------------------------------------------------------ */

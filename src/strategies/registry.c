@@ -104,27 +104,25 @@ void strategy_positions(const Strategy *s, const StrategyParams *p, int hp_rank,
         layout_positions(p->layout, (int)p->seq_len, p->hp, p->cp, hp_rank, cp_rank, positions);
 }
 
-char *strategy_check(const Strategy *s, const StrategyParams *p) {
-    char buf[512];
-    if (s->own) return s->own->check(p);
+char *strategy_check_heads(const StrategyParams *p) {
     HeadSplit hs;
     char *err = head_split_init(&hs, p->hp, p->n_heads, p->n_kv_heads);
     if (err) return err;
     head_split_free(&hs);
     if (p->head_dim < 1) {
+        char buf[64];
         snprintf(buf, sizeof buf, "head_dim %d must be positive", p->head_dim);
         return xstrdup(buf);
     }
-    long sp = (long)p->hp * p->cp;
-    long unit = p->layout == LAYOUT_ZIGZAG ? 2 * sp : sp;
-    if (p->seq_len <= 0 || p->seq_len % unit) {
-        long below = p->seq_len / unit * unit, above = below + unit;
-        snprintf(buf, sizeof buf,
-                 "--seq-len %ld does not split under the %s layout over hp x cp = %ld ranks: it must be divisible by "
-                 "%ld (e.g. %ld or %ld)",
-                 p->seq_len, layout_name(p->layout), sp, unit, below > 0 ? below : above, above);
-        return xstrdup(buf);
-    }
+    return NULL;
+}
+
+char *strategy_check(const Strategy *s, const StrategyParams *p) {
+    if (s->own) return s->own->check(p);
+    char *err = strategy_check_heads(p);
+    if (err) return err;
+    err = layout_split_error(p->layout, p->seq_len, p->hp, p->cp);
+    if (err) return err;
     return s->schedule->check ? s->schedule->check(p) : NULL;
 }
 

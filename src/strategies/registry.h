@@ -107,6 +107,10 @@ char *strategy_grid(const Strategy *s, int hp_given, int cp_given, int sp_ranks,
  * strategies without teams. */
 int strategy_default_team(const Strategy *s, int cp);
 
+/* The heads split over hp (also unevenly: head_exchange.h) and a positive head_dim: NULL or a
+ * one-line message (xmalloc'd). Part of strategy_check; for strategies with their own check. */
+char *strategy_check_heads(const StrategyParams *p);
+
 /* Everything the strategy needs to run p: the heads split over hp (also unevenly), S splitting
  * under the layout, and the schedule's own check. NULL or a one-line message (xmalloc'd). */
 char *strategy_check(const Strategy *s, const StrategyParams *p);

@@ -259,17 +259,7 @@ static char *wf_check(const StrategyParams *p) {
                  p->team * p->team, p->cp, p->cp, valid);
         return xstrdup(buf);
     }
-    long sp = (long)(p->hp > 0 ? p->hp : 1) * p->cp;
-    long unit = p->layout == LAYOUT_ZIGZAG ? 2 * sp : sp;
-    if (p->seq_len <= 0 || p->seq_len % unit) {
-        long below = p->seq_len / unit * unit, above = below + unit;
-        snprintf(buf, sizeof buf,
-                 "--seq-len %ld does not split under the %s layout over hp x cp = %ld ranks: it must be divisible by "
-                 "%ld (e.g. %ld or %ld)",
-                 p->seq_len, layout_name(p->layout), sp, unit, below > 0 ? below : above, above);
-        return xstrdup(buf);
-    }
-    return NULL;
+    return layout_split_error(p->layout, p->seq_len, p->hp, p->cp);
 }
 
 /* ------------------------------------------------------------------------------------------ */
