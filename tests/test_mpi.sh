@@ -18,9 +18,7 @@
 set -u
 BUILD=${1:-build}
 . "$(dirname "$0")/lib.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMP_NUM_THREADS=1
-run_np() { local np=$1; shift; timeout 240 mpirun --oversubscribe -np "$np" "$@"; }
+mpi_test_env
 
 # ---- test binaries under several world sizes (1 rank: run directly by run_tests.sh)
 mpi_test_binary() { # name "world sizes" description
@@ -45,29 +43,6 @@ mpi_test_binary test_wallfacer "2 4 8 9 12" "wallfacer schedule"
 mpi_test_binary test_fpdt "2 3 4" "fpdt"
 
 # ---- seqpar grad: every grid writes the single-process file
-grad_case() { # fixture seq_len np flags...
-    local f=$1 S=$2 np=$3
-    shift 3
-    local ref="$T/$f.$S.single"
-    if [ ! -f "$ref" ]; then
-        timeout 60 "$SEQPAR" grad --model "$FIX/$f" --tokens "$FIX/$f/tokens.bin" --seq-len "$S" --out "$ref" >"$ref.out" 2>&1
-    fi
-    local out
-    out=$(run_np "$np" "$SEQPAR" grad --model "$FIX/$f" --tokens "$FIX/$f/tokens.bin" --seq-len "$S" --out "$T/dist" "$@" 2>&1)
-    local rc=$?
-    local want got
-    want=$(sed -nE 's/^loss: (.*)$/\1/p' "$ref.out")
-    got=$(printf '%s\n' "$out" | sed -nE 's/^loss: (.*)$/\1/p')
-    if [ $rc -ne 0 ]; then bad "grad $f np $np $*: status $rc: $(printf '%s' "$out" | tail -n 2)"; return; fi
-    if awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 1e-6 * b) }'; then ok; else
-        bad "grad $f np $np $*: loss $got, single process $want"; fi
-    # fp32 sums in another order: 1e-4 of each tensor's scale (seen: ~1e-6)
-    if "$CMP" "$T/dist" "$ref" 1e-4 1e-7 >/dev/null; then ok; else bad "grad $f np $np $*: $("$CMP" "$T/dist" "$ref" 1e-4 1e-7)"; fi
-    # the HF fixture where it was made at this length
-    if grep -q "\"seq_len\": $S," "$FIX/$f/expected.json"; then
-        if "$CMP" "$T/dist" "$FIX/$f/grads.safetensors" 1e-4 1e-7 >/dev/null; then ok; else bad "grad $f np $np $*: differs from the HF fixture"; fi
-    fi
-}
 L=tiny_long   # H 4, KV heads 2, S 256
 grad_case $L 256 2 --hp 2                                   # Ulysses
 grad_case $L 256 2 --cp 2                                   # ring, zigzag

@@ -17,8 +17,7 @@
 set -u
 BUILD=${1:-build}
 . "$(dirname "$0")/lib.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMP_NUM_THREADS=1
+mpi_test_env
 unset SEQPAR_FAULT_NONFINITE SEQPAR_FAULT_HANG
 
 # waits until JSONL file $1 holds at least $2 lines (at most 60 s); returns non-zero on timeout

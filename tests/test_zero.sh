@@ -15,28 +15,9 @@
 set -u
 BUILD=${1:-build}
 . "$(dirname "$0")/lib.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMP_NUM_THREADS=1
-run_np() { local np=$1; shift; timeout 240 mpirun --oversubscribe -np "$np" "$@"; }
+mpi_test_env
 
 # ---- seqpar grad: the gathered gradient is the single-process one
-grad_case() { # fixture seq_len np flags...
-    local f=$1 S=$2 np=$3
-    shift 3
-    local ref="$T/$f.$S.single"
-    if [ ! -f "$ref" ]; then
-        timeout 60 "$SEQPAR" grad --model "$FIX/$f" --tokens "$FIX/$f/tokens.bin" --seq-len "$S" --out "$ref" >"$ref.out" 2>&1
-    fi
-    local out rc want got
-    out=$(run_np "$np" "$SEQPAR" grad --model "$FIX/$f" --tokens "$FIX/$f/tokens.bin" --seq-len "$S" --out "$T/dist" "$@" 2>&1)
-    rc=$?
-    want=$(sed -nE 's/^loss: (.*)$/\1/p' "$ref.out")
-    got=$(printf '%s\n' "$out" | sed -nE 's/^loss: (.*)$/\1/p')
-    if [ $rc -ne 0 ]; then bad "grad $f np $np $*: status $rc: $(printf '%s' "$out" | tail -n 2)"; return; fi
-    if awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 1e-6 * b) }'; then ok; else
-        bad "grad $f np $np $*: loss $got, single process $want"; fi
-    if "$CMP" "$T/dist" "$ref" 1e-4 1e-7 >/dev/null; then ok; else bad "grad $f np $np $*: $("$CMP" "$T/dist" "$ref" 1e-4 1e-7)"; fi
-}
 L=tiny_long
 grad_case $L 256 2 --cp 2 --zero 2
 grad_case $L 256 2 --cp 2 --zero 3
