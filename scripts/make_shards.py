@@ -64,8 +64,8 @@ def import_tokenizers():
     # a venv made by --setup: run this script again with its python
     if os.path.exists(venv_python()) and os.path.realpath(sys.executable) != os.path.realpath(venv_python()):
         os.execv(venv_python(), [venv_python()] + sys.argv)
-    fail("the Python package 'tokenizers' is missing: run 'python3 scripts/make_shards.py --setup' once (a venv "
-         "under ~/.cache/seqpar, from PyPI), or 'pip install tokenizers', or use --byte-level")
+    fail(f"the Python package 'tokenizers' is missing: run 'python3 scripts/make_shards.py --setup' once (a venv "
+         f"in {cache_venv()}, from PyPI), or 'pip install tokenizers', or use --byte-level")
 
 
 class ByteLevel:
