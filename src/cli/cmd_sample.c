@@ -33,8 +33,8 @@ static const char HELP[] =
     "  --stop-token ID        stop after generating ID (default: 256 for a vocabulary-257 byte model,\n"
     "                         none otherwise; -1: never stop early)\n"
     "  --ids                  print token ids (comma-separated) instead of text\n"
-    "  --threads N            threads (default: OpenMP's, OMP_NUM_THREADS or every core); one token is\n"
-    "                         little work, so on a busy machine --threads 1 can be faster\n"
+    "  --threads N            threads (default 1: one token at a time is little work, and more threads\n"
+    "                         mostly wait for each other; larger models may gain from more)\n"
     "  --help                 this text\n"
     "Output: byte-level models print the prompt and its continuation as text (the end-of-text id\n"
     "as a newline); other models print the generated ids. Speed goes to stderr.\n";
@@ -55,6 +55,7 @@ static void parse_sample_options(int argc, char **argv, SampleOptions *o) {
     o->temperature = 0.8;
     o->top_k = 40;
     o->seed = 1;
+    o->threads = 1;
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"prompt", required_argument, 0, 'p'},
         {"prompt-tokens", required_argument, 0, 'P'}, {"max-new-tokens", required_argument, 0, 'n'},
@@ -125,7 +126,7 @@ static void put_token(int id, int as_ids, int first) {
 int cmd_sample(int argc, char **argv) {
     SampleOptions o;
     parse_sample_options(argc, argv, &o);
-    if (o.threads > 0) set_threads(o.threads);
+    set_threads(o.threads);
     LlamaModel model;
     model_from_dir(&model, o.model_dir, 1, 0);
     int V = model.cfg.vocab_size, byte_level = V == 256 || V == 257;

@@ -182,7 +182,7 @@ int token_stream_next(TokenStream *ts, int S, int *inputs, int *targets, SeqErr 
 
 int token_stream_seek(TokenStream *ts, uint64_t shard, uint64_t offset, SeqErr *e) {
     if (shard >= (uint64_t)ts->n_shards || offset > ts->counts[shard])
-        return seq_err(e, "the saved data position (shard %" PRIu64 ", offset %" PRIu64 ") lies outside '%s' (%d "
+        return seq_err(e, "the saved data position (data_shard %" PRIu64 ", data_cursor %" PRIu64 ") lies outside '%s' (%d "
                        "shard%s, %zu tokens): resume with the data the checkpoint was trained on", shard, offset,
                        ts->source, ts->n_shards, ts->n_shards == 1 ? "" : "s", ts->total);
     ts->shard = shard;
