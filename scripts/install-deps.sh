@@ -5,6 +5,7 @@
 set -euo pipefail
 need=(build-essential pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin libjansson-dev zlib1g-dev
       clang libclang-rt-dev)
+need+=(python3) # scripts/make_shards.py (standard library only; --tokenizer adds the PyPI package on request)
 missing=()
 for p in "${need[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

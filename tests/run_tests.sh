@@ -57,6 +57,7 @@ run_one test_cli 600 bash tests/test_cli.sh "$BUILD"
 run_one test_mpi 900 bash tests/test_mpi.sh "$BUILD"
 run_one test_zero 600 bash tests/test_zero.sh "$BUILD"
 run_one test_reliability 300 bash tests/test_reliability.sh "$BUILD"
+run_one test_data 600 bash tests/test_data.sh "$BUILD"
 run_one test_fuzz 600 bash tests/test_fuzz.sh
 echo
 echo "$total_pass passed, $total_fail failed"

@@ -1,7 +1,8 @@
 /* Test tool: sets one top-level field of a checkpoint's trainer_state.json to a JSON value and,
  * when the file carries "state_crc32", re-signs it (CRC-32 of the compact, key-sorted JSON
  * without that field, written independently of the library's code), so tests can reach the
- * semantic checks behind the checksum: tool_edit_state FILE KEY JSON-VALUE. */
+ * semantic checks behind the checksum: tool_edit_state FILE KEY JSON-VALUE. The value --delete
+ * removes the field instead (to make a checkpoint as an older seqpar wrote it). */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,12 +16,14 @@ int main(int argc, char **argv) {
     }
     json_error_t err;
     json_t *root = json_load_file(argv[1], JSON_PRESERVE_ORDER, &err);
-    json_t *value = json_loads(argv[3], JSON_DECODE_ANY, &err);
+    int delete = strcmp(argv[3], "--delete") == 0;
+    json_t *value = delete ? json_null() : json_loads(argv[3], JSON_DECODE_ANY, &err);
     if (!root || !value) {
         fprintf(stderr, "tool_edit_state: cannot parse %s or the value: %s\n", root ? "the value" : argv[1], err.text);
         return 2;
     }
-    json_object_set_new(root, argv[2], value);
+    if (delete) json_object_del(root, argv[2]);
+    else json_object_set_new(root, argv[2], value);
     if (json_object_get(root, "state_crc32")) {
         json_t *copy = json_deep_copy(root);
         json_object_del(copy, "state_crc32");

@@ -18,7 +18,8 @@
 #include "core/common.h"
 #include "kernels/isa.h"
 #include "data/recall.h"
-#include "data/tokens.h"
+#include "data/token_stream.h"
+#include "cli/validation.h"
 #include "io/checkpoint.h"
 #include "io/config_json.h"
 #include "kernels/sgemm_bench.h"
@@ -38,7 +39,11 @@ static const char HELP_HEAD[] =
     "  --random-init        --model DIR holds only config.json: start from random weights\n";
 static const char HELP_TAIL[] =
     "data:\n"
-    "  --data SRC           'recall' (default), an llm.c shard (.bin) or a text file (.txt)\n"
+    "  --data SRC           'recall' (default), an llm.c shard (.bin), a text file (.txt), a directory\n"
+    "                       of .bin shards (without *_val_* ones) or a quoted glob; read in name order\n"
+    "  --val-data SRC       held-out shards (file, directory, glob; a --data directory's *_val_*\n"
+    "                       shards by default): validation loss every --eval-every steps\n"
+    "  --eval-batches N     validation sequences: N x --batch (default 4)\n"
     "  --tokens-format F    auto|llmc|text for --data FILE (default auto)\n"
     "  --seq-len S          tokens per sequence (default 128)\n"
     "  --batch B            sequences per step over all dp replicas (default 8; divisible by --dp)\n"
@@ -55,7 +60,8 @@ static const char HELP_TAIL[] =
     "  --beta1 X, --beta2 X AdamW betas (default 0.9, 0.95)\n"
     "run:\n"
     "  --seed N             seed for weights and data (default 1)\n"
-    "  --eval-every N       evaluate recall accuracy every N steps (default 250; 0: only at the end)\n"
+    "  --eval-every N       evaluate recall accuracy or validation loss every N steps (default 250;\n"
+    "                       0: only at the end)\n"
     "  --eval-seqs N        sequences per evaluation (default 16)\n"
     "  --save DIR           write a checkpoint to DIR at the end (and every --save-every steps)\n"
     "  --save-every N       also checkpoint every N steps\n"
@@ -76,9 +82,9 @@ static const char HELP_TAIL[] =
     "  SEQPAR_ISA=avx2|scalar|avx512 forces one (a path the CPU lacks is refused).\n";
 
 typedef struct {
-    const char *data, *save_dir, *resume_dir, *log_path, *model_dir;
+    const char *data, *val_data, *save_dir, *resume_dir, *log_path, *model_dir;
     TokensFormat tokens_format;
-    int seq_len, batch, eval_every, eval_seqs, save_every, quiet, skip_nonfinite;
+    int seq_len, batch, eval_every, eval_seqs, eval_batches, save_every, quiet, skip_nonfinite;
     int recall_pairs, recall_queries;
     long steps, stop_at;
     uint64_t seed;
@@ -90,28 +96,38 @@ typedef struct {
     MemoryFlags mem;
 } TrainOptions;
 
-/* The source of training sequences: recall task or a token file read sequentially. */
+/* The source of training sequences: recall task or token files read in order (token_stream.h). */
 typedef struct {
     int is_recall;
     RecallSpec spec;
-    TokenData td;
+    TokenStream ts;
     int *distance; /* (S) for recall */
 } DataSource;
 
+/* Every rank reads the same data, so a failed read ends every rank alike (with one line). */
 static void next_sequence(DataSource *ds, TrainerState *st, int S, int *inputs, int *targets) {
     if (ds->is_recall) {
         recall_generate(&ds->spec, &st->data_rng, inputs, targets, ds->distance);
         st->data_cursor++;
         return;
     }
-    /* written so that no cursor value can wrap the bound (resume checks it lies in the data) */
-    if (st->data_cursor > ds->td.n || ds->td.n - st->data_cursor < (uint64_t)S + 1) st->data_cursor = 0;
-    const uint32_t *t = ds->td.tokens + st->data_cursor;
-    for (int i = 0; i < S; i++) {
-        inputs[i] = (int)t[i];
-        targets[i] = (int)t[i + 1];
-    }
-    st->data_cursor += (uint64_t)S;
+    SeqErr e;
+    die_if_any_rank(token_stream_next(&ds->ts, S, inputs, targets, &e) != 0 ? &e : NULL);
+    st->data_shard = ds->ts.shard;
+    st->data_cursor = ds->ts.offset;
+}
+
+/* Validation loss, printed and logged by rank 0. */
+static void evaluate_val(Validation *val, LlamaModel *m, LlamaActs *acts, SeqParallel *par, long step, FILE *log) {
+    double loss;
+    long n;
+    SeqErr e;
+    die_if_any_rank(validation_loss(val, m, acts, par, &loss, &n, &e) != 0 ? &e : NULL);
+    if (par->topo.world_rank != 0) return;
+    printf("step %5ld | val loss %.4f (%d sequences, %ld tokens)\n", step, loss, val->n_seqs, n);
+    fflush(stdout);
+    fprintf(log, "{\"step\": %ld, \"val_loss\": %.17g, \"val_tokens\": %ld}\n", step, loss, n);
+    fflush(log);
 }
 
 /* Recall accuracy on eval_seqs fresh sequences from a fixed seed (the same set every time).
@@ -155,8 +171,13 @@ static double evaluate_recall(LlamaModel *m, LlamaActs *acts, SeqParallel *par, 
     return acc;
 }
 
-static void record_settings(TrainerState *st, const TrainOptions *o, const LlamaModel *m) {
+static void record_settings(TrainerState *st, const TrainOptions *o, const LlamaModel *m, const DataSource *ds) {
     trainer_state_set(st, "data", "%s", o->data);
+    if (ds->ts.n_shards > 0) { /* the same files, not only the same name */
+        char desc[96];
+        token_stream_describe(&ds->ts, desc, sizeof desc);
+        trainer_state_set(st, "data_shards", "%s", desc);
+    }
     trainer_state_set(st, "batch", "%d", o->batch);
     trainer_state_set(st, "steps", "%ld", o->steps);
     trainer_state_set(st, "lr", "%a", (double)o->opt.lr);
@@ -182,6 +203,7 @@ static void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlag
     o->seed = 1;
     o->eval_every = 250;
     o->eval_seqs = 16;
+    o->eval_batches = 4;
     o->log_path = "runs/train.jsonl";
     o->opt.lr = 2e-3f;
     o->opt.warmup_steps = 50;
@@ -199,6 +221,7 @@ static void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlag
         MEMORY_FLAG_OPTIONS, {"seed", required_argument, 0, 'r'},
         {"random-init", no_argument, 0, 3101},
         {"eval-every", required_argument, 0, 'e'}, {"eval-seqs", required_argument, 0, 'E'},
+        {"val-data", required_argument, 0, 3103}, {"eval-batches", required_argument, 0, 3104},
         {"save", required_argument, 0, 'S'}, {"save-every", required_argument, 0, 'V'},
         {"save-shard-mb", required_argument, 0, 3102},
         {"resume", required_argument, 0, 'R'}, {"log", required_argument, 0, 'o'},
@@ -232,6 +255,8 @@ static void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlag
         case 'r': o->seed = (uint64_t)parse_long(cmd, "seed", optarg, 0, 1L << 62); break;
         case 'e': o->eval_every = (int)parse_long(cmd, "eval-every", optarg, 0, 1 << 30); break;
         case 'E': o->eval_seqs = (int)parse_long(cmd, "eval-seqs", optarg, 1, 1 << 20); break;
+        case 3103: o->val_data = optarg; break;
+        case 3104: o->eval_batches = (int)parse_long(cmd, "eval-batches", optarg, 1, 1 << 20); break;
         case 'S': o->save_dir = optarg; break;
         case 3102: checkpoint_set_shard_bytes((uint64_t)(parse_double(cmd, "save-shard-mb", optarg, 0.0, 1e9) * 1e6)); break;
         case 'V': o->save_every = (int)parse_long(cmd, "save-every", optarg, 1, 1 << 30); break;
@@ -311,16 +336,13 @@ static void load_checkpoint(const char *dir, LlamaModel *m, AdamW *opt, TrainerS
 
 /* A resumed state must fit this run: same settings, a step inside the --steps schedule and a
  * data cursor inside the token data. */
-static int check_resumed(const TrainerState *st, const TrainerState *now, const TrainOptions *o, const DataSource *ds,
+static int check_resumed(const TrainerState *st, const TrainerState *now, const TrainOptions *o, DataSource *ds,
                          SeqErr *e) {
     if (trainer_state_compare(st, now, o->resume_dir, e) != 0) return -1;
     if (st->step > o->steps)
         return seq_err(e, "checkpoint %s is at step %ld, beyond this run's schedule of --steps %ld: resume with the "
                        "--steps it was saved with, or start a new run", o->resume_dir, st->step, o->steps);
-    if (!ds->is_recall && st->data_cursor > ds->td.n)
-        return seq_err(e, "checkpoint %s has data_cursor %llu but '%s' holds %zu tokens: resume with the data it was "
-                       "trained on", o->resume_dir, (unsigned long long)st->data_cursor, o->data, ds->td.n);
-    return 0;
+    return ds->is_recall ? 0 : token_stream_seek(&ds->ts, st->data_shard, st->data_cursor, e);
 }
 
 int cmd_train(int argc, char **argv) {
@@ -335,11 +357,16 @@ int cmd_train(int argc, char **argv) {
     ds.is_recall = !strcmp(o.data, "recall");
     SeqErr err;
     if (!ds.is_recall) {
-        die_if_any_rank(tokens_read(o.data, o.tokens_format, &ds.td, &err) != 0 ? &err : NULL);
-        if (ds.td.n < (size_t)S + 1)
-            die_collective("--seq-len %d needs %d tokens but '%s' holds %zu: use a shorter --seq-len", S, S + 1, o.data, ds.td.n);
-        if (!o.model_dir && !o.resume_dir && (uint32_t)sf.cfg.vocab_size <= ds.td.max_token) /* unsigned: no wrap */
-            sf.cfg.vocab_size = ds.td.format == TOKENS_TEXT ? 256 : (int)ds.td.max_token + 1; /* max_token < 2^31 - 1 */
+        die_if_any_rank(token_stream_open(&ds.ts, o.data, o.tokens_format, STREAM_TRAIN, &err) != 0 ? &err : NULL);
+        if (ds.ts.total < (size_t)S + 1)
+            die_collective("--seq-len %d needs %d tokens but '%s' holds %zu: use a shorter --seq-len", S, S + 1, o.data, ds.ts.total);
+        uint32_t max_token = 0;
+        if (!o.model_dir && !o.resume_dir) /* size flags: a vocabulary that covers the data */
+            die_if_any_rank(token_stream_max_token(&ds.ts, &max_token, &err) != 0 ? &err : NULL);
+        if (!o.model_dir && !o.resume_dir && (uint32_t)sf.cfg.vocab_size <= max_token) /* unsigned: no wrap */
+            sf.cfg.vocab_size = ds.ts.data.format == TOKENS_TEXT ? 256 : (int)max_token + 1; /* max_token < 2^31 - 1 */
+    } else if (o.val_data) {
+        die_collective("--val-data needs token data: --data recall reports recall accuracy instead");
     }
     /* An unusable --save path ends the run now, not after training (rank 0 checks, all end). */
     if (o.save_dir) {
@@ -360,7 +387,7 @@ int cmd_train(int argc, char **argv) {
         model_from_size(&model, &sf.cfg, o.seed);
     }
     const LlamaConfig *c = &model.cfg;
-    if (!ds.is_recall) die_if_any_rank(tokens_check_vocab(&ds.td, o.data, c->vocab_size, &err) != 0 ? &err : NULL);
+    ds.ts.vocab_size = c->vocab_size; /* every shard is checked when it is loaded */
     if (ds.is_recall) {
         ds.spec.vocab_size = c->vocab_size;
         ds.spec.seq_len = S;
@@ -382,6 +409,14 @@ int cmd_train(int argc, char **argv) {
     if (o.batch % dp != 0)
         die_collective("--batch %d does not split over --dp %d replicas: use a batch divisible by %d", o.batch, dp, dp);
     int per_replica = o.batch / dp;
+    Validation val, *vp = NULL;
+    /* llm.c's layout: a --data directory's *_val_* shards are its held-out data */
+    if (!o.val_data && !ds.is_recall && token_stream_dir_has_val(o.data)) o.val_data = o.data;
+    if (o.val_data) {
+        die_if_any_rank(validation_open(&val, o.val_data, o.tokens_format, S, o.eval_batches, o.batch, dp,
+                                        c->vocab_size, &err) != 0 ? &err : NULL);
+        vp = &val;
+    }
 
     AdamW opt;
     adamw_init(&opt, &o.opt, par.sync.shard_begin, par.sync.shard_end);
@@ -389,7 +424,7 @@ int cmd_train(int argc, char **argv) {
     trainer_state_init(&now);
     now.seed = o.seed;
     now.seq_len = S;
-    record_settings(&now, &o, &model);
+    record_settings(&now, &o, &model, &ds);
     if (o.resume_dir) {
         load_checkpoint(o.resume_dir, &model, &opt, &st);
         die_if_any_rank(check_resumed(&st, &now, &o, &ds, &err) != 0 ? &err : NULL);
@@ -429,6 +464,12 @@ int cmd_train(int argc, char **argv) {
                    "with %d threads (raised if a step runs faster)", peak, SGEMM_PEAK_TRIALS, current_threads());
         printf("; --checkpoint %s, %d FFN chunk%s\n", llama_checkpoint_name(o.mem.checkpoint),
                llama_acts_ffn_chunks(acts), llama_acts_ffn_chunks(acts) == 1 ? "" : "s");
+        if (vp) {
+            char vdesc[96];
+            token_stream_describe(&vp->stream, vdesc, sizeof vdesc);
+            printf("validation: %s (%s): %d sequences every %d steps and at the end\n", o.val_data, vdesc, vp->n_seqs,
+                   o.eval_every);
+        }
         if (ds.is_recall)
             printf("recall task: %d pairs, %d queries per sequence, chance accuracy %.3f\n", ds.spec.n_pairs,
                    ds.spec.n_queries, 1.0 / ((c->vocab_size - 1) / 2));
@@ -536,6 +577,10 @@ int cmd_train(int argc, char **argv) {
             if (root) printf("step %5ld eval: ", st.step);
             evaluate_recall(&model, acts, &par, &ds, &o, stdout);
         }
+        if (vp && o.eval_every > 0 && st.step % o.eval_every == 0 && st.step < o.stop_at) {
+            watch(&par, st.step, "eval", 0);
+            evaluate_val(vp, &model, acts, &par, st.step, log);
+        }
         if (o.save_dir && o.save_every > 0 && st.step % o.save_every == 0 && st.step < o.stop_at) {
             watch(&par, st.step, "save", 1);
             save_checkpoint(o.save_dir, &model, &opt, &st, &par);
@@ -559,6 +604,10 @@ int cmd_train(int argc, char **argv) {
             double acc = evaluate_recall(&model, acts, &par, &ds, &o, stdout);
             if (root) printf("recall accuracy %.3f (chance %.3f)\n", acc, 1.0 / ((c->vocab_size - 1) / 2));
         }
+        if (vp) {
+            watch(&par, st.step, "eval", 0);
+            evaluate_val(vp, &model, acts, &par, st.step, log);
+        }
         if (o.save_dir) {
             watch(&par, st.step, "save", 1);
             save_checkpoint(o.save_dir, &model, &opt, &st, &par);
@@ -577,7 +626,8 @@ int cmd_train(int argc, char **argv) {
     llama_acts_free(acts);
     seq_parallel_free(&par);
     adamw_free(&opt);
-    if (ds.is_recall) xfree(ds.distance); else tokens_free(&ds.td);
+    if (ds.is_recall) xfree(ds.distance); else token_stream_close(&ds.ts);
+    if (vp) validation_close(vp);
     llama_free(&model);
     return 0;
 }

@@ -67,8 +67,9 @@ static int load_text(FILE *fp, const char *path, size_t file_size, TokenData *td
     return read_tokens(fp, path, file_size, 1, td, e);
 }
 
-static int load_llmc(FILE *fp, const char *path, size_t file_size, TokenData *td, SeqErr *e) {
-    td->format = TOKENS_LLMC;
+/* Reads and checks the header of an llm.c shard of file_size bytes: *count tokens of *width bytes. */
+static int read_llmc_header(FILE *fp, const char *path, size_t file_size, size_t *count_out, size_t *width_out,
+                            SeqErr *e) {
     if (file_size < LLMC_HEADER_BYTES)
         return seq_err(e, "'%s' is not an llm.c token shard: it has %zu bytes, fewer than the %zu-byte header (for a "
                        "text file use a .txt name or the text format)", path, file_size, (size_t)LLMC_HEADER_BYTES);
@@ -104,18 +105,25 @@ static int load_llmc(FILE *fp, const char *path, size_t file_size, TokenData *td
         return seq_err(e, "llm.c shard '%s' is truncated or corrupt: the header says %d tokens (%zu bytes with the "
                        "header) but the file has %zu bytes", path, count, expected, file_size);
     if (count == 0) return seq_err(e, "llm.c shard '%s' holds no tokens (its header count is 0)", path);
-    td->n = (size_t)count;
+    *count_out = (size_t)count;
+    *width_out = width;
+    return 0;
+}
+
+static int load_llmc(FILE *fp, const char *path, size_t file_size, TokenData *td, SeqErr *e) {
+    td->format = TOKENS_LLMC;
+    size_t width;
+    if (read_llmc_header(fp, path, file_size, &td->n, &width, e) != 0) return -1;
     td->tokens = xmalloc(td->n * sizeof(uint32_t));
     return read_tokens(fp, path, td->n, width, td, e);
 }
 
-int tokens_read(const char *path, TokensFormat format, TokenData *td, SeqErr *e) {
-    memset(td, 0, sizeof *td);
+/* Opens path as a non-empty regular file for reading; *fp_out and *size_out on success. */
+static int open_token_file(const char *path, FILE **fp_out, size_t *size_out, SeqErr *e) {
     uint64_t size;
     int fd = open_regular_file(path, "token file", &size, e);
     if (fd < 0) return -1;
-    size_t file_size = (size_t)size;
-    if (file_size == 0) {
+    if (size == 0) {
         close(fd);
         return seq_err(e, "token file '%s' is empty: it needs at least one token", path);
     }
@@ -125,7 +133,33 @@ int tokens_read(const char *path, TokensFormat format, TokenData *td, SeqErr *e)
         close(fd);
         return seq_err(e, "cannot open token file '%s': %s", path, strerror(err));
     }
+    *fp_out = fp;
+    *size_out = (size_t)size;
+    return 0;
+}
+
+static TokensFormat resolve_format(const char *path, TokensFormat format) {
     if (format == TOKENS_AUTO) format = ends_with(path, ".txt") ? TOKENS_TEXT : TOKENS_LLMC;
+    return format;
+}
+
+int tokens_probe(const char *path, TokensFormat format, size_t *count, SeqErr *e) {
+    FILE *fp = NULL;
+    size_t file_size = 0, width;
+    if (open_token_file(path, &fp, &file_size, e) != 0) return -1;
+    int rc = 0;
+    if (resolve_format(path, format) == TOKENS_TEXT) *count = file_size;
+    else rc = read_llmc_header(fp, path, file_size, count, &width, e);
+    fclose(fp);
+    return rc;
+}
+
+int tokens_read(const char *path, TokensFormat format, TokenData *td, SeqErr *e) {
+    memset(td, 0, sizeof *td);
+    FILE *fp = NULL;
+    size_t file_size = 0;
+    if (open_token_file(path, &fp, &file_size, e) != 0) return -1;
+    format = resolve_format(path, format);
     int rc = format == TOKENS_TEXT ? load_text(fp, path, file_size, td, e) : load_llmc(fp, path, file_size, td, e);
     fclose(fp);
     if (rc != 0) tokens_free(td);

@@ -29,6 +29,9 @@ typedef struct {
  * tokens_load dies with it. */
 int tokens_read(const char *path, TokensFormat format, TokenData *td, SeqErr *e);
 void tokens_load(const char *path, TokensFormat format, TokenData *td);
+/* Checks a token file as tokens_read does, reading only an llm.c shard's header (and sizes): *count
+ * is its number of tokens. 0, or -1 with a one-line message. */
+int tokens_probe(const char *path, TokensFormat format, size_t *count, SeqErr *e);
 /* 0 if every token id is below vocab_size, else -1 with a message naming the file, the id and
  * the vocabulary size. */
 int tokens_check_vocab(const TokenData *td, const char *path, int vocab_size, SeqErr *e);

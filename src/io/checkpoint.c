@@ -256,6 +256,8 @@ static json_t *state_to_json(const TrainerState *st, const ParamTable *t, const 
     json_object_set_new(root, "seed", json_string(hex));
     hex_u64(hex, st->data_cursor);
     json_object_set_new(root, "data_cursor", json_string(hex));
+    hex_u64(hex, st->data_shard);
+    json_object_set_new(root, "data_shard", json_string(hex));
     json_t *rng = json_array();
     for (int i = 0; i < 4; i++) {
         hex_u64(hex, st->data_rng.s[i]);
@@ -552,6 +554,9 @@ static int parse_state(const char *path, json_t *root, TrainerState *st, StateEx
     if (parse_hex(path, "seed", json_object_get(root, "seed"), 16, &st->seed, e) != 0 ||
         parse_hex(path, "data_cursor", json_object_get(root, "data_cursor"), 16, &st->data_cursor, e) != 0)
         return -1;
+    /* absent in checkpoints written before multi-shard data: everything was one shard */
+    json_t *shard = json_object_get(root, "data_shard");
+    if (shard && parse_hex(path, "data_shard", shard, 16, &st->data_shard, e) != 0) return -1;
     json_t *rng = json_object_get(root, "data_rng");
     if (!json_is_array(rng) || json_array_size(rng) != 4) return bad_field(path, "data_rng", "an array of 4 hex strings", e);
     for (int i = 0; i < 4; i++)

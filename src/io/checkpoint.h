@@ -12,7 +12,8 @@
  *                          [begin, end) of the flat buffer they cover is in trainer_state.json
  *                          (absent when the checkpoint was saved without an optimizer)
  *   trainer_state.json     format "seqpar-trainer-state", format_version 2, step, optimizer
- *                          {type, step, begin, end}, param_total, seed, data_cursor, data_rng
+ *                          {type, step, begin, end}, param_total, seed, data_cursor, data_shard
+ *                          (optional, 0 when absent), data_rng
  *                          (64-bit values as "0x..." hex strings, exact), seq_len, settings
  *                          {key: string}, files {name: {bytes, crc32}} for the three other files,
  *                          state_crc32
@@ -57,7 +58,8 @@ typedef struct {
 typedef struct {
     long step;            /* training steps completed */
     Rng data_rng;         /* the data sampler's RNG state */
-    uint64_t data_cursor; /* the data sampler's position */
+    uint64_t data_cursor; /* the data sampler's position (in token data: the offset in shard data_shard) */
+    uint64_t data_shard;  /* token data: the shard of the cursor (0 in checkpoints that predate it) */
     uint64_t seed;        /* the run's --seed */
     int seq_len;          /* 0 = not recorded */
     int n_settings;

@@ -1,0 +1,168 @@
+/* Incremental decoding with a key/value cache and next-token sampling; see generate.h. Every op
+ * but attention is the training kernel (ops.h) applied to the new tokens only; attention is each
+ * new token's softmax over the cached keys, accumulated in double. */
+#include "model/generate.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/ops.h"
+
+int generator_init(Generator *g, const LlamaModel *m, int max_len, int max_chunk, SeqErr *e) {
+    memset(g, 0, sizeof *g);
+    if (max_len <= 0 || max_chunk <= 0)
+        return seq_err(e, "generation needs room for at least one token (got %d tokens, chunks of %d)", max_len,
+                       max_chunk);
+    const LlamaConfig *c = &m->cfg;
+    size_t T = (size_t)(max_chunk < max_len ? max_chunk : max_len);
+    size_t D = (size_t)c->hidden_size, F = (size_t)c->intermediate_size;
+    size_t qd = (size_t)c->num_attention_heads * c->head_dim, kvd = (size_t)c->num_key_value_heads * c->head_dim;
+    g->m = m;
+    g->max_len = max_len;
+    g->max_chunk = (int)T;
+    size_t cache = (size_t)c->num_hidden_layers * (size_t)max_len * kvd;
+    g->k_cache = xmalloc(sizeof(float) * (cache ? cache : 1));
+    g->v_cache = xmalloc(sizeof(float) * (cache ? cache : 1));
+    g->x = xmalloc(sizeof(float) * T * D);
+    g->xn = xmalloc(sizeof(float) * T * D);
+    g->q = xmalloc(sizeof(float) * T * qd);
+    g->k = xmalloc(sizeof(float) * T * kvd);
+    g->v = xmalloc(sizeof(float) * T * kvd);
+    g->o = xmalloc(sizeof(float) * T * qd);
+    g->gate = xmalloc(sizeof(float) * T * F);
+    g->up = xmalloc(sizeof(float) * T * F);
+    g->h = xmalloc(sizeof(float) * T * F);
+    g->rstd = xmalloc(sizeof(float) * T);
+    g->rope_cos = xmalloc(sizeof(float) * T * (size_t)(c->head_dim / 2 > 0 ? c->head_dim / 2 : 1));
+    g->rope_sin = xmalloc(sizeof(float) * T * (size_t)(c->head_dim / 2 > 0 ? c->head_dim / 2 : 1));
+    g->scores = xmalloc(sizeof(double) * (size_t)max_len);
+    g->positions = xmalloc(sizeof(int) * T);
+    return 0;
+}
+
+void generator_free(Generator *g) {
+    xfree(g->k_cache); xfree(g->v_cache); xfree(g->x); xfree(g->xn); xfree(g->q); xfree(g->k); xfree(g->v);
+    xfree(g->o); xfree(g->gate); xfree(g->up); xfree(g->h); xfree(g->rstd); xfree(g->rope_cos); xfree(g->rope_sin);
+    xfree(g->scores); xfree(g->positions);
+    memset(g, 0, sizeof *g);
+}
+
+/* o (n, H d) = causal softmax attention of the n new queries (at positions len..len+n-1) over the
+ * layer's cached keys and values 0..len+n-1 (the new ones already appended). */
+static void cached_attention(Generator *g, int layer, int n) {
+    const LlamaConfig *c = &g->m->cfg;
+    int H = c->num_attention_heads, Hkv = c->num_key_value_heads, d = c->head_dim, group = H / Hkv;
+    size_t kvd = (size_t)Hkv * d;
+    const float *K = g->k_cache + (size_t)layer * g->max_len * kvd, *V = g->v_cache + (size_t)layer * g->max_len * kvd;
+    double scale = 1.0 / sqrt((double)d);
+    for (int t = 0; t < n; t++) {
+        int last = g->len + t; /* attends to keys 0..last */
+        for (int h = 0; h < H; h++) {
+            const float *q = g->q + ((size_t)t * H + h) * d;
+            int kh = h / group;
+            double mx = -INFINITY;
+            for (int j = 0; j <= last; j++) {
+                const float *k = K + (size_t)j * kvd + (size_t)kh * d;
+                double s = 0;
+                for (int i = 0; i < d; i++) s += (double)q[i] * k[i];
+                s *= scale;
+                g->scores[j] = s;
+                if (s > mx) mx = s;
+            }
+            double sum = 0;
+            for (int j = 0; j <= last; j++) sum += g->scores[j] = exp(g->scores[j] - mx);
+            float *o = g->o + ((size_t)t * H + h) * d;
+            for (int i = 0; i < d; i++) {
+                double acc = 0;
+                for (int j = 0; j <= last; j++) acc += g->scores[j] * V[(size_t)j * kvd + (size_t)kh * d + i];
+                o[i] = (float)(acc / sum);
+            }
+        }
+    }
+}
+
+int generator_forward(Generator *g, const int *tokens, int n, float *logits, float *last, SeqErr *e) {
+    const LlamaModel *m = g->m;
+    const LlamaConfig *c = &m->cfg;
+    int D = c->hidden_size, F = c->intermediate_size, V = c->vocab_size, H = c->num_attention_heads;
+    int Hkv = c->num_key_value_heads, hd = c->head_dim;
+    size_t kvd = (size_t)Hkv * hd;
+    if (n <= 0) return 0;
+    if (n > g->max_chunk) return seq_err(e, "internal: %d tokens in one call, at most %d", n, g->max_chunk);
+    if (g->len + n > g->max_len)
+        return seq_err(e, "the sequence would reach %d tokens, beyond the %d this generator holds: ask for fewer new "
+                       "tokens or a shorter prompt", g->len + n, g->max_len);
+    for (int i = 0; i < n; i++) {
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return seq_err(e, "token %d is outside the model's vocabulary (vocab_size %d)", tokens[i], V);
+        g->positions[i] = g->len + i;
+    }
+    if (c->rope_type == LLAMA_ROPE_DEFAULT) {
+        rope_tables(g->rope_cos, g->rope_sin, g->positions, n, hd, c->rope_theta);
+    } else {
+        double *inv_freq = xmalloc(sizeof *inv_freq * (size_t)(hd / 2));
+        for (int j = 0; j < hd / 2; j++) inv_freq[j] = llama_rope_inv_freq(c, j);
+        rope_tables_freq(g->rope_cos, g->rope_sin, g->positions, n, hd, inv_freq);
+        xfree(inv_freq);
+    }
+    embedding_forward(g->x, tokens, m->w.embed, n, D);
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        const LlamaLayerWeights *w = &m->w.layers[l];
+        rmsnorm_forward(g->xn, g->rstd, g->x, w->input_norm, n, D, c->rms_norm_eps);
+        linear_forward(g->q, g->xn, w->q_proj, n, D, H * hd, 0);
+        linear_forward(g->k, g->xn, w->k_proj, n, D, Hkv * hd, 0);
+        linear_forward(g->v, g->xn, w->v_proj, n, D, Hkv * hd, 0);
+        rope_forward(g->q, g->rope_cos, g->rope_sin, n, H, hd);
+        rope_forward(g->k, g->rope_cos, g->rope_sin, n, Hkv, hd);
+        size_t at = ((size_t)l * g->max_len + (size_t)g->len) * kvd;
+        memcpy(g->k_cache + at, g->k, sizeof(float) * (size_t)n * kvd);
+        memcpy(g->v_cache + at, g->v, sizeof(float) * (size_t)n * kvd);
+        cached_attention(g, l, n);
+        linear_forward(g->x, g->o, w->o_proj, n, H * hd, D, 1); /* x += o_proj(o) */
+        rmsnorm_forward(g->xn, g->rstd, g->x, w->post_norm, n, D, c->rms_norm_eps);
+        linear_forward(g->gate, g->xn, w->gate_proj, n, D, F, 0);
+        linear_forward(g->up, g->xn, w->up_proj, n, D, F, 0);
+        swiglu_forward(g->h, g->gate, g->up, (size_t)n * F);
+        linear_forward(g->x, g->h, w->down_proj, n, F, D, 1); /* x += down(h) */
+    }
+    g->len += n;
+    rmsnorm_forward(g->xn, g->rstd, g->x, m->w.final_norm, n, D, c->rms_norm_eps);
+    if (logits) linear_forward(logits, g->xn, m->w.lm_head, n, D, V, 0);
+    if (last) linear_forward(last, g->xn + (size_t)(n - 1) * D, m->w.lm_head, 1, D, V, 0);
+    return 0;
+}
+
+static int by_logit_desc(const void *a, const void *b) {
+    const float *x = *(const float *const *)a, *y = *(const float *const *)b;
+    if (*x != *y) return *x > *y ? -1 : 1;
+    return x < y ? -1 : x > y; /* ties: the lower id first */
+}
+
+int sample_next_token(const float *logits, int V, double temperature, int top_k, Rng *rng) {
+    if (temperature <= 0) {
+        int best = 0;
+        for (int i = 1; i < V; i++)
+            if (logits[i] > logits[best]) best = i;
+        return best;
+    }
+    int k = top_k <= 0 || top_k > V ? V : top_k;
+    const float **order = xmalloc(sizeof(float *) * (size_t)V);
+    for (int i = 0; i < V; i++) order[i] = logits + i;
+    qsort(order, (size_t)V, sizeof *order, by_logit_desc);
+    double *p = xmalloc(sizeof(double) * (size_t)k), sum = 0, top = *order[0];
+    for (int i = 0; i < k; i++) sum += p[i] = exp(((double)*order[i] - top) / temperature);
+    double r = rng_uniform(rng) * sum;
+    int pick = k - 1;
+    for (int i = 0; i < k; i++) {
+        r -= p[i];
+        if (r < 0) {
+            pick = i;
+            break;
+        }
+    }
+    int id = (int)(order[pick] - logits);
+    xfree(order);
+    xfree(p);
+    return id;
+}

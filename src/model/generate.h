@@ -1,0 +1,45 @@
+/* Text generation from a Llama model in one process: a forward pass that appends tokens to a
+ * key/value cache (incremental decoding: each new token attends to the cached keys and values of
+ * every earlier one, so generating n tokens costs O(n) layer passes, not O(n^2)), and the choice of
+ * the next token from its logits (greedy, temperature, top-k). A separate path from training's
+ * llama_forward_backward (which it must agree with: tests/test_generate.c) that uses the same
+ * kernels for every op but attention, which here is a plain softmax over the cache.
+ *
+ * Not here: batching several prompts, sequence parallelism, repetition penalties, top-p. */
+#ifndef SEQPAR_GENERATE_H
+#define SEQPAR_GENERATE_H
+
+#include "core/common.h"
+#include "model/llama.h"
+
+typedef struct {
+    const LlamaModel *m;
+    int max_len;          /* cache capacity (tokens) */
+    int max_chunk;        /* most tokens one generator_forward call takes */
+    int len;              /* tokens in the cache */
+    float *k_cache;       /* (L, max_len, Hkv*d), after RoPE */
+    float *v_cache;       /* (L, max_len, Hkv*d) */
+    /* scratch for up to max_chunk tokens */
+    float *x, *xn, *q, *k, *v, *o; /* (T, D) (T, D) (T, H d) (T, Hkv d) (T, Hkv d) (T, H d) */
+    float *gate, *up, *h, *rstd;   /* (T, F) x3, (T) */
+    float *rope_cos, *rope_sin;                       /* (T, d/2) */
+    double *scores;                                   /* (max_len) */
+    int *positions;                                   /* (T) */
+} Generator;
+
+/* A generator for at most max_len tokens in all, fed at most max_chunk tokens per call. -1 with
+ * one line if max_len or max_chunk is not positive. */
+int generator_init(Generator *g, const LlamaModel *m, int max_len, int max_chunk, SeqErr *e);
+void generator_free(Generator *g);
+
+/* Appends tokens[0..n) at positions len .. len+n-1 (n <= max_chunk, len + n <= max_len).
+ * logits (n, V) receives every token's next-token logits when not NULL; last (V) receives the last
+ * token's when not NULL. -1 with one line for a token outside the vocabulary or a full cache. */
+int generator_forward(Generator *g, const int *tokens, int n, float *logits, float *last, SeqErr *e);
+
+/* The next token from logits (V): temperature 0 is greedy (the first largest logit, as
+ * torch.argmax); otherwise softmax(logits / temperature) over the top_k largest (top_k <= 0 or
+ * >= V: all), sampled with rng. */
+int sample_next_token(const float *logits, int V, double temperature, int top_k, Rng *rng);
+
+#endif
