@@ -17,6 +17,7 @@ static const char USAGE[] =
     "  grad    one forward and backward on a token file; prints the loss, writes every gradient\n"
     "  bench   attention, training-step and memory benchmarks against OpenBLAS sgemm\n"
     "  strategies  the distributed attention strategies, their flags, constraints and formulas\n"
+    "  memory  the memory one training step with train's flags would hold, per rank and component\n"
     "\n"
     "'seqpar <command> --help' describes each command's options.\n";
 
@@ -35,8 +36,10 @@ int main(int argc, char **argv) {
         status = cmd_bench(argc - 1, argv + 1);
     } else if (!strcmp(argv[1], "strategies")) {
         status = cmd_strategies(argc - 1, argv + 1);
+    } else if (!strcmp(argv[1], "memory")) {
+        status = cmd_memory(argc - 1, argv + 1);
     } else {
-        die_collective("unknown command '%s': the commands are train, grad, bench and strategies (see 'seqpar --help')", argv[1]);
+        die_collective("unknown command '%s': the commands are train, grad, bench, strategies and memory (see 'seqpar --help')", argv[1]);
     }
     MPI_Finalize();
     return status;
