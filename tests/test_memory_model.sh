@@ -91,7 +91,22 @@ for np in 1 2; do
         if grep -q "layer-input offload: .* MB written" "$T/b.out"; then ok; else bad "no offload report np $np $mode"; fi
     done
 done
-# the offload file is gone after the run
+# the gradient file of `seqpar grad` bit for bit (2 ranks, ring), and a full disk (a 16 KiB file
+# size limit, SIGXFSZ ignored; tcp so that shared memory needs no file): one line on every rank
+L=tiny_long
+run_np 2 "$SEQPAR" grad --model "$FIX/$L" --tokens "$FIX/$L/tokens.bin" --seq-len 256 --out "$T/g0" --strategy ring \
+    --checkpoint layer >/dev/null 2>&1
+run_np 2 "$SEQPAR" grad --model "$FIX/$L" --tokens "$FIX/$L/tokens.bin" --seq-len 256 --out "$T/g1" --strategy ring \
+    --checkpoint layer --offload-dir "$OFF" >/dev/null 2>&1
+if [ -s "$T/g0" ] && cmp -s "$T/g0" "$T/g1"; then ok; else bad "grad with layer-input offload: the gradient file differs"; fi
+err=$(timeout 60 mpirun --oversubscribe --mca btl self,tcp -np 2 bash -c "trap '' XFSZ; ulimit -f 16; exec \"$SEQPAR\" grad \
+      --model \"$FIX/$L\" --tokens \"$FIX/$L/tokens.bin\" --seq-len 256 --out \"$T/x\" --checkpoint selective \
+      --offload-dir \"$OFF\"" 2>&1 >/dev/null)
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] &&
+    [ "$(printf '%s\n' "$err" | grep -c '^seqpar: error: --offload-dir .*layer-input file could not be written or read (File too large)')" -eq 2 ]; then ok; else
+    bad "full disk under layer-input offload: status $rc: $(printf '%s' "$err" | head -n 3)"; fi
+# the offload files are gone after the runs
 if [ -z "$(ls -A "$OFF")" ]; then ok; else bad "offload files left in $OFF: $(ls "$OFF")"; fi
 
 # Bad input: one line naming the flag, status 1; --offload-dir needs something to offload.

@@ -156,6 +156,7 @@ struct LlamaActs {
     int in_chunks, in_rows; /* chunks of a layer input, rows per chunk (the last may be shorter) */
     float *in_keys;         /* (L) one address per layer: the tier's name for layer l's input */
     long passes;            /* backward passes that read layer inputs back */
+    const char *offload_dir;
 };
 
 int llama_input_chunks(long N) { return N < 8 ? (N > 0 ? (int)N : 1) : 8; }
@@ -248,6 +249,7 @@ LlamaActs *llama_acts_create_opts(const LlamaModel *m, const SeqAttention *attn,
         a->inputs_tier = chunk_tier_disk_create(opt->offload_dir, opt->rank, a->in_chunks, sizes, err, sizeof err);
         if (!a->inputs_tier) die_collective("%s", err);
         a->in_keys = alloc_floats((size_t)a->n_layers);
+        a->offload_dir = opt->offload_dir;
         a->residual = alloc_floats(2 * Nn * D);
     } else {
         a->residual = alloc_floats((size_t)(a->n_layers + 1) * Nn * D);
@@ -337,7 +339,8 @@ void llama_acts_offload_stats(const LlamaActs *a, unsigned long long *bytes_writ
 
 int llama_acts_io_error(const LlamaActs *a, SeqErr *e) {
     if (!a->inputs_tier || !a->inputs_tier->io_errno) return 0;
-    return seq_err(e, "layer-input offload: %s: free space in --offload-dir or drop it", a->inputs_tier->err);
+    return seq_err(e, "--offload-dir %s: the layer-input file could not be written or read (%s): free space there or "
+                   "choose another directory", a->offload_dir, strerror(a->inputs_tier->io_errno));
 }
 
 double llama_recompute_flops_per_token(const LlamaConfig *c, long seq_len, const LlamaActs *a) {
