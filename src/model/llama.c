@@ -141,7 +141,8 @@ struct LlamaActs {
     LayerActs shared;
     float *rope_cos, *rope_sin; /* (N, d/2) */
     float *rstd_final;    /* (N) */
-    float *x_final;       /* (N, D) final-normed hidden states */
+    float *x_final;       /* (N, D) final-normed hidden states: an alias of xn, which no layer uses
+                             while the loss runs */
     /* scratch, shared by all layers */
     float *xn;            /* (N, D) normed input, recomputed in backward */
     float *dx, *dxn;      /* (N, D) */
@@ -159,7 +160,7 @@ struct LlamaActs {
     const char *offload_dir;
 };
 
-int llama_input_chunks(long N) { return N < 8 ? (N > 0 ? (int)N : 1) : 8; }
+int llama_input_chunks(long N) { return N < 16 ? (N > 0 ? (int)N : 1) : 16; }
 
 int llama_checkpoint_parse(const char *name) {
     if (!name) return -1;
@@ -257,8 +258,8 @@ LlamaActs *llama_acts_create_opts(const LlamaModel *m, const SeqAttention *attn,
     a->rope_cos = alloc_floats(Nn * (size_t)(c->head_dim / 2));
     a->rope_sin = alloc_floats(Nn * (size_t)(c->head_dim / 2));
     a->rstd_final = alloc_floats(Nn);
-    a->x_final = alloc_floats(Nn * D);
     a->xn = alloc_floats(Nn * D);
+    a->x_final = a->xn;
     a->dx = alloc_floats(Nn * D);
     a->dxn = alloc_floats(Nn * D);
     a->dq = alloc_floats(Nn * qd);
@@ -317,7 +318,7 @@ void llama_acts_free(LlamaActs *a) {
     xfree(a->layers);
     if (a->inputs_tier) chunk_tier_destroy(a->inputs_tier);
     xfree(a->in_keys);
-    xfree(a->residual); xfree(a->rope_cos); xfree(a->rope_sin); xfree(a->rstd_final); xfree(a->x_final);
+    xfree(a->residual); xfree(a->rope_cos); xfree(a->rope_sin); xfree(a->rstd_final);
     xfree(a->xn); xfree(a->dx); xfree(a->dxn); xfree(a->dq); xfree(a->dk); xfree(a->dv); xfree(a->dout);
     xfree(a->h); xfree(a->gate_c); xfree(a->up_c); xfree(a->dgate); xfree(a->dup); xfree(a->ce_workspace);
     xfree(a);

@@ -158,7 +158,7 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
         if (ckpt == LLAMA_CKPT_NONE) saved_acts += L * full_set;
         else if (ckpt == LLAMA_CKPT_LAYER) layer_set += full_set;
         else saved_acts += L * per_layer_sel, layer_set += partial_set;
-        layer_set += N * d /* rope */ + N /* rstd_final */ + N * D /* x_final */ + 3 * N * D /* xn, dx, dxn */ +
+        layer_set += N * d /* rope */ + N /* rstd_final */ + 3 * N * D /* xn (= x_final), dx, dxn */ +
                      2 * N * qd + 2 * N * kvd /* dq, dk, dv, dout */ + 3 * (double)rows * F /* h, dgate, dup */ +
                      (store_gate_up ? 0 : 2 * (double)rows * F) /* gate_c, up_c */ + (N < 256 ? N : 256) * V;
         layer_set += flash_transient(threads, nq_call < N ? nq_call : N, (int)group_q, c->head_dim);
