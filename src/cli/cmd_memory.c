@@ -65,8 +65,12 @@ int cmd_memory(int argc, char **argv) {
             fputs(HELP, stdout);
             return 0;
         }
-    int world = 1, cores = omp_get_num_procs();
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    int world = 1, cores = omp_get_num_procs(), mpi = 0, rank = 0;
+    MPI_Initialized(&mpi); /* not under mpirun: main skipped MPI_Init */
+    if (mpi) {
+        MPI_Comm_size(MPI_COMM_WORLD, &world);
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    }
     take_int_flag(&argc, argv, "--ranks", 1, 1 << 20, &world);
     take_int_flag(&argc, argv, "--cores", 1, 1 << 20, &cores);
     TrainOptions o;
@@ -77,11 +81,11 @@ int cmd_memory(int argc, char **argv) {
     memset(&in, 0, sizeof in);
     SeqErr e;
     if (o.resume_dir) {
-        die_if_any_rank(checkpoint_read_config(o.resume_dir, &in.model, &e) != 0 ? &e : NULL);
+        if (checkpoint_read_config(o.resume_dir, &in.model, &e) != 0) die_collective("%s", e.msg);
     } else if (o.model_dir) {
         char path[4096];
         snprintf(path, sizeof path, "%s/config.json", o.model_dir);
-        die_if_any_rank(config_json_read(path, &in.model, &e) != 0 ? &e : NULL);
+        if (config_json_read(path, &in.model, &e) != 0) die_collective("%s", e.msg);
     } else {
         in.model = sf.cfg;
         if (in.model.head_dim == 0 && in.model.num_attention_heads > 0) {
@@ -104,25 +108,24 @@ int cmd_memory(int argc, char **argv) {
     char *err = memory_model_estimate(&in, &m);
     if (err) die_collective("%s", err);
 
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     if (rank != 0) return 0;
     const LlamaConfig *c = &in.model;
+    char groups[48] = "";
+    if (m.zero > 0 && m.zero_group < world) snprintf(groups, sizeof groups, " (groups of %d)", m.zero_group);
     printf("memory model of one training step: %d layers, hidden %d, heads %d (kv %d), head_dim %d, ffn %d, vocab %d\n",
            c->num_hidden_layers, c->hidden_size, c->num_attention_heads, c->num_key_value_heads, c->head_dim,
            c->intermediate_size, c->vocab_size);
     printf("S = %ld, batch %d, %d rank%s: %s, dp %d x hp %d x cp %d, %d local tokens, --checkpoint %s, %d FFN chunk%s, "
-           "zero %d (groups of %d), %d thread%s/rank%s%s\n",
+           "zero %d%s, %d thread%s/rank%s%s\n",
            in.seq_len, in.batch, world, world == 1 ? "" : "s", m.strategy, m.dp, m.hp, m.cp, m.n_local,
-           llama_checkpoint_name(in.checkpoint), m.ffn_chunks, m.ffn_chunks == 1 ? "" : "s", m.zero, m.zero_group,
+           llama_checkpoint_name(in.checkpoint), m.ffn_chunks, m.ffn_chunks == 1 ? "" : "s", m.zero, groups,
            m.threads, m.threads == 1 ? "" : "s", in.par.offload_dir ? ", offload to " : "",
            in.par.offload_dir ? in.par.offload_dir : "");
     printf("rank %d (the largest), RAM by component:\n", m.rank);
     for (int k = 0; k < MEM_COMPONENTS; k++) print_row(memory_component_name((MemComponent)k), m.ram[k], m.disk[k], m.ram_total);
     printf("  %-36s %12.2f MiB          disk %10.2f MiB\n", "total", m.ram_total / 1048576.0, m.disk_total / 1048576.0);
-    printf("  RAM per token: %.2f KiB per global token, %.2f KiB per local token%s\n", m.ram_total / 1024.0 / (double)in.seq_len,
-           m.ram_total / 1024.0 / m.n_local,
-           m.layer_chunks ? "" : "");
+    printf("  RAM per token: %.2f KiB per global token, %.2f KiB per local token\n", m.ram_total / 1024.0 / (double)in.seq_len,
+           m.ram_total / 1024.0 / m.n_local);
     if (m.layer_chunks) printf("  layer inputs offloaded in %d chunks each\n", m.layer_chunks);
     printf("papers' terms (fp32, this rank):\n");
     printf("  WallFacer Eq. 5  A = B N H / P                  %10.2f MiB\n", m.wf_A / 1048576.0);
