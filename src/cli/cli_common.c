@@ -188,6 +188,15 @@ void offload_flags_check(const ParallelConfig *pc, const MemoryFlags *mf) {
                        "or use --strategy fpdt");
 }
 
+void offload_errors_check(const LlamaActs *acts, SeqParallel *par) {
+    if (!llama_acts_offloads_inputs(acts)) return;
+    SeqErr e;
+    int failed = llama_acts_io_error(acts, &e) != 0, any = failed;
+    if (par->topo.world_size > 1) /* under the watchdog, like every step's control traffic */
+        comm_control_allreduce(par->comm, "MPI_Iallreduce (offload errors)", &any, 1, MPI_INT, MPI_MAX, par->topo.world);
+    if (any) die_if_any_rank(failed ? &e : NULL); /* every rank is here: the failing rank's line */
+}
+
 int file_exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0;

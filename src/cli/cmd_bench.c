@@ -313,8 +313,7 @@ static void bench_memory_parallel(const ParallelConfig *pc, const MemoryFlags *m
             if (m.grads) memset(m.grads, 0, sizeof(float) * m.table.total);
             grad_sync_microbatch(&par.sync, 0);
             llama_forward_backward(&m, acts, par.attn, in, tg, par.positions, N, 1.0f / ((float)S * batch), 1, NULL);
-            SeqErr io_err;
-            die_if_any_rank(llama_acts_io_error(acts, &io_err) ? &io_err : NULL);
+            offload_errors_check(acts, &par);
             double nsq = grad_sync_reduce(&par.sync, m.grads);
             grad_sync_update(&par.sync, &opt, &m, 1e-4f, adamw_clip_scale(&oc, nsq));
             if (r == 1) step_s = now_seconds() - t0;

@@ -108,8 +108,7 @@ int cmd_grad(int argc, char **argv) {
     grad_sync_attach(&par.sync, &model); /* zero 2/3: per-layer reduce-scatter (and gathers) */
     grad_sync_microbatch(&par.sync, 0);
     double local = llama_forward_backward(&model, acts, par.attn, inputs, targets, par.positions, N, loss_scale, 1, NULL);
-    SeqErr io_err;
-    die_if_any_rank(llama_acts_io_error(acts, &io_err) ? &io_err : NULL);
+    offload_errors_check(acts, &par);
     if (fault_nonfinite_at(&faults, 1) && par.topo.world_rank == 0) *(model.grads ? model.grads : par.sync.shard_buf) = NAN;
     double loss = seq_parallel_sum(&par, local) / ((double)S * par.topo.dp);
     double norm_sq = grad_sync_reduce(&par.sync, model.grads);

@@ -454,8 +454,7 @@ int cmd_train(int argc, char **argv) {
             loss_sum += llama_forward_backward(&model, acts, par.attn, inputs + (size_t)b * N, targets + (size_t)b * N,
                                                par.positions, N, 1.0f / (float)n_targets, 1, NULL);
         }
-        SeqErr io_err; /* a failed layer-input write or read (a full disk) stops every rank here */
-        die_if_any_rank(llama_acts_io_error(acts, &io_err) ? &io_err : NULL);
+        offload_errors_check(acts, &par); /* a failed layer-input write or read (a full disk) */
         if (fault_nonfinite_at(&faults, st.step + 1) && root) *(model.grads ? model.grads : par.sync.shard_buf) = NAN;
         double loss = seq_parallel_sum(&par, loss_sum) / (double)n_targets;
         double norm_sq = grad_sync_reduce(&par.sync, model.grads);
