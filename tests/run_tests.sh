@@ -56,6 +56,7 @@ echo "kernel paths tested: $(printf '%s ' $paths)(best: $best, used by every oth
 run_one test_cli 600 bash tests/test_cli.sh "$BUILD"
 run_one test_mpi 900 bash tests/test_mpi.sh "$BUILD"
 run_one test_zero 600 bash tests/test_zero.sh "$BUILD"
+run_one test_memory_model 300 bash tests/test_memory_model.sh "$BUILD"
 run_one test_reliability 300 bash tests/test_reliability.sh "$BUILD"
 run_one test_data 600 bash tests/test_data.sh "$BUILD"
 run_one test_fuzz 600 bash tests/test_fuzz.sh

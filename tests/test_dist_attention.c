@@ -145,6 +145,8 @@ static void run_case(const Topology *t, Comm *cm, const Strategy *strat, TokenLa
     strategy_memory(strat, &sp, t->hp_rank, &mem);
     CHECKQ(sa->saved_floats == mem.saved_per_layer, "%s: saved floats %zu, memory formula %zu", what, sa->saved_floats,
            mem.saved_per_layer);
+    CHECKQ(sa->kept_floats == mem.kept_per_layer, "%s: kept floats %zu, memory formula %zu", what, sa->kept_floats,
+           mem.kept_per_layer);
     float *saved = xmalloc(sizeof(float) * sa->saved_floats);
 
     comm_stats_reset(cm);

@@ -56,6 +56,8 @@ static void run_case(const Topology *t, Comm *cm, const Strategy *fp, const Refe
     strategy_memory(fp, &sp, t->hp_rank, &mem);
     CHECKQ(sa->saved_floats == mem.saved_per_layer, "%s: saved floats %zu, formula %zu", what, sa->saved_floats,
            mem.saved_per_layer);
+    CHECKQ(sa->kept_floats == mem.kept_per_layer, "%s: kept floats %zu, formula %zu", what, sa->kept_floats,
+           mem.kept_per_layer);
     comm_stats_reset(cm);
     sa->set_positions(sa, pos);
     CHECKQ(cm->stats.meta_bytes == vol.meta_batch, "%s: positions: %llu meta bytes, formula %llu", what,

@@ -264,6 +264,7 @@ grid_error 2 "is read by --strategy fpdt only" --seq-len 256 --chunks 2
 grid_error 2 "has its own token layout: drop --layout zigzag" --seq-len 256 --strategy fpdt --layout zigzag
 grid_error 2 "fpdt splits heads only: drop --cp 2" --seq-len 256 --strategy fpdt --cp 2
 grid_error 2 "offload-dir /nonexistent-seqpar: cannot create a file there" --seq-len 256 --strategy fpdt --offload-dir /nonexistent-seqpar
-grid_error 2 "offload-dir is read by --strategy fpdt only" --seq-len 256 --offload-dir /tmp
+grid_error 2 "offload-dir moves FPDT chunks and checkpointed layer inputs: add --checkpoint layer|selective" --seq-len 256 --offload-dir /tmp
+grid_error 2 "offload-dir /nonexistent-seqpar: cannot create a file there" --seq-len 256 --checkpoint layer --offload-dir /nonexistent-seqpar
 
 summary test_mpi

@@ -110,8 +110,9 @@ const char PARALLEL_FLAGS_HELP[] =
     "  --team C            wallfacer: teams of C ranks, C^2 divides cp (default: the largest such C)\n"
     "  --chunks U          fpdt: U sequence chunks, the head exchange and attention run per chunk\n"
     "                      (default 1); S must split into U x ranks pieces\n"
-    "  --offload-dir DIR   fpdt: keep idle q, k|v, o chunks in a (deleted-on-exit) file in DIR, read\n"
-    "                      back by a helper thread one chunk ahead; --stats reports the I/O\n"
+    "  --offload-dir DIR   a (deleted-on-exit) file per rank in DIR, written and read back by a helper\n"
+    "                      thread: fpdt keeps idle q, k|v, o chunks there; --checkpoint layer|selective\n"
+    "                      keeps each layer's input there (any strategy); --stats reports the I/O\n"
     "  --placement P       head-first (head groups on consecutive ranks, default) or context-first;\n"
     "                      wallfacer: team-first (teams on consecutive ranks) or ring-first (sub-rings)\n"
     "  --layout L          zigzag, contiguous or striped token layout (default: the strategy's)\n"
@@ -178,6 +179,22 @@ double utilisation_clamp(double u, int *clamped) {
         return 1.0;
     }
     return u;
+}
+
+void offload_flags_check(const ParallelConfig *pc, const MemoryFlags *mf) {
+    const int fpdt = pc->strategy && !strcmp(pc->strategy, "fpdt");
+    if (pc->offload_dir && !fpdt && mf->checkpoint == LLAMA_CKPT_NONE)
+        die_collective("--offload-dir moves FPDT chunks and checkpointed layer inputs: add --checkpoint layer|selective "
+                       "or use --strategy fpdt");
+}
+
+void offload_errors_check(const LlamaActs *acts, SeqParallel *par) {
+    if (!llama_acts_offloads_inputs(acts)) return;
+    SeqErr e;
+    int failed = llama_acts_io_error(acts, &e) != 0, any = failed;
+    if (par->topo.world_size > 1) /* under the watchdog, like every step's control traffic */
+        comm_control_allreduce(par->comm, "MPI_Iallreduce (offload errors)", &any, 1, MPI_INT, MPI_MAX, par->topo.world);
+    if (any) die_if_any_rank(failed ? &e : NULL); /* every rank is here: the failing rank's line */
 }
 
 int file_exists(const char *path) {

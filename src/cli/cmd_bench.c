@@ -8,6 +8,7 @@
 #include <getopt.h>
 #include <mpi.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,7 @@
 #include "model/llama.h"
 #include "optim/adamw.h"
 #include "strategies/dist_attention_bench.h"
+#include "strategies/memory_model.h"
 #include "strategies/seq_parallel.h"
 
 static const char HELP[] =
@@ -44,6 +46,9 @@ static const char HELP[] =
     "  --checkpoint [MODE]  step/memory under none (default), layer (also --checkpoint alone) or\n"
     "                       selective checkpointing\n"
     "  --ffn-chunks K       step/memory with the MLP over K chunks of tokens (default 2)\n"
+    "  memory also takes --strategy, --hp/--cp/--dp, --chunks, --zero, --zero-group and --offload-dir\n"
+    "                       (under mpirun for more ranks): then the lengths run shortest first in one\n"
+    "                       process, next to the memory model's prediction ('seqpar memory')\n"
     "  --heads N            query heads for distributed attn (default 8)\n"
     "  --kv-heads N         key/value heads for distributed attn (default = heads)\n"
     "  --help               this text\n"
@@ -229,6 +234,120 @@ static void bench_memory(const int *lens, int n, const MemoryFlags *mf) {
     }
 }
 
+/* The memory model's total for the reference model at S under the flags (bytes), 0 on error. */
+static double predicted_bytes(const ParallelConfig *pc, const MemoryFlags *mf, int S, int world, int batch) {
+    MemoryModelInput in;
+    memset(&in, 0, sizeof in);
+    in.model = bench_model_config();
+    in.seq_len = S;
+    in.batch = batch;
+    in.world = world;
+    in.cores = omp_get_num_procs();
+    in.par = *pc;
+    in.checkpoint = mf->checkpoint;
+    in.ffn_chunks = mf->ffn_chunks;
+    MemoryEstimate m;
+    char *err = memory_model_estimate(&in, &m);
+    if (err) {
+        xfree(err);
+        return 0;
+    }
+    return m.ram_total;
+}
+
+/* The memory part under the parallel flags (--strategy, grid, --chunks, --zero, --zero-group,
+ * --offload-dir; under mpirun for more than one rank): each length in this process, shortest
+ * first, warm-up steps then one measured step, as seqpar train runs it (one sequence per
+ * replica). Tracked peak: that step's (max over ranks); peak RSS: the process's so far, which is
+ * this length's when memory grows with S. Rank 0 prints, with the memory model's prediction. */
+static void bench_memory_parallel(const ParallelConfig *pc, const MemoryFlags *mf, int *lens, int n) {
+    for (int i = 1; i < n; i++) /* shortest first */
+        for (int j = i; j > 0 && lens[j] < lens[j - 1]; j--) {
+            int t = lens[j]; lens[j] = lens[j - 1]; lens[j - 1] = t;
+        }
+    int world = 1, rank = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    LlamaConfig c = bench_model_config();
+    for (int li = 0; li < n; li++) {
+        const int S = lens[li];
+        LlamaModel m;
+        llama_build(&m, &c);
+        llama_init_random(&m, 1);
+        SeqParallel par;
+        seq_parallel_create(&par, pc, &c, S, m.table.total);
+        const int N = par.n_local, batch = par.topo.dp;
+        if (li == 0 && rank == 0) {
+            char desc[256];
+            seq_parallel_describe(&par, desc, sizeof desc);
+            printf("peak memory of one training step (reference model, --checkpoint %s, --ffn-chunks %d%s%s) on %s; "
+                   "lengths shortest first in one process:\n", llama_checkpoint_name(mf->checkpoint),
+                   mf->ffn_chunks > 0 ? mf->ffn_chunks : LLAMA_FFN_CHUNKS_DEFAULT, pc->offload_dir ? ", --offload-dir " : "",
+                   pc->offload_dir ? pc->offload_dir : "", desc);
+            fflush(stdout);
+        }
+        AdamWConfig oc;
+        adamw_config_default(&oc);
+        AdamW opt;
+        adamw_init(&opt, &oc, par.sync.shard_begin, par.sync.shard_end);
+        LlamaActsOptions ao = {.checkpoint = mf->checkpoint, .ffn_chunks = mf->ffn_chunks, .offload_dir = pc->offload_dir,
+                               .rank = par.topo.world_rank};
+        LlamaActs *acts = llama_acts_create_opts(&m, par.attn, N, &ao);
+        grad_sync_attach(&par.sync, &m);
+        int *g_in = xmalloc(sizeof(int) * (size_t)S), *g_tg = xmalloc(sizeof(int) * (size_t)S);
+        int *in = xmalloc(sizeof(int) * (size_t)N), *tg = xmalloc(sizeof(int) * (size_t)N);
+        Rng rng;
+        rng_seed(&rng, 7 + (uint64_t)par.topo.dp_rank);
+        for (int i = 0; i < S; i++) {
+            g_in[i] = (int)rng_below(&rng, (uint64_t)c.vocab_size);
+            g_tg[i] = (int)rng_below(&rng, (uint64_t)c.vocab_size);
+        }
+        seq_parallel_take_local(&par, g_in, in);
+        seq_parallel_take_local(&par, g_tg, tg);
+        double t0 = 0, step_s = 0;
+        for (int r = 1 - g_warmup_steps; r <= 1; r++) {
+            if (r == 1) {
+                mem_tracked_reset_peak();
+                t0 = now_seconds();
+            }
+            if (m.grads) memset(m.grads, 0, sizeof(float) * m.table.total);
+            grad_sync_microbatch(&par.sync, 0);
+            llama_forward_backward(&m, acts, par.attn, in, tg, par.positions, N, 1.0f / ((float)S * batch), 1, NULL);
+            offload_errors_check(acts, &par);
+            double nsq = grad_sync_reduce(&par.sync, m.grads);
+            grad_sync_update(&par.sync, &opt, &m, 1e-4f, adamw_clip_scale(&oc, nsq));
+            if (r == 1) step_s = now_seconds() - t0;
+        }
+        double agree[3] = {(double)mem_tracked_peak(), (double)mem_peak_rss(), step_s};
+        if (world > 1) MPI_Allreduce(MPI_IN_PLACE, agree, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        unsigned long long wr = 0, rd = 0;
+        double wait_s = 0;
+        long passes = 0;
+        llama_acts_offload_stats(acts, &wr, &rd, &wait_s, &passes);
+        TierStats ts;
+        long batches = 0;
+        memset(&ts, 0, sizeof ts);
+        if (par.strategy->own && par.strategy->own->tier_stats) par.strategy->own->tier_stats(par.attn, &ts, &batches);
+        double pred = predicted_bytes(pc, mf, S, world, batch);
+        if (rank == 0) {
+            printf("  S = %7d: tracked %9.1f MiB (%.2f KiB/token, %.2f KiB/local token) | model %9.1f MiB (x%.3f) | "
+                   "RSS %9.1f MiB | %.2f s/step\n", S, agree[0] / 1048576.0, agree[0] / 1024.0 / S, agree[0] / 1024.0 / N,
+                   pred / 1048576.0, agree[0] > 0 ? pred / agree[0] : 0.0, agree[1] / 1048576.0, agree[2]);
+            double steps = 1.0 + g_warmup_steps;
+            if (passes > 0 || batches > 0)
+                printf("             rank 0 disk tier per step: %.1f MB written, %.1f MB read, %.3f s I/O not hidden\n",
+                       (wr + ts.bytes_written) / steps / 1e6, (rd + ts.bytes_read) / steps / 1e6,
+                       (wait_s + ts.wait_s) / steps);
+            fflush(stdout);
+        }
+        xfree(g_in); xfree(g_tg); xfree(in); xfree(tg);
+        llama_acts_free(acts);
+        adamw_free(&opt);
+        seq_parallel_free(&par);
+        llama_free(&m);
+    }
+}
+
 /* Distributed attention benchmark on the grid the flags select; rank 0 prints. */
 static void bench_dist_attn(const ParallelConfig *pc, int S, int H, int Hkv, int d, int repeats) {
     LlamaConfig heads = {.num_attention_heads = H, .num_key_value_heads = Hkv, .head_dim = d, .hidden_size = H * d};
@@ -264,7 +383,7 @@ int cmd_bench(int argc, char **argv) {
     MemoryFlags mf = {0};
     int dims[8] = {64, 128}, n_dims = 2;
     int lens[8] = {4096, 16384, 65536}, n_lens = 3;
-    int heads = 8, kv_heads = 0, grid = 0;
+    int heads = 8, kv_heads = 0, grid = 0, mem_modes = 0;
     ParallelConfig pc;
     parallel_config_default(&pc);
     static const struct option opts[] = {
@@ -280,6 +399,7 @@ int cmd_bench(int argc, char **argv) {
     while ((opt = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         if (parallel_flags_handle(&pc, cmd, opt, optarg)) {
             if ((opt >= 2001 && opt <= 2004) || (opt >= 2012 && opt <= 2014)) grid = 1;
+            if (opt == 2008 || opt == 2012 || opt == 2014 || opt == 2015 || opt == 2031) mem_modes = 1;
             if (opt == 2011) set_threads(pc.threads);
             continue;
         }
@@ -307,10 +427,15 @@ int cmd_bench(int argc, char **argv) {
 
     int world = 1;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (!strcmp(part, "memory") && (world > 1 || grid || mem_modes)) {
+        offload_flags_check(&pc, &mf);
+        bench_memory_parallel(&pc, &mf, lens, n_lens);
+        return 0;
+    }
     if (world > 1 || grid) {
         if (strcmp(part, "attn"))
-            die_collective("seqpar bench: with --dp/--hp/--cp or under mpirun only 'bench attn' runs (the distributed "
-                           "attention benchmark); got '%s'", part);
+            die_collective("seqpar bench: with --dp/--hp/--cp or under mpirun only 'bench attn' and 'bench memory' run; "
+                           "got '%s'", part);
         bench_dist_attn(&pc, S, heads, kv_heads ? kv_heads : heads, dims[0], repeats);
         return 0;
     }

@@ -70,6 +70,7 @@ int cmd_grad(int argc, char **argv) {
         }
     }
     die_extra_args(cmd, argc, argv);
+    offload_flags_check(&pc, &mf);
     if (!model_dir) die_collective("seqpar grad: --model DIR is required (see 'seqpar grad --help')");
     if (!tokens_path) die_collective("seqpar grad: --tokens FILE is required (see 'seqpar grad --help')");
     if (!seq_len) die_collective("seqpar grad: --seq-len S is required (see 'seqpar grad --help')");
@@ -101,11 +102,13 @@ int cmd_grad(int argc, char **argv) {
     comm_set_step(par.comm, 1, "grad");
     FaultPlan faults;
     fault_plan_from_env(&faults);
-    LlamaActsOptions ao = {.checkpoint = mf.checkpoint, .ffn_chunks = mf.ffn_chunks};
+    LlamaActsOptions ao = {.checkpoint = mf.checkpoint, .ffn_chunks = mf.ffn_chunks, .offload_dir = pc.offload_dir,
+                           .rank = par.topo.world_rank};
     LlamaActs *acts = llama_acts_create_opts(&model, par.attn, N, &ao);
     grad_sync_attach(&par.sync, &model); /* zero 2/3: per-layer reduce-scatter (and gathers) */
     grad_sync_microbatch(&par.sync, 0);
     double local = llama_forward_backward(&model, acts, par.attn, inputs, targets, par.positions, N, loss_scale, 1, NULL);
+    offload_errors_check(acts, &par);
     if (fault_nonfinite_at(&faults, 1) && par.topo.world_rank == 0) *(model.grads ? model.grads : par.sync.shard_buf) = NAN;
     double loss = seq_parallel_sum(&par, local) / ((double)S * par.topo.dp);
     double norm_sq = grad_sync_reduce(&par.sync, model.grads);

@@ -15,6 +15,7 @@
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "cli/run_control.h"
+#include "cli/train_options.h"
 #include "core/common.h"
 #include "kernels/isa.h"
 #include "data/recall.h"
@@ -81,20 +82,6 @@ static const char HELP_TAIL[] =
     "kernels: the best path this CPU runs (avx512, avx2, scalar), named in the header;\n"
     "  SEQPAR_ISA=avx2|scalar|avx512 forces one (a path the CPU lacks is refused).\n";
 
-typedef struct {
-    const char *data, *val_data, *save_dir, *resume_dir, *log_path, *model_dir;
-    TokensFormat tokens_format;
-    int seq_len, batch, eval_every, eval_seqs, eval_batches, save_every, quiet, skip_nonfinite;
-    int recall_pairs, recall_queries;
-    long steps, stop_at;
-    uint64_t seed;
-    int random_init;
-    double peak_gflops;
-    AdamWConfig opt;
-    int min_lr_set;
-    ParallelConfig par;
-    MemoryFlags mem;
-} TrainOptions;
 
 /* The source of training sequences: recall task or token files read in order (token_stream.h). */
 typedef struct {
@@ -191,8 +178,7 @@ static void record_settings(TrainerState *st, const TrainOptions *o, const Llama
     trainer_state_set(st, "params", "%zu", m->table.total);
 }
 
-static void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf) {
-    const char *cmd = "train";
+void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, const char *cmd) {
     memset(o, 0, sizeof *o);
     size_flags_default(sf);
     adamw_config_default(&o->opt);
@@ -279,6 +265,7 @@ static void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlag
         }
     }
     die_extra_args(cmd, argc, argv);
+    offload_flags_check(&o->par, &o->mem);
     if (!o->min_lr_set) o->opt.min_lr = o->opt.lr / 10;
     o->opt.total_steps = o->steps;
     if (!o->stop_at || o->stop_at > o->steps) o->stop_at = o->steps;
@@ -348,7 +335,7 @@ static int check_resumed(const TrainerState *st, const TrainerState *now, const 
 int cmd_train(int argc, char **argv) {
     TrainOptions o;
     SizeFlags sf;
-    parse_train_options(argc, argv, &o, &sf);
+    parse_train_options(argc, argv, &o, &sf, "train");
     int S = o.seq_len;
 
     /* data */
@@ -434,7 +421,8 @@ int cmd_train(int argc, char **argv) {
         rng_seed(&st.data_rng, o.seed * 0x9E3779B97F4A7C15ull + 17);
     }
 
-    LlamaActsOptions ao = {.checkpoint = o.mem.checkpoint, .ffn_chunks = o.mem.ffn_chunks};
+    LlamaActsOptions ao = {.checkpoint = o.mem.checkpoint, .ffn_chunks = o.mem.ffn_chunks, .offload_dir = o.par.offload_dir,
+                           .rank = par.topo.world_rank};
     LlamaActs *acts = llama_acts_create_opts(&model, par.attn, N, &ao);
     grad_sync_attach(&par.sync, &model); /* zero 2/3: per-layer reduce-scatter (and gathers) */
     int *g_inputs = xmalloc(sizeof(int) * (size_t)S * o.batch), *g_targets = xmalloc(sizeof(int) * (size_t)S * o.batch);
@@ -507,6 +495,7 @@ int cmd_train(int argc, char **argv) {
             loss_sum += llama_forward_backward(&model, acts, par.attn, inputs + (size_t)b * N, targets + (size_t)b * N,
                                                par.positions, N, 1.0f / (float)n_targets, 1, NULL);
         }
+        offload_errors_check(acts, &par); /* a failed layer-input write or read (a full disk) */
         if (fault_nonfinite_at(&faults, st.step + 1) && root) *(model.grads ? model.grads : par.sync.shard_buf) = NAN;
         double loss = seq_parallel_sum(&par, loss_sum) / (double)n_targets;
         double norm_sq = grad_sync_reduce(&par.sync, model.grads);
@@ -613,6 +602,19 @@ int cmd_train(int argc, char **argv) {
             save_checkpoint(o.save_dir, &model, &opt, &st, &par);
             if (root) printf("saved checkpoint to %s (step %ld)\n", o.save_dir, st.step);
         }
+    }
+    if (llama_acts_offloads_inputs(acts)) { /* per rank, like --stats: its own file */
+        unsigned long long wr, rd;
+        double wait_s;
+        long passes;
+        llama_acts_offload_stats(acts, &wr, &rd, &wait_s, &passes);
+        double b = passes > 0 ? (double)passes : 1.0;
+        printf("rank %d: layer-input offload: %.3f MB written, %.3f MB read per backward pass (%ld passes), I/O not "
+               "hidden %.4f s per pass; RAM for layer inputs %.3f MB instead of %.3f MB\n", par.topo.world_rank,
+               wr / b / 1e6, rd / b / 1e6, passes, wait_s / b,
+               (2.0 * N + 4.0 * ((N + llama_input_chunks(N) - 1) / llama_input_chunks(N))) * c->hidden_size * 4 / 1e6,
+               (c->num_hidden_layers + 1.0) * N * c->hidden_size * 4 / 1e6);
+        fflush(stdout);
     }
     /* every rank gets here before any enters MPI_Finalize, which has no deadline */
     watch(&par, st.step, "end", 0);

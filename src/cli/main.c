@@ -2,6 +2,7 @@
  * mpirun) and dispatches to a subcommand. */
 #include <mpi.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/commands.h"
@@ -18,12 +19,16 @@ static const char USAGE[] =
     "  bench   attention, training-step and memory benchmarks against OpenBLAS sgemm\n"
     "  strategies  the distributed attention strategies, their flags, constraints and formulas\n"
     "  sample  generate text (or tokens) from a trained model: greedy, temperature, top-k\n"
+    "  memory  the memory one training step with train's flags would hold, per rank and component\n"
     "\n"
     "'seqpar <command> --help' describes each command's options.\n";
 
 int main(int argc, char **argv) {
     int provided = 0;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    /* `seqpar memory` runs nothing distributed: outside mpirun it skips MPI's start-up (a second
+     * on a busy machine) and answers at once */
+    int skip_mpi = argc >= 2 && !strcmp(argv[1], "memory") && !getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMI_SIZE");
+    if (!skip_mpi) MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     int status;
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         fputs(USAGE, stdout);
@@ -38,9 +43,11 @@ int main(int argc, char **argv) {
         status = cmd_strategies(argc - 1, argv + 1);
     } else if (!strcmp(argv[1], "sample")) {
         status = cmd_sample(argc - 1, argv + 1);
+    } else if (!strcmp(argv[1], "memory")) {
+        status = cmd_memory(argc - 1, argv + 1);
     } else {
-        die_collective("unknown command '%s': the commands are train, grad, bench, strategies and sample (see 'seqpar --help')", argv[1]);
+        die_collective("unknown command '%s': the commands are train, grad, bench, strategies, memory and sample (see 'seqpar --help')", argv[1]);
     }
-    MPI_Finalize();
+    if (!skip_mpi) MPI_Finalize();
     return status;
 }

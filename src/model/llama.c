@@ -8,6 +8,7 @@
 
 #include "core/common.h"
 #include "kernels/ops.h"
+#include "strategies/chunk_tier.h"
 
 /* ---------------------------------------------------------------- parameters */
 
@@ -140,7 +141,8 @@ struct LlamaActs {
     LayerActs shared;
     float *rope_cos, *rope_sin; /* (N, d/2) */
     float *rstd_final;    /* (N) */
-    float *x_final;       /* (N, D) final-normed hidden states */
+    float *x_final;       /* (N, D) final-normed hidden states: an alias of xn, which no layer uses
+                             while the loss runs */
     /* scratch, shared by all layers */
     float *xn;            /* (N, D) normed input, recomputed in backward */
     float *dx, *dxn;      /* (N, D) */
@@ -150,7 +152,15 @@ struct LlamaActs {
     float *dgate, *dup;   /* (ffn_rows, F) */
     float *ce_workspace;  /* (chunk, V) */
     int ce_chunk;
+    /* layer-input offload (llama.h): residual holds two (N, D) buffers, layer l's in l % 2 */
+    ChunkTier *inputs_tier;
+    int in_chunks, in_rows; /* chunks of a layer input, rows per chunk (the last may be shorter) */
+    float *in_keys;         /* (L) one address per layer: the tier's name for layer l's input */
+    long passes;            /* backward passes that read layer inputs back */
+    const char *offload_dir;
 };
+
+int llama_input_chunks(long N) { return N < 16 ? (N > 0 ? (int)N : 1) : 16; }
 
 int llama_checkpoint_parse(const char *name) {
     if (!name) return -1;
@@ -231,12 +241,25 @@ LlamaActs *llama_acts_create_opts(const LlamaModel *m, const SeqAttention *attn,
      * copies for its backward, or restore() takes them): forward projects into the gradient
      * scratch dq, dk, dv, which backward only fills after the strategy has taken its copies */
     a->shared_qkv = attn->keeps_inputs;
-    a->residual = alloc_floats((size_t)(a->n_layers + 1) * Nn * D);
+    if (opt->offload_dir && a->checkpoint != LLAMA_CKPT_NONE) {
+        a->in_chunks = llama_input_chunks(N);
+        a->in_rows = N > 0 ? (N + a->in_chunks - 1) / a->in_chunks : 1;
+        a->in_chunks = N > 0 ? (N + a->in_rows - 1) / a->in_rows : 1;
+        const size_t sizes[TIER_KINDS] = {(size_t)a->in_rows * D, 0, 0, 0};
+        char err[512];
+        a->inputs_tier = chunk_tier_disk_create(opt->offload_dir, opt->rank, a->in_chunks, sizes, err, sizeof err);
+        if (!a->inputs_tier) die_collective("%s", err);
+        a->in_keys = alloc_floats((size_t)a->n_layers);
+        a->offload_dir = opt->offload_dir;
+        a->residual = alloc_floats(2 * Nn * D);
+    } else {
+        a->residual = alloc_floats((size_t)(a->n_layers + 1) * Nn * D);
+    }
     a->rope_cos = alloc_floats(Nn * (size_t)(c->head_dim / 2));
     a->rope_sin = alloc_floats(Nn * (size_t)(c->head_dim / 2));
     a->rstd_final = alloc_floats(Nn);
-    a->x_final = alloc_floats(Nn * D);
     a->xn = alloc_floats(Nn * D);
+    a->x_final = a->xn;
     a->dx = alloc_floats(Nn * D);
     a->dxn = alloc_floats(Nn * D);
     a->dq = alloc_floats(Nn * qd);
@@ -293,7 +316,9 @@ void llama_acts_free(LlamaActs *a) {
         layer_acts_free(&a->shared, a->shared_qkv);
     }
     xfree(a->layers);
-    xfree(a->residual); xfree(a->rope_cos); xfree(a->rope_sin); xfree(a->rstd_final); xfree(a->x_final);
+    if (a->inputs_tier) chunk_tier_destroy(a->inputs_tier);
+    xfree(a->in_keys);
+    xfree(a->residual); xfree(a->rope_cos); xfree(a->rope_sin); xfree(a->rstd_final);
     xfree(a->xn); xfree(a->dx); xfree(a->dxn); xfree(a->dq); xfree(a->dk); xfree(a->dv); xfree(a->dout);
     xfree(a->h); xfree(a->gate_c); xfree(a->up_c); xfree(a->dgate); xfree(a->dup); xfree(a->ce_workspace);
     xfree(a);
@@ -301,6 +326,23 @@ void llama_acts_free(LlamaActs *a) {
 
 int llama_acts_checkpoint(const LlamaActs *a) { return a->checkpoint; }
 int llama_acts_ffn_chunks(const LlamaActs *a) { return a->ffn_chunks; }
+int llama_acts_offloads_inputs(const LlamaActs *a) { return a->inputs_tier != NULL; }
+
+void llama_acts_offload_stats(const LlamaActs *a, unsigned long long *bytes_written, unsigned long long *bytes_read,
+                              double *wait_s, long *passes) {
+    TierStats st;
+    chunk_tier_stats(a->inputs_tier, &st);
+    *bytes_written = st.bytes_written;
+    *bytes_read = st.bytes_read;
+    *wait_s = st.wait_s;
+    *passes = a->passes;
+}
+
+int llama_acts_io_error(const LlamaActs *a, SeqErr *e) {
+    if (!a->inputs_tier || !a->inputs_tier->io_errno) return 0;
+    return seq_err(e, "--offload-dir %s: the layer-input file could not be written or read (%s): free space there or "
+                   "choose another directory", a->offload_dir, strerror(a->inputs_tier->io_errno));
+}
 
 double llama_recompute_flops_per_token(const LlamaConfig *c, long seq_len, const LlamaActs *a) {
     double D = c->hidden_size, F = c->intermediate_size;
@@ -317,7 +359,47 @@ double llama_recompute_flops_per_token(const LlamaConfig *c, long seq_len, const
 /* ---------------------------------------------------------------- forward / backward */
 
 static float *residual_at(const LlamaActs *a, const LlamaConfig *c, int l) {
-    return a->residual + (size_t)l * a->N * (size_t)c->hidden_size;
+    size_t slot = a->inputs_tier ? (size_t)(l & 1) : (size_t)l;
+    return a->residual + slot * a->N * (size_t)c->hidden_size;
+}
+
+/* Layer-input offload: rows of chunk i of a layer input. */
+static int input_chunk_rows(const LlamaActs *a, int i) {
+    int r0 = i * a->in_rows;
+    return a->N - r0 < a->in_rows ? a->N - r0 : a->in_rows;
+}
+
+/* Layer l's input to the tier, chunk by chunk (slot() waits only for the write of two chunks ago). */
+static void input_store(LlamaActs *a, const LlamaConfig *c, int l) {
+    ChunkTier *t = a->inputs_tier;
+    const size_t D = (size_t)c->hidden_size;
+    const float *x = residual_at(a, c, l);
+    for (int i = 0; i < a->in_chunks; i++) {
+        float *dst = t->slot(t, &a->in_keys[l], TIER_Q, i);
+        size_t n = (size_t)input_chunk_rows(a, i) * D;
+        memcpy(dst, x + (size_t)i * a->in_rows * D, sizeof(float) * n);
+        if (n < (size_t)a->in_rows * D) memset(dst + n, 0, sizeof(float) * ((size_t)a->in_rows * D - n));
+        t->store(t, &a->in_keys[l], TIER_Q, i);
+    }
+}
+
+/* Hint: layer l's first two chunks into the read buffers (while the layer above runs). */
+static void input_prefetch(LlamaActs *a, int l) {
+    ChunkTier *t = a->inputs_tier;
+    for (int i = 0; i < 2 && i < a->in_chunks; i++) t->prefetch(t, &a->in_keys[l], TIER_Q, i, i & 1);
+}
+
+/* Layer l's input back into its working buffer; chunk i + 2 is read while chunk i is copied. */
+static void input_fetch(LlamaActs *a, const LlamaConfig *c, int l) {
+    ChunkTier *t = a->inputs_tier;
+    const size_t D = (size_t)c->hidden_size;
+    float *x = residual_at(a, c, l);
+    for (int i = 0; i < a->in_chunks; i++) {
+        const float *src = t->fetch(t, &a->in_keys[l], TIER_Q, i, i & 1);
+        memcpy(x + (size_t)i * a->in_rows * D, src, sizeof(float) * (size_t)input_chunk_rows(a, i) * D);
+        t->release(t, src);
+        if (i + 2 < a->in_chunks) t->prefetch(t, &a->in_keys[l], TIER_Q, i + 2, i & 1);
+    }
 }
 
 /* norm -> q, k, v projections -> RoPE into L->q, L->k, L->v (and a->xn). */
@@ -496,9 +578,11 @@ double llama_forward_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn,
     embedding_forward(residual_at(a, c, 0), inputs, m->w.embed, N, D);
     for (int l = 0; l < nL; l++) {
         hook(m, LLAMA_HOOK_BEFORE_FORWARD, l, backward);
+        if (a->inputs_tier && backward) input_store(a, c, l);
         layer_forward(m, a, attn, l);
         hook(m, LLAMA_HOOK_AFTER_FORWARD, l, backward);
     }
+    if (a->inputs_tier && backward) input_prefetch(a, nL - 1); /* read while the loss runs */
     rmsnorm_forward(a->x_final, a->rstd_final, residual_at(a, c, nL), m->w.final_norm, N, D, c->rms_norm_eps);
     if (!backward) {
         double fwd_loss = lm_head_cross_entropy(a->x_final, m->w.lm_head, targets, N, D, V, loss_scale, NULL, NULL,
@@ -512,8 +596,13 @@ double llama_forward_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn,
                                         m->g.lm_head, predictions, a->ce_chunk, a->ce_workspace);
     memset(a->dx, 0, sizeof(float) * (size_t)N * D);
     rmsnorm_backward(a->dx, m->g.final_norm, a->dxn, residual_at(a, c, nL), m->w.final_norm, a->rstd_final, N, D);
+    if (a->inputs_tier) a->passes++;
     for (int l = nL - 1; l >= 0; l--) {
         hook(m, LLAMA_HOOK_BEFORE_BACKWARD, l, 1);
+        if (a->inputs_tier) {
+            input_fetch(a, c, l);
+            if (l > 0) input_prefetch(a, l - 1);
+        }
         /* layer: the attention half again, attention's forward included, into the shared set;
          * selective: q, k, v, the strategy's state and x_mid without attention's forward. The
          * MLP is recomputed chunk by chunk inside its backward. */

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "attention/seq_attention.h"
+#include "core/common.h"
 #include "core/param_table.h"
 #include "model/config.h"
 
@@ -102,10 +103,21 @@ const char *llama_checkpoint_name(int mode);
  * llama_recompute_flops_per_token); with one chunk under none they are kept per layer (2 N F
  * floats each). Default: twice the attention's chunk count; attention is not chunked, so 2. */
 #define LLAMA_FFN_CHUNKS_DEFAULT 2
+/* Layer-input offload (FPDT's "activation checkpoint with offloading"): with offload_dir set and
+ * checkpoint layer or selective, the residual stream keeps two (N, D) working buffers in RAM
+ * instead of L + 1; each layer's input goes to a file in offload_dir through the disk chunk tier
+ * (strategies/chunk_tier.h: a helper thread, staging and read buffers of one chunk, two each) in
+ * llama_input_chunks(N) chunks of rows before the layer's forward, and comes back before its
+ * backward, the next layer's first chunks prefetched while the current one runs. Exact: the bytes
+ * that come back are the bytes that went out. */
 typedef struct {
     int checkpoint; /* LLAMA_CKPT_* */
     int ffn_chunks; /* <= 0: LLAMA_FFN_CHUNKS_DEFAULT; more than N: N */
+    const char *offload_dir; /* NULL: layer inputs stay in RAM; ignored under none */
+    int rank;                /* names the offload file (one per rank) */
 } LlamaActsOptions;
+/* Chunks of a layer input in the offload tier for N local tokens. */
+int llama_input_chunks(long N);
 
 /* Activations for N local tokens. llama_acts_create(m, attn, N, checkpoint) is
  * llama_acts_create_opts with the default FFN chunk count. */
@@ -114,6 +126,13 @@ LlamaActs *llama_acts_create_opts(const LlamaModel *m, const SeqAttention *attn,
 void llama_acts_free(LlamaActs *a);
 int llama_acts_checkpoint(const LlamaActs *a);
 int llama_acts_ffn_chunks(const LlamaActs *a); /* effective */
+/* Layer-input offload: whether it is on, its tier's counters since creation and the backward
+ * passes that ran, and its I/O error: 0, or -1 with the one-line message in *e (check it at a
+ * point every rank reaches, e.g. with die_if_any_rank, so that all stop together). */
+int llama_acts_offloads_inputs(const LlamaActs *a);
+void llama_acts_offload_stats(const LlamaActs *a, unsigned long long *bytes_written, unsigned long long *bytes_read,
+                              double *wait_s, long *passes);
+int llama_acts_io_error(const LlamaActs *a, SeqErr *e);
 
 /* FLOPs per token a training step spends recomputing (beyond llama_train_flops_per_token), for
  * hardware-FLOPs utilisation (HFU) as InternEvo counts it: layer: the forward of the attention

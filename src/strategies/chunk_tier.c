@@ -142,11 +142,14 @@ static int disk_wait(ChunkTier *t, int *done) {
     pthread_mutex_lock(&k->mu);
     while (*done == 0) pthread_cond_wait(&k->cv, &k->mu);
     int rc = *done;
+    /* the first failure in queue order names the cause: a read of a chunk whose write failed
+     * (a full disk) comes back short (EIO), but the error to report is the write's */
+    int first = k->io_error ? k->io_error : -rc;
     pthread_mutex_unlock(&k->mu);
     k->st.wait_s += now_seconds() - t0;
     if (rc < 0) {
-        snprintf(t->err, sizeof t->err, "offload file in %.160s: %s", k->dir, strerror(-rc));
-        if (!t->io_errno) t->io_errno = -rc;
+        snprintf(t->err, sizeof t->err, "offload file in %.160s: %s", k->dir, strerror(first));
+        if (!t->io_errno) t->io_errno = first;
         return -1;
     }
     return 0;

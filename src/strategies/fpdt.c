@@ -111,6 +111,7 @@ static void fpdt_memory(const StrategyParams *p, int hp_rank, AttnMemory *m) {
     const size_t u = (size_t)fpdt_chunks(p), S = (size_t)p->seq_len, Cn = S / u, c = Cn / (size_t)p->hp;
     const size_t d = (size_t)p->head_dim, Hl = (size_t)hs.hl[hp_rank], Hk = (size_t)hs.hk[hp_rank];
     m->saved_per_layer = S * (2 * Hl * d + 2 * Hk * d + Hl); /* q_h, o_h, kv_h, lse_h of all chunks */
+    m->kept_per_layer = S * Hl;                                /* lse_h of all chunks */
     size_t tier = 0;
     if (p->offload_dir) { /* only lse_h stays; two staging and two read buffers of q_h, kv_h, o_h chunks */
         m->saved_per_layer = S * Hl;

@@ -168,6 +168,7 @@ void strategy_memory(const Strategy *s, const StrategyParams *p, int hp_rank, At
     const size_t n = (size_t)(p->seq_len / p->cp), N = (size_t)(p->seq_len / ((long)p->hp * p->cp));
     const size_t d = (size_t)p->head_dim, Hl = (size_t)hs.hl[hp_rank], Hk = (size_t)hs.hk[hp_rank];
     m->saved_per_layer = n * Hl * d * 2 + 2 * n * Hk * d + n * Hl; /* q_h, o_h | kv_h | lse_h */
+    m->kept_per_layer = n * Hl;                                       /* lse_h */
     size_t send = 0, recv = 0;
     for (int q = 0; q < p->hp; q++) {
         send += N * (size_t)(hs.hl[q] + 2 * hs.hk[q]) * d;

@@ -43,8 +43,9 @@ extern const ScheduleInfo lightseq_schedule;    /* "lightseq" (lightseq.c) */
 extern const ScheduleInfo allgather_schedule;   /* "allgather" (allgather.c) */
 
 /* Memory of head member hp_rank in floats: the `saved` state per layer (head-parallel q, kv, o,
- * lse) and the buffers held once (head exchange, schedule workspaces, backward scratch). */
-typedef struct { size_t saved_per_layer, workspace; } AttnMemory;
+ * lse), its suffix that selective checkpointing keeps per layer (the lse: SeqAttention's
+ * kept_floats) and the buffers held once (head exchange, schedule workspaces, backward scratch). */
+typedef struct { size_t saved_per_layer, kept_per_layer, workspace; } AttnMemory;
 
 /* A strategy that builds its own SeqAttention (no context schedule). */
 typedef struct {

@@ -57,14 +57,15 @@ void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaC
     p->seq_len = seq_len;
     int sp = p->topo.sp;
     p->params = (StrategyParams){.hp = hp, .cp = cp, .ring_inner = p->topo.ring_inner, .team = cfg->team,
-                                 .chunks = cfg->chunks, .offload_dir = cfg->offload_dir, .placement = cfg->placement,
+                                 .chunks = cfg->chunks, .offload_dir = p->strategy->own ? cfg->offload_dir : NULL,
+                                 .placement = cfg->placement,
                                  .layout = cfg->layout, .seq_len = seq_len, .n_heads = model->num_attention_heads,
                                  .n_kv_heads = model->num_key_value_heads, .head_dim = model->head_dim};
     if (p->params.team == 0) p->params.team = strategy_default_team(p->strategy, cp);
     if (cfg->chunks > 1 && !p->strategy->own)
         die_collective("--chunks %d is read by --strategy fpdt only: drop it or use --strategy fpdt", cfg->chunks);
-    if (cfg->offload_dir && !p->strategy->own)
-        die_collective("--offload-dir is read by --strategy fpdt only: drop it or use --strategy fpdt");
+    /* --offload-dir without fpdt moves checkpointed layer inputs only: the model's business
+     * (llama.h); the CLI refuses it without --checkpoint layer|selective (offload_flags_check) */
     if (p->strategy->own && cfg->layout_given)
         die_collective("--strategy %s has its own token layout: drop --layout %s", p->strategy->name,
                        layout_name(cfg->layout));

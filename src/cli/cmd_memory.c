@@ -1,0 +1,140 @@
+/* seqpar memory: the memory model (strategies/memory_model.h) for the flags of `seqpar train`:
+ * what one training step would hold per rank, by component and tier (RAM, disk), the total and
+ * KiB per token, and the papers' terms, without running anything heavy (no MPI communication, no
+ * model allocation). `--ranks P` stands for the ranks mpirun would start. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli_common.h"
+#include "cli/commands.h"
+#include "cli/train_options.h"
+#include "core/common.h"
+#include "io/checkpoint.h"
+#include "io/config_json.h"
+#include "strategies/memory_model.h"
+
+#include <omp.h>
+
+static const char HELP[] =
+    "usage: seqpar memory [--ranks P] [--cores C] [every flag of 'seqpar train']\n"
+    "\n"
+    "Predicts the memory of one training step of 'seqpar train' with the same flags, per rank and\n"
+    "tier (RAM, disk): parameters, gradients, AdamW moments, saved activations, one layer's working\n"
+    "set with the kernels' transient buffers, the attention strategy's buffers, token buffers.\n"
+    "The rank with the most RAM is shown (ranks differ under uneven head splits and ZeRO shards).\n"
+    "It counts what seqpar allocates itself (the 'peak mem' train reports); the process's RSS adds\n"
+    "the C runtime, MPI and thread stacks. Runs nothing: answers at once.\n"
+    "\n"
+    "  --ranks P   ranks the run would have (default: this run's MPI ranks)\n"
+    "  --cores C   cores of the node, for the default threads per rank (default: this machine's)\n"
+    "  --help      this text; 'seqpar train --help' lists the other flags\n";
+
+/* Removes "--ranks P" / "--ranks=P" and "--cores C" from argv (train's parser does not know them). */
+static int take_int_flag(int *argc, char **argv, const char *name, long min, long max, int *value) {
+    size_t len = strlen(name);
+    for (int i = 1; i < *argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        int used = 0;
+        if (!strcmp(a, name)) {
+            if (i + 1 >= *argc) die_collective("seqpar memory: %s needs a value", name);
+            v = argv[i + 1];
+            used = 2;
+        } else if (!strncmp(a, name, len) && a[len] == '=') {
+            v = a + len + 1;
+            used = 1;
+        }
+        if (!v) continue;
+        *value = (int)parse_long("memory", name + 2, v, min, max);
+        for (int j = i; j + used < *argc; j++) argv[j] = argv[j + used];
+        *argc -= used;
+        return 1;
+    }
+    return 0;
+}
+
+static void print_row(const char *name, double ram, double disk, double total) {
+    printf("  %-36s %12.2f MiB %6.1f%%", name, ram / 1048576.0, total > 0 ? 100.0 * ram / total : 0.0);
+    if (disk > 0) printf("   disk %10.2f MiB", disk / 1048576.0);
+    printf("\n");
+}
+
+int cmd_memory(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(HELP, stdout);
+            return 0;
+        }
+    int world = 1, cores = omp_get_num_procs(), mpi = 0, rank = 0;
+    MPI_Initialized(&mpi); /* not under mpirun: main skipped MPI_Init */
+    if (mpi) {
+        MPI_Comm_size(MPI_COMM_WORLD, &world);
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    }
+    take_int_flag(&argc, argv, "--ranks", 1, 1 << 20, &world);
+    take_int_flag(&argc, argv, "--cores", 1, 1 << 20, &cores);
+    TrainOptions o;
+    SizeFlags sf;
+    parse_train_options(argc, argv, &o, &sf, "memory");
+
+    MemoryModelInput in;
+    memset(&in, 0, sizeof in);
+    SeqErr e;
+    if (o.resume_dir) {
+        if (checkpoint_read_config(o.resume_dir, &in.model, &e) != 0) die_collective("%s", e.msg);
+    } else if (o.model_dir) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/config.json", o.model_dir);
+        if (config_json_read(path, &in.model, &e) != 0) die_collective("%s", e.msg);
+    } else {
+        in.model = sf.cfg;
+        if (in.model.head_dim == 0 && in.model.num_attention_heads > 0) {
+            if (in.model.hidden_size % in.model.num_attention_heads != 0)
+                die_collective("--heads %d does not divide --hidden %d: pick heads dividing the hidden size or set "
+                               "--head-dim", in.model.num_attention_heads, in.model.hidden_size);
+            in.model.head_dim = in.model.hidden_size / in.model.num_attention_heads;
+        }
+        llama_config_validate(&in.model, "size flags");
+    }
+    in.seq_len = o.seq_len;
+    in.batch = o.batch;
+    in.world = world;
+    in.cores = cores;
+    in.recall_data = !strcmp(o.data, "recall");
+    in.par = o.par;
+    in.checkpoint = o.mem.checkpoint;
+    in.ffn_chunks = o.mem.ffn_chunks;
+    MemoryEstimate m;
+    char *err = memory_model_estimate(&in, &m);
+    if (err) die_collective("%s", err);
+
+    if (rank != 0) return 0;
+    const LlamaConfig *c = &in.model;
+    char groups[48] = "";
+    if (m.zero > 0 && m.zero_group < world) snprintf(groups, sizeof groups, " (groups of %d)", m.zero_group);
+    printf("memory model of one training step: %d layers, hidden %d, heads %d (kv %d), head_dim %d, ffn %d, vocab %d\n",
+           c->num_hidden_layers, c->hidden_size, c->num_attention_heads, c->num_key_value_heads, c->head_dim,
+           c->intermediate_size, c->vocab_size);
+    printf("S = %ld, batch %d, %d rank%s: %s, dp %d x hp %d x cp %d, %d local tokens, --checkpoint %s, %d FFN chunk%s, "
+           "zero %d%s, %d thread%s/rank%s%s\n",
+           in.seq_len, in.batch, world, world == 1 ? "" : "s", m.strategy, m.dp, m.hp, m.cp, m.n_local,
+           llama_checkpoint_name(in.checkpoint), m.ffn_chunks, m.ffn_chunks == 1 ? "" : "s", m.zero, groups,
+           m.threads, m.threads == 1 ? "" : "s", in.par.offload_dir ? ", offload to " : "",
+           in.par.offload_dir ? in.par.offload_dir : "");
+    printf("rank %d (the largest), RAM by component:\n", m.rank);
+    for (int k = 0; k < MEM_COMPONENTS; k++) print_row(memory_component_name((MemComponent)k), m.ram[k], m.disk[k], m.ram_total);
+    printf("  %-36s %12.2f MiB          disk %10.2f MiB\n", "total", m.ram_total / 1048576.0, m.disk_total / 1048576.0);
+    printf("  RAM per token: %.2f KiB per global token, %.2f KiB per local token\n", m.ram_total / 1024.0 / (double)in.seq_len,
+           m.ram_total / 1024.0 / m.n_local);
+    if (m.layer_chunks) printf("  layer inputs offloaded in %d chunks each\n", m.layer_chunks);
+    printf("papers' terms (fp32, this rank):\n");
+    printf("  WallFacer Eq. 5  A = B N H / P                  %10.2f MiB\n", m.wf_A / 1048576.0);
+    printf("  WallFacer Eq. 6  (Y + 1) A + 3 A   (ring)       %10.2f MiB (+ M_m+o)\n", m.wf_eq6 / 1048576.0);
+    printf("  WallFacer Eq. 7  (Y + 1) A + 3 C A (teams)      %10.2f MiB (+ M_m+o)\n", m.wf_eq7 / 1048576.0);
+    printf("  LoongTrain 4.5.5 saved q, k, v per layer        %10.2f MiB; inner + outer ring buffers %.2f MiB\n",
+           m.lt_qkv_per_layer / 1048576.0, m.lt_ring_buffers / 1048576.0);
+    printf("  LoongTrain 5.2   Selective++ (SD + SH)/d_sp     %10.2f MiB per layer\n", m.lt_selective_per_layer / 1048576.0);
+    printf("  FPDT Table 2     backward peak 8 N d            %10.2f MiB\n", m.fpdt_table2_peak / 1048576.0);
+    fflush(stdout);
+    return 0;
+}

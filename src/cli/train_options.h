@@ -1,0 +1,31 @@
+/* The options of `seqpar train`, shared with `seqpar memory` (which takes the same flags and
+ * predicts what one training step with them would hold). */
+#ifndef SEQPAR_TRAIN_OPTIONS_H
+#define SEQPAR_TRAIN_OPTIONS_H
+
+#include <stdint.h>
+
+#include "cli/cli_common.h"
+#include "data/tokens.h"
+#include "optim/adamw.h"
+
+typedef struct {
+    const char *data, *val_data, *save_dir, *resume_dir, *log_path, *model_dir;
+    TokensFormat tokens_format;
+    int seq_len, batch, eval_every, eval_seqs, eval_batches, save_every, quiet, skip_nonfinite;
+    int recall_pairs, recall_queries;
+    long steps, stop_at;
+    uint64_t seed;
+    int random_init;
+    double peak_gflops;
+    AdamWConfig opt;
+    int min_lr_set;
+    ParallelConfig par;
+    MemoryFlags mem;
+} TrainOptions;
+
+/* Parses train's flags (GNU long options; a bad one ends every rank with one line naming it);
+ * cmd names the command in errors. --help prints train's help and exits. */
+void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, const char *cmd);
+
+#endif

@@ -1,0 +1,233 @@
+/* The memory model: see memory_model.h. Every term names the allocation it stands for. */
+#include "strategies/memory_model.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/common.h"
+#include "kernels/isa.h"
+#include "model/llama.h"
+#include "strategies/block_attention.h"
+#include "strategies/head_exchange.h"
+
+static const char *const NAMES[MEM_COMPONENTS] = {
+    "parameters", "gradients", "optimizer moments", "saved activations",
+    "layer working set + transient", "attention / communication buffers", "token buffers"};
+
+const char *memory_component_name(MemComponent c) { return c >= 0 && c < MEM_COMPONENTS ? NAMES[c] : "?"; }
+
+static char *message(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *message(const char *fmt, ...) {
+    char buf[320];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    return xstrdup(buf);
+}
+
+/* Floats of the units data_parallel.c shards: the embedding, one layer, the tail. */
+static void unit_sizes(const LlamaConfig *c, double *embed, double *layer, double *tail) {
+    double D = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
+    double qd = (double)c->num_attention_heads * c->head_dim, kvd = (double)c->num_key_value_heads * c->head_dim;
+    *embed = V * D;
+    *layer = 2 * D + 2 * qd * D + 2 * kvd * D + 3 * F * D;
+    *tail = D + (c->tie_word_embeddings ? 0 : V * D);
+}
+
+/* hp rank of world rank w under the placement (topology.h: context-first d sp + h cp + c; the
+ * others d sp + c hp + h). */
+static int hp_rank_of(int w, int hp, int cp, Placement pl) {
+    int in_replica = w % (hp * cp);
+    return pl == PLACEMENT_CONTEXT_FIRST ? in_replica / cp : in_replica % hp;
+}
+
+/* The transient buffers of flash attention's kernels for one call of nq query rows against the
+ * local GQA group: per-thread tiles, and in backward one dq copy per thread beyond the first
+ * (flash_attention.c). Floats. */
+static double flash_transient(int threads, double nq, int group, int d) {
+    const SimdKernels *sk = simd();
+    const double skew = 16, ldt = sk->fwd_bq + skew, ldc = d + skew, ldp = sk->bwd_bk + skew;
+    double fwd = threads * ((double)d * ldt + sk->fwd_bk * ldt + 2.0 * sk->fwd_bk * ldc + (double)sk->fwd_bq * d +
+                            6.0 * sk->fwd_bq + 16);
+    double bwd = threads * (2.0 * d * ldp + 2.0 * sk->bwd_bq * ldp + 2.0 * sk->bwd_bk * d + sk->bwd_bk * ldc +
+                            2.0 * sk->bwd_bq * ldc + 16) +
+                 (threads - 1) * nq * group * d;
+    return fwd > bwd ? fwd : bwd;
+}
+
+char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
+    memset(out, 0, sizeof *out);
+    const LlamaConfig *c = &in->model;
+    const ParallelConfig *pc = &in->par;
+    const int world = in->world > 0 ? in->world : 1;
+    const Strategy *s = strategy_find(pc->strategy ? pc->strategy : "2d");
+    if (!s) return strategy_unknown_message(pc->strategy);
+    TokenLayout layout = pc->layout_given ? pc->layout : s->default_layout;
+    int sp_ranks = pc->dp > 0 ? (world % pc->dp == 0 ? world / pc->dp : 0) : world, hp, cp;
+    char *err = strategy_grid(s, pc->hp, pc->cp, sp_ranks, &hp, &cp);
+    if (err) return err;
+    int dp = pc->dp > 0 ? pc->dp : (world % (hp * cp) == 0 ? world / (hp * cp) : 1);
+    if (dp * hp * cp != world)
+        return message("dp %d x hp %d x cp %d is not the %d ranks: give --dp, --hp, --cp (or --ranks) whose product "
+                       "is the ranks", dp, hp, cp, world);
+    const int sp = hp * cp, own = s->own != NULL;
+    StrategyParams sp_params = {.hp = hp, .cp = cp, .ring_inner = pc->ring_inner > 0 ? pc->ring_inner : cp,
+                                .team = pc->team, .chunks = pc->chunks, .offload_dir = own ? pc->offload_dir : NULL,
+                                .placement = pc->placement, .layout = layout, .seq_len = in->seq_len,
+                                .n_heads = c->num_attention_heads, .n_kv_heads = c->num_key_value_heads,
+                                .head_dim = c->head_dim};
+    if (sp_params.team == 0) sp_params.team = strategy_default_team(s, cp);
+    if (pc->chunks > 1 && !own) return message("--chunks %d is read by --strategy fpdt only: drop it or use --strategy fpdt", pc->chunks);
+    if (pc->offload_dir && !own && in->checkpoint == LLAMA_CKPT_NONE)
+        return xstrdup("--offload-dir moves FPDT chunks and checkpointed layer inputs: use --strategy fpdt or "
+                       "--checkpoint layer|selective");
+    if (sp > 1 || own) {
+        err = strategy_check(s, &sp_params);
+        if (err) return err;
+    }
+    if (in->seq_len % sp != 0) return message("--seq-len %ld does not split over %d sequence-parallel ranks: use a multiple of %d", in->seq_len, sp, sp);
+    const int zero = pc->zero, group = pc->zero_group > 0 ? pc->zero_group : world;
+    if (group > 0 && pc->zero_group > 0 && zero == 0)
+        return message("--zero-group %d shards nothing under --zero 0: use --zero 1, 2 or 3", group);
+    if (zero < 0 || zero > 3) return message("--zero %d is not a ZeRO stage: use 0, 1, 2 or 3", zero);
+    if (world % group != 0) return message("--zero-group %d does not divide the %d ranks: use a divisor of %d", group, world, world);
+    if (in->batch % dp != 0) return message("--batch %d does not split over --dp %d replicas: use a batch divisible by %d", in->batch, dp, dp);
+    const int threads = pc->threads > 0 ? pc->threads : (in->cores / world > 1 ? in->cores / world : 1);
+
+    /* sizes, floats (double: no overflow) */
+    const double N = (double)(in->seq_len / sp), S = (double)in->seq_len;
+    const double D = c->hidden_size, F = c->intermediate_size, V = c->vocab_size, L = c->num_hidden_layers;
+    const double qd = (double)c->num_attention_heads * c->head_dim, kvd = (double)c->num_key_value_heads * c->head_dim;
+    const double d = c->head_dim;
+    double E, Lu, T;
+    unit_sizes(c, &E, &Lu, &T);
+    const double P = E + L * Lu + T;
+    const int per_replica = in->batch / dp;
+    const int ckpt = in->checkpoint;
+    /* FFN chunks exactly as llama_acts_create_opts */
+    long Nl = (long)N, K = in->ffn_chunks > 0 ? in->ffn_chunks : LLAMA_FFN_CHUNKS_DEFAULT;
+    if (K > Nl) K = Nl > 0 ? Nl : 1;
+    long rows = Nl > 0 ? (Nl + K - 1) / K : 1, chunks = Nl > 0 ? (Nl + rows - 1) / rows : 1;
+    const int store_gate_up = ckpt == LLAMA_CKPT_NONE && chunks == 1;
+    /* layer-input offload (--offload-dir with layer or selective checkpointing) */
+    const int offload_inputs = pc->offload_dir && ckpt != LLAMA_CKPT_NONE;
+    long in_chunks = llama_input_chunks(Nl), in_rows = Nl > 0 ? (Nl + in_chunks - 1) / in_chunks : 1;
+
+    double best = -1;
+    MemoryEstimate cur;
+    for (int w = 0; w < world; w++) {
+        memset(cur.ram, 0, sizeof cur.ram);
+        memset(cur.disk, 0, sizeof cur.disk);
+        const int hr = hp_rank_of(w, hp, cp, pc->placement);
+        /* attention strategy: saved state per layer, what selective keeps, buffers */
+        double saved, kept, attn_buf, nq_call, group_q;
+        int keeps_inputs;
+        if (sp > 1 || own) {
+            AttnMemory am;
+            strategy_memory(s, &sp_params, hr, &am);
+            saved = (double)am.saved_per_layer;
+            kept = (double)am.kept_per_layer;
+            attn_buf = (double)am.workspace;
+            if (!own) attn_buf += S * (double)(sizeof(PosRun) / sizeof(float)); /* the schedule's run index */
+            keeps_inputs = 1;
+            nq_call = 256; /* block_attention's query pieces */
+            HeadSplit hs;
+            err = head_split_init(&hs, hp, c->num_attention_heads, c->num_key_value_heads);
+            if (err) return err;
+            group_q = hs.hk[hr] > 0 ? (double)hs.hl[hr] / hs.hk[hr] : 1;
+            head_split_free(&hs);
+        } else { /* local_attention.c: lse kept, positions and delta */
+            saved = kept = N * c->num_attention_heads;
+            attn_buf = N + N * c->num_attention_heads;
+            keeps_inputs = 0;
+            nq_call = N;
+            group_q = (double)c->num_attention_heads / c->num_key_value_heads;
+        }
+        /* one full set of a layer's activations (layer_acts_alloc) and the partial one (selective) */
+        double common = N /* rstd1 */ + (keeps_inputs ? 0 : N * (qd + 2 * kvd)) + N * D /* x_mid */ + N /* rstd2 */ +
+                        (store_gate_up ? 2 * N * F : 0);
+        double full_set = common + N * qd /* o */ + saved;
+        double partial_set = common + (kept < saved ? saved : 0);
+        double per_layer_sel = N * qd + (kept < saved ? kept : saved);
+        /* layer inputs: all L + 1 in RAM, or two working buffers with the rest on disk (the tier's
+         * staging and read buffers, two each of one chunk, are working set) */
+        double saved_acts = offload_inputs ? 2 * N * D : (L + 1) * N * D;
+        double layer_set = offload_inputs ? 4 * (double)in_rows * D : 0;
+        if (ckpt == LLAMA_CKPT_NONE) saved_acts += L * full_set;
+        else if (ckpt == LLAMA_CKPT_LAYER) layer_set += full_set;
+        else saved_acts += L * per_layer_sel, layer_set += partial_set;
+        layer_set += N * d /* rope */ + N /* rstd_final */ + 3 * N * D /* xn (= x_final), dx, dxn */ +
+                     2 * N * qd + 2 * N * kvd /* dq, dk, dv, dout */ + 3 * (double)rows * F /* h, dgate, dup */ +
+                     (store_gate_up ? 0 : 2 * (double)rows * F) /* gate_c, up_c */ + (N < 256 ? N : 256) * V;
+        layer_set += flash_transient(threads, nq_call < N ? nq_call : N, (int)group_q, c->head_dim);
+        cur.ram[MEM_SAVED] = 4 * saved_acts;
+        cur.ram[MEM_LAYER] = 4 * layer_set;
+        cur.ram[MEM_ATTN] = 4 * attn_buf;
+        if (offload_inputs) cur.disk[MEM_SAVED] += 4 * L * N * D;
+        if (own && pc->offload_dir) { /* FPDT's chunks: q, k|v, o of each layer's buffer on disk */
+            double distinct = ckpt == LLAMA_CKPT_LAYER ? 1 : L;
+            HeadSplit hs;
+            err = head_split_init(&hs, hp, c->num_attention_heads, c->num_key_value_heads);
+            if (err) return err;
+            cur.disk[MEM_SAVED] += 4 * distinct * S * (2.0 * hs.hl[hr] * d + 2.0 * hs.hk[hr] * d);
+            head_split_free(&hs);
+        }
+        /* parameters, gradients, optimizer (data_parallel.c) */
+        const int sharded = zero > 0 && world > 1, r = w % group;
+        double shard = sharded ? (double)((size_t)P * (size_t)(r + 1) / (size_t)group - (size_t)P * (size_t)r / (size_t)group)
+                               : P;
+        cur.ram[MEM_OPTIMIZER] = 4 * 2 * shard;
+        if (!sharded) {
+            cur.ram[MEM_PARAMS] = 4 * P;
+            cur.ram[MEM_GRADS] = 4 * P;
+        } else {
+            double sb = shard + 1; /* shard_buf */
+            if (zero == 1) {
+                cur.ram[MEM_PARAMS] = 4 * P;
+                cur.ram[MEM_GRADS] = 4 * (P + sb);
+            } else {
+                cur.ram[MEM_GRADS] = 4 * (E + T + 2 * Lu + sb + (per_replica > 1 ? sb : 0));
+                /* zero 3: the shard, two gathered layers (in use, prefetched), embedding and tail */
+                cur.ram[MEM_PARAMS] = zero == 3 ? 4 * (shard + 1 + 2 * Lu + E + T) : 4 * P;
+            }
+        }
+        /* the trainer's tokens: the global batch, this rank's share, positions, recall distances */
+        cur.ram[MEM_DATA] = 4 * (2 * S * in->batch + 2 * N * per_replica + N + (in->recall_data ? S : 0));
+        double tot = 0;
+        for (int k = 0; k < MEM_COMPONENTS; k++) tot += cur.ram[k];
+        if (tot > best) {
+            best = tot;
+            memcpy(out->ram, cur.ram, sizeof cur.ram);
+            memcpy(out->disk, cur.disk, sizeof cur.disk);
+            out->rank = w;
+        }
+    }
+    out->ram_total = out->disk_total = 0;
+    for (int k = 0; k < MEM_COMPONENTS; k++) out->ram_total += out->ram[k], out->disk_total += out->disk[k];
+    out->dp = dp;
+    out->hp = hp;
+    out->cp = cp;
+    out->n_local = (int)N;
+    out->threads = threads;
+    out->ffn_chunks = (int)chunks;
+    out->zero = zero;
+    out->zero_group = group;
+    out->layer_chunks = offload_inputs ? (int)in_chunks : 0;
+    out->strategy = sp > 1 || own ? s->name : "single process";
+
+    /* the papers' terms (fp32 bytes) */
+    const double A = N * D * 4;
+    const int C = s->schedule == &wallfacer_schedule ? sp_params.team : 1;
+    out->wf_A = A;
+    out->wf_eq6 = (L + 1) * A + 3 * A;
+    out->wf_eq7 = (L + 1) * A + 3.0 * C * A;
+    const double n = S / cp;
+    out->lt_qkv_per_layer = 4 * n * (qd + 2 * kvd) / hp;
+    const int W = sp_params.ring_inner;
+    out->lt_ring_buffers = 4 * (W > 1 ? 1 : 0) * 2 * n * kvd / hp + 4 * (cp / W > 1 ? 1 : 0) * 2 * n * kvd / hp;
+    out->lt_selective_per_layer = 4 * (S * D + S * c->num_attention_heads) / sp;
+    out->fpdt_table2_peak = 8 * N * D * 4;
+    return NULL;
+}

@@ -1,0 +1,65 @@
+/* The memory model: what one training step holds per rank, per tier (RAM, disk), predicted from
+ * the flags alone (no MPI, no allocation). It mirrors what the code allocates: the parameter
+ * table (llama.c), the gradient synchronisation and ZeRO buffers (data_parallel.c), AdamW's
+ * moments, the activations of llama_acts_create_opts under each checkpoint mode and FFN chunk
+ * count, the attention strategy's saved state and buffers (the registry's strategy_memory), the
+ * FPDT and layer-input disk tiers, the flash-attention kernel's transient per-thread buffers and
+ * the trainer's token buffers. `seqpar memory` prints it; tests/test_memory_model.sh compares it
+ * with the tracked-allocation peak `seqpar train` measures.
+ *
+ * It predicts the tracked allocations (xmalloc), not the process's RSS: the C runtime, MPI's
+ * own buffers and the thread stacks are outside it (tens of MiB, see the README). */
+#ifndef SEQPAR_MEMORY_MODEL_H
+#define SEQPAR_MEMORY_MODEL_H
+
+#include <stddef.h>
+
+#include "model/config.h"
+#include "strategies/seq_parallel.h"
+
+typedef enum {
+    MEM_PARAMS,      /* parameters (ZeRO-3: the shard, two gathered layers, the gathered embedding + head) */
+    MEM_GRADS,       /* gradients (ZeRO-1: + the summed shard; ZeRO-2/3: two layer slots, embedding + tail, shard) */
+    MEM_OPTIMIZER,   /* AdamW first and second moments of this rank's shard */
+    MEM_SAVED,       /* activations kept from forward to backward: layer inputs and per-layer state */
+    MEM_LAYER,       /* one layer's working set (shared buffers, scratch) and the kernel's transient peak */
+    MEM_ATTN,        /* the strategy's buffers: head exchange, ring / gather buffers, backward scratch, tier staging */
+    MEM_DATA,        /* token buffers of the trainer */
+    MEM_COMPONENTS
+} MemComponent;
+
+const char *memory_component_name(MemComponent c);
+
+typedef struct {
+    LlamaConfig model;
+    long seq_len;        /* global S */
+    int batch;           /* sequences per step over all replicas */
+    int world;           /* ranks */
+    int cores;           /* cores of the node (threads per rank default: cores / ranks, at least 1) */
+    int recall_data;     /* the trainer's recall task keeps a distance per token */
+    ParallelConfig par;  /* --strategy, grid, --chunks, --offload-dir, --zero, --zero-group, --threads */
+    int checkpoint;      /* LLAMA_CKPT_* */
+    int ffn_chunks;      /* 0: the default */
+} MemoryModelInput;
+
+typedef struct {
+    double ram[MEM_COMPONENTS], disk[MEM_COMPONENTS]; /* bytes, of the rank with the largest RAM total */
+    double ram_total, disk_total;
+    int rank;                /* that world rank */
+    int dp, hp, cp, n_local, threads, ffn_chunks, zero, zero_group, layer_chunks;
+    const char *strategy;    /* "single process" when sp = 1 and the strategy has no attention of its own */
+    /* The papers' terms, in bytes (fp32), per rank (see the README, "Memory model"):
+     * WallFacer Eq. 5: A = B N H / P, one layer's hidden activation of the local tokens;
+     * Eq. 6 / 7: the (Y + 1) A checkpoints plus 3 A (ring) or 3 C A (WallFacer teams) of q, k, v;
+     * LoongTrain §4.5.5: the saved head-parallel q, k, v per layer and the inner + outer ring
+     * buffers of Size(kv) each; §5.2: Selective Checkpoint++'s (SD + SH) / d_sp per layer;
+     * FPDT Table 2: the peak of one Ulysses block's backward, 8 N d (q, k, v, o, dO, dq, dk, dv)
+     * at hidden width d. */
+    double wf_A, wf_eq6, wf_eq7, lt_qkv_per_layer, lt_ring_buffers, lt_selective_per_layer, fpdt_table2_peak;
+} MemoryEstimate;
+
+/* Fills *out; NULL, or a one-line message (xmalloc'd) naming a flag that does not fit (the same
+ * checks seq_parallel_create makes, without MPI). */
+char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out);
+
+#endif

@@ -1,0 +1,135 @@
+# The memory model (`seqpar memory`) against the peak tracked memory `seqpar train` measures in
+# one step (peak_mem_bytes of its JSONL log: the largest rank's), for strategies x checkpoint
+# modes x ZeRO stages and groups x ranks 1/2/4 x FPDT chunks x FFN chunks x offloading: within
+# 10% each. Also: a prediction for other flags than the run's is refused by the same check (the
+# test can fail), layer-input offload leaves the losses bit-identical, and `seqpar memory`
+# answers bad flags with one line and runs in well under a second.
+# usage: bash tests/test_memory_model.sh BUILD_DIR
+set -u
+BUILD=${1:-build}
+. tests/lib.sh
+mpi_test_env
+MODEL="--layers 3 --hidden 128 --ffn 384 --heads 4 --kv-heads 2 --vocab 256"
+S=1024
+TOL=0.10
+
+predict() { # np flags... -> predicted bytes (the total line, MiB -> bytes)
+    local np=$1
+    shift
+    "$SEQPAR" memory --ranks "$np" $MODEL --seq-len $S "$@" 2>&1 |
+        awk '/^  total / { printf "%.0f\n", $2 * 1048576 }'
+}
+measure() { # np flags... -> measured peak tracked bytes of step 1
+    local np=$1
+    shift
+    rm -f "$T/m.jsonl"
+    run_np "$np" "$SEQPAR" train $MODEL --seq-len $S --steps 1 --eval-every 0 --eval-seqs 1 --quiet \
+        --peak-gflops 100 --log "$T/m.jsonl" "$@" >"$T/m.out" 2>&1 || { tail -n 2 "$T/m.out" >&2; echo 0; return; }
+    sed -nE 's/.*"peak_mem_bytes": ([0-9]+),.*/\1/p' "$T/m.jsonl" | head -n 1
+}
+within() { # predicted measured -> status 0 when within TOL
+    awk -v p="$1" -v m="$2" -v t=$TOL 'BEGIN { if (m <= 0 || p <= 0) exit 1; r = p / m; exit !(r >= 1 - t && r <= 1 + t) }'
+}
+ratio() { awk -v p="$1" -v m="$2" 'BEGIN { if (m > 0) printf "%.3f", p / m; else print "n/a" }'; }
+
+n_cases=0
+case_() { # np flags...
+    local np=$1
+    shift
+    local p m
+    p=$(predict "$np" "$@")
+    m=$(measure "$np" "$@")
+    n_cases=$((n_cases + 1))
+    printf '  np %d %-62s predicted %7.2f MiB measured %7.2f MiB ratio %s\n' "$np" "$*" \
+        "$(awk -v x="${p:-0}" 'BEGIN { print x / 1048576 }')" "$(awk -v x="${m:-0}" 'BEGIN { print x / 1048576 }')" \
+        "$(ratio "${p:-0}" "${m:-0}")"
+    if within "${p:-0}" "${m:-0}"; then ok; else bad "memory model np $np $*: predicted ${p:-none}, measured ${m:-none} bytes"; fi
+}
+
+OFF="$T/offload"
+mkdir -p "$OFF"
+echo "predicted vs measured peak tracked memory of one step (S = $S, batch 1 unless given):"
+case_ 1 --checkpoint none --batch 1
+case_ 1 --checkpoint layer --batch 1
+case_ 1 --checkpoint selective --batch 1
+case_ 1 --checkpoint none --ffn-chunks 1 --batch 1
+case_ 1 --strategy fpdt --chunks 4 --checkpoint selective --batch 1
+case_ 1 --strategy fpdt --chunks 4 --offload-dir "$OFF" --batch 1
+case_ 1 --checkpoint layer --offload-dir "$OFF" --ffn-chunks 4 --batch 1
+case_ 2 --strategy ring --checkpoint none --batch 1
+case_ 2 --strategy ulysses --checkpoint layer --batch 1
+case_ 2 --strategy lightseq --checkpoint selective --zero 1 --batch 1
+case_ 2 --strategy allgather --checkpoint none --zero 2 --batch 2
+case_ 2 --strategy fpdt --chunks 2 --checkpoint selective --zero 3 --batch 1
+case_ 2 --strategy ulysses --checkpoint selective --offload-dir "$OFF" --batch 1
+case_ 4 --strategy wallfacer --team 2 --checkpoint none --batch 1
+case_ 4 --strategy 2d --hp 2 --cp 2 --ring-inner 1 --checkpoint selective --zero 3 --zero-group 2 --batch 1
+case_ 4 --strategy ring --ring-inner 2 --checkpoint layer --zero 2 --batch 1
+case_ 4 --strategy lightseq --dp 2 --checkpoint none --zero 1 --batch 2
+case_ 4 --strategy fpdt --chunks 2 --offload-dir "$OFF" --checkpoint selective --zero 2 --batch 1
+echo "$n_cases configurations"
+
+# The check can fail: the prediction for --checkpoint layer is not the measured peak of none,
+# nor a prediction without ZeRO the peak with ZeRO-3.
+p=$(predict 1 --checkpoint layer --batch 1)
+m=$(measure 1 --checkpoint none --batch 1)
+if within "$p" "$m"; then bad "the check accepts the layer prediction ($p) for a none run ($m)"; else ok; fi
+p=$(predict 4 --strategy ring --zero 0 --batch 1)
+m=$(measure 4 --strategy ring --zero 3 --batch 1)
+if within "$p" "$m"; then bad "the check accepts the zero 0 prediction ($p) for a zero 3 run ($m)"; else ok; fi
+
+# Layer-input offload is exact: the same losses bit for bit, 1 and 2 ranks, layer and selective.
+for np in 1 2; do
+    for mode in layer selective; do
+        rm -f "$T/a.jsonl" "$T/b.jsonl"
+        run_np $np "$SEQPAR" train $MODEL --seq-len 256 --steps 3 --eval-every 0 --eval-seqs 1 --quiet --peak-gflops 100 \
+            --checkpoint $mode --log "$T/a.jsonl" >/dev/null 2>&1
+        run_np $np "$SEQPAR" train $MODEL --seq-len 256 --steps 3 --eval-every 0 --eval-seqs 1 --quiet --peak-gflops 100 \
+            --checkpoint $mode --offload-dir "$OFF" --log "$T/b.jsonl" >"$T/b.out" 2>&1
+        if [ -s "$T/a.jsonl" ] && [ "$(losses "$T/a.jsonl")" = "$(losses "$T/b.jsonl")" ]; then ok; else
+            bad "layer-input offload np $np $mode: losses differ: $(losses "$T/a.jsonl" | tr '\n' ' ') vs $(losses "$T/b.jsonl" | tr '\n' ' ')"; fi
+        if grep -q "layer-input offload: .* MB written" "$T/b.out"; then ok; else bad "no offload report np $np $mode"; fi
+    done
+done
+# the gradient file of `seqpar grad` bit for bit (2 ranks, ring), and a full disk (a 16 KiB file
+# size limit, SIGXFSZ ignored; tcp so that shared memory needs no file): one line on every rank
+L=tiny_long
+run_np 2 "$SEQPAR" grad --model "$FIX/$L" --tokens "$FIX/$L/tokens.bin" --seq-len 256 --out "$T/g0" --strategy ring \
+    --checkpoint layer >/dev/null 2>&1
+run_np 2 "$SEQPAR" grad --model "$FIX/$L" --tokens "$FIX/$L/tokens.bin" --seq-len 256 --out "$T/g1" --strategy ring \
+    --checkpoint layer --offload-dir "$OFF" >/dev/null 2>&1
+if [ -s "$T/g0" ] && cmp -s "$T/g0" "$T/g1"; then ok; else bad "grad with layer-input offload: the gradient file differs"; fi
+err=$(timeout 60 mpirun --oversubscribe --mca btl self,tcp -np 2 bash -c "trap '' XFSZ; ulimit -f 16; exec \"$SEQPAR\" grad \
+      --model \"$FIX/$L\" --tokens \"$FIX/$L/tokens.bin\" --seq-len 256 --out \"$T/x\" --checkpoint selective \
+      --offload-dir \"$OFF\"" 2>&1 >/dev/null)
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] &&
+    [ "$(printf '%s\n' "$err" | grep -c '^seqpar: error: --offload-dir .*layer-input file could not be written or read (File too large)')" -eq 2 ]; then ok; else
+    bad "full disk under layer-input offload: status $rc: $(printf '%s' "$err" | head -n 3)"; fi
+# the offload files are gone after the runs
+if [ -z "$(ls -A "$OFF")" ]; then ok; else bad "offload files left in $OFF: $(ls "$OFF")"; fi
+
+# Bad input: one line naming the flag, status 1; --offload-dir needs something to offload.
+expect_error() { # text flags...
+    local want=$1
+    shift
+    local out rc
+    out=$("$SEQPAR" "$@" 2>&1)
+    rc=$?
+    if [ $rc -ne 0 ] && [ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] && printf '%s' "$out" | grep -q -- "$want"; then ok; else
+        bad "seqpar $*: want one line with '$want' and status != 0, got status $rc: $out"; fi
+}
+expect_error "zero-group 3 does not divide the 4 ranks" memory --ranks 4 --zero 1 --zero-group 3
+expect_error "splits heads only: drop --cp 2" memory --ranks 4 --strategy ulysses --cp 2
+expect_error "unknown strategy 'nope'" memory --strategy nope
+expect_error "is read by --strategy fpdt only" memory --chunks 2
+expect_error "add --checkpoint layer|selective" memory --offload-dir /tmp
+expect_error "add --checkpoint layer|selective" train --offload-dir /tmp --steps 1
+expect_error "ranks" memory --ranks 0
+# fast: the whole model of a 1M-token, 64-rank run in well under a second
+t0=$(date +%s%N)
+"$SEQPAR" memory --ranks 64 --strategy wallfacer --seq-len 1048576 --zero 3 --checkpoint selective >/dev/null
+t1=$(date +%s%N)
+ms=$(((t1 - t0) / 1000000))
+if [ "$ms" -lt 1000 ]; then ok; else bad "seqpar memory took $ms ms"; fi
+summary test_memory_model
