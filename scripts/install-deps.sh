@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages seqpar needs to build and run; does nothing when they are present.
 # zlib1g-dev: CRC-32 checksums of checkpoint files; clang + libclang-rt-dev (the compiler-rt
-# runtimes: libFuzzer, ASan, UBSan): `make fuzz` and tests/test_fuzz.sh.
+# runtimes: libFuzzer, ASan, UBSan): `make fuzz` and tests/test_fuzz.sh. gnuplot-nox: the PNG pictures
+# of a training run (scripts/plot_run.sh; the cairo-based pngcairo terminal, no X11).
 set -euo pipefail
 need=(build-essential pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin libjansson-dev zlib1g-dev
-      clang libclang-rt-dev)
+      clang libclang-rt-dev gnuplot-nox)
 missing=()
 for p in "${need[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -74,9 +74,11 @@ static const char HELP_TAIL[] =
     "progress and logs:\n"
     "  --log FILE           JSONL log (rank 0): a run-start record, then one record per step and per\n"
     "                       evaluation; appended to if FILE exists (default: a new directory\n"
-    "                       runs/<UTC date-time>/ per run, holding train.jsonl)\n"
+    "                       runs/<UTC date-time>/ per run, holding train.jsonl; $SEQPAR_RUNS\n"
+    "                       replaces runs/)\n"
     "  --trace-step N|last  with --trace FILE: record only step N (or the last step) in the trace\n"
-    "  --peak-gflops X      peak for MFU and HFU (default: best of several OpenBLAS sgemm trials here)\n"
+    "  --peak-gflops X      peak for MFU and HFU (default: $SEQPAR_PEAK_GFLOPS, else the best of several\n"
+    "                       OpenBLAS sgemm trials at start-up)\n"
     "  --quiet              print only evaluations and the summary\n"
     "  --help               this text\n"
     "  Each step line ends with the elapsed time and an estimate of the time left (ETA); the run\n"
@@ -224,6 +226,8 @@ static void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlag
     o->opt.lr = 2e-3f;
     o->opt.warmup_steps = 50;
     parallel_config_default(&o->par);
+    const char *peak_env = getenv("SEQPAR_PEAK_GFLOPS"); /* the default of --peak-gflops */
+    if (peak_env && *peak_env) o->peak_gflops = parse_double(cmd, "peak-gflops (from SEQPAR_PEAK_GFLOPS)", peak_env, 1e-3, 1e12);
     static const struct option opts[] = {
         SIZE_FLAG_OPTIONS,
         PARALLEL_FLAG_OPTIONS,
@@ -460,9 +464,10 @@ int cmd_train(int argc, char **argv) {
     double hw_flops_per_token = flops_per_token + llama_recompute_flops_per_token(c, S, acts);
     int clamped = 0; /* a utilisation above 100% was printed as 100% */
     char run_log[4096];
-    if (!o.log_path) { /* a log of its own: runs/<UTC date-time>/train.jsonl */
+    if (!o.log_path) { /* a log of its own: runs/<UTC date-time>/train.jsonl ($SEQPAR_RUNS for runs/) */
         char dir[4000];
-        die_if_any_rank(run_dir_create("runs", MPI_COMM_WORLD, dir, sizeof dir, &err) != 0 ? &err : NULL);
+        const char *runs = getenv("SEQPAR_RUNS");
+        die_if_any_rank(run_dir_create(runs && *runs ? runs : "runs", MPI_COMM_WORLD, dir, sizeof dir, &err) != 0 ? &err : NULL);
         snprintf(run_log, sizeof run_log, "%s/train.jsonl", dir);
         o.log_path = run_log;
     }
