@@ -98,6 +98,7 @@ set title 'during training'
 unset xtics
 set xtics
 set xlabel 'step'
+set xrange [0:*]
 set key bottom right font 'sans,9'
 $marks
 set style data linespoints
@@ -119,7 +120,8 @@ set xlabel 'distance (tokens)'
 set xtics rotate by -30
 set grid y
 plot '$tmp/final.dat' using 0:2:xtic(1) with boxes lc rgb '#7570b3' notitle, \
-     '' using 0:(\$2 + 0.04):(sprintf('%.2f (n=%d)', \$2, \$3)) with labels font 'sans,9' notitle
+     '' using 0:(\$2 + 0.04):(sprintf('%.2f', \$2)) with labels font 'sans,9' notitle, \
+     '' using 0:(0.05):(sprintf('n=%d', \$3)) with labels font 'sans,8' tc rgb 'white' notitle
 $right
 unset multiplot
 EOF
