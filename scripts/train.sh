@@ -11,7 +11,8 @@
 # stage's log), model/ (config.json + model.safetensors: the trained model), trace.json (a
 # Perfetto trace of the last step), loss.png and recall.png (gnuplot).
 #
-# Extra arguments go to `seqpar train` in both stages (e.g. --seed 2, --threads 1). Environment:
+# Extra arguments go to `seqpar train` in both stages (e.g. --seed 2, or --strategy ulysses for
+# DeepSpeed-Ulysses instead of the ring). Environment:
 #   RANKS=N         MPI ranks (default 2; the sequence lengths must split into 2 x N pieces)
 #   STAGE1_STEPS=N  steps of stage 1 (default 400)   STAGE2_STEPS=N  steps of stage 2 (default 100)
 #   STAGE2_SEQ_LEN=S  sequence length of stage 2 (default 2048)
@@ -43,7 +44,8 @@ task=(--strategy ring --recall-format fused --recall-pairs 8 --weight-decay 0)
 model=(--vocab 81 --layers 2 --hidden 64 --heads 2 --kv-heads 2 --ffn 128)
 
 mkdir "$run/stage1"
-echo "== stage 1 of 2: $STAGE1_STEPS steps of 256-token sequences on $RANKS ranks (ring attention); files in $run/"
+echo "== stage 1 of 2: $STAGE1_STEPS steps of 256-token sequences on $RANKS MPI ranks (each holds 1/$RANKS of every" \
+     "sequence; ring attention unless --strategy says otherwise); files in $run/"
 "${mpi[@]}" build/seqpar train "${task[@]}" "${model[@]}" --seq-len 256 --batch 16 --steps "$STAGE1_STEPS" --lr 3e-3 --warmup 30 \
     --eval-every 100 --log "$run/stage1/train.jsonl" --save "$run/stage1/model" "$@"
 echo "== stage 2 of 2: $STAGE2_STEPS steps of $STAGE2_SEQ_LEN-token sequences, from the stage 1 model"
