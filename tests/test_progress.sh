@@ -13,17 +13,17 @@ TINY=(--layers 1 --hidden 32 --heads 2 --kv-heads 2 --ffn 64 --seq-len 64 --batc
 FUSED=(--recall-format fused --vocab 81 --recall-pairs 8)
 
 # ---- a directory and log per run
-export SEQPAR_RUNS="$T/runs"
+export SEQPAR_RUNS="$T/deep/runs" # parents created as needed
 for i in 1 2; do
     timeout 60 "$SEQPAR" train "${TINY[@]}" --steps 3 --eval-every 0 --eval-seqs 2 >"$T/own$i.out" 2>&1 || bad "run $i without --log: $(tail -n 2 "$T/own$i.out")"
 done
-dirs=$(ls -d "$T"/runs/*/ 2>/dev/null | wc -l)
-if [ "$dirs" -eq 2 ]; then ok; else bad "two runs without --log should make two run directories, got $dirs: $(ls "$T/runs")"; fi
-for f in "$T"/runs/*/train.jsonl; do
+dirs=$(ls -d "$T"/deep/runs/*/ 2>/dev/null | wc -l)
+if [ "$dirs" -eq 2 ]; then ok; else bad "two runs without --log should make two run directories, got $dirs: $(ls "$T/deep/runs")"; fi
+for f in "$T"/deep/runs/*/train.jsonl; do
     if [ "$(grep -c '"run_start"' "$f")" -eq 1 ] && [ "$(losses "$f" | wc -l)" -eq 3 ]; then ok; else bad "$f: want 1 run_start and 3 steps: $(cat "$f")"; fi
 done
 log1=$(sed -nE 's/.*; log: ([^;]+)$/\1/p; s/.*; log: ([^;]+);.*/\1/p' "$T/own1.out")
-if [ -n "$log1" ] && [ -f "$log1" ] && case "$log1" in "$T"/runs/*/train.jsonl) true ;; *) false ;; esac; then ok; else
+if [ -n "$log1" ] && [ -f "$log1" ] && case "$log1" in "$T"/deep/runs/*/train.jsonl) true ;; *) false ;; esac; then ok; else
     bad "the run should end by naming its log under \$SEQPAR_RUNS: $(tail -n 1 "$T/own1.out")"; fi
 unset SEQPAR_RUNS
 

@@ -25,6 +25,7 @@ double progress_eta_seconds(double elapsed, long done, long remaining) {
 }
 
 int run_dir_create(const char *parent, MPI_Comm comm, char *buf, size_t n, SeqErr *e) {
+    if (!buf || n < 2) return seq_err(e, "run_dir_create: no room for the path");
     int rank = 0;
     MPI_Comm_rank(comm, &rank);
     int err_no = 0;
@@ -34,7 +35,15 @@ int run_dir_create(const char *parent, MPI_Comm comm, char *buf, size_t n, SeqEr
         struct tm tm;
         gmtime_r(&now, &tm);
         strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
-        if (mkdir(parent, 0755) != 0 && errno != EEXIST) err_no = errno;
+        char path[4096]; /* mkdir -p parent */
+        snprintf(path, sizeof path, "%s", parent);
+        for (char *p = path + 1; *p && !err_no; p++) {
+            if (*p != '/') continue;
+            *p = 0;
+            if (mkdir(path, 0755) != 0 && errno != EEXIST) err_no = errno;
+            *p = '/';
+        }
+        if (!err_no && mkdir(path, 0755) != 0 && errno != EEXIST) err_no = errno;
         for (int k = 1; !err_no; k++) {
             if (k == 1) snprintf(buf, n, "%s/%s", parent, stamp);
             else snprintf(buf, n, "%s/%s-%d", parent, stamp, k);

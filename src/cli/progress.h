@@ -20,9 +20,9 @@ void progress_format_duration(double seconds, char *buf, size_t n);
  * remaining; -1 when nothing is done yet (no estimate). */
 double progress_eta_seconds(double elapsed, long done, long remaining);
 
-/* Creates a fresh directory under parent named after the UTC time (YYYYmmdd-HHMMSS, with -2, -3, ...
- * added when it exists) on rank 0 of comm and gives every rank its path in buf. Returns -1 with
- * the reason in *e (on every rank) if it cannot be created. */
+/* Creates a fresh directory under parent (itself created if missing) named after the UTC time
+ * (YYYYmmdd-HHMMSS, with -2, -3, ... added when it exists) on rank 0 of comm and gives every rank
+ * its path in buf. Returns -1 with the reason in *e (on every rank) if it cannot be created. */
 int run_dir_create(const char *parent, MPI_Comm comm, char *buf, size_t n, SeqErr *e);
 
 /* The record that opens a run in its JSONL log:
