@@ -53,6 +53,7 @@ echo "== stage 2 of 2: $STAGE2_STEPS steps of $STAGE2_SEQ_LEN-token sequences, f
     --steps "$STAGE2_STEPS" --lr 2e-3 --warmup 10 --eval-every 25 --eval-seqs 16 --log "$run/train.jsonl" \
     --save "$run/model" --trace "$run/trace.json" --trace-step last "$@"
 bash scripts/plot_run.sh -o "$run" "$run/stage1/train.jsonl" "$run/train.jsonl"
+pictures="pictures $run/loss.png and $run/recall.png"
+[ -f "$run/loss.png" ] || pictures="no pictures (gnuplot is missing: bash scripts/install-deps.sh as root installs it)"
 echo "== done: log $run/train.jsonl (stage 1: $run/stage1/train.jsonl), model $run/model (config.json +" \
-     "model.safetensors), pictures $run/loss.png and $run/recall.png, trace of the last step $run/trace.json" \
-     "(open it in https://ui.perfetto.dev)"
+     "model.safetensors), $pictures, trace of the last step $run/trace.json (open it in https://ui.perfetto.dev)"
