@@ -60,6 +60,8 @@ run_one test_memory_model 300 bash tests/test_memory_model.sh "$BUILD"
 run_one test_reliability 300 bash tests/test_reliability.sh "$BUILD"
 run_one test_data 600 bash tests/test_data.sh "$BUILD"
 run_one test_fuzz 600 bash tests/test_fuzz.sh
+run_one test_progress 300 bash tests/test_progress.sh "$BUILD"
+run_one test_readme 600 bash tests/test_readme.sh "$BUILD"
 echo
 echo "$total_pass passed, $total_fail failed"
 [ "$total_fail" -eq 0 ]

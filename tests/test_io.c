@@ -653,6 +653,101 @@ static int check_recall_sequence(const RecallSpec *s, const int *in, const int *
     return failures;
 }
 
+/* Invariants of one RECALL_FUSED sequence: pair tokens (distinct keys) only in the first half,
+ * queries (key tokens) only in the second, each query's target the value its key's pair token
+ * names and its distance the way back to that token; filler elsewhere. Returns the failures. */
+static int check_fused_sequence(const RecallSpec *s, const int *in, const int *tgt, const int *dist) {
+    int S = s->seq_len, half = S / 2, K = recall_n_keys(s), first_pair = 1 + 2 * K;
+    int failures = 0, n_pairs = 0, n_targets = 0;
+    int key_pos[64], key_value[64];
+    if (K >= 64) return 1;
+    for (int k = 0; k < K; k++) key_pos[k] = -1;
+    for (int i = 0; i < half; i++) {
+        int tok = in[i];
+        if (tgt[i] != RECALL_IGNORE || dist[i] != 0) failures++;
+        if (tok == 0) continue;
+        if (tok < first_pair || tok >= first_pair + K * K) { failures++; continue; } /* only pair tokens */
+        int k = (tok - first_pair) / K, v = (tok - first_pair) % K;
+        if (key_pos[k] >= 0) failures++; /* keys distinct */
+        key_pos[k] = i;
+        key_value[k] = 1 + K + v;
+        n_pairs++;
+    }
+    if (n_pairs != s->n_pairs) failures++;
+    for (int i = half; i < S; i++) {
+        int tok = in[i];
+        if (tok == 0) {
+            if (tgt[i] != RECALL_IGNORE || dist[i] != 0) failures++;
+            continue;
+        }
+        if (tok < 1 || tok > K || key_pos[tok - 1] < 0) { failures++; continue; } /* a query asks a known key */
+        n_targets++;
+        if (tgt[i] != key_value[tok - 1]) failures++;
+        if (dist[i] != i - key_pos[tok - 1]) failures++;
+    }
+    if (n_targets != s->n_queries) failures++;
+    return failures;
+}
+
+static void test_recall_fused(void) {
+    RecallSpec v81 = {.format = RECALL_FUSED, .vocab_size = 81, .seq_len = 64};
+    RecallSpec v80 = {.format = RECALL_FUSED, .vocab_size = 80, .seq_len = 64};
+    CHECK(recall_n_keys(&v81) == 8 && recall_n_keys(&v80) == 7, "fused keys: vocab 81 -> %d (want 8), 80 -> %d (want 7)",
+          recall_n_keys(&v81), recall_n_keys(&v80));
+    CHECK(recall_format_parse("fused") == RECALL_FUSED && recall_format_parse("adjacent") == RECALL_ADJACENT &&
+              recall_format_parse("mqar") == -1, "recall_format_parse");
+    RecallSpec cases[] = {
+        {.format = RECALL_FUSED, .vocab_size = 81, .seq_len = 2048, .n_pairs = 8, .n_queries = 32},
+        {.format = RECALL_FUSED, .vocab_size = 81, .seq_len = 16, .n_pairs = 8, .n_queries = 8}, /* pairs fill the half */
+        {.format = RECALL_FUSED, .vocab_size = 300, .seq_len = 301, .n_pairs = 5, .n_queries = 40},
+    };
+    enum { S = 2048 };
+    static int in[S], tgt[S], dist[S];
+    for (size_t c = 0; c < ARRAY_LEN(cases); c++) {
+        RecallSpec s = cases[c];
+        recall_spec_finalize(&s);
+        Rng rng;
+        rng_seed(&rng, 77 + c);
+        int failures = 0, max_dist = 0;
+        for (int rep = 0; rep < 30; rep++) {
+            recall_generate(&s, &rng, in, tgt, dist);
+            failures += check_fused_sequence(&s, in, tgt, dist);
+            for (int i = 0; i < s.seq_len; i++) if (dist[i] > max_dist) max_dist = dist[i];
+        }
+        CHECK(failures == 0, "fused case %zu: %d invariant violations", c, failures);
+        CHECK(c != 0 || max_dist > 1900, "fused distances should reach across 2048 tokens, max %d", max_dist);
+    }
+    /* the classic checker rejects a fused sequence (the two checks are not vacuous) */
+    RecallSpec s = cases[0];
+    Rng rng;
+    rng_seed(&rng, 3);
+    recall_generate(&s, &rng, in, tgt, dist);
+    RecallSpec as_adjacent = s;
+    as_adjacent.format = RECALL_ADJACENT;
+    CHECK(check_recall_sequence(&as_adjacent, in, tgt, dist) != 0, "a fused sequence passed the adjacent checks");
+    tgt[S - 1] = tgt[S - 1] == RECALL_IGNORE ? 1 : RECALL_IGNORE;
+    CHECK(check_fused_sequence(&s, in, tgt, dist) != 0, "a damaged fused sequence passed its checks");
+    RecallSpec too_many = {.format = RECALL_FUSED, .vocab_size = 81, .seq_len = 4096, .n_pairs = 9};
+    EXPECT_DEATH("fused: more pairs than keys", death_recall_spec, &too_many, "9 pairs", "only 8");
+
+    /* statistics as JSON: the non-empty buckets in order, the last one open-ended */
+    RecallStats st;
+    memset(&st, 0, sizeof st);
+    recall_stats_add(&st, 300, 1);
+    recall_stats_add(&st, 511, 0);
+    recall_stats_add(&st, 1500, 1);
+    recall_stats_add(&st, 1 << 30, 1);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    recall_stats_json(&st, mem);
+    fclose(mem);
+    const char *want = "[{\"from\": 256, \"to\": 511, \"correct\": 1, \"total\": 2}, {\"from\": 1024, \"to\": 2047, "
+                       "\"correct\": 1, \"total\": 1}, {\"from\": 8388608, \"to\": null, \"correct\": 1, \"total\": 1}]";
+    CHECK(strcmp(text, want) == 0, "recall_stats_json: %s", text);
+    free(text);
+}
+
 static void test_recall(void) {
     RecallSpec spec = {.vocab_size = 64, .seq_len = 256};
     recall_spec_finalize(&spec);
@@ -805,6 +900,7 @@ int main(void) {
     test_config(&td);
     test_tokens(&td);
     test_recall();
+    test_recall_fused();
     test_atomic(&td);
     remove_temp_dir(&td);
     return test_summary("test_io");

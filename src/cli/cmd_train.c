@@ -1,8 +1,9 @@
 /* seqpar train: the training loop. Data comes from the built-in associative-recall task
  * (default), an llm.c token shard or a text file; each step runs --batch sequences of --seq-len
  * tokens through the model, clips the global gradient norm and takes an AdamW step. Every step
- * prints and appends to a JSONL log: loss, learning rate, gradient norm, tokens/s, MFU, HFU
- * (hardware FLOPs: recomputation counted), peak memory. --save writes an atomic checkpoint that
+ * prints (with the elapsed time and an ETA, progress.h) and logs to the run's own JSONL log: loss,
+ * learning rate, gradient norm, tokens/s, MFU, HFU (hardware FLOPs: recomputation counted), peak
+ * memory; recall evaluations are logged by key-query distance. --save writes an atomic checkpoint that
  * Hugging Face loads; --resume continues a run bit-identically. SIGTERM, SIGUSR1 or SIGINT stop the
  * run after the current step with a checkpoint (run_control.h); a non-finite loss or gradient norm
  * ends the run unless --skip-nonfinite allows skipping that step's update. */
@@ -14,8 +15,10 @@
 
 #include "cli/cli_common.h"
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "cli/run_control.h"
 #include "cli/train_options.h"
+#include "comm/trace.h"
 #include "core/common.h"
 #include "kernels/isa.h"
 #include "data/recall.h"
@@ -32,7 +35,8 @@ static const char HELP_HEAD[] =
     "usage: seqpar train [options]\n"
     "\n"
     "Trains a Llama model. With no options: a 2-layer model on the built-in multi-query\n"
-    "associative-recall task, printing recall accuracy by key-query distance.\n"
+    "associative-recall task, printing recall accuracy by key-query distance. The README's default\n"
+    "job (scripts/train.sh) runs it twice on 2 ranks, 256 then 2048 tokens, --recall-format fused.\n"
     "\n"
     "model (either --model or the size flags):\n"
     "  --model DIR          Hugging Face model directory: config.json and model.safetensors or a\n"
@@ -48,8 +52,15 @@ static const char HELP_TAIL[] =
     "  --tokens-format F    auto|llmc|text for --data FILE (default auto)\n"
     "  --seq-len S          tokens per sequence (default 128)\n"
     "  --batch B            sequences per step over all dp replicas (default 8; divisible by --dp)\n"
-    "  --recall-pairs N     key-value pairs per recall sequence (default seq-len/16)\n"
-    "  --recall-queries N   queries per recall sequence (default 4 x pairs, at most seq-len/2)\n"
+    "recall task (--data recall):\n"
+    "  --recall-format F    adjacent: a key token then its value token (needs an induction circuit);\n"
+    "                       fused: one token per pair naming key and value (default adjacent)\n"
+    "  --recall-pairs N     key-value pairs per sequence (default seq-len/16)\n"
+    "  --recall-queries N   queries per sequence (default 4 x pairs, at most seq-len/2)\n"
+    "evaluation:\n"
+    "  --eval-every N       evaluate recall accuracy by distance (recall) or the validation loss\n"
+    "                       (--val-data) every N steps (default 250; 0: only at the end)\n"
+    "  --eval-seqs N        recall sequences per evaluation (default 16)\n"
     "optimisation:\n"
     "  --steps N            total training steps (default 1500)\n"
     "  --lr X               peak learning rate (default 2e-3)\n"
@@ -59,11 +70,8 @@ static const char HELP_TAIL[] =
     "  --decay-all          also decay norms and embeddings\n"
     "  --grad-clip X        clip the global gradient norm to X; 0 disables (default 1)\n"
     "  --beta1 X, --beta2 X AdamW betas (default 0.9, 0.95)\n"
-    "run:\n"
     "  --seed N             seed for weights and data (default 1)\n"
-    "  --eval-every N       evaluate recall accuracy or validation loss every N steps (default 250;\n"
-    "                       0: only at the end)\n"
-    "  --eval-seqs N        sequences per evaluation (default 16)\n"
+    "checkpoints:\n"
     "  --save DIR           write a checkpoint to DIR at the end (and every --save-every steps)\n"
     "  --save-every N       also checkpoint every N steps\n"
     "  --save-shard-mb N    weights above N MB are saved as shards + model.safetensors.index.json\n"
@@ -72,10 +80,18 @@ static const char HELP_TAIL[] =
     "  --stop-at N          stop after step N (of the --steps schedule), e.g. to train in slices\n"
     "  --skip-nonfinite N   skip the update of at most N steps whose loss or gradient norm is NaN or\n"
     "                       Inf (each logged); the next one ends the run (default 0: the first does)\n"
-    "  --log FILE           JSONL log, appended by rank 0 (default runs/train.jsonl)\n"
-    "  --peak-gflops X      peak for MFU and HFU (default: best of several OpenBLAS sgemm trials here)\n"
+    "progress and logs:\n"
+    "  --log FILE           JSONL log (rank 0): a run-start record, then one record per step and per\n"
+    "                       evaluation; appended to if FILE exists (default: a new directory\n"
+    "                       runs/<UTC date-time>/ per run, holding train.jsonl; $SEQPAR_RUNS\n"
+    "                       replaces runs/)\n"
+    "  --trace-step N|last  with --trace FILE: record only step N (or the last step) in the trace\n"
+    "  --peak-gflops X      peak for MFU and HFU (default: $SEQPAR_PEAK_GFLOPS, else the best of several\n"
+    "                       OpenBLAS sgemm trials at start-up)\n"
     "  --quiet              print only evaluations and the summary\n"
     "  --help               this text\n"
+    "  Each step line ends with the elapsed time and an estimate of the time left (ETA); the run\n"
+    "  ends by naming its log, model (--save) and trace (--trace).\n"
     "stopping: SIGTERM, SIGUSR1 or SIGINT (to every rank; mpirun forwards only SIGUSR1) stop the run\n"
     "  after the current step: a checkpoint goes to --save DIR (default: checkpoint-stepN next to\n"
     "  --log) and the run exits 0.\n"
@@ -121,7 +137,7 @@ static void evaluate_val(Validation *val, LlamaModel *m, LlamaActs *acts, SeqPar
  * Sequence e is evaluated by replica e % dp; each rank scores its own tokens and the counts are
  * summed over every rank. Printed by rank 0. */
 static double evaluate_recall(LlamaModel *m, LlamaActs *acts, SeqParallel *par, DataSource *ds,
-                              const TrainOptions *o, FILE *out) {
+                              const TrainOptions *o, FILE *out, RecallStats *stats_out) {
     int S = o->seq_len, N = par->n_local;
     int *inputs = xmalloc(sizeof(int) * S), *targets = xmalloc(sizeof(int) * S);
     int *li = xmalloc(sizeof(int) * N), *lt = xmalloc(sizeof(int) * N), *ld = xmalloc(sizeof(int) * N);
@@ -154,11 +170,37 @@ static double evaluate_recall(LlamaModel *m, LlamaActs *acts, SeqParallel *par, 
         for (int b = 0; b < RECALL_BUCKETS; b++) right += stats.correct[b], all += stats.total[b];
         acc = all ? (double)right / (double)all : 0.0;
     }
+    *stats_out = stats;
     xfree(inputs); xfree(targets); xfree(li); xfree(lt); xfree(ld); xfree(pred);
     return acc;
 }
 
+/* Evaluates recall, prints it (rank 0) after "LABEL (elapsed, ETA):" and appends it to the log:
+ * {"step": N, "eval": "recall", "accuracy": x, "by_distance": [...], "elapsed_s": t}. eta < 0: none. */
+static double eval_report(LlamaModel *m, LlamaActs *acts, SeqParallel *par, DataSource *ds, const TrainOptions *o,
+                          FILE *log, long step, const char *label, double elapsed, double eta) {
+    int root = par->topo.world_rank == 0;
+    if (root) {
+        char el[32], left[32];
+        progress_format_duration(elapsed, el, sizeof el);
+        progress_format_duration(eta, left, sizeof left);
+        if (eta >= 0) printf("%s %ld (%s elapsed, ETA %s): ", label, step, el, left);
+        else printf("%s %ld (%s elapsed): ", label, step, el);
+    }
+    RecallStats stats;
+    double acc = evaluate_recall(m, acts, par, ds, o, stdout, &stats);
+    if (root) {
+        fflush(stdout);
+        fprintf(log, "{\"step\": %ld, \"eval\": \"recall\", \"accuracy\": %.6f, \"by_distance\": ", step, acc);
+        recall_stats_json(&stats, log);
+        fprintf(log, ", \"elapsed_s\": %.3f}\n", elapsed);
+        fflush(log);
+    }
+    return acc;
+}
+
 static void record_settings(TrainerState *st, const TrainOptions *o, const LlamaModel *m, const DataSource *ds) {
+
     trainer_state_set(st, "data", "%s", o->data);
     if (ds->ts.n_shards > 0) { /* the same files, not only the same name */
         char desc[96];
@@ -174,7 +216,8 @@ static void record_settings(TrainerState *st, const TrainOptions *o, const Llama
     trainer_state_set(st, "grad_clip", "%a", (double)o->opt.grad_clip);
     trainer_state_set(st, "betas", "%a,%a", (double)o->opt.beta1, (double)o->opt.beta2);
     trainer_state_set(st, "decay_all", "%d", o->opt.decay_all);
-    trainer_state_set(st, "recall", "%d,%d", o->recall_pairs, o->recall_queries);
+    trainer_state_set(st, "recall", o->recall_format == RECALL_FUSED ? "%d,%d,fused" : "%d,%d", o->recall_pairs,
+                      o->recall_queries);
     trainer_state_set(st, "params", "%zu", m->table.total);
 }
 
@@ -190,10 +233,11 @@ void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, 
     o->eval_every = 250;
     o->eval_seqs = 16;
     o->eval_batches = 4;
-    o->log_path = "runs/train.jsonl";
     o->opt.lr = 2e-3f;
     o->opt.warmup_steps = 50;
     parallel_config_default(&o->par);
+    const char *peak_env = getenv("SEQPAR_PEAK_GFLOPS"); /* the default of --peak-gflops */
+    if (peak_env && *peak_env) o->peak_gflops = parse_double(cmd, "peak-gflops (from SEQPAR_PEAK_GFLOPS)", peak_env, 1e-3, 1e12);
     static const struct option opts[] = {
         SIZE_FLAG_OPTIONS,
         PARALLEL_FLAG_OPTIONS,
@@ -213,6 +257,7 @@ void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, 
         {"resume", required_argument, 0, 'R'}, {"log", required_argument, 0, 'o'},
         {"peak-gflops", required_argument, 0, 'p'},
         {"recall-pairs", required_argument, 0, 'P'}, {"recall-queries", required_argument, 0, 'Q'},
+        {"recall-format", required_argument, 0, 3105}, {"trace-step", required_argument, 0, 3106},
         {"skip-nonfinite", required_argument, 0, 'K'},
         {"quiet", no_argument, 0, 'q'}, {"stop-at", required_argument, 0, 'T'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     opterr = 0;
@@ -250,6 +295,13 @@ void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, 
         case 'o': o->log_path = optarg; break;
         case 'p': o->peak_gflops = parse_double(cmd, "peak-gflops", optarg, 1e-3, 1e12); break;
         case 'P': o->recall_pairs = (int)parse_long(cmd, "recall-pairs", optarg, 1, 1 << 28); break;
+        case 3105:
+            if ((o->recall_format = recall_format_parse(optarg)) < 0)
+                die_collective("seqpar train: --recall-format '%s' is not a format: use adjacent or fused", optarg);
+            break;
+        case 3106:
+            o->trace_step = !strcmp(optarg, "last") ? -1 : parse_long(cmd, "trace-step", optarg, 1, 1L << 40);
+            break;
         case 'Q': o->recall_queries = (int)parse_long(cmd, "recall-queries", optarg, 1, 1 << 28); break;
         case 'q': o->quiet = 1; break;
         case 'K': o->skip_nonfinite = (int)parse_long(cmd, "skip-nonfinite", optarg, 0, 1 << 30); break;
@@ -269,6 +321,8 @@ void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, 
     if (!o->min_lr_set) o->opt.min_lr = o->opt.lr / 10;
     o->opt.total_steps = o->steps;
     if (!o->stop_at || o->stop_at > o->steps) o->stop_at = o->steps;
+    if (o->trace_step && !o->par.trace_path)
+        die_collective("seqpar train: --trace-step needs --trace FILE (where the trace goes)");
     if (o->model_dir && o->resume_dir)
         die_collective("seqpar train: --model and --resume both name a model: --resume DIR already holds one");
 }
@@ -376,6 +430,7 @@ int cmd_train(int argc, char **argv) {
     const LlamaConfig *c = &model.cfg;
     ds.ts.vocab_size = c->vocab_size; /* every shard is checked when it is loaded */
     if (ds.is_recall) {
+        ds.spec.format = (RecallFormat)o.recall_format;
         ds.spec.vocab_size = c->vocab_size;
         ds.spec.seq_len = S;
         ds.spec.n_pairs = o.recall_pairs;
@@ -392,6 +447,7 @@ int cmd_train(int argc, char **argv) {
 
     SeqParallel par;
     seq_parallel_create(&par, &o.par, c, S, model.table.total);
+    if (o.trace_step) trace_set_recording(par.comm->trace, 0); /* on again for that step only */
     int root = par.topo.world_rank == 0, dp = par.topo.dp, N = par.n_local;
     if (o.batch % dp != 0)
         die_collective("--batch %d does not split over --dp %d replicas: use a batch divisible by %d", o.batch, dp, dp);
@@ -432,10 +488,19 @@ int cmd_train(int argc, char **argv) {
     double flops_per_token = llama_train_flops_per_token(c, S);
     double hw_flops_per_token = flops_per_token + llama_recompute_flops_per_token(c, S, acts);
     int clamped = 0; /* a utilisation above 100% was printed as 100% */
+    char run_log[4096];
+    if (!o.log_path) { /* a log of its own: runs/<UTC date-time>/train.jsonl ($SEQPAR_RUNS for runs/) */
+        char dir[4000];
+        const char *runs = getenv("SEQPAR_RUNS");
+        die_if_any_rank(run_dir_create(runs && *runs ? runs : "runs", MPI_COMM_WORLD, dir, sizeof dir, &err) != 0 ? &err : NULL);
+        snprintf(run_log, sizeof run_log, "%s/train.jsonl", dir);
+        o.log_path = run_log;
+    }
     FILE *log = NULL;
     if (root) {
         make_parent_dirs(o.log_path);
         log = xfopen(o.log_path, "a");
+        progress_log_run_start(log, st.step + 1, o.steps, par.topo.world_size, argc, argv);
         char desc[256];
         seq_parallel_describe(&par, desc, sizeof desc);
         printf("model: %d layers, hidden %d, heads %d (kv %d), head_dim %d, ffn %d, vocab %d: %.3fM parameters\n",
@@ -460,7 +525,7 @@ int cmd_train(int argc, char **argv) {
         }
         if (ds.is_recall)
             printf("recall task: %d pairs, %d queries per sequence, chance accuracy %.3f\n", ds.spec.n_pairs,
-                   ds.spec.n_queries, 1.0 / ((c->vocab_size - 1) / 2));
+                   ds.spec.n_queries, 1.0 / recall_n_keys(&ds.spec));
         fflush(stdout);
     }
 
@@ -469,8 +534,11 @@ int cmd_train(int argc, char **argv) {
     stop_signals_install();
     double last_loss = NAN;
     long first_step = st.step + 1;
+    double run_t0 = now_seconds(); /* elapsed time and ETA count from here */
     int skipped = 0, stop_sig = 0;
+    long traced_step = o.trace_step > 0 ? o.trace_step : o.stop_at; /* with --trace-step */
     while (st.step < o.stop_at) {
+        if (o.trace_step) trace_set_recording(par.comm->trace, st.step + 1 == traced_step);
         double t0 = now_seconds();
         watch(&par, st.step + 1, "train", st.step + 1 == first_step);
         fault_maybe_hang(&faults, par.topo.world_rank, st.step + 1);
@@ -546,25 +614,32 @@ int cmd_train(int argc, char **argv) {
         double mfu = rate / peak;
         double hfu = tok_s_rank * hw_flops_per_token / (peak * 1e9);
         if (!nonfinite) last_loss = loss;
+        double elapsed = now_seconds() - run_t0, eta = progress_eta_seconds(elapsed, st.step - first_step + 1, o.stop_at - st.step);
         if (root && !o.quiet && !nonfinite) {
+            char el[32], left[32];
+            progress_format_duration(elapsed, el, sizeof el);
+            progress_format_duration(eta, left, sizeof left);
             printf("step %5ld/%ld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s (%.0f/rank) | MFU %.1f%% | "
-                   "HFU %.1f%% | peak mem %.1f MiB/rank\n",
+                   "HFU %.1f%% | peak mem %.1f MiB/rank | %s elapsed, ETA %s\n",
                    st.step, o.steps, loss, lr, sqrt(norm_sq), tok_s, tok_s_rank, 100 * utilisation_clamp(mfu, &clamped),
-                   100 * utilisation_clamp(hfu, &clamped), (double)peak_mem / (1 << 20));
+                   100 * utilisation_clamp(hfu, &clamped), (double)peak_mem / (1 << 20), el, left);
             fflush(stdout);
         }
         if (root && !nonfinite) {
             fprintf(log, "{\"step\": %ld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.17g, \"tokens_per_s\": %.3f, "
-                         "\"tokens_per_s_per_rank\": %.3f, \"mfu\": %.9g, \"hfu\": %.9g, \"peak_mem_bytes\": %llu, \"step_seconds\": %.6f}\n",
-                    st.step, loss, lr, sqrt(norm_sq), tok_s, tok_s_rank, fmin(mfu, 1.0), fmin(hfu, 1.0), peak_mem, dt);
+                         "\"tokens_per_s_per_rank\": %.3f, \"mfu\": %.9g, \"hfu\": %.9g, \"peak_mem_bytes\": %llu, \"step_seconds\": %.6f, "
+                         "\"elapsed_s\": %.3f, \"eta_s\": %.3f}\n",
+                    st.step, loss, lr, sqrt(norm_sq), tok_s, tok_s_rank, fmin(mfu, 1.0), fmin(hfu, 1.0), peak_mem, dt,
+                    elapsed, eta);
             if (mfu > 1.0 || hfu > 1.0) clamped = 1;
             fflush(log);
         }
+        if (o.trace_step) trace_set_recording(par.comm->trace, 0);
         if (stop_sig) break;
         if (ds.is_recall && o.eval_every > 0 && st.step % o.eval_every == 0 && st.step < o.stop_at) {
             watch(&par, st.step, "eval", 0);
-            if (root) printf("step %5ld eval: ", st.step);
-            evaluate_recall(&model, acts, &par, &ds, &o, stdout);
+            eval_report(&model, acts, &par, &ds, &o, log, st.step, "step", now_seconds() - run_t0,
+                        progress_eta_seconds(now_seconds() - run_t0, st.step - first_step + 1, o.stop_at - st.step));
         }
         if (vp && o.eval_every > 0 && st.step % o.eval_every == 0 && st.step < o.stop_at) {
             watch(&par, st.step, "eval", 0);
@@ -589,9 +664,8 @@ int cmd_train(int argc, char **argv) {
     } else {
         if (ds.is_recall && o.eval_seqs > 0) {
             watch(&par, st.step, "eval", 0);
-            if (root) printf("final eval (step %ld): ", st.step);
-            double acc = evaluate_recall(&model, acts, &par, &ds, &o, stdout);
-            if (root) printf("recall accuracy %.3f (chance %.3f)\n", acc, 1.0 / ((c->vocab_size - 1) / 2));
+            double acc = eval_report(&model, acts, &par, &ds, &o, log, st.step, "final eval, step", now_seconds() - run_t0, -1);
+            if (root) printf("recall accuracy %.3f (chance %.3f)\n", acc, 1.0 / recall_n_keys(&ds.spec));
         }
         if (vp) {
             watch(&par, st.step, "eval", 0);
@@ -626,7 +700,16 @@ int cmd_train(int argc, char **argv) {
     if (log) fclose(log);
     xfree(g_inputs); xfree(g_targets); xfree(inputs); xfree(targets);
     llama_acts_free(acts);
-    seq_parallel_free(&par);
+    seq_parallel_free(&par); /* writes the trace */
+    if (root) { /* where this run's files are */
+        char el[32];
+        progress_format_duration(now_seconds() - run_t0, el, sizeof el);
+        printf("run took %s; log: %s", el, o.log_path);
+        if (o.save_dir && !stop_sig) printf("; model: %s", o.save_dir);
+        if (o.par.trace_path) printf("; trace: %s", o.par.trace_path);
+        printf("\n");
+        fflush(stdout);
+    }
     adamw_free(&opt);
     if (ds.is_recall) xfree(ds.distance); else token_stream_close(&ds.ts);
     if (vp) validation_close(vp);

@@ -13,8 +13,9 @@ typedef struct {
     const char *data, *val_data, *save_dir, *resume_dir, *log_path, *model_dir;
     TokensFormat tokens_format;
     int seq_len, batch, eval_every, eval_seqs, eval_batches, save_every, quiet, skip_nonfinite;
-    int recall_pairs, recall_queries;
+    int recall_pairs, recall_queries, recall_format;
     long steps, stop_at;
+    long trace_step; /* --trace-step: 0 every step, -1 the last one */
     uint64_t seed;
     int random_init;
     double peak_gflops;

@@ -19,6 +19,7 @@ struct CommTrace {
     double t0; /* seconds, creation time */
     TraceEvent *ev;
     size_t n, cap;
+    int paused; /* trace_set_recording(tr, 0): events are dropped */
 };
 
 static void check(int rc, const char *what) {
@@ -43,8 +44,12 @@ CommTrace *trace_create(MPI_Comm world, const char *path) {
     return tr;
 }
 
+void trace_set_recording(CommTrace *tr, int on) {
+    if (tr) tr->paused = !on;
+}
+
 void trace_event(CommTrace *tr, const char *name, const char *cat, double t0, double t1) {
-    if (!tr) return;
+    if (!tr || tr->paused) return;
     if (tr->n == tr->cap) {
         size_t cap = tr->cap ? 2 * tr->cap : 1024;
         /* plain realloc: trace memory is bookkeeping, not model memory */

@@ -22,6 +22,9 @@ double trace_now(void);
 /* Records an event from t0 to t1 (seconds, now_seconds() clock). name and cat are copied
  * (truncated to 39 and 15 characters). */
 void trace_event(CommTrace *tr, const char *name, const char *cat, double t0, double t1);
+/* Turns recording on (the default) or off: while off, trace_event() drops events (e.g. to trace
+ * one training step of many). Local to the rank. */
+void trace_set_recording(CommTrace *tr, int on);
 /* Gathers to rank 0 and writes the file; collective over world. Returns the number of events
  * written on rank 0 (0 elsewhere). Calling it again rewrites the file with all events so far. */
 long trace_write(CommTrace *tr);
