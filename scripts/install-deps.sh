@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages seqpar needs to build and run; does nothing when they are present.
-# zlib1g-dev: CRC-32 checksums of checkpoint files; clang + libclang-rt-dev (the compiler-rt
+# zlib1g-dev: CRC-32 checksums of checkpoint files; libdnnl-dev (oneDNN): the bf16 GEMM of --precision bf16; clang + libclang-rt-dev (the compiler-rt
 # runtimes: libFuzzer, ASan, UBSan): `make fuzz` and tests/test_fuzz.sh.
 set -euo pipefail
-need=(build-essential pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin libjansson-dev zlib1g-dev
+need=(build-essential pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin libjansson-dev zlib1g-dev libdnnl-dev
       clang libclang-rt-dev)
 missing=()
 for p in "${need[@]}"; do

@@ -19,6 +19,7 @@
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "core/common.h"
+#include "kernels/bf16.h"
 #include "kernels/isa.h"
 #include "kernels/sgemm_bench.h"
 #include "model/llama.h"
@@ -129,7 +130,7 @@ static StepResult run_steps(int S, int repeats, const MemoryFlags *mf, double pe
     SeqAttention *attn = local_attention_create((AttnHeads){.n_local = S, .n_heads = c.num_attention_heads,
                                                             .n_kv_heads = c.num_key_value_heads,
                                                             .head_dim = c.head_dim});
-    LlamaActsOptions ao = {.checkpoint = mf->checkpoint, .ffn_chunks = mf->ffn_chunks};
+    LlamaActsOptions ao = {.checkpoint = mf->checkpoint, .ffn_chunks = mf->ffn_chunks, .precision = mf->precision};
     LlamaActs *acts = llama_acts_create_opts(&m, attn, S, &ao);
     int *inputs = xmalloc(sizeof(int) * S), *targets = xmalloc(sizeof(int) * S), *pos = xmalloc(sizeof(int) * S);
     Rng rng;
@@ -186,11 +187,11 @@ static void bench_step(int S, int repeats, const MemoryFlags *mf, double peak) {
     StepResult r = run_steps(S, repeats, mf, peak);
     int clamped = 0;
     double mfu = utilisation_clamp(r.mfu, &clamped), hfu = utilisation_clamp(r.hfu, &clamped);
-    printf("training step (4 layers, hidden 256, 4 heads / 2 KV, ffn 1024, S = %d, --checkpoint %s, %d FFN chunk%s), "
+    printf("training step (4 layers, hidden 256, 4 heads / 2 KV, ffn 1024, S = %d, %s, --checkpoint %s, %d FFN chunk%s), "
            "median of %d:\n"
            "  %.3f %ss/step | %.0f tokens/s | MFU %.1f%% | HFU %.1f%% of same-run sgemm | peak tracked memory %.1f MiB, "
            "peak RSS %.1f MiB\n",
-           S, llama_checkpoint_name(mf->checkpoint), r.ffn_chunks, r.ffn_chunks == 1 ? "" : "s", repeats, r.step_seconds,
+           S, precision_name(mf->precision), llama_checkpoint_name(mf->checkpoint), r.ffn_chunks, r.ffn_chunks == 1 ? "" : "s", repeats, r.step_seconds,
            g_cpu_time ? "CPU " : "", r.tokens_per_s, 100 * mfu, 100 * hfu, (double)r.tracked_peak / (1 << 20), (double)r.rss_peak / (1 << 20));
     if (clamped) printf("  (a utilisation above 100%% of the same-run sgemm is shown as 100%%)\n");
     fflush(stdout);

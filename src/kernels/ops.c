@@ -3,6 +3,7 @@
  * the run-time dispatched kernels of kernels/isa.h. See ops.h. */
 #include "kernels/ops.h"
 #include "core/common.h"
+#include "kernels/bf16.h"
 #include "kernels/isa.h"
 
 #include <cblas.h>
@@ -21,6 +22,36 @@ void linear_backward(float *din, float *dW, const float *dout, const float *in, 
                      int N, int n_in, int n_out) {
     if (din) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, n_in, n_out, 1.0f, dout, n_out, W, n_in, 1.0f, din, n_in);
     if (dW) cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n_out, n_in, N, 1.0f, dout, n_out, in, n_in, 1.0f, dW, n_in);
+}
+
+static bf16_t *packed_copy(const float *x, size_t n) {
+    bf16_t *h = xmalloc(sizeof(bf16_t) * (n ? n : 1));
+    bf16_pack(h, x, n);
+    return h;
+}
+
+void linear_forward_bf16(float *out, const float *in, const float *W, int N, int n_in, int n_out, int accumulate) {
+    bf16_t *in_h = packed_copy(in, (size_t)N * n_in), *W_h = packed_copy(W, (size_t)n_out * n_in);
+    bf16_kernels()->gemm(0, 1, N, n_out, n_in, 1.0f, in_h, n_in, W_h, n_in, accumulate ? 1.0f : 0.0f, out, n_out);
+    xfree(in_h);
+    xfree(W_h);
+}
+
+void linear_backward_bf16(float *din, float *dW, const float *dout, const float *in, const float *W,
+                          int N, int n_in, int n_out) {
+    const Bf16Kernels *k = bf16_kernels();
+    bf16_t *dout_h = packed_copy(dout, (size_t)N * n_out);
+    if (din) {
+        bf16_t *W_h = packed_copy(W, (size_t)n_out * n_in);
+        k->gemm(0, 0, N, n_in, n_out, 1.0f, dout_h, n_out, W_h, n_in, 1.0f, din, n_in);
+        xfree(W_h);
+    }
+    if (dW) {
+        bf16_t *in_h = packed_copy(in, (size_t)N * n_in);
+        k->gemm(1, 0, n_out, n_in, N, 1.0f, dout_h, n_out, in_h, n_in, 1.0f, dW, n_in);
+        xfree(in_h);
+    }
+    xfree(dout_h);
 }
 
 void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int D, float eps) {

@@ -13,6 +13,11 @@ void linear_forward(float *out, const float *in, const float *W, int N, int n_in
 /* din (N, n_in) += dout (N, n_out) @ W; dW (n_out, n_in) += dout^T @ in. din or dW may be NULL. */
 void linear_backward(float *din, float *dW, const float *dout, const float *in, const float *W,
                      int N, int n_in, int n_out);
+/* The same two in bf16 mixed precision (kernels/bf16.h): every operand of each product rounded to
+ * bf16 (round to nearest even), products accumulated in fp32, results fp32. */
+void linear_forward_bf16(float *out, const float *in, const float *W, int N, int n_in, int n_out, int accumulate);
+void linear_backward_bf16(float *din, float *dW, const float *dout, const float *in, const float *W,
+                          int N, int n_in, int n_out);
 
 /* RMSNorm (HF LlamaRMSNorm): out = x / sqrt(mean(x^2) + eps) * w. rstd (N) is saved. */
 void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int D, float eps);
