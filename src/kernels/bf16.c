@@ -64,6 +64,32 @@ const Bf16Kernels *bf16_kernels(void) {
     return g_bf16;
 }
 
+double bf16_gemm_peak_gflops(int trials) {
+    const int n = 2048;
+    size_t nn = (size_t)n * n;
+    bf16_t *A = xmalloc(sizeof(bf16_t) * nn), *B = xmalloc(sizeof(bf16_t) * nn);
+    float *C = xmalloc(sizeof(float) * nn);
+    Rng rng;
+    rng_seed(&rng, 1234);
+    for (size_t i = 0; i < nn; i++) {
+        A[i] = bf16_from_float((float)(rng_uniform(&rng) - 0.5));
+        B[i] = bf16_from_float((float)(rng_uniform(&rng) - 0.5));
+    }
+    const Bf16Kernels *k = bf16_kernels();
+    if (trials < 3) trials = 3;
+    double best = 1e300;
+    for (int r = -1; r < trials; r++) { /* r = -1: warm-up */
+        double t0 = now_seconds();
+        k->gemm(0, 0, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
+        double dt = now_seconds() - t0;
+        if (r >= 0 && dt < best) best = dt;
+    }
+    xfree(A);
+    xfree(B);
+    xfree(C);
+    return 2.0 * (double)n * n * n / best * 1e-9;
+}
+
 #define BF16_PAR_CHUNK 16384 /* elements per OpenMP work item of the conversions */
 
 void bf16_pack(bf16_t *dst, const float *src, size_t n) {

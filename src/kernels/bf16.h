@@ -70,6 +70,10 @@ void bf16_gemm_convert(int transA, int transB, int M, int N, int K, float alpha,
 void bf16_gemm_onednn(int transA, int transB, int M, int N, int K, float alpha, const bf16_t *A, int lda,
                       const bf16_t *B, int ldb, float beta, float *C, int ldc);
 
+/* The bf16 peak for MFU under --precision bf16: the best GFLOPS of `trials` (at least 3) runs of
+ * this path's GEMM on square 2048 x 2048 bf16 matrices, after one warm-up (as sgemm_peak_gflops). */
+double bf16_gemm_peak_gflops(int trials);
+
 /* OpenMP-parallel conversions through the chosen path, for large arrays. */
 void bf16_pack(bf16_t *dst, const float *src, size_t n);
 void bf16_unpack(float *dst, const bf16_t *src, size_t n);
