@@ -61,7 +61,7 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libseqpar.a
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libseqpar.a $(LDLIBS)
 
 # Which bf16 GEMM --precision bf16 uses: sgemm, the conversion path and oneDNN's bf16 matmul
-bench-bf16: $(BUILD)/bench/bf16_gemm_libs
+bench-bf16: $(BUILD)/bench/bf16_gemm_libs $(BUILD)/bench/bf16_step
 # The tile-product comparison with libxsmm and oneDNN (needs libxsmm-dev and libdnnl-dev)
 bench-libs: $(BUILD)/libseqpar.a
 	@mkdir -p $(BUILD)/bench

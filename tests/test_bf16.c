@@ -150,8 +150,10 @@ static void test_linear(void) {
     memcpy(out0, out, sizeof(float) * N * n_out);
     memset(din, 0, sizeof(float) * N * n_in);
     memset(dW, 0, sizeof(float) * n_out * n_in);
-    linear_forward_bf16(out, in, W, N, n_in, n_out, 1);
-    linear_backward_bf16(din, dW, dout, in, W, N, n_in, n_out);
+    Bf16Scratch scratch = {0};
+    linear_forward_bf16(out, in, W, N, n_in, n_out, 1, NULL);
+    linear_backward_bf16(din, dW, dout, in, W, N, n_in, n_out, &scratch);
+    bf16_scratch_free(&scratch);
 #define R(x) ((double)bf16_to_float(bf16_from_float(x)))
     double wf = 0, wi = 0, ww = 0;
     for (int i = 0; i < N; i++)

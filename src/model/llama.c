@@ -136,6 +136,7 @@ struct LlamaActs {
     int N, checkpoint, n_layers;
     int precision;        /* PRECISION_FP32 or PRECISION_BF16 */
     float *wq, *wk, *wv, *wo; /* bf16: the shared fp32 set the layers' bf16 copies widen into */
+    Bf16Scratch mm_scratch;   /* bf16: operand copies of the matrix multiplies (ops.h) */
     int ffn_chunks, ffn_rows; /* chunks of the MLP and rows per chunk (the last may be shorter) */
     int store_gate_up;    /* none with one chunk: gate, up kept per layer (else recomputed per chunk) */
     int shared_qkv;       /* q, k, v are one scratch set for all layers: dq, dk, dv */
@@ -333,6 +334,7 @@ void llama_acts_free(LlamaActs *a) {
     }
     xfree(a->layers);
     xfree(a->wq); xfree(a->wk); xfree(a->wv); xfree(a->wo);
+    bf16_scratch_free(&a->mm_scratch);
     xfree(a->residual); xfree(a->rope_cos); xfree(a->rope_sin); xfree(a->rstd_final); xfree(a->x_final);
     xfree(a->xn); xfree(a->dx); xfree(a->dxn); xfree(a->dq); xfree(a->dk); xfree(a->dv); xfree(a->dout);
     xfree(a->h); xfree(a->gate_c); xfree(a->up_c); xfree(a->dgate); xfree(a->dup); xfree(a->ce_workspace);
@@ -362,15 +364,15 @@ static float *residual_at(const LlamaActs *a, const LlamaConfig *c, int l) {
 }
 
 /* The layers' matrix multiplies in the activations' precision (ops.h). */
-static void mm_forward(const LlamaActs *a, float *out, const float *in, const float *W, int N, int n_in, int n_out,
+static void mm_forward(LlamaActs *a, float *out, const float *in, const float *W, int N, int n_in, int n_out,
                        int accumulate) {
-    if (a->precision == PRECISION_BF16) linear_forward_bf16(out, in, W, N, n_in, n_out, accumulate);
+    if (a->precision == PRECISION_BF16) linear_forward_bf16(out, in, W, N, n_in, n_out, accumulate, &a->mm_scratch);
     else linear_forward(out, in, W, N, n_in, n_out, accumulate);
 }
 
-static void mm_backward(const LlamaActs *a, float *din, float *dW, const float *dout, const float *in,
+static void mm_backward(LlamaActs *a, float *din, float *dW, const float *dout, const float *in,
                         const float *W, int N, int n_in, int n_out) {
-    if (a->precision == PRECISION_BF16) linear_backward_bf16(din, dW, dout, in, W, N, n_in, n_out);
+    if (a->precision == PRECISION_BF16) linear_backward_bf16(din, dW, dout, in, W, N, n_in, n_out, &a->mm_scratch);
     else linear_backward(din, dW, dout, in, W, N, n_in, n_out);
 }
 
