@@ -16,7 +16,7 @@ run_one() { # name, timeout seconds, command...
     out=$(timeout "$limit" "$@" 2>&1)
     rc=$?
     local line
-    line=$(printf '%s\n' "$out" | grep -E '^[A-Za-z_]*:? ?[0-9]+ passed, [0-9]+ failed$' | tail -n 1)
+    line=$(printf '%s\n' "$out" | grep -E '^[A-Za-z0-9_]*:? ?[0-9]+ passed, [0-9]+ failed$' | tail -n 1)
     local p f
     p=$(printf '%s' "$line" | sed -E 's/^(.*[^0-9])?([0-9]+) passed, ([0-9]+) failed$/\2/')
     f=$(printf '%s' "$line" | sed -E 's/^(.*[^0-9])?([0-9]+) passed, ([0-9]+) failed$/\3/')

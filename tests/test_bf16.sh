@@ -39,6 +39,7 @@ single() { # S
     done
     if close "$(loss_of "$T/g.$S.bf16.out")" "$(loss_of "$T/g.$S.fp32.out")" 1e-4; then ok; else
         bad "S=$S bf16 loss $(loss_of "$T/g.$S.bf16.out") vs fp32 $(loss_of "$T/g.$S.fp32.out")"; fi
+    echo "S=$S: bf16 loss $(loss_of "$T/g.$S.bf16.out"), fp32 $(loss_of "$T/g.$S.fp32.out"); gradients: $("$CMP" "$T/g.$S.bf16" "$T/g.$S.fp32" 1e-2 1e-6)"
     if "$CMP" "$T/g.$S.bf16" "$T/g.$S.fp32" 1e-2 1e-6 >/dev/null; then ok; else
         bad "S=$S bf16 gradients vs fp32: $("$CMP" "$T/g.$S.bf16" "$T/g.$S.fp32" 1e-2 1e-6)"; fi
     # bf16 is in effect: not fp32 within reordering noise
@@ -116,6 +117,8 @@ for p in fp32 bf16; do
         --lr 3e-3 --data "$T/text.txt" --log "$T/tr.$p.jsonl" --save "$T/ck.$p" --peak-gflops 100 --precision $p >"$T/tr.$p.out" 2>&1; then
         bad "200 steps --precision $p: $(tail -n 1 "$T/tr.$p.out")"; fi
 done
+paste <(losses "$T/tr.fp32.jsonl") <(losses "$T/tr.bf16.jsonl") | awk '{ d = $4 - $2; if (d < 0) d = -d; if (d / $2 > w) w = d / $2 }
+    END { printf "200 steps: largest bf16 / fp32 loss difference %.4f relative\n", w }'
 if paste <(losses "$T/tr.fp32.jsonl") <(losses "$T/tr.bf16.jsonl") | awk '
     { n++; if ($1 != $3) bad = 1; d = $4 - $2; if (d < 0) d = -d; if (d > 0.05 * $2) bad = 1; sa += $2; sb += $4
       if (n % 20 == 0) { d = sb - sa; if (d < 0) d = -d; if (d > 0.015 * sa) bad = 1; sa = sb = 0 } }
