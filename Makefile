@@ -14,7 +14,7 @@ ISA_AVX2_FLAGS   := -mavx2 -mfma -mf16c
 ISA_AVX512_FLAGS := $(ISA_AVX2_FLAGS) -mavx512f -mavx512bw -mavx512dq -mavx512vl
 CFLAGS  ?=
 CFLAGS  += -std=c11 -D_GNU_SOURCE $(OPT) -fopenmp -Wall -Wextra -Isrc -I$(BLAS_INC) $(MPICC_CFLAGS) -MMD -MP
-LDLIBS  += -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas -ljansson -lz $(MPICC_LIBS) -lm -fopenmp
+LDLIBS  += -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas -ldnnl -ljansson -lz $(MPICC_LIBS) -lm -fopenmp
 ifeq ($(WERROR),1)
 CFLAGS  += -Werror
 endif
@@ -52,6 +52,7 @@ $(BUILD)/%.o: %.c
 
 $(BUILD)/src/kernels/simd_avx2.o: CFLAGS += $(ISA_AVX2_FLAGS)
 $(BUILD)/src/kernels/simd_avx512.o: CFLAGS += $(ISA_AVX512_FLAGS)
+$(BUILD)/src/kernels/bf16_avx512.o: CFLAGS += $(ISA_AVX512_FLAGS) -mavx512bf16
 
 # Benchmark helpers under bench/ (never needed by the tests)
 bench-tools: $(BUILD)/bench/kernel_rates
@@ -59,6 +60,8 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libseqpar.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libseqpar.a $(LDLIBS)
 
+# Which bf16 GEMM --precision bf16 uses: sgemm, the conversion path and oneDNN's bf16 matmul
+bench-bf16: $(BUILD)/bench/bf16_gemm_libs $(BUILD)/bench/bf16_step
 # The tile-product comparison with libxsmm and oneDNN (needs libxsmm-dev and libdnnl-dev)
 bench-libs: $(BUILD)/libseqpar.a
 	@mkdir -p $(BUILD)/bench
@@ -100,6 +103,6 @@ build-fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz_common.h $(FUZZ_LIB_OBJ)
 clean:
 	rm -rf build build-san build-fuzz
 
-.PHONY: all test clean fuzz bench-tools bench-libs
+.PHONY: all test clean fuzz bench-tools bench-libs bench-bf16
 -include $(FUZZ_LIB_OBJ:.o=.d)
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages seqpar needs to build and run; does nothing when they are present.
-# zlib1g-dev: CRC-32 checksums of checkpoint files; clang + libclang-rt-dev (the compiler-rt
-# runtimes: libFuzzer, ASan, UBSan): `make fuzz` and tests/test_fuzz.sh. gnuplot-nox: the PNG pictures
-# of a training run (scripts/plot_run.sh; the cairo-based pngcairo terminal, no X11) — optional: a
-# user who cannot install it gets a note and the exit status 0 (the pictures are skipped).
+# zlib1g-dev: CRC-32 checksums of checkpoint files; libdnnl-dev (oneDNN): the bf16 GEMM of --precision bf16;
+# clang + libclang-rt-dev (the compiler-rt runtimes: libFuzzer, ASan, UBSan): `make fuzz` and
+# tests/test_fuzz.sh. gnuplot-nox: the PNG pictures of a training run (scripts/plot_run.sh; the
+# cairo-based pngcairo terminal, no X11) — optional: a user who cannot install it gets a note and
+# the exit status 0 (the pictures are skipped).
 set -euo pipefail
-need=(build-essential pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin libjansson-dev zlib1g-dev
+need=(build-essential pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin libjansson-dev zlib1g-dev libdnnl-dev
       clang libclang-rt-dev)
 need+=(python3) # scripts/make_shards.py (standard library only; --tokenizer adds the PyPI package on request)
 optional=(gnuplot-nox)

@@ -16,7 +16,7 @@ run_one() { # name, timeout seconds, command...
     out=$(timeout "$limit" "$@" 2>&1)
     rc=$?
     local line
-    line=$(printf '%s\n' "$out" | grep -E '^[A-Za-z_]*:? ?[0-9]+ passed, [0-9]+ failed$' | tail -n 1)
+    line=$(printf '%s\n' "$out" | grep -E '^[A-Za-z0-9_]*:? ?[0-9]+ passed, [0-9]+ failed$' | tail -n 1)
     local p f
     p=$(printf '%s' "$line" | sed -E 's/^(.*[^0-9])?([0-9]+) passed, ([0-9]+) failed$/\2/')
     f=$(printf '%s' "$line" | sed -E 's/^(.*[^0-9])?([0-9]+) passed, ([0-9]+) failed$/\3/')
@@ -45,7 +45,7 @@ paths=$("$BUILD"/tests/test_isa --supported 2>/dev/null)
 best=$(printf '%s\n' "$paths" | tail -n 1)
 for isa in $paths; do
     [ "$isa" = "$best" ] && continue
-    for t in test_attention test_ops test_optim test_model; do
+    for t in test_attention test_ops test_optim test_model test_bf16; do
         [ -x "$BUILD/tests/$t" ] && run_one "$t[$isa]" 300 env SEQPAR_ISA="$isa" "$BUILD/tests/$t"
     done
 done
@@ -55,6 +55,7 @@ done
 echo "kernel paths tested: $(printf '%s ' $paths)(best: $best, used by every other test)"
 run_one test_cli 600 bash tests/test_cli.sh "$BUILD"
 run_one test_mpi 900 bash tests/test_mpi.sh "$BUILD"
+run_one test_bf16.sh 600 bash tests/test_bf16.sh "$BUILD"
 run_one test_zero 600 bash tests/test_zero.sh "$BUILD"
 run_one test_memory_model 300 bash tests/test_memory_model.sh "$BUILD"
 run_one test_reliability 300 bash tests/test_reliability.sh "$BUILD"

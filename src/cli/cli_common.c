@@ -14,6 +14,7 @@
 #include "core/common.h"
 #include "io/config_json.h"
 #include "io/param_io.h"
+#include "kernels/bf16.h"
 
 long parse_long(const char *cmd, const char *flag, const char *value, long min, long max) {
     char *end = NULL;
@@ -158,7 +159,9 @@ const char MEMORY_FLAGS_HELP[] =
     "                       recompute the layer, attention's forward included; also --checkpoint alone)\n"
     "                       or selective (also keep attention's output and lse: recompute only the\n"
     "                       projections, never attention's forward)\n"
-    "  --ffn-chunks K       run the MLP over K chunks of tokens (default 2; 1: keep gate/up whole)\n";
+    "  --ffn-chunks K       run the MLP over K chunks of tokens (default 2; 1: keep gate/up whole)\n"
+    "  --precision P        fp32 (default) or bf16: mixed precision, bf16 matmul and attention inputs and\n"
+    "                       kept attention tensors, fp32 accumulation, weights, optimizer and checkpoints\n";
 
 int memory_flags_handle(MemoryFlags *f, const char *cmd, int opt, const char *arg, int argc, char **argv) {
     switch (opt) {
@@ -169,6 +172,10 @@ int memory_flags_handle(MemoryFlags *f, const char *cmd, int opt, const char *ar
             die_collective("seqpar %s: --checkpoint expects none, layer or selective, got '%s'", cmd, arg);
         return 1;
     case 3002: f->ffn_chunks = (int)parse_long(cmd, "ffn-chunks", arg, 1, 1 << 30); return 1;
+    case 3003:
+        f->precision = precision_parse(arg);
+        if (f->precision < 0) die_collective("seqpar %s: --precision expects fp32 or bf16, got '%s'", cmd, arg);
+        return 1;
     default: return 0;
     }
 }

@@ -20,6 +20,7 @@
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "core/common.h"
+#include "kernels/bf16.h"
 #include "kernels/isa.h"
 #include "kernels/sgemm_bench.h"
 #include "model/llama.h"
@@ -134,7 +135,7 @@ static StepResult run_steps(int S, int repeats, const MemoryFlags *mf, double pe
     SeqAttention *attn = local_attention_create((AttnHeads){.n_local = S, .n_heads = c.num_attention_heads,
                                                             .n_kv_heads = c.num_key_value_heads,
                                                             .head_dim = c.head_dim});
-    LlamaActsOptions ao = {.checkpoint = mf->checkpoint, .ffn_chunks = mf->ffn_chunks};
+    LlamaActsOptions ao = {.checkpoint = mf->checkpoint, .ffn_chunks = mf->ffn_chunks, .precision = mf->precision};
     LlamaActs *acts = llama_acts_create_opts(&m, attn, S, &ao);
     int *inputs = xmalloc(sizeof(int) * S), *targets = xmalloc(sizeof(int) * S), *pos = xmalloc(sizeof(int) * S);
     Rng rng;
@@ -173,16 +174,20 @@ static StepResult run_steps(int S, int repeats, const MemoryFlags *mf, double pe
     return res;
 }
 
-static void bench_attn(int S, const int *dims, int n_dims, int repeats, double peak) {
-    printf("attention (causal, S = %d, fp32, %d threads), medians of %d:\n", S, current_threads(), repeats);
+/* bf16: the same kernel (attention takes bf16-rounded q, k, v and accumulates in fp32 through the
+ * fp32 kernel), compared with the bf16 GEMM's peak. */
+static void bench_attn(int S, const int *dims, int n_dims, int repeats, double peak, int bf16) {
+    const char *yard = bf16 ? "bf16 GEMM" : "sgemm";
+    printf("attention (causal, S = %d, %s, %d threads), medians of %d:\n", S,
+           bf16 ? "bf16 inputs through the fp32 kernel" : "fp32", current_threads(), repeats);
     for (int i = 0; i < n_dims; i++) {
         int d = dims[i], heads = d >= 128 ? 4 : 8;
         AttnBenchResult r;
         attention_bench(S, heads, heads, d, ATTN_CAUSAL, repeats, &r);
-        printf("  head_dim %3d, %d heads: forward %7.1f GFLOPS (%5.1f%% of sgemm, %.3f s) | "
-               "backward %7.1f GFLOPS (%5.1f%% of sgemm, %.3f s)\n",
-               d, heads, r.fwd_gflops, 100 * r.fwd_gflops / peak, r.fwd_seconds, r.bwd_gflops,
-               100 * r.bwd_gflops / peak, r.bwd_seconds);
+        printf("  head_dim %3d, %d heads: forward %7.1f GFLOPS (%5.1f%% of %s, %.3f s) | "
+               "backward %7.1f GFLOPS (%5.1f%% of %s, %.3f s)\n",
+               d, heads, r.fwd_gflops, 100 * r.fwd_gflops / peak, yard, r.fwd_seconds, r.bwd_gflops,
+               100 * r.bwd_gflops / peak, yard, r.bwd_seconds);
         fflush(stdout);
     }
 }
@@ -191,20 +196,22 @@ static void bench_step(int S, int repeats, const MemoryFlags *mf, double peak) {
     StepResult r = run_steps(S, repeats, mf, peak);
     int clamped = 0;
     double mfu = utilisation_clamp(r.mfu, &clamped), hfu = utilisation_clamp(r.hfu, &clamped);
-    printf("training step (4 layers, hidden 256, 4 heads / 2 KV, ffn 1024, S = %d, --checkpoint %s, %d FFN chunk%s), "
+    printf("training step (4 layers, hidden 256, 4 heads / 2 KV, ffn 1024, S = %d, %s, --checkpoint %s, %d FFN chunk%s), "
            "median of %d:\n"
-           "  %.3f %ss/step | %.0f tokens/s | MFU %.1f%% | HFU %.1f%% of same-run sgemm | peak tracked memory %.1f MiB, "
+           "  %.3f %ss/step | %.0f tokens/s | MFU %.1f%% | HFU %.1f%% of same-run %s | peak tracked memory %.1f MiB, "
            "peak RSS %.1f MiB\n",
-           S, llama_checkpoint_name(mf->checkpoint), r.ffn_chunks, r.ffn_chunks == 1 ? "" : "s", repeats, r.step_seconds,
-           g_cpu_time ? "CPU " : "", r.tokens_per_s, 100 * mfu, 100 * hfu, (double)r.tracked_peak / (1 << 20), (double)r.rss_peak / (1 << 20));
-    if (clamped) printf("  (a utilisation above 100%% of the same-run sgemm is shown as 100%%)\n");
+           S, precision_name(mf->precision), llama_checkpoint_name(mf->checkpoint), r.ffn_chunks, r.ffn_chunks == 1 ? "" : "s", repeats, r.step_seconds,
+           g_cpu_time ? "CPU " : "", r.tokens_per_s, 100 * mfu, 100 * hfu,
+           mf->precision == PRECISION_BF16 ? "bf16 GEMM" : "sgemm", (double)r.tracked_peak / (1 << 20), (double)r.rss_peak / (1 << 20));
+    if (clamped) printf("  (a utilisation above 100%% of the same-run peak is shown as 100%%)\n");
     fflush(stdout);
 }
 
 /* Each length runs in a child process so its peak RSS is its own. */
 static void bench_memory(const int *lens, int n, const MemoryFlags *mf) {
-    printf("peak memory of one training step (reference model, --checkpoint %s, --ffn-chunks %d), each in a fresh "
-           "process:\n", llama_checkpoint_name(mf->checkpoint), mf->ffn_chunks > 0 ? mf->ffn_chunks : LLAMA_FFN_CHUNKS_DEFAULT);
+    printf("peak memory of one training step (reference model, %s, --checkpoint %s, --ffn-chunks %d), each in a fresh "
+           "process:\n", precision_name(mf->precision), llama_checkpoint_name(mf->checkpoint),
+           mf->ffn_chunks > 0 ? mf->ffn_chunks : LLAMA_FFN_CHUNKS_DEFAULT);
     fflush(stdout);
     for (int i = 0; i < n; i++) {
         int fds[2];
@@ -448,9 +455,16 @@ int cmd_bench(int argc, char **argv) {
         peak = g_cpu_time ? sgemm_peak_cpu_gflops(trials) : sgemm_peak_gflops(trials);
         printf("OpenBLAS sgemm (2048^3, %d threads): %.1f GFLOPS%s (best of %d trials; the fp32 peak below)\n",
                current_threads(), peak, g_cpu_time ? " by CPU time" : "", trials);
+        if (mf.precision == PRECISION_BF16) { /* the step's MFU is against the bf16 GEMM's peak */
+            double sgemm = peak;
+            peak = bf16_gemm_peak_gflops(trials);
+            printf("bf16 GEMM (2048^3, %s path, %d threads): %.1f GFLOPS wall clock (best of %d trials; %.2fx sgemm; "
+                   "the bf16 peak below)\n", bf16_path_name(bf16_kernels()->path), current_threads(), peak, trials,
+                   peak / sgemm);
+        }
         fflush(stdout);
     }
-    if (all || !strcmp(part, "attn")) bench_attn(S, dims, n_dims, repeats, peak);
+    if (all || !strcmp(part, "attn")) bench_attn(S, dims, n_dims, repeats, peak, mf.precision == PRECISION_BF16);
     if (all || !strcmp(part, "step")) bench_step(S, repeats, &mf, peak);
     if (all || !strcmp(part, "memory")) bench_memory(lens, n_lens, &mf);
     return 0;

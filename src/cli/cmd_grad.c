@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/run_control.h"
 #include "core/common.h"
+#include "kernels/bf16.h"
 #include "kernels/isa.h"
 #include "data/tokens.h"
 #include "io/param_io.h"
@@ -87,6 +88,7 @@ int cmd_grad(int argc, char **argv) {
             tokens_path, td.n, td.n > 0 ? td.n - 1 : 0);
     int S = (int)seq_len;
     SeqParallel par;
+    pc.wire_bf16 = mf.precision == PRECISION_BF16; /* the head exchange in bf16 too */
     seq_parallel_create(&par, &pc, &model.cfg, S, model.table.total);
     int N = par.n_local;
     int *global_inputs = xmalloc(sizeof(int) * S), *global_targets = xmalloc(sizeof(int) * S);
@@ -103,7 +105,7 @@ int cmd_grad(int argc, char **argv) {
     FaultPlan faults;
     fault_plan_from_env(&faults);
     LlamaActsOptions ao = {.checkpoint = mf.checkpoint, .ffn_chunks = mf.ffn_chunks, .offload_dir = pc.offload_dir,
-                           .rank = par.topo.world_rank};
+                           .rank = par.topo.world_rank, .precision = mf.precision};
     LlamaActs *acts = llama_acts_create_opts(&model, par.attn, N, &ao);
     grad_sync_attach(&par.sync, &model); /* zero 2/3: per-layer reduce-scatter (and gathers) */
     grad_sync_microbatch(&par.sync, 0);
@@ -121,6 +123,7 @@ int cmd_grad(int argc, char **argv) {
         char isa[160];
         isa_describe(isa, sizeof isa);
         printf("kernels: %s\n", isa);
+        if (mf.precision == PRECISION_BF16) printf("precision: bf16 (bf16 path: %s)\n", bf16_path_name(bf16_kernels()->path));
         printf("loss: %.9f\n", loss);
         params_save_safetensors(out_path, &model.table, full);
     }

@@ -9,6 +9,7 @@
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "core/common.h"
+#include "kernels/bf16.h"
 #include "strategies/registry.h"
 
 static const char HELP[] =
@@ -24,16 +25,18 @@ static const char HELP[] =
     "  --heads H      query heads (default 8)\n"
     "  --kv-heads K   key/value heads (default: H)\n"
     "  --head-dim D   head dimension (default 64)\n"
-    "  --team C       wallfacer team size (default: the largest C with C^2 dividing the ranks)\n";
+    "  --team C       wallfacer team size (default: the largest C with C^2 dividing the ranks)\n"
+    "  --precision P  fp32 (default) or bf16: with bf16 the head exchange sends 2 bytes an element\n";
 
 int cmd_strategies(int argc, char **argv) {
     const char *cmd = "strategies";
-    int P = 0, H = 8, K = 0, d = 64, team = 0;
+    int P = 0, H = 8, K = 0, d = 64, team = 0, precision = PRECISION_FP32;
     long S = 16384;
     static const struct option opts[] = {
         {"ranks", required_argument, 0, 'P'}, {"seq-len", required_argument, 0, 'S'},
         {"heads", required_argument, 0, 'H'}, {"kv-heads", required_argument, 0, 'K'},
         {"head-dim", required_argument, 0, 'd'}, {"team", required_argument, 0, 'C'},
+        {"precision", required_argument, 0, 'p'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int opt;
     opterr = 0;
@@ -46,6 +49,10 @@ int cmd_strategies(int argc, char **argv) {
         case 'K': K = (int)parse_long(cmd, "kv-heads", optarg, 1, 1 << 16); break;
         case 'd': d = (int)parse_long(cmd, "head-dim", optarg, 1, 1 << 16); break;
         case 'C': team = (int)parse_long(cmd, "team", optarg, 1, 1 << 20); break;
+        case 'p':
+            precision = precision_parse(optarg);
+            if (precision < 0) die_collective("seqpar %s: --precision expects fp32 or bf16, got '%s'", cmd, optarg);
+            break;
         case 'h': fputs(HELP, stdout); return 0;
         default: die_bad_option(cmd, argc, argv, opt);
         }
@@ -59,7 +66,8 @@ int cmd_strategies(int argc, char **argv) {
                s->constraints || !s->schedule ? s->constraints : s->schedule->constraints, layout_name(s->default_layout));
     }
     if (!P) return 0;
-    printf("\n%d ranks, S = %ld, %d heads (%d KV), head_dim %d, fp32, per layer (busiest rank):\n", P, S, H, K, d);
+    printf("\n%d ranks, S = %ld, %d heads (%d KV), head_dim %d, %s, per layer (busiest rank):\n", P, S, H, K, d,
+           precision == PRECISION_BF16 ? "bf16 head exchange, fp32 context schedules" : "fp32");
     printf("%-10s %-10s %14s %14s %10s %16s %14s\n", "strategy", "grid", "fwd MiB", "bwd MiB", "messages",
            "saved MiB/layer", "buffers MiB");
     for (int i = 0; strategy_at(i); i++) {
@@ -67,7 +75,7 @@ int cmd_strategies(int argc, char **argv) {
         int hp, cp;
         char *err = strategy_grid(s, 0, 0, P, &hp, &cp);
         StrategyParams p = {.hp = hp, .cp = cp, .team = team, .layout = s->default_layout, .seq_len = S,
-                            .n_heads = H, .n_kv_heads = K, .head_dim = d};
+                            .n_heads = H, .n_kv_heads = K, .head_dim = d, .wire_bf16 = precision == PRECISION_BF16};
         if (!err && (long)hp * cp != P) { /* 2d's default grid is 1 x 1: spread it as heads x context */
             p.hp = 1;
             for (int h = 1; h <= P && h <= H; h++)

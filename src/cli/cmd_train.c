@@ -20,6 +20,7 @@
 #include "cli/train_options.h"
 #include "comm/trace.h"
 #include "core/common.h"
+#include "kernels/bf16.h"
 #include "kernels/isa.h"
 #include "data/recall.h"
 #include "data/token_stream.h"
@@ -446,6 +447,7 @@ int cmd_train(int argc, char **argv) {
     }
 
     SeqParallel par;
+    o.par.wire_bf16 = o.mem.precision == PRECISION_BF16; /* the head exchange in bf16 too */
     seq_parallel_create(&par, &o.par, c, S, model.table.total);
     if (o.trace_step) trace_set_recording(par.comm->trace, 0); /* on again for that step only */
     int root = par.topo.world_rank == 0, dp = par.topo.dp, N = par.n_local;
@@ -478,7 +480,7 @@ int cmd_train(int argc, char **argv) {
     }
 
     LlamaActsOptions ao = {.checkpoint = o.mem.checkpoint, .ffn_chunks = o.mem.ffn_chunks, .offload_dir = o.par.offload_dir,
-                           .rank = par.topo.world_rank};
+                           .rank = par.topo.world_rank, .precision = o.mem.precision};
     LlamaActs *acts = llama_acts_create_opts(&model, par.attn, N, &ao);
     grad_sync_attach(&par.sync, &model); /* zero 2/3: per-layer reduce-scatter (and gathers) */
     int *g_inputs = xmalloc(sizeof(int) * (size_t)S * o.batch), *g_targets = xmalloc(sizeof(int) * (size_t)S * o.batch);
@@ -511,6 +513,9 @@ int cmd_train(int argc, char **argv) {
         char isa[160];
         isa_describe(isa, sizeof isa);
         printf("kernels: %s\n", isa);
+        if (o.mem.precision == PRECISION_BF16)
+            printf("precision: bf16 mixed (bf16 path: %s; fp32 weights, optimizer state and checkpoints)\n",
+                   bf16_path_name(bf16_kernels()->path));
         if (o.peak_gflops > 0) printf("MFU and HFU against %.1f GFLOPS per rank (--peak-gflops)", peak);
         else
             printf("MFU and HFU against %.1f GFLOPS per rank: fp32 peak, the best of %d OpenBLAS sgemm 2048^3 trials "

@@ -3,6 +3,7 @@
  * the run-time dispatched kernels of kernels/isa.h. See ops.h. */
 #include "kernels/ops.h"
 #include "core/common.h"
+#include "kernels/bf16.h"
 #include "kernels/isa.h"
 
 #include <cblas.h>
@@ -21,6 +22,48 @@ void linear_backward(float *din, float *dW, const float *dout, const float *in, 
                      int N, int n_in, int n_out) {
     if (din) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, n_in, n_out, 1.0f, dout, n_out, W, n_in, 1.0f, din, n_in);
     if (dW) cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n_out, n_in, N, 1.0f, dout, n_out, in, n_in, 1.0f, dW, n_in);
+}
+
+void bf16_scratch_free(Bf16Scratch *s) {
+    xfree(s->a);
+    xfree(s->b);
+    memset(s, 0, sizeof *s);
+}
+
+/* x packed into buffer *buf of capacity *cap (grown when short). */
+static bf16_t *packed_into(bf16_t **buf, size_t *cap, const float *x, size_t n) {
+    if (*cap < n || !*buf) {
+        xfree(*buf);
+        *cap = n ? n : 1;
+        *buf = xmalloc(sizeof(bf16_t) * *cap);
+    }
+    bf16_pack(*buf, x, n);
+    return *buf;
+}
+
+void linear_forward_bf16(float *out, const float *in, const float *W, int N, int n_in, int n_out, int accumulate,
+                         Bf16Scratch *scratch) {
+    Bf16Scratch own = {0}, *s = scratch ? scratch : &own;
+    bf16_t *in_h = packed_into(&s->a, &s->cap_a, in, (size_t)N * n_in);
+    bf16_t *W_h = packed_into(&s->b, &s->cap_b, W, (size_t)n_out * n_in);
+    bf16_kernels()->gemm(0, 1, N, n_out, n_in, 1.0f, in_h, n_in, W_h, n_in, accumulate ? 1.0f : 0.0f, out, n_out);
+    if (!scratch) bf16_scratch_free(&own);
+}
+
+void linear_backward_bf16(float *din, float *dW, const float *dout, const float *in, const float *W,
+                          int N, int n_in, int n_out, Bf16Scratch *scratch) {
+    const Bf16Kernels *k = bf16_kernels();
+    Bf16Scratch own = {0}, *s = scratch ? scratch : &own;
+    bf16_t *dout_h = packed_into(&s->a, &s->cap_a, dout, (size_t)N * n_out);
+    if (din) {
+        bf16_t *W_h = packed_into(&s->b, &s->cap_b, W, (size_t)n_out * n_in);
+        k->gemm(0, 0, N, n_in, n_out, 1.0f, dout_h, n_out, W_h, n_in, 1.0f, din, n_in);
+    }
+    if (dW) {
+        bf16_t *in_h = packed_into(&s->b, &s->cap_b, in, (size_t)N * n_in);
+        k->gemm(1, 0, n_out, n_in, N, 1.0f, dout_h, n_out, in_h, n_in, 1.0f, dW, n_in);
+    }
+    if (!scratch) bf16_scratch_free(&own);
 }
 
 void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int D, float eps) {

@@ -7,12 +7,26 @@
 #define SEQPAR_OPS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* out (N, n_out) = in (N, n_in) @ W^T, W (n_out, n_in) as Hugging Face Linear stores it. accumulate: out += */
 void linear_forward(float *out, const float *in, const float *W, int N, int n_in, int n_out, int accumulate);
 /* din (N, n_in) += dout (N, n_out) @ W; dW (n_out, n_in) += dout^T @ in. din or dW may be NULL. */
 void linear_backward(float *din, float *dW, const float *dout, const float *in, const float *W,
                      int N, int n_in, int n_out);
+/* The same two in bf16 mixed precision (kernels/bf16.h): every operand of each product rounded to
+ * bf16 (round to nearest even), products accumulated in fp32, results fp32. The bf16 copies of
+ * the operands go to `scratch`, which grows as needed and is kept for the next call (NULL:
+ * allocated and freed per call). */
+typedef struct {
+    uint16_t *a, *b; /* bf16 operand copies */
+    size_t cap_a, cap_b;
+} Bf16Scratch;
+void bf16_scratch_free(Bf16Scratch *s);
+void linear_forward_bf16(float *out, const float *in, const float *W, int N, int n_in, int n_out, int accumulate,
+                         Bf16Scratch *scratch);
+void linear_backward_bf16(float *din, float *dW, const float *dout, const float *in, const float *W,
+                          int N, int n_in, int n_out, Bf16Scratch *scratch);
 
 /* RMSNorm (HF LlamaRMSNorm): out = x / sqrt(mean(x^2) + eps) * w. rstd (N) is saved. */
 void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int D, float eps);

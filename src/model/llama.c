@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/common.h"
+#include "kernels/bf16.h"
 #include "kernels/ops.h"
 #include "strategies/chunk_tier.h"
 
@@ -127,10 +128,16 @@ typedef struct {
     float *x_mid;     /* (N, D) residual after attention */
     float *rstd2;     /* (N) */
     float *gate, *up; /* (N, F), only under none with one FFN chunk; NULL otherwise */
+    /* bf16: this layer's own q, k, v (none, when not shared) and o (none, selective) are kept
+     * here; q, k, v, o above then point at the shared fp32 set a->wq.. (see layer_stash) */
+    bf16_t *q16, *k16, *v16, *o16;
 } LayerActs;
 
 struct LlamaActs {
     int N, checkpoint, n_layers;
+    int precision;        /* PRECISION_FP32 or PRECISION_BF16 */
+    float *wq, *wk, *wv, *wo; /* bf16: the shared fp32 set the layers' bf16 copies widen into */
+    Bf16Scratch mm_scratch;   /* bf16: operand copies of the matrix multiplies (ops.h) */
     int ffn_chunks, ffn_rows; /* chunks of the MLP and rows per chunk (the last may be shorter) */
     int store_gate_up;    /* none with one chunk: gate, up kept per layer (else recomputed per chunk) */
     int shared_qkv;       /* q, k, v are one scratch set for all layers: dq, dk, dv */
@@ -175,10 +182,11 @@ const char *llama_checkpoint_name(int mode) {
 }
 
 static float *alloc_floats(size_t n) { return xmalloc(sizeof(float) * (n ? n : 1)); }
+static bf16_t *alloc_bf16(size_t n) { return xmalloc(sizeof(bf16_t) * (n ? n : 1)); }
 
 /* One complete set (everything but o and saved when `partial`). */
 static void layer_acts_alloc(LayerActs *L, const LlamaConfig *c, const SeqAttention *attn, int N,
-                             const LlamaActs *a, int partial) {
+                             const LlamaActs *a, int partial, int low) {
     size_t D = (size_t)c->hidden_size, F = (size_t)c->intermediate_size, Nn = (size_t)N;
     size_t qd = (size_t)c->num_attention_heads * c->head_dim, kvd = (size_t)c->num_key_value_heads * c->head_dim;
     memset(L, 0, sizeof *L);
@@ -187,12 +195,24 @@ static void layer_acts_alloc(LayerActs *L, const LlamaConfig *c, const SeqAttent
         L->q = a->q;
         L->k = a->k;
         L->v = a->v;
+    } else if (low) {
+        L->q16 = alloc_bf16(Nn * qd);
+        L->k16 = alloc_bf16(Nn * kvd);
+        L->v16 = alloc_bf16(Nn * kvd);
+        L->q = a->wq;
+        L->k = a->wk;
+        L->v = a->wv;
     } else {
         L->q = alloc_floats(Nn * qd);
         L->k = alloc_floats(Nn * kvd);
         L->v = alloc_floats(Nn * kvd);
     }
-    if (!partial) L->o = alloc_floats(Nn * qd);
+    if (!partial && low) {
+        L->o16 = alloc_bf16(Nn * qd);
+        L->o = a->wo;
+    } else if (!partial) {
+        L->o = alloc_floats(Nn * qd);
+    }
     if (!partial || attn->kept_floats < attn->saved_floats) L->saved = alloc_floats(attn->saved_floats);
     L->x_mid = alloc_floats(Nn * D);
     L->rstd2 = alloc_floats(Nn);
@@ -203,10 +223,13 @@ static void layer_acts_alloc(LayerActs *L, const LlamaConfig *c, const SeqAttent
 }
 
 static void layer_acts_free(LayerActs *L, int shared_qkv) {
-    if (!shared_qkv) {
+    if (L->q16) {
+        xfree(L->q16); xfree(L->k16); xfree(L->v16);
+    } else if (!shared_qkv) {
         xfree(L->q); xfree(L->k); xfree(L->v);
     }
-    xfree(L->rstd1); xfree(L->o); xfree(L->saved);
+    if (L->o16) xfree(L->o16); else xfree(L->o);
+    xfree(L->rstd1); xfree(L->saved);
     xfree(L->x_mid); xfree(L->rstd2); xfree(L->gate); xfree(L->up);
 }
 
@@ -229,8 +252,11 @@ LlamaActs *llama_acts_create_opts(const LlamaModel *m, const SeqAttention *attn,
     if (attn->kept_floats > attn->saved_floats || !attn->restore)
         die("internal: the attention strategy '%s' does not describe its kept state", attn->name);
     LlamaActs *a = xcalloc(1, sizeof *a);
+    if (opt->precision != PRECISION_FP32 && opt->precision != PRECISION_BF16)
+        die("internal: unknown precision %d", opt->precision);
     a->N = N;
     a->checkpoint = opt->checkpoint;
+    a->precision = opt->precision;
     a->n_layers = c->num_hidden_layers;
     int K = opt->ffn_chunks > 0 ? opt->ffn_chunks : LLAMA_FFN_CHUNKS_DEFAULT;
     if (K > N) K = N > 0 ? N : 1;
@@ -280,17 +306,31 @@ LlamaActs *llama_acts_create_opts(const LlamaModel *m, const SeqAttention *attn,
         a->up_c = alloc_floats(CF);
     }
     a->layers = xcalloc((size_t)a->n_layers, sizeof(LayerActs));
+    int low = a->precision == PRECISION_BF16 && a->checkpoint != LLAMA_CKPT_LAYER; /* bf16 per-layer copies */
+    if (low) {
+        a->wo = alloc_floats(Nn * qd);
+        if (!a->shared_qkv && a->checkpoint == LLAMA_CKPT_NONE) {
+            a->wq = alloc_floats(Nn * qd);
+            a->wk = alloc_floats(Nn * kvd);
+            a->wv = alloc_floats(Nn * kvd);
+        }
+    }
     if (a->checkpoint == LLAMA_CKPT_NONE) {
-        for (int l = 0; l < a->n_layers; l++) layer_acts_alloc(&a->layers[l], c, attn, N, a, 0);
+        for (int l = 0; l < a->n_layers; l++) layer_acts_alloc(&a->layers[l], c, attn, N, a, 0, low);
     } else if (a->checkpoint == LLAMA_CKPT_LAYER) {
-        layer_acts_alloc(&a->shared, c, attn, N, a, 0);
+        layer_acts_alloc(&a->shared, c, attn, N, a, 0, 0);
         for (int l = 0; l < a->n_layers; l++) a->layers[l] = a->shared;
     } else { /* selective: per layer o and the kept suffix of saved; the rest is shared */
-        layer_acts_alloc(&a->shared, c, attn, N, a, 1);
+        layer_acts_alloc(&a->shared, c, attn, N, a, 1, 0);
         for (int l = 0; l < a->n_layers; l++) {
             LayerActs *L = &a->layers[l];
             *L = a->shared;
-            L->o = alloc_floats(Nn * qd);
+            if (low) {
+                L->o16 = alloc_bf16(Nn * qd);
+                L->o = a->wo;
+            } else {
+                L->o = alloc_floats(Nn * qd);
+            }
             if (attn->kept_floats < attn->saved_floats)
                 L->kept = alloc_floats(attn->kept_floats);
             else
@@ -310,7 +350,7 @@ void llama_acts_free(LlamaActs *a) {
         if (a->checkpoint == LLAMA_CKPT_SELECTIVE)
             for (int l = 0; l < a->n_layers; l++) {
                 LayerActs *L = &a->layers[l];
-                xfree(L->o);
+                if (L->o16) xfree(L->o16); else xfree(L->o);
                 if (L->kept) xfree(L->kept); else xfree(L->saved);
             }
         layer_acts_free(&a->shared, a->shared_qkv);
@@ -318,6 +358,8 @@ void llama_acts_free(LlamaActs *a) {
     xfree(a->layers);
     if (a->inputs_tier) chunk_tier_destroy(a->inputs_tier);
     xfree(a->in_keys);
+    xfree(a->wq); xfree(a->wk); xfree(a->wv); xfree(a->wo);
+    bf16_scratch_free(&a->mm_scratch);
     xfree(a->residual); xfree(a->rope_cos); xfree(a->rope_sin); xfree(a->rstd_final);
     xfree(a->xn); xfree(a->dx); xfree(a->dxn); xfree(a->dq); xfree(a->dk); xfree(a->dv); xfree(a->dout);
     xfree(a->h); xfree(a->gate_c); xfree(a->up_c); xfree(a->dgate); xfree(a->dup); xfree(a->ce_workspace);
@@ -343,6 +385,7 @@ int llama_acts_io_error(const LlamaActs *a, SeqErr *e) {
     return seq_err(e, "--offload-dir %s: the layer-input file could not be written or read (%s): free space there or "
                    "choose another directory", a->offload_dir, strerror(a->inputs_tier->io_errno));
 }
+int llama_acts_precision(const LlamaActs *a) { return a->precision; }
 
 double llama_recompute_flops_per_token(const LlamaConfig *c, long seq_len, const LlamaActs *a) {
     double D = c->hidden_size, F = c->intermediate_size;
@@ -402,6 +445,45 @@ static void input_fetch(LlamaActs *a, const LlamaConfig *c, int l) {
     }
 }
 
+/* The layers' matrix multiplies in the activations' precision (ops.h). */
+static void mm_forward(LlamaActs *a, float *out, const float *in, const float *W, int N, int n_in, int n_out,
+                       int accumulate) {
+    if (a->precision == PRECISION_BF16) linear_forward_bf16(out, in, W, N, n_in, n_out, accumulate, &a->mm_scratch);
+    else linear_forward(out, in, W, N, n_in, n_out, accumulate);
+}
+
+static void mm_backward(LlamaActs *a, float *din, float *dW, const float *dout, const float *in,
+                        const float *W, int N, int n_in, int n_out) {
+    if (a->precision == PRECISION_BF16) linear_backward_bf16(din, dW, dout, in, W, N, n_in, n_out, &a->mm_scratch);
+    else linear_backward(din, dW, dout, in, W, N, n_in, n_out);
+}
+
+/* bf16: after layer l's forward its own o (and q, k, v) go to their bf16 copies (exact for
+ * q, k, v, which are bf16-rounded already); before its backward they come back. */
+static void layer_stash(LlamaActs *a, const LlamaConfig *c, int l) {
+    LayerActs *L = &a->layers[l];
+    size_t N = (size_t)a->N, qd = (size_t)c->num_attention_heads * c->head_dim;
+    size_t kvd = (size_t)c->num_key_value_heads * c->head_dim;
+    if (L->o16) bf16_pack(L->o16, L->o, N * qd);
+    if (L->q16) {
+        bf16_pack(L->q16, L->q, N * qd);
+        bf16_pack(L->k16, L->k, N * kvd);
+        bf16_pack(L->v16, L->v, N * kvd);
+    }
+}
+
+static void layer_unstash(LlamaActs *a, const LlamaConfig *c, int l) {
+    LayerActs *L = &a->layers[l];
+    size_t N = (size_t)a->N, qd = (size_t)c->num_attention_heads * c->head_dim;
+    size_t kvd = (size_t)c->num_key_value_heads * c->head_dim;
+    if (L->o16) bf16_unpack(L->o, L->o16, N * qd);
+    if (L->q16) {
+        bf16_unpack(L->q, L->q16, N * qd);
+        bf16_unpack(L->k, L->k16, N * kvd);
+        bf16_unpack(L->v, L->v16, N * kvd);
+    }
+}
+
 /* norm -> q, k, v projections -> RoPE into L->q, L->k, L->v (and a->xn). */
 static void qkv_forward(const LlamaModel *m, LlamaActs *a, int l) {
     const LlamaConfig *c = &m->cfg;
@@ -409,11 +491,16 @@ static void qkv_forward(const LlamaModel *m, LlamaActs *a, int l) {
     LayerActs *L = &a->layers[l];
     int N = a->N, D = c->hidden_size, H = c->num_attention_heads, Hkv = c->num_key_value_heads, hd = c->head_dim;
     rmsnorm_forward(a->xn, L->rstd1, residual_at(a, c, l), w->input_norm, N, D, c->rms_norm_eps);
-    linear_forward(L->q, a->xn, w->q_proj, N, D, H * hd, 0);
-    linear_forward(L->k, a->xn, w->k_proj, N, D, Hkv * hd, 0);
-    linear_forward(L->v, a->xn, w->v_proj, N, D, Hkv * hd, 0);
+    mm_forward(a, L->q, a->xn, w->q_proj, N, D, H * hd, 0);
+    mm_forward(a, L->k, a->xn, w->k_proj, N, D, Hkv * hd, 0);
+    mm_forward(a, L->v, a->xn, w->v_proj, N, D, Hkv * hd, 0);
     rope_forward(L->q, a->rope_cos, a->rope_sin, N, H, hd);
     rope_forward(L->k, a->rope_cos, a->rope_sin, N, Hkv, hd);
+    if (a->precision == PRECISION_BF16) { /* attention's inputs are bf16 */
+        bf16_round(L->q, (size_t)N * H * hd);
+        bf16_round(L->k, (size_t)N * Hkv * hd);
+        bf16_round(L->v, (size_t)N * Hkv * hd);
+    }
 }
 
 /* x_mid = x_in + o_proj(o) */
@@ -422,7 +509,7 @@ static void residual_attn(const LlamaModel *m, LlamaActs *a, int l) {
     LayerActs *L = &a->layers[l];
     int N = a->N, D = c->hidden_size, qd = c->num_attention_heads * c->head_dim;
     memcpy(L->x_mid, residual_at(a, c, l), sizeof(float) * (size_t)N * D);
-    linear_forward(L->x_mid, L->o, m->w.layers[l].o_proj, N, qd, D, 1);
+    mm_forward(a, L->x_mid, L->o, m->w.layers[l].o_proj, N, qd, D, 1);
 }
 
 /* The attention half of layer l: x_mid = x_in + o_proj(attn(rope(q), rope(k), v)). */
@@ -456,8 +543,8 @@ static void mlp_gate_up(const LlamaModel *m, LlamaActs *a, int l, int r0, int n,
     *gate = store ? L->gate + (size_t)r0 * F : a->gate_c;
     *up = store ? L->up + (size_t)r0 * F : a->up_c;
     const float *xn = a->xn + (size_t)r0 * D;
-    linear_forward(*gate, xn, w->gate_proj, n, (int)D, (int)F, 0);
-    linear_forward(*up, xn, w->up_proj, n, (int)D, (int)F, 0);
+    mm_forward(a, *gate, xn, w->gate_proj, n, (int)D, (int)F, 0);
+    mm_forward(a, *up, xn, w->up_proj, n, (int)D, (int)F, 0);
 }
 
 /* The MLP half: x_out = x_mid + down(swiglu(gate(xn2), up(xn2))), over chunks of ffn_rows tokens. */
@@ -474,7 +561,7 @@ static void mlp_forward(const LlamaModel *m, LlamaActs *a, int l) {
         float *gate, *up;
         mlp_gate_up(m, a, l, r0, n, &gate, &up);
         swiglu_forward(a->h, gate, up, (size_t)n * F);
-        linear_forward(x_out + (size_t)r0 * D, a->h, w->down_proj, n, F, D, 1);
+        mm_forward(a, x_out + (size_t)r0 * D, a->h, w->down_proj, n, F, D, 1);
     }
 }
 
@@ -500,15 +587,15 @@ static void mlp_backward(LlamaModel *m, LlamaActs *a, int l) {
             mlp_gate_up(m, a, l, r0, n, &gate, &up);
         }
         swiglu_forward(a->h, gate, up, nF);
-        linear_backward(NULL, g->down_proj, dx, a->h, w->down_proj, n, F, D);
+        mm_backward(a, NULL, g->down_proj, dx, a->h, w->down_proj, n, F, D);
         memset(a->h, 0, sizeof(float) * nF); /* h becomes dh */
-        linear_backward(a->h, NULL, dx, NULL, w->down_proj, n, F, D);
+        mm_backward(a, a->h, NULL, dx, NULL, w->down_proj, n, F, D);
         memset(a->dgate, 0, sizeof(float) * nF);
         memset(a->dup, 0, sizeof(float) * nF);
         swiglu_backward(a->dgate, a->dup, a->h, gate, up, nF);
         float *dxn = a->dxn + (size_t)r0 * D;
-        linear_backward(dxn, g->gate_proj, a->dgate, xn, w->gate_proj, n, D, F);
-        linear_backward(dxn, g->up_proj, a->dup, xn, w->up_proj, n, D, F);
+        mm_backward(a, dxn, g->gate_proj, a->dgate, xn, w->gate_proj, n, D, F);
+        mm_backward(a, dxn, g->up_proj, a->dup, xn, w->up_proj, n, D, F);
     }
     rmsnorm_backward(a->dx, g->post_norm, a->dxn, L->x_mid, w->post_norm, L->rstd2, N, D);
 }
@@ -533,7 +620,8 @@ static void layer_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn, int 
 
     /* attention: x_mid = x_in + o_proj(attn(rope(q), rope(k), v)) */
     memset(a->dout, 0, sizeof(float) * (size_t)N * H * hd);
-    linear_backward(a->dout, g->o_proj, a->dx, L->o, w->o_proj, N, H * hd, D);
+    mm_backward(a, a->dout, g->o_proj, a->dx, L->o, w->o_proj, N, H * hd, D);
+    if (a->precision == PRECISION_BF16) bf16_round(a->dout, (size_t)N * H * hd); /* attention's dout is bf16 */
     if (attn->keeps_inputs)
         attn->backward(attn, NULL, NULL, NULL, NULL, L->saved, a->dout, a->dq, a->dk, a->dv);
     else
@@ -542,9 +630,9 @@ static void layer_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn, int 
     rope_backward(a->dk, a->rope_cos, a->rope_sin, N, Hkv, hd);
     rmsnorm_forward(a->xn, L->rstd1, x_in, w->input_norm, N, D, c->rms_norm_eps);
     memset(a->dxn, 0, sizeof(float) * ND);
-    linear_backward(a->dxn, g->q_proj, a->dq, a->xn, w->q_proj, N, D, H * hd);
-    linear_backward(a->dxn, g->k_proj, a->dk, a->xn, w->k_proj, N, D, Hkv * hd);
-    linear_backward(a->dxn, g->v_proj, a->dv, a->xn, w->v_proj, N, D, Hkv * hd);
+    mm_backward(a, a->dxn, g->q_proj, a->dq, a->xn, w->q_proj, N, D, H * hd);
+    mm_backward(a, a->dxn, g->k_proj, a->dk, a->xn, w->k_proj, N, D, Hkv * hd);
+    mm_backward(a, a->dxn, g->v_proj, a->dv, a->xn, w->v_proj, N, D, Hkv * hd);
     rmsnorm_backward(a->dx, g->input_norm, a->dxn, x_in, w->input_norm, L->rstd1, N, D);
 }
 
@@ -580,6 +668,7 @@ double llama_forward_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn,
         hook(m, LLAMA_HOOK_BEFORE_FORWARD, l, backward);
         if (a->inputs_tier && backward) input_store(a, c, l);
         layer_forward(m, a, attn, l);
+        layer_stash(a, c, l);
         hook(m, LLAMA_HOOK_AFTER_FORWARD, l, backward);
     }
     if (a->inputs_tier && backward) input_prefetch(a, nL - 1); /* read while the loss runs */
@@ -603,6 +692,7 @@ double llama_forward_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn,
             input_fetch(a, c, l);
             if (l > 0) input_prefetch(a, l - 1);
         }
+        layer_unstash(a, c, l);
         /* layer: the attention half again, attention's forward included, into the shared set;
          * selective: q, k, v, the strategy's state and x_mid without attention's forward. The
          * MLP is recomputed chunk by chunk inside its backward. */

@@ -115,9 +115,18 @@ typedef struct {
     int ffn_chunks; /* <= 0: LLAMA_FFN_CHUNKS_DEFAULT; more than N: N */
     const char *offload_dir; /* NULL: layer inputs stay in RAM; ignored under none */
     int rank;                /* names the offload file (one per rank) */
+    int precision;  /* PRECISION_FP32 (0, the default) or PRECISION_BF16 (kernels/bf16.h) */
 } LlamaActsOptions;
 /* Chunks of a layer input in the offload tier for N local tokens. */
 int llama_input_chunks(long N);
+
+/* bf16 mixed precision (--precision bf16): every matrix multiply of the layers (q, k, v, o,
+ * gate, up, down projections, forward and backward) takes bf16-rounded operands and accumulates
+ * in fp32; attention takes bf16 q, k, v (after RoPE) and a bf16 output gradient, with fp32
+ * softmax statistics and accumulation; each layer's kept attention tensors (q, k, v when the
+ * model keeps them, and o) are stored as bf16, widened into one shared fp32 set before the
+ * layer's backward. Parameters, gradients, the residual stream, norms, RoPE tables, the LM head
+ * and the loss stay fp32 (the head's logits and the cross-entropy are where bf16 loses most). */
 
 /* Activations for N local tokens. llama_acts_create(m, attn, N, checkpoint) is
  * llama_acts_create_opts with the default FFN chunk count. */
@@ -133,6 +142,7 @@ int llama_acts_offloads_inputs(const LlamaActs *a);
 void llama_acts_offload_stats(const LlamaActs *a, unsigned long long *bytes_written, unsigned long long *bytes_read,
                               double *wait_s, long *passes);
 int llama_acts_io_error(const LlamaActs *a, SeqErr *e);
+int llama_acts_precision(const LlamaActs *a);
 
 /* FLOPs per token a training step spends recomputing (beyond llama_train_flops_per_token), for
  * hardware-FLOPs utilisation (HFU) as InternEvo counts it: layer: the forward of the attention

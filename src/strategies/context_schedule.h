@@ -79,6 +79,8 @@ typedef struct {
     TokenLayout layout;
     long seq_len;         /* S, global */
     int n_heads, n_kv_heads, head_dim;
+    int wire_bf16;        /* --precision bf16: the head exchange sends bf16 (2 bytes an element; the
+                             context schedules still send fp32) */
 } StrategyParams;
 
 #endif

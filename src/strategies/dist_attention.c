@@ -97,6 +97,7 @@ SeqAttention *dist_attention_create(const ScheduleInfo *schedule, const Strategy
     x->n = x->S / t->cp;
     x->d = p->head_dim;
     head_exchange_init(&x->hx, comm, t->head_comm, t->hp, t->hp_rank, x->N, p->n_heads, p->n_kv_heads, p->head_dim);
+    if (p->wire_bf16) head_exchange_set_wire_bf16(&x->hx);
     x->Hl = x->hx.Hl;
     x->Hk = x->hx.Hk;
     ScheduleShape sh = {.topo = t, .comm = comm, .n = x->n, .heads = x->Hl, .kv_heads = x->Hk,

@@ -96,7 +96,7 @@ static void fpdt_volume(const StrategyParams *p, int hp_rank, AttnVolume *v) {
     if (err) die("fpdt_volume: %s", err);
     const long u = fpdt_chunks(p), N = p->seq_len / p->hp, c = N / u;
     unsigned long long fb, bb, msgs;
-    head_exchange_volume(&hs, hp_rank, c, p->head_dim, &fb, &bb, &msgs);
+    head_exchange_volume(&hs, hp_rank, c, p->head_dim, p->wire_bf16 ? 2 : 4, &fb, &bb, &msgs);
     v->fwd[COMM_ALLTOALL] = (unsigned long long)u * fb;
     v->bwd[COMM_ALLTOALL] = (unsigned long long)u * bb;
     v->fwd_msgs[COMM_ALLTOALL] = v->bwd_msgs[COMM_ALLTOALL] = (unsigned long long)u * msgs;
@@ -293,6 +293,7 @@ static SeqAttention *fpdt_create(const StrategyParams *p, const Topology *t, Com
     x->Hkv = p->n_kv_heads;
     x->d = p->head_dim;
     head_exchange_init(&x->hx, comm, t->head_comm, t->hp, t->hp_rank, x->c, p->n_heads, p->n_kv_heads, p->head_dim);
+    if (p->wire_bf16) head_exchange_set_wire_bf16(&x->hx);
     x->Hl = x->hx.Hl;
     x->Hk = x->hx.Hk;
     block_attn_init(&x->b, comm, x->Hl, x->Hk, x->d);

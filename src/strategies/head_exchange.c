@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/common.h"
+#include "kernels/bf16.h"
 
 char *head_split_init(HeadSplit *s, int hp, int H, int Hkv) {
     memset(s, 0, sizeof *s);
@@ -76,6 +77,7 @@ void head_exchange_init(HeadExchange *x, Comm *comm, MPI_Comm head_comm, int hp,
     if ((size_t)N * H * d > most) most = (size_t)N * H * d;
     if ((size_t)hp * N * x->Hl * d > most) most = (size_t)hp * N * x->Hl * d;
     size_t most_send = most, most_recv = most;
+    x->most = most;
     x->send = xmalloc_aligned(sizeof(float) * most_send);
     x->recv = hp > 1 ? xmalloc_aligned(sizeof(float) * most_recv) : NULL;
     x->scounts = xmalloc(sizeof(int) * (size_t)hp);
@@ -86,8 +88,17 @@ void head_exchange_init(HeadExchange *x, Comm *comm, MPI_Comm head_comm, int hp,
     x->rsize = xcalloc((size_t)hp, sizeof(size_t));
 }
 
+void head_exchange_set_wire_bf16(HeadExchange *x) {
+    if (x->wire_bf16 || x->split.hp == 1) return; /* hp = 1 sends nothing */
+    x->wire_bf16 = 1;
+    x->wire_send = xmalloc_aligned(sizeof(bf16_t) * x->most);
+    x->wire_recv = xmalloc_aligned(sizeof(bf16_t) * x->most);
+}
+
 void head_exchange_free(HeadExchange *x) {
     head_split_free(&x->split);
+    xfree(x->wire_send);
+    xfree(x->wire_recv);
     xfree(x->send);
     xfree(x->recv);
     xfree(x->scounts);
@@ -122,8 +133,24 @@ static const float *exchange(HeadExchange *x, const size_t *send_sizes, const si
     if (hp == 1) return x->send;
     set_counts(x->scounts, x->sdispls, hp, send_sizes);
     set_counts(x->rcounts, x->rdispls, hp, recv_sizes);
-    comm_alltoallv(x->comm, COMM_ALLTOALL, x->send, x->scounts, x->sdispls, x->recv, x->rcounts, x->rdispls, MPI_FLOAT,
-                   x->head_comm);
+    if (!x->wire_bf16) {
+        comm_alltoallv(x->comm, COMM_ALLTOALL, x->send, x->scounts, x->sdispls, x->recv, x->rcounts, x->rdispls,
+                       MPI_FLOAT, x->head_comm);
+        return x->recv;
+    }
+    size_t ns = 0, nr = 0;
+    for (int p = 0; p < hp; p++) {
+        ns += send_sizes[p];
+        nr += recv_sizes[p];
+    }
+    double t0 = comm_compute_begin(x->comm);
+    bf16_pack(x->wire_send, x->send, ns);
+    comm_compute_end(x->comm, "a2a bf16 pack", t0);
+    comm_alltoallv(x->comm, COMM_ALLTOALL, x->wire_send, x->scounts, x->sdispls, x->wire_recv, x->rcounts, x->rdispls,
+                   MPI_UINT16_T, x->head_comm);
+    t0 = comm_compute_begin(x->comm);
+    bf16_unpack(x->recv, x->wire_recv, nr);
+    comm_compute_end(x->comm, "a2a bf16 unpack", t0);
     return x->recv;
 }
 
@@ -239,10 +266,10 @@ void head_exchange_grads(HeadExchange *x, const float *dq_h, const float *dkv_h,
     comm_compute_end(x->comm, "a2a unpack", t0);
 }
 
-void head_exchange_volume(const HeadSplit *s, int me, long N, int d, unsigned long long *fwd_bytes,
+void head_exchange_volume(const HeadSplit *s, int me, long N, int d, int elem_bytes, unsigned long long *fwd_bytes,
                           unsigned long long *bwd_bytes, unsigned long long *msgs_each_way) {
     unsigned long long f = 0, b = 0;
-    const unsigned long long Nd4 = 4ULL * (unsigned long long)N * (unsigned)d;
+    const unsigned long long Nd4 = (unsigned long long)elem_bytes * (unsigned long long)N * (unsigned)d;
     for (int m = 0; m < s->hp; m++) {
         if (m == me) continue;
         f += Nd4 * (unsigned)(s->hl[m] + 2 * s->hk[m]); /* q, k, v to member m */

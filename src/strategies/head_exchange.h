@@ -14,7 +14,7 @@
  * by several members are sent to each of them (LoongTrain's KV replication when Hkv < hp); their
  * gradients are SUMMED back into the owner's dk, dv.
  *
- * Bytes member p sends per layer (fp32, 4 bytes): forward qkv: sum over other members m of
+ * Bytes member p sends per layer (fp32, 4 bytes; 2 with bf16 on the wire): forward qkv: sum over other members m of
  * 4 N (Hl_m + 2 Hk_m) d, output: (hp-1) 4 N Hl_p d; backward dout: sum over m != p of 4 N Hl_m d,
  * gradients: (hp-1) 4 N (Hl_p + 2 Hk_p) d. With hp | H these are LoongTrain's
  * (hp-1)/hp (2 Size(q) + Size(kv)) each way. One all-to-all message to each other member per
@@ -24,6 +24,7 @@
 
 #include <mpi.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "comm/comm.h"
 
@@ -48,13 +49,21 @@ typedef struct {
     int N, d;        /* local tokens, head_dim */
     int Hl, Hk;      /* this member's query and KV heads */
     float *send, *recv;
+    int wire_bf16;                              /* the all-to-alls carry bf16 (head_exchange_set_wire_bf16) */
+    uint16_t *wire_send, *wire_recv;            /* their bf16 buffers */
     int *scounts, *sdispls, *rcounts, *rdispls; /* (hp) in floats */
     size_t *ssize, *rsize;                      /* (hp) block sizes of the exchange in progress */
+    size_t most;                                /* elements of send (and recv) */
 } HeadExchange;
 
 /* Collective-free set-up (the split must be valid: check it with head_split_init first). */
 void head_exchange_init(HeadExchange *x, Comm *comm, MPI_Comm head_comm, int hp, int me, int N, int H, int Hkv, int d);
 void head_exchange_free(HeadExchange *x);
+/* bf16 on the wire (--precision bf16): every exchange packs its send buffer to bf16 (round to
+ * nearest even), sends half the bytes and widens what it receives. q, k, v, dout and o are
+ * bf16 values already under --precision bf16 (o is rounded where the model uses it), so only
+ * dq, dk, dv are rounded by the wire. */
+void head_exchange_set_wire_bf16(HeadExchange *x);
 
 /* Forward: local q, k, v -> q_h (hp N, Hl, d) and kv_h (2, hp N, Hk, d). Collective. */
 void head_exchange_qkv(HeadExchange *x, const float *q, const float *k, const float *v, float *q_h, float *kv_h);
@@ -66,8 +75,8 @@ void head_exchange_dout(HeadExchange *x, const float *dout, float *dout_h);
 void head_exchange_grads(HeadExchange *x, const float *dq_h, const float *dkv_h, float *dq, float *dk, float *dv);
 
 /* Bytes and messages member `me` sends in the forward (qkv + out) and the backward (dout +
- * grads), fp32. */
-void head_exchange_volume(const HeadSplit *s, int me, long N, int d, unsigned long long *fwd_bytes,
+ * grads), elem_bytes an element (4: fp32, 2: bf16 on the wire). */
+void head_exchange_volume(const HeadSplit *s, int me, long N, int d, int elem_bytes, unsigned long long *fwd_bytes,
                           unsigned long long *bwd_bytes, unsigned long long *msgs_each_way);
 
 #endif

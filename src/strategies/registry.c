@@ -137,7 +137,7 @@ void strategy_volume(const Strategy *s, const StrategyParams *p, int hp_rank, in
     if (err) die("strategy_volume: %s", err);
     const long N = p->seq_len / ((long)p->hp * p->cp);
     unsigned long long fb, bb, msgs;
-    head_exchange_volume(&hs, hp_rank, N, p->head_dim, &fb, &bb, &msgs);
+    head_exchange_volume(&hs, hp_rank, N, p->head_dim, p->wire_bf16 ? 2 : 4, &fb, &bb, &msgs);
     v->fwd[COMM_ALLTOALL] = fb;
     v->bwd[COMM_ALLTOALL] = bb;
     v->fwd_msgs[COMM_ALLTOALL] = v->bwd_msgs[COMM_ALLTOALL] = msgs;
@@ -177,6 +177,7 @@ void strategy_memory(const Strategy *s, const StrategyParams *p, int hp_rank, At
     if (n * Hl * d > send) send = n * Hl * d;
     if (N * (size_t)p->n_heads * d > recv) recv = N * (size_t)p->n_heads * d;
     size_t exchange = send + (p->hp > 1 ? recv : 0);
+    if (p->wire_bf16 && p->hp > 1) exchange += (send > recv ? send : recv); /* two bf16 wire buffers */
     size_t scratch = n * Hl * d * 2 + n * Hl + 2 * n * Hk * d; /* dout_h, dq_h, delta, dkv_h */
     StrategyParams sv = schedule_view(p, &hs, hp_rank);
     size_t sched = s->schedule->workspace_floats ? s->schedule->workspace_floats(&sv) : 0;

@@ -60,7 +60,8 @@ void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaC
                                  .chunks = cfg->chunks, .offload_dir = p->strategy->own ? cfg->offload_dir : NULL,
                                  .placement = cfg->placement,
                                  .layout = cfg->layout, .seq_len = seq_len, .n_heads = model->num_attention_heads,
-                                 .n_kv_heads = model->num_key_value_heads, .head_dim = model->head_dim};
+                                 .n_kv_heads = model->num_key_value_heads, .head_dim = model->head_dim,
+                                 .wire_bf16 = cfg->wire_bf16};
     if (p->params.team == 0) p->params.team = strategy_default_team(p->strategy, cp);
     if (cfg->chunks > 1 && !p->strategy->own)
         die_collective("--chunks %d is read by --strategy fpdt only: drop it or use --strategy fpdt", cfg->chunks);

@@ -33,6 +33,7 @@ typedef struct {
     const char *trace_path; /* NULL: no trace */
     int stats;           /* print per-rank communication statistics at the end */
     double comm_timeout; /* watchdog deadline of one wait, seconds (0: none); see comm.h */
+    int wire_bf16;       /* --precision bf16: the head exchange in bf16 (StrategyParams) */
 } ParallelConfig;
 
 void parallel_config_default(ParallelConfig *c);

@@ -1,0 +1,67 @@
+/* fp32 against bf16 training steps of the reference model (4 layers, hidden 256, 4 heads / 2 KV,
+ * ffn 1024, vocab 256), interleaved in one process (fp32, bf16, fp32, bf16, ...) so that both
+ * see the same machine load: medians of wall-clock and process-CPU seconds per forward +
+ * backward, and the bf16 / fp32 ratio. Not a test; built by `make bench-bf16`.
+ * usage: build/bench/bf16_step [S] [repeats] */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "attention/seq_attention.h"
+#include "core/common.h"
+#include "kernels/bf16.h"
+#include "kernels/sgemm_bench.h"
+#include "model/llama.h"
+
+static double cpu_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+int main(int argc, char **argv) {
+    int S = argc > 1 ? atoi(argv[1]) : 8192, repeats = argc > 2 ? atoi(argv[2]) : 5;
+    if (S < 16 || repeats < 1) die("usage: bf16_step [S >= 16] [repeats >= 1]");
+    LlamaConfig c = {.hidden_size = 256, .intermediate_size = 1024, .num_attention_heads = 4, .num_key_value_heads = 2,
+                     .num_hidden_layers = 4, .vocab_size = 256, .head_dim = 64, .max_position_embeddings = 1 << 20,
+                     .rms_norm_eps = 1e-5f, .rope_theta = 10000.0};
+    LlamaModel m;
+    llama_build(&m, &c);
+    llama_init_random(&m, 1);
+    SeqAttention *attn = local_attention_create((AttnHeads){.n_local = S, .n_heads = 4, .n_kv_heads = 2, .head_dim = 64});
+    LlamaActs *acts[2];
+    for (int p = 0; p < 2; p++) {
+        LlamaActsOptions o = {.checkpoint = LLAMA_CKPT_NONE, .precision = p ? PRECISION_BF16 : PRECISION_FP32};
+        acts[p] = llama_acts_create_opts(&m, attn, S, &o);
+    }
+    int *in = xmalloc(sizeof(int) * S), *tg = xmalloc(sizeof(int) * S), *pos = xmalloc(sizeof(int) * S);
+    Rng r;
+    rng_seed(&r, 7);
+    for (int i = 0; i < S; i++) {
+        in[i] = (int)rng_below(&r, 256);
+        tg[i] = (int)rng_below(&r, 256);
+        pos[i] = i;
+    }
+    double *wall[2], *cpu[2];
+    for (int p = 0; p < 2; p++) {
+        wall[p] = xmalloc(sizeof(double) * repeats);
+        cpu[p] = xmalloc(sizeof(double) * repeats);
+    }
+    for (int k = -1; k < repeats; k++) /* k = -1: warm-up of both */
+        for (int p = 0; p < 2; p++) {
+            memset(m.grads, 0, sizeof(float) * m.table.total);
+            double w0 = now_seconds(), c0 = cpu_now();
+            llama_forward_backward(&m, acts[p], attn, in, tg, pos, S, 1.0f / S, 1, NULL);
+            if (k >= 0) {
+                wall[p][k] = now_seconds() - w0;
+                cpu[p][k] = cpu_now() - c0;
+            }
+        }
+    double w32 = median_of(wall[0], repeats), w16 = median_of(wall[1], repeats);
+    double c32 = median_of(cpu[0], repeats), c16 = median_of(cpu[1], repeats);
+    printf("S = %d, %d interleaved repeats, bf16 path %s: fp32 %.3f s (%.3f CPU s) | bf16 %.3f s (%.3f CPU s) | "
+           "bf16 speed-up %.2fx wall, %.2fx CPU\n", S, repeats, bf16_path_name(bf16_kernels()->path), w32, c32, w16, c16,
+           w32 / w16, c32 / c16);
+    return 0;
+}

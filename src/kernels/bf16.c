@@ -1,0 +1,125 @@
+/* bf16 conversions, the conversion-path GEMM and the choice of bf16 path (see bf16.h). */
+#include "kernels/bf16.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <pthread.h>
+
+#include "core/common.h"
+#include "kernels/isa.h"
+
+int precision_parse(const char *name) {
+    if (!name) return -1;
+    if (!strcmp(name, "fp32")) return PRECISION_FP32;
+    if (!strcmp(name, "bf16")) return PRECISION_BF16;
+    return -1;
+}
+
+const char *precision_name(int precision) { return precision == PRECISION_BF16 ? "bf16" : "fp32"; }
+
+static void pack_c(bf16_t *dst, const float *src, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = bf16_from_float(src[i]);
+}
+
+static void unpack_c(float *dst, const bf16_t *src, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = bf16_to_float(src[i]);
+}
+
+/* The conversion path's GEMM: both operands widened to fp32 (exact), then sgemm. */
+void bf16_gemm_convert(int transA, int transB, int M, int N, int K, float alpha, const bf16_t *A, int lda,
+                       const bf16_t *B, int ldb, float beta, float *C, int ldc) {
+    size_t a_rows = (size_t)(transA ? K : M), b_rows = (size_t)(transB ? N : K);
+    size_t a_n = a_rows * (size_t)lda, b_n = b_rows * (size_t)ldb;
+    float *Af = xmalloc(sizeof(float) * (a_n ? a_n : 1)), *Bf = xmalloc(sizeof(float) * (b_n ? b_n : 1));
+    bf16_unpack(Af, A, a_n);
+    bf16_unpack(Bf, B, b_n);
+    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, M, N, K,
+                alpha, Af, lda, Bf, ldb, beta, C, ldc);
+    xfree(Af);
+    xfree(Bf);
+}
+
+static const Bf16Kernels KERNELS_CONVERT = {BF16_PATH_CONVERT, pack_c, unpack_c, bf16_gemm_convert};
+extern const Bf16Kernels bf16_kernels_avx512bf16; /* bf16_avx512.c */
+
+static const char *const PATH_NAMES[BF16_PATH_COUNT] = {"convert", "avx512_bf16"};
+const char *bf16_path_name(Bf16Path p) { return p >= 0 && p < BF16_PATH_COUNT ? PATH_NAMES[p] : "unknown"; }
+
+const Bf16Kernels *bf16_kernels_for(Bf16Path p) {
+    if (p == BF16_PATH_CONVERT) return &KERNELS_CONVERT;
+    if (p == BF16_PATH_AVX512BF16 && cpu_features()->avx512_bf16) return &bf16_kernels_avx512bf16;
+    return NULL;
+}
+
+static const Bf16Kernels *g_bf16;
+static pthread_once_t g_bf16_once = PTHREAD_ONCE_INIT;
+
+static void choose_bf16(void) {
+    /* follows the fp32 kernel path: SEQPAR_ISA below avx512 selects the conversion path */
+    g_bf16 = isa_active() == ISA_AVX512 && cpu_features()->avx512_bf16 ? &bf16_kernels_avx512bf16 : &KERNELS_CONVERT;
+}
+
+const Bf16Kernels *bf16_kernels(void) {
+    pthread_once(&g_bf16_once, choose_bf16);
+    return g_bf16;
+}
+
+double bf16_gemm_peak_gflops(int trials) {
+    const int n = 2048;
+    size_t nn = (size_t)n * n;
+    bf16_t *A = xmalloc(sizeof(bf16_t) * nn), *B = xmalloc(sizeof(bf16_t) * nn);
+    float *C = xmalloc(sizeof(float) * nn);
+    Rng rng;
+    rng_seed(&rng, 1234);
+    for (size_t i = 0; i < nn; i++) {
+        A[i] = bf16_from_float((float)(rng_uniform(&rng) - 0.5));
+        B[i] = bf16_from_float((float)(rng_uniform(&rng) - 0.5));
+    }
+    const Bf16Kernels *k = bf16_kernels();
+    if (trials < 3) trials = 3;
+    double best = 1e300;
+    for (int r = -1; r < trials; r++) { /* r = -1: warm-up */
+        double t0 = now_seconds();
+        k->gemm(0, 0, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
+        double dt = now_seconds() - t0;
+        if (r >= 0 && dt < best) best = dt;
+    }
+    xfree(A);
+    xfree(B);
+    xfree(C);
+    return 2.0 * (double)n * n * n / best * 1e-9;
+}
+
+#define BF16_PAR_CHUNK 16384 /* elements per OpenMP work item of the conversions */
+
+void bf16_pack(bf16_t *dst, const float *src, size_t n) {
+    const Bf16Kernels *k = bf16_kernels();
+    long long chunks = (long long)((n + BF16_PAR_CHUNK - 1) / BF16_PAR_CHUNK);
+#pragma omp parallel for schedule(static) if (chunks > 4)
+    for (long long c = 0; c < chunks; c++) {
+        size_t i0 = (size_t)c * BF16_PAR_CHUNK, m = n - i0 < BF16_PAR_CHUNK ? n - i0 : BF16_PAR_CHUNK;
+        k->pack(dst + i0, src + i0, m);
+    }
+}
+
+void bf16_unpack(float *dst, const bf16_t *src, size_t n) {
+    const Bf16Kernels *k = bf16_kernels();
+    long long chunks = (long long)((n + BF16_PAR_CHUNK - 1) / BF16_PAR_CHUNK);
+#pragma omp parallel for schedule(static) if (chunks > 4)
+    for (long long c = 0; c < chunks; c++) {
+        size_t i0 = (size_t)c * BF16_PAR_CHUNK, m = n - i0 < BF16_PAR_CHUNK ? n - i0 : BF16_PAR_CHUNK;
+        k->unpack(dst + i0, src + i0, m);
+    }
+}
+
+void bf16_round(float *x, size_t n) {
+    const Bf16Kernels *k = bf16_kernels();
+    long long chunks = (long long)((n + BF16_PAR_CHUNK - 1) / BF16_PAR_CHUNK);
+#pragma omp parallel for schedule(static) if (chunks > 4)
+    for (long long c = 0; c < chunks; c++) {
+        size_t i0 = (size_t)c * BF16_PAR_CHUNK, m = n - i0 < BF16_PAR_CHUNK ? n - i0 : BF16_PAR_CHUNK;
+        bf16_t tmp[BF16_PAR_CHUNK];
+        k->pack(tmp, x + i0, m);
+        k->unpack(x + i0, tmp, m);
+    }
+}

@@ -1,0 +1,213 @@
+/* bf16 kernels (kernels/bf16.h) of every path this CPU runs, against double-precision references:
+ * fp32 -> bf16 rounding (nearest even, NaN, infinities, denormals, overflow) and each path's
+ * conversions bit-identical to the portable one on odd lengths; each path's GEMM (all four
+ * transpose cases, padded leading dimensions, alpha, beta) against a double GEMM of the same bf16
+ * operands; the bf16 linear layers (ops.h) against double products of bf16-rounded operands.
+ * Prints the paths it ran and those this CPU could not. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/common.h"
+#include "kernels/bf16.h"
+#include "kernels/ops.h"
+#include "testlib.h"
+
+static Rng rng;
+
+static uint32_t bits_of(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static float float_of(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+/* The bf16 nearest to x (ties to even), computed in double from the two candidates. */
+static bf16_t reference_round(float x) {
+    uint32_t u = bits_of(x);
+    if (isnan(x)) return (bf16_t)((u >> 16) | 0x40u);
+    if ((u & 0x7f800000u) == 0) return (bf16_t)((u >> 16) & 0x8000u); /* denormals flush, as VCVTNE2PS2BF16 */
+    if (isinf(x)) return (bf16_t)(u >> 16);
+    bf16_t lo = (bf16_t)(u >> 16), hi = (bf16_t)(lo + 1);
+    double vlo = fabs((double)bf16_to_float(lo));
+    double vhi = (hi & 0x7fffu) == 0x7f80u ? ldexp(1.0, 128) : fabs((double)bf16_to_float(hi)); /* past the top: inf */
+    double ax = fabs((double)x);
+    if (ax - vlo < vhi - ax) return lo;
+    if (ax - vlo > vhi - ax) return hi;
+    return (lo & 1u) ? hi : lo;
+}
+
+static float special_value(int i) {
+    static const uint32_t s[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00001u,
+                                 0x7f800001u, 0x00000001u, 0x807fffffu, 0x00800000u, 0x7f7fffffu, 0xff7fffffu,
+                                 0x7f7f7fffu, 0x7f7f8000u, 0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x3f808001u};
+    return float_of(s[(size_t)i % ARRAY_LEN(s)]);
+}
+
+static void fill(float *x, size_t n, double scale) {
+    for (size_t i = 0; i < n; i++) x[i] = (float)(scale * rng_normal(&rng));
+}
+
+static void test_rounding(void) {
+    int bad = 0;
+    for (int i = 0; i < 18; i++) {
+        float x = special_value(i);
+        bf16_t got = bf16_from_float(x), want = reference_round(x);
+        if (got != want && !(isnan(x) && isnan(bf16_to_float(got)))) bad++;
+    }
+    for (int i = 0; i < 2000000; i++) { /* random bit patterns: every exponent */
+        float x = float_of((uint32_t)rng_u64(&rng));
+        bf16_t got = bf16_from_float(x), want = reference_round(x);
+        if (got != want) { if (bad++ < 5) fprintf(stderr, "  %08x -> %04x, want %04x\n", bits_of(x), got, want); }
+    }
+    CHECK(bad == 0, "bf16_from_float: %d values not rounded to nearest even", bad);
+    CHECK(bf16_from_float(1.00390625f) == 0x3f80 && bf16_from_float(1.01171875f) == 0x3f82, "ties go to even");
+    CHECK(isnan(bf16_to_float(bf16_from_float(NAN))) && isinf(bf16_to_float(bf16_from_float(3.4e38f))),
+          "NaN stays NaN, overflow rounds to inf");
+    int exact = 1;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = bf16_to_float((bf16_t)h);
+        if (!isnan(f) && (f == 0 || fpclassify(f) != FP_SUBNORMAL) && bf16_from_float(f) != h) exact = 0;
+    }
+    CHECK(exact, "every normal bf16 value survives a round trip");
+}
+
+static void test_conversions(const Bf16Kernels *k) {
+    const char *nm = bf16_path_name(k->path);
+    for (int t = 0; t < 40; t++) {
+        size_t n = 1 + (size_t)rng_below(&rng, 300);
+        float *x = xmalloc(sizeof(float) * n), *y = xmalloc(sizeof(float) * n);
+        bf16_t *h = xmalloc(sizeof(bf16_t) * (n + 1));
+        for (size_t i = 0; i < n; i++)
+            x[i] = t % 3 == 0 ? special_value((int)rng_below(&rng, 18)) : t % 3 == 1 ? float_of((uint32_t)rng_u64(&rng))
+                                                                                     : (float)rng_normal(&rng);
+        h[n] = 0xabcd; /* a guard: tails must not write past n */
+        k->pack(h, x, n);
+        int same = h[n] == 0xabcd;
+        for (size_t i = 0; i < n; i++) {
+            bf16_t want = bf16_from_float(x[i]);
+            if (h[i] != want && !(isnan(x[i]) && isnan(bf16_to_float(h[i])))) same = 0;
+        }
+        k->unpack(y, h, n);
+        for (size_t i = 0; i < n; i++)
+            if (bits_of(y[i]) != (uint32_t)h[i] << 16) same = 0;
+        CHECK(same, "%s: pack/unpack of %zu values (case %d) differ from the portable conversion", nm, n, t % 3);
+        xfree(x); xfree(y); xfree(h);
+    }
+}
+
+/* Row-major op(X)(r, c) of a matrix stored (rows, ld). */
+static double at(const bf16_t *X, int trans, int ld, int r, int c) {
+    return (double)bf16_to_float(trans ? X[(size_t)c * ld + r] : X[(size_t)r * ld + c]);
+}
+
+static void test_gemm(const Bf16Kernels *k) {
+    const char *nm = bf16_path_name(k->path);
+    for (int t = 0; t < 24; t++) {
+        int tA = t & 1, tB = (t >> 1) & 1;
+        int M = 1 + (int)rng_below(&rng, 70), N = 1 + (int)rng_below(&rng, 90), K = 1 + (int)rng_below(&rng, 200);
+        if (t >= 20) { M = 96 + t; N = 128 + 3 * t; K = 300 + t; } /* larger blocks */
+        int lda = (tA ? M : K) + (int)rng_below(&rng, 5), ldb = (tB ? K : N) + (int)rng_below(&rng, 5), ldc = N + 3;
+        size_t na = (size_t)(tA ? K : M) * lda, nb = (size_t)(tB ? N : K) * ldb, nc = (size_t)M * ldc;
+        float *af = xmalloc(sizeof(float) * na), *bf = xmalloc(sizeof(float) * nb), *C = xmalloc(sizeof(float) * nc);
+        bf16_t *A = xmalloc(sizeof(bf16_t) * na), *B = xmalloc(sizeof(bf16_t) * nb);
+        fill(af, na, 1); fill(bf, nb, 1); fill(C, nc, 1);
+        bf16_pack(A, af, na);
+        bf16_pack(B, bf, nb);
+        float *C0 = xmalloc(sizeof(float) * nc);
+        memcpy(C0, C, sizeof(float) * nc);
+        float alpha = t % 3 == 0 ? 1.0f : 0.75f, beta = t % 4 == 0 ? 0.0f : t % 4 == 1 ? 1.0f : -0.5f;
+        k->gemm(tA, tB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        double worst = 0;
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                double s = 0, mag = 0;
+                for (int q = 0; q < K; q++) {
+                    double p = at(A, tA, lda, i, q) * at(B, tB, ldb, q, j);
+                    s += p;
+                    mag += fabs(p);
+                }
+                double want = alpha * s + (beta != 0 ? beta * C0[(size_t)i * ldc + j] : 0);
+                double err = fabs(C[(size_t)i * ldc + j] - want) / (1e-30 + 1e-6 * (fabs(alpha) * mag + fabs(beta * C0[(size_t)i * ldc + j])));
+                if (!(err <= worst)) worst = err;
+            }
+        int pad_ok = 1; /* the padding of C is left alone */
+        for (int i = 0; i < M; i++)
+            for (int j = N; j < ldc; j++)
+                if (bits_of(C[(size_t)i * ldc + j]) != bits_of(C0[(size_t)i * ldc + j])) pad_ok = 0;
+        CHECK(worst <= 1 && pad_ok, "%s gemm %c%c M=%d N=%d K=%d alpha %g beta %g: error %.3g of 1e-6 sum|a b|%s", nm,
+              tA ? 'T' : 'N', tB ? 'T' : 'N', M, N, K, alpha, beta, worst, pad_ok ? "" : ", wrote C's padding");
+        xfree(af); xfree(bf); xfree(C); xfree(C0); xfree(A); xfree(B);
+    }
+}
+
+/* linear_forward_bf16 / linear_backward_bf16 against double products of the rounded operands. */
+static void test_linear(void) {
+    int N = 37, n_in = 53, n_out = 29;
+    float *in = xmalloc(sizeof(float) * N * n_in), *W = xmalloc(sizeof(float) * n_out * n_in);
+    float *dout = xmalloc(sizeof(float) * N * n_out), *out = xmalloc(sizeof(float) * N * n_out);
+    float *din = xmalloc(sizeof(float) * N * n_in), *dW = xmalloc(sizeof(float) * n_out * n_in);
+    fill(in, (size_t)N * n_in, 1); fill(W, (size_t)n_out * n_in, 0.1); fill(dout, (size_t)N * n_out, 1);
+    fill(out, (size_t)N * n_out, 1);
+    float *out0 = xmalloc(sizeof(float) * N * n_out);
+    memcpy(out0, out, sizeof(float) * N * n_out);
+    memset(din, 0, sizeof(float) * N * n_in);
+    memset(dW, 0, sizeof(float) * n_out * n_in);
+    Bf16Scratch scratch = {0};
+    linear_forward_bf16(out, in, W, N, n_in, n_out, 1, NULL);
+    linear_backward_bf16(din, dW, dout, in, W, N, n_in, n_out, &scratch);
+    bf16_scratch_free(&scratch);
+#define R(x) ((double)bf16_to_float(bf16_from_float(x)))
+    double wf = 0, wi = 0, ww = 0;
+    for (int i = 0; i < N; i++)
+        for (int o = 0; o < n_out; o++) {
+            double s = 0, m = 0;
+            for (int j = 0; j < n_in; j++) { s += R(in[i * n_in + j]) * R(W[o * n_in + j]); m += fabs(R(in[i * n_in + j]) * R(W[o * n_in + j])); }
+            double e = fabs(out[i * n_out + o] - (out0[i * n_out + o] + s)) / (1e-6 * (m + fabs(out0[i * n_out + o])));
+            if (!(e <= wf)) wf = e;
+        }
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < n_in; j++) {
+            double s = 0, m = 0;
+            for (int o = 0; o < n_out; o++) { s += R(dout[i * n_out + o]) * R(W[o * n_in + j]); m += fabs(R(dout[i * n_out + o]) * R(W[o * n_in + j])); }
+            double e = fabs(din[i * n_in + j] - s) / (1e-30 + 1e-6 * m);
+            if (!(e <= wi)) wi = e;
+        }
+    for (int o = 0; o < n_out; o++)
+        for (int j = 0; j < n_in; j++) {
+            double s = 0, m = 0;
+            for (int i = 0; i < N; i++) { s += R(dout[i * n_out + o]) * R(in[i * n_in + j]); m += fabs(R(dout[i * n_out + o]) * R(in[i * n_in + j])); }
+            double e = fabs(dW[o * n_in + j] - s) / (1e-30 + 1e-6 * m);
+            if (!(e <= ww)) ww = e;
+        }
+#undef R
+    CHECK(wf <= 1 && wi <= 1 && ww <= 1, "bf16 linear: forward %.3g, din %.3g, dW %.3g of 1e-6 sum|a b|", wf, wi, ww);
+    xfree(in); xfree(W); xfree(dout); xfree(out); xfree(out0); xfree(din); xfree(dW);
+}
+
+int main(void) {
+    rng_seed(&rng, 99);
+    test_rounding();
+    char ran[64] = "", missing[64] = "";
+    for (int p = 0; p < BF16_PATH_COUNT; p++) {
+        const Bf16Kernels *k = bf16_kernels_for((Bf16Path)p);
+        char *dst = k ? ran : missing;
+        strcat(dst, " ");
+        strcat(dst, bf16_path_name((Bf16Path)p));
+        if (!k) continue;
+        test_conversions(k);
+        test_gemm(k);
+    }
+    /* bf16_round and the parallel conversions over many chunks equal the portable conversion */
+    size_t n = 300001;
+    float *x = xmalloc(sizeof(float) * n), *y = xmalloc(sizeof(float) * n);
+    fill(x, n, 3);
+    memcpy(y, x, sizeof(float) * n);
+    bf16_round(y, n);
+    int same = 1;
+    for (size_t i = 0; i < n; i++)
+        if (bits_of(y[i]) != (uint32_t)bf16_from_float(x[i]) << 16) same = 0;
+    CHECK(same, "bf16_round over %zu values differs from the portable conversion", n);
+    xfree(x); xfree(y);
+    test_linear();
+    printf("bf16 paths tested:%s (used: %s); not available on this CPU:%s\n", ran, bf16_path_name(bf16_kernels()->path),
+           *missing ? missing : " none");
+    return test_summary("test_bf16");
+}
