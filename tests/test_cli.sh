@@ -101,6 +101,9 @@ if awk -v n="$(hfu_of "$T/u_none.jsonl")" -v l="$(hfu_of "$T/u_layer.jsonl")" -v
         exit !(a[1] > 0 && a[1] == a[2] && d(b[2] / b[1] - 1.25) < 1e-4 && d(c[2] / c[1] - 1.194444) < 1e-4 && b[2] <= 1) }'; then ok; else
     bad "train: HFU / MFU ratios wrong: none $(hfu_of "$T/u_none.jsonl"), layer $(hfu_of "$T/u_layer.jsonl"), selective $(hfu_of "$T/u_selective.jsonl")"; fi
 expect_error "resume with another lr" "lr" "$SEQPAR" train "${TRAIN[@]}" --lr 0.5 --resume "$T/part" --log "$T/x.jsonl"
+# precision and FFN chunks change the arithmetic: a resume under others is refused, naming them
+expect_error "resume under bf16" "precision = fp32 but this run uses bf16" "$SEQPAR" train "${TRAIN[@]}" --precision bf16 --resume "$T/part" --log "$T/x.jsonl"
+expect_error "resume with other FFN chunks" "ffn_chunks" "$SEQPAR" train "${TRAIN[@]}" --ffn-chunks 1 --resume "$T/part" --log "$T/x.jsonl"
 expect_error "resume from a missing dir" "$T/nothing" "$SEQPAR" train "${TRAIN[@]}" --resume "$T/nothing" --log "$T/x.jsonl"
 # training on a text file and on an llm.c shard
 printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 1 40) > "$T/text.txt"

@@ -200,8 +200,8 @@ static double eval_report(LlamaModel *m, LlamaActs *acts, SeqParallel *par, Data
     return acc;
 }
 
-static void record_settings(TrainerState *st, const TrainOptions *o, const LlamaModel *m, const DataSource *ds) {
-
+static void record_settings(TrainerState *st, const TrainOptions *o, const LlamaModel *m, const DataSource *ds,
+                            const LlamaActs *acts) {
     trainer_state_set(st, "data", "%s", o->data);
     if (ds->ts.n_shards > 0) { /* the same files, not only the same name */
         char desc[96];
@@ -220,6 +220,10 @@ static void record_settings(TrainerState *st, const TrainOptions *o, const Llama
     trainer_state_set(st, "recall", o->recall_format == RECALL_FUSED ? "%d,%d,fused" : "%d,%d", o->recall_pairs,
                       o->recall_queries);
     trainer_state_set(st, "params", "%zu", m->table.total);
+    /* both change the arithmetic (bf16 rounding; the order weight gradients are summed over FFN
+       chunks), so a resume under another value would not continue the run bit for bit */
+    trainer_state_set(st, "precision", "%s", precision_name(o->mem.precision));
+    trainer_state_set(st, "ffn_chunks", "%d", llama_acts_ffn_chunks(acts));
 }
 
 void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, const char *cmd) {
@@ -463,13 +467,16 @@ int cmd_train(int argc, char **argv) {
         vp = &val;
     }
 
+    LlamaActsOptions ao = {.checkpoint = o.mem.checkpoint, .ffn_chunks = o.mem.ffn_chunks, .offload_dir = o.par.offload_dir,
+                           .rank = par.topo.world_rank, .precision = o.mem.precision};
+    LlamaActs *acts = llama_acts_create_opts(&model, par.attn, N, &ao);
     AdamW opt;
     adamw_init(&opt, &o.opt, par.sync.shard_begin, par.sync.shard_end);
     TrainerState st, now;
     trainer_state_init(&now);
     now.seed = o.seed;
     now.seq_len = S;
-    record_settings(&now, &o, &model, &ds);
+    record_settings(&now, &o, &model, &ds, acts);
     if (o.resume_dir) {
         load_checkpoint(o.resume_dir, &model, &opt, &st);
         die_if_any_rank(check_resumed(&st, &now, &o, &ds, &err) != 0 ? &err : NULL);
@@ -479,9 +486,6 @@ int cmd_train(int argc, char **argv) {
         rng_seed(&st.data_rng, o.seed * 0x9E3779B97F4A7C15ull + 17);
     }
 
-    LlamaActsOptions ao = {.checkpoint = o.mem.checkpoint, .ffn_chunks = o.mem.ffn_chunks, .offload_dir = o.par.offload_dir,
-                           .rank = par.topo.world_rank, .precision = o.mem.precision};
-    LlamaActs *acts = llama_acts_create_opts(&model, par.attn, N, &ao);
     grad_sync_attach(&par.sync, &model); /* zero 2/3: per-layer reduce-scatter (and gathers) */
     int *g_inputs = xmalloc(sizeof(int) * (size_t)S * o.batch), *g_targets = xmalloc(sizeof(int) * (size_t)S * o.batch);
     int *inputs = xmalloc(sizeof(int) * (size_t)N * per_replica), *targets = xmalloc(sizeof(int) * (size_t)N * per_replica);
