@@ -129,7 +129,7 @@ static void run_case(const Topology *t, Comm *cm, const Strategy *strat, TokenLa
     AttnVolume vol;
     strategy_volume(strat, &sp, t->hp_rank, t->cp_rank, &vol);
     comm_stats_reset(cm);
-    sa->set_positions(sa, pos);
+    sa->set_positions(sa, pos, NULL);
     CHECKQ(cm->stats.meta_bytes == vol.meta_batch, "%s: positions exchange sent %llu meta bytes, expected %llu", what,
            (unsigned long long)cm->stats.meta_bytes, vol.meta_batch);
     float *q = xmalloc(sizeof(float) * (size_t)N * H * d), *k = xmalloc(sizeof(float) * (size_t)N * Hkv * d);

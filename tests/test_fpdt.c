@@ -57,7 +57,7 @@ static void run_case(const Topology *t, Comm *cm, const Strategy *fp, const Refe
     CHECKQ(sa->saved_floats == mem.saved_per_layer, "%s: saved floats %zu, formula %zu", what, sa->saved_floats,
            mem.saved_per_layer);
     comm_stats_reset(cm);
-    sa->set_positions(sa, pos);
+    sa->set_positions(sa, pos, NULL);
     CHECKQ(cm->stats.meta_bytes == vol.meta_batch, "%s: positions: %llu meta bytes, formula %llu", what,
            (unsigned long long)cm->stats.meta_bytes, vol.meta_batch);
     const size_t nq = (size_t)N * H * d, nk = (size_t)N * Hkv * d;

@@ -190,10 +190,10 @@ typedef struct {
 
 static LsCtx *ls_of(ContextSchedule *s) { return (LsCtx *)s->ctx; }
 
-static void ls_set_positions(ContextSchedule *s, const int *all_pos) {
+static void ls_set_positions(ContextSchedule *s, const int *all_pos, const int *all_doc) {
     LsCtx *x = ls_of(s);
     for (int c = 0; c < x->P; c++)
-        pos_block_init(&x->pb[c], all_pos + (size_t)c * x->n, x->n, x->runs + (size_t)c * x->n);
+        pos_block_init(&x->pb[c], all_pos + (size_t)c * x->n, all_doc ? all_doc + (size_t)c * x->n : NULL, x->n, x->runs + (size_t)c * x->n);
     /* exact only if no key of a later slot is visible to a query of an earlier slot */
     for (int c = 0; c + 1 < x->P; c++) {
         int hi = all_pos[(size_t)c * x->n], lo = all_pos[(size_t)(c + 1) * x->n];
