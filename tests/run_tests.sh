@@ -45,7 +45,7 @@ paths=$("$BUILD"/tests/test_isa --supported 2>/dev/null)
 best=$(printf '%s\n' "$paths" | tail -n 1)
 for isa in $paths; do
     [ "$isa" = "$best" ] && continue
-    for t in test_attention test_ops test_optim test_model; do
+    for t in test_attention test_packed_attention test_ops test_optim test_model; do
         [ -x "$BUILD/tests/$t" ] && run_one "$t[$isa]" 300 env SEQPAR_ISA="$isa" "$BUILD/tests/$t"
     done
 done
