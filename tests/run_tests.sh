@@ -55,6 +55,7 @@ done
 echo "kernel paths tested: $(printf '%s ' $paths)(best: $best, used by every other test)"
 run_one test_cli 600 bash tests/test_cli.sh "$BUILD"
 run_one test_mpi 900 bash tests/test_mpi.sh "$BUILD"
+run_one test_pack 300 bash tests/test_pack.sh "$BUILD"
 run_one test_zero 600 bash tests/test_zero.sh "$BUILD"
 run_one test_reliability 300 bash tests/test_reliability.sh "$BUILD"
 run_one test_fuzz 600 bash tests/test_fuzz.sh

@@ -55,10 +55,10 @@ static int split(const char *path, int S, int eot, const char *dir) {
 }
 
 static int sum(int argc, char **argv) {
-    if (argc < 4 || argc % 2) die("usage: tool_packed_reference sum OUT W1 A1 [W2 A2 ...]");
-    const int nf = (argc - 2) / 2;
+    if (argc < 5 || (argc - 3) % 2) die("usage: tool_packed_reference sum OUT W1 A1 [W2 A2 ...]");
+    const int nf = (argc - 3) / 2; /* argv: tool sum OUT W1 A1 W2 A2 ... */
     StFile *f = xcalloc((size_t)nf, sizeof *f);
-    for (int i = 0; i < nf; i++) st_open(argv[3 + 2 * i], &f[i]);
+    for (int i = 0; i < nf; i++) st_open(argv[4 + 2 * i], &f[i]);
     const int nt = f[0].n_tensors;
     StWriteTensor *w = xcalloc((size_t)nt, sizeof *w);
     for (int t = 0; t < nt; t++) {
@@ -68,9 +68,9 @@ static int sum(int argc, char **argv) {
         double *acc = xcalloc(n, sizeof(double));
         float *buf = xmalloc(sizeof(float) * n), *res = xmalloc(sizeof(float) * n);
         for (int i = 0; i < nf; i++) {
-            if (f[i].n_tensors != nt) die("%s has %d tensors, %s %d", argv[3 + 2 * i], f[i].n_tensors, argv[3], nt);
+            if (f[i].n_tensors != nt) die("%s has %d tensors, %s %d", argv[4 + 2 * i], f[i].n_tensors, argv[4], nt);
             st_read_f32(&f[i], ref->name, ref->ndim, ref->shape, buf);
-            const double wt = atof(argv[2 + 2 * i]);
+            const double wt = atof(argv[3 + 2 * i]);
             for (size_t j = 0; j < n; j++) acc[j] += wt * buf[j];
         }
         for (size_t j = 0; j < n; j++) res[j] = (float)acc[j];
@@ -91,7 +91,7 @@ static int sum(int argc, char **argv) {
 
 int main(int argc, char **argv) {
     if (argc >= 6 && !strcmp(argv[1], "split")) return split(argv[2], atoi(argv[3]), atoi(argv[4]), argv[5]);
-    if (argc >= 4 && !strcmp(argv[1], "sum")) return sum(argc, argv);
+    if (argc >= 5 && !strcmp(argv[1], "sum")) return sum(argc, argv);
     if (argc >= 4 && !strcmp(argv[1], "wsum") && argc % 2 == 0) {
         double s = 0;
         for (int i = 2; i < argc; i += 2) s += atof(argv[i]) * atof(argv[i + 1]);
