@@ -34,11 +34,11 @@ enum { L_CONTIG, L_ZIGZAG, L_STRIPED, L_LIGHTSEQ, N_L };
 static const char *names[N_L] = {"ring / all-gather, contiguous", "ring / all-gather, zigzag",
                                  "ring / all-gather, striped", "LightSeq (contiguous)"};
 
-/* Visible pairs of the queries at positions [q0, q0 + n) against the keys at [k0, k0 + n): a
+/* Visible pairs of the queries at positions [q0, q0 + nq) against the keys at [k0, k0 + n): a
  * query at q sees the keys of its document up to q, i.e. [start[q], q] (documents are contiguous). */
-static long long block_pairs(const int *start, int q0, int k0, int n) {
+static long long block_pairs(const int *start, int q0, int nq, int k0, int n) {
     long long c = 0;
-    for (int q = q0; q < q0 + n; q++) {
+    for (int q = q0; q < q0 + nq; q++) {
         int lo = start[q] > k0 ? start[q] : k0, hi = q < k0 + n - 1 ? q : k0 + n - 1;
         if (hi >= lo) c += hi - lo + 1;
     }
@@ -135,8 +135,11 @@ int main(int argc, char **argv) {
             for (int t = 0; t < lightseq_steps(P); t++) {
                 LightseqStep st;
                 lightseq_step(P, r, t, &st);
-                if (st.q >= 0 && st.kv >= 0)
-                    rank_work[L_LIGHTSEQ][r] += block_pairs(start, st.q * n, st.kv * n, n);
+                if (st.q >= 0 && st.kv >= 0) { /* the block's query rows may be half of the slot */
+                    int r0, nq;
+                    lightseq_rows(st.rows, n, &r0, &nq);
+                    rank_work[L_LIGHTSEQ][r] += block_pairs(start, st.q * n + r0, nq, st.kv * n, n);
+                }
             }
         for (int l = 0; l < N_L; l++) {
             long long mx = 0, tot = 0;

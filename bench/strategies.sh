@@ -38,15 +38,17 @@ one base 1
 base=$(time_of base)
 rows=()
 for np in $SIZES; do
-    for s in 2d ulysses ring lightseq allgather wallfacer; do
+    for s in 2d ulysses ring lightseq allgather wallfacer fpdt; do
         extra=()
         [ "$s" = 2d ] && { [ "$np" -ge 4 ] && extra=(--hp 2 --cp $((np / 2))) || extra=(--hp 1 --cp "$np" --ring-inner 1); }
+        [ "$s" = fpdt ] && extra=(--chunks 4)
         if one "$s.$np" "$np" --strategy "$s" "${extra[@]}" >/dev/null; then
             t=$(time_of "$s.$np")
             line=$(sed -nE 's/^  sent per rank \(most of any rank\), forward \+ backward: (.*)$/\1/p' "$OUT/$s.$np.txt")
             ex=$(sed -nE 's/.*exposed communication ([0-9.]+) s.*/\1/p' "$OUT/$s.$np.txt")
             cs=$(sed -nE 's/^  compute ([0-9.]+) s.*/\1/p' "$OUT/$s.$np.txt")
             grid=$(sed -nE 's/.* on ([a-z0-9]+(, team [0-9]+)?): dp 1 x hp ([0-9]+) x cp ([0-9]+) \(ring W ([0-9]+)\).*/hp \3 x cp \4, W \5\2/p' "$OUT/$s.$np.txt")
+            [ "$s" = fpdt ] && grid="$grid, 4 chunks"
             rows+=("$(printf '| %d | %s | %s | %s | %s | %s | %s | %.2fx |' "$np" "$s" "$grid" "$t" "$cs" "$ex" "$line" "$(echo "$base / $t" | bc -l)")")
         else
             rows+=("| $np | $s | cannot run: $(grep -m1 'error' "$OUT/$s.$np.txt") | | | | | |")

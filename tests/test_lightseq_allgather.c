@@ -4,18 +4,20 @@
  *
  * Without MPI traffic (every rank, cheap):
  *   - the LightSeq plan (lightseq_step) for P = 1 and every even P up to 32: every causal block
- *     pair (i >= j) computed exactly once and no other; every remote input of a block was sent by
+ *     pair (i >= j) computed exactly once and no other (whole, or its first rows by one rank and
+ *     the rest by another); every remote input of a block (with the rows it needs) was sent by
  *     its owner and received by the computing rank at the step before; no transfer is wasted;
  *     every helper block's o|lse (forward) / dq (backward) and every owner block's dk|dv
- *     (backward) returns to its owner exactly one step later; ranks >= P/2 compute P/2 + 1 blocks,
- *     the others P/2; the bytes and messages the plan sends equal lightseq_rank_volume's closed
- *     forms for every rank;
+ *     (backward) returns to its owner exactly one step later with the block's rows; every rank
+ *     computes P/2 whole blocks and one half block; the bytes and messages the plan sends equal
+ *     lightseq_rank_volume's closed forms for every rank, at an even and an odd slot length;
  *   - check messages for bad configurations (odd cp, wrong layout, sequence not divisible);
  *   - the balance figure at P = 8 (printed): total / slowest rank's work for a plain ring over
  *     the contiguous layout, a zigzag ring, all-gather (zigzag) and LightSeq, in the block
  *     iterator's cells (a partially visible block counts whole, as the paper counts the diagonal)
- *     and in exact visible (query, key) pairs. LightSeq must give exactly 36/5 = 7.2 cells and the
- *     contiguous ring 36/8 = 4.5 (paper 004, Fig. 5 and §4.3).
+ *     and in exact visible (query, key) pairs. The contiguous ring must give 36/8 = 4.5 cells (paper
+ *     004, Fig. 5 and §4.3) and LightSeq, whose last step is split (lightseq.h), exactly 8 in both
+ *     measures (the paper's unsplit plan: 36/5 = 7.2).
  *
  * With MPI: for every P dividing the number of ranks (dp = ranks / P replicas run side by side,
  * hp = 1), every schedule, every layout it accepts, MHA / GQA / MQA (4 heads with 4, 2, 1 KV
@@ -64,24 +66,32 @@ static void test_plan(int P) {
 #define AT(r, t) pl[(size_t)(t) * (size_t)P + (size_t)(r)]
     for (int t = 0; t < steps; t++)
         for (int r = 0; r < P; r++) lightseq_step(P, r, t, &AT(r, t));
+    /* per causal pair, the rows computed: bit 0 the first n/2, bit 1 the others; a pair computed
+       twice (or a half twice) counts in `twice` */
     int *seen = xcalloc((size_t)P * (size_t)P, sizeof(int));
-    int bad_pair = 0, bad_input = 0, bad_send = 0, bad_ret = 0, bad_count = 0;
+    int bad_pair = 0, bad_input = 0, bad_send = 0, bad_ret = 0, bad_count = 0, twice = 0;
     for (int r = 0; r < P; r++) {
-        int blocks = 0;
+        int halves = 0; /* work in half blocks */
         for (int t = 0; t < steps; t++) {
             const LightseqStep *s = &AT(r, t);
             if (s->q >= 0) {
-                blocks++;
+                int bits = s->rows == LS_ROWS_ALL ? 3 : s->rows == LS_ROWS_FIRST ? 1 : 2;
+                halves += s->rows == LS_ROWS_ALL ? 2 : 1;
                 if (s->q < s->kv || s->kv < 0 || s->q >= P) bad_pair++;
-                else seen[(size_t)s->q * P + s->kv]++;
+                else {
+                    twice += (seen[(size_t)s->q * P + s->kv] & bits) != 0;
+                    seen[(size_t)s->q * P + s->kv] |= bits;
+                }
                 if (s->q != r && s->kv != r) bad_input++; /* a block uses my q or my kv */
-                /* remote inputs arrived at step t - 1 from their owner */
-                if (s->q != r && (t == 0 || AT(r, t - 1).recv_q_from != s->q || AT(s->q, t - 1).send_q_to != r))
+                /* remote inputs arrived at step t - 1 from their owner, with the rows the block needs */
+                if (s->q != r && (t == 0 || AT(r, t - 1).recv_q_from != s->q || AT(s->q, t - 1).send_q_to != r ||
+                                  AT(r, t - 1).q_rows != s->rows || AT(s->q, t - 1).q_rows != s->rows))
                     bad_input++;
                 if (s->kv != r && (t == 0 || AT(r, t - 1).recv_kv_from != s->kv || AT(s->kv, t - 1).send_kv_to != r))
                     bad_input++;
                 /* what the block produced for another rank returns at step t + 1 */
-                if (s->q != r && (t + 1 >= steps || AT(r, t + 1).ret_to != s->q || AT(s->q, t + 1).ret_from != r))
+                if (s->q != r && (t + 1 >= steps || AT(r, t + 1).ret_to != s->q || AT(s->q, t + 1).ret_from != r ||
+                                  AT(r, t + 1).ret_rows != s->rows || AT(s->q, t + 1).ret_rows != s->rows))
                     bad_ret++;
                 if (s->q == r && s->kv != r &&
                     (t + 1 >= steps || AT(r, t + 1).dkv_to != s->kv || AT(s->kv, t + 1).dkv_from != r))
@@ -100,43 +110,48 @@ static void test_plan(int P) {
             if (s->dkv_from >= 0 && AT(s->dkv_from, t).dkv_to != r) bad_ret++;
             if ((s->ret_to >= 0) + (s->dkv_to >= 0) > 1 || (s->ret_from >= 0) + (s->dkv_from >= 0) > 1) bad_ret++;
         }
-        int want = P == 1 ? 1 : r >= h ? h + 1 : h;
-        if (blocks != want) bad_count++;
+        int want = P == 1 ? 2 : 2 * h + 1;
+        if (halves != want) bad_count++;
     }
-    int missing = 0, twice = 0;
+    int missing = 0;
     for (int i = 0; i < P; i++)
-        for (int j = 0; j <= i; j++) {
-            missing += seen[(size_t)i * P + j] == 0;
-            twice += seen[(size_t)i * P + j] > 1;
-        }
-    CHECK(!bad_pair && !missing && !twice, "P=%d: %d non-causal pairs, %d causal pairs missing, %d computed twice", P,
+        for (int j = 0; j <= i; j++) missing += seen[(size_t)i * P + j] != 3;
+    CHECK(!bad_pair && !missing && !twice, "P=%d: %d non-causal pairs, %d causal pairs (or halves) missing, %d computed twice", P,
           bad_pair, missing, twice);
     CHECK(!bad_input, "P=%d: %d blocks whose remote inputs did not arrive the step before", P, bad_input);
     CHECK(!bad_send, "P=%d: %d unmatched or wasted transfers", P, bad_send);
     CHECK(!bad_ret, "P=%d: %d partial results not returned one step later to their owner", P, bad_ret);
-    CHECK(!bad_count, "P=%d: %d ranks compute a number of blocks other than P/2 (+1 for ranks >= P/2)", P, bad_count);
+    CHECK(!bad_count, "P=%d: %d ranks compute other than P/2 whole blocks and one half", P, bad_count);
 
-    /* bytes and messages of the plan equal the closed forms, every rank */
-    StrategyParams sp = {.hp = 1, .cp = P, .layout = LAYOUT_CONTIGUOUS, .seq_len = 12L * P, .n_heads = 6,
-                         .n_kv_heads = 2, .head_dim = 5};
-    const unsigned long long n = 12, K = 8 * n * 2 * 5, Q = 4 * n * 6 * 5, L = 4 * n * 6;
+    /* bytes and messages of the plan equal the closed forms, every rank, at an even and an odd
+       slot length */
     int bad_vol = 0;
-    for (int r = 0; r < P; r++) {
-        unsigned long long fb = 0, fm = 0, bb = 0, bm = 0;
-        for (int t = 0; t < steps; t++) {
-            const LightseqStep *s = &AT(r, t);
-            if (s->send_kv_to >= 0) { fb += K; fm++; bb += K; bm++; }
-            if (s->send_q_to >= 0) { fb += Q; fm++; bb += 2 * Q + 2 * L; bm++; }
-            if (s->ret_to >= 0) { fb += Q + L; fm++; bb += Q; bm++; }
-            if (s->dkv_to >= 0) { bb += K; bm++; }
-        }
-        AttnVolume v;
-        lightseq_rank_volume(&sp, r, &v);
-        for (int k = 0; k < COMM_KINDS; k++) {
-            int inner = k == COMM_P2P_INNER;
-            if (v.fwd[k] != (inner ? fb : 0) || v.fwd_msgs[k] != (inner ? fm : 0) || v.bwd[k] != (inner ? bb : 0) ||
-                v.bwd_msgs[k] != (inner ? bm : 0))
-                bad_vol++;
+    for (int n = 12; n <= 13; n++) {
+        StrategyParams sp = {.hp = 1, .cp = P, .layout = LAYOUT_CONTIGUOUS, .seq_len = (long)n * P, .n_heads = 6,
+                             .n_kv_heads = 2, .head_dim = 5};
+        const unsigned long long K = 8ULL * (unsigned long long)n * 2 * 5;
+        for (int r = 0; r < P; r++) {
+            unsigned long long fb = 0, fm = 0, bb = 0, bm = 0;
+            for (int t = 0; t < steps; t++) {
+                const LightseqStep *s = &AT(r, t);
+                int r0, qn, rn;
+                lightseq_rows(s->q_rows, n, &r0, &qn);
+                lightseq_rows(s->ret_rows, n, &r0, &rn);
+                const unsigned long long Q = 4ULL * (unsigned long long)qn * 6 * 5, L = 4ULL * (unsigned long long)qn * 6,
+                                         RQ = 4ULL * (unsigned long long)rn * 6 * 5, RL = 4ULL * (unsigned long long)rn * 6;
+                if (s->send_kv_to >= 0) { fb += K; fm++; bb += K; bm++; }
+                if (s->send_q_to >= 0) { fb += Q; fm++; bb += 2 * Q + 2 * L; bm++; }
+                if (s->ret_to >= 0) { fb += RQ + RL; fm++; bb += RQ; bm++; }
+                if (s->dkv_to >= 0) { bb += K; bm++; }
+            }
+            AttnVolume v;
+            lightseq_rank_volume(&sp, r, &v);
+            for (int k = 0; k < COMM_KINDS; k++) {
+                int inner = k == COMM_P2P_INNER;
+                if (v.fwd[k] != (inner ? fb : 0) || v.fwd_msgs[k] != (inner ? fm : 0) || v.bwd[k] != (inner ? bb : 0) ||
+                    v.bwd_msgs[k] != (inner ? bm : 0))
+                    bad_vol++;
+            }
         }
     }
     CHECK(!bad_vol, "P=%d: the plan's bytes / messages differ from lightseq_rank_volume on %d (rank, kind)", P, bad_vol);
@@ -191,10 +206,10 @@ static void test_checks(void) {
 
 typedef struct { unsigned long long cells, pairs; } Work;
 
-static Work block_work(const int *qpos, const int *kpos, int n, int piece_rows) {
-    PosRun *qr = xmalloc(sizeof(PosRun) * (size_t)n), *kr = xmalloc(sizeof(PosRun) * (size_t)n);
+static Work block_work(const int *qpos, int nq, const int *kpos, int n, int piece_rows) {
+    PosRun *qr = xmalloc(sizeof(PosRun) * (size_t)(nq > 0 ? nq : 1)), *kr = xmalloc(sizeof(PosRun) * (size_t)n);
     PosBlock qb, kb;
-    pos_block_init(&qb, qpos, NULL, n, qr);
+    pos_block_init(&qb, qpos, NULL, nq, qr);
     pos_block_init(&kb, kpos, NULL, n, kr);
     BlockAttn b;
     block_attn_init(&b, NULL, 1, 1, 1);
@@ -202,7 +217,7 @@ static Work block_work(const int *qpos, const int *kpos, int n, int piece_rows) 
     b.piece_rows = piece_rows;
     block_attn_forward(&b, NULL, &qb, NULL, NULL, &kb, NULL, NULL, NULL);
     Work w = {b.work.fwd_cells, 0};
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < nq; i++)
         for (int j = 0; j < n; j++) w.pairs += kpos[j] <= qpos[i];
     xfree(qr);
     xfree(kr);
@@ -220,15 +235,16 @@ static Work rank_work(int lightseq, TokenLayout l, int S, int P, int r, int piec
     int n = S / P, *all = all_positions(l, S, P);
     Work w = {0, 0};
     for (int t = 0; t < (lightseq ? lightseq_steps(P) : P); t++) {
-        int qs = r, ks = t;
+        int qs = r, ks = t, r0 = 0, nr = n;
         if (lightseq) {
             LightseqStep s;
             lightseq_step(P, r, t, &s);
             if (s.q < 0) continue;
             qs = s.q;
             ks = s.kv;
+            lightseq_rows(s.rows, n, &r0, &nr);
         }
-        Work b = block_work(all + (size_t)qs * n, all + (size_t)ks * n, n, piece_rows);
+        Work b = block_work(all + (size_t)qs * n + r0, nr, all + (size_t)ks * n, n, piece_rows);
         w.cells += b.cells;
         w.pairs += b.pairs;
     }
@@ -242,7 +258,7 @@ static void test_balance(void) {
         {"ring, contiguous layout", 0, LAYOUT_CONTIGUOUS},
         {"ring, zigzag layout", 0, LAYOUT_ZIGZAG},
         {"allgather, zigzag layout", 0, LAYOUT_ZIGZAG},
-        {"lightseq (contiguous)", 1, LAYOUT_CONTIGUOUS},
+        {"lightseq (contiguous)", 1, LAYOUT_CONTIGUOUS}, /* the paper: 7.2x cells */
     };
     double ratio_cells[4], ratio_pairs[4];
     if (g_rank == 0) printf("balance at P = %d (S = %d): total work / slowest rank's work (ideal %d)\n", P, S, P);
@@ -264,9 +280,9 @@ static void test_balance(void) {
               rows[i].name, tp, (unsigned long long)S * (S + 1) / 2);
     }
     CHECK(fabs(ratio_cells[0] - 4.5) < 1e-12, "contiguous ring: %.4f, paper 4.5", ratio_cells[0]);
-    CHECK(fabs(ratio_cells[3] - 7.2) < 1e-12, "lightseq: %.4f, paper 7.2", ratio_cells[3]);
-    CHECK(ratio_pairs[3] > 7.0 && ratio_pairs[3] > ratio_pairs[0] + 2.5, "lightseq visible pairs: %.4f",
-          ratio_pairs[3]);
+    CHECK(fabs(ratio_cells[3] - P) < 1e-12, "lightseq (split last step): %.4f cells, want %d", ratio_cells[3], P);
+    CHECK(fabs(ratio_pairs[3] - P) < 1e-12, "lightseq (split last step): %.4f visible pairs, want %d", ratio_pairs[3],
+          P);
     CHECK(ratio_pairs[1] > 7.9, "zigzag visible pairs: %.4f", ratio_pairs[1]);
 }
 
@@ -297,7 +313,8 @@ static void run_case(const ScheduleInfo *si, const Topology *t, Comm *cm, TokenL
     size_t mem0 = mem_tracked_current();
     ContextSchedule *s = si->create(&sh);
     size_t mem1 = mem_tracked_current(), ws = si->workspace_floats(&sp) * sizeof(float);
-    size_t slack = (size_t)P * sizeof(PosBlock) + (size_t)S * sizeof(PosRun) + 1024;
+    /* position bookkeeping: up to 3 blocks per slot (LightSeq: all, first and second half rows), 2 runs per token */
+    size_t slack = 3 * (size_t)P * sizeof(PosBlock) + 2 * (size_t)S * sizeof(PosRun) + 1024;
     CHECKQ(mem1 - mem0 >= ws && mem1 - mem0 <= ws + slack, "%s: create allocated %zu bytes, workspace %zu (+ <= %zu)",
            what, mem1 - mem0, ws, slack);
     s->blocks->piece_rows = piece_rows;

@@ -164,8 +164,9 @@ train_stats 8 2 4 --dp 2 --hp 2 --cp 2
 # one layer's parameters, outer = embedding + final norm + head:
 #   zero 2 frees the flat gradient buffer and adds the outer gradients and two layer slots:
 #       peak(1) - peak(2) = 4 (Psi - outer - 2 layer)
-#   zero 3 frees the flat parameter buffer and keeps the shard, one gathered layer and (during
-#   a micro-batch) the gathered outer units:  peak(2) - peak(3) = 4 (Psi - n - layer - outer)
+#   zero 3 frees the flat parameter buffer and keeps the shard, two gathered layers (the one in
+#   use and the next, prefetched) and (during a micro-batch) the gathered outer units:
+#       peak(2) - peak(3) = 4 (Psi - n - 2 layer - outer)
 MD=128; MV=512; MF=512
 MLAY=$((2 * MD + 2 * MD * MD + 2 * MD * 64 + 3 * MD * MF)); MOUT=$((MV * MD + MD + MV * MD))
 MPSI=$((4 * MLAY + MOUT)); MN=$((MPSI / 4))
@@ -183,7 +184,7 @@ p0=$(peak 0); p1=$(peak 1); p2=$(peak 2); p3=$(peak 3)
 if [ -n "$p0" ] && [ -n "$p3" ] && [ "$p0" -gt "$p1" ] && [ "$p1" -gt "$p2" ] && [ "$p2" -gt "$p3" ]; then ok; else
     bad "memory: peaks per stage do not fall: $p0 $p1 $p2 $p3"; fi
 mem_step "zero 2 over zero 1" "$((p1 - p2))" "$((4 * (MPSI - MOUT - 2 * MLAY)))"
-mem_step "zero 3 over zero 2" "$((p2 - p3))" "$((4 * (MPSI - MN - MLAY - MOUT)))"
+mem_step "zero 3 over zero 2" "$((p2 - p3))" "$((4 * (MPSI - MN - 2 * MLAY - MOUT)))"
 
 # ---- a non-finite gradient (test hook: NaN in rank 0's gradient at step 3) is seen under
 # every sharded stage: --skip-nonfinite skips exactly that step on every rank

@@ -500,6 +500,19 @@ void comm_allgatherv(Comm *c, CommKind k, const void *sendbuf, int sendcount, vo
         }
 }
 
+void comm_iallgatherv(Comm *c, CommKind k, const void *sendbuf, int sendcount, void *recvbuf, const int *recvcounts,
+                      const int *displs, MPI_Datatype dt, MPI_Comm mc, MPI_Request *req) {
+    int n = comm_size_of(mc), me = comm_rank_of(mc);
+    size_t es = type_size(dt);
+    mpi_check(MPI_Iallgatherv(sendbuf, sendcount, dt, recvbuf, recvcounts, displs, dt, mc, req), "MPI_Iallgatherv",
+              mc, -1, (size_t)sendcount * es);
+    for (int p = 0; p < n; p++)
+        if (p != me) {
+            count_bytes(c, k, mc, p, (uint64_t)sendcount * es);
+            c->stats.messages[k]++;
+        }
+}
+
 void comm_allgather(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t bytes_per_rank, MPI_Comm mc) {
     int n = comm_size_of(mc), me = comm_rank_of(mc);
     double t0 = now_seconds();

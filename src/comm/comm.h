@@ -173,6 +173,11 @@ void comm_allgatherv(Comm *c, CommKind k, const void *sendbuf, int sendcount, vo
  * kind. sendbuf must not change and recvbuf not be read until it completes. */
 void comm_ireduce_scatter(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, const int *recvcounts,
                           MPI_Datatype dt, MPI_Op op, MPI_Comm mc, MPI_Request *req);
+/* Nonblocking all-gatherv (MPI_Iallgatherv), counted when posted as comm_allgatherv counts it;
+ * complete it with comm_waitall or progress it with comm_testall. recvbuf must not be read and
+ * sendbuf not change until it completes. */
+void comm_iallgatherv(Comm *c, CommKind k, const void *sendbuf, int sendcount, void *recvbuf, const int *recvcounts,
+                      const int *displs, MPI_Datatype dt, MPI_Comm mc, MPI_Request *req);
 /* All-gather of equal blocks of bytes_per_rank (own block to each other member). */
 void comm_allgather(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t bytes_per_rank, MPI_Comm mc);
 /* Plain all-gather of small control data; its bytes go to meta_bytes, its time to kind k. */

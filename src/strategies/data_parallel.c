@@ -67,7 +67,10 @@ void grad_sync_free(GradSync *g) {
     xfree(g->grad_slot[1]);
     xfree(g->grad_tmp);
     xfree(g->p_shard);
-    xfree(g->p_layer);
+    for (int i = 0; i < 2; i++) {
+        xfree(g->p_layer[i]);
+        xfree(g->gather_displs[i]);
+    }
     xfree(g->p_outer);
     memset(g, 0, sizeof *g);
 }
@@ -117,6 +120,34 @@ static void unit_gather(GradSync *g, int u, float *dst) {
                     g->unit_displs, MPI_FLOAT, g->shard_comm);
 }
 
+/* zero 3: the pass uses layers in the order k = 0 .. pass_len - 1: forward layer k (k < L), then
+ * backward layer 2 L - 1 - k. Gather k goes to p_layer[k % 2]. */
+static int pass_layer(const GradSync *g, int k) {
+    int nL = g->n_units - 2;
+    return k < nL ? k : 2 * nL - 1 - k;
+}
+
+/* Posts gather k of the pass (nothing past its end); p_layer[k % 2] is free: gather k - 2's
+ * layer finished before gather k - 1 was waited for. */
+static void gather_post(GradSync *g, int k) {
+    if (k >= g->pass_len) return;
+    int u = 1 + pass_layer(g, k), b = k % 2;
+    const int *cnt = g->unit_counts + (size_t)u * (size_t)g->size;
+    size_t ob, oe;
+    unit_own(g, u, &ob, &oe);
+    for (int p = 0, d = 0; p < g->size; p++) g->gather_displs[b][p] = d, d += cnt[p];
+    comm_iallgatherv(g->stats, COMM_PARAM_GATHER, g->p_shard + (ob - g->shard_begin), cnt[g->rank], g->p_layer[b],
+                     cnt, g->gather_displs[b], MPI_FLOAT, g->shard_comm, &g->gather_req[b]);
+}
+
+/* Layer `layer` starts as use k of the pass: waits for its gather, posts the next one, binds it. */
+static void gather_use(GradSync *g, LlamaModel *m, int k, int layer) {
+    int b = k % 2;
+    comm_waitall(g->stats, COMM_PARAM_GATHER, 1, &g->gather_req[b]);
+    gather_post(g, k + 1);
+    bind_layer(g, &m->w.layers[layer], g->p_layer[b], layer);
+}
+
 /* Posts the reduce-scatter of unit u's gradient (in src) into this rank's part of the shard
  * accumulator (the step's first micro-batch) or of grad_tmp (the later ones, added at END). */
 static void unit_reduce_post(GradSync *g, int u, const float *src) {
@@ -133,7 +164,9 @@ static void zero_hook(void *ctx, LlamaModel *m, LlamaHookPoint point, int layer,
     size_t E = unit_size(g, 0);
     switch (point) {
     case LLAMA_HOOK_BEGIN:
-        if (z3) { /* embedding, final norm and head: whole for the micro-batch */
+        if (z3) { /* the first layer's gather in flight; embedding, final norm and head: whole for the micro-batch */
+            g->pass_len = (backward ? 2 : 1) * (g->n_units - 2);
+            gather_post(g, 0);
             g->p_outer = xmalloc(sizeof(float) * (E + unit_size(g, tail)));
             unit_gather(g, 0, g->p_outer);
             unit_gather(g, tail, g->p_outer + E);
@@ -142,13 +175,16 @@ static void zero_hook(void *ctx, LlamaModel *m, LlamaHookPoint point, int layer,
         if (backward) memset(g->grad_outer, 0, sizeof(float) * (E + unit_size(g, tail)));
         break;
     case LLAMA_HOOK_BEFORE_FORWARD:
-        if (z3) { unit_gather(g, 1 + layer, g->p_layer); bind_layer(g, &m->w.layers[layer], g->p_layer, layer); }
+        if (z3) gather_use(g, m, layer, layer);
         break;
     case LLAMA_HOOK_AFTER_FORWARD:
-        if (z3) bind_layer(g, &m->w.layers[layer], NULL, layer);
+        if (z3) {
+            bind_layer(g, &m->w.layers[layer], NULL, layer);
+            comm_testall(g->stats, COMM_PARAM_GATHER, 2, g->gather_req); /* progress the next layer's */
+        }
         break;
     case LLAMA_HOOK_BEFORE_BACKWARD: {
-        if (z3) { unit_gather(g, 1 + layer, g->p_layer); bind_layer(g, &m->w.layers[layer], g->p_layer, layer); }
+        if (z3) gather_use(g, m, 2 * (g->n_units - 2) - 1 - layer, layer);
         int s = layer % 2; /* the slot's previous reduce-scatter (layer + 2) must be done */
         if (g->slot_unit[s] >= 0) comm_waitall(g->stats, COMM_GRAD_REDUCE, 1, &g->reqs[g->slot_unit[s]]);
         g->slot_unit[s] = -1;
@@ -161,7 +197,10 @@ static void zero_hook(void *ctx, LlamaModel *m, LlamaHookPoint point, int layer,
         unit_reduce_post(g, 1 + layer, g->grad_slot[s]);
         g->slot_unit[s] = 1 + layer;
         bind_layer(g, &m->g.layers[layer], NULL, layer);
-        if (z3) bind_layer(g, &m->w.layers[layer], NULL, layer);
+        if (z3) {
+            bind_layer(g, &m->w.layers[layer], NULL, layer);
+            comm_testall(g->stats, COMM_PARAM_GATHER, 2, g->gather_req);
+        }
         comm_testall(g->stats, COMM_GRAD_REDUCE, g->n_units, g->reqs); /* progress the ones in flight */
         break;
     }
@@ -234,10 +273,14 @@ void grad_sync_attach(GradSync *g, LlamaModel *m) {
     m->grads = NULL;
     bind_outer(g, &m->g, g->grad_outer);
     for (int l = 0; l < nL; l++) bind_layer(g, &m->g.layers[l], NULL, l);
-    if (g->zero == 3) { /* parameters: this rank's shard, one gathered layer, the outer units per micro-batch */
+    if (g->zero == 3) { /* parameters: this rank's shard, two gathered layers, the outer units per micro-batch */
         g->p_shard = xmalloc(sizeof(float) * (n + 1));
         memcpy(g->p_shard, m->params + g->shard_begin, sizeof(float) * n);
-        g->p_layer = xmalloc(sizeof(float) * max_layer);
+        for (int i = 0; i < 2; i++) {
+            g->p_layer[i] = xmalloc(sizeof(float) * max_layer);
+            g->gather_displs[i] = xmalloc(sizeof(int) * (size_t)g->size);
+            g->gather_req[i] = MPI_REQUEST_NULL;
+        }
         xfree(m->params);
         m->params = NULL;
         bind_outer(g, &m->w, NULL);

@@ -15,10 +15,13 @@
  *           completed. The embedding and tail follow after the embedding's backward. Every
  *           micro-batch is reduced this way, summed into the shard (shard_buf). Then as zero 1.
  *   zero 3: parameters sharded too. The flat parameter buffer is freed; a rank keeps its shard
- *           (p_shard), one layer buffer that each layer is all-gathered into just before its
- *           forward and again before its backward (the model's pointers are unbound after each
- *           use), and, during each micro-batch, the gathered embedding + final norm + head.
- *           No all-gather after the update.
+ *           (p_shard), two layer buffers used in turn and, during each micro-batch, the gathered
+ *           embedding + final norm + head. Each layer is all-gathered for its forward and again
+ *           for its backward, in the order the pass uses the layers (0 .. L-1, then L-1 .. 0):
+ *           when a layer starts, its gather (posted one layer earlier) is waited for and the
+ *           next layer's is posted (MPI_Iallgatherv) into the other buffer, so it runs while
+ *           this layer computes; the first is posted before the outer units' gathers. The
+ *           model's pointers are unbound after each use. No all-gather after the update.
  * Sharding groups (--zero-group g, LoongTrain's partial sharding): the world is cut into
  * groups of g consecutive world ranks; the shards are over a group's g ranks, and groups hold
  * replicas. The gradient: reduce-scatter inside the group, then an allreduce of the shard over
@@ -83,7 +86,10 @@ typedef struct {
     int micro;                     /* micro-batches of this step reduced so far */
     int reduced;                   /* this step's reduce-scatters have completed */
     float *p_shard;                /* zero 3: this rank's parameters [shard_begin, shard_end) */
-    float *p_layer;                /* zero 3: the gathered layer in use */
+    float *p_layer[2];             /* zero 3: gathered layers, gather k of the pass in p_layer[k % 2] */
+    int *gather_displs[2];         /* (size) displacements of the gather into p_layer[i] */
+    MPI_Request gather_req[2];     /* zero 3: the gather into p_layer[i] in flight */
+    int pass_len;                  /* zero 3: gathers in this pass (L forward, L more with backward) */
     float *p_outer;                /* zero 3: the gathered embedding + tail, during a micro-batch */
 } GradSync;
 

@@ -25,22 +25,30 @@
 
 int lightseq_steps(int P) { return P <= 1 ? 1 : P / 2 + 2; }
 
-/* The block rank r computes at step t: 1 with *q, *kv set, 0 when idle. */
-static int block_at(int P, int r, int t, int *q, int *kv) {
+void lightseq_rows(LightseqRows rows, int n, int *row0, int *count) {
+    *row0 = rows == LS_ROWS_SECOND ? n / 2 : 0;
+    *count = rows == LS_ROWS_ALL ? n : rows == LS_ROWS_FIRST ? n / 2 : n - n / 2;
+}
+
+/* The block rank r computes at step t: 1 with *q, *kv, *rows set, 0 when idle. */
+static int block_at(int P, int r, int t, int *q, int *kv, LightseqRows *rows) {
     const int h = P / 2;
+    *rows = LS_ROWS_ALL;
     if (t == 0) {
         *q = *kv = r;
         return 1;
     }
     if (P <= 1 || t < 0 || t > h) return 0;
-    if (r >= (h < t ? h : t)) {
+    if (r >= (h < t ? h : t)) { /* owner; at t = h the first half of the rows */
         *q = r;
         *kv = r - t;
+        if (t == h) *rows = LS_ROWS_FIRST;
         return 1;
     }
-    if (r < h && r < t && t < h) {
+    if (r < h && r < t) { /* helper; at t = h the second half of the owner's rows */
         *q = r + P - t;
         *kv = r;
+        if (t == h) *rows = LS_ROWS_SECOND;
         return 1;
     }
     return 0;
@@ -49,31 +57,40 @@ static int block_at(int P, int r, int t, int *q, int *kv) {
 void lightseq_step(int P, int r, int t, LightseqStep *s) {
     const int h = P / 2;
     s->q = s->kv = -1;
+    s->rows = s->q_rows = s->ret_rows = LS_ROWS_ALL;
     s->send_kv_to = s->send_q_to = s->recv_kv_from = s->recv_q_from = -1;
     s->ret_to = s->ret_from = s->dkv_to = s->dkv_from = -1;
     if (P <= 1) {
         if (t == 0) s->q = s->kv = r;
         return;
     }
-    block_at(P, r, t, &s->q, &s->kv);
+    block_at(P, r, t, &s->q, &s->kv, &s->rows);
     if (t <= h - 1) { /* inputs of step t + 1 */
         int to = r + t + 1, from = r - t - 1;
         if (to < P) s->send_kv_to = to;
-        else if (t < h - 1) s->send_q_to = to - P;
+        else s->send_q_to = to - P;
         if (from >= 0) s->recv_kv_from = from;
-        else if (t < h - 1) s->recv_q_from = from + P;
+        else s->recv_q_from = from + P;
+        if (t == h - 1) s->q_rows = LS_ROWS_SECOND; /* the q of a split block */
     }
     int q, kv;
-    if (t >= 1 && block_at(P, r, t - 1, &q, &kv)) { /* my block of step t - 1 produced for another rank */
-        if (q != r) s->ret_to = q;
-        else if (kv != r) s->dkv_to = kv;
+    LightseqRows rows;
+    if (t >= 1 && block_at(P, r, t - 1, &q, &kv, &rows)) { /* my block of step t - 1 produced for another rank */
+        if (q != r) {
+            s->ret_to = q;
+            s->ret_rows = rows;
+        } else if (kv != r) {
+            s->dkv_to = kv;
+        }
     }
     if (t >= 2) {
         int helper = r - P + t - 1; /* helped my q at step t - 1 */
-        if (helper >= 0 && helper != r && block_at(P, helper, t - 1, &q, &kv) && q == r && kv == helper)
+        if (helper >= 0 && helper != r && block_at(P, helper, t - 1, &q, &kv, &rows) && q == r && kv == helper) {
             s->ret_from = helper;
+            s->ret_rows = rows;
+        }
         int owner = r + t - 1; /* used my kv at step t - 1 */
-        if (owner < P && owner != r && block_at(P, owner, t - 1, &q, &kv) && q == owner && kv == r)
+        if (owner < P && owner != r && block_at(P, owner, t - 1, &q, &kv, &rows) && q == owner && kv == r)
             s->dkv_from = owner;
     }
 }
@@ -113,17 +130,21 @@ void lightseq_rank_volume(const StrategyParams *p, int r, AttnVolume *v) {
     const long long P = p->cp, h = P / 2;
     if (P <= 1) return;
     const Sizes z = params_sizes(p);
+    int row0, m; /* the rows of a split block's helper half */
+    lightseq_rows(LS_ROWS_SECOND, (int)(p->seq_len / P), &row0, &m);
+    const int hp = p->hp > 0 ? p->hp : 1;
+    const Sizes zs = sizes_of(m, p->n_heads / hp, kv_heads_held(p), p->head_dim);
     const int k = COMM_P2P_INNER;
     if (r < h) { /* kv to each later rank of the first P/2 steps; helpers return o|lse and dq */
-        v->fwd[k] = (unsigned long long)h * z.kv + (unsigned long long)(h - 1 - r) * z.res;
-        v->fwd_msgs[k] = (unsigned long long)(P - 1 - r);
-        v->bwd[k] = (unsigned long long)(h + r) * z.kv + (unsigned long long)(h - 1 - r) * z.q;
+        v->fwd[k] = (unsigned long long)h * z.kv + (unsigned long long)(h - 1 - r) * z.res + zs.res;
+        v->fwd_msgs[k] = (unsigned long long)(P - r);
+        v->bwd[k] = (unsigned long long)(h + r) * z.kv + (unsigned long long)(h - 1 - r) * z.q + zs.q;
     } else { /* kv while a later rank exists, then q to the helpers; owner blocks return dk|dv */
-        v->fwd[k] = (unsigned long long)(P - 1 - r) * z.kv + (unsigned long long)(r - h) * z.q;
-        v->fwd_msgs[k] = (unsigned long long)(h - 1);
-        v->bwd[k] = (unsigned long long)(3 * h - 1 - r) * z.kv + (unsigned long long)(r - h) * z.bundle;
+        v->fwd[k] = (unsigned long long)(P - 1 - r) * z.kv + (unsigned long long)(r - h) * z.q + zs.q;
+        v->fwd_msgs[k] = (unsigned long long)h;
+        v->bwd[k] = (unsigned long long)(3 * h - 1 - r) * z.kv + (unsigned long long)(r - h) * z.bundle + zs.bundle;
     }
-    v->bwd_msgs[k] = (unsigned long long)(P - 1);
+    v->bwd_msgs[k] = (unsigned long long)P;
 }
 
 static void lightseq_volume(const StrategyParams *p, int cp_rank, AttnVolume *v) {
@@ -183,17 +204,31 @@ typedef struct {
     int P, r, n, H, Hk, d;
     Sizes z;
     BlockAttn ba;
-    PosBlock *pb; /* (P) one per slot */
-    PosRun *runs; /* (P n) */
+    PosBlock *pb;           /* (P) one per slot, all rows */
+    PosBlock *pb_first;     /* (P) the first n/2 rows of each slot */
+    PosBlock *pb_second;    /* (P) the other rows */
+    PosRun *runs, *runs_split; /* (P n) each */
     float *pay[2], *part[2], *in, *bundle;
 } LsCtx;
 
 static LsCtx *ls_of(ContextSchedule *s) { return (LsCtx *)s->ctx; }
 
+static const PosBlock *rows_block(const LsCtx *x, int slot, LightseqRows rows) {
+    return rows == LS_ROWS_FIRST ? &x->pb_first[slot] : rows == LS_ROWS_SECOND ? &x->pb_second[slot] : &x->pb[slot];
+}
+
 static void ls_set_positions(ContextSchedule *s, const int *all_pos, const int *all_doc) {
     LsCtx *x = ls_of(s);
-    for (int c = 0; c < x->P; c++)
-        pos_block_init(&x->pb[c], all_pos + (size_t)c * x->n, all_doc ? all_doc + (size_t)c * x->n : NULL, x->n, x->runs + (size_t)c * x->n);
+    int f0, fn, s0, sn;
+    lightseq_rows(LS_ROWS_FIRST, x->n, &f0, &fn);
+    lightseq_rows(LS_ROWS_SECOND, x->n, &s0, &sn);
+    for (int c = 0; c < x->P; c++) {
+        const int *pos = all_pos + (size_t)c * x->n, *doc = all_doc ? all_doc + (size_t)c * x->n : NULL;
+        PosRun *runs = x->runs_split + (size_t)c * x->n;
+        pos_block_init(&x->pb[c], pos, doc, x->n, x->runs + (size_t)c * x->n);
+        pos_block_init(&x->pb_first[c], pos + f0, doc ? doc + f0 : NULL, fn, runs);
+        pos_block_init(&x->pb_second[c], pos + s0, doc ? doc + s0 : NULL, sn, runs + fn);
+    }
     /* exact only if no key of a later slot is visible to a query of an earlier slot */
     for (int c = 0; c + 1 < x->P; c++) {
         int hi = all_pos[(size_t)c * x->n], lo = all_pos[(size_t)(c + 1) * x->n];
@@ -208,11 +243,9 @@ static void ls_set_positions(ContextSchedule *s, const int *all_pos, const int *
     }
 }
 
-static AttnShape rows_shape(const LsCtx *x) {
-    AttnShape a = {.n_q = x->n, .n_kv = x->n, .n_heads = x->H, .n_kv_heads = x->Hk, .head_dim = x->d,
-                   .scale = x->ba.scale, .mask = ATTN_CAUSAL};
-    return a;
-}
+/* Elements of `rows` rows: q|o rows (rows H d), lse rows (rows H). */
+static size_t q_elems(const LsCtx *x, int rows) { return (size_t)rows * (size_t)x->H * (size_t)x->d; }
+static size_t l_elems(const LsCtx *x, int rows) { return (size_t)rows * (size_t)x->H; }
 
 static void add_into(Comm *cm, float *dst, const float *src, size_t count) {
     double t0 = comm_compute_begin(cm);
@@ -225,7 +258,8 @@ static void ls_forward(ContextSchedule *s, const float *q, const float *kv, floa
     const Sizes *z = &x->z;
     const size_t half = z->kvf / 2;
     Comm *cm = x->comm;
-    AttnShape st = rows_shape(x);
+    AttnShape st = {.n_q = x->n, .n_kv = x->n, .n_heads = x->H, .n_kv_heads = x->Hk, .head_dim = x->d,
+                    .scale = x->ba.scale, .mask = ATTN_CAUSAL};
     attn_state_init(&st, o, lse);
     MPI_Request reqs[4];
     Progress pr = {reqs, 4, COMM_P2P_INNER};
@@ -233,36 +267,55 @@ static void ls_forward(ContextSchedule *s, const float *q, const float *kv, floa
     for (int t = 0; t < steps; t++) {
         LightseqStep p;
         lightseq_step(x->P, x->r, t, &p);
+        int r0, nr, q0, nq, e0, ne; /* rows of: my block, the q transfer, the returned partial */
+        lightseq_rows(p.rows, x->n, &r0, &nr);
+        lightseq_rows(p.q_rows, x->n, &q0, &nq);
+        lightseq_rows(p.ret_rows, x->n, &e0, &ne);
+        const size_t q_bytes = 4 * q_elems(x, nq), ret_bytes = 4 * (q_elems(x, ne) + l_elems(x, ne));
         for (int i = 0; i < 4; i++) reqs[i] = MPI_REQUEST_NULL;
         float *next = x->pay[t % 2], *prev = x->pay[(t + 1) % 2];
         if (p.recv_kv_from >= 0)
             comm_irecv(cm, COMM_P2P_INNER, next, z->kv, p.recv_kv_from, TAG_FWD_IN, x->mc, &reqs[0]);
         else if (p.recv_q_from >= 0)
-            comm_irecv(cm, COMM_P2P_INNER, next, z->q, p.recv_q_from, TAG_FWD_IN, x->mc, &reqs[0]);
-        if (p.ret_from >= 0) comm_irecv(cm, COMM_P2P_INNER, x->in, z->res, p.ret_from, TAG_FWD_RES, x->mc, &reqs[1]);
+            comm_irecv(cm, COMM_P2P_INNER, next, q_bytes, p.recv_q_from, TAG_FWD_IN, x->mc, &reqs[0]);
+        if (p.ret_from >= 0) comm_irecv(cm, COMM_P2P_INNER, x->in, ret_bytes, p.ret_from, TAG_FWD_RES, x->mc, &reqs[1]);
         if (p.send_kv_to >= 0)
             comm_isend(cm, COMM_P2P_INNER, kv, z->kv, p.send_kv_to, TAG_FWD_IN, x->mc, &reqs[2]);
         else if (p.send_q_to >= 0)
-            comm_isend(cm, COMM_P2P_INNER, q, z->q, p.send_q_to, TAG_FWD_IN, x->mc, &reqs[2]);
+            comm_isend(cm, COMM_P2P_INNER, q + q_elems(x, q0), q_bytes, p.send_q_to, TAG_FWD_IN, x->mc, &reqs[2]);
         if (p.ret_to >= 0)
-            comm_isend(cm, COMM_P2P_INNER, x->part[(t + 1) % 2], z->res, p.ret_to, TAG_FWD_RES, x->mc, &reqs[3]);
+            comm_isend(cm, COMM_P2P_INNER, x->part[(t + 1) % 2], ret_bytes, p.ret_to, TAG_FWD_RES, x->mc, &reqs[3]);
         if (p.q == x->r) { /* own rows: kv own (t = 0) or received at step t - 1 */
             const float *k = p.kv == x->r ? kv : prev;
-            block_attn_forward(&x->ba, q, &x->pb[p.q], k, k + half, &x->pb[p.kv], o, lse, &pr);
-        } else if (p.q >= 0) { /* helper: another rank's q against my kv, into a fresh partial */
+            block_attn_forward(&x->ba, q + q_elems(x, r0), rows_block(x, p.q, p.rows), k, k + half, &x->pb[p.kv],
+                               o + q_elems(x, r0), lse + l_elems(x, r0), &pr);
+        } else if (p.q >= 0) { /* helper: another rank's q rows against my kv, into a fresh partial */
             float *res = x->part[t % 2];
             double t0 = comm_compute_begin(cm);
-            attn_state_init(&st, res, res + z->qf);
+            AttnShape sh = st;
+            sh.n_q = nr;
+            attn_state_init(&sh, res, res + q_elems(x, nr));
             comm_compute_end(cm, "init partial", t0);
-            block_attn_forward(&x->ba, prev, &x->pb[p.q], kv, kv + half, &x->pb[p.kv], res, res + z->qf, &pr);
+            block_attn_forward(&x->ba, prev, rows_block(x, p.q, p.rows), kv, kv + half, &x->pb[p.kv], res,
+                               res + q_elems(x, nr), &pr);
         }
         comm_waitall(cm, COMM_P2P_INNER, 4, reqs);
         if (p.ret_from >= 0) {
             double t0 = comm_compute_begin(cm);
-            attn_merge(x->n, x->H, x->d, o, lse, x->in, x->in + z->qf);
+            attn_merge(ne, x->H, x->d, o + q_elems(x, e0), lse + l_elems(x, e0), x->in, x->in + q_elems(x, ne));
             comm_compute_end(cm, "merge partial", t0);
         }
     }
+}
+
+/* q | dout | lse | delta of rows [r0, r0 + nr): what a helper needs for them. */
+static void pack_bundle(const LsCtx *x, float *dst, int r0, int nr, const float *q, const float *dout,
+                        const float *lse, const float *delta) {
+    const size_t qe = q_elems(x, nr), le = l_elems(x, nr);
+    memcpy(dst, q + q_elems(x, r0), sizeof(float) * qe);
+    memcpy(dst + qe, dout + q_elems(x, r0), sizeof(float) * qe);
+    memcpy(dst + 2 * qe, lse + l_elems(x, r0), sizeof(float) * le);
+    memcpy(dst + 2 * qe + le, delta + l_elems(x, r0), sizeof(float) * le);
 }
 
 static void ls_backward(ContextSchedule *s, const float *q, const float *kv, const float *o, const float *lse,
@@ -278,38 +331,41 @@ static void ls_backward(ContextSchedule *s, const float *q, const float *kv, con
     comm_compute_end(cm, "zero grads", t0);
     MPI_Request reqs[4];
     Progress pr = {reqs, 4, COMM_P2P_INNER};
-    int packed = 0;
+    LightseqRows packed = (LightseqRows)-1; /* the rows x->bundle holds */
     const int steps = lightseq_steps(x->P);
     for (int t = 0; t < steps; t++) {
         LightseqStep p;
         lightseq_step(x->P, x->r, t, &p);
+        int r0, nr, q0, nq, e0, ne; /* rows of: my block, the q transfer, the returned dq */
+        lightseq_rows(p.rows, x->n, &r0, &nr);
+        lightseq_rows(p.q_rows, x->n, &q0, &nq);
+        lightseq_rows(p.ret_rows, x->n, &e0, &ne);
+        const size_t bundle_bytes = 4 * (2 * q_elems(x, nq) + 2 * l_elems(x, nq)), dq_bytes = 4 * q_elems(x, ne);
         for (int i = 0; i < 4; i++) reqs[i] = MPI_REQUEST_NULL;
         float *next = x->pay[t % 2], *prev = x->pay[(t + 1) % 2];
         if (p.recv_kv_from >= 0)
             comm_irecv(cm, COMM_P2P_INNER, next, z->kv, p.recv_kv_from, TAG_BWD_IN, x->mc, &reqs[0]);
         else if (p.recv_q_from >= 0)
-            comm_irecv(cm, COMM_P2P_INNER, next, z->bundle, p.recv_q_from, TAG_BWD_IN, x->mc, &reqs[0]);
-        if (p.ret_from >= 0) comm_irecv(cm, COMM_P2P_INNER, x->in, z->q, p.ret_from, TAG_BWD_DQ, x->mc, &reqs[1]);
+            comm_irecv(cm, COMM_P2P_INNER, next, bundle_bytes, p.recv_q_from, TAG_BWD_IN, x->mc, &reqs[0]);
+        if (p.ret_from >= 0) comm_irecv(cm, COMM_P2P_INNER, x->in, dq_bytes, p.ret_from, TAG_BWD_DQ, x->mc, &reqs[1]);
         else if (p.dkv_from >= 0)
             comm_irecv(cm, COMM_P2P_INNER, x->in, z->kv, p.dkv_from, TAG_BWD_DKV, x->mc, &reqs[1]);
         if (p.send_kv_to >= 0) {
             comm_isend(cm, COMM_P2P_INNER, kv, z->kv, p.send_kv_to, TAG_BWD_IN, x->mc, &reqs[2]);
         } else if (p.send_q_to >= 0) {
-            if (!packed) { /* q | dout | lse | delta: what a helper needs for my rows */
+            if (packed != p.q_rows) { /* the previous send of the bundle completed at its step's wait */
                 t0 = comm_compute_begin(cm);
-                memcpy(x->bundle, q, sizeof(float) * z->qf);
-                memcpy(x->bundle + z->qf, dout, sizeof(float) * z->qf);
-                memcpy(x->bundle + 2 * z->qf, lse, sizeof(float) * z->lf);
-                memcpy(x->bundle + 2 * z->qf + z->lf, delta, sizeof(float) * z->lf);
+                pack_bundle(x, x->bundle, q0, nq, q, dout, lse, delta);
                 comm_compute_end(cm, "pack q", t0);
-                packed = 1;
+                packed = p.q_rows;
             }
-            comm_isend(cm, COMM_P2P_INNER, x->bundle, z->bundle, p.send_q_to, TAG_BWD_IN, x->mc, &reqs[2]);
+            comm_isend(cm, COMM_P2P_INNER, x->bundle, bundle_bytes, p.send_q_to, TAG_BWD_IN, x->mc, &reqs[2]);
         }
         float *out_prev = x->part[(t + 1) % 2], *out = x->part[t % 2];
-        if (p.ret_to >= 0) comm_isend(cm, COMM_P2P_INNER, out_prev, z->q, p.ret_to, TAG_BWD_DQ, x->mc, &reqs[3]);
+        if (p.ret_to >= 0) comm_isend(cm, COMM_P2P_INNER, out_prev, dq_bytes, p.ret_to, TAG_BWD_DQ, x->mc, &reqs[3]);
         else if (p.dkv_to >= 0)
             comm_isend(cm, COMM_P2P_INNER, out_prev, z->kv, p.dkv_to, TAG_BWD_DKV, x->mc, &reqs[3]);
+        const size_t qo = q_elems(x, r0), lo = l_elems(x, r0);
         if (p.q == x->r && p.kv == x->r) {
             block_attn_backward(&x->ba, q, &x->pb[p.q], kv, kv + half, &x->pb[p.kv], lse, delta, dout, dq, dkv,
                                 dkv + half, &pr);
@@ -317,18 +373,19 @@ static void ls_backward(ContextSchedule *s, const float *q, const float *kv, con
             t0 = comm_compute_begin(cm);
             memset(out, 0, sizeof(float) * z->kvf);
             comm_compute_end(cm, "zero partial", t0);
-            block_attn_backward(&x->ba, q, &x->pb[p.q], prev, prev + half, &x->pb[p.kv], lse, delta, dout, dq, out,
-                                out + half, &pr);
+            block_attn_backward(&x->ba, q + qo, rows_block(x, p.q, p.rows), prev, prev + half, &x->pb[p.kv], lse + lo,
+                                delta + lo, dout + qo, dq + qo, out, out + half, &pr);
         } else if (p.q >= 0) { /* helper block: dq of the received rows goes back next step */
-            const float *qm = prev, *doutm = prev + z->qf, *lsem = prev + 2 * z->qf, *deltam = lsem + z->lf;
+            const size_t qe = q_elems(x, nr), le = l_elems(x, nr);
+            const float *qm = prev, *doutm = prev + qe, *lsem = prev + 2 * qe, *deltam = lsem + le;
             t0 = comm_compute_begin(cm);
-            memset(out, 0, sizeof(float) * z->qf);
+            memset(out, 0, sizeof(float) * qe);
             comm_compute_end(cm, "zero partial", t0);
-            block_attn_backward(&x->ba, qm, &x->pb[p.q], kv, kv + half, &x->pb[p.kv], lsem, deltam, doutm, out, dkv,
-                                dkv + half, &pr);
+            block_attn_backward(&x->ba, qm, rows_block(x, p.q, p.rows), kv, kv + half, &x->pb[p.kv], lsem, deltam,
+                                doutm, out, dkv, dkv + half, &pr);
         }
         comm_waitall(cm, COMM_P2P_INNER, 4, reqs);
-        if (p.ret_from >= 0) add_into(cm, dq, x->in, z->qf);
+        if (p.ret_from >= 0) add_into(cm, dq + q_elems(x, e0), x->in, q_elems(x, ne));
         else if (p.dkv_from >= 0) add_into(cm, dkv, x->in, z->kvf);
     }
 }
@@ -342,7 +399,10 @@ static void ls_destroy(ContextSchedule *s) {
     xfree(x->in);
     xfree(x->bundle);
     xfree(x->pb);
+    xfree(x->pb_first);
+    xfree(x->pb_second);
     xfree(x->runs);
+    xfree(x->runs_split);
     xfree(x);
     xfree(s);
 }
@@ -363,7 +423,10 @@ static ContextSchedule *lightseq_create(const ScheduleShape *sh) {
     x->z = sizes_of(sh->n, sh->heads, sh->kv_heads, sh->head_dim);
     block_attn_init(&x->ba, sh->comm, sh->heads, sh->kv_heads, sh->head_dim);
     x->pb = xcalloc((size_t)x->P, sizeof(PosBlock));
+    x->pb_first = xcalloc((size_t)x->P, sizeof(PosBlock));
+    x->pb_second = xcalloc((size_t)x->P, sizeof(PosBlock));
     x->runs = xmalloc(sizeof(PosRun) * (size_t)x->P * (size_t)x->n);
+    x->runs_split = xmalloc(sizeof(PosRun) * (size_t)x->P * (size_t)x->n);
     if (x->P > 1) {
         size_t pay, part, bundle;
         buffer_floats(&x->z, &pay, &part, &bundle);

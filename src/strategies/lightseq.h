@@ -8,13 +8,17 @@
  * t = P/2 + 1 that only returns the last gradients. Rank r at compute step t:
  *   t = 0:                         its own causal block (q_r, kv_r);
  *   t >= 1, r >= min(P/2, t):      owner block (q_r, kv_{r-t}), kv received at step t-1;
- *   r < P/2 and r < t < P/2:       helper block (q_{r+P-t}, kv_r), q received at step t-1, into a
- *                                  fresh (o, lse) that goes back to rank r+P-t at step t+1;
- *   otherwise idle (ranks < P/2 at t = P/2).
- * Ranks >= P/2 compute P/2 + 1 blocks, ranks < P/2 compute P/2: with the diagonal counted as one
- * block, the slowest rank does P/2 + 1 of the P (P+1) / 2 blocks (P = 8: 36 / 5 = 7.2x).
+ *   r < P/2 and r < t <= P/2:      helper block (q_{r+P-t}, kv_r), q received at step t-1, into a
+ *                                  fresh (o, lse) that goes back to rank r+P-t at step t+1.
+ * At t = P/2 the owner block of rank r >= P/2 and the helper block of rank r - P/2 are the same
+ * pair (q_r, kv_{r-P/2}): the owner computes the first half of its rows (n/2, rounded down), the
+ * helper, which holds kv_{r-P/2} itself, the rest. The paper leaves ranks < P/2 idle at that step
+ * (rank >= P/2 then does half a block more than the others: total / slowest = P (P+1) / (P+2),
+ * 7.2 at P = 8 and 1.33 at P = 2); split, every rank does the same work (P/2 blocks counting the
+ * diagonal as half, P/2 + 1/2 counting it whole) and the balance is P.
  * Transfers posted at step t (t <= P/2 - 1) feed step t + 1: with s = r + t + 1, rank r sends its
- * kv to s if s < P, else (t < P/2 - 1) its q to s - P; the receives mirror that.
+ * kv to s if s < P, else its q to s - P (at t = P/2 - 1 only the helper's half of the rows); the
+ * receives mirror that.
  * Backward routes the same inputs (q travels with dout, lse and delta) and returns one step later
  * what a block produced for another rank: a helper's dq to the query owner, an owner block's dk|dv
  * to the kv owner; the dk|dv of the blocks of step P/2 go back in the epilogue step. */
@@ -23,9 +27,19 @@
 
 #include "strategies/context_schedule.h"
 
-/* What rank r does at step t. Every field is a context rank (= slot), or -1 for none. */
+/* Which query rows of a slot a block covers or a transfer carries: all n, the first n/2 (rounded
+ * down) or the other n - n/2. */
+typedef enum { LS_ROWS_ALL = 0, LS_ROWS_FIRST = 1, LS_ROWS_SECOND = 2 } LightseqRows;
+
+/* First row and row count of `rows` in a slot of n rows. */
+void lightseq_rows(LightseqRows rows, int n, int *row0, int *count);
+
+/* What rank r does at step t. Every rank field is a context rank (= slot), or -1 for none. */
 typedef struct {
     int q, kv;                      /* the block computed at this step (q slot, kv slot) */
+    LightseqRows rows;              /* of q_slot, in this block */
+    LightseqRows q_rows;            /* carried by send_q_to / recv_q_from */
+    LightseqRows ret_rows;          /* carried by ret_to / ret_from */
     int send_kv_to, send_q_to;      /* inputs for step t + 1: my kv or my q (bwd: q|dout|lse|delta) */
     int recv_kv_from, recv_q_from;  /* inputs for my block of step t + 1 */
     int ret_to, ret_from;           /* helper block of step t - 1: o|lse (fwd) or dq (bwd) */
