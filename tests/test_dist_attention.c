@@ -24,6 +24,11 @@
  *       100x above the tolerance.
  * The byte and message counts must be exact (integers).
  *
+ * Packed documents: for three head shapes every configuration runs again with document ids
+ * (random document lengths from 1 up, reference_doc_starts); the reference is then each document
+ * run SEPARATELY through the plain kernel (reference_build_docs), and the positions exchange must
+ * send exactly twice the formula's meta bytes (the ids travel like the positions).
+ *
  * Also: dist_attention_check() on bad head/hp/S combinations (the message names the valid hp
  * values), the collective wrappers' byte model, comm_stats_print, and a Chrome trace that
  * jansson can parse. Prints one line "test_dist_attention: N passed, N failed" (checks summed

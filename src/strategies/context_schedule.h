@@ -65,7 +65,8 @@ void context_schedule_destroy(ContextSchedule *s);
 typedef struct {
     unsigned long long fwd[COMM_KINDS], bwd[COMM_KINDS];
     unsigned long long fwd_msgs[COMM_KINDS], bwd_msgs[COMM_KINDS];
-    unsigned long long meta_batch; /* control bytes (positions) outside the kinds, once per batch */
+    unsigned long long meta_batch; /* control bytes (positions) outside the kinds, once per batch;
+                                    * packed documents send as many again (their ids) */
 } AttnVolume;
 
 /* Everything the registry's check / volume / memory functions need (no communicators). For a
