@@ -12,7 +12,8 @@
 #     allgather, wallfacer, fpdt), every layout and placement, dp and ZeRO, selective
 #     checkpointing: the single-process packed loss and gradient file, and the fixture's;
 #   - `seqpar train --pack` on text (one document per line, --eot 10) trains like one process on
-#     2 and 4 ranks (10 steps, 2e-4 relative), and differs from unpacked training;
+#     2 and 4 ranks (10 steps, 2e-4 relative), and differs from unpacked training; a packed run
+#     resumed at step 4 is bit-identical, and resuming with --pack switched on or off is refused;
 #   - bad input: --eot without --pack, no end-of-text id known, an id outside the vocabulary, a
 #     config listing several eos ids, --pack with the recall task: one line, non-zero exit, on every rank.
 # Prints "test_pack: N passed, N failed".
@@ -101,8 +102,9 @@ pack_case 8 --strategy fpdt --dp 2 --chunks 2
 
 # ---- training: one document per line of text, the newline ends it
 awk 'BEGIN { srand(7); for (i = 0; i < 300; i++) { n = 1 + int(rand() * 40); s = ""; for (j = 0; j < n; j++) s = s sprintf("%c", 97 + int(rand() * 26)); print s } }' >"$T/docs.txt"
-TRAIN=(train --data "$T/docs.txt" --pack --eot 10 --layers 2 --hidden 32 --heads 4 --kv-heads 2 --ffn 64 --seq-len 64
-       --batch 2 --steps 10 --warmup 2 --quiet --peak-gflops 100 --seed 5)
+UNPACKED=(train --data "$T/docs.txt" --layers 2 --hidden 32 --heads 4 --kv-heads 2 --ffn 64 --seq-len 64
+          --batch 2 --steps 10 --warmup 2 --quiet --peak-gflops 100 --seed 5)
+TRAIN=("${UNPACKED[@]}" --pack --eot 10)
 timeout 120 "$SEQPAR" "${TRAIN[@]}" --log "$T/t1.jsonl" >"$T/t1.out" 2>&1 || bad "train --pack: $(tail -n 2 "$T/t1.out")"
 for grid in "2 --cp 2" "4 --strategy lightseq" "4 --strategy wallfacer --team 2 --layout striped"; do
     set -- $grid
@@ -114,9 +116,19 @@ for grid in "2 --cp 2" "4 --strategy lightseq" "4 --strategy wallfacer --team 2 
         bad "train --pack np $np $* does not track one process"; paste <(losses "$T/t1.jsonl") <(losses "$T/tg.jsonl") | head -n 3; fi
     rm -f "$T/tg.jsonl"
 done
-unpacked=("${TRAIN[@]/--pack/}")
-timeout 120 "$SEQPAR" "${unpacked[@]/--eot/}" --log "$T/t0.jsonl" >"$T/t0.out" 2>&1 || true
-if [ "$(losses "$T/t0.jsonl" | head -n 1)" != "$(losses "$T/t1.jsonl" | head -n 1)" ]; then ok; else bad "train --pack gives the unpacked loss"; fi
+timeout 120 "$SEQPAR" "${UNPACKED[@]}" --log "$T/t0.jsonl" >"$T/t0.out" 2>&1 || bad "unpacked training: $(tail -n 2 "$T/t0.out")"
+if [ "$(losses "$T/t0.jsonl" | wc -l)" -eq 10 ] && [ "$(losses "$T/t0.jsonl" | head -n 1)" != "$(losses "$T/t1.jsonl" | head -n 1)" ]; then ok; else
+    bad "train --pack gives the unpacked loss (or the unpacked run failed)"; fi
+
+# resuming a packed run is bit-identical; resuming it without --pack (or unpacked with --pack) is refused
+timeout 120 "$SEQPAR" "${TRAIN[@]}" --stop-at 4 --save "$T/ck" --log "$T/tr.jsonl" >"$T/tr.out" 2>&1 || bad "train --pack --save: $(tail -n 2 "$T/tr.out")"
+timeout 120 "$SEQPAR" "${TRAIN[@]}" --resume "$T/ck" --log "$T/tr.jsonl" >"$T/tr.out" 2>&1 || bad "train --pack --resume: $(tail -n 2 "$T/tr.out")"
+if [ "$(losses "$T/tr.jsonl")" = "$(losses "$T/t1.jsonl")" ]; then ok; else bad "train --pack resumed at step 4 differs from the uninterrupted run"; fi
+err=$(timeout 60 "$SEQPAR" "${UNPACKED[@]}" --resume "$T/ck" --log "$T/x.jsonl" 2>&1 >/dev/null)
+if printf '%s' "$err" | grep -q "trained with pack_eot = 10 but this run uses none"; then ok; else bad "resuming a packed run unpacked: $err"; fi
+timeout 120 "$SEQPAR" "${UNPACKED[@]}" --stop-at 2 --save "$T/ck0" --log "$T/x.jsonl" >/dev/null 2>&1 || bad "unpacked --save failed"
+err=$(timeout 60 "$SEQPAR" "${TRAIN[@]}" --resume "$T/ck0" --log "$T/x.jsonl" 2>&1 >/dev/null)
+if printf '%s' "$err" | grep -q "trained with pack_eot = none but this run uses 10"; then ok; else bad "resuming an unpacked run packed: $err"; fi
 
 # ---- bad input: one line, non-zero exit, every rank
 pack_error() { # np words args...

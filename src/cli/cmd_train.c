@@ -171,7 +171,9 @@ static void record_settings(TrainerState *st, const TrainOptions *o, const Llama
     trainer_state_set(st, "decay_all", "%d", o->opt.decay_all);
     trainer_state_set(st, "recall", "%d,%d", o->recall_pairs, o->recall_queries);
     trainer_state_set(st, "params", "%zu", m->table.total);
+    /* always recorded, so that resuming with --pack changed either way is refused */
     if (o->eot >= 0) trainer_state_set(st, "pack_eot", "%d", o->eot);
+    else trainer_state_set(st, "pack_eot", "none");
 }
 
 static void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf) {
