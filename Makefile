@@ -55,7 +55,7 @@ $(BUILD)/src/kernels/simd_avx512.o: CFLAGS += $(ISA_AVX512_FLAGS)
 $(BUILD)/src/kernels/bf16_avx512.o: CFLAGS += $(ISA_AVX512_FLAGS) -mavx512bf16
 
 # Benchmark helpers under bench/ (never needed by the tests)
-bench-tools: $(BUILD)/bench/kernel_rates
+bench-tools: $(BUILD)/bench/kernel_rates $(BUILD)/bench/packed_balance $(BUILD)/bench/attn_cpu_time
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libseqpar.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libseqpar.a $(LDLIBS)

@@ -86,6 +86,54 @@ static inline void reference_build(Reference *R, HeadCase hc, uint64_t seed) {
     xfree(pos);
 }
 
+/* Packed documents: doc_start (S) gives each token's document as the position of its first token
+ * (data/packing.h). The reference runs EVERY DOCUMENT SEPARATELY through the plain causal kernel
+ * (its rows alone, positions 0..L-1), never the document mask: what a distributed strategy
+ * computes with document ids must equal attention run on each document by itself. The inputs are
+ * reference_build's (same seed, same values). */
+static inline void reference_build_docs(Reference *R, HeadCase hc, uint64_t seed, const int *doc_start) {
+    reference_build(R, hc, seed);
+    const int S = hc.S, H = hc.H, Hkv = hc.Hkv, d = hc.d;
+    const size_t nq = (size_t)S * H * d, nk = (size_t)S * Hkv * d;
+    memset(R->dq, 0, nq * sizeof(float));
+    memset(R->dk, 0, nk * sizeof(float));
+    memset(R->dv, 0, nk * sizeof(float));
+    int *pos = xmalloc(sizeof(int) * (size_t)S);
+    float *delta = xmalloc((size_t)S * H * sizeof(float));
+    for (int i = 0; i < S; i++) pos[i] = i;
+    for (int s0 = 0; s0 < S;) {
+        int e = s0 + 1;
+        while (e < S && doc_start[e] == s0) e++;
+        const int L = e - s0;
+        AttnShape s = {.n_q = L, .n_kv = L, .n_heads = H, .n_kv_heads = Hkv, .head_dim = d,
+                       .scale = 1.0f / sqrtf((float)d), .mask = ATTN_CAUSAL};
+        const size_t qo = (size_t)s0 * H * d, ko = (size_t)s0 * Hkv * d, lo = (size_t)s0 * H;
+        attn_state_init(&s, R->o + qo, R->lse + lo);
+        attn_forward(&s, R->q + qo, pos, R->k + ko, R->v + ko, pos, R->o + qo, R->lse + lo);
+        attn_backward_delta(&s, R->o + qo, R->dout + qo, delta + lo);
+        attn_backward(&s, R->q + qo, pos, R->k + ko, R->v + ko, pos, R->lse + lo, delta + lo, R->dout + qo, R->dq + qo,
+                      R->dk + ko, R->dv + ko);
+        s0 = e;
+    }
+    R->scale_dq = reference_max_abs(R->dq, nq);
+    R->scale_dk = reference_max_abs(R->dk, nk);
+    R->scale_dv = reference_max_abs(R->dv, nk);
+    xfree(delta);
+    xfree(pos);
+}
+
+/* Document starts (S) of a packed test sequence: a new document at each token with probability
+ * 1/5 (seeded), so lengths from 1 up, boundaries inside and at the edges of every rank's slot. */
+static inline void reference_doc_starts(int S, uint64_t seed, int *doc_start) {
+    Rng r;
+    rng_seed(&r, seed);
+    int start = 0;
+    for (int i = 0; i < S; i++) {
+        if (i > 0 && rng_below(&r, 5) == 0) start = i;
+        doc_start[i] = start;
+    }
+}
+
 static inline void reference_free(Reference *R) {
     float *p[] = {R->q, R->k, R->v, R->dout, R->o, R->lse, R->dq, R->dk, R->dv};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) xfree(p[i]);

@@ -45,7 +45,7 @@ paths=$("$BUILD"/tests/test_isa --supported 2>/dev/null)
 best=$(printf '%s\n' "$paths" | tail -n 1)
 for isa in $paths; do
     [ "$isa" = "$best" ] && continue
-    for t in test_attention test_ops test_optim test_model test_bf16; do
+    for t in test_attention test_packed_attention test_ops test_optim test_model test_bf16; do
         [ -x "$BUILD/tests/$t" ] && run_one "$t[$isa]" 300 env SEQPAR_ISA="$isa" "$BUILD/tests/$t"
     done
 done
@@ -56,6 +56,7 @@ echo "kernel paths tested: $(printf '%s ' $paths)(best: $best, used by every oth
 run_one test_cli 600 bash tests/test_cli.sh "$BUILD"
 run_one test_mpi 900 bash tests/test_mpi.sh "$BUILD"
 run_one test_bf16.sh 600 bash tests/test_bf16.sh "$BUILD"
+run_one test_pack 300 bash tests/test_pack.sh "$BUILD"
 run_one test_zero 600 bash tests/test_zero.sh "$BUILD"
 run_one test_memory_model 300 bash tests/test_memory_model.sh "$BUILD"
 run_one test_reliability 300 bash tests/test_reliability.sh "$BUILD"

@@ -24,6 +24,11 @@
  *       100x above the tolerance.
  * The byte and message counts must be exact (integers).
  *
+ * Packed documents: for three head shapes every configuration runs again with document ids
+ * (random document lengths from 1 up, reference_doc_starts); the reference is then each document
+ * run SEPARATELY through the plain kernel (reference_build_docs), and the positions exchange must
+ * send exactly twice the formula's meta bytes (the ids travel like the positions).
+ *
  * Also: dist_attention_check() on bad head/hp/S combinations (the message names the valid hp
  * values), the collective wrappers' byte model, comm_stats_print, and a Chrome trace that
  * jansson can parse. Prints one line "test_dist_attention: N passed, N failed" (checks summed
@@ -54,7 +59,7 @@ extern void openblas_set_num_threads(int);
 /* One configuration. */
 
 typedef struct {
-    long cases, skipped;
+    long cases, skipped, packed;
     double max_o, max_lse, max_dq, max_dk, max_dv; /* relative to tolerance */
 } Summary;
 
@@ -116,8 +121,9 @@ static StrategyParams params_of(const Topology *t, TokenLayout layout, HeadCase 
     return p;
 }
 
+/* doc_start (S): packed documents (R then holds the per-document reference), or NULL. */
 static void run_case(const Topology *t, Comm *cm, const Strategy *strat, TokenLayout layout, int team,
-                     const Reference *R, int piece_rows, Summary *sum, const char *what) {
+                     const Reference *R, const int *doc_start, int piece_rows, Summary *sum, const char *what) {
     const HeadCase hc = R->hc;
     const int S = hc.S, H = hc.H, Hkv = hc.Hkv, d = hc.d, N = S / t->sp;
     StrategyParams sp = params_of(t, layout, hc);
@@ -128,10 +134,17 @@ static void run_case(const Topology *t, Comm *cm, const Strategy *strat, TokenLa
     layout_positions(layout, S, t->hp, t->cp, t->hp_rank, t->cp_rank, pos);
     AttnVolume vol;
     strategy_volume(strat, &sp, t->hp_rank, t->cp_rank, &vol);
+    int *docs = NULL;
+    if (doc_start) {
+        docs = xmalloc(sizeof(int) * (size_t)N);
+        for (int i = 0; i < N; i++) docs[i] = doc_start[pos[i]];
+    }
     comm_stats_reset(cm);
-    sa->set_positions(sa, pos);
-    CHECKQ(cm->stats.meta_bytes == vol.meta_batch, "%s: positions exchange sent %llu meta bytes, expected %llu", what,
-           (unsigned long long)cm->stats.meta_bytes, vol.meta_batch);
+    sa->set_positions(sa, pos, docs);
+    /* document ids travel like the positions: the same bytes once more */
+    CHECKQ(cm->stats.meta_bytes == vol.meta_batch * (docs ? 2 : 1),
+           "%s: positions exchange sent %llu meta bytes, expected %llu", what, (unsigned long long)cm->stats.meta_bytes,
+           vol.meta_batch * (docs ? 2 : 1));
     float *q = xmalloc(sizeof(float) * (size_t)N * H * d), *k = xmalloc(sizeof(float) * (size_t)N * Hkv * d);
     float *v = xmalloc(sizeof(float) * (size_t)N * Hkv * d), *dout = xmalloc(sizeof(float) * (size_t)N * H * d);
     gather_rows(q, R->q, pos, N, H * d);
@@ -187,7 +200,7 @@ static void run_case(const Topology *t, Comm *cm, const Strategy *strat, TokenLa
      * off-diagonal step, contiguous computes only past blocks (n = S/cp rows per slot) */
     AttnWork wk;
     dist_attention_work(sa, &wk);
-    if (strat->schedule == &double_ring_schedule) {
+    if (strat->schedule == &double_ring_schedule && !docs) {
         unsigned long long nn = (unsigned long long)(S / t->cp) * (unsigned)(S / t->cp), cp = (unsigned)t->cp;
         /* zigzag's diagonal step is 3/4 of a block, or a whole causal block for the last slot
          * whose two chunks are adjacent (one run; the kernel skips its hidden tiles itself) */
@@ -219,6 +232,7 @@ static void run_case(const Topology *t, Comm *cm, const Strategy *strat, TokenLa
     sum->cases++;
     xfree(saved);
     xfree(pos);
+    xfree(docs);
     float *fr[] = {q, k, v, dout, o, dq, dk, dv};
     for (size_t i = 0; i < ARRAY_LEN(fr); i++) xfree(fr[i]);
     seq_attention_destroy(sa);
@@ -340,7 +354,7 @@ static void test_trace_and_print(const Reference *R) {
     topology_create(&t, 1, hp, cp, cp, PLACEMENT_HEAD_FIRST, 2);
     Comm *cm = comm_create(&t, path);
     Summary s = {0};
-    run_case(&t, cm, strategy_find("2d"), LAYOUT_ZIGZAG, 1, R, 8, &s, "traced run");
+    run_case(&t, cm, strategy_find("2d"), LAYOUT_ZIGZAG, 1, R, NULL, 8, &s, "traced run");
     FILE *f = g_rank == 0 ? tmpfile() : NULL;
     comm_stats_print(cm, f);
     if (g_rank == 0) {
@@ -405,6 +419,16 @@ int main(int argc, char **argv) {
     const int n_heads = (int)ARRAY_LEN(heads);
     Reference refs[ARRAY_LEN(heads)];
     for (int i = 0; i < n_heads; i++) reference_build(&refs[i], heads[i], 1000 + (uint64_t)i);
+    /* packed documents: the same inputs for three of the shapes, the reference run per document */
+    const int packed[] = {0, 4, 7};
+    Reference prefs[ARRAY_LEN(packed)];
+    int *pstarts[ARRAY_LEN(packed)];
+    for (size_t i = 0; i < ARRAY_LEN(packed); i++) {
+        const HeadCase hc = heads[packed[i]];
+        pstarts[i] = xmalloc(sizeof(int) * (size_t)hc.S);
+        reference_doc_starts(hc.S, 77 + i, pstarts[i]);
+        reference_build_docs(&prefs[i], hc, 1000 + (uint64_t)packed[i], pstarts[i]);
+    }
 
     test_check_messages();
     test_collectives();
@@ -445,7 +469,14 @@ int main(int argc, char **argv) {
                             snprintf(what, sizeof what, "%s C%d dp%d hp%d cp%d W%d %s %s H%d Hkv%d d%d S%d piece%d",
                                      strat->name, team, dp, hp, cp, W, placement_name((Placement)pl), layout_name((TokenLayout)lay), heads[hi].H,
                                      heads[hi].Hkv, heads[hi].d, heads[hi].S, piece);
-                            run_case(&t, cm, strat, (TokenLayout)lay, team, &refs[hi], piece, &sum, what);
+                            run_case(&t, cm, strat, (TokenLayout)lay, team, &refs[hi], NULL, piece, &sum, what);
+                            for (size_t pi = 0; pi < ARRAY_LEN(packed); pi++) {
+                                if (packed[pi] != hi) continue;
+                                char pw[200];
+                                snprintf(pw, sizeof pw, "%s, packed documents", what);
+                                run_case(&t, cm, strat, (TokenLayout)lay, team, &prefs[pi], pstarts[pi], piece, &sum, pw);
+                                sum.packed++;
+                            }
                             }
                           }
                         }
@@ -460,6 +491,10 @@ int main(int argc, char **argv) {
     while (heads[traced].S % (2 * g_size)) traced = (traced + 1) % n_heads;
     test_trace_and_print(&refs[traced]);
     for (int i = 0; i < n_heads; i++) reference_free(&refs[i]);
+    for (size_t i = 0; i < ARRAY_LEN(packed); i++) {
+        reference_free(&prefs[i]);
+        xfree(pstarts[i]);
+    }
 
     double worst[5] = {sum.max_o, sum.max_lse, sum.max_dq, sum.max_dk, sum.max_dv}, wmax[5];
     MPI_Allreduce(worst, wmax, 5, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -467,8 +502,8 @@ int main(int argc, char **argv) {
     MPI_Allreduce(counts, tot, 2, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
     double elapsed = MPI_Wtime() - t_start;
     if (g_rank == 0) {
-        printf("ranks %d: %ld configurations per rank (%ld head shapes skipped as invalid for hp), %.2f s\n", g_size,
-               sum.cases, sum.skipped, elapsed);
+        printf("ranks %d: %ld configurations per rank (%ld with packed documents; %ld head shapes skipped as invalid for "
+               "hp), %.2f s\n", g_size, sum.cases, sum.packed, sum.skipped, elapsed);
         printf("worst error / tolerance: O %.3f, LSE %.3f, dQ %.3f, dK %.3f, dV %.3f\n", wmax[0], wmax[1], wmax[2],
                wmax[3], wmax[4]);
         printf("test_dist_attention: %ld passed, %ld failed\n", tot[0], tot[1]);

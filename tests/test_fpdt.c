@@ -30,8 +30,9 @@
 extern void openblas_set_num_threads(int);
 
 
-static void run_case(const Topology *t, Comm *cm, const Strategy *fp, const Reference *R, int u, const char *offload,
-                     const char *what) {
+/* doc_start (S): packed documents (R then holds the per-document reference), or NULL. */
+static void run_case(const Topology *t, Comm *cm, const Strategy *fp, const Reference *R, const int *doc_start, int u,
+                     const char *offload, const char *what) {
     const HeadCase hc = R->hc;
     const int S = hc.S, H = hc.H, Hkv = hc.Hkv, d = hc.d, P = t->hp, N = S / P, c = N / u, Cn = S / u;
     StrategyParams sp = {.hp = P, .cp = 1, .chunks = u, .offload_dir = offload, .layout = LAYOUT_CONTIGUOUS, .seq_len = S, .n_heads = H,
@@ -58,10 +59,15 @@ static void run_case(const Topology *t, Comm *cm, const Strategy *fp, const Refe
            mem.saved_per_layer);
     CHECKQ(sa->kept_floats == mem.kept_per_layer, "%s: kept floats %zu, formula %zu", what, sa->kept_floats,
            mem.kept_per_layer);
+    int *docs = NULL;
+    if (doc_start) {
+        docs = xmalloc(sizeof(int) * (size_t)N);
+        for (int i = 0; i < N; i++) docs[i] = doc_start[pos[i]];
+    }
     comm_stats_reset(cm);
-    sa->set_positions(sa, pos);
-    CHECKQ(cm->stats.meta_bytes == vol.meta_batch, "%s: positions: %llu meta bytes, formula %llu", what,
-           (unsigned long long)cm->stats.meta_bytes, vol.meta_batch);
+    sa->set_positions(sa, pos, docs);
+    CHECKQ(cm->stats.meta_bytes == vol.meta_batch * (docs ? 2 : 1), "%s: positions: %llu meta bytes, formula %llu",
+           what, (unsigned long long)cm->stats.meta_bytes, vol.meta_batch * (docs ? 2 : 1));
     const size_t nq = (size_t)N * H * d, nk = (size_t)N * Hkv * d;
     float *q = xmalloc(sizeof(float) * nq), *k = xmalloc(sizeof(float) * nk), *v = xmalloc(sizeof(float) * nk);
     float *dout = xmalloc(sizeof(float) * nq), *o = xmalloc(sizeof(float) * nq), *dq = xmalloc(sizeof(float) * nq);
@@ -128,6 +134,7 @@ static void run_case(const Topology *t, Comm *cm, const Strategy *fp, const Refe
     xfree(saved);
     xfree(copy);
     xfree(pos);
+    xfree(docs);
     float *fr[] = {q, k, v, dout, o, dq, dk, dv};
     for (size_t i = 0; i < ARRAY_LEN(fr); i++) xfree(fr[i]);
     seq_attention_destroy(sa);
@@ -230,8 +237,11 @@ int main(int argc, char **argv) {
     const HeadCase heads[] = {{4, 4, 16, 96}, {4, 2, 16, 96}, {4, 1, 32, 96}, {6, 2, 16, 96}, {5, 5, 8, 96}};
     long cases = 0;
     for (size_t hi = 0; hi < ARRAY_LEN(heads); hi++) {
-        Reference R;
+        Reference R, P;
         reference_build(&R, heads[hi], 700 + (uint64_t)hi);
+        int starts[96];
+        reference_doc_starts(heads[hi].S, 90 + hi, starts);
+        if (hi < 3) reference_build_docs(&P, heads[hi], 700 + (uint64_t)hi, starts);
         for (int hp = 1; hp <= g_size; hp++) {
             if (g_size % hp || hp > heads[hi].H) continue;
             Topology t;
@@ -242,12 +252,18 @@ int main(int argc, char **argv) {
                 char what[128];
                 snprintf(what, sizeof what, "fpdt dp%d hp%d u%d H%d Hkv%d d%d S%d", g_size / hp, hp, u, heads[hi].H,
                          heads[hi].Hkv, heads[hi].d, heads[hi].S);
-                run_case(&t, cm, fp, &R, u, NULL, what);
+                run_case(&t, cm, fp, &R, NULL, u, NULL, what);
                 cases++;
+                if (hi < 3) { /* packed documents against each document run by itself */
+                    char w2[160];
+                    snprintf(w2, sizeof w2, "%s packed", what);
+                    run_case(&t, cm, fp, &P, starts, u, u == 2 ? "/tmp" : NULL, w2);
+                    cases++;
+                }
                 if (u == 1 || u == 4) { /* the disk tier: same results, `saved` only lse */
                     char w2[160];
                     snprintf(w2, sizeof w2, "%s offload", what);
-                    run_case(&t, cm, fp, &R, u, "/tmp", w2);
+                    run_case(&t, cm, fp, &R, NULL, u, "/tmp", w2);
                     cases++;
                 }
             }
@@ -255,6 +271,7 @@ int main(int argc, char **argv) {
             topology_free(&t);
         }
         reference_free(&R);
+        if (hi < 3) reference_free(&P);
     }
     long counts[2] = {tl_passed, tl_failed}, tot[2];
     MPI_Allreduce(counts, tot, 2, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);

@@ -209,8 +209,8 @@ typedef struct { unsigned long long cells, pairs; } Work;
 static Work block_work(const int *qpos, int nq, const int *kpos, int n, int piece_rows) {
     PosRun *qr = xmalloc(sizeof(PosRun) * (size_t)(nq > 0 ? nq : 1)), *kr = xmalloc(sizeof(PosRun) * (size_t)n);
     PosBlock qb, kb;
-    pos_block_init(&qb, qpos, nq, qr);
-    pos_block_init(&kb, kpos, n, kr);
+    pos_block_init(&qb, qpos, NULL, nq, qr);
+    pos_block_init(&kb, kpos, NULL, n, kr);
     BlockAttn b;
     block_attn_init(&b, NULL, 1, 1, 1);
     b.compute = 0;
@@ -331,7 +331,7 @@ static void run_case(const ScheduleInfo *si, const Topology *t, Comm *cm, TokenL
     for (size_t i = 0; i < qf; i++) dq[i] = NAN; /* backward must overwrite */
     for (size_t i = 0; i < 2 * kvh; i++) dkv[i] = NAN;
 
-    s->set_positions(s, all);
+    s->set_positions(s, all, NULL);
     memset(&s->blocks->work, 0, sizeof s->blocks->work);
     comm_stats_reset(cm);
     s->forward(s, q, kv, o, lse);

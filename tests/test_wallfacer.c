@@ -272,7 +272,7 @@ static void run_case(const Topology *t, Comm *cm, int C, TokenLayout layout, con
 
     int *all_pos = xmalloc(sizeof(int) * (size_t)S);
     for (int c = 0; c < P; c++) layout_context_positions(layout, S, P, c, all_pos + (size_t)c * n);
-    s->set_positions(s, all_pos);
+    s->set_positions(s, all_pos, NULL);
     const int *pos = all_pos + (size_t)me_c * n;
     const size_t a = (size_t)n * H * d, b = (size_t)n * Hkv * d, h = (size_t)n * H;
     float *q = xmalloc(sizeof(float) * a), *kv = xmalloc(sizeof(float) * 2 * b), *dout = xmalloc(sizeof(float) * a);

@@ -75,35 +75,50 @@ static inline void row_mask(float *restrict s, const int *restrict kv_pos, int n
     for (int j = 0; j < n; j++) s[j] = kv_pos[j] > qp ? -INFINITY : s[j];
 }
 
+/* s[j] = -inf where kv_pos[j] > qp or kv_doc[j] != qd (causal and document mask of one row). */
+static inline void row_mask_docs(float *restrict s, const int *restrict kv_pos, const int *restrict kv_doc, int n,
+                                 int qp, int qd) {
+    for (int j = 0; j < n; j++) s[j] = kv_pos[j] > qp || kv_doc[j] != qd ? -INFINITY : s[j];
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Tiles and their visibility. */
-typedef struct { int lo, hi; } PosRange; /* min and max position in a tile */
-
 enum { TILE_HIDDEN = ATTN_VIS_HIDDEN, TILE_PARTIAL = ATTN_VIS_PARTIAL, TILE_VISIBLE = ATTN_VIS_FULL };
 
-static void tile_ranges(const int *pos, int n, int tile, PosRange *out) {
+AttnSpan attn_span(const int *pos, const int *doc, int n) {
+    AttnSpan r = {INT_MAX, INT_MIN, 0, 0};
+    for (int i = 0; i < n; i++) {
+        if (pos[i] < r.pos_lo) r.pos_lo = pos[i];
+        if (pos[i] > r.pos_hi) r.pos_hi = pos[i];
+    }
+    if (doc && n > 0) {
+        r.doc_lo = r.doc_hi = doc[0];
+        for (int i = 1; i < n; i++) {
+            if (doc[i] < r.doc_lo) r.doc_lo = doc[i];
+            if (doc[i] > r.doc_hi) r.doc_hi = doc[i];
+        }
+    }
+    return r;
+}
+
+/* The span of every tile of `tile` rows (unused under ATTN_FULL: pos NULL). */
+static void tile_ranges(const int *pos, const int *doc, int n, int tile, AttnSpan *out) {
     for (int t = 0; t * tile < n; t++) {
         int i0 = t * tile, i1 = i0 + tile < n ? i0 + tile : n;
-        PosRange r = {INT_MAX, INT_MIN};
-        if (pos) {
-            for (int i = i0; i < i1; i++) {
-                if (pos[i] < r.lo) r.lo = pos[i];
-                if (pos[i] > r.hi) r.hi = pos[i];
-            }
-        }
-        out[t] = r;
+        out[t] = pos ? attn_span(pos + i0, doc ? doc + i0 : NULL, i1 - i0) : (AttnSpan){INT_MAX, INT_MIN, 0, 0};
     }
 }
 
-AttnVisibility attn_visibility(int q_lo, int q_hi, int k_lo, int k_hi) {
-    if (k_hi <= q_lo) return ATTN_VIS_FULL;
-    if (k_lo > q_hi) return ATTN_VIS_HIDDEN;
+AttnVisibility attn_visibility(AttnSpan q, AttnSpan k) {
+    if (k.pos_lo > q.pos_hi || k.doc_lo > q.doc_hi || k.doc_hi < q.doc_lo) return ATTN_VIS_HIDDEN;
+    if (k.pos_hi <= q.pos_lo && q.doc_lo == q.doc_hi && k.doc_lo == k.doc_hi && k.doc_lo == q.doc_lo)
+        return ATTN_VIS_FULL;
     return ATTN_VIS_PARTIAL;
 }
 
-static inline int tile_class(AttnMask mask, PosRange q, PosRange k) {
+static inline int tile_class(AttnMask mask, AttnSpan q, AttnSpan k) {
     if (mask == ATTN_FULL) return TILE_VISIBLE;
-    return (int)attn_visibility(q.lo, q.hi, k.lo, k.hi);
+    return (int)attn_visibility(q, k);
 }
 
 typedef struct { int cost, idx; } TileOrder;
@@ -114,7 +129,8 @@ static int cmp_cost_desc(const void *a, const void *b) {
     return x->idx - y->idx;
 }
 
-static void check_shape(const AttnShape *s, const int *q_pos, const int *kv_pos, const char *who) {
+static void check_shape(const AttnShape *s, const int *q_pos, const int *kv_pos, const int *q_doc,
+                        const int *kv_doc, const char *who) {
     if (s->n_q < 0 || s->n_kv < 0 || s->n_heads <= 0 || s->n_kv_heads <= 0 || s->head_dim <= 0)
         die("%s: bad shape n_q=%d n_kv=%d n_heads=%d n_kv_heads=%d head_dim=%d", who, s->n_q, s->n_kv,
             s->n_heads, s->n_kv_heads, s->head_dim);
@@ -123,6 +139,9 @@ static void check_shape(const AttnShape *s, const int *q_pos, const int *kv_pos,
     if (s->mask != ATTN_FULL && s->mask != ATTN_CAUSAL) die("%s: unknown mask %d", who, (int)s->mask);
     if (s->mask == ATTN_CAUSAL && ((!q_pos && s->n_q > 0) || (!kv_pos && s->n_kv > 0)))
         die("%s: causal attention needs q_pos and kv_pos", who);
+    if ((q_doc == NULL) != (kv_doc == NULL))
+        die("%s: document ids given for %s only: give both q_doc and kv_doc, or neither", who, q_doc ? "q" : "kv");
+    if (q_doc && s->mask != ATTN_CAUSAL) die("%s: document ids need ATTN_CAUSAL", who);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -172,8 +191,43 @@ static int cmp_int(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* (doc, pos) pairs in lexicographic order: the keys of one document are one sorted range. */
+typedef struct { int doc, pos; } DocPos;
+
+static int cmp_docpos(const void *a, const void *b) {
+    const DocPos *x = a, *y = b;
+    if (x->doc != y->doc) return (x->doc > y->doc) - (x->doc < y->doc);
+    return (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+/* Index of the first entry > key (upper=1) or >= key (upper=0) in sorted[0..n). */
+static int docpos_bound(const DocPos *sorted, int n, DocPos key, int upper) {
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2, c = cmp_docpos(&sorted[mid], &key);
+        if (c < 0 || (upper && c == 0)) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
+double attn_forward_flops_docs(const AttnShape *s, const int *q_pos, const int *q_doc, const int *kv_pos,
+                               const int *kv_doc) {
+    check_shape(s, q_pos, kv_pos, q_doc, kv_doc, "attn_forward_flops");
+    if (!q_doc) return attn_forward_flops(s, q_pos, kv_pos);
+    if (s->n_q == 0 || s->n_kv == 0) return 0.0;
+    DocPos *sorted = xmalloc((size_t)s->n_kv * sizeof *sorted);
+    for (int j = 0; j < s->n_kv; j++) sorted[j] = (DocPos){kv_doc[j], kv_pos[j]};
+    qsort(sorted, (size_t)s->n_kv, sizeof *sorted, cmp_docpos);
+    double pairs = 0;
+    for (int i = 0; i < s->n_q; i++) /* keys of the query's document at or before it */
+        pairs += docpos_bound(sorted, s->n_kv, (DocPos){q_doc[i], q_pos[i]}, 1) -
+                 docpos_bound(sorted, s->n_kv, (DocPos){q_doc[i], INT_MIN}, 0);
+    xfree(sorted);
+    return 4.0 * s->head_dim * (double)s->n_heads * pairs;
+}
+
 double attn_forward_flops(const AttnShape *s, const int *q_pos, const int *kv_pos) {
-    check_shape(s, q_pos, kv_pos, "attn_forward_flops");
+    check_shape(s, q_pos, kv_pos, NULL, NULL, "attn_forward_flops");
     double pairs;
     if (s->mask == ATTN_FULL || s->n_q == 0 || s->n_kv == 0) {
         pairs = (double)s->n_q * s->n_kv;
@@ -212,7 +266,12 @@ static void copy_tile(int rows, int cols, const float *src, size_t ld_src, float
  * Forward. */
 void attn_forward(const AttnShape *s, const float *q, const int *q_pos, const float *k,
                   const float *v, const int *kv_pos, float *o, float *lse) {
-    check_shape(s, q_pos, kv_pos, "attn_forward");
+    attn_forward_docs(s, q, q_pos, NULL, k, v, kv_pos, NULL, o, lse);
+}
+
+void attn_forward_docs(const AttnShape *s, const float *q, const int *q_pos, const int *q_doc, const float *k,
+                       const float *v, const int *kv_pos, const int *kv_doc, float *o, float *lse) {
+    check_shape(s, q_pos, kv_pos, q_doc, kv_doc, "attn_forward");
     const int n_q = s->n_q, n_kv = s->n_kv, H = s->n_heads, Hkv = s->n_kv_heads, d = s->head_dim;
     if (n_q == 0 || n_kv == 0) return;
     const SimdKernels *sk = simd();
@@ -224,9 +283,9 @@ void attn_forward(const AttnShape *s, const float *q, const int *q_pos, const fl
     const float alpha = (float)(s->scale * FA_LOG2E); /* scores in log2 units */
     const AttnMask mask = s->mask;
 
-    PosRange *qr = xmalloc((size_t)nqt * sizeof *qr), *kr = xmalloc((size_t)nkt * sizeof *kr);
-    tile_ranges(mask == ATTN_CAUSAL ? q_pos : NULL, n_q, BQ, qr);
-    tile_ranges(mask == ATTN_CAUSAL ? kv_pos : NULL, n_kv, BK, kr);
+    AttnSpan *qr = xmalloc((size_t)nqt * sizeof *qr), *kr = xmalloc((size_t)nkt * sizeof *kr);
+    tile_ranges(mask == ATTN_CAUSAL ? q_pos : NULL, q_doc, n_q, BQ, qr);
+    tile_ranges(mask == ATTN_CAUSAL ? kv_pos : NULL, kv_doc, n_kv, BK, kr);
     /* Heaviest query tiles first, so the dynamic schedule ends balanced. */
     TileOrder *order = xmalloc((size_t)nqt * sizeof *order);
     int n_busy = 0;
@@ -295,13 +354,21 @@ void attn_forward(const AttnShape *s, const float *q, const int *q_pos, const fl
                     break;
                 }
                 sk->tile_gemm(bk, bq, d, alpha, Kc, ldc, 1, Qt, ldt, 0, ST, ldt, &pf);
-                if (cls == TILE_PARTIAL)
+                if (cls == TILE_PARTIAL && !q_doc)
                     for (int j = 0; j < bk; j++) {
                         const int kp = kv_pos[j0 + j];
-                        if (kp <= qr[qt].lo) continue; /* every query of the tile sees this key */
+                        if (kp <= qr[qt].pos_lo) continue; /* every query of the tile sees this key */
                         float *row = ST + (size_t)j * ldt;
                         const int *qp = q_pos + i0;
                         for (int i = 0; i < bq; i++) row[i] = kp > qp[i] ? -INFINITY : row[i];
+                    }
+                else if (cls == TILE_PARTIAL)
+                    for (int j = 0; j < bk; j++) {
+                        const int kp = kv_pos[j0 + j], kd = kv_doc[j0 + j];
+                        if (kp <= qr[qt].pos_lo && kd == qr[qt].doc_lo && kd == qr[qt].doc_hi) continue;
+                        float *row = ST + (size_t)j * ldt;
+                        const int *qp = q_pos + i0, *qd = q_doc + i0;
+                        for (int i = 0; i < bq; i++) row[i] = kp > qp[i] || kd != qd[i] ? -INFINITY : row[i];
                     }
                 sk->col_max(ST, bk, bq, ldt, mx);
                 for (int i = 0; i < bq; i++) {
@@ -341,7 +408,13 @@ void attn_forward(const AttnShape *s, const float *q, const int *q_pos, const fl
 void attn_backward(const AttnShape *s, const float *q, const int *q_pos, const float *k,
                    const float *v, const int *kv_pos, const float *lse, const float *delta,
                    const float *dout, float *dq, float *dk, float *dv) {
-    check_shape(s, q_pos, kv_pos, "attn_backward");
+    attn_backward_docs(s, q, q_pos, NULL, k, v, kv_pos, NULL, lse, delta, dout, dq, dk, dv);
+}
+
+void attn_backward_docs(const AttnShape *s, const float *q, const int *q_pos, const int *q_doc, const float *k,
+                        const float *v, const int *kv_pos, const int *kv_doc, const float *lse, const float *delta,
+                        const float *dout, float *dq, float *dk, float *dv) {
+    check_shape(s, q_pos, kv_pos, q_doc, kv_doc, "attn_backward");
     const int n_q = s->n_q, n_kv = s->n_kv, H = s->n_heads, Hkv = s->n_kv_heads, d = s->head_dim;
     if (n_q == 0 || n_kv == 0 || (!dq && !dk && !dv)) return;
     const SimdKernels *sk = simd();
@@ -352,9 +425,9 @@ void attn_backward(const AttnShape *s, const float *q, const int *q_pos, const f
     const float alpha = (float)(s->scale * FA_LOG2E), scale = s->scale;
     const AttnMask mask = s->mask;
 
-    PosRange *qr = xmalloc((size_t)nqt * sizeof *qr), *kr = xmalloc((size_t)nkt * sizeof *kr);
-    tile_ranges(mask == ATTN_CAUSAL ? q_pos : NULL, n_q, BQ, qr);
-    tile_ranges(mask == ATTN_CAUSAL ? kv_pos : NULL, n_kv, BK, kr);
+    AttnSpan *qr = xmalloc((size_t)nqt * sizeof *qr), *kr = xmalloc((size_t)nkt * sizeof *kr);
+    tile_ranges(mask == ATTN_CAUSAL ? q_pos : NULL, q_doc, n_q, BQ, qr);
+    tile_ranges(mask == ATTN_CAUSAL ? kv_pos : NULL, kv_doc, n_kv, BK, kr);
     TileOrder *order = xmalloc((size_t)nkt * sizeof *order);
     int n_busy = 0;
     for (int u = 0; u < nkt; u++) {
@@ -422,10 +495,16 @@ void attn_backward(const AttnShape *s, const float *q, const int *q_pos, const f
                             float *prow = P + (size_t)r * ldp;
                             float L = lse[(size_t)(i0 + r) * H + h];
                             int hidden = L == -INFINITY;
-                            if (cls == TILE_PARTIAL && !hidden) {
+                            if (cls == TILE_PARTIAL && !hidden && !q_doc) {
                                 int qp = q_pos[i0 + r];
-                                if (qp < kr[kt].lo) hidden = 1;
-                                else if (qp < kr[kt].hi) row_mask(prow, kv_pos + j0, bk, qp);
+                                if (qp < kr[kt].pos_lo) hidden = 1;
+                                else if (qp < kr[kt].pos_hi) row_mask(prow, kv_pos + j0, bk, qp);
+                            } else if (cls == TILE_PARTIAL && !hidden) {
+                                const int qp = q_pos[i0 + r], qd = q_doc[i0 + r];
+                                const AttnSpan kk = kr[kt];
+                                if (qp < kk.pos_lo || qd < kk.doc_lo || qd > kk.doc_hi) hidden = 1;
+                                else if (qp < kk.pos_hi || kk.doc_lo != kk.doc_hi)
+                                    row_mask_docs(prow, kv_pos + j0, kv_doc + j0, bk, qp, qd);
                             }
                             if (hidden) {
                                 memset(prow, 0, (size_t)bk * sizeof(float));

@@ -21,6 +21,14 @@
  * chunk-permuted) therefore needs no special case. With ATTN_FULL every key is visible and the
  * position arrays may be NULL. A row that sees no key in a call is left unchanged.
  *
+ * Documents (packed sequences): the _docs variants also take a document id per row (q_doc,
+ * kv_doc); under ATTN_CAUSAL key j is then visible to query i iff kv_doc[j] == q_doc[i] AND
+ * kv_pos[j] <= q_pos[i]. NULL doc arrays mean one document (the plain calls). Ids are any ints;
+ * the kernel is exact for any, and fast when they do not decrease along the positions (as packing
+ * makes them: a document is a contiguous range of positions): a tile inside one document runs as
+ * before, a tile whose document range misses the other tile's is skipped, only tiles across a
+ * boundary get the elementwise mask. ATTN_FULL takes no doc arrays.
+ *
  * Threads: the calls parallelise internally with OpenMP; call them from one thread. */
 #ifndef SEQPAR_FLASH_ATTENTION_H
 #define SEQPAR_FLASH_ATTENTION_H
@@ -39,12 +47,20 @@ typedef struct {
     AttnMask mask;
 } AttnShape;
 
-/* The causal visibility rule for a set of queries with positions in [q_lo, q_hi] against keys
- * with positions in [k_lo, k_hi]: every key visible to every query (FULL), none (HIDDEN), or some
- * (PARTIAL: needs the elementwise mask). The kernel classifies its tiles with it, and the
+/* A set of rows summarised for the visibility rule: positions in [pos_lo, pos_hi], document ids
+ * in [doc_lo, doc_hi] (both 0 when there are no documents). */
+typedef struct { int pos_lo, pos_hi, doc_lo, doc_hi; } AttnSpan;
+
+/* The causal (and document) visibility rule for a set of queries against a set of keys: every key
+ * visible to every query (FULL: all keys at or before every query, all in the one document of
+ * every query), none (HIDDEN: every key after every query, or the document ranges do not meet),
+ * or some (PARTIAL: needs the elementwise mask). The kernel classifies its tiles with it, and the
  * distributed strategies classify whole blocks and runs with it: one rule, one place. */
 typedef enum { ATTN_VIS_HIDDEN = 0, ATTN_VIS_PARTIAL = 1, ATTN_VIS_FULL = 2 } AttnVisibility;
-AttnVisibility attn_visibility(int q_lo, int q_hi, int k_lo, int k_hi);
+AttnVisibility attn_visibility(AttnSpan q, AttnSpan k);
+
+/* The span of rows [0, n) of pos and doc (doc NULL: document 0). n > 0. */
+AttnSpan attn_span(const int *pos, const int *doc, int n);
 
 /* Sets o = 0 and lse = -inf for n_q rows: the state of rows that have seen no key. */
 void attn_state_init(const AttnShape *s, float *o, float *lse);
@@ -54,6 +70,11 @@ void attn_forward(const AttnShape *s,
                   const float *q, const int *q_pos,
                   const float *k, const float *v, const int *kv_pos,
                   float *o, float *lse);
+/* The same with document ids per row (see Documents above; NULL: one document). */
+void attn_forward_docs(const AttnShape *s,
+                       const float *q, const int *q_pos, const int *q_doc,
+                       const float *k, const float *v, const int *kv_pos, const int *kv_doc,
+                       float *o, float *lse);
 
 /* Merges a partial result (o_b, lse_b), computed elsewhere for the same rows, into (o, lse):
  * lse' = max + log1p(exp(-|lse - lse_b|)), o' = exp(lse - lse') o + exp(lse_b - lse') o_b.
@@ -73,9 +94,16 @@ void attn_backward(const AttnShape *s,
                    const float *k, const float *v, const int *kv_pos,
                    const float *lse, const float *delta, const float *dout,
                    float *dq, float *dk, float *dv);
+void attn_backward_docs(const AttnShape *s,
+                        const float *q, const int *q_pos, const int *q_doc,
+                        const float *k, const float *v, const int *kv_pos, const int *kv_doc,
+                        const float *lse, const float *delta, const float *dout,
+                        float *dq, float *dk, float *dv);
 
 /* Exact floating-point operation counts of a call (for MFU and benchmarks): 4 * d per visible
  * (query, key, head) pair forward, 2.5x that backward, counting only visible pairs. */
 double attn_forward_flops(const AttnShape *s, const int *q_pos, const int *kv_pos);
+double attn_forward_flops_docs(const AttnShape *s, const int *q_pos, const int *q_doc, const int *kv_pos,
+                               const int *kv_doc);
 
 #endif

@@ -1,5 +1,5 @@
 /* The single-process SeqAttention: one flash-attention call over the whole local sequence,
- * causal by global position. The saved state is the lse (N, H), all of it kept (restore is a
+ * causal by global position (and by document for packed sequences). The saved state is the lse (N, H), all of it kept (restore is a
  * no-op: backward reads q, k, v, o from the model). */
 #include "attention/seq_attention.h"
 
@@ -11,6 +11,7 @@
 
 typedef struct {
     int *positions; /* (N) */
+    int *docs;      /* (N) document ids, or NULL: one document */
     float *delta;   /* (N, H) */
 } LocalCtx;
 
@@ -21,16 +22,23 @@ static AttnShape local_shape(const SeqAttention *sa) {
     return s;
 }
 
-static void local_set_positions(SeqAttention *sa, const int *positions) {
+static void local_set_positions(SeqAttention *sa, const int *positions, const int *docs) {
     LocalCtx *x = sa->ctx;
-    memcpy(x->positions, positions, sizeof(int) * (size_t)sa->heads.n_local);
+    const size_t bytes = sizeof(int) * (size_t)sa->heads.n_local;
+    memcpy(x->positions, positions, bytes);
+    xfree(x->docs);
+    x->docs = NULL;
+    if (docs) {
+        x->docs = xmalloc(bytes > 0 ? bytes : sizeof(int));
+        memcpy(x->docs, docs, bytes);
+    }
 }
 
 static void local_forward(SeqAttention *sa, const float *q, const float *k, const float *v, float *o, float *saved) {
     LocalCtx *x = sa->ctx;
     AttnShape s = local_shape(sa);
     attn_state_init(&s, o, saved);
-    attn_forward(&s, q, x->positions, k, v, x->positions, o, saved);
+    attn_forward_docs(&s, q, x->positions, x->docs, k, v, x->positions, x->docs, o, saved);
 }
 
 static void local_backward(SeqAttention *sa, const float *q, const float *k, const float *v, const float *o,
@@ -42,7 +50,7 @@ static void local_backward(SeqAttention *sa, const float *q, const float *k, con
     memset(dq, 0, sizeof(float) * (size_t)h->n_local * h->n_heads * h->head_dim);
     memset(dk, 0, sizeof(float) * (size_t)h->n_local * h->n_kv_heads * h->head_dim);
     memset(dv, 0, sizeof(float) * (size_t)h->n_local * h->n_kv_heads * h->head_dim);
-    attn_backward(&s, q, x->positions, k, v, x->positions, saved, x->delta, dout, dq, dk, dv);
+    attn_backward_docs(&s, q, x->positions, x->docs, k, v, x->positions, x->docs, saved, x->delta, dout, dq, dk, dv);
 }
 
 static void local_restore(SeqAttention *sa, const float *q, const float *k, const float *v, const float *o,
@@ -53,6 +61,7 @@ static void local_restore(SeqAttention *sa, const float *q, const float *k, cons
 static void local_destroy(SeqAttention *sa) {
     LocalCtx *x = sa->ctx;
     xfree(x->positions);
+    xfree(x->docs);
     xfree(x->delta);
     xfree(x);
     xfree(sa);

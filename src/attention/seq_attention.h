@@ -4,7 +4,7 @@
  *
  * A strategy is created for one head shape (AttnHeads: local tokens N, heads H, KV heads Hkv,
  * head_dim d) and one layout; there is no second set-up step. Per batch, set_positions() gives the
- * global position of each local token (collective for distributed strategies: they exchange the
+ * global position (and, for packed documents, the document id) of each local token (collective for distributed strategies: they exchange the
  * positions once per batch, not per layer). The single-process strategy is
  * local_attention_create(); the distributed ones come from the registry (strategies/registry.h).
  *
@@ -44,9 +44,12 @@ struct SeqAttention {
     size_t saved_floats; /* per layer */
     int keeps_inputs;    /* backward ignores q, k, v, o (may be NULL) */
     size_t kept_floats;  /* the suffix of `saved` that restore() cannot rebuild (<= saved_floats) */
-    /* Positions (N) of this rank's tokens for the coming forward/backward calls. The strategy
-     * copies what it needs. Collective for distributed strategies. */
-    void (*set_positions)(SeqAttention *sa, const int *positions);
+    /* Positions (N) of this rank's tokens for the coming forward/backward calls, and their
+     * document ids (N) for packed sequences (NULL: the sequence is one document; every rank of the
+     * group must pass NULL or ids alike). Positions are global token positions in the sequence
+     * (not restarting per document: the mask is key visible iff same document and kpos <= qpos).
+     * The strategy copies what it needs. Collective for distributed strategies. */
+    void (*set_positions)(SeqAttention *sa, const int *positions, const int *docs);
     void (*forward)(SeqAttention *sa, const float *q, const float *k, const float *v, float *o, float *saved);
     /* Writes (overwrites) dq, dk, dv. o is the forward's output. */
     void (*backward)(SeqAttention *sa, const float *q, const float *k, const float *v, const float *o,

@@ -225,6 +225,51 @@ void make_parent_dirs(const char *path) {
         die("cannot create directory '%s': %s", buf, strerror(errno));
 }
 
+void pack_flags_default(PackFlags *f) {
+    f->pack = 0;
+    f->eot = -1;
+}
+
+int pack_flags_handle(PackFlags *f, const char *cmd, int opt, const char *arg) {
+    switch (opt) {
+    case 3201: f->pack = 1; return 1;
+    case 3202: f->eot = parse_long(cmd, "eot", arg, 0, INT_MAX - 1); return 1;
+    default: return 0;
+    }
+}
+
+const char PACK_FLAGS_HELP[] =
+    "\nPacked documents (token files):\n"
+    "  --pack               the sequence holds several documents split at the end-of-text token:\n"
+    "                       each token attends only to its own document, positions restart at 0\n"
+    "                       per document, the EOT token ends its document (its target, the next\n"
+    "                       document's first token, is not trained)\n"
+    "  --eot ID             end-of-text token id (default: eos_token_id of the model's config.json)\n";
+
+int pack_flags_eot(const PackFlags *f, const char *cmd, const char *model_dir, int vocab_size) {
+    if (!f->pack) {
+        if (f->eot >= 0) die_collective("seqpar %s: --eot is read with --pack only: add --pack or drop --eot", cmd);
+        return -1;
+    }
+    long eot = f->eot;
+    if (eot < 0 && model_dir) {
+        char path[4096];
+        SeqErr e;
+        int id = -1;
+        snprintf(path, sizeof path, "%s/config.json", model_dir);
+        int rc = config_json_eos_token_id(path, &id, &e);
+        die_if_any_rank(rc < 0 ? &e : NULL);
+        if (rc == 0) eot = id;
+    }
+    if (eot < 0)
+        die_collective("seqpar %s: --pack needs the end-of-text token id: pass --eot ID (%s)", cmd,
+                       model_dir ? "the model's config.json has no eos_token_id" : "a model from size flags has none");
+    if (eot >= vocab_size)
+        die_collective("seqpar %s: end-of-text id %ld is outside the vocabulary (vocab_size %d): pass --eot with an id "
+                       "below %d", cmd, eot, vocab_size, vocab_size);
+    return (int)eot;
+}
+
 void model_from_dir(LlamaModel *m, const char *dir, uint64_t seed, int random_init) {
     char path[4096];
     SeqErr e;

@@ -82,6 +82,20 @@ void offload_errors_check(const LlamaActs *acts, SeqParallel *par);
 /* Utilisation for printing: min(u, 1); *clamped set when u was above 1. */
 double utilisation_clamp(double u, int *clamped);
 
+/* --pack and --eot ID (train and grad, token files): packed documents (data/packing.h). */
+#define PACK_FLAG_OPTIONS {"pack", no_argument, 0, 3201}, {"eot", required_argument, 0, 3202}
+typedef struct {
+    int pack;  /* --pack given */
+    long eot;  /* --eot ID; -1: not given */
+} PackFlags;
+void pack_flags_default(PackFlags *f);
+int pack_flags_handle(PackFlags *f, const char *cmd, int opt, const char *arg);
+extern const char PACK_FLAGS_HELP[];
+/* The end-of-text id --pack splits at: --eot, else model_dir's config.json eos_token_id (model_dir
+ * may be NULL). -1 when --pack is off. Every problem (--eot without --pack, no id known, an id
+ * outside the vocabulary) ends every rank with one line naming the fix. */
+int pack_flags_eot(const PackFlags *f, const char *cmd, const char *model_dir, int vocab_size);
+
 int file_exists(const char *path);
 /* mkdir -p for the directory part of a file path. */
 void make_parent_dirs(const char *path);

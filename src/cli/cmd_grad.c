@@ -1,7 +1,9 @@
 /* seqpar grad: one forward and backward of a model on the first S+1 tokens of a file
  * (inputs tokens[0..S-1], targets tokens[1..S], positions 0..S-1). Prints "loss: <value>" and
  * writes the gradient of the mean loss for every parameter (HF names and shapes, F32) to a
- * safetensors file. This is the exactness contract every parallel strategy must reproduce. A loss
+ * safetensors file. With --pack the window is packed documents (data/packing.h): document masking,
+ * positions restarting per document, EOT targets ignored, the mean over the targets left. This is
+ * the exactness contract every parallel strategy must reproduce. A loss
  * or gradient norm that is NaN or Inf is an error (exit 1, no file written). */
 #include <getopt.h>
 #include <math.h>
@@ -14,6 +16,7 @@
 #include "core/common.h"
 #include "kernels/bf16.h"
 #include "kernels/isa.h"
+#include "data/packing.h"
 #include "data/tokens.h"
 #include "io/param_io.h"
 #include "model/llama.h"
@@ -42,6 +45,8 @@ int cmd_grad(int argc, char **argv) {
     uint64_t seed = 1;
     int random_init = 0;
     MemoryFlags mf = {0};
+    PackFlags pf;
+    pack_flags_default(&pf);
     ParallelConfig pc;
     parallel_config_default(&pc);
     static const struct option opts[] = {
@@ -50,7 +55,7 @@ int cmd_grad(int argc, char **argv) {
         {"tokens-format", required_argument, 0, 'f'}, {"seq-len", required_argument, 0, 's'},
         {"out", required_argument, 0, 'o'}, {"seed", required_argument, 0, 'r'},
         {"random-init", no_argument, 0, 3101},
-        MEMORY_FLAG_OPTIONS,
+        MEMORY_FLAG_OPTIONS, PACK_FLAG_OPTIONS,
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     opterr = 0;
     optind = 1;
@@ -58,6 +63,7 @@ int cmd_grad(int argc, char **argv) {
     while ((opt = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         if (parallel_flags_handle(&pc, cmd, opt, optarg)) continue;
         if (memory_flags_handle(&mf, cmd, opt, optarg, argc, argv)) continue;
+        if (pack_flags_handle(&pf, cmd, opt, optarg)) continue;
         switch (opt) {
         case 'm': model_dir = optarg; break;
         case 3101: random_init = 1; break;
@@ -66,7 +72,7 @@ int cmd_grad(int argc, char **argv) {
         case 's': seq_len = parse_long(cmd, "seq-len", optarg, 1, 1L << 30); break;
         case 'o': out_path = optarg; break;
         case 'r': seed = (uint64_t)parse_long(cmd, "seed", optarg, 0, (1L << 62)); break;
-        case 'h': fputs(HELP, stdout); fputs(MEMORY_FLAGS_HELP, stdout); fputs(PARALLEL_FLAGS_HELP, stdout); return 0;
+        case 'h': fputs(HELP, stdout); fputs(MEMORY_FLAGS_HELP, stdout); fputs(PACK_FLAGS_HELP, stdout); fputs(PARALLEL_FLAGS_HELP, stdout); return 0;
         default: die_bad_option(cmd, argc, argv, opt);
         }
     }
@@ -79,6 +85,7 @@ int cmd_grad(int argc, char **argv) {
 
     LlamaModel model;
     model_from_dir(&model, model_dir, seed, random_init);
+    const int eot = pack_flags_eot(&pf, cmd, model_dir, model.cfg.vocab_size);
     TokenData td;
     SeqErr err;
     die_if_any_rank(tokens_read(tokens_path, fmt, &td, &err) != 0 ||
@@ -93,14 +100,28 @@ int cmd_grad(int argc, char **argv) {
     int N = par.n_local;
     int *global_inputs = xmalloc(sizeof(int) * S), *global_targets = xmalloc(sizeof(int) * S);
     int *inputs = xmalloc(sizeof(int) * N), *targets = xmalloc(sizeof(int) * N);
+    int *global_docs = NULL, *docs = NULL; /* document starts (packed), else NULL */
     for (int i = 0; i < S; i++) {
         global_inputs[i] = (int)td.tokens[i];
         global_targets[i] = (int)td.tokens[i + 1];
     }
+    long n_targets = S;
+    if (eot >= 0) {
+        global_docs = xmalloc(sizeof(int) * S);
+        docs = xmalloc(sizeof(int) * N);
+        int n_docs = pack_documents(global_inputs, S, eot, global_docs);
+        n_targets -= pack_mask_targets(global_inputs, S, eot, global_targets);
+        if (n_targets == 0)
+            die_collective("seqpar grad: every token of the window is the end-of-text id %d, so nothing is trained: "
+                           "check --eot or the file", eot);
+        seq_parallel_take_local(&par, global_docs, docs);
+        if (par.topo.world_rank == 0)
+            printf("packed: %d documents (end-of-text id %d), %ld of %d targets\n", n_docs, eot, n_targets, S);
+    }
     seq_parallel_take_local(&par, global_inputs, inputs);
     seq_parallel_take_local(&par, global_targets, targets);
     /* Every dp replica computes the same sequence; the sum over all ranks is the mean. */
-    float loss_scale = 1.0f / ((float)S * (float)par.topo.dp);
+    float loss_scale = 1.0f / ((float)n_targets * (float)par.topo.dp);
     comm_set_step(par.comm, 1, "grad");
     FaultPlan faults;
     fault_plan_from_env(&faults);
@@ -109,10 +130,11 @@ int cmd_grad(int argc, char **argv) {
     LlamaActs *acts = llama_acts_create_opts(&model, par.attn, N, &ao);
     grad_sync_attach(&par.sync, &model); /* zero 2/3: per-layer reduce-scatter (and gathers) */
     grad_sync_microbatch(&par.sync, 0);
-    double local = llama_forward_backward(&model, acts, par.attn, inputs, targets, par.positions, N, loss_scale, 1, NULL);
+    double local = llama_forward_backward_docs(&model, acts, par.attn, inputs, targets, par.positions, docs, N, loss_scale,
+                                               1, NULL);
     offload_errors_check(acts, &par);
     if (fault_nonfinite_at(&faults, 1) && par.topo.world_rank == 0) *(model.grads ? model.grads : par.sync.shard_buf) = NAN;
-    double loss = seq_parallel_sum(&par, local) / ((double)S * par.topo.dp);
+    double loss = seq_parallel_sum(&par, local) / ((double)n_targets * par.topo.dp);
     double norm_sq = grad_sync_reduce(&par.sync, model.grads);
     /* NaN and Inf survive every sum: every rank reaches the same verdict */
     if (!isfinite(loss) || !isfinite(norm_sq))
@@ -132,7 +154,7 @@ int cmd_grad(int argc, char **argv) {
     if (par.topo.world_size > 1) comm_control_barrier(par.comm, "MPI_Ibarrier (end of run)", par.topo.world);
     llama_acts_free(acts);
     seq_parallel_free(&par);
-    xfree(global_inputs); xfree(global_targets); xfree(inputs); xfree(targets);
+    xfree(global_inputs); xfree(global_targets); xfree(inputs); xfree(targets); xfree(global_docs); xfree(docs);
     tokens_free(&td);
     llama_free(&model);
     return 0;

@@ -22,6 +22,7 @@
 #include "core/common.h"
 #include "kernels/bf16.h"
 #include "kernels/isa.h"
+#include "data/packing.h"
 #include "data/recall.h"
 #include "data/token_stream.h"
 #include "cli/validation.h"
@@ -224,6 +225,9 @@ static void record_settings(TrainerState *st, const TrainOptions *o, const Llama
        chunks), so a resume under another value would not continue the run bit for bit */
     trainer_state_set(st, "precision", "%s", precision_name(o->mem.precision));
     trainer_state_set(st, "ffn_chunks", "%d", llama_acts_ffn_chunks(acts));
+    /* always recorded, so that resuming with --pack changed either way is refused */
+    if (o->eot >= 0) trainer_state_set(st, "pack_eot", "%d", o->eot);
+    else trainer_state_set(st, "pack_eot", "none");
 }
 
 void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, const char *cmd) {
@@ -243,6 +247,7 @@ void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, 
     parallel_config_default(&o->par);
     const char *peak_env = getenv("SEQPAR_PEAK_GFLOPS"); /* the default of --peak-gflops */
     if (peak_env && *peak_env) o->peak_gflops = parse_double(cmd, "peak-gflops (from SEQPAR_PEAK_GFLOPS)", peak_env, 1e-3, 1e12);
+    pack_flags_default(&o->pack);
     static const struct option opts[] = {
         SIZE_FLAG_OPTIONS,
         PARALLEL_FLAG_OPTIONS,
@@ -253,7 +258,7 @@ void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, 
         {"warmup", required_argument, 0, 'w'}, {"weight-decay", required_argument, 0, 'W'},
         {"decay-all", no_argument, 0, 'A'}, {"grad-clip", required_argument, 0, 'g'},
         {"beta1", required_argument, 0, '1'}, {"beta2", required_argument, 0, '2'},
-        MEMORY_FLAG_OPTIONS, {"seed", required_argument, 0, 'r'},
+        MEMORY_FLAG_OPTIONS, PACK_FLAG_OPTIONS, {"seed", required_argument, 0, 'r'},
         {"random-init", no_argument, 0, 3101},
         {"eval-every", required_argument, 0, 'e'}, {"eval-seqs", required_argument, 0, 'E'},
         {"val-data", required_argument, 0, 3103}, {"eval-batches", required_argument, 0, 3104},
@@ -272,6 +277,7 @@ void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, 
         if (size_flags_handle(sf, cmd, opt, optarg)) continue;
         if (parallel_flags_handle(&o->par, cmd, opt, optarg)) continue;
         if (memory_flags_handle(&o->mem, cmd, opt, optarg, argc, argv)) continue;
+        if (pack_flags_handle(&o->pack, cmd, opt, optarg)) continue;
         switch (opt) {
         case 'm': o->model_dir = optarg; break;
         case 3101: o->random_init = 1; break;
@@ -316,6 +322,7 @@ void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, 
             fputs(SIZE_FLAGS_HELP, stdout);
             fputs(HELP_TAIL, stdout);
             fputs(MEMORY_FLAGS_HELP, stdout);
+            fputs(PACK_FLAGS_HELP, stdout);
             fputs(PARALLEL_FLAGS_HELP, stdout);
             exit(0);
         default: die_bad_option(cmd, argc, argv, opt);
@@ -434,6 +441,10 @@ int cmd_train(int argc, char **argv) {
     }
     const LlamaConfig *c = &model.cfg;
     ds.ts.vocab_size = c->vocab_size; /* every shard is checked when it is loaded */
+    o.eot = pack_flags_eot(&o.pack, "train", o.model_dir ? o.model_dir : o.resume_dir, c->vocab_size);
+    if (o.eot >= 0 && ds.is_recall)
+        die_collective("seqpar train: --pack splits token data at the end-of-text id: pass --data with a token file "
+                       "(.bin shard or .txt), not the recall task");
     if (ds.is_recall) {
         ds.spec.format = (RecallFormat)o.recall_format;
         ds.spec.vocab_size = c->vocab_size;
@@ -489,6 +500,9 @@ int cmd_train(int argc, char **argv) {
     grad_sync_attach(&par.sync, &model); /* zero 2/3: per-layer reduce-scatter (and gathers) */
     int *g_inputs = xmalloc(sizeof(int) * (size_t)S * o.batch), *g_targets = xmalloc(sizeof(int) * (size_t)S * o.batch);
     int *inputs = xmalloc(sizeof(int) * (size_t)N * per_replica), *targets = xmalloc(sizeof(int) * (size_t)N * per_replica);
+    /* --pack: document starts of the global batch and of this rank's tokens (data/packing.h) */
+    int *g_docs = o.eot >= 0 ? xmalloc(sizeof(int) * (size_t)S * o.batch) : NULL;
+    int *docs = o.eot >= 0 ? xmalloc(sizeof(int) * (size_t)N * per_replica) : NULL;
 
     double peak = o.peak_gflops > 0 ? o.peak_gflops : sgemm_peak_gflops(SGEMM_PEAK_TRIALS);
     double flops_per_token = llama_train_flops_per_token(c, S);
@@ -532,6 +546,8 @@ int cmd_train(int argc, char **argv) {
             printf("validation: %s (%s): %d sequences every %d steps and at the end\n", o.val_data, vdesc, vp->n_seqs,
                    o.eval_every);
         }
+        if (o.eot >= 0)
+            printf("packed documents: split at end-of-text id %d; each token attends only to its document\n", o.eot);
         if (ds.is_recall)
             printf("recall task: %d pairs, %d queries per sequence, chance accuracy %.3f\n", ds.spec.n_pairs,
                    ds.spec.n_queries, 1.0 / recall_n_keys(&ds.spec));
@@ -557,6 +573,10 @@ int cmd_train(int argc, char **argv) {
         long n_targets = 0;
         for (int b = 0; b < o.batch; b++) {
             next_sequence(&ds, &st, S, g_inputs + (size_t)b * S, g_targets + (size_t)b * S);
+            if (o.eot >= 0) {
+                pack_documents(g_inputs + (size_t)b * S, S, o.eot, g_docs + (size_t)b * S);
+                pack_mask_targets(g_inputs + (size_t)b * S, S, o.eot, g_targets + (size_t)b * S);
+            }
             for (int i = 0; i < S; i++) n_targets += g_targets[(size_t)b * S + i] >= 0;
         }
         if (n_targets == 0) die_collective("a batch holds no targets: use a longer --seq-len or more --recall-queries");
@@ -564,13 +584,15 @@ int cmd_train(int argc, char **argv) {
             size_t g = (size_t)(par.topo.dp_rank * per_replica + b) * S;
             seq_parallel_take_local(&par, g_inputs + g, inputs + (size_t)b * N);
             seq_parallel_take_local(&par, g_targets + g, targets + (size_t)b * N);
+            if (docs) seq_parallel_take_local(&par, g_docs + g, docs + (size_t)b * N);
         }
         if (model.grads) memset(model.grads, 0, sizeof(float) * model.table.total); /* zero 2/3 have none */
         double loss_sum = 0;
         for (int b = 0; b < per_replica; b++) {
             grad_sync_microbatch(&par.sync, b);
-            loss_sum += llama_forward_backward(&model, acts, par.attn, inputs + (size_t)b * N, targets + (size_t)b * N,
-                                               par.positions, N, 1.0f / (float)n_targets, 1, NULL);
+            loss_sum += llama_forward_backward_docs(&model, acts, par.attn, inputs + (size_t)b * N, targets + (size_t)b * N,
+                                                    par.positions, docs ? docs + (size_t)b * N : NULL, N,
+                                                    1.0f / (float)n_targets, 1, NULL);
         }
         offload_errors_check(acts, &par); /* a failed layer-input write or read (a full disk) */
         if (fault_nonfinite_at(&faults, st.step + 1) && root) *(model.grads ? model.grads : par.sync.shard_buf) = NAN;
@@ -707,7 +729,7 @@ int cmd_train(int argc, char **argv) {
                "measured sgemm) is below what this run reached\n");
     if (root && !isnan(last_loss)) printf("final loss %.6f\n", last_loss);
     if (log) fclose(log);
-    xfree(g_inputs); xfree(g_targets); xfree(inputs); xfree(targets);
+    xfree(g_inputs); xfree(g_targets); xfree(inputs); xfree(targets); xfree(g_docs); xfree(docs);
     llama_acts_free(acts);
     seq_parallel_free(&par); /* writes the trace */
     if (root) { /* where this run's files are */

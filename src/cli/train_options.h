@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "cli/cli_common.h"
+#include "data/packing.h"
 #include "data/tokens.h"
 #include "optim/adamw.h"
 
@@ -23,6 +24,8 @@ typedef struct {
     int min_lr_set;
     ParallelConfig par;
     MemoryFlags mem;
+    PackFlags pack;
+    int eot; /* --pack: the end-of-text id documents end with; -1: not packed */
 } TrainOptions;
 
 /* Parses train's flags (GNU long options; a bad one ends every rank with one line naming it);

@@ -240,6 +240,36 @@ int config_json_read(const char *path, LlamaConfig *c, SeqErr *e) {
     return rc;
 }
 
+int config_json_eos_token_id(const char *path, int *eos, SeqErr *e) {
+    unsigned char *text;
+    size_t len;
+    if (read_regular_file(path, "model config", CONFIG_MAX_BYTES, &text, &len, e) != 0) return -1;
+    json_error_t jerr;
+    json_t *root = json_loadb((const char *)text, len, 0, &jerr);
+    xfree(text);
+    if (!root || !json_is_object(root)) {
+        if (root) json_decref(root);
+        return seq_err(e, "config '%s' is not a JSON object: pass --eot ID", path);
+    }
+    int rc = 1;
+    json_t *v = field(root, "eos_token_id");
+    if (v && json_is_array(v) && json_array_size(v) == 1) v = json_array_get(v, 0);
+    if (!v) {
+        rc = 1;
+    } else if (json_is_array(v)) {
+        rc = seq_err(e, "config '%s' lists %zu eos_token_id values: pass the one that ends documents with --eot ID",
+                     path, json_array_size(v));
+    } else if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= INT_MAX) {
+        rc = seq_err(e, "config '%s': \"eos_token_id\" must be a non-negative JSON integer, found %s: pass --eot ID",
+                     path, json_type_name(v));
+    } else {
+        *eos = (int)json_integer_value(v);
+        rc = 0;
+    }
+    json_decref(root);
+    return rc;
+}
+
 void config_json_load(const char *path, LlamaConfig *c) {
     SeqErr e;
     if (config_json_read(path, c, &e) != 0) die_collective("%s", e.msg);

@@ -19,6 +19,11 @@ int config_json_read(const char *path, LlamaConfig *c, SeqErr *e);
 int config_json_parse(const char *text, size_t len, const char *path, LlamaConfig *c, SeqErr *e);
 void config_json_load(const char *path, LlamaConfig *c);
 
+/* The end-of-text token id of config.json at `path` ("eos_token_id", an integer or a list of one)
+ * for packing documents: 0 with *eos set, 1 when the config has none, -1 with a one-line message
+ * in *e (unreadable file, a list of several ids, not an integer). */
+int config_json_eos_token_id(const char *path, int *eos, SeqErr *e);
+
 /* Writes an HF-loadable config.json (architectures LlamaForCausalLM, model_type llama,
  * hidden_act silu, torch_dtype float32, ...) atomically (temp file, fsync, rename). */
 void config_json_save(const char *path, const LlamaConfig *c);

@@ -645,6 +645,13 @@ static void hook(LlamaModel *m, LlamaHookPoint p, int layer, int backward) {
 double llama_forward_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn,
                               const int *inputs, const int *targets, const int *positions, int N,
                               float loss_scale, int backward, int *predictions) {
+    return llama_forward_backward_docs(m, a, attn, inputs, targets, positions, NULL, N, loss_scale, backward,
+                                       predictions);
+}
+
+double llama_forward_backward_docs(LlamaModel *m, LlamaActs *a, SeqAttention *attn,
+                                   const int *inputs, const int *targets, const int *positions, const int *docs,
+                                   int N, float loss_scale, int backward, int *predictions) {
     const LlamaConfig *c = &m->cfg;
     if (N != a->N) die("internal: activations were made for %d tokens, called with %d", a->N, N);
     int D = c->hidden_size, V = c->vocab_size, nL = c->num_hidden_layers;
@@ -653,15 +660,27 @@ double llama_forward_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn,
             die("token %d at position %d is outside the vocabulary (vocab_size %d): use a model whose "
                 "vocab_size covers the data", inputs[i] < 0 || inputs[i] >= V ? inputs[i] : targets[i], i, V);
 
+    int *in_doc = NULL; /* (N) RoPE positions inside each document */
+    if (docs) {
+        in_doc = xmalloc(sizeof(int) * (size_t)(N > 0 ? N : 1));
+        for (int i = 0; i < N; i++) {
+            if (docs[i] < 0 || docs[i] > positions[i])
+                die("internal: token at position %d has document start %d (must be in [0, %d])", positions[i], docs[i],
+                    positions[i]);
+            in_doc[i] = positions[i] - docs[i];
+        }
+    }
+    const int *rope_pos = docs ? in_doc : positions;
     if (c->rope_type == LLAMA_ROPE_DEFAULT) {
-        rope_tables(a->rope_cos, a->rope_sin, positions, N, c->head_dim, c->rope_theta);
+        rope_tables(a->rope_cos, a->rope_sin, rope_pos, N, c->head_dim, c->rope_theta);
     } else {
         double *inv_freq = xmalloc(sizeof *inv_freq * (size_t)(c->head_dim / 2));
         for (int j = 0; j < c->head_dim / 2; j++) inv_freq[j] = llama_rope_inv_freq(c, j);
-        rope_tables_freq(a->rope_cos, a->rope_sin, positions, N, c->head_dim, inv_freq);
+        rope_tables_freq(a->rope_cos, a->rope_sin, rope_pos, N, c->head_dim, inv_freq);
         xfree(inv_freq);
     }
-    attn->set_positions(attn, positions);
+    xfree(in_doc);
+    attn->set_positions(attn, positions, docs);
     hook(m, LLAMA_HOOK_BEGIN, -1, backward);
     embedding_forward(residual_at(a, c, 0), inputs, m->w.embed, N, D);
     for (int l = 0; l < nL; l++) {

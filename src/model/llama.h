@@ -160,4 +160,12 @@ double llama_forward_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn,
                               const int *inputs, const int *targets, const int *positions, int N,
                               float loss_scale, int backward, int *predictions);
 
+/* The same over packed documents (data/packing.h): docs (N) gives each token's document as the
+ * global position of the document's first token, so a token attends only to earlier tokens of its
+ * document and RoPE sees positions[i] - docs[i], its position inside the document (transformers'
+ * position_ids of packed training). docs NULL is llama_forward_backward. */
+double llama_forward_backward_docs(LlamaModel *m, LlamaActs *a, SeqAttention *attn,
+                                   const int *inputs, const int *targets, const int *positions, const int *docs,
+                                   int N, float loss_scale, int backward, int *predictions);
+
 #endif

@@ -70,10 +70,10 @@ typedef struct {
 
 static AgCtx *ag_of(ContextSchedule *s) { return (AgCtx *)s->ctx; }
 
-static void ag_set_positions(ContextSchedule *s, const int *all_pos) {
+static void ag_set_positions(ContextSchedule *s, const int *all_pos, const int *all_doc) {
     AgCtx *x = ag_of(s);
     for (int c = 0; c < x->P; c++)
-        pos_block_init(&x->pb[c], all_pos + (size_t)c * x->n, x->n, x->runs + (size_t)c * x->n);
+        pos_block_init(&x->pb[c], all_pos + (size_t)c * x->n, all_doc ? all_doc + (size_t)c * x->n : NULL, x->n, x->runs + (size_t)c * x->n);
 }
 
 /* The gathered k|v of every slot (my own without a copy when P = 1). */

@@ -5,8 +5,9 @@
 #include <string.h>
 
 #include "attention/flash_attention.h"
+#include "core/common.h"
 
-void pos_block_init(PosBlock *b, const int *pos, int n, PosRun *runs) {
+void pos_block_init(PosBlock *b, const int *pos, const int *doc, int n, PosRun *runs) {
     int count = 0, i = 0;
     while (i < n) {
         int j = i + 1;
@@ -15,15 +16,12 @@ void pos_block_init(PosBlock *b, const int *pos, int n, PosRun *runs) {
             while (j + 1 < n && (long)pos[j + 1] - pos[j] == stride) j++;
             j++;
         }
-        PosRun r = {i, j - i, pos[i], pos[i]};
-        for (int k = i; k < j; k++) {
-            if (pos[k] < r.lo) r.lo = pos[k];
-            if (pos[k] > r.hi) r.hi = pos[k];
-        }
-        runs[count++] = r;
+        AttnSpan sp = attn_span(pos + i, doc ? doc + i : NULL, j - i);
+        runs[count++] = (PosRun){i, j - i, sp.pos_lo, sp.pos_hi, sp.doc_lo, sp.doc_hi};
         i = j;
     }
     b->pos = pos;
+    b->doc = doc;
     b->n = n;
     b->runs = runs;
     b->n_runs = count;
@@ -38,16 +36,6 @@ void block_attn_init(BlockAttn *b, Comm *comm, int heads, int kv_heads, int head
     b->scale = 1.0f / sqrtf((float)head_dim);
     b->piece_rows = 256;
     b->compute = 1;
-}
-
-static void range_of(const int *pos, int n, int *lo, int *hi) {
-    int a = pos[0], c = pos[0];
-    for (int i = 1; i < n; i++) {
-        if (pos[i] < a) a = pos[i];
-        if (pos[i] > c) c = pos[i];
-    }
-    *lo = a;
-    *hi = c;
 }
 
 /* The one iterator: calls visit(pair) for every visible (query piece, key run) pair, and tests
@@ -67,11 +55,11 @@ static void for_each_visible_pair(BlockAttn *b, const PosBlock *qb, const PosBlo
         const PosRun *qr = &qb->runs[a];
         for (int r0 = 0; r0 < qr->len; r0 += rows) {
             Pair p = {.i0 = qr->start + r0, .nq = qr->len - r0 < rows ? qr->len - r0 : rows};
-            int plo, phi, did = 0;
-            range_of(qb->pos + p.i0, p.nq, &plo, &phi);
+            int did = 0;
+            const AttnSpan piece = attn_span(qb->pos + p.i0, qb->doc ? qb->doc + p.i0 : NULL, p.nq);
             for (int c = 0; c < kb->n_runs; c++) {
                 const PosRun *kr = &kb->runs[c];
-                p.vis = attn_visibility(plo, phi, kr->lo, kr->hi);
+                p.vis = attn_visibility(piece, (AttnSpan){kr->lo, kr->hi, kr->doc_lo, kr->doc_hi});
                 if (p.vis == ATTN_VIS_HIDDEN) continue;
                 p.j0 = kr->start;
                 p.nk = kr->len;
@@ -92,7 +80,7 @@ static AttnShape pair_shape(const BlockAttn *b, const Pair *p) {
 
 typedef struct {
     const float *q, *k, *v, *lse, *delta, *dout;
-    const int *qpos, *kpos;
+    const int *qpos, *kpos, *qdoc, *kdoc; /* docs NULL: one document */
     float *o, *lse_out, *dq, *dk, *dv;
 } PairArgs;
 
@@ -104,8 +92,10 @@ static void forward_pair(BlockAttn *b, const Pair *p, void *arg) {
     if (!b->compute) return;
     AttnShape s = pair_shape(b, p);
     double t0 = comm_compute_begin(b->comm);
-    attn_forward(&s, a->q + p->i0 * H * d, a->qpos + p->i0, a->k + p->j0 * Hk * d, a->v + p->j0 * Hk * d,
-                 a->kpos + p->j0, a->o + p->i0 * H * d, a->lse_out + p->i0 * H);
+    const int docs = a->qdoc && s.mask == ATTN_CAUSAL; /* a fully visible pair needs no ids */
+    attn_forward_docs(&s, a->q + p->i0 * H * d, a->qpos + p->i0, docs ? a->qdoc + p->i0 : NULL, a->k + p->j0 * Hk * d,
+                      a->v + p->j0 * Hk * d, a->kpos + p->j0, docs ? a->kdoc + p->j0 : NULL, a->o + p->i0 * H * d,
+                      a->lse_out + p->i0 * H);
     comm_compute_end(b->comm, "attn fwd", t0);
 }
 
@@ -118,22 +108,26 @@ static void backward_pair(BlockAttn *b, const Pair *p, void *arg) {
     if (!b->compute) return;
     AttnShape s = pair_shape(b, p);
     double t0 = comm_compute_begin(b->comm);
-    attn_backward(&s, a->q + qo, a->qpos + p->i0, a->k + ko, a->v + ko, a->kpos + p->j0, a->lse + p->i0 * H,
-                  a->delta + p->i0 * H, a->dout + qo, a->dq ? a->dq + qo : NULL, a->dk ? a->dk + ko : NULL,
-                  a->dv ? a->dv + ko : NULL);
+    const int docs = a->qdoc && s.mask == ATTN_CAUSAL;
+    attn_backward_docs(&s, a->q + qo, a->qpos + p->i0, docs ? a->qdoc + p->i0 : NULL, a->k + ko, a->v + ko,
+                       a->kpos + p->j0, docs ? a->kdoc + p->j0 : NULL, a->lse + p->i0 * H, a->delta + p->i0 * H,
+                       a->dout + qo, a->dq ? a->dq + qo : NULL, a->dk ? a->dk + ko : NULL, a->dv ? a->dv + ko : NULL);
     comm_compute_end(b->comm, "attn bwd", t0);
 }
 
 void block_attn_forward(BlockAttn *b, const float *q, const PosBlock *qb, const float *k, const float *v,
                         const PosBlock *kb, float *o, float *lse, const Progress *pr) {
-    PairArgs a = {.q = q, .k = k, .v = v, .qpos = qb->pos, .kpos = kb->pos, .o = o, .lse_out = lse};
+    if ((qb->doc == NULL) != (kb->doc == NULL)) die("block_attn_forward: document ids on one side only");
+    PairArgs a = {.q = q, .k = k, .v = v, .qpos = qb->pos, .kpos = kb->pos, .qdoc = qb->doc, .kdoc = kb->doc, .o = o,
+                  .lse_out = lse};
     for_each_visible_pair(b, qb, kb, forward_pair, &a, pr);
 }
 
 void block_attn_backward(BlockAttn *b, const float *q, const PosBlock *qb, const float *k, const float *v,
                          const PosBlock *kb, const float *lse, const float *delta, const float *dout, float *dq,
                          float *dk, float *dv, const Progress *pr) {
+    if ((qb->doc == NULL) != (kb->doc == NULL)) die("block_attn_backward: document ids on one side only");
     PairArgs a = {.q = q, .k = k, .v = v, .lse = lse, .delta = delta, .dout = dout, .qpos = qb->pos, .kpos = kb->pos,
-                  .dq = dq, .dk = dk, .dv = dv};
+                  .qdoc = qb->doc, .kdoc = kb->doc, .dq = dq, .dk = dk, .dv = dv};
     for_each_visible_pair(b, qb, kb, backward_pair, &a, pr);
 }

@@ -5,8 +5,9 @@
  * A block's positions are cut into runs (maximal arithmetic progressions: a zigzag slot is two
  * runs of stride 1, a striped slot one run of stride cp, a contiguous block one run). Queries go
  * in pieces of at most piece_rows rows of one run. Each (piece, key run) pair is classified with
- * attn_visibility() (the rule the kernel uses for its tiles): hidden pairs are skipped, fully
- * visible ones run unmasked (ATTN_FULL), partial ones causal. So zigzag off-diagonal steps cost
+ * attn_visibility() (the rule the kernel uses for its tiles, documents included): hidden pairs are
+ * skipped (a key run wholly in other documents too), fully visible ones run unmasked (ATTN_FULL),
+ * partial ones causal with the documents' ids. So zigzag off-diagonal steps cost
  * exactly half a block and future blocks cost nothing. Between pieces the in-flight requests of
  * the caller's ring are tested (Open MPI progresses transfers only inside MPI calls).
  *
@@ -20,19 +21,22 @@
 
 #include "comm/comm.h"
 
-/* Rows [start, start + len) of a block whose positions are an arithmetic progression in [lo, hi]. */
-typedef struct { int start, len, lo, hi; } PosRun;
+/* Rows [start, start + len) of a block whose positions are an arithmetic progression in [lo, hi],
+ * with document ids in [doc_lo, doc_hi] (0 without documents). */
+typedef struct { int start, len, lo, hi, doc_lo, doc_hi; } PosRun;
 
-/* A block of rows with positions, cut into runs. runs has room for n entries. */
+/* A block of rows with positions (and document ids of packed sequences), cut into runs. runs has
+ * room for n entries. */
 typedef struct {
     const int *pos; /* (n) */
+    const int *doc; /* (n) document ids, or NULL: one document */
     int n;
     PosRun *runs;
     int n_runs;
 } PosBlock;
 
-/* Cuts pos (n) into runs; `runs` must hold n entries (owned by the caller). */
-void pos_block_init(PosBlock *b, const int *pos, int n, PosRun *runs);
+/* Cuts pos (n) into runs; `runs` must hold n entries (owned by the caller). doc (n) may be NULL. */
+void pos_block_init(PosBlock *b, const int *pos, const int *doc, int n, PosRun *runs);
 
 /* Attention work since the last reset. */
 typedef struct { unsigned long long fwd_calls, fwd_cells, bwd_calls, bwd_cells; } AttnWork;

@@ -12,7 +12,8 @@
  *   q, o, dq, dout (n, heads, d);  kv = k | v packed: (2, n, kv_heads, d), k first;
  *   lse, delta (n, heads).
  * Positions of every slot are given once per batch (slot-major: rows of slot c are
- * all_pos[c n .. (c+1) n)); the mask is by position (key visible iff kpos <= qpos), so the layout
+ * all_pos[c n .. (c+1) n)), with document ids alike for packed sequences; the mask is by position
+ * and document (key visible iff kpos <= qpos in the same document), so the layout
  * is whatever the loader chose. A schedule communicates only inside ctx_comm (or communicators it
  * derives from it at creation), and counts its bytes in the kinds of comm.h (ring P2P in
  * COMM_P2P_INNER / COMM_P2P_OUTER, team collectives in COMM_TEAM). Data travels in fp32; every
@@ -45,9 +46,10 @@ typedef struct ContextSchedule ContextSchedule;
 struct ContextSchedule {
     void *ctx;
     BlockAttn *blocks;    /* the schedule's block compute (work counters, piece rows, compute on/off) */
-    /* Per batch, before the layers: the positions of every slot, (cp, n) slot-major. The schedule
-     * may keep the pointer until the next call (the caller keeps the array alive). */
-    void (*set_positions)(ContextSchedule *s, const int *all_pos);
+    /* Per batch, before the layers: the positions of every slot, (cp, n) slot-major, and their
+     * document ids (same shape; NULL: one document). The schedule may keep the pointers until the
+     * next call (the caller keeps the arrays alive). */
+    void (*set_positions)(ContextSchedule *s, const int *all_pos, const int *all_doc);
     /* Writes o (n, heads, d) and lse (n, heads): the exact attention of the slot's queries. */
     void (*forward)(ContextSchedule *s, const float *q, const float *kv, float *o, float *lse);
     /* lse is the forward's final lse, delta = rowsum(dout * o) (n, heads). OVERWRITES dq (n, heads,
@@ -63,7 +65,8 @@ void context_schedule_destroy(ContextSchedule *s);
 typedef struct {
     unsigned long long fwd[COMM_KINDS], bwd[COMM_KINDS];
     unsigned long long fwd_msgs[COMM_KINDS], bwd_msgs[COMM_KINDS];
-    unsigned long long meta_batch; /* control bytes (positions) outside the kinds, once per batch */
+    unsigned long long meta_batch; /* control bytes (positions) outside the kinds, once per batch;
+                                    * packed documents send as many again (their ids) */
 } AttnVolume;
 
 /* Everything the registry's check / volume / memory functions need (no communicators). For a

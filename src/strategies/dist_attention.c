@@ -15,6 +15,7 @@ typedef struct {
     ContextSchedule *sched;
     int S, N, n, Hl, Hk, d;
     int *all_pos;             /* (S) positions of the whole sp group, slot-major */
+    int *all_doc;             /* (S) their document ids (packed sequences), same order */
     float *dout_h, *delta, *dq_h, *dkv_h;
     AttnWork last;            /* work of the last forward / backward */
 } Dist;
@@ -24,13 +25,17 @@ static size_t off_o(const Dist *x) { return off_kv(x) + 2 * (size_t)x->n * x->Hk
 static size_t off_lse(const Dist *x) { return off_o(x) + (size_t)x->n * x->Hl * x->d; }
 static size_t saved_total(const Dist *x) { return off_lse(x) + (size_t)x->n * x->Hl; }
 
-static void dist_set_positions(SeqAttention *sa, const int *positions) {
+static void dist_set_positions(SeqAttention *sa, const int *positions, const int *docs) {
     Dist *x = sa->ctx;
-    if (x->t->sp > 1)
-        comm_allgather_meta(x->comm, COMM_ALLTOALL, positions, x->all_pos, sizeof(int) * (size_t)x->N, x->t->sp_comm);
-    else
-        memcpy(x->all_pos, positions, sizeof(int) * (size_t)x->N);
-    x->sched->set_positions(x->sched, x->all_pos);
+    const size_t bytes = sizeof(int) * (size_t)x->N;
+    if (x->t->sp > 1) {
+        comm_allgather_meta(x->comm, COMM_ALLTOALL, positions, x->all_pos, bytes, x->t->sp_comm);
+        if (docs) comm_allgather_meta(x->comm, COMM_ALLTOALL, docs, x->all_doc, bytes, x->t->sp_comm);
+    } else {
+        memcpy(x->all_pos, positions, bytes);
+        if (docs) memcpy(x->all_doc, docs, bytes);
+    }
+    x->sched->set_positions(x->sched, x->all_pos, docs ? x->all_doc : NULL);
 }
 
 static void dist_forward(SeqAttention *sa, const float *q, const float *k, const float *v, float *o, float *saved) {
@@ -79,6 +84,7 @@ static void dist_destroy(SeqAttention *sa) {
     context_schedule_destroy(x->sched);
     head_exchange_free(&x->hx);
     xfree(x->all_pos);
+    xfree(x->all_doc);
     xfree(x->dout_h);
     xfree(x->delta);
     xfree(x->dq_h);
@@ -105,6 +111,7 @@ SeqAttention *dist_attention_create(const ScheduleInfo *schedule, const Strategy
     x->sched = schedule->create(&sh);
     const size_t n = (size_t)x->n, d = (size_t)x->d;
     x->all_pos = xmalloc(sizeof(int) * (size_t)x->S);
+    x->all_doc = xmalloc(sizeof(int) * (size_t)x->S);
     x->dout_h = xmalloc_aligned(sizeof(float) * n * x->Hl * d);
     x->delta = xmalloc_aligned(sizeof(float) * n * x->Hl);
     x->dq_h = xmalloc_aligned(sizeof(float) * n * x->Hl * d);

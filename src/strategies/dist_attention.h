@@ -4,7 +4,8 @@
  * registry's business (registry.h); this file is the composition every strategy shares.
  *
  * Per batch: the positions of the whole sp group are all-gathered once (sp_comm, S ints, "meta"
- * bytes), in sp-rank order, which is slot-major: T_0, T_1, ... (layout.h).
+ * bytes), in sp-rank order, which is slot-major: T_0, T_1, ... (layout.h); for packed documents
+ * their document ids the same way (S ints more).
  * Per layer, forward: head exchange of q, k, v (N local tokens, all heads -> n = S/cp rows of the
  * context slot, Hl query heads and Hk KV heads); the schedule's forward writes o_h, lse_h; the
  * head exchange brings o back. Backward: dout through the head exchange, delta = rowsum(dO * O)

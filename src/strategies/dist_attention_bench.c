@@ -65,7 +65,7 @@ void dist_attention_bench(const Topology *t, Comm *comm, SeqAttention *sa, const
     memset(r, 0, sizeof *r);
     if (repeats < 1) repeats = 1;
     const int N = sa->heads.n_local, H = sa->heads.n_heads, Hkv = sa->heads.n_kv_heads, d = sa->heads.head_dim;
-    sa->set_positions(sa, pos);
+    sa->set_positions(sa, pos, NULL);
     const size_t nq = (size_t)N * H * d, nk = (size_t)N * Hkv * d;
     float *q = xmalloc_aligned(nq * sizeof(float)), *k = xmalloc_aligned(nk * sizeof(float));
     float *v = xmalloc_aligned(nk * sizeof(float)), *dout = xmalloc_aligned(nq * sizeof(float));

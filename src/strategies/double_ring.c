@@ -77,10 +77,10 @@ static void post_pair(DoubleRing *x, CommKind kind, const float *send, float *re
     comm_irecv(x->comm, kind, recv, bytes, prev, tag, mc, rr);
 }
 
-static void dr_set_positions(ContextSchedule *s, const int *all_pos) {
+static void dr_set_positions(ContextSchedule *s, const int *all_pos, const int *all_doc) {
     DoubleRing *x = s->ctx;
     for (int c = 0; c < x->cp; c++)
-        pos_block_init(&x->slots[c], all_pos + (size_t)c * x->n, x->n, x->runs + (size_t)c * x->n);
+        pos_block_init(&x->slots[c], all_pos + (size_t)c * x->n, all_doc ? all_doc + (size_t)c * x->n : NULL, x->n, x->runs + (size_t)c * x->n);
 }
 
 static void dr_forward(ContextSchedule *s, const float *q, const float *kv, float *o, float *lse) {

@@ -50,6 +50,7 @@ typedef struct {
     int S, P, u, N, c, Cn, H, Hkv, Hl, Hk, d;
     int *all_pos;    /* (S) local positions of every member, member-major */
     int *cpos;       /* (S) positions after the exchange, chunk-major: chunk i at [i Cn, (i+1) Cn) */
+    int *all_doc, *cdoc; /* (S) each: document ids (packed sequences) in the orders of all_pos, cpos */
     PosRun *runs;    /* (S) */
     PosBlock *blk;   /* (u) */
     float *dout_h, *delta, *dq_h, *dkv_h;
@@ -126,26 +127,42 @@ static void fpdt_memory(const StrategyParams *p, int hp_rank, AttnMemory *m) {
     if (c * (size_t)p->n_heads * d > recv) recv = c * (size_t)p->n_heads * d;
     size_t exchange = send + (p->hp > 1 ? recv : 0);
     size_t scratch = 2 * S * Hl * d + S * Hl + 2 * Cn * Hk * d; /* dout_h, dq_h, delta, dkv of one chunk */
-    size_t index = 2 * S + S * (sizeof(PosRun) / sizeof(float)); /* positions (2 x S ints) and runs */
+    /* positions and document ids (2 x S ints each) and runs */
+    size_t index = 4 * S + S * (sizeof(PosRun) / sizeof(float));
     m->workspace = exchange + scratch + index + tier;
     head_split_free(&hs);
 }
 
 static size_t rows_off(const Fpdt *x, int chunk, int heads) { return (size_t)chunk * x->c * heads * x->d; }
 
-static void fpdt_set_positions(SeqAttention *sa, const int *positions) {
+/* Gathers one int per local token of every member (member-major) into all (S). */
+static void gather_member_ints(Fpdt *x, const int *mine, int *all) {
+    if (x->P > 1)
+        comm_allgather_meta(x->comm, COMM_ALLTOALL, mine, all, sizeof(int) * (size_t)x->N, x->t->sp_comm);
+    else
+        memcpy(all, mine, sizeof(int) * (size_t)x->N);
+}
+
+/* Member-major (all) to chunk-major (chunked): chunk i holds piece i of every member. */
+static void chunk_major(const Fpdt *x, const int *all, int *chunked) {
+    for (int i = 0; i < x->u; i++)
+        for (int m = 0; m < x->P; m++)
+            memcpy(chunked + (size_t)i * x->Cn + (size_t)m * x->c, all + (size_t)m * x->N + (size_t)i * x->c,
+                   sizeof(int) * (size_t)x->c);
+}
+
+static void fpdt_set_positions(SeqAttention *sa, const int *positions, const int *docs) {
     Fpdt *x = sa->ctx;
     x->batches++;
-    if (x->P > 1)
-        comm_allgather_meta(x->comm, COMM_ALLTOALL, positions, x->all_pos, sizeof(int) * (size_t)x->N, x->t->sp_comm);
-    else
-        memcpy(x->all_pos, positions, sizeof(int) * (size_t)x->N);
-    for (int i = 0; i < x->u; i++) {
-        for (int m = 0; m < x->P; m++)
-            memcpy(x->cpos + (size_t)i * x->Cn + (size_t)m * x->c, x->all_pos + (size_t)m * x->N + (size_t)i * x->c,
-                   sizeof(int) * (size_t)x->c);
-        pos_block_init(&x->blk[i], x->cpos + (size_t)i * x->Cn, x->Cn, x->runs + (size_t)i * x->Cn);
+    gather_member_ints(x, positions, x->all_pos);
+    chunk_major(x, x->all_pos, x->cpos);
+    if (docs) {
+        gather_member_ints(x, docs, x->all_doc);
+        chunk_major(x, x->all_doc, x->cdoc);
     }
+    for (int i = 0; i < x->u; i++)
+        pos_block_init(&x->blk[i], x->cpos + (size_t)i * x->Cn, docs ? x->cdoc + (size_t)i * x->Cn : NULL, x->Cn,
+                       x->runs + (size_t)i * x->Cn);
 }
 
 static void tier_check(ChunkTier *t, int rc) {
@@ -269,6 +286,8 @@ static void fpdt_destroy(SeqAttention *sa) {
     head_exchange_free(&x->hx);
     xfree(x->all_pos);
     xfree(x->cpos);
+    xfree(x->all_doc);
+    xfree(x->cdoc);
     xfree(x->runs);
     xfree(x->blk);
     xfree(x->dout_h);
@@ -309,6 +328,8 @@ static SeqAttention *fpdt_create(const StrategyParams *p, const Topology *t, Com
     }
     x->all_pos = xmalloc(sizeof(int) * S);
     x->cpos = xmalloc(sizeof(int) * S);
+    x->all_doc = xmalloc(sizeof(int) * S);
+    x->cdoc = xmalloc(sizeof(int) * S);
     x->runs = xmalloc(sizeof(PosRun) * S);
     x->blk = xcalloc((size_t)x->u, sizeof(PosBlock));
     x->dout_h = xmalloc_aligned(sizeof(float) * S * x->Hl * d);

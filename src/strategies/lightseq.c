@@ -217,17 +217,17 @@ static const PosBlock *rows_block(const LsCtx *x, int slot, LightseqRows rows) {
     return rows == LS_ROWS_FIRST ? &x->pb_first[slot] : rows == LS_ROWS_SECOND ? &x->pb_second[slot] : &x->pb[slot];
 }
 
-static void ls_set_positions(ContextSchedule *s, const int *all_pos) {
+static void ls_set_positions(ContextSchedule *s, const int *all_pos, const int *all_doc) {
     LsCtx *x = ls_of(s);
     int f0, fn, s0, sn;
     lightseq_rows(LS_ROWS_FIRST, x->n, &f0, &fn);
     lightseq_rows(LS_ROWS_SECOND, x->n, &s0, &sn);
     for (int c = 0; c < x->P; c++) {
-        const int *pos = all_pos + (size_t)c * x->n;
+        const int *pos = all_pos + (size_t)c * x->n, *doc = all_doc ? all_doc + (size_t)c * x->n : NULL;
         PosRun *runs = x->runs_split + (size_t)c * x->n;
-        pos_block_init(&x->pb[c], pos, x->n, x->runs + (size_t)c * x->n);
-        pos_block_init(&x->pb_first[c], pos + f0, fn, runs);
-        pos_block_init(&x->pb_second[c], pos + s0, sn, runs + fn);
+        pos_block_init(&x->pb[c], pos, doc, x->n, x->runs + (size_t)c * x->n);
+        pos_block_init(&x->pb_first[c], pos + f0, doc ? doc + f0 : NULL, fn, runs);
+        pos_block_init(&x->pb_second[c], pos + s0, doc ? doc + s0 : NULL, sn, runs + fn);
     }
     /* exact only if no key of a later slot is visible to a query of an earlier slot */
     for (int c = 0; c + 1 < x->P; c++) {

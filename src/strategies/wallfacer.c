@@ -281,12 +281,13 @@ typedef struct {
     PosBlock *slot_blk; /* (P): the rows of each context slot */
 } WfCtx;
 
-static void wf_set_positions(ContextSchedule *s, const int *all_pos) {
+static void wf_set_positions(ContextSchedule *s, const int *all_pos, const int *all_doc) {
     WfCtx *x = s->ctx;
     const int n = x->n;
     x->all_pos = all_pos;
     for (int c = 0; c < x->me.P; c++)
-        pos_block_init(&x->slot_blk[c], all_pos + (size_t)c * n, n, x->runs + (size_t)c * n);
+        pos_block_init(&x->slot_blk[c], all_pos + (size_t)c * n, all_doc ? all_doc + (size_t)c * n : NULL, n,
+                       x->runs + (size_t)c * n);
 }
 
 /* The rows of member j of team t. */

@@ -1,0 +1,30 @@
+/* Packed documents: document starts, target masking and visible-pair counts (see packing.h). */
+#include "data/packing.h"
+
+int pack_documents(const int *tokens, int n, int eot, int *doc_start) {
+    int start = 0, docs = n > 0;
+    for (int i = 0; i < n; i++) {
+        doc_start[i] = start;
+        if (tokens[i] == eot && i + 1 < n) { /* the EOT ends its document; the next token starts one */
+            start = i + 1;
+            docs++;
+        }
+    }
+    return docs;
+}
+
+int pack_mask_targets(const int *inputs, int n, int eot, int *targets) {
+    int masked = 0;
+    for (int i = 0; i < n; i++)
+        if (inputs[i] == eot && targets[i] >= 0) {
+            targets[i] = -1;
+            masked++;
+        }
+    return masked;
+}
+
+long long pack_visible_pairs(const int *doc_start, const int *pos, int n) {
+    long long pairs = 0;
+    for (int i = 0; i < n; i++) pairs += (long long)pos[i] - doc_start[pos[i]] + 1;
+    return pairs;
+}
