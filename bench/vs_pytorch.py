@@ -1,6 +1,6 @@
 """seqpar next to PyTorch, measured in the same run (see vs_pytorch.sh, which sets up the venv).
 
-Prints, for the same shapes, precision (fp32) and thread count:
+Prints, for the same shapes, precision (fp32, and bf16 with --precisions fp32,bf16) and thread count:
   * causal attention, S tokens, head_dim 64 (8 heads) and 128 (4 heads): seqpar's flash attention
     (`seqpar bench attn`) against torch.nn.functional.scaled_dot_product_attention, forward and
     backward GFLOPS (the same flop count for both: 4 d per visible (query, key, head) pair forward,
@@ -8,6 +8,9 @@ Prints, for the same shapes, precision (fp32) and thread count:
   * a training step of the reference model (4 layers, hidden 256, 4 heads / 2 KV heads, head_dim
     64, ffn 1024, vocab 256, one sequence, AdamW): `seqpar bench step` against transformers'
     LlamaForCausalLM with SDPA attention, eager and under torch.compile; tokens/s and peak RSS.
+bf16 is seqpar's --precision bf16 (bf16 GEMMs and attention inputs, fp32 master weights) against
+SDPA on bf16 tensors and the training step under torch.autocast("cpu", dtype=torch.bfloat16) (fp32
+weights, bf16 matmuls and attention), which is what that flag does in PyTorch.
 Every PyTorch measurement runs in its own child process so that its peak RSS is its own. Medians
 of --repeats timed runs after one warm-up. Not a test.
 """
@@ -33,12 +36,13 @@ def rss_mib():
 # children: one measurement each, printing one JSON line
 
 
-def child_attn(S, d, heads, repeats):
+def child_attn(S, d, heads, repeats, precision):
     import torch
     import torch.nn.functional as F
 
     torch.manual_seed(0)
-    q, k, v, do = (torch.randn(1, heads, S, d) for _ in range(4))
+    dt = torch.bfloat16 if precision == "bf16" else torch.float32
+    q, k, v, do = (torch.randn(1, heads, S, d, dtype=dt) for _ in range(4))
     for t in (q, k, v):
         t.requires_grad_(True)
     flops = 4.0 * d * heads * S * (S + 1) / 2
@@ -58,7 +62,7 @@ def child_attn(S, d, heads, repeats):
     return {"fwd_gflops": flops / f * 1e-9, "bwd_gflops": 2.5 * flops / b * 1e-9, "fwd_s": f, "bwd_s": b}
 
 
-def child_step(S, repeats, compiled):
+def child_step(S, repeats, compiled, precision):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -75,7 +79,8 @@ def child_step(S, repeats, compiled):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = model(input_ids=ids, labels=labels).loss
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            loss = model(input_ids=ids, labels=labels).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -135,6 +140,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--parts", default="attn,step")
+    ap.add_argument("--precisions", default="fp32", help="fp32, bf16 or fp32,bf16")
     a = ap.parse_args()
     if a.child:
         c = json.loads(a.child)
@@ -142,9 +148,9 @@ def main():
 
         torch.set_num_threads(c["threads"])
         if c["kind"] == "attn":
-            r = child_attn(c["S"], c["d"], c["heads"], c["repeats"])
+            r = child_attn(c["S"], c["d"], c["heads"], c["repeats"], c.get("precision", "fp32"))
         else:
-            r = child_step(c["S"], c["repeats"], c["compiled"])
+            r = child_step(c["S"], c["repeats"], c["compiled"], c.get("precision", "fp32"))
         print(json.dumps(r))
         return
     import torch
@@ -152,21 +158,23 @@ def main():
 
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     print(f"vs_pytorch: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, CPU {cpu}, {a.threads} threads each, "
-          f"fp32; torch {torch.__version__} (capability {torch.backends.cpu.get_cpu_capability()}), "
+          f"{a.precisions}; torch {torch.__version__} (capability {torch.backends.cpu.get_cpu_capability()}), "
           f"transformers {transformers.__version__}; medians of {a.repeats}")
     sys.stdout.flush()
     parts = a.parts.split(",")
-    for S in [int(x) for x in a.seq_lens.split(",")]:
+    for prec, S in [(p, int(x)) for p in a.precisions.split(",") for x in a.seq_lens.split(",")]:
+        if prec not in ("fp32", "bf16"):
+            sys.exit(f"--precisions: '{prec}' is not fp32 or bf16")
         if "attn" in parts:
-            text = seqpar(["attn", "--seq-len", str(S), "--head-dims", "64,128", "--repeats", str(a.repeats)],
-                          a.threads, 3600)
-            head = [l for l in text.splitlines() if l.startswith(("kernels", "OpenBLAS"))]
+            text = seqpar(["attn", "--seq-len", str(S), "--head-dims", "64,128", "--repeats", str(a.repeats),
+                           "--precision", prec], a.threads, 3600)
+            head = [l for l in text.splitlines() if l.startswith(("kernels", "OpenBLAS", "bf16 GEMM"))]
             print("\n".join("  seqpar " + l for l in head))
             sp = parse_attn(text)
-            print(f"attention, causal, S = {S}, GFLOPS forward / backward (ratio = seqpar / PyTorch):")
+            print(f"attention, causal, S = {S}, {prec}, GFLOPS forward / backward (ratio = seqpar / PyTorch):")
             for d, heads in ((64, 8), (128, 4)):
                 t = run_child({"kind": "attn", "S": S, "d": d, "heads": heads, "repeats": a.repeats,
-                               "threads": a.threads}, 3600)
+                               "threads": a.threads, "precision": prec}, 3600)
                 s = sp.get(d)
                 if "error" in t or not s:
                     print(f"  d = {d:3d}, {heads} heads: seqpar {s}, PyTorch SDPA {t.get('error')}")
@@ -176,19 +184,20 @@ def main():
                       f"{s[1] / t['bwd_gflops']:.2f}x")
                 sys.stdout.flush()
         if "step" in parts:
-            text = seqpar(["step", "--seq-len", str(S), "--repeats", str(a.repeats)], a.threads, 3600)
+            text = seqpar(["step", "--seq-len", str(S), "--repeats", str(a.repeats), "--precision", prec], a.threads,
+                          3600)
             m = re.search(r"([\d.]+) tokens/s.*?peak tracked memory ([\d.]+) MiB, peak RSS ([\d.]+) MiB", text)
             if not m:
                 sys.exit("could not parse seqpar bench step output:\n" + text)
             sp_tok, sp_tracked, sp_rss = float(m.group(1)), float(m.group(2)), float(m.group(3))
-            print(f"training step, reference model, S = {S} (tokens/s, peak RSS; ratio = seqpar / PyTorch):")
+            print(f"training step, reference model, S = {S}, {prec} (tokens/s, peak RSS; ratio = seqpar / PyTorch):")
             print(f"  seqpar                          {sp_tok:8.0f} tokens/s | peak RSS {sp_rss:7.0f} MiB "
                   f"(tracked buffers {sp_tracked:.0f} MiB)")
             sys.stdout.flush()
             for compiled in ([False] if a.no_compile else [False, True]):
                 name = "torch.compile" if compiled else "eager"
                 t = run_child({"kind": "step", "S": S, "repeats": a.repeats, "compiled": compiled,
-                               "threads": a.threads}, 3600)
+                               "threads": a.threads, "precision": prec}, 3600)
                 if "error" in t:
                     print(f"  LlamaForCausalLM + SDPA, {name:13s}: {t['error']}")
                     continue

@@ -6,9 +6,10 @@
  * Dense matrix products stay in OpenBLAS, which does its own dispatch.
  *
  * Everything else in the binary is compiled for a baseline (x86-64-v2), so one binary runs on
- * every x86-64 machine the project meets and uses what each offers. Reduced precision is not here
- * yet: a bf16 path would add capability bits (avx512_bf16, amx_bf16 with the Linux AMX state
- * permission) and bf16 entries to the table, chosen by precision as well as by ISA. */
+ * every x86-64 machine the project meets and uses what each offers. bf16 (--precision bf16) has
+ * its own table in kernels/bf16.h, chosen from the same capability bits (avx512_bf16; amx_bf16,
+ * which would also need the Linux AMX state permission, is a hook only); attention's tile products
+ * here stay fp32. */
 #ifndef SEQPAR_ISA_H
 #define SEQPAR_ISA_H
 
