@@ -129,7 +129,7 @@ typedef struct {
     float *rstd2;     /* (N) */
     float *gate, *up; /* (N, F), only under none with one FFN chunk; NULL otherwise */
     /* bf16: this layer's own q, k, v (none, when not shared) and o (none, selective) are kept
-     * here; q, k, v, o above then point at the shared fp32 set a->wq.. (see layer_stash) */
+     * here; q, k, v, o above then point at the shared fp32 set a->wq.. (see layer_convert) */
     bf16_t *q16, *k16, *v16, *o16;
 } LayerActs;
 
@@ -459,28 +459,18 @@ static void mm_backward(LlamaActs *a, float *din, float *dW, const float *dout, 
 }
 
 /* bf16: after layer l's forward its own o (and q, k, v) go to their bf16 copies (exact for
- * q, k, v, which are bf16-rounded already); before its backward they come back. */
-static void layer_stash(LlamaActs *a, const LlamaConfig *c, int l) {
+ * q, k, v, which are bf16-rounded already: to_bf16 = 1); before its backward they come back
+ * (to_bf16 = 0). */
+static void layer_convert(LlamaActs *a, const LlamaConfig *c, int l, int to_bf16) {
     LayerActs *L = &a->layers[l];
     size_t N = (size_t)a->N, qd = (size_t)c->num_attention_heads * c->head_dim;
     size_t kvd = (size_t)c->num_key_value_heads * c->head_dim;
-    if (L->o16) bf16_pack(L->o16, L->o, N * qd);
-    if (L->q16) {
-        bf16_pack(L->q16, L->q, N * qd);
-        bf16_pack(L->k16, L->k, N * kvd);
-        bf16_pack(L->v16, L->v, N * kvd);
-    }
-}
-
-static void layer_unstash(LlamaActs *a, const LlamaConfig *c, int l) {
-    LayerActs *L = &a->layers[l];
-    size_t N = (size_t)a->N, qd = (size_t)c->num_attention_heads * c->head_dim;
-    size_t kvd = (size_t)c->num_key_value_heads * c->head_dim;
-    if (L->o16) bf16_unpack(L->o, L->o16, N * qd);
-    if (L->q16) {
-        bf16_unpack(L->q, L->q16, N * qd);
-        bf16_unpack(L->k, L->k16, N * kvd);
-        bf16_unpack(L->v, L->v16, N * kvd);
+    struct { float *f; bf16_t *h; size_t n; } t[4] = {
+        {L->o, L->o16, N * qd}, {L->q, L->q16, N * qd}, {L->k, L->k16, N * kvd}, {L->v, L->v16, N * kvd}};
+    for (int i = 0; i < 4; i++) {
+        if (!t[i].h) continue;
+        if (to_bf16) bf16_pack(t[i].h, t[i].f, t[i].n);
+        else bf16_unpack(t[i].f, t[i].h, t[i].n);
     }
 }
 
@@ -687,7 +677,7 @@ double llama_forward_backward_docs(LlamaModel *m, LlamaActs *a, SeqAttention *at
         hook(m, LLAMA_HOOK_BEFORE_FORWARD, l, backward);
         if (a->inputs_tier && backward) input_store(a, c, l);
         layer_forward(m, a, attn, l);
-        layer_stash(a, c, l);
+        layer_convert(a, c, l, 1);
         hook(m, LLAMA_HOOK_AFTER_FORWARD, l, backward);
     }
     if (a->inputs_tier && backward) input_prefetch(a, nL - 1); /* read while the loss runs */
@@ -711,7 +701,7 @@ double llama_forward_backward_docs(LlamaModel *m, LlamaActs *a, SeqAttention *at
             input_fetch(a, c, l);
             if (l > 0) input_prefetch(a, l - 1);
         }
-        layer_unstash(a, c, l);
+        layer_convert(a, c, l, 0);
         /* layer: the attention half again, attention's forward included, into the shared set;
          * selective: q, k, v, the strategy's state and x_mid without attention's forward. The
          * MLP is recomputed chunk by chunk inside its backward. */
