@@ -196,6 +196,17 @@ for z in 2 3; do
         bad "--zero $z: a NaN gradient at step 3 was not skipped (status $rc): $(tail -n 2 "$T/nf.out")"; fi
 done
 
+# ---- a recall evaluation whose sequences do not split evenly over the dp replicas (3 over 2):
+# every replica makes the same passes (ZeRO-3's gathers span them), and exactly 3 sequences count
+rm -f "$T/ev.jsonl"
+run_np 2 "$SEQPAR" "${TRAIN[@]}" --steps 2 --dp 2 --zero 3 --eval-seqs 3 --eval-every 1 --comm-timeout 20 --log "$T/ev.jsonl" >"$T/ev.out" 2>&1
+rc=$?
+q=$(grep -c '"eval": "recall"' "$T/ev.jsonl" 2>/dev/null)
+n=$(grep '"eval": "recall"' "$T/ev.jsonl" 2>/dev/null | tail -n 1 | grep -o '"total": [0-9]*' | awk '{ s += $2 } END { print s + 0 }')
+per=$(sed -nE 's/.*recall task: [0-9]+ pairs, ([0-9]+) queries per sequence.*/\1/p' "$T/ev.out")
+if [ $rc -eq 0 ] && [ "$q" = 2 ] && [ -n "$per" ] && [ "$n" -eq $((3 * per)) ]; then ok; else
+    bad "--zero 3 --dp 2 --eval-seqs 3: status $rc, $q evaluations, $n queries counted (want 2 and $((3 * ${per:-0}))): $(tail -n 2 "$T/ev.out")"; fi
+
 # ---- bad input: the same one line on every rank, non-zero exit, no hang
 zero_error() { # np words flags...
     local np=$1 words=$2

@@ -148,13 +148,18 @@ static double evaluate_recall(LlamaModel *m, LlamaActs *acts, SeqParallel *par, 
     rng_seed(&rng, o->seed ^ 0xE7A1E7A1ull);
     RecallStats stats;
     memset(&stats, 0, sizeof stats);
-    for (int e = 0; e < o->eval_seqs; e++) {
+    /* sequence e goes to replica e mod dp; every replica makes the same number of passes (a pass's
+       collectives, e.g. ZeRO-3's gathers, can span the replicas), and the passes over sequences
+       past --eval-seqs are not counted */
+    const int dp = par->topo.dp, rounds = (o->eval_seqs + dp - 1) / dp;
+    for (int e = 0; e < rounds * dp; e++) {
         recall_generate(&ds->spec, &rng, inputs, targets, ds->distance);
-        if (e % par->topo.dp != par->topo.dp_rank) continue;
+        if (e % dp != par->topo.dp_rank) continue;
         seq_parallel_take_local(par, inputs, li);
         seq_parallel_take_local(par, targets, lt);
         seq_parallel_take_local(par, ds->distance, ld);
         llama_forward_backward(m, acts, par->attn, li, lt, par->positions, N, 1.0f, 0, pred);
+        if (e >= o->eval_seqs) continue;
         for (int i = 0; i < N; i++)
             if (lt[i] >= 0) recall_stats_add(&stats, ld[i], pred[i] == lt[i]);
     }
