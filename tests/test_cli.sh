@@ -101,6 +101,10 @@ if awk -v n="$(hfu_of "$T/u_none.jsonl")" -v l="$(hfu_of "$T/u_layer.jsonl")" -v
         exit !(a[1] > 0 && a[1] == a[2] && d(b[2] / b[1] - 1.25) < 1e-4 && d(c[2] / c[1] - 1.194444) < 1e-4 && b[2] <= 1) }'; then ok; else
     bad "train: HFU / MFU ratios wrong: none $(hfu_of "$T/u_none.jsonl"), layer $(hfu_of "$T/u_layer.jsonl"), selective $(hfu_of "$T/u_selective.jsonl")"; fi
 expect_error "resume with another lr" "lr" "$SEQPAR" train "${TRAIN[@]}" --lr 0.5 --resume "$T/part" --log "$T/x.jsonl"
+# a size flag that contradicts the model's own config is refused (the same value is accepted: a
+# resume may repeat its original command line, as the resumes above do)
+expect_error "--layers against --model" "layers 3 differs from .*num_hidden_layers 2" "$SEQPAR" train --model "$FIX/tiny_mha" --layers 3 --steps 1 --log "$T/x.jsonl"
+expect_error "--hidden against --resume" "hidden 48 differs from .*hidden_size 32" "$SEQPAR" train "${TRAIN[@]}" --hidden 48 --resume "$T/part" --log "$T/x.jsonl"
 # precision and FFN chunks change the arithmetic: a resume under others is refused, naming them
 expect_error "resume under bf16" "precision = fp32 but this run uses bf16" "$SEQPAR" train "${TRAIN[@]}" --precision bf16 --resume "$T/part" --log "$T/x.jsonl"
 expect_error "resume with other FFN chunks" "ffn_chunks" "$SEQPAR" train "${TRAIN[@]}" --ffn-chunks 1 --resume "$T/part" --log "$T/x.jsonl"

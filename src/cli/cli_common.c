@@ -87,6 +87,7 @@ const char SIZE_FLAGS_HELP[] =
 
 int size_flags_handle(SizeFlags *f, const char *cmd, int opt, const char *arg) {
     LlamaConfig *c = &f->cfg;
+    if (opt >= 1001 && opt <= 1009) f->given |= 1u << (opt - 1001);
     switch (opt) {
     case 1001: c->num_hidden_layers = (int)parse_long(cmd, "layers", arg, 1, 4096); return 1;
     case 1002: c->hidden_size = (int)parse_long(cmd, "hidden", arg, 1, 1 << 20); return 1;
@@ -99,6 +100,25 @@ int size_flags_handle(SizeFlags *f, const char *cmd, int opt, const char *arg) {
     case 1009: c->tie_word_embeddings = 1; return 1;
     default: return 0;
     }
+}
+
+void size_flags_check(const SizeFlags *f, const LlamaConfig *c, const char *cmd, const char *source) {
+    const LlamaConfig *g = &f->cfg;
+    const struct { const char *flag, *key; double given, has; } v[] = {
+        {"layers", "num_hidden_layers", g->num_hidden_layers, c->num_hidden_layers},
+        {"hidden", "hidden_size", g->hidden_size, c->hidden_size},
+        {"ffn", "intermediate_size", g->intermediate_size, c->intermediate_size},
+        {"heads", "num_attention_heads", g->num_attention_heads, c->num_attention_heads},
+        {"kv-heads", "num_key_value_heads", g->num_key_value_heads, c->num_key_value_heads},
+        {"head-dim", "head_dim", g->head_dim, c->head_dim},
+        {"vocab", "vocab_size", g->vocab_size, c->vocab_size},
+        {"rope-theta", "rope_theta", g->rope_theta, c->rope_theta},
+        {"tie-embeddings", "tie_word_embeddings", g->tie_word_embeddings, c->tie_word_embeddings},
+    };
+    for (int i = 0; i < 9; i++)
+        if ((f->given >> i & 1u) && v[i].given != v[i].has)
+            die_collective("seqpar %s: --%s %g differs from %s's %s %g: the model's own config sets its sizes (drop "
+                           "--%s)", cmd, v[i].flag, v[i].given, source, v[i].key, v[i].has, v[i].flag);
 }
 
 const char PARALLEL_FLAGS_HELP[] =

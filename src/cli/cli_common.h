@@ -24,6 +24,7 @@ int  current_threads(void);
 /* Model size flags for a model made from scratch (train and bench). */
 typedef struct {
     LlamaConfig cfg;
+    unsigned given; /* bit i: the i-th size flag (1001 + i) was on the command line */
 } SizeFlags;
 void size_flags_default(SizeFlags *f);
 /* Handles --layers --hidden --ffn --heads --kv-heads --head-dim --vocab --rope-theta
@@ -35,6 +36,10 @@ void size_flags_default(SizeFlags *f);
     {"vocab", required_argument, 0, 1007}, {"rope-theta", required_argument, 0, 1008}, \
     {"tie-embeddings", no_argument, 0, 1009}
 int size_flags_handle(SizeFlags *f, const char *cmd, int opt, const char *arg);
+/* With --model or --resume the model's own config decides the sizes: a size flag given with a
+ * different value is one line on every rank naming both values (the same value is accepted, so
+ * a run can be resumed with its original command line). `source` names the config. */
+void size_flags_check(const SizeFlags *f, const LlamaConfig *c, const char *cmd, const char *source);
 extern const char SIZE_FLAGS_HELP[];
 
 /* Loads DIR/config.json and the weights: DIR/model.safetensors or a sharded checkpoint

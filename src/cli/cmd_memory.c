@@ -82,10 +82,12 @@ int cmd_memory(int argc, char **argv) {
     SeqErr e;
     if (o.resume_dir) {
         if (checkpoint_read_config(o.resume_dir, &in.model, &e) != 0) die_collective("%s", e.msg);
+        size_flags_check(&sf, &in.model, "memory", o.resume_dir);
     } else if (o.model_dir) {
         char path[4096];
         snprintf(path, sizeof path, "%s/config.json", o.model_dir);
         if (config_json_read(path, &in.model, &e) != 0) die_collective("%s", e.msg);
+        size_flags_check(&sf, &in.model, "memory", o.model_dir);
     } else {
         in.model = sf.cfg;
         if (in.model.head_dim == 0 && in.model.num_attention_heads > 0) {
