@@ -130,6 +130,14 @@ if grep -q '"dtype":"F32"' "$T/ck.bf16/model.safetensors" && ! grep -q '"dtype":
     bad "a bf16 run's checkpoint is not F32"; fi
 
 # ---- bad input
+# ---- MFU under bf16 is against the measured bf16 GEMM peak, not sgemm's (on a CPU without
+# AVX512_BF16 the conversion path's peak), and stays at most 100%
+out=$(SEQPAR_PEAK_GFLOPS= timeout 120 "$SEQPAR" train --model "$M" --data "$T/text.txt" --seq-len 64 --batch 1 --steps 2 \
+    --precision bf16 --log "$T/mfu.jsonl" 2>&1)
+if printf '%s' "$out" | grep -q "MFU and HFU against [0-9.]* GFLOPS per rank: bf16 peak, the best of [0-9]* bf16 GEMM" &&
+    awk '/"mfu":/ { sub(/.*"mfu": /, ""); sub(/,.*/, ""); if ($0 + 0 > 1 || $0 + 0 <= 0) bad = 1 } END { exit bad }' "$T/mfu.jsonl"; then ok; else
+    bad "train --precision bf16: MFU not against the bf16 peak: $(printf '%s' "$out" | grep -m1 'MFU and HFU')"; fi
+
 out=$(timeout 30 "$SEQPAR" grad --model "$M" --tokens "$T/text.txt" --seq-len 64 --precision fp16 --out "$T/x" 2>&1)
 if [ $? -ne 0 ] && [ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] && printf '%s' "$out" | grep -q "precision expects fp32 or bf16"; then ok; else
     bad "--precision fp16 was not one error line: $out"; fi

@@ -510,7 +510,11 @@ int cmd_train(int argc, char **argv) {
     int *g_docs = o.eot >= 0 ? xmalloc(sizeof(int) * (size_t)S * o.batch) : NULL;
     int *docs = o.eot >= 0 ? xmalloc(sizeof(int) * (size_t)N * per_replica) : NULL;
 
-    double peak = o.peak_gflops > 0 ? o.peak_gflops : sgemm_peak_gflops(SGEMM_PEAK_TRIALS);
+    /* under bf16 the matmuls run at the bf16 GEMM's rate: utilisation is against that peak */
+    const int bf16 = o.mem.precision == PRECISION_BF16;
+    double peak = o.peak_gflops > 0 ? o.peak_gflops
+                  : bf16           ? bf16_gemm_peak_gflops(SGEMM_PEAK_TRIALS)
+                                   : sgemm_peak_gflops(SGEMM_PEAK_TRIALS);
     double flops_per_token = llama_train_flops_per_token(c, S);
     double hw_flops_per_token = flops_per_token + llama_recompute_flops_per_token(c, S, acts);
     int clamped = 0; /* a utilisation above 100% was printed as 100% */
@@ -542,8 +546,9 @@ int cmd_train(int argc, char **argv) {
                    bf16_path_name(bf16_kernels()->path));
         if (o.peak_gflops > 0) printf("MFU and HFU against %.1f GFLOPS per rank (--peak-gflops)", peak);
         else
-            printf("MFU and HFU against %.1f GFLOPS per rank: fp32 peak, the best of %d OpenBLAS sgemm 2048^3 trials "
-                   "with %d threads (raised if a step runs faster)", peak, SGEMM_PEAK_TRIALS, current_threads());
+            printf("MFU and HFU against %.1f GFLOPS per rank: %s peak, the best of %d %s 2048^3 trials with %d threads "
+                   "(raised if a step runs faster)", peak, bf16 ? "bf16" : "fp32", SGEMM_PEAK_TRIALS,
+                   bf16 ? "bf16 GEMM" : "OpenBLAS sgemm", current_threads());
         printf("; --checkpoint %s, %d FFN chunk%s\n", llama_checkpoint_name(o.mem.checkpoint),
                llama_acts_ffn_chunks(acts), llama_acts_ffn_chunks(acts) == 1 ? "" : "s");
         if (vp) {
