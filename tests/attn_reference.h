@@ -134,6 +134,15 @@ static inline void reference_doc_starts(int S, uint64_t seed, int *doc_start) {
     }
 }
 
+/* The document ids of a rank's N tokens at positions pos: doc_start of each position, in a buffer
+ * the caller frees; NULL when the case is not packed (doc_start NULL). */
+static inline int *reference_local_docs(const int *doc_start, const int *pos, int N) {
+    if (!doc_start) return NULL;
+    int *docs = xmalloc(sizeof(int) * (size_t)N);
+    for (int i = 0; i < N; i++) docs[i] = doc_start[pos[i]];
+    return docs;
+}
+
 static inline void reference_free(Reference *R) {
     float *p[] = {R->q, R->k, R->v, R->dout, R->o, R->lse, R->dq, R->dk, R->dv};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) xfree(p[i]);

@@ -134,11 +134,7 @@ static void run_case(const Topology *t, Comm *cm, const Strategy *strat, TokenLa
     layout_positions(layout, S, t->hp, t->cp, t->hp_rank, t->cp_rank, pos);
     AttnVolume vol;
     strategy_volume(strat, &sp, t->hp_rank, t->cp_rank, &vol);
-    int *docs = NULL;
-    if (doc_start) {
-        docs = xmalloc(sizeof(int) * (size_t)N);
-        for (int i = 0; i < N; i++) docs[i] = doc_start[pos[i]];
-    }
+    int *docs = reference_local_docs(doc_start, pos, N);
     comm_stats_reset(cm);
     sa->set_positions(sa, pos, docs);
     /* document ids travel like the positions: the same bytes once more */

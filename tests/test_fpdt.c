@@ -59,11 +59,7 @@ static void run_case(const Topology *t, Comm *cm, const Strategy *fp, const Refe
            mem.saved_per_layer);
     CHECKQ(sa->kept_floats == mem.kept_per_layer, "%s: kept floats %zu, formula %zu", what, sa->kept_floats,
            mem.kept_per_layer);
-    int *docs = NULL;
-    if (doc_start) {
-        docs = xmalloc(sizeof(int) * (size_t)N);
-        for (int i = 0; i < N; i++) docs[i] = doc_start[pos[i]];
-    }
+    int *docs = reference_local_docs(doc_start, pos, N);
     comm_stats_reset(cm);
     sa->set_positions(sa, pos, docs);
     CHECKQ(cm->stats.meta_bytes == vol.meta_batch * (docs ? 2 : 1), "%s: positions: %llu meta bytes, formula %llu",

@@ -296,15 +296,6 @@ static int state_crc(json_t *root, uint32_t *crc) {
     return 0;
 }
 
-static json_t *crc_entry(const char *path) {
-    uint32_t crc;
-    uint64_t size;
-    SeqErr e;
-    if (file_crc32(path, &crc, &size, &e) != 0) die("cannot checksum the checkpoint file just written: %s", e.msg);
-    char hex[11];
-    snprintf(hex, sizeof hex, "0x%08" PRIx32, crc);
-    return json_pack("{s:I, s:s}", "bytes", (json_int_t)size, "crc32", hex);
-}
 
 static void write_json_atomic(const char *path, json_t *root) {
     char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
@@ -352,11 +343,11 @@ void checkpoint_save(const char *dir, const LlamaConfig *cfg, const ParamTable *
     json_t *files = json_object();
     char *p = str_printf("%s/" F_CONFIG, tmp);
     config_json_save(p, cfg);
-    json_object_set_new(files, F_CONFIG, crc_entry(p));
+    json_object_set_new(files, F_CONFIG, file_size_crc_json(p, "checkpoint file"));
     xfree(p);
     int n_weight_files = params_save_dir(tmp, t, params, g_shard_bytes);
     p = str_printf("%s/%s", tmp, n_weight_files == 1 ? F_MODEL : ST_INDEX_NAME);
-    json_object_set_new(files, n_weight_files == 1 ? F_MODEL : ST_INDEX_NAME, crc_entry(p)); /* shards: in the index */
+    json_object_set_new(files, n_weight_files == 1 ? F_MODEL : ST_INDEX_NAME, file_size_crc_json(p, "checkpoint file")); /* shards: in the index */
     xfree(p);
     if (opt) {
         size_t n = opt->end - opt->begin;
@@ -366,7 +357,7 @@ void checkpoint_save(const char *dir, const LlamaConfig *cfg, const ParamTable *
         };
         p = str_printf("%s/" F_OPTIM, tmp);
         st_write_f32(p, w, 2, "pt");
-        json_object_set_new(files, F_OPTIM, crc_entry(p));
+        json_object_set_new(files, F_OPTIM, file_size_crc_json(p, "checkpoint file"));
         xfree(p);
     }
     json_t *root = state_to_json(st, t, opt);

@@ -15,6 +15,16 @@
 #include "io/read_file.h"
 #include "io/safetensors.h"
 
+json_t *file_size_crc_json(const char *path, const char *what) {
+    uint32_t crc;
+    uint64_t size;
+    SeqErr e;
+    if (file_crc32(path, &crc, &size, &e) != 0) die("cannot checksum the %s just written: %s", what, e.msg);
+    char hex[11];
+    snprintf(hex, sizeof hex, "0x%08" PRIx32, crc);
+    return json_pack("{s:I, s:s}", "bytes", (json_int_t)size, "crc32", hex);
+}
+
 static const char LM_HEAD[] = "lm_head.weight";
 static const char EMBED[] = "model.embed_tokens.weight";
 
@@ -60,13 +70,7 @@ int params_save_dir(const char *dir, const ParamTable *t, const float *params, u
         }
         char *path = join_path(dir, name);
         st_write_f32(path, w, n, "pt");
-        uint32_t crc;
-        uint64_t size;
-        SeqErr e;
-        if (file_crc32(path, &crc, &size, &e) != 0) die("cannot checksum the shard just written: %s", e.msg);
-        char hex[11];
-        snprintf(hex, sizeof hex, "0x%08" PRIx32, crc);
-        json_object_set_new(files, name, json_pack("{s:I, s:s}", "bytes", (json_int_t)size, "crc32", hex));
+        json_object_set_new(files, name, file_size_crc_json(path, "shard"));
         xfree(path);
     }
     json_t *root = json_pack("{s:{s:I, s:I, s:o}, s:o}", "metadata", "total_size", (json_int_t)total,

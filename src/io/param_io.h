@@ -26,6 +26,12 @@ void params_load_safetensors(const char *path, const ParamTable *t, float *param
 
 #define ST_INDEX_NAME "model.safetensors.index.json"
 
+/* {"bytes": N, "crc32": "0x..."} of a file just written (a jansson object the caller owns), as a
+ * checkpoint's state and a sharded index record each file; `what` names the file in the message
+ * a failed read dies with. */
+struct json_t;
+struct json_t *file_size_crc_json(const char *path, const char *what);
+
 /* Reads DIR/model.safetensors.index.json (Hugging Face's sharded layout: "weight_map" maps each
  * tensor name to a shard file in DIR) and every shard it names: each table tensor exactly once,
  * in the shard the index names; a missing shard, a missing tensor, a tensor the table lacks or a
