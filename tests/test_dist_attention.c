@@ -45,6 +45,7 @@
 #include "comm/comm.h"
 #include "comm/topology.h"
 #include "core/common.h"
+#include "kernels/bf16.h"
 #include "strategies/dist_attention.h"
 #include "strategies/head_exchange.h"
 #include "strategies/registry.h"
@@ -59,7 +60,7 @@ extern void openblas_set_num_threads(int);
 /* One configuration. */
 
 typedef struct {
-    long cases, skipped, packed;
+    long cases, skipped, packed, wire;
     double max_o, max_lse, max_dq, max_dk, max_dv; /* relative to tolerance */
 } Summary;
 
@@ -99,7 +100,7 @@ static void check_volume(Comm *cm, const Topology *t, const CommStats *st, const
         HeadSplit hs;
         char *e = head_split_init(&hs, t->hp, sp->n_heads, sp->n_kv_heads);
         xfree(e);
-        const uint64_t Nd4 = 4ULL * (uint64_t)(sp->seq_len / t->sp) * (uint64_t)sp->head_dim;
+        const uint64_t Nd4 = (sp->wire_bf16 ? 2ULL : 4ULL) * (uint64_t)(sp->seq_len / t->sp) * (uint64_t)sp->head_dim;
         const int me = t->hp_rank;
         for (int m = 0; m < t->hp; m++) {
             uint64_t b = bwd ? Nd4 * (uint64_t)(hs.hl[m] + hs.hl[me] + 2 * hs.hk[me])
@@ -232,6 +233,80 @@ static void run_case(const Topology *t, Comm *cm, const Strategy *strat, TokenLa
     float *fr[] = {q, k, v, dout, o, dq, dk, dv};
     for (size_t i = 0; i < ARRAY_LEN(fr); i++) xfree(fr[i]);
     seq_attention_destroy(sa);
+}
+
+/* --precision bf16's wire (q, k, v and dout in bf16 in the head exchange and every context
+ * schedule; partial outputs and gradients in fp32 inside the schedules): on inputs that are bf16
+ * values, the strategy's saved state (head-parallel q, kv, o, lse) is BIT-identical to the fp32
+ * wire's, and so are dQ, dK, dV when hp = 1 (the context schedules' traffic is exact); with hp > 1
+ * the head exchange rounds o, dq, dk, dv on their way back, so those are within bf16 rounding
+ * (2^-8 relative to the tensor's largest entry, summed over at most hp replicas). The bytes and
+ * messages equal the strategy's volume formulas with 2-byte elements where bf16 travels. */
+static void run_wire_case(const Topology *t, Comm *cm, const Strategy *strat, TokenLayout layout, int team,
+                          const Reference *R, const char *what) {
+    const HeadCase hc = R->hc;
+    const int S = hc.S, H = hc.H, Hkv = hc.Hkv, d = hc.d, N = S / t->sp;
+    int *pos = xmalloc(sizeof(int) * (size_t)N);
+    layout_positions(layout, S, t->hp, t->cp, t->hp_rank, t->cp_rank, pos);
+    const size_t nq = (size_t)N * H * d, nk = (size_t)N * Hkv * d;
+    float *in[4], *out[2][5];
+    const float *src[4] = {R->q, R->k, R->v, R->dout};
+    const size_t nin[4] = {nq, nk, nk, nq};
+    for (int i = 0; i < 4; i++) {
+        in[i] = xmalloc(sizeof(float) * nin[i]);
+        gather_rows(in[i], src[i], pos, N, (int)(nin[i] / (size_t)N));
+        bf16_round(in[i], nin[i]);
+    }
+    size_t saved_n = 0;
+    for (int w = 0; w < 2; w++) {
+        StrategyParams sp = params_of(t, layout, hc);
+        sp.team = team;
+        sp.wire_bf16 = w;
+        SeqAttention *sa = dist_attention_create(strat->schedule, &sp, t, cm);
+        sa->set_positions(sa, pos, NULL);
+        saved_n = sa->saved_floats;
+        out[w][0] = xmalloc(sizeof(float) * nq);
+        out[w][1] = xmalloc(sizeof(float) * sa->saved_floats);
+        out[w][2] = xmalloc(sizeof(float) * nq);
+        out[w][3] = xmalloc(sizeof(float) * nk);
+        out[w][4] = xmalloc(sizeof(float) * nk);
+        AttnVolume vol;
+        strategy_volume(strat, &sp, t->hp_rank, t->cp_rank, &vol);
+        comm_stats_reset(cm);
+        sa->forward(sa, in[0], in[1], in[2], out[w][0], out[w][1]);
+        CommStats fst = cm->stats;
+        comm_stats_reset(cm);
+        sa->backward(sa, NULL, NULL, NULL, NULL, out[w][1], in[3], out[w][2], out[w][3], out[w][4]);
+        CommStats bst = cm->stats;
+        if (w) {
+            char ww[200];
+            snprintf(ww, sizeof ww, "%s, bf16 wire", what);
+            check_volume(cm, t, &fst, &vol, 0, &sp, strat->schedule == &double_ring_schedule, ww);
+            check_volume(cm, t, &bst, &vol, 1, &sp, strat->schedule == &double_ring_schedule, ww);
+        }
+        seq_attention_destroy(sa);
+    }
+    CHECKQ(!memcmp(out[0][1], out[1][1], sizeof(float) * saved_n),
+           "%s: saved state (head-parallel q, kv, o, lse) differs between the fp32 and bf16 wires", what);
+    const size_t ns[5] = {nq, 0, nq, nk, nk};
+    const char *names[5] = {"O", "", "dQ", "dK", "dV"};
+    for (int i = 0; i < 5; i++) {
+        if (i == 1) continue;
+        if (t->hp == 1) {
+            CHECKQ(!memcmp(out[0][i], out[1][i], sizeof(float) * ns[i]), "%s: %s differs between the fp32 and bf16 wires (hp = 1: must be bit-identical)", what, names[i]);
+            continue;
+        }
+        double mx = 0, err = 0;
+        for (size_t j = 0; j < ns[i]; j++) {
+            mx = fmax(mx, fabs(out[0][i][j]));
+            err = fmax(err, fabs(out[0][i][j] - out[1][i][j]));
+        }
+        CHECKQ(err <= t->hp * mx / 256.0, "%s: %s on the bf16 wire differs by %.3g (largest entry %.3g)", what, names[i], err, mx);
+    }
+    for (int w = 0; w < 2; w++)
+        for (int i = 0; i < 5; i++) xfree(out[w][i]);
+    for (int i = 0; i < 4; i++) xfree(in[i]);
+    xfree(pos);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -466,6 +541,10 @@ int main(int argc, char **argv) {
                                      strat->name, team, dp, hp, cp, W, placement_name((Placement)pl), layout_name((TokenLayout)lay), heads[hi].H,
                                      heads[hi].Hkv, heads[hi].d, heads[hi].S, piece);
                             run_case(&t, cm, strat, (TokenLayout)lay, team, &refs[hi], NULL, piece, &sum, what);
+                            if (hi == 4 || hi == 6) { /* GQA 8/2 and 5 heads (uneven splits) */
+                                run_wire_case(&t, cm, strat, (TokenLayout)lay, team, &refs[hi], what);
+                                sum.wire++;
+                            }
                             for (size_t pi = 0; pi < ARRAY_LEN(packed); pi++) {
                                 if (packed[pi] != hi) continue;
                                 char pw[200];
@@ -498,8 +577,8 @@ int main(int argc, char **argv) {
     MPI_Allreduce(counts, tot, 2, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
     double elapsed = MPI_Wtime() - t_start;
     if (g_rank == 0) {
-        printf("ranks %d: %ld configurations per rank (%ld with packed documents; %ld head shapes skipped as invalid for "
-               "hp), %.2f s\n", g_size, sum.cases, sum.packed, sum.skipped, elapsed);
+        printf("ranks %d: %ld configurations per rank (%ld with packed documents, %ld on the bf16 wire; %ld head shapes "
+               "skipped as invalid for hp), %.2f s\n", g_size, sum.cases, sum.packed, sum.wire, sum.skipped, elapsed);
         printf("worst error / tolerance: O %.3f, LSE %.3f, dQ %.3f, dK %.3f, dV %.3f\n", wmax[0], wmax[1], wmax[2],
                wmax[3], wmax[4]);
         printf("test_dist_attention: %ld passed, %ld failed\n", tot[0], tot[1]);

@@ -11,6 +11,7 @@
 
 #include "comm/trace.h"
 #include "core/common.h"
+#include "kernels/bf16.h"
 
 static const char *const KIND_NAMES[COMM_KINDS] = {"alltoall", "p2p_inner", "p2p_outer", "team", "grad_reduce",
                                                     "param_gather"};
@@ -238,6 +239,8 @@ void comm_destroy(Comm *c) {
         trace_write(c->trace);
         trace_free(c->trace);
     }
+    for (int i = 0; i < c->n_wire; i++) xfree(c->wire[i].stage);
+    xfree(c->wire);
     /* attributes still attached stay valid and are deleted with their communicators */
     mpi_check(MPI_Comm_free_keyval(&c->keyval), "MPI_Comm_free_keyval", MPI_COMM_NULL, -1, 0);
     xfree(c);
@@ -333,12 +336,77 @@ void comm_irecv(Comm *c, CommKind k, void *buf, size_t bytes, int peer, int tag,
     }
 }
 
+/* ---- bf16 wire ---- */
+static MPI_Request wire_busy_marker = MPI_REQUEST_NULL; /* a blocking collective's staging slot */
+
+/* A free slot with room for count bf16 elements (a free one is grown, or a new one added). */
+static CommWireSlot *wire_slot(Comm *c, size_t count) {
+    CommWireSlot *grow = NULL;
+    for (int i = 0; i < c->n_wire; i++) {
+        CommWireSlot *w = &c->wire[i];
+        if (w->req) continue;
+        if (w->cap >= count) return w;
+        if (!grow) grow = w;
+    }
+    if (!grow) {
+        CommWireSlot *bigger = xcalloc((size_t)c->n_wire + 1, sizeof *bigger);
+        if (c->n_wire) memcpy(bigger, c->wire, sizeof *bigger * (size_t)c->n_wire);
+        xfree(c->wire);
+        c->wire = bigger;
+        grow = &c->wire[c->n_wire++];
+    }
+    xfree(grow->stage);
+    grow->stage = xmalloc_aligned(sizeof(bf16_t) * (count ? count : 1));
+    grow->cap = count;
+    return grow;
+}
+
+/* Completes the bf16 transfers whose requests MPI has completed (their handles are null now):
+ * receives are widened into their destinations, slots become free. */
+static void wire_finish(Comm *c) {
+    for (int i = 0; i < c->n_wire; i++) {
+        CommWireSlot *w = &c->wire[i];
+        if (!w->req || w->req == &wire_busy_marker || *w->req != MPI_REQUEST_NULL) continue;
+        if (w->dst) bf16_unpack(w->dst, w->stage, w->count);
+        w->req = NULL;
+        w->dst = NULL;
+    }
+}
+
+void comm_isend_floats(Comm *c, CommKind k, const float *buf, size_t count, CommWire w, int peer, int tag,
+                       MPI_Comm mc, MPI_Request *req) {
+    if (w == COMM_WIRE_FP32) {
+        comm_isend(c, k, buf, sizeof(float) * count, peer, tag, mc, req);
+        return;
+    }
+    CommWireSlot *s = wire_slot(c, count);
+    bf16_pack(s->stage, buf, count);
+    comm_isend(c, k, s->stage, sizeof(bf16_t) * count, peer, tag, mc, req);
+    s->req = req;
+    s->dst = NULL;
+    s->count = count;
+}
+
+void comm_irecv_floats(Comm *c, CommKind k, float *buf, size_t count, CommWire w, int peer, int tag, MPI_Comm mc,
+                       MPI_Request *req) {
+    if (w == COMM_WIRE_FP32) {
+        comm_irecv(c, k, buf, sizeof(float) * count, peer, tag, mc, req);
+        return;
+    }
+    CommWireSlot *s = wire_slot(c, count);
+    comm_irecv(c, k, s->stage, sizeof(bf16_t) * count, peer, tag, mc, req);
+    s->req = req;
+    s->dst = buf;
+    s->count = count;
+}
+
 void comm_waitall(Comm *c, CommKind k, int n, MPI_Request *reqs) {
     if (n <= 0) return;
     double t0 = now_seconds();
     wait_deadline(c, "MPI_Waitall", k, MPI_COMM_NULL, n, reqs);
     double t1 = now_seconds();
     c->stats.wait_s[k] += t1 - t0;
+    if (c->n_wire) wire_finish(c);
     if (c->trace) {
         char name[40];
         snprintf(name, sizeof name, "wait %s", KIND_NAMES[k]);
@@ -351,6 +419,7 @@ int comm_testall(Comm *c, CommKind k, int n, MPI_Request *reqs) {
     double t0 = now_seconds();
     int flag = 0;
     mpi_check(MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE), "MPI_Testall", MPI_COMM_NULL, -1, 0);
+    if (flag && c->n_wire) wire_finish(c);
     double t1 = now_seconds();
     c->stats.wait_s[k] += t1 - t0;
     if (c->trace && t1 - t0 > 20e-6) record(c, "testall", "wait", t0, t1);
@@ -527,6 +596,25 @@ void comm_allgather(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, siz
             count_bytes(c, k, mc, p, bytes_per_rank);
             c->stats.messages[k]++;
         }
+}
+
+void comm_allgather_floats(Comm *c, CommKind k, const float *sendbuf, float *recvbuf, size_t count_per_rank,
+                           CommWire w, MPI_Comm mc) {
+    if (w == COMM_WIRE_FP32) {
+        comm_allgather(c, k, sendbuf, recvbuf, sizeof(float) * count_per_rank, mc);
+        return;
+    }
+    size_t n = (size_t)comm_size_of(mc);
+    CommWireSlot *s = wire_slot(c, count_per_rank);
+    s->req = &wire_busy_marker;
+    CommWireSlot *r = wire_slot(c, n * count_per_rank);
+    s = NULL; /* wire_slot may have moved the slots */
+    for (int i = 0; i < c->n_wire; i++)
+        if (c->wire[i].req == &wire_busy_marker) s = &c->wire[i];
+    bf16_pack(s->stage, sendbuf, count_per_rank);
+    comm_allgather(c, k, s->stage, r->stage, sizeof(bf16_t) * count_per_rank, mc);
+    bf16_unpack(recvbuf, r->stage, n * count_per_rank);
+    s->req = NULL;
 }
 
 void comm_allgather_meta(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t bytes, MPI_Comm mc) {

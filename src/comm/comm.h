@@ -98,6 +98,20 @@ typedef struct {
     size_t bytes;
 } CommPosted;
 
+/* How fp32 values travel (comm_isend_floats and friends): as they are, or rounded to bf16 (two
+ * bytes an element; round to nearest even, kernels/bf16.h) and widened again on arrival. */
+typedef enum { COMM_WIRE_FP32 = 0, COMM_WIRE_BF16 = 1 } CommWire;
+
+/* A bf16 transfer in flight: its staging buffer (kept for reuse once done) and, for a receive,
+ * where the widened values go when the request completes. */
+typedef struct {
+    MPI_Request *req; /* the caller's handle (NULL: the slot is free) */
+    void *stage;      /* bf16 elements, cap of them */
+    size_t cap;
+    float *dst;       /* receive: widened into dst[0 .. count) on completion; send: NULL */
+    size_t count;
+} CommWireSlot;
+
 typedef struct {
     const Topology *topo;
     CommStats stats;
@@ -109,6 +123,8 @@ typedef struct {
     const char *phase;/* what the caller is doing ("train", "eval", "save", ...): a string literal */
     CommPosted posted[COMM_POSTED]; /* ring of recent isend/irecv requests */
     int posted_next;
+    CommWireSlot *wire; /* bf16 transfers: slots in flight and idle staging buffers */
+    int n_wire;
 } Comm;
 
 /* Creates the context. trace_path non-NULL turns tracing on (written by comm_destroy).
@@ -148,6 +164,16 @@ void comm_isend(Comm *c, CommKind k, const void *buf, size_t bytes, int peer, in
                 MPI_Request *req);
 void comm_irecv(Comm *c, CommKind k, void *buf, size_t bytes, int peer, int tag, MPI_Comm mc,
                 MPI_Request *req);
+/* fp32 values on a wire (CommWire): COMM_WIRE_FP32 is comm_isend / comm_irecv of 4 count bytes;
+ * COMM_WIRE_BF16 sends 2 count bytes (counted so) from a staging buffer the values were rounded
+ * into, and a receive is widened into buf when its request completes in comm_waitall or
+ * comm_testall (every wait on such a request must go through them). For values that are bf16
+ * already (q, k, v, dout under --precision bf16) the bf16 wire is exact: half the bytes, the same
+ * bits. Staging buffers are kept for reuse until comm_destroy. */
+void comm_isend_floats(Comm *c, CommKind k, const float *buf, size_t count, CommWire w, int peer, int tag,
+                       MPI_Comm mc, MPI_Request *req);
+void comm_irecv_floats(Comm *c, CommKind k, float *buf, size_t count, CommWire w, int peer, int tag, MPI_Comm mc,
+                       MPI_Request *req);
 /* Waits for n requests (MPI_REQUEST_NULL entries allowed); the blocked time goes to kind k. */
 void comm_waitall(Comm *c, CommKind k, int n, MPI_Request *reqs);
 /* One MPI_Testall (progresses transfers); returns 1 when all n are complete. Time goes to k. */
@@ -180,6 +206,9 @@ void comm_iallgatherv(Comm *c, CommKind k, const void *sendbuf, int sendcount, v
                       const int *displs, MPI_Datatype dt, MPI_Comm mc, MPI_Request *req);
 /* All-gather of equal blocks of bytes_per_rank (own block to each other member). */
 void comm_allgather(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t bytes_per_rank, MPI_Comm mc);
+/* comm_allgather of count floats per rank on a wire (see comm_isend_floats). */
+void comm_allgather_floats(Comm *c, CommKind k, const float *sendbuf, float *recvbuf, size_t count_per_rank,
+                           CommWire w, MPI_Comm mc);
 /* Plain all-gather of small control data; its bytes go to meta_bytes, its time to kind k. */
 void comm_allgather_meta(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t bytes,
                          MPI_Comm mc);

@@ -7,7 +7,8 @@
  *
  * Communication (COMM_TEAM, ctx_comm): forward one all-gather of k|v; backward the same
  * all-gather again (the gathered kv is not kept between forward and backward: it would cost
- * 2 S Hk d floats per layer) and one reduce-scatter of dk|dv.
+ * 2 S Hk d floats per layer) and one reduce-scatter of dk|dv. Under --precision bf16 the
+ * all-gathers carry bf16 (exact: k and v are bf16 values), the reduce-scatter fp32 (a sum).
  *
  * Not here: overlap of the all-gather with compute (Llama 3 overlaps it with other work; here it
  * is a blocking collective, its whole time counts as exposed wait), the head exchange. */
@@ -34,16 +35,18 @@ static void allgather_volume(const StrategyParams *p, int cp_rank, AttnVolume *v
     memset(v, 0, sizeof *v);
     if (p->cp <= 1) return;
     const unsigned long long P = (unsigned)p->cp, kv = 4ULL * kv_floats(p);
-    v->fwd[COMM_TEAM] = (P - 1) * kv;                  /* all-gather: my block to each peer */
+    const unsigned long long kv_wire = p->wire_bf16 ? kv / 2 : kv;
+    v->fwd[COMM_TEAM] = (P - 1) * kv_wire;             /* all-gather: my block to each peer */
     v->fwd_msgs[COMM_TEAM] = P - 1;
-    v->bwd[COMM_TEAM] = 2 * (P - 1) * kv;              /* all-gather again + reduce-scatter of dk|dv */
+    v->bwd[COMM_TEAM] = (P - 1) * (kv_wire + kv);      /* all-gather again + reduce-scatter of dk|dv */
     v->bwd_msgs[COMM_TEAM] = 2 * (P - 1);
 }
 
-/* forward: the gathered k|v (cp blocks); backward: that plus dk|dv for all of it */
+/* forward: the gathered k|v (cp blocks); backward: that plus dk|dv for all of it; the bf16 wire's
+ * staging (my block and the gathered blocks in bf16: (cp + 1) blocks of half the size) */
 static size_t allgather_workspace_floats(const StrategyParams *p) {
     if (p->cp <= 1) return 0;
-    return 2 * (size_t)p->cp * kv_floats(p);
+    return 2 * (size_t)p->cp * kv_floats(p) + (p->wire_bf16 ? ((size_t)p->cp + 1) * kv_floats(p) / 2 : 0);
 }
 
 static char *allgather_check(const StrategyParams *p) {
@@ -60,6 +63,7 @@ typedef struct {
     Comm *comm;
     MPI_Comm mc;
     int P, r, n, H, Hk, d;
+    CommWire wire;  /* of the all-gathers */
     size_t kvf, qf; /* floats of one k|v block, of the q block */
     BlockAttn ba;
     PosBlock *pb;   /* (P) */
@@ -79,7 +83,7 @@ static void ag_set_positions(ContextSchedule *s, const int *all_pos, const int *
 /* The gathered k|v of every slot (my own without a copy when P = 1). */
 static const float *gather_kv(AgCtx *x, const float *kv) {
     if (x->P == 1) return kv;
-    comm_allgather(x->comm, COMM_TEAM, kv, x->kv_all, sizeof(float) * x->kvf, x->mc);
+    comm_allgather_floats(x->comm, COMM_TEAM, kv, x->kv_all, x->kvf, x->wire, x->mc);
     return x->kv_all;
 }
 
@@ -142,6 +146,7 @@ static ContextSchedule *allgather_create(const ScheduleShape *sh) {
     x->H = sh->heads;
     x->Hk = sh->kv_heads;
     x->d = sh->head_dim;
+    x->wire = sh->wire;
     x->kvf = 2 * (size_t)sh->n * (size_t)sh->kv_heads * (size_t)sh->head_dim;
     x->qf = (size_t)sh->n * (size_t)sh->heads * (size_t)sh->head_dim;
     block_attn_init(&x->ba, sh->comm, sh->heads, sh->kv_heads, sh->head_dim);

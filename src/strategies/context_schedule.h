@@ -16,8 +16,9 @@
  * and document (key visible iff kpos <= qpos in the same document), so the layout
  * is whatever the loader chose. A schedule communicates only inside ctx_comm (or communicators it
  * derives from it at creation), and counts its bytes in the kinds of comm.h (ring P2P in
- * COMM_P2P_INNER / COMM_P2P_OUTER, team collectives in COMM_TEAM). Data travels in fp32; every
- * accumulator is fp32. Compute goes through block_attention.h (one visibility iterator).
+ * COMM_P2P_INNER / COMM_P2P_OUTER, team collectives in COMM_TEAM). q, k, v and dout travel on
+ * ScheduleShape.wire (bf16 under --precision bf16: exact, they are bf16 values); partial outputs,
+ * lse and gradients travel in fp32, and every accumulator is fp32. Compute goes through block_attention.h (one visibility iterator).
  *
  * Creation is collective over the context group; so is every forward and backward call. */
 #ifndef SEQPAR_CONTEXT_SCHEDULE_H
@@ -40,6 +41,8 @@ typedef struct {
     int head_dim;
     int team;             /* --team C (wallfacer); 0 when not given */
     TokenLayout layout;
+    CommWire wire;        /* how q, k, v and dout travel (--precision bf16: COMM_WIRE_BF16, exact since
+                             they are bf16 values); partial outputs, lse and gradients stay fp32 */
 } ScheduleShape;
 
 typedef struct ContextSchedule ContextSchedule;
@@ -82,8 +85,8 @@ typedef struct {
     TokenLayout layout;
     long seq_len;         /* S, global */
     int n_heads, n_kv_heads, head_dim;
-    int wire_bf16;        /* --precision bf16: the head exchange sends bf16 (2 bytes an element; the
-                             context schedules still send fp32) */
+    int wire_bf16;        /* --precision bf16: the head exchange sends bf16 (2 bytes an element), and
+                             the context schedules send q, k, v and dout in bf16 (ScheduleShape.wire) */
 } StrategyParams;
 
 #endif

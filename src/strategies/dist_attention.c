@@ -107,7 +107,8 @@ SeqAttention *dist_attention_create(const ScheduleInfo *schedule, const Strategy
     x->Hl = x->hx.Hl;
     x->Hk = x->hx.Hk;
     ScheduleShape sh = {.topo = t, .comm = comm, .n = x->n, .heads = x->Hl, .kv_heads = x->Hk,
-                        .head_dim = p->head_dim, .team = p->team, .layout = p->layout};
+                        .head_dim = p->head_dim, .team = p->team, .layout = p->layout,
+                        .wire = p->wire_bf16 ? COMM_WIRE_BF16 : COMM_WIRE_FP32};
     x->sched = schedule->create(&sh);
     const size_t n = (size_t)x->n, d = (size_t)x->d;
     x->all_pos = xmalloc(sizeof(int) * (size_t)x->S);

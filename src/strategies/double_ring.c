@@ -13,10 +13,13 @@
  * outer ring while it computed) and sends the total to the same member of the next window; after
  * the last window this hop lands on the owner. dQ accumulates locally.
  *
- * Bytes each rank sends per layer, Size(kv) = 8 n Hk d (k and v of a slot, fp32):
- *   forward  p2p_inner R (W-1) Size(kv),  p2p_outer (R-1) Size(kv)
- *   backward p2p_inner [R (W-1) + (W>1) R W] Size(kv),  p2p_outer [(R-1) + (R>1) R] Size(kv)
- * (LoongTrain §4.5.3-4.5.4 with 4-byte elements). Messages: one per transfer. */
+ * Bytes each rank sends per layer, Size(kv) = 8 n Hk d (k and v of a slot, fp32), Size16(kv) the
+ * same on the bf16 wire (4 n Hk d: KV blocks only; dK/dV accumulators stay fp32):
+ *   forward  p2p_inner R (W-1) Size16(kv),  p2p_outer (R-1) Size16(kv)
+ *   backward p2p_inner [R (W-1) Size16(kv) + (W>1) R W Size(kv)],
+ *            p2p_outer [(R-1) Size16(kv) + (R>1) R Size(kv)]
+ * (LoongTrain §4.5.3-4.5.4 with 4-byte elements; Size16 = Size in fp32). Messages: one per
+ * transfer. */
 #include <string.h>
 
 #include "attention/flash_attention.h"
@@ -39,6 +42,7 @@ typedef struct {
     const Topology *t;
     Comm *comm;
     int n, Hl, Hk, d, cp, W, R;
+    CommWire wire;        /* of the KV blocks (their gradients travel in fp32) */
     PosBlock *slots;      /* (cp) positions and runs of every slot */
     PosRun *runs;         /* (cp n) */
     float *kvbuf[4];      /* outer receive x2, inner rotation x2: (2 n Hk d) each */
@@ -70,11 +74,11 @@ static int kv_owner(const DoubleRing *x, int j, int s) {
     return o * x->W + i;
 }
 
-/* Post a KV transfer (send to next, receive from previous) on one ring. */
-static void post_pair(DoubleRing *x, CommKind kind, const float *send, float *recv, size_t bytes, int next, int prev,
+/* Post a KV transfer of `count` floats (send to next, receive from previous) on one ring. */
+static void post_pair(DoubleRing *x, CommKind kind, const float *send, float *recv, size_t count, int next, int prev,
                       int tag, MPI_Comm mc, MPI_Request *rs, MPI_Request *rr) {
-    comm_isend(x->comm, kind, send, bytes, next, tag, mc, rs);
-    comm_irecv(x->comm, kind, recv, bytes, prev, tag, mc, rr);
+    comm_isend_floats(x->comm, kind, send, count, x->wire, next, tag, mc, rs);
+    comm_irecv_floats(x->comm, kind, recv, count, x->wire, prev, tag, mc, rr);
 }
 
 static void dr_set_positions(ContextSchedule *s, const int *all_pos, const int *all_doc) {
@@ -86,7 +90,7 @@ static void dr_set_positions(ContextSchedule *s, const int *all_pos, const int *
 static void dr_forward(ContextSchedule *s, const float *q, const float *kv, float *o, float *lse) {
     DoubleRing *x = s->ctx;
     const int n = x->n, Hk = x->Hk, d = x->d, W = x->W, R = x->R;
-    const size_t kv_bytes = sizeof(float) * 2 * (size_t)n * Hk * d, half = (size_t)n * Hk * d;
+    const size_t half = (size_t)n * Hk * d, kv_floats = 2 * half;
     const Topology *t = x->t;
     AttnShape st = {.n_q = n, .n_heads = x->Hl, .head_dim = d};
     attn_state_init(&st, o, lse);
@@ -97,13 +101,13 @@ static void dr_forward(ContextSchedule *s, const float *q, const float *kv, floa
     const float *kv_start = kv;
     for (int j = 0; j < R; j++) {
         if (j < R - 1)
-            post_pair(x, COMM_P2P_OUTER, kv_start, x->kvbuf[j % 2], kv_bytes, outer_next(x), outer_prev(x),
+            post_pair(x, COMM_P2P_OUTER, kv_start, x->kvbuf[j % 2], kv_floats, outer_next(x), outer_prev(x),
                       TAG_FWD_KV_OUTER, t->outer_comm, &rq.outer_send, &rq.outer_recv);
         const float *cur = kv_start;
         for (int step = 0; step < W; step++) {
             float *nxt = x->kvbuf[2 + step % 2];
             if (step < W - 1)
-                post_pair(x, COMM_P2P_INNER, cur, nxt, kv_bytes, inner_next(x), inner_prev(x), TAG_FWD_KV_INNER,
+                post_pair(x, COMM_P2P_INNER, cur, nxt, kv_floats, inner_next(x), inner_prev(x), TAG_FWD_KV_INNER,
                           t->inner_comm, &rq.kv_send, &rq.kv_recv);
             block_attn_forward(&x->blocks, q, mine, cur, cur + half, &x->slots[kv_owner(x, j, step)], o, lse, &pr);
             if (step < W - 1) {
@@ -141,7 +145,7 @@ static void dr_backward(ContextSchedule *s, const float *q, const float *kv, con
     for (int j = 0; j < R; j++) {
         float *wp = x->dkv_wp[j % 2];
         if (j < R - 1)
-            post_pair(x, COMM_P2P_OUTER, kv_start, x->kvbuf[j % 2], kv_bytes, outer_next(x), outer_prev(x),
+            post_pair(x, COMM_P2P_OUTER, kv_start, x->kvbuf[j % 2], kv_floats, outer_next(x), outer_prev(x),
                       TAG_BWD_KV_OUTER, t->outer_comm, &rq.outer_send, &rq.outer_recv);
         if (R > 1 && j >= 1) /* partial dkv of earlier windows for this step's starting KV */
             comm_irecv(cm, COMM_P2P_OUTER, x->dkv_or, kv_bytes, outer_prev(x), TAG_BWD_DKV_OUTER, t->outer_comm,
@@ -151,7 +155,7 @@ static void dr_backward(ContextSchedule *s, const float *q, const float *kv, con
             float *nxt = x->kvbuf[2 + step % 2];
             float *L = x->dkv_l[step % 2];
             if (step < W - 1)
-                post_pair(x, COMM_P2P_INNER, cur, nxt, kv_bytes, inner_next(x), inner_prev(x), TAG_BWD_KV_INNER,
+                post_pair(x, COMM_P2P_INNER, cur, nxt, kv_floats, inner_next(x), inner_prev(x), TAG_BWD_KV_INNER,
                           t->inner_comm, &rq.kv_send, &rq.kv_recv);
             if (W > 1 && step >= 1)
                 comm_irecv(cm, COMM_P2P_INNER, x->dkv_in, kv_bytes, inner_prev(x), TAG_BWD_DKV_INNER, t->inner_comm,
@@ -236,6 +240,7 @@ static ContextSchedule *dr_create(const ScheduleShape *sh) {
     x->cp = sh->topo->cp;
     x->W = sh->topo->ring_inner > 0 ? sh->topo->ring_inner : x->cp;
     x->R = x->cp / x->W;
+    x->wire = sh->wire;
     block_attn_init(&x->blocks, sh->comm, x->Hl, x->Hk, x->d);
     const size_t kv = 2 * (size_t)x->n * x->Hk * x->d;
     const int R = x->R, W = x->W;
@@ -277,12 +282,14 @@ static void dr_volume_for(const StrategyParams *p, int kv_heads, AttnVolume *v) 
     const unsigned long long W = (unsigned)ring_w(p), R = (unsigned)p->cp / W;
     const unsigned long long n = (unsigned long long)p->seq_len / (unsigned)p->cp;
     const unsigned long long size_kv = 8ULL * n * (unsigned)kv_heads * (unsigned)p->head_dim;
+    const unsigned long long size_kv_wire = p->wire_bf16 ? size_kv / 2 : size_kv;
     const unsigned long long fi = R * (W - 1), fo = R - 1;
-    const unsigned long long bi = R * (W - 1) + (W > 1 ? R * W : 0), bo = (R - 1) + (R > 1 ? R : 0);
-    v->fwd[COMM_P2P_INNER] += fi * size_kv;
-    v->fwd[COMM_P2P_OUTER] += fo * size_kv;
-    v->bwd[COMM_P2P_INNER] += bi * size_kv;
-    v->bwd[COMM_P2P_OUTER] += bo * size_kv;
+    const unsigned long long gi = W > 1 ? R * W : 0, go = R > 1 ? R : 0; /* dK/dV hops */
+    const unsigned long long bi = fi + gi, bo = fo + go;
+    v->fwd[COMM_P2P_INNER] += fi * size_kv_wire;
+    v->fwd[COMM_P2P_OUTER] += fo * size_kv_wire;
+    v->bwd[COMM_P2P_INNER] += fi * size_kv_wire + gi * size_kv;
+    v->bwd[COMM_P2P_OUTER] += fo * size_kv_wire + go * size_kv;
     v->fwd_msgs[COMM_P2P_INNER] += fi;
     v->fwd_msgs[COMM_P2P_OUTER] += fo;
     v->bwd_msgs[COMM_P2P_INNER] += bi;
@@ -299,7 +306,9 @@ static size_t dr_workspace(const StrategyParams *p) {
     const size_t kv = 2 * (size_t)(p->seq_len / p->cp) * (size_t)p->n_kv_heads * (size_t)p->head_dim;
     size_t bufs = (R > 1 ? 2 : 0) + (W > 1 ? 2 : 0) /* kvbuf */ + 1 + (W > 1) /* dkv_l */ + (W > 1) /* dkv_in */ +
                   1 + (R > 1) /* dkv_wp */ + (R > 1) /* dkv_or */ + 1 /* dkv_final */;
-    return bufs * kv;
+    /* the bf16 wire's staging: a send and a receive of a KV block in bf16 per ring in use */
+    size_t staging = p->wire_bf16 ? (size_t)((R > 1 ? 2 : 0) + (W > 1 ? 2 : 0)) * kv / 2 : 0;
+    return bufs * kv + staging;
 }
 
 const ScheduleInfo double_ring_schedule = {

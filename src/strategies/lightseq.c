@@ -5,7 +5,9 @@
  * the previous step's block that belongs to another rank), computes its block while they are in
  * flight (block_attention tests them between query pieces), then waits and folds in the partial
  * that arrived for its own rows: forward (o, lse) with attn_merge, backward dq or dk|dv by
- * addition. All transfers are point-to-point in ctx_comm, counted as COMM_P2P_INNER.
+ * addition. All transfers are point-to-point in ctx_comm, counted as COMM_P2P_INNER. On the bf16
+ * wire (--precision bf16) k|v and q blocks travel in bf16 (exact: bf16 values); the (o, lse)
+ * partials, the backward's q|dout|lse|delta bundle, dq and dk|dv in fp32.
  *
  * Not here: the head exchange (hp ranks), any layout but contiguous (the plan computes only the
  * block pairs (q_i, kv_j) with i >= j, which is the whole causal attention only when every token
@@ -100,6 +102,7 @@ void lightseq_step(int P, int r, int t, LightseqStep *s) {
 
 typedef struct {
     unsigned long long kv, q, res, bundle; /* bytes: k|v block, q block, o|lse, q|dout|lse|delta */
+    unsigned long long kv_wire, q_wire;    /* bytes of a k|v and a q block on the wire (bf16: half) */
     size_t kvf, qf, lf;                    /* floats: k|v block, q block, lse */
 } Sizes;
 
@@ -108,7 +111,7 @@ static int kv_heads_held(const StrategyParams *p) {
     return (p->n_kv_heads > hp ? p->n_kv_heads : hp) / hp;
 }
 
-static Sizes sizes_of(long n, int heads, int kv_heads, int d) {
+static Sizes sizes_of(long n, int heads, int kv_heads, int d, int wire_bf16) {
     Sizes z;
     z.kvf = 2 * (size_t)n * (size_t)kv_heads * (size_t)d;
     z.qf = (size_t)n * (size_t)heads * (size_t)d;
@@ -117,12 +120,14 @@ static Sizes sizes_of(long n, int heads, int kv_heads, int d) {
     z.q = 4ULL * z.qf;
     z.res = 4ULL * (z.qf + z.lf);
     z.bundle = 4ULL * (2 * z.qf + 2 * z.lf);
+    z.kv_wire = wire_bf16 ? z.kv / 2 : z.kv;
+    z.q_wire = wire_bf16 ? z.q / 2 : z.q;
     return z;
 }
 
 static Sizes params_sizes(const StrategyParams *p) {
     int hp = p->hp > 0 ? p->hp : 1, cp = p->cp > 0 ? p->cp : 1;
-    return sizes_of(p->seq_len / cp, p->n_heads / hp, kv_heads_held(p), p->head_dim);
+    return sizes_of(p->seq_len / cp, p->n_heads / hp, kv_heads_held(p), p->head_dim, p->wire_bf16);
 }
 
 void lightseq_rank_volume(const StrategyParams *p, int r, AttnVolume *v) {
@@ -133,16 +138,21 @@ void lightseq_rank_volume(const StrategyParams *p, int r, AttnVolume *v) {
     int row0, m; /* the rows of a split block's helper half */
     lightseq_rows(LS_ROWS_SECOND, (int)(p->seq_len / P), &row0, &m);
     const int hp = p->hp > 0 ? p->hp : 1;
-    const Sizes zs = sizes_of(m, p->n_heads / hp, kv_heads_held(p), p->head_dim);
+    const Sizes zs = sizes_of(m, p->n_heads / hp, kv_heads_held(p), p->head_dim, p->wire_bf16);
     const int k = COMM_P2P_INNER;
-    if (r < h) { /* kv to each later rank of the first P/2 steps; helpers return o|lse and dq */
-        v->fwd[k] = (unsigned long long)h * z.kv + (unsigned long long)(h - 1 - r) * z.res + zs.res;
+    /* on the bf16 wire k|v and q travel in bf16; o|lse, the q|dout|lse|delta bundle (its lse and
+     * delta are fp32), dq and dk|dv in fp32 */
+    if (r < h) { /* kv to each later rank of the first P/2 steps; helpers return o|lse and dq;
+                    owner blocks (t = 1 .. r) return dk|dv */
+        v->fwd[k] = (unsigned long long)h * z.kv_wire + (unsigned long long)(h - 1 - r) * z.res + zs.res;
         v->fwd_msgs[k] = (unsigned long long)(P - r);
-        v->bwd[k] = (unsigned long long)(h + r) * z.kv + (unsigned long long)(h - 1 - r) * z.q + zs.q;
+        v->bwd[k] = (unsigned long long)h * z.kv_wire + (unsigned long long)r * z.kv +
+                    (unsigned long long)(h - 1 - r) * z.q + zs.q;
     } else { /* kv while a later rank exists, then q to the helpers; owner blocks return dk|dv */
-        v->fwd[k] = (unsigned long long)(P - 1 - r) * z.kv + (unsigned long long)(r - h) * z.q + zs.q;
+        v->fwd[k] = (unsigned long long)(P - 1 - r) * z.kv_wire + (unsigned long long)(r - h) * z.q_wire + zs.q_wire;
         v->fwd_msgs[k] = (unsigned long long)h;
-        v->bwd[k] = (unsigned long long)(3 * h - 1 - r) * z.kv + (unsigned long long)(r - h) * z.bundle + zs.bundle;
+        v->bwd[k] = (unsigned long long)(P - 1 - r) * z.kv_wire + (unsigned long long)h * z.kv +
+                    (unsigned long long)(r - h) * z.bundle + zs.bundle;
     }
     v->bwd_msgs[k] = (unsigned long long)P;
 }
@@ -166,7 +176,8 @@ static size_t lightseq_workspace_floats(const StrategyParams *p) {
     if (p->cp <= 1) return 0;
     Sizes z = params_sizes(p);
     size_t a, b, c;
-    return buffer_floats(&z, &a, &b, &c);
+    /* the bf16 wire's staging: a send and a receive of a k|v or q block in bf16 */
+    return buffer_floats(&z, &a, &b, &c) + (p->wire_bf16 ? max_sz(z.kvf, z.qf) : 0);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -202,6 +213,7 @@ typedef struct {
     Comm *comm;
     MPI_Comm mc;
     int P, r, n, H, Hk, d;
+    CommWire wire;          /* of k|v and q */
     Sizes z;
     BlockAttn ba;
     PosBlock *pb;           /* (P) one per slot, all rows */
@@ -271,18 +283,20 @@ static void ls_forward(ContextSchedule *s, const float *q, const float *kv, floa
         lightseq_rows(p.rows, x->n, &r0, &nr);
         lightseq_rows(p.q_rows, x->n, &q0, &nq);
         lightseq_rows(p.ret_rows, x->n, &e0, &ne);
-        const size_t q_bytes = 4 * q_elems(x, nq), ret_bytes = 4 * (q_elems(x, ne) + l_elems(x, ne));
+        const size_t ret_bytes = 4 * (q_elems(x, ne) + l_elems(x, ne));
         for (int i = 0; i < 4; i++) reqs[i] = MPI_REQUEST_NULL;
         float *next = x->pay[t % 2], *prev = x->pay[(t + 1) % 2];
         if (p.recv_kv_from >= 0)
-            comm_irecv(cm, COMM_P2P_INNER, next, z->kv, p.recv_kv_from, TAG_FWD_IN, x->mc, &reqs[0]);
+            comm_irecv_floats(cm, COMM_P2P_INNER, next, z->kvf, x->wire, p.recv_kv_from, TAG_FWD_IN, x->mc, &reqs[0]);
         else if (p.recv_q_from >= 0)
-            comm_irecv(cm, COMM_P2P_INNER, next, q_bytes, p.recv_q_from, TAG_FWD_IN, x->mc, &reqs[0]);
+            comm_irecv_floats(cm, COMM_P2P_INNER, next, q_elems(x, nq), x->wire, p.recv_q_from, TAG_FWD_IN, x->mc,
+                              &reqs[0]);
         if (p.ret_from >= 0) comm_irecv(cm, COMM_P2P_INNER, x->in, ret_bytes, p.ret_from, TAG_FWD_RES, x->mc, &reqs[1]);
         if (p.send_kv_to >= 0)
-            comm_isend(cm, COMM_P2P_INNER, kv, z->kv, p.send_kv_to, TAG_FWD_IN, x->mc, &reqs[2]);
+            comm_isend_floats(cm, COMM_P2P_INNER, kv, z->kvf, x->wire, p.send_kv_to, TAG_FWD_IN, x->mc, &reqs[2]);
         else if (p.send_q_to >= 0)
-            comm_isend(cm, COMM_P2P_INNER, q + q_elems(x, q0), q_bytes, p.send_q_to, TAG_FWD_IN, x->mc, &reqs[2]);
+            comm_isend_floats(cm, COMM_P2P_INNER, q + q_elems(x, q0), q_elems(x, nq), x->wire, p.send_q_to, TAG_FWD_IN,
+                              x->mc, &reqs[2]);
         if (p.ret_to >= 0)
             comm_isend(cm, COMM_P2P_INNER, x->part[(t + 1) % 2], ret_bytes, p.ret_to, TAG_FWD_RES, x->mc, &reqs[3]);
         if (p.q == x->r) { /* own rows: kv own (t = 0) or received at step t - 1 */
@@ -344,14 +358,14 @@ static void ls_backward(ContextSchedule *s, const float *q, const float *kv, con
         for (int i = 0; i < 4; i++) reqs[i] = MPI_REQUEST_NULL;
         float *next = x->pay[t % 2], *prev = x->pay[(t + 1) % 2];
         if (p.recv_kv_from >= 0)
-            comm_irecv(cm, COMM_P2P_INNER, next, z->kv, p.recv_kv_from, TAG_BWD_IN, x->mc, &reqs[0]);
+            comm_irecv_floats(cm, COMM_P2P_INNER, next, z->kvf, x->wire, p.recv_kv_from, TAG_BWD_IN, x->mc, &reqs[0]);
         else if (p.recv_q_from >= 0)
             comm_irecv(cm, COMM_P2P_INNER, next, bundle_bytes, p.recv_q_from, TAG_BWD_IN, x->mc, &reqs[0]);
         if (p.ret_from >= 0) comm_irecv(cm, COMM_P2P_INNER, x->in, dq_bytes, p.ret_from, TAG_BWD_DQ, x->mc, &reqs[1]);
         else if (p.dkv_from >= 0)
             comm_irecv(cm, COMM_P2P_INNER, x->in, z->kv, p.dkv_from, TAG_BWD_DKV, x->mc, &reqs[1]);
         if (p.send_kv_to >= 0) {
-            comm_isend(cm, COMM_P2P_INNER, kv, z->kv, p.send_kv_to, TAG_BWD_IN, x->mc, &reqs[2]);
+            comm_isend_floats(cm, COMM_P2P_INNER, kv, z->kvf, x->wire, p.send_kv_to, TAG_BWD_IN, x->mc, &reqs[2]);
         } else if (p.send_q_to >= 0) {
             if (packed != p.q_rows) { /* the previous send of the bundle completed at its step's wait */
                 t0 = comm_compute_begin(cm);
@@ -420,7 +434,8 @@ static ContextSchedule *lightseq_create(const ScheduleShape *sh) {
     x->H = sh->heads;
     x->Hk = sh->kv_heads;
     x->d = sh->head_dim;
-    x->z = sizes_of(sh->n, sh->heads, sh->kv_heads, sh->head_dim);
+    x->wire = sh->wire;
+    x->z = sizes_of(sh->n, sh->heads, sh->kv_heads, sh->head_dim, sh->wire == COMM_WIRE_BF16);
     block_attn_init(&x->ba, sh->comm, sh->heads, sh->kv_heads, sh->head_dim);
     x->pb = xcalloc((size_t)x->P, sizeof(PosBlock));
     x->pb_first = xcalloc((size_t)x->P, sizeof(PosBlock));

@@ -49,7 +49,12 @@
  *   arena = max(fwd, bwd); the paper's Eq. 7 term 3CA is q_team + one kv buffer of the forward
  * plus P n PosRuns (16 bytes each) for the slots' positions.
  *
- * What it does not do: no recomputation, no fp16/bf16 transport (data travels in fp32). */
+ * On the bf16 wire (--precision bf16) q and kv travel in bf16 (2-byte elements: the team
+ * all-gathers of q and kv, the initial sends and the forward sub-ring; exact, they are bf16
+ * values); the backward's query bundle (it carries the fp32 lse and delta), the (o, lse)
+ * partials, dq and dk/dv stay fp32: in the formulas above 4 becomes 2 in those terms only.
+ *
+ * What it does not do: no recomputation. */
 #include "strategies/merge_scatter.h"
 #include "strategies/wallfacer.h"
 
@@ -133,6 +138,7 @@ int wallfacer_bwd_q_team(const WallfacerRank *r, int step) {
 typedef struct {
     size_t n, H, Hk, d, C, G;
     size_t a, b, h; /* n H d, n Hk d, n H */
+    size_t E;       /* bytes of a q or kv element on the wire: 4, or 2 on the bf16 wire */
 } Sizes;
 
 static Sizes sizes_of(size_t n, int H, int Hk, int d, int C, int P) {
@@ -141,6 +147,7 @@ static Sizes sizes_of(size_t n, int H, int Hk, int d, int C, int P) {
     z.a = n * z.H * z.d;
     z.b = n * z.Hk * z.d;
     z.h = n * z.H;
+    z.E = sizeof(float);
     return z;
 }
 
@@ -148,23 +155,25 @@ static Sizes sizes_of(size_t n, int H, int Hk, int d, int C, int P) {
 static Sizes sizes_of_params(const StrategyParams *p) {
     int hp = p->hp > 0 ? p->hp : 1;
     int H = p->n_heads / hp, Hk = (p->n_kv_heads > hp ? p->n_kv_heads : hp) / hp;
-    return sizes_of((size_t)(p->seq_len / p->cp), H, Hk, p->head_dim, p->team, p->cp);
+    Sizes z = sizes_of((size_t)(p->seq_len / p->cp), H, Hk, p->head_dim, p->team, p->cp);
+    if (p->wire_bf16) z.E = 2;
+    return z;
 }
 
 static void volume_of(const Sizes *z, int sends_outer, AttnVolume *v) {
     memset(v, 0, sizeof *v);
-    const unsigned long long C = z->C, G = z->G, a = z->a, b = z->b, h = z->h, F = sizeof(float);
-    v->fwd[COMM_TEAM] = (C - 1) * F * (a + 2 * b) + (C - 1) * F * (a + h);
+    const unsigned long long C = z->C, G = z->G, a = z->a, b = z->b, h = z->h, F = sizeof(float), E = z->E;
+    v->fwd[COMM_TEAM] = (C - 1) * E * (a + 2 * b) + (C - 1) * F * (a + h);
     v->fwd_msgs[COMM_TEAM] = 3 * (C - 1);
-    v->fwd[COMM_P2P_INNER] = (G - 1) * F * 2 * C * b;
+    v->fwd[COMM_P2P_INNER] = (G - 1) * E * 2 * C * b;
     v->fwd_msgs[COMM_P2P_INNER] = G - 1;
-    v->fwd[COMM_P2P_OUTER] = sends_outer ? F * 2 * C * b : 0;
+    v->fwd[COMM_P2P_OUTER] = sends_outer ? E * 2 * C * b : 0;
     v->fwd_msgs[COMM_P2P_OUTER] = sends_outer ? 1 : 0;
-    v->bwd[COMM_TEAM] = (C - 1) * F * (2 * a + 2 * b + 2 * h) + (C - 1) * F * a + (C - 1) * F * 2 * b;
+    v->bwd[COMM_TEAM] = (C - 1) * F * (2 * a + 2 * h) + (C - 1) * E * 2 * b + (C - 1) * F * a + (C - 1) * F * 2 * b;
     v->bwd_msgs[COMM_TEAM] = 4 * (C - 1);
     v->bwd[COMM_P2P_INNER] = G > 1 ? (G - 1) * F * C * (2 * a + 2 * h) + G * F * C * a : 0;
     v->bwd_msgs[COMM_P2P_INNER] = G > 1 ? 2 * G - 1 : 0;
-    v->bwd[COMM_P2P_OUTER] = sends_outer ? 2 * F * 2 * C * b : 0;
+    v->bwd[COMM_P2P_OUTER] = sends_outer ? (E + F) * 2 * C * b : 0;
     v->bwd_msgs[COMM_P2P_OUTER] = sends_outer ? 2 : 0;
     v->meta_batch = 0; /* positions come with set_positions */
 }
@@ -225,7 +234,9 @@ static size_t wf_workspace_floats(const StrategyParams *p) {
     if (!wallfacer_team_valid(p->cp, p->team)) return 0;
     Sizes z = sizes_of_params(p);
     Arena A = arena_of(&z);
-    return arena_floats(&A);
+    /* the bf16 wire's two staging buffers (send, receive) of the largest bf16 message */
+    const size_t big = z.C * z.a > 2 * z.C * z.b ? z.C * z.a : 2 * z.C * z.b;
+    return arena_floats(&A) + (p->wire_bf16 ? big : 0);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -271,6 +282,7 @@ typedef struct {
     WallfacerRank me;
     Sizes z;
     int n, H, Hk, d;
+    CommWire wire;      /* of q and kv (the backward's query bundle, partials and gradients: fp32) */
     MPI_Comm team_comm; /* the C members of this rank's team, ordered by member */
     MPI_Comm p2p_comm;  /* a duplicate of ctx_comm for the initial sends and the sub-rings */
     BlockAttn ba;
@@ -310,8 +322,8 @@ static void add_into(float *dst, const float *src, size_t count) {
 static float *initial_exchange(WfCtx *x, float *mine, float *other, size_t floats, int to, int from, int tag) {
     if (to == x->me.rank) return mine; /* a fixed point: from is this rank too */
     MPI_Request r[2];
-    comm_isend(x->comm, COMM_P2P_OUTER, mine, floats * sizeof(float), to, tag, x->p2p_comm, &r[0]);
-    comm_irecv(x->comm, COMM_P2P_OUTER, other, floats * sizeof(float), from, tag, x->p2p_comm, &r[1]);
+    comm_isend_floats(x->comm, COMM_P2P_OUTER, mine, floats, x->wire, to, tag, x->p2p_comm, &r[0]);
+    comm_irecv_floats(x->comm, COMM_P2P_OUTER, other, floats, x->wire, from, tag, x->p2p_comm, &r[1]);
     comm_waitall(x->comm, COMM_P2P_OUTER, 2, r);
     return other;
 }
@@ -328,8 +340,8 @@ static void wf_forward(ContextSchedule *s, const float *q, const float *kv, floa
     float *recv = W + x->A.f_recv;
 
     /* 1. team all-gathers: q_team (C n, H, d) and the team's kv, both in member order */
-    comm_allgather(cm, COMM_TEAM, q, qt, a * sizeof(float), x->team_comm);
-    comm_allgather(cm, COMM_TEAM, kv, kv0, 2 * b * sizeof(float), x->team_comm);
+    comm_allgather_floats(cm, COMM_TEAM, q, qt, a, x->wire, x->team_comm);
+    comm_allgather_floats(cm, COMM_TEAM, kv, kv0, 2 * b, x->wire, x->team_comm);
     double t0 = comm_compute_begin(cm);
     AttnShape st = {.n_q = x->n, .n_kv = 1, .n_heads = x->H, .n_kv_heads = x->Hk, .head_dim = x->d,
                     .scale = x->ba.scale, .mask = ATTN_CAUSAL};
@@ -344,11 +356,12 @@ static void wf_forward(ContextSchedule *s, const float *q, const float *kv, floa
      *    every (query member i, kv member j) block of the team pair */
     MPI_Request reqs[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
     Progress pr = {reqs, 2, COMM_P2P_INNER};
-    const size_t kv_bytes = 2 * C * b * sizeof(float);
     for (int step = 0; step < G; step++) {
         if (step < G - 1) {
-            comm_isend(cm, COMM_P2P_INNER, cur, kv_bytes, me->ring_next, TAG_FWD_KV, x->p2p_comm, &reqs[0]);
-            comm_irecv(cm, COMM_P2P_INNER, nxt, kv_bytes, me->ring_prev, TAG_FWD_KV, x->p2p_comm, &reqs[1]);
+            comm_isend_floats(cm, COMM_P2P_INNER, cur, 2 * C * b, x->wire, me->ring_next, TAG_FWD_KV, x->p2p_comm,
+                              &reqs[0]);
+            comm_irecv_floats(cm, COMM_P2P_INNER, nxt, 2 * C * b, x->wire, me->ring_prev, TAG_FWD_KV, x->p2p_comm,
+                              &reqs[1]);
         }
         const int kt = wallfacer_fwd_kv_team(me, step);
         for (size_t i = 0; i < C; i++)
@@ -393,7 +406,7 @@ static void wf_backward(ContextSchedule *s, const float *q, const float *kv, con
     copy_f(gsend + 2 * a + h, delta, h);
     comm_compute_end(cm, "wallfacer pack", t0);
     comm_allgather(cm, COMM_TEAM, gsend, bundle[0], Z * sizeof(float), x->team_comm);
-    comm_allgather(cm, COMM_TEAM, kv, kv0, 2 * b * sizeof(float), x->team_comm);
+    comm_allgather_floats(cm, COMM_TEAM, kv, kv0, 2 * b, x->wire, x->team_comm);
     t0 = comm_compute_begin(cm);
     memset(dkvt, 0, sizeof(float) * 2 * C * b);
     comm_compute_end(cm, "zero dkv", t0);
@@ -503,6 +516,7 @@ static ContextSchedule *wf_create(const ScheduleShape *sh) {
     x->H = sh->heads;
     x->Hk = sh->kv_heads;
     x->d = sh->head_dim;
+    x->wire = sh->wire;
     wallfacer_rank_config(P, C, t->placement == PLACEMENT_RING_FIRST, t->cp_rank, &x->me);
     x->z = sizes_of((size_t)sh->n, sh->heads, sh->kv_heads, sh->head_dim, C, P);
     x->A = arena_of(&x->z);
