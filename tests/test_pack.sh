@@ -119,6 +119,17 @@ done
 timeout 120 "$SEQPAR" "${UNPACKED[@]}" --log "$T/t0.jsonl" >"$T/t0.out" 2>&1 || bad "unpacked training: $(tail -n 2 "$T/t0.out")"
 if [ "$(losses "$T/t0.jsonl" | wc -l)" -eq 10 ] && [ "$(losses "$T/t0.jsonl" | head -n 1)" != "$(losses "$T/t1.jsonl" | head -n 1)" ]; then ok; else
     bad "train --pack gives the unpacked loss (or the unpacked run failed)"; fi
+# MFU counts only the attention packed documents compute: flops_per_token is the unpacked one less
+# 6 L H d (64 - len) with len the attention length (sum of squared document lengths / 64), which
+# documents of 1-41 tokens keep between 1 and 41; unpacked it is the same every step; MFU agrees
+fpt() { sed -nE 's/.*"flops_per_token": ([0-9.e+]+).*/\1/p' "$1"; }
+if paste <(fpt "$T/t0.jsonl") <(fpt "$T/t1.jsonl") | awk -v a=$((6 * 2 * 4 * 8)) '
+    { n++; if (NR > 1 && $1 != u) bad = 1; u = $1; len = 64 - ($1 - $2) / a; if (!(len >= 1 && len <= 41)) bad = 1 }
+    END { exit bad || n != 10 }' &&
+    awk '{ t = $0; sub(/.*"tokens_per_s_per_rank": /, "", t); sub(/,.*/, "", t); m = $0; sub(/.*"mfu": /, "", m); sub(/,.*/, "", m)
+           f = $0; sub(/.*"flops_per_token": /, "", f); sub(/,.*/, "", f); r = t * f / 100e9 / m
+           if (m < 1 && (r < 0.999 || r > 1.001)) bad = 1 } END { exit bad }' "$T/t1.jsonl"; then ok; else
+    bad "train --pack: flops_per_token / MFU do not count the documents' attention: $(paste <(fpt "$T/t0.jsonl") <(fpt "$T/t1.jsonl") | head -n 3 | tr '\n' ' ')"; fi
 
 # resuming a packed run is bit-identical; resuming it without --pack (or unpacked with --pack) is refused
 timeout 120 "$SEQPAR" "${TRAIN[@]}" --stop-at 4 --save "$T/ck" --log "$T/tr.jsonl" >"$T/tr.out" 2>&1 || bad "train --pack --save: $(tail -n 2 "$T/tr.out")"

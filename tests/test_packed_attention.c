@@ -66,6 +66,16 @@ static void test_packing(void) {
     long long brute = 0;
     for (int i = 0; i < 8; i++)
         for (int j = 0; j < 8; j++) brute += doc[j] == doc[i] && j <= i;
+    /* the attention length of MFU: sum of squared document lengths over n (mixed: 1 2 1 3 1) */
+    n = pack_documents(mixed, 8, eot, doc);
+    double sq = 0;
+    for (int i = 0; i < 8; i++)
+        for (int j = 0; j < 8; j++) sq += doc[j] == doc[i];
+    CHECK(pack_attention_length(doc, 8) == sq / 8 && sq == 16, "attention length %g, brute force %g / 8",
+          pack_attention_length(doc, 8), sq);
+    CHECK(pack_documents(none, 4, eot, doc) == 1 && pack_attention_length(doc, 4) == 4.0,
+          "one document: the attention length is the window (got %g)", pack_attention_length(doc, 4));
+    n = pack_documents(mixed, 8, eot, doc);
     CHECK(pack_visible_pairs(doc, pos, 8) == brute, "visible pairs %lld, brute force %lld", pack_visible_pairs(doc, pos, 8),
           brute);
 }

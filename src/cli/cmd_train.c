@@ -591,6 +591,13 @@ int cmd_train(int argc, char **argv) {
             for (int i = 0; i < S; i++) n_targets += g_targets[(size_t)b * S + i] >= 0;
         }
         if (n_targets == 0) die_collective("a batch holds no targets: use a longer --seq-len or more --recall-queries");
+        if (o.eot >= 0) { /* packed: attention computes each document alone; FLOPs count only that */
+            double len = 0;
+            for (int b = 0; b < o.batch; b++) len += pack_attention_length(g_docs + (size_t)b * S, S);
+            len /= o.batch;
+            flops_per_token = llama_train_flops_per_token(c, len);
+            hw_flops_per_token = flops_per_token + llama_recompute_flops_per_token(c, len, acts);
+        }
         for (int b = 0; b < per_replica; b++) {
             size_t g = (size_t)(par.topo.dp_rank * per_replica + b) * S;
             seq_parallel_take_local(&par, g_inputs + g, inputs + (size_t)b * N);
@@ -669,10 +676,10 @@ int cmd_train(int argc, char **argv) {
         }
         if (root && !nonfinite) {
             fprintf(log, "{\"step\": %ld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.17g, \"tokens_per_s\": %.3f, "
-                         "\"tokens_per_s_per_rank\": %.3f, \"mfu\": %.9g, \"hfu\": %.9g, \"peak_mem_bytes\": %llu, \"step_seconds\": %.6f, "
-                         "\"elapsed_s\": %.3f, \"eta_s\": %.3f}\n",
-                    st.step, loss, lr, sqrt(norm_sq), tok_s, tok_s_rank, fmin(mfu, 1.0), fmin(hfu, 1.0), peak_mem, dt,
-                    elapsed, eta);
+                         "\"tokens_per_s_per_rank\": %.3f, \"mfu\": %.9g, \"hfu\": %.9g, \"flops_per_token\": %.9g, "
+                         "\"peak_mem_bytes\": %llu, \"step_seconds\": %.6f, \"elapsed_s\": %.3f, \"eta_s\": %.3f}\n",
+                    st.step, loss, lr, sqrt(norm_sq), tok_s, tok_s_rank, fmin(mfu, 1.0), fmin(hfu, 1.0), flops_per_token,
+                    peak_mem, dt, elapsed, eta);
             if (mfu > 1.0 || hfu > 1.0) clamped = 1;
             fflush(log);
         }

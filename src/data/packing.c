@@ -28,3 +28,15 @@ long long pack_visible_pairs(const int *doc_start, const int *pos, int n) {
     for (int i = 0; i < n; i++) pairs += (long long)pos[i] - doc_start[pos[i]] + 1;
     return pairs;
 }
+
+double pack_attention_length(const int *doc_start, int n) {
+    if (n <= 0) return 0;
+    double squares = 0;
+    for (int i = 0; i < n;) {
+        int j = i + 1;
+        while (j < n && doc_start[j] == doc_start[i]) j++;
+        squares += (double)(j - i) * (double)(j - i);
+        i = j;
+    }
+    return squares / n;
+}

@@ -29,4 +29,10 @@ int pack_mask_targets(const int *inputs, int n, int eot, int *targets);
  * these queries does). Used for the layouts' balance figures. */
 long long pack_visible_pairs(const int *doc_start, const int *pos, int n);
 
+/* The sequence length that counts attention FLOPs for a window of n tokens with these document
+ * starts: (sum over documents of length^2) / n, which is n for one document. The model's FLOPs
+ * per token (llama_train_flops_per_token) take it in place of S, so that MFU counts only the
+ * attention packed documents really compute (each token attends to its own document). */
+double pack_attention_length(const int *doc_start, int n);
+
 #endif

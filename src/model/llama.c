@@ -110,7 +110,7 @@ double llama_matmul_params(const LlamaConfig *c) {
     return per_layer * c->num_hidden_layers + V * D;
 }
 
-double llama_train_flops_per_token(const LlamaConfig *c, long seq_len) {
+double llama_train_flops_per_token(const LlamaConfig *c, double seq_len) {
     return 6.0 * llama_matmul_params(c) +
            6.0 * c->num_hidden_layers * (double)seq_len * c->num_attention_heads * c->head_dim;
 }
@@ -387,7 +387,7 @@ int llama_acts_io_error(const LlamaActs *a, SeqErr *e) {
 }
 int llama_acts_precision(const LlamaActs *a) { return a->precision; }
 
-double llama_recompute_flops_per_token(const LlamaConfig *c, long seq_len, const LlamaActs *a) {
+double llama_recompute_flops_per_token(const LlamaConfig *c, double seq_len, const LlamaActs *a) {
     double D = c->hidden_size, F = c->intermediate_size;
     double qd = (double)c->num_attention_heads * c->head_dim, kvd = (double)c->num_key_value_heads * c->head_dim;
     double proj = 2.0 * (D * qd * 2 + D * kvd * 2); /* q, k, v, o projections, forward */

@@ -72,8 +72,9 @@ void llama_free(LlamaModel *m);
 double llama_matmul_params(const LlamaConfig *cfg);
 /* Model FLOPs per token of one training step (forward + backward) as Megatron-LM and
  * LoongTrain count them: 6 x matmul parameters + 6 x layers x S x H x head_dim (the attention's
- * 12 L S H d with the causal half counted once). S is the global sequence length. */
-double llama_train_flops_per_token(const LlamaConfig *cfg, long seq_len);
+ * 12 L S H d with the causal half counted once). S is the global sequence length (for packed
+ * documents pack_attention_length: what attention computes). */
+double llama_train_flops_per_token(const LlamaConfig *cfg, double seq_len);
 
 typedef struct LlamaActs LlamaActs;
 
@@ -149,7 +150,7 @@ int llama_acts_precision(const LlamaActs *a);
  * half (q, k, v, o projections and attention) and gate/up; selective: the projections and
  * gate/up, no attention; none: gate/up when the MLP is chunked. The flash-attention backward's
  * own recomputation of the scores is part of every mode and counted in none. */
-double llama_recompute_flops_per_token(const LlamaConfig *cfg, long seq_len, const LlamaActs *a);
+double llama_recompute_flops_per_token(const LlamaConfig *cfg, double seq_len, const LlamaActs *a);
 
 /* One forward (and, if backward, backward) over N local tokens. inputs/targets/positions (N):
  * targets < 0 are ignored; positions are global. loss_scale multiplies each token's loss
