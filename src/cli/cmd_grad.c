@@ -126,7 +126,7 @@ int cmd_grad(int argc, char **argv) {
     FaultPlan faults;
     fault_plan_from_env(&faults);
     LlamaActsOptions ao = {.checkpoint = mf.checkpoint, .ffn_chunks = mf.ffn_chunks, .offload_dir = pc.offload_dir,
-                           .rank = par.topo.world_rank, .precision = mf.precision};
+                           .rank = par.topo.world_rank, .precision = mf.precision, .no_stream = mf.no_stream};
     LlamaActs *acts = llama_acts_create_opts(&model, par.attn, N, &ao);
     grad_sync_attach(&par.sync, &model); /* zero 2/3: per-layer reduce-scatter (and gathers) */
     grad_sync_microbatch(&par.sync, 0);

@@ -485,7 +485,8 @@ int cmd_train(int argc, char **argv) {
     }
 
     LlamaActsOptions ao = {.checkpoint = o.mem.checkpoint, .ffn_chunks = o.mem.ffn_chunks, .offload_dir = o.par.offload_dir,
-                           .rank = par.topo.world_rank, .precision = o.mem.precision};
+                           .rank = par.topo.world_rank, .precision = o.mem.precision,
+                           .no_stream = o.mem.no_stream};
     LlamaActs *acts = llama_acts_create_opts(&model, par.attn, N, &ao);
     AdamW opt;
     adamw_init(&opt, &o.opt, par.sync.shard_begin, par.sync.shard_end);
