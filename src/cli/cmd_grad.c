@@ -146,6 +146,8 @@ int cmd_grad(int argc, char **argv) {
         isa_describe(isa, sizeof isa);
         printf("kernels: %s\n", isa);
         if (mf.precision == PRECISION_BF16) printf("precision: bf16 (bf16 path: %s)\n", bf16_path_name(bf16_kernels()->path));
+        if (llama_acts_streams(acts))
+            printf("streaming: %d chunks of %d rows per layer\n", par.attn->stream_chunks, par.attn->stream_rows);
         printf("loss: %.9f\n", loss);
         params_save_safetensors(out_path, &model.table, full);
     }
