@@ -13,13 +13,20 @@
  * through the exchange into local chunk i of o. Resident while attending: q_h_i, o_h_i, lse_h_i,
  * kv_h_i and the one fetched kv_h_j (at most two KV chunks).
  *
- * Backward: dout of every chunk through the exchange and delta_j = rowsum(dout_h_j o_h_j); then
- * key/value chunks outer (i), query chunks inner (j = i .. u-1): dq_h_j += ..., dkv_i += ...
- * dq_h_j's last contribution comes at outer i = j (its first inner step), dk_i, dv_i are final
- * after the inner loop: both go back through the exchange at the end of outer step i. Resident in
- * the compute loop: kv_h_i and its gradient dkv_i (the two KV-sized chunks), plus q_h_j, lse_h_j
- * of the current query chunk; dq_h and dout_h / delta of all chunks are held (S/P... per member:
- * S Hl (2 d + 1) floats: the paper moves them to the slow tier too; see chunk_tier.h).
+ * Backward: dout of every chunk through the exchange and delta_j = rowsum(dout_h_j o_h_j), dout_h_j
+ * into the dout tier (RAM, or a second file with --offload-dir); then key/value chunks outer (i),
+ * query chunks inner (j = i .. u-1): dq_h_j += ..., dkv_i += ... dq_h_j's last contribution comes
+ * at outer i = j, dk_i, dv_i are final after the inner loop: both go back through the exchange at
+ * the end of outer step i. Resident in the compute loop: kv_h_i and its gradient dkv_i (the two
+ * KV-sized chunks), plus q_h_j, lse_h_j, dout_h_j of the current query chunk; dq_h of all chunks
+ * (S Hl d floats per member) and delta (S Hl) stay in RAM: dq_h_j is read and written at every
+ * outer step i <= j, so on disk it would cost u times its size in each direction per layer.
+ *
+ * Chunk streaming (seq_attention.h): forward_chunk(i) is forward's step i; output_chunk(i) +
+ * dout_chunk(i) are backward's first pass for chunk i (o_h_i fetched once for both: o_i back
+ * through the exchange for the model, then delta_i); backward_chunk(i) is outer step i, handing
+ * back local chunk i's final dq, dk, dv. forward() and backward() are the same steps over all
+ * chunks, so the two paths run identical strategy arithmetic.
  *
  * Saved per layer (through the chunk tier, RAM today): q_h, kv_h, o_h, lse_h of every chunk,
  * S (2 Hl d + 2 Hk d + Hl) floats on member p, the same as Ulysses; lse is the kept suffix for
