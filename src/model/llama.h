@@ -101,7 +101,9 @@ const char *llama_checkpoint_name(int mode);
  * x F floats. With more than one chunk (or under layer / selective) gate and up are recomputed
  * per chunk in backward from the normed x_mid (2 x 2 D F FLOPs per token and layer, counted by
  * llama_recompute_flops_per_token); with one chunk under none they are kept per layer (2 N F
- * floats each). Default: twice the attention's chunk count; attention is not chunked, so 2. */
+ * floats each). Default: twice the attention's chunk count: 2 for whole layers, 2u for FPDT's
+ * streamed layers (chunk streaming below; there the MLP runs inside each attention chunk, so in at
+ * least u chunks whatever K). */
 #define LLAMA_FFN_CHUNKS_DEFAULT 2
 /* Layer-input offload (FPDT's "activation checkpoint with offloading"): with offload_dir set and
  * checkpoint layer or selective, the residual stream keeps two (N, D) working buffers in RAM
