@@ -550,8 +550,10 @@ int cmd_train(int argc, char **argv) {
             printf("MFU and HFU against %.1f GFLOPS per rank: %s peak, the best of %d %s 2048^3 trials with %d threads "
                    "(raised if a step runs faster)", peak, bf16 ? "bf16" : "fp32", SGEMM_PEAK_TRIALS,
                    bf16 ? "bf16 GEMM" : "OpenBLAS sgemm", current_threads());
-        printf("; --checkpoint %s, %d FFN chunk%s\n", llama_checkpoint_name(o.mem.checkpoint),
+        printf("; --checkpoint %s, %d FFN chunk%s", llama_checkpoint_name(o.mem.checkpoint),
                llama_acts_ffn_chunks(acts), llama_acts_ffn_chunks(acts) == 1 ? "" : "s");
+        if (llama_acts_streams(acts)) printf("; layers streamed in %d chunks", par.attn->stream_chunks);
+        printf("\n");
         if (vp) {
             char vdesc[96];
             token_stream_describe(&vp->stream, vdesc, sizeof vdesc);
