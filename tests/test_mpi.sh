@@ -97,6 +97,7 @@ grad_case tiny_headdim 40 1 --strategy fpdt --chunks 2 --offload-dir "$T/offload
 grad_case $L 256 1 --strategy fpdt --chunks 8 --offload-dir "$T/offload" --checkpoint layer
 grad_case $L 256 2 --strategy fpdt --chunks 4 --offload-dir "$T/offload" --checkpoint layer --ffn-chunks 3
 grad_case tiny_gqa_tied 32 4 --strategy fpdt --chunks 2 --offload-dir "$T/offload" --checkpoint layer
+grad_case $L 256 2 --strategy fpdt --chunks 4 --offload-dir "$T/offload" --checkpoint layer --zero 3   # hooks per layer
 if [ -z "$(ls -A "$T/offload")" ]; then ok; else bad "--offload-dir left files: $(ls "$T/offload" | head -n 3)"; fi
 # streaming against whole layers (--no-stream) on the same grid: the layers really stream, and the
 # files agree within 1e-5 of each tensor's scale (the weight gradients are summed per chunk: seen

@@ -149,7 +149,7 @@ struct LlamaActs {
     float *rope_cos, *rope_sin; /* (N, d/2) */
     float *rstd_final;    /* (N) */
     float *x_final;       /* (N, D) final-normed hidden states: an alias of xn, which no layer uses
-                             while the loss runs */
+                             while the loss runs (unused when streaming: the loss runs per chunk) */
     /* scratch, shared by all layers */
     float *xn;            /* (N, D) normed input, recomputed in backward */
     float *dx, *dxn;      /* (N, D) */
