@@ -2,7 +2,9 @@
 # 2 KV heads, ffn 1024, vocab 256) under each memory feature alone and all together, at the given
 # lengths on 1 and 2 ranks: the memory model's figure (`seqpar memory`, instant) and, with
 # --measure, the measured peak tracked memory and RSS of one real step (`seqpar bench memory`;
-# slow: minutes per configuration at S = 16K on 2 cores). Not a test: the README quotes it.
+# slow: minutes per configuration at S = 16K on 2 cores). FPDT with --chunks > 1 streams its layers
+# chunk by chunk under none and layer; "whole layers" rows run them whole (--no-stream), as before
+# streaming. Not a test: the README quotes it.
 # usage: bash bench/memory_features.sh [--measure] [BUILD_DIR] [S ...]   (default: build 16384 65536)
 set -u
 MEASURE=0
@@ -25,7 +27,9 @@ CONFIGS=(
     "FPDT, 16 chunks, RAM tier|--strategy fpdt --chunks 16 --ffn-chunks 1|--strategy fpdt --chunks 16 --ffn-chunks 1"
     "FPDT, 16 chunks, disk tier|--strategy fpdt --chunks 16 --offload-dir $OFF --ffn-chunks 1|--strategy fpdt --chunks 16 --offload-dir $OFF --ffn-chunks 1"
     "ZeRO-3|-|--strategy ulysses --zero 3 --ffn-chunks 1"
+    "FPDT, 16 chunks, RAM tier, whole layers|--strategy fpdt --chunks 16 --ffn-chunks 1 --no-stream|--strategy fpdt --chunks 16 --ffn-chunks 1 --no-stream"
     "all together|--strategy fpdt --chunks 16 --offload-dir $OFF --checkpoint layer --ffn-chunks 64|--strategy fpdt --chunks 16 --offload-dir $OFF --checkpoint layer --ffn-chunks 64 --zero 3"
+    "all together, whole layers|--strategy fpdt --chunks 16 --offload-dir $OFF --checkpoint layer --ffn-chunks 64 --no-stream|--strategy fpdt --chunks 16 --offload-dir $OFF --checkpoint layer --ffn-chunks 64 --zero 3 --no-stream"
 )
 model_kib() { # np S flags... -> "KiB/token (MiB)"
     local np=$1 S=$2

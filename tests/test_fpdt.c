@@ -8,6 +8,8 @@
  *   - bytes and messages sent per kind, forward and backward, equal the volume formula exactly;
  *     saved_floats equals the memory formula;
  *   - restore() after wiping the recomputable prefix of `saved` rebuilds it bit for bit;
+ *   - the chunk calls (forward_chunk, output_chunk, dout_chunk, backward_chunk: the model's
+ *     streaming path) give forward's o and backward's dq, dk, dv bit for bit, chunk by chunk;
  *   - check() messages for bad u / S name lengths and chunk counts that work.
  * Prints "test_fpdt: N passed, N failed" (summed over ranks) and exits non-zero on failure. */
 #include <errno.h>
@@ -123,6 +125,40 @@ static void run_case(const Topology *t, Comm *cm, const Strategy *fp, const Refe
     sa->backward(sa, NULL, NULL, NULL, NULL, saved, dout, dq2, dk2, dv2);
     CHECKQ(!memcmp(dq, dq2, sizeof(float) * nq) && !memcmp(dk, dk2, sizeof(float) * nk) &&
                !memcmp(dv, dv2, sizeof(float) * nk), "%s: backward after restore differs", what);
+
+    /* the chunk calls (seq_attention.h: the model's streaming path): forward_chunk over the chunks,
+     * then output_chunk + dout_chunk per chunk, then backward_chunk per chunk give forward's o and
+     * backward's dq, dk, dv bit for bit, chunk by chunk */
+    CHECKQ(u > 1 ? sa->stream_chunks == u && sa->stream_rows == c && sa->forward_chunk && sa->output_chunk &&
+                       sa->dout_chunk && sa->backward_chunk
+                 : sa->stream_chunks == 0,
+           "%s: stream_chunks %d rows %d (u %d, c %d)", what, sa->stream_chunks, sa->stream_rows, u, c);
+    if (sa->stream_chunks > 1) {
+        const size_t cq = (size_t)c * H * d, ck = (size_t)c * Hkv * d;
+        float *oc = xmalloc(sizeof(float) * cq);
+        int same_o = 1, same_again = 1, same_g = 1;
+        memset(saved, 0xff, sizeof(float) * sa->saved_floats);
+        for (int i = 0; i < u; i++) {
+            sa->forward_chunk(sa, i, q + i * cq, k + i * ck, v + i * ck, oc, saved);
+            if (memcmp(oc, o + i * cq, sizeof(float) * cq)) same_o = 0;
+        }
+        for (int i = 0; i < u; i++) {
+            memset(oc, 0, sizeof(float) * cq);
+            sa->output_chunk(sa, i, saved, oc);
+            if (memcmp(oc, o + i * cq, sizeof(float) * cq)) same_again = 0;
+            sa->dout_chunk(sa, i, saved, dout + i * cq);
+        }
+        for (int i = 0; i < u; i++) {
+            sa->backward_chunk(sa, i, saved, dq2, dk2, dv2);
+            if (memcmp(dq2, dq + i * cq, sizeof(float) * cq) || memcmp(dk2, dk + i * ck, sizeof(float) * ck) ||
+                memcmp(dv2, dv + i * ck, sizeof(float) * ck))
+                same_g = 0;
+        }
+        CHECKQ(same_o && same_again, "%s: forward_chunk's o %s, output_chunk's o %s forward's", what,
+               same_o ? "equals" : "differs from", same_again ? "equals" : "differs from");
+        CHECKQ(same_g, "%s: backward_chunk's dq, dk, dv differ from backward's", what);
+        xfree(oc);
+    }
     xfree(dq2);
     xfree(dk2);
     xfree(dv2);

@@ -1,6 +1,6 @@
 # The memory model (`seqpar memory`) against the peak tracked memory `seqpar train` measures in
 # one step (peak_mem_bytes of its JSONL log: the largest rank's), for strategies x checkpoint
-# modes x ZeRO stages and groups x ranks 1/2/4 x FPDT chunks x FFN chunks x offloading: within
+# modes x ZeRO stages and groups x ranks 1/2/4 x FPDT chunks (layers streamed or whole) x FFN chunks x offloading: within
 # 10% each. Also: a prediction for other flags than the run's is refused by the same check (the
 # test can fail), layer-input offload leaves the losses bit-identical, and `seqpar memory`
 # answers bad flags with one line and runs in well under a second.
@@ -67,6 +67,11 @@ case_ 4 --strategy 2d --hp 2 --cp 2 --ring-inner 1 --checkpoint selective --zero
 case_ 4 --strategy ring --ring-inner 2 --checkpoint layer --zero 2 --batch 1
 case_ 4 --strategy lightseq --dp 2 --checkpoint none --zero 1 --batch 2
 case_ 4 --strategy fpdt --chunks 2 --offload-dir "$OFF" --checkpoint selective --zero 2 --batch 1
+# FPDT's layers streamed chunk by chunk (llama.h), all memory features together, and whole layers
+case_ 1 --strategy fpdt --chunks 8 --checkpoint layer --offload-dir "$OFF" --ffn-chunks 32 --batch 1
+case_ 2 --strategy fpdt --chunks 4 --checkpoint layer --offload-dir "$OFF" --batch 1
+case_ 2 --strategy fpdt --chunks 4 --checkpoint none --batch 1
+case_ 1 --strategy fpdt --chunks 8 --checkpoint layer --offload-dir "$OFF" --no-stream --batch 1
 echo "$n_cases configurations"
 
 # The check can fail: the prediction for --checkpoint layer is not the measured peak of none,

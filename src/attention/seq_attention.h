@@ -22,7 +22,22 @@
  * attention (distributed: the head exchange of q, k, v and of o, i.e. all-to-alls, no attention
  * compute). backward() then runs from the saved output and lse: attention's forward runs once.
  * Every prefix float restore() writes is a copy of q, k, v or o, so backward after restore() is
- * bit-identical to backward after forward(). */
+ * bit-identical to backward after forward().
+ *
+ * Chunk streaming (optional; FPDT, paper 003 §4): a strategy with stream_chunks = u > 1 lets the
+ * model run a layer chunk by chunk, so that no (N, .) activation of the layer exists whole. Local
+ * chunk i is rows [i c, (i + 1) c) with c = stream_rows (N = u c), and causality makes chunk i
+ * depend only on chunks <= i. The calls, in this order per layer:
+ *   forward:  forward_chunk(i, q_i, k_i, v_i -> o_i) for i = 0 .. u-1 (q_i (c, H, d), k_i, v_i
+ *             (c, Hkv, d) after RoPE; the strategy keeps its own copies in `saved` / its tier);
+ *   backward: (a) for i = 0 .. u-1: output_chunk(i -> o_i), forward's output rows again (the model
+ *             needs them for o_proj's weight gradient and to rebuild x_mid), then
+ *             dout_chunk(i, dout_i) with the output gradient of those rows;
+ *             (b) for i = 0 .. u-1: backward_chunk(i -> dq_i, dk_i, dv_i): the gradients of local
+ *             chunk i, final (written, not accumulated).
+ * All four are collective for distributed strategies (every member calls them with the same i).
+ * forward() and backward() on the same strategy give the same numbers as the chunk calls made
+ * over all chunks (they are built from them). stream_chunks 0: the strategy has no chunk calls. */
 #ifndef SEQPAR_SEQ_ATTENTION_H
 #define SEQPAR_SEQ_ATTENTION_H
 
@@ -59,6 +74,13 @@ struct SeqAttention {
      * Never computes attention. Collective for distributed strategies (as forward). A no-op when
      * kept_floats == saved_floats. */
     void (*restore)(SeqAttention *sa, const float *q, const float *k, const float *v, const float *o, float *saved);
+    int stream_chunks; /* u > 1 when the chunk calls below exist (see the top of this file); else 0 */
+    int stream_rows;   /* c = N / u: rows of one local chunk */
+    void (*forward_chunk)(SeqAttention *sa, int i, const float *q, const float *k, const float *v, float *o,
+                          float *saved);
+    void (*output_chunk)(SeqAttention *sa, int i, const float *saved, float *o);
+    void (*dout_chunk)(SeqAttention *sa, int i, const float *saved, const float *dout);
+    void (*backward_chunk)(SeqAttention *sa, int i, const float *saved, float *dq, float *dk, float *dv);
     void (*destroy)(SeqAttention *sa);
 };
 

@@ -179,9 +179,13 @@ const char MEMORY_FLAGS_HELP[] =
     "                       recompute the layer, attention's forward included; also --checkpoint alone)\n"
     "                       or selective (also keep attention's output and lse: recompute only the\n"
     "                       projections, never attention's forward)\n"
-    "  --ffn-chunks K       run the MLP over K chunks of tokens (default 2; 1: keep gate/up whole)\n"
+    "  --ffn-chunks K       run the MLP over K chunks of tokens (default 2; 1: keep gate/up whole;\n"
+    "                       fpdt streaming: 2 x --chunks, inside the attention's chunks)\n"
     "  --precision P        fp32 (default) or bf16: mixed precision, bf16 matmul and attention inputs and\n"
-    "                       kept attention tensors, fp32 accumulation, weights, optimizer and checkpoints\n";
+    "                       kept attention tensors, fp32 accumulation, weights, optimizer and checkpoints\n"
+    "  --no-stream          fpdt with --chunks > 1 streams each layer chunk by chunk (projections,\n"
+    "                       exchange, attention, MLP per chunk) under --checkpoint none|layer; this runs\n"
+    "                       whole layers instead (the strategy still chunks its attention)\n";
 
 int memory_flags_handle(MemoryFlags *f, const char *cmd, int opt, const char *arg, int argc, char **argv) {
     switch (opt) {
@@ -192,6 +196,7 @@ int memory_flags_handle(MemoryFlags *f, const char *cmd, int opt, const char *ar
             die_collective("seqpar %s: --checkpoint expects none, layer or selective, got '%s'", cmd, arg);
         return 1;
     case 3002: f->ffn_chunks = (int)parse_long(cmd, "ffn-chunks", arg, 1, 1 << 30); return 1;
+    case 3004: f->no_stream = 1; return 1;
     case 3003:
         f->precision = precision_parse(arg);
         if (f->precision < 0) die_collective("seqpar %s: --precision expects fp32 or bf16, got '%s'", cmd, arg);

@@ -65,15 +65,16 @@ void model_from_size(LlamaModel *m, const LlamaConfig *cfg, uint64_t seed);
 int parallel_flags_handle(ParallelConfig *c, const char *cmd, int opt, const char *arg);
 extern const char PARALLEL_FLAGS_HELP[];
 
-/* --checkpoint [none|layer|selective], --ffn-chunks K and --precision fp32|bf16 (train, grad, bench). --checkpoint with
+/* --checkpoint [none|layer|selective], --ffn-chunks K, --precision fp32|bf16 and --no-stream (train, grad, bench). --checkpoint with
  * no value is layer (as before the modes); the mode may follow as the next word or after '='. */
 #define MEMORY_FLAG_OPTIONS \
     {"checkpoint", optional_argument, 0, 3001}, {"ffn-chunks", required_argument, 0, 3002}, \
-    {"precision", required_argument, 0, 3003}
+    {"precision", required_argument, 0, 3003}, {"no-stream", no_argument, 0, 3004}
 typedef struct {
     int checkpoint; /* LLAMA_CKPT_* */
     int ffn_chunks; /* 0: the default */
     int precision;  /* PRECISION_FP32 (default) or PRECISION_BF16 (kernels/bf16.h) */
+    int no_stream;  /* --no-stream: whole layers under fpdt (llama.h, chunk streaming) */
 } MemoryFlags;
 /* Returns 1 if opt was one of them (may consume the next argv word: call from the getopt loop). */
 int memory_flags_handle(MemoryFlags *f, const char *cmd, int opt, const char *arg, int argc, char **argv);

@@ -47,9 +47,9 @@ static const char HELP[] =
     "  --checkpoint [MODE]  step/memory under none (default), layer (also --checkpoint alone) or\n"
     "                       selective checkpointing\n"
     "  --ffn-chunks K       step/memory with the MLP over K chunks of tokens (default 2)\n"
-    "  memory also takes --strategy, --hp/--cp/--dp, --chunks, --zero, --zero-group and --offload-dir\n"
-    "                       (under mpirun for more ranks): then the lengths run shortest first in one\n"
-    "                       process, next to the memory model's prediction ('seqpar memory')\n"
+    "  memory also takes --strategy, --hp/--cp/--dp, --chunks, --zero, --zero-group, --offload-dir and\n"
+    "                       --no-stream (under mpirun for more ranks): then the lengths run shortest\n"
+    "                       first in one process, next to the memory model's prediction ('seqpar memory')\n"
     "  --heads N            query heads for distributed attn (default 8)\n"
     "  --kv-heads N         key/value heads for distributed attn (default = heads)\n"
     "  --help               this text\n"
@@ -253,6 +253,7 @@ static double predicted_bytes(const ParallelConfig *pc, const MemoryFlags *mf, i
     in.par = *pc;
     in.checkpoint = mf->checkpoint;
     in.ffn_chunks = mf->ffn_chunks;
+    in.no_stream = mf->no_stream;
     MemoryEstimate m;
     char *err = memory_model_estimate(&in, &m);
     if (err) {
@@ -298,7 +299,7 @@ static void bench_memory_parallel(const ParallelConfig *pc, const MemoryFlags *m
         AdamW opt;
         adamw_init(&opt, &oc, par.sync.shard_begin, par.sync.shard_end);
         LlamaActsOptions ao = {.checkpoint = mf->checkpoint, .ffn_chunks = mf->ffn_chunks, .offload_dir = pc->offload_dir,
-                               .rank = par.topo.world_rank};
+                               .rank = par.topo.world_rank, .no_stream = mf->no_stream};
         LlamaActs *acts = llama_acts_create_opts(&m, par.attn, N, &ao);
         grad_sync_attach(&par.sync, &m);
         int *g_in = xmalloc(sizeof(int) * (size_t)S), *g_tg = xmalloc(sizeof(int) * (size_t)S);

@@ -126,7 +126,7 @@ int cmd_grad(int argc, char **argv) {
     FaultPlan faults;
     fault_plan_from_env(&faults);
     LlamaActsOptions ao = {.checkpoint = mf.checkpoint, .ffn_chunks = mf.ffn_chunks, .offload_dir = pc.offload_dir,
-                           .rank = par.topo.world_rank, .precision = mf.precision};
+                           .rank = par.topo.world_rank, .precision = mf.precision, .no_stream = mf.no_stream};
     LlamaActs *acts = llama_acts_create_opts(&model, par.attn, N, &ao);
     grad_sync_attach(&par.sync, &model); /* zero 2/3: per-layer reduce-scatter (and gathers) */
     grad_sync_microbatch(&par.sync, 0);
@@ -146,6 +146,8 @@ int cmd_grad(int argc, char **argv) {
         isa_describe(isa, sizeof isa);
         printf("kernels: %s\n", isa);
         if (mf.precision == PRECISION_BF16) printf("precision: bf16 (bf16 path: %s)\n", bf16_path_name(bf16_kernels()->path));
+        if (llama_acts_streams(acts))
+            printf("streaming: %d chunks of %d rows per layer\n", par.attn->stream_chunks, par.attn->stream_rows);
         printf("loss: %.9f\n", loss);
         params_save_safetensors(out_path, &model.table, full);
     }

@@ -106,6 +106,7 @@ int cmd_memory(int argc, char **argv) {
     in.par = o.par;
     in.checkpoint = o.mem.checkpoint;
     in.ffn_chunks = o.mem.ffn_chunks;
+    in.no_stream = o.mem.no_stream;
     MemoryEstimate m;
     char *err = memory_model_estimate(&in, &m);
     if (err) die_collective("%s", err);
@@ -129,6 +130,11 @@ int cmd_memory(int argc, char **argv) {
     printf("  RAM per token: %.2f KiB per global token, %.2f KiB per local token\n", m.ram_total / 1024.0 / (double)in.seq_len,
            m.ram_total / 1024.0 / m.n_local);
     if (m.layer_chunks) printf("  layer inputs offloaded in %d chunks each\n", m.layer_chunks);
+    if (m.streams)
+        printf("  layers streamed chunk by chunk: %d chunks of %d rows (--no-stream: whole layers)\n", in.par.chunks,
+               m.n_local / in.par.chunks);
+    else if (in.par.chunks > 1 && in.checkpoint == LLAMA_CKPT_SELECTIVE)
+        printf("  whole layers: --checkpoint selective keeps each layer's output whole, so it does not stream\n");
     printf("papers' terms (fp32, this rank):\n");
     printf("  WallFacer Eq. 5  A = B N H / P                  %10.2f MiB\n", m.wf_A / 1048576.0);
     printf("  WallFacer Eq. 6  (Y + 1) A + 3 A   (ring)       %10.2f MiB (+ M_m+o)\n", m.wf_eq6 / 1048576.0);

@@ -485,7 +485,8 @@ int cmd_train(int argc, char **argv) {
     }
 
     LlamaActsOptions ao = {.checkpoint = o.mem.checkpoint, .ffn_chunks = o.mem.ffn_chunks, .offload_dir = o.par.offload_dir,
-                           .rank = par.topo.world_rank, .precision = o.mem.precision};
+                           .rank = par.topo.world_rank, .precision = o.mem.precision,
+                           .no_stream = o.mem.no_stream};
     LlamaActs *acts = llama_acts_create_opts(&model, par.attn, N, &ao);
     AdamW opt;
     adamw_init(&opt, &o.opt, par.sync.shard_begin, par.sync.shard_end);
@@ -549,8 +550,10 @@ int cmd_train(int argc, char **argv) {
             printf("MFU and HFU against %.1f GFLOPS per rank: %s peak, the best of %d %s 2048^3 trials with %d threads "
                    "(raised if a step runs faster)", peak, bf16 ? "bf16" : "fp32", SGEMM_PEAK_TRIALS,
                    bf16 ? "bf16 GEMM" : "OpenBLAS sgemm", current_threads());
-        printf("; --checkpoint %s, %d FFN chunk%s\n", llama_checkpoint_name(o.mem.checkpoint),
+        printf("; --checkpoint %s, %d FFN chunk%s", llama_checkpoint_name(o.mem.checkpoint),
                llama_acts_ffn_chunks(acts), llama_acts_ffn_chunks(acts) == 1 ? "" : "s");
+        if (llama_acts_streams(acts)) printf("; layers streamed in %d chunks", par.attn->stream_chunks);
+        printf("\n");
         if (vp) {
             char vdesc[96];
             token_stream_describe(&vp->stream, vdesc, sizeof vdesc);

@@ -149,7 +149,7 @@ struct LlamaActs {
     float *rope_cos, *rope_sin; /* (N, d/2) */
     float *rstd_final;    /* (N) */
     float *x_final;       /* (N, D) final-normed hidden states: an alias of xn, which no layer uses
-                             while the loss runs */
+                             while the loss runs (unused when streaming: the loss runs per chunk) */
     /* scratch, shared by all layers */
     float *xn;            /* (N, D) normed input, recomputed in backward */
     float *dx, *dxn;      /* (N, D) */
@@ -165,6 +165,12 @@ struct LlamaActs {
     float *in_keys;         /* (L) one address per layer: the tier's name for layer l's input */
     long passes;            /* backward passes that read layer inputs back */
     const char *offload_dir;
+    /* chunk streaming (llama.h): layers run chunk by chunk through the strategy's chunk calls */
+    int stream;             /* 1: the streaming path; the (N, .) scratch above is then chunk-sized */
+    int su, sc;             /* the strategy's chunks u and rows per chunk c */
+    int residual_single;    /* streaming with layer inputs offloaded: one (N, D) buffer, x_out over x_in */
+    float *x_mid_c, *o_c;   /* (c, D), (c, H d): one chunk's x_mid and attention output */
+    float *rstd1_c, *rstd2_c; /* (c) */
 };
 
 int llama_input_chunks(long N) { return N < 16 ? (N > 0 ? (int)N : 1) : 16; }
@@ -258,10 +264,18 @@ LlamaActs *llama_acts_create_opts(const LlamaModel *m, const SeqAttention *attn,
     a->checkpoint = opt->checkpoint;
     a->precision = opt->precision;
     a->n_layers = c->num_hidden_layers;
-    int K = opt->ffn_chunks > 0 ? opt->ffn_chunks : LLAMA_FFN_CHUNKS_DEFAULT;
+    a->stream = llama_streams(attn->stream_chunks, opt->checkpoint, opt->no_stream) && attn->forward_chunk &&
+                attn->stream_rows > 0 && (long)attn->stream_chunks * attn->stream_rows == N;
+    a->su = a->stream ? attn->stream_chunks : 1;
+    a->sc = a->stream ? attn->stream_rows : N;
+    int K = opt->ffn_chunks > 0 ? opt->ffn_chunks : a->stream ? 2 * a->su : LLAMA_FFN_CHUNKS_DEFAULT;
     if (K > N) K = N > 0 ? N : 1;
     a->ffn_rows = N > 0 ? (N + K - 1) / K : 1;
     a->ffn_chunks = N > 0 ? (N + a->ffn_rows - 1) / a->ffn_rows : 1;
+    if (a->stream) { /* the MLP runs inside each attention chunk of c rows */
+        if (a->ffn_rows > a->sc) a->ffn_rows = a->sc;
+        a->ffn_chunks = a->su * ((a->sc + a->ffn_rows - 1) / a->ffn_rows);
+    }
     a->store_gate_up = a->checkpoint == LLAMA_CKPT_NONE && a->ffn_chunks == 1;
     /* no per-layer q, k, v when each layer's own would never be read again (the strategy keeps
      * copies for its backward, or restore() takes them): forward projects into the gradient
@@ -277,26 +291,35 @@ LlamaActs *llama_acts_create_opts(const LlamaModel *m, const SeqAttention *attn,
         if (!a->inputs_tier) die_collective("%s", err);
         a->in_keys = alloc_floats((size_t)a->n_layers);
         a->offload_dir = opt->offload_dir;
-        a->residual = alloc_floats(2 * Nn * D);
+        a->residual_single = a->stream;
+        a->residual = alloc_floats((a->residual_single ? 1 : 2) * Nn * D);
     } else {
         a->residual = alloc_floats((size_t)(a->n_layers + 1) * Nn * D);
     }
     a->rope_cos = alloc_floats(Nn * (size_t)(c->head_dim / 2));
     a->rope_sin = alloc_floats(Nn * (size_t)(c->head_dim / 2));
-    a->rstd_final = alloc_floats(Nn);
-    a->xn = alloc_floats(Nn * D);
+    /* streaming: the layer's scratch holds one chunk of c rows; only dx (N, D) stays whole */
+    size_t Cr = (size_t)a->sc;
+    a->rstd_final = alloc_floats(a->stream ? 1 : Nn);
+    a->xn = alloc_floats(Cr * D);
     a->x_final = a->xn;
     a->dx = alloc_floats(Nn * D);
-    a->dxn = alloc_floats(Nn * D);
-    a->dq = alloc_floats(Nn * qd);
-    a->dk = alloc_floats(Nn * kvd);
-    a->dv = alloc_floats(Nn * kvd);
+    a->dxn = alloc_floats(Cr * D);
+    a->dq = alloc_floats(Cr * qd);
+    a->dk = alloc_floats(Cr * kvd);
+    a->dv = alloc_floats(Cr * kvd);
     if (a->shared_qkv) {
         a->q = a->dq;
         a->k = a->dk;
         a->v = a->dv;
     }
-    a->dout = alloc_floats(Nn * qd);
+    a->dout = alloc_floats(Cr * qd);
+    if (a->stream) {
+        a->x_mid_c = alloc_floats(Cr * D);
+        a->o_c = alloc_floats(Cr * qd);
+        a->rstd1_c = alloc_floats(Cr);
+        a->rstd2_c = alloc_floats(Cr);
+    }
     size_t CF = (size_t)a->ffn_rows * F;
     a->h = alloc_floats(CF);
     a->dgate = alloc_floats(CF);
@@ -306,7 +329,8 @@ LlamaActs *llama_acts_create_opts(const LlamaModel *m, const SeqAttention *attn,
         a->up_c = alloc_floats(CF);
     }
     a->layers = xcalloc((size_t)a->n_layers, sizeof(LayerActs));
-    int low = a->precision == PRECISION_BF16 && a->checkpoint != LLAMA_CKPT_LAYER; /* bf16 per-layer copies */
+    /* bf16 per-layer copies (none under streaming: no layer keeps q, k, v or o) */
+    int low = a->precision == PRECISION_BF16 && a->checkpoint != LLAMA_CKPT_LAYER && !a->stream;
     if (low) {
         a->wo = alloc_floats(Nn * qd);
         if (!a->shared_qkv && a->checkpoint == LLAMA_CKPT_NONE) {
@@ -315,7 +339,11 @@ LlamaActs *llama_acts_create_opts(const LlamaModel *m, const SeqAttention *attn,
             a->wv = alloc_floats(Nn * kvd);
         }
     }
-    if (a->checkpoint == LLAMA_CKPT_NONE) {
+    if (a->stream) { /* a layer keeps only the strategy's state: each its own (none) or one shared (layer) */
+        if (a->checkpoint == LLAMA_CKPT_LAYER) a->shared.saved = alloc_floats(attn->saved_floats);
+        for (int l = 0; l < a->n_layers; l++)
+            a->layers[l].saved = a->checkpoint == LLAMA_CKPT_LAYER ? a->shared.saved : alloc_floats(attn->saved_floats);
+    } else if (a->checkpoint == LLAMA_CKPT_NONE) {
         for (int l = 0; l < a->n_layers; l++) layer_acts_alloc(&a->layers[l], c, attn, N, a, 0, low);
     } else if (a->checkpoint == LLAMA_CKPT_LAYER) {
         layer_acts_alloc(&a->shared, c, attn, N, a, 0, 0);
@@ -344,7 +372,10 @@ LlamaActs *llama_acts_create_opts(const LlamaModel *m, const SeqAttention *attn,
 
 void llama_acts_free(LlamaActs *a) {
     if (!a) return;
-    if (a->checkpoint == LLAMA_CKPT_NONE) {
+    if (a->stream) {
+        if (a->checkpoint == LLAMA_CKPT_LAYER) xfree(a->shared.saved);
+        else for (int l = 0; l < a->n_layers; l++) xfree(a->layers[l].saved);
+    } else if (a->checkpoint == LLAMA_CKPT_NONE) {
         for (int l = 0; l < a->n_layers; l++) layer_acts_free(&a->layers[l], a->shared_qkv);
     } else {
         if (a->checkpoint == LLAMA_CKPT_SELECTIVE)
@@ -362,6 +393,7 @@ void llama_acts_free(LlamaActs *a) {
     bf16_scratch_free(&a->mm_scratch);
     xfree(a->residual); xfree(a->rope_cos); xfree(a->rope_sin); xfree(a->rstd_final);
     xfree(a->xn); xfree(a->dx); xfree(a->dxn); xfree(a->dq); xfree(a->dk); xfree(a->dv); xfree(a->dout);
+    xfree(a->x_mid_c); xfree(a->o_c); xfree(a->rstd1_c); xfree(a->rstd2_c);
     xfree(a->h); xfree(a->gate_c); xfree(a->up_c); xfree(a->dgate); xfree(a->dup); xfree(a->ce_workspace);
     xfree(a);
 }
@@ -386,6 +418,11 @@ int llama_acts_io_error(const LlamaActs *a, SeqErr *e) {
                    "choose another directory", a->offload_dir, strerror(a->inputs_tier->io_errno));
 }
 int llama_acts_precision(const LlamaActs *a) { return a->precision; }
+int llama_acts_streams(const LlamaActs *a) { return a->stream; }
+
+int llama_streams(int stream_chunks, int checkpoint, int no_stream) {
+    return stream_chunks > 1 && checkpoint != LLAMA_CKPT_SELECTIVE && !no_stream;
+}
 
 double llama_recompute_flops_per_token(const LlamaConfig *c, double seq_len, const LlamaActs *a) {
     double D = c->hidden_size, F = c->intermediate_size;
@@ -396,13 +433,14 @@ double llama_recompute_flops_per_token(const LlamaConfig *c, double seq_len, con
     double per_layer = gate_up;
     if (a->checkpoint == LLAMA_CKPT_LAYER) per_layer += proj + attn_fwd;
     if (a->checkpoint == LLAMA_CKPT_SELECTIVE) per_layer += proj;
+    if (a->stream && a->checkpoint == LLAMA_CKPT_NONE) per_layer += 2.0 * D * qd; /* x_mid again in backward */
     return per_layer * c->num_hidden_layers;
 }
 
 /* ---------------------------------------------------------------- forward / backward */
 
 static float *residual_at(const LlamaActs *a, const LlamaConfig *c, int l) {
-    size_t slot = a->inputs_tier ? (size_t)(l & 1) : (size_t)l;
+    size_t slot = a->residual_single ? 0 : a->inputs_tier ? (size_t)(l & 1) : (size_t)l;
     return a->residual + slot * a->N * (size_t)c->hidden_size;
 }
 
@@ -474,23 +512,31 @@ static void layer_convert(LlamaActs *a, const LlamaConfig *c, int l, int to_bf16
     }
 }
 
-/* norm -> q, k, v projections -> RoPE into L->q, L->k, L->v (and a->xn). */
-static void qkv_forward(const LlamaModel *m, LlamaActs *a, int l) {
+/* Rows [r0, r0 + n) of layer l's input x_in (n, D): norm (into a->xn, rstd) -> q, k, v
+ * projections -> RoPE (the tables' rows r0..) into q, k, v. */
+static void qkv_rows(const LlamaModel *m, LlamaActs *a, int l, const float *x_in, float *rstd, int r0, int n,
+                     float *q, float *k, float *v) {
     const LlamaConfig *c = &m->cfg;
     const LlamaLayerWeights *w = &m->w.layers[l];
-    LayerActs *L = &a->layers[l];
-    int N = a->N, D = c->hidden_size, H = c->num_attention_heads, Hkv = c->num_key_value_heads, hd = c->head_dim;
-    rmsnorm_forward(a->xn, L->rstd1, residual_at(a, c, l), w->input_norm, N, D, c->rms_norm_eps);
-    mm_forward(a, L->q, a->xn, w->q_proj, N, D, H * hd, 0);
-    mm_forward(a, L->k, a->xn, w->k_proj, N, D, Hkv * hd, 0);
-    mm_forward(a, L->v, a->xn, w->v_proj, N, D, Hkv * hd, 0);
-    rope_forward(L->q, a->rope_cos, a->rope_sin, N, H, hd);
-    rope_forward(L->k, a->rope_cos, a->rope_sin, N, Hkv, hd);
+    int D = c->hidden_size, H = c->num_attention_heads, Hkv = c->num_key_value_heads, hd = c->head_dim;
+    const size_t rope_off = (size_t)r0 * (size_t)(hd / 2);
+    rmsnorm_forward(a->xn, rstd, x_in, w->input_norm, n, D, c->rms_norm_eps);
+    mm_forward(a, q, a->xn, w->q_proj, n, D, H * hd, 0);
+    mm_forward(a, k, a->xn, w->k_proj, n, D, Hkv * hd, 0);
+    mm_forward(a, v, a->xn, w->v_proj, n, D, Hkv * hd, 0);
+    rope_forward(q, a->rope_cos + rope_off, a->rope_sin + rope_off, n, H, hd);
+    rope_forward(k, a->rope_cos + rope_off, a->rope_sin + rope_off, n, Hkv, hd);
     if (a->precision == PRECISION_BF16) { /* attention's inputs are bf16 */
-        bf16_round(L->q, (size_t)N * H * hd);
-        bf16_round(L->k, (size_t)N * Hkv * hd);
-        bf16_round(L->v, (size_t)N * Hkv * hd);
+        bf16_round(q, (size_t)n * H * hd);
+        bf16_round(k, (size_t)n * Hkv * hd);
+        bf16_round(v, (size_t)n * Hkv * hd);
     }
+}
+
+/* norm -> q, k, v projections -> RoPE into L->q, L->k, L->v (and a->xn). */
+static void qkv_forward(const LlamaModel *m, LlamaActs *a, int l) {
+    LayerActs *L = &a->layers[l];
+    qkv_rows(m, a, l, residual_at(a, &m->cfg, l), L->rstd1, 0, a->N, L->q, L->k, L->v);
 }
 
 /* x_mid = x_in + o_proj(o) */
@@ -537,15 +583,15 @@ static void mlp_gate_up(const LlamaModel *m, LlamaActs *a, int l, int r0, int n,
     mm_forward(a, *up, xn, w->up_proj, n, (int)D, (int)F, 0);
 }
 
-/* The MLP half: x_out = x_mid + down(swiglu(gate(xn2), up(xn2))), over chunks of ffn_rows tokens. */
-static void mlp_forward(const LlamaModel *m, LlamaActs *a, int l) {
+/* The MLP half over N rows: x_out = x_mid + down(swiglu(gate(xn2), up(xn2))), over chunks of
+ * ffn_rows tokens (x_out may not alias x_mid). */
+static void mlp_forward_rows(const LlamaModel *m, LlamaActs *a, int l, const float *x_mid, float *rstd2, float *x_out,
+                             int N) {
     const LlamaConfig *c = &m->cfg;
     const LlamaLayerWeights *w = &m->w.layers[l];
-    LayerActs *L = &a->layers[l];
-    int N = a->N, D = c->hidden_size, F = c->intermediate_size;
-    float *x_out = residual_at(a, c, l + 1);
-    rmsnorm_forward(a->xn, L->rstd2, L->x_mid, w->post_norm, N, D, c->rms_norm_eps);
-    memcpy(x_out, L->x_mid, sizeof(float) * (size_t)N * D);
+    int D = c->hidden_size, F = c->intermediate_size;
+    rmsnorm_forward(a->xn, rstd2, x_mid, w->post_norm, N, D, c->rms_norm_eps);
+    memcpy(x_out, x_mid, sizeof(float) * (size_t)N * D);
     for (int r0 = 0; r0 < N; r0 += a->ffn_rows) {
         int n = N - r0 < a->ffn_rows ? N - r0 : a->ffn_rows;
         float *gate, *up;
@@ -555,20 +601,26 @@ static void mlp_forward(const LlamaModel *m, LlamaActs *a, int l) {
     }
 }
 
-/* On entry a->dx = dL/dx_out; on exit dL/dx_mid. gate and up are the stored ones (none, one
- * chunk) or recomputed chunk by chunk from the normed x_mid. */
-static void mlp_backward(LlamaModel *m, LlamaActs *a, int l) {
+static void mlp_forward(const LlamaModel *m, LlamaActs *a, int l) {
+    LayerActs *L = &a->layers[l];
+    mlp_forward_rows(m, a, l, L->x_mid, L->rstd2, residual_at(a, &m->cfg, l + 1), a->N);
+}
+
+/* Over N rows: on entry dx_rows = dL/dx_out; on exit dL/dx_mid. gate and up are the stored ones
+ * (none, one chunk) or recomputed chunk by chunk from the normed x_mid. */
+static void mlp_backward_rows(LlamaModel *m, LlamaActs *a, int l, const float *x_mid, float *rstd2, float *dx_rows,
+                              int N) {
     const LlamaConfig *c = &m->cfg;
     const LlamaLayerWeights *w = &m->w.layers[l];
     LlamaLayerWeights *g = &m->g.layers[l];
     LayerActs *L = &a->layers[l];
-    int N = a->N, D = c->hidden_size, F = c->intermediate_size;
-    rmsnorm_forward(a->xn, L->rstd2, L->x_mid, w->post_norm, N, D, c->rms_norm_eps);
+    int D = c->hidden_size, F = c->intermediate_size;
+    rmsnorm_forward(a->xn, rstd2, x_mid, w->post_norm, N, D, c->rms_norm_eps);
     memset(a->dxn, 0, sizeof(float) * (size_t)N * D);
     for (int r0 = 0; r0 < N; r0 += a->ffn_rows) {
         int n = N - r0 < a->ffn_rows ? N - r0 : a->ffn_rows;
         size_t nF = (size_t)n * F;
-        const float *dx = a->dx + (size_t)r0 * D, *xn = a->xn + (size_t)r0 * D;
+        const float *dx = dx_rows + (size_t)r0 * D, *xn = a->xn + (size_t)r0 * D;
         float *gate, *up;
         if (a->store_gate_up) {
             gate = L->gate + (size_t)r0 * F;
@@ -587,7 +639,12 @@ static void mlp_backward(LlamaModel *m, LlamaActs *a, int l) {
         mm_backward(a, dxn, g->gate_proj, a->dgate, xn, w->gate_proj, n, D, F);
         mm_backward(a, dxn, g->up_proj, a->dup, xn, w->up_proj, n, D, F);
     }
-    rmsnorm_backward(a->dx, g->post_norm, a->dxn, L->x_mid, w->post_norm, L->rstd2, N, D);
+    rmsnorm_backward(dx_rows, g->post_norm, a->dxn, x_mid, w->post_norm, rstd2, N, D);
+}
+
+static void mlp_backward(LlamaModel *m, LlamaActs *a, int l) {
+    LayerActs *L = &a->layers[l];
+    mlp_backward_rows(m, a, l, L->x_mid, L->rstd2, a->dx, a->N);
 }
 
 /* Layer l: x_out = layer(x_in), filling L's saved activations (and a->xn, a->h as scratch). */
@@ -624,6 +681,110 @@ static void layer_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn, int 
     mm_backward(a, a->dxn, g->k_proj, a->dk, a->xn, w->k_proj, N, D, Hkv * hd);
     mm_backward(a, a->dxn, g->v_proj, a->dv, a->xn, w->v_proj, N, D, Hkv * hd);
     rmsnorm_backward(a->dx, g->input_norm, a->dxn, x_in, w->input_norm, L->rstd1, N, D);
+}
+
+/* ---------------------------------------------------------------- streaming (llama.h) */
+
+/* Layer l chunk by chunk through the strategy's chunk calls: for each chunk of c rows, norm ->
+ * q, k, v -> RoPE -> forward_chunk; with `whole`, also x_mid = x_in + o_proj(o) and the MLP into
+ * the layer's output rows (which may be the input rows themselves: each chunk's input rows are
+ * read before its output rows are written). Without `whole`: the attention half only, as the
+ * recompute of --checkpoint layer needs (backward rebuilds x_mid itself). */
+static void stream_layer_forward(const LlamaModel *m, LlamaActs *a, SeqAttention *attn, int l, int whole) {
+    const LlamaConfig *c = &m->cfg;
+    const size_t D = (size_t)c->hidden_size, qd = (size_t)c->num_attention_heads * c->head_dim;
+    float *saved = a->layers[l].saved;
+    for (int i = 0; i < a->su; i++) {
+        const size_t r0 = (size_t)i * a->sc;
+        float *x_in = residual_at(a, c, l) + r0 * D;
+        qkv_rows(m, a, l, x_in, a->rstd1_c, (int)r0, a->sc, a->q, a->k, a->v);
+        attn->forward_chunk(attn, i, a->q, a->k, a->v, a->o_c, saved);
+        if (!whole) continue;
+        memcpy(a->x_mid_c, x_in, sizeof(float) * (size_t)a->sc * D);
+        mm_forward(a, a->x_mid_c, a->o_c, m->w.layers[l].o_proj, a->sc, (int)qd, (int)D, 1);
+        mlp_forward_rows(m, a, l, a->x_mid_c, a->rstd2_c, residual_at(a, c, l + 1) + r0 * D, a->sc);
+    }
+}
+
+/* On entry a->dx = dL/dx_out of layer l (N, D); on exit dL/dx_in. Two passes over the chunks, as
+ * the strategy's backward needs every chunk's output gradient before its key/value-outer loop:
+ * (a) per chunk: o again from the strategy, x_mid = x_in + o_proj(o) again, the MLP backward of
+ * those rows (dx rows become dL/dx_mid), dout = dx_mid o_proj, handed to dout_chunk;
+ * (b) per chunk: backward_chunk's final dq, dk, dv of those rows -> RoPE backward -> the
+ * projections' and the input norm's backward into dx rows. */
+static void stream_layer_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn, int l) {
+    const LlamaConfig *c = &m->cfg;
+    const LlamaLayerWeights *w = &m->w.layers[l];
+    LlamaLayerWeights *g = &m->g.layers[l];
+    const int D = c->hidden_size, H = c->num_attention_heads, Hkv = c->num_key_value_heads, hd = c->head_dim;
+    const int n = a->sc;
+    const float *saved = a->layers[l].saved;
+    if (a->checkpoint == LLAMA_CKPT_LAYER) stream_layer_forward(m, a, attn, l, 0);
+    for (int i = 0; i < a->su; i++) {
+        const size_t r0 = (size_t)i * n;
+        const float *x_in = residual_at(a, c, l) + r0 * D;
+        float *dx = a->dx + r0 * D;
+        attn->output_chunk(attn, i, saved, a->o_c);
+        memcpy(a->x_mid_c, x_in, sizeof(float) * (size_t)n * D);
+        mm_forward(a, a->x_mid_c, a->o_c, w->o_proj, n, H * hd, D, 1);
+        mlp_backward_rows(m, a, l, a->x_mid_c, a->rstd2_c, dx, n);
+        memset(a->dout, 0, sizeof(float) * (size_t)n * H * hd);
+        mm_backward(a, a->dout, g->o_proj, dx, a->o_c, w->o_proj, n, H * hd, D);
+        if (a->precision == PRECISION_BF16) bf16_round(a->dout, (size_t)n * H * hd); /* attention's dout is bf16 */
+        attn->dout_chunk(attn, i, saved, a->dout);
+    }
+    for (int i = 0; i < a->su; i++) {
+        const size_t r0 = (size_t)i * n, rope_off = r0 * (size_t)(hd / 2);
+        const float *x_in = residual_at(a, c, l) + r0 * D;
+        attn->backward_chunk(attn, i, saved, a->dq, a->dk, a->dv);
+        rope_backward(a->dq, a->rope_cos + rope_off, a->rope_sin + rope_off, n, H, hd);
+        rope_backward(a->dk, a->rope_cos + rope_off, a->rope_sin + rope_off, n, Hkv, hd);
+        rmsnorm_forward(a->xn, a->rstd1_c, x_in, w->input_norm, n, D, c->rms_norm_eps);
+        memset(a->dxn, 0, sizeof(float) * (size_t)n * D);
+        mm_backward(a, a->dxn, g->q_proj, a->dq, a->xn, w->q_proj, n, D, H * hd);
+        mm_backward(a, a->dxn, g->k_proj, a->dk, a->xn, w->k_proj, n, D, Hkv * hd);
+        mm_backward(a, a->dxn, g->v_proj, a->dv, a->xn, w->v_proj, n, D, Hkv * hd);
+        rmsnorm_backward(a->dx + r0 * D, g->input_norm, a->dxn, x_in, w->input_norm, a->rstd1_c, n, D);
+    }
+}
+
+/* The final norm and the loss over chunks of c rows (the normed rows never exist whole): the
+ * sum of the local losses; with `backward`, a->dx = dL/d(last layer's output). */
+static double stream_head(LlamaModel *m, LlamaActs *a, const int *targets, float loss_scale, int backward,
+                          int *predictions) {
+    const LlamaConfig *c = &m->cfg;
+    const int D = c->hidden_size, V = c->vocab_size, nL = c->num_hidden_layers, n = a->sc;
+    double loss = 0;
+    if (backward) memset(a->dx, 0, sizeof(float) * (size_t)a->N * D);
+    for (int i = 0; i < a->su; i++) {
+        const size_t r0 = (size_t)i * n;
+        const float *x = residual_at(a, c, nL) + r0 * D;
+        rmsnorm_forward(a->xn, a->rstd1_c, x, m->w.final_norm, n, D, c->rms_norm_eps);
+        if (backward) memset(a->dxn, 0, sizeof(float) * (size_t)n * D);
+        loss += lm_head_cross_entropy(a->xn, m->w.lm_head, targets + r0, n, D, V, loss_scale, backward ? a->dxn : NULL,
+                                      backward ? m->g.lm_head : NULL, predictions ? predictions + r0 : NULL,
+                                      a->ce_chunk, a->ce_workspace);
+        if (backward)
+            rmsnorm_backward(a->dx + r0 * D, m->g.final_norm, a->dxn, x, m->w.final_norm, a->rstd1_c, n, D);
+    }
+    return loss;
+}
+
+/* The final norm and the loss over all N rows at once (the whole-layer path). */
+static double whole_head(LlamaModel *m, LlamaActs *a, const int *targets, float loss_scale, int backward,
+                         int *predictions) {
+    const LlamaConfig *c = &m->cfg;
+    const int N = a->N, D = c->hidden_size, V = c->vocab_size, nL = c->num_hidden_layers;
+    rmsnorm_forward(a->x_final, a->rstd_final, residual_at(a, c, nL), m->w.final_norm, N, D, c->rms_norm_eps);
+    if (!backward)
+        return lm_head_cross_entropy(a->x_final, m->w.lm_head, targets, N, D, V, loss_scale, NULL, NULL, predictions,
+                                     a->ce_chunk, a->ce_workspace);
+    memset(a->dxn, 0, sizeof(float) * (size_t)N * D);
+    double loss = lm_head_cross_entropy(a->x_final, m->w.lm_head, targets, N, D, V, loss_scale, a->dxn, m->g.lm_head,
+                                        predictions, a->ce_chunk, a->ce_workspace);
+    memset(a->dx, 0, sizeof(float) * (size_t)N * D);
+    rmsnorm_backward(a->dx, m->g.final_norm, a->dxn, residual_at(a, c, nL), m->w.final_norm, a->rstd_final, N, D);
+    return loss;
 }
 
 /* ---------------------------------------------------------------- hooks (see llama.h) */
@@ -676,30 +837,29 @@ double llama_forward_backward_docs(LlamaModel *m, LlamaActs *a, SeqAttention *at
     for (int l = 0; l < nL; l++) {
         hook(m, LLAMA_HOOK_BEFORE_FORWARD, l, backward);
         if (a->inputs_tier && backward) input_store(a, c, l);
-        layer_forward(m, a, attn, l);
+        if (a->stream) stream_layer_forward(m, a, attn, l, 1);
+        else layer_forward(m, a, attn, l);
         layer_convert(a, c, l, 1);
         hook(m, LLAMA_HOOK_AFTER_FORWARD, l, backward);
     }
     if (a->inputs_tier && backward) input_prefetch(a, nL - 1); /* read while the loss runs */
-    rmsnorm_forward(a->x_final, a->rstd_final, residual_at(a, c, nL), m->w.final_norm, N, D, c->rms_norm_eps);
+    double loss = a->stream ? stream_head(m, a, targets, loss_scale, backward, predictions)
+                            : whole_head(m, a, targets, loss_scale, backward, predictions);
     if (!backward) {
-        double fwd_loss = lm_head_cross_entropy(a->x_final, m->w.lm_head, targets, N, D, V, loss_scale, NULL, NULL,
-                                                predictions, a->ce_chunk, a->ce_workspace);
         hook(m, LLAMA_HOOK_END, -1, 0);
-        return fwd_loss;
+        return loss;
     }
-
-    memset(a->dxn, 0, sizeof(float) * (size_t)N * D);
-    double loss = lm_head_cross_entropy(a->x_final, m->w.lm_head, targets, N, D, V, loss_scale, a->dxn,
-                                        m->g.lm_head, predictions, a->ce_chunk, a->ce_workspace);
-    memset(a->dx, 0, sizeof(float) * (size_t)N * D);
-    rmsnorm_backward(a->dx, m->g.final_norm, a->dxn, residual_at(a, c, nL), m->w.final_norm, a->rstd_final, N, D);
     if (a->inputs_tier) a->passes++;
     for (int l = nL - 1; l >= 0; l--) {
         hook(m, LLAMA_HOOK_BEFORE_BACKWARD, l, 1);
         if (a->inputs_tier) {
             input_fetch(a, c, l);
             if (l > 0) input_prefetch(a, l - 1);
+        }
+        if (a->stream) {
+            stream_layer_backward(m, a, attn, l);
+            hook(m, LLAMA_HOOK_AFTER_BACKWARD, l, 1);
+            continue;
         }
         layer_convert(a, c, l, 0);
         /* layer: the attention half again, attention's forward included, into the shared set;

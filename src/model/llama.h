@@ -102,7 +102,9 @@ const char *llama_checkpoint_name(int mode);
  * x F floats. With more than one chunk (or under layer / selective) gate and up are recomputed
  * per chunk in backward from the normed x_mid (2 x 2 D F FLOPs per token and layer, counted by
  * llama_recompute_flops_per_token); with one chunk under none they are kept per layer (2 N F
- * floats each). Default: twice the attention's chunk count; attention is not chunked, so 2. */
+ * floats each). Default: twice the attention's chunk count: 2 for whole layers, 2u for FPDT's
+ * streamed layers (chunk streaming below; there the MLP runs inside each attention chunk, so in at
+ * least u chunks whatever K). */
 #define LLAMA_FFN_CHUNKS_DEFAULT 2
 /* Layer-input offload (FPDT's "activation checkpoint with offloading"): with offload_dir set and
  * checkpoint layer or selective, the residual stream keeps two (N, D) working buffers in RAM
@@ -117,7 +119,24 @@ typedef struct {
     const char *offload_dir; /* NULL: layer inputs stay in RAM; ignored under none */
     int rank;                /* names the offload file (one per rank) */
     int precision;  /* PRECISION_FP32 (0, the default) or PRECISION_BF16 (kernels/bf16.h) */
+    int no_stream;  /* 1: run whole layers even when the strategy streams (--no-stream) */
 } LlamaActsOptions;
+/* Chunk streaming (FPDT's pipeline, paper 003 §4): when the attention strategy has chunk calls
+ * (seq_attention.h: fpdt with --chunks u > 1) and the checkpoint mode is none or layer, each layer
+ * runs chunk by chunk: per chunk of c = N / u local rows, norm -> q, k, v -> RoPE -> the
+ * strategy's forward_chunk -> o_proj -> the MLP (in ffn chunks inside the chunk); backward in two
+ * passes (the output gradient of every chunk, then the strategy's key/value-outer loop handing
+ * back each chunk's final dq, dk, dv for the projections' and input norm's backward of its rows).
+ * The final norm and loss run per chunk too. No (N, .) activation of a layer exists whole: the
+ * layer's scratch is chunk-sized, and only dx (N, D), the layer inputs and the strategy's state
+ * remain whole. x_mid is rebuilt in backward from o (one o_proj forward per layer and token more),
+ * so no layer keeps x_mid or o; under layer checkpointing the recompute streams too (attention
+ * half only). With layer inputs offloaded the residual stream is one (N, D) buffer: each chunk's
+ * output rows overwrite its input rows. The default FFN chunk count is 2u. Selective
+ * checkpointing keeps the whole-layer path (it keeps o whole by design). Gradients equal the
+ * whole-layer path's within float rounding (weight gradients sum per chunk): see the README. */
+int llama_streams(int stream_chunks, int checkpoint, int no_stream);
+int llama_acts_streams(const LlamaActs *a);
 /* Chunks of a layer input in the offload tier for N local tokens. */
 int llama_input_chunks(long N);
 

@@ -18,7 +18,8 @@
  * cudaMemcpyAsync on a copy stream and an event per buffer). An I/O failure (full disk, ...) does
  * not stop the caller mid-layer: the calls go on returning buffers (of garbage) and set
  * io_errno; the caller checks it at its next collective point so that every rank stops with the
- * same one-line message (fpdt.c: after each forward, backward and restore). */
+ * same one-line message (fpdt.c: after each forward, backward and restore, and after the last chunk of
+ * each pass of the chunk calls). */
 #ifndef SEQPAR_CHUNK_TIER_H
 #define SEQPAR_CHUNK_TIER_H
 

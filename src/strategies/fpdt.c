@@ -13,13 +13,20 @@
  * through the exchange into local chunk i of o. Resident while attending: q_h_i, o_h_i, lse_h_i,
  * kv_h_i and the one fetched kv_h_j (at most two KV chunks).
  *
- * Backward: dout of every chunk through the exchange and delta_j = rowsum(dout_h_j o_h_j); then
- * key/value chunks outer (i), query chunks inner (j = i .. u-1): dq_h_j += ..., dkv_i += ...
- * dq_h_j's last contribution comes at outer i = j (its first inner step), dk_i, dv_i are final
- * after the inner loop: both go back through the exchange at the end of outer step i. Resident in
- * the compute loop: kv_h_i and its gradient dkv_i (the two KV-sized chunks), plus q_h_j, lse_h_j
- * of the current query chunk; dq_h and dout_h / delta of all chunks are held (S/P... per member:
- * S Hl (2 d + 1) floats: the paper moves them to the slow tier too; see chunk_tier.h).
+ * Backward: dout of every chunk through the exchange and delta_j = rowsum(dout_h_j o_h_j), dout_h_j
+ * into the dout tier (RAM, or a second file with --offload-dir); then key/value chunks outer (i),
+ * query chunks inner (j = i .. u-1): dq_h_j += ..., dkv_i += ... dq_h_j's last contribution comes
+ * at outer i = j, dk_i, dv_i are final after the inner loop: both go back through the exchange at
+ * the end of outer step i. Resident in the compute loop: kv_h_i and its gradient dkv_i (the two
+ * KV-sized chunks), plus q_h_j, lse_h_j, dout_h_j of the current query chunk; dq_h of all chunks
+ * (S Hl d floats per member) and delta (S Hl) stay in RAM: dq_h_j is read and written at every
+ * outer step i <= j, so on disk it would cost u times its size in each direction per layer.
+ *
+ * Chunk streaming (seq_attention.h): forward_chunk(i) is forward's step i; output_chunk(i) +
+ * dout_chunk(i) are backward's first pass for chunk i (o_h_i fetched once for both: o_i back
+ * through the exchange for the model, then delta_i); backward_chunk(i) is outer step i, handing
+ * back local chunk i's final dq, dk, dv. forward() and backward() are the same steps over all
+ * chunks, so the two paths run identical strategy arithmetic.
  *
  * Saved per layer (through the chunk tier, RAM today): q_h, kv_h, o_h, lse_h of every chunk,
  * S (2 Hl d + 2 Hk d + Hl) floats on member p, the same as Ulysses; lse is the kept suffix for
@@ -54,6 +61,11 @@ typedef struct {
     PosRun *runs;    /* (S) */
     PosBlock *blk;   /* (u) */
     float *dout_h, *delta, *dq_h, *dkv_h;
+    ChunkTier *dout_tier; /* dout_h of every chunk: RAM (over dout_h) or a second disk file */
+    float *dout_saved;    /* the dout tier's `saved`: dout_h (RAM) or an empty key (disk) */
+    float dout_key;
+    const float *held_o;  /* o_h of held_chunk, fetched by output_chunk for dout_chunk */
+    int held_chunk;       /* -1: none */
     long batches;    /* set_positions calls */
     const char *offload_dir; /* NULL: RAM tier */
 } Fpdt;
@@ -113,10 +125,12 @@ static void fpdt_memory(const StrategyParams *p, int hp_rank, AttnMemory *m) {
     const size_t d = (size_t)p->head_dim, Hl = (size_t)hs.hl[hp_rank], Hk = (size_t)hs.hk[hp_rank];
     m->saved_per_layer = S * (2 * Hl * d + 2 * Hk * d + Hl); /* q_h, o_h, kv_h, lse_h of all chunks */
     m->kept_per_layer = S * Hl;                                /* lse_h of all chunks */
-    size_t tier = 0;
-    if (p->offload_dir) { /* only lse_h stays; two staging and two read buffers of q_h, kv_h, o_h chunks */
+    size_t tier = 0, dout_h = S * Hl * d;
+    if (p->offload_dir) { /* only lse_h stays; two staging and two read buffers of q_h, kv_h, o_h chunks,
+                             and of dout_h chunks (the backward's second file) */
         m->saved_per_layer = S * Hl;
-        tier = 4 * Cn * (2 * Hl * d + 2 * Hk * d);
+        tier = 4 * Cn * (2 * Hl * d + 2 * Hk * d) + 4 * Cn * Hl * d;
+        dout_h = 0;
     }
     size_t send = 0, recv = 0; /* the head exchange of one chunk (head_exchange.c's buffers) */
     for (int q = 0; q < p->hp; q++) {
@@ -126,7 +140,7 @@ static void fpdt_memory(const StrategyParams *p, int hp_rank, AttnMemory *m) {
     if (Cn * Hl * d > send) send = Cn * Hl * d;
     if (c * (size_t)p->n_heads * d > recv) recv = c * (size_t)p->n_heads * d;
     size_t exchange = send + (p->hp > 1 ? recv : 0);
-    size_t scratch = 2 * S * Hl * d + S * Hl + 2 * Cn * Hk * d; /* dout_h, dq_h, delta, dkv of one chunk */
+    size_t scratch = dout_h + S * Hl * d + S * Hl + 2 * Cn * Hk * d; /* dout_h (RAM tier), dq_h, delta, dkv of one chunk */
     /* positions and document ids (2 x S ints each) and runs */
     size_t index = 4 * S + S * (sizeof(PosRun) / sizeof(float));
     m->workspace = exchange + scratch + index + tier;
@@ -173,43 +187,110 @@ static void tier_check(ChunkTier *t, int rc) {
  * stops every rank with the same one line. */
 static void tier_sync(Fpdt *x) {
     if (!x->offload_dir) return;
-    int e = x->tier->io_errno;
+    int e = x->tier->io_errno ? x->tier->io_errno : x->dout_tier->io_errno;
     if (x->P > 1) comm_control_allreduce(x->comm, "MPI_Iallreduce (offload errors)", &e, 1, MPI_INT, MPI_MAX, x->t->sp_comm);
     if (e)
         die_collective("--offload-dir %s: the offload file could not be written or read (%s): free space there or "
                        "choose another directory", x->offload_dir, strerror(e));
 }
 
-static void fpdt_forward(SeqAttention *sa, const float *q, const float *k, const float *v, float *o, float *saved) {
-    Fpdt *x = sa->ctx;
+/* Forward of local chunk i (q_i, k_i, v_i: its c rows; o_i: its c output rows). */
+static void fwd_chunk(Fpdt *x, int i, const float *q_i, const float *k_i, const float *v_i, float *o_i, float *saved) {
     ChunkTier *t = x->tier;
     const size_t kv_half = (size_t)x->Cn * x->Hk * x->d;
     AttnShape st = {.n_q = x->Cn, .n_heads = x->Hl, .head_dim = x->d};
-    x->b.work.fwd_calls = x->b.work.fwd_cells = 0;
-    for (int i = 0; i < x->u; i++) {
-        float *q_h = t->slot(t, saved, TIER_Q, i), *kv_h = t->slot(t, saved, TIER_KV, i);
-        if (!q_h || !kv_h) tier_check(t, -1);
-        head_exchange_qkv(&x->hx, q + rows_off(x, i, x->H), k + rows_off(x, i, x->Hkv), v + rows_off(x, i, x->Hkv),
-                          q_h, kv_h);
-        tier_check(t, t->store(t, saved, TIER_Q, i));
-        float *o_h = t->slot(t, saved, TIER_O, i), *lse_h = t->slot(t, saved, TIER_LSE, i);
-        if (!o_h || !lse_h) tier_check(t, -1);
-        double t0 = comm_compute_begin(x->comm);
-        attn_state_init(&st, o_h, lse_h);
-        if (i > 0) t->prefetch(t, saved, TIER_KV, 0, 0);
-        for (int j = 0; j <= i; j++) { /* kv_h_i (just made) and at most one fetched kv_h_j */
-            const float *kv = j == i ? kv_h : t->fetch(t, saved, TIER_KV, j, j & 1);
-            if (!kv) tier_check(t, -1);
-            if (j + 1 < i) t->prefetch(t, saved, TIER_KV, j + 1, (j + 1) & 1);
-            block_attn_forward(&x->b, q_h, &x->blk[i], kv, kv + kv_half, &x->blk[j], o_h, lse_h, NULL);
-            if (j != i) t->release(t, kv);
-        }
-        comm_compute_end(x->comm, "attn fwd", t0);
-        tier_check(t, t->store(t, saved, TIER_KV, i));
-        head_exchange_out(&x->hx, o_h, o + rows_off(x, i, x->H));
-        tier_check(t, t->store(t, saved, TIER_O, i));
-        tier_check(t, t->store(t, saved, TIER_LSE, i));
+    if (i == 0) x->b.work.fwd_calls = x->b.work.fwd_cells = 0;
+    float *q_h = t->slot(t, saved, TIER_Q, i), *kv_h = t->slot(t, saved, TIER_KV, i);
+    if (!q_h || !kv_h) tier_check(t, -1);
+    head_exchange_qkv(&x->hx, q_i, k_i, v_i, q_h, kv_h);
+    tier_check(t, t->store(t, saved, TIER_Q, i));
+    float *o_h = t->slot(t, saved, TIER_O, i), *lse_h = t->slot(t, saved, TIER_LSE, i);
+    if (!o_h || !lse_h) tier_check(t, -1);
+    double t0 = comm_compute_begin(x->comm);
+    attn_state_init(&st, o_h, lse_h);
+    if (i > 0) t->prefetch(t, saved, TIER_KV, 0, 0);
+    for (int j = 0; j <= i; j++) { /* kv_h_i (just made) and at most one fetched kv_h_j */
+        const float *kv = j == i ? kv_h : t->fetch(t, saved, TIER_KV, j, j & 1);
+        if (!kv) tier_check(t, -1);
+        if (j + 1 < i) t->prefetch(t, saved, TIER_KV, j + 1, (j + 1) & 1);
+        block_attn_forward(&x->b, q_h, &x->blk[i], kv, kv + kv_half, &x->blk[j], o_h, lse_h, NULL);
+        if (j != i) t->release(t, kv);
     }
+    comm_compute_end(x->comm, "attn fwd", t0);
+    tier_check(t, t->store(t, saved, TIER_KV, i));
+    head_exchange_out(&x->hx, o_h, o_i);
+    tier_check(t, t->store(t, saved, TIER_O, i));
+    tier_check(t, t->store(t, saved, TIER_LSE, i));
+}
+
+/* Backward, first pass over chunk j: dout_h_j (through the exchange, into the dout tier) and
+ * delta_j = rowsum(dout_h_j o_h_j). o_h_j is the one output_chunk(j) fetched, or fetched here. */
+static void dout_one(Fpdt *x, int j, const float *saved, const float *dout_j) {
+    ChunkTier *t = x->tier, *dt = x->dout_tier;
+    const size_t lsz = (size_t)x->Cn * x->Hl;
+    AttnShape st = {.n_q = x->Cn, .n_heads = x->Hl, .head_dim = x->d};
+    float *dout_h = dt->slot(dt, x->dout_saved, TIER_Q, j);
+    if (!dout_h) tier_check(dt, -1);
+    head_exchange_dout(&x->hx, dout_j, dout_h);
+    const float *o_h = x->held_o;
+    if (x->held_chunk != j) {
+        if (j + 1 < x->u) t->prefetch(t, saved, TIER_O, j + 1, (j + 1) & 1);
+        o_h = t->fetch(t, saved, TIER_O, j, j & 1);
+        if (!o_h) tier_check(t, -1);
+    }
+    double t0 = comm_compute_begin(x->comm);
+    attn_backward_delta(&st, o_h, dout_h, x->delta + j * lsz);
+    comm_compute_end(x->comm, "delta", t0);
+    t->release(t, o_h);
+    x->held_o = NULL;
+    x->held_chunk = -1;
+    tier_check(dt, dt->store(dt, x->dout_saved, TIER_Q, j));
+}
+
+/* Backward, second pass: key/value chunk i outer, query chunks j = i .. u-1 inner (the ones that
+ * see chunk i). dq_h_i got its last contribution at j = i and dk_i, dv_i are complete after the
+ * inner loop: all three go back through the exchange into local chunk i's rows dq_i, dk_i, dv_i.
+ * dq_h of the later chunks keeps accumulating in RAM (read and written at every outer step, so
+ * the slow tier would move it u times over). */
+static void outer_one(Fpdt *x, int i, const float *saved, float *dq_i, float *dk_i, float *dv_i) {
+    ChunkTier *t = x->tier, *dt = x->dout_tier;
+    const size_t kv_half = (size_t)x->Cn * x->Hk * x->d, qsz = (size_t)x->Cn * x->Hl * x->d,
+                 lsz = (size_t)x->Cn * x->Hl;
+    if (i == 0) {
+        x->b.work.bwd_calls = x->b.work.bwd_cells = 0;
+        memset(x->dq_h, 0, sizeof(float) * qsz * (size_t)x->u);
+    }
+    if (i + 1 < x->u) t->prefetch(t, saved, TIER_KV, i + 1, (i + 1) & 1);
+    const float *kv = t->fetch(t, saved, TIER_KV, i, i & 1);
+    if (!kv) tier_check(t, -1);
+    memset(x->dkv_h, 0, sizeof(float) * 2 * kv_half);
+    double t0 = comm_compute_begin(x->comm);
+    for (int j = i; j < x->u; j++) {
+        if (j + 1 < x->u) {
+            t->prefetch(t, saved, TIER_Q, j + 1, (j + 1) & 1);
+            t->prefetch(t, saved, TIER_LSE, j + 1, (j + 1) & 1);
+            dt->prefetch(dt, x->dout_saved, TIER_Q, j + 1, (j + 1) & 1);
+        }
+        const float *q_h = t->fetch(t, saved, TIER_Q, j, j & 1), *lse_h = t->fetch(t, saved, TIER_LSE, j, j & 1);
+        const float *dout_h = dt->fetch(dt, x->dout_saved, TIER_Q, j, j & 1);
+        if (!q_h || !lse_h) tier_check(t, -1);
+        if (!dout_h) tier_check(dt, -1);
+        block_attn_backward(&x->b, q_h, &x->blk[j], kv, kv + kv_half, &x->blk[i], lse_h, x->delta + j * lsz, dout_h,
+                            x->dq_h + j * qsz, x->dkv_h, x->dkv_h + kv_half, NULL);
+        t->release(t, q_h);
+        t->release(t, lse_h);
+        dt->release(dt, dout_h);
+    }
+    comm_compute_end(x->comm, "attn bwd", t0);
+    t->release(t, kv);
+    head_exchange_grads(&x->hx, x->dq_h + i * qsz, x->dkv_h, dq_i, dk_i, dv_i);
+}
+
+static void fpdt_forward(SeqAttention *sa, const float *q, const float *k, const float *v, float *o, float *saved) {
+    Fpdt *x = sa->ctx;
+    for (int i = 0; i < x->u; i++)
+        fwd_chunk(x, i, q + rows_off(x, i, x->H), k + rows_off(x, i, x->Hkv), v + rows_off(x, i, x->Hkv),
+                  o + rows_off(x, i, x->H), saved);
     tier_sync(x);
 }
 
@@ -217,47 +298,40 @@ static void fpdt_backward(SeqAttention *sa, const float *q, const float *k, cons
                           const float *saved, const float *dout, float *dq, float *dk, float *dv) {
     Fpdt *x = sa->ctx;
     (void)q, (void)k, (void)v, (void)o; /* the strategy's own copies are in the tier */
-    ChunkTier *t = x->tier;
-    const size_t kv_half = (size_t)x->Cn * x->Hk * x->d, qsz = (size_t)x->Cn * x->Hl * x->d,
-                 lsz = (size_t)x->Cn * x->Hl;
-    AttnShape st = {.n_q = x->Cn, .n_heads = x->Hl, .head_dim = x->d};
-    x->b.work.bwd_calls = x->b.work.bwd_cells = 0;
-    for (int j = 0; j < x->u; j++) {
-        head_exchange_dout(&x->hx, dout + rows_off(x, j, x->H), x->dout_h + j * qsz);
-        if (j + 1 < x->u) t->prefetch(t, saved, TIER_O, j + 1, (j + 1) & 1);
-        const float *o_h = t->fetch(t, saved, TIER_O, j, j & 1);
-        if (!o_h) tier_check(t, -1);
-        double t0 = comm_compute_begin(x->comm);
-        attn_backward_delta(&st, o_h, x->dout_h + j * qsz, x->delta + j * lsz);
-        comm_compute_end(x->comm, "delta", t0);
-        t->release(t, o_h);
-    }
-    memset(x->dq_h, 0, sizeof(float) * qsz * (size_t)x->u);
-    for (int i = 0; i < x->u; i++) { /* key/value chunks outer */
-        if (i + 1 < x->u) t->prefetch(t, saved, TIER_KV, i + 1, (i + 1) & 1);
-        const float *kv = t->fetch(t, saved, TIER_KV, i, i & 1);
-        if (!kv) tier_check(t, -1);
-        memset(x->dkv_h, 0, sizeof(float) * 2 * kv_half);
-        double t0 = comm_compute_begin(x->comm);
-        for (int j = i; j < x->u; j++) { /* query chunks inner: the ones that see chunk i */
-            if (j + 1 < x->u) {
-                t->prefetch(t, saved, TIER_Q, j + 1, (j + 1) & 1);
-                t->prefetch(t, saved, TIER_LSE, j + 1, (j + 1) & 1);
-            }
-            const float *q_h = t->fetch(t, saved, TIER_Q, j, j & 1), *lse_h = t->fetch(t, saved, TIER_LSE, j, j & 1);
-            if (!q_h || !lse_h) tier_check(t, -1);
-            block_attn_backward(&x->b, q_h, &x->blk[j], kv, kv + kv_half, &x->blk[i], lse_h, x->delta + j * lsz,
-                                x->dout_h + j * qsz, x->dq_h + j * qsz, x->dkv_h, x->dkv_h + kv_half, NULL);
-            t->release(t, q_h);
-            t->release(t, lse_h);
-        }
-        comm_compute_end(x->comm, "attn bwd", t0);
-        t->release(t, kv);
-        /* dq_h_i got its last contribution at j = i; dk_i, dv_i are complete */
-        head_exchange_grads(&x->hx, x->dq_h + i * qsz, x->dkv_h, dq + rows_off(x, i, x->H), dk + rows_off(x, i, x->Hkv),
-                            dv + rows_off(x, i, x->Hkv));
-    }
+    for (int j = 0; j < x->u; j++) dout_one(x, j, saved, dout + rows_off(x, j, x->H));
+    for (int i = 0; i < x->u; i++)
+        outer_one(x, i, saved, dq + rows_off(x, i, x->H), dk + rows_off(x, i, x->Hkv), dv + rows_off(x, i, x->Hkv));
     tier_sync(x);
+}
+
+/* The chunk calls (seq_attention.h): the same steps, one chunk per call; the collective error
+ * check after the last chunk of each pass. */
+static void fpdt_forward_chunk(SeqAttention *sa, int i, const float *q, const float *k, const float *v, float *o,
+                               float *saved) {
+    Fpdt *x = sa->ctx;
+    fwd_chunk(x, i, q, k, v, o, saved);
+    if (i == x->u - 1) tier_sync(x);
+}
+
+static void fpdt_output_chunk(SeqAttention *sa, int i, const float *saved, float *o) {
+    Fpdt *x = sa->ctx;
+    ChunkTier *t = x->tier;
+    if (i + 1 < x->u) t->prefetch(t, saved, TIER_O, i + 1, (i + 1) & 1);
+    const float *o_h = t->fetch(t, saved, TIER_O, i, i & 1);
+    if (!o_h) tier_check(t, -1);
+    head_exchange_out(&x->hx, o_h, o);
+    x->held_o = o_h; /* dout_chunk(i) reads it */
+    x->held_chunk = i;
+}
+
+static void fpdt_dout_chunk(SeqAttention *sa, int i, const float *saved, const float *dout) {
+    dout_one(sa->ctx, i, saved, dout);
+}
+
+static void fpdt_backward_chunk(SeqAttention *sa, int i, const float *saved, float *dq, float *dk, float *dv) {
+    Fpdt *x = sa->ctx;
+    outer_one(x, i, saved, dq, dk, dv);
+    if (i == x->u - 1) tier_sync(x);
 }
 
 /* Selective checkpointing: q_h, kv_h and o_h of every chunk by the exchanges forward ran (o by
@@ -283,6 +357,7 @@ static void fpdt_destroy(SeqAttention *sa) {
     if (!sa) return;
     Fpdt *x = sa->ctx;
     chunk_tier_destroy(x->tier);
+    chunk_tier_destroy(x->dout_tier);
     head_exchange_free(&x->hx);
     xfree(x->all_pos);
     xfree(x->cpos);
@@ -332,7 +407,19 @@ static SeqAttention *fpdt_create(const StrategyParams *p, const Topology *t, Com
     x->cdoc = xmalloc(sizeof(int) * S);
     x->runs = xmalloc(sizeof(PosRun) * S);
     x->blk = xcalloc((size_t)x->u, sizeof(PosBlock));
-    x->dout_h = xmalloc_aligned(sizeof(float) * S * x->Hl * d);
+    x->held_chunk = -1;
+    if (p->offload_dir) {
+        const size_t dsizes[TIER_KINDS] = {Cn * x->Hl * d, 0, 0, 0};
+        char err[512];
+        x->dout_tier = chunk_tier_disk_create(p->offload_dir, t->world_rank, x->u, dsizes, err, sizeof err);
+        if (!x->dout_tier) die_collective("%s", err);
+        x->dout_saved = &x->dout_key;
+    } else {
+        const size_t dsizes[TIER_KINDS] = {Cn * x->Hl * d, 0, 0, 0};
+        x->dout_h = xmalloc_aligned(sizeof(float) * S * x->Hl * d);
+        x->dout_tier = chunk_tier_ram_create(x->u, dsizes);
+        x->dout_saved = x->dout_h;
+    }
     x->delta = xmalloc_aligned(sizeof(float) * S * x->Hl);
     x->dq_h = xmalloc_aligned(sizeof(float) * S * x->Hl * d);
     x->dkv_h = xmalloc_aligned(sizeof(float) * 2 * Cn * x->Hk * d);
@@ -347,13 +434,27 @@ static SeqAttention *fpdt_create(const StrategyParams *p, const Topology *t, Com
     sa->forward = fpdt_forward;
     sa->backward = fpdt_backward;
     sa->restore = fpdt_restore;
+    if (x->u > 1) {
+        sa->stream_chunks = x->u;
+        sa->stream_rows = x->c;
+        sa->forward_chunk = fpdt_forward_chunk;
+        sa->output_chunk = fpdt_output_chunk;
+        sa->dout_chunk = fpdt_dout_chunk;
+        sa->backward_chunk = fpdt_backward_chunk;
+    }
     sa->destroy = fpdt_destroy;
     return sa;
 }
 
 static void fpdt_tier_stats(const SeqAttention *sa, TierStats *s, long *batches) {
     const Fpdt *x = sa->ctx;
+    TierStats d;
     chunk_tier_stats(x->tier, s);
+    chunk_tier_stats(x->dout_tier, &d);
+    s->bytes_written += d.bytes_written;
+    s->bytes_read += d.bytes_read;
+    s->wait_s += d.wait_s;
+    s->ram_floats += d.ram_floats;
     *batches = x->batches;
 }
 

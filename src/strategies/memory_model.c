@@ -106,10 +106,19 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
     const double P = E + L * Lu + T;
     const int per_replica = in->batch / dp;
     const int ckpt = in->checkpoint;
+    /* chunk streaming (llama.h): fpdt's chunk calls exist for --chunks > 1 */
+    const int su = pc->chunks > 1 ? pc->chunks : 1;
+    const int stream = own && !strcmp(s->name, "fpdt") && llama_streams(su, ckpt, in->no_stream);
+    const double Cr = stream ? N / su : N; /* rows of the layer's scratch */
     /* FFN chunks exactly as llama_acts_create_opts */
-    long Nl = (long)N, K = in->ffn_chunks > 0 ? in->ffn_chunks : LLAMA_FFN_CHUNKS_DEFAULT;
+    long Nl = (long)N, K = in->ffn_chunks > 0 ? in->ffn_chunks : stream ? 2 * su : LLAMA_FFN_CHUNKS_DEFAULT;
     if (K > Nl) K = Nl > 0 ? Nl : 1;
     long rows = Nl > 0 ? (Nl + K - 1) / K : 1, chunks = Nl > 0 ? (Nl + rows - 1) / rows : 1;
+    if (stream) {
+        long c_rows = Nl / su;
+        if (rows > c_rows) rows = c_rows;
+        chunks = su * ((c_rows + rows - 1) / rows);
+    }
     const int store_gate_up = ckpt == LLAMA_CKPT_NONE && chunks == 1;
     /* layer-input offload (--offload-dir with layer or selective checkpointing) */
     const int offload_inputs = pc->offload_dir && ckpt != LLAMA_CKPT_NONE;
@@ -153,14 +162,19 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
         double per_layer_sel = N * qd + (kept < saved ? kept : saved);
         /* layer inputs: all L + 1 in RAM, or two working buffers with the rest on disk (the tier's
          * staging and read buffers, two each of one chunk, are working set) */
-        double saved_acts = offload_inputs ? 2 * N * D : (L + 1) * N * D;
+        double saved_acts = offload_inputs ? (stream ? 1 : 2) * N * D : (L + 1) * N * D;
         double layer_set = offload_inputs ? 4 * (double)in_rows * D : 0;
-        if (ckpt == LLAMA_CKPT_NONE) saved_acts += L * full_set;
+        if (stream) { /* a layer keeps only the strategy's state; one chunk's x_mid, o, rstd1, rstd2 */
+            if (ckpt == LLAMA_CKPT_NONE) saved_acts += L * saved;
+            else layer_set += saved;
+            layer_set += Cr * D + Cr * qd + 2 * Cr;
+        } else if (ckpt == LLAMA_CKPT_NONE) saved_acts += L * full_set;
         else if (ckpt == LLAMA_CKPT_LAYER) layer_set += full_set;
         else saved_acts += L * per_layer_sel, layer_set += partial_set;
-        layer_set += N * d /* rope */ + N /* rstd_final */ + 3 * N * D /* xn (= x_final), dx, dxn */ +
-                     2 * N * qd + 2 * N * kvd /* dq, dk, dv, dout */ + 3 * (double)rows * F /* h, dgate, dup */ +
-                     (store_gate_up ? 0 : 2 * (double)rows * F) /* gate_c, up_c */ + (N < 256 ? N : 256) * V;
+        layer_set += N * d /* rope */ + (stream ? 1 : N) /* rstd_final */ + N * D /* dx */ +
+                     2 * Cr * D /* xn (= x_final), dxn */ + 2 * Cr * qd + 2 * Cr * kvd /* dq, dk, dv, dout */ +
+                     3 * (double)rows * F /* h, dgate, dup */ + (store_gate_up ? 0 : 2 * (double)rows * F) /* gate_c, up_c */ +
+                     (N < 256 ? N : 256) * V;
         layer_set += flash_transient(threads, nq_call < N ? nq_call : N, (int)group_q, c->head_dim);
         cur.ram[MEM_SAVED] = 4 * saved_acts;
         cur.ram[MEM_LAYER] = 4 * layer_set;
@@ -172,6 +186,7 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
             err = head_split_init(&hs, hp, c->num_attention_heads, c->num_key_value_heads);
             if (err) return err;
             cur.disk[MEM_SAVED] += 4 * distinct * S * (2.0 * hs.hl[hr] * d + 2.0 * hs.hk[hr] * d);
+            cur.disk[MEM_ATTN] += 4 * S * (double)hs.hl[hr] * d; /* the backward's dout_h of every chunk */
             head_split_free(&hs);
         }
         /* parameters, gradients, optimizer (data_parallel.c) */
@@ -215,6 +230,7 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
     out->zero = zero;
     out->zero_group = group;
     out->layer_chunks = offload_inputs ? (int)in_chunks : 0;
+    out->streams = stream;
     out->strategy = sp > 1 || own ? s->name : "single process";
 
     /* the papers' terms (fp32 bytes) */

@@ -40,6 +40,7 @@ typedef struct {
     ParallelConfig par;  /* --strategy, grid, --chunks, --offload-dir, --zero, --zero-group, --threads */
     int checkpoint;      /* LLAMA_CKPT_* */
     int ffn_chunks;      /* 0: the default */
+    int no_stream;       /* --no-stream: fpdt runs whole layers (llama.h) */
 } MemoryModelInput;
 
 typedef struct {
@@ -47,6 +48,7 @@ typedef struct {
     double ram_total, disk_total;
     int rank;                /* that world rank */
     int dp, hp, cp, n_local, threads, ffn_chunks, zero, zero_group, layer_chunks;
+    int streams;             /* layers run chunk by chunk (llama.h: chunk streaming) */
     const char *strategy;    /* "single process" when sp = 1 and the strategy has no attention of its own */
     /* The papers' terms, in bytes (fp32), per rank (see the README, "Memory model"):
      * WallFacer Eq. 5: A = B N H / P, one layer's hidden activation of the local tokens;
