@@ -109,6 +109,7 @@ SeqAttention *dist_attention_create(const ScheduleInfo *schedule, const Strategy
     ScheduleShape sh = {.topo = t, .comm = comm, .n = x->n, .heads = x->Hl, .kv_heads = x->Hk,
                         .head_dim = p->head_dim, .team = p->team, .layout = p->layout};
     x->sched = schedule->create(&sh);
+    if (p->wire_bf16) x->sched->blocks->precision = PRECISION_BF16; /* bf16 inputs: the kernel's bf16 tiles */
     const size_t n = (size_t)x->n, d = (size_t)x->d;
     x->all_pos = xmalloc(sizeof(int) * (size_t)x->S);
     x->all_doc = xmalloc(sizeof(int) * (size_t)x->S);

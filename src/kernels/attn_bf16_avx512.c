@@ -1,0 +1,154 @@
+/* The AVX512_BF16 tile kernels of attn_bf16.h: a 6 x 64 VDPBF16PS micro-kernel (24 fp32
+ * accumulators; per pair step four 64-byte loads of B and six 32-bit broadcasts of A, each
+ * broadcast a memory operand, for 24 VDPBF16PS of 32 multiply-adds each: twice the work per
+ * instruction of the fp32 6 x 64 FMA kernel in simd_body.h, with the same loop structure), and
+ * the packers that round fp32 tiles to bf16 pair words with VCVTNE2PS2BF16 (round to nearest
+ * even, as bf16.h's conversions). Built with -mavx512bf16 (Makefile); reached only through
+ * attn_bf16_tiles() when the CPU reports AVX512_BF16 and the kernel path is avx512. */
+#include <immintrin.h>
+
+#include "kernels/attn_bf16.h"
+#include "kernels/bf16.h"
+
+#define MR 6 /* rows of C per micro-kernel call */
+#define NV 4 /* 16-lane vectors of C per row: 64 columns */
+
+/* One MR x (NV 16) block of C. A's MR words of pair step kk lie at a[kk apk + r] (transposed A;
+ * rows beyond mr are read and not stored) or, in rows mode, at row pointers a + r ars (steps
+ * contiguous; rows beyond mr repeat the last row). With `masked` the last column block's vectors
+ * load and store only the lanes in msk[]. */
+static inline __attribute__((always_inline)) void micro(int K2, int mr, float alpha, const bf16_pair *a, size_t apk,
+                                                        const bf16_pair *B, size_t ldb, int accumulate, float *C,
+                                                        size_t ldc, const int masked, const __mmask16 *msk,
+                                                        const int rows, size_t ars) {
+    __m512 c[MR][NV];
+    const bf16_pair *ar[MR];
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++) ar[r] = a + (size_t)(r < mr ? r : mr - 1) * ars;
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) c[r][v] = _mm512_setzero_ps();
+    for (int k = 0; k < K2; k++) {
+        const bf16_pair *b = B + (size_t)k * ldb, *ak = a + (size_t)k * apk;
+        __m512bh bv[NV];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++)
+            bv[v] = (__m512bh)(masked ? _mm512_maskz_loadu_epi32(msk[v], b + v * 16) : _mm512_loadu_si512(b + v * 16));
+#pragma GCC unroll 8
+        for (int r = 0; r < MR; r++) {
+            const __m512bh av = (__m512bh)_mm512_set1_epi32((int)(rows ? ar[r][k] : ak[r]));
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) c[r][v] = _mm512_dpbf16_ps(c[r][v], av, bv[v]);
+        }
+    }
+    const __m512 va = _mm512_set1_ps(alpha);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++) {
+        if (r >= mr) break;
+        float *cr = C + (size_t)r * ldc;
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) {
+            __m512 y = _mm512_mul_ps(va, c[r][v]);
+            if (masked) {
+                if (accumulate) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(msk[v], cr + v * 16));
+                _mm512_mask_storeu_ps(cr + v * 16, msk[v], y);
+            } else {
+                if (accumulate) y = _mm512_add_ps(y, _mm512_loadu_ps(cr + v * 16));
+                _mm512_storeu_ps(cr + v * 16, y);
+            }
+        }
+    }
+}
+
+static inline void prefetch_some(Prefetch *p, int n) {
+    for (; n > 0 && p->next < p->total; n--, p->next++) {
+        int t = p->next / (p->rows * p->lines_per_row), rem = p->next % (p->rows * p->lines_per_row);
+        const char *addr = p->base[t] + (size_t)(rem / p->lines_per_row) * p->stride + (size_t)(rem % p->lines_per_row) * 64;
+        _mm_prefetch(addr, _MM_HINT_T1);
+    }
+}
+
+/* Column blocks outside (a 64-column panel of B stays in L1), row blocks inside. */
+static void tile_gemm_bf16(int M, int N, int K2, float alpha, const bf16_pair *A, size_t ars, size_t aks,
+                           const bf16_pair *B, size_t ldb, int accumulate, float *C, size_t ldc, Prefetch *pf) {
+    if (M <= 0 || N <= 0) return;
+    if (K2 <= 0) {
+        if (!accumulate)
+            for (int m = 0; m < M; m++) memset(C + (size_t)m * ldc, 0, (size_t)N * sizeof(float));
+        return;
+    }
+    const int NR = NV * 16, nfull = N / NR * NR, nr = N - nfull;
+    __mmask16 msk[NV];
+    for (int v = 0; v < NV; v++) {
+        int cnt = nr - v * 16;
+        cnt = cnt < 0 ? 0 : cnt > 16 ? 16 : cnt;
+        msk[v] = (__mmask16)((1u << cnt) - 1u);
+    }
+    const int nmb = (M + MR - 1) / MR, rows_mode = ars != 1;
+    const int n_calls = nmb * ((N + NR - 1) / NR);
+    const int pf_per_call = pf ? (pf->total - pf->next + n_calls - 1) / n_calls : 0;
+    for (int n0 = 0; n0 < N; n0 += NR) {
+        const int masked = n0 >= nfull;
+        for (int mb = 0; mb < nmb; mb++) {
+            const int m0 = mb * MR, mr = M - m0 < MR ? M - m0 : MR;
+            float *Cb = C + (size_t)m0 * ldc + n0;
+            if (pf) prefetch_some(pf, pf_per_call);
+            if (rows_mode) {
+                const bf16_pair *a0 = A + (size_t)m0 * ars;
+                if (masked) micro(K2, mr, alpha, a0, 1, B + n0, ldb, accumulate, Cb, ldc, 1, msk, 1, ars);
+                else micro(K2, mr, alpha, a0, 1, B + n0, ldb, accumulate, Cb, ldc, 0, msk, 1, ars);
+            } else {
+                const bf16_pair *a0 = A + (size_t)m0;
+                if (masked) micro(K2, mr, alpha, a0, aks, B + n0, ldb, accumulate, Cb, ldc, 1, msk, 0, 0);
+                else micro(K2, mr, alpha, a0, aks, B + n0, ldb, accumulate, Cb, ldc, 0, msk, 0, 0);
+            }
+        }
+    }
+}
+
+static void pack_rows_bf16(int rows, int cols, const float *src, size_t lds, bf16_pair *dst, size_t ldd) {
+    for (int r = 0; r < rows; r++) {
+        const float *s = src + (size_t)r * lds;
+        bf16_pair *d = dst + (size_t)r * ldd;
+        int c = 0;
+        for (; c + 32 <= cols; c += 32) { /* 32 floats -> 16 words */
+            __m512bh h = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + c + 16), _mm512_loadu_ps(s + c));
+            _mm512_storeu_si512(d + c / 2, (__m512i)h);
+        }
+        if (c < cols) {
+            const int left = cols - c, lo = left < 16 ? left : 16, hi = left - lo;
+            const __m512 x0 = _mm512_maskz_loadu_ps((__mmask16)((1u << lo) - 1u), s + c);
+            const __m512 x1 = _mm512_maskz_loadu_ps((__mmask16)((1u << hi) - 1u), s + c + 16);
+            __m512bh h = _mm512_cvtne2ps_pbh(x1, x0);
+            _mm512_mask_storeu_epi32(d + c / 2, (__mmask16)((1u << ((left + 1) / 2)) - 1u), (__m512i)h);
+        }
+    }
+}
+
+static void pack_pairs_bf16(int rows, int cols, const float *src, size_t lds, bf16_pair *dst, size_t ldd) {
+    /* word i of the result: bf16 lane i (row 2rr) low, lane 16 + i (row 2rr + 1) high */
+    const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                         21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    for (int rr = 0; rr < (rows + 1) / 2; rr++) {
+        const int has1 = 2 * rr + 1 < rows;
+        const float *s0 = src + (size_t)(2 * rr) * lds, *s1 = has1 ? s0 + lds : s0;
+        bf16_pair *d = dst + (size_t)rr * ldd;
+        for (int c = 0; c < cols; c += 16) {
+            const int n = cols - c < 16 ? cols - c : 16;
+            const __mmask16 m = (__mmask16)((1u << n) - 1u);
+            const __m512 x0 = _mm512_maskz_loadu_ps(m, s0 + c);
+            const __m512 x1 = has1 ? _mm512_maskz_loadu_ps(m, s1 + c) : _mm512_setzero_ps();
+            const __m512i w = _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(x1, x0));
+            if (n == 16) _mm512_storeu_si512(d + c, w);
+            else _mm512_mask_storeu_epi32(d + c, m, w);
+        }
+    }
+}
+
+const AttnBf16Tiles attn_bf16_tiles_avx512 = {
+    .mr = MR,
+    .tile_gemm = tile_gemm_bf16,
+    .pack_rows = pack_rows_bf16,
+    .pack_pairs = pack_pairs_bf16,
+};
