@@ -333,14 +333,17 @@ void attn_forward_docs(const AttnShape *s, const float *q, const int *q_pos, con
         ((size_t)d * ldt + (size_t)BK * ldt + 2 * (size_t)BK * ldc + (size_t)BQ * d + 6 * (size_t)BQ + 15) / 16 * 16;
     float *work = xmalloc_aligned((size_t)nth * per_thread * sizeof(float));
     const long long n_items = (long long)n_busy * H;
-    /* bf16 tiles, per thread in pair words: Q rows (BQ, d2) | Q^T pairs (d2, ldt) | K rows (BK, ldkw)
-     * | V pairs (BK/2, ldc) | P^T pairs (BK/2, ldt). ldt >= BQ + mr: P^T is read transposed. */
-    const AttnBf16Tiles *bt = s->precision == PRECISION_BF16 ? attn_bf16_tiles() : NULL;
-    const int d2 = (d + 1) / 2, bk2 = (BK + 1) / 2;
-    const size_t ldkw = (size_t)d2 + FA_SKEW;
-    const size_t per_thread_w = ((size_t)BQ * d2 + (size_t)d2 * ldt + (size_t)BK * ldkw + (size_t)bk2 * ldc +
-                                 (size_t)bk2 * ldt + 15) / 16 * 16;
+    /* bf16 tiles: K in rows layout and V in pairs layout, packed once per call for every kv head
+     * (every query tile reads them), (Hkv, n_kv, ldkw) and (Hkv, n_kv / 2, ldvw) pair words; per
+     * thread: Q rows (BQ, d2) | Q^T pairs (d2, ldt) | P^T pairs (BK/2, ldt). ldt >= BQ + mr: P^T is
+     * read transposed. Key tiles start at even rows (BK even), so a tile's pairs are the call's. */
+    const AttnBf16Tiles *bt = s->precision == PRECISION_BF16 && BK % 2 == 0 ? attn_bf16_tiles() : NULL;
+    const int d2 = (d + 1) / 2, bk2 = (BK + 1) / 2, nkv2 = (n_kv + 1) / 2;
+    const size_t ldkw = (size_t)d2 + FA_SKEW / 2, ldvw = (size_t)d + FA_SKEW / 2;
+    const size_t per_thread_w = ((size_t)BQ * d2 + (size_t)d2 * ldt + (size_t)bk2 * ldt + 15) / 16 * 16;
     bf16_pair *work_w = bt ? words_zeroed((size_t)nth * per_thread_w) : NULL;
+    bf16_pair *Kall = bt ? words_zeroed((size_t)Hkv * n_kv * ldkw) : NULL;
+    bf16_pair *Vall = bt ? words_zeroed((size_t)Hkv * nkv2 * ldvw) : NULL;
 
 #pragma omp parallel num_threads(nth)
     {
@@ -353,13 +356,18 @@ void attn_forward_docs(const AttnShape *s, const float *q, const int *q_pos, con
         float *l = m + BQ;                                            /* (bq) running sum */
         float *mx = l + BQ, *msafe = mx + BQ, *corr = msafe + BQ, *sum = corr + BQ; /* (bq) each */
         unsigned char seen[FA_MAX_TILE];
-        bf16_pair *Qr = NULL, *Qw = NULL, *Kw = NULL, *Vw = NULL, *Pw = NULL;
+        bf16_pair *Qr = NULL, *Qw = NULL, *Pw = NULL;
         if (bt) {
             Qr = work_w + (size_t)omp_get_thread_num() * per_thread_w; /* (bq, d2) Q rows */
             Qw = Qr + (size_t)BQ * d2;                                /* (d2, bq) Q^T pairs */
-            Kw = Qw + (size_t)d2 * ldt;                               /* (bk, d2) K rows */
-            Vw = Kw + (size_t)BK * ldkw;                              /* (bk/2, d) V pairs */
-            Pw = Vw + (size_t)bk2 * ldc;                              /* (bk/2, bq) P^T pairs */
+            Pw = Qw + (size_t)d2 * ldt;                               /* (bk/2, bq) P^T pairs */
+#pragma omp for schedule(static)
+            for (long long t = 0; t < (long long)Hkv * nkt; t++) { /* K rows, V pairs of every kv head */
+                const int g = (int)(t / nkt), j0 = (int)(t % nkt) * BK, bk = j0 + BK <= n_kv ? BK : n_kv - j0;
+                bt->pack_rows(bk, d, k + ((size_t)j0 * Hkv + g) * d, ldk, Kall + ((size_t)g * n_kv + j0) * ldkw, ldkw);
+                bt->pack_pairs(bk, d, v + ((size_t)j0 * Hkv + g) * d, ldk, Vall + ((size_t)g * nkv2 + j0 / 2) * ldvw,
+                               ldvw);
+            } /* implicit barrier: every tile is packed */
         }
 
 #pragma omp for schedule(dynamic, 1)
@@ -391,9 +399,10 @@ void attn_forward_docs(const AttnShape *s, const float *q, const int *q_pos, con
                 const int cls = tile_class(mask, qr[qt], kr[kt]);
                 if (cls == TILE_HIDDEN) continue;
                 const int j0 = kt * BK, bk = j0 + BK <= n_kv ? BK : n_kv - j0;
+                const bf16_pair *Kw = NULL, *Vw = NULL; /* this tile's K rows, V pairs */
                 if (bt) {
-                    bt->pack_rows(bk, d, k + ((size_t)j0 * Hkv + g) * d, ldk, Kw, ldkw);
-                    bt->pack_pairs(bk, d, v + ((size_t)j0 * Hkv + g) * d, ldk, Vw, ldc);
+                    Kw = Kall + ((size_t)g * n_kv + j0) * ldkw;
+                    Vw = Vall + ((size_t)g * nkv2 + j0 / 2) * ldvw;
                 } else {
                     copy_tile(bk, d, k + ((size_t)j0 * Hkv + g) * d, ldk, Kc, ldc);
                     copy_tile(bk, d, v + ((size_t)j0 * Hkv + g) * d, ldk, Vc, ldc);
@@ -403,6 +412,16 @@ void attn_forward_docs(const AttnShape *s, const float *q, const int *q_pos, con
                 for (int nt = kt + 1; nt < nkt; nt++) { /* the next key tile this item will read */
                     if (tile_class(mask, qr[qt], kr[nt]) == TILE_HIDDEN) continue;
                     const int n0 = nt * BK, nb = n0 + BK <= n_kv ? BK : n_kv - n0;
+                    if (bt) { /* the packed tiles: contiguous, as rows of one 64-byte line */
+                        const size_t kbytes = (size_t)nb * ldkw * sizeof(bf16_pair);
+                        pf.base[0] = (const char *)(Kall + ((size_t)g * n_kv + n0) * ldkw);
+                        pf.base[1] = (const char *)(Vall + ((size_t)g * nkv2 + n0 / 2) * ldvw);
+                        pf.stride = 64;
+                        pf.lines_per_row = 1;
+                        pf.rows = (int)((kbytes + 63) / 64);
+                        pf.total = 2 * pf.rows;
+                        break;
+                    }
                     pf.base[0] = (const char *)(k + ((size_t)n0 * Hkv + g) * d);
                     pf.base[1] = (const char *)(v + ((size_t)n0 * Hkv + g) * d);
                     pf.rows = nb;
@@ -435,15 +454,15 @@ void attn_forward_docs(const AttnShape *s, const float *q, const int *q_pos, con
                     corr[i] = exp2_scalar(m[i] - msafe[i]);     /* 0 when m was -inf */
                     m[i] = mnew;
                 }
-                sk->col_exp2_sum(ST, bk, bq, ldt, msafe, sum);
+                if (bt) bt->col_exp2_pairs(ST, bk, bq, ldt, msafe, sum, Pw, ldt); /* P^T pairs, not fp32 */
+                else sk->col_exp2_sum(ST, bk, bq, ldt, msafe, sum);
                 for (int i = 0; i < bq; i++) {
                     l[i] = l[i] * corr[i] + sum[i];
                     if (corr[i] != 1.0f) sk->scale_row(acc + (size_t)i * d, d, corr[i]);
                 }
                 /* acc (bq, d) += P (bq, bk) V (bk, d), P read as (S^T)^T */
                 if (bt) {
-                    bt->pack_pairs(bk, bq, ST, ldt, Pw, ldt);
-                    bt->tile_gemm(bq, d, (bk + 1) / 2, 1.0f, Pw, 1, ldt, Vw, ldc, 1, acc, (size_t)d, NULL);
+                    bt->tile_gemm(bq, d, (bk + 1) / 2, 1.0f, Pw, 1, ldt, Vw, ldvw, 1, acc, (size_t)d, NULL);
                 } else {
                     sk->tile_gemm(bq, d, bk, 1.0f, ST, 1, ldt, Vc, ldc, 1, acc, (size_t)d, NULL);
                 }
@@ -461,6 +480,8 @@ void attn_forward_docs(const AttnShape *s, const float *q, const int *q_pos, con
     }
     xfree(work);
     xfree(work_w);
+    xfree(Kall);
+    xfree(Vall);
     xfree(order);
     xfree(qr);
     xfree(kr);
@@ -511,15 +532,20 @@ void attn_backward_docs(const AttnShape *s, const float *q, const int *q_pos, co
     float **dqbuf = xcalloc((size_t)nth, sizeof *dqbuf);
     if (dq)
         for (int t = 1; t < nth; t++) dqbuf[t] = xmalloc_aligned(dq_elems * sizeof(float));
-    /* bf16 tiles, per thread in pair words: K^T, V^T pairs (d2, ldp) | K pairs (BK/2, ldc) | K or V
-     * rows (BK, d2) | Q, dO rows (BQ, ldkw) | Q, dO pairs (BQ/2, ldc) | P or dS pairs (BQ/2, ldp) | dS
-     * rows (BQ, ldsw). ldp >= BK + mr: P and dS pairs are read transposed. */
-    const AttnBf16Tiles *bt = s->precision == PRECISION_BF16 ? attn_bf16_tiles() : NULL;
-    const int d2 = (d + 1) / 2, bk2 = (BK + 1) / 2, bq2 = (BQ + 1) / 2;
-    const size_t ldkw = (size_t)d2 + FA_SKEW, ldsw = (size_t)bk2 + FA_SKEW;
-    const size_t per_thread_w = (2 * (size_t)d2 * ldp + (size_t)bk2 * ldc + (size_t)BK * d2 + 2 * (size_t)BQ * ldkw +
-                                 2 * (size_t)bq2 * ldc + (size_t)bq2 * ldp + (size_t)BQ * ldsw + 15) / 16 * 16;
+    /* bf16 tiles: Q and dO of the current kv head's query heads in rows and pairs layouts, packed
+     * once per kv head (every key tile reads them), (group, n_q, ldkw) and (group, n_q / 2, ldvw)
+     * pair words each; per thread: K^T, V^T pairs (d2, ldp) | K pairs (BK/2, ldc) | K or V rows
+     * (BK, d2) | P or dS pairs (BQ/2, ldp) | dS rows (BQ, ldsw). ldp >= BK + mr: P and dS pairs are
+     * read transposed. Query tiles start at even rows (BQ even), so a tile's pairs are the call's. */
+    const AttnBf16Tiles *bt = s->precision == PRECISION_BF16 && BQ % 2 == 0 ? attn_bf16_tiles() : NULL;
+    const int d2 = (d + 1) / 2, bk2 = (BK + 1) / 2, bq2 = (BQ + 1) / 2, nq2 = (n_q + 1) / 2;
+    const size_t ldkw = (size_t)d2 + FA_SKEW / 2, ldvw = (size_t)d + FA_SKEW / 2, ldsw = (size_t)bk2 + FA_SKEW;
+    const size_t per_thread_w = (2 * (size_t)d2 * ldp + (size_t)bk2 * ldc + (size_t)BK * d2 + (size_t)bq2 * ldp +
+                                 (size_t)BQ * ldsw + 15) / 16 * 16;
     bf16_pair *work_w = bt ? words_zeroed((size_t)nth * per_thread_w) : NULL;
+    const size_t rows_w = (size_t)group * n_q * ldkw, pairs_w = (size_t)group * nq2 * ldvw;
+    bf16_pair *Qrows = bt ? words_zeroed(rows_w) : NULL, *dOrows = bt && (dq || dk) ? words_zeroed(rows_w) : NULL;
+    bf16_pair *Qpairs = bt && dk ? words_zeroed(pairs_w) : NULL, *dOpairs = bt && dv ? words_zeroed(pairs_w) : NULL;
 
 #pragma omp parallel num_threads(nth)
     {
@@ -533,18 +559,13 @@ void attn_backward_docs(const AttnShape *s, const float *q, const int *q_pos, co
         float *Kc = dVa + (size_t)BK * d;            /* (bk, d) compact k tile */
         float *Qc = Kc + (size_t)BK * ldc;           /* (bq, d) compact q tile */
         float *dOc = Qc + (size_t)BQ * ldc;          /* (bq, d) compact dout tile */
-        bf16_pair *KTw = NULL, *VTw = NULL, *Kp = NULL, *Tr = NULL, *Qr = NULL, *dOr = NULL, *Qp = NULL, *dOp = NULL,
-                  *Pp = NULL, *dSr = NULL;
+        bf16_pair *KTw = NULL, *VTw = NULL, *Kp = NULL, *Tr = NULL, *Pp = NULL, *dSr = NULL;
         if (bt) {
             KTw = work_w + (size_t)tid * per_thread_w; /* (d2, bk) K^T pairs */
             VTw = KTw + (size_t)d2 * ldp;              /* (d2, bk) V^T pairs */
             Kp = VTw + (size_t)d2 * ldp;               /* (bk/2, d) K pairs */
             Tr = Kp + (size_t)bk2 * ldc;               /* (bk, d2) K or V rows, before transposing */
-            Qr = Tr + (size_t)BK * d2;                 /* (bq, d2) Q rows */
-            dOr = Qr + (size_t)BQ * ldkw;              /* (bq, d2) dO rows */
-            Qp = dOr + (size_t)BQ * ldkw;              /* (bq/2, d) Q pairs */
-            dOp = Qp + (size_t)bq2 * ldc;              /* (bq/2, d) dO pairs */
-            Pp = dOp + (size_t)bq2 * ldc;              /* (bq/2, bk) P, then dS, pairs */
+            Pp = Tr + (size_t)BK * d2;                 /* (bq/2, bk) P, then dS, pairs */
             dSr = Pp + (size_t)bq2 * ldp;              /* (bq, bk/2) dS rows */
         }
         for (int g = 0; g < Hkv; g++) {
@@ -554,6 +575,18 @@ void attn_backward_docs(const AttnShape *s, const float *q, const int *q_pos, co
             /* thread 0 accumulates straight into dq; the others into their (n_q, group, d) buffer */
             float *dq_base = !dq ? NULL : tid == 0 ? dq + (size_t)h0 * d : dqbuf[tid];
             const size_t dq_ld = tid == 0 ? ldq : (size_t)group * d; /* row stride of dq_base */
+            if (bt) { /* Q, dO of this kv head's query heads, packed once */
+#pragma omp for schedule(static)
+                for (long long t = 0; t < (long long)group * nqt; t++) {
+                    const int hh = (int)(t / nqt), i0 = (int)(t % nqt) * BQ, bq = i0 + BQ <= n_q ? BQ : n_q - i0;
+                    const float *qs = q + ((size_t)i0 * H + h0 + hh) * d, *ds = dout + ((size_t)i0 * H + h0 + hh) * d;
+                    const size_t ro = ((size_t)hh * n_q + i0) * ldkw, po = ((size_t)hh * nq2 + i0 / 2) * ldvw;
+                    bt->pack_rows(bq, d, qs, ldq, Qrows + ro, ldkw);
+                    if (dOrows) bt->pack_rows(bq, d, ds, ldq, dOrows + ro, ldkw);
+                    if (Qpairs) bt->pack_pairs(bq, d, qs, ldq, Qpairs + po, ldvw);
+                    if (dOpairs) bt->pack_pairs(bq, d, ds, ldq, dOpairs + po, ldvw);
+                } /* implicit barrier */
+            }
             /* Round-robin over the cost-sorted kv tiles, NOT a dynamic schedule: which thread sums
              * which tiles' dq contributions must not depend on timing, so that a run is
              * bit-reproducible for a given thread count (resume, checkpointing). */
@@ -582,10 +615,11 @@ void attn_backward_docs(const AttnShape *s, const float *q, const int *q_pos, co
                         if (cls == TILE_HIDDEN) continue;
                         const int i0 = qt * BQ, bq = i0 + BQ <= n_q ? BQ : n_q - i0;
                         const float *qtile = q + ((size_t)i0 * H + h) * d, *dotile = dout + ((size_t)i0 * H + h) * d;
+                        /* this tile's Q, dO rows and pairs (bf16) */
+                        const size_t ro = ((size_t)hh * n_q + i0) * ldkw, po = ((size_t)hh * nq2 + i0 / 2) * ldvw;
                         /* S (bq, bk) = alpha Q (bq, d) K^T (d, bk) */
                         if (bt) {
-                            bt->pack_rows(bq, d, qtile, ldq, Qr, ldkw);
-                            bt->tile_gemm(bq, bk, d2, alpha, Qr, ldkw, 1, KTw, ldp, 0, P, ldp, NULL);
+                            bt->tile_gemm(bq, bk, d2, alpha, Qrows + ro, ldkw, 1, KTw, ldp, 0, P, ldp, NULL);
                         } else {
                             copy_tile(bq, d, qtile, ldq, Qc, ldc);
                             sk->tile_gemm(bq, bk, d, alpha, Qc, ldc, 1, Kt, ldp, 0, P, ldp, NULL);
@@ -614,39 +648,32 @@ void attn_backward_docs(const AttnShape *s, const float *q, const int *q_pos, co
                             sk->row_exp2_sum(prow, bk, (float)(L * FA_LOG2E));
                         }
                         if (!any) continue;
-                        if (bt) {
-                            if (dq || dk) bt->pack_rows(bq, d, dotile, ldq, dOr, ldkw);
-                            if (dv) bt->pack_pairs(bq, d, dotile, ldq, dOp, ldc);
-                            if (dk) bt->pack_pairs(bq, d, qtile, ldq, Qp, ldc);
-                        } else {
-                            copy_tile(bq, d, dotile, ldq, dOc, ldc);
-                        }
+                        if (!bt) copy_tile(bq, d, dotile, ldq, dOc, ldc);
                         const int bq2r = (bq + 1) / 2, bk2r = (bk + 1) / 2; /* pair steps over bq, bk */
                         if (dv) { /* dV (bk, d) += P^T (bk, bq) dO (bq, d) */
                             if (bt) {
                                 bt->pack_pairs(bq, bk, P, ldp, Pp, ldp);
-                                bt->tile_gemm(bk, d, bq2r, 1.0f, Pp, 1, ldp, dOp, ldc, 1, dVa, (size_t)d, NULL);
+                                bt->tile_gemm(bk, d, bq2r, 1.0f, Pp, 1, ldp, dOpairs + po, ldvw, 1, dVa, (size_t)d, NULL);
                             } else {
                                 sk->tile_gemm(bk, d, bq, 1.0f, P, 1, ldp, dOc, ldc, 1, dVa, (size_t)d, NULL);
                             }
                         }
                         if (!dq && !dk) continue;
                         /* dP (bq, bk) = dO (bq, d) V^T (d, bk) */
-                        if (bt) bt->tile_gemm(bq, bk, d2, 1.0f, dOr, ldkw, 1, VTw, ldp, 0, dP, ldp, NULL);
+                        if (bt) bt->tile_gemm(bq, bk, d2, 1.0f, dOrows + ro, ldkw, 1, VTw, ldp, 0, dP, ldp, NULL);
                         else sk->tile_gemm(bq, bk, d, 1.0f, dOc, ldc, 1, Vt, ldp, 0, dP, ldp, NULL);
-                        for (int r = 0; r < bq; r++) /* dS = P * (dP - delta), into P */
-                            sk->ds_row(P + (size_t)r * ldp, dP + (size_t)r * ldp, bk, delta[(size_t)(i0 + r) * H + h]);
                         float *dq_tile = dq ? dq_base + (size_t)i0 * dq_ld + (size_t)hh * d : NULL;
-                        if (bt) {
-                            if (dk) { /* dK (bk, d) += scale dS^T (bk, bq) Q (bq, d) */
-                                bt->pack_pairs(bq, bk, P, ldp, Pp, ldp);
-                                bt->tile_gemm(bk, d, bq2r, scale, Pp, 1, ldp, Qp, ldc, 1, dKa, (size_t)d, NULL);
-                            }
-                            if (dq) { /* dQ (bq, d) += scale dS (bq, bk) K (bk, d) */
-                                bt->pack_rows(bq, bk, P, ldp, dSr, ldsw);
+                        if (bt) { /* dS = P * (dP - delta) straight into its bf16 pairs and rows */
+                            float dl[FA_MAX_TILE];
+                            for (int r = 0; r < bq; r++) dl[r] = delta[(size_t)(i0 + r) * H + h];
+                            bt->ds_pack(P, dP, ldp, bq, bk, dl, Pp, ldp, dSr, ldsw);
+                            if (dk) /* dK (bk, d) += scale dS^T (bk, bq) Q (bq, d) */
+                                bt->tile_gemm(bk, d, bq2r, scale, Pp, 1, ldp, Qpairs + po, ldvw, 1, dKa, (size_t)d, NULL);
+                            if (dq) /* dQ (bq, d) += scale dS (bq, bk) K (bk, d) */
                                 bt->tile_gemm(bq, d, bk2r, scale, dSr, ldsw, 1, Kp, ldc, 1, dq_tile, dq_ld, NULL);
-                            }
                         } else {
+                            for (int r = 0; r < bq; r++) /* dS = P * (dP - delta), into P */
+                                sk->ds_row(P + (size_t)r * ldp, dP + (size_t)r * ldp, bk, delta[(size_t)(i0 + r) * H + h]);
                             if (dk) /* dK (bk, d) += scale dS^T (bk, bq) Q (bq, d) */
                                 sk->tile_gemm(bk, d, bq, scale, P, 1, ldp, Qc, ldc, 1, dKa, (size_t)d, NULL);
                             if (dq) /* dQ (bq, d) += scale dS (bq, bk) K (bk, d) */
@@ -677,6 +704,10 @@ void attn_backward_docs(const AttnShape *s, const float *q, const int *q_pos, co
     xfree(dqbuf);
     xfree(work);
     xfree(work_w);
+    xfree(Qrows);
+    xfree(dOrows);
+    xfree(Qpairs);
+    xfree(dOpairs);
     xfree(order);
     xfree(qr);
     xfree(kr);

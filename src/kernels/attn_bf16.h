@@ -36,6 +36,16 @@ typedef struct {
     /* dst (ceil(rows / 2), cols words; ldd) = pairs layout of fp32 src (rows, cols; lds); an odd last
      * row pairs with 0. */
     void (*pack_pairs)(int rows, int cols, const float *src, size_t lds, bf16_pair *dst, size_t ldd);
+    /* The forward's softmax step fused with packing its probabilities: p[j][i] = 2^(s[j][i] - m[i])
+     * for rows j < rows, columns i < n of s (ld); sum[i] = the sum over j of the fp32 p; dst
+     * (ceil(rows / 2), n words; ldd) = pairs layout of p. s is not written. */
+    void (*col_exp2_pairs)(const float *s, int rows, int n, size_t ld, const float *m, float *sum, bf16_pair *dst,
+                           size_t ldd);
+    /* The backward's dS = p (dp - delta[r]) for rows r < rows, columns j < n of p and dp (ld),
+     * packed twice: pairs (ceil(rows / 2), n words; ldpairs) and rows (rows, ceil(n / 2) words;
+     * ldrows). Nothing fp32 is written. */
+    void (*ds_pack)(const float *p, const float *dp, size_t ld, int rows, int n, const float *delta,
+                    bf16_pair *pairs, size_t ldpairs, bf16_pair *rows_w, size_t ldrows);
 } AttnBf16Tiles;
 
 /* The bf16 tile kernels for this process's kernel path, or NULL where there are none: the CPU

@@ -3,11 +3,13 @@
  * broadcast a memory operand, for 24 VDPBF16PS of 32 multiply-adds each: twice the work per
  * instruction of the fp32 6 x 64 FMA kernel in simd_body.h, with the same loop structure), and
  * the packers that round fp32 tiles to bf16 pair words with VCVTNE2PS2BF16 (round to nearest
- * even, as bf16.h's conversions). Built with -mavx512bf16 (Makefile); reached only through
+ * even, as bf16.h's conversions), two of them fused with the softmax step that makes their input
+ * (the probabilities of the forward, dS of the backward) so that it is never stored in fp32. Built with -mavx512bf16 (Makefile); reached only through
  * attn_bf16_tiles() when the CPU reports AVX512_BF16 and the kernel path is avx512. */
 #include <immintrin.h>
 
 #include "kernels/attn_bf16.h"
+#include "kernels/avx512_exp2.h"
 #include "kernels/bf16.h"
 
 #define MR 6 /* rows of C per micro-kernel call */
@@ -126,10 +128,9 @@ static void pack_rows_bf16(int rows, int cols, const float *src, size_t lds, bf1
     }
 }
 
+static inline __m512i interleave_pairs(__m512 x0, __m512 x1);
+
 static void pack_pairs_bf16(int rows, int cols, const float *src, size_t lds, bf16_pair *dst, size_t ldd) {
-    /* word i of the result: bf16 lane i (row 2rr) low, lane 16 + i (row 2rr + 1) high */
-    const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
-                                         21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     for (int rr = 0; rr < (rows + 1) / 2; rr++) {
         const int has1 = 2 * rr + 1 < rows;
         const float *s0 = src + (size_t)(2 * rr) * lds, *s1 = has1 ? s0 + lds : s0;
@@ -139,9 +140,74 @@ static void pack_pairs_bf16(int rows, int cols, const float *src, size_t lds, bf
             const __mmask16 m = (__mmask16)((1u << n) - 1u);
             const __m512 x0 = _mm512_maskz_loadu_ps(m, s0 + c);
             const __m512 x1 = has1 ? _mm512_maskz_loadu_ps(m, s1 + c) : _mm512_setzero_ps();
-            const __m512i w = _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(x1, x0));
+            const __m512i w = interleave_pairs(x0, x1);
             if (n == 16) _mm512_storeu_si512(d + c, w);
             else _mm512_mask_storeu_epi32(d + c, m, w);
+        }
+    }
+}
+
+/* Two rows of 16 floats as 16 pair words: row x0 in the low halves, x1 in the high halves. */
+static inline __m512i interleave_pairs(__m512 x0, __m512 x1) {
+    const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                         21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(x1, x0));
+}
+
+static void col_exp2_pairs_bf16(const float *s, int rows, int n, size_t ld, const float *m, float *sum,
+                                bf16_pair *dst, size_t ldd) {
+    for (int c = 0; c < n; c += 16) {
+        const int cnt = n - c < 16 ? n - c : 16;
+        const __mmask16 mk = (__mmask16)((1u << cnt) - 1u);
+        const __m512 mv = _mm512_maskz_loadu_ps(mk, m + c);
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
+        for (int rr = 0; rr < rows / 2; rr++) {
+            const float *r0 = s + (size_t)(2 * rr) * ld + c;
+            const __m512 x0 = _mm512_maskz_mov_ps(mk, vexp2(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, r0), mv)));
+            const __m512 x1 = _mm512_maskz_mov_ps(mk, vexp2(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, r0 + ld), mv)));
+            acc0 = _mm512_add_ps(acc0, x0);
+            acc1 = _mm512_add_ps(acc1, x1);
+            _mm512_mask_storeu_epi32(dst + (size_t)rr * ldd + c, mk, interleave_pairs(x0, x1));
+        }
+        if (rows % 2) { /* the last row pairs with 0 */
+            const float *r0 = s + (size_t)(rows - 1) * ld + c;
+            const __m512 x0 = _mm512_maskz_mov_ps(mk, vexp2(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, r0), mv)));
+            acc0 = _mm512_add_ps(acc0, x0);
+            _mm512_mask_storeu_epi32(dst + (size_t)(rows / 2) * ldd + c, mk, interleave_pairs(x0, _mm512_setzero_ps()));
+        }
+        _mm512_mask_storeu_ps(sum + c, mk, _mm512_add_ps(acc0, acc1));
+    }
+}
+
+static void ds_pack_bf16(const float *p, const float *dp, size_t ld, int rows, int n, const float *delta,
+                         bf16_pair *pairs, size_t ldpairs, bf16_pair *rows_w, size_t ldrows) {
+    for (int rr = 0; rr < (rows + 1) / 2; rr++) {
+        const int r0 = 2 * rr, has1 = r0 + 1 < rows;
+        const float *p0 = p + (size_t)r0 * ld, *d0 = dp + (size_t)r0 * ld;
+        const float *p1 = has1 ? p0 + ld : p0, *d1 = has1 ? d0 + ld : d0;
+        const __m512 del0 = _mm512_set1_ps(delta[r0]), del1 = _mm512_set1_ps(has1 ? delta[r0 + 1] : 0.0f);
+        for (int c = 0; c < n; c += 32) {
+            const int left = n - c, ca = left < 16 ? left : 16, cb = left - ca < 16 ? left - ca : 16;
+            const __mmask16 ma = (__mmask16)((1u << ca) - 1u), mb = (__mmask16)((1u << cb) - 1u);
+            const __m512 x0a = _mm512_mul_ps(_mm512_maskz_loadu_ps(ma, p0 + c),
+                                             _mm512_sub_ps(_mm512_maskz_loadu_ps(ma, d0 + c), del0));
+            const __m512 x0b = _mm512_mul_ps(_mm512_maskz_loadu_ps(mb, p0 + c + 16),
+                                             _mm512_sub_ps(_mm512_maskz_loadu_ps(mb, d0 + c + 16), del0));
+            __m512 x1a = _mm512_setzero_ps(), x1b = x1a;
+            if (has1) {
+                x1a = _mm512_mul_ps(_mm512_maskz_loadu_ps(ma, p1 + c), _mm512_sub_ps(_mm512_maskz_loadu_ps(ma, d1 + c), del1));
+                x1b = _mm512_mul_ps(_mm512_maskz_loadu_ps(mb, p1 + c + 16),
+                                    _mm512_sub_ps(_mm512_maskz_loadu_ps(mb, d1 + c + 16), del1));
+            }
+            /* masked lanes: p loads as 0, so x is 0 there (dp - delta finite) */
+            bf16_pair *pw = pairs + (size_t)rr * ldpairs + c;
+            _mm512_mask_storeu_epi32(pw, ma, interleave_pairs(x0a, x1a));
+            if (cb > 0) _mm512_mask_storeu_epi32(pw + 16, mb, interleave_pairs(x0b, x1b));
+            const __mmask16 mw = (__mmask16)((1u << ((left < 32 ? left + 1 : 32) / 2)) - 1u); /* words of a row */
+            _mm512_mask_storeu_epi32(rows_w + (size_t)r0 * ldrows + c / 2, mw, (__m512i)_mm512_cvtne2ps_pbh(x0b, x0a));
+            if (has1)
+                _mm512_mask_storeu_epi32(rows_w + (size_t)(r0 + 1) * ldrows + c / 2, mw,
+                                         (__m512i)_mm512_cvtne2ps_pbh(x1b, x1a));
         }
     }
 }
@@ -151,4 +217,6 @@ const AttnBf16Tiles attn_bf16_tiles_avx512 = {
     .tile_gemm = tile_gemm_bf16,
     .pack_rows = pack_rows_bf16,
     .pack_pairs = pack_pairs_bf16,
+    .col_exp2_pairs = col_exp2_pairs_bf16,
+    .ds_pack = ds_pack_bf16,
 };
