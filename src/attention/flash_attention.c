@@ -305,7 +305,8 @@ void attn_forward_docs(const AttnShape *s, const float *q, const int *q_pos, con
     const int n_q = s->n_q, n_kv = s->n_kv, H = s->n_heads, Hkv = s->n_kv_heads, d = s->head_dim;
     if (n_q == 0 || n_kv == 0) return;
     const SimdKernels *sk = simd();
-    const int group = H / Hkv, BQ = sk->fwd_bq, BK = sk->fwd_bk;
+    const AttnBf16Tiles *bt = s->precision == PRECISION_BF16 ? attn_bf16_tiles() : NULL;
+    const int group = H / Hkv, BQ = bt ? bt->fwd_bq : sk->fwd_bq, BK = bt ? bt->fwd_bk : sk->fwd_bk;
     if (BQ > FA_MAX_TILE) die("attn_forward: query tile %d exceeds %d", BQ, FA_MAX_TILE);
     const int nqt = (n_q + BQ - 1) / BQ, nkt = (n_kv + BK - 1) / BK;
     const size_t ldq = (size_t)H * d, ldk = (size_t)Hkv * d, ldt = (size_t)BQ + FA_SKEW;
@@ -337,7 +338,6 @@ void attn_forward_docs(const AttnShape *s, const float *q, const int *q_pos, con
      * (every query tile reads them), (Hkv, n_kv, ldkw) and (Hkv, n_kv / 2, ldvw) pair words; per
      * thread: Q rows (BQ, d2) | Q^T pairs (d2, ldt) | P^T pairs (BK/2, ldt). ldt >= BQ + mr: P^T is
      * read transposed. Key tiles start at even rows (BK even), so a tile's pairs are the call's. */
-    const AttnBf16Tiles *bt = s->precision == PRECISION_BF16 && BK % 2 == 0 ? attn_bf16_tiles() : NULL;
     const int d2 = (d + 1) / 2, bk2 = (BK + 1) / 2, nkv2 = (n_kv + 1) / 2;
     const size_t ldkw = (size_t)d2 + FA_SKEW / 2, ldvw = (size_t)d + FA_SKEW / 2;
     const size_t per_thread_w = ((size_t)BQ * d2 + (size_t)d2 * ldt + (size_t)bk2 * ldt + 15) / 16 * 16;
@@ -502,7 +502,8 @@ void attn_backward_docs(const AttnShape *s, const float *q, const int *q_pos, co
     const int n_q = s->n_q, n_kv = s->n_kv, H = s->n_heads, Hkv = s->n_kv_heads, d = s->head_dim;
     if (n_q == 0 || n_kv == 0 || (!dq && !dk && !dv)) return;
     const SimdKernels *sk = simd();
-    const int group = H / Hkv, BQ = sk->bwd_bq, BK = sk->bwd_bk;
+    const AttnBf16Tiles *bt = s->precision == PRECISION_BF16 ? attn_bf16_tiles() : NULL;
+    const int group = H / Hkv, BQ = bt ? bt->bwd_bq : sk->bwd_bq, BK = bt ? bt->bwd_bk : sk->bwd_bk;
     const int nqt = (n_q + BQ - 1) / BQ, nkt = (n_kv + BK - 1) / BK;
     const size_t ldq = (size_t)H * d, ldk = (size_t)Hkv * d, ldp = (size_t)BK + FA_SKEW;
     const size_t ldc = (size_t)d + FA_SKEW; /* row stride of the compact k, q and dout tiles */
@@ -537,7 +538,6 @@ void attn_backward_docs(const AttnShape *s, const float *q, const int *q_pos, co
      * pair words each; per thread: K^T, V^T pairs (d2, ldp) | K pairs (BK/2, ldc) | K or V rows
      * (BK, d2) | P or dS pairs (BQ/2, ldp) | dS rows (BQ, ldsw). ldp >= BK + mr: P and dS pairs are
      * read transposed. Query tiles start at even rows (BQ even), so a tile's pairs are the call's. */
-    const AttnBf16Tiles *bt = s->precision == PRECISION_BF16 && BQ % 2 == 0 ? attn_bf16_tiles() : NULL;
     const int d2 = (d + 1) / 2, bk2 = (BK + 1) / 2, bq2 = (BQ + 1) / 2, nq2 = (n_q + 1) / 2;
     const size_t ldkw = (size_t)d2 + FA_SKEW / 2, ldvw = (size_t)d + FA_SKEW / 2, ldsw = (size_t)bk2 + FA_SKEW;
     const size_t per_thread_w = (2 * (size_t)d2 * ldp + (size_t)bk2 * ldc + (size_t)BK * d2 + (size_t)bq2 * ldp +

@@ -26,6 +26,9 @@ typedef struct {
     /* Micro-kernel block: rows of C per call (a transposed A must be readable MR words past its
      * last row: its row stride at least M rounded up to MR). */
     int mr;
+    /* Flash-attention tile sizes on these kernels (as isa.h's), all even: a tile's pairs are then
+     * pairs of the whole call's rows */
+    int fwd_bq, fwd_bk, bwd_bk, bwd_bq;
     /* C (M, N; ldc) = alpha A B [+ C when accumulate], contraction over K2 pairs:
      * A(m, kk) = A[m ars + kk aks] (one of ars, aks is 1), B(kk, n) = B[kk ldb + n] (pairs layout). */
     void (*tile_gemm)(int M, int N, int K2, float alpha, const bf16_pair *A, size_t ars, size_t aks,
