@@ -4,8 +4,9 @@
  * instruction of the fp32 6 x 64 FMA kernel in simd_body.h, with the same loop structure), and
  * the packers that round fp32 tiles to bf16 pair words with VCVTNE2PS2BF16 (round to nearest
  * even, as bf16.h's conversions), two of them fused with the softmax step that makes their input
- * (the probabilities of the forward, dS of the backward) so that it is never stored in fp32. Built with -mavx512bf16 (Makefile); reached only through
- * attn_bf16_tiles() when the CPU reports AVX512_BF16 and the kernel path is avx512. */
+ * (the probabilities of the forward, dS of the backward) so that it is never stored in fp32.
+ * Built with -mavx512bf16 (Makefile); reached only through attn_bf16_tiles() when the CPU reports
+ * AVX512_BF16 and the kernel path is avx512. */
 #include <immintrin.h>
 
 #include "kernels/attn_bf16.h"
@@ -128,7 +129,12 @@ static void pack_rows_bf16(int rows, int cols, const float *src, size_t lds, bf1
     }
 }
 
-static inline __m512i interleave_pairs(__m512 x0, __m512 x1);
+/* Two rows of 16 floats as 16 pair words: row x0 in the low halves, x1 in the high halves. */
+static inline __m512i interleave_pairs(__m512 x0, __m512 x1) {
+    const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                         21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(x1, x0));
+}
 
 static void pack_pairs_bf16(int rows, int cols, const float *src, size_t lds, bf16_pair *dst, size_t ldd) {
     for (int rr = 0; rr < (rows + 1) / 2; rr++) {
@@ -145,13 +151,6 @@ static void pack_pairs_bf16(int rows, int cols, const float *src, size_t lds, bf
             else _mm512_mask_storeu_epi32(d + c, m, w);
         }
     }
-}
-
-/* Two rows of 16 floats as 16 pair words: row x0 in the low halves, x1 in the high halves. */
-static inline __m512i interleave_pairs(__m512 x0, __m512 x1) {
-    const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
-                                         21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-    return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(x1, x0));
 }
 
 static void col_exp2_pairs_bf16(const float *s, int rows, int n, size_t ld, const float *m, float *sum,
