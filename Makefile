@@ -53,6 +53,7 @@ $(BUILD)/%.o: %.c
 $(BUILD)/src/kernels/simd_avx2.o: CFLAGS += $(ISA_AVX2_FLAGS)
 $(BUILD)/src/kernels/simd_avx512.o: CFLAGS += $(ISA_AVX512_FLAGS)
 $(BUILD)/src/kernels/bf16_avx512.o: CFLAGS += $(ISA_AVX512_FLAGS) -mavx512bf16
+$(BUILD)/src/kernels/attn_bf16_avx512.o: CFLAGS += $(ISA_AVX512_FLAGS) -mavx512bf16
 
 # Benchmark helpers under bench/ (never needed by the tests)
 bench-tools: $(BUILD)/bench/kernel_rates $(BUILD)/bench/packed_balance $(BUILD)/bench/attn_cpu_time

@@ -1,7 +1,9 @@
 /* Kernel rates per CPU-second, for A/B work on a shared machine: for every kernel path this CPU
  * can run (isa.h), times flash attention forward and backward (causal, one thread) and OpenBLAS
  * sgemm with the process's CPU clock instead of the wall clock, so that time the scheduler gives
- * to other processes does not count. Not a test; built by `make bench-tools`.
+ * to other processes does not count; then, on the best path, attention with bf16 inputs (the bf16
+ * tiles where the CPU has AVX512_BF16) against the bf16 GEMM (bf16.h) alike. Not a test; built by
+ * `make bench-tools`.
  * usage: [SEQPAR_ISA=path] build/bench/kernel_rates [S] [head_dim] [heads] [repeats] */
 #include <math.h>
 #include <omp.h>
@@ -14,6 +16,7 @@
 
 #include "attention/flash_attention.h"
 #include "core/common.h"
+#include "kernels/bf16.h"
 #include "kernels/isa.h"
 #include "kernels/sgemm_bench.h"
 
@@ -33,7 +36,7 @@ int main(int argc, char **argv) {
     int S = argc > 1 ? atoi(argv[1]) : 4096, d = argc > 2 ? atoi(argv[2]) : 64;
     int H = argc > 3 ? atoi(argv[3]) : 8, reps = argc > 4 ? atoi(argv[4]) : 3;
     omp_set_num_threads(1);
-    AttnShape s = {S, S, H, H, d, 1.0f / sqrtf((float)d), ATTN_CAUSAL};
+    AttnShape s = {S, S, H, H, d, 1.0f / sqrtf((float)d), ATTN_CAUSAL, PRECISION_FP32};
     size_t n = (size_t)S * H * d;
     Rng rng;
     rng_seed(&rng, 1);
@@ -79,5 +82,43 @@ int main(int argc, char **argv) {
                isa_name((IsaLevel)l), S, d, H, bf * 1e-9, 100 * bf * 1e-9 / best_g, bb * 1e-9, 100 * bb * 1e-9 / best_g);
         fflush(stdout);
     }
+    if (!getenv("SEQPAR_ISA")) isa_force(isa_best());
+    /* bf16: the bf16 GEMM per CPU second (1024^3, best of reps), then attention on bf16 values */
+    bf16_t *ab = xmalloc((size_t)m * m * sizeof(bf16_t)), *bb16 = xmalloc((size_t)m * m * sizeof(bf16_t));
+    bf16_pack(ab, a, (size_t)m * m);
+    bf16_pack(bb16, b, (size_t)m * m);
+    double best_b = 0;
+    for (int r = 0; r <= reps; r++) {
+        double t0 = cpu_now();
+        bf16_kernels()->gemm(0, 0, m, m, m, 1.0f, ab, m, bb16, m, 0.0f, c, m);
+        double g = 2.0 * m * m * (double)m / (cpu_now() - t0) * 1e-9;
+        if (r && g > best_b) best_b = g;
+    }
+    printf("bf16 GEMM %d^3 (%s path), 1 thread: %.1f GFLOPS per CPU-second (best of %d)\n", m,
+           bf16_path_name(bf16_kernels()->path), best_b, reps);
+    bf16_round(q, n);
+    bf16_round(k, n);
+    bf16_round(v, n);
+    bf16_round(dout, n);
+    s.precision = PRECISION_BF16;
+    double bf = 0, bb = 0;
+    for (int r = 0; r <= reps; r++) {
+        double t0 = cpu_now();
+        attn_state_init(&s, o, lse);
+        attn_forward(&s, q, pos, k, v, pos, o, lse);
+        double t1 = cpu_now();
+        memset(dq, 0, n * 4); memset(dk, 0, n * 4); memset(dv, 0, n * 4);
+        double t2 = cpu_now();
+        attn_backward_delta(&s, o, dout, delta);
+        attn_backward(&s, q, pos, k, v, pos, lse, delta, dout, dq, dk, dv);
+        double t3 = cpu_now();
+        if (r && flops / (t1 - t0) > bf) bf = flops / (t1 - t0);
+        if (r && 2.5 * flops / (t3 - t2) > bb) bb = 2.5 * flops / (t3 - t2);
+    }
+    printf("bf16 (%s): attention S=%d d=%d H=%d causal: forward %.1f (%.0f%% of bf16 GEMM), backward %.1f (%.0f%%) "
+           "GFLOPS per CPU-second\n", attn_kernel_name(PRECISION_BF16), S, d, H, bf * 1e-9, 100 * bf * 1e-9 / best_b,
+           bb * 1e-9, 100 * bb * 1e-9 / best_b);
+    xfree(ab);
+    xfree(bb16);
     return 0;
 }

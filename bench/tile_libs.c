@@ -2,8 +2,12 @@
  * seqpar's dispatched micro-kernel (every path this CPU runs), OpenBLAS cblas_sgemm, libxsmm's
  * JIT small GEMM (Debian libxsmm-dev 1.17) and oneDNN's dnnl_sgemm (Debian libdnnl-dev 2.6), on
  * the shapes flash attention multiplies (row-major, strided like the real tiles; the accumulate
- * form C += A B where the kernel accumulates). The measurement behind the choice of the tile
- * kernel; not part of seqpar. Built by `make bench-libs` when both packages are installed. */
+ * form C += A B where the kernel accumulates). Then the same shapes with bf16 operands and fp32
+ * accumulation where the CPU has AVX512_BF16: seqpar's VDPBF16PS tile kernel (kernels/attn_bf16.h,
+ * pair words), libxsmm's bf16 JIT GEMM (libxsmm_bsmmdispatch with A in its VNNI pair layout) and
+ * oneDNN's bf16 matmul as seqpar's bf16 GEMM calls it (bf16_gemm_onednn: a cached primitive,
+ * memory objects made per call). The measurement behind the choice of the tile kernels; not part
+ * of seqpar. Built by `make bench-libs` when both packages are installed. */
 #include <dnnl.h>
 #include <libxsmm.h>
 #include <omp.h>
@@ -15,6 +19,8 @@
 #include <cblas.h>
 
 #include "core/common.h"
+#include "kernels/attn_bf16.h"
+#include "kernels/bf16.h"
 #include "kernels/isa.h"
 
 static double cpu_now(void) {
@@ -58,6 +64,56 @@ static double rate(int impl, const Shape *s, const float *A, size_t lda, const f
     return best;
 }
 
+/* bf16 operands, fp32 accumulation: GFLOPS per CPU-second, best of 5 batches. The operands' values
+ * do not matter for the rate (each implementation reads its own layout of the same sizes). */
+static void bf16_rates(const Shape *shapes, size_t n_shapes) {
+    printf("bf16 tile products, 1 thread, GFLOPS per CPU-second (best of 5)\n%-24s %10s %10s %10s\n",
+           "shape (M x N x K)", "seqpar", "libxsmm", "oneDNN");
+    const AttnBf16Tiles *bt = attn_bf16_tiles();
+    for (size_t i = 0; i < n_shapes; i++) {
+        const Shape *s = &shapes[i];
+        const int K2 = s->K / 2;
+        const size_t lda = (size_t)s->K + 32, ldb = (size_t)s->N + 32, ldc = (size_t)s->N;
+        bf16_t *A = xmalloc_aligned(sizeof(bf16_t) * lda * s->M), *B = xmalloc_aligned(sizeof(bf16_t) * ldb * s->K);
+        float *C = xmalloc_aligned(sizeof(float) * ldc * s->M);
+        for (size_t j = 0; j < lda * s->M; j++) A[j] = bf16_from_float((float)(j % 7) * 0.01f);
+        for (size_t j = 0; j < ldb * s->K; j++) B[j] = bf16_from_float((float)(j % 5) * 0.01f);
+        memset(C, 0, sizeof(float) * ldc * s->M);
+        float alpha = 1.0f, beta = s->acc ? 1.0f : 0.0f;
+        /* libxsmm, column-major C^T (N, M) = B^T (N, K) A^T (K, M): its A is our B, in VNNI pairs */
+        libxsmm_blasint m = s->N, n = s->M, k = s->K, xa = (libxsmm_blasint)ldb, xb = (libxsmm_blasint)lda,
+                        xc = (libxsmm_blasint)ldc;
+        int flags = LIBXSMM_GEMM_FLAGS('N', 'N') | LIBXSMM_GEMM_FLAG_VNNI_A, pf = LIBXSMM_GEMM_PREFETCH_NONE;
+        libxsmm_bsmmfunction xk = libxsmm_bsmmdispatch(m, n, k, &xa, &xb, &xc, &alpha, &beta, &flags, &pf);
+        double r[3] = {0, -1, 0};
+        const int calls = (int)(4e8 / (2.0 * s->M * s->N * s->K)) + 1;
+        for (int impl = 0; impl < 3; impl++) {
+            if (impl == 1 && !xk) continue;
+            double best = 0;
+            for (int rep = 0; rep < 6; rep++) {
+                double t0 = cpu_now();
+                for (int c = 0; c < calls; c++) {
+                    if (impl == 0) /* A rows (K2 words each), B in pairs (K2 rows of N words) */
+                        bt->tile_gemm(s->M, s->N, K2, 1.0f, (const bf16_pair *)A, lda / 2, 1, (const bf16_pair *)B,
+                                      ldb, s->acc, C, ldc, NULL);
+                    else if (impl == 1)
+                        xk((const libxsmm_bfloat16 *)B, (const libxsmm_bfloat16 *)A, C);
+                    else
+                        bf16_gemm_onednn(0, 0, s->M, s->N, s->K, 1.0f, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+                }
+                double g = 2.0 * s->M * s->N * (double)s->K * calls / (cpu_now() - t0) * 1e-9;
+                if (rep && g > best) best = g;
+            }
+            r[impl] = best;
+        }
+        char name[64];
+        snprintf(name, sizeof name, "%dx%dx%d%s", s->M, s->N, s->K, s->acc ? " +=" : "");
+        printf("%-24s %10.1f %10.1f %10.1f   %s\n", name, r[0], r[1], r[2], s->what);
+        fflush(stdout);
+        xfree(A); xfree(B); xfree(C);
+    }
+}
+
 int main(void) {
     omp_set_num_threads(1);
     setenv("DNNL_VERBOSE", "0", 0);
@@ -97,6 +153,8 @@ int main(void) {
         fflush(stdout);
         xfree(A); xfree(B); xfree(C);
     }
+    if (attn_bf16_tiles()) bf16_rates(shapes, sizeof shapes / sizeof shapes[0]);
+    else printf("bf16 tile products: not measured (no AVX512_BF16 on the avx512 path)\n");
     libxsmm_finalize();
     return 0;
 }

@@ -126,9 +126,11 @@ def seqpar(args, threads, timeout):
 
 
 def parse_attn(text):
+    """head_dim -> (forward GFLOPS, backward GFLOPS, forward %, backward % of the same-run GEMM peak)"""
     res = {}
-    for m in re.finditer(r"head_dim\s+(\d+).*?forward\s+([\d.]+) GFLOPS.*?backward\s+([\d.]+) GFLOPS", text):
-        res[int(m.group(1))] = (float(m.group(2)), float(m.group(3)))
+    for m in re.finditer(r"head_dim\s+(\d+).*?forward\s+([\d.]+) GFLOPS \(\s*([\d.]+)%.*?backward\s+([\d.]+) GFLOPS "
+                         r"\(\s*([\d.]+)%", text):
+        res[int(m.group(1))] = (float(m.group(2)), float(m.group(4)), float(m.group(3)), float(m.group(5)))
     return res
 
 
@@ -168,10 +170,12 @@ def main():
         if "attn" in parts:
             text = seqpar(["attn", "--seq-len", str(S), "--head-dims", "64,128", "--repeats", str(a.repeats),
                            "--precision", prec], a.threads, 3600)
-            head = [l for l in text.splitlines() if l.startswith(("kernels", "OpenBLAS", "bf16 GEMM"))]
+            head = [l for l in text.splitlines() if l.startswith(("kernels", "OpenBLAS", "bf16 GEMM", "attention ("))]
             print("\n".join("  seqpar " + l for l in head))
             sp = parse_attn(text)
-            print(f"attention, causal, S = {S}, {prec}, GFLOPS forward / backward (ratio = seqpar / PyTorch):")
+            yard = "bf16 GEMM" if prec == "bf16" else "sgemm"
+            print(f"attention, causal, S = {S}, {prec}, GFLOPS forward / backward (seqpar's % of the same-run {yard}; "
+                  f"ratio = seqpar / PyTorch):")
             for d, heads in ((64, 8), (128, 4)):
                 t = run_child({"kind": "attn", "S": S, "d": d, "heads": heads, "repeats": a.repeats,
                                "threads": a.threads, "precision": prec}, 3600)
@@ -179,7 +183,7 @@ def main():
                 if "error" in t or not s:
                     print(f"  d = {d:3d}, {heads} heads: seqpar {s}, PyTorch SDPA {t.get('error')}")
                     continue
-                print(f"  d = {d:3d}, {heads} heads: seqpar {s[0]:6.1f} / {s[1]:6.1f} | PyTorch SDPA "
+                print(f"  d = {d:3d}, {heads} heads: seqpar {s[0]:6.1f} / {s[1]:6.1f} ({s[2]:.0f}% / {s[3]:.0f}%) | PyTorch SDPA "
                       f"{t['fwd_gflops']:6.1f} / {t['bwd_gflops']:6.1f} | ratio {s[0] / t['fwd_gflops']:.2f}x / "
                       f"{s[1] / t['bwd_gflops']:.2f}x")
                 sys.stdout.flush()

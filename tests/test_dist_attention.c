@@ -45,6 +45,7 @@
 #include "comm/comm.h"
 #include "comm/topology.h"
 #include "core/common.h"
+#include "kernels/attn_bf16.h"
 #include "kernels/bf16.h"
 #include "strategies/dist_attention.h"
 #include "strategies/head_exchange.h"
@@ -262,6 +263,7 @@ static void run_wire_case(const Topology *t, Comm *cm, const Strategy *strat, To
         StrategyParams sp = params_of(t, layout, hc);
         sp.team = team;
         sp.wire_bf16 = w;
+        sp.attn_bf16 = 1; /* the same kernel both ways (the bf16 tiles where the CPU has them) */
         SeqAttention *sa = dist_attention_create(strat->schedule, &sp, t, cm);
         sa->set_positions(sa, pos, NULL);
         saved_n = sa->saved_floats;
@@ -471,6 +473,74 @@ static void test_trace_and_print(const Reference *R) {
     topology_free(&t);
 }
 
+/* --precision bf16 reaches the kernel through every strategy (StrategyParams.attn_bf16 ->
+ * BlockAttn.precision): on bf16 values, each strategy's O with wire_bf16 differs from its O without
+ * it where the CPU has the bf16 tiles (they round P), and equals it bit for bit where it has not
+ * (the conversion path is the fp32 kernel; with hp > 1 the head exchange also rounds o to bf16 on
+ * its way back, so the fp32 O is rounded alike before comparing); within 2^-7 max |v| either way
+ * (one rounding of P moves O by at most 2^-8 of sum p |v|). Every strategy on its default grid over
+ * this world. */
+static void test_bf16_reaches_kernel(const Reference *R) {
+    const HeadCase hc = R->hc;
+    const int tiles = attn_bf16_tiles() != NULL;
+    const size_t nq = (size_t)hc.S * hc.H * hc.d, nk = (size_t)hc.S * hc.Hkv * hc.d;
+    float *q = xmalloc(sizeof(float) * nq), *k = xmalloc(sizeof(float) * nk), *v = xmalloc(sizeof(float) * nk);
+    for (size_t i = 0; i < nq; i++) q[i] = bf16_to_float(bf16_from_float(R->q[i]));
+    for (size_t i = 0; i < nk; i++) k[i] = bf16_to_float(bf16_from_float(R->k[i])), v[i] = bf16_to_float(bf16_from_float(R->v[i]));
+    const double vmax = reference_max_abs(v, nk);
+    for (int si = 0; strategy_at(si); si++) {
+        const Strategy *strat = strategy_at(si);
+        const int hp = strat->grid == GRID_HEADS_ONLY || strat->own ? g_size : 1, cp = g_size / hp;
+        Topology t;
+        topology_create(&t, 1, hp, cp, cp, PLACEMENT_HEAD_FIRST, 2);
+        Comm *cm = comm_create(&t, NULL);
+        StrategyParams sp = params_of(&t, strat->default_layout, hc);
+        if (strat->own) sp.chunks = 2;
+        char *err = strategy_check(strat, &sp);
+        if (err) { /* not runnable on this world (e.g. LightSeq with odd cp) */
+            xfree(err);
+            comm_destroy(cm);
+            topology_free(&t);
+            continue;
+        }
+        const int N = hc.S / t.sp;
+        int *pos = xmalloc(sizeof(int) * (size_t)N);
+        strategy_positions(strat, &sp, t.hp_rank, t.cp_rank, pos);
+        float *ql = xmalloc(sizeof(float) * (size_t)N * hc.H * hc.d), *kl = xmalloc(sizeof(float) * (size_t)N * hc.Hkv * hc.d);
+        float *vl = xmalloc(sizeof(float) * (size_t)N * hc.Hkv * hc.d), *o[2];
+        gather_rows(ql, q, pos, N, hc.H * hc.d);
+        gather_rows(kl, k, pos, N, hc.Hkv * hc.d);
+        gather_rows(vl, v, pos, N, hc.Hkv * hc.d);
+        for (int w = 0; w < 2; w++) {
+            sp.wire_bf16 = sp.attn_bf16 = w; /* as --precision bf16 sets them */
+            SeqAttention *sa = strategy_create_attention(strat, &sp, &t, cm);
+            float *saved = xmalloc(sizeof(float) * sa->saved_floats);
+            o[w] = xmalloc(sizeof(float) * (size_t)N * hc.H * hc.d);
+            sa->set_positions(sa, pos, NULL);
+            sa->forward(sa, ql, kl, vl, o[w], saved);
+            xfree(saved);
+            seq_attention_destroy(sa);
+        }
+        const size_t n = (size_t)N * hc.H * hc.d;
+        if (hp > 1)
+            for (size_t i = 0; i < n; i++) o[0][i] = bf16_to_float(bf16_from_float(o[0][i]));
+        double diff = 0;
+        for (size_t i = 0; i < n; i++) diff = fmax(diff, fabs((double)o[1][i] - o[0][i]));
+        int differ = diff > 0, all_differ = 0;
+        MPI_Allreduce(&differ, &all_differ, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        if (tiles) CHECKQ(all_differ, "%s: --precision bf16 gives the fp32 kernel's O bit for bit: bf16 tiles not selected",
+                          strat->name);
+        else CHECKQ(!all_differ, "%s: without bf16 tiles, bf16 inputs change O (max %.3g)", strat->name, diff);
+        CHECKQ(diff <= 0x1p-7 * vmax, "%s: bf16 O differs from fp32's by %.3g (> 2^-7 max |v|)", strat->name, diff);
+        xfree(o[0]); xfree(o[1]); xfree(ql); xfree(kl); xfree(vl); xfree(pos);
+        comm_destroy(cm);
+        topology_free(&t);
+    }
+    if (g_rank == 0)
+        printf("bf16 reaches the kernel through every strategy: attention %s\n", attn_kernel_name(PRECISION_BF16));
+    xfree(q); xfree(k); xfree(v);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 
 int main(int argc, char **argv) {
@@ -565,6 +635,7 @@ int main(int argc, char **argv) {
     int traced = 4; /* a shape whose S splits in zigzag over this world (S = 48 for 3 ranks) */
     while (heads[traced].S % (2 * g_size)) traced = (traced + 1) % n_heads;
     test_trace_and_print(&refs[traced]);
+    test_bf16_reaches_kernel(&refs[traced]);
     for (int i = 0; i < n_heads; i++) reference_free(&refs[i]);
     for (size_t i = 0; i < ARRAY_LEN(packed); i++) {
         reference_free(&prefs[i]);

@@ -15,19 +15,26 @@ static float *random_buffer(size_t n, Rng *rng, float amp) {
     return x;
 }
 
-void attention_bench(int seq_len, int n_heads, int n_kv_heads, int head_dim, AttnMask mask, int repeats,
-                     AttnBenchResult *r) {
+void attention_bench(int seq_len, int n_heads, int n_kv_heads, int head_dim, AttnMask mask, Precision precision,
+                     int repeats, AttnBenchResult *r) {
     if (seq_len <= 0 || n_heads <= 0 || n_kv_heads <= 0 || head_dim <= 0 || n_heads % n_kv_heads)
         die("attention_bench: bad shape seq_len=%d n_heads=%d n_kv_heads=%d head_dim=%d", seq_len, n_heads,
             n_kv_heads, head_dim);
     if (repeats < 1) repeats = 1;
-    AttnShape s = {seq_len, seq_len, n_heads, n_kv_heads, head_dim, 1.0f / sqrtf((float)head_dim), mask};
+    AttnShape s = {.n_q = seq_len, .n_kv = seq_len, .n_heads = n_heads, .n_kv_heads = n_kv_heads, .head_dim = head_dim,
+                   .scale = 1.0f / sqrtf((float)head_dim), .mask = mask, .precision = precision};
     const size_t nq = (size_t)seq_len * n_heads * head_dim;    /* (S, H, d) */
     const size_t nkv = (size_t)seq_len * n_kv_heads * head_dim; /* (S, Hkv, d) */
     Rng rng;
     rng_seed(&rng, 42);
     float *q = random_buffer(nq, &rng, 1.0f), *k = random_buffer(nkv, &rng, 1.0f);
     float *v = random_buffer(nkv, &rng, 1.0f), *dout = random_buffer(nq, &rng, 1.0f);
+    if (precision == PRECISION_BF16) {
+        bf16_round(q, nq);
+        bf16_round(k, nkv);
+        bf16_round(v, nkv);
+        bf16_round(dout, nq);
+    }
     float *o = xmalloc_aligned(nq * sizeof(float)), *dq = xmalloc_aligned(nq * sizeof(float));
     float *dk = xmalloc_aligned(nkv * sizeof(float)), *dv = xmalloc_aligned(nkv * sizeof(float));
     float *lse = xmalloc_aligned((size_t)seq_len * n_heads * sizeof(float));   /* (S, H) */

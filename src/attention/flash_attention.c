@@ -24,7 +24,18 @@
  * proportional to n_q x n_kv: each thread's workspace is O(tile^2 + tile * head_dim), plus for
  * backward one (n_q, heads per group, head_dim) dq buffer per thread beyond the first.
  *
- * Not here: dropout, sliding windows, low-precision storage; inputs are fp32 and must be finite. */
+ * bf16 tiles (AttnShape.precision = PRECISION_BF16 on a CPU with AVX512_BF16, kernels/attn_bf16.h):
+ * the same loops, with each product's operands packed into bf16 pair words (VDPBF16PS multiplies
+ * pairs along the contraction dimension) instead of copied or transposed: forward K in rows
+ * layout, Q^T, V and P^T in pairs layout (P^T from the fp32 probabilities, rounded after the
+ * softmax and the running sum l used them in fp32); backward Q, dO and dS in rows layout, K^T,
+ * V^T, K, Q, dO, P and dS in pairs layout. Every product accumulates in fp32; scores, softmax,
+ * lse, delta, dS = P (dP - delta) and the rescaling are fp32. K and V (forward) and Q and dO
+ * (backward, one kv head's query heads at a time) are packed once per call; P is packed by the
+ * softmax pass itself and dS where it is computed (both layouts), so neither is stored in fp32.
+ * The tiles have their own sizes (attn_bf16.h), even, so that tile pairs are the call's pairs.
+ *
+ * Not here: dropout, sliding windows, low-precision storage; inputs must be finite. */
 #include "attention/flash_attention.h"
 
 #include <limits.h>
@@ -34,6 +45,7 @@
 #include <string.h>
 
 #include "core/common.h"
+#include "kernels/attn_bf16.h"
 #include "kernels/isa.h"
 
 /* Tile sizes come from the kernel table (isa.h): each instruction set's micro-kernel shape has its
@@ -262,6 +274,27 @@ static void copy_tile(int rows, int cols, const float *src, size_t ld_src, float
     for (int r = 0; r < rows; r++) memcpy(dst + (size_t)r * ld_dst, src + (size_t)r * ld_src, (size_t)cols * sizeof(float));
 }
 
+/* dst (cols, ld_dst) = src (rows, cols; ld_src)^T on pair words: the pairs layout of X^T from the
+ * rows layout of X (attn_bf16.h). */
+static void transpose_words(int rows, int cols, const bf16_pair *src, size_t ld_src, bf16_pair *dst, size_t ld_dst) {
+    for (int r0 = 0; r0 < rows; r0 += 16)
+        for (int c = 0; c < cols; c++)
+            for (int r = r0; r < rows && r < r0 + 16; r++) dst[(size_t)c * ld_dst + r] = src[(size_t)r * ld_src + c];
+}
+
+/* Zeroed, 64-byte aligned pair words (the bf16 tiles' workspace): padding a product reads but
+ * no packer writes is then a finite value. */
+static bf16_pair *words_zeroed(size_t n) {
+    bf16_pair *w = xmalloc_aligned(n * sizeof *w);
+    memset(w, 0, n * sizeof *w);
+    return w;
+}
+
+const char *attn_kernel_name(Precision precision) {
+    if (precision != PRECISION_BF16) return "fp32";
+    return attn_bf16_tiles() ? "bf16 tiles (VDPBF16PS)" : "fp32 on bf16 inputs (conversion path)";
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Forward. */
 void attn_forward(const AttnShape *s, const float *q, const int *q_pos, const float *k,
@@ -275,7 +308,8 @@ void attn_forward_docs(const AttnShape *s, const float *q, const int *q_pos, con
     const int n_q = s->n_q, n_kv = s->n_kv, H = s->n_heads, Hkv = s->n_kv_heads, d = s->head_dim;
     if (n_q == 0 || n_kv == 0) return;
     const SimdKernels *sk = simd();
-    const int group = H / Hkv, BQ = sk->fwd_bq, BK = sk->fwd_bk;
+    const AttnBf16Tiles *bt = s->precision == PRECISION_BF16 ? attn_bf16_tiles() : NULL;
+    const int group = H / Hkv, BQ = bt ? bt->fwd_bq : sk->fwd_bq, BK = bt ? bt->fwd_bk : sk->fwd_bk;
     if (BQ > FA_MAX_TILE) die("attn_forward: query tile %d exceeds %d", BQ, FA_MAX_TILE);
     const int nqt = (n_q + BQ - 1) / BQ, nkt = (n_kv + BK - 1) / BK;
     const size_t ldq = (size_t)H * d, ldk = (size_t)Hkv * d, ldt = (size_t)BQ + FA_SKEW;
@@ -303,6 +337,16 @@ void attn_forward_docs(const AttnShape *s, const float *q, const int *q_pos, con
         ((size_t)d * ldt + (size_t)BK * ldt + 2 * (size_t)BK * ldc + (size_t)BQ * d + 6 * (size_t)BQ + 15) / 16 * 16;
     float *work = xmalloc_aligned((size_t)nth * per_thread * sizeof(float));
     const long long n_items = (long long)n_busy * H;
+    /* bf16 tiles: K in rows layout and V in pairs layout, packed once per call for every kv head
+     * (every query tile reads them), (Hkv, n_kv, ldkw) and (Hkv, n_kv / 2, ldvw) pair words; per
+     * thread: Q rows (BQ, d2) | Q^T pairs (d2, ldt) | P^T pairs (BK/2, ldt). ldt >= BQ + mr: P^T is
+     * read transposed. Key tiles start at even rows (BK even), so a tile's pairs are the call's. */
+    const int d2 = (d + 1) / 2, bk2 = (BK + 1) / 2, nkv2 = (n_kv + 1) / 2;
+    const size_t ldkw = (size_t)d2 + FA_SKEW / 2, ldvw = (size_t)d + FA_SKEW / 2;
+    const size_t per_thread_w = ((size_t)BQ * d2 + (size_t)d2 * ldt + (size_t)bk2 * ldt + 15) / 16 * 16;
+    bf16_pair *work_w = bt ? words_zeroed((size_t)nth * per_thread_w) : NULL;
+    bf16_pair *Kall = bt ? words_zeroed((size_t)Hkv * n_kv * ldkw) : NULL;
+    bf16_pair *Vall = bt ? words_zeroed((size_t)Hkv * nkv2 * ldvw) : NULL;
 
 #pragma omp parallel num_threads(nth)
     {
@@ -315,13 +359,31 @@ void attn_forward_docs(const AttnShape *s, const float *q, const int *q_pos, con
         float *l = m + BQ;                                            /* (bq) running sum */
         float *mx = l + BQ, *msafe = mx + BQ, *corr = msafe + BQ, *sum = corr + BQ; /* (bq) each */
         unsigned char seen[FA_MAX_TILE];
+        bf16_pair *Qr = NULL, *Qw = NULL, *Pw = NULL;
+        if (bt) {
+            Qr = work_w + (size_t)omp_get_thread_num() * per_thread_w; /* (bq, d2) Q rows */
+            Qw = Qr + (size_t)BQ * d2;                                /* (d2, bq) Q^T pairs */
+            Pw = Qw + (size_t)d2 * ldt;                               /* (bk/2, bq) P^T pairs */
+#pragma omp for schedule(static)
+            for (long long t = 0; t < (long long)Hkv * nkt; t++) { /* K rows, V pairs of every kv head */
+                const int g = (int)(t / nkt), j0 = (int)(t % nkt) * BK, bk = j0 + BK <= n_kv ? BK : n_kv - j0;
+                bt->pack_rows(bk, d, k + ((size_t)j0 * Hkv + g) * d, ldk, Kall + ((size_t)g * n_kv + j0) * ldkw, ldkw);
+                bt->pack_pairs(bk, d, v + ((size_t)j0 * Hkv + g) * d, ldk, Vall + ((size_t)g * nkv2 + j0 / 2) * ldvw,
+                               ldvw);
+            } /* implicit barrier: every tile is packed */
+        }
 
 #pragma omp for schedule(dynamic, 1)
         for (long long w = 0; w < n_items; w++) {
             /* head-major: the threads work on one head at a time and share its K/V in L3 */
             const int h = (int)(w / n_busy), qt = order[w % n_busy].idx, g = h / group;
             const int i0 = qt * BQ, bq = i0 + BQ <= n_q ? BQ : n_q - i0;
-            transpose_tile(bq, d, q + ((size_t)i0 * H + h) * d, ldq, Qt, ldt);
+            if (bt) {
+                bt->pack_rows(bq, d, q + ((size_t)i0 * H + h) * d, ldq, Qr, (size_t)d2);
+                transpose_words(bq, d2, Qr, (size_t)d2, Qw, ldt);
+            } else {
+                transpose_tile(bq, d, q + ((size_t)i0 * H + h) * d, ldq, Qt, ldt);
+            }
             for (int r = 0; r < bq; r++) {
                 size_t row = (size_t)(i0 + r) * H + h;
                 float L = lse[row];
@@ -340,20 +402,37 @@ void attn_forward_docs(const AttnShape *s, const float *q, const int *q_pos, con
                 const int cls = tile_class(mask, qr[qt], kr[kt]);
                 if (cls == TILE_HIDDEN) continue;
                 const int j0 = kt * BK, bk = j0 + BK <= n_kv ? BK : n_kv - j0;
-                copy_tile(bk, d, k + ((size_t)j0 * Hkv + g) * d, ldk, Kc, ldc);
-                copy_tile(bk, d, v + ((size_t)j0 * Hkv + g) * d, ldk, Vc, ldc);
+                const bf16_pair *Kw = NULL, *Vw = NULL; /* this tile's K rows, V pairs */
+                if (bt) {
+                    Kw = Kall + ((size_t)g * n_kv + j0) * ldkw;
+                    Vw = Vall + ((size_t)g * nkv2 + j0 / 2) * ldvw;
+                } else {
+                    copy_tile(bk, d, k + ((size_t)j0 * Hkv + g) * d, ldk, Kc, ldc);
+                    copy_tile(bk, d, v + ((size_t)j0 * Hkv + g) * d, ldk, Vc, ldc);
+                }
                 /* S^T (bk, bq) = alpha K (bk, d) Q^T (d, bq) */
                 Prefetch pf = {{NULL, NULL}, ldk * sizeof(float), 0, (int)((d * sizeof(float) + 63) / 64 + 1), 0, 0};
                 for (int nt = kt + 1; nt < nkt; nt++) { /* the next key tile this item will read */
                     if (tile_class(mask, qr[qt], kr[nt]) == TILE_HIDDEN) continue;
                     const int n0 = nt * BK, nb = n0 + BK <= n_kv ? BK : n_kv - n0;
+                    if (bt) { /* the packed tiles: contiguous, as rows of one 64-byte line */
+                        const size_t kbytes = (size_t)nb * ldkw * sizeof(bf16_pair);
+                        pf.base[0] = (const char *)(Kall + ((size_t)g * n_kv + n0) * ldkw);
+                        pf.base[1] = (const char *)(Vall + ((size_t)g * nkv2 + n0 / 2) * ldvw);
+                        pf.stride = 64;
+                        pf.lines_per_row = 1;
+                        pf.rows = (int)((kbytes + 63) / 64);
+                        pf.total = 2 * pf.rows;
+                        break;
+                    }
                     pf.base[0] = (const char *)(k + ((size_t)n0 * Hkv + g) * d);
                     pf.base[1] = (const char *)(v + ((size_t)n0 * Hkv + g) * d);
                     pf.rows = nb;
                     pf.total = 2 * nb * pf.lines_per_row;
                     break;
                 }
-                sk->tile_gemm(bk, bq, d, alpha, Kc, ldc, 1, Qt, ldt, 0, ST, ldt, &pf);
+                if (bt) bt->tile_gemm(bk, bq, d2, alpha, Kw, ldkw, 1, Qw, ldt, 0, ST, ldt, &pf);
+                else sk->tile_gemm(bk, bq, d, alpha, Kc, ldc, 1, Qt, ldt, 0, ST, ldt, &pf);
                 if (cls == TILE_PARTIAL && !q_doc)
                     for (int j = 0; j < bk; j++) {
                         const int kp = kv_pos[j0 + j];
@@ -378,13 +457,18 @@ void attn_forward_docs(const AttnShape *s, const float *q, const int *q_pos, con
                     corr[i] = exp2_scalar(m[i] - msafe[i]);     /* 0 when m was -inf */
                     m[i] = mnew;
                 }
-                sk->col_exp2_sum(ST, bk, bq, ldt, msafe, sum);
+                if (bt) bt->col_exp2_pairs(ST, bk, bq, ldt, msafe, sum, Pw, ldt); /* P^T pairs, not fp32 */
+                else sk->col_exp2_sum(ST, bk, bq, ldt, msafe, sum);
                 for (int i = 0; i < bq; i++) {
                     l[i] = l[i] * corr[i] + sum[i];
                     if (corr[i] != 1.0f) sk->scale_row(acc + (size_t)i * d, d, corr[i]);
                 }
                 /* acc (bq, d) += P (bq, bk) V (bk, d), P read as (S^T)^T */
-                sk->tile_gemm(bq, d, bk, 1.0f, ST, 1, ldt, Vc, ldc, 1, acc, (size_t)d, NULL);
+                if (bt) {
+                    bt->tile_gemm(bq, d, (bk + 1) / 2, 1.0f, Pw, 1, ldt, Vw, ldvw, 1, acc, (size_t)d, NULL);
+                } else {
+                    sk->tile_gemm(bq, d, bk, 1.0f, ST, 1, ldt, Vc, ldc, 1, acc, (size_t)d, NULL);
+                }
             }
             for (int r = 0; r < bq; r++) {
                 if (!seen[r]) continue; /* no visible key in this call: state unchanged */
@@ -398,6 +482,9 @@ void attn_forward_docs(const AttnShape *s, const float *q, const int *q_pos, con
         }
     }
     xfree(work);
+    xfree(work_w);
+    xfree(Kall);
+    xfree(Vall);
     xfree(order);
     xfree(qr);
     xfree(kr);
@@ -418,7 +505,8 @@ void attn_backward_docs(const AttnShape *s, const float *q, const int *q_pos, co
     const int n_q = s->n_q, n_kv = s->n_kv, H = s->n_heads, Hkv = s->n_kv_heads, d = s->head_dim;
     if (n_q == 0 || n_kv == 0 || (!dq && !dk && !dv)) return;
     const SimdKernels *sk = simd();
-    const int group = H / Hkv, BQ = sk->bwd_bq, BK = sk->bwd_bk;
+    const AttnBf16Tiles *bt = s->precision == PRECISION_BF16 ? attn_bf16_tiles() : NULL;
+    const int group = H / Hkv, BQ = bt ? bt->bwd_bq : sk->bwd_bq, BK = bt ? bt->bwd_bk : sk->bwd_bk;
     const int nqt = (n_q + BQ - 1) / BQ, nkt = (n_kv + BK - 1) / BK;
     const size_t ldq = (size_t)H * d, ldk = (size_t)Hkv * d, ldp = (size_t)BK + FA_SKEW;
     const size_t ldc = (size_t)d + FA_SKEW; /* row stride of the compact k, q and dout tiles */
@@ -448,6 +536,19 @@ void attn_backward_docs(const AttnShape *s, const float *q, const int *q_pos, co
     float **dqbuf = xcalloc((size_t)nth, sizeof *dqbuf);
     if (dq)
         for (int t = 1; t < nth; t++) dqbuf[t] = xmalloc_aligned(dq_elems * sizeof(float));
+    /* bf16 tiles: Q and dO of the current kv head's query heads in rows and pairs layouts, packed
+     * once per kv head (every key tile reads them), (group, n_q, ldkw) and (group, n_q / 2, ldvw)
+     * pair words each; per thread: K^T, V^T pairs (d2, ldp) | K pairs (BK/2, ldc) | K or V rows
+     * (BK, d2) | P or dS pairs (BQ/2, ldp) | dS rows (BQ, ldsw). ldp >= BK + mr: P and dS pairs are
+     * read transposed. Query tiles start at even rows (BQ even), so a tile's pairs are the call's. */
+    const int d2 = (d + 1) / 2, bk2 = (BK + 1) / 2, bq2 = (BQ + 1) / 2, nq2 = (n_q + 1) / 2;
+    const size_t ldkw = (size_t)d2 + FA_SKEW / 2, ldvw = (size_t)d + FA_SKEW / 2, ldsw = (size_t)bk2 + FA_SKEW;
+    const size_t per_thread_w = (2 * (size_t)d2 * ldp + (size_t)bk2 * ldc + (size_t)BK * d2 + (size_t)bq2 * ldp +
+                                 (size_t)BQ * ldsw + 15) / 16 * 16;
+    bf16_pair *work_w = bt ? words_zeroed((size_t)nth * per_thread_w) : NULL;
+    const size_t rows_w = (size_t)group * n_q * ldkw, pairs_w = (size_t)group * nq2 * ldvw;
+    bf16_pair *Qrows = bt ? words_zeroed(rows_w) : NULL, *dOrows = bt && (dq || dk) ? words_zeroed(rows_w) : NULL;
+    bf16_pair *Qpairs = bt && dk ? words_zeroed(pairs_w) : NULL, *dOpairs = bt && dv ? words_zeroed(pairs_w) : NULL;
 
 #pragma omp parallel num_threads(nth)
     {
@@ -461,6 +562,15 @@ void attn_backward_docs(const AttnShape *s, const float *q, const int *q_pos, co
         float *Kc = dVa + (size_t)BK * d;            /* (bk, d) compact k tile */
         float *Qc = Kc + (size_t)BK * ldc;           /* (bq, d) compact q tile */
         float *dOc = Qc + (size_t)BQ * ldc;          /* (bq, d) compact dout tile */
+        bf16_pair *KTw = NULL, *VTw = NULL, *Kp = NULL, *Tr = NULL, *Pp = NULL, *dSr = NULL;
+        if (bt) {
+            KTw = work_w + (size_t)tid * per_thread_w; /* (d2, bk) K^T pairs */
+            VTw = KTw + (size_t)d2 * ldp;              /* (d2, bk) V^T pairs */
+            Kp = VTw + (size_t)d2 * ldp;               /* (bk/2, d) K pairs */
+            Tr = Kp + (size_t)bk2 * ldc;               /* (bk, d2) K or V rows, before transposing */
+            Pp = Tr + (size_t)BK * d2;                 /* (bq/2, bk) P, then dS, pairs */
+            dSr = Pp + (size_t)bq2 * ldp;              /* (bq, bk/2) dS rows */
+        }
         for (int g = 0; g < Hkv; g++) {
             const int h0 = g * group;
             /* no barrier needed here: the previous kv head's reduction ended with one */
@@ -468,6 +578,18 @@ void attn_backward_docs(const AttnShape *s, const float *q, const int *q_pos, co
             /* thread 0 accumulates straight into dq; the others into their (n_q, group, d) buffer */
             float *dq_base = !dq ? NULL : tid == 0 ? dq + (size_t)h0 * d : dqbuf[tid];
             const size_t dq_ld = tid == 0 ? ldq : (size_t)group * d; /* row stride of dq_base */
+            if (bt) { /* Q, dO of this kv head's query heads, packed once */
+#pragma omp for schedule(static)
+                for (long long t = 0; t < (long long)group * nqt; t++) {
+                    const int hh = (int)(t / nqt), i0 = (int)(t % nqt) * BQ, bq = i0 + BQ <= n_q ? BQ : n_q - i0;
+                    const float *qs = q + ((size_t)i0 * H + h0 + hh) * d, *ds = dout + ((size_t)i0 * H + h0 + hh) * d;
+                    const size_t ro = ((size_t)hh * n_q + i0) * ldkw, po = ((size_t)hh * nq2 + i0 / 2) * ldvw;
+                    bt->pack_rows(bq, d, qs, ldq, Qrows + ro, ldkw);
+                    if (dOrows) bt->pack_rows(bq, d, ds, ldq, dOrows + ro, ldkw);
+                    if (Qpairs) bt->pack_pairs(bq, d, qs, ldq, Qpairs + po, ldvw);
+                    if (dOpairs) bt->pack_pairs(bq, d, ds, ldq, dOpairs + po, ldvw);
+                } /* implicit barrier */
+            }
             /* Round-robin over the cost-sorted kv tiles, NOT a dynamic schedule: which thread sums
              * which tiles' dq contributions must not depend on timing, so that a run is
              * bit-reproducible for a given thread count (resume, checkpointing). */
@@ -476,9 +598,17 @@ void attn_backward_docs(const AttnShape *s, const float *q, const int *q_pos, co
                 const int kt = order[w].idx, j0 = kt * BK, bk = j0 + BK <= n_kv ? BK : n_kv - j0;
                 const float *ktile = k + ((size_t)j0 * Hkv + g) * d; /* (bk, d), stride ldk */
                 const float *vtile = v + ((size_t)j0 * Hkv + g) * d; /* (bk, d), stride ldk */
-                transpose_tile(bk, d, ktile, ldk, Kt, ldp);
-                if (dq) copy_tile(bk, d, ktile, ldk, Kc, ldc);
-                transpose_tile(bk, d, vtile, ldk, Vt, ldp);
+                if (bt) {
+                    bt->pack_rows(bk, d, ktile, ldk, Tr, (size_t)d2);
+                    transpose_words(bk, d2, Tr, (size_t)d2, KTw, ldp);
+                    if (dq) bt->pack_pairs(bk, d, ktile, ldk, Kp, ldc);
+                    bt->pack_rows(bk, d, vtile, ldk, Tr, (size_t)d2);
+                    transpose_words(bk, d2, Tr, (size_t)d2, VTw, ldp);
+                } else {
+                    transpose_tile(bk, d, ktile, ldk, Kt, ldp);
+                    if (dq) copy_tile(bk, d, ktile, ldk, Kc, ldc);
+                    transpose_tile(bk, d, vtile, ldk, Vt, ldp);
+                }
                 memset(dKa, 0, (size_t)bk * d * sizeof(float));
                 memset(dVa, 0, (size_t)bk * d * sizeof(float));
                 for (int hh = 0; hh < group; hh++) {
@@ -487,9 +617,16 @@ void attn_backward_docs(const AttnShape *s, const float *q, const int *q_pos, co
                         const int cls = tile_class(mask, qr[qt], kr[kt]);
                         if (cls == TILE_HIDDEN) continue;
                         const int i0 = qt * BQ, bq = i0 + BQ <= n_q ? BQ : n_q - i0;
-                        copy_tile(bq, d, q + ((size_t)i0 * H + h) * d, ldq, Qc, ldc);
+                        const float *qtile = q + ((size_t)i0 * H + h) * d, *dotile = dout + ((size_t)i0 * H + h) * d;
+                        /* this tile's Q, dO rows and pairs (bf16) */
+                        const size_t ro = ((size_t)hh * n_q + i0) * ldkw, po = ((size_t)hh * nq2 + i0 / 2) * ldvw;
                         /* S (bq, bk) = alpha Q (bq, d) K^T (d, bk) */
-                        sk->tile_gemm(bq, bk, d, alpha, Qc, ldc, 1, Kt, ldp, 0, P, ldp, NULL);
+                        if (bt) {
+                            bt->tile_gemm(bq, bk, d2, alpha, Qrows + ro, ldkw, 1, KTw, ldp, 0, P, ldp, NULL);
+                        } else {
+                            copy_tile(bq, d, qtile, ldq, Qc, ldc);
+                            sk->tile_gemm(bq, bk, d, alpha, Qc, ldc, 1, Kt, ldp, 0, P, ldp, NULL);
+                        }
                         int any = 0;
                         for (int r = 0; r < bq; r++) {
                             float *prow = P + (size_t)r * ldp;
@@ -514,19 +651,37 @@ void attn_backward_docs(const AttnShape *s, const float *q, const int *q_pos, co
                             sk->row_exp2_sum(prow, bk, (float)(L * FA_LOG2E));
                         }
                         if (!any) continue;
-                        copy_tile(bq, d, dout + ((size_t)i0 * H + h) * d, ldq, dOc, ldc);
-                        if (dv) /* dV (bk, d) += P^T (bk, bq) dO (bq, d) */
-                            sk->tile_gemm(bk, d, bq, 1.0f, P, 1, ldp, dOc, ldc, 1, dVa, (size_t)d, NULL);
+                        if (!bt) copy_tile(bq, d, dotile, ldq, dOc, ldc);
+                        const int bq2r = (bq + 1) / 2, bk2r = (bk + 1) / 2; /* pair steps over bq, bk */
+                        if (dv) { /* dV (bk, d) += P^T (bk, bq) dO (bq, d) */
+                            if (bt) {
+                                bt->pack_pairs(bq, bk, P, ldp, Pp, ldp);
+                                bt->tile_gemm(bk, d, bq2r, 1.0f, Pp, 1, ldp, dOpairs + po, ldvw, 1, dVa, (size_t)d, NULL);
+                            } else {
+                                sk->tile_gemm(bk, d, bq, 1.0f, P, 1, ldp, dOc, ldc, 1, dVa, (size_t)d, NULL);
+                            }
+                        }
                         if (!dq && !dk) continue;
                         /* dP (bq, bk) = dO (bq, d) V^T (d, bk) */
-                        sk->tile_gemm(bq, bk, d, 1.0f, dOc, ldc, 1, Vt, ldp, 0, dP, ldp, NULL);
-                        for (int r = 0; r < bq; r++) /* dS = P * (dP - delta), into P */
-                            sk->ds_row(P + (size_t)r * ldp, dP + (size_t)r * ldp, bk, delta[(size_t)(i0 + r) * H + h]);
-                        if (dk) /* dK (bk, d) += scale dS^T (bk, bq) Q (bq, d) */
-                            sk->tile_gemm(bk, d, bq, scale, P, 1, ldp, Qc, ldc, 1, dKa, (size_t)d, NULL);
-                        if (dq) /* dQ (bq, d) += scale dS (bq, bk) K (bk, d) */
-                            sk->tile_gemm(bq, d, bk, scale, P, ldp, 1, Kc, ldc, 1,
-                                      dq_base + (size_t)i0 * dq_ld + (size_t)hh * d, dq_ld, NULL);
+                        if (bt) bt->tile_gemm(bq, bk, d2, 1.0f, dOrows + ro, ldkw, 1, VTw, ldp, 0, dP, ldp, NULL);
+                        else sk->tile_gemm(bq, bk, d, 1.0f, dOc, ldc, 1, Vt, ldp, 0, dP, ldp, NULL);
+                        float *dq_tile = dq ? dq_base + (size_t)i0 * dq_ld + (size_t)hh * d : NULL;
+                        if (bt) { /* dS = P * (dP - delta) straight into its bf16 pairs and rows */
+                            float dl[FA_MAX_TILE];
+                            for (int r = 0; r < bq; r++) dl[r] = delta[(size_t)(i0 + r) * H + h];
+                            bt->ds_pack(P, dP, ldp, bq, bk, dl, Pp, ldp, dSr, ldsw);
+                            if (dk) /* dK (bk, d) += scale dS^T (bk, bq) Q (bq, d) */
+                                bt->tile_gemm(bk, d, bq2r, scale, Pp, 1, ldp, Qpairs + po, ldvw, 1, dKa, (size_t)d, NULL);
+                            if (dq) /* dQ (bq, d) += scale dS (bq, bk) K (bk, d) */
+                                bt->tile_gemm(bq, d, bk2r, scale, dSr, ldsw, 1, Kp, ldc, 1, dq_tile, dq_ld, NULL);
+                        } else {
+                            for (int r = 0; r < bq; r++) /* dS = P * (dP - delta), into P */
+                                sk->ds_row(P + (size_t)r * ldp, dP + (size_t)r * ldp, bk, delta[(size_t)(i0 + r) * H + h]);
+                            if (dk) /* dK (bk, d) += scale dS^T (bk, bq) Q (bq, d) */
+                                sk->tile_gemm(bk, d, bq, scale, P, 1, ldp, Qc, ldc, 1, dKa, (size_t)d, NULL);
+                            if (dq) /* dQ (bq, d) += scale dS (bq, bk) K (bk, d) */
+                                sk->tile_gemm(bq, d, bk, scale, P, ldp, 1, Kc, ldc, 1, dq_tile, dq_ld, NULL);
+                        }
                     }
                 }
                 for (int j = 0; j < bk; j++) { /* this thread is the only writer of these rows */
@@ -551,6 +706,11 @@ void attn_backward_docs(const AttnShape *s, const float *q, const int *q_pos, co
     for (int t = 1; t < nth; t++) xfree(dqbuf[t]);
     xfree(dqbuf);
     xfree(work);
+    xfree(work_w);
+    xfree(Qrows);
+    xfree(dOrows);
+    xfree(Qpairs);
+    xfree(dOpairs);
     xfree(order);
     xfree(qr);
     xfree(kr);

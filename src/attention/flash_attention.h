@@ -35,6 +35,8 @@
 
 #include <stddef.h>
 
+#include "kernels/bf16.h"
+
 typedef enum { ATTN_FULL = 0, ATTN_CAUSAL = 1 } AttnMask;
 
 typedef struct {
@@ -45,7 +47,20 @@ typedef struct {
     int head_dim;
     float scale;    /* usually 1/sqrt(head_dim) */
     AttnMask mask;
+    /* PRECISION_BF16: q, k, v and dout are bf16 operands (--precision bf16). Where the CPU has
+     * AVX512_BF16 (and the kernel path is avx512) the tile products then run on bf16 tiles with
+     * fp32 accumulation (VDPBF16PS, kernels/attn_bf16.h): q, k, v, dout rounded to bf16 as they are
+     * packed, and P and dS rounded to bf16 before their products, as every bf16 flash attention
+     * does; scores, softmax, max, sum, lse, delta and the rescaling stay fp32. Elsewhere the fp32
+     * kernel runs on the inputs as given (the conversion path: the model rounds them to bf16
+     * values, and P and dS stay fp32). PRECISION_FP32 (0, the default) is the fp32 kernel. */
+    Precision precision;
 } AttnShape;
+
+/* The attention kernel a call with this precision runs in this process (it follows the kernel
+ * path, so SEQPAR_ISA and isa_force change it): "fp32", "bf16 tiles (VDPBF16PS)" or
+ * "fp32 on bf16 inputs (conversion path)". For run headers and benchmarks. */
+const char *attn_kernel_name(Precision precision);
 
 /* A set of rows summarised for the visibility rule: positions in [pos_lo, pos_hi], document ids
  * in [doc_lo, doc_hi] (both 0 when there are no documents). */

@@ -43,11 +43,14 @@
 
 #include <stddef.h>
 
+#include "kernels/bf16.h"
+
 typedef struct {
     int n_local;    /* N: tokens on this rank */
     int n_heads;    /* H */
     int n_kv_heads; /* Hkv */
     int head_dim;   /* d */
+    Precision precision; /* of q, k, v, dout: PRECISION_BF16 selects the kernel's bf16 tiles (AttnShape) */
 } AttnHeads;
 
 typedef struct SeqAttention SeqAttention;

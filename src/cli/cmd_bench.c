@@ -134,7 +134,7 @@ static StepResult run_steps(int S, int repeats, const MemoryFlags *mf, double pe
     adamw_init(&opt, &oc, 0, m.table.total);
     SeqAttention *attn = local_attention_create((AttnHeads){.n_local = S, .n_heads = c.num_attention_heads,
                                                             .n_kv_heads = c.num_key_value_heads,
-                                                            .head_dim = c.head_dim});
+                                                            .head_dim = c.head_dim, .precision = mf->precision});
     LlamaActsOptions ao = {.checkpoint = mf->checkpoint, .ffn_chunks = mf->ffn_chunks, .precision = mf->precision};
     LlamaActs *acts = llama_acts_create_opts(&m, attn, S, &ao);
     int *inputs = xmalloc(sizeof(int) * S), *targets = xmalloc(sizeof(int) * S), *pos = xmalloc(sizeof(int) * S);
@@ -174,16 +174,18 @@ static StepResult run_steps(int S, int repeats, const MemoryFlags *mf, double pe
     return res;
 }
 
-/* bf16: the same kernel (attention takes bf16-rounded q, k, v and accumulates in fp32 through the
- * fp32 kernel), compared with the bf16 GEMM's peak. */
+/* bf16: bf16 q, k, v, dout through the kernel attn_kernel_name() names (bf16 tiles with VDPBF16PS
+ * where the CPU has AVX512_BF16, else the fp32 kernel on the bf16 values), compared with the bf16
+ * GEMM's peak. */
 static void bench_attn(int S, const int *dims, int n_dims, int repeats, double peak, int bf16) {
     const char *yard = bf16 ? "bf16 GEMM" : "sgemm";
-    printf("attention (causal, S = %d, %s, %d threads), medians of %d:\n", S,
-           bf16 ? "bf16 inputs through the fp32 kernel" : "fp32", current_threads(), repeats);
+    const Precision prec = bf16 ? PRECISION_BF16 : PRECISION_FP32;
+    printf("attention (causal, S = %d, %s, kernel: %s, %d threads), medians of %d:\n", S, precision_name(prec),
+           attn_kernel_name(prec), current_threads(), repeats);
     for (int i = 0; i < n_dims; i++) {
         int d = dims[i], heads = d >= 128 ? 4 : 8;
         AttnBenchResult r;
-        attention_bench(S, heads, heads, d, ATTN_CAUSAL, repeats, &r);
+        attention_bench(S, heads, heads, d, ATTN_CAUSAL, prec, repeats, &r);
         printf("  head_dim %3d, %d heads: forward %7.1f GFLOPS (%5.1f%% of %s, %.3f s) | "
                "backward %7.1f GFLOPS (%5.1f%% of %s, %.3f s)\n",
                d, heads, r.fwd_gflops, 100 * r.fwd_gflops / peak, yard, r.fwd_seconds, r.bwd_gflops,

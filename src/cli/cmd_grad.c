@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/run_control.h"
 #include "core/common.h"
+#include "attention/flash_attention.h"
 #include "kernels/bf16.h"
 #include "kernels/isa.h"
 #include "data/packing.h"
@@ -145,7 +146,9 @@ int cmd_grad(int argc, char **argv) {
         char isa[160];
         isa_describe(isa, sizeof isa);
         printf("kernels: %s\n", isa);
-        if (mf.precision == PRECISION_BF16) printf("precision: bf16 (bf16 path: %s)\n", bf16_path_name(bf16_kernels()->path));
+        if (mf.precision == PRECISION_BF16)
+            printf("precision: bf16 (bf16 path: %s; attention: %s)\n", bf16_path_name(bf16_kernels()->path),
+                   attn_kernel_name(PRECISION_BF16));
         if (llama_acts_streams(acts))
             printf("streaming: %d chunks of %d rows per layer\n", par.attn->stream_chunks, par.attn->stream_rows);
         printf("loss: %.9f\n", loss);

@@ -20,6 +20,7 @@
 #include "cli/train_options.h"
 #include "comm/trace.h"
 #include "core/common.h"
+#include "attention/flash_attention.h"
 #include "kernels/bf16.h"
 #include "kernels/isa.h"
 #include "data/packing.h"
@@ -543,8 +544,8 @@ int cmd_train(int argc, char **argv) {
         isa_describe(isa, sizeof isa);
         printf("kernels: %s\n", isa);
         if (o.mem.precision == PRECISION_BF16)
-            printf("precision: bf16 mixed (bf16 path: %s; fp32 weights, optimizer state and checkpoints)\n",
-                   bf16_path_name(bf16_kernels()->path));
+            printf("precision: bf16 mixed (bf16 path: %s; attention: %s; fp32 weights, optimizer state and "
+                   "checkpoints)\n", bf16_path_name(bf16_kernels()->path), attn_kernel_name(PRECISION_BF16));
         if (o.peak_gflops > 0) printf("MFU and HFU against %.1f GFLOPS per rank (--peak-gflops)", peak);
         else
             printf("MFU and HFU against %.1f GFLOPS per rank: %s peak, the best of %d %s 2048^3 trials with %d threads "

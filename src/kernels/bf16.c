@@ -6,6 +6,7 @@
 #include <pthread.h>
 
 #include "core/common.h"
+#include "kernels/attn_bf16.h"
 #include "kernels/isa.h"
 
 int precision_parse(const char *name) {
@@ -122,4 +123,11 @@ void bf16_round(float *x, size_t n) {
         k->pack(tmp, x + i0, m);
         k->unpack(x + i0, tmp, m);
     }
+}
+
+extern const AttnBf16Tiles attn_bf16_tiles_avx512; /* attn_bf16_avx512.c */
+
+const AttnBf16Tiles *attn_bf16_tiles(void) {
+    /* as the bf16 GEMM's path: the avx512 kernel path on a CPU with AVX512_BF16 */
+    return isa_active() == ISA_AVX512 && cpu_features()->avx512_bf16 ? &attn_bf16_tiles_avx512 : NULL;
 }

@@ -74,7 +74,7 @@ static void for_each_visible_pair(BlockAttn *b, const PosBlock *qb, const PosBlo
 static AttnShape pair_shape(const BlockAttn *b, const Pair *p) {
     AttnShape s = {.n_q = p->nq, .n_kv = p->nk, .n_heads = b->heads, .n_kv_heads = b->kv_heads,
                    .head_dim = b->head_dim, .scale = b->scale,
-                   .mask = p->vis == ATTN_VIS_FULL ? ATTN_FULL : ATTN_CAUSAL};
+                   .mask = p->vis == ATTN_VIS_FULL ? ATTN_FULL : ATTN_CAUSAL, .precision = b->precision};
     return s;
 }
 

@@ -20,6 +20,7 @@
 #include <stddef.h>
 
 #include "comm/comm.h"
+#include "kernels/bf16.h"
 
 /* Rows [start, start + len) of a block whose positions are an arithmetic progression in [lo, hi],
  * with document ids in [doc_lo, doc_hi] (0 without documents). */
@@ -54,6 +55,8 @@ typedef struct {
     float scale;
     int piece_rows; /* query rows between progress tests (default 256) */
     int compute;    /* 0: count work but skip the kernel (benchmark of communication alone) */
+    Precision precision; /* PRECISION_BF16: the blocks hold bf16 values (--precision bf16): the kernel's
+                          * bf16 tiles (flash_attention.h); block_attn_init sets fp32 */
     AttnWork work;
 } BlockAttn;
 

@@ -87,6 +87,9 @@ typedef struct {
     int n_heads, n_kv_heads, head_dim;
     int wire_bf16;        /* --precision bf16: the head exchange sends bf16 (2 bytes an element), and
                              the context schedules send q, k, v and dout in bf16 (ScheduleShape.wire) */
+    int attn_bf16;        /* --precision bf16: the attention inputs are bf16 values, so the kernel runs its
+                             bf16 tiles where the CPU has them (BlockAttn.precision). Set together with
+                             wire_bf16 by the trainer; apart so that tests can vary the wire alone */
 } StrategyParams;
 
 #endif

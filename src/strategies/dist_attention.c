@@ -110,6 +110,7 @@ SeqAttention *dist_attention_create(const ScheduleInfo *schedule, const Strategy
                         .head_dim = p->head_dim, .team = p->team, .layout = p->layout,
                         .wire = p->wire_bf16 ? COMM_WIRE_BF16 : COMM_WIRE_FP32};
     x->sched = schedule->create(&sh);
+    if (p->attn_bf16) x->sched->blocks->precision = PRECISION_BF16; /* bf16 inputs: the kernel's bf16 tiles */
     const size_t n = (size_t)x->n, d = (size_t)x->d;
     x->all_pos = xmalloc(sizeof(int) * (size_t)x->S);
     x->all_doc = xmalloc(sizeof(int) * (size_t)x->S);

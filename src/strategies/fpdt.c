@@ -391,6 +391,7 @@ static SeqAttention *fpdt_create(const StrategyParams *p, const Topology *t, Com
     x->Hl = x->hx.Hl;
     x->Hk = x->hx.Hk;
     block_attn_init(&x->b, comm, x->Hl, x->Hk, x->d);
+    if (p->attn_bf16) x->b.precision = PRECISION_BF16; /* bf16 inputs: the kernel's bf16 tiles */
     const size_t S = (size_t)x->S, d = (size_t)x->d, Cn = (size_t)x->Cn;
     const size_t sizes[TIER_KINDS] = {Cn * x->Hl * d, 2 * Cn * x->Hk * d, Cn * x->Hl * d, Cn * x->Hl};
     x->offload_dir = p->offload_dir;

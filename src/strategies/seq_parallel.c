@@ -61,7 +61,7 @@ void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaC
                                  .placement = cfg->placement,
                                  .layout = cfg->layout, .seq_len = seq_len, .n_heads = model->num_attention_heads,
                                  .n_kv_heads = model->num_key_value_heads, .head_dim = model->head_dim,
-                                 .wire_bf16 = cfg->wire_bf16};
+                                 .wire_bf16 = cfg->wire_bf16, .attn_bf16 = cfg->wire_bf16};
     if (p->params.team == 0) p->params.team = strategy_default_team(p->strategy, cp);
     if (cfg->chunks > 1 && !p->strategy->own)
         die_collective("--chunks %d is read by --strategy fpdt only: drop it or use --strategy fpdt", cfg->chunks);
@@ -86,7 +86,8 @@ void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaC
     p->comm = comm_create(&p->topo, cfg->trace_path);
     comm_set_timeout(p->comm, cfg->comm_timeout * COMM_SLOW_PHASE_FACTOR); /* the caller shortens it after step 1 */
     AttnHeads heads = {.n_local = p->n_local, .n_heads = model->num_attention_heads,
-                       .n_kv_heads = model->num_key_value_heads, .head_dim = model->head_dim};
+                       .n_kv_heads = model->num_key_value_heads, .head_dim = model->head_dim,
+                       .precision = cfg->wire_bf16 ? PRECISION_BF16 : PRECISION_FP32};
     p->attn = sp > 1 || own ? strategy_create_attention(p->strategy, &p->params, &p->topo, p->comm)
                      : local_attention_create(heads);
     grad_sync_init(&p->sync, MPI_COMM_WORLD, p->comm, n_params, cfg->zero, cfg->zero_group);

@@ -33,7 +33,8 @@ typedef struct {
     const char *trace_path; /* NULL: no trace */
     int stats;           /* print per-rank communication statistics at the end */
     double comm_timeout; /* watchdog deadline of one wait, seconds (0: none); see comm.h */
-    int wire_bf16;       /* --precision bf16: the head exchange in bf16 (StrategyParams) */
+    int wire_bf16;       /* --precision bf16: bf16 on the wire and the kernel's bf16 tiles (StrategyParams
+                            wire_bf16 and attn_bf16) */
 } ParallelConfig;
 
 void parallel_config_default(ParallelConfig *c);

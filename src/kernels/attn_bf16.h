@@ -1,0 +1,59 @@
+/* The bf16 tile products of flash attention under --precision bf16 (attention/flash_attention.c):
+ * bf16 operands, fp32 accumulation, with VDPBF16PS (AVX512_BF16).
+ *
+ * VDPBF16PS multiplies PAIRS of bf16 values along the contraction dimension and adds both
+ * products to one fp32 lane: c[n] += a[2kk] b[2kk][n] + a[2kk+1] b[2kk+1][n]. So every operand is
+ * a matrix of 32-bit "pair words", each holding two bf16 values adjacent in the contraction
+ * dimension (the lower-addressed, low half: element 2kk; the high half: element 2kk+1):
+ *   rows layout   of X (M, K): word[m][kk] = (X[m][2kk], X[m][2kk+1])   (X's bf16 rows as stored)
+ *   pairs layout  of X (K, N): word[kk][n] = (X[2kk][n], X[2kk+1][n])   (two rows interleaved)
+ * An odd K is padded with a zero element. The rows layout of X is the pairs layout of X^T read
+ * transposed, so one product kernel serves every operand orientation the attention loop needs.
+ *
+ * Not here: the softmax, the running max / sum / lse and the rescaling, which stay fp32 in
+ * flash_attention.c; AMX (no machine of the project has it). */
+#ifndef SEQPAR_ATTN_BF16_H
+#define SEQPAR_ATTN_BF16_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/isa.h"
+
+typedef uint32_t bf16_pair; /* two bf16 values adjacent along the contraction dimension */
+
+typedef struct {
+    /* Micro-kernel block: rows of C per call (a transposed A must be readable MR words past its
+     * last row: its row stride at least M rounded up to MR). */
+    int mr;
+    /* Flash-attention tile sizes on these kernels (as isa.h's), all even: a tile's pairs are then
+     * pairs of the whole call's rows */
+    int fwd_bq, fwd_bk, bwd_bk, bwd_bq;
+    /* C (M, N; ldc) = alpha A B [+ C when accumulate], contraction over K2 pairs:
+     * A(m, kk) = A[m ars + kk aks] (one of ars, aks is 1), B(kk, n) = B[kk ldb + n] (pairs layout). */
+    void (*tile_gemm)(int M, int N, int K2, float alpha, const bf16_pair *A, size_t ars, size_t aks,
+                      const bf16_pair *B, size_t ldb, int accumulate, float *C, size_t ldc, Prefetch *pf);
+    /* dst (rows, ceil(cols / 2) words; ldd) = rows layout of fp32 src (rows, cols; lds), rounded to
+     * nearest even; an odd last column pairs with 0. */
+    void (*pack_rows)(int rows, int cols, const float *src, size_t lds, bf16_pair *dst, size_t ldd);
+    /* dst (ceil(rows / 2), cols words; ldd) = pairs layout of fp32 src (rows, cols; lds); an odd last
+     * row pairs with 0. */
+    void (*pack_pairs)(int rows, int cols, const float *src, size_t lds, bf16_pair *dst, size_t ldd);
+    /* The forward's softmax step fused with packing its probabilities: p[j][i] = 2^(s[j][i] - m[i])
+     * for rows j < rows, columns i < n of s (ld); sum[i] = the sum over j of the fp32 p; dst
+     * (ceil(rows / 2), n words; ldd) = pairs layout of p. s is not written. */
+    void (*col_exp2_pairs)(const float *s, int rows, int n, size_t ld, const float *m, float *sum, bf16_pair *dst,
+                           size_t ldd);
+    /* The backward's dS = p (dp - delta[r]) for rows r < rows, columns j < n of p and dp (ld),
+     * packed twice: pairs (ceil(rows / 2), n words; ldpairs) and rows (rows, ceil(n / 2) words;
+     * ldrows). Nothing fp32 is written. */
+    void (*ds_pack)(const float *p, const float *dp, size_t ld, int rows, int n, const float *delta,
+                    bf16_pair *pairs, size_t ldpairs, bf16_pair *rows_w, size_t ldrows);
+} AttnBf16Tiles;
+
+/* The bf16 tile kernels for this process's kernel path, or NULL where there are none: the CPU
+ * lacks AVX512_BF16 or the kernel path (isa.h, SEQPAR_ISA) is below avx512. Asked at every call,
+ * so isa_force() switches it too. */
+const AttnBf16Tiles *attn_bf16_tiles(void);
+
+#endif

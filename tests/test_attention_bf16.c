@@ -1,0 +1,332 @@
+/* Tests of flash attention with bf16 inputs (AttnShape.precision = PRECISION_BF16) on every kernel
+ * path this CPU runs: the bf16 tiles (VDPBF16PS, kernels/attn_bf16.h) on the avx512 path of a CPU
+ * with AVX512_BF16, the conversion path (the fp32 kernel on the bf16 values) on avx2 and scalar.
+ * Each is checked against a scalar double-precision reference on the same bf16-rounded q, k, v,
+ * dout: forward O and LSE, backward dQ, dK, dV (backward given the reference's lse and delta, so
+ * that each direction is measured alone), over MHA / GQA / MQA, head_dim 32, 64, 128 and the odd
+ * 17 (a padded pair), causal, full and packed documents, contiguous / zigzag / random positions,
+ * a query block against a key block of other positions, lengths that leave ragged, odd-sized
+ * tiles (1, 37, 301, 700), keys in two parts merged by successive calls, and NULL gradients.
+ *
+ * Tolerances. The bf16 tiles round P (forward, and backward for dV) and dS (backward, for dQ and dK)
+ * to bf16 before their products: bf16 keeps 8 significant bits, so each rounding moves an element
+ * by at most 2^-8 of itself, and an output by at most 2^-8 of the sum of the absolute terms of its
+ * product (q, k, v, dout are bf16 already; their products are exact in fp32). Allowed:
+ *   O  : 2^-7 sum_j p_ij |v_jc|              + the fp32 kernel's 1e-5 + 1e-4 |O|
+ *   dV : 2^-7 sum_i p_ij |dO_ic|             + the fp32 kernel's 1e-4 + 1e-3 |dV|
+ *   dQ : 2^-7 scale sum_j |dS_ij| |k_jc|     + the same
+ *   dK : 2^-7 scale sum_i |dS_ij| |q_ic|     + the same
+ *   LSE: fp32 (scores and softmax are fp32 in every path): 2e-5 + 2e-6 |LSE|
+ * i.e. twice the bound of one rounding, plus what the fp32 kernel is allowed against the same
+ * reference (tests/test_attention.c). The largest violation (1 = at tolerance) is printed per
+ * path. That the tiles really round is checked too: their O differs from the fp32 kernel's on the
+ * same inputs (the conversion path's equals it bit for bit). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention/flash_attention.h"
+#include "core/common.h"
+#include "kernels/attn_bf16.h"
+#include "kernels/bf16.h"
+#include "kernels/isa.h"
+#include "testlib.h"
+
+#define BF16_BOUND 0x1p-7 /* twice the largest relative error of one rounding to bf16 (2^-8) */
+#define FWD_ATOL 1e-5
+#define FWD_RTOL 1e-4
+#define BWD_ATOL 1e-4
+#define BWD_RTOL 1e-3
+#define LSE_ATOL 2e-5
+#define LSE_RTOL 2e-6
+
+enum { POS_CONTIG, POS_ZIGZAG, POS_RANDOM };
+
+typedef struct {
+    const char *name;
+    int n_q, n_kv, H, Hkv, d;
+    AttnMask mask;
+    int layout;    /* positions of the query block (the keys are contiguous before or around it) */
+    int kv_offset; /* keys at positions kv_offset .. ; queries at 0.. (a block pair of other positions) */
+    int doc_every; /* > 0: packed documents, a new one at each token with probability 1/doc_every */
+} Case;
+
+static Rng rng;
+static double worst_fwd, worst_lse, worst_bwd; /* of the current path */
+
+static float *bf16_normal(size_t n) {
+    float *x = xmalloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = bf16_to_float(bf16_from_float((float)rng_normal(&rng)));
+    return x;
+}
+
+static void make_positions(int layout, int n, int *pos) {
+    for (int i = 0; i < n; i++) pos[i] = i;
+    if (layout == POS_ZIGZAG) { /* 4 chunks, stored as chunks 0, 3, 1, 2 */
+        int at = 0;
+        const int order[4] = {0, 3, 1, 2};
+        for (int c = 0; c < 4; c++)
+            for (int t = order[c] * n / 4; t < (order[c] + 1) * n / 4; t++) pos[at++] = t;
+    } else if (layout == POS_RANDOM) {
+        for (int i = n - 1; i > 0; i--) {
+            int j = (int)rng_below(&rng, (uint64_t)i + 1), t = pos[i];
+            pos[i] = pos[j];
+            pos[j] = t;
+        }
+    }
+}
+
+static int is_visible(const Case *c, const int *qp, const int *qd, const int *kp, const int *kd, int i, int j) {
+    if (c->mask == ATTN_FULL) return 1;
+    if (qd && qd[i] != kd[j]) return 0;
+    return kp[j] <= qp[i];
+}
+
+/* The double reference: o, lse and the bound sum_j p |v| of O; backward dq, dk, dv and their bound
+ * sums, from lse and delta in double. Layouts as the kernel's. */
+typedef struct {
+    double *o, *lse, *ob, *dq, *dk, *dv, *dqb, *dkb, *dvb;
+    float *lse_f, *delta_f; /* for the kernel's backward */
+} Ref;
+
+static void reference(const Case *c, const AttnShape *s, const float *q, const float *k, const float *v,
+                      const float *dout, const int *qp, const int *qd, const int *kp, const int *kd, Ref *R) {
+    const int H = c->H, Hkv = c->Hkv, d = c->d, G = H / Hkv, nq = c->n_q, nk = c->n_kv;
+    const size_t Q = (size_t)nq * H * d, K = (size_t)nk * Hkv * d;
+    R->o = xcalloc(Q, sizeof(double)), R->ob = xcalloc(Q, sizeof(double)), R->dq = xcalloc(Q, sizeof(double));
+    R->dqb = xcalloc(Q, sizeof(double)), R->lse = xcalloc((size_t)nq * H, sizeof(double));
+    R->dk = xcalloc(K, sizeof(double)), R->dv = xcalloc(K, sizeof(double)), R->dkb = xcalloc(K, sizeof(double));
+    R->dvb = xcalloc(K, sizeof(double));
+    R->lse_f = xmalloc(sizeof(float) * (size_t)(nq * H > 0 ? nq * H : 1));
+    R->delta_f = xmalloc(sizeof(float) * (size_t)(nq * H > 0 ? nq * H : 1));
+    double *p = xmalloc(sizeof(double) * (size_t)(nk + 1));
+    for (int i = 0; i < nq; i++)
+        for (int h = 0; h < H; h++) {
+            const float *qi = q + ((size_t)i * H + h) * d, *doi = dout + ((size_t)i * H + h) * d;
+            const int g = h / G;
+            double mx = -INFINITY;
+            for (int j = 0; j < nk; j++) {
+                p[j] = -INFINITY;
+                if (!is_visible(c, qp, qd, kp, kd, i, j)) continue;
+                const float *kj = k + ((size_t)j * Hkv + g) * d;
+                double dot = 0;
+                for (int e = 0; e < d; e++) dot += (double)qi[e] * kj[e];
+                p[j] = s->scale * dot;
+                mx = fmax(mx, p[j]);
+            }
+            const size_t row = (size_t)i * H + h;
+            double *oi = R->o + row * d, *obi = R->ob + row * d;
+            if (mx == -INFINITY) {
+                R->lse[row] = -INFINITY;
+                R->lse_f[row] = -INFINITY;
+                R->delta_f[row] = 0;
+                continue;
+            }
+            double sum = 0;
+            for (int j = 0; j < nk; j++) sum += p[j] == -INFINITY ? 0 : exp(p[j] - mx);
+            for (int j = 0; j < nk; j++) p[j] = p[j] == -INFINITY ? 0 : exp(p[j] - mx) / sum;
+            for (int j = 0; j < nk; j++) {
+                if (p[j] == 0) continue;
+                const float *vj = v + ((size_t)j * Hkv + g) * d;
+                for (int e = 0; e < d; e++) oi[e] += p[j] * vj[e], obi[e] += p[j] * fabs((double)vj[e]);
+            }
+            R->lse[row] = mx + log(sum);
+            double delta = 0;
+            for (int e = 0; e < d; e++) delta += (double)doi[e] * oi[e];
+            R->lse_f[row] = (float)R->lse[row];
+            R->delta_f[row] = (float)delta;
+            for (int j = 0; j < nk; j++) {
+                if (p[j] == 0) continue;
+                const size_t kr = ((size_t)j * Hkv + g) * d;
+                const float *vj = v + kr, *kj = k + kr;
+                double dp = 0;
+                for (int e = 0; e < d; e++) dp += (double)doi[e] * vj[e];
+                const double ds = p[j] * (dp - delta);
+                for (int e = 0; e < d; e++) {
+                    R->dv[kr + e] += p[j] * doi[e];
+                    R->dvb[kr + e] += p[j] * fabs((double)doi[e]);
+                    R->dq[row * d + e] += s->scale * ds * kj[e];
+                    R->dqb[row * d + e] += s->scale * fabs(ds) * fabs((double)kj[e]);
+                    R->dk[kr + e] += s->scale * ds * qi[e];
+                    R->dkb[kr + e] += s->scale * fabs(ds) * fabs((double)qi[e]);
+                }
+            }
+        }
+    xfree(p);
+}
+
+static void ref_free(Ref *R) {
+    double *a[] = {R->o, R->lse, R->ob, R->dq, R->dk, R->dv, R->dqb, R->dkb, R->dvb};
+    for (size_t i = 0; i < ARRAY_LEN(a); i++) xfree(a[i]);
+    xfree(R->lse_f);
+    xfree(R->delta_f);
+}
+
+/* max over n of |got - want| / (BF16_BOUND bound + atol + rtol |want|); NaN counts as infinite */
+static double violation(const float *got, const double *want, const double *bound, size_t n, double atol,
+                        double rtol) {
+    double w = 0;
+    for (size_t i = 0; i < n; i++) {
+        double tol = (bound ? BF16_BOUND * bound[i] : 0) + atol + rtol * fabs(want[i]);
+        double e = fabs((double)got[i] - want[i]) / tol;
+        if (!(e <= w)) w = isnan(e) ? INFINITY : e;
+    }
+    return w;
+}
+
+static double lse_violation(const float *got, const double *want, size_t n) {
+    double w = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (want[i] == -INFINITY) {
+            if (got[i] != -INFINITY) w = INFINITY;
+            continue;
+        }
+        double e = fabs((double)got[i] - want[i]) / (LSE_ATOL + LSE_RTOL * fabs(want[i]));
+        if (!(e <= w)) w = isnan(e) ? INFINITY : e;
+    }
+    return w;
+}
+
+static void run_case(const Case *c, int tiles) {
+    const int H = c->H, Hkv = c->Hkv, d = c->d, nq = c->n_q, nk = c->n_kv;
+    const size_t Q = (size_t)nq * H * d, K = (size_t)nk * Hkv * d, L = (size_t)nq * H;
+    AttnShape s = {.n_q = nq, .n_kv = nk, .n_heads = H, .n_kv_heads = Hkv, .head_dim = d,
+                   .scale = 1.0f / sqrtf((float)d), .mask = c->mask, .precision = PRECISION_BF16};
+    float *q = bf16_normal(Q), *k = bf16_normal(K), *v = bf16_normal(K), *dout = bf16_normal(Q);
+    int *qp = xmalloc(sizeof(int) * (size_t)(nq + 1)), *kp = xmalloc(sizeof(int) * (size_t)(nk + 1));
+    int *qd = NULL, *kd = NULL;
+    make_positions(c->layout, nq, qp);
+    for (int j = 0; j < nk; j++) kp[j] = c->kv_offset + j;
+    if (c->doc_every > 0) { /* ids by position: a new document at each position with probability 1/doc_every */
+        const int span = (nq > c->kv_offset + nk ? nq : c->kv_offset + nk) + 1;
+        int *doc_of = xmalloc(sizeof(int) * (size_t)span), id = 0;
+        for (int t = 0; t < span; t++) doc_of[t] = t > 0 && rng_below(&rng, (uint64_t)c->doc_every) == 0 ? ++id : id;
+        qd = xmalloc(sizeof(int) * (size_t)(nq + 1));
+        kd = xmalloc(sizeof(int) * (size_t)(nk + 1));
+        for (int i = 0; i < nq; i++) qd[i] = doc_of[qp[i]];
+        for (int j = 0; j < nk; j++) kd[j] = doc_of[kp[j]];
+        xfree(doc_of);
+    }
+    Ref R;
+    reference(c, &s, q, k, v, dout, qp, qd, kp, kd, &R);
+
+    /* forward from a fresh state, keys in one call */
+    float *o = xmalloc(sizeof(float) * (Q ? Q : 1)), *lse = xmalloc(sizeof(float) * (L ? L : 1));
+    attn_state_init(&s, o, lse);
+    attn_forward_docs(&s, q, qp, qd, k, v, kp, kd, o, lse);
+    const double vf = violation(o, R.o, R.ob, Q, FWD_ATOL, FWD_RTOL), vl = lse_violation(lse, R.lse, L);
+    CHECK(vf <= 1, "%s: O off by %.3g of its tolerance", c->name, vf);
+    CHECK(vl <= 1, "%s: LSE off by %.3g of its tolerance", c->name, vl);
+    if (getenv("VERBOSE_CASES")) printf("  %s: O %.3f LSE %.3f\n", c->name, vf, vl);
+    worst_fwd = fmax(worst_fwd, vf);
+    worst_lse = fmax(worst_lse, vl);
+
+    /* keys in two parts merged by successive calls: the same tolerance */
+    if (nk >= 2) {
+        float *o2 = xmalloc(sizeof(float) * (Q ? Q : 1)), *lse2 = xmalloc(sizeof(float) * (L ? L : 1));
+        const int cut = nk / 3 + 1;
+        AttnShape a = s, b = s;
+        a.n_kv = cut;
+        b.n_kv = nk - cut;
+        const size_t ko = (size_t)cut * Hkv * d;
+        attn_state_init(&s, o2, lse2);
+        attn_forward_docs(&a, q, qp, qd, k, v, kp, kd, o2, lse2);
+        attn_forward_docs(&b, q, qp, qd, k + ko, v + ko, kp + cut, kd ? kd + cut : NULL, o2, lse2);
+        const double v2 = violation(o2, R.o, R.ob, Q, FWD_ATOL, FWD_RTOL);
+        CHECK(v2 <= 1 && lse_violation(lse2, R.lse, L) <= 1, "%s: keys in two calls: O off by %.3g", c->name, v2);
+        xfree(o2);
+        xfree(lse2);
+    }
+
+    /* the tiles really round P: O differs from the fp32 kernel's on the same inputs; the
+     * conversion path IS the fp32 kernel: bit for bit */
+    if (nk > 1 && c->n_q > 1) {
+        AttnShape f = s;
+        f.precision = PRECISION_FP32;
+        float *o3 = xmalloc(sizeof(float) * Q), *lse3 = xmalloc(sizeof(float) * L);
+        attn_state_init(&f, o3, lse3);
+        attn_forward_docs(&f, q, qp, qd, k, v, kp, kd, o3, lse3);
+        const int same = !memcmp(o3, o, sizeof(float) * Q);
+        if (tiles) CHECK(!same, "%s: bf16 tiles give the fp32 kernel's O bit for bit: P not rounded?", c->name);
+        else CHECK(same, "%s: the conversion path differs from the fp32 kernel", c->name);
+        xfree(o3);
+        xfree(lse3);
+    }
+
+    /* backward from the reference's lse and delta */
+    float *dq = xcalloc(Q ? Q : 1, sizeof(float)), *dk = xcalloc(K ? K : 1, sizeof(float));
+    float *dv = xcalloc(K ? K : 1, sizeof(float));
+    attn_backward_docs(&s, q, qp, qd, k, v, kp, kd, R.lse_f, R.delta_f, dout, dq, dk, dv);
+    const double vq = violation(dq, R.dq, R.dqb, Q, BWD_ATOL, BWD_RTOL);
+    const double vk = violation(dk, R.dk, R.dkb, K, BWD_ATOL, BWD_RTOL);
+    const double vv = violation(dv, R.dv, R.dvb, K, BWD_ATOL, BWD_RTOL);
+    CHECK(vq <= 1, "%s: dQ off by %.3g of its tolerance", c->name, vq);
+    CHECK(vk <= 1, "%s: dK off by %.3g of its tolerance", c->name, vk);
+    CHECK(vv <= 1, "%s: dV off by %.3g of its tolerance", c->name, vv);
+    worst_bwd = fmax(worst_bwd, fmax(vq, fmax(vk, vv)));
+
+    /* one gradient at a time: the same values, bit for bit (accumulating into zeros) */
+    float *g = xcalloc(Q > K ? Q : K, sizeof(float));
+    attn_backward_docs(&s, q, qp, qd, k, v, kp, kd, R.lse_f, R.delta_f, dout, g, NULL, NULL);
+    CHECK(!memcmp(g, dq, sizeof(float) * Q), "%s: dQ alone differs from dQ with dK, dV", c->name);
+    memset(g, 0, sizeof(float) * (Q > K ? Q : K));
+    attn_backward_docs(&s, q, qp, qd, k, v, kp, kd, R.lse_f, R.delta_f, dout, NULL, g, NULL);
+    CHECK(!memcmp(g, dk, sizeof(float) * K), "%s: dK alone differs", c->name);
+    memset(g, 0, sizeof(float) * (Q > K ? Q : K));
+    attn_backward_docs(&s, q, qp, qd, k, v, kp, kd, R.lse_f, R.delta_f, dout, NULL, NULL, g);
+    CHECK(!memcmp(g, dv, sizeof(float) * K), "%s: dV alone differs", c->name);
+
+    xfree(g); xfree(dq); xfree(dk); xfree(dv); xfree(o); xfree(lse);
+    ref_free(&R);
+    xfree(q); xfree(k); xfree(v); xfree(dout); xfree(qp); xfree(kp); xfree(qd); xfree(kd);
+}
+
+static const Case CASES[] = {
+    {"MHA d=64 S=301 causal", 301, 301, 4, 4, 64, ATTN_CAUSAL, POS_CONTIG, 0, 0},
+    {"GQA 4/2 d=32 S=301 causal zigzag", 301, 301, 4, 2, 32, ATTN_CAUSAL, POS_ZIGZAG, 0, 0},
+    {"MQA 4/1 d=128 S=301 causal random order", 301, 301, 4, 1, 128, ATTN_CAUSAL, POS_RANDOM, 0, 0},
+    {"MHA d=64 S=700 causal", 700, 700, 2, 2, 64, ATTN_CAUSAL, POS_CONTIG, 0, 0},
+    {"GQA 2/1 d=64 S=200 full", 200, 200, 2, 1, 64, ATTN_FULL, POS_CONTIG, 0, 0},
+    {"GQA 4/2 d=64 S=301 packed documents", 301, 301, 4, 2, 64, ATTN_CAUSAL, POS_CONTIG, 0, 60},
+    {"MHA d=32 S=301 packed short documents, random order", 301, 301, 2, 2, 32, ATTN_CAUSAL, POS_RANDOM, 0, 7},
+    {"MQA 2/1 d=17 (odd) S=257 packed documents", 257, 257, 2, 1, 17, ATTN_CAUSAL, POS_CONTIG, 0, 40},
+    {"GQA 6/2 d=128 S=37 causal", 37, 37, 6, 2, 128, ATTN_CAUSAL, POS_CONTIG, 0, 0},
+    {"MHA d=64 queries 150 after keys 263 (block pair)", 150, 263, 2, 2, 64, ATTN_CAUSAL, POS_CONTIG, -100, 0},
+    {"MHA d=64 S=1", 1, 1, 2, 2, 64, ATTN_CAUSAL, POS_CONTIG, 0, 0},
+};
+
+int main(void) {
+    rng_seed(&rng, 20261122);
+    const IsaLevel best = isa_best(), saved = isa_active();
+    const int has_bf16 = cpu_features()->avx512_bf16;
+    char tested[256] = "", missing[256] = "";
+    for (int l = ISA_SCALAR; l < ISA_COUNT; l++) {
+        const char *path_name = l == ISA_AVX512 && has_bf16 ? "bf16 tiles (VDPBF16PS)" : "conversion path";
+        if (!isa_force((IsaLevel)l)) {
+            snprintf(missing + strlen(missing), sizeof missing - strlen(missing), "%s%s (%s)", *missing ? ", " : "",
+                     isa_name((IsaLevel)l), path_name);
+            continue;
+        }
+        const int tiles = attn_bf16_tiles() != NULL;
+        CHECK(tiles == (l == ISA_AVX512 && has_bf16), "kernel path %s: bf16 tiles %s", isa_name((IsaLevel)l),
+              tiles ? "chosen without AVX512_BF16 or below avx512" : "not chosen on an avx512 CPU with AVX512_BF16");
+        CHECK(!strcmp(attn_kernel_name(PRECISION_BF16), tiles ? "bf16 tiles (VDPBF16PS)" : "fp32 on bf16 inputs (conversion path)"),
+              "attn_kernel_name: %s", attn_kernel_name(PRECISION_BF16));
+        worst_fwd = worst_lse = worst_bwd = 0;
+        double t0 = now_seconds();
+        for (size_t i = 0; i < ARRAY_LEN(CASES); i++) run_case(&CASES[i], tiles);
+        printf("kernel path %s, attention %s: %zu cases in %.1f s; largest violation (1 = at tolerance): O %.3f, "
+               "LSE %.3f, gradients %.3f\n", isa_name((IsaLevel)l), attn_kernel_name(PRECISION_BF16), ARRAY_LEN(CASES),
+               now_seconds() - t0, worst_fwd, worst_lse, worst_bwd);
+        snprintf(tested + strlen(tested), sizeof tested - strlen(tested), "%s%s (%s)", *tested ? ", " : "",
+                 isa_name((IsaLevel)l), attn_kernel_name(PRECISION_BF16));
+    }
+    if (!has_bf16 && best == ISA_AVX512)
+        snprintf(missing + strlen(missing), sizeof missing - strlen(missing), "%sbf16 tiles (no AVX512_BF16)",
+                 *missing ? ", " : "");
+    isa_force(saved);
+    printf("bf16 attention paths tested: %s\n", tested);
+    printf("bf16 attention paths this CPU cannot run: %s\n", *missing ? missing : "none");
+    return test_summary("test_attention_bf16");
+}
