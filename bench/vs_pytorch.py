@@ -29,6 +29,15 @@ SEQPAR = os.path.join(ROOT, "build", "seqpar")
 
 
 def rss_mib():
+    # VmHWM, this process image's own peak: ru_maxrss is carried across execve on Linux, so a child
+    # started from this (large) driver would report the driver's size at fork
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 

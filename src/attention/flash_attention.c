@@ -377,6 +377,7 @@ void attn_forward_docs(const AttnShape *s, const float *q, const int *q_pos, con
         for (long long w = 0; w < n_items; w++) {
             /* head-major: the threads work on one head at a time and share its K/V in L3 */
             const int h = (int)(w / n_busy), qt = order[w % n_busy].idx, g = h / group;
+            if (s->progress && w > 0 && omp_get_thread_num() == 0) s->progress(s->progress_arg);
             const int i0 = qt * BQ, bq = i0 + BQ <= n_q ? BQ : n_q - i0;
             if (bt) {
                 bt->pack_rows(bq, d, q + ((size_t)i0 * H + h) * d, ldq, Qr, (size_t)d2);
@@ -596,6 +597,7 @@ void attn_backward_docs(const AttnShape *s, const float *q, const int *q_pos, co
 #pragma omp for schedule(static, 1)
             for (int w = 0; w < n_busy; w++) {
                 const int kt = order[w].idx, j0 = kt * BK, bk = j0 + BK <= n_kv ? BK : n_kv - j0;
+                if (s->progress && w > 0 && tid == 0) s->progress(s->progress_arg);
                 const float *ktile = k + ((size_t)j0 * Hkv + g) * d; /* (bk, d), stride ldk */
                 const float *vtile = v + ((size_t)j0 * Hkv + g) * d; /* (bk, d), stride ldk */
                 if (bt) {

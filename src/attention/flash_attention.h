@@ -55,6 +55,12 @@ typedef struct {
      * kernel runs on the inputs as given (the conversion path: the model rounds them to bf16
      * values, and P and dS stay fp32). PRECISION_FP32 (0, the default) is the fp32 kernel. */
     Precision precision;
+    /* Called now and then while the call runs (by the calling thread, thread 0 of the kernel's
+     * OpenMP team, after each of its query tiles forward and key tiles backward: a few ms of work
+     * apart), e.g. to progress MPI transfers in flight, which Open MPI moves only inside MPI
+     * calls. NULL: never. It must not touch the call's arrays. */
+    void (*progress)(void *arg);
+    void *progress_arg;
 } AttnShape;
 
 /* The attention kernel a call with this precision runs in this process (it follows the kernel

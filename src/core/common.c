@@ -132,6 +132,22 @@ size_t mem_tracked_peak(void) { return g_peak; }
 void mem_tracked_reset_peak(void) { g_peak = g_current; }
 
 size_t mem_peak_rss(void) {
+    /* VmHWM: the high-water mark of this process image's own memory. getrusage's ru_maxrss is
+     * carried across execve on Linux, so a process started from a large one (a Python benchmark
+     * driver) would report the parent's resident size at fork when its own is smaller. */
+    FILE *f = fopen("/proc/self/status", "r");
+    if (f) {
+        char line[256];
+        size_t kib = 0;
+        int found = 0;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "VmHWM: %zu kB", &kib) == 1) {
+                found = 1;
+                break;
+            }
+        fclose(f);
+        if (found) return kib * 1024;
+    }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     return (size_t)ru.ru_maxrss * 1024;

@@ -51,7 +51,7 @@ FILE *xfopen(const char *path, const char *mode); /* dies naming the path and th
 size_t mem_tracked_current(void);
 size_t mem_tracked_peak(void);
 void   mem_tracked_reset_peak(void);
-/* Peak resident set size of the process (getrusage), in bytes. */
+/* Peak resident set size of this process image, in bytes (VmHWM of /proc/self/status; getrusage elsewhere). */
 size_t mem_peak_rss(void);
 
 double now_seconds(void); /* monotonic clock */

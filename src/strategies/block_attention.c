@@ -1,6 +1,7 @@
 /* The visible-pair iterator of distributed attention: see block_attention.h. */
 #include "strategies/block_attention.h"
 
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -34,7 +35,7 @@ void block_attn_init(BlockAttn *b, Comm *comm, int heads, int kv_heads, int head
     b->kv_heads = kv_heads;
     b->head_dim = head_dim;
     b->scale = 1.0f / sqrtf((float)head_dim);
-    b->piece_rows = 256;
+    b->piece_rows = 0; /* whole runs: the kernel calls progress between its tiles */
     b->compute = 1;
 }
 
@@ -50,7 +51,8 @@ typedef void (*PairFn)(BlockAttn *b, const Pair *p, void *arg);
 
 static void for_each_visible_pair(BlockAttn *b, const PosBlock *qb, const PosBlock *kb, PairFn fn, void *arg,
                                   const Progress *pr) {
-    const int rows = b->piece_rows > 0 ? b->piece_rows : 256;
+    const int rows = b->piece_rows > 0 ? b->piece_rows : INT_MAX;
+    b->progress = pr && pr->n ? pr : NULL; /* the kernel tests these between its tiles */
     for (int a = 0; a < qb->n_runs; a++) {
         const PosRun *qr = &qb->runs[a];
         for (int r0 = 0; r0 < qr->len; r0 += rows) {
@@ -67,14 +69,23 @@ static void for_each_visible_pair(BlockAttn *b, const PosBlock *qb, const PosBlo
                 did = 1;
             }
             if (did && pr && pr->n) comm_testall(b->comm, pr->kind, pr->n, pr->reqs);
+            if (rows == INT_MAX) break;
         }
     }
+    b->progress = NULL;
+}
+
+/* AttnShape.progress: the caller's requests, tested from inside the kernel. */
+static void progress_requests(void *arg) {
+    BlockAttn *b = arg;
+    comm_testall(b->comm, b->progress->kind, b->progress->n, b->progress->reqs);
 }
 
 static AttnShape pair_shape(const BlockAttn *b, const Pair *p) {
     AttnShape s = {.n_q = p->nq, .n_kv = p->nk, .n_heads = b->heads, .n_kv_heads = b->kv_heads,
                    .head_dim = b->head_dim, .scale = b->scale,
-                   .mask = p->vis == ATTN_VIS_FULL ? ATTN_FULL : ATTN_CAUSAL, .precision = b->precision};
+                   .mask = p->vis == ATTN_VIS_FULL ? ATTN_FULL : ATTN_CAUSAL, .precision = b->precision,
+                   .progress = b->progress ? progress_requests : NULL, .progress_arg = (void *)b};
     return s;
 }
 

@@ -164,7 +164,7 @@ void dist_attention_set_piece_rows(SeqAttention *sa, int rows) {
         if (own->set_piece_rows) own->set_piece_rows(sa, rows);
         return;
     }
-    ((Dist *)sa->ctx)->sched->blocks->piece_rows = rows > 0 ? rows : 256;
+    ((Dist *)sa->ctx)->sched->blocks->piece_rows = rows > 0 ? rows : 0;
 }
 
 void dist_attention_set_compute(SeqAttention *sa, int enabled) {

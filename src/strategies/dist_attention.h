@@ -50,8 +50,8 @@ void dist_attention_saved_view(const SeqAttention *sa, const float *saved, DistS
  * visible (query piece, key run) pair; a causal pair counts its whole rectangle). */
 void dist_attention_work(const SeqAttention *sa, AttnWork *w);
 
-/* Tuning and measurement knobs: rows of a compute piece between progress tests [256]; compute
- * on/off [on] (off runs the same communication with no attention work: the benchmark's
+/* Tuning and measurement knobs: query rows per kernel call [0: a whole run, the kernel testing
+ * the requests in flight between its tiles]; compute on/off [on] (off runs the same communication with no attention work: the benchmark's
  * communication-alone time). */
 void dist_attention_set_piece_rows(SeqAttention *sa, int rows);
 void dist_attention_set_compute(SeqAttention *sa, int enabled);

@@ -459,7 +459,7 @@ static void fpdt_tier_stats(const SeqAttention *sa, TierStats *s, long *batches)
     *batches = x->batches;
 }
 
-static void fpdt_set_piece_rows(SeqAttention *sa, int rows) { ((Fpdt *)sa->ctx)->b.piece_rows = rows > 0 ? rows : 256; }
+static void fpdt_set_piece_rows(SeqAttention *sa, int rows) { ((Fpdt *)sa->ctx)->b.piece_rows = rows > 0 ? rows : 0; }
 
 static void fpdt_set_compute(SeqAttention *sa, int enabled) { ((Fpdt *)sa->ctx)->b.compute = enabled != 0; }
 

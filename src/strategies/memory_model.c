@@ -141,7 +141,9 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
             attn_buf = (double)am.workspace;
             if (!own) attn_buf += S * (double)(sizeof(PosRun) / sizeof(float)); /* the schedule's run index */
             keeps_inputs = 1;
-            nq_call = 256; /* block_attention's query pieces */
+            /* block_attention calls the kernel a query run at a time: at most a slot's rows (FPDT:
+             * one chunk of S / u rows after the exchange) */
+            nq_call = own ? S / (pc->chunks > 1 ? pc->chunks : 1) : S / cp;
             HeadSplit hs;
             err = head_split_init(&hs, hp, c->num_attention_heads, c->num_key_value_heads);
             if (err) return err;
