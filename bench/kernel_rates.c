@@ -32,6 +32,27 @@ static float *rnd(size_t n, Rng *r) {
     return x;
 }
 
+/* Forward and backward rates (FLOPs per CPU-second, the best of reps timed calls after one
+ * warm-up) of the causal attention s describes on these arrays (n elements each). */
+static void attn_rates(const AttnShape *s, const float *q, const float *k, const float *v, const float *dout,
+                       const int *pos, float *o, float *lse, float *delta, float *dq, float *dk, float *dv, size_t n,
+                       double flops, int reps, double *bf, double *bb) {
+    *bf = *bb = 0;
+    for (int r = 0; r <= reps; r++) {
+        double t0 = cpu_now();
+        attn_state_init(s, o, lse);
+        attn_forward(s, q, pos, k, v, pos, o, lse);
+        double t1 = cpu_now();
+        memset(dq, 0, n * 4); memset(dk, 0, n * 4); memset(dv, 0, n * 4);
+        double t2 = cpu_now();
+        attn_backward_delta(s, o, dout, delta);
+        attn_backward(s, q, pos, k, v, pos, lse, delta, dout, dq, dk, dv);
+        double t3 = cpu_now();
+        if (r && flops / (t1 - t0) > *bf) *bf = flops / (t1 - t0);
+        if (r && 2.5 * flops / (t3 - t2) > *bb) *bb = 2.5 * flops / (t3 - t2);
+    }
+}
+
 int main(int argc, char **argv) {
     int S = argc > 1 ? atoi(argv[1]) : 4096, d = argc > 2 ? atoi(argv[2]) : 64;
     int H = argc > 3 ? atoi(argv[3]) : 8, reps = argc > 4 ? atoi(argv[4]) : 3;
@@ -64,20 +85,8 @@ int main(int argc, char **argv) {
             printf("%-7s: this CPU cannot run it\n", isa_name((IsaLevel)l));
             continue;
         }
-        double bf = 0, bb = 0;
-        for (int r = 0; r <= reps; r++) {
-            double t0 = cpu_now();
-            attn_state_init(&s, o, lse);
-            attn_forward(&s, q, pos, k, v, pos, o, lse);
-            double t1 = cpu_now();
-            memset(dq, 0, n * 4); memset(dk, 0, n * 4); memset(dv, 0, n * 4);
-            double t2 = cpu_now();
-            attn_backward_delta(&s, o, dout, delta);
-            attn_backward(&s, q, pos, k, v, pos, lse, delta, dout, dq, dk, dv);
-            double t3 = cpu_now();
-            if (r && flops / (t1 - t0) > bf) bf = flops / (t1 - t0);
-            if (r && 2.5 * flops / (t3 - t2) > bb) bb = 2.5 * flops / (t3 - t2);
-        }
+        double bf, bb;
+        attn_rates(&s, q, k, v, dout, pos, o, lse, delta, dq, dk, dv, n, flops, reps, &bf, &bb);
         printf("%-7s: attention S=%d d=%d H=%d causal: forward %.1f (%.0f%% of sgemm), backward %.1f (%.0f%%) GFLOPS per CPU-second\n",
                isa_name((IsaLevel)l), S, d, H, bf * 1e-9, 100 * bf * 1e-9 / best_g, bb * 1e-9, 100 * bb * 1e-9 / best_g);
         fflush(stdout);
@@ -101,20 +110,8 @@ int main(int argc, char **argv) {
     bf16_round(v, n);
     bf16_round(dout, n);
     s.precision = PRECISION_BF16;
-    double bf = 0, bb = 0;
-    for (int r = 0; r <= reps; r++) {
-        double t0 = cpu_now();
-        attn_state_init(&s, o, lse);
-        attn_forward(&s, q, pos, k, v, pos, o, lse);
-        double t1 = cpu_now();
-        memset(dq, 0, n * 4); memset(dk, 0, n * 4); memset(dv, 0, n * 4);
-        double t2 = cpu_now();
-        attn_backward_delta(&s, o, dout, delta);
-        attn_backward(&s, q, pos, k, v, pos, lse, delta, dout, dq, dk, dv);
-        double t3 = cpu_now();
-        if (r && flops / (t1 - t0) > bf) bf = flops / (t1 - t0);
-        if (r && 2.5 * flops / (t3 - t2) > bb) bb = 2.5 * flops / (t3 - t2);
-    }
+    double bf, bb;
+    attn_rates(&s, q, k, v, dout, pos, o, lse, delta, dq, dk, dv, n, flops, reps, &bf, &bb);
     printf("bf16 (%s): attention S=%d d=%d H=%d causal: forward %.1f (%.0f%% of bf16 GEMM), backward %.1f (%.0f%%) "
            "GFLOPS per CPU-second\n", attn_kernel_name(PRECISION_BF16), S, d, H, bf * 1e-9, 100 * bf * 1e-9 / best_b,
            bb * 1e-9, 100 * bb * 1e-9 / best_b);
