@@ -1,7 +1,6 @@
 /* The visible-pair iterator of distributed attention: see block_attention.h. */
 #include "strategies/block_attention.h"
 
-#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -51,10 +50,9 @@ typedef void (*PairFn)(BlockAttn *b, const Pair *p, void *arg);
 
 static void for_each_visible_pair(BlockAttn *b, const PosBlock *qb, const PosBlock *kb, PairFn fn, void *arg,
                                   const Progress *pr) {
-    const int rows = b->piece_rows > 0 ? b->piece_rows : INT_MAX;
-    b->progress = pr && pr->n ? pr : NULL; /* the kernel tests these between its tiles */
     for (int a = 0; a < qb->n_runs; a++) {
         const PosRun *qr = &qb->runs[a];
+        const int rows = b->piece_rows > 0 ? b->piece_rows : qr->len; /* default: the whole run */
         for (int r0 = 0; r0 < qr->len; r0 += rows) {
             Pair p = {.i0 = qr->start + r0, .nq = qr->len - r0 < rows ? qr->len - r0 : rows};
             int did = 0;
@@ -69,31 +67,32 @@ static void for_each_visible_pair(BlockAttn *b, const PosBlock *qb, const PosBlo
                 did = 1;
             }
             if (did && pr && pr->n) comm_testall(b->comm, pr->kind, pr->n, pr->reqs);
-            if (rows == INT_MAX) break;
         }
     }
-    b->progress = NULL;
-}
-
-/* AttnShape.progress: the caller's requests, tested from inside the kernel. */
-static void progress_requests(void *arg) {
-    BlockAttn *b = arg;
-    comm_testall(b->comm, b->progress->kind, b->progress->n, b->progress->reqs);
-}
-
-static AttnShape pair_shape(const BlockAttn *b, const Pair *p) {
-    AttnShape s = {.n_q = p->nq, .n_kv = p->nk, .n_heads = b->heads, .n_kv_heads = b->kv_heads,
-                   .head_dim = b->head_dim, .scale = b->scale,
-                   .mask = p->vis == ATTN_VIS_FULL ? ATTN_FULL : ATTN_CAUSAL, .precision = b->precision,
-                   .progress = b->progress ? progress_requests : NULL, .progress_arg = (void *)b};
-    return s;
 }
 
 typedef struct {
     const float *q, *k, *v, *lse, *delta, *dout;
     const int *qpos, *kpos, *qdoc, *kdoc; /* docs NULL: one document */
     float *o, *lse_out, *dq, *dk, *dv;
+    Comm *comm;
+    const Progress *pr; /* the caller's requests in flight (NULL or none: nothing to test) */
 } PairArgs;
+
+/* AttnShape.progress: the caller's requests, tested from inside the kernel between its tiles. */
+static void progress_requests(void *arg) {
+    const PairArgs *a = arg;
+    comm_testall(a->comm, a->pr->kind, a->pr->n, a->pr->reqs);
+}
+
+static AttnShape pair_shape(const BlockAttn *b, const Pair *p, const PairArgs *a) {
+    const int test = a->pr && a->pr->n;
+    AttnShape s = {.n_q = p->nq, .n_kv = p->nk, .n_heads = b->heads, .n_kv_heads = b->kv_heads,
+                   .head_dim = b->head_dim, .scale = b->scale,
+                   .mask = p->vis == ATTN_VIS_FULL ? ATTN_FULL : ATTN_CAUSAL, .precision = b->precision,
+                   .progress = test ? progress_requests : NULL, .progress_arg = test ? (void *)a : NULL};
+    return s;
+}
 
 static void forward_pair(BlockAttn *b, const Pair *p, void *arg) {
     const PairArgs *a = arg;
@@ -101,7 +100,7 @@ static void forward_pair(BlockAttn *b, const Pair *p, void *arg) {
     b->work.fwd_calls++;
     b->work.fwd_cells += (unsigned long long)p->nq * (unsigned)p->nk;
     if (!b->compute) return;
-    AttnShape s = pair_shape(b, p);
+    AttnShape s = pair_shape(b, p, a);
     double t0 = comm_compute_begin(b->comm);
     const int docs = a->qdoc && s.mask == ATTN_CAUSAL; /* a fully visible pair needs no ids */
     attn_forward_docs(&s, a->q + p->i0 * H * d, a->qpos + p->i0, docs ? a->qdoc + p->i0 : NULL, a->k + p->j0 * Hk * d,
@@ -117,7 +116,7 @@ static void backward_pair(BlockAttn *b, const Pair *p, void *arg) {
     b->work.bwd_calls++;
     b->work.bwd_cells += (unsigned long long)p->nq * (unsigned)p->nk;
     if (!b->compute) return;
-    AttnShape s = pair_shape(b, p);
+    AttnShape s = pair_shape(b, p, a);
     double t0 = comm_compute_begin(b->comm);
     const int docs = a->qdoc && s.mask == ATTN_CAUSAL;
     attn_backward_docs(&s, a->q + qo, a->qpos + p->i0, docs ? a->qdoc + p->i0 : NULL, a->k + ko, a->v + ko,
@@ -130,7 +129,7 @@ void block_attn_forward(BlockAttn *b, const float *q, const PosBlock *qb, const 
                         const PosBlock *kb, float *o, float *lse, const Progress *pr) {
     if ((qb->doc == NULL) != (kb->doc == NULL)) die("block_attn_forward: document ids on one side only");
     PairArgs a = {.q = q, .k = k, .v = v, .qpos = qb->pos, .kpos = kb->pos, .qdoc = qb->doc, .kdoc = kb->doc, .o = o,
-                  .lse_out = lse};
+                  .lse_out = lse, .comm = b->comm, .pr = pr};
     for_each_visible_pair(b, qb, kb, forward_pair, &a, pr);
 }
 
@@ -139,6 +138,6 @@ void block_attn_backward(BlockAttn *b, const float *q, const PosBlock *qb, const
                          float *dk, float *dv, const Progress *pr) {
     if ((qb->doc == NULL) != (kb->doc == NULL)) die("block_attn_backward: document ids on one side only");
     PairArgs a = {.q = q, .k = k, .v = v, .lse = lse, .delta = delta, .dout = dout, .qpos = qb->pos, .kpos = kb->pos,
-                  .qdoc = qb->doc, .kdoc = kb->doc, .dq = dq, .dk = dk, .dv = dv};
+                  .qdoc = qb->doc, .kdoc = kb->doc, .dq = dq, .dk = dk, .dv = dv, .comm = b->comm, .pr = pr};
     for_each_visible_pair(b, qb, kb, backward_pair, &a, pr);
 }

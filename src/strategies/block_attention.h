@@ -14,7 +14,7 @@
  * call (Open MPI progresses transfers only inside MPI calls): one call per (run, run) pair, not per
  * piece, since a call's fixed cost (transposed key tiles, the dK/dV accumulation) is paid once per
  * key tile and query call: with 256-row pieces it was 12% of a 2-rank ring rank's CPU samples (perf,
-S = 16K), against under 1% in one call.
+ * S = 16K), against under 1% in one call.
  *
  * Work counters record kernel calls and score cells (rows x keys of every pair computed) so the
  * tests can check balance and schedules. */
@@ -60,7 +60,6 @@ typedef struct {
     float scale;
     int piece_rows; /* at most this many query rows per kernel call (0, the default: a whole run, the
                        kernel testing the caller's requests between its tiles) */
-    const Progress *progress; /* the requests of the pair being computed (set by the iterator) */
     int compute;    /* 0: count work but skip the kernel (benchmark of communication alone) */
     Precision precision; /* PRECISION_BF16: the blocks hold bf16 values (--precision bf16): the kernel's
                           * bf16 tiles (flash_attention.h); block_attn_init sets fp32 */
