@@ -339,25 +339,26 @@ void comm_irecv(Comm *c, CommKind k, void *buf, size_t bytes, int peer, int tag,
 /* ---- bf16 wire ---- */
 static MPI_Request wire_busy_marker = MPI_REQUEST_NULL; /* a blocking collective's staging slot */
 
-/* A free slot with room for count bf16 elements (a free one is grown, or a new one added). */
-static CommWireSlot *wire_slot(Comm *c, size_t count) {
-    CommWireSlot *grow = NULL;
+/* The index of a free slot with room for count bf16 elements (a free one is grown, or a new one
+ * added: the array may move, so callers keep indices, not pointers). */
+static int wire_slot(Comm *c, size_t count) {
+    int grow = -1;
     for (int i = 0; i < c->n_wire; i++) {
-        CommWireSlot *w = &c->wire[i];
-        if (w->req) continue;
-        if (w->cap >= count) return w;
-        if (!grow) grow = w;
+        if (c->wire[i].req) continue;
+        if (c->wire[i].cap >= count) return i;
+        if (grow < 0) grow = i;
     }
-    if (!grow) {
+    if (grow < 0) {
         CommWireSlot *bigger = xcalloc((size_t)c->n_wire + 1, sizeof *bigger);
         if (c->n_wire) memcpy(bigger, c->wire, sizeof *bigger * (size_t)c->n_wire);
         xfree(c->wire);
         c->wire = bigger;
-        grow = &c->wire[c->n_wire++];
+        grow = c->n_wire++;
     }
-    xfree(grow->stage);
-    grow->stage = xmalloc_aligned(sizeof(bf16_t) * (count ? count : 1));
-    grow->cap = count;
+    CommWireSlot *w = &c->wire[grow];
+    xfree(w->stage);
+    w->stage = xmalloc_aligned(sizeof(bf16_t) * (count ? count : 1));
+    w->cap = count;
     return grow;
 }
 
@@ -379,7 +380,8 @@ void comm_isend_floats(Comm *c, CommKind k, const float *buf, size_t count, Comm
         comm_isend(c, k, buf, sizeof(float) * count, peer, tag, mc, req);
         return;
     }
-    CommWireSlot *s = wire_slot(c, count);
+    const int i = wire_slot(c, count); /* may move c->wire */
+    CommWireSlot *s = &c->wire[i];
     bf16_pack(s->stage, buf, count);
     comm_isend(c, k, s->stage, sizeof(bf16_t) * count, peer, tag, mc, req);
     s->req = req;
@@ -393,7 +395,8 @@ void comm_irecv_floats(Comm *c, CommKind k, float *buf, size_t count, CommWire w
         comm_irecv(c, k, buf, sizeof(float) * count, peer, tag, mc, req);
         return;
     }
-    CommWireSlot *s = wire_slot(c, count);
+    const int i = wire_slot(c, count); /* may move c->wire */
+    CommWireSlot *s = &c->wire[i];
     comm_irecv(c, k, s->stage, sizeof(bf16_t) * count, peer, tag, mc, req);
     s->req = req;
     s->dst = buf;
@@ -605,16 +608,13 @@ void comm_allgather_floats(Comm *c, CommKind k, const float *sendbuf, float *rec
         return;
     }
     size_t n = (size_t)comm_size_of(mc);
-    CommWireSlot *s = wire_slot(c, count_per_rank);
-    s->req = &wire_busy_marker;
-    CommWireSlot *r = wire_slot(c, n * count_per_rank);
-    s = NULL; /* wire_slot may have moved the slots */
-    for (int i = 0; i < c->n_wire; i++)
-        if (c->wire[i].req == &wire_busy_marker) s = &c->wire[i];
-    bf16_pack(s->stage, sendbuf, count_per_rank);
-    comm_allgather(c, k, s->stage, r->stage, sizeof(bf16_t) * count_per_rank, mc);
-    bf16_unpack(recvbuf, r->stage, n * count_per_rank);
-    s->req = NULL;
+    const int si = wire_slot(c, count_per_rank);
+    c->wire[si].req = &wire_busy_marker; /* held while the receive slot is found */
+    const int ri = wire_slot(c, n * count_per_rank);
+    bf16_pack(c->wire[si].stage, sendbuf, count_per_rank);
+    comm_allgather(c, k, c->wire[si].stage, c->wire[ri].stage, sizeof(bf16_t) * count_per_rank, mc);
+    bf16_unpack(recvbuf, c->wire[ri].stage, n * count_per_rank);
+    c->wire[si].req = NULL;
 }
 
 void comm_allgather_meta(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t bytes, MPI_Comm mc) {
