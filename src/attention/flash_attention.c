@@ -331,30 +331,30 @@ void attn_forward_docs(const AttnShape *s, const float *q, const int *q_pos, con
     qsort(order, (size_t)n_busy, sizeof *order, cmp_cost_desc);
 
     const int nth = omp_get_max_threads();
-    /* per thread: Q^T (d, ldt) | S^T (BK, ldt) | K, V (BK, ldc) | acc (BQ, d) | m, l, mx, msafe,
-     * corr, sum (BQ) */
-    const size_t per_thread =
-        ((size_t)d * ldt + (size_t)BK * ldt + 2 * (size_t)BK * ldc + (size_t)BQ * d + 6 * (size_t)BQ + 15) / 16 * 16;
+    /* per thread: Q^T (d, ldt) | S^T (BK, ldt) | acc (BQ, d) | m, l, mx, msafe, corr, sum (BQ) */
+    const size_t per_thread = ((size_t)d * ldt + (size_t)BK * ldt + (size_t)BQ * d + 6 * (size_t)BQ + 15) / 16 * 16;
     float *work = xmalloc_aligned((size_t)nth * per_thread * sizeof(float));
     const long long n_items = (long long)n_busy * H;
-    /* bf16 tiles: K in rows layout and V in pairs layout, packed once per call for every kv head
-     * (every query tile reads them), (Hkv, n_kv, ldkw) and (Hkv, n_kv / 2, ldvw) pair words; per
-     * thread: Q rows (BQ, d2) | Q^T pairs (d2, ldt) | P^T pairs (BK/2, ldt). ldt >= BQ + mr: P^T is
-     * read transposed. Key tiles start at even rows (BK even), so a tile's pairs are the call's. */
+    /* K and V of every kv head are packed once per call (every query tile reads them; copying a
+     * tile per query tile instead measured ~10% of the forward at S = 8192): fp32, compact rows
+     * of ldc floats, (Hkv, n_kv, ldc) each; bf16 tiles, K in rows layout and V in pairs layout,
+     * (Hkv, n_kv, ldkw) and (Hkv, n_kv / 2, ldvw) pair words, and per thread Q rows (BQ, d2) |
+     * Q^T pairs (d2, ldt) | P^T pairs (BK/2, ldt). ldt >= BQ + mr: P^T is read transposed. Key
+     * tiles start at even rows (BK even), so a tile's pairs are the call's. */
     const int d2 = (d + 1) / 2, bk2 = (BK + 1) / 2, nkv2 = (n_kv + 1) / 2;
     const size_t ldkw = (size_t)d2 + FA_SKEW / 2, ldvw = (size_t)d + FA_SKEW / 2;
     const size_t per_thread_w = ((size_t)BQ * d2 + (size_t)d2 * ldt + (size_t)bk2 * ldt + 15) / 16 * 16;
     bf16_pair *work_w = bt ? words_zeroed((size_t)nth * per_thread_w) : NULL;
     bf16_pair *Kall = bt ? words_zeroed((size_t)Hkv * n_kv * ldkw) : NULL;
     bf16_pair *Vall = bt ? words_zeroed((size_t)Hkv * nkv2 * ldvw) : NULL;
+    float *Kf = bt ? NULL : xmalloc_aligned((size_t)Hkv * n_kv * ldc * sizeof(float));
+    float *Vf = bt ? NULL : xmalloc_aligned((size_t)Hkv * n_kv * ldc * sizeof(float));
 
 #pragma omp parallel num_threads(nth)
     {
         float *Qt = work + (size_t)omp_get_thread_num() * per_thread; /* (d, bq) transposed q tile */
         float *ST = Qt + (size_t)d * ldt;                             /* (bk, bq) scores^T / probs^T */
-        float *Kc = ST + (size_t)BK * ldt;                            /* (bk, d) compact k tile */
-        float *Vc = Kc + (size_t)BK * ldc;                            /* (bk, d) compact v tile */
-        float *acc = Vc + (size_t)BK * ldc;                           /* (bq, d) */
+        float *acc = ST + (size_t)BK * ldt;                           /* (bq, d) */
         float *m = acc + (size_t)BQ * d;                              /* (bq) running max, log2 */
         float *l = m + BQ;                                            /* (bq) running sum */
         float *mx = l + BQ, *msafe = mx + BQ, *corr = msafe + BQ, *sum = corr + BQ; /* (bq) each */
@@ -371,6 +371,13 @@ void attn_forward_docs(const AttnShape *s, const float *q, const int *q_pos, con
                 bt->pack_pairs(bk, d, v + ((size_t)j0 * Hkv + g) * d, ldk, Vall + ((size_t)g * nkv2 + j0 / 2) * ldvw,
                                ldvw);
             } /* implicit barrier: every tile is packed */
+        } else {
+#pragma omp for schedule(static)
+            for (long long t = 0; t < (long long)Hkv * nkt; t++) { /* K, V rows of every kv head */
+                const int g = (int)(t / nkt), j0 = (int)(t % nkt) * BK, bk = j0 + BK <= n_kv ? BK : n_kv - j0;
+                copy_tile(bk, d, k + ((size_t)j0 * Hkv + g) * d, ldk, Kf + ((size_t)g * n_kv + j0) * ldc, ldc);
+                copy_tile(bk, d, v + ((size_t)j0 * Hkv + g) * d, ldk, Vf + ((size_t)g * n_kv + j0) * ldc, ldc);
+            } /* implicit barrier */
         }
 
 #pragma omp for schedule(dynamic, 1)
@@ -403,35 +410,26 @@ void attn_forward_docs(const AttnShape *s, const float *q, const int *q_pos, con
                 const int cls = tile_class(mask, qr[qt], kr[kt]);
                 if (cls == TILE_HIDDEN) continue;
                 const int j0 = kt * BK, bk = j0 + BK <= n_kv ? BK : n_kv - j0;
-                const bf16_pair *Kw = NULL, *Vw = NULL; /* this tile's K rows, V pairs */
-                if (bt) {
-                    Kw = Kall + ((size_t)g * n_kv + j0) * ldkw;
-                    Vw = Vall + ((size_t)g * nkv2 + j0 / 2) * ldvw;
-                } else {
-                    copy_tile(bk, d, k + ((size_t)j0 * Hkv + g) * d, ldk, Kc, ldc);
-                    copy_tile(bk, d, v + ((size_t)j0 * Hkv + g) * d, ldk, Vc, ldc);
-                }
-                /* S^T (bk, bq) = alpha K (bk, d) Q^T (d, bq) */
-                Prefetch pf = {{NULL, NULL}, ldk * sizeof(float), 0, (int)((d * sizeof(float) + 63) / 64 + 1), 0, 0};
-                for (int nt = kt + 1; nt < nkt; nt++) { /* the next key tile this item will read */
+                /* this tile's packed K and V, and the next visible tile's to prefetch (contiguous:
+                 * rows of one 64-byte line) */
+                const bf16_pair *Kw = bt ? Kall + ((size_t)g * n_kv + j0) * ldkw : NULL;
+                const bf16_pair *Vw = bt ? Vall + ((size_t)g * nkv2 + j0 / 2) * ldvw : NULL;
+                const float *Kc = bt ? NULL : Kf + ((size_t)g * n_kv + j0) * ldc;
+                const float *Vc = bt ? NULL : Vf + ((size_t)g * n_kv + j0) * ldc;
+                Prefetch pf = {{NULL, NULL}, 64, 0, 1, 0, 0};
+                for (int nt = kt + 1; nt < nkt; nt++) {
                     if (tile_class(mask, qr[qt], kr[nt]) == TILE_HIDDEN) continue;
                     const int n0 = nt * BK, nb = n0 + BK <= n_kv ? BK : n_kv - n0;
-                    if (bt) { /* the packed tiles: contiguous, as rows of one 64-byte line */
-                        const size_t kbytes = (size_t)nb * ldkw * sizeof(bf16_pair);
-                        pf.base[0] = (const char *)(Kall + ((size_t)g * n_kv + n0) * ldkw);
-                        pf.base[1] = (const char *)(Vall + ((size_t)g * nkv2 + n0 / 2) * ldvw);
-                        pf.stride = 64;
-                        pf.lines_per_row = 1;
-                        pf.rows = (int)((kbytes + 63) / 64);
-                        pf.total = 2 * pf.rows;
-                        break;
-                    }
-                    pf.base[0] = (const char *)(k + ((size_t)n0 * Hkv + g) * d);
-                    pf.base[1] = (const char *)(v + ((size_t)n0 * Hkv + g) * d);
-                    pf.rows = nb;
-                    pf.total = 2 * nb * pf.lines_per_row;
+                    const size_t bytes = bt ? (size_t)nb * ldkw * sizeof(bf16_pair) : (size_t)nb * ldc * sizeof(float);
+                    pf.base[0] = bt ? (const char *)(Kall + ((size_t)g * n_kv + n0) * ldkw)
+                                    : (const char *)(Kf + ((size_t)g * n_kv + n0) * ldc);
+                    pf.base[1] = bt ? (const char *)(Vall + ((size_t)g * nkv2 + n0 / 2) * ldvw)
+                                    : (const char *)(Vf + ((size_t)g * n_kv + n0) * ldc);
+                    pf.rows = (int)((bytes + 63) / 64);
+                    pf.total = 2 * pf.rows;
                     break;
                 }
+                /* S^T (bk, bq) = alpha K (bk, d) Q^T (d, bq) */
                 if (bt) bt->tile_gemm(bk, bq, d2, alpha, Kw, ldkw, 1, Qw, ldt, 0, ST, ldt, &pf);
                 else sk->tile_gemm(bk, bq, d, alpha, Kc, ldc, 1, Qt, ldt, 0, ST, ldt, &pf);
                 if (cls == TILE_PARTIAL && !q_doc)
@@ -486,6 +484,8 @@ void attn_forward_docs(const AttnShape *s, const float *q, const int *q_pos, con
     xfree(work_w);
     xfree(Kall);
     xfree(Vall);
+    xfree(Kf);
+    xfree(Vf);
     xfree(order);
     xfree(qr);
     xfree(kr);
@@ -527,10 +527,9 @@ void attn_backward_docs(const AttnShape *s, const float *q, const int *q_pos, co
     qsort(order, (size_t)n_busy, sizeof *order, cmp_cost_desc);
 
     const int nth = omp_get_max_threads();
-    /* per thread: K^T, V^T (d, ldp) | P, dP (BQ, ldp) | dK acc, dV acc (BK, d) | K (BK, ldc) |
-     * Q, dO (BQ, ldc) */
-    const size_t per_thread = (2 * (size_t)d * ldp + 2 * (size_t)BQ * ldp + 2 * (size_t)BK * d + (size_t)BK * ldc +
-                               2 * (size_t)BQ * ldc + 15) / 16 * 16;
+    /* per thread: K^T, V^T (d, ldp) | P, dP (BQ, ldp) | dK acc, dV acc (BK, d) | K (BK, ldc) */
+    const size_t per_thread =
+        (2 * (size_t)d * ldp + 2 * (size_t)BQ * ldp + 2 * (size_t)BK * d + (size_t)BK * ldc + 15) / 16 * 16;
     float *work = xmalloc_aligned((size_t)nth * per_thread * sizeof(float));
     /* dq of threads 1.. : (n_q, group, d) each, for the heads of the current kv head */
     const size_t dq_elems = (size_t)n_q * group * d;
@@ -550,6 +549,11 @@ void attn_backward_docs(const AttnShape *s, const float *q, const int *q_pos, co
     const size_t rows_w = (size_t)group * n_q * ldkw, pairs_w = (size_t)group * nq2 * ldvw;
     bf16_pair *Qrows = bt ? words_zeroed(rows_w) : NULL, *dOrows = bt && (dq || dk) ? words_zeroed(rows_w) : NULL;
     bf16_pair *Qpairs = bt && dk ? words_zeroed(pairs_w) : NULL, *dOpairs = bt && dv ? words_zeroed(pairs_w) : NULL;
+    /* fp32: Q and dO of the current kv head's query heads, compact rows of ldc, (group, n_q, ldc)
+     * each, copied once per kv head (every key tile reads them; a copy per tile pair measured
+     * ~6% of the backward at S = 8192) */
+    float *Qf = bt ? NULL : xmalloc_aligned((size_t)group * n_q * ldc * sizeof(float));
+    float *dOf = bt ? NULL : xmalloc_aligned((size_t)group * n_q * ldc * sizeof(float));
 
 #pragma omp parallel num_threads(nth)
     {
@@ -561,8 +565,6 @@ void attn_backward_docs(const AttnShape *s, const float *q, const int *q_pos, co
         float *dKa = dP + (size_t)BQ * ldp;          /* (bk, d) */
         float *dVa = dKa + (size_t)BK * d;           /* (bk, d) */
         float *Kc = dVa + (size_t)BK * d;            /* (bk, d) compact k tile */
-        float *Qc = Kc + (size_t)BK * ldc;           /* (bq, d) compact q tile */
-        float *dOc = Qc + (size_t)BQ * ldc;          /* (bq, d) compact dout tile */
         bf16_pair *KTw = NULL, *VTw = NULL, *Kp = NULL, *Tr = NULL, *Pp = NULL, *dSr = NULL;
         if (bt) {
             KTw = work_w + (size_t)tid * per_thread_w; /* (d2, bk) K^T pairs */
@@ -589,6 +591,14 @@ void attn_backward_docs(const AttnShape *s, const float *q, const int *q_pos, co
                     if (dOrows) bt->pack_rows(bq, d, ds, ldq, dOrows + ro, ldkw);
                     if (Qpairs) bt->pack_pairs(bq, d, qs, ldq, Qpairs + po, ldvw);
                     if (dOpairs) bt->pack_pairs(bq, d, ds, ldq, dOpairs + po, ldvw);
+                } /* implicit barrier */
+            } else {
+#pragma omp for schedule(static)
+                for (long long t = 0; t < (long long)group * nqt; t++) {
+                    const int hh = (int)(t / nqt), i0 = (int)(t % nqt) * BQ, bq = i0 + BQ <= n_q ? BQ : n_q - i0;
+                    const size_t src = ((size_t)i0 * H + h0 + hh) * d, dst = ((size_t)hh * n_q + i0) * ldc;
+                    copy_tile(bq, d, q + src, ldq, Qf + dst, ldc);
+                    copy_tile(bq, d, dout + src, ldq, dOf + dst, ldc);
                 } /* implicit barrier */
             }
             /* Round-robin over the cost-sorted kv tiles, NOT a dynamic schedule: which thread sums
@@ -619,14 +629,14 @@ void attn_backward_docs(const AttnShape *s, const float *q, const int *q_pos, co
                         const int cls = tile_class(mask, qr[qt], kr[kt]);
                         if (cls == TILE_HIDDEN) continue;
                         const int i0 = qt * BQ, bq = i0 + BQ <= n_q ? BQ : n_q - i0;
-                        const float *qtile = q + ((size_t)i0 * H + h) * d, *dotile = dout + ((size_t)i0 * H + h) * d;
-                        /* this tile's Q, dO rows and pairs (bf16) */
+                        /* this tile's Q, dO: rows and pairs (bf16), compact rows (fp32) */
                         const size_t ro = ((size_t)hh * n_q + i0) * ldkw, po = ((size_t)hh * nq2 + i0 / 2) * ldvw;
+                        const float *Qc = bt ? NULL : Qf + ((size_t)hh * n_q + i0) * ldc;
+                        const float *dOc = bt ? NULL : dOf + ((size_t)hh * n_q + i0) * ldc;
                         /* S (bq, bk) = alpha Q (bq, d) K^T (d, bk) */
                         if (bt) {
                             bt->tile_gemm(bq, bk, d2, alpha, Qrows + ro, ldkw, 1, KTw, ldp, 0, P, ldp, NULL);
                         } else {
-                            copy_tile(bq, d, qtile, ldq, Qc, ldc);
                             sk->tile_gemm(bq, bk, d, alpha, Qc, ldc, 1, Kt, ldp, 0, P, ldp, NULL);
                         }
                         int any = 0;
@@ -653,7 +663,6 @@ void attn_backward_docs(const AttnShape *s, const float *q, const int *q_pos, co
                             sk->row_exp2_sum(prow, bk, (float)(L * FA_LOG2E));
                         }
                         if (!any) continue;
-                        if (!bt) copy_tile(bq, d, dotile, ldq, dOc, ldc);
                         const int bq2r = (bq + 1) / 2, bk2r = (bk + 1) / 2; /* pair steps over bq, bk */
                         if (dv) { /* dV (bk, d) += P^T (bk, bq) dO (bq, d) */
                             if (bt) {
@@ -713,6 +722,8 @@ void attn_backward_docs(const AttnShape *s, const float *q, const int *q_pos, co
     xfree(dOrows);
     xfree(Qpairs);
     xfree(dOpairs);
+    xfree(Qf);
+    xfree(dOf);
     xfree(order);
     xfree(qr);
     xfree(kr);

@@ -43,17 +43,18 @@ static int hp_rank_of(int w, int hp, int cp, Placement pl) {
     return pl == PLACEMENT_CONTEXT_FIRST ? in_replica / cp : in_replica % hp;
 }
 
-/* The transient buffers of flash attention's kernels for one call of nq query rows against the
- * local GQA group: per-thread tiles, and in backward one dq copy per thread beyond the first
- * (flash_attention.c). Floats. */
-static double flash_transient(int threads, double nq, int group, int d) {
+/* The transient buffers of flash attention's kernels for one call of n rows of queries and of
+ * keys against hkv local kv heads of `group` query heads each (flash_attention.c): per-thread
+ * tiles; forward, K and V of every kv head packed once per call; backward, Q and dO of one kv
+ * head's query heads packed once per kv head, and one dq copy per thread beyond the first.
+ * Floats. */
+static double flash_transient(int threads, double n, int hkv, int group, int d) {
     const SimdKernels *sk = simd();
     const double skew = 16, ldt = sk->fwd_bq + skew, ldc = d + skew, ldp = sk->bwd_bk + skew;
-    double fwd = threads * ((double)d * ldt + sk->fwd_bk * ldt + 2.0 * sk->fwd_bk * ldc + (double)sk->fwd_bq * d +
-                            6.0 * sk->fwd_bq + 16);
-    double bwd = threads * (2.0 * d * ldp + 2.0 * sk->bwd_bq * ldp + 2.0 * sk->bwd_bk * d + sk->bwd_bk * ldc +
-                            2.0 * sk->bwd_bq * ldc + 16) +
-                 (threads - 1) * nq * group * d;
+    double fwd = threads * ((double)d * ldt + sk->fwd_bk * ldt + (double)sk->fwd_bq * d + 6.0 * sk->fwd_bq + 16) +
+                 2.0 * hkv * n * ldc;
+    double bwd = threads * (2.0 * d * ldp + 2.0 * sk->bwd_bq * ldp + 2.0 * sk->bwd_bk * d + sk->bwd_bk * ldc + 16) +
+                 2.0 * group * n * ldc + (threads - 1) * n * group * d;
     return fwd > bwd ? fwd : bwd;
 }
 
@@ -131,7 +132,7 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
         memset(cur.disk, 0, sizeof cur.disk);
         const int hr = hp_rank_of(w, hp, cp, pc->placement);
         /* attention strategy: saved state per layer, what selective keeps, buffers */
-        double saved, kept, attn_buf, nq_call, group_q;
+        double saved, kept, attn_buf, nq_call, group_q, hkv_local;
         int keeps_inputs;
         if (sp > 1 || own) {
             AttnMemory am;
@@ -148,6 +149,7 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
             err = head_split_init(&hs, hp, c->num_attention_heads, c->num_key_value_heads);
             if (err) return err;
             group_q = hs.hk[hr] > 0 ? (double)hs.hl[hr] / hs.hk[hr] : 1;
+            hkv_local = hs.hk[hr] > 0 ? hs.hk[hr] : 1;
             head_split_free(&hs);
         } else { /* local_attention.c: lse kept, positions and delta */
             saved = kept = N * c->num_attention_heads;
@@ -155,6 +157,7 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
             keeps_inputs = 0;
             nq_call = N;
             group_q = (double)c->num_attention_heads / c->num_key_value_heads;
+            hkv_local = c->num_key_value_heads;
         }
         /* one full set of a layer's activations (layer_acts_alloc) and the partial one (selective) */
         double common = N /* rstd1 */ + (keeps_inputs ? 0 : N * (qd + 2 * kvd)) + N * D /* x_mid */ + N /* rstd2 */ +
@@ -177,7 +180,7 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
                      2 * Cr * D /* xn (= x_final), dxn */ + 2 * Cr * qd + 2 * Cr * kvd /* dq, dk, dv, dout */ +
                      3 * (double)rows * F /* h, dgate, dup */ + (store_gate_up ? 0 : 2 * (double)rows * F) /* gate_c, up_c */ +
                      (N < 256 ? N : 256) * V;
-        layer_set += flash_transient(threads, nq_call < N ? nq_call : N, (int)group_q, c->head_dim);
+        layer_set += flash_transient(threads, nq_call < N ? nq_call : N, (int)hkv_local, (int)group_q, c->head_dim);
         cur.ram[MEM_SAVED] = 4 * saved_acts;
         cur.ram[MEM_LAYER] = 4 * layer_set;
         cur.ram[MEM_ATTN] = 4 * attn_buf;
