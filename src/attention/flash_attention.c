@@ -52,6 +52,7 @@
  * own; any positive values are correct. */
 #define FA_MAX_TILE 512
 #define FA_SKEW 16 /* extra floats per buffer row: avoids power-of-two strides (cache-set conflicts) */
+#define FA_QBLOCK 64 /* queries per block of a partially visible forward tile */
 
 #define FA_LOG2E 1.4426950408889634
 #define FA_LN2 0.6931471805599453
@@ -429,26 +430,43 @@ void attn_forward_docs(const AttnShape *s, const float *q, const int *q_pos, con
                     pf.total = 2 * pf.rows;
                     break;
                 }
-                /* S^T (bk, bq) = alpha K (bk, d) Q^T (d, bq) */
-                if (bt) bt->tile_gemm(bk, bq, d2, alpha, Kw, ldkw, 1, Qw, ldt, 0, ST, ldt, &pf);
-                else sk->tile_gemm(bk, bq, d, alpha, Kc, ldc, 1, Qt, ldt, 0, ST, ldt, &pf);
-                if (cls == TILE_PARTIAL && !q_doc)
-                    for (int j = 0; j < bk; j++) {
-                        const int kp = kv_pos[j0 + j];
-                        if (kp <= qr[qt].pos_lo) continue; /* every query of the tile sees this key */
-                        float *row = ST + (size_t)j * ldt;
-                        const int *qp = q_pos + i0;
-                        for (int i = 0; i < bq; i++) row[i] = kp > qp[i] ? -INFINITY : row[i];
+                /* A partial tile runs in blocks of FA_QBLOCK queries: no key row at or past jend[b]
+                 * is visible to block b (each is later than the block's latest query), so block b's
+                 * products, mask and softmax stop there. The rows skipped would hold p = 0 exactly,
+                 * so the result is the whole tile's. */
+                int jend[FA_MAX_TILE / FA_QBLOCK + 1], nblk = 1, bw = bq;
+                jend[0] = bk;
+                if (cls == TILE_PARTIAL) {
+                    nblk = (bq + FA_QBLOCK - 1) / FA_QBLOCK;
+                    bw = FA_QBLOCK;
+                    for (int b = 0; b < nblk; b++) {
+                        const int c0 = b * bw, c1 = c0 + bw < bq ? c0 + bw : bq;
+                        int maxq = INT_MIN, je = 0;
+                        for (int i = c0; i < c1; i++) maxq = q_pos[i0 + i] > maxq ? q_pos[i0 + i] : maxq;
+                        for (int j = 0; j < bk; j++)
+                            if (kv_pos[j0 + j] <= maxq) je = j + 1;
+                        jend[b] = je;
                     }
-                else if (cls == TILE_PARTIAL)
-                    for (int j = 0; j < bk; j++) {
-                        const int kp = kv_pos[j0 + j], kd = kv_doc[j0 + j];
-                        if (kp <= qr[qt].pos_lo && kd == qr[qt].doc_lo && kd == qr[qt].doc_hi) continue;
-                        float *row = ST + (size_t)j * ldt;
-                        const int *qp = q_pos + i0, *qd = q_doc + i0;
-                        for (int i = 0; i < bq; i++) row[i] = kp > qp[i] || kd != qd[i] ? -INFINITY : row[i];
-                    }
-                sk->col_max(ST, bk, bq, ldt, mx);
+                }
+                for (int b = 0; b < nblk; b++) {
+                    /* S^T (je, cw) = alpha K (je, d) Q^T (d, cw) of this block's queries, masked */
+                    const int c0 = b * bw, cw = c0 + bw < bq ? bw : bq - c0, je = jend[b];
+                    if (bt) bt->tile_gemm(je, cw, d2, alpha, Kw, ldkw, 1, Qw + c0, ldt, 0, ST + c0, ldt, &pf);
+                    else sk->tile_gemm(je, cw, d, alpha, Kc, ldc, 1, Qt + c0, ldt, 0, ST + c0, ldt, &pf);
+                    if (cls == TILE_PARTIAL)
+                        for (int j = 0; j < je; j++) {
+                            const int kp = kv_pos[j0 + j], kd = q_doc ? kv_doc[j0 + j] : 0;
+                            if (kp <= qr[qt].pos_lo && (!q_doc || (kd == qr[qt].doc_lo && kd == qr[qt].doc_hi)))
+                                continue; /* every query of the tile sees this key */
+                            float *row = ST + (size_t)j * ldt;
+                            const int *qp = q_pos + i0, *qd = q_doc ? q_doc + i0 : NULL;
+                            if (!q_doc)
+                                for (int i = c0; i < c0 + cw; i++) row[i] = kp > qp[i] ? -INFINITY : row[i];
+                            else
+                                for (int i = c0; i < c0 + cw; i++) row[i] = kp > qp[i] || kd != qd[i] ? -INFINITY : row[i];
+                        }
+                    sk->col_max(ST + c0, je, cw, ldt, mx + c0);
+                }
                 for (int i = 0; i < bq; i++) {
                     float mnew = m[i] > mx[i] ? m[i] : mx[i];
                     seen[i] |= mx[i] != -INFINITY;
@@ -456,17 +474,20 @@ void attn_forward_docs(const AttnShape *s, const float *q, const int *q_pos, con
                     corr[i] = exp2_scalar(m[i] - msafe[i]);     /* 0 when m was -inf */
                     m[i] = mnew;
                 }
-                if (bt) bt->col_exp2_pairs(ST, bk, bq, ldt, msafe, sum, Pw, ldt); /* P^T pairs, not fp32 */
-                else sk->col_exp2_sum(ST, bk, bq, ldt, msafe, sum);
+                for (int b = 0; b < nblk; b++) { /* P^T: bf16 pairs (never stored in fp32), or in place */
+                    const int c0 = b * bw, cw = c0 + bw < bq ? bw : bq - c0;
+                    if (bt) bt->col_exp2_pairs(ST + c0, jend[b], cw, ldt, msafe + c0, sum + c0, Pw + c0, ldt);
+                    else sk->col_exp2_sum(ST + c0, jend[b], cw, ldt, msafe + c0, sum + c0);
+                }
                 for (int i = 0; i < bq; i++) {
                     l[i] = l[i] * corr[i] + sum[i];
                     if (corr[i] != 1.0f) sk->scale_row(acc + (size_t)i * d, d, corr[i]);
                 }
-                /* acc (bq, d) += P (bq, bk) V (bk, d), P read as (S^T)^T */
-                if (bt) {
-                    bt->tile_gemm(bq, d, (bk + 1) / 2, 1.0f, Pw, 1, ldt, Vw, ldvw, 1, acc, (size_t)d, NULL);
-                } else {
-                    sk->tile_gemm(bq, d, bk, 1.0f, ST, 1, ldt, Vc, ldc, 1, acc, (size_t)d, NULL);
+                for (int b = 0; b < nblk; b++) { /* acc (cw, d) += P (cw, je) V (je, d), P read as (S^T)^T */
+                    const int c0 = b * bw, cw = c0 + bw < bq ? bw : bq - c0, je = jend[b];
+                    float *ab = acc + (size_t)c0 * d;
+                    if (bt) bt->tile_gemm(cw, d, (je + 1) / 2, 1.0f, Pw + c0, 1, ldt, Vw, ldvw, 1, ab, (size_t)d, NULL);
+                    else sk->tile_gemm(cw, d, je, 1.0f, ST + c0, 1, ldt, Vc, ldc, 1, ab, (size_t)d, NULL);
                 }
             }
             for (int r = 0; r < bq; r++) {
