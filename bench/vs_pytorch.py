@@ -12,7 +12,10 @@ bf16 is seqpar's --precision bf16 (bf16 GEMMs and attention inputs, fp32 master 
 SDPA on bf16 tensors and the training step under torch.autocast("cpu", dtype=torch.bfloat16) (fp32
 weights, bf16 matmuls and attention), which is what that flag does in PyTorch.
 Every PyTorch measurement runs in its own child process so that its peak RSS is its own. Medians
-of --repeats timed runs after one warm-up. Not a test.
+of --repeats timed runs after one warm-up; with --rounds N every comparison is made N times, each
+PyTorch run right after the seqpar run it is compared with, and the medians of the per-round ratios
+are printed last (on a VM whose speed drifts by several % between minutes, paired ratios are what
+can be compared). Not a test.
 """
 import argparse
 import json
@@ -152,6 +155,9 @@ def main():
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--parts", default="attn,step")
     ap.add_argument("--precisions", default="fp32", help="fp32, bf16 or fp32,bf16")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="repeat each comparison N times, seqpar and PyTorch back to back, and print the medians "
+                         "of the per-round ratios (the machine's speed drifts between minutes)")
     a = ap.parse_args()
     if a.child:
         c = json.loads(a.child)
@@ -177,49 +183,84 @@ def main():
         if prec not in ("fp32", "bf16"):
             sys.exit(f"--precisions: '{prec}' is not fp32 or bf16")
         if "attn" in parts:
-            text = seqpar(["attn", "--seq-len", str(S), "--head-dims", "64,128", "--repeats", str(a.repeats),
-                           "--precision", prec], a.threads, 3600)
-            head = [l for l in text.splitlines() if l.startswith(("kernels", "OpenBLAS", "bf16 GEMM", "attention ("))]
-            print("\n".join("  seqpar " + l for l in head))
-            sp = parse_attn(text)
-            yard = "bf16 GEMM" if prec == "bf16" else "sgemm"
-            print(f"attention, causal, S = {S}, {prec}, GFLOPS forward / backward (seqpar's % of the same-run {yard}; "
-                  f"ratio = seqpar / PyTorch):")
-            for d, heads in ((64, 8), (128, 4)):
-                t = run_child({"kind": "attn", "S": S, "d": d, "heads": heads, "repeats": a.repeats,
-                               "threads": a.threads, "precision": prec}, 3600)
-                s = sp.get(d)
-                if "error" in t or not s:
-                    print(f"  d = {d:3d}, {heads} heads: seqpar {s}, PyTorch SDPA {t.get('error')}")
-                    continue
-                print(f"  d = {d:3d}, {heads} heads: seqpar {s[0]:6.1f} / {s[1]:6.1f} ({s[2]:.0f}% / {s[3]:.0f}%) | PyTorch SDPA "
-                      f"{t['fwd_gflops']:6.1f} / {t['bwd_gflops']:6.1f} | ratio {s[0] / t['fwd_gflops']:.2f}x / "
-                      f"{s[1] / t['bwd_gflops']:.2f}x")
+            ratios = {}  # (d, "fwd"|"bwd") -> ratio per round; also seqpar's % of the GEMM
+            for rnd in range(1, a.rounds + 1):
+                attn_round(a, prec, S, rnd, ratios)
+            if a.rounds > 1:
+                print(f"attention, S = {S}, {prec}: medians over {a.rounds} rounds of the per-round figures:")
+                for d in (64, 128):
+                    if (d, "fwd") in ratios:
+                        med = {key: statistics.median(v) for key, v in ratios.items() if key[0] == d}
+                        print(f"  d = {d:3d}: seqpar {med[(d, 'pct_fwd')]:.0f}% / {med[(d, 'pct_bwd')]:.0f}% of the GEMM, "
+                              f"ratio to SDPA {med[(d, 'fwd')]:.2f}x / {med[(d, 'bwd')]:.2f}x (per round: "
+                              + ", ".join(f"{f:.2f}/{b:.2f}" for f, b in zip(ratios[(d, 'fwd')], ratios[(d, 'bwd')]))
+                              + ")")
                 sys.stdout.flush()
         if "step" in parts:
-            text = seqpar(["step", "--seq-len", str(S), "--repeats", str(a.repeats), "--precision", prec], a.threads,
-                          3600)
-            m = re.search(r"([\d.]+) tokens/s.*?peak tracked memory ([\d.]+) MiB, peak RSS ([\d.]+) MiB", text)
-            if not m:
-                sys.exit("could not parse seqpar bench step output:\n" + text)
-            sp_tok, sp_tracked, sp_rss = float(m.group(1)), float(m.group(2)), float(m.group(3))
-            print(f"training step, reference model, S = {S}, {prec} (tokens/s, peak RSS; ratio = seqpar / PyTorch):")
-            print(f"  seqpar                          {sp_tok:8.0f} tokens/s | peak RSS {sp_rss:7.0f} MiB "
-                  f"(tracked buffers {sp_tracked:.0f} MiB)")
-            sys.stdout.flush()
-            for compiled in ([False] if a.no_compile else [False, True]):
-                name = "torch.compile" if compiled else "eager"
-                t = run_child({"kind": "step", "S": S, "repeats": a.repeats, "compiled": compiled,
-                               "threads": a.threads, "precision": prec}, 3600)
-                if "error" in t:
-                    print(f"  LlamaForCausalLM + SDPA, {name:13s}: {t['error']}")
-                    continue
-                extra = f" (first step with compilation {t['warmup_s']:.0f} s)" if compiled else ""
-                print(f"  LlamaForCausalLM + SDPA, {name:13s} {t['tokens_per_s']:8.0f} tokens/s | peak RSS "
-                      f"{t['peak_rss_mib']:7.0f} MiB (after import {t['rss_after_import_mib']:.0f}) | ratio "
-                      f"{sp_tok / t['tokens_per_s']:.2f}x speed, {t['peak_rss_mib'] / sp_rss:.1f}x less memory{extra}")
+            ratios = {}  # name -> (speed ratio, memory ratio) per round
+            for rnd in range(1, a.rounds + 1):
+                step_round(a, prec, S, rnd, ratios)
+            if a.rounds > 1:
+                print(f"training step, S = {S}, {prec}: medians over {a.rounds} rounds of the per-round ratios:")
+                for name, v in ratios.items():
+                    print(f"  vs {name:13s} {statistics.median(x[0] for x in v):.2f}x speed, "
+                          f"{statistics.median(x[1] for x in v):.1f}x less memory (per round: "
+                          + ", ".join(f"{x[0]:.2f}" for x in v) + ")")
                 sys.stdout.flush()
 
+
+def attn_round(a, prec, S, rnd, ratios):
+    """One round: seqpar's attention, then SDPA at d = 64 and 128, right after it."""
+    text = seqpar(["attn", "--seq-len", str(S), "--head-dims", "64,128", "--repeats", str(a.repeats),
+                   "--precision", prec], a.threads, 3600)
+    head = [l for l in text.splitlines() if l.startswith(("kernels", "OpenBLAS", "bf16 GEMM", "attention ("))]
+    print("\n".join("  seqpar " + l for l in head))
+    sp = parse_attn(text)
+    yard = "bf16 GEMM" if prec == "bf16" else "sgemm"
+    tag = f" (round {rnd} of {a.rounds}, {time.strftime('%H:%M UTC', time.gmtime())})" if a.rounds > 1 else ""
+    print(f"attention, causal, S = {S}, {prec}, GFLOPS forward / backward (seqpar's % of the same-run {yard}; "
+          f"ratio = seqpar / PyTorch){tag}:")
+    for d, heads in ((64, 8), (128, 4)):
+        t = run_child({"kind": "attn", "S": S, "d": d, "heads": heads, "repeats": a.repeats,
+                       "threads": a.threads, "precision": prec}, 3600)
+        s = sp.get(d)
+        if "error" in t or not s:
+            print(f"  d = {d:3d}, {heads} heads: seqpar {s}, PyTorch SDPA {t.get('error')}")
+            continue
+        rf, rb = s[0] / t["fwd_gflops"], s[1] / t["bwd_gflops"]
+        for key, val in (((d, "fwd"), rf), ((d, "bwd"), rb), ((d, "pct_fwd"), s[2]), ((d, "pct_bwd"), s[3])):
+            ratios.setdefault(key, []).append(val)
+        print(f"  d = {d:3d}, {heads} heads: seqpar {s[0]:6.1f} / {s[1]:6.1f} ({s[2]:.0f}% / {s[3]:.0f}%) | PyTorch SDPA "
+              f"{t['fwd_gflops']:6.1f} / {t['bwd_gflops']:6.1f} | ratio {rf:.2f}x / {rb:.2f}x")
+        sys.stdout.flush()
+
+
+def step_round(a, prec, S, rnd, ratios):
+    """One round: seqpar's training step, then transformers' eager and compiled steps right after it."""
+    text = seqpar(["step", "--seq-len", str(S), "--repeats", str(a.repeats), "--precision", prec], a.threads, 3600)
+    m = re.search(r"([\d.]+) tokens/s.*?peak tracked memory ([\d.]+) MiB, peak RSS ([\d.]+) MiB", text)
+    if not m:
+        sys.exit("could not parse seqpar bench step output:\n" + text)
+    sp_tok, sp_tracked, sp_rss = float(m.group(1)), float(m.group(2)), float(m.group(3))
+    tag = f" (round {rnd} of {a.rounds}, {time.strftime('%H:%M UTC', time.gmtime())})" if a.rounds > 1 else ""
+    print(f"training step, reference model, S = {S}, {prec} (tokens/s, peak RSS; ratio = seqpar / PyTorch){tag}:")
+    print(f"  seqpar                          {sp_tok:8.0f} tokens/s | peak RSS {sp_rss:7.0f} MiB "
+          f"(tracked buffers {sp_tracked:.0f} MiB)")
+    sys.stdout.flush()
+    for compiled in ([False] if a.no_compile else [False, True]):
+        name = "torch.compile" if compiled else "eager"
+        t = run_child({"kind": "step", "S": S, "repeats": a.repeats, "compiled": compiled,
+                       "threads": a.threads, "precision": prec}, 3600)
+        if "error" in t:
+            print(f"  LlamaForCausalLM + SDPA, {name:13s}: {t['error']}")
+            continue
+        extra = f" (first step with compilation {t['warmup_s']:.0f} s)" if compiled else ""
+        speed, mem = sp_tok / t["tokens_per_s"], t["peak_rss_mib"] / sp_rss
+        ratios.setdefault(name, []).append((speed, mem))
+        print(f"  LlamaForCausalLM + SDPA, {name:13s} {t['tokens_per_s']:8.0f} tokens/s | peak RSS "
+              f"{t['peak_rss_mib']:7.0f} MiB (after import {t['rss_after_import_mib']:.0f}) | ratio "
+              f"{speed:.2f}x speed, {mem:.1f}x less memory{extra}")
+        sys.stdout.flush()
 
 if __name__ == "__main__":
     main()

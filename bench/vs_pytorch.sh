@@ -4,7 +4,7 @@
 # seqpar's `bench attn` / `bench step` and PyTorch's SDPA attention and transformers'
 # LlamaForCausalLM training step (eager and torch.compile) with the same thread count, and prints
 # both with their ratios. For the benchmark only: the tests and the main job never need it.
-# usage: bench/vs_pytorch.sh [--threads N] [--seq-lens 8192,32768] [--precisions fp32,bf16] [--repeats N] [--no-compile]
+# usage: bench/vs_pytorch.sh [--threads N] [--seq-lens 8192,32768] [--precisions fp32,bf16] [--repeats N] [--rounds N] [--no-compile]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=bench/.venv
