@@ -464,7 +464,7 @@ int cmd_bench(int argc, char **argv) {
             peak = bf16_gemm_peak_gflops(trials);
             char b16[160];
             bf16_describe(b16, sizeof b16);
-            printf("bf16 GEMM (2048^3, %s path, %d threads): %.1f GFLOPS wall clock (best of %d trials; %.2fx sgemm; "
+            printf("bf16 GEMM (2048^3; bf16 path: %s; %d threads): %.1f GFLOPS wall clock (best of %d trials; %.2fx sgemm; "
                    "the bf16 peak below)\n", b16, current_threads(), peak, trials, peak / sgemm);
             printf("bf16 attention: %s\n", attn_kernel_name(PRECISION_BF16));
         }
