@@ -11,12 +11,15 @@
  *   TILESTORED  rows[t] rows of colsb[t] bytes to base + row * stride.
  *   TDPBF16PS   #UD unless dst.colsb, src1.colsb are multiples of 4, src1.colsb / 4 == src2.rows,
  *               dst.rows == src1.rows, dst.colsb == src2.colsb, and the three tiles differ; then
- *               per row m of dst, for each pair step k of src1, for each fp32 column n of dst:
- *                 tmp[n] += bf16(src1[m][2k])   * bf16(src2[k][2n])
- *                 tmp[n] += bf16(src1[m][2k+1]) * bf16(src2[k][2n+1])
- *               in fp32, round to nearest even, denormal inputs read as zero (DAZ), denormal
- *               results flushed to zero (FTZ), MXCSR ignored; the bytes of dst beyond colsb and
- *               the rows beyond rows are zeroed.
+ *               per row m of dst, two fp32 sums per column n, from zero, over the pair steps k:
+ *                 even[n] += bf16(src1[m][2k])   * bf16(src2[k][2n])
+ *                 odd[n]  += bf16(src1[m][2k+1]) * bf16(src2[k][2n+1])
+ *               (fused multiply-adds), then dst[m][n] += even[n] + odd[n]; every step in fp32,
+ *               round to nearest even, denormal inputs read as zero (DAZ), denormal results
+ *               flushed to zero (FTZ), MXCSR ignored; the bytes of dst beyond colsb and the rows
+ *               beyond rows are zeroed. This is the SDM's operation; the Intrinsics Guide's shorter
+ *               text adds both products straight into dst[m][n], a different order of the same
+ *               sums (within every tolerance this project's tests state).
  * Every tile operation without a loaded configuration, or on a tile with no rows, is #UD. A fault
  * ends the process with one line (die) naming the instruction and the reason.
  *
@@ -130,20 +133,20 @@ void amx_emu_tdpbf16ps(int dst, int src1, int src2) {
             b[k][1][n] = bf16_daz(h[1]);
         }
     for (int m = 0; m < M; m++) {
-        float tmp[16];
-        memcpy(tmp, g_emu.tile[dst][m], sizeof(float) * (size_t)N);
-        for (int n = 0; n < N; n++) tmp[n] = ftz(tmp[n]); /* DAZ: the accumulator is an input too */
+        float even[16] = {0}, odd[16] = {0}, c[16];
         for (int k = 0; k < K; k++) {
             uint16_t h[2];
             memcpy(h, g_emu.tile[src1][m] + 4 * k, 4);
             const float a0 = bf16_daz(h[0]), a1 = bf16_daz(h[1]);
             for (int n = 0; n < N; n++) {
-                tmp[n] = ftz(tmp[n] + a0 * b[k][0][n]);
-                tmp[n] = ftz(tmp[n] + a1 * b[k][1][n]);
+                even[n] = ftz(even[n] + a0 * b[k][0][n]);
+                odd[n] = ftz(odd[n] + a1 * b[k][1][n]);
             }
         }
+        memcpy(c, g_emu.tile[dst][m], sizeof(float) * (size_t)N);
+        for (int n = 0; n < N; n++) c[n] = ftz(ftz(c[n]) + ftz(even[n] + odd[n])); /* DAZ: dst is an input too */
         memset(g_emu.tile[dst][m], 0, AMX_MAX_COLSB);
-        memcpy(g_emu.tile[dst][m], tmp, sizeof(float) * (size_t)N);
+        memcpy(g_emu.tile[dst][m], c, sizeof(float) * (size_t)N);
     }
     for (int m = M; m < AMX_MAX_ROWS; m++) memset(g_emu.tile[dst][m], 0, AMX_MAX_COLSB);
 }
