@@ -3,7 +3,7 @@
 # ASan/UBSan (into build-san/); `make WERROR=1` turns warnings into errors (CI).
 # Everything is compiled for a baseline (x86-64-v2) so that one binary runs on every x86-64 CPU;
 # the kernels in src/kernels/simd_avx2.c and simd_avx512.c get their instruction sets per file and
-# are chosen at run time (src/kernels/isa.h; SEQPAR_ISA=scalar|avx2|avx512 forces a lower one).
+# are chosen at run time (src/kernels/isa.h; SEQPAR_ISA=scalar|avx2|avx512|amx forces a lower one).
 CC      ?= gcc
 MPICC_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 MPICC_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
@@ -54,6 +54,9 @@ $(BUILD)/src/kernels/simd_avx2.o: CFLAGS += $(ISA_AVX2_FLAGS)
 $(BUILD)/src/kernels/simd_avx512.o: CFLAGS += $(ISA_AVX512_FLAGS)
 $(BUILD)/src/kernels/bf16_avx512.o: CFLAGS += $(ISA_AVX512_FLAGS) -mavx512bf16
 $(BUILD)/src/kernels/attn_bf16_avx512.o: CFLAGS += $(ISA_AVX512_FLAGS) -mavx512bf16
+# the AMX tiles on hardware (reached only where isa_amx()); attn_bf16_amx_emulated.c is the same kernel
+# on the C emulation of the instructions and needs no flags
+$(BUILD)/src/kernels/attn_bf16_amx.o: CFLAGS += $(ISA_AVX512_FLAGS) -mavx512bf16 -mamx-tile -mamx-bf16
 
 # Benchmark helpers under bench/ (never needed by the tests)
 bench-tools: $(BUILD)/bench/kernel_rates $(BUILD)/bench/packed_balance $(BUILD)/bench/attn_cpu_time

@@ -40,7 +40,9 @@ for t in "$BUILD"/tests/test_*; do
     run_one "$(basename "$t")" 300 "$t"
 done
 # Every kernel path this CPU runs (kernels/isa.h): the loop above ran the best one; the kernel tests
-# run again under each lower path, forced with SEQPAR_ISA.
+# run again under each lower path, forced with SEQPAR_ISA. (amx, where the CPU has it, is avx512 plus
+# AMX tiles; the AMX kernel on the C emulation of its instructions runs in test_attention_bf16 on
+# every CPU with AVX512_BF16.)
 paths=$("$BUILD"/tests/test_isa --supported 2>/dev/null)
 best=$(printf '%s\n' "$paths" | tail -n 1)
 for isa in $paths; do
@@ -49,8 +51,8 @@ for isa in $paths; do
         [ -x "$BUILD/tests/$t" ] && run_one "$t[$isa]" 300 env SEQPAR_ISA="$isa" "$BUILD/tests/$t"
     done
 done
-for isa in scalar avx2 avx512; do
-    printf '%s\n' "$paths" | grep -qx "$isa" || echo "kernel path $isa: this CPU cannot run it (not tested here)"
+for isa in scalar avx2 avx512 amx; do
+    printf '%s\n' "$paths" | grep -qx "$isa" || echo "kernel path $isa: this CPU cannot run it (not tested here$([ "$isa" = amx ] && echo '; the AMX kernel ran emulated in test_attention_bf16'))"
 done
 echo "kernel paths tested: $(printf '%s ' $paths)(best: $best, used by every other test)"
 run_one test_cli 600 bash tests/test_cli.sh "$BUILD"

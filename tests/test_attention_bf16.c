@@ -1,6 +1,14 @@
 /* Tests of flash attention with bf16 inputs (AttnShape.precision = PRECISION_BF16) on every kernel
- * path this CPU runs: the bf16 tiles (VDPBF16PS, kernels/attn_bf16.h) on the avx512 path of a CPU
- * with AVX512_BF16, the conversion path (the fp32 kernel on the bf16 values) on avx2 and scalar.
+ * path this CPU runs: the bf16 tiles (kernels/attn_bf16.h) on the avx512 path of a CPU with
+ * AVX512_BF16, the conversion path (the fp32 kernel on the bf16 values) on avx2 and scalar. Every
+ * tile table this CPU runs is tested, whichever the dispatch picks: VDPBF16PS, the AMX kernel on
+ * the C emulation of its instructions (every CPU with AVX512_BF16: the AMX kernel's indexing,
+ * padding, transposition and edges) and the AMX kernel on hardware (a CPU with AMX-BF16 and the
+ * Linux tile-data permission); the output names those that ran and those this CPU could not run.
+ * Each table's tile_gemm is also checked directly against double products: both orientations of
+ * A, ragged M, N and K2 (past 16, 32 and the AMX kernel's 128-word passes), accumulate on and off,
+ * alpha, NaN in every word of padding it must not read, C outside M x N untouched, and the two
+ * orientations bit-identical.
  * Each is checked against a scalar double-precision reference on the same bf16-rounded q, k, v,
  * dout: forward O and LSE, backward dQ, dK, dV (backward given the reference's lse and delta, so
  * that each direction is measured alone), over MHA / GQA / MQA, head_dim 32, 64, 128 and the odd
@@ -28,6 +36,7 @@
 
 #include "attention/flash_attention.h"
 #include "core/common.h"
+#include "kernels/amx_tiles.h"
 #include "kernels/attn_bf16.h"
 #include "kernels/bf16.h"
 #include "kernels/isa.h"
@@ -282,6 +291,92 @@ static void run_case(const Case *c, int tiles) {
     xfree(q); xfree(k); xfree(v); xfree(dout); xfree(qp); xfree(kp); xfree(qd); xfree(kd);
 }
 
+/* tile_gemm of table t against double products: C (M, N) = alpha A B [+ C0], with A in rows
+ * layout (ars = K2 + 3) and transposed (aks = M + 5), over the same logical A. Words of padding
+ * hold NaN pairs: a kernel that multiplies one into a result fails. Tolerance: fp32 accumulation
+ * of the 2 K2 exact products, (2 K2 + 4) 2^-24 of the sum of the absolute terms (and C0). */
+static void check_tile_gemm(const AttnBf16Tiles *t) {
+    static const int Ms[] = {1, 16, 17, 33, 50}, Ns[] = {1, 16, 17, 40, 65}, Ks[] = {1, 16, 17, 33, 130};
+    const bf16_pair NAN_PAIR = 0x7fc07fc0u;
+    double worst = 0;
+    int cases = 0;
+    for (size_t mi = 0; mi < ARRAY_LEN(Ms); mi++)
+        for (size_t ni = 0; ni < ARRAY_LEN(Ns); ni++)
+            for (size_t ki = 0; ki < ARRAY_LEN(Ks); ki++)
+                for (int acc = 0; acc < 2; acc++) {
+                    const int M = Ms[mi], N = Ns[ni], K2 = Ks[ki];
+                    const float alpha = acc ? 0.375f : -1.25f;
+                    const size_t ars = (size_t)K2 + 3, aks = (size_t)M + 5, ldb = (size_t)N + 2, ldc = (size_t)N + 3;
+                    const size_t nr = (size_t)(M - 1) * ars + (size_t)K2, nt = (size_t)(K2 - 1) * aks + (size_t)M + (size_t)t->mr;
+                    bf16_pair *Ar = xmalloc(sizeof(bf16_pair) * nr), *At = xmalloc(sizeof(bf16_pair) * nt);
+                    bf16_pair *B = xmalloc(sizeof(bf16_pair) * (size_t)K2 * ldb);
+                    for (size_t i = 0; i < nr; i++) Ar[i] = NAN_PAIR;
+                    for (size_t i = 0; i < nt; i++) At[i] = NAN_PAIR;
+                    for (size_t i = 0; i < (size_t)K2 * ldb; i++) B[i] = NAN_PAIR;
+                    for (int m = 0; m < M; m++)
+                        for (int k = 0; k < K2; k++) {
+                            bf16_pair w = (bf16_pair)bf16_from_float((float)rng_normal(&rng)) |
+                                          (bf16_pair)bf16_from_float((float)rng_normal(&rng)) << 16;
+                            Ar[(size_t)m * ars + k] = w;
+                            At[(size_t)k * aks + m] = w;
+                        }
+                    for (int k = 0; k < K2; k++)
+                        for (int n = 0; n < N; n++)
+                            B[(size_t)k * ldb + n] = (bf16_pair)bf16_from_float((float)rng_normal(&rng)) |
+                                                     (bf16_pair)bf16_from_float((float)rng_normal(&rng)) << 16;
+                    const size_t nc = (size_t)(M + 1) * ldc; /* one row past M: must stay untouched */
+                    float *C0 = xmalloc(sizeof(float) * nc), *Cr = xmalloc(sizeof(float) * nc);
+                    float *Ct = xmalloc(sizeof(float) * nc);
+                    for (size_t i = 0; i < nc; i++) C0[i] = (float)rng_normal(&rng);
+                    memcpy(Cr, C0, sizeof(float) * nc);
+                    memcpy(Ct, C0, sizeof(float) * nc);
+                    t->tile_gemm(M, N, K2, alpha, Ar, ars, 1, B, ldb, acc, Cr, ldc, NULL);
+                    t->tile_gemm(M, N, K2, alpha, At, 1, aks, B, ldb, acc, Ct, ldc, NULL);
+                    double w = 0;
+                    int untouched = 1;
+                    for (int m = 0; m <= M; m++)
+                        for (size_t n = 0; n < ldc; n++) {
+                            const size_t i = (size_t)m * ldc + n;
+                            if (m == M || n >= (size_t)N) {
+                                untouched &= !memcmp(&Cr[i], &C0[i], sizeof(float)) && !memcmp(&Ct[i], &C0[i], sizeof(float));
+                                continue;
+                            }
+                            double ref = 0, mag = 0;
+                            for (int k = 0; k < K2; k++) {
+                                const bf16_pair a = Ar[(size_t)m * ars + k], b = B[(size_t)k * ldb + n];
+                                const double p0 = (double)bf16_to_float((bf16_t)a) * bf16_to_float((bf16_t)b);
+                                const double p1 = (double)bf16_to_float((bf16_t)(a >> 16)) * bf16_to_float((bf16_t)(b >> 16));
+                                ref += p0 + p1;
+                                mag += fabs(p0) + fabs(p1);
+                            }
+                            ref *= alpha;
+                            mag *= fabs(alpha);
+                            if (acc) ref += C0[i], mag += fabs(C0[i]);
+                            const double tol = (2.0 * K2 + 4) * 0x1p-24 * mag + 1e-30;
+                            const double e = fmax(fabs(Cr[i] - ref), fabs(Ct[i] - ref)) / tol;
+                            if (!(e <= w)) w = isnan(e) ? INFINITY : e;
+                        }
+                    CHECK(w <= 1, "%s tile_gemm M %d N %d K2 %d accumulate %d: off by %.3g of its tolerance", t->name, M, N,
+                          K2, acc, w);
+                    CHECK(untouched, "%s tile_gemm M %d N %d K2 %d: wrote C outside M x N", t->name, M, N, K2);
+                    CHECK(!memcmp(Cr, Ct, sizeof(float) * nc), "%s tile_gemm M %d N %d K2 %d: rows and transposed A differ",
+                          t->name, M, N, K2);
+                    worst = fmax(worst, w);
+                    cases++;
+                    xfree(Ar); xfree(At); xfree(B); xfree(C0); xfree(Cr); xfree(Ct);
+                }
+    /* K2 = 0: C = 0, or unchanged when accumulating */
+    float c[6] = {1, 2, 3, 4, 5, 6};
+    bf16_pair dummy = 0;
+    t->tile_gemm(2, 3, 0, 1.0f, &dummy, 1, 1, &dummy, 3, 1, c, 3, NULL);
+    CHECK(c[0] == 1 && c[5] == 6, "%s tile_gemm K2 0 accumulate: C changed", t->name);
+    t->tile_gemm(2, 3, 0, 1.0f, &dummy, 1, 1, &dummy, 3, 0, c, 3, NULL);
+    CHECK(c[0] == 0 && c[5] == 0, "%s tile_gemm K2 0: C not zeroed", t->name);
+    if (t == attn_bf16_tiles_for(ATTN_BF16_AMX_EMULATED))
+        CHECK(!amx_emu_configured(), "%s: tile configuration left loaded after tile_gemm (no TILERELEASE)", t->name);
+    printf("%s: tile_gemm %d shapes x 2 orientations, largest violation %.3f (1 = at tolerance)\n", t->name, cases, worst);
+}
+
 static const Case CASES[] = {
     {"MHA d=64 S=301 causal", 301, 301, 4, 4, 64, ATTN_CAUSAL, POS_CONTIG, 0, 0},
     {"GQA 4/2 d=32 S=301 causal zigzag", 301, 301, 4, 2, 32, ATTN_CAUSAL, POS_ZIGZAG, 0, 0},
@@ -296,36 +391,85 @@ static const Case CASES[] = {
     {"MHA d=64 S=1", 1, 1, 2, 2, 64, ATTN_CAUSAL, POS_CONTIG, 0, 0},
 };
 
+static void run_cases(const char *label, int tiles) {
+    worst_fwd = worst_lse = worst_bwd = 0;
+    double t0 = now_seconds();
+    for (size_t i = 0; i < ARRAY_LEN(CASES); i++) run_case(&CASES[i], tiles);
+    printf("%s, attention %s: %zu cases in %.1f s; largest violation (1 = at tolerance): O %.3f, LSE %.3f, "
+           "gradients %.3f\n", label, attn_kernel_name(PRECISION_BF16), ARRAY_LEN(CASES), now_seconds() - t0, worst_fwd,
+           worst_lse, worst_bwd);
+}
+
+static void append(char *dst, size_t n, const char *what) {
+    snprintf(dst + strlen(dst), n - strlen(dst), "%s%s", *dst ? ", " : "", what);
+}
+
 int main(void) {
     rng_seed(&rng, 20261122);
     const IsaLevel best = isa_best(), saved = isa_active();
+    const int saved_amx = isa_amx();
     const int has_bf16 = cpu_features()->avx512_bf16;
-    char tested[256] = "", missing[256] = "";
+    char tested[512] = "", missing[512] = "", why[200];
+
+    /* every tile table this CPU runs: tile_gemm directly */
+    for (int kd = 0; kd < ATTN_BF16_KINDS; kd++) {
+        const AttnBf16Tiles *t = attn_bf16_tiles_for((AttnBf16Kind)kd);
+        if (t) check_tile_gemm(t);
+    }
+
+    /* the dispatch on each kernel path, and what it picks there */
     for (int l = ISA_SCALAR; l < ISA_COUNT; l++) {
-        const char *path_name = l == ISA_AVX512 && has_bf16 ? "bf16 tiles (VDPBF16PS)" : "conversion path";
         if (!isa_force((IsaLevel)l)) {
-            snprintf(missing + strlen(missing), sizeof missing - strlen(missing), "%s%s (%s)", *missing ? ", " : "",
-                     isa_name((IsaLevel)l), path_name);
+            char m[64];
+            snprintf(m, sizeof m, "%s (%s)", isa_name((IsaLevel)l), l == ISA_AVX512 && has_bf16 ? "bf16 tiles" : "conversion path");
+            append(missing, sizeof missing, m);
             continue;
         }
-        const int tiles = attn_bf16_tiles() != NULL;
-        CHECK(tiles == (l == ISA_AVX512 && has_bf16), "kernel path %s: bf16 tiles %s", isa_name((IsaLevel)l),
-              tiles ? "chosen without AVX512_BF16 or below avx512" : "not chosen on an avx512 CPU with AVX512_BF16");
-        CHECK(!strcmp(attn_kernel_name(PRECISION_BF16), tiles ? "bf16 tiles (VDPBF16PS)" : "fp32 on bf16 inputs (conversion path)"),
+        const AttnBf16Tiles *want = NULL;
+        if (l == ISA_AVX512 && has_bf16) want = attn_bf16_tiles_for(isa_amx() ? ATTN_BF16_AMX : ATTN_BF16_VDPBF16PS);
+        const AttnBf16Tiles *tiles = attn_bf16_tiles();
+        CHECK(tiles == want, "kernel path %s (amx %s): the dispatch chose %s, not %s", isa_name((IsaLevel)l),
+              isa_amx() ? "on" : "off", tiles ? tiles->name : "no tiles", want ? want->name : "no tiles");
+        CHECK(!strcmp(attn_kernel_name(PRECISION_BF16), tiles ? tiles->name : "fp32 on bf16 inputs (conversion path)"),
               "attn_kernel_name: %s", attn_kernel_name(PRECISION_BF16));
-        worst_fwd = worst_lse = worst_bwd = 0;
-        double t0 = now_seconds();
-        for (size_t i = 0; i < ARRAY_LEN(CASES); i++) run_case(&CASES[i], tiles);
-        printf("kernel path %s, attention %s: %zu cases in %.1f s; largest violation (1 = at tolerance): O %.3f, "
-               "LSE %.3f, gradients %.3f\n", isa_name((IsaLevel)l), attn_kernel_name(PRECISION_BF16), ARRAY_LEN(CASES),
-               now_seconds() - t0, worst_fwd, worst_lse, worst_bwd);
-        snprintf(tested + strlen(tested), sizeof tested - strlen(tested), "%s%s (%s)", *tested ? ", " : "",
-                 isa_name((IsaLevel)l), attn_kernel_name(PRECISION_BF16));
+        char label[64];
+        snprintf(label, sizeof label, "kernel path %s", isa_path_name());
+        run_cases(label, tiles != NULL);
+        char t[128];
+        snprintf(t, sizeof t, "%s (%s)", isa_path_name(), attn_kernel_name(PRECISION_BF16));
+        append(tested, sizeof tested, t);
     }
-    if (!has_bf16 && best == ISA_AVX512)
-        snprintf(missing + strlen(missing), sizeof missing - strlen(missing), "%sbf16 tiles (no AVX512_BF16)",
-                 *missing ? ", " : "");
+
+    /* the tile tables the dispatch did not pick, on the avx512 path through attn_bf16_tiles_use */
+    if (isa_force(ISA_AVX512)) {
+        const AttnBf16Tiles *picked = attn_bf16_tiles();
+        for (int kd = 0; kd < ATTN_BF16_KINDS; kd++) {
+            const AttnBf16Tiles *t = attn_bf16_tiles_for((AttnBf16Kind)kd);
+            if (!t || t == picked) continue;
+            attn_bf16_tiles_use(t);
+            CHECK(attn_bf16_tiles() == t, "attn_bf16_tiles_use(%s) took no effect", t->name);
+            char label[96];
+            snprintf(label, sizeof label, "kernel path avx512, tiles set by the test");
+            run_cases(label, 1);
+            append(tested, sizeof tested, t->name);
+            attn_bf16_tiles_use(NULL);
+        }
+    }
     isa_force(saved);
+    isa_force_amx(saved_amx);
+
+    /* the line the issue asks for: which AMX tables ran, and why not */
+    if (!has_bf16 && best == ISA_AVX512) append(missing, sizeof missing, "bf16 tiles (no AVX512_BF16)");
+    snprintf(why, sizeof why, "CPU lacks avx512_bf16 (the packers)");
+    if (!amx_available(why, sizeof why) || !has_bf16) {
+        char m[256];
+        snprintf(m, sizeof m, "amx (hardware): %s", why);
+        append(missing, sizeof missing, m);
+    }
+    char hw[240] = "exercised";
+    if (!attn_bf16_tiles_for(ATTN_BF16_AMX)) snprintf(hw, sizeof hw, "not run, %s", why);
+    printf("amx (emulated): %s; amx (hardware): %s\n",
+           attn_bf16_tiles_for(ATTN_BF16_AMX_EMULATED) ? "exercised" : "not run, CPU lacks avx512_bf16 (the packers)", hw);
     printf("bf16 attention paths tested: %s\n", tested);
     printf("bf16 attention paths this CPU cannot run: %s\n", *missing ? missing : "none");
     return test_summary("test_attention_bf16");

@@ -2,7 +2,14 @@
  * (isa_force and SEQPAR_ISA in a child process), and every kernel of every path this CPU runs
  * against double-precision formulas on odd sizes (tails and masks). Prints the paths it ran and
  * those this CPU could not. `test_isa --supported` prints the runnable path names, one a line
- * (tests/run_tests.sh reruns the kernel tests under each with SEQPAR_ISA). */
+ * (tests/run_tests.sh reruns the kernel tests under each with SEQPAR_ISA).
+ * AMX: SEQPAR_ISA=amx accepted exactly where amx_available(), the Linux permission request (on a
+ * CPU without AMX: refused with a reason, no fault), isa_force_amx, and the C emulation of the tile
+ * instructions (kernels/amx_tiles.h) against hand-computed results: the configuration's byte
+ * layout, TILELOADD / TILESTORED of partial tiles (rows and bytes past the configuration read as
+ * zero and are not written), TDPBF16PS's pair products with accumulation, denormals as zero, and
+ * the faults (a bad configuration, mismatched shapes, a tile operation after TILERELEASE) ending the
+ * process instead of computing. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +18,8 @@
 #include <unistd.h>
 
 #include "core/common.h"
+#include "kernels/amx_tiles.h"
+#include "kernels/bf16.h"
 #include "kernels/isa.h"
 #include "testlib.h"
 
@@ -35,6 +44,146 @@ static int child_status(const char *isa) {
     int st = 0;
     waitpid(pid, &st, 0);
     return WIFEXITED(st) ? WEXITSTATUS(st) : 100;
+}
+
+/* Runs fn in a forked child (no exec: the emulation needs nothing else); returns its exit status
+ * (100 for a signal). fn returning means the emulation did not fault: status 0. */
+static int fork_status(void (*fn)(void)) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stderr)) _exit(3);
+        fn();
+        _exit(0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 100;
+}
+
+static void fault_rows17(void) {
+    AmxTileConfig c;
+    amx_config_uniform(&c, 8, 16, 64);
+    c.rows[3] = 17;
+    amx_emu_ldtilecfg(&c);
+}
+static void fault_reserved(void) {
+    AmxTileConfig c;
+    amx_config_uniform(&c, 8, 16, 64);
+    c.reserved[5] = 1;
+    amx_emu_ldtilecfg(&c);
+}
+static void fault_tile8(void) {
+    AmxTileConfig c;
+    amx_config_uniform(&c, 8, 16, 64);
+    c.rows[8] = 1, c.colsb[8] = 4;
+    amx_emu_ldtilecfg(&c);
+}
+static void fault_shapes(void) { /* A's 16 pair steps against B's 8 rows */
+    AmxTileConfig c;
+    amx_config_uniform(&c, 8, 16, 64);
+    c.rows[2] = 8;
+    amx_emu_ldtilecfg(&c);
+    amx_emu_tdpbf16ps(0, 1, 2);
+}
+static void fault_same_tile(void) {
+    AmxTileConfig c;
+    amx_config_uniform(&c, 8, 16, 64);
+    amx_emu_ldtilecfg(&c);
+    amx_emu_tdpbf16ps(0, 0, 1);
+}
+static void fault_released(void) {
+    AmxTileConfig c;
+    amx_config_uniform(&c, 8, 16, 64);
+    amx_emu_ldtilecfg(&c);
+    amx_emu_tilerelease();
+    amx_emu_tilezero(0);
+}
+static void valid_config(void) {
+    AmxTileConfig c;
+    amx_config_uniform(&c, 8, 16, 64);
+    amx_emu_ldtilecfg(&c);
+    amx_emu_tdpbf16ps(0, 1, 2);
+    amx_emu_tilerelease();
+}
+
+static uint32_t pair_of(float lo, float hi) {
+    return (uint32_t)bf16_from_float(lo) | (uint32_t)bf16_from_float(hi) << 16;
+}
+
+static void check_amx_emulation(void) {
+    AmxTileConfig c;
+    amx_config_uniform(&c, 8, 16, 64);
+    const unsigned char *raw = (const unsigned char *)&c;
+    int layout = raw[0] == 1 && raw[1] == 0;
+    for (int t = 0; t < 16; t++) {
+        const int want_c = t < 8 ? 64 : 0, want_r = t < 8 ? 16 : 0;
+        layout &= raw[16 + 2 * t] == (want_c & 0xff) && raw[17 + 2 * t] == 0 && raw[48 + t] == want_r;
+    }
+    CHECK(layout, "AMX tile configuration bytes: palette at 0, colsb[] as uint16 from 16, rows[] from 48");
+
+    /* C (3 x 3 fp32) += A (3 rows x 2 pair steps) B (2 pair steps x 3 columns), partial tiles */
+    amx_config_uniform(&c, 3, 3, 12); /* tmm0 C: 3 rows of 12 bytes */
+    c.rows[1] = 3, c.colsb[1] = 8;    /* tmm1 A: 3 rows of 2 pair words */
+    c.rows[2] = 2, c.colsb[2] = 12;   /* tmm2 B: 2 pair steps of 3 words */
+    amx_emu_ldtilecfg(&c);
+    CHECK(amx_emu_configured(), "LDTILECFG loads a configuration");
+    float a[3][4], b[4][3], c0[3][3];
+    uint32_t A[3][16], B[2][16]; /* rows padded with garbage past the configured bytes */
+    for (int m = 0; m < 3; m++)
+        for (int k = 0; k < 4; k++) a[m][k] = (float)(m + 1) * (k % 2 ? -1.0f : 1.0f) + (float)k;
+    for (int k = 0; k < 4; k++)
+        for (int n = 0; n < 3; n++) b[k][n] = (float)(k - n) * 0.5f;
+    for (int m = 0; m < 3; m++)
+        for (int n = 0; n < 3; n++) c0[m][n] = (float)(10 * m + n);
+    for (int i = 0; i < 16; i++) A[0][i] = A[1][i] = A[2][i] = B[0][i] = B[1][i] = 0x7fc07fc0u; /* NaN pairs */
+    for (int m = 0; m < 3; m++)
+        for (int kk = 0; kk < 2; kk++) A[m][kk] = pair_of(a[m][2 * kk], a[m][2 * kk + 1]);
+    for (int kk = 0; kk < 2; kk++)
+        for (int n = 0; n < 3; n++) B[kk][n] = pair_of(b[2 * kk][n], b[2 * kk + 1][n]);
+    float Cin[3][5], Cout[4][5];
+    for (int m = 0; m < 3; m++)
+        for (int n = 0; n < 5; n++) Cin[m][n] = n < 3 ? c0[m][n] : NAN;
+    for (int m = 0; m < 4; m++)
+        for (int n = 0; n < 5; n++) Cout[m][n] = -7.0f;
+    amx_emu_tileloadd(0, Cin, sizeof Cin[0]);
+    amx_emu_tileloadd(1, A, sizeof A[0]);
+    amx_emu_tileloadd(2, B, sizeof B[0]);
+    amx_emu_tdpbf16ps(0, 1, 2);
+    amx_emu_tilestored(0, Cout, sizeof Cout[0]);
+    int exact = 1, untouched = 1;
+    for (int m = 0; m < 4; m++)
+        for (int n = 0; n < 5; n++) {
+            if (m == 3 || n >= 3) {
+                untouched &= Cout[m][n] == -7.0f;
+                continue;
+            }
+            double want = c0[m][n];
+            for (int k = 0; k < 4; k++) want += (double)a[m][k] * b[k][n]; /* small integers and halves: exact */
+            exact &= Cout[m][n] == (float)want;
+        }
+    CHECK(exact, "TDPBF16PS emulation: C += A B over pairs, on partial tiles");
+    CHECK(untouched, "TILESTORED emulation wrote past its rows or bytes");
+    /* denormal bf16 inputs read as zero; tmm0 zeroed first */
+    uint32_t Ad[3][16] = {{0}}, Bd[2][16] = {{0}};
+    Ad[0][0] = 0x00010001u;                  /* two denormal bf16 values */
+    Bd[0][0] = pair_of(0x1p100f, 0x1p100f); /* their products would be about 2^-33 without DAZ */
+    amx_emu_tilezero(0);
+    amx_emu_tileloadd(1, Ad, sizeof Ad[0]);
+    amx_emu_tileloadd(2, Bd, sizeof Bd[0]);
+    amx_emu_tdpbf16ps(0, 1, 2);
+    amx_emu_tilestored(0, Cout, sizeof Cout[0]);
+    CHECK(Cout[0][0] == 0.0f, "TDPBF16PS emulation: denormal inputs count as zero (got %g)", Cout[0][0]);
+    amx_emu_tilerelease();
+    CHECK(!amx_emu_configured(), "TILERELEASE returns to the init state");
+
+    CHECK(fork_status(valid_config) == 0, "a valid configuration and product run in the emulation");
+    CHECK(fork_status(fault_rows17) != 0, "LDTILECFG with 17 rows faults");
+    CHECK(fork_status(fault_reserved) != 0, "LDTILECFG with a reserved byte set faults");
+    CHECK(fork_status(fault_tile8) != 0, "LDTILECFG configuring tile 8 of palette 1 faults");
+    CHECK(fork_status(fault_shapes) != 0, "TDPBF16PS with A's pair steps != B's rows faults");
+    CHECK(fork_status(fault_same_tile) != 0, "TDPBF16PS with dst == src1 faults");
+    CHECK(fork_status(fault_released) != 0, "a tile operation after TILERELEASE faults");
 }
 
 static void check_path(const SimdKernels *k) {
@@ -208,6 +357,7 @@ int main(int argc, char **argv) {
     }
     if (argc > 1 && !strcmp(argv[1], "--supported")) {
         for (int l = 0; l <= (int)isa_best(); l++) printf("%s\n", isa_name((IsaLevel)l));
+        if (isa_best() == ISA_AVX512 && amx_available(NULL, 0)) printf("amx\n");
         return 0;
     }
     rng_seed(&rng, 99);
@@ -215,7 +365,13 @@ int main(int argc, char **argv) {
     for (int l = 0; l < ISA_COUNT; l++) CHECK(isa_parse(isa_name((IsaLevel)l)) == l, "name of level %d", l);
     CHECK(isa_parse("sse9") == -1, "unknown names are refused");
     CHECK(isa_active() == best || getenv("SEQPAR_ISA"), "the default path is the best one");
-    char line[200];
+    /* oneDNN's bf16 GEMM follows seqpar's AMX switch (capped below AMX when it is off) */
+    const char *dnnl_isa = bf16_onednn_isa();
+    if (!getenv("DNNL_MAX_CPU_ISA") && !getenv("ONEDNN_MAX_CPU_ISA"))
+        CHECK((strcmp(dnnl_isa, "avx512_core_amx") == 0) == (isa_amx() != 0), "oneDNN runs %s with seqpar's AMX %s", dnnl_isa,
+              isa_amx() ? "on" : "off");
+    printf("test_isa: oneDNN %s, effective ISA %s\n", bf16_onednn_version(), dnnl_isa);
+    char line[320];
     isa_describe(line, sizeof line);
     printf("test_isa: active %s\n", line);
     CHECK(child_status("bogus") != 0, "SEQPAR_ISA=bogus is refused");
@@ -237,6 +393,29 @@ int main(int argc, char **argv) {
         strcat(ran, " "), strcat(ran, isa_name((IsaLevel)l));
     }
     isa_force(saved);
+
+    /* AMX: available exactly where SEQPAR_ISA=amx runs; the permission request never faults */
+    char why[200] = "";
+    const int amx = amx_available(why, sizeof why);
+    CHECK(amx || *why, "amx_available gives no reason for saying no");
+    CHECK((child_status("amx") == 0) == (amx && best == ISA_AVX512), "SEQPAR_ISA=amx %s",
+          amx ? "must run on this CPU" : "must be refused on this CPU");
+    if (!cpu_features()->amx_bf16) {
+        char req[200] = "";
+        CHECK(!amx_request_permission(req, sizeof req) && *req,
+              "the AMX permission request on a CPU without AMX: refused with a reason (got: %s)", req);
+        printf("test_isa: AMX permission request on this CPU: %s\n", req);
+    }
+    const int amx_was = isa_amx();
+    CHECK(isa_force_amx(1) == amx, "isa_force_amx(1) %s", amx ? "refused on an AMX CPU" : "accepted without AMX");
+    CHECK(isa_amx() == (amx && isa_active() == ISA_AVX512), "isa_amx() after isa_force_amx(1)");
+    CHECK(isa_force_amx(0) && !isa_amx(), "isa_force_amx(0) turns AMX off");
+    CHECK(!strcmp(isa_path_name(), isa_name(isa_active())), "isa_path_name without AMX: %s", isa_path_name());
+    isa_force_amx(amx_was);
+    check_amx_emulation();
+    if (amx) strcat(ran, " amx");
+    else strcat(cannot, " amx");
+    printf("test_isa: amx: %s\n", amx ? "available (AMX-BF16, tile-data permission granted)" : why);
     printf("test_isa: kernel paths checked:%s; this CPU cannot run:%s\n", ran, *cannot ? cannot : " (none)");
     return test_summary("test_isa");
 }

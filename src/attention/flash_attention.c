@@ -293,7 +293,8 @@ static bf16_pair *words_zeroed(size_t n) {
 
 const char *attn_kernel_name(Precision precision) {
     if (precision != PRECISION_BF16) return "fp32";
-    return attn_bf16_tiles() ? "bf16 tiles (VDPBF16PS)" : "fp32 on bf16 inputs (conversion path)";
+    const AttnBf16Tiles *bt = attn_bf16_tiles();
+    return bt ? bt->name : "fp32 on bf16 inputs (conversion path)";
 }
 
 /* ---------------------------------------------------------------------------------------------

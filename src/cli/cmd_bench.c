@@ -63,8 +63,9 @@ static const char HELP[] =
     "overlap achieved (communication hidden / communication total). '--cp 1 --threads 1' on one\n"
     "rank is the one-device baseline.\n"
     "\n"
-    "Kernels: the best path this CPU runs (avx512, avx2, scalar), printed first; SEQPAR_ISA=avx2|\n"
-    "scalar|avx512 forces one (a path the CPU lacks is refused). The sgemm figure is the best of\n"
+    "Kernels: the best path this CPU runs (amx, avx512, avx2, scalar), printed first; SEQPAR_ISA=\n"
+    "avx2|scalar|avx512|amx forces one (a path the CPU lacks is refused; amx = avx512 plus AMX\n"
+    "tiles for bf16 attention and oneDNN's bf16 GEMM). The sgemm figure is the best of\n"
     "several trials: the fp32 peak that MFU is measured against.\n";
 
 static LlamaConfig bench_model_config(void) {
@@ -451,7 +452,7 @@ int cmd_bench(int argc, char **argv) {
     }
     double peak = 0;
     if (all || strcmp(part, "memory")) {
-        char isa[160];
+        char isa[320];
         isa_describe(isa, sizeof isa);
         printf("kernels: %s\n", isa);
         int trials = repeats > SGEMM_PEAK_TRIALS ? repeats : SGEMM_PEAK_TRIALS;
@@ -461,9 +462,11 @@ int cmd_bench(int argc, char **argv) {
         if (mf.precision == PRECISION_BF16) { /* the step's MFU is against the bf16 GEMM's peak */
             double sgemm = peak;
             peak = bf16_gemm_peak_gflops(trials);
-            printf("bf16 GEMM (2048^3, %s path, %d threads): %.1f GFLOPS wall clock (best of %d trials; %.2fx sgemm; "
-                   "the bf16 peak below)\n", bf16_path_name(bf16_kernels()->path), current_threads(), peak, trials,
-                   peak / sgemm);
+            char b16[160];
+            bf16_describe(b16, sizeof b16);
+            printf("bf16 GEMM (2048^3; bf16 path: %s; %d threads): %.1f GFLOPS wall clock (best of %d trials; %.2fx sgemm; "
+                   "the bf16 peak below)\n", b16, current_threads(), peak, trials, peak / sgemm);
+            printf("bf16 attention: %s\n", attn_kernel_name(PRECISION_BF16));
         }
         fflush(stdout);
     }

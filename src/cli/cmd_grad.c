@@ -143,12 +143,13 @@ int cmd_grad(int argc, char **argv) {
                        "of '%s' give NaN or Inf); no gradient file written", loss, sqrt(norm_sq), tokens_path);
     float *full = grad_sync_full_to_root(&par.sync, &model, 1); /* with --zero >= 1 each rank holds a shard */
     if (par.topo.world_rank == 0) {
-        char isa[160];
+        char isa[320], b16[160];
         isa_describe(isa, sizeof isa);
         printf("kernels: %s\n", isa);
-        if (mf.precision == PRECISION_BF16)
-            printf("precision: bf16 (bf16 path: %s; attention: %s)\n", bf16_path_name(bf16_kernels()->path),
-                   attn_kernel_name(PRECISION_BF16));
+        if (mf.precision == PRECISION_BF16) {
+            bf16_describe(b16, sizeof b16);
+            printf("precision: bf16 (bf16 path: %s; attention: %s)\n", b16, attn_kernel_name(PRECISION_BF16));
+        }
         if (llama_acts_streams(acts))
             printf("streaming: %d chunks of %d rows per layer\n", par.attn->stream_chunks, par.attn->stream_rows);
         printf("loss: %.9f\n", loss);

@@ -98,8 +98,9 @@ static const char HELP_TAIL[] =
     "stopping: SIGTERM, SIGUSR1 or SIGINT (to every rank; mpirun forwards only SIGUSR1) stop the run\n"
     "  after the current step: a checkpoint goes to --save DIR (default: checkpoint-stepN next to\n"
     "  --log) and the run exits 0.\n"
-    "kernels: the best path this CPU runs (avx512, avx2, scalar), named in the header;\n"
-    "  SEQPAR_ISA=avx2|scalar|avx512 forces one (a path the CPU lacks is refused).\n";
+    "kernels: the best path this CPU runs (amx, avx512, avx2, scalar), named in the header;\n"
+    "  SEQPAR_ISA=avx2|scalar|avx512|amx forces one (a path the CPU lacks is refused; amx = avx512\n"
+    "  plus AMX tiles for bf16 attention and oneDNN's bf16 GEMM).\n";
 
 
 /* The source of training sequences: recall task or token files read in order (token_stream.h). */
@@ -540,12 +541,14 @@ int cmd_train(int argc, char **argv) {
                c->intermediate_size, c->vocab_size, (double)model.table.total / 1e6);
         printf("data: %s, seq-len %d, batch %d; %d rank%s: %s\n", o.data, S, o.batch, par.topo.world_size,
                par.topo.world_size == 1 ? "" : "s", desc);
-        char isa[160];
+        char isa[320], b16[160];
         isa_describe(isa, sizeof isa);
         printf("kernels: %s\n", isa);
-        if (o.mem.precision == PRECISION_BF16)
+        if (o.mem.precision == PRECISION_BF16) {
+            bf16_describe(b16, sizeof b16);
             printf("precision: bf16 mixed (bf16 path: %s; attention: %s; fp32 weights, optimizer state and "
-                   "checkpoints)\n", bf16_path_name(bf16_kernels()->path), attn_kernel_name(PRECISION_BF16));
+                   "checkpoints)\n", b16, attn_kernel_name(PRECISION_BF16));
+        }
         if (o.peak_gflops > 0) printf("MFU and HFU against %.1f GFLOPS per rank (--peak-gflops)", peak);
         else
             printf("MFU and HFU against %.1f GFLOPS per rank: %s peak, the best of %d %s 2048^3 trials with %d threads "

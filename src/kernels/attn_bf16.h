@@ -10,8 +10,14 @@
  * An odd K is padded with a zero element. The rows layout of X is the pairs layout of X^T read
  * transposed, so one product kernel serves every operand orientation the attention loop needs.
  *
+ * The same layouts are the operands of AMX's TDPBF16PS: a tile of A is 16 rows of rows-layout pair
+ * words, a tile of B 16 pair steps of pairs-layout words. So there are two product kernels behind
+ * one table type: VDPBF16PS (attn_bf16_avx512.c) and AMX-BF16 tiles (attn_bf16_amx_body.h, built
+ * on the instructions in attn_bf16_amx.c and on their C emulation in attn_bf16_amx_emulated.c, the
+ * latter for tests only), sharing the AVX512_BF16 packers.
+ *
  * Not here: the softmax, the running max / sum / lse and the rescaling, which stay fp32 in
- * flash_attention.c; AMX (no machine of the project has it). */
+ * flash_attention.c. */
 #ifndef SEQPAR_ATTN_BF16_H
 #define SEQPAR_ATTN_BF16_H
 
@@ -23,8 +29,11 @@
 typedef uint32_t bf16_pair; /* two bf16 values adjacent along the contraction dimension */
 
 typedef struct {
-    /* Micro-kernel block: rows of C per call (a transposed A must be readable MR words past its
-     * last row: its row stride at least M rounded up to MR). */
+    /* What run headers and tests call it: "bf16 tiles (VDPBF16PS)", "bf16 tiles (AMX)",
+     * "bf16 tiles (AMX, emulated)" */
+    const char *name;
+    /* Words a transposed A must be readable past its last row (its row stride at least M rounded
+     * up to mr): the VDPBF16PS micro-kernel's rows of C per call; 0 for AMX, which reads none. */
     int mr;
     /* Flash-attention tile sizes on these kernels (as isa.h's), all even: a tile's pairs are then
      * pairs of the whole call's rows */
@@ -52,8 +61,29 @@ typedef struct {
 } AttnBf16Tiles;
 
 /* The bf16 tile kernels for this process's kernel path, or NULL where there are none: the CPU
- * lacks AVX512_BF16 or the kernel path (isa.h, SEQPAR_ISA) is below avx512. Asked at every call,
- * so isa_force() switches it too. */
+ * lacks AVX512_BF16 or the kernel path (isa.h, SEQPAR_ISA) is below avx512. The AMX tiles where
+ * isa_amx() (the CPU has AMX-BF16, Linux granted the tile-data permission, SEQPAR_ISA unset or
+ * amx), else the VDPBF16PS ones. Asked at every call, so isa_force() / isa_force_amx() switch it. */
 const AttnBf16Tiles *attn_bf16_tiles(void);
+
+typedef enum {
+    ATTN_BF16_VDPBF16PS = 0,    /* AVX512_BF16 */
+    ATTN_BF16_AMX = 1,          /* AMX-BF16 on hardware: amx_available() */
+    ATTN_BF16_AMX_EMULATED = 2, /* the AMX kernel on the C emulation of its instructions: AVX512_BF16 */
+    ATTN_BF16_KINDS = 3
+} AttnBf16Kind;
+/* For tests and benchmarks: a table by kind, or NULL when this CPU cannot run it. */
+const AttnBf16Tiles *attn_bf16_tiles_for(AttnBf16Kind kind);
+/* For tests: make attn_bf16_tiles() return `t` (NULL: back to the choice above). Not thread-safe:
+ * call between parallel regions. */
+void attn_bf16_tiles_use(const AttnBf16Tiles *t);
+
+/* The AVX512_BF16 packers (attn_bf16_avx512.c), shared by every table; see the fields above. */
+void attn_bf16_pack_rows_avx512(int rows, int cols, const float *src, size_t lds, bf16_pair *dst, size_t ldd);
+void attn_bf16_pack_pairs_avx512(int rows, int cols, const float *src, size_t lds, bf16_pair *dst, size_t ldd);
+void attn_bf16_col_exp2_pairs_avx512(const float *s, int rows, int n, size_t ld, const float *m, float *sum,
+                                     bf16_pair *dst, size_t ldd);
+void attn_bf16_ds_pack_avx512(const float *p, const float *dp, size_t ld, int rows, int n, const float *delta,
+                              bf16_pair *pairs, size_t ldpairs, bf16_pair *rows_w, size_t ldrows);
 
 #endif

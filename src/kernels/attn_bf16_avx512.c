@@ -6,7 +6,8 @@
  * even, as bf16.h's conversions), two of them fused with the softmax step that makes their input
  * (the probabilities of the forward, dS of the backward) so that it is never stored in fp32.
  * Built with -mavx512bf16 (Makefile); reached only through attn_bf16_tiles() when the CPU reports
- * AVX512_BF16 and the kernel path is avx512. */
+ * AVX512_BF16 and the kernel path is avx512. The packers serve the AMX tables too
+ * (attn_bf16_amx_body.h): every CPU with AMX-BF16 has AVX512_BF16. */
 #include <immintrin.h>
 
 #include "kernels/attn_bf16.h"
@@ -110,7 +111,7 @@ static void tile_gemm_bf16(int M, int N, int K2, float alpha, const bf16_pair *A
     }
 }
 
-static void pack_rows_bf16(int rows, int cols, const float *src, size_t lds, bf16_pair *dst, size_t ldd) {
+void attn_bf16_pack_rows_avx512(int rows, int cols, const float *src, size_t lds, bf16_pair *dst, size_t ldd) {
     for (int r = 0; r < rows; r++) {
         const float *s = src + (size_t)r * lds;
         bf16_pair *d = dst + (size_t)r * ldd;
@@ -136,7 +137,7 @@ static inline __m512i interleave_pairs(__m512 x0, __m512 x1) {
     return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(x1, x0));
 }
 
-static void pack_pairs_bf16(int rows, int cols, const float *src, size_t lds, bf16_pair *dst, size_t ldd) {
+void attn_bf16_pack_pairs_avx512(int rows, int cols, const float *src, size_t lds, bf16_pair *dst, size_t ldd) {
     for (int rr = 0; rr < (rows + 1) / 2; rr++) {
         const int has1 = 2 * rr + 1 < rows;
         const float *s0 = src + (size_t)(2 * rr) * lds, *s1 = has1 ? s0 + lds : s0;
@@ -153,8 +154,8 @@ static void pack_pairs_bf16(int rows, int cols, const float *src, size_t lds, bf
     }
 }
 
-static void col_exp2_pairs_bf16(const float *s, int rows, int n, size_t ld, const float *m, float *sum,
-                                bf16_pair *dst, size_t ldd) {
+void attn_bf16_col_exp2_pairs_avx512(const float *s, int rows, int n, size_t ld, const float *m, float *sum,
+                                     bf16_pair *dst, size_t ldd) {
     for (int c = 0; c < n; c += 16) {
         const int cnt = n - c < 16 ? n - c : 16;
         const __mmask16 mk = (__mmask16)((1u << cnt) - 1u);
@@ -178,8 +179,8 @@ static void col_exp2_pairs_bf16(const float *s, int rows, int n, size_t ld, cons
     }
 }
 
-static void ds_pack_bf16(const float *p, const float *dp, size_t ld, int rows, int n, const float *delta,
-                         bf16_pair *pairs, size_t ldpairs, bf16_pair *rows_w, size_t ldrows) {
+void attn_bf16_ds_pack_avx512(const float *p, const float *dp, size_t ld, int rows, int n, const float *delta,
+                              bf16_pair *pairs, size_t ldpairs, bf16_pair *rows_w, size_t ldrows) {
     for (int rr = 0; rr < (rows + 1) / 2; rr++) {
         const int r0 = 2 * rr, has1 = r0 + 1 < rows;
         const float *p0 = p + (size_t)r0 * ld, *d0 = dp + (size_t)r0 * ld;
@@ -216,15 +217,16 @@ static void ds_pack_bf16(const float *p, const float *dp, size_t ld, int rows, i
  * 256 x 384; backward 192 x 96 (the fp32 kernel's) 170 against 164 for 192 x 128 and 164 for
  * 256 x 96: within the machine's noise of each other, except that larger tiles lose. */
 const AttnBf16Tiles attn_bf16_tiles_avx512 = {
+    .name = "bf16 tiles (VDPBF16PS)",
     .mr = MR,
     .fwd_bq = 192,
     .fwd_bk = 192,
     .bwd_bk = 192,
     .bwd_bq = 96,
     .tile_gemm = tile_gemm_bf16,
-    .pack_rows = pack_rows_bf16,
-    .pack_pairs = pack_pairs_bf16,
-    .col_exp2_pairs = col_exp2_pairs_bf16,
-    .ds_pack = ds_pack_bf16,
+    .pack_rows = attn_bf16_pack_rows_avx512,
+    .pack_pairs = attn_bf16_pack_pairs_avx512,
+    .col_exp2_pairs = attn_bf16_col_exp2_pairs_avx512,
+    .ds_pack = attn_bf16_ds_pack_avx512,
 };
 

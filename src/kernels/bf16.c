@@ -4,6 +4,7 @@
 #include <cblas.h>
 #include <omp.h>
 #include <pthread.h>
+#include <stdio.h>
 
 #include "core/common.h"
 #include "kernels/attn_bf16.h"
@@ -125,9 +126,36 @@ void bf16_round(float *x, size_t n) {
     }
 }
 
-extern const AttnBf16Tiles attn_bf16_tiles_avx512; /* attn_bf16_avx512.c */
+void bf16_describe(char *buf, size_t n) {
+    const Bf16Kernels *k = bf16_kernels();
+    if (k->path == BF16_PATH_AVX512BF16)
+        snprintf(buf, n, "%s, GEMM: oneDNN %s matmul on %s", bf16_path_name(k->path), bf16_onednn_version(),
+                 bf16_onednn_isa());
+    else
+        snprintf(buf, n, "%s, GEMM: bf16 widened to fp32 + OpenBLAS sgemm", bf16_path_name(k->path));
+}
+
+extern const AttnBf16Tiles attn_bf16_tiles_avx512;       /* attn_bf16_avx512.c */
+extern const AttnBf16Tiles attn_bf16_tiles_amx;          /* attn_bf16_amx.c */
+extern const AttnBf16Tiles attn_bf16_tiles_amx_emulated; /* attn_bf16_amx_emulated.c */
+
+static const AttnBf16Tiles *g_tiles_override;
+
+const AttnBf16Tiles *attn_bf16_tiles_for(AttnBf16Kind kind) {
+    if (!cpu_features()->avx512_bf16) return NULL; /* every table's packers are AVX512_BF16 code */
+    switch (kind) {
+    case ATTN_BF16_VDPBF16PS: return &attn_bf16_tiles_avx512;
+    case ATTN_BF16_AMX: return amx_available(NULL, 0) ? &attn_bf16_tiles_amx : NULL;
+    case ATTN_BF16_AMX_EMULATED: return &attn_bf16_tiles_amx_emulated;
+    default: return NULL;
+    }
+}
+
+void attn_bf16_tiles_use(const AttnBf16Tiles *t) { g_tiles_override = t; }
 
 const AttnBf16Tiles *attn_bf16_tiles(void) {
-    /* as the bf16 GEMM's path: the avx512 kernel path on a CPU with AVX512_BF16 */
-    return isa_active() == ISA_AVX512 && cpu_features()->avx512_bf16 ? &attn_bf16_tiles_avx512 : NULL;
+    if (g_tiles_override) return g_tiles_override;
+    /* as the bf16 GEMM's path: the avx512 kernel path on a CPU with AVX512_BF16; AMX above it */
+    if (isa_active() != ISA_AVX512 || !cpu_features()->avx512_bf16) return NULL;
+    return isa_amx() ? &attn_bf16_tiles_amx : &attn_bf16_tiles_avx512;
 }

@@ -10,8 +10,11 @@
  * bf16 matmul, whose kernels use VDPBF16PS, for the GEMM) when the CPU reports AVX512_BF16 and the kernel path
  * (kernels/isa.h, SEQPAR_ISA) is avx512; otherwise the conversion path (portable C conversions,
  * the GEMM as bf16 -> fp32 conversion plus OpenBLAS sgemm: the same products, since a product of
- * two bf16 values is exact in fp32). An AMX path would be a third entry of BF16_PATHS (isa hook:
- * cpu_features()->amx_bf16); none is written since no machine of the project has AMX to test it. */
+ * two bf16 values is exact in fp32). On a CPU with AMX the avx512_bf16 path's GEMM is the same
+ * oneDNN matmul, which then runs its AMX kernels itself (oneDNN 2.6 asks Linux for the tile-data
+ * permission on its own); when seqpar's AMX is off (SEQPAR_ISA other than amx, kernels/isa.h)
+ * oneDNN is capped at avx512_core_bf16 before its first use, unless DNNL_MAX_CPU_ISA or
+ * ONEDNN_MAX_CPU_ISA says otherwise. bf16_onednn_isa() names what oneDNN runs. */
 #ifndef SEQPAR_BF16_H
 #define SEQPAR_BF16_H
 
@@ -69,6 +72,14 @@ void bf16_gemm_convert(int transA, int transB, int M, int N, int K, float alpha,
 /* The avx512_bf16 path's GEMM: oneDNN's bf16 matmul (bf16_gemm_onednn.c). */
 void bf16_gemm_onednn(int transA, int transB, int M, int N, int K, float alpha, const bf16_t *A, int lda,
                       const bf16_t *B, int ldb, float beta, float *C, int ldc);
+
+/* oneDNN's version ("2.6.3") and the ISA its kernels use (dnnl_get_effective_cpu_isa:
+ * "avx512_core_amx", "avx512_core_bf16", ...), after the cap above; the first call sets oneDNN up. */
+const char *bf16_onednn_version(void);
+const char *bf16_onednn_isa(void);
+/* One line for run headers: "avx512_bf16, GEMM: oneDNN 2.6.3 matmul on avx512_core_bf16" or
+ * "convert, GEMM: bf16 widened to fp32 + OpenBLAS sgemm". */
+void bf16_describe(char *buf, size_t n);
 
 /* The bf16 peak for MFU under --precision bf16: the best GFLOPS of `trials` (at least 3) runs of
  * this path's GEMM on square 2048 x 2048 bf16 matrices, after one warm-up (as sgemm_peak_gflops). */

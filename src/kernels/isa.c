@@ -1,14 +1,24 @@
 /* CPU feature detection and the choice of kernel table (see isa.h): CPUID through
  * __builtin_cpu_supports (which also checks that the OS saves the AVX and AVX-512 state), the
- * SEQPAR_ISA override, and the tables that simd_scalar.c, simd_avx2.c and simd_avx512.c define. */
+ * SEQPAR_ISA override, the tables that simd_scalar.c, simd_avx2.c and simd_avx512.c define, and
+ * whether AMX can run (XCR0, the Linux tile-data permission). */
 #include "kernels/isa.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#endif
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#define ARCH_GET_XCOMP_PERM 0x1022 /* asm/prctl.h (Linux 5.16) */
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILECFG 17 /* XSAVE state components of AMX: the configuration, the tile data */
+#define XFEATURE_XTILEDATA 18
 #endif
 
 #include "core/common.h"
@@ -51,20 +61,88 @@ int isa_parse(const char *name) {
     return -1;
 }
 
+int amx_request_permission(char *why, size_t n) {
+#if defined(__linux__) && defined(__x86_64__)
+    unsigned long mask = 0;
+    if (syscall(SYS_arch_prctl, ARCH_GET_XCOMP_PERM, &mask) == 0 && (mask >> XFEATURE_XTILEDATA & 1)) return 1;
+    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) {
+        if (why)
+            snprintf(why, n, "Linux refused the AMX tile-data permission (arch_prctl ARCH_REQ_XCOMP_PERM: %s%s)",
+                     strerror(errno), errno == EINVAL ? "; a kernel before 5.16, or a CPU without AMX" : "");
+        return 0;
+    }
+    mask = 0;
+    if (syscall(SYS_arch_prctl, ARCH_GET_XCOMP_PERM, &mask) != 0 || !(mask >> XFEATURE_XTILEDATA & 1)) {
+        if (why) snprintf(why, n, "Linux granted the AMX tile-data permission but does not report it (ARCH_GET_XCOMP_PERM)");
+        return 0;
+    }
+    return 1;
+#else
+    if (why) snprintf(why, n, "AMX needs Linux on x86-64 (the tile-data permission)");
+    return 0;
+#endif
+}
+
+static int g_amx_ok;
+static char g_amx_why[200];
+static pthread_once_t g_amx_once = PTHREAD_ONCE_INIT;
+
+static void amx_setup(void) {
+    const CpuFeatures *f = cpu_features();
+    if (!f->amx_bf16) {
+        snprintf(g_amx_why, sizeof g_amx_why, "CPU lacks amx_bf16");
+        return;
+    }
+    if (!f->avx512_bf16) { /* the tiles' packers are AVX512_BF16 code */
+        snprintf(g_amx_why, sizeof g_amx_why, "CPU lacks avx512_bf16, which the AMX tiles' packers use");
+        return;
+    }
+#if defined(__x86_64__)
+    unsigned a, b, c, d, lo, hi;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1)) { /* OSXSAVE: XGETBV is allowed */
+        snprintf(g_amx_why, sizeof g_amx_why, "the OS does not enable XSAVE (no XGETBV)");
+        return;
+    }
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    (void)hi;
+    if (((lo >> 17) & 3) != 3) {
+        snprintf(g_amx_why, sizeof g_amx_why, "the OS does not enable the AMX tile state (XCR0 bits 17, 18)");
+        return;
+    }
+#endif
+    g_amx_ok = amx_request_permission(g_amx_why, sizeof g_amx_why);
+}
+
+int amx_available(char *why, size_t n) {
+    pthread_once(&g_amx_once, amx_setup);
+    if (!g_amx_ok && why) snprintf(why, n, "%s", g_amx_why);
+    return g_amx_ok;
+}
+
 static const SimdKernels *g_table;
 static int g_forced; /* SEQPAR_ISA chose the level */
+static int g_amx_on; /* AMX tiles allowed: SEQPAR_ISA unset or amx, and amx_available() */
 static pthread_once_t g_table_once = PTHREAD_ONCE_INIT;
 
 static void choose(void) {
     IsaLevel best = isa_best(), l = best;
     const char *env = getenv("SEQPAR_ISA");
     if (env && *env) {
-        int p = isa_parse(env);
-        if (p < 0) die("SEQPAR_ISA=%s is not a kernel path: use scalar, avx2 or avx512", env);
-        if (p > (int)best)
-            die("SEQPAR_ISA=%s: this CPU cannot run it (best available: %s)", env, isa_name(best));
-        l = (IsaLevel)p;
+        char why[200];
+        if (!strcmp(env, "amx")) {
+            if (!amx_available(why, sizeof why)) die("SEQPAR_ISA=amx: this CPU cannot run it (%s)", why);
+            g_amx_on = 1;
+            l = ISA_AVX512;
+        } else {
+            int p = isa_parse(env);
+            if (p < 0) die("SEQPAR_ISA=%s is not a kernel path: use scalar, avx2, avx512 or amx", env);
+            if (p > (int)best)
+                die("SEQPAR_ISA=%s: this CPU cannot run it (best available: %s)", env, isa_name(best));
+            l = (IsaLevel)p;
+        }
         g_forced = 1;
+    } else {
+        g_amx_on = best == ISA_AVX512 && amx_available(NULL, 0);
     }
     g_table = TABLES[l];
 }
@@ -83,10 +161,26 @@ int isa_force(IsaLevel l) {
     return 1;
 }
 
+int isa_amx(void) { return simd()->level == ISA_AVX512 && g_amx_on; }
+
+int isa_force_amx(int on) {
+    simd();
+    if (on && !amx_available(NULL, 0)) return 0;
+    g_amx_on = on != 0;
+    return 1;
+}
+
+const char *isa_path_name(void) { return isa_amx() ? "amx" : isa_name(isa_active()); }
+
 void isa_describe(char *buf, size_t n) {
     const CpuFeatures *f = cpu_features();
-    IsaLevel l = isa_active();
-    snprintf(buf, n, "%s%s (CPU: %s%s%s%s)", isa_name(l), g_forced ? ", forced by SEQPAR_ISA" : "",
-             f->avx512 ? "avx2 avx512" : f->avx2 ? "avx2" : "no avx2", f->avx512_bf16 ? " avx512_bf16" : "",
-             f->amx_bf16 ? " amx_bf16" : "", f->amx_bf16 ? "" : ", no amx");
+    char amx[240] = "";
+    if (f->amx_bf16 && !isa_amx()) { /* say why a CPU with AMX does not use it */
+        char why[200];
+        if (!amx_available(why, sizeof why)) snprintf(amx, sizeof amx, "; AMX unavailable: %s", why);
+        else snprintf(amx, sizeof amx, "; AMX off%s", g_forced ? " (SEQPAR_ISA)" : "");
+    }
+    snprintf(buf, n, "%s%s (CPU: %s%s%s%s%s)", isa_amx() ? "avx512 + amx" : isa_name(isa_active()),
+             g_forced ? ", forced by SEQPAR_ISA" : "", f->avx512 ? "avx2 avx512" : f->avx2 ? "avx2" : "no avx2",
+             f->avx512_bf16 ? " avx512_bf16" : "", f->amx_bf16 ? " amx_bf16" : "", f->amx_bf16 ? "" : ", no amx", amx);
 }

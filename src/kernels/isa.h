@@ -5,11 +5,19 @@
  * from CPUID (__builtin_cpu_supports), and SEQPAR_ISA=scalar|avx2|avx512 forces a lower one.
  * Dense matrix products stay in OpenBLAS, which does its own dispatch.
  *
+ * AMX is one more step of the same ladder, above avx512: `amx` runs the avx512 kernels of this
+ * file plus AMX-BF16 tiles for bf16 attention (kernels/attn_bf16.h) and lets oneDNN's bf16 GEMM use
+ * AMX. It is on by default where amx_available() (CPUID AMX-TILE + AMX-BF16 + AVX512_BF16, the OS
+ * enables the tile state in XCR0, and Linux grants the process the tile-data permission, asked
+ * once with arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)); any other SEQPAR_ISA value turns
+ * it off (SEQPAR_ISA=avx512 on an AMX CPU: the VDPBF16PS tiles, oneDNN capped at avx512_core_bf16),
+ * SEQPAR_ISA=amx where it is unavailable is refused with the reason. A refused permission means no
+ * tile instruction ever runs (never SIGILL).
+ *
  * Everything else in the binary is compiled for a baseline (x86-64-v2), so one binary runs on
  * every x86-64 machine the project meets and uses what each offers. bf16 (--precision bf16) has
- * its own table in kernels/bf16.h, chosen from the same capability bits (avx512_bf16; amx_bf16,
- * which would also need the Linux AMX state permission, is a hook only); attention's tile products
- * here stay fp32. */
+ * its own table in kernels/bf16.h, chosen from the same capability bits (avx512_bf16, amx_bf16);
+ * attention's tile products here stay fp32. */
 #ifndef SEQPAR_ISA_H
 #define SEQPAR_ISA_H
 
@@ -17,7 +25,8 @@
 
 typedef enum { ISA_SCALAR = 0, ISA_AVX2 = 1, ISA_AVX512 = 2, ISA_COUNT = 3 } IsaLevel;
 
-/* What the CPU reports (queried once). avx512 means F, BW, DQ and VL; avx2 means AVX2 and FMA. */
+/* What the CPU reports (queried once). avx512 means F, BW, DQ and VL; avx2 means AVX2 and FMA;
+ * amx_bf16 means AMX-TILE and AMX-BF16 (CPUID only: see amx_available for the rest). */
 typedef struct {
     int avx2, avx512, avx512_bf16, amx_bf16;
 } CpuFeatures;
@@ -91,8 +100,27 @@ IsaLevel isa_active(void);
 /* For tests and benchmarks: switch to a level; returns 0 (and changes nothing) if this CPU cannot
  * run it. Not thread-safe: call between parallel regions. */
 int isa_force(IsaLevel l);
-/* One line for run headers: "avx512 (CPU: avx2 avx512 avx512_bf16, no amx)" and "forced by
- * SEQPAR_ISA" when so. */
+/* One line for run headers: "avx512 (CPU: avx2 avx512 avx512_bf16, no amx)", "avx512 + amx (CPU:
+ * ... amx_bf16)", "forced by SEQPAR_ISA" when so, and why AMX is unavailable on a CPU that reports
+ * it (e.g. the permission refused). */
 void isa_describe(char *buf, size_t n);
+
+/* 1 when this process can run AMX-BF16 tile instructions (see the top): the first call checks
+ * CPUID and XCR0 and asks Linux for the tile-data permission; later calls return its answer.
+ * Otherwise 0 and, if why is not NULL, the reason in why (n bytes): "CPU lacks amx_bf16", "the OS
+ * does not enable the AMX tile state (XCR0)", "Linux refused the AMX tile-data permission
+ * (arch_prctl ARCH_REQ_XCOMP_PERM: <error>)". Thread-safe. */
+int amx_available(char *why, size_t n);
+/* The permission request itself, for tests: 1 when Linux grants it (or already had), else 0 with
+ * the error in why. Asking on a CPU without AMX is harmless: Linux refuses. */
+int amx_request_permission(char *why, size_t n);
+/* 1 when AMX tiles are in use: amx_available(), the kernel path is avx512, and SEQPAR_ISA is unset or
+ * `amx` (or isa_force_amx(1) said so). */
+int isa_amx(void);
+/* For tests and benchmarks: turn the AMX tiles on or off; returns 0 (and changes nothing) when
+ * asked to turn them on where !amx_available(). Not thread-safe: call between parallel regions. */
+int isa_force_amx(int on);
+/* "amx" when isa_amx(), else isa_name(isa_active()): the name SEQPAR_ISA takes for this path. */
+const char *isa_path_name(void);
 
 #endif

@@ -1,0 +1,178 @@
+/* The AMX-BF16 tile_gemm of attn_bf16.h, written once against the tile operations of
+ * kernels/amx_tiles.h and compiled twice: with the instructions (attn_bf16_amx.c, the table
+ * attn_bf16_tiles_amx) and with their C emulation (attn_bf16_amx_emulated.c, the table
+ * attn_bf16_tiles_amx_emulated, which the tests run on every CPU with AVX512_BF16), so that the
+ * indexing, padding, transposition and edges the hardware path runs are the ones tested.
+ *
+ * The including file defines AMX_TABLE (the table's symbol), AMX_TABLE_NAME (its name) and the
+ * operations TILE_CONFIG(cfg), TILE_ZERO(t), TILE_LOAD(t, base, stride_bytes),
+ * TILE_DP(dst, src1, src2) (TDPBF16PS), TILE_STORE(t, base, stride_bytes), TILE_RELEASE(), with
+ * tile numbers that are literal constants (the instructions encode them).
+ *
+ * TDPBF16PS computes C (16 x 16 fp32) += A (16 rows of 16 pair words) B (16 pair steps of 16 pair
+ * words): A's rows are the rows layout of attn_bf16.h and B's rows its pairs layout, so B is
+ * loaded straight from the caller's operand. The block of C is 32 x 32: four accumulator tiles
+ * (tmm0-3), two A tiles (tmm4-5) and two B tiles (tmm6-7), each A and B tile used twice per load.
+ * One configuration for the whole call: every tile 16 rows of 64 bytes; ragged edges are padded
+ * with zeros in scratch blocks instead:
+ *   A     each 32-row block of A is copied, for every pair step, into a zeroed panel of 16 x 16
+ *         word tiles (rows past M and pair steps past K2 stay 0). This is also where a transposed
+ *         A (aks != 1, the P^T and dS^T operands) becomes rows: the panel is always rows layout.
+ *   B     a 16 x 16 word tile wholly inside K2 x N is loaded from B itself (stride ldb); an edge
+ *         tile is copied into a zeroed scratch tile first (rows past K2 and columns past N 0), so
+ *         no load reads past the operand and no padding product meets a non-zero (or NaN) value.
+ *   C     the accumulators start at zero, are stored to a 32 x 32 fp32 block, and the block's
+ *         M x N part is written as alpha AB (+ C when accumulate), as the VDPBF16PS kernel does.
+ * A contraction longer than AMX_KMAX pair words runs in passes of AMX_KMAX, each after the first
+ * accumulating into C (the panel stays within 16 KiB of stack). Each pass loads its configuration
+ * (LDTILECFG) and ends with TILERELEASE: the tile state is per thread, and OpenMP threads call this
+ * concurrently. Nothing is read from A past row M - 1 (the table's mr is 0). */
+#include <string.h>
+
+#include "kernels/amx_tiles.h"
+#include "kernels/attn_bf16.h"
+
+#define AMX_KMAX 128 /* pair words of the contraction per pass: 8 k-tiles, a 16 KiB A panel */
+#define TM_C00 0     /* accumulators: rows 0-15 / 16-31 x columns 0-15 / 16-31 of the block */
+#define TM_C01 1
+#define TM_C10 2
+#define TM_C11 3
+#define TM_A0 4 /* rows 0-15 of the A block */
+#define TM_A1 5 /* rows 16-31 */
+#define TM_B0 6 /* columns 0-15 of the B block */
+#define TM_B1 7 /* columns 16-31 */
+#define TILE_BYTES 64 /* bytes per tile row: 16 pair words or 16 fp32 */
+
+typedef bf16_pair AmxWordTile[16][16]; /* 16 rows of 16 pair words: one A or B tile */
+
+/* The rows of A m0 .. m0 + mrows - 1 (mrows <= 32), pair steps 0 .. K2 - 1, as rows-layout tiles
+ * panel[kt][half] (half 0: rows 0-15 of the block, 1: rows 16-31), zero outside. */
+static void amx_pack_a(AmxWordTile (*panel)[2], int K2, int mrows, const bf16_pair *A, size_t ars, size_t aks) {
+    const int kt_n = (K2 + 15) / 16;
+    memset(panel, 0, sizeof(AmxWordTile) * 2 * (size_t)kt_n);
+    if (aks == 1) { /* rows layout: each row's pair steps are contiguous */
+        for (int r = 0; r < mrows; r++) {
+            const bf16_pair *src = A + (size_t)r * ars;
+            for (int kt = 0; kt < kt_n; kt++) {
+                const int k0 = kt * 16, kc = K2 - k0 < 16 ? K2 - k0 : 16;
+                memcpy(panel[kt][r / 16][r % 16], src + k0, sizeof(bf16_pair) * (size_t)kc);
+            }
+        }
+    } else { /* transposed (ars == 1): each pair step's rows are contiguous */
+        for (int k = 0; k < K2; k++) {
+            const bf16_pair *src = A + (size_t)k * aks;
+            for (int r = 0; r < mrows; r++) panel[k / 16][r / 16][r % 16][k % 16] = src[r];
+        }
+    }
+}
+
+/* Where B's tile of pair steps k0 .. k0 + 15 and columns n0 .. n0 + 15 loads from: B itself when
+ * the tile lies inside K2 x N, else `edge` filled with its part of B and zeros. */
+static const bf16_pair *amx_b_tile(const bf16_pair *B, size_t ldb, int K2, int N, int k0, int n0, AmxWordTile edge,
+                                   long *stride) {
+    const int kc = K2 - k0 < 16 ? K2 - k0 : 16, nc = N - n0 < 16 ? N - n0 : 16;
+    if (kc == 16 && nc == 16) {
+        *stride = (long)(ldb * sizeof(bf16_pair));
+        return B + (size_t)k0 * ldb + n0;
+    }
+    memset(edge, 0, sizeof(AmxWordTile));
+    for (int k = 0; k < kc; k++) memcpy(edge[k], B + (size_t)(k0 + k) * ldb + n0, sizeof(bf16_pair) * (size_t)nc);
+    *stride = TILE_BYTES;
+    return &edge[0][0];
+}
+
+static inline void amx_prefetch_some(Prefetch *p, int n) {
+    for (; n > 0 && p->next < p->total; n--, p->next++) {
+        int t = p->next / (p->rows * p->lines_per_row), rem = p->next % (p->rows * p->lines_per_row);
+        const char *addr = p->base[t] + (size_t)(rem / p->lines_per_row) * p->stride + (size_t)(rem % p->lines_per_row) * 64;
+        __builtin_prefetch(addr, 0, 2);
+    }
+}
+
+/* One pass: K2 in 1 .. AMX_KMAX. */
+static void amx_gemm_pass(int M, int N, int K2, float alpha, const bf16_pair *A, size_t ars, size_t aks,
+                          const bf16_pair *B, size_t ldb, int accumulate, float *C, size_t ldc, Prefetch *pf) {
+    _Alignas(64) AmxWordTile panel[AMX_KMAX / 16][2];
+    _Alignas(64) AmxWordTile bedge[2];
+    _Alignas(64) float cblock[32][32];
+    _Alignas(64) AmxTileConfig cfg;
+    const int kt_n = (K2 + 15) / 16;
+    const int n_calls = ((M + 31) / 32) * ((N + 31) / 32);
+    const int pf_per_call = pf ? (pf->total - pf->next + n_calls - 1) / n_calls : 0;
+    amx_config_uniform(&cfg, AMX_TILES, 16, TILE_BYTES);
+    TILE_CONFIG(&cfg);
+    for (int m0 = 0; m0 < M; m0 += 32) {
+        const int mrows = M - m0 < 32 ? M - m0 : 32, two_m = mrows > 16;
+        amx_pack_a(panel, K2, mrows, A + (size_t)m0 * ars, ars, aks);
+        for (int n0 = 0; n0 < N; n0 += 32) {
+            const int ncols = N - n0 < 32 ? N - n0 : 32, two_n = ncols > 16;
+            if (pf) amx_prefetch_some(pf, pf_per_call);
+            TILE_ZERO(TM_C00);
+            if (two_n) TILE_ZERO(TM_C01);
+            if (two_m) TILE_ZERO(TM_C10);
+            if (two_m && two_n) TILE_ZERO(TM_C11);
+            for (int kt = 0; kt < kt_n; kt++) {
+                long s0, s1 = 0;
+                const bf16_pair *b0 = amx_b_tile(B, ldb, K2, N, kt * 16, n0, bedge[0], &s0);
+                const bf16_pair *b1 = two_n ? amx_b_tile(B, ldb, K2, N, kt * 16, n0 + 16, bedge[1], &s1) : NULL;
+                TILE_LOAD(TM_A0, panel[kt][0], TILE_BYTES);
+                TILE_LOAD(TM_B0, b0, s0);
+                TILE_DP(TM_C00, TM_A0, TM_B0);
+                if (two_n) {
+                    TILE_LOAD(TM_B1, b1, s1);
+                    TILE_DP(TM_C01, TM_A0, TM_B1);
+                }
+                if (two_m) {
+                    TILE_LOAD(TM_A1, panel[kt][1], TILE_BYTES);
+                    TILE_DP(TM_C10, TM_A1, TM_B0);
+                    if (two_n) TILE_DP(TM_C11, TM_A1, TM_B1);
+                }
+            }
+            TILE_STORE(TM_C00, &cblock[0][0], sizeof cblock[0]);
+            if (two_n) TILE_STORE(TM_C01, &cblock[0][16], sizeof cblock[0]);
+            if (two_m) TILE_STORE(TM_C10, &cblock[16][0], sizeof cblock[0]);
+            if (two_m && two_n) TILE_STORE(TM_C11, &cblock[16][16], sizeof cblock[0]);
+            for (int r = 0; r < mrows; r++) {
+                float *cr = C + (size_t)(m0 + r) * ldc + n0;
+                const float *br = cblock[r];
+                if (accumulate)
+                    for (int c = 0; c < ncols; c++) cr[c] = alpha * br[c] + cr[c];
+                else
+                    for (int c = 0; c < ncols; c++) cr[c] = alpha * br[c];
+            }
+        }
+    }
+    TILE_RELEASE();
+}
+
+static void amx_tile_gemm(int M, int N, int K2, float alpha, const bf16_pair *A, size_t ars, size_t aks,
+                          const bf16_pair *B, size_t ldb, int accumulate, float *C, size_t ldc, Prefetch *pf) {
+    if (M <= 0 || N <= 0) return;
+    if (K2 <= 0) {
+        if (!accumulate)
+            for (int m = 0; m < M; m++) memset(C + (size_t)m * ldc, 0, (size_t)N * sizeof(float));
+        return;
+    }
+    for (int k0 = 0; k0 < K2; k0 += AMX_KMAX) {
+        const int kc = K2 - k0 < AMX_KMAX ? K2 - k0 : AMX_KMAX;
+        amx_gemm_pass(M, N, kc, alpha, A + (size_t)k0 * aks, ars, aks, B + (size_t)k0 * ldb, ldb, accumulate || k0 > 0,
+                      C, ldc, k0 == 0 ? pf : NULL);
+    }
+}
+
+/* Tile sizes: multiples of the 32 x 32 block; the VDPBF16PS table's, not measured on AMX (no
+ * machine of the project has it). The packers are the AVX512_BF16 ones (every CPU with AMX-BF16
+ * has AVX512_BF16). */
+const AttnBf16Tiles AMX_TABLE = {
+    .name = AMX_TABLE_NAME,
+    .mr = 0,
+    .fwd_bq = 192,
+    .fwd_bk = 192,
+    .bwd_bk = 192,
+    .bwd_bq = 96,
+    .tile_gemm = amx_tile_gemm,
+    .pack_rows = attn_bf16_pack_rows_avx512,
+    .pack_pairs = attn_bf16_pack_pairs_avx512,
+    .col_exp2_pairs = attn_bf16_col_exp2_pairs_avx512,
+    .ds_pack = attn_bf16_ds_pack_avx512,
+};
