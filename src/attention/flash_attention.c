@@ -4,13 +4,15 @@
  * accumulator acc (tile x head_dim) seeded from the caller's (o, lse), so each call merges into
  * the caller's state. Scores are computed transposed, S^T = K Q^T (keys x queries): the query
  * tile is transposed once per item, the softmax runs down the columns vectorised across queries,
- * and acc += P V reads P as (S^T)^T. Key/value tiles are copied into compact buffers (a head's
- * rows are H*d apart, often a power of two, which thrashes the L1 sets), and the next tile is
- * prefetched while the current scores are computed. Scores live in the base-2 domain
+ * and acc += P V reads P as (S^T)^T. K and V of every kv head are copied once per call into
+ * compact buffers (a head's rows are H*d apart, often a power of two, which thrashes the L1
+ * sets), and the next tile is prefetched while the current scores are computed. A partially
+ * visible tile runs in blocks of FA_QBLOCK queries, each stopping at its last visible key. Scores live in the base-2 domain
  * (alpha = scale * log2 e) so that one exp2 per score is all the softmax needs.
  * Backward: one work item per (key/value head, key tile) with the query heads of its GQA group
  * looped inside, so dk/dv of a tile have a single writer; K and V of the tile are transposed once
- * per item; dq has many writers and goes to per-thread buffers (thread 0 writes dq directly)
+ * per item, and Q and dO of the kv head's query heads are copied once per kv head into compact
+ * buffers; dq has many writers and goes to per-thread buffers (thread 0 writes dq directly)
  * summed after each key/value head.
  *
  * Tile products, the column softmax and the row loops go through the kernel table chosen at run
@@ -21,8 +23,9 @@
  *
  * Masking works on tiles: from the min/max position of each query and key tile a tile pair is
  * fully visible (no mask work), fully hidden (skipped) or partial (elementwise -inf). Nothing is
- * proportional to n_q x n_kv: each thread's workspace is O(tile^2 + tile * head_dim), plus for
- * backward one (n_q, heads per group, head_dim) dq buffer per thread beyond the first.
+ * proportional to n_q x n_kv: each thread's workspace is O(tile^2 + tile * head_dim), plus the
+ * compact copies (forward: K and V of the call; backward: Q and dO of one kv head's query heads)
+ * and for backward one (n_q, heads per group, head_dim) dq buffer per thread beyond the first.
  *
  * bf16 tiles (AttnShape.precision = PRECISION_BF16 on a CPU with AVX512_BF16, kernels/attn_bf16.h):
  * the same loops, with each product's operands packed into bf16 pair words (VDPBF16PS multiplies
