@@ -41,6 +41,8 @@ typedef struct {
     int checkpoint;      /* LLAMA_CKPT_* */
     int ffn_chunks;      /* 0: the default */
     int no_stream;       /* --no-stream: fpdt runs whole layers (llama.h) */
+    int precision;       /* --precision: PRECISION_FP32 (0) or PRECISION_BF16 (kernels/bf16.h): what the
+                            layers keep in bf16, the bf16 copies and kernel buffers, the bf16 wire */
 } MemoryModelInput;
 
 typedef struct {
