@@ -1,7 +1,7 @@
 # The memory model (`seqpar memory`) against the peak tracked memory `seqpar train` measures in
 # one step (peak_mem_bytes of its JSONL log: the largest rank's), for strategies x checkpoint
-# modes x ZeRO stages and groups x ranks 1/2/4 x FPDT chunks (layers streamed or whole) x FFN chunks x offloading: within
-# 10% each. Also: a prediction for other flags than the run's is refused by the same check (the
+# modes x ZeRO stages and groups x ranks 1/2/4 x FPDT chunks (layers streamed or whole) x FFN chunks x offloading,
+# in fp32 and in bf16 (--precision bf16): within 10% each. Also: a prediction for other flags than the run's is refused by the same check (the
 # test can fail), layer-input offload leaves the losses bit-identical, and `seqpar memory`
 # answers bad flags with one line and runs in well under a second.
 # usage: bash tests/test_memory_model.sh BUILD_DIR
@@ -72,6 +72,27 @@ case_ 1 --strategy fpdt --chunks 8 --checkpoint layer --offload-dir "$OFF" --ffn
 case_ 2 --strategy fpdt --chunks 4 --checkpoint layer --offload-dir "$OFF" --batch 1
 case_ 2 --strategy fpdt --chunks 4 --checkpoint none --batch 1
 case_ 1 --strategy fpdt --chunks 8 --checkpoint layer --offload-dir "$OFF" --no-stream --batch 1
+# --precision bf16 (llama.c, memory_model.c): per-layer bf16 copies and their shared fp32 sets,
+# the bf16 GEMMs' operand copies, the bf16 attention kernel's pair words, the bf16 wire's staging
+B="--precision bf16"
+case_ 1 $B --checkpoint none --batch 1
+case_ 1 $B --checkpoint layer --batch 1
+case_ 1 $B --checkpoint selective --ffn-chunks 1 --batch 1
+case_ 1 $B --strategy fpdt --chunks 4 --checkpoint selective --batch 1
+case_ 1 $B --strategy fpdt --chunks 4 --offload-dir "$OFF" --batch 1
+case_ 1 $B --checkpoint layer --offload-dir "$OFF" --ffn-chunks 4 --batch 1
+case_ 2 $B --strategy ulysses --checkpoint none --batch 1
+case_ 2 $B --strategy ring --checkpoint selective --zero 1 --batch 1
+case_ 2 $B --strategy lightseq --checkpoint none --zero 2 --batch 2
+case_ 2 $B --strategy allgather --checkpoint layer --batch 1
+case_ 2 $B --strategy wallfacer --checkpoint none --zero 3 --batch 1
+case_ 2 $B --strategy fpdt --chunks 4 --checkpoint none --batch 1
+case_ 2 $B --strategy fpdt --chunks 4 --checkpoint none --no-stream --batch 1
+case_ 4 $B --strategy 2d --hp 2 --cp 2 --checkpoint none --zero 1 --batch 1
+case_ 4 $B --strategy ring --ring-inner 2 --checkpoint selective --zero 3 --zero-group 2 --batch 1
+case_ 4 $B --strategy wallfacer --team 2 --checkpoint none --batch 1
+case_ 4 $B --strategy lightseq --dp 2 --checkpoint layer --zero 2 --batch 2
+case_ 4 $B --strategy fpdt --chunks 2 --offload-dir "$OFF" --checkpoint selective --zero 2 --batch 1
 echo "$n_cases configurations"
 
 # The check can fail: the prediction for --checkpoint layer is not the measured peak of none,
@@ -82,6 +103,11 @@ if within "$p" "$m"; then bad "the check accepts the layer prediction ($p) for a
 p=$(predict 4 --strategy ring --zero 0 --batch 1)
 m=$(measure 4 --strategy ring --zero 3 --batch 1)
 if within "$p" "$m"; then bad "the check accepts the zero 0 prediction ($p) for a zero 3 run ($m)"; else ok; fi
+# nor the fp32 prediction a bf16 run's peak (S = 2048, Ulysses, layer: bf16 holds 12% more here:
+# the shared fp32 set, the GEMMs' bf16 copies and the attention kernel's pair words)
+p=$(predict 2 --strategy ulysses --checkpoint layer --batch 1 --seq-len 2048)
+m=$(measure 2 --strategy ulysses --checkpoint layer --batch 1 --seq-len 2048 --precision bf16)
+if within "$p" "$m"; then bad "the check accepts the fp32 prediction ($p) for a bf16 run ($m)"; else ok; fi
 
 # Layer-input offload is exact: the same losses bit for bit, 1 and 2 ranks, layer and selective.
 for np in 1 2; do
