@@ -16,7 +16,7 @@
 #     steps within 1.5%;
 #   - --checkpoint layer and selective give bf16 gradients within the same tolerances;
 #   - the strategies' q_h, kv_h kept as bf16 per layer (--checkpoint none) are exact: the gradient
-#     files equal --checkpoint layer's bit for bit (ring, Ulysses, 2D);
+#     files equal --checkpoint layer's bit for bit (ring, Ulysses, 2D, FPDT's streamed layers);
 #   - saved checkpoints are fp32 in both modes; a bad --precision is a one-line error.
 # The model is trained for 30 fp32 steps first so that attention is not uniform.
 # Prints "N passed, N failed".
@@ -92,11 +92,12 @@ dist 1024 4 --strategy allgather
 dist 1024 4 --strategy wallfacer --team 2
 dist 1024 4 --strategy fpdt --chunks 2
 dist 1024 4 --hp 2 --cp 2 --checkpoint selective
-# Under --checkpoint none each layer keeps the strategy's copies of q, k, v (q_h, kv_h) as bf16 and
+# Under --checkpoint none each layer keeps the strategy's copies of q, k, v (q_h, kv_h; FPDT: its
+# RAM tier's q_h, kv_h chunks) as bf16 and
 # widens them into one shared fp32 buffer before its backward (llama.c); they are bf16 values
 # already, so the gradients are bit-identical to --checkpoint layer's, which keeps nothing and
 # recomputes them (2 layers: layer 0's backward needs its own copies back, not layer 1's).
-for flags in "2 --strategy ring" "2 --strategy ulysses" "4 --strategy 2d --hp 2 --cp 2"; do
+for flags in "2 --strategy ring" "2 --strategy ulysses" "4 --strategy 2d --hp 2 --cp 2" "2 --strategy fpdt --chunks 2"; do
     set -- $flags
     np=$1
     shift

@@ -361,9 +361,22 @@ LlamaActs *llama_acts_create_opts(const LlamaModel *m, const SeqAttention *attn,
         if (a->checkpoint == LLAMA_CKPT_NONE && a->saved_bf16 > 0) a->wsaved = alloc_floats(a->saved_floats);
     }
     if (a->stream) { /* a layer keeps only the strategy's state: each its own (none) or one shared (layer) */
+        /* bf16, none: each layer's copies of q, k, v in bf16, widened into one shared buffer */
+        if (a->precision == PRECISION_BF16 && a->checkpoint == LLAMA_CKPT_NONE && a->saved_bf16 > 0)
+            a->wsaved = alloc_floats(a->saved_floats);
         if (a->checkpoint == LLAMA_CKPT_LAYER) a->shared.saved = alloc_floats(attn->saved_floats);
-        for (int l = 0; l < a->n_layers; l++)
-            a->layers[l].saved = a->checkpoint == LLAMA_CKPT_LAYER ? a->shared.saved : alloc_floats(attn->saved_floats);
+        for (int l = 0; l < a->n_layers; l++) {
+            LayerActs *L = &a->layers[l];
+            if (a->checkpoint == LLAMA_CKPT_LAYER) {
+                L->saved = a->shared.saved;
+            } else if (a->wsaved) {
+                L->saved16 = alloc_bf16(a->saved_bf16);
+                L->saved_rest = alloc_floats(a->saved_floats - a->saved_bf16);
+                L->saved = a->wsaved;
+            } else {
+                L->saved = alloc_floats(attn->saved_floats);
+            }
+        }
     } else if (a->checkpoint == LLAMA_CKPT_NONE) {
         for (int l = 0; l < a->n_layers; l++) layer_acts_alloc(&a->layers[l], c, attn, N, a, 0, low);
     } else if (a->checkpoint == LLAMA_CKPT_LAYER) {
@@ -395,6 +408,11 @@ void llama_acts_free(LlamaActs *a) {
     if (!a) return;
     if (a->stream) {
         if (a->checkpoint == LLAMA_CKPT_LAYER) xfree(a->shared.saved);
+        else if (a->wsaved)
+            for (int l = 0; l < a->n_layers; l++) {
+                xfree(a->layers[l].saved16);
+                xfree(a->layers[l].saved_rest);
+            }
         else for (int l = 0; l < a->n_layers; l++) xfree(a->layers[l].saved);
     } else if (a->checkpoint == LLAMA_CKPT_NONE) {
         for (int l = 0; l < a->n_layers; l++) layer_acts_free(&a->layers[l], a->shared_qkv);
@@ -884,12 +902,12 @@ double llama_forward_backward_docs(LlamaModel *m, LlamaActs *a, SeqAttention *at
             input_fetch(a, c, l);
             if (l > 0) input_prefetch(a, l - 1);
         }
+        layer_convert(a, c, l, 0);
         if (a->stream) {
             stream_layer_backward(m, a, attn, l);
             hook(m, LLAMA_HOOK_AFTER_BACKWARD, l, 1);
             continue;
         }
-        layer_convert(a, c, l, 0);
         /* layer: the attention half again, attention's forward included, into the shared set;
          * selective: q, k, v, the strategy's state and x_mid without attention's forward. The
          * MLP is recomputed chunk by chunk inside its backward. */

@@ -241,7 +241,9 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
         double saved_acts = offload_inputs ? (stream ? 1 : 2) * N * D : (L + 1) * N * D;
         double layer_set = offload_inputs ? 4 * (double)in_rows * D : 0;
         if (stream) { /* a layer keeps only the strategy's state; one chunk's x_mid, o, rstd1, rstd2 */
-            if (ckpt == LLAMA_CKPT_NONE) saved_acts += L * saved;
+            if (ckpt == LLAMA_CKPT_NONE && bf16 && saved_bf16 > 0) /* its q_h, kv_h in bf16; one fp32 set */
+                saved_acts += L * (saved - saved_bf16 / 2), layer_set += saved;
+            else if (ckpt == LLAMA_CKPT_NONE) saved_acts += L * saved;
             else layer_set += saved;
             layer_set += Cr * D + Cr * qd + 2 * Cr;
         } else if (ckpt == LLAMA_CKPT_NONE) saved_acts += L * full_set;
