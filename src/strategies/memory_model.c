@@ -9,6 +9,7 @@
 #include "kernels/attn_bf16.h"
 #include "kernels/bf16.h"
 #include "kernels/isa.h"
+#include "kernels/ops.h"
 #include "model/llama.h"
 #include "strategies/block_attention.h"
 #include "strategies/head_exchange.h"
@@ -69,29 +70,32 @@ static double flash_transient(int threads, double nq, double nk, int kv_heads, i
     return fwd > bwd ? fwd : bwd;
 }
 
-/* The bf16 GEMMs' operand copies (ops.c's Bf16Scratch, kept across calls: each of its two
- * buffers as large as its largest operand) over R rows of the attention half's projections and
- * fr rows of the MLP's; and the conversion path's transient fp32 copies of both operands of the
- * largest call (bf16.c: bf16_gemm_convert), which `transient` receives (0 on the VDPBF16PS
- * path). Floats. */
+/* The bf16 GEMMs' operand copies (ops.c's Bf16Scratch, kept across calls: as large as the
+ * largest call's two operand copies together) over R rows of the attention half's projections
+ * and fr rows of the MLP's, as llama.c calls them; and the conversion path's transient fp32
+ * copies of both operands of the largest call (bf16.c: bf16_gemm_convert), which `transient`
+ * receives (0 on the VDPBF16PS path). Floats. */
 static double gemm_bf16_scratch(double R, double fr, double D, double qd, double kvd, double F, double *transient) {
-    double a = R * D, b = qd * D, conv = 0;
+    /* rows, n_in, n_out, and whether the backward call has an input / a weight gradient */
+    const struct { double n, in, out; int din, dW; } calls[] = {
+        {R, D, qd, 1, 1}, {R, D, kvd, 1, 1}, {R, qd, D, 1, 1},      /* q, k|v, o projections */
+        {fr, D, F, 1, 1}, {fr, F, D, 0, 1}, {fr, F, D, 1, 0}};      /* gate|up; down: dW, then din */
+    double scratch = 0, conv = 0;
 #define MAX_INTO(x, y) ((x) = (y) > (x) ? (y) : (x))
-    MAX_INTO(a, R * qd); MAX_INTO(a, fr * D); MAX_INTO(a, fr * F);
-    MAX_INTO(b, kvd * D); MAX_INTO(b, F * D); MAX_INTO(b, R * D); MAX_INTO(b, R * qd); MAX_INTO(b, fr * F);
-    MAX_INTO(b, fr * D);
-    /* the conversion path widens A and B of each call: forward (n x n_in) and (n_out x n_in),
-     * input gradient (n x n_out) and (n_out x n_in), weight gradient (n x n_out) and (n x n_in) */
-    const double calls[4][3] = {{R, D, qd}, {R, qd, D}, {fr, D, F}, {fr, F, D}}; /* rows, n_in, n_out */
-    for (int i = 0; i < 4; i++) {
-        const double n = calls[i][0], in = calls[i][1], out = calls[i][2];
+    for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
+        const double n = calls[i].n, in = calls[i].in, out = calls[i].out;
+        const double w = calls[i].din ? out * in : 0, x = calls[i].dW ? n * in : 0;
+        MAX_INTO(scratch, (double)bf16_scratch_elems((size_t)(n * in), (size_t)(out * in)));   /* forward */
+        MAX_INTO(scratch, (double)bf16_scratch_elems((size_t)(n * out), (size_t)(w > x ? w : x))); /* backward */
+        /* the conversion path widens A and B of each product: forward (n x n_in) and (n_out x n_in),
+         * input gradient (n x n_out) and (n_out x n_in), weight gradient (n x n_out) and (n x n_in) */
         MAX_INTO(conv, n * in + out * in);
-        MAX_INTO(conv, n * out + out * in);
-        MAX_INTO(conv, n * out + n * in);
+        if (calls[i].din) MAX_INTO(conv, n * out + out * in);
+        if (calls[i].dW) MAX_INTO(conv, n * out + n * in);
     }
 #undef MAX_INTO
     *transient = bf16_kernels()->path == BF16_PATH_CONVERT ? conv : 0;
-    return 0.5 * (a + b);
+    return 0.5 * scratch;
 }
 
 /* The largest block set of the head exchange over `rows` local rows (head_exchange.c: `most`),
