@@ -4,8 +4,11 @@
 # --measure, the measured peak tracked memory and RSS of one real step (`seqpar bench memory`;
 # slow: minutes per configuration at S = 16K on 2 cores). FPDT with --chunks > 1 streams its layers
 # chunk by chunk under none and layer; "whole layers" rows run them whole (--no-stream), as before
-# streaming. Not a test: the README quotes it.
+# streaming. Each row in fp32 and in bf16 (--precision bf16: the layers' kept attention tensors and
+# the strategies' copies of q, k, v in bf16, bf16 GEMM copies and attention tiles, the bf16 wire).
+# Not a test: the README quotes it.
 # usage: bash bench/memory_features.sh [--measure] [BUILD_DIR] [S ...]   (default: build 16384 65536)
+#        MEASURE_PRECISIONS="bf16" measures only that precision's column (default: "fp32 bf16")
 set -u
 MEASURE=0
 if [ "${1:-}" = "--measure" ]; then MEASURE=1; shift; fi
@@ -45,8 +48,8 @@ measure_kib() { # np S flags... -> "KiB/token tracked, RSS MiB"
         awk '/tracked/ { for (i = 1; i <= NF; i++) { if ($i == "tracked") t = $(i + 1); if ($i == "RSS") r = $(i + 1) }
                           printf "%.2f, RSS %.0f MiB", t * 1024 / S, r }' S="$S"
 }
-echo "| feature | ranks | S | model KiB/token (per rank, of the global S) | measured |"
-echo "| --- | --- | --- | --- | --- |"
+echo "| feature | ranks | S | model KiB/token fp32 (per rank, of the global S) | model bf16 | measured fp32 | measured bf16 |"
+echo "| --- | --- | --- | --- | --- | --- | --- |"
 for cfg in "${CONFIGS[@]}"; do
     IFS='|' read -r name f1 f2 <<<"$cfg"
     for S in $LENS; do
@@ -55,10 +58,15 @@ for cfg in "${CONFIGS[@]}"; do
             [ "$np" = 2 ] && flags=$f2
             [ "$flags" = "-" ] && continue
             meas="-"
+            meas16="-"
             if [ "$MEASURE" = 1 ]; then
-                meas=$(measure_kib "$np" "$S" $flags 2>/dev/null | head -n 1)
+                case " ${MEASURE_PRECISIONS:-fp32 bf16} " in *" fp32 "*)
+                    meas=$(measure_kib "$np" "$S" $flags 2>/dev/null | head -n 1) ;; esac
+                case " ${MEASURE_PRECISIONS:-fp32 bf16} " in *" bf16 "*)
+                    meas16=$(measure_kib "$np" "$S" $flags --precision bf16 2>/dev/null | head -n 1) ;; esac
             fi
-            echo "| $name | $np | $S | $(model_kib "$np" "$S" $flags) | ${meas:--} |"
+            echo "| $name | $np | $S | $(model_kib "$np" "$S" $flags) | $(model_kib "$np" "$S" $flags --precision bf16) |" \
+                "${meas:--} | ${meas16:--} |"
         done
     done
 done

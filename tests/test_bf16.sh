@@ -15,6 +15,8 @@
 #   - 200 training steps track fp32: every step's loss within 5% relative and each mean over 20
 #     steps within 1.5%;
 #   - --checkpoint layer and selective give bf16 gradients within the same tolerances;
+#   - the strategies' q_h, kv_h kept as bf16 per layer (--checkpoint none) are exact: the gradient
+#     files equal --checkpoint layer's bit for bit (ring, Ulysses, 2D, FPDT's streamed layers);
 #   - saved checkpoints are fp32 in both modes; a bad --precision is a one-line error.
 # The model is trained for 30 fp32 steps first so that attention is not uniform.
 # Prints "N passed, N failed".
@@ -90,6 +92,23 @@ dist 1024 4 --strategy allgather
 dist 1024 4 --strategy wallfacer --team 2
 dist 1024 4 --strategy fpdt --chunks 2
 dist 1024 4 --hp 2 --cp 2 --checkpoint selective
+# Under --checkpoint none each layer keeps the strategy's copies of q, k, v (q_h, kv_h; FPDT: its
+# RAM tier's q_h, kv_h chunks) as bf16 and
+# widens them into one shared fp32 buffer before its backward (llama.c); they are bf16 values
+# already, so the gradients are bit-identical to --checkpoint layer's, which keeps nothing and
+# recomputes them (2 layers: layer 0's backward needs its own copies back, not layer 1's).
+for flags in "2 --strategy ring" "2 --strategy ulysses" "4 --strategy 2d --hp 2 --cp 2" "2 --strategy fpdt --chunks 2"; do
+    set -- $flags
+    np=$1
+    shift
+    run_np "$np" "$SEQPAR" grad --model "$M" --tokens "$T/text.txt" --seq-len 1024 --precision bf16 --out "$T/g.none" \
+        --checkpoint none "$@" >"$T/g.none.out" 2>&1
+    run_np "$np" "$SEQPAR" grad --model "$M" --tokens "$T/text.txt" --seq-len 1024 --precision bf16 --out "$T/g.layer" \
+        --checkpoint layer "$@" >"$T/g.layer.out" 2>&1
+    if [ -s "$T/g.none" ] && cmp -s "$T/g.none" "$T/g.layer"; then ok; else
+        bad "bf16 np $np $*: --checkpoint none (bf16 saved q_h, kv_h) and layer gradients differ: $("$CMP" "$T/g.none" "$T/g.layer" 0 1e-30)"; fi
+    rm -f "$T/g.none" "$T/g.layer"
+done
 
 # ---- bf16 on the wire: the head exchange sends exactly half the all-to-all bytes of fp32; the
 # context schedules send k, v (and q) in bf16 and their gradients in fp32, so their kinds shrink

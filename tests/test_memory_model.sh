@@ -1,7 +1,8 @@
 # The memory model (`seqpar memory`) against the peak tracked memory `seqpar train` measures in
 # one step (peak_mem_bytes of its JSONL log: the largest rank's), for strategies x checkpoint
-# modes x ZeRO stages and groups x ranks 1/2/4 x FPDT chunks (layers streamed or whole) x FFN chunks x offloading: within
-# 10% each. Also: a prediction for other flags than the run's is refused by the same check (the
+# modes x ZeRO stages and groups x ranks 1/2/4 x FPDT chunks (layers streamed or whole) x FFN chunks x offloading,
+# in fp32 and in bf16 (--precision bf16): within 10% each; and what bf16 adds to or takes from the
+# same run's fp32 peak, predicted against measured, within 10% of that difference. Also: a prediction for other flags than the run's is refused by the same check (the
 # test can fail), layer-input offload leaves the losses bit-identical, and `seqpar memory`
 # answers bad flags with one line and runs in well under a second.
 # usage: bash tests/test_memory_model.sh BUILD_DIR
@@ -72,6 +73,27 @@ case_ 1 --strategy fpdt --chunks 8 --checkpoint layer --offload-dir "$OFF" --ffn
 case_ 2 --strategy fpdt --chunks 4 --checkpoint layer --offload-dir "$OFF" --batch 1
 case_ 2 --strategy fpdt --chunks 4 --checkpoint none --batch 1
 case_ 1 --strategy fpdt --chunks 8 --checkpoint layer --offload-dir "$OFF" --no-stream --batch 1
+# --precision bf16 (llama.c, memory_model.c): per-layer bf16 copies and their shared fp32 sets,
+# the bf16 GEMMs' operand copies, the bf16 attention kernel's pair words, the bf16 wire's staging
+B="--precision bf16"
+case_ 1 $B --checkpoint none --batch 1
+case_ 1 $B --checkpoint layer --batch 1
+case_ 1 $B --checkpoint selective --ffn-chunks 1 --batch 1
+case_ 1 $B --strategy fpdt --chunks 4 --checkpoint selective --batch 1
+case_ 1 $B --strategy fpdt --chunks 4 --offload-dir "$OFF" --batch 1
+case_ 1 $B --checkpoint layer --offload-dir "$OFF" --ffn-chunks 4 --batch 1
+case_ 2 $B --strategy ulysses --checkpoint none --batch 1
+case_ 2 $B --strategy ring --checkpoint selective --zero 1 --batch 1
+case_ 2 $B --strategy lightseq --checkpoint none --zero 2 --batch 2
+case_ 2 $B --strategy allgather --checkpoint layer --batch 1
+case_ 2 $B --strategy wallfacer --checkpoint none --zero 3 --batch 1
+case_ 2 $B --strategy fpdt --chunks 4 --checkpoint none --batch 1
+case_ 2 $B --strategy fpdt --chunks 4 --checkpoint none --no-stream --batch 1
+case_ 4 $B --strategy 2d --hp 2 --cp 2 --checkpoint none --zero 1 --batch 1
+case_ 4 $B --strategy ring --ring-inner 2 --checkpoint selective --zero 3 --zero-group 2 --batch 1
+case_ 4 $B --strategy wallfacer --team 2 --checkpoint none --batch 1
+case_ 4 $B --strategy lightseq --dp 2 --checkpoint layer --zero 2 --batch 2
+case_ 4 $B --strategy fpdt --chunks 2 --offload-dir "$OFF" --checkpoint selective --zero 2 --batch 1
 echo "$n_cases configurations"
 
 # The check can fail: the prediction for --checkpoint layer is not the measured peak of none,
@@ -82,6 +104,24 @@ if within "$p" "$m"; then bad "the check accepts the layer prediction ($p) for a
 p=$(predict 4 --strategy ring --zero 0 --batch 1)
 m=$(measure 4 --strategy ring --zero 3 --batch 1)
 if within "$p" "$m"; then bad "the check accepts the zero 0 prediction ($p) for a zero 3 run ($m)"; else ok; fi
+# The bf16 terms themselves: what bf16 adds to or takes from the same run's fp32 peak, predicted
+# against measured, within 10% of the measured difference (which is 1-4 MiB here, inside the
+# 10% of the totals: a model that ignored --precision would pass the rows above but not this).
+for flags in "1 --threads 1 --checkpoint layer --ffn-chunks 1" "2 --strategy ulysses --checkpoint none" \
+    "1 --threads 1 --checkpoint none --layers 12"; do
+    set -- $flags
+    np=$1
+    shift
+    p32=$(predict "$np" "$@" --batch 1)
+    p16=$(predict "$np" "$@" --batch 1 --precision bf16)
+    m32=$(measure "$np" "$@" --batch 1)
+    m16=$(measure "$np" "$@" --batch 1 --precision bf16)
+    if awk -v np="$np" -v p32="${p32:-0}" -v p16="${p16:-0}" -v m32="${m32:-0}" -v m16="${m16:-0}" 'BEGIN {
+        dm = m16 - m32; dp = p16 - p32; e = dp - dm; if (e < 0) e = -e; a = dm < 0 ? -dm : dm
+        printf "  bf16 - fp32, np %s: predicted %+.2f MiB, measured %+.2f MiB\n", np, dp / 1048576, dm / 1048576
+        exit !(m32 > 0 && m16 > 0 && a > 262144 && e <= 0.1 * a) }'; then ok; else
+        bad "bf16 - fp32 memory, np $np $*: predicted $p16 - $p32, measured $m16 - $m32 bytes"; fi
+done
 
 # Layer-input offload is exact: the same losses bit for bit, 1 and 2 ranks, layer and selective.
 for np in 1 2; do

@@ -62,6 +62,11 @@ struct SeqAttention {
     size_t saved_floats; /* per layer */
     int keeps_inputs;    /* backward ignores q, k, v, o (may be NULL) */
     size_t kept_floats;  /* the suffix of `saved` that restore() cannot rebuild (<= saved_floats) */
+    /* The prefix of `saved` that holds only copies of q, k, v (the head-parallel q_h, kv_h): when
+     * the model passes bf16-rounded q, k, v (--precision bf16) its values are bf16, so the model
+     * may keep it as bf16 between forward and backward and widen it back bit for bit (llama.c).
+     * 0: none (<= saved_floats - kept_floats). */
+    size_t bf16_floats;
     /* Positions (N) of this rank's tokens for the coming forward/backward calls, and their
      * document ids (N) for packed sequences (NULL: the sequence is one document; every rank of the
      * group must pass NULL or ids alike). Positions are global token positions in the sequence

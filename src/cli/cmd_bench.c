@@ -257,6 +257,7 @@ static double predicted_bytes(const ParallelConfig *pc, const MemoryFlags *mf, i
     in.checkpoint = mf->checkpoint;
     in.ffn_chunks = mf->ffn_chunks;
     in.no_stream = mf->no_stream;
+    in.precision = mf->precision;
     MemoryEstimate m;
     char *err = memory_model_estimate(&in, &m);
     if (err) {
@@ -271,7 +272,9 @@ static double predicted_bytes(const ParallelConfig *pc, const MemoryFlags *mf, i
  * first, warm-up steps then one measured step, as seqpar train runs it (one sequence per
  * replica). Tracked peak: that step's (max over ranks); peak RSS: the process's so far, which is
  * this length's when memory grows with S. Rank 0 prints, with the memory model's prediction. */
-static void bench_memory_parallel(const ParallelConfig *pc, const MemoryFlags *mf, int *lens, int n) {
+static void bench_memory_parallel(const ParallelConfig *pc_in, const MemoryFlags *mf, int *lens, int n) {
+    ParallelConfig pc_bf16 = *pc_in, *pc = &pc_bf16;
+    pc->wire_bf16 = mf->precision == PRECISION_BF16; /* the head exchange and schedules in bf16, as train */
     for (int i = 1; i < n; i++) /* shortest first */
         for (int j = i; j > 0 && lens[j] < lens[j - 1]; j--) {
             int t = lens[j]; lens[j] = lens[j - 1]; lens[j - 1] = t;
@@ -291,8 +294,9 @@ static void bench_memory_parallel(const ParallelConfig *pc, const MemoryFlags *m
         if (li == 0 && rank == 0) {
             char desc[256];
             seq_parallel_describe(&par, desc, sizeof desc);
-            printf("peak memory of one training step (reference model, --checkpoint %s, --ffn-chunks %d%s%s) on %s; "
-                   "lengths shortest first in one process:\n", llama_checkpoint_name(mf->checkpoint),
+            printf("peak memory of one training step (reference model, %s, --checkpoint %s, --ffn-chunks %d%s%s) on %s; "
+                   "lengths shortest first in one process:\n", precision_name(mf->precision),
+                   llama_checkpoint_name(mf->checkpoint),
                    mf->ffn_chunks > 0 ? mf->ffn_chunks : LLAMA_FFN_CHUNKS_DEFAULT, pc->offload_dir ? ", --offload-dir " : "",
                    pc->offload_dir ? pc->offload_dir : "", desc);
             fflush(stdout);
@@ -302,7 +306,7 @@ static void bench_memory_parallel(const ParallelConfig *pc, const MemoryFlags *m
         AdamW opt;
         adamw_init(&opt, &oc, par.sync.shard_begin, par.sync.shard_end);
         LlamaActsOptions ao = {.checkpoint = mf->checkpoint, .ffn_chunks = mf->ffn_chunks, .offload_dir = pc->offload_dir,
-                               .rank = par.topo.world_rank, .no_stream = mf->no_stream};
+                               .rank = par.topo.world_rank, .no_stream = mf->no_stream, .precision = mf->precision};
         LlamaActs *acts = llama_acts_create_opts(&m, par.attn, N, &ao);
         grad_sync_attach(&par.sync, &m);
         int *g_in = xmalloc(sizeof(int) * (size_t)S), *g_tg = xmalloc(sizeof(int) * (size_t)S);

@@ -107,6 +107,7 @@ int cmd_memory(int argc, char **argv) {
     in.checkpoint = o.mem.checkpoint;
     in.ffn_chunks = o.mem.ffn_chunks;
     in.no_stream = o.mem.no_stream;
+    in.precision = o.mem.precision;
     MemoryEstimate m;
     char *err = memory_model_estimate(&in, &m);
     if (err) die_collective("%s", err);
@@ -115,12 +116,13 @@ int cmd_memory(int argc, char **argv) {
     const LlamaConfig *c = &in.model;
     char groups[48] = "";
     if (m.zero > 0 && m.zero_group < world) snprintf(groups, sizeof groups, " (groups of %d)", m.zero_group);
-    printf("memory model of one training step: %d layers, hidden %d, heads %d (kv %d), head_dim %d, ffn %d, vocab %d\n",
-           c->num_hidden_layers, c->hidden_size, c->num_attention_heads, c->num_key_value_heads, c->head_dim,
-           c->intermediate_size, c->vocab_size);
-    printf("S = %ld, batch %d, %d rank%s: %s, dp %d x hp %d x cp %d, %d local tokens, --checkpoint %s, %d FFN chunk%s, "
-           "zero %d%s, %d thread%s/rank%s%s\n",
+    printf("memory model of one %s training step: %d layers, hidden %d, heads %d (kv %d), head_dim %d, ffn %d, vocab %d\n",
+           precision_name(in.precision), c->num_hidden_layers, c->hidden_size, c->num_attention_heads,
+           c->num_key_value_heads, c->head_dim, c->intermediate_size, c->vocab_size);
+    printf("S = %ld, batch %d, %d rank%s: %s, dp %d x hp %d x cp %d, %d local tokens, --precision %s, --checkpoint %s, "
+           "%d FFN chunk%s, zero %d%s, %d thread%s/rank%s%s\n",
            in.seq_len, in.batch, world, world == 1 ? "" : "s", m.strategy, m.dp, m.hp, m.cp, m.n_local,
+           precision_name(in.precision),
            llama_checkpoint_name(in.checkpoint), m.ffn_chunks, m.ffn_chunks == 1 ? "" : "s", m.zero, groups,
            m.threads, m.threads == 1 ? "" : "s", in.par.offload_dir ? ", offload to " : "",
            in.par.offload_dir ? in.par.offload_dir : "");

@@ -25,27 +25,36 @@ void linear_backward(float *din, float *dW, const float *dout, const float *in, 
 }
 
 void bf16_scratch_free(Bf16Scratch *s) {
-    xfree(s->a);
-    xfree(s->b);
+    xfree(s->buf);
     memset(s, 0, sizeof *s);
 }
 
-/* x packed into buffer *buf of capacity *cap (grown when short). */
-static bf16_t *packed_into(bf16_t **buf, size_t *cap, const float *x, size_t n) {
-    if (*cap < n || !*buf) {
-        xfree(*buf);
-        *cap = n ? n : 1;
-        *buf = xmalloc(sizeof(bf16_t) * *cap);
+/* The second operand starts at the first's size rounded up to 32 elements (64 bytes). */
+static size_t second_offset(size_t na) { return (na + 31) / 32 * 32; }
+
+size_t bf16_scratch_elems(size_t na, size_t nb) { return second_offset(na) + (nb ? nb : 1); }
+
+/* Room for operand copies of na and nb elements (grown when short: nothing in it survives a
+ * growth, so a call reserves for both of its operands before packing the first); returns the
+ * first's place, *second the second's. */
+static bf16_t *scratch_reserve(Bf16Scratch *s, size_t na, size_t nb, bf16_t **second) {
+    const size_t need = bf16_scratch_elems(na, nb);
+    if (s->cap < need || !s->buf) {
+        xfree(s->buf);
+        s->cap = need;
+        s->buf = xmalloc(sizeof(bf16_t) * s->cap);
     }
-    bf16_pack(*buf, x, n);
-    return *buf;
+    *second = s->buf + second_offset(na);
+    return s->buf;
 }
 
 void linear_forward_bf16(float *out, const float *in, const float *W, int N, int n_in, int n_out, int accumulate,
                          Bf16Scratch *scratch) {
     Bf16Scratch own = {0}, *s = scratch ? scratch : &own;
-    bf16_t *in_h = packed_into(&s->a, &s->cap_a, in, (size_t)N * n_in);
-    bf16_t *W_h = packed_into(&s->b, &s->cap_b, W, (size_t)n_out * n_in);
+    const size_t n_x = (size_t)N * n_in, n_w = (size_t)n_out * n_in;
+    bf16_t *W_h, *in_h = scratch_reserve(s, n_x, n_w, &W_h);
+    bf16_pack(in_h, in, n_x);
+    bf16_pack(W_h, W, n_w);
     bf16_kernels()->gemm(0, 1, N, n_out, n_in, 1.0f, in_h, n_in, W_h, n_in, accumulate ? 1.0f : 0.0f, out, n_out);
     if (!scratch) bf16_scratch_free(&own);
 }
@@ -54,14 +63,16 @@ void linear_backward_bf16(float *din, float *dW, const float *dout, const float 
                           int N, int n_in, int n_out, Bf16Scratch *scratch) {
     const Bf16Kernels *k = bf16_kernels();
     Bf16Scratch own = {0}, *s = scratch ? scratch : &own;
-    bf16_t *dout_h = packed_into(&s->a, &s->cap_a, dout, (size_t)N * n_out);
-    if (din) {
-        bf16_t *W_h = packed_into(&s->b, &s->cap_b, W, (size_t)n_out * n_in);
-        k->gemm(0, 0, N, n_in, n_out, 1.0f, dout_h, n_out, W_h, n_in, 1.0f, din, n_in);
+    const size_t n_d = (size_t)N * n_out, n_w = din ? (size_t)n_out * n_in : 0, n_x = dW ? (size_t)N * n_in : 0;
+    bf16_t *second, *dout_h = scratch_reserve(s, n_d, n_w > n_x ? n_w : n_x, &second);
+    bf16_pack(dout_h, dout, n_d);
+    if (din) { /* the second place holds W, then (for dW) the input */
+        bf16_pack(second, W, n_w);
+        k->gemm(0, 0, N, n_in, n_out, 1.0f, dout_h, n_out, second, n_in, 1.0f, din, n_in);
     }
     if (dW) {
-        bf16_t *in_h = packed_into(&s->b, &s->cap_b, in, (size_t)N * n_in);
-        k->gemm(1, 0, n_out, n_in, N, 1.0f, dout_h, n_out, in_h, n_in, 1.0f, dW, n_in);
+        bf16_pack(second, in, n_x);
+        k->gemm(1, 0, n_out, n_in, N, 1.0f, dout_h, n_out, second, n_in, 1.0f, dW, n_in);
     }
     if (!scratch) bf16_scratch_free(&own);
 }

@@ -16,12 +16,16 @@ void linear_backward(float *din, float *dW, const float *dout, const float *in, 
                      int N, int n_in, int n_out);
 /* The same two in bf16 mixed precision (kernels/bf16.h): every operand of each product rounded to
  * bf16 (round to nearest even), products accumulated in fp32, results fp32. The bf16 copies of
- * the operands go to `scratch`, which grows as needed and is kept for the next call (NULL:
+ * the operands go to `scratch`: one buffer holding a call's two operand copies side by side (so
+ * it is as large as the largest call's two operands together, not the largest first operand
+ * plus the largest second one), which grows as needed and is kept for the next call (NULL:
  * allocated and freed per call). */
 typedef struct {
-    uint16_t *a, *b; /* bf16 operand copies */
-    size_t cap_a, cap_b;
+    uint16_t *buf; /* bf16 operand copies: the first operand, then the second (64-byte aligned) */
+    size_t cap;    /* elements */
 } Bf16Scratch;
+/* Elements a Bf16Scratch holds for a call whose two operand copies have na and nb elements. */
+size_t bf16_scratch_elems(size_t na, size_t nb);
 void bf16_scratch_free(Bf16Scratch *s);
 void linear_forward_bf16(float *out, const float *in, const float *W, int N, int n_in, int n_out, int accumulate,
                          Bf16Scratch *scratch);

@@ -131,12 +131,19 @@ typedef struct {
     /* bf16: this layer's own q, k, v (none, when not shared) and o (none, selective) are kept
      * here; q, k, v, o above then point at the shared fp32 set a->wq.. (see layer_convert) */
     bf16_t *q16, *k16, *v16, *o16;
+    /* bf16, none, a strategy with a bf16 prefix (SeqAttention.bf16_floats: its copies of q, k, v):
+     * the prefix as bf16 and the rest (o_h, lse_h) as fp32; saved above then points at the shared
+     * fp32 buffer a->wsaved */
+    bf16_t *saved16;
+    float *saved_rest;
 } LayerActs;
 
 struct LlamaActs {
     int N, checkpoint, n_layers;
     int precision;        /* PRECISION_FP32 or PRECISION_BF16 */
     float *wq, *wk, *wv, *wo; /* bf16: the shared fp32 set the layers' bf16 copies widen into */
+    float *wsaved;            /* bf16: the shared fp32 `saved` the layers' saved16 + saved_rest widen into */
+    size_t saved_floats, saved_bf16; /* the strategy's saved floats per layer and their bf16 prefix */
     Bf16Scratch mm_scratch;   /* bf16: operand copies of the matrix multiplies (ops.h) */
     int ffn_chunks, ffn_rows; /* chunks of the MLP and rows per chunk (the last may be shorter) */
     int store_gate_up;    /* none with one chunk: gate, up kept per layer (else recomputed per chunk) */
@@ -219,7 +226,13 @@ static void layer_acts_alloc(LayerActs *L, const LlamaConfig *c, const SeqAttent
     } else if (!partial) {
         L->o = alloc_floats(Nn * qd);
     }
-    if (!partial || attn->kept_floats < attn->saved_floats) L->saved = alloc_floats(attn->saved_floats);
+    if (!partial && low && a->wsaved) {
+        L->saved16 = alloc_bf16(a->saved_bf16);
+        L->saved_rest = alloc_floats(a->saved_floats - a->saved_bf16);
+        L->saved = a->wsaved;
+    } else if (!partial || attn->kept_floats < attn->saved_floats) {
+        L->saved = alloc_floats(attn->saved_floats);
+    }
     L->x_mid = alloc_floats(Nn * D);
     L->rstd2 = alloc_floats(Nn);
     if (a->store_gate_up) {
@@ -235,7 +248,12 @@ static void layer_acts_free(LayerActs *L, int shared_qkv) {
         xfree(L->q); xfree(L->k); xfree(L->v);
     }
     if (L->o16) xfree(L->o16); else xfree(L->o);
-    xfree(L->rstd1); xfree(L->saved);
+    if (L->saved16) {
+        xfree(L->saved16); xfree(L->saved_rest);
+    } else {
+        xfree(L->saved);
+    }
+    xfree(L->rstd1);
     xfree(L->x_mid); xfree(L->rstd2); xfree(L->gate); xfree(L->up);
 }
 
@@ -331,6 +349,8 @@ LlamaActs *llama_acts_create_opts(const LlamaModel *m, const SeqAttention *attn,
     a->layers = xcalloc((size_t)a->n_layers, sizeof(LayerActs));
     /* bf16 per-layer copies (none under streaming: no layer keeps q, k, v or o) */
     int low = a->precision == PRECISION_BF16 && a->checkpoint != LLAMA_CKPT_LAYER && !a->stream;
+    a->saved_floats = attn->saved_floats;
+    a->saved_bf16 = attn->bf16_floats <= attn->saved_floats - attn->kept_floats ? attn->bf16_floats : 0;
     if (low) {
         a->wo = alloc_floats(Nn * qd);
         if (!a->shared_qkv && a->checkpoint == LLAMA_CKPT_NONE) {
@@ -338,11 +358,25 @@ LlamaActs *llama_acts_create_opts(const LlamaModel *m, const SeqAttention *attn,
             a->wk = alloc_floats(Nn * kvd);
             a->wv = alloc_floats(Nn * kvd);
         }
+        if (a->checkpoint == LLAMA_CKPT_NONE && a->saved_bf16 > 0) a->wsaved = alloc_floats(a->saved_floats);
     }
     if (a->stream) { /* a layer keeps only the strategy's state: each its own (none) or one shared (layer) */
+        /* bf16, none: each layer's copies of q, k, v in bf16, widened into one shared buffer */
+        if (a->precision == PRECISION_BF16 && a->checkpoint == LLAMA_CKPT_NONE && a->saved_bf16 > 0)
+            a->wsaved = alloc_floats(a->saved_floats);
         if (a->checkpoint == LLAMA_CKPT_LAYER) a->shared.saved = alloc_floats(attn->saved_floats);
-        for (int l = 0; l < a->n_layers; l++)
-            a->layers[l].saved = a->checkpoint == LLAMA_CKPT_LAYER ? a->shared.saved : alloc_floats(attn->saved_floats);
+        for (int l = 0; l < a->n_layers; l++) {
+            LayerActs *L = &a->layers[l];
+            if (a->checkpoint == LLAMA_CKPT_LAYER) {
+                L->saved = a->shared.saved;
+            } else if (a->wsaved) {
+                L->saved16 = alloc_bf16(a->saved_bf16);
+                L->saved_rest = alloc_floats(a->saved_floats - a->saved_bf16);
+                L->saved = a->wsaved;
+            } else {
+                L->saved = alloc_floats(attn->saved_floats);
+            }
+        }
     } else if (a->checkpoint == LLAMA_CKPT_NONE) {
         for (int l = 0; l < a->n_layers; l++) layer_acts_alloc(&a->layers[l], c, attn, N, a, 0, low);
     } else if (a->checkpoint == LLAMA_CKPT_LAYER) {
@@ -374,6 +408,11 @@ void llama_acts_free(LlamaActs *a) {
     if (!a) return;
     if (a->stream) {
         if (a->checkpoint == LLAMA_CKPT_LAYER) xfree(a->shared.saved);
+        else if (a->wsaved)
+            for (int l = 0; l < a->n_layers; l++) {
+                xfree(a->layers[l].saved16);
+                xfree(a->layers[l].saved_rest);
+            }
         else for (int l = 0; l < a->n_layers; l++) xfree(a->layers[l].saved);
     } else if (a->checkpoint == LLAMA_CKPT_NONE) {
         for (int l = 0; l < a->n_layers; l++) layer_acts_free(&a->layers[l], a->shared_qkv);
@@ -389,7 +428,7 @@ void llama_acts_free(LlamaActs *a) {
     xfree(a->layers);
     if (a->inputs_tier) chunk_tier_destroy(a->inputs_tier);
     xfree(a->in_keys);
-    xfree(a->wq); xfree(a->wk); xfree(a->wv); xfree(a->wo);
+    xfree(a->wq); xfree(a->wk); xfree(a->wv); xfree(a->wo); xfree(a->wsaved);
     bf16_scratch_free(&a->mm_scratch);
     xfree(a->residual); xfree(a->rope_cos); xfree(a->rope_sin); xfree(a->rstd_final);
     xfree(a->xn); xfree(a->dx); xfree(a->dxn); xfree(a->dq); xfree(a->dk); xfree(a->dv); xfree(a->dout);
@@ -497,18 +536,25 @@ static void mm_backward(LlamaActs *a, float *din, float *dW, const float *dout, 
 }
 
 /* bf16: after layer l's forward its own o (and q, k, v) go to their bf16 copies (exact for
- * q, k, v, which are bf16-rounded already: to_bf16 = 1); before its backward they come back
- * (to_bf16 = 0). */
+ * q, k, v, which are bf16-rounded already: to_bf16 = 1), and so does the strategy's copy of
+ * q, k, v (the prefix of saved: exact too), the rest of saved going to its fp32 buffer; before
+ * its backward they come back (to_bf16 = 0). */
 static void layer_convert(LlamaActs *a, const LlamaConfig *c, int l, int to_bf16) {
     LayerActs *L = &a->layers[l];
     size_t N = (size_t)a->N, qd = (size_t)c->num_attention_heads * c->head_dim;
     size_t kvd = (size_t)c->num_key_value_heads * c->head_dim;
-    struct { float *f; bf16_t *h; size_t n; } t[4] = {
-        {L->o, L->o16, N * qd}, {L->q, L->q16, N * qd}, {L->k, L->k16, N * kvd}, {L->v, L->v16, N * kvd}};
-    for (int i = 0; i < 4; i++) {
+    struct { float *f; bf16_t *h; size_t n; } t[5] = {
+        {L->o, L->o16, N * qd}, {L->q, L->q16, N * qd}, {L->k, L->k16, N * kvd}, {L->v, L->v16, N * kvd},
+        {L->saved, L->saved16, a->saved_bf16}};
+    for (int i = 0; i < 5; i++) {
         if (!t[i].h) continue;
         if (to_bf16) bf16_pack(t[i].h, t[i].f, t[i].n);
         else bf16_unpack(t[i].f, t[i].h, t[i].n);
+    }
+    if (L->saved_rest) {
+        const size_t rest = a->saved_floats - a->saved_bf16;
+        if (to_bf16) memcpy(L->saved_rest, L->saved + a->saved_bf16, sizeof(float) * rest);
+        else memcpy(L->saved + a->saved_bf16, L->saved_rest, sizeof(float) * rest);
     }
 }
 
@@ -856,12 +902,12 @@ double llama_forward_backward_docs(LlamaModel *m, LlamaActs *a, SeqAttention *at
             input_fetch(a, c, l);
             if (l > 0) input_prefetch(a, l - 1);
         }
+        layer_convert(a, c, l, 0);
         if (a->stream) {
             stream_layer_backward(m, a, attn, l);
             hook(m, LLAMA_HOOK_AFTER_BACKWARD, l, 1);
             continue;
         }
-        layer_convert(a, c, l, 0);
         /* layer: the attention half again, attention's forward included, into the shared set;
          * selective: q, k, v, the strategy's state and x_mid without attention's forward. The
          * MLP is recomputed chunk by chunk inside its backward. */

@@ -126,6 +126,7 @@ SeqAttention *dist_attention_create(const ScheduleInfo *schedule, const Strategy
     sa->saved_floats = saved_total(x);
     sa->keeps_inputs = 1;
     sa->kept_floats = saved_total(x) - off_lse(x); /* lse_h */
+    sa->bf16_floats = off_o(x);                    /* q_h, kv_h: copies of q, k, v */
     sa->set_positions = dist_set_positions;
     sa->forward = dist_forward;
     sa->backward = dist_backward;

@@ -125,6 +125,7 @@ static void fpdt_memory(const StrategyParams *p, int hp_rank, AttnMemory *m) {
     const size_t d = (size_t)p->head_dim, Hl = (size_t)hs.hl[hp_rank], Hk = (size_t)hs.hk[hp_rank];
     m->saved_per_layer = S * (2 * Hl * d + 2 * Hk * d + Hl); /* q_h, o_h, kv_h, lse_h of all chunks */
     m->kept_per_layer = S * Hl;                                /* lse_h of all chunks */
+    m->bf16_per_layer = p->offload_dir ? 0 : S * (Hl * d + 2 * Hk * d); /* q_h | kv_h of all chunks (RAM tier) */
     size_t tier = 0, dout_h = S * Hl * d;
     if (p->offload_dir) { /* only lse_h stays; two staging and two read buffers of q_h, kv_h, o_h chunks,
                              and of dout_h chunks (the backward's second file) */
@@ -431,6 +432,8 @@ static SeqAttention *fpdt_create(const StrategyParams *p, const Topology *t, Com
     sa->saved_floats = p->offload_dir ? chunk_tier_disk_saved_floats(x->u, sizes) : chunk_tier_ram_saved_floats(x->u, sizes);
     sa->keeps_inputs = 1;
     sa->kept_floats = (size_t)x->u * sizes[TIER_LSE]; /* lse_h of every chunk: the suffix */
+    /* the RAM tier's q_h and kv_h chunks, copies of q, k, v (the prefix: kind-major layout) */
+    sa->bf16_floats = p->offload_dir ? 0 : (size_t)x->u * (sizes[TIER_Q] + sizes[TIER_KV]);
     sa->set_positions = fpdt_set_positions;
     sa->forward = fpdt_forward;
     sa->backward = fpdt_backward;

@@ -6,7 +6,10 @@
 #include <string.h>
 
 #include "core/common.h"
+#include "kernels/attn_bf16.h"
+#include "kernels/bf16.h"
 #include "kernels/isa.h"
+#include "kernels/ops.h"
 #include "model/llama.h"
 #include "strategies/block_attention.h"
 #include "strategies/head_exchange.h"
@@ -43,19 +46,71 @@ static int hp_rank_of(int w, int hp, int cp, Placement pl) {
     return pl == PLACEMENT_CONTEXT_FIRST ? in_replica / cp : in_replica % hp;
 }
 
-/* The transient buffers of flash attention's kernels for one call of n rows of queries and of
- * keys against hkv local kv heads of `group` query heads each (flash_attention.c): per-thread
- * tiles; forward, K and V of every kv head packed once per call; backward, Q and dO of one kv
- * head's query heads packed once per kv head, and one dq copy per thread beyond the first.
- * Floats. */
-static double flash_transient(int threads, double n, int hkv, int group, int d) {
+/* The transient buffers of flash attention's kernels for one call of nq query rows and nk key
+ * rows (kv_heads key / value heads, group query heads each): per-thread tiles, in backward one dq
+ * copy per thread beyond the first; the compact copies made once per call: forward K and V of
+ * every kv head of the call, backward Q and dO of one kv head's query heads, as fp32 rows or, with
+ * the bf16 tiles (attn_bf16.h, bt non-NULL), as pair words (K rows and V pairs; Q and dO rows and
+ * pairs) with per-thread pair-word tiles (flash_attention.c). Floats (a pair word is one). */
+static double flash_transient(int threads, double nq, double nk, int kv_heads, int group, int d,
+                              const AttnBf16Tiles *bt) {
     const SimdKernels *sk = simd();
-    const double skew = 16, ldt = sk->fwd_bq + skew, ldc = d + skew, ldp = sk->bwd_bk + skew;
-    double fwd = threads * ((double)d * ldt + sk->fwd_bk * ldt + (double)sk->fwd_bq * d + 6.0 * sk->fwd_bq + 16) +
-                 2.0 * hkv * n * ldc;
-    double bwd = threads * (2.0 * d * ldp + 2.0 * sk->bwd_bq * ldp + 2.0 * sk->bwd_bk * d + sk->bwd_bk * ldc + 16) +
-                 2.0 * group * n * ldc + (threads - 1) * n * group * d;
+    const double fbq = bt ? bt->fwd_bq : sk->fwd_bq, fbk = bt ? bt->fwd_bk : sk->fwd_bk;
+    const double bbq = bt ? bt->bwd_bq : sk->bwd_bq, bbk = bt ? bt->bwd_bk : sk->bwd_bk;
+    const double skew = 16, ldt = fbq + skew, ldc = d + skew, ldp = bbk + skew;
+    double fwd = threads * ((double)d * ldt + fbk * ldt + fbq * d + 6.0 * fbq + 16);
+    double bwd = threads * (2.0 * d * ldp + 2.0 * bbq * ldp + 2.0 * bbk * d + bbk * ldc + 16) +
+                 (threads - 1) * nq * group * d;
+    if (!bt) {
+        fwd += 2.0 * kv_heads * nk * ldc;
+        bwd += 2.0 * group * nq * ldc;
+    } else {
+        const double d2 = (d + 1) / 2, bk2 = ((int)fbk + 1) / 2, ldkw = d2 + skew / 2, ldvw = d + skew / 2;
+        fwd += threads * (fbq * d2 + d2 * ldt + bk2 * ldt + 16) + kv_heads * (nk * ldkw + (double)(((long)nk + 1) / 2) * ldvw);
+        const double b_bk2 = ((int)bbk + 1) / 2, b_bq2 = ((int)bbq + 1) / 2, ldsw = b_bk2 + skew;
+        bwd += threads * (2.0 * d2 * ldp + b_bk2 * ldc + bbk * d2 + b_bq2 * ldp + bbq * ldsw + 16) +
+               2.0 * group * nq * ldkw + 2.0 * group * (double)(((long)nq + 1) / 2) * ldvw;
+    }
     return fwd > bwd ? fwd : bwd;
+}
+
+/* The bf16 GEMMs' operand copies (ops.c's Bf16Scratch, kept across calls: as large as the
+ * largest call's two operand copies together) over R rows of the attention half's projections
+ * and fr rows of the MLP's, as llama.c calls them; and the conversion path's transient fp32
+ * copies of both operands of the largest call (bf16.c: bf16_gemm_convert), which `transient`
+ * receives (0 on the VDPBF16PS path). Floats. */
+static double gemm_bf16_scratch(double R, double fr, double D, double qd, double kvd, double F, double *transient) {
+    /* rows, n_in, n_out, and whether the backward call has an input / a weight gradient */
+    const struct { double n, in, out; int din, dW; } calls[] = {
+        {R, D, qd, 1, 1}, {R, D, kvd, 1, 1}, {R, qd, D, 1, 1},      /* q, k|v, o projections */
+        {fr, D, F, 1, 1}, {fr, F, D, 0, 1}, {fr, F, D, 1, 0}};      /* gate|up; down: dW, then din */
+    double scratch = 0, conv = 0;
+#define MAX_INTO(x, y) ((x) = (y) > (x) ? (y) : (x))
+    for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
+        const double n = calls[i].n, in = calls[i].in, out = calls[i].out;
+        const double w = calls[i].din ? out * in : 0, x = calls[i].dW ? n * in : 0;
+        MAX_INTO(scratch, (double)bf16_scratch_elems((size_t)(n * in), (size_t)(out * in)));   /* forward */
+        MAX_INTO(scratch, (double)bf16_scratch_elems((size_t)(n * out), (size_t)(w > x ? w : x))); /* backward */
+        /* the conversion path widens A and B of each product: forward (n x n_in) and (n_out x n_in),
+         * input gradient (n x n_out) and (n_out x n_in), weight gradient (n x n_out) and (n x n_in) */
+        MAX_INTO(conv, n * in + out * in);
+        if (calls[i].din) MAX_INTO(conv, n * out + out * in);
+        if (calls[i].dW) MAX_INTO(conv, n * out + n * in);
+    }
+#undef MAX_INTO
+    *transient = bf16_kernels()->path == BF16_PATH_CONVERT ? conv : 0;
+    return 0.5 * scratch;
+}
+
+/* The largest block set of the head exchange over `rows` local rows (head_exchange.c: `most`),
+ * which the bf16 wire stages twice in bf16 (one float's bytes per element in all). Floats. */
+static double head_exchange_most(const HeadSplit *hs, int hr, double rows, int H, int d) {
+    double theirs = 0, mine = (double)hs->hp * rows * (hs->hl[hr] + 2.0 * hs->hk[hr]) * d;
+    for (int q = 0; q < hs->hp; q++) theirs += rows * (hs->hl[q] + 2.0 * hs->hk[q]) * d;
+    double most = theirs > mine ? theirs : mine;
+    if (rows * H * d > most) most = rows * H * d;
+    if ((double)hs->hp * rows * hs->hl[hr] * d > most) most = (double)hs->hp * rows * hs->hl[hr] * d;
+    return most;
 }
 
 char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
@@ -63,6 +118,11 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
     const LlamaConfig *c = &in->model;
     const ParallelConfig *pc = &in->par;
     const int world = in->world > 0 ? in->world : 1;
+    if (in->precision != PRECISION_FP32 && in->precision != PRECISION_BF16)
+        return message("precision %d is not fp32 or bf16: use --precision fp32 or bf16", in->precision);
+    const int bf16 = in->precision == PRECISION_BF16;
+    /* the kernel's bf16 tiles where this CPU has them (else the fp32 kernel on bf16 inputs) */
+    const AttnBf16Tiles *bt = bf16 ? attn_bf16_tiles() : NULL;
     const Strategy *s = strategy_find(pc->strategy ? pc->strategy : "2d");
     if (!s) return strategy_unknown_message(pc->strategy);
     TokenLayout layout = pc->layout_given ? pc->layout : s->default_layout;
@@ -78,7 +138,7 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
                                 .team = pc->team, .chunks = pc->chunks, .offload_dir = own ? pc->offload_dir : NULL,
                                 .placement = pc->placement, .layout = layout, .seq_len = in->seq_len,
                                 .n_heads = c->num_attention_heads, .n_kv_heads = c->num_key_value_heads,
-                                .head_dim = c->head_dim};
+                                .head_dim = c->head_dim, .wire_bf16 = bf16, .attn_bf16 = bf16};
     if (sp_params.team == 0) sp_params.team = strategy_default_team(s, cp);
     if (pc->chunks > 1 && !own) return message("--chunks %d is read by --strategy fpdt only: drop it or use --strategy fpdt", pc->chunks);
     if (pc->offload_dir && !own && in->checkpoint == LLAMA_CKPT_NONE)
@@ -132,13 +192,14 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
         memset(cur.disk, 0, sizeof cur.disk);
         const int hr = hp_rank_of(w, hp, cp, pc->placement);
         /* attention strategy: saved state per layer, what selective keeps, buffers */
-        double saved, kept, attn_buf, nq_call, group_q, hkv_local;
-        int keeps_inputs;
+        double saved, kept, attn_buf, nq_call, group_q, saved_bf16 = 0;
+        int keeps_inputs, kv_heads_call;
         if (sp > 1 || own) {
             AttnMemory am;
             strategy_memory(s, &sp_params, hr, &am);
             saved = (double)am.saved_per_layer;
             kept = (double)am.kept_per_layer;
+            saved_bf16 = (double)am.bf16_per_layer;
             attn_buf = (double)am.workspace;
             if (!own) attn_buf += S * (double)(sizeof(PosRun) / sizeof(float)); /* the schedule's run index */
             keeps_inputs = 1;
@@ -149,7 +210,11 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
             err = head_split_init(&hs, hp, c->num_attention_heads, c->num_key_value_heads);
             if (err) return err;
             group_q = hs.hk[hr] > 0 ? (double)hs.hl[hr] / hs.hk[hr] : 1;
-            hkv_local = hs.hk[hr] > 0 ? hs.hk[hr] : 1;
+            kv_heads_call = hs.hk[hr];
+            /* FPDT's head exchange (per chunk) on the bf16 wire: two bf16 staging buffers of its
+             * largest block set (the schedules' and the others' are in strategy_memory) */
+            if (own && bf16 && hp > 1)
+                attn_buf += head_exchange_most(&hs, hr, S / su / hp, c->num_attention_heads, c->head_dim);
             head_split_free(&hs);
         } else { /* local_attention.c: lse kept, positions and delta */
             saved = kept = N * c->num_attention_heads;
@@ -157,20 +222,36 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
             keeps_inputs = 0;
             nq_call = N;
             group_q = (double)c->num_attention_heads / c->num_key_value_heads;
-            hkv_local = c->num_key_value_heads;
+            kv_heads_call = c->num_key_value_heads;
+        }
+        /* bf16 (llama.c, `low`): under none each layer keeps its own q, k, v (when the strategy
+         * keeps no copies), o and the strategy's copies of q, k, v (saved_bf16) as bf16, the rest of
+         * saved as fp32; under selective its o as bf16; one shared fp32 set of each is widened into
+         * before the layer's backward (working set) */
+        const int low = bf16 && ckpt != LLAMA_CKPT_LAYER && !stream;
+        double qkv_layer = keeps_inputs ? 0 : N * (qd + 2 * kvd), o_layer = N * qd, saved_layer = saved,
+               widened = 0;
+        if (low && ckpt == LLAMA_CKPT_NONE) {
+            widened += qkv_layer + o_layer + (saved_bf16 > 0 ? saved : 0);
+            qkv_layer /= 2;
+            o_layer /= 2;
+            saved_layer = saved - saved_bf16 / 2;
+        } else if (low) { /* selective */
+            widened += N * qd;
         }
         /* one full set of a layer's activations (layer_acts_alloc) and the partial one (selective) */
-        double common = N /* rstd1 */ + (keeps_inputs ? 0 : N * (qd + 2 * kvd)) + N * D /* x_mid */ + N /* rstd2 */ +
-                        (store_gate_up ? 2 * N * F : 0);
-        double full_set = common + N * qd /* o */ + saved;
+        double common = N /* rstd1 */ + qkv_layer + N * D /* x_mid */ + N /* rstd2 */ + (store_gate_up ? 2 * N * F : 0);
+        double full_set = common + o_layer + saved_layer;
         double partial_set = common + (kept < saved ? saved : 0);
-        double per_layer_sel = N * qd + (kept < saved ? kept : saved);
+        double per_layer_sel = (low ? N * qd / 2 : N * qd) + (kept < saved ? kept : saved);
         /* layer inputs: all L + 1 in RAM, or two working buffers with the rest on disk (the tier's
          * staging and read buffers, two each of one chunk, are working set) */
         double saved_acts = offload_inputs ? (stream ? 1 : 2) * N * D : (L + 1) * N * D;
         double layer_set = offload_inputs ? 4 * (double)in_rows * D : 0;
         if (stream) { /* a layer keeps only the strategy's state; one chunk's x_mid, o, rstd1, rstd2 */
-            if (ckpt == LLAMA_CKPT_NONE) saved_acts += L * saved;
+            if (ckpt == LLAMA_CKPT_NONE && bf16 && saved_bf16 > 0) /* its q_h, kv_h in bf16; one fp32 set */
+                saved_acts += L * (saved - saved_bf16 / 2), layer_set += saved;
+            else if (ckpt == LLAMA_CKPT_NONE) saved_acts += L * saved;
             else layer_set += saved;
             layer_set += Cr * D + Cr * qd + 2 * Cr;
         } else if (ckpt == LLAMA_CKPT_NONE) saved_acts += L * full_set;
@@ -180,7 +261,11 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
                      2 * Cr * D /* xn (= x_final), dxn */ + 2 * Cr * qd + 2 * Cr * kvd /* dq, dk, dv, dout */ +
                      3 * (double)rows * F /* h, dgate, dup */ + (store_gate_up ? 0 : 2 * (double)rows * F) /* gate_c, up_c */ +
                      (N < 256 ? N : 256) * V;
-        layer_set += flash_transient(threads, nq_call < N ? nq_call : N, (int)hkv_local, (int)group_q, c->head_dim);
+        layer_set += widened;
+        double gemm_transient = 0;
+        if (bf16) layer_set += gemm_bf16_scratch(Cr, (double)rows, D, qd, kvd, F, &gemm_transient);
+        const double flash = flash_transient(threads, nq_call, nq_call, kv_heads_call, (int)group_q, c->head_dim, bt);
+        layer_set += flash > gemm_transient ? flash : gemm_transient;
         cur.ram[MEM_SAVED] = 4 * saved_acts;
         cur.ram[MEM_LAYER] = 4 * layer_set;
         cur.ram[MEM_ATTN] = 4 * attn_buf;

@@ -4,8 +4,11 @@
  * moments, the activations of llama_acts_create_opts under each checkpoint mode and FFN chunk
  * count, the attention strategy's saved state and buffers (the registry's strategy_memory), the
  * FPDT and layer-input disk tiers, the flash-attention kernel's transient per-thread buffers and
- * the trainer's token buffers. `seqpar memory` prints it; tests/test_memory_model.sh compares it
- * with the tracked-allocation peak `seqpar train` measures.
+ * the trainer's token buffers; under --precision bf16 each at the size the code stores it (what
+ * a layer keeps in bf16 and the shared fp32 set it widens into, the bf16 GEMMs' operand copies,
+ * the bf16 attention kernel's pair words, the bf16 wire's staging). `seqpar memory` prints it;
+ * tests/test_memory_model.sh compares it with the tracked-allocation peak `seqpar train`
+ * measures, in fp32 and in bf16.
  *
  * It predicts the tracked allocations (xmalloc), not the process's RSS: the C runtime, MPI's
  * own buffers and the thread stacks are outside it (tens of MiB, see the README). */
@@ -41,6 +44,8 @@ typedef struct {
     int checkpoint;      /* LLAMA_CKPT_* */
     int ffn_chunks;      /* 0: the default */
     int no_stream;       /* --no-stream: fpdt runs whole layers (llama.h) */
+    int precision;       /* --precision: PRECISION_FP32 (0) or PRECISION_BF16 (kernels/bf16.h): what the
+                            layers keep in bf16, the bf16 copies and kernel buffers, the bf16 wire */
 } MemoryModelInput;
 
 typedef struct {

@@ -158,6 +158,7 @@ void strategy_volume(const Strategy *s, const StrategyParams *p, int hp_rank, in
 }
 
 void strategy_memory(const Strategy *s, const StrategyParams *p, int hp_rank, AttnMemory *m) {
+    memset(m, 0, sizeof *m);
     if (s->own) {
         s->own->memory(p, hp_rank, m);
         return;
@@ -169,6 +170,7 @@ void strategy_memory(const Strategy *s, const StrategyParams *p, int hp_rank, At
     const size_t d = (size_t)p->head_dim, Hl = (size_t)hs.hl[hp_rank], Hk = (size_t)hs.hk[hp_rank];
     m->saved_per_layer = n * Hl * d * 2 + 2 * n * Hk * d + n * Hl; /* q_h, o_h | kv_h | lse_h */
     m->kept_per_layer = n * Hl;                                       /* lse_h */
+    m->bf16_per_layer = n * Hl * d + 2 * n * Hk * d;                  /* q_h | kv_h */
     size_t send = 0, recv = 0;
     for (int q = 0; q < p->hp; q++) {
         send += N * (size_t)(hs.hl[q] + 2 * hs.hk[q]) * d;

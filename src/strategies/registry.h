@@ -45,7 +45,10 @@ extern const ScheduleInfo allgather_schedule;   /* "allgather" (allgather.c) */
 /* Memory of head member hp_rank in floats: the `saved` state per layer (head-parallel q, kv, o,
  * lse), its suffix that selective checkpointing keeps per layer (the lse: SeqAttention's
  * kept_floats) and the buffers held once (head exchange, schedule workspaces, backward scratch). */
-typedef struct { size_t saved_per_layer, kept_per_layer, workspace; } AttnMemory;
+typedef struct {
+    size_t saved_per_layer, kept_per_layer, workspace;
+    size_t bf16_per_layer; /* the prefix of `saved` that holds copies of q, k, v (SeqAttention's bf16_floats) */
+} AttnMemory;
 
 /* A strategy that builds its own SeqAttention (no context schedule). */
 typedef struct {
