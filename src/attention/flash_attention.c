@@ -60,32 +60,6 @@
 #define FA_LOG2E 1.4426950408889634
 #define FA_LN2 0.6931471805599453
 
-/* ---------------------------------------------------------------------------------------------
- * Vectorised exp2: 2^x = 2^k * p(f), k = round(x), f in [-0.5, 0.5], p the Cephes exp2f
- * polynomial (relative error about 1e-7). Inputs below -126 (including -inf) give exactly 0,
- * inputs above 127 are clamped to 2^127, NaN stays NaN. */
-#define EXP2_P0 1.535336188319500e-4f
-#define EXP2_P1 1.339887440266574e-3f
-#define EXP2_P2 9.618437357674640e-3f
-#define EXP2_P3 5.550332471162809e-2f
-#define EXP2_P4 2.402264791363012e-1f
-#define EXP2_P5 6.931472028550421e-1f
-
-static inline float exp2_scalar(float x) {
-    if (!(x >= -126.0f)) return x != x ? x : 0.0f; /* NaN stays, -inf and tiny -> 0 */
-    if (x > 127.0f) x = 127.0f;
-    float k = nearbyintf(x);
-    float f = x - k;
-    float p = EXP2_P0;
-    p = p * f + EXP2_P1;
-    p = p * f + EXP2_P2;
-    p = p * f + EXP2_P3;
-    p = p * f + EXP2_P4;
-    p = p * f + EXP2_P5;
-    p = p * f + 1.0f;
-    return ldexpf(p, (int)k);
-}
-
 /* s[j] = -inf where kv_pos[j] > qp (causal mask of one row). */
 static inline void row_mask(float *restrict s, const int *restrict kv_pos, int n, int qp) {
     for (int j = 0; j < n; j++) s[j] = kv_pos[j] > qp ? -INFINITY : s[j];
@@ -475,9 +449,10 @@ void attn_forward_docs(const AttnShape *s, const float *q, const int *q_pos, con
                     float mnew = m[i] > mx[i] ? m[i] : mx[i];
                     seen[i] |= mx[i] != -INFINITY;
                     msafe[i] = mnew == -INFINITY ? 0.0f : mnew; /* a column with no key yet: p = 0 */
-                    corr[i] = exp2_scalar(m[i] - msafe[i]);     /* 0 when m was -inf */
+                    corr[i] = m[i] - msafe[i];                  /* exponent of the rescaling */
                     m[i] = mnew;
                 }
+                sk->row_exp2_sum(corr, bq, 0.0f); /* corr = 2^(m_old - m_new), 0 when m was -inf */
                 for (int b = 0; b < nblk; b++) { /* P^T: bf16 pairs (never stored in fp32), or in place */
                     const int c0 = b * bw, cw = c0 + bw < bq ? bw : bq - c0;
                     if (bt) bt->col_exp2_pairs(ST + c0, jend[b], cw, ldt, msafe + c0, sum + c0, Pw + c0, ldt);
