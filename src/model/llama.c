@@ -197,6 +197,26 @@ const char *llama_checkpoint_name(int mode) {
 static float *alloc_floats(size_t n) { return xmalloc(sizeof(float) * (n ? n : 1)); }
 static bf16_t *alloc_bf16(size_t n) { return xmalloc(sizeof(bf16_t) * (n ? n : 1)); }
 
+/* A layer's own `saved`: with a->wsaved (bf16, none) its bf16 prefix and fp32 rest, widened into
+ * the shared a->wsaved before its backward (layer_convert); else fp32. */
+static void layer_saved_alloc(LayerActs *L, const LlamaActs *a) {
+    if (a->wsaved) {
+        L->saved16 = alloc_bf16(a->saved_bf16);
+        L->saved_rest = alloc_floats(a->saved_floats - a->saved_bf16);
+        L->saved = a->wsaved;
+    } else {
+        L->saved = alloc_floats(a->saved_floats);
+    }
+}
+
+static void layer_saved_free(LayerActs *L) {
+    if (L->saved16) {
+        xfree(L->saved16); xfree(L->saved_rest);
+    } else {
+        xfree(L->saved);
+    }
+}
+
 /* One complete set (everything but o and saved when `partial`). */
 static void layer_acts_alloc(LayerActs *L, const LlamaConfig *c, const SeqAttention *attn, int N,
                              const LlamaActs *a, int partial, int low) {
@@ -226,13 +246,8 @@ static void layer_acts_alloc(LayerActs *L, const LlamaConfig *c, const SeqAttent
     } else if (!partial) {
         L->o = alloc_floats(Nn * qd);
     }
-    if (!partial && low && a->wsaved) {
-        L->saved16 = alloc_bf16(a->saved_bf16);
-        L->saved_rest = alloc_floats(a->saved_floats - a->saved_bf16);
-        L->saved = a->wsaved;
-    } else if (!partial || attn->kept_floats < attn->saved_floats) {
-        L->saved = alloc_floats(attn->saved_floats);
-    }
+    if (!partial) layer_saved_alloc(L, a);
+    else if (attn->kept_floats < attn->saved_floats) L->saved = alloc_floats(attn->saved_floats);
     L->x_mid = alloc_floats(Nn * D);
     L->rstd2 = alloc_floats(Nn);
     if (a->store_gate_up) {
@@ -248,11 +263,7 @@ static void layer_acts_free(LayerActs *L, int shared_qkv) {
         xfree(L->q); xfree(L->k); xfree(L->v);
     }
     if (L->o16) xfree(L->o16); else xfree(L->o);
-    if (L->saved16) {
-        xfree(L->saved16); xfree(L->saved_rest);
-    } else {
-        xfree(L->saved);
-    }
+    layer_saved_free(L);
     xfree(L->rstd1);
     xfree(L->x_mid); xfree(L->rstd2); xfree(L->gate); xfree(L->up);
 }
@@ -358,24 +369,15 @@ LlamaActs *llama_acts_create_opts(const LlamaModel *m, const SeqAttention *attn,
             a->wk = alloc_floats(Nn * kvd);
             a->wv = alloc_floats(Nn * kvd);
         }
-        if (a->checkpoint == LLAMA_CKPT_NONE && a->saved_bf16 > 0) a->wsaved = alloc_floats(a->saved_floats);
     }
+    /* bf16, none (streamed or not): each layer's copies of q, k, v in bf16, widened into one shared buffer */
+    if (a->precision == PRECISION_BF16 && a->checkpoint == LLAMA_CKPT_NONE && a->saved_bf16 > 0)
+        a->wsaved = alloc_floats(a->saved_floats);
     if (a->stream) { /* a layer keeps only the strategy's state: each its own (none) or one shared (layer) */
-        /* bf16, none: each layer's copies of q, k, v in bf16, widened into one shared buffer */
-        if (a->precision == PRECISION_BF16 && a->checkpoint == LLAMA_CKPT_NONE && a->saved_bf16 > 0)
-            a->wsaved = alloc_floats(a->saved_floats);
         if (a->checkpoint == LLAMA_CKPT_LAYER) a->shared.saved = alloc_floats(attn->saved_floats);
         for (int l = 0; l < a->n_layers; l++) {
-            LayerActs *L = &a->layers[l];
-            if (a->checkpoint == LLAMA_CKPT_LAYER) {
-                L->saved = a->shared.saved;
-            } else if (a->wsaved) {
-                L->saved16 = alloc_bf16(a->saved_bf16);
-                L->saved_rest = alloc_floats(a->saved_floats - a->saved_bf16);
-                L->saved = a->wsaved;
-            } else {
-                L->saved = alloc_floats(attn->saved_floats);
-            }
+            if (a->checkpoint == LLAMA_CKPT_LAYER) a->layers[l].saved = a->shared.saved;
+            else layer_saved_alloc(&a->layers[l], a);
         }
     } else if (a->checkpoint == LLAMA_CKPT_NONE) {
         for (int l = 0; l < a->n_layers; l++) layer_acts_alloc(&a->layers[l], c, attn, N, a, 0, low);
@@ -408,12 +410,7 @@ void llama_acts_free(LlamaActs *a) {
     if (!a) return;
     if (a->stream) {
         if (a->checkpoint == LLAMA_CKPT_LAYER) xfree(a->shared.saved);
-        else if (a->wsaved)
-            for (int l = 0; l < a->n_layers; l++) {
-                xfree(a->layers[l].saved16);
-                xfree(a->layers[l].saved_rest);
-            }
-        else for (int l = 0; l < a->n_layers; l++) xfree(a->layers[l].saved);
+        else for (int l = 0; l < a->n_layers; l++) layer_saved_free(&a->layers[l]);
     } else if (a->checkpoint == LLAMA_CKPT_NONE) {
         for (int l = 0; l < a->n_layers; l++) layer_acts_free(&a->layers[l], a->shared_qkv);
     } else {
