@@ -343,21 +343,19 @@ void attn_forward_docs(const AttnShape *s, const float *q, const int *q_pos, con
             Qr = work_w + (size_t)omp_get_thread_num() * per_thread_w; /* (bq, d2) Q rows */
             Qw = Qr + (size_t)BQ * d2;                                /* (d2, bq) Q^T pairs */
             Pw = Qw + (size_t)d2 * ldt;                               /* (bk/2, bq) P^T pairs */
-#pragma omp for schedule(static)
-            for (long long t = 0; t < (long long)Hkv * nkt; t++) { /* K rows, V pairs of every kv head */
-                const int g = (int)(t / nkt), j0 = (int)(t % nkt) * BK, bk = j0 + BK <= n_kv ? BK : n_kv - j0;
-                bt->pack_rows(bk, d, k + ((size_t)j0 * Hkv + g) * d, ldk, Kall + ((size_t)g * n_kv + j0) * ldkw, ldkw);
-                bt->pack_pairs(bk, d, v + ((size_t)j0 * Hkv + g) * d, ldk, Vall + ((size_t)g * nkv2 + j0 / 2) * ldvw,
-                               ldvw);
-            } /* implicit barrier: every tile is packed */
-        } else {
-#pragma omp for schedule(static)
-            for (long long t = 0; t < (long long)Hkv * nkt; t++) { /* K, V rows of every kv head */
-                const int g = (int)(t / nkt), j0 = (int)(t % nkt) * BK, bk = j0 + BK <= n_kv ? BK : n_kv - j0;
-                copy_tile(bk, d, k + ((size_t)j0 * Hkv + g) * d, ldk, Kf + ((size_t)g * n_kv + j0) * ldc, ldc);
-                copy_tile(bk, d, v + ((size_t)j0 * Hkv + g) * d, ldk, Vf + ((size_t)g * n_kv + j0) * ldc, ldc);
-            } /* implicit barrier */
         }
+#pragma omp for schedule(static)
+        for (long long t = 0; t < (long long)Hkv * nkt; t++) { /* K, V of every kv head: rows, or K rows and V pairs */
+            const int g = (int)(t / nkt), j0 = (int)(t % nkt) * BK, bk = j0 + BK <= n_kv ? BK : n_kv - j0;
+            const float *ks = k + ((size_t)j0 * Hkv + g) * d, *vs = v + ((size_t)j0 * Hkv + g) * d;
+            if (bt) {
+                bt->pack_rows(bk, d, ks, ldk, Kall + ((size_t)g * n_kv + j0) * ldkw, ldkw);
+                bt->pack_pairs(bk, d, vs, ldk, Vall + ((size_t)g * nkv2 + j0 / 2) * ldvw, ldvw);
+            } else {
+                copy_tile(bk, d, ks, ldk, Kf + ((size_t)g * n_kv + j0) * ldc, ldc);
+                copy_tile(bk, d, vs, ldk, Vf + ((size_t)g * n_kv + j0) * ldc, ldc);
+            }
+        } /* implicit barrier: every tile is packed */
 
 #pragma omp for schedule(dynamic, 1)
         for (long long w = 0; w < n_items; w++) {
@@ -581,26 +579,23 @@ void attn_backward_docs(const AttnShape *s, const float *q, const int *q_pos, co
             /* thread 0 accumulates straight into dq; the others into their (n_q, group, d) buffer */
             float *dq_base = !dq ? NULL : tid == 0 ? dq + (size_t)h0 * d : dqbuf[tid];
             const size_t dq_ld = tid == 0 ? ldq : (size_t)group * d; /* row stride of dq_base */
-            if (bt) { /* Q, dO of this kv head's query heads, packed once */
+            /* Q, dO of this kv head's query heads, packed once: rows and pairs, or compact rows */
 #pragma omp for schedule(static)
-                for (long long t = 0; t < (long long)group * nqt; t++) {
-                    const int hh = (int)(t / nqt), i0 = (int)(t % nqt) * BQ, bq = i0 + BQ <= n_q ? BQ : n_q - i0;
-                    const float *qs = q + ((size_t)i0 * H + h0 + hh) * d, *ds = dout + ((size_t)i0 * H + h0 + hh) * d;
+            for (long long t = 0; t < (long long)group * nqt; t++) {
+                const int hh = (int)(t / nqt), i0 = (int)(t % nqt) * BQ, bq = i0 + BQ <= n_q ? BQ : n_q - i0;
+                const float *qs = q + ((size_t)i0 * H + h0 + hh) * d, *ds = dout + ((size_t)i0 * H + h0 + hh) * d;
+                if (bt) {
                     const size_t ro = ((size_t)hh * n_q + i0) * ldkw, po = ((size_t)hh * nq2 + i0 / 2) * ldvw;
                     bt->pack_rows(bq, d, qs, ldq, Qrows + ro, ldkw);
                     if (dOrows) bt->pack_rows(bq, d, ds, ldq, dOrows + ro, ldkw);
                     if (Qpairs) bt->pack_pairs(bq, d, qs, ldq, Qpairs + po, ldvw);
                     if (dOpairs) bt->pack_pairs(bq, d, ds, ldq, dOpairs + po, ldvw);
-                } /* implicit barrier */
-            } else {
-#pragma omp for schedule(static)
-                for (long long t = 0; t < (long long)group * nqt; t++) {
-                    const int hh = (int)(t / nqt), i0 = (int)(t % nqt) * BQ, bq = i0 + BQ <= n_q ? BQ : n_q - i0;
-                    const size_t src = ((size_t)i0 * H + h0 + hh) * d, dst = ((size_t)hh * n_q + i0) * ldc;
-                    copy_tile(bq, d, q + src, ldq, Qf + dst, ldc);
-                    copy_tile(bq, d, dout + src, ldq, dOf + dst, ldc);
-                } /* implicit barrier */
-            }
+                } else {
+                    const size_t dst = ((size_t)hh * n_q + i0) * ldc;
+                    copy_tile(bq, d, qs, ldq, Qf + dst, ldc);
+                    copy_tile(bq, d, ds, ldq, dOf + dst, ldc);
+                }
+            } /* implicit barrier */
             /* Round-robin over the cost-sorted kv tiles, NOT a dynamic schedule: which thread sums
              * which tiles' dq contributions must not depend on timing, so that a run is
              * bit-reproducible for a given thread count (resume, checkpointing). */
