@@ -6,18 +6,20 @@
 
 #include <immintrin.h>
 
+#include "kernels/exp2_poly.h"
+
 static inline __m512 vexp2(__m512 x) {
     const __m512 lo = _mm512_set1_ps(-126.0f), hi = _mm512_set1_ps(127.0f);
     const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ); /* x >= -126 or NaN */
     x = _mm512_min_ps(hi, _mm512_max_ps(lo, x));
     __m512 k = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 f = _mm512_sub_ps(x, k);
-    __m512 p = _mm512_set1_ps(1.535336188319500e-4f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.339887440266574e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618437357674640e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550332471162809e-2f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264791363012e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472028550421e-1f));
+    __m512 p = _mm512_set1_ps(EXP2_POLY_P0);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(EXP2_POLY_P1));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(EXP2_POLY_P2));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(EXP2_POLY_P3));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(EXP2_POLY_P4));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(EXP2_POLY_P5));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
     return _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, k));
 }

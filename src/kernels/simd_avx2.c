@@ -3,6 +3,8 @@
  * reached through isa.c when the CPU reports both. */
 #include <immintrin.h>
 
+#include "kernels/exp2_poly.h"
+
 #include "kernels/isa.h"
 
 typedef __m256 V;
@@ -56,12 +58,12 @@ static inline __m256 vexp2(__m256 x) {
     x = _mm256_min_ps(hi, _mm256_max_ps(lo, x)); /* operand order keeps NaN */
     __m256 k = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 f = _mm256_sub_ps(x, k);
-    __m256 p = _mm256_set1_ps(1.535336188319500e-4f);
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.339887440266574e-3f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.618437357674640e-3f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.550332471162809e-2f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.402264791363012e-1f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931472028550421e-1f));
+    __m256 p = _mm256_set1_ps(EXP2_POLY_P0);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_POLY_P1));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_POLY_P2));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_POLY_P3));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_POLY_P4));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_POLY_P5));
     p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
     __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
     return _mm256_andnot_ps(zero, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));

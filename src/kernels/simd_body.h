@@ -12,17 +12,10 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/exp2_poly.h"
 #include "kernels/isa.h"
 
 #define SB_LOG2E 1.4426950408889634f
-
-/* Exp2 of one float with the same polynomial as vexp2: 0 below -126 (and for -inf), clamped at 127. */
-#define SB_EXP2_P0 1.535336188319500e-4f
-#define SB_EXP2_P1 1.339887440266574e-3f
-#define SB_EXP2_P2 9.618437357674640e-3f
-#define SB_EXP2_P3 5.550332471162809e-2f
-#define SB_EXP2_P4 2.402264791363012e-1f
-#define SB_EXP2_P5 6.931472028550421e-1f
 
 /* ---------------------------------------------------------------------------------------------
  * Tile product: C (M, N) = alpha A B [+ C]. One GEMM_MR x (GEMM_NV VL) block of C per call of
@@ -317,15 +310,16 @@ static void sb_rope_head(float *x, const float *c, const float *s, int half, flo
     }
 }
 
+/* Exp2 of one float with the same polynomial as vexp2: 0 below -126 (and for -inf), clamped at 127. */
 static inline float sb_exp2f(float x) {
     if (!(x >= -126.0f)) return x != x ? x : 0.0f;
     if (x > 127.0f) x = 127.0f;
-    float k = nearbyintf(x), f = x - k, p = SB_EXP2_P0;
-    p = p * f + SB_EXP2_P1;
-    p = p * f + SB_EXP2_P2;
-    p = p * f + SB_EXP2_P3;
-    p = p * f + SB_EXP2_P4;
-    p = p * f + SB_EXP2_P5;
+    float k = nearbyintf(x), f = x - k, p = EXP2_POLY_P0;
+    p = p * f + EXP2_POLY_P1;
+    p = p * f + EXP2_POLY_P2;
+    p = p * f + EXP2_POLY_P3;
+    p = p * f + EXP2_POLY_P4;
+    p = p * f + EXP2_POLY_P5;
     p = p * f + 1.0f;
     return ldexpf(p, (int)k);
 }

@@ -1,0 +1,15 @@
+/* The coefficients of the exp2 polynomial every kernel path uses: 2^x = 2^k p(f), k = round(x),
+ * f = x - k in [-0.5, 0.5], p(f) = ((((((P0 f + P1) f + P2) f + P3) f + P4) f + P5) f + 1), the
+ * Cephes exp2f polynomial (relative error about 1e-7). One copy for simd_body.h's scalar exp2,
+ * simd_avx2.c's and avx512_exp2.h's vexp2. */
+#ifndef SEQPAR_EXP2_POLY_H
+#define SEQPAR_EXP2_POLY_H
+
+#define EXP2_POLY_P0 1.535336188319500e-4f
+#define EXP2_POLY_P1 1.339887440266574e-3f
+#define EXP2_POLY_P2 9.618437357674640e-3f
+#define EXP2_POLY_P3 5.550332471162809e-2f
+#define EXP2_POLY_P4 2.402264791363012e-1f
+#define EXP2_POLY_P5 6.931472028550421e-1f
+
+#endif
