@@ -83,6 +83,9 @@ void attn_bf16_pack_rows_avx512(int rows, int cols, const float *src, size_t lds
 void attn_bf16_pack_pairs_avx512(int rows, int cols, const float *src, size_t lds, bf16_pair *dst, size_t ldd);
 void attn_bf16_col_exp2_pairs_avx512(const float *s, int rows, int n, size_t ld, const float *m, float *sum,
                                      bf16_pair *dst, size_t ldd);
+/* dst[r][k] = src[k lds + r] for r, k < 16: one 16 x 16 block of 32-bit words transposed in registers
+ * (the AMX tiles' A panel from a transposed operand, attn_bf16_amx_body.h). */
+void attn_bf16_transpose16_avx512(const bf16_pair *src, size_t lds, bf16_pair dst[16][16]);
 void attn_bf16_ds_pack_avx512(const float *p, const float *dp, size_t ld, int rows, int n, const float *delta,
                               bf16_pair *pairs, size_t ldpairs, bf16_pair *rows_w, size_t ldrows);
 

@@ -21,8 +21,11 @@
  *   B     a 16 x 16 word tile wholly inside K2 x N is loaded from B itself (stride ldb); an edge
  *         tile is copied into a zeroed scratch tile first (rows past K2 and columns past N 0), so
  *         no load reads past the operand and no padding product meets a non-zero (or NaN) value.
- *   C     the accumulators start at zero, are stored to a 32 x 32 fp32 block, and the block's
- *         M x N part is written as alpha AB (+ C when accumulate), as the VDPBF16PS kernel does.
+ *   C     a whole 32 x 32 block of C with alpha 1 is loaded into the accumulators (accumulate) or
+ *         they start at zero, and they are stored straight to C; any other block's accumulators
+ *         start at zero, are stored to a 32 x 32 fp32 scratch block, and its M x N part is written
+ *         as alpha AB (+ C when accumulate), as the VDPBF16PS kernel does. (So a whole block sums
+ *         C into the products as TDPBF16PS goes; an edge block adds C once at the end.)
  * A contraction longer than AMX_KMAX pair words runs in passes of AMX_KMAX, each after the first
  * accumulating into C (the panel stays within 16 KiB of stack). Each pass loads its configuration
  * (LDTILECFG) and ends with TILERELEASE: the tile state is per thread, and OpenMP threads call this
@@ -58,10 +61,20 @@ static void amx_pack_a(AmxWordTile (*panel)[2], int K2, int mrows, const bf16_pa
                 memcpy(panel[kt][r / 16][r % 16], src + k0, sizeof(bf16_pair) * (size_t)kc);
             }
         }
-    } else { /* transposed (ars == 1): each pair step's rows are contiguous */
-        for (int k = 0; k < K2; k++) {
-            const bf16_pair *src = A + (size_t)k * aks;
-            for (int r = 0; r < mrows; r++) panel[k / 16][r / 16][r % 16][k % 16] = src[r];
+    } else { /* transposed (ars == 1): each pair step's rows are contiguous; whole 16 x 16 blocks are
+              * transposed in registers, edge blocks word by word */
+        for (int kt = 0; kt < kt_n; kt++) {
+            const int k0 = kt * 16, kc = K2 - k0 < 16 ? K2 - k0 : 16;
+            for (int h = 0; h * 16 < mrows; h++) {
+                const int r0 = h * 16, rc = mrows - r0 < 16 ? mrows - r0 : 16;
+                const bf16_pair *src = A + (size_t)k0 * aks + r0;
+                if (kc == 16 && rc == 16) {
+                    attn_bf16_transpose16_avx512(src, aks, panel[kt][h]);
+                    continue;
+                }
+                for (int k = 0; k < kc; k++)
+                    for (int r = 0; r < rc; r++) panel[kt][h][r][k] = src[(size_t)k * aks + r];
+            }
         }
     }
 }
@@ -107,10 +120,22 @@ static void amx_gemm_pass(int M, int N, int K2, float alpha, const bf16_pair *A,
         for (int n0 = 0; n0 < N; n0 += 32) {
             const int ncols = N - n0 < 32 ? N - n0 : 32, two_n = ncols > 16;
             if (pf) amx_prefetch_some(pf, pf_per_call);
-            TILE_ZERO(TM_C00);
-            if (two_n) TILE_ZERO(TM_C01);
-            if (two_m) TILE_ZERO(TM_C10);
-            if (two_m && two_n) TILE_ZERO(TM_C11);
+            /* a whole 32 x 32 block with alpha 1 accumulates in place: the tiles start from C and
+             * are stored back to C (no pass over a scratch block) */
+            float *cb = C + (size_t)m0 * ldc + n0;
+            const long cstride = (long)(ldc * sizeof(float));
+            const int direct = alpha == 1.0f && mrows == 32 && ncols == 32;
+            if (direct && accumulate) {
+                TILE_LOAD(TM_C00, cb, cstride);
+                TILE_LOAD(TM_C01, cb + 16, cstride);
+                TILE_LOAD(TM_C10, cb + 16 * ldc, cstride);
+                TILE_LOAD(TM_C11, cb + 16 * ldc + 16, cstride);
+            } else {
+                TILE_ZERO(TM_C00);
+                if (two_n) TILE_ZERO(TM_C01);
+                if (two_m) TILE_ZERO(TM_C10);
+                if (two_m && two_n) TILE_ZERO(TM_C11);
+            }
             for (int kt = 0; kt < kt_n; kt++) {
                 long s0, s1 = 0;
                 const bf16_pair *b0 = amx_b_tile(B, ldb, K2, N, kt * 16, n0, bedge[0], &s0);
@@ -127,6 +152,13 @@ static void amx_gemm_pass(int M, int N, int K2, float alpha, const bf16_pair *A,
                     TILE_DP(TM_C10, TM_A1, TM_B0);
                     if (two_n) TILE_DP(TM_C11, TM_A1, TM_B1);
                 }
+            }
+            if (direct) {
+                TILE_STORE(TM_C00, cb, cstride);
+                TILE_STORE(TM_C01, cb + 16, cstride);
+                TILE_STORE(TM_C10, cb + 16 * ldc, cstride);
+                TILE_STORE(TM_C11, cb + 16 * ldc + 16, cstride);
+                continue;
             }
             TILE_STORE(TM_C00, &cblock[0][0], sizeof cblock[0]);
             if (two_n) TILE_STORE(TM_C01, &cblock[0][16], sizeof cblock[0]);

@@ -216,6 +216,30 @@ void attn_bf16_ds_pack_avx512(const float *p, const float *dp, size_t ld, int ro
  * measured 145-149 against 144 for the fp32 kernel's 256 x 192, 137 for 384 x 192 and 134 for
  * 256 x 384; backward 192 x 96 (the fp32 kernel's) 170 against 164 for 192 x 128 and 164 for
  * 256 x 96: within the machine's noise of each other, except that larger tiles lose. */
+void attn_bf16_transpose16_avx512(const bf16_pair *src, size_t lds, bf16_pair dst[16][16]) {
+    __m512i r[16], t[16];
+    for (int k = 0; k < 16; k++) r[k] = _mm512_loadu_si512((const void *)(src + (size_t)k * lds));
+    /* 32-bit, then 64-bit interleaves within 128-bit lanes: t[4q + j] holds, per lane L, words
+     * (rows 4q .. 4q + 3) x (column 4L + j) */
+    for (int q = 0; q < 4; q++) {
+        const __m512i a0 = _mm512_unpacklo_epi32(r[4 * q], r[4 * q + 1]), a1 = _mm512_unpackhi_epi32(r[4 * q], r[4 * q + 1]);
+        const __m512i a2 = _mm512_unpacklo_epi32(r[4 * q + 2], r[4 * q + 3]), a3 = _mm512_unpackhi_epi32(r[4 * q + 2], r[4 * q + 3]);
+        t[4 * q + 0] = _mm512_unpacklo_epi64(a0, a2);
+        t[4 * q + 1] = _mm512_unpackhi_epi64(a0, a2);
+        t[4 * q + 2] = _mm512_unpacklo_epi64(a1, a3);
+        t[4 * q + 3] = _mm512_unpackhi_epi64(a1, a3);
+    }
+    /* 128-bit lanes: column 4L + j gathers lane L of t[j], t[4 + j], t[8 + j], t[12 + j] */
+    for (int j = 0; j < 4; j++) {
+        const __m512i b0 = _mm512_shuffle_i32x4(t[j], t[4 + j], 0x44), b1 = _mm512_shuffle_i32x4(t[j], t[4 + j], 0xEE);
+        const __m512i b2 = _mm512_shuffle_i32x4(t[8 + j], t[12 + j], 0x44), b3 = _mm512_shuffle_i32x4(t[8 + j], t[12 + j], 0xEE);
+        _mm512_storeu_si512((void *)dst[j], _mm512_shuffle_i32x4(b0, b2, 0x88));
+        _mm512_storeu_si512((void *)dst[4 + j], _mm512_shuffle_i32x4(b0, b2, 0xDD));
+        _mm512_storeu_si512((void *)dst[8 + j], _mm512_shuffle_i32x4(b1, b3, 0x88));
+        _mm512_storeu_si512((void *)dst[12 + j], _mm512_shuffle_i32x4(b1, b3, 0xDD));
+    }
+}
+
 const AttnBf16Tiles attn_bf16_tiles_avx512 = {
     .name = "bf16 tiles (VDPBF16PS)",
     .mr = MR,
