@@ -15,8 +15,10 @@
 #include <cblas.h>
 
 #include "attention/flash_attention.h"
+#include "kernels/attn_bf16.h"
 #include "core/common.h"
 #include "kernels/bf16.h"
+#include "kernels/blas_core.h"
 #include "kernels/isa.h"
 #include "kernels/sgemm_bench.h"
 
@@ -53,7 +55,49 @@ static void attn_rates(const AttnShape *s, const float *q, const float *k, const
     }
 }
 
+/* The bf16 table's pieces alone, on the forward's shapes (fwd_bq queries x fwd_bk keys, head_dim
+ * d): S = K Q^T (rows A), O += P^T V (transposed A, accumulate), the softmax step that packs P;
+ * GFLOPS (elements per ns for the softmax) per CPU-second, best of 20 calls after one warm-up. */
+static void bf16_pieces(const AttnBf16Tiles *t, int d) {
+    const int bq = t->fwd_bq, bk = t->fwd_bk, d2 = (d + 1) / 2, bk2 = (bk + 1) / 2;
+    Rng rng;
+    rng_seed(&rng, 7);
+    float *kf = rnd((size_t)bk * d, &rng), *qf = rnd((size_t)bq * d, &rng), *vf = rnd((size_t)bk * d, &rng);
+    float *st = xmalloc_aligned((size_t)bk * bq * 4), *ob = xmalloc_aligned((size_t)bq * d * 4), m[1024], sum[1024];
+    bf16_pair *kw = xmalloc_aligned((size_t)bk * d2 * 4), *qw = xmalloc_aligned((size_t)d2 * bq * 4);
+    bf16_pair *vw = xmalloc_aligned((size_t)bk2 * d * 4), *pw = xmalloc_aligned((size_t)bk2 * bq * 4);
+    t->pack_rows(bk, d, kf, (size_t)d, kw, (size_t)d2);
+    for (int i = 0; i < bq; i++) /* Q^T as pairs: (d2, bq) */
+        for (int c = 0; c < d; c++) st[(size_t)c * bq + i] = qf[(size_t)i * d + c];
+    t->pack_pairs(d, bq, st, (size_t)bq, qw, (size_t)bq);
+    t->pack_pairs(bk, d, vf, (size_t)d, vw, (size_t)d);
+    for (int i = 0; i < bq && i < 1024; i++) m[i] = 0;
+    double best[3] = {0, 0, 0};
+    for (int r = 0; r <= 20; r++) {
+        double t0 = cpu_now();
+        t->tile_gemm(bk, bq, d2, 0.125f, kw, (size_t)d2, 1, qw, (size_t)bq, 0, st, (size_t)bq, NULL);
+        double t1 = cpu_now();
+        t->col_exp2_pairs(st, bk, bq, (size_t)bq, m, sum, pw, (size_t)bq);
+        double t2 = cpu_now();
+        t->tile_gemm(bq, d, bk2, 1.0f, pw, 1, (size_t)bq, vw, (size_t)d, 1, ob, (size_t)d, NULL);
+        double t3 = cpu_now();
+        const double g[3] = {2.0 * bk * bq * d / (t1 - t0), (double)bk * bq / (t2 - t1), 2.0 * bk * bq * d / (t3 - t2)};
+        for (int j = 0; j < 3 && r; j++)
+            if (g[j] > best[j]) best[j] = g[j];
+    }
+    printf("  %s pieces, %d x %d block, d=%d: S = K Q^T %.1f GFLOPS, softmax+pack %.2f elements/ns, "
+           "O += P^T V %.1f GFLOPS per CPU-second\n", t->name, bk, bq, d, best[0] * 1e-9, best[1] * 1e-9, best[2] * 1e-9);
+    xfree(kf); xfree(qf); xfree(vf); xfree(st); xfree(ob); xfree(kw); xfree(qw); xfree(vw); xfree(pw);
+}
+
 int main(int argc, char **argv) {
+    char err[200], blas[300];
+    if (blas_core_reexec_if_weak(argv, err, sizeof err)) { /* as the CLI: OpenBLAS's own kernels at their best */
+        fprintf(stderr, "kernel_rates: %s\n", err);
+        return 2;
+    }
+    blas_describe(blas, sizeof blas);
+    printf("BLAS: %s\n", blas);
     int S = argc > 1 ? atoi(argv[1]) : 4096, d = argc > 2 ? atoi(argv[2]) : 64;
     int H = argc > 3 ? atoi(argv[3]) : 8, reps = argc > 4 ? atoi(argv[4]) : 3;
     omp_set_num_threads(1);
@@ -85,13 +129,20 @@ int main(int argc, char **argv) {
             printf("%-7s: this CPU cannot run it\n", isa_name((IsaLevel)l));
             continue;
         }
+        if (l == ISA_SCALAR && !getenv("SEQPAR_ISA") && S > 2048) {
+            printf("%-7s: skipped above S = 2048 (minutes; SEQPAR_ISA=scalar runs it)\n", isa_name((IsaLevel)l));
+            continue;
+        }
         double bf, bb;
         attn_rates(&s, q, k, v, dout, pos, o, lse, delta, dq, dk, dv, n, flops, reps, &bf, &bb);
         printf("%-7s: attention S=%d d=%d H=%d causal: forward %.1f (%.0f%% of sgemm), backward %.1f (%.0f%%) GFLOPS per CPU-second\n",
                isa_name((IsaLevel)l), S, d, H, bf * 1e-9, 100 * bf * 1e-9 / best_g, bb * 1e-9, 100 * bb * 1e-9 / best_g);
         fflush(stdout);
     }
-    if (!getenv("SEQPAR_ISA")) isa_force(isa_best());
+    if (!getenv("SEQPAR_ISA")) { /* the best path again, AMX tiles included where the CPU grants them */
+        isa_force(isa_best());
+        isa_force_amx(1);
+    }
     /* bf16: the bf16 GEMM per CPU second (1024^3, best of reps), then attention on bf16 values */
     bf16_t *ab = xmalloc((size_t)m * m * sizeof(bf16_t)), *bb16 = xmalloc((size_t)m * m * sizeof(bf16_t));
     bf16_pack(ab, a, (size_t)m * m);
@@ -115,6 +166,10 @@ int main(int argc, char **argv) {
     printf("bf16 (%s): attention S=%d d=%d H=%d causal: forward %.1f (%.0f%% of bf16 GEMM), backward %.1f (%.0f%%) "
            "GFLOPS per CPU-second\n", attn_kernel_name(PRECISION_BF16), S, d, H, bf * 1e-9, 100 * bf * 1e-9 / best_b,
            bb * 1e-9, 100 * bb * 1e-9 / best_b);
+    for (int kind = 0; kind < ATTN_BF16_KINDS; kind++) {
+        const AttnBf16Tiles *t = attn_bf16_tiles_for((AttnBf16Kind)kind);
+        if (t && kind != ATTN_BF16_AMX_EMULATED) bf16_pieces(t, d);
+    }
     xfree(ab);
     xfree(bb16);
     return 0;

@@ -48,6 +48,7 @@
 #include <string.h>
 
 #include "core/common.h"
+#include "core/op_clock.h"
 #include "kernels/attn_bf16.h"
 #include "kernels/isa.h"
 
@@ -281,8 +282,18 @@ void attn_forward(const AttnShape *s, const float *q, const int *q_pos, const fl
     attn_forward_docs(s, q, q_pos, NULL, k, v, kv_pos, NULL, o, lse);
 }
 
+static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, const int *q_doc, const float *k,
+                         const float *v, const int *kv_pos, const int *kv_doc, float *o, float *lse);
+
 void attn_forward_docs(const AttnShape *s, const float *q, const int *q_pos, const int *q_doc, const float *k,
                        const float *v, const int *kv_pos, const int *kv_doc, float *o, float *lse) {
+    const double t0 = op_clock_now();
+    forward_docs(s, q, q_pos, q_doc, k, v, kv_pos, kv_doc, o, lse);
+    op_clock_add(OPC_ATTN_FWD, t0);
+}
+
+static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, const int *q_doc, const float *k,
+                         const float *v, const int *kv_pos, const int *kv_doc, float *o, float *lse) {
     check_shape(s, q_pos, kv_pos, q_doc, kv_doc, "attn_forward");
     const int n_q = s->n_q, n_kv = s->n_kv, H = s->n_heads, Hkv = s->n_kv_heads, d = s->head_dim;
     if (n_q == 0 || n_kv == 0) return;
@@ -497,9 +508,21 @@ void attn_backward(const AttnShape *s, const float *q, const int *q_pos, const f
     attn_backward_docs(s, q, q_pos, NULL, k, v, kv_pos, NULL, lse, delta, dout, dq, dk, dv);
 }
 
+static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, const int *q_doc, const float *k,
+                          const float *v, const int *kv_pos, const int *kv_doc, const float *lse, const float *delta,
+                          const float *dout, float *dq, float *dk, float *dv);
+
 void attn_backward_docs(const AttnShape *s, const float *q, const int *q_pos, const int *q_doc, const float *k,
                         const float *v, const int *kv_pos, const int *kv_doc, const float *lse, const float *delta,
                         const float *dout, float *dq, float *dk, float *dv) {
+    const double t0 = op_clock_now();
+    backward_docs(s, q, q_pos, q_doc, k, v, kv_pos, kv_doc, lse, delta, dout, dq, dk, dv);
+    op_clock_add(OPC_ATTN_BWD, t0);
+}
+
+static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, const int *q_doc, const float *k,
+                          const float *v, const int *kv_pos, const int *kv_doc, const float *lse, const float *delta,
+                          const float *dout, float *dq, float *dk, float *dv) {
     check_shape(s, q_pos, kv_pos, q_doc, kv_doc, "attn_backward");
     const int n_q = s->n_q, n_kv = s->n_kv, H = s->n_heads, Hkv = s->n_kv_heads, d = s->head_dim;
     if (n_q == 0 || n_kv == 0 || (!dq && !dk && !dv)) return;

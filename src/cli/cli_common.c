@@ -15,6 +15,9 @@
 #include "io/config_json.h"
 #include "io/param_io.h"
 #include "kernels/bf16.h"
+#include "kernels/blas_core.h"
+#include "kernels/isa.h"
+#include "kernels/sgemm.h"
 
 long parse_long(const char *cmd, const char *flag, const char *value, long min, long max) {
     char *end = NULL;
@@ -329,4 +332,15 @@ void model_from_size(LlamaModel *m, const LlamaConfig *cfg, uint64_t seed) {
     llama_config_validate(&c, "size flags");
     llama_build(m, &c);
     llama_init_random(m, seed);
+}
+
+void print_kernels_header(void) {
+    char buf[400];
+    isa_describe(buf, sizeof buf);
+    printf("kernels: %s\n", buf);
+    blas_describe(buf, sizeof buf);
+    printf("BLAS: %s; linear layers: %s sgemm%s\n", buf, sgemm_lib_name(sgemm_lib()),
+           getenv("SEQPAR_SGEMM") ? " (SEQPAR_SGEMM)" : "");
+    blas_core_warning(buf, sizeof buf);
+    if (buf[0]) printf("%s\n", buf);
 }

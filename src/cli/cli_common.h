@@ -18,6 +18,9 @@ void die_bad_option(const char *cmd, int argc, char **argv, int opt);
 void die_extra_args(const char *cmd, int argc, char **argv);
 
 /* Sets OpenMP and OpenBLAS threads (n <= 0: leave the default). */
+/* The run header's kernel lines (rank 0 calls it): the kernel path (isa_describe), OpenBLAS's core
+ * (blas_describe), the linear layers' GEMM library (sgemm.h) and, when that core is below the CPU's, a warning. */
+void print_kernels_header(void);
 void set_threads(int n);
 int  current_threads(void);
 

@@ -20,6 +20,7 @@
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "core/common.h"
+#include "core/op_clock.h"
 #include "kernels/bf16.h"
 #include "kernels/isa.h"
 #include "kernels/sgemm_bench.h"
@@ -91,6 +92,7 @@ static int parse_list(const char *flag, const char *s, int *out, int max) {
 
 typedef struct {
     double step_seconds, tokens_per_s, mfu, hfu;
+    double mean_seconds, split[OPC_COUNT]; /* the timed steps' mean, and its op_clock split */
     int ffn_chunks;
     size_t tracked_peak, rss_peak;
 } StepResult;
@@ -148,6 +150,7 @@ static StepResult run_steps(int S, int repeats, const MemoryFlags *mf, double pe
     }
     double *times = xmalloc(sizeof(double) * (size_t)repeats);
     for (int r = 1 - g_warmup_steps; r <= repeats; r++) {
+        if (r == 1) op_clock_reset(); /* the split counts the timed steps only */
         double t0 = bench_clock();
         memset(m.grads, 0, sizeof(float) * m.table.total);
         llama_forward_backward(&m, acts, attn, inputs, targets, pos, S, 1.0f / S, 1, NULL);
@@ -156,6 +159,9 @@ static StepResult run_steps(int S, int repeats, const MemoryFlags *mf, double pe
         if (r > 0) times[r - 1] = bench_clock() - t0;
     }
     StepResult res;
+    for (int c = 0; c < OPC_COUNT; c++) res.split[c] = op_clock_seconds((OpClass)c) / repeats;
+    res.mean_seconds = 0;
+    for (int r = 0; r < repeats; r++) res.mean_seconds += times[r] / repeats;
     res.step_seconds = median_of(times, repeats);
     res.tokens_per_s = S / res.step_seconds;
     const double mfu_rate = res.tokens_per_s * llama_train_flops_per_token(&c, S) * 1e-9;
@@ -207,6 +213,14 @@ static void bench_step(int S, int repeats, const MemoryFlags *mf, double peak) {
            g_cpu_time ? "CPU " : "", r.tokens_per_s, 100 * mfu, 100 * hfu,
            mf->precision == PRECISION_BF16 ? "bf16 GEMM" : "sgemm", (double)r.tracked_peak / (1 << 20), (double)r.rss_peak / (1 << 20));
     if (clamped) printf("  (a utilisation above 100%% of the same-run peak is shown as 100%%)\n");
+    if (!g_cpu_time) {
+        const double rest = r.mean_seconds - r.split[OPC_ATTN_FWD] - r.split[OPC_ATTN_BWD] - r.split[OPC_LINEAR];
+        printf("  where a step's time goes (mean of the timed steps, %.3f s): attention forward %.3f s (%.0f%%), "
+               "backward %.3f s (%.0f%%), linear-layer GEMMs %.3f s (%.0f%%), everything else %.3f s (%.0f%%)\n",
+               r.mean_seconds, r.split[OPC_ATTN_FWD], 100 * r.split[OPC_ATTN_FWD] / r.mean_seconds, r.split[OPC_ATTN_BWD],
+               100 * r.split[OPC_ATTN_BWD] / r.mean_seconds, r.split[OPC_LINEAR], 100 * r.split[OPC_LINEAR] / r.mean_seconds,
+               rest, 100 * rest / r.mean_seconds);
+    }
     fflush(stdout);
 }
 
@@ -456,9 +470,7 @@ int cmd_bench(int argc, char **argv) {
     }
     double peak = 0;
     if (all || strcmp(part, "memory")) {
-        char isa[320];
-        isa_describe(isa, sizeof isa);
-        printf("kernels: %s\n", isa);
+        print_kernels_header();
         int trials = repeats > SGEMM_PEAK_TRIALS ? repeats : SGEMM_PEAK_TRIALS;
         peak = g_cpu_time ? sgemm_peak_cpu_gflops(trials) : sgemm_peak_gflops(trials);
         printf("OpenBLAS sgemm (2048^3, %d threads): %.1f GFLOPS%s (best of %d trials; the fp32 peak below)\n",

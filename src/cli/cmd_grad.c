@@ -143,9 +143,8 @@ int cmd_grad(int argc, char **argv) {
                        "of '%s' give NaN or Inf); no gradient file written", loss, sqrt(norm_sq), tokens_path);
     float *full = grad_sync_full_to_root(&par.sync, &model, 1); /* with --zero >= 1 each rank holds a shard */
     if (par.topo.world_rank == 0) {
-        char isa[320], b16[160];
-        isa_describe(isa, sizeof isa);
-        printf("kernels: %s\n", isa);
+        char b16[160];
+        print_kernels_header();
         if (mf.precision == PRECISION_BF16) {
             bf16_describe(b16, sizeof b16);
             printf("precision: bf16 (bf16 path: %s; attention: %s)\n", b16, attn_kernel_name(PRECISION_BF16));

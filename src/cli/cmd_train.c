@@ -541,9 +541,8 @@ int cmd_train(int argc, char **argv) {
                c->intermediate_size, c->vocab_size, (double)model.table.total / 1e6);
         printf("data: %s, seq-len %d, batch %d; %d rank%s: %s\n", o.data, S, o.batch, par.topo.world_size,
                par.topo.world_size == 1 ? "" : "s", desc);
-        char isa[320], b16[160];
-        isa_describe(isa, sizeof isa);
-        printf("kernels: %s\n", isa);
+        char b16[160];
+        print_kernels_header();
         if (o.mem.precision == PRECISION_BF16) {
             bf16_describe(b16, sizeof b16);
             printf("precision: bf16 mixed (bf16 path: %s; attention: %s; fp32 weights, optimizer state and "

@@ -7,6 +7,8 @@
 
 #include "cli/commands.h"
 #include "core/common.h"
+#include "kernels/blas_core.h"
+#include "kernels/sgemm.h"
 
 static const char USAGE[] =
     "usage: seqpar <command> [options]\n"
@@ -25,6 +27,13 @@ static const char USAGE[] =
 
 int main(int argc, char **argv) {
     int provided = 0;
+    /* before MPI starts: OpenBLAS chose its kernels in its constructor; a weak choice is corrected
+     * by running this program again with OPENBLAS_CORETYPE set (returns when none is needed) */
+    char err[200];
+    if (blas_core_reexec_if_weak(argv, err, sizeof err) || sgemm_select_from_env(err, sizeof err)) {
+        fprintf(stderr, "seqpar: %s\n", err);
+        return 2;
+    }
     /* `seqpar memory` runs nothing distributed: outside mpirun it skips MPI's start-up (a second
      * on a busy machine) and answers at once */
     int skip_mpi = argc >= 2 && !strcmp(argv[1], "memory") && !getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMI_SIZE");

@@ -1,12 +1,13 @@
-/* Dense operations of the Llama model: linear layers through CBLAS, and RMSNorm, RoPE, SwiGLU,
+/* Dense operations of the Llama model: linear layers through kernels/sgemm.h (oneDNN or OpenBLAS), and RMSNorm, RoPE, SwiGLU,
  * embedding and the chunked cross-entropy head as our own OpenMP loops, whose per-row bodies are
  * the run-time dispatched kernels of kernels/isa.h. See ops.h. */
 #include "kernels/ops.h"
 #include "core/common.h"
+#include "core/op_clock.h"
 #include "kernels/bf16.h"
 #include "kernels/isa.h"
+#include "kernels/sgemm.h"
 
-#include <cblas.h>
 #include <omp.h>
 #include <float.h>
 #include <math.h>
@@ -14,14 +15,13 @@
 #include <string.h>
 
 void linear_forward(float *out, const float *in, const float *W, int N, int n_in, int n_out, int accumulate) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, n_out, n_in, 1.0f, in, n_in, W, n_in,
-                accumulate ? 1.0f : 0.0f, out, n_out);
+    sgemm_rm(0, 1, N, n_out, n_in, 1.0f, in, n_in, W, n_in, accumulate ? 1.0f : 0.0f, out, n_out);
 }
 
 void linear_backward(float *din, float *dW, const float *dout, const float *in, const float *W,
                      int N, int n_in, int n_out) {
-    if (din) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, n_in, n_out, 1.0f, dout, n_out, W, n_in, 1.0f, din, n_in);
-    if (dW) cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n_out, n_in, N, 1.0f, dout, n_out, in, n_in, 1.0f, dW, n_in);
+    if (din) sgemm_rm(0, 0, N, n_in, n_out, 1.0f, dout, n_out, W, n_in, 1.0f, din, n_in);
+    if (dW) sgemm_rm(1, 0, n_out, n_in, N, 1.0f, dout, n_out, in, n_in, 1.0f, dW, n_in);
 }
 
 void bf16_scratch_free(Bf16Scratch *s) {
@@ -50,6 +50,7 @@ static bf16_t *scratch_reserve(Bf16Scratch *s, size_t na, size_t nb, bf16_t **se
 
 void linear_forward_bf16(float *out, const float *in, const float *W, int N, int n_in, int n_out, int accumulate,
                          Bf16Scratch *scratch) {
+    const double t0 = op_clock_now();
     Bf16Scratch own = {0}, *s = scratch ? scratch : &own;
     const size_t n_x = (size_t)N * n_in, n_w = (size_t)n_out * n_in;
     bf16_t *W_h, *in_h = scratch_reserve(s, n_x, n_w, &W_h);
@@ -57,10 +58,12 @@ void linear_forward_bf16(float *out, const float *in, const float *W, int N, int
     bf16_pack(W_h, W, n_w);
     bf16_kernels()->gemm(0, 1, N, n_out, n_in, 1.0f, in_h, n_in, W_h, n_in, accumulate ? 1.0f : 0.0f, out, n_out);
     if (!scratch) bf16_scratch_free(&own);
+    op_clock_add(OPC_LINEAR, t0);
 }
 
 void linear_backward_bf16(float *din, float *dW, const float *dout, const float *in, const float *W,
                           int N, int n_in, int n_out, Bf16Scratch *scratch) {
+    const double t0 = op_clock_now();
     const Bf16Kernels *k = bf16_kernels();
     Bf16Scratch own = {0}, *s = scratch ? scratch : &own;
     const size_t n_d = (size_t)N * n_out, n_w = din ? (size_t)n_out * n_in : 0, n_x = dW ? (size_t)N * n_in : 0;
@@ -75,6 +78,7 @@ void linear_backward_bf16(float *din, float *dW, const float *dout, const float 
         k->gemm(1, 0, n_out, n_in, N, 1.0f, dout_h, n_out, second, n_in, 1.0f, dW, n_in);
     }
     if (!scratch) bf16_scratch_free(&own);
+    op_clock_add(OPC_LINEAR, t0);
 }
 
 void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int D, float eps) {

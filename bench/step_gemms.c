@@ -1,0 +1,87 @@
+/* The reference model's fp32 linear-layer products (ops.c's linear_forward / linear_backward, at
+ * S tokens: q/o 256 x 256, k/v 256 -> 128, the MLP's gate/up 256 -> 1024 and down 1024 -> 256 over
+ * S / 2 tokens per FFN chunk, the 256-token vocabulary head) through OpenBLAS's cblas_sgemm and
+ * oneDNN's dnnl_sgemm, wall clock with the process's OpenMP threads, best of N: which library
+ * wins on this CPU, shape by shape. Not a test; built by `make bench-tools`.
+ * usage: build/bench/step_gemms [S] [repeats] */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include <cblas.h>
+#include <oneapi/dnnl/dnnl.h>
+
+#include "core/common.h"
+#include "kernels/blas_core.h"
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* C (M, N) = A op B + beta C, row major; which = 0 OpenBLAS, 1 oneDNN */
+static void gemm(int which, int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                 float beta, float *C, int ldc) {
+    if (which == 0)
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, A,
+                    lda, B, ldb, beta, C, ldc);
+    else if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc) != dnnl_success)
+        die("dnnl_sgemm failed (M %d N %d K %d)", M, N, K);
+}
+
+int main(int argc, char **argv) {
+    char err[200], blas[300];
+    if (blas_core_reexec_if_weak(argv, err, sizeof err)) {
+        fprintf(stderr, "step_gemms: %s\n", err);
+        return 2;
+    }
+    blas_describe(blas, sizeof blas);
+    const int S = argc > 1 ? atoi(argv[1]) : 8192, reps = argc > 2 ? atoi(argv[2]) : 5;
+    const dnnl_version_t *v = dnnl_version();
+    printf("BLAS: %s; oneDNN %d.%d.%d; %d threads; S = %d; GFLOPS wall clock, best of %d\n", blas, v->major, v->minor,
+           v->patch, omp_get_max_threads(), S, reps);
+    static const struct {
+        const char *name;
+        int n_in, n_out, tokens_div;
+    } L[] = {{"q/o 256->256", 256, 256, 1}, {"k/v 256->128", 256, 128, 1}, {"gate/up 256->1024", 256, 1024, 2},
+             {"down 1024->256", 1024, 256, 2}, {"head 256->256", 256, 256, 1}};
+    Rng rng;
+    rng_seed(&rng, 3);
+    double tot[2] = {0, 0};
+    for (size_t l = 0; l < sizeof L / sizeof L[0]; l++) {
+        const int N = S / L[l].tokens_div, ni = L[l].n_in, no = L[l].n_out;
+        float *in = xmalloc_aligned((size_t)N * ni * 4), *out = xmalloc_aligned((size_t)N * no * 4);
+        float *W = xmalloc_aligned((size_t)no * ni * 4), *dW = xmalloc_aligned((size_t)no * ni * 4);
+        float *din = xmalloc_aligned((size_t)N * ni * 4);
+        for (size_t i = 0; i < (size_t)N * ni; i++) in[i] = (float)rng_normal(&rng), din[i] = 0;
+        for (size_t i = 0; i < (size_t)N * no; i++) out[i] = (float)rng_normal(&rng);
+        for (size_t i = 0; i < (size_t)no * ni; i++) W[i] = (float)rng_normal(&rng), dW[i] = 0;
+        const double fl = 2.0 * N * ni * no;
+        printf("%-18s N %5d:", L[l].name, N);
+        for (int which = 0; which < 2; which++) {
+            double best[3] = {1e30, 1e30, 1e30};
+            for (int r = 0; r <= reps; r++) {
+                double t0 = now();
+                gemm(which, 0, 1, N, no, ni, in, ni, W, ni, 0.0f, out, no); /* forward */
+                double t1 = now();
+                gemm(which, 0, 0, N, ni, no, out, no, W, ni, 1.0f, din, ni); /* din += dout W */
+                double t2 = now();
+                gemm(which, 1, 0, no, ni, N, out, no, in, ni, 1.0f, dW, ni); /* dW += dout^T in */
+                double t3 = now();
+                const double t[3] = {t1 - t0, t2 - t1, t3 - t2};
+                for (int j = 0; j < 3 && r; j++)
+                    if (t[j] < best[j]) best[j] = t[j];
+            }
+            printf(" %s fwd %6.1f dX %6.1f dW %6.1f |", which ? "oneDNN" : "OpenBLAS", fl / best[0] * 1e-9,
+                   fl / best[1] * 1e-9, fl / best[2] * 1e-9);
+            tot[which] += best[0] + best[1] + best[2];
+        }
+        printf("\n");
+        xfree(in); xfree(out); xfree(W); xfree(dW); xfree(din);
+    }
+    printf("sum of the best times: OpenBLAS %.2f ms, oneDNN %.2f ms (oneDNN / OpenBLAS speed %.2fx)\n", tot[0] * 1e3,
+           tot[1] * 1e3, tot[0] / tot[1]);
+    return 0;
+}
