@@ -265,4 +265,35 @@ timeout 60 "$SEQPAR" train "${DT[@]}" --stop-at 2 --save "$T/ck_cursor" --log "$
 "$EDIT" "$T/ck_cursor/trainer_state.json" data_cursor '"0xffffffffffffffef"'
 expect_error "data_cursor beyond the data" "data_cursor" "$SEQPAR" train "${DT[@]}" --resume "$T/ck_cursor" --log "$T/x.jsonl"
 
+# OpenBLAS's kernels (kernels/blas_core.h) and the linear layers' GEMM library (kernels/sgemm.h)
+GR=(grad --model "$FIX/tiny_mha" --tokens "$FIX/tiny_mha/tokens.bin" --seq-len 24 --out "$T/blas.grads")
+expect_error "SEQPAR_BLAS_CORE=bogus" "keep" env SEQPAR_BLAS_CORE=bogus "$SEQPAR" "${GR[@]}"
+expect_error "SEQPAR_SGEMM=mkl" "onednn" env SEQPAR_SGEMM=mkl "$SEQPAR" "${GR[@]}"
+if grep -qw avx2 /proc/cpuinfo; then
+    out=$(OPENBLAS_CORETYPE=Prescott SEQPAR_BLAS_CORE=auto timeout 120 "$SEQPAR" "${GR[@]}" 2>&1)
+    if printf '%s' "$out" | grep -q "OpenBLAS chose Prescott for this CPU; re-executed with OPENBLAS_CORETYPE=" &&
+        ! printf '%s' "$out" | grep -q "^warning: OpenBLAS"; then ok; else bad "a weak OpenBLAS core is not corrected by one re-execution: $out"; fi
+    out=$(OPENBLAS_CORETYPE=Prescott timeout 120 "$SEQPAR" "${GR[@]}" 2>&1)
+    if printf '%s' "$out" | grep -q "^BLAS: OpenBLAS .* core Prescott (OPENBLAS_CORETYPE=Prescott)" &&
+        printf '%s' "$out" | grep -q "^warning: OpenBLAS runs its Prescott kernels, below this CPU's"; then ok
+    else bad "a user's weak OPENBLAS_CORETYPE should be kept with a warning: $out"; fi
+    out=$(mpi_test_env; OPENBLAS_CORETYPE=Prescott SEQPAR_BLAS_CORE=auto run_np 2 -x OPENBLAS_CORETYPE -x SEQPAR_BLAS_CORE "$SEQPAR" "${GR[@]}" --cp 2 2>&1)
+    if printf '%s' "$out" | grep -q "re-executed with OPENBLAS_CORETYPE=" && [ -s "$T/blas.grads" ]; then ok
+    else bad "the re-execution under mpirun (2 ranks): $out"; fi
+else
+    echo "test_cli: OpenBLAS core correction not tested: this CPU lacks AVX2"
+fi
+out=$(SEQPAR_SGEMM=openblas timeout 120 "$SEQPAR" "${GR[@]}" 2>&1)
+if printf '%s' "$out" | grep -q "linear layers: OpenBLAS .* sgemm (SEQPAR_SGEMM)"; then ok; else bad "SEQPAR_SGEMM=openblas not in the header: $out"; fi
+out=$(timeout 120 "$SEQPAR" "${GR[@]}" 2>&1)
+if printf '%s' "$out" | grep -q "linear layers: oneDNN .* sgemm$"; then ok; else bad "oneDNN is not the default GEMM: $out"; fi
+
+# seqpar bench step: the step's time split (core/op_clock.h) adds up to the mean step and no part is negative
+out=$(OMP_NUM_THREADS=1 timeout 120 "$SEQPAR" bench step --seq-len 512 --repeats 2 --warmup-steps 0 2>&1)
+split=$(printf '%s\n' "$out" | grep "where a step's time goes")
+if printf '%s' "$split" | awk '{ n = split($0, w, " "); tot = 0; mean = -1; neg = 0;
+        for (i = 1; i <= n; i++) { if (w[i] ~ /^[0-9.]+\)?:?$/ && w[i+1] ~ /^s/) { v = w[i] + 0; if (mean < 0) mean = v; else tot += v } if (w[i] ~ /^-/) neg = 1 }
+        exit !(mean > 0 && !neg && tot > 0.98 * mean && tot < 1.02 * mean) }'; then ok
+else bad "bench step's split does not add up to the step: $split"; fi
+
 summary test_cli

@@ -20,6 +20,7 @@
 #include "core/common.h"
 #include "kernels/amx_tiles.h"
 #include "kernels/bf16.h"
+#include "kernels/blas_core.h"
 #include "kernels/isa.h"
 #include "testlib.h"
 
@@ -350,6 +351,36 @@ static void check_path(const SimdKernels *k) {
     }
 }
 
+/* OpenBLAS's core against the CPU (kernels/blas_core.h): ranks, the core each CPU deserves, and
+ * the re-execution decision over every case of the variables. */
+static void check_blas_core(void) {
+    CHECK(blas_core_rank("Prescott") == 0 && blas_core_rank("SANDYBRIDGE") == 0 && blas_core_rank(NULL) == 0,
+          "pre-AVX2 cores rank 0");
+    CHECK(blas_core_rank("haswell") == 1 && blas_core_rank("Zen") == 1 && blas_core_rank("SkylakeX") == 2 &&
+              blas_core_rank("Cooperlake") == 3 && blas_core_rank("SAPPHIRERAPIDS") == 3,
+          "core ranks (case-insensitive)");
+    const CpuFeatures amx = {1, 1, 1, 1}, skx = {1, 1, 0, 0}, hsw = {1, 0, 0, 0}, old = {0, 0, 0, 0};
+    CHECK(!strcmp(blas_core_for(&amx), "Cooperlake") && !strcmp(blas_core_for(&skx), "SkylakeX") &&
+              !strcmp(blas_core_for(&hsw), "Haswell") && blas_core_for(&old) == NULL,
+          "the core each CPU deserves");
+    const char *p = blas_core_plan("Prescott", &amx, NULL, NULL, NULL);
+    CHECK(p && !strcmp(p, "Cooperlake"), "Prescott on an AMX Xeon is corrected to Cooperlake");
+    p = blas_core_plan("Haswell", &skx, NULL, NULL, NULL);
+    CHECK(p && !strcmp(p, "SkylakeX"), "Haswell on an AVX-512 CPU is corrected to SkylakeX");
+    CHECK(!blas_core_plan("Zen", &hsw, NULL, NULL, NULL), "Zen on an AVX2 CPU stays");
+    CHECK(!blas_core_plan("Cooperlake", &amx, NULL, NULL, NULL), "a right core stays");
+    CHECK(!blas_core_plan("Prescott", &old, NULL, NULL, NULL), "a CPU without AVX2 has nothing better");
+    CHECK(!blas_core_plan("Prescott", &amx, "Prescott", NULL, NULL), "the user's OPENBLAS_CORETYPE is respected");
+    p = blas_core_plan("Prescott", &amx, "Prescott", "auto", NULL);
+    CHECK(p && !strcmp(p, "Cooperlake"), "SEQPAR_BLAS_CORE=auto overrides OPENBLAS_CORETYPE");
+    CHECK(!blas_core_plan("Prescott", &amx, NULL, "keep", NULL), "SEQPAR_BLAS_CORE=keep keeps OpenBLAS's choice");
+    CHECK(!blas_core_plan("Prescott", &amx, NULL, NULL, "Prescott"), "never a second re-execution");
+    char line[300];
+    blas_describe(line, sizeof line);
+    CHECK(strstr(line, blas_core_name()) != NULL, "blas_describe names the core: %s", line);
+    printf("test_isa: %s\n", line);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--choose")) { /* child of child_status() */
         simd();
@@ -413,6 +444,7 @@ int main(int argc, char **argv) {
     CHECK(!strcmp(isa_path_name(), isa_name(isa_active())), "isa_path_name without AMX: %s", isa_path_name());
     isa_force_amx(amx_was);
     check_amx_emulation();
+    check_blas_core();
     if (amx) strcat(ran, " amx");
     else strcat(cannot, " amx");
     printf("test_isa: amx: %s\n", amx ? "available (AMX-BF16, tile-data permission granted)" : why);

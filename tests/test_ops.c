@@ -5,10 +5,12 @@
  * tolerance is 2e-3 of the larger of |numeric| and 1 x the tensor's gradient scale. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/common.h"
 #include "kernels/ops.h"
+#include "kernels/sgemm.h"
 #include "testlib.h"
 
 static Rng rng;
@@ -189,8 +191,58 @@ static void test_cross_entropy(void) {
     for (int d = 0; d < CD; d++) CHECK(dx[1 * CD + d] == 0.0f, "ignored target got a gradient");
 }
 
+/* Both fp32 GEMM libraries of kernels/sgemm.h, every transposition, beta 0 and 1, alpha 1 and 0.5,
+ * odd and tiny shapes and padded leading dimensions, against a double-precision product; then the
+ * SEQPAR_SGEMM choice. The error is relative to the sum of the terms' magnitudes (fp32 rounding: about 1e-7). */
+static void test_sgemm_libs(void) {
+    static const int shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {17, 33, 9}, {64, 48, 256}, {130, 7, 513}};
+    for (int lib = 0; lib < SGEMM_LIBS; lib++)
+        for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++)
+            for (int t = 0; t < 8; t++) {
+                const int M = shapes[sh][0], N = shapes[sh][1], K = shapes[sh][2], ta = t & 1, tb = (t >> 1) & 1;
+                const float beta = (t >> 2) & 1 ? 1.0f : 0.0f, alpha = sh % 2 ? 0.5f : 1.0f;
+                const int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;
+                float *A = xmalloc(sizeof(float) * (size_t)(ta ? K : M) * lda);
+                float *B = xmalloc(sizeof(float) * (size_t)(tb ? N : K) * ldb), *C = xmalloc(sizeof(float) * (size_t)M * ldc);
+                fill(A, (size_t)(ta ? K : M) * lda, 1);
+                fill(B, (size_t)(tb ? N : K) * ldb, 1);
+                fill(C, (size_t)M * ldc, 1);
+                double *want = xmalloc(sizeof(double) * (size_t)M * N), *mags = xmalloc(sizeof(double) * (size_t)M * N);
+                double worst = 0;
+                for (int i = 0; i < M; i++)
+                    for (int j = 0; j < N; j++) {
+                        double acc = 0, mag = 0;
+                        for (int k = 0; k < K; k++) {
+                            double a = ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
+                            double b = tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
+                            acc += a * b, mag += fabs(a * b);
+                        }
+                        want[(size_t)i * N + j] = alpha * acc + beta * C[(size_t)i * ldc + j];
+                        mags[(size_t)i * N + j] = mag + fabs(C[(size_t)i * ldc + j]);
+                    }
+                float pad = C[(size_t)(M - 1) * ldc + N]; /* a padding element: never written */
+                sgemm_lib_rm((SgemmLib)lib, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+                for (int i = 0; i < M; i++)
+                    for (int j = 0; j < N; j++)
+                        worst = fmax(worst, fabs(C[(size_t)i * ldc + j] - want[(size_t)i * N + j]) / mags[(size_t)i * N + j]);
+                CHECK(worst < 2e-6 && C[(size_t)(M - 1) * ldc + N] == pad, "%s sgemm %dx%dx%d ta %d tb %d beta %g: error %.3g",
+                      sgemm_lib_name((SgemmLib)lib), M, N, K, ta, tb, beta, worst);
+                xfree(A); xfree(B); xfree(C); xfree(want); xfree(mags);
+            }
+    char err[200] = "";
+    setenv("SEQPAR_SGEMM", "openblas", 1);
+    CHECK(sgemm_select_from_env(err, sizeof err) == 0 && sgemm_lib() == SGEMM_OPENBLAS, "SEQPAR_SGEMM=openblas selects OpenBLAS");
+    setenv("SEQPAR_SGEMM", "mkl", 1);
+    CHECK(sgemm_select_from_env(err, sizeof err) == -1 && strstr(err, "onednn") && strstr(err, "openblas"),
+          "SEQPAR_SGEMM=mkl refused naming the choices (got: %s)", err);
+    unsetenv("SEQPAR_SGEMM");
+    CHECK(sgemm_select_from_env(err, sizeof err) == 0 && sgemm_lib() == SGEMM_ONEDNN, "oneDNN is the default");
+    printf("test_ops: fp32 GEMM libraries checked: %s, %s\n", sgemm_lib_name(SGEMM_ONEDNN), sgemm_lib_name(SGEMM_OPENBLAS));
+}
+
 int main(void) {
     rng_seed(&rng, 42);
+    test_sgemm_libs();
     test_linear();
     test_rmsnorm();
     test_rope();

@@ -90,7 +90,7 @@ static const char HELP_TAIL[] =
     "                       replaces runs/)\n"
     "  --trace-step N|last  with --trace FILE: record only step N (or the last step) in the trace\n"
     "  --peak-gflops X      peak for MFU and HFU (default: $SEQPAR_PEAK_GFLOPS, else the best of several\n"
-    "                       OpenBLAS sgemm trials at start-up)\n"
+    "                       sgemm trials at start-up, oneDNN's and OpenBLAS's)\n"
     "  --quiet              print only evaluations and the summary\n"
     "  --help               this text\n"
     "  Each step line ends with the elapsed time and an estimate of the time left (ETA); the run\n"
@@ -552,7 +552,7 @@ int cmd_train(int argc, char **argv) {
         else
             printf("MFU and HFU against %.1f GFLOPS per rank: %s peak, the best of %d %s 2048^3 trials with %d threads "
                    "(raised if a step runs faster)", peak, bf16 ? "bf16" : "fp32", SGEMM_PEAK_TRIALS,
-                   bf16 ? "bf16 GEMM" : "OpenBLAS sgemm", current_threads());
+                   bf16 ? "bf16 GEMM" : "sgemm (oneDNN and OpenBLAS)", current_threads());
         printf("; --checkpoint %s, %d FFN chunk%s", llama_checkpoint_name(o.mem.checkpoint),
                llama_acts_ffn_chunks(acts), llama_acts_ffn_chunks(acts) == 1 ? "" : "s");
         if (llama_acts_streams(acts)) printf("; layers streamed in %d chunks", par.attn->stream_chunks);

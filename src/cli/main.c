@@ -18,7 +18,7 @@ static const char USAGE[] =
     "commands:\n"
     "  train   train a model (default: a small model on the built-in associative-recall task)\n"
     "  grad    one forward and backward on a token file; prints the loss, writes every gradient\n"
-    "  bench   attention, training-step and memory benchmarks against OpenBLAS sgemm\n"
+    "  bench   attention, training-step and memory benchmarks against same-run sgemm\n"
     "  strategies  the distributed attention strategies, their flags, constraints and formulas\n"
     "  sample  generate text (or tokens) from a trained model: greedy, temperature, top-k\n"
     "  memory  the memory one training step with train's flags would hold, per rank and component\n"

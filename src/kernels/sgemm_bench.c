@@ -1,11 +1,12 @@
-/* Implementation of the sgemm yardstick: times cblas_sgemm on a fixed shape and reports the
- * median rate, or for the peak the best of several trials. Allocates its matrices per call; does nothing else. */
+/* Implementation of the sgemm yardstick: times an fp32 GEMM library (kernels/sgemm.h) on a fixed
+ * shape and reports the median rate, or for the peak the best of several trials of each library.
+ * Allocates its matrices per call; does nothing else. */
 #include "kernels/sgemm_bench.h"
 
-#include <cblas.h>
 #include <stdlib.h>
 
 #include "core/common.h"
+#include "kernels/sgemm.h"
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -19,7 +20,7 @@ double median_of(double *x, int n) {
 }
 
 /* Times `repeats` runs after one warm-up; returns the median (best = 0) or the best rate. */
-static double sgemm_rate(int m, int n, int k, int repeats, int best) {
+static double sgemm_rate(SgemmLib lib, int m, int n, int k, int repeats, int best) {
     if (m <= 0 || n <= 0 || k <= 0) die("sgemm_gflops: bad shape %d x %d x %d", m, n, k);
     if (repeats < 1) repeats = 1;
     float *a = xmalloc_aligned((size_t)m * k * sizeof(float)); /* (m, k) */
@@ -32,7 +33,7 @@ static double sgemm_rate(int m, int n, int k, int repeats, int best) {
     double *t = xmalloc((size_t)repeats * sizeof(double));
     for (int r = -1; r < repeats; r++) { /* r = -1: warm-up */
         double t0 = now_seconds();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a, k, b, n, 0.0f, c, n);
+        sgemm_lib_rm(lib, 0, 0, m, n, k, 1.0f, a, k, b, n, 0.0f, c, n);
         double dt = now_seconds() - t0;
         if (r >= 0) t[r] = dt;
     }
@@ -45,6 +46,16 @@ static double sgemm_rate(int m, int n, int k, int repeats, int best) {
     return 2.0 * m * n * (double)k / sel * 1e-9;
 }
 
-double sgemm_gflops(int m, int n, int k, int repeats) { return sgemm_rate(m, n, k, repeats, 0); }
+double sgemm_gflops(int m, int n, int k, int repeats) { return sgemm_rate(SGEMM_OPENBLAS, m, n, k, repeats, 0); }
 
-double sgemm_peak_gflops(int trials) { return sgemm_rate(2048, 2048, 2048, trials < 3 ? 3 : trials, 1); }
+double sgemm_peak_gflops_libs(int trials, double per_lib[SGEMM_LIBS]) {
+    double best = 0;
+    for (int l = 0; l < SGEMM_LIBS; l++) {
+        const double g = sgemm_rate((SgemmLib)l, 2048, 2048, 2048, trials < 3 ? 3 : trials, 1);
+        if (per_lib) per_lib[l] = g;
+        if (g > best) best = g;
+    }
+    return best;
+}
+
+double sgemm_peak_gflops(int trials) { return sgemm_peak_gflops_libs(trials, NULL); }

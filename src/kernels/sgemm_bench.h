@@ -1,16 +1,21 @@
-/* Measures the machine's practical fp32 matrix-multiply rate (cblas_sgemm), the yardstick the
- * attention benchmark and MFU figures are compared against. Not a tuning tool for BLAS itself. */
+/* Measures the machine's practical fp32 matrix-multiply rate (the better of oneDNN's and
+ * OpenBLAS's sgemm, kernels/sgemm.h), the yardstick the attention benchmark and MFU figures are
+ * compared against. Not a tuning tool for BLAS itself. */
 #ifndef SEQPAR_SGEMM_BENCH_H
 #define SEQPAR_SGEMM_BENCH_H
 
+#include "kernels/sgemm.h"
+
 /* The fp32 peak for MFU: the BEST GFLOPS of `trials` short runs (at least 3) of C = A B on square
- * 2048 x 2048 fp32 matrices, with the current OpenMP thread count (OpenBLAS's OpenMP build follows
- * omp_get_max_threads()), after one warm-up run. The best, not the median: on a shared machine a
- * trial can only be slowed down, never sped up, so the best trial is the closest to the peak. */
+ * 2048 x 2048 fp32 matrices through each library of sgemm.h, the better library's, with the
+ * current OpenMP thread count (both follow omp_get_max_threads()), after one warm-up run each. The
+ * best, not the median: on a shared machine a trial can only be slowed down, never sped up, so the
+ * best trial is the closest to the peak. per_lib (may be NULL) receives each library's best. */
+double sgemm_peak_gflops_libs(int trials, double per_lib[SGEMM_LIBS]);
 double sgemm_peak_gflops(int trials);
 #define SGEMM_PEAK_TRIALS 7
 
-/* GFLOPS of one sgemm shape (M x K times K x N), median over `repeats` runs; for experiments. */
+/* GFLOPS of one OpenBLAS sgemm shape (M x K times K x N), median over `repeats` runs; for experiments. */
 double sgemm_gflops(int m, int n, int k, int repeats);
 
 /* Median of n doubles (the array is sorted in place); 0 when n <= 0. */
