@@ -68,7 +68,7 @@ int blas_core_reexec_if_weak(char **argv, char *err, size_t n) {
     return 0;
 }
 
-static void version(char *buf, size_t n) { /* "OpenBLAS 0.3.21" from the build's configuration */
+void blas_version(char *buf, size_t n) { /* the first two words of the build's configuration */
     const char *cfg = openblas_get_config();
     size_t len = 0;
     for (int words = 0; cfg && cfg[len]; len++)
@@ -78,7 +78,7 @@ static void version(char *buf, size_t n) { /* "OpenBLAS 0.3.21" from the build's
 
 void blas_describe(char *buf, size_t n) {
     char v[48];
-    version(v, sizeof v);
+    blas_version(v, sizeof v);
     const char *core = blas_core_name(), *first = getenv(MARKER);
     if (first && getenv("OPENBLAS_CORETYPE"))
         snprintf(buf, n, "%s core %s (OpenBLAS chose %s for this CPU; re-executed with OPENBLAS_CORETYPE=%s)", v, core,
@@ -92,10 +92,6 @@ void blas_describe(char *buf, size_t n) {
 void blas_core_warning(char *buf, size_t n) {
     const char *want = blas_core_for(cpu_features()), *core = blas_core_name();
     buf[0] = 0;
-    if (g_fail[0] && (!want || blas_core_rank(core) >= blas_core_rank(want))) {
-        snprintf(buf, n, "warning: %s", g_fail);
-        return;
-    }
     if (!want || blas_core_rank(core) >= blas_core_rank(want)) return;
     if (g_fail[0])
         snprintf(buf, n, "warning: OpenBLAS runs its %s kernels, below this CPU's %s (%s): dense products run slower",

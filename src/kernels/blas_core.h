@@ -19,6 +19,8 @@
 int blas_core_rank(const char *name);
 /* The core this CPU deserves ("Cooperlake", "SkylakeX", "Haswell"), NULL below AVX2. */
 const char *blas_core_for(const CpuFeatures *f);
+/* "OpenBLAS 0.3.21": the library and its version, from its build configuration. */
+void blas_version(char *buf, size_t n);
 /* The core OpenBLAS runs in this process. */
 const char *blas_core_name(void);
 

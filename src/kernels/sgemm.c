@@ -10,6 +10,7 @@
 #include "core/common.h"
 #include "core/op_clock.h"
 #include "kernels/bf16.h"
+#include "kernels/blas_core.h"
 
 static SgemmLib g_lib = SGEMM_ONEDNN;
 
@@ -30,13 +31,7 @@ const char *sgemm_lib_name(SgemmLib lib) {
     static char names[SGEMM_LIBS][48];
     if (!names[lib][0]) {
         if (lib == SGEMM_ONEDNN) snprintf(names[lib], sizeof names[lib], "oneDNN %s", bf16_onednn_version());
-        else {
-            const char *cfg = openblas_get_config();
-            size_t len = 0;
-            for (int words = 0; cfg && cfg[len] && len < 40; len++)
-                if (cfg[len] == ' ' && ++words == 2) break;
-            snprintf(names[lib], sizeof names[lib], "%.*s", (int)len, cfg ? cfg : "OpenBLAS");
-        }
+        else blas_version(names[lib], sizeof names[lib]);
     }
     return names[lib];
 }
