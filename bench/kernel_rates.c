@@ -75,9 +75,9 @@ static void bf16_pieces(const AttnBf16Tiles *t, int d) {
     double best[3] = {0, 0, 0};
     for (int r = 0; r <= 20; r++) {
         double t0 = cpu_now();
-        t->tile_gemm(bk, bq, d2, 0.125f, kw, (size_t)d2, 1, qw, (size_t)bq, 0, st, (size_t)bq, NULL);
+        t->tile_gemm(bk, bq, d2, 1.0f, kw, (size_t)d2, 1, qw, (size_t)bq, 0, st, (size_t)bq, NULL);
         double t1 = cpu_now();
-        t->col_exp2_pairs(st, bk, bq, (size_t)bq, m, sum, pw, (size_t)bq);
+        t->col_exp2_pairs(st, bk, bq, (size_t)bq, 0.125f, m, sum, pw, (size_t)bq);
         double t2 = cpu_now();
         t->tile_gemm(bq, d, bk2, 1.0f, pw, 1, (size_t)bq, vw, (size_t)d, 1, ob, (size_t)d, NULL);
         double t3 = cpu_now();

@@ -438,7 +438,9 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
                 for (int b = 0; b < nblk; b++) {
                     /* S^T (je, cw) = alpha K (je, d) Q^T (d, cw) of this block's queries, masked */
                     const int c0 = b * bw, cw = c0 + bw < bq ? bw : bq - c0, je = jend[b];
-                    if (bt) bt->tile_gemm(je, cw, d2, alpha, Kw, ldkw, 1, Qw + c0, ldt, 0, ST + c0, ldt, &pf);
+                    /* (the bf16 tiles store K Q^T unscaled and apply alpha in the softmax step:
+                     * AMX stores a product with alpha 1 straight from its tiles) */
+                    if (bt) bt->tile_gemm(je, cw, d2, 1.0f, Kw, ldkw, 1, Qw + c0, ldt, 0, ST + c0, ldt, &pf);
                     else sk->tile_gemm(je, cw, d, alpha, Kc, ldc, 1, Qt + c0, ldt, 0, ST + c0, ldt, &pf);
                     if (cls == TILE_PARTIAL)
                         for (int j = 0; j < je; j++) {
@@ -453,6 +455,8 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
                                 for (int i = c0; i < c0 + cw; i++) row[i] = kp > qp[i] || kd != qd[i] ? -INFINITY : row[i];
                         }
                     sk->col_max(ST + c0, je, cw, ldt, mx + c0);
+                    if (bt) /* the max of the scaled scores: alpha > 0 and rounding are monotonic */
+                        for (int i = c0; i < c0 + cw; i++) mx[i] *= alpha;
                 }
                 for (int i = 0; i < bq; i++) {
                     float mnew = m[i] > mx[i] ? m[i] : mx[i];
@@ -464,7 +468,7 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
                 sk->row_exp2_sum(corr, bq, 0.0f); /* corr = 2^(m_old - m_new), 0 when m was -inf */
                 for (int b = 0; b < nblk; b++) { /* P^T: bf16 pairs (never stored in fp32), or in place */
                     const int c0 = b * bw, cw = c0 + bw < bq ? bw : bq - c0;
-                    if (bt) bt->col_exp2_pairs(ST + c0, jend[b], cw, ldt, msafe + c0, sum + c0, Pw + c0, ldt);
+                    if (bt) bt->col_exp2_pairs(ST + c0, jend[b], cw, ldt, alpha, msafe + c0, sum + c0, Pw + c0, ldt);
                     else sk->col_exp2_sum(ST + c0, jend[b], cw, ldt, msafe + c0, sum + c0);
                 }
                 for (int i = 0; i < bq; i++) {
@@ -651,9 +655,9 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
                         const size_t ro = ((size_t)hh * n_q + i0) * ldkw, po = ((size_t)hh * nq2 + i0 / 2) * ldvw;
                         const float *Qc = bt ? NULL : Qf + ((size_t)hh * n_q + i0) * ldc;
                         const float *dOc = bt ? NULL : dOf + ((size_t)hh * n_q + i0) * ldc;
-                        /* S (bq, bk) = alpha Q (bq, d) K^T (d, bk) */
-                        if (bt) {
-                            bt->tile_gemm(bq, bk, d2, alpha, Qrows + ro, ldkw, 1, KTw, ldp, 0, P, ldp, NULL);
+                        /* S (bq, bk) = alpha Q (bq, d) K^T (d, bk); P = 2^(S - lse) */
+                        if (bt) { /* unscaled (alpha applied with the exponential, as the forward) */
+                            bt->tile_gemm(bq, bk, d2, 1.0f, Qrows + ro, ldkw, 1, KTw, ldp, 0, P, ldp, NULL);
                         } else {
                             sk->tile_gemm(bq, bk, d, alpha, Qc, ldc, 1, Kt, ldp, 0, P, ldp, NULL);
                         }
@@ -678,7 +682,8 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
                                 continue;
                             }
                             any = 1;
-                            sk->row_exp2_sum(prow, bk, (float)(L * FA_LOG2E));
+                            if (bt) sk->row_exp2_scaled_sum(prow, bk, alpha, (float)(L * FA_LOG2E));
+                            else sk->row_exp2_sum(prow, bk, (float)(L * FA_LOG2E));
                         }
                         if (!any) continue;
                         const int bq2r = (bq + 1) / 2, bk2r = (bk + 1) / 2; /* pair steps over bq, bk */
@@ -698,11 +703,11 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
                         if (bt) { /* dS = P * (dP - delta) straight into its bf16 pairs and rows */
                             float dl[FA_MAX_TILE];
                             for (int r = 0; r < bq; r++) dl[r] = delta[(size_t)(i0 + r) * H + h];
-                            bt->ds_pack(P, dP, ldp, bq, bk, dl, Pp, ldp, dSr, ldsw);
-                            if (dk) /* dK (bk, d) += scale dS^T (bk, bq) Q (bq, d) */
-                                bt->tile_gemm(bk, d, bq2r, scale, Pp, 1, ldp, Qpairs + po, ldvw, 1, dKa, (size_t)d, NULL);
-                            if (dq) /* dQ (bq, d) += scale dS (bq, bk) K (bk, d) */
-                                bt->tile_gemm(bq, d, bk2r, scale, dSr, ldsw, 1, Kp, ldc, 1, dq_tile, dq_ld, NULL);
+                            bt->ds_pack(P, dP, ldp, bq, bk, dl, scale, Pp, ldp, dSr, ldsw); /* scale dS */
+                            if (dk) /* dK (bk, d) += (scale dS)^T (bk, bq) Q (bq, d) */
+                                bt->tile_gemm(bk, d, bq2r, 1.0f, Pp, 1, ldp, Qpairs + po, ldvw, 1, dKa, (size_t)d, NULL);
+                            if (dq) /* dQ (bq, d) += (scale dS) (bq, bk) K (bk, d) */
+                                bt->tile_gemm(bq, d, bk2r, 1.0f, dSr, ldsw, 1, Kp, ldc, 1, dq_tile, dq_ld, NULL);
                         } else {
                             for (int r = 0; r < bq; r++) /* dS = P * (dP - delta), into P */
                                 sk->ds_row(P + (size_t)r * ldp, dP + (size_t)r * ldp, bk, delta[(size_t)(i0 + r) * H + h]);

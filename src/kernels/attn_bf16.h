@@ -48,15 +48,18 @@ typedef struct {
     /* dst (ceil(rows / 2), cols words; ldd) = pairs layout of fp32 src (rows, cols; lds); an odd last
      * row pairs with 0. */
     void (*pack_pairs)(int rows, int cols, const float *src, size_t lds, bf16_pair *dst, size_t ldd);
-    /* The forward's softmax step fused with packing its probabilities: p[j][i] = 2^(s[j][i] - m[i])
-     * for rows j < rows, columns i < n of s (ld); sum[i] = the sum over j of the fp32 p; dst
-     * (ceil(rows / 2), n words; ldd) = pairs layout of p. s is not written. */
-    void (*col_exp2_pairs)(const float *s, int rows, int n, size_t ld, const float *m, float *sum, bf16_pair *dst,
-                           size_t ldd);
-    /* The backward's dS = p (dp - delta[r]) for rows r < rows, columns j < n of p and dp (ld),
+    /* The forward's softmax step fused with packing its probabilities: p[j][i] = 2^(alpha s[j][i] -
+     * m[i]) (the product alpha s rounded to fp32 first, as a tile_gemm with this alpha would store
+     * it: the scores arrive unscaled, so that their product stores straight from the tiles) for rows
+     * j < rows, columns i < n of s (ld); sum[i] = the sum over j of the fp32 p; dst (ceil(rows / 2),
+     * n words; ldd) = pairs layout of p. s is not written. */
+    void (*col_exp2_pairs)(const float *s, int rows, int n, size_t ld, float alpha, const float *m, float *sum,
+                           bf16_pair *dst, size_t ldd);
+    /* The backward's dS = scale p (dp - delta[r]) for rows r < rows, columns j < n of p and dp (ld)
+     * (the softmax scale applied here, so that the dK and dQ products accumulate with alpha 1),
      * packed twice: pairs (ceil(rows / 2), n words; ldpairs) and rows (rows, ceil(n / 2) words;
      * ldrows). Nothing fp32 is written. */
-    void (*ds_pack)(const float *p, const float *dp, size_t ld, int rows, int n, const float *delta,
+    void (*ds_pack)(const float *p, const float *dp, size_t ld, int rows, int n, const float *delta, float scale,
                     bf16_pair *pairs, size_t ldpairs, bf16_pair *rows_w, size_t ldrows);
 } AttnBf16Tiles;
 
@@ -81,12 +84,12 @@ void attn_bf16_tiles_use(const AttnBf16Tiles *t);
 /* The AVX512_BF16 packers (attn_bf16_avx512.c), shared by every table; see the fields above. */
 void attn_bf16_pack_rows_avx512(int rows, int cols, const float *src, size_t lds, bf16_pair *dst, size_t ldd);
 void attn_bf16_pack_pairs_avx512(int rows, int cols, const float *src, size_t lds, bf16_pair *dst, size_t ldd);
-void attn_bf16_col_exp2_pairs_avx512(const float *s, int rows, int n, size_t ld, const float *m, float *sum,
-                                     bf16_pair *dst, size_t ldd);
+void attn_bf16_col_exp2_pairs_avx512(const float *s, int rows, int n, size_t ld, float alpha, const float *m,
+                                     float *sum, bf16_pair *dst, size_t ldd);
 /* dst[r][k] = src[k lds + r] for r, k < 16: one 16 x 16 block of 32-bit words transposed in registers
  * (the AMX tiles' A panel from a transposed operand, attn_bf16_amx_body.h). */
 void attn_bf16_transpose16_avx512(const bf16_pair *src, size_t lds, bf16_pair dst[16][16]);
 void attn_bf16_ds_pack_avx512(const float *p, const float *dp, size_t ld, int rows, int n, const float *delta,
-                              bf16_pair *pairs, size_t ldpairs, bf16_pair *rows_w, size_t ldrows);
+                              float scale, bf16_pair *pairs, size_t ldpairs, bf16_pair *rows_w, size_t ldrows);
 
 #endif

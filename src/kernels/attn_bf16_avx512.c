@@ -154,8 +154,9 @@ void attn_bf16_pack_pairs_avx512(int rows, int cols, const float *src, size_t ld
     }
 }
 
-void attn_bf16_col_exp2_pairs_avx512(const float *s, int rows, int n, size_t ld, const float *m, float *sum,
-                                     bf16_pair *dst, size_t ldd) {
+void attn_bf16_col_exp2_pairs_avx512(const float *s, int rows, int n, size_t ld, float alpha, const float *m,
+                                     float *sum, bf16_pair *dst, size_t ldd) {
+    const __m512 av = _mm512_set1_ps(alpha);
     for (int c = 0; c < n; c += 16) {
         const int cnt = n - c < 16 ? n - c : 16;
         const __mmask16 mk = (__mmask16)((1u << cnt) - 1u);
@@ -163,15 +164,16 @@ void attn_bf16_col_exp2_pairs_avx512(const float *s, int rows, int n, size_t ld,
         __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
         for (int rr = 0; rr < rows / 2; rr++) {
             const float *r0 = s + (size_t)(2 * rr) * ld + c;
-            const __m512 x0 = _mm512_maskz_mov_ps(mk, vexp2(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, r0), mv)));
-            const __m512 x1 = _mm512_maskz_mov_ps(mk, vexp2(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, r0 + ld), mv)));
+            const __m512 x0 = _mm512_maskz_mov_ps(mk, vexp2(_mm512_sub_ps(_mm512_mul_ps(av, _mm512_maskz_loadu_ps(mk, r0)), mv)));
+            const __m512 x1 =
+                _mm512_maskz_mov_ps(mk, vexp2(_mm512_sub_ps(_mm512_mul_ps(av, _mm512_maskz_loadu_ps(mk, r0 + ld)), mv)));
             acc0 = _mm512_add_ps(acc0, x0);
             acc1 = _mm512_add_ps(acc1, x1);
             _mm512_mask_storeu_epi32(dst + (size_t)rr * ldd + c, mk, interleave_pairs(x0, x1));
         }
         if (rows % 2) { /* the last row pairs with 0 */
             const float *r0 = s + (size_t)(rows - 1) * ld + c;
-            const __m512 x0 = _mm512_maskz_mov_ps(mk, vexp2(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, r0), mv)));
+            const __m512 x0 = _mm512_maskz_mov_ps(mk, vexp2(_mm512_sub_ps(_mm512_mul_ps(av, _mm512_maskz_loadu_ps(mk, r0)), mv)));
             acc0 = _mm512_add_ps(acc0, x0);
             _mm512_mask_storeu_epi32(dst + (size_t)(rows / 2) * ldd + c, mk, interleave_pairs(x0, _mm512_setzero_ps()));
         }
@@ -180,7 +182,8 @@ void attn_bf16_col_exp2_pairs_avx512(const float *s, int rows, int n, size_t ld,
 }
 
 void attn_bf16_ds_pack_avx512(const float *p, const float *dp, size_t ld, int rows, int n, const float *delta,
-                              bf16_pair *pairs, size_t ldpairs, bf16_pair *rows_w, size_t ldrows) {
+                              float scale, bf16_pair *pairs, size_t ldpairs, bf16_pair *rows_w, size_t ldrows) {
+    const __m512 sc = _mm512_set1_ps(scale);
     for (int rr = 0; rr < (rows + 1) / 2; rr++) {
         const int r0 = 2 * rr, has1 = r0 + 1 < rows;
         const float *p0 = p + (size_t)r0 * ld, *d0 = dp + (size_t)r0 * ld;
@@ -189,15 +192,17 @@ void attn_bf16_ds_pack_avx512(const float *p, const float *dp, size_t ld, int ro
         for (int c = 0; c < n; c += 32) {
             const int left = n - c, ca = left < 16 ? left : 16, cb = left - ca < 16 ? left - ca : 16;
             const __mmask16 ma = (__mmask16)((1u << ca) - 1u), mb = (__mmask16)((1u << cb) - 1u);
-            const __m512 x0a = _mm512_mul_ps(_mm512_maskz_loadu_ps(ma, p0 + c),
-                                             _mm512_sub_ps(_mm512_maskz_loadu_ps(ma, d0 + c), del0));
-            const __m512 x0b = _mm512_mul_ps(_mm512_maskz_loadu_ps(mb, p0 + c + 16),
-                                             _mm512_sub_ps(_mm512_maskz_loadu_ps(mb, d0 + c + 16), del0));
+            /* scale (p (dp - delta)), rounded in that order */
+            const __m512 x0a = _mm512_mul_ps(sc, _mm512_mul_ps(_mm512_maskz_loadu_ps(ma, p0 + c),
+                                                               _mm512_sub_ps(_mm512_maskz_loadu_ps(ma, d0 + c), del0)));
+            const __m512 x0b = _mm512_mul_ps(sc, _mm512_mul_ps(_mm512_maskz_loadu_ps(mb, p0 + c + 16),
+                                                               _mm512_sub_ps(_mm512_maskz_loadu_ps(mb, d0 + c + 16), del0)));
             __m512 x1a = _mm512_setzero_ps(), x1b = x1a;
             if (has1) {
-                x1a = _mm512_mul_ps(_mm512_maskz_loadu_ps(ma, p1 + c), _mm512_sub_ps(_mm512_maskz_loadu_ps(ma, d1 + c), del1));
-                x1b = _mm512_mul_ps(_mm512_maskz_loadu_ps(mb, p1 + c + 16),
-                                    _mm512_sub_ps(_mm512_maskz_loadu_ps(mb, d1 + c + 16), del1));
+                x1a = _mm512_mul_ps(sc, _mm512_mul_ps(_mm512_maskz_loadu_ps(ma, p1 + c),
+                                                      _mm512_sub_ps(_mm512_maskz_loadu_ps(ma, d1 + c), del1)));
+                x1b = _mm512_mul_ps(sc, _mm512_mul_ps(_mm512_maskz_loadu_ps(mb, p1 + c + 16),
+                                                      _mm512_sub_ps(_mm512_maskz_loadu_ps(mb, d1 + c + 16), del1)));
             }
             /* masked lanes: p loads as 0, so x is 0 there (dp - delta finite) */
             bf16_pair *pw = pairs + (size_t)rr * ldpairs + c;

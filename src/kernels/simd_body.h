@@ -221,6 +221,27 @@ static float sb_row_exp2_sum(float *s, int n, float m) {
     return vhsum(vadd(a, b));
 }
 
+static float sb_row_exp2_scaled_sum(float *s, int n, float alpha, float m) {
+    const V vm = vset1(m), va = vset1(alpha);
+    V a = vzero(), b = a;
+    int j = 0;
+    for (; j + 2 * VL <= n; j += 2 * VL) {
+        V x0 = vexp2(vsub(vmul(va, vload(s + j)), vm)), x1 = vexp2(vsub(vmul(va, vload(s + j + VL)), vm));
+        vstore(s + j, x0);
+        vstore(s + j + VL, x1);
+        a = vadd(a, x0);
+        b = vadd(b, x1);
+    }
+    for (; j < n; j += VL) {
+        const int cnt = n - j < VL ? n - j : VL;
+        const VM mk = vmask(cnt);
+        V x = vsel_m(mk, vexp2(vsub(vmul(va, vload_m(s + j, mk)), vm)));
+        vstore_m(s + j, mk, x);
+        a = vadd(a, x);
+    }
+    return vhsum(vadd(a, b));
+}
+
 static void sb_ds_row(float *p, const float *dp, int n, float delta) {
     const V vd = vset1(delta);
     for (int j = 0; j < n; j += VL) {
@@ -413,6 +434,7 @@ const SimdKernels SIMD_TABLE = {
     .col_max = sb_col_max,
     .col_exp2_sum = sb_col_exp2_sum,
     .row_exp2_sum = sb_row_exp2_sum,
+    .row_exp2_scaled_sum = sb_row_exp2_scaled_sum,
     .ds_row = sb_ds_row,
     .scale_row = sb_scale_row,
     .add_row = sb_add_row,
