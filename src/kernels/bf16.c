@@ -1,7 +1,6 @@
 /* bf16 conversions, the conversion-path GEMM and the choice of bf16 path (see bf16.h). */
 #include "kernels/bf16.h"
 
-#include <cblas.h>
 #include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -9,6 +8,7 @@
 #include "core/common.h"
 #include "kernels/attn_bf16.h"
 #include "kernels/isa.h"
+#include "kernels/sgemm.h"
 
 int precision_parse(const char *name) {
     if (!name) return -1;
@@ -27,7 +27,8 @@ static void unpack_c(float *dst, const bf16_t *src, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = bf16_to_float(src[i]);
 }
 
-/* The conversion path's GEMM: both operands widened to fp32 (exact), then sgemm. */
+/* The conversion path's GEMM: both operands widened to fp32 (exact), then the linear layers' fp32
+ * GEMM (kernels/sgemm.h: oneDNN unless SEQPAR_SGEMM=openblas). */
 void bf16_gemm_convert(int transA, int transB, int M, int N, int K, float alpha, const bf16_t *A, int lda,
                        const bf16_t *B, int ldb, float beta, float *C, int ldc) {
     size_t a_rows = (size_t)(transA ? K : M), b_rows = (size_t)(transB ? N : K);
@@ -35,8 +36,7 @@ void bf16_gemm_convert(int transA, int transB, int M, int N, int K, float alpha,
     float *Af = xmalloc(sizeof(float) * (a_n ? a_n : 1)), *Bf = xmalloc(sizeof(float) * (b_n ? b_n : 1));
     bf16_unpack(Af, A, a_n);
     bf16_unpack(Bf, B, b_n);
-    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, M, N, K,
-                alpha, Af, lda, Bf, ldb, beta, C, ldc);
+    sgemm_lib_rm(sgemm_lib(), transA, transB, M, N, K, alpha, Af, lda, Bf, ldb, beta, C, ldc);
     xfree(Af);
     xfree(Bf);
 }
@@ -132,7 +132,7 @@ void bf16_describe(char *buf, size_t n) {
         snprintf(buf, n, "%s, GEMM: oneDNN %s matmul on %s", bf16_path_name(k->path), bf16_onednn_version(),
                  bf16_onednn_isa());
     else
-        snprintf(buf, n, "%s, GEMM: bf16 widened to fp32 + OpenBLAS sgemm", bf16_path_name(k->path));
+        snprintf(buf, n, "%s, GEMM: bf16 widened to fp32 + %s sgemm", bf16_path_name(k->path), sgemm_lib_name(sgemm_lib()));
 }
 
 extern const AttnBf16Tiles attn_bf16_tiles_avx512;       /* attn_bf16_avx512.c */
