@@ -33,7 +33,10 @@
  * layout, Q^T, V and P^T in pairs layout (P^T from the fp32 probabilities, rounded after the
  * softmax and the running sum l used them in fp32); backward Q, dO and dS in rows layout, K^T,
  * V^T, K, Q, dO, P and dS in pairs layout. Every product accumulates in fp32; scores, softmax,
- * lse, delta, dS = P (dP - delta) and the rescaling are fp32. K and V (forward) and Q and dO
+ * lse, delta, dS = P (dP - delta) and the rescaling are fp32. The scores are stored unscaled and
+ * alpha applied with the exponential (alpha s rounded first, the value a product with alpha would
+ * have stored), and dS is packed as scale dS, so every bf16 product runs with alpha 1 (the AMX
+ * tiles then store and accumulate straight from their accumulators). K and V (forward) and Q and dO
  * (backward, one kv head's query heads at a time) are packed once per call; P is packed by the
  * softmax pass itself and dS where it is computed (both layouts), so neither is stored in fp32.
  * The tiles have their own sizes (attn_bf16.h), even, so that tile pairs are the call's pairs.
