@@ -81,6 +81,17 @@ const AttnBf16Tiles *attn_bf16_tiles_for(AttnBf16Kind kind);
  * call between parallel regions. */
 void attn_bf16_tiles_use(const AttnBf16Tiles *t);
 
+/* The fields every table shares, for the tables' initialisers: the AVX512_BF16 packers (every CPU
+ * with AMX-BF16 has AVX512_BF16) and the tile sizes, chosen for the VDPBF16PS tiles and untuned on
+ * AMX. On Zen 4 (one thread, S = 4096, d = 64, GFLOPS per CPU-second) forward 192 x 192 measured
+ * 145-149 against 144 for the fp32 kernel's 256 x 192, 137 for 384 x 192 and 134 for 256 x 384;
+ * backward 192 x 96 (the fp32 kernel's) 170 against 164 for 192 x 128 and 164 for 256 x 96: within
+ * the machine's noise of each other, except that larger tiles lose. */
+#define ATTN_BF16_SHARED_FIELDS                                                                           \
+    .fwd_bq = 192, .fwd_bk = 192, .bwd_bk = 192, .bwd_bq = 96, .pack_rows = attn_bf16_pack_rows_avx512,       \
+    .pack_pairs = attn_bf16_pack_pairs_avx512, .col_exp2_pairs = attn_bf16_col_exp2_pairs_avx512,             \
+    .ds_pack = attn_bf16_ds_pack_avx512
+
 /* The AVX512_BF16 packers (attn_bf16_avx512.c), shared by every table; see the fields above. */
 void attn_bf16_pack_rows_avx512(int rows, int cols, const float *src, size_t lds, bf16_pair *dst, size_t ldd);
 void attn_bf16_pack_pairs_avx512(int rows, int cols, const float *src, size_t lds, bf16_pair *dst, size_t ldd);

@@ -94,14 +94,6 @@ static const bf16_pair *amx_b_tile(const bf16_pair *B, size_t ldb, int K2, int N
     return &edge[0][0];
 }
 
-static inline void amx_prefetch_some(Prefetch *p, int n) {
-    for (; n > 0 && p->next < p->total; n--, p->next++) {
-        int t = p->next / (p->rows * p->lines_per_row), rem = p->next % (p->rows * p->lines_per_row);
-        const char *addr = p->base[t] + (size_t)(rem / p->lines_per_row) * p->stride + (size_t)(rem % p->lines_per_row) * 64;
-        __builtin_prefetch(addr, 0, 2);
-    }
-}
-
 /* One pass: K2 in 1 .. AMX_KMAX. */
 static void amx_gemm_pass(int M, int N, int K2, float alpha, const bf16_pair *A, size_t ars, size_t aks,
                           const bf16_pair *B, size_t ldb, int accumulate, float *C, size_t ldc, Prefetch *pf) {
@@ -119,7 +111,7 @@ static void amx_gemm_pass(int M, int N, int K2, float alpha, const bf16_pair *A,
         amx_pack_a(panel, K2, mrows, A + (size_t)m0 * ars, ars, aks);
         for (int n0 = 0; n0 < N; n0 += 32) {
             const int ncols = N - n0 < 32 ? N - n0 : 32, two_n = ncols > 16;
-            if (pf) amx_prefetch_some(pf, pf_per_call);
+            if (pf) prefetch_some(pf, pf_per_call);
             /* a whole 32 x 32 block with alpha 1 accumulates in place: the tiles start from C and
              * are stored back to C (no pass over a scratch block) */
             float *cb = C + (size_t)m0 * ldc + n0;
@@ -179,12 +171,7 @@ static void amx_gemm_pass(int M, int N, int K2, float alpha, const bf16_pair *A,
 
 static void amx_tile_gemm(int M, int N, int K2, float alpha, const bf16_pair *A, size_t ars, size_t aks,
                           const bf16_pair *B, size_t ldb, int accumulate, float *C, size_t ldc, Prefetch *pf) {
-    if (M <= 0 || N <= 0) return;
-    if (K2 <= 0) {
-        if (!accumulate)
-            for (int m = 0; m < M; m++) memset(C + (size_t)m * ldc, 0, (size_t)N * sizeof(float));
-        return;
-    }
+    if (tile_gemm_trivial(M, N, K2, accumulate, C, ldc)) return;
     for (int k0 = 0; k0 < K2; k0 += AMX_KMAX) {
         const int kc = K2 - k0 < AMX_KMAX ? K2 - k0 : AMX_KMAX;
         amx_gemm_pass(M, N, kc, alpha, A + (size_t)k0 * aks, ars, aks, B + (size_t)k0 * ldb, ldb, accumulate || k0 > 0,
@@ -192,19 +179,11 @@ static void amx_tile_gemm(int M, int N, int K2, float alpha, const bf16_pair *A,
     }
 }
 
-/* Tile sizes: multiples of the 32 x 32 block; the VDPBF16PS table's, not measured on AMX (no
- * machine of the project has it). The packers are the AVX512_BF16 ones (every CPU with AMX-BF16
- * has AVX512_BF16). */
+/* Tile sizes (multiples of the 32 x 32 block) and packers: the VDPBF16PS table's
+ * (ATTN_BF16_SHARED_FIELDS); the sizes are untuned on AMX. */
 const AttnBf16Tiles AMX_TABLE = {
     .name = AMX_TABLE_NAME,
     .mr = 0,
-    .fwd_bq = 192,
-    .fwd_bk = 192,
-    .bwd_bk = 192,
-    .bwd_bq = 96,
     .tile_gemm = amx_tile_gemm,
-    .pack_rows = attn_bf16_pack_rows_avx512,
-    .pack_pairs = attn_bf16_pack_pairs_avx512,
-    .col_exp2_pairs = attn_bf16_col_exp2_pairs_avx512,
-    .ds_pack = attn_bf16_ds_pack_avx512,
+    ATTN_BF16_SHARED_FIELDS,
 };

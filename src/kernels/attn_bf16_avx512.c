@@ -65,23 +65,10 @@ static inline __attribute__((always_inline)) void micro(int K2, int mr, float al
     }
 }
 
-static inline void prefetch_some(Prefetch *p, int n) {
-    for (; n > 0 && p->next < p->total; n--, p->next++) {
-        int t = p->next / (p->rows * p->lines_per_row), rem = p->next % (p->rows * p->lines_per_row);
-        const char *addr = p->base[t] + (size_t)(rem / p->lines_per_row) * p->stride + (size_t)(rem % p->lines_per_row) * 64;
-        _mm_prefetch(addr, _MM_HINT_T1);
-    }
-}
-
 /* Column blocks outside (a 64-column panel of B stays in L1), row blocks inside. */
 static void tile_gemm_bf16(int M, int N, int K2, float alpha, const bf16_pair *A, size_t ars, size_t aks,
                            const bf16_pair *B, size_t ldb, int accumulate, float *C, size_t ldc, Prefetch *pf) {
-    if (M <= 0 || N <= 0) return;
-    if (K2 <= 0) {
-        if (!accumulate)
-            for (int m = 0; m < M; m++) memset(C + (size_t)m * ldc, 0, (size_t)N * sizeof(float));
-        return;
-    }
+    if (tile_gemm_trivial(M, N, K2, accumulate, C, ldc)) return;
     const int NR = NV * 16, nfull = N / NR * NR, nr = N - nfull;
     __mmask16 msk[NV];
     for (int v = 0; v < NV; v++) {
@@ -217,10 +204,6 @@ void attn_bf16_ds_pack_avx512(const float *p, const float *dp, size_t ld, int ro
     }
 }
 
-/* Tile sizes: on Zen 4 (one thread, S = 4096, d = 64, GFLOPS per CPU-second) forward 192 x 192
- * measured 145-149 against 144 for the fp32 kernel's 256 x 192, 137 for 384 x 192 and 134 for
- * 256 x 384; backward 192 x 96 (the fp32 kernel's) 170 against 164 for 192 x 128 and 164 for
- * 256 x 96: within the machine's noise of each other, except that larger tiles lose. */
 void attn_bf16_transpose16_avx512(const bf16_pair *src, size_t lds, bf16_pair dst[16][16]) {
     __m512i r[16], t[16];
     for (int k = 0; k < 16; k++) r[k] = _mm512_loadu_si512((const void *)(src + (size_t)k * lds));
@@ -248,14 +231,7 @@ void attn_bf16_transpose16_avx512(const bf16_pair *src, size_t lds, bf16_pair ds
 const AttnBf16Tiles attn_bf16_tiles_avx512 = {
     .name = "bf16 tiles (VDPBF16PS)",
     .mr = MR,
-    .fwd_bq = 192,
-    .fwd_bk = 192,
-    .bwd_bk = 192,
-    .bwd_bq = 96,
     .tile_gemm = tile_gemm_bf16,
-    .pack_rows = attn_bf16_pack_rows_avx512,
-    .pack_pairs = attn_bf16_pack_pairs_avx512,
-    .col_exp2_pairs = attn_bf16_col_exp2_pairs_avx512,
-    .ds_pack = attn_bf16_ds_pack_avx512,
+    ATTN_BF16_SHARED_FIELDS,
 };
 

@@ -22,6 +22,7 @@
 #define SEQPAR_ISA_H
 
 #include <stddef.h>
+#include <string.h>
 
 typedef enum { ISA_SCALAR = 0, ISA_AVX2 = 1, ISA_AVX512 = 2, ISA_COUNT = 3 } IsaLevel;
 
@@ -48,6 +49,25 @@ typedef struct {
     int lines_per_row; /* 64-byte lines per row, counting a possibly straddled one */
     int next, total;   /* next line to fetch, out of 2 * rows * lines_per_row (0 total: nothing) */
 } Prefetch;
+
+/* For every tile_gemm (here and attn_bf16.h): 1 when there is nothing to multiply (M or N empty;
+ * or an empty contraction, after C = 0 unless accumulating), else 0. */
+static inline int tile_gemm_trivial(int M, int N, int K, int accumulate, float *C, size_t ldc) {
+    if (M <= 0 || N <= 0) return 1;
+    if (K > 0) return 0;
+    if (!accumulate)
+        for (int m = 0; m < M; m++) memset(C + (size_t)m * ldc, 0, (size_t)N * sizeof(float));
+    return 1;
+}
+
+/* Up to n more of p's lines toward L2 (prefetcht1), for every kernel's products alike. */
+static inline void prefetch_some(Prefetch *p, int n) {
+    for (; n > 0 && p->next < p->total; n--, p->next++) {
+        int t = p->next / (p->rows * p->lines_per_row), rem = p->next % (p->rows * p->lines_per_row);
+        const char *addr = p->base[t] + (size_t)(rem / p->lines_per_row) * p->stride + (size_t)(rem % p->lines_per_row) * 64;
+        __builtin_prefetch(addr, 0, 2);
+    }
+}
 
 /* One AdamW update's constants (see adamw.c). */
 typedef struct {

@@ -26,7 +26,6 @@ typedef __m256i VM;
 #define vmax _mm256_max_ps
 #define vmin _mm256_min_ps
 #define vsqrt _mm256_sqrt_ps
-#define vprefetch(p) _mm_prefetch((const char *)(p), _MM_HINT_T1)
 #define GEMM_MR 6
 #define GEMM_NV 2
 #define SIMD_FWD_BQ 256

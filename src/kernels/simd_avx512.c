@@ -28,7 +28,6 @@ typedef __mmask16 VM;
 #define vsqrt _mm512_sqrt_ps
 #define vhsum _mm512_reduce_add_ps
 #define vhmax _mm512_reduce_max_ps
-#define vprefetch(p) _mm_prefetch((const char *)(p), _MM_HINT_T1)
 #ifndef GEMM_MR /* overridable for tuning experiments */
 #define GEMM_MR 6
 #define GEMM_NV 4

@@ -2,7 +2,7 @@
  * compiled once per instruction set: simd_scalar.c, simd_avx2.c and simd_avx512.c define
  *   V, VM, VL           vector type, lane-mask type, lanes
  *   vzero vset1 vload vstore vload_m vstore_m vsel_m vmask vadd vsub vmul vdiv vfma vmax vmin
- *   vsqrt vhsum vhmax vexp2 vprefetch
+ *   vsqrt vhsum vhmax vexp2
  *   GEMM_MR, GEMM_NV    micro-kernel rows and vectors per row (GEMM_MR x GEMM_NV*VL block of C)
  *   SIMD_FWD_BQ, SIMD_FWD_BK, SIMD_BWD_BK, SIMD_BWD_BQ   attention tile sizes
  *   SIMD_TABLE, SIMD_LEVEL
@@ -66,14 +66,6 @@ static inline __attribute__((always_inline)) void micro(int K, int mr, float alp
     }
 }
 
-static inline void prefetch_some(Prefetch *p, int n) {
-    for (; n > 0 && p->next < p->total; n--, p->next++) {
-        int t = p->next / (p->rows * p->lines_per_row), rem = p->next % (p->rows * p->lines_per_row);
-        const char *addr = p->base[t] + (size_t)(rem / p->lines_per_row) * p->stride + (size_t)(rem % p->lines_per_row) * 64;
-        vprefetch(addr);
-    }
-}
-
 #define SB_PACK 6144 /* floats of packed A per thread (24 KiB): the partial last row block of a k-chunk */
 static _Thread_local float sb_pack[SB_PACK] __attribute__((aligned(64)));
 
@@ -92,12 +84,7 @@ static void pack_panel(float *dst, const float *A, size_t ars, size_t aks, int m
  * quarter of the product. */
 static void sb_tile_gemm(int M, int N, int K, float alpha, const float *A, size_t ars, size_t aks, const float *B,
                          size_t ldb, int accumulate, float *C, size_t ldc, Prefetch *pf) {
-    if (M <= 0 || N <= 0) return;
-    if (K <= 0) {
-        if (!accumulate)
-            for (int m = 0; m < M; m++) memset(C + (size_t)m * ldc, 0, (size_t)N * sizeof(float));
-        return;
-    }
+    if (tile_gemm_trivial(M, N, K, accumulate, C, ldc)) return;
     const int NR = GEMM_NV * VL, nfull = N / NR * NR, nr = N - nfull;
     VM msk[GEMM_NV];
     for (int v = 0; v < GEMM_NV; v++) {

@@ -27,7 +27,6 @@ typedef int VM;
 #define vhsum(a) (a)
 #define vhmax(a) (a)
 #define vexp2(x) sb_exp2f(x)
-#define vprefetch(p) __builtin_prefetch((p), 0, 2)
 #define GEMM_MR 4
 #define GEMM_NV 4
 #define SIMD_FWD_BQ 256
