@@ -7,7 +7,9 @@ Prints, for the same shapes, precision (fp32, and bf16 with --precisions fp32,bf
     2.5x that backward);
   * a training step of the reference model (4 layers, hidden 256, 4 heads / 2 KV heads, head_dim
     64, ffn 1024, vocab 256, one sequence, AdamW): `seqpar bench step` against transformers'
-    LlamaForCausalLM with SDPA attention, eager and under torch.compile; tokens/s and peak RSS.
+    LlamaForCausalLM with SDPA attention, eager and under torch.compile; tokens/s and peak RSS;
+    seqpar under each --checkpoints mode (default none; e.g. none,selective at long S), each
+    compared with the same PyTorch runs.
 bf16 is seqpar's --precision bf16 (bf16 GEMMs and attention inputs, fp32 master weights) against
 SDPA on bf16 tensors and the training step under torch.autocast("cpu", dtype=torch.bfloat16) (fp32
 weights, bf16 matmuls and attention), which is what that flag does in PyTorch.
@@ -155,6 +157,9 @@ def main():
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--parts", default="attn,step")
     ap.add_argument("--precisions", default="fp32", help="fp32, bf16 or fp32,bf16")
+    ap.add_argument("--checkpoints", default="none",
+                    help="seqpar's step under each of these --checkpoint modes (none, selective, layer), each "
+                         "compared with the same PyTorch runs")
     ap.add_argument("--rounds", type=int, default=1,
                     help="repeat each comparison N times, seqpar and PyTorch back to back, and print the medians "
                          "of the per-round ratios (the machine's speed drifts between minutes)")
@@ -179,6 +184,9 @@ def main():
           f"transformers {transformers.__version__}; medians of {a.repeats}")
     sys.stdout.flush()
     parts = a.parts.split(",")
+    for mode in a.checkpoints.split(","):
+        if mode not in ("none", "selective", "layer"):
+            sys.exit(f"--checkpoints: '{mode}' is not none, selective or layer")
     for prec, S in [(p, int(x)) for p in a.precisions.split(",") for x in a.seq_lens.split(",")]:
         if prec not in ("fp32", "bf16"):
             sys.exit(f"--precisions: '{prec}' is not fp32 or bf16")
@@ -202,8 +210,8 @@ def main():
                 step_round(a, prec, S, rnd, ratios)
             if a.rounds > 1:
                 print(f"training step, S = {S}, {prec}: medians over {a.rounds} rounds of the per-round ratios:")
-                for name, v in ratios.items():
-                    print(f"  vs {name:13s} {statistics.median(x[0] for x in v):.2f}x speed, "
+                for (mode, name), v in ratios.items():
+                    print(f"  seqpar --checkpoint {mode:9s} vs {name:13s} {statistics.median(x[0] for x in v):.2f}x speed, "
                           f"{statistics.median(x[1] for x in v):.1f}x less memory (per round: "
                           + ", ".join(f"{x[0]:.2f}" for x in v) + ")")
                 sys.stdout.flush()
@@ -236,17 +244,22 @@ def attn_round(a, prec, S, rnd, ratios):
 
 
 def step_round(a, prec, S, rnd, ratios):
-    """One round: seqpar's training step, then transformers' eager and compiled steps right after it."""
-    text = seqpar(["step", "--seq-len", str(S), "--repeats", str(a.repeats), "--precision", prec], a.threads, 3600)
-    m = re.search(r"([\d.]+) tokens/s.*?peak tracked memory ([\d.]+) MiB, peak RSS ([\d.]+) MiB", text)
-    if not m:
-        sys.exit("could not parse seqpar bench step output:\n" + text)
-    sp_tok, sp_tracked, sp_rss = float(m.group(1)), float(m.group(2)), float(m.group(3))
+    """One round: seqpar's training step (under each --checkpoints mode), then transformers' eager and
+    compiled steps right after it."""
+    runs = []  # (mode, tokens/s, peak RSS MiB)
     tag = f" (round {rnd} of {a.rounds}, {time.strftime('%H:%M UTC', time.gmtime())})" if a.rounds > 1 else ""
     print(f"training step, reference model, S = {S}, {prec} (tokens/s, peak RSS; ratio = seqpar / PyTorch){tag}:")
-    print(f"  seqpar                          {sp_tok:8.0f} tokens/s | peak RSS {sp_rss:7.0f} MiB "
-          f"(tracked buffers {sp_tracked:.0f} MiB)")
-    sys.stdout.flush()
+    for mode in a.checkpoints.split(","):
+        text = seqpar(["step", "--seq-len", str(S), "--repeats", str(a.repeats), "--precision", prec,
+                       "--checkpoint", mode], a.threads, 3600)
+        m = re.search(r"([\d.]+) tokens/s.*?peak tracked memory ([\d.]+) MiB, peak RSS ([\d.]+) MiB", text)
+        if not m:
+            sys.exit("could not parse seqpar bench step output:\n" + text)
+        sp_tok, sp_tracked, sp_rss = float(m.group(1)), float(m.group(2)), float(m.group(3))
+        runs.append((mode, sp_tok, sp_rss))
+        print(f"  seqpar --checkpoint {mode:9s}     {sp_tok:8.0f} tokens/s | peak RSS {sp_rss:7.0f} MiB "
+              f"(tracked buffers {sp_tracked:.0f} MiB)")
+        sys.stdout.flush()
     for compiled in ([False] if a.no_compile else [False, True]):
         name = "torch.compile" if compiled else "eager"
         t = run_child({"kind": "step", "S": S, "repeats": a.repeats, "compiled": compiled,
@@ -255,11 +268,12 @@ def step_round(a, prec, S, rnd, ratios):
             print(f"  LlamaForCausalLM + SDPA, {name:13s}: {t['error']}")
             continue
         extra = f" (first step with compilation {t['warmup_s']:.0f} s)" if compiled else ""
-        speed, mem = sp_tok / t["tokens_per_s"], t["peak_rss_mib"] / sp_rss
-        ratios.setdefault(name, []).append((speed, mem))
         print(f"  LlamaForCausalLM + SDPA, {name:13s} {t['tokens_per_s']:8.0f} tokens/s | peak RSS "
-              f"{t['peak_rss_mib']:7.0f} MiB (after import {t['rss_after_import_mib']:.0f}) | ratio "
-              f"{speed:.2f}x speed, {mem:.1f}x less memory{extra}")
+              f"{t['peak_rss_mib']:7.0f} MiB (after import {t['rss_after_import_mib']:.0f}){extra}")
+        for mode, sp_tok, sp_rss in runs:
+            speed, mem = sp_tok / t["tokens_per_s"], t["peak_rss_mib"] / sp_rss
+            ratios.setdefault((mode, name), []).append((speed, mem))
+            print(f"    ratio of seqpar --checkpoint {mode:9s}: {speed:.2f}x speed, {mem:.1f}x less memory")
         sys.stdout.flush()
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
 # LlamaForCausalLM training step (eager and torch.compile) with the same thread count, and prints
 # both with their ratios. For the benchmark only: the tests and the main job never need it.
 # usage: bench/vs_pytorch.sh [--threads N] [--seq-lens 8192,32768] [--precisions fp32,bf16] [--repeats N] [--rounds N] [--no-compile]
+#        [--checkpoints none,selective] [--parts attn,step]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=bench/.venv

@@ -159,6 +159,36 @@ int main(void) {
         }
         llama_free(&m);
     }
+    /* The default FFN chunk count: at least 2 chunks, each of at most LLAMA_FFN_ROWS_MAX tokens
+     * (whole layers), 2u streamed; what a model's activations use when --ffn-chunks is not given. */
+    {
+        CHECK(llama_ffn_chunks_default(8192, 0, 1) == 2 && llama_ffn_chunks_default(1, 0, 1) == 2 &&
+                  llama_ffn_chunks_default(8193, 0, 1) == 3 && llama_ffn_chunks_default(32768, 0, 1) == 8 &&
+                  llama_ffn_chunks_default(32768, 1, 4) == 8 && llama_ffn_chunks_default(1 << 20, 0, 1) == 256,
+              "default FFN chunks: %d %d %d %d %d %d", llama_ffn_chunks_default(8192, 0, 1),
+              llama_ffn_chunks_default(1, 0, 1), llama_ffn_chunks_default(8193, 0, 1),
+              llama_ffn_chunks_default(32768, 0, 1), llama_ffn_chunks_default(32768, 1, 4),
+              llama_ffn_chunks_default(1 << 20, 0, 1));
+        char path[512];
+        snprintf(path, sizeof path, "%s/tiny_mha/config.json", FIXTURES);
+        LlamaConfig cfg;
+        config_json_load(path, &cfg);
+        LlamaModel m;
+        llama_build(&m, &cfg);
+        const int lens[] = {3, 8192, 8193, 20000}, want[] = {2, 2, 3, 5};
+        for (size_t i = 0; i < ARRAY_LEN(lens); i++) {
+            SeqAttention *attn = local_attention_create((AttnHeads){.n_local = lens[i], .n_heads = cfg.num_attention_heads,
+                                                                    .n_kv_heads = cfg.num_key_value_heads,
+                                                                    .head_dim = cfg.head_dim});
+            LlamaActsOptions ao = {.checkpoint = LLAMA_CKPT_NONE};
+            LlamaActs *acts = llama_acts_create_opts(&m, attn, lens[i], &ao);
+            CHECK(llama_acts_ffn_chunks(acts) == want[i], "N = %d: %d FFN chunks by default, expected %d", lens[i],
+                  llama_acts_ffn_chunks(acts), want[i]);
+            llama_acts_free(acts);
+            seq_attention_destroy(attn);
+        }
+        llama_free(&m);
+    }
     /* BF16 weights load and give the reference loss of the BF16-rounded weights. */
     {
         char dir[256], path[512];

@@ -48,7 +48,8 @@ static const char HELP[] =
     "  --mem-seq-lens LIST  sequence lengths for memory (default 4096,16384,65536)\n"
     "  --checkpoint [MODE]  step/memory under none (default), layer (also --checkpoint alone) or\n"
     "                       selective checkpointing\n"
-    "  --ffn-chunks K       step/memory with the MLP over K chunks of tokens (default 2)\n"
+    "  --ffn-chunks K       step/memory with the MLP over K chunks of tokens (default: chunks of at most\n"
+    "                       4096 tokens, at least 2)\n"
     "  memory also takes --strategy, --hp/--cp/--dp, --chunks, --zero, --zero-group, --offload-dir and\n"
     "                       --no-stream (under mpirun for more ranks): then the lengths run shortest\n"
     "                       first in one process, next to the memory model's prediction ('seqpar memory')\n"
@@ -228,11 +229,19 @@ static void bench_step(int S, int repeats, const MemoryFlags *mf, double peak) {
     fflush(stdout);
 }
 
+/* "--ffn-chunks K" as given, or the default's rule (llama_ffn_chunks_default). */
+static const char *ffn_chunks_describe(int given, char *buf, size_t n) {
+    if (given > 0) snprintf(buf, n, "--ffn-chunks %d", given);
+    else snprintf(buf, n, "FFN chunks of at most %d tokens, at least %d", LLAMA_FFN_ROWS_MAX, LLAMA_FFN_CHUNKS_DEFAULT);
+    return buf;
+}
+
 /* Each length runs in a child process so its peak RSS is its own. */
 static void bench_memory(const int *lens, int n, const MemoryFlags *mf) {
-    printf("peak memory of one training step (reference model, %s, --checkpoint %s, --ffn-chunks %d), each in a fresh "
+    char chunks[96];
+    printf("peak memory of one training step (reference model, %s, --checkpoint %s, %s), each in a fresh "
            "process:\n", precision_name(mf->precision), llama_checkpoint_name(mf->checkpoint),
-           mf->ffn_chunks > 0 ? mf->ffn_chunks : LLAMA_FFN_CHUNKS_DEFAULT);
+           ffn_chunks_describe(mf->ffn_chunks, chunks, sizeof chunks));
     fflush(stdout);
     for (int i = 0; i < n; i++) {
         int fds[2];
@@ -312,10 +321,11 @@ static void bench_memory_parallel(const ParallelConfig *pc_in, const MemoryFlags
         if (li == 0 && rank == 0) {
             char desc[256];
             seq_parallel_describe(&par, desc, sizeof desc);
-            printf("peak memory of one training step (reference model, %s, --checkpoint %s, --ffn-chunks %d%s%s) on %s; "
+            char chunks[96];
+            printf("peak memory of one training step (reference model, %s, --checkpoint %s, %s%s%s) on %s; "
                    "lengths shortest first in one process:\n", precision_name(mf->precision),
                    llama_checkpoint_name(mf->checkpoint),
-                   mf->ffn_chunks > 0 ? mf->ffn_chunks : LLAMA_FFN_CHUNKS_DEFAULT, pc->offload_dir ? ", --offload-dir " : "",
+                   ffn_chunks_describe(mf->ffn_chunks, chunks, sizeof chunks), pc->offload_dir ? ", --offload-dir " : "",
                    pc->offload_dir ? pc->offload_dir : "", desc);
             fflush(stdout);
         }

@@ -180,6 +180,12 @@ struct LlamaActs {
     float *rstd1_c, *rstd2_c; /* (c) */
 };
 
+int llama_ffn_chunks_default(long N, int stream, int su) {
+    if (stream) return 2 * su;
+    long k = (N + LLAMA_FFN_ROWS_MAX - 1) / LLAMA_FFN_ROWS_MAX;
+    return k > LLAMA_FFN_CHUNKS_DEFAULT ? (int)k : LLAMA_FFN_CHUNKS_DEFAULT;
+}
+
 int llama_input_chunks(long N) { return N < 16 ? (N > 0 ? (int)N : 1) : 16; }
 
 int llama_checkpoint_parse(const char *name) {
@@ -297,7 +303,7 @@ LlamaActs *llama_acts_create_opts(const LlamaModel *m, const SeqAttention *attn,
                 attn->stream_rows > 0 && (long)attn->stream_chunks * attn->stream_rows == N;
     a->su = a->stream ? attn->stream_chunks : 1;
     a->sc = a->stream ? attn->stream_rows : N;
-    int K = opt->ffn_chunks > 0 ? opt->ffn_chunks : a->stream ? 2 * a->su : LLAMA_FFN_CHUNKS_DEFAULT;
+    int K = opt->ffn_chunks > 0 ? opt->ffn_chunks : llama_ffn_chunks_default(N, a->stream, a->su);
     if (K > N) K = N > 0 ? N : 1;
     a->ffn_rows = N > 0 ? (N + K - 1) / K : 1;
     a->ffn_chunks = N > 0 ? (N + a->ffn_rows - 1) / a->ffn_rows : 1;

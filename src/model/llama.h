@@ -104,8 +104,14 @@ const char *llama_checkpoint_name(int mode);
  * llama_recompute_flops_per_token); with one chunk under none they are kept per layer (2 N F
  * floats each). Default: twice the attention's chunk count: 2 for whole layers, 2u for FPDT's
  * streamed layers (chunk streaming below; there the MLP runs inside each attention chunk, so in at
- * least u chunks whatever K). */
+ * least u chunks whatever K). Whole layers: at least 2 chunks, and chunks of at most
+ * LLAMA_FFN_ROWS_MAX tokens, so the scratch stops growing with N (at S = 32768 on the reference
+ * model 80 instead of 320 MiB; a GEMM of 4096 rows runs at the rate of a larger one). */
 #define LLAMA_FFN_CHUNKS_DEFAULT 2
+#define LLAMA_FFN_ROWS_MAX 4096
+/* The FFN chunk count a run uses when --ffn-chunks is not given: N local tokens, whole layers or
+ * streamed in su chunks. */
+int llama_ffn_chunks_default(long N, int stream, int su);
 /* Layer-input offload (FPDT's "activation checkpoint with offloading"): with offload_dir set and
  * checkpoint layer or selective, the residual stream keeps two (N, D) working buffers in RAM
  * instead of L + 1; each layer's input goes to a file in offload_dir through the disk chunk tier
