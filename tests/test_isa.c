@@ -21,6 +21,7 @@
 #include "kernels/amx_tiles.h"
 #include "kernels/bf16.h"
 #include "kernels/blas_core.h"
+#include "kernels/exp2_poly.h"
 #include "kernels/isa.h"
 #include "testlib.h"
 
@@ -268,6 +269,40 @@ static void check_path(const SimdKernels *k) {
             float nanrow[3] = {1.0f, NAN, 2.0f};
             same &= isnan(k->row_exp2_scaled_sum(nanrow, 3, alpha, 0.0f)) && isnan(nanrow[1]);
             CHECK(same, "%s row_exp2_scaled_sum equals scaling, then row_exp2_sum (bit for bit)", nm);
+        }
+        { /* the softmax exponentials (no clamps: arguments at most 127) over the whole range: 2^k p(f)
+           * with the polynomial's FMAs, bit for bit; 0 below -126 and for -inf, NaN kept; and the
+           * column form gives the row form's values */
+            enum { NX = 1100 };
+            float xs[NX], ys[NX], cs[NX], zero[1] = {0.0f}, colsum[1];
+            for (int i = 0; i < NX; i++) xs[i] = -150.0f + 277.0f * (float)i / (NX - 1);
+            xs[0] = -INFINITY, xs[1] = -126.0f, xs[2] = nextafterf(-126.0f, -INFINITY), xs[3] = 127.0f, xs[4] = NAN;
+            xs[5] = -0.0f, xs[6] = 0.5f, xs[7] = -0.5f, xs[8] = 126.5f, xs[9] = -125.5f;
+            memcpy(ys, xs, sizeof xs);
+            memcpy(cs, xs, sizeof xs);
+            k->row_exp2_sum(ys, NX, 0.0f);
+            int same = 1, first = -1;
+            for (int i = 0; i < NX; i++) {
+                float x = xs[i], want;
+                if (x != x) want = x;
+                else if (!(x >= -126.0f)) want = 0.0f;
+                else {
+                    /* the vector paths fuse each step; the scalar one (built for any x86-64) does not */
+                    const float c[6] = {EXP2_POLY_P1, EXP2_POLY_P2, EXP2_POLY_P3, EXP2_POLY_P4, EXP2_POLY_P5, 1.0f};
+                    float kk = nearbyintf(x), f = x - kk, q = EXP2_POLY_P0;
+                    for (int j = 0; j < 6; j++) q = k->level == ISA_SCALAR ? q * f + c[j] : fmaf(q, f, c[j]);
+                    want = ldexpf(q, (int)kk);
+                }
+                int ok = memcmp(&want, &ys[i], sizeof want) == 0 || (want != want && ys[i] != ys[i]);
+                if (!ok && first < 0) first = i;
+                same &= ok;
+            }
+            for (int i = 0; i < NX; i++) { /* one column per call: the column form's lane 0 */
+                k->col_exp2_sum(cs + i, 1, 1, 1, zero, colsum);
+                same &= memcmp(&cs[i], &ys[i], sizeof(float)) == 0 || (cs[i] != cs[i] && ys[i] != ys[i]);
+            }
+            CHECK(same, "%s softmax exp2 over [-150, 127]: bit for bit 2^k p(f) (first difference at x = %.9g)", nm,
+                  first >= 0 ? (double)xs[first] : 0.0);
         }
         float p[NC], dp[NC], p0[NC], y[NC], x[NC];
         fill(p, NC, 1); fill(dp, NC, 1);

@@ -156,8 +156,8 @@ static void sb_col_exp2_sum(float *s, int rows, int n, size_t ld, const float *m
         V s0 = vzero(), s1 = s0, s2 = s0, s3 = s0;
         for (int j = 0; j < rows; j++) {
             float *row = s + (size_t)j * ld + i;
-            V p0 = vexp2(vsub(vload(row), m0)), p1 = vexp2(vsub(vload(row + VL), m1));
-            V p2 = vexp2(vsub(vload(row + 2 * VL), m2)), p3 = vexp2(vsub(vload(row + 3 * VL), m3));
+            V p0 = vexp2_bounded(vsub(vload(row), m0)), p1 = vexp2_bounded(vsub(vload(row + VL), m1));
+            V p2 = vexp2_bounded(vsub(vload(row + 2 * VL), m2)), p3 = vexp2_bounded(vsub(vload(row + 3 * VL), m3));
             vstore(row, p0);
             vstore(row + VL, p1);
             vstore(row + 2 * VL, p2);
@@ -179,7 +179,7 @@ static void sb_col_exp2_sum(float *s, int rows, int n, size_t ld, const float *m
         V s0 = vzero();
         for (int j = 0; j < rows; j++) {
             float *row = s + (size_t)j * ld + i;
-            V p = vsel_m(mk, vexp2(vsub(vload_m(row, mk), m0)));
+            V p = vsel_m(mk, vexp2_bounded(vsub(vload_m(row, mk), m0)));
             vstore_m(row, mk, p);
             s0 = vadd(s0, p);
         }
@@ -197,7 +197,7 @@ static inline __attribute__((always_inline)) float row_exp2_body(float *s, int n
     for (; j + 2 * VL <= n; j += 2 * VL) {
         V y0 = vload(s + j), y1 = vload(s + j + VL);
         if (scaled) y0 = vmul(va, y0), y1 = vmul(va, y1);
-        V x0 = vexp2(vsub(y0, vm)), x1 = vexp2(vsub(y1, vm));
+        V x0 = vexp2_bounded(vsub(y0, vm)), x1 = vexp2_bounded(vsub(y1, vm));
         vstore(s + j, x0);
         vstore(s + j + VL, x1);
         a = vadd(a, x0);
@@ -208,7 +208,7 @@ static inline __attribute__((always_inline)) float row_exp2_body(float *s, int n
         const VM mk = vmask(cnt);
         V y = vload_m(s + j, mk);
         if (scaled) y = vmul(va, y);
-        V x = vsel_m(mk, vexp2(vsub(y, vm)));
+        V x = vsel_m(mk, vexp2_bounded(vsub(y, vm)));
         vstore_m(s + j, mk, x);
         a = vadd(a, x);
     }

@@ -27,6 +27,7 @@ typedef int VM;
 #define vhsum(a) (a)
 #define vhmax(a) (a)
 #define vexp2(x) sb_exp2f(x)
+#define vexp2_bounded(x) sb_exp2f(x)
 #define GEMM_MR 4
 #define GEMM_NV 4
 #define SIMD_FWD_BQ 256
