@@ -93,7 +93,7 @@ static int parse_list(const char *flag, const char *s, int *out, int max) {
 }
 
 typedef struct {
-    double step_seconds, tokens_per_s, mfu, hfu;
+    double step_seconds, tokens_per_s, mfu_gflops, hfu_gflops; /* model / hardware FLOPs per second */
     double mean_seconds, split[OPC_COUNT]; /* the timed steps' mean, and its op_clock split */
     int ffn_chunks;
     size_t tracked_peak, rss_peak;
@@ -131,7 +131,7 @@ static double sgemm_peak_cpu_gflops(int repeats, double per_lib[SGEMM_LIBS]) {
 }
 
 /* Builds the reference model and times `repeats` full training steps (after the warm-up ones). */
-static StepResult run_steps(int S, int repeats, const MemoryFlags *mf, double peak_gflops) {
+static StepResult run_steps(int S, int repeats, const MemoryFlags *mf) {
     LlamaConfig c = bench_model_config();
     LlamaModel m;
     llama_build(&m, &c);
@@ -172,9 +172,8 @@ static StepResult run_steps(int S, int repeats, const MemoryFlags *mf, double pe
     const double mfu_rate = res.tokens_per_s * llama_train_flops_per_token(&c, S) * 1e-9;
     const double hfu_rate = res.tokens_per_s * (llama_train_flops_per_token(&c, S) +
                                                 llama_recompute_flops_per_token(&c, S, acts)) * 1e-9;
-    /* never above 100%: a peak that a step beat was measured low */
-    res.mfu = peak_gflops > 0 ? (mfu_rate > peak_gflops ? 1.0 : mfu_rate / peak_gflops) : 0;
-    res.hfu = peak_gflops > 0 ? (hfu_rate > peak_gflops ? 1.0 : hfu_rate / peak_gflops) : 0;
+    res.mfu_gflops = mfu_rate;
+    res.hfu_gflops = hfu_rate;
     res.ffn_chunks = llama_acts_ffn_chunks(acts);
     res.tracked_peak = mem_tracked_peak();
     res.rss_peak = mem_peak_rss();
@@ -206,10 +205,25 @@ static void bench_attn(int S, const int *dims, int n_dims, int repeats, double p
     }
 }
 
-static void bench_step(int S, int repeats, const MemoryFlags *mf, double peak) {
-    StepResult r = run_steps(S, repeats, mf, peak);
+/* The peak MFU is measured against: fp32 sgemm (the better library's) or the bf16 GEMM, 2048^3,
+ * the best of `trials` (the median by CPU time under --cpu-time, fp32 only). */
+static double measure_peak(int bf16, int trials, double libs[SGEMM_LIBS]) {
+    if (bf16) return bf16_gemm_peak_gflops(trials);
+    return g_cpu_time ? sgemm_peak_cpu_gflops(trials, libs) : sgemm_peak_gflops_libs(trials, libs);
+}
+
+/* The peak is measured before the steps and again after them, and MFU is taken against the
+ * higher: a machine that was slow during one measurement (a busy neighbour on a VM) gives a low
+ * peak, which a step would then appear to beat. */
+static void bench_step(int S, int repeats, const MemoryFlags *mf, double peak, int trials) {
+    StepResult r = run_steps(S, repeats, mf);
+    double libs[SGEMM_LIBS];
+    const int bf16 = mf->precision == PRECISION_BF16;
+    const double before = peak, after = measure_peak(bf16, trials, libs);
+    if (after > peak) peak = after;
     int clamped = 0;
-    double mfu = utilisation_clamp(r.mfu, &clamped), hfu = utilisation_clamp(r.hfu, &clamped);
+    double mfu = utilisation_clamp(peak > 0 ? r.mfu_gflops / peak : 0, &clamped),
+           hfu = utilisation_clamp(peak > 0 ? r.hfu_gflops / peak : 0, &clamped);
     printf("training step (4 layers, hidden 256, 4 heads / 2 KV, ffn 1024, S = %d, %s, --checkpoint %s, %d FFN chunk%s), "
            "median of %d:\n"
            "  %.3f %ss/step | %.0f tokens/s | MFU %.1f%% | HFU %.1f%% of same-run %s | peak tracked memory %.1f MiB, "
@@ -217,6 +231,8 @@ static void bench_step(int S, int repeats, const MemoryFlags *mf, double peak) {
            S, precision_name(mf->precision), llama_checkpoint_name(mf->checkpoint), r.ffn_chunks, r.ffn_chunks == 1 ? "" : "s", repeats, r.step_seconds,
            g_cpu_time ? "CPU " : "", r.tokens_per_s, 100 * mfu, 100 * hfu,
            mf->precision == PRECISION_BF16 ? "bf16 GEMM" : "sgemm", (double)r.tracked_peak / (1 << 20), (double)r.rss_peak / (1 << 20));
+    printf("  the %s peak: %.1f GFLOPS before the steps, %.1f after; MFU and HFU are against the higher\n",
+           bf16 ? "bf16 GEMM" : "sgemm", before, after);
     if (clamped) printf("  (a utilisation above 100%% of the same-run peak is shown as 100%%)\n");
     if (!g_cpu_time) {
         const double rest = r.mean_seconds - r.split[OPC_ATTN_FWD] - r.split[OPC_ATTN_BWD] - r.split[OPC_LINEAR];
@@ -250,7 +266,7 @@ static void bench_memory(const int *lens, int n, const MemoryFlags *mf) {
         if (pid < 0) die("fork failed");
         if (pid == 0) {
             close(fds[0]);
-            StepResult r = run_steps(lens[i], 1, mf, 0);
+            StepResult r = run_steps(lens[i], 1, mf);
             if (write(fds[1], &r, sizeof r) != (ssize_t)sizeof r) _exit(1);
             _exit(0);
         }
@@ -487,14 +503,14 @@ int cmd_bench(int argc, char **argv) {
         print_kernels_header();
         int trials = repeats > SGEMM_PEAK_TRIALS ? repeats : SGEMM_PEAK_TRIALS;
         double libs[SGEMM_LIBS];
-        peak = g_cpu_time ? sgemm_peak_cpu_gflops(trials, libs) : sgemm_peak_gflops_libs(trials, libs);
+        peak = measure_peak(0, trials, libs);
         printf("sgemm (2048^3, %d threads): %.1f GFLOPS%s, the better of %s %.1f and %s %.1f (%s of %d trials each; "
                "the fp32 peak below)\n", current_threads(), peak, g_cpu_time ? " by CPU time" : "",
                sgemm_lib_name(SGEMM_ONEDNN), libs[SGEMM_ONEDNN], sgemm_lib_name(SGEMM_OPENBLAS), libs[SGEMM_OPENBLAS],
                g_cpu_time ? "median" : "best", trials);
         if (mf.precision == PRECISION_BF16) { /* the step's MFU is against the bf16 GEMM's peak */
             double sgemm = peak;
-            peak = bf16_gemm_peak_gflops(trials);
+            peak = measure_peak(1, trials, libs);
             char b16[160];
             bf16_describe(b16, sizeof b16);
             printf("bf16 GEMM (2048^3; bf16 path: %s; %d threads): %.1f GFLOPS wall clock (best of %d trials; %.2fx sgemm; "
@@ -504,7 +520,7 @@ int cmd_bench(int argc, char **argv) {
         fflush(stdout);
     }
     if (all || !strcmp(part, "attn")) bench_attn(S, dims, n_dims, repeats, peak, mf.precision == PRECISION_BF16);
-    if (all || !strcmp(part, "step")) bench_step(S, repeats, &mf, peak);
+    if (all || !strcmp(part, "step")) bench_step(S, repeats, &mf, peak, repeats > SGEMM_PEAK_TRIALS ? repeats : SGEMM_PEAK_TRIALS);
     if (all || !strcmp(part, "memory")) bench_memory(lens, n_lens, &mf);
     return 0;
 }
