@@ -306,6 +306,8 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
     if (BQ > FA_MAX_TILE) die("attn_forward: query tile %d exceeds %d", BQ, FA_MAX_TILE);
     const int nqt = (n_q + BQ - 1) / BQ, nkt = (n_kv + BK - 1) / BK;
     const size_t ldq = (size_t)H * d, ldk = (size_t)Hkv * d, ldt = (size_t)BQ + FA_SKEW;
+    if (bt && (size_t)BQ + (size_t)bt->mr > ldt) /* P^T is read transposed, up to mr words past a row */
+        die("internal: attn_forward: query tile %d plus the bf16 tiles' %d rows exceeds the stride %zu", BQ, bt->mr, ldt);
     const size_t ldc = (size_t)d + FA_SKEW; /* row stride of the compact k and v tiles */
     const float alpha = (float)(s->scale * FA_LOG2E); /* scores in log2 units */
     const AttnMask mask = s->mask;
@@ -538,6 +540,8 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
     const int group = H / Hkv, BQ = bt ? bt->bwd_bq : sk->bwd_bq, BK = bt ? bt->bwd_bk : sk->bwd_bk;
     const int nqt = (n_q + BQ - 1) / BQ, nkt = (n_kv + BK - 1) / BK;
     const size_t ldq = (size_t)H * d, ldk = (size_t)Hkv * d, ldp = (size_t)BK + FA_SKEW;
+    if (bt && (size_t)BK + (size_t)bt->mr > ldp) /* P and dS pairs are read transposed, up to mr words past */
+        die("internal: attn_backward: key tile %d plus the bf16 tiles' %d rows exceeds the stride %zu", BK, bt->mr, ldp);
     const size_t ldc = (size_t)d + FA_SKEW; /* row stride of the compact k, q and dout tiles */
     const float alpha = (float)(s->scale * FA_LOG2E), scale = s->scale;
     const AttnMask mask = s->mask;

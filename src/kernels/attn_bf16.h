@@ -34,7 +34,7 @@ typedef struct {
     const char *name;
     /* Words a transposed A must be readable past its last row (its row stride at least M rounded
      * up to mr): the VDPBF16PS micro-kernel's rows of C per call; 0 for AMX, which reads none. */
-    int mr;
+    int mr; /* checked against the caller's strides in flash_attention.c */
     /* Flash-attention tile sizes on these kernels (as isa.h's), all even: a tile's pairs are then
      * pairs of the whole call's rows */
     int fwd_bq, fwd_bk, bwd_bk, bwd_bq;
