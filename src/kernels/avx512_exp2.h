@@ -9,27 +9,8 @@
 
 #include "kernels/exp2_poly.h"
 
-static inline __m512 vexp2(__m512 x) {
-    const __m512 lo = _mm512_set1_ps(-126.0f), hi = _mm512_set1_ps(127.0f);
-    const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ); /* x >= -126 or NaN */
-    x = _mm512_min_ps(hi, _mm512_max_ps(lo, x));
-    __m512 k = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 f = _mm512_sub_ps(x, k);
-    __m512 p = _mm512_set1_ps(EXP2_POLY_P0);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(EXP2_POLY_P1));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(EXP2_POLY_P2));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(EXP2_POLY_P3));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(EXP2_POLY_P4));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(EXP2_POLY_P5));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    return _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, k));
-}
-
-/* vexp2 for arguments at most 127 (softmax arguments, never above their maximum but for
- * rounding): the same values as vexp2 there with neither clamp; lanes below -126 (-inf included)
- * and lanes outside `lanes` are zeroed by the scaling's mask. */
-static inline __m512 vexp2_bounded_maskz(__mmask16 lanes, __m512 x) {
-    const __mmask16 keep = _mm512_mask_cmp_ps_mask(lanes, x, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ); /* >= -126, NaN */
+/* 2^k p(f) with k = round(x), f = x - k, zero outside `keep`. */
+static inline __m512 vexp2_core(__mmask16 keep, __m512 x) {
     __m512 k = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 f = _mm512_sub_ps(x, k);
     __m512 p = _mm512_set1_ps(EXP2_POLY_P0);
@@ -40,6 +21,19 @@ static inline __m512 vexp2_bounded_maskz(__mmask16 lanes, __m512 x) {
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(EXP2_POLY_P5));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
     return _mm512_maskz_scalef_ps(keep, p, k);
+}
+
+static inline __m512 vexp2(__m512 x) {
+    const __m512 lo = _mm512_set1_ps(-126.0f), hi = _mm512_set1_ps(127.0f);
+    const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ); /* x >= -126 or NaN */
+    return vexp2_core(keep, _mm512_min_ps(hi, _mm512_max_ps(lo, x)));
+}
+
+/* vexp2 for arguments at most 127 (softmax arguments, never above their maximum but for
+ * rounding): the same values as vexp2 there with neither clamp; lanes below -126 (-inf included)
+ * and lanes outside `lanes` are zeroed by the scaling's mask. */
+static inline __m512 vexp2_bounded_maskz(__mmask16 lanes, __m512 x) {
+    return vexp2_core(_mm512_mask_cmp_ps_mask(lanes, x, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ), x); /* >= -126, NaN */
 }
 static inline __m512 vexp2_bounded(__m512 x) { return vexp2_bounded_maskz((__mmask16)0xFFFF, x); }
 

@@ -49,40 +49,33 @@ static inline float vhmax(__m256 a) {
     return _mm_cvtss_f32(h);
 }
 
+/* 2^k p(f) with k = round(x), f = x - k, for x in [-126, 127] (elsewhere garbage, for a mask). */
+static inline __m256 vexp2_core(__m256 x) {
+    __m256 k = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 f = _mm256_sub_ps(x, k);
+    __m256 p = _mm256_set1_ps(EXP2_POLY_P0);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_POLY_P1));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_POLY_P2));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_POLY_P3));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_POLY_P4));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_POLY_P5));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
 /* 2^x = 2^k p(f), k = round(x), f in [-0.5, 0.5] (Cephes exp2f polynomial, relative error about
  * 1e-7); 0 below -126 (-inf included), clamped at 2^127, NaN stays NaN. */
 static inline __m256 vexp2(__m256 x) {
     const __m256 lo = _mm256_set1_ps(-126.0f), hi = _mm256_set1_ps(127.0f);
     __m256 zero = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    x = _mm256_min_ps(hi, _mm256_max_ps(lo, x)); /* operand order keeps NaN */
-    __m256 k = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 f = _mm256_sub_ps(x, k);
-    __m256 p = _mm256_set1_ps(EXP2_POLY_P0);
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_POLY_P1));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_POLY_P2));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_POLY_P3));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_POLY_P4));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_POLY_P5));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
-    return _mm256_andnot_ps(zero, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+    return _mm256_andnot_ps(zero, vexp2_core(_mm256_min_ps(hi, _mm256_max_ps(lo, x)))); /* operand order keeps NaN */
 }
 
 /* vexp2 for x <= 127 (softmax arguments): the same values there with neither clamp (a lane
  * below -126, -inf included, computes garbage that the mask then zeroes). */
 static inline __m256 vexp2_bounded(__m256 x) {
-    __m256 zero = _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_LT_OQ);
-    __m256 k = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 f = _mm256_sub_ps(x, k);
-    __m256 p = _mm256_set1_ps(EXP2_POLY_P0);
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_POLY_P1));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_POLY_P2));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_POLY_P3));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_POLY_P4));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_POLY_P5));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
-    return _mm256_andnot_ps(zero, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+    return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_LT_OQ), vexp2_core(x));
 }
 
 #include "kernels/simd_body.h"
