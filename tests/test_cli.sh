@@ -166,6 +166,17 @@ cp "$FIX/tiny_mha/config.json" "$T/m_fifo/"; mkfifo "$T/m_fifo/model.safetensors
 EXPECT_TIMEOUT=15 expect_error "FIFO as token file" "regular file" "$SEQPAR" grad --model "$FIX/tiny_mha" --tokens "$T/fifo.bin" --seq-len 8 --out "$T/g.out"
 EXPECT_TIMEOUT=15 expect_error "FIFO as model.safetensors" "regular file" "$SEQPAR" "${G[@]}" --model "$T/m_fifo"
 EXPECT_TIMEOUT=15 expect_error "FIFO as config.json" "regular file" "$SEQPAR" "${G[@]}" --model "$T/m_fifo_cfg"
+# --log on a FIFO: refused at once with no reader (a plain open waited forever); with a reader it
+# is the log (each step's JSON line reaches the reader)
+mkfifo "$T/log_fifo"
+EXPECT_TIMEOUT=30 expect_error "--log on a FIFO nobody reads" "no process is reading" "$SEQPAR" train "${TRAIN[@]}" --steps 2 --log "$T/log_fifo"
+exec 3<>"$T/log_fifo" # this shell reads it (read-write: the open does not wait)
+if timeout 60 "$SEQPAR" train "${TRAIN[@]}" --steps 2 --log "$T/log_fifo" >/dev/null 2>&1; then
+    n=0
+    while IFS= read -r -t 2 line <&3; do case $line in *'"loss"'*) n=$((n + 1)) ;; esac; done
+    if [ "$n" -ge 2 ]; then ok; else bad "--log on a FIFO being read: $n lines with a loss reached the reader"; fi
+else bad "--log on a FIFO being read: train failed"; fi
+exec 3<&-
 # safetensors: trailing bytes, NaN and Inf weights (named)
 mkdir -p "$T/m_trail" "$T/m_nan" "$T/m_inf"
 for d in m_trail m_nan m_inf; do cp "$FIX/tiny_mha/config.json" "$FIX/tiny_mha/model.safetensors" "$T/$d/"; done

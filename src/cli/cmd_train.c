@@ -7,11 +7,14 @@
  * Hugging Face loads; --resume continues a run bit-identically. SIGTERM, SIGUSR1 or SIGINT stop the
  * run after the current step with a checkpoint (run_control.h); a non-finite loss or gradient norm
  * ends the run unless --skip-nonfinite allows skipping that step's update. */
+#include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli_common.h"
 #include "cli/commands.h"
@@ -373,6 +376,21 @@ static void watch(SeqParallel *par, long step, const char *phase, int slow) {
 }
 
 /* Where a stop signal's checkpoint goes without --save: DIR/checkpoint-stepN, DIR holding the log. */
+/* The JSON-lines log, appended to. Opened without waiting: a FIFO with no reader is an error here
+ * (a plain open would wait for one forever); with a reader (a named pipe being read, or a shell's
+ * process substitution) it is used as a file. */
+static FILE *open_log(const char *path) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NONBLOCK | O_CLOEXEC, 0644);
+    if (fd < 0 && errno == ENXIO)
+        die("--log '%s' is a FIFO that no process is reading: start its reader first, or give a regular file", path);
+    if (fd < 0) die("cannot open '%s' for writing: %s", path, strerror(errno));
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0) die("cannot use '%s' as the log: %s", path, strerror(errno));
+    FILE *f = fdopen(fd, "a");
+    if (!f) die("cannot open '%s' for writing: %s", path, strerror(errno));
+    return f;
+}
+
 static void default_stop_dir(const char *log_path, long step, char *buf, size_t n) {
     const char *slash = strrchr(log_path, '/');
     if (slash) snprintf(buf, n, "%.*s/checkpoint-step%ld", (int)(slash - log_path), log_path, step);
@@ -532,7 +550,7 @@ int cmd_train(int argc, char **argv) {
     FILE *log = NULL;
     if (root) {
         make_parent_dirs(o.log_path);
-        log = xfopen(o.log_path, "a");
+        log = open_log(o.log_path);
         progress_log_run_start(log, st.step + 1, o.steps, par.topo.world_size, argc, argv);
         char desc[256];
         seq_parallel_describe(&par, desc, sizeof desc);
