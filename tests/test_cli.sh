@@ -108,6 +108,9 @@ expect_error "--hidden against --resume" "hidden 48 differs from .*hidden_size 3
 # precision and FFN chunks change the arithmetic: a resume under others is refused, naming them
 expect_error "resume under bf16" "precision = fp32 but this run uses bf16" "$SEQPAR" train "${TRAIN[@]}" --precision bf16 --resume "$T/part" --log "$T/x.jsonl"
 expect_error "resume with other FFN chunks" "ffn_chunks" "$SEQPAR" train "${TRAIN[@]}" --ffn-chunks 1 --resume "$T/part" --log "$T/x.jsonl"
+# FPDT's streamed layers against whole ones (--no-stream): the same refusal
+run_train --strategy fpdt --chunks 2 --ffn-chunks 4 --steps 2 --save "$T/fpdt_s" --log "$T/fpdt.jsonl"
+expect_error "resume of streamed layers with --no-stream" "streamed_layers = yes but this run uses no" "$SEQPAR" train "${TRAIN[@]}" --strategy fpdt --chunks 2 --ffn-chunks 4 --steps 2 --no-stream --resume "$T/fpdt_s" --log "$T/x.jsonl"
 expect_error "resume from a missing dir" "$T/nothing" "$SEQPAR" train "${TRAIN[@]}" --resume "$T/nothing" --log "$T/x.jsonl"
 # training on a text file and on an llm.c shard
 printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 1 40) > "$T/text.txt"

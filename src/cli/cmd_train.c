@@ -231,10 +231,12 @@ static void record_settings(TrainerState *st, const TrainOptions *o, const Llama
     trainer_state_set(st, "recall", o->recall_format == RECALL_FUSED ? "%d,%d,fused" : "%d,%d", o->recall_pairs,
                       o->recall_queries);
     trainer_state_set(st, "params", "%zu", m->table.total);
-    /* both change the arithmetic (bf16 rounding; the order weight gradients are summed over FFN
-       chunks), so a resume under another value would not continue the run bit for bit */
+    /* these change the arithmetic (bf16 rounding; the order weight gradients are summed over FFN
+       chunks; FPDT's streamed layers against whole ones, --no-stream), so a resume under another
+       value would not continue the run bit for bit */
     trainer_state_set(st, "precision", "%s", precision_name(o->mem.precision));
     trainer_state_set(st, "ffn_chunks", "%d", llama_acts_ffn_chunks(acts));
+    trainer_state_set(st, "streamed_layers", "%s", llama_acts_streams(acts) ? "yes" : "no (--no-stream or no chunks)");
     /* always recorded, so that resuming with --pack changed either way is refused */
     if (o->eot >= 0) trainer_state_set(st, "pack_eot", "%d", o->eot);
     else trainer_state_set(st, "pack_eot", "none");
