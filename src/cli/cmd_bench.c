@@ -499,9 +499,9 @@ int cmd_bench(int argc, char **argv) {
         return 0;
     }
     double peak = 0;
+    const int trials = repeats > SGEMM_PEAK_TRIALS ? repeats : SGEMM_PEAK_TRIALS; /* of each peak measurement */
     if (all || strcmp(part, "memory")) {
         print_kernels_header();
-        int trials = repeats > SGEMM_PEAK_TRIALS ? repeats : SGEMM_PEAK_TRIALS;
         double libs[SGEMM_LIBS];
         peak = measure_peak(0, trials, libs);
         printf("sgemm (2048^3, %d threads): %.1f GFLOPS%s, the better of %s %.1f and %s %.1f (%s of %d trials each; "
@@ -520,7 +520,7 @@ int cmd_bench(int argc, char **argv) {
         fflush(stdout);
     }
     if (all || !strcmp(part, "attn")) bench_attn(S, dims, n_dims, repeats, peak, mf.precision == PRECISION_BF16);
-    if (all || !strcmp(part, "step")) bench_step(S, repeats, &mf, peak, repeats > SGEMM_PEAK_TRIALS ? repeats : SGEMM_PEAK_TRIALS);
+    if (all || !strcmp(part, "step")) bench_step(S, repeats, &mf, peak, trials);
     if (all || !strcmp(part, "memory")) bench_memory(lens, n_lens, &mf);
     return 0;
 }

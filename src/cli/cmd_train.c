@@ -377,7 +377,6 @@ static void watch(SeqParallel *par, long step, const char *phase, int slow) {
     comm_set_timeout(par->comm, par->cfg.comm_timeout * (slow ? COMM_SLOW_PHASE_FACTOR : 1));
 }
 
-/* Where a stop signal's checkpoint goes without --save: DIR/checkpoint-stepN, DIR holding the log. */
 /* The JSON-lines log, appended to. Opened without waiting: a FIFO with no reader is an error here
  * (a plain open would wait for one forever); with a reader (a named pipe being read, or a shell's
  * process substitution) it is used as a file. */
@@ -393,6 +392,7 @@ static FILE *open_log(const char *path) {
     return f;
 }
 
+/* Where a stop signal's checkpoint goes without --save: DIR/checkpoint-stepN, DIR holding the log. */
 static void default_stop_dir(const char *log_path, long step, char *buf, size_t n) {
     const char *slash = strrchr(log_path, '/');
     if (slash) snprintf(buf, n, "%.*s/checkpoint-step%ld", (int)(slash - log_path), log_path, step);

@@ -102,11 +102,11 @@ const char *llama_checkpoint_name(int mode);
  * x F floats. With more than one chunk (or under layer / selective) gate and up are recomputed
  * per chunk in backward from the normed x_mid (2 x 2 D F FLOPs per token and layer, counted by
  * llama_recompute_flops_per_token); with one chunk under none they are kept per layer (2 N F
- * floats each). Default: twice the attention's chunk count: 2 for whole layers, 2u for FPDT's
- * streamed layers (chunk streaming below; there the MLP runs inside each attention chunk, so in at
- * least u chunks whatever K). Whole layers: at least 2 chunks, and chunks of at most
+ * floats each). Default (llama_ffn_chunks_default): whole layers, at least 2 chunks of at most
  * LLAMA_FFN_ROWS_MAX tokens, so the scratch stops growing with N (at S = 32768 on the reference
- * model 80 instead of 320 MiB; a GEMM of 4096 rows runs at the rate of a larger one). */
+ * model 80 instead of 320 MiB; a GEMM of 4096 rows runs at the rate of a larger one); FPDT's
+ * streamed layers, 2u (chunk streaming below; there the MLP runs inside each attention chunk, so
+ * in at least u chunks whatever K). */
 #define LLAMA_FFN_CHUNKS_DEFAULT 2
 #define LLAMA_FFN_ROWS_MAX 4096
 /* The FFN chunk count a run uses when --ffn-chunks is not given: N local tokens, whole layers or
