@@ -64,6 +64,14 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libseqpar.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libseqpar.a $(LDLIBS)
 
+# The AMX tile products' pieces (bench/amx_probe.c): on the instructions (needs AMX hardware to run)
+# and on their C emulation (runs on any AVX512_BF16 CPU)
+bench-amx: $(BUILD)/bench/amx_probe $(BUILD)/bench/amx_probe_emu
+$(BUILD)/bench/amx_probe: CFLAGS += $(ISA_AVX512_FLAGS) -mavx512bf16 -mamx-tile -mamx-bf16
+$(BUILD)/bench/amx_probe_emu: bench/amx_probe.c $(BUILD)/libseqpar.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DPROBE_EMULATED -o $@ $< $(BUILD)/libseqpar.a $(LDLIBS)
+
 # Which bf16 GEMM --precision bf16 uses: sgemm, the conversion path and oneDNN's bf16 matmul
 bench-bf16: $(BUILD)/bench/bf16_gemm_libs $(BUILD)/bench/bf16_step
 # The tile-product comparison with libxsmm and oneDNN (needs libxsmm-dev and libdnnl-dev)
@@ -107,6 +115,6 @@ build-fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz_common.h $(FUZZ_LIB_OBJ)
 clean:
 	rm -rf build build-san build-fuzz
 
-.PHONY: all test clean fuzz bench-tools bench-libs bench-bf16
+.PHONY: all test clean fuzz bench-tools bench-libs bench-bf16 bench-amx
 -include $(FUZZ_LIB_OBJ:.o=.d)
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

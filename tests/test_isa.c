@@ -319,6 +319,19 @@ static void check_path(const SimdKernels *k) {
         ok = 1;
         for (int i = 0; i < NC; i++) ok &= p[i] == p0[i] * 3.0f && y[i] == p[i] + x[i];
         CHECK(ok, "%s scale_row / add_row", nm);
+        { /* scale_cols on 3 rows of NC columns (a ragged last vector), stride NC + 5; the gap untouched */
+            enum { LDS = NC + 5 };
+            float m[3 * LDS], m0[3 * LDS], a[NC];
+            fill(m0, 3 * LDS, 3);
+            fill(a, NC, 4);
+            memcpy(m, m0, sizeof m);
+            k->scale_cols(m, 3, NC, LDS, a);
+            ok = 1;
+            for (int r = 0; r < 3; r++)
+                for (int j = 0; j < LDS; j++)
+                    ok &= m[r * LDS + j] == (j < NC ? m0[r * LDS + j] * a[j] : m0[r * LDS + j]);
+            CHECK(ok, "%s scale_cols", nm);
+        }
     }
     /* element-wise model ops against double formulas */
     {

@@ -29,9 +29,13 @@
  *
  * bf16 tiles (AttnShape.precision = PRECISION_BF16 on a CPU with AVX512_BF16, kernels/attn_bf16.h):
  * the same loops, with each product's operands packed into bf16 pair words (VDPBF16PS multiplies
- * pairs along the contraction dimension) instead of copied or transposed: forward K in rows
- * layout, Q^T, V and P^T in pairs layout (P^T from the fp32 probabilities, rounded after the
- * softmax and the running sum l used them in fp32); backward Q, dO and dS in rows layout, K^T,
+ * pairs along the contraction dimension) instead of copied or transposed: forward K and V^T in
+ * rows layout, Q^T and P^T in pairs layout (P^T from the fp32 probabilities, rounded after the
+ * softmax and the running sum l used them in fp32); the forward's second product either acc +=
+ * P V with P^T read transposed and V in pairs layout, or, where the table says so
+ * (fwd_acc_transposed: the AMX tiles, which then load every operand of both forward products in
+ * place), acc^T += V^T P^T with V^T in rows layout and the accumulator transposed (head_dim x
+ * queries); backward Q, dO and dS in rows layout, K^T,
  * V^T, K, Q, dO, P and dS in pairs layout. Every product accumulates in fp32; scores, softmax,
  * lse, delta, dS = P (dP - delta) and the rescaling are fp32. The scores are stored unscaled and
  * alpha applied with the exponential (alpha s rounded first, the value a product with alpha would
@@ -302,11 +306,12 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
     if (n_q == 0 || n_kv == 0) return;
     const SimdKernels *sk = simd();
     const AttnBf16Tiles *bt = s->precision == PRECISION_BF16 ? attn_bf16_tiles() : NULL;
+    const int acc_t = bt && bt->fwd_acc_transposed; /* acc^T += V^T P^T instead of acc += P V */
     const int group = H / Hkv, BQ = bt ? bt->fwd_bq : sk->fwd_bq, BK = bt ? bt->fwd_bk : sk->fwd_bk;
     if (BQ > FA_MAX_TILE) die("attn_forward: query tile %d exceeds %d", BQ, FA_MAX_TILE);
     const int nqt = (n_q + BQ - 1) / BQ, nkt = (n_kv + BK - 1) / BK;
     const size_t ldq = (size_t)H * d, ldk = (size_t)Hkv * d, ldt = (size_t)BQ + FA_SKEW;
-    if (bt && (size_t)BQ + (size_t)bt->mr > ldt) /* P^T is read transposed, up to mr words past a row */
+    if (bt && !acc_t && (size_t)BQ + (size_t)bt->mr > ldt) /* P^T is read transposed, up to mr words past a row */
         die("internal: attn_forward: query tile %d plus the bf16 tiles' %d rows exceeds the stride %zu", BQ, bt->mr, ldt);
     const size_t ldc = (size_t)d + FA_SKEW; /* row stride of the compact k and v tiles */
     const float alpha = (float)(s->scale * FA_LOG2E); /* scores in log2 units */
@@ -326,22 +331,28 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
     qsort(order, (size_t)n_busy, sizeof *order, cmp_cost_desc);
 
     const int nth = omp_get_max_threads();
-    /* per thread: Q^T (d, ldt) | S^T (BK, ldt) | acc (BQ, d) | m, l, mx, msafe, corr, sum (BQ) */
-    const size_t per_thread = ((size_t)d * ldt + (size_t)BK * ldt + (size_t)BQ * d + 6 * (size_t)BQ + 15) / 16 * 16;
+    /* per thread: Q^T (d, ldt) | S^T (BK, ldt) | acc (BQ, d) or acc^T (d, ldt) | m, l, mx, msafe,
+     * corr, sum (BQ) */
+    const size_t acc_n = acc_t ? (size_t)d * ldt : (size_t)BQ * d;
+    const size_t per_thread = ((size_t)d * ldt + (size_t)BK * ldt + acc_n + 6 * (size_t)BQ + 15) / 16 * 16;
     float *work = xmalloc_aligned((size_t)nth * per_thread * sizeof(float));
     const long long n_items = (long long)n_busy * H;
     /* K and V of every kv head are packed once per call (every query tile reads them; copying a
      * tile per query tile instead measured ~10% of the forward at S = 8192): fp32, compact rows
-     * of ldc floats, (Hkv, n_kv, ldc) each; bf16 tiles, K in rows layout and V in pairs layout,
-     * (Hkv, n_kv, ldkw) and (Hkv, n_kv / 2, ldvw) pair words, and per thread Q rows (BQ, d2) |
-     * Q^T pairs (d2, ldt) | P^T pairs (BK/2, ldt). ldt >= BQ + mr: P^T is read transposed. Key
-     * tiles start at even rows (BK even), so a tile's pairs are the call's. */
+     * of ldc floats, (Hkv, n_kv, ldc) each; bf16 tiles, K in rows layout, (Hkv, n_kv, ldkw) pair
+     * words, and V in pairs layout, (Hkv, n_kv / 2, ldvw), or (acc_t) V^T in rows layout, (Hkv, d,
+     * ldvt) (V^T's words pair keys: a key tile's are the columns j0 / 2 ..), and per thread Q rows
+     * (BQ, d2) | Q^T pairs (d2, ldt) | P^T pairs (BK/2, ldt; under acc_t first the V pairs of a
+     * key tile being packed, (BK/2, d)). ldt >= BQ + mr where P^T is read transposed. Key tiles
+     * start at even rows (BK even), so a tile's pairs are the call's. */
     const int d2 = (d + 1) / 2, bk2 = (BK + 1) / 2, nkv2 = (n_kv + 1) / 2;
-    const size_t ldkw = (size_t)d2 + FA_SKEW / 2, ldvw = (size_t)d + FA_SKEW / 2;
-    const size_t per_thread_w = ((size_t)BQ * d2 + (size_t)d2 * ldt + (size_t)bk2 * ldt + 15) / 16 * 16;
+    const size_t ldkw = (size_t)d2 + FA_SKEW / 2, ldvw = (size_t)d + FA_SKEW / 2, ldvt = (size_t)nkv2 + FA_SKEW / 2;
+    const size_t pw_n = (size_t)bk2 * (acc_t && (size_t)d > ldt ? (size_t)d : ldt);
+    const size_t per_thread_w = ((size_t)BQ * d2 + (size_t)d2 * ldt + pw_n + 15) / 16 * 16;
     bf16_pair *work_w = bt ? words_zeroed((size_t)nth * per_thread_w) : NULL;
     bf16_pair *Kall = bt ? words_zeroed((size_t)Hkv * n_kv * ldkw) : NULL;
-    bf16_pair *Vall = bt ? words_zeroed((size_t)Hkv * nkv2 * ldvw) : NULL;
+    bf16_pair *Vall = bt && !acc_t ? words_zeroed((size_t)Hkv * nkv2 * ldvw) : NULL;
+    bf16_pair *VTall = acc_t ? words_zeroed((size_t)Hkv * d * ldvt) : NULL;
     float *Kf = bt ? NULL : xmalloc_aligned((size_t)Hkv * n_kv * ldc * sizeof(float));
     float *Vf = bt ? NULL : xmalloc_aligned((size_t)Hkv * n_kv * ldc * sizeof(float));
 
@@ -349,8 +360,8 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
     {
         float *Qt = work + (size_t)omp_get_thread_num() * per_thread; /* (d, bq) transposed q tile */
         float *ST = Qt + (size_t)d * ldt;                             /* (bk, bq) scores^T / probs^T */
-        float *acc = ST + (size_t)BK * ldt;                           /* (bq, d) */
-        float *m = acc + (size_t)BQ * d;                              /* (bq) running max, log2 */
+        float *acc = ST + (size_t)BK * ldt;                           /* (bq, d); bf16 tiles (d, ldt) */
+        float *m = acc + acc_n;                                       /* (bq) running max, log2 */
         float *l = m + BQ;                                            /* (bq) running sum */
         float *mx = l + BQ, *msafe = mx + BQ, *corr = msafe + BQ, *sum = corr + BQ; /* (bq) each */
         unsigned char seen[FA_MAX_TILE];
@@ -361,12 +372,17 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
             Pw = Qw + (size_t)d2 * ldt;                               /* (bk/2, bq) P^T pairs */
         }
 #pragma omp for schedule(static)
-        for (long long t = 0; t < (long long)Hkv * nkt; t++) { /* K, V of every kv head: rows, or K rows and V pairs */
+        for (long long t = 0; t < (long long)Hkv * nkt; t++) { /* K, V of every kv head: rows, or packed */
             const int g = (int)(t / nkt), j0 = (int)(t % nkt) * BK, bk = j0 + BK <= n_kv ? BK : n_kv - j0;
             const float *ks = k + ((size_t)j0 * Hkv + g) * d, *vs = v + ((size_t)j0 * Hkv + g) * d;
             if (bt) {
                 bt->pack_rows(bk, d, ks, ldk, Kall + ((size_t)g * n_kv + j0) * ldkw, ldkw);
-                bt->pack_pairs(bk, d, vs, ldk, Vall + ((size_t)g * nkv2 + j0 / 2) * ldvw, ldvw);
+                if (!acc_t) {
+                    bt->pack_pairs(bk, d, vs, ldk, Vall + ((size_t)g * nkv2 + j0 / 2) * ldvw, ldvw);
+                } else { /* V's pairs (an odd last key pairs with 0), then as V^T rows */
+                    bt->pack_pairs(bk, d, vs, ldk, Pw, (size_t)d);
+                    transpose_words((bk + 1) / 2, d, Pw, (size_t)d, VTall + (size_t)g * d * ldvt + j0 / 2, ldvt);
+                }
             } else {
                 copy_tile(bk, d, ks, ldk, Kf + ((size_t)g * n_kv + j0) * ldc, ldc);
                 copy_tile(bk, d, vs, ldk, Vf + ((size_t)g * n_kv + j0) * ldc, ldc);
@@ -392,11 +408,17 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
                 if (L == -INFINITY) {
                     m[r] = -INFINITY;
                     l[r] = 0.0f;
-                    memset(acc + (size_t)r * d, 0, (size_t)d * sizeof(float));
+                    if (acc_t)
+                        for (int c = 0; c < d; c++) acc[(size_t)c * ldt + r] = 0.0f;
+                    else
+                        memset(acc + (size_t)r * d, 0, (size_t)d * sizeof(float));
                 } else {
                     m[r] = (float)(L * FA_LOG2E);
                     l[r] = 1.0f;
-                    memcpy(acc + (size_t)r * d, o + row * d, (size_t)d * sizeof(float));
+                    if (acc_t)
+                        for (int c = 0; c < d; c++) acc[(size_t)c * ldt + r] = o[row * d + c];
+                    else
+                        memcpy(acc + (size_t)r * d, o + row * d, (size_t)d * sizeof(float));
                 }
             }
             for (int kt = 0; kt < nkt; kt++) {
@@ -406,20 +428,31 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
                 /* this tile's packed K and V, and the next visible tile's to prefetch (contiguous:
                  * rows of one 64-byte line) */
                 const bf16_pair *Kw = bt ? Kall + ((size_t)g * n_kv + j0) * ldkw : NULL;
-                const bf16_pair *Vw = bt ? Vall + ((size_t)g * nkv2 + j0 / 2) * ldvw : NULL;
+                const bf16_pair *Vw = bt && !acc_t ? Vall + ((size_t)g * nkv2 + j0 / 2) * ldvw : NULL;
+                const bf16_pair *VTw = acc_t ? VTall + (size_t)g * d * ldvt + j0 / 2 : NULL;
                 const float *Kc = bt ? NULL : Kf + ((size_t)g * n_kv + j0) * ldc;
                 const float *Vc = bt ? NULL : Vf + ((size_t)g * n_kv + j0) * ldc;
-                Prefetch pf = {{NULL, NULL}, 64, 0, 1, 0, 0};
+                /* K and V are contiguous (rows of one 64-byte line), prefetched during the score
+                 * product; under acc_t K so, and V^T (d strided rows) during acc^T's */
+                Prefetch pf = {{NULL, NULL}, 64, 0, 1, 0, 0}, pfv = {{NULL, NULL}, 0, 0, 1, 0, 0};
                 for (int nt = kt + 1; nt < nkt; nt++) {
                     if (tile_class(mask, qr[qt], kr[nt]) == TILE_HIDDEN) continue;
                     const int n0 = nt * BK, nb = n0 + BK <= n_kv ? BK : n_kv - n0;
                     const size_t bytes = bt ? (size_t)nb * ldkw * sizeof(bf16_pair) : (size_t)nb * ldc * sizeof(float);
                     pf.base[0] = bt ? (const char *)(Kall + ((size_t)g * n_kv + n0) * ldkw)
                                     : (const char *)(Kf + ((size_t)g * n_kv + n0) * ldc);
-                    pf.base[1] = bt ? (const char *)(Vall + ((size_t)g * nkv2 + n0 / 2) * ldvw)
-                                    : (const char *)(Vf + ((size_t)g * n_kv + n0) * ldc);
+                    pf.base[1] = acc_t ? NULL
+                                 : bt  ? (const char *)(Vall + ((size_t)g * nkv2 + n0 / 2) * ldvw)
+                                       : (const char *)(Vf + ((size_t)g * n_kv + n0) * ldc);
                     pf.rows = (int)((bytes + 63) / 64);
-                    pf.total = 2 * pf.rows;
+                    pf.total = acc_t ? pf.rows : 2 * pf.rows;
+                    if (acc_t) {
+                        pfv.base[0] = (const char *)(VTall + (size_t)g * d * ldvt + n0 / 2);
+                        pfv.stride = ldvt * sizeof(bf16_pair);
+                        pfv.rows = d;
+                        pfv.lines_per_row = (int)(((size_t)(nb + 1) / 2 * sizeof(bf16_pair) + 63) / 64) + 1;
+                        pfv.total = pfv.rows * pfv.lines_per_row;
+                    }
                     break;
                 }
                 /* A partial tile runs in blocks of FA_QBLOCK queries: no key row at or past jend[b]
@@ -476,24 +509,36 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
                     if (bt) bt->col_exp2_pairs(ST + c0, jend[b], cw, ldt, alpha, msafe + c0, sum + c0, Pw + c0, ldt);
                     else sk->col_exp2_sum(ST + c0, jend[b], cw, ldt, msafe + c0, sum + c0);
                 }
+                int rescale = 0;
                 for (int i = 0; i < bq; i++) {
                     l[i] = l[i] * corr[i] + sum[i];
-                    if (corr[i] != 1.0f) sk->scale_row(acc + (size_t)i * d, d, corr[i]);
+                    rescale |= corr[i] != 1.0f;
+                    if (!acc_t && corr[i] != 1.0f) sk->scale_row(acc + (size_t)i * d, d, corr[i]);
                 }
-                for (int b = 0; b < nblk; b++) { /* acc (cw, d) += P (cw, je) V (je, d), P read as (S^T)^T */
+                if (acc_t && rescale) sk->scale_cols(acc, d, bq, ldt, corr);
+                for (int b = 0; b < nblk; b++) {
+                    /* acc (cw, d) += P (cw, je) V (je, d), P read as (S^T)^T; or acc^T (d, cw) +=
+                     * V^T (d, je) P^T (je, cw) */
                     const int c0 = b * bw, cw = c0 + bw < bq ? bw : bq - c0, je = jend[b];
                     float *ab = acc + (size_t)c0 * d;
-                    if (bt) bt->tile_gemm(cw, d, (je + 1) / 2, 1.0f, Pw + c0, 1, ldt, Vw, ldvw, 1, ab, (size_t)d, NULL);
-                    else sk->tile_gemm(cw, d, je, 1.0f, ST + c0, 1, ldt, Vc, ldc, 1, ab, (size_t)d, NULL);
+                    if (acc_t)
+                        bt->tile_gemm(d, cw, (je + 1) / 2, 1.0f, VTw, ldvt, 1, Pw + c0, ldt, 1, acc + c0, ldt,
+                                      b == 0 ? &pfv : NULL);
+                    else if (bt)
+                        bt->tile_gemm(cw, d, (je + 1) / 2, 1.0f, Pw + c0, 1, ldt, Vw, ldvw, 1, ab, (size_t)d, NULL);
+                    else
+                        sk->tile_gemm(cw, d, je, 1.0f, ST + c0, 1, ldt, Vc, ldc, 1, ab, (size_t)d, NULL);
                 }
             }
             for (int r = 0; r < bq; r++) {
                 if (!seen[r]) continue; /* no visible key in this call: state unchanged */
                 size_t row = (size_t)(i0 + r) * H + h;
                 float inv = 1.0f / l[r];
-                const float *arow = acc + (size_t)r * d;
                 float *orow = o + row * d;
-                for (int c = 0; c < d; c++) orow[c] = arow[c] * inv;
+                if (acc_t)
+                    for (int c = 0; c < d; c++) orow[c] = acc[(size_t)c * ldt + r] * inv;
+                else
+                    for (int c = 0; c < d; c++) orow[c] = acc[(size_t)r * d + c] * inv;
                 lse[row] = (float)(((double)m[r] + log2((double)l[r])) * FA_LN2);
             }
         }
@@ -502,6 +547,7 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
     xfree(work_w);
     xfree(Kall);
     xfree(Vall);
+    xfree(VTall);
     xfree(Kf);
     xfree(Vf);
     xfree(order);

@@ -38,6 +38,12 @@ typedef struct {
     /* Flash-attention tile sizes on these kernels (as isa.h's), all even: a tile's pairs are then
      * pairs of the whole call's rows */
     int fwd_bq, fwd_bk, bwd_bk, bwd_bq;
+    /* 1: the forward's second product runs transposed, acc^T += V^T P^T (V^T in rows layout, P^T
+     * in pairs layout, as the softmax step packs it: every operand in place); 0: acc += P V with
+     * P^T read transposed (attention/flash_attention.c). On the AMX Xeon (one 192 x 192 block,
+     * d = 64, bench/amx_probe.c) 3.6 us against 8.1; on Zen 4 the VDPBF16PS tiles' forward was
+     * 8-18% slower transposed (kernel_rates, d = 64), so they keep 0. The same values either way. */
+    int fwd_acc_transposed;
     /* C (M, N; ldc) = alpha A B [+ C when accumulate], contraction over K2 pairs:
      * A(m, kk) = A[m ars + kk aks] (one of ars, aks is 1), B(kk, n) = B[kk ldb + n] (pairs layout). */
     void (*tile_gemm)(int M, int N, int K2, float alpha, const bf16_pair *A, size_t ars, size_t aks,

@@ -15,9 +15,13 @@
  * (tmm0-3), two A tiles (tmm4-5) and two B tiles (tmm6-7), each A and B tile used twice per load.
  * One configuration for the whole call: every tile 16 rows of 64 bytes; ragged edges are padded
  * with zeros in scratch blocks instead:
- *   A     each 32-row block of A is copied, for every pair step, into a zeroed panel of 16 x 16
- *         word tiles (rows past M and pair steps past K2 stay 0). This is also where a transposed
- *         A (aks != 1, the P^T and dS^T operands) becomes rows: the panel is always rows layout.
+ *   A     a whole 32-row block of a rows-layout A (aks == 1) whose pair steps fill whole tiles
+ *         (K2 a multiple of 16) is loaded in place (stride ars); any other block is copied, for
+ *         every pair step, into a zeroed panel of 16 x 16 word tiles (rows past M and pair steps
+ *         past K2 stay 0). This is also where a transposed A (aks != 1, the backward's P^T and
+ *         dS^T operands) becomes rows: the panel is always rows layout. On the AMX Xeon (one
+ *         thread, 192 x 192 block, d = 64) the copy took S = K Q^T from 5.5 to 7.2 us, the
+ *         transposition of P^T in the forward's old O += P V 1.9 us of 8.1 (bench/amx_probe.c).
  *   B     a 16 x 16 word tile wholly inside K2 x N is loaded from B itself (stride ldb); an edge
  *         tile is copied into a zeroed scratch tile first (rows past K2 and columns past N 0), so
  *         no load reads past the operand and no padding product meets a non-zero (or NaN) value.
@@ -104,11 +108,18 @@ static void amx_gemm_pass(int M, int N, int K2, float alpha, const bf16_pair *A,
     const int kt_n = (K2 + 15) / 16;
     const int n_calls = ((M + 31) / 32) * ((N + 31) / 32);
     const int pf_per_call = pf ? (pf->total - pf->next + n_calls - 1) / n_calls : 0;
+    /* a rows-layout A whose pair steps fill whole tiles is loaded in place, 32 rows at a time */
+    const int a_rows_whole = aks == 1 && K2 % 16 == 0;
     amx_config_uniform(&cfg, AMX_TILES, 16, TILE_BYTES);
     TILE_CONFIG(&cfg);
     for (int m0 = 0; m0 < M; m0 += 32) {
         const int mrows = M - m0 < 32 ? M - m0 : 32, two_m = mrows > 16;
-        amx_pack_a(panel, K2, mrows, A + (size_t)m0 * ars, ars, aks);
+        /* A's tile (kt, half) is at a_base + (half * 16 rows + kt * 16 words), rows a_stride apart */
+        const int a_direct = a_rows_whole && mrows == 32;
+        const bf16_pair *a_base = a_direct ? A + (size_t)m0 * ars : &panel[0][0][0][0];
+        const size_t a_half = a_direct ? 16 * ars : 16 * 16, a_kt = a_direct ? 16 : 2 * 16 * 16;
+        const long a_stride = a_direct ? (long)(ars * sizeof(bf16_pair)) : TILE_BYTES;
+        if (!a_direct) amx_pack_a(panel, K2, mrows, A + (size_t)m0 * ars, ars, aks);
         for (int n0 = 0; n0 < N; n0 += 32) {
             const int ncols = N - n0 < 32 ? N - n0 : 32, two_n = ncols > 16;
             if (pf) prefetch_some(pf, pf_per_call);
@@ -128,21 +139,48 @@ static void amx_gemm_pass(int M, int N, int K2, float alpha, const bf16_pair *A,
                 if (two_m) TILE_ZERO(TM_C10);
                 if (two_m && two_n) TILE_ZERO(TM_C11);
             }
-            for (int kt = 0; kt < kt_n; kt++) {
-                long s0, s1 = 0;
-                const bf16_pair *b0 = amx_b_tile(B, ldb, K2, N, kt * 16, n0, bedge[0], &s0);
-                const bf16_pair *b1 = two_n ? amx_b_tile(B, ldb, K2, N, kt * 16, n0 + 16, bedge[1], &s1) : NULL;
-                TILE_LOAD(TM_A0, panel[kt][0], TILE_BYTES);
+            if (two_m && two_n) {
+                /* every tile present: the loads of the next pair step are interleaved with this
+                 * step's products (each waits only for the products that read its tile before:
+                 * on the AMX Xeon 1.0-2.3x faster than loading a step's four tiles up front) */
+                long s0, s1;
+                const bf16_pair *b0 = amx_b_tile(B, ldb, K2, N, 0, n0, bedge[0], &s0);
+                TILE_LOAD(TM_A0, a_base, a_stride);
                 TILE_LOAD(TM_B0, b0, s0);
-                TILE_DP(TM_C00, TM_A0, TM_B0);
-                if (two_n) {
+                for (int kt = 0; kt < kt_n; kt++) {
+                    const bf16_pair *a1 = a_base + (size_t)kt * a_kt + a_half;
+                    const bf16_pair *b1 = amx_b_tile(B, ldb, K2, N, kt * 16, n0 + 16, bedge[1], &s1);
                     TILE_LOAD(TM_B1, b1, s1);
+                    TILE_DP(TM_C00, TM_A0, TM_B0);
+                    TILE_LOAD(TM_A1, a1, a_stride);
                     TILE_DP(TM_C01, TM_A0, TM_B1);
-                }
-                if (two_m) {
-                    TILE_LOAD(TM_A1, panel[kt][1], TILE_BYTES);
                     TILE_DP(TM_C10, TM_A1, TM_B0);
-                    if (two_n) TILE_DP(TM_C11, TM_A1, TM_B1);
+                    if (kt + 1 < kt_n) {
+                        TILE_LOAD(TM_A0, a_base + (size_t)(kt + 1) * a_kt, a_stride);
+                        TILE_DP(TM_C11, TM_A1, TM_B1);
+                        b0 = amx_b_tile(B, ldb, K2, N, (kt + 1) * 16, n0, bedge[0], &s0);
+                        TILE_LOAD(TM_B0, b0, s0);
+                    } else {
+                        TILE_DP(TM_C11, TM_A1, TM_B1);
+                    }
+                }
+            } else {
+                for (int kt = 0; kt < kt_n; kt++) {
+                    long s0, s1 = 0;
+                    const bf16_pair *b0 = amx_b_tile(B, ldb, K2, N, kt * 16, n0, bedge[0], &s0);
+                    const bf16_pair *b1 = two_n ? amx_b_tile(B, ldb, K2, N, kt * 16, n0 + 16, bedge[1], &s1) : NULL;
+                    TILE_LOAD(TM_A0, a_base + (size_t)kt * a_kt, a_stride);
+                    TILE_LOAD(TM_B0, b0, s0);
+                    TILE_DP(TM_C00, TM_A0, TM_B0);
+                    if (two_n) {
+                        TILE_LOAD(TM_B1, b1, s1);
+                        TILE_DP(TM_C01, TM_A0, TM_B1);
+                    }
+                    if (two_m) {
+                        TILE_LOAD(TM_A1, a_base + (size_t)kt * a_kt + a_half, a_stride);
+                        TILE_DP(TM_C10, TM_A1, TM_B0);
+                        if (two_n) TILE_DP(TM_C11, TM_A1, TM_B1);
+                    }
                 }
             }
             if (direct) {
@@ -184,6 +222,7 @@ static void amx_tile_gemm(int M, int N, int K2, float alpha, const bf16_pair *A,
 const AttnBf16Tiles AMX_TABLE = {
     .name = AMX_TABLE_NAME,
     .mr = 0,
+    .fwd_acc_transposed = 1,
     .tile_gemm = amx_tile_gemm,
     ATTN_BF16_SHARED_FIELDS,
 };

@@ -231,6 +231,7 @@ void attn_bf16_transpose16_avx512(const bf16_pair *src, size_t lds, bf16_pair ds
 const AttnBf16Tiles attn_bf16_tiles_avx512 = {
     .name = "bf16 tiles (VDPBF16PS)",
     .mr = MR,
+    .fwd_acc_transposed = 0, /* see attn_bf16.h */
     .tile_gemm = tile_gemm_bf16,
     ATTN_BF16_SHARED_FIELDS,
 };

@@ -98,6 +98,9 @@ typedef struct {
     void (*ds_row)(float *p, const float *dp, int n, float delta);
     /* x[j] *= a */
     void (*scale_row)(float *x, int n, float a);
+    /* x[r ld + j] *= a[j] for r < rows, j < n (the bf16 forward's transposed accumulator, whose
+     * columns are queries, rescaled by each query's correction) */
+    void (*scale_cols)(float *x, int rows, int n, size_t ld, const float *a);
     /* y[j] += x[j] */
     void (*add_row)(float *y, const float *x, size_t n);
     /* RMSNorm of one row: out = x r w with r = 1 / sqrt(mean(x^2) + eps); returns r */

@@ -232,6 +232,21 @@ static void sb_ds_row(float *p, const float *dp, int n, float delta) {
     }
 }
 
+static void sb_scale_cols(float *x, int rows, int n, size_t ld, const float *a) {
+    for (int r = 0; r < rows; r++) {
+        float *xr = x + (size_t)r * ld;
+        for (int j = 0; j < n; j += VL) {
+            const int cnt = n - j < VL ? n - j : VL;
+            if (cnt == VL) {
+                vstore(xr + j, vmul(vload(xr + j), vload(a + j)));
+            } else {
+                const VM mk = vmask(cnt);
+                vstore_m(xr + j, mk, vmul(vload_m(xr + j, mk), vload_m(a + j, mk)));
+            }
+        }
+    }
+}
+
 static void sb_scale_row(float *x, int n, float a) {
     const V va = vset1(a);
     for (int j = 0; j < n; j += VL) {
@@ -414,6 +429,7 @@ const SimdKernels SIMD_TABLE = {
     .row_exp2_scaled_sum = sb_row_exp2_scaled_sum,
     .ds_row = sb_ds_row,
     .scale_row = sb_scale_row,
+    .scale_cols = sb_scale_cols,
     .add_row = sb_add_row,
     .rmsnorm_row = sb_rmsnorm_row,
     .rmsnorm_bwd_row = sb_rmsnorm_bwd_row,
