@@ -4,7 +4,8 @@
  * to other processes does not count; then, on the best path, attention with bf16 inputs (the bf16
  * tiles where the CPU has AVX512_BF16) against the bf16 GEMM (bf16.h) alike. Not a test; built by
  * `make bench-tools`.
- * usage: [SEQPAR_ISA=path] build/bench/kernel_rates [S] [head_dim] [heads] [repeats] */
+ * usage: [SEQPAR_ISA=path] [KR_BF16_TILES="fbq,fbk,bbk,bbq;..."] build/bench/kernel_rates [S] [head_dim] [heads]
+ *        [repeats] (KR_BF16_TILES: the bf16 attention again with those tile sizes, for tuning) */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -166,6 +167,28 @@ int main(int argc, char **argv) {
     printf("bf16 (%s): attention S=%d d=%d H=%d causal: forward %.1f (%.0f%% of bf16 GEMM), backward %.1f (%.0f%%) "
            "GFLOPS per CPU-second\n", attn_kernel_name(PRECISION_BF16), S, d, H, bf * 1e-9, 100 * bf * 1e-9 / best_b,
            bb * 1e-9, 100 * bb * 1e-9 / best_b);
+    /* KR_BF16_TILES="fbq,fbk,bbk,bbq;...": the same bf16 attention on the best table with other tile
+     * sizes (forward queries x keys, backward keys x queries; even, at most 512), for tuning */
+    const char *sweep = getenv("KR_BF16_TILES");
+    const AttnBf16Tiles *best = attn_bf16_tiles();
+    while (sweep && *sweep && best) {
+        int fq, fk, bk, bq, used = 0;
+        if (sscanf(sweep, "%d,%d,%d,%d%n", &fq, &fk, &bk, &bq, &used) != 4 || fq < 2 || fk < 2 || bk < 2 || bq < 2 ||
+            fq % 2 || fk % 2 || bk % 2 || bq % 2 || fq > 512 || fk > 512 || bk > 512 || bq > 512) {
+            fprintf(stderr, "kernel_rates: KR_BF16_TILES: give fbq,fbk,bbk,bbq (even, 2..512) separated by ';'\n");
+            return 2;
+        }
+        AttnBf16Tiles t = *best;
+        t.fwd_bq = fq, t.fwd_bk = fk, t.bwd_bk = bk, t.bwd_bq = bq;
+        attn_bf16_tiles_use(&t);
+        attn_rates(&s, q, k, v, dout, pos, o, lse, delta, dq, dk, dv, n, flops, reps, &bf, &bb);
+        attn_bf16_tiles_use(NULL);
+        printf("  tiles forward %d x %d, backward %d x %d: forward %.1f, backward %.1f GFLOPS per CPU-second\n", fq, fk,
+               bk, bq, bf * 1e-9, bb * 1e-9);
+        fflush(stdout);
+        sweep += used;
+        if (*sweep == ';') sweep++;
+    }
     for (int kind = 0; kind < ATTN_BF16_KINDS; kind++) {
         const AttnBf16Tiles *t = attn_bf16_tiles_for((AttnBf16Kind)kind);
         if (t && kind != ATTN_BF16_AMX_EMULATED) bf16_pieces(t, d);

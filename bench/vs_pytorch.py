@@ -17,7 +17,8 @@ Every PyTorch measurement runs in its own child process so that its peak RSS is 
 of --repeats timed runs after one warm-up; with --rounds N every comparison is made N times, each
 PyTorch run right after the seqpar run it is compared with, and the medians of the per-round ratios
 are printed last (on a VM whose speed drifts by several % between minutes, paired ratios are what
-can be compared). Not a test.
+can be compared). --cpus runs both on the same CPUs only (on the AMX Xeon VM, two seqpar threads free
+to move over 16 vCPUs ran bf16 attention at 364-374 GFLOPS, held to two CPUs at 470-628). Not a test.
 """
 import argparse
 import json
@@ -163,7 +164,17 @@ def main():
     ap.add_argument("--rounds", type=int, default=1,
                     help="repeat each comparison N times, seqpar and PyTorch back to back, and print the medians "
                          "of the per-round ratios (the machine's speed drifts between minutes)")
+    ap.add_argument("--cpus", default="",
+                    help="run every measured process (seqpar and PyTorch alike) on these CPUs only, e.g. 4,5 or "
+                         "4-5 (sched_setaffinity, inherited by the children): threads then stay on their cores; "
+                         "default: wherever the scheduler puts them")
     a = ap.parse_args()
+    if a.cpus:
+        cpus = set()
+        for part in a.cpus.split(","):
+            lo, _, hi = part.partition("-")
+            cpus.update(range(int(lo), int(hi or lo) + 1))
+        os.sched_setaffinity(0, cpus)
     if a.child:
         c = json.loads(a.child)
         import torch
@@ -181,7 +192,8 @@ def main():
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     print(f"vs_pytorch: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, CPU {cpu}, {a.threads} threads each, "
           f"{a.precisions}; torch {torch.__version__} (capability {torch.backends.cpu.get_cpu_capability()}), "
-          f"transformers {transformers.__version__}; medians of {a.repeats}")
+          f"transformers {transformers.__version__}; medians of {a.repeats}; "
+          f"CPUs {sorted(os.sched_getaffinity(0)) if a.cpus else 'any (unpinned)'}")
     sys.stdout.flush()
     parts = a.parts.split(",")
     for mode in a.checkpoints.split(","):
