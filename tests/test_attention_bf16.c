@@ -24,7 +24,8 @@
  *   dV : 2^-7 sum_i p_ij |dO_ic|             + the fp32 kernel's 1e-4 + 1e-3 |dV|
  *   dQ : 2^-7 scale sum_j |dS_ij| |k_jc|     + the same
  *   dK : 2^-7 scale sum_i |dS_ij| |q_ic|     + the same
- *   LSE: fp32 (scores and softmax are fp32 in every path): 2e-5 + 2e-6 |LSE|
+ *   LSE: fp32 (scores and softmax are fp32 in every path; the tiles' softmax exp2, whose values are
+ *        rounded to bf16 next, has a relative error of 2.7e-6, within it): 2e-5 + 2e-6 |LSE|
  * i.e. twice the bound of one rounding, plus what the fp32 kernel is allowed against the same
  * reference (tests/test_attention.c). The largest violation (1 = at tolerance) is printed per
  * path. That the tiles really round is checked too: their O differs from the fp32 kernel's on the
@@ -391,6 +392,50 @@ static const Case CASES[] = {
     {"MHA d=64 S=1", 1, 1, 2, 2, 64, ATTN_CAUSAL, POS_CONTIG, 0, 0},
 };
 
+/* The softmax step that packs P (col_exp2_pairs, shared by every table) against double exp2: the
+ * fp32 column sums within 3e-6 relative (its exp2's error is 2.7e-6: the LSE stays within the fp32
+ * kernel's tolerance), every packed value within one bf16 rounding of 2^(alpha s - m) with alpha s
+ * rounded to fp32 first, exactly 0 for -inf scores and arguments below -126, and the pad half of an
+ * odd last row 0. 37 rows x 53 columns (ragged vectors), stride 61. */
+static void check_softmax_pack(const AttnBf16Tiles *t) {
+    enum { R = 37, NC = 53, LD = 61 };
+    float s[R * LD], m[NC], sum[NC];
+    bf16_pair w[(R + 1) / 2 * LD];
+    const float alpha = 0.18033688f; /* 1 / sqrt(64) * log2(e) */
+    for (int j = 0; j < R * LD; j++) s[j] = (float)(12.0 * rng_normal(&rng));
+    for (int j = 0; j < R; j++) { /* masked keys, and arguments far below -126 */
+        s[j * LD + (j * 7) % NC] = -INFINITY;
+        s[j * LD + (j * 11 + 3) % NC] = -3000.0f;
+    }
+    for (int i = 0; i < NC; i++) {
+        float mx = -INFINITY;
+        for (int j = 0; j < R; j++) mx = fmaxf(mx, alpha * s[j * LD + i]);
+        m[i] = mx;
+    }
+    memset(w, 0xff, sizeof w);
+    t->col_exp2_pairs(s, R, NC, LD, alpha, m, sum, w, LD);
+    double worst_sum = 0, worst_p = 0;
+    int exact_zero = 1, pad = 1;
+    for (int i = 0; i < NC; i++) {
+        double want = 0;
+        for (int j = 0; j < R; j++) {
+            const float x = alpha * s[j * LD + i];
+            const double e = x == -INFINITY || x - m[i] < -126.0f ? 0.0 : exp2((double)(x - m[i]));
+            want += e;
+            const bf16_pair word = w[(j / 2) * LD + i];
+            const double got = bf16_to_float((bf16_t)(j % 2 ? word >> 16 : word & 0xffff));
+            if (e == 0) exact_zero &= got == 0;
+            else worst_p = fmax(worst_p, fabs(got - e) / (0x1p-8 * e + 1e-30));
+        }
+        pad &= (w[(R / 2) * LD + i] >> 16) == 0;
+        worst_sum = fmax(worst_sum, fabs(sum[i] - want) / want);
+    }
+    CHECK(worst_sum <= 3e-6, "%s col_exp2_pairs: column sums off by %.3g relative (allowed 3e-6)", t->name, worst_sum);
+    CHECK(worst_p <= 1.0, "%s col_exp2_pairs: a packed p off by %.3g bf16 roundings", t->name, worst_p);
+    CHECK(exact_zero, "%s col_exp2_pairs: a masked or underflowing p is not exactly 0", t->name);
+    CHECK(pad, "%s col_exp2_pairs: the odd last row's pad half is not 0", t->name);
+}
+
 static void run_cases(const char *label, int tiles) {
     worst_fwd = worst_lse = worst_bwd = 0;
     double t0 = now_seconds();
@@ -415,6 +460,7 @@ int main(void) {
     for (int kd = 0; kd < ATTN_BF16_KINDS; kd++) {
         const AttnBf16Tiles *t = attn_bf16_tiles_for((AttnBf16Kind)kd);
         if (t) check_tile_gemm(t);
+        if (t) check_softmax_pack(t);
     }
 
     /* the dispatch on each kernel path, and what it picks there */

@@ -12,4 +12,13 @@
 #define EXP2_POLY_P4 2.402264791363012e-1f
 #define EXP2_POLY_P5 6.931472028550421e-1f
 
+/* Degree 4 for values rounded to bf16 next (attn_bf16_avx512.c's softmax step): p(f) = (((P0 f + P1)
+ * f + P2) f + P3) f + P4, relative error at most 2.7e-6 on [-0.5, 0.5] (fitted for relative error;
+ * the running sum, and so LSE, stay within the fp32 kernel's tolerance). */
+#define EXP2_BF16_POLY_P0 0.009570085443556309f
+#define EXP2_BF16_POLY_P1 0.05591785907745361f
+#define EXP2_BF16_POLY_P2 0.2402474582195282f
+#define EXP2_BF16_POLY_P3 0.6931217908859253f
+#define EXP2_BF16_POLY_P4 0.9999992847442627f
+
 #endif
