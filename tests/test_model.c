@@ -128,9 +128,11 @@ int main(void) {
                 snprintf(path, sizeof path, "%s/grads.safetensors", dir);
                 compare_grads(name, &ref, path);
                 /* gate and up are never kept whole: L x 2 N F floats and the (N, F) scratch give
-                 * way to 5 chunks of ceil(N / chunks) rows */
-                size_t rows = (S + (size_t)chunks - 1) / (size_t)chunks;
-                size_t want = bytes1 - sizeof(float) * (L * 2 * S * F + 3 * S * F) + sizeof(float) * 5 * rows * F;
+                 * way to 5 chunks of ceil(N / chunks) rows; the normed rows and their gradient
+                 * (xn, dxn: every token-wise part runs over the same chunks) to 2 chunks of D */
+                size_t rows = (S + (size_t)chunks - 1) / (size_t)chunks, D = (size_t)cfg.hidden_size;
+                size_t want = bytes1 - sizeof(float) * (L * 2 * S * F + 3 * S * F + 2 * S * D) +
+                              sizeof(float) * (5 * rows * F + 2 * rows * D);
                 CHECK(bytes[0] == want, "%s: %d FFN chunks: activations %zu bytes, expected %zu", fixtures[k], chunks,
                       bytes[0], want);
             }

@@ -145,7 +145,10 @@ struct LlamaActs {
     float *wsaved;            /* bf16: the shared fp32 `saved` the layers' saved16 + saved_rest widen into */
     size_t saved_floats, saved_bf16; /* the strategy's saved floats per layer and their bf16 prefix */
     Bf16Scratch mm_scratch;   /* bf16: operand copies of the matrix multiplies (ops.h) */
-    int ffn_chunks, ffn_rows; /* chunks of the MLP and rows per chunk (the last may be shorter) */
+    int ffn_chunks, ffn_rows; /* chunks of the MLP and rows per chunk (the last may be shorter); the
+                                 whole-layer path runs every token-wise part (norms, projections,
+                                 the loss head) over chunks of ffn_rows rows too */
+    int xn_rows;          /* rows of xn and dxn: ffn_rows (whole layers) or c (streaming) */
     int store_gate_up;    /* none with one chunk: gate, up kept per layer (else recomputed per chunk) */
     int shared_qkv;       /* q, k, v are one scratch set for all layers: dq, dk, dv */
     float *q, *k, *v;     /* that scratch set (aliases, NULL unless shared_qkv) */
@@ -155,11 +158,11 @@ struct LlamaActs {
     LayerActs shared;
     float *rope_cos, *rope_sin; /* (N, d/2) */
     float *rstd_final;    /* (N) */
-    float *x_final;       /* (N, D) final-normed hidden states: an alias of xn, which no layer uses
-                             while the loss runs (unused when streaming: the loss runs per chunk) */
     /* scratch, shared by all layers */
-    float *xn;            /* (N, D) normed input, recomputed in backward */
-    float *dx, *dxn;      /* (N, D) */
+    float *xn;            /* (xn_rows, D) one chunk's normed input (a layer's or the final norm's),
+                             recomputed in backward */
+    float *dx;            /* (N, D) */
+    float *dxn;           /* (xn_rows, D) its gradient */
     float *dq, *dk, *dv, *dout; /* attention gradients */
     float *h;             /* (ffn_rows, F) swiglu output, then its gradient */
     float *gate_c, *up_c; /* (ffn_rows, F) one chunk's gate and up (NULL when store_gate_up) */
@@ -333,13 +336,15 @@ LlamaActs *llama_acts_create_opts(const LlamaModel *m, const SeqAttention *attn,
     }
     a->rope_cos = alloc_floats(Nn * (size_t)(c->head_dim / 2));
     a->rope_sin = alloc_floats(Nn * (size_t)(c->head_dim / 2));
-    /* streaming: the layer's scratch holds one chunk of c rows; only dx (N, D) stays whole */
+    /* streaming: the layer's scratch holds one chunk of c rows; only dx (N, D) stays whole. The
+     * normed rows and their gradient exist one chunk at a time either way (ffn_rows rows on the
+     * whole-layer path: at S = 32768 and 4096-row chunks 8 MiB instead of 64) */
     size_t Cr = (size_t)a->sc;
+    a->xn_rows = a->stream ? a->sc : a->ffn_rows;
     a->rstd_final = alloc_floats(a->stream ? 1 : Nn);
-    a->xn = alloc_floats(Cr * D);
-    a->x_final = a->xn;
+    a->xn = alloc_floats((size_t)a->xn_rows * D);
     a->dx = alloc_floats(Nn * D);
-    a->dxn = alloc_floats(Cr * D);
+    a->dxn = alloc_floats((size_t)a->xn_rows * D);
     a->dq = alloc_floats(Cr * qd);
     a->dk = alloc_floats(Cr * kvd);
     a->dv = alloc_floats(Cr * kvd);
@@ -582,19 +587,30 @@ static void qkv_rows(const LlamaModel *m, LlamaActs *a, int l, const float *x_in
     }
 }
 
-/* norm -> q, k, v projections -> RoPE into L->q, L->k, L->v (and a->xn). */
+/* The rows of chunk r0 (a multiple of ffn_rows): how many. */
+static int chunk_len(const LlamaActs *a, int r0) { return a->N - r0 < a->ffn_rows ? a->N - r0 : a->ffn_rows; }
+
+/* norm -> q, k, v projections -> RoPE into L->q, L->k, L->v, ffn_rows rows at a time (through a->xn). */
 static void qkv_forward(const LlamaModel *m, LlamaActs *a, int l) {
+    const LlamaConfig *c = &m->cfg;
     LayerActs *L = &a->layers[l];
-    qkv_rows(m, a, l, residual_at(a, &m->cfg, l), L->rstd1, 0, a->N, L->q, L->k, L->v);
+    const size_t D = (size_t)c->hidden_size, qd = (size_t)c->num_attention_heads * c->head_dim;
+    const size_t kvd = (size_t)c->num_key_value_heads * c->head_dim;
+    const float *x_in = residual_at(a, c, l);
+    for (int r0 = 0; r0 < a->N; r0 += a->ffn_rows)
+        qkv_rows(m, a, l, x_in + (size_t)r0 * D, L->rstd1 + r0, r0, chunk_len(a, r0), L->q + (size_t)r0 * qd,
+                 L->k + (size_t)r0 * kvd, L->v + (size_t)r0 * kvd);
 }
 
-/* x_mid = x_in + o_proj(o) */
+/* x_mid = x_in + o_proj(o), ffn_rows rows at a time */
 static void residual_attn(const LlamaModel *m, LlamaActs *a, int l) {
     const LlamaConfig *c = &m->cfg;
     LayerActs *L = &a->layers[l];
     int N = a->N, D = c->hidden_size, qd = c->num_attention_heads * c->head_dim;
     memcpy(L->x_mid, residual_at(a, c, l), sizeof(float) * (size_t)N * D);
-    mm_forward(a, L->x_mid, L->o, m->w.layers[l].o_proj, N, qd, D, 1);
+    for (int r0 = 0; r0 < N; r0 += a->ffn_rows)
+        mm_forward(a, L->x_mid + (size_t)r0 * D, L->o + (size_t)r0 * qd, m->w.layers[l].o_proj, chunk_len(a, r0), qd,
+                   D, 1);
 }
 
 /* The attention half of layer l: x_mid = x_in + o_proj(attn(rope(q), rope(k), v)). */
@@ -618,8 +634,10 @@ static void attn_block_restore(const LlamaModel *m, LlamaActs *a, SeqAttention *
     residual_attn(m, a, l);
 }
 
-/* Rows [r0, r0 + n) of gate and up: the stored ones, or recomputed into the chunk scratch. */
-static void mlp_gate_up(const LlamaModel *m, LlamaActs *a, int l, int r0, int n, float **gate, float **up) {
+/* Rows [r0, r0 + n) of gate and up from those rows normed (xn, n rows): into the stored ones, or
+ * into the chunk scratch. */
+static void mlp_gate_up(const LlamaModel *m, LlamaActs *a, int l, const float *xn, int r0, int n, float **gate,
+                        float **up) {
     const LlamaConfig *c = &m->cfg;
     const LlamaLayerWeights *w = &m->w.layers[l];
     LayerActs *L = &a->layers[l];
@@ -627,24 +645,23 @@ static void mlp_gate_up(const LlamaModel *m, LlamaActs *a, int l, int r0, int n,
     int store = a->store_gate_up;
     *gate = store ? L->gate + (size_t)r0 * F : a->gate_c;
     *up = store ? L->up + (size_t)r0 * F : a->up_c;
-    const float *xn = a->xn + (size_t)r0 * D;
     mm_forward(a, *gate, xn, w->gate_proj, n, (int)D, (int)F, 0);
     mm_forward(a, *up, xn, w->up_proj, n, (int)D, (int)F, 0);
 }
 
 /* The MLP half over N rows: x_out = x_mid + down(swiglu(gate(xn2), up(xn2))), over chunks of
- * ffn_rows tokens (x_out may not alias x_mid). */
+ * ffn_rows tokens, each normed on its own into a->xn (x_out may not alias x_mid). */
 static void mlp_forward_rows(const LlamaModel *m, LlamaActs *a, int l, const float *x_mid, float *rstd2, float *x_out,
                              int N) {
     const LlamaConfig *c = &m->cfg;
     const LlamaLayerWeights *w = &m->w.layers[l];
     int D = c->hidden_size, F = c->intermediate_size;
-    rmsnorm_forward(a->xn, rstd2, x_mid, w->post_norm, N, D, c->rms_norm_eps);
     memcpy(x_out, x_mid, sizeof(float) * (size_t)N * D);
     for (int r0 = 0; r0 < N; r0 += a->ffn_rows) {
         int n = N - r0 < a->ffn_rows ? N - r0 : a->ffn_rows;
         float *gate, *up;
-        mlp_gate_up(m, a, l, r0, n, &gate, &up);
+        rmsnorm_forward(a->xn, rstd2 + r0, x_mid + (size_t)r0 * D, w->post_norm, n, D, c->rms_norm_eps);
+        mlp_gate_up(m, a, l, a->xn, r0, n, &gate, &up);
         swiglu_forward(a->h, gate, up, (size_t)n * F);
         mm_forward(a, x_out + (size_t)r0 * D, a->h, w->down_proj, n, F, D, 1);
     }
@@ -664,18 +681,19 @@ static void mlp_backward_rows(LlamaModel *m, LlamaActs *a, int l, const float *x
     LlamaLayerWeights *g = &m->g.layers[l];
     LayerActs *L = &a->layers[l];
     int D = c->hidden_size, F = c->intermediate_size;
-    rmsnorm_forward(a->xn, rstd2, x_mid, w->post_norm, N, D, c->rms_norm_eps);
-    memset(a->dxn, 0, sizeof(float) * (size_t)N * D);
     for (int r0 = 0; r0 < N; r0 += a->ffn_rows) {
         int n = N - r0 < a->ffn_rows ? N - r0 : a->ffn_rows;
         size_t nF = (size_t)n * F;
-        const float *dx = dx_rows + (size_t)r0 * D, *xn = a->xn + (size_t)r0 * D;
+        float *dx = dx_rows + (size_t)r0 * D;
+        const float *xn = a->xn, *xm = x_mid + (size_t)r0 * D;
         float *gate, *up;
+        rmsnorm_forward(a->xn, rstd2 + r0, xm, w->post_norm, n, D, c->rms_norm_eps);
+        memset(a->dxn, 0, sizeof(float) * (size_t)n * D);
         if (a->store_gate_up) {
             gate = L->gate + (size_t)r0 * F;
             up = L->up + (size_t)r0 * F;
         } else {
-            mlp_gate_up(m, a, l, r0, n, &gate, &up);
+            mlp_gate_up(m, a, l, xn, r0, n, &gate, &up);
         }
         swiglu_forward(a->h, gate, up, nF);
         mm_backward(a, NULL, g->down_proj, dx, a->h, w->down_proj, n, F, D);
@@ -684,11 +702,10 @@ static void mlp_backward_rows(LlamaModel *m, LlamaActs *a, int l, const float *x
         memset(a->dgate, 0, sizeof(float) * nF);
         memset(a->dup, 0, sizeof(float) * nF);
         swiglu_backward(a->dgate, a->dup, a->h, gate, up, nF);
-        float *dxn = a->dxn + (size_t)r0 * D;
-        mm_backward(a, dxn, g->gate_proj, a->dgate, xn, w->gate_proj, n, D, F);
-        mm_backward(a, dxn, g->up_proj, a->dup, xn, w->up_proj, n, D, F);
+        mm_backward(a, a->dxn, g->gate_proj, a->dgate, xn, w->gate_proj, n, D, F);
+        mm_backward(a, a->dxn, g->up_proj, a->dup, xn, w->up_proj, n, D, F);
+        rmsnorm_backward(dx, g->post_norm, a->dxn, xm, w->post_norm, rstd2 + r0, n, D); /* after the rows' last read */
     }
-    rmsnorm_backward(dx_rows, g->post_norm, a->dxn, x_mid, w->post_norm, rstd2, N, D);
 }
 
 static void mlp_backward(LlamaModel *m, LlamaActs *a, int l) {
@@ -709,14 +726,17 @@ static void layer_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn, int 
     LlamaLayerWeights *g = &m->g.layers[l];
     LayerActs *L = &a->layers[l];
     int N = a->N, D = c->hidden_size, H = c->num_attention_heads, Hkv = c->num_key_value_heads, hd = c->head_dim;
-    size_t ND = (size_t)N * D;
+    const size_t qd = (size_t)H * hd, kvd = (size_t)Hkv * hd;
     const float *x_in = residual_at(a, c, l);
 
     mlp_backward(m, a, l);
 
-    /* attention: x_mid = x_in + o_proj(attn(rope(q), rope(k), v)) */
-    memset(a->dout, 0, sizeof(float) * (size_t)N * H * hd);
-    mm_backward(a, a->dout, g->o_proj, a->dx, L->o, w->o_proj, N, H * hd, D);
+    /* attention: x_mid = x_in + o_proj(attn(rope(q), rope(k), v)); the token-wise parts over
+     * chunks of ffn_rows rows */
+    memset(a->dout, 0, sizeof(float) * (size_t)N * qd);
+    for (int r0 = 0; r0 < N; r0 += a->ffn_rows)
+        mm_backward(a, a->dout + (size_t)r0 * qd, g->o_proj, a->dx + (size_t)r0 * D, L->o + (size_t)r0 * qd,
+                    w->o_proj, chunk_len(a, r0), H * hd, D);
     if (a->precision == PRECISION_BF16) bf16_round(a->dout, (size_t)N * H * hd); /* attention's dout is bf16 */
     if (attn->keeps_inputs)
         attn->backward(attn, NULL, NULL, NULL, NULL, L->saved, a->dout, a->dq, a->dk, a->dv);
@@ -724,12 +744,16 @@ static void layer_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn, int 
         attn->backward(attn, L->q, L->k, L->v, L->o, L->saved, a->dout, a->dq, a->dk, a->dv);
     rope_backward(a->dq, a->rope_cos, a->rope_sin, N, H, hd);
     rope_backward(a->dk, a->rope_cos, a->rope_sin, N, Hkv, hd);
-    rmsnorm_forward(a->xn, L->rstd1, x_in, w->input_norm, N, D, c->rms_norm_eps);
-    memset(a->dxn, 0, sizeof(float) * ND);
-    mm_backward(a, a->dxn, g->q_proj, a->dq, a->xn, w->q_proj, N, D, H * hd);
-    mm_backward(a, a->dxn, g->k_proj, a->dk, a->xn, w->k_proj, N, D, Hkv * hd);
-    mm_backward(a, a->dxn, g->v_proj, a->dv, a->xn, w->v_proj, N, D, Hkv * hd);
-    rmsnorm_backward(a->dx, g->input_norm, a->dxn, x_in, w->input_norm, L->rstd1, N, D);
+    for (int r0 = 0; r0 < N; r0 += a->ffn_rows) {
+        const int n = chunk_len(a, r0);
+        const float *xr = x_in + (size_t)r0 * D;
+        rmsnorm_forward(a->xn, L->rstd1 + r0, xr, w->input_norm, n, D, c->rms_norm_eps);
+        memset(a->dxn, 0, sizeof(float) * (size_t)n * D);
+        mm_backward(a, a->dxn, g->q_proj, a->dq + (size_t)r0 * qd, a->xn, w->q_proj, n, D, H * hd);
+        mm_backward(a, a->dxn, g->k_proj, a->dk + (size_t)r0 * kvd, a->xn, w->k_proj, n, D, Hkv * hd);
+        mm_backward(a, a->dxn, g->v_proj, a->dv + (size_t)r0 * kvd, a->xn, w->v_proj, n, D, Hkv * hd);
+        rmsnorm_backward(a->dx + (size_t)r0 * D, g->input_norm, a->dxn, xr, w->input_norm, L->rstd1 + r0, n, D);
+    }
 }
 
 /* ---------------------------------------------------------------- streaming (llama.h) */
@@ -819,20 +843,26 @@ static double stream_head(LlamaModel *m, LlamaActs *a, const int *targets, float
     return loss;
 }
 
-/* The final norm and the loss over all N rows at once (the whole-layer path). */
+/* The final norm and the loss on the whole-layer path: over chunks of ffn_rows rows, as the
+ * layers' token-wise parts (the normed rows never exist whole). */
 static double whole_head(LlamaModel *m, LlamaActs *a, const int *targets, float loss_scale, int backward,
                          int *predictions) {
     const LlamaConfig *c = &m->cfg;
     const int N = a->N, D = c->hidden_size, V = c->vocab_size, nL = c->num_hidden_layers;
-    rmsnorm_forward(a->x_final, a->rstd_final, residual_at(a, c, nL), m->w.final_norm, N, D, c->rms_norm_eps);
-    if (!backward)
-        return lm_head_cross_entropy(a->x_final, m->w.lm_head, targets, N, D, V, loss_scale, NULL, NULL, predictions,
-                                     a->ce_chunk, a->ce_workspace);
-    memset(a->dxn, 0, sizeof(float) * (size_t)N * D);
-    double loss = lm_head_cross_entropy(a->x_final, m->w.lm_head, targets, N, D, V, loss_scale, a->dxn, m->g.lm_head,
-                                        predictions, a->ce_chunk, a->ce_workspace);
-    memset(a->dx, 0, sizeof(float) * (size_t)N * D);
-    rmsnorm_backward(a->dx, m->g.final_norm, a->dxn, residual_at(a, c, nL), m->w.final_norm, a->rstd_final, N, D);
+    double loss = 0;
+    if (backward) memset(a->dx, 0, sizeof(float) * (size_t)N * D);
+    for (int r0 = 0; r0 < N; r0 += a->ffn_rows) {
+        const int n = chunk_len(a, r0);
+        const float *x = residual_at(a, c, nL) + (size_t)r0 * D;
+        rmsnorm_forward(a->xn, a->rstd_final + r0, x, m->w.final_norm, n, D, c->rms_norm_eps);
+        if (backward) memset(a->dxn, 0, sizeof(float) * (size_t)n * D);
+        loss += lm_head_cross_entropy(a->xn, m->w.lm_head, targets + r0, n, D, V, loss_scale, backward ? a->dxn : NULL,
+                                      backward ? m->g.lm_head : NULL, predictions ? predictions + r0 : NULL,
+                                      a->ce_chunk, a->ce_workspace);
+        if (backward)
+            rmsnorm_backward(a->dx + (size_t)r0 * D, m->g.final_norm, a->dxn, x, m->w.final_norm, a->rstd_final + r0, n,
+                             D);
+    }
     return loss;
 }
 

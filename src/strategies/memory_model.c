@@ -181,6 +181,9 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
         chunks = su * ((c_rows + rows - 1) / rows);
     }
     const int store_gate_up = ckpt == LLAMA_CKPT_NONE && chunks == 1;
+    /* rows of xn, dxn and of the attention projections' calls: a chunk's (streaming) or an FFN
+     * chunk's (whole layers: every token-wise part runs over FFN chunks) */
+    const double Xr = stream ? Cr : (double)rows;
     /* layer-input offload (--offload-dir with layer or selective checkpointing) */
     const int offload_inputs = pc->offload_dir && ckpt != LLAMA_CKPT_NONE;
     long in_chunks = llama_input_chunks(Nl), in_rows = Nl > 0 ? (Nl + in_chunks - 1) / in_chunks : 1;
@@ -258,12 +261,12 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
         else if (ckpt == LLAMA_CKPT_LAYER) layer_set += full_set;
         else saved_acts += L * per_layer_sel, layer_set += partial_set;
         layer_set += N * d /* rope */ + (stream ? 1 : N) /* rstd_final */ + N * D /* dx */ +
-                     2 * Cr * D /* xn (= x_final), dxn */ + 2 * Cr * qd + 2 * Cr * kvd /* dq, dk, dv, dout */ +
+                     2 * Xr * D /* xn, dxn */ + 2 * Cr * qd + 2 * Cr * kvd /* dq, dk, dv, dout */ +
                      3 * (double)rows * F /* h, dgate, dup */ + (store_gate_up ? 0 : 2 * (double)rows * F) /* gate_c, up_c */ +
                      (N < 256 ? N : 256) * V;
         layer_set += widened;
         double gemm_transient = 0;
-        if (bf16) layer_set += gemm_bf16_scratch(Cr, (double)rows, D, qd, kvd, F, &gemm_transient);
+        if (bf16) layer_set += gemm_bf16_scratch(Xr, (double)rows, D, qd, kvd, F, &gemm_transient);
         const double flash = flash_transient(threads, nq_call, nq_call, kv_heads_call, (int)group_q, c->head_dim, bt);
         layer_set += flash > gemm_transient ? flash : gemm_transient;
         cur.ram[MEM_SAVED] = 4 * saved_acts;
