@@ -20,24 +20,12 @@
 #include "kernels/isa.h"
 
 #ifdef PROBE_EMULATED
-#define TILE_CONFIG(cfg) amx_emu_ldtilecfg(cfg)
-#define TILE_ZERO(t) amx_emu_tilezero(t)
-#define TILE_LOAD(t, base, stride) amx_emu_tileloadd(t, base, (long)(stride))
-#define TILE_DP(dst, a, b) amx_emu_tdpbf16ps(dst, a, b)
-#define TILE_STORE(t, base, stride) amx_emu_tilestored(t, base, (long)(stride))
-#define TILE_RELEASE() amx_emu_tilerelease()
+#define AMX_TILE_OPS_EMULATED
 #define PROBE_KIND ATTN_BF16_AMX_EMULATED
 #else
-#include <immintrin.h>
-#define TILE_BARRIER() __asm__ volatile("" ::: "memory")
-#define TILE_CONFIG(cfg) do { TILE_BARRIER(); _tile_loadconfig(cfg); } while (0)
-#define TILE_ZERO(t) _tile_zero(t)
-#define TILE_LOAD(t, base, stride) do { TILE_BARRIER(); _tile_loadd(t, base, stride); TILE_BARRIER(); } while (0)
-#define TILE_DP(dst, a, b) _tile_dpbf16ps(dst, a, b)
-#define TILE_STORE(t, base, stride) _tile_stored(t, base, stride)
-#define TILE_RELEASE() _tile_release()
 #define PROBE_KIND ATTN_BF16_AMX
 #endif
+#include "kernels/amx_tile_ops.h"
 
 #define BQ 192
 #define BK 192
@@ -70,24 +58,30 @@ static double maxdiff(const float *a, size_t lda, const float *b, size_t ldb, in
     return m;
 }
 
-/* S^T (BK, BQ; ld LDT) = K (BK, d2 words; ldk) Q^T (d2, BQ; LDT), 32 x 32 blocks, every tile loaded
- * in place; store: 0 none, 1 to S^T, 2 to one reused 32 x 32 block */
-static void qk_direct(int d2, const bf16_pair *K, size_t ldk, const bf16_pair *Qw, float *ST, int store,
-                      float (*scratch)[32]) {
-    for (int m0 = 0; m0 < BK; m0 += 32)
-        for (int n0 = 0; n0 < BQ; n0 += 32) {
-            TILE_ZERO(0); TILE_ZERO(1); TILE_ZERO(2); TILE_ZERO(3);
-            for (int k0 = 0; k0 < d2; k0 += 16) {
-                TILE_LOAD(4, K + (size_t)m0 * ldk + k0, ldk * 4);
-                TILE_LOAD(5, K + (size_t)(m0 + 16) * ldk + k0, ldk * 4);
-                TILE_LOAD(6, Qw + (size_t)k0 * LDT + n0, LDT * 4);
-                TILE_LOAD(7, Qw + (size_t)k0 * LDT + n0 + 16, LDT * 4);
+/* C (M, N; ldc) (+)= A (M, K2 words, rows layout; lda) B (K2, N, pairs layout; ldb) in 32 x 32
+ * blocks, every tile loaded in place (M, N multiples of 32, K2 of 16): the accumulators start from
+ * C (load_c) or zero; store 0: none, 1: to C, 2: to one reused 32 x 32 block */
+static void gemm_tiles(int M, int N, int K2, const bf16_pair *A, size_t lda, const bf16_pair *B, size_t ldb, float *C,
+                       size_t ldc, int load_c, int store, float (*scratch)[32]) {
+    for (int m0 = 0; m0 < M; m0 += 32)
+        for (int n0 = 0; n0 < N; n0 += 32) {
+            float *c = C + (size_t)m0 * ldc + n0;
+            if (load_c) {
+                TILE_LOAD(0, c, ldc * 4); TILE_LOAD(1, c + 16, ldc * 4);
+                TILE_LOAD(2, c + 16 * ldc, ldc * 4); TILE_LOAD(3, c + 16 * ldc + 16, ldc * 4);
+            } else {
+                TILE_ZERO(0); TILE_ZERO(1); TILE_ZERO(2); TILE_ZERO(3);
+            }
+            for (int k0 = 0; k0 < K2; k0 += 16) {
+                TILE_LOAD(4, A + (size_t)m0 * lda + k0, lda * 4);
+                TILE_LOAD(5, A + (size_t)(m0 + 16) * lda + k0, lda * 4);
+                TILE_LOAD(6, B + (size_t)k0 * ldb + n0, ldb * 4);
+                TILE_LOAD(7, B + (size_t)k0 * ldb + n0 + 16, ldb * 4);
                 TILE_DP(0, 4, 6); TILE_DP(1, 4, 7); TILE_DP(2, 5, 6); TILE_DP(3, 5, 7);
             }
             if (store == 1) {
-                float *c = ST + (size_t)m0 * LDT + n0;
-                TILE_STORE(0, c, LDT * 4); TILE_STORE(1, c + 16, LDT * 4);
-                TILE_STORE(2, c + 16 * LDT, LDT * 4); TILE_STORE(3, c + 16 * LDT + 16, LDT * 4);
+                TILE_STORE(0, c, ldc * 4); TILE_STORE(1, c + 16, ldc * 4);
+                TILE_STORE(2, c + 16 * ldc, ldc * 4); TILE_STORE(3, c + 16 * ldc + 16, ldc * 4);
             } else if (store == 2) {
                 TILE_STORE(0, &scratch[0][0], 128); TILE_STORE(1, &scratch[0][16], 128);
                 TILE_STORE(2, &scratch[16][0], 128); TILE_STORE(3, &scratch[16][16], 128);
@@ -95,23 +89,15 @@ static void qk_direct(int d2, const bf16_pair *K, size_t ldk, const bf16_pair *Q
         }
 }
 
+/* S^T (BK, BQ; ld LDT) = K (BK, d2 words; ldk) Q^T (d2, BQ; LDT) */
+static void qk_direct(int d2, const bf16_pair *K, size_t ldk, const bf16_pair *Qw, float *ST, int store,
+                      float (*scratch)[32]) {
+    gemm_tiles(BK, BQ, d2, K, ldk, Qw, LDT, ST, LDT, 0, store, scratch);
+}
+
 /* O^T (d, BQ; ld LDT) += V^T (d, bk2 words; ldvt) P^T pairs (bk2, BQ; LDT), accumulating in place */
 static void pv_transposed(int d, int bk2, const bf16_pair *VT, size_t ldvt, const bf16_pair *Pw, float *OT) {
-    for (int m0 = 0; m0 < d; m0 += 32)
-        for (int n0 = 0; n0 < BQ; n0 += 32) {
-            float *c = OT + (size_t)m0 * LDT + n0;
-            TILE_LOAD(0, c, LDT * 4); TILE_LOAD(1, c + 16, LDT * 4);
-            TILE_LOAD(2, c + 16 * LDT, LDT * 4); TILE_LOAD(3, c + 16 * LDT + 16, LDT * 4);
-            for (int k0 = 0; k0 < bk2; k0 += 16) {
-                TILE_LOAD(4, VT + (size_t)m0 * ldvt + k0, ldvt * 4);
-                TILE_LOAD(5, VT + (size_t)(m0 + 16) * ldvt + k0, ldvt * 4);
-                TILE_LOAD(6, Pw + (size_t)k0 * LDT + n0, LDT * 4);
-                TILE_LOAD(7, Pw + (size_t)k0 * LDT + n0 + 16, LDT * 4);
-                TILE_DP(0, 4, 6); TILE_DP(1, 4, 7); TILE_DP(2, 5, 6); TILE_DP(3, 5, 7);
-            }
-            TILE_STORE(0, c, LDT * 4); TILE_STORE(1, c + 16, LDT * 4);
-            TILE_STORE(2, c + 16 * LDT, LDT * 4); TILE_STORE(3, c + 16 * LDT + 16, LDT * 4);
-        }
+    gemm_tiles(d, BQ, bk2, VT, ldvt, Pw, LDT, OT, LDT, 1, 1, NULL);
 }
 
 /* The same product, 32 x 16 blocks of C (two accumulators) with the operand tiles double-buffered
@@ -191,21 +177,7 @@ static void pv_transposed_il(int d, int bk2, const bf16_pair *VT, size_t ldvt, c
 
 /* O += P V, P as rows (P^T transposed once per call into rows, ld ldpr words) and V pairs in place */
 static void pv_rows(int d, int bk2, const bf16_pair *Pr, size_t ldpr, const bf16_pair *Vw, size_t ldv, float *O) {
-    for (int m0 = 0; m0 < BQ; m0 += 32)
-        for (int n0 = 0; n0 < d; n0 += 32) {
-            float *c = O + (size_t)m0 * d + n0;
-            TILE_LOAD(0, c, d * 4); TILE_LOAD(1, c + 16, d * 4);
-            TILE_LOAD(2, c + 16 * d, d * 4); TILE_LOAD(3, c + 16 * d + 16, d * 4);
-            for (int k0 = 0; k0 < bk2; k0 += 16) {
-                TILE_LOAD(4, Pr + (size_t)m0 * ldpr + k0, ldpr * 4);
-                TILE_LOAD(5, Pr + (size_t)(m0 + 16) * ldpr + k0, ldpr * 4);
-                TILE_LOAD(6, Vw + (size_t)k0 * ldv + n0, ldv * 4);
-                TILE_LOAD(7, Vw + (size_t)k0 * ldv + n0 + 16, ldv * 4);
-                TILE_DP(0, 4, 6); TILE_DP(1, 4, 7); TILE_DP(2, 5, 6); TILE_DP(3, 5, 7);
-            }
-            TILE_STORE(0, c, d * 4); TILE_STORE(1, c + 16, d * 4);
-            TILE_STORE(2, c + 16 * d, d * 4); TILE_STORE(3, c + 16 * d + 16, d * 4);
-        }
+    gemm_tiles(BQ, d, bk2, Pr, ldpr, Vw, ldv, O, (size_t)d, 1, 1, NULL);
 }
 
 #define TIME(label, flops, iters, body)                                                                   \

@@ -1,13 +1,12 @@
 /* The AMX-BF16 tile_gemm of attn_bf16.h, written once against the tile operations of
- * kernels/amx_tiles.h and compiled twice: with the instructions (attn_bf16_amx.c, the table
+ * kernels/amx_tile_ops.h and compiled twice: with the instructions (attn_bf16_amx.c, the table
  * attn_bf16_tiles_amx) and with their C emulation (attn_bf16_amx_emulated.c, the table
  * attn_bf16_tiles_amx_emulated, which the tests run on every CPU with AVX512_BF16), so that the
  * indexing, padding, transposition and edges the hardware path runs are the ones tested.
  *
- * The including file defines AMX_TABLE (the table's symbol), AMX_TABLE_NAME (its name) and the
- * operations TILE_CONFIG(cfg), TILE_ZERO(t), TILE_LOAD(t, base, stride_bytes),
- * TILE_DP(dst, src1, src2) (TDPBF16PS), TILE_STORE(t, base, stride_bytes), TILE_RELEASE(), with
- * tile numbers that are literal constants (the instructions encode them).
+ * The including file defines AMX_TABLE (the table's symbol) and AMX_TABLE_NAME (its name) and
+ * includes kernels/amx_tile_ops.h first (the operations TILE_CONFIG, TILE_ZERO, TILE_LOAD, TILE_DP
+ * (TDPBF16PS), TILE_STORE, TILE_RELEASE on the instructions or on their emulation).
  *
  * TDPBF16PS computes C (16 x 16 fp32) += A (16 rows of 16 pair words) B (16 pair steps of 16 pair
  * words): A's rows are the rows layout of attn_bf16.h and B's rows its pairs layout, so B is
