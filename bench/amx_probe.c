@@ -294,7 +294,7 @@ int main(int argc, char **argv) {
     TIME("S: tiles in place, stores to one 32 x 32 block", f_qk, iters, qk_direct(d2, K, ldk, Qw, ST2, 2, scratch));
     TIME("S: tiles in place, stores to S^T", f_qk, iters, qk_direct(d2, K, ldk, Qw, ST2, 1, scratch));
     TILE_RELEASE();
-    TIME("S: library tile_gemm (A panel copied, config per call)", f_qk, iters,
+    TIME("S: library tile_gemm (configured per call)", f_qk, iters,
          t->tile_gemm(BK, BQ, d2, 1.0f, K, ldk, 1, Qw, LDT, 0, ST, LDT, NULL));
     TIME("O += P V: library tile_gemm (P transposed into the A panel)", f_pv, iters,
          t->tile_gemm(BQ, d, bk2, 1.0f, Pw, 1, LDT, Vw, ldv, 1, O, (size_t)d, NULL));
