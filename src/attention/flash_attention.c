@@ -29,9 +29,9 @@
  *
  * bf16 tiles (AttnShape.precision = PRECISION_BF16 on a CPU with AVX512_BF16, kernels/attn_bf16.h):
  * the same loops, with each product's operands packed into bf16 pair words (VDPBF16PS multiplies
- * pairs along the contraction dimension) instead of copied or transposed: forward K and V^T in
- * rows layout, Q^T and P^T in pairs layout (P^T from the fp32 probabilities, rounded after the
- * softmax and the running sum l used them in fp32); the forward's second product either acc +=
+ * pairs along the contraction dimension) instead of copied or transposed: forward K in rows
+ * layout, Q^T and P^T in pairs layout (P^T from the fp32 probabilities, rounded after the softmax
+ * and the running sum l used them in fp32); the forward's second product either acc +=
  * P V with P^T read transposed and V in pairs layout, or, where the table says so
  * (fwd_acc_transposed: the AMX tiles, which then load every operand of both forward products in
  * place), acc^T += V^T P^T with V^T in rows layout and the accumulator transposed (head_dim x
@@ -360,7 +360,7 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
     {
         float *Qt = work + (size_t)omp_get_thread_num() * per_thread; /* (d, bq) transposed q tile */
         float *ST = Qt + (size_t)d * ldt;                             /* (bk, bq) scores^T / probs^T */
-        float *acc = ST + (size_t)BK * ldt;                           /* (bq, d); bf16 tiles (d, ldt) */
+        float *acc = ST + (size_t)BK * ldt;                           /* (bq, d); acc_t: (d, ldt) */
         float *m = acc + acc_n;                                       /* (bq) running max, log2 */
         float *l = m + BQ;                                            /* (bq) running sum */
         float *mx = l + BQ, *msafe = mx + BQ, *corr = msafe + BQ, *sum = corr + BQ; /* (bq) each */
