@@ -58,7 +58,8 @@ static void attn_rates(const AttnShape *s, const float *q, const float *k, const
 
 /* The bf16 table's pieces alone, on the forward's shapes (fwd_bq queries x fwd_bk keys, head_dim
  * d): S = K Q^T (rows A), O += P^T V (transposed A, accumulate), the softmax step that packs P;
- * GFLOPS (elements per ns for the softmax) per CPU-second, best of 20 calls after one warm-up. */
+ * GFLOPS (elements per ns for the softmax) per CPU-second, best of 20 calls after a tenth of a
+ * second of warm-up. */
 static void bf16_pieces(const AttnBf16Tiles *t, int d) {
     const int bq = t->fwd_bq, bk = t->fwd_bk, d2 = (d + 1) / 2, bk2 = (bk + 1) / 2;
     Rng rng;
@@ -73,6 +74,13 @@ static void bf16_pieces(const AttnBf16Tiles *t, int d) {
     t->pack_pairs(d, bq, st, (size_t)bq, qw, (size_t)bq);
     t->pack_pairs(bk, d, vf, (size_t)d, vw, (size_t)d);
     for (int i = 0; i < bq && i < 1024; i++) m[i] = 0;
+    /* a tenth of a second of the three first: on the AMX Xeon the tile products of a cold unit ran
+     * at half the rate (bench/amx_probe.c) */
+    for (const double t_end = cpu_now() + 0.1; cpu_now() < t_end;) {
+        t->tile_gemm(bk, bq, d2, 1.0f, kw, (size_t)d2, 1, qw, (size_t)bq, 0, st, (size_t)bq, NULL);
+        t->col_exp2_pairs(st, bk, bq, (size_t)bq, 0.125f, m, sum, pw, (size_t)bq);
+        t->tile_gemm(bq, d, bk2, 1.0f, pw, 1, (size_t)bq, vw, (size_t)d, 1, ob, (size_t)d, NULL);
+    }
     double best[3] = {0, 0, 0};
     for (int r = 0; r <= 20; r++) {
         double t0 = cpu_now();
