@@ -146,7 +146,7 @@ const char PARALLEL_FLAGS_HELP[] =
     "                      shard parameters (each layer gathered before its forward and backward)\n"
     "  --zero-group G      shard inside groups of G consecutive ranks, replicate across groups\n"
     "                      (G divides the ranks; default: all ranks)\n"
-    "  --threads N         threads per rank (default: node cores / ranks on the node)\n"
+    "  --threads N         threads per rank (default: this rank's CPUs / the node's ranks sharing them)\n"
     "  --trace FILE        Chrome trace-event JSON, one track per rank (open in Perfetto)\n"
     "  --stats             print bytes sent per kind, compute and exposed communication per rank\n"
     "  --comm-timeout S    watchdog: a wait for other ranks longer than S seconds ends the job with\n"

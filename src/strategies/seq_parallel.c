@@ -3,7 +3,9 @@
 
 #include <cblas.h>
 #include <omp.h>
+#include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/common.h"
@@ -17,14 +19,44 @@ void parallel_config_default(ParallelConfig *c) {
     c->comm_timeout = COMM_DEFAULT_TIMEOUT_S;
 }
 
-static int ranks_on_this_node(void) {
+int threads_for_cpus(const cpu_set_t *mine, const cpu_set_t *node, int n) {
+    int sharing = 0;
+    for (int i = 0; i < n; i++) {
+        cpu_set_t both;
+        CPU_AND(&both, mine, &node[i]);
+        sharing += CPU_COUNT(&both) > 0;
+    }
+    const int t = CPU_COUNT(mine) / (sharing > 0 ? sharing : 1);
+    return t > 0 ? t : 1;
+}
+
+/* The default threads per rank (threads_for_cpus over this node's ranks): collective over
+ * MPI_COMM_WORLD. Where the CPU sets cannot be read (more CPUs than a cpu_set_t holds) or the user
+ * set OpenMP's own placement (which may have bound this thread to one place already): the CPUs
+ * OpenMP sees divided by the ranks on this node. */
+static int default_threads(void) {
     MPI_Comm shared;
     int rank = 0, n = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &shared);
     MPI_Comm_size(shared, &n);
+    cpu_set_t mine;
+    CPU_ZERO(&mine);
+    int ok = sched_getaffinity(0, sizeof mine, &mine) == 0 && !getenv("OMP_PROC_BIND") && !getenv("OMP_PLACES") &&
+             !getenv("GOMP_CPU_AFFINITY");
+    int all_ok = 0;
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, shared);
+    int t;
+    if (all_ok) {
+        cpu_set_t *node = xmalloc(sizeof(cpu_set_t) * (size_t)n);
+        MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, node, (int)sizeof mine, MPI_BYTE, shared);
+        t = threads_for_cpus(&mine, node, n);
+        xfree(node);
+    } else {
+        t = omp_get_num_procs() / n;
+    }
     MPI_Comm_free(&shared);
-    return n;
+    return t > 0 ? t : 1;
 }
 
 void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaConfig *model, int seq_len,
@@ -48,9 +80,8 @@ void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaC
     topology_create(&p->topo, dp, hp, cp, cfg->ring_inner, cfg->placement, cfg->ranks_per_node);
 
     /* threads: each rank stands for one device */
-    int node_ranks = ranks_on_this_node();
-    p->threads = cfg->threads > 0 ? cfg->threads : omp_get_num_procs() / node_ranks;
-    if (p->threads < 1) p->threads = 1;
+    const int auto_threads = default_threads(); /* collective: every rank, whatever --threads says */
+    p->threads = cfg->threads > 0 ? cfg->threads : auto_threads;
     omp_set_num_threads(p->threads);
     openblas_set_num_threads(p->threads);
 

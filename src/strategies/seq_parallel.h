@@ -6,6 +6,7 @@
 #ifndef SEQPAR_SEQ_PARALLEL_H
 #define SEQPAR_SEQ_PARALLEL_H
 
+#include <sched.h>
 #include <stddef.h>
 
 #include "attention/seq_attention.h"
@@ -26,7 +27,7 @@ typedef struct {
     int ranks_per_node;  /* 0 = from MPI_COMM_TYPE_SHARED */
     int zero;            /* ZeRO stage 0 to 3 (data_parallel.h) */
     int zero_group;      /* ranks per sharding group; 0 = the world */
-    int threads;         /* 0 = node cores / ranks on the node */
+    int threads;         /* 0 = the default: see threads_for_cpus */
     Placement placement;
     TokenLayout layout;
     int layout_given;    /* 0: the strategy's default layout */
@@ -57,6 +58,14 @@ typedef struct {
  * ranks, W not dividing cp, S not splitting under the layout, more head ranks than heads, a
  * schedule's own constraint) prints the same one-line error on every rank and exits 1. n_params
  * sizes the gradient synchronisation. */
+/* The default threads per rank from CPU sets: the CPUs this rank may run on (`mine`: its affinity,
+ * as a launcher's binding left it) divided by the ranks of its node (`node`, n sets, this rank's
+ * included) whose sets overlap it; at least 1. Unbound ranks (every set the whole node) get the
+ * node's CPUs / its ranks; ranks bound to cores of their own (`mpirun --map-by slot:PE=k`) get
+ * those cores; ranks bound to a socket or NUMA domain (Open MPI's default above 2 ranks) share its
+ * CPUs with the ranks bound there. */
+int threads_for_cpus(const cpu_set_t *mine, const cpu_set_t *node, int n);
+
 void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaConfig *model, int seq_len,
                          size_t n_params);
 /* Prints stats (if asked) and writes the trace (if asked): collective. */
