@@ -141,23 +141,6 @@ void attn_bf16_pack_pairs_avx512(int rows, int cols, const float *src, size_t ld
     }
 }
 
-/* 2^x for probabilities that are rounded to bf16 next: exp2_poly.h's degree-4 polynomial (relative
- * error 2.7e-6, against bf16's rounding of up to 2^-9 = 2.0e-3, and small enough that the fp32 column
- * sums keep LSE within the fp32 kernel's tolerance) instead of the degree-6 one of vexp2: one FMA
- * less in the chain, the softmax step 1.2-1.3x as fast on Zen 4 (kernel_rates' pieces, 4.5 -> 5.5-5.8
- * elements/ns). Lanes below -126 (-inf included) and outside `lanes` are 0, as vexp2_bounded_maskz. */
-static inline __m512 vexp2_bf16_maskz(__mmask16 lanes, __m512 x) {
-    const __mmask16 keep = _mm512_mask_cmp_ps_mask(lanes, x, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ);
-    const __m512 k = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 f = _mm512_sub_ps(x, k);
-    __m512 p = _mm512_set1_ps(EXP2_BF16_POLY_P0);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(EXP2_BF16_POLY_P1));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(EXP2_BF16_POLY_P2));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(EXP2_BF16_POLY_P3));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(EXP2_BF16_POLY_P4));
-    return _mm512_maskz_scalef_ps(keep, p, k);
-}
-
 void attn_bf16_col_exp2_pairs_avx512(const float *s, int rows, int n, size_t ld, float alpha, const float *m,
                                      float *sum, bf16_pair *dst, size_t ldd) {
     const __m512 av = _mm512_set1_ps(alpha);
