@@ -434,7 +434,7 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
                 const float *Vc = bt ? NULL : Vf + ((size_t)g * n_kv + j0) * ldc;
                 /* K and V are contiguous (rows of one 64-byte line), prefetched during the score
                  * product; under acc_t K so, and V^T (d strided rows) during acc^T's */
-                Prefetch pf = {{NULL, NULL}, 64, 0, 1, 0, 0}, pfv = {{NULL, NULL}, 0, 0, 1, 0, 0};
+                Prefetch pf = {.stride = 64, .lines_per_row = 1}, pfv = {.lines_per_row = 1};
                 for (int nt = kt + 1; nt < nkt; nt++) {
                     if (tile_class(mask, qr[qt], kr[nt]) == TILE_HIDDEN) continue;
                     const int n0 = nt * BK, nb = n0 + BK <= n_kv ? BK : n_kv - n0;

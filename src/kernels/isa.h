@@ -41,13 +41,14 @@ const char *isa_name(IsaLevel l);
 int isa_parse(const char *name);
 
 /* Prefetch of the next key/value tiles while a product runs (rows of up to two strided tiles,
- * a few 64-byte lines per micro-kernel call). */
+ * a few 64-byte lines per micro-kernel call). Zero-initialise the fields after total. */
 typedef struct {
     const char *base[2];
     size_t stride;     /* bytes between rows */
     int rows;          /* rows per tile */
     int lines_per_row; /* 64-byte lines per row, counting a possibly straddled one */
     int next, total;   /* next line to fetch, out of 2 * rows * lines_per_row (0 total: nothing) */
+    int tile, row, line; /* where line `next` lies (kept by prefetch_some, so that it never divides) */
 } Prefetch;
 
 /* For every tile_gemm (here and attn_bf16.h): 1 when there is nothing to multiply (M or N empty;
@@ -60,13 +61,19 @@ static inline int tile_gemm_trivial(int M, int N, int K, int accumulate, float *
     return 1;
 }
 
-/* Up to n more of p's lines toward L2 (prefetcht1), for every kernel's products alike. */
+/* Up to n more of p's lines toward L2 (prefetcht1), for every kernel's products alike. Walks the
+ * lines in order with a cursor: the earlier form found each line by two integer divisions, which
+ * cost about 5% of the fp32 forward's products (perf, S = 8192, d = 64). */
 static inline void prefetch_some(Prefetch *p, int n) {
-    for (; n > 0 && p->next < p->total; n--, p->next++) {
-        int t = p->next / (p->rows * p->lines_per_row), rem = p->next % (p->rows * p->lines_per_row);
-        const char *addr = p->base[t] + (size_t)(rem / p->lines_per_row) * p->stride + (size_t)(rem % p->lines_per_row) * 64;
-        __builtin_prefetch(addr, 0, 2);
+    int next = p->next, tile = p->tile, row = p->row, line = p->line;
+    for (; n > 0 && next < p->total; n--, next++) {
+        __builtin_prefetch(p->base[tile] + (size_t)row * p->stride + (size_t)line * 64, 0, 2);
+        if (++line == p->lines_per_row) {
+            line = 0;
+            if (++row == p->rows) row = 0, tile++;
+        }
     }
+    p->next = next, p->tile = tile, p->row = row, p->line = line;
 }
 
 /* One AdamW update's constants (see adamw.c). */
