@@ -708,6 +708,23 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
                         const size_t ro = ((size_t)hh * n_q + i0) * ldkw, po = ((size_t)hh * nq2 + i0 / 2) * ldvw;
                         const float *Qc = bt ? NULL : Qf + ((size_t)hh * n_q + i0) * ldc;
                         const float *dOc = bt ? NULL : dOf + ((size_t)hh * n_q + i0) * ldc;
+                        /* the next visible query tile's Q and dO, toward L2 during this pair's
+                         * last products: compact rows (fp32) or rows (bf16, pfq) and pairs (pfp) */
+                        Prefetch pfq = {.stride = 64, .lines_per_row = 1}, pfp = pfq;
+                        for (int nt = qt + 1; nt < nqt; nt++) {
+                            if (tile_class(mask, qr[nt], kr[kt]) == TILE_HIDDEN) continue;
+                            const int n0 = nt * BQ, nb = n0 + BQ <= n_q ? BQ : n_q - n0;
+                            if (bt) {
+                                const size_t nro = ((size_t)hh * n_q + n0) * ldkw, npo = ((size_t)hh * nq2 + n0 / 2) * ldvw;
+                                prefetch_pair(&pfq, Qrows + nro, dOrows ? dOrows + nro : NULL, (size_t)nb * ldkw * sizeof(bf16_pair));
+                                prefetch_pair(&pfp, Qpairs ? Qpairs + npo : NULL, dOpairs ? dOpairs + npo : NULL,
+                                              (size_t)(nb + 1) / 2 * ldvw * sizeof(bf16_pair));
+                            } else {
+                                const size_t off = ((size_t)hh * n_q + n0) * ldc;
+                                prefetch_pair(&pfq, Qf + off, dOf + off, (size_t)nb * ldc * sizeof(float));
+                            }
+                            break;
+                        }
                         /* S (bq, bk) = alpha Q (bq, d) K^T (d, bk); P = 2^(S - lse) */
                         if (bt) { /* unscaled (alpha applied with the exponential, as the forward) */
                             bt->tile_gemm(bq, bk, d2, 1.0f, Qrows + ro, ldkw, 1, KTw, ldp, 0, P, ldp, NULL);
@@ -750,24 +767,34 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
                         }
                         if (!dq && !dk) continue;
                         /* dP (bq, bk) = dO (bq, d) V^T (d, bk) */
-                        if (bt) bt->tile_gemm(bq, bk, d2, 1.0f, dOrows + ro, ldkw, 1, VTw, ldp, 0, dP, ldp, NULL);
+                        if (bt) bt->tile_gemm(bq, bk, d2, 1.0f, dOrows + ro, ldkw, 1, VTw, ldp, 0, dP, ldp, &pfp);
                         else sk->tile_gemm(bq, bk, d, 1.0f, dOc, ldc, 1, Vt, ldp, 0, dP, ldp, NULL);
                         float *dq_tile = dq ? dq_base + (size_t)i0 * dq_ld + (size_t)hh * d : NULL;
+                        /* this pair's dq rows (strided; a row may straddle one more line), toward L2
+                         * during the dK product */
+                        Prefetch pfdq = {.stride = dq_ld * sizeof(float)};
+                        if (dq && dk) {
+                            pfdq.base[0] = (const char *)dq_tile;
+                            pfdq.rows = bq;
+                            pfdq.lines_per_row = (int)(((size_t)d * sizeof(float) + 63) / 64) +
+                                                 ((uintptr_t)dq_tile % 64 || pfdq.stride % 64 ? 1 : 0);
+                            pfdq.total = pfdq.rows * pfdq.lines_per_row;
+                        }
                         if (bt) { /* dS = P * (dP - delta) straight into its bf16 pairs and rows */
                             float dl[FA_MAX_TILE];
                             for (int r = 0; r < bq; r++) dl[r] = delta[(size_t)(i0 + r) * H + h];
                             bt->ds_pack(P, dP, ldp, bq, bk, dl, scale, Pp, ldp, dSr, ldsw); /* scale dS */
                             if (dk) /* dK (bk, d) += (scale dS)^T (bk, bq) Q (bq, d) */
-                                bt->tile_gemm(bk, d, bq2r, 1.0f, Pp, 1, ldp, Qpairs + po, ldvw, 1, dKa, (size_t)d, NULL);
+                                bt->tile_gemm(bk, d, bq2r, 1.0f, Pp, 1, ldp, Qpairs + po, ldvw, 1, dKa, (size_t)d, &pfdq);
                             if (dq) /* dQ (bq, d) += (scale dS) (bq, bk) K (bk, d) */
-                                bt->tile_gemm(bq, d, bk2r, 1.0f, dSr, ldsw, 1, Kp, ldc, 1, dq_tile, dq_ld, NULL);
+                                bt->tile_gemm(bq, d, bk2r, 1.0f, dSr, ldsw, 1, Kp, ldc, 1, dq_tile, dq_ld, &pfq);
                         } else {
                             for (int r = 0; r < bq; r++) /* dS = P * (dP - delta), into P */
                                 sk->ds_row(P + (size_t)r * ldp, dP + (size_t)r * ldp, bk, delta[(size_t)(i0 + r) * H + h]);
                             if (dk) /* dK (bk, d) += scale dS^T (bk, bq) Q (bq, d) */
-                                sk->tile_gemm(bk, d, bq, scale, P, 1, ldp, Qc, ldc, 1, dKa, (size_t)d, NULL);
+                                sk->tile_gemm(bk, d, bq, scale, P, 1, ldp, Qc, ldc, 1, dKa, (size_t)d, &pfdq);
                             if (dq) /* dQ (bq, d) += scale dS (bq, bk) K (bk, d) */
-                                sk->tile_gemm(bq, d, bk, scale, P, ldp, 1, Kc, ldc, 1, dq_tile, dq_ld, NULL);
+                                sk->tile_gemm(bq, d, bk, scale, P, ldp, 1, Kc, ldc, 1, dq_tile, dq_ld, &pfq);
                         }
                     }
                 }

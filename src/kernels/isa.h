@@ -61,6 +61,16 @@ static inline int tile_gemm_trivial(int M, int N, int K, int accumulate, float *
     return 1;
 }
 
+/* p covers two contiguous ranges of `bytes` each from a and b (either may be NULL: then only the
+ * other; both NULL: nothing), 64-byte lines from the start of each, fetched a's first. */
+static inline void prefetch_pair(Prefetch *p, const void *a, const void *b, size_t bytes) {
+    *p = (Prefetch){.stride = 64, .lines_per_row = 1, .rows = (int)((bytes + 63) / 64)};
+    if (!a) a = b, b = NULL;
+    p->base[0] = (const char *)a;
+    p->base[1] = (const char *)b;
+    p->total = a ? (b ? 2 : 1) * p->rows : 0;
+}
+
 /* Up to n more of p's lines toward L2 (prefetcht1), for every kernel's products alike. Walks the
  * lines in order with a cursor: the earlier form found each line by two integer divisions, which
  * cost about 5% of the fp32 forward's products (perf, S = 8192, d = 64). */
