@@ -547,6 +547,90 @@ static void test_backward_reproducible(Rng *rng) {
     xfree(pos); xfree(q); xfree(k); xfree(v); xfree(dout); xfree(o); xfree(lse); xfree(delta);
 }
 
+/* Backward passes (attn_backward_pass_rows; forced small with SEQPAR_ATTN_BWD_ROWS): the same
+ * gradients bit for bit as one pass, accumulating into non-zero dq, dk, dv, for 1-3 threads, GQA
+ * ratios 1, 2, 4, causal (contiguous, zigzag), full and document masks, fp32 and bf16, each
+ * gradient alone too. And the policy: one pass for small calls, passes where the per-thread dq
+ * copies would outgrow the kv head's dK and dV, never more memory than one pass. */
+static void test_backward_passes(Rng *rng) {
+    const int n = 700, d = 40;
+    const int ratios[] = {1, 2, 4}, threads[] = {1, 2, 3};
+    const char *rows[] = {"1", "200", "601"};
+    int saved = omp_get_max_threads(), cases = 0;
+    for (int pi = 0; pi < 2; pi++)
+        for (int ci = 0; ci < 4; ci++) {
+            const int ratio = ratios[ci % 3], Hkv = ci == 3 ? 1 : 2, H = ratio * Hkv;
+            AttnShape s = {n, n, H, Hkv, d, 0.15f, ci == 2 ? ATTN_FULL : ATTN_CAUSAL, pi ? PRECISION_BF16 : PRECISION_FP32,
+                           NULL, NULL};
+            int *pos = xmalloc(n * sizeof(int)), *doc = NULL;
+            make_positions(ci == 1 ? LAYOUT_ZIGZAG : LAYOUT_CONTIG, n, 0, rng, pos);
+            if (ci == 3) { /* documents of 1-300 tokens */
+                doc = xmalloc(n * sizeof(int));
+                for (int i = 0, id = 0, left = 0; i < n; i++) {
+                    if (left == 0) left = 1 + (int)(rng_uniform(rng) * 300), id++;
+                    doc[i] = id, left--;
+                }
+            }
+            size_t nq = (size_t)n * H * d, nkv = (size_t)n * Hkv * d, sz[3] = {nq, nkv, nkv};
+            float *q = new_normal(nq, rng, 1), *k = new_normal(nkv, rng, 1), *v = new_normal(nkv, rng, 1);
+            float *dout = new_normal(nq, rng, 1), *prior[3];
+            for (int b = 0; b < 3; b++) prior[b] = new_normal(sz[b], rng, 1);
+            float *o = xmalloc(nq * 4), *lse = xmalloc((size_t)n * H * 4), *delta = xmalloc((size_t)n * H * 4);
+            attn_state_init(&s, o, lse);
+            attn_forward_docs(&s, q, pos, doc, k, v, pos, doc, o, lse);
+            attn_backward_delta(&s, o, dout, delta);
+            for (int ti = 0; ti < 3; ti++) {
+                omp_set_num_threads(threads[ti]);
+                const int wmasks[] = {7, 3, 4, 1}; /* gradients wanted: 1 dq, 2 dk, 4 dv */
+                for (int wi = 0; wi < 4; wi++) {
+                    const int wmask = wmasks[wi];
+                    float *ref[3], *got[3];
+                    for (int b = 0; b < 3; b++) ref[b] = copy_f(prior[b], sz[b]);
+                    unsetenv("SEQPAR_ATTN_BWD_ROWS");
+                    attn_backward_docs(&s, q, pos, doc, k, v, pos, doc, lse, delta, dout, wmask & 1 ? ref[0] : NULL,
+                                       wmask & 2 ? ref[1] : NULL, wmask & 4 ? ref[2] : NULL);
+                    for (size_t ri = 0; ri < ARRAY_LEN(rows); ri++) {
+                        for (int b = 0; b < 3; b++) got[b] = copy_f(prior[b], sz[b]);
+                        setenv("SEQPAR_ATTN_BWD_ROWS", rows[ri], 1);
+                        attn_backward_docs(&s, q, pos, doc, k, v, pos, doc, lse, delta, dout, wmask & 1 ? got[0] : NULL,
+                                           wmask & 2 ? got[1] : NULL, wmask & 4 ? got[2] : NULL);
+                        unsetenv("SEQPAR_ATTN_BWD_ROWS");
+                        int same = 1;
+                        for (int b = 0; b < 3; b++) same &= memcmp(ref[b], got[b], sz[b] * 4) == 0;
+                        CHECK(same, "backward in passes of %s rows (%s, case %d, H %d / %d, %d threads, gradients %d): not "
+                              "bit-identical to one pass", rows[ri], pi ? "bf16" : "fp32", ci, H, Hkv, threads[ti], wmask);
+                        cases++;
+                        for (int b = 0; b < 3; b++) xfree(got[b]);
+                    }
+                    for (int b = 0; b < 3; b++) xfree(ref[b]);
+                }
+            }
+            omp_set_num_threads(saved);
+            for (int b = 0; b < 3; b++) xfree(prior[b]);
+            xfree(pos); xfree(doc); xfree(q); xfree(k); xfree(v); xfree(dout); xfree(o); xfree(lse); xfree(delta);
+        }
+    CHECK(cases == 2 * 4 * 3 * 4 * 3, "backward passes: %d comparisons ran", cases);
+
+    /* the policy */
+    CHECK(attn_backward_pass_rows(2000, 2000, 2, 64, 96, 0, 2) == 2000, "S = 2000: expected one pass (2048 rows at least)");
+    const int r32 = attn_backward_pass_rows(32768, 32768, 2, 64, 96, 0, 2);
+    CHECK(r32 < 32768 && r32 % 96 == 0 && r32 >= 2048, "S = 32K, 2 threads: %d rows per pass", r32);
+    const int r16 = attn_backward_pass_rows(32768, 32768, 4, 128, 96, 1, 16);
+    CHECK(r16 >= 2048 && r16 < r32 && r16 % 96 == 0, "S = 32K, 16 threads: %d rows per pass", r16);
+    CHECK(attn_backward_pass_rows(32768, 32768, 1, 64, 96, 0, 1) == 32768, "1 thread, no GQA: passes would not save memory");
+    for (int th = 1; th <= 64; th *= 2)
+        for (int g = 1; g <= 8; g *= 2) {
+            const int nq = 1 << 15, r = attn_backward_pass_rows(nq, nq, g, 128, 96, 0, th);
+            const double copy = 2.0 * (128 + 16), one = (th - 1.0) * nq * g * 128 + (double)g * nq * copy;
+            const double passes = r < nq ? (th - 1.0) * r * 128 + r * copy + 2.0 * nq * 128 : one;
+            CHECK(passes <= one, "%d threads, group %d: passes of %d rows hold %.0f words, one pass %.0f", th, g, r, passes, one);
+        }
+    setenv("SEQPAR_ATTN_BWD_ROWS", "100", 1);
+    CHECK(attn_backward_pass_rows(1000, 1000, 2, 64, 96, 0, 2) == 192, "SEQPAR_ATTN_BWD_ROWS=100 with 96-row tiles");
+    CHECK(attn_backward_pass_rows(150, 150, 2, 64, 96, 0, 2) == 150, "forced rows beyond n_q: one pass");
+    unsetenv("SEQPAR_ATTN_BWD_ROWS");
+}
+
 int main(void) {
     Rng rng;
     rng_seed(&rng, 20240611);
@@ -557,6 +641,7 @@ int main(void) {
     test_finite_difference(&rng);
     test_backward_accumulate_and_null(&rng);
     test_backward_reproducible(&rng);
+    test_backward_passes(&rng);
 
     /* Self-attention sweep: every length x layout x mask; head dim, GQA ratio, number of key
      * parts and prior state rotate through their values. */

@@ -2,7 +2,8 @@
 # one step (peak_mem_bytes of its JSONL log: the largest rank's), for strategies x checkpoint
 # modes x ZeRO stages and groups x ranks 1/2/4 x FPDT chunks (layers streamed or whole) x FFN chunks x offloading,
 # in fp32 and in bf16 (--precision bf16): within 10% each; and what bf16 adds to or takes from the
-# same run's fp32 peak, predicted against measured, within 10% of that difference. Also: a prediction for other flags than the run's is refused by the same check (the
+# same run's fp32 peak, and what the attention backward's passes take from it, predicted against
+# measured, within 10% of that difference. Also: a prediction for other flags than the run's is refused by the same check (the
 # test can fail), layer-input offload leaves the losses bit-identical, and `seqpar memory`
 # answers bad flags with one line and runs in well under a second.
 # usage: bash tests/test_memory_model.sh BUILD_DIR
@@ -121,6 +122,23 @@ for flags in "1 --threads 1 --checkpoint layer --ffn-chunks 1" "2 --strategy uly
         printf "  bf16 - fp32, np %s: predicted %+.2f MiB, measured %+.2f MiB\n", np, dp / 1048576, dm / 1048576
         exit !(m32 > 0 && m16 > 0 && a > 262144 && e <= 0.1 * a) }'; then ok; else
         bad "bf16 - fp32 memory, np $np $*: predicted $p16 - $p32, measured $m16 - $m32 bytes"; fi
+done
+
+# The attention backward in passes (attn_backward_pass_rows; forced small with
+# SEQPAR_ATTN_BWD_ROWS): what passes of 96 rows take from the same run's peak (dq copies of 3
+# threads and Q/dO copies of one query head's rows instead of the kv head's, plus the kv head's dK
+# and dV), predicted against measured, within 10% of that difference, fp32 and bf16.
+for prec in fp32 bf16; do
+    f="--threads 3 --checkpoint layer --batch 1 --precision $prec"
+    p1=$(predict 1 $f)
+    m1=$(measure 1 $f)
+    pp=$(SEQPAR_ATTN_BWD_ROWS=96 predict 1 $f)
+    mp=$(SEQPAR_ATTN_BWD_ROWS=96 measure 1 $f)
+    if awk -v prec="$prec" -v p1="${p1:-0}" -v pp="${pp:-0}" -v m1="${m1:-0}" -v mp="${mp:-0}" 'BEGIN {
+        dm = mp - m1; dp = pp - p1; e = dp - dm; if (e < 0) e = -e; a = dm < 0 ? -dm : dm
+        printf "  backward passes - one pass, %s: predicted %+.2f MiB, measured %+.2f MiB\n", prec, dp / 1048576, dm / 1048576
+        exit !(m1 > 0 && mp > 0 && dm < -262144 && e <= 0.1 * a) }'; then ok; else
+        bad "backward passes memory, $prec: predicted $pp - $p1, measured $mp - $m1 bytes"; fi
 done
 
 # Layer-input offload is exact: the same losses bit for bit, 1 and 2 ranks, layer and selective.

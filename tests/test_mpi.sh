@@ -158,6 +158,15 @@ ckpt_case selective $L 256 4 --strategy fpdt --chunks 4 --no-stream
 ckpt_case selective tiny_headdim 40 2 --strategy fpdt --chunks 2 --no-stream
 ckpt_case layer $L 256 2 --strategy fpdt --chunks 4                     # streamed layers
 
+# ---- the attention backward in passes (forced small: SEQPAR_ATTN_BWD_ROWS), through strategies
+# that call it on whole blocks (ring) and on head groups (Ulysses): the file bit for bit
+for strat in "--strategy ring" "--strategy ulysses"; do
+    run_np 2 "$SEQPAR" grad --model "$FIX/$L" --tokens "$FIX/$L/tokens.bin" --seq-len 256 --out "$T/p1" $strat --threads 3 >/dev/null 2>&1
+    SEQPAR_ATTN_BWD_ROWS=1 run_np 2 "$SEQPAR" grad --model "$FIX/$L" --tokens "$FIX/$L/tokens.bin" --seq-len 256 --out "$T/p2" \
+        $strat --threads 3 >/dev/null 2>&1
+    if [ -s "$T/p1" ] && cmp -s "$T/p1" "$T/p2"; then ok; else bad "grad np 2 $strat: backward passes of one tile not bit-identical to one pass"; fi
+done
+
 # ---- training on dp 2 x hp 2 x cp 2 tracks one process
 TRAIN=(train --layers 2 --hidden 32 --heads 4 --kv-heads 2 --ffn 64 --vocab 64 --seq-len 64 --batch 4 --steps 20
        --warmup 3 --eval-every 0 --eval-seqs 4 --quiet --peak-gflops 100 --seed 3)

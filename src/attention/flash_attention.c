@@ -13,7 +13,10 @@
  * looped inside, so dk/dv of a tile have a single writer; K and V of the tile are transposed once
  * per item, and Q and dO of the kv head's query heads are copied once per kv head into compact
  * buffers; dq has many writers and goes to per-thread buffers (thread 0 writes dq directly)
- * summed after each key/value head.
+ * summed after each key/value head. Where those per-thread dq copies and the Q/dO copies would
+ * outgrow the kv head's own dK and dV (many threads, long calls: attn_backward_pass_rows), the kv
+ * head runs in passes of one query head and a range of query rows each, the copies covering one
+ * pass and dK/dV summed across passes: the same gradients bit for bit.
  *
  * Tile products, the column softmax and the row loops go through the kernel table chosen at run
  * time (kernels/isa.h, simd_body.h): an in-register micro-kernel on strided operands (no packing,
@@ -24,8 +27,9 @@
  * Masking works on tiles: from the min/max position of each query and key tile a tile pair is
  * fully visible (no mask work), fully hidden (skipped) or partial (elementwise -inf). Nothing is
  * proportional to n_q x n_kv: each thread's workspace is O(tile^2 + tile * head_dim), plus the
- * compact copies (forward: K and V of the call; backward: Q and dO of one kv head's query heads)
- * and for backward one (n_q, heads per group, head_dim) dq buffer per thread beyond the first.
+ * compact copies (forward: K and V of the call; backward: Q and dO of one pass) and for backward
+ * one dq buffer of the pass's rows per thread beyond the first (with passes, the kv head's dK and
+ * dV too).
  *
  * bf16 tiles (AttnShape.precision = PRECISION_BF16 on a CPU with AVX512_BF16, kernels/attn_bf16.h):
  * the same loops, with each product's operands packed into bf16 pair words (VDPBF16PS multiplies
@@ -557,6 +561,29 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
 
 /* ---------------------------------------------------------------------------------------------
  * Backward. */
+int attn_backward_pass_rows(int n_q, int n_kv, int group, int head_dim, int bq, int bf16_tiles, int threads) {
+    if (n_q <= 0 || bq <= 0) return n_q > 0 ? n_q : 0;
+    const char *env = getenv("SEQPAR_ATTN_BWD_ROWS");
+    if (env && *env) {
+        char *end;
+        long r = strtol(env, &end, 10);
+        if (*end || r <= 0 || r > INT_MAX - bq)
+            die("SEQPAR_ATTN_BWD_ROWS=%s: expected a positive number of query rows per backward pass", env);
+        r = (r + bq - 1) / bq * bq;
+        return r < n_q ? (int)r : n_q;
+    }
+    const double d = head_dim, ldc = d + FA_SKEW, d2 = (head_dim + 1) / 2;
+    /* words per query row of the compact Q and dO copies: fp32 rows, or bf16 rows and pairs */
+    const double copy_row = bf16_tiles ? 2 * (d2 + FA_SKEW / 2) + (d + FA_SKEW / 2) : 2 * ldc;
+    const double whole = (threads - 1.0) * n_q * group * d + (double)group * n_q * copy_row;
+    const double per_row = (threads - 1.0) * d + copy_row, acc = 2.0 * n_kv * d;
+    double c = acc / per_row; /* per-pass buffers about the size of the kv head's dK and dV */
+    if (c < 2048) c = 2048;
+    const double rows = ceil(c / bq) * bq;
+    if (rows >= n_q || per_row * (double)rows + acc >= whole) return n_q;
+    return (int)rows;
+}
+
 void attn_backward(const AttnShape *s, const float *q, const int *q_pos, const float *k,
                    const float *v, const int *kv_pos, const float *lse, const float *delta,
                    const float *dout, float *dq, float *dk, float *dv) {
@@ -605,33 +632,45 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
     qsort(order, (size_t)n_busy, sizeof *order, cmp_cost_desc);
 
     const int nth = omp_get_max_threads();
+    /* Passes over each kv head's query heads and rows (attn_backward_pass_rows): one covering all
+     * (PR = n_q), or one per (query head, PR rows), with dK and dV accumulated across the passes in
+     * (n_kv, d) buffers of the kv head. Either way every dK / dV row sums its terms in the order
+     * (query head, query tile), and every dq row its thread's terms in the order of that thread's
+     * key tiles, then the threads' in thread order: the same gradients bit for bit. */
+    const int PR = attn_backward_pass_rows(n_q, n_kv, group, d, BQ, bt != NULL, nth);
+    const int passes_on = PR < n_q, ph = passes_on ? 1 : group; /* query heads per pass */
+    const int n_pass = passes_on ? group * ((n_q + PR - 1) / PR) : 1;
     /* per thread: K^T, V^T (d, ldp) | P, dP (BQ, ldp) | dK acc, dV acc (BK, d) | K (BK, ldc) */
     const size_t per_thread =
         (2 * (size_t)d * ldp + 2 * (size_t)BQ * ldp + 2 * (size_t)BK * d + (size_t)BK * ldc + 15) / 16 * 16;
     float *work = xmalloc_aligned((size_t)nth * per_thread * sizeof(float));
-    /* dq of threads 1.. : (n_q, group, d) each, for the heads of the current kv head */
-    const size_t dq_elems = (size_t)n_q * group * d;
+    /* dq of threads 1.. : (PR, ph, d) each, for the query heads and rows of the current pass */
+    const size_t dq_elems = (size_t)PR * ph * d;
     float **dqbuf = xcalloc((size_t)nth, sizeof *dqbuf);
     if (dq)
         for (int t = 1; t < nth; t++) dqbuf[t] = xmalloc_aligned(dq_elems * sizeof(float));
-    /* bf16 tiles: Q and dO of the current kv head's query heads in rows and pairs layouts, packed
-     * once per kv head (every key tile reads them), (group, n_q, ldkw) and (group, n_q / 2, ldvw)
-     * pair words each; per thread: K^T, V^T pairs (d2, ldp) | K pairs (BK/2, ldc) | K or V rows
-     * (BK, d2) | P or dS pairs (BQ/2, ldp) | dS rows (BQ, ldsw). ldp >= BK + mr: P and dS pairs are
-     * read transposed. Query tiles start at even rows (BQ even), so a tile's pairs are the call's. */
-    const int d2 = (d + 1) / 2, bk2 = (BK + 1) / 2, bq2 = (BQ + 1) / 2, nq2 = (n_q + 1) / 2;
+    /* with passes: the kv head's dK and dV, (n_kv, d) each, across its passes */
+    float *dKall = passes_on && dk ? xmalloc_aligned((size_t)n_kv * d * sizeof(float)) : NULL;
+    float *dVall = passes_on && dv ? xmalloc_aligned((size_t)n_kv * d * sizeof(float)) : NULL;
+    /* bf16 tiles: Q and dO of the current pass (ph query heads, PR rows) in rows and pairs layouts,
+     * packed once per pass (every key tile reads them), (ph, PR, ldkw) and (ph, PR / 2, ldvw) pair
+     * words each; per thread: K^T, V^T pairs (d2, ldp) | K pairs (BK/2, ldc) | K or V rows (BK, d2)
+     * | P or dS pairs (BQ/2, ldp) | dS rows (BQ, ldsw). ldp >= BK + mr: P and dS pairs are read
+     * transposed. Query tiles and passes start at even rows (BQ even), so a tile's pairs are the
+     * pass's. */
+    const int d2 = (d + 1) / 2, bk2 = (BK + 1) / 2, bq2 = (BQ + 1) / 2, pr2 = (PR + 1) / 2;
     const size_t ldkw = (size_t)d2 + FA_SKEW / 2, ldvw = (size_t)d + FA_SKEW / 2, ldsw = (size_t)bk2 + FA_SKEW;
     const size_t per_thread_w = (2 * (size_t)d2 * ldp + (size_t)bk2 * ldc + (size_t)BK * d2 + (size_t)bq2 * ldp +
                                  (size_t)BQ * ldsw + 15) / 16 * 16;
     bf16_pair *work_w = bt ? words_zeroed((size_t)nth * per_thread_w) : NULL;
-    const size_t rows_w = (size_t)group * n_q * ldkw, pairs_w = (size_t)group * nq2 * ldvw;
+    const size_t rows_w = (size_t)ph * PR * ldkw, pairs_w = (size_t)ph * pr2 * ldvw;
     bf16_pair *Qrows = bt ? words_zeroed(rows_w) : NULL, *dOrows = bt && (dq || dk) ? words_zeroed(rows_w) : NULL;
     bf16_pair *Qpairs = bt && dk ? words_zeroed(pairs_w) : NULL, *dOpairs = bt && dv ? words_zeroed(pairs_w) : NULL;
-    /* fp32: Q and dO of the current kv head's query heads, compact rows of ldc, (group, n_q, ldc)
-     * each, copied once per kv head (every key tile reads them; a copy per tile pair measured
-     * ~6% of the backward at S = 8192) */
-    float *Qf = bt ? NULL : xmalloc_aligned((size_t)group * n_q * ldc * sizeof(float));
-    float *dOf = bt ? NULL : xmalloc_aligned((size_t)group * n_q * ldc * sizeof(float));
+    /* fp32: Q and dO of the current pass, compact rows of ldc, (ph, PR, ldc) each, copied once per
+     * pass (every key tile reads them; a copy per tile pair measured ~6% of the backward at
+     * S = 8192) */
+    float *Qf = bt ? NULL : xmalloc_aligned((size_t)ph * PR * ldc * sizeof(float));
+    float *dOf = bt ? NULL : xmalloc_aligned((size_t)ph * PR * ldc * sizeof(float));
 
 #pragma omp parallel num_threads(nth)
     {
@@ -654,164 +693,206 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
         }
         for (int g = 0; g < Hkv; g++) {
             const int h0 = g * group;
-            /* no barrier needed here: the previous kv head's reduction ended with one */
-            if (dq && tid > 0) memset(dqbuf[tid], 0, dq_elems * sizeof(float));
-            /* thread 0 accumulates straight into dq; the others into their (n_q, group, d) buffer */
-            float *dq_base = !dq ? NULL : tid == 0 ? dq + (size_t)h0 * d : dqbuf[tid];
-            const size_t dq_ld = tid == 0 ? ldq : (size_t)group * d; /* row stride of dq_base */
-            /* Q, dO of this kv head's query heads, packed once: rows and pairs, or compact rows */
+            if (passes_on) { /* this kv head's dK and dV, summed across its passes, start at 0 */
 #pragma omp for schedule(static)
-            for (long long t = 0; t < (long long)group * nqt; t++) {
-                const int hh = (int)(t / nqt), i0 = (int)(t % nqt) * BQ, bq = i0 + BQ <= n_q ? BQ : n_q - i0;
-                const float *qs = q + ((size_t)i0 * H + h0 + hh) * d, *ds = dout + ((size_t)i0 * H + h0 + hh) * d;
-                if (bt) {
-                    const size_t ro = ((size_t)hh * n_q + i0) * ldkw, po = ((size_t)hh * nq2 + i0 / 2) * ldvw;
-                    bt->pack_rows(bq, d, qs, ldq, Qrows + ro, ldkw);
-                    if (dOrows) bt->pack_rows(bq, d, ds, ldq, dOrows + ro, ldkw);
-                    if (Qpairs) bt->pack_pairs(bq, d, qs, ldq, Qpairs + po, ldvw);
-                    if (dOpairs) bt->pack_pairs(bq, d, ds, ldq, dOpairs + po, ldvw);
-                } else {
-                    const size_t dst = ((size_t)hh * n_q + i0) * ldc;
-                    copy_tile(bq, d, qs, ldq, Qf + dst, ldc);
-                    copy_tile(bq, d, ds, ldq, dOf + dst, ldc);
+                for (int j = 0; j < n_kv; j++) {
+                    if (dKall) memset(dKall + (size_t)j * d, 0, (size_t)d * sizeof(float));
+                    if (dVall) memset(dVall + (size_t)j * d, 0, (size_t)d * sizeof(float));
                 }
-            } /* implicit barrier */
-            /* Round-robin over the cost-sorted kv tiles, NOT a dynamic schedule: which thread sums
-             * which tiles' dq contributions must not depend on timing, so that a run is
-             * bit-reproducible for a given thread count (resume, checkpointing). */
+            }
+            const int row_passes = (n_q + PR - 1) / PR;
+            for (int pass = 0; pass < n_pass; pass++) {
+                /* query heads h0 + ha .. + ph - 1, rows r0 .. r1 - 1 (query tiles qt0 .. qt1 - 1) */
+                const int ha = passes_on ? pass / row_passes : 0, r0 = pass % row_passes * PR;
+                const int r1 = r0 + PR < n_q ? r0 + PR : n_q, qt0 = r0 / BQ, qt1 = (r1 + BQ - 1) / BQ;
+                /* no barrier needed here: the previous pass's products and reduction ended with one */
+                if (dq && tid > 0) memset(dqbuf[tid], 0, (size_t)(r1 - r0) * ph * d * sizeof(float));
+                /* thread 0 accumulates straight into dq; the others into their (PR, ph, d) buffer */
+                float *dq_base = !dq ? NULL : tid == 0 ? dq + ((size_t)r0 * H + h0 + ha) * d : dqbuf[tid];
+                const size_t dq_ld = tid == 0 ? ldq : (size_t)ph * d; /* row stride of dq_base */
+                /* Q, dO of this pass, packed once: rows and pairs, or compact rows */
+#pragma omp for schedule(static)
+                for (long long t = 0; t < (long long)ph * (qt1 - qt0); t++) {
+                    const int hp = (int)(t / (qt1 - qt0)), i0 = (qt0 + (int)(t % (qt1 - qt0))) * BQ;
+                    const int bq = i0 + BQ <= n_q ? BQ : n_q - i0, hh = ha + hp;
+                    const float *qs = q + ((size_t)i0 * H + h0 + hh) * d, *ds = dout + ((size_t)i0 * H + h0 + hh) * d;
+                    if (bt) {
+                        const size_t ro = ((size_t)hp * PR + (i0 - r0)) * ldkw;
+                        const size_t po = ((size_t)hp * pr2 + (i0 - r0) / 2) * ldvw;
+                        bt->pack_rows(bq, d, qs, ldq, Qrows + ro, ldkw);
+                        if (dOrows) bt->pack_rows(bq, d, ds, ldq, dOrows + ro, ldkw);
+                        if (Qpairs) bt->pack_pairs(bq, d, qs, ldq, Qpairs + po, ldvw);
+                        if (dOpairs) bt->pack_pairs(bq, d, ds, ldq, dOpairs + po, ldvw);
+                    } else {
+                        const size_t dst = ((size_t)hp * PR + (i0 - r0)) * ldc;
+                        copy_tile(bq, d, qs, ldq, Qf + dst, ldc);
+                        copy_tile(bq, d, ds, ldq, dOf + dst, ldc);
+                    }
+                } /* implicit barrier */
+                /* Round-robin over the cost-sorted kv tiles, NOT a dynamic schedule: which thread sums
+                 * which tiles' dq contributions must not depend on timing, so that a run is
+                 * bit-reproducible for a given thread count (resume, checkpointing). */
 #pragma omp for schedule(static, 1)
-            for (int w = 0; w < n_busy; w++) {
-                const int kt = order[w].idx, j0 = kt * BK, bk = j0 + BK <= n_kv ? BK : n_kv - j0;
-                if (s->progress && w > 0 && tid == 0) s->progress(s->progress_arg);
-                const float *ktile = k + ((size_t)j0 * Hkv + g) * d; /* (bk, d), stride ldk */
-                const float *vtile = v + ((size_t)j0 * Hkv + g) * d; /* (bk, d), stride ldk */
-                if (bt) {
-                    bt->pack_rows(bk, d, ktile, ldk, Tr, (size_t)d2);
-                    transpose_words(bk, d2, Tr, (size_t)d2, KTw, ldp);
-                    if (dq) bt->pack_pairs(bk, d, ktile, ldk, Kp, ldc);
-                    bt->pack_rows(bk, d, vtile, ldk, Tr, (size_t)d2);
-                    transpose_words(bk, d2, Tr, (size_t)d2, VTw, ldp);
-                } else {
-                    transpose_tile(bk, d, ktile, ldk, Kt, ldp);
-                    if (dq) copy_tile(bk, d, ktile, ldk, Kc, ldc);
-                    transpose_tile(bk, d, vtile, ldk, Vt, ldp);
+                for (int w = 0; w < n_busy; w++) {
+                    const int kt = order[w].idx, j0 = kt * BK, bk = j0 + BK <= n_kv ? BK : n_kv - j0;
+                    if (s->progress && w > 0 && tid == 0) s->progress(s->progress_arg);
+                    if (passes_on) { /* a key tile no query of this pass sees: nothing to do */
+                        int vis = 0;
+                        for (int qt = qt0; qt < qt1 && !vis; qt++) vis = tile_class(mask, qr[qt], kr[kt]) != TILE_HIDDEN;
+                        if (!vis) continue;
+                    }
+                    const float *ktile = k + ((size_t)j0 * Hkv + g) * d; /* (bk, d), stride ldk */
+                    const float *vtile = v + ((size_t)j0 * Hkv + g) * d; /* (bk, d), stride ldk */
+                    if (bt) {
+                        bt->pack_rows(bk, d, ktile, ldk, Tr, (size_t)d2);
+                        transpose_words(bk, d2, Tr, (size_t)d2, KTw, ldp);
+                        if (dq) bt->pack_pairs(bk, d, ktile, ldk, Kp, ldc);
+                        bt->pack_rows(bk, d, vtile, ldk, Tr, (size_t)d2);
+                        transpose_words(bk, d2, Tr, (size_t)d2, VTw, ldp);
+                    } else {
+                        transpose_tile(bk, d, ktile, ldk, Kt, ldp);
+                        if (dq) copy_tile(bk, d, ktile, ldk, Kc, ldc);
+                        transpose_tile(bk, d, vtile, ldk, Vt, ldp);
+                    }
+                    /* this tile's dK and dV sums: per item, or the kv head's across passes */
+                    float *dKt = dKall ? dKall + (size_t)j0 * d : dKa, *dVt = dVall ? dVall + (size_t)j0 * d : dVa;
+                    if (!passes_on) {
+                        memset(dKa, 0, (size_t)bk * d * sizeof(float));
+                        memset(dVa, 0, (size_t)bk * d * sizeof(float));
+                    }
+                    for (int hp = 0; hp < ph; hp++) {
+                        const int h = h0 + ha + hp;
+                        for (int qt = qt0; qt < qt1; qt++) {
+                            const int cls = tile_class(mask, qr[qt], kr[kt]);
+                            if (cls == TILE_HIDDEN) continue;
+                            const int i0 = qt * BQ, bq = i0 + BQ <= n_q ? BQ : n_q - i0;
+                            /* this tile's Q, dO: rows and pairs (bf16), compact rows (fp32) */
+                            const size_t ro = ((size_t)hp * PR + (i0 - r0)) * ldkw;
+                            const size_t po = ((size_t)hp * pr2 + (i0 - r0) / 2) * ldvw;
+                            const float *Qc = bt ? NULL : Qf + ((size_t)hp * PR + (i0 - r0)) * ldc;
+                            const float *dOc = bt ? NULL : dOf + ((size_t)hp * PR + (i0 - r0)) * ldc;
+                            /* the next visible query tile's Q and dO, toward L2 during this pair's
+                             * last products: compact rows (fp32) or rows (bf16, pfq) and pairs (pfp) */
+                            Prefetch pfq = {.stride = 64, .lines_per_row = 1}, pfp = pfq;
+                            for (int nt = qt + 1; nt < qt1; nt++) {
+                                if (tile_class(mask, qr[nt], kr[kt]) == TILE_HIDDEN) continue;
+                                const int n0 = nt * BQ, nb = n0 + BQ <= n_q ? BQ : n_q - n0;
+                                if (bt) {
+                                    const size_t nro = ((size_t)hp * PR + (n0 - r0)) * ldkw;
+                                    const size_t npo = ((size_t)hp * pr2 + (n0 - r0) / 2) * ldvw;
+                                    prefetch_pair(&pfq, Qrows + nro, dOrows ? dOrows + nro : NULL,
+                                                  (size_t)nb * ldkw * sizeof(bf16_pair));
+                                    prefetch_pair(&pfp, Qpairs ? Qpairs + npo : NULL, dOpairs ? dOpairs + npo : NULL,
+                                                  (size_t)(nb + 1) / 2 * ldvw * sizeof(bf16_pair));
+                                } else {
+                                    const size_t off = ((size_t)hp * PR + (n0 - r0)) * ldc;
+                                    prefetch_pair(&pfq, Qf + off, dOf + off, (size_t)nb * ldc * sizeof(float));
+                                }
+                                break;
+                            }
+                            /* S (bq, bk) = alpha Q (bq, d) K^T (d, bk); P = 2^(S - lse) */
+                            if (bt) { /* unscaled (alpha applied with the exponential, as the forward) */
+                                bt->tile_gemm(bq, bk, d2, 1.0f, Qrows + ro, ldkw, 1, KTw, ldp, 0, P, ldp, NULL);
+                            } else {
+                                sk->tile_gemm(bq, bk, d, alpha, Qc, ldc, 1, Kt, ldp, 0, P, ldp, NULL);
+                            }
+                            int any = 0;
+                            for (int r = 0; r < bq; r++) {
+                                float *prow = P + (size_t)r * ldp;
+                                float L = lse[(size_t)(i0 + r) * H + h];
+                                int hidden = L == -INFINITY;
+                                if (cls == TILE_PARTIAL && !hidden && !q_doc) {
+                                    int qp = q_pos[i0 + r];
+                                    if (qp < kr[kt].pos_lo) hidden = 1;
+                                    else if (qp < kr[kt].pos_hi) row_mask(prow, kv_pos + j0, bk, qp);
+                                } else if (cls == TILE_PARTIAL && !hidden) {
+                                    const int qp = q_pos[i0 + r], qd = q_doc[i0 + r];
+                                    const AttnSpan kk = kr[kt];
+                                    if (qp < kk.pos_lo || qd < kk.doc_lo || qd > kk.doc_hi) hidden = 1;
+                                    else if (qp < kk.pos_hi || kk.doc_lo != kk.doc_hi)
+                                        row_mask_docs(prow, kv_pos + j0, kv_doc + j0, bk, qp, qd);
+                                }
+                                if (hidden) {
+                                    memset(prow, 0, (size_t)bk * sizeof(float));
+                                    continue;
+                                }
+                                any = 1;
+                                if (bt) sk->row_exp2_scaled_sum(prow, bk, alpha, (float)(L * FA_LOG2E));
+                                else sk->row_exp2_sum(prow, bk, (float)(L * FA_LOG2E));
+                            }
+                            if (!any) continue;
+                            const int bq2r = (bq + 1) / 2, bk2r = (bk + 1) / 2; /* pair steps over bq, bk */
+                            if (dv) { /* dV (bk, d) += P^T (bk, bq) dO (bq, d) */
+                                if (bt) {
+                                    bt->pack_pairs(bq, bk, P, ldp, Pp, ldp);
+                                    bt->tile_gemm(bk, d, bq2r, 1.0f, Pp, 1, ldp, dOpairs + po, ldvw, 1, dVt, (size_t)d,
+                                                  NULL);
+                                } else {
+                                    sk->tile_gemm(bk, d, bq, 1.0f, P, 1, ldp, dOc, ldc, 1, dVt, (size_t)d, NULL);
+                                }
+                            }
+                            if (!dq && !dk) continue;
+                            /* dP (bq, bk) = dO (bq, d) V^T (d, bk) */
+                            if (bt) bt->tile_gemm(bq, bk, d2, 1.0f, dOrows + ro, ldkw, 1, VTw, ldp, 0, dP, ldp, &pfp);
+                            else sk->tile_gemm(bq, bk, d, 1.0f, dOc, ldc, 1, Vt, ldp, 0, dP, ldp, NULL);
+                            float *dq_tile = dq ? dq_base + (size_t)(i0 - r0) * dq_ld + (size_t)hp * d : NULL;
+                            /* this pair's dq rows (strided; a row may straddle one more line), toward L2
+                             * during the dK product */
+                            Prefetch pfdq = {.stride = dq_ld * sizeof(float)};
+                            if (dq && dk) {
+                                pfdq.base[0] = (const char *)dq_tile;
+                                pfdq.rows = bq;
+                                pfdq.lines_per_row = (int)(((size_t)d * sizeof(float) + 63) / 64) +
+                                                     ((uintptr_t)dq_tile % 64 || pfdq.stride % 64 ? 1 : 0);
+                                pfdq.total = pfdq.rows * pfdq.lines_per_row;
+                            }
+                            if (bt) { /* dS = P * (dP - delta) straight into its bf16 pairs and rows */
+                                float dl[FA_MAX_TILE];
+                                for (int r = 0; r < bq; r++) dl[r] = delta[(size_t)(i0 + r) * H + h];
+                                bt->ds_pack(P, dP, ldp, bq, bk, dl, scale, Pp, ldp, dSr, ldsw); /* scale dS */
+                                if (dk) /* dK (bk, d) += (scale dS)^T (bk, bq) Q (bq, d) */
+                                    bt->tile_gemm(bk, d, bq2r, 1.0f, Pp, 1, ldp, Qpairs + po, ldvw, 1, dKt, (size_t)d,
+                                                  &pfdq);
+                                if (dq) /* dQ (bq, d) += (scale dS) (bq, bk) K (bk, d) */
+                                    bt->tile_gemm(bq, d, bk2r, 1.0f, dSr, ldsw, 1, Kp, ldc, 1, dq_tile, dq_ld, &pfq);
+                            } else {
+                                for (int r = 0; r < bq; r++) /* dS = P * (dP - delta), into P */
+                                    sk->ds_row(P + (size_t)r * ldp, dP + (size_t)r * ldp, bk,
+                                               delta[(size_t)(i0 + r) * H + h]);
+                                if (dk) /* dK (bk, d) += scale dS^T (bk, bq) Q (bq, d) */
+                                    sk->tile_gemm(bk, d, bq, scale, P, 1, ldp, Qc, ldc, 1, dKt, (size_t)d, &pfdq);
+                                if (dq) /* dQ (bq, d) += scale dS (bq, bk) K (bk, d) */
+                                    sk->tile_gemm(bq, d, bk, scale, P, ldp, 1, Kc, ldc, 1, dq_tile, dq_ld, &pfq);
+                            }
+                        }
+                    }
+                    if (!passes_on)
+                        for (int j = 0; j < bk; j++) { /* this thread is the only writer of these rows */
+                            size_t off = ((size_t)(j0 + j) * Hkv + g) * d;
+                            if (dk) sk->add_row(dk + off, dKa + (size_t)j * d, (size_t)d);
+                            if (dv) sk->add_row(dv + off, dVa + (size_t)j * d, (size_t)d);
+                        }
                 }
-                memset(dKa, 0, (size_t)bk * d * sizeof(float));
-                memset(dVa, 0, (size_t)bk * d * sizeof(float));
-                for (int hh = 0; hh < group; hh++) {
-                    const int h = h0 + hh;
-                    for (int qt = 0; qt < nqt; qt++) {
-                        const int cls = tile_class(mask, qr[qt], kr[kt]);
-                        if (cls == TILE_HIDDEN) continue;
-                        const int i0 = qt * BQ, bq = i0 + BQ <= n_q ? BQ : n_q - i0;
-                        /* this tile's Q, dO: rows and pairs (bf16), compact rows (fp32) */
-                        const size_t ro = ((size_t)hh * n_q + i0) * ldkw, po = ((size_t)hh * nq2 + i0 / 2) * ldvw;
-                        const float *Qc = bt ? NULL : Qf + ((size_t)hh * n_q + i0) * ldc;
-                        const float *dOc = bt ? NULL : dOf + ((size_t)hh * n_q + i0) * ldc;
-                        /* the next visible query tile's Q and dO, toward L2 during this pair's
-                         * last products: compact rows (fp32) or rows (bf16, pfq) and pairs (pfp) */
-                        Prefetch pfq = {.stride = 64, .lines_per_row = 1}, pfp = pfq;
-                        for (int nt = qt + 1; nt < nqt; nt++) {
-                            if (tile_class(mask, qr[nt], kr[kt]) == TILE_HIDDEN) continue;
-                            const int n0 = nt * BQ, nb = n0 + BQ <= n_q ? BQ : n_q - n0;
-                            if (bt) {
-                                const size_t nro = ((size_t)hh * n_q + n0) * ldkw, npo = ((size_t)hh * nq2 + n0 / 2) * ldvw;
-                                prefetch_pair(&pfq, Qrows + nro, dOrows ? dOrows + nro : NULL, (size_t)nb * ldkw * sizeof(bf16_pair));
-                                prefetch_pair(&pfp, Qpairs ? Qpairs + npo : NULL, dOpairs ? dOpairs + npo : NULL,
-                                              (size_t)(nb + 1) / 2 * ldvw * sizeof(bf16_pair));
-                            } else {
-                                const size_t off = ((size_t)hh * n_q + n0) * ldc;
-                                prefetch_pair(&pfq, Qf + off, dOf + off, (size_t)nb * ldc * sizeof(float));
-                            }
-                            break;
-                        }
-                        /* S (bq, bk) = alpha Q (bq, d) K^T (d, bk); P = 2^(S - lse) */
-                        if (bt) { /* unscaled (alpha applied with the exponential, as the forward) */
-                            bt->tile_gemm(bq, bk, d2, 1.0f, Qrows + ro, ldkw, 1, KTw, ldp, 0, P, ldp, NULL);
-                        } else {
-                            sk->tile_gemm(bq, bk, d, alpha, Qc, ldc, 1, Kt, ldp, 0, P, ldp, NULL);
-                        }
-                        int any = 0;
-                        for (int r = 0; r < bq; r++) {
-                            float *prow = P + (size_t)r * ldp;
-                            float L = lse[(size_t)(i0 + r) * H + h];
-                            int hidden = L == -INFINITY;
-                            if (cls == TILE_PARTIAL && !hidden && !q_doc) {
-                                int qp = q_pos[i0 + r];
-                                if (qp < kr[kt].pos_lo) hidden = 1;
-                                else if (qp < kr[kt].pos_hi) row_mask(prow, kv_pos + j0, bk, qp);
-                            } else if (cls == TILE_PARTIAL && !hidden) {
-                                const int qp = q_pos[i0 + r], qd = q_doc[i0 + r];
-                                const AttnSpan kk = kr[kt];
-                                if (qp < kk.pos_lo || qd < kk.doc_lo || qd > kk.doc_hi) hidden = 1;
-                                else if (qp < kk.pos_hi || kk.doc_lo != kk.doc_hi)
-                                    row_mask_docs(prow, kv_pos + j0, kv_doc + j0, bk, qp, qd);
-                            }
-                            if (hidden) {
-                                memset(prow, 0, (size_t)bk * sizeof(float));
-                                continue;
-                            }
-                            any = 1;
-                            if (bt) sk->row_exp2_scaled_sum(prow, bk, alpha, (float)(L * FA_LOG2E));
-                            else sk->row_exp2_sum(prow, bk, (float)(L * FA_LOG2E));
-                        }
-                        if (!any) continue;
-                        const int bq2r = (bq + 1) / 2, bk2r = (bk + 1) / 2; /* pair steps over bq, bk */
-                        if (dv) { /* dV (bk, d) += P^T (bk, bq) dO (bq, d) */
-                            if (bt) {
-                                bt->pack_pairs(bq, bk, P, ldp, Pp, ldp);
-                                bt->tile_gemm(bk, d, bq2r, 1.0f, Pp, 1, ldp, dOpairs + po, ldvw, 1, dVa, (size_t)d, NULL);
-                            } else {
-                                sk->tile_gemm(bk, d, bq, 1.0f, P, 1, ldp, dOc, ldc, 1, dVa, (size_t)d, NULL);
-                            }
-                        }
-                        if (!dq && !dk) continue;
-                        /* dP (bq, bk) = dO (bq, d) V^T (d, bk) */
-                        if (bt) bt->tile_gemm(bq, bk, d2, 1.0f, dOrows + ro, ldkw, 1, VTw, ldp, 0, dP, ldp, &pfp);
-                        else sk->tile_gemm(bq, bk, d, 1.0f, dOc, ldc, 1, Vt, ldp, 0, dP, ldp, NULL);
-                        float *dq_tile = dq ? dq_base + (size_t)i0 * dq_ld + (size_t)hh * d : NULL;
-                        /* this pair's dq rows (strided; a row may straddle one more line), toward L2
-                         * during the dK product */
-                        Prefetch pfdq = {.stride = dq_ld * sizeof(float)};
-                        if (dq && dk) {
-                            pfdq.base[0] = (const char *)dq_tile;
-                            pfdq.rows = bq;
-                            pfdq.lines_per_row = (int)(((size_t)d * sizeof(float) + 63) / 64) +
-                                                 ((uintptr_t)dq_tile % 64 || pfdq.stride % 64 ? 1 : 0);
-                            pfdq.total = pfdq.rows * pfdq.lines_per_row;
-                        }
-                        if (bt) { /* dS = P * (dP - delta) straight into its bf16 pairs and rows */
-                            float dl[FA_MAX_TILE];
-                            for (int r = 0; r < bq; r++) dl[r] = delta[(size_t)(i0 + r) * H + h];
-                            bt->ds_pack(P, dP, ldp, bq, bk, dl, scale, Pp, ldp, dSr, ldsw); /* scale dS */
-                            if (dk) /* dK (bk, d) += (scale dS)^T (bk, bq) Q (bq, d) */
-                                bt->tile_gemm(bk, d, bq2r, 1.0f, Pp, 1, ldp, Qpairs + po, ldvw, 1, dKa, (size_t)d, &pfdq);
-                            if (dq) /* dQ (bq, d) += (scale dS) (bq, bk) K (bk, d) */
-                                bt->tile_gemm(bq, d, bk2r, 1.0f, dSr, ldsw, 1, Kp, ldc, 1, dq_tile, dq_ld, &pfq);
-                        } else {
-                            for (int r = 0; r < bq; r++) /* dS = P * (dP - delta), into P */
-                                sk->ds_row(P + (size_t)r * ldp, dP + (size_t)r * ldp, bk, delta[(size_t)(i0 + r) * H + h]);
-                            if (dk) /* dK (bk, d) += scale dS^T (bk, bq) Q (bq, d) */
-                                sk->tile_gemm(bk, d, bq, scale, P, 1, ldp, Qc, ldc, 1, dKa, (size_t)d, &pfdq);
-                            if (dq) /* dQ (bq, d) += scale dS (bq, bk) K (bk, d) */
-                                sk->tile_gemm(bq, d, bk, scale, P, ldp, 1, Kc, ldc, 1, dq_tile, dq_ld, &pfq);
+                /* implicit barrier: every thread's dq part for this pass is complete */
+                if (dq && team > 1) {
+#pragma omp for schedule(static)
+                    for (int i = r0; i < r1; i++) {
+                        float *dst = dq + ((size_t)i * H + h0 + ha) * d; /* (ph, d) contiguous */
+                        for (int t = 1; t < team; t++) {
+                            const float *src = dqbuf[t] + (size_t)(i - r0) * ph * d;
+                            sk->add_row(dst, src, (size_t)ph * d);
                         }
                     }
                 }
-                for (int j = 0; j < bk; j++) { /* this thread is the only writer of these rows */
-                    size_t off = ((size_t)(j0 + j) * Hkv + g) * d;
-                    if (dk) sk->add_row(dk + off, dKa + (size_t)j * d, (size_t)d);
-                    if (dv) sk->add_row(dv + off, dVa + (size_t)j * d, (size_t)d);
-                }
-            }
-            /* implicit barrier: every thread's dq part for kv head g is complete */
-            if (dq && team > 1) {
+            } /* passes */
+            if (passes_on) { /* implicit barrier above: the kv head's dK and dV are complete */
 #pragma omp for schedule(static)
-                for (int i = 0; i < n_q; i++) {
-                    float *dst = dq + ((size_t)i * H + h0) * d; /* (group, d) contiguous */
-                    for (int t = 1; t < team; t++) {
-                        const float *src = dqbuf[t] + (size_t)i * group * d;
-                        sk->add_row(dst, src, (size_t)group * d);
+                for (int w = 0; w < n_busy; w++) {
+                    const int j0 = order[w].idx * BK, bk = j0 + BK <= n_kv ? BK : n_kv - j0;
+                    for (int j = 0; j < bk; j++) {
+                        size_t off = ((size_t)(j0 + j) * Hkv + g) * d;
+                        if (dk) sk->add_row(dk + off, dKall + (size_t)(j0 + j) * d, (size_t)d);
+                        if (dv) sk->add_row(dv + off, dVall + (size_t)(j0 + j) * d, (size_t)d);
                     }
                 }
             }
@@ -827,6 +908,8 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
     xfree(dOpairs);
     xfree(Qf);
     xfree(dOf);
+    xfree(dKall);
+    xfree(dVall);
     xfree(order);
     xfree(qr);
     xfree(kr);

@@ -121,6 +121,18 @@ void attn_backward_docs(const AttnShape *s,
                         const float *lse, const float *delta, const float *dout,
                         float *dq, float *dk, float *dv);
 
+/* Query rows per pass of attn_backward (n_q: one pass). The backward's buffers that grow with the
+ * query rows (one dq copy per thread beyond the first, and the compact Q and dO copies) cover one
+ * kv head's query heads at a time; where they would outgrow the kv head's own dK and dV (2 n_kv d
+ * floats, then kept across passes), the backward runs in passes of one query head and this many
+ * rows (a multiple of bq, at least 2048 rows) sized so that the per-pass buffers are about that
+ * size, which keeps them from growing with the thread count: the same gradients bit for bit
+ * (every sum in the same order). threads: of the call's OpenMP team; bq: the backward's query
+ * tile (isa.h's or attn_bf16.h's bwd_bq); bf16_tiles: the bf16 tiles' copies (Q and dO as rows and
+ * pairs) instead of fp32 rows. SEQPAR_ATTN_BWD_ROWS=R forces passes of R rows (rounded up to
+ * a multiple of bq; tests, tuning). */
+int attn_backward_pass_rows(int n_q, int n_kv, int group, int head_dim, int bq, int bf16_tiles, int threads);
+
 /* Exact floating-point operation counts of a call (for MFU and benchmarks): 4 * d per visible
  * (query, key, head) pair forward, 2.5x that backward, counting only visible pairs. */
 double attn_forward_flops(const AttnShape *s, const int *q_pos, const int *kv_pos);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "attention/flash_attention.h"
 #include "core/common.h"
 #include "kernels/attn_bf16.h"
 #include "kernels/bf16.h"
@@ -47,11 +48,13 @@ static int hp_rank_of(int w, int hp, int cp, Placement pl) {
 }
 
 /* The transient buffers of flash attention's kernels for one call of nq query rows and nk key
- * rows (kv_heads key / value heads, group query heads each): per-thread tiles, in backward one dq
- * copy per thread beyond the first; the compact copies made once per call: forward K and V of
- * every kv head of the call, backward Q and dO of one kv head's query heads, as fp32 rows or, with
- * the bf16 tiles (attn_bf16.h, bt non-NULL), as pair words (K rows and V pairs; Q and dO rows and
- * pairs) with per-thread pair-word tiles (flash_attention.c). Floats (a pair word is one). */
+ * rows (kv_heads key / value heads, group query heads each): per-thread tiles; the compact copies
+ * made once per call forward (K and V of every kv head of the call) and once per pass backward (Q
+ * and dO of the pass's query heads and rows: attn_backward_pass_rows), as fp32 rows or, with the
+ * bf16 tiles (attn_bf16.h, bt non-NULL), as pair words (K rows and V pairs; Q and dO rows and
+ * pairs) with per-thread pair-word tiles; in backward one dq copy of the pass per thread beyond
+ * the first, and with several passes the kv head's dK and dV (flash_attention.c). Floats (a pair
+ * word is one). */
 static double flash_transient(int threads, double nq, double nk, int kv_heads, int group, int d,
                               const AttnBf16Tiles *bt) {
     const SimdKernels *sk = simd();
@@ -59,17 +62,19 @@ static double flash_transient(int threads, double nq, double nk, int kv_heads, i
     const double bbq = bt ? bt->bwd_bq : sk->bwd_bq, bbk = bt ? bt->bwd_bk : sk->bwd_bk;
     const double skew = 16, ldt = fbq + skew, ldc = d + skew, ldp = bbk + skew;
     double fwd = threads * ((double)d * ldt + fbk * ldt + fbq * d + 6.0 * fbq + 16);
+    const double pr = attn_backward_pass_rows((int)nq, (int)nk, group, d, (int)bbq, bt != NULL, threads);
+    const double ph = pr < nq ? 1 : group; /* query heads per pass */
     double bwd = threads * (2.0 * d * ldp + 2.0 * bbq * ldp + 2.0 * bbk * d + bbk * ldc + 16) +
-                 (threads - 1) * nq * group * d;
+                 (threads - 1) * pr * ph * d + (pr < nq ? 2.0 * nk * d : 0);
     if (!bt) {
         fwd += 2.0 * kv_heads * nk * ldc;
-        bwd += 2.0 * group * nq * ldc;
+        bwd += 2.0 * ph * pr * ldc;
     } else {
         const double d2 = (d + 1) / 2, bk2 = ((int)fbk + 1) / 2, ldkw = d2 + skew / 2, ldvw = d + skew / 2;
         fwd += threads * (fbq * d2 + d2 * ldt + bk2 * ldt + 16) + kv_heads * (nk * ldkw + (double)(((long)nk + 1) / 2) * ldvw);
         const double b_bk2 = ((int)bbk + 1) / 2, b_bq2 = ((int)bbq + 1) / 2, ldsw = b_bk2 + skew;
         bwd += threads * (2.0 * d2 * ldp + b_bk2 * ldc + bbk * d2 + b_bq2 * ldp + bbq * ldsw + 16) +
-               2.0 * group * nq * ldkw + 2.0 * group * (double)(((long)nq + 1) / 2) * ldvw;
+               2.0 * ph * pr * ldkw + 2.0 * ph * (double)(((long)pr + 1) / 2) * ldvw;
     }
     return fwd > bwd ? fwd : bwd;
 }
