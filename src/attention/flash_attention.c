@@ -438,18 +438,17 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
                 const float *Vc = bt ? NULL : Vf + ((size_t)g * n_kv + j0) * ldc;
                 /* K and V are contiguous (rows of one 64-byte line), prefetched during the score
                  * product; under acc_t K so, and V^T (d strided rows) during acc^T's */
-                Prefetch pf = {.stride = 64, .lines_per_row = 1}, pfv = {.lines_per_row = 1};
+                Prefetch pf = {.lines_per_row = 1}, pfv = {.lines_per_row = 1}; /* empty */
                 for (int nt = kt + 1; nt < nkt; nt++) {
                     if (tile_class(mask, qr[qt], kr[nt]) == TILE_HIDDEN) continue;
                     const int n0 = nt * BK, nb = n0 + BK <= n_kv ? BK : n_kv - n0;
                     const size_t bytes = bt ? (size_t)nb * ldkw * sizeof(bf16_pair) : (size_t)nb * ldc * sizeof(float);
-                    pf.base[0] = bt ? (const char *)(Kall + ((size_t)g * n_kv + n0) * ldkw)
-                                    : (const char *)(Kf + ((size_t)g * n_kv + n0) * ldc);
-                    pf.base[1] = acc_t ? NULL
-                                 : bt  ? (const char *)(Vall + ((size_t)g * nkv2 + n0 / 2) * ldvw)
-                                       : (const char *)(Vf + ((size_t)g * n_kv + n0) * ldc);
-                    pf.rows = (int)((bytes + 63) / 64);
-                    pf.total = acc_t ? pf.rows : 2 * pf.rows;
+                    const void *kb = bt ? (const void *)(Kall + ((size_t)g * n_kv + n0) * ldkw)
+                                        : (const void *)(Kf + ((size_t)g * n_kv + n0) * ldc);
+                    const void *vb = acc_t ? NULL
+                                     : bt  ? (const void *)(Vall + ((size_t)g * nkv2 + n0 / 2) * ldvw)
+                                           : (const void *)(Vf + ((size_t)g * n_kv + n0) * ldc);
+                    prefetch_pair(&pf, kb, vb, bytes);
                     if (acc_t) {
                         pfv.base[0] = (const char *)(VTall + (size_t)g * d * ldvt + n0 / 2);
                         pfv.stride = ldvt * sizeof(bf16_pair);
@@ -773,7 +772,7 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
                             const float *dOc = bt ? NULL : dOf + ((size_t)hp * PR + (i0 - r0)) * ldc;
                             /* the next visible query tile's Q and dO, toward L2 during this pair's
                              * last products: compact rows (fp32) or rows (bf16, pfq) and pairs (pfp) */
-                            Prefetch pfq = {.stride = 64, .lines_per_row = 1}, pfp = pfq;
+                            Prefetch pfq = {.lines_per_row = 1}, pfp = pfq; /* empty */
                             for (int nt = qt + 1; nt < qt1; nt++) {
                                 if (tile_class(mask, qr[nt], kr[kt]) == TILE_HIDDEN) continue;
                                 const int n0 = nt * BQ, nb = n0 + BQ <= n_q ? BQ : n_q - n0;
