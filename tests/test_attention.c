@@ -553,9 +553,9 @@ static void test_backward_reproducible(Rng *rng) {
  * gradient alone too. And the policy: one pass for small calls, passes where the per-thread dq
  * copies would outgrow the kv head's dK and dV, never more memory than one pass. */
 static void test_backward_passes(Rng *rng) {
-    const int n = 700, d = 40;
+    const int n = 460, d = 40;
     const int ratios[] = {1, 2, 4}, threads[] = {1, 2, 3};
-    const char *rows[] = {"1", "200", "500"}; /* 1, 3, 6 tiles of 96 rows; 1, 2, 5 of 120 */
+    const char *rows[] = {"1", "200", "300"}; /* 1, 3, 4 tiles of 96 rows; 1, 2, 3 of 120 */
     int saved = omp_get_max_threads(), cases = 0;
     for (int pi = 0; pi < 2; pi++)
         for (int ci = 0; ci < 4; ci++) {
