@@ -587,8 +587,8 @@ static void qkv_rows(const LlamaModel *m, LlamaActs *a, int l, const float *x_in
     }
 }
 
-/* The rows of chunk r0 (a multiple of ffn_rows): how many. */
-static int chunk_len(const LlamaActs *a, int r0) { return a->N - r0 < a->ffn_rows ? a->N - r0 : a->ffn_rows; }
+/* The rows of the ffn_rows chunk at r0 (a multiple of ffn_rows) of N rows: how many. */
+static int ffn_chunk_rows(const LlamaActs *a, int N, int r0) { return N - r0 < a->ffn_rows ? N - r0 : a->ffn_rows; }
 
 /* norm -> q, k, v projections -> RoPE into L->q, L->k, L->v, ffn_rows rows at a time (through a->xn). */
 static void qkv_forward(const LlamaModel *m, LlamaActs *a, int l) {
@@ -598,8 +598,8 @@ static void qkv_forward(const LlamaModel *m, LlamaActs *a, int l) {
     const size_t kvd = (size_t)c->num_key_value_heads * c->head_dim;
     const float *x_in = residual_at(a, c, l);
     for (int r0 = 0; r0 < a->N; r0 += a->ffn_rows)
-        qkv_rows(m, a, l, x_in + (size_t)r0 * D, L->rstd1 + r0, r0, chunk_len(a, r0), L->q + (size_t)r0 * qd,
-                 L->k + (size_t)r0 * kvd, L->v + (size_t)r0 * kvd);
+        qkv_rows(m, a, l, x_in + (size_t)r0 * D, L->rstd1 + r0, r0, ffn_chunk_rows(a, a->N, r0),
+                 L->q + (size_t)r0 * qd, L->k + (size_t)r0 * kvd, L->v + (size_t)r0 * kvd);
 }
 
 /* x_mid = x_in + o_proj(o), ffn_rows rows at a time */
@@ -609,8 +609,8 @@ static void residual_attn(const LlamaModel *m, LlamaActs *a, int l) {
     int N = a->N, D = c->hidden_size, qd = c->num_attention_heads * c->head_dim;
     memcpy(L->x_mid, residual_at(a, c, l), sizeof(float) * (size_t)N * D);
     for (int r0 = 0; r0 < N; r0 += a->ffn_rows)
-        mm_forward(a, L->x_mid + (size_t)r0 * D, L->o + (size_t)r0 * qd, m->w.layers[l].o_proj, chunk_len(a, r0), qd,
-                   D, 1);
+        mm_forward(a, L->x_mid + (size_t)r0 * D, L->o + (size_t)r0 * qd, m->w.layers[l].o_proj,
+                   ffn_chunk_rows(a, N, r0), qd, D, 1);
 }
 
 /* The attention half of layer l: x_mid = x_in + o_proj(attn(rope(q), rope(k), v)). */
@@ -658,7 +658,7 @@ static void mlp_forward_rows(const LlamaModel *m, LlamaActs *a, int l, const flo
     int D = c->hidden_size, F = c->intermediate_size;
     memcpy(x_out, x_mid, sizeof(float) * (size_t)N * D);
     for (int r0 = 0; r0 < N; r0 += a->ffn_rows) {
-        int n = N - r0 < a->ffn_rows ? N - r0 : a->ffn_rows;
+        const int n = ffn_chunk_rows(a, N, r0);
         float *gate, *up;
         rmsnorm_forward(a->xn, rstd2 + r0, x_mid + (size_t)r0 * D, w->post_norm, n, D, c->rms_norm_eps);
         mlp_gate_up(m, a, l, a->xn, r0, n, &gate, &up);
@@ -682,7 +682,7 @@ static void mlp_backward_rows(LlamaModel *m, LlamaActs *a, int l, const float *x
     LayerActs *L = &a->layers[l];
     int D = c->hidden_size, F = c->intermediate_size;
     for (int r0 = 0; r0 < N; r0 += a->ffn_rows) {
-        int n = N - r0 < a->ffn_rows ? N - r0 : a->ffn_rows;
+        const int n = ffn_chunk_rows(a, N, r0);
         size_t nF = (size_t)n * F;
         float *dx = dx_rows + (size_t)r0 * D;
         const float *xn = a->xn, *xm = x_mid + (size_t)r0 * D;
@@ -736,7 +736,7 @@ static void layer_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn, int 
     memset(a->dout, 0, sizeof(float) * (size_t)N * qd);
     for (int r0 = 0; r0 < N; r0 += a->ffn_rows)
         mm_backward(a, a->dout + (size_t)r0 * qd, g->o_proj, a->dx + (size_t)r0 * D, L->o + (size_t)r0 * qd,
-                    w->o_proj, chunk_len(a, r0), H * hd, D);
+                    w->o_proj, ffn_chunk_rows(a, a->N, r0), H * hd, D);
     if (a->precision == PRECISION_BF16) bf16_round(a->dout, (size_t)N * H * hd); /* attention's dout is bf16 */
     if (attn->keeps_inputs)
         attn->backward(attn, NULL, NULL, NULL, NULL, L->saved, a->dout, a->dq, a->dk, a->dv);
@@ -745,7 +745,7 @@ static void layer_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn, int 
     rope_backward(a->dq, a->rope_cos, a->rope_sin, N, H, hd);
     rope_backward(a->dk, a->rope_cos, a->rope_sin, N, Hkv, hd);
     for (int r0 = 0; r0 < N; r0 += a->ffn_rows) {
-        const int n = chunk_len(a, r0);
+        const int n = ffn_chunk_rows(a, a->N, r0);
         const float *xr = x_in + (size_t)r0 * D;
         rmsnorm_forward(a->xn, L->rstd1 + r0, xr, w->input_norm, n, D, c->rms_norm_eps);
         memset(a->dxn, 0, sizeof(float) * (size_t)n * D);
@@ -852,7 +852,7 @@ static double whole_head(LlamaModel *m, LlamaActs *a, const int *targets, float 
     double loss = 0;
     if (backward) memset(a->dx, 0, sizeof(float) * (size_t)N * D);
     for (int r0 = 0; r0 < N; r0 += a->ffn_rows) {
-        const int n = chunk_len(a, r0);
+        const int n = ffn_chunk_rows(a, a->N, r0);
         const float *x = residual_at(a, c, nL) + (size_t)r0 * D;
         rmsnorm_forward(a->xn, a->rstd_final + r0, x, m->w.final_norm, n, D, c->rms_norm_eps);
         if (backward) memset(a->dxn, 0, sizeof(float) * (size_t)n * D);

@@ -54,10 +54,6 @@ typedef struct {
     int threads;    /* threads this rank uses */
 } SeqParallel;
 
-/* Builds everything; every configuration error (unknown strategy, product not equal to the
- * ranks, W not dividing cp, S not splitting under the layout, more head ranks than heads, a
- * schedule's own constraint) prints the same one-line error on every rank and exits 1. n_params
- * sizes the gradient synchronisation. */
 /* The default threads per rank from CPU sets: the CPUs this rank may run on (`mine`: its affinity,
  * as a launcher's binding left it) divided by the ranks of its node (`node`, n sets, this rank's
  * included) whose sets overlap it; at least 1. Unbound ranks (every set the whole node) get the
@@ -66,6 +62,10 @@ typedef struct {
  * CPUs with the ranks bound there. */
 int threads_for_cpus(const cpu_set_t *mine, const cpu_set_t *node, int n);
 
+/* Builds everything; every configuration error (unknown strategy, product not equal to the
+ * ranks, W not dividing cp, S not splitting under the layout, more head ranks than heads, a
+ * schedule's own constraint) prints the same one-line error on every rank and exits 1. n_params
+ * sizes the gradient synchronisation. */
 void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaConfig *model, int seq_len,
                          size_t n_params);
 /* Prints stats (if asked) and writes the trace (if asked): collective. */
