@@ -216,6 +216,37 @@ static void check_path(const SimdKernels *k) {
         CHECK(worst <= 1, "%s tile_gemm %dx%dx%d trans %d acc %d: violation %.3g", nm, M, N, K, trans, accumulate, worst);
         xfree(A); xfree(B); xfree(C); xfree(C0);
     }
+    /* pack_panels: the layout, zero rows past the last; tile_gemm_panels: the same C as tile_gemm on
+     * the rows in place, bit for bit (the same micro-kernel sums in the same order), with and
+     * without a prefetch, the columns past N untouched */
+    for (int trial = 0; trial < 6; trial++) {
+        const int mr = k->gemm_mr, M = 1 + (int)rng_below(&rng, 45), N = 1 + (int)rng_below(&rng, 150);
+        const int K = 1 + (int)rng_below(&rng, 90), accumulate = trial & 1, np = (M + mr - 1) / mr;
+        const size_t lda = (size_t)K + 7, ldb = (size_t)N + 5, ldc = (size_t)N + 3;
+        float *A = xmalloc(sizeof(float) * lda * M), *B = xmalloc(sizeof(float) * ldb * K);
+        float *Ap = xmalloc(sizeof(float) * (size_t)np * mr * K), *C = xmalloc(sizeof(float) * ldc * M);
+        float *Cr = xmalloc(sizeof(float) * ldc * M);
+        fill(A, lda * M, 1); fill(B, ldb * K, 1); fill(C, ldc * M, 1);
+        memcpy(Cr, C, sizeof(float) * ldc * M);
+        for (size_t i = 0; i < (size_t)np * mr * K; i++) Ap[i] = NAN;
+        k->pack_panels(M, K, A, lda, Ap);
+        int layout = 1;
+        for (int m = 0; m < np * mr; m++)
+            for (int q = 0; q < K; q++) {
+                const float got = Ap[(size_t)(m / mr) * mr * K + (size_t)q * mr + m % mr];
+                layout &= m < M ? got == A[m * lda + q] : got == 0.0f;
+            }
+        CHECK(layout, "%s pack_panels %d rows x %d (panels of %d rows)", nm, M, K, mr);
+        float lines[64 * 16];
+        Prefetch pf = {.lines_per_row = 1};
+        if (trial >= 3) prefetch_pair(&pf, lines, NULL, sizeof lines);
+        k->tile_gemm(M, N, K, 0.25f, A, lda, 1, B, ldb, accumulate, Cr, ldc, NULL);
+        k->tile_gemm_panels(M, N, K, 0.25f, Ap, B, ldb, accumulate, C, ldc, trial >= 3 ? &pf : NULL);
+        CHECK(!memcmp(C, Cr, sizeof(float) * ldc * M), "%s tile_gemm_panels %dx%dx%d acc %d: not tile_gemm's C", nm,
+              M, N, K, accumulate);
+        CHECK(trial < 3 || pf.next == pf.total, "%s tile_gemm_panels fetched %d of %d lines", nm, pf.next, pf.total);
+        xfree(A); xfree(B); xfree(Ap); xfree(C); xfree(Cr);
+    }
     /* softmax pieces */
     {
         enum { R = 13, NC = 53, LD = 61 };

@@ -357,7 +357,8 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
     bf16_pair *Kall = bt ? words_zeroed((size_t)Hkv * n_kv * ldkw) : NULL;
     bf16_pair *Vall = bt && !acc_t ? words_zeroed((size_t)Hkv * nkv2 * ldvw) : NULL;
     bf16_pair *VTall = acc_t ? words_zeroed((size_t)Hkv * d * ldvt) : NULL;
-    float *Kf = bt ? NULL : xmalloc_aligned((size_t)Hkv * n_kv * ldc * sizeof(float));
+    const int mr = sk->gemm_mr, BKp = (BK + mr - 1) / mr * mr; /* K tiles in panels, BKp rows each */
+    float *Kf = bt ? NULL : xmalloc_aligned((size_t)Hkv * nkt * BKp * d * sizeof(float));
     float *Vf = bt ? NULL : xmalloc_aligned((size_t)Hkv * n_kv * ldc * sizeof(float));
 
 #pragma omp parallel num_threads(nth)
@@ -388,7 +389,7 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
                     transpose_words((bk + 1) / 2, d, Pw, (size_t)d, VTall + (size_t)g * d * ldvt + j0 / 2, ldvt);
                 }
             } else {
-                copy_tile(bk, d, ks, ldk, Kf + ((size_t)g * n_kv + j0) * ldc, ldc);
+                sk->pack_panels(bk, d, ks, ldk, Kf + ((size_t)g * nkt * BKp + j0) * d);
                 copy_tile(bk, d, vs, ldk, Vf + ((size_t)g * n_kv + j0) * ldc, ldc);
             }
         } /* implicit barrier: every tile is packed */
@@ -434,7 +435,7 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
                 const bf16_pair *Kw = bt ? Kall + ((size_t)g * n_kv + j0) * ldkw : NULL;
                 const bf16_pair *Vw = bt && !acc_t ? Vall + ((size_t)g * nkv2 + j0 / 2) * ldvw : NULL;
                 const bf16_pair *VTw = acc_t ? VTall + (size_t)g * d * ldvt + j0 / 2 : NULL;
-                const float *Kc = bt ? NULL : Kf + ((size_t)g * n_kv + j0) * ldc;
+                const float *Kc = bt ? NULL : Kf + ((size_t)g * nkt * BKp + j0) * d;
                 const float *Vc = bt ? NULL : Vf + ((size_t)g * n_kv + j0) * ldc;
                 /* K and V are contiguous (rows of one 64-byte line), prefetched during the score
                  * product; under acc_t K so, and V^T (d strided rows) during acc^T's */
@@ -444,7 +445,7 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
                     const int n0 = nt * BK, nb = n0 + BK <= n_kv ? BK : n_kv - n0;
                     const size_t bytes = bt ? (size_t)nb * ldkw * sizeof(bf16_pair) : (size_t)nb * ldc * sizeof(float);
                     const void *kb = bt ? (const void *)(Kall + ((size_t)g * n_kv + n0) * ldkw)
-                                        : (const void *)(Kf + ((size_t)g * n_kv + n0) * ldc);
+                                        : (const void *)(Kf + ((size_t)g * nkt * BKp + n0) * d);
                     const void *vb = acc_t ? NULL
                                      : bt  ? (const void *)(Vall + ((size_t)g * nkv2 + n0 / 2) * ldvw)
                                            : (const void *)(Vf + ((size_t)g * n_kv + n0) * ldc);
@@ -482,7 +483,7 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
                     /* (the bf16 tiles store K Q^T unscaled and apply alpha in the softmax step:
                      * AMX stores a product with alpha 1 straight from its tiles) */
                     if (bt) bt->tile_gemm(je, cw, d2, 1.0f, Kw, ldkw, 1, Qw + c0, ldt, 0, ST + c0, ldt, &pf);
-                    else sk->tile_gemm(je, cw, d, alpha, Kc, ldc, 1, Qt + c0, ldt, 0, ST + c0, ldt, &pf);
+                    else sk->tile_gemm_panels(je, cw, d, alpha, Kc, Qt + c0, ldt, 0, ST + c0, ldt, &pf);
                     if (cls == TILE_PARTIAL)
                         for (int j = 0; j < je; j++) {
                             const int kp = kv_pos[j0 + j], kd = q_doc ? kv_doc[j0 + j] : 0;

@@ -101,6 +101,15 @@ typedef struct {
      * aks is 1), B(k, n) = B[k ldb + n]. pf may be NULL. */
     void (*tile_gemm)(int M, int N, int K, float alpha, const float *A, size_t ars, size_t aks, const float *B,
                       size_t ldb, int accumulate, float *C, size_t ldc, Prefetch *pf);
+    /* The same product with A in panels (pack_panels): rows r0 .. r0 + gemm_mr - 1 of A for steps
+     * 0 .. K-1 at Ap + r0 K, step k's gemm_mr values contiguous; one sequential stream, where a
+     * row-major A read in place streams gemm_mr rows at once. */
+    void (*tile_gemm_panels)(int M, int N, int K, float alpha, const float *Ap, const float *B, size_t ldb,
+                             int accumulate, float *C, size_t ldc, Prefetch *pf);
+    /* dst = the panels of src (rows, cols; ld): ceil(rows / gemm_mr) panels of cols x gemm_mr floats,
+     * the rows past `rows` zero */
+    void (*pack_panels)(int rows, int cols, const float *src, size_t ld, float *dst);
+    int gemm_mr; /* rows per panel */
     /* mx[i] = max over rows j of s[j ld + i], i < n */
     void (*col_max)(const float *s, int rows, int n, size_t ld, float *mx);
     /* s[j][i] = 2^(s[j][i] - m[i]); sum[i] = sum over j of the new values */

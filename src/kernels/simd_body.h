@@ -122,6 +122,37 @@ static void sb_tile_gemm(int M, int N, int K, float alpha, const float *A, size_
     }
 }
 
+/* A in panels (isa.h): the loop order of sb_tile_gemm, each row block's panel read in place (the
+ * last one zero-padded by pack_panels, so no edge copy). */
+static void sb_tile_gemm_panels(int M, int N, int K, float alpha, const float *Ap, const float *B, size_t ldb,
+                                int accumulate, float *C, size_t ldc, Prefetch *pf) {
+    if (tile_gemm_trivial(M, N, K, accumulate, C, ldc)) return;
+    const int NR = GEMM_NV * VL, nfull = N / NR * NR, nr = N - nfull;
+    VM msk[GEMM_NV];
+    for (int v = 0; v < GEMM_NV; v++) {
+        int cnt = nr - v * VL;
+        msk[v] = vmask(cnt < 0 ? 0 : cnt > VL ? VL : cnt);
+    }
+    const int nmb = (M + GEMM_MR - 1) / GEMM_MR, n_calls = nmb * ((N + NR - 1) / NR);
+    const int pf_per_call = pf ? (pf->total - pf->next + n_calls - 1) / n_calls : 0;
+    for (int n0 = 0; n0 < N; n0 += NR) {
+        const int masked = n0 >= nfull;
+        for (int mb = 0; mb < nmb; mb++) {
+            const int m0 = mb * GEMM_MR, mr = M - m0 < GEMM_MR ? M - m0 : GEMM_MR;
+            const float *ap = Ap + (size_t)m0 * K;
+            float *Cb = C + (size_t)m0 * ldc + n0;
+            if (pf) prefetch_some(pf, pf_per_call);
+            if (masked) micro(K, mr, alpha, ap, GEMM_MR, B + n0, ldb, accumulate, Cb, ldc, 1, msk, 0, 0);
+            else micro(K, mr, alpha, ap, GEMM_MR, B + n0, ldb, accumulate, Cb, ldc, 0, msk, 0, 0);
+        }
+    }
+}
+
+static void sb_pack_panels(int rows, int cols, const float *src, size_t ld, float *dst) {
+    for (int m0 = 0; m0 < rows; m0 += GEMM_MR, dst += (size_t)GEMM_MR * cols)
+        pack_panel(dst, src, ld, 1, m0, rows - m0 < GEMM_MR ? rows - m0 : GEMM_MR, 0, cols);
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Softmax pieces of the attention tiles. */
 static void sb_col_max(const float *s, int rows, int n, size_t ld, float *mx) {
@@ -423,6 +454,9 @@ const SimdKernels SIMD_TABLE = {
     .bwd_bk = SIMD_BWD_BK,
     .bwd_bq = SIMD_BWD_BQ,
     .tile_gemm = sb_tile_gemm,
+    .tile_gemm_panels = sb_tile_gemm_panels,
+    .pack_panels = sb_pack_panels,
+    .gemm_mr = GEMM_MR,
     .col_max = sb_col_max,
     .col_exp2_sum = sb_col_exp2_sum,
     .row_exp2_sum = sb_row_exp2_sum,

@@ -1,6 +1,7 @@
 /* The memory model: see memory_model.h. Every term names the allocation it stands for. */
 #include "strategies/memory_model.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -66,8 +67,9 @@ static double flash_transient(int threads, double nq, double nk, int kv_heads, i
     const double ph = pr < nq ? 1 : group; /* query heads per pass */
     double bwd = threads * (2.0 * d * ldp + 2.0 * bbq * ldp + 2.0 * bbk * d + bbk * ldc + 16) +
                  (threads - 1) * pr * ph * d + (pr < nq ? 2.0 * nk * d : 0);
-    if (!bt) {
-        fwd += 2.0 * kv_heads * nk * ldc;
+    if (!bt) { /* K in panels of the kernel's micro-kernel rows, whole key tiles; V compact rows */
+        const double mr = sk->gemm_mr, bkp = ceil(fbk / mr) * mr;
+        fwd += kv_heads * (ceil(nk / fbk) * bkp * d + nk * ldc);
         bwd += 2.0 * ph * pr * ldc;
     } else {
         const double d2 = (d + 1) / 2, bk2 = ((int)fbk + 1) / 2, ldkw = d2 + skew / 2, ldvw = d + skew / 2;
