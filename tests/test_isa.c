@@ -247,6 +247,22 @@ static void check_path(const SimdKernels *k) {
         CHECK(trial < 3 || pf.next == pf.total, "%s tile_gemm_panels fetched %d of %d lines", nm, pf.next, pf.total);
         xfree(A); xfree(B); xfree(Ap); xfree(C); xfree(Cr);
     }
+    /* transpose32: every word's bits (NaN payloads included) at its transposed place, whole 8 x 8
+     * blocks and ragged edges; nothing outside the rows x cols transpose written */
+    for (int trial = 0; trial < 6; trial++) {
+        const int rows = trial == 0 ? 8 : 1 + (int)rng_below(&rng, 41), cols = trial == 0 ? 16 : 1 + (int)rng_below(&rng, 70);
+        const size_t lds = (size_t)cols + (size_t)rng_below(&rng, 5), ldd = (size_t)rows + 3;
+        uint32_t *src = xmalloc(sizeof(uint32_t) * lds * rows), *dst = xmalloc(sizeof(uint32_t) * ldd * cols);
+        for (size_t i = 0; i < lds * rows; i++) src[i] = (uint32_t)rng_u64(&rng) | (i % 3 ? 0 : 0x7f800001u);
+        for (size_t i = 0; i < ldd * cols; i++) dst[i] = 0xdeadbeefu;
+        k->transpose32(rows, cols, src, lds, dst, ldd);
+        int ok = 1;
+        for (int c = 0; c < cols; c++)
+            for (size_t r = 0; r < ldd; r++)
+                ok &= dst[c * ldd + r] == ((int)r < rows ? src[r * lds + (size_t)c] : 0xdeadbeefu);
+        CHECK(ok, "%s transpose32 %d x %d", nm, rows, cols);
+        xfree(src); xfree(dst);
+    }
     /* softmax pieces */
     {
         enum { R = 13, NC = 53, LD = 61 };

@@ -252,24 +252,10 @@ double attn_forward_flops(const AttnShape *s, const int *q_pos, const int *kv_po
 }
 
 /* dst (cols, ld_dst) = src (rows, cols; ld_src)^T. */
-static void transpose_tile(int rows, int cols, const float *src, size_t ld_src, float *dst, size_t ld_dst) {
-    for (int r0 = 0; r0 < rows; r0 += 8)
-        for (int c = 0; c < cols; c++)
-            for (int r = r0; r < rows && r < r0 + 8; r++) dst[(size_t)c * ld_dst + r] = src[(size_t)r * ld_src + c];
-}
-
 /* dst (rows, cols; ld_dst) = src (rows, cols; ld_src): gathers a strided head slice into a
  * compact tile, so that the kernel's operand rows are not a power of two apart. */
 static void copy_tile(int rows, int cols, const float *src, size_t ld_src, float *dst, size_t ld_dst) {
     for (int r = 0; r < rows; r++) memcpy(dst + (size_t)r * ld_dst, src + (size_t)r * ld_src, (size_t)cols * sizeof(float));
-}
-
-/* dst (cols, ld_dst) = src (rows, cols; ld_src)^T on pair words: the pairs layout of X^T from the
- * rows layout of X (attn_bf16.h). */
-static void transpose_words(int rows, int cols, const bf16_pair *src, size_t ld_src, bf16_pair *dst, size_t ld_dst) {
-    for (int r0 = 0; r0 < rows; r0 += 16)
-        for (int c = 0; c < cols; c++)
-            for (int r = r0; r < rows && r < r0 + 16; r++) dst[(size_t)c * ld_dst + r] = src[(size_t)r * ld_src + c];
 }
 
 /* Zeroed, 64-byte aligned pair words (the bf16 tiles' workspace): padding a product reads but
@@ -386,7 +372,7 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
                     bt->pack_pairs(bk, d, vs, ldk, Vall + ((size_t)g * nkv2 + j0 / 2) * ldvw, ldvw);
                 } else { /* V's pairs (an odd last key pairs with 0), then as V^T rows */
                     bt->pack_pairs(bk, d, vs, ldk, Pw, (size_t)d);
-                    transpose_words((bk + 1) / 2, d, Pw, (size_t)d, VTall + (size_t)g * d * ldvt + j0 / 2, ldvt);
+                    sk->transpose32((bk + 1) / 2, d, Pw, (size_t)d, VTall + (size_t)g * d * ldvt + j0 / 2, ldvt);
                 }
             } else {
                 sk->pack_panels(bk, d, ks, ldk, Kf + ((size_t)g * nkt * BKp + j0) * d);
@@ -402,9 +388,9 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
             const int i0 = qt * BQ, bq = i0 + BQ <= n_q ? BQ : n_q - i0;
             if (bt) {
                 bt->pack_rows(bq, d, q + ((size_t)i0 * H + h) * d, ldq, Qr, (size_t)d2);
-                transpose_words(bq, d2, Qr, (size_t)d2, Qw, ldt);
+                sk->transpose32(bq, d2, Qr, (size_t)d2, Qw, ldt);
             } else {
-                transpose_tile(bq, d, q + ((size_t)i0 * H + h) * d, ldq, Qt, ldt);
+                sk->transpose32(bq, d, q + ((size_t)i0 * H + h) * d, ldq, Qt, ldt);
             }
             for (int r = 0; r < bq; r++) {
                 size_t row = (size_t)(i0 + r) * H + h;
@@ -745,14 +731,14 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
                     const float *vtile = v + ((size_t)j0 * Hkv + g) * d; /* (bk, d), stride ldk */
                     if (bt) {
                         bt->pack_rows(bk, d, ktile, ldk, Tr, (size_t)d2);
-                        transpose_words(bk, d2, Tr, (size_t)d2, KTw, ldp);
+                        sk->transpose32(bk, d2, Tr, (size_t)d2, KTw, ldp);
                         if (dq) bt->pack_pairs(bk, d, ktile, ldk, Kp, ldc);
                         bt->pack_rows(bk, d, vtile, ldk, Tr, (size_t)d2);
-                        transpose_words(bk, d2, Tr, (size_t)d2, VTw, ldp);
+                        sk->transpose32(bk, d2, Tr, (size_t)d2, VTw, ldp);
                     } else {
-                        transpose_tile(bk, d, ktile, ldk, Kt, ldp);
+                        sk->transpose32(bk, d, ktile, ldk, Kt, ldp);
                         if (dq) copy_tile(bk, d, ktile, ldk, Kc, ldc);
-                        transpose_tile(bk, d, vtile, ldk, Vt, ldp);
+                        sk->transpose32(bk, d, vtile, ldk, Vt, ldp);
                     }
                     /* this tile's dK and dV sums: per item, or the kv head's across passes */
                     float *dKt = dKall ? dKall + (size_t)j0 * d : dKa, *dVt = dVall ? dVall + (size_t)j0 * d : dVa;

@@ -110,6 +110,9 @@ typedef struct {
      * the rows past `rows` zero */
     void (*pack_panels)(int rows, int cols, const float *src, size_t ld, float *dst);
     int gemm_mr; /* rows per panel */
+    /* dst (cols, ld_dst) = src (rows, cols; ld_src)^T, on 4-byte words (floats or bf16 pair words:
+     * the bits are copied, never converted) */
+    void (*transpose32)(int rows, int cols, const void *src, size_t ld_src, void *dst, size_t ld_dst);
     /* mx[i] = max over rows j of s[j ld + i], i < n */
     void (*col_max)(const float *s, int rows, int n, size_t ld, float *mx);
     /* s[j][i] = 2^(s[j][i] - m[i]); sum[i] = sum over j of the new values */
