@@ -362,10 +362,47 @@ static void check_tile_gemm(const AttnBf16Tiles *t) {
                     CHECK(untouched, "%s tile_gemm M %d N %d K2 %d: wrote C outside M x N", t->name, M, N, K2);
                     CHECK(!memcmp(Cr, Ct, sizeof(float) * nc), "%s tile_gemm M %d N %d K2 %d: rows and transposed A differ",
                           t->name, M, N, K2);
+                    if (t->tile_gemm_panels) { /* A in panels (zero past M): rows layout's C bit for bit */
+                        const int pm = t->panel_mr, np = (M + pm - 1) / pm;
+                        bf16_pair *Ap = xmalloc(sizeof(bf16_pair) * (size_t)np * pm * K2);
+                        for (int m = 0; m < np * pm; m++)
+                            for (int k = 0; k < K2; k++)
+                                Ap[(size_t)(m / pm) * pm * K2 + (size_t)k * pm + m % pm] =
+                                    m < M ? Ar[(size_t)m * ars + k] : 0u;
+                        float *Cp = xmalloc(sizeof(float) * nc);
+                        memcpy(Cp, C0, sizeof(float) * nc);
+                        t->tile_gemm_panels(M, N, K2, alpha, Ap, B, ldb, acc, Cp, ldc, NULL);
+                        CHECK(!memcmp(Cp, Cr, sizeof(float) * nc), "%s tile_gemm_panels M %d N %d K2 %d: not the rows layout's C",
+                              t->name, M, N, K2);
+                        xfree(Ap); xfree(Cp);
+                    }
                     worst = fmax(worst, w);
                     cases++;
                     xfree(Ar); xfree(At); xfree(B); xfree(C0); xfree(Cr); xfree(Ct);
                 }
+    if (t->pack_panels) { /* pack_panels: pack_rows' words laid out in panels, zero rows past the last */
+        static const int rows_c[] = {1, 6, 13, 40}, cols_c[] = {1, 64, 77, 200};
+        for (size_t ri = 0; ri < ARRAY_LEN(rows_c); ri++)
+            for (size_t ci = 0; ci < ARRAY_LEN(cols_c); ci++) {
+                const int rows = rows_c[ri], cols = cols_c[ci], k2 = (cols + 1) / 2, pm = t->panel_mr;
+                const int np = (rows + pm - 1) / pm;
+                const size_t lds = (size_t)cols + 3;
+                float *src = xmalloc(sizeof(float) * lds * rows);
+                for (size_t i = 0; i < lds * (size_t)rows; i++) src[i] = (float)rng_normal(&rng);
+                bf16_pair *rw = xmalloc(sizeof(bf16_pair) * (size_t)rows * k2);
+                bf16_pair *pp = xmalloc(sizeof(bf16_pair) * (size_t)np * pm * k2);
+                for (size_t i = 0; i < (size_t)np * pm * k2; i++) pp[i] = NAN_PAIR;
+                t->pack_rows(rows, cols, src, lds, rw, (size_t)k2);
+                t->pack_panels(rows, cols, src, lds, pp);
+                int same = 1;
+                for (int m = 0; m < np * pm; m++)
+                    for (int k = 0; k < k2; k++)
+                        same &= pp[(size_t)(m / pm) * pm * k2 + (size_t)k * pm + m % pm] ==
+                                (m < rows ? rw[(size_t)m * k2 + k] : 0u);
+                CHECK(same, "%s pack_panels %d x %d: not pack_rows' words in panels of %d rows", t->name, rows, cols, pm);
+                xfree(src); xfree(rw); xfree(pp);
+            }
+    }
     /* K2 = 0: C = 0, or unchanged when accumulating */
     float c[6] = {1, 2, 3, 4, 5, 6};
     bf16_pair dummy = 0;

@@ -328,9 +328,13 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
     float *work = xmalloc_aligned((size_t)nth * per_thread * sizeof(float));
     const long long n_items = (long long)n_busy * H;
     /* K and V of every kv head are packed once per call (every query tile reads them; copying a
-     * tile per query tile instead measured ~10% of the forward at S = 8192): fp32, compact rows
-     * of ldc floats, (Hkv, n_kv, ldc) each; bf16 tiles, K in rows layout, (Hkv, n_kv, ldkw) pair
-     * words, and V in pairs layout, (Hkv, n_kv / 2, ldvw), or (acc_t) V^T in rows layout, (Hkv, d,
+     * tile per query tile instead measured ~10% of the forward at S = 8192): K in the panels of the
+     * score product's micro-kernel (isa.h, attn_bf16.h: one sequential stream; a rows-layout K
+     * read in place streams the block's rows at once, and that product ran 12-16% slower than the
+     * second), a key tile's panels (BKp rows, BK rounded up to the panel rows) at a time, fp32
+     * floats or bf16 pair words, (Hkv, nkt, BKp, d or d2); where the bf16 table has no panels
+     * (AMX) K in rows layout, (Hkv, n_kv, ldkw) pair words. V as fp32 compact rows of ldc floats,
+     * (Hkv, n_kv, ldc); under bf16 tiles in pairs layout, (Hkv, n_kv / 2, ldvw), or (acc_t) V^T in rows layout, (Hkv, d,
      * ldvt) (V^T's words pair keys: a key tile's are the columns j0 / 2 ..), and per thread Q rows
      * (BQ, d2) | Q^T pairs (d2, ldt) | P^T pairs (BK/2, ldt; under acc_t first the V pairs of a
      * key tile being packed, (BK/2, d)). ldt >= BQ + mr where P^T is read transposed. Key tiles
@@ -340,11 +344,15 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
     const size_t pw_n = (size_t)bk2 * (acc_t && (size_t)d > ldt ? (size_t)d : ldt);
     const size_t per_thread_w = ((size_t)BQ * d2 + (size_t)d2 * ldt + pw_n + 15) / 16 * 16;
     bf16_pair *work_w = bt ? words_zeroed((size_t)nth * per_thread_w) : NULL;
-    bf16_pair *Kall = bt ? words_zeroed((size_t)Hkv * n_kv * ldkw) : NULL;
+    const int kpan = !bt || bt->tile_gemm_panels; /* K in panels */
+    const int pmr = !bt ? sk->gemm_mr : bt->panel_mr, BKp = kpan ? (BK + pmr - 1) / pmr * pmr : 0;
+    /* words or floats of one packed K tile, and where tile kt of kv head g starts */
+    const size_t ktile_n = kpan ? (size_t)BKp * (bt ? d2 : d) : (size_t)BK * ldkw;
+#define K_TILE_AT(base, g, kt) ((base) + ((size_t)(g) * nkt + (size_t)(kt)) * ktile_n)
+    bf16_pair *Kall = bt ? words_zeroed((size_t)Hkv * nkt * ktile_n) : NULL;
     bf16_pair *Vall = bt && !acc_t ? words_zeroed((size_t)Hkv * nkv2 * ldvw) : NULL;
     bf16_pair *VTall = acc_t ? words_zeroed((size_t)Hkv * d * ldvt) : NULL;
-    const int mr = sk->gemm_mr, BKp = (BK + mr - 1) / mr * mr; /* K tiles in panels, BKp rows each */
-    float *Kf = bt ? NULL : xmalloc_aligned((size_t)Hkv * nkt * BKp * d * sizeof(float));
+    float *Kf = bt ? NULL : xmalloc_aligned((size_t)Hkv * nkt * ktile_n * sizeof(float));
     float *Vf = bt ? NULL : xmalloc_aligned((size_t)Hkv * n_kv * ldc * sizeof(float));
 
 #pragma omp parallel num_threads(nth)
@@ -367,7 +375,8 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
             const int g = (int)(t / nkt), j0 = (int)(t % nkt) * BK, bk = j0 + BK <= n_kv ? BK : n_kv - j0;
             const float *ks = k + ((size_t)j0 * Hkv + g) * d, *vs = v + ((size_t)j0 * Hkv + g) * d;
             if (bt) {
-                bt->pack_rows(bk, d, ks, ldk, Kall + ((size_t)g * n_kv + j0) * ldkw, ldkw);
+                if (kpan) bt->pack_panels(bk, d, ks, ldk, K_TILE_AT(Kall, g, t % nkt));
+                else bt->pack_rows(bk, d, ks, ldk, K_TILE_AT(Kall, g, t % nkt), ldkw);
                 if (!acc_t) {
                     bt->pack_pairs(bk, d, vs, ldk, Vall + ((size_t)g * nkv2 + j0 / 2) * ldvw, ldvw);
                 } else { /* V's pairs (an odd last key pairs with 0), then as V^T rows */
@@ -375,7 +384,7 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
                     sk->transpose32((bk + 1) / 2, d, Pw, (size_t)d, VTall + (size_t)g * d * ldvt + j0 / 2, ldvt);
                 }
             } else {
-                sk->pack_panels(bk, d, ks, ldk, Kf + ((size_t)g * nkt * BKp + j0) * d);
+                sk->pack_panels(bk, d, ks, ldk, K_TILE_AT(Kf, g, t % nkt));
                 copy_tile(bk, d, vs, ldk, Vf + ((size_t)g * n_kv + j0) * ldc, ldc);
             }
         } /* implicit barrier: every tile is packed */
@@ -418,10 +427,10 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
                 const int j0 = kt * BK, bk = j0 + BK <= n_kv ? BK : n_kv - j0;
                 /* this tile's packed K and V, and the next visible tile's to prefetch (contiguous:
                  * rows of one 64-byte line) */
-                const bf16_pair *Kw = bt ? Kall + ((size_t)g * n_kv + j0) * ldkw : NULL;
+                const bf16_pair *Kw = bt ? K_TILE_AT(Kall, g, kt) : NULL;
                 const bf16_pair *Vw = bt && !acc_t ? Vall + ((size_t)g * nkv2 + j0 / 2) * ldvw : NULL;
                 const bf16_pair *VTw = acc_t ? VTall + (size_t)g * d * ldvt + j0 / 2 : NULL;
-                const float *Kc = bt ? NULL : Kf + ((size_t)g * nkt * BKp + j0) * d;
+                const float *Kc = bt ? NULL : K_TILE_AT(Kf, g, kt);
                 const float *Vc = bt ? NULL : Vf + ((size_t)g * n_kv + j0) * ldc;
                 /* K and V are contiguous (rows of one 64-byte line), prefetched during the score
                  * product; under acc_t K so, and V^T (d strided rows) during acc^T's */
@@ -430,8 +439,7 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
                     if (tile_class(mask, qr[qt], kr[nt]) == TILE_HIDDEN) continue;
                     const int n0 = nt * BK, nb = n0 + BK <= n_kv ? BK : n_kv - n0;
                     const size_t bytes = bt ? (size_t)nb * ldkw * sizeof(bf16_pair) : (size_t)nb * ldc * sizeof(float);
-                    const void *kb = bt ? (const void *)(Kall + ((size_t)g * n_kv + n0) * ldkw)
-                                        : (const void *)(Kf + ((size_t)g * nkt * BKp + n0) * d);
+                    const void *kb = bt ? (const void *)K_TILE_AT(Kall, g, nt) : (const void *)K_TILE_AT(Kf, g, nt);
                     const void *vb = acc_t ? NULL
                                      : bt  ? (const void *)(Vall + ((size_t)g * nkv2 + n0 / 2) * ldvw)
                                            : (const void *)(Vf + ((size_t)g * n_kv + n0) * ldc);
@@ -468,7 +476,8 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
                     const int c0 = b * bw, cw = c0 + bw < bq ? bw : bq - c0, je = jend[b];
                     /* (the bf16 tiles store K Q^T unscaled and apply alpha in the softmax step:
                      * AMX stores a product with alpha 1 straight from its tiles) */
-                    if (bt) bt->tile_gemm(je, cw, d2, 1.0f, Kw, ldkw, 1, Qw + c0, ldt, 0, ST + c0, ldt, &pf);
+                    if (bt && kpan) bt->tile_gemm_panels(je, cw, d2, 1.0f, Kw, Qw + c0, ldt, 0, ST + c0, ldt, &pf);
+                    else if (bt) bt->tile_gemm(je, cw, d2, 1.0f, Kw, ldkw, 1, Qw + c0, ldt, 0, ST + c0, ldt, &pf);
                     else sk->tile_gemm_panels(je, cw, d, alpha, Kc, Qt + c0, ldt, 0, ST + c0, ldt, &pf);
                     if (cls == TILE_PARTIAL)
                         for (int j = 0; j < je; j++) {
@@ -535,6 +544,7 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
     }
     xfree(work);
     xfree(work_w);
+#undef K_TILE_AT
     xfree(Kall);
     xfree(Vall);
     xfree(VTall);

@@ -48,6 +48,16 @@ typedef struct {
      * A(m, kk) = A[m ars + kk aks] (one of ars, aks is 1), B(kk, n) = B[kk ldb + n] (pairs layout). */
     void (*tile_gemm)(int M, int N, int K2, float alpha, const bf16_pair *A, size_t ars, size_t aks,
                       const bf16_pair *B, size_t ldb, int accumulate, float *C, size_t ldc, Prefetch *pf);
+    /* The same product with A in panels (pack_panels): rows r0 .. r0 + panel_mr - 1 of A for pair
+     * steps 0 .. K2-1 at Ap + r0 K2, a step's panel_mr words contiguous (one sequential stream where a
+     * rows-layout A read in place streams panel_mr rows at once: the forward's score product). NULL
+     * (and panel_mr 0) where the table has none: the AMX tiles load a rows-layout A whole. */
+    void (*tile_gemm_panels)(int M, int N, int K2, float alpha, const bf16_pair *Ap, const bf16_pair *B,
+                             size_t ldb, int accumulate, float *C, size_t ldc, Prefetch *pf);
+    /* dst = the panels of fp32 src (rows, cols; lds) rounded as pack_rows rounds it: ceil(rows /
+     * panel_mr) panels of ceil(cols / 2) x panel_mr words, the rows past `rows` zero */
+    void (*pack_panels)(int rows, int cols, const float *src, size_t lds, bf16_pair *dst);
+    int panel_mr;
     /* dst (rows, ceil(cols / 2) words; ldd) = rows layout of fp32 src (rows, cols; lds), rounded to
      * nearest even; an odd last column pairs with 0. */
     void (*pack_rows)(int rows, int cols, const float *src, size_t lds, bf16_pair *dst, size_t ldd);

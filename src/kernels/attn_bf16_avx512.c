@@ -98,6 +98,50 @@ static void tile_gemm_bf16(int M, int N, int K2, float alpha, const bf16_pair *A
     }
 }
 
+/* A in panels: tile_gemm_bf16's loop order with each row block's panel read in place (the last
+ * one zero-padded by pack_panels_bf16). */
+static void tile_gemm_panels_bf16(int M, int N, int K2, float alpha, const bf16_pair *Ap, const bf16_pair *B,
+                                  size_t ldb, int accumulate, float *C, size_t ldc, Prefetch *pf) {
+    if (tile_gemm_trivial(M, N, K2, accumulate, C, ldc)) return;
+    const int NR = NV * 16, nfull = N / NR * NR, nr = N - nfull;
+    __mmask16 msk[NV];
+    for (int v = 0; v < NV; v++) {
+        int cnt = nr - v * 16;
+        cnt = cnt < 0 ? 0 : cnt > 16 ? 16 : cnt;
+        msk[v] = (__mmask16)((1u << cnt) - 1u);
+    }
+    const int nmb = (M + MR - 1) / MR, n_calls = nmb * ((N + NR - 1) / NR);
+    const int pf_per_call = pf ? (pf->total - pf->next + n_calls - 1) / n_calls : 0;
+    for (int n0 = 0; n0 < N; n0 += NR) {
+        const int masked = n0 >= nfull;
+        for (int mb = 0; mb < nmb; mb++) {
+            const int m0 = mb * MR, mr = M - m0 < MR ? M - m0 : MR;
+            const bf16_pair *ap = Ap + (size_t)m0 * K2;
+            float *Cb = C + (size_t)m0 * ldc + n0;
+            if (pf) prefetch_some(pf, pf_per_call);
+            if (masked) micro(K2, mr, alpha, ap, MR, B + n0, ldb, accumulate, Cb, ldc, 1, msk, 0, 0);
+            else micro(K2, mr, alpha, ap, MR, B + n0, ldb, accumulate, Cb, ldc, 0, msk, 0, 0);
+        }
+    }
+}
+
+/* Panels of MR rows: each block's rows packed (pack_rows, into a stack buffer of up to 64 words a
+ * row at a time), then laid out step-major. */
+static void pack_panels_bf16(int rows, int cols, const float *src, size_t lds, bf16_pair *dst) {
+    enum { CW = 64 }; /* words per chunk of a row */
+    const int k2 = (cols + 1) / 2;
+    bf16_pair buf[MR][CW];
+    for (int m0 = 0; m0 < rows; m0 += MR, dst += (size_t)MR * k2) {
+        const int mr = rows - m0 < MR ? rows - m0 : MR;
+        for (int w0 = 0; w0 < k2; w0 += CW) {
+            const int nw = k2 - w0 < CW ? k2 - w0 : CW, c0 = 2 * w0, nc = cols - c0 < 2 * CW ? cols - c0 : 2 * CW;
+            attn_bf16_pack_rows_avx512(mr, nc, src + (size_t)m0 * lds + c0, lds, &buf[0][0], CW);
+            for (int w = 0; w < nw; w++)
+                for (int r = 0; r < MR; r++) dst[(size_t)(w0 + w) * MR + r] = r < mr ? buf[r][w] : 0u;
+        }
+    }
+}
+
 void attn_bf16_pack_rows_avx512(int rows, int cols, const float *src, size_t lds, bf16_pair *dst, size_t ldd) {
     for (int r = 0; r < rows; r++) {
         const float *s = src + (size_t)r * lds;
@@ -233,6 +277,9 @@ const AttnBf16Tiles attn_bf16_tiles_avx512 = {
     .mr = MR,
     .fwd_acc_transposed = 0, /* see attn_bf16.h */
     .tile_gemm = tile_gemm_bf16,
+    .tile_gemm_panels = tile_gemm_panels_bf16,
+    .pack_panels = pack_panels_bf16,
+    .panel_mr = MR,
     ATTN_BF16_SHARED_FIELDS,
 };
 

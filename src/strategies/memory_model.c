@@ -50,10 +50,11 @@ static int hp_rank_of(int w, int hp, int cp, Placement pl) {
 
 /* The transient buffers of flash attention's kernels for one call of nq query rows and nk key
  * rows (kv_heads key / value heads, group query heads each): per-thread tiles; the compact copies
- * made once per call forward (K and V of every kv head of the call) and once per pass backward (Q
- * and dO of the pass's query heads and rows: attn_backward_pass_rows), as fp32 rows or, with the
- * bf16 tiles (attn_bf16.h, bt non-NULL), as pair words (K rows and V pairs; Q and dO rows and
- * pairs) with per-thread pair-word tiles; in backward one dq copy of the pass per thread beyond
+ * made once per call forward (K and V of every kv head of the call: K in the score product's panels,
+ * whole key tiles) and once per pass backward (Q and dO of the pass's query heads and rows:
+ * attn_backward_pass_rows), as fp32 or, with the bf16 tiles (attn_bf16.h, bt non-NULL), as pair
+ * words (K panels, or rows where the table has none, and V pairs; Q and dO rows and pairs) with
+ * per-thread pair-word tiles; in backward one dq copy of the pass per thread beyond
  * the first, and with several passes the kv head's dK and dV (flash_attention.c). Floats (a pair
  * word is one). */
 static double flash_transient(int threads, double nq, double nk, int kv_heads, int group, int d,
@@ -73,7 +74,10 @@ static double flash_transient(int threads, double nq, double nk, int kv_heads, i
         bwd += 2.0 * ph * pr * ldc;
     } else {
         const double d2 = (d + 1) / 2, bk2 = ((int)fbk + 1) / 2, ldkw = d2 + skew / 2, ldvw = d + skew / 2;
-        fwd += threads * (fbq * d2 + d2 * ldt + bk2 * ldt + 16) + kv_heads * (nk * ldkw + (double)(((long)nk + 1) / 2) * ldvw);
+        /* K a key tile at a time: in the table's panels, or (AMX) rows of ldkw words */
+        const double ktile = bt->panel_mr ? ceil(fbk / bt->panel_mr) * bt->panel_mr * d2 : fbk * ldkw;
+        fwd += threads * (fbq * d2 + d2 * ldt + bk2 * ldt + 16) +
+               kv_heads * (ceil(nk / fbk) * ktile + (double)(((long)nk + 1) / 2) * ldvw);
         const double b_bk2 = ((int)bbk + 1) / 2, b_bq2 = ((int)bbq + 1) / 2, ldsw = b_bk2 + skew;
         bwd += threads * (2.0 * d2 * ldp + b_bk2 * ldc + bbk * d2 + b_bq2 * ldp + bbq * ldsw + 16) +
                2.0 * ph * pr * ldkw + 2.0 * ph * (double)(((long)pr + 1) / 2) * ldvw;
