@@ -251,7 +251,6 @@ double attn_forward_flops(const AttnShape *s, const int *q_pos, const int *kv_po
     return 4.0 * s->head_dim * (double)s->n_heads * pairs;
 }
 
-/* dst (cols, ld_dst) = src (rows, cols; ld_src)^T. */
 /* dst (rows, cols; ld_dst) = src (rows, cols; ld_src): gathers a strided head slice into a
  * compact tile, so that the kernel's operand rows are not a power of two apart. */
 static void copy_tile(int rows, int cols, const float *src, size_t ld_src, float *dst, size_t ld_dst) {
@@ -333,12 +332,13 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
      * read in place streams the block's rows at once, and that product ran 12-16% slower than the
      * second), a key tile's panels (BKp rows, BK rounded up to the panel rows) at a time, fp32
      * floats or bf16 pair words, (Hkv, nkt, BKp, d or d2); where the bf16 table has no panels
-     * (AMX) K in rows layout, (Hkv, n_kv, ldkw) pair words. V as fp32 compact rows of ldc floats,
-     * (Hkv, n_kv, ldc); under bf16 tiles in pairs layout, (Hkv, n_kv / 2, ldvw), or (acc_t) V^T in rows layout, (Hkv, d,
-     * ldvt) (V^T's words pair keys: a key tile's are the columns j0 / 2 ..), and per thread Q rows
-     * (BQ, d2) | Q^T pairs (d2, ldt) | P^T pairs (BK/2, ldt; under acc_t first the V pairs of a
-     * key tile being packed, (BK/2, d)). ldt >= BQ + mr where P^T is read transposed. Key tiles
-     * start at even rows (BK even), so a tile's pairs are the call's. */
+     * (AMX) K in rows layout, (Hkv, nkt, BK, ldkw) pair words. V as fp32 compact rows of ldc
+     * floats, (Hkv, n_kv, ldc); under bf16 tiles in pairs layout, (Hkv, n_kv / 2, ldvw), or (acc_t)
+     * V^T in rows layout, (Hkv, d, ldvt) (V^T's words pair keys: a key tile's are the columns
+     * j0 / 2 ..), and per thread Q rows (BQ, d2) | Q^T pairs (d2, ldt) | P^T pairs (BK/2, ldt;
+     * under acc_t first the V pairs of a key tile being packed, (BK/2, d)). ldt >= BQ + mr where
+     * P^T is read transposed. Key tiles start at even rows (BK even), so a tile's pairs are the
+     * call's. */
     const int d2 = (d + 1) / 2, bk2 = (BK + 1) / 2, nkv2 = (n_kv + 1) / 2;
     const size_t ldkw = (size_t)d2 + FA_SKEW / 2, ldvw = (size_t)d + FA_SKEW / 2, ldvt = (size_t)nkv2 + FA_SKEW / 2;
     const size_t pw_n = (size_t)bk2 * (acc_t && (size_t)d > ldt ? (size_t)d : ldt);

@@ -65,9 +65,12 @@ static inline __attribute__((always_inline)) void micro(int K2, int mr, float al
     }
 }
 
-/* Column blocks outside (a 64-column panel of B stays in L1), row blocks inside. */
-static void tile_gemm_bf16(int M, int N, int K2, float alpha, const bf16_pair *A, size_t ars, size_t aks,
-                           const bf16_pair *B, size_t ldb, int accumulate, float *C, size_t ldc, Prefetch *pf) {
+/* Column blocks outside (a 64-column panel of B stays in L1), row blocks inside; A in rows layout,
+ * transposed, or (panels) in MR-row panels read in place. */
+static inline __attribute__((always_inline)) void gemm_loops_bf16(int M, int N, int K2, float alpha,
+                                                                  const bf16_pair *A, size_t ars, size_t aks,
+                                                                  const int panels, const bf16_pair *B, size_t ldb,
+                                                                  int accumulate, float *C, size_t ldc, Prefetch *pf) {
     if (tile_gemm_trivial(M, N, K2, accumulate, C, ldc)) return;
     const int NR = NV * 16, nfull = N / NR * NR, nr = N - nfull;
     __mmask16 msk[NV];
@@ -76,7 +79,7 @@ static void tile_gemm_bf16(int M, int N, int K2, float alpha, const bf16_pair *A
         cnt = cnt < 0 ? 0 : cnt > 16 ? 16 : cnt;
         msk[v] = (__mmask16)((1u << cnt) - 1u);
     }
-    const int nmb = (M + MR - 1) / MR, rows_mode = ars != 1;
+    const int nmb = (M + MR - 1) / MR, rows_mode = !panels && ars != 1;
     const int n_calls = nmb * ((N + NR - 1) / NR);
     const int pf_per_call = pf ? (pf->total - pf->next + n_calls - 1) / n_calls : 0;
     for (int n0 = 0; n0 < N; n0 += NR) {
@@ -90,39 +93,24 @@ static void tile_gemm_bf16(int M, int N, int K2, float alpha, const bf16_pair *A
                 if (masked) micro(K2, mr, alpha, a0, 1, B + n0, ldb, accumulate, Cb, ldc, 1, msk, 1, ars);
                 else micro(K2, mr, alpha, a0, 1, B + n0, ldb, accumulate, Cb, ldc, 0, msk, 1, ars);
             } else {
-                const bf16_pair *a0 = A + (size_t)m0;
-                if (masked) micro(K2, mr, alpha, a0, aks, B + n0, ldb, accumulate, Cb, ldc, 1, msk, 0, 0);
-                else micro(K2, mr, alpha, a0, aks, B + n0, ldb, accumulate, Cb, ldc, 0, msk, 0, 0);
+                const bf16_pair *a0 = panels ? A + (size_t)m0 * K2 : A + (size_t)m0;
+                const size_t apk = panels ? MR : aks;
+                if (masked) micro(K2, mr, alpha, a0, apk, B + n0, ldb, accumulate, Cb, ldc, 1, msk, 0, 0);
+                else micro(K2, mr, alpha, a0, apk, B + n0, ldb, accumulate, Cb, ldc, 0, msk, 0, 0);
             }
         }
     }
 }
 
-/* A in panels: tile_gemm_bf16's loop order with each row block's panel read in place (the last
- * one zero-padded by pack_panels_bf16). */
+static void tile_gemm_bf16(int M, int N, int K2, float alpha, const bf16_pair *A, size_t ars, size_t aks,
+                           const bf16_pair *B, size_t ldb, int accumulate, float *C, size_t ldc, Prefetch *pf) {
+    gemm_loops_bf16(M, N, K2, alpha, A, ars, aks, 0, B, ldb, accumulate, C, ldc, pf);
+}
+
+/* A in panels (pack_panels_bf16; the last one zero-padded). */
 static void tile_gemm_panels_bf16(int M, int N, int K2, float alpha, const bf16_pair *Ap, const bf16_pair *B,
                                   size_t ldb, int accumulate, float *C, size_t ldc, Prefetch *pf) {
-    if (tile_gemm_trivial(M, N, K2, accumulate, C, ldc)) return;
-    const int NR = NV * 16, nfull = N / NR * NR, nr = N - nfull;
-    __mmask16 msk[NV];
-    for (int v = 0; v < NV; v++) {
-        int cnt = nr - v * 16;
-        cnt = cnt < 0 ? 0 : cnt > 16 ? 16 : cnt;
-        msk[v] = (__mmask16)((1u << cnt) - 1u);
-    }
-    const int nmb = (M + MR - 1) / MR, n_calls = nmb * ((N + NR - 1) / NR);
-    const int pf_per_call = pf ? (pf->total - pf->next + n_calls - 1) / n_calls : 0;
-    for (int n0 = 0; n0 < N; n0 += NR) {
-        const int masked = n0 >= nfull;
-        for (int mb = 0; mb < nmb; mb++) {
-            const int m0 = mb * MR, mr = M - m0 < MR ? M - m0 : MR;
-            const bf16_pair *ap = Ap + (size_t)m0 * K2;
-            float *Cb = C + (size_t)m0 * ldc + n0;
-            if (pf) prefetch_some(pf, pf_per_call);
-            if (masked) micro(K2, mr, alpha, ap, MR, B + n0, ldb, accumulate, Cb, ldc, 1, msk, 0, 0);
-            else micro(K2, mr, alpha, ap, MR, B + n0, ldb, accumulate, Cb, ldc, 0, msk, 0, 0);
-        }
-    }
+    gemm_loops_bf16(M, N, K2, alpha, Ap, 0, 0, 1, B, ldb, accumulate, C, ldc, pf);
 }
 
 /* Panels of MR rows: each block's rows packed (pack_rows, into a stack buffer of up to 64 words a

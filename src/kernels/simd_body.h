@@ -82,9 +82,12 @@ static void pack_panel(float *dst, const float *A, size_t ars, size_t aks, int m
  * contiguous and are read in place (the partial last row block is packed, zero-padded); stored
  * row-major (aks == 1) the kernel broadcasts from GEMM_MR row pointers (rows mode). Packing a
  * row-major A instead measured slower: at N = head_dim = 64 the scalar transposing copy costs a
- * quarter of the product. */
-static void sb_tile_gemm(int M, int N, int K, float alpha, const float *A, size_t ars, size_t aks, const float *B,
-                         size_t ldb, int accumulate, float *C, size_t ldc, Prefetch *pf) {
+ * quarter of the product. An A its caller packs once for many products (the forward's K) comes in
+ * panels instead (tile_gemm_panels): one sequential stream. */
+static inline __attribute__((always_inline)) void gemm_loops(int M, int N, int K, float alpha, const float *A,
+                                                             size_t ars, size_t aks, const int panels,
+                                                             const float *B, size_t ldb, int accumulate, float *C,
+                                                             size_t ldc, Prefetch *pf) {
     if (tile_gemm_trivial(M, N, K, accumulate, C, ldc)) return;
     const int NR = GEMM_NV * VL, nfull = N / NR * NR, nr = N - nfull;
     VM msk[GEMM_NV];
@@ -92,8 +95,8 @@ static void sb_tile_gemm(int M, int N, int K, float alpha, const float *A, size_
         int cnt = nr - v * VL;
         msk[v] = vmask(cnt < 0 ? 0 : cnt > VL ? VL : cnt);
     }
-    const int nmb = (M + GEMM_MR - 1) / GEMM_MR, rows_mode = ars != 1;
-    const int edge = !rows_mode && M % GEMM_MR; /* in place, with a partial last row block */
+    const int nmb = (M + GEMM_MR - 1) / GEMM_MR, rows_mode = !panels && ars != 1;
+    const int edge = !panels && !rows_mode && M % GEMM_MR; /* in place, with a partial last row block */
     const int KC = edge && K > SB_PACK / GEMM_MR ? SB_PACK / GEMM_MR : K;
     const int n_calls = nmb * ((N + NR - 1) / NR) * ((K + KC - 1) / KC);
     const int pf_per_call = pf ? (pf->total - pf->next + n_calls - 1) / n_calls : 0;
@@ -112,9 +115,9 @@ static void sb_tile_gemm(int M, int N, int K, float alpha, const float *A, size_
                     const float *a0 = A + (size_t)m0 * ars + (size_t)k0 * aks;
                     if (masked) micro(kc, mr, alpha, a0, 1, Bk + n0, ldb, acc, Cb, ldc, 1, msk, 1, ars);
                     else micro(kc, mr, alpha, a0, 1, Bk + n0, ldb, acc, Cb, ldc, 0, msk, 1, ars);
-                } else {
-                    const float *ap = mr == GEMM_MR ? A + (size_t)m0 + (size_t)k0 * aks : pack;
-                    const size_t apk = mr == GEMM_MR ? aks : GEMM_MR;
+                } else { /* a panel (this row block's, or the packed edge) or a transposed A in place */
+                    const float *ap = panels ? A + (size_t)m0 * K : mr == GEMM_MR ? A + (size_t)m0 + (size_t)k0 * aks : pack;
+                    const size_t apk = panels || mr < GEMM_MR ? GEMM_MR : aks;
                     if (masked) micro(kc, mr, alpha, ap, apk, Bk + n0, ldb, acc, Cb, ldc, 1, msk, 0, 0);
                     else micro(kc, mr, alpha, ap, apk, Bk + n0, ldb, acc, Cb, ldc, 0, msk, 0, 0);
                 }
@@ -123,30 +126,16 @@ static void sb_tile_gemm(int M, int N, int K, float alpha, const float *A, size_
     }
 }
 
-/* A in panels (isa.h): the loop order of sb_tile_gemm, each row block's panel read in place (the
- * last one zero-padded by pack_panels, so no edge copy). */
+static void sb_tile_gemm(int M, int N, int K, float alpha, const float *A, size_t ars, size_t aks, const float *B,
+                         size_t ldb, int accumulate, float *C, size_t ldc, Prefetch *pf) {
+    gemm_loops(M, N, K, alpha, A, ars, aks, 0, B, ldb, accumulate, C, ldc, pf);
+}
+
+/* A in panels (isa.h): the same loops, each row block's panel read in place (the last one
+ * zero-padded by pack_panels, so no edge copy; K is never split). */
 static void sb_tile_gemm_panels(int M, int N, int K, float alpha, const float *Ap, const float *B, size_t ldb,
                                 int accumulate, float *C, size_t ldc, Prefetch *pf) {
-    if (tile_gemm_trivial(M, N, K, accumulate, C, ldc)) return;
-    const int NR = GEMM_NV * VL, nfull = N / NR * NR, nr = N - nfull;
-    VM msk[GEMM_NV];
-    for (int v = 0; v < GEMM_NV; v++) {
-        int cnt = nr - v * VL;
-        msk[v] = vmask(cnt < 0 ? 0 : cnt > VL ? VL : cnt);
-    }
-    const int nmb = (M + GEMM_MR - 1) / GEMM_MR, n_calls = nmb * ((N + NR - 1) / NR);
-    const int pf_per_call = pf ? (pf->total - pf->next + n_calls - 1) / n_calls : 0;
-    for (int n0 = 0; n0 < N; n0 += NR) {
-        const int masked = n0 >= nfull;
-        for (int mb = 0; mb < nmb; mb++) {
-            const int m0 = mb * GEMM_MR, mr = M - m0 < GEMM_MR ? M - m0 : GEMM_MR;
-            const float *ap = Ap + (size_t)m0 * K;
-            float *Cb = C + (size_t)m0 * ldc + n0;
-            if (pf) prefetch_some(pf, pf_per_call);
-            if (masked) micro(K, mr, alpha, ap, GEMM_MR, B + n0, ldb, accumulate, Cb, ldc, 1, msk, 0, 0);
-            else micro(K, mr, alpha, ap, GEMM_MR, B + n0, ldb, accumulate, Cb, ldc, 0, msk, 0, 0);
-        }
-    }
+    gemm_loops(M, N, K, alpha, Ap, 0, 0, 1, B, ldb, accumulate, C, ldc, pf);
 }
 
 /* A panel is its rows' block transposed, (cols, GEMM_MR); the missing rows of a last partial one
