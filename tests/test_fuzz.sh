@@ -12,7 +12,7 @@ ART=${FUZZ_ARTIFACTS:-build-fuzz/artifacts}
 pass=0
 fail=0
 log=$(mktemp)
-if ! make -s fuzz >"$log" 2>&1; then
+if ! make -s -j"$(nproc 2>/dev/null || echo 2)" fuzz >"$log" 2>&1; then
     echo "FAIL: make fuzz: $(tail -n 3 "$log") (scripts/install-deps.sh installs clang and libFuzzer)"
     echo "test_fuzz: 0 passed, 1 failed"
     rm -f "$log"
