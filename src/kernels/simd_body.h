@@ -8,7 +8,9 @@
  *   SIMD_TABLE, SIMD_LEVEL
  * and then include this file. Every function here is static: each object file has its own copy,
  * built for its instruction set, reachable only through its table (isa.h). Masked lanes (vload_m)
- * read as 0 and are never stored; a mask of n lanes covers lanes 0..n-1 (0 <= n <= VL). */
+ * read as 0 and are never stored; a mask of n lanes covers lanes 0..n-1 (0 <= n <= VL). The word
+ * transposes (sb_transpose32, sb_pack_panels) use 256-bit AVX registers directly where VL > 1:
+ * every vector path has AVX2. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
