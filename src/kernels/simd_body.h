@@ -9,8 +9,8 @@
  * and then include this file. Every function here is static: each object file has its own copy,
  * built for its instruction set, reachable only through its table (isa.h). Masked lanes (vload_m)
  * read as 0 and are never stored; a mask of n lanes covers lanes 0..n-1 (0 <= n <= VL). The word
- * transposes (sb_transpose32, sb_pack_panels) use 256-bit AVX registers directly where VL > 1:
- * every vector path has AVX2. */
+ * transposes (sb_transpose32, and through it sb_pack_panels) use 256-bit AVX registers directly
+ * where VL > 1: every vector path has AVX2. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -140,48 +140,37 @@ static void sb_tile_gemm_panels(int M, int N, int K, float alpha, const float *A
     gemm_loops(M, N, K, alpha, Ap, 0, 0, 1, B, ldb, accumulate, C, ldc, pf);
 }
 
+static void sb_transpose32(int rows, int cols, const void *src, size_t ld_src, void *dst, size_t ld_dst);
+
 /* A panel is its rows' block transposed, (cols, GEMM_MR); the missing rows of a last partial one
- * are zero. Six rows at a time on the AVX paths: 8 x 8 blocks with two zero rows, each column's
- * six words stored as four and two (a masked store is microcoded on AMD's cores). */
+ * are zero. */
 static void sb_pack_panels(int rows, int cols, const float *src, size_t ld, float *dst) {
     for (int m0 = 0; m0 < rows; m0 += GEMM_MR, dst += (size_t)GEMM_MR * cols) {
         const int mr = rows - m0 < GEMM_MR ? rows - m0 : GEMM_MR;
-        const float *a = src + (size_t)m0 * ld;
-        int k0 = 0;
-#if VL > 1 && GEMM_MR == 6
-        if (mr == 6)
-            for (; k0 + 8 <= cols; k0 += 8) {
-                __m256 r[8];
-#pragma GCC unroll 6
-                for (int i = 0; i < 6; i++) r[i] = _mm256_loadu_ps(a + (size_t)i * ld + k0);
-                r[6] = r[7] = _mm256_setzero_ps();
-                const __m256 b0 = _mm256_unpacklo_ps(r[0], r[1]), b1 = _mm256_unpackhi_ps(r[0], r[1]);
-                const __m256 b2 = _mm256_unpacklo_ps(r[2], r[3]), b3 = _mm256_unpackhi_ps(r[2], r[3]);
-                const __m256 b4 = _mm256_unpacklo_ps(r[4], r[5]), b5 = _mm256_unpackhi_ps(r[4], r[5]);
-                const __m256 c[8] = {_mm256_shuffle_ps(b0, b2, 0x44), _mm256_shuffle_ps(b0, b2, 0xEE),
-                                     _mm256_shuffle_ps(b1, b3, 0x44), _mm256_shuffle_ps(b1, b3, 0xEE),
-                                     _mm256_shuffle_ps(b4, r[6], 0x44), _mm256_shuffle_ps(b4, r[6], 0xEE),
-                                     _mm256_shuffle_ps(b5, r[6], 0x44), _mm256_shuffle_ps(b5, r[6], 0xEE)};
-                float *q = dst + (size_t)k0 * 6;
-#pragma GCC unroll 8
-                for (int j = 0; j < 8; j++) { /* step k0 + j: rows 0-3 from c[j % 4], 4-5 from c[j % 4 + 4] */
-                    const __m256 col = j < 4 ? _mm256_permute2f128_ps(c[j], c[j + 4], 0x20)
-                                             : _mm256_permute2f128_ps(c[j - 4], c[j], 0x31);
-                    _mm_storeu_ps(q + 6 * j, _mm256_castps256_ps128(col));
-                    _mm_storel_pi((__m64 *)(q + 6 * j + 4), _mm256_extractf128_ps(col, 1));
-                }
-            }
-#endif
-        for (int k = k0; k < cols; k++)
-            for (int r = 0; r < GEMM_MR; r++) dst[(size_t)k * GEMM_MR + r] = r < mr ? a[(size_t)r * ld + k] : 0.0f;
+        sb_transpose32(mr, cols, src + (size_t)m0 * ld, ld, dst, GEMM_MR);
+        for (int k = 0; mr < GEMM_MR && k < cols; k++)
+            for (int r = mr; r < GEMM_MR; r++) dst[(size_t)k * GEMM_MR + r] = 0.0f;
     }
 }
 
 /* Transposition of 4-byte words: in 8 x 8 blocks of AVX registers where the path has them (two
  * rounds of unpacks and one of 128-bit lane swaps, no scalar gathers; a last block of fewer rows
- * reads zeros for the missing ones and stores only its rows), the columns past the last whole
- * eight word by word. */
+ * reads zeros for the missing ones and stores only its rows, as 4-, 2- and 1-word stores: a
+ * masked store is microcoded on AMD's cores, and the panels of pack_panels are 6-row blocks), the
+ * columns past the last whole eight word by word. */
 #if VL > 1
+/* the first n (1..8) lanes of x at q, unmasked */
+static inline __attribute__((always_inline)) void store_lanes(float *q, __m256 x, int n) {
+    if (n == 8) {
+        _mm256_storeu_ps(q, x);
+        return;
+    }
+    __m128 h = _mm256_castps256_ps128(x);
+    if (n >= 4) _mm_storeu_ps(q, h), h = _mm256_extractf128_ps(x, 1), q += 4, n -= 4;
+    if (n >= 2) _mm_storel_pi((__m64 *)q, h), h = _mm_movehl_ps(h, h), q += 2, n -= 2;
+    if (n) _mm_store_ss(q, h);
+}
+
 static inline __attribute__((always_inline)) void transpose8x8(const float *p, size_t ld_src, int nrow, float *q,
                                                                size_t ld_dst) {
     __m256 a[8];
@@ -196,13 +185,11 @@ static inline __attribute__((always_inline)) void transpose8x8(const float *p, s
                          _mm256_shuffle_ps(b1, b3, 0x44), _mm256_shuffle_ps(b1, b3, 0xEE),
                          _mm256_shuffle_ps(b4, b6, 0x44), _mm256_shuffle_ps(b4, b6, 0xEE),
                          _mm256_shuffle_ps(b5, b7, 0x44), _mm256_shuffle_ps(b5, b7, 0xEE)};
-    const __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(nrow), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 #pragma GCC unroll 8
     for (int j = 0; j < 8; j++) { /* column j: rows 0-3 from c[j % 4], rows 4-7 from c[j % 4 + 4] */
         const __m256 col = j < 4 ? _mm256_permute2f128_ps(c[j], c[j + 4], 0x20)
                                  : _mm256_permute2f128_ps(c[j - 4], c[j], 0x31);
-        if (nrow == 8) _mm256_storeu_ps(q + j * ld_dst, col);
-        else _mm256_maskstore_ps(q + j * ld_dst, keep, col);
+        store_lanes(q + j * ld_dst, col, nrow);
     }
 }
 #endif
@@ -218,6 +205,7 @@ static void sb_transpose32(int rows, int cols, const void *src, size_t ld_src, v
             const float *p = (const float *)(s + (size_t)r0 * ld_src + c0);
             float *q = (float *)(t + (size_t)c0 * ld_dst + r0);
             if (nrow == 8) transpose8x8(p, ld_src, 8, q, ld_dst);
+            else if (nrow == 6) transpose8x8(p, ld_src, 6, q, ld_dst); /* pack_panels' blocks */
             else transpose8x8(p, ld_src, nrow, q, ld_dst);
         }
 #endif
