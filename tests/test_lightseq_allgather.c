@@ -339,7 +339,7 @@ static void run_case(const ScheduleInfo *si, const Topology *t, Comm *cm, TokenL
     AttnShape as = {.n_q = n, .n_kv = n, .n_heads = H, .n_kv_heads = Hkv, .head_dim = d};
     attn_backward_delta(&as, o, dout, delta);
     comm_stats_reset(cm);
-    s->backward(s, q, kv, o, lse, delta, dout, dq, dkv);
+    s->backward(s, q, kv, lse, delta, dout, dq, dkv);
     CommStats bst = cm->stats;
 
     double eo = row_err(o, R->o, pos, n, H * d, O_ATOL, 0);

@@ -335,7 +335,7 @@ static void run_case(const Topology *t, Comm *cm, int C, TokenLayout layout, con
                      .mask = ATTN_CAUSAL};
     attn_backward_delta(&ash, o, dout, delta);
     comm_stats_reset(cm);
-    s->backward(s, q, kv, o, lse, delta, dout, dq, dkv);
+    s->backward(s, q, kv, lse, delta, dout, dq, dkv);
     st = cm->stats;
     check_stats(t, cm, &me, &st, &vr, 1, what);
     copy_volume(&st, vmax.bwd, vmax.bwd_msgs);

@@ -10,8 +10,10 @@
  *
  * Shapes: q, o, dq, dout (N, H, d); k, v, dk, dv (N, Hkv, d); `saved`: a per-layer buffer of
  * saved_floats floats that forward fills and backward reads. When keeps_inputs is set, `saved`
- * holds the strategy's own copies of what its backward needs (head-parallel q, k, v, o and lse),
- * so backward does not read q, k, v or o and the model need not keep them (it passes NULL).
+ * holds the strategy's own copies of q, k, v (head-parallel q, k, v and lse), so backward does
+ * not read q, k or v and the model need not keep them (it passes NULL); backward still takes o,
+ * the forward's output as the model keeps it for o_proj (bf16-rounded under --precision bf16),
+ * for delta = rowsum(dout * o), except chunk-streaming strategies, which keep their own.
  *
  * Selective checkpointing (Selective Checkpoint++ / LightSeq's rematerialization-aware
  * checkpointing): `saved` is split into a recomputable prefix and a KEPT suffix, the last
@@ -19,10 +21,11 @@
  * that checkpoints selectively keeps, per layer, only the kept suffix and the local output o; in
  * backward it recomputes q, k, v (after RoPE), copies the kept suffix back into a full `saved`
  * buffer and calls restore(), which rebuilds the prefix exactly as forward left it without running
- * attention (distributed: the head exchange of q, k, v and of o, i.e. all-to-alls, no attention
- * compute). backward() then runs from the saved output and lse: attention's forward runs once.
- * Every prefix float restore() writes is a copy of q, k, v or o, so backward after restore() is
- * bit-identical to backward after forward().
+ * attention (distributed: the head exchange of q, k, v (and FPDT's of o), all-to-alls, no
+ * attention compute).
+ * backward() then runs from the output o and the kept lse: attention's forward runs once. Every
+ * prefix float restore() writes is a copy of q, k, v or (FPDT, which keeps its o_h chunks) o,
+ * so backward after restore() is bit-identical to backward after forward().
  *
  * Chunk streaming (optional; FPDT, paper 003 §4): a strategy with stream_chunks = u > 1 lets the
  * model run a layer chunk by chunk, so that no (N, .) activation of the layer exists whole. Local
@@ -60,7 +63,7 @@ struct SeqAttention {
     void *ctx;
     AttnHeads heads;
     size_t saved_floats; /* per layer */
-    int keeps_inputs;    /* backward ignores q, k, v, o (may be NULL) */
+    int keeps_inputs;    /* backward ignores q, k, v (may be NULL); o is still read (see above) */
     size_t kept_floats;  /* the suffix of `saved` that restore() cannot rebuild (<= saved_floats) */
     /* The prefix of `saved` that holds only copies of q, k, v (the head-parallel q_h, kv_h): when
      * the model passes bf16-rounded q, k, v (--precision bf16) its values are bf16, so the model

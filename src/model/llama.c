@@ -122,7 +122,8 @@ typedef struct {
     float *q, *k, *v; /* (N, H*d), (N, Hkv*d), (N, Hkv*d), after RoPE; shared scratch (not kept)
                          when the strategy keeps its own copies (keeps_inputs) */
     float *o;         /* (N, H*d) attention output (o_proj's weight gradient reads it) */
-    float *saved;     /* strategy's saved state (lse; head-parallel q, k, v, o, lse when distributed) */
+    float *saved;     /* strategy's saved state (lse; head-parallel q, k, v, lse when distributed; FPDT
+                         also its o_h chunks) */
     float *kept;      /* selective, when the strategy's saved state has a recomputable part: this
                          layer's copy of the kept suffix (the lse); NULL otherwise */
     float *x_mid;     /* (N, D) residual after attention */
@@ -132,7 +133,7 @@ typedef struct {
      * here; q, k, v, o above then point at the shared fp32 set a->wq.. (see layer_convert) */
     bf16_t *q16, *k16, *v16, *o16;
     /* bf16, none, a strategy with a bf16 prefix (SeqAttention.bf16_floats: its copies of q, k, v):
-     * the prefix as bf16 and the rest (o_h, lse_h) as fp32; saved above then points at the shared
+     * the prefix as bf16 and the rest (lse_h) as fp32; saved above then points at the shared
      * fp32 buffer a->wsaved */
     bf16_t *saved16;
     float *saved_rest;
@@ -618,6 +619,10 @@ static void attn_block_forward(const LlamaModel *m, LlamaActs *a, SeqAttention *
     LayerActs *L = &a->layers[l];
     qkv_forward(m, a, l);
     attn->forward(attn, L->q, L->k, L->v, L->o, L->saved);
+    /* bf16: o rounded in place, under every checkpoint mode: o_proj (forward and weight gradient)
+     * rounds it anyway, and the attention backward's delta = rowsum(dout * o) then reads the same
+     * o whether the layer kept it (as bf16) or recomputed it */
+    if (a->precision == PRECISION_BF16) bf16_round(L->o, (size_t)a->N * m->cfg.num_attention_heads * m->cfg.head_dim);
     if (L->kept)
         memcpy(L->kept, L->saved + (attn->saved_floats - attn->kept_floats), sizeof(float) * attn->kept_floats);
     residual_attn(m, a, l);
@@ -738,8 +743,8 @@ static void layer_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn, int 
         mm_backward(a, a->dout + (size_t)r0 * qd, g->o_proj, a->dx + (size_t)r0 * D, L->o + (size_t)r0 * qd,
                     w->o_proj, ffn_chunk_rows(a, a->N, r0), H * hd, D);
     if (a->precision == PRECISION_BF16) bf16_round(a->dout, (size_t)N * H * hd); /* attention's dout is bf16 */
-    if (attn->keeps_inputs)
-        attn->backward(attn, NULL, NULL, NULL, NULL, L->saved, a->dout, a->dq, a->dk, a->dv);
+    if (attn->keeps_inputs) /* its own q, k, v are in `saved`; o is read for delta */
+        attn->backward(attn, NULL, NULL, NULL, L->o, L->saved, a->dout, a->dq, a->dk, a->dv);
     else
         attn->backward(attn, L->q, L->k, L->v, L->o, L->saved, a->dout, a->dq, a->dk, a->dv);
     rope_backward(a->dq, a->rope_cos, a->rope_sin, N, H, hd);

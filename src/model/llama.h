@@ -153,10 +153,11 @@ int llama_input_chunks(long N);
  * model keeps them, and o; under none also the strategy's own copies of q, k, v in its saved
  * state, SeqAttention.bf16_floats: the head-parallel q_h, kv_h, FPDT's RAM-tier chunks) are
  * stored as bf16, widened into one shared fp32 set before the layer's backward (the copies of
- * q, k, v bit for bit, as they are bf16 values already; o is rounded, as o_proj takes it rounded
- * anyway, and the single-process attention backward reads that o for its delta). Parameters,
- * gradients, the residual stream (layer inputs, x_mid), norms, RoPE tables, the strategies' o_h
- * and lse, the LM head and the loss stay fp32 (the head's logits and the cross-entropy are where
+ * q, k, v bit for bit, as they are bf16 values already; o is rounded in place after attention
+ * under every checkpoint mode, as o_proj takes it rounded anyway, and every strategy's attention
+ * backward reads that o for its delta; FPDT rounds its o_h chunks alike). Parameters, gradients,
+ * the residual stream (layer inputs, x_mid), norms, RoPE tables, the strategies' lse, the LM head
+ * and the loss stay fp32 (the head's logits and the cross-entropy are where
  * bf16 loses most; a bf16 residual stream would change the forward's numbers). */
 
 /* Activations for N local tokens. llama_acts_create(m, attn, N, checkpoint) is

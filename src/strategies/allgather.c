@@ -103,9 +103,8 @@ static void ag_forward(ContextSchedule *s, const float *q, const float *kv, floa
     }
 }
 
-static void ag_backward(ContextSchedule *s, const float *q, const float *kv, const float *o, const float *lse,
-                        const float *delta, const float *dout, float *dq, float *dkv) {
-    (void)o;
+static void ag_backward(ContextSchedule *s, const float *q, const float *kv, const float *lse, const float *delta,
+                        const float *dout, float *dq, float *dkv) {
     AgCtx *x = ag_of(s);
     const float *all = gather_kv(x, kv);
     float *dall = x->P == 1 ? dkv : x->dkv_all;

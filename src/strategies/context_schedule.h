@@ -55,10 +55,11 @@ struct ContextSchedule {
     void (*set_positions)(ContextSchedule *s, const int *all_pos, const int *all_doc);
     /* Writes o (n, heads, d) and lse (n, heads): the exact attention of the slot's queries. */
     void (*forward)(ContextSchedule *s, const float *q, const float *kv, float *o, float *lse);
-    /* lse is the forward's final lse, delta = rowsum(dout * o) (n, heads). OVERWRITES dq (n, heads,
-     * d) and dkv (2, n, kv_heads, d) with the gradients of this slot's q and kv. */
-    void (*backward)(ContextSchedule *s, const float *q, const float *kv, const float *o, const float *lse,
-                     const float *delta, const float *dout, float *dq, float *dkv);
+    /* lse is the forward's final lse, delta = rowsum(dout * o) (n, heads): the backward needs no o.
+     * OVERWRITES dq (n, heads, d) and dkv (2, n, kv_heads, d) with the gradients of this slot's q
+     * and kv. */
+    void (*backward)(ContextSchedule *s, const float *q, const float *kv, const float *lse, const float *delta,
+                     const float *dout, float *dq, float *dkv);
     void (*destroy)(ContextSchedule *s);
 };
 

@@ -16,13 +16,14 @@ typedef struct {
     int S, N, n, Hl, Hk, d;
     int *all_pos;             /* (S) positions of the whole sp group, slot-major */
     int *all_doc;             /* (S) their document ids (packed sequences), same order */
+    float *o_h;               /* (n, Hl, d) the forward's head-parallel output, until the exchange back */
+    float *delta_loc;         /* (N, H) delta = rowsum(dout * o) of the local rows */
     float *dout_h, *delta, *dq_h, *dkv_h;
     AttnWork last;            /* work of the last forward / backward */
 } Dist;
 
 static size_t off_kv(const Dist *x) { return (size_t)x->n * x->Hl * x->d; }
-static size_t off_o(const Dist *x) { return off_kv(x) + 2 * (size_t)x->n * x->Hk * x->d; }
-static size_t off_lse(const Dist *x) { return off_o(x) + (size_t)x->n * x->Hl * x->d; }
+static size_t off_lse(const Dist *x) { return off_kv(x) + 2 * (size_t)x->n * x->Hk * x->d; }
 static size_t saved_total(const Dist *x) { return off_lse(x) + (size_t)x->n * x->Hl; }
 
 static void dist_set_positions(SeqAttention *sa, const int *positions, const int *docs) {
@@ -40,12 +41,12 @@ static void dist_set_positions(SeqAttention *sa, const int *positions, const int
 
 static void dist_forward(SeqAttention *sa, const float *q, const float *k, const float *v, float *o, float *saved) {
     Dist *x = sa->ctx;
-    float *q_h = saved, *kv_h = saved + off_kv(x), *o_h = saved + off_o(x), *lse_h = saved + off_lse(x);
+    float *q_h = saved, *kv_h = saved + off_kv(x), *lse_h = saved + off_lse(x);
     BlockAttn *b = x->sched->blocks;
     b->work.fwd_calls = b->work.fwd_cells = 0;
     head_exchange_qkv(&x->hx, q, k, v, q_h, kv_h);
-    x->sched->forward(x->sched, q_h, kv_h, o_h, lse_h);
-    head_exchange_out(&x->hx, o_h, o);
+    x->sched->forward(x->sched, q_h, kv_h, x->o_h, lse_h);
+    head_exchange_out(&x->hx, x->o_h, o);
     x->last.fwd_calls = b->work.fwd_calls;
     x->last.fwd_cells = b->work.fwd_cells;
 }
@@ -53,29 +54,31 @@ static void dist_forward(SeqAttention *sa, const float *q, const float *k, const
 static void dist_backward(SeqAttention *sa, const float *q, const float *k, const float *v, const float *o,
                           const float *saved, const float *dout, float *dq, float *dk, float *dv) {
     Dist *x = sa->ctx;
-    (void)q, (void)k, (void)v, (void)o; /* the strategy's own copies are in `saved` */
-    const float *q_h = saved, *kv_h = saved + off_kv(x), *o_h = saved + off_o(x), *lse_h = saved + off_lse(x);
+    (void)q, (void)k, (void)v; /* the strategy's own copies are in `saved` */
+    if (!o) die("internal: %s: backward needs the forward's output o (the local rows)", sa->name);
+    const float *q_h = saved, *kv_h = saved + off_kv(x), *lse_h = saved + off_lse(x);
     BlockAttn *b = x->sched->blocks;
     b->work.bwd_calls = b->work.bwd_cells = 0;
-    head_exchange_dout(&x->hx, dout, x->dout_h);
+    /* delta = rowsum(dO * O) where O lives (the local rows, every head; per row in double, so the
+     * same values as from the head-parallel rows), carried by dout's exchange */
     double t0 = comm_compute_begin(x->comm);
-    AttnShape st = {.n_q = x->n, .n_heads = x->Hl, .head_dim = x->d};
-    attn_backward_delta(&st, o_h, x->dout_h, x->delta);
+    AttnShape st = {.n_q = x->N, .n_heads = x->hx.split.H, .head_dim = x->d};
+    attn_backward_delta(&st, o, dout, x->delta_loc);
     comm_compute_end(x->comm, "delta", t0);
-    x->sched->backward(x->sched, q_h, kv_h, o_h, lse_h, x->delta, x->dout_h, x->dq_h, x->dkv_h);
+    head_exchange_dout_delta(&x->hx, dout, x->delta_loc, x->dout_h, x->delta);
+    x->sched->backward(x->sched, q_h, kv_h, lse_h, x->delta, x->dout_h, x->dq_h, x->dkv_h);
     head_exchange_grads(&x->hx, x->dq_h, x->dkv_h, dq, dk, dv);
     x->last.bwd_calls = b->work.bwd_calls;
     x->last.bwd_cells = b->work.bwd_cells;
 }
 
-/* Selective checkpointing: q_h, kv_h by the forward's head exchange of the recomputed q, k, v;
- * o_h from the local o by the exchange that carries dout (the same (N, H, d) -> (n, Hl, d) map,
- * inverse of head_exchange_out). Only lse_h is kept. */
+/* Selective checkpointing: q_h, kv_h by the forward's head exchange of the recomputed q, k, v.
+ * Only lse_h is kept. */
 static void dist_restore(SeqAttention *sa, const float *q, const float *k, const float *v, const float *o,
                          float *saved) {
     Dist *x = sa->ctx;
+    (void)o;
     head_exchange_qkv(&x->hx, q, k, v, saved, saved + off_kv(x));
-    head_exchange_dout(&x->hx, o, saved + off_o(x));
 }
 
 static void dist_destroy(SeqAttention *sa) {
@@ -85,6 +88,8 @@ static void dist_destroy(SeqAttention *sa) {
     head_exchange_free(&x->hx);
     xfree(x->all_pos);
     xfree(x->all_doc);
+    xfree(x->o_h);
+    xfree(x->delta_loc);
     xfree(x->dout_h);
     xfree(x->delta);
     xfree(x->dq_h);
@@ -114,6 +119,8 @@ SeqAttention *dist_attention_create(const ScheduleInfo *schedule, const Strategy
     const size_t n = (size_t)x->n, d = (size_t)x->d;
     x->all_pos = xmalloc(sizeof(int) * (size_t)x->S);
     x->all_doc = xmalloc(sizeof(int) * (size_t)x->S);
+    x->o_h = xmalloc_aligned(sizeof(float) * n * x->Hl * d);
+    x->delta_loc = xmalloc_aligned(sizeof(float) * (size_t)x->N * p->n_heads);
     x->dout_h = xmalloc_aligned(sizeof(float) * n * x->Hl * d);
     x->delta = xmalloc_aligned(sizeof(float) * n * x->Hl);
     x->dq_h = xmalloc_aligned(sizeof(float) * n * x->Hl * d);
@@ -126,7 +133,7 @@ SeqAttention *dist_attention_create(const ScheduleInfo *schedule, const Strategy
     sa->saved_floats = saved_total(x);
     sa->keeps_inputs = 1;
     sa->kept_floats = saved_total(x) - off_lse(x); /* lse_h */
-    sa->bf16_floats = off_o(x);                    /* q_h, kv_h: copies of q, k, v */
+    sa->bf16_floats = off_lse(x);                  /* q_h, kv_h: copies of q, k, v */
     sa->set_positions = dist_set_positions;
     sa->forward = dist_forward;
     sa->backward = dist_backward;
@@ -144,7 +151,6 @@ void dist_attention_saved_view(const SeqAttention *sa, const float *saved, DistS
     v->q = saved;
     v->k = saved + off_kv(x);
     v->v = v->k + (size_t)x->n * x->Hk * x->d;
-    v->o = saved + off_o(x);
     v->lse = saved + off_lse(x);
     v->positions = x->all_pos + (size_t)x->t->cp_rank * x->n;
 }

@@ -8,16 +8,19 @@
  * their document ids the same way (S ints more).
  * Per layer, forward: head exchange of q, k, v (N local tokens, all heads -> n = S/cp rows of the
  * context slot, Hl query heads and Hk KV heads); the schedule's forward writes o_h, lse_h; the
- * head exchange brings o back. Backward: dout through the head exchange, delta = rowsum(dO * O)
- * from the saved o_h, the schedule's backward, dq, dk, dv back (KV replicas summed).
+ * head exchange brings o back. Backward: delta = rowsum(dO * O) of the local rows, from the
+ * local o the model keeps (for o_proj) and dout; dout and delta through one head exchange (delta
+ * exact, 4 bytes per row and head: 1/d of dout's volume); the schedule's backward; dq, dk, dv
+ * back (KV replicas summed).
  *
  * `saved` per layer, head-parallel layout, in floats:
- *   q_h (n, Hl, d) | kv_h = k_h | v_h (2, n, Hk, d) | o_h (n, Hl, d) | lse_h (n, Hl)
- * so backward communicates only dout in and dq, dk, dv out, and the model keeps no local copy of
- * q, k, v (keeps_inputs = 1). Data travels in fp32; every accumulator is fp32.
+ *   q_h (n, Hl, d) | kv_h = k_h | v_h (2, n, Hk, d) | lse_h (n, Hl)
+ * so backward communicates only dout (with delta) in and dq, dk, dv out, and the model keeps no
+ * local copy of q, k, v (keeps_inputs = 1; it passes o, which it keeps anyway). The head-parallel
+ * o_h is not kept: a layer's copy would duplicate the local o (n Hl d floats per layer, a third of
+ * the saved state with GQA 2). Data travels in fp32; every accumulator is fp32.
  * Selective checkpointing keeps only lse_h (kept_floats = n Hl); restore() rebuilds q_h, kv_h by
- * the head exchange of the recomputed q, k, v and o_h by the head exchange of the local o (the
- * dout direction): two all-to-alls, no attention compute. */
+ * the head exchange of the recomputed q, k, v: one all-to-all, no attention compute. */
 #ifndef SEQPAR_DIST_ATTENTION_H
 #define SEQPAR_DIST_ATTENTION_H
 
@@ -41,7 +44,7 @@ typedef struct {
     int heads;        /* query heads held here */
     int head_offset;  /* global index of the first of them */
     int kv_heads;     /* KV heads held here (replicas included) */
-    const float *q, *k, *v, *o, *lse; /* (n, heads|kv_heads, d) and lse (n, heads) */
+    const float *q, *k, *v, *lse; /* (n, heads|kv_heads, d) and lse (n, heads) */
     const int *positions; /* (n) global positions of the rows: T_c */
 } DistSavedView;
 void dist_attention_saved_view(const SeqAttention *sa, const float *saved, DistSavedView *v);

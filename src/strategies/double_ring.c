@@ -128,10 +128,9 @@ static void add_into(Comm *cm, float *dst, const float *src, size_t count) {
     comm_compute_end(cm, "add dkv", t0);
 }
 
-static void dr_backward(ContextSchedule *s, const float *q, const float *kv, const float *o, const float *lse,
-                        const float *delta, const float *dout, float *dq, float *dkv) {
+static void dr_backward(ContextSchedule *s, const float *q, const float *kv, const float *lse, const float *delta,
+                        const float *dout, float *dq, float *dkv) {
     DoubleRing *x = s->ctx;
-    (void)o;
     const int n = x->n, Hl = x->Hl, Hk = x->Hk, d = x->d, W = x->W, R = x->R;
     const size_t half = (size_t)n * Hk * d, kv_floats = 2 * half, kv_bytes = sizeof(float) * kv_floats;
     Comm *cm = x->comm;

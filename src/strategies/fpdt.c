@@ -43,6 +43,7 @@
 
 #include "attention/flash_attention.h"
 #include "core/common.h"
+#include "kernels/bf16.h"
 #include "strategies/block_attention.h"
 #include "strategies/chunk_tier.h"
 #include "strategies/head_exchange.h"
@@ -125,7 +126,8 @@ static void fpdt_memory(const StrategyParams *p, int hp_rank, AttnMemory *m) {
     const size_t d = (size_t)p->head_dim, Hl = (size_t)hs.hl[hp_rank], Hk = (size_t)hs.hk[hp_rank];
     m->saved_per_layer = S * (2 * Hl * d + 2 * Hk * d + Hl); /* q_h, o_h, kv_h, lse_h of all chunks */
     m->kept_per_layer = S * Hl;                                /* lse_h of all chunks */
-    m->bf16_per_layer = p->offload_dir ? 0 : S * (Hl * d + 2 * Hk * d); /* q_h | kv_h of all chunks (RAM tier) */
+    /* q_h | kv_h (| o_h, bf16-rounded under bf16 attention) of all chunks (RAM tier) */
+    m->bf16_per_layer = p->offload_dir ? 0 : S * (Hl * d + 2 * Hk * d + (p->attn_bf16 ? Hl * d : 0));
     size_t tier = 0, dout_h = S * Hl * d;
     if (p->offload_dir) { /* only lse_h stays; two staging and two read buffers of q_h, kv_h, o_h chunks,
                              and of dout_h chunks (the backward's second file) */
@@ -219,6 +221,9 @@ static void fwd_chunk(Fpdt *x, int i, const float *q_i, const float *k_i, const 
     }
     comm_compute_end(x->comm, "attn fwd", t0);
     tier_check(t, t->store(t, saved, TIER_KV, i));
+    /* bf16: o_h rounded before it is kept and sent, so the o the model keeps, this o_h and one
+     * restored from that o (selective) are the same values, and so is the backward's delta */
+    if (x->b.precision == PRECISION_BF16) bf16_round(o_h, (size_t)x->Cn * x->Hl * x->d);
     head_exchange_out(&x->hx, o_h, o_i);
     tier_check(t, t->store(t, saved, TIER_O, i));
     tier_check(t, t->store(t, saved, TIER_LSE, i));
@@ -432,8 +437,10 @@ static SeqAttention *fpdt_create(const StrategyParams *p, const Topology *t, Com
     sa->saved_floats = p->offload_dir ? chunk_tier_disk_saved_floats(x->u, sizes) : chunk_tier_ram_saved_floats(x->u, sizes);
     sa->keeps_inputs = 1;
     sa->kept_floats = (size_t)x->u * sizes[TIER_LSE]; /* lse_h of every chunk: the suffix */
-    /* the RAM tier's q_h and kv_h chunks, copies of q, k, v (the prefix: kind-major layout) */
-    sa->bf16_floats = p->offload_dir ? 0 : (size_t)x->u * (sizes[TIER_Q] + sizes[TIER_KV]);
+    /* the RAM tier's q_h and kv_h chunks, copies of q, k, v, and under bf16 attention its o_h
+     * chunks, rounded in fwd_chunk (the prefix: kind-major layout) */
+    sa->bf16_floats = p->offload_dir ? 0
+                                     : (size_t)x->u * (sizes[TIER_Q] + sizes[TIER_KV] + (p->attn_bf16 ? sizes[TIER_O] : 0));
     sa->set_positions = fpdt_set_positions;
     sa->forward = fpdt_forward;
     sa->backward = fpdt_backward;

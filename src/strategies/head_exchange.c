@@ -76,8 +76,15 @@ void head_exchange_init(HeadExchange *x, Comm *comm, MPI_Comm head_comm, int hp,
     size_t most = theirs > mine ? theirs : mine;
     if ((size_t)N * H * d > most) most = (size_t)N * H * d;
     if ((size_t)hp * N * x->Hl * d > most) most = (size_t)hp * N * x->Hl * d;
-    size_t most_send = most, most_recv = most;
+    /* dout with delta (head_exchange_dout_delta): d + 1 floats per row and head, d + 2 words on
+     * the bf16 wire */
+    if ((size_t)N * H * (d + 1) > most) most = (size_t)N * H * (d + 1);
+    if ((size_t)hp * N * x->Hl * (d + 1) > most) most = (size_t)hp * N * x->Hl * (d + 1);
+    size_t most_send = most, most_recv = most, most_wire = most;
+    if ((size_t)N * H * (d + 2) > most_wire) most_wire = (size_t)N * H * (d + 2);
+    if ((size_t)hp * N * x->Hl * (d + 2) > most_wire) most_wire = (size_t)hp * N * x->Hl * (d + 2);
     x->most = most;
+    x->most_wire = most_wire;
     x->send = xmalloc_aligned(sizeof(float) * most_send);
     x->recv = hp > 1 ? xmalloc_aligned(sizeof(float) * most_recv) : NULL;
     x->scounts = xmalloc(sizeof(int) * (size_t)hp);
@@ -91,8 +98,8 @@ void head_exchange_init(HeadExchange *x, Comm *comm, MPI_Comm head_comm, int hp,
 void head_exchange_set_wire_bf16(HeadExchange *x) {
     if (x->wire_bf16 || x->split.hp == 1) return; /* hp = 1 sends nothing */
     x->wire_bf16 = 1;
-    x->wire_send = xmalloc_aligned(sizeof(bf16_t) * x->most);
-    x->wire_recv = xmalloc_aligned(sizeof(bf16_t) * x->most);
+    x->wire_send = xmalloc_aligned(sizeof(bf16_t) * x->most_wire);
+    x->wire_recv = xmalloc_aligned(sizeof(bf16_t) * x->most_wire);
 }
 
 void head_exchange_free(HeadExchange *x) {
@@ -127,31 +134,59 @@ static void set_counts(int *counts, int *displs, int hp, const size_t *sizes) {
     }
 }
 
-/* Runs the all-to-all (or nothing when hp = 1: the one block is already where it belongs). */
-static const float *exchange(HeadExchange *x, const size_t *send_sizes, const size_t *recv_sizes) {
+/* Runs the all-to-all (or nothing when hp = 1: the one block is already where it belongs).
+ * Block p has send_sizes[p] floats, received ones recv_sizes[p]; the last send_tail[p] /
+ * recv_tail[p] floats of a block (NULL: none) travel exactly on the bf16 wire too, as the two
+ * 16-bit halves of each float. */
+static const float *exchange_tail(HeadExchange *x, const size_t *send_sizes, const size_t *recv_sizes,
+                                  const size_t *send_tail, const size_t *recv_tail) {
     const int hp = x->split.hp;
     if (hp == 1) return x->send;
-    set_counts(x->scounts, x->sdispls, hp, send_sizes);
-    set_counts(x->rcounts, x->rdispls, hp, recv_sizes);
     if (!x->wire_bf16) {
+        set_counts(x->scounts, x->sdispls, hp, send_sizes);
+        set_counts(x->rcounts, x->rdispls, hp, recv_sizes);
         comm_alltoallv(x->comm, COMM_ALLTOALL, x->send, x->scounts, x->sdispls, x->recv, x->rcounts, x->rdispls,
                        MPI_FLOAT, x->head_comm);
         return x->recv;
     }
-    size_t ns = 0, nr = 0;
+    /* on the wire: a block's rounded floats, then its tail's words (2 per float) */
+    size_t *wss = xmalloc(sizeof(size_t) * 2 * (size_t)hp), *wrs = wss + hp;
     for (int p = 0; p < hp; p++) {
-        ns += send_sizes[p];
-        nr += recv_sizes[p];
+        wss[p] = send_sizes[p] + (send_tail ? send_tail[p] : 0);
+        wrs[p] = recv_sizes[p] + (recv_tail ? recv_tail[p] : 0);
     }
+    set_counts(x->scounts, x->sdispls, hp, wss);
+    set_counts(x->rcounts, x->rdispls, hp, wrs);
     double t0 = comm_compute_begin(x->comm);
-    bf16_pack(x->wire_send, x->send, ns);
+    const float *src = x->send;
+    bf16_t *w = x->wire_send;
+    for (int p = 0; p < hp; p++) {
+        const size_t tail = send_tail ? send_tail[p] : 0, body = send_sizes[p] - tail;
+        bf16_pack(w, src, body);
+        memcpy(w + body, src + body, sizeof(float) * tail);
+        src += send_sizes[p];
+        w += wss[p];
+    }
     comm_compute_end(x->comm, "a2a bf16 pack", t0);
     comm_alltoallv(x->comm, COMM_ALLTOALL, x->wire_send, x->scounts, x->sdispls, x->wire_recv, x->rcounts, x->rdispls,
                    MPI_UINT16_T, x->head_comm);
     t0 = comm_compute_begin(x->comm);
-    bf16_unpack(x->recv, x->wire_recv, nr);
+    float *dst = x->recv;
+    const bf16_t *r = x->wire_recv;
+    for (int p = 0; p < hp; p++) {
+        const size_t tail = recv_tail ? recv_tail[p] : 0, body = recv_sizes[p] - tail;
+        bf16_unpack(dst, r, body);
+        memcpy(dst + body, r + body, sizeof(float) * tail);
+        dst += recv_sizes[p];
+        r += wrs[p];
+    }
     comm_compute_end(x->comm, "a2a bf16 unpack", t0);
+    xfree(wss);
     return x->recv;
+}
+
+static const float *exchange(HeadExchange *x, const size_t *send_sizes, const size_t *recv_sizes) {
+    return exchange_tail(x, send_sizes, recv_sizes, NULL, NULL);
 }
 
 void head_exchange_qkv(HeadExchange *x, const float *q, const float *k, const float *v, float *q_h, float *kv_h) {
@@ -226,6 +261,34 @@ void head_exchange_dout(HeadExchange *x, const float *dout, float *dout_h) {
     memcpy(dout_h, r, sizeof(float) * (size_t)hp * N * Hl * d); /* received in member order */
 }
 
+void head_exchange_dout_delta(HeadExchange *x, const float *dout, const float *delta, float *dout_h, float *delta_h) {
+    const HeadSplit *s = &x->split;
+    const int hp = s->hp, N = x->N, d = x->d, H = s->H, Hl = x->Hl;
+    size_t *ss = x->ssize, *rs = x->rsize, *st = xmalloc(sizeof(size_t) * 2 * (size_t)hp), *rt = st + hp;
+    double t0 = comm_compute_begin(x->comm);
+    float *b = x->send;
+    for (int p = 0; p < hp; p++) { /* to member p: dout of its heads, then their delta */
+        const int hl = s->hl[p];
+        copy_rows(b, (size_t)hl * d, dout + (size_t)s->h0[p] * d, (size_t)H * d, N, (size_t)hl * d);
+        copy_rows(b + (size_t)N * hl * d, (size_t)hl, delta + s->h0[p], (size_t)H, N, (size_t)hl);
+        st[p] = (size_t)N * hl;
+        rt[p] = (size_t)N * Hl;
+        ss[p] = st[p] * (size_t)(d + 1);
+        rs[p] = rt[p] * (size_t)(d + 1);
+        b += ss[p];
+    }
+    comm_compute_end(x->comm, "a2a pack", t0);
+    const float *r = exchange_tail(x, ss, rs, st, rt);
+    t0 = comm_compute_begin(x->comm);
+    for (int p = 0; p < hp; p++) { /* member p's tokens are rows [p N, (p+1) N) */
+        memcpy(dout_h + (size_t)p * N * Hl * d, r, sizeof(float) * (size_t)N * Hl * d);
+        memcpy(delta_h + (size_t)p * N * Hl, r + (size_t)N * Hl * d, sizeof(float) * (size_t)N * Hl);
+        r += rs[p];
+    }
+    comm_compute_end(x->comm, "a2a unpack", t0);
+    xfree(st);
+}
+
 void head_exchange_grads(HeadExchange *x, const float *dq_h, const float *dkv_h, float *dq, float *dk, float *dv) {
     const HeadSplit *s = &x->split;
     const int hp = s->hp, N = x->N, d = x->d, H = s->H, Hkv = s->Hkv, Hl = x->Hl, Hk = x->Hk;
@@ -280,4 +343,11 @@ void head_exchange_volume(const HeadSplit *s, int me, long N, int d, int elem_by
     *fwd_bytes = f;
     *bwd_bytes = b;
     *msgs_each_way = s->hp > 1 ? 2ULL * (unsigned)(s->hp - 1) : 0;
+}
+
+unsigned long long head_exchange_delta_bytes(const HeadSplit *s, int me, long N) {
+    unsigned long long b = 0;
+    for (int m = 0; m < s->hp; m++)
+        if (m != me) b += 4ULL * (unsigned long long)N * (unsigned)s->hl[m];
+    return b;
 }

@@ -15,7 +15,8 @@
  * gradients are SUMMED back into the owner's dk, dv.
  *
  * Bytes member p sends per layer (fp32, 4 bytes; 2 with bf16 on the wire): forward qkv: sum over other members m of
- * 4 N (Hl_m + 2 Hk_m) d, output: (hp-1) 4 N Hl_p d; backward dout: sum over m != p of 4 N Hl_m d,
+ * 4 N (Hl_m + 2 Hk_m) d, output: (hp-1) 4 N Hl_p d; backward dout: sum over m != p of 4 N Hl_m d
+ * (and 4 N Hl_m more, on either wire, where dout carries delta: head_exchange_dout_delta),
  * gradients: (hp-1) 4 N (Hl_p + 2 Hk_p) d. With hp | H these are LoongTrain's
  * (hp-1)/hp (2 Size(q) + Size(kv)) each way. One all-to-all message to each other member per
  * exchange: 2 (hp-1) messages forward and backward. hp = 1 is a copy with no communication. */
@@ -54,6 +55,7 @@ typedef struct {
     int *scounts, *sdispls, *rcounts, *rdispls; /* (hp) in floats */
     size_t *ssize, *rsize;                      /* (hp) block sizes of the exchange in progress */
     size_t most;                                /* elements of send (and recv) */
+    size_t most_wire;                           /* elements of wire_send (and wire_recv) */
 } HeadExchange;
 
 /* Collective-free set-up (the split must be valid: check it with head_split_init first). */
@@ -71,6 +73,11 @@ void head_exchange_qkv(HeadExchange *x, const float *q, const float *k, const fl
 void head_exchange_out(HeadExchange *x, const float *o_h, float *o);
 /* Backward: local dout (N, H, d) -> dout_h (hp N, Hl, d). Collective. */
 void head_exchange_dout(HeadExchange *x, const float *dout, float *dout_h);
+/* Backward: local dout (N, H, d) and delta = rowsum(dout * o) (N, H) -> dout_h (hp N, Hl, d) and
+ * delta_h (hp N, Hl), in the one all-to-all of head_exchange_dout: each block carries its delta
+ * rows after its dout rows, and delta travels exactly (fp32, 4 bytes per row and head; on the
+ * bf16 wire as the two 16-bit halves of each float, dout rounded as always). Collective. */
+void head_exchange_dout_delta(HeadExchange *x, const float *dout, const float *delta, float *dout_h, float *delta_h);
 /* Backward: dq_h, dkv_h -> local dq (N, H, d), dk, dv (N, Hkv, d) (overwritten; replicas summed). */
 void head_exchange_grads(HeadExchange *x, const float *dq_h, const float *dkv_h, float *dq, float *dk, float *dv);
 
@@ -78,5 +85,8 @@ void head_exchange_grads(HeadExchange *x, const float *dq_h, const float *dkv_h,
  * grads), elem_bytes an element (4: fp32, 2: bf16 on the wire). */
 void head_exchange_volume(const HeadSplit *s, int me, long N, int d, int elem_bytes, unsigned long long *fwd_bytes,
                           unsigned long long *bwd_bytes, unsigned long long *msgs_each_way);
+/* Bytes member `me` sends beyond head_exchange_volume's when its backward's dout carries delta
+ * (head_exchange_dout_delta): 4 N Hl_m to each other member m, on either wire. */
+unsigned long long head_exchange_delta_bytes(const HeadSplit *s, int me, long N);
 
 #endif

@@ -332,9 +332,8 @@ static void pack_bundle(const LsCtx *x, float *dst, int r0, int nr, const float 
     memcpy(dst + 2 * qe + le, delta + l_elems(x, r0), sizeof(float) * le);
 }
 
-static void ls_backward(ContextSchedule *s, const float *q, const float *kv, const float *o, const float *lse,
-                        const float *delta, const float *dout, float *dq, float *dkv) {
-    (void)o;
+static void ls_backward(ContextSchedule *s, const float *q, const float *kv, const float *lse, const float *delta,
+                        const float *dout, float *dq, float *dkv) {
     LsCtx *x = ls_of(s);
     const Sizes *z = &x->z;
     const size_t half = z->kvf / 2;

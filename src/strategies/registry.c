@@ -139,7 +139,7 @@ void strategy_volume(const Strategy *s, const StrategyParams *p, int hp_rank, in
     unsigned long long fb, bb, msgs;
     head_exchange_volume(&hs, hp_rank, N, p->head_dim, p->wire_bf16 ? 2 : 4, &fb, &bb, &msgs);
     v->fwd[COMM_ALLTOALL] = fb;
-    v->bwd[COMM_ALLTOALL] = bb;
+    v->bwd[COMM_ALLTOALL] = bb + head_exchange_delta_bytes(&hs, hp_rank, N); /* dout carries delta */
     v->fwd_msgs[COMM_ALLTOALL] = v->bwd_msgs[COMM_ALLTOALL] = msgs;
     v->meta_batch = 4ULL * (unsigned long long)N * (unsigned long long)((long)p->hp * p->cp - 1);
     StrategyParams sv = schedule_view(p, &hs, hp_rank);
@@ -168,19 +168,25 @@ void strategy_memory(const Strategy *s, const StrategyParams *p, int hp_rank, At
     if (err) die("strategy_memory: %s", err);
     const size_t n = (size_t)(p->seq_len / p->cp), N = (size_t)(p->seq_len / ((long)p->hp * p->cp));
     const size_t d = (size_t)p->head_dim, Hl = (size_t)hs.hl[hp_rank], Hk = (size_t)hs.hk[hp_rank];
-    m->saved_per_layer = n * Hl * d * 2 + 2 * n * Hk * d + n * Hl; /* q_h, o_h | kv_h | lse_h */
+    m->saved_per_layer = n * Hl * d + 2 * n * Hk * d + n * Hl; /* q_h | kv_h | lse_h */
     m->kept_per_layer = n * Hl;                                       /* lse_h */
     m->bf16_per_layer = n * Hl * d + 2 * n * Hk * d;                  /* q_h | kv_h */
-    size_t send = 0, recv = 0;
-    for (int q = 0; q < p->hp; q++) {
-        send += N * (size_t)(hs.hl[q] + 2 * hs.hk[q]) * d;
-        recv += N * (Hl + 2 * Hk) * d;
-    }
-    if (n * Hl * d > send) send = n * Hl * d;
-    if (N * (size_t)p->n_heads * d > recv) recv = N * (size_t)p->n_heads * d;
-    size_t exchange = send + (p->hp > 1 ? recv : 0);
-    if (p->wire_bf16 && p->hp > 1) exchange += (send > recv ? send : recv); /* two bf16 wire buffers */
-    size_t scratch = n * Hl * d * 2 + n * Hl + 2 * n * Hk * d; /* dout_h, dq_h, delta, dkv_h */
+    /* the head exchange's send and receive buffers (head_exchange_init: the largest block set
+     * either way, dout with delta d + 1 floats per row and head) and its two bf16 wire buffers
+     * (d + 2 words per row and head for dout with delta) */
+    const size_t H = (size_t)p->n_heads;
+    size_t theirs = 0, mine = n * (Hl + 2 * Hk) * d;
+    for (int q = 0; q < p->hp; q++) theirs += N * (size_t)(hs.hl[q] + 2 * hs.hk[q]) * d;
+    size_t most = theirs > mine ? theirs : mine;
+    if (N * H * (d + 1) > most) most = N * H * (d + 1);
+    if (n * Hl * (d + 1) > most) most = n * Hl * (d + 1);
+    size_t wire = most;
+    if (N * H * (d + 2) > wire) wire = N * H * (d + 2);
+    if (n * Hl * (d + 2) > wire) wire = n * Hl * (d + 2);
+    size_t exchange = most + (p->hp > 1 ? most : 0);
+    if (p->wire_bf16 && p->hp > 1) exchange += wire; /* two bf16 wire buffers of `wire` halves */
+    /* o_h, dout_h, dq_h (n, Hl, d), delta (n, Hl), dkv_h, the local delta (N, H) */
+    size_t scratch = n * Hl * d * 3 + n * Hl + 2 * n * Hk * d + N * H;
     StrategyParams sv = schedule_view(p, &hs, hp_rank);
     size_t sched = s->schedule->workspace_floats ? s->schedule->workspace_floats(&sv) : 0;
     m->workspace = exchange + scratch + sched + (size_t)p->seq_len; /* + positions (S ints of 4 bytes) */

@@ -381,10 +381,9 @@ static void wf_forward(ContextSchedule *s, const float *q, const float *kv, floa
     merge_reduce_scatter(cm, COMM_TEAM, x->team_comm, ol, recv, x->n, x->H, x->d, o, lse);
 }
 
-static void wf_backward(ContextSchedule *s, const float *q, const float *kv, const float *o, const float *lse,
-                        const float *delta, const float *dout, float *dq, float *dkv) {
+static void wf_backward(ContextSchedule *s, const float *q, const float *kv, const float *lse, const float *delta,
+                        const float *dout, float *dq, float *dkv) {
     WfCtx *x = s->ctx;
-    (void)o; /* delta = rowsum(dout o) is given: the team never needs O */
     require_positions(x, "backward");
     Comm *cm = x->comm;
     const WallfacerRank *me = &x->me;
