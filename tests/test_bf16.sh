@@ -147,6 +147,23 @@ for flags in "--hp 2" "--strategy fpdt --chunks 2" "--hp 2 --cp 2" "--strategy r
                   else if (a[i] ~ /^[0-9]+$/ && a[i] != b[i]) exit 1 } }'; then ok; else
         bad "bf16 wire bytes ($flags): fp32 '$(bytes_line "$f32")', bf16 '$(bytes_line "$b16")'"; fi
 done
+# ---- FPDT's disk tier under bf16 keeps q_h, kv_h, o_h and dout_h as bf16 (bf16 values: exact), so
+# the gradients equal the RAM tier's bit for bit and the offload file's bytes written and read are
+# half of fp32's (lse stays in RAM; exactly half, compared here within the 3-decimal MB print's
+# rounding: a tier that kept one kind in fp32 would be off by 0.13 MB or more).
+mkdir -p "$T/off"
+off_bytes() { printf '%s\n' "$1" | sed -nE 's/^rank 0: offload: ([0-9.]+) MB written, ([0-9.]+) MB read.*/\1 \2/p'; }
+fp_flags=(--strategy fpdt --chunks 2 --checkpoint layer --stats)
+o32=$(run_np 2 "$SEQPAR" grad --model "$M" --tokens "$T/text.txt" --seq-len 1024 --out "$T/g.o32" "${fp_flags[@]}" --offload-dir "$T/off" 2>&1)
+o16=$(run_np 2 "$SEQPAR" grad --model "$M" --tokens "$T/text.txt" --seq-len 1024 --precision bf16 --out "$T/g.o16" "${fp_flags[@]}" --offload-dir "$T/off" 2>&1)
+run_np 2 "$SEQPAR" grad --model "$M" --tokens "$T/text.txt" --seq-len 1024 --precision bf16 --out "$T/g.r16" "${fp_flags[@]}" >/dev/null 2>&1
+if [ -s "$T/g.o16" ] && cmp -s "$T/g.o16" "$T/g.r16"; then ok; else
+    bad "bf16 FPDT: the disk tier's gradients differ from the RAM tier's: $("$CMP" "$T/g.o16" "$T/g.r16" 0 1e-30)"; fi
+if [ -n "$(off_bytes "$o32")" ] && printf '%s %s\n' "$(off_bytes "$o32")" "$(off_bytes "$o16")" |
+    awk 'function ab(x) { return x < 0 ? -x : x }
+         { exit !($1 > 0.1 && ab($1 - 2 * $3) <= 0.0015 && ab($2 - 2 * $4) <= 0.0015) }'; then ok; else
+    bad "bf16 FPDT: offload bytes (written, read) fp32 '$(off_bytes "$o32")', bf16 '$(off_bytes "$o16")': expected half"; fi
+rm -f "$T/g.o32" "$T/g.o16" "$T/g.r16"
 s32=$("$SEQPAR" strategies --ranks 4 --heads 8 --kv-heads 2 | awk '$1 == "ulysses" && $2 ~ /^[0-9]+x[0-9]+$/ { print $3, $4 }')
 s16=$("$SEQPAR" strategies --ranks 4 --heads 8 --kv-heads 2 --precision bf16 | awk '$1 == "ulysses" && $2 ~ /^[0-9]+x[0-9]+$/ { print $3, $4 }')
 # (backward: + 4 bytes x 4096 local rows x 6 other members' heads = 0.09 MiB of delta on both wires)

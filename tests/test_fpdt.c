@@ -172,22 +172,15 @@ static void run_case(const Topology *t, Comm *cm, const Strategy *fp, const Refe
     seq_attention_destroy(sa);
 }
 
-static void test_disk_tier(void) {
-    const size_t sizes[TIER_KINDS] = {64, 128, 64, 8};
-    char err[512] = "";
-    ChunkTier *t = chunk_tier_disk_create("/nonexistent-seqpar-dir", 0, 2, sizes, err, sizeof err);
-    CHECKQ(!t && strstr(err, "--offload-dir /nonexistent-seqpar-dir: cannot create a file there"), "bad dir: %s", err);
-    chunk_tier_destroy(t);
-    t = chunk_tier_disk_create("/tmp", 0, 3, sizes, err, sizeof err);
-    CHECKQ(t != NULL, "disk tier in /tmp: %s", err);
-    if (!t) return;
-    float a[16], b[16]; /* two layers' saved (lse only: 3 x 8 floats is more than needed here) */
-    float *layers[2] = {a, b};
+/* Stores chunks 0..2 of kinds q, kv, o of two layers with values val(l, i, kd, j), reads them back
+ * in reverse (prefetching the next): 1 when every value returns bit for bit. */
+static int disk_round_trip(ChunkTier *t, float *layers[2], const size_t sizes[TIER_KINDS],
+                           float (*val)(int l, int i, int kd, size_t j)) {
     for (int l = 0; l < 2; l++)
         for (int i = 0; i < 3; i++)
             for (int kd = 0; kd < 3; kd++) {
                 float *s = t->slot(t, layers[l], (TierKind)kd, i);
-                for (size_t j = 0; j < sizes[kd]; j++) s[j] = (float)(1000 * l + 100 * i + 10 * kd) + (float)j;
+                for (size_t j = 0; j < sizes[kd]; j++) s[j] = val(l, i, kd, j);
                 CHECKQ(t->store(t, layers[l], (TierKind)kd, i) == 0, "store");
             }
     int ok = 1;
@@ -197,15 +190,49 @@ static void test_disk_tier(void) {
                 if (i > 0) t->prefetch(t, layers[l], (TierKind)kd, i - 1, (i - 1) & 1);
                 const float *s = t->fetch(t, layers[l], (TierKind)kd, i, i & 1);
                 for (size_t j = 0; s && j < sizes[kd]; j++)
-                    if (s[j] != (float)(1000 * l + 100 * i + 10 * kd) + (float)j) ok = 0;
+                    if (s[j] != val(l, i, kd, j)) ok = 0;
                 if (!s) ok = 0;
                 t->release(t, s);
             }
-    CHECKQ(ok, "disk tier: chunks read back differ from those stored");
+    return ok;
+}
+
+static float plain_val(int l, int i, int kd, size_t j) { return (float)(1000 * l + 100 * i + 10 * kd) + (float)j; }
+/* bf16 values (8 significant bits) for q and o; kv values that bf16 would round */
+static float mixed_val(int l, int i, int kd, size_t j) {
+    if (kd == TIER_KV) return (1.0f + (float)(j + 1) * 0x1p-20f) * (float)(1 + l + i + kd);
+    return ldexpf(1.0f + (float)(((int)j * 7 + kd * 3 + i) % 128) / 128.0f, l * 5 + i - 6);
+}
+
+static void test_disk_tier(void) {
+    const size_t sizes[TIER_KINDS] = {64, 128, 64, 8};
+    char err[512] = "";
+    ChunkTier *t = chunk_tier_disk_create("/nonexistent-seqpar-dir", 0, 2, sizes, 0, err, sizeof err);
+    CHECKQ(!t && strstr(err, "--offload-dir /nonexistent-seqpar-dir: cannot create a file there"), "bad dir: %s", err);
+    chunk_tier_destroy(t);
+    t = chunk_tier_disk_create("/tmp", 0, 3, sizes, 0, err, sizeof err);
+    CHECKQ(t != NULL, "disk tier in /tmp: %s", err);
+    if (!t) return;
+    float a[16], b[16]; /* two layers' saved (lse only: 3 x 8 floats is more than needed here) */
+    float *layers[2] = {a, b};
+    CHECKQ(disk_round_trip(t, layers, sizes, plain_val), "disk tier: chunks read back differ from those stored");
     TierStats st;
     chunk_tier_stats(t, &st);
     CHECKQ(st.bytes_written == 2 * 3 * 256 * sizeof(float) && st.bytes_read >= st.bytes_written,
            "disk tier: %llu bytes written, %llu read", st.bytes_written, st.bytes_read);
+    chunk_tier_destroy(t);
+
+    /* q_h and o_h kept as bf16 (kv_h in fp32): bf16 values come back bit for bit, in half the
+     * bytes; the fp32 kind beside them unchanged */
+    t = chunk_tier_disk_create("/tmp", 0, 3, sizes, 1u << TIER_Q | 1u << TIER_O, err, sizeof err);
+    CHECKQ(t != NULL, "bf16 disk tier in /tmp: %s", err);
+    if (!t) return;
+    CHECKQ(disk_round_trip(t, layers, sizes, mixed_val), "bf16 disk tier: chunks read back differ from those stored");
+    chunk_tier_stats(t, &st);
+    /* per layer and chunk: q_h 64 x 2, kv_h 128 x 4, o_h 64 x 2 bytes */
+    CHECKQ(st.bytes_written == 2 * 3 * (64 * 2 + 128 * 4 + 64 * 2) && st.bytes_read >= st.bytes_written,
+           "bf16 disk tier: %llu bytes written (expected %d), %llu read", st.bytes_written, 2 * 3 * (64 * 2 + 128 * 4 + 64 * 2),
+           st.bytes_read);
     chunk_tier_destroy(t);
 
     /* a full disk (simulated by a file size limit: writes past it fail with EFBIG): no crash,
@@ -216,7 +243,7 @@ static void test_disk_tier(void) {
     lim.rlim_cur = 1024;
     void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
     setrlimit(RLIMIT_FSIZE, &lim);
-    t = chunk_tier_disk_create("/tmp", 0, 3, sizes, err, sizeof err);
+    t = chunk_tier_disk_create("/tmp", 0, 3, sizes, 0, err, sizeof err);
     CHECKQ(t != NULL, "disk tier in /tmp: %s", err);
     if (t) {
         for (int i = 0; i < 3; i++)

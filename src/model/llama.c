@@ -326,7 +326,7 @@ LlamaActs *llama_acts_create_opts(const LlamaModel *m, const SeqAttention *attn,
         a->in_chunks = N > 0 ? (N + a->in_rows - 1) / a->in_rows : 1;
         const size_t sizes[TIER_KINDS] = {(size_t)a->in_rows * D, 0, 0, 0};
         char err[512];
-        a->inputs_tier = chunk_tier_disk_create(opt->offload_dir, opt->rank, a->in_chunks, sizes, err, sizeof err);
+        a->inputs_tier = chunk_tier_disk_create(opt->offload_dir, opt->rank, a->in_chunks, sizes, 0, err, sizeof err);
         if (!a->inputs_tier) die_collective("%s", err);
         a->in_keys = alloc_floats((size_t)a->n_layers);
         a->offload_dir = opt->offload_dir;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "core/common.h"
+#include "kernels/bf16.h"
 
 static size_t ram_offset(const ChunkTier *t, TierKind kind, int chunk) {
     size_t off = 0;
@@ -66,8 +67,9 @@ void chunk_tier_destroy(ChunkTier *t) {
 
 typedef struct {
     int write;         /* 1: write buf to off; 0: read */
+    int bf16;          /* the file holds the chunk as bf16: bytes / 2 floats of buf */
     float *buf;
-    size_t bytes;
+    size_t bytes;      /* bytes in the file */
     off_t off;
     int *done;         /* set to 1 (or -errno) by the helper thread */
 } IoJob;
@@ -84,6 +86,8 @@ typedef struct {
     const float **keys;                    /* layer slot of each `saved` pointer */
     int n_keys, cap_keys;
     size_t layer_bytes, kind_off[TIER_KINDS];
+    unsigned bf16_kinds;                   /* kinds kept in the file as bf16 (1 << kind) */
+    bf16_t *wire;                          /* the helper thread's bf16 copy of a chunk being moved */
     float *stage[TIER_KINDS][2];
     int stage_done[TIER_KINDS][2], stage_next[TIER_KINDS];
     float *rbuf[TIER_KINDS][2];
@@ -101,11 +105,14 @@ static void *disk_worker(void *arg) {
         if (!k->q_len) break;
         IoJob j = k->q[k->q_head];
         pthread_mutex_unlock(&k->mu);
+        /* a bf16 chunk moves through the helper's own bf16 copy (exact: its floats are bf16 values) */
+        char *io = j.bf16 ? (char *)k->wire : (char *)j.buf;
+        if (j.bf16 && j.write) bf16_pack(k->wire, j.buf, j.bytes / sizeof(bf16_t));
         size_t done = 0;
         int err = 0;
         while (done < j.bytes) {
-            ssize_t n = j.write ? pwrite(k->fd, (char *)j.buf + done, j.bytes - done, j.off + (off_t)done)
-                                : pread(k->fd, (char *)j.buf + done, j.bytes - done, j.off + (off_t)done);
+            ssize_t n = j.write ? pwrite(k->fd, io + done, j.bytes - done, j.off + (off_t)done)
+                                : pread(k->fd, io + done, j.bytes - done, j.off + (off_t)done);
             if (n < 0 && errno == EINTR) continue;
             if (n <= 0) {
                 err = n < 0 ? errno : EIO;
@@ -113,6 +120,7 @@ static void *disk_worker(void *arg) {
             }
             done += (size_t)n;
         }
+        if (j.bf16 && !j.write && !err) bf16_unpack(j.buf, k->wire, j.bytes / sizeof(bf16_t));
         pthread_mutex_lock(&k->mu);
         k->q_head = (k->q_head + 1) % k->q_cap;
         k->q_len--;
@@ -124,11 +132,16 @@ static void *disk_worker(void *arg) {
     return NULL;
 }
 
-static void disk_submit(Disk *k, int write, float *buf, size_t bytes, off_t off, int *done) {
+/* Bytes of one element of `kind` in the file. */
+static size_t disk_elem(const Disk *k, TierKind kind) {
+    return k->bf16_kinds >> kind & 1u ? sizeof(bf16_t) : sizeof(float);
+}
+
+static void disk_submit(Disk *k, int write, TierKind kind, float *buf, size_t bytes, off_t off, int *done) {
     pthread_mutex_lock(&k->mu);
     while (k->q_len == k->q_cap) pthread_cond_wait(&k->cv, &k->mu);
     *done = 0;
-    k->q[(k->q_head + k->q_len) % k->q_cap] = (IoJob){write, buf, bytes, off, done};
+    k->q[(k->q_head + k->q_len) % k->q_cap] = (IoJob){write, (int)(k->bf16_kinds >> kind & 1u), buf, bytes, off, done};
     k->q_len++;
     if (write) k->st.bytes_written += bytes; else k->st.bytes_read += bytes;
     pthread_cond_broadcast(&k->cv);
@@ -172,7 +185,7 @@ static off_t disk_offset(ChunkTier *t, const float *saved, TierKind kind, int ch
         k->keys[slot] = saved;
     }
     return (off_t)((size_t)slot * k->layer_bytes + k->kind_off[kind] +
-                   (size_t)chunk * t->chunk_floats[kind] * sizeof(float));
+                   (size_t)chunk * t->chunk_floats[kind] * disk_elem(k, kind));
 }
 
 static float *disk_slot(ChunkTier *t, float *saved, TierKind kind, int chunk) {
@@ -192,8 +205,8 @@ static int disk_store(ChunkTier *t, float *saved, TierKind kind, int chunk) {
     /* a read buffer that holds this chunk is stale now */
     for (int r = 0; r < 2; r++)
         if (k->rkey[kind][r] == saved && k->rchunk[kind][r] == chunk) k->rkey[kind][r] = NULL;
-    disk_submit(k, 1, k->stage[kind][b], t->chunk_floats[kind] * sizeof(float), disk_offset(t, saved, kind, chunk),
-                &k->stage_done[kind][b]);
+    disk_submit(k, 1, kind, k->stage[kind][b], t->chunk_floats[kind] * disk_elem(k, kind),
+                disk_offset(t, saved, kind, chunk), &k->stage_done[kind][b]);
     return 0;
 }
 
@@ -204,8 +217,8 @@ static void disk_prefetch(ChunkTier *t, const float *saved, TierKind kind, int c
     if (k->rkey[kind][buf] && k->rdone[kind][buf] == 0) disk_wait(t, &k->rdone[kind][buf]);
     k->rkey[kind][buf] = saved;
     k->rchunk[kind][buf] = chunk;
-    disk_submit(k, 0, k->rbuf[kind][buf], t->chunk_floats[kind] * sizeof(float), disk_offset(t, saved, kind, chunk),
-                &k->rdone[kind][buf]);
+    disk_submit(k, 0, kind, k->rbuf[kind][buf], t->chunk_floats[kind] * disk_elem(k, kind),
+                disk_offset(t, saved, kind, chunk), &k->rdone[kind][buf]);
 }
 
 static const float *disk_fetch(ChunkTier *t, const float *saved, TierKind kind, int chunk, int buf) {
@@ -234,6 +247,7 @@ static void disk_destroy(ChunkTier *t) {
             xfree(k->rbuf[kd][b]);
         }
     xfree(k->keys);
+    xfree(k->wire);
     xfree(k->q);
     pthread_mutex_destroy(&k->mu);
     pthread_cond_destroy(&k->cv);
@@ -242,7 +256,7 @@ static void disk_destroy(ChunkTier *t) {
 }
 
 ChunkTier *chunk_tier_disk_create(const char *dir, int rank, int chunks, const size_t chunk_floats[TIER_KINDS],
-                                  char *err, size_t errsz) {
+                                  unsigned bf16_kinds, char *err, size_t errsz) {
     Disk *k = xcalloc(1, sizeof *k);
     snprintf(k->path, sizeof k->path, "%s/seqpar-offload-%ld-r%d-XXXXXX", dir, (long)getpid(), rank);
     k->fd = mkstemp(k->path);
@@ -258,11 +272,13 @@ ChunkTier *chunk_tier_disk_create(const char *dir, int rank, int chunks, const s
     t->ctx = k;
     t->chunks = chunks;
     for (int kd = 0; kd < TIER_KINDS; kd++) t->chunk_floats[kd] = chunk_floats[kd];
-    size_t off = 0;
+    k->bf16_kinds = bf16_kinds & ~(1u << TIER_LSE); /* lse stays in RAM, in fp32 */
+    size_t off = 0, widest = 0;
     for (int kd = 0; kd < TIER_KINDS; kd++) {
         k->kind_off[kd] = off;
         if (kd == TIER_LSE) continue;
-        off += (size_t)chunks * chunk_floats[kd] * sizeof(float);
+        off += (size_t)chunks * chunk_floats[kd] * disk_elem(k, (TierKind)kd);
+        if (k->bf16_kinds >> kd & 1u && chunk_floats[kd] > widest) widest = chunk_floats[kd];
         for (int b = 0; b < 2; b++) {
             k->stage[kd][b] = xmalloc_aligned(sizeof(float) * chunk_floats[kd]);
             k->rbuf[kd][b] = xmalloc_aligned(sizeof(float) * chunk_floats[kd]);
@@ -272,6 +288,10 @@ ChunkTier *chunk_tier_disk_create(const char *dir, int rank, int chunks, const s
         }
     }
     k->layer_bytes = off;
+    if (widest) {
+        k->wire = xmalloc_aligned(sizeof(bf16_t) * widest);
+        k->st.ram_floats += (widest + 1) / 2;
+    }
     k->q_cap = 64;
     k->q = xcalloc((size_t)k->q_cap, sizeof(IoJob));
     pthread_mutex_init(&k->mu, NULL);

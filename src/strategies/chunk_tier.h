@@ -70,9 +70,13 @@ void chunk_tier_destroy(ChunkTier *t);
  * (two staging buffers per kind: slot() waits only for the write of two chunks ago), prefetch()
  * queues a read into read buffer b (two per kind: the double buffer), fetch() waits for it (or
  * queues and waits). Time spent waiting is the I/O that compute did not hide.
+ * bf16_kinds: a mask of (1 << kind) for the kinds whose chunks hold bf16 values only (FPDT's q_h,
+ * kv_h, o_h and dout_h under --precision bf16): the file keeps them as bf16, half the bytes and the
+ * I/O, the helper thread rounding on write and widening on read through one bf16 buffer of the
+ * largest such chunk (exact for bf16 values; other floats would be rounded). 0: all fp32.
  * NULL with a one-line message in err (size errsz) when DIR is not a writable directory. */
 ChunkTier *chunk_tier_disk_create(const char *dir, int rank, int chunks, const size_t chunk_floats[TIER_KINDS],
-                                  char *err, size_t errsz);
+                                  unsigned bf16_kinds, char *err, size_t errsz);
 size_t chunk_tier_disk_saved_floats(int chunks, const size_t chunk_floats[TIER_KINDS]);
 
 /* Zeros for the RAM tier. */

@@ -133,6 +133,10 @@ static void fpdt_memory(const StrategyParams *p, int hp_rank, AttnMemory *m) {
                              and of dout_h chunks (the backward's second file) */
         m->saved_per_layer = S * Hl;
         tier = 4 * Cn * (2 * Hl * d + 2 * Hk * d) + 4 * Cn * Hl * d;
+        if (p->attn_bf16) { /* each file's helper moves bf16 chunks through a bf16 buffer of the largest */
+            const size_t widest = Cn * (Hl > 2 * Hk ? Hl : 2 * Hk) * d;
+            tier += (widest + 1) / 2 + (Cn * Hl * d + 1) / 2;
+        }
         dout_h = 0;
     }
     size_t send = 0, recv = 0; /* the head exchange of one chunk (head_exchange.c's buffers) */
@@ -403,7 +407,9 @@ static SeqAttention *fpdt_create(const StrategyParams *p, const Topology *t, Com
     x->offload_dir = p->offload_dir;
     if (p->offload_dir) {
         char err[512];
-        x->tier = chunk_tier_disk_create(p->offload_dir, t->world_rank, x->u, sizes, err, sizeof err);
+        /* under bf16 attention q_h, kv_h and (rounded in fwd_chunk) o_h are bf16 values: bf16 on disk */
+        const unsigned b16 = p->attn_bf16 ? 1u << TIER_Q | 1u << TIER_KV | 1u << TIER_O : 0;
+        x->tier = chunk_tier_disk_create(p->offload_dir, t->world_rank, x->u, sizes, b16, err, sizeof err);
         if (!x->tier) die_collective("%s", err);
     } else {
         x->tier = chunk_tier_ram_create(x->u, sizes);
@@ -418,7 +424,9 @@ static SeqAttention *fpdt_create(const StrategyParams *p, const Topology *t, Com
     if (p->offload_dir) {
         const size_t dsizes[TIER_KINDS] = {Cn * x->Hl * d, 0, 0, 0};
         char err[512];
-        x->dout_tier = chunk_tier_disk_create(p->offload_dir, t->world_rank, x->u, dsizes, err, sizeof err);
+        /* dout_h: the model's dout, bf16-rounded under bf16 */
+        x->dout_tier = chunk_tier_disk_create(p->offload_dir, t->world_rank, x->u, dsizes,
+                                              p->attn_bf16 ? 1u << TIER_Q : 0, err, sizeof err);
         if (!x->dout_tier) die_collective("%s", err);
         x->dout_saved = &x->dout_key;
     } else {

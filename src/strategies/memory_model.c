@@ -284,13 +284,14 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
         cur.ram[MEM_LAYER] = 4 * layer_set;
         cur.ram[MEM_ATTN] = 4 * attn_buf;
         if (offload_inputs) cur.disk[MEM_SAVED] += 4 * L * N * D;
-        if (own && pc->offload_dir) { /* FPDT's chunks: q, k|v, o of each layer's buffer on disk */
-            double distinct = ckpt == LLAMA_CKPT_LAYER ? 1 : L;
+        if (own && pc->offload_dir) { /* FPDT's chunks: q, k|v, o of each layer's buffer on disk (bf16
+                                         values kept as bf16 under bf16: chunk_tier.h) */
+            double distinct = ckpt == LLAMA_CKPT_LAYER ? 1 : L, elem = bf16 ? 2 : 4;
             HeadSplit hs;
             err = head_split_init(&hs, hp, c->num_attention_heads, c->num_key_value_heads);
             if (err) return err;
-            cur.disk[MEM_SAVED] += 4 * distinct * S * (2.0 * hs.hl[hr] * d + 2.0 * hs.hk[hr] * d);
-            cur.disk[MEM_ATTN] += 4 * S * (double)hs.hl[hr] * d; /* the backward's dout_h of every chunk */
+            cur.disk[MEM_SAVED] += elem * distinct * S * (2.0 * hs.hl[hr] * d + 2.0 * hs.hk[hr] * d);
+            cur.disk[MEM_ATTN] += elem * S * (double)hs.hl[hr] * d; /* the backward's dout_h of every chunk */
             head_split_free(&hs);
         }
         /* parameters, gradients, optimizer (data_parallel.c) */
