@@ -16,7 +16,6 @@ typedef struct {
     int S, N, n, Hl, Hk, d;
     int *all_pos;             /* (S) positions of the whole sp group, slot-major */
     int *all_doc;             /* (S) their document ids (packed sequences), same order */
-    float *o_h;               /* (n, Hl, d) the forward's head-parallel output, until the exchange back */
     float *delta_loc;         /* (N, H) delta = rowsum(dout * o) of the local rows */
     float *dout_h, *delta, *dq_h, *dkv_h;
     AttnWork last;            /* work of the last forward / backward */
@@ -45,8 +44,10 @@ static void dist_forward(SeqAttention *sa, const float *q, const float *k, const
     BlockAttn *b = x->sched->blocks;
     b->work.fwd_calls = b->work.fwd_cells = 0;
     head_exchange_qkv(&x->hx, q, k, v, q_h, kv_h);
-    x->sched->forward(x->sched, q_h, kv_h, x->o_h, lse_h);
-    head_exchange_out(&x->hx, x->o_h, o);
+    /* the head-parallel output straight into the exchange's send buffer (idle until the exchange back) */
+    float *o_h = head_exchange_out_buffer(&x->hx);
+    x->sched->forward(x->sched, q_h, kv_h, o_h, lse_h);
+    head_exchange_out(&x->hx, o_h, o);
     x->last.fwd_calls = b->work.fwd_calls;
     x->last.fwd_cells = b->work.fwd_cells;
 }
@@ -88,7 +89,6 @@ static void dist_destroy(SeqAttention *sa) {
     head_exchange_free(&x->hx);
     xfree(x->all_pos);
     xfree(x->all_doc);
-    xfree(x->o_h);
     xfree(x->delta_loc);
     xfree(x->dout_h);
     xfree(x->delta);
@@ -119,7 +119,6 @@ SeqAttention *dist_attention_create(const ScheduleInfo *schedule, const Strategy
     const size_t n = (size_t)x->n, d = (size_t)x->d;
     x->all_pos = xmalloc(sizeof(int) * (size_t)x->S);
     x->all_doc = xmalloc(sizeof(int) * (size_t)x->S);
-    x->o_h = xmalloc_aligned(sizeof(float) * n * x->Hl * d);
     x->delta_loc = xmalloc_aligned(sizeof(float) * (size_t)x->N * p->n_heads);
     x->dout_h = xmalloc_aligned(sizeof(float) * n * x->Hl * d);
     x->delta = xmalloc_aligned(sizeof(float) * n * x->Hl);

@@ -18,7 +18,8 @@
  * so backward communicates only dout (with delta) in and dq, dk, dv out, and the model keeps no
  * local copy of q, k, v (keeps_inputs = 1; it passes o, which it keeps anyway). The head-parallel
  * o_h is not kept: a layer's copy would duplicate the local o (n Hl d floats per layer, a third of
- * the saved state with GQA 2). Data travels in fp32; every accumulator is fp32.
+ * the saved state with GQA 2); the schedule writes it into the head exchange's send buffer, which
+ * head_exchange_out sends from. Data travels in fp32; every accumulator is fp32.
  * Selective checkpointing keeps only lse_h (kept_floats = n Hl); restore() rebuilds q_h, kv_h by
  * the head exchange of the recomputed q, k, v: one all-to-all, no attention compute. */
 #ifndef SEQPAR_DIST_ATTENTION_H

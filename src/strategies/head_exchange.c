@@ -229,7 +229,8 @@ void head_exchange_out(HeadExchange *x, const float *o_h, float *o) {
     const int hp = s->hp, N = x->N, d = x->d, H = s->H, Hl = x->Hl;
     size_t *ss = x->ssize, *rs = x->rsize;
     double t0 = comm_compute_begin(x->comm);
-    memcpy(x->send, o_h, sizeof(float) * (size_t)hp * N * Hl * d); /* block p = rows of member p */
+    if (o_h != x->send) /* block p = rows of member p (in place: head_exchange_out_buffer) */
+        memcpy(x->send, o_h, sizeof(float) * (size_t)hp * N * Hl * d);
     for (int p = 0; p < hp; p++) {
         ss[p] = (size_t)N * Hl * d;
         rs[p] = (size_t)N * s->hl[p] * d;
@@ -243,6 +244,8 @@ void head_exchange_out(HeadExchange *x, const float *o_h, float *o) {
     }
     comm_compute_end(x->comm, "a2a unpack", t0);
 }
+
+float *head_exchange_out_buffer(HeadExchange *x) { return x->send; }
 
 void head_exchange_dout(HeadExchange *x, const float *dout, float *dout_h) {
     const HeadSplit *s = &x->split;

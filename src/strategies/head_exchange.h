@@ -71,6 +71,10 @@ void head_exchange_set_wire_bf16(HeadExchange *x);
 void head_exchange_qkv(HeadExchange *x, const float *q, const float *k, const float *v, float *q_h, float *kv_h);
 /* Forward: o_h (hp N, Hl, d) -> local o (N, H, d). Collective. */
 void head_exchange_out(HeadExchange *x, const float *o_h, float *o);
+/* Where head_exchange_out sends from: a caller may write o_h there directly (hp N Hl d floats)
+ * after head_exchange_qkv and pass it as o_h, saving a buffer and a copy; no other call of this
+ * exchange may come in between. */
+float *head_exchange_out_buffer(HeadExchange *x);
 /* Backward: local dout (N, H, d) -> dout_h (hp N, Hl, d). Collective. */
 void head_exchange_dout(HeadExchange *x, const float *dout, float *dout_h);
 /* Backward: local dout (N, H, d) and delta = rowsum(dout * o) (N, H) -> dout_h (hp N, Hl, d) and

@@ -185,8 +185,9 @@ void strategy_memory(const Strategy *s, const StrategyParams *p, int hp_rank, At
     if (n * Hl * (d + 2) > wire) wire = n * Hl * (d + 2);
     size_t exchange = most + (p->hp > 1 ? most : 0);
     if (p->wire_bf16 && p->hp > 1) exchange += wire; /* two bf16 wire buffers of `wire` halves */
-    /* o_h, dout_h, dq_h (n, Hl, d), delta (n, Hl), dkv_h, the local delta (N, H) */
-    size_t scratch = n * Hl * d * 3 + n * Hl + 2 * n * Hk * d + N * H;
+    /* dout_h, dq_h (n, Hl, d), delta (n, Hl), dkv_h, the local delta (N, H); the forward's o_h
+     * lives in the exchange's send buffer */
+    size_t scratch = n * Hl * d * 2 + n * Hl + 2 * n * Hk * d + N * H;
     StrategyParams sv = schedule_view(p, &hs, hp_rank);
     size_t sched = s->schedule->workspace_floats ? s->schedule->workspace_floats(&sv) : 0;
     m->workspace = exchange + scratch + sched + (size_t)p->seq_len; /* + positions (S ints of 4 bytes) */
