@@ -114,19 +114,22 @@ static void tile_gemm_panels_bf16(int M, int N, int K2, float alpha, const bf16_
 }
 
 /* Panels of MR rows: each block's rows packed (pack_rows, into a stack buffer of up to 64 words a
- * row at a time), then laid out step-major. */
+ * row at a time), then laid out step-major by the kernel table's word transpose; the rows of a
+ * last partial panel past `rows` zero. */
 static void pack_panels_bf16(int rows, int cols, const float *src, size_t lds, bf16_pair *dst) {
     enum { CW = 64 }; /* words per chunk of a row */
     const int k2 = (cols + 1) / 2;
+    const SimdKernels *sk = simd();
     bf16_pair buf[MR][CW];
     for (int m0 = 0; m0 < rows; m0 += MR, dst += (size_t)MR * k2) {
         const int mr = rows - m0 < MR ? rows - m0 : MR;
         for (int w0 = 0; w0 < k2; w0 += CW) {
             const int nw = k2 - w0 < CW ? k2 - w0 : CW, c0 = 2 * w0, nc = cols - c0 < 2 * CW ? cols - c0 : 2 * CW;
             attn_bf16_pack_rows_avx512(mr, nc, src + (size_t)m0 * lds + c0, lds, &buf[0][0], CW);
-            for (int w = 0; w < nw; w++)
-                for (int r = 0; r < MR; r++) dst[(size_t)(w0 + w) * MR + r] = r < mr ? buf[r][w] : 0u;
+            sk->transpose32(mr, nw, &buf[0][0], CW, dst + (size_t)w0 * MR, MR);
         }
+        for (int w = 0; mr < MR && w < k2; w++)
+            for (int r = mr; r < MR; r++) dst[(size_t)w * MR + r] = 0u;
     }
 }
 

@@ -248,20 +248,7 @@ void head_exchange_out(HeadExchange *x, const float *o_h, float *o) {
 float *head_exchange_out_buffer(HeadExchange *x) { return x->send; }
 
 void head_exchange_dout(HeadExchange *x, const float *dout, float *dout_h) {
-    const HeadSplit *s = &x->split;
-    const int hp = s->hp, N = x->N, d = x->d, H = s->H, Hl = x->Hl;
-    size_t *ss = x->ssize, *rs = x->rsize;
-    double t0 = comm_compute_begin(x->comm);
-    float *b = x->send;
-    for (int p = 0; p < hp; p++) {
-        copy_rows(b, (size_t)s->hl[p] * d, dout + (size_t)s->h0[p] * d, (size_t)H * d, N, (size_t)s->hl[p] * d);
-        ss[p] = (size_t)N * s->hl[p] * d;
-        rs[p] = (size_t)N * Hl * d;
-        b += ss[p];
-    }
-    comm_compute_end(x->comm, "a2a pack", t0);
-    const float *r = exchange(x, ss, rs);
-    memcpy(dout_h, r, sizeof(float) * (size_t)hp * N * Hl * d); /* received in member order */
+    head_exchange_dout_delta(x, dout, NULL, dout_h, NULL);
 }
 
 void head_exchange_dout_delta(HeadExchange *x, const float *dout, const float *delta, float *dout_h, float *delta_h) {
@@ -270,14 +257,14 @@ void head_exchange_dout_delta(HeadExchange *x, const float *dout, const float *d
     size_t *ss = x->ssize, *rs = x->rsize, *st = xmalloc(sizeof(size_t) * 2 * (size_t)hp), *rt = st + hp;
     double t0 = comm_compute_begin(x->comm);
     float *b = x->send;
-    for (int p = 0; p < hp; p++) { /* to member p: dout of its heads, then their delta */
+    for (int p = 0; p < hp; p++) { /* to member p: dout of its heads, then their delta (if any) */
         const int hl = s->hl[p];
         copy_rows(b, (size_t)hl * d, dout + (size_t)s->h0[p] * d, (size_t)H * d, N, (size_t)hl * d);
-        copy_rows(b + (size_t)N * hl * d, (size_t)hl, delta + s->h0[p], (size_t)H, N, (size_t)hl);
-        st[p] = (size_t)N * hl;
-        rt[p] = (size_t)N * Hl;
-        ss[p] = st[p] * (size_t)(d + 1);
-        rs[p] = rt[p] * (size_t)(d + 1);
+        if (delta) copy_rows(b + (size_t)N * hl * d, (size_t)hl, delta + s->h0[p], (size_t)H, N, (size_t)hl);
+        st[p] = delta ? (size_t)N * hl : 0;
+        rt[p] = delta ? (size_t)N * Hl : 0;
+        ss[p] = (size_t)N * hl * d + st[p];
+        rs[p] = (size_t)N * Hl * d + rt[p];
         b += ss[p];
     }
     comm_compute_end(x->comm, "a2a pack", t0);
@@ -285,7 +272,7 @@ void head_exchange_dout_delta(HeadExchange *x, const float *dout, const float *d
     t0 = comm_compute_begin(x->comm);
     for (int p = 0; p < hp; p++) { /* member p's tokens are rows [p N, (p+1) N) */
         memcpy(dout_h + (size_t)p * N * Hl * d, r, sizeof(float) * (size_t)N * Hl * d);
-        memcpy(delta_h + (size_t)p * N * Hl, r + (size_t)N * Hl * d, sizeof(float) * (size_t)N * Hl);
+        if (delta) memcpy(delta_h + (size_t)p * N * Hl, r + (size_t)N * Hl * d, sizeof(float) * (size_t)N * Hl);
         r += rs[p];
     }
     comm_compute_end(x->comm, "a2a unpack", t0);

@@ -80,7 +80,8 @@ void head_exchange_dout(HeadExchange *x, const float *dout, float *dout_h);
 /* Backward: local dout (N, H, d) and delta = rowsum(dout * o) (N, H) -> dout_h (hp N, Hl, d) and
  * delta_h (hp N, Hl), in the one all-to-all of head_exchange_dout: each block carries its delta
  * rows after its dout rows, and delta travels exactly (fp32, 4 bytes per row and head; on the
- * bf16 wire as the two 16-bit halves of each float, dout rounded as always). Collective. */
+ * bf16 wire as the two 16-bit halves of each float, dout rounded as always). Collective. delta
+ * (and delta_h) NULL: dout alone, as head_exchange_dout. */
 void head_exchange_dout_delta(HeadExchange *x, const float *dout, const float *delta, float *dout_h, float *delta_h);
 /* Backward: dq_h, dkv_h -> local dq (N, H, d), dk, dv (N, Hkv, d) (overwritten; replicas summed). */
 void head_exchange_grads(HeadExchange *x, const float *dq_h, const float *dkv_h, float *dq, float *dk, float *dv);
