@@ -2,7 +2,10 @@
  * S tokens: q/o 256 x 256, k/v 256 -> 128, the MLP's gate/up 256 -> 1024 and down 1024 -> 256 over
  * S / 2 tokens per FFN chunk, the 256-token vocabulary head) through OpenBLAS's cblas_sgemm and
  * oneDNN's dnnl_sgemm, wall clock with the process's OpenMP threads, best of N: which library
- * wins on this CPU, shape by shape. Not a test; built by `make bench-tools`.
+ * wins on this CPU, shape by shape. Rows lie as the model lays them out (linear_row_stride: the
+ * MLP's 1024-wide rows 1040 floats apart); where that stride differs from the width, a second
+ * line times rows packed at the width, the layout before the padding. Not a test; built by `make
+ * bench-tools`.
  * usage: build/bench/step_gemms [S] [repeats] */
 #include <omp.h>
 #include <stdio.h>
@@ -14,6 +17,7 @@
 
 #include "core/common.h"
 #include "kernels/blas_core.h"
+#include "kernels/ops.h"
 
 static double now(void) {
     struct timespec t;
@@ -50,25 +54,30 @@ int main(int argc, char **argv) {
     Rng rng;
     rng_seed(&rng, 3);
     double tot[2] = {0, 0};
-    for (size_t l = 0; l < sizeof L / sizeof L[0]; l++) {
-        const int N = S / L[l].tokens_div, ni = L[l].n_in, no = L[l].n_out;
-        float *in = xmalloc_aligned((size_t)N * ni * 4), *out = xmalloc_aligned((size_t)N * no * 4);
+    for (size_t row = 0; row < 2 * sizeof L / sizeof L[0]; row++) {
+        const size_t l = row / 2;
+        const int packed = (int)(row & 1), N = S / L[l].tokens_div, ni = L[l].n_in, no = L[l].n_out;
+        const int li = packed ? ni : linear_row_stride(ni), lo = packed ? no : linear_row_stride(no);
+        if (packed && li == linear_row_stride(ni) && lo == linear_row_stride(no)) continue; /* no second layout */
+        float *in = xmalloc_aligned((size_t)N * li * 4), *out = xmalloc_aligned((size_t)N * lo * 4);
         float *W = xmalloc_aligned((size_t)no * ni * 4), *dW = xmalloc_aligned((size_t)no * ni * 4);
-        float *din = xmalloc_aligned((size_t)N * ni * 4);
-        for (size_t i = 0; i < (size_t)N * ni; i++) in[i] = (float)rng_normal(&rng), din[i] = 0;
-        for (size_t i = 0; i < (size_t)N * no; i++) out[i] = (float)rng_normal(&rng);
+        float *din = xmalloc_aligned((size_t)N * li * 4);
+        for (size_t i = 0; i < (size_t)N * li; i++) in[i] = (float)rng_normal(&rng), din[i] = 0;
+        for (size_t i = 0; i < (size_t)N * lo; i++) out[i] = (float)rng_normal(&rng);
         for (size_t i = 0; i < (size_t)no * ni; i++) W[i] = (float)rng_normal(&rng), dW[i] = 0;
         const double fl = 2.0 * N * ni * no;
-        printf("%-18s N %5d:", L[l].name, N);
+        char name[64];
+        snprintf(name, sizeof name, "%s%s", L[l].name, packed ? " packed" : "");
+        printf("%-25s N %5d:", name, N);
         for (int which = 0; which < 2; which++) {
             double best[3] = {1e30, 1e30, 1e30};
             for (int r = 0; r <= reps; r++) {
                 double t0 = now();
-                gemm(which, 0, 1, N, no, ni, in, ni, W, ni, 0.0f, out, no); /* forward */
+                gemm(which, 0, 1, N, no, ni, in, li, W, ni, 0.0f, out, lo); /* forward */
                 double t1 = now();
-                gemm(which, 0, 0, N, ni, no, out, no, W, ni, 1.0f, din, ni); /* din += dout W */
+                gemm(which, 0, 0, N, ni, no, out, lo, W, ni, 1.0f, din, li); /* din += dout W */
                 double t2 = now();
-                gemm(which, 1, 0, no, ni, N, out, no, in, ni, 1.0f, dW, ni); /* dW += dout^T in */
+                gemm(which, 1, 0, no, ni, N, out, lo, in, li, 1.0f, dW, ni); /* dW += dout^T in */
                 double t3 = now();
                 const double t[3] = {t1 - t0, t2 - t1, t3 - t2};
                 for (int j = 0; j < 3 && r; j++)
@@ -76,12 +85,12 @@ int main(int argc, char **argv) {
             }
             printf(" %s fwd %6.1f dX %6.1f dW %6.1f |", which ? "oneDNN" : "OpenBLAS", fl / best[0] * 1e-9,
                    fl / best[1] * 1e-9, fl / best[2] * 1e-9);
-            tot[which] += best[0] + best[1] + best[2];
+            if (!packed) tot[which] += best[0] + best[1] + best[2];
         }
         printf("\n");
         xfree(in); xfree(out); xfree(W); xfree(dW); xfree(din);
     }
-    printf("sum of the best times: OpenBLAS %.2f ms, oneDNN %.2f ms (oneDNN / OpenBLAS speed %.2fx)\n", tot[0] * 1e3,
+    printf("sum of the best times (the model's layout): OpenBLAS %.2f ms, oneDNN %.2f ms (oneDNN / OpenBLAS speed %.2fx)\n", tot[0] * 1e3,
            tot[1] * 1e3, tot[0] / tot[1]);
     return 0;
 }

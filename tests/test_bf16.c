@@ -138,47 +138,65 @@ static void test_gemm(const Bf16Kernels *k) {
     }
 }
 
-/* linear_forward_bf16 / linear_backward_bf16 against double products of the rounded operands. */
-static void test_linear(void) {
-    int N = 37, n_in = 53, n_out = 29;
-    float *in = xmalloc(sizeof(float) * N * n_in), *W = xmalloc(sizeof(float) * n_out * n_in);
-    float *dout = xmalloc(sizeof(float) * N * n_out), *out = xmalloc(sizeof(float) * N * n_out);
-    float *din = xmalloc(sizeof(float) * N * n_in), *dW = xmalloc(sizeof(float) * n_out * n_in);
-    fill(in, (size_t)N * n_in, 1); fill(W, (size_t)n_out * n_in, 0.1); fill(dout, (size_t)N * n_out, 1);
-    fill(out, (size_t)N * n_out, 1);
-    float *out0 = xmalloc(sizeof(float) * N * n_out);
-    memcpy(out0, out, sizeof(float) * N * n_out);
-    memset(din, 0, sizeof(float) * N * n_in);
+/* linear_forward_bf16 / linear_backward_bf16 against double products of the rounded operands;
+ * with pad_in / pad_out > 0 the _ld pair on rows that many floats wider than in and out, whose
+ * padding (a sentinel) no call may change. */
+static void test_linear(int pad_in, int pad_out) {
+    const int N = 37, n_in = 53, n_out = 29, li = n_in + pad_in, lo = n_out + pad_out;
+    const float SENT = 12345.0f;
+    float *in = xmalloc(sizeof(float) * N * li), *W = xmalloc(sizeof(float) * n_out * n_in);
+    float *dout = xmalloc(sizeof(float) * N * lo), *out = xmalloc(sizeof(float) * N * lo);
+    float *din = xmalloc(sizeof(float) * N * li), *dW = xmalloc(sizeof(float) * n_out * n_in);
+    fill(in, (size_t)N * li, 1); fill(W, (size_t)n_out * n_in, 0.1); fill(dout, (size_t)N * lo, 1);
+    fill(out, (size_t)N * lo, 1);
+    memset(din, 0, sizeof(float) * N * li);
+    for (int i = 0; i < N; i++) {
+        for (int j = n_out; j < lo; j++) out[i * lo + j] = SENT;
+        for (int j = n_in; j < li; j++) din[i * li + j] = SENT;
+    }
+    float *out0 = xmalloc(sizeof(float) * N * lo);
+    memcpy(out0, out, sizeof(float) * N * lo);
     memset(dW, 0, sizeof(float) * n_out * n_in);
     Bf16Scratch scratch = {0};
-    linear_forward_bf16(out, in, W, N, n_in, n_out, 1, NULL);
-    linear_backward_bf16(din, dW, dout, in, W, N, n_in, n_out, &scratch);
+    if (pad_in || pad_out) {
+        linear_forward_bf16_ld(out, lo, in, li, W, N, n_in, n_out, 1, NULL);
+        linear_backward_bf16_ld(din, dW, dout, lo, in, li, W, N, n_in, n_out, &scratch);
+    } else {
+        linear_forward_bf16(out, in, W, N, n_in, n_out, 1, NULL);
+        linear_backward_bf16(din, dW, dout, in, W, N, n_in, n_out, &scratch);
+    }
     bf16_scratch_free(&scratch);
 #define R(x) ((double)bf16_to_float(bf16_from_float(x)))
     double wf = 0, wi = 0, ww = 0;
     for (int i = 0; i < N; i++)
         for (int o = 0; o < n_out; o++) {
             double s = 0, m = 0;
-            for (int j = 0; j < n_in; j++) { s += R(in[i * n_in + j]) * R(W[o * n_in + j]); m += fabs(R(in[i * n_in + j]) * R(W[o * n_in + j])); }
-            double e = fabs(out[i * n_out + o] - (out0[i * n_out + o] + s)) / (1e-6 * (m + fabs(out0[i * n_out + o])));
+            for (int j = 0; j < n_in; j++) { s += R(in[i * li + j]) * R(W[o * n_in + j]); m += fabs(R(in[i * li + j]) * R(W[o * n_in + j])); }
+            double e = fabs(out[i * lo + o] - (out0[i * lo + o] + s)) / (1e-6 * (m + fabs(out0[i * lo + o])));
             if (!(e <= wf)) wf = e;
         }
     for (int i = 0; i < N; i++)
         for (int j = 0; j < n_in; j++) {
             double s = 0, m = 0;
-            for (int o = 0; o < n_out; o++) { s += R(dout[i * n_out + o]) * R(W[o * n_in + j]); m += fabs(R(dout[i * n_out + o]) * R(W[o * n_in + j])); }
-            double e = fabs(din[i * n_in + j] - s) / (1e-30 + 1e-6 * m);
+            for (int o = 0; o < n_out; o++) { s += R(dout[i * lo + o]) * R(W[o * n_in + j]); m += fabs(R(dout[i * lo + o]) * R(W[o * n_in + j])); }
+            double e = fabs(din[i * li + j] - s) / (1e-30 + 1e-6 * m);
             if (!(e <= wi)) wi = e;
         }
     for (int o = 0; o < n_out; o++)
         for (int j = 0; j < n_in; j++) {
             double s = 0, m = 0;
-            for (int i = 0; i < N; i++) { s += R(dout[i * n_out + o]) * R(in[i * n_in + j]); m += fabs(R(dout[i * n_out + o]) * R(in[i * n_in + j])); }
+            for (int i = 0; i < N; i++) { s += R(dout[i * lo + o]) * R(in[i * li + j]); m += fabs(R(dout[i * lo + o]) * R(in[i * li + j])); }
             double e = fabs(dW[o * n_in + j] - s) / (1e-30 + 1e-6 * m);
             if (!(e <= ww)) ww = e;
         }
 #undef R
-    CHECK(wf <= 1 && wi <= 1 && ww <= 1, "bf16 linear: forward %.3g, din %.3g, dW %.3g of 1e-6 sum|a b|", wf, wi, ww);
+    int pads = 1;
+    for (int i = 0; i < N; i++) {
+        for (int j = n_out; j < lo; j++) pads &= out[i * lo + j] == SENT;
+        for (int j = n_in; j < li; j++) pads &= din[i * li + j] == SENT;
+    }
+    CHECK(wf <= 1 && wi <= 1 && ww <= 1 && pads, "bf16 linear (rows %d and %d floats apart): forward %.3g, din %.3g, dW %.3g of 1e-6 sum|a b|%s",
+          li, lo, wf, wi, ww, pads ? "" : ", wrote the rows' padding");
     xfree(in); xfree(W); xfree(dout); xfree(out); xfree(out0); xfree(din); xfree(dW);
 }
 
@@ -206,7 +224,10 @@ int main(void) {
         if (bits_of(y[i]) != (uint32_t)bf16_from_float(x[i]) << 16) same = 0;
     CHECK(same, "bf16_round over %zu values differs from the portable conversion", n);
     xfree(x); xfree(y);
-    test_linear();
+    test_linear(0, 0);
+    test_linear(11, 5);
+    test_linear(16, 0);
+    test_linear(0, 16);
     printf("bf16 paths tested:%s (used: %s); not available on this CPU:%s\n", ran, bf16_path_name(bf16_kernels()->path),
            *missing ? missing : " none");
     return test_summary("test_bf16");

@@ -14,6 +14,7 @@
 #include "data/tokens.h"
 #include "io/config_json.h"
 #include "io/safetensors.h"
+#include "kernels/ops.h"
 #include "model/llama.h"
 #include "testlib.h"
 
@@ -93,7 +94,8 @@ static void compare_grads(const char *name, const LlamaModel *m, const char *gra
 }
 
 int main(void) {
-    const char *fixtures[] = {"tiny_mha", "tiny_gqa_tied", "tiny_headdim", "tiny_long", "tiny_llama3", "tiny_linear"};
+    const char *fixtures[] = {"tiny_mha", "tiny_gqa_tied", "tiny_headdim", "tiny_long", "tiny_llama3", "tiny_linear",
+                                "tiny_wide_ffn"};
     for (size_t k = 0; k < ARRAY_LEN(fixtures); k++) {
         char dir[256], path[512];
         snprintf(dir, sizeof dir, "%s/%s", FIXTURES, fixtures[k]);
@@ -112,7 +114,12 @@ int main(void) {
         config_json_load(path, &cfg);
         snprintf(path, sizeof path, "%s/expected.json", dir);
         size_t S = (size_t)json_number(path, "seq_len"), L = (size_t)cfg.num_hidden_layers;
-        size_t qd = (size_t)cfg.num_attention_heads * cfg.head_dim, F = (size_t)cfg.intermediate_size;
+        size_t qd = (size_t)cfg.num_attention_heads * cfg.head_dim;
+        /* the MLP's rows are laid out ldF floats apart (ops.h linear_row_stride: tiny_wide_ffn's 512
+         * wide rows 528 apart; the others' unpadded) */
+        const size_t F = (size_t)linear_row_stride(cfg.intermediate_size);
+        CHECK((F != (size_t)cfg.intermediate_size) == (cfg.intermediate_size % 512 == 0),
+              "%s: F = %d laid out %zu floats apart", fixtures[k], cfg.intermediate_size, F);
         for (int chunks = 1; chunks <= 3; chunks++) {
             /* the chunked MLP: within the HF tolerance (weight gradients sum over tokens chunk by
              * chunk); every checkpoint mode recomputes the same operations in the same order:
@@ -127,7 +134,7 @@ int main(void) {
                 snprintf(name, sizeof name, "%s (%d FFN chunks)", fixtures[k], chunks);
                 snprintf(path, sizeof path, "%s/grads.safetensors", dir);
                 compare_grads(name, &ref, path);
-                /* gate and up are never kept whole: L x 2 N F floats and the (N, F) scratch give
+                /* gate and up are never kept whole: L x 2 N ldF floats and the (N, ldF) scratch give
                  * way to 5 chunks of ceil(N / chunks) rows; the normed rows and their gradient
                  * (xn, dxn: every token-wise part runs over the same chunks) to 2 chunks of D */
                 size_t rows = (S + (size_t)chunks - 1) / (size_t)chunks, D = (size_t)cfg.hidden_size;

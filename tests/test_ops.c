@@ -70,6 +70,61 @@ static void test_linear(void) {
     check_grad("linear d(W)", lin_obj, lin_W, dW, LO * LI);
 }
 
+/* linear_forward_ld / linear_backward_ld on rows wider than their data (in's and din's pad_in
+ * floats, out's and dout's pad_out): the products against double loops, and the padding (a
+ * sentinel) unchanged. */
+static void test_linear_ld(int pad_in, int pad_out) {
+    const int N = 33, n_in = 19, n_out = 23, li = n_in + pad_in, lo = n_out + pad_out;
+    const float SENT = -7777.0f;
+    float *in = xmalloc(sizeof(float) * N * li), *W = xmalloc(sizeof(float) * n_out * n_in);
+    float *out = xmalloc(sizeof(float) * N * lo), *dout = xmalloc(sizeof(float) * N * lo);
+    float *din = xmalloc(sizeof(float) * N * li), *dW = xcalloc((size_t)n_out * n_in, sizeof(float));
+    fill(in, (size_t)N * li, 2); fill(W, (size_t)n_out * n_in, 2); fill(dout, (size_t)N * lo, 2);
+    for (int i = 0; i < N; i++) {
+        for (int j = 0; j < lo; j++) out[i * lo + j] = j < n_out ? 0.5f : SENT;
+        for (int j = 0; j < li; j++) din[i * li + j] = j < n_in ? 0.0f : SENT;
+    }
+    linear_forward_ld(out, lo, in, li, W, N, n_in, n_out, 1);
+    linear_backward_ld(din, dW, dout, lo, in, li, W, N, n_in, n_out);
+    double wf = 0, wi = 0, ww = 0;
+    for (int i = 0; i < N; i++)
+        for (int o = 0; o < n_out; o++) {
+            double s = 0.5;
+            for (int k = 0; k < n_in; k++) s += (double)in[i * li + k] * W[o * n_in + k];
+            wf = fmax(wf, fabs(s - out[i * lo + o]));
+        }
+    for (int i = 0; i < N; i++)
+        for (int k = 0; k < n_in; k++) {
+            double s = 0;
+            for (int o = 0; o < n_out; o++) s += (double)dout[i * lo + o] * W[o * n_in + k];
+            wi = fmax(wi, fabs(s - din[i * li + k]));
+        }
+    for (int o = 0; o < n_out; o++)
+        for (int k = 0; k < n_in; k++) {
+            double s = 0;
+            for (int i = 0; i < N; i++) s += (double)dout[i * lo + o] * in[i * li + k];
+            ww = fmax(ww, fabs(s - dW[o * n_in + k]));
+        }
+    int pads = 1;
+    for (int i = 0; i < N; i++) {
+        for (int j = n_out; j < lo; j++) pads &= out[i * lo + j] == SENT;
+        for (int j = n_in; j < li; j++) pads &= din[i * li + j] == SENT;
+    }
+    CHECK(wf < 1e-4 && wi < 1e-4 && ww < 1e-4 && pads,
+          "strided linear (rows %d and %d floats apart): forward off by %.3g, din %.3g, dW %.3g%s", li, lo, wf, wi, ww,
+          pads ? "" : ", and it wrote the rows' padding");
+    xfree(in); xfree(W); xfree(out); xfree(dout); xfree(din); xfree(dW);
+}
+
+/* linear_row_stride: a cache line more exactly where the width is a multiple of 512 floats */
+static void test_row_stride(void) {
+    const int w[] = {1, 64, 256, 500, 511, 512, 688, 1024, 1536, 11008, 14336, 0};
+    const int want[] = {1, 64, 256, 500, 511, 528, 688, 1040, 1552, 11008, 14352, 0};
+    for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
+        CHECK(linear_row_stride(w[i]) == want[i], "linear_row_stride(%d) = %d, expected %d", w[i],
+              linear_row_stride(w[i]), want[i]);
+}
+
 /* ---- rmsnorm */
 enum { RN = 4, RD = 16 };
 static float rn_x[RN * RD], rn_g[RD], rn_out[RN * RD], rn_rstd[RN], rn_w[RN * RD];
@@ -244,6 +299,11 @@ int main(void) {
     rng_seed(&rng, 42);
     test_sgemm_libs();
     test_linear();
+    test_linear_ld(0, 0);
+    test_linear_ld(5, 9);
+    test_linear_ld(16, 0);
+    test_linear_ld(0, 16);
+    test_row_stride();
     test_rmsnorm();
     test_rope();
     test_swiglu();

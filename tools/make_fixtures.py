@@ -69,6 +69,10 @@ FIXTURES = [
     dict(name="tiny_linear", hidden=32, inter=48, heads=2, kv=2, layers=1, vocab=40, S=48,
          tie=False, eps=1e-6, theta=10000.0, head_dim=16, seed=1006, bf16=False,
          rope=dict(rope_type="linear", factor=4.0)),
+    # an MLP 512 wide: seqpar lays such rows out with padding (ops.h linear_row_stride), which
+    # the other fixtures' widths never get
+    dict(name="tiny_wide_ffn", hidden=16, inter=512, heads=2, kv=1, layers=1, vocab=40, S=40,
+         tie=False, eps=1e-5, theta=10000.0, head_dim=8, seed=1007, bf16=False),
 ]
 
 WEIGHT_STD = 0.1   # std of every matrix entry

@@ -14,15 +14,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+void linear_forward_ld(float *out, int ld_out, const float *in, int ld_in, const float *W, int N, int n_in, int n_out,
+                       int accumulate) {
+    sgemm_rm(0, 1, N, n_out, n_in, 1.0f, in, ld_in, W, n_in, accumulate ? 1.0f : 0.0f, out, ld_out);
+}
+
+void linear_backward_ld(float *din, float *dW, const float *dout, int ld_out, const float *in, int ld_in,
+                        const float *W, int N, int n_in, int n_out) {
+    if (din) sgemm_rm(0, 0, N, n_in, n_out, 1.0f, dout, ld_out, W, n_in, 1.0f, din, ld_in);
+    if (dW) sgemm_rm(1, 0, n_out, n_in, N, 1.0f, dout, ld_out, in, ld_in, 1.0f, dW, n_in);
+}
+
 void linear_forward(float *out, const float *in, const float *W, int N, int n_in, int n_out, int accumulate) {
-    sgemm_rm(0, 1, N, n_out, n_in, 1.0f, in, n_in, W, n_in, accumulate ? 1.0f : 0.0f, out, n_out);
+    linear_forward_ld(out, n_out, in, n_in, W, N, n_in, n_out, accumulate);
 }
 
 void linear_backward(float *din, float *dW, const float *dout, const float *in, const float *W,
                      int N, int n_in, int n_out) {
-    if (din) sgemm_rm(0, 0, N, n_in, n_out, 1.0f, dout, n_out, W, n_in, 1.0f, din, n_in);
-    if (dW) sgemm_rm(1, 0, n_out, n_in, N, 1.0f, dout, n_out, in, n_in, 1.0f, dW, n_in);
+    linear_backward_ld(din, dW, dout, n_out, in, n_in, W, N, n_in, n_out);
 }
+
+int linear_row_stride(int width) { return width > 0 && width % 512 == 0 ? width + 16 : width; }
 
 void bf16_scratch_free(Bf16Scratch *s) {
     xfree(s->buf);
@@ -48,37 +60,47 @@ static bf16_t *scratch_reserve(Bf16Scratch *s, size_t na, size_t nb, bf16_t **se
     return s->buf;
 }
 
-void linear_forward_bf16(float *out, const float *in, const float *W, int N, int n_in, int n_out, int accumulate,
-                         Bf16Scratch *scratch) {
+void linear_forward_bf16_ld(float *out, int ld_out, const float *in, int ld_in, const float *W, int N, int n_in,
+                            int n_out, int accumulate, Bf16Scratch *scratch) {
     const double t0 = op_clock_now();
     Bf16Scratch own = {0}, *s = scratch ? scratch : &own;
-    const size_t n_x = (size_t)N * n_in, n_w = (size_t)n_out * n_in;
+    const size_t n_x = (size_t)N * ld_in, n_w = (size_t)n_out * n_in;
     bf16_t *W_h, *in_h = scratch_reserve(s, n_x, n_w, &W_h);
     bf16_pack(in_h, in, n_x);
     bf16_pack(W_h, W, n_w);
-    bf16_kernels()->gemm(0, 1, N, n_out, n_in, 1.0f, in_h, n_in, W_h, n_in, accumulate ? 1.0f : 0.0f, out, n_out);
+    bf16_kernels()->gemm(0, 1, N, n_out, n_in, 1.0f, in_h, ld_in, W_h, n_in, accumulate ? 1.0f : 0.0f, out, ld_out);
     if (!scratch) bf16_scratch_free(&own);
     op_clock_add(OPC_LINEAR, t0);
 }
 
-void linear_backward_bf16(float *din, float *dW, const float *dout, const float *in, const float *W,
-                          int N, int n_in, int n_out, Bf16Scratch *scratch) {
+void linear_backward_bf16_ld(float *din, float *dW, const float *dout, int ld_out, const float *in, int ld_in,
+                             const float *W, int N, int n_in, int n_out, Bf16Scratch *scratch) {
     const double t0 = op_clock_now();
     const Bf16Kernels *k = bf16_kernels();
     Bf16Scratch own = {0}, *s = scratch ? scratch : &own;
-    const size_t n_d = (size_t)N * n_out, n_w = din ? (size_t)n_out * n_in : 0, n_x = dW ? (size_t)N * n_in : 0;
+    const size_t n_d = (size_t)N * ld_out, n_w = din ? (size_t)n_out * n_in : 0, n_x = dW ? (size_t)N * ld_in : 0;
     bf16_t *second, *dout_h = scratch_reserve(s, n_d, n_w > n_x ? n_w : n_x, &second);
     bf16_pack(dout_h, dout, n_d);
     if (din) { /* the second place holds W, then (for dW) the input */
         bf16_pack(second, W, n_w);
-        k->gemm(0, 0, N, n_in, n_out, 1.0f, dout_h, n_out, second, n_in, 1.0f, din, n_in);
+        k->gemm(0, 0, N, n_in, n_out, 1.0f, dout_h, ld_out, second, n_in, 1.0f, din, ld_in);
     }
     if (dW) {
         bf16_pack(second, in, n_x);
-        k->gemm(1, 0, n_out, n_in, N, 1.0f, dout_h, n_out, second, n_in, 1.0f, dW, n_in);
+        k->gemm(1, 0, n_out, n_in, N, 1.0f, dout_h, ld_out, second, ld_in, 1.0f, dW, n_in);
     }
     if (!scratch) bf16_scratch_free(&own);
     op_clock_add(OPC_LINEAR, t0);
+}
+
+void linear_forward_bf16(float *out, const float *in, const float *W, int N, int n_in, int n_out, int accumulate,
+                         Bf16Scratch *scratch) {
+    linear_forward_bf16_ld(out, n_out, in, n_in, W, N, n_in, n_out, accumulate, scratch);
+}
+
+void linear_backward_bf16(float *din, float *dW, const float *dout, const float *in, const float *W,
+                          int N, int n_in, int n_out, Bf16Scratch *scratch) {
+    linear_backward_bf16_ld(din, dW, dout, n_out, in, n_in, W, N, n_in, n_out, scratch);
 }
 
 void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int D, float eps) {

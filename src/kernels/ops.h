@@ -14,6 +14,18 @@ void linear_forward(float *out, const float *in, const float *W, int N, int n_in
 /* din (N, n_in) += dout (N, n_out) @ W; dW (n_out, n_in) += dout^T @ in. din or dW may be NULL. */
 void linear_backward(float *din, float *dW, const float *dout, const float *in, const float *W,
                      int N, int n_in, int n_out);
+/* The same on strided rows: in's and din's rows ld_in floats apart (ld_in >= n_in), out's and
+ * dout's ld_out apart (>= n_out); each of those buffers holds N whole rows of its stride. */
+void linear_forward_ld(float *out, int ld_out, const float *in, int ld_in, const float *W, int N, int n_in, int n_out,
+                       int accumulate);
+void linear_backward_ld(float *din, float *dW, const float *dout, int ld_out, const float *in, int ld_in,
+                        const float *W, int N, int n_in, int n_out);
+/* The row stride for activation rows `width` floats wide: width, plus one cache line (16 floats)
+ * where width floats are a multiple of 2 KiB. Rows a multiple of 2 KiB apart fall into the same
+ * few L1 sets, and a GEMM that reads down their columns (the weight gradients, whose products
+ * run over the tokens) thrashes them: on the MLP's 1024-wide rows (bench/step_gemms: its "packed" lines)
+ * oneDNN's weight gradients ran at half speed under AVX2. */
+int linear_row_stride(int width);
 /* The same two in bf16 mixed precision (kernels/bf16.h): every operand of each product rounded to
  * bf16 (round to nearest even), products accumulated in fp32, results fp32. The bf16 copies of
  * the operands go to `scratch`: one buffer holding a call's two operand copies side by side (so
@@ -31,6 +43,12 @@ void linear_forward_bf16(float *out, const float *in, const float *W, int N, int
                          Bf16Scratch *scratch);
 void linear_backward_bf16(float *din, float *dW, const float *dout, const float *in, const float *W,
                           int N, int n_in, int n_out, Bf16Scratch *scratch);
+/* On strided rows as linear_forward_ld / linear_backward_ld; the bf16 copies keep the strides
+ * (a row operand's copy is N rows of its stride). */
+void linear_forward_bf16_ld(float *out, int ld_out, const float *in, int ld_in, const float *W, int N, int n_in,
+                            int n_out, int accumulate, Bf16Scratch *scratch);
+void linear_backward_bf16_ld(float *din, float *dW, const float *dout, int ld_out, const float *in, int ld_in,
+                             const float *W, int N, int n_in, int n_out, Bf16Scratch *scratch);
 
 /* RMSNorm (HF LlamaRMSNorm): out = x / sqrt(mean(x^2) + eps) * w. rstd (N) is saved. */
 void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int D, float eps);
@@ -48,7 +66,8 @@ void rope_forward(float *x, const float *cos_t, const float *sin_t, int N, int n
 /* In place on the gradient: the transpose of the rotation (rotation by -angle). */
 void rope_backward(float *dx, const float *cos_t, const float *sin_t, int N, int n_heads, int head_dim);
 
-/* h (N, F) = silu(gate) * up */
+/* h (N, F) = silu(gate) * up, element-wise over n elements (rows with a stride: their padding
+ * too, which stays 0 where gate's and up's padding is 0) */
 void swiglu_forward(float *h, const float *gate, const float *up, size_t n);
 /* dgate += dh * up * silu'(gate); dup += dh * silu(gate). (dgate, dup may alias nothing else.) */
 void swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate, const float *up, size_t n);

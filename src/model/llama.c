@@ -165,6 +165,9 @@ struct LlamaActs {
     float *dx;            /* (N, D) */
     float *dxn;           /* (xn_rows, D) its gradient */
     float *dq, *dk, *dv, *dout; /* attention gradients */
+    /* the MLP's F-wide rows, here and in LayerActs, are ldF floats apart (linear_row_stride(F)),
+       their padding zero from the start and forever after (see ffn_rows_alloc) */
+    int ldF;
     float *h;             /* (ffn_rows, F) swiglu output, then its gradient */
     float *gate_c, *up_c; /* (ffn_rows, F) one chunk's gate and up (NULL when store_gate_up) */
     float *dgate, *dup;   /* (ffn_rows, F) */
@@ -205,6 +208,9 @@ const char *llama_checkpoint_name(int mode) {
 }
 
 static float *alloc_floats(size_t n) { return xmalloc(sizeof(float) * (n ? n : 1)); }
+/* rows of the MLP's F-wide buffers, ldF floats apart, zeroed: no product writes the padding, and
+ * SwiGLU, which runs over it, keeps it zero (silu(0) 0 = 0, and 0 gradients) */
+static float *ffn_rows_alloc(size_t rows, int ldF) { return xcalloc(rows ? rows * (size_t)ldF : 1, sizeof(float)); }
 static bf16_t *alloc_bf16(size_t n) { return xmalloc(sizeof(bf16_t) * (n ? n : 1)); }
 
 /* A layer's own `saved`: with a->wsaved (bf16, none) its bf16 prefix and fp32 rest, widened into
@@ -230,7 +236,7 @@ static void layer_saved_free(LayerActs *L) {
 /* One complete set (everything but o and saved when `partial`). */
 static void layer_acts_alloc(LayerActs *L, const LlamaConfig *c, const SeqAttention *attn, int N,
                              const LlamaActs *a, int partial, int low) {
-    size_t D = (size_t)c->hidden_size, F = (size_t)c->intermediate_size, Nn = (size_t)N;
+    size_t D = (size_t)c->hidden_size, Nn = (size_t)N;
     size_t qd = (size_t)c->num_attention_heads * c->head_dim, kvd = (size_t)c->num_key_value_heads * c->head_dim;
     memset(L, 0, sizeof *L);
     L->rstd1 = alloc_floats(Nn);
@@ -261,8 +267,8 @@ static void layer_acts_alloc(LayerActs *L, const LlamaConfig *c, const SeqAttent
     L->x_mid = alloc_floats(Nn * D);
     L->rstd2 = alloc_floats(Nn);
     if (a->store_gate_up) {
-        L->gate = alloc_floats(Nn * F);
-        L->up = alloc_floats(Nn * F);
+        L->gate = ffn_rows_alloc(Nn, a->ldF);
+        L->up = ffn_rows_alloc(Nn, a->ldF);
     }
 }
 
@@ -285,7 +291,7 @@ LlamaActs *llama_acts_create(const LlamaModel *m, const SeqAttention *attn, int 
 
 LlamaActs *llama_acts_create_opts(const LlamaModel *m, const SeqAttention *attn, int N, const LlamaActsOptions *opt) {
     const LlamaConfig *c = &m->cfg;
-    size_t D = (size_t)c->hidden_size, F = (size_t)c->intermediate_size, Nn = (size_t)N;
+    size_t D = (size_t)c->hidden_size, Nn = (size_t)N;
     size_t qd = (size_t)c->num_attention_heads * c->head_dim, kvd = (size_t)c->num_key_value_heads * c->head_dim;
     if (attn->heads.n_local != N || attn->heads.n_heads != c->num_attention_heads ||
         attn->heads.n_kv_heads != c->num_key_value_heads || attn->heads.head_dim != c->head_dim)
@@ -316,6 +322,7 @@ LlamaActs *llama_acts_create_opts(const LlamaModel *m, const SeqAttention *attn,
         a->ffn_chunks = a->su * ((a->sc + a->ffn_rows - 1) / a->ffn_rows);
     }
     a->store_gate_up = a->checkpoint == LLAMA_CKPT_NONE && a->ffn_chunks == 1;
+    a->ldF = linear_row_stride(c->intermediate_size);
     /* no per-layer q, k, v when each layer's own would never be read again (the strategy keeps
      * copies for its backward, or restore() takes them): forward projects into the gradient
      * scratch dq, dk, dv, which backward only fills after the strategy has taken its copies */
@@ -361,13 +368,13 @@ LlamaActs *llama_acts_create_opts(const LlamaModel *m, const SeqAttention *attn,
         a->rstd1_c = alloc_floats(Cr);
         a->rstd2_c = alloc_floats(Cr);
     }
-    size_t CF = (size_t)a->ffn_rows * F;
-    a->h = alloc_floats(CF);
-    a->dgate = alloc_floats(CF);
-    a->dup = alloc_floats(CF);
+    const size_t CR = (size_t)a->ffn_rows;
+    a->h = ffn_rows_alloc(CR, a->ldF);
+    a->dgate = ffn_rows_alloc(CR, a->ldF);
+    a->dup = ffn_rows_alloc(CR, a->ldF);
     if (!a->store_gate_up) {
-        a->gate_c = alloc_floats(CF);
-        a->up_c = alloc_floats(CF);
+        a->gate_c = ffn_rows_alloc(CR, a->ldF);
+        a->up_c = ffn_rows_alloc(CR, a->ldF);
     }
     a->layers = xcalloc((size_t)a->n_layers, sizeof(LayerActs));
     /* bf16 per-layer copies (none under streaming: no layer keeps q, k, v or o) */
@@ -531,17 +538,30 @@ static void input_fetch(LlamaActs *a, const LlamaConfig *c, int l) {
     }
 }
 
-/* The layers' matrix multiplies in the activations' precision (ops.h). */
+/* The layers' matrix multiplies in the activations' precision (ops.h), on rows n_in and n_out
+ * floats apart (the _ld pair: ld_in and ld_out apart, for the MLP's F-wide rows). */
+static void mm_forward_ld(LlamaActs *a, float *out, int ld_out, const float *in, int ld_in, const float *W, int N,
+                          int n_in, int n_out, int accumulate) {
+    if (a->precision == PRECISION_BF16)
+        linear_forward_bf16_ld(out, ld_out, in, ld_in, W, N, n_in, n_out, accumulate, &a->mm_scratch);
+    else linear_forward_ld(out, ld_out, in, ld_in, W, N, n_in, n_out, accumulate);
+}
+
+static void mm_backward_ld(LlamaActs *a, float *din, float *dW, const float *dout, int ld_out, const float *in,
+                           int ld_in, const float *W, int N, int n_in, int n_out) {
+    if (a->precision == PRECISION_BF16)
+        linear_backward_bf16_ld(din, dW, dout, ld_out, in, ld_in, W, N, n_in, n_out, &a->mm_scratch);
+    else linear_backward_ld(din, dW, dout, ld_out, in, ld_in, W, N, n_in, n_out);
+}
+
 static void mm_forward(LlamaActs *a, float *out, const float *in, const float *W, int N, int n_in, int n_out,
                        int accumulate) {
-    if (a->precision == PRECISION_BF16) linear_forward_bf16(out, in, W, N, n_in, n_out, accumulate, &a->mm_scratch);
-    else linear_forward(out, in, W, N, n_in, n_out, accumulate);
+    mm_forward_ld(a, out, n_out, in, n_in, W, N, n_in, n_out, accumulate);
 }
 
 static void mm_backward(LlamaActs *a, float *din, float *dW, const float *dout, const float *in,
                         const float *W, int N, int n_in, int n_out) {
-    if (a->precision == PRECISION_BF16) linear_backward_bf16(din, dW, dout, in, W, N, n_in, n_out, &a->mm_scratch);
-    else linear_backward(din, dW, dout, in, W, N, n_in, n_out);
+    mm_backward_ld(a, din, dW, dout, n_out, in, n_in, W, N, n_in, n_out);
 }
 
 /* bf16: after layer l's forward its own o (and q, k, v) go to their bf16 copies (exact for
@@ -646,12 +666,12 @@ static void mlp_gate_up(const LlamaModel *m, LlamaActs *a, int l, const float *x
     const LlamaConfig *c = &m->cfg;
     const LlamaLayerWeights *w = &m->w.layers[l];
     LayerActs *L = &a->layers[l];
-    size_t D = (size_t)c->hidden_size, F = (size_t)c->intermediate_size;
+    const int D = c->hidden_size, F = c->intermediate_size;
     int store = a->store_gate_up;
-    *gate = store ? L->gate + (size_t)r0 * F : a->gate_c;
-    *up = store ? L->up + (size_t)r0 * F : a->up_c;
-    mm_forward(a, *gate, xn, w->gate_proj, n, (int)D, (int)F, 0);
-    mm_forward(a, *up, xn, w->up_proj, n, (int)D, (int)F, 0);
+    *gate = store ? L->gate + (size_t)r0 * a->ldF : a->gate_c;
+    *up = store ? L->up + (size_t)r0 * a->ldF : a->up_c;
+    mm_forward_ld(a, *gate, a->ldF, xn, D, w->gate_proj, n, D, F, 0);
+    mm_forward_ld(a, *up, a->ldF, xn, D, w->up_proj, n, D, F, 0);
 }
 
 /* The MLP half over N rows: x_out = x_mid + down(swiglu(gate(xn2), up(xn2))), over chunks of
@@ -667,8 +687,8 @@ static void mlp_forward_rows(const LlamaModel *m, LlamaActs *a, int l, const flo
         float *gate, *up;
         rmsnorm_forward(a->xn, rstd2 + r0, x_mid + (size_t)r0 * D, w->post_norm, n, D, c->rms_norm_eps);
         mlp_gate_up(m, a, l, a->xn, r0, n, &gate, &up);
-        swiglu_forward(a->h, gate, up, (size_t)n * F);
-        mm_forward(a, x_out + (size_t)r0 * D, a->h, w->down_proj, n, F, D, 1);
+        swiglu_forward(a->h, gate, up, (size_t)n * a->ldF);
+        mm_forward_ld(a, x_out + (size_t)r0 * D, D, a->h, a->ldF, w->down_proj, n, F, D, 1);
     }
 }
 
@@ -688,27 +708,27 @@ static void mlp_backward_rows(LlamaModel *m, LlamaActs *a, int l, const float *x
     int D = c->hidden_size, F = c->intermediate_size;
     for (int r0 = 0; r0 < N; r0 += a->ffn_rows) {
         const int n = ffn_chunk_rows(a, N, r0);
-        size_t nF = (size_t)n * F;
+        const size_t nF = (size_t)n * a->ldF; /* the chunk's F-wide rows, padding included */
         float *dx = dx_rows + (size_t)r0 * D;
         const float *xn = a->xn, *xm = x_mid + (size_t)r0 * D;
         float *gate, *up;
         rmsnorm_forward(a->xn, rstd2 + r0, xm, w->post_norm, n, D, c->rms_norm_eps);
         memset(a->dxn, 0, sizeof(float) * (size_t)n * D);
         if (a->store_gate_up) {
-            gate = L->gate + (size_t)r0 * F;
-            up = L->up + (size_t)r0 * F;
+            gate = L->gate + (size_t)r0 * a->ldF;
+            up = L->up + (size_t)r0 * a->ldF;
         } else {
             mlp_gate_up(m, a, l, xn, r0, n, &gate, &up);
         }
         swiglu_forward(a->h, gate, up, nF);
-        mm_backward(a, NULL, g->down_proj, dx, a->h, w->down_proj, n, F, D);
+        mm_backward_ld(a, NULL, g->down_proj, dx, D, a->h, a->ldF, w->down_proj, n, F, D);
         memset(a->h, 0, sizeof(float) * nF); /* h becomes dh */
-        mm_backward(a, a->h, NULL, dx, NULL, w->down_proj, n, F, D);
+        mm_backward_ld(a, a->h, NULL, dx, D, NULL, a->ldF, w->down_proj, n, F, D);
         memset(a->dgate, 0, sizeof(float) * nF);
         memset(a->dup, 0, sizeof(float) * nF);
         swiglu_backward(a->dgate, a->dup, a->h, gate, up, nF);
-        mm_backward(a, a->dxn, g->gate_proj, a->dgate, xn, w->gate_proj, n, D, F);
-        mm_backward(a, a->dxn, g->up_proj, a->dup, xn, w->up_proj, n, D, F);
+        mm_backward_ld(a, a->dxn, g->gate_proj, a->dgate, a->ldF, xn, D, w->gate_proj, n, D, F);
+        mm_backward_ld(a, a->dxn, g->up_proj, a->dup, a->ldF, xn, D, w->up_proj, n, D, F);
         rmsnorm_backward(dx, g->post_norm, a->dxn, xm, w->post_norm, rstd2 + r0, n, D); /* after the rows' last read */
     }
 }

@@ -87,26 +87,30 @@ static double flash_transient(int threads, double nq, double nk, int kv_heads, i
 
 /* The bf16 GEMMs' operand copies (ops.c's Bf16Scratch, kept across calls: as large as the
  * largest call's two operand copies together) over R rows of the attention half's projections
- * and fr rows of the MLP's, as llama.c calls them; and the conversion path's transient fp32
- * copies of both operands of the largest call (bf16.c: bf16_gemm_convert), which `transient`
- * receives (0 on the VDPBF16PS path). Floats. */
-static double gemm_bf16_scratch(double R, double fr, double D, double qd, double kvd, double F, double *transient) {
-    /* rows, n_in, n_out, and whether the backward call has an input / a weight gradient */
-    const struct { double n, in, out; int din, dW; } calls[] = {
-        {R, D, qd, 1, 1}, {R, D, kvd, 1, 1}, {R, qd, D, 1, 1},      /* q, k|v, o projections */
-        {fr, D, F, 1, 1}, {fr, F, D, 0, 1}, {fr, F, D, 1, 0}};      /* gate|up; down: dW, then din */
+ * and fr rows of the MLP's (F-wide rows ldF apart), as llama.c calls them; and the conversion
+ * path's transient fp32 copies of both operands of the largest call (bf16.c: bf16_gemm_convert),
+ * which `transient` receives (0 on the VDPBF16PS path). Floats. */
+static double gemm_bf16_scratch(double R, double fr, double D, double qd, double kvd, double F, double ldF,
+                                double *transient) {
+    /* rows, n_in, n_out, the row strides of in and out, and whether the backward call has an
+     * input / a weight gradient */
+    const struct { double n, in, out, ld_in, ld_out; int din, dW; } calls[] = {
+        {R, D, qd, D, qd, 1, 1}, {R, D, kvd, D, kvd, 1, 1}, {R, qd, D, qd, D, 1, 1}, /* q, k|v, o projections */
+        {fr, D, F, D, ldF, 1, 1}, {fr, F, D, ldF, D, 0, 1}, {fr, F, D, ldF, D, 1, 0}}; /* gate|up; down: dW, then din */
     double scratch = 0, conv = 0;
 #define MAX_INTO(x, y) ((x) = (y) > (x) ? (y) : (x))
     for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
         const double n = calls[i].n, in = calls[i].in, out = calls[i].out;
-        const double w = calls[i].din ? out * in : 0, x = calls[i].dW ? n * in : 0;
-        MAX_INTO(scratch, (double)bf16_scratch_elems((size_t)(n * in), (size_t)(out * in)));   /* forward */
-        MAX_INTO(scratch, (double)bf16_scratch_elems((size_t)(n * out), (size_t)(w > x ? w : x))); /* backward */
-        /* the conversion path widens A and B of each product: forward (n x n_in) and (n_out x n_in),
-         * input gradient (n x n_out) and (n_out x n_in), weight gradient (n x n_out) and (n x n_in) */
-        MAX_INTO(conv, n * in + out * in);
-        if (calls[i].din) MAX_INTO(conv, n * out + out * in);
-        if (calls[i].dW) MAX_INTO(conv, n * out + n * in);
+        const double rows_in = n * calls[i].ld_in, rows_out = n * calls[i].ld_out;
+        const double w = calls[i].din ? out * in : 0, x = calls[i].dW ? rows_in : 0;
+        MAX_INTO(scratch, (double)bf16_scratch_elems((size_t)rows_in, (size_t)(out * in)));   /* forward */
+        MAX_INTO(scratch, (double)bf16_scratch_elems((size_t)rows_out, (size_t)(w > x ? w : x))); /* backward */
+        /* the conversion path widens A and B of each product: forward (n rows of in) and
+         * (n_out x n_in), input gradient (n rows of out) and (n_out x n_in), weight gradient (n
+         * rows of out) and (n rows of in) */
+        MAX_INTO(conv, rows_in + out * in);
+        if (calls[i].din) MAX_INTO(conv, rows_out + out * in);
+        if (calls[i].dW) MAX_INTO(conv, rows_out + rows_in);
     }
 #undef MAX_INTO
     *transient = bf16_kernels()->path == BF16_PATH_CONVERT ? conv : 0;
@@ -171,6 +175,7 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
     /* sizes, floats (double: no overflow) */
     const double N = (double)(in->seq_len / sp), S = (double)in->seq_len;
     const double D = c->hidden_size, F = c->intermediate_size, V = c->vocab_size, L = c->num_hidden_layers;
+    const double ldF = linear_row_stride(c->intermediate_size); /* the MLP's rows, as llama.c lays them out */
     const double qd = (double)c->num_attention_heads * c->head_dim, kvd = (double)c->num_key_value_heads * c->head_dim;
     const double d = c->head_dim;
     double E, Lu, T;
@@ -254,7 +259,7 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
             widened += N * qd;
         }
         /* one full set of a layer's activations (layer_acts_alloc) and the partial one (selective) */
-        double common = N /* rstd1 */ + qkv_layer + N * D /* x_mid */ + N /* rstd2 */ + (store_gate_up ? 2 * N * F : 0);
+        double common = N /* rstd1 */ + qkv_layer + N * D /* x_mid */ + N /* rstd2 */ + (store_gate_up ? 2 * N * ldF : 0);
         double full_set = common + o_layer + saved_layer;
         double partial_set = common + (kept < saved ? saved : 0);
         double per_layer_sel = (low ? N * qd / 2 : N * qd) + (kept < saved ? kept : saved);
@@ -273,11 +278,11 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
         else saved_acts += L * per_layer_sel, layer_set += partial_set;
         layer_set += N * d /* rope */ + (stream ? 1 : N) /* rstd_final */ + N * D /* dx */ +
                      2 * Xr * D /* xn, dxn */ + 2 * Cr * qd + 2 * Cr * kvd /* dq, dk, dv, dout */ +
-                     3 * (double)rows * F /* h, dgate, dup */ + (store_gate_up ? 0 : 2 * (double)rows * F) /* gate_c, up_c */ +
+                     3 * (double)rows * ldF /* h, dgate, dup */ + (store_gate_up ? 0 : 2 * (double)rows * ldF) /* gate_c, up_c */ +
                      (N < 256 ? N : 256) * V;
         layer_set += widened;
         double gemm_transient = 0;
-        if (bf16) layer_set += gemm_bf16_scratch(Xr, (double)rows, D, qd, kvd, F, &gemm_transient);
+        if (bf16) layer_set += gemm_bf16_scratch(Xr, (double)rows, D, qd, kvd, F, ldF, &gemm_transient);
         const double flash = flash_transient(threads, nq_call, nq_call, kv_heads_call, (int)group_q, c->head_dim, bt);
         layer_set += flash > gemm_transient ? flash : gemm_transient;
         cur.ram[MEM_SAVED] = 4 * saved_acts;
