@@ -178,6 +178,19 @@ static void expect_death(const char *what, DeathFn fn, void *arg, ...) {
     va_end(ap);
 }
 
+/* checkpoint_save / the safetensors writers, ending the (test or child) process with the message
+ * on failure as the CLI does: the calls that must succeed, and the children expect_death runs. */
+static void save_or_die(const char *dir, const LlamaConfig *cfg, const ParamTable *t, const float *p, const AdamW *opt,
+                        const TrainerState *st) {
+    SeqErr e;
+    if (checkpoint_save(dir, cfg, t, p, opt, st, &e) != 0) die("%s", e.msg);
+}
+
+static void params_save_or_die(const char *path, const ParamTable *t, const float *p) {
+    SeqErr e;
+    if (params_save_safetensors(path, t, p, &e) != 0) die("%s", e.msg);
+}
+
 /* ---- round trip ---------------------------------------------------------------------------- */
 
 static void test_round_trip(void) {
@@ -189,7 +202,7 @@ static void test_round_trip(void) {
     make_opt(&opt, &t, p, 0, t.total);
     TrainerState st = make_state(123);
     const char *dir = path_in("ck");
-    checkpoint_save(dir, &cfg, &t, p, &opt, &st);
+    save_or_die(dir, &cfg, &t, p, &opt, &st);
     CHECK(checkpoint_exists(dir), "checkpoint_exists after save");
     CHECK(!checkpoint_exists(path_in("nothing")), "checkpoint_exists on a missing dir");
     CHECK(exists(path_in("ck/config.json")) && exists(path_in("ck/model.safetensors")) &&
@@ -227,14 +240,14 @@ static void test_round_trip(void) {
     /* a range (ZeRO-style shard) optimizer round-trips too */
     AdamW shard;
     make_opt(&shard, &t, p, 10, 50);
-    checkpoint_save(path_in("ck_shard"), &cfg, &t, p, &shard, &st);
+    save_or_die(path_in("ck_shard"), &cfg, &t, p, &shard, &st);
     AdamW shard2; adamw_init(&shard2, &ac, 10, 50);
     checkpoint_load(path_in("ck_shard"), NULL, &t, p2, &shard2, &st2);
     CHECK(memcmp(shard.m, shard2.m, 40 * sizeof(float)) == 0 && memcmp(shard.v, shard2.v, 40 * sizeof(float)) == 0,
           "shard m/v not bit-identical");
 
     /* saved without an optimizer: loads with opt == NULL */
-    checkpoint_save(path_in("ck_noopt"), &cfg, &t, p, NULL, &st);
+    save_or_die(path_in("ck_noopt"), &cfg, &t, p, NULL, &st);
     CHECK(!exists(path_in("ck_noopt/optimizer.safetensors")), "optimizer file written without an optimizer");
     memset(p2, 0, t.total * sizeof(float));
     checkpoint_load(path_in("ck_noopt"), &cfg, &t, p2, NULL, &st2);
@@ -255,7 +268,7 @@ static void test_overwrite(void) {
     AdamW opt; make_opt(&opt, &t, p, 0, t.total);
     TrainerState st = make_state(10);
     const char *dir = path_in("ow");
-    checkpoint_save(dir, &cfg, &t, p, &opt, &st);
+    save_or_die(dir, &cfg, &t, p, &opt, &st);
     /* leftovers of an interrupted earlier save */
     mkdir(path_in("ow.tmp.AbC123"), 0755);
     FILE *f = fopen(path_in("ow.tmp.AbC123/model.safetensors"), "w"); fputs("partial", f); fclose(f);
@@ -264,7 +277,7 @@ static void test_overwrite(void) {
 
     opt.step = 77;
     st.step = 20;
-    checkpoint_save(dir, &cfg, &t, q, &opt, &st);
+    save_or_die(dir, &cfg, &t, q, &opt, &st);
     /* only what this save created is removed: the earlier leftovers are not ours to delete */
     CHECK(count_prefix("ow.tmp.") == 1 && count_prefix("ow.old.") == 1, "a save removed or left temporaries: %d tmp, %d old",
           count_prefix("ow.tmp."), count_prefix("ow.old."));
@@ -283,7 +296,7 @@ static void test_overwrite(void) {
     /* saving through a trailing slash works the same */
     char slash[600];
     snprintf(slash, sizeof slash, "%s/", dir);
-    checkpoint_save(slash, &cfg, &t, p, &opt, &st);
+    save_or_die(slash, &cfg, &t, p, &opt, &st);
     checkpoint_load(slash, &cfg, &t, r, &o2, &s2);
     CHECK(memcmp(r, p, t.total * sizeof(float)) == 0, "save via trailing slash");
     CHECK(count_prefix("ow.tmp.") == 1 && count_prefix("ow.old.") == 1, "temporary directories left (trailing slash)");
@@ -291,7 +304,7 @@ static void test_overwrite(void) {
     /* the two-rename fallback used where RENAME_EXCHANGE is unsupported */
     setenv("SEQPAR_CKPT_NO_RENAME_EXCHANGE", "1", 1);
     st.step = 30;
-    checkpoint_save(dir, &cfg, &t, q, &opt, &st);
+    save_or_die(dir, &cfg, &t, q, &opt, &st);
     unsetenv("SEQPAR_CKPT_NO_RENAME_EXCHANGE");
     checkpoint_load(dir, &cfg, &t, r, &o2, &s2);
     CHECK(memcmp(r, q, t.total * sizeof(float)) == 0 && s2.step == 30, "fallback swap did not install the new checkpoint");
@@ -329,7 +342,7 @@ static void save_basic(const char *dir) {
     fill_params(p, t.total, 3);
     AdamW opt; make_opt(&opt, &t, p, 0, t.total);
     TrainerState st = make_state(5);
-    checkpoint_save(dir, &cfg, &t, p, &opt, &st);
+    save_or_die(dir, &cfg, &t, p, &opt, &st);
     adamw_free(&opt);
     xfree(p);
 }
@@ -351,7 +364,7 @@ static void do_save_into(void *arg) {
     LlamaConfig cfg = small_config(0);
     float *p = xcalloc(t.total, sizeof(float));
     TrainerState st = make_state(1);
-    checkpoint_save((const char *)arg, &cfg, &t, p, NULL, &st);
+    save_or_die((const char *)arg, &cfg, &t, p, NULL, &st);
     xfree(p);
 }
 
@@ -402,7 +415,7 @@ static void do_save_small_disk(void *arg) {
     AdamWConfig ac; adamw_config_default(&ac);
     AdamW opt; adamw_init(&opt, &ac, 0, t.total);
     TrainerState st = make_state(5);
-    checkpoint_save((const char *)arg, &cfg, &t, p, &opt, &st);
+    save_or_die((const char *)arg, &cfg, &t, p, &opt, &st);
 }
 
 typedef struct { const char *dir; } TargetArg;
@@ -441,6 +454,40 @@ static void test_verification(void) {
     CHECK(count_prefix("full.tmp.") == 1 && exists(path_in("full.tmp.Zz9Zz9")),
           "a failed save left its temporary directory (or removed another): %d full.tmp.*", count_prefix("full.tmp."));
     CHECK(!exists(path_in("full")), "a failed save created the checkpoint directory");
+
+    /* ... and returns its error to the caller, which lives on: the checkpoint it would have
+     * replaced is untouched and still loads (the same process, the file size limit lowered for
+     * the save only) */
+    {
+        save_basic(path_in("keep"));
+        ParamTable t = untied_table();
+        float *before = xcalloc(t.total, sizeof(float));
+        TrainerState back;
+        SeqErr le;
+        CHECK(checkpoint_read(path_in("keep"), NULL, &t, before, NULL, &back, &le) == 0, "a fresh checkpoint: %s",
+              le.msg);
+        LlamaConfig cfg = small_config(0);
+        float *p = xmalloc(t.total * sizeof(float));
+        fill_params(p, t.total, 4);
+        TrainerState st = make_state(6);
+        struct rlimit old;
+        getrlimit(RLIMIT_FSIZE, &old);
+        struct rlimit low = { 300, old.rlim_max };
+        void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+        setrlimit(RLIMIT_FSIZE, &low);
+        SeqErr e = { "" };
+        const int rc = checkpoint_save(path_in("keep"), &cfg, &t, p, NULL, &st, &e);
+        setrlimit(RLIMIT_FSIZE, &old);
+        signal(SIGXFSZ, prev);
+        CHECK(rc == -1 && strstr(e.msg, "File too large") && strstr(e.msg, "keep") && !strchr(e.msg, '\n'),
+              "a save on a full disk returned %d with '%s'", rc, e.msg);
+        CHECK(count_prefix("keep.") == 0, "a failed save left %d keep.* beside the checkpoint", count_prefix("keep."));
+        float *q = xcalloc(t.total, sizeof(float));
+        CHECK(checkpoint_read(path_in("keep"), NULL, &t, q, NULL, &back, &le) == 0, "the kept checkpoint: %s", le.msg);
+        CHECK(memcmp(q, before, t.total * sizeof(float)) == 0 && back.step == 5,
+              "the checkpoint a failed save would have replaced changed (step %ld)", back.step);
+        xfree(p); xfree(q); xfree(before);
+    }
 
     /* unusable --save targets are found before any training */
     TargetArg ta = { path_in("v_model/model.safetensors") };
@@ -532,7 +579,8 @@ static void test_deaths(void) {
     {
         float z[10] = { 0 };
         StWriteTensor w[2] = { { "adamw.m", z, 1, { 10, 0, 0, 0 } }, { "adamw.v", z, 1, { 10, 0, 0, 0 } } };
-        st_write_f32(path_in("d_len/optimizer.safetensors"), w, 2, "pt");
+        SeqErr e;
+        CHECK(st_write_f32(path_in("d_len/optimizer.safetensors"), w, 2, "pt", &e) == 0, "st_write_f32: %s", e.msg);
     }
     a.dir = path_in("d_len");
     /* a replaced file no longer matches the size and CRC-32 recorded at save */
@@ -585,20 +633,20 @@ static void test_tied(void) {
     fill_params(p, ut.total, 8);
     const char *full = path_in("untied.safetensors");
     for (size_t i = 0; i < 24; i++) p[40 + i] = p[i]; /* lm_head [6,4] at 40 = a copy of embed [6,4] at 0 */
-    params_save_safetensors(full, &ut, p); /* file has lm_head, equal to the embedding */
+    params_save_or_die(full, &ut, p); /* file has lm_head, equal to the embedding */
     float *q = xcalloc(tt.total, sizeof(float));
     params_load_safetensors(full, &tt, q, 1);
     CHECK(memcmp(p, q, tt.total * sizeof(float)) == 0, "tied load (lm_head copy of the embedding in file) differs");
     /* an lm_head that differs from the embedding would be dropped silently: refused, naming it */
     p[40] += 1.0f;
-    params_save_safetensors(full, &ut, p);
+    params_save_or_die(full, &ut, p);
     PathArg pd = { full };
     expect_death("tied load of a different lm_head", do_load_tied, &pd, "lm_head.weight", "differs", NULL);
     p[40] -= 1.0f;
 
     /* a tied file (no lm_head) loaded as untied dies naming lm_head.weight */
     const char *tied_file = path_in("tied.safetensors");
-    params_save_safetensors(tied_file, &tt, p);
+    params_save_or_die(tied_file, &tt, p);
     PathArg pa = { tied_file };
     expect_death("untied load of a tied file", do_load_untied, &pa, "lm_head.weight", "tied.safetensors", NULL);
 

@@ -256,6 +256,16 @@ err=$( (trap '' XFSZ; ulimit -f 4096; exec timeout 60 "$SEQPAR" train --layers 1
 rc=$?
 if [ $rc -ne 0 ] && [ "$(printf '%s\n' "$err" | grep -c '')" -eq 1 ] && ! ls -d "$T"/small_ck.tmp.* >/dev/null 2>&1 && [ ! -e "$T/small_ck" ]; then ok; else
     bad "failed save: status $rc, leftovers: $(ls -d "$T"/small_ck* 2>/dev/null | tr '\n' ' '), stderr: $err"; fi
+# ... and on 2 ranks: rank 0's failed save ends both ranks with its line each (returned to the CLI,
+# which ends every rank alike: no MPI_Abort), no leftovers (tcp: shared-memory files exceed the limit)
+rm -rf "$T"/small2_ck*
+err=$( (mpi_test_env; exec timeout 60 mpirun --oversubscribe --mca btl self,tcp -np 2 bash -c "trap '' XFSZ; ulimit -f 4096; \
+    exec \"$SEQPAR\" train --layers 1 --hidden 256 --heads 2 --kv-heads 1 --ffn 2048 --vocab 64 --seq-len 16 --cp 2 --batch 1 \
+    --steps 1 --eval-seqs 1 --quiet --peak-gflops 100 --save \"$T/small2_ck\" --log \"$T/small2.jsonl\"") 2>&1 >/dev/null)
+rc=$?
+if [ $rc -ne 0 ] && [ "$(printf '%s\n' "$err" | grep -c "^seqpar: error: writing '.*small2_ck.tmp.*' failed while .*File too large")" -eq 2 ] &&
+    ! printf '%s' "$err" | grep -q "MPI_ABORT" && ! ls -d "$T"/small2_ck.tmp.* >/dev/null 2>&1 && [ ! -e "$T/small2_ck" ]; then ok; else
+    bad "failed save on 2 ranks: status $rc, leftovers: $(ls -d "$T"/small2_ck* 2>/dev/null | tr '\n' ' '), stderr: $err"; fi
 # a successful save leaves DIR.tmp.* / DIR.old.* siblings it did not create alone
 mkdir -p "$T/keep_ck.tmp.AbCdEf" "$T/keep_ck.old.GhIjKl"; printf 'mine' > "$T/keep_ck.tmp.AbCdEf/notes"
 timeout 60 "$SEQPAR" train "${RT[@]}" --save "$T/keep_ck" --log "$T/keep.jsonl" >/dev/null 2>&1 || bad "save beside foreign temporaries failed"

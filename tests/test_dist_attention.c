@@ -425,7 +425,7 @@ static void test_dout_delta_exchange(void) {
     }
     xfree(dout);
     xfree(delta);
-    comm_destroy(cm);
+    comm_destroy(cm, NULL);
     topology_free(&t);
 }
 
@@ -482,7 +482,7 @@ static void test_collectives(void) {
     xfree(part);
     xfree(counts);
     xfree(displs);
-    comm_destroy(cm);
+    comm_destroy(cm, NULL);
     topology_free(&t);
 }
 
@@ -511,7 +511,9 @@ static void test_trace_and_print(const Reference *R) {
         CHECK(ok && lines == 2 * g_size, "comm_stats_print: %d lines in rank order", lines);
         fclose(f);
     }
-    comm_destroy(cm); /* writes the trace */
+    SeqErr te = {""};
+    const int trc = comm_destroy(cm, &te); /* writes the trace */
+    CHECK(trc == 0, "comm_destroy could not write the trace: %s", te.msg);
     if (g_rank == 0) {
         json_error_t err;
         json_t *root = json_load_file(path, 0, &err);
@@ -537,6 +539,14 @@ static void test_trace_and_print(const Reference *R) {
         }
         unlink(path);
     }
+    /* a trace that cannot be written is rank 0's error, returned (the other ranks' calls return 0;
+     * the CLI ends every rank with rank 0's line) */
+    cm = comm_create(&t, "/nonexistent-seqpar-dir/trace.json");
+    te.msg[0] = '\0';
+    const int bad = comm_destroy(cm, &te);
+    CHECK(g_rank == 0 ? bad == -1 && strstr(te.msg, "/nonexistent-seqpar-dir") && strstr(te.msg, "trace.json")
+                      : bad == 0,
+          "rank %d: a trace into a missing directory: comm_destroy returned %d with '%s'", g_rank, bad, te.msg);
     topology_free(&t);
 }
 
@@ -566,7 +576,7 @@ static void test_bf16_reaches_kernel(const Reference *R) {
         char *err = strategy_check(strat, &sp);
         if (err) { /* not runnable on this world (e.g. LightSeq with odd cp) */
             xfree(err);
-            comm_destroy(cm);
+            comm_destroy(cm, NULL);
             topology_free(&t);
             continue;
         }
@@ -600,7 +610,7 @@ static void test_bf16_reaches_kernel(const Reference *R) {
         else CHECKQ(!all_differ, "%s: without bf16 tiles, bf16 inputs change O (max %.3g)", strat->name, diff);
         CHECKQ(diff <= 0x1p-7 * vmax, "%s: bf16 O differs from fp32's by %.3g (> 2^-7 max |v|)", strat->name, diff);
         xfree(o[0]); xfree(o[1]); xfree(ql); xfree(kl); xfree(vl); xfree(pos);
-        comm_destroy(cm);
+        comm_destroy(cm, NULL);
         topology_free(&t);
     }
     if (g_rank == 0)
@@ -694,7 +704,7 @@ int main(int argc, char **argv) {
                           }
                         }
                     }
-                    comm_destroy(cm);
+                    comm_destroy(cm, NULL);
                     topology_free(&t);
                 }
             }

@@ -326,7 +326,7 @@ int main(int argc, char **argv) {
                     cases++;
                 }
             }
-            comm_destroy(cm);
+            comm_destroy(cm, NULL);
             topology_free(&t);
         }
         reference_free(&R);

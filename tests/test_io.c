@@ -7,7 +7,9 @@
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -163,7 +165,8 @@ static void test_safetensors_round_trip(const TempDir *td) {
         {"extra.three_d", bias3d, 3, {2, 3, 4}},
         {"empty", NULL, 2, {0, 7}},
     };
-    st_write_f32(path, w, (int)ARRAY_LEN(w), "pt");
+    SeqErr we;
+    CHECK(st_write_f32(path, w, (int)ARRAY_LEN(w), "pt", &we) == 0, "st_write_f32: %s", we.msg);
 
     size_t len;
     unsigned char *raw = read_all(path, &len);
@@ -197,7 +200,7 @@ static void test_safetensors_round_trip(const TempDir *td) {
     st_close(&f);
 
     /* Overwriting is atomic and leaves no temporary files behind. */
-    st_write_f32(path, w, 1, NULL);
+    CHECK(st_write_f32(path, w, 1, NULL, &we) == 0, "st_write_f32 (overwrite): %s", we.msg);
     st_open(path, &f);
     CHECK(f.n_tensors == 1, "rewritten file should hold 1 tensor, has %d", f.n_tensors);
     st_close(&f);
@@ -257,7 +260,15 @@ static void test_safetensors_errors(const TempDir *td) {
 
     float values[12] = {0};
     StWriteTensor w[] = {{"w", values, 2, {3, 4}}};
-    st_write_f32(good, w, 1, "pt");
+    SeqErr we;
+    CHECK(st_write_f32(good, w, 1, "pt", &we) == 0, "st_write_f32: %s", we.msg);
+    /* a bad tensor description and an unwritable path are errors returned, not exits */
+    StWriteTensor twice[] = {{"w", values, 2, {3, 4}}, {"w", values, 1, {12}}};
+    CHECK(st_write_f32(good, twice, 2, "pt", &we) == -1 && strstr(we.msg, "appears twice"),
+          "a repeated tensor name: '%s'", we.msg);
+    CHECK(st_write_f32("/nonexistent-seqpar-dir/x.safetensors", w, 1, "pt", &we) == -1 &&
+              strstr(we.msg, "/nonexistent-seqpar-dir") && strstr(we.msg, "writable"),
+          "a file in a missing directory: '%s'", we.msg);
     size_t len;
     unsigned char *raw = read_all(good, &len);
     write_bytes(truncated, raw, len - 5); /* data section cut short */
@@ -372,7 +383,7 @@ static void test_config(const TempDir *td) {
                         .num_key_value_heads = 3, .num_hidden_layers = 2, .vocab_size = 300, .head_dim = 32,
                         .max_position_embeddings = 4096, .tie_word_embeddings = 1, .rms_norm_eps = 1e-6f,
                         .rope_theta = 10000.0};
-    config_json_save(saved, &orig);
+    { SeqErr ce; CHECK(config_json_save(saved, &orig, &ce) == 0, "config_json_save: %s", ce.msg); }
     LlamaConfig back;
     config_json_load(saved, &back);
     CHECK(memcmp(&orig, &back, sizeof orig) == 0, "config save/load round trip changed values");
@@ -386,13 +397,13 @@ static void test_config(const TempDir *td) {
             sc.rope_high_freq_factor = 4.0;
             sc.rope_original_max_position_embeddings = 8192;
         }
-        config_json_save(saved, &sc);
+        { SeqErr ce; CHECK(config_json_save(saved, &sc, &ce) == 0, "config_json_save: %s", ce.msg); }
         LlamaConfig sb;
         config_json_load(saved, &sb);
         CHECK(memcmp(&sc, &sb, sizeof sc) == 0, "config save/load round trip of rope_type %s changed values",
               llama_rope_type_name(rt));
     }
-    config_json_save(saved, &orig);
+    { SeqErr ce; CHECK(config_json_save(saved, &orig, &ce) == 0, "config_json_save: %s", ce.msg); }
     json_error_t err;
     json_t *root = json_load_file(saved, 0, &err);
     CHECK(root != NULL, "saved config is not JSON: %s", err.text);
@@ -519,8 +530,9 @@ static void test_tokens(const TempDir *td) {
     }
     small[123] = 65535;
     large[77] = 199999;
-    tokens_write_llmc(v1, small, N);
-    tokens_write_llmc(v7, large, N);
+    SeqErr te;
+    CHECK(tokens_write_llmc(v1, small, N, &te) == 0 && tokens_write_llmc(v7, large, N, &te) == 0, "tokens_write_llmc: %s",
+          te.msg);
     struct stat sb;
     stat(v1, &sb);
     CHECK((size_t)sb.st_size == 1024 + 2 * (size_t)N, "v1 shard size %lld", (long long)sb.st_size);
@@ -860,16 +872,16 @@ static void test_atomic(const TempDir *td) {
     path_in(td, "atomic.txt", path, sizeof path);
     write_text(path, "old");
     AtomicFile af;
-    atomic_open(&af, path);
+    SeqErr e = {""};
+    CHECK(atomic_open(&af, path, &e) == 0, "atomic_open: %s", e.msg);
     atomic_write(&af, "new contents", 12);
     atomic_abort(&af);
     size_t len;
     char *text = (char *)read_all(path, &len);
     CHECK(strcmp(text, "old") == 0, "abort changed the target: %s", text);
     free(text);
-    atomic_open(&af, path);
-    atomic_write(&af, "new contents", 12);
-    atomic_commit(&af);
+    CHECK(atomic_open(&af, path, &e) == 0 && atomic_write(&af, "new contents", 12) == 0 && atomic_commit(&af, &e) == 0,
+          "atomic write: %s", e.msg);
     text = (char *)read_all(path, &len);
     CHECK(strcmp(text, "new contents") == 0, "commit did not replace the target: %s", text);
     free(text);
@@ -879,6 +891,41 @@ static void test_atomic(const TempDir *td) {
     umask(mask);
     CHECK((sb.st_mode & 0777) == (0666 & ~mask), "committed file has mode %o, expected %o",
           (unsigned)(sb.st_mode & 0777), (unsigned)(0666 & ~mask));
+
+    /* failures come back as one line each, the target untouched and no temporary left: a
+     * directory as the path, a missing directory, and writes past the file size limit (a full
+     * disk), which are sticky: later writes do nothing and the commit returns the first failure */
+    char sub[300];
+    path_in(td, "a_dir", sub, sizeof sub);
+    mkdir(sub, 0755);
+    CHECK(atomic_write_text(sub, "x", &e) == -1 && strstr(e.msg, "renaming") && strstr(e.msg, "a_dir"),
+          "a file over a directory: '%s'", e.msg);
+    rmdir(sub);
+    char dir_slash[300];
+    snprintf(dir_slash, sizeof dir_slash, "%s/", td->dir);
+    CHECK(atomic_open(&af, dir_slash, &e) == -1 && strstr(e.msg, "names a directory"), "a path ending in '/': '%s'",
+          e.msg);
+    CHECK(atomic_write_text("/nonexistent-seqpar-dir/a.txt", "x", &e) == -1 && strstr(e.msg, "nonexistent-seqpar-dir") &&
+              strstr(e.msg, "writable") && !strchr(e.msg, '\n'),
+          "a missing directory: '%s'", e.msg);
+    struct rlimit old, low;
+    getrlimit(RLIMIT_FSIZE, &old);
+    low = old;
+    low.rlim_cur = 64;
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    char big[4096];
+    memset(big, 'x', sizeof big);
+    setrlimit(RLIMIT_FSIZE, &low);
+    const int o = atomic_open(&af, path, &e), w1 = atomic_write(&af, big, sizeof big), w2 = atomic_write(&af, "y", 1);
+    const int c = atomic_commit(&af, &e);
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, prev);
+    CHECK(o == 0 && w1 == -1 && w2 == -1 && c == -1 && strstr(e.msg, "File too large") && strstr(e.msg, "atomic.txt") &&
+              strstr(e.msg, "disk full"),
+          "writes past the size limit: open %d, writes %d %d, commit %d: '%s'", o, w1, w2, c, e.msg);
+    text = (char *)read_all(path, &len);
+    CHECK(strcmp(text, "new contents") == 0, "a failed write changed the target: %s", text);
+    free(text);
 }
 
 /* Removes the temporary directory and its (flat) contents; checks no temp files were left. */

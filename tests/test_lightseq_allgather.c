@@ -453,7 +453,7 @@ int main(int argc, char **argv) {
                              heads[hi].S, piece);
                     run_case(scheds[si], &t, cm, (TokenLayout)lay, &refs[hi], piece, &sum, what);
                 }
-        comm_destroy(cm);
+        comm_destroy(cm, NULL);
         topology_free(&t);
     }
     for (size_t i = 0; i < ARRAY_LEN(heads); i++) reference_free(&refs[i]);

@@ -22,7 +22,8 @@ static void write_shard(const char *name, uint32_t first, size_t count, uint32_t
     for (size_t i = 0; i < count; i++) t[i] = first + (uint32_t)i + offset_id;
     char p[512];
     path_of(p, sizeof p, name);
-    tokens_write_llmc(p, t, count);
+    SeqErr e;
+    if (tokens_write_llmc(p, t, count, &e) != 0) die("%s", e.msg);
     free(t);
 }
 

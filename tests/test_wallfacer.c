@@ -409,7 +409,7 @@ int main(int argc, char **argv) {
                              layout_name((TokenLayout)lay), kv_heads[hi], S, piece);
                     run_case(&t, cm, C, (TokenLayout)lay, &refs[hi], piece, &sum, what);
                 }
-            comm_destroy(cm);
+            comm_destroy(cm, NULL);
             topology_free(&t);
         }
     }

@@ -41,7 +41,8 @@ static int split(const char *path, int S, int eot, const char *dir) {
             for (int i = 0; i < n; i++) out[i] = (uint32_t)tok[s0 + i];
             char f[4096];
             snprintf(f, sizeof f, "%s/doc_%d.bin", dir, k);
-            tokens_write_llmc(f, out, (size_t)n);
+            SeqErr e;
+            if (tokens_write_llmc(f, out, (size_t)n, &e) != 0) die("%s", e.msg);
             printf("%d %d %d\n", k, n - 1, targets);
             k++;
         }
@@ -81,7 +82,8 @@ static int sum(int argc, char **argv) {
         xfree(acc);
         xfree(buf);
     }
-    st_write_f32(argv[2], w, nt, "pt");
+    SeqErr e;
+    if (st_write_f32(argv[2], w, nt, "pt", &e) != 0) die("%s", e.msg);
     for (int t = 0; t < nt; t++) xfree((void *)w[t].data);
     xfree(w);
     for (int i = 0; i < nf; i++) st_close(&f[i]);

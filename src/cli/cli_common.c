@@ -233,6 +233,11 @@ void offload_errors_check(const LlamaActs *acts, SeqParallel *par) {
     if (any) die_if_any_rank(failed ? &e : NULL); /* every rank is here: the failing rank's line */
 }
 
+void parallel_free_or_die(SeqParallel *par) {
+    SeqErr e;
+    die_if_any_rank(seq_parallel_free(par, &e) != 0 ? &e : NULL);
+}
+
 int file_exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0;

@@ -88,6 +88,9 @@ void offload_flags_check(const ParallelConfig *pc, const MemoryFlags *mf);
 /* Layer-input offload (llama.h): a failed write or read on any rank ends every rank with that
  * rank's one line. Collective when offloading (an allreduce under the watchdog); nothing otherwise. */
 void offload_errors_check(const LlamaActs *acts, SeqParallel *par);
+/* seq_parallel_free, ending every rank with rank 0's line when the trace file could not be
+ * written (collective). */
+void parallel_free_or_die(SeqParallel *par);
 /* Utilisation for printing: min(u, 1); *clamped set when u was above 1. */
 double utilisation_clamp(double u, int *clamped);
 

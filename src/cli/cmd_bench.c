@@ -402,7 +402,7 @@ static void bench_memory_parallel(const ParallelConfig *pc_in, const MemoryFlags
         xfree(g_in); xfree(g_tg); xfree(in); xfree(tg);
         llama_acts_free(acts);
         adamw_free(&opt);
-        seq_parallel_free(&par);
+        parallel_free_or_die(&par);
         llama_free(&m);
     }
 }
@@ -433,7 +433,7 @@ static void bench_dist_attn(const ParallelConfig *pc, int S, int H, int Hkv, int
         printf("\n");
         fflush(stdout);
     }
-    seq_parallel_free(&par);
+    parallel_free_or_die(&par);
 }
 
 int cmd_bench(int argc, char **argv) {

@@ -152,13 +152,15 @@ int cmd_grad(int argc, char **argv) {
         if (llama_acts_streams(acts))
             printf("streaming: %d chunks of %d rows per layer\n", par.attn->stream_chunks, par.attn->stream_rows);
         printf("loss: %.9f\n", loss);
-        params_save_safetensors(out_path, &model.table, full);
     }
+    SeqErr werr;
+    const int failed = par.topo.world_rank == 0 && params_save_safetensors(out_path, &model.table, full, &werr) != 0;
     xfree(full);
     /* every rank gets here before any enters MPI_Finalize, which has no deadline */
     if (par.topo.world_size > 1) comm_control_barrier(par.comm, "MPI_Ibarrier (end of run)", par.topo.world);
+    die_if_any_rank(failed ? &werr : NULL); /* a gradient file rank 0 could not write ends every rank */
     llama_acts_free(acts);
-    seq_parallel_free(&par);
+    parallel_free_or_die(&par);
     xfree(global_inputs); xfree(global_targets); xfree(inputs); xfree(targets); xfree(global_docs); xfree(docs);
     tokens_free(&td);
     llama_free(&model);

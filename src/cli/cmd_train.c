@@ -363,11 +363,15 @@ static void save_checkpoint(const char *dir, LlamaModel *m, const AdamW *opt, co
     float *params = grad_sync_full_to_root(&par->sync, m, 0); /* zero 3 holds only shards */
     grad_sync_gather_to_root(&par->sync, opt->m, full.m);
     grad_sync_gather_to_root(&par->sync, opt->v, full.v);
-    if (root) checkpoint_save(dir, &m->cfg, &m->table, params, &full, st);
+    SeqErr e;
+    const int failed = root && checkpoint_save(dir, &m->cfg, &m->table, params, &full, st, &e) != 0;
     xfree(params);
     xfree(full.m);
     xfree(full.v);
     if (par->topo.world_size > 1) comm_control_barrier(par->comm, "MPI_Ibarrier (after the save)", par->topo.world);
+    /* a save that failed (the disk full, the directory gone) ends every rank with its line; the
+     * previous checkpoint, if any, is untouched */
+    die_if_any_rank(failed ? &e : NULL);
 }
 
 /* Tells the watchdog the step and phase; slow phases (the first step, saves) get
@@ -775,7 +779,7 @@ int cmd_train(int argc, char **argv) {
     if (log) fclose(log);
     xfree(g_inputs); xfree(g_targets); xfree(inputs); xfree(targets); xfree(g_docs); xfree(docs);
     llama_acts_free(acts);
-    seq_parallel_free(&par); /* writes the trace */
+    parallel_free_or_die(&par); /* writes the trace */
     if (root) { /* where this run's files are */
         char el[32];
         progress_format_duration(now_seconds() - run_t0, el, sizeof el);

@@ -233,10 +233,11 @@ Comm *comm_create(const Topology *t, const char *trace_path) {
     return c;
 }
 
-void comm_destroy(Comm *c) {
-    if (!c) return;
+int comm_destroy(Comm *c, SeqErr *e) {
+    if (!c) return 0;
+    int rc = 0;
     if (c->trace) {
-        trace_write(c->trace);
+        if (trace_write(c->trace, e) < 0) rc = -1;
         trace_free(c->trace);
     }
     for (int i = 0; i < c->n_wire; i++) xfree(c->wire[i].stage);
@@ -244,6 +245,7 @@ void comm_destroy(Comm *c) {
     /* attributes still attached stay valid and are deleted with their communicators */
     mpi_check(MPI_Comm_free_keyval(&c->keyval), "MPI_Comm_free_keyval", MPI_COMM_NULL, -1, 0);
     xfree(c);
+    return rc;
 }
 
 uint64_t comm_stats_bytes(const CommStats *s, CommKind k) { return s->bytes_intra[k] + s->bytes_inter[k]; }

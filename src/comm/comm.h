@@ -53,6 +53,7 @@
 #include <stdio.h>
 
 #include "comm/topology.h"
+#include "core/common.h"
 
 typedef enum {
     COMM_ALLTOALL,     /* SeqAlltoAll of head-parallel attention */
@@ -130,8 +131,9 @@ typedef struct {
 /* Creates the context. trace_path non-NULL turns tracing on (written by comm_destroy).
  * Collective over the topology's world communicator (one barrier to align trace clocks). */
 Comm *comm_create(const Topology *t, const char *trace_path);
-/* Writes the trace if tracing is on (collective over world then) and frees the context. */
-void comm_destroy(Comm *c);
+/* Writes the trace if tracing is on (collective over world then) and frees the context. Returns
+ * 0, or -1 with a one-line message (on rank 0) when the trace file could not be written. */
+int comm_destroy(Comm *c, SeqErr *e);
 
 /* Watchdog deadline of every later wait, in seconds (0: wait forever). comm_create sets
  * COMM_DEFAULT_TIMEOUT_S. */

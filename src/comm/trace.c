@@ -80,7 +80,7 @@ static void put_json_string(AtomicFile *af, const char *s) {
     atomic_write(af, buf, j);
 }
 
-long trace_write(CommTrace *tr) {
+long trace_write(CommTrace *tr, SeqErr *e) {
     int rank, size;
     check(MPI_Comm_rank(tr->world, &rank), "MPI_Comm_rank");
     check(MPI_Comm_size(tr->world, &size), "MPI_Comm_size");
@@ -107,7 +107,8 @@ long trace_write(CommTrace *tr) {
     long written = 0;
     if (rank == 0) {
         AtomicFile af;
-        atomic_open(&af, tr->path);
+        int opened = atomic_open(&af, tr->path, e) == 0; /* not: the writes below do nothing */
+        if (!opened) af.failed = 1;
         const char *head = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
         atomic_write(&af, head, strlen(head));
         char line[256];
@@ -134,7 +135,8 @@ long trace_write(CommTrace *tr) {
         }
         const char *tail = "\n]}\n";
         atomic_write(&af, tail, strlen(tail));
-        atomic_commit(&af);
+        if (opened && atomic_commit(&af, e) != 0) opened = 0;
+        if (!opened) written = -1;
         xfree(all);
         xfree(counts);
         xfree(displs);

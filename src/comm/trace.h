@@ -13,6 +13,8 @@
 
 #include <mpi.h>
 
+#include "core/common.h"
+
 typedef struct CommTrace CommTrace;
 
 /* Collective over world (barrier). path is copied. */
@@ -26,8 +28,9 @@ void trace_event(CommTrace *tr, const char *name, const char *cat, double t0, do
  * one training step of many). Local to the rank. */
 void trace_set_recording(CommTrace *tr, int on);
 /* Gathers to rank 0 and writes the file; collective over world. Returns the number of events
- * written on rank 0 (0 elsewhere). Calling it again rewrites the file with all events so far. */
-long trace_write(CommTrace *tr);
+ * written on rank 0 (0 elsewhere), or -1 on rank 0 with a one-line message when the file cannot
+ * be written (any old file intact). Calling it again rewrites the file with all events so far. */
+long trace_write(CommTrace *tr, SeqErr *e);
 void trace_free(CommTrace *tr);
 
 #endif

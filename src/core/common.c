@@ -18,16 +18,6 @@ static int mpi_world_size(void) {
     return size;
 }
 
-static void (*g_cleanup)(void);
-
-void die_set_cleanup(void (*fn)(void)) { g_cleanup = fn; }
-
-static void run_cleanup(void) {
-    void (*fn)(void) = g_cleanup;
-    g_cleanup = NULL; /* once, even if the hook itself dies */
-    if (fn) fn();
-}
-
 static void print_error(const char *fmt, va_list ap) {
     char msg[2048];
     vsnprintf(msg, sizeof msg, fmt, ap);
@@ -40,7 +30,6 @@ void die(const char *fmt, ...) {
     va_start(ap, fmt);
     print_error(fmt, ap);
     va_end(ap);
-    run_cleanup();
     if (mpi_world_size() > 1) MPI_Abort(MPI_COMM_WORLD, 1);
     exit(1);
 }
@@ -50,7 +39,6 @@ void die_collective(const char *fmt, ...) {
     va_start(ap, fmt);
     print_error(fmt, ap);
     va_end(ap);
-    run_cleanup();
     int init = 0, fin = 0;
     MPI_Initialized(&init);
     MPI_Finalized(&fin);

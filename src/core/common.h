@@ -34,11 +34,6 @@ int seq_err(SeqErr *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)
  * This is how the CLI ends a run for a loader error that only some ranks may have seen. */
 void die_if_any_rank(const SeqErr *e);
 
-/* Registers fn to run (once) just before die() or die_collective() ends the program; NULL clears
- * it. One hook at a time: checkpoint saving uses it to remove its half-written temporary
- * directory when a write fails (a full disk) so that no failed save leaves a temporary behind. */
-void die_set_cleanup(void (*fn)(void));
-
 void *xmalloc(size_t n);          /* dies with the size on failure; tracked for peak memory */
 /* A tracked copy of a string (freed with xfree): how library code returns one-line messages. */
 char *xstrdup(const char *s);

@@ -183,10 +183,10 @@ void tokens_free(TokenData *td) {
     memset(td, 0, sizeof *td);
 }
 
-void tokens_write_llmc(const char *path, const uint32_t *tokens, size_t n) {
+int tokens_write_llmc(const char *path, const uint32_t *tokens, size_t n, SeqErr *e) {
     if (n > INT32_MAX)
-        die("cannot write '%s': %zu tokens exceed the %d an llm.c shard header can count; split the data", path,
-            n, INT32_MAX);
+        return seq_err(e, "cannot write '%s': %zu tokens exceed the %d an llm.c shard header can count; split the data",
+                       path, n, INT32_MAX);
     uint32_t max_token = 0;
     for (size_t i = 0; i < n; i++)
         if (tokens[i] > max_token) max_token = tokens[i];
@@ -201,7 +201,7 @@ void tokens_write_llmc(const char *path, const uint32_t *tokens, size_t n) {
         for (size_t b = 0; b < 4; b++) raw[4 * i + b] = (unsigned char)(header[i] >> (8 * b));
 
     AtomicFile af;
-    atomic_open(&af, path);
+    if (atomic_open(&af, path, e) != 0) return -1;
     atomic_write(&af, raw, sizeof raw);
     enum { CHUNK = 1 << 14 };
     unsigned char buf[CHUNK * 4];
@@ -209,10 +209,10 @@ void tokens_write_llmc(const char *path, const uint32_t *tokens, size_t n) {
         size_t count = n - done < CHUNK ? n - done : CHUNK;
         for (size_t i = 0; i < count; i++)
             for (size_t b = 0; b < width; b++) buf[width * i + b] = (unsigned char)(tokens[done + i] >> (8 * b));
-        atomic_write(&af, buf, count * width);
+        if (atomic_write(&af, buf, count * width) != 0) break; /* the failure is atomic_commit's to return */
         done += count;
     }
-    atomic_commit(&af);
+    return atomic_commit(&af, e);
 }
 
 TokensFormat tokens_format_parse(const char *s) {

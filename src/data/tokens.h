@@ -38,8 +38,8 @@ int tokens_check_vocab(const TokenData *td, const char *path, int vocab_size, Se
 void tokens_free(TokenData *td);
 
 /* Writes an llm.c shard (version 1 with uint16 tokens if every token < 65536, else version 7)
- * atomically. Used by tests and `seqpar` tools. */
-void tokens_write_llmc(const char *path, const uint32_t *tokens, size_t n);
+ * atomically. Used by tests and `seqpar` tools. Returns 0, or -1 with a one-line message. */
+int tokens_write_llmc(const char *path, const uint32_t *tokens, size_t n, SeqErr *e);
 
 /* Parses "auto" / "llmc" / "text"; dies naming the value and the choices otherwise. */
 TokensFormat tokens_format_parse(const char *s);

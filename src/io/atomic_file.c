@@ -39,10 +39,11 @@ static void release_names(AtomicFile *af) {
     af->f = NULL;
 }
 
-void atomic_open(AtomicFile *af, const char *path) {
+int atomic_open(AtomicFile *af, const char *path, SeqErr *e) {
+    memset(af, 0, sizeof *af);
     const char *slash = strrchr(path, '/');
     const char *base = slash ? slash + 1 : path;
-    if (*base == '\0') die("cannot write '%s': the path names a directory, not a file", path);
+    if (*base == '\0') return seq_err(e, "cannot write '%s': the path names a directory, not a file", path);
     size_t dir_len = (size_t)(base - path);
     /* "<dir>/.<base>.tmp.XXXXXX": hidden, beside the target, unique. */
     static const char suffix[] = ".tmp.XXXXXX";
@@ -59,8 +60,11 @@ void atomic_open(AtomicFile *af, const char *path) {
     if (fd < 0) {
         int err = errno;
         char *dir = directory_of(path);
-        die("cannot write '%s': creating a temporary file in '%s' failed: %s (check that the directory "
-            "exists and is writable)", path, dir, strerror(err));
+        seq_err(e, "cannot write '%s': creating a temporary file in '%s' failed: %s (check that the directory "
+                "exists and is writable)", path, dir, strerror(err));
+        xfree(dir);
+        release_names(af);
+        return -1;
     }
     /* mkstemp creates mode 0600; give the file the permissions an ordinary fopen would. */
     mode_t mask = umask(0);
@@ -73,36 +77,53 @@ void atomic_open(AtomicFile *af, const char *path) {
         int err = errno;
         close(fd);
         unlink(af->tmp_path);
-        die("cannot write '%s': %s", path, strerror(err));
+        release_names(af);
+        return seq_err(e, "cannot write '%s': %s", path, strerror(err));
     }
+    return 0;
 }
 
-/* Removes the temporary and dies with the message, naming the final path. */
-static void fail(AtomicFile *af, const char *what, int err) __attribute__((noreturn));
-static void fail(AtomicFile *af, const char *what, int err) {
-    char final_path[4096];
-    snprintf(final_path, sizeof final_path, "%s", af->final_path);
+/* Removes the temporary and keeps the message, naming the final path; returns -1. */
+static int fail(AtomicFile *af, const char *what, int err) {
+    seq_err(&af->err, "writing '%s' failed while %s: %s (is the disk full or the directory read-only?)",
+            af->final_path, what, strerror(err));
     atomic_abort(af);
-    die("writing '%s' failed while %s: %s (is the disk full or the directory read-only?)", final_path, what,
-        strerror(err));
+    af->failed = 1;
+    return -1;
 }
 
-void atomic_write(AtomicFile *af, const void *buf, size_t len) {
-    if (len == 0) return;
-    if (fwrite(buf, 1, len, af->f) != len) fail(af, "writing data", errno ? errno : EIO);
+int atomic_write(AtomicFile *af, const void *buf, size_t len) {
+    if (af->failed || !af->f) return -1;
+    if (len == 0) return 0;
+    if (fwrite(buf, 1, len, af->f) != len) return fail(af, "writing data", errno ? errno : EIO);
+    return 0;
 }
 
-void atomic_commit(AtomicFile *af) {
-    if (fflush(af->f) != 0) fail(af, "flushing", errno);
-    if (fsync(fileno(af->f)) != 0) fail(af, "syncing to disk", errno);
-    FILE *f = af->f;
-    af->f = NULL;
-    if (fclose(f) != 0) fail(af, "closing", errno);
-    if (rename(af->tmp_path, af->final_path) != 0) fail(af, "renaming the temporary file into place", errno);
+int atomic_commit(AtomicFile *af, SeqErr *e) {
+    if (!af->failed && !af->f) {
+        seq_err(&af->err, "internal: atomic_commit on a file that is not open");
+        af->failed = 1;
+    }
+    if (!af->failed) {
+        if (fflush(af->f) != 0) fail(af, "flushing", errno);
+        else if (fsync(fileno(af->f)) != 0) fail(af, "syncing to disk", errno);
+    }
+    if (!af->failed) {
+        FILE *f = af->f;
+        af->f = NULL;
+        if (fclose(f) != 0) fail(af, "closing", errno);
+        else if (rename(af->tmp_path, af->final_path) != 0) fail(af, "renaming the temporary file into place", errno);
+    }
+    if (af->failed) {
+        if (e) *e = af->err;
+        release_names(af);
+        return -1;
+    }
     char *dir = directory_of(af->final_path);
-    fsync_dir(dir);
+    int rc = fsync_dir(dir, e);
     xfree(dir);
     release_names(af);
+    return rc;
 }
 
 void atomic_abort(AtomicFile *af) {
@@ -112,22 +133,23 @@ void atomic_abort(AtomicFile *af) {
     release_names(af);
 }
 
-void fsync_dir(const char *dir) {
+int fsync_dir(const char *dir, SeqErr *e) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd < 0) die("cannot open directory '%s' to sync it: %s", dir, strerror(errno));
+    if (fd < 0) return seq_err(e, "cannot open directory '%s' to sync it: %s", dir, strerror(errno));
     /* Some file systems cannot sync directories (EINVAL); the rename is as durable as they allow. */
     if (fsync(fd) != 0 && errno != EINVAL && errno != EROFS) {
         int err = errno;
         close(fd);
-        die("syncing directory '%s' failed: %s", dir, strerror(err));
+        return seq_err(e, "syncing directory '%s' failed: %s", dir, strerror(err));
     }
     close(fd);
+    return 0;
 }
 
-void atomic_write_text(const char *path, const char *text) {
+int atomic_write_text(const char *path, const char *text, SeqErr *e) {
     AtomicFile af;
-    atomic_open(&af, path);
+    if (atomic_open(&af, path, e) != 0) return -1;
     atomic_write(&af, text, strlen(text));
     atomic_write(&af, "\n", 1);
-    atomic_commit(&af);
+    return atomic_commit(&af, e);
 }

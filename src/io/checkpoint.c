@@ -297,11 +297,12 @@ static int state_crc(json_t *root, uint32_t *crc) {
 }
 
 
-static void write_json_atomic(const char *path, json_t *root) {
+static int write_json_atomic(const char *path, json_t *root, SeqErr *e) {
     char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-    if (!text) die("cannot serialize '%s' (out of memory?)", path);
-    atomic_write_text(path, text);
+    if (!text) return seq_err(e, "cannot serialize '%s' (out of memory?)", path);
+    int rc = atomic_write_text(path, text, e);
     free(text);
+    return rc;
 }
 
 /* Weights above this size are saved as shards with an index (transformers' 5 GB convention). */
@@ -309,107 +310,137 @@ static uint64_t g_shard_bytes = CHECKPOINT_DEFAULT_SHARD_BYTES;
 
 void checkpoint_set_shard_bytes(uint64_t max_shard_bytes) { g_shard_bytes = max_shard_bytes; }
 
-/* The temporary directory the current save is filling; die() removes it (see die_set_cleanup). */
-static char g_filling[4096];
-
-static void remove_filling(void) {
-    if (g_filling[0]) remove_tree(g_filling);
-    g_filling[0] = '\0';
+/* Records DIR_TMP/name's size and CRC in files; 0, or -1 with a message. */
+static int record_file(json_t *files, const char *tmp, const char *name, SeqErr *e) {
+    char *p = str_printf("%s/%s", tmp, name);
+    json_t *j = file_size_crc_json(p, "checkpoint file", e);
+    xfree(p);
+    if (!j) return -1;
+    json_object_set_new(files, name, j);
+    return 0;
 }
 
-void checkpoint_save(const char *dir, const LlamaConfig *cfg, const ParamTable *t, const float *params,
-                     const AdamW *opt, const TrainerState *st) {
-    SeqErr e;
-    if (checkpoint_check_target(dir, &e) != 0) die("%s", e.msg);
-    char *d = normalize_dir(dir, &e), *parent, *base;
-    if (!d || split_dir(d, &parent, &base, &e) != 0) die("%s", e.msg);
-    int exists = path_exists(d);
-    if (opt && (opt->end > t->total || opt->begin > opt->end))
-        die("cannot save checkpoint '%s': optimizer range [%zu, %zu) lies outside the %zu parameters", d, opt->begin,
-            opt->end, t->total);
-
-    char *tmp = str_printf("%s.tmp.XXXXXX", d);
-    if (!mkdtemp(tmp))
-        die("cannot save checkpoint '%s': creating a temporary directory beside it failed: %s (check that '%s' is "
-            "writable)", d, strerror(errno), parent);
-    size_t tmp_len = strlen(tmp);
-    if (tmp_len >= sizeof g_filling) die("cannot save checkpoint '%s': the path is too long", d);
-    memcpy(g_filling, tmp, tmp_len + 1);
-    die_set_cleanup(remove_filling); /* a failed write (full disk) removes what this save created */
-    mode_t mask = umask(0);
-    umask(mask);
-    (void)chmod(tmp, 0777 & ~mask); /* mkdtemp makes 0700; not fatal if this fails */
-
+/* Writes every file of the checkpoint into the temporary directory tmp; 0, or -1 with a message. */
+static int fill_checkpoint(const char *tmp, const char *d, const LlamaConfig *cfg, const ParamTable *t,
+                           const float *params, const AdamW *opt, const TrainerState *st, SeqErr *e) {
     json_t *files = json_object();
     char *p = str_printf("%s/" F_CONFIG, tmp);
-    config_json_save(p, cfg);
-    json_object_set_new(files, F_CONFIG, file_size_crc_json(p, "checkpoint file"));
+    int rc = config_json_save(p, cfg, e);
     xfree(p);
-    int n_weight_files = params_save_dir(tmp, t, params, g_shard_bytes);
-    p = str_printf("%s/%s", tmp, n_weight_files == 1 ? F_MODEL : ST_INDEX_NAME);
-    json_object_set_new(files, n_weight_files == 1 ? F_MODEL : ST_INDEX_NAME, file_size_crc_json(p, "checkpoint file")); /* shards: in the index */
-    xfree(p);
-    if (opt) {
+    if (rc == 0) rc = record_file(files, tmp, F_CONFIG, e);
+    int n_weight_files = rc == 0 ? params_save_dir(tmp, t, params, g_shard_bytes, e) : -1;
+    if (n_weight_files < 0) rc = -1;
+    /* shards: their CRCs are in the index */
+    if (rc == 0) rc = record_file(files, tmp, n_weight_files == 1 ? F_MODEL : ST_INDEX_NAME, e);
+    if (rc == 0 && opt) {
         size_t n = opt->end - opt->begin;
         StWriteTensor w[2] = {
             { "adamw.m", opt->m, 1, { (int64_t)n, 0, 0, 0 } },
             { "adamw.v", opt->v, 1, { (int64_t)n, 0, 0, 0 } },
         };
         p = str_printf("%s/" F_OPTIM, tmp);
-        st_write_f32(p, w, 2, "pt");
-        json_object_set_new(files, F_OPTIM, file_size_crc_json(p, "checkpoint file"));
+        rc = st_write_f32(p, w, 2, "pt", e);
         xfree(p);
+        if (rc == 0) rc = record_file(files, tmp, F_OPTIM, e);
+    }
+    if (rc != 0) {
+        json_decref(files);
+        return -1;
     }
     json_t *root = state_to_json(st, t, opt);
     json_object_set_new(root, "files", files);
     uint32_t crc;
-    if (state_crc(root, &crc) != 0) die("cannot checksum the trainer state of '%s' (out of memory?)", d);
+    if (state_crc(root, &crc) != 0) {
+        json_decref(root);
+        return seq_err(e, "cannot checksum the trainer state of '%s' (out of memory?)", d);
+    }
     char hex[11];
     snprintf(hex, sizeof hex, "0x%08" PRIx32, crc);
     json_object_set_new(root, "state_crc32", json_string(hex));
     p = str_printf("%s/" F_STATE, tmp);
-    write_json_atomic(p, root);
+    rc = write_json_atomic(p, root, e);
     xfree(p);
     json_decref(root);
-    fsync_dir(tmp);
-    /* The temporary is complete: from here on the messages say where each copy is. */
-    die_set_cleanup(NULL);
-    g_filling[0] = '\0';
+    return rc == 0 ? fsync_dir(tmp, e) : -1;
+}
 
-    /* Swap the complete temporary directory into place. */
-    char *old = NULL;
+/* Puts the complete temporary directory tmp in place of d (which exists when `exists`); on
+ * success *old is the copy moved aside, if any, for the caller to remove. 0, or -1 with a message
+ * saying where each copy is. */
+static int swap_in(const char *tmp, const char *d, int exists, char **old, SeqErr *e) {
+    *old = NULL;
     if (!exists) {
         if (rename(tmp, d) != 0)
-            die("cannot save checkpoint '%s': renaming '%s' into place failed: %s", d, tmp, strerror(errno));
-    } else if (!getenv("SEQPAR_CKPT_NO_RENAME_EXCHANGE") && /* test hook: force the fallback */
-               renameat2(AT_FDCWD, tmp, AT_FDCWD, d, RENAME_EXCHANGE) == 0) {
-        old = tmp; /* now holds the previous checkpoint */
-        tmp = NULL;
-    } else if (getenv("SEQPAR_CKPT_NO_RENAME_EXCHANGE") || errno == EINVAL || errno == ENOSYS || errno == ENOTSUP) {
-        old = str_printf("%s.old.XXXXXX", d);
-        if (!mkdtemp(old))
-            die("cannot save checkpoint '%s': creating '%s' failed: %s (the new checkpoint is complete in '%s')", d,
-                old, strerror(errno), tmp);
-        if (rename(d, old) != 0) /* replaces the empty placeholder directory */
-            die("cannot save checkpoint '%s': moving the old one aside failed: %s (the new checkpoint is complete "
-                "in '%s')", d, strerror(errno), tmp);
-        if (rename(tmp, d) != 0)
-            die("cannot save checkpoint '%s': renaming '%s' into place failed: %s (the previous checkpoint is in "
-                "'%s': rename it back to '%s')", d, tmp, strerror(errno), old, d);
-    } else {
-        die("cannot save checkpoint '%s': swapping in the new one failed: %s (the new checkpoint is complete in '%s')",
-            d, strerror(errno), tmp);
+            return seq_err(e, "cannot save checkpoint '%s': renaming '%s' into place failed: %s", d, tmp, strerror(errno));
+        return 0;
     }
-    fsync_dir(parent);
+    if (!getenv("SEQPAR_CKPT_NO_RENAME_EXCHANGE") && /* test hook: force the fallback */
+        renameat2(AT_FDCWD, tmp, AT_FDCWD, d, RENAME_EXCHANGE) == 0) {
+        *old = str_printf("%s", tmp); /* now holds the previous checkpoint */
+        return 0;
+    }
+    if (!getenv("SEQPAR_CKPT_NO_RENAME_EXCHANGE") && errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
+        return seq_err(e, "cannot save checkpoint '%s': swapping in the new one failed: %s (the new checkpoint is "
+                       "complete in '%s')", d, strerror(errno), tmp);
+    char *aside = str_printf("%s.old.XXXXXX", d);
+    if (!mkdtemp(aside)) {
+        seq_err(e, "cannot save checkpoint '%s': creating '%s' failed: %s (the new checkpoint is complete in '%s')", d,
+                aside, strerror(errno), tmp);
+        xfree(aside);
+        return -1;
+    }
+    if (rename(d, aside) != 0) { /* replaces the empty placeholder directory */
+        seq_err(e, "cannot save checkpoint '%s': moving the old one aside failed: %s (the new checkpoint is complete "
+                "in '%s')", d, strerror(errno), tmp);
+        rmdir(aside);
+        xfree(aside);
+        return -1;
+    }
+    if (rename(tmp, d) != 0) {
+        seq_err(e, "cannot save checkpoint '%s': renaming '%s' into place failed: %s (the previous checkpoint is in "
+                "'%s': rename it back to '%s')", d, tmp, strerror(errno), aside, d);
+        xfree(aside);
+        return -1;
+    }
+    *old = aside;
+    return 0;
+}
+
+int checkpoint_save(const char *dir, const LlamaConfig *cfg, const ParamTable *t, const float *params,
+                    const AdamW *opt, const TrainerState *st, SeqErr *e) {
+    if (checkpoint_check_target(dir, e) != 0) return -1;
+    char *d = normalize_dir(dir, e), *parent = NULL, *base = NULL, *tmp = NULL, *old = NULL;
+    int rc = d ? split_dir(d, &parent, &base, e) : -1;
+    if (rc == 0 && opt && (opt->end > t->total || opt->begin > opt->end))
+        rc = seq_err(e, "cannot save checkpoint '%s': optimizer range [%zu, %zu) lies outside the %zu parameters", d,
+                     opt->begin, opt->end, t->total);
+    if (rc == 0) {
+        const int exists = path_exists(d);
+        tmp = str_printf("%s.tmp.XXXXXX", d);
+        if (!mkdtemp(tmp)) {
+            rc = seq_err(e, "cannot save checkpoint '%s': creating a temporary directory beside it failed: %s (check "
+                         "that '%s' is writable)", d, strerror(errno), parent);
+        } else {
+            mode_t mask = umask(0);
+            umask(mask);
+            (void)chmod(tmp, 0777 & ~mask); /* mkdtemp makes 0700; not fatal if this fails */
+            /* a failed write (a full disk) removes what this save created; once the temporary is
+             * complete, the messages say where each copy is */
+            rc = fill_checkpoint(tmp, d, cfg, t, params, opt, st, e);
+            if (rc != 0) remove_tree(tmp);
+            else rc = swap_in(tmp, d, exists, &old, e);
+        }
+    }
+    if (rc == 0) rc = fsync_dir(parent, e);
     /* Only the copy this save moved aside is removed: DIR.tmp.* / DIR.old.* siblings that this
      * run did not create (an earlier crash's, or someone else's) are left alone. */
     if (old) remove_tree(old);
-
     xfree(old);
     xfree(tmp);
     xfree(d);
     xfree(parent);
     xfree(base);
+    return rc;
 }
 
 /* ---------------------------------------------------------------------------------------------

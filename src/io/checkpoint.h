@@ -89,17 +89,19 @@ int trainer_state_parse(const char *text, size_t len, const char *path, TrainerS
  * is empty or holds a seqpar checkpoint. The CLI calls it before step 1; checkpoint_save again. */
 int checkpoint_check_target(const char *dir, SeqErr *e);
 
-/* Writes the checkpoint DIR atomically (see above), replacing an existing one. A DIR that
- * checkpoint_check_target refuses is refused (dies), so a mistyped path cannot delete unrelated
- * data. `opt` may be NULL (no optimizer state saved). */
 /* Weights larger than this are saved as model-0000k-of-0000n.safetensors shards with
  * model.safetensors.index.json (params_save_dir; the index's CRC is in the trainer state, each
  * shard's in the index); 0 means never shard. Default: 5 GB, as transformers. */
 #define CHECKPOINT_DEFAULT_SHARD_BYTES 5000000000ull
 void checkpoint_set_shard_bytes(uint64_t max_shard_bytes);
 
-void checkpoint_save(const char *dir, const LlamaConfig *cfg, const ParamTable *t, const float *params,
-                     const AdamW *opt, const TrainerState *st);
+/* Writes the checkpoint DIR atomically (see above), replacing an existing one. A DIR that
+ * checkpoint_check_target refuses is refused, so a mistyped path cannot delete unrelated data.
+ * `opt` may be NULL (no optimizer state saved). Returns 0, or -1 with a one-line message; a
+ * failure before the new checkpoint is complete removes what the save wrote and leaves DIR as it
+ * was, a later one says where each copy is. */
+int checkpoint_save(const char *dir, const LlamaConfig *cfg, const ParamTable *t, const float *params,
+                    const AdamW *opt, const TrainerState *st, SeqErr *e);
 
 /* 1 if DIR holds a checkpoint (DIR/trainer_state.json exists), else 0. */
 int checkpoint_exists(const char *dir);

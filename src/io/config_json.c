@@ -286,7 +286,7 @@ static double float_as_short_decimal(float x) {
     return strtod(buf, NULL);
 }
 
-void config_json_save(const char *path, const LlamaConfig *c) {
+int config_json_save(const char *path, const LlamaConfig *c, SeqErr *e) {
     json_t *root = json_object();
     json_object_set_new(root, "architectures", json_pack("[s]", "LlamaForCausalLM"));
     json_object_set_new(root, "model_type", json_string("llama"));
@@ -329,8 +329,8 @@ void config_json_save(const char *path, const LlamaConfig *c) {
      * exact and every realistic rope_theta. */
     char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
     json_decref(root);
-    if (!text) die("cannot encode model config for '%s' as JSON (out of memory?)", path);
-
-    atomic_write_text(path, text);
+    if (!text) return seq_err(e, "cannot encode model config for '%s' as JSON (out of memory?)", path);
+    int rc = atomic_write_text(path, text, e);
     free(text);
+    return rc;
 }

@@ -25,7 +25,8 @@ void config_json_load(const char *path, LlamaConfig *c);
 int config_json_eos_token_id(const char *path, int *eos, SeqErr *e);
 
 /* Writes an HF-loadable config.json (architectures LlamaForCausalLM, model_type llama,
- * hidden_act silu, torch_dtype float32, ...) atomically (temp file, fsync, rename). */
-void config_json_save(const char *path, const LlamaConfig *c);
+ * hidden_act silu, torch_dtype float32, ...) atomically (temp file, fsync, rename). Returns 0, or
+ * -1 with a one-line message. */
+int config_json_save(const char *path, const LlamaConfig *c, SeqErr *e);
 
 #endif

@@ -15,11 +15,14 @@
 #include "io/read_file.h"
 #include "io/safetensors.h"
 
-json_t *file_size_crc_json(const char *path, const char *what) {
+json_t *file_size_crc_json(const char *path, const char *what, SeqErr *e) {
     uint32_t crc;
     uint64_t size;
-    SeqErr e;
-    if (file_crc32(path, &crc, &size, &e) != 0) die("cannot checksum the %s just written: %s", what, e.msg);
+    SeqErr re;
+    if (file_crc32(path, &crc, &size, &re) != 0) {
+        seq_err(e, "cannot checksum the %s just written: %s", what, re.msg);
+        return NULL;
+    }
     char hex[11];
     snprintf(hex, sizeof hex, "0x%08" PRIx32, crc);
     return json_pack("{s:I, s:s}", "bytes", (json_int_t)size, "crc32", hex);
@@ -30,14 +33,38 @@ static const char EMBED[] = "model.embed_tokens.weight";
 
 static char *join_path(const char *dir, const char *name);
 
-int params_save_dir(const char *dir, const ParamTable *t, const float *params, uint64_t max_shard_bytes) {
+/* The table's tensors in [0, n) with shard_of[i] == shard (shard_of NULL: all of them) as
+ * StWriteTensor entries into w; returns how many, or -1 with a message when the table is
+ * inconsistent. json_map, when given, maps each name to shard_name. */
+static int write_list(const ParamTable *t, const float *params, const int *shard_of, int shard, StWriteTensor *w,
+                      json_t *json_map, const char *shard_name, SeqErr *e) {
+    int n = 0;
+    for (int i = 0; i < t->n; i++) {
+        if (shard_of && shard_of[i] != shard) continue;
+        const ParamTensor *p = &t->t[i];
+        if (p->ndim < 1 || p->ndim > 2)
+            return seq_err(e, "tensor %s has %d dimensions: the parameter table supports 1 or 2", p->name, p->ndim);
+        if (p->offset + p->numel > t->total)
+            return seq_err(e, "tensor %s lies outside the parameter buffer (%zu + %zu > %zu): the parameter table is "
+                           "inconsistent", p->name, p->offset, p->numel, t->total);
+        w[n].name = p->name;
+        w[n].data = params + p->offset;
+        w[n].ndim = p->ndim;
+        for (int d = 0; d < p->ndim; d++) w[n].shape[d] = p->shape[d];
+        n++;
+        if (json_map) json_object_set_new(json_map, p->name, json_string(shard_name));
+    }
+    return n;
+}
+
+int params_save_dir(const char *dir, const ParamTable *t, const float *params, uint64_t max_shard_bytes, SeqErr *e) {
     uint64_t total = 0;
     for (int i = 0; i < t->n; i++) total += (uint64_t)t->t[i].numel * 4;
     if (max_shard_bytes == 0 || total <= max_shard_bytes) {
         char *p = join_path(dir, "model.safetensors");
-        params_save_safetensors(p, t, params);
+        int rc = params_save_safetensors(p, t, params, e);
         xfree(p);
-        return 1;
+        return rc == 0 ? 1 : -1;
     }
     /* Greedy in table order, as transformers does: a new shard when the next tensor would push
      * the current one past the limit (a tensor larger than the limit gets a shard of its own). */
@@ -52,56 +79,39 @@ int params_save_dir(const char *dir, const ParamTable *t, const float *params, u
     }
     json_t *map = json_object(), *files = json_object();
     StWriteTensor *w = xcalloc((size_t)(t->n ? t->n : 1), sizeof *w);
-    for (int k = 0; k < n_shards; k++) {
+    int rc = 0;
+    for (int k = 0; k < n_shards && rc == 0; k++) {
         char name[64];
         snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", k + 1, n_shards);
-        int n = 0;
-        for (int i = 0; i < t->n; i++) {
-            if (shard_of[i] != k) continue;
-            const ParamTensor *p = &t->t[i];
-            if (p->ndim < 1 || p->ndim > 2 || p->offset + p->numel > t->total)
-                die("tensor %s does not fit the parameter table: it is inconsistent", p->name);
-            w[n].name = p->name;
-            w[n].data = params + p->offset;
-            w[n].ndim = p->ndim;
-            for (int d = 0; d < p->ndim; d++) w[n].shape[d] = p->shape[d];
-            n++;
-            json_object_set_new(map, p->name, json_string(name));
-        }
+        const int n = write_list(t, params, shard_of, k, w, map, name, e);
         char *path = join_path(dir, name);
-        st_write_f32(path, w, n, "pt");
-        json_object_set_new(files, name, file_size_crc_json(path, "shard"));
+        json_t *fj = NULL;
+        if (n < 0 || st_write_f32(path, w, n, "pt", e) != 0 || !(fj = file_size_crc_json(path, "shard", e))) rc = -1;
+        else json_object_set_new(files, name, fj);
         xfree(path);
     }
     json_t *root = json_pack("{s:{s:I, s:I, s:o}, s:o}", "metadata", "total_size", (json_int_t)total,
                              "total_parameters", (json_int_t)(total / 4), "seqpar_shards", files, "weight_map", map);
-    char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    char *text = rc == 0 ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(root);
-    if (!text) die("cannot encode " ST_INDEX_NAME " (out of memory?)");
-    char *path = join_path(dir, ST_INDEX_NAME);
-    atomic_write_text(path, text);
+    if (rc == 0 && !text) rc = seq_err(e, "cannot encode " ST_INDEX_NAME " (out of memory?)");
+    if (rc == 0) {
+        char *path = join_path(dir, ST_INDEX_NAME);
+        rc = atomic_write_text(path, text, e);
+        xfree(path);
+    }
     free(text);
-    xfree(path);
     xfree(w);
     xfree(shard_of);
-    return n_shards;
+    return rc == 0 ? n_shards : -1;
 }
 
-void params_save_safetensors(const char *path, const ParamTable *t, const float *params) {
+int params_save_safetensors(const char *path, const ParamTable *t, const float *params, SeqErr *e) {
     StWriteTensor *w = xcalloc(t->n ? (size_t)t->n : 1, sizeof *w);
-    for (int i = 0; i < t->n; i++) {
-        const ParamTensor *p = &t->t[i];
-        if (p->ndim < 1 || p->ndim > 2) die("tensor %s has %d dimensions: the parameter table supports 1 or 2", p->name, p->ndim);
-        if (p->offset + p->numel > t->total)
-            die("tensor %s lies outside the parameter buffer (%zu + %zu > %zu): the parameter table is inconsistent",
-                p->name, p->offset, p->numel, t->total);
-        w[i].name = p->name;
-        w[i].data = params + p->offset;
-        w[i].ndim = p->ndim;
-        for (int d = 0; d < p->ndim; d++) w[i].shape[d] = p->shape[d];
-    }
-    st_write_f32(path, w, t->n, "pt");
+    const int n = write_list(t, params, NULL, 0, w, NULL, NULL, e);
+    const int rc = n < 0 ? -1 : st_write_f32(path, w, n, "pt", e);
     xfree(w);
+    return rc;
 }
 
 /* Old Llama conversions store RoPE's inverse frequencies as buffers; transformers recomputes them

@@ -9,8 +9,9 @@
 #include "core/param_table.h"
 
 /* Writes every tensor of the table as F32 (metadata format "pt"), atomically (st_write_f32).
- * F32 round-trips bit-exactly through params_load_safetensors. */
-void params_save_safetensors(const char *path, const ParamTable *t, const float *params);
+ * F32 round-trips bit-exactly through params_load_safetensors. Returns 0, or -1 with a one-line
+ * message (an inconsistent table, a failed write). */
+int params_save_safetensors(const char *path, const ParamTable *t, const float *params, SeqErr *e);
 
 /* Reads every tensor of the table from `path` (F32, BF16 or F16, converted to float), checking its
  * shape. A tensor of the table missing from the file dies naming it; a tensor in the file that the
@@ -27,10 +28,10 @@ void params_load_safetensors(const char *path, const ParamTable *t, float *param
 #define ST_INDEX_NAME "model.safetensors.index.json"
 
 /* {"bytes": N, "crc32": "0x..."} of a file just written (a jansson object the caller owns), as a
- * checkpoint's state and a sharded index record each file; `what` names the file in the message
- * a failed read dies with. */
+ * checkpoint's state and a sharded index record each file; NULL with a message naming the file
+ * (`what`) when it cannot be read back. */
 struct json_t;
-struct json_t *file_size_crc_json(const char *path, const char *what);
+struct json_t *file_size_crc_json(const char *path, const char *what, SeqErr *e);
 
 /* Reads DIR/model.safetensors.index.json (Hugging Face's sharded layout: "weight_map" maps each
  * tensor name to a shard file in DIR) and every shard it names: each table tensor exactly once,
@@ -46,7 +47,9 @@ int params_read_dir(const char *dir, const ParamTable *t, float *params, int tie
  * fit in max_shard_bytes (0: no limit), else model-0000k-of-0000n.safetensors shards of at most
  * that size (a larger tensor gets a shard alone) and model.safetensors.index.json, whose
  * metadata also records each shard's size and CRC-32 (verified on load). Every file is written
- * atomically. Returns the number of weight files (1: a single model.safetensors). */
-int params_save_dir(const char *dir, const ParamTable *t, const float *params, uint64_t max_shard_bytes);
+ * atomically. Returns the number of weight files (1: a single model.safetensors), or -1 with a
+ * one-line message (files this call wrote before the failure stay; the caller writes into a
+ * temporary directory). */
+int params_save_dir(const char *dir, const ParamTable *t, const float *params, uint64_t max_shard_bytes, SeqErr *e);
 
 #endif

@@ -308,23 +308,34 @@ void st_read_f32(const StFile *f, const char *name, int ndim, const int64_t *sha
     if (st_load_tensor(f, name, ndim, shape, dst, &e) != 0) die("%s", e.msg);
 }
 
-void st_write_f32(const char *path, const StWriteTensor *tensors, int n, const char *metadata_format) {
+int st_write_f32(const char *path, const StWriteTensor *tensors, int n, const char *metadata_format, SeqErr *e) {
     json_t *root = json_object();
     if (metadata_format) json_object_set_new(root, "__metadata__", json_pack("{s:s}", "format", metadata_format));
     uint64_t offset = 0;
-    for (int i = 0; i < n; i++) {
+    int bad = 0;
+    for (int i = 0; i < n && !bad; i++) {
         const StWriteTensor *t = &tensors[i];
         if (!t->name || !*t->name || strcmp(t->name, "__metadata__") == 0)
-            die("cannot write '%s': tensor %d has an empty or reserved name", path, i);
-        if (json_object_get(root, t->name)) die("cannot write '%s': tensor name '%s' appears twice", path, t->name);
-        if (t->ndim < 0 || t->ndim > (int)ARRAY_LEN(t->shape))
-            die("cannot write '%s': tensor '%s' has %d dimensions (0 to 4 supported)", path, t->name, t->ndim);
+            bad = seq_err(e, "cannot write '%s': tensor %d has an empty or reserved name", path, i);
+        else if (json_object_get(root, t->name))
+            bad = seq_err(e, "cannot write '%s': tensor name '%s' appears twice", path, t->name);
+        else if (t->ndim < 0 || t->ndim > (int)ARRAY_LEN(t->shape))
+            bad = seq_err(e, "cannot write '%s': tensor '%s' has %d dimensions (0 to 4 supported)", path, t->name,
+                          t->ndim);
+        if (bad) break;
         json_t *shape = json_array();
         uint64_t numel = 1;
         for (int d = 0; d < t->ndim; d++) {
-            if (t->shape[d] < 0) die("cannot write '%s': tensor '%s' has a negative dimension", path, t->name);
+            if (t->shape[d] < 0) {
+                bad = seq_err(e, "cannot write '%s': tensor '%s' has a negative dimension", path, t->name);
+                break;
+            }
             numel *= (uint64_t)t->shape[d];
             json_array_append_new(shape, json_integer(t->shape[d]));
+        }
+        if (bad) {
+            json_decref(shape);
+            break;
         }
         uint64_t end = offset + numel * 4;
         json_object_set_new(root, t->name,
@@ -332,9 +343,10 @@ void st_write_f32(const char *path, const StWriteTensor *tensors, int n, const c
                                       (json_int_t)offset, (json_int_t)end));
         offset = end;
     }
-    char *header = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    char *header = bad ? NULL : json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(root);
-    if (!header) die("cannot encode the safetensors header for '%s' (out of memory?)", path);
+    if (bad) return -1;
+    if (!header) return seq_err(e, "cannot encode the safetensors header for '%s' (out of memory?)", path);
     size_t header_len = strlen(header);
     size_t padded_len = (header_len + 7) / 8 * 8;
     unsigned char len_bytes[8];
@@ -342,7 +354,10 @@ void st_write_f32(const char *path, const StWriteTensor *tensors, int n, const c
     static const char spaces[8] = "        ";
 
     AtomicFile af;
-    atomic_open(&af, path);
+    if (atomic_open(&af, path, e) != 0) {
+        free(header);
+        return -1;
+    }
     atomic_write(&af, len_bytes, 8);
     atomic_write(&af, header, header_len);
     atomic_write(&af, spaces, padded_len - header_len);
@@ -352,5 +367,5 @@ void st_write_f32(const char *path, const StWriteTensor *tensors, int n, const c
         for (int d = 0; d < tensors[i].ndim; d++) numel *= (uint64_t)tensors[i].shape[d];
         if (numel) atomic_write(&af, tensors[i].data, (size_t)numel * 4);
     }
-    atomic_commit(&af);
+    return atomic_commit(&af, e);
 }

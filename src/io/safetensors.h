@@ -58,7 +58,9 @@ typedef struct {
 } StWriteTensor;
 
 /* Writes the tensors as F32 in the given order, atomically: temp file in the same directory,
- * fsync, rename. `metadata_format` goes in __metadata__.format (e.g. "pt"); NULL for none. */
-void st_write_f32(const char *path, const StWriteTensor *tensors, int n, const char *metadata_format);
+ * fsync, rename. `metadata_format` goes in __metadata__.format (e.g. "pt"); NULL for none.
+ * Returns 0, or -1 with a one-line message (a bad tensor description, a failed write: the
+ * temporary is removed, any old file intact). */
+int st_write_f32(const char *path, const StWriteTensor *tensors, int n, const char *metadata_format, SeqErr *e);
 
 #endif

@@ -124,7 +124,7 @@ void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaC
     grad_sync_init(&p->sync, MPI_COMM_WORLD, p->comm, n_params, cfg->zero, cfg->zero_group);
 }
 
-void seq_parallel_free(SeqParallel *p) {
+int seq_parallel_free(SeqParallel *p, SeqErr *e) {
     if (p->cfg.stats) comm_stats_print(p->comm, stdout);
     if (p->cfg.stats && p->strategy->own && p->strategy->own->tier_stats) {
         TierStats ts;
@@ -139,10 +139,11 @@ void seq_parallel_free(SeqParallel *p) {
     }
     grad_sync_free(&p->sync);
     seq_attention_destroy(p->attn);
-    comm_destroy(p->comm);
+    const int rc = comm_destroy(p->comm, e);
     topology_free(&p->topo);
     xfree(p->positions);
     memset(p, 0, sizeof *p);
+    return rc;
 }
 
 void seq_parallel_take_local(const SeqParallel *p, const int *global, int *local) {

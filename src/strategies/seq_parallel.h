@@ -68,8 +68,10 @@ int threads_for_cpus(const cpu_set_t *mine, const cpu_set_t *node, int n);
  * sizes the gradient synchronisation. */
 void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaConfig *model, int seq_len,
                          size_t n_params);
-/* Prints stats (if asked) and writes the trace (if asked): collective. */
-void seq_parallel_free(SeqParallel *p);
+/* Prints stats (if asked) and writes the trace (if asked): collective. Returns 0, or -1 with a
+ * one-line message on the rank that could not write the trace file (rank 0): the caller decides
+ * (the CLI ends every rank with it, die_if_any_rank). */
+int seq_parallel_free(SeqParallel *p, SeqErr *e);
 
 /* local[i] = global[positions[i]] for this rank's n_local tokens. */
 void seq_parallel_take_local(const SeqParallel *p, const int *global, int *local);

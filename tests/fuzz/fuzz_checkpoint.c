@@ -59,7 +59,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     st.step = 3;
     st.seq_len = 16;
     trainer_state_set(&st, "lr", "%a", 1e-3);
-    checkpoint_save(g_dir, &g_cfg, &g_table, g_params, &opt, &st);
+    SeqErr e;
+    if (checkpoint_save(g_dir, &g_cfg, &g_table, g_params, &opt, &st, &e) != 0) die("%s", e.msg);
     adamw_free(&opt);
     if (getenv("SEQPAR_FUZZ_PRINT_SEED")) { /* how the committed seed was made */
         FILE *f = fopen(g_state, "rb");
