@@ -248,6 +248,12 @@ save_error "--save in an unwritable place" "failed" "/proc/seqpar_ck"
 mkdir -p "$T/hf_dir"; cp "$FIX/tiny_mha/config.json" "$FIX/tiny_mha/model.safetensors" "$T/hf_dir/"; printf '{}' > "$T/hf_dir/tokenizer.json"
 save_error "--save over a model directory" "not a seqpar checkpoint" "$T/hf_dir"
 if [ -f "$T/hf_dir/tokenizer.json" ]; then ok; else bad "--save replaced a model directory"; fi
+# an unusable --trace path is refused before the run, not after it
+expect_error "--trace in a missing directory" "cannot write '/nonexistent-seqpar-dir/t.json'.*writable" "$SEQPAR" train "${RT[@]}" --log "$T/x.jsonl" --trace /nonexistent-seqpar-dir/t.json
+expect_error "--trace naming a directory" "'$T': it is a directory" "$SEQPAR" grad --model "$FIX/tiny_mha" --tokens "$FIX/tiny_mha/tokens.bin" --seq-len 24 --out "$T/tr.grads" --trace "$T"
+out=$(timeout 60 "$SEQPAR" grad --model "$FIX/tiny_mha" --tokens "$FIX/tiny_mha/tokens.bin" --seq-len 24 --out "$T/tr.grads" \
+    --trace /nonexistent-seqpar-dir/t.json 2>&1)
+if ! printf '%s' "$out" | grep -q "^loss:" && [ ! -e "$T/tr.grads" ]; then ok; else bad "grad ran before refusing its --trace: $out"; fi
 # a save that fails part-way leaves no temporary: a 4 MiB file size limit stands for a full disk
 # (MPI needs files of a few MiB to start), a 7.5 MB model.safetensors fails to fit
 rm -rf "$T"/small_ck*

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/common.h"
+#include "io/atomic_file.h"
 #include "io/config_json.h"
 #include "io/param_io.h"
 #include "kernels/bf16.h"
@@ -236,6 +237,14 @@ void offload_errors_check(const LlamaActs *acts, SeqParallel *par) {
 void parallel_free_or_die(SeqParallel *par) {
     SeqErr e;
     die_if_any_rank(seq_parallel_free(par, &e) != 0 ? &e : NULL);
+}
+
+void trace_target_check(const ParallelConfig *pc) {
+    if (!pc->trace_path) return;
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    SeqErr e;
+    die_if_any_rank(rank == 0 && atomic_check_target(pc->trace_path, &e) != 0 ? &e : NULL);
 }
 
 int file_exists(const char *path) {

@@ -458,6 +458,7 @@ int cmd_train(int argc, char **argv) {
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
         die_if_any_rank(rank == 0 && checkpoint_check_target(o.save_dir, &err) != 0 ? &err : NULL);
     }
+    trace_target_check(&o.par); /* and --trace, written at the end */
 
     /* model */
     LlamaModel model;

@@ -146,6 +146,16 @@ int fsync_dir(const char *dir, SeqErr *e) {
     return 0;
 }
 
+int atomic_check_target(const char *path, SeqErr *e) {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return seq_err(e, "cannot write '%s': it is a directory; name a file", path);
+    AtomicFile af;
+    if (atomic_open(&af, path, e) != 0) return -1;
+    atomic_abort(&af);
+    return 0;
+}
+
 int atomic_write_text(const char *path, const char *text, SeqErr *e) {
     AtomicFile af;
     if (atomic_open(&af, path, e) != 0) return -1;

@@ -30,6 +30,10 @@ int atomic_commit(AtomicFile *af, SeqErr *e);
 void atomic_abort(AtomicFile *af);
 /* Writes a text file atomically: the NUL-terminated text followed by a newline. */
 int atomic_write_text(const char *path, const char *text, SeqErr *e);
+/* Whether `path` can be written later: its temporary can be created beside it (the directory
+ * exists and is writable) and `path` is not a directory. Creates nothing that stays. Returns 0,
+ * or -1 with the reason. */
+int atomic_check_target(const char *path, SeqErr *e);
 /* fsyncs a directory (so a rename inside it is durable). */
 int fsync_dir(const char *dir, SeqErr *e);
 
