@@ -254,6 +254,10 @@ expect_error "--trace naming a directory" "'$T': it is a directory" "$SEQPAR" gr
 out=$(timeout 60 "$SEQPAR" grad --model "$FIX/tiny_mha" --tokens "$FIX/tiny_mha/tokens.bin" --seq-len 24 --out "$T/tr.grads" \
     --trace /nonexistent-seqpar-dir/t.json 2>&1)
 if ! printf '%s' "$out" | grep -q "^loss:" && [ ! -e "$T/tr.grads" ]; then ok; else bad "grad ran before refusing its --trace: $out"; fi
+out=$(timeout 60 "$SEQPAR" grad --model "$FIX/tiny_mha" --tokens "$FIX/tiny_mha/tokens.bin" --seq-len 24 \
+    --out /nonexistent-seqpar-dir/g.safetensors 2>&1)
+if ! printf '%s' "$out" | grep -q "^loss:" && [ "$(printf '%s\n' "$out" | grep -c "^seqpar: error: cannot write '/nonexistent-seqpar-dir/g.safetensors'")" -eq 1 ]; then ok
+else bad "grad ran before refusing its --out: $out"; fi
 # a save that fails part-way leaves no temporary: a 4 MiB file size limit stands for a full disk
 # (MPI needs files of a few MiB to start), a 7.5 MB model.safetensors fails to fit
 rm -rf "$T"/small_ck*
