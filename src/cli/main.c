@@ -1,6 +1,7 @@
 /* seqpar: the command-line entry point. Initialises MPI (a single process runs without
  * mpirun) and dispatches to a subcommand. */
 #include <mpi.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,9 @@ static const char USAGE[] =
 
 int main(int argc, char **argv) {
     int provided = 0;
+    /* a write past a file size limit (ulimit -f) fails with EFBIG and takes the writers' error path
+     * (one line, no temporary left, the old checkpoint kept) instead of SIGXFSZ killing the rank */
+    signal(SIGXFSZ, SIG_IGN);
     /* before MPI starts: OpenBLAS chose its kernels in its constructor; a weak choice is corrected
      * by running this program again with OPENBLAS_CORETYPE set (returns when none is needed) */
     char err[200];
