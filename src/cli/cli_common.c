@@ -239,12 +239,15 @@ void parallel_free_or_die(SeqParallel *par) {
     die_if_any_rank(seq_parallel_free(par, &e) != 0 ? &e : NULL);
 }
 
-void trace_target_check(const ParallelConfig *pc) {
-    if (!pc->trace_path) return;
+void file_target_check(const char *path) {
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     SeqErr e;
-    die_if_any_rank(rank == 0 && atomic_check_target(pc->trace_path, &e) != 0 ? &e : NULL);
+    die_if_any_rank(rank == 0 && atomic_check_target(path, &e) != 0 ? &e : NULL);
+}
+
+void trace_target_check(const ParallelConfig *pc) {
+    if (pc->trace_path) file_target_check(pc->trace_path);
 }
 
 int file_exists(const char *path) {

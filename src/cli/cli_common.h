@@ -91,8 +91,10 @@ void offload_errors_check(const LlamaActs *acts, SeqParallel *par);
 /* seq_parallel_free, ending every rank with rank 0's line when the trace file could not be
  * written (collective). */
 void parallel_free_or_die(SeqParallel *par);
-/* An unusable --trace path (a missing or read-only directory, a directory) ends every rank now
- * with rank 0's line, not after the run (collective over MPI_COMM_WORLD; nothing without --trace). */
+/* An output file the run will write at its end that cannot be written (a missing or read-only
+ * directory, a directory) ends every rank now with rank 0's line, not after the run (collective
+ * over MPI_COMM_WORLD); trace_target_check: --trace's, nothing without it. */
+void file_target_check(const char *path);
 void trace_target_check(const ParallelConfig *pc);
 /* Utilisation for printing: min(u, 1); *clamped set when u was above 1. */
 double utilisation_clamp(double u, int *clamped);

@@ -19,7 +19,6 @@
 #include "kernels/isa.h"
 #include "data/packing.h"
 #include "data/tokens.h"
-#include "io/atomic_file.h"
 #include "io/param_io.h"
 #include "model/llama.h"
 #include "strategies/seq_parallel.h"
@@ -98,12 +97,8 @@ int cmd_grad(int argc, char **argv) {
     int S = (int)seq_len;
     SeqParallel par;
     pc.wire_bf16 = mf.precision == PRECISION_BF16; /* the head exchange in bf16 too */
-    trace_target_check(&pc); /* before the work, not after; so is --out */
-    {
-        int rank = 0;
-        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-        die_if_any_rank(rank == 0 && atomic_check_target(out_path, &err) != 0 ? &err : NULL);
-    }
+    trace_target_check(&pc); /* before the work, not after */
+    file_target_check(out_path);
     seq_parallel_create(&par, &pc, &model.cfg, S, model.table.total);
     int N = par.n_local;
     int *global_inputs = xmalloc(sizeof(int) * S), *global_targets = xmalloc(sizeof(int) * S);

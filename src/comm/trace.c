@@ -107,7 +107,7 @@ long trace_write(CommTrace *tr, SeqErr *e) {
     long written = 0;
     if (rank == 0) {
         AtomicFile af;
-        int opened = atomic_open(&af, tr->path, e) == 0; /* not: the writes below do nothing */
+        int opened = atomic_open(&af, tr->path, e) == 0; /* if not, the writes below do nothing */
         if (!opened) af.failed = 1;
         const char *head = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
         atomic_write(&af, head, strlen(head));
