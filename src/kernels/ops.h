@@ -1,8 +1,8 @@
 /* The model's dense operations as forward/backward pairs with the same argument order.
  * Backward functions ACCUMULATE (+=) into gradient buffers, which the caller zeroes once per
  * step. All tensors are row-major fp32; shapes are given in comments as (rows, cols).
- * Matrix multiplies go to OpenBLAS (CBLAS); everything else is our own loops, OpenMP-parallel
- * over tokens. Attention lives in attention/, not here. */
+ * Matrix multiplies go to kernels/sgemm.h (oneDNN or OpenBLAS; bf16: kernels/bf16.h); everything
+ * else is our own loops, OpenMP-parallel over tokens. Attention lives in attention/, not here. */
 #ifndef SEQPAR_OPS_H
 #define SEQPAR_OPS_H
 
