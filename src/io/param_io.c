@@ -33,8 +33,8 @@ static const char EMBED[] = "model.embed_tokens.weight";
 
 static char *join_path(const char *dir, const char *name);
 
-/* The table's tensors in [0, n) with shard_of[i] == shard (shard_of NULL: all of them) as
- * StWriteTensor entries into w; returns how many, or -1 with a message when the table is
+/* The table's tensors i with shard_of[i] == shard (shard_of NULL: all of them), in table order,
+ * as StWriteTensor entries into w; returns how many, or -1 with a message when the table is
  * inconsistent. json_map, when given, maps each name to shard_name. */
 static int write_list(const ParamTable *t, const float *params, const int *shard_of, int shard, StWriteTensor *w,
                       json_t *json_map, const char *shard_name, SeqErr *e) {
