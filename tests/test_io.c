@@ -913,13 +913,15 @@ static void test_atomic(const TempDir *td) {
     low = old;
     low.rlim_cur = 64;
     void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
-    char big[4096];
-    memset(big, 'x', sizeof big);
+    const size_t nbig = (size_t)1 << 20; /* more than any stdio buffer: this write reaches the file */
+    char *big = xmalloc(nbig);
+    memset(big, 'x', nbig);
     setrlimit(RLIMIT_FSIZE, &low);
-    const int o = atomic_open(&af, path, &e), w1 = atomic_write(&af, big, sizeof big), w2 = atomic_write(&af, "y", 1);
+    const int o = atomic_open(&af, path, &e), w1 = atomic_write(&af, big, nbig), w2 = atomic_write(&af, "y", 1);
     const int c = atomic_commit(&af, &e);
     setrlimit(RLIMIT_FSIZE, &old);
     signal(SIGXFSZ, prev);
+    xfree(big);
     CHECK(o == 0 && w1 == -1 && w2 == -1 && c == -1 && strstr(e.msg, "File too large") && strstr(e.msg, "atomic.txt") &&
               strstr(e.msg, "disk full"),
           "writes past the size limit: open %d, writes %d %d, commit %d: '%s'", o, w1, w2, c, e.msg);
