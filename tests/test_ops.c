@@ -193,7 +193,8 @@ static void test_swiglu(void) {
     double worst = 0;
     for (int i = 0; i < SN; i++) worst = fmax(worst, fabs(sw_g[i] / (1 + exp(-(double)sw_g[i])) * sw_u[i] - sw_h[i]));
     CHECK(worst < 1e-5, "swiglu forward off by %.3g", worst);
-    float dg[SN] = {0}, du[SN] = {0};
+    float dg[SN], du[SN];
+    for (int i = 0; i < SN; i++) dg[i] = du[i] = -3.0f; /* written, not accumulated into */
     swiglu_backward(dg, du, sw_w, sw_g, sw_u, SN);
     check_grad("swiglu d(gate)", sw_obj, sw_g, dg, SN);
     check_grad("swiglu d(up)", sw_obj, sw_u, du, SN);

@@ -1,6 +1,6 @@
 /* The model's dense operations as forward/backward pairs with the same argument order.
  * Backward functions ACCUMULATE (+=) into gradient buffers, which the caller zeroes once per
- * step. All tensors are row-major fp32; shapes are given in comments as (rows, cols).
+ * step (swiglu_backward alone writes its outputs). All tensors are row-major fp32; shapes are given in comments as (rows, cols).
  * Matrix multiplies go to kernels/sgemm.h (oneDNN or OpenBLAS; bf16: kernels/bf16.h); everything
  * else is our own loops, OpenMP-parallel over tokens. Attention lives in attention/, not here. */
 #ifndef SEQPAR_OPS_H
@@ -69,7 +69,9 @@ void rope_backward(float *dx, const float *cos_t, const float *sin_t, int N, int
 /* h (N, F) = silu(gate) * up, element-wise over n elements (rows with a stride: their padding
  * too, which stays 0 where gate's and up's padding is 0) */
 void swiglu_forward(float *h, const float *gate, const float *up, size_t n);
-/* dgate += dh * up * silu'(gate); dup += dh * silu(gate). (dgate, dup may alias nothing else.) */
+/* dgate = dh * up * silu'(gate); dup = dh * silu(gate): written, not accumulated (unlike the other
+ * backward functions: the MLP's chunk buffers need no zeroing first). (dgate, dup may alias
+ * nothing else.) */
 void swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate, const float *up, size_t n);
 
 /* out (N, D) = table[tokens[i]] */

@@ -450,13 +450,13 @@ static void sb_swiglu_bwd(float *dgate, float *dup, const float *dh, const float
         V g = vload(gate + i), d = vload(dh + i);
         V sig = vdiv(one, vadd(one, vexp2(vmul(g, nl2e))));
         V dsilu = vmul(sig, vfma(g, vsub(one, sig), one)); /* sig (1 + g (1 - sig)) */
-        vstore(dgate + i, vfma(vmul(d, vload(up + i)), dsilu, vload(dgate + i)));
-        vstore(dup + i, vfma(d, vmul(g, sig), vload(dup + i)));
+        vstore(dgate + i, vmul(vmul(d, vload(up + i)), dsilu));
+        vstore(dup + i, vmul(d, vmul(g, sig)));
     }
     for (; i < n; i++) {
         float g = gate[i], sig = 1.0f / (1.0f + sb_exp2f(-g * SB_LOG2E));
-        dgate[i] += dh[i] * up[i] * sig * (1.0f + g * (1.0f - sig));
-        dup[i] += dh[i] * g * sig;
+        dgate[i] = dh[i] * up[i] * sig * (1.0f + g * (1.0f - sig));
+        dup[i] = dh[i] * g * sig;
     }
 }
 

@@ -724,9 +724,7 @@ static void mlp_backward_rows(LlamaModel *m, LlamaActs *a, int l, const float *x
         mm_backward_ld(a, NULL, g->down_proj, dx, D, a->h, a->ldF, w->down_proj, n, F, D);
         memset(a->h, 0, sizeof(float) * nF); /* h becomes dh */
         mm_backward_ld(a, a->h, NULL, dx, D, NULL, a->ldF, w->down_proj, n, F, D);
-        memset(a->dgate, 0, sizeof(float) * nF);
-        memset(a->dup, 0, sizeof(float) * nF);
-        swiglu_backward(a->dgate, a->dup, a->h, gate, up, nF);
+        swiglu_backward(a->dgate, a->dup, a->h, gate, up, nF); /* writes dgate, dup: no zeroing */
         mm_backward_ld(a, a->dxn, g->gate_proj, a->dgate, a->ldF, xn, D, w->gate_proj, n, D, F);
         mm_backward_ld(a, a->dxn, g->up_proj, a->dup, a->ldF, xn, D, w->up_proj, n, D, F);
         rmsnorm_backward(dx, g->post_norm, a->dxn, xm, w->post_norm, rstd2 + r0, n, D); /* after the rows' last read */
