@@ -61,6 +61,7 @@ run_one test_bf16.sh 600 bash tests/test_bf16.sh "$BUILD"
 run_one test_pack 300 bash tests/test_pack.sh "$BUILD"
 run_one test_zero 600 bash tests/test_zero.sh "$BUILD"
 run_one test_memory_model 300 bash tests/test_memory_model.sh "$BUILD"
+run_one test_plan 300 bash tests/test_plan.sh "$BUILD"
 run_one test_reliability 300 bash tests/test_reliability.sh "$BUILD"
 run_one test_data 600 bash tests/test_data.sh "$BUILD"
 run_one test_fuzz 600 bash tests/test_fuzz.sh

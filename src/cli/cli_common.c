@@ -31,6 +31,27 @@ long parse_long(const char *cmd, const char *flag, const char *value, long min, 
     return v;
 }
 
+const char *take_flag(int *argc, char **argv, const char *cmd, const char *name) {
+    size_t len = strlen(name);
+    for (int i = 1; i < *argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        int used = 0;
+        if (!strcmp(a, name)) {
+            if (i + 1 >= *argc) die_collective("seqpar %s: %s needs a value", cmd, name);
+            v = argv[i + 1];
+            used = 2;
+        } else if (!strncmp(a, name, len) && a[len] == '=') {
+            v = a + len + 1;
+            used = 1;
+        }
+        if (!v) continue;
+        for (int j = i; j + used < *argc; j++) argv[j] = argv[j + used];
+        *argc -= used;
+        return v;
+    }
+    return NULL;
+}
+
 double parse_double(const char *cmd, const char *flag, const char *value, double min, double max) {
     char *end = NULL;
     errno = 0;

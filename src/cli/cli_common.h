@@ -10,6 +10,9 @@
 #include "strategies/seq_parallel.h"
 
 long   parse_long(const char *cmd, const char *flag, const char *value, long min, long max);
+/* Removes "NAME VALUE" or "NAME=VALUE" from argv (for a command's own flags before train's parser
+ * reads the rest) and returns VALUE (a pointer into argv), or NULL when NAME is absent. */
+const char *take_flag(int *argc, char **argv, const char *cmd, const char *name);
 double parse_double(const char *cmd, const char *flag, const char *value, double min, double max);
 
 /* Call from the getopt_long loop on '?' or ':': dies naming the option and pointing at --help. */

@@ -32,31 +32,37 @@ static const char HELP[] =
 
 /* Removes "--ranks P" / "--ranks=P" and "--cores C" from argv (train's parser does not know them). */
 static int take_int_flag(int *argc, char **argv, const char *name, long min, long max, int *value) {
-    size_t len = strlen(name);
-    for (int i = 1; i < *argc; i++) {
-        const char *a = argv[i], *v = NULL;
-        int used = 0;
-        if (!strcmp(a, name)) {
-            if (i + 1 >= *argc) die_collective("seqpar memory: %s needs a value", name);
-            v = argv[i + 1];
-            used = 2;
-        } else if (!strncmp(a, name, len) && a[len] == '=') {
-            v = a + len + 1;
-            used = 1;
-        }
-        if (!v) continue;
-        *value = (int)parse_long("memory", name + 2, v, min, max);
-        for (int j = i; j + used < *argc; j++) argv[j] = argv[j + used];
-        *argc -= used;
-        return 1;
-    }
-    return 0;
+    const char *v = take_flag(argc, argv, "memory", name);
+    if (v) *value = (int)parse_long("memory", name + 2, v, min, max);
+    return v != NULL;
 }
 
 static void print_row(const char *name, double ram, double disk, double total) {
     printf("  %-36s %12.2f MiB %6.1f%%", name, ram / 1048576.0, total > 0 ? 100.0 * ram / total : 0.0);
     if (disk > 0) printf("   disk %10.2f MiB", disk / 1048576.0);
     printf("\n");
+}
+
+void model_config_from_options(const TrainOptions *o, SizeFlags *sf, const char *cmd, LlamaConfig *out) {
+    SeqErr e;
+    if (o->resume_dir) {
+        if (checkpoint_read_config(o->resume_dir, out, &e) != 0) die_collective("%s", e.msg);
+        size_flags_check(sf, out, cmd, o->resume_dir);
+    } else if (o->model_dir) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/config.json", o->model_dir);
+        if (config_json_read(path, out, &e) != 0) die_collective("%s", e.msg);
+        size_flags_check(sf, out, cmd, o->model_dir);
+    } else {
+        *out = sf->cfg;
+        if (out->head_dim == 0 && out->num_attention_heads > 0) {
+            if (out->hidden_size % out->num_attention_heads != 0)
+                die_collective("--heads %d does not divide --hidden %d: pick heads dividing the hidden size or set "
+                               "--head-dim", out->num_attention_heads, out->hidden_size);
+            out->head_dim = out->hidden_size / out->num_attention_heads;
+        }
+        llama_config_validate(out, "size flags");
+    }
 }
 
 int cmd_memory(int argc, char **argv) {
@@ -79,25 +85,7 @@ int cmd_memory(int argc, char **argv) {
 
     MemoryModelInput in;
     memset(&in, 0, sizeof in);
-    SeqErr e;
-    if (o.resume_dir) {
-        if (checkpoint_read_config(o.resume_dir, &in.model, &e) != 0) die_collective("%s", e.msg);
-        size_flags_check(&sf, &in.model, "memory", o.resume_dir);
-    } else if (o.model_dir) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/config.json", o.model_dir);
-        if (config_json_read(path, &in.model, &e) != 0) die_collective("%s", e.msg);
-        size_flags_check(&sf, &in.model, "memory", o.model_dir);
-    } else {
-        in.model = sf.cfg;
-        if (in.model.head_dim == 0 && in.model.num_attention_heads > 0) {
-            if (in.model.hidden_size % in.model.num_attention_heads != 0)
-                die_collective("--heads %d does not divide --hidden %d: pick heads dividing the hidden size or set "
-                               "--head-dim", in.model.num_attention_heads, in.model.hidden_size);
-            in.model.head_dim = in.model.hidden_size / in.model.num_attention_heads;
-        }
-        llama_config_validate(&in.model, "size flags");
-    }
+    model_config_from_options(&o, &sf, "memory", &in.model);
     in.seq_len = o.seq_len;
     in.batch = o.batch;
     in.world = world;

@@ -8,5 +8,6 @@ int cmd_bench(int argc, char **argv);
 int cmd_strategies(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_memory(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
 
 #endif

@@ -23,6 +23,7 @@ static const char USAGE[] =
     "  strategies  the distributed attention strategies, their flags, constraints and formulas\n"
     "  sample  generate text (or tokens) from a trained model: greedy, temperature, top-k\n"
     "  memory  the memory one training step with train's flags would hold, per rank and component\n"
+    "  plan    the strategy, grid, checkpoint mode and ZeRO stage to train with on a given cluster\n"
     "\n"
     "'seqpar <command> --help' describes each command's options.\n";
 
@@ -38,9 +39,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "seqpar: %s\n", err);
         return 2;
     }
-    /* `seqpar memory` runs nothing distributed: outside mpirun it skips MPI's start-up (a second
-     * on a busy machine) and answers at once */
-    int skip_mpi = argc >= 2 && !strcmp(argv[1], "memory") && !getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMI_SIZE");
+    /* `seqpar memory` and `seqpar plan` run nothing distributed: outside mpirun they skip MPI's
+     * start-up (a second on a busy machine) */
+    int skip_mpi = argc >= 2 && (!strcmp(argv[1], "memory") || !strcmp(argv[1], "plan")) && !getenv("OMPI_COMM_WORLD_SIZE") &&
+                   !getenv("PMI_SIZE");
     if (!skip_mpi) MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     int status;
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
@@ -58,8 +60,10 @@ int main(int argc, char **argv) {
         status = cmd_sample(argc - 1, argv + 1);
     } else if (!strcmp(argv[1], "memory")) {
         status = cmd_memory(argc - 1, argv + 1);
+    } else if (!strcmp(argv[1], "plan")) {
+        status = cmd_plan(argc - 1, argv + 1);
     } else {
-        die_collective("unknown command '%s': the commands are train, grad, bench, strategies, memory and sample (see 'seqpar --help')", argv[1]);
+        die_collective("unknown command '%s': the commands are train, grad, bench, strategies, memory, plan and sample (see 'seqpar --help')", argv[1]);
     }
     if (!skip_mpi) MPI_Finalize();
     return status;

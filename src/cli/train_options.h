@@ -32,4 +32,8 @@ typedef struct {
  * cmd names the command in errors. --help prints train's help and exits. */
 void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, const char *cmd);
 
+/* The model the flags name (--resume's checkpoint, --model's config.json, or the size flags),
+ * checked; a bad one ends every rank with one line. For `seqpar memory` and `seqpar plan`. */
+void model_config_from_options(const TrainOptions *o, SizeFlags *sf, const char *cmd, LlamaConfig *out);
+
 #endif

@@ -479,17 +479,25 @@ int llama_streams(int stream_chunks, int checkpoint, int no_stream) {
     return stream_chunks > 1 && checkpoint != LLAMA_CKPT_SELECTIVE && !no_stream;
 }
 
-double llama_recompute_flops_per_token(const LlamaConfig *c, double seq_len, const LlamaActs *a) {
+void llama_recompute_flops_parts(const LlamaConfig *c, double seq_len, int checkpoint, int store_gate_up, int stream,
+                                 double *dense, double *attention) {
     double D = c->hidden_size, F = c->intermediate_size;
     double qd = (double)c->num_attention_heads * c->head_dim, kvd = (double)c->num_key_value_heads * c->head_dim;
     double proj = 2.0 * (D * qd * 2 + D * kvd * 2); /* q, k, v, o projections, forward */
-    double gate_up = a->store_gate_up ? 0.0 : 2.0 * 2 * D * F;
-    double attn_fwd = 2.0 * (double)seq_len * c->num_attention_heads * c->head_dim; /* causal half */
-    double per_layer = gate_up;
-    if (a->checkpoint == LLAMA_CKPT_LAYER) per_layer += proj + attn_fwd;
-    if (a->checkpoint == LLAMA_CKPT_SELECTIVE) per_layer += proj;
-    if (a->stream && a->checkpoint == LLAMA_CKPT_NONE) per_layer += 2.0 * D * qd; /* x_mid again in backward */
-    return per_layer * c->num_hidden_layers;
+    double gate_up = store_gate_up ? 0.0 : 2.0 * 2 * D * F;
+    double attn_fwd = 2.0 * seq_len * c->num_attention_heads * c->head_dim; /* causal half */
+    double per_layer = gate_up, attn = 0;
+    if (checkpoint == LLAMA_CKPT_LAYER) per_layer += proj, attn = attn_fwd;
+    if (checkpoint == LLAMA_CKPT_SELECTIVE) per_layer += proj;
+    if (stream && checkpoint == LLAMA_CKPT_NONE) per_layer += 2.0 * D * qd; /* x_mid again in backward */
+    *dense = per_layer * c->num_hidden_layers;
+    *attention = attn * c->num_hidden_layers;
+}
+
+double llama_recompute_flops_per_token(const LlamaConfig *c, double seq_len, const LlamaActs *a) {
+    double dense, attn;
+    llama_recompute_flops_parts(c, seq_len, a->checkpoint, a->store_gate_up, a->stream, &dense, &attn);
+    return dense + attn;
 }
 
 /* ---------------------------------------------------------------- forward / backward */

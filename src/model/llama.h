@@ -182,6 +182,10 @@ int llama_acts_precision(const LlamaActs *a);
  * gate/up, no attention; none: gate/up when the MLP is chunked. The flash-attention backward's
  * own recomputation of the scores is part of every mode and counted in none. */
 double llama_recompute_flops_per_token(const LlamaConfig *cfg, double seq_len, const LlamaActs *a);
+/* The same from the settings alone, split into the linear layers' part and attention's (per token;
+ * store_gate_up: one FFN chunk under none; stream: chunk streaming, llama_streams). For the planner. */
+void llama_recompute_flops_parts(const LlamaConfig *cfg, double seq_len, int checkpoint, int store_gate_up, int stream,
+                                 double *dense, double *attention);
 
 /* One forward (and, if backward, backward) over N local tokens. inputs/targets/positions (N):
  * targets < 0 are ignored; positions are global. loss_scale multiplies each token's loss

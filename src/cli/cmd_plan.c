@@ -1,0 +1,236 @@
+/* seqpar plan: the planner (strategies/planner.h) for a model, a sequence length and a cluster:
+ * every strategy, grid, placement, checkpoint mode and ZeRO stage the ranks allow, the memory of
+ * each against the RAM per rank, a predicted step time, the best first and the `seqpar train`
+ * flags that run it. The kernels' rates are measured on this machine unless given. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <omp.h>
+
+#include "attention/attention_bench.h"
+#include "cli/cli_common.h"
+#include "cli/commands.h"
+#include "cli/train_options.h"
+#include "core/common.h"
+#include "kernels/bf16.h"
+#include "kernels/sgemm_bench.h"
+#include "strategies/planner.h"
+#include "strategies/registry.h"
+
+static const char HELP[] =
+    "usage: seqpar plan --ranks P [cluster flags] [train's model, --seq-len, --batch, --precision flags]\n"
+    "\n"
+    "Ranks every configuration of 'seqpar train' the P ranks allow (strategy, dp x hp x cp, ring\n"
+    "inner size, WallFacer team, FPDT chunks, placement, --checkpoint, --zero) by a predicted step\n"
+    "time, keeping those whose memory (the model of 'seqpar memory') fits a rank, and prints the\n"
+    "train flags of the best. Train's grid flags given here (--strategy, --dp, --hp, --cp,\n"
+    "--ring-inner, --team, --chunks, --placement, --checkpoint, --zero) fix that choice.\n"
+    "\n"
+    "  --ranks P             ranks of the job (required)\n"
+    "  --ranks-per-node R    consecutive ranks per node (default: all on one node)\n"
+    "  --cores-per-node C    threads per rank = C / R (default: this machine's cores)\n"
+    "  --mem-per-rank GIB    RAM a rank may use (default: this machine's RAM / R)\n"
+    "  --runtime-mib M       per rank beyond the tracked memory: C runtime, MPI, stacks (default 64)\n"
+    "  --intra-gbs X         GB/s a rank sends at to a peer on its node (default 10)\n"
+    "  --inter-gbs Y         GB/s to a peer on another node (default 12.5: 100 Gb/s)\n"
+    "  --intra-lat-us A      per message on the node (default 2)\n"
+    "  --inter-lat-us B      per message across nodes (default 5)\n"
+    "  --gemm-gflops G       GEMM rate per thread in the precision (default: measured here)\n"
+    "  --attn-gflops F[,B]   attention forward[,backward] rate per thread (default: measured here)\n"
+    "  --top K               configurations listed (default 10)\n"
+    "  --traffic             the best's bytes per rank and kind in one step, as 'seqpar train\n"
+    "                        --stats' prints them ('bytes rank r: ...', exact; 'rank r: ...', MB\n"
+    "                        with the split to peers on the node and on other nodes)\n"
+    "  --help                this text\n";
+
+static const char *has_flag(int argc, char **argv, const char *name) {
+    size_t len = strlen(name);
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], name) || (!strncmp(argv[i], name, len) && argv[i][len] == '=')) return name;
+    return NULL;
+}
+
+/* F or F,B */
+static void parse_rates(const char *v, double *f, double *b) {
+    char *end;
+    *f = strtod(v, &end);
+    *b = *f;
+    if (*end == ',') *b = strtod(end + 1, &end);
+    if (*end || !(*f > 0) || !(*b > 0))
+        die_collective("seqpar plan: --attn-gflops '%s' is not F or F,B with positive GFLOPS per thread: e.g. 90 or 90,85",
+                       v);
+}
+
+int cmd_plan(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(HELP, stdout);
+            return 0;
+        }
+    int rank = 0, mpi = 0;
+    MPI_Initialized(&mpi);
+    if (mpi) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    PlanCluster cl = {.intra_gbs = 10, .inter_gbs = 12.5, .intra_lat_s = 2e-6, .inter_lat_s = 5e-6,
+                      .runtime_bytes = 64.0 * 1048576};
+    const char *v;
+    int top = 10, traffic = 0;
+    if ((v = take_flag(&argc, argv, "plan", "--ranks"))) cl.ranks = (int)parse_long("plan", "ranks", v, 1, 1 << 20);
+    else die_collective("seqpar plan: give --ranks P, the ranks of the job (see seqpar plan --help)");
+    cl.ranks_per_node = cl.ranks;
+    if ((v = take_flag(&argc, argv, "plan", "--ranks-per-node")))
+        cl.ranks_per_node = (int)parse_long("plan", "ranks-per-node", v, 1, 1 << 20);
+    cl.cores_per_node = omp_get_num_procs();
+    if ((v = take_flag(&argc, argv, "plan", "--cores-per-node")))
+        cl.cores_per_node = (int)parse_long("plan", "cores-per-node", v, 1, 1 << 20);
+    double ram_node = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    int ram_given = 0;
+    cl.ram_bytes = ram_node / cl.ranks_per_node;
+    if ((v = take_flag(&argc, argv, "plan", "--mem-per-rank")))
+        cl.ram_bytes = parse_double("plan", "mem-per-rank", v, 1e-3, 1e9) * 1073741824.0, ram_given = 1;
+    if ((v = take_flag(&argc, argv, "plan", "--runtime-mib")))
+        cl.runtime_bytes = parse_double("plan", "runtime-mib", v, 0, 1e9) * 1048576.0;
+    if ((v = take_flag(&argc, argv, "plan", "--intra-gbs"))) cl.intra_gbs = parse_double("plan", "intra-gbs", v, 1e-6, 1e9);
+    if ((v = take_flag(&argc, argv, "plan", "--inter-gbs"))) cl.inter_gbs = parse_double("plan", "inter-gbs", v, 1e-6, 1e9);
+    if ((v = take_flag(&argc, argv, "plan", "--intra-lat-us")))
+        cl.intra_lat_s = parse_double("plan", "intra-lat-us", v, 0, 1e9) * 1e-6;
+    if ((v = take_flag(&argc, argv, "plan", "--inter-lat-us")))
+        cl.inter_lat_s = parse_double("plan", "inter-lat-us", v, 0, 1e9) * 1e-6;
+    if ((v = take_flag(&argc, argv, "plan", "--gemm-gflops"))) cl.gemm_gflops = parse_double("plan", "gemm-gflops", v, 1e-6, 1e9);
+    if ((v = take_flag(&argc, argv, "plan", "--attn-gflops"))) parse_rates(v, &cl.attn_fwd_gflops, &cl.attn_bwd_gflops);
+    if ((v = take_flag(&argc, argv, "plan", "--top"))) top = (int)parse_long("plan", "top", v, 1, 1 << 20);
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--traffic")) {
+            traffic = 1;
+            for (int j = i; j + 1 < argc; j++) argv[j] = argv[j + 1];
+            argc--;
+            break;
+        }
+    if (cl.ranks % cl.ranks_per_node)
+        die_collective("seqpar plan: --ranks-per-node %d does not divide --ranks %d: use a divisor of %d",
+                       cl.ranks_per_node, cl.ranks, cl.ranks);
+
+    /* what the user fixed: train's grid flags present on the command line */
+    PlanFixed fx = {.placement = -1, .checkpoint = -1, .zero = -1};
+    const int fix_strategy = has_flag(argc, argv, "--strategy") != NULL, fix_ckpt = has_flag(argc, argv, "--checkpoint") != NULL;
+    const int fix_zero = has_flag(argc, argv, "--zero") != NULL, fix_pl = has_flag(argc, argv, "--placement") != NULL;
+    TrainOptions o;
+    SizeFlags sf;
+    parse_train_options(argc, argv, &o, &sf, "plan");
+    MemoryModelInput base;
+    memset(&base, 0, sizeof base);
+    model_config_from_options(&o, &sf, "plan", &base.model);
+    base.seq_len = o.seq_len;
+    base.batch = o.batch;
+    base.recall_data = !strcmp(o.data, "recall");
+    base.par = o.par;
+    base.ffn_chunks = o.mem.ffn_chunks;
+    base.no_stream = o.mem.no_stream;
+    base.precision = o.mem.precision;
+    if (fix_strategy) fx.strategy = o.par.strategy;
+    fx.dp = o.par.dp;
+    fx.hp = o.par.hp;
+    fx.cp = o.par.cp;
+    fx.ring_inner = o.par.ring_inner;
+    fx.team = o.par.team;
+    fx.chunks = o.par.chunks;
+    if (fix_pl) fx.placement = o.par.placement;
+    if (fix_ckpt) fx.checkpoint = o.mem.checkpoint;
+    if (fix_zero) fx.zero = o.par.zero;
+
+    /* the kernels' rates per thread, measured here with one thread unless given */
+    const int bf16 = base.precision == PRECISION_BF16;
+    int measured_gemm = 0, measured_attn = 0;
+    if (!(cl.gemm_gflops > 0) || !(cl.attn_fwd_gflops > 0)) {
+        int saved = omp_get_max_threads();
+        omp_set_num_threads(1);
+        if (!(cl.gemm_gflops > 0)) {
+            cl.gemm_gflops = bf16 ? bf16_gemm_peak_gflops(3) : sgemm_peak_gflops(3);
+            measured_gemm = 1;
+        }
+        if (!(cl.attn_fwd_gflops > 0)) {
+            AttnBenchResult r;
+            attention_bench(4096, 2, 2, base.model.head_dim, ATTN_CAUSAL, bf16 ? PRECISION_BF16 : PRECISION_FP32, 3, &r);
+            cl.attn_fwd_gflops = r.fwd_gflops;
+            cl.attn_bwd_gflops = r.bwd_gflops;
+            measured_attn = 1;
+        }
+        omp_set_num_threads(saved);
+    }
+
+    PlanEntry *list;
+    int n, invalid;
+    char *err = plan_search(&base, &fx, &cl, &list, &n, &invalid);
+    if (err) die_collective("seqpar plan: %s", err);
+    int fit = 0;
+    for (int i = 0; i < n; i++) fit += list[i].fits;
+    if (rank != 0) {
+        xfree(list);
+        return 0;
+    }
+    const LlamaConfig *c = &base.model;
+    const int nodes = cl.ranks / cl.ranks_per_node, thr = cl.cores_per_node / cl.ranks_per_node > 1 ? cl.cores_per_node / cl.ranks_per_node : 1;
+    printf("plan: %d layers, hidden %d, heads %d (kv %d), head_dim %d, ffn %d, vocab %d; S = %d, batch %d, %s\n",
+           c->num_hidden_layers, c->hidden_size, c->num_attention_heads, c->num_key_value_heads, c->head_dim,
+           c->intermediate_size, c->vocab_size, o.seq_len, o.batch, precision_name(base.precision));
+    printf("cluster: %d rank%s on %d node%s of %d, %d thread%s/rank, %.2f GiB RAM per rank%s (+ %.0f MiB runtime "
+           "allowance counted), links %.3g GB/s on a node, %.3g GB/s across (latency %.3g / %.3g us)\n",
+           cl.ranks, cl.ranks == 1 ? "" : "s", nodes, nodes == 1 ? "" : "s", cl.ranks_per_node, thr, thr == 1 ? "" : "s",
+           cl.ram_bytes / 1073741824.0, ram_given ? "" : " (this machine's RAM / ranks per node)",
+           cl.runtime_bytes / 1048576.0, cl.intra_gbs, cl.inter_gbs, cl.intra_lat_s * 1e6, cl.inter_lat_s * 1e6);
+    printf("rates per thread: GEMM %.1f GFLOPS%s, attention %.1f / %.1f GFLOPS forward / backward%s\n", cl.gemm_gflops,
+           measured_gemm ? (bf16 ? " (this machine's bf16 GEMM, 2048^3, one thread)" : " (this machine's sgemm, 2048^3, one thread)") : "",
+           cl.attn_fwd_gflops, cl.attn_bwd_gflops,
+           measured_attn ? " (this machine's kernel, S = 4096, one thread)" : "");
+    printf("%d configurations run on %d ranks (%d refused by the strategies' checks); %d fit in %.2f GiB\n", n,
+           cl.ranks, invalid, fit, cl.ram_bytes / 1073741824.0);
+    if (n == 0) {
+        printf("nothing runs: see 'seqpar strategies' for what each strategy needs\n");
+        xfree(list);
+        return 1;
+    }
+    printf("  #  %-10s %3s %3s %3s %3s %4s %5s %-13s %-9s %4s %9s %10s %8s %8s %10s %10s\n", "strategy", "dp", "hp", "cp",
+           "W", "team", "chunk", "placement", "ckpt", "zero", "step s", "tokens/s", "compute", "exposed", "inter MB", "RAM MiB");
+    for (int i = 0; i < n && i < top; i++) {
+        const PlanEntry *e = &list[i];
+        printf("%3d  %-10s %3d %3d %3d %3d %4d %5d %-13s %-9s %4d %9.3f %10.0f %8.3f %8.3f %10.2f %10.1f%s\n", i + 1,
+               e->par.strategy, e->par.dp, e->par.hp, e->par.cp, e->par.ring_inner > 0 ? e->par.ring_inner : e->par.cp,
+               e->par.team, e->par.chunks > 0 ? e->par.chunks : 1, placement_name(e->par.placement),
+               llama_checkpoint_name(e->checkpoint), e->par.zero, e->t_step, e->tokens_per_s, e->t_compute,
+               e->t_exposed, e->inter_bytes / 1e6, e->ram / 1048576.0, e->fits ? "" : "  does not fit");
+    }
+    const PlanEntry *best = &list[0];
+    char flags[512];
+    plan_flags(best, flags, sizeof flags);
+    if (best->fits)
+        printf("best: mpirun -n %d seqpar train %s --seq-len %d%s%s\n", cl.ranks, flags, o.seq_len,
+               base.precision == PRECISION_BF16 ? " --precision bf16" : "", o.batch > 1 ? " (and --batch)" : "");
+    else
+        printf("no configuration fits in %.2f GiB per rank: the smallest needs %.1f MiB (more ranks, --offload-dir, or "
+               "a shorter --seq-len)\n",
+               cl.ram_bytes / 1073741824.0, best->ram / 1048576.0);
+    if (traffic) {
+        MemoryModelInput in = base;
+        in.world = cl.ranks;
+        in.cores = cl.cores_per_node * nodes;
+        in.par = best->par;
+        in.checkpoint = best->checkpoint;
+        for (int w = 0; w < cl.ranks; w++) {
+            PlanTraffic t;
+            err = plan_rank_traffic(&in, cl.ranks_per_node, w, &t);
+            if (err) die("seqpar plan: %s", err);
+            printf("bytes rank %d:", w);
+            for (int k = 0; k < COMM_KINDS; k++) printf(" %s %.0f", comm_kind_name((CommKind)k), t.bytes[k]);
+            printf("\nrank %d:", w);
+            for (int k = 0; k < COMM_KINDS; k++)
+                if (t.bytes[k] > 0)
+                    printf(" %s %.3f MB (intra %.3f, inter %.3f);", comm_kind_name((CommKind)k), t.bytes[k] / 1e6,
+                           t.intra[k] / 1e6, t.inter[k] / 1e6);
+            printf("\n");
+        }
+    }
+    const int status = best->fits ? 0 : 1;
+    xfree(list);
+    return status;
+}

@@ -1,0 +1,476 @@
+/* The planner: enumerate, check, predict memory, traffic and time, rank (planner.h). */
+#include "strategies/planner.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/common.h"
+#include "model/llama.h"
+#include "strategies/head_exchange.h"
+#include "strategies/layout.h"
+#include "strategies/registry.h"
+#include "strategies/wallfacer.h"
+
+static char *message(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *message(const char *fmt, ...) {
+    char buf[320];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    return xstrdup(buf);
+}
+
+/* ---------------------------------------------------------------- traffic */
+
+typedef struct {
+    int world, dp, hp, cp, sp, W, rpn;
+    Placement pl;
+} Grid;
+
+static int world_of(const Grid *g, int d, int h, int c) {
+    return d * g->sp + (g->pl == PLACEMENT_CONTEXT_FIRST ? h * g->cp + c : c * g->hp + h);
+}
+
+/* bytes to peer world rank `peer` from world rank `me`, kind k */
+static void send_to(PlanTraffic *t, const Grid *g, int k, int me, int peer, double bytes) {
+    if (peer == me || bytes == 0) return;
+    t->bytes[k] += bytes;
+    if (peer / g->rpn == me / g->rpn) t->intra[k] += bytes;
+    else t->inter[k] += bytes;
+}
+
+/* bytes spread in equal shares over n peers (world ranks; me skipped) */
+static void spread(PlanTraffic *t, const Grid *g, int k, int me, const int *peers, int n, double bytes) {
+    int others = 0;
+    for (int i = 0; i < n; i++) others += peers[i] != me;
+    if (!others) return;
+    for (int i = 0; i < n; i++) send_to(t, g, k, me, peers[i], bytes / others);
+}
+
+/* The direct-model allreduce of `count` elements of es bytes over the members (world ranks,
+ * in communicator order) as comm_allreduce counts it: to each peer p, (c_p + c_me) elements. */
+static void allreduce_to(PlanTraffic *t, const Grid *g, int k, const int *members, int n, int me_index, double count,
+                         double es) {
+    if (n <= 1) return;
+    long long c = (long long)count, base = c / n, rem = c % n;
+    long long mine = base + (me_index < rem);
+    for (int p = 0; p < n; p++) {
+        if (p == me_index) continue;
+        long long part = base + (p < rem);
+        send_to(t, g, k, members[me_index], members[p], (double)(part + mine) * es);
+        t->msgs[k] += 1;
+    }
+}
+
+/* Shard of group rank q of g ranks over Psi elements (data_parallel.c's split). */
+static void shard_of(double Psi, int q, int g, double *b, double *e) {
+    long long P = (long long)Psi;
+    *b = (double)(P * q / g);
+    *e = (double)(P * (q + 1) / g);
+}
+
+static void unit_sizes(const LlamaConfig *c, double *embed, double *layer, double *tail) {
+    double D = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
+    double qd = (double)c->num_attention_heads * c->head_dim, kvd = (double)c->num_key_value_heads * c->head_dim;
+    *embed = V * D;
+    *layer = 2 * D + 2 * qd * D + 2 * kvd * D + 3 * F * D;
+    *tail = D + (c->tie_word_embeddings ? 0 : V * D);
+}
+
+/* Gradient reduction and ZeRO's gathers of one step (data_parallel.h's formulas), world rank w. */
+static void grad_traffic(PlanTraffic *t, const Grid *g, const LlamaConfig *c, int zero, int group, int micro, int w) {
+    if (g->world == 1) return;
+    double E, Lu, T;
+    unit_sizes(c, &E, &Lu, &T);
+    const double Psi = E + c->num_hidden_layers * Lu + T;
+    int *members = xmalloc(sizeof(int) * (size_t)g->world);
+    if (zero == 0) {
+        for (int i = 0; i < g->world; i++) members[i] = i;
+        allreduce_to(t, g, COMM_GRAD_REDUCE, members, g->world, w, Psi, 4);
+        xfree(members);
+        return;
+    }
+    const int G = g->world / group, q = w % group, gi = w / group;
+    double sb, se;
+    shard_of(Psi, q, group, &sb, &se);
+    const double n = se - sb;
+    if (group > 1) {
+        /* reduce-scatter in the group: each peer gets its shard; zero 2/3 once per micro-batch */
+        int reps = zero >= 2 ? micro : 1;
+        for (int p = 0; p < group; p++) {
+            if (p == q) continue;
+            double pb, pe;
+            shard_of(Psi, p, group, &pb, &pe);
+            send_to(t, g, COMM_GRAD_REDUCE, w, gi * group + p, 4 * (pe - pb) * reps);
+        }
+        t->msgs[COMM_GRAD_REDUCE] += (double)(group - 1) * reps * (zero >= 2 ? c->num_hidden_layers + 2 : 1);
+    }
+    if (G > 1) { /* the shard's replicas in the other groups */
+        for (int i = 0; i < G; i++) members[i] = i * group + q;
+        allreduce_to(t, g, COMM_GRAD_REDUCE, members, G, gi, n, 4);
+    }
+    if (group > 1) { /* the norm: one double over the group */
+        for (int i = 0; i < group; i++) members[i] = gi * group + i;
+        allreduce_to(t, g, COMM_GRAD_REDUCE, members, group, q, 1, 8);
+    }
+    if (group > 1) {
+        double per_peer;
+        if (zero <= 2) {
+            per_peer = 4 * n; /* the updated shard to every peer after the step */
+        } else {
+            /* own part of the embedding and tail units: gathered once per micro-batch; layers twice */
+            double ob = sb > 0 ? sb : 0, oe = se < E ? se : E;
+            double outer = (oe > ob ? oe - ob : 0);
+            double tb = sb > Psi - T ? sb : Psi - T;
+            outer += se > tb ? se - tb : 0;
+            per_peer = (double)micro * 4 * (2 * n - outer);
+        }
+        for (int p = 0; p < group; p++)
+            if (p != q) send_to(t, g, COMM_PARAM_GATHER, w, gi * group + p, per_peer);
+        t->msgs[COMM_PARAM_GATHER] += (double)(group - 1) * (zero <= 2 ? 1 : micro * (2.0 * c->num_hidden_layers + 2));
+    }
+    xfree(members);
+}
+
+char *plan_rank_traffic(const MemoryModelInput *in, int ranks_per_node, int w, PlanTraffic *t) {
+    memset(t, 0, sizeof *t);
+    MemoryEstimate m;
+    char *err = memory_model_estimate(in, &m);
+    if (err) return err;
+    const LlamaConfig *c = &in->model;
+    const ParallelConfig *pc = &in->par;
+    const Strategy *s = strategy_find(pc->strategy ? pc->strategy : "2d");
+    Grid g = {.world = in->world, .dp = m.dp, .hp = m.hp, .cp = m.cp, .sp = m.hp * m.cp,
+              .W = pc->ring_inner > 0 ? pc->ring_inner : m.cp, .rpn = ranks_per_node > 0 ? ranks_per_node : 1,
+              .pl = pc->placement};
+    if (w < 0 || w >= g.world) return message("rank %d is outside the %d ranks", w, g.world);
+    const int micro = in->batch / m.dp, L = c->num_hidden_layers;
+    const int d = w / g.sp, in_rep = w % g.sp;
+    const int h = g.pl == PLACEMENT_CONTEXT_FIRST ? in_rep / g.cp : in_rep % g.hp;
+    const int cr = g.pl == PLACEMENT_CONTEXT_FIRST ? in_rep % g.cp : in_rep / g.hp;
+    if (g.sp > 1 || s->own) {
+        const int bf16 = in->precision == PRECISION_BF16;
+        StrategyParams sp = {.hp = g.hp, .cp = g.cp, .ring_inner = g.W, .team = pc->team, .chunks = pc->chunks,
+                             .offload_dir = s->own ? pc->offload_dir : NULL, .placement = pc->placement,
+                             .layout = pc->layout_given ? pc->layout : s->default_layout, .seq_len = in->seq_len,
+                             .n_heads = c->num_attention_heads, .n_kv_heads = c->num_key_value_heads,
+                             .head_dim = c->head_dim, .wire_bf16 = bf16, .attn_bf16 = bf16};
+        if (sp.team == 0) sp.team = strategy_default_team(s, g.cp);
+        AttnVolume v;
+        strategy_volume(s, &sp, h, cr, &v);
+        /* how many times per micro-batch each direction runs: forward, backward, and the checkpoint
+         * mode's recomputation (layer: the forward again; selective: the head exchange of q, k, v,
+         * and FPDT's of o too) */
+        double fwd_times = in->checkpoint == LLAMA_CKPT_LAYER ? 2 : 1;
+        double extra_a2a = 0, extra_a2a_msgs = 0;
+        if (m.streams && g.hp > 1) { /* streamed layers: the backward fetches each chunk's o again (output_chunk) */
+            HeadSplit hs;
+            err = head_split_init(&hs, g.hp, c->num_attention_heads, c->num_key_value_heads);
+            if (err) return err;
+            const double N = (double)(in->seq_len / g.sp), e = bf16 ? 2 : 4;
+            extra_a2a += N * c->head_dim * e * hs.hl[h] * (g.hp - 1);
+            extra_a2a_msgs += (double)(g.hp - 1) * pc->chunks;
+            head_split_free(&hs);
+        }
+        if (in->checkpoint == LLAMA_CKPT_SELECTIVE && g.hp > 1) {
+            HeadSplit hs;
+            err = head_split_init(&hs, g.hp, c->num_attention_heads, c->num_key_value_heads);
+            if (err) return err;
+            const int fp = s->own != NULL;
+            const double N = (double)(in->seq_len / g.sp), e = bf16 ? 2 : 4;
+            for (int p = 0; p < g.hp; p++)
+                if (p != h) extra_a2a += N * c->head_dim * e * (hs.hl[p] + 2 * hs.hk[p] + (fp ? hs.hl[p] : 0));
+            extra_a2a_msgs = (double)(g.hp - 1) * (fp ? 2 : 1) * (fp ? (pc->chunks > 1 ? pc->chunks : 1) : 1);
+            head_split_free(&hs);
+        }
+        double bytes[COMM_KINDS], msgs[COMM_KINDS];
+        for (int k = 0; k < COMM_KINDS; k++) {
+            bytes[k] = (double)micro * L * (fwd_times * (double)v.fwd[k] + (double)v.bwd[k]);
+            msgs[k] = (double)micro * L * (fwd_times * (double)v.fwd_msgs[k] + (double)v.bwd_msgs[k]);
+        }
+        bytes[COMM_ALLTOALL] += (double)micro * L * extra_a2a;
+        msgs[COMM_ALLTOALL] += (double)micro * L * extra_a2a_msgs;
+        /* peers: the head group (equal shares: exact when hp divides the heads), the next member of
+         * the inner ring and of the outer ring (2d, ring), the context group otherwise */
+        int *peers = xmalloc(sizeof(int) * (size_t)(g.hp > g.cp ? g.hp : g.cp));
+        for (int p = 0; p < g.hp; p++) peers[p] = world_of(&g, d, p, cr);
+        spread(t, &g, COMM_ALLTOALL, w, peers, g.hp, bytes[COMM_ALLTOALL]);
+        const int ring = s->schedule == &double_ring_schedule;
+        if (ring) {
+            int inner = (cr / g.W) * g.W + (cr % g.W + 1) % g.W, outer = (cr + g.W) % g.cp;
+            send_to(t, &g, COMM_P2P_INNER, w, world_of(&g, d, h, inner), bytes[COMM_P2P_INNER]);
+            send_to(t, &g, COMM_P2P_OUTER, w, world_of(&g, d, h, outer), bytes[COMM_P2P_OUTER]);
+        } else if (!strcmp(s->name, "wallfacer")) {
+            /* team collectives inside the team; Alg. 3's sub-ring to the next team's member; Alg.
+             * 2's initial send of k, v out (forward, and again in backward) and dk, dv back (half of
+             * the backward's bytes) */
+            WallfacerRank r;
+            wallfacer_rank_config(g.cp, sp.team, pc->placement == PLACEMENT_RING_FIRST, cr, &r);
+            for (int mb = 0; mb < sp.team; mb++)
+                peers[mb] = world_of(&g, d, h, wallfacer_ctx_rank(g.cp, sp.team, r.ring_first, r.team, mb));
+            spread(t, &g, COMM_TEAM, w, peers, sp.team, bytes[COMM_TEAM]);
+            send_to(t, &g, COMM_P2P_INNER, w, world_of(&g, d, h, r.ring_next), bytes[COMM_P2P_INNER]);
+            const double back = (double)micro * L * (double)v.bwd[COMM_P2P_OUTER] / 2; /* dk, dv back */
+            send_to(t, &g, COMM_P2P_OUTER, w, world_of(&g, d, h, r.init_send), bytes[COMM_P2P_OUTER] - back);
+            send_to(t, &g, COMM_P2P_OUTER, w, world_of(&g, d, h, r.init_recv), back);
+        } else {
+            for (int p = 0; p < g.cp; p++) peers[p] = world_of(&g, d, h, p);
+            spread(t, &g, COMM_P2P_INNER, w, peers, g.cp, bytes[COMM_P2P_INNER]);
+            spread(t, &g, COMM_P2P_OUTER, w, peers, g.cp, bytes[COMM_P2P_OUTER]);
+            spread(t, &g, COMM_TEAM, w, peers, g.cp, bytes[COMM_TEAM]);
+        }
+        xfree(peers);
+        for (int k = 0; k < COMM_KINDS; k++) t->msgs[k] += msgs[k];
+    }
+    grad_traffic(t, &g, c, in->par.zero, in->par.zero_group > 0 ? in->par.zero_group : in->world, micro, w);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- time */
+
+/* Visible causal pairs (query, key at or before it) of context slot c: its queries' positions + 1. */
+static double slot_pairs(TokenLayout l, long S, int cp, int c) {
+    if (cp == 1) return (double)S * (double)(S + 1) / 2;
+    int *pos = xmalloc(sizeof(int) * (size_t)(S / cp));
+    layout_context_positions(l, (int)S, cp, c, pos);
+    double sum = 0;
+    for (long i = 0; i < S / cp; i++) sum += pos[i] + 1.0;
+    xfree(pos);
+    return sum;
+}
+
+static double link_time(const PlanTraffic *t, int k, const PlanCluster *c) {
+    double s = t->intra[k] / (c->intra_gbs * 1e9) + t->inter[k] / (c->inter_gbs * 1e9);
+    double lat = t->inter[k] > 0 ? c->inter_lat_s : c->intra_lat_s;
+    return s + t->msgs[k] * lat;
+}
+
+char *plan_evaluate(const MemoryModelInput *in0, const PlanCluster *cl, PlanEntry *e) {
+    memset(e, 0, sizeof *e);
+    MemoryModelInput in = *in0;
+    in.world = cl->ranks;
+    in.cores = cl->cores_per_node * (cl->ranks / cl->ranks_per_node > 0 ? cl->ranks / cl->ranks_per_node : 1);
+    char *err = memory_model_estimate(&in, &e->mem);
+    if (err) return err;
+    const MemoryEstimate *m = &e->mem;
+    const LlamaConfig *c = &in.model;
+    const Strategy *s = strategy_find(in.par.strategy ? in.par.strategy : "2d");
+    e->par = in.par;
+    e->par.dp = m->dp;
+    e->par.hp = m->hp;
+    e->par.cp = m->cp;
+    e->checkpoint = in.checkpoint;
+    e->ram = m->ram_total + cl->runtime_bytes;
+    e->fits = cl->ram_bytes <= 0 || e->ram <= cl->ram_bytes;
+
+    const int sp = m->hp * m->cp, micro = in.batch / m->dp, L = c->num_hidden_layers;
+    const double thr = m->threads > 0 ? m->threads : 1;
+    const double S = (double)in.seq_len, N = S / sp;
+    double rec_dense, rec_attn;
+    llama_recompute_flops_parts(c, S, in.checkpoint, in.checkpoint == LLAMA_CKPT_NONE && m->ffn_chunks == 1,
+                                m->streams, &rec_dense, &rec_attn);
+    const double dense = N * (6.0 * llama_matmul_params(c) + rec_dense);
+    const double t_dense = dense / (cl->gemm_gflops * 1e9 * thr);
+    const TokenLayout layout = in.par.layout_given ? in.par.layout : s->default_layout;
+    const int balanced = !strcmp(s->name, "lightseq") || !strcmp(s->name, "wallfacer");
+    HeadSplit hs;
+    err = head_split_init(&hs, m->hp, c->num_attention_heads, c->num_key_value_heads);
+    if (err) return err;
+    double *pairs = xmalloc(sizeof(double) * (size_t)m->cp);
+    for (int k = 0; k < m->cp; k++)
+        pairs[k] = balanced ? S * (S + 1) / 2 / m->cp : slot_pairs(layout, in.seq_len, m->cp, k);
+
+    double worst = -1;
+    for (int w = 0; w < cl->ranks; w++) {
+        const int in_rep = w % sp;
+        const int h = in.par.placement == PLACEMENT_CONTEXT_FIRST ? in_rep / m->cp : in_rep % m->hp;
+        const int cr = in.par.placement == PLACEMENT_CONTEXT_FIRST ? in_rep % m->cp : in_rep / m->hp;
+        const double fwd = 4.0 * c->head_dim * pairs[cr] * hs.hl[h];
+        const double fwd_runs = in.checkpoint == LLAMA_CKPT_LAYER ? 2 : 1;
+        const double t_attn_f = L * fwd * fwd_runs / (cl->attn_fwd_gflops * 1e9 * thr);
+        const double t_attn_b = L * 2.5 * fwd / (cl->attn_bwd_gflops * 1e9 * thr);
+        const double compute = micro * (t_dense + t_attn_f + t_attn_b);
+        PlanTraffic t;
+        err = plan_rank_traffic(&in, cl->ranks_per_node, w, &t);
+        if (err) break;
+        double exposed = link_time(&t, COMM_ALLTOALL, cl) + link_time(&t, COMM_TEAM, cl);
+        const double p2p = link_time(&t, COMM_P2P_INNER, cl) + link_time(&t, COMM_P2P_OUTER, cl);
+        exposed += fmax(0, p2p - micro * (t_attn_f + t_attn_b));
+        const double gr = link_time(&t, COMM_GRAD_REDUCE, cl), pg = link_time(&t, COMM_PARAM_GATHER, cl);
+        const double backward = micro * (t_attn_b + t_dense * 2.0 / 3.0);
+        exposed += in.par.zero >= 2 ? fmax(0, gr - backward) : gr;
+        exposed += in.par.zero == 3 ? fmax(0, pg - compute) : pg;
+        const double step = compute + exposed;
+        if (step > worst) {
+            worst = step;
+            e->t_compute = compute;
+            e->t_exposed = exposed;
+        }
+        double inter = 0, total = 0;
+        for (int k = 0; k < COMM_KINDS; k++) inter += t.inter[k], total += t.bytes[k];
+        e->inter_bytes = fmax(e->inter_bytes, inter);
+        e->total_bytes = fmax(e->total_bytes, total);
+    }
+    xfree(pairs);
+    head_split_free(&hs);
+    if (err) return err;
+    e->t_step = worst;
+    e->tokens_per_s = worst > 0 ? in.batch * S / worst : 0;
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- search */
+
+typedef struct {
+    PlanEntry *v;
+    int n, cap, invalid;
+} List;
+
+static void try_one(List *l, const MemoryModelInput *in, const PlanCluster *c) {
+    PlanEntry e;
+    char *err = plan_evaluate(in, c, &e);
+    if (err) {
+        xfree(err);
+        l->invalid++;
+        return;
+    }
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        PlanEntry *v = xmalloc(sizeof(PlanEntry) * (size_t)l->cap);
+        if (l->n) memcpy(v, l->v, sizeof(PlanEntry) * (size_t)l->n);
+        xfree(l->v);
+        l->v = v;
+    }
+    l->v[l->n++] = e;
+}
+
+/* Fitting first; then by speed, where speeds within PLAN_TIE of each other count as equal and the
+ * simpler configuration goes first: the lower ZeRO stage (its gathers and rebinding cost what
+ * the model does not count), then less recomputation (none, selective, layer), then less RAM.
+ * A tie within 1% is not transitive; qsort only needs a consistent order for its comparisons,
+ * and the tie rule is applied to a bucketed speed so that it is. */
+#define PLAN_TIE 0.01
+static double bucket(double tps) { return tps > 0 ? floor(log(tps) / log1p(PLAN_TIE)) : -1e300; }
+static int ckpt_rank(int ckpt) { return ckpt == LLAMA_CKPT_NONE ? 0 : ckpt == LLAMA_CKPT_SELECTIVE ? 1 : 2; }
+
+static int cmp_entry(const void *a, const void *b) {
+    const PlanEntry *x = a, *y = b;
+    if (x->fits != y->fits) return y->fits - x->fits;
+    double bx = bucket(x->tokens_per_s), by = bucket(y->tokens_per_s);
+    if (bx != by) return bx < by ? 1 : -1;
+    if (x->par.zero != y->par.zero) return x->par.zero - y->par.zero;
+    if (x->checkpoint != y->checkpoint) return ckpt_rank(x->checkpoint) - ckpt_rank(y->checkpoint);
+    if (x->tokens_per_s != y->tokens_per_s) return x->tokens_per_s < y->tokens_per_s ? 1 : -1;
+    if (x->ram != y->ram) return x->ram < y->ram ? -1 : 1;
+    return 0;
+}
+
+static int fixed_or(int fixed, int v) { return fixed > 0 ? fixed == v : 1; }
+
+char *plan_search(const MemoryModelInput *base, const PlanFixed *f, const PlanCluster *c, PlanEntry **out, int *n,
+                  int *invalid) {
+    *out = NULL;
+    *n = *invalid = 0;
+    if (c->ranks < 1) return message("--ranks %d: give the job's ranks (at least 1)", c->ranks);
+    if (c->ranks_per_node < 1 || c->ranks % c->ranks_per_node != 0)
+        return message("--ranks-per-node %d does not divide --ranks %d: use a divisor of %d", c->ranks_per_node,
+                       c->ranks, c->ranks);
+    if (f->strategy && !strategy_find(f->strategy)) return strategy_unknown_message(f->strategy);
+    if (!(c->gemm_gflops > 0 && c->attn_fwd_gflops > 0 && c->attn_bwd_gflops > 0 && c->intra_gbs > 0 &&
+          c->inter_gbs > 0))
+        return message("the planner needs positive GEMM and attention rates and link bandwidths");
+    const int P = c->ranks;
+    static const int ckpts[3] = {LLAMA_CKPT_NONE, LLAMA_CKPT_SELECTIVE, LLAMA_CKPT_LAYER};
+    List l = {0};
+    MemoryModelInput in = *base;
+    for (int si = 0; strategy_at(si); si++) {
+        const Strategy *s = strategy_at(si);
+        if (f->strategy && strcmp(f->strategy, s->name)) continue;
+        for (int dp = 1; dp <= P; dp++) {
+            if (P % dp || !fixed_or(f->dp, dp) || base->batch % dp) continue;
+            const int sp = P / dp;
+            for (int hp = 1; hp <= sp; hp++) {
+                if (sp % hp || !fixed_or(f->hp, hp) || !fixed_or(f->cp, sp / hp)) continue;
+                const int cp = sp / hp;
+                /* each grid once: the corners under ulysses / ring, the middle under 2d */
+                if (s->grid == GRID_HEADS_ONLY && cp != 1) continue;
+                if (s->grid == GRID_CONTEXT_ONLY && hp != 1) continue;
+                /* (sp = 1, data parallel only: once, as 2d 1 x 1) */
+                if (s->grid == GRID_2D && (hp == 1) != (cp == 1)) continue;
+                if (s->grid != GRID_2D && sp == 1) continue;
+                if (s->grid == GRID_CONTEXT && cp == 1) continue;
+                const int is_ring = s->schedule == &double_ring_schedule && cp > 1;
+                const int is_wf = !strcmp(s->name, "wallfacer"), is_fpdt = s->own != NULL;
+                for (int W = 1; W <= cp; W++) {
+                    if (cp % W || !fixed_or(f->ring_inner, W)) continue;
+                    if (!is_ring && W != cp) continue;
+                    if (W == 1 && cp > 1 && f->ring_inner != 1) continue; /* inner rings of one: the plain ring */
+                    for (int team = is_wf ? 1 : 0; team <= (is_wf ? cp : 0); team++) {
+                        if (is_wf && (cp % (team * team) || !fixed_or(f->team, team))) continue;
+                        if (is_wf && team == 1 && f->team != 1) continue; /* teams of one: the plain ring */
+                        for (int u = 1; u <= (is_fpdt ? 64 : 1); u *= 2) {
+                            if (is_fpdt && !fixed_or(f->chunks, u)) continue;
+                            if (is_fpdt && base->seq_len % ((long)u * hp)) continue;
+                            for (int pl = 0; pl < 4; pl++) {
+                                if (f->placement >= 0 && f->placement != pl) continue;
+                                if (f->placement < 0) { /* the placements that differ */
+                                    if (pl == PLACEMENT_CONTEXT_FIRST && (hp == 1 || cp == 1 || is_wf)) continue;
+                                    if (pl == PLACEMENT_HEAD_FIRST && is_wf) continue; /* team-first */
+                                    if (pl == PLACEMENT_TEAM_FIRST && !is_wf) continue;
+                                    if (pl == PLACEMENT_RING_FIRST && (!is_wf || team * team == cp)) continue;
+                                }
+                                for (int ci = 0; ci < 3; ci++) {
+                                    if (f->checkpoint >= 0 && f->checkpoint != ckpts[ci]) continue;
+                                    for (int z = 0; z <= (P > 1 ? 3 : 0); z++) {
+                                        if (f->zero >= 0 && f->zero != z) continue;
+                                        in.par = base->par;
+                                        in.par.strategy = s->name;
+                                        in.par.dp = dp;
+                                        in.par.hp = hp;
+                                        in.par.cp = cp;
+                                        in.par.ring_inner = is_ring ? W : 0;
+                                        in.par.team = is_wf ? team : 0;
+                                        in.par.chunks = is_fpdt ? u : 0;
+                                        in.par.placement = (Placement)pl;
+                                        in.par.zero = z;
+                                        in.checkpoint = ckpts[ci];
+                                        try_one(&l, &in, c);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if (l.n > 1) qsort(l.v, (size_t)l.n, sizeof *l.v, cmp_entry);
+    *out = l.v;
+    *n = l.n;
+    *invalid = l.invalid;
+    return NULL;
+}
+
+void plan_flags(const PlanEntry *e, char *buf, size_t n) {
+    const ParallelConfig *p = &e->par;
+    int len = snprintf(buf, n, "--strategy %s", p->strategy);
+    const Strategy *s = strategy_find(p->strategy);
+#define ADD(...)                                                                                                       \
+    do {                                                                                                               \
+        if (len >= 0 && (size_t)len < n) len += snprintf(buf + len, n - (size_t)len, __VA_ARGS__);                      \
+    } while (0)
+    if (p->dp > 1) ADD(" --dp %d", p->dp);
+    if (s && s->grid != GRID_CONTEXT_ONLY && (p->hp > 1 || s->grid == GRID_2D)) ADD(" --hp %d", p->hp);
+    if (s && s->grid != GRID_HEADS_ONLY && p->cp > 1) ADD(" --cp %d", p->cp);
+    if (p->ring_inner > 0 && p->ring_inner < p->cp) ADD(" --ring-inner %d", p->ring_inner);
+    if (p->team > 0) ADD(" --team %d", p->team);
+    if (p->chunks > 1) ADD(" --chunks %d", p->chunks);
+    if (p->placement != PLACEMENT_HEAD_FIRST) ADD(" --placement %s", placement_name(p->placement));
+    ADD(" --checkpoint %s", llama_checkpoint_name(e->checkpoint));
+    if (p->zero) ADD(" --zero %d", p->zero);
+#undef ADD
+}

@@ -1,0 +1,121 @@
+#!/bin/bash
+# seqpar plan (strategies/planner.h):
+#  - its traffic model is the code's: for configurations of every strategy, checkpoint mode, ZeRO
+#    stage, dp, placement and precision, the bytes per rank and kind of one step that `plan
+#    --traffic` predicts equal those `train --stats` counts, exactly ('bytes rank r: ...'), and the
+#    split to peers on the node / on other nodes (--ranks-per-node 2 on 4 ranks) equals train's
+#    where the planner models it exactly (head exchange, plain and double ring, gradients, ZeRO);
+#  - the search: configurations that do not fit are never listed before those that do, a fitting
+#    best stays within the RAM per rank, tight RAM moves the pick to a checkpoint mode, a
+#    cluster where nothing fits exits 1 with a line saying so; the best's flags run;
+#  - one-line errors for bad input.
+# Usage: tests/test_plan.sh BUILD_DIR
+BUILD=${1:-build}
+source tests/lib.sh
+mpi_test_env
+
+M="--layers 2 --hidden 64 --heads 4 --kv-heads 2 --ffn 128 --vocab 256 --seq-len 256 --batch 2"
+DATA="--data $FIX/tiny_long/tokens.bin"
+RATES="--gemm-gflops 10 --attn-gflops 10"
+
+# traffic_case NP RANKS_PER_NODE EXACT_SPLIT flags...: plan's bytes per rank against train's
+traffic_case() {
+    local np=$1 rpn=$2 split=$3
+    shift 3
+    local got want
+    got=$(run_np "$np" "$SEQPAR" train $M $DATA --steps 1 --stats --quiet --ranks-per-node "$rpn" "$@" 2>&1)
+    if [ $? -ne 0 ]; then bad "train $*: $(printf '%s' "$got" | tail -n 2)"; return; fi
+    want=$(timeout 60 "$SEQPAR" plan --ranks "$np" --ranks-per-node "$rpn" $M $RATES --top 1 --traffic "$@" 2>&1)
+    if [ $? -ne 0 ] && ! printf '%s' "$want" | grep -q '^bytes rank'; then bad "plan $*: $(printf '%s' "$want" | tail -n 2)"; return; fi
+    local a b
+    a=$(printf '%s\n' "$got" | grep '^bytes rank' | sort)
+    b=$(printf '%s\n' "$want" | grep '^bytes rank' | sort)
+    if [ -n "$a" ] && [ "$a" = "$b" ]; then ok; else bad "np $np $*: train counted
+$a
+plan predicted
+$b"; fi
+    [ "$split" = 1 ] || return
+    # "kind X MB (intra a, inter b)" per rank, kinds with bytes
+    a=$(printf '%s\n' "$got" | grep -E '^rank [0-9]+:' | sed -E 's/ msgs [0-9]+ wait [0-9.]+ s;/;/g; s/ meta [0-9.]+ MB;//; s/ compute .*//; s/ [a-z0-9_]+ 0\.000 MB \(intra 0\.000, inter 0\.000\);//g' | sort)
+    b=$(printf '%s\n' "$want" | grep -E '^rank [0-9]+:' | sort)
+    if [ -n "$a" ] && [ "$a" = "$b" ]; then ok; else bad "np $np rpn $rpn $*: train's split
+$a
+plan's
+$b"; fi
+}
+
+# every strategy, each checkpoint mode, every ZeRO stage, dp, both placements, bf16's wire
+traffic_case 4 2 1 --strategy 2d --dp 1 --hp 2 --cp 2 --placement head-first --checkpoint selective --zero 0
+traffic_case 4 2 1 --strategy 2d --dp 1 --hp 2 --cp 2 --placement context-first --checkpoint layer --zero 1
+traffic_case 4 2 1 --strategy ring --dp 1 --cp 4 --ring-inner 2 --checkpoint none --zero 2
+traffic_case 4 2 1 --strategy ulysses --dp 1 --hp 4 --checkpoint selective --zero 3 --precision bf16
+traffic_case 4 2 1 --strategy ring --dp 2 --cp 2 --checkpoint layer --zero 1 --zero-group 2
+traffic_case 4 2 0 --strategy lightseq --dp 1 --cp 4 --checkpoint selective --zero 0
+traffic_case 4 2 1 --strategy allgather --dp 1 --cp 4 --checkpoint layer --zero 3
+traffic_case 4 2 1 --strategy wallfacer --dp 1 --cp 4 --team 2 --placement team-first --checkpoint none --zero 0
+traffic_case 8 4 1 --strategy wallfacer --dp 1 --cp 8 --team 2 --placement ring-first --checkpoint selective --zero 0
+traffic_case 2 2 1 --strategy fpdt --dp 1 --hp 2 --chunks 2 --checkpoint selective --zero 0
+traffic_case 2 2 1 --strategy fpdt --dp 1 --hp 2 --chunks 2 --checkpoint layer --zero 2
+traffic_case 4 2 1 --strategy fpdt --dp 1 --hp 4 --chunks 4 --checkpoint none --zero 1
+
+# the search
+out=$(timeout 60 "$SEQPAR" plan --ranks 4 --ranks-per-node 2 $M $RATES --mem-per-rank 8 --top 100000 2>&1)
+rc=$?
+if [ $rc -eq 0 ] && printf '%s' "$out" | grep -q '^best: mpirun -n 4 seqpar train --strategy'; then ok; else bad "plan 4 ranks: status $rc: $(printf '%s' "$out" | tail -n 3)"; fi
+rows=$(printf '%s\n' "$out" | grep -cE '^ *[0-9]+  [a-z0-9]+ ')
+total=$(printf '%s\n' "$out" | sed -nE 's/^([0-9]+) configurations run.*/\1/p')
+if [ -n "$total" ] && [ "$rows" -eq "$total" ] && [ "$total" -gt 50 ]; then ok; else bad "plan listed $rows rows of $total configurations"; fi
+# every strategy appears
+for s in 2d ulysses ring fpdt lightseq allgather wallfacer; do
+    if printf '%s\n' "$out" | grep -qE "^ *[0-9]+  $s "; then ok; else bad "plan 4 ranks: no $s configuration"; fi
+done
+# sorted by tokens/s in 1% buckets: no later row more than 1% faster than an earlier one
+if printf '%s\n' "$out" | awk '/^ *[0-9]+  [a-z0-9]+ / && !/does not fit/ { t = $13; if (n && t > 1.0101 * low) bad = 1; if (!n || t < low) low = t; n++ } END { exit bad }'; then ok; else
+    bad "plan's rows are not sorted by tokens/s"; fi
+
+# tight RAM: the fastest that fits, within the budget; less RAM per rank moves it to checkpointing
+S2="--layers 4 --hidden 256 --heads 4 --kv-heads 2 --ffn 1024 --vocab 256 --seq-len 65536 --batch 1"
+loose=$(timeout 60 "$SEQPAR" plan --ranks 2 $S2 $RATES --mem-per-rank 20 --top 1 2>&1)
+tight=$(timeout 60 "$SEQPAR" plan --ranks 2 $S2 $RATES --mem-per-rank 0.6 --top 100000 2>&1)
+if printf '%s' "$loose" | grep -q 'checkpoint none'; then ok; else bad "20 GiB per rank: $(printf '%s' "$loose" | tail -n 2)"; fi
+best_line=$(printf '%s\n' "$tight" | grep -E '^ +1  ')
+best_ram=$(printf '%s\n' "$best_line" | awk '{ print $NF }')
+if printf '%s' "$tight" | grep -q '^best: .*--checkpoint \(selective\|layer\)' &&
+    awk -v r="$best_ram" 'BEGIN { exit !(r != "" && r <= 0.6 * 1024) }'; then ok; else
+    bad "0.6 GiB per rank: best $best_line / $(printf '%s' "$tight" | grep '^best')"; fi
+# no row that does not fit before one that does
+if printf '%s\n' "$tight" | awk '/^ *[0-9]+  [a-z0-9]+ / { nf = /does not fit/; if (seen && !nf) bad = 1; if (nf) seen = 1 } END { exit bad }'; then ok; else
+    bad "a configuration that does not fit is listed before one that does"; fi
+none=$(timeout 60 "$SEQPAR" plan --ranks 2 $S2 $RATES --mem-per-rank 0.01 --top 3 2>&1)
+rc=$?
+if [ $rc -eq 1 ] && printf '%s' "$none" | grep -q '^no configuration fits in 0.01 GiB per rank: the smallest needs'; then ok; else
+    bad "nothing fits: status $rc: $(printf '%s' "$none" | tail -n 2)"; fi
+
+# the best's flags run (2 ranks, one step)
+flags=$(timeout 60 "$SEQPAR" plan --ranks 2 $M $RATES --batch 2 --top 1 2>&1 | sed -nE 's/^best: mpirun -n 2 seqpar train (.*) --seq-len 256.*/\1/p')
+if [ -n "$flags" ] && run_np 2 "$SEQPAR" train $M $DATA --steps 1 --quiet $flags >"$T/best.out" 2>&1; then ok; else
+    bad "the best's flags '$flags' do not run: $(tail -n 2 "$T/best.out" 2>/dev/null)"; fi
+
+# a fixed choice is kept
+fixed=$(timeout 60 "$SEQPAR" plan --ranks 4 $M $RATES --strategy lightseq --checkpoint layer --top 1000 2>&1)
+if [ "$(printf '%s\n' "$fixed" | grep -E '^ *[0-9]+  ' | grep -vcE '^ *[0-9]+  lightseq .* layer ')" = 0 ] &&
+    printf '%s\n' "$fixed" | grep -qE '^ *1  lightseq'; then ok; else bad "--strategy lightseq --checkpoint layer not kept"; fi
+
+# one-line errors, non-zero exit
+err_case() { # expected-substring args...
+    local want=$1
+    shift
+    local out
+    out=$(timeout 60 "$SEQPAR" plan "$@" 2>&1)
+    local rc=$?
+    if [ $rc -ne 0 ] && [ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] && printf '%s' "$out" | grep -qF -- "$want"; then ok; else
+        bad "plan $*: status $rc: $out"; fi
+}
+err_case "give --ranks P" $M
+err_case "--ranks-per-node 3 does not divide --ranks 4" --ranks 4 --ranks-per-node 3 $M
+err_case "unknown strategy 'nope'" --ranks 4 --strategy nope $M $RATES
+err_case "--attn-gflops 'x' is not F or F,B" --ranks 2 --attn-gflops x $M
+err_case "--mem-per-rank" --ranks 2 --mem-per-rank -1 $M
+err_case "--ranks" --ranks 0 $M
+
+summary test_plan
