@@ -350,7 +350,8 @@ static void try_one(List *l, const MemoryModelInput *in, const PlanCluster *c) {
 
 /* Fitting first; then by speed, where speeds within PLAN_TIE of each other count as equal and the
  * simpler configuration goes first: the lower ZeRO stage (its gathers and rebinding cost what
- * the model does not count), then less recomputation (none, selective, layer), then less RAM.
+ * the model does not count), then less recomputation (none, selective, layer), then fewer bytes
+ * to other nodes (what a wrong guess of the links' speed would hurt most), then less RAM.
  * A tie within 1% is not transitive; qsort only needs a consistent order for its comparisons,
  * and the tie rule is applied to a bucketed speed so that it is. */
 #define PLAN_TIE 0.01
@@ -364,6 +365,7 @@ static int cmp_entry(const void *a, const void *b) {
     if (bx != by) return bx < by ? 1 : -1;
     if (x->par.zero != y->par.zero) return x->par.zero - y->par.zero;
     if (x->checkpoint != y->checkpoint) return ckpt_rank(x->checkpoint) - ckpt_rank(y->checkpoint);
+    if (x->inter_bytes != y->inter_bytes) return x->inter_bytes < y->inter_bytes ? -1 : 1;
     if (x->tokens_per_s != y->tokens_per_s) return x->tokens_per_s < y->tokens_per_s ? 1 : -1;
     if (x->ram != y->ram) return x->ram < y->ram ? -1 : 1;
     return 0;

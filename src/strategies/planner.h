@@ -77,7 +77,7 @@ typedef struct {
 
 /* Every configuration of base (model, S, batch, precision, offload) on the cluster, evaluated
  * and sorted: fitting ones first, by tokens/s in buckets of 1% (within one, the lower ZeRO stage,
- * then less recomputation, then the faster, then less RAM). *n entries (xmalloc'd, free with
+ * then less recomputation, then fewer cross-node bytes, then the faster, then less RAM). *n entries (xmalloc'd, free with
  * xfree); *invalid counts those the registry refused. NULL or a one-line message. */
 char *plan_search(const MemoryModelInput *base, const PlanFixed *fixed, const PlanCluster *c, PlanEntry **out,
                   int *n, int *invalid);
