@@ -91,6 +91,14 @@ rc=$?
 if [ $rc -eq 1 ] && printf '%s' "$none" | grep -q '^no configuration fits in 0.01 GiB per rank: the smallest needs'; then ok; else
     bad "nothing fits: status $rc: $(printf '%s' "$none" | tail -n 2)"; fi
 
+# one rank at 64K in 0.45 GiB: nothing fits in RAM; with --offload-dir FPDT's chunks and the layer
+# inputs go to disk and it does, with the flag in the best's command
+off=$(timeout 60 "$SEQPAR" plan --ranks 1 $S2 $RATES --mem-per-rank 0.45 --top 3 --offload-dir "$T" 2>&1)
+if printf '%s' "$off" | grep -q "^best: mpirun -n 1 seqpar train --strategy fpdt --chunks [0-9]* --checkpoint \(layer\|selective\) --offload-dir $T"; then ok; else
+    bad "offload: $(printf '%s' "$off" | tail -n 2)"; fi
+timeout 60 "$SEQPAR" plan --ranks 1 $S2 $RATES --mem-per-rank 0.45 --top 3 >/dev/null 2>&1
+if [ $? -eq 1 ]; then ok; else bad "0.45 GiB without --offload-dir: a configuration fits"; fi
+
 # the best's flags run (2 ranks, one step)
 flags=$(timeout 60 "$SEQPAR" plan --ranks 2 $M $RATES --batch 2 --top 1 2>&1 | sed -nE 's/^best: mpirun -n 2 seqpar train (.*) --seq-len 256.*/\1/p')
 if [ -n "$flags" ] && run_np 2 "$SEQPAR" train $M $DATA --steps 1 --quiet $flags >"$T/best.out" 2>&1; then ok; else

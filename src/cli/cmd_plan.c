@@ -99,6 +99,9 @@ int cmd_plan(int argc, char **argv) {
         cl.inter_lat_s = parse_double("plan", "inter-lat-us", v, 0, 1e9) * 1e-6;
     if ((v = take_flag(&argc, argv, "plan", "--gemm-gflops"))) cl.gemm_gflops = parse_double("plan", "gemm-gflops", v, 1e-6, 1e9);
     if ((v = take_flag(&argc, argv, "plan", "--attn-gflops"))) parse_rates(v, &cl.attn_fwd_gflops, &cl.attn_bwd_gflops);
+    /* --offload-dir: train's parser refuses it without checkpointing; here it only makes the
+     * configurations that offload possible (each is checked by the memory model) */
+    const char *offload_dir = take_flag(&argc, argv, "plan", "--offload-dir");
     if ((v = take_flag(&argc, argv, "plan", "--top"))) top = (int)parse_long("plan", "top", v, 1, 1 << 20);
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--traffic")) {
@@ -125,6 +128,7 @@ int cmd_plan(int argc, char **argv) {
     base.batch = o.batch;
     base.recall_data = !strcmp(o.data, "recall");
     base.par = o.par;
+    base.par.offload_dir = offload_dir;
     base.ffn_chunks = o.mem.ffn_chunks;
     base.no_stream = o.mem.no_stream;
     base.precision = o.mem.precision;

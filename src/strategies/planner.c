@@ -348,8 +348,8 @@ static void try_one(List *l, const MemoryModelInput *in, const PlanCluster *c) {
     l->v[l->n++] = e;
 }
 
-/* Fitting first; then by speed, where speeds within PLAN_TIE of each other count as equal and the
- * simpler configuration goes first: the lower ZeRO stage (its gathers and rebinding cost what
+/* Fitting first, by speed; those that do not fit after them by RAM, the smallest first. By speed:
+ * speeds within PLAN_TIE of each other count as equal and the simpler configuration goes first: the lower ZeRO stage (its gathers and rebinding cost what
  * the model does not count), then less recomputation (none, selective, layer), then fewer bytes
  * to other nodes (what a wrong guess of the links' speed would hurt most), then less RAM.
  * A tie within 1% is not transitive; qsort only needs a consistent order for its comparisons,
@@ -361,6 +361,7 @@ static int ckpt_rank(int ckpt) { return ckpt == LLAMA_CKPT_NONE ? 0 : ckpt == LL
 static int cmp_entry(const void *a, const void *b) {
     const PlanEntry *x = a, *y = b;
     if (x->fits != y->fits) return y->fits - x->fits;
+    if (!x->fits && x->ram != y->ram) return x->ram < y->ram ? -1 : 1; /* nearest to fitting first */
     double bx = bucket(x->tokens_per_s), by = bucket(y->tokens_per_s);
     if (bx != by) return bx < by ? 1 : -1;
     if (x->par.zero != y->par.zero) return x->par.zero - y->par.zero;
@@ -401,9 +402,10 @@ char *plan_search(const MemoryModelInput *base, const PlanFixed *f, const PlanCl
                 /* each grid once: the corners under ulysses / ring, the middle under 2d */
                 if (s->grid == GRID_HEADS_ONLY && cp != 1) continue;
                 if (s->grid == GRID_CONTEXT_ONLY && hp != 1) continue;
-                /* (sp = 1, data parallel only: once, as 2d 1 x 1) */
+                /* (sp = 1, data parallel only: once, as 2d 1 x 1, and FPDT's chunked layers, which
+                 * also save memory on one rank) */
                 if (s->grid == GRID_2D && (hp == 1) != (cp == 1)) continue;
-                if (s->grid != GRID_2D && sp == 1) continue;
+                if (s->grid != GRID_2D && sp == 1 && !s->own) continue;
                 if (s->grid == GRID_CONTEXT && cp == 1) continue;
                 const int is_ring = s->schedule == &double_ring_schedule && cp > 1;
                 const int is_wf = !strcmp(s->name, "wallfacer"), is_fpdt = s->own != NULL;
@@ -474,5 +476,6 @@ void plan_flags(const PlanEntry *e, char *buf, size_t n) {
     if (p->placement != PLACEMENT_HEAD_FIRST) ADD(" --placement %s", placement_name(p->placement));
     ADD(" --checkpoint %s", llama_checkpoint_name(e->checkpoint));
     if (p->zero) ADD(" --zero %d", p->zero);
+    if (p->offload_dir && (p->chunks > 0 || e->checkpoint != LLAMA_CKPT_NONE)) ADD(" --offload-dir %s", p->offload_dir);
 #undef ADD
 }

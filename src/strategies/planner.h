@@ -76,7 +76,7 @@ typedef struct {
 } PlanFixed;
 
 /* Every configuration of base (model, S, batch, precision, offload) on the cluster, evaluated
- * and sorted: fitting ones first, by tokens/s in buckets of 1% (within one, the lower ZeRO stage,
+ * and sorted: fitting ones first (the others after them, by RAM), by tokens/s in buckets of 1% (within one, the lower ZeRO stage,
  * then less recomputation, then fewer cross-node bytes, then the faster, then less RAM). *n entries (xmalloc'd, free with
  * xfree); *invalid counts those the registry refused. NULL or a one-line message. */
 char *plan_search(const MemoryModelInput *base, const PlanFixed *fixed, const PlanCluster *c, PlanEntry **out,
