@@ -191,3 +191,12 @@ char *xstrdup(const char *s) {
     memcpy(m, s, n);
     return m;
 }
+
+char *xstrdup_printf(const char *fmt, ...) {
+    char buf[320];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    return xstrdup(buf);
+}

@@ -37,6 +37,8 @@ void die_if_any_rank(const SeqErr *e);
 void *xmalloc(size_t n);          /* dies with the size on failure; tracked for peak memory */
 /* A tracked copy of a string (freed with xfree): how library code returns one-line messages. */
 char *xstrdup(const char *s);
+/* A formatted one-line message in an xmalloc'd string (at most 319 characters kept). */
+char *xstrdup_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void *xcalloc(size_t count, size_t size);
 void *xmalloc_aligned(size_t n);  /* 64-byte aligned; free with xfree */
 void  xfree(void *p);             /* frees memory from xmalloc / xcalloc / xmalloc_aligned */

@@ -2,7 +2,6 @@
 #include "strategies/memory_model.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -22,18 +21,8 @@ static const char *const NAMES[MEM_COMPONENTS] = {
 
 const char *memory_component_name(MemComponent c) { return c >= 0 && c < MEM_COMPONENTS ? NAMES[c] : "?"; }
 
-static char *message(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *message(const char *fmt, ...) {
-    char buf[320];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    return xstrdup(buf);
-}
-
 /* Floats of the units data_parallel.c shards: the embedding, one layer, the tail. */
-static void unit_sizes(const LlamaConfig *c, double *embed, double *layer, double *tail) {
+void memory_model_unit_sizes(const LlamaConfig *c, double *embed, double *layer, double *tail) {
     double D = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
     double qd = (double)c->num_attention_heads * c->head_dim, kvd = (double)c->num_key_value_heads * c->head_dim;
     *embed = V * D;
@@ -134,7 +123,7 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
     const ParallelConfig *pc = &in->par;
     const int world = in->world > 0 ? in->world : 1;
     if (in->precision != PRECISION_FP32 && in->precision != PRECISION_BF16)
-        return message("precision %d is not fp32 or bf16: use --precision fp32 or bf16", in->precision);
+        return xstrdup_printf("precision %d is not fp32 or bf16: use --precision fp32 or bf16", in->precision);
     const int bf16 = in->precision == PRECISION_BF16;
     /* the kernel's bf16 tiles where this CPU has them (else the fp32 kernel on bf16 inputs) */
     const AttnBf16Tiles *bt = bf16 ? attn_bf16_tiles() : NULL;
@@ -146,7 +135,7 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
     if (err) return err;
     int dp = pc->dp > 0 ? pc->dp : (world % (hp * cp) == 0 ? world / (hp * cp) : 1);
     if (dp * hp * cp != world)
-        return message("dp %d x hp %d x cp %d is not the %d ranks: give --dp, --hp, --cp (or --ranks) whose product "
+        return xstrdup_printf("dp %d x hp %d x cp %d is not the %d ranks: give --dp, --hp, --cp (or --ranks) whose product "
                        "is the ranks", dp, hp, cp, world);
     const int sp = hp * cp, own = s->own != NULL;
     StrategyParams sp_params = {.hp = hp, .cp = cp, .ring_inner = pc->ring_inner > 0 ? pc->ring_inner : cp,
@@ -155,7 +144,7 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
                                 .n_heads = c->num_attention_heads, .n_kv_heads = c->num_key_value_heads,
                                 .head_dim = c->head_dim, .wire_bf16 = bf16, .attn_bf16 = bf16};
     if (sp_params.team == 0) sp_params.team = strategy_default_team(s, cp);
-    if (pc->chunks > 1 && !own) return message("--chunks %d is read by --strategy fpdt only: drop it or use --strategy fpdt", pc->chunks);
+    if (pc->chunks > 1 && !own) return xstrdup_printf("--chunks %d is read by --strategy fpdt only: drop it or use --strategy fpdt", pc->chunks);
     if (pc->offload_dir && !own && in->checkpoint == LLAMA_CKPT_NONE)
         return xstrdup("--offload-dir moves FPDT chunks and checkpointed layer inputs: use --strategy fpdt or "
                        "--checkpoint layer|selective");
@@ -163,13 +152,13 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
         err = strategy_check(s, &sp_params);
         if (err) return err;
     }
-    if (in->seq_len % sp != 0) return message("--seq-len %ld does not split over %d sequence-parallel ranks: use a multiple of %d", in->seq_len, sp, sp);
+    if (in->seq_len % sp != 0) return xstrdup_printf("--seq-len %ld does not split over %d sequence-parallel ranks: use a multiple of %d", in->seq_len, sp, sp);
     const int zero = pc->zero, group = pc->zero_group > 0 ? pc->zero_group : world;
     if (group > 0 && pc->zero_group > 0 && zero == 0)
-        return message("--zero-group %d shards nothing under --zero 0: use --zero 1, 2 or 3", group);
-    if (zero < 0 || zero > 3) return message("--zero %d is not a ZeRO stage: use 0, 1, 2 or 3", zero);
-    if (world % group != 0) return message("--zero-group %d does not divide the %d ranks: use a divisor of %d", group, world, world);
-    if (in->batch % dp != 0) return message("--batch %d does not split over --dp %d replicas: use a batch divisible by %d", in->batch, dp, dp);
+        return xstrdup_printf("--zero-group %d shards nothing under --zero 0: use --zero 1, 2 or 3", group);
+    if (zero < 0 || zero > 3) return xstrdup_printf("--zero %d is not a ZeRO stage: use 0, 1, 2 or 3", zero);
+    if (world % group != 0) return xstrdup_printf("--zero-group %d does not divide the %d ranks: use a divisor of %d", group, world, world);
+    if (in->batch % dp != 0) return xstrdup_printf("--batch %d does not split over --dp %d replicas: use a batch divisible by %d", in->batch, dp, dp);
     const int threads = pc->threads > 0 ? pc->threads : (in->cores / world > 1 ? in->cores / world : 1);
 
     /* sizes, floats (double: no overflow) */
@@ -179,7 +168,7 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
     const double qd = (double)c->num_attention_heads * c->head_dim, kvd = (double)c->num_key_value_heads * c->head_dim;
     const double d = c->head_dim;
     double E, Lu, T;
-    unit_sizes(c, &E, &Lu, &T);
+    memory_model_unit_sizes(c, &E, &Lu, &T);
     const double P = E + L * Lu + T;
     const int per_replica = in->batch / dp;
     const int ckpt = in->checkpoint;

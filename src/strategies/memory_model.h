@@ -69,4 +69,8 @@ typedef struct {
  * checks seq_parallel_create makes, without MPI). */
 char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out);
 
+/* Floats of the parameter units data_parallel.c shards: the embedding, one layer, the tail (final
+ * norm and an untied head). */
+void memory_model_unit_sizes(const LlamaConfig *c, double *embed, double *layer, double *tail);
+
 #endif

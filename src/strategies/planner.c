@@ -2,7 +2,6 @@
 #include "strategies/planner.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,16 +12,6 @@
 #include "strategies/layout.h"
 #include "strategies/registry.h"
 #include "strategies/wallfacer.h"
-
-static char *message(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *message(const char *fmt, ...) {
-    char buf[320];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    return xstrdup(buf);
-}
 
 /* ---------------------------------------------------------------- traffic */
 
@@ -73,19 +62,11 @@ static void shard_of(double Psi, int q, int g, double *b, double *e) {
     *e = (double)(P * (q + 1) / g);
 }
 
-static void unit_sizes(const LlamaConfig *c, double *embed, double *layer, double *tail) {
-    double D = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
-    double qd = (double)c->num_attention_heads * c->head_dim, kvd = (double)c->num_key_value_heads * c->head_dim;
-    *embed = V * D;
-    *layer = 2 * D + 2 * qd * D + 2 * kvd * D + 3 * F * D;
-    *tail = D + (c->tie_word_embeddings ? 0 : V * D);
-}
-
 /* Gradient reduction and ZeRO's gathers of one step (data_parallel.h's formulas), world rank w. */
 static void grad_traffic(PlanTraffic *t, const Grid *g, const LlamaConfig *c, int zero, int group, int micro, int w) {
     if (g->world == 1) return;
     double E, Lu, T;
-    unit_sizes(c, &E, &Lu, &T);
+    memory_model_unit_sizes(c, &E, &Lu, &T);
     const double Psi = E + c->num_hidden_layers * Lu + T;
     int *members = xmalloc(sizeof(int) * (size_t)g->world);
     if (zero == 0) {
@@ -147,7 +128,7 @@ char *plan_rank_traffic(const MemoryModelInput *in, int ranks_per_node, int w, P
     Grid g = {.world = in->world, .dp = m.dp, .hp = m.hp, .cp = m.cp, .sp = m.hp * m.cp,
               .W = pc->ring_inner > 0 ? pc->ring_inner : m.cp, .rpn = ranks_per_node > 0 ? ranks_per_node : 1,
               .pl = pc->placement};
-    if (w < 0 || w >= g.world) return message("rank %d is outside the %d ranks", w, g.world);
+    if (w < 0 || w >= g.world) return xstrdup_printf("rank %d is outside the %d ranks", w, g.world);
     const int micro = in->batch / m.dp, L = c->num_hidden_layers;
     const int d = w / g.sp, in_rep = w % g.sp;
     const int h = g.pl == PLACEMENT_CONTEXT_FIRST ? in_rep / g.cp : in_rep % g.hp;
@@ -167,24 +148,20 @@ char *plan_rank_traffic(const MemoryModelInput *in, int ranks_per_node, int w, P
          * and FPDT's of o too) */
         double fwd_times = in->checkpoint == LLAMA_CKPT_LAYER ? 2 : 1;
         double extra_a2a = 0, extra_a2a_msgs = 0;
-        if (m.streams && g.hp > 1) { /* streamed layers: the backward fetches each chunk's o again (output_chunk) */
+        if (g.hp > 1 && (m.streams || in->checkpoint == LLAMA_CKPT_SELECTIVE)) {
             HeadSplit hs;
             err = head_split_init(&hs, g.hp, c->num_attention_heads, c->num_key_value_heads);
             if (err) return err;
             const double N = (double)(in->seq_len / g.sp), e = bf16 ? 2 : 4;
-            extra_a2a += N * c->head_dim * e * hs.hl[h] * (g.hp - 1);
-            extra_a2a_msgs += (double)(g.hp - 1) * pc->chunks;
-            head_split_free(&hs);
-        }
-        if (in->checkpoint == LLAMA_CKPT_SELECTIVE && g.hp > 1) {
-            HeadSplit hs;
-            err = head_split_init(&hs, g.hp, c->num_attention_heads, c->num_key_value_heads);
-            if (err) return err;
-            const int fp = s->own != NULL;
-            const double N = (double)(in->seq_len / g.sp), e = bf16 ? 2 : 4;
-            for (int p = 0; p < g.hp; p++)
-                if (p != h) extra_a2a += N * c->head_dim * e * (hs.hl[p] + 2 * hs.hk[p] + (fp ? hs.hl[p] : 0));
-            extra_a2a_msgs = (double)(g.hp - 1) * (fp ? 2 : 1) * (fp ? (pc->chunks > 1 ? pc->chunks : 1) : 1);
+            if (m.streams) { /* streamed layers: the backward fetches each chunk's o again (output_chunk) */
+                extra_a2a += N * c->head_dim * e * hs.hl[h] * (g.hp - 1);
+                extra_a2a_msgs += (double)(g.hp - 1) * pc->chunks;
+            } else { /* selective: restore()'s exchange of q, k, v (FPDT: and of o, per chunk) */
+                const int fp = s->own != NULL;
+                for (int p = 0; p < g.hp; p++)
+                    if (p != h) extra_a2a += N * c->head_dim * e * (hs.hl[p] + 2 * hs.hk[p] + (fp ? hs.hl[p] : 0));
+                extra_a2a_msgs += (double)(g.hp - 1) * (fp ? 2.0 * (pc->chunks > 1 ? pc->chunks : 1) : 1.0);
+            }
             head_split_free(&hs);
         }
         double bytes[COMM_KINDS], msgs[COMM_KINDS];
@@ -195,7 +172,7 @@ char *plan_rank_traffic(const MemoryModelInput *in, int ranks_per_node, int w, P
         bytes[COMM_ALLTOALL] += (double)micro * L * extra_a2a;
         msgs[COMM_ALLTOALL] += (double)micro * L * extra_a2a_msgs;
         /* peers: the head group (equal shares: exact when hp divides the heads), the next member of
-         * the inner ring and of the outer ring (2d, ring), the context group otherwise */
+         * the inner ring and of the outer ring (2d, ring), WallFacer's own, LightSeq's context group */
         int *peers = xmalloc(sizeof(int) * (size_t)(g.hp > g.cp ? g.hp : g.cp));
         for (int p = 0; p < g.hp; p++) peers[p] = world_of(&g, d, p, cr);
         spread(t, &g, COMM_ALLTOALL, w, peers, g.hp, bytes[COMM_ALLTOALL]);
@@ -378,14 +355,14 @@ char *plan_search(const MemoryModelInput *base, const PlanFixed *f, const PlanCl
                   int *invalid) {
     *out = NULL;
     *n = *invalid = 0;
-    if (c->ranks < 1) return message("--ranks %d: give the job's ranks (at least 1)", c->ranks);
+    if (c->ranks < 1) return xstrdup_printf("--ranks %d: give the job's ranks (at least 1)", c->ranks);
     if (c->ranks_per_node < 1 || c->ranks % c->ranks_per_node != 0)
-        return message("--ranks-per-node %d does not divide --ranks %d: use a divisor of %d", c->ranks_per_node,
+        return xstrdup_printf("--ranks-per-node %d does not divide --ranks %d: use a divisor of %d", c->ranks_per_node,
                        c->ranks, c->ranks);
     if (f->strategy && !strategy_find(f->strategy)) return strategy_unknown_message(f->strategy);
     if (!(c->gemm_gflops > 0 && c->attn_fwd_gflops > 0 && c->attn_bwd_gflops > 0 && c->intra_gbs > 0 &&
           c->inter_gbs > 0))
-        return message("the planner needs positive GEMM and attention rates and link bandwidths");
+        return xstrdup_printf("the planner needs positive GEMM and attention rates and link bandwidths");
     const int P = c->ranks;
     static const int ckpts[3] = {LLAMA_CKPT_NONE, LLAMA_CKPT_SELECTIVE, LLAMA_CKPT_LAYER};
     List l = {0};

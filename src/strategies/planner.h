@@ -39,7 +39,8 @@ typedef struct {
 /* Bytes and messages one rank sends in one training step: the totals per kind exact (what `seqpar
  * train --stats` counts), and so is the split into bytes to peers on the rank's node and on other
  * nodes for every strategy but LightSeq, whose point-to-point steps change peers from step to step
- * (an equal share per peer of the context group there). */
+ * (an equal share per peer of the context group there); the head exchange's split is an equal share
+ * per head-group peer, exact when hp divides the heads. */
 typedef struct {
     double bytes[COMM_KINDS], intra[COMM_KINDS], inter[COMM_KINDS], msgs[COMM_KINDS];
 } PlanTraffic;
