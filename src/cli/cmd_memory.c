@@ -43,7 +43,9 @@ static void print_row(const char *name, double ram, double disk, double total) {
     printf("\n");
 }
 
-void model_config_from_options(const TrainOptions *o, SizeFlags *sf, const char *cmd, LlamaConfig *out) {
+void memory_input_from_options(const TrainOptions *o, SizeFlags *sf, const char *cmd, MemoryModelInput *in) {
+    memset(in, 0, sizeof *in);
+    LlamaConfig *out = &in->model;
     SeqErr e;
     if (o->resume_dir) {
         if (checkpoint_read_config(o->resume_dir, out, &e) != 0) die_collective("%s", e.msg);
@@ -63,6 +65,14 @@ void model_config_from_options(const TrainOptions *o, SizeFlags *sf, const char 
         }
         llama_config_validate(out, "size flags");
     }
+    in->seq_len = o->seq_len;
+    in->batch = o->batch;
+    in->recall_data = !strcmp(o->data, "recall");
+    in->par = o->par;
+    in->checkpoint = o->mem.checkpoint;
+    in->ffn_chunks = o->mem.ffn_chunks;
+    in->no_stream = o->mem.no_stream;
+    in->precision = o->mem.precision;
 }
 
 int cmd_memory(int argc, char **argv) {
@@ -84,18 +94,9 @@ int cmd_memory(int argc, char **argv) {
     parse_train_options(argc, argv, &o, &sf, "memory");
 
     MemoryModelInput in;
-    memset(&in, 0, sizeof in);
-    model_config_from_options(&o, &sf, "memory", &in.model);
-    in.seq_len = o.seq_len;
-    in.batch = o.batch;
+    memory_input_from_options(&o, &sf, "memory", &in);
     in.world = world;
     in.cores = cores;
-    in.recall_data = !strcmp(o.data, "recall");
-    in.par = o.par;
-    in.checkpoint = o.mem.checkpoint;
-    in.ffn_chunks = o.mem.ffn_chunks;
-    in.no_stream = o.mem.no_stream;
-    in.precision = o.mem.precision;
     MemoryEstimate m;
     char *err = memory_model_estimate(&in, &m);
     if (err) die_collective("%s", err);

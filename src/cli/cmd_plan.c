@@ -122,16 +122,8 @@ int cmd_plan(int argc, char **argv) {
     SizeFlags sf;
     parse_train_options(argc, argv, &o, &sf, "plan");
     MemoryModelInput base;
-    memset(&base, 0, sizeof base);
-    model_config_from_options(&o, &sf, "plan", &base.model);
-    base.seq_len = o.seq_len;
-    base.batch = o.batch;
-    base.recall_data = !strcmp(o.data, "recall");
-    base.par = o.par;
+    memory_input_from_options(&o, &sf, "plan", &base);
     base.par.offload_dir = offload_dir;
-    base.ffn_chunks = o.mem.ffn_chunks;
-    base.no_stream = o.mem.no_stream;
-    base.precision = o.mem.precision;
     if (fix_strategy) fx.strategy = o.par.strategy;
     fx.dp = o.par.dp;
     fx.hp = o.par.hp;

@@ -9,6 +9,7 @@
 #include "data/packing.h"
 #include "data/tokens.h"
 #include "optim/adamw.h"
+#include "strategies/memory_model.h"
 
 typedef struct {
     const char *data, *val_data, *save_dir, *resume_dir, *log_path, *model_dir;
@@ -32,8 +33,10 @@ typedef struct {
  * cmd names the command in errors. --help prints train's help and exits. */
 void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, const char *cmd);
 
-/* The model the flags name (--resume's checkpoint, --model's config.json, or the size flags),
- * checked; a bad one ends every rank with one line. For `seqpar memory` and `seqpar plan`. */
-void model_config_from_options(const TrainOptions *o, SizeFlags *sf, const char *cmd, LlamaConfig *out);
+/* The memory model's input for the flags: the model they name (--resume's checkpoint, --model's
+ * config.json, or the size flags; checked, a bad one ends every rank with one line), S, batch,
+ * the parallel flags, checkpoint mode, FFN chunks, streaming and precision; world and cores left
+ * 0 for the caller. For `seqpar memory` and `seqpar plan`. */
+void memory_input_from_options(const TrainOptions *o, SizeFlags *sf, const char *cmd, MemoryModelInput *in);
 
 #endif
