@@ -117,11 +117,13 @@ static void grad_traffic(PlanTraffic *t, const Grid *g, const LlamaConfig *c, in
     xfree(members);
 }
 
-char *plan_rank_traffic(const MemoryModelInput *in, int ranks_per_node, int w, PlanTraffic *t) {
+/* plan_rank_traffic for a configuration the memory model already accepted (m: its estimate, the
+ * resolved grid), so that plan_evaluate's loop over the ranks does not estimate it again per rank. */
+static char *rank_traffic(const MemoryModelInput *in, const MemoryEstimate *est, int ranks_per_node, int w,
+                          PlanTraffic *t) {
     memset(t, 0, sizeof *t);
-    MemoryEstimate m;
-    char *err = memory_model_estimate(in, &m);
-    if (err) return err;
+    const MemoryEstimate m = *est;
+    char *err = NULL;
     const LlamaConfig *c = &in->model;
     const ParallelConfig *pc = &in->par;
     const Strategy *s = strategy_find(pc->strategy ? pc->strategy : "2d");
@@ -207,6 +209,13 @@ char *plan_rank_traffic(const MemoryModelInput *in, int ranks_per_node, int w, P
     return NULL;
 }
 
+char *plan_rank_traffic(const MemoryModelInput *in, int ranks_per_node, int w, PlanTraffic *t) {
+    memset(t, 0, sizeof *t);
+    MemoryEstimate m;
+    char *err = memory_model_estimate(in, &m);
+    return err ? err : rank_traffic(in, &m, ranks_per_node, w, t);
+}
+
 /* ---------------------------------------------------------------- time */
 
 /* Visible causal pairs (query, key at or before it) of context slot c: its queries' positions + 1. */
@@ -272,7 +281,7 @@ char *plan_evaluate(const MemoryModelInput *in0, const PlanCluster *cl, PlanEntr
         const double t_attn_b = L * 2.5 * fwd / (cl->attn_bwd_gflops * 1e9 * thr);
         const double compute = micro * (t_dense + t_attn_f + t_attn_b);
         PlanTraffic t;
-        err = plan_rank_traffic(&in, cl->ranks_per_node, w, &t);
+        err = rank_traffic(&in, m, cl->ranks_per_node, w, &t);
         if (err) break;
         double exposed = link_time(&t, COMM_ALLTOALL, cl) + link_time(&t, COMM_TEAM, cl);
         const double p2p = link_time(&t, COMM_P2P_INNER, cl) + link_time(&t, COMM_P2P_OUTER, cl);
@@ -326,9 +335,10 @@ static void try_one(List *l, const MemoryModelInput *in, const PlanCluster *c) {
 }
 
 /* Fitting first, by speed; those that do not fit after them by RAM, the smallest first. By speed:
- * speeds within PLAN_TIE of each other count as equal and the simpler configuration goes first: the lower ZeRO stage (its gathers and rebinding cost what
- * the model does not count), then less recomputation (none, selective, layer), then fewer bytes
- * to other nodes (what a wrong guess of the links' speed would hurt most), then less RAM.
+ * speeds within PLAN_TIE of each other count as equal and the simpler configuration goes first:
+ * the lower ZeRO stage (its gathers and rebinding cost what the model does not count), then less
+ * recomputation (none, selective, layer), then fewer bytes to other nodes (what a wrong guess of
+ * the links' speed would hurt most), then the faster, then less RAM.
  * A tie within 1% is not transitive; qsort only needs a consistent order for its comparisons,
  * and the tie rule is applied to a bucketed speed so that it is. */
 #define PLAN_TIE 0.01
