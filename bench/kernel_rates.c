@@ -143,6 +143,20 @@ int main(int argc, char **argv) {
             continue;
         }
         double bf, bb;
+        const char *tiles = getenv("KR_F32_TILES");
+        while (tiles && *tiles) {
+            int fq, fk, bk, bq, used = 0;
+            if (sscanf(tiles, "%d,%d,%d,%d%n", &fq, &fk, &bk, &bq, &used) != 4) break;
+            const SimdKernels keep = *simd();
+            simd_set_attn_tiles(fq, fk, bk, bq);
+            attn_rates(&s, q, k, v, dout, pos, o, lse, delta, dq, dk, dv, n, flops, reps, &bf, &bb);
+            simd_set_attn_tiles(keep.fwd_bq, keep.fwd_bk, keep.bwd_bk, keep.bwd_bq);
+            printf("  tiles forward %d x %d, backward %d x %d: forward %.1f, backward %.1f GFLOPS per CPU-second\n", fq,
+                   fk, bk, bq, bf * 1e-9, bb * 1e-9);
+            fflush(stdout);
+            tiles += used;
+            if (*tiles == ';') tiles++;
+        }
         attn_rates(&s, q, k, v, dout, pos, o, lse, delta, dq, dk, dv, n, flops, reps, &bf, &bb);
         printf("%-7s: attention S=%d d=%d H=%d causal: forward %.1f (%.0f%% of sgemm), backward %.1f (%.0f%%) GFLOPS per CPU-second\n",
                isa_name((IsaLevel)l), S, d, H, bf * 1e-9, 100 * bf * 1e-9 / best_g, bb * 1e-9, 100 * bb * 1e-9 / best_g);

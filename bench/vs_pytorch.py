@@ -233,7 +233,7 @@ def attn_round(a, prec, S, rnd, ratios):
     """One round: seqpar's attention, then SDPA at d = 64 and 128, right after it."""
     text = seqpar(["attn", "--seq-len", str(S), "--head-dims", "64,128", "--repeats", str(a.repeats),
                    "--precision", prec], a.threads, 3600)
-    head = [l for l in text.splitlines() if l.startswith(("kernels", "BLAS:", "warning:", "sgemm (", "bf16 GEMM", "attention ("))]
+    head = [l for l in text.splitlines() if l.startswith(("kernels", "attention tiles", "BLAS:", "warning:", "sgemm (", "bf16 GEMM", "attention ("))]
     print("\n".join("  seqpar " + l for l in head))
     sp = parse_attn(text)
     yard = "bf16 GEMM" if prec == "bf16" else "sgemm"

@@ -51,6 +51,17 @@ for isa in $paths; do
         [ -x "$BUILD/tests/$t" ] && run_one "$t[$isa]" 300 env SEQPAR_ISA="$isa" "$BUILD/tests/$t"
     done
 done
+# The fp32 attention tiles (kernels/isa.h): the attention tests once more under other tile sizes than this
+# CPU's (SEQPAR_ATTN_TILES): small ones that neither micro-kernel shape divides, and the AVX2 path's other set
+# (its small-L2 tiles where this L2 is large, its own where it is small)
+l2=$(getconf LEVEL2_CACHE_SIZE 2>/dev/null || echo 0)
+other=192,120,144,120
+[ "${l2:-0}" -gt 0 ] && [ "$l2" -lt 1048576 ] && other=256,192,144,120
+for tiles in 40,24,24,40 "$other"; do
+    for t in test_attention test_packed_attention; do
+        [ -x "$BUILD/tests/$t" ] && run_one "$t[tiles $tiles]" 300 env SEQPAR_ATTN_TILES="$tiles" "$BUILD/tests/$t"
+    done
+done
 for isa in scalar avx2 avx512 amx; do
     printf '%s\n' "$paths" | grep -qx "$isa" || echo "kernel path $isa: this CPU cannot run it (not tested here$([ "$isa" = amx ] && echo '; the AMX kernel ran emulated in test_attention_bf16'))"
 done

@@ -323,6 +323,24 @@ out=$(SEQPAR_SGEMM=openblas timeout 120 "$SEQPAR" "${GR[@]}" 2>&1)
 if printf '%s' "$out" | grep -q "linear layers: OpenBLAS .* sgemm (SEQPAR_SGEMM)"; then ok; else bad "SEQPAR_SGEMM=openblas not in the header: $out"; fi
 out=$(timeout 120 "$SEQPAR" "${GR[@]}" 2>&1)
 if printf '%s' "$out" | grep -q "linear layers: oneDNN .* sgemm$"; then ok; else bad "oneDNN is not the default GEMM: $out"; fi
+# the fp32 attention tiles (kernels/isa.h): named in the header with the L2 per core; the AVX2 path's small-L2
+# tiles where the L2 per core is under 1 MiB; SEQPAR_ATTN_TILES sets them, bad values one line
+l2=$(getconf LEVEL2_CACHE_SIZE 2>/dev/null || echo 0)
+tiles=$(printf '%s\n' "$out" | grep '^attention tiles (fp32 kernel): ')
+if printf '%s' "$tiles" | grep -qE "forward [0-9]+ x [0-9]+, backward [0-9]+ x [0-9]+ \((L2 [0-9]+ KiB per core|L2 per core unknown)"; then ok
+else bad "the header does not name the attention tiles: $out"; fi
+if printf '%s\n' "$out" | grep -q '^kernels: avx2 ' && [ "${l2:-0}" -gt 0 ] && [ "$l2" -lt 1048576 ]; then
+    if printf '%s' "$tiles" | grep -q "forward 192 x 120, backward 144 x 120 (L2 $((l2 / 1024)) KiB per core; the small-L2 tiles)"; then ok
+    else bad "an L2 of $((l2 / 1024)) KiB per core should select the AVX2 small-L2 tiles: $tiles"; fi
+else
+    if ! printf '%s' "$tiles" | grep -q "small-L2"; then ok; else bad "small-L2 tiles with an L2 of $l2 bytes: $tiles"; fi
+fi
+out=$(SEQPAR_ATTN_TILES=40,24,24,40 timeout 120 "$SEQPAR" "${GR[@]}" 2>&1)
+if printf '%s' "$out" | grep -q "^attention tiles (fp32 kernel): forward 40 x 24, backward 24 x 40 (.*; SEQPAR_ATTN_TILES)$"; then ok
+else bad "SEQPAR_ATTN_TILES=40,24,24,40 not in effect: $out"; fi
+expect_error "SEQPAR_ATTN_TILES=1,2" "fwd_bq,fwd_bk,bwd_bk,bwd_bq" env SEQPAR_ATTN_TILES=1,2 "$SEQPAR" "${GR[@]}"
+expect_error "SEQPAR_ATTN_TILES=100,24,24,40" "multiple of 8" env SEQPAR_ATTN_TILES=100,24,24,40 "$SEQPAR" "${GR[@]}"
+expect_error "SEQPAR_ATTN_TILES=520,24,24,40" "from 16 to 512" env SEQPAR_ATTN_TILES=520,24,24,40 "$SEQPAR" "${GR[@]}"
 
 # seqpar bench step: the step's time split (core/op_clock.h) adds up to the mean step and no part is negative
 out=$(OMP_NUM_THREADS=1 timeout 120 "$SEQPAR" bench step --seq-len 512 --repeats 2 --warmup-steps 0 2>&1)

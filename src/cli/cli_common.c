@@ -377,6 +377,8 @@ void print_kernels_header(void) {
     char buf[400];
     isa_describe(buf, sizeof buf);
     printf("kernels: %s\n", buf);
+    simd_attn_tiles_describe(buf, sizeof buf);
+    printf("attention tiles (fp32 kernel): %s\n", buf);
     blas_describe(buf, sizeof buf);
     printf("BLAS: %s; linear layers: %s sgemm%s\n", buf, sgemm_lib_name(sgemm_lib()),
            getenv("SEQPAR_SGEMM") ? " (SEQPAR_SGEMM)" : "");

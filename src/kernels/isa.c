@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
@@ -119,12 +120,56 @@ int amx_available(char *why, size_t n) {
     return g_amx_ok;
 }
 
+static SimdKernels g_tables[ISA_COUNT]; /* copies of TABLES: their attention tiles can be set */
 static const SimdKernels *g_table;
 static int g_forced; /* SEQPAR_ISA chose the level */
 static int g_amx_on; /* AMX tiles allowed: SEQPAR_ISA unset or amx, and amx_available() */
 static pthread_once_t g_table_once = PTHREAD_ONCE_INIT;
 
+static long g_l2;             /* L2 bytes per core as sysconf reports them (<= 0: unknown) */
+static int g_tiles_env;       /* SEQPAR_ATTN_TILES set the tiles */
+
+const char *simd_attn_tiles_parse(const char *s, int out[4]) {
+    int v[4], used = -1;
+    if (sscanf(s, "%d,%d,%d,%d%n", &v[0], &v[1], &v[2], &v[3], &used) != 4 || used < 0 || s[used])
+        return "SEQPAR_ATTN_TILES: expected four numbers fwd_bq,fwd_bk,bwd_bk,bwd_bq, e.g. 192,120,144,120";
+    for (int i = 0; i < 4; i++)
+        if (v[i] < 16 || v[i] > 512 || v[i] % 8)
+            return "SEQPAR_ATTN_TILES: each tile size must be a multiple of 8 from 16 to 512";
+    memcpy(out, v, sizeof v);
+    return NULL;
+}
+
+/* The attention tiles of every table: SEQPAR_ATTN_TILES, else small_l2 where the L2 is small. */
+static void choose_tiles(void) {
+    g_l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    const char *env = getenv("SEQPAR_ATTN_TILES");
+    int t[4] = {0};
+    if (env && *env) {
+        const char *err = simd_attn_tiles_parse(env, t);
+        if (err) die("%s (got '%s')", err, env);
+        g_tiles_env = 1;
+    }
+    for (int i = 0; i < ISA_COUNT; i++) {
+        SimdKernels *k = &g_tables[i];
+        const int *src = g_tiles_env ? t : g_l2 > 0 && g_l2 < ATTN_SMALL_L2_BYTES && k->small_l2[0] ? k->small_l2 : NULL;
+        if (!src) continue;
+        k->fwd_bq = src[0], k->fwd_bk = src[1], k->bwd_bk = src[2], k->bwd_bq = src[3];
+    }
+}
+
+void simd_attn_tiles_describe(char *buf, size_t n) {
+    const SimdKernels *k = simd();
+    const int small = !g_tiles_env && k->small_l2[0] && g_l2 > 0 && g_l2 < ATTN_SMALL_L2_BYTES;
+    char l2[48] = "L2 per core unknown";
+    if (g_l2 > 0) snprintf(l2, sizeof l2, "L2 %ld KiB per core", g_l2 / 1024);
+    snprintf(buf, n, "forward %d x %d, backward %d x %d (%s%s)", k->fwd_bq, k->fwd_bk, k->bwd_bk, k->bwd_bq, l2,
+             g_tiles_env ? "; SEQPAR_ATTN_TILES" : small ? "; the small-L2 tiles" : "");
+}
+
 static void choose(void) {
+    for (int i = 0; i < ISA_COUNT; i++) g_tables[i] = *TABLES[i];
+    choose_tiles();
     IsaLevel best = isa_best(), l = best;
     const char *env = getenv("SEQPAR_ISA");
     if (env && *env) {
@@ -144,7 +189,7 @@ static void choose(void) {
     } else {
         g_amx_on = best == ISA_AVX512 && amx_available(NULL, 0);
     }
-    g_table = TABLES[l];
+    g_table = &g_tables[l];
 }
 
 const SimdKernels *simd(void) {
@@ -157,8 +202,13 @@ IsaLevel isa_active(void) { return simd()->level; }
 int isa_force(IsaLevel l) {
     simd();
     if (l < 0 || l >= ISA_COUNT || l > isa_best()) return 0;
-    g_table = TABLES[l];
+    g_table = &g_tables[l];
     return 1;
+}
+
+void simd_set_attn_tiles(int fwd_bq, int fwd_bk, int bwd_bk, int bwd_bq) {
+    SimdKernels *t = &g_tables[simd()->level];
+    t->fwd_bq = fwd_bq, t->fwd_bk = fwd_bk, t->bwd_bk = bwd_bk, t->bwd_bq = bwd_bq;
 }
 
 int isa_amx(void) { return simd()->level == ISA_AVX512 && g_amx_on; }

@@ -95,8 +95,12 @@ typedef struct {
 typedef struct {
     IsaLevel level;
     /* Flash-attention tile sizes for this kernel's block shape: forward queries x keys, backward
-     * keys x queries (multiples of the micro-kernel's rows and columns waste nothing) */
+     * keys x queries (multiples of the micro-kernel's rows and columns waste nothing). simd() gives
+     * the table's own (tuned on 1-2 MiB of L2 per core), or small_l2's where the L2 per core is
+     * under ATTN_SMALL_L2_BYTES, or SEQPAR_ATTN_TILES' (see simd_attn_tiles_describe). */
     int fwd_bq, fwd_bk, bwd_bk, bwd_bq;
+    /* the four sizes for an L2 per core under ATTN_SMALL_L2_BYTES (all 0: the same as above) */
+    int small_l2[4];
     /* C (M, N; ldc) = alpha A B [+ C when accumulate], A(m, k) = A[m ars + k aks] (one of ars,
      * aks is 1), B(k, n) = B[k ldb + n]. pf may be NULL. */
     void (*tile_gemm)(int M, int N, int K, float alpha, const float *A, size_t ars, size_t aks, const float *B,
@@ -154,6 +158,17 @@ typedef struct {
 const SimdKernels *simd(void);
 /* The level simd() uses. */
 IsaLevel isa_active(void);
+/* L2 per core below which the tables' small_l2 tiles are used (simd_avx2.c says why) */
+#define ATTN_SMALL_L2_BYTES (1L << 20)
+/* SEQPAR_ATTN_TILES="fwd_bq,fwd_bk,bwd_bk,bwd_bq" sets every table's fp32 attention tiles (for
+ * tuning on a new CPU): multiples of 8 from 16 to 512. NULL when `s` is valid, else a one-line
+ * message (static storage). */
+const char *simd_attn_tiles_parse(const char *s, int out[4]);
+/* The active table's tiles and the L2 per core, and why when not the table's own: "forward 192 x
+ * 120, backward 144 x 120 (L2 512 KiB per core; the small-L2 tiles)" or "...; SEQPAR_ATTN_TILES)". */
+void simd_attn_tiles_describe(char *buf, size_t n);
+/* For benchmarks: the active table's flash-attention tile sizes. Not thread-safe. */
+void simd_set_attn_tiles(int fwd_bq, int fwd_bk, int bwd_bk, int bwd_bq);
 /* For tests and benchmarks: switch to a level; returns 0 (and changes nothing) if this CPU cannot
  * run it. Not thread-safe: call between parallel regions. */
 int isa_force(IsaLevel l);

@@ -32,6 +32,12 @@ typedef __m256i VM;
 #define SIMD_FWD_BK 192
 #define SIMD_BWD_BK 144
 #define SIMD_BWD_BQ 120
+/* An L2 of 512 KiB per core (AMD Zen 2 and 3): the forward tile above spills it (its Q^T, scores,
+ * output and K, V with the next tile's prefetched are ~550 KiB at d = 64); 192 x 120 (~330 KiB)
+ * measured 1.10x / 1.11x the forward at d = 64 / 128 on a Zen 3 EPYC (medians of 6 pairs run at
+ * the same time on its two cores, bench/kernel_rates with KR_F32_TILES). The backward's 144 x 120
+ * (~420 KiB) fits: 96 x 96 measured 0.99x / 1.04x, so it stays. */
+#define SIMD_SMALL_L2_TILES 192, 120, 144, 120
 #define SIMD_TABLE simd_kernels_avx2
 #define SIMD_LEVEL ISA_AVX2
 

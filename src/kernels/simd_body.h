@@ -5,6 +5,7 @@
  *   vsqrt vhsum vhmax vexp2
  *   GEMM_MR, GEMM_NV    micro-kernel rows and vectors per row (GEMM_MR x GEMM_NV*VL block of C)
  *   SIMD_FWD_BQ, SIMD_FWD_BK, SIMD_BWD_BK, SIMD_BWD_BQ   attention tile sizes
+ *   SIMD_SMALL_L2_TILES (optional) the same four where the L2 per core is small (isa.h)
  *   SIMD_TABLE, SIMD_LEVEL
  * and then include this file. Every function here is static: each object file has its own copy,
  * built for its instruction set, reachable only through its table (isa.h). Masked lanes (vload_m)
@@ -514,6 +515,9 @@ const SimdKernels SIMD_TABLE = {
     .fwd_bk = SIMD_FWD_BK,
     .bwd_bk = SIMD_BWD_BK,
     .bwd_bq = SIMD_BWD_BQ,
+#ifdef SIMD_SMALL_L2_TILES
+    .small_l2 = {SIMD_SMALL_L2_TILES},
+#endif
     .tile_gemm = sb_tile_gemm,
     .tile_gemm_panels = sb_tile_gemm_panels,
     .pack_panels = sb_pack_panels,
