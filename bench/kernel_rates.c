@@ -4,8 +4,9 @@
  * to other processes does not count; then, on the best path, attention with bf16 inputs (the bf16
  * tiles where the CPU has AVX512_BF16) against the bf16 GEMM (bf16.h) alike. Not a test; built by
  * `make bench-tools`.
- * usage: [SEQPAR_ISA=path] [KR_BF16_TILES="fbq,fbk,bbk,bbq;..."] build/bench/kernel_rates [S] [head_dim] [heads]
- *        [repeats] (KR_BF16_TILES: the bf16 attention again with those tile sizes, for tuning) */
+ * usage: [SEQPAR_ISA=path] [KR_F32_TILES="fbq,fbk,bbk,bbq;..."] [KR_BF16_TILES="fbq,fbk,bbk,bbq;..."]
+ *        build/bench/kernel_rates [S] [head_dim] [heads] [repeats] (KR_F32_TILES: each path's fp32 attention
+ *        first with those tile sizes; KR_BF16_TILES: the bf16 attention again with those, for tuning) */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -143,10 +144,16 @@ int main(int argc, char **argv) {
             continue;
         }
         double bf, bb;
+        /* KR_F32_TILES="fbq,fbk,bbk,bbq;...": this path's attention with other tile sizes first, for tuning */
         const char *tiles = getenv("KR_F32_TILES");
         while (tiles && *tiles) {
-            int fq, fk, bk, bq, used = 0;
-            if (sscanf(tiles, "%d,%d,%d,%d%n", &fq, &fk, &bk, &bq, &used) != 4) break;
+            int fq, fk, bk, bq, used = 0, t[4];
+            char one[64];
+            if (sscanf(tiles, "%d,%d,%d,%d%n", &fq, &fk, &bk, &bq, &used) != 4 ||
+                simd_attn_tiles_parse((snprintf(one, sizeof one, "%d,%d,%d,%d", fq, fk, bk, bq), one), t)) {
+                fprintf(stderr, "kernel_rates: KR_F32_TILES: give fbq,fbk,bbk,bbq (multiples of 8, 16..512) separated by ';'\n");
+                return 2;
+            }
             const SimdKernels keep = *simd();
             simd_set_attn_tiles(fq, fk, bk, bq);
             attn_rates(&s, q, k, v, dout, pos, o, lse, delta, dq, dk, dv, n, flops, reps, &bf, &bb);
