@@ -9,10 +9,12 @@ cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 total_pass=0
 total_fail=0
+marker=$(mktemp) # run directories made after it in the working tree's runs/: a train run without --log
+trap 'rm -f "$marker"' EXIT
 run_one() { # name, timeout seconds, command...
     local name=$1 limit=$2
     shift 2
-    local out rc
+    local out rc t0=$SECONDS
     out=$(timeout "$limit" "$@" 2>&1)
     rc=$?
     local line
@@ -30,7 +32,7 @@ run_one() { # name, timeout seconds, command...
         f=$((f + 1))
     fi
     if [ "$f" -ne 0 ] || [ -n "${VERBOSE:-}" ]; then printf '%s\n' "$out" | grep -vE 'passed, [0-9]+ failed$' | tail -n 40; fi
-    echo "$name: $p passed, $f failed"
+    echo "$name: $p passed, $f failed ($((SECONDS - t0)) s)"
     total_pass=$((total_pass + p))
     total_fail=$((total_fail + f))
 }
@@ -81,6 +83,11 @@ run_one test_data 600 bash tests/test_data.sh "$BUILD"
 run_one test_fuzz 600 bash tests/test_fuzz.sh
 run_one test_progress 300 bash tests/test_progress.sh "$BUILD"
 run_one test_readme 600 bash tests/test_readme.sh "$BUILD"
+# no test may leave a run directory in the working tree (each gives train --log or $SEQPAR_RUNS)
+left=$(find runs -mindepth 1 -maxdepth 1 -newer "$marker" 2>/dev/null | wc -l)
+if [ "$left" -eq 0 ]; then total_pass=$((total_pass + 1)); echo "working tree: 1 passed, 0 failed"
+else total_fail=$((total_fail + 1)); echo "working tree: 0 passed, 1 failed: $left run directories left in runs/ (a train run without --log)"; fi
 echo
+echo "suite time: $SECONDS s"
 echo "$total_pass passed, $total_fail failed"
 [ "$total_fail" -eq 0 ]
