@@ -26,8 +26,12 @@ row() { # np flags...
     local np=$1
     shift
     local pred meas
-    pred=$("$SEQPAR" plan --ranks "$np" --cores-per-node "$CORES" $M --gemm-gflops "$G" --attn-gflops "$F,$B" --top 1 "$@" |
-        awk '/^ +1  / { print $13 }')
+    # the first row train runs: one FFN chunk (column 11) only where the flags ask for it (the
+    # planner lists it under --checkpoint none beside the default's chunks)
+    local one=0
+    case " $* " in *" --ffn-chunks 1 "*) one=1 ;; esac
+    pred=$("$SEQPAR" plan --ranks "$np" --cores-per-node "$CORES" $M --gemm-gflops "$G" --attn-gflops "$F,$B" --top 5 "$@" |
+        awk -v one="$one" '/^ +[0-9]+  [a-z0-9]+ / && (one || $11 != 1) { print $14; exit }')
     # one rank: unbound, so that it gets every core (Open MPI binds a lone rank to one core)
     local bind=""
     [ "$np" -eq 1 ] && bind="--bind-to none"
@@ -39,6 +43,7 @@ row() { # np flags...
     printf "%-72s %10.0f %10.0f %7.3f\n" "$np rank(s): $*" "$pred" "$meas" "$(awk -v p="$pred" -v m="$meas" 'BEGIN { print p / m }')"
 }
 row 1 --strategy 2d --dp 1 --hp 1 --cp 1 --checkpoint none --zero 0
+row 1 --strategy 2d --dp 1 --hp 1 --cp 1 --checkpoint none --ffn-chunks 1 --zero 0
 row 2 --strategy ring --dp 1 --cp 2 --checkpoint none --zero 0
 row 2 --strategy ulysses --dp 1 --hp 2 --checkpoint none --zero 0
 row 2 --strategy lightseq --dp 1 --cp 2 --checkpoint none --zero 0

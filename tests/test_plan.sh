@@ -73,7 +73,7 @@ for s in 2d ulysses ring fpdt lightseq allgather wallfacer; do
     if printf '%s\n' "$out" | grep -qE "^ *[0-9]+  $s "; then ok; else bad "plan 4 ranks: no $s configuration"; fi
 done
 # sorted by tokens/s in 1% buckets: no later row more than 1% faster than an earlier one
-if printf '%s\n' "$out" | awk '/^ *[0-9]+  [a-z0-9]+ / && !/does not fit/ { t = $13; if (n && t > 1.0101 * low) bad = 1; if (!n || t < low) low = t; n++ } END { exit bad }'; then ok; else
+if printf '%s\n' "$out" | awk '/^ *[0-9]+  [a-z0-9]+ / && !/does not fit/ { t = $14; if (n && t > 1.0101 * low) bad = 1; if (!n || t < low) low = t; n++ } END { exit bad }'; then ok; else
     bad "plan's rows are not sorted by tokens/s"; fi
 
 # tight RAM: the fastest that fits, within the budget; less RAM per rank moves it to checkpointing
@@ -93,6 +93,26 @@ none=$(timeout 60 "$SEQPAR" plan --ranks 2 $S2 $RATES --mem-per-rank 0.01 --top 
 rc=$?
 if [ $rc -eq 1 ] && printf '%s' "$none" | grep -q '^no configuration fits in 0.01 GiB per rank: the smallest needs'; then ok; else
     bad "nothing fits: status $rc: $(printf '%s' "$none" | tail -n 2)"; fi
+
+# one FFN chunk under --checkpoint none (gate and up kept, not recomputed): faster, in more RAM; the
+# pick where it fits, not where only the default's chunks do; a user's --ffn-chunks kept
+S3="--layers 4 --hidden 256 --heads 4 --kv-heads 2 --ffn 1024 --vocab 256 --seq-len 8192 --batch 1"
+roomy=$(timeout 60 "$SEQPAR" plan --ranks 1 $S3 $RATES --mem-per-rank 20 --top 100 2>&1)
+r1=$(printf '%s\n' "$roomy" | grep -E '^ *[0-9]+  2d .* none +1 +0 ' | head -n 1)
+r2=$(printf '%s\n' "$roomy" | grep -E '^ *[0-9]+  2d .* none +2 +0 ' | head -n 1)
+if printf '%s' "$roomy" | grep -q '^best: mpirun -n 1 seqpar train --strategy 2d --hp 1 --checkpoint none --ffn-chunks 1 ' &&
+    [ -n "$r1" ] && [ -n "$r2" ] && awk -v a="$r1" -v b="$r2" 'BEGIN { n = split(a, x); m = split(b, y); exit !(x[14] + 0 > y[14] + 0 && x[n] + 0 > y[m] + 0) }'; then ok
+else bad "one FFN chunk with 20 GiB: $(printf '%s' "$roomy" | grep '^best')
+$r1
+$r2"; fi
+# between the two: 500 MiB holds the default's two chunks (428 MiB by the model), not one (712)
+snug=$(timeout 60 "$SEQPAR" plan --ranks 1 $S3 $RATES --mem-per-rank 0.5 --top 3 2>&1)
+if printf '%s' "$snug" | grep -q '^best: mpirun -n 1 seqpar train --strategy 2d --hp 1 --checkpoint none --seq-len'; then ok
+else bad "0.5 GiB: $(printf '%s' "$snug" | grep '^best')"; fi
+given=$(timeout 60 "$SEQPAR" plan --ranks 1 $S3 $RATES --mem-per-rank 20 --ffn-chunks 2 --top 100 2>&1)
+if printf '%s' "$given" | grep -q '^best: .* --checkpoint none --ffn-chunks 2 ' &&
+    [ "$(printf '%s\n' "$given" | grep -cE '^ *[0-9]+  [a-z0-9]+ .* none +1 +[0-9] ')" = 0 ]; then ok
+else bad "--ffn-chunks 2 not kept: $(printf '%s' "$given" | grep '^best')"; fi
 
 # one rank at 64K in 0.45 GiB: nothing fits in RAM; with --offload-dir FPDT's chunks and the layer
 # inputs go to disk and it does, with the flag in the best's command

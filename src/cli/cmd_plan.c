@@ -186,14 +186,15 @@ int cmd_plan(int argc, char **argv) {
         xfree(list);
         return 1;
     }
-    printf("  #  %-10s %3s %3s %3s %3s %4s %5s %-13s %-9s %4s %9s %10s %8s %8s %10s %10s\n", "strategy", "dp", "hp", "cp",
-           "W", "team", "chunk", "placement", "ckpt", "zero", "step s", "tokens/s", "compute", "exposed", "inter MB", "RAM MiB");
+    printf("  #  %-10s %3s %3s %3s %3s %4s %5s %-13s %-9s %3s %4s %9s %10s %8s %8s %10s %10s\n", "strategy", "dp", "hp",
+           "cp", "W", "team", "chunk", "placement", "ckpt", "ffn", "zero", "step s", "tokens/s", "compute", "exposed",
+           "inter MB", "RAM MiB");
     for (int i = 0; i < n && i < top; i++) {
         const PlanEntry *e = &list[i];
-        printf("%3d  %-10s %3d %3d %3d %3d %4d %5d %-13s %-9s %4d %9.3f %10.0f %8.3f %8.3f %10.2f %10.1f%s\n", i + 1,
+        printf("%3d  %-10s %3d %3d %3d %3d %4d %5d %-13s %-9s %3d %4d %9.3f %10.0f %8.3f %8.3f %10.2f %10.1f%s\n", i + 1,
                e->par.strategy, e->par.dp, e->par.hp, e->par.cp, e->par.ring_inner > 0 ? e->par.ring_inner : e->par.cp,
                e->par.team, e->par.chunks > 0 ? e->par.chunks : 1, placement_name(e->par.placement),
-               llama_checkpoint_name(e->checkpoint), e->par.zero, e->t_step, e->tokens_per_s, e->t_compute,
+               llama_checkpoint_name(e->checkpoint), e->mem.ffn_chunks, e->par.zero, e->t_step, e->tokens_per_s, e->t_compute,
                e->t_exposed, e->inter_bytes / 1e6, e->ram / 1048576.0, e->fits ? "" : "  does not fit");
     }
     const PlanEntry *best = &list[0];

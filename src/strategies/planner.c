@@ -250,6 +250,7 @@ char *plan_evaluate(const MemoryModelInput *in0, const PlanCluster *cl, PlanEntr
     e->par.hp = m->hp;
     e->par.cp = m->cp;
     e->checkpoint = in.checkpoint;
+    e->ffn_chunks = in.ffn_chunks;
     e->ram = m->ram_total + cl->runtime_bytes;
     e->fits = cl->ram_bytes <= 0 || e->ram <= cl->ram_bytes;
 
@@ -429,7 +430,17 @@ char *plan_search(const MemoryModelInput *base, const PlanFixed *f, const PlanCl
                                         in.par.placement = (Placement)pl;
                                         in.par.zero = z;
                                         in.checkpoint = ckpts[ci];
+                                        in.ffn_chunks = base->ffn_chunks;
+                                        const int before = l.n;
                                         try_one(&l, &in, c);
+                                        /* one FFN chunk: no gate / up recompute (not FPDT's streamed
+                                         * layers, whose chunks are the stream's), where the default
+                                         * has more than one */
+                                        if (base->ffn_chunks == 0 && ckpts[ci] == LLAMA_CKPT_NONE && !is_fpdt &&
+                                            l.n > before && l.v[l.n - 1].mem.ffn_chunks > 1) {
+                                            in.ffn_chunks = 1;
+                                            try_one(&l, &in, c);
+                                        }
                                     }
                                 }
                             }
@@ -462,6 +473,7 @@ void plan_flags(const PlanEntry *e, char *buf, size_t n) {
     if (p->chunks > 1) ADD(" --chunks %d", p->chunks);
     if (p->placement != PLACEMENT_HEAD_FIRST) ADD(" --placement %s", placement_name(p->placement));
     ADD(" --checkpoint %s", llama_checkpoint_name(e->checkpoint));
+    if (e->ffn_chunks > 0) ADD(" --ffn-chunks %d", e->ffn_chunks);
     if (p->zero) ADD(" --zero %d", p->zero);
     if (p->offload_dir && (p->chunks > 0 || e->checkpoint != LLAMA_CKPT_NONE)) ADD(" --offload-dir %s", p->offload_dir);
 #undef ADD

@@ -49,6 +49,7 @@ typedef struct {
 typedef struct {
     ParallelConfig par;   /* strategy, dp, hp, cp, ring_inner, team, chunks, placement, zero */
     int checkpoint;       /* LLAMA_CKPT_* */
+    int ffn_chunks;       /* --ffn-chunks as train is to get it: 0 its default (mem.ffn_chunks: the count) */
     MemoryEstimate mem;
     double ram;           /* mem.ram_total + the cluster's runtime allowance */
     int fits;             /* ram within the cluster's RAM per rank */
@@ -77,6 +78,8 @@ typedef struct {
 } PlanFixed;
 
 /* Every configuration of base (model, S, batch, precision, offload) on the cluster, evaluated
+ * (under --checkpoint none, where base leaves --ffn-chunks to its default, also with one FFN chunk:
+ * every layer's gate and up kept instead of recomputed in the backward, for more memory)
  * and sorted: fitting ones first (the others after them, by RAM), by tokens/s in buckets of 1% (within one, the lower ZeRO stage,
  * then less recomputation, then fewer cross-node bytes, then the faster, then less RAM). *n entries (xmalloc'd, free with
  * xfree); *invalid counts those the registry refused. NULL or a one-line message. */
