@@ -68,7 +68,8 @@ static const char HELP[] =
     "\n"
     "Kernels: the best path this CPU runs (amx, avx512, avx2, scalar), printed first; SEQPAR_ISA=\n"
     "avx2|scalar|avx512|amx forces one (a path the CPU lacks is refused; amx = avx512 plus AMX\n"
-    "tiles for bf16 attention and oneDNN's bf16 GEMM). The sgemm figure is the best of\n"
+    "tiles for bf16 attention and oneDNN's bf16 GEMM); the fp32 attention tiles follow the L2 per\n"
+    "core, SEQPAR_ATTN_TILES=fwd_bq,fwd_bk,bwd_bk,bwd_bq sets them. The sgemm figure is the best of\n"
     "several trials: the fp32 peak that MFU is measured against.\n";
 
 static LlamaConfig bench_model_config(void) {

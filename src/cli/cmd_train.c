@@ -103,7 +103,8 @@ static const char HELP_TAIL[] =
     "  --log) and the run exits 0.\n"
     "kernels: the best path this CPU runs (amx, avx512, avx2, scalar), named in the header;\n"
     "  SEQPAR_ISA=avx2|scalar|avx512|amx forces one (a path the CPU lacks is refused; amx = avx512\n"
-    "  plus AMX tiles for bf16 attention and oneDNN's bf16 GEMM).\n";
+    "  plus AMX tiles for bf16 attention and oneDNN's bf16 GEMM). The fp32 attention tiles follow\n"
+    "  the L2 per core (named in the header); SEQPAR_ATTN_TILES=fwd_bq,fwd_bk,bwd_bk,bwd_bq sets them.\n";
 
 
 /* The source of training sequences: recall task or token files read in order (token_stream.h). */
