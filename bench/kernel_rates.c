@@ -147,21 +147,23 @@ int main(int argc, char **argv) {
         /* KR_F32_TILES="fbq,fbk,bbk,bbq;...": this path's attention with other tile sizes first, for tuning */
         const char *tiles = getenv("KR_F32_TILES");
         while (tiles && *tiles) {
-            int fq, fk, bk, bq, used = 0, t[4];
+            const size_t len = strcspn(tiles, ";");
             char one[64];
-            if (sscanf(tiles, "%d,%d,%d,%d%n", &fq, &fk, &bk, &bq, &used) != 4 ||
-                simd_attn_tiles_parse((snprintf(one, sizeof one, "%d,%d,%d,%d", fq, fk, bk, bq), one), t)) {
-                fprintf(stderr, "kernel_rates: KR_F32_TILES: give fbq,fbk,bbk,bbq (multiples of 8, 16..512) separated by ';'\n");
+            int t[4];
+            snprintf(one, sizeof one, "%.*s", (int)(len < sizeof one ? len : sizeof one - 1), tiles);
+            const char *err = len < sizeof one ? simd_attn_tiles_parse(one, t) : "an entry is too long";
+            if (err) {
+                fprintf(stderr, "kernel_rates: KR_F32_TILES entry '%s': %s\n", one, err);
                 return 2;
             }
             const SimdKernels keep = *simd();
-            simd_set_attn_tiles(fq, fk, bk, bq);
+            simd_set_attn_tiles(t[0], t[1], t[2], t[3]);
             attn_rates(&s, q, k, v, dout, pos, o, lse, delta, dq, dk, dv, n, flops, reps, &bf, &bb);
             simd_set_attn_tiles(keep.fwd_bq, keep.fwd_bk, keep.bwd_bk, keep.bwd_bq);
-            printf("  tiles forward %d x %d, backward %d x %d: forward %.1f, backward %.1f GFLOPS per CPU-second\n", fq,
-                   fk, bk, bq, bf * 1e-9, bb * 1e-9);
+            printf("  tiles forward %d x %d, backward %d x %d: forward %.1f, backward %.1f GFLOPS per CPU-second\n", t[0],
+                   t[1], t[2], t[3], bf * 1e-9, bb * 1e-9);
             fflush(stdout);
-            tiles += used;
+            tiles += len;
             if (*tiles == ';') tiles++;
         }
         attn_rates(&s, q, k, v, dout, pos, o, lse, delta, dq, dk, dv, n, flops, reps, &bf, &bb);

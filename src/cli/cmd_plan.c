@@ -17,6 +17,7 @@
 #include "kernels/bf16.h"
 #include "kernels/ops.h"
 #include "kernels/sgemm_bench.h"
+#include "model/llama.h"
 #include "strategies/planner.h"
 #include "strategies/registry.h"
 
@@ -30,7 +31,7 @@
 static double model_gemm_gflops(const LlamaConfig *c, long seq_len, int reps, int *tokens) {
     const int D = c->hidden_size, F = c->intermediate_size, ldF = linear_row_stride(F);
     const int Dq = c->num_attention_heads * c->head_dim, Dkv = c->num_key_value_heads * c->head_dim;
-    const double wparams = (double)D * (Dq + 2.0 * Dkv) + (double)Dq * D + 3.0 * (double)D * F;
+    const double wparams = llama_layer_matmul_params(c);
     if (wparams * sizeof(float) > 64e6) return 0;
     const int N = (int)(seq_len < 4096 ? seq_len : 4096);
     *tokens = N;

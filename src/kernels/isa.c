@@ -140,6 +140,12 @@ const char *simd_attn_tiles_parse(const char *s, int out[4]) {
     return NULL;
 }
 
+/* Whether table k runs its small_l2 tiles: it has them, the L2 per core is known and small, and
+ * SEQPAR_ATTN_TILES did not set the tiles. */
+static int uses_small_l2(const SimdKernels *k) {
+    return !g_tiles_env && k->small_l2[0] && g_l2 > 0 && g_l2 < ATTN_SMALL_L2_BYTES;
+}
+
 /* The attention tiles of every table: SEQPAR_ATTN_TILES, else small_l2 where the L2 is small. */
 static void choose_tiles(void) {
     g_l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
@@ -152,7 +158,7 @@ static void choose_tiles(void) {
     }
     for (int i = 0; i < ISA_COUNT; i++) {
         SimdKernels *k = &g_tables[i];
-        const int *src = g_tiles_env ? t : g_l2 > 0 && g_l2 < ATTN_SMALL_L2_BYTES && k->small_l2[0] ? k->small_l2 : NULL;
+        const int *src = g_tiles_env ? t : uses_small_l2(k) ? k->small_l2 : NULL;
         if (!src) continue;
         k->fwd_bq = src[0], k->fwd_bk = src[1], k->bwd_bk = src[2], k->bwd_bq = src[3];
     }
@@ -160,11 +166,10 @@ static void choose_tiles(void) {
 
 void simd_attn_tiles_describe(char *buf, size_t n) {
     const SimdKernels *k = simd();
-    const int small = !g_tiles_env && k->small_l2[0] && g_l2 > 0 && g_l2 < ATTN_SMALL_L2_BYTES;
     char l2[48] = "L2 per core unknown";
     if (g_l2 > 0) snprintf(l2, sizeof l2, "L2 %ld KiB per core", g_l2 / 1024);
     snprintf(buf, n, "forward %d x %d, backward %d x %d (%s%s)", k->fwd_bq, k->fwd_bk, k->bwd_bk, k->bwd_bq, l2,
-             g_tiles_env ? "; SEQPAR_ATTN_TILES" : small ? "; the small-L2 tiles" : "");
+             g_tiles_env ? "; SEQPAR_ATTN_TILES" : uses_small_l2(k) ? "; the small-L2 tiles" : "");
 }
 
 static void choose(void) {

@@ -103,11 +103,14 @@ void llama_free(LlamaModel *m) {
     memset(m, 0, sizeof *m);
 }
 
-double llama_matmul_params(const LlamaConfig *c) {
-    double D = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
+double llama_layer_matmul_params(const LlamaConfig *c) {
+    double D = c->hidden_size, F = c->intermediate_size;
     double qd = (double)c->num_attention_heads * c->head_dim, kvd = (double)c->num_key_value_heads * c->head_dim;
-    double per_layer = D * qd * 2 + D * kvd * 2 + 3 * D * F;
-    return per_layer * c->num_hidden_layers + V * D;
+    return D * qd * 2 + D * kvd * 2 + 3 * D * F;
+}
+
+double llama_matmul_params(const LlamaConfig *c) {
+    return llama_layer_matmul_params(c) * c->num_hidden_layers + (double)c->vocab_size * c->hidden_size;
 }
 
 double llama_train_flops_per_token(const LlamaConfig *c, double seq_len) {

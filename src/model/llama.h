@@ -70,6 +70,8 @@ void llama_free(LlamaModel *m);
 /* Parameters that do matrix multiplies (everything but the embedding lookup; the head counts
  * even when tied), for FLOP counting. */
 double llama_matmul_params(const LlamaConfig *cfg);
+/* The same for one decoder layer: q, k, v, o, gate, up, down. */
+double llama_layer_matmul_params(const LlamaConfig *cfg);
 /* Model FLOPs per token of one training step (forward + backward) as Megatron-LM and
  * LoongTrain count them: 6 x matmul parameters + 6 x layers x S x H x head_dim (the attention's
  * 12 L S H d with the causal half counted once). S is the global sequence length (for packed
