@@ -547,6 +547,78 @@ static void test_backward_reproducible(Rng *rng) {
     xfree(pos); xfree(q); xfree(k); xfree(v); xfree(dout); xfree(o); xfree(lse); xfree(delta);
 }
 
+/* The dq slots (attn_backward_dq_slots): the gradients depend on the number of slots only. For 1,
+ * 3 and 4 slots (SEQPAR_ATTN_DQ_SLOTS), 2 and 3 threads (whose key tiles go to them dynamically,
+ * a thread waiting for its slot's turn; 1 slot on 3 threads waits at every tile) give the same bits
+ * as 1 thread, for fp32 and bf16, in one pass and in passes of 200 rows, accumulating into non-zero
+ * gradients; different slot counts agree to rounding. And the policy: 1 slot for 1 thread, 2 per
+ * thread beyond. */
+static void test_backward_slots(Rng *rng) {
+    const int n = 1100, H = 4, Hkv = 2, d = 48;
+    const char *slots[] = {"1", "3", "4"}, *rows[] = {"", "200"};
+    int saved = omp_get_max_threads(), cases = 0;
+    for (int pi = 0; pi < 2; pi++) {
+        AttnShape s = {n, n, H, Hkv, d, 0.14f, ATTN_CAUSAL, pi ? PRECISION_BF16 : PRECISION_FP32, NULL, NULL};
+        int *pos = xmalloc(n * sizeof(int));
+        make_positions(pi ? LAYOUT_ZIGZAG : LAYOUT_CONTIG, n, 0, rng, pos);
+        size_t nq = (size_t)n * H * d, nkv = (size_t)n * Hkv * d, sz[3] = {nq, nkv, nkv};
+        float *q = new_normal(nq, rng, 1), *k = new_normal(nkv, rng, 1), *v = new_normal(nkv, rng, 1);
+        float *dout = new_normal(nq, rng, 1), *prior[3], *first[3] = {NULL, NULL, NULL};
+        for (int b = 0; b < 3; b++) prior[b] = new_normal(sz[b], rng, 1);
+        float *o = xmalloc(nq * 4), *lse = xmalloc((size_t)n * H * 4), *delta = xmalloc((size_t)n * H * 4);
+        attn_state_init(&s, o, lse);
+        attn_forward(&s, q, pos, k, v, pos, o, lse);
+        attn_backward_delta(&s, o, dout, delta);
+        for (size_t ri = 0; ri < ARRAY_LEN(rows); ri++)
+            for (size_t si = 0; si < ARRAY_LEN(slots); si++) {
+                setenv("SEQPAR_ATTN_DQ_SLOTS", slots[si], 1);
+                if (*rows[ri]) setenv("SEQPAR_ATTN_BWD_ROWS", rows[ri], 1);
+                float *ref[3];
+                for (int th = 1; th <= 3; th++) {
+                    omp_set_num_threads(th);
+                    float *got[3];
+                    for (int b = 0; b < 3; b++) got[b] = copy_f(prior[b], sz[b]);
+                    attn_backward(&s, q, pos, k, v, pos, lse, delta, dout, got[0], got[1], got[2]);
+                    if (th == 1) {
+                        for (int b = 0; b < 3; b++) ref[b] = got[b];
+                        continue;
+                    }
+                    int same = 1;
+                    for (int b = 0; b < 3; b++) same &= memcmp(ref[b], got[b], sz[b] * 4) == 0;
+                    CHECK(same, "%s backward, %s dq slots, %d threads%s%s: gradients not bit-identical to 1 thread's",
+                          pi ? "bf16" : "fp32", slots[si], th, *rows[ri] ? ", passes of " : "", rows[ri]);
+                    cases++;
+                    for (int b = 0; b < 3; b++) xfree(got[b]);
+                }
+                unsetenv("SEQPAR_ATTN_BWD_ROWS");
+                unsetenv("SEQPAR_ATTN_DQ_SLOTS");
+                if (!first[0]) {
+                    for (int b = 0; b < 3; b++) first[b] = ref[b];
+                    continue;
+                }
+                double worst = 0; /* another slot count: the same sums in another order */
+                for (int b = 0; b < 3; b++)
+                    for (size_t i = 0; i < sz[b]; i++) {
+                        double e = fabs((double)ref[b][i] - first[b][i]) / (1e-3 + fabs((double)first[b][i]));
+                        worst = e > worst ? e : worst;
+                    }
+                CHECK(worst < 1e-4, "%s backward, %s dq slots against 1: relative difference %.3g", pi ? "bf16" : "fp32",
+                      slots[si], worst);
+                for (int b = 0; b < 3; b++) xfree(ref[b]);
+            }
+        omp_set_num_threads(saved);
+        for (int b = 0; b < 3; b++) xfree(prior[b]), xfree(first[b]);
+        xfree(pos); xfree(q); xfree(k); xfree(v); xfree(dout); xfree(o); xfree(lse); xfree(delta);
+    }
+    CHECK(cases == 2 * 2 * 3 * 2, "dq slots: %d comparisons ran", cases);
+    CHECK(attn_backward_dq_slots(1) == 1 && attn_backward_dq_slots(2) == 4 && attn_backward_dq_slots(16) == 32,
+          "dq slots for 1, 2, 16 threads: %d, %d, %d (expected 1, 4, 32)", attn_backward_dq_slots(1),
+          attn_backward_dq_slots(2), attn_backward_dq_slots(16));
+    setenv("SEQPAR_ATTN_DQ_SLOTS", "5", 1);
+    CHECK(attn_backward_dq_slots(2) == 5, "SEQPAR_ATTN_DQ_SLOTS=5: %d slots", attn_backward_dq_slots(2));
+    unsetenv("SEQPAR_ATTN_DQ_SLOTS");
+}
+
 /* Backward passes (attn_backward_pass_rows; forced small with SEQPAR_ATTN_BWD_ROWS): the same
  * gradients bit for bit as one pass, accumulating into non-zero dq, dk, dv, for 1-3 threads, GQA
  * ratios 1, 2, 4, causal (contiguous, zigzag), full and document masks, fp32 and bf16, each
@@ -621,8 +693,9 @@ static void test_backward_passes(Rng *rng) {
     for (int th = 1; th <= 64; th *= 2)
         for (int g = 1; g <= 8; g *= 2) {
             const int nq = 1 << 15, r = attn_backward_pass_rows(nq, nq, g, 128, 96, 0, th);
-            const double copy = 2.0 * (128 + 16), one = (th - 1.0) * nq * g * 128 + (double)g * nq * copy;
-            const double passes = r < nq ? (th - 1.0) * r * 128 + r * copy + 2.0 * nq * 128 : one;
+            const double copies = attn_backward_dq_slots(th) - 1.0, copy = 2.0 * (128 + 16);
+            const double one = copies * nq * g * 128 + (double)g * nq * copy;
+            const double passes = r < nq ? copies * r * 128 + r * copy + 2.0 * nq * 128 : one;
             CHECK(passes <= one, "%d threads, group %d: passes of %d rows hold %.0f words, one pass %.0f", th, g, r, passes, one);
         }
     setenv("SEQPAR_ATTN_BWD_ROWS", "100", 1);
@@ -641,6 +714,7 @@ int main(void) {
     test_finite_difference(&rng);
     test_backward_accumulate_and_null(&rng);
     test_backward_reproducible(&rng);
+    test_backward_slots(&rng);
     test_backward_passes(&rng);
 
     /* Self-attention sweep: every length x layout x mask; head dim, GQA ratio, number of key

@@ -153,6 +153,7 @@ expect_error "non-numeric value" "--steps expects an integer" "$SEQPAR" train --
 expect_error "grad without --model" "--model" "$SEQPAR" grad --tokens x --seq-len 3 --out y
 expect_error "unknown bench part" "unknown part" "$SEQPAR" bench nothing
 expect_error "bad SEQPAR_ATTN_BWD_ROWS" "SEQPAR_ATTN_BWD_ROWS=12x" env SEQPAR_ATTN_BWD_ROWS=12x "$SEQPAR" "${G[@]}" --model "$FIX/tiny_mha"
+expect_error "bad SEQPAR_ATTN_DQ_SLOTS" "SEQPAR_ATTN_DQ_SLOTS=0" env SEQPAR_ATTN_DQ_SLOTS=0 "$SEQPAR" "${G[@]}" --model "$FIX/tiny_mha"
 
 # ---- reliability: hostile files and damaged checkpoints (issue 10): one line, non-zero exit
 EDIT="$BUILD/tests/tool_edit_state"

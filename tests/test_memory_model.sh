@@ -2,7 +2,7 @@
 # one step (peak_mem_bytes of its JSONL log: the largest rank's), for strategies x checkpoint
 # modes x ZeRO stages and groups x ranks 1/2/4 x FPDT chunks (layers streamed or whole) x FFN chunks x offloading,
 # in fp32 and in bf16 (--precision bf16): within 10% each; and what bf16 adds to or takes from the
-# same run's fp32 peak, and what the attention backward's passes take from it, predicted against
+# same run's fp32 peak, what the attention backward's passes take from it and its dq slots add, predicted against
 # measured, within 10% of that difference. Also: a prediction for other flags than the run's is refused by the same check (the
 # test can fail), layer-input offload leaves the losses bit-identical, and `seqpar memory`
 # answers bad flags with one line and runs in well under a second.
@@ -140,6 +140,20 @@ for prec in fp32 bf16; do
         exit !(m1 > 0 && mp > 0 && dm < -262144 && e <= 0.1 * a) }'; then ok; else
         bad "backward passes memory, $prec: predicted $pp - $p1, measured $mp - $m1 bytes"; fi
 done
+
+# The attention backward's dq slots (attn_backward_dq_slots; SEQPAR_ATTN_DQ_SLOTS): 16 slots
+# against 1 add 15 dq copies of the pass to the same run's peak, predicted against measured, within
+# 10% of that difference.
+f="--threads 3 --checkpoint layer --batch 1"
+p1=$(SEQPAR_ATTN_DQ_SLOTS=1 predict 1 $f)
+m1=$(SEQPAR_ATTN_DQ_SLOTS=1 measure 1 $f)
+p16=$(SEQPAR_ATTN_DQ_SLOTS=16 predict 1 $f)
+m16=$(SEQPAR_ATTN_DQ_SLOTS=16 measure 1 $f)
+if awk -v p1="${p1:-0}" -v p16="${p16:-0}" -v m1="${m1:-0}" -v m16="${m16:-0}" 'BEGIN {
+    dm = m16 - m1; dp = p16 - p1; e = dp - dm; if (e < 0) e = -e
+    printf "  16 dq slots - 1: predicted %+.2f MiB, measured %+.2f MiB\n", dp / 1048576, dm / 1048576
+    exit !(m1 > 0 && m16 > 0 && dm > 262144 && e <= 0.1 * dm) }'; then ok; else
+    bad "dq slots memory: predicted $p16 - $p1, measured $m16 - $m1 bytes"; fi
 
 # Layer-input offload is exact: the same losses bit for bit, 1 and 2 ranks, layer and selective.
 for np in 1 2; do

@@ -12,8 +12,10 @@
  * Backward: one work item per (key/value head, key tile) with the query heads of its GQA group
  * looped inside, so dk/dv of a tile have a single writer; K and V of the tile are transposed once
  * per item, and Q and dO of the kv head's query heads are copied once per kv head into compact
- * buffers; dq has many writers and goes to per-thread buffers (thread 0 writes dq directly)
- * summed after each key/value head. Where those per-thread dq copies and the Q/dO copies would
+ * buffers. The items go to threads as they come free (heaviest first); dq has many writers and
+ * goes to fixed slots (attn_backward_dq_slots: item i to slot i mod slots, in turn; slot 0 is dq
+ * itself, the others copies), summed in slot order after each key/value head, so the gradients
+ * never depend on timing. Where those dq copies and the Q/dO copies would
  * outgrow the kv head's own dK and dV (many threads, long calls: attn_backward_pass_rows), the kv
  * head runs in passes of one query head and a range of query rows each, the copies covering one
  * pass and dK/dV summed across passes: the same gradients bit for bit.
@@ -28,7 +30,7 @@
  * fully visible (no mask work), fully hidden (skipped) or partial (elementwise -inf). Nothing is
  * proportional to n_q x n_kv: each thread's workspace is O(tile^2 + tile * head_dim), plus the
  * compact copies (forward: K and V of the call; backward: Q and dO of one pass) and for backward
- * one dq buffer of the pass's rows per thread beyond the first (with passes, the kv head's dK and
+ * one dq buffer of the pass's rows per dq slot beyond the first (with passes, the kv head's dK and
  * dV too).
  *
  * bf16 tiles (AttnShape.precision = PRECISION_BF16 on a CPU with AVX512_BF16, kernels/attn_bf16.h):
@@ -55,6 +57,7 @@
 #include <limits.h>
 #include <math.h>
 #include <omp.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -129,23 +132,6 @@ static int cmp_cost_desc(const void *a, const void *b) {
     const TileOrder *x = a, *y = b;
     if (x->cost != y->cost) return y->cost - x->cost;
     return x->idx - y->idx;
-}
-
-/* Which of `team` threads takes each of the n cost-sorted (descending) tiles: the longest-first
- * greedy rule (each tile to the least loaded thread so far, the lowest thread on a tie). A fixed
- * function of the costs and the team size, so the assignment never depends on timing. Round-robin
- * gave thread 0 the heavier tile of every round: at S = 8192 on 2 threads the other one waited
- * 3-5% of the backward at each kv head's barrier. */
-static void assign_tiles(const TileOrder *order, int n, int team, int *owner) {
-    long long *load = xcalloc((size_t)team, sizeof *load);
-    for (int w = 0; w < n; w++) {
-        int best = 0;
-        for (int t = 1; t < team; t++)
-            if (load[t] < load[best]) best = t;
-        owner[w] = best;
-        load[best] += order[w].cost;
-    }
-    xfree(load);
 }
 
 static void check_shape(const AttnShape *s, const int *q_pos, const int *kv_pos, const int *q_doc,
@@ -574,8 +560,32 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
 
 /* ---------------------------------------------------------------------------------------------
  * Backward. */
+int attn_backward_dq_slots(int threads) {
+    const char *env = getenv("SEQPAR_ATTN_DQ_SLOTS");
+    if (env && *env) {
+        char *end;
+        long n = strtol(env, &end, 10);
+        if (*end || n < 1 || n > 1024)
+            die("SEQPAR_ATTN_DQ_SLOTS=%s: expected the number of dq accumulators of the attention backward, 1..1024",
+                env);
+        return (int)n;
+    }
+    return threads <= 1 ? 1 : 2 * threads;
+}
+
+/* A thread's wait for its turn at a dq slot: short (the slot's previous key tile was taken
+ * 2 x threads tiles earlier, by default), so a spin. */
+static void wait_turn(atomic_int *turn, int mine) {
+    while (atomic_load_explicit(turn, memory_order_acquire) != mine) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    }
+}
+
 int attn_backward_pass_rows(int n_q, int n_kv, int group, int head_dim, int bq, int bf16_tiles, int threads) {
     if (n_q <= 0 || bq <= 0) return n_q > 0 ? n_q : 0;
+    const int slots = attn_backward_dq_slots(threads);
     const char *env = getenv("SEQPAR_ATTN_BWD_ROWS");
     if (env && *env) {
         char *end;
@@ -588,8 +598,8 @@ int attn_backward_pass_rows(int n_q, int n_kv, int group, int head_dim, int bq, 
     const double d = head_dim, ldc = d + FA_SKEW, d2 = (head_dim + 1) / 2;
     /* words per query row of the compact Q and dO copies: fp32 rows, or bf16 rows and pairs */
     const double copy_row = bf16_tiles ? 2 * (d2 + FA_SKEW / 2) + (d + FA_SKEW / 2) : 2 * ldc;
-    const double whole = (threads - 1.0) * n_q * group * d + (double)group * n_q * copy_row;
-    const double per_row = (threads - 1.0) * d + copy_row, acc = 2.0 * n_kv * d;
+    const double whole = (slots - 1.0) * n_q * group * d + (double)group * n_q * copy_row;
+    const double per_row = (slots - 1.0) * d + copy_row, acc = 2.0 * n_kv * d;
     double c = acc / per_row; /* per-pass buffers about the size of the kv head's dK and dV */
     if (c < 2048) c = 2048;
     const double rows = ceil(c / bq) * bq;
@@ -644,14 +654,15 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
     }
     qsort(order, (size_t)n_busy, sizeof *order, cmp_cost_desc);
 
-    const int nth = omp_get_max_threads();
-    int *owner = xmalloc(((size_t)n_busy + 1) * sizeof *owner); /* which thread takes each kv tile */
-    assign_tiles(order, n_busy, nth, owner);
+    const int nth = omp_get_max_threads(), nslots = attn_backward_dq_slots(nth);
+    /* a pass's key tiles in order (those its queries see), and each dq slot's next turn */
+    int *items = xmalloc(((size_t)n_busy + 1) * sizeof *items), n_items = 0;
+    atomic_int *turn = xmalloc((size_t)nslots * sizeof *turn);
     /* Passes over each kv head's query heads and rows (attn_backward_pass_rows): one covering all
      * (PR = n_q), or one per (query head, PR rows), with dK and dV accumulated across the passes in
      * (n_kv, d) buffers of the kv head. Either way every dK / dV row sums its terms in the order
-     * (query head, query tile), and every dq row its thread's terms in the order of that thread's
-     * key tiles, then the threads' in thread order: the same gradients bit for bit. */
+     * (query head, query tile), and every dq row its slot's terms in the order of that slot's key
+     * tiles, then the slots' in slot order: the same gradients bit for bit. */
     const int PR = attn_backward_pass_rows(n_q, n_kv, group, d, BQ, bt != NULL, nth);
     const int passes_on = PR < n_q, ph = passes_on ? 1 : group; /* query heads per pass */
     const int n_pass = passes_on ? group * ((n_q + PR - 1) / PR) : 1;
@@ -659,11 +670,11 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
     const size_t per_thread =
         (2 * (size_t)d * ldp + 2 * (size_t)BQ * ldp + 2 * (size_t)BK * d + (size_t)BK * ldc + 15) / 16 * 16;
     float *work = xmalloc_aligned((size_t)nth * per_thread * sizeof(float));
-    /* dq of threads 1.. : (PR, ph, d) each, for the query heads and rows of the current pass */
+    /* dq slots 1.. : (PR, ph, d) each, for the query heads and rows of the current pass */
     const size_t dq_elems = (size_t)PR * ph * d;
-    float **dqbuf = xcalloc((size_t)nth, sizeof *dqbuf);
+    float **dqbuf = xcalloc((size_t)nslots, sizeof *dqbuf);
     if (dq)
-        for (int t = 1; t < nth; t++) dqbuf[t] = xmalloc_aligned(dq_elems * sizeof(float));
+        for (int t = 1; t < nslots; t++) dqbuf[t] = xmalloc_aligned(dq_elems * sizeof(float));
     /* with passes: the kv head's dK and dV, (n_kv, d) each, across its passes */
     float *dKall = passes_on && dk ? xmalloc_aligned((size_t)n_kv * d * sizeof(float)) : NULL;
     float *dVall = passes_on && dv ? xmalloc_aligned((size_t)n_kv * d * sizeof(float)) : NULL;
@@ -689,7 +700,7 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
 
 #pragma omp parallel num_threads(nth)
     {
-        const int tid = omp_get_thread_num(), team = omp_get_num_threads();
+        const int tid = omp_get_thread_num();
         float *Kt = work + (size_t)tid * per_thread; /* (d, bk) transposed k tile */
         float *Vt = Kt + (size_t)d * ldp;            /* (d, bk) transposed v tile */
         float *P = Vt + (size_t)d * ldp;             /* (bq, bk) probabilities, then dS */
@@ -721,10 +732,21 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
                 const int ha = passes_on ? pass / row_passes : 0, r0 = pass % row_passes * PR;
                 const int r1 = r0 + PR < n_q ? r0 + PR : n_q, qt0 = r0 / BQ, qt1 = (r1 + BQ - 1) / BQ;
                 /* no barrier needed here: the previous pass's products and reduction ended with one */
-                if (dq && tid > 0) memset(dqbuf[tid], 0, (size_t)(r1 - r0) * ph * d * sizeof(float));
-                /* thread 0 accumulates straight into dq; the others into their (PR, ph, d) buffer */
-                float *dq_base = !dq ? NULL : tid == 0 ? dq + ((size_t)r0 * H + h0 + ha) * d : dqbuf[tid];
-                const size_t dq_ld = tid == 0 ? ldq : (size_t)ph * d; /* row stride of dq_base */
+                if (dq) {
+#pragma omp for schedule(static) nowait
+                    for (int t = 1; t < nslots; t++) memset(dqbuf[t], 0, (size_t)(r1 - r0) * ph * d * sizeof(float));
+                }
+#pragma omp single nowait
+                { /* the key tiles any query of this pass sees, heaviest first; the slots' turns from 0 */
+                    n_items = 0;
+                    for (int w = 0; w < n_busy; w++) {
+                        int vis = !passes_on;
+                        for (int qt = qt0; qt < qt1 && !vis; qt++)
+                            vis = tile_class(mask, qr[qt], kr[order[w].idx]) != TILE_HIDDEN;
+                        if (vis) items[n_items++] = order[w].idx;
+                    }
+                    for (int t = 0; t < nslots; t++) atomic_store_explicit(&turn[t], 0, memory_order_relaxed);
+                }
                 /* Q, dO of this pass, packed once: rows and pairs, or compact rows */
 #pragma omp for schedule(static)
                 for (long long t = 0; t < (long long)ph * (qt1 - qt0); t++) {
@@ -743,19 +765,19 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
                         copy_tile(bq, d, qs, ldq, Qf + dst, ldc);
                         copy_tile(bq, d, ds, ldq, dOf + dst, ldc);
                     }
-                } /* implicit barrier */
-                /* The kv tiles by a fixed assignment (assign_tiles), NOT a dynamic schedule: which
-                 * thread sums which tiles' dq contributions must not depend on timing, so that a run
-                 * is bit-reproducible for a given thread count (resume, checkpointing). */
-                for (int w = 0; w < n_busy; w++) {
-                    if ((team == nth ? owner[w] : w % team) != tid) continue;
-                    const int kt = order[w].idx, j0 = kt * BK, bk = j0 + BK <= n_kv ? BK : n_kv - j0;
-                    if (s->progress && w > 0 && tid == 0) s->progress(s->progress_arg);
-                    if (passes_on) { /* a key tile no query of this pass sees: nothing to do */
-                        int vis = 0;
-                        for (int qt = qt0; qt < qt1 && !vis; qt++) vis = tile_class(mask, qr[qt], kr[kt]) != TILE_HIDDEN;
-                        if (!vis) continue;
-                    }
+                } /* implicit barrier: the copies, the zeroed slots, the items and turns are ready */
+                /* The key tiles to whichever thread comes free (heaviest first); tile i sums its dq
+                 * terms into slot i % nslots at the slot's turn i / nslots (attn_backward_dq_slots),
+                 * so which thread took it, and when, never changes a bit of the gradients. */
+#pragma omp for schedule(dynamic, 1) nowait
+                for (int it = 0; it < n_items; it++) {
+                    const int kt = items[it], j0 = kt * BK, bk = j0 + BK <= n_kv ? BK : n_kv - j0;
+                    const int slot = it % nslots, my_turn = it / nslots;
+                    int have_turn = !dq; /* waited for this slot's turn (no dq: no turns) */
+                    if (s->progress && it > 0 && tid == 0) s->progress(s->progress_arg);
+                    /* slot 0 accumulates straight into dq; the others into their (PR, ph, d) buffer */
+                    float *dq_base = !dq ? NULL : slot == 0 ? dq + ((size_t)r0 * H + h0 + ha) * d : dqbuf[slot];
+                    const size_t dq_ld = slot == 0 ? ldq : (size_t)ph * d; /* row stride of dq_base */
                     const float *ktile = k + ((size_t)j0 * Hkv + g) * d; /* (bk, d), stride ldk */
                     const float *vtile = v + ((size_t)j0 * Hkv + g) * d; /* (bk, d), stride ldk */
                     if (bt) {
@@ -861,6 +883,10 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
                                                      ((uintptr_t)dq_tile % 64 || pfdq.stride % 64 ? 1 : 0);
                                 pfdq.total = pfdq.rows * pfdq.lines_per_row;
                             }
+                            if (!have_turn) { /* this tile's dq terms follow the slot's previous tile's */
+                                wait_turn(&turn[slot], my_turn);
+                                have_turn = 1;
+                            }
                             if (bt) { /* dS = P * (dP - delta) straight into its bf16 pairs and rows */
                                 float dl[FA_MAX_TILE];
                                 for (int r = 0; r < bq; r++) dl[r] = delta[(size_t)(i0 + r) * H + h];
@@ -887,13 +913,17 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
                             if (dk) sk->add_row(dk + off, dKa + (size_t)j * d, (size_t)d);
                             if (dv) sk->add_row(dv + off, dVa + (size_t)j * d, (size_t)d);
                         }
+                    if (dq) { /* the slot's next tile may go on */
+                        if (!have_turn) wait_turn(&turn[slot], my_turn);
+                        atomic_store_explicit(&turn[slot], my_turn + 1, memory_order_release);
+                    }
                 }
-#pragma omp barrier /* every thread's dq part for this pass is complete */
-                if (dq && team > 1) {
+#pragma omp barrier /* every slot's dq part for this pass is complete */
+                if (dq && nslots > 1) {
 #pragma omp for schedule(static)
                     for (int i = r0; i < r1; i++) {
                         float *dst = dq + ((size_t)i * H + h0 + ha) * d; /* (ph, d) contiguous */
-                        for (int t = 1; t < team; t++) {
+                        for (int t = 1; t < nslots; t++) {
                             const float *src = dqbuf[t] + (size_t)(i - r0) * ph * d;
                             sk->add_row(dst, src, (size_t)ph * d);
                         }
@@ -913,7 +943,7 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
             }
         }
     }
-    for (int t = 1; t < nth; t++) xfree(dqbuf[t]);
+    for (int t = 1; t < nslots; t++) xfree(dqbuf[t]);
     xfree(dqbuf);
     xfree(work);
     xfree(work_w);
@@ -925,7 +955,8 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
     xfree(dOf);
     xfree(dKall);
     xfree(dVall);
-    xfree(owner);
+    xfree(items);
+    xfree(turn);
     xfree(order);
     xfree(qr);
     xfree(kr);

@@ -121,13 +121,25 @@ void attn_backward_docs(const AttnShape *s,
                         const float *lse, const float *delta, const float *dout,
                         float *dq, float *dk, float *dv);
 
+/* The dq accumulators ("slots") of attn_backward with this many threads: the key tiles of a pass
+ * go to the threads dynamically, heaviest first, as each thread comes free; the tile at place i
+ * of that order sums its dq terms into slot i % slots, after the slot's previous tile (a thread
+ * waits for that turn), and the slots are added in slot order. So dq, like dK and dV (one writer
+ * per key tile), depends on the number of slots only, never on timing or on which thread took
+ * what: the same slots give the same gradients bit for bit on any thread count. 1 for one
+ * thread (no copies), else 2 per thread (a thread then rarely waits for a turn). Slot 0 is dq
+ * itself; each other one a dq copy of the pass. SEQPAR_ATTN_DQ_SLOTS=N (1..1024) sets it (tests,
+ * or gradients that must not change with the thread count); anything else is a one-line error. */
+int attn_backward_dq_slots(int threads);
+
 /* Query rows per pass of attn_backward (n_q: one pass). The backward's buffers that grow with the
- * query rows (one dq copy per thread beyond the first, and the compact Q and dO copies) cover one
+ * query rows (one dq copy per slot beyond the first, and the compact Q and dO copies) cover one
  * kv head's query heads at a time; where they would outgrow the kv head's own dK and dV (2 n_kv d
  * floats, then kept across passes), the backward runs in passes of one query head and this many
  * rows (a multiple of bq, at least 2048 rows) sized so that the per-pass buffers are about that
  * size, which keeps them from growing with the thread count: the same gradients bit for bit
- * (every sum in the same order). threads: of the call's OpenMP team; bq: the backward's query
+ * (every sum in the same order). threads: of the call's OpenMP team (its dq slots,
+ * attn_backward_dq_slots, count); bq: the backward's query
  * tile (isa.h's or attn_bf16.h's bwd_bq); bf16_tiles: the bf16 tiles' copies (Q and dO as rows and
  * pairs) instead of fp32 rows. SEQPAR_ATTN_BWD_ROWS=R forces passes of R rows (rounded up to
  * a multiple of bq; tests, tuning). */

@@ -104,7 +104,9 @@ static const char HELP_TAIL[] =
     "kernels: the best path this CPU runs (amx, avx512, avx2, scalar), named in the header;\n"
     "  SEQPAR_ISA=avx2|scalar|avx512|amx forces one (a path the CPU lacks is refused; amx = avx512\n"
     "  plus AMX tiles for bf16 attention and oneDNN's bf16 GEMM). The fp32 attention tiles follow\n"
-    "  the L2 per core (named in the header); SEQPAR_ATTN_TILES=fwd_bq,fwd_bk,bwd_bk,bwd_bq sets them.\n";
+    "  the L2 per core (named in the header); SEQPAR_ATTN_TILES=fwd_bq,fwd_bk,bwd_bk,bwd_bq sets them.\n"
+    "  The attention backward sums dq in 2 slots per thread (1 on one thread), never by timing;\n"
+    "  SEQPAR_ATTN_DQ_SLOTS=N fixes the count: the same gradients bit for bit on any thread count.\n";
 
 
 /* The source of training sequences: recall task or token files read in order (token_stream.h). */

@@ -43,8 +43,8 @@ static int hp_rank_of(int w, int hp, int cp, Placement pl) {
  * whole key tiles) and once per pass backward (Q and dO of the pass's query heads and rows:
  * attn_backward_pass_rows), as fp32 or, with the bf16 tiles (attn_bf16.h, bt non-NULL), as pair
  * words (K panels, or rows where the table has none, and V pairs; Q and dO rows and pairs) with
- * per-thread pair-word tiles; in backward one dq copy of the pass per thread beyond
- * the first, and with several passes the kv head's dK and dV (flash_attention.c). Floats (a pair
+ * per-thread pair-word tiles; in backward one dq copy of the pass per dq slot beyond
+ * the first (attn_backward_dq_slots), and with several passes the kv head's dK and dV (flash_attention.c). Floats (a pair
  * word is one). */
 static double flash_transient(int threads, double nq, double nk, int kv_heads, int group, int d,
                               const AttnBf16Tiles *bt) {
@@ -56,7 +56,7 @@ static double flash_transient(int threads, double nq, double nk, int kv_heads, i
     const double pr = attn_backward_pass_rows((int)nq, (int)nk, group, d, (int)bbq, bt != NULL, threads);
     const double ph = pr < nq ? 1 : group; /* query heads per pass */
     double bwd = threads * (2.0 * d * ldp + 2.0 * bbq * ldp + 2.0 * bbk * d + bbk * ldc + 16) +
-                 (threads - 1) * pr * ph * d + (pr < nq ? 2.0 * nk * d : 0);
+                 (attn_backward_dq_slots(threads) - 1.0) * pr * ph * d + (pr < nq ? 2.0 * nk * d : 0);
     if (!bt) { /* K in panels of the kernel's micro-kernel rows, whole key tiles; V compact rows */
         const double mr = sk->gemm_mr, bkp = ceil(fbk / mr) * mr;
         fwd += kv_heads * (ceil(nk / fbk) * bkp * d + nk * ldc);
