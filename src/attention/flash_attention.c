@@ -57,6 +57,7 @@
 #include <limits.h>
 #include <math.h>
 #include <omp.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -574,9 +575,14 @@ int attn_backward_dq_slots(int threads) {
 }
 
 /* A thread's wait for its turn at a dq slot: short (the slot's previous key tile was taken
- * 2 x threads tiles earlier, by default), so a spin. */
+ * 2 x threads tiles earlier, by default), so a spin; past a few thousand rounds it yields the core
+ * (more threads than cores: the thread it waits for may need it). */
 static void wait_turn(atomic_int *turn, int mine) {
-    while (atomic_load_explicit(turn, memory_order_acquire) != mine) {
+    for (unsigned spins = 0; atomic_load_explicit(turn, memory_order_acquire) != mine; spins++) {
+        if (spins >= 4096) {
+            sched_yield();
+            continue;
+        }
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
 #endif
@@ -655,8 +661,11 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
     qsort(order, (size_t)n_busy, sizeof *order, cmp_cost_desc);
 
     const int nth = omp_get_max_threads(), nslots = attn_backward_dq_slots(nth);
-    /* a pass's key tiles in order (those its queries see), and each dq slot's next turn */
-    int *items = xmalloc(((size_t)n_busy + 1) * sizeof *items), n_items = 0;
+    /* a pass's key tiles in order (those its queries see), each with its dq slot (by its place in
+     * the whole order, so that passes sum alike) and its turn there; each slot's next turn */
+    typedef struct { int kt, slot, turn; } BwdItem;
+    BwdItem *items = xmalloc(((size_t)n_busy + 1) * sizeof *items);
+    int n_items = 0, *slot_items = xmalloc((size_t)nslots * sizeof *slot_items);
     atomic_int *turn = xmalloc((size_t)nslots * sizeof *turn);
     /* Passes over each kv head's query heads and rows (attn_backward_pass_rows): one covering all
      * (PR = n_q), or one per (query head, PR rows), with dK and dV accumulated across the passes in
@@ -739,13 +748,16 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
 #pragma omp single nowait
                 { /* the key tiles any query of this pass sees, heaviest first; the slots' turns from 0 */
                     n_items = 0;
+                    for (int t = 0; t < nslots; t++) {
+                        slot_items[t] = 0;
+                        atomic_store_explicit(&turn[t], 0, memory_order_relaxed);
+                    }
                     for (int w = 0; w < n_busy; w++) {
                         int vis = !passes_on;
                         for (int qt = qt0; qt < qt1 && !vis; qt++)
                             vis = tile_class(mask, qr[qt], kr[order[w].idx]) != TILE_HIDDEN;
-                        if (vis) items[n_items++] = order[w].idx;
+                        if (vis) items[n_items++] = (BwdItem){order[w].idx, w % nslots, slot_items[w % nslots]++};
                     }
-                    for (int t = 0; t < nslots; t++) atomic_store_explicit(&turn[t], 0, memory_order_relaxed);
                 }
                 /* Q, dO of this pass, packed once: rows and pairs, or compact rows */
 #pragma omp for schedule(static)
@@ -766,13 +778,14 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
                         copy_tile(bq, d, ds, ldq, dOf + dst, ldc);
                     }
                 } /* implicit barrier: the copies, the zeroed slots, the items and turns are ready */
-                /* The key tiles to whichever thread comes free (heaviest first); tile i sums its dq
-                 * terms into slot i % nslots at the slot's turn i / nslots (attn_backward_dq_slots),
-                 * so which thread took it, and when, never changes a bit of the gradients. */
+                /* The key tiles to whichever thread comes free (heaviest first); the tile at place w
+                 * of the whole order sums its dq terms into slot w % nslots, at its turn there
+                 * (attn_backward_dq_slots), so which thread took it, and when, never changes a bit
+                 * of the gradients, nor do passes. */
 #pragma omp for schedule(dynamic, 1) nowait
                 for (int it = 0; it < n_items; it++) {
-                    const int kt = items[it], j0 = kt * BK, bk = j0 + BK <= n_kv ? BK : n_kv - j0;
-                    const int slot = it % nslots, my_turn = it / nslots;
+                    const int kt = items[it].kt, j0 = kt * BK, bk = j0 + BK <= n_kv ? BK : n_kv - j0;
+                    const int slot = items[it].slot, my_turn = items[it].turn;
                     int have_turn = !dq; /* waited for this slot's turn (no dq: no turns) */
                     if (s->progress && it > 0 && tid == 0) s->progress(s->progress_arg);
                     /* slot 0 accumulates straight into dq; the others into their (PR, ph, d) buffer */
@@ -956,6 +969,7 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
     xfree(dKall);
     xfree(dVall);
     xfree(items);
+    xfree(slot_items);
     xfree(turn);
     xfree(order);
     xfree(qr);
