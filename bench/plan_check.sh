@@ -1,7 +1,7 @@
 #!/bin/bash
 # How close `seqpar plan`'s predicted step is to a measured one on this machine: for each
 # configuration, `seqpar train` runs STEPS steps on text and the median tokens/s of the steps after
-# the first is set against what `seqpar plan` (the kernels' rates measured here, one thread)
+# the first is set against what `seqpar plan` (the kernels' rates measured here, one thread per core on every core at once)
 # predicts for the same flags. One node, so no cross-node link is exercised.
 # Usage: bench/plan_check.sh [BUILD] [SEQ_LEN] [STEPS]
 set -u
@@ -20,7 +20,7 @@ echo "CPU: $(lscpu | sed -nE 's/^Model name: +//p'), $CORES cores; S = $S, refer
 # the rates once, then given to every prediction (the same yardstick for every row)
 rates=$("$SEQPAR" plan --ranks 1 $M --top 1 | sed -nE 's/^rates per thread: GEMM ([0-9.]+) GFLOPS.*attention ([0-9.]+) \/ ([0-9.]+) GFLOPS.*/\1 \2 \3/p')
 read -r G F B <<<"$rates"
-echo "rates per thread (one thread, measured by seqpar plan): GEMM $G, attention $F / $B GFLOPS"
+echo "rates per thread (measured by seqpar plan, every core at once): GEMM $G, attention $F / $B GFLOPS"
 printf "%-72s %10s %10s %7s\n" "configuration" "predicted" "measured" "ratio"
 row() { # np flags...
     local np=$1

@@ -2,6 +2,7 @@
  * every strategy, grid, placement, checkpoint mode and ZeRO stage the ranks allow, the memory of
  * each against the RAM per rank, a predicted step time, the best first and the `seqpar train`
  * flags that run it. The kernels' rates are measured on this machine unless given. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #include "cli/train_options.h"
 #include "core/common.h"
 #include "kernels/bf16.h"
+#include "kernels/isa.h"
 #include "kernels/ops.h"
 #include "kernels/sgemm_bench.h"
 #include "model/llama.h"
@@ -46,6 +48,9 @@ static double model_gemm_gflops(const LlamaConfig *c, long seq_len, int reps, in
     float *u = g + (size_t)N * ldF, *dg = u + (size_t)N * ldF, *du = dg + (size_t)N * ldF;
     double best = 0;
     for (int r = 0; r <= reps; r++) { /* the first round warms up */
+        /* called by measure_rates' copies: every round starts on every core at once (outside a
+         * parallel region the barrier does nothing) */
+#pragma omp barrier
         const double t0 = omp_get_wtime();
         linear_forward(q, x, Wq, N, D, Dq, 0);
         linear_forward(k, x, Wk, N, D, Dkv, 0);
@@ -69,6 +74,63 @@ static double model_gemm_gflops(const LlamaConfig *c, long seq_len, int reps, in
     return best;
 }
 
+/* Bytes one copy of the rate measurements holds at once: model_gemm_gflops' weights and rows (or
+ * the 2048^3 GEMM's three matrices) and attention_bench's eight (4096, 2 heads, d) arrays. */
+static double rate_bytes(const LlamaConfig *c, long seq_len) {
+    const double D = c->hidden_size, ldF = linear_row_stride(c->intermediate_size);
+    const double Dq = (double)c->num_attention_heads * c->head_dim, Dkv = (double)c->num_key_value_heads * c->head_dim;
+    const double wparams = llama_layer_matmul_params(c), N = seq_len < 4096 ? (double)seq_len : 4096;
+    const double gemm = wparams * 4 > 64e6 ? 3.0 * 2048 * 2048 : 2 * wparams + N * (2 * D + 2 * Dq + 2 * Dkv + 4 * ldF);
+    return 4.0 * (gemm + 8.0 * 4096 * 2 * c->head_dim);
+}
+
+/* The kernels' rates per thread as a step sees them: `copies` one-thread copies of each measurement
+ * run at once, one per core (a step keeps every core busy, and a core runs slower while its
+ * neighbours work: on an AVX2-only Zen 3 VM two busy cores ran 5-10% slower each than one alone),
+ * and the copies' rates averaged. fp32 GEMM on the model's own products (2048^3 where a layer
+ * passes 64 MB); the bf16 GEMM (its library's primitives are shared) alone, 2048^3. `which`: 1
+ * the GEMM, 2 attention, 3 both. Returns the copies that ran (fewer under OMP_THREAD_LIMIT). */
+static int measure_rates(const MemoryModelInput *base, int copies, int which, double *gemm, int *gemm_kind,
+                          int *tokens, double *attn_f, double *attn_b) {
+    const int bf16 = base->precision == PRECISION_BF16, saved = omp_get_max_threads();
+    double *g = xcalloc((size_t)copies, sizeof *g), *f = xcalloc((size_t)copies, sizeof *f);
+    double *b = xcalloc((size_t)copies, sizeof *b);
+    int shapes_ok = 1, team = 1;
+    (void)simd(); /* the kernel table, chosen once before the copies start */
+#pragma omp parallel num_threads(copies)
+    {
+        const int t = omp_get_thread_num();
+        if (t == 0) team = omp_get_num_threads(); /* fewer than asked under OMP_THREAD_LIMIT */
+        omp_set_num_threads(1); /* each copy's own kernels and GEMMs on one thread */
+        if (which & 1 && !bf16) {
+            int tok = 0;
+            g[t] = model_gemm_gflops(&base->model, base->seq_len, 3, &tok);
+            if (!(g[t] > 0)) g[t] = sgemm_peak_gflops(3); /* (the copies start it together, ~1 s each) */
+            if (t == 0) *tokens = tok, shapes_ok = tok > 0;
+        }
+        if (which & 2)
+            for (int rep = 0; rep < 3; rep++) { /* the best of three timed calls, each started on every core at once */
+#pragma omp barrier
+                AttnBenchResult r;
+                attention_bench(4096, 2, 2, base->model.head_dim, ATTN_CAUSAL, bf16 ? PRECISION_BF16 : PRECISION_FP32, 1,
+                                &r);
+                if (r.fwd_gflops > f[t]) f[t] = r.fwd_gflops;
+                if (r.bwd_gflops > b[t]) b[t] = r.bwd_gflops;
+            }
+    }
+    omp_set_num_threads(1);
+    if (which & 1 && bf16) *gemm = bf16_gemm_peak_gflops(3), *gemm_kind = 1;
+    omp_set_num_threads(saved);
+    double sg = 0, sf = 0, sb = 0;
+    for (int t = 0; t < team; t++) sg += g[t], sf += f[t], sb += b[t];
+    if (which & 1 && !bf16) *gemm = sg / team, *gemm_kind = shapes_ok ? 2 : 1;
+    if (which & 2) *attn_f = sf / team, *attn_b = sb / team;
+    xfree(g);
+    xfree(f);
+    xfree(b);
+    return team;
+}
+
 static const char HELP[] =
     "usage: seqpar plan --ranks P [cluster flags] [train's model, --seq-len, --batch, --precision flags]\n"
     "\n"
@@ -88,9 +150,10 @@ static const char HELP[] =
     "  --intra-lat-us A      per message on the node (default 2)\n"
     "  --inter-lat-us B      per message across nodes (default 5)\n"
     "  --gemm-gflops G       GEMM rate per thread in the precision (default: measured here, one\n"
-    "                        thread: fp32 on one layer's own products; bf16, or a layer over 64 MB,\n"
-    "                        the 2048^3 GEMM)\n"
-    "  --attn-gflops F[,B]   attention forward[,backward] rate per thread (default: measured here)\n"
+    "                        thread per core on every core at once: fp32 on one layer's own products;\n"
+    "                        bf16 (one thread alone), or a layer over 64 MB, the 2048^3 GEMM)\n"
+    "  --attn-gflops F[,B]   attention forward[,backward] rate per thread (default: measured here,\n"
+    "                        one thread per core on every core at once)\n"
     "  --top K               configurations listed (default 10)\n"
     "  --traffic             the best's bytes per rank and kind in one step, as 'seqpar train\n"
     "                        --stats' prints them ('bytes rank r: ...', exact; 'rank r: ...', MB\n"
@@ -187,26 +250,26 @@ int cmd_plan(int argc, char **argv) {
     if (fix_ckpt) fx.checkpoint = o.mem.checkpoint;
     if (fix_zero) fx.zero = o.par.zero;
 
-    /* the kernels' rates per thread, measured here with one thread unless given */
+    /* the kernels' rates per thread, measured here unless given: one copy per core of this machine
+     * (of this rank's share of them under mpirun), as many as 2 GiB (and a quarter of the RAM) hold */
     const int bf16 = base.precision == PRECISION_BF16;
     int measured_gemm = 0, measured_attn = 0, gemm_tokens = 0; /* measured_gemm 2: on the model's shapes */
+    int copies = 0;
     if (!(cl.gemm_gflops > 0) || !(cl.attn_fwd_gflops > 0)) {
-        int saved = omp_get_max_threads();
-        omp_set_num_threads(1);
-        if (!(cl.gemm_gflops > 0)) {
-            const double shapes = bf16 ? 0 : model_gemm_gflops(&base.model, base.seq_len, 3, &gemm_tokens);
-            cl.gemm_gflops = shapes > 0 ? shapes : bf16 ? bf16_gemm_peak_gflops(3) : sgemm_peak_gflops(3);
-            measured_gemm = shapes > 0 ? 2 : 1;
-        }
-        if (!(cl.attn_fwd_gflops > 0)) {
-            AttnBenchResult r;
-            attention_bench(4096, 2, 2, base.model.head_dim, ATTN_CAUSAL, bf16 ? PRECISION_BF16 : PRECISION_FP32, 3, &r);
-            cl.attn_fwd_gflops = r.fwd_gflops;
-            cl.attn_bwd_gflops = r.bwd_gflops;
-            measured_attn = 1;
-        }
-        omp_set_num_threads(saved);
+        int world = 1;
+        if (mpi) MPI_Comm_size(MPI_COMM_WORLD, &world);
+        copies = omp_get_num_procs() / world;
+        const double budget = ram_node / 4 < 2.0 * 1073741824.0 ? ram_node / 4 : 2.0 * 1073741824.0;
+        const double fit = floor(budget / rate_bytes(&base.model, base.seq_len));
+        if (fit < copies) copies = (int)fit;
+        if (copies < 1) copies = 1;
+        const int which = (cl.gemm_gflops > 0 ? 0 : 1) | (cl.attn_fwd_gflops > 0 ? 0 : 2);
+        copies = measure_rates(&base, copies, which, &cl.gemm_gflops, &measured_gemm, &gemm_tokens, &cl.attn_fwd_gflops,
+                      &cl.attn_bwd_gflops);
+        measured_attn = which & 2 ? 1 : 0;
     }
+    char load[64];
+    snprintf(load, sizeof load, copies > 1 ? "one thread per core on %d cores at once" : "one thread", copies);
 
     PlanEntry *list;
     int n, invalid;
@@ -228,16 +291,16 @@ int cmd_plan(int argc, char **argv) {
            cl.ranks, cl.ranks == 1 ? "" : "s", nodes, nodes == 1 ? "" : "s", cl.ranks_per_node, thr, thr == 1 ? "" : "s",
            cl.ram_bytes / 1073741824.0, ram_given ? "" : " (this machine's RAM / ranks per node)",
            cl.runtime_bytes / 1048576.0, cl.intra_gbs, cl.inter_gbs, cl.intra_lat_s * 1e6, cl.inter_lat_s * 1e6);
-    char gemm_src[128] = "";
+    char gemm_src[192] = "", attn_src[128] = "";
     if (measured_gemm == 2)
-        snprintf(gemm_src, sizeof gemm_src, " (this machine's sgemm on one layer's products at %d tokens, one thread)",
-                 gemm_tokens);
+        snprintf(gemm_src, sizeof gemm_src, " (this machine's sgemm on one layer's products at %d tokens, %s)",
+                 gemm_tokens, load);
     else if (measured_gemm)
-        snprintf(gemm_src, sizeof gemm_src, " (this machine's %s, 2048^3, one thread)", bf16 ? "bf16 GEMM" : "sgemm");
+        snprintf(gemm_src, sizeof gemm_src, " (this machine's %s, 2048^3, %s)", bf16 ? "bf16 GEMM" : "sgemm",
+                 bf16 ? "one thread" : load);
+    if (measured_attn) snprintf(attn_src, sizeof attn_src, " (this machine's kernel, S = 4096, %s)", load);
     printf("rates per thread: GEMM %.1f GFLOPS%s, attention %.1f / %.1f GFLOPS forward / backward%s\n", cl.gemm_gflops,
-           gemm_src,
-           cl.attn_fwd_gflops, cl.attn_bwd_gflops,
-           measured_attn ? " (this machine's kernel, S = 4096, one thread)" : "");
+           gemm_src, cl.attn_fwd_gflops, cl.attn_bwd_gflops, attn_src);
     printf("%d configurations run on %d ranks (%d refused by the strategies' checks); %d fit in %.2f GiB\n", n,
            cl.ranks, invalid, fit, cl.ram_bytes / 1073741824.0);
     if (n == 0) {
