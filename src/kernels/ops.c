@@ -21,7 +21,12 @@ void linear_forward_ld(float *out, int ld_out, const float *in, int ld_in, const
 
 void linear_backward_ld(float *din, float *dW, const float *dout, int ld_out, const float *in, int ld_in,
                         const float *W, int N, int n_in, int n_out) {
-    if (din) sgemm_rm(0, 0, N, n_in, n_out, 1.0f, dout, ld_out, W, n_in, 1.0f, din, ld_in);
+    linear_backward_acc_ld(din, 1, dW, dout, ld_out, in, ld_in, W, N, n_in, n_out);
+}
+
+void linear_backward_acc_ld(float *din, int din_accumulate, float *dW, const float *dout, int ld_out, const float *in,
+                            int ld_in, const float *W, int N, int n_in, int n_out) {
+    if (din) sgemm_rm(0, 0, N, n_in, n_out, 1.0f, dout, ld_out, W, n_in, din_accumulate ? 1.0f : 0.0f, din, ld_in);
     if (dW) sgemm_rm(1, 0, n_out, n_in, N, 1.0f, dout, ld_out, in, ld_in, 1.0f, dW, n_in);
 }
 
@@ -75,6 +80,12 @@ void linear_forward_bf16_ld(float *out, int ld_out, const float *in, int ld_in, 
 
 void linear_backward_bf16_ld(float *din, float *dW, const float *dout, int ld_out, const float *in, int ld_in,
                              const float *W, int N, int n_in, int n_out, Bf16Scratch *scratch) {
+    linear_backward_bf16_acc_ld(din, 1, dW, dout, ld_out, in, ld_in, W, N, n_in, n_out, scratch);
+}
+
+void linear_backward_bf16_acc_ld(float *din, int din_accumulate, float *dW, const float *dout, int ld_out,
+                                 const float *in, int ld_in, const float *W, int N, int n_in, int n_out,
+                                 Bf16Scratch *scratch) {
     const double t0 = op_clock_now();
     const Bf16Kernels *k = bf16_kernels();
     Bf16Scratch own = {0}, *s = scratch ? scratch : &own;
@@ -83,7 +94,7 @@ void linear_backward_bf16_ld(float *din, float *dW, const float *dout, int ld_ou
     bf16_pack(dout_h, dout, n_d);
     if (din) { /* the second place holds W, then (for dW) the input */
         bf16_pack(second, W, n_w);
-        k->gemm(0, 0, N, n_in, n_out, 1.0f, dout_h, ld_out, second, n_in, 1.0f, din, ld_in);
+        k->gemm(0, 0, N, n_in, n_out, 1.0f, dout_h, ld_out, second, n_in, din_accumulate ? 1.0f : 0.0f, din, ld_in);
     }
     if (dW) {
         bf16_pack(second, in, n_x);

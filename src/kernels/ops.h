@@ -20,6 +20,10 @@ void linear_forward_ld(float *out, int ld_out, const float *in, int ld_in, const
                        int accumulate);
 void linear_backward_ld(float *din, float *dW, const float *dout, int ld_out, const float *in, int ld_in,
                         const float *W, int N, int n_in, int n_out);
+/* linear_backward_ld with din overwritten (din_accumulate 0: din = dout @ W, no zeroing pass over
+ * din beforehand; the same values as zeroing then accumulating) or accumulated (1). */
+void linear_backward_acc_ld(float *din, int din_accumulate, float *dW, const float *dout, int ld_out, const float *in,
+                            int ld_in, const float *W, int N, int n_in, int n_out);
 /* The row stride for activation rows `width` floats wide: width, plus one cache line (16 floats)
  * where width floats are a multiple of 2 KiB. Rows a multiple of 2 KiB apart fall into the same
  * few L1 sets, and a GEMM that reads down their columns (the weight gradients, whose products
@@ -49,6 +53,9 @@ void linear_forward_bf16_ld(float *out, int ld_out, const float *in, int ld_in, 
                             int n_out, int accumulate, Bf16Scratch *scratch);
 void linear_backward_bf16_ld(float *din, float *dW, const float *dout, int ld_out, const float *in, int ld_in,
                              const float *W, int N, int n_in, int n_out, Bf16Scratch *scratch);
+void linear_backward_bf16_acc_ld(float *din, int din_accumulate, float *dW, const float *dout, int ld_out,
+                                 const float *in, int ld_in, const float *W, int N, int n_in, int n_out,
+                                 Bf16Scratch *scratch);
 
 /* RMSNorm (HF LlamaRMSNorm): out = x / sqrt(mean(x^2) + eps) * w. rstd (N) is saved. */
 void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int D, float eps);

@@ -558,11 +558,12 @@ static void mm_forward_ld(LlamaActs *a, float *out, int ld_out, const float *in,
     else linear_forward_ld(out, ld_out, in, ld_in, W, N, n_in, n_out, accumulate);
 }
 
-static void mm_backward_ld(LlamaActs *a, float *din, float *dW, const float *dout, int ld_out, const float *in,
-                           int ld_in, const float *W, int N, int n_in, int n_out) {
+/* din_acc 0: din is overwritten (the first product into it: no zeroing pass), 1: accumulated */
+static void mm_backward_ld(LlamaActs *a, float *din, int din_acc, float *dW, const float *dout, int ld_out,
+                           const float *in, int ld_in, const float *W, int N, int n_in, int n_out) {
     if (a->precision == PRECISION_BF16)
-        linear_backward_bf16_ld(din, dW, dout, ld_out, in, ld_in, W, N, n_in, n_out, &a->mm_scratch);
-    else linear_backward_ld(din, dW, dout, ld_out, in, ld_in, W, N, n_in, n_out);
+        linear_backward_bf16_acc_ld(din, din_acc, dW, dout, ld_out, in, ld_in, W, N, n_in, n_out, &a->mm_scratch);
+    else linear_backward_acc_ld(din, din_acc, dW, dout, ld_out, in, ld_in, W, N, n_in, n_out);
 }
 
 static void mm_forward(LlamaActs *a, float *out, const float *in, const float *W, int N, int n_in, int n_out,
@@ -570,9 +571,9 @@ static void mm_forward(LlamaActs *a, float *out, const float *in, const float *W
     mm_forward_ld(a, out, n_out, in, n_in, W, N, n_in, n_out, accumulate);
 }
 
-static void mm_backward(LlamaActs *a, float *din, float *dW, const float *dout, const float *in,
+static void mm_backward(LlamaActs *a, float *din, int din_acc, float *dW, const float *dout, const float *in,
                         const float *W, int N, int n_in, int n_out) {
-    mm_backward_ld(a, din, dW, dout, n_out, in, n_in, W, N, n_in, n_out);
+    mm_backward_ld(a, din, din_acc, dW, dout, n_out, in, n_in, W, N, n_in, n_out);
 }
 
 /* bf16: after layer l's forward its own o (and q, k, v) go to their bf16 copies (exact for
@@ -724,7 +725,6 @@ static void mlp_backward_rows(LlamaModel *m, LlamaActs *a, int l, const float *x
         const float *xn = a->xn, *xm = x_mid + (size_t)r0 * D;
         float *gate, *up;
         rmsnorm_forward(a->xn, rstd2 + r0, xm, w->post_norm, n, D, c->rms_norm_eps);
-        memset(a->dxn, 0, sizeof(float) * (size_t)n * D);
         if (a->store_gate_up) {
             gate = L->gate + (size_t)r0 * a->ldF;
             up = L->up + (size_t)r0 * a->ldF;
@@ -732,12 +732,11 @@ static void mlp_backward_rows(LlamaModel *m, LlamaActs *a, int l, const float *x
             mlp_gate_up(m, a, l, xn, r0, n, &gate, &up);
         }
         swiglu_forward(a->h, gate, up, nF);
-        mm_backward_ld(a, NULL, g->down_proj, dx, D, a->h, a->ldF, w->down_proj, n, F, D);
-        memset(a->h, 0, sizeof(float) * nF); /* h becomes dh */
-        mm_backward_ld(a, a->h, NULL, dx, D, NULL, a->ldF, w->down_proj, n, F, D);
+        mm_backward_ld(a, NULL, 0, g->down_proj, dx, D, a->h, a->ldF, w->down_proj, n, F, D);
+        mm_backward_ld(a, a->h, 0, NULL, dx, D, NULL, a->ldF, w->down_proj, n, F, D); /* h becomes dh */
         swiglu_backward(a->dgate, a->dup, a->h, gate, up, nF); /* writes dgate, dup: no zeroing */
-        mm_backward_ld(a, a->dxn, g->gate_proj, a->dgate, a->ldF, xn, D, w->gate_proj, n, D, F);
-        mm_backward_ld(a, a->dxn, g->up_proj, a->dup, a->ldF, xn, D, w->up_proj, n, D, F);
+        mm_backward_ld(a, a->dxn, 0, g->gate_proj, a->dgate, a->ldF, xn, D, w->gate_proj, n, D, F);
+        mm_backward_ld(a, a->dxn, 1, g->up_proj, a->dup, a->ldF, xn, D, w->up_proj, n, D, F);
         rmsnorm_backward(dx, g->post_norm, a->dxn, xm, w->post_norm, rstd2 + r0, n, D); /* after the rows' last read */
     }
 }
@@ -767,9 +766,8 @@ static void layer_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn, int 
 
     /* attention: x_mid = x_in + o_proj(attn(rope(q), rope(k), v)); the token-wise parts over
      * chunks of ffn_rows rows */
-    memset(a->dout, 0, sizeof(float) * (size_t)N * qd);
-    for (int r0 = 0; r0 < N; r0 += a->ffn_rows)
-        mm_backward(a, a->dout + (size_t)r0 * qd, g->o_proj, a->dx + (size_t)r0 * D, L->o + (size_t)r0 * qd,
+    for (int r0 = 0; r0 < N; r0 += a->ffn_rows) /* every row of dout, once */
+        mm_backward(a, a->dout + (size_t)r0 * qd, 0, g->o_proj, a->dx + (size_t)r0 * D, L->o + (size_t)r0 * qd,
                     w->o_proj, ffn_chunk_rows(a, a->N, r0), H * hd, D);
     if (a->precision == PRECISION_BF16) bf16_round(a->dout, (size_t)N * H * hd); /* attention's dout is bf16 */
     if (attn->keeps_inputs) /* its own q, k, v are in `saved`; o is read for delta */
@@ -782,10 +780,9 @@ static void layer_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn, int 
         const int n = ffn_chunk_rows(a, a->N, r0);
         const float *xr = x_in + (size_t)r0 * D;
         rmsnorm_forward(a->xn, L->rstd1 + r0, xr, w->input_norm, n, D, c->rms_norm_eps);
-        memset(a->dxn, 0, sizeof(float) * (size_t)n * D);
-        mm_backward(a, a->dxn, g->q_proj, a->dq + (size_t)r0 * qd, a->xn, w->q_proj, n, D, H * hd);
-        mm_backward(a, a->dxn, g->k_proj, a->dk + (size_t)r0 * kvd, a->xn, w->k_proj, n, D, Hkv * hd);
-        mm_backward(a, a->dxn, g->v_proj, a->dv + (size_t)r0 * kvd, a->xn, w->v_proj, n, D, Hkv * hd);
+        mm_backward(a, a->dxn, 0, g->q_proj, a->dq + (size_t)r0 * qd, a->xn, w->q_proj, n, D, H * hd);
+        mm_backward(a, a->dxn, 1, g->k_proj, a->dk + (size_t)r0 * kvd, a->xn, w->k_proj, n, D, Hkv * hd);
+        mm_backward(a, a->dxn, 1, g->v_proj, a->dv + (size_t)r0 * kvd, a->xn, w->v_proj, n, D, Hkv * hd);
         rmsnorm_backward(a->dx + (size_t)r0 * D, g->input_norm, a->dxn, xr, w->input_norm, L->rstd1 + r0, n, D);
     }
 }
@@ -835,8 +832,7 @@ static void stream_layer_backward(LlamaModel *m, LlamaActs *a, SeqAttention *att
         memcpy(a->x_mid_c, x_in, sizeof(float) * (size_t)n * D);
         mm_forward(a, a->x_mid_c, a->o_c, w->o_proj, n, H * hd, D, 1);
         mlp_backward_rows(m, a, l, a->x_mid_c, a->rstd2_c, dx, n);
-        memset(a->dout, 0, sizeof(float) * (size_t)n * H * hd);
-        mm_backward(a, a->dout, g->o_proj, dx, a->o_c, w->o_proj, n, H * hd, D);
+        mm_backward(a, a->dout, 0, g->o_proj, dx, a->o_c, w->o_proj, n, H * hd, D);
         if (a->precision == PRECISION_BF16) bf16_round(a->dout, (size_t)n * H * hd); /* attention's dout is bf16 */
         attn->dout_chunk(attn, i, saved, a->dout);
     }
@@ -847,10 +843,9 @@ static void stream_layer_backward(LlamaModel *m, LlamaActs *a, SeqAttention *att
         rope_backward(a->dq, a->rope_cos + rope_off, a->rope_sin + rope_off, n, H, hd);
         rope_backward(a->dk, a->rope_cos + rope_off, a->rope_sin + rope_off, n, Hkv, hd);
         rmsnorm_forward(a->xn, a->rstd1_c, x_in, w->input_norm, n, D, c->rms_norm_eps);
-        memset(a->dxn, 0, sizeof(float) * (size_t)n * D);
-        mm_backward(a, a->dxn, g->q_proj, a->dq, a->xn, w->q_proj, n, D, H * hd);
-        mm_backward(a, a->dxn, g->k_proj, a->dk, a->xn, w->k_proj, n, D, Hkv * hd);
-        mm_backward(a, a->dxn, g->v_proj, a->dv, a->xn, w->v_proj, n, D, Hkv * hd);
+        mm_backward(a, a->dxn, 0, g->q_proj, a->dq, a->xn, w->q_proj, n, D, H * hd);
+        mm_backward(a, a->dxn, 1, g->k_proj, a->dk, a->xn, w->k_proj, n, D, Hkv * hd);
+        mm_backward(a, a->dxn, 1, g->v_proj, a->dv, a->xn, w->v_proj, n, D, Hkv * hd);
         rmsnorm_backward(a->dx + r0 * D, g->input_norm, a->dxn, x_in, w->input_norm, a->rstd1_c, n, D);
     }
 }
