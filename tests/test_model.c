@@ -134,12 +134,13 @@ int main(void) {
                 snprintf(name, sizeof name, "%s (%d FFN chunks)", fixtures[k], chunks);
                 snprintf(path, sizeof path, "%s/grads.safetensors", dir);
                 compare_grads(name, &ref, path);
-                /* gate and up are never kept whole: L x 2 N ldF floats and the (N, ldF) scratch give
-                 * way to 5 chunks of ceil(N / chunks) rows; the normed rows and their gradient
-                 * (xn, dxn: every token-wise part runs over the same chunks) to 2 chunks of D */
+                /* gate and up are never kept whole: L x 2 N ldF floats and the (N, ldF) h give way
+                 * to 3 chunks of ceil(N / chunks) rows (h, gate, up; their gradients go into gate and
+                 * up in place); the normed rows and their gradient (xn, dxn: every token-wise part
+                 * runs over the same chunks) to 2 chunks of D */
                 size_t rows = (S + (size_t)chunks - 1) / (size_t)chunks, D = (size_t)cfg.hidden_size;
-                size_t want = bytes1 - sizeof(float) * (L * 2 * S * F + 3 * S * F + 2 * S * D) +
-                              sizeof(float) * (5 * rows * F + 2 * rows * D);
+                size_t want = bytes1 - sizeof(float) * (L * 2 * S * F + S * F + 2 * S * D) +
+                              sizeof(float) * (3 * rows * F + 2 * rows * D);
                 CHECK(bytes[0] == want, "%s: %d FFN chunks: activations %zu bytes, expected %zu", fixtures[k], chunks,
                       bytes[0], want);
             }

@@ -77,8 +77,9 @@ void rope_backward(float *dx, const float *cos_t, const float *sin_t, int N, int
  * too, which stays 0 where gate's and up's padding is 0) */
 void swiglu_forward(float *h, const float *gate, const float *up, size_t n);
 /* dgate = dh * up * silu'(gate); dup = dh * silu(gate): written, not accumulated (unlike the other
- * backward functions: the MLP's chunk buffers need no zeroing first). (dgate, dup may alias
- * nothing else.) */
+ * backward functions: the MLP's chunk buffers need no zeroing first). In place allowed: dgate ==
+ * gate and dup == up (every element is read before it is written; the MLP does so, needing no
+ * gradient buffers of its own); otherwise dgate, dup alias nothing else. */
 void swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate, const float *up, size_t n);
 
 /* out (N, D) = table[tokens[i]] */

@@ -172,8 +172,8 @@ struct LlamaActs {
        their padding zero from the start and forever after (see ffn_rows_alloc) */
     int ldF;
     float *h;             /* (ffn_rows, F) swiglu output, then its gradient */
-    float *gate_c, *up_c; /* (ffn_rows, F) one chunk's gate and up (NULL when store_gate_up) */
-    float *dgate, *dup;   /* (ffn_rows, F) */
+    float *gate_c, *up_c; /* (ffn_rows, F) one chunk's gate and up (NULL when store_gate_up); in the
+                             backward, their gradients in place */
     float *ce_workspace;  /* (chunk, V) */
     int ce_chunk;
     /* layer-input offload (llama.h): residual holds two (N, D) buffers, layer l's in l % 2 */
@@ -373,8 +373,6 @@ LlamaActs *llama_acts_create_opts(const LlamaModel *m, const SeqAttention *attn,
     }
     const size_t CR = (size_t)a->ffn_rows;
     a->h = ffn_rows_alloc(CR, a->ldF);
-    a->dgate = ffn_rows_alloc(CR, a->ldF);
-    a->dup = ffn_rows_alloc(CR, a->ldF);
     if (!a->store_gate_up) {
         a->gate_c = ffn_rows_alloc(CR, a->ldF);
         a->up_c = ffn_rows_alloc(CR, a->ldF);
@@ -452,7 +450,7 @@ void llama_acts_free(LlamaActs *a) {
     xfree(a->residual); xfree(a->rope_cos); xfree(a->rope_sin); xfree(a->rstd_final);
     xfree(a->xn); xfree(a->dx); xfree(a->dxn); xfree(a->dq); xfree(a->dk); xfree(a->dv); xfree(a->dout);
     xfree(a->x_mid_c); xfree(a->o_c); xfree(a->rstd1_c); xfree(a->rstd2_c);
-    xfree(a->h); xfree(a->gate_c); xfree(a->up_c); xfree(a->dgate); xfree(a->dup); xfree(a->ce_workspace);
+    xfree(a->h); xfree(a->gate_c); xfree(a->up_c); xfree(a->ce_workspace);
     xfree(a);
 }
 
@@ -734,9 +732,11 @@ static void mlp_backward_rows(LlamaModel *m, LlamaActs *a, int l, const float *x
         swiglu_forward(a->h, gate, up, nF);
         mm_backward_ld(a, NULL, 0, g->down_proj, dx, D, a->h, a->ldF, w->down_proj, n, F, D);
         mm_backward_ld(a, a->h, 0, NULL, dx, D, NULL, a->ldF, w->down_proj, n, F, D); /* h becomes dh */
-        swiglu_backward(a->dgate, a->dup, a->h, gate, up, nF); /* writes dgate, dup: no zeroing */
-        mm_backward_ld(a, a->dxn, 0, g->gate_proj, a->dgate, a->ldF, xn, D, w->gate_proj, n, D, F);
-        mm_backward_ld(a, a->dxn, 1, g->up_proj, a->dup, a->ldF, xn, D, w->up_proj, n, D, F);
+        /* dgate, dup into gate, up themselves (each element read before it is written; the
+         * stored ones of --ffn-chunks 1 are not read again before the next forward) */
+        swiglu_backward(gate, up, a->h, gate, up, nF);
+        mm_backward_ld(a, a->dxn, 0, g->gate_proj, gate, a->ldF, xn, D, w->gate_proj, n, D, F);
+        mm_backward_ld(a, a->dxn, 1, g->up_proj, up, a->ldF, xn, D, w->up_proj, n, D, F);
         rmsnorm_backward(dx, g->post_norm, a->dxn, xm, w->post_norm, rstd2 + r0, n, D); /* after the rows' last read */
     }
 }

@@ -267,7 +267,8 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
         else saved_acts += L * per_layer_sel, layer_set += partial_set;
         layer_set += N * d /* rope */ + (stream ? 1 : N) /* rstd_final */ + N * D /* dx */ +
                      2 * Xr * D /* xn, dxn */ + 2 * Cr * qd + 2 * Cr * kvd /* dq, dk, dv, dout */ +
-                     3 * (double)rows * ldF /* h, dgate, dup */ + (store_gate_up ? 0 : 2 * (double)rows * ldF) /* gate_c, up_c */ +
+                     (double)rows * ldF /* h (dgate, dup go into gate, up) */ +
+                     (store_gate_up ? 0 : 2 * (double)rows * ldF) /* gate_c, up_c */ +
                      (N < 256 ? N : 256) * V;
         layer_set += widened;
         double gemm_transient = 0;
