@@ -76,6 +76,24 @@ if [ $rc -eq 3 ] && grep -qE "^seqpar: error: watchdog: rank 0 at step 4 \(train
     [ "$(losses "$T/h.jsonl" | wc -l)" -eq 3 ]; then ok; else
     bad "injected hang: status $rc, $(grep -m 2 'seqpar' "$T/h.out")"; fi
 
+# ---- the setup's guard: rank 1 hangs before the communicators are made (SEQPAR_FAULT_HANG=1:0);
+# rank 0, blocked in MPI_Comm_split_type / MPI_Allreduce, ends the job within 4 x --comm-timeout
+# with one line (without the guard it waited forever: `timeout` would end it with 124)
+t0=$(now)
+SEQPAR_FAULT_HANG=1:0 timeout 60 mpirun --oversubscribe -np 2 "$SEQPAR" train "${SMALL[@]}" --batch 4 --steps 5 --dp 2 \
+    --comm-timeout 0.5 --log "$T/g.jsonl" >"$T/g.out" 2>&1
+rc=$?
+el=$(echo "$(now) - $t0" | bc)
+n=$(grep -c '^seqpar: error: watchdog' "$T/g.out")
+if [ $rc -eq 3 ] && [ "$n" -eq 1 ] && awk -v e="$el" 'BEGIN { exit !(e < 30) }' &&
+    grep -qE "^seqpar: error: watchdog: rank 0 before step 1 \(setup\): making the communicators \(MPI_Comm_split, MPI_Allreduce\) is not complete after 2\.0 s" "$T/g.out"; then ok; else
+    bad "hang before the setup: status $rc after ${el} s, $n watchdog line(s): $(grep -m 2 'seqpar' "$T/g.out")"; fi
+# and the guard ends with the setup: a run that outlasts its deadline (--comm-timeout 1: 4 s; 1200
+# small steps, about 6 s) completes
+timeout 60 mpirun --oversubscribe -np 2 "$SEQPAR" train "${SMALL[@]}" --batch 4 --steps 1200 --cp 2 --comm-timeout 1 \
+    --log "$T/g2.jsonl" >"$T/g2.out" 2>&1 && [ "$(losses "$T/g2.jsonl" | wc -l)" -eq 1200 ] && ok ||
+    bad "a run longer than the setup's deadline: $(grep -m 2 'seqpar' "$T/g2.out")"
+
 # ---- preemption: SIGUSR1 to mpirun (forwarded to every rank), 2 ranks, ring + ZeRO-1
 P=(train "${SMALL[@]}" --batch 4 --steps 100000 --cp 2 --zero 1)
 timeout 120 mpirun --oversubscribe -np 2 "$SEQPAR" "${P[@]}" --save "$T/pck" --log "$T/p.jsonl" >"$T/p.out" 2>&1 &

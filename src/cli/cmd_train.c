@@ -499,6 +499,11 @@ int cmd_train(int argc, char **argv) {
 
     SeqParallel par;
     o.par.wire_bf16 = o.mem.precision == PRECISION_BF16; /* the head exchange in bf16 too */
+    FaultPlan faults;
+    fault_plan_from_env(&faults);
+    int world_rank0 = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank0);
+    fault_maybe_hang(&faults, world_rank0, 0); /* step 0: before the communicators are made */
     seq_parallel_create(&par, &o.par, c, S, model.table.total);
     if (o.trace_step) trace_set_recording(par.comm->trace, 0); /* on again for that step only */
     int root = par.topo.world_rank == 0, dp = par.topo.dp, N = par.n_local;
@@ -599,8 +604,6 @@ int cmd_train(int argc, char **argv) {
         fflush(stdout);
     }
 
-    FaultPlan faults;
-    fault_plan_from_env(&faults);
     stop_signals_install();
     double last_loss = NAN;
     long first_step = st.step + 1;

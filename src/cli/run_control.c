@@ -64,8 +64,9 @@ void fault_plan_from_env(FaultPlan *f) {
         int r = -1;
         long st = 0;
         char tail = 0;
-        if (sscanf(s, "%d:%ld%c", &r, &st, &tail) != 2 || r < 0 || st < 1)
-            die_collective("SEQPAR_FAULT_HANG='%s' is not RANK:STEP such as '1:4' (a test-only setting: unset it)", s);
+        if (sscanf(s, "%d:%ld%c", &r, &st, &tail) != 2 || r < 0 || st < 0)
+            die_collective("SEQPAR_FAULT_HANG='%s' is not RANK:STEP such as '1:4' or '1:0' (a test-only setting: "
+                           "unset it)", s);
         f->hang_rank = r;
         f->hang_step = st;
     }
@@ -79,7 +80,8 @@ int fault_nonfinite_at(const FaultPlan *f, long step) {
 
 void fault_maybe_hang(const FaultPlan *f, int world_rank, long step) {
     if (f->hang_rank != world_rank || f->hang_step != step) return;
-    fprintf(stderr, "seqpar: rank %d hangs at step %ld (SEQPAR_FAULT_HANG, test only)\n", world_rank, step);
+    if (step == 0) fprintf(stderr, "seqpar: rank %d hangs before its setup (SEQPAR_FAULT_HANG, test only)\n", world_rank);
+    else fprintf(stderr, "seqpar: rank %d hangs at step %ld (SEQPAR_FAULT_HANG, test only)\n", world_rank, step);
     fflush(stderr);
     for (;;) {
         struct timespec ts = {1, 0};

@@ -11,6 +11,7 @@
  * set in normal runs, and costing one integer comparison per step when unset.
  *   SEQPAR_FAULT_NONFINITE=3,7  world rank 0 writes NaN into its gradient at steps 3 and 7
  *   SEQPAR_FAULT_HANG=R:S       world rank R stops making progress (sleeps) at the start of step S
+ *                               (S = 0: before the communicators are made, the setup's guard)
  * This file does not save anything or talk to MPI. */
 #ifndef SEQPAR_RUN_CONTROL_H
 #define SEQPAR_RUN_CONTROL_H
@@ -35,7 +36,8 @@ typedef struct {
 void fault_plan_from_env(FaultPlan *f);
 /* 1 if a NaN is to be injected at `step` (1-based). */
 int fault_nonfinite_at(const FaultPlan *f, long step);
-/* If this rank is to hang at `step`, prints a line on stderr and sleeps forever. */
+/* If this rank is to hang at `step` (0: before the setup), prints a line on stderr and sleeps
+ * forever. */
 void fault_maybe_hang(const FaultPlan *f, int world_rank, long step);
 
 #endif

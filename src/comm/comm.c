@@ -2,12 +2,15 @@
  * See comm.h. */
 #include "comm/comm.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "comm/trace.h"
 #include "core/common.h"
@@ -219,6 +222,74 @@ static void wait_deadline(Comm *c, const char *op, CommKind k, MPI_Comm group, i
             sleep_seconds(s < 1e-6 ? 1e-6 : s > 1e-3 ? 1e-3 : s);
         }
     }
+}
+
+/* ---- the setup's guard (comm.h) ---- */
+static pthread_mutex_t g_guard_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_guard_cv;
+static pthread_once_t g_guard_once = PTHREAD_ONCE_INIT;
+static int g_guard_armed, g_guard_rank, g_guard_thread_ok;
+static struct timespec g_guard_deadline; /* CLOCK_MONOTONIC */
+static double g_guard_timeout;
+static char g_guard_what[200];
+
+static void *guard_main(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&g_guard_mu);
+    for (;;) {
+        while (!g_guard_armed) pthread_cond_wait(&g_guard_cv, &g_guard_mu);
+        const struct timespec dl = g_guard_deadline;
+        if (pthread_cond_timedwait(&g_guard_cv, &g_guard_mu, &dl) != ETIMEDOUT || !g_guard_armed) continue;
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec < g_guard_deadline.tv_sec ||
+            (now.tv_sec == g_guard_deadline.tv_sec && now.tv_nsec < g_guard_deadline.tv_nsec))
+            continue; /* re-armed meanwhile */
+        fprintf(stderr,
+                "seqpar: error: watchdog: rank %d before step 1 (setup): %s is not complete after %.1f s: some rank is "
+                "stopped, dead or cut off (one of those that print no such line); ending the job (raise "
+                "--comm-timeout if the start is legitimately this slow)\n",
+                g_guard_rank, g_guard_what, g_guard_timeout);
+        fflush(stderr);
+        _exit(COMM_WATCHDOG_EXIT);
+    }
+    return NULL;
+}
+
+static void guard_init(void) {
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(&g_guard_cv, &a);
+    pthread_condattr_destroy(&a);
+    pthread_t th;
+    g_guard_thread_ok = pthread_create(&th, NULL, guard_main, NULL) == 0;
+    if (g_guard_thread_ok) pthread_detach(th);
+}
+
+void comm_guard_begin(int world_rank, const char *what, double timeout_s) {
+    if (!(timeout_s > 0)) return;
+    pthread_once(&g_guard_once, guard_init);
+    if (!g_guard_thread_ok) return; /* no thread: no guard (the setup runs as before) */
+    pthread_mutex_lock(&g_guard_mu);
+    clock_gettime(CLOCK_MONOTONIC, &g_guard_deadline);
+    const double end = (double)g_guard_deadline.tv_sec + 1e-9 * (double)g_guard_deadline.tv_nsec + timeout_s;
+    g_guard_deadline.tv_sec = (time_t)end;
+    g_guard_deadline.tv_nsec = (long)((end - (double)g_guard_deadline.tv_sec) * 1e9);
+    g_guard_timeout = timeout_s;
+    g_guard_rank = world_rank;
+    snprintf(g_guard_what, sizeof g_guard_what, "%s", what);
+    g_guard_armed = 1;
+    pthread_cond_signal(&g_guard_cv);
+    pthread_mutex_unlock(&g_guard_mu);
+}
+
+void comm_guard_end(void) {
+    if (!g_guard_thread_ok) return;
+    pthread_mutex_lock(&g_guard_mu);
+    g_guard_armed = 0;
+    pthread_cond_signal(&g_guard_cv);
+    pthread_mutex_unlock(&g_guard_mu);
 }
 
 /* ---- context ---- */

@@ -63,8 +63,14 @@ void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaC
                          size_t n_params) {
     memset(p, 0, sizeof *p);
     p->cfg = *cfg;
-    int world = 1;
+    int world = 1, world_rank = 0;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    /* the communicators are made by blocking calls every rank must reach: under the setup's
+     * guard, with the first step's allowance */
+    if (world > 1)
+        comm_guard_begin(world_rank, "making the communicators (MPI_Comm_split, MPI_Allreduce)",
+                         cfg->comm_timeout * COMM_SLOW_PHASE_FACTOR);
     p->strategy = strategy_find(cfg->strategy ? cfg->strategy : "2d");
     if (!p->strategy) {
         char *m = strategy_unknown_message(cfg->strategy);
@@ -122,6 +128,7 @@ void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaC
     p->attn = sp > 1 || own ? strategy_create_attention(p->strategy, &p->params, &p->topo, p->comm)
                      : local_attention_create(heads);
     grad_sync_init(&p->sync, MPI_COMM_WORLD, p->comm, n_params, cfg->zero, cfg->zero_group);
+    comm_guard_end();
 }
 
 int seq_parallel_free(SeqParallel *p, SeqErr *e) {
