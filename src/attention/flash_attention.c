@@ -591,7 +591,6 @@ static void wait_turn(atomic_int *turn, int mine) {
 
 int attn_backward_pass_rows(int n_q, int n_kv, int group, int head_dim, int bq, int bf16_tiles, int threads) {
     if (n_q <= 0 || bq <= 0) return n_q > 0 ? n_q : 0;
-    const int slots = attn_backward_dq_slots(threads);
     const char *env = getenv("SEQPAR_ATTN_BWD_ROWS");
     if (env && *env) {
         char *end;
@@ -601,6 +600,7 @@ int attn_backward_pass_rows(int n_q, int n_kv, int group, int head_dim, int bq, 
         r = (r + bq - 1) / bq * bq;
         return r < n_q ? (int)r : n_q;
     }
+    const int slots = attn_backward_dq_slots(threads);
     const double d = head_dim, ldc = d + FA_SKEW, d2 = (head_dim + 1) / 2;
     /* words per query row of the compact Q and dO copies: fp32 rows, or bf16 rows and pairs */
     const double copy_row = bf16_tiles ? 2 * (d2 + FA_SKEW / 2) + (d + FA_SKEW / 2) : 2 * ldc;

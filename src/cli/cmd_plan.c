@@ -30,14 +30,28 @@
  * AVX2-only Zen 3 the reference model's ran at 0.87-0.92x that sgemm's rate with one thread (and
  * 15-35% below it with two). 0 where one layer's weights exceed 64 MB (their products are large,
  * the 2048^3 rate fits them, and timing them here would take that memory twice). */
+/* The tokens model_gemm_gflops times (min(S, 4096)), or 0 where one layer's weights exceed 64 MB. */
+static int model_gemm_tokens(const LlamaConfig *c, long seq_len) {
+    if (llama_layer_matmul_params(c) * sizeof(float) > 64e6) return 0;
+    return (int)(seq_len < 4096 ? seq_len : 4096);
+}
+
+/* Floats of model_gemm_gflops' activation rows at N tokens: x, dx (D); q, dq (Dq); k, v (Dkv);
+ * gate, up and their gradients (ldF). */
+static size_t model_gemm_row_floats(const LlamaConfig *c, int N) {
+    const size_t D = (size_t)c->hidden_size, ldF = (size_t)linear_row_stride(c->intermediate_size);
+    const size_t Dq = (size_t)c->num_attention_heads * c->head_dim, Dkv = (size_t)c->num_key_value_heads * c->head_dim;
+    return (size_t)N * (2 * D + 2 * Dq + 2 * Dkv + 4 * ldF);
+}
+
 static double model_gemm_gflops(const LlamaConfig *c, long seq_len, int reps, int *tokens) {
     const int D = c->hidden_size, F = c->intermediate_size, ldF = linear_row_stride(F);
     const int Dq = c->num_attention_heads * c->head_dim, Dkv = c->num_key_value_heads * c->head_dim;
     const double wparams = llama_layer_matmul_params(c);
-    if (wparams * sizeof(float) > 64e6) return 0;
-    const int N = (int)(seq_len < 4096 ? seq_len : 4096);
+    const int N = model_gemm_tokens(c, seq_len);
+    if (N == 0) return 0;
     *tokens = N;
-    const size_t nw = (size_t)wparams, na = (size_t)N * ((size_t)2 * D + 2 * (size_t)Dq + 2 * (size_t)Dkv + 4 * (size_t)ldF);
+    const size_t nw = (size_t)wparams, na = model_gemm_row_floats(c, N);
     float *w = xmalloc_aligned(2 * nw * sizeof(float)), *a = xmalloc_aligned(na * sizeof(float));
     for (size_t i = 0; i < 2 * nw; i++) w[i] = 0.01f * (float)((int)(i % 13) - 6);
     for (size_t i = 0; i < na; i++) a[i] = 0.1f * (float)((int)(i % 11) - 5);
@@ -77,10 +91,8 @@ static double model_gemm_gflops(const LlamaConfig *c, long seq_len, int reps, in
 /* Bytes one copy of the rate measurements holds at once: model_gemm_gflops' weights and rows (or
  * the 2048^3 GEMM's three matrices) and attention_bench's eight (4096, 2 heads, d) arrays. */
 static double rate_bytes(const LlamaConfig *c, long seq_len) {
-    const double D = c->hidden_size, ldF = linear_row_stride(c->intermediate_size);
-    const double Dq = (double)c->num_attention_heads * c->head_dim, Dkv = (double)c->num_key_value_heads * c->head_dim;
-    const double wparams = llama_layer_matmul_params(c), N = seq_len < 4096 ? (double)seq_len : 4096;
-    const double gemm = wparams * 4 > 64e6 ? 3.0 * 2048 * 2048 : 2 * wparams + N * (2 * D + 2 * Dq + 2 * Dkv + 4 * ldF);
+    const int N = model_gemm_tokens(c, seq_len);
+    const double gemm = N ? 2 * llama_layer_matmul_params(c) + (double)model_gemm_row_floats(c, N) : 3.0 * 2048 * 2048;
     return 4.0 * (gemm + 8.0 * 4096 * 2 * c->head_dim);
 }
 
