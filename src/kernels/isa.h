@@ -144,8 +144,8 @@ typedef struct {
     /* one head of RoPE: (x1, x2) -> (x1 c - x2 sign s, x2 c + x1 sign s), half = head_dim / 2 */
     void (*rope_head)(float *x, const float *c, const float *s, int half, float sign);
     void (*swiglu_fwd)(float *h, const float *gate, const float *up, size_t n);
-    /* dgate = dh up silu'(gate), dup = dh silu(gate): written, not accumulated */
-    /* in place allowed (dgate == gate, dup == up): each element read before it is written */
+    /* dgate = dh up silu'(gate), dup = dh silu(gate): written, not accumulated; in place allowed
+     * (dgate == gate, dup == up): each element is read before it is written */
     void (*swiglu_bwd)(float *dgate, float *dup, const float *dh, const float *gate, const float *up, size_t n);
     /* Cross-entropy of one row of logits li (V): returns lse - li[t] (0 when t < 0), stores the
      * argmax in *arg; with grad, li becomes scale (softmax - onehot(t)) (0 when t < 0). */
