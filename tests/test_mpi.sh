@@ -14,7 +14,8 @@
 #   - FPDT (--strategy fpdt --chunks u): the single-process gradient file for u in 1, 2, 4, 8 at 1,
 #     2 and 4 ranks, MQA and uneven heads, selective checkpointing, 20 training steps; the layers
 #     streamed chunk by chunk (none, layer, layer inputs offloaded) against --no-stream's whole layers;
-#   - bad grids print the same one-line error on every rank and exit non-zero without hanging.
+#   - bad grids print the same one-line error on every rank and exit non-zero without hanging, and
+#     so does an --offload-dir that one rank alone cannot use.
 # Prints "N passed, N failed".
 set -u
 BUILD=${1:-build}
@@ -301,5 +302,19 @@ grid_error 2 "fpdt splits heads only: drop --cp 2" --seq-len 256 --strategy fpdt
 grid_error 2 "offload-dir /nonexistent-seqpar: cannot create a file there" --seq-len 256 --strategy fpdt --offload-dir /nonexistent-seqpar
 grid_error 2 "offload-dir moves FPDT chunks and checkpointed layer inputs: add --checkpoint layer|selective" --seq-len 256 --offload-dir /tmp
 grid_error 2 "offload-dir /nonexistent-seqpar: cannot create a file there" --seq-len 256 --checkpoint layer --offload-dir /nonexistent-seqpar
+
+# an --offload-dir that one rank cannot use (a directory one node lacks: MPMD gives rank 1 another
+# path): every rank prints that rank's one line and the job ends at once, where it had waited in its
+# first collective until the watchdog (4 x --comm-timeout), without MPI_Abort's banner
+for extra in "--checkpoint layer" "--strategy fpdt --chunks 2"; do
+    A=(grad --model "$FIX/tiny_long" --tokens "$FIX/tiny_long/tokens.bin" --out "$T/x" --seq-len 256 --comm-timeout 60 $extra)
+    t0=$SECONDS
+    err=$(timeout 120 mpirun --oversubscribe -np 1 "$SEQPAR" "${A[@]}" --offload-dir "$T/offload" : \
+        -np 1 "$SEQPAR" "${A[@]}" --offload-dir /nonexistent-seqpar 2>&1 >/dev/null)
+    rc=$?
+    n=$(printf '%s\n' "$err" | grep -c '^seqpar: error: rank 1: --offload-dir /nonexistent-seqpar: cannot create a file there')
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$n" -eq 2 ] && [ $((SECONDS - t0)) -lt 30 ] && ! printf '%s' "$err" | grep -q MPI_ABORT; then ok; else
+        bad "--offload-dir missing on rank 1 only ($extra): status $rc, $((SECONDS - t0)) s, $n of 2 ranks: $(printf '%s' "$err" | head -n 3)"; fi
+done
 
 summary test_mpi

@@ -255,18 +255,36 @@ static void disk_destroy(ChunkTier *t) {
     xfree(t);
 }
 
+/* A new file in dir, already unlinked (gone when the process ends, however it ends); path gets its
+ * name. -1 with the one-line message in err. */
+static int offload_file(const char *dir, int rank, char *path, size_t path_size, char *err, size_t errsz) {
+    snprintf(path, path_size, "%s/seqpar-offload-%ld-r%d-XXXXXX", dir, (long)getpid(), rank);
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        snprintf(err, errsz, "--offload-dir %s: cannot create a file there (%s)", dir, strerror(errno));
+        return -1;
+    }
+    unlink(path);
+    return fd;
+}
+
+int chunk_tier_disk_probe(const char *dir, int rank, char *err, size_t errsz) {
+    char path[4096];
+    int fd = offload_file(dir, rank, path, sizeof path, err, errsz);
+    if (fd < 0) return -1;
+    close(fd);
+    return 0;
+}
+
 ChunkTier *chunk_tier_disk_create(const char *dir, int rank, int chunks, const size_t chunk_floats[TIER_KINDS],
                                   unsigned bf16_kinds, char *err, size_t errsz) {
     Disk *k = xcalloc(1, sizeof *k);
-    snprintf(k->path, sizeof k->path, "%s/seqpar-offload-%ld-r%d-XXXXXX", dir, (long)getpid(), rank);
-    k->fd = mkstemp(k->path);
+    k->fd = offload_file(dir, rank, k->path, sizeof k->path, err, errsz);
     if (k->fd < 0) {
-        snprintf(err, errsz, "--offload-dir %s: cannot create a file there (%s)", dir, strerror(errno));
         xfree(k);
         return NULL;
     }
     snprintf(k->dir, sizeof k->dir, "%s", dir);
-    unlink(k->path); /* gone when the process ends, however it ends */
     ChunkTier *t = xcalloc(1, sizeof *t);
     t->name = "disk";
     t->ctx = k;

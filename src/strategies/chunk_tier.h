@@ -77,6 +77,11 @@ void chunk_tier_destroy(ChunkTier *t);
  * NULL with a one-line message in err (size errsz) when DIR is not a writable directory. */
 ChunkTier *chunk_tier_disk_create(const char *dir, int rank, int chunks, const size_t chunk_floats[TIER_KINDS],
                                   unsigned bf16_kinds, char *err, size_t errsz);
+/* Whether this rank can make its offload file in dir (made and removed at once): 0, or -1 with
+ * chunk_tier_disk_create's one-line message in err. Every rank probes at set-up and the first
+ * failing rank's line ends all of them (seq_parallel_create), where one rank's failing create
+ * later would leave the others waiting in their next collective. */
+int chunk_tier_disk_probe(const char *dir, int rank, char *err, size_t errsz);
 size_t chunk_tier_disk_saved_floats(int chunks, const size_t chunk_floats[TIER_KINDS]);
 
 /* Zeros for the RAM tier. */

@@ -410,7 +410,7 @@ static SeqAttention *fpdt_create(const StrategyParams *p, const Topology *t, Com
         /* under bf16 attention q_h, kv_h and (rounded in fwd_chunk) o_h are bf16 values: bf16 on disk */
         const unsigned b16 = p->attn_bf16 ? 1u << TIER_Q | 1u << TIER_KV | 1u << TIER_O : 0;
         x->tier = chunk_tier_disk_create(p->offload_dir, t->world_rank, x->u, sizes, b16, err, sizeof err);
-        if (!x->tier) die_collective("%s", err);
+        if (!x->tier) die("%s", err); /* after the set-up's probe: this rank alone (chunk_tier.h) */
     } else {
         x->tier = chunk_tier_ram_create(x->u, sizes);
     }
@@ -427,7 +427,7 @@ static SeqAttention *fpdt_create(const StrategyParams *p, const Topology *t, Com
         /* dout_h: the model's dout, bf16-rounded under bf16 */
         x->dout_tier = chunk_tier_disk_create(p->offload_dir, t->world_rank, x->u, dsizes,
                                               p->attn_bf16 ? 1u << TIER_Q : 0, err, sizeof err);
-        if (!x->dout_tier) die_collective("%s", err);
+        if (!x->dout_tier) die("%s", err);
         x->dout_saved = &x->dout_key;
     } else {
         const size_t dsizes[TIER_KINDS] = {Cn * x->Hl * d, 0, 0, 0};

@@ -113,6 +113,14 @@ void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaC
         err = strategy_check(p->strategy, &p->params);
         if (err) die_collective("%s", err);
     }
+    if (cfg->offload_dir) { /* a directory one node lacks: every rank's one line, not a stall (chunk_tier.h) */
+        SeqErr e;
+        char msg[sizeof e.msg - 16];
+        const int bad = chunk_tier_disk_probe(cfg->offload_dir, world_rank, msg, sizeof msg) != 0;
+        if (bad && world > 1) seq_err(&e, "rank %d: %s", world_rank, msg);
+        else if (bad) seq_err(&e, "%s", msg);
+        die_if_any_rank(bad ? &e : NULL);
+    }
     p->n_local = seq_len / sp;
     p->positions = xmalloc(sizeof(int) * (size_t)p->n_local);
     if (sp > 1 || own) {
