@@ -4,7 +4,8 @@
 #   - watchdog: a rank stopped with SIGSTOP in the middle of a 4-rank run ends the job within
 #     --comm-timeout + 10 s with exit status 3 and one line per still-running rank naming the
 #     operation, the peers or group and the step (the stopped rank prints none); an injected hang
-#     (SEQPAR_FAULT_HANG, test only) ends a 2-rank run the same way;
+#     (SEQPAR_FAULT_HANG, test only) ends a 2-rank run the same way, also where the others wait in
+#     the ranks' error exchange of a step's data read;
 #   - preemption: SIGUSR1 sent to mpirun, SIGTERM sent to every rank, and SIGINT to a single
 #     process each stop the run after the current step with a checkpoint and exit 0; resuming
 #     from it gives losses bit-identical to an uninterrupted run;
@@ -75,6 +76,19 @@ el=$(echo "$(now) - $t0" | bc)
 if [ $rc -eq 3 ] && grep -qE "^seqpar: error: watchdog: rank 0 at step 4 \(train\): MPI_Iallreduce( \([a-z_ ]+\))? over a group of 2 ranks \(world 0-1\)" "$T/h.out" &&
     [ "$(losses "$T/h.jsonl" | wc -l)" -eq 3 ]; then ok; else
     bad "injected hang: status $rc, $(grep -m 2 'seqpar' "$T/h.out")"; fi
+
+# ---- the ranks' error exchange under the same deadline: on token data every step's read ends in
+# one (die_if_any_rank), which waited without a deadline: rank 0 waited there forever while rank
+# 1 hung at step 4 (`timeout` ended it with 124)
+t0=$(now)
+SEQPAR_FAULT_HANG=1:4 timeout 60 mpirun --oversubscribe -np 2 "$SEQPAR" train --model "$FIX/tiny_long" \
+    --data "$FIX/tiny_long/tokens.bin" --seq-len 64 --steps 50 --dp 2 --comm-timeout 2 --log "$T/hx.jsonl" >"$T/hx.out" 2>&1
+rc=$?
+el=$(echo "$(now) - $t0" | bc)
+if [ $rc -eq 3 ] && [ "$(grep -c '^seqpar: error: watchdog' "$T/hx.out")" -eq 1 ] && awk -v e="$el" 'BEGIN { exit !(e < 30) }' &&
+    grep -q "^seqpar: error: watchdog: rank 0: the ranks' error exchange (MPI_Iallreduce over all 2 ranks) is not complete after 2\.[0-9] s" "$T/hx.out" &&
+    [ "$(losses "$T/hx.jsonl" | wc -l)" -eq 3 ]; then ok; else
+    bad "hang before a step's data exchange: status $rc after ${el} s: $(grep -m 2 'seqpar' "$T/hx.out")"; fi
 
 # ---- the setup's guard: rank 1 hangs before the communicators are made (SEQPAR_FAULT_HANG=1:0);
 # rank 0, blocked in MPI_Comm_split_type / MPI_Allreduce, ends the job within 4 x --comm-timeout

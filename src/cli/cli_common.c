@@ -193,7 +193,10 @@ int parallel_flags_handle(ParallelConfig *c, const char *cmd, int opt, const cha
     case 2013: c->team = (int)parse_long(cmd, "team", arg, 1, 1 << 20); return 1;
     case 2015: c->offload_dir = arg; return 1;
     case 2014: c->chunks = (int)parse_long(cmd, "chunks", arg, 1, 1 << 20); return 1;
-    case 2030: c->comm_timeout = parse_double(cmd, "comm-timeout", arg, 0, 1e7); return 1;
+    case 2030: /* and the deadline of the ranks' error exchanges until the watchdog takes it over */
+        c->comm_timeout = parse_double(cmd, "comm-timeout", arg, 0, 1e7);
+        exchange_deadline_set(c->comm_timeout * COMM_SLOW_PHASE_FACTOR);
+        return 1;
     default: return 0;
     }
 }

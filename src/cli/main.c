@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "comm/comm.h"
 #include "core/common.h"
 #include "kernels/blas_core.h"
 #include "kernels/sgemm.h"
@@ -44,6 +45,9 @@ int main(int argc, char **argv) {
     int skip_mpi = argc >= 2 && (!strcmp(argv[1], "memory") || !strcmp(argv[1], "plan")) && !getenv("OMPI_COMM_WORLD_SIZE") &&
                    !getenv("PMI_SIZE");
     if (!skip_mpi) MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    /* the ranks' error exchanges (die_if_any_rank) under the set-up's deadline; --comm-timeout
+     * changes it, the watchdog keeps it after the set-up */
+    exchange_deadline_set(COMM_DEFAULT_TIMEOUT_S * COMM_SLOW_PHASE_FACTOR);
     int status;
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         fputs(USAGE, stdout);

@@ -89,7 +89,10 @@ static void record(Comm *c, const char *name, const char *cat, double t0, double
 }
 
 /* ---- watchdog ---- */
-void comm_set_timeout(Comm *c, double seconds) { c->timeout_s = seconds > 0 ? seconds : 0; }
+void comm_set_timeout(Comm *c, double seconds) {
+    c->timeout_s = seconds > 0 ? seconds : 0;
+    exchange_deadline_set(c->timeout_s); /* die_if_any_rank's waits: the same deadline (common.h) */
+}
 
 void comm_set_step(Comm *c, long step, const char *phase) {
     c->step = step;

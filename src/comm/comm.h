@@ -83,7 +83,7 @@ typedef struct CommTrace CommTrace; /* trace.h */
 /* Exit status of a job ended by the watchdog (mpirun returns it), distinct from the status 1
  * of other errors so that a job script can tell a hang (e.g. requeue elsewhere) from a bad
  * input. */
-#define COMM_WATCHDOG_EXIT 3
+#define COMM_WATCHDOG_EXIT SEQPAR_WATCHDOG_EXIT /* 3 (common.h) */
 #define COMM_DEFAULT_TIMEOUT_S 300.0
 /* The first step, checkpoint saves and loads and everything before step 1 may take this many
  * times the deadline (connection set-up, first touch of all memory, rank 0 writing alone). */

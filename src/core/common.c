@@ -57,6 +57,49 @@ int seq_err(SeqErr *e, const char *fmt, ...) {
     return -1;
 }
 
+static double g_exchange_deadline; /* seconds; 0: none */
+
+void exchange_deadline_set(double seconds) { g_exchange_deadline = seconds > 0 ? seconds : 0; }
+
+static double monotonic_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Completes r within g_exchange_deadline, or prints the watchdog's kind of line and ends the job.
+ * As the watchdog (comm.c): a gap of over a second between two checks means this process was not
+ * running (SIGSTOP, a suspended VM), and does not count. */
+static void exchange_wait(MPI_Request *r, int rank, int size) {
+    int done = 0;
+    double t0 = monotonic_seconds(), prev = t0;
+    for (long polls = 0;; polls++) {
+        MPI_Test(r, &done, MPI_STATUS_IGNORE);
+        if (done) return;
+        const double t = monotonic_seconds();
+        if (t - prev > 1.0) t0 += t - prev;
+        prev = t;
+        const double waited = t - t0;
+        if (g_exchange_deadline > 0 && waited > g_exchange_deadline) {
+            fprintf(stderr,
+                    "seqpar: error: watchdog: rank %d: the ranks' error exchange (MPI_Iallreduce over all %d ranks) "
+                    "is not complete after %.1f s: some rank is stopped, dead or cut off (one of those that print no "
+                    "such line); ending the job (raise --comm-timeout if the ranks are legitimately this slow)\n",
+                    rank, size, waited);
+            fflush(stderr);
+            const double grace = g_exchange_deadline / 2 < 5 ? g_exchange_deadline / 2 : 5; /* the others' lines */
+            const struct timespec ts = {(time_t)grace, (long)((grace - (double)(time_t)grace) * 1e9)};
+            nanosleep(&ts, NULL);
+            MPI_Abort(MPI_COMM_WORLD, SEQPAR_WATCHDOG_EXIT);
+            exit(SEQPAR_WATCHDOG_EXIT); /* not reached */
+        }
+        if (polls > 1000) { /* then a check every millisecond: waiting ranks leave the cores to the others */
+            const struct timespec ms = {0, 1000000};
+            nanosleep(&ms, NULL);
+        }
+    }
+}
+
 void die_if_any_rank(const SeqErr *e) {
     if (mpi_world_size() <= 1) {
         if (e) die_collective("%s", e->msg);
@@ -66,7 +109,9 @@ void die_if_any_rank(const SeqErr *e) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     int first = e ? rank : size;
-    MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Request r;
+    MPI_Iallreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &r);
+    exchange_wait(&r, rank, size); /* every rank is past it: the broadcast below finds them all */
     if (first == size) return;
     SeqErr shared;
     if (rank == first) shared = *e;

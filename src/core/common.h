@@ -34,6 +34,15 @@ int seq_err(SeqErr *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)
  * This is how the CLI ends a run for a loader error that only some ranks may have seen. */
 void die_if_any_rank(const SeqErr *e);
 
+/* Exit status of a job ended by a deadline (the watchdog, comm.h; die_if_any_rank's wait). */
+#define SEQPAR_WATCHDOG_EXIT 3
+/* The deadline of die_if_any_rank's wait for the other ranks, in seconds (0: none): a rank that
+ * never reaches the exchange (stopped, hung in I/O, cut off) ends the job with one "watchdog"
+ * line and status SEQPAR_WATCHDOG_EXIT rather than leaving the others waiting. The command line
+ * sets it from --comm-timeout before the first exchange, and comm_set_timeout keeps it equal to
+ * the watchdog's deadline from then on. Default: none. */
+void exchange_deadline_set(double seconds);
+
 void *xmalloc(size_t n);          /* dies with the size on failure; tracked for peak memory */
 /* A tracked copy of a string (freed with xfree): how library code returns one-line messages. */
 char *xstrdup(const char *s);
