@@ -816,6 +816,18 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
                             const int cls = tile_class(mask, qr[qt], kr[kt]);
                             if (cls == TILE_HIDDEN) continue;
                             const int i0 = qt * BQ, bq = i0 + BQ <= n_q ? BQ : n_q - i0;
+                            /* fp32, a tile across the diagonal: its products run over rows r_lo..
+                             * (the leading rows before the tile's first key see none of it) and
+                             * keys ..je - 1 (later keys are past the tile's latest query). The
+                             * terms left out are exact zeros (p = 0), so every sum is the whole
+                             * tile's, bit for bit. */
+                            int r_lo = 0, je = bk;
+                            if (cls == TILE_PARTIAL && !bt) {
+                                while (r_lo < bq && q_pos[i0 + r_lo] < kr[kt].pos_lo) r_lo++;
+                                while (je > 0 && kv_pos[j0 + je - 1] > qr[qt].pos_hi) je--;
+                                if (r_lo == bq || je == 0) continue;
+                            }
+                            const int bqe = bq - r_lo; /* the rows the products run over */
                             /* this tile's Q, dO: rows and pairs (bf16), compact rows (fp32) */
                             const size_t ro = ((size_t)hp * PR + (i0 - r0)) * ldkw;
                             const size_t po = ((size_t)hp * pr2 + (i0 - r0) / 2) * ldvw;
@@ -844,31 +856,32 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
                             if (bt) { /* unscaled (alpha applied with the exponential, as the forward) */
                                 bt->tile_gemm(bq, bk, d2, 1.0f, Qrows + ro, ldkw, 1, KTw, ldp, 0, P, ldp, NULL);
                             } else {
-                                sk->tile_gemm(bq, bk, d, alpha, Qc, ldc, 1, Kt, ldp, 0, P, ldp, NULL);
+                                sk->tile_gemm(bqe, je, d, alpha, Qc + (size_t)r_lo * ldc, ldc, 1, Kt, ldp, 0,
+                                              P + (size_t)r_lo * ldp, ldp, NULL);
                             }
                             int any = 0;
-                            for (int r = 0; r < bq; r++) {
+                            for (int r = r_lo; r < bq; r++) {
                                 float *prow = P + (size_t)r * ldp;
                                 float L = lse[(size_t)(i0 + r) * H + h];
                                 int hidden = L == -INFINITY;
                                 if (cls == TILE_PARTIAL && !hidden && !q_doc) {
                                     int qp = q_pos[i0 + r];
                                     if (qp < kr[kt].pos_lo) hidden = 1;
-                                    else if (qp < kr[kt].pos_hi) row_mask(prow, kv_pos + j0, bk, qp);
+                                    else if (qp < kr[kt].pos_hi) row_mask(prow, kv_pos + j0, je, qp);
                                 } else if (cls == TILE_PARTIAL && !hidden) {
                                     const int qp = q_pos[i0 + r], qd = q_doc[i0 + r];
                                     const AttnSpan kk = kr[kt];
                                     if (qp < kk.pos_lo || qd < kk.doc_lo || qd > kk.doc_hi) hidden = 1;
                                     else if (qp < kk.pos_hi || kk.doc_lo != kk.doc_hi)
-                                        row_mask_docs(prow, kv_pos + j0, kv_doc + j0, bk, qp, qd);
+                                        row_mask_docs(prow, kv_pos + j0, kv_doc + j0, je, qp, qd);
                                 }
                                 if (hidden) {
-                                    memset(prow, 0, (size_t)bk * sizeof(float));
+                                    memset(prow, 0, (size_t)je * sizeof(float));
                                     continue;
                                 }
                                 any = 1;
                                 if (bt) sk->row_exp2_scaled_sum(prow, bk, alpha, (float)(L * FA_LOG2E));
-                                else sk->row_exp2_sum(prow, bk, (float)(L * FA_LOG2E));
+                                else sk->row_exp2_sum(prow, je, (float)(L * FA_LOG2E));
                             }
                             if (!any) continue;
                             const int bq2r = (bq + 1) / 2, bk2r = (bk + 1) / 2; /* pair steps over bq, bk */
@@ -878,13 +891,16 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
                                     bt->tile_gemm(bk, d, bq2r, 1.0f, Pp, 1, ldp, dOpairs + po, ldvw, 1, dVt, (size_t)d,
                                                   NULL);
                                 } else {
-                                    sk->tile_gemm(bk, d, bq, 1.0f, P, 1, ldp, dOc, ldc, 1, dVt, (size_t)d, NULL);
+                                    sk->tile_gemm(je, d, bqe, 1.0f, P + (size_t)r_lo * ldp, 1, ldp,
+                                                  dOc + (size_t)r_lo * ldc, ldc, 1, dVt, (size_t)d, NULL);
                                 }
                             }
                             if (!dq && !dk) continue;
                             /* dP (bq, bk) = dO (bq, d) V^T (d, bk) */
                             if (bt) bt->tile_gemm(bq, bk, d2, 1.0f, dOrows + ro, ldkw, 1, VTw, ldp, 0, dP, ldp, &pfp);
-                            else sk->tile_gemm(bq, bk, d, 1.0f, dOc, ldc, 1, Vt, ldp, 0, dP, ldp, NULL);
+                            else
+                                sk->tile_gemm(bqe, je, d, 1.0f, dOc + (size_t)r_lo * ldc, ldc, 1, Vt, ldp, 0,
+                                              dP + (size_t)r_lo * ldp, ldp, NULL);
                             float *dq_tile = dq ? dq_base + (size_t)(i0 - r0) * dq_ld + (size_t)hp * d : NULL;
                             /* this pair's dq rows (strided; a row may straddle one more line), toward L2
                              * during the dK product */
@@ -910,13 +926,16 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
                                 if (dq) /* dQ (bq, d) += (scale dS) (bq, bk) K (bk, d) */
                                     bt->tile_gemm(bq, d, bk2r, 1.0f, dSr, ldsw, 1, Kp, ldc, 1, dq_tile, dq_ld, &pfq);
                             } else {
-                                for (int r = 0; r < bq; r++) /* dS = P * (dP - delta), into P */
-                                    sk->ds_row(P + (size_t)r * ldp, dP + (size_t)r * ldp, bk,
+                                for (int r = r_lo; r < bq; r++) /* dS = P * (dP - delta), into P */
+                                    sk->ds_row(P + (size_t)r * ldp, dP + (size_t)r * ldp, je,
                                                delta[(size_t)(i0 + r) * H + h]);
+                                const float *dS = P + (size_t)r_lo * ldp;
                                 if (dk) /* dK (bk, d) += scale dS^T (bk, bq) Q (bq, d) */
-                                    sk->tile_gemm(bk, d, bq, scale, P, 1, ldp, Qc, ldc, 1, dKt, (size_t)d, &pfdq);
+                                    sk->tile_gemm(je, d, bqe, scale, dS, 1, ldp, Qc + (size_t)r_lo * ldc, ldc, 1, dKt,
+                                                  (size_t)d, &pfdq);
                                 if (dq) /* dQ (bq, d) += scale dS (bq, bk) K (bk, d) */
-                                    sk->tile_gemm(bq, d, bk, scale, P, ldp, 1, Kc, ldc, 1, dq_tile, dq_ld, &pfq);
+                                    sk->tile_gemm(bqe, d, je, scale, dS, ldp, 1, Kc, ldc, 1,
+                                                  dq_tile + (size_t)r_lo * dq_ld, dq_ld, &pfq);
                             }
                         }
                     }
