@@ -11,6 +11,10 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 # probing UCX at every MPI_Init, ~0.2 s a launch here (the suite: 547 s -> 419 s on a 2-core Zen 3).
 # The transport does not change what a test checks; a user's run keeps Open MPI's own choice.
 export OMPI_MCA_pml=${OMPI_MCA_pml:-ob1}
+# No start-up sgemm trials for the MFU peak in every `seqpar train` (~2 s a run alone, several
+# seconds a rank under mpirun on 2 cores): --peak-gflops' default. test_cli and test_bf16 unset it
+# where they check the measured peaks (fp32 and bf16).
+export SEQPAR_PEAK_GFLOPS=${SEQPAR_PEAK_GFLOPS:-100}
 total_pass=0
 total_fail=0
 marker=$(mktemp) # run directories made after it in the working tree's runs/: a train run without --log

@@ -60,6 +60,14 @@ for c in train grad bench; do
 done
 expect_error "unknown command" "unknown command 'frobnicate'" "$SEQPAR" frobnicate
 
+# ---- MFU against the measured fp32 peak (the best of several sgemm trials, named in the header),
+# never above 100%: the suite's other runs skip the trials (SEQPAR_PEAK_GFLOPS, run_tests.sh)
+out=$(SEQPAR_PEAK_GFLOPS= timeout 120 "$SEQPAR" train --layers 1 --hidden 32 --heads 4 --kv-heads 2 --ffn 64 --vocab 64 \
+    --seq-len 64 --steps 3 --log "$T/peak.jsonl" 2>&1)
+if printf '%s' "$out" | grep -q "MFU and HFU against [0-9.]* GFLOPS per rank: fp32 peak, the best of [0-9]* sgemm" &&
+    awk '/"mfu":/ { sub(/.*"mfu": /, ""); sub(/,.*/, ""); if ($0 + 0 > 1 || $0 + 0 <= 0) bad = 1 } END { exit bad }' "$T/peak.jsonl"; then ok; else
+    bad "train: MFU not against the measured fp32 peak: $(printf '%s' "$out" | grep -m1 'MFU and HFU')"; fi
+
 # ---- training, checkpoint, resume bit-identity
 TRAIN=(--layers 2 --hidden 32 --heads 4 --kv-heads 2 --ffn 64 --vocab 64 --seq-len 64 --batch 2 --steps 6
        --warmup 2 --eval-every 0 --eval-seqs 2 --quiet --peak-gflops 100 --seed 5)
