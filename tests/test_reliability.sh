@@ -102,6 +102,16 @@ n=$(grep -c '^seqpar: error: watchdog' "$T/g.out")
 if [ $rc -eq 3 ] && [ "$n" -eq 1 ] && awk -v e="$el" 'BEGIN { exit !(e < 30) }' &&
     grep -qE "^seqpar: error: watchdog: rank 0 before step 1 \(setup\): making the communicators \(MPI_Comm_split, MPI_Allreduce\) is not complete after 2\.0 s" "$T/g.out"; then ok; else
     bad "hang before the setup: status $rc after ${el} s, $n watchdog line(s): $(grep -m 2 'seqpar' "$T/g.out")"; fi
+# MPI_Init waits for every rank to start: under the same guard. Rank 1 (MPMD: a shell that sleeps
+# 60 s before it starts seqpar) never arrives in time; rank 0 ends the job with one line
+t0=$(now)
+timeout 60 mpirun --oversubscribe -np 1 "$SEQPAR" train "${SMALL[@]}" --steps 5 --cp 2 --comm-timeout 0.5 --log "$T/i.jsonl" : \
+    -np 1 sh -c "sleep 60; exec \"$SEQPAR\" train --steps 5 --cp 2" >"$T/i.out" 2>&1
+rc=$?
+el=$(echo "$(now) - $t0" | bc)
+if [ $rc -eq 3 ] && [ "$(grep -c '^seqpar: error: watchdog' "$T/i.out")" -eq 1 ] && awk -v e="$el" 'BEGIN { exit !(e < 30) }' &&
+    grep -q "^seqpar: error: watchdog: rank 0 before step 1 (setup): MPI_Init (waiting for every rank to start) is not complete after 2\.0 s" "$T/i.out"; then ok; else
+    bad "a rank that never starts: status $rc after ${el} s: $(grep -m 2 'seqpar' "$T/i.out")"; fi
 # and the guard ends with the setup: a run that outlasts its deadline (--comm-timeout 1: 4 s; 1200
 # small steps, about 6 s) completes
 timeout 60 mpirun --oversubscribe -np 2 "$SEQPAR" train "${SMALL[@]}" --batch 4 --steps 1200 --cp 2 --comm-timeout 1 \

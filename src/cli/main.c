@@ -28,6 +28,22 @@ static const char USAGE[] =
     "\n"
     "'seqpar <command> --help' describes each command's options.\n";
 
+/* --comm-timeout's value on the command line before MPI starts (the real parser checks it later):
+ * the default where absent or not a number >= 0. */
+static double comm_timeout_from_args(int argc, char **argv) {
+    double t = COMM_DEFAULT_TIMEOUT_S;
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        if (!strcmp(argv[i], "--comm-timeout") && i + 1 < argc) v = argv[i + 1];
+        else if (!strncmp(argv[i], "--comm-timeout=", 15)) v = argv[i] + 15;
+        if (!v) continue;
+        char *end = NULL;
+        const double x = strtod(v, &end);
+        if (end != v && !*end && x >= 0) t = x;
+    }
+    return t;
+}
+
 int main(int argc, char **argv) {
     int provided = 0;
     /* a write past a file size limit (ulimit -f) fails with EFBIG and takes the writers' error path
@@ -44,7 +60,17 @@ int main(int argc, char **argv) {
      * start-up (a second on a busy machine) */
     int skip_mpi = argc >= 2 && (!strcmp(argv[1], "memory") || !strcmp(argv[1], "plan")) && !getenv("OMPI_COMM_WORLD_SIZE") &&
                    !getenv("PMI_SIZE");
+    /* Under a launcher, MPI_Init waits for every rank to start (a fence with all of them): under
+     * the set-up's guard (comm.h), so that a rank that never starts ends the job with one line */
+    const char *launched = getenv("OMPI_COMM_WORLD_SIZE");
+    const int guard = !skip_mpi && launched && atoi(launched) > 1;
+    if (guard) {
+        const char *r = getenv("OMPI_COMM_WORLD_RANK");
+        comm_guard_begin(r ? atoi(r) : -1, "MPI_Init (waiting for every rank to start)",
+                         comm_timeout_from_args(argc, argv) * COMM_SLOW_PHASE_FACTOR);
+    }
     if (!skip_mpi) MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    if (guard) comm_guard_end();
     /* the ranks' error exchanges (die_if_any_rank) under the set-up's deadline; --comm-timeout
      * changes it, the watchdog keeps it after the set-up */
     exchange_deadline_set(COMM_DEFAULT_TIMEOUT_S * COMM_SLOW_PHASE_FACTOR);
