@@ -142,9 +142,10 @@ void comm_set_timeout(Comm *c, double seconds);
  * (string literal such as "train", "eval", "save"), both named in its message. */
 void comm_set_step(Comm *c, long step, const char *phase);
 
-/* The setup's guard. Communicators are made (MPI_Comm_split, MPI_Comm_split_type, ...) and
- * agreed on (MPI_Allreduce) by blocking calls before any Comm exists, where the watchdog above
- * cannot reach. comm_guard_begin arms a deadline `timeout_s` from now (0: none) over what the
+/* The setup's guard. MPI_Init (which under mpirun waits for every rank to start) and the
+ * communicators' creation (MPI_Comm_split, MPI_Comm_split_type, ...) and agreement
+ * (MPI_Allreduce) are blocking calls made before any Comm exists, where the watchdog above cannot
+ * reach. comm_guard_begin arms a deadline `timeout_s` from now (0: none) over what the
  * process does until comm_guard_end; a helper thread waits for it, and if it passes first, prints
  * ONE line on stderr ("seqpar: error: watchdog: rank R before step 1 (setup): WHAT is not
  * complete after T s: ...") and ends the process with _exit(COMM_WATCHDOG_EXIT) (a thread
