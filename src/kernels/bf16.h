@@ -90,5 +90,7 @@ void bf16_pack(bf16_t *dst, const float *src, size_t n);
 void bf16_unpack(float *dst, const bf16_t *src, size_t n);
 /* x = float(bf16(x)) in place: what a bf16 operand holds, kept in an fp32 buffer. */
 void bf16_round(float *x, size_t n);
+/* dst = float(bf16(src)): the same, into another buffer. */
+void bf16_round_copy(float *dst, const float *src, size_t n);
 
 #endif

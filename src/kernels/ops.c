@@ -51,6 +51,11 @@ static size_t second_offset(size_t na) { return (na + 31) / 32 * 32; }
 
 size_t bf16_scratch_elems(size_t na, size_t nb) { return second_offset(na) + (nb ? nb : 1); }
 
+/* fp32 copies: the second starts at the first's size rounded up to 16 floats (64 bytes) */
+static size_t second_offset_f32(size_t na) { return (na + 15) / 16 * 16; }
+
+size_t bf16_scratch_f32_elems(size_t na, size_t nb) { return second_offset_f32(na) + (nb ? nb : 1); }
+
 /* Room for operand copies of na and nb elements (grown when short: nothing in it survives a
  * growth, so a call reserves for both of its operands before packing the first); returns the
  * first's place, *second the second's. */
@@ -65,11 +70,38 @@ static bf16_t *scratch_reserve(Bf16Scratch *s, size_t na, size_t nb, bf16_t **se
     return s->buf;
 }
 
+/* The conversion path's room: fp32 copies of na and nb floats (bf16_scratch_f32_elems), as
+ * scratch_reserve. */
+static float *scratch_reserve_f32(Bf16Scratch *s, size_t na, size_t nb, float **second) {
+    const size_t need = 2 * bf16_scratch_f32_elems(na, nb); /* in the buffer's 2-byte elements */
+    if (s->cap < need || !s->buf) {
+        xfree(s->buf);
+        s->cap = need;
+        s->buf = xmalloc(sizeof(bf16_t) * s->cap); /* 64-byte aligned */
+    }
+    float *f = (float *)(void *)s->buf;
+    *second = f + second_offset_f32(na);
+    return f;
+}
+
+/* Whether the GEMMs below run on fp32 copies of bf16 values (the conversion path's sgemm) */
+static int bf16_on_f32(void) { return bf16_kernels()->path == BF16_PATH_CONVERT; }
+
 void linear_forward_bf16_ld(float *out, int ld_out, const float *in, int ld_in, const float *W, int N, int n_in,
                             int n_out, int accumulate, Bf16Scratch *scratch) {
     const double t0 = op_clock_now();
     Bf16Scratch own = {0}, *s = scratch ? scratch : &own;
     const size_t n_x = (size_t)N * ld_in, n_w = (size_t)n_out * n_in;
+    if (bf16_on_f32()) {
+        float *W_r, *in_r = scratch_reserve_f32(s, n_x, n_w, &W_r);
+        bf16_round_copy(in_r, in, n_x);
+        bf16_round_copy(W_r, W, n_w);
+        sgemm_lib_rm(sgemm_lib(), 0, 1, N, n_out, n_in, 1.0f, in_r, ld_in, W_r, n_in, accumulate ? 1.0f : 0.0f, out,
+                     ld_out);
+        if (!scratch) bf16_scratch_free(&own);
+        op_clock_add(OPC_LINEAR, t0);
+        return;
+    }
     bf16_t *W_h, *in_h = scratch_reserve(s, n_x, n_w, &W_h);
     bf16_pack(in_h, in, n_x);
     bf16_pack(W_h, W, n_w);
@@ -90,6 +122,23 @@ void linear_backward_bf16_acc_ld(float *din, int din_accumulate, float *dW, cons
     const Bf16Kernels *k = bf16_kernels();
     Bf16Scratch own = {0}, *s = scratch ? scratch : &own;
     const size_t n_d = (size_t)N * ld_out, n_w = din ? (size_t)n_out * n_in : 0, n_x = dW ? (size_t)N * ld_in : 0;
+    if (bf16_on_f32()) { /* the same order: dout, then W (input gradient), then the input (weight gradient) */
+        const SgemmLib lib = sgemm_lib();
+        float *second, *dout_r = scratch_reserve_f32(s, n_d, n_w > n_x ? n_w : n_x, &second);
+        bf16_round_copy(dout_r, dout, n_d);
+        if (din) {
+            bf16_round_copy(second, W, n_w);
+            sgemm_lib_rm(lib, 0, 0, N, n_in, n_out, 1.0f, dout_r, ld_out, second, n_in, din_accumulate ? 1.0f : 0.0f,
+                         din, ld_in);
+        }
+        if (dW) {
+            bf16_round_copy(second, in, n_x);
+            sgemm_lib_rm(lib, 1, 0, n_out, n_in, N, 1.0f, dout_r, ld_out, second, ld_in, 1.0f, dW, n_in);
+        }
+        if (!scratch) bf16_scratch_free(&own);
+        op_clock_add(OPC_LINEAR, t0);
+        return;
+    }
     bf16_t *second, *dout_h = scratch_reserve(s, n_d, n_w > n_x ? n_w : n_x, &second);
     bf16_pack(dout_h, dout, n_d);
     if (din) { /* the second place holds W, then (for dW) the input */

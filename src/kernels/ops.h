@@ -42,6 +42,11 @@ typedef struct {
 } Bf16Scratch;
 /* Elements a Bf16Scratch holds for a call whose two operand copies have na and nb elements. */
 size_t bf16_scratch_elems(size_t na, size_t nb);
+/* On the conversion path (no bf16 arithmetic, kernels/bf16.h) the copies are fp32 arrays of bf16
+ * values instead, and the fp32 GEMM reads them as they are: the same products as bf16 copies
+ * widened again (bf16_gemm_convert) without the widening pass and its transient fp32 copies.
+ * Floats a Bf16Scratch then holds for such a call. */
+size_t bf16_scratch_f32_elems(size_t na, size_t nb);
 void bf16_scratch_free(Bf16Scratch *s);
 void linear_forward_bf16(float *out, const float *in, const float *W, int N, int n_in, int n_out, int accumulate,
                          Bf16Scratch *scratch);

@@ -76,11 +76,9 @@ static double flash_transient(int threads, double nq, double nk, int kv_heads, i
 
 /* The bf16 GEMMs' operand copies (ops.c's Bf16Scratch, kept across calls: as large as the
  * largest call's two operand copies together) over R rows of the attention half's projections
- * and fr rows of the MLP's (F-wide rows ldF apart), as llama.c calls them; and the conversion
- * path's transient fp32 copies of both operands of the largest call (bf16.c: bf16_gemm_convert),
- * which `transient` receives (0 on the VDPBF16PS path). Floats. */
-static double gemm_bf16_scratch(double R, double fr, double D, double qd, double kvd, double F, double ldF,
-                                double *transient) {
+ * and fr rows of the MLP's (F-wide rows ldF apart), as llama.c calls them: bf16 copies on the
+ * VDPBF16PS path, fp32 copies of bf16 values on the conversion path (ops.h). Floats. */
+static double gemm_bf16_scratch(double R, double fr, double D, double qd, double kvd, double F, double ldF) {
     /* rows, n_in, n_out, the row strides of in and out, and whether the backward call has an
      * input / a weight gradient */
     const struct { double n, in, out, ld_in, ld_out; int din, dW; } calls[] = {
@@ -94,16 +92,11 @@ static double gemm_bf16_scratch(double R, double fr, double D, double qd, double
         const double w = calls[i].din ? out * in : 0, x = calls[i].dW ? rows_in : 0;
         MAX_INTO(scratch, (double)bf16_scratch_elems((size_t)rows_in, (size_t)(out * in)));   /* forward */
         MAX_INTO(scratch, (double)bf16_scratch_elems((size_t)rows_out, (size_t)(w > x ? w : x))); /* backward */
-        /* the conversion path widens A and B of each product: forward (n rows of in) and
-         * (n_out x n_in), input gradient (n rows of out) and (n_out x n_in), weight gradient (n
-         * rows of out) and (n rows of in) */
-        MAX_INTO(conv, rows_in + out * in);
-        if (calls[i].din) MAX_INTO(conv, rows_out + out * in);
-        if (calls[i].dW) MAX_INTO(conv, rows_out + rows_in);
+        MAX_INTO(conv, (double)bf16_scratch_f32_elems((size_t)rows_in, (size_t)(out * in)));
+        MAX_INTO(conv, (double)bf16_scratch_f32_elems((size_t)rows_out, (size_t)(w > x ? w : x)));
     }
 #undef MAX_INTO
-    *transient = bf16_kernels()->path == BF16_PATH_CONVERT ? conv : 0;
-    return 0.5 * scratch;
+    return bf16_kernels()->path == BF16_PATH_CONVERT ? conv : 0.5 * scratch;
 }
 
 /* The largest block set of the head exchange over `rows` local rows (head_exchange.c: `most`),
@@ -271,10 +264,8 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
                      (store_gate_up ? 0 : 2 * (double)rows * ldF) /* gate_c, up_c */ +
                      (N < 256 ? N : 256) * V;
         layer_set += widened;
-        double gemm_transient = 0;
-        if (bf16) layer_set += gemm_bf16_scratch(Xr, (double)rows, D, qd, kvd, F, ldF, &gemm_transient);
-        const double flash = flash_transient(threads, nq_call, nq_call, kv_heads_call, (int)group_q, c->head_dim, bt);
-        layer_set += flash > gemm_transient ? flash : gemm_transient;
+        if (bf16) layer_set += gemm_bf16_scratch(Xr, (double)rows, D, qd, kvd, F, ldF);
+        layer_set += flash_transient(threads, nq_call, nq_call, kv_heads_call, (int)group_q, c->head_dim, bt);
         cur.ram[MEM_SAVED] = 4 * saved_acts;
         cur.ram[MEM_LAYER] = 4 * layer_set;
         cur.ram[MEM_ATTN] = 4 * attn_buf;
