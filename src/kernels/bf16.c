@@ -114,18 +114,6 @@ void bf16_unpack(float *dst, const bf16_t *src, size_t n) {
     }
 }
 
-void bf16_round(float *x, size_t n) {
-    const Bf16Kernels *k = bf16_kernels();
-    long long chunks = (long long)((n + BF16_PAR_CHUNK - 1) / BF16_PAR_CHUNK);
-#pragma omp parallel for schedule(static) if (chunks > 4)
-    for (long long c = 0; c < chunks; c++) {
-        size_t i0 = (size_t)c * BF16_PAR_CHUNK, m = n - i0 < BF16_PAR_CHUNK ? n - i0 : BF16_PAR_CHUNK;
-        bf16_t tmp[BF16_PAR_CHUNK];
-        k->pack(tmp, x + i0, m);
-        k->unpack(x + i0, tmp, m);
-    }
-}
-
 void bf16_round_copy(float *dst, const float *src, size_t n) {
     const Bf16Kernels *k = bf16_kernels();
     long long chunks = (long long)((n + BF16_PAR_CHUNK - 1) / BF16_PAR_CHUNK);
@@ -137,6 +125,9 @@ void bf16_round_copy(float *dst, const float *src, size_t n) {
         k->unpack(dst + i0, tmp, m);
     }
 }
+
+/* in place too: a chunk is read whole before any of it is written */
+void bf16_round(float *x, size_t n) { bf16_round_copy(x, x, n); }
 
 void bf16_describe(char *buf, size_t n) {
     const Bf16Kernels *k = bf16_kernels();
