@@ -167,13 +167,6 @@ static void describe_pending(Comm *c, int n, MPI_Request *reqs, char *buf, size_
     if (!listed) snprintf(buf, cap, "requests that completed just now");
 }
 
-static void sleep_seconds(double s) {
-    struct timespec ts;
-    ts.tv_sec = (time_t)s;
-    ts.tv_nsec = (long)((s - (double)ts.tv_sec) * 1e9);
-    nanosleep(&ts, NULL);
-}
-
 /* Prints the watchdog's line, gives the other ranks a moment to print theirs, ends the job. */
 static void watchdog_fire(Comm *c, const char *op, CommKind k, MPI_Comm group, int n, MPI_Request *reqs,
                           double waited) {
@@ -202,29 +195,28 @@ static void watchdog_fire(Comm *c, const char *op, CommKind k, MPI_Comm group, i
     exit(COMM_WATCHDOG_EXIT); /* not reached */
 }
 
+/* A wait's requests, tested by wait_until (core/common.h) */
+typedef struct {
+    int n;
+    MPI_Request *reqs;
+    const char *op;
+    MPI_Comm group;
+} Pending;
+
+static int pending_done(void *arg) {
+    Pending *p = arg;
+    int flag = 0;
+    mpi_check(MPI_Testall(p->n, p->reqs, &flag, MPI_STATUSES_IGNORE), p->op, p->group, -1, 0);
+    return flag;
+}
+
 /* Completes n requests under the deadline. group: the collective's communicator (named in the
  * message), or MPI_COMM_NULL for point-to-point requests (their peers are named). k may be
  * COMM_KINDS for control traffic. */
 static void wait_deadline(Comm *c, const char *op, CommKind k, MPI_Comm group, int n, MPI_Request *reqs) {
-    int flag = 0;
-    mpi_check(MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE), op, group, -1, 0);
-    if (flag) return;
-    double t0 = now_seconds(), prev = t0;
-    for (;;) {
-        mpi_check(MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE), op, group, -1, 0);
-        if (flag) return;
-        double t = now_seconds();
-        /* a gap far beyond the longest sleep: THIS process was not running (SIGSTOP, a
-         * suspended VM); that time is no peer's fault, so it does not count */
-        if (t - prev > 1.0) t0 += t - prev;
-        prev = t;
-        double waited = t - t0;
-        if (c->timeout_s > 0 && waited > c->timeout_s) watchdog_fire(c, op, k, group, n, reqs, waited);
-        if (waited > COMM_SPIN_S) { /* sleep about 1/16 of the time waited so far: 1 us to 1 ms */
-            double s = waited / 16;
-            sleep_seconds(s < 1e-6 ? 1e-6 : s > 1e-3 ? 1e-3 : s);
-        }
-    }
+    Pending p = {n, reqs, op, group};
+    double waited = 0;
+    if (wait_until(pending_done, &p, c->timeout_s, &waited) != 0) watchdog_fire(c, op, k, group, n, reqs, waited);
 }
 
 /* ---- the setup's guard (comm.h) ---- */

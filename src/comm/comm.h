@@ -33,9 +33,9 @@
  *
  * Watchdog. Every wait has a deadline: collectives are posted as their nonblocking forms
  * (MPI_Ialltoall, MPI_Iallreduce, ...) and completed, like point-to-point waits, by a loop of
- * MPI_Testall that spins for COMM_SPIN_S and then sleeps between tests (nanosleep, growing with
+ * MPI_Testall that spins for WAIT_SPIN_S and then sleeps between tests (nanosleep, growing with
  * the time already waited, at most 1 ms, so a long wait leaves the core to the ranks that share
- * it). When one wait has lasted timeout_s seconds (comm_set_timeout; 0 waits forever), the rank
+ * it: core/common.h's wait_until). When one wait has lasted timeout_s seconds (comm_set_timeout; 0 waits forever), the rank
  * prints ONE line on stderr naming the operation, its kind, the peers (world ranks) or group it
  * waited on and the step and phase the caller set with comm_set_step, waits a short grace
  * (min(5 s, timeout / 2): the other ranks that still run print their own line meanwhile), and
@@ -88,7 +88,6 @@ typedef struct CommTrace CommTrace; /* trace.h */
 /* The first step, checkpoint saves and loads and everything before step 1 may take this many
  * times the deadline (connection set-up, first touch of all memory, rank 0 writing alone). */
 #define COMM_SLOW_PHASE_FACTOR 4
-#define COMM_SPIN_S 50e-6 /* busy-polling before a wait starts sleeping between tests */
 #define COMM_POSTED 64    /* point-to-point requests remembered for the watchdog's message */
 
 typedef struct {

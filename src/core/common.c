@@ -61,43 +61,26 @@ static double g_exchange_deadline; /* seconds; 0: none */
 
 void exchange_deadline_set(double seconds) { g_exchange_deadline = seconds > 0 ? seconds : 0; }
 
-static double monotonic_seconds(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+/* die_if_any_rank's wait: its request done */
+static int request_done(void *r) {
+    int done = 0;
+    MPI_Test((MPI_Request *)r, &done, MPI_STATUS_IGNORE);
+    return done;
 }
 
-/* Completes r within g_exchange_deadline, or prints the watchdog's kind of line and ends the job.
- * As the watchdog (comm.c): a gap of over a second between two checks means this process was not
- * running (SIGSTOP, a suspended VM), and does not count. */
+/* Completes r within g_exchange_deadline, or prints the watchdog's kind of line and ends the job. */
 static void exchange_wait(MPI_Request *r, int rank, int size) {
-    int done = 0;
-    double t0 = monotonic_seconds(), prev = t0;
-    for (long polls = 0;; polls++) {
-        MPI_Test(r, &done, MPI_STATUS_IGNORE);
-        if (done) return;
-        const double t = monotonic_seconds();
-        if (t - prev > 1.0) t0 += t - prev;
-        prev = t;
-        const double waited = t - t0;
-        if (g_exchange_deadline > 0 && waited > g_exchange_deadline) {
-            fprintf(stderr,
-                    "seqpar: error: watchdog: rank %d: the ranks' error exchange (MPI_Iallreduce over all %d ranks) "
-                    "is not complete after %.1f s: some rank is stopped, dead or cut off (one of those that print no "
-                    "such line); ending the job (raise --comm-timeout if the ranks are legitimately this slow)\n",
-                    rank, size, waited);
-            fflush(stderr);
-            const double grace = g_exchange_deadline / 2 < 5 ? g_exchange_deadline / 2 : 5; /* the others' lines */
-            const struct timespec ts = {(time_t)grace, (long)((grace - (double)(time_t)grace) * 1e9)};
-            nanosleep(&ts, NULL);
-            MPI_Abort(MPI_COMM_WORLD, SEQPAR_WATCHDOG_EXIT);
-            exit(SEQPAR_WATCHDOG_EXIT); /* not reached */
-        }
-        if (polls > 1000) { /* then a check every millisecond: waiting ranks leave the cores to the others */
-            const struct timespec ms = {0, 1000000};
-            nanosleep(&ms, NULL);
-        }
-    }
+    double waited = 0;
+    if (wait_until(request_done, r, g_exchange_deadline, &waited) == 0) return;
+    fprintf(stderr,
+            "seqpar: error: watchdog: rank %d: the ranks' error exchange (MPI_Iallreduce over all %d ranks) "
+            "is not complete after %.1f s: some rank is stopped, dead or cut off (one of those that print no "
+            "such line); ending the job (raise --comm-timeout if the ranks are legitimately this slow)\n",
+            rank, size, waited);
+    fflush(stderr);
+    sleep_seconds(g_exchange_deadline / 2 < 5 ? g_exchange_deadline / 2 : 5); /* the others' lines */
+    MPI_Abort(MPI_COMM_WORLD, SEQPAR_WATCHDOG_EXIT);
+    exit(SEQPAR_WATCHDOG_EXIT); /* not reached */
 }
 
 void die_if_any_rank(const SeqErr *e) {
@@ -197,6 +180,32 @@ double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void sleep_seconds(double s) {
+    struct timespec ts;
+    ts.tv_sec = (time_t)s;
+    ts.tv_nsec = (long)((s - (double)ts.tv_sec) * 1e9);
+    nanosleep(&ts, NULL);
+}
+
+int wait_until(int (*done)(void *arg), void *arg, double deadline_s, double *waited) {
+    double t0 = now_seconds(), prev = t0;
+    for (;;) {
+        if (done(arg)) return 0;
+        const double t = now_seconds();
+        if (t - prev > 1.0) t0 += t - prev;
+        prev = t;
+        const double w = t - t0;
+        if (deadline_s > 0 && w > deadline_s) {
+            *waited = w;
+            return -1;
+        }
+        if (w > WAIT_SPIN_S) { /* about 1/16 of the time waited so far: 1 us to 1 ms */
+            const double sl = w / 16;
+            sleep_seconds(sl < 1e-6 ? 1e-6 : sl > 1e-3 ? 1e-3 : sl);
+        }
+    }
 }
 
 static uint64_t splitmix64(uint64_t *x) {

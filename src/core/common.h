@@ -61,6 +61,15 @@ void   mem_tracked_reset_peak(void);
 size_t mem_peak_rss(void);
 
 double now_seconds(void); /* monotonic clock */
+void sleep_seconds(double s);
+/* Polls done(arg) until it returns non-zero (then returns 0), or until deadline_s (> 0; 0: none)
+ * of waiting has passed (then returns -1 with *waited, the seconds waited). Busy-polls for
+ * WAIT_SPIN_S, then sleeps about 1/16 of the time waited so far between polls (1 us to 1 ms), so
+ * that a long wait leaves the core to the processes that share it. A gap of over a second between
+ * two polls means this process was not running (SIGSTOP, a suspended VM): no peer's fault, so it
+ * does not count. The watchdog's waits (comm.c) and die_if_any_rank's exchange run on it. */
+#define WAIT_SPIN_S 50e-6
+int wait_until(int (*done)(void *arg), void *arg, double deadline_s, double *waited);
 
 /* Deterministic RNG (xoshiro-style state, seeded by splitmix64): the same seed gives the same
  * numbers on every machine. The state is plain data so checkpoints can save it. */
