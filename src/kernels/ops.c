@@ -59,27 +59,25 @@ size_t bf16_scratch_f32_elems(size_t na, size_t nb) { return second_offset_f32(n
 /* Room for operand copies of na and nb elements (grown when short: nothing in it survives a
  * growth, so a call reserves for both of its operands before packing the first); returns the
  * first's place, *second the second's. */
-static bf16_t *scratch_reserve(Bf16Scratch *s, size_t na, size_t nb, bf16_t **second) {
-    const size_t need = bf16_scratch_elems(na, nb);
-    if (s->cap < need || !s->buf) {
-        xfree(s->buf);
-        s->cap = need;
-        s->buf = xmalloc(sizeof(bf16_t) * s->cap);
-    }
-    *second = s->buf + second_offset(na);
-    return s->buf;
-}
-
-/* The conversion path's room: fp32 copies of na and nb floats (bf16_scratch_f32_elems), as
- * scratch_reserve. */
-static float *scratch_reserve_f32(Bf16Scratch *s, size_t na, size_t nb, float **second) {
-    const size_t need = 2 * bf16_scratch_f32_elems(na, nb); /* in the buffer's 2-byte elements */
+static bf16_t *scratch_grow(Bf16Scratch *s, size_t need) {
     if (s->cap < need || !s->buf) {
         xfree(s->buf);
         s->cap = need;
         s->buf = xmalloc(sizeof(bf16_t) * s->cap); /* 64-byte aligned */
     }
-    float *f = (float *)(void *)s->buf;
+    return s->buf;
+}
+
+static bf16_t *scratch_reserve(Bf16Scratch *s, size_t na, size_t nb, bf16_t **second) {
+    bf16_t *b = scratch_grow(s, bf16_scratch_elems(na, nb));
+    *second = b + second_offset(na);
+    return b;
+}
+
+/* The conversion path's room: fp32 copies of na and nb floats (bf16_scratch_f32_elems), as
+ * scratch_reserve. */
+static float *scratch_reserve_f32(Bf16Scratch *s, size_t na, size_t nb, float **second) {
+    float *f = (float *)(void *)scratch_grow(s, 2 * bf16_scratch_f32_elems(na, nb)); /* 2-byte elements */
     *second = f + second_offset_f32(na);
     return f;
 }
