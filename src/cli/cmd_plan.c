@@ -23,13 +23,6 @@
 #include "strategies/planner.h"
 #include "strategies/registry.h"
 
-/* The fp32 GEMM rate of the model's own linear products with one thread: one layer's forward,
- * input and weight gradients (q, k, v, o; gate, up and down, rows laid out as the model lays them
- * out) at min(S, 4096) tokens, the most an FFN chunk holds; FLOPs 6 N (the layer's weights) over
- * the best of `reps` times. The products of a small hidden size are skinnier than 2048^3: on an
- * AVX2-only Zen 3 the reference model's ran at 0.87-0.92x that sgemm's rate with one thread (and
- * 15-35% below it with two). 0 where one layer's weights exceed 64 MB (their products are large,
- * the 2048^3 rate fits them, and timing them here would take that memory twice). */
 /* The tokens model_gemm_gflops times (min(S, 4096)), or 0 where one layer's weights exceed 64 MB. */
 static int model_gemm_tokens(const LlamaConfig *c, long seq_len) {
     if (llama_layer_matmul_params(c) * sizeof(float) > 64e6) return 0;
@@ -44,6 +37,13 @@ static size_t model_gemm_row_floats(const LlamaConfig *c, int N) {
     return (size_t)N * (2 * D + 2 * Dq + 2 * Dkv + 4 * ldF);
 }
 
+/* The fp32 GEMM rate of the model's own linear products with one thread: one layer's forward,
+ * input and weight gradients (q, k, v, o; gate, up and down, rows laid out as the model lays them
+ * out) at min(S, 4096) tokens, the most an FFN chunk holds; FLOPs 6 N (the layer's weights) over
+ * the best of `reps` times. The products of a small hidden size are skinnier than 2048^3: on an
+ * AVX2-only Zen 3 the reference model's ran at 0.87-0.92x that sgemm's rate with one thread (and
+ * 15-35% below it with two). 0 where one layer's weights exceed 64 MB (their products are large,
+ * the 2048^3 rate fits them, and timing them here would take that memory twice). */
 static double model_gemm_gflops(const LlamaConfig *c, long seq_len, int reps, int *tokens) {
     const int D = c->hidden_size, F = c->intermediate_size, ldF = linear_row_stride(F);
     const int Dq = c->num_attention_heads * c->head_dim, Dkv = c->num_key_value_heads * c->head_dim;
