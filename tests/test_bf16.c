@@ -159,8 +159,8 @@ static void test_linear(int pad_in, int pad_out) {
     memset(dW, 0, sizeof(float) * n_out * n_in);
     Bf16Scratch scratch = {0};
     if (pad_in || pad_out) {
-        linear_forward_bf16_ld(out, lo, in, li, W, N, n_in, n_out, 1, NULL);
-        linear_backward_bf16_ld(din, dW, dout, lo, in, li, W, N, n_in, n_out, &scratch);
+        linear_forward_bf16_ld(out, lo, in, li, W, N, n_in, n_out, 1, 0, NULL);
+        linear_backward_bf16_ld(din, dW, dout, lo, in, li, W, N, n_in, n_out, 0, &scratch);
     } else {
         linear_forward_bf16(out, in, W, N, n_in, n_out, 1, NULL);
         linear_backward_bf16(din, dW, dout, in, W, N, n_in, n_out, &scratch);
@@ -200,6 +200,91 @@ static void test_linear(int pad_in, int pad_out) {
     xfree(in); xfree(W); xfree(dout); xfree(out); xfree(out0); xfree(din); xfree(dW);
 }
 
+static int same_bits(const float *a, const float *b, size_t n) { return memcmp(a, b, sizeof(float) * n) == 0; }
+
+/* Operands marked BF16_*_ROUNDED (ops.h) give the same results bit for bit as the same operands
+ * unmarked, on rows with and without padding; the producers that round as they make (the *_bf16
+ * functions of ops.h) equal their fp32 forms followed by bf16_round; bf16_unrounded finds the
+ * first element that is not a bf16 value and passes NaN. */
+static void test_rounded_operands(int pad) {
+    const int N = 41, n_in = 48, n_out = 24, li = n_in + pad, lo = n_out + pad;
+    const size_t nx = (size_t)N * li, nd = (size_t)N * lo, nw = (size_t)n_out * n_in;
+    float *in = xmalloc(sizeof(float) * nx), *dout = xmalloc(sizeof(float) * nd), *W = xmalloc(sizeof(float) * nw);
+    float *o1 = xmalloc(sizeof(float) * nd), *o2 = xmalloc(sizeof(float) * nd);
+    float *di1 = xmalloc(sizeof(float) * nx), *di2 = xmalloc(sizeof(float) * nx);
+    float *dw1 = xmalloc(sizeof(float) * nw), *dw2 = xmalloc(sizeof(float) * nw);
+    fill(in, nx, 1); fill(dout, nd, 1); fill(W, nw, 0.1);
+    bf16_round(in, nx);
+    bf16_round(dout, nd);
+    fill(o1, nd, 1); memcpy(o2, o1, sizeof(float) * nd);
+    fill(di1, nx, 1); memcpy(di2, di1, sizeof(float) * nx);
+    fill(dw1, nw, 1); memcpy(dw2, dw1, sizeof(float) * nw);
+    Bf16Scratch s1 = {0}, s2 = {0};
+    for (int acc = 0; acc < 2; acc++) {
+        linear_forward_bf16_ld(o1, lo, in, li, W, N, n_in, n_out, acc, 0, &s1);
+        linear_forward_bf16_ld(o2, lo, in, li, W, N, n_in, n_out, acc, BF16_IN_ROUNDED, &s2);
+        linear_backward_bf16_acc_ld(di1, acc, dw1, dout, lo, in, li, W, N, n_in, n_out, 0, &s1);
+        linear_backward_bf16_acc_ld(di2, acc, dw2, dout, lo, in, li, W, N, n_in, n_out,
+                                    BF16_IN_ROUNDED | BF16_DOUT_ROUNDED, &s2);
+    }
+    /* the weight gradient alone with a marked input, and the input gradient alone with a marked
+     * output gradient (the MLP's down projection) */
+    linear_backward_bf16_acc_ld(NULL, 0, dw1, dout, lo, in, li, W, N, n_in, n_out, 0, &s1);
+    linear_backward_bf16_acc_ld(NULL, 0, dw2, dout, lo, in, li, W, N, n_in, n_out, BF16_IN_ROUNDED, &s2);
+    linear_backward_bf16_acc_ld(di1, 1, NULL, dout, lo, NULL, li, W, N, n_in, n_out, 0, &s1);
+    linear_backward_bf16_acc_ld(di2, 1, NULL, dout, lo, NULL, li, W, N, n_in, n_out, BF16_DOUT_ROUNDED, &s2);
+    CHECK(same_bits(o1, o2, nd) && same_bits(di1, di2, nx) && same_bits(dw1, dw2, nw),
+          "bf16 linear (padding %d): operands marked rounded give other results than unmarked (out %d, din %d, dW %d)",
+          pad, same_bits(o1, o2, nd), same_bits(di1, di2, nx), same_bits(dw1, dw2, nw));
+    /* on the conversion path a call with every operand but W marked copies W alone */
+    if (bf16_kernels()->path == BF16_PATH_CONVERT)
+        CHECK(s2.cap < s1.cap, "bf16 linear (padding %d): the scratch of marked calls (%zu) is not below unmarked (%zu)",
+              pad, s2.cap, s1.cap);
+    bf16_scratch_free(&s1);
+    bf16_scratch_free(&s2);
+
+    /* the producers */
+    const int D = 40, H = 2, hd = 20;
+    float *x = xmalloc(sizeof(float) * nx), *w = xmalloc(sizeof(float) * D), *a = xmalloc(sizeof(float) * nx),
+          *b = xmalloc(sizeof(float) * nx), *r1 = xmalloc(sizeof(float) * N), *r2 = xmalloc(sizeof(float) * N);
+    fill(x, (size_t)N * D, 1); fill(w, D, 1);
+    rmsnorm_forward(a, r1, x, w, N, D, 1e-5f);
+    bf16_round(a, (size_t)N * D);
+    rmsnorm_forward_bf16(b, r2, x, w, N, D, 1e-5f);
+    CHECK(same_bits(a, b, (size_t)N * D) && same_bits(r1, r2, N), "rmsnorm_forward_bf16 is not rmsnorm_forward + bf16_round");
+    float *cs = xmalloc(sizeof(float) * N * hd / 2), *sn = xmalloc(sizeof(float) * N * hd / 2);
+    fill(cs, (size_t)N * hd / 2, 1); fill(sn, (size_t)N * hd / 2, 1);
+    memcpy(a, x, sizeof(float) * N * H * hd);
+    memcpy(b, x, sizeof(float) * N * H * hd);
+    rope_backward(a, cs, sn, N, H, hd);
+    bf16_round(a, (size_t)N * H * hd);
+    rope_backward_bf16(b, cs, sn, N, H, hd);
+    CHECK(same_bits(a, b, (size_t)N * H * hd), "rope_backward_bf16 is not rope_backward + bf16_round");
+    const size_t n = 9001; /* over several of swiglu's blocks, the last one partial */
+    float *g = xmalloc(sizeof(float) * n), *u = xmalloc(sizeof(float) * n), *dh = xmalloc(sizeof(float) * n);
+    float *h1 = xmalloc(sizeof(float) * n), *h2 = xmalloc(sizeof(float) * n), *dg = xmalloc(sizeof(float) * n),
+          *du = xmalloc(sizeof(float) * n);
+    fill(g, n, 2); fill(u, n, 1); fill(dh, n, 1);
+    swiglu_forward(h1, g, u, n);
+    bf16_round(h1, n);
+    swiglu_forward_bf16(h2, g, u, n);
+    CHECK(same_bits(h1, h2, n), "swiglu_forward_bf16 is not swiglu_forward + bf16_round");
+    swiglu_backward(dg, du, dh, g, u, n);
+    bf16_round(dg, n);
+    bf16_round(du, n);
+    swiglu_backward_bf16(g, u, dh, g, u, n); /* in place, as the MLP calls it */
+    CHECK(same_bits(dg, g, n) && same_bits(du, u, n), "swiglu_backward_bf16 (in place) is not swiglu_backward + bf16_round");
+
+    CHECK(bf16_unrounded(in, nx) == nx, "bf16_unrounded finds an unrounded element in a rounded array");
+    in[17] = nextafterf(in[17], INFINITY);
+    in[5] = NAN;
+    CHECK(bf16_unrounded(in, nx) == 17, "bf16_unrounded: %zu, not 17 (the first element made unrounded)",
+          bf16_unrounded(in, nx));
+    xfree(in); xfree(dout); xfree(W); xfree(o1); xfree(o2); xfree(di1); xfree(di2); xfree(dw1); xfree(dw2);
+    xfree(x); xfree(w); xfree(a); xfree(b); xfree(r1); xfree(r2); xfree(cs); xfree(sn);
+    xfree(g); xfree(u); xfree(dh); xfree(h1); xfree(h2); xfree(dg); xfree(du);
+}
+
 int main(void) {
     rng_seed(&rng, 99);
     test_rounding();
@@ -228,6 +313,8 @@ int main(void) {
     test_linear(11, 5);
     test_linear(16, 0);
     test_linear(0, 16);
+    test_rounded_operands(0);
+    test_rounded_operands(16);
     printf("bf16 paths tested:%s (used: %s); not available on this CPU:%s\n", ran, bf16_path_name(bf16_kernels()->path),
            *missing ? missing : " none");
     return test_summary("test_bf16");

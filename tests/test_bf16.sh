@@ -20,13 +20,16 @@
 #   - saved checkpoints are fp32 in both modes; a bad --precision is a one-line error;
 #   - the MLP's padded rows (fixture tiny_wide_ffn) in bf16, on this CPU's bf16 path and on the
 #     conversion path: loss within 1e-3 relative and gradients within 3e-2 (+3e-6) of fp32's.
+# Every run here has SEQPAR_CHECK_ROUNDED=1: each matrix-multiply operand the model marks as made
+# in bf16 already (ops.h, BF16_IN_ROUNDED / BF16_DOUT_ROUNDED, read in place on the conversion
+# path) is checked to be bf16 values, under every strategy, checkpoint mode and FPDT's streaming.
 # The model is trained for 30 fp32 steps first so that attention is not uniform.
 # Prints "N passed, N failed".
 set -u
 BUILD=${1:-build}
 . "$(dirname "$0")/lib.sh"
 mpi_test_env
-export OMP_NUM_THREADS=2
+export OMP_NUM_THREADS=2 SEQPAR_CHECK_ROUNDED=1
 
 seq 1 5000 | tr '\n' ' ' > "$T/text.txt"   # 23893 bytes of digits and spaces (vocab 256)
 M="$T/model"

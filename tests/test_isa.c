@@ -457,6 +457,32 @@ static void check_path(const SimdKernels *k) {
             worst = fmax(worst, fmax(fabs(p[i] - pi), fmax(fabs(m[i] - mi), fabs(v[i] - vi))));
         }
         CHECK(worst < 1e-6, "%s adamw: %.3g", nm, worst);
+        /* bf16_round against the portable conversion (kernels/bf16.h), bit for bit: every exponent
+         * with random mantissas and both signs, the rounding ties and carries, NaN, infinities,
+         * denormals, overflow; in place and into another buffer, over a length with a tail */
+        enum { NB = 4099 };
+        static float src[NB], dst[NB];
+        static const uint32_t special[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
+                                           0xffc00001u, 0x7f800001u, 0x00000001u, 0x807fffffu, 0x00800000u,
+                                           0x7f7fffffu, 0xff7fffffu, 0x7f7f7fffu, 0x7f7f8000u, 0x3f808000u,
+                                           0x3f818000u, 0x3f807fffu, 0x3f808001u, 0xbf818000u, 0x7f807fffu};
+        const int ns = (int)(sizeof special / sizeof special[0]);
+        for (int i = 0; i < NB; i++) {
+            uint32_t u = i < ns ? special[i]
+                                : (uint32_t)(i & 1) << 31 | (uint32_t)(i % 256) << 23 |
+                                      ((uint32_t)(rng_uniform(&rng) * 8388608.0) & 0x7fffffu);
+            memcpy(src + i, &u, 4);
+        }
+        int bad = -1;
+        k->bf16_round(dst, src, NB);
+        for (int i = 0; i < NB && bad < 0; i++) {
+            uint32_t got, want = (uint32_t)bf16_from_float(src[i]) << 16;
+            memcpy(&got, dst + i, 4);
+            if (got != want) bad = i;
+        }
+        k->bf16_round(src, src, NB);
+        CHECK(bad < 0 && memcmp(src, dst, sizeof src) == 0, "%s bf16_round: element %d differs from bf16_from_float%s",
+              nm, bad, memcmp(src, dst, sizeof src) ? " (or in place from a copy)" : "");
     }
 }
 

@@ -114,19 +114,29 @@ void bf16_unpack(float *dst, const bf16_t *src, size_t n) {
     }
 }
 
+/* Rounding in fp32 buffers runs on the dispatched kernel (isa.h: the same bits as either path's
+ * pack followed by unpack, in one pass and no bf16 copy). */
 void bf16_round_copy(float *dst, const float *src, size_t n) {
-    const Bf16Kernels *k = bf16_kernels();
+    const SimdKernels *sk = simd();
     long long chunks = (long long)((n + BF16_PAR_CHUNK - 1) / BF16_PAR_CHUNK);
 #pragma omp parallel for schedule(static) if (chunks > 4)
     for (long long c = 0; c < chunks; c++) {
         size_t i0 = (size_t)c * BF16_PAR_CHUNK, m = n - i0 < BF16_PAR_CHUNK ? n - i0 : BF16_PAR_CHUNK;
-        bf16_t tmp[BF16_PAR_CHUNK];
-        k->pack(tmp, src + i0, m);
-        k->unpack(dst + i0, tmp, m);
+        sk->bf16_round(dst + i0, src + i0, m);
     }
 }
 
-/* in place too: a chunk is read whole before any of it is written */
+void bf16_round_serial(float *x, size_t n) { simd()->bf16_round(x, x, n); }
+
+size_t bf16_unrounded(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const float r = bf16_to_float(bf16_from_float(x[i]));
+        if (r != x[i] && x[i] == x[i]) return i; /* NaN compares unequal to itself: not counted */
+    }
+    return n;
+}
+
+/* in place too: each element is read before it is written */
 void bf16_round(float *x, size_t n) { bf16_round_copy(x, x, n); }
 
 void bf16_describe(char *buf, size_t n) {

@@ -92,5 +92,10 @@ void bf16_unpack(float *dst, const bf16_t *src, size_t n);
 void bf16_round(float *x, size_t n);
 /* dst = float(bf16(src)): the same, into another buffer. */
 void bf16_round_copy(float *dst, const float *src, size_t n);
+/* bf16_round on the calling thread alone: for a row or block a parallel loop has just made, while
+ * it is in cache (the producers of ops.h's *_bf16 functions). */
+void bf16_round_serial(float *x, size_t n);
+/* The index of the first element of x that is not a bf16 value (NaN aside), or n if none is. */
+size_t bf16_unrounded(const float *x, size_t n);
 
 #endif

@@ -152,6 +152,10 @@ typedef struct {
     double (*xent_row)(float *li, int V, int t, float scale, int grad, int *arg);
     /* AdamW over n elements (m, v indexed like p and g) */
     void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, const AdamWConsts *k);
+    /* dst = float(bf16(src)) over n elements (in place allowed): round to nearest even, NaN
+     * quieted, denormals to signed zero, overflow to infinity, bit for bit as bf16_from_float
+     * (kernels/bf16.h) and VCVTNE2PS2BF16; branch-free integer lanes */
+    void (*bf16_round)(float *dst, const float *src, size_t n);
 } SimdKernels;
 
 /* The table chosen for this process: the best level, or SEQPAR_ISA's if set (dies with one line

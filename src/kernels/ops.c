@@ -9,6 +9,7 @@
 #include "kernels/sgemm.h"
 
 #include <omp.h>
+#include <pthread.h>
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -85,17 +86,36 @@ static float *scratch_reserve_f32(Bf16Scratch *s, size_t na, size_t nb, float **
 /* Whether the GEMMs below run on fp32 copies of bf16 values (the conversion path's sgemm) */
 static int bf16_on_f32(void) { return bf16_kernels()->path == BF16_PATH_CONVERT; }
 
+/* SEQPAR_CHECK_ROUNDED=1: the operands a call marks as rounded are checked (ops.h) */
+static int check_rounded;
+static pthread_once_t check_rounded_once = PTHREAD_ONCE_INIT;
+static void read_check_rounded(void) {
+    const char *e = getenv("SEQPAR_CHECK_ROUNDED");
+    check_rounded = e && *e && strcmp(e, "0") != 0;
+}
+
+static void check_operand(const char *call, const char *name, const float *x, size_t n) {
+    pthread_once(&check_rounded_once, read_check_rounded);
+    if (!check_rounded) return;
+    const size_t i = bf16_unrounded(x, n);
+    if (i < n)
+        die("%s: %s is marked BF16_*_ROUNDED but its element %zu (%.9g) is not a bf16 value (SEQPAR_CHECK_ROUNDED)",
+            call, name, i, (double)x[i]);
+}
+
 void linear_forward_bf16_ld(float *out, int ld_out, const float *in, int ld_in, const float *W, int N, int n_in,
-                            int n_out, int accumulate, Bf16Scratch *scratch) {
+                            int n_out, int accumulate, unsigned rounded, Bf16Scratch *scratch) {
     const double t0 = op_clock_now();
     Bf16Scratch own = {0}, *s = scratch ? scratch : &own;
     const size_t n_x = (size_t)N * ld_in, n_w = (size_t)n_out * n_in;
+    const int in_ready = (rounded & BF16_IN_ROUNDED) != 0;
+    if (in_ready) check_operand("linear_forward_bf16", "the input", in, n_x);
     if (bf16_on_f32()) {
-        float *W_r, *in_r = scratch_reserve_f32(s, n_x, n_w, &W_r);
-        bf16_round_copy(in_r, in, n_x);
+        float *W_r, *in_r = scratch_reserve_f32(s, in_ready ? 0 : n_x, n_w, &W_r);
+        if (!in_ready) bf16_round_copy(in_r, in, n_x);
         bf16_round_copy(W_r, W, n_w);
-        sgemm_lib_rm(sgemm_lib(), 0, 1, N, n_out, n_in, 1.0f, in_r, ld_in, W_r, n_in, accumulate ? 1.0f : 0.0f, out,
-                     ld_out);
+        sgemm_lib_rm(sgemm_lib(), 0, 1, N, n_out, n_in, 1.0f, in_ready ? in : in_r, ld_in, W_r, n_in,
+                     accumulate ? 1.0f : 0.0f, out, ld_out);
         if (!scratch) bf16_scratch_free(&own);
         op_clock_add(OPC_LINEAR, t0);
         return;
@@ -109,29 +129,34 @@ void linear_forward_bf16_ld(float *out, int ld_out, const float *in, int ld_in, 
 }
 
 void linear_backward_bf16_ld(float *din, float *dW, const float *dout, int ld_out, const float *in, int ld_in,
-                             const float *W, int N, int n_in, int n_out, Bf16Scratch *scratch) {
-    linear_backward_bf16_acc_ld(din, 1, dW, dout, ld_out, in, ld_in, W, N, n_in, n_out, scratch);
+                             const float *W, int N, int n_in, int n_out, unsigned rounded, Bf16Scratch *scratch) {
+    linear_backward_bf16_acc_ld(din, 1, dW, dout, ld_out, in, ld_in, W, N, n_in, n_out, rounded, scratch);
 }
 
 void linear_backward_bf16_acc_ld(float *din, int din_accumulate, float *dW, const float *dout, int ld_out,
                                  const float *in, int ld_in, const float *W, int N, int n_in, int n_out,
-                                 Bf16Scratch *scratch) {
+                                 unsigned rounded, Bf16Scratch *scratch) {
     const double t0 = op_clock_now();
     const Bf16Kernels *k = bf16_kernels();
     Bf16Scratch own = {0}, *s = scratch ? scratch : &own;
     const size_t n_d = (size_t)N * ld_out, n_w = din ? (size_t)n_out * n_in : 0, n_x = dW ? (size_t)N * ld_in : 0;
+    const int dout_ready = (rounded & BF16_DOUT_ROUNDED) != 0, in_ready = dW && (rounded & BF16_IN_ROUNDED);
+    if (dout_ready) check_operand("linear_backward_bf16", "the output gradient", dout, n_d);
+    if (in_ready) check_operand("linear_backward_bf16", "the input", in, n_x);
     if (bf16_on_f32()) { /* the same order: dout, then W (input gradient), then the input (weight gradient) */
         const SgemmLib lib = sgemm_lib();
-        float *second, *dout_r = scratch_reserve_f32(s, n_d, n_w > n_x ? n_w : n_x, &second);
-        bf16_round_copy(dout_r, dout, n_d);
+        const size_t n_second = in_ready || n_w > n_x ? n_w : n_x;
+        float *second, *dout_r = scratch_reserve_f32(s, dout_ready ? 0 : n_d, n_second, &second);
+        const float *d = dout_ready ? dout : dout_r;
+        if (!dout_ready) bf16_round_copy(dout_r, dout, n_d);
         if (din) {
             bf16_round_copy(second, W, n_w);
-            sgemm_lib_rm(lib, 0, 0, N, n_in, n_out, 1.0f, dout_r, ld_out, second, n_in, din_accumulate ? 1.0f : 0.0f,
-                         din, ld_in);
+            sgemm_lib_rm(lib, 0, 0, N, n_in, n_out, 1.0f, d, ld_out, second, n_in, din_accumulate ? 1.0f : 0.0f, din,
+                         ld_in);
         }
         if (dW) {
-            bf16_round_copy(second, in, n_x);
-            sgemm_lib_rm(lib, 1, 0, n_out, n_in, N, 1.0f, dout_r, ld_out, second, ld_in, 1.0f, dW, n_in);
+            if (!in_ready) bf16_round_copy(second, in, n_x);
+            sgemm_lib_rm(lib, 1, 0, n_out, n_in, N, 1.0f, d, ld_out, in_ready ? in : second, ld_in, 1.0f, dW, n_in);
         }
         if (!scratch) bf16_scratch_free(&own);
         op_clock_add(OPC_LINEAR, t0);
@@ -153,18 +178,30 @@ void linear_backward_bf16_acc_ld(float *din, int din_accumulate, float *dW, cons
 
 void linear_forward_bf16(float *out, const float *in, const float *W, int N, int n_in, int n_out, int accumulate,
                          Bf16Scratch *scratch) {
-    linear_forward_bf16_ld(out, n_out, in, n_in, W, N, n_in, n_out, accumulate, scratch);
+    linear_forward_bf16_ld(out, n_out, in, n_in, W, N, n_in, n_out, accumulate, 0, scratch);
 }
 
 void linear_backward_bf16(float *din, float *dW, const float *dout, const float *in, const float *W,
                           int N, int n_in, int n_out, Bf16Scratch *scratch) {
-    linear_backward_bf16_ld(din, dW, dout, n_out, in, n_in, W, N, n_in, n_out, scratch);
+    linear_backward_bf16_ld(din, dW, dout, n_out, in, n_in, W, N, n_in, n_out, 0, scratch);
+}
+
+static void rmsnorm_rows(float *out, float *rstd, const float *x, const float *w, int N, int D, float eps,
+                         int round) {
+    const SimdKernels *sk = simd();
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        rstd[i] = sk->rmsnorm_row(out + (size_t)i * D, x + (size_t)i * D, w, D, eps);
+        if (round) bf16_round_serial(out + (size_t)i * D, (size_t)D);
+    }
 }
 
 void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int D, float eps) {
-    const SimdKernels *sk = simd();
-    #pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++) rstd[i] = sk->rmsnorm_row(out + (size_t)i * D, x + (size_t)i * D, w, D, eps);
+    rmsnorm_rows(out, rstd, x, w, N, D, eps, 0);
+}
+
+void rmsnorm_forward_bf16(float *out, float *rstd, const float *x, const float *w, int N, int D, float eps) {
+    rmsnorm_rows(out, rstd, x, w, N, D, eps, 1);
 }
 
 void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w,
@@ -216,45 +253,71 @@ void rope_tables_freq(float *cos_t, float *sin_t, const int *positions, int N, i
 }
 
 static void rope_rotate(float *x, const float *cos_t, const float *sin_t, int N, int n_heads,
-                        int head_dim, float sign) {
+                        int head_dim, float sign, int round) {
     int half = head_dim / 2;
     const SimdKernels *sk = simd();
     #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
         const float *c = cos_t + (size_t)i * half, *s = sin_t + (size_t)i * half;
-        for (int h = 0; h < n_heads; h++) sk->rope_head(x + ((size_t)i * n_heads + h) * head_dim, c, s, half, sign);
+        float *row = x + (size_t)i * n_heads * head_dim;
+        for (int h = 0; h < n_heads; h++) sk->rope_head(row + (size_t)h * head_dim, c, s, half, sign);
+        if (round) bf16_round_serial(row, (size_t)n_heads * head_dim);
     }
 }
 
 void rope_forward(float *x, const float *cos_t, const float *sin_t, int N, int n_heads, int head_dim) {
-    rope_rotate(x, cos_t, sin_t, N, n_heads, head_dim, 1.0f);
+    rope_rotate(x, cos_t, sin_t, N, n_heads, head_dim, 1.0f, 0);
 }
 
 void rope_backward(float *dx, const float *cos_t, const float *sin_t, int N, int n_heads, int head_dim) {
-    rope_rotate(dx, cos_t, sin_t, N, n_heads, head_dim, -1.0f);
+    rope_rotate(dx, cos_t, sin_t, N, n_heads, head_dim, -1.0f, 0);
+}
+
+void rope_backward_bf16(float *dx, const float *cos_t, const float *sin_t, int N, int n_heads, int head_dim) {
+    rope_rotate(dx, cos_t, sin_t, N, n_heads, head_dim, -1.0f, 1);
 }
 
 /* Element-wise loops run in blocks of SW_BLOCK elements, one dispatched kernel call per block. */
 #define SW_BLOCK 4096
 
-void swiglu_forward(float *h, const float *gate, const float *up, size_t n) {
+static void swiglu_fwd_blocks(float *h, const float *gate, const float *up, size_t n, int round) {
     const SimdKernels *sk = simd();
     const long long nb = (long long)((n + SW_BLOCK - 1) / SW_BLOCK);
     #pragma omp parallel for schedule(static)
     for (long long b = 0; b < nb; b++) {
         size_t lo = (size_t)b * SW_BLOCK, len = n - lo < SW_BLOCK ? n - lo : SW_BLOCK;
         sk->swiglu_fwd(h + lo, gate + lo, up + lo, len);
+        if (round) bf16_round_serial(h + lo, len);
     }
 }
 
-void swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate, const float *up, size_t n) {
+static void swiglu_bwd_blocks(float *dgate, float *dup, const float *dh, const float *gate, const float *up, size_t n,
+                              int round) {
     const SimdKernels *sk = simd();
     const long long nb = (long long)((n + SW_BLOCK - 1) / SW_BLOCK);
     #pragma omp parallel for schedule(static)
     for (long long b = 0; b < nb; b++) {
         size_t lo = (size_t)b * SW_BLOCK, len = n - lo < SW_BLOCK ? n - lo : SW_BLOCK;
         sk->swiglu_bwd(dgate + lo, dup + lo, dh + lo, gate + lo, up + lo, len);
+        if (round) {
+            bf16_round_serial(dgate + lo, len);
+            bf16_round_serial(dup + lo, len);
+        }
     }
+}
+
+void swiglu_forward(float *h, const float *gate, const float *up, size_t n) { swiglu_fwd_blocks(h, gate, up, n, 0); }
+
+void swiglu_forward_bf16(float *h, const float *gate, const float *up, size_t n) {
+    swiglu_fwd_blocks(h, gate, up, n, 1);
+}
+
+void swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate, const float *up, size_t n) {
+    swiglu_bwd_blocks(dgate, dup, dh, gate, up, n, 0);
+}
+
+void swiglu_backward_bf16(float *dgate, float *dup, const float *dh, const float *gate, const float *up, size_t n) {
+    swiglu_bwd_blocks(dgate, dup, dh, gate, up, n, 1);
 }
 
 void embedding_forward(float *out, const int *tokens, const float *table, int N, int D) {

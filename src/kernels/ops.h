@@ -52,18 +52,28 @@ void linear_forward_bf16(float *out, const float *in, const float *W, int N, int
                          Bf16Scratch *scratch);
 void linear_backward_bf16(float *din, float *dW, const float *dout, const float *in, const float *W,
                           int N, int n_in, int n_out, Bf16Scratch *scratch);
+/* Operands the caller holds as bf16 values already (`rounded`, a mask of these): made by bf16_round
+ * or by one of the *_bf16 producers below, while they were in cache. The conversion path's sgemm
+ * reads them where they are (no copy in the scratch, no rounding pass); the bf16 path packs them as
+ * it packs any operand (rounding a bf16 value gives itself), so the results are the same bit for
+ * bit either way. With SEQPAR_CHECK_ROUNDED=1 in the environment every operand so marked is
+ * checked first, and one that is not a bf16 value ends the process naming the call (tests). */
+enum { BF16_IN_ROUNDED = 1, BF16_DOUT_ROUNDED = 2 };
 /* On strided rows as linear_forward_ld / linear_backward_ld; the bf16 copies keep the strides
  * (a row operand's copy is N rows of its stride). */
 void linear_forward_bf16_ld(float *out, int ld_out, const float *in, int ld_in, const float *W, int N, int n_in,
-                            int n_out, int accumulate, Bf16Scratch *scratch);
+                            int n_out, int accumulate, unsigned rounded, Bf16Scratch *scratch);
 void linear_backward_bf16_ld(float *din, float *dW, const float *dout, int ld_out, const float *in, int ld_in,
-                             const float *W, int N, int n_in, int n_out, Bf16Scratch *scratch);
+                             const float *W, int N, int n_in, int n_out, unsigned rounded, Bf16Scratch *scratch);
 void linear_backward_bf16_acc_ld(float *din, int din_accumulate, float *dW, const float *dout, int ld_out,
                                  const float *in, int ld_in, const float *W, int N, int n_in, int n_out,
-                                 Bf16Scratch *scratch);
+                                 unsigned rounded, Bf16Scratch *scratch);
 
 /* RMSNorm (HF LlamaRMSNorm): out = x / sqrt(mean(x^2) + eps) * w. rstd (N) is saved. */
 void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int D, float eps);
+/* The same with out rounded to bf16 values row by row as it is made (an input of bf16 products
+ * only: BF16_IN_ROUNDED). */
+void rmsnorm_forward_bf16(float *out, float *rstd, const float *x, const float *w, int N, int D, float eps);
 /* dx (N, D) += ..., dw (D) += ... from dout (N, D), x, w and the saved rstd. */
 void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w,
                       const float *rstd, int N, int D);
@@ -77,6 +87,8 @@ void rope_tables_freq(float *cos_t, float *sin_t, const int *positions, int N, i
 void rope_forward(float *x, const float *cos_t, const float *sin_t, int N, int n_heads, int head_dim);
 /* In place on the gradient: the transpose of the rotation (rotation by -angle). */
 void rope_backward(float *dx, const float *cos_t, const float *sin_t, int N, int n_heads, int head_dim);
+/* The same with dx rounded to bf16 values row by row (the projections' output gradient in bf16). */
+void rope_backward_bf16(float *dx, const float *cos_t, const float *sin_t, int N, int n_heads, int head_dim);
 
 /* h (N, F) = silu(gate) * up, element-wise over n elements (rows with a stride: their padding
  * too, which stays 0 where gate's and up's padding is 0) */
@@ -86,6 +98,10 @@ void swiglu_forward(float *h, const float *gate, const float *up, size_t n);
  * gate and dup == up (every element is read before it is written; the MLP does so, needing no
  * gradient buffers of its own); otherwise dgate, dup alias nothing else. */
 void swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate, const float *up, size_t n);
+/* The same two with h, and dgate and dup, rounded to bf16 values block by block as they are made
+ * (the down projection's input; the gate and up projections' output gradients). */
+void swiglu_forward_bf16(float *h, const float *gate, const float *up, size_t n);
+void swiglu_backward_bf16(float *dgate, float *dup, const float *dh, const float *gate, const float *up, size_t n);
 
 /* out (N, D) = table[tokens[i]] */
 void embedding_forward(float *out, const int *tokens, const float *table, int N, int D);

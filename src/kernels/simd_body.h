@@ -509,6 +509,18 @@ static void sb_adamw(float *p, const float *g, float *m, float *v, size_t n, con
     }
 }
 
+/* The compiler turns the selects into blends of integer vectors on every vector path. */
+static void sb_bf16_round(float *dst, const float *src, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u, r;
+        memcpy(&u, src + i, sizeof u);
+        r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;        /* nearest even; overflow gives inf */
+        r = (u & 0x7fffffffu) > 0x7f800000u ? (u | 0x00400000u) & 0xffff0000u : r; /* NaN, quieted */
+        r = (u & 0x7f800000u) == 0 ? u & 0x80000000u : r;          /* zero, denormal: signed zero */
+        memcpy(dst + i, &r, sizeof r);
+    }
+}
+
 const SimdKernels SIMD_TABLE = {
     .level = SIMD_LEVEL,
     .fwd_bq = SIMD_FWD_BQ,
@@ -538,4 +550,5 @@ const SimdKernels SIMD_TABLE = {
     .swiglu_bwd = sb_swiglu_bwd,
     .xent_row = sb_xent_row,
     .adamw = sb_adamw,
+    .bf16_round = sb_bf16_round,
 };

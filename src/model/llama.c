@@ -548,30 +548,69 @@ static void input_fetch(LlamaActs *a, const LlamaConfig *c, int l) {
 }
 
 /* The layers' matrix multiplies in the activations' precision (ops.h), on rows n_in and n_out
- * floats apart (the _ld pair: ld_in and ld_out apart, for the MLP's F-wide rows). */
+ * floats apart (the _ld pair: ld_in and ld_out apart, for the MLP's F-wide rows). `rounded`
+ * (BF16_IN_ROUNDED, BF16_DOUT_ROUNDED) names the operands that hold bf16 values already under
+ * bf16: made so by the *_rounded producers below, or o, rounded in place after the attention. */
 static void mm_forward_ld(LlamaActs *a, float *out, int ld_out, const float *in, int ld_in, const float *W, int N,
-                          int n_in, int n_out, int accumulate) {
+                          int n_in, int n_out, int accumulate, unsigned rounded) {
     if (a->precision == PRECISION_BF16)
-        linear_forward_bf16_ld(out, ld_out, in, ld_in, W, N, n_in, n_out, accumulate, &a->mm_scratch);
+        linear_forward_bf16_ld(out, ld_out, in, ld_in, W, N, n_in, n_out, accumulate, rounded, &a->mm_scratch);
     else linear_forward_ld(out, ld_out, in, ld_in, W, N, n_in, n_out, accumulate);
 }
 
 /* din_acc 0: din is overwritten (the first product into it: no zeroing pass), 1: accumulated */
 static void mm_backward_ld(LlamaActs *a, float *din, int din_acc, float *dW, const float *dout, int ld_out,
-                           const float *in, int ld_in, const float *W, int N, int n_in, int n_out) {
+                           const float *in, int ld_in, const float *W, int N, int n_in, int n_out, unsigned rounded) {
     if (a->precision == PRECISION_BF16)
-        linear_backward_bf16_acc_ld(din, din_acc, dW, dout, ld_out, in, ld_in, W, N, n_in, n_out, &a->mm_scratch);
+        linear_backward_bf16_acc_ld(din, din_acc, dW, dout, ld_out, in, ld_in, W, N, n_in, n_out, rounded,
+                                    &a->mm_scratch);
     else linear_backward_acc_ld(din, din_acc, dW, dout, ld_out, in, ld_in, W, N, n_in, n_out);
 }
 
 static void mm_forward(LlamaActs *a, float *out, const float *in, const float *W, int N, int n_in, int n_out,
-                       int accumulate) {
-    mm_forward_ld(a, out, n_out, in, n_in, W, N, n_in, n_out, accumulate);
+                       int accumulate, unsigned rounded) {
+    mm_forward_ld(a, out, n_out, in, n_in, W, N, n_in, n_out, accumulate, rounded);
 }
 
 static void mm_backward(LlamaActs *a, float *din, int din_acc, float *dW, const float *dout, const float *in,
-                        const float *W, int N, int n_in, int n_out) {
-    mm_backward_ld(a, din, din_acc, dW, dout, n_out, in, n_in, W, N, n_in, n_out);
+                        const float *W, int N, int n_in, int n_out, unsigned rounded) {
+    mm_backward_ld(a, din, din_acc, dW, dout, n_out, in, n_in, W, N, n_in, n_out, rounded);
+}
+
+/* The producers of what only the matrix multiplies read (the projections' normed inputs, the
+ * MLP's h, the output gradients of the projections): under bf16 their outputs are rounded to
+ * bf16 values as they are made, in cache, so that the products take them as they are. */
+static void norm_rounded(const LlamaActs *a, float *out, float *rstd, const float *x, const float *w, int n, int D,
+                         float eps) {
+    if (a->precision == PRECISION_BF16) rmsnorm_forward_bf16(out, rstd, x, w, n, D, eps);
+    else rmsnorm_forward(out, rstd, x, w, n, D, eps);
+}
+
+static void swiglu_forward_rounded(const LlamaActs *a, float *h, const float *gate, const float *up, size_t n) {
+    if (a->precision == PRECISION_BF16) swiglu_forward_bf16(h, gate, up, n);
+    else swiglu_forward(h, gate, up, n);
+}
+
+static void swiglu_backward_rounded(const LlamaActs *a, float *dgate, float *dup, const float *dh, const float *gate,
+                                    const float *up, size_t n) {
+    if (a->precision == PRECISION_BF16) swiglu_backward_bf16(dgate, dup, dh, gate, up, n);
+    else swiglu_backward(dgate, dup, dh, gate, up, n);
+}
+
+/* RoPE's backward on n rows of dq and dk from table row r0; under bf16 dq, dk (and dv, which
+ * RoPE does not touch) come out as bf16 values. */
+static void rope_backward_rounded(const LlamaModel *m, const LlamaActs *a, int r0, int n) {
+    const LlamaConfig *c = &m->cfg;
+    const int H = c->num_attention_heads, Hkv = c->num_key_value_heads, hd = c->head_dim;
+    const size_t off = (size_t)r0 * (size_t)(hd / 2);
+    if (a->precision == PRECISION_BF16) {
+        rope_backward_bf16(a->dq, a->rope_cos + off, a->rope_sin + off, n, H, hd);
+        rope_backward_bf16(a->dk, a->rope_cos + off, a->rope_sin + off, n, Hkv, hd);
+        bf16_round(a->dv, (size_t)n * Hkv * hd);
+    } else {
+        rope_backward(a->dq, a->rope_cos + off, a->rope_sin + off, n, H, hd);
+        rope_backward(a->dk, a->rope_cos + off, a->rope_sin + off, n, Hkv, hd);
+    }
 }
 
 /* bf16: after layer l's forward its own o (and q, k, v) go to their bf16 copies (exact for
@@ -605,10 +644,10 @@ static void qkv_rows(const LlamaModel *m, LlamaActs *a, int l, const float *x_in
     const LlamaLayerWeights *w = &m->w.layers[l];
     int D = c->hidden_size, H = c->num_attention_heads, Hkv = c->num_key_value_heads, hd = c->head_dim;
     const size_t rope_off = (size_t)r0 * (size_t)(hd / 2);
-    rmsnorm_forward(a->xn, rstd, x_in, w->input_norm, n, D, c->rms_norm_eps);
-    mm_forward(a, q, a->xn, w->q_proj, n, D, H * hd, 0);
-    mm_forward(a, k, a->xn, w->k_proj, n, D, Hkv * hd, 0);
-    mm_forward(a, v, a->xn, w->v_proj, n, D, Hkv * hd, 0);
+    norm_rounded(a, a->xn, rstd, x_in, w->input_norm, n, D, c->rms_norm_eps);
+    mm_forward(a, q, a->xn, w->q_proj, n, D, H * hd, 0, BF16_IN_ROUNDED);
+    mm_forward(a, k, a->xn, w->k_proj, n, D, Hkv * hd, 0, BF16_IN_ROUNDED);
+    mm_forward(a, v, a->xn, w->v_proj, n, D, Hkv * hd, 0, BF16_IN_ROUNDED);
     rope_forward(q, a->rope_cos + rope_off, a->rope_sin + rope_off, n, H, hd);
     rope_forward(k, a->rope_cos + rope_off, a->rope_sin + rope_off, n, Hkv, hd);
     if (a->precision == PRECISION_BF16) { /* attention's inputs are bf16 */
@@ -641,7 +680,7 @@ static void residual_attn(const LlamaModel *m, LlamaActs *a, int l) {
     memcpy(L->x_mid, residual_at(a, c, l), sizeof(float) * (size_t)N * D);
     for (int r0 = 0; r0 < N; r0 += a->ffn_rows)
         mm_forward(a, L->x_mid + (size_t)r0 * D, L->o + (size_t)r0 * qd, m->w.layers[l].o_proj,
-                   ffn_chunk_rows(a, N, r0), qd, D, 1);
+                   ffn_chunk_rows(a, N, r0), qd, D, 1, BF16_IN_ROUNDED);
 }
 
 /* The attention half of layer l: x_mid = x_in + o_proj(attn(rope(q), rope(k), v)). */
@@ -680,8 +719,8 @@ static void mlp_gate_up(const LlamaModel *m, LlamaActs *a, int l, const float *x
     int store = a->store_gate_up;
     *gate = store ? L->gate + (size_t)r0 * a->ldF : a->gate_c;
     *up = store ? L->up + (size_t)r0 * a->ldF : a->up_c;
-    mm_forward_ld(a, *gate, a->ldF, xn, D, w->gate_proj, n, D, F, 0);
-    mm_forward_ld(a, *up, a->ldF, xn, D, w->up_proj, n, D, F, 0);
+    mm_forward_ld(a, *gate, a->ldF, xn, D, w->gate_proj, n, D, F, 0, BF16_IN_ROUNDED);
+    mm_forward_ld(a, *up, a->ldF, xn, D, w->up_proj, n, D, F, 0, BF16_IN_ROUNDED);
 }
 
 /* The MLP half over N rows: x_out = x_mid + down(swiglu(gate(xn2), up(xn2))), over chunks of
@@ -695,10 +734,10 @@ static void mlp_forward_rows(const LlamaModel *m, LlamaActs *a, int l, const flo
     for (int r0 = 0; r0 < N; r0 += a->ffn_rows) {
         const int n = ffn_chunk_rows(a, N, r0);
         float *gate, *up;
-        rmsnorm_forward(a->xn, rstd2 + r0, x_mid + (size_t)r0 * D, w->post_norm, n, D, c->rms_norm_eps);
+        norm_rounded(a, a->xn, rstd2 + r0, x_mid + (size_t)r0 * D, w->post_norm, n, D, c->rms_norm_eps);
         mlp_gate_up(m, a, l, a->xn, r0, n, &gate, &up);
-        swiglu_forward(a->h, gate, up, (size_t)n * a->ldF);
-        mm_forward_ld(a, x_out + (size_t)r0 * D, D, a->h, a->ldF, w->down_proj, n, F, D, 1);
+        swiglu_forward_rounded(a, a->h, gate, up, (size_t)n * a->ldF);
+        mm_forward_ld(a, x_out + (size_t)r0 * D, D, a->h, a->ldF, w->down_proj, n, F, D, 1, BF16_IN_ROUNDED);
     }
 }
 
@@ -722,21 +761,23 @@ static void mlp_backward_rows(LlamaModel *m, LlamaActs *a, int l, const float *x
         float *dx = dx_rows + (size_t)r0 * D;
         const float *xn = a->xn, *xm = x_mid + (size_t)r0 * D;
         float *gate, *up;
-        rmsnorm_forward(a->xn, rstd2 + r0, xm, w->post_norm, n, D, c->rms_norm_eps);
+        norm_rounded(a, a->xn, rstd2 + r0, xm, w->post_norm, n, D, c->rms_norm_eps);
         if (a->store_gate_up) {
             gate = L->gate + (size_t)r0 * a->ldF;
             up = L->up + (size_t)r0 * a->ldF;
         } else {
             mlp_gate_up(m, a, l, xn, r0, n, &gate, &up);
         }
-        swiglu_forward(a->h, gate, up, nF);
-        mm_backward_ld(a, NULL, 0, g->down_proj, dx, D, a->h, a->ldF, w->down_proj, n, F, D);
-        mm_backward_ld(a, a->h, 0, NULL, dx, D, NULL, a->ldF, w->down_proj, n, F, D); /* h becomes dh */
+        swiglu_forward_rounded(a, a->h, gate, up, nF);
+        mm_backward_ld(a, NULL, 0, g->down_proj, dx, D, a->h, a->ldF, w->down_proj, n, F, D, BF16_IN_ROUNDED);
+        mm_backward_ld(a, a->h, 0, NULL, dx, D, NULL, a->ldF, w->down_proj, n, F, D, 0); /* h becomes dh */
         /* dgate, dup into gate, up themselves (each element read before it is written; the
          * stored ones of --ffn-chunks 1 are not read again before the next forward) */
-        swiglu_backward(gate, up, a->h, gate, up, nF);
-        mm_backward_ld(a, a->dxn, 0, g->gate_proj, gate, a->ldF, xn, D, w->gate_proj, n, D, F);
-        mm_backward_ld(a, a->dxn, 1, g->up_proj, up, a->ldF, xn, D, w->up_proj, n, D, F);
+        swiglu_backward_rounded(a, gate, up, a->h, gate, up, nF);
+        mm_backward_ld(a, a->dxn, 0, g->gate_proj, gate, a->ldF, xn, D, w->gate_proj, n, D, F,
+                       BF16_IN_ROUNDED | BF16_DOUT_ROUNDED);
+        mm_backward_ld(a, a->dxn, 1, g->up_proj, up, a->ldF, xn, D, w->up_proj, n, D, F,
+                       BF16_IN_ROUNDED | BF16_DOUT_ROUNDED);
         rmsnorm_backward(dx, g->post_norm, a->dxn, xm, w->post_norm, rstd2 + r0, n, D); /* after the rows' last read */
     }
 }
@@ -768,21 +809,21 @@ static void layer_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn, int 
      * chunks of ffn_rows rows */
     for (int r0 = 0; r0 < N; r0 += a->ffn_rows) /* every row of dout, once */
         mm_backward(a, a->dout + (size_t)r0 * qd, 0, g->o_proj, a->dx + (size_t)r0 * D, L->o + (size_t)r0 * qd,
-                    w->o_proj, ffn_chunk_rows(a, a->N, r0), H * hd, D);
+                    w->o_proj, ffn_chunk_rows(a, a->N, r0), H * hd, D, BF16_IN_ROUNDED);
     if (a->precision == PRECISION_BF16) bf16_round(a->dout, (size_t)N * H * hd); /* attention's dout is bf16 */
     if (attn->keeps_inputs) /* its own q, k, v are in `saved`; o is read for delta */
         attn->backward(attn, NULL, NULL, NULL, L->o, L->saved, a->dout, a->dq, a->dk, a->dv);
     else
         attn->backward(attn, L->q, L->k, L->v, L->o, L->saved, a->dout, a->dq, a->dk, a->dv);
-    rope_backward(a->dq, a->rope_cos, a->rope_sin, N, H, hd);
-    rope_backward(a->dk, a->rope_cos, a->rope_sin, N, Hkv, hd);
+    rope_backward_rounded(m, a, 0, N);
     for (int r0 = 0; r0 < N; r0 += a->ffn_rows) {
         const int n = ffn_chunk_rows(a, a->N, r0);
         const float *xr = x_in + (size_t)r0 * D;
-        rmsnorm_forward(a->xn, L->rstd1 + r0, xr, w->input_norm, n, D, c->rms_norm_eps);
-        mm_backward(a, a->dxn, 0, g->q_proj, a->dq + (size_t)r0 * qd, a->xn, w->q_proj, n, D, H * hd);
-        mm_backward(a, a->dxn, 1, g->k_proj, a->dk + (size_t)r0 * kvd, a->xn, w->k_proj, n, D, Hkv * hd);
-        mm_backward(a, a->dxn, 1, g->v_proj, a->dv + (size_t)r0 * kvd, a->xn, w->v_proj, n, D, Hkv * hd);
+        const unsigned both = BF16_IN_ROUNDED | BF16_DOUT_ROUNDED;
+        norm_rounded(a, a->xn, L->rstd1 + r0, xr, w->input_norm, n, D, c->rms_norm_eps);
+        mm_backward(a, a->dxn, 0, g->q_proj, a->dq + (size_t)r0 * qd, a->xn, w->q_proj, n, D, H * hd, both);
+        mm_backward(a, a->dxn, 1, g->k_proj, a->dk + (size_t)r0 * kvd, a->xn, w->k_proj, n, D, Hkv * hd, both);
+        mm_backward(a, a->dxn, 1, g->v_proj, a->dv + (size_t)r0 * kvd, a->xn, w->v_proj, n, D, Hkv * hd, both);
         rmsnorm_backward(a->dx + (size_t)r0 * D, g->input_norm, a->dxn, xr, w->input_norm, L->rstd1 + r0, n, D);
     }
 }
@@ -805,7 +846,7 @@ static void stream_layer_forward(const LlamaModel *m, LlamaActs *a, SeqAttention
         attn->forward_chunk(attn, i, a->q, a->k, a->v, a->o_c, saved);
         if (!whole) continue;
         memcpy(a->x_mid_c, x_in, sizeof(float) * (size_t)a->sc * D);
-        mm_forward(a, a->x_mid_c, a->o_c, m->w.layers[l].o_proj, a->sc, (int)qd, (int)D, 1);
+        mm_forward(a, a->x_mid_c, a->o_c, m->w.layers[l].o_proj, a->sc, (int)qd, (int)D, 1, BF16_IN_ROUNDED);
         mlp_forward_rows(m, a, l, a->x_mid_c, a->rstd2_c, residual_at(a, c, l + 1) + r0 * D, a->sc);
     }
 }
@@ -830,22 +871,22 @@ static void stream_layer_backward(LlamaModel *m, LlamaActs *a, SeqAttention *att
         float *dx = a->dx + r0 * D;
         attn->output_chunk(attn, i, saved, a->o_c);
         memcpy(a->x_mid_c, x_in, sizeof(float) * (size_t)n * D);
-        mm_forward(a, a->x_mid_c, a->o_c, w->o_proj, n, H * hd, D, 1);
+        mm_forward(a, a->x_mid_c, a->o_c, w->o_proj, n, H * hd, D, 1, BF16_IN_ROUNDED);
         mlp_backward_rows(m, a, l, a->x_mid_c, a->rstd2_c, dx, n);
-        mm_backward(a, a->dout, 0, g->o_proj, dx, a->o_c, w->o_proj, n, H * hd, D);
+        mm_backward(a, a->dout, 0, g->o_proj, dx, a->o_c, w->o_proj, n, H * hd, D, BF16_IN_ROUNDED);
         if (a->precision == PRECISION_BF16) bf16_round(a->dout, (size_t)n * H * hd); /* attention's dout is bf16 */
         attn->dout_chunk(attn, i, saved, a->dout);
     }
     for (int i = 0; i < a->su; i++) {
-        const size_t r0 = (size_t)i * n, rope_off = r0 * (size_t)(hd / 2);
+        const size_t r0 = (size_t)i * n;
         const float *x_in = residual_at(a, c, l) + r0 * D;
+        const unsigned both = BF16_IN_ROUNDED | BF16_DOUT_ROUNDED;
         attn->backward_chunk(attn, i, saved, a->dq, a->dk, a->dv);
-        rope_backward(a->dq, a->rope_cos + rope_off, a->rope_sin + rope_off, n, H, hd);
-        rope_backward(a->dk, a->rope_cos + rope_off, a->rope_sin + rope_off, n, Hkv, hd);
-        rmsnorm_forward(a->xn, a->rstd1_c, x_in, w->input_norm, n, D, c->rms_norm_eps);
-        mm_backward(a, a->dxn, 0, g->q_proj, a->dq, a->xn, w->q_proj, n, D, H * hd);
-        mm_backward(a, a->dxn, 1, g->k_proj, a->dk, a->xn, w->k_proj, n, D, Hkv * hd);
-        mm_backward(a, a->dxn, 1, g->v_proj, a->dv, a->xn, w->v_proj, n, D, Hkv * hd);
+        rope_backward_rounded(m, a, (int)r0, n);
+        norm_rounded(a, a->xn, a->rstd1_c, x_in, w->input_norm, n, D, c->rms_norm_eps);
+        mm_backward(a, a->dxn, 0, g->q_proj, a->dq, a->xn, w->q_proj, n, D, H * hd, both);
+        mm_backward(a, a->dxn, 1, g->k_proj, a->dk, a->xn, w->k_proj, n, D, Hkv * hd, both);
+        mm_backward(a, a->dxn, 1, g->v_proj, a->dv, a->xn, w->v_proj, n, D, Hkv * hd, both);
         rmsnorm_backward(a->dx + r0 * D, g->input_norm, a->dxn, x_in, w->input_norm, a->rstd1_c, n, D);
     }
 }

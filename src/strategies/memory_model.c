@@ -77,23 +77,26 @@ static double flash_transient(int threads, double nq, double nk, int kv_heads, i
 /* The bf16 GEMMs' operand copies (ops.c's Bf16Scratch, kept across calls: as large as the
  * largest call's two operand copies together) over R rows of the attention half's projections
  * and fr rows of the MLP's (F-wide rows ldF apart), as llama.c calls them: bf16 copies on the
- * VDPBF16PS path, fp32 copies of bf16 values on the conversion path (ops.h). Floats. */
+ * VDPBF16PS path, fp32 copies of bf16 values on the conversion path (ops.h), which copies only W
+ * and the operands llama.c has not made as bf16 values already (BF16_IN_ROUNDED,
+ * BF16_DOUT_ROUNDED: the residual stream's gradient, the output gradient of o and down). Floats. */
 static double gemm_bf16_scratch(double R, double fr, double D, double qd, double kvd, double F, double ldF) {
-    /* rows, n_in, n_out, the row strides of in and out, and whether the backward call has an
-     * input / a weight gradient */
-    const struct { double n, in, out, ld_in, ld_out; int din, dW; } calls[] = {
-        {R, D, qd, D, qd, 1, 1}, {R, D, kvd, D, kvd, 1, 1}, {R, qd, D, qd, D, 1, 1}, /* q, k|v, o projections */
-        {fr, D, F, D, ldF, 1, 1}, {fr, F, D, ldF, D, 0, 1}, {fr, F, D, ldF, D, 1, 0}}; /* gate|up; down: dW, then din */
+    /* rows, n_in, n_out, the row strides of in and out, whether the backward call has an input /
+     * a weight gradient, and whether its input / output gradient is rounded already */
+    const struct { double n, in, out, ld_in, ld_out; int din, dW, x_r, d_r; } calls[] = {
+        {R, D, qd, D, qd, 1, 1, 1, 1}, {R, D, kvd, D, kvd, 1, 1, 1, 1}, {R, qd, D, qd, D, 1, 1, 1, 0}, /* q, k|v, o */
+        {fr, D, F, D, ldF, 1, 1, 1, 1}, {fr, F, D, ldF, D, 0, 1, 1, 0}, {fr, F, D, ldF, D, 1, 0, 1, 0}}; /* gate|up; down: dW, then din */
     double scratch = 0, conv = 0;
 #define MAX_INTO(x, y) ((x) = (y) > (x) ? (y) : (x))
     for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
         const double n = calls[i].n, in = calls[i].in, out = calls[i].out;
         const double rows_in = n * calls[i].ld_in, rows_out = n * calls[i].ld_out;
         const double w = calls[i].din ? out * in : 0, x = calls[i].dW ? rows_in : 0;
+        const double x_copy = calls[i].x_r ? 0 : x, w_or_x = w > x_copy ? w : x_copy;
         MAX_INTO(scratch, (double)bf16_scratch_elems((size_t)rows_in, (size_t)(out * in)));   /* forward */
         MAX_INTO(scratch, (double)bf16_scratch_elems((size_t)rows_out, (size_t)(w > x ? w : x))); /* backward */
-        MAX_INTO(conv, (double)bf16_scratch_f32_elems((size_t)rows_in, (size_t)(out * in)));
-        MAX_INTO(conv, (double)bf16_scratch_f32_elems((size_t)rows_out, (size_t)(w > x ? w : x)));
+        MAX_INTO(conv, (double)bf16_scratch_f32_elems(calls[i].x_r ? 0 : (size_t)rows_in, (size_t)(out * in)));
+        MAX_INTO(conv, (double)bf16_scratch_f32_elems(calls[i].d_r ? 0 : (size_t)rows_out, (size_t)w_or_x));
     }
 #undef MAX_INTO
     return bf16_kernels()->path == BF16_PATH_CONVERT ? conv : 0.5 * scratch;
