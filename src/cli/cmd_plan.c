@@ -100,11 +100,13 @@ static double rate_bytes(const LlamaConfig *c, long seq_len) {
  * run at once, one per core (a step keeps every core busy, and a core runs slower while its
  * neighbours work: on an AVX2-only Zen 3 VM two busy cores ran 5-10% slower each than one alone),
  * and the copies' rates averaged. fp32 GEMM on the model's own products (2048^3 where a layer
- * passes 64 MB); the bf16 GEMM (its library's primitives are shared) alone, 2048^3. `which`: 1
+ * passes 64 MB), which is also bf16's on the conversion path (fp32 sgemm on bf16 values, ops.h); the
+ * bf16 GEMM of the AVX512_BF16 path (its library's primitives are shared) alone, 2048^3. `which`: 1
  * the GEMM, 2 attention, 3 both. Returns the copies that ran (fewer under OMP_THREAD_LIMIT). */
 static int measure_rates(const MemoryModelInput *base, int copies, int which, double *gemm, int *gemm_kind,
                           int *tokens, double *attn_f, double *attn_b) {
     const int bf16 = base->precision == PRECISION_BF16, saved = omp_get_max_threads();
+    const int fp32_gemm = !bf16 || bf16_kernels()->path == BF16_PATH_CONVERT;
     double *g = xcalloc((size_t)copies, sizeof *g), *f = xcalloc((size_t)copies, sizeof *f);
     double *b = xcalloc((size_t)copies, sizeof *b);
     int shapes_ok = 1, team = 1;
@@ -114,7 +116,7 @@ static int measure_rates(const MemoryModelInput *base, int copies, int which, do
         const int t = omp_get_thread_num();
         if (t == 0) team = omp_get_num_threads(); /* fewer than asked under OMP_THREAD_LIMIT */
         omp_set_num_threads(1); /* each copy's own kernels and GEMMs on one thread */
-        if (which & 1 && !bf16) {
+        if (which & 1 && fp32_gemm) {
             int tok = 0;
             g[t] = model_gemm_gflops(&base->model, base->seq_len, 3, &tok);
             if (!(g[t] > 0)) g[t] = sgemm_peak_gflops(3); /* (the copies start it together, ~1 s each) */
@@ -131,11 +133,11 @@ static int measure_rates(const MemoryModelInput *base, int copies, int which, do
             }
     }
     omp_set_num_threads(1);
-    if (which & 1 && bf16) *gemm = bf16_gemm_peak_gflops(3), *gemm_kind = 1;
+    if (which & 1 && !fp32_gemm) *gemm = bf16_gemm_peak_gflops(3), *gemm_kind = 1;
     omp_set_num_threads(saved);
     double sg = 0, sf = 0, sb = 0;
     for (int t = 0; t < team; t++) sg += g[t], sf += f[t], sb += b[t];
-    if (which & 1 && !bf16) *gemm = sg / team, *gemm_kind = shapes_ok ? 2 : 1;
+    if (which & 1 && fp32_gemm) *gemm = sg / team, *gemm_kind = shapes_ok ? 2 : 1;
     if (which & 2) *attn_f = sf / team, *attn_b = sb / team;
     xfree(g);
     xfree(f);
@@ -163,7 +165,8 @@ static const char HELP[] =
     "  --inter-lat-us B      per message across nodes (default 5)\n"
     "  --gemm-gflops G       GEMM rate per thread in the precision (default: measured here, one\n"
     "                        thread per core on every core at once: fp32 on one layer's own products;\n"
-    "                        bf16 (one thread alone), or a layer over 64 MB, the 2048^3 GEMM)\n"
+    "                        the AVX512_BF16 path's bf16 GEMM (one thread alone), or a layer over 64 MB,\n"
+    "                        the 2048^3 GEMM; bf16 on the conversion path runs fp32's sgemm)\n"
     "  --attn-gflops F[,B]   attention forward[,backward] rate per thread (default: measured here,\n"
     "                        one thread per core on every core at once)\n"
     "  --top K               configurations listed (default 10)\n"
@@ -265,6 +268,7 @@ int cmd_plan(int argc, char **argv) {
     /* the kernels' rates per thread, measured here unless given: one copy per core of this machine
      * (of this rank's share of them under mpirun), as many as 2 GiB (and a quarter of the RAM) hold */
     const int bf16 = base.precision == PRECISION_BF16;
+    const int bf16_gemm = bf16 && bf16_kernels()->path != BF16_PATH_CONVERT; /* else fp32 sgemm on bf16 values */
     int measured_gemm = 0, measured_attn = 0, gemm_tokens = 0; /* measured_gemm 2: on the model's shapes */
     int copies = 0;
     if (!(cl.gemm_gflops > 0) || !(cl.attn_fwd_gflops > 0)) {
@@ -308,8 +312,8 @@ int cmd_plan(int argc, char **argv) {
         snprintf(gemm_src, sizeof gemm_src, " (this machine's sgemm on one layer's products at %d tokens, %s)",
                  gemm_tokens, load);
     else if (measured_gemm)
-        snprintf(gemm_src, sizeof gemm_src, " (this machine's %s, 2048^3, %s)", bf16 ? "bf16 GEMM" : "sgemm",
-                 bf16 ? "one thread" : load);
+        snprintf(gemm_src, sizeof gemm_src, " (this machine's %s, 2048^3, %s)", bf16_gemm ? "bf16 GEMM" : "sgemm",
+                 bf16_gemm ? "one thread" : load);
     if (measured_attn) snprintf(attn_src, sizeof attn_src, " (this machine's kernel, S = 4096, %s)", load);
     printf("rates per thread: GEMM %.1f GFLOPS%s, attention %.1f / %.1f GFLOPS forward / backward%s\n", cl.gemm_gflops,
            gemm_src, cl.attn_fwd_gflops, cl.attn_bwd_gflops, attn_src);

@@ -583,9 +583,16 @@ int cmd_train(int argc, char **argv) {
         }
         if (o.peak_gflops > 0) printf("MFU and HFU against %.1f GFLOPS per rank (--peak-gflops)", peak);
         else
-            printf("MFU and HFU against %.1f GFLOPS per rank: %s peak, the best of %d %s 2048^3 trials with %d threads "
-                   "(raised if a step runs faster)", peak, bf16 ? "bf16" : "fp32", SGEMM_PEAK_TRIALS,
-                   bf16 ? "bf16 GEMM" : "sgemm (oneDNN and OpenBLAS)", current_threads());
+        {
+            /* bf16 on the conversion path multiplies in fp32 sgemm: its peak is fp32's (bf16.h) */
+            const int bf16_gemm = bf16 && bf16_kernels()->path != BF16_PATH_CONVERT;
+            printf("MFU and HFU against %.1f GFLOPS per rank: %s, the best of %d %s 2048^3 trials with %d threads "
+                   "(raised if a step runs faster)", peak,
+                   !bf16       ? "fp32 peak"
+                   : bf16_gemm ? "bf16 peak"
+                               : "bf16 peak = fp32 peak (the conversion path multiplies in fp32 sgemm)",
+                   SGEMM_PEAK_TRIALS, bf16_gemm ? "bf16 GEMM" : "sgemm (oneDNN and OpenBLAS)", current_threads());
+        }
         printf("; --checkpoint %s, %d FFN chunk%s", llama_checkpoint_name(o.mem.checkpoint),
                llama_acts_ffn_chunks(acts), llama_acts_ffn_chunks(acts) == 1 ? "" : "s");
         if (llama_acts_streams(acts)) printf("; layers streamed in %d chunks", par.attn->stream_chunks);

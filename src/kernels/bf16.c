@@ -9,6 +9,7 @@
 #include "kernels/attn_bf16.h"
 #include "kernels/isa.h"
 #include "kernels/sgemm.h"
+#include "kernels/sgemm_bench.h"
 
 int precision_parse(const char *name) {
     if (!name) return -1;
@@ -67,6 +68,7 @@ const Bf16Kernels *bf16_kernels(void) {
 }
 
 double bf16_gemm_peak_gflops(int trials) {
+    if (bf16_kernels()->path == BF16_PATH_CONVERT) return sgemm_peak_gflops(trials);
     const int n = 2048;
     size_t nn = (size_t)n * n;
     bf16_t *A = xmalloc(sizeof(bf16_t) * nn), *B = xmalloc(sizeof(bf16_t) * nn);
@@ -145,7 +147,7 @@ void bf16_describe(char *buf, size_t n) {
         snprintf(buf, n, "%s, GEMM: oneDNN %s matmul on %s", bf16_path_name(k->path), bf16_onednn_version(),
                  bf16_onednn_isa());
     else
-        snprintf(buf, n, "%s, GEMM: bf16 widened to fp32 + %s sgemm", bf16_path_name(k->path), sgemm_lib_name(sgemm_lib()));
+        snprintf(buf, n, "%s, GEMM: fp32 sgemm on bf16 values (%s)", bf16_path_name(k->path), sgemm_lib_name(sgemm_lib()));
 }
 
 extern const AttnBf16Tiles attn_bf16_tiles_avx512;       /* attn_bf16_avx512.c */

@@ -78,11 +78,15 @@ void bf16_gemm_onednn(int transA, int transB, int M, int N, int K, float alpha, 
 const char *bf16_onednn_version(void);
 const char *bf16_onednn_isa(void);
 /* One line for run headers: "avx512_bf16, GEMM: oneDNN 2.6.3 matmul on avx512_core_bf16" or
- * "convert, GEMM: bf16 widened to fp32 + OpenBLAS sgemm". */
+ * "convert, GEMM: fp32 sgemm on bf16 values (oneDNN 2.6.3)". */
 void bf16_describe(char *buf, size_t n);
 
 /* The bf16 peak for MFU under --precision bf16: the best GFLOPS of `trials` (at least 3) runs of
- * this path's GEMM on square 2048 x 2048 bf16 matrices, after one warm-up (as sgemm_peak_gflops). */
+ * this path's GEMM on square 2048 x 2048 bf16 matrices, after one warm-up (as sgemm_peak_gflops).
+ * On the conversion path the linear layers' products are fp32 sgemm on arrays of bf16 values
+ * (ops.h), the same arithmetic at the same rate as fp32's: its peak is the fp32 peak
+ * (sgemm_peak_gflops, the better library's), not bf16_gemm_convert's, whose two widening passes
+ * made the peak read lower and the utilisation higher than the hardware's. */
 double bf16_gemm_peak_gflops(int trials);
 
 /* OpenMP-parallel conversions through the chosen path, for large arrays. */
