@@ -236,7 +236,7 @@ def attn_round(a, prec, S, rnd, ratios):
     head = [l for l in text.splitlines() if l.startswith(("kernels", "attention tiles", "BLAS:", "warning:", "sgemm (", "bf16 GEMM", "attention ("))]
     print("\n".join("  seqpar " + l for l in head))
     sp = parse_attn(text)
-    yard = "bf16 GEMM" if prec == "bf16" else "sgemm"
+    yard = "bf16 GEMM" if "% of bf16 GEMM" in text else "sgemm"  # bf16 on the conversion path: sgemm
     tag = f" (round {rnd} of {a.rounds}, {time.strftime('%H:%M UTC', time.gmtime())})" if a.rounds > 1 else ""
     print(f"attention, causal, S = {S}, {prec}, GFLOPS forward / backward (seqpar's % of the same-run {yard}; "
           f"ratio = seqpar / PyTorch){tag}:")

@@ -186,11 +186,17 @@ static StepResult run_steps(int S, int repeats, const MemoryFlags *mf) {
     return res;
 }
 
+/* What the peak is: the bf16 GEMM's, or sgemm's (fp32, and bf16 on the conversion path, whose
+ * products are fp32 sgemm on bf16 values: bf16.h) */
+static const char *peak_name(int bf16) {
+    return bf16 && bf16_kernels()->path != BF16_PATH_CONVERT ? "bf16 GEMM" : "sgemm";
+}
+
 /* bf16: bf16 q, k, v, dout through the kernel attn_kernel_name() names (bf16 tiles with VDPBF16PS
  * where the CPU has AVX512_BF16, else the fp32 kernel on the bf16 values), compared with the bf16
  * GEMM's peak. */
 static void bench_attn(int S, const int *dims, int n_dims, int repeats, double peak, int bf16) {
-    const char *yard = bf16 ? "bf16 GEMM" : "sgemm";
+    const char *yard = peak_name(bf16);
     const Precision prec = bf16 ? PRECISION_BF16 : PRECISION_FP32;
     printf("attention (causal, S = %d, %s, kernel: %s, %d threads), medians of %d:\n", S, precision_name(prec),
            attn_kernel_name(prec), current_threads(), repeats);
@@ -231,9 +237,9 @@ static void bench_step(int S, int repeats, const MemoryFlags *mf, double peak, i
            "peak RSS %.1f MiB\n",
            S, precision_name(mf->precision), llama_checkpoint_name(mf->checkpoint), r.ffn_chunks, r.ffn_chunks == 1 ? "" : "s", repeats, r.step_seconds,
            g_cpu_time ? "CPU " : "", r.tokens_per_s, 100 * mfu, 100 * hfu,
-           mf->precision == PRECISION_BF16 ? "bf16 GEMM" : "sgemm", (double)r.tracked_peak / (1 << 20), (double)r.rss_peak / (1 << 20));
+           peak_name(bf16), (double)r.tracked_peak / (1 << 20), (double)r.rss_peak / (1 << 20));
     printf("  the %s peak: %.1f GFLOPS before the steps, %.1f after; MFU and HFU are against the higher\n",
-           bf16 ? "bf16 GEMM" : "sgemm", before, after);
+           peak_name(bf16), before, after);
     if (clamped) printf("  (a utilisation above 100%% of the same-run peak is shown as 100%%)\n");
     if (!g_cpu_time) {
         const double rest = r.mean_seconds - r.split[OPC_ATTN_FWD] - r.split[OPC_ATTN_BWD] - r.split[OPC_LINEAR];
@@ -510,12 +516,17 @@ int cmd_bench(int argc, char **argv) {
                sgemm_lib_name(SGEMM_ONEDNN), libs[SGEMM_ONEDNN], sgemm_lib_name(SGEMM_OPENBLAS), libs[SGEMM_OPENBLAS],
                g_cpu_time ? "median" : "best", trials);
         if (mf.precision == PRECISION_BF16) { /* the step's MFU is against the bf16 GEMM's peak */
-            double sgemm = peak;
-            peak = measure_peak(1, trials, libs);
             char b16[160];
             bf16_describe(b16, sizeof b16);
-            printf("bf16 GEMM (2048^3; bf16 path: %s; %d threads): %.1f GFLOPS wall clock (best of %d trials; %.2fx sgemm; "
-                   "the bf16 peak below)\n", b16, current_threads(), peak, trials, peak / sgemm);
+            if (bf16_kernels()->path == BF16_PATH_CONVERT) {
+                printf("bf16 GEMM (bf16 path: %s): the products are fp32 sgemm, so the bf16 peak below is the "
+                       "sgemm above\n", b16);
+            } else {
+                double sgemm = peak;
+                peak = measure_peak(1, trials, libs);
+                printf("bf16 GEMM (2048^3; bf16 path: %s; %d threads): %.1f GFLOPS wall clock (best of %d trials; "
+                       "%.2fx sgemm; the bf16 peak below)\n", b16, current_threads(), peak, trials, peak / sgemm);
+            }
             printf("bf16 attention: %s\n", attn_kernel_name(PRECISION_BF16));
         }
         fflush(stdout);
