@@ -5,7 +5,8 @@
 #     --comm-timeout + 10 s with exit status 3 and one line per still-running rank naming the
 #     operation, the peers or group and the step (the stopped rank prints none); an injected hang
 #     (SEQPAR_FAULT_HANG, test only) ends a 2-rank run the same way, also where the others wait in
-#     the ranks' error exchange of a step's data read;
+#     the ranks' error exchange of a step's data read; a rank that never starts ends the others'
+#     MPI_Init the same way, under mpirun and under srun's variables (SLURM_STEP_NUM_TASKS);
 #   - preemption: SIGUSR1 sent to mpirun, SIGTERM sent to every rank, and SIGINT to a single
 #     process each stop the run after the current step with a checkpoint and exit 0; resuming
 #     from it gives losses bit-identical to an uninterrupted run;
@@ -112,6 +113,24 @@ el=$(echo "$(now) - $t0" | bc)
 if [ $rc -eq 3 ] && [ "$(grep -c '^seqpar: error: watchdog' "$T/i.out")" -eq 1 ] && awk -v e="$el" 'BEGIN { exit !(e < 30) }' &&
     grep -q "^seqpar: error: watchdog: rank 0 before step 1 (setup): MPI_Init (waiting for every rank to start) is not complete after 2\.0 s" "$T/i.out"; then ok; else
     bad "a rank that never starts: status $rc after ${el} s: $(grep -m 2 'seqpar' "$T/i.out")"; fi
+# The same under srun's direct launch, which announces the world by SLURM_STEP_NUM_TASKS /
+# SLURM_PROCID, not Open MPI's variables (simulated: mpirun's removed, srun's set): rank 0 ends the
+# job in seconds (it waited forever: the guard was armed by OMPI_COMM_WORLD_SIZE alone); and a job
+# whose ranks all start under those variables trains (identical command lines, as srun gives)
+SR=(env -u OMPI_COMM_WORLD_SIZE -u OMPI_COMM_WORLD_RANK SLURM_STEP_NUM_TASKS=2)
+SA=(train "${SMALL[@]}" --steps 5 --cp 2 --comm-timeout 0.5 --log "$T/is.jsonl")
+t0=$(now)
+timeout 60 mpirun --oversubscribe -np 1 "${SR[@]}" SLURM_PROCID=0 "$SEQPAR" "${SA[@]}" : \
+    -np 1 sh -c "sleep 60; exec ${SR[*]} SLURM_PROCID=1 \"$SEQPAR\" ${SA[*]}" >"$T/is.out" 2>&1
+rc=$?
+el=$(echo "$(now) - $t0" | bc)
+if [ $rc -eq 3 ] && [ "$(grep -c '^seqpar: error: watchdog' "$T/is.out")" -eq 1 ] && awk -v e="$el" 'BEGIN { exit !(e < 30) }' &&
+    grep -q "^seqpar: error: watchdog: rank 0 before step 1 (setup): MPI_Init (waiting for every rank to start) is not complete after 2\.0 s" "$T/is.out"; then ok; else
+    bad "a rank that never starts under srun's variables: status $rc after ${el} s: $(grep -m 2 'seqpar' "$T/is.out")"; fi
+SB=(train "${SMALL[@]}" --steps 5 --cp 2 --comm-timeout 5 --log "$T/is2.jsonl")
+timeout 60 mpirun --oversubscribe -np 1 "${SR[@]}" SLURM_PROCID=0 "$SEQPAR" "${SB[@]}" : \
+    -np 1 "${SR[@]}" SLURM_PROCID=1 "$SEQPAR" "${SB[@]}" >"$T/is2.out" 2>&1 && [ "$(losses "$T/is2.jsonl" | wc -l)" -eq 5 ] && ok ||
+    bad "a job under srun's variables: $(grep -m 2 'seqpar' "$T/is2.out")"
 # and the guard ends with the setup: a run that outlasts its deadline (--comm-timeout 1: 4 s; 1200
 # small steps, about 6 s) completes
 timeout 60 mpirun --oversubscribe -np 2 "$SEQPAR" train "${SMALL[@]}" --batch 4 --steps 1200 --cp 2 --comm-timeout 1 \

@@ -44,6 +44,23 @@ static double comm_timeout_from_args(int argc, char **argv) {
     return t;
 }
 
+/* The world size a launcher announces before MPI starts, and this process's rank (-1 if unsaid):
+ * Open MPI's mpirun (OMPI_COMM_WORLD_SIZE / _RANK), a PMI launcher such as `srun --mpi=pmi2`
+ * (PMI_SIZE / PMI_RANK), or srun itself (SLURM_STEP_NUM_TASKS / SLURM_PROCID, set for every task
+ * it starts, `--mpi=pmix` included, which announces no size of its own). 0 when none does. */
+static int launched_world(int *rank) {
+    static const char *const vars[][2] = {
+        {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"}, {"PMI_SIZE", "PMI_RANK"}, {"SLURM_STEP_NUM_TASKS", "SLURM_PROCID"}};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *n = getenv(vars[i][0]), *r = getenv(vars[i][1]);
+        if (!n) continue;
+        *rank = r ? atoi(r) : -1;
+        return atoi(n);
+    }
+    *rank = -1;
+    return 0;
+}
+
 int main(int argc, char **argv) {
     int provided = 0;
     /* a write past a file size limit (ulimit -f) fails with EFBIG and takes the writers' error path
@@ -62,13 +79,11 @@ int main(int argc, char **argv) {
                    !getenv("PMI_SIZE");
     /* Under a launcher, MPI_Init waits for every rank to start (a fence with all of them): under
      * the set-up's guard (comm.h), so that a rank that never starts ends the job with one line */
-    const char *launched = getenv("OMPI_COMM_WORLD_SIZE");
-    const int guard = !skip_mpi && launched && atoi(launched) > 1;
-    if (guard) {
-        const char *r = getenv("OMPI_COMM_WORLD_RANK");
-        comm_guard_begin(r ? atoi(r) : -1, "MPI_Init (waiting for every rank to start)",
+    int launch_rank;
+    const int guard = !skip_mpi && launched_world(&launch_rank) > 1;
+    if (guard)
+        comm_guard_begin(launch_rank, "MPI_Init (waiting for every rank to start)",
                          comm_timeout_from_args(argc, argv) * COMM_SLOW_PHASE_FACTOR);
-    }
     if (!skip_mpi) MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     if (guard) comm_guard_end();
     /* the ranks' error exchanges (die_if_any_rank) under the set-up's deadline; --comm-timeout
