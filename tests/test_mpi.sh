@@ -15,7 +15,8 @@
 #     2 and 4 ranks, MQA and uneven heads, selective checkpointing, 20 training steps; the layers
 #     streamed chunk by chunk (none, layer, layer inputs offloaded) against --no-stream's whole layers;
 #   - bad grids print the same one-line error on every rank and exit non-zero without hanging, and
-#     so does an --offload-dir that one rank alone cannot use.
+#     so does an --offload-dir that one rank alone cannot use, and ranks started with other
+#     arguments than rank 0's.
 # Prints "N passed, N failed".
 set -u
 BUILD=${1:-build}
@@ -316,5 +317,17 @@ for extra in "--checkpoint layer" "--strategy fpdt --chunks 2"; do
     if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$n" -eq 2 ] && [ $((SECONDS - t0)) -lt 30 ] && ! printf '%s' "$err" | grep -q MPI_ABORT; then ok; else
         bad "--offload-dir missing on rank 1 only ($extra): status $rc, $((SECONDS - t0)) s, $n of 2 ranks: $(printf '%s' "$err" | head -n 3)"; fi
 done
+
+# ranks started with other arguments (MPMD: rank 1 without --log and with another --seq-len) would
+# call different collectives and wait on each other until the watchdog (it blamed a stopped rank):
+# every rank prints one line quoting both command lines, exit 1, at once; --offload-dir alone may
+# differ (above). The old binary waited: 4 x --comm-timeout 60 here, past the 30 s timeout.
+A=(train --steps 3 --cp 2 --seq-len 64 --comm-timeout 60)
+t0=$SECONDS
+err=$(timeout 30 mpirun --oversubscribe -np 1 "$SEQPAR" "${A[@]}" --log "$T/mm.jsonl" : -np 1 "$SEQPAR" "${A[@]}" --seq-len 32 2>&1 >/dev/null)
+rc=$?
+n=$(printf '%s\n' "$err" | grep -c "^seqpar: error: rank 1 was started with other arguments than rank 0: every rank must run the same seqpar command (--offload-dir alone may differ); rank 0: 'seqpar train --steps 3 --cp 2 --seq-len 64 --comm-timeout 60 --log $T/mm.jsonl', rank 1: 'seqpar train --steps 3 --cp 2 --seq-len 64 --comm-timeout 60 --seq-len 32'$")
+if [ $rc -eq 1 ] && [ "$n" -eq 2 ] && [ $((SECONDS - t0)) -lt 20 ] && ! printf '%s' "$err" | grep -q MPI_ABORT; then ok; else
+    bad "ranks with other arguments: status $rc, $((SECONDS - t0)) s, $n of 2 lines: $(printf '%s' "$err" | head -n 3)"; fi
 
 summary test_mpi

@@ -61,6 +61,55 @@ static int launched_world(int *rank) {
     return 0;
 }
 
+/* Every rank must run the same command: ranks started with different flags (an MPMD line, a
+ * per-node wrapper script) would call different collectives and wait on each other until the
+ * watchdog, which can only blame a stopped rank. Compared once after MPI starts, over the
+ * arguments but --offload-dir (a node-local path); the first rank that differs from rank 0 ends
+ * every rank with one line quoting both command lines. The exchange that finds every rank here
+ * runs under the ranks' error-exchange deadline (die_if_any_rank), the rest after it. */
+/* The arguments after argv[0] but --offload-dir and its value, space-separated (malloc'd) */
+static char *args_text(int argc, char **argv) {
+    size_t n = 1;
+    for (int i = 1; i < argc; i++) n += strlen(argv[i]) + 1;
+    char *out = malloc(n), *p = out;
+    if (!out) die("out of memory");
+    *p = '\0';
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--offload-dir")) { i++; continue; }
+        if (!strncmp(argv[i], "--offload-dir=", 14)) continue;
+        p += sprintf(p, "%s%s", p == out ? "" : " ", argv[i]);
+    }
+    return out;
+}
+
+static void die_unless_same_command(int argc, char **argv) {
+    int size = 1, rank = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size <= 1) return;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    die_if_any_rank(NULL); /* every rank is here (or the deadline's one line) */
+    char *text = args_text(argc, argv);
+    unsigned long long h = 1469598103934665603ull, h0; /* FNV-1a */
+    for (const char *c = text; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    h0 = h;
+    MPI_Bcast(&h0, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+    int differs = h != h0 ? rank : size;
+    MPI_Allreduce(MPI_IN_PLACE, &differs, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (differs == size) {
+        free(text);
+        return;
+    }
+    char first[400], other[400]; /* each quoted up to 399 characters */
+    snprintf(first, sizeof first, "%s", text);
+    snprintf(other, sizeof other, "%s", text);
+    free(text);
+    MPI_Bcast(first, (int)sizeof first, MPI_CHAR, 0, MPI_COMM_WORLD);
+    MPI_Bcast(other, (int)sizeof other, MPI_CHAR, differs, MPI_COMM_WORLD);
+    die_collective("rank %d was started with other arguments than rank 0: every rank must run the same seqpar "
+                   "command (--offload-dir alone may differ); rank 0: 'seqpar %s', rank %d: 'seqpar %s'",
+                   differs, first, differs, other);
+}
+
 int main(int argc, char **argv) {
     int provided = 0;
     /* a write past a file size limit (ulimit -f) fails with EFBIG and takes the writers' error path
@@ -88,7 +137,8 @@ int main(int argc, char **argv) {
     if (guard) comm_guard_end();
     /* the ranks' error exchanges (die_if_any_rank) under the set-up's deadline; --comm-timeout
      * changes it, the watchdog keeps it after the set-up */
-    exchange_deadline_set(COMM_DEFAULT_TIMEOUT_S * COMM_SLOW_PHASE_FACTOR);
+    exchange_deadline_set(comm_timeout_from_args(argc, argv) * COMM_SLOW_PHASE_FACTOR);
+    if (!skip_mpi) die_unless_same_command(argc, argv);
     int status;
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         fputs(USAGE, stdout);
