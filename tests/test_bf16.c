@@ -260,6 +260,12 @@ static void test_rounded_operands(int pad) {
     bf16_round(a, (size_t)N * H * hd);
     rope_backward_bf16(b, cs, sn, N, H, hd);
     CHECK(same_bits(a, b, (size_t)N * H * hd), "rope_backward_bf16 is not rope_backward + bf16_round");
+    memcpy(a, x, sizeof(float) * N * H * hd);
+    memcpy(b, x, sizeof(float) * N * H * hd);
+    rope_forward(a, cs, sn, N, H, hd);
+    bf16_round(a, (size_t)N * H * hd);
+    rope_forward_bf16(b, cs, sn, N, H, hd);
+    CHECK(same_bits(a, b, (size_t)N * H * hd), "rope_forward_bf16 is not rope_forward + bf16_round");
     const size_t n = 9001; /* over several of swiglu's blocks, the last one partial */
     float *g = xmalloc(sizeof(float) * n), *u = xmalloc(sizeof(float) * n), *dh = xmalloc(sizeof(float) * n);
     float *h1 = xmalloc(sizeof(float) * n), *h2 = xmalloc(sizeof(float) * n), *dg = xmalloc(sizeof(float) * n),

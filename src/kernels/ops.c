@@ -229,15 +229,10 @@ void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, c
 
 void rope_tables(float *cos_t, float *sin_t, const int *positions, int N, int head_dim, double theta) {
     int half = head_dim / 2;
-    #pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++) {
-        for (int j = 0; j < half; j++) {
-            double inv_freq = pow(theta, -2.0 * j / (double)head_dim);
-            double a = (double)positions[i] * inv_freq;
-            cos_t[(size_t)i * half + j] = (float)cos(a);
-            sin_t[(size_t)i * half + j] = (float)sin(a);
-        }
-    }
+    double *inv_freq = xmalloc(sizeof *inv_freq * (size_t)(half > 0 ? half : 1)); /* once per j, not per token */
+    for (int j = 0; j < half; j++) inv_freq[j] = pow(theta, -2.0 * j / (double)head_dim);
+    rope_tables_freq(cos_t, sin_t, positions, N, head_dim, inv_freq);
+    xfree(inv_freq);
 }
 
 void rope_tables_freq(float *cos_t, float *sin_t, const int *positions, int N, int head_dim, const double *inv_freq) {
@@ -267,6 +262,10 @@ static void rope_rotate(float *x, const float *cos_t, const float *sin_t, int N,
 
 void rope_forward(float *x, const float *cos_t, const float *sin_t, int N, int n_heads, int head_dim) {
     rope_rotate(x, cos_t, sin_t, N, n_heads, head_dim, 1.0f, 0);
+}
+
+void rope_forward_bf16(float *x, const float *cos_t, const float *sin_t, int N, int n_heads, int head_dim) {
+    rope_rotate(x, cos_t, sin_t, N, n_heads, head_dim, 1.0f, 1);
 }
 
 void rope_backward(float *dx, const float *cos_t, const float *sin_t, int N, int n_heads, int head_dim) {

@@ -87,7 +87,9 @@ void rope_tables_freq(float *cos_t, float *sin_t, const int *positions, int N, i
 void rope_forward(float *x, const float *cos_t, const float *sin_t, int N, int n_heads, int head_dim);
 /* In place on the gradient: the transpose of the rotation (rotation by -angle). */
 void rope_backward(float *dx, const float *cos_t, const float *sin_t, int N, int n_heads, int head_dim);
-/* The same with dx rounded to bf16 values row by row (the projections' output gradient in bf16). */
+/* The same two with the result rounded to bf16 values row by row: q and k as attention takes them,
+ * the projections' output gradients dq and dk in bf16. */
+void rope_forward_bf16(float *x, const float *cos_t, const float *sin_t, int N, int n_heads, int head_dim);
 void rope_backward_bf16(float *dx, const float *cos_t, const float *sin_t, int N, int n_heads, int head_dim);
 
 /* h (N, F) = silu(gate) * up, element-wise over n elements (rows with a stride: their padding

@@ -648,12 +648,13 @@ static void qkv_rows(const LlamaModel *m, LlamaActs *a, int l, const float *x_in
     mm_forward(a, q, a->xn, w->q_proj, n, D, H * hd, 0, BF16_IN_ROUNDED);
     mm_forward(a, k, a->xn, w->k_proj, n, D, Hkv * hd, 0, BF16_IN_ROUNDED);
     mm_forward(a, v, a->xn, w->v_proj, n, D, Hkv * hd, 0, BF16_IN_ROUNDED);
-    rope_forward(q, a->rope_cos + rope_off, a->rope_sin + rope_off, n, H, hd);
-    rope_forward(k, a->rope_cos + rope_off, a->rope_sin + rope_off, n, Hkv, hd);
-    if (a->precision == PRECISION_BF16) { /* attention's inputs are bf16 */
-        bf16_round(q, (size_t)n * H * hd);
-        bf16_round(k, (size_t)n * Hkv * hd);
+    if (a->precision == PRECISION_BF16) { /* attention's inputs are bf16: q, k rounded as RoPE writes them */
+        rope_forward_bf16(q, a->rope_cos + rope_off, a->rope_sin + rope_off, n, H, hd);
+        rope_forward_bf16(k, a->rope_cos + rope_off, a->rope_sin + rope_off, n, Hkv, hd);
         bf16_round(v, (size_t)n * Hkv * hd);
+    } else {
+        rope_forward(q, a->rope_cos + rope_off, a->rope_sin + rope_off, n, H, hd);
+        rope_forward(k, a->rope_cos + rope_off, a->rope_sin + rope_off, n, Hkv, hd);
     }
 }
 
