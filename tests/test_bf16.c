@@ -254,18 +254,17 @@ static void test_rounded_operands(int pad) {
     CHECK(same_bits(a, b, (size_t)N * D) && same_bits(r1, r2, N), "rmsnorm_forward_bf16 is not rmsnorm_forward + bf16_round");
     float *cs = xmalloc(sizeof(float) * N * hd / 2), *sn = xmalloc(sizeof(float) * N * hd / 2);
     fill(cs, (size_t)N * hd / 2, 1); fill(sn, (size_t)N * hd / 2, 1);
-    memcpy(a, x, sizeof(float) * N * H * hd);
-    memcpy(b, x, sizeof(float) * N * H * hd);
-    rope_backward(a, cs, sn, N, H, hd);
-    bf16_round(a, (size_t)N * H * hd);
-    rope_backward_bf16(b, cs, sn, N, H, hd);
-    CHECK(same_bits(a, b, (size_t)N * H * hd), "rope_backward_bf16 is not rope_backward + bf16_round");
-    memcpy(a, x, sizeof(float) * N * H * hd);
-    memcpy(b, x, sizeof(float) * N * H * hd);
-    rope_forward(a, cs, sn, N, H, hd);
-    bf16_round(a, (size_t)N * H * hd);
-    rope_forward_bf16(b, cs, sn, N, H, hd);
-    CHECK(same_bits(a, b, (size_t)N * H * hd), "rope_forward_bf16 is not rope_forward + bf16_round");
+    typedef void (*RopeFn)(float *, const float *, const float *, int, int, int);
+    const struct { RopeFn plain, rounded; const char *name; } ropes[] = {{rope_forward, rope_forward_bf16, "rope_forward"},
+                                                                         {rope_backward, rope_backward_bf16, "rope_backward"}};
+    for (int f = 0; f < 2; f++) {
+        memcpy(a, x, sizeof(float) * N * H * hd);
+        memcpy(b, x, sizeof(float) * N * H * hd);
+        ropes[f].plain(a, cs, sn, N, H, hd);
+        bf16_round(a, (size_t)N * H * hd);
+        ropes[f].rounded(b, cs, sn, N, H, hd);
+        CHECK(same_bits(a, b, (size_t)N * H * hd), "%s_bf16 is not %s + bf16_round", ropes[f].name, ropes[f].name);
+    }
     const size_t n = 9001; /* over several of swiglu's blocks, the last one partial */
     float *g = xmalloc(sizeof(float) * n), *u = xmalloc(sizeof(float) * n), *dh = xmalloc(sizeof(float) * n);
     float *h1 = xmalloc(sizeof(float) * n), *h2 = xmalloc(sizeof(float) * n), *dg = xmalloc(sizeof(float) * n),

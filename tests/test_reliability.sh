@@ -104,29 +104,27 @@ if [ $rc -eq 3 ] && [ "$n" -eq 1 ] && awk -v e="$el" 'BEGIN { exit !(e < 30) }' 
     grep -qE "^seqpar: error: watchdog: rank 0 before step 1 \(setup\): making the communicators \(MPI_Comm_split, MPI_Allreduce\) is not complete after 2\.0 s" "$T/g.out"; then ok; else
     bad "hang before the setup: status $rc after ${el} s, $n watchdog line(s): $(grep -m 2 'seqpar' "$T/g.out")"; fi
 # MPI_Init waits for every rank to start: under the same guard. Rank 1 (MPMD: a shell that sleeps
-# 60 s before it starts seqpar) never arrives in time; rank 0 ends the job with one line
-t0=$(now)
-timeout 60 mpirun --oversubscribe -np 1 "$SEQPAR" train "${SMALL[@]}" --steps 5 --cp 2 --comm-timeout 0.5 --log "$T/i.jsonl" : \
-    -np 1 sh -c "sleep 60; exec \"$SEQPAR\" train --steps 5 --cp 2" >"$T/i.out" 2>&1
-rc=$?
-el=$(echo "$(now) - $t0" | bc)
-if [ $rc -eq 3 ] && [ "$(grep -c '^seqpar: error: watchdog' "$T/i.out")" -eq 1 ] && awk -v e="$el" 'BEGIN { exit !(e < 30) }' &&
-    grep -q "^seqpar: error: watchdog: rank 0 before step 1 (setup): MPI_Init (waiting for every rank to start) is not complete after 2\.0 s" "$T/i.out"; then ok; else
-    bad "a rank that never starts: status $rc after ${el} s: $(grep -m 2 'seqpar' "$T/i.out")"; fi
-# The same under srun's direct launch, which announces the world by SLURM_STEP_NUM_TASKS /
-# SLURM_PROCID, not Open MPI's variables (simulated: mpirun's removed, srun's set): rank 0 ends the
-# job in seconds (it waited forever: the guard was armed by OMPI_COMM_WORLD_SIZE alone); and a job
-# whose ranks all start under those variables trains (identical command lines, as srun gives)
+# 60 s before it starts seqpar) never arrives in time; rank 0 ends the job with one line. Also under
+# srun's direct launch, which announces the world by SLURM_STEP_NUM_TASKS / SLURM_PROCID, not Open
+# MPI's variables (simulated: mpirun's removed, srun's set; the guard was armed by
+# OMPI_COMM_WORLD_SIZE alone, and rank 0 waited forever there).
+# late_rank WHAT RANK0_PREFIX RANK1_PREFIX (the prefixes are words put before seqpar, or empty)
+late_rank() {
+    local A=(train "${SMALL[@]}" --steps 5 --cp 2 --comm-timeout 0.5 --log "$T/i.jsonl") t0 rc el
+    t0=$(now)
+    # shellcheck disable=SC2086
+    timeout 60 mpirun --oversubscribe -np 1 $2 "$SEQPAR" "${A[@]}" : \
+        -np 1 sh -c "sleep 60; exec $3 \"$SEQPAR\" ${A[*]}" >"$T/i.out" 2>&1
+    rc=$?
+    el=$(echo "$(now) - $t0" | bc)
+    if [ $rc -eq 3 ] && [ "$(grep -c '^seqpar: error: watchdog' "$T/i.out")" -eq 1 ] && awk -v e="$el" 'BEGIN { exit !(e < 30) }' &&
+        grep -q "^seqpar: error: watchdog: rank 0 before step 1 (setup): MPI_Init (waiting for every rank to start) is not complete after 2\.0 s" "$T/i.out"; then ok; else
+        bad "$1: status $rc after ${el} s: $(grep -m 2 'seqpar' "$T/i.out")"; fi
+}
+late_rank "a rank that never starts" "" ""
 SR=(env -u OMPI_COMM_WORLD_SIZE -u OMPI_COMM_WORLD_RANK SLURM_STEP_NUM_TASKS=2)
-SA=(train "${SMALL[@]}" --steps 5 --cp 2 --comm-timeout 0.5 --log "$T/is.jsonl")
-t0=$(now)
-timeout 60 mpirun --oversubscribe -np 1 "${SR[@]}" SLURM_PROCID=0 "$SEQPAR" "${SA[@]}" : \
-    -np 1 sh -c "sleep 60; exec ${SR[*]} SLURM_PROCID=1 \"$SEQPAR\" ${SA[*]}" >"$T/is.out" 2>&1
-rc=$?
-el=$(echo "$(now) - $t0" | bc)
-if [ $rc -eq 3 ] && [ "$(grep -c '^seqpar: error: watchdog' "$T/is.out")" -eq 1 ] && awk -v e="$el" 'BEGIN { exit !(e < 30) }' &&
-    grep -q "^seqpar: error: watchdog: rank 0 before step 1 (setup): MPI_Init (waiting for every rank to start) is not complete after 2\.0 s" "$T/is.out"; then ok; else
-    bad "a rank that never starts under srun's variables: status $rc after ${el} s: $(grep -m 2 'seqpar' "$T/is.out")"; fi
+late_rank "a rank that never starts under srun's variables" "${SR[*]} SLURM_PROCID=0" "${SR[*]} SLURM_PROCID=1"
+# and a job whose ranks all start under srun's variables trains (identical command lines, as srun gives)
 SB=(train "${SMALL[@]}" --steps 5 --cp 2 --comm-timeout 5 --log "$T/is2.jsonl")
 timeout 60 mpirun --oversubscribe -np 1 "${SR[@]}" SLURM_PROCID=0 "$SEQPAR" "${SB[@]}" : \
     -np 1 "${SR[@]}" SLURM_PROCID=1 "$SEQPAR" "${SB[@]}" >"$T/is2.out" 2>&1 && [ "$(losses "$T/is2.jsonl" | wc -l)" -eq 5 ] && ok ||
