@@ -189,7 +189,7 @@ static StepResult run_steps(int S, int repeats, const MemoryFlags *mf) {
 /* What the peak is: the bf16 GEMM's, or sgemm's (fp32, and bf16 on the conversion path, whose
  * products are fp32 sgemm on bf16 values: bf16.h) */
 static const char *peak_name(int bf16) {
-    return bf16 && bf16_kernels()->path != BF16_PATH_CONVERT ? "bf16 GEMM" : "sgemm";
+    return bf16 && !bf16_products_on_sgemm() ? "bf16 GEMM" : "sgemm";
 }
 
 /* bf16: bf16 q, k, v, dout through the kernel attn_kernel_name() names (bf16 tiles with VDPBF16PS
@@ -518,7 +518,7 @@ int cmd_bench(int argc, char **argv) {
         if (mf.precision == PRECISION_BF16) { /* the step's MFU is against the bf16 GEMM's peak */
             char b16[160];
             bf16_describe(b16, sizeof b16);
-            if (bf16_kernels()->path == BF16_PATH_CONVERT) {
+            if (bf16_products_on_sgemm()) {
                 printf("bf16 GEMM (bf16 path: %s): the products are fp32 sgemm, so the bf16 peak below is the "
                        "sgemm above\n", b16);
             } else {

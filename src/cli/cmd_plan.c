@@ -106,7 +106,7 @@ static double rate_bytes(const LlamaConfig *c, long seq_len) {
 static int measure_rates(const MemoryModelInput *base, int copies, int which, double *gemm, int *gemm_kind,
                           int *tokens, double *attn_f, double *attn_b) {
     const int bf16 = base->precision == PRECISION_BF16, saved = omp_get_max_threads();
-    const int fp32_gemm = !bf16 || bf16_kernels()->path == BF16_PATH_CONVERT;
+    const int fp32_gemm = !bf16 || bf16_products_on_sgemm();
     double *g = xcalloc((size_t)copies, sizeof *g), *f = xcalloc((size_t)copies, sizeof *f);
     double *b = xcalloc((size_t)copies, sizeof *b);
     int shapes_ok = 1, team = 1;
@@ -268,7 +268,7 @@ int cmd_plan(int argc, char **argv) {
     /* the kernels' rates per thread, measured here unless given: one copy per core of this machine
      * (of this rank's share of them under mpirun), as many as 2 GiB (and a quarter of the RAM) hold */
     const int bf16 = base.precision == PRECISION_BF16;
-    const int bf16_gemm = bf16 && bf16_kernels()->path != BF16_PATH_CONVERT; /* else fp32 sgemm on bf16 values */
+    const int bf16_gemm = bf16 && !bf16_products_on_sgemm(); /* else fp32 sgemm on bf16 values */
     int measured_gemm = 0, measured_attn = 0, gemm_tokens = 0; /* measured_gemm 2: on the model's shapes */
     int copies = 0;
     if (!(cl.gemm_gflops > 0) || !(cl.attn_fwd_gflops > 0)) {

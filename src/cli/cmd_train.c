@@ -587,7 +587,7 @@ int cmd_train(int argc, char **argv) {
         else
         {
             /* bf16 on the conversion path multiplies in fp32 sgemm: its peak is fp32's (bf16.h) */
-            const int bf16_gemm = bf16 && bf16_kernels()->path != BF16_PATH_CONVERT;
+            const int bf16_gemm = bf16 && !bf16_products_on_sgemm();
             printf("MFU and HFU against %.1f GFLOPS per rank: %s, the best of %d %s 2048^3 trials with %d threads "
                    "(raised if a step runs faster)", peak,
                    !bf16       ? "fp32 peak"

@@ -61,12 +61,6 @@ static int launched_world(int *rank) {
     return 0;
 }
 
-/* Every rank must run the same command: ranks started with different flags (an MPMD line, a
- * per-node wrapper script) would call different collectives and wait on each other until the
- * watchdog, which can only blame a stopped rank. Compared once after MPI starts, over the
- * arguments but --offload-dir (a node-local path); the first rank that differs from rank 0 ends
- * every rank with one line quoting both command lines. The exchange that finds every rank here
- * runs under the ranks' error-exchange deadline (die_if_any_rank), the rest after it. */
 /* The arguments after argv[0] but --offload-dir and its value, space-separated (malloc'd) */
 static char *args_text(int argc, char **argv) {
     size_t n = 1;
@@ -82,6 +76,12 @@ static char *args_text(int argc, char **argv) {
     return out;
 }
 
+/* Every rank must run the same command: ranks started with different flags (an MPMD line, a
+ * per-node wrapper script) would call different collectives and wait on each other until the
+ * watchdog, which can only blame a stopped rank. Compared once after MPI starts, over the
+ * arguments but --offload-dir (a node-local path); the first rank that differs from rank 0 ends
+ * every rank with one line quoting both command lines. The exchange that finds every rank here
+ * runs under the ranks' error-exchange deadline (die_if_any_rank), the rest after it. */
 static void die_unless_same_command(int argc, char **argv) {
     int size = 1, rank = 0;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -129,15 +129,14 @@ int main(int argc, char **argv) {
     /* Under a launcher, MPI_Init waits for every rank to start (a fence with all of them): under
      * the set-up's guard (comm.h), so that a rank that never starts ends the job with one line */
     int launch_rank;
+    const double setup_deadline = comm_timeout_from_args(argc, argv) * COMM_SLOW_PHASE_FACTOR;
     const int guard = !skip_mpi && launched_world(&launch_rank) > 1;
-    if (guard)
-        comm_guard_begin(launch_rank, "MPI_Init (waiting for every rank to start)",
-                         comm_timeout_from_args(argc, argv) * COMM_SLOW_PHASE_FACTOR);
+    if (guard) comm_guard_begin(launch_rank, "MPI_Init (waiting for every rank to start)", setup_deadline);
     if (!skip_mpi) MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     if (guard) comm_guard_end();
     /* the ranks' error exchanges (die_if_any_rank) under the set-up's deadline; --comm-timeout
      * changes it, the watchdog keeps it after the set-up */
-    exchange_deadline_set(comm_timeout_from_args(argc, argv) * COMM_SLOW_PHASE_FACTOR);
+    exchange_deadline_set(setup_deadline);
     if (!skip_mpi) die_unless_same_command(argc, argv);
     int status;
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {

@@ -67,8 +67,10 @@ const Bf16Kernels *bf16_kernels(void) {
     return g_bf16;
 }
 
+int bf16_products_on_sgemm(void) { return bf16_kernels()->path == BF16_PATH_CONVERT; }
+
 double bf16_gemm_peak_gflops(int trials) {
-    if (bf16_kernels()->path == BF16_PATH_CONVERT) return sgemm_peak_gflops(trials);
+    if (bf16_products_on_sgemm()) return sgemm_peak_gflops(trials);
     const int n = 2048;
     size_t nn = (size_t)n * n;
     bf16_t *A = xmalloc(sizeof(bf16_t) * nn), *B = xmalloc(sizeof(bf16_t) * nn);

@@ -89,6 +89,10 @@ void bf16_describe(char *buf, size_t n);
  * made the peak read lower and the utilisation higher than the hardware's. */
 double bf16_gemm_peak_gflops(int trials);
 
+/* Whether bf16 products run as fp32 sgemm on arrays of bf16 values: the conversion path (ops.h's
+ * linear layers read them so; its MFU peak and the planner's GEMM rate are then fp32's). */
+int bf16_products_on_sgemm(void);
+
 /* OpenMP-parallel conversions through the chosen path, for large arrays. */
 void bf16_pack(bf16_t *dst, const float *src, size_t n);
 void bf16_unpack(float *dst, const bf16_t *src, size_t n);

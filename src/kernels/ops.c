@@ -83,9 +83,6 @@ static float *scratch_reserve_f32(Bf16Scratch *s, size_t na, size_t nb, float **
     return f;
 }
 
-/* Whether the GEMMs below run on fp32 copies of bf16 values (the conversion path's sgemm) */
-static int bf16_on_f32(void) { return bf16_kernels()->path == BF16_PATH_CONVERT; }
-
 /* SEQPAR_CHECK_ROUNDED=1: the operands a call marks as rounded are checked (ops.h) */
 static int check_rounded;
 static pthread_once_t check_rounded_once = PTHREAD_ONCE_INIT;
@@ -110,7 +107,7 @@ void linear_forward_bf16_ld(float *out, int ld_out, const float *in, int ld_in, 
     const size_t n_x = (size_t)N * ld_in, n_w = (size_t)n_out * n_in;
     const int in_ready = (rounded & BF16_IN_ROUNDED) != 0;
     if (in_ready) check_operand("linear_forward_bf16", "the input", in, n_x);
-    if (bf16_on_f32()) {
+    if (bf16_products_on_sgemm()) {
         float *W_r, *in_r = scratch_reserve_f32(s, in_ready ? 0 : n_x, n_w, &W_r);
         if (!in_ready) bf16_round_copy(in_r, in, n_x);
         bf16_round_copy(W_r, W, n_w);
@@ -143,7 +140,7 @@ void linear_backward_bf16_acc_ld(float *din, int din_accumulate, float *dW, cons
     const int dout_ready = (rounded & BF16_DOUT_ROUNDED) != 0, in_ready = dW && (rounded & BF16_IN_ROUNDED);
     if (dout_ready) check_operand("linear_backward_bf16", "the output gradient", dout, n_d);
     if (in_ready) check_operand("linear_backward_bf16", "the input", in, n_x);
-    if (bf16_on_f32()) { /* the same order: dout, then W (input gradient), then the input (weight gradient) */
+    if (bf16_products_on_sgemm()) { /* the same order: dout, then W (input gradient), then the input (weight gradient) */
         const SgemmLib lib = sgemm_lib();
         const size_t n_second = in_ready || n_w > n_x ? n_w : n_x;
         float *second, *dout_r = scratch_reserve_f32(s, dout_ready ? 0 : n_d, n_second, &second);

@@ -99,7 +99,7 @@ static double gemm_bf16_scratch(double R, double fr, double D, double qd, double
         MAX_INTO(conv, (double)bf16_scratch_f32_elems(calls[i].d_r ? 0 : (size_t)rows_out, (size_t)w_or_x));
     }
 #undef MAX_INTO
-    return bf16_kernels()->path == BF16_PATH_CONVERT ? conv : 0.5 * scratch;
+    return bf16_products_on_sgemm() ? conv : 0.5 * scratch;
 }
 
 /* The largest block set of the head exchange over `rows` local rows (head_exchange.c: `most`),
