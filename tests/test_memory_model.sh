@@ -108,7 +108,7 @@ if within "$p" "$m"; then bad "the check accepts the zero 0 prediction ($p) for 
 # The bf16 terms themselves: what bf16 adds to or takes from the same run's fp32 peak, predicted
 # against measured, within 10% of the measured difference (which is 1-4 MiB here, inside the
 # 10% of the totals: a model that ignored --precision would pass the rows above but not this).
-for flags in "1 --threads 1 --checkpoint layer --ffn-chunks 1" "2 --strategy ulysses --checkpoint none" \
+for flags in "1 --threads 1 --checkpoint layer --ffn-chunks 1" "2 --strategy ulysses --checkpoint none --ffn-chunks 8" \
     "1 --threads 1 --checkpoint none --layers 12"; do
     set -- $flags
     np=$1
@@ -123,6 +123,23 @@ for flags in "1 --threads 1 --checkpoint layer --ffn-chunks 1" "2 --strategy uly
         exit !(m32 > 0 && m16 > 0 && a > 262144 && e <= 0.1 * a) }'; then ok; else
         bad "bf16 - fp32 memory, np $np $*: predicted $p16 - $p32, measured $m16 - $m32 bytes"; fi
 done
+
+# One buffer for a layer's two phases (llama.c's phases_alloc): the MLP's h, gate and up chunks
+# and the attention half's dq, dk, dv, dout. What --ffn-chunks 8 takes from --ffn-chunks 2's peak
+# (none, fp32), predicted against measured within 10%, and below what the smaller MLP chunks (and
+# xn, dxn) alone would take with the buffers side by side: there the attention half's buffers
+# (larger than 8 chunks' MLP buffers) fill the space the MLP gives up.
+p2=$(predict 1 --checkpoint none --ffn-chunks 2 --batch 1)
+m2=$(measure 1 --checkpoint none --ffn-chunks 2 --batch 1)
+p8=$(predict 1 --checkpoint none --ffn-chunks 8 --batch 1)
+m8=$(measure 1 --checkpoint none --ffn-chunks 8 --batch 1)
+# side by side: 3 (h, gate, up) x rows x 384 + 2 (xn, dxn) x rows x 128 floats, rows 512 -> 128
+apart=$(( (3 * 384 + 2 * 128) * (512 - 128) * 4 ))
+if awk -v p2="${p2:-0}" -v m2="${m2:-0}" -v p8="${p8:-0}" -v m8="${m8:-0}" -v apart="$apart" 'BEGIN {
+    dm = m2 - m8; dp = p2 - p8; e = dp - dm; if (e < 0) e = -e
+    printf "  --ffn-chunks 2 - 8: predicted %.2f MiB, measured %.2f MiB (buffers side by side: %.2f MiB)\n", dp / 1048576, dm / 1048576, apart / 1048576
+    exit !(m2 > 0 && m8 > 0 && dm > 262144 && e <= 0.1 * dm && dm < 0.75 * apart) }'; then ok; else
+    bad "phases: --ffn-chunks 2 - 8: predicted $p2 - $p8, measured $m2 - $m8 bytes (side by side $apart)"; fi
 
 # The attention backward in passes (attn_backward_pass_rows; forced small with
 # SEQPAR_ATTN_BWD_ROWS): what passes of 96 rows take from the same run's peak (dq copies of 3

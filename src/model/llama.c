@@ -174,6 +174,10 @@ struct LlamaActs {
     float *h;             /* (ffn_rows, F) swiglu output, then its gradient */
     float *gate_c, *up_c; /* (ffn_rows, F) one chunk's gate and up (NULL when store_gate_up); in the
                              backward, their gradients in place */
+    /* whole layers: one buffer for the two phases of a layer that never overlap (phases_alloc):
+     * the MLP's h, gate_c, up_c and the attention half's dq, dk, dv, dout (and under bf16 none
+     * the shared fp32 set wq, wk, wv, wo, wsaved) point into it; NULL when streaming */
+    float *phases;
     float *ce_workspace;  /* (chunk, V) */
     int ce_chunk;
     /* layer-input offload (llama.h): residual holds two (N, D) buffers, layer l's in l % 2 */
@@ -233,6 +237,67 @@ static void layer_saved_free(LayerActs *L) {
         xfree(L->saved16); xfree(L->saved_rest);
     } else {
         xfree(L->saved);
+    }
+}
+
+/* n floats from a buffer being carved, each part 64-byte aligned; with base NULL only counted. */
+typedef struct {
+    float *base;
+    size_t used;
+} Carve;
+
+static float *carve(Carve *c, size_t n) {
+    float *p = c->base ? c->base + c->used : NULL;
+    c->used += (n + 15) / 16 * 16;
+    return p;
+}
+
+/* Whole layers: a layer's MLP (h, gate_c, up_c, in its forward and its backward) and its attention
+ * half's buffers never hold live data at the same time, so one buffer holds both, as large as the
+ * larger. The attention half's: dq, dk, dv, dout (from o_proj's backward to the projections'; in
+ * the forward, under shared_qkv, q, k, v projected into dq, dk, dv, which the strategy's forward
+ * copies before the MLP runs) and, under bf16 none (`widened`), the shared fp32 set the layer's
+ * bf16 copies widen into (written by the attention's forward, packed to bf16 before the MLP runs,
+ * widened again after the MLP's backward: layer_forward, layer_backward), with `wsaved` the
+ * strategy's shared `saved`. The MLP's rows' padding is zeroed where each MLP pass starts
+ * (ffn_pads_zero): the attention half writes over it. */
+static void phases_alloc(LlamaActs *a, size_t N, size_t qd, size_t kvd, int widened, int wsaved) {
+    const size_t ffn = (size_t)a->ffn_rows * (size_t)a->ldF;
+    Carve mlp = {0}, att = {0};
+    for (int pass = 0; pass < 2; pass++) {
+        a->h = carve(&mlp, ffn);
+        if (!a->store_gate_up) {
+            a->gate_c = carve(&mlp, ffn);
+            a->up_c = carve(&mlp, ffn);
+        }
+        a->dq = carve(&att, N * qd);
+        a->dk = carve(&att, N * kvd);
+        a->dv = carve(&att, N * kvd);
+        a->dout = carve(&att, N * qd);
+        if (widened) {
+            a->wo = carve(&att, N * qd);
+            if (!a->shared_qkv) {
+                a->wq = carve(&att, N * qd);
+                a->wk = carve(&att, N * kvd);
+                a->wv = carve(&att, N * kvd);
+            }
+        }
+        if (wsaved) a->wsaved = carve(&att, a->saved_floats);
+        if (pass == 0) {
+            a->phases = alloc_floats(mlp.used > att.used ? mlp.used : att.used);
+            mlp = (Carve){a->phases, 0};
+            att = (Carve){a->phases, 0};
+        }
+    }
+}
+
+/* The padding of gate_c and up_c's rows (between F and ldF) zero again before an MLP pass: the
+ * attention half's buffers share their memory (phases_alloc), and SwiGLU runs over the padding. */
+static void ffn_pads_zero(const LlamaActs *a, int F) {
+    if (!a->phases || !a->gate_c || a->ldF == F) return;
+    for (size_t r = 0; r < (size_t)a->ffn_rows; r++) {
+        memset(a->gate_c + r * (size_t)a->ldF + F, 0, sizeof(float) * (size_t)(a->ldF - F));
+        memset(a->up_c + r * (size_t)a->ldF + F, 0, sizeof(float) * (size_t)(a->ldF - F));
     }
 }
 
@@ -356,43 +421,39 @@ LlamaActs *llama_acts_create_opts(const LlamaModel *m, const SeqAttention *attn,
     a->xn = alloc_floats((size_t)a->xn_rows * D);
     a->dx = alloc_floats(Nn * D);
     a->dxn = alloc_floats((size_t)a->xn_rows * D);
-    a->dq = alloc_floats(Cr * qd);
-    a->dk = alloc_floats(Cr * kvd);
-    a->dv = alloc_floats(Cr * kvd);
+    a->saved_floats = attn->saved_floats;
+    a->saved_bf16 = attn->bf16_floats <= attn->saved_floats - attn->kept_floats ? attn->bf16_floats : 0;
+    /* bf16 per-layer copies (none under streaming: no layer keeps q, k, v or o) */
+    int low = a->precision == PRECISION_BF16 && a->checkpoint != LLAMA_CKPT_LAYER && !a->stream;
+    /* bf16, none (streamed or not): the strategy's copies of q, k, v in bf16, widened into one
+     * shared fp32 `saved` (wsaved) */
+    const int wsaved = a->precision == PRECISION_BF16 && a->checkpoint == LLAMA_CKPT_NONE && a->saved_bf16 > 0;
+    if (a->stream) {
+        a->dq = alloc_floats(Cr * qd);
+        a->dk = alloc_floats(Cr * kvd);
+        a->dv = alloc_floats(Cr * kvd);
+        a->dout = alloc_floats(Cr * qd);
+        a->h = ffn_rows_alloc((size_t)a->ffn_rows, a->ldF);
+        if (!a->store_gate_up) {
+            a->gate_c = ffn_rows_alloc((size_t)a->ffn_rows, a->ldF);
+            a->up_c = ffn_rows_alloc((size_t)a->ffn_rows, a->ldF);
+        }
+        if (wsaved) a->wsaved = alloc_floats(a->saved_floats);
+        a->x_mid_c = alloc_floats(Cr * D);
+        a->o_c = alloc_floats(Cr * qd);
+        a->rstd1_c = alloc_floats(Cr);
+        a->rstd2_c = alloc_floats(Cr);
+    } else {
+        phases_alloc(a, Nn, qd, kvd, low && a->checkpoint == LLAMA_CKPT_NONE, wsaved);
+        /* selective: o is widened before the restore (x_mid again), so it lives across the MLP */
+        if (low && a->checkpoint != LLAMA_CKPT_NONE) a->wo = alloc_floats(Nn * qd);
+    }
     if (a->shared_qkv) {
         a->q = a->dq;
         a->k = a->dk;
         a->v = a->dv;
     }
-    a->dout = alloc_floats(Cr * qd);
-    if (a->stream) {
-        a->x_mid_c = alloc_floats(Cr * D);
-        a->o_c = alloc_floats(Cr * qd);
-        a->rstd1_c = alloc_floats(Cr);
-        a->rstd2_c = alloc_floats(Cr);
-    }
-    const size_t CR = (size_t)a->ffn_rows;
-    a->h = ffn_rows_alloc(CR, a->ldF);
-    if (!a->store_gate_up) {
-        a->gate_c = ffn_rows_alloc(CR, a->ldF);
-        a->up_c = ffn_rows_alloc(CR, a->ldF);
-    }
     a->layers = xcalloc((size_t)a->n_layers, sizeof(LayerActs));
-    /* bf16 per-layer copies (none under streaming: no layer keeps q, k, v or o) */
-    int low = a->precision == PRECISION_BF16 && a->checkpoint != LLAMA_CKPT_LAYER && !a->stream;
-    a->saved_floats = attn->saved_floats;
-    a->saved_bf16 = attn->bf16_floats <= attn->saved_floats - attn->kept_floats ? attn->bf16_floats : 0;
-    if (low) {
-        a->wo = alloc_floats(Nn * qd);
-        if (!a->shared_qkv && a->checkpoint == LLAMA_CKPT_NONE) {
-            a->wq = alloc_floats(Nn * qd);
-            a->wk = alloc_floats(Nn * kvd);
-            a->wv = alloc_floats(Nn * kvd);
-        }
-    }
-    /* bf16, none (streamed or not): each layer's copies of q, k, v in bf16, widened into one shared buffer */
-    if (a->precision == PRECISION_BF16 && a->checkpoint == LLAMA_CKPT_NONE && a->saved_bf16 > 0)
-        a->wsaved = alloc_floats(a->saved_floats);
     if (a->stream) { /* a layer keeps only the strategy's state: each its own (none) or one shared (layer) */
         if (a->checkpoint == LLAMA_CKPT_LAYER) a->shared.saved = alloc_floats(attn->saved_floats);
         for (int l = 0; l < a->n_layers; l++) {
@@ -445,6 +506,12 @@ void llama_acts_free(LlamaActs *a) {
     xfree(a->layers);
     if (a->inputs_tier) chunk_tier_destroy(a->inputs_tier);
     xfree(a->in_keys);
+    if (a->phases) { /* the parts of one buffer (phases_alloc); wo is its own under selective */
+        if (a->checkpoint == LLAMA_CKPT_NONE) a->wo = NULL;
+        a->h = a->gate_c = a->up_c = a->dq = a->dk = a->dv = a->dout = NULL;
+        a->wq = a->wk = a->wv = a->wsaved = NULL;
+        xfree(a->phases);
+    }
     xfree(a->wq); xfree(a->wk); xfree(a->wv); xfree(a->wo); xfree(a->wsaved);
     bf16_scratch_free(&a->mm_scratch);
     xfree(a->residual); xfree(a->rope_cos); xfree(a->rope_sin); xfree(a->rstd_final);
@@ -731,6 +798,7 @@ static void mlp_forward_rows(const LlamaModel *m, LlamaActs *a, int l, const flo
     const LlamaConfig *c = &m->cfg;
     const LlamaLayerWeights *w = &m->w.layers[l];
     int D = c->hidden_size, F = c->intermediate_size;
+    ffn_pads_zero(a, F);
     memcpy(x_out, x_mid, sizeof(float) * (size_t)N * D);
     for (int r0 = 0; r0 < N; r0 += a->ffn_rows) {
         const int n = ffn_chunk_rows(a, N, r0);
@@ -756,6 +824,7 @@ static void mlp_backward_rows(LlamaModel *m, LlamaActs *a, int l, const float *x
     LlamaLayerWeights *g = &m->g.layers[l];
     LayerActs *L = &a->layers[l];
     int D = c->hidden_size, F = c->intermediate_size;
+    ffn_pads_zero(a, F);
     for (int r0 = 0; r0 < N; r0 += a->ffn_rows) {
         const int n = ffn_chunk_rows(a, N, r0);
         const size_t nF = (size_t)n * a->ldF; /* the chunk's F-wide rows, padding included */
@@ -791,6 +860,7 @@ static void mlp_backward(LlamaModel *m, LlamaActs *a, int l) {
 /* Layer l: x_out = layer(x_in), filling L's saved activations (and a->xn, a->h as scratch). */
 static void layer_forward(const LlamaModel *m, LlamaActs *a, SeqAttention *attn, int l) {
     attn_block_forward(m, a, attn, l);
+    layer_convert(a, &m->cfg, l, 1); /* before the MLP, which shares the fp32 set's memory */
     mlp_forward(m, a, l);
 }
 
@@ -805,6 +875,9 @@ static void layer_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn, int 
     const float *x_in = residual_at(a, c, l);
 
     mlp_backward(m, a, l);
+    /* none: the layer's bf16 copies back into the fp32 set, which the MLP's buffers share
+     * (selective widened o before its restore; layer keeps no copies) */
+    if (a->checkpoint == LLAMA_CKPT_NONE) layer_convert(a, c, l, 0);
 
     /* attention: x_mid = x_in + o_proj(attn(rope(q), rope(k), v)); the token-wise parts over
      * chunks of ffn_rows rows */
@@ -987,9 +1060,12 @@ double llama_forward_backward_docs(LlamaModel *m, LlamaActs *a, SeqAttention *at
     for (int l = 0; l < nL; l++) {
         hook(m, LLAMA_HOOK_BEFORE_FORWARD, l, backward);
         if (a->inputs_tier && backward) input_store(a, c, l);
-        if (a->stream) stream_layer_forward(m, a, attn, l, 1);
-        else layer_forward(m, a, attn, l);
-        layer_convert(a, c, l, 1);
+        if (a->stream) {
+            stream_layer_forward(m, a, attn, l, 1);
+            layer_convert(a, c, l, 1);
+        } else {
+            layer_forward(m, a, attn, l);
+        }
         hook(m, LLAMA_HOOK_AFTER_FORWARD, l, backward);
     }
     if (a->inputs_tier && backward) input_prefetch(a, nL - 1); /* read while the loss runs */
@@ -1006,8 +1082,8 @@ double llama_forward_backward_docs(LlamaModel *m, LlamaActs *a, SeqAttention *at
             input_fetch(a, c, l);
             if (l > 0) input_prefetch(a, l - 1);
         }
-        layer_convert(a, c, l, 0);
         if (a->stream) {
+            layer_convert(a, c, l, 0);
             stream_layer_backward(m, a, attn, l);
             hook(m, LLAMA_HOOK_AFTER_BACKWARD, l, 1);
             continue;
@@ -1016,7 +1092,10 @@ double llama_forward_backward_docs(LlamaModel *m, LlamaActs *a, SeqAttention *at
          * selective: q, k, v, the strategy's state and x_mid without attention's forward. The
          * MLP is recomputed chunk by chunk inside its backward. */
         if (a->checkpoint == LLAMA_CKPT_LAYER) attn_block_forward(m, a, attn, l);
-        if (a->checkpoint == LLAMA_CKPT_SELECTIVE) attn_block_restore(m, a, attn, l);
+        if (a->checkpoint == LLAMA_CKPT_SELECTIVE) {
+            layer_convert(a, c, l, 0); /* o for x_mid again */
+            attn_block_restore(m, a, attn, l);
+        }
         layer_backward(m, a, attn, l);
         hook(m, LLAMA_HOOK_AFTER_BACKWARD, l, 1);
     }

@@ -262,11 +262,15 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
         else if (ckpt == LLAMA_CKPT_LAYER) layer_set += full_set;
         else saved_acts += L * per_layer_sel, layer_set += partial_set;
         layer_set += N * d /* rope */ + (stream ? 1 : N) /* rstd_final */ + N * D /* dx */ +
-                     2 * Xr * D /* xn, dxn */ + 2 * Cr * qd + 2 * Cr * kvd /* dq, dk, dv, dout */ +
-                     (double)rows * ldF /* h (dgate, dup go into gate, up) */ +
-                     (store_gate_up ? 0 : 2 * (double)rows * ldF) /* gate_c, up_c */ +
-                     (N < 256 ? N : 256) * V;
-        layer_set += widened;
+                     2 * Xr * D /* xn, dxn */ + (N < 256 ? N : 256) * V;
+        /* the MLP's h (dgate, dup go into gate, up), gate_c, up_c; the attention half's dq, dk, dv,
+         * dout and under none the widened set: on whole layers one buffer as large as the larger
+         * of the two (llama.c's phases_alloc) */
+        const double mlp_phase = (double)rows * ldF * (store_gate_up ? 1 : 3);
+        const double attn_phase = 2 * Cr * qd + 2 * Cr * kvd + (ckpt == LLAMA_CKPT_NONE ? widened : 0);
+        if (stream) layer_set += mlp_phase + attn_phase;
+        else layer_set += mlp_phase > attn_phase ? mlp_phase : attn_phase;
+        if (ckpt != LLAMA_CKPT_NONE) layer_set += widened; /* selective: o, widened before the MLP's backward */
         if (bf16) layer_set += gemm_bf16_scratch(Xr, (double)rows, D, qd, kvd, F, ldF);
         layer_set += flash_transient(threads, nq_call, nq_call, kv_heads_call, (int)group_q, c->head_dim, bt);
         cur.ram[MEM_SAVED] = 4 * saved_acts;
