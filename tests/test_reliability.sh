@@ -129,6 +129,16 @@ SB=(train "${SMALL[@]}" --steps 5 --cp 2 --comm-timeout 5 --log "$T/is2.jsonl")
 timeout 60 mpirun --oversubscribe -np 1 "${SR[@]}" SLURM_PROCID=0 "$SEQPAR" "${SB[@]}" : \
     -np 1 "${SR[@]}" SLURM_PROCID=1 "$SEQPAR" "${SB[@]}" >"$T/is2.out" 2>&1 && [ "$(losses "$T/is2.jsonl" | wc -l)" -eq 5 ] && ok ||
     bad "a job under srun's variables: $(grep -m 2 'seqpar' "$T/is2.out")"
+# `seqpar memory` and `seqpar plan` under srun's variables answer once, for the job's two ranks
+# (they skipped MPI unless mpirun's or PMI's variables were set: each rank answered for one rank)
+timeout 60 mpirun --oversubscribe -np 1 "${SR[@]}" SLURM_PROCID=0 "$SEQPAR" memory --seq-len 1024 : \
+    -np 1 "${SR[@]}" SLURM_PROCID=1 "$SEQPAR" memory --seq-len 1024 >"$T/sm.out" 2>&1
+timeout 60 mpirun --oversubscribe -np 1 "${SR[@]}" SLURM_PROCID=0 "$SEQPAR" plan --ranks 2 --gemm-gflops 10 \
+    --attn-gflops 10 --seq-len 1024 : -np 1 "${SR[@]}" SLURM_PROCID=1 "$SEQPAR" plan --ranks 2 --gemm-gflops 10 \
+    --attn-gflops 10 --seq-len 1024 >"$T/sp.out" 2>&1
+if [ "$(grep -c '^S = 1024, batch 8, 2 ranks' "$T/sm.out")" -eq 1 ] && [ "$(grep -c '^S = ' "$T/sm.out")" -eq 1 ] &&
+    [ "$(grep -c '^best: ' "$T/sp.out")" -eq 1 ]; then ok; else
+    bad "memory / plan under srun's variables: $(grep -c '^S = ' "$T/sm.out") memory answers ($(grep -m 1 '^S = ' "$T/sm.out")), $(grep -c '^best: ' "$T/sp.out") plans"; fi
 # and the guard ends with the setup: a run that outlasts its deadline (--comm-timeout 1: 4 s; 1200
 # small steps, about 6 s) completes
 timeout 60 mpirun --oversubscribe -np 2 "$SEQPAR" train "${SMALL[@]}" --batch 4 --steps 1200 --cp 2 --comm-timeout 1 \

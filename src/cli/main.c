@@ -122,15 +122,16 @@ int main(int argc, char **argv) {
         fprintf(stderr, "seqpar: %s\n", err);
         return 2;
     }
-    /* `seqpar memory` and `seqpar plan` run nothing distributed: outside mpirun they skip MPI's
-     * start-up (a second on a busy machine) */
-    int skip_mpi = argc >= 2 && (!strcmp(argv[1], "memory") || !strcmp(argv[1], "plan")) && !getenv("OMPI_COMM_WORLD_SIZE") &&
-                   !getenv("PMI_SIZE");
+    /* `seqpar memory` and `seqpar plan` run nothing distributed: unless a launcher started them
+     * as ranks of a larger world (mpirun, srun: their ranks then share the cores and answer once,
+     * for that world) they skip MPI's start-up (a second on a busy machine) */
+    int launch_rank;
+    const int launch_world = launched_world(&launch_rank);
+    int skip_mpi = argc >= 2 && (!strcmp(argv[1], "memory") || !strcmp(argv[1], "plan")) && launch_world <= 1;
     /* Under a launcher, MPI_Init waits for every rank to start (a fence with all of them): under
      * the set-up's guard (comm.h), so that a rank that never starts ends the job with one line */
-    int launch_rank;
     const double setup_deadline = comm_timeout_from_args(argc, argv) * COMM_SLOW_PHASE_FACTOR;
-    const int guard = !skip_mpi && launched_world(&launch_rank) > 1;
+    const int guard = !skip_mpi && launch_world > 1;
     if (guard) comm_guard_begin(launch_rank, "MPI_Init (waiting for every rank to start)", setup_deadline);
     if (!skip_mpi) MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     if (guard) comm_guard_end();
