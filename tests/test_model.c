@@ -184,15 +184,27 @@ int main(void) {
         llama_free(&m);
     }
     /* The default FFN chunk count: at least 2 chunks, each of at most LLAMA_FFN_ROWS_MAX tokens
-     * (whole layers), 2u streamed; what a model's activations use when --ffn-chunks is not given. */
+     * and of no more rows than fit, as h, gate and up (3 ldF floats a row), where the attention
+     * half's dq, dk, dv, dout go (2 N (H + Hkv) d floats; the two share one buffer), but at least
+     * LLAMA_FFN_ROWS_MIN (whole layers); 2u streamed; what a model's activations use when
+     * --ffn-chunks is not given. The reference model (hidden 256, 4 / 2 heads of 64, ffn 1024 laid
+     * out 1040 apart): 2016 rows fit at N = 8192, 1008 at 4096, 504 -> 512 at 2048, 4033 at 16384,
+     * 4096 from 16386; a model with a wide MLP (hidden 64, 2 / 1 heads of 32, ffn 4096 laid out
+     * 4112 apart) at 512 rows. */
     {
-        CHECK(llama_ffn_chunks_default(8192, 0, 1) == 2 && llama_ffn_chunks_default(1, 0, 1) == 2 &&
-                  llama_ffn_chunks_default(8193, 0, 1) == 3 && llama_ffn_chunks_default(32768, 0, 1) == 8 &&
-                  llama_ffn_chunks_default(32768, 1, 4) == 8 && llama_ffn_chunks_default(1 << 20, 0, 1) == 256,
-              "default FFN chunks: %d %d %d %d %d %d", llama_ffn_chunks_default(8192, 0, 1),
-              llama_ffn_chunks_default(1, 0, 1), llama_ffn_chunks_default(8193, 0, 1),
-              llama_ffn_chunks_default(32768, 0, 1), llama_ffn_chunks_default(32768, 1, 4),
-              llama_ffn_chunks_default(1 << 20, 0, 1));
+        const LlamaConfig ref = {.hidden_size = 256, .intermediate_size = 1024, .num_attention_heads = 4,
+                                 .num_key_value_heads = 2, .head_dim = 64};
+        const LlamaConfig wide = {.hidden_size = 64, .intermediate_size = 4096, .num_attention_heads = 2,
+                                  .num_key_value_heads = 1, .head_dim = 32};
+        const struct { const LlamaConfig *c; long n; int stream, su, want; } cases[] = {
+            {&ref, 8192, 0, 1, 5},  {&ref, 1, 0, 1, 2},     {&ref, 4096, 0, 1, 5},  {&ref, 2048, 0, 1, 4},
+            {&ref, 16384, 0, 1, 5}, {&ref, 32768, 0, 1, 8}, {&ref, 32768, 1, 4, 8}, {&ref, 1 << 20, 0, 1, 256},
+            {&wide, 8192, 0, 1, 16}, {&wide, 600, 0, 1, 2}};
+        for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+            const int k = llama_ffn_chunks_default(cases[i].c, cases[i].n, cases[i].stream, cases[i].su);
+            CHECK(k == cases[i].want, "default FFN chunks, case %zu (N = %ld%s): %d, expected %d", i, cases[i].n,
+                  cases[i].stream ? ", streamed" : "", k, cases[i].want);
+        }
         char path[512];
         snprintf(path, sizeof path, "%s/tiny_mha/config.json", FIXTURES);
         LlamaConfig cfg;

@@ -255,7 +255,8 @@ static void bench_step(int S, int repeats, const MemoryFlags *mf, double peak, i
 /* "--ffn-chunks K" as given, or the default's rule (llama_ffn_chunks_default). */
 static const char *ffn_chunks_describe(int given, char *buf, size_t n) {
     if (given > 0) snprintf(buf, n, "--ffn-chunks %d", given);
-    else snprintf(buf, n, "FFN chunks of at most %d tokens, at least %d", LLAMA_FFN_ROWS_MAX, LLAMA_FFN_CHUNKS_DEFAULT);
+    else snprintf(buf, n, "FFN chunks of at most %d tokens, at least %d, sized to the attention's gradients",
+                  LLAMA_FFN_ROWS_MAX, LLAMA_FFN_CHUNKS_DEFAULT);
     return buf;
 }
 

@@ -194,9 +194,13 @@ struct LlamaActs {
     float *rstd1_c, *rstd2_c; /* (c) */
 };
 
-int llama_ffn_chunks_default(long N, int stream, int su) {
+int llama_ffn_chunks_default(const LlamaConfig *c, long N, int stream, int su) {
     if (stream) return 2 * su;
-    long k = (N + LLAMA_FFN_ROWS_MAX - 1) / LLAMA_FFN_ROWS_MAX;
+    /* rows whose h, gate and up fit where dq, dk, dv, dout go (phases_alloc) */
+    const double grads = 2.0 * (double)N * ((double)c->num_attention_heads + c->num_key_value_heads) * c->head_dim;
+    double fit = floor(grads / (3.0 * linear_row_stride(c->intermediate_size)));
+    const long rows = fit > LLAMA_FFN_ROWS_MAX ? LLAMA_FFN_ROWS_MAX : fit < LLAMA_FFN_ROWS_MIN ? LLAMA_FFN_ROWS_MIN : (long)fit;
+    long k = (N + rows - 1) / rows;
     return k > LLAMA_FFN_CHUNKS_DEFAULT ? (int)k : LLAMA_FFN_CHUNKS_DEFAULT;
 }
 
@@ -381,7 +385,7 @@ LlamaActs *llama_acts_create_opts(const LlamaModel *m, const SeqAttention *attn,
                 attn->stream_rows > 0 && (long)attn->stream_chunks * attn->stream_rows == N;
     a->su = a->stream ? attn->stream_chunks : 1;
     a->sc = a->stream ? attn->stream_rows : N;
-    int K = opt->ffn_chunks > 0 ? opt->ffn_chunks : llama_ffn_chunks_default(N, a->stream, a->su);
+    int K = opt->ffn_chunks > 0 ? opt->ffn_chunks : llama_ffn_chunks_default(c, N, a->stream, a->su);
     if (K > N) K = N > 0 ? N : 1;
     a->ffn_rows = N > 0 ? (N + K - 1) / K : 1;
     a->ffn_chunks = N > 0 ? (N + a->ffn_rows - 1) / a->ffn_rows : 1;

@@ -106,14 +106,18 @@ const char *llama_checkpoint_name(int mode);
  * llama_recompute_flops_per_token); with one chunk under none they are kept per layer (2 N F
  * floats each). Default (llama_ffn_chunks_default): whole layers, at least 2 chunks of at most
  * LLAMA_FFN_ROWS_MAX tokens, so the scratch stops growing with N (at S = 32768 on the reference
- * model 80 instead of 320 MiB; a GEMM of 4096 rows runs at the rate of a larger one); FPDT's
- * streamed layers, 2u (chunk streaming below; there the MLP runs inside each attention chunk, so
- * in at least u chunks whatever K). */
+ * model 80 instead of 320 MiB; a GEMM of 4096 rows runs at the rate of a larger one), and no more
+ * rows than the attention half's gradients (dq, dk, dv, dout: 2 N (H + Hkv) d floats) leave room
+ * for in the buffer the two share (3 chunk buffers of ldF floats a row; phases_alloc in llama.c),
+ * but at least LLAMA_FFN_ROWS_MIN: there the MLP costs no memory of its own; FPDT's streamed
+ * layers, 2u (chunk streaming below; there the MLP runs inside each attention chunk, so in at
+ * least u chunks whatever K). */
 #define LLAMA_FFN_CHUNKS_DEFAULT 2
 #define LLAMA_FFN_ROWS_MAX 4096
-/* The FFN chunk count a run uses when --ffn-chunks is not given: N local tokens, whole layers or
- * streamed in su chunks. */
-int llama_ffn_chunks_default(long N, int stream, int su);
+#define LLAMA_FFN_ROWS_MIN 512
+/* The FFN chunk count a run of model c uses when --ffn-chunks is not given: N local tokens, whole
+ * layers or streamed in su chunks. */
+int llama_ffn_chunks_default(const LlamaConfig *c, long N, int stream, int su);
 /* Layer-input offload (FPDT's "activation checkpoint with offloading"): with offload_dir set and
  * checkpoint layer or selective, the residual stream keeps two (N, D) working buffers in RAM
  * instead of L + 1; each layer's input goes to a file in offload_dir through the disk chunk tier

@@ -173,7 +173,7 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
     const int stream = own && !strcmp(s->name, "fpdt") && llama_streams(su, ckpt, in->no_stream);
     const double Cr = stream ? N / su : N; /* rows of the layer's scratch */
     /* FFN chunks exactly as llama_acts_create_opts */
-    long Nl = (long)N, K = in->ffn_chunks > 0 ? in->ffn_chunks : llama_ffn_chunks_default(Nl, stream, su);
+    long Nl = (long)N, K = in->ffn_chunks > 0 ? in->ffn_chunks : llama_ffn_chunks_default(c, Nl, stream, su);
     if (K > Nl) K = Nl > 0 ? Nl : 1;
     long rows = Nl > 0 ? (Nl + K - 1) / K : 1, chunks = Nl > 0 ? (Nl + rows - 1) / rows : 1;
     if (stream) {
