@@ -113,14 +113,12 @@ void linear_forward_bf16_ld(float *out, int ld_out, const float *in, int ld_in, 
         bf16_round_copy(W_r, W, n_w);
         sgemm_lib_rm(sgemm_lib(), 0, 1, N, n_out, n_in, 1.0f, in_ready ? in : in_r, ld_in, W_r, n_in,
                      accumulate ? 1.0f : 0.0f, out, ld_out);
-        if (!scratch) bf16_scratch_free(&own);
-        op_clock_add(OPC_LINEAR, t0);
-        return;
+    } else {
+        bf16_t *W_h, *in_h = scratch_reserve(s, n_x, n_w, &W_h);
+        bf16_pack(in_h, in, n_x);
+        bf16_pack(W_h, W, n_w);
+        bf16_kernels()->gemm(0, 1, N, n_out, n_in, 1.0f, in_h, ld_in, W_h, n_in, accumulate ? 1.0f : 0.0f, out, ld_out);
     }
-    bf16_t *W_h, *in_h = scratch_reserve(s, n_x, n_w, &W_h);
-    bf16_pack(in_h, in, n_x);
-    bf16_pack(W_h, W, n_w);
-    bf16_kernels()->gemm(0, 1, N, n_out, n_in, 1.0f, in_h, ld_in, W_h, n_in, accumulate ? 1.0f : 0.0f, out, ld_out);
     if (!scratch) bf16_scratch_free(&own);
     op_clock_add(OPC_LINEAR, t0);
 }
@@ -155,19 +153,17 @@ void linear_backward_bf16_acc_ld(float *din, int din_accumulate, float *dW, cons
             if (!in_ready) bf16_round_copy(second, in, n_x);
             sgemm_lib_rm(lib, 1, 0, n_out, n_in, N, 1.0f, d, ld_out, in_ready ? in : second, ld_in, 1.0f, dW, n_in);
         }
-        if (!scratch) bf16_scratch_free(&own);
-        op_clock_add(OPC_LINEAR, t0);
-        return;
-    }
-    bf16_t *second, *dout_h = scratch_reserve(s, n_d, n_w > n_x ? n_w : n_x, &second);
-    bf16_pack(dout_h, dout, n_d);
-    if (din) { /* the second place holds W, then (for dW) the input */
-        bf16_pack(second, W, n_w);
-        k->gemm(0, 0, N, n_in, n_out, 1.0f, dout_h, ld_out, second, n_in, din_accumulate ? 1.0f : 0.0f, din, ld_in);
-    }
-    if (dW) {
-        bf16_pack(second, in, n_x);
-        k->gemm(1, 0, n_out, n_in, N, 1.0f, dout_h, ld_out, second, ld_in, 1.0f, dW, n_in);
+    } else {
+        bf16_t *second, *dout_h = scratch_reserve(s, n_d, n_w > n_x ? n_w : n_x, &second);
+        bf16_pack(dout_h, dout, n_d);
+        if (din) { /* the second place holds W, then (for dW) the input */
+            bf16_pack(second, W, n_w);
+            k->gemm(0, 0, N, n_in, n_out, 1.0f, dout_h, ld_out, second, n_in, din_accumulate ? 1.0f : 0.0f, din, ld_in);
+        }
+        if (dW) {
+            bf16_pack(second, in, n_x);
+            k->gemm(1, 0, n_out, n_in, N, 1.0f, dout_h, ld_out, second, ld_in, 1.0f, dW, n_in);
+        }
     }
     if (!scratch) bf16_scratch_free(&own);
     op_clock_add(OPC_LINEAR, t0);
