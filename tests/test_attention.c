@@ -221,7 +221,7 @@ static void check_lse(const char *what, const Case *c, const float *got, const d
 }
 
 static AttnShape part_shape(const Case *c, int n_kv) {
-    AttnShape s = {c->n_q, n_kv, c->H, c->Hkv, c->d, 1.0f / sqrtf((float)c->d), c->mask, PRECISION_FP32, NULL, NULL};
+    AttnShape s = {c->n_q, n_kv, c->H, c->Hkv, c->d, 1.0f / sqrtf((float)c->d), c->mask, PRECISION_FP32, NULL, NULL, NULL, NULL, NULL};
     return s;
 }
 
@@ -407,7 +407,7 @@ static int all_zero(const float *x, size_t n) {
 /* Backward accumulates (a second call doubles) and accepts NULL gradients. */
 static void test_backward_accumulate_and_null(Rng *rng) {
     const int n = 300, H = 4, Hkv = 2, d = 64;
-    AttnShape s = {n, n, H, Hkv, d, 0.125f, ATTN_CAUSAL, PRECISION_FP32, NULL, NULL};
+    AttnShape s = {n, n, H, Hkv, d, 0.125f, ATTN_CAUSAL, PRECISION_FP32, NULL, NULL, NULL, NULL, NULL};
     int *pos = xmalloc(n * sizeof(int));
     make_positions(LAYOUT_RANDOM, n, 0, rng, pos);
     size_t nq = (size_t)n * H * d, nkv = (size_t)n * Hkv * d;
@@ -455,7 +455,7 @@ static double loss_of(const AttnShape *s, const double *q, const int *pos, const
 
 static void test_finite_difference(Rng *rng) {
     const int n = 6, H = 2, Hkv = 1, d = 4;
-    AttnShape s = {n, n, H, Hkv, d, 0.5f, ATTN_CAUSAL, PRECISION_FP32, NULL, NULL};
+    AttnShape s = {n, n, H, Hkv, d, 0.5f, ATTN_CAUSAL, PRECISION_FP32, NULL, NULL, NULL, NULL, NULL};
     int pos[6];
     make_positions(LAYOUT_RANDOM, n, 0, rng, pos);
     size_t nq = (size_t)n * H * d, nkv = (size_t)n * Hkv * d;
@@ -498,7 +498,7 @@ static void test_flops(Rng *rng) {
     make_positions(LAYOUT_RANDOM, n_q, 0, rng, qp);
     make_positions(LAYOUT_STRIPED, n_kv, 40, rng, kp);
     kp[5] = kp[6]; /* duplicates are counted too */
-    AttnShape s = {n_q, n_kv, 3, 1, 16, 0.25f, ATTN_CAUSAL, PRECISION_FP32, NULL, NULL};
+    AttnShape s = {n_q, n_kv, 3, 1, 16, 0.25f, ATTN_CAUSAL, PRECISION_FP32, NULL, NULL, NULL, NULL, NULL};
     long long pairs = 0;
     for (int i = 0; i < n_q; i++)
         for (int j = 0; j < n_kv; j++) pairs += kp[j] <= qp[i];
@@ -515,7 +515,7 @@ static void test_flops(Rng *rng) {
  * tiles of uneven cost, repeated, so a timing-dependent schedule would show. */
 static void test_backward_reproducible(Rng *rng) {
     const int n = 1500, H = 4, Hkv = 2, d = 64;
-    AttnShape s = {n, n, H, Hkv, d, 0.125f, ATTN_CAUSAL, PRECISION_FP32, NULL, NULL};
+    AttnShape s = {n, n, H, Hkv, d, 0.125f, ATTN_CAUSAL, PRECISION_FP32, NULL, NULL, NULL, NULL, NULL};
     int *pos = xmalloc(n * sizeof(int));
     make_positions(LAYOUT_ZIGZAG, n, 0, rng, pos);
     size_t nq = (size_t)n * H * d, nkv = (size_t)n * Hkv * d;
@@ -558,7 +558,7 @@ static void test_backward_slots(Rng *rng) {
     const char *slots[] = {"1", "3", "4"}, *rows[] = {"", "200"};
     int saved = omp_get_max_threads(), cases = 0;
     for (int pi = 0; pi < 2; pi++) {
-        AttnShape s = {n, n, H, Hkv, d, 0.14f, ATTN_CAUSAL, pi ? PRECISION_BF16 : PRECISION_FP32, NULL, NULL};
+        AttnShape s = {n, n, H, Hkv, d, 0.14f, ATTN_CAUSAL, pi ? PRECISION_BF16 : PRECISION_FP32, NULL, NULL, NULL, NULL, NULL};
         int *pos = xmalloc(n * sizeof(int));
         make_positions(pi ? LAYOUT_ZIGZAG : LAYOUT_CONTIG, n, 0, rng, pos);
         size_t nq = (size_t)n * H * d, nkv = (size_t)n * Hkv * d, sz[3] = {nq, nkv, nkv};
@@ -619,6 +619,73 @@ static void test_backward_slots(Rng *rng) {
     unsetenv("SEQPAR_ATTN_DQ_SLOTS");
 }
 
+/* Backward on bf16 inputs (AttnShape.q16, k16, v16; the q, k, v arguments NULL): the same
+ * gradients bit for bit as on fp32 arrays holding the same bf16 values, which is what the model's
+ * bf16 copies widened would be. fp32 kernel and the bf16 path of this CPU, GQA ratios 1, 2, 4,
+ * causal (contiguous, zigzag), full and document masks, 1-3 threads, one pass and passes of 200
+ * rows, all gradients and dv alone, accumulating into non-zero gradients. */
+static void test_backward_bf16_inputs(Rng *rng) {
+    const int n = 460, d = 40, ratios[] = {1, 2, 4};
+    const char *rows[] = {"", "200"};
+    int saved = omp_get_max_threads(), cases = 0;
+    for (int pi = 0; pi < 2; pi++)
+        for (int ci = 0; ci < 4; ci++) {
+            const int ratio = ratios[ci % 3], Hkv = ci == 3 ? 1 : 2, H = ratio * Hkv;
+            AttnShape s = {.n_q = n, .n_kv = n, .n_heads = H, .n_kv_heads = Hkv, .head_dim = d, .scale = 0.15f,
+                           .mask = ci == 2 ? ATTN_FULL : ATTN_CAUSAL, .precision = pi ? PRECISION_BF16 : PRECISION_FP32};
+            int *pos = xmalloc(n * sizeof(int)), *doc = NULL;
+            make_positions(ci == 1 ? LAYOUT_ZIGZAG : LAYOUT_CONTIG, n, 0, rng, pos);
+            if (ci == 3) { /* documents of 1-300 tokens */
+                doc = xmalloc(n * sizeof(int));
+                for (int i = 0, id = 0, left = 0; i < n; i++) {
+                    if (left == 0) left = 1 + (int)(rng_uniform(rng) * 300), id++;
+                    doc[i] = id, left--;
+                }
+            }
+            size_t nq = (size_t)n * H * d, nkv = (size_t)n * Hkv * d, sz[3] = {nq, nkv, nkv};
+            float *in[3] = {new_normal(nq, rng, 1), new_normal(nkv, rng, 1), new_normal(nkv, rng, 1)};
+            bf16_t *in16[3];
+            for (int b = 0; b < 3; b++) { /* bf16 values, and their bf16 copies */
+                in16[b] = xmalloc(sz[b] * sizeof(bf16_t));
+                bf16_pack(in16[b], in[b], sz[b]);
+                bf16_unpack(in[b], in16[b], sz[b]);
+            }
+            float *dout = new_normal(nq, rng, 1), *prior[3];
+            for (int b = 0; b < 3; b++) prior[b] = new_normal(sz[b], rng, 1);
+            float *o = xmalloc(nq * 4), *lse = xmalloc((size_t)n * H * 4), *delta = xmalloc((size_t)n * H * 4);
+            attn_state_init(&s, o, lse);
+            attn_forward_docs(&s, in[0], pos, doc, in[1], in[2], pos, doc, o, lse);
+            attn_backward_delta(&s, o, dout, delta);
+            for (int th = 1; th <= 3; th++) {
+                omp_set_num_threads(th);
+                for (size_t ri = 0; ri < ARRAY_LEN(rows); ri++)
+                    for (int wmask = 7; wmask >= 4; wmask -= 3) { /* all gradients; dv alone */
+                        float *ref[3], *got[3];
+                        for (int b = 0; b < 3; b++) ref[b] = copy_f(prior[b], sz[b]), got[b] = copy_f(prior[b], sz[b]);
+                        if (*rows[ri]) setenv("SEQPAR_ATTN_BWD_ROWS", rows[ri], 1);
+                        attn_backward_docs(&s, in[0], pos, doc, in[1], in[2], pos, doc, lse, delta, dout,
+                                           wmask & 1 ? ref[0] : NULL, wmask & 2 ? ref[1] : NULL, wmask & 4 ? ref[2] : NULL);
+                        AttnShape s16 = s;
+                        s16.q16 = in16[0], s16.k16 = in16[1], s16.v16 = in16[2];
+                        attn_backward_docs(&s16, NULL, pos, doc, NULL, NULL, pos, doc, lse, delta, dout,
+                                           wmask & 1 ? got[0] : NULL, wmask & 2 ? got[1] : NULL, wmask & 4 ? got[2] : NULL);
+                        unsetenv("SEQPAR_ATTN_BWD_ROWS");
+                        int same = 1;
+                        for (int b = 0; b < 3; b++) same &= memcmp(ref[b], got[b], sz[b] * 4) == 0;
+                        CHECK(same, "backward on bf16 inputs (%s, case %d, H %d / %d, %d threads, rows %s, gradients %d): "
+                              "not bit-identical to the widened inputs'", pi ? "bf16" : "fp32", ci, H, Hkv, th,
+                              *rows[ri] ? rows[ri] : "all", wmask);
+                        cases++;
+                        for (int b = 0; b < 3; b++) xfree(ref[b]), xfree(got[b]);
+                    }
+            }
+            omp_set_num_threads(saved);
+            for (int b = 0; b < 3; b++) xfree(prior[b]), xfree(in[b]), xfree(in16[b]);
+            xfree(pos); xfree(doc); xfree(dout); xfree(o); xfree(lse); xfree(delta);
+        }
+    CHECK(cases == 2 * 4 * 3 * 2 * 2, "backward on bf16 inputs: %d comparisons ran", cases);
+}
+
 /* Backward passes (attn_backward_pass_rows; forced small with SEQPAR_ATTN_BWD_ROWS): the same
  * gradients bit for bit as one pass, accumulating into non-zero dq, dk, dv, for 1-3 threads, GQA
  * ratios 1, 2, 4, causal (contiguous, zigzag), full and document masks, fp32 and bf16, each
@@ -633,7 +700,7 @@ static void test_backward_passes(Rng *rng) {
         for (int ci = 0; ci < 4; ci++) {
             const int ratio = ratios[ci % 3], Hkv = ci == 3 ? 1 : 2, H = ratio * Hkv;
             AttnShape s = {n, n, H, Hkv, d, 0.15f, ci == 2 ? ATTN_FULL : ATTN_CAUSAL, pi ? PRECISION_BF16 : PRECISION_FP32,
-                           NULL, NULL};
+                           NULL, NULL, NULL, NULL, NULL};
             int *pos = xmalloc(n * sizeof(int)), *doc = NULL;
             make_positions(ci == 1 ? LAYOUT_ZIGZAG : LAYOUT_CONTIG, n, 0, rng, pos);
             if (ci == 3) { /* documents of 1-300 tokens */
@@ -716,6 +783,7 @@ int main(void) {
     test_backward_reproducible(&rng);
     test_backward_slots(&rng);
     test_backward_passes(&rng);
+    test_backward_bf16_inputs(&rng);
 
     /* Self-attention sweep: every length x layout x mask; head dim, GQA ratio, number of key
      * parts and prior state rotate through their values. */

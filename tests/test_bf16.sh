@@ -114,7 +114,8 @@ dist 1024 4 --strategy wallfacer --team 2
 dist 1024 4 --strategy fpdt --chunks 2
 dist 1024 4 --hp 2 --cp 2 --checkpoint selective
 # Under --checkpoint none each layer keeps the strategy's copies of q, k, v (q_h, kv_h; FPDT: its
-# RAM tier's q_h, kv_h chunks) as bf16 and
+# RAM tier's q_h, kv_h chunks; one process: the layer's own q, k, v, which the kernel's backward
+# then reads as they are) as bf16 and
 # widens them into one shared fp32 buffer before its backward (llama.c); they are bf16 values
 # already, so the gradients are bit-identical to --checkpoint layer's, which keeps nothing and
 # recomputes them (2 layers: layer 0's backward needs its own copies back, not layer 1's). The

@@ -631,6 +631,20 @@ void attn_backward_docs(const AttnShape *s, const float *q, const int *q_pos, co
     op_clock_add(OPC_ATTN_BWD, t0);
 }
 
+/* Rows [off, off + rows x ld) of a backward input, rows of d floats ld apart: the fp32 array's
+ * own, or (bf16 inputs, AttnShape.q16 ..) those rows widened into tmp, d apart; *ld_out: their
+ * stride. */
+static const float *input_rows(const float *f, const bf16_t *h, size_t off, int rows, int d, size_t ld, float *tmp,
+                               size_t *ld_out) {
+    if (!h) {
+        *ld_out = ld;
+        return f + off;
+    }
+    for (int r = 0; r < rows; r++) bf16_unpack(tmp + (size_t)r * d, h + off + (size_t)r * ld, (size_t)d);
+    *ld_out = (size_t)d;
+    return tmp;
+}
+
 static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, const int *q_doc, const float *k,
                           const float *v, const int *kv_pos, const int *kv_doc, const float *lse, const float *delta,
                           const float *dout, float *dq, float *dk, float *dv) {
@@ -675,9 +689,13 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
     const int PR = attn_backward_pass_rows(n_q, n_kv, group, d, BQ, bt != NULL, nth);
     const int passes_on = PR < n_q, ph = passes_on ? 1 : group; /* query heads per pass */
     const int n_pass = passes_on ? group * ((n_q + PR - 1) / PR) : 1;
-    /* per thread: K^T, V^T (d, ldp) | P, dP (BQ, ldp) | dK acc, dV acc (BK, d) | K (BK, ldc) */
+    /* per thread: K^T, V^T (d, ldp) | P, dP (BQ, ldp) | dK acc, dV acc (BK, d) | K (BK, ldc) | with
+     * bf16 inputs, a tile of them widened (max(BQ, BK), d) */
+    const int in16 = s->q16 != NULL;
+    if (in16 && (!s->k16 || !s->v16)) die("internal: attn_backward: bf16 q given without bf16 k and v");
+    const size_t wide_n = in16 ? (size_t)(BQ > BK ? BQ : BK) * d : 0;
     const size_t per_thread =
-        (2 * (size_t)d * ldp + 2 * (size_t)BQ * ldp + 2 * (size_t)BK * d + (size_t)BK * ldc + 15) / 16 * 16;
+        (2 * (size_t)d * ldp + 2 * (size_t)BQ * ldp + 2 * (size_t)BK * d + (size_t)BK * ldc + wide_n + 15) / 16 * 16;
     float *work = xmalloc_aligned((size_t)nth * per_thread * sizeof(float));
     /* dq slots 1.. : (PR, ph, d) each, for the query heads and rows of the current pass */
     const size_t dq_elems = (size_t)PR * ph * d;
@@ -717,6 +735,7 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
         float *dKa = dP + (size_t)BQ * ldp;          /* (bk, d) */
         float *dVa = dKa + (size_t)BK * d;           /* (bk, d) */
         float *Kc = dVa + (size_t)BK * d;            /* (bk, d) compact k tile */
+        float *Wide = Kc + (size_t)BK * ldc;         /* bf16 inputs: a tile widened */
         bf16_pair *KTw = NULL, *VTw = NULL, *Kp = NULL, *Tr = NULL, *Pp = NULL, *dSr = NULL;
         if (bt) {
             KTw = work_w + (size_t)tid * per_thread_w; /* (d2, bk) K^T pairs */
@@ -764,17 +783,19 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
                 for (long long t = 0; t < (long long)ph * (qt1 - qt0); t++) {
                     const int hp = (int)(t / (qt1 - qt0)), i0 = (qt0 + (int)(t % (qt1 - qt0))) * BQ;
                     const int bq = i0 + BQ <= n_q ? BQ : n_q - i0, hh = ha + hp;
-                    const float *qs = q + ((size_t)i0 * H + h0 + hh) * d, *ds = dout + ((size_t)i0 * H + h0 + hh) * d;
+                    const size_t q_off = ((size_t)i0 * H + h0 + hh) * d;
+                    size_t lq;
+                    const float *qs = input_rows(q, s->q16, q_off, bq, d, ldq, Wide, &lq), *ds = dout + q_off;
                     if (bt) {
                         const size_t ro = ((size_t)hp * PR + (i0 - r0)) * ldkw;
                         const size_t po = ((size_t)hp * pr2 + (i0 - r0) / 2) * ldvw;
-                        bt->pack_rows(bq, d, qs, ldq, Qrows + ro, ldkw);
+                        bt->pack_rows(bq, d, qs, lq, Qrows + ro, ldkw);
                         if (dOrows) bt->pack_rows(bq, d, ds, ldq, dOrows + ro, ldkw);
-                        if (Qpairs) bt->pack_pairs(bq, d, qs, ldq, Qpairs + po, ldvw);
+                        if (Qpairs) bt->pack_pairs(bq, d, qs, lq, Qpairs + po, ldvw);
                         if (dOpairs) bt->pack_pairs(bq, d, ds, ldq, dOpairs + po, ldvw);
                     } else {
                         const size_t dst = ((size_t)hp * PR + (i0 - r0)) * ldc;
-                        copy_tile(bq, d, qs, ldq, Qf + dst, ldc);
+                        copy_tile(bq, d, qs, lq, Qf + dst, ldc);
                         copy_tile(bq, d, ds, ldq, dOf + dst, ldc);
                     }
                 } /* implicit barrier: the copies, the zeroed slots, the items and turns are ready */
@@ -791,18 +812,23 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
                     /* slot 0 accumulates straight into dq; the others into their (PR, ph, d) buffer */
                     float *dq_base = !dq ? NULL : slot == 0 ? dq + ((size_t)r0 * H + h0 + ha) * d : dqbuf[slot];
                     const size_t dq_ld = slot == 0 ? ldq : (size_t)ph * d; /* row stride of dq_base */
-                    const float *ktile = k + ((size_t)j0 * Hkv + g) * d; /* (bk, d), stride ldk */
-                    const float *vtile = v + ((size_t)j0 * Hkv + g) * d; /* (bk, d), stride ldk */
+                    /* this tile's K, then V, (bk, d) rows lk, lv apart (with bf16 inputs widened,
+                     * one after the other, into the same buffer) */
+                    const size_t kv_off = ((size_t)j0 * Hkv + g) * d;
+                    size_t lk, lv;
+                    const float *ktile = input_rows(k, s->k16, kv_off, bk, d, ldk, Wide, &lk);
                     if (bt) {
-                        bt->pack_rows(bk, d, ktile, ldk, Tr, (size_t)d2);
+                        bt->pack_rows(bk, d, ktile, lk, Tr, (size_t)d2);
                         sk->transpose32(bk, d2, Tr, (size_t)d2, KTw, ldp);
-                        if (dq) bt->pack_pairs(bk, d, ktile, ldk, Kp, ldc);
-                        bt->pack_rows(bk, d, vtile, ldk, Tr, (size_t)d2);
+                        if (dq) bt->pack_pairs(bk, d, ktile, lk, Kp, ldc);
+                        const float *vtile = input_rows(v, s->v16, kv_off, bk, d, ldk, Wide, &lv);
+                        bt->pack_rows(bk, d, vtile, lv, Tr, (size_t)d2);
                         sk->transpose32(bk, d2, Tr, (size_t)d2, VTw, ldp);
                     } else {
-                        sk->transpose32(bk, d, ktile, ldk, Kt, ldp);
-                        if (dq) copy_tile(bk, d, ktile, ldk, Kc, ldc);
-                        sk->transpose32(bk, d, vtile, ldk, Vt, ldp);
+                        sk->transpose32(bk, d, ktile, lk, Kt, ldp);
+                        if (dq) copy_tile(bk, d, ktile, lk, Kc, ldc);
+                        const float *vtile = input_rows(v, s->v16, kv_off, bk, d, ldk, Wide, &lv);
+                        sk->transpose32(bk, d, vtile, lv, Vt, ldp);
                     }
                     /* this tile's dK and dV sums: per item, or the kv head's across passes */
                     float *dKt = dKall ? dKall + (size_t)j0 * d : dKa, *dVt = dVall ? dVall + (size_t)j0 * d : dVa;

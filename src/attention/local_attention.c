@@ -42,16 +42,29 @@ static void local_forward(SeqAttention *sa, const float *q, const float *k, cons
     attn_forward_docs(&s, q, x->positions, x->docs, k, v, x->positions, x->docs, o, saved);
 }
 
-static void local_backward(SeqAttention *sa, const float *q, const float *k, const float *v, const float *o,
-                           const float *saved, const float *dout, float *dq, float *dk, float *dv) {
+/* q, k, v as fp32 arrays, or (q16, k16, v16 non-NULL) as bf16 values */
+static void backward_from(SeqAttention *sa, const float *q, const float *k, const float *v, const bf16_t *q16,
+                          const bf16_t *k16, const bf16_t *v16, const float *o, const float *saved, const float *dout,
+                          float *dq, float *dk, float *dv) {
     LocalCtx *x = sa->ctx;
     const AttnHeads *h = &sa->heads;
     AttnShape s = local_shape(sa);
+    s.q16 = q16, s.k16 = k16, s.v16 = v16;
     attn_backward_delta(&s, o, dout, x->delta);
     memset(dq, 0, sizeof(float) * (size_t)h->n_local * h->n_heads * h->head_dim);
     memset(dk, 0, sizeof(float) * (size_t)h->n_local * h->n_kv_heads * h->head_dim);
     memset(dv, 0, sizeof(float) * (size_t)h->n_local * h->n_kv_heads * h->head_dim);
     attn_backward_docs(&s, q, x->positions, x->docs, k, v, x->positions, x->docs, saved, x->delta, dout, dq, dk, dv);
+}
+
+static void local_backward(SeqAttention *sa, const float *q, const float *k, const float *v, const float *o,
+                           const float *saved, const float *dout, float *dq, float *dk, float *dv) {
+    backward_from(sa, q, k, v, NULL, NULL, NULL, o, saved, dout, dq, dk, dv);
+}
+
+static void local_backward_bf16(SeqAttention *sa, const bf16_t *q, const bf16_t *k, const bf16_t *v, const float *o,
+                                const float *saved, const float *dout, float *dq, float *dk, float *dv) {
+    backward_from(sa, NULL, NULL, NULL, q, k, v, o, saved, dout, dq, dk, dv);
 }
 
 static void local_restore(SeqAttention *sa, const float *q, const float *k, const float *v, const float *o,
@@ -83,6 +96,7 @@ SeqAttention *local_attention_create(AttnHeads heads) {
     sa->set_positions = local_set_positions;
     sa->forward = local_forward;
     sa->backward = local_backward;
+    sa->backward_bf16 = local_backward_bf16;
     sa->restore = local_restore;
     sa->destroy = local_destroy;
     return sa;

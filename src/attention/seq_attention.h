@@ -80,6 +80,12 @@ struct SeqAttention {
     /* Writes (overwrites) dq, dk, dv. o is the forward's output. */
     void (*backward)(SeqAttention *sa, const float *q, const float *k, const float *v, const float *o,
                      const float *saved, const float *dout, float *dq, float *dk, float *dv);
+    /* Optional (NULL: the strategy has none): backward() on q, k, v given as bf16 values, the
+     * model's bf16 copies of them under --precision bf16 --checkpoint none, which the kernel reads as
+     * they are (AttnShape.q16): the same results bit for bit as backward() on them widened, without
+     * an fp32 set of them. Only for strategies that read q, k, v in backward (!keeps_inputs). */
+    void (*backward_bf16)(SeqAttention *sa, const bf16_t *q, const bf16_t *k, const bf16_t *v, const float *o,
+                          const float *saved, const float *dout, float *dq, float *dk, float *dv);
     /* Refills saved[0 .. saved_floats - kept_floats) from the layer's local q, k, v (after RoPE)
      * and output o as forward() would have; the kept suffix must already hold forward's values.
      * Never computes attention. Collective for distributed strategies (as forward). A no-op when

@@ -155,6 +155,9 @@ struct LlamaActs {
     int xn_rows;          /* rows of xn and dxn: ffn_rows (whole layers) or c (streaming) */
     int store_gate_up;    /* none with one chunk: gate, up kept per layer (else recomputed per chunk) */
     int shared_qkv;       /* q, k, v are one scratch set for all layers: dq, dk, dv */
+    int qkv16_read;       /* bf16 none: the strategy's backward reads the layers' bf16 q, k, v as they
+                             are (backward_bf16): they are never widened, and the fp32 set they are
+                             made in (wq, wk, wv) lives only in the forward */
     float *q, *k, *v;     /* that scratch set (aliases, NULL unless shared_qkv) */
     float *residual;      /* (L+1, N, D): input of each layer, then the last layer's output */
     LayerActs *layers;    /* per layer (none); layer: all share `shared`; selective: all share
@@ -267,7 +270,9 @@ static float *carve(Carve *c, size_t n) {
  * (ffn_pads_zero): the attention half writes over it. */
 static void phases_alloc(LlamaActs *a, size_t N, size_t qd, size_t kvd, int widened, int wsaved) {
     const size_t ffn = (size_t)a->ffn_rows * (size_t)a->ldF;
-    Carve mlp = {0}, att = {0};
+    /* att2: where wq, wk, wv go; with qkv16_read over dq, dk, dv, dout, which the forward (their
+     * only time) does not use (no shared_qkv there) */
+    Carve mlp = {0}, att = {0}, fwd = {0}, *att2 = a->qkv16_read ? &fwd : &att;
     for (int pass = 0; pass < 2; pass++) {
         a->h = carve(&mlp, ffn);
         if (!a->store_gate_up) {
@@ -281,16 +286,19 @@ static void phases_alloc(LlamaActs *a, size_t N, size_t qd, size_t kvd, int wide
         if (widened) {
             a->wo = carve(&att, N * qd);
             if (!a->shared_qkv) {
-                a->wq = carve(&att, N * qd);
-                a->wk = carve(&att, N * kvd);
-                a->wv = carve(&att, N * kvd);
+                a->wq = carve(att2, N * qd);
+                a->wk = carve(att2, N * kvd);
+                a->wv = carve(att2, N * kvd);
             }
         }
         if (wsaved) a->wsaved = carve(&att, a->saved_floats);
         if (pass == 0) {
-            a->phases = alloc_floats(mlp.used > att.used ? mlp.used : att.used);
+            size_t most = mlp.used > att.used ? mlp.used : att.used;
+            if (fwd.used > most) die("internal: phases_alloc: q, k, v (%zu floats) outgrow the gradients' place", fwd.used);
+            a->phases = alloc_floats(most);
             mlp = (Carve){a->phases, 0};
             att = (Carve){a->phases, 0};
+            fwd = (Carve){a->phases, 0};
         }
     }
 }
@@ -399,6 +407,8 @@ LlamaActs *llama_acts_create_opts(const LlamaModel *m, const SeqAttention *attn,
      * copies for its backward, or restore() takes them): forward projects into the gradient
      * scratch dq, dk, dv, which backward only fills after the strategy has taken its copies */
     a->shared_qkv = attn->keeps_inputs;
+    a->qkv16_read = opt->precision == PRECISION_BF16 && opt->checkpoint == LLAMA_CKPT_NONE && !attn->keeps_inputs &&
+                    attn->backward_bf16 != NULL && !a->stream;
     if (opt->offload_dir && a->checkpoint != LLAMA_CKPT_NONE) {
         a->in_chunks = llama_input_chunks(N);
         a->in_rows = N > 0 ? (N + a->in_chunks - 1) / a->in_chunks : 1;
@@ -687,7 +697,8 @@ static void rope_backward_rounded(const LlamaModel *m, const LlamaActs *a, int r
 /* bf16: after layer l's forward its own o (and q, k, v) go to their bf16 copies (exact for
  * q, k, v, which are bf16-rounded already: to_bf16 = 1), and so does the strategy's copy of
  * q, k, v (the prefix of saved: exact too), the rest of saved going to its fp32 buffer; before
- * its backward they come back (to_bf16 = 0). */
+ * its backward they come back (to_bf16 = 0), but for q, k, v where the strategy's backward reads
+ * the bf16 copies as they are (qkv16_read). */
 static void layer_convert(LlamaActs *a, const LlamaConfig *c, int l, int to_bf16) {
     LayerActs *L = &a->layers[l];
     size_t N = (size_t)a->N, qd = (size_t)c->num_attention_heads * c->head_dim;
@@ -696,7 +707,7 @@ static void layer_convert(LlamaActs *a, const LlamaConfig *c, int l, int to_bf16
         {L->o, L->o16, N * qd}, {L->q, L->q16, N * qd}, {L->k, L->k16, N * kvd}, {L->v, L->v16, N * kvd},
         {L->saved, L->saved16, a->saved_bf16}};
     for (int i = 0; i < 5; i++) {
-        if (!t[i].h) continue;
+        if (!t[i].h || (!to_bf16 && a->qkv16_read && i >= 1 && i <= 3)) continue; /* q, k, v read as bf16 */
         if (to_bf16) bf16_pack(t[i].h, t[i].f, t[i].n);
         else bf16_unpack(t[i].f, t[i].h, t[i].n);
     }
@@ -891,6 +902,8 @@ static void layer_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn, int 
     if (a->precision == PRECISION_BF16) bf16_round(a->dout, (size_t)N * H * hd); /* attention's dout is bf16 */
     if (attn->keeps_inputs) /* its own q, k, v are in `saved`; o is read for delta */
         attn->backward(attn, NULL, NULL, NULL, L->o, L->saved, a->dout, a->dq, a->dk, a->dv);
+    else if (a->qkv16_read) /* the layer's bf16 copies, as they are */
+        attn->backward_bf16(attn, L->q16, L->k16, L->v16, L->o, L->saved, a->dout, a->dq, a->dk, a->dv);
     else
         attn->backward(attn, L->q, L->k, L->v, L->o, L->saved, a->dout, a->dq, a->dk, a->dv);
     rope_backward_rounded(m, a, 0, N);

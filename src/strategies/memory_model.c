@@ -44,10 +44,10 @@ static int hp_rank_of(int w, int hp, int cp, Placement pl) {
  * attn_backward_pass_rows), as fp32 or, with the bf16 tiles (attn_bf16.h, bt non-NULL), as pair
  * words (K panels, or rows where the table has none, and V pairs; Q and dO rows and pairs) with
  * per-thread pair-word tiles; in backward one dq copy of the pass per dq slot beyond
- * the first (attn_backward_dq_slots), and with several passes the kv head's dK and dV (flash_attention.c). Floats (a pair
- * word is one). */
+ * the first (attn_backward_dq_slots), and with several passes the kv head's dK and dV (flash_attention.c), with
+ * bf16_inputs (AttnShape.q16) a tile of them widened per thread. Floats (a pair word is one). */
 static double flash_transient(int threads, double nq, double nk, int kv_heads, int group, int d,
-                              const AttnBf16Tiles *bt) {
+                              const AttnBf16Tiles *bt, int bf16_inputs) {
     const SimdKernels *sk = simd();
     const double fbq = bt ? bt->fwd_bq : sk->fwd_bq, fbk = bt ? bt->fwd_bk : sk->fwd_bk;
     const double bbq = bt ? bt->bwd_bq : sk->bwd_bq, bbk = bt ? bt->bwd_bk : sk->bwd_bk;
@@ -55,7 +55,8 @@ static double flash_transient(int threads, double nq, double nk, int kv_heads, i
     double fwd = threads * ((double)d * ldt + fbk * ldt + fbq * d + 6.0 * fbq + 16);
     const double pr = attn_backward_pass_rows((int)nq, (int)nk, group, d, (int)bbq, bt != NULL, threads);
     const double ph = pr < nq ? 1 : group; /* query heads per pass */
-    double bwd = threads * (2.0 * d * ldp + 2.0 * bbq * ldp + 2.0 * bbk * d + bbk * ldc + 16) +
+    double bwd = threads * (2.0 * d * ldp + 2.0 * bbq * ldp + 2.0 * bbk * d + bbk * ldc + 16 +
+                            (bf16_inputs ? (bbq > bbk ? bbq : bbk) * d : 0)) + /* a tile of bf16 inputs widened */
                  (attn_backward_dq_slots(threads) - 1.0) * pr * ph * d + (pr < nq ? 2.0 * nk * d : 0);
     if (!bt) { /* K in panels of the kernel's micro-kernel rows, whole key tiles; V compact rows */
         const double mr = sk->gemm_mr, bkp = ceil(fbk / mr) * mr;
@@ -235,8 +236,11 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
         const int low = bf16 && ckpt != LLAMA_CKPT_LAYER && !stream;
         double qkv_layer = keeps_inputs ? 0 : N * (qd + 2 * kvd), o_layer = N * qd, saved_layer = saved,
                widened = 0;
+        /* bf16 none, single process: the kernel reads the layers' bf16 q, k, v as they are
+         * (backward_bf16), the fp32 set they are made in lies over dq, dk, dv, dout */
+        const int qkv16_read = low && ckpt == LLAMA_CKPT_NONE && !keeps_inputs;
         if (low && ckpt == LLAMA_CKPT_NONE) {
-            widened += qkv_layer + o_layer + (saved_bf16 > 0 ? saved : 0);
+            widened += (qkv16_read ? 0 : qkv_layer) + o_layer + (saved_bf16 > 0 ? saved : 0);
             qkv_layer /= 2;
             o_layer /= 2;
             saved_layer = saved - saved_bf16 / 2;
@@ -272,7 +276,7 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
         else layer_set += mlp_phase > attn_phase ? mlp_phase : attn_phase;
         if (ckpt != LLAMA_CKPT_NONE) layer_set += widened; /* selective: o, widened before the MLP's backward */
         if (bf16) layer_set += gemm_bf16_scratch(Xr, (double)rows, D, qd, kvd, F, ldF);
-        layer_set += flash_transient(threads, nq_call, nq_call, kv_heads_call, (int)group_q, c->head_dim, bt);
+        layer_set += flash_transient(threads, nq_call, nq_call, kv_heads_call, (int)group_q, c->head_dim, bt, qkv16_read);
         cur.ram[MEM_SAVED] = 4 * saved_acts;
         cur.ram[MEM_LAYER] = 4 * layer_set;
         cur.ram[MEM_ATTN] = 4 * attn_buf;
