@@ -632,15 +632,17 @@ void attn_backward_docs(const AttnShape *s, const float *q, const int *q_pos, co
 }
 
 /* Rows [off, off + rows x ld) of a backward input, rows of d floats ld apart: the fp32 array's
- * own, or (bf16 inputs, AttnShape.q16 ..) those rows widened into tmp, d apart; *ld_out: their
- * stride. */
+ * own, or (bf16 inputs, AttnShape.q16 ..) those rows widened into tmp, d apart (by the dispatched
+ * kernel itself: bf16_unpack's OpenMP region, entered per row, cost the backward 10%); *ld_out:
+ * their stride. */
 static const float *input_rows(const float *f, const bf16_t *h, size_t off, int rows, int d, size_t ld, float *tmp,
                                size_t *ld_out) {
     if (!h) {
         *ld_out = ld;
         return f + off;
     }
-    for (int r = 0; r < rows; r++) bf16_unpack(tmp + (size_t)r * d, h + off + (size_t)r * ld, (size_t)d);
+    const Bf16Kernels *bk = bf16_kernels();
+    for (int r = 0; r < rows; r++) bk->unpack(tmp + (size_t)r * d, h + off + (size_t)r * ld, (size_t)d);
     *ld_out = (size_t)d;
     return tmp;
 }
