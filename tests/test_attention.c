@@ -619,99 +619,54 @@ static void test_backward_slots(Rng *rng) {
     unsetenv("SEQPAR_ATTN_DQ_SLOTS");
 }
 
-/* Backward on bf16 inputs (AttnShape.q16, k16, v16; the q, k, v arguments NULL): the same
- * gradients bit for bit as on fp32 arrays holding the same bf16 values, which is what the model's
- * bf16 copies widened would be. fp32 kernel and the bf16 path of this CPU, GQA ratios 1, 2, 4,
- * causal (contiguous, zigzag), full and document masks, 1-3 threads, one pass and passes of 200
- * rows, all gradients and dv alone, accumulating into non-zero gradients. */
-static void test_backward_bf16_inputs(Rng *rng) {
-    const int n = 460, d = 40, ratios[] = {1, 2, 4};
-    const char *rows[] = {"", "200"};
+/* The backward tests' cases of n tokens, head_dim d, fp32 (pi 0) or bf16: 0-2 two KV heads of GQA
+ * ratio 1, 2, 4, causal contiguous, causal zigzag, full; 3 one KV head, causal, documents of 1-300
+ * tokens. The positions (and for case 3 the document ids, else NULL) into *pos, *doc. */
+static AttnShape backward_case(int pi, int ci, int n, int d, Rng *rng, int **pos, int **doc) {
+    const int ratios[] = {1, 2, 4}, Hkv = ci == 3 ? 1 : 2, H = ratios[ci % 3] * Hkv;
+    AttnShape s = {.n_q = n, .n_kv = n, .n_heads = H, .n_kv_heads = Hkv, .head_dim = d, .scale = 0.15f,
+                   .mask = ci == 2 ? ATTN_FULL : ATTN_CAUSAL, .precision = pi ? PRECISION_BF16 : PRECISION_FP32};
+    *pos = xmalloc(n * sizeof(int));
+    *doc = NULL;
+    make_positions(ci == 1 ? LAYOUT_ZIGZAG : LAYOUT_CONTIG, n, 0, rng, *pos);
+    if (ci == 3) {
+        *doc = xmalloc(n * sizeof(int));
+        for (int i = 0, id = 0, left = 0; i < n; i++) {
+            if (left == 0) left = 1 + (int)(rng_uniform(rng) * 300), id++;
+            (*doc)[i] = id, left--;
+        }
+    }
+    return s;
+}
+
+/* Backward passes (attn_backward_pass_rows; forced small with SEQPAR_ATTN_BWD_ROWS): the same
+ * gradients bit for bit as one pass, accumulating into non-zero dq, dk, dv, for 1-3 threads, GQA
+ * ratios 1, 2, 4, causal (contiguous, zigzag), full and document masks, fp32 and bf16, each
+ * gradient alone too. Also on bf16 inputs (AttnShape.q16, k16, v16; the q, k, v arguments NULL),
+ * in one pass and in passes of 200 rows: the same bits as on the fp32 arrays holding the same bf16
+ * values (q, k, v are bf16 values here), i.e. as the model's bf16 copies widened. And the policy:
+ * one pass for small calls, passes where the per-thread dq copies would outgrow the kv head's dK
+ * and dV, never more memory than one pass. */
+static void test_backward_passes(Rng *rng) {
+    const int n = 460, d = 40, threads[] = {1, 2, 3};
+    const char *rows[] = {"1", "200", "300"}; /* 1, 3, 4 tiles of 96 rows; 1, 2, 3 of 120 */
     int saved = omp_get_max_threads(), cases = 0;
     for (int pi = 0; pi < 2; pi++)
         for (int ci = 0; ci < 4; ci++) {
-            const int ratio = ratios[ci % 3], Hkv = ci == 3 ? 1 : 2, H = ratio * Hkv;
-            AttnShape s = {.n_q = n, .n_kv = n, .n_heads = H, .n_kv_heads = Hkv, .head_dim = d, .scale = 0.15f,
-                           .mask = ci == 2 ? ATTN_FULL : ATTN_CAUSAL, .precision = pi ? PRECISION_BF16 : PRECISION_FP32};
-            int *pos = xmalloc(n * sizeof(int)), *doc = NULL;
-            make_positions(ci == 1 ? LAYOUT_ZIGZAG : LAYOUT_CONTIG, n, 0, rng, pos);
-            if (ci == 3) { /* documents of 1-300 tokens */
-                doc = xmalloc(n * sizeof(int));
-                for (int i = 0, id = 0, left = 0; i < n; i++) {
-                    if (left == 0) left = 1 + (int)(rng_uniform(rng) * 300), id++;
-                    doc[i] = id, left--;
-                }
-            }
+            int *pos, *doc;
+            AttnShape s = backward_case(pi, ci, n, d, rng, &pos, &doc);
+            const int H = s.n_heads, Hkv = s.n_kv_heads;
             size_t nq = (size_t)n * H * d, nkv = (size_t)n * Hkv * d, sz[3] = {nq, nkv, nkv};
-            float *in[3] = {new_normal(nq, rng, 1), new_normal(nkv, rng, 1), new_normal(nkv, rng, 1)};
+            float *q = new_normal(nq, rng, 1), *k = new_normal(nkv, rng, 1), *v = new_normal(nkv, rng, 1);
+            float *in[3] = {q, k, v};
             bf16_t *in16[3];
             for (int b = 0; b < 3; b++) { /* bf16 values, and their bf16 copies */
                 in16[b] = xmalloc(sz[b] * sizeof(bf16_t));
                 bf16_pack(in16[b], in[b], sz[b]);
                 bf16_unpack(in[b], in16[b], sz[b]);
             }
-            float *dout = new_normal(nq, rng, 1), *prior[3];
-            for (int b = 0; b < 3; b++) prior[b] = new_normal(sz[b], rng, 1);
-            float *o = xmalloc(nq * 4), *lse = xmalloc((size_t)n * H * 4), *delta = xmalloc((size_t)n * H * 4);
-            attn_state_init(&s, o, lse);
-            attn_forward_docs(&s, in[0], pos, doc, in[1], in[2], pos, doc, o, lse);
-            attn_backward_delta(&s, o, dout, delta);
-            for (int th = 1; th <= 3; th++) {
-                omp_set_num_threads(th);
-                for (size_t ri = 0; ri < ARRAY_LEN(rows); ri++)
-                    for (int wmask = 7; wmask >= 4; wmask -= 3) { /* all gradients; dv alone */
-                        float *ref[3], *got[3];
-                        for (int b = 0; b < 3; b++) ref[b] = copy_f(prior[b], sz[b]), got[b] = copy_f(prior[b], sz[b]);
-                        if (*rows[ri]) setenv("SEQPAR_ATTN_BWD_ROWS", rows[ri], 1);
-                        attn_backward_docs(&s, in[0], pos, doc, in[1], in[2], pos, doc, lse, delta, dout,
-                                           wmask & 1 ? ref[0] : NULL, wmask & 2 ? ref[1] : NULL, wmask & 4 ? ref[2] : NULL);
-                        AttnShape s16 = s;
-                        s16.q16 = in16[0], s16.k16 = in16[1], s16.v16 = in16[2];
-                        attn_backward_docs(&s16, NULL, pos, doc, NULL, NULL, pos, doc, lse, delta, dout,
-                                           wmask & 1 ? got[0] : NULL, wmask & 2 ? got[1] : NULL, wmask & 4 ? got[2] : NULL);
-                        unsetenv("SEQPAR_ATTN_BWD_ROWS");
-                        int same = 1;
-                        for (int b = 0; b < 3; b++) same &= memcmp(ref[b], got[b], sz[b] * 4) == 0;
-                        CHECK(same, "backward on bf16 inputs (%s, case %d, H %d / %d, %d threads, rows %s, gradients %d): "
-                              "not bit-identical to the widened inputs'", pi ? "bf16" : "fp32", ci, H, Hkv, th,
-                              *rows[ri] ? rows[ri] : "all", wmask);
-                        cases++;
-                        for (int b = 0; b < 3; b++) xfree(ref[b]), xfree(got[b]);
-                    }
-            }
-            omp_set_num_threads(saved);
-            for (int b = 0; b < 3; b++) xfree(prior[b]), xfree(in[b]), xfree(in16[b]);
-            xfree(pos); xfree(doc); xfree(dout); xfree(o); xfree(lse); xfree(delta);
-        }
-    CHECK(cases == 2 * 4 * 3 * 2 * 2, "backward on bf16 inputs: %d comparisons ran", cases);
-}
-
-/* Backward passes (attn_backward_pass_rows; forced small with SEQPAR_ATTN_BWD_ROWS): the same
- * gradients bit for bit as one pass, accumulating into non-zero dq, dk, dv, for 1-3 threads, GQA
- * ratios 1, 2, 4, causal (contiguous, zigzag), full and document masks, fp32 and bf16, each
- * gradient alone too. And the policy: one pass for small calls, passes where the per-thread dq
- * copies would outgrow the kv head's dK and dV, never more memory than one pass. */
-static void test_backward_passes(Rng *rng) {
-    const int n = 460, d = 40;
-    const int ratios[] = {1, 2, 4}, threads[] = {1, 2, 3};
-    const char *rows[] = {"1", "200", "300"}; /* 1, 3, 4 tiles of 96 rows; 1, 2, 3 of 120 */
-    int saved = omp_get_max_threads(), cases = 0;
-    for (int pi = 0; pi < 2; pi++)
-        for (int ci = 0; ci < 4; ci++) {
-            const int ratio = ratios[ci % 3], Hkv = ci == 3 ? 1 : 2, H = ratio * Hkv;
-            AttnShape s = {n, n, H, Hkv, d, 0.15f, ci == 2 ? ATTN_FULL : ATTN_CAUSAL, pi ? PRECISION_BF16 : PRECISION_FP32,
-                           NULL, NULL, NULL, NULL, NULL};
-            int *pos = xmalloc(n * sizeof(int)), *doc = NULL;
-            make_positions(ci == 1 ? LAYOUT_ZIGZAG : LAYOUT_CONTIG, n, 0, rng, pos);
-            if (ci == 3) { /* documents of 1-300 tokens */
-                doc = xmalloc(n * sizeof(int));
-                for (int i = 0, id = 0, left = 0; i < n; i++) {
-                    if (left == 0) left = 1 + (int)(rng_uniform(rng) * 300), id++;
-                    doc[i] = id, left--;
-                }
-            }
-            size_t nq = (size_t)n * H * d, nkv = (size_t)n * Hkv * d, sz[3] = {nq, nkv, nkv};
-            float *q = new_normal(nq, rng, 1), *k = new_normal(nkv, rng, 1), *v = new_normal(nkv, rng, 1);
+            AttnShape s16 = s;
+            s16.q16 = in16[0], s16.k16 = in16[1], s16.v16 = in16[2];
             float *dout = new_normal(nq, rng, 1), *prior[3];
             for (int b = 0; b < 3; b++) prior[b] = new_normal(sz[b], rng, 1);
             float *o = xmalloc(nq * 4), *lse = xmalloc((size_t)n * H * 4), *delta = xmalloc((size_t)n * H * 4);
@@ -728,16 +683,22 @@ static void test_backward_passes(Rng *rng) {
                     unsetenv("SEQPAR_ATTN_BWD_ROWS");
                     attn_backward_docs(&s, q, pos, doc, k, v, pos, doc, lse, delta, dout, wmask & 1 ? ref[0] : NULL,
                                        wmask & 2 ? ref[1] : NULL, wmask & 4 ? ref[2] : NULL);
-                    for (size_t ri = 0; ri < ARRAY_LEN(rows); ri++) {
+                    /* fp32 inputs in passes of each size; bf16 inputs in one pass and passes of 200 */
+                    for (size_t ri = 0; ri < ARRAY_LEN(rows) + 2; ri++) {
+                        const int bf16_in = ri >= ARRAY_LEN(rows);
+                        const char *r = bf16_in ? (ri == ARRAY_LEN(rows) ? "" : "200") : rows[ri];
                         for (int b = 0; b < 3; b++) got[b] = copy_f(prior[b], sz[b]);
-                        setenv("SEQPAR_ATTN_BWD_ROWS", rows[ri], 1);
-                        attn_backward_docs(&s, q, pos, doc, k, v, pos, doc, lse, delta, dout, wmask & 1 ? got[0] : NULL,
+                        if (*r) setenv("SEQPAR_ATTN_BWD_ROWS", r, 1);
+                        attn_backward_docs(bf16_in ? &s16 : &s, bf16_in ? NULL : q, pos, doc, bf16_in ? NULL : k,
+                                           bf16_in ? NULL : v, pos, doc, lse, delta, dout, wmask & 1 ? got[0] : NULL,
                                            wmask & 2 ? got[1] : NULL, wmask & 4 ? got[2] : NULL);
                         unsetenv("SEQPAR_ATTN_BWD_ROWS");
                         int same = 1;
                         for (int b = 0; b < 3; b++) same &= memcmp(ref[b], got[b], sz[b] * 4) == 0;
-                        CHECK(same, "backward in passes of %s rows (%s, case %d, H %d / %d, %d threads, gradients %d): not "
-                              "bit-identical to one pass", rows[ri], pi ? "bf16" : "fp32", ci, H, Hkv, threads[ti], wmask);
+                        CHECK(same, "backward%s in %s%s rows (%s, case %d, H %d / %d, %d threads, gradients %d): not "
+                              "bit-identical to one pass on fp32 inputs", bf16_in ? " on bf16 inputs" : "",
+                              *r ? "passes of " : "one pass of all", r, pi ? "bf16" : "fp32", ci, H, Hkv, threads[ti],
+                              wmask);
                         cases++;
                         for (int b = 0; b < 3; b++) xfree(got[b]);
                     }
@@ -745,10 +706,10 @@ static void test_backward_passes(Rng *rng) {
                 }
             }
             omp_set_num_threads(saved);
-            for (int b = 0; b < 3; b++) xfree(prior[b]);
+            for (int b = 0; b < 3; b++) xfree(prior[b]), xfree(in16[b]);
             xfree(pos); xfree(doc); xfree(q); xfree(k); xfree(v); xfree(dout); xfree(o); xfree(lse); xfree(delta);
         }
-    CHECK(cases == 2 * 4 * 3 * 4 * 3, "backward passes: %d comparisons ran", cases);
+    CHECK(cases == 2 * 4 * 3 * 4 * 5, "backward passes: %d comparisons ran", cases);
 
     /* the policy */
     CHECK(attn_backward_pass_rows(2000, 2000, 2, 64, 96, 0, 2) == 2000, "S = 2000: expected one pass (2048 rows at least)");
@@ -783,7 +744,6 @@ int main(void) {
     test_backward_reproducible(&rng);
     test_backward_slots(&rng);
     test_backward_passes(&rng);
-    test_backward_bf16_inputs(&rng);
 
     /* Self-attention sweep: every length x layout x mask; head dim, GQA ratio, number of key
      * parts and prior state rotate through their values. */
