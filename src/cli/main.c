@@ -61,12 +61,11 @@ static int launched_world(int *rank) {
     return 0;
 }
 
-/* The arguments after argv[0] but --offload-dir and its value, space-separated (malloc'd) */
+/* The arguments after argv[0] but --offload-dir and its value, space-separated (xmalloc'd) */
 static char *args_text(int argc, char **argv) {
     size_t n = 1;
     for (int i = 1; i < argc; i++) n += strlen(argv[i]) + 1;
-    char *out = malloc(n), *p = out;
-    if (!out) die("out of memory");
+    char *out = xmalloc(n), *p = out;
     *p = '\0';
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--offload-dir")) { i++; continue; }
@@ -96,13 +95,13 @@ static void die_unless_same_command(int argc, char **argv) {
     int differs = h != h0 ? rank : size;
     MPI_Allreduce(MPI_IN_PLACE, &differs, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (differs == size) {
-        free(text);
+        xfree(text);
         return;
     }
     char first[400], other[400]; /* each quoted up to 399 characters */
     snprintf(first, sizeof first, "%s", text);
     snprintf(other, sizeof other, "%s", text);
-    free(text);
+    xfree(text);
     MPI_Bcast(first, (int)sizeof first, MPI_CHAR, 0, MPI_COMM_WORLD);
     MPI_Bcast(other, (int)sizeof other, MPI_CHAR, differs, MPI_COMM_WORLD);
     die_collective("rank %d was started with other arguments than rank 0: every rank must run the same seqpar "
