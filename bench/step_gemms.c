@@ -1,8 +1,12 @@
-/* The reference model's fp32 linear-layer products (ops.c's linear_forward / linear_backward, at
- * S tokens: q/o 256 x 256, k/v 256 -> 128, the MLP's gate/up 256 -> 1024 and down 1024 -> 256 over
- * S / 2 tokens per FFN chunk, the 256-token vocabulary head) through OpenBLAS's cblas_sgemm and
+/* The reference model's fp32 linear-layer products (ops.c's linear_forward / linear_backward) on
+ * the rows the model runs them over at S tokens: q/o 256 -> 256, k/v 256 -> 128, the MLP's gate/up
+ * 256 -> 1024 and down 1024 -> 256, each over one chunk of the default FFN chunking's rows
+ * (llama_ffn_chunks_default: the layers' token-wise parts all run chunk by chunk), and the
+ * 256-token vocabulary head over the loss's chunks of 256 rows; through OpenBLAS's cblas_sgemm and
  * oneDNN's dnnl_sgemm, wall clock with the process's OpenMP threads, best of N: which library
- * wins on this CPU, shape by shape. Rows lie as the model lays them out (linear_row_stride: the
+ * wins on this CPU, shape by shape, and what the products of one training step add up to (each
+ * shape's forward, dX and dW times the calls a step makes: 4 layers, q and o, k and v, gate and
+ * up twice, S / rows chunks), comparable with `seqpar bench step`'s linear-layer time. Rows lie as the model lays them out (linear_row_stride: the
  * MLP's 1024-wide rows 1040 floats apart); where that stride differs from the width, a second
  * line times rows packed at the width, the layout before the padding. Not a test; built by `make
  * bench-tools`.
@@ -18,6 +22,7 @@
 #include "core/common.h"
 #include "kernels/blas_core.h"
 #include "kernels/ops.h"
+#include "model/llama.h"
 
 static double now(void) {
     struct timespec t;
@@ -46,17 +51,21 @@ int main(int argc, char **argv) {
     const dnnl_version_t *v = dnnl_version();
     printf("BLAS: %s; oneDNN %d.%d.%d; %d threads; S = %d; GFLOPS wall clock, best of %d\n", blas, v->major, v->minor,
            v->patch, omp_get_max_threads(), S, reps);
-    static const struct {
+    const LlamaConfig ref = {.hidden_size = 256, .intermediate_size = 1024, .num_attention_heads = 4,
+                             .num_key_value_heads = 2, .num_hidden_layers = 4, .vocab_size = 256, .head_dim = 64};
+    const int K = llama_ffn_chunks_default(&ref, S, 0, 1), rows = (S + K - 1) / K, head_rows = S < 256 ? S : 256;
+    printf("the layers' products over %d rows (%d FFN chunks), the head's over %d\n", rows, K, head_rows);
+    const struct {
         const char *name;
-        int n_in, n_out, tokens_div;
-    } L[] = {{"q/o 256->256", 256, 256, 1}, {"k/v 256->128", 256, 128, 1}, {"gate/up 256->1024", 256, 1024, 2},
-             {"down 1024->256", 1024, 256, 2}, {"head 256->256", 256, 256, 1}};
+        int n_in, n_out, rows, per_chunk; /* per_chunk: calls per layer and chunk (0: the head) */
+    } L[] = {{"q/o 256->256", 256, 256, rows, 2}, {"k/v 256->128", 256, 128, rows, 2}, {"gate/up 256->1024", 256, 1024, rows, 2},
+             {"down 1024->256", 1024, 256, rows, 1}, {"head 256->256", 256, 256, head_rows, 0}};
     Rng rng;
     rng_seed(&rng, 3);
     double tot[2] = {0, 0};
     for (size_t row = 0; row < 2 * sizeof L / sizeof L[0]; row++) {
         const size_t l = row / 2;
-        const int packed = (int)(row & 1), N = S / L[l].tokens_div, ni = L[l].n_in, no = L[l].n_out;
+        const int packed = (int)(row & 1), N = L[l].rows, ni = L[l].n_in, no = L[l].n_out;
         const int li = packed ? ni : linear_row_stride(ni), lo = packed ? no : linear_row_stride(no);
         if (packed && li == linear_row_stride(ni) && lo == linear_row_stride(no)) continue; /* no second layout */
         float *in = xmalloc_aligned((size_t)N * li * 4), *out = xmalloc_aligned((size_t)N * lo * 4);
@@ -85,12 +94,13 @@ int main(int argc, char **argv) {
             }
             printf(" %s fwd %6.1f dX %6.1f dW %6.1f |", which ? "oneDNN" : "OpenBLAS", fl / best[0] * 1e-9,
                    fl / best[1] * 1e-9, fl / best[2] * 1e-9);
-            if (!packed) tot[which] += best[0] + best[1] + best[2];
+            const double calls = L[l].per_chunk ? (double)ref.num_hidden_layers * L[l].per_chunk * S / N : (double)S / N;
+            if (!packed) tot[which] += calls * (best[0] + best[1] + best[2]);
         }
         printf("\n");
         xfree(in); xfree(out); xfree(W); xfree(dW); xfree(din);
     }
-    printf("sum of the best times (the model's layout): OpenBLAS %.2f ms, oneDNN %.2f ms (oneDNN / OpenBLAS speed %.2fx)\n", tot[0] * 1e3,
-           tot[1] * 1e3, tot[0] / tot[1]);
+    printf("one step's products (the best times, the model's layout): OpenBLAS %.1f ms, oneDNN %.1f ms (oneDNN / OpenBLAS "
+           "speed %.2fx)\n", tot[0] * 1e3, tot[1] * 1e3, tot[0] / tot[1]);
     return 0;
 }
