@@ -24,9 +24,7 @@ static double cpu_now(void) {
 int main(int argc, char **argv) {
     int S = argc > 1 ? atoi(argv[1]) : 8192, repeats = argc > 2 ? atoi(argv[2]) : 5;
     if (S < 16 || repeats < 1) die("usage: bf16_step [S >= 16] [repeats >= 1]");
-    LlamaConfig c = {.hidden_size = 256, .intermediate_size = 1024, .num_attention_heads = 4, .num_key_value_heads = 2,
-                     .num_hidden_layers = 4, .vocab_size = 256, .head_dim = 64, .max_position_embeddings = 1 << 20,
-                     .rms_norm_eps = 1e-5f, .rope_theta = 10000.0};
+    LlamaConfig c = llama_reference_config();
     LlamaModel m;
     llama_build(&m, &c);
     llama_init_random(&m, 1);

@@ -51,8 +51,7 @@ int main(int argc, char **argv) {
     const dnnl_version_t *v = dnnl_version();
     printf("BLAS: %s; oneDNN %d.%d.%d; %d threads; S = %d; GFLOPS wall clock, best of %d\n", blas, v->major, v->minor,
            v->patch, omp_get_max_threads(), S, reps);
-    const LlamaConfig ref = {.hidden_size = 256, .intermediate_size = 1024, .num_attention_heads = 4,
-                             .num_key_value_heads = 2, .num_hidden_layers = 4, .vocab_size = 256, .head_dim = 64};
+    const LlamaConfig ref = llama_reference_config();
     const int K = llama_ffn_chunks_default(&ref, S, 0, 1), rows = (S + K - 1) / K, head_rows = S < 256 ? S : 256;
     printf("the layers' products over %d rows (%d FFN chunks), the head's over %d\n", rows, K, head_rows);
     const struct {

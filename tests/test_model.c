@@ -192,8 +192,7 @@ int main(void) {
      * 4096 from 16386; a model with a wide MLP (hidden 64, 2 / 1 heads of 32, ffn 4096 laid out
      * 4112 apart) at 512 rows. */
     {
-        const LlamaConfig ref = {.hidden_size = 256, .intermediate_size = 1024, .num_attention_heads = 4,
-                                 .num_key_value_heads = 2, .head_dim = 64};
+        const LlamaConfig ref = llama_reference_config();
         const LlamaConfig wide = {.hidden_size = 64, .intermediate_size = 4096, .num_attention_heads = 2,
                                   .num_key_value_heads = 1, .head_dim = 32};
         const struct { const LlamaConfig *c; long n; int stream, su, want; } cases[] = {

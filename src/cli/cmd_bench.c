@@ -72,14 +72,6 @@ static const char HELP[] =
     "core, SEQPAR_ATTN_TILES=fwd_bq,fwd_bk,bwd_bk,bwd_bq sets them. The sgemm figure is the best of\n"
     "several trials: the fp32 peak that MFU is measured against.\n";
 
-static LlamaConfig bench_model_config(void) {
-    LlamaConfig c = {.hidden_size = 256, .intermediate_size = 1024, .num_attention_heads = 4,
-                     .num_key_value_heads = 2, .num_hidden_layers = 4, .vocab_size = 256, .head_dim = 64,
-                     .max_position_embeddings = 1 << 20, .tie_word_embeddings = 0, .rms_norm_eps = 1e-5f,
-                     .rope_theta = 10000.0};
-    return c;
-}
-
 /* Parses "a,b,c" into at most max positive ints; returns the count. */
 static int parse_list(const char *flag, const char *s, int *out, int max) {
     int n = 0;
@@ -133,7 +125,7 @@ static double sgemm_peak_cpu_gflops(int repeats, double per_lib[SGEMM_LIBS]) {
 
 /* Builds the reference model and times `repeats` full training steps (after the warm-up ones). */
 static StepResult run_steps(int S, int repeats, const MemoryFlags *mf) {
-    LlamaConfig c = bench_model_config();
+    LlamaConfig c = llama_reference_config();
     LlamaModel m;
     llama_build(&m, &c);
     llama_init_random(&m, 1);
@@ -299,7 +291,7 @@ static void bench_memory(const int *lens, int n, const MemoryFlags *mf) {
 static double predicted_bytes(const ParallelConfig *pc, const MemoryFlags *mf, int S, int world, int batch) {
     MemoryModelInput in;
     memset(&in, 0, sizeof in);
-    in.model = bench_model_config();
+    in.model = llama_reference_config();
     in.seq_len = S;
     in.batch = batch;
     in.world = world;
@@ -333,7 +325,7 @@ static void bench_memory_parallel(const ParallelConfig *pc_in, const MemoryFlags
     int world = 1, rank = 0;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    LlamaConfig c = bench_model_config();
+    LlamaConfig c = llama_reference_config();
     for (int li = 0; li < n; li++) {
         const int S = lens[li];
         LlamaModel m;

@@ -207,6 +207,13 @@ int llama_ffn_chunks_default(const LlamaConfig *c, long N, int stream, int su) {
     return k > LLAMA_FFN_CHUNKS_DEFAULT ? (int)k : LLAMA_FFN_CHUNKS_DEFAULT;
 }
 
+LlamaConfig llama_reference_config(void) {
+    return (LlamaConfig){.hidden_size = 256, .intermediate_size = 1024, .num_attention_heads = 4,
+                         .num_key_value_heads = 2, .num_hidden_layers = 4, .vocab_size = 256, .head_dim = 64,
+                         .max_position_embeddings = 1 << 20, .tie_word_embeddings = 0, .rms_norm_eps = 1e-5f,
+                         .rope_theta = 10000.0};
+}
+
 int llama_input_chunks(long N) { return N < 16 ? (N > 0 ? (int)N : 1) : 16; }
 
 int llama_checkpoint_parse(const char *name) {

@@ -118,6 +118,9 @@ const char *llama_checkpoint_name(int mode);
 /* The FFN chunk count a run of model c uses when --ffn-chunks is not given: N local tokens, whole
  * layers or streamed in su chunks. */
 int llama_ffn_chunks_default(const LlamaConfig *c, long N, int stream, int su);
+/* The benchmarks' reference model (`seqpar bench step`, bench/): 4 layers, hidden 256, 4 heads of
+ * 64 (2 KV heads), ffn 1024, vocabulary 256, untied, RoPE theta 1e4, eps 1e-5. */
+LlamaConfig llama_reference_config(void);
 /* Layer-input offload (FPDT's "activation checkpoint with offloading"): with offload_dir set and
  * checkpoint layer or selective, the residual stream keeps two (N, D) working buffers in RAM
  * instead of L + 1; each layer's input goes to a file in offload_dir through the disk chunk tier
