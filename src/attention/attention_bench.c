@@ -1,6 +1,7 @@
 /* Implementation of the attention benchmark: allocates q, k, v, o, lse, dout and gradients for
  * one shape, fills them with a fixed-seed RNG, times forward (state init + attn_forward) and
- * backward (attn_backward_delta + attn_backward) and reports medians. */
+ * backward (attn_backward_delta + attn_backward) and reports medians, on the benchmarks' clock
+ * (bench_seconds: wall, or CPU time under `seqpar bench --cpu-time`). */
 #include "attention/attention_bench.h"
 
 #include <math.h>
@@ -44,17 +45,17 @@ void attention_bench(int seq_len, int n_heads, int n_kv_heads, int head_dim, Att
 
     double *tf = xmalloc((size_t)repeats * sizeof(double)), *tb = xmalloc((size_t)repeats * sizeof(double));
     for (int it = -1; it < repeats; it++) { /* it = -1: warm-up */
-        double t0 = now_seconds();
+        double t0 = bench_seconds();
         attn_state_init(&s, o, lse);
         attn_forward(&s, q, pos, k, v, pos, o, lse);
-        double t1 = now_seconds();
+        double t1 = bench_seconds();
         memset(dq, 0, nq * sizeof(float));
         memset(dk, 0, nkv * sizeof(float));
         memset(dv, 0, nkv * sizeof(float));
-        double t2 = now_seconds();
+        double t2 = bench_seconds();
         attn_backward_delta(&s, o, dout, delta);
         attn_backward(&s, q, pos, k, v, pos, lse, delta, dout, dq, dk, dv);
-        double t3 = now_seconds();
+        double t3 = bench_seconds();
         if (it >= 0) {
             tf[it] = t1 - t0;
             tb[it] = t3 - t2;

@@ -43,8 +43,10 @@ static const char HELP[] =
     "  --head-dims LIST     head dims for attn, comma separated (default 64,128)\n"
     "  --repeats N          timed repeats; medians are reported (default 5)\n"
     "  --warmup-steps N     untimed training steps before step's / memory's timed ones (default 1)\n"
-    "  --cpu-time           step: time by this process's CPU time, the sgemm peak too (for a shared\n"
-    "                       machine; use with --threads 1, where CPU time is compute time)\n"
+    "  --cpu-time           attn and step: time by this process's CPU time (every thread), the sgemm\n"
+    "                       and bf16 GEMM peaks too, so the ratios are of rates per CPU-second (for a\n"
+    "                       shared machine; with --threads 1 CPU time is compute time; not for\n"
+    "                       distributed attn, whose waits are what it measures)\n"
     "  --mem-seq-lens LIST  sequence lengths for memory (default 4096,16384,65536)\n"
     "  --checkpoint [MODE]  step/memory under none (default), layer (also --checkpoint alone) or\n"
     "                       selective checkpointing\n"
@@ -95,34 +97,6 @@ typedef struct {
 static int g_warmup_steps = 1;
 static int g_cpu_time = 0;
 
-/* Wall-clock seconds, or this process's CPU seconds under --cpu-time. */
-static double bench_clock(void) {
-    if (!g_cpu_time) return now_seconds();
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* sgemm 2048^3 GFLOPS by CPU time (--cpu-time): each library's median of repeats, the better one's. */
-static double sgemm_peak_cpu_gflops(int repeats, double per_lib[SGEMM_LIBS]) {
-    const int n = 2048;
-    size_t nn = (size_t)n * n;
-    float *A = xmalloc(sizeof(float) * nn), *B = xmalloc(sizeof(float) * nn), *C = xmalloc(sizeof(float) * nn);
-    for (size_t i = 0; i < nn; i++) A[i] = B[i] = (float)(i % 7) * 0.01f;
-    double *t = xmalloc(sizeof(double) * (size_t)repeats), best = 0;
-    for (int l = 0; l < SGEMM_LIBS; l++) {
-        for (int r = 0; r < repeats; r++) {
-            double t0 = bench_clock();
-            sgemm_lib_rm((SgemmLib)l, 0, 0, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
-            t[r] = bench_clock() - t0;
-        }
-        per_lib[l] = 2.0 * n * (double)n * n / median_of(t, repeats) / 1e9;
-        if (per_lib[l] > best) best = per_lib[l];
-    }
-    xfree(A); xfree(B); xfree(C); xfree(t);
-    return best;
-}
-
 /* Builds the reference model and times `repeats` full training steps (after the warm-up ones). */
 static StepResult run_steps(int S, int repeats, const MemoryFlags *mf) {
     LlamaConfig c = llama_reference_config();
@@ -149,12 +123,12 @@ static StepResult run_steps(int S, int repeats, const MemoryFlags *mf) {
     double *times = xmalloc(sizeof(double) * (size_t)repeats);
     for (int r = 1 - g_warmup_steps; r <= repeats; r++) {
         if (r == 1) op_clock_reset(); /* the split counts the timed steps only */
-        double t0 = bench_clock();
+        double t0 = bench_seconds();
         memset(m.grads, 0, sizeof(float) * m.table.total);
         llama_forward_backward(&m, acts, attn, inputs, targets, pos, S, 1.0f / S, 1, NULL);
         double nsq = grad_norm_sq(m.grads, m.table.total);
         adamw_update(&opt, &m.table, m.params, m.grads, 1e-4f, adamw_clip_scale(&oc, nsq));
-        if (r > 0) times[r - 1] = bench_clock() - t0;
+        if (r > 0) times[r - 1] = bench_seconds() - t0;
     }
     StepResult res;
     for (int c = 0; c < OPC_COUNT; c++) res.split[c] = op_clock_seconds((OpClass)c) / repeats;
@@ -190,8 +164,8 @@ static const char *peak_name(int bf16) {
 static void bench_attn(int S, const int *dims, int n_dims, int repeats, double peak, int bf16) {
     const char *yard = peak_name(bf16);
     const Precision prec = bf16 ? PRECISION_BF16 : PRECISION_FP32;
-    printf("attention (causal, S = %d, %s, kernel: %s, %d threads), medians of %d:\n", S, precision_name(prec),
-           attn_kernel_name(prec), current_threads(), repeats);
+    printf("attention (causal, S = %d, %s, kernel: %s, %d threads), medians of %d%s:\n", S, precision_name(prec),
+           attn_kernel_name(prec), current_threads(), repeats, g_cpu_time ? ", GFLOPS per CPU-second (CPU s)" : "");
     for (int i = 0; i < n_dims; i++) {
         int d = dims[i], heads = d >= 128 ? 4 : 8;
         AttnBenchResult r;
@@ -205,10 +179,11 @@ static void bench_attn(int S, const int *dims, int n_dims, int repeats, double p
 }
 
 /* The peak MFU is measured against: fp32 sgemm (the better library's) or the bf16 GEMM, 2048^3,
- * the best of `trials` (the median by CPU time under --cpu-time, fp32 only). */
+ * the best of `trials`, on the benchmarks' clock (by CPU time under --cpu-time, as everything the
+ * ratios compare with it). */
 static double measure_peak(int bf16, int trials, double libs[SGEMM_LIBS]) {
     if (bf16) return bf16_gemm_peak_gflops(trials);
-    return g_cpu_time ? sgemm_peak_cpu_gflops(trials, libs) : sgemm_peak_gflops_libs(trials, libs);
+    return sgemm_peak_gflops_libs(trials, libs);
 }
 
 /* The peak is measured before the steps and again after them, and MFU is taken against the
@@ -469,7 +444,7 @@ int cmd_bench(int argc, char **argv) {
         case 's': S = (int)parse_long(cmd, "seq-len", optarg, 16, 1 << 30); break;
         case 'd': n_dims = parse_list("head-dims", optarg, dims, 8); break;
         case 'r': repeats = (int)parse_long(cmd, "repeats", optarg, 1, 1000); break;
-        case 'C': g_cpu_time = 1; break;
+        case 'C': g_cpu_time = 1, bench_clock_cpu(1); break;
         case 'w': g_warmup_steps = (int)parse_long(cmd, "warmup-steps", optarg, 0, 1000); break;
         case 'M': n_lens = parse_list("mem-seq-lens", optarg, lens, 8); break;
         case 'h': fputs(HELP, stdout); fputs(PARALLEL_FLAGS_HELP, stdout); return 0;
@@ -495,6 +470,9 @@ int cmd_bench(int argc, char **argv) {
         if (strcmp(part, "attn"))
             die_collective("seqpar bench: with --dp/--hp/--cp or under mpirun only 'bench attn' and 'bench memory' run; "
                            "got '%s'", part);
+        if (g_cpu_time)
+            die_collective("seqpar bench: --cpu-time times one process's kernels; distributed 'bench attn' measures "
+                           "wall time, its waits included: drop --cpu-time");
         bench_dist_attn(&pc, S, heads, kv_heads ? kv_heads : heads, dims[0], repeats);
         return 0;
     }
@@ -505,9 +483,9 @@ int cmd_bench(int argc, char **argv) {
         double libs[SGEMM_LIBS];
         peak = measure_peak(0, trials, libs);
         printf("sgemm (2048^3, %d threads): %.1f GFLOPS%s, the better of %s %.1f and %s %.1f (%s of %d trials each; "
-               "the fp32 peak below)\n", current_threads(), peak, g_cpu_time ? " by CPU time" : "",
+               "the fp32 peak below)\n", current_threads(), peak, g_cpu_time ? " per CPU-second" : "",
                sgemm_lib_name(SGEMM_ONEDNN), libs[SGEMM_ONEDNN], sgemm_lib_name(SGEMM_OPENBLAS), libs[SGEMM_OPENBLAS],
-               g_cpu_time ? "median" : "best", trials);
+               "best", trials);
         if (mf.precision == PRECISION_BF16) { /* the step's MFU is against the bf16 GEMM's peak */
             char b16[160];
             bf16_describe(b16, sizeof b16);
@@ -517,8 +495,9 @@ int cmd_bench(int argc, char **argv) {
             } else {
                 double sgemm = peak;
                 peak = measure_peak(1, trials, libs);
-                printf("bf16 GEMM (2048^3; bf16 path: %s; %d threads): %.1f GFLOPS wall clock (best of %d trials; "
-                       "%.2fx sgemm; the bf16 peak below)\n", b16, current_threads(), peak, trials, peak / sgemm);
+                printf("bf16 GEMM (2048^3; bf16 path: %s; %d threads): %.1f GFLOPS %s (best of %d trials; "
+                       "%.2fx sgemm; the bf16 peak below)\n", b16, current_threads(), peak,
+                       g_cpu_time ? "per CPU-second" : "wall clock", trials, peak / sgemm);
             }
             printf("bf16 attention: %s\n", attn_kernel_name(PRECISION_BF16));
         }

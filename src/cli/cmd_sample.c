@@ -109,13 +109,6 @@ static int *parse_ids(const char *s, int *n_out) {
     return ids;
 }
 
-/* CPU seconds of this process (all threads): on a shared machine wall time also counts waiting. */
-static double cpu_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* A byte-level model's token as text: bytes as they are, the end-of-text id as a newline. */
 static void put_token(int id, int as_ids, int first) {
     if (as_ids) printf(first ? "%d" : ",%d", id);

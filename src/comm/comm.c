@@ -356,21 +356,15 @@ void comm_stats_print(Comm *c, FILE *f) {
     xfree(all);
 }
 
-static double process_cpu_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 double comm_compute_begin(Comm *c) {
-    c->cpu_t0 = process_cpu_seconds();
+    c->cpu_t0 = cpu_seconds();
     return now_seconds();
 }
 
 void comm_compute_end(Comm *c, const char *name, double t0) {
     double t1 = now_seconds();
     c->stats.compute_s += t1 - t0;
-    c->stats.compute_cpu_s += process_cpu_seconds() - c->cpu_t0;
+    c->stats.compute_cpu_s += cpu_seconds() - c->cpu_t0;
     record(c, name, "compute", t0, t1);
 }
 

@@ -61,6 +61,7 @@ void   mem_tracked_reset_peak(void);
 size_t mem_peak_rss(void);
 
 double now_seconds(void); /* monotonic clock */
+double cpu_seconds(void); /* CPU time of this process, all its threads */
 void sleep_seconds(double s);
 /* Polls done(arg) until it returns non-zero (then returns 0), or until deadline_s (> 0; 0: none)
  * of waiting has passed (then returns -1 with *waited, the seconds waited). Busy-polls for

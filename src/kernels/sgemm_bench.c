@@ -13,6 +13,12 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+static int g_bench_cpu;
+
+void bench_clock_cpu(int on) { g_bench_cpu = on != 0; }
+int bench_clock_is_cpu(void) { return g_bench_cpu; }
+double bench_seconds(void) { return g_bench_cpu ? cpu_seconds() : now_seconds(); }
+
 double median_of(double *x, int n) {
     if (n <= 0) return 0.0;
     qsort(x, (size_t)n, sizeof *x, cmp_double);
@@ -32,9 +38,9 @@ static double sgemm_rate(SgemmLib lib, int m, int n, int k, int repeats, int bes
     for (size_t i = 0; i < (size_t)k * n; i++) b[i] = (float)(rng_uniform(&rng) - 0.5);
     double *t = xmalloc((size_t)repeats * sizeof(double));
     for (int r = -1; r < repeats; r++) { /* r = -1: warm-up */
-        double t0 = now_seconds();
+        double t0 = bench_seconds();
         sgemm_lib_rm(lib, 0, 0, m, n, k, 1.0f, a, k, b, n, 0.0f, c, n);
-        double dt = now_seconds() - t0;
+        double dt = bench_seconds() - t0;
         if (r >= 0) t[r] = dt;
     }
     double sel = median_of(t, repeats); /* sorts t ascending */

@@ -18,6 +18,15 @@ double sgemm_peak_gflops(int trials);
 /* GFLOPS of one OpenBLAS sgemm shape (M x K times K x N), median over `repeats` runs; for experiments. */
 double sgemm_gflops(int m, int n, int k, int repeats);
 
+/* The benchmarks' clock (these yardsticks, attention_bench, the bf16 GEMM's peak, `seqpar bench`):
+ * wall time (monotonic) by default; after bench_clock_cpu(1) this process's CPU time, every thread
+ * counted (`seqpar bench --cpu-time`), so that a kernel and its yardstick are both rates per
+ * CPU-second: time a shared machine gives to other processes does not count, time a thread of this
+ * process spends waiting does. */
+void bench_clock_cpu(int on);
+int bench_clock_is_cpu(void);
+double bench_seconds(void);
+
 /* Median of n doubles (the array is sorted in place); 0 when n <= 0. */
 double median_of(double *x, int n);
 
