@@ -6,10 +6,10 @@
  * oneDNN's dnnl_sgemm, wall clock with the process's OpenMP threads, best of N: which library
  * wins on this CPU, shape by shape, and what the products of one training step add up to (each
  * shape's forward, dX and dW times the calls a step makes: 4 layers, q and o, k and v, gate and
- * up twice, S / rows chunks), comparable with `seqpar bench step`'s linear-layer time. Rows lie as the model lays them out (linear_row_stride: the
- * MLP's 1024-wide rows 1040 floats apart); where that stride differs from the width, a second
- * line times rows packed at the width, the layout before the padding. Not a test; built by `make
- * bench-tools`.
+ * up twice, S / rows chunks), comparable with `seqpar bench step`'s linear-layer time. Rows lie as
+ * the model lays them out (linear_row_stride: the MLP's 1024-wide rows 1040 floats apart); where
+ * that stride differs from the width, a second line times rows packed at the width, the layout
+ * before the padding. Not a test; built by `make bench-tools`.
  * usage: build/bench/step_gemms [S] [repeats] */
 #include <omp.h>
 #include <stdio.h>
@@ -57,8 +57,9 @@ int main(int argc, char **argv) {
     const struct {
         const char *name;
         int n_in, n_out, rows, per_chunk; /* per_chunk: calls per layer and chunk (0: the head) */
-    } L[] = {{"q/o 256->256", 256, 256, rows, 2}, {"k/v 256->128", 256, 128, rows, 2}, {"gate/up 256->1024", 256, 1024, rows, 2},
-             {"down 1024->256", 1024, 256, rows, 1}, {"head 256->256", 256, 256, head_rows, 0}};
+    } L[] = {{"q/o 256->256", 256, 256, rows, 2},      {"k/v 256->128", 256, 128, rows, 2},
+             {"gate/up 256->1024", 256, 1024, rows, 2}, {"down 1024->256", 1024, 256, rows, 1},
+             {"head 256->256", 256, 256, head_rows, 0}};
     Rng rng;
     rng_seed(&rng, 3);
     double tot[2] = {0, 0};

@@ -12,8 +12,9 @@ typedef struct {
 
 /* Self-attention of seq_len contiguous tokens (positions 0..seq_len-1), scale 1/sqrt(head_dim),
  * with the current OpenMP thread count. Medians over `repeats` (at least 1) timed runs after
- * one untimed warm-up run of each, on the benchmarks' clock (bench_seconds, kernels/sgemm_bench.h). PRECISION_BF16: the inputs are rounded to bf16 values (as the
- * model gives them) and the calls say so (attn_kernel_name() names the kernel that runs). */
+ * one untimed warm-up run of each, on the benchmarks' clock (bench_seconds, kernels/sgemm_bench.h).
+ * PRECISION_BF16: the inputs are rounded to bf16 values (as the model gives them) and the calls
+ * say so (attn_kernel_name() names the kernel that runs). */
 void attention_bench(int seq_len, int n_heads, int n_kv_heads, int head_dim, AttnMask mask, Precision precision,
                      int repeats, AttnBenchResult *r);
 
