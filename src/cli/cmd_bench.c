@@ -95,7 +95,6 @@ typedef struct {
 } StepResult;
 
 static int g_warmup_steps = 1;
-static int g_cpu_time = 0;
 
 /* Builds the reference model and times `repeats` full training steps (after the warm-up ones). */
 static StepResult run_steps(int S, int repeats, const MemoryFlags *mf) {
@@ -165,7 +164,8 @@ static void bench_attn(int S, const int *dims, int n_dims, int repeats, double p
     const char *yard = peak_name(bf16);
     const Precision prec = bf16 ? PRECISION_BF16 : PRECISION_FP32;
     printf("attention (causal, S = %d, %s, kernel: %s, %d threads), medians of %d%s:\n", S, precision_name(prec),
-           attn_kernel_name(prec), current_threads(), repeats, g_cpu_time ? ", GFLOPS per CPU-second (CPU s)" : "");
+           attn_kernel_name(prec), current_threads(), repeats,
+           bench_clock_is_cpu() ? ", GFLOPS per CPU-second (CPU s)" : "");
     for (int i = 0; i < n_dims; i++) {
         int d = dims[i], heads = d >= 128 ? 4 : 8;
         AttnBenchResult r;
@@ -203,12 +203,12 @@ static void bench_step(int S, int repeats, const MemoryFlags *mf, double peak, i
            "  %.3f %ss/step | %.0f tokens/s | MFU %.1f%% | HFU %.1f%% of same-run %s | peak tracked memory %.1f MiB, "
            "peak RSS %.1f MiB\n",
            S, precision_name(mf->precision), llama_checkpoint_name(mf->checkpoint), r.ffn_chunks, r.ffn_chunks == 1 ? "" : "s", repeats, r.step_seconds,
-           g_cpu_time ? "CPU " : "", r.tokens_per_s, 100 * mfu, 100 * hfu,
+           bench_clock_is_cpu() ? "CPU " : "", r.tokens_per_s, 100 * mfu, 100 * hfu,
            peak_name(bf16), (double)r.tracked_peak / (1 << 20), (double)r.rss_peak / (1 << 20));
     printf("  the %s peak: %.1f GFLOPS before the steps, %.1f after; MFU and HFU are against the higher\n",
            peak_name(bf16), before, after);
     if (clamped) printf("  (a utilisation above 100%% of the same-run peak is shown as 100%%)\n");
-    if (!g_cpu_time) {
+    if (!bench_clock_is_cpu()) {
         const double rest = r.mean_seconds - r.split[OPC_ATTN_FWD] - r.split[OPC_ATTN_BWD] - r.split[OPC_LINEAR];
         printf("  where a step's time goes (mean of the timed steps, %.3f s): attention forward %.3f s (%.0f%%), "
                "backward %.3f s (%.0f%%), linear-layer GEMMs %.3f s (%.0f%%), everything else %.3f s (%.0f%%)\n",
@@ -444,7 +444,7 @@ int cmd_bench(int argc, char **argv) {
         case 's': S = (int)parse_long(cmd, "seq-len", optarg, 16, 1 << 30); break;
         case 'd': n_dims = parse_list("head-dims", optarg, dims, 8); break;
         case 'r': repeats = (int)parse_long(cmd, "repeats", optarg, 1, 1000); break;
-        case 'C': g_cpu_time = 1, bench_clock_cpu(1); break;
+        case 'C': bench_clock_cpu(1); break;
         case 'w': g_warmup_steps = (int)parse_long(cmd, "warmup-steps", optarg, 0, 1000); break;
         case 'M': n_lens = parse_list("mem-seq-lens", optarg, lens, 8); break;
         case 'h': fputs(HELP, stdout); fputs(PARALLEL_FLAGS_HELP, stdout); return 0;
@@ -470,7 +470,7 @@ int cmd_bench(int argc, char **argv) {
         if (strcmp(part, "attn"))
             die_collective("seqpar bench: with --dp/--hp/--cp or under mpirun only 'bench attn' and 'bench memory' run; "
                            "got '%s'", part);
-        if (g_cpu_time)
+        if (bench_clock_is_cpu())
             die_collective("seqpar bench: --cpu-time times one process's kernels; distributed 'bench attn' measures "
                            "wall time, its waits included: drop --cpu-time");
         bench_dist_attn(&pc, S, heads, kv_heads ? kv_heads : heads, dims[0], repeats);
@@ -483,7 +483,7 @@ int cmd_bench(int argc, char **argv) {
         double libs[SGEMM_LIBS];
         peak = measure_peak(0, trials, libs);
         printf("sgemm (2048^3, %d threads): %.1f GFLOPS%s, the better of %s %.1f and %s %.1f (%s of %d trials each; "
-               "the fp32 peak below)\n", current_threads(), peak, g_cpu_time ? " per CPU-second" : "",
+               "the fp32 peak below)\n", current_threads(), peak, bench_clock_is_cpu() ? " per CPU-second" : "",
                sgemm_lib_name(SGEMM_ONEDNN), libs[SGEMM_ONEDNN], sgemm_lib_name(SGEMM_OPENBLAS), libs[SGEMM_OPENBLAS],
                "best", trials);
         if (mf.precision == PRECISION_BF16) { /* the step's MFU is against the bf16 GEMM's peak */
@@ -497,7 +497,7 @@ int cmd_bench(int argc, char **argv) {
                 peak = measure_peak(1, trials, libs);
                 printf("bf16 GEMM (2048^3; bf16 path: %s; %d threads): %.1f GFLOPS %s (best of %d trials; "
                        "%.2fx sgemm; the bf16 peak below)\n", b16, current_threads(), peak,
-                       g_cpu_time ? "per CPU-second" : "wall clock", trials, peak / sgemm);
+                       bench_clock_is_cpu() ? "per CPU-second" : "wall clock", trials, peak / sgemm);
             }
             printf("bf16 attention: %s\n", attn_kernel_name(PRECISION_BF16));
         }
