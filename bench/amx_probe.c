@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/common.h"
 #include "kernels/amx_tiles.h"
@@ -30,12 +29,6 @@
 #define BQ 192
 #define BK 192
 #define LDT (BQ + 16) /* the forward's stride of S^T, Q^T and P^T (FA_SKEW 16) */
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static bf16_pair *words(size_t n, unsigned seed) {
     bf16_pair *w = xmalloc_aligned(n * sizeof *w);
@@ -184,9 +177,9 @@ static void pv_rows(int d, int bk2, const bf16_pair *Pr, size_t ldpr, const bf16
     do {                                                                                                  \
         double best_ = 1e30;                                                                              \
         for (int rep_ = 0; rep_ < 5; rep_++) {                                                            \
-            const double t0_ = now();                                                                     \
+            const double t0_ = now_seconds();                                                             \
             for (int it_ = 0; it_ < (iters); it_++) { body; }                                             \
-            const double dt_ = (now() - t0_) / (iters);                                                   \
+            const double dt_ = (now_seconds() - t0_) / (iters);                                           \
             if (dt_ < best_) best_ = dt_;                                                                 \
         }                                                                                                 \
         printf("  %-58s %9.3f us", label, best_ * 1e6);                                                   \
@@ -267,7 +260,7 @@ int main(int argc, char **argv) {
         TILE_CONFIG(&cfg); /* warm-up: a tenth of a second of products, so that the unit and the clock settle */
         TILE_LOAD(4, K, ldk * 4); TILE_LOAD(5, K + 16 * ldk, ldk * 4);
         TILE_LOAD(6, Qw, LDT * 4); TILE_LOAD(7, Qw + 16, LDT * 4);
-        for (double t0 = now(); now() - t0 < 0.1;)
+        for (double t0 = now_seconds(); now_seconds() - t0 < 0.1;)
             for (int i = 0; i < n_dp / 4; i++) { TILE_DP(0, 4, 6); TILE_DP(1, 4, 7); TILE_DP(2, 5, 6); TILE_DP(3, 5, 7); }
         TILE_STORE(0, &scratch[0][0], 128);
         TILE_RELEASE();

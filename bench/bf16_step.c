@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "attention/flash_attention.h"
 #include "attention/seq_attention.h"
@@ -14,12 +13,6 @@
 #include "kernels/bf16.h"
 #include "kernels/sgemm_bench.h"
 #include "model/llama.h"
-
-static double cpu_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 int main(int argc, char **argv) {
     int S = argc > 1 ? atoi(argv[1]) : 8192, repeats = argc > 2 ? atoi(argv[2]) : 5;
@@ -53,11 +46,11 @@ int main(int argc, char **argv) {
     for (int k = -1; k < repeats; k++) /* k = -1: warm-up of both */
         for (int p = 0; p < 2; p++) {
             memset(m.grads, 0, sizeof(float) * m.table.total);
-            double w0 = now_seconds(), c0 = cpu_now();
+            double w0 = now_seconds(), c0 = cpu_seconds();
             llama_forward_backward(&m, acts[p], attn[p], in, tg, pos, S, 1.0f / S, 1, NULL);
             if (k >= 0) {
                 wall[p][k] = now_seconds() - w0;
-                cpu[p][k] = cpu_now() - c0;
+                cpu[p][k] = cpu_seconds() - c0;
             }
         }
     double w32 = median_of(wall[0], repeats), w16 = median_of(wall[1], repeats);

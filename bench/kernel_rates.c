@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cblas.h>
 
@@ -23,12 +22,6 @@
 #include "kernels/blas_core.h"
 #include "kernels/isa.h"
 #include "kernels/sgemm_bench.h"
-
-static double cpu_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static float *rnd(size_t n, Rng *r) {
     float *x = xmalloc_aligned(n * sizeof(float));
@@ -43,15 +36,15 @@ static void attn_rates(const AttnShape *s, const float *q, const float *k, const
                        double flops, int reps, double *bf, double *bb) {
     *bf = *bb = 0;
     for (int r = 0; r <= reps; r++) {
-        double t0 = cpu_now();
+        double t0 = cpu_seconds();
         attn_state_init(s, o, lse);
         attn_forward(s, q, pos, k, v, pos, o, lse);
-        double t1 = cpu_now();
+        double t1 = cpu_seconds();
         memset(dq, 0, n * 4); memset(dk, 0, n * 4); memset(dv, 0, n * 4);
-        double t2 = cpu_now();
+        double t2 = cpu_seconds();
         attn_backward_delta(s, o, dout, delta);
         attn_backward(s, q, pos, k, v, pos, lse, delta, dout, dq, dk, dv);
-        double t3 = cpu_now();
+        double t3 = cpu_seconds();
         if (r && flops / (t1 - t0) > *bf) *bf = flops / (t1 - t0);
         if (r && 2.5 * flops / (t3 - t2) > *bb) *bb = 2.5 * flops / (t3 - t2);
     }
@@ -77,20 +70,20 @@ static void bf16_pieces(const AttnBf16Tiles *t, int d) {
     for (int i = 0; i < bq && i < 1024; i++) m[i] = 0;
     /* a tenth of a second of the three first: on the AMX Xeon the tile products of a cold unit ran
      * at half the rate (bench/amx_probe.c) */
-    for (const double t_end = cpu_now() + 0.1; cpu_now() < t_end;) {
+    for (const double t_end = cpu_seconds() + 0.1; cpu_seconds() < t_end;) {
         t->tile_gemm(bk, bq, d2, 1.0f, kw, (size_t)d2, 1, qw, (size_t)bq, 0, st, (size_t)bq, NULL);
         t->col_exp2_pairs(st, bk, bq, (size_t)bq, 0.125f, m, sum, pw, (size_t)bq);
         t->tile_gemm(bq, d, bk2, 1.0f, pw, 1, (size_t)bq, vw, (size_t)d, 1, ob, (size_t)d, NULL);
     }
     double best[3] = {0, 0, 0};
     for (int r = 0; r <= 20; r++) {
-        double t0 = cpu_now();
+        double t0 = cpu_seconds();
         t->tile_gemm(bk, bq, d2, 1.0f, kw, (size_t)d2, 1, qw, (size_t)bq, 0, st, (size_t)bq, NULL);
-        double t1 = cpu_now();
+        double t1 = cpu_seconds();
         t->col_exp2_pairs(st, bk, bq, (size_t)bq, 0.125f, m, sum, pw, (size_t)bq);
-        double t2 = cpu_now();
+        double t2 = cpu_seconds();
         t->tile_gemm(bq, d, bk2, 1.0f, pw, 1, (size_t)bq, vw, (size_t)d, 1, ob, (size_t)d, NULL);
-        double t3 = cpu_now();
+        double t3 = cpu_seconds();
         const double g[3] = {2.0 * bk * bq * d / (t1 - t0), (double)bk * bq / (t2 - t1), 2.0 * bk * bq * d / (t3 - t2)};
         for (int j = 0; j < 3 && r; j++)
             if (g[j] > best[j]) best[j] = g[j];
@@ -126,9 +119,9 @@ int main(int argc, char **argv) {
     float *a = rnd((size_t)m * m, &rng), *b = rnd((size_t)m * m, &rng), *c = xmalloc_aligned((size_t)m * m * 4);
     double best_g = 0;
     for (int r = 0; r <= reps; r++) {
-        double t0 = cpu_now();
+        double t0 = cpu_seconds();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, m, m, 1.0f, a, m, b, m, 0.0f, c, m);
-        double g = 2.0 * m * m * (double)m / (cpu_now() - t0) * 1e-9;
+        double g = 2.0 * m * m * (double)m / (cpu_seconds() - t0) * 1e-9;
         if (r && g > best_g) best_g = g;
     }
     printf("sgemm %d^3, 1 thread: %.1f GFLOPS per CPU-second (best of %d)\n", m, best_g, reps);
@@ -181,9 +174,9 @@ int main(int argc, char **argv) {
     bf16_pack(bb16, b, (size_t)m * m);
     double best_b = 0;
     for (int r = 0; r <= reps; r++) {
-        double t0 = cpu_now();
+        double t0 = cpu_seconds();
         bf16_kernels()->gemm(0, 0, m, m, m, 1.0f, ab, m, bb16, m, 0.0f, c, m);
-        double g = 2.0 * m * m * (double)m / (cpu_now() - t0) * 1e-9;
+        double g = 2.0 * m * m * (double)m / (cpu_seconds() - t0) * 1e-9;
         if (r && g > best_b) best_b = g;
     }
     printf("bf16 GEMM %d^3 (%s path), 1 thread: %.1f GFLOPS per CPU-second (best of %d)\n", m,

@@ -14,7 +14,6 @@
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include <cblas.h>
 #include <oneapi/dnnl/dnnl.h>
@@ -23,12 +22,6 @@
 #include "kernels/blas_core.h"
 #include "kernels/ops.h"
 #include "model/llama.h"
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 /* C (M, N) = A op B + beta C, row major; which = 0 OpenBLAS, 1 oneDNN */
 static void gemm(int which, int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
@@ -81,13 +74,13 @@ int main(int argc, char **argv) {
         for (int which = 0; which < 2; which++) {
             double best[3] = {1e30, 1e30, 1e30};
             for (int r = 0; r <= reps; r++) {
-                double t0 = now();
+                double t0 = now_seconds();
                 gemm(which, 0, 1, N, no, ni, in, li, W, ni, 0.0f, out, lo); /* forward */
-                double t1 = now();
+                double t1 = now_seconds();
                 gemm(which, 0, 0, N, ni, no, out, lo, W, ni, 1.0f, din, li); /* din += dout W */
-                double t2 = now();
+                double t2 = now_seconds();
                 gemm(which, 1, 0, no, ni, N, out, lo, in, li, 1.0f, dW, ni); /* dW += dout^T in */
-                double t3 = now();
+                double t3 = now_seconds();
                 const double t[3] = {t1 - t0, t2 - t1, t3 - t2};
                 for (int j = 0; j < 3 && r; j++)
                     if (t[j] < best[j]) best[j] = t[j];

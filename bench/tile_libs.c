@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cblas.h>
 
@@ -22,12 +21,6 @@
 #include "kernels/attn_bf16.h"
 #include "kernels/bf16.h"
 #include "kernels/isa.h"
-
-static double cpu_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 typedef struct { const char *what; int M, N, K, acc; } Shape;
 
@@ -39,7 +32,7 @@ static double rate(int impl, const Shape *s, const float *A, size_t lda, const f
     int calls = (int)(2e8 / (2.0 * s->M * s->N * s->K)) + 1;
     double best = 0;
     for (int rep = 0; rep < 6; rep++) {
-        double t0 = cpu_now();
+        double t0 = cpu_seconds();
         for (int c = 0; c < calls; c++) {
             switch (impl) {
             case IMPL_OURS:
@@ -58,7 +51,7 @@ static double rate(int impl, const Shape *s, const float *A, size_t lda, const f
                 break;
             }
         }
-        double g = 2.0 * s->M * s->N * (double)s->K * calls / (cpu_now() - t0) * 1e-9;
+        double g = 2.0 * s->M * s->N * (double)s->K * calls / (cpu_seconds() - t0) * 1e-9;
         if (rep && g > best) best = g;
     }
     return best;
@@ -91,7 +84,7 @@ static void bf16_rates(const Shape *shapes, size_t n_shapes) {
             if (impl == 1 && !xk) continue;
             double best = 0;
             for (int rep = 0; rep < 6; rep++) {
-                double t0 = cpu_now();
+                double t0 = cpu_seconds();
                 for (int c = 0; c < calls; c++) {
                     if (impl == 0) /* A rows (K2 words each), B in pairs (K2 rows of N words) */
                         bt->tile_gemm(s->M, s->N, K2, 1.0f, (const bf16_pair *)A, lda / 2, 1, (const bf16_pair *)B,
@@ -101,7 +94,7 @@ static void bf16_rates(const Shape *shapes, size_t n_shapes) {
                     else
                         bf16_gemm_onednn(0, 0, s->M, s->N, s->K, 1.0f, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
                 }
-                double g = 2.0 * s->M * s->N * (double)s->K * calls / (cpu_now() - t0) * 1e-9;
+                double g = 2.0 * s->M * s->N * (double)s->K * calls / (cpu_seconds() - t0) * 1e-9;
                 if (rep && g > best) best = g;
             }
             r[impl] = best;
