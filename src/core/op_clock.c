@@ -2,15 +2,12 @@
 #include "core/op_clock.h"
 
 #include <stdatomic.h>
-#include <time.h>
+
+#include "core/common.h"
 
 static _Atomic long long g_ns[OPC_COUNT];
 
-double op_clock_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+double op_clock_now(void) { return now_seconds(); }
 
 void op_clock_add(OpClass c, double t0) { atomic_fetch_add(&g_ns[c], (long long)((op_clock_now() - t0) * 1e9)); }
 
