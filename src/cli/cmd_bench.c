@@ -482,10 +482,10 @@ int cmd_bench(int argc, char **argv) {
         print_kernels_header();
         double libs[SGEMM_LIBS];
         peak = measure_peak(0, trials, libs);
-        printf("sgemm (2048^3, %d threads): %.1f GFLOPS%s, the better of %s %.1f and %s %.1f (%s of %d trials each; "
+        printf("sgemm (2048^3, %d threads): %.1f GFLOPS%s, the better of %s %.1f and %s %.1f (best of %d trials each; "
                "the fp32 peak below)\n", current_threads(), peak, bench_clock_is_cpu() ? " per CPU-second" : "",
                sgemm_lib_name(SGEMM_ONEDNN), libs[SGEMM_ONEDNN], sgemm_lib_name(SGEMM_OPENBLAS), libs[SGEMM_OPENBLAS],
-               "best", trials);
+               trials);
         if (mf.precision == PRECISION_BF16) { /* the step's MFU is against the bf16 GEMM's peak */
             char b16[160];
             bf16_describe(b16, sizeof b16);
