@@ -129,7 +129,7 @@ typedef struct {
                          also its o_h chunks) */
     float *kept;      /* selective, when the strategy's saved state has a recomputable part: this
                          layer's copy of the kept suffix (the lse); NULL otherwise */
-    float *x_mid;     /* (N, D) residual after attention */
+    float *x_mid;     /* (N, D) residual after attention; under rebuild_x_mid the shared one */
     float *rstd2;     /* (N) */
     float *gate, *up; /* (N, F), only under none with one FFN chunk; NULL otherwise */
     /* bf16: this layer's own q, k, v (none, when not shared) and o (none, selective) are kept
@@ -155,6 +155,9 @@ struct LlamaActs {
     int xn_rows;          /* rows of xn and dxn: ffn_rows (whole layers) or c (streaming) */
     int store_gate_up;    /* none with one chunk: gate, up kept per layer (else recomputed per chunk) */
     int shared_qkv;       /* q, k, v are one scratch set for all layers: dq, dk, dv */
+    int rebuild_x_mid;    /* bf16 none on whole layers (llama_rebuilds_x_mid): no layer keeps x_mid;
+                             one (N, D) buffer, x_mid_shared, made again before each MLP backward */
+    float *x_mid_shared;
     int qkv16_read;       /* bf16 none: the strategy's backward reads the layers' bf16 q, k, v as they
                              are (backward_bf16): they are never widened, and the fp32 set they are
                              made in (wq, wk, wv) lives only in the forward */
@@ -351,7 +354,7 @@ static void layer_acts_alloc(LayerActs *L, const LlamaConfig *c, const SeqAttent
     }
     if (!partial) layer_saved_alloc(L, a);
     else if (attn->kept_floats < attn->saved_floats) L->saved = alloc_floats(attn->saved_floats);
-    L->x_mid = alloc_floats(Nn * D);
+    L->x_mid = a->rebuild_x_mid ? a->x_mid_shared : alloc_floats(Nn * D);
     L->rstd2 = alloc_floats(Nn);
     if (a->store_gate_up) {
         L->gate = ffn_rows_alloc(Nn, a->ldF);
@@ -359,7 +362,7 @@ static void layer_acts_alloc(LayerActs *L, const LlamaConfig *c, const SeqAttent
     }
 }
 
-static void layer_acts_free(LayerActs *L, int shared_qkv) {
+static void layer_acts_free(LayerActs *L, int shared_qkv, int shared_x_mid) {
     if (L->q16) {
         xfree(L->q16); xfree(L->k16); xfree(L->v16);
     } else if (!shared_qkv) {
@@ -368,7 +371,8 @@ static void layer_acts_free(LayerActs *L, int shared_qkv) {
     if (L->o16) xfree(L->o16); else xfree(L->o);
     layer_saved_free(L);
     xfree(L->rstd1);
-    xfree(L->x_mid); xfree(L->rstd2); xfree(L->gate); xfree(L->up);
+    if (!shared_x_mid) xfree(L->x_mid);
+    xfree(L->rstd2); xfree(L->gate); xfree(L->up);
 }
 
 LlamaActs *llama_acts_create(const LlamaModel *m, const SeqAttention *attn, int N, int checkpoint) {
@@ -414,6 +418,7 @@ LlamaActs *llama_acts_create_opts(const LlamaModel *m, const SeqAttention *attn,
      * copies for its backward, or restore() takes them): forward projects into the gradient
      * scratch dq, dk, dv, which backward only fills after the strategy has taken its copies */
     a->shared_qkv = attn->keeps_inputs;
+    a->rebuild_x_mid = !a->stream && llama_rebuilds_x_mid(a->checkpoint, a->precision, 0); /* streaming: per chunk */
     a->qkv16_read = opt->precision == PRECISION_BF16 && opt->checkpoint == LLAMA_CKPT_NONE && !attn->keeps_inputs &&
                     attn->backward_bf16 != NULL && !a->stream;
     if (opt->offload_dir && a->checkpoint != LLAMA_CKPT_NONE) {
@@ -482,6 +487,7 @@ LlamaActs *llama_acts_create_opts(const LlamaModel *m, const SeqAttention *attn,
             else layer_saved_alloc(&a->layers[l], a);
         }
     } else if (a->checkpoint == LLAMA_CKPT_NONE) {
+        if (a->rebuild_x_mid) a->x_mid_shared = alloc_floats(Nn * D);
         for (int l = 0; l < a->n_layers; l++) layer_acts_alloc(&a->layers[l], c, attn, N, a, 0, low);
     } else if (a->checkpoint == LLAMA_CKPT_LAYER) {
         layer_acts_alloc(&a->shared, c, attn, N, a, 0, 0);
@@ -514,7 +520,7 @@ void llama_acts_free(LlamaActs *a) {
         if (a->checkpoint == LLAMA_CKPT_LAYER) xfree(a->shared.saved);
         else for (int l = 0; l < a->n_layers; l++) layer_saved_free(&a->layers[l]);
     } else if (a->checkpoint == LLAMA_CKPT_NONE) {
-        for (int l = 0; l < a->n_layers; l++) layer_acts_free(&a->layers[l], a->shared_qkv);
+        for (int l = 0; l < a->n_layers; l++) layer_acts_free(&a->layers[l], a->shared_qkv, a->rebuild_x_mid);
     } else {
         if (a->checkpoint == LLAMA_CKPT_SELECTIVE)
             for (int l = 0; l < a->n_layers; l++) {
@@ -522,7 +528,7 @@ void llama_acts_free(LlamaActs *a) {
                 if (L->o16) xfree(L->o16); else xfree(L->o);
                 if (L->kept) xfree(L->kept); else xfree(L->saved);
             }
-        layer_acts_free(&a->shared, a->shared_qkv);
+        layer_acts_free(&a->shared, a->shared_qkv, 0);
     }
     xfree(a->layers);
     if (a->inputs_tier) chunk_tier_destroy(a->inputs_tier);
@@ -535,6 +541,7 @@ void llama_acts_free(LlamaActs *a) {
     }
     xfree(a->wq); xfree(a->wk); xfree(a->wv); xfree(a->wo); xfree(a->wsaved);
     bf16_scratch_free(&a->mm_scratch);
+    xfree(a->x_mid_shared);
     xfree(a->residual); xfree(a->rope_cos); xfree(a->rope_sin); xfree(a->rstd_final);
     xfree(a->xn); xfree(a->dx); xfree(a->dxn); xfree(a->dq); xfree(a->dk); xfree(a->dv); xfree(a->dout);
     xfree(a->x_mid_c); xfree(a->o_c); xfree(a->rstd1_c); xfree(a->rstd2_c);
@@ -568,8 +575,12 @@ int llama_streams(int stream_chunks, int checkpoint, int no_stream) {
     return stream_chunks > 1 && checkpoint != LLAMA_CKPT_SELECTIVE && !no_stream;
 }
 
-void llama_recompute_flops_parts(const LlamaConfig *c, double seq_len, int checkpoint, int store_gate_up, int stream,
-                                 double *dense, double *attention) {
+int llama_rebuilds_x_mid(int checkpoint, int precision, int stream) {
+    return checkpoint == LLAMA_CKPT_NONE && (stream || precision == PRECISION_BF16);
+}
+
+void llama_recompute_flops_parts(const LlamaConfig *c, double seq_len, int checkpoint, int store_gate_up,
+                                 int x_mid_again, double *dense, double *attention) {
     double D = c->hidden_size, F = c->intermediate_size;
     double qd = (double)c->num_attention_heads * c->head_dim, kvd = (double)c->num_key_value_heads * c->head_dim;
     double proj = 2.0 * (D * qd * 2 + D * kvd * 2); /* q, k, v, o projections, forward */
@@ -578,14 +589,15 @@ void llama_recompute_flops_parts(const LlamaConfig *c, double seq_len, int check
     double per_layer = gate_up, attn = 0;
     if (checkpoint == LLAMA_CKPT_LAYER) per_layer += proj, attn = attn_fwd;
     if (checkpoint == LLAMA_CKPT_SELECTIVE) per_layer += proj;
-    if (stream && checkpoint == LLAMA_CKPT_NONE) per_layer += 2.0 * D * qd; /* x_mid again in backward */
+    if (x_mid_again && checkpoint == LLAMA_CKPT_NONE) per_layer += 2.0 * D * qd; /* o_proj's forward again */
     *dense = per_layer * c->num_hidden_layers;
     *attention = attn * c->num_hidden_layers;
 }
 
 double llama_recompute_flops_per_token(const LlamaConfig *c, double seq_len, const LlamaActs *a) {
     double dense, attn;
-    llama_recompute_flops_parts(c, seq_len, a->checkpoint, a->store_gate_up, a->stream, &dense, &attn);
+    llama_recompute_flops_parts(c, seq_len, a->checkpoint, a->store_gate_up,
+                                llama_rebuilds_x_mid(a->checkpoint, a->precision, a->stream), &dense, &attn);
     return dense + attn;
 }
 
@@ -896,6 +908,13 @@ static void layer_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn, int 
     const size_t qd = (size_t)H * hd, kvd = (size_t)Hkv * hd;
     const float *x_in = residual_at(a, c, l);
 
+    if (a->rebuild_x_mid) { /* x_mid again, bit for bit as the forward made it: the same o (its bf16
+                               copy: o was rounded in place) through the same o_proj calls onto x_in;
+                               the MLP's buffers then overwrite the widened o (phases_alloc), which
+                               layer_convert widens once more after them */
+        bf16_unpack(L->o, L->o16, (size_t)N * qd);
+        residual_attn(m, a, l);
+    }
     mlp_backward(m, a, l);
     /* none: the layer's bf16 copies back into the fp32 set, which the MLP's buffers share
      * (selective widened o before its restore; layer keeps no copies) */

@@ -167,7 +167,9 @@ int llama_input_chunks(long N);
  * backward reads that o for its delta; FPDT rounds its o_h chunks alike). Parameters, gradients,
  * the residual stream (layer inputs, x_mid), norms, RoPE tables, the strategies' lse, the LM head
  * and the loss stay fp32 (the head's logits and the cross-entropy are where
- * bf16 loses most; a bf16 residual stream would change the forward's numbers). */
+ * bf16 loses most; a bf16 residual stream would change the forward's numbers); under none no
+ * layer keeps its x_mid: backward makes it again from the layer input and o
+ * (llama_rebuilds_x_mid), so a layer keeps its input in fp32 and the rest in bf16. */
 
 /* Activations for N local tokens. llama_acts_create(m, attn, N, checkpoint) is
  * llama_acts_create_opts with the default FFN chunk count. */
@@ -185,16 +187,23 @@ void llama_acts_offload_stats(const LlamaActs *a, unsigned long long *bytes_writ
 int llama_acts_io_error(const LlamaActs *a, SeqErr *e);
 int llama_acts_precision(const LlamaActs *a);
 
+/* Whether backward makes x_mid = x_in + o_proj(o) again instead of each layer keeping it (one
+ * o_proj forward per layer and token more): under none with chunk streaming (per chunk, above) or
+ * with bf16 on whole layers, where a layer keeps o as bf16 and x_mid was its largest fp32 tensor
+ * but the input (one (N, D) buffer shared by the layers; rebuilt bit for bit). */
+int llama_rebuilds_x_mid(int checkpoint, int precision, int stream);
+
 /* FLOPs per token a training step spends recomputing (beyond llama_train_flops_per_token), for
  * hardware-FLOPs utilisation (HFU) as InternEvo counts it: layer: the forward of the attention
  * half (q, k, v, o projections and attention) and gate/up; selective: the projections and
- * gate/up, no attention; none: gate/up when the MLP is chunked. The flash-attention backward's
- * own recomputation of the scores is part of every mode and counted in none. */
+ * gate/up, no attention; none: gate/up when the MLP is chunked, and o_proj's forward where x_mid
+ * is rebuilt (llama_rebuilds_x_mid). The flash-attention backward's own recomputation of the
+ * scores is part of every mode and counted in none. */
 double llama_recompute_flops_per_token(const LlamaConfig *cfg, double seq_len, const LlamaActs *a);
 /* The same from the settings alone, split into the linear layers' part and attention's (per token;
- * store_gate_up: one FFN chunk under none; stream: chunk streaming, llama_streams). For the planner. */
-void llama_recompute_flops_parts(const LlamaConfig *cfg, double seq_len, int checkpoint, int store_gate_up, int stream,
-                                 double *dense, double *attention);
+ * store_gate_up: one FFN chunk under none; x_mid_again: llama_rebuilds_x_mid). For the planner. */
+void llama_recompute_flops_parts(const LlamaConfig *cfg, double seq_len, int checkpoint, int store_gate_up,
+                                 int x_mid_again, double *dense, double *attention);
 
 /* One forward (and, if backward, backward) over N local tokens. inputs/targets/positions (N):
  * targets < 0 are ignored; positions are global. loss_scale multiplies each token's loss

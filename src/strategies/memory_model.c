@@ -247,8 +247,11 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
         } else if (low) { /* selective */
             widened += N * qd;
         }
-        /* one full set of a layer's activations (layer_acts_alloc) and the partial one (selective) */
-        double common = N /* rstd1 */ + qkv_layer + N * D /* x_mid */ + N /* rstd2 */ + (store_gate_up ? 2 * N * ldF : 0);
+        /* one full set of a layer's activations (layer_acts_alloc) and the partial one (selective);
+         * bf16 none keeps no x_mid per layer but one shared (llama_rebuilds_x_mid) */
+        const int x_mid_shared = low && ckpt == LLAMA_CKPT_NONE;
+        double common = N /* rstd1 */ + qkv_layer + (x_mid_shared ? 0 : N * D) /* x_mid */ + N /* rstd2 */ +
+                        (store_gate_up ? 2 * N * ldF : 0);
         double full_set = common + o_layer + saved_layer;
         double partial_set = common + (kept < saved ? saved : 0);
         double per_layer_sel = (low ? N * qd / 2 : N * qd) + (kept < saved ? kept : saved);
@@ -265,6 +268,7 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
         } else if (ckpt == LLAMA_CKPT_NONE) saved_acts += L * full_set;
         else if (ckpt == LLAMA_CKPT_LAYER) layer_set += full_set;
         else saved_acts += L * per_layer_sel, layer_set += partial_set;
+        if (x_mid_shared) layer_set += N * D;
         layer_set += N * d /* rope */ + (stream ? 1 : N) /* rstd_final */ + N * D /* dx */ +
                      2 * Xr * D /* xn, dxn */ + (N < 256 ? N : 256) * V;
         /* the MLP's h (dgate, dup go into gate, up), gate_c, up_c; the attention half's dq, dk, dv,

@@ -259,7 +259,7 @@ char *plan_evaluate(const MemoryModelInput *in0, const PlanCluster *cl, PlanEntr
     const double S = (double)in.seq_len, N = S / sp;
     double rec_dense, rec_attn;
     llama_recompute_flops_parts(c, S, in.checkpoint, in.checkpoint == LLAMA_CKPT_NONE && m->ffn_chunks == 1,
-                                m->streams, &rec_dense, &rec_attn);
+                                llama_rebuilds_x_mid(in.checkpoint, in.precision, m->streams), &rec_dense, &rec_attn);
     const double dense = N * (6.0 * llama_matmul_params(c) + rec_dense);
     const double t_dense = dense / (cl->gemm_gflops * 1e9 * thr);
     const TokenLayout layout = in.par.layout_given ? in.par.layout : s->default_layout;
