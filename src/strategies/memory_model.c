@@ -249,7 +249,7 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
         }
         /* one full set of a layer's activations (layer_acts_alloc) and the partial one (selective);
          * bf16 none keeps no x_mid per layer but one shared (llama_rebuilds_x_mid) */
-        const int x_mid_shared = low && ckpt == LLAMA_CKPT_NONE;
+        const int x_mid_shared = !stream && llama_rebuilds_x_mid(ckpt, in->precision, 0);
         double common = N /* rstd1 */ + qkv_layer + (x_mid_shared ? 0 : N * D) /* x_mid */ + N /* rstd2 */ +
                         (store_gate_up ? 2 * N * ldF : 0);
         double full_set = common + o_layer + saved_layer;
