@@ -141,11 +141,13 @@ def seqpar(args, threads, timeout):
 
 
 def parse_attn(text):
-    """head_dim -> (forward GFLOPS, backward GFLOPS, forward %, backward % of the same-run GEMM peak)"""
+    """head_dim -> (forward GFLOPS, backward GFLOPS, forward %, backward % of the same-run GEMM peak,
+    forward best %, backward best %: the fastest run's share, the peak's own statistic; None if not printed)"""
     res = {}
-    for m in re.finditer(r"head_dim\s+(\d+).*?forward\s+([\d.]+) GFLOPS \(\s*([\d.]+)%.*?backward\s+([\d.]+) GFLOPS "
-                         r"\(\s*([\d.]+)%", text):
-        res[int(m.group(1))] = (float(m.group(2)), float(m.group(4)), float(m.group(3)), float(m.group(5)))
+    for m in re.finditer(r"head_dim\s+(\d+).*?forward\s+([\d.]+) GFLOPS \(\s*([\d.]+)%[^)]*?(?:best\s+([\d.]+)%)?\)"
+                         r".*?backward\s+([\d.]+) GFLOPS \(\s*([\d.]+)%[^)]*?(?:best\s+([\d.]+)%)?\)", text):
+        best = [float(x) if x else None for x in (m.group(4), m.group(7))]
+        res[int(m.group(1))] = (float(m.group(2)), float(m.group(5)), float(m.group(3)), float(m.group(6)), *best)
     return res
 
 
@@ -211,7 +213,9 @@ def main():
                 for d in (64, 128):
                     if (d, "fwd") in ratios:
                         med = {key: statistics.median(v) for key, v in ratios.items() if key[0] == d}
-                        print(f"  d = {d:3d}: seqpar {med[(d, 'pct_fwd')]:.0f}% / {med[(d, 'pct_bwd')]:.0f}% of the GEMM, "
+                        best = (f" (best runs {med[(d, 'best_fwd')]:.0f}% / {med[(d, 'best_bwd')]:.0f}%)"
+                                if (d, "best_fwd") in med else "")
+                        print(f"  d = {d:3d}: seqpar {med[(d, 'pct_fwd')]:.0f}% / {med[(d, 'pct_bwd')]:.0f}% of the GEMM{best}, "
                               f"ratio to SDPA {med[(d, 'fwd')]:.2f}x / {med[(d, 'bwd')]:.2f}x (per round: "
                               + ", ".join(f"{f:.2f}/{b:.2f}" for f, b in zip(ratios[(d, 'fwd')], ratios[(d, 'bwd')]))
                               + ")")
@@ -248,9 +252,12 @@ def attn_round(a, prec, S, rnd, ratios):
             print(f"  d = {d:3d}, {heads} heads: seqpar {s}, PyTorch SDPA {t.get('error')}")
             continue
         rf, rb = s[0] / t["fwd_gflops"], s[1] / t["bwd_gflops"]
-        for key, val in (((d, "fwd"), rf), ((d, "bwd"), rb), ((d, "pct_fwd"), s[2]), ((d, "pct_bwd"), s[3])):
-            ratios.setdefault(key, []).append(val)
-        print(f"  d = {d:3d}, {heads} heads: seqpar {s[0]:6.1f} / {s[1]:6.1f} ({s[2]:.0f}% / {s[3]:.0f}%) | PyTorch SDPA "
+        for key, val in (((d, "fwd"), rf), ((d, "bwd"), rb), ((d, "pct_fwd"), s[2]), ((d, "pct_bwd"), s[3]),
+                         ((d, "best_fwd"), s[4]), ((d, "best_bwd"), s[5])):
+            if val is not None:
+                ratios.setdefault(key, []).append(val)
+        best = f"; best {s[4]:.0f}% / {s[5]:.0f}%" if s[4] is not None else ""
+        print(f"  d = {d:3d}, {heads} heads: seqpar {s[0]:6.1f} / {s[1]:6.1f} ({s[2]:.0f}% / {s[3]:.0f}%{best}) | PyTorch SDPA "
               f"{t['fwd_gflops']:6.1f} / {t['bwd_gflops']:6.1f} | ratio {rf:.2f}x / {rb:.2f}x")
         sys.stdout.flush()
 

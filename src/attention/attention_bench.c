@@ -62,10 +62,12 @@ void attention_bench(int seq_len, int n_heads, int n_kv_heads, int head_dim, Att
         }
     }
     double flops = attn_forward_flops(&s, pos, pos);
-    r->fwd_seconds = median_of(tf, repeats);
+    r->fwd_seconds = median_of(tf, repeats); /* sorts: tf[0], tb[0] are the fastest runs */
     r->bwd_seconds = median_of(tb, repeats);
     r->fwd_gflops = flops / r->fwd_seconds * 1e-9;
     r->bwd_gflops = 2.5 * flops / r->bwd_seconds * 1e-9;
+    r->fwd_best_gflops = flops / tf[0] * 1e-9;
+    r->bwd_best_gflops = 2.5 * flops / tb[0] * 1e-9;
 
     xfree(tf); xfree(tb); xfree(pos);
     xfree(q); xfree(k); xfree(v); xfree(dout); xfree(o); xfree(dq); xfree(dk); xfree(dv);

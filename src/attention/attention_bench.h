@@ -7,11 +7,12 @@
 #include "attention/flash_attention.h"
 
 typedef struct {
-    double fwd_gflops, bwd_gflops, fwd_seconds, bwd_seconds;
+    double fwd_gflops, bwd_gflops, fwd_seconds, bwd_seconds; /* medians */
+    double fwd_best_gflops, bwd_best_gflops; /* the fastest run's: the statistic of the sgemm peak */
 } AttnBenchResult;
 
 /* Self-attention of seq_len contiguous tokens (positions 0..seq_len-1), scale 1/sqrt(head_dim),
- * with the current OpenMP thread count. Medians over `repeats` (at least 1) timed runs after
+ * with the current OpenMP thread count. Medians (and the best) over `repeats` (at least 1) timed runs after
  * one untimed warm-up run of each, on the benchmarks' clock (bench_seconds, kernels/sgemm_bench.h).
  * PRECISION_BF16: the inputs are rounded to bf16 values (as the model gives them) and the calls
  * say so (attn_kernel_name() names the kernel that runs). */
