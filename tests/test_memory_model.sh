@@ -134,7 +134,7 @@ for flags in "--batch 8" "--strategy ulysses --batch 1" "--strategy ring --batch
     s32=$("$SEQPAR" memory --ranks 8 $L3 $flags 2>&1 | awk '/^  saved activations / { print $3 }')
     s16=$("$SEQPAR" memory --ranks 8 $L3 $flags --precision bf16 2>&1 | awk '/^  saved activations / { print $3 }')
     if awk -v a="${s16:-0}" -v b="${s32:-0}" -v f="$flags" 'BEGIN {
-        printf "  saved activations at Llama-3-8B shape, 8 ranks %s: bf16 %.0f / fp32 %.0f MiB = %.3fx\n", f, a, b, b > 0 ? a / b : 0
+        printf "  saved activations at Llama-3-8B shape, 8 ranks %s: bf16 %.0f / fp32 %.0f MiB = %.3fx\n", f, a, b, (b > 0 ? a / b : 0)
         exit !(b > 0 && a > 0 && a / b <= 0.51) }'; then ok; else
         bad "bf16 saved activations at Llama-3-8B shape ($flags): ${s16:-none} vs fp32 ${s32:-none} MiB, not half"; fi
 done
