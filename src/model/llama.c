@@ -419,8 +419,8 @@ LlamaActs *llama_acts_create_opts(const LlamaModel *m, const SeqAttention *attn,
      * scratch dq, dk, dv, which backward only fills after the strategy has taken its copies */
     a->shared_qkv = attn->keeps_inputs;
     a->rebuild_x_mid = !a->stream && llama_rebuilds_x_mid(a->checkpoint, a->precision, 0); /* streaming: per chunk */
-    a->qkv16_read = opt->precision == PRECISION_BF16 && opt->checkpoint == LLAMA_CKPT_NONE && !attn->keeps_inputs &&
-                    attn->backward_bf16 != NULL && !a->stream;
+    a->qkv16_read = llama_reads_qkv16(opt->checkpoint, opt->precision, a->stream, attn->keeps_inputs,
+                                      attn->backward_bf16 != NULL);
     if (opt->offload_dir && a->checkpoint != LLAMA_CKPT_NONE) {
         a->in_chunks = llama_input_chunks(N);
         a->in_rows = N > 0 ? (N + a->in_chunks - 1) / a->in_chunks : 1;
@@ -573,6 +573,11 @@ int llama_acts_streams(const LlamaActs *a) { return a->stream; }
 
 int llama_streams(int stream_chunks, int checkpoint, int no_stream) {
     return stream_chunks > 1 && checkpoint != LLAMA_CKPT_SELECTIVE && !no_stream;
+}
+
+int llama_reads_qkv16(int checkpoint, int precision, int stream, int keeps_inputs, int has_backward_bf16) {
+    return precision == PRECISION_BF16 && checkpoint == LLAMA_CKPT_NONE && !stream && !keeps_inputs &&
+           has_backward_bf16;
 }
 
 int llama_rebuilds_x_mid(int checkpoint, int precision, int stream) {

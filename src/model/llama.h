@@ -187,6 +187,11 @@ void llama_acts_offload_stats(const LlamaActs *a, unsigned long long *bytes_writ
 int llama_acts_io_error(const LlamaActs *a, SeqErr *e);
 int llama_acts_precision(const LlamaActs *a);
 
+/* Whether a layer's attention backward reads the layer's bf16 q, k, v as they are, never widened:
+ * bf16 under none on whole layers, with a strategy that keeps no copies of q, k, v of its own
+ * (SeqAttention.keeps_inputs) and has backward_bf16 (one process: local_attention). */
+int llama_reads_qkv16(int checkpoint, int precision, int stream, int keeps_inputs, int has_backward_bf16);
+
 /* Whether backward makes x_mid = x_in + o_proj(o) again instead of each layer keeping it (one
  * o_proj forward per layer and token more): under none with chunk streaming (per chunk, above) or
  * with bf16 on whole layers, where a layer keeps o as bf16 and x_mid was its largest fp32 tensor

@@ -198,7 +198,7 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
         const int hr = hp_rank_of(w, hp, cp, pc->placement);
         /* attention strategy: saved state per layer, what selective keeps, buffers */
         double saved, kept, attn_buf, nq_call, group_q, saved_bf16 = 0;
-        int keeps_inputs, kv_heads_call;
+        int keeps_inputs, kv_heads_call, reads_bf16;
         if (sp > 1 || own) {
             AttnMemory am;
             strategy_memory(s, &sp_params, hr, &am);
@@ -208,6 +208,7 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
             attn_buf = (double)am.workspace;
             if (!own) attn_buf += S * (double)(sizeof(PosRun) / sizeof(float)); /* the schedule's run index */
             keeps_inputs = 1;
+            reads_bf16 = 0; /* moot: the strategy keeps its own copies */
             /* block_attention calls the kernel a query run at a time: at most a slot's rows (FPDT:
              * one chunk of S / u rows after the exchange) */
             nq_call = own ? S / (pc->chunks > 1 ? pc->chunks : 1) : S / cp;
@@ -225,6 +226,7 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
             saved = kept = N * c->num_attention_heads;
             attn_buf = N + N * c->num_attention_heads;
             keeps_inputs = 0;
+            reads_bf16 = 1; /* its backward_bf16 */
             nq_call = N;
             group_q = (double)c->num_attention_heads / c->num_key_value_heads;
             kv_heads_call = c->num_key_value_heads;
@@ -238,7 +240,7 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
                widened = 0;
         /* bf16 none, single process: the kernel reads the layers' bf16 q, k, v as they are
          * (backward_bf16), the fp32 set they are made in lies over dq, dk, dv, dout */
-        const int qkv16_read = low && ckpt == LLAMA_CKPT_NONE && !keeps_inputs;
+        const int qkv16_read = llama_reads_qkv16(ckpt, in->precision, stream, keeps_inputs, reads_bf16);
         if (low && ckpt == LLAMA_CKPT_NONE) {
             widened += (qkv16_read ? 0 : qkv_layer) + o_layer + (saved_bf16 > 0 ? saved : 0);
             qkv_layer /= 2;
