@@ -123,8 +123,12 @@ dist 1024 4 --hp 2 --cp 2 --checkpoint selective
 # backward's delta = rowsum(dout * o) reads the same o whether the layer kept it (none, selective)
 # or recomputed it (layer): one process and every strategy, selective too (but for FPDT, which
 # streams its layers chunk by chunk under none and layer and not under selective, whose weight
-# gradients are then summed per chunk: within rounding, not bit for bit, llama.h).
-for flags in "1" "2 --strategy ring" "2 --strategy ulysses" "4 --strategy 2d --hp 2 --cp 2" "2 --strategy fpdt --chunks 2"; do
+# gradients are then summed per chunk: within rounding, not bit for bit, llama.h). Under none on
+# whole layers no layer keeps x_mid either: backward makes it again from the layer input and the
+# kept o (llama_rebuilds_x_mid), which `layer` computes in its recompute as the forward did; FPDT
+# with --no-stream runs whole layers (its o_h chunks beside the model's o).
+for flags in "1" "2 --strategy ring" "2 --strategy ulysses" "4 --strategy 2d --hp 2 --cp 2" "2 --strategy fpdt --chunks 2" \
+    "2 --strategy fpdt --chunks 2 --no-stream"; do
     set -- $flags
     np=$1
     shift
