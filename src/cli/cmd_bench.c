@@ -75,6 +75,7 @@ static const char HELP[] =
     "several trials: the fp32 peak that MFU is measured against.\n";
 
 /* Parses "a,b,c" into at most max positive ints; returns the count. */
+#define BENCH_LIST_MAX 8 /* values of --head-dims and --mem-seq-lens */
 static int parse_list(const char *flag, const char *s, int *out, int max) {
     int n = 0;
     char buf[256];
@@ -166,21 +167,24 @@ static double measure_peak(int bf16, int trials, double libs[SGEMM_LIBS]);
  * then a share of it twice: the median run's, and the fastest run's ("best"), the peak's own
  * statistic (the best of its trials), which compares like with like on a machine that only ever
  * slows a run down. */
+static int attn_bench_heads(int head_dim) { return head_dim >= 128 ? 4 : 8; }
+
 static void bench_attn(int S, const int *dims, int n_dims, int repeats, double peak, int bf16, int trials) {
     const char *yard = peak_name(bf16);
     const Precision prec = bf16 ? PRECISION_BF16 : PRECISION_FP32;
-    AttnBenchResult r[8];
-    if (n_dims > 8) n_dims = 8; /* parse_list's limit */
-    for (int i = 0; i < n_dims; i++)
-        attention_bench(S, dims[i] >= 128 ? 4 : 8, dims[i] >= 128 ? 4 : 8, dims[i], ATTN_CAUSAL, prec, repeats, &r[i]);
-    const double before = peak, after = measure_peak(bf16 && !bf16_products_on_sgemm(), trials, NULL);
+    AttnBenchResult r[BENCH_LIST_MAX];
+    for (int i = 0; i < n_dims; i++) {
+        const int h = attn_bench_heads(dims[i]);
+        attention_bench(S, h, h, dims[i], ATTN_CAUSAL, prec, repeats, &r[i]);
+    }
+    const double before = peak, after = measure_peak(bf16, trials, NULL);
     if (after > peak) peak = after;
     printf("attention (causal, S = %d, %s, kernel: %s, %d threads), medians of %d%s; %% of the %s peak, %.1f GFLOPS "
            "before the runs, %.1f after, the higher:\n", S, precision_name(prec), attn_kernel_name(prec),
            current_threads(), repeats, bench_clock_is_cpu() ? ", GFLOPS per CPU-second (CPU s)" : "", yard, before,
            after);
     for (int i = 0; i < n_dims; i++) {
-        int d = dims[i], heads = d >= 128 ? 4 : 8;
+        int d = dims[i], heads = attn_bench_heads(d);
         printf("  head_dim %3d, %d heads: forward %7.1f GFLOPS (%5.1f%% of %s, %.3f s; best %5.1f%%) | "
                "backward %7.1f GFLOPS (%5.1f%% of %s, %.3f s; best %5.1f%%)\n",
                d, heads, r[i].fwd_gflops, 100 * r[i].fwd_gflops / peak, yard, r[i].fwd_seconds,
@@ -427,8 +431,8 @@ int cmd_bench(int argc, char **argv) {
     const char *cmd = "bench";
     int S = 8192, repeats = 5;
     MemoryFlags mf = {0};
-    int dims[8] = {64, 128}, n_dims = 2;
-    int lens[8] = {4096, 16384, 65536}, n_lens = 3;
+    int dims[BENCH_LIST_MAX] = {64, 128}, n_dims = 2;
+    int lens[BENCH_LIST_MAX] = {4096, 16384, 65536}, n_lens = 3;
     int heads = 8, kv_heads = 0, grid = 0, mem_modes = 0;
     ParallelConfig pc;
     parallel_config_default(&pc);
@@ -454,11 +458,11 @@ int cmd_bench(int argc, char **argv) {
         case 'H': heads = (int)parse_long(cmd, "heads", optarg, 1, 1 << 14); break;
         case 'K': kv_heads = (int)parse_long(cmd, "kv-heads", optarg, 1, 1 << 14); break;
         case 's': S = (int)parse_long(cmd, "seq-len", optarg, 16, 1 << 30); break;
-        case 'd': n_dims = parse_list("head-dims", optarg, dims, 8); break;
+        case 'd': n_dims = parse_list("head-dims", optarg, dims, BENCH_LIST_MAX); break;
         case 'r': repeats = (int)parse_long(cmd, "repeats", optarg, 1, 1000); break;
         case 'C': bench_clock_cpu(1); break;
         case 'w': g_warmup_steps = (int)parse_long(cmd, "warmup-steps", optarg, 0, 1000); break;
-        case 'M': n_lens = parse_list("mem-seq-lens", optarg, lens, 8); break;
+        case 'M': n_lens = parse_list("mem-seq-lens", optarg, lens, BENCH_LIST_MAX); break;
         case 'h': fputs(HELP, stdout); fputs(PARALLEL_FLAGS_HELP, stdout); return 0;
         default: die_bad_option(cmd, argc, argv, opt);
         }

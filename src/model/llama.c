@@ -129,7 +129,7 @@ typedef struct {
                          also its o_h chunks) */
     float *kept;      /* selective, when the strategy's saved state has a recomputable part: this
                          layer's copy of the kept suffix (the lse); NULL otherwise */
-    float *x_mid;     /* (N, D) residual after attention; under rebuild_x_mid the shared one */
+    float *x_mid;     /* (N, D) residual after attention; or x_mid_shared */
     float *rstd2;     /* (N) */
     float *gate, *up; /* (N, F), only under none with one FFN chunk; NULL otherwise */
     /* bf16: this layer's own q, k, v (none, when not shared) and o (none, selective) are kept
@@ -155,9 +155,8 @@ struct LlamaActs {
     int xn_rows;          /* rows of xn and dxn: ffn_rows (whole layers) or c (streaming) */
     int store_gate_up;    /* none with one chunk: gate, up kept per layer (else recomputed per chunk) */
     int shared_qkv;       /* q, k, v are one scratch set for all layers: dq, dk, dv */
-    int rebuild_x_mid;    /* bf16 none on whole layers (llama_rebuilds_x_mid): no layer keeps x_mid;
-                             one (N, D) buffer, x_mid_shared, made again before each MLP backward */
-    float *x_mid_shared;
+    float *x_mid_shared;  /* bf16 none on whole layers (llama_rebuilds_x_mid): the one (N, D) x_mid
+                             of every layer, made again before each MLP backward; NULL otherwise */
     int qkv16_read;       /* bf16 none: the strategy's backward reads the layers' bf16 q, k, v as they
                              are (backward_bf16): they are never widened, and the fp32 set they are
                              made in (wq, wk, wv) lives only in the forward */
@@ -354,7 +353,7 @@ static void layer_acts_alloc(LayerActs *L, const LlamaConfig *c, const SeqAttent
     }
     if (!partial) layer_saved_alloc(L, a);
     else if (attn->kept_floats < attn->saved_floats) L->saved = alloc_floats(attn->saved_floats);
-    L->x_mid = a->rebuild_x_mid ? a->x_mid_shared : alloc_floats(Nn * D);
+    L->x_mid = a->x_mid_shared ? a->x_mid_shared : alloc_floats(Nn * D);
     L->rstd2 = alloc_floats(Nn);
     if (a->store_gate_up) {
         L->gate = ffn_rows_alloc(Nn, a->ldF);
@@ -362,7 +361,7 @@ static void layer_acts_alloc(LayerActs *L, const LlamaConfig *c, const SeqAttent
     }
 }
 
-static void layer_acts_free(LayerActs *L, int shared_qkv, int shared_x_mid) {
+static void layer_acts_free(LayerActs *L, int shared_qkv, const float *x_mid_shared) {
     if (L->q16) {
         xfree(L->q16); xfree(L->k16); xfree(L->v16);
     } else if (!shared_qkv) {
@@ -371,7 +370,7 @@ static void layer_acts_free(LayerActs *L, int shared_qkv, int shared_x_mid) {
     if (L->o16) xfree(L->o16); else xfree(L->o);
     layer_saved_free(L);
     xfree(L->rstd1);
-    if (!shared_x_mid) xfree(L->x_mid);
+    if (L->x_mid != x_mid_shared) xfree(L->x_mid);
     xfree(L->rstd2); xfree(L->gate); xfree(L->up);
 }
 
@@ -418,7 +417,6 @@ LlamaActs *llama_acts_create_opts(const LlamaModel *m, const SeqAttention *attn,
      * copies for its backward, or restore() takes them): forward projects into the gradient
      * scratch dq, dk, dv, which backward only fills after the strategy has taken its copies */
     a->shared_qkv = attn->keeps_inputs;
-    a->rebuild_x_mid = !a->stream && llama_rebuilds_x_mid(a->checkpoint, a->precision, 0); /* streaming: per chunk */
     a->qkv16_read = llama_reads_qkv16(opt->checkpoint, opt->precision, a->stream, attn->keeps_inputs,
                                       attn->backward_bf16 != NULL);
     if (opt->offload_dir && a->checkpoint != LLAMA_CKPT_NONE) {
@@ -487,7 +485,7 @@ LlamaActs *llama_acts_create_opts(const LlamaModel *m, const SeqAttention *attn,
             else layer_saved_alloc(&a->layers[l], a);
         }
     } else if (a->checkpoint == LLAMA_CKPT_NONE) {
-        if (a->rebuild_x_mid) a->x_mid_shared = alloc_floats(Nn * D);
+        if (llama_rebuilds_x_mid(a->checkpoint, a->precision, 0)) a->x_mid_shared = alloc_floats(Nn * D);
         for (int l = 0; l < a->n_layers; l++) layer_acts_alloc(&a->layers[l], c, attn, N, a, 0, low);
     } else if (a->checkpoint == LLAMA_CKPT_LAYER) {
         layer_acts_alloc(&a->shared, c, attn, N, a, 0, 0);
@@ -520,7 +518,7 @@ void llama_acts_free(LlamaActs *a) {
         if (a->checkpoint == LLAMA_CKPT_LAYER) xfree(a->shared.saved);
         else for (int l = 0; l < a->n_layers; l++) layer_saved_free(&a->layers[l]);
     } else if (a->checkpoint == LLAMA_CKPT_NONE) {
-        for (int l = 0; l < a->n_layers; l++) layer_acts_free(&a->layers[l], a->shared_qkv, a->rebuild_x_mid);
+        for (int l = 0; l < a->n_layers; l++) layer_acts_free(&a->layers[l], a->shared_qkv, a->x_mid_shared);
     } else {
         if (a->checkpoint == LLAMA_CKPT_SELECTIVE)
             for (int l = 0; l < a->n_layers; l++) {
@@ -528,7 +526,7 @@ void llama_acts_free(LlamaActs *a) {
                 if (L->o16) xfree(L->o16); else xfree(L->o);
                 if (L->kept) xfree(L->kept); else xfree(L->saved);
             }
-        layer_acts_free(&a->shared, a->shared_qkv, 0);
+        layer_acts_free(&a->shared, a->shared_qkv, NULL);
     }
     xfree(a->layers);
     if (a->inputs_tier) chunk_tier_destroy(a->inputs_tier);
@@ -913,7 +911,7 @@ static void layer_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn, int 
     const size_t qd = (size_t)H * hd, kvd = (size_t)Hkv * hd;
     const float *x_in = residual_at(a, c, l);
 
-    if (a->rebuild_x_mid) { /* x_mid again, bit for bit as the forward made it: the same o (its bf16
+    if (a->x_mid_shared) { /* x_mid again, bit for bit as the forward made it: the same o (its bf16
                                copy: o was rounded in place) through the same o_proj calls onto x_in;
                                the MLP's buffers then overwrite the widened o (phases_alloc), which
                                layer_convert widens once more after them */
