@@ -6,7 +6,7 @@
 #     near-zero q/k gradients (about 2.5e-6, 36% off) of a layer whose attention is still nearly
 #     uniform; the distributed bf16 runs also against the single-process bf16 run (loss 1e-6
 #     relative, gradients 1e-3 + 3e-6): the strategies see the same bf16 inputs;
-#   - the same at S = 16384 on 1 rank and on 2 ranks (ring);
+#   - the same at S = 16384 on 1 rank and under every strategy on 2 and 4 ranks;
 #   - bf16 on the wire: exactly half the all-to-all bytes of the fp32 run (Ulysses, FPDT, 2D),
 #     the context schedules' kinds between half and all of fp32's (k, v in bf16, gradients fp32;
 #     the plain ring exactly 3/4), gradient reduction unchanged, and `seqpar strategies
@@ -198,7 +198,14 @@ if [ "$s32" = "18.00 18.09" ] && [ "$s16" = "9.00 9.09" ]; then ok; else bad "se
 export OMP_NUM_THREADS=2
 single 16384
 export OMP_NUM_THREADS=1
-dist 16384 2 --strategy ring
+# every strategy at S = 16384 on 2 and 4 ranks, as at 1024 (about 3 s a run)
+for flags in "2 --strategy ring" "2 --strategy ulysses" "2 --strategy lightseq" "2 --strategy allgather" \
+    "2 --strategy wallfacer" "2 --strategy fpdt --chunks 2" "4 --strategy 2d --hp 2 --cp 2" "4 --strategy ulysses" \
+    "4 --strategy ring --ring-inner 2" "4 --strategy lightseq" "4 --strategy allgather" "4 --strategy wallfacer --team 2" \
+    "4 --strategy fpdt --chunks 2"; do
+    # shellcheck disable=SC2086
+    dist 16384 $flags
+done
 
 # ---- 200 training steps track fp32
 for p in fp32 bf16; do

@@ -287,6 +287,13 @@ grid_error 4 "ranks, but 4 were started" --seq-len 256 --hp 3
 grid_error 4 "does not divide --cp 4" --seq-len 256 --cp 4 --ring-inner 3
 grid_error 4 "zigzag" --seq-len 252 --cp 4
 grid_error 8 "more than the model's 6 query heads" --seq-len 256 --hp 8 --model "$FIX/tiny_gqa_tied"
+# a head-parallel grid the strategy chose (every rank) that the heads cannot fill: named as such,
+# with the flag that fixes it (which then runs: grad_case below)
+grid_error 4 "fpdt puts all 4 ranks in head parallelism, more than the model's 2 query heads: give --hp 1 to 2" \
+    --seq-len 48 --strategy fpdt --model "$FIX/tiny_linear" --tokens "$FIX/tiny_linear/tokens.bin"
+grid_error 4 "ulysses puts all 4 ranks in head parallelism" --seq-len 48 --strategy ulysses --model "$FIX/tiny_linear" \
+    --tokens "$FIX/tiny_linear/tokens.bin"
+grad_case tiny_linear 48 4 --strategy fpdt --hp 2 --chunks 2
 grid_error 2 "unknown layout" --seq-len 256 --layout diagonal
 grid_error 2 "unknown placement" --seq-len 256 --placement sideways
 grid_error 2 "unknown strategy 'wormhole': use one of 2d, ulysses, ring" --seq-len 256 --strategy wormhole

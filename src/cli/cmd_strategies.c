@@ -73,7 +73,7 @@ int cmd_strategies(int argc, char **argv) {
     for (int i = 0; strategy_at(i); i++) {
         const Strategy *s = strategy_at(i);
         int hp, cp;
-        char *err = strategy_grid(s, 0, 0, P, &hp, &cp);
+        char *err = strategy_grid(s, 0, 0, P, H, &hp, &cp);
         StrategyParams p = {.hp = hp, .cp = cp, .team = team, .layout = s->default_layout, .seq_len = S,
                             .n_heads = H, .n_kv_heads = K, .head_dim = d, .wire_bf16 = precision == PRECISION_BF16};
         if (!err && (long)hp * cp != P) { /* 2d's default grid is 1 x 1: spread it as heads x context */

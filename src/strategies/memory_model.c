@@ -128,7 +128,7 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
     if (!s) return strategy_unknown_message(pc->strategy);
     TokenLayout layout = pc->layout_given ? pc->layout : s->default_layout;
     int sp_ranks = pc->dp > 0 ? (world % pc->dp == 0 ? world / pc->dp : 0) : world, hp, cp;
-    char *err = strategy_grid(s, pc->hp, pc->cp, sp_ranks, &hp, &cp);
+    char *err = strategy_grid(s, pc->hp, pc->cp, sp_ranks, c->num_attention_heads, &hp, &cp);
     if (err) return err;
     int dp = pc->dp > 0 ? pc->dp : (world % (hp * cp) == 0 ? world / (hp * cp) : 1);
     if (dp * hp * cp != world)

@@ -42,7 +42,7 @@ char *strategy_unknown_message(const char *name) {
     return xstrdup(buf);
 }
 
-char *strategy_grid(const Strategy *s, int hp_given, int cp_given, int sp_ranks, int *hp, int *cp) {
+char *strategy_grid(const Strategy *s, int hp_given, int cp_given, int sp_ranks, int n_heads, int *hp, int *cp) {
     char buf[256];
     *hp = hp_given > 0 ? hp_given : 1;
     *cp = cp_given > 0 ? cp_given : 1;
@@ -57,6 +57,13 @@ char *strategy_grid(const Strategy *s, int hp_given, int cp_given, int sp_ranks,
         }
         *cp = 1;
         if (hp_given <= 0) *hp = sp_ranks > 0 ? sp_ranks : 1;
+        if (hp_given <= 0 && n_heads > 0 && *hp > n_heads) {
+            snprintf(buf, sizeof buf,
+                     "--strategy %s puts all %d ranks in head parallelism, more than the model's %d query heads: "
+                     "give --hp 1 to %d (the other ranks become data-parallel replicas) or use --strategy 2d",
+                     s->name, *hp, n_heads, n_heads);
+            return xstrdup(buf);
+        }
         return NULL;
     case GRID_CONTEXT_ONLY:
         if (hp_given > 1) {

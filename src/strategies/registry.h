@@ -104,8 +104,10 @@ void strategy_positions(const Strategy *s, const StrategyParams *p, int hp_rank,
 /* Resolves --hp/--cp for the strategy: given values (0 = not given) and the ranks of one
  * replica (sp_ranks = world / dp, or 0 when dp is not given either: then the world).
  * Returns NULL or a one-line message (xmalloc'd), e.g. "--strategy ulysses runs on heads only:
- * drop --cp 2". */
-char *strategy_grid(const Strategy *s, int hp_given, int cp_given, int sp_ranks, int *hp, int *cp);
+ * drop --cp 2". n_heads > 0: the model's query heads, so that a head-parallel grid this function
+ * chose itself (every rank of the replica) and the heads cannot fill is refused in terms of the
+ * flags the user gave (a --hp the user gave is checked with the heads by strategy_check). */
+char *strategy_grid(const Strategy *s, int hp_given, int cp_given, int sp_ranks, int n_heads, int *hp, int *cp);
 
 /* The team size when --team is not given: wallfacer's largest C with C^2 dividing cp; 0 for the
  * strategies without teams. */

@@ -80,7 +80,7 @@ void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaC
     cfg = &p->cfg;
     int hp, cp;
     int sp_ranks = cfg->dp > 0 ? (world % cfg->dp == 0 ? world / cfg->dp : 0) : world;
-    char *err = strategy_grid(p->strategy, cfg->hp, cfg->cp, sp_ranks, &hp, &cp);
+    char *err = strategy_grid(p->strategy, cfg->hp, cfg->cp, sp_ranks, model->num_attention_heads, &hp, &cp);
     if (err) die_collective("%s", err);
     int dp = cfg->dp > 0 ? cfg->dp : (world % (hp * cp) == 0 ? world / (hp * cp) : 1);
     topology_create(&p->topo, dp, hp, cp, cfg->ring_inner, cfg->placement, cfg->ranks_per_node);
