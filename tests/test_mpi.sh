@@ -269,6 +269,29 @@ if grep -q '^rank 0: alltoall [0-9.]* MB (intra [0-9.]*, inter 0.000)' "$T/hf.ou
     grep -q 'p2p_inner [0-9.]* MB (intra [0-9.]*, inter 0.000)' "$T/cf.out"; then ok; else
     bad "placement does not move traffic between intra- and inter-node as expected"; head -n 2 "$T/hf.out" "$T/cf.out"; fi
 
+# ---- the run header names CPUs the ranks' binding leaves idle: under `mpirun -np 1` Open MPI binds
+# the rank to one core (at most 2 ranks: bind to core); the note appears exactly when the rank
+# really got fewer CPUs than its launcher, and not under --bind-to none or a given --threads
+cpus() { env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc; } # this process's CPUs (nproc obeys OMP_NUM_THREADS)
+if [ -z "${OMP_PROC_BIND:-}${OMP_PLACES:-}${GOMP_CPU_AFFINITY:-}" ] && [ "$(cpus)" -ge 2 ]; then
+    bound=$(timeout 60 mpirun -np 1 env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
+    hdr() { timeout 120 mpirun "$@" "$SEQPAR" train --steps 1 --quiet --peak-gflops 100 --log "$T/hdr.jsonl" 2>&1 | grep '^data:'; }
+    note="leaves $(( $(cpus) - bound )) of the CPUs their launcher may use to no rank: mpirun --bind-to none"
+    h1=$(hdr -np 1); h2=$(hdr --bind-to none -np 1)
+    h4=$(timeout 120 mpirun -np 1 "$SEQPAR" train --steps 1 --quiet --peak-gflops 100 --log "$T/hdr.jsonl" --threads 1 2>&1 | grep '^data:')
+    if [ "$bound" -lt "$(cpus)" ]; then
+        if printf '%s' "$h1" | grep -qF "$note" && printf '%s' "$h1" | grep -q " $bound threads\{0,1\}/rank"; then ok; else
+            bad "mpirun -np 1 bound the rank to $bound of $(cpus) CPUs, header: $h1"; fi
+    else
+        if printf '%s' "$h1" | grep -q "to no rank"; then bad "mpirun -np 1 left the rank unbound, yet: $h1"; else ok; fi
+    fi
+    if printf '%s' "$h2" | grep -q " $(cpus) threads/rank\$"; then ok; else bad "--bind-to none: $h2"; fi
+    if printf '%s' "$h4" | grep -q "to no rank"; then bad "a note where --threads was given: $h4"; else ok; fi
+    rm -f "$T/hdr.jsonl"
+else
+    echo "test_mpi: the binding note not checked (OpenMP placement set, or fewer than 2 CPUs)"
+fi
+
 # ---- bad grids: the same one-line error on every rank, non-zero exit, no hang
 grid_error() { # np words flags...
     local np=$1 words=$2

@@ -326,7 +326,7 @@ static void bench_memory_parallel(const ParallelConfig *pc_in, const MemoryFlags
         seq_parallel_create(&par, pc, &c, S, m.table.total);
         const int N = par.n_local, batch = par.topo.dp;
         if (li == 0 && rank == 0) {
-            char desc[256];
+            char desc[512];
             seq_parallel_describe(&par, desc, sizeof desc);
             char chunks[96];
             printf("peak memory of one training step (reference model, %s, --checkpoint %s, %s%s%s) on %s; "
@@ -406,7 +406,7 @@ static void bench_dist_attn(const ParallelConfig *pc, int S, int H, int Hkv, int
     DistAttnBenchResult r;
     dist_attention_bench(&par.topo, par.comm, par.attn, par.positions, S, repeats, &r);
     if (par.topo.world_rank == 0) {
-        char desc[256];
+        char desc[512];
         seq_parallel_describe(&par, desc, sizeof desc);
         printf("distributed attention, causal, S = %d, %d heads (%d KV), head_dim %d on %s; medians of %d:\n", S, H,
                Hkv, d, desc, repeats);

@@ -569,7 +569,7 @@ int cmd_train(int argc, char **argv) {
         make_parent_dirs(o.log_path);
         log = open_log(o.log_path);
         progress_log_run_start(log, st.step + 1, o.steps, par.topo.world_size, argc, argv);
-        char desc[256];
+        char desc[512];
         seq_parallel_describe(&par, desc, sizeof desc);
         printf("model: %d layers, hidden %d, heads %d (kv %d), head_dim %d, ffn %d, vocab %d: %.3fM parameters\n",
                c->num_hidden_layers, c->hidden_size, c->num_attention_heads, c->num_key_value_heads, c->head_dim,

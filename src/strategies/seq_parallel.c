@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/common.h"
 #include "strategies/dist_attention.h"
@@ -30,11 +31,20 @@ int threads_for_cpus(const cpu_set_t *mine, const cpu_set_t *node, int n) {
     return t > 0 ? t : 1;
 }
 
+int cpus_left_idle(const cpu_set_t *node, int n, const cpu_set_t *avail) {
+    cpu_set_t used, left;
+    CPU_ZERO(&used);
+    for (int i = 0; i < n; i++) CPU_OR(&used, &used, &node[i]);
+    CPU_XOR(&left, avail, &used);
+    CPU_AND(&left, &left, avail); /* avail and not used */
+    return CPU_COUNT(&left);
+}
+
 /* The default threads per rank (threads_for_cpus over this node's ranks): collective over
  * MPI_COMM_WORLD. Where the CPU sets cannot be read (more CPUs than a cpu_set_t holds) or the user
  * set OpenMP's own placement (which may have bound this thread to one place already): the CPUs
  * OpenMP sees divided by the ranks on this node. */
-static int default_threads(void) {
+static int default_threads(int *idle) {
     MPI_Comm shared;
     int rank = 0, n = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -51,6 +61,15 @@ static int default_threads(void) {
         cpu_set_t *node = xmalloc(sizeof(cpu_set_t) * (size_t)n);
         MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, node, (int)sizeof mine, MPI_BYTE, shared);
         t = threads_for_cpus(&mine, node, n);
+        /* the CPUs the launchers of this node's ranks may use (unreadable, or no launcher: no note; a
+         * process started by hand was bound by its user, taskset say) */
+        cpu_set_t parent, avail;
+        CPU_ZERO(&parent);
+        const int launched = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("SLURM_STEP_NUM_TASKS");
+        int have = launched && sched_getaffinity(getppid(), sizeof parent, &parent) == 0, all_have = 0;
+        MPI_Allreduce(&have, &all_have, 1, MPI_INT, MPI_MIN, shared);
+        MPI_Allreduce(&parent, &avail, (int)sizeof parent, MPI_BYTE, MPI_BOR, shared);
+        *idle = all_have ? cpus_left_idle(node, n, &avail) : 0;
         xfree(node);
     } else {
         t = omp_get_num_procs() / n;
@@ -86,8 +105,10 @@ void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaC
     topology_create(&p->topo, dp, hp, cp, cfg->ring_inner, cfg->placement, cfg->ranks_per_node);
 
     /* threads: each rank stands for one device */
-    const int auto_threads = default_threads(); /* collective: every rank, whatever --threads says */
+    int idle = 0;
+    const int auto_threads = default_threads(&idle); /* collective: every rank, whatever --threads says */
     p->threads = cfg->threads > 0 ? cfg->threads : auto_threads;
+    p->idle_cpus = cfg->threads > 0 ? 0 : idle;
     omp_set_num_threads(p->threads);
     openblas_set_num_threads(p->threads);
 
@@ -183,4 +204,10 @@ void seq_parallel_describe(const SeqParallel *p, char *buf, size_t n) {
     snprintf(buf, n, "%s%s: dp %d x hp %d x cp %d (ring W %d), %s layout, %s placement, %d ranks/node, zero %d (groups of %d), %d thread%s/rank",
              t->sp > 1 || p->strategy->own ? p->strategy->name : "single process", team, t->dp, t->hp, t->cp, t->ring_inner, lay, placement_name(t->placement),
              t->ranks_per_node, p->cfg.zero, p->sync.group, p->threads, p->threads == 1 ? "" : "s");
+    const size_t len = strlen(buf);
+    if (p->idle_cpus > 0 && len < n)
+        snprintf(buf + len, n - len,
+                 " (the ranks' CPU binding leaves %d of the CPUs their launcher may use to no rank: mpirun "
+                 "--bind-to none, or --map-by slot:PE=N for N cores a rank, would use them)",
+                 p->idle_cpus);
 }

@@ -52,6 +52,7 @@ typedef struct {
     int *positions; /* (n_local) global positions of this rank's tokens */
     GradSync sync;
     int threads;    /* threads this rank uses */
+    int idle_cpus;  /* default threads only: CPUs of this node no rank may run on (cpus_left_idle) */
 } SeqParallel;
 
 /* The default threads per rank from CPU sets: the CPUs this rank may run on (`mine`: its affinity,
@@ -61,6 +62,12 @@ typedef struct {
  * those cores; ranks bound to a socket or NUMA domain (Open MPI's default above 2 ranks) share its
  * CPUs with the ranks bound there. */
 int threads_for_cpus(const cpu_set_t *mine, const cpu_set_t *node, int n);
+/* The CPUs of `avail` that none of a node's ranks may run on: avail minus the union of the ranks'
+ * sets (node, n sets). `avail` is what the ranks' launchers may use themselves (the affinity of
+ * each rank's parent process: mpirun's daemon, slurmstepd with the job's CPUs, or the shell), so a
+ * container's or allocation's own limit is not counted. Open MPI binds each rank to one core
+ * where it starts at most 2: `mpirun -np 1` on a 2-core machine leaves 1 idle; the header says so. */
+int cpus_left_idle(const cpu_set_t *node, int n, const cpu_set_t *avail);
 
 /* Builds everything; every configuration error (unknown strategy, product not equal to the
  * ranks, W not dividing cp, S not splitting under the layout, more head ranks than heads, a
@@ -79,7 +86,8 @@ void seq_parallel_take_local(const SeqParallel *p, const int *global, int *local
 /* Sum of a double over every rank of the world (control traffic, under the watchdog). */
 double seq_parallel_sum(const SeqParallel *p, double local);
 
-/* A one-line description: "dp 2 x hp 2 x cp 2 (ring W 2), zigzag, head-first, zero 1, 1 thread/rank". */
+/* A one-line description: "dp 2 x hp 2 x cp 2 (ring W 2), zigzag, head-first, zero 1, 1 thread/rank",
+ * and, where the default threads leave CPUs of the node to no rank (idle_cpus), how to use them. */
 void seq_parallel_describe(const SeqParallel *p, char *buf, size_t n);
 
 #endif
