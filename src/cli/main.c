@@ -44,23 +44,6 @@ static double comm_timeout_from_args(int argc, char **argv) {
     return t;
 }
 
-/* The world size a launcher announces before MPI starts, and this process's rank (-1 if unsaid):
- * Open MPI's mpirun (OMPI_COMM_WORLD_SIZE / _RANK), a PMI launcher such as `srun --mpi=pmi2`
- * (PMI_SIZE / PMI_RANK), or srun itself (SLURM_STEP_NUM_TASKS / SLURM_PROCID, set for every task
- * it starts, `--mpi=pmix` included, which announces no size of its own). 0 when none does. */
-static int launched_world(int *rank) {
-    static const char *const vars[][2] = {
-        {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"}, {"PMI_SIZE", "PMI_RANK"}, {"SLURM_STEP_NUM_TASKS", "SLURM_PROCID"}};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-        const char *n = getenv(vars[i][0]), *r = getenv(vars[i][1]);
-        if (!n) continue;
-        *rank = r ? atoi(r) : -1;
-        return atoi(n);
-    }
-    *rank = -1;
-    return 0;
-}
-
 /* The arguments after argv[0] but --offload-dir and its value, space-separated (xmalloc'd) */
 static char *args_text(int argc, char **argv) {
     size_t n = 1;
@@ -125,7 +108,7 @@ int main(int argc, char **argv) {
      * as ranks of a larger world (mpirun, srun: their ranks then share the cores and answer once,
      * for that world) they skip MPI's start-up (a second on a busy machine) */
     int launch_rank;
-    const int launch_world = launched_world(&launch_rank);
+    const int launch_world = comm_launched_world(&launch_rank);
     int skip_mpi = argc >= 2 && (!strcmp(argv[1], "memory") || !strcmp(argv[1], "plan")) && launch_world <= 1;
     /* Under a launcher, MPI_Init waits for every rank to start (a fence with all of them): under
      * the set-up's guard (comm.h), so that a rank that never starts ends the job with one line */

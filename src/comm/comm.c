@@ -729,3 +729,16 @@ void comm_control_bcast(Comm *c, const char *what, void *buf, size_t bytes, int 
     mpi_check(MPI_Ibcast(buf, bytes_to_int(bytes, what), MPI_BYTE, root, mc, &req), what, mc, root, bytes);
     wait_deadline(c, what, COMM_KINDS, mc, 1, &req);
 }
+
+int comm_launched_world(int *rank) {
+    static const char *const vars[][2] = {
+        {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"}, {"PMI_SIZE", "PMI_RANK"}, {"SLURM_STEP_NUM_TASKS", "SLURM_PROCID"}};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *n = getenv(vars[i][0]), *r = getenv(vars[i][1]);
+        if (!n) continue;
+        *rank = r ? atoi(r) : -1;
+        return atoi(n);
+    }
+    *rank = -1;
+    return 0;
+}

@@ -153,6 +153,13 @@ void comm_set_step(Comm *c, long step, const char *phase);
 void comm_guard_begin(int world_rank, const char *what, double timeout_s);
 void comm_guard_end(void);
 
+/* The world size a launcher announces before MPI starts, and this process's rank (-1 if unsaid):
+ * Open MPI's mpirun (OMPI_COMM_WORLD_SIZE / _RANK), a PMI launcher such as `srun --mpi=pmi2`
+ * (PMI_SIZE / PMI_RANK), or srun itself (SLURM_STEP_NUM_TASKS / SLURM_PROCID, set for every task
+ * it starts, `--mpi=pmix` included, which announces no size of its own). 0 when none does: the
+ * process was started by hand. */
+int comm_launched_world(int *rank);
+
 /* Total bytes of a kind (intra + inter). */
 uint64_t comm_stats_bytes(const CommStats *s, CommKind k);
 void comm_stats_reset(Comm *c);

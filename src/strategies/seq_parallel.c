@@ -43,7 +43,8 @@ int cpus_left_idle(const cpu_set_t *node, int n, const cpu_set_t *avail) {
 /* The default threads per rank (threads_for_cpus over this node's ranks): collective over
  * MPI_COMM_WORLD. Where the CPU sets cannot be read (more CPUs than a cpu_set_t holds) or the user
  * set OpenMP's own placement (which may have bound this thread to one place already): the CPUs
- * OpenMP sees divided by the ranks on this node. */
+ * OpenMP sees divided by the ranks on this node. *idle: the CPUs this node's launchers may use
+ * that no rank of it may (cpus_left_idle), 0 where that cannot be told. */
 static int default_threads(int *idle) {
     MPI_Comm shared;
     int rank = 0, n = 1;
@@ -65,7 +66,8 @@ static int default_threads(int *idle) {
          * process started by hand was bound by its user, taskset say) */
         cpu_set_t parent, avail;
         CPU_ZERO(&parent);
-        const int launched = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("SLURM_STEP_NUM_TASKS");
+        int launch_rank;
+        const int launched = comm_launched_world(&launch_rank) > 0;
         int have = launched && sched_getaffinity(getppid(), sizeof parent, &parent) == 0, all_have = 0;
         MPI_Allreduce(&have, &all_have, 1, MPI_INT, MPI_MIN, shared);
         MPI_Allreduce(&parent, &avail, (int)sizeof parent, MPI_BYTE, MPI_BOR, shared);
