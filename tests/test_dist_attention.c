@@ -339,8 +339,14 @@ static void test_check_messages(void) {
     e = check_2d(8, 2, 2, 8, 2, 64, LAYOUT_ZIGZAG); /* KV replication: 2 KV heads over 8 head members */
     CHECK(e == NULL, "hp=8 with Hkv=2 (replication) should be valid: %s", e ? e : "");
     xfree(e);
+    /* zigzag runs over the context group: S must divide by 2 cp and hp cp (16 here), not 2 hp cp */
+    e = check_2d(8, 2, 2, 8, 2, 40, LAYOUT_ZIGZAG);
+    CHECK(e && strstr(e, "divisible by 16 (e.g. 32 or 48)"), "S=40 zigzag over hp 8 x cp 2 should fail naming 16: %s",
+          e ? e : "(null)");
+    xfree(e);
     e = check_2d(8, 2, 2, 8, 2, 48, LAYOUT_ZIGZAG);
-    CHECK(e && strstr(e, "divisible by 32"), "S=48 zigzag over sp=16 should fail naming 32: %s", e ? e : "(null)");
+    CHECK(e == NULL, "S=48 zigzag over hp 8 x cp 2 (two chunks of 12 per context member, 3 tokens a rank) is valid: %s",
+          e ? e : "");
     xfree(e);
     e = check_2d(1, 1, 1, 8, 3, 64, LAYOUT_ZIGZAG);
     CHECK(e && strstr(e, "not a multiple"), "H=8 with Hkv=3 should fail: %s", e ? e : "(null)");

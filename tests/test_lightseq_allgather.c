@@ -189,9 +189,17 @@ static void test_checks(void) {
     expect_msg(&lightseq_schedule, p, "divisible by 4 (e.g. 48 or 52)", "S 50 cp 4");
     p.layout = LAYOUT_ZIGZAG;
     expect_msg(&allgather_schedule, p, "divisible by 8 (e.g. 48 or 56)", "S 50 zigzag cp 4");
-    p.hp = 2; /* hp x cp ranks split the sequence */
+    p.hp = 2; /* hp x cp ranks split the sequence; zigzag runs over the context group: 2 cp and hp cp
+                 must divide S (8 here), 2 hp cp need not */
+    p.seq_len = 36;
+    expect_msg(&allgather_schedule, p, "divisible by 8 (e.g. 32 or 40)", "S 36 zigzag hp 2 cp 4");
     p.seq_len = 40;
-    expect_msg(&allgather_schedule, p, "divisible by 16 (e.g. 32 or 48)", "S 40 zigzag hp 2 cp 4");
+    expect_msg(&allgather_schedule, p, NULL, "S 40 zigzag hp 2 cp 4");
+    p.hp = 3; /* odd hp: 2 hp cp after all (hp cp = 6 and 2 cp = 4: their lcm 12) */
+    p.cp = 2;
+    p.seq_len = 18;
+    expect_msg(&allgather_schedule, p, "divisible by 12 (e.g. 12 or 24)", "S 18 zigzag hp 3 cp 2");
+    p.cp = 4;
     p.seq_len = 48;
     p.hp = 1;
     p.cp = 1;

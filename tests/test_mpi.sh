@@ -60,6 +60,9 @@ grad_case $L 256 8 --dp 2 --hp 2 --cp 2 --zero 1 --placement context-first
 grad_case $L 256 8 --hp 2 --cp 4 --ring-inner 2
 grad_case $L 256 8 --hp 4 --cp 2 --layout contiguous        # replication in 2D
 grad_case $L 256 8 --cp 8 --ring-inner 4 --layout zigzag
+# zigzag runs over the context group: S need divide 2 cp and hp cp only (not 2 hp cp)
+grad_case $L 252 4 --hp 2 --cp 2                            # 252 = 4 x 63
+grad_case tiny_mha 20 4 --strategy ulysses                  # cp 1: S divisible by hp and even
 grad_case tiny_mha 24 4 --hp 2 --cp 2                        # MHA, 4 KV heads
 grad_case tiny_gqa_tied 33 2 --dp 2 --zero 1                 # tied embeddings, odd S (not split)
 grad_case tiny_headdim 40 4 --hp 2 --cp 2 --ring-inner 1     # 1 KV head, head_dim 16, 3 layers

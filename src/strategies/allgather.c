@@ -170,8 +170,8 @@ const ScheduleInfo allgather_schedule = {
     .summary = "all-gather context parallelism (Llama 3 / TransformerEngine all_gather CP): all-gather k|v, "
                "reduce-scatter dk|dv",
     .flags = "--cp --layout",
-    .constraints = "any cp; any layout (zigzag balances the causal work); seq-len divisible by hp x cp (2 hp cp "
-                   "for zigzag)",
+    .constraints = "any cp; any layout (zigzag balances the causal work); seq-len divisible by hp x cp (zigzag: also by "
+                   "2 cp)",
     .check = allgather_check,
     .create = allgather_create,
     .volume = allgather_volume,

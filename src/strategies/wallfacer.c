@@ -543,7 +543,7 @@ const ScheduleInfo wallfacer_schedule = {
     .flags = "--cp --team --placement --layout",
     .constraints = "--team C >= 1 with C^2 dividing cp (C = 1: plain ring; C = sqrt(cp): no ring steps); "
                    "--placement team-first (teams on consecutive ranks, default) or ring-first (sub-rings); any "
-                   "layout (zigzag balances causal work); S divisible by 2 sp (zigzag) or sp",
+                   "layout (zigzag balances causal work); S divisible by sp (zigzag: also by 2 cp)",
     .check = wf_check,
     .create = wf_create,
     .volume = wf_volume,
