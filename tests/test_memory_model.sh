@@ -25,9 +25,9 @@ measure() { # np flags... -> measured peak tracked bytes of step 1
     local np=$1
     shift
     rm -f "$T/m.jsonl"
-    # unbound: Open MPI binds a rank to one core where it starts at most 2, so a 1-rank run would
+    # unbound (--bind-to none): Open MPI binds a rank to one core where it starts at most 2, so a 1-rank run would
     # get one thread where `seqpar memory` (this machine's cores per rank) predicts the default two
-    timeout 240 mpirun --oversubscribe --bind-to none -np "$np" "$SEQPAR" train $MODEL --seq-len $S --steps 1 --eval-every 0 --eval-seqs 1 --quiet \
+    OMPI_MCA_hwloc_base_binding_policy=none run_np "$np" "$SEQPAR" train $MODEL --seq-len $S --steps 1 --eval-every 0 --eval-seqs 1 --quiet \
         --peak-gflops 100 --log "$T/m.jsonl" "$@" >"$T/m.out" 2>&1 || { tail -n 2 "$T/m.out" >&2; echo 0; return; }
     sed -nE 's/.*"peak_mem_bytes": ([0-9]+),.*/\1/p' "$T/m.jsonl" | head -n 1
 }

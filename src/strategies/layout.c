@@ -20,15 +20,13 @@ const char *layout_name(TokenLayout l) {
     }
 }
 
-static long gcd_long(long a, long b) { return b ? gcd_long(b, a % b) : a; }
-
 /* Zigzag runs over the context group only: a context member's S / cp tokens are its two chunks of
  * S / 2cp, split contiguously over its hp members (layout_positions). So S must divide by 2 cp and
  * by hp cp: by their least common multiple, cp lcm(2, hp) (2 hp cp only for odd hp; for hp = 1,
  * or cp = 1, where zigzag is the natural order, S divisible by 2 cp or hp and even). */
 char *layout_split_error(TokenLayout l, long S, int hp, int cp) {
     const long h = hp > 0 ? hp : 1, sp = h * cp;
-    const long unit = l == LAYOUT_ZIGZAG ? cp * (2 * h / gcd_long(2, h)) : sp;
+    const long unit = l == LAYOUT_ZIGZAG ? cp * (h % 2 ? 2 * h : h) : sp; /* zigzag: cp lcm(2, hp) */
     if (S > 0 && S % unit == 0) return NULL;
     long below = S / unit * unit, above = below + unit;
     char buf[256];
