@@ -74,10 +74,36 @@ TRAIN=(--layers 2 --hidden 32 --heads 4 --kv-heads 2 --ffn 64 --vocab 64 --seq-l
 run_train() { timeout 120 "$SEQPAR" train "${TRAIN[@]}" "$@" >"$T/train.out" 2>&1 || bad "train $*: $(tail -n 2 "$T/train.out")"; }
 run_train --save "$T/full" --log "$T/full.jsonl"
 run_train --stop-at 3 --save "$T/part" --log "$T/part.jsonl"
+cp -r "$T/part" "$T/part3" # the step-3 checkpoint, kept (part is resumed into below)
 run_train --resume "$T/part" --save "$T/part" --log "$T/part.jsonl"
 if [ "$(losses "$T/full.jsonl")" = "$(losses "$T/part.jsonl")" ] && [ "$(losses "$T/full.jsonl" | wc -l)" -eq 6 ]; then ok; else
     bad "3 steps + resume + 3 steps: losses differ from 6 uninterrupted steps"; diff <(losses "$T/full.jsonl") <(losses "$T/part.jsonl"); fi
 if cmp -s "$T/full/model.safetensors" "$T/part/model.safetensors" && cmp -s "$T/full/optimizer.safetensors" "$T/part/optimizer.safetensors"; then ok; else bad "resumed weights or optimizer state are not bit-identical"; fi
+# the comparison tool asked for bit-identity (both tolerances 0): equal files agree, others differ
+if "$CMP" "$T/full/model.safetensors" "$T/part/model.safetensors" 0 0 >/dev/null &&
+    ! "$CMP" "$T/full/model.safetensors" "$T/full/optimizer.safetensors" 0 0 >/dev/null 2>&1 &&
+    ! "$CMP" "$T/full/model.safetensors" "$T/part3/model.safetensors" 0 0 >/dev/null 2>&1; then ok; else
+    bad "tool_compare_safetensors A B 0 0: $("$CMP" "$T/full/model.safetensors" "$T/part/model.safetensors" 0 0)"; fi
+# resuming needs the run's settings, --seed included (the data stream continues from the
+# checkpoint, the evaluation sequences would not)
+expect_error "resume with another --seed" "trained with --seed 5 but this run uses 6: resume with --seed 5" \
+    "$SEQPAR" train "${TRAIN[@]}" --seed 6 --resume "$T/part3" --log "$T/x.jsonl"
+# a checkpoint at or past where the run is to stop: said, exit 0, no step trained or logged (a
+# requeued job resuming a finished run or slice)
+nothing() { # words, flags...
+    local words=$1 out rc
+    shift
+    rm -f "$T/none.jsonl"
+    out=$(timeout 60 "$SEQPAR" train "${TRAIN[@]}" "$@" --log "$T/none.jsonl" 2>&1)
+    rc=$?
+    if [ $rc -eq 0 ] && printf '%s' "$out" | grep -q -- "$words" && [ -z "$(losses "$T/none.jsonl" 2>/dev/null)" ]; then ok; else
+        bad "train $*: status $rc, expected '$words' and no steps: $(printf '%s' "$out" | tail -n 2)"; fi
+}
+nothing "checkpoint $T/full is at step 6, the end of its --steps schedule: nothing to train" --resume "$T/full"
+nothing "is at step 3, at or past --stop-at 2: nothing to train" --resume "$T/part3" --stop-at 2
+nothing "is at step 3, at or past --stop-at 3" --resume "$T/part3" --stop-at 3
+expect_error "--stop-at past --steps" "stop-at 7 is past --steps 6: give a step of the schedule (1 to 6)" "$SEQPAR" train "${TRAIN[@]}" --stop-at 7
+expect_error "--stop-at 0" "stop-at 0 is not a step of the schedule" "$SEQPAR" train "${TRAIN[@]}" --stop-at 0
 # the checkpoint is a model directory that grad (and Hugging Face) loads
 if timeout 60 "$SEQPAR" grad --model "$T/full" --tokens "$FIX/tiny_long/tokens.bin" --seq-len 16 --out "$T/ck.grads" | grep -q '^loss: '; then ok; else bad "grad on a saved checkpoint"; fi
 # --save-shard-mb: shards + model.safetensors.index.json (as save_pretrained with max_shard_size);

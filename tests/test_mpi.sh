@@ -309,7 +309,8 @@ grid_error() { # np words flags...
     if [ "$(printf '%s\n' "$err" | grep '^seqpar: error:' | sort -u | wc -l)" -ne 1 ]; then bad "grid error '$words': ranks printed different messages"; return; fi
     ok
 }
-grid_error 4 "ranks, but 4 were started" --seq-len 256 --hp 3
+grid_error 4 "3 ranks, but 4 were started: start 3 ranks (mpirun -np 3), or give an --hp x --cp that divides 4" --seq-len 256 --hp 3
+grid_error 2 "1 rank, but 2 were started: give --dp 2 (or drop it), --cp 2 to split each sequence over the ranks, or start 1 rank (mpirun -np 1)" --seq-len 256 --dp 1
 grid_error 4 "does not divide --cp 4" --seq-len 256 --cp 4 --ring-inner 3
 grid_error 4 "zigzag" --seq-len 252 --cp 4
 grid_error 8 "more than the model's 6 query heads" --seq-len 256 --hp 8 --model "$FIX/tiny_gqa_tied"

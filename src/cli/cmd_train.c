@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -333,7 +334,11 @@ void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, 
         case 'Q': o->recall_queries = (int)parse_long(cmd, "recall-queries", optarg, 1, 1 << 28); break;
         case 'q': o->quiet = 1; break;
         case 'K': o->skip_nonfinite = (int)parse_long(cmd, "skip-nonfinite", optarg, 0, 1 << 30); break;
-        case 'T': o->stop_at = parse_long(cmd, "stop-at", optarg, 1, 1L << 40); break;
+        case 'T':
+            o->stop_at = parse_long(cmd, "stop-at", optarg, LONG_MIN, 1L << 40);
+            if (o->stop_at < 1) /* 0 is "not given" below */
+                die_collective("seqpar %s: --stop-at %ld is not a step of the schedule: give 1 to --steps", cmd, o->stop_at);
+            break;
         case 'h':
             fputs(HELP_HEAD, stdout);
             fputs(SIZE_FLAGS_HELP, stdout);
@@ -349,7 +354,10 @@ void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, 
     offload_flags_check(&o->par, &o->mem);
     if (!o->min_lr_set) o->opt.min_lr = o->opt.lr / 10;
     o->opt.total_steps = o->steps;
-    if (!o->stop_at || o->stop_at > o->steps) o->stop_at = o->steps;
+    if (o->stop_at > o->steps)
+        die_collective("seqpar %s: --stop-at %ld is past --steps %ld: give a step of the schedule (1 to %ld) or "
+                       "drop --stop-at", cmd, o->stop_at, o->steps, o->steps);
+    if (!o->stop_at) o->stop_at = o->steps;
     if (o->trace_step && !o->par.trace_path)
         die_collective("seqpar train: --trace-step needs --trace FILE (where the trace goes)");
     if (o->model_dir && o->resume_dir)
@@ -428,6 +436,10 @@ static void load_checkpoint(const char *dir, LlamaModel *m, AdamW *opt, TrainerS
 static int check_resumed(const TrainerState *st, const TrainerState *now, const TrainOptions *o, DataSource *ds,
                          SeqErr *e) {
     if (trainer_state_compare(st, now, o->resume_dir, e) != 0) return -1;
+    if (st->seed != now->seed) /* the data stream continues from the checkpoint; evaluation would not */
+        return seq_err(e, "checkpoint %s was trained with --seed %llu but this run uses %llu: resume with --seed %llu "
+                       "or start a new run", o->resume_dir, (unsigned long long)st->seed,
+                       (unsigned long long)now->seed, (unsigned long long)st->seed);
     if (st->step > o->steps)
         return seq_err(e, "checkpoint %s is at step %ld, beyond this run's schedule of --steps %ld: resume with the "
                        "--steps it was saved with, or start a new run", o->resume_dir, st->step, o->steps);
@@ -535,6 +547,24 @@ int cmd_train(int argc, char **argv) {
     if (o.resume_dir) {
         load_checkpoint(o.resume_dir, &model, &opt, &st);
         die_if_any_rank(check_resumed(&st, &now, &o, &ds, &err) != 0 ? &err : NULL);
+        if (st.step >= o.stop_at) { /* a finished run or slice: say so and end cleanly (a requeued job) */
+            if (root) {
+                if (o.stop_at == o.steps)
+                    printf("checkpoint %s is at step %ld, the end of its --steps schedule: nothing to train\n",
+                           o.resume_dir, st.step);
+                else
+                    printf("checkpoint %s is at step %ld, at or past --stop-at %ld: nothing to train (a later --stop-at, "
+                           "up to --steps %ld, continues it)\n", o.resume_dir, st.step, o.stop_at, o.steps);
+                fflush(stdout);
+            }
+            llama_acts_free(acts);
+            parallel_free_or_die(&par);
+            adamw_free(&opt);
+            if (ds.is_recall) xfree(ds.distance); else token_stream_close(&ds.ts);
+            if (vp) validation_close(vp);
+            llama_free(&model);
+            return 0;
+        }
         if (root) printf("resumed from %s at step %ld\n", o.resume_dir, st.step);
     } else {
         st = now;

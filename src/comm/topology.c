@@ -42,10 +42,23 @@ void topology_create(Topology *t, int dp, int hp, int cp, int ring_inner, Placem
     MPI_Comm_size(MPI_COMM_WORLD, &t->world_size);
     if (dp < 1 || hp < 1 || cp < 1)
         die_collective("--dp, --hp and --cp must be at least 1 (got %d, %d, %d)", dp, hp, cp);
-    if ((long)dp * hp * cp != t->world_size)
-        die_collective("--dp %d x --hp %d x --cp %d = %ld ranks, but %d were started: make the product equal the "
-                       "number of ranks (e.g. --dp %d --hp %d --cp %d with mpirun -np %ld)",
-                       dp, hp, cp, (long)dp * hp * cp, t->world_size, dp, hp, cp, (long)dp * hp * cp);
+    if ((long)dp * hp * cp != t->world_size) { /* the ways to agree: another --dp, another --cp, other ranks */
+        const long grid = (long)dp * hp * cp, W = t->world_size;
+        char fix[160] = "";
+        size_t n = 0;
+        if (W % ((long)hp * cp) == 0)
+            n += (size_t)snprintf(fix + n, sizeof fix - n, "give --dp %ld (or drop it), ", W / ((long)hp * cp));
+        if (W % ((long)dp * hp) == 0 && W / ((long)dp * hp) != cp && n < sizeof fix)
+            snprintf(fix + n, sizeof fix - n, "%s--cp %ld to split each sequence over the ranks, ", n ? "" : "give ",
+                     W / ((long)dp * hp));
+        if (!fix[0])
+            die_collective("--dp %d x --hp %d x --cp %d = %ld rank%s, but %ld were started: start %ld rank%s (mpirun "
+                           "-np %ld), or give an --hp x --cp that divides %ld", dp, hp, cp, grid, grid == 1 ? "" : "s", W,
+                           grid, grid == 1 ? "" : "s", grid, W);
+        die_collective("--dp %d x --hp %d x --cp %d = %ld rank%s, but %ld were started: %sor start %ld rank%s "
+                       "(mpirun -np %ld)", dp, hp, cp, grid, grid == 1 ? "" : "s", W, fix, grid, grid == 1 ? "" : "s",
+                       grid);
+    }
     if (ring_inner <= 0) ring_inner = cp;
     if (cp % ring_inner != 0)
         die_collective("--ring-inner %d does not divide --cp %d: pick an inner ring size that divides the context "
