@@ -446,6 +446,16 @@ static int check_resumed(const TrainerState *st, const TrainerState *now, const 
     return ds->is_recall ? 0 : token_stream_seek(&ds->ts, st->data_shard, st->data_cursor, e);
 }
 
+/* The end of a run (collective: the parallel state's communicators; writes --trace). */
+static void run_free(LlamaActs *acts, SeqParallel *par, AdamW *opt, DataSource *ds, Validation *vp, LlamaModel *model) {
+    llama_acts_free(acts);
+    parallel_free_or_die(par);
+    adamw_free(opt);
+    if (ds->is_recall) xfree(ds->distance); else token_stream_close(&ds->ts);
+    if (vp) validation_close(vp);
+    llama_free(model);
+}
+
 int cmd_train(int argc, char **argv) {
     TrainOptions o;
     SizeFlags sf;
@@ -557,12 +567,7 @@ int cmd_train(int argc, char **argv) {
                            "up to --steps %ld, continues it)\n", o.resume_dir, st.step, o.stop_at, o.steps);
                 fflush(stdout);
             }
-            llama_acts_free(acts);
-            parallel_free_or_die(&par);
-            adamw_free(&opt);
-            if (ds.is_recall) xfree(ds.distance); else token_stream_close(&ds.ts);
-            if (vp) validation_close(vp);
-            llama_free(&model);
+            run_free(acts, &par, &opt, &ds, vp, &model);
             return 0;
         }
         if (root) printf("resumed from %s at step %ld\n", o.resume_dir, st.step);
@@ -824,8 +829,7 @@ int cmd_train(int argc, char **argv) {
     if (root && !isnan(last_loss)) printf("final loss %.6f\n", last_loss);
     if (log) fclose(log);
     xfree(g_inputs); xfree(g_targets); xfree(inputs); xfree(targets); xfree(g_docs); xfree(docs);
-    llama_acts_free(acts);
-    parallel_free_or_die(&par); /* writes the trace */
+    run_free(acts, &par, &opt, &ds, vp, &model); /* writes the trace */
     if (root) { /* where this run's files are */
         char el[32];
         progress_format_duration(now_seconds() - run_t0, el, sizeof el);
@@ -835,9 +839,5 @@ int cmd_train(int argc, char **argv) {
         printf("\n");
         fflush(stdout);
     }
-    adamw_free(&opt);
-    if (ds.is_recall) xfree(ds.distance); else token_stream_close(&ds.ts);
-    if (vp) validation_close(vp);
-    llama_free(&model);
     return 0;
 }
