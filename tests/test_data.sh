@@ -146,6 +146,9 @@ done
 got=$(timeout 60 "$SEQPAR" sample --model "$FIX/tiny_bytes" --prompt "ROMEO:" --max-new-tokens 48 --temperature 0 2>/dev/null)
 want=$($PY -c "import json; g = json.load(open('$FIX/tiny_bytes/generate.json')); print(bytes(g['prompt'] + g['greedy']).decode())")
 if [ "$got" = "$want" ]; then ok; else bad "sample text: '$got' vs '$want'"; fi
+# and the same prompt given as token ids prints the same text (it crashed: the prompt text was NULL)
+got=$(timeout 60 "$SEQPAR" sample --model "$FIX/tiny_bytes" --prompt-tokens "$(gen_field tiny_bytes prompt)" --max-new-tokens 48 --temperature 0 2>/dev/null)
+if [ -n "$got" ] && [ "$got" = "$want" ]; then ok; else bad "sample --prompt-tokens on a byte-level model: '$got' vs '$want'"; fi
 # sampling: the same seed gives the same text, top-k 1 is greedy at any temperature
 S1=$(timeout 60 "$SEQPAR" sample --model "$FIX/tiny_bytes" --prompt "A" --max-new-tokens 40 --seed 5 2>/dev/null)
 S2=$(timeout 60 "$SEQPAR" sample --model "$FIX/tiny_bytes" --prompt "A" --max-new-tokens 40 --seed 5 2>/dev/null)
@@ -160,6 +163,9 @@ expect_error "sample: text prompt to a tokenized model" "--prompt-tokens" "$SEQP
 expect_error "sample: no model" "--model DIR is required" "$SEQPAR" sample --prompt "hi"
 expect_error "sample: token outside the vocabulary" "outside the vocabulary" "$SEQPAR" sample --model "$FIX/tiny_mha" --prompt-tokens "1,61"
 expect_error "sample: bad token list" "comma" "$SEQPAR" sample --model "$FIX/tiny_mha" --prompt-tokens "1,x"
+for ids in "1,,2" "1,2," ",1" "1 2"; do # an empty or missing entry is not skipped silently
+    expect_error "sample: token list '$ids'" "separated by commas" "$SEQPAR" sample --model "$FIX/tiny_mha" --prompt-tokens "$ids"
+done
 expect_error "sample: both prompts" "exactly one" "$SEQPAR" sample --model "$FIX/tiny_mha" --prompt a --prompt-tokens 1
 if timeout 20 "$SEQPAR" sample --help | grep -q "usage: seqpar sample"; then ok; else bad "seqpar sample --help"; fi
 

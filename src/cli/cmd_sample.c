@@ -87,24 +87,28 @@ static void parse_sample_options(int argc, char **argv, SampleOptions *o) {
         die_collective("seqpar sample: give exactly one of --prompt TEXT (byte-level models) and --prompt-tokens IDS");
 }
 
-/* "1,2, 3" -> ids; dies naming a bad entry. */
+/* "1,2, 3" -> ids: one id between commas (spaces around it allowed); dies naming a bad list. */
 static int *parse_ids(const char *s, int *n_out) {
     size_t cap = strlen(s) / 2 + 1;
     int *ids = xmalloc(sizeof(int) * cap);
     int n = 0;
     const char *p = s;
-    while (*p) {
-        while (*p == ' ' || *p == ',') p++;
-        if (!*p) break;
+    for (;;) {
+        while (*p == ' ') p++;
         char *end;
         long v = strtol(p, &end, 10);
-        if (end == p || v < 0 || v > 0x7ffffffe || (*end && *end != ',' && *end != ' '))
-            die_collective("seqpar sample: --prompt-tokens expects non-negative token ids separated by commas, "
-                           "got '%s'", s);
+        if (end == p || *p == '-' || *p == '+' || v > 0x7ffffffe)
+            die_collective("seqpar sample: --prompt-tokens expects non-negative token ids separated by commas (e.g. "
+                           "\"1,2,3\"), got '%s'", s);
         ids[n++] = (int)v;
         p = end;
+        while (*p == ' ') p++;
+        if (!*p) break;
+        if (*p != ',')
+            die_collective("seqpar sample: --prompt-tokens expects non-negative token ids separated by commas (e.g. "
+                           "\"1,2,3\"), got '%s'", s);
+        p++;
     }
-    if (n == 0) die_collective("seqpar sample: --prompt-tokens holds no token ids: give at least one, e.g. \"1,2,3\"");
     *n_out = n;
     return ids;
 }
@@ -159,7 +163,8 @@ int cmd_sample(int argc, char **argv) {
         if (generator_forward(&g, prompt + i, n, NULL, logits, &e) != 0) die_collective("%s", e.msg);
     }
     double t_prompt = now_seconds() - t0, c_prompt = cpu_seconds() - c0;
-    if (!as_ids) fwrite(o.prompt, 1, (size_t)n_prompt, stdout);
+    if (!as_ids) /* the prompt as text first, whichever way it was given */
+        for (int i = 0; i < n_prompt; i++) put_token(prompt[i], 0, 0);
     long made = 0;
     double t1 = now_seconds(), c1 = cpu_seconds();
     for (; made < o.max_new; made++) {
