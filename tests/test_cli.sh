@@ -104,6 +104,16 @@ nothing "is at step 3, at or past --stop-at 2: nothing to train" --resume "$T/pa
 nothing "is at step 3, at or past --stop-at 3" --resume "$T/part3" --stop-at 3
 expect_error "--stop-at past --steps" "stop-at 7 is past --steps 6: give a step of the schedule (1 to 6)" "$SEQPAR" train "${TRAIN[@]}" --stop-at 7
 expect_error "--stop-at 0" "stop-at 0 is not a step of the schedule" "$SEQPAR" train "${TRAIN[@]}" --stop-at 0
+expect_error "--min-lr above --lr" "min-lr 0.1 is above --lr 0.002" "$SEQPAR" train "${TRAIN[@]}" --min-lr 0.1
+expect_error "--trace-step past the last step" "trace-step 9 is past the run's last step, 6" "$SEQPAR" train "${TRAIN[@]}" --trace "$T/t.json" --trace-step 9
+# long options in full: getopt's abbreviations read another command's --tokens as --tokens-format and
+# --ranks as --ranks-per-node
+expect_error "abbreviated --tokens" "unknown option '--tokens' (--tokens-format is the option" "$SEQPAR" train "${TRAIN[@]}" --tokens x
+expect_error "abbreviated --ranks" "unknown option '--ranks' (--ranks-per-node" "$SEQPAR" train "${TRAIN[@]}" --ranks 4
+expect_error "abbreviated --mod" "unknown option '--mod'" "$SEQPAR" grad --mod "$FIX/tiny_mha" --tokens "$FIX/tiny_mha/tokens.bin" --seq-len 8 --out "$T/x"
+# an explicit --vocab the data does not fit is refused (it was raised silently); without --vocab the data's size is taken
+expect_error "--vocab below the data's tokens" "vocab 10 does not cover .*tokens go up to 63: give --vocab 64" \
+    "$SEQPAR" train --layers 1 --hidden 32 --heads 2 --kv-heads 1 --ffn 32 --seq-len 16 --steps 1 --vocab 10 --data "$FIX/tiny_long/tokens.bin"
 # the checkpoint is a model directory that grad (and Hugging Face) loads
 if timeout 60 "$SEQPAR" grad --model "$T/full" --tokens "$FIX/tiny_long/tokens.bin" --seq-len 16 --out "$T/ck.grads" | grep -q '^loss: '; then ok; else bad "grad on a saved checkpoint"; fi
 # --save-shard-mb: shards + model.safetensors.index.json (as save_pretrained with max_shard_size);
@@ -248,6 +258,11 @@ expect_error "pytorch_model.bin only" "pytorch_model.*save_pretrained" "$SEQPAR"
 mkdir -p "$T/cfg_only"; cp "$FIX/tiny_llama3/config.json" "$T/cfg_only/"
 expect_error "config.json without weights" "no weights.*--random-init" "$SEQPAR" "${GL[@]}" --model "$T/cfg_only"
 if timeout 60 "$SEQPAR" "${GL[@]}" --model "$T/cfg_only" --random-init >/dev/null 2>&1; then ok; else bad "--random-init with a config-only directory failed"; fi
+# --random-init means random weights also where the directory has some (they were read instead)
+r1=$(timeout 60 "$SEQPAR" "${GL[@]}" --model "$T/cfg_only" --random-init 2>&1 | sed -nE 's/^loss: //p')
+r2=$(timeout 60 "$SEQPAR" "${GL[@]}" --model "$FIX/tiny_llama3" --random-init 2>&1 | sed -nE 's/^loss: //p')
+r3=$(timeout 60 "$SEQPAR" "${GL[@]}" --model "$FIX/tiny_llama3" 2>&1 | sed -nE 's/^loss: //p')
+if [ -n "$r1" ] && [ "$r1" = "$r2" ] && [ "$r2" != "$r3" ]; then ok; else bad "--random-init with weights present: losses '$r1' (config only), '$r2', '$r3' (weights)"; fi
 for d in sh_noshard sh_unlisted sh_extra sh_both; do mkdir -p "$T/$d"; cp "$HS"/* "$T/$d/"; done
 rm "$T/sh_noshard/model-00002-of-00004.safetensors"
 expect_error "missing shard" "model-00002-of-00004.safetensors.*missing" "$SEQPAR" "${GL[@]}" --model "$T/sh_noshard"

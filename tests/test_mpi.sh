@@ -323,6 +323,10 @@ grid_error 4 "ulysses puts all 4 ranks in head parallelism" --seq-len 48 --strat
 grad_case tiny_linear 48 4 --strategy fpdt --hp 2 --chunks 2
 grid_error 2 "unknown layout" --seq-len 256 --layout diagonal
 grid_error 2 "unknown placement" --seq-len 256 --placement sideways
+# WallFacer's own flags elsewhere, and the placement it does not take, refused (were echoed and ignored)
+grid_error 2 "team-first places WallFacer's teams: --strategy ring takes head-first" --seq-len 256 --strategy ring --placement team-first
+grid_error 2 "--team 2 is read by --strategy wallfacer only" --seq-len 256 --cp 2 --team 2
+grid_error 2 "wallfacer takes team-first (the default) or ring-first" --seq-len 256 --strategy wallfacer --placement context-first
 grid_error 2 "unknown strategy 'wormhole': use one of 2d, ulysses, ring" --seq-len 256 --strategy wormhole
 grid_error 3 "lightseq needs an even --cp (got 3)" --seq-len 255 --strategy lightseq
 grid_error 2 "lightseq needs the contiguous layout" --seq-len 256 --strategy lightseq --layout zigzag

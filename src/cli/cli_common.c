@@ -63,6 +63,20 @@ double parse_double(const char *cmd, const char *flag, const char *value, double
     return v;
 }
 
+int getopt_full(int argc, char **argv, const char *shortopts, const struct option *opts, const char *cmd) {
+    int idx = -1;
+    const int opt = getopt_long(argc, argv, shortopts, opts, &idx);
+    if (opt == -1 || opt == '?' || opt == ':' || idx < 0 || optind < 1) return opt;
+    /* the element that named it: before a separate value, else the last one read */
+    const char *text = optarg && optind >= 2 && optarg == argv[optind - 1] ? argv[optind - 2] : argv[optind - 1];
+    const char *name = text[0] == '-' && text[1] == '-' ? text + 2 : text;
+    const size_t n = strcspn(name, "="), full = strlen(opts[idx].name);
+    if (n != full || strncmp(name, opts[idx].name, n) != 0)
+        die_collective("seqpar %s: unknown option '--%.*s' (--%s is the option that begins so: options are given in "
+                       "full; see 'seqpar %s --help')", cmd, (int)n, name, opts[idx].name, cmd);
+    return opt;
+}
+
 void die_bad_option(const char *cmd, int argc, char **argv, int opt) {
     const char *arg = (optind - 1 >= 0 && optind - 1 < argc) ? argv[optind - 1] : "?";
     if (opt == ':')
@@ -355,13 +369,16 @@ void model_from_dir(LlamaModel *m, const char *dir, uint64_t seed, int random_in
         failed = &e;
     die_if_any_rank(failed); /* every rank ends with the same one line */
     llama_build(m, &cfg);
+    if (random_init) { /* what was asked, whatever else the directory holds: its weights are not read */
+        llama_init_random(m, seed);
+        return;
+    }
     int rc = params_read_dir(dir, &m->table, m->params, cfg.tie_word_embeddings, &e);
-    if (rc == 1 && !random_init)
+    if (rc == 1)
         rc = seq_err(&e, "'%s' holds config.json but no weights (model.safetensors or " ST_INDEX_NAME "): pass "
                      "--random-init to start from random weights on purpose", dir);
-    if (rc < 0) failed = &e;
+    if (rc != 0) failed = &e;
     die_if_any_rank(failed);
-    if (rc == 1) llama_init_random(m, seed);
 }
 
 void model_from_size(LlamaModel *m, const LlamaConfig *cfg, uint64_t seed) {

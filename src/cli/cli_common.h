@@ -15,6 +15,10 @@ long   parse_long(const char *cmd, const char *flag, const char *value, long min
 const char *take_flag(int *argc, char **argv, const char *cmd, const char *name);
 double parse_double(const char *cmd, const char *flag, const char *value, double min, double max);
 
+/* getopt_long without its abbreviations: a long option must be given in full (getopt_long takes
+ * any unambiguous prefix, so another command's --tokens read as train's --tokens-format and --ranks
+ * as --ranks-per-node); a prefix dies naming the option it would have been read as. */
+int getopt_full(int argc, char **argv, const char *shortopts, const struct option *opts, const char *cmd);
 /* Call from the getopt_long loop on '?' or ':': dies naming the option and pointing at --help. */
 void die_bad_option(const char *cmd, int argc, char **argv, int opt);
 /* Dies if positional arguments are left over. */

@@ -31,7 +31,8 @@ static const char HELP[] =
     "\n"
     "  --model DIR          Hugging Face model directory: config.json and model.safetensors or a\n"
     "                       sharded checkpoint (model.safetensors.index.json + shards)\n"
-    "  --random-init        DIR holds only config.json: start from random weights (else an error)\n"
+    "  --random-init        start from random weights of config.json's shape (weights in DIR, if any,\n"
+    "                       are not read; without it a DIR with no weights is an error)\n"
     "  --tokens FILE        llm.c token shard (.bin) or text (.txt, one token per byte)\n"
     "  --tokens-format F    auto|llmc|text (default auto: .txt is text, else llm.c shard)\n"
     "  --seq-len S          tokens per sequence\n"
@@ -61,7 +62,7 @@ int cmd_grad(int argc, char **argv) {
     opterr = 0;
     optind = 1;
     int opt;
-    while ((opt = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+    while ((opt = getopt_full(argc, argv, ":", opts, cmd)) != -1) {
         if (parallel_flags_handle(&pc, cmd, opt, optarg)) continue;
         if (memory_flags_handle(&mf, cmd, opt, optarg, argc, argv)) continue;
         if (pack_flags_handle(&pf, cmd, opt, optarg)) continue;

@@ -65,7 +65,7 @@ static void parse_sample_options(int argc, char **argv, SampleOptions *o) {
     opterr = 0;
     optind = 1;
     int opt;
-    while ((opt = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+    while ((opt = getopt_full(argc, argv, ":", opts, cmd)) != -1) {
         switch (opt) {
         case 'm': o->model_dir = optarg; break;
         case 'p': o->prompt = optarg; break;

@@ -41,7 +41,7 @@ int cmd_strategies(int argc, char **argv) {
     int opt;
     opterr = 0;
     optind = 1;
-    while ((opt = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+    while ((opt = getopt_full(argc, argv, ":h", opts, cmd)) != -1) {
         switch (opt) {
         case 'P': P = (int)parse_long(cmd, "ranks", optarg, 1, 1 << 20); break;
         case 'S': S = parse_long(cmd, "seq-len", optarg, 1, 1L << 40); break;

@@ -48,7 +48,8 @@ static const char HELP_HEAD[] =
     "model (either --model or the size flags):\n"
     "  --model DIR          Hugging Face model directory: config.json and model.safetensors or a\n"
     "                       sharded checkpoint (model.safetensors.index.json + shards)\n"
-    "  --random-init        --model DIR holds only config.json: start from random weights\n";
+    "  --random-init        start from random weights of --model DIR's config.json (weights in DIR,\n"
+    "                       if any, are not read)\n";
 static const char HELP_TAIL[] =
     "data:\n"
     "  --data SRC           'recall' (default), an llm.c shard (.bin), a text file (.txt), a directory\n"
@@ -291,7 +292,7 @@ void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, 
     opterr = 0;
     optind = 1;
     int opt;
-    while ((opt = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+    while ((opt = getopt_full(argc, argv, ":", opts, cmd)) != -1) {
         if (size_flags_handle(sf, cmd, opt, optarg)) continue;
         if (parallel_flags_handle(&o->par, cmd, opt, optarg)) continue;
         if (memory_flags_handle(&o->mem, cmd, opt, optarg, argc, argv)) continue;
@@ -353,6 +354,9 @@ void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, 
     die_extra_args(cmd, argc, argv);
     offload_flags_check(&o->par, &o->mem);
     if (!o->min_lr_set) o->opt.min_lr = o->opt.lr / 10;
+    if (o->opt.min_lr > o->opt.lr) /* the cosine "decay" would raise the rate after warmup */
+        die_collective("seqpar %s: --min-lr %g is above --lr %g: the schedule decays from --lr to --min-lr, so give "
+                       "--min-lr at most --lr", cmd, (double)o->opt.min_lr, (double)o->opt.lr);
     o->opt.total_steps = o->steps;
     if (o->stop_at > o->steps)
         die_collective("seqpar %s: --stop-at %ld is past --steps %ld: give a step of the schedule (1 to %ld) or "
@@ -360,6 +364,9 @@ void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, 
     if (!o->stop_at) o->stop_at = o->steps;
     if (o->trace_step && !o->par.trace_path)
         die_collective("seqpar train: --trace-step needs --trace FILE (where the trace goes)");
+    if (o->trace_step > o->stop_at) /* the trace would hold no step */
+        die_collective("seqpar train: --trace-step %ld is past the run's last step, %ld (--steps or --stop-at): give 1 "
+                       "to %ld, or 'last'", o->trace_step, o->stop_at, o->stop_at);
     if (o->model_dir && o->resume_dir)
         die_collective("seqpar train: --model and --resume both name a model: --resume DIR already holds one");
 }
@@ -474,8 +481,18 @@ int cmd_train(int argc, char **argv) {
         uint32_t max_token = 0;
         if (!o.model_dir && !o.resume_dir) /* size flags: a vocabulary that covers the data */
             die_if_any_rank(token_stream_max_token(&ds.ts, &max_token, &err) != 0 ? &err : NULL);
-        if (!o.model_dir && !o.resume_dir && (uint32_t)sf.cfg.vocab_size <= max_token) /* unsigned: no wrap */
-            sf.cfg.vocab_size = ds.ts.data.format == TOKENS_TEXT ? 256 : (int)max_token + 1; /* max_token < 2^31 - 1 */
+        if (!o.model_dir && !o.resume_dir && (uint32_t)sf.cfg.vocab_size <= max_token) { /* unsigned: no wrap */
+            const int need = ds.ts.data.format == TOKENS_TEXT ? 256 : (int)max_token + 1; /* max_token < 2^31 - 1 */
+            if (sf.given & (1u << (1007 - 1001))) { /* --vocab given: say so rather than change it */
+                if (ds.ts.data.format == TOKENS_TEXT)
+                    die_collective("--vocab %d does not cover '%s', text read one token per byte: give --vocab 256 or "
+                                   "more, or drop --vocab", sf.cfg.vocab_size, o.data);
+                die_collective("--vocab %d does not cover '%s', whose tokens go up to %u: give --vocab %d or more, or "
+                               "drop --vocab (the data's size is then taken)", sf.cfg.vocab_size, o.data,
+                               (unsigned)max_token, need);
+            }
+            sf.cfg.vocab_size = need;
+        }
     } else if (o.val_data) {
         die_collective("--val-data needs token data: --data recall reports recall accuracy instead");
     }

@@ -49,7 +49,7 @@ static int list_directory(TokenStream *ts, const char *dir, StreamRole role, Seq
         if (n > 0)
             return seq_err(e, "the data directory '%s' holds only held-out shards (names with _val_): give them to "
                            "--val-data and the training shards to --data", dir);
-        return seq_err(e, "the data directory '%s' holds no .bin token shards: write some with scripts/tokenize.py "
+        return seq_err(e, "the data directory '%s' holds no .bin token shards: write some with scripts/make_shards.py "
                        "or name a file", dir);
     }
     return 0;

@@ -98,6 +98,18 @@ void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaC
         die_collective("%s", m);
     }
     if (!cfg->layout_given) p->cfg.layout = p->strategy->default_layout;
+    /* flags of WallFacer's alone, refused elsewhere rather than echoed in the header and ignored */
+    const int wallfacer = p->strategy->schedule == &wallfacer_schedule;
+    if (!wallfacer && (cfg->placement == PLACEMENT_TEAM_FIRST || cfg->placement == PLACEMENT_RING_FIRST))
+        die_collective("--placement %s places WallFacer's teams: --strategy %s takes head-first (the default) or "
+                       "context-first", placement_name(cfg->placement), p->strategy->name);
+    if (!wallfacer && cfg->team > 0)
+        die_collective("--team %d is read by --strategy wallfacer only: drop it or use --strategy wallfacer", cfg->team);
+    if (wallfacer && cfg->placement == PLACEMENT_CONTEXT_FIRST)
+        die_collective("--placement context-first orders head and context groups: --strategy wallfacer takes "
+                       "team-first (the default) or ring-first");
+    if (wallfacer && cfg->placement == PLACEMENT_HEAD_FIRST) /* the default: its teams on consecutive ranks */
+        p->cfg.placement = PLACEMENT_TEAM_FIRST;
     cfg = &p->cfg;
     int hp, cp;
     int sp_ranks = cfg->dp > 0 ? (world % cfg->dp == 0 ? world / cfg->dp : 0) : world;
@@ -204,7 +216,7 @@ void seq_parallel_describe(const SeqParallel *p, char *buf, size_t n) {
         snprintf(lay, sizeof lay, "%s", layout_name(p->cfg.layout));
     if (t->sp > 1 && p->strategy->schedule == &wallfacer_schedule) snprintf(team, sizeof team, ", team %d", p->params.team);
     snprintf(buf, n, "%s%s: dp %d x hp %d x cp %d (ring W %d), %s layout, %s placement, %d ranks/node, zero %d (groups of %d), %d thread%s/rank",
-             t->sp > 1 || p->strategy->own ? p->strategy->name : "single process", team, t->dp, t->hp, t->cp, t->ring_inner, lay, placement_name(t->placement),
+             t->sp > 1 || p->strategy->own ? p->strategy->name : t->dp > 1 ? "data parallel only" : "single process", team, t->dp, t->hp, t->cp, t->ring_inner, lay, placement_name(t->placement),
              t->ranks_per_node, p->cfg.zero, p->sync.group, p->threads, p->threads == 1 ? "" : "s");
     const size_t len = strlen(buf);
     if (p->idle_cpus > 0 && len < n)
