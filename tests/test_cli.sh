@@ -104,6 +104,15 @@ nothing "is at step 3, at or past --stop-at 2: nothing to train" --resume "$T/pa
 nothing "is at step 3, at or past --stop-at 3" --resume "$T/part3" --stop-at 3
 expect_error "--stop-at past --steps" "stop-at 7 is past --steps 6: give a step of the schedule (1 to 6)" "$SEQPAR" train "${TRAIN[@]}" --stop-at 7
 expect_error "--stop-at 0" "stop-at 0 is not a step of the schedule" "$SEQPAR" train "${TRAIN[@]}" --stop-at 0
+# a setting's mismatch in decimals (recorded as exact hex floats)
+expect_error "resume with another --lr" "trained with lr = 0.002 but this run uses 0.001:" "$SEQPAR" train "${TRAIN[@]}" --lr 1e-3 --resume "$T/part3"
+expect_error "resume with other betas" "trained with betas = 0.9,0.95 but this run uses 0.8,0.95:" "$SEQPAR" train "${TRAIN[@]}" --beta1 0.8 --resume "$T/part3"
+# another run's checkpoint is not replaced by --save (only a run that continues it replaces it)
+cp "$T/full/model.safetensors" "$T/full.model.before"
+expect_error "--save over another run's checkpoint" "save $T/full already holds a checkpoint that this run does not continue" \
+    "$SEQPAR" train "${TRAIN[@]}" --save "$T/full" --log "$T/x.jsonl"
+if cmp -s "$T/full/model.safetensors" "$T/full.model.before"; then ok; else bad "a refused --save changed the checkpoint"; fi
+expect_error "--offload-dir ''" "offload-dir needs a directory" "$SEQPAR" train "${TRAIN[@]}" --checkpoint layer --offload-dir ""
 expect_error "--min-lr above --lr" "min-lr 0.1 is above --lr 0.002" "$SEQPAR" train "${TRAIN[@]}" --min-lr 0.1
 expect_error "--trace-step past the last step" "trace-step 9 is past the run's last step, 6" "$SEQPAR" train "${TRAIN[@]}" --trace "$T/t.json" --trace-step 9
 # long options in full: getopt's abbreviations read another command's --tokens as --tokens-format and
@@ -258,6 +267,11 @@ expect_error "pytorch_model.bin only" "pytorch_model.*save_pretrained" "$SEQPAR"
 mkdir -p "$T/cfg_only"; cp "$FIX/tiny_llama3/config.json" "$T/cfg_only/"
 expect_error "config.json without weights" "no weights.*--random-init" "$SEQPAR" "${GL[@]}" --model "$T/cfg_only"
 if timeout 60 "$SEQPAR" "${GL[@]}" --model "$T/cfg_only" --random-init >/dev/null 2>&1; then ok; else bad "--random-init with a config-only directory failed"; fi
+# grad's --out never replaces a file of the model it reads (it wrote the gradients over model.safetensors)
+mkdir -p "$T/own"; cp "$FIX/tiny_llama3/config.json" "$FIX/tiny_llama3/model.safetensors" "$T/own/"
+expect_error "grad --out over the model's weights" "would replace a file of the model directory" \
+    "$SEQPAR" grad --tokens "$FIX/tiny_llama3/tokens.bin" --seq-len 64 --out "$T/own/model.safetensors" --model "$T/own"
+if cmp -s "$T/own/model.safetensors" "$FIX/tiny_llama3/model.safetensors"; then ok; else bad "grad --out changed the model's weights"; fi
 # --random-init means random weights also where the directory has some (they were read instead)
 r1=$(timeout 60 "$SEQPAR" "${GL[@]}" --model "$T/cfg_only" --random-init 2>&1 | sed -nE 's/^loss: //p')
 r2=$(timeout 60 "$SEQPAR" "${GL[@]}" --model "$FIX/tiny_llama3" --random-init 2>&1 | sed -nE 's/^loss: //p')

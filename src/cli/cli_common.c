@@ -205,7 +205,10 @@ int parallel_flags_handle(ParallelConfig *c, const char *cmd, int opt, const cha
     case 2011: c->threads = (int)parse_long(cmd, "threads", arg, 1, 4096); return 1;
     case 2012: c->strategy = arg; return 1;
     case 2013: c->team = (int)parse_long(cmd, "team", arg, 1, 1 << 20); return 1;
-    case 2015: c->offload_dir = arg; return 1;
+    case 2015:
+        if (!*arg) die_collective("--offload-dir needs a directory: name one (an empty path is not the current directory)");
+        c->offload_dir = arg;
+        return 1;
     case 2014: c->chunks = (int)parse_long(cmd, "chunks", arg, 1, 1 << 20); return 1;
     case 2030: /* and the deadline of the ranks' error exchanges until the watchdog takes it over */
         c->comm_timeout = parse_double(cmd, "comm-timeout", arg, 0, 1e7);
@@ -294,6 +297,11 @@ int file_exists(const char *path) {
     return stat(path, &st) == 0;
 }
 
+int same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 void make_parent_dirs(const char *path) {
     char buf[4096];
     snprintf(buf, sizeof buf, "%s", path);
@@ -376,7 +384,7 @@ void model_from_dir(LlamaModel *m, const char *dir, uint64_t seed, int random_in
     int rc = params_read_dir(dir, &m->table, m->params, cfg.tie_word_embeddings, &e);
     if (rc == 1)
         rc = seq_err(&e, "'%s' holds config.json but no weights (model.safetensors or " ST_INDEX_NAME "): pass "
-                     "--random-init to start from random weights on purpose", dir);
+                     "--random-init (seqpar train, grad) to start from random weights on purpose", dir);
     if (rc != 0) failed = &e;
     die_if_any_rank(failed);
 }

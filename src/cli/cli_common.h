@@ -121,6 +121,8 @@ extern const char PACK_FLAGS_HELP[];
 int pack_flags_eot(const PackFlags *f, const char *cmd, const char *model_dir, int vocab_size);
 
 int file_exists(const char *path);
+/* 1 if both paths exist and name the same file or directory (device and inode). */
+int same_file(const char *a, const char *b);
 /* mkdir -p for the directory part of a file path. */
 void make_parent_dirs(const char *path);
 

@@ -84,6 +84,15 @@ int cmd_grad(int argc, char **argv) {
     if (!tokens_path) die_collective("seqpar grad: --tokens FILE is required (see 'seqpar grad --help')");
     if (!seq_len) die_collective("seqpar grad: --seq-len S is required (see 'seqpar grad --help')");
     if (!out_path) die_collective("seqpar grad: --out FILE is required (see 'seqpar grad --help')");
+    { /* the gradients never replace a file of the model being read (its weights, say) */
+        char dir[4096];
+        const char *slash = strrchr(out_path, '/');
+        if (slash) snprintf(dir, sizeof dir, "%.*s", slash == out_path ? 1 : (int)(slash - out_path), out_path);
+        else snprintf(dir, sizeof dir, ".");
+        if (file_exists(out_path) && same_file(dir, model_dir))
+            die_collective("seqpar grad: --out %s would replace a file of the model directory %s: write the gradients "
+                           "elsewhere", out_path, model_dir);
+    }
 
     LlamaModel model;
     model_from_dir(&model, model_dir, seed, random_init);

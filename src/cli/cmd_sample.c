@@ -4,6 +4,7 @@
  * 256 that scripts/make_shards.py --byte-level writes) take the prompt as text and print text;
  * other models take and print token ids (scripts/make_shards.py --encode / --decode converts). */
 #include <getopt.h>
+#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,6 +124,11 @@ static void put_token(int id, int as_ids, int first) {
 int cmd_sample(int argc, char **argv) {
     SampleOptions o;
     parse_sample_options(argc, argv, &o);
+    int world = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (world > 1) /* each rank would print its own copy of the text */
+        die_collective("seqpar sample runs in one process, but %d ranks were started: run it without mpirun (or with "
+                       "-np 1)", world);
     set_threads(o.threads);
     LlamaModel model;
     model_from_dir(&model, o.model_dir, 1, 0);

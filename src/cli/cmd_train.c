@@ -500,7 +500,12 @@ int cmd_train(int argc, char **argv) {
     if (o.save_dir) {
         int rank = 0;
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-        die_if_any_rank(rank == 0 && checkpoint_check_target(o.save_dir, &err) != 0 ? &err : NULL);
+        int bad = rank == 0 && checkpoint_check_target(o.save_dir, &err) != 0;
+        /* another run's checkpoint is not replaced unless this run continues it */
+        if (rank == 0 && !bad && checkpoint_exists(o.save_dir) && !(o.resume_dir && same_file(o.resume_dir, o.save_dir)))
+            bad = seq_err(&err, "--save %s already holds a checkpoint that this run does not continue: give a new "
+                          "directory, continue it with --resume %s, or remove it first", o.save_dir, o.save_dir) != 0;
+        die_if_any_rank(bad ? &err : NULL);
     }
     trace_target_check(&o.par); /* and --trace, written at the end */
 

@@ -70,15 +70,48 @@ const char *trainer_state_get(const TrainerState *st, const char *key) {
     return NULL;
 }
 
+/* A setting as a person reads it: the hex floats it is recorded in (exact, "%a") as decimals. */
+static void setting_display(const char *v, char *out, size_t n) {
+    size_t k = 0;
+    out[0] = '\0';
+    while (*v && k + 1 < n) {
+        const size_t len = strcspn(v, ",");
+        char piece[64], *end = NULL;
+        snprintf(piece, sizeof piece, "%.*s", (int)(len < sizeof piece ? len : sizeof piece - 1), v);
+        const int hex = strstr(piece, "0x") != NULL;
+        const double x = hex ? strtod(piece, &end) : 0;
+        if (hex && end && !*end) { /* the fewest digits that read back as the same float (settings are floats) */
+            char dec[32];
+            for (int p = 6; p <= 17; p++) {
+                snprintf(dec, sizeof dec, "%.*g", p, x);
+                if ((float)strtod(dec, NULL) == (float)x) break;
+            }
+            k += (size_t)snprintf(out + k, n - k, "%s", dec);
+        } else {
+            k += (size_t)snprintf(out + k, n - k, "%s", piece);
+        }
+        if (k >= n) break;
+        v += len;
+        if (*v == ',') {
+            k += (size_t)snprintf(out + k, n - k, ",");
+            v++;
+        }
+    }
+}
+
 int trainer_state_compare(const TrainerState *saved, const TrainerState *now, const char *dir, SeqErr *e) {
     if (saved->seq_len > 0 && now->seq_len > 0 && saved->seq_len != now->seq_len)
         return seq_err(e, "checkpoint %s was trained with seq_len %d but this run uses %d: resume with --seq-len %d or "
                        "start a new run", dir, saved->seq_len, now->seq_len, saved->seq_len);
     for (int i = 0; i < saved->n_settings; i++) {
         const char *v = trainer_state_get(now, saved->settings[i].key);
-        if (v && strcmp(v, saved->settings[i].value) != 0)
+        if (v && strcmp(v, saved->settings[i].value) != 0) {
+            char was[128], is[128];
+            setting_display(saved->settings[i].value, was, sizeof was);
+            setting_display(v, is, sizeof is);
             return seq_err(e, "checkpoint %s was trained with %s = %s but this run uses %s: resume with the same "
-                           "setting or start a new run", dir, saved->settings[i].key, saved->settings[i].value, v);
+                           "setting or start a new run", dir, saved->settings[i].key, was, is);
+        }
     }
     return 0;
 }
