@@ -338,10 +338,24 @@ int cmd_plan(int argc, char **argv) {
     const PlanEntry *best = &list[0];
     char flags[512];
     plan_flags(best, flags, sizeof flags);
-    if (best->fits)
-        printf("best: mpirun -n %d seqpar train %s --seq-len %d%s%s\n", cl.ranks, flags, o.seq_len,
-               base.precision == PRECISION_BF16 ? " --precision bf16" : "", o.batch > 1 ? " (and --batch)" : "");
-    else
+    if (best->fits) { /* a command that trains what was planned: the model, length, batch and precision too */
+        char model[512];
+        const LlamaConfig *mc = &base.model;
+        if (o.model_dir) snprintf(model, sizeof model, "--model %s", o.model_dir);
+        else {
+            const int hd = mc->head_dim * mc->num_attention_heads != mc->hidden_size; /* not the default */
+            int k = snprintf(model, sizeof model, "--layers %d --hidden %d --ffn %d --heads %d --kv-heads %d --vocab %d",
+                             mc->num_hidden_layers, mc->hidden_size, mc->intermediate_size, mc->num_attention_heads,
+                             mc->num_key_value_heads, mc->vocab_size);
+            if (hd && k > 0 && (size_t)k < sizeof model) k += snprintf(model + k, sizeof model - k, " --head-dim %d", mc->head_dim);
+            if (mc->rope_theta != 10000.0 && k > 0 && (size_t)k < sizeof model)
+                k += snprintf(model + k, sizeof model - k, " --rope-theta %.17g", mc->rope_theta);
+            if (mc->tie_word_embeddings && k > 0 && (size_t)k < sizeof model)
+                snprintf(model + k, sizeof model - k, " --tie-embeddings");
+        }
+        printf("best: mpirun -n %d seqpar train %s %s --seq-len %d --batch %d%s\n", cl.ranks, model, flags, o.seq_len,
+               o.batch, base.precision == PRECISION_BF16 ? " --precision bf16" : "");
+    } else
         printf("no configuration fits in %.2f GiB per rank: the smallest needs %.1f MiB (more ranks, --offload-dir, or "
                "a shorter --seq-len)\n",
                cl.ram_bytes / 1073741824.0, best->ram / 1048576.0);

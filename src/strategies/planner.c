@@ -335,29 +335,44 @@ static void try_one(List *l, const MemoryModelInput *in, const PlanCluster *c) {
     l->v[l->n++] = e;
 }
 
-/* Fitting first, by speed; those that do not fit after them by RAM, the smallest first. By speed:
- * speeds within PLAN_TIE of each other count as equal and the simpler configuration goes first:
- * the lower ZeRO stage (its gathers and rebinding cost what the model does not count), then less
- * recomputation (none, selective, layer), then fewer bytes to other nodes (what a wrong guess of
- * the links' speed would hurt most), then the faster, then less RAM.
- * A tie within 1% is not transitive; qsort only needs a consistent order for its comparisons,
- * and the tie rule is applied to a bucketed speed so that it is. */
+/* Fitting first, by speed; those that do not fit after them by RAM, the smallest first. By speed
+ * in two passes: sorted fastest first, then cut into groups of the entries within PLAN_TIE of
+ * their group's fastest, and inside a group the simpler configuration goes first: the lower ZeRO
+ * stage (its gathers and rebinding cost what the model does not count), then less recomputation
+ * (none, selective, layer), then fewer bytes to other nodes (what a wrong guess of the links' speed
+ * would hurt most), then the faster, then less RAM. (A tie "within 1%" is not transitive, so it
+ * cannot be one comparison for qsort; a log-spaced bucket was, but split pairs 0.3% apart.) */
 #define PLAN_TIE 0.01
-static double bucket(double tps) { return tps > 0 ? floor(log(tps) / log1p(PLAN_TIE)) : -1e300; }
 static int ckpt_rank(int ckpt) { return ckpt == LLAMA_CKPT_NONE ? 0 : ckpt == LLAMA_CKPT_SELECTIVE ? 1 : 2; }
 
-static int cmp_entry(const void *a, const void *b) {
+static int cmp_speed(const void *a, const void *b) {
     const PlanEntry *x = a, *y = b;
     if (x->fits != y->fits) return y->fits - x->fits;
     if (!x->fits && x->ram != y->ram) return x->ram < y->ram ? -1 : 1; /* nearest to fitting first */
-    double bx = bucket(x->tokens_per_s), by = bucket(y->tokens_per_s);
-    if (bx != by) return bx < by ? 1 : -1;
-    if (x->par.zero != y->par.zero) return x->par.zero - y->par.zero;
-    if (x->checkpoint != y->checkpoint) return ckpt_rank(x->checkpoint) - ckpt_rank(y->checkpoint);
-    if (x->inter_bytes != y->inter_bytes) return x->inter_bytes < y->inter_bytes ? -1 : 1;
     if (x->tokens_per_s != y->tokens_per_s) return x->tokens_per_s < y->tokens_per_s ? 1 : -1;
     if (x->ram != y->ram) return x->ram < y->ram ? -1 : 1;
     return 0;
+}
+
+static int cmp_simpler(const void *a, const void *b) {
+    const PlanEntry *x = a, *y = b;
+    if (x->par.zero != y->par.zero) return x->par.zero - y->par.zero;
+    if (x->checkpoint != y->checkpoint) return ckpt_rank(x->checkpoint) - ckpt_rank(y->checkpoint);
+    if (x->inter_bytes != y->inter_bytes) return x->inter_bytes < y->inter_bytes ? -1 : 1;
+    return cmp_speed(a, b);
+}
+
+static void rank_entries(PlanEntry *v, int n) {
+    if (n < 2) return;
+    qsort(v, (size_t)n, sizeof *v, cmp_speed);
+    int nfit = 0;
+    while (nfit < n && v[nfit].fits) nfit++;
+    for (int i = 0; i < nfit;) {
+        int j = i + 1;
+        while (j < nfit && v[j].tokens_per_s * (1 + PLAN_TIE) >= v[i].tokens_per_s) j++;
+        qsort(v + i, (size_t)(j - i), sizeof *v, cmp_simpler);
+        i = j;
+    }
 }
 
 static int fixed_or(int fixed, int v) { return fixed > 0 ? fixed == v : 1; }
@@ -450,7 +465,7 @@ char *plan_search(const MemoryModelInput *base, const PlanFixed *f, const PlanCl
             }
         }
     }
-    if (l.n > 1) qsort(l.v, (size_t)l.n, sizeof *l.v, cmp_entry);
+    rank_entries(l.v, l.n);
     *out = l.v;
     *n = l.n;
     *invalid = l.invalid;
