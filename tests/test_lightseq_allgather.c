@@ -189,6 +189,9 @@ static void test_checks(void) {
     expect_msg(&lightseq_schedule, p, "divisible by 4 (e.g. 48 or 52)", "S 50 cp 4");
     p.layout = LAYOUT_ZIGZAG;
     expect_msg(&allgather_schedule, p, "divisible by 8 (e.g. 48 or 56)", "S 50 zigzag cp 4");
+    p.seq_len = 2; /* shorter than the unit: one example, not "8 or 8" */
+    expect_msg(&allgather_schedule, p, "divisible by 8 (e.g. 8)", "S 2 zigzag cp 4");
+    p.seq_len = 50;
     p.hp = 2; /* hp x cp ranks split the sequence; zigzag runs over the context group: 2 cp and hp cp
                  must divide S (8 here), 2 hp cp need not */
     p.seq_len = 36;

@@ -137,6 +137,11 @@ flags=$(timeout 60 "$SEQPAR" plan --ranks 2 $M $RATES --batch 2 --top 1 2>&1 | s
 if [ -n "$flags" ] && run_np 2 "$SEQPAR" train $flags $DATA $TRAIN --steps 1 --quiet >"$T/best.out" 2>&1; then ok; else
     bad "the best's flags '$flags' do not run: $(tail -n 2 "$T/best.out" 2>/dev/null)"; fi
 
+# fixed flags that nothing matches: train's reason, on stderr (it was a bare 'nothing runs' on stdout)
+err=$(timeout 60 "$SEQPAR" plan --ranks 4 $M $RATES --strategy ulysses --cp 2 2>&1 >/dev/null); rc=$?
+if [ $rc -eq 1 ] && [ "$(printf '%s\n' "$err" | grep -c '')" -eq 1 ] &&
+    printf '%s' "$err" | grep -q '^seqpar: error: seqpar plan: nothing runs on 4 ranks with the flags given: --strategy ulysses splits heads only: drop --cp 2'; then ok; else
+    bad "plan with flags nothing matches: status $rc: $err"; fi
 # a fixed choice is kept
 fixed=$(timeout 60 "$SEQPAR" plan --ranks 4 $M $RATES --strategy lightseq --checkpoint layer --top 1000 2>&1)
 if [ "$(printf '%s\n' "$fixed" | grep -E '^ *[0-9]+  ' | grep -vcE '^ *[0-9]+  lightseq .* layer ')" = 0 ] &&

@@ -32,6 +32,13 @@ timeout 60 "$SEQPAR" train "${TINY[@]}" --steps 2 --eval-every 0 --eval-seqs 2 -
 timeout 60 "$SEQPAR" train "${TINY[@]}" --steps 2 --eval-every 0 --eval-seqs 2 --log "$T/two.jsonl" --seed 5 >/dev/null 2>&1
 if [ "$(grep -c '"run_start"' "$T/two.jsonl")" -eq 2 ] && [ "$(sed -n 1p "$T/two.jsonl" | grep -c '"run_start"')" -eq 1 ] &&
     grep '"run_start"' "$T/two.jsonl" | tail -n 1 | grep -q '"--seed", "5"'; then ok; else bad "appended runs lack their run_start records: $(cat "$T/two.jsonl")"; fi
+# the log is JSON whatever bytes the command line holds: a path that is not UTF-8 is written with
+# the replacement character (its byte went into the file raw, and the line did not parse)
+bad_name="$T/$(printf 'd\377ta').txt"
+printf 'hello world %.0s' $(seq 100) >"$bad_name"
+timeout 60 "$SEQPAR" train "${TINY[@]}" --vocab 256 --steps 1 --data "$bad_name" --log "$T/utf.jsonl" >/dev/null 2>&1
+if python3 -c 'import json, sys; r = [json.loads(l) for l in open(sys.argv[1], encoding="utf-8")]; sys.exit(not any("d\ufffdta.txt" in a for a in r[0]["argv"]))' "$T/utf.jsonl" 2>/dev/null; then ok; else
+    bad "a non-UTF-8 argument made the log invalid: $(head -c 300 "$T/utf.jsonl" | od -c | head -n 3)"; fi
 
 # ---- elapsed time and ETA: printed on each step line; in the log eta_s = elapsed_s / done x left
 timeout 60 "$SEQPAR" train "${TINY[@]}" "${FUSED[@]}" --steps 6 --eval-every 2 --eval-seqs 3 --recall-queries 10 \

@@ -319,8 +319,16 @@ int cmd_plan(int argc, char **argv) {
            gemm_src, cl.attn_fwd_gflops, cl.attn_bwd_gflops, attn_src);
     printf("%d configurations run on %d ranks (%d refused by the strategies' checks); %d fit in %.2f GiB\n", n,
            cl.ranks, invalid, fit, cl.ram_bytes / 1073741824.0);
-    if (n == 0) {
-        printf("nothing runs: see 'seqpar strategies' for what each strategy needs\n");
+    if (n == 0) { /* the flags given, as train would take them: its reason, where it has one */
+        MemoryModelInput in = base;
+        in.world = cl.ranks;
+        PlanEntry e;
+        char *why = plan_evaluate(&in, &cl, &e);
+        fprintf(stderr, "seqpar: error: seqpar plan: nothing runs on %d rank%s with the flags given: %s\n", cl.ranks,
+                cl.ranks == 1 ? "" : "s",
+                why ? why : "no configuration of seqpar train matches them all (see 'seqpar strategies' for what each "
+                            "strategy takes)");
+        xfree(why);
         xfree(list);
         return 1;
     }

@@ -101,8 +101,8 @@ int main(int argc, char **argv) {
      * by running this program again with OPENBLAS_CORETYPE set (returns when none is needed) */
     char err[200];
     if (blas_core_reexec_if_weak(argv, err, sizeof err) || sgemm_select_from_env(err, sizeof err)) {
-        fprintf(stderr, "seqpar: %s\n", err);
-        return 2;
+        fprintf(stderr, "seqpar: error: %s\n", err);
+        return 1;
     }
     /* `seqpar memory` and `seqpar plan` run nothing distributed: unless a launcher started them
      * as ranks of a larger world (mpirun, srun: their ranks then share the cores and answer once,

@@ -63,14 +63,28 @@ int run_dir_create(const char *parent, MPI_Comm comm, char *buf, size_t n, SeqEr
     return 0;
 }
 
+/* Bytes of the well-formed UTF-8 sequence at p (1 for ASCII), or 0 where none starts there. */
+static int utf8_sequence(const unsigned char *p) {
+    if (*p < 0x80) return 1;
+    int n = *p >= 0xC2 && *p <= 0xDF ? 2 : *p >= 0xE0 && *p <= 0xEF ? 3 : *p >= 0xF0 && *p <= 0xF4 ? 4 : 0;
+    for (int i = 1; i < n; i++)
+        if ((p[i] & 0xC0) != 0x80) return 0;
+    if (n == 3 && ((*p == 0xE0 && p[1] < 0xA0) || (*p == 0xED && p[1] > 0x9F))) return 0; /* overlong, surrogate */
+    if (n == 4 && ((*p == 0xF0 && p[1] < 0x90) || (*p == 0xF4 && p[1] > 0x8F))) return 0; /* overlong, > U+10FFFF */
+    return n;
+}
+
 void json_write_string(FILE *out, const char *s) {
     fputc('"', out);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') fprintf(out, "\\%c", *p);
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        const int n = utf8_sequence(p);
+        if (n == 0) fputs("\\ufffd", out); /* a byte that is not UTF-8 (a path's, say): the replacement character */
+        else if (*p == '"' || *p == '\\') fprintf(out, "\\%c", *p);
         else if (*p == '\n') fputs("\\n", out);
         else if (*p == '\t') fputs("\\t", out);
         else if (*p < 0x20) fprintf(out, "\\u%04x", *p);
-        else fputc(*p, out);
+        else fwrite(p, 1, (size_t)n, out);
+        p += n ? n : 1;
     }
     fputc('"', out);
 }

@@ -30,10 +30,14 @@ char *layout_split_error(TokenLayout l, long S, int hp, int cp) {
     if (S > 0 && S % unit == 0) return NULL;
     long below = S / unit * unit, above = below + unit;
     char buf[256];
-    snprintf(buf, sizeof buf,
-             "--seq-len %ld does not split under the %s layout over hp x cp = %ld ranks: it must be divisible by %ld "
-             "(e.g. %ld or %ld)",
-             S, layout_name(l), sp, unit, below > 0 ? below : above, above);
+    if (below > 0)
+        snprintf(buf, sizeof buf,
+                 "--seq-len %ld does not split under the %s layout over hp x cp = %ld ranks: it must be divisible by "
+                 "%ld (e.g. %ld or %ld)", S, layout_name(l), sp, unit, below, above);
+    else /* one example: the nearest above (below would be 0) */
+        snprintf(buf, sizeof buf,
+                 "--seq-len %ld does not split under the %s layout over hp x cp = %ld ranks: it must be divisible by "
+                 "%ld (e.g. %ld)", S, layout_name(l), sp, unit, above);
     return xstrdup(buf);
 }
 
