@@ -52,6 +52,8 @@ for k in 1 3 40; do
         bad "grad --ffn-chunks $k: loss $got (default chunks $want) or gradients differ"; fi
 done
 expect_error "unknown checkpoint mode" "expects none, layer or selective" "$SEQPAR" grad --model "$FIX/tiny_mha" --tokens "$FIX/tiny_mha/tokens.bin" --seq-len 24 --out "$T/x" --checkpoint=partial
+# and given as the next word (it was 'unexpected argument')
+expect_error "unknown checkpoint mode, separate" "expects none, layer or selective (alone: layer), got 'partial'" "$SEQPAR" grad --model "$FIX/tiny_mha" --tokens "$FIX/tiny_mha/tokens.bin" --seq-len 24 --out "$T/x" --checkpoint partial
 expect_error "--ffn-chunks 0" "ffn-chunks" "$SEQPAR" grad --model "$FIX/tiny_mha" --tokens "$FIX/tiny_mha/tokens.bin" --seq-len 24 --out "$T/x" --ffn-chunks 0
 
 # ---- help for each command, unknown command
@@ -59,6 +61,11 @@ for c in train grad bench; do
     if timeout 20 "$SEQPAR" $c --help | grep -q "usage: seqpar $c"; then ok; else bad "seqpar $c --help"; fi
 done
 expect_error "unknown command" "unknown command 'frobnicate'" "$SEQPAR" frobnicate
+# every command's help three ways: --help, -h and 'seqpar help CMD' (-h was an unknown option)
+for c in train grad bench sample strategies memory plan; do
+    a=$(timeout 20 "$SEQPAR" "$c" --help 2>&1); b=$(timeout 20 "$SEQPAR" "$c" -h 2>&1); h=$(timeout 20 "$SEQPAR" help "$c" 2>&1)
+    if printf '%s' "$a" | grep -q "^usage: seqpar $c" && [ "$a" = "$b" ] && [ "$a" = "$h" ]; then ok; else bad "seqpar $c -h / help $c differ from --help"; fi
+done
 
 # ---- MFU against the measured fp32 peak (the best of several sgemm trials, named in the header),
 # never above 100%: the suite's other runs skip the trials (SEQPAR_PEAK_GFLOPS, run_tests.sh)

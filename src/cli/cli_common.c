@@ -238,9 +238,11 @@ int memory_flags_handle(MemoryFlags *f, const char *cmd, int opt, const char *ar
     switch (opt) {
     case 3001:
         if (!arg && optind < argc && llama_checkpoint_parse(argv[optind]) >= 0) arg = argv[optind++];
+        /* a word after it that is no mode: meant as one (only bench takes words of its own) */
+        else if (!arg && optind < argc && argv[optind][0] != '-' && strcmp(cmd, "bench") != 0) arg = argv[optind];
         f->checkpoint = arg ? llama_checkpoint_parse(arg) : LLAMA_CKPT_LAYER;
         if (f->checkpoint < 0)
-            die_collective("seqpar %s: --checkpoint expects none, layer or selective, got '%s'", cmd, arg);
+            die_collective("seqpar %s: --checkpoint expects none, layer or selective (alone: layer), got '%s'", cmd, arg);
         return 1;
     case 3002: f->ffn_chunks = (int)parse_long(cmd, "ffn-chunks", arg, 1, 1 << 30); return 1;
     case 3004: f->no_stream = 1; return 1;

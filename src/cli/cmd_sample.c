@@ -66,7 +66,7 @@ static void parse_sample_options(int argc, char **argv, SampleOptions *o) {
     opterr = 0;
     optind = 1;
     int opt;
-    while ((opt = getopt_full(argc, argv, ":", opts, cmd)) != -1) {
+    while ((opt = getopt_full(argc, argv, ":h", opts, cmd)) != -1) {
         switch (opt) {
         case 'm': o->model_dir = optarg; break;
         case 'p': o->prompt = optarg; break;

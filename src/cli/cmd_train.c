@@ -292,7 +292,7 @@ void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, 
     opterr = 0;
     optind = 1;
     int opt;
-    while ((opt = getopt_full(argc, argv, ":", opts, cmd)) != -1) {
+    while ((opt = getopt_full(argc, argv, ":h", opts, cmd)) != -1) {
         if (size_flags_handle(sf, cmd, opt, optarg)) continue;
         if (parallel_flags_handle(&o->par, cmd, opt, optarg)) continue;
         if (memory_flags_handle(&o->mem, cmd, opt, optarg, argc, argv)) continue;

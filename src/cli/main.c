@@ -26,7 +26,7 @@ static const char USAGE[] =
     "  memory  the memory one training step with train's flags would hold, per rank and component\n"
     "  plan    the strategy, grid, checkpoint mode and ZeRO stage to train with on a given cluster\n"
     "\n"
-    "'seqpar <command> --help' describes each command's options.\n";
+    "'seqpar <command> --help' (or -h, or 'seqpar help <command>') describes each command's options.\n";
 
 /* --comm-timeout's value on the command line before MPI starts (the real parser checks it later):
  * the default where absent or not a number >= 0. */
@@ -122,6 +122,12 @@ int main(int argc, char **argv) {
     exchange_deadline_set(setup_deadline);
     if (!skip_mpi) die_unless_same_command(argc, argv);
     int status;
+    char help_flag[] = "--help", *help_argv[4];
+    if (argc == 3 && !strcmp(argv[1], "help")) { /* seqpar help CMD: CMD's own help */
+        help_argv[0] = argv[0], help_argv[1] = argv[2], help_argv[2] = help_flag, help_argv[3] = NULL;
+        argc = 3;
+        argv = help_argv;
+    }
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         fputs(USAGE, stdout);
         status = argc < 2 ? 2 : 0;
