@@ -62,8 +62,10 @@ int cmd_strategies(int argc, char **argv) {
     for (int i = 0; strategy_at(i); i++) {
         const Strategy *s = strategy_at(i);
         printf("%-10s %s\n", s->name, s->summary || !s->schedule ? s->summary : s->schedule->summary);
-        printf("%-10s flags: %s; constraints: %s; default layout %s\n", "", s->flags || !s->schedule ? s->flags : s->schedule->flags,
-               s->constraints || !s->schedule ? s->constraints : s->schedule->constraints, layout_name(s->default_layout));
+        printf("%-10s flags: %s; constraints: %s%s%s\n", "", s->flags || !s->schedule ? s->flags : s->schedule->flags,
+               s->constraints || !s->schedule ? s->constraints : s->schedule->constraints,
+               s->own ? "" : "; default layout ", /* FPDT's own layout is in its constraints (no --layout) */
+               s->own ? "" : layout_name(s->default_layout));
     }
     if (!P) return 0;
     printf("\n%d ranks, S = %ld, %d heads (%d KV), head_dim %d, %s, per layer (busiest rank):\n", P, S, H, K, d,

@@ -343,7 +343,7 @@ void comm_stats_print(Comm *c, FILE *f) {
                     s->messages[k], s->wait_s[k]);
         }
         if (s->meta_bytes) fprintf(f, " meta %.3f MB;", s->meta_bytes / 1e6);
-        fprintf(f, " compute %.4f s (cpu %.4f s), exposed comm %.4f s\n", s->compute_s, s->compute_cpu_s,
+        fprintf(f, " compute in the attention strategy %.4f s (cpu %.4f s), exposed comm %.4f s\n", s->compute_s, s->compute_cpu_s,
                 comm_stats_exposed(s));
     }
     for (int r = 0; r < size; r++) { /* the exact byte counts, for checks against formulas */

@@ -169,7 +169,7 @@ const ScheduleInfo allgather_schedule = {
     .name = "allgather",
     .summary = "all-gather context parallelism (Llama 3 / TransformerEngine all_gather CP): all-gather k|v, "
                "reduce-scatter dk|dv",
-    .flags = "--cp --layout",
+    .flags = "--hp --cp --layout",
     .constraints = "any cp; any layout (zigzag balances the causal work); seq-len divisible by hp x cp (zigzag: also by "
                    "2 cp)",
     .check = allgather_check,

@@ -465,7 +465,7 @@ const ScheduleInfo lightseq_schedule = {
     .name = "lightseq",
     .summary = "LightSeq / DistFlashAttn balanced causal schedule: idle early ranks compute later ranks' blocks "
                "(paper 004 §3.2)",
-    .flags = "--cp --layout",
+    .flags = "--hp --cp --layout",
     .constraints = "cp even (or 1); contiguous layout; seq-len divisible by hp x cp",
     .check = lightseq_check,
     .create = lightseq_create,

@@ -540,7 +540,7 @@ const ScheduleInfo wallfacer_schedule = {
     .name = "wallfacer",
     .summary = "WallFacer multi-ring attention: teams of C ranks all-gather q, k, v and run C^2 sub-rings of "
                "cp/C^2 steps (paper 002)",
-    .flags = "--cp --team --placement --layout",
+    .flags = "--hp --cp --team --placement --layout",
     .constraints = "--team C >= 1 with C^2 dividing cp (C = 1: plain ring; C = sqrt(cp): no ring steps); "
                    "--placement team-first (teams on consecutive ranks, default) or ring-first (sub-rings); any "
                    "layout (zigzag balances causal work); S divisible by sp (zigzag: also by 2 cp)",
