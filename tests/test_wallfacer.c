@@ -188,7 +188,7 @@ static void test_check(void) {
     expect_msg(9, 1, 9, LAYOUT_STRIPED, NULL, NULL);
     expect_msg(1, 1, 4, LAYOUT_ZIGZAG, NULL, NULL);
     CHECKQ(!strcmp(wallfacer_schedule.name, "wallfacer") && wallfacer_schedule.summary &&
-               !strcmp(wallfacer_schedule.flags, "--cp --team --placement --layout") && wallfacer_schedule.constraints,
+               !strcmp(wallfacer_schedule.flags, "--hp --cp --team --placement --layout") && wallfacer_schedule.constraints,
            "schedule table entry");
 }
 
