@@ -127,6 +127,12 @@ expect_error "--trace-step past the last step" "trace-step 9 is past the run's l
 expect_error "abbreviated --tokens" "unknown option '--tokens' (--tokens-format is the option" "$SEQPAR" train "${TRAIN[@]}" --tokens x
 expect_error "abbreviated --ranks" "unknown option '--ranks' (--ranks-per-node" "$SEQPAR" train "${TRAIN[@]}" --ranks 4
 expect_error "abbreviated --mod" "unknown option '--mod'" "$SEQPAR" grad --mod "$FIX/tiny_mha" --tokens "$FIX/tiny_mha/tokens.bin" --seq-len 8 --out "$T/x"
+# memory (and plan) size the vocabulary to --data as train does (it modelled the size flags' 64)
+mv=$(timeout 20 "$SEQPAR" memory --layers 1 --hidden 32 --heads 2 --kv-heads 1 --ffn 32 --seq-len 16 --data "$FIX/tiny_long/tokens.bin" --vocab 32 2>&1)
+printf 'hello world %.0s' $(seq 100) >"$T/mv.txt"
+if printf '%s' "$mv" | grep -q "vocab 32 does not cover" &&
+    timeout 20 "$SEQPAR" memory --layers 1 --hidden 32 --heads 2 --kv-heads 1 --ffn 32 --seq-len 16 --data "$T/mv.txt" 2>&1 | head -n 1 | grep -q ', vocab 256$'; then ok; else
+    bad "memory with --data: $(printf '%s' "$mv" | head -n 1)"; fi
 # an explicit --vocab the data does not fit is refused (it was raised silently); without --vocab the data's size is taken
 expect_error "--vocab below the data's tokens" "vocab 10 does not cover .*tokens go up to 63: give --vocab 64" \
     "$SEQPAR" train --layers 1 --hidden 32 --heads 2 --kv-heads 1 --ffn 32 --seq-len 16 --steps 1 --vocab 10 --data "$FIX/tiny_long/tokens.bin"

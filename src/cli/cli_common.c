@@ -365,6 +365,22 @@ int pack_flags_eot(const PackFlags *f, const char *cmd, const char *model_dir, i
     return (int)eot;
 }
 
+void size_flags_fit_data(SizeFlags *sf, TokenStream *ts, const char *data) {
+    SeqErr err;
+    uint32_t max_token = 0;
+    die_if_any_rank(token_stream_max_token(ts, &max_token, &err) != 0 ? &err : NULL);
+    if ((uint32_t)sf->cfg.vocab_size > max_token) return; /* unsigned: no wrap */
+    const int text = ts->data.format == TOKENS_TEXT, need = text ? 256 : (int)max_token + 1; /* max_token < 2^31 - 1 */
+    if (sf->given & (1u << (1007 - 1001))) { /* --vocab given: say so rather than change it */
+        if (text)
+            die_collective("--vocab %d does not cover '%s', text read one token per byte: give --vocab 256 or more, or "
+                           "drop --vocab", sf->cfg.vocab_size, data);
+        die_collective("--vocab %d does not cover '%s', whose tokens go up to %u: give --vocab %d or more, or drop "
+                       "--vocab (the data's size is then taken)", sf->cfg.vocab_size, data, (unsigned)max_token, need);
+    }
+    sf->cfg.vocab_size = need;
+}
+
 void model_from_dir(LlamaModel *m, const char *dir, uint64_t seed, int random_init) {
     char path[4096];
     SeqErr e;

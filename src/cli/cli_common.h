@@ -6,6 +6,7 @@
 #include <getopt.h>
 #include <stdint.h>
 
+#include "data/token_stream.h"
 #include "model/llama.h"
 #include "strategies/seq_parallel.h"
 
@@ -46,6 +47,10 @@ void size_flags_default(SizeFlags *f);
     {"vocab", required_argument, 0, 1007}, {"rope-theta", required_argument, 0, 1008}, \
     {"tie-embeddings", no_argument, 0, 1009}
 int size_flags_handle(SizeFlags *f, const char *cmd, int opt, const char *arg);
+/* With size flags and token data: the vocabulary the data needs (train's and memory's rule): an
+ * explicit --vocab that does not cover the data ends every rank with one line; else vocab_size is
+ * raised to it (text: 256, one token per byte; shards: the largest id + 1). */
+void size_flags_fit_data(SizeFlags *sf, TokenStream *ts, const char *data);
 /* With --model or --resume the model's own config decides the sizes: a size flag given with a
  * different value is one line on every rank naming both values (the same value is accepted, so
  * a run can be resumed with its original command line). `source` names the config. */

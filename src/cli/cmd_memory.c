@@ -56,6 +56,12 @@ void memory_input_from_options(const TrainOptions *o, SizeFlags *sf, const char 
         if (config_json_read(path, out, &e) != 0) die_collective("%s", e.msg);
         size_flags_check(sf, out, cmd, o->model_dir);
     } else {
+        if (strcmp(o->data, "recall") != 0) { /* token data sizes the vocabulary, as in train */
+            TokenStream ts;
+            if (token_stream_open(&ts, o->data, o->tokens_format, STREAM_TRAIN, &e) != 0) die_collective("%s", e.msg);
+            size_flags_fit_data(sf, &ts, o->data);
+            token_stream_close(&ts);
+        }
         *out = sf->cfg;
         if (out->head_dim == 0 && out->num_attention_heads > 0) {
             if (out->hidden_size % out->num_attention_heads != 0)

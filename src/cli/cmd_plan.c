@@ -361,8 +361,9 @@ int cmd_plan(int argc, char **argv) {
             if (mc->tie_word_embeddings && k > 0 && (size_t)k < sizeof model)
                 snprintf(model + k, sizeof model - k, " --tie-embeddings");
         }
-        printf("best: mpirun -n %d seqpar train %s %s --seq-len %d --batch %d%s\n", cl.ranks, model, flags, o.seq_len,
-               o.batch, base.precision == PRECISION_BF16 ? " --precision bf16" : "");
+        printf("best: mpirun -n %d seqpar train %s %s --seq-len %d --batch %d%s%s%s\n", cl.ranks, model, flags, o.seq_len,
+               o.batch, base.precision == PRECISION_BF16 ? " --precision bf16" : "", strcmp(o.data, "recall") ? " --data " : "",
+               strcmp(o.data, "recall") ? o.data : "");
     } else
         printf("no configuration fits in %.2f GiB per rank: the smallest needs %.1f MiB (more ranks, --offload-dir, or "
                "a shorter --seq-len)\n",

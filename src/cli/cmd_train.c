@@ -478,21 +478,7 @@ int cmd_train(int argc, char **argv) {
         die_if_any_rank(token_stream_open(&ds.ts, o.data, o.tokens_format, STREAM_TRAIN, &err) != 0 ? &err : NULL);
         if (ds.ts.total < (size_t)S + 1)
             die_collective("--seq-len %d needs %d tokens but '%s' holds %zu: use a shorter --seq-len", S, S + 1, o.data, ds.ts.total);
-        uint32_t max_token = 0;
-        if (!o.model_dir && !o.resume_dir) /* size flags: a vocabulary that covers the data */
-            die_if_any_rank(token_stream_max_token(&ds.ts, &max_token, &err) != 0 ? &err : NULL);
-        if (!o.model_dir && !o.resume_dir && (uint32_t)sf.cfg.vocab_size <= max_token) { /* unsigned: no wrap */
-            const int need = ds.ts.data.format == TOKENS_TEXT ? 256 : (int)max_token + 1; /* max_token < 2^31 - 1 */
-            if (sf.given & (1u << (1007 - 1001))) { /* --vocab given: say so rather than change it */
-                if (ds.ts.data.format == TOKENS_TEXT)
-                    die_collective("--vocab %d does not cover '%s', text read one token per byte: give --vocab 256 or "
-                                   "more, or drop --vocab", sf.cfg.vocab_size, o.data);
-                die_collective("--vocab %d does not cover '%s', whose tokens go up to %u: give --vocab %d or more, or "
-                               "drop --vocab (the data's size is then taken)", sf.cfg.vocab_size, o.data,
-                               (unsigned)max_token, need);
-            }
-            sf.cfg.vocab_size = need;
-        }
+        if (!o.model_dir && !o.resume_dir) size_flags_fit_data(&sf, &ds.ts, o.data); /* a vocabulary that covers it */
     } else if (o.val_data) {
         die_collective("--val-data needs token data: --data recall reports recall accuracy instead");
     }
