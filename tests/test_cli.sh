@@ -126,6 +126,7 @@ expect_error "--trace-step past the last step" "trace-step 9 is past the run's l
 # --ranks as --ranks-per-node
 expect_error "abbreviated --tokens" "unknown option '--tokens' (--tokens-format is the option" "$SEQPAR" train "${TRAIN[@]}" --tokens x
 expect_error "abbreviated --ranks" "unknown option '--ranks' (--ranks-per-node" "$SEQPAR" train "${TRAIN[@]}" --ranks 4
+expect_error "a flag given a value" "option '--quiet' takes no value" "$SEQPAR" train "${TRAIN[@]}" --quiet=1
 expect_error "abbreviated --mod" "unknown option '--mod'" "$SEQPAR" grad --mod "$FIX/tiny_mha" --tokens "$FIX/tiny_mha/tokens.bin" --seq-len 8 --out "$T/x"
 # memory (and plan) size the vocabulary to --data as train does (it modelled the size flags' 64)
 mv=$(timeout 20 "$SEQPAR" memory --layers 1 --hidden 32 --heads 2 --kv-heads 1 --ffn 32 --seq-len 16 --data "$FIX/tiny_long/tokens.bin" --vocab 32 2>&1)

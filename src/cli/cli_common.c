@@ -81,6 +81,9 @@ void die_bad_option(const char *cmd, int argc, char **argv, int opt) {
     const char *arg = (optind - 1 >= 0 && optind - 1 < argc) ? argv[optind - 1] : "?";
     if (opt == ':')
         die_collective("seqpar %s: option '%s' needs a value (see 'seqpar %s --help')", cmd, arg, cmd);
+    if (opt == '?' && optopt != 0 && arg[0] == '-' && arg[1] == '-' && strchr(arg, '=')) /* a flag given a value */
+        die_collective("seqpar %s: option '%.*s' takes no value: give it alone (see 'seqpar %s --help')", cmd,
+                       (int)strcspn(arg, "="), arg, cmd);
     die_collective("seqpar %s: unknown option '%s' (see 'seqpar %s --help')", cmd, arg, cmd);
 }
 
