@@ -339,7 +339,7 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
     out->zero_group = group;
     out->layer_chunks = offload_inputs ? (int)in_chunks : 0;
     out->streams = stream;
-    out->strategy = sp > 1 || own ? s->name : dp > 1 ? "data parallel only" : "single process";
+    out->strategy = strategy_run_name(s, sp, dp);
 
     /* the papers' terms (fp32 bytes) */
     const double A = N * D * 4;

@@ -54,7 +54,7 @@ typedef struct {
     int rank;                /* that world rank */
     int dp, hp, cp, n_local, threads, ffn_chunks, zero, zero_group, layer_chunks;
     int streams;             /* layers run chunk by chunk (llama.h: chunk streaming) */
-    const char *strategy;    /* "single process" (or "data parallel only" for dp > 1) when sp = 1 and the strategy has no attention of its own */
+    const char *strategy;    /* strategy_run_name: the strategy's, or "data parallel only" / "single process" */
     /* The papers' terms, in bytes (fp32), per rank (see the README, "Memory model"):
      * WallFacer Eq. 5: A = B N H / P, one layer's hidden activation of the local tokens;
      * Eq. 6 / 7: the (Y + 1) A checkpoints plus 3 A (ring) or 3 C A (WallFacer teams) of q, k, v;

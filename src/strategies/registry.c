@@ -82,6 +82,10 @@ char *strategy_grid(const Strategy *s, int hp_given, int cp_given, int sp_ranks,
     return NULL;
 }
 
+const char *strategy_run_name(const Strategy *s, int sp, int dp) {
+    return sp > 1 || s->own ? s->name : dp > 1 ? "data parallel only" : "single process";
+}
+
 int strategy_default_team(const Strategy *s, int cp) {
     int team = 0;
     if (s->schedule == &wallfacer_schedule)

@@ -112,6 +112,10 @@ char *strategy_grid(const Strategy *s, int hp_given, int cp_given, int sp_ranks,
 /* The team size when --team is not given: wallfacer's largest C with C^2 dividing cp; 0 for the
  * strategies without teams. */
 int strategy_default_team(const Strategy *s, int cp);
+/* What a run of s on a dp x sp grid is called in headers: the strategy's name, or where it has no
+ * attention to split (sp = 1 and no attention of its own) "data parallel only" (dp > 1) or
+ * "single process". */
+const char *strategy_run_name(const Strategy *s, int sp, int dp);
 
 /* The heads split over hp (also unevenly: head_exchange.h) and a positive head_dim: NULL or a
  * one-line message (xmalloc'd). Part of strategy_check; for strategies with their own check. */

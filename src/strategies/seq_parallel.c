@@ -216,7 +216,7 @@ void seq_parallel_describe(const SeqParallel *p, char *buf, size_t n) {
         snprintf(lay, sizeof lay, "%s", layout_name(p->cfg.layout));
     if (t->sp > 1 && p->strategy->schedule == &wallfacer_schedule) snprintf(team, sizeof team, ", team %d", p->params.team);
     snprintf(buf, n, "%s%s: dp %d x hp %d x cp %d (ring W %d), %s layout, %s placement, %d ranks/node, zero %d (groups of %d), %d thread%s/rank",
-             t->sp > 1 || p->strategy->own ? p->strategy->name : t->dp > 1 ? "data parallel only" : "single process", team, t->dp, t->hp, t->cp, t->ring_inner, lay, placement_name(t->placement),
+             strategy_run_name(p->strategy, t->sp, t->dp), team, t->dp, t->hp, t->cp, t->ring_inner, lay, placement_name(t->placement),
              t->ranks_per_node, p->cfg.zero, p->sync.group, p->threads, p->threads == 1 ? "" : "s");
     const size_t len = strlen(buf);
     if (p->idle_cpus > 0 && len < n)
