@@ -44,20 +44,16 @@ void topology_create(Topology *t, int dp, int hp, int cp, int ring_inner, Placem
         die_collective("--dp, --hp and --cp must be at least 1 (got %d, %d, %d)", dp, hp, cp);
     if ((long)dp * hp * cp != t->world_size) { /* the ways to agree: another --dp, another --cp, other ranks */
         const long grid = (long)dp * hp * cp, W = t->world_size;
-        char fix[160] = "";
-        size_t n = 0;
-        if (W % ((long)hp * cp) == 0)
-            n += (size_t)snprintf(fix + n, sizeof fix - n, "give --dp %ld (or drop it), ", W / ((long)hp * cp));
-        if (W % ((long)dp * hp) == 0 && W / ((long)dp * hp) != cp && n < sizeof fix)
-            snprintf(fix + n, sizeof fix - n, "%s--cp %ld to split each sequence over the ranks, ", n ? "" : "give ",
-                     W / ((long)dp * hp));
-        if (!fix[0])
-            die_collective("--dp %d x --hp %d x --cp %d = %ld rank%s, but %ld were started: start %ld rank%s (mpirun "
-                           "-np %ld), or give an --hp x --cp that divides %ld", dp, hp, cp, grid, grid == 1 ? "" : "s", W,
-                           grid, grid == 1 ? "" : "s", grid, W);
-        die_collective("--dp %d x --hp %d x --cp %d = %ld rank%s, but %ld were started: %sor start %ld rank%s "
-                       "(mpirun -np %ld)", dp, hp, cp, grid, grid == 1 ? "" : "s", W, fix, grid, grid == 1 ? "" : "s",
-                       grid);
+        const char *s = grid == 1 ? "" : "s";
+        char fix[256];
+        int n = 0;
+        if (W % ((long)hp * cp) == 0) n += snprintf(fix + n, sizeof fix - n, "give --dp %ld (or drop it), ", W / ((long)hp * cp));
+        if (W % ((long)dp * hp) == 0 && W / ((long)dp * hp) != cp)
+            n += snprintf(fix + n, sizeof fix - n, "%s--cp %ld to split each sequence over the ranks, ", n ? "" : "give ",
+                          W / ((long)dp * hp));
+        if (n) snprintf(fix + n, sizeof fix - n, "or start %ld rank%s (mpirun -np %ld)", grid, s, grid);
+        else snprintf(fix, sizeof fix, "start %ld rank%s (mpirun -np %ld), or give an --hp x --cp that divides %ld", grid, s, grid, W);
+        die_collective("--dp %d x --hp %d x --cp %d = %ld rank%s, but %ld were started: %s", dp, hp, cp, grid, s, W, fix);
     }
     if (ring_inner <= 0) ring_inner = cp;
     if (cp % ring_inner != 0)
