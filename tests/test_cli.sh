@@ -217,6 +217,15 @@ expect_error "kv heads not dividing heads (flags)" "kv" "$SEQPAR" train --heads 
 expect_error "unknown flag" "unknown option '--bogus'" "$SEQPAR" train --bogus
 expect_error "flag without value" "needs a value" "$SEQPAR" train --steps
 expect_error "non-numeric value" "--steps expects an integer" "$SEQPAR" train --steps abc
+# numbers in plain decimal only: strtod/strtol alone took hexadecimal (--lr 0x10 = 16), inf, nan
+# and leading spaces
+expect_error "hexadecimal rate" "--lr expects a number, got '0x10'" "$SEQPAR" train --lr 0x10
+expect_error "rate inf" "--lr expects a number, got 'inf'" "$SEQPAR" train --lr inf
+expect_error "leading space" "--steps expects an integer, got ' 5'" "$SEQPAR" train --steps ' 5'
+expect_error "hexadecimal integer" "--seq-len expects an integer, got '0x40'" "$SEQPAR" train --seq-len 0x40
+expect_error "plan rates in hexadecimal" "--attn-gflops '0x5a' is not F or F,B" "$SEQPAR" plan --ranks 2 --attn-gflops 0x5a
+if out=$("$SEQPAR" plan --ranks 2 --attn-gflops 9e1,.85e2 2>&1) && printf '%s' "$out" | grep -q '^best:'; then ok; else
+    bad "plan --attn-gflops 9e1,.85e2 (plain decimal with exponents) refused: $out"; fi
 expect_error "grad without --model" "--model" "$SEQPAR" grad --tokens x --seq-len 3 --out y
 expect_error "unknown bench part" "unknown part" "$SEQPAR" bench nothing
 expect_error "bad SEQPAR_ATTN_BWD_ROWS" "SEQPAR_ATTN_BWD_ROWS=12x" env SEQPAR_ATTN_BWD_ROWS=12x "$SEQPAR" "${G[@]}" --model "$FIX/tiny_mha"

@@ -187,8 +187,19 @@ static void parse_rates(const char *v, double *f, double *b) {
     char *end;
     *f = strtod(v, &end);
     *b = *f;
-    if (*end == ',') *b = strtod(end + 1, &end);
-    if (*end || !(*f > 0) || !(*b > 0))
+    size_t n1 = (size_t)(end - v);
+    int plain = n1 > 0 && n1 < 64;
+    if (plain) {
+        char first[64];
+        memcpy(first, v, n1);
+        first[n1] = '\0';
+        plain = is_decimal_number(first, 1);
+    }
+    if (*end == ',') {
+        plain = plain && is_decimal_number(end + 1, 1);
+        *b = strtod(end + 1, &end);
+    }
+    if (!plain || *end || !(*f > 0) || !(*b > 0))
         die_collective("seqpar plan: --attn-gflops '%s' is not F or F,B with positive GFLOPS per thread: e.g. 90 or 90,85",
                        v);
 }
