@@ -219,6 +219,7 @@ expect_error "flag without value" "needs a value" "$SEQPAR" train --steps
 expect_error "non-numeric value" "--steps expects an integer" "$SEQPAR" train --steps abc
 # numbers in plain decimal only: strtod/strtol alone took hexadecimal (--lr 0x10 = 16), inf, nan
 # and leading spaces
+expect_error "a watchdog shorter than any wait" "--comm-timeout 0.0001 is shorter than the ranks' ordinary waits" "$SEQPAR" train --comm-timeout 0.0001
 expect_error "hexadecimal rate" "--lr expects a number, got '0x10'" "$SEQPAR" train --lr 0x10
 expect_error "rate inf" "--lr expects a number, got 'inf'" "$SEQPAR" train --lr inf
 expect_error "leading space" "--steps expects an integer, got ' 5'" "$SEQPAR" train --steps ' 5'

@@ -211,7 +211,7 @@ const char PARALLEL_FLAGS_HELP[] =
     "  --stats             print bytes sent per kind, compute and exposed communication per rank\n"
     "  --comm-timeout S    watchdog: a wait for other ranks longer than S seconds ends the job with\n"
     "                      a message and exit status 3 (default 300; the first step and checkpoint\n"
-    "                      saves may take 4 x S; 0 waits forever)\n";
+    "                      saves may take 4 x S; 0 waits forever; else at least 0.1)\n";
 
 int parallel_flags_handle(ParallelConfig *c, const char *cmd, int opt, const char *arg) {
     switch (opt) {
@@ -236,6 +236,9 @@ int parallel_flags_handle(ParallelConfig *c, const char *cmd, int opt, const cha
     case 2014: c->chunks = (int)parse_long(cmd, "chunks", arg, 1, 1 << 20); return 1;
     case 2030: /* and the deadline of the ranks' error exchanges until the watchdog takes it over */
         c->comm_timeout = parse_double(cmd, "comm-timeout", arg, 0, 1e7);
+        if (c->comm_timeout > 0 && c->comm_timeout < 0.1) /* every ordinary wait would end the job */
+            die_collective("seqpar %s: --comm-timeout %s is shorter than the ranks' ordinary waits: give 0 (no "
+                           "watchdog) or at least 0.1 seconds", cmd, arg);
         exchange_deadline_set(c->comm_timeout * COMM_SLOW_PHASE_FACTOR);
         return 1;
     default: return 0;
