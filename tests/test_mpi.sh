@@ -271,6 +271,13 @@ if grep -q '^rank 0: alltoall [0-9.]* MB (intra [0-9.]*, inter 0.000)' "$T/hf.ou
     grep -Eq '^rank 0: alltoall [0-9.]* MB \(intra 0.000, inter (0\.0*[1-9]|[1-9])' "$T/cf.out" &&
     grep -q 'p2p_inner [0-9.]* MB (intra [0-9.]*, inter 0.000)' "$T/cf.out"; then ok; else
     bad "placement does not move traffic between intra- and inter-node as expected"; head -n 2 "$T/hf.out" "$T/cf.out"; fi
+# a kind that moved nothing is not listed: the ring's positions exchange went under 'alltoall' (a wait
+# with 0 messages), Ulysses' empty progress tests under 'p2p_outer'; the positions are 'meta'
+run_np 2 "$SEQPAR" grad --model "$FIX/tiny_long" --tokens "$FIX/tiny_long/tokens.bin" --seq-len 256 --out "$T/g" --cp 2 --stats >"$T/rs.out" 2>&1
+run_np 2 "$SEQPAR" grad --model "$FIX/tiny_long" --tokens "$FIX/tiny_long/tokens.bin" --seq-len 256 --out "$T/g" --hp 2 --stats >"$T/us.out" 2>&1
+if [ "$(grep -c '^rank [01]: p2p_inner .* meta [0-9.]* MB wait [0-9.]* s;' "$T/rs.out")" = 2 ] && ! grep -q '^rank.*alltoall' "$T/rs.out" &&
+    [ "$(grep -c '^rank [01]: alltoall .* meta [0-9.]* MB wait' "$T/us.out")" = 2 ] && ! grep -q '^rank.*p2p_' "$T/us.out"; then ok; else
+    bad "--stats lists kinds that moved nothing: $(grep '^rank' "$T/rs.out" "$T/us.out")"; fi
 
 # ---- the run header names CPUs the ranks' binding leaves idle: under `mpirun -np 1` Open MPI binds
 # the rank to one core (at most 2 ranks: bind to core); the note appears exactly when the rank

@@ -39,7 +39,7 @@ plan predicted
 $b"; fi
     [ "$split" = 1 ] || return
     # "kind X MB (intra a, inter b)" per rank, kinds with bytes
-    a=$(printf '%s\n' "$got" | grep -E '^rank [0-9]+:' | sed -E 's/ msgs [0-9]+ wait [0-9.]+ s;/;/g; s/ meta [0-9.]+ MB;//; s/ compute .*//; s/ [a-z0-9_]+ 0\.000 MB \(intra 0\.000, inter 0\.000\);//g' | sort)
+    a=$(printf '%s\n' "$got" | grep -E '^rank [0-9]+:' | sed -E 's/ msgs [0-9]+ wait [0-9.]+ s;/;/g; s/ meta [0-9.]+ MB wait [0-9.]+ s;//; s/ compute .*//; s/ [a-z0-9_]+ 0\.000 MB \(intra 0\.000, inter 0\.000\);//g' | sort)
     b=$(printf '%s\n' "$want" | grep -E '^rank [0-9]+:' | sort)
     if [ -n "$a" ] && [ "$a" = "$b" ]; then ok; else bad "np $np rpn $rpn $*: train's split
 $a

@@ -76,6 +76,7 @@ typedef struct {
     double compute_cpu_s;             /* process CPU time inside those sections: unlike the wall
                                          clock, not inflated when other processes share the cores */
     uint64_t meta_bytes;              /* control data outside the kinds (see above) */
+    double meta_wait_s;               /* blocked in those exchanges (e.g. the positions' all-gather) */
 } CommStats;
 
 typedef struct CommTrace CommTrace; /* trace.h */
@@ -229,7 +230,8 @@ void comm_allgather(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, siz
 /* comm_allgather of count floats per rank on a wire (see comm_isend_floats). */
 void comm_allgather_floats(Comm *c, CommKind k, const float *sendbuf, float *recvbuf, size_t count_per_rank,
                            CommWire w, MPI_Comm mc);
-/* Plain all-gather of small control data; its bytes go to meta_bytes, its time to kind k. */
+/* Plain all-gather of small control data; its bytes go to meta_bytes, its time to meta_wait_s (k names
+ * the exchange to the watchdog). */
 void comm_allgather_meta(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t bytes,
                          MPI_Comm mc);
 /* Gather to `root` (MPI_Gatherv semantics; recvcounts/displs used on the root only): each
