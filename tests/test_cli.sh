@@ -259,6 +259,15 @@ if timeout 60 "$SEQPAR" train "${TRAIN[@]}" --steps 2 --log "$T/log_fifo" >/dev/
     if [ "$n" -ge 2 ]; then ok; else bad "--log on a FIFO being read: $n lines with a loss reached the reader"; fi
 else bad "--log on a FIFO being read: train failed"; fi
 exec 3<&-
+# --log at a file that is not a seqpar log is refused, the file untouched (the records were appended
+# to it); a log of an earlier run is appended to
+printf 'notes\n' >"$T/notes.txt"
+expect_error "--log at another file" "is a file that is not a seqpar log" "$SEQPAR" train "${TRAIN[@]}" --steps 1 --log "$T/notes.txt"
+if [ "$(cat "$T/notes.txt")" = notes ]; then ok; else bad "--log at another file: it was written to"; fi
+rm -f "$T/two.jsonl"
+if timeout 60 "$SEQPAR" train "${TRAIN[@]}" --steps 1 --log "$T/two.jsonl" >/dev/null 2>&1 &&
+    timeout 60 "$SEQPAR" train "${TRAIN[@]}" --steps 1 --log "$T/two.jsonl" >/dev/null 2>&1 &&
+    [ "$(grep -c '^{"run_start": ' "$T/two.jsonl")" = 2 ]; then ok; else bad "--log at an earlier run's log: not appended"; fi
 # safetensors: trailing bytes, NaN and Inf weights (named)
 mkdir -p "$T/m_trail" "$T/m_nan" "$T/m_inf"
 for d in m_trail m_nan m_inf; do cp "$FIX/tiny_mha/config.json" "$FIX/tiny_mha/model.safetensors" "$T/$d/"; done

@@ -331,11 +331,11 @@ int same_file(const char *a, const char *b) {
     return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
-void make_parent_dirs(const char *path) {
+int make_parent_dirs(const char *path, SeqErr *e) {
     char buf[4096];
     snprintf(buf, sizeof buf, "%s", path);
     char *slash = strrchr(buf, '/');
-    if (!slash) return;
+    if (!slash) return 0;
     *slash = 0;
     for (char *p = buf + 1; *p; p++) {
         if (*p != '/') continue;
@@ -344,7 +344,8 @@ void make_parent_dirs(const char *path) {
         *p = '/';
     }
     if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-        die("cannot create directory '%s': %s", buf, strerror(errno));
+        return seq_err(e, "cannot create directory '%s': %s", buf, strerror(errno));
+    return 0;
 }
 
 void pack_flags_default(PackFlags *f) {

@@ -132,7 +132,7 @@ int pack_flags_eot(const PackFlags *f, const char *cmd, const char *model_dir, i
 int file_exists(const char *path);
 /* 1 if both paths exist and name the same file or directory (device and inode). */
 int same_file(const char *a, const char *b);
-/* mkdir -p for the directory part of a file path. */
-void make_parent_dirs(const char *path);
+/* mkdir -p for the directory part of a file path; -1 and *e where it cannot. */
+int make_parent_dirs(const char *path, SeqErr *e);
 
 #endif

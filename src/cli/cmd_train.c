@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/cli_common.h"
@@ -90,7 +91,7 @@ static const char HELP_TAIL[] =
     "                       Inf (each logged); the next one ends the run (default 0: the first does)\n"
     "progress and logs:\n"
     "  --log FILE           JSONL log (rank 0): a run-start record, then one record per step and per\n"
-    "                       evaluation; appended to if FILE exists (default: a new directory\n"
+    "                       evaluation; appended to if FILE is a log already (default: a new directory\n"
     "                       runs/<UTC date-time>/ per run, holding train.jsonl; $SEQPAR_RUNS\n"
     "                       replaces runs/)\n"
     "  --trace-step N|last  with --trace FILE: record only step N (or the last step) in the trace\n"
@@ -403,16 +404,36 @@ static void watch(SeqParallel *par, long step, const char *phase, int slow) {
 
 /* The JSON-lines log, appended to. Opened without waiting: a FIFO with no reader is an error here
  * (a plain open would wait for one forever); with a reader (a named pipe being read, or a shell's
- * process substitution) it is used as a file. */
-static FILE *open_log(const char *path) {
+ * process substitution) it is used as a file. A regular file already there must be a log (a
+ * resumed run appends to its own): its first record a run start, not some other file the records
+ * would be appended to. NULL and *e on failure. */
+static FILE *open_log(const char *path, SeqErr *e) {
+    static const char head[] = "{\"run_start\": ";
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0) {
+        char first[sizeof head - 1];
+        const int rfd = open(path, O_RDONLY | O_CLOEXEC);
+        const int same = rfd >= 0 && read(rfd, first, sizeof first) == (ssize_t)sizeof first &&
+                         memcmp(first, head, sizeof first) == 0;
+        if (rfd >= 0) close(rfd);
+        if (!same) {
+            seq_err(e, "--log '%s' is a file that is not a seqpar log (its first line is no run_start record): give "
+                       "a new file or the log of an earlier run", path);
+            return NULL;
+        }
+    }
     int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NONBLOCK | O_CLOEXEC, 0644);
-    if (fd < 0 && errno == ENXIO)
-        die("--log '%s' is a FIFO that no process is reading: start its reader first, or give a regular file", path);
-    if (fd < 0) die("cannot open '%s' for writing: %s", path, strerror(errno));
-    int flags = fcntl(fd, F_GETFL);
-    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0) die("cannot use '%s' as the log: %s", path, strerror(errno));
-    FILE *f = fdopen(fd, "a");
-    if (!f) die("cannot open '%s' for writing: %s", path, strerror(errno));
+    if (fd < 0 && errno == ENXIO) {
+        seq_err(e, "--log '%s' is a FIFO that no process is reading: start its reader first, or give a regular file",
+                path);
+        return NULL;
+    }
+    int flags = fd < 0 ? -1 : fcntl(fd, F_GETFL);
+    FILE *f = flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0 ? NULL : fdopen(fd, "a");
+    if (!f) {
+        seq_err(e, "cannot open '%s' as the log: %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
+    }
     return f;
 }
 
@@ -609,8 +630,10 @@ int cmd_train(int argc, char **argv) {
     }
     FILE *log = NULL;
     if (root) {
-        make_parent_dirs(o.log_path);
-        log = open_log(o.log_path);
+        if (make_parent_dirs(o.log_path, &err) == 0) log = open_log(o.log_path, &err);
+    }
+    die_if_any_rank(root && !log ? &err : NULL);
+    if (root) {
         progress_log_run_start(log, st.step + 1, o.steps, par.topo.world_size, argc, argv);
         char desc[512];
         seq_parallel_describe(&par, desc, sizeof desc);
