@@ -11,6 +11,7 @@
 #     the context schedules' kinds between half and all of fp32's (k, v in bf16, gradients fp32;
 #     the plain ring exactly 3/4), gradient reduction unchanged, and `seqpar strategies
 #     --precision bf16` says so;
+#   - --dp 2, 3, 5 (with and without ZeRO): one bf16 process's gradients within 1e-6;
 #   - bf16 really rounds: its gradients are not within 1e-5 of fp32's;
 #   - 200 training steps track fp32: every step's loss within 5% relative and each mean over 20
 #     steps within 1.5%;
@@ -113,6 +114,18 @@ dist 1024 4 --strategy allgather
 dist 1024 4 --strategy wallfacer --team 2
 dist 1024 4 --strategy fpdt --chunks 2
 dist 1024 4 --hp 2 --cp 2 --checkpoint selective
+# Data-parallel replicas each run one process's bf16 arithmetic (the same sequence at its loss
+# scale) and their fp32 sum is divided by dp: any dp gives one process's gradients within one fp32
+# rounding (1e-6 of each tensor's largest entry), 3 and 5 (not powers of two: 1/3 in the loss scale
+# rounded every bf16 activation gradient differently, 131x the tool's default tolerance) as well as 2.
+for flags in "2 --dp 2" "3 --dp 3" "3 --dp 3 --zero 2" "5 --dp 5 --zero 1"; do
+    set -- $flags
+    np=$1
+    shift
+    if run_np "$np" "$SEQPAR" grad --model "$M" --tokens "$T/text.txt" --seq-len 1024 --precision bf16 --out "$T/g.dp" "$@" \
+        >"$T/g.dp.out" 2>&1 && "$CMP" "$T/g.dp" "$T/g.1024.bf16" 1e-6 0 >/dev/null; then ok; else
+        bad "bf16 $*: vs one bf16 process at 1e-6: $(tail -n 1 "$T/g.dp.out"); $("$CMP" "$T/g.dp" "$T/g.1024.bf16" 1e-6 0 2>&1 | tail -n 1)"; fi
+done
 # Under --checkpoint none each layer keeps the strategy's copies of q, k, v (q_h, kv_h; FPDT: its
 # RAM tier's q_h, kv_h chunks; one process: the layer's own q, k, v, which the kernel's backward
 # then reads as they are) as bf16 and

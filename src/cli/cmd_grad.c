@@ -133,8 +133,10 @@ int cmd_grad(int argc, char **argv) {
     }
     seq_parallel_take_local(&par, global_inputs, inputs);
     seq_parallel_take_local(&par, global_targets, targets);
-    /* Every dp replica computes the same sequence; the sum over all ranks is the mean. */
-    float loss_scale = 1.0f / ((float)n_targets * (float)par.topo.dp);
+    /* Every dp replica computes the same sequence at one process's scale, so that its bf16 roundings
+     * are one process's too; the replicas' fp32 sum is divided by dp below (1/3 folded into the
+     * loss scale would round every bf16 activation gradient differently from one process). */
+    const float loss_scale = 1.0f / (float)n_targets;
     comm_set_step(par.comm, 1, "grad");
     FaultPlan faults;
     fault_plan_from_env(&faults);
@@ -154,6 +156,8 @@ int cmd_grad(int argc, char **argv) {
         die_collective("seqpar grad: the loss (%g) or the gradient norm (%g) is not finite (the weights or the tokens "
                        "of '%s' give NaN or Inf); no gradient file written", loss, sqrt(norm_sq), tokens_path);
     float *full = grad_sync_full_to_root(&par.sync, &model, 1); /* with --zero >= 1 each rank holds a shard */
+    if (full && par.topo.dp > 1) /* the replicas' sum to their mean: one process's gradient within one fp32 rounding */
+        for (size_t i = 0; i < model.table.total; i++) full[i] = (float)((double)full[i] / par.topo.dp);
     if (par.topo.world_rank == 0) {
         char b16[160];
         print_kernels_header();
