@@ -174,8 +174,18 @@ static void expect_msg(const ScheduleInfo *si, StrategyParams p, const char *wan
 static void test_checks(void) {
     StrategyParams p = {.hp = 1, .cp = 3, .layout = LAYOUT_CONTIGUOUS, .seq_len = 48, .n_heads = 4, .n_kv_heads = 2,
                         .head_dim = 16};
-    expect_msg(&lightseq_schedule, p, "lightseq needs an even --cp (got 3): use 2 or 4", "cp 3");
+    expect_msg(&lightseq_schedule, p, "lightseq needs an even --cp (got 3): use --cp 2 or 4", "cp 3");
     expect_msg(&allgather_schedule, p, NULL, "cp 3 contiguous");
+    /* the even-cp grids of the same ranks, within the heads; none: the ranks to start */
+    p.hp = 2;
+    expect_msg(&lightseq_schedule, p, "on these ranks use --hp 3 --cp 2 or --hp 1 --cp 6", "hp 2 cp 3");
+    p.n_heads = 2;
+    expect_msg(&lightseq_schedule, p, "on these ranks use --hp 1 --cp 6", "hp 2 cp 3, 2 heads");
+    p.hp = 3;
+    expect_msg(&lightseq_schedule, p, "hp x cp = 9 ranks has no even cp: use --cp 2 or 4 with --hp 3 (6 or 12 ranks",
+               "hp 3 cp 3");
+    p.hp = 1;
+    p.n_heads = 4;
     p.cp = 4;
     p.layout = LAYOUT_ZIGZAG;
     expect_msg(&lightseq_schedule, p, "add --layout contiguous", "zigzag");

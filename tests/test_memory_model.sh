@@ -234,6 +234,8 @@ expect_error "zero-group 3 does not divide the 4 ranks" memory --ranks 4 --zero 
 expect_error "splits heads only: drop --cp 2" memory --ranks 4 --strategy ulysses --cp 2
 expect_error "unknown strategy 'nope'" memory --strategy nope
 expect_error "is read by --strategy fpdt only" memory --chunks 2
+expect_error "is read by --strategy wallfacer only" memory --ranks 4 --strategy ring --team 2
+expect_error "is read by --strategy ring and 2d only" memory --ranks 4 --strategy allgather --ring-inner 2
 expect_error "add --checkpoint layer|selective" memory --offload-dir /tmp
 expect_error "add --checkpoint layer|selective" train --offload-dir /tmp --steps 1
 expect_error "ranks" memory --ranks 0

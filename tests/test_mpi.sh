@@ -339,7 +339,12 @@ grid_error 2 "team-first places WallFacer's teams: --strategy ring takes head-fi
 grid_error 2 "--team 2 is read by --strategy wallfacer only" --seq-len 256 --cp 2 --team 2
 grid_error 2 "wallfacer takes team-first (the default) or ring-first" --seq-len 256 --strategy wallfacer --placement context-first
 grid_error 2 "unknown strategy 'wormhole': use one of 2d, ulysses, ring" --seq-len 256 --strategy wormhole
-grid_error 3 "lightseq needs an even --cp (got 3)" --seq-len 255 --strategy lightseq
+grid_error 3 "lightseq needs an even --cp (got 3): use --cp 2 or 4" --seq-len 255 --strategy lightseq
+# the grids of the same ranks with an even cp (was "use 2 or 4": 4 or 8 ranks), before a --seq-len
+# that splits over neither (was the split error, hiding the grid's)
+grid_error 6 "lightseq needs an even --cp (got 3): on these ranks use --hp 3 --cp 2 or --hp 1 --cp 6" --seq-len 64 \
+    --strategy lightseq --hp 2 --cp 3
+grid_error 2 "must split into chunks x hp = 8 pieces (e.g. --seq-len 8; or --chunks 1, 2)" --seq-len 4 --strategy fpdt --chunks 4
 grid_error 2 "lightseq needs the contiguous layout" --seq-len 256 --strategy lightseq --layout zigzag
 grid_error 2 "splits heads only: drop --cp 2" --seq-len 256 --strategy ulysses --cp 2
 grid_error 2 "splits the sequence only: drop --hp 2" --seq-len 256 --strategy ring --hp 2
@@ -347,6 +352,10 @@ grid_error 8 "valid --team for cp 8: 1, 2" --seq-len 256 --strategy wallfacer --
 grid_error 2 "chunks x hp = 6 pieces .*--chunks 1, 2, 4" --seq-len 256 --strategy fpdt --chunks 3
 grid_error 4 "must split into chunks x hp = 32 pieces (e.g. --seq-len 224 or 256" --seq-len 240 --strategy fpdt --chunks 8
 grid_error 2 "is read by --strategy fpdt only" --seq-len 256 --chunks 2
+# --ring-inner where no double ring reads it (was accepted and ignored; Ulysses and FPDT named --cp 1)
+grid_error 4 "--ring-inner 2 is read by --strategy ring and 2d only (their double ring): drop it" --seq-len 256 --strategy lightseq --ring-inner 2
+grid_error 4 "wallfacer's rings are set by --team" --seq-len 256 --strategy wallfacer --ring-inner 2
+grid_error 2 "--ring-inner 2 is read by --strategy ring and 2d only" --seq-len 256 --strategy ulysses --ring-inner 2
 grid_error 2 "has its own token layout: drop --layout zigzag" --seq-len 256 --strategy fpdt --layout zigzag
 grid_error 2 "fpdt splits heads only: drop --cp 2" --seq-len 256 --strategy fpdt --cp 2
 grid_error 2 "offload-dir /nonexistent-seqpar: cannot create a file there" --seq-len 256 --strategy fpdt --offload-dir /nonexistent-seqpar

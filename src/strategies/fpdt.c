@@ -86,8 +86,9 @@ static char *fpdt_check(const StrategyParams *p) {
     long below = p->seq_len / unit * unit, above = below + unit;
     int len = snprintf(buf, sizeof buf,
                        "--strategy fpdt --chunks %ld over hp %ld: --seq-len %ld must split into chunks x hp = %ld pieces "
-                       "(e.g. --seq-len %ld or %ld",
-                       u, P, p->seq_len, unit, below > 0 ? below : above, above);
+                       "(e.g. --seq-len %ld",
+                       u, P, p->seq_len, unit, below > 0 ? below : above);
+    if (below > 0) len += snprintf(buf + len, sizeof buf - (size_t)len, " or %ld", above);
     int listed = 0;
     for (long v = 1; p->seq_len > 0 && v <= p->seq_len / P && listed < 8 && len < (int)sizeof buf - 40; v++)
         if (p->seq_len % (v * P) == 0)

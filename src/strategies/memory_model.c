@@ -141,7 +141,8 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
                                 .n_heads = c->num_attention_heads, .n_kv_heads = c->num_key_value_heads,
                                 .head_dim = c->head_dim, .wire_bf16 = bf16, .attn_bf16 = bf16};
     if (sp_params.team == 0) sp_params.team = strategy_default_team(s, cp);
-    if (pc->chunks > 1 && !own) return xstrdup_printf("--chunks %d is read by --strategy fpdt only: drop it or use --strategy fpdt", pc->chunks);
+    char *unread = parallel_flags_check(s, pc);
+    if (unread) return unread;
     if (pc->offload_dir && !own && in->checkpoint == LLAMA_CKPT_NONE)
         return xstrdup("--offload-dir moves FPDT chunks and checkpointed layer inputs: use --strategy fpdt or "
                        "--checkpoint layer|selective");

@@ -132,9 +132,10 @@ char *strategy_check(const Strategy *s, const StrategyParams *p) {
     if (s->own) return s->own->check(p);
     char *err = strategy_check_heads(p);
     if (err) return err;
-    err = layout_split_error(p->layout, p->seq_len, p->hp, p->cp);
-    if (err) return err;
-    return s->schedule->check ? s->schedule->check(p) : NULL;
+    /* the schedule's own constraint first: it names what the grid must change (lightseq's even cp),
+     * which would otherwise hide behind a --seq-len that does not split over the wrong grid */
+    err = s->schedule->check ? s->schedule->check(p) : NULL;
+    return err ? err : layout_split_error(p->layout, p->seq_len, p->hp, p->cp);
 }
 
 void strategy_volume(const Strategy *s, const StrategyParams *p, int hp_rank, int cp_rank, AttnVolume *v) {

@@ -80,6 +80,29 @@ static int default_threads(int *idle) {
     return t > 0 ? t : 1;
 }
 
+
+char *parallel_flags_check(const Strategy *s, const ParallelConfig *cfg) {
+    const int wallfacer = s->schedule == &wallfacer_schedule;
+    /* the double ring reads W; Ulysses shares its schedule but has cp = 1, so no ring to split */
+    const int ring = s->schedule == &double_ring_schedule && s->grid != GRID_HEADS_ONLY;
+    if (!wallfacer && (cfg->placement == PLACEMENT_TEAM_FIRST || cfg->placement == PLACEMENT_RING_FIRST))
+        return xstrdup_printf("--placement %s places WallFacer's teams: --strategy %s takes head-first (the default) "
+                              "or context-first", placement_name(cfg->placement), s->name);
+    if (wallfacer && cfg->placement == PLACEMENT_CONTEXT_FIRST)
+        return xstrdup("--placement context-first orders head and context groups: --strategy wallfacer takes "
+                       "team-first (the default) or ring-first");
+    if (!wallfacer && cfg->team > 0)
+        return xstrdup_printf("--team %d is read by --strategy wallfacer only: drop it or use --strategy wallfacer",
+                              cfg->team);
+    if (cfg->chunks > 1 && !s->own)
+        return xstrdup_printf("--chunks %d is read by --strategy fpdt only: drop it or use --strategy fpdt", cfg->chunks);
+    if (cfg->ring_inner > 0 && !ring)
+        return xstrdup_printf("--ring-inner %d is read by --strategy ring and 2d only (their double ring%s): drop it "
+                              "or use --strategy ring or 2d", cfg->ring_inner,
+                              wallfacer ? "; wallfacer's rings are set by --team" : "");
+    return NULL;
+}
+
 void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaConfig *model, int seq_len,
                          size_t n_params) {
     memset(p, 0, sizeof *p);
@@ -98,16 +121,9 @@ void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaC
         die_collective("%s", m);
     }
     if (!cfg->layout_given) p->cfg.layout = p->strategy->default_layout;
-    /* flags of WallFacer's alone, refused elsewhere rather than echoed in the header and ignored */
+    char *unread = parallel_flags_check(p->strategy, cfg);
+    if (unread) die_collective("%s", unread);
     const int wallfacer = p->strategy->schedule == &wallfacer_schedule;
-    if (!wallfacer && (cfg->placement == PLACEMENT_TEAM_FIRST || cfg->placement == PLACEMENT_RING_FIRST))
-        die_collective("--placement %s places WallFacer's teams: --strategy %s takes head-first (the default) or "
-                       "context-first", placement_name(cfg->placement), p->strategy->name);
-    if (!wallfacer && cfg->team > 0)
-        die_collective("--team %d is read by --strategy wallfacer only: drop it or use --strategy wallfacer", cfg->team);
-    if (wallfacer && cfg->placement == PLACEMENT_CONTEXT_FIRST)
-        die_collective("--placement context-first orders head and context groups: --strategy wallfacer takes "
-                       "team-first (the default) or ring-first");
     if (wallfacer && cfg->placement == PLACEMENT_HEAD_FIRST) /* the default: its teams on consecutive ranks */
         p->cfg.placement = PLACEMENT_TEAM_FIRST;
     cfg = &p->cfg;
@@ -135,8 +151,6 @@ void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaC
                                  .n_kv_heads = model->num_key_value_heads, .head_dim = model->head_dim,
                                  .wire_bf16 = cfg->wire_bf16, .attn_bf16 = cfg->wire_bf16};
     if (p->params.team == 0) p->params.team = strategy_default_team(p->strategy, cp);
-    if (cfg->chunks > 1 && !p->strategy->own)
-        die_collective("--chunks %d is read by --strategy fpdt only: drop it or use --strategy fpdt", cfg->chunks);
     /* --offload-dir without fpdt moves checkpointed layer inputs only: the model's business
      * (llama.h); the CLI refuses it without --checkpoint layer|selective (offload_flags_check) */
     if (p->strategy->own && cfg->layout_given)

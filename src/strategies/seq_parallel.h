@@ -69,6 +69,12 @@ int threads_for_cpus(const cpu_set_t *mine, const cpu_set_t *node, int n);
  * where it starts at most 2: `mpirun -np 1` on a 2-core machine leaves 1 idle; the header says so. */
 int cpus_left_idle(const cpu_set_t *node, int n, const cpu_set_t *avail);
 
+/* A flag `s` does not read, given anyway (--team but for wallfacer, --chunks > 1 but for fpdt,
+ * --ring-inner but for ring and 2d, a placement of the other family): a one-line message naming
+ * it and its fix (the caller frees it), else NULL. Refused rather than echoed in the header and
+ * ignored; seq_parallel_create and the memory model both ask. */
+char *parallel_flags_check(const Strategy *s, const ParallelConfig *cfg);
+
 /* Builds everything; every configuration error (unknown strategy, product not equal to the
  * ranks, W not dividing cp, S not splitting under the layout, more head ranks than heads, a
  * schedule's own constraint) prints the same one-line error on every rank and exits 1. n_params
