@@ -268,6 +268,14 @@ rm -f "$T/two.jsonl"
 if timeout 60 "$SEQPAR" train "${TRAIN[@]}" --steps 1 --log "$T/two.jsonl" >/dev/null 2>&1 &&
     timeout 60 "$SEQPAR" train "${TRAIN[@]}" --steps 1 --log "$T/two.jsonl" >/dev/null 2>&1 &&
     [ "$(grep -c '^{"run_start": ' "$T/two.jsonl")" = 2 ]; then ok; else bad "--log at an earlier run's log: not appended"; fi
+# --log's directories are made one by one: the one that cannot be is named (a file in its place; was
+# the last one, 'No such file or directory'); new ones on the way are made
+expect_error "--log under a file" "cannot create directory '$T/notes.txt': a file of that name is in the way" \
+    "$SEQPAR" train "${TRAIN[@]}" --steps 1 --log "$T/notes.txt/a/b/log.jsonl"
+if timeout 60 "$SEQPAR" train "${TRAIN[@]}" --steps 1 --log "$T/new1/new2/log.jsonl" >/dev/null 2>&1 &&
+    [ -s "$T/new1/new2/log.jsonl" ]; then ok; else bad "--log in directories to make: not written"; fi
+expect_error "--log too long" "characters long: use a path under 4096" "$SEQPAR" train "${TRAIN[@]}" --steps 1 \
+    --log "$T/$(printf 'd%.0s' $(seq 1 4200))/log.jsonl"
 # safetensors: trailing bytes, NaN and Inf weights (named)
 mkdir -p "$T/m_trail" "$T/m_nan" "$T/m_inf"
 for d in m_trail m_nan m_inf; do cp "$FIX/tiny_mha/config.json" "$FIX/tiny_mha/model.safetensors" "$T/$d/"; done

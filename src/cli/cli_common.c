@@ -333,19 +333,25 @@ int same_file(const char *a, const char *b) {
 
 int make_parent_dirs(const char *path, SeqErr *e) {
     char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path);
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
+        return seq_err(e, "'%.60s...' is %zu characters long: use a path under %zu", path, strlen(path), sizeof buf);
     char *slash = strrchr(buf, '/');
-    if (!slash) return 0;
+    if (!slash || slash == buf) return 0;
     *slash = 0;
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
+    /* each directory on the way, so that the one that fails is the one named (a file in the way,
+     * no permission), not the last one with 'No such file or directory' */
+    for (char *p = buf + 1;; p++) {
+        if (*p && *p != '/') continue;
+        const char c = *p;
         *p = 0;
-        mkdir(buf, 0755);
-        *p = '/';
+        struct stat st;
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return seq_err(e, "cannot create directory '%s': %s", buf, strerror(errno));
+        if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode))
+            return seq_err(e, "cannot create directory '%s': a file of that name is in the way", buf);
+        if (!c) return 0;
+        *p = c;
     }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-        return seq_err(e, "cannot create directory '%s': %s", buf, strerror(errno));
-    return 0;
 }
 
 void pack_flags_default(PackFlags *f) {
