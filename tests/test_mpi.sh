@@ -278,6 +278,13 @@ run_np 2 "$SEQPAR" grad --model "$FIX/tiny_long" --tokens "$FIX/tiny_long/tokens
 if [ "$(grep -c '^rank [01]: p2p_inner .* meta [0-9.]* MB wait [0-9.]* s;' "$T/rs.out")" = 2 ] && ! grep -q '^rank.*alltoall' "$T/rs.out" &&
     [ "$(grep -c '^rank [01]: alltoall .* meta [0-9.]* MB wait' "$T/us.out")" = 2 ] && ! grep -q '^rank.*p2p_' "$T/us.out"; then ok; else
     bad "--stats lists kinds that moved nothing: $(grep '^rank' "$T/rs.out" "$T/us.out")"; fi
+# bench attn --stats: each rank's counts of a timed run (they were all zeros: the bench reset them),
+# the bytes its own summary line reports (the ring at S = 1024, 8 heads and 8 KV heads of 64: 4 messages of 2 MiB)
+out=$(run_np 2 "$SEQPAR" bench attn --seq-len 1024 --repeats 1 --threads 1 --strategy ring --stats 2>&1)
+if [ "$(printf '%s\n' "$out" | grep -c '^bytes rank [01]: alltoall 0 p2p_inner 8388608 ')" = 2 ] &&
+    [ "$(printf '%s\n' "$out" | grep -c '^rank [01]: p2p_inner 8.389 MB .* msgs 4 wait .* compute in the attention strategy 0\.[0-9]*[1-9]')" = 2 ] &&
+    printf '%s\n' "$out" | grep -q 'p2p_inner 8.00 MiB in 4 msgs'; then ok; else
+    bad "bench attn --stats: per-rank counts not the timed run's: $(printf '%s\n' "$out" | grep -E '^(rank|bytes rank|  sent)')"; fi
 
 # ---- the run header names CPUs the ranks' binding leaves idle: under `mpirun -np 1` Open MPI binds
 # the rank to one core (at most 2 ranks: bind to core); the note appears exactly when the rank

@@ -93,6 +93,7 @@ void dist_attention_bench(const Topology *t, Comm *comm, SeqAttention *sa, const
         tp[i] = run.exposed_p2p;
         tu[i] = run.compute_cpu;
     }
+    const CommStats timed = comm->stats; /* the last timed run's, which --stats prints per rank */
     r->bytes_per_rank = (double)run.bytes;
     r->messages_per_rank = (double)run.messages;
     for (int kd = 0; kd < COMM_KINDS; kd++) {
@@ -125,7 +126,7 @@ void dist_attention_bench(const Topology *t, Comm *comm, SeqAttention *sa, const
                          : 1.0;
     double flops = 3.5 * 4.0 * d * (double)H * ((double)S * (S + 1) / 2.0);
     r->gflops = flops / r->time_s / 1e9;
-    comm_stats_reset(comm);
+    comm->stats = timed; /* not the communication-only runs' (nor zeros, as --stats printed) */
 
     xfree(tt);
     float *fr[] = {q, k, v, dout, o, dq, dk, dv, saved};
