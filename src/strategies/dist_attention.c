@@ -44,8 +44,9 @@ static void dist_forward(SeqAttention *sa, const float *q, const float *k, const
     BlockAttn *b = x->sched->blocks;
     b->work.fwd_calls = b->work.fwd_cells = 0;
     head_exchange_qkv(&x->hx, q, k, v, q_h, kv_h);
-    /* the head-parallel output straight into the exchange's send buffer (idle until the exchange back) */
-    float *o_h = head_exchange_out_buffer(&x->hx);
+    /* the head-parallel output straight into the exchange's send buffer (idle until the exchange
+     * back); with hp = 1 straight into o, whose layout it is */
+    float *o_h = x->hx.split.hp == 1 ? o : head_exchange_out_buffer(&x->hx);
     x->sched->forward(x->sched, q_h, kv_h, o_h, lse_h);
     head_exchange_out(&x->hx, o_h, o);
     x->last.fwd_calls = b->work.fwd_calls;

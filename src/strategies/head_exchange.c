@@ -189,10 +189,25 @@ static const float *exchange(HeadExchange *x, const size_t *send_sizes, const si
     return exchange_tail(x, send_sizes, recv_sizes, NULL, NULL);
 }
 
+/* One member (hp = 1: context parallelism alone, FPDT on one rank): the local layout is the
+ * head-parallel one already (every head, no KV replica), so each exchange is one copy, not a copy
+ * into the send buffer and another out of it. */
+static void copy_floats(Comm *comm, float *dst, const float *src, size_t n) {
+    double t0 = comm_compute_begin(comm);
+    if (dst != src) memcpy(dst, src, sizeof(float) * n);
+    comm_compute_end(comm, "head copy (hp 1)", t0);
+}
+
 void head_exchange_qkv(HeadExchange *x, const float *q, const float *k, const float *v, float *q_h, float *kv_h) {
     const HeadSplit *s = &x->split;
     const int hp = s->hp, N = x->N, d = x->d, H = s->H, Hkv = s->Hkv, Hl = x->Hl, Hk = x->Hk;
     size_t *ss = x->ssize, *rs = x->rsize;
+    if (hp == 1) {
+        copy_floats(x->comm, q_h, q, (size_t)N * H * d);
+        copy_floats(x->comm, kv_h, k, (size_t)N * Hkv * d);
+        copy_floats(x->comm, kv_h + (size_t)N * Hkv * d, v, (size_t)N * Hkv * d);
+        return;
+    }
     double t0 = comm_compute_begin(x->comm);
     float *b = x->send;
     for (int p = 0; p < hp; p++) { /* to member p: q of its heads | k | v of its KV heads */
@@ -228,6 +243,10 @@ void head_exchange_out(HeadExchange *x, const float *o_h, float *o) {
     const HeadSplit *s = &x->split;
     const int hp = s->hp, N = x->N, d = x->d, H = s->H, Hl = x->Hl;
     size_t *ss = x->ssize, *rs = x->rsize;
+    if (hp == 1) {
+        copy_floats(x->comm, o, o_h, (size_t)N * H * d);
+        return;
+    }
     double t0 = comm_compute_begin(x->comm);
     if (o_h != x->send) /* block p = rows of member p (in place: head_exchange_out_buffer) */
         memcpy(x->send, o_h, sizeof(float) * (size_t)hp * N * Hl * d);
@@ -254,6 +273,11 @@ void head_exchange_dout(HeadExchange *x, const float *dout, float *dout_h) {
 void head_exchange_dout_delta(HeadExchange *x, const float *dout, const float *delta, float *dout_h, float *delta_h) {
     const HeadSplit *s = &x->split;
     const int hp = s->hp, N = x->N, d = x->d, H = s->H, Hl = x->Hl;
+    if (hp == 1) {
+        copy_floats(x->comm, dout_h, dout, (size_t)N * H * d);
+        if (delta) copy_floats(x->comm, delta_h, delta, (size_t)N * H);
+        return;
+    }
     size_t *ss = x->ssize, *rs = x->rsize, *st = xmalloc(sizeof(size_t) * 2 * (size_t)hp), *rt = st + hp;
     double t0 = comm_compute_begin(x->comm);
     float *b = x->send;
@@ -285,6 +309,12 @@ void head_exchange_grads(HeadExchange *x, const float *dq_h, const float *dkv_h,
     const size_t n = (size_t)hp * N;
     const float *dk_h = dkv_h, *dv_h = dkv_h + n * Hk * d;
     size_t *ss = x->ssize, *rs = x->rsize;
+    if (hp == 1) {
+        copy_floats(x->comm, dq, dq_h, (size_t)N * H * d);
+        copy_floats(x->comm, dk, dk_h, (size_t)N * Hkv * d);
+        copy_floats(x->comm, dv, dv_h, (size_t)N * Hkv * d);
+        return;
+    }
     double t0 = comm_compute_begin(x->comm);
     for (int p = 0; p < hp; p++) {
         float *b = x->send + (size_t)p * N * (Hl + 2 * Hk) * d;

@@ -67,7 +67,9 @@ void head_exchange_free(HeadExchange *x);
  * dq, dk, dv are rounded by the wire. */
 void head_exchange_set_wire_bf16(HeadExchange *x);
 
-/* Forward: local q, k, v -> q_h (hp N, Hl, d) and kv_h (2, hp N, Hk, d). Collective. */
+/* With hp = 1 every call below is one copy (the local layout is the head-parallel one) and
+ * communicates nothing; a caller may also pass the same array on both sides (no copy).
+ * Forward: local q, k, v -> q_h (hp N, Hl, d) and kv_h (2, hp N, Hk, d). Collective. */
 void head_exchange_qkv(HeadExchange *x, const float *q, const float *k, const float *v, float *q_h, float *kv_h);
 /* Forward: o_h (hp N, Hl, d) -> local o (N, H, d). Collective. */
 void head_exchange_out(HeadExchange *x, const float *o_h, float *o);
