@@ -19,6 +19,7 @@
 #include "kernels/isa.h"
 #include "data/packing.h"
 #include "data/tokens.h"
+#include "io/atomic_file.h"
 #include "io/param_io.h"
 #include "model/llama.h"
 #include "strategies/seq_parallel.h"
@@ -85,11 +86,10 @@ int cmd_grad(int argc, char **argv) {
     if (!seq_len) die_collective("seqpar grad: --seq-len S is required (see 'seqpar grad --help')");
     if (!out_path) die_collective("seqpar grad: --out FILE is required (see 'seqpar grad --help')");
     { /* the gradients never replace a file of the model being read (its weights, say) */
-        char dir[4096];
-        const char *slash = strrchr(out_path, '/');
-        if (slash) snprintf(dir, sizeof dir, "%.*s", slash == out_path ? 1 : (int)(slash - out_path), out_path);
-        else snprintf(dir, sizeof dir, ".");
-        if (file_exists(out_path) && same_file(dir, model_dir))
+        char *dir = directory_of(out_path);
+        const int replaces = file_exists(out_path) && same_file(dir, model_dir);
+        xfree(dir);
+        if (replaces)
             die_collective("seqpar grad: --out %s would replace a file of the model directory %s: write the gradients "
                            "elsewhere", out_path, model_dir);
     }

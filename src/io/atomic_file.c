@@ -20,8 +20,7 @@ static char *string_copy(const char *s) {
     return copy;
 }
 
-/* The directory part of `path` ("." when it has none), newly allocated. */
-static char *directory_of(const char *path) {
+char *directory_of(const char *path) {
     const char *slash = strrchr(path, '/');
     if (!slash) return string_copy(".");
     if (slash == path) return string_copy("/");

@@ -34,6 +34,9 @@ int atomic_write_text(const char *path, const char *text, SeqErr *e);
  * exists and is writable) and `path` is not a directory. Creates nothing that stays. Returns 0,
  * or -1 with the reason. */
 int atomic_check_target(const char *path, SeqErr *e);
+/* The directory part of `path`: "." when it has none, "/" for a file in the root; newly
+ * allocated (xfree). */
+char *directory_of(const char *path);
 /* fsyncs a directory (so a rename inside it is durable). */
 int fsync_dir(const char *dir, SeqErr *e);
 
