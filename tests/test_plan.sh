@@ -142,6 +142,19 @@ err=$(timeout 60 "$SEQPAR" plan --ranks 4 $M $RATES --strategy ulysses --cp 2 2>
 if [ $rc -eq 1 ] && [ "$(printf '%s\n' "$err" | grep -c '')" -eq 1 ] &&
     printf '%s' "$err" | grep -q '^seqpar: error: seqpar plan: nothing runs on 4 ranks with the flags given: --strategy ulysses splits heads only: drop --cp 2'; then ok; else
     bad "plan with flags nothing matches: status $rc: $err"; fi
+# a flag only some strategies read fixes them (it was ignored by the others: --team 2 planned a ring
+# and its best line dropped the --team; --chunks 2 a ring too); with a strategy that does not read
+# it, train's reason
+for fx in "--team 2:wallfacer" "--chunks 2:fpdt" "--ring-inner 2:ring|2d"; do
+    flag=${fx%%:*} want=${fx#*:}
+    out=$(timeout 60 "$SEQPAR" plan --ranks 4 $M $RATES $flag --top 1000 2>&1)
+    if [ "$(printf '%s\n' "$out" | grep -E '^ *[0-9]+  ' | grep -vcE "^ *[0-9]+  ($want) ")" = 0 ] &&
+        printf '%s\n' "$out" | grep -qE '^ *1  ' && printf '%s\n' "$out" | grep -q "^best: .* $flag "; then ok; else
+        bad "plan $flag: not only $want, or the best line lacks it: $(printf '%s\n' "$out" | grep -E '^ *[12]  |^best')"; fi
+done
+err=$(timeout 60 "$SEQPAR" plan --ranks 4 $M $RATES --strategy lightseq --ring-inner 2 2>&1 >/dev/null); rc=$?
+if [ $rc -eq 1 ] && printf '%s' "$err" | grep -q '^seqpar: error: seqpar plan: nothing runs on 4 ranks with the flags given: --ring-inner 2 is read by --strategy ring and 2d only'; then ok; else
+    bad "plan --strategy lightseq --ring-inner 2: status $rc: $err"; fi
 # a fixed choice is kept
 fixed=$(timeout 60 "$SEQPAR" plan --ranks 4 $M $RATES --strategy lightseq --checkpoint layer --top 1000 2>&1)
 if [ "$(printf '%s\n' "$fixed" | grep -E '^ *[0-9]+  ' | grep -vcE '^ *[0-9]+  lightseq .* layer ')" = 0 ] &&

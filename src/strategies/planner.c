@@ -396,6 +396,17 @@ char *plan_search(const MemoryModelInput *base, const PlanFixed *f, const PlanCl
     for (int si = 0; strategy_at(si); si++) {
         const Strategy *s = strategy_at(si);
         if (f->strategy && strcmp(f->strategy, s->name)) continue;
+        /* only the strategies train would take the fixed flags with: --team fixes wallfacer,
+         * --chunks > 1 fpdt, --ring-inner ring or 2d (the others refuse them; with --strategy
+         * given, nothing runs, and the CLI names train's reason) */
+        ParallelConfig fx = base->par;
+        fx.team = f->team;
+        fx.chunks = f->chunks;
+        fx.ring_inner = f->ring_inner;
+        fx.placement = f->placement >= 0 ? (Placement)f->placement : PLACEMENT_HEAD_FIRST;
+        char *unread = parallel_flags_check(s, &fx);
+        xfree(unread);
+        if (unread) continue;
         for (int dp = 1; dp <= P; dp++) {
             if (P % dp || !fixed_or(f->dp, dp) || base->batch % dp) continue;
             const int sp = P / dp;
