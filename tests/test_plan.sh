@@ -152,6 +152,13 @@ for fx in "--team 2:wallfacer" "--chunks 2:fpdt" "--ring-inner 2:ring|2d"; do
         printf '%s\n' "$out" | grep -qE '^ *1  ' && printf '%s\n' "$out" | grep -q "^best: .* $flag "; then ok; else
         bad "plan $flag: not only $want, or the best line lacks it: $(printf '%s\n' "$out" | grep -E '^ *[12]  |^best')"; fi
 done
+# the W column: a number for ring and 2d, '-' where no double ring exists (it showed cp, as if
+# --ring-inner applied)
+out=$(timeout 60 "$SEQPAR" plan --ranks 4 $M $RATES --top 1000 2>&1)
+if [ "$(printf '%s\n' "$out" | grep -cE '^ *[0-9]+  (lightseq|allgather|wallfacer|ulysses|fpdt) +[0-9]+ +[0-9]+ +[0-9]+ +- ')" -gt 0 ] &&
+    [ "$(printf '%s\n' "$out" | grep -cE '^ *[0-9]+  (lightseq|allgather|wallfacer|ulysses|fpdt) +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]')" = 0 ] &&
+    [ "$(printf '%s\n' "$out" | grep -cE '^ *[0-9]+  ring +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ ')" -gt 0 ]; then ok; else
+    bad "plan's W column: $(printf '%s\n' "$out" | grep -E '^ *[0-9]+  ' | head -n 4)"; fi
 err=$(timeout 60 "$SEQPAR" plan --ranks 4 $M $RATES --strategy lightseq --ring-inner 2 2>&1 >/dev/null); rc=$?
 if [ $rc -eq 1 ] && printf '%s' "$err" | grep -q '^seqpar: error: seqpar plan: nothing runs on 4 ranks with the flags given: --ring-inner 2 is read by --strategy ring and 2d only'; then ok; else
     bad "plan --strategy lightseq --ring-inner 2: status $rc: $err"; fi

@@ -348,8 +348,15 @@ int cmd_plan(int argc, char **argv) {
            "inter MB", "RAM MiB");
     for (int i = 0; i < n && i < top; i++) {
         const PlanEntry *e = &list[i];
-        printf("%3d  %-10s %3d %3d %3d %3d %4d %5d %-13s %-9s %3d %4d %9.3f %10.0f %8.3f %8.3f %10.2f %10.1f%s\n", i + 1,
-               e->par.strategy, e->par.dp, e->par.hp, e->par.cp, e->par.ring_inner > 0 ? e->par.ring_inner : e->par.cp,
+        /* W where a double ring reads it (ring, 2d), else "-" (train refuses --ring-inner there) */
+        char w[16] = "-";
+        ParallelConfig probe = e->par;
+        probe.ring_inner = 1;
+        char *no_ring = parallel_flags_check(strategy_find(e->par.strategy), &probe);
+        if (!no_ring) snprintf(w, sizeof w, "%d", e->par.ring_inner > 0 ? e->par.ring_inner : e->par.cp);
+        xfree(no_ring);
+        printf("%3d  %-10s %3d %3d %3d %3s %4d %5d %-13s %-9s %3d %4d %9.3f %10.0f %8.3f %8.3f %10.2f %10.1f%s\n", i + 1,
+               e->par.strategy, e->par.dp, e->par.hp, e->par.cp, w,
                e->par.team, e->par.chunks > 0 ? e->par.chunks : 1, placement_name(e->par.placement),
                llama_checkpoint_name(e->checkpoint), e->mem.ffn_chunks, e->par.zero, e->t_step, e->tokens_per_s, e->t_compute,
                e->t_exposed, e->inter_bytes / 1e6, e->ram / 1048576.0, e->fits ? "" : "  does not fit");
