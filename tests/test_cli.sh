@@ -231,6 +231,9 @@ expect_error "grad without --model" "--model" "$SEQPAR" grad --tokens x --seq-le
 expect_error "unknown bench part" "unknown part" "$SEQPAR" bench nothing
 expect_error "bad SEQPAR_ATTN_BWD_ROWS" "SEQPAR_ATTN_BWD_ROWS=12x" env SEQPAR_ATTN_BWD_ROWS=12x "$SEQPAR" "${G[@]}" --model "$FIX/tiny_mha"
 expect_error "bad SEQPAR_ATTN_DQ_SLOTS" "SEQPAR_ATTN_DQ_SLOTS=0" env SEQPAR_ATTN_DQ_SLOTS=0 "$SEQPAR" "${G[@]}" --model "$FIX/tiny_mha"
+# in plain decimal, as the command line's numbers (strtol took ' 4' and ' 96')
+expect_error "SEQPAR_ATTN_DQ_SLOTS with a space" "SEQPAR_ATTN_DQ_SLOTS= 4" env SEQPAR_ATTN_DQ_SLOTS=' 4' "$SEQPAR" "${G[@]}" --model "$FIX/tiny_mha"
+expect_error "SEQPAR_ATTN_BWD_ROWS with a space" "SEQPAR_ATTN_BWD_ROWS= 96" env SEQPAR_ATTN_BWD_ROWS=' 96' "$SEQPAR" "${G[@]}" --model "$FIX/tiny_mha"
 
 # ---- reliability: hostile files and damaged checkpoints (issue 10): one line, non-zero exit
 EDIT="$BUILD/tests/tool_edit_state"
@@ -444,6 +447,7 @@ out=$(SEQPAR_ATTN_TILES=40,24,24,40 timeout 120 "$SEQPAR" "${GR[@]}" 2>&1)
 if printf '%s' "$out" | grep -q "^attention tiles (fp32 kernel): forward 40 x 24, backward 24 x 40 (.*; SEQPAR_ATTN_TILES)$"; then ok
 else bad "SEQPAR_ATTN_TILES=40,24,24,40 not in effect: $out"; fi
 expect_error "SEQPAR_ATTN_TILES=1,2" "fwd_bq,fwd_bk,bwd_bk,bwd_bq" env SEQPAR_ATTN_TILES=1,2 "$SEQPAR" "${GR[@]}"
+expect_error "SEQPAR_ATTN_TILES with spaces" "fwd_bq,fwd_bk,bwd_bk,bwd_bq" env SEQPAR_ATTN_TILES='40, 24, 24, 40' "$SEQPAR" "${GR[@]}"
 expect_error "SEQPAR_ATTN_TILES=100,24,24,40" "multiple of 8" env SEQPAR_ATTN_TILES=100,24,24,40 "$SEQPAR" "${GR[@]}"
 expect_error "SEQPAR_ATTN_TILES=520,24,24,40" "from 16 to 512" env SEQPAR_ATTN_TILES=520,24,24,40 "$SEQPAR" "${GR[@]}"
 

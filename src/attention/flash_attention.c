@@ -566,7 +566,7 @@ int attn_backward_dq_slots(int threads) {
     if (env && *env) {
         char *end;
         long n = strtol(env, &end, 10);
-        if (*end || n < 1 || n > 1024)
+        if (*end || !is_decimal_number(env, 0) || n < 1 || n > 1024)
             die("SEQPAR_ATTN_DQ_SLOTS=%s: expected the number of dq accumulators of the attention backward, 1..1024",
                 env);
         return (int)n;
@@ -595,7 +595,7 @@ int attn_backward_pass_rows(int n_q, int n_kv, int group, int head_dim, int bq, 
     if (env && *env) {
         char *end;
         long r = strtol(env, &end, 10);
-        if (*end || r <= 0 || r > INT_MAX - bq)
+        if (*end || !is_decimal_number(env, 0) || r <= 0 || r > INT_MAX - bq)
             die("SEQPAR_ATTN_BWD_ROWS=%s: expected a positive number of query rows per backward pass", env);
         r = (r + bq - 1) / bq * bq;
         return r < n_q ? (int)r : n_q;

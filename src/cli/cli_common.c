@@ -20,27 +20,6 @@
 #include "kernels/isa.h"
 #include "kernels/sgemm.h"
 
-/* A number as a user writes one in decimal: an optional sign, digits and (fraction: 1) a point and
- * an exponent, nothing else. strtol/strtod alone take leading spaces, and strtod hexadecimal
- * ("0x10" = 16), "inf" and "nan". */
-int is_decimal_number(const char *s, int fraction) {
-    if (*s == '+' || *s == '-') s++;
-    int digits = 0, point = 0;
-    for (; *s; s++) {
-        if (*s >= '0' && *s <= '9') digits++;
-        else if (fraction && *s == '.' && !point) point = 1;
-        else break;
-    }
-    if (!digits) return 0;
-    if (fraction && (*s == 'e' || *s == 'E')) {
-        s++;
-        if (*s == '+' || *s == '-') s++;
-        if (*s < '0' || *s > '9') return 0;
-        while (*s >= '0' && *s <= '9') s++;
-    }
-    return *s == '\0';
-}
-
 long parse_long(const char *cmd, const char *flag, const char *value, long min, long max) {
     char *end = NULL;
     errno = 0;

@@ -10,9 +10,6 @@
 #include "model/llama.h"
 #include "strategies/seq_parallel.h"
 
-/* 1 if s is a plain decimal number: optional sign, digits, and (fraction: 1) a point and an
- * exponent; no spaces, hexadecimal, inf or nan (which strtol/strtod accept) */
-int    is_decimal_number(const char *s, int fraction);
 /* The flag's value as a decimal integer (double) in [min, max]; dies naming the flag otherwise. */
 long   parse_long(const char *cmd, const char *flag, const char *value, long min, long max);
 /* Removes "NAME VALUE" or "NAME=VALUE" from argv (for a command's own flags before train's parser

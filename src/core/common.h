@@ -60,6 +60,11 @@ void   mem_tracked_reset_peak(void);
 /* Peak resident set size of this process image, in bytes (VmHWM of /proc/self/status; getrusage elsewhere). */
 size_t mem_peak_rss(void);
 
+/* 1 if s is a plain decimal number: optional sign, digits, and (fraction: 1) a point and an
+ * exponent; no spaces, hexadecimal, inf or nan (which strtol/strtod accept). For the command
+ * line's numbers and the environment's. */
+int is_decimal_number(const char *s, int fraction);
+
 double now_seconds(void); /* monotonic clock */
 double cpu_seconds(void); /* CPU time of this process, all its threads */
 void sleep_seconds(double s);

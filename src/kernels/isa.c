@@ -131,7 +131,8 @@ static int g_tiles_env;       /* SEQPAR_ATTN_TILES set the tiles */
 
 const char *simd_attn_tiles_parse(const char *s, int out[4]) {
     int v[4], used = -1;
-    if (sscanf(s, "%d,%d,%d,%d%n", &v[0], &v[1], &v[2], &v[3], &used) != 4 || used < 0 || s[used])
+    const int plain = strspn(s, "0123456789,") == strlen(s); /* sscanf alone takes spaces and signs */
+    if (!plain || sscanf(s, "%d,%d,%d,%d%n", &v[0], &v[1], &v[2], &v[3], &used) != 4 || used < 0 || s[used])
         return "SEQPAR_ATTN_TILES: expected four numbers fwd_bq,fwd_bk,bwd_bk,bwd_bq, e.g. 192,120,144,120";
     for (int i = 0; i < 4; i++)
         if (v[i] < 16 || v[i] > 512 || v[i] % 8)
