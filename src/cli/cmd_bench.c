@@ -410,6 +410,13 @@ static void bench_dist_attn(const ParallelConfig *pc, int S, int H, int Hkv, int
         seq_parallel_describe(&par, desc, sizeof desc);
         printf("distributed attention, causal, S = %d, %d heads (%d KV), head_dim %d on %s; medians of %d:\n", S, H,
                Hkv, d, desc, repeats);
+        if (par.topo.world_size == 1) { /* nothing to overlap or count: the timing alone */
+            printf("  forward+backward %.3f s (forward %.3f s, backward %.3f s) | %.1f GFLOPS | one process: no "
+                   "communication\n", r.time_s, r.fwd_s, r.bwd_s, r.gflops);
+            fflush(stdout);
+            parallel_free_or_die(&par);
+            return;
+        }
         printf("  forward+backward %.3f s (forward %.3f s, backward %.3f s) | %.1f GFLOPS for the group\n"
                "  compute %.3f s | exposed communication %.3f s (ring %.3f s) | communication alone %.3f s (ring %.3f s)\n"
                "  overlap (hidden / total communication): %.0f%% overall, %.0f%% of the ring | %.1f MiB in %.0f messages "
