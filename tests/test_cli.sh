@@ -458,6 +458,14 @@ if printf '%s' "$split" | awk '{ n = split($0, w, " "); tot = 0; mean = -1; neg 
         for (i = 1; i <= n; i++) { if (w[i] ~ /^[0-9.]+\)?:?$/ && w[i+1] ~ /^s/) { v = w[i] + 0; if (mean < 0) mean = v; else tot += v } if (w[i] ~ /^-/) neg = 1 }
         exit !(mean > 0 && !neg && tot > 0.98 * mean && tot < 1.02 * mean) }'; then ok
 else bad "bench step's split does not add up to the step: $split"; fi
+# ... and its ceiling counts every FLOP the step executes: at S = 512 (2 FFN chunks) per token
+# 6 x 3997696 matmul parameters + 6 L S H d (attention) + 4 L D F (gate and up again) + L S H d (the
+# backward's scores again) = 31850496, 16.3 GFLOP a step (16.0 without the scores, 14.2 without gate/up)
+ceil=$(printf '%s\n' "$out" | grep "^  the step at the sgemm peak: ")
+if printf '%s' "$ceil" | grep -q "(all 16.3 GFLOP it executes, " &&
+   printf '%s' "$ceil" | awk '{ for (i = 1; i <= NF; i++) { if ($(i+1) == "s/step,") t = $i; if ($(i+1) == "tokens/s") k = $i }
+        exit !(t > 0 && k * t > 0.99 * 512 && k * t < 1.01 * 512) }'; then ok
+else bad "bench step's ceiling is not 16.3 GFLOP at S = 512, or its time and tokens/s disagree: $ceil"; fi
 
 # seqpar bench --cpu-time: the attention and its sgemm yardstick on the same clock (CPU time), so on two
 # threads the ratio is of rates per CPU-second; attention timed by the wall against a per-CPU-second

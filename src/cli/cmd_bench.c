@@ -90,6 +90,7 @@ static int parse_list(const char *flag, const char *s, int *out, int max) {
 
 typedef struct {
     double step_seconds, tokens_per_s, mfu_gflops, hfu_gflops; /* model / hardware FLOPs per second */
+    double executed_gflop; /* a step's FLOPs as executed: HFU's and the attention backward's scores again */
     double mean_seconds, split[OPC_COUNT]; /* the timed steps' mean, and its op_clock split */
     int ffn_chunks;
     size_t tracked_peak, rss_peak;
@@ -141,6 +142,10 @@ static StepResult run_steps(int S, int repeats, const MemoryFlags *mf) {
                                                 llama_recompute_flops_per_token(&c, S, acts)) * 1e-9;
     res.mfu_gflops = mfu_rate;
     res.hfu_gflops = hfu_rate;
+    /* The flash backward forms each tile's scores again (one product of the causal half per layer,
+     * S H d FLOPs per token), which HFU, counting recomputation by layer as InternEvo does, leaves out. */
+    res.executed_gflop = S * (llama_train_flops_per_token(&c, S) + llama_recompute_flops_per_token(&c, S, acts) +
+                              (double)c.num_hidden_layers * S * c.num_attention_heads * c.head_dim) * 1e-9;
     res.ffn_chunks = llama_acts_ffn_chunks(acts);
     res.tracked_peak = mem_tracked_peak();
     res.rss_peak = mem_peak_rss();
@@ -224,6 +229,11 @@ static void bench_step(int S, int repeats, const MemoryFlags *mf, double peak, i
     printf("  the %s peak: %.1f GFLOPS before the steps, %.1f after; MFU and HFU are against the higher\n",
            peak_name(bf16), before, after);
     if (clamped) printf("  (a utilisation above 100%% of the same-run peak is shown as 100%%)\n");
+    if (peak > 0)
+        printf("  the step at the %s peak: %.3f s/step, %.0f tokens/s (all %.1f GFLOP it executes, the attention "
+               "backward's second score product included, at %.1f GFLOPS): this step takes %.2fx that\n",
+               peak_name(bf16), r.executed_gflop / peak, S * peak / r.executed_gflop, r.executed_gflop, peak,
+               r.step_seconds * peak / r.executed_gflop);
     if (!bench_clock_is_cpu()) {
         const double rest = r.mean_seconds - r.split[OPC_ATTN_FWD] - r.split[OPC_ATTN_BWD] - r.split[OPC_LINEAR];
         printf("  where a step's time goes (mean of the timed steps, %.3f s): attention forward %.3f s (%.0f%%), "
