@@ -236,6 +236,13 @@ if [ ! -e "$T/nan.grads" ]; then ok; else bad "grad wrote a gradient file despit
 SEQPAR_FAULT_NONFINITE=1 expect_fail "grad with a NaN gradient on 2 ranks" "not finite" timeout 60 mpirun --oversubscribe -np 2 "$SEQPAR" "${G[@]}" --cp 2
 # the test hooks reject malformed values
 SEQPAR_FAULT_NONFINITE=x expect_fail "malformed SEQPAR_FAULT_NONFINITE" "SEQPAR_FAULT_NONFINITE" timeout 60 "$SEQPAR" "${NF[@]}" --log "$T/n6.jsonl"
+# ... in plain decimal only, like the command line's numbers (these were taken before 2026-11-29)
+for v in ' 3' '3,,5' '+3' '3,' '0x3'; do
+    SEQPAR_FAULT_NONFINITE=$v expect_fail "SEQPAR_FAULT_NONFINITE='$v'" "SEQPAR_FAULT_NONFINITE" timeout 60 "$SEQPAR" "${NF[@]}" --log "$T/n7.jsonl"
+done
+for v in '1: 4' '+1:4' '1:4x' '1' ':4'; do
+    SEQPAR_FAULT_HANG=$v expect_fail "SEQPAR_FAULT_HANG='$v'" "SEQPAR_FAULT_HANG" timeout 60 "$SEQPAR" "${NF[@]}" --log "$T/n8.jsonl"
+done
 
 # ---- multi-host (2 network-namespace hosts over TCP, bench/multihost.sh): a link taken down in
 # the middle of the run ends the job through the watchdog within the deadline + 10 s. Needs root

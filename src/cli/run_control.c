@@ -2,6 +2,7 @@
 #include "cli/run_control.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,31 +44,40 @@ const char *stop_signal_name(int sig) {
     }
 }
 
+/* The decimal number of digits [p, p + n) (no sign, no spaces), or -1 when it is not one. */
+static long plain_count(const char *p, size_t n) {
+    char buf[24];
+    if (n == 0 || n >= sizeof buf || *p == '+' || *p == '-') return -1;
+    memcpy(buf, p, n);
+    buf[n] = '\0';
+    return is_decimal_number(buf, 0) ? strtol(buf, NULL, 10) : -1;
+}
+
 void fault_plan_from_env(FaultPlan *f) {
     memset(f, 0, sizeof *f);
     f->hang_rank = -1;
     const char *s = getenv("SEQPAR_FAULT_NONFINITE");
     if (s && *s) {
         const char *p = s;
-        while (*p) {
-            char *end = NULL;
-            long v = strtol(p, &end, 10);
-            if (end == p || v < 1 || f->n_nonfinite == FAULT_MAX_STEPS || (*end && *end != ','))
+        for (;;) {
+            const size_t n = strcspn(p, ",");
+            const long v = plain_count(p, n);
+            if (v < 1 || f->n_nonfinite == FAULT_MAX_STEPS)
                 die_collective("SEQPAR_FAULT_NONFINITE='%s' is not a list of at most %d steps >= 1 such as '3,7' "
                                "(a test-only setting: unset it)", s, FAULT_MAX_STEPS);
             f->nonfinite_steps[f->n_nonfinite++] = v;
-            p = *end ? end + 1 : end;
+            if (!p[n]) break;
+            p += n + 1;
         }
     }
     s = getenv("SEQPAR_FAULT_HANG");
     if (s && *s) {
-        int r = -1;
-        long st = 0;
-        char tail = 0;
-        if (sscanf(s, "%d:%ld%c", &r, &st, &tail) != 2 || r < 0 || st < 0)
+        const size_t n = strcspn(s, ":");
+        const long r = plain_count(s, n), st = s[n] ? plain_count(s + n + 1, strlen(s + n + 1)) : -1;
+        if (r < 0 || r > INT_MAX || st < 0)
             die_collective("SEQPAR_FAULT_HANG='%s' is not RANK:STEP such as '1:4' or '1:0' (a test-only setting: "
                            "unset it)", s);
-        f->hang_rank = r;
+        f->hang_rank = (int)r;
         f->hang_step = st;
     }
 }
