@@ -428,6 +428,90 @@ static void test_config(const TempDir *td) {
           "rms_norm_eps not written as the short decimal 1e-6: %s", text);
     free(text);
 
+    /* RoPE read with transformers 5's precedence (PreTrainedConfig.convert_rope_params_to_dict): a
+     * non-empty rope_scaling over rope_parameters, rope_theta from the chosen object else the top
+     * level, llama3's top-level original_max_position_embeddings over the object's. Until 2026-11-29
+     * rope_parameters won, its rope_theta always, and the top-level value was ignored. */
+    {
+#define SIZES "\"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 4, \"num_hidden_layers\": 1, " \
+              "\"vocab_size\": 64, "
+        const struct { const char *json; int type; double theta, factor; int omax; } cases[] = {
+            {"{" SIZES "\"rope_scaling\": {\"rope_type\": \"default\"}, \"rope_parameters\": {\"rope_type\": \"linear\", "
+             "\"factor\": 4.0, \"rope_theta\": 10000.0}}", LLAMA_ROPE_DEFAULT, 10000.0, 0, 0},
+            {"{" SIZES "\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 2.0}, \"rope_theta\": 20000.0, "
+             "\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 500.0}}", LLAMA_ROPE_LINEAR, 20000.0, 2.0, 0},
+            {"{" SIZES "\"rope_scaling\": {}, \"rope_parameters\": {\"rope_type\": \"linear\", \"factor\": 3.0, "
+             "\"rope_theta\": 700.0}, \"rope_theta\": 900.0}", LLAMA_ROPE_LINEAR, 700.0, 3.0, 0},
+            {"{" SIZES "\"rope_scaling\": null, \"rope_parameters\": {\"rope_type\": \"linear\", \"factor\": 5.0}, "
+             "\"rope_theta\": 900.0}", LLAMA_ROPE_LINEAR, 900.0, 5.0, 0},
+            {"{" SIZES "\"max_position_embeddings\": 128, \"original_max_position_embeddings\": 8, \"rope_parameters\": "
+             "{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+             "\"original_max_position_embeddings\": 64, \"rope_theta\": 10000.0}}", LLAMA_ROPE_LLAMA3, 10000.0, 8.0, 8},
+            {"{" SIZES "\"max_position_embeddings\": 128, \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, "
+             "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0}}", LLAMA_ROPE_LLAMA3, 10000.0, 8.0, 128},
+        };
+#undef SIZES
+        for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+            LlamaConfig rc;
+            SeqErr ce;
+            int ok = config_json_parse(cases[i].json, strlen(cases[i].json), "rope case", &rc, &ce) == 0;
+            CHECK(ok, "rope case %zu refused: %s", i, ce.msg);
+            if (!ok) continue;
+            CHECK(rc.rope_type == cases[i].type && rc.rope_theta == cases[i].theta &&
+                      (cases[i].type == LLAMA_ROPE_DEFAULT || rc.rope_factor == cases[i].factor) &&
+                      (cases[i].type != LLAMA_ROPE_LLAMA3 || rc.rope_original_max_position_embeddings == cases[i].omax),
+                  "rope case %zu read as type %d theta %g factor %g original max %d, transformers 5 reads type %d theta %g "
+                  "factor %g original max %d", i, rc.rope_type, rc.rope_theta, rc.rope_factor,
+                  rc.rope_original_max_position_embeddings, cases[i].type, cases[i].theta, cases[i].factor, cases[i].omax);
+        }
+    }
+    /* The token ids go from the config read to the config saved, a list and a null as they were; a
+     * config without them saves none (was: always dropped, so transformers read its defaults bos 1,
+     * eos 2 and `--pack` lost its end-of-text id). */
+    {
+        const char *json = "{\"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 4, "
+                           "\"num_hidden_layers\": 1, \"vocab_size\": 64, \"bos_token_id\": 60, \"eos_token_id\": [61, 62], "
+                           "\"pad_token_id\": null, \"initializer_range\": 0.008}";
+        LlamaConfig kc;
+        SeqErr ce;
+        CHECK(config_json_parse(json, strlen(json), "ids", &kc, &ce) == 0, "ids config refused: %s", ce.msg);
+        CHECK(config_json_save(saved, &kc, &ce) == 0, "config_json_save: %s", ce.msg);
+        json_error_t jerr;
+        json_t *r = json_load_file(saved, 0, &jerr);
+        json_t *eos = r ? json_object_get(r, "eos_token_id") : NULL;
+        CHECK(r && json_integer_value(json_object_get(r, "bos_token_id")) == 60 && json_is_array(eos) &&
+                  json_array_size(eos) == 2 && json_integer_value(json_array_get(eos, 1)) == 62 &&
+                  json_is_null(json_object_get(r, "pad_token_id")),
+              "the saved config lost the token ids");
+        json_decref(r);
+        int eot = -1; /* two eos ids: --pack asks which (it reads the saved list) */
+        CHECK(config_json_eos_token_id(saved, &eot, &ce) != 0 && strstr(ce.msg, "lists 2 eos_token_id values"),
+              "eos of the saved config: %d", eot);
+        LlamaConfig back2;
+        config_json_load(saved, &back2);
+        CHECK(memcmp(&kc, &back2, sizeof kc) == 0, "config with token ids: save/load round trip changed values");
+        CHECK(config_json_save(saved, &orig, &ce) == 0, "config_json_save: %s", ce.msg);
+        r = json_load_file(saved, 0, &jerr);
+        CHECK(r && !json_object_get(r, "bos_token_id") && !json_object_get(r, "eos_token_id"),
+              "a config from size flags got token ids");
+        json_decref(r);
+        /* transformers' "swish" is its "silu"; dropout, which seqpar does not implement, is refused */
+        const char *swish = "{\"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 4, "
+                            "\"num_hidden_layers\": 1, \"vocab_size\": 64, \"hidden_act\": \"swish\", \"attention_dropout\": 0.0}";
+        CHECK(config_json_parse(swish, strlen(swish), "swish", &kc, &ce) == 0, "hidden_act swish refused: %s", ce.msg);
+        const char *drop = "{\"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 4, "
+                           "\"num_hidden_layers\": 1, \"vocab_size\": 64, \"attention_dropout\": 0.1}";
+        CHECK(config_json_parse(drop, strlen(drop), "drop", &kc, &ce) != 0 && strstr(ce.msg, "attention_dropout") &&
+                  strstr(ce.msg, "set it to 0.0"), "attention_dropout 0.1 not refused by name: %s", ce.msg);
+        char big[8192];
+        int n = snprintf(big, sizeof big, "{\"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 4, "
+                                           "\"num_hidden_layers\": 1, \"vocab_size\": 64, \"eos_token_id\": [1");
+        for (int k = 0; k < 700; k++) n += snprintf(big + n, sizeof big - (size_t)n, ",1000");
+        snprintf(big + n, sizeof big - (size_t)n, "]}");
+        CHECK(config_json_parse(big, strlen(big), "big", &kc, &ce) != 0 && strstr(ce.msg, "token ids take"),
+              "a 3500-character eos list not refused: %s", ce.msg);
+    }
+
     /* Error paths. */
     struct { const char *name, *json; } bad[] = {
         {"bad_syntax.json", "{\n  \"hidden_size\": 64,\n  \"vocab_size\": 256,,\n}"},

@@ -3,8 +3,9 @@
  * integer), applies the Hugging Face defaults for optional fields, rejects settings that would
  * change the model's arithmetic in ways seqpar does not implement (a model_type other than llama,
  * RoPE scaling other than linear and llama3, sliding windows, q/k norms, soft-capping, biases, an
- * activation other than SiLU) by name, reads linear and llama3 RoPE scaling (transformers 4's
- * rope_scaling or transformers 5's rope_parameters), ignores everything else, and
+ * activation other than SiLU, dropout) by name, reads linear and llama3 RoPE scaling (transformers 4's
+ * rope_scaling or transformers 5's rope_parameters, with transformers 5's precedence), keeps the
+ * token ids for the saved config (LlamaConfig.hf_carried), ignores everything else, and
  * validates the result; every problem is returned to the caller as one line (config_json_read)
  * or ends the program (config_json_load). Both transformers 4 (top-level rope_theta) and transformers 5
  * (rope_parameters.rope_theta) layouts are read. Saving writes a config that transformers'
@@ -127,28 +128,29 @@ static int read_rope(json_t *rope, const char *name, const char *path, LlamaConf
     return 0;
 }
 
-/* rope_parameters (transformers >= 5) wins when both are present and disagree on the type only
- * if rope_scaling is plain; two different scalings are an error. */
+/* Which RoPE description counts, as transformers 5 decides (PreTrainedConfig's
+ * convert_rope_params_to_dict and standardize_rope_params): a non-empty "rope_scaling" object,
+ * else "rope_parameters"; rope_theta from that object, else the top-level "rope_theta" (already in
+ * c), else 10000; for llama3 a top-level "original_max_position_embeddings" over the object's, then
+ * max_position_embeddings. transformers 4 reads only rope_scaling and the top-level rope_theta, so
+ * wherever rope_scaling is set both versions agree with this. */
 static int read_rope_settings(json_t *root, const char *path, LlamaConfig *c, SeqErr *e) {
     json_t *scaling = field(root, "rope_scaling"), *parameters = field(root, "rope_parameters");
-    int t_scaling = LLAMA_ROPE_DEFAULT, t_parameters = LLAMA_ROPE_DEFAULT;
-    LlamaConfig from_scaling = *c;
-    if (scaling && read_rope(scaling, "rope_scaling", path, &from_scaling, &t_scaling, e) != 0) return -1;
-    if (parameters && read_rope(parameters, "rope_parameters", path, c, &t_parameters, e) != 0) return -1;
-    if (t_scaling != LLAMA_ROPE_DEFAULT && t_parameters != LLAMA_ROPE_DEFAULT &&
-        (t_scaling != t_parameters || from_scaling.rope_factor != c->rope_factor ||
-         from_scaling.rope_low_freq_factor != c->rope_low_freq_factor ||
-         from_scaling.rope_high_freq_factor != c->rope_high_freq_factor ||
-         from_scaling.rope_original_max_position_embeddings != c->rope_original_max_position_embeddings))
-        return seq_err(e, "config '%s': \"rope_scaling\" and \"rope_parameters\" describe different RoPE scalings: "
-                       "keep one", path);
-    if (t_parameters == LLAMA_ROPE_DEFAULT && t_scaling != LLAMA_ROPE_DEFAULT) {
-        double theta = c->rope_theta;
-        *c = from_scaling;
-        c->rope_theta = theta;
-        t_parameters = t_scaling;
+    const int use_scaling = scaling && !json_is_null(scaling) && !(json_is_object(scaling) && json_object_size(scaling) == 0);
+    json_t *rope = use_scaling ? scaling : parameters;
+    const char *name = use_scaling ? "rope_scaling" : "rope_parameters";
+    if (!rope || json_is_null(rope)) {
+        c->rope_type = LLAMA_ROPE_DEFAULT;
+        return 0;
     }
-    c->rope_type = t_parameters;
+    int type = LLAMA_ROPE_DEFAULT;
+    if (read_rope(rope, name, path, c, &type, e) != 0) return -1;
+    if (field(rope, "rope_theta") && number_field(rope, "rope_theta", c->rope_theta, path, &c->rope_theta, e) != 0)
+        return -1;
+    if (type == LLAMA_ROPE_LLAMA3 && field(root, "original_max_position_embeddings") &&
+        int_field(root, "original_max_position_embeddings", 1, 0, path, &c->rope_original_max_position_embeddings, e) != 0)
+        return -1;
+    c->rope_type = type;
     return 0;
 }
 
@@ -178,11 +180,39 @@ static int reject_unsupported(json_t *root, const char *path, SeqErr *e) {
             return seq_err(e, "config '%s' sets \"%s\": true, but seqpar's Llama has no biases: set it to false", path,
                            bias_fields[i]);
     }
+    double dropout = 0;
+    if (number_field(root, "attention_dropout", 0.0, path, &dropout, e) != 0) return -1;
+    if (dropout != 0.0)
+        return seq_err(e, "config '%s' sets \"attention_dropout\": %g, but seqpar trains without dropout (as Llama "
+                       "was pretrained): set it to 0.0", path, dropout);
     json_t *act = field(root, "hidden_act");
-    if (act && !(json_is_string(act) && strcmp(json_string_value(act), "silu") == 0))
+    if (act && !(json_is_string(act) && (strcmp(json_string_value(act), "silu") == 0 ||
+                                         strcmp(json_string_value(act), "swish") == 0))) /* transformers: the same */
         return seq_err(e, "config '%s': \"hidden_act\" must be \"silu\" (the Llama SwiGLU MLP), found %s%.60s%s", path,
                        json_is_string(act) ? "\"" : "", json_is_string(act) ? json_string_value(act) : json_type_name(act),
                        json_is_string(act) ? "\"" : "");
+    return 0;
+}
+
+/* The fields a saved config keeps from the one it was read from (LlamaConfig.hf_carried). */
+static const char *const CARRIED[] = {"bos_token_id", "eos_token_id", "pad_token_id"};
+
+static int read_carried(json_t *root, const char *path, LlamaConfig *c, SeqErr *e) {
+    json_t *keep = json_object();
+    for (size_t i = 0; i < ARRAY_LEN(CARRIED); i++) {
+        json_t *v = json_object_get(root, CARRIED[i]); /* null too: transformers reads an explicit null */
+        if (v) json_object_set(keep, CARRIED[i], v);
+    }
+    char *text = json_object_size(keep) ? json_dumps(keep, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17)) : NULL;
+    json_decref(keep);
+    const size_t n = text ? strlen(text) : 0;
+    if (n >= sizeof c->hf_carried) {
+        free(text);
+        return seq_err(e, "config '%s': its token ids take %zu characters of JSON, more than the %zu seqpar keeps for "
+                       "them: shorten bos/eos/pad_token_id", path, n, sizeof c->hf_carried - 1);
+    }
+    if (text) memcpy(c->hf_carried, text, n + 1);
+    free(text);
     return 0;
 }
 
@@ -205,13 +235,9 @@ static int config_from_json(json_t *root, const char *path, LlamaConfig *c, SeqE
         number_field(root, "rope_theta", 10000.0, path, &c->rope_theta, e))
         return -1;
     c->rms_norm_eps = (float)eps;
-    /* transformers >= 5 writes rope_theta inside "rope_parameters"; there it is authoritative. */
-    json_t *rope_parameters = field(root, "rope_parameters");
-    if (json_is_object(rope_parameters) &&
-        number_field(rope_parameters, "rope_theta", c->rope_theta, path, &c->rope_theta, e) != 0)
-        return -1;
     if (bool_field(root, "tie_word_embeddings", 0, path, &c->tie_word_embeddings, e) != 0) return -1;
     if (reject_unsupported(root, path, e) != 0) return -1;
+    if (read_carried(root, path, c, e) != 0) return -1;
     if (read_rope_settings(root, path, c, e) != 0) return -1;
 
     if (!head_dim_given && c->num_attention_heads > 0 && c->hidden_size % c->num_attention_heads == 0)
@@ -324,6 +350,16 @@ int config_json_save(const char *path, const LlamaConfig *c, SeqErr *e) {
     json_object_set_new(root, "mlp_bias", json_false());
     json_object_set_new(root, "initializer_range", json_real(0.02));
     json_object_set_new(root, "use_cache", json_true());
+    if (c->hf_carried[0]) { /* the token ids of the config the model came from */
+        json_t *kept = json_loads(c->hf_carried, 0, NULL);
+        if (!json_is_object(kept)) {
+            json_decref(kept);
+            json_decref(root);
+            return seq_err(e, "cannot write '%s': the kept config fields are not a JSON object", path);
+        }
+        json_object_update(root, kept);
+        json_decref(kept);
+    }
 
     /* 17 significant digits would print 1e-06 as 9.9999999999999995e-07; 15 keep every float
      * exact and every realistic rope_theta. */

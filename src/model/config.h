@@ -2,6 +2,8 @@
 #ifndef SEQPAR_MODEL_CONFIG_H
 #define SEQPAR_MODEL_CONFIG_H
 
+#define LLAMA_HF_CARRIED_MAX 1024
+
 typedef struct {
     int hidden_size;
     int intermediate_size;
@@ -20,6 +22,10 @@ typedef struct {
     double rope_factor;         /* linear and llama3 */
     double rope_low_freq_factor, rope_high_freq_factor; /* llama3 */
     int rope_original_max_position_embeddings;          /* llama3 */
+    /* config.json's fields that seqpar does not compute with but a saved model must keep for
+     * transformers (bos/eos/pad_token_id): a compact JSON object of those present
+     * in the config it was read from, "" for none (a model from size flags); written back on save. */
+    char hf_carried[LLAMA_HF_CARRIED_MAX];
 } LlamaConfig;
 
 enum { LLAMA_ROPE_DEFAULT = 0, LLAMA_ROPE_LINEAR = 1, LLAMA_ROPE_LLAMA3 = 2 };
