@@ -174,7 +174,12 @@ static void expect_msg(const ScheduleInfo *si, StrategyParams p, const char *wan
 static void test_checks(void) {
     StrategyParams p = {.hp = 1, .cp = 3, .layout = LAYOUT_CONTIGUOUS, .seq_len = 48, .n_heads = 4, .n_kv_heads = 2,
                         .head_dim = 16};
-    expect_msg(&lightseq_schedule, p, "lightseq needs an even --cp (got 3): use --cp 2 or 4", "cp 3");
+    expect_msg(&lightseq_schedule, p, "lightseq needs an even --cp (got 3): 3 ranks have no even cp: start 2 or 4 "
+               "(mpirun -np), or use another --strategy", "cp 3");
+    /* 2 replicas of 3: the grids of all 6 ranks (was "use --cp 2 or 4": neither runs on 6) */
+    p.dp = 2;
+    expect_msg(&lightseq_schedule, p, "on these 6 ranks use --dp 1 --hp 1 --cp 6 or --dp 3 --hp 1 --cp 2", "dp 2 cp 3");
+    p.dp = 0;
     expect_msg(&allgather_schedule, p, NULL, "cp 3 contiguous");
     /* the even-cp grids of the same ranks, within the heads; none: the ranks to start */
     p.hp = 2;
@@ -182,8 +187,7 @@ static void test_checks(void) {
     p.n_heads = 2;
     expect_msg(&lightseq_schedule, p, "on these ranks use --hp 1 --cp 6", "hp 2 cp 3, 2 heads");
     p.hp = 3;
-    expect_msg(&lightseq_schedule, p, "hp x cp = 9 ranks has no even cp: use --cp 2 or 4 with --hp 3 (6 or 12 ranks",
-               "hp 3 cp 3");
+    expect_msg(&lightseq_schedule, p, "9 ranks have no even cp: start 8 or 10 (mpirun -np)", "hp 3 cp 3");
     p.hp = 1;
     p.n_heads = 4;
     p.cp = 4;

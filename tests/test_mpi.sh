@@ -346,7 +346,10 @@ grid_error 2 "team-first places WallFacer's teams: --strategy ring takes head-fi
 grid_error 2 "--team 2 is read by --strategy wallfacer only" --seq-len 256 --cp 2 --team 2
 grid_error 2 "wallfacer takes team-first (the default) or ring-first" --seq-len 256 --strategy wallfacer --placement context-first
 grid_error 2 "unknown strategy 'wormhole': use one of 2d, ulysses, ring" --seq-len 256 --strategy wormhole
-grid_error 3 "lightseq needs an even --cp (got 3): use --cp 2 or 4" --seq-len 255 --strategy lightseq
+grid_error 3 "lightseq needs an even --cp (got 3): 3 ranks have no even cp: start 2 or 4 (mpirun -np)" --seq-len 255 --strategy lightseq
+# --cp 3 on 6 ranks (2 replicas): the grids of the 6 ranks (was "use --cp 2 or 4", neither of which runs there)
+grid_error 6 "lightseq needs an even --cp (got 3): on these 6 ranks use --dp 1 --hp 1 --cp 6 or --dp 3 --hp 1 --cp 2" \
+    --seq-len 66 --strategy lightseq --cp 3
 # the grids of the same ranks with an even cp (was "use 2 or 4": 4 or 8 ranks), before a --seq-len
 # that splits over neither (was the split error, hiding the grid's)
 grid_error 6 "lightseq needs an even --cp (got 3): on these ranks use --hp 3 --cp 2 or --hp 1 --cp 6" --seq-len 64 \

@@ -78,6 +78,7 @@ typedef struct {
  * holds on this rank (after the head exchange; the model's heads when hp = 1). */
 typedef struct {
     int hp, cp;           /* head and context group sizes (sp = hp cp) */
+    int dp;               /* data-parallel replicas of that group (0: not known; for messages only) */
     int ring_inner;       /* W (2d); 0 = cp */
     int team;             /* C (wallfacer); 0 = not given */
     int chunks;           /* U (fpdt); 0 = not given (1) */

@@ -183,21 +183,28 @@ static size_t lightseq_workspace_floats(const StrategyParams *p) {
 /* ------------------------------------------------------------------------------------------ */
 /* Check. */
 
-/* "lightseq needs an even --cp (got 3): ..." with the grids of the same hp x cp ranks that have an
- * even cp and no more head ranks than heads (n_heads 0: not known), else the ranks to start. */
-static char *odd_cp_message(int hp, int cp, int n_heads) {
+/* "lightseq needs an even --cp (got 3): ..." naming grids that run on the same ranks: first those
+ * of the same hp x cp ranks a replica (dp kept), then, where there is none, those of all dp x hp x
+ * cp ranks (dp 0: not known, 1), each with no more head ranks than heads (n_heads 0: not known);
+ * where the ranks have no even divisor at all, the ranks to start instead. */
+static char *odd_cp_message(int hp, int cp, int dp, int n_heads) {
     char buf[512];
-    const int sp = hp * cp;
+    const int sp = hp * cp, world = sp * (dp > 0 ? dp : 1);
     int len = snprintf(buf, sizeof buf, "lightseq needs an even --cp (got %d): ", cp), listed = 0;
     for (int c = 2; c <= sp && listed < 3; c += 2)
         if (sp % c == 0 && (n_heads <= 0 || sp / c <= n_heads))
             len += snprintf(buf + len, sizeof buf - (size_t)len, "%s--hp %d --cp %d", listed++ ? " or " : "on these "
                             "ranks use ", sp / c, c);
-    if (!listed && hp == 1)
-        snprintf(buf + len, sizeof buf - (size_t)len, "use --cp %d or %d (that many ranks a replica)", cp - 1, cp + 1);
-    else if (!listed)
-        snprintf(buf + len, sizeof buf - (size_t)len, "hp x cp = %d ranks has no even cp: use --cp %d or %d with --hp %d "
-                 "(%d or %d ranks a replica)", sp, cp - 1, cp + 1, hp, hp * (cp - 1), hp * (cp + 1));
+    if (!listed) /* other replicas: dp x cp with the heads whole, the most context ranks first */
+        for (int c = world - world % 2; c >= 2 && listed < 3; c -= 2)
+            if (world % c == 0) {
+                if (!listed) len += snprintf(buf + len, sizeof buf - (size_t)len, "on these %d ranks use ", world);
+                len += snprintf(buf + len, sizeof buf - (size_t)len, "%s--dp %d --hp 1 --cp %d", listed++ ? " or " : "",
+                                world / c, c);
+            }
+    if (!listed)
+        snprintf(buf + len, sizeof buf - (size_t)len, "%d ranks have no even cp: start %d or %d (mpirun -np), or use "
+                 "another --strategy", world, world - 1, world + 1);
     return xstrdup(buf);
 }
 
@@ -208,7 +215,7 @@ static char *lightseq_check(const StrategyParams *p) {
         snprintf(buf, sizeof buf, "lightseq needs --cp of at least 1 (got %d)", cp);
         return xstrdup(buf);
     }
-    if (cp > 1 && cp % 2) return odd_cp_message(hp, cp, p->n_heads);
+    if (cp > 1 && cp % 2) return odd_cp_message(hp, cp, p->dp, p->n_heads);
     if (cp > 1 && p->layout != LAYOUT_CONTIGUOUS) {
         snprintf(buf, sizeof buf,
                  "lightseq needs the contiguous layout (its plan computes only blocks of earlier or equal slots; got "
@@ -437,7 +444,7 @@ static void ls_destroy(ContextSchedule *s) {
 
 static ContextSchedule *lightseq_create(const ScheduleShape *sh) {
     const Topology *t = sh->topo;
-    if (t->cp > 1 && t->cp % 2) die_collective("%s", odd_cp_message(t->hp, t->cp, 0));
+    if (t->cp > 1 && t->cp % 2) die_collective("%s", odd_cp_message(t->hp, t->cp, t->dp, 0));
     LsCtx *x = xcalloc(1, sizeof *x);
     x->comm = sh->comm;
     x->mc = t->ctx_comm;

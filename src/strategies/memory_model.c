@@ -135,7 +135,7 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
         return xstrdup_printf("dp %d x hp %d x cp %d is not the %d ranks: give --dp, --hp, --cp (or --ranks) whose product "
                        "is the ranks", dp, hp, cp, world);
     const int sp = hp * cp, own = s->own != NULL;
-    StrategyParams sp_params = {.hp = hp, .cp = cp, .ring_inner = pc->ring_inner > 0 ? pc->ring_inner : cp,
+    StrategyParams sp_params = {.hp = hp, .cp = cp, .dp = dp, .ring_inner = pc->ring_inner > 0 ? pc->ring_inner : cp,
                                 .team = pc->team, .chunks = pc->chunks, .offload_dir = own ? pc->offload_dir : NULL,
                                 .placement = pc->placement, .layout = layout, .seq_len = in->seq_len,
                                 .n_heads = c->num_attention_heads, .n_kv_heads = c->num_key_value_heads,

@@ -144,7 +144,7 @@ void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaC
 
     p->seq_len = seq_len;
     int sp = p->topo.sp;
-    p->params = (StrategyParams){.hp = hp, .cp = cp, .ring_inner = p->topo.ring_inner, .team = cfg->team,
+    p->params = (StrategyParams){.hp = hp, .cp = cp, .dp = dp, .ring_inner = p->topo.ring_inner, .team = cfg->team,
                                  .chunks = cfg->chunks, .offload_dir = p->strategy->own ? cfg->offload_dir : NULL,
                                  .placement = cfg->placement,
                                  .layout = cfg->layout, .seq_len = seq_len, .n_heads = model->num_attention_heads,
