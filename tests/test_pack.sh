@@ -131,6 +131,14 @@ if paste <(fpt "$T/t0.jsonl") <(fpt "$T/t1.jsonl") | awk -v a=$((6 * 2 * 4 * 8))
            if (m < 1 && (r < 0.999 || r > 1.001)) bad = 1 } END { exit bad }' "$T/t1.jsonl"; then ok; else
     bad "train --pack: flops_per_token / MFU do not count the documents' attention: $(paste <(fpt "$T/t0.jsonl") <(fpt "$T/t1.jsonl") | head -n 3 | tr '\n' ' ')"; fi
 
+# a text of nothing but newlines under --pack --eot 10: nothing to train, said as such (was "use a longer
+# --seq-len or more --recall-queries", which helps neither)
+awk 'BEGIN { for (i = 0; i < 200; i++) print "" }' >"$T/empty_lines.txt"
+err=$(timeout 60 "$SEQPAR" train --data "$T/empty_lines.txt" --layers 1 --hidden 32 --heads 4 --vocab 16 --seq-len 16 --steps 2 \
+      --quiet --pack --eot 10 --log "$T/e.jsonl" 2>&1 >/dev/null); rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && printf '%s\n' "$err" | grep -q "^seqpar: error: step 1: every token of the batch is the end-of-text id 10 (--pack), so nothing is trained: check --eot or the data$"; then ok
+else bad "train --pack on newlines only: status $rc: $err"; fi
+
 # resuming a packed run is bit-identical; resuming it without --pack (or unpacked with --pack) is refused
 timeout 120 "$SEQPAR" "${TRAIN[@]}" --stop-at 4 --save "$T/ck" --log "$T/tr.jsonl" >"$T/tr.out" 2>&1 || bad "train --pack --save: $(tail -n 2 "$T/tr.out")"
 timeout 120 "$SEQPAR" "${TRAIN[@]}" --resume "$T/ck" --log "$T/tr.jsonl" >"$T/tr.out" 2>&1 || bad "train --pack --resume: $(tail -n 2 "$T/tr.out")"

@@ -702,6 +702,9 @@ int cmd_train(int argc, char **argv) {
             }
             for (int i = 0; i < S; i++) n_targets += g_targets[(size_t)b * S + i] >= 0;
         }
+        if (n_targets == 0 && o.eot >= 0)
+            die_collective("step %ld: every token of the batch is the end-of-text id %d (--pack), so nothing is trained: "
+                           "check --eot or the data", st.step + 1, o.eot);
         if (n_targets == 0) die_collective("a batch holds no targets: use a longer --seq-len or more --recall-queries");
         if (o.eot >= 0) { /* packed: attention computes each document alone; FLOPs count only that */
             double len = 0;
