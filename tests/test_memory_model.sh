@@ -237,6 +237,9 @@ expect_error "is read by --strategy fpdt only" memory --chunks 2
 expect_error "is read by --strategy wallfacer only" memory --ranks 4 --strategy ring --team 2
 expect_error "is read by --strategy ring and 2d only" memory --ranks 4 --strategy allgather --ring-inner 2
 expect_error "add --checkpoint layer|selective" memory --offload-dir /tmp
+# --no-stream where no FPDT layer streams (was accepted and ignored)
+expect_error "--no-stream runs FPDT's layers whole .*: it is read by --strategy fpdt only" memory --strategy ring --ranks 2 --no-stream
+expect_error "--no-stream runs FPDT's layers whole .*: it is read by --strategy fpdt only" train --no-stream --steps 1
 expect_error "add --checkpoint layer|selective" train --offload-dir /tmp --steps 1
 expect_error "ranks" memory --ranks 0
 # fast: the whole model of a 1M-token, 64-rank run in well under a second

@@ -273,6 +273,9 @@ void offload_flags_check(const ParallelConfig *pc, const MemoryFlags *mf) {
     if (pc->offload_dir && !fpdt && mf->checkpoint == LLAMA_CKPT_NONE)
         die_collective("--offload-dir moves FPDT chunks and checkpointed layer inputs: add --checkpoint layer|selective "
                        "or use --strategy fpdt");
+    if (mf->no_stream && !fpdt) /* like --chunks and --team: a flag no part of this run reads is refused */
+        die_collective("--no-stream runs FPDT's layers whole instead of chunk by chunk: it is read by --strategy fpdt "
+                       "only: drop it or use --strategy fpdt");
 }
 
 void offload_errors_check(const LlamaActs *acts, SeqParallel *par) {

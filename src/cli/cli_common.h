@@ -95,8 +95,8 @@ typedef struct {
 /* Returns 1 if opt was one of them (may consume the next argv word: call from the getopt loop). */
 int memory_flags_handle(MemoryFlags *f, const char *cmd, int opt, const char *arg, int argc, char **argv);
 extern const char MEMORY_FLAGS_HELP[];
-/* --offload-dir needs something to offload: fpdt's chunks or checkpointed layer inputs (one line
- * on every rank otherwise). */
+/* --offload-dir needs something to offload: fpdt's chunks or checkpointed layer inputs; --no-stream
+ * is fpdt's (one line on every rank otherwise). */
 void offload_flags_check(const ParallelConfig *pc, const MemoryFlags *mf);
 /* Layer-input offload (llama.h): a failed write or read on any rank ends every rank with that
  * rank's one line. Collective when offloading (an allreduce under the watchdog); nothing otherwise. */
