@@ -237,6 +237,8 @@ expect_error "is read by --strategy fpdt only" memory --chunks 2
 expect_error "is read by --strategy wallfacer only" memory --ranks 4 --strategy ring --team 2
 expect_error "is read by --strategy ring and 2d only" memory --ranks 4 --strategy allgather --ring-inner 2
 expect_error "add --checkpoint layer|selective" memory --offload-dir /tmp
+# a one-head model: "--hp 1", not "--hp 1 to 1"
+expect_error "more than the model's 1 query head: give --hp 1 (the other ranks" memory --ranks 2 --strategy ulysses --heads 1 --kv-heads 1 --hidden 32
 # --no-stream where no FPDT layer streams (was accepted and ignored)
 expect_error "--no-stream runs FPDT's layers whole .*: it is read by --strategy fpdt only" memory --strategy ring --ranks 2 --no-stream
 expect_error "--no-stream runs FPDT's layers whole .*: it is read by --strategy fpdt only" train --no-stream --steps 1

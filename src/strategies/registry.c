@@ -58,10 +58,13 @@ char *strategy_grid(const Strategy *s, int hp_given, int cp_given, int sp_ranks,
         *cp = 1;
         if (hp_given <= 0) *hp = sp_ranks > 0 ? sp_ranks : 1;
         if (hp_given <= 0 && n_heads > 0 && *hp > n_heads) {
+            char range[48];
+            if (n_heads == 1) snprintf(range, sizeof range, "--hp 1");
+            else snprintf(range, sizeof range, "--hp 1 to %d", n_heads);
             snprintf(buf, sizeof buf,
-                     "--strategy %s puts all %d ranks in head parallelism, more than the model's %d query heads: "
-                     "give --hp 1 to %d (the other ranks become data-parallel replicas) or use --strategy 2d",
-                     s->name, *hp, n_heads, n_heads);
+                     "--strategy %s puts all %d ranks in head parallelism, more than the model's %d query head%s: "
+                     "give %s (the other ranks become data-parallel replicas) or use --strategy 2d",
+                     s->name, *hp, n_heads, n_heads == 1 ? "" : "s", range);
             return xstrdup(buf);
         }
         return NULL;
