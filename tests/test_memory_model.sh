@@ -76,6 +76,13 @@ case_ 1 --strategy fpdt --chunks 8 --checkpoint layer --offload-dir "$OFF" --ffn
 case_ 2 --strategy fpdt --chunks 4 --checkpoint layer --offload-dir "$OFF" --batch 1
 case_ 2 --strategy fpdt --chunks 4 --checkpoint none --batch 1
 case_ 1 --strategy fpdt --chunks 8 --checkpoint layer --offload-dir "$OFF" --no-stream --batch 1
+# token data: the trainer holds its largest training file's tokens whole, 4 bytes each (the model left
+# them out until 2026-11-29: 0.82-0.95 of the measured peak with text files of 38-152 KB); a text of
+# 972 KB, and a glob of it and a 300 KB one (the larger read first, so one step holds it)
+awk 'BEGIN { srand(3); for (i = 0; i < 12000; i++) { s = ""; for (j = 0; j < 80; j++) s = s sprintf("%c", 97 + int(rand() * 26)); print s } }' >"$T/data_a.txt"
+head -c 300000 "$T/data_a.txt" >"$T/data_b.txt"
+case_ 1 --data "$T/data_a.txt" --checkpoint none --batch 1
+case_ 2 --data "$T/data_*.txt" --strategy ulysses --checkpoint layer --batch 1
 # --precision bf16 (llama.c, memory_model.c): per-layer bf16 copies and their shared fp32 sets,
 # the bf16 GEMMs' operand copies, the bf16 attention kernel's pair words, the bf16 wire's staging
 B="--precision bf16"

@@ -74,6 +74,13 @@ void memory_input_from_options(const TrainOptions *o, SizeFlags *sf, const char 
     in->seq_len = o->seq_len;
     in->batch = o->batch;
     in->recall_data = !strcmp(o->data, "recall");
+    if (!in->recall_data) { /* the trainer holds one training file of it at a time, whole */
+        TokenStream ts;
+        if (token_stream_open(&ts, o->data, o->tokens_format, STREAM_TRAIN, &e) != 0) die_collective("%s", e.msg);
+        for (int i = 0; i < ts.n_shards; i++)
+            if ((double)ts.counts[i] > in->data_tokens) in->data_tokens = (double)ts.counts[i];
+        token_stream_close(&ts);
+    }
     in->par = o->par;
     in->checkpoint = o->mem.checkpoint;
     in->ffn_chunks = o->mem.ffn_chunks;

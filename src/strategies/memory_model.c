@@ -318,7 +318,8 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
             }
         }
         /* the trainer's tokens: the global batch, this rank's share, positions, recall distances */
-        cur.ram[MEM_DATA] = 4 * (2 * S * in->batch + 2 * N * per_replica + N + (in->recall_data ? S : 0));
+        cur.ram[MEM_DATA] = 4 * (2 * S * in->batch + 2 * N * per_replica + N + (in->recall_data ? S : 0)) +
+                            4 * in->data_tokens;
         double tot = 0;
         for (int k = 0; k < MEM_COMPONENTS; k++) tot += cur.ram[k];
         if (tot > best) {

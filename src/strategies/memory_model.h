@@ -40,6 +40,8 @@ typedef struct {
     int world;           /* ranks */
     int cores;           /* cores of the node (threads per rank default: cores / ranks, at least 1) */
     int recall_data;     /* the trainer's recall task keeps a distance per token */
+    double data_tokens;  /* token data (--data): the tokens of its largest training file, which the
+                            trainer holds whole while it reads it (uint32 each); 0 for the recall task */
     ParallelConfig par;  /* --strategy, grid, --chunks, --offload-dir, --zero, --zero-group, --threads */
     int checkpoint;      /* LLAMA_CKPT_* */
     int ffn_chunks;      /* 0: the default */
