@@ -109,6 +109,15 @@ int trainer_state_compare(const TrainerState *saved, const TrainerState *now, co
             char was[128], is[128];
             setting_display(saved->settings[i].value, was, sizeof was);
             setting_display(v, is, sizeof is);
+            /* the settings that are one train flag's value: name the flag that resumes */
+            static const char *const flag_of[][2] = {
+                {"ffn_chunks", "--ffn-chunks"}, {"precision", "--precision"}, {"batch", "--batch"},
+                {"steps", "--steps"}, {"warmup", "--warmup"}, {"lr", "--lr"}, {"min_lr", "--min-lr"},
+                {"weight_decay", "--weight-decay"}, {"grad_clip", "--grad-clip"}};
+            for (size_t f = 0; f < ARRAY_LEN(flag_of); f++)
+                if (!strcmp(saved->settings[i].key, flag_of[f][0]))
+                    return seq_err(e, "checkpoint %s was trained with %s = %s but this run uses %s: resume with %s %s "
+                                   "or start a new run", dir, saved->settings[i].key, was, is, flag_of[f][1], was);
             return seq_err(e, "checkpoint %s was trained with %s = %s but this run uses %s: resume with the same "
                            "setting or start a new run", dir, saved->settings[i].key, was, is);
         }
