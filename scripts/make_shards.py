@@ -259,6 +259,8 @@ def main():
     if train:
         w.write("train", train_index, train)
     if not any(p.endswith(".bin") and "_train_" in p for p, _ in w.written):
+        for p, _ in w.written:  # no half-made set of shards left behind
+            os.remove(p)
         fail(f"no training tokens: the {n_docs} documents fill only the validation shard; lower --val-tokens")
     total = sum(n for _, n in w.written)
     print(f"make_shards.py: {n_docs} documents, {total} tokens (end-of-text {eot}, vocabulary {tok.vocab_size}) "

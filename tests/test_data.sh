@@ -49,6 +49,11 @@ expect_error "make_shards: missing input" "no_such.txt" $PY scripts/make_shards.
 printf '{"body": "x"}\n' > "$T/c.jsonl"
 expect_error "make_shards: JSONL without the field" "--text-field" $PY scripts/make_shards.py --byte-level "$T/c.jsonl" --out "$T/x" --val-tokens 0
 expect_error "make_shards: everything held out" "--val-tokens" $PY scripts/make_shards.py --byte-level "$T/a.txt" --out "$T/x"
+# one document (the whole file) larger than --val-tokens: all of it held out, no training shard, and
+# the validation shard it wrote removed (was left behind beside the error)
+mkdir -p "$T/noval"
+expect_error "make_shards: only a validation shard" "no training tokens" $PY scripts/make_shards.py --byte-level "$T/a.txt" --out "$T/noval" --val-tokens 5
+if [ -z "$(ls -A "$T/noval")" ]; then ok; else bad "make_shards left $(ls "$T/noval" | head -n 3) after 'no training tokens'"; fi
 # --tokenizer: the ids `tokenizers` itself gave for these documents (fixture), eot before each
 TOK="$FIX/tokenizer"
 if $PY -c "import tokenizers" 2>/dev/null; then
