@@ -16,33 +16,28 @@
 
 #define CHAINS 12 /* > FMA latency x FMA ports on every x86 core seen here (4 x 2) */
 
-/* iters x CHAINS dependent-free FMAs of one vector each; returns a sum so nothing is dropped. */
-__attribute__((target("avx512f"))) static float chains_avx512(long iters) {
-    __m512 a[CHAINS];
-    for (int i = 0; i < CHAINS; i++) a[i] = _mm512_set1_ps(1.0f + (float)i * 1e-7f);
-    const __m512 b = _mm512_set1_ps(0.9999999f), c = _mm512_set1_ps(1e-8f);
-    for (long n = 0; n < iters; n++)
-#pragma GCC unroll 12
-        for (int i = 0; i < CHAINS; i++) a[i] = _mm512_fmadd_ps(a[i], b, c);
-    float s = 0;
-    for (int i = 0; i < CHAINS; i++) s += _mm512_reduce_add_ps(a[i]);
+__attribute__((target("avx2"))) static float hsum256(__m256 v) {
+    float t[8], s = 0;
+    _mm256_storeu_ps(t, v);
+    for (int j = 0; j < 8; j++) s += t[j];
     return s;
 }
 
-__attribute__((target("avx2,fma"))) static float chains_avx2(long iters) {
-    __m256 a[CHAINS];
-    for (int i = 0; i < CHAINS; i++) a[i] = _mm256_set1_ps(1.0f + (float)i * 1e-7f);
-    const __m256 b = _mm256_set1_ps(0.9999999f), c = _mm256_set1_ps(1e-8f);
-    for (long n = 0; n < iters; n++)
-#pragma GCC unroll 12
-        for (int i = 0; i < CHAINS; i++) a[i] = _mm256_fmadd_ps(a[i], b, c);
-    float s = 0, t[8];
-    for (int i = 0; i < CHAINS; i++) {
-        _mm256_storeu_ps(t, a[i]);
-        for (int j = 0; j < 8; j++) s += t[j];
+/* iters x CHAINS dependency-free FMAs of one vector each, one function per instruction set; returns
+ * a sum so that nothing is dropped. */
+#define CHAINS_FN(name, isa, V, set1, fmadd, hsum)                                                             \
+    __attribute__((target(isa))) static float name(long iters) {                                               \
+        V a[CHAINS];                                                                                           \
+        for (int i = 0; i < CHAINS; i++) a[i] = set1(1.0f + (float)i * 1e-7f);                                 \
+        const V b = set1(0.9999999f), c = set1(1e-8f);                                                         \
+        for (long n = 0; n < iters; n++)                                                                       \
+            _Pragma("GCC unroll 12") for (int i = 0; i < CHAINS; i++) a[i] = fmadd(a[i], b, c);                \
+        float s = 0;                                                                                           \
+        for (int i = 0; i < CHAINS; i++) s += hsum(a[i]);                                                      \
+        return s;                                                                                              \
     }
-    return s;
-}
+CHAINS_FN(chains_avx512, "avx512f", __m512, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_reduce_add_ps)
+CHAINS_FN(chains_avx2, "avx2,fma", __m256, _mm256_set1_ps, _mm256_fmadd_ps, hsum256)
 
 int main(int argc, char **argv) {
     const int threads = argc > 1 ? atoi(argv[1]) : omp_get_num_procs();
