@@ -375,6 +375,15 @@ static void do_state_check(void *arg) {
     trainer_state_check(&a, &b, "ckpt");
 }
 
+/* a setting that is no single flag's value (betas: two flags) */
+static void do_state_check_betas(void *arg) {
+    (void)arg;
+    TrainerState a = make_state(1), b = make_state(1);
+    trainer_state_set(&a, "betas", "%a,%a", 0.9, 0.95);
+    trainer_state_set(&b, "betas", "%a,%a", 0.8, 0.95);
+    trainer_state_check(&a, &b, "ckpt");
+}
+
 /* Flips one bit of byte `at` (counted from the end when negative) of a file. */
 static void flip_bit(const char *path, long at, int bit) {
     FILE *f = fopen(path, "r+b");
@@ -605,7 +614,10 @@ static void test_deaths(void) {
     do_save_into(path_in("empty_dir"));
     CHECK(checkpoint_exists(path_in("empty_dir")), "save into an empty existing directory");
 
-    expect_death("settings mismatch", do_state_check, NULL, "lr", "same setting", NULL);
+    /* a setting that is one flag's value names the flag and the value that resumes */
+    expect_death("settings mismatch", do_state_check, NULL, "lr = ", "but this run uses 0.001: resume with --lr ", NULL);
+    expect_death("settings mismatch, no flag", do_state_check_betas, NULL, "betas = 0.9,0.95 but this run uses 0.8,0.95",
+                 "resume with the same setting", NULL);
     TrainerState s1 = make_state(1), s2 = make_state(9);
     trainer_state_set(&s2, "new_setting", "x"); /* present only in this run: not a mismatch */
     trainer_state_check(&s1, &s2, "ckpt");
