@@ -110,14 +110,14 @@ S3="--layers 4 --hidden 256 --heads 4 --kv-heads 2 --ffn 1024 --vocab 256 --seq-
 roomy=$(timeout 60 "$SEQPAR" plan --ranks 1 $S3 $RATES --mem-per-rank 20 --top 100 2>&1)
 r1=$(printf '%s\n' "$roomy" | grep -E '^ *[0-9]+  2d .* none +1 +0 ' | head -n 1)
 r2=$(printf '%s\n' "$roomy" | grep -E '^ *[0-9]+  2d .* none +5 +0 ' | head -n 1) # the default's 5 chunks at 8K
-if printf '%s' "$roomy" | grep -q '^best: mpirun -n 1 seqpar train --layers 4 .* --strategy 2d --hp 1 --checkpoint none --ffn-chunks 1 ' &&
+if printf '%s' "$roomy" | grep -q '^best: mpirun -n 1 \(--map-by slot:PE=[0-9]* \)\?seqpar train --layers 4 .* --strategy 2d --hp 1 --checkpoint none --ffn-chunks 1 ' &&
     [ -n "$r1" ] && [ -n "$r2" ] && awk -v a="$r1" -v b="$r2" 'BEGIN { n = split(a, x); m = split(b, y); exit !(x[14] + 0 > y[14] + 0 && x[n] + 0 > y[m] + 0) }'; then ok
 else bad "one FFN chunk with 20 GiB: $(printf '%s' "$roomy" | grep '^best')
 $r1
 $r2"; fi
 # between the two: 500 MiB holds the default's two chunks (428 MiB by the model), not one (712)
 snug=$(timeout 60 "$SEQPAR" plan --ranks 1 $S3 $RATES --mem-per-rank 0.5 --top 3 2>&1)
-if printf '%s' "$snug" | grep -q '^best: mpirun -n 1 seqpar train --layers 4 .* --strategy 2d --hp 1 --checkpoint none --seq-len'; then ok
+if printf '%s' "$snug" | grep -q '^best: mpirun -n 1 \(--map-by slot:PE=[0-9]* \)\?seqpar train --layers 4 .* --strategy 2d --hp 1 --checkpoint none --seq-len'; then ok
 else bad "0.5 GiB: $(printf '%s' "$snug" | grep '^best')"; fi
 given=$(timeout 60 "$SEQPAR" plan --ranks 1 $S3 $RATES --mem-per-rank 20 --ffn-chunks 2 --top 100 2>&1)
 if printf '%s' "$given" | grep -q '^best: .* --checkpoint none --ffn-chunks 2 ' &&
@@ -127,7 +127,7 @@ else bad "--ffn-chunks 2 not kept: $(printf '%s' "$given" | grep '^best')"; fi
 # one rank at 64K in 0.45 GiB: nothing fits in RAM; with --offload-dir FPDT's chunks and the layer
 # inputs go to disk and it does, with the flag in the best's command
 off=$(timeout 60 "$SEQPAR" plan --ranks 1 $S2 $RATES --mem-per-rank 0.45 --top 3 --offload-dir "$T" 2>&1)
-if printf '%s' "$off" | grep -q "^best: mpirun -n 1 seqpar train --layers 4 .* --strategy fpdt --chunks [0-9]* --checkpoint \(layer\|selective\) --offload-dir $T"; then ok; else
+if printf '%s' "$off" | grep -q "^best: mpirun -n 1 \(--map-by slot:PE=[0-9]* \)\?seqpar train --layers 4 .* --strategy fpdt --chunks [0-9]* --checkpoint \(layer\|selective\) --offload-dir $T"; then ok; else
     bad "offload: $(printf '%s' "$off" | tail -n 2)"; fi
 timeout 60 "$SEQPAR" plan --ranks 1 $S2 $RATES --mem-per-rank 0.45 --top 3 >/dev/null 2>&1
 if [ $? -eq 1 ]; then ok; else bad "0.45 GiB without --offload-dir: a configuration fits"; fi
@@ -136,6 +136,31 @@ if [ $? -eq 1 ]; then ok; else bad "0.45 GiB without --offload-dir: a configurat
 flags=$(timeout 60 "$SEQPAR" plan --ranks 2 $M $RATES --batch 2 --top 1 2>&1 | sed -nE 's/^best: mpirun -n 2 seqpar train (.* --seq-len 256 --batch 2)$/\1/p')
 if [ -n "$flags" ] && run_np 2 "$SEQPAR" train $flags $DATA $TRAIN --steps 1 --quiet >"$T/best.out" 2>&1; then ok; else
     bad "the best's flags '$flags' do not run: $(tail -n 2 "$T/best.out" 2>/dev/null)"; fi
+
+# a rank planned with 2 threads is started with 2 cores (Open MPI binds a rank to one core where it
+# starts at most 2: the bare `mpirun -n 1` line trained on 1 thread, 0.83x the planned peak); 2 ranks
+# of 1 thread need no binding flag
+one=$(timeout 60 "$SEQPAR" plan --ranks 1 --cores-per-node 2 $M $RATES --batch 2 --top 1 2>&1 | sed -nE 's/^best: (mpirun .*)$/\1/p')
+two=$(timeout 60 "$SEQPAR" plan --ranks 2 --cores-per-node 2 $M $RATES --batch 2 --top 1 2>&1 | grep '^best: ')
+if printf '%s' "$one" | grep -q '^mpirun -n 1 --map-by slot:PE=2 seqpar train ' && printf '%s' "$two" | grep -q '^best: mpirun -n 2 seqpar train '; then ok
+else bad "the best lines' binding: '$one' / '$two'"; fi
+if [ "$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)" -ge 2 ]; then
+    args=$(printf '%s' "$one" | sed -E 's/^mpirun -n 1 --map-by slot:PE=2 seqpar train //')
+    if timeout 120 mpirun --oversubscribe -n 1 --map-by slot:PE=2 "$SEQPAR" train $args $DATA $TRAIN --steps 1 2>&1 | grep -q ' 2 threads/rank'; then ok
+    else bad "the one-rank best line does not run 2 threads: $args"; fi
+else echo "test_plan: one CPU: the one-rank best line's 2 threads not run"; fi
+# what train refuses, plan refuses the same way: data shorter than --seq-len + 1, a recall window under 4
+expect_refusal() { # words flags...
+    local words=$1
+    shift
+    local err rc
+    err=$(timeout 60 "$SEQPAR" plan "$@" 2>&1 >/dev/null); rc=$?
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] && printf '%s' "$err" | grep -q -- "$words"; then ok
+    else bad "plan $*: want one line with '$words', got status $rc: $err"; fi
+}
+expect_refusal "--seq-len 512 needs 513 tokens but '$FIX/tiny_long/tokens.bin' holds 257" --ranks 2 --hidden 32 --ffn 64 --layers 1 \
+    --seq-len 512 --batch 1 --data "$FIX/tiny_long/tokens.bin" $RATES
+expect_refusal "recall task: seq_len is 3 but it needs at least 4" --ranks 2 --hidden 32 --ffn 64 --layers 1 --seq-len 3 --batch 2 $RATES
 
 # fixed flags that nothing matches: train's reason, on stderr (it was a bare 'nothing runs' on stdout)
 err=$(timeout 60 "$SEQPAR" plan --ranks 4 $M $RATES --strategy ulysses --cp 2 2>&1 >/dev/null); rc=$?

@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/train_options.h"
 #include "core/common.h"
+#include "data/recall.h"
 #include "io/checkpoint.h"
 #include "io/config_json.h"
 #include "strategies/memory_model.h"
@@ -77,9 +78,17 @@ void memory_input_from_options(const TrainOptions *o, SizeFlags *sf, const char 
     if (!in->recall_data) { /* the trainer holds one training file of it at a time, whole */
         TokenStream ts;
         if (token_stream_open(&ts, o->data, o->tokens_format, STREAM_TRAIN, &e) != 0) die_collective("%s", e.msg);
+        const size_t total = ts.total;
         for (int i = 0; i < ts.n_shards; i++)
             if ((double)ts.counts[i] > in->data_tokens) in->data_tokens = (double)ts.counts[i];
         token_stream_close(&ts);
+        if (total < (size_t)o->seq_len + 1) /* train's refusal, so that no plan names a run train refuses */
+            die_collective("--seq-len %d needs %d tokens but '%s' holds %zu: use a shorter --seq-len", o->seq_len,
+                           o->seq_len + 1, o->data, total);
+    } else { /* the recall task's own limits, as train checks them */
+        RecallSpec spec = {.format = (RecallFormat)o->recall_format, .vocab_size = out->vocab_size,
+                           .seq_len = o->seq_len, .n_pairs = o->recall_pairs, .n_queries = o->recall_queries};
+        recall_spec_finalize(&spec);
     }
     in->par = o->par;
     in->checkpoint = o->mem.checkpoint;

@@ -379,7 +379,11 @@ int cmd_plan(int argc, char **argv) {
             if (mc->tie_word_embeddings && k > 0 && (size_t)k < sizeof model)
                 snprintf(model + k, sizeof model - k, " --tie-embeddings");
         }
-        printf("best: mpirun -n %d seqpar train %s %s --seq-len %d --batch %d%s%s%s\n", cl.ranks, model, flags, o.seq_len,
+        /* each rank the cores the plan gave it: Open MPI binds a rank to one core where it starts at most
+         * 2, so a bare `mpirun -n 1` trains on 1 thread where the plan counted 2 */
+        char pe[48] = "";
+        if (thr > 1) snprintf(pe, sizeof pe, " --map-by slot:PE=%d", thr);
+        printf("best: mpirun -n %d%s seqpar train %s %s --seq-len %d --batch %d%s%s%s\n", cl.ranks, pe, model, flags, o.seq_len,
                o.batch, base.precision == PRECISION_BF16 ? " --precision bf16" : "", strcmp(o.data, "recall") ? " --data " : "",
                strcmp(o.data, "recall") ? o.data : "");
     } else
