@@ -167,6 +167,14 @@ err=$(timeout 60 "$SEQPAR" plan --ranks 4 $M $RATES --strategy ulysses --cp 2 2>
 if [ $rc -eq 1 ] && [ "$(printf '%s\n' "$err" | grep -c '')" -eq 1 ] &&
     printf '%s' "$err" | grep -q '^seqpar: error: seqpar plan: nothing runs on 4 ranks with the flags given: --strategy ulysses splits heads only: drop --cp 2'; then ok; else
     bad "plan with flags nothing matches: status $rc: $err"; fi
+# ... and what stopped the grids plan filled in around them, where that is another reason (it named
+# only train's: the grid for --dp 2 on 4 ranks, the batch for --seq-len 6)
+err=$(timeout 60 "$SEQPAR" plan --ranks 4 --dp 2 --batch 3 --hidden 32 --ffn 64 --layers 1 --seq-len 128 $RATES 2>&1 >/dev/null)
+if printf '%s' "$err" | grep -q "is not the 4 ranks: .*; the grids plan tried with them: --batch 3 does not split over --dp 2 replicas"; then ok
+else bad "plan --dp 2 --batch 3 on 4 ranks: $err"; fi
+err=$(timeout 60 "$SEQPAR" plan --ranks 4 --seq-len 6 --hidden 32 --ffn 64 --layers 1 --batch 1 $RATES 2>&1 >/dev/null)
+if printf '%s' "$err" | grep -q -- "--batch 1 does not split over --dp 4 replicas: .*; the grids plan tried with them: --seq-len 6 does not split"; then ok
+else bad "plan --seq-len 6 on 4 ranks: $err"; fi
 # a flag only some strategies read fixes them (it was ignored by the others: --team 2 planned a ring
 # and its best line dropped the --team; --chunks 2 a ring too); with a strategy that does not read
 # it, train's reason

@@ -300,7 +300,8 @@ int cmd_plan(int argc, char **argv) {
 
     PlanEntry *list;
     int n, invalid;
-    char *err = plan_search(&base, &fx, &cl, &list, &n, &invalid);
+    char *refusal = NULL;
+    char *err = plan_search(&base, &fx, &cl, &list, &n, &invalid, &refusal);
     if (err) die_collective("seqpar plan: %s", err);
     int fit = 0;
     for (int i = 0; i < n; i++) fit += list[i].fits;
@@ -335,10 +336,15 @@ int cmd_plan(int argc, char **argv) {
         in.world = cl.ranks;
         PlanEntry e;
         char *why = plan_evaluate(&in, &cl, &e);
-        fprintf(stderr, "seqpar: error: seqpar plan: nothing runs on %d rank%s with the flags given: %s\n", cl.ranks,
+        /* and what stopped the grids plan filled in around them, where that is another reason (--dp 2 on
+         * 4 ranks: train's reason is the grid, the grids with --cp 2 or --hp 2 fail on the batch) */
+        const int other = refusal && (!why || strcmp(why, refusal) != 0);
+        fprintf(stderr, "seqpar: error: seqpar plan: nothing runs on %d rank%s with the flags given: %s%s%s\n", cl.ranks,
                 cl.ranks == 1 ? "" : "s",
                 why ? why : "no configuration of seqpar train matches them all (see 'seqpar strategies' for what each "
-                            "strategy takes)");
+                            "strategy takes)",
+                other ? "; the grids plan tried with them: " : "", other ? refusal : "");
+        xfree(refusal);
         xfree(why);
         xfree(list);
         return 1;

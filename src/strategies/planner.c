@@ -315,13 +315,15 @@ char *plan_evaluate(const MemoryModelInput *in0, const PlanCluster *cl, PlanEntr
 typedef struct {
     PlanEntry *v;
     int n, cap, invalid;
+    char *first_refusal; /* the first configuration's reason, for a search that finds none */
 } List;
 
 static void try_one(List *l, const MemoryModelInput *in, const PlanCluster *c) {
     PlanEntry e;
     char *err = plan_evaluate(in, c, &e);
     if (err) {
-        xfree(err);
+        if (!l->first_refusal) l->first_refusal = err;
+        else xfree(err);
         l->invalid++;
         return;
     }
@@ -378,9 +380,10 @@ static void rank_entries(PlanEntry *v, int n) {
 static int fixed_or(int fixed, int v) { return fixed > 0 ? fixed == v : 1; }
 
 char *plan_search(const MemoryModelInput *base, const PlanFixed *f, const PlanCluster *c, PlanEntry **out, int *n,
-                  int *invalid) {
+                  int *invalid, char **refusal) {
     *out = NULL;
     *n = *invalid = 0;
+    if (refusal) *refusal = NULL;
     if (c->ranks < 1) return xstrdup_printf("--ranks %d: give the job's ranks (at least 1)", c->ranks);
     if (c->ranks_per_node < 1 || c->ranks % c->ranks_per_node != 0)
         return xstrdup_printf("--ranks-per-node %d does not divide --ranks %d: use a divisor of %d", c->ranks_per_node,
@@ -408,7 +411,13 @@ char *plan_search(const MemoryModelInput *base, const PlanFixed *f, const PlanCl
         xfree(unread);
         if (unread) continue;
         for (int dp = 1; dp <= P; dp++) {
-            if (P % dp || !fixed_or(f->dp, dp) || base->batch % dp) continue;
+            if (P % dp || !fixed_or(f->dp, dp)) continue;
+            if (base->batch % dp) { /* the memory model's reason, kept for a search that finds nothing */
+                if (!l.first_refusal)
+                    l.first_refusal = xstrdup_printf("--batch %d does not split over --dp %d replicas: use a batch "
+                                                     "divisible by %d", base->batch, dp, dp);
+                continue;
+            }
             const int sp = P / dp;
             for (int hp = 1; hp <= sp; hp++) {
                 if (sp % hp || !fixed_or(f->hp, hp) || !fixed_or(f->cp, sp / hp)) continue;
@@ -480,6 +489,8 @@ char *plan_search(const MemoryModelInput *base, const PlanFixed *f, const PlanCl
     *out = l.v;
     *n = l.n;
     *invalid = l.invalid;
+    if (refusal && l.n == 0) *refusal = l.first_refusal;
+    else xfree(l.first_refusal);
     return NULL;
 }
 

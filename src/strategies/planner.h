@@ -82,9 +82,10 @@ typedef struct {
  * every layer's gate and up kept instead of recomputed in the backward, for more memory)
  * and sorted: fitting ones first (the others after them, by RAM), by tokens/s in buckets of 1% (within one, the lower ZeRO stage,
  * then less recomputation, then fewer cross-node bytes, then the faster, then less RAM). *n entries (xmalloc'd, free with
- * xfree); *invalid counts those the registry refused. NULL or a one-line message. */
+ * xfree); *invalid counts those the registry refused; where none runs, *refusal (may be NULL; xfree it)
+ * gets the first refused configuration's reason. NULL or a one-line message. */
 char *plan_search(const MemoryModelInput *base, const PlanFixed *fixed, const PlanCluster *c, PlanEntry **out,
-                  int *n, int *invalid);
+                  int *n, int *invalid, char **refusal);
 
 /* "--strategy ring --cp 8 --checkpoint none --zero 0 ..." for `seqpar train` (every flag that
  * differs from train's defaults). */
