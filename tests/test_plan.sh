@@ -101,7 +101,7 @@ if printf '%s\n' "$tight" | awk '/^ *[0-9]+  [a-z0-9]+ / { nf = /does not fit/; 
     bad "a configuration that does not fit is listed before one that does"; fi
 none=$(timeout 60 "$SEQPAR" plan --ranks 2 $S2 $RATES --mem-per-rank 0.01 --top 3 2>&1)
 rc=$?
-if [ $rc -eq 1 ] && printf '%s' "$none" | grep -q '^no configuration fits in 0.01 GiB per rank: the smallest needs'; then ok; else
+if [ $rc -eq 1 ] && printf '%s' "$none" | grep -q '^no configuration fits in 10.2 MiB per rank: the smallest needs'; then ok; else
     bad "nothing fits: status $rc: $(printf '%s' "$none" | tail -n 2)"; fi
 
 # one FFN chunk under --checkpoint none (gate and up kept, not recomputed): faster, in more RAM; the

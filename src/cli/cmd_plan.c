@@ -145,6 +145,13 @@ static int measure_rates(const MemoryModelInput *base, int copies, int which, do
     return team;
 }
 
+/* A rank's RAM as the user would write it: GiB with 2 decimals from 1 GiB, MiB with 1 below (0.002 GiB
+ * printed as "0.00 GiB" next to "the smallest needs 66.0 MiB"). */
+static void ram_text(double bytes, char *buf, size_t n) {
+    if (bytes >= 1073741824.0) snprintf(buf, n, "%.2f GiB", bytes / 1073741824.0);
+    else snprintf(buf, n, "%.1f MiB", bytes / 1048576.0);
+}
+
 static const char HELP[] =
     "usage: seqpar plan --ranks P [cluster flags] [train's model, --seq-len, --batch, --precision flags]\n"
     "\n"
@@ -314,10 +321,12 @@ int cmd_plan(int argc, char **argv) {
     printf("plan: %d layers, hidden %d, heads %d (kv %d), head_dim %d, ffn %d, vocab %d; S = %d, batch %d, %s\n",
            c->num_hidden_layers, c->hidden_size, c->num_attention_heads, c->num_key_value_heads, c->head_dim,
            c->intermediate_size, c->vocab_size, o.seq_len, o.batch, precision_name(base.precision));
-    printf("cluster: %d rank%s on %d node%s of %d, %d thread%s/rank, %.2f GiB RAM per rank%s (+ %.0f MiB runtime "
+    char ram[32];
+    ram_text(cl.ram_bytes, ram, sizeof ram);
+    printf("cluster: %d rank%s on %d node%s of %d, %d thread%s/rank, %s RAM per rank%s (+ %.0f MiB runtime "
            "allowance counted), links %.3g GB/s on a node, %.3g GB/s across (latency %.3g / %.3g us)\n",
            cl.ranks, cl.ranks == 1 ? "" : "s", nodes, nodes == 1 ? "" : "s", cl.ranks_per_node, thr, thr == 1 ? "" : "s",
-           cl.ram_bytes / 1073741824.0, ram_given ? "" : " (this machine's RAM / ranks per node)",
+           ram, ram_given ? "" : " (this machine's RAM / ranks per node)",
            cl.runtime_bytes / 1048576.0, cl.intra_gbs, cl.inter_gbs, cl.intra_lat_s * 1e6, cl.inter_lat_s * 1e6);
     char gemm_src[192] = "", attn_src[128] = "";
     if (measured_gemm == 2)
@@ -329,8 +338,8 @@ int cmd_plan(int argc, char **argv) {
     if (measured_attn) snprintf(attn_src, sizeof attn_src, " (this machine's kernel, S = 4096, %s)", load);
     printf("rates per thread: GEMM %.1f GFLOPS%s, attention %.1f / %.1f GFLOPS forward / backward%s\n", cl.gemm_gflops,
            gemm_src, cl.attn_fwd_gflops, cl.attn_bwd_gflops, attn_src);
-    printf("%d configurations run on %d ranks (%d refused by the strategies' checks); %d fit in %.2f GiB\n", n,
-           cl.ranks, invalid, fit, cl.ram_bytes / 1073741824.0);
+    printf("%d configurations run on %d ranks (%d refused by the strategies' checks); %d fit in %s\n", n,
+           cl.ranks, invalid, fit, ram);
     if (n == 0) { /* the flags given, as train would take them: its reason, where it has one */
         MemoryModelInput in = base;
         in.world = cl.ranks;
@@ -393,9 +402,9 @@ int cmd_plan(int argc, char **argv) {
                o.batch, base.precision == PRECISION_BF16 ? " --precision bf16" : "", strcmp(o.data, "recall") ? " --data " : "",
                strcmp(o.data, "recall") ? o.data : "");
     } else
-        printf("no configuration fits in %.2f GiB per rank: the smallest needs %.1f MiB (more ranks, --offload-dir, or "
+        printf("no configuration fits in %s per rank: the smallest needs %.1f MiB (more ranks, --offload-dir, or "
                "a shorter --seq-len)\n",
-               cl.ram_bytes / 1073741824.0, best->ram / 1048576.0);
+               ram, best->ram / 1048576.0);
     if (traffic) {
         MemoryModelInput in = base;
         in.world = cl.ranks;
