@@ -465,9 +465,10 @@ static void test_config(const TempDir *td) {
                   rc.rope_original_max_position_embeddings, cases[i].type, cases[i].theta, cases[i].factor, cases[i].omax);
         }
     }
-    /* The token ids go from the config read to the config saved, a list and a null as they were; a
-     * config without them saves none (was: always dropped, so transformers read its defaults bos 1,
-     * eos 2 and `--pack` lost its end-of-text id). */
+    /* The token ids (and an initializer_range other than the 0.02 every save writes) go from the
+     * config read to the config saved, a list and a null as they were; a config without them saves
+     * none (was: always dropped, so transformers read its defaults bos 1, eos 2 and `--pack` lost its
+     * end-of-text id). */
     {
         const char *json = "{\"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 4, "
                            "\"num_hidden_layers\": 1, \"vocab_size\": 64, \"bos_token_id\": 60, \"eos_token_id\": [61, 62], "
@@ -481,8 +482,9 @@ static void test_config(const TempDir *td) {
         json_t *eos = r ? json_object_get(r, "eos_token_id") : NULL;
         CHECK(r && json_integer_value(json_object_get(r, "bos_token_id")) == 60 && json_is_array(eos) &&
                   json_array_size(eos) == 2 && json_integer_value(json_array_get(eos, 1)) == 62 &&
-                  json_is_null(json_object_get(r, "pad_token_id")),
-              "the saved config lost the token ids");
+                  json_is_null(json_object_get(r, "pad_token_id")) &&
+                  json_real_value(json_object_get(r, "initializer_range")) == 0.008,
+              "the saved config lost the token ids or initializer_range");
         json_decref(r);
         int eot = -1; /* two eos ids: --pack asks which (it reads the saved list) */
         CHECK(config_json_eos_token_id(saved, &eot, &ce) != 0 && strstr(ce.msg, "lists 2 eos_token_id values"),

@@ -195,12 +195,15 @@ static int reject_unsupported(json_t *root, const char *path, SeqErr *e) {
 }
 
 /* The fields a saved config keeps from the one it was read from (LlamaConfig.hf_carried). */
-static const char *const CARRIED[] = {"bos_token_id", "eos_token_id", "pad_token_id"};
+static const char *const CARRIED[] = {"bos_token_id", "eos_token_id", "pad_token_id", "initializer_range"};
 
 static int read_carried(json_t *root, const char *path, LlamaConfig *c, SeqErr *e) {
     json_t *keep = json_object();
     for (size_t i = 0; i < ARRAY_LEN(CARRIED); i++) {
         json_t *v = json_object_get(root, CARRIED[i]); /* null too: transformers reads an explicit null */
+        /* initializer_range only where it is not what config_json_save writes anyway (0.02), so that
+         * a config seqpar saved reads back as it was */
+        if (v && !strcmp(CARRIED[i], "initializer_range") && json_is_number(v) && json_number_value(v) == 0.02) continue;
         if (v) json_object_set(keep, CARRIED[i], v);
     }
     char *text = json_object_size(keep) ? json_dumps(keep, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17)) : NULL;
@@ -350,7 +353,7 @@ int config_json_save(const char *path, const LlamaConfig *c, SeqErr *e) {
     json_object_set_new(root, "mlp_bias", json_false());
     json_object_set_new(root, "initializer_range", json_real(0.02));
     json_object_set_new(root, "use_cache", json_true());
-    if (c->hf_carried[0]) { /* the token ids of the config the model came from */
+    if (c->hf_carried[0]) { /* the token ids (and initializer_range) of the config the model came from */
         json_t *kept = json_loads(c->hf_carried, 0, NULL);
         if (!json_is_object(kept)) {
             json_decref(kept);

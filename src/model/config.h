@@ -23,7 +23,7 @@ typedef struct {
     double rope_low_freq_factor, rope_high_freq_factor; /* llama3 */
     int rope_original_max_position_embeddings;          /* llama3 */
     /* config.json's fields that seqpar does not compute with but a saved model must keep for
-     * transformers (bos/eos/pad_token_id): a compact JSON object of those present
+     * transformers (bos/eos/pad_token_id, an initializer_range other than 0.02): a compact JSON object of those present
      * in the config it was read from, "" for none (a model from size flags); written back on save. */
     char hf_carried[LLAMA_HF_CARRIED_MAX];
 } LlamaConfig;
