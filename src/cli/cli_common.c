@@ -397,6 +397,12 @@ void size_flags_fit_data(SizeFlags *sf, TokenStream *ts, const char *data) {
     sf->cfg.vocab_size = need;
 }
 
+void data_length_check(const TokenStream *ts, int seq_len, const char *data) {
+    if (ts->total < (size_t)seq_len + 1)
+        die_collective("--seq-len %d needs %d tokens but '%s' holds %zu: use a shorter --seq-len", seq_len, seq_len + 1,
+                       data, ts->total);
+}
+
 void model_from_dir(LlamaModel *m, const char *dir, uint64_t seed, int random_init) {
     char path[4096];
     SeqErr e;

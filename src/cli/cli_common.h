@@ -52,6 +52,9 @@ int size_flags_handle(SizeFlags *f, const char *cmd, int opt, const char *arg);
  * explicit --vocab that does not cover the data ends every rank with one line; else vocab_size is
  * raised to it (text: 256, one token per byte; shards: the largest id + 1). */
 void size_flags_fit_data(SizeFlags *sf, TokenStream *ts, const char *data);
+/* Token data too short for one window (--seq-len S reads S + 1 tokens) ends every rank with train's
+ * one line; train, memory and plan refuse alike. */
+void data_length_check(const TokenStream *ts, int seq_len, const char *data);
 /* With --model or --resume the model's own config decides the sizes: a size flag given with a
  * different value is one line on every rank naming both values (the same value is accepted, so
  * a run can be resumed with its original command line). `source` names the config. */

@@ -10,7 +10,6 @@
 #include "cli/commands.h"
 #include "cli/train_options.h"
 #include "core/common.h"
-#include "data/recall.h"
 #include "io/checkpoint.h"
 #include "io/config_json.h"
 #include "strategies/memory_model.h"
@@ -48,6 +47,14 @@ void memory_input_from_options(const TrainOptions *o, SizeFlags *sf, const char 
     memset(in, 0, sizeof *in);
     LlamaConfig *out = &in->model;
     SeqErr e;
+    in->recall_data = !strcmp(o->data, "recall");
+    TokenStream ts; /* token data: read for its length, its largest file and (size flags) its vocabulary */
+    if (!in->recall_data) {
+        if (token_stream_open(&ts, o->data, o->tokens_format, STREAM_TRAIN, &e) != 0) die_collective("%s", e.msg);
+        data_length_check(&ts, o->seq_len, o->data); /* train's refusal, so that no plan names a run train refuses */
+        for (int i = 0; i < ts.n_shards; i++) /* the trainer holds one training file at a time, whole */
+            if ((double)ts.counts[i] > in->data_tokens) in->data_tokens = (double)ts.counts[i];
+    }
     if (o->resume_dir) {
         if (checkpoint_read_config(o->resume_dir, out, &e) != 0) die_collective("%s", e.msg);
         size_flags_check(sf, out, cmd, o->resume_dir);
@@ -57,12 +64,7 @@ void memory_input_from_options(const TrainOptions *o, SizeFlags *sf, const char 
         if (config_json_read(path, out, &e) != 0) die_collective("%s", e.msg);
         size_flags_check(sf, out, cmd, o->model_dir);
     } else {
-        if (strcmp(o->data, "recall") != 0) { /* token data sizes the vocabulary, as in train */
-            TokenStream ts;
-            if (token_stream_open(&ts, o->data, o->tokens_format, STREAM_TRAIN, &e) != 0) die_collective("%s", e.msg);
-            size_flags_fit_data(sf, &ts, o->data);
-            token_stream_close(&ts);
-        }
+        if (!in->recall_data) size_flags_fit_data(sf, &ts, o->data); /* token data sizes the vocabulary, as in train */
         *out = sf->cfg;
         if (out->head_dim == 0 && out->num_attention_heads > 0) {
             if (out->hidden_size % out->num_attention_heads != 0)
@@ -74,22 +76,8 @@ void memory_input_from_options(const TrainOptions *o, SizeFlags *sf, const char 
     }
     in->seq_len = o->seq_len;
     in->batch = o->batch;
-    in->recall_data = !strcmp(o->data, "recall");
-    if (!in->recall_data) { /* the trainer holds one training file of it at a time, whole */
-        TokenStream ts;
-        if (token_stream_open(&ts, o->data, o->tokens_format, STREAM_TRAIN, &e) != 0) die_collective("%s", e.msg);
-        const size_t total = ts.total;
-        for (int i = 0; i < ts.n_shards; i++)
-            if ((double)ts.counts[i] > in->data_tokens) in->data_tokens = (double)ts.counts[i];
-        token_stream_close(&ts);
-        if (total < (size_t)o->seq_len + 1) /* train's refusal, so that no plan names a run train refuses */
-            die_collective("--seq-len %d needs %d tokens but '%s' holds %zu: use a shorter --seq-len", o->seq_len,
-                           o->seq_len + 1, o->data, total);
-    } else { /* the recall task's own limits, as train checks them */
-        RecallSpec spec = {.format = (RecallFormat)o->recall_format, .vocab_size = out->vocab_size,
-                           .seq_len = o->seq_len, .n_pairs = o->recall_pairs, .n_queries = o->recall_queries};
-        recall_spec_finalize(&spec);
-    }
+    if (!in->recall_data) token_stream_close(&ts);
+    else (void)recall_spec_from_options(o, out->vocab_size); /* the recall task's own limits, as train checks them */
     in->par = o->par;
     in->checkpoint = o->mem.checkpoint;
     in->ffn_chunks = o->mem.ffn_chunks;

@@ -250,6 +250,17 @@ static void record_settings(TrainerState *st, const TrainOptions *o, const Llama
     else trainer_state_set(st, "pack_eot", "none");
 }
 
+RecallSpec recall_spec_from_options(const TrainOptions *o, int vocab_size) {
+    RecallSpec spec = {.format = (RecallFormat)o->recall_format, .vocab_size = vocab_size, .seq_len = o->seq_len,
+                       .n_pairs = o->recall_pairs, .n_queries = o->recall_queries};
+    recall_spec_finalize(&spec);
+    if (!o->recall_queries) { /* several queries per pair: more recall signal per sequence */
+        int q = 4 * spec.n_pairs, room = o->seq_len - o->seq_len / 2;
+        spec.n_queries = q < room ? q : room;
+    }
+    return spec;
+}
+
 void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, const char *cmd) {
     memset(o, 0, sizeof *o);
     size_flags_default(sf);
@@ -497,8 +508,7 @@ int cmd_train(int argc, char **argv) {
     SeqErr err;
     if (!ds.is_recall) {
         die_if_any_rank(token_stream_open(&ds.ts, o.data, o.tokens_format, STREAM_TRAIN, &err) != 0 ? &err : NULL);
-        if (ds.ts.total < (size_t)S + 1)
-            die_collective("--seq-len %d needs %d tokens but '%s' holds %zu: use a shorter --seq-len", S, S + 1, o.data, ds.ts.total);
+        data_length_check(&ds.ts, S, o.data);
         if (!o.model_dir && !o.resume_dir) size_flags_fit_data(&sf, &ds.ts, o.data); /* a vocabulary that covers it */
     } else if (o.val_data) {
         die_collective("--val-data needs token data: --data recall reports recall accuracy instead");
@@ -535,16 +545,7 @@ int cmd_train(int argc, char **argv) {
         die_collective("seqpar train: --pack splits token data at the end-of-text id: pass --data with a token file "
                        "(.bin shard or .txt), not the recall task");
     if (ds.is_recall) {
-        ds.spec.format = (RecallFormat)o.recall_format;
-        ds.spec.vocab_size = c->vocab_size;
-        ds.spec.seq_len = S;
-        ds.spec.n_pairs = o.recall_pairs;
-        ds.spec.n_queries = o.recall_queries;
-        recall_spec_finalize(&ds.spec);
-        if (!o.recall_queries) { /* several queries per pair: more recall signal per sequence */
-            int q = 4 * ds.spec.n_pairs, room = S - S / 2;
-            ds.spec.n_queries = q < room ? q : room;
-        }
+        ds.spec = recall_spec_from_options(&o, c->vocab_size);
         o.recall_pairs = ds.spec.n_pairs;
         o.recall_queries = ds.spec.n_queries;
         ds.distance = xmalloc(sizeof(int) * S);
@@ -560,8 +561,8 @@ int cmd_train(int argc, char **argv) {
     seq_parallel_create(&par, &o.par, c, S, model.table.total);
     if (o.trace_step) trace_set_recording(par.comm->trace, 0); /* on again for that step only */
     int root = par.topo.world_rank == 0, dp = par.topo.dp, N = par.n_local;
-    if (o.batch % dp != 0)
-        die_collective("--batch %d does not split over --dp %d replicas: use a batch divisible by %d", o.batch, dp, dp);
+    char *batch_err = batch_split_error(o.batch, dp);
+    if (batch_err) die_collective("%s", batch_err);
     int per_replica = o.batch / dp;
     Validation val, *vp = NULL;
     /* llm.c's layout: a --data directory's *_val_* shards are its held-out data */

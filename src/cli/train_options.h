@@ -7,6 +7,7 @@
 
 #include "cli/cli_common.h"
 #include "data/packing.h"
+#include "data/recall.h"
 #include "data/tokens.h"
 #include "optim/adamw.h"
 #include "strategies/memory_model.h"
@@ -32,6 +33,10 @@ typedef struct {
 /* Parses train's flags (GNU long options; a bad one ends every rank with one line naming it);
  * cmd names the command in errors. --help prints train's help and exits. */
 void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, const char *cmd);
+
+/* The recall task of the flags for a model of vocab_size at --seq-len: checked (a window or a
+ * vocabulary too small ends every rank with one line) and with its default query count filled in. */
+RecallSpec recall_spec_from_options(const TrainOptions *o, int vocab_size);
 
 /* The memory model's input for the flags: the model they name (--resume's checkpoint, --model's
  * config.json, or the size flags; checked, a bad one ends every rank with one line), S, batch,

@@ -136,10 +136,11 @@ static int read_rope(json_t *rope, const char *name, const char *path, LlamaConf
  * wherever rope_scaling is set both versions agree with this. */
 static int read_rope_settings(json_t *root, const char *path, LlamaConfig *c, SeqErr *e) {
     json_t *scaling = field(root, "rope_scaling"), *parameters = field(root, "rope_parameters");
-    const int use_scaling = scaling && !json_is_null(scaling) && !(json_is_object(scaling) && json_object_size(scaling) == 0);
+    /* (field: a JSON null is absent) */
+    const int use_scaling = scaling && !(json_is_object(scaling) && json_object_size(scaling) == 0);
     json_t *rope = use_scaling ? scaling : parameters;
     const char *name = use_scaling ? "rope_scaling" : "rope_parameters";
-    if (!rope || json_is_null(rope)) {
+    if (!rope) {
         c->rope_type = LLAMA_ROPE_DEFAULT;
         return 0;
     }

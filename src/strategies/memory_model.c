@@ -114,6 +114,11 @@ static double head_exchange_most(const HeadSplit *hs, int hr, double rows, int H
     return most;
 }
 
+char *batch_split_error(int batch, int dp) {
+    if (dp > 0 && batch % dp == 0) return NULL;
+    return xstrdup_printf("--batch %d does not split over --dp %d replicas: use a batch divisible by %d", batch, dp, dp);
+}
+
 char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
     memset(out, 0, sizeof *out);
     const LlamaConfig *c = &in->model;
@@ -156,7 +161,8 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
         return xstrdup_printf("--zero-group %d shards nothing under --zero 0: use --zero 1, 2 or 3", group);
     if (zero < 0 || zero > 3) return xstrdup_printf("--zero %d is not a ZeRO stage: use 0, 1, 2 or 3", zero);
     if (world % group != 0) return xstrdup_printf("--zero-group %d does not divide the %d ranks: use a divisor of %d", group, world, world);
-    if (in->batch % dp != 0) return xstrdup_printf("--batch %d does not split over --dp %d replicas: use a batch divisible by %d", in->batch, dp, dp);
+    err = batch_split_error(in->batch, dp);
+    if (err) return err;
     const int threads = pc->threads > 0 ? pc->threads : (in->cores / world > 1 ? in->cores / world : 1);
 
     /* sizes, floats (double: no overflow) */

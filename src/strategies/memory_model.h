@@ -71,6 +71,10 @@ typedef struct {
  * checks seq_parallel_create makes, without MPI). */
 char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out);
 
+/* NULL when a global batch of `batch` sequences splits over dp replicas, else the one-line refusal
+ * (train, the memory model and the planner give the same). */
+char *batch_split_error(int batch, int dp);
+
 /* Floats of the parameter units data_parallel.c shards: the embedding, one layer, the tail (final
  * norm and an untied head). */
 void memory_model_unit_sizes(const LlamaConfig *c, double *embed, double *layer, double *tail);

@@ -412,10 +412,10 @@ char *plan_search(const MemoryModelInput *base, const PlanFixed *f, const PlanCl
         if (unread) continue;
         for (int dp = 1; dp <= P; dp++) {
             if (P % dp || !fixed_or(f->dp, dp)) continue;
-            if (base->batch % dp) { /* the memory model's reason, kept for a search that finds nothing */
-                if (!l.first_refusal)
-                    l.first_refusal = xstrdup_printf("--batch %d does not split over --dp %d replicas: use a batch "
-                                                     "divisible by %d", base->batch, dp, dp);
+            char *batch_err = batch_split_error(base->batch, dp);
+            if (batch_err) { /* the memory model's reason, kept for a search that finds nothing */
+                if (!l.first_refusal) l.first_refusal = batch_err;
+                else xfree(batch_err);
                 continue;
             }
             const int sp = P / dp;
