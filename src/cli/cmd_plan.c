@@ -269,6 +269,10 @@ int cmd_plan(int argc, char **argv) {
     TrainOptions o;
     SizeFlags sf;
     parse_train_options(argc, argv, &o, &sf, "plan");
+    if (o.par.threads > 0) /* the best line carries the user's train flags: none may contradict the plan */
+        die_collective("seqpar plan: --threads is the plan's to choose (a rank's threads = --cores-per-node / "
+                       "--ranks-per-node): give --cores-per-node %d for %d thread%s a rank",
+                       o.par.threads * cl.ranks_per_node, o.par.threads, o.par.threads == 1 ? "" : "s");
     MemoryModelInput base;
     memory_input_from_options(&o, &sf, "plan", &base);
     base.par.offload_dir = offload_dir;
@@ -379,28 +383,18 @@ int cmd_plan(int argc, char **argv) {
     const PlanEntry *best = &list[0];
     char flags[512];
     plan_flags(best, flags, sizeof flags);
-    if (best->fits) { /* a command that trains what was planned: the model, length, batch and precision too */
-        char model[512];
-        const LlamaConfig *mc = &base.model;
-        if (o.model_dir) snprintf(model, sizeof model, "--model %s", o.model_dir);
-        else {
-            const int hd = mc->head_dim * mc->num_attention_heads != mc->hidden_size; /* not the default */
-            int k = snprintf(model, sizeof model, "--layers %d --hidden %d --ffn %d --heads %d --kv-heads %d --vocab %d",
-                             mc->num_hidden_layers, mc->hidden_size, mc->intermediate_size, mc->num_attention_heads,
-                             mc->num_key_value_heads, mc->vocab_size);
-            if (hd && k > 0 && (size_t)k < sizeof model) k += snprintf(model + k, sizeof model - k, " --head-dim %d", mc->head_dim);
-            if (mc->rope_theta != 10000.0 && k > 0 && (size_t)k < sizeof model)
-                k += snprintf(model + k, sizeof model - k, " --rope-theta %.17g", mc->rope_theta);
-            if (mc->tie_word_embeddings && k > 0 && (size_t)k < sizeof model)
-                snprintf(model + k, sizeof model - k, " --tie-embeddings");
-        }
+    if (best->fits) { /* the user's train flags, with the plan's choices in place of its grid flags */
+        static const char *const grid[] = {"strategy", "dp",         "hp",   "cp",         "ring-inner", "team",
+                                           "chunks",   "placement",  "zero", "checkpoint", "ffn-chunks", "offload-dir",
+                                           NULL};
+        char given[4096];
+        if (train_flags_except(argc, argv, grid, given, sizeof given) != 0)
+            die("seqpar plan: the train flags given are over %zu characters: shorten the paths", sizeof given);
         /* each rank the cores the plan gave it: Open MPI binds a rank to one core where it starts at most
          * 2, so a bare `mpirun -n 1` trains on 1 thread where the plan counted 2 */
         char pe[48] = "";
         if (thr > 1) snprintf(pe, sizeof pe, " --map-by slot:PE=%d", thr);
-        printf("best: mpirun -n %d%s seqpar train %s %s --seq-len %d --batch %d%s%s%s\n", cl.ranks, pe, model, flags, o.seq_len,
-               o.batch, base.precision == PRECISION_BF16 ? " --precision bf16" : "", strcmp(o.data, "recall") ? " --data " : "",
-               strcmp(o.data, "recall") ? o.data : "");
+        printf("best: mpirun -n %d%s seqpar train%s%s %s\n", cl.ranks, pe, *given ? " " : "", given, flags);
     } else
         printf("no configuration fits in %s per rank: the smallest needs %.1f MiB (more ranks, --offload-dir, or "
                "a shorter --seq-len)\n",

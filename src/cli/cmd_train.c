@@ -261,6 +261,72 @@ RecallSpec recall_spec_from_options(const TrainOptions *o, int vocab_size) {
     return spec;
 }
 
+/* train's long options (memory and plan read the same) */
+static const struct option TRAIN_OPTIONS[] = {
+    SIZE_FLAG_OPTIONS,
+    PARALLEL_FLAG_OPTIONS,
+    {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
+    {"tokens-format", required_argument, 0, 'F'}, {"seq-len", required_argument, 0, 's'},
+    {"batch", required_argument, 0, 'b'}, {"steps", required_argument, 0, 'n'},
+    {"lr", required_argument, 0, 'l'}, {"min-lr", required_argument, 0, 'L'},
+    {"warmup", required_argument, 0, 'w'}, {"weight-decay", required_argument, 0, 'W'},
+    {"decay-all", no_argument, 0, 'A'}, {"grad-clip", required_argument, 0, 'g'},
+    {"beta1", required_argument, 0, '1'}, {"beta2", required_argument, 0, '2'},
+    MEMORY_FLAG_OPTIONS, PACK_FLAG_OPTIONS, {"seed", required_argument, 0, 'r'},
+    {"random-init", no_argument, 0, 3101},
+    {"eval-every", required_argument, 0, 'e'}, {"eval-seqs", required_argument, 0, 'E'},
+    {"val-data", required_argument, 0, 3103}, {"eval-batches", required_argument, 0, 3104},
+    {"save", required_argument, 0, 'S'}, {"save-every", required_argument, 0, 'V'},
+    {"save-shard-mb", required_argument, 0, 3102},
+    {"resume", required_argument, 0, 'R'}, {"log", required_argument, 0, 'o'},
+    {"peak-gflops", required_argument, 0, 'p'},
+    {"recall-pairs", required_argument, 0, 'P'}, {"recall-queries", required_argument, 0, 'Q'},
+    {"recall-format", required_argument, 0, 3105}, {"trace-step", required_argument, 0, 3106},
+    {"skip-nonfinite", required_argument, 0, 'K'},
+    {"quiet", no_argument, 0, 'q'}, {"stop-at", required_argument, 0, 'T'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+
+/* arg appended to buf at *len after a space, as one shell word: as it is where every character is
+ * plain, else in single quotes (a quote inside as '\''); *len counts past n where it does not fit */
+static void shell_word_append(char *buf, size_t n, size_t *len, const char *arg) {
+    static const char plain[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-+=.,/:@%";
+#define PUT(...)                                                                                                       \
+    do {                                                                                                               \
+        const int k_ = snprintf(buf + (*len < n ? *len : n), *len < n ? n - *len : 0, __VA_ARGS__);                    \
+        *len += k_ > 0 ? (size_t)k_ : 0;                                                                               \
+    } while (0)
+    if (*arg && strspn(arg, plain) == strlen(arg)) {
+        PUT(" %s", arg);
+        return;
+    }
+    PUT(" '");
+    for (const char *p = arg; *p; p++)
+        if (*p == '\'') PUT("'\\''");
+        else PUT("%c", *p);
+    PUT("'");
+#undef PUT
+}
+
+int train_flags_except(int argc, char **argv, const char *const *drop, char *buf, size_t n) {
+    size_t len = 0;
+    if (n) buf[0] = 0;
+    const int saved_opterr = opterr;
+    opterr = 0;
+    optind = 0; /* a fresh scan (glibc: 0 re-initialises) */
+    int opt, idx;
+    for (int start = 1; (idx = -1, opt = getopt_long(argc, argv, ":h", TRAIN_OPTIONS, &idx)) != -1; start = optind) {
+        /* --checkpoint's mode given as the next word (memory_flags_handle reads it so) */
+        if (opt == 3001 && !optarg && optind < argc && llama_checkpoint_parse(argv[optind]) >= 0) optind++;
+        int keep = idx >= 0;
+        for (const char *const *d = drop; keep && *d; d++)
+            if (!strcmp(TRAIN_OPTIONS[idx].name, *d)) keep = 0;
+        for (int i = start; keep && i < optind; i++) shell_word_append(buf, n, &len, argv[i]);
+    }
+    opterr = saved_opterr;
+    if (len >= n) return -1;
+    if (len) memmove(buf, buf + 1, len); /* the leading space */
+    return 0;
+}
+
 void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, const char *cmd) {
     memset(o, 0, sizeof *o);
     size_flags_default(sf);
@@ -279,32 +345,10 @@ void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, 
     const char *peak_env = getenv("SEQPAR_PEAK_GFLOPS"); /* the default of --peak-gflops */
     if (peak_env && *peak_env) o->peak_gflops = parse_double(cmd, "peak-gflops (from SEQPAR_PEAK_GFLOPS)", peak_env, 1e-3, 1e12);
     pack_flags_default(&o->pack);
-    static const struct option opts[] = {
-        SIZE_FLAG_OPTIONS,
-        PARALLEL_FLAG_OPTIONS,
-        {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
-        {"tokens-format", required_argument, 0, 'F'}, {"seq-len", required_argument, 0, 's'},
-        {"batch", required_argument, 0, 'b'}, {"steps", required_argument, 0, 'n'},
-        {"lr", required_argument, 0, 'l'}, {"min-lr", required_argument, 0, 'L'},
-        {"warmup", required_argument, 0, 'w'}, {"weight-decay", required_argument, 0, 'W'},
-        {"decay-all", no_argument, 0, 'A'}, {"grad-clip", required_argument, 0, 'g'},
-        {"beta1", required_argument, 0, '1'}, {"beta2", required_argument, 0, '2'},
-        MEMORY_FLAG_OPTIONS, PACK_FLAG_OPTIONS, {"seed", required_argument, 0, 'r'},
-        {"random-init", no_argument, 0, 3101},
-        {"eval-every", required_argument, 0, 'e'}, {"eval-seqs", required_argument, 0, 'E'},
-        {"val-data", required_argument, 0, 3103}, {"eval-batches", required_argument, 0, 3104},
-        {"save", required_argument, 0, 'S'}, {"save-every", required_argument, 0, 'V'},
-        {"save-shard-mb", required_argument, 0, 3102},
-        {"resume", required_argument, 0, 'R'}, {"log", required_argument, 0, 'o'},
-        {"peak-gflops", required_argument, 0, 'p'},
-        {"recall-pairs", required_argument, 0, 'P'}, {"recall-queries", required_argument, 0, 'Q'},
-        {"recall-format", required_argument, 0, 3105}, {"trace-step", required_argument, 0, 3106},
-        {"skip-nonfinite", required_argument, 0, 'K'},
-        {"quiet", no_argument, 0, 'q'}, {"stop-at", required_argument, 0, 'T'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     opterr = 0;
     optind = 1;
     int opt;
-    while ((opt = getopt_full(argc, argv, ":h", opts, cmd)) != -1) {
+    while ((opt = getopt_full(argc, argv, ":h", TRAIN_OPTIONS, cmd)) != -1) {
         if (size_flags_handle(sf, cmd, opt, optarg)) continue;
         if (parallel_flags_handle(&o->par, cmd, opt, optarg)) continue;
         if (memory_flags_handle(&o->mem, cmd, opt, optarg, argc, argv)) continue;

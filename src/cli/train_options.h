@@ -34,6 +34,11 @@ typedef struct {
  * cmd names the command in errors. --help prints train's help and exits. */
 void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, const char *cmd);
 
+/* The train flags in argv (as parse_train_options read them) but those named in drop (long names
+ * without the dashes, NULL-terminated), each with its value, as shell words one space apart in
+ * buf: the flags of a train command to print. Returns 0, or -1 where they do not fit in n. */
+int train_flags_except(int argc, char **argv, const char *const *drop, char *buf, size_t n);
+
 /* The recall task of the flags for a model of vocab_size at --seq-len: checked (a window or a
  * vocabulary too small ends every rank with one line) and with its default query count filled in. */
 RecallSpec recall_spec_from_options(const TrainOptions *o, int vocab_size);
