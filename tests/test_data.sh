@@ -146,6 +146,11 @@ gen_field() { $PY -c "import json, sys; g = json.load(open(sys.argv[1])); print(
 for f in tiny_bytes tiny_mha tiny_gqa_tied tiny_llama3; do
     got=$(timeout 60 "$SEQPAR" sample --model "$FIX/$f" --prompt-tokens "$(gen_field $f prompt)" --max-new-tokens "$(gen_field $f max_new_tokens)" --temperature 0 --ids 2>/dev/null)
     if [ -n "$got" ] && [ "$got" = "$(gen_field $f greedy)" ]; then ok; else bad "sample $f: greedy '$got', transformers '$(gen_field $f greedy)'"; fi
+    # and under transformers' repetition_penalty (each token of the prompt and the output penalised)
+    got=$(timeout 60 "$SEQPAR" sample --model "$FIX/$f" --prompt-tokens "$(gen_field $f prompt)" --max-new-tokens "$(gen_field $f max_new_tokens)" \
+        --temperature 0 --repetition-penalty "$(gen_field $f repetition_penalty)" --ids 2>/dev/null)
+    if [ -n "$got" ] && [ "$got" = "$(gen_field $f greedy_repetition_penalty)" ]; then ok; else
+        bad "sample $f --repetition-penalty: greedy '$got', transformers '$(gen_field $f greedy_repetition_penalty)'"; fi
 done
 # a byte-level model takes and prints text: the same continuation as text
 got=$(timeout 60 "$SEQPAR" sample --model "$FIX/tiny_bytes" --prompt "ROMEO:" --max-new-tokens 48 --temperature 0 2>/dev/null)
@@ -171,6 +176,12 @@ expect_error "sample: bad token list" "comma" "$SEQPAR" sample --model "$FIX/tin
 for ids in "1,,2" "1,2," ",1" "1 2"; do # an empty or missing entry is not skipped silently
     expect_error "sample: token list '$ids'" "separated by commas" "$SEQPAR" sample --model "$FIX/tiny_mha" --prompt-tokens "$ids"
 done
+expect_error "sample: --top-p 0" "keeps no token" "$SEQPAR" sample --model "$FIX/tiny_mha" --prompt-tokens 1 --top-p 0
+expect_error "sample: --top-p above 1" "top-p" "$SEQPAR" sample --model "$FIX/tiny_mha" --prompt-tokens 1 --top-p 1.5
+expect_error "sample: --repetition-penalty 0" "above 0" "$SEQPAR" sample --model "$FIX/tiny_mha" --prompt-tokens 1 --repetition-penalty 0
+# a tiny --top-p keeps the most likely token only: greedy at any temperature
+P1=$(timeout 60 "$SEQPAR" sample --model "$FIX/tiny_bytes" --prompt "A" --max-new-tokens 40 --temperature 2 --top-p 1e-9 2>/dev/null)
+if [ -n "$P1" ] && [ "$P1" = "$G1" ]; then ok; else bad "sample --top-p 1e-9: '$P1', greedy '$G1'"; fi
 expect_error "sample: both prompts" "exactly one" "$SEQPAR" sample --model "$FIX/tiny_mha" --prompt a --prompt-tokens 1
 if timeout 20 "$SEQPAR" sample --help | grep -q "usage: seqpar sample"; then ok; else bad "seqpar sample --help"; fi
 

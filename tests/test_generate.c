@@ -145,18 +145,24 @@ static void test_fixture(const char *name) {
     llama_free(&m);
 }
 
+/* sample_next_token with temperature T, top-k k, no top-p, no penalty */
+static int draw(const float *logits, int V, double T, int k, Rng *rng) {
+    const SampleParams sp = {.temperature = T, .top_k = k, .top_p = 1, .repetition_penalty = 1};
+    return sample_next_token(logits, V, &sp, NULL, 0, rng);
+}
+
 static void test_sampling(void) {
     float logits[6] = {1.0f, 3.0f, 3.0f, -2.0f, 0.5f, 2.0f};
     Rng rng;
     rng_seed(&rng, 11);
-    CHECK(sample_next_token(logits, 6, 0.0, 0, &rng) == 1, "greedy: the first of two largest logits");
+    CHECK(draw(logits, 6, 0.0, 0, &rng) == 1, "greedy: the first of two largest logits");
     int ok = 1;
-    for (int i = 0; i < 200; i++) ok &= sample_next_token(logits, 6, 1.5, 1, &rng) == 1;
+    for (int i = 0; i < 200; i++) ok &= draw(logits, 6, 1.5, 1, &rng) == 1;
     CHECK(ok, "top-k 1 is greedy at any temperature");
     /* frequencies follow softmax(logits / T) over the top 3 (ids 1, 2, 5) */
     enum { DRAWS = 40000 };
     int count[6] = {0};
-    for (int i = 0; i < DRAWS; i++) count[sample_next_token(logits, 6, 0.7, 3, &rng)]++;
+    for (int i = 0; i < DRAWS; i++) count[draw(logits, 6, 0.7, 3, &rng)]++;
     double z = 2 * exp(3 / 0.7) + exp(2 / 0.7);
     double p1 = exp(3 / 0.7) / z, p5 = exp(2 / 0.7) / z;
     CHECK(count[0] == 0 && count[3] == 0 && count[4] == 0, "top-k 3 drew outside the top 3: %d %d %d", count[0],
@@ -167,10 +173,104 @@ static void test_sampling(void) {
           (double)count[2] / DRAWS, (double)count[5] / DRAWS, p1, p1, p5);
     /* all tokens (top-k 0), high temperature: every id appears */
     memset(count, 0, sizeof count);
-    for (int i = 0; i < DRAWS; i++) count[sample_next_token(logits, 6, 5.0, 0, &rng)]++;
+    for (int i = 0; i < DRAWS; i++) count[draw(logits, 6, 5.0, 0, &rng)]++;
     int all = 1;
     for (int v = 0; v < 6; v++) all &= count[v] > 0;
     CHECK(all, "top-k 0 at temperature 5 never drew some id");
+}
+
+/* transformers' TopPLogitsWarper as written there, in double: sort ascending, drop the tokens whose
+ * cumulative probability (with every less likely one) is at most 1 - top_p, keep the most likely
+ * one always; keep[v] = 1 for those left. Returns the distance of the nearest cumulative sum to the
+ * 1 - top_p line (a case that close is not a fair test of float rounding). */
+static double top_p_reference(const double *prob, int V, double top_p, int *keep) {
+    int order[16];
+    for (int i = 0; i < V; i++) order[i] = i;
+    for (int i = 1; i < V; i++) /* insertion sort, ascending by probability, ties by id descending */
+        for (int j = i; j > 0 && (prob[order[j]] < prob[order[j - 1]] ||
+                                  (prob[order[j]] == prob[order[j - 1]] && order[j] > order[j - 1])); j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    double cum = 0, nearest = 1;
+    for (int i = 0; i < V; i++) {
+        cum += prob[order[i]];
+        keep[order[i]] = i == V - 1 || cum > 1 - top_p;
+        if (fabs(cum - (1 - top_p)) < nearest) nearest = fabs(cum - (1 - top_p));
+    }
+    return nearest;
+}
+
+/* --top-p (after temperature and top-k, transformers' order) and --repetition-penalty */
+static void test_top_p_and_penalty(void) {
+    Rng rng, data;
+    rng_seed(&rng, 12);
+    rng_seed(&data, 13);
+    enum { DRAWS = 20000, V = 8 };
+    int cases = 0, wrong_set = 0, wrong_freq = 0;
+    double worst_freq = 0;
+    for (int t = 0; t < 40; t++) {
+        float logits[V];
+        for (int v = 0; v < V; v++) logits[v] = (float)(2 * rng_normal(&data));
+        const double T = 0.5 + rng_uniform(&data), top_p = 0.2 + 0.75 * rng_uniform(&data);
+        const int k = t % 3 == 0 ? 5 : 0; /* top-k first where given: top-p then over its tokens */
+        double prob[V], z = 0, mx = -1e30;
+        for (int v = 0; v < V; v++) mx = fmax(mx, logits[v]);
+        int rank_below[V]; /* tokens more likely than v: inside the top k when below k */
+        for (int v = 0; v < V; v++) {
+            rank_below[v] = 0;
+            for (int u = 0; u < V; u++) rank_below[v] += logits[u] > logits[v] || (logits[u] == logits[v] && u < v);
+        }
+        for (int v = 0; v < V; v++) z += prob[v] = k && rank_below[v] >= k ? 0 : exp((logits[v] - mx) / T);
+        for (int v = 0; v < V; v++) prob[v] /= z;
+        int keep[V];
+        if (top_p_reference(prob, V, top_p, keep) < 1e-6) continue;
+        double kept = 0;
+        for (int v = 0; v < V; v++) kept += keep[v] ? prob[v] : 0;
+        int count[V] = {0};
+        const SampleParams sp = {.temperature = T, .top_k = k, .top_p = top_p, .repetition_penalty = 1};
+        for (int i = 0; i < DRAWS; i++) count[sample_next_token(logits, V, &sp, NULL, 0, &rng)]++;
+        cases++;
+        for (int v = 0; v < V; v++) {
+            const double want = keep[v] ? prob[v] / kept : 0, got = (double)count[v] / DRAWS;
+            if ((count[v] > 0) != (want > 0) && (want > 2e-3 || count[v] > 0)) wrong_set++;
+            worst_freq = fmax(worst_freq, fabs(got - want));
+            if (fabs(got - want) > 0.015) wrong_freq++;
+        }
+    }
+    CHECK(cases >= 30 && wrong_set == 0 && wrong_freq == 0,
+          "top-p: %d of %d cases drew outside (or never drew inside) transformers' set, %d frequencies off by > "
+          "0.015 (worst %.4f)", wrong_set, cases, wrong_freq, worst_freq);
+    printf("top-p: %d random cases (8 tokens, temperatures 0.5-1.5, p 0.2-0.95, a third after top-k 5): the set "
+           "transformers keeps, frequencies within %.4f\n", cases, worst_freq);
+    const float logits[6] = {1.0f, 3.0f, 3.0f, -2.0f, 0.5f, 2.0f};
+    int ok = 1;
+    const SampleParams tiny = {.temperature = 3, .top_k = 0, .top_p = 1e-9, .repetition_penalty = 1};
+    for (int i = 0; i < 200; i++) ok &= sample_next_token(logits, 6, &tiny, NULL, 0, &rng) == 1;
+    CHECK(ok, "top-p 1e-9 keeps only the most likely token (the first of two equal)");
+    /* the penalty: a positive logit divided, a negative one multiplied, each id once however often
+     * it occurs, before the greedy choice too */
+    const SampleParams greedy = {.temperature = 0, .top_k = 0, .top_p = 1, .repetition_penalty = 2};
+    const int seen12[] = {1, 2}, seen1112[] = {1, 1, 1, 2}, seen5[] = {5, 5};
+    CHECK(sample_next_token(logits, 6, &greedy, seen12, 2, &rng) == 5,
+          "penalty 2 on ids 1, 2 (logits 3 -> 1.5): greedy id 5 (logit 2)");
+    const SampleParams greedy14 = {.temperature = 0, .top_k = 0, .top_p = 1, .repetition_penalty = 1.4};
+    CHECK(sample_next_token(logits, 6, &greedy14, seen1112, 4, &rng) == 1,
+          "penalty 1.4 on id 1 three times and id 2 once: both 3 / 1.4 (applied once each), greedy the first");
+    const float neg[3] = {-1.0f, -1.5f, -3.0f};
+    const SampleParams greedy2 = {.temperature = 0, .top_k = 0, .top_p = 1, .repetition_penalty = 2};
+    const int seen0[] = {0};
+    CHECK(sample_next_token(neg, 3, &greedy2, seen0, 1, &rng) == 1, "penalty 2 on a negative logit: -1 -> -2");
+    CHECK(sample_next_token(logits, 6, &greedy, seen5, 2, &rng) == 1, "penalty on a token not the largest: no change");
+    /* sampled: id 1's frequency follows its penalised logit */
+    const SampleParams warm = {.temperature = 1, .top_k = 0, .top_p = 1, .repetition_penalty = 3};
+    const int seen1[] = {1};
+    int c1 = 0;
+    for (int i = 0; i < DRAWS; i++) c1 += sample_next_token(logits, 6, &warm, seen1, 1, &rng) == 1;
+    double z = exp(1.0) + exp(1.0) + exp(3.0) + exp(-2.0) + exp(0.5) + exp(2.0);
+    CHECK(fabs((double)c1 / DRAWS - exp(1.0) / z) < 0.01, "penalty 3, temperature 1: id 1 drawn %.3f, expected %.3f",
+          (double)c1 / DRAWS, exp(1.0) / z);
 }
 
 static void test_errors(void) {
@@ -200,6 +300,7 @@ int main(void) {
     test_fixture("tiny_gqa_tied");
     test_fixture("tiny_llama3");
     test_sampling();
+    test_top_p_and_penalty();
     test_errors();
     return test_summary("test_generate");
 }

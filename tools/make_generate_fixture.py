@@ -5,7 +5,9 @@ from a prompt, for `seqpar sample`'s exactness test (tests/test_data.sh, tests/t
 For each fixture: the prompt (token ids), transformers' `generate(do_sample=False)` continuation of
 max_new_tokens tokens (float32 model, its KV cache, as a user runs it), the same continuation from
 the float64 model (must agree), the float64 logits of every prompt position, and the smallest gap
-between the two largest float64 logits along the greedy path (how far from a tie each choice was).
+between the two largest float64 logits along the greedy path (how far from a tie each choice was);
+then the same greedy continuation under `repetition_penalty` REPETITION_PENALTY (float32 and float64
+agreeing, with the smallest gap of the penalised logits along its path).
 
 Run once with a python that has torch and transformers (made with transformers 5.23, torch 2.15):
     /work/wt/kernels/bench/.venv/bin/python tools/make_generate_fixture.py
@@ -37,10 +39,23 @@ def prompt_ids(fixture, prompt):
     return [int(t) for t in toks[:prompt]]
 
 
-def greedy(model, ids, n):
+REPETITION_PENALTY = 1.3
+
+
+def greedy(model, ids, n, **kw):
     out = model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=n, min_new_tokens=0,
-                         eos_token_id=None, pad_token_id=0, use_cache=True)
+                         eos_token_id=None, pad_token_id=0, use_cache=True, **kw)
     return out[0, len(ids):].tolist()
+
+
+def greedy_penalised(model, ids, n):
+    """generate(do_sample=False, repetition_penalty=...): the tokens and the smallest gap between the
+    two largest processed (penalised) scores along the path"""
+    out = model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=n, min_new_tokens=0,
+                         eos_token_id=None, pad_token_id=0, use_cache=True, repetition_penalty=REPETITION_PENALTY,
+                         output_scores=True, return_dict_in_generate=True)
+    top2 = torch.stack([sc[0].topk(2).values for sc in out.scores])
+    return out.sequences[0, len(ids):].tolist(), float((top2[:, 0] - top2[:, 1]).min())
 
 
 def main():
@@ -53,17 +68,20 @@ def main():
         m32.generation_config.eos_token_id = None
         with torch.no_grad():
             g32 = greedy(m32, ids, n)
+            r32, _ = greedy_penalised(m32, ids, n)
         make_fixtures.make_hf_float64_faithful(True)
         m64 = LlamaForCausalLM.from_pretrained(d, dtype=torch.float64, attn_implementation="eager").eval()
         m64.generation_config.eos_token_id = None
         with torch.no_grad():
             g64 = greedy(m64, ids, n)
+            r64, rgap = greedy_penalised(m64, ids, n)
             full = torch.tensor([ids + g64])
             hidden = m64.model(input_ids=full, position_ids=torch.arange(full.shape[1])[None],
                                use_cache=False).last_hidden_state
             logits = m64.lm_head(hidden)[0]
         make_fixtures.make_hf_float64_faithful(False)
         assert g32 == g64, f"{fixture}: float32 and float64 greedy continuations differ: {g32} vs {g64}"
+        assert r32 == r64, f"{fixture}: float32 and float64 penalised continuations differ: {r32} vs {r64}"
         # the greedy choice at every generated step, from the float64 logits of the whole sequence
         path = logits[len(ids) - 1:len(ids) - 1 + n]
         assert path.argmax(-1).tolist() == g64, f"{fixture}: argmax of the full forward differs from generate"
@@ -75,13 +93,18 @@ def main():
             "greedy": g32,
             "min_top2_gap": gap,
             "prompt_logits": logits[:len(ids)].tolist(),
+            "repetition_penalty": REPETITION_PENALTY,
+            "greedy_repetition_penalty": r32,
+            "min_top2_gap_repetition_penalty": rgap,
             "reference": f"transformers {transformers.__version__} / torch {torch.__version__}: generate("
-                         "do_sample=False) in float32 and float64 (eager attention), logits float64",
+                         "do_sample=False), also with repetition_penalty, in float32 and float64 (eager "
+                         "attention), logits float64",
         }
         with open(os.path.join(d, "generate.json"), "w") as f:
             json.dump(out, f)
             f.write("\n")
-        print(f"{fixture}: prompt {len(ids)} tokens, greedy {g32[:12]}..., smallest top-2 gap {gap:.3g}")
+        print(f"{fixture}: prompt {len(ids)} tokens, greedy {g32[:12]}..., smallest top-2 gap {gap:.3g}; "
+              f"penalised {r32[:12]}..., gap {rgap:.3g}")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,11 @@ static const char HELP[] =
     "  --temperature T        0: greedy (the most likely token each step); else sample from\n"
     "                         softmax(logits / T) (default 0.8)\n"
     "  --top-k K              sample only among the K most likely tokens; 0: all (default 40)\n"
+    "  --top-p P              then only among the fewest most likely tokens whose probabilities add\n"
+    "                         up to P (nucleus sampling; 0 < P <= 1; default 1: all)\n"
+    "  --repetition-penalty R a token already in the prompt or the output: its logit divided by R\n"
+    "                         where positive, multiplied by R where negative, before the choice (also\n"
+    "                         the greedy one; transformers' repetition_penalty; R > 0; default 1: none)\n"
     "  --seed S               sampling seed (default 1): the same seed gives the same text\n"
     "  --stop-token ID        stop after generating ID (default: 256 for a vocabulary-257 byte model,\n"
     "                         none otherwise; -1: never stop early)\n"
@@ -43,8 +48,8 @@ static const char HELP[] =
 typedef struct {
     const char *model_dir, *prompt, *prompt_tokens;
     long max_new;
-    double temperature;
-    int top_k, ids, stop_set, threads;
+    SampleParams sp;
+    int ids, stop_set, threads;
     long stop_token;
     uint64_t seed;
 } SampleOptions;
@@ -53,14 +58,14 @@ static void parse_sample_options(int argc, char **argv, SampleOptions *o) {
     const char *cmd = "sample";
     memset(o, 0, sizeof *o);
     o->max_new = 200;
-    o->temperature = 0.8;
-    o->top_k = 40;
+    o->sp = (SampleParams){.temperature = 0.8, .top_k = 40, .top_p = 1, .repetition_penalty = 1};
     o->seed = 1;
     o->threads = 1;
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"prompt", required_argument, 0, 'p'},
         {"prompt-tokens", required_argument, 0, 'P'}, {"max-new-tokens", required_argument, 0, 'n'},
         {"temperature", required_argument, 0, 't'}, {"top-k", required_argument, 0, 'k'},
+        {"top-p", required_argument, 0, 'q'}, {"repetition-penalty", required_argument, 0, 'r'},
         {"seed", required_argument, 0, 's'}, {"stop-token", required_argument, 0, 'x'},
         {"ids", no_argument, 0, 'i'}, {"threads", required_argument, 0, 'T'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     opterr = 0;
@@ -72,8 +77,19 @@ static void parse_sample_options(int argc, char **argv, SampleOptions *o) {
         case 'p': o->prompt = optarg; break;
         case 'P': o->prompt_tokens = optarg; break;
         case 'n': o->max_new = parse_long(cmd, "max-new-tokens", optarg, 0, 1L << 24); break;
-        case 't': o->temperature = parse_double(cmd, "temperature", optarg, 0, 100); break;
-        case 'k': o->top_k = (int)parse_long(cmd, "top-k", optarg, 0, 1L << 30); break;
+        case 't': o->sp.temperature = parse_double(cmd, "temperature", optarg, 0, 100); break;
+        case 'k': o->sp.top_k = (int)parse_long(cmd, "top-k", optarg, 0, 1L << 30); break;
+        case 'q':
+            o->sp.top_p = parse_double(cmd, "top-p", optarg, 0, 1);
+            if (!(o->sp.top_p > 0))
+                die_collective("seqpar sample: --top-p 0 keeps no token: give a probability above 0 (1: all tokens)");
+            break;
+        case 'r':
+            o->sp.repetition_penalty = parse_double(cmd, "repetition-penalty", optarg, 0, 1e6);
+            if (!(o->sp.repetition_penalty > 0))
+                die_collective("seqpar sample: --repetition-penalty 0 divides by zero: give a factor above 0 (1: no "
+                               "penalty; above 1 penalises repeats)");
+            break;
         case 's': o->seed = (uint64_t)parse_long(cmd, "seed", optarg, 0, 1L << 62); break;
         case 'x': o->stop_token = parse_long(cmd, "stop-token", optarg, -1, (1L << 31) - 2); o->stop_set = 1; break;
         case 'i': o->ids = 1; break;
@@ -160,6 +176,8 @@ int cmd_sample(int argc, char **argv) {
     int chunk = n_prompt < 512 ? n_prompt : 512;
     if (generator_init(&g, &model, (int)total, chunk, &e) != 0) die_collective("%s", e.msg);
     float *logits = xmalloc(sizeof(float) * (size_t)V);
+    int *context = xmalloc(sizeof(int) * (size_t)total); /* the prompt, then each token made */
+    memcpy(context, prompt, sizeof(int) * (size_t)n_prompt);
     Rng rng;
     rng_seed(&rng, o.seed);
 
@@ -174,7 +192,8 @@ int cmd_sample(int argc, char **argv) {
     long made = 0;
     double t1 = now_seconds(), c1 = cpu_seconds();
     for (; made < o.max_new; made++) {
-        int next = sample_next_token(logits, V, o.temperature, o.top_k, &rng);
+        int next = sample_next_token(logits, V, &o.sp, context, n_prompt + made, &rng);
+        context[n_prompt + made] = next;
         put_token(next, as_ids, made == 0);
         fflush(stdout);
         if (next == stop) {
@@ -189,6 +208,7 @@ int cmd_sample(int argc, char **argv) {
     fprintf(stderr, "seqpar sample: prompt %d tokens in %.3f s (CPU %.3f s); generated %ld tokens in %.3f s (CPU %.3f s): "
             "%.1f tokens/s\n", n_prompt, t_prompt, c_prompt, made, t_gen, c_gen, t_gen > 0 ? (double)made / t_gen : 0.0);
     xfree(logits);
+    xfree(context);
     xfree(prompt);
     generator_free(&g);
     llama_free(&model);

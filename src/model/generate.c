@@ -139,19 +139,39 @@ static int by_logit_desc(const void *a, const void *b) {
     return x < y ? -1 : x > y; /* ties: the lower id first */
 }
 
-int sample_next_token(const float *logits, int V, double temperature, int top_k, Rng *rng) {
-    if (temperature <= 0) {
-        int best = 0;
-        for (int i = 1; i < V; i++)
-            if (logits[i] > logits[best]) best = i;
-        return best;
+int sample_next_token(const float *logits, int V, const SampleParams *sp, const int *ids, long n_ids, Rng *rng) {
+    float *l = xmalloc(sizeof(float) * (size_t)V);
+    memcpy(l, logits, sizeof(float) * (size_t)V);
+    if (sp->repetition_penalty != 1.0) { /* in float32, as transformers on float32 logits; each id once */
+        const float r = (float)sp->repetition_penalty;
+        unsigned char *seen = xcalloc((size_t)V, 1);
+        for (long i = 0; i < n_ids; i++)
+            if (ids[i] >= 0 && ids[i] < V && !seen[ids[i]]) {
+                seen[ids[i]] = 1;
+                l[ids[i]] = l[ids[i]] < 0 ? l[ids[i]] * r : l[ids[i]] / r;
+            }
+        xfree(seen);
     }
-    int k = top_k <= 0 || top_k > V ? V : top_k;
+    int id = 0;
+    if (sp->temperature <= 0) {
+        for (int i = 1; i < V; i++)
+            if (l[i] > l[id]) id = i;
+        xfree(l);
+        return id;
+    }
+    int k = sp->top_k <= 0 || sp->top_k > V ? V : sp->top_k;
     const float **order = xmalloc(sizeof(float *) * (size_t)V);
-    for (int i = 0; i < V; i++) order[i] = logits + i;
+    for (int i = 0; i < V; i++) order[i] = l + i;
     qsort(order, (size_t)V, sizeof *order, by_logit_desc);
     double *p = xmalloc(sizeof(double) * (size_t)k), sum = 0, top = *order[0];
-    for (int i = 0; i < k; i++) sum += p[i] = exp(((double)*order[i] - top) / temperature);
+    for (int i = 0; i < k; i++) sum += p[i] = exp(((double)*order[i] - top) / sp->temperature);
+    if (sp->top_p < 1) { /* keep a token while the more likely ones before it hold less than top_p */
+        double before = 0;
+        int keep = 0;
+        while (keep < k && (keep == 0 || before < sp->top_p * sum)) before += p[keep++];
+        k = keep;
+        sum = before;
+    }
     double r = rng_uniform(rng) * sum;
     int pick = k - 1;
     for (int i = 0; i < k; i++) {
@@ -161,8 +181,9 @@ int sample_next_token(const float *logits, int V, double temperature, int top_k,
             break;
         }
     }
-    int id = (int)(order[pick] - logits);
+    id = (int)(order[pick] - l);
     xfree(order);
     xfree(p);
+    xfree(l);
     return id;
 }

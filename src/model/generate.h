@@ -5,7 +5,7 @@
  * llama_forward_backward (which it must agree with: tests/test_generate.c) that uses the same
  * kernels for every op but attention, which here is a plain softmax over the cache.
  *
- * Not here: batching several prompts, sequence parallelism, repetition penalties, top-p. */
+ * Not here: batching several prompts, sequence parallelism, beam search. */
 #ifndef SEQPAR_GENERATE_H
 #define SEQPAR_GENERATE_H
 
@@ -37,9 +37,20 @@ void generator_free(Generator *g);
  * token's when not NULL. -1 with one line for a token outside the vocabulary or a full cache. */
 int generator_forward(Generator *g, const int *tokens, int n, float *logits, float *last, SeqErr *e);
 
-/* The next token from logits (V): temperature 0 is greedy (the first largest logit, as
- * torch.argmax); otherwise softmax(logits / temperature) over the top_k largest (top_k <= 0 or
- * >= V: all), sampled with rng. */
-int sample_next_token(const float *logits, int V, double temperature, int top_k, Rng *rng);
+/* How sample_next_token chooses, in transformers' order (generate's logits processors, then its
+ * warpers): the repetition penalty, then temperature, top-k and top-p. */
+typedef struct {
+    double temperature;        /* 0: greedy (the first largest logit, as torch.argmax) */
+    int top_k;                 /* the top_k largest logits only; <= 0 or >= V: all */
+    double top_p;              /* then the fewest most likely tokens whose probability reaches top_p
+                                * (at least one); >= 1: all */
+    double repetition_penalty; /* a token already in the context: its logit divided by it where
+                                * positive, multiplied where negative (transformers'
+                                * RepetitionPenaltyLogitsProcessor); 1: none */
+} SampleParams;
+
+/* The next token from logits (V) of the context ids[0..n_ids) (read only for the repetition
+ * penalty), drawn with rng where temperature > 0. */
+int sample_next_token(const float *logits, int V, const SampleParams *sp, const int *ids, long n_ids, Rng *rng);
 
 #endif
