@@ -34,6 +34,37 @@ for f in tiny_mha tiny_gqa_tied tiny_headdim tiny_long tiny_llama3 tiny_linear; 
     if [ -n "$got" ] && awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * b) }'; then ok; else bad "grad $f: loss '$got', reference $want"; fi
     if "$CMP" "$T/$f.grads" "$FIX/$f/grads.safetensors" 1e-4 1e-7 >/dev/null; then ok; else bad "grad $f: gradients differ from the fixture"; fi
 done
+# ---- a Mistral: tiny_mha's weights under model_type "mistral" are the same model (transformers'
+# MistralForCausalLM gives LlamaForCausalLM's logits bit for bit at sequences within its window):
+# the same loss and gradient file bit for bit with no window and a window of the length; one line
+# past it from train, grad, memory, plan and sample; train --save writes a Mistral
+mistral_dir() { # DIR WINDOW(json)
+    mkdir -p "$1"
+    ln -sf "$(cd "$FIX/tiny_mha" && pwd)/model.safetensors" "$1/model.safetensors"
+    sed -e 's/"model_type": *"llama"/"model_type": "mistral"/' -e 's/"LlamaForCausalLM"/"MistralForCausalLM"/' \
+        -e 's/"attention_bias": *false,//' -e 's/"mlp_bias": *false,//' -e "s/^{/{\"sliding_window\": $2,/" \
+        "$FIX/tiny_mha/config.json" >"$1/config.json"
+}
+mistral_dir "$T/mistral_none" null
+mistral_dir "$T/mistral_24" 24
+mistral_dir "$T/mistral_16" 16
+for d in mistral_none mistral_24; do
+    timeout 120 "$SEQPAR" grad --model "$T/$d" --tokens "$FIX/tiny_mha/tokens.bin" --seq-len 24 --out "$T/$d.grads" >"$T/$d.out" 2>&1
+    if cmp -s "$T/$d.grads" "$T/tiny_mha.grads" && [ "$(grep '^loss' "$T/$d.out")" = "$(timeout 60 "$SEQPAR" grad --model "$FIX/tiny_mha" \
+        --tokens "$FIX/tiny_mha/tokens.bin" --seq-len 24 --out "$T/x.grads" | grep '^loss')" ]; then ok; else bad "grad $d: not the Llama's loss and gradients: $(tail -n 1 "$T/$d.out")"; fi
+done
+expect_error "grad past a Mistral's window" "sliding window of the 16 latest tokens.*use --seq-len 16 or less" "$SEQPAR" grad --model "$T/mistral_16" --tokens "$FIX/tiny_mha/tokens.bin" --seq-len 24 --out "$T/x.grads"
+expect_error "train past a Mistral's window" "use --seq-len 16 or less" "$SEQPAR" train --model "$T/mistral_16" --data "$FIX/tiny_mha/tokens.bin" --seq-len 17 --steps 1 --log "$T/x.jsonl"
+expect_error "memory past a Mistral's window" "use --seq-len 16 or less" "$SEQPAR" memory --model "$T/mistral_16" --seq-len 32
+expect_error "plan past a Mistral's window" "use --seq-len 16 or less" "$SEQPAR" plan --ranks 1 --model "$T/mistral_16" --seq-len 32 --gemm-gflops 10 --attn-gflops 10
+expect_error "sample past a Mistral's window" "give --max-new-tokens 13 or less" "$SEQPAR" sample --model "$T/mistral_16" --prompt-tokens 1,2,3 --max-new-tokens 14
+if timeout 60 "$SEQPAR" sample --model "$T/mistral_16" --prompt-tokens 1,2,3 --max-new-tokens 13 --temperature 0 --ids >/dev/null 2>&1; then ok; else bad "sample within a Mistral's window"; fi
+if timeout 120 "$SEQPAR" train --model "$T/mistral_16" --data "$FIX/tiny_mha/tokens.bin" --seq-len 16 --batch 2 --steps 2 --log "$T/m.jsonl" \
+    --save "$T/mistral_saved" >/dev/null 2>&1 && grep -q '"model_type": "mistral"' "$T/mistral_saved/config.json" &&
+    grep -q '"sliding_window": 16' "$T/mistral_saved/config.json" && grep -q '"MistralForCausalLM"' "$T/mistral_saved/config.json"; then ok
+else bad "train --save of a Mistral: $(cat "$T/mistral_saved/config.json" 2>&1 | head -n 5)"; fi
+expect_error "resume past a saved Mistral's window" "use --seq-len 16 or less" "$SEQPAR" train --resume "$T/mistral_saved" --data "$FIX/tiny_mha/tokens.bin" --seq-len 20 --batch 2 --steps 4 --log "$T/m2.jsonl"
+
 # --checkpoint gives the same file bit for bit
 timeout 120 "$SEQPAR" grad --model "$FIX/tiny_mha" --tokens "$FIX/tiny_mha/tokens.bin" --seq-len 24 --out "$T/ck.grads" --checkpoint >/dev/null 2>&1
 if cmp -s "$T/ck.grads" "$T/tiny_mha.grads"; then ok; else bad "grad --checkpoint differs from grad"; fi

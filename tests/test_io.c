@@ -513,6 +513,55 @@ static void test_config(const TempDir *td) {
         CHECK(config_json_parse(big, strlen(big), "big", &kc, &ce) != 0 && strstr(ce.msg, "token ids take"),
               "a 3500-character eos list not refused: %s", ce.msg);
     }
+    /* A Mistral (model_type "mistral"): Llama's arithmetic with a sliding window, read with
+     * MistralConfig's defaults (sliding_window 4096 and 8 KV heads where absent, 131072 positions),
+     * refused past the window, saved as a Mistral; a Llama's sliding_window stays refused. */
+    {
+#define MSIZES "\"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 8, \"num_hidden_layers\": 1, \"vocab_size\": 64, "
+        struct { const char *json; int ok, window, kv, maxpos; } cases[] = {
+            {"{" MSIZES "\"model_type\": \"mistral\", \"sliding_window\": null, \"num_key_value_heads\": 2}", 1, 0, 2, 131072},
+            {"{" MSIZES "\"model_type\": \"mistral\", \"sliding_window\": 32, \"max_position_embeddings\": 64}", 1, 32, 8, 64},
+            {"{" MSIZES "\"model_type\": \"mistral\"}", 1, 4096, 8, 131072},
+            {"{" MSIZES "\"model_type\": \"mistral\", \"num_key_value_heads\": null}", 1, 4096, 8, 131072},
+            {"{" MSIZES "\"model_type\": \"mistral\", \"sliding_window\": 0}", 0, 0, 0, 0},
+            {"{" MSIZES "\"model_type\": \"mistral\", \"sliding_window\": \"4096\"}", 0, 0, 0, 0},
+            {"{" MSIZES "\"model_type\": \"llama\", \"sliding_window\": 32}", 0, 0, 0, 0},
+            {"{" MSIZES "\"model_type\": \"qwen2\"}", 0, 0, 0, 0},
+        };
+#undef MSIZES
+        for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+            LlamaConfig mc;
+            SeqErr ce;
+            const int ok = config_json_parse(cases[i].json, strlen(cases[i].json), "mistral case", &mc, &ce) == 0;
+            CHECK(ok == cases[i].ok, "mistral case %zu: %s", i, ok ? "read, should be refused" : ce.msg);
+            if (!ok) {
+                CHECK(strstr(ce.msg, i == 7 ? "model_type" : "sliding_window") != NULL, "mistral case %zu: %s", i, ce.msg);
+                continue;
+            }
+            CHECK(mc.family == LLAMA_FAMILY_MISTRAL && mc.sliding_window == cases[i].window &&
+                      mc.num_key_value_heads == cases[i].kv && mc.max_position_embeddings == cases[i].maxpos,
+                  "mistral case %zu read as family %d window %d kv %d positions %d", i, mc.family, mc.sliding_window,
+                  mc.num_key_value_heads, mc.max_position_embeddings);
+            CHECK(llama_window_check(&mc, 32, "fix", &ce) == 0, "mistral case %zu: 32 tokens refused", i);
+            const int past = llama_window_check(&mc, 33, "use --seq-len 32 or less", &ce) != 0;
+            CHECK(past == (cases[i].window == 32) && (!past || strstr(ce.msg, "sliding window of the 32 latest tokens")),
+                  "mistral case %zu: 33 tokens %s: %s", i, past ? "refused" : "accepted", ce.msg);
+            CHECK(config_json_save(saved, &mc, &ce) == 0, "config_json_save: %s", ce.msg);
+            json_error_t jerr;
+            json_t *r = json_load_file(saved, 0, &jerr);
+            json_t *sw = r ? json_object_get(r, "sliding_window") : NULL;
+            CHECK(r && !strcmp(json_string_value(json_object_get(r, "model_type")), "mistral") &&
+                      !strcmp(json_string_value(json_array_get(json_object_get(r, "architectures"), 0)),
+                              "MistralForCausalLM") &&
+                      sw && (cases[i].window ? json_integer_value(sw) == cases[i].window : json_is_null(sw)) &&
+                      !json_object_get(r, "attention_bias"),
+                  "mistral case %zu: the saved config is no Mistral with its window", i);
+            json_decref(r);
+            LlamaConfig back;
+            config_json_load(saved, &back);
+            CHECK(memcmp(&mc, &back, sizeof mc) == 0, "mistral case %zu: save/load round trip changed values", i);
+        }
+    }
 
     /* Error paths. */
     struct { const char *name, *json; } bad[] = {

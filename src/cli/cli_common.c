@@ -403,6 +403,13 @@ void data_length_check(const TokenStream *ts, int seq_len, const char *data) {
                        data, ts->total);
 }
 
+void window_length_check(const LlamaConfig *c, int seq_len) {
+    char fix[64];
+    snprintf(fix, sizeof fix, "use --seq-len %d or less", c->sliding_window);
+    SeqErr e;
+    if (llama_window_check(c, seq_len, fix, &e) != 0) die_collective("%s", e.msg);
+}
+
 void model_from_dir(LlamaModel *m, const char *dir, uint64_t seed, int random_init) {
     char path[4096];
     SeqErr e;

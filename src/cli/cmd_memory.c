@@ -74,6 +74,7 @@ void memory_input_from_options(const TrainOptions *o, SizeFlags *sf, const char 
         }
         llama_config_validate(out, "size flags");
     }
+    window_length_check(out, o->seq_len); /* train's refusal */
     in->seq_len = o->seq_len;
     in->batch = o->batch;
     if (!in->recall_data) token_stream_close(&ts);

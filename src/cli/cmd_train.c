@@ -583,6 +583,7 @@ int cmd_train(int argc, char **argv) {
     }
     const LlamaConfig *c = &model.cfg;
     if (o.resume_dir || o.model_dir) size_flags_check(&sf, c, "train", o.resume_dir ? o.resume_dir : o.model_dir);
+    window_length_check(c, S);
     ds.ts.vocab_size = c->vocab_size; /* every shard is checked when it is loaded */
     o.eot = pack_flags_eot(&o.pack, "train", o.model_dir ? o.model_dir : o.resume_dir, c->vocab_size);
     if (o.eot >= 0 && ds.is_recall)

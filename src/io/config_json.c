@@ -1,15 +1,18 @@
 /* Hugging Face config.json for Llama models, read and written with jansson. Loading takes the
  * fields seqpar uses, checks their JSON types strictly (an integer field must be a JSON
  * integer), applies the Hugging Face defaults for optional fields, rejects settings that would
- * change the model's arithmetic in ways seqpar does not implement (a model_type other than llama,
- * RoPE scaling other than linear and llama3, sliding windows, q/k norms, soft-capping, biases, an
- * activation other than SiLU, dropout) by name, reads linear and llama3 RoPE scaling (transformers 4's
+ * change the model's arithmetic in ways seqpar does not implement (a model_type other than llama
+ * and mistral, RoPE scaling other than linear and llama3, a Llama's sliding window, q/k norms,
+ * soft-capping, biases, an activation other than SiLU, dropout) by name, reads a Mistral's
+ * sliding_window (transformers' default 4096 where absent; null: none; seqpar then refuses
+ * sequences longer than it), reads linear and llama3 RoPE scaling (transformers 4's
  * rope_scaling or transformers 5's rope_parameters, with transformers 5's precedence), keeps the
  * token ids for the saved config (LlamaConfig.hf_carried), ignores everything else, and
  * validates the result; every problem is returned to the caller as one line (config_json_read)
  * or ends the program (config_json_load). Both transformers 4 (top-level rope_theta) and transformers 5
  * (rope_parameters.rope_theta) layouts are read. Saving writes a config that transformers'
- * LlamaForCausalLM.from_pretrained accepts, in both layouts at once. */
+ * LlamaForCausalLM (MistralForCausalLM for a Mistral).from_pretrained accepts, in both layouts at
+ * once. */
 #include "io/config_json.h"
 
 #include <errno.h>
@@ -157,17 +160,21 @@ static int read_rope_settings(json_t *root, const char *path, LlamaConfig *c, Se
 
 /* Fields of other model families (or Llama options) that change the arithmetic and that seqpar
  * does not implement: each is refused by name when it is set to anything but its neutral value. */
-static int reject_unsupported(json_t *root, const char *path, SeqErr *e) {
+static int reject_unsupported(json_t *root, const char *path, int *family, SeqErr *e) {
     json_t *mt = field(root, "model_type");
-    if (mt && !(json_is_string(mt) && strcmp(json_string_value(mt), "llama") == 0))
-        return seq_err(e, "config '%s' has \"model_type\" %s%.60s%s: seqpar trains Llama models only (model_type "
-                       "\"llama\"); other families compute a different model", path, json_is_string(mt) ? "\"" : "",
-                       json_is_string(mt) ? json_string_value(mt) : json_type_name(mt), json_is_string(mt) ? "\"" : "");
+    *family = mt && json_is_string(mt) && !strcmp(json_string_value(mt), "mistral") ? LLAMA_FAMILY_MISTRAL
+                                                                                       : LLAMA_FAMILY_LLAMA;
+    if (mt && !(json_is_string(mt) && (strcmp(json_string_value(mt), "llama") == 0 || *family == LLAMA_FAMILY_MISTRAL)))
+        return seq_err(e, "config '%s' has \"model_type\" %s%.60s%s: seqpar trains Llama and Mistral models only "
+                       "(model_type \"llama\" or \"mistral\"); other families compute a different model", path,
+                       json_is_string(mt) ? "\"" : "", json_is_string(mt) ? json_string_value(mt) : json_type_name(mt),
+                       json_is_string(mt) ? "\"" : "");
     const char *on_fields[] = {"sliding_window", "use_sliding_window", "use_qk_norm", "qk_norm", "qk_layernorm",
                                "attn_logit_softcapping", "final_logit_softcapping", "no_rope_layers",
                                "layer_types", "query_pre_attn_scalar", "logits_scaling", "embedding_multiplier",
                                "residual_multiplier", "attention_multiplier"};
     for (size_t i = 0; i < ARRAY_LEN(on_fields); i++) {
+        if (*family == LLAMA_FAMILY_MISTRAL && !strcmp(on_fields[i], "sliding_window")) continue; /* read below */
         json_t *v = field(root, on_fields[i]);
         if (v && !json_is_false(v))
             return seq_err(e, "config '%s' sets \"%s\", which seqpar's Llama does not implement: remove it (or set "
@@ -192,6 +199,20 @@ static int reject_unsupported(json_t *root, const char *path, SeqErr *e) {
         return seq_err(e, "config '%s': \"hidden_act\" must be \"silu\" (the Llama SwiGLU MLP), found %s%.60s%s", path,
                        json_is_string(act) ? "\"" : "", json_is_string(act) ? json_string_value(act) : json_type_name(act),
                        json_is_string(act) ? "\"" : "");
+    return 0;
+}
+
+/* A Mistral's sliding_window: absent, transformers' MistralConfig default (4096); null, none. */
+static int read_sliding_window(json_t *root, const char *path, LlamaConfig *c, SeqErr *e) {
+    if (c->family != LLAMA_FAMILY_MISTRAL) return 0;
+    json_t *v = json_object_get(root, "sliding_window");
+    if (!v) c->sliding_window = 4096;
+    else if (json_is_null(v)) c->sliding_window = 0;
+    else if (json_is_integer(v) && json_integer_value(v) >= 1 && json_integer_value(v) <= INT_MAX)
+        c->sliding_window = (int)json_integer_value(v);
+    else
+        return seq_err(e, "config '%s': \"sliding_window\" must be a positive JSON integer (tokens) or null (no "
+                       "window), found %s", path, json_is_integer(v) ? "an integer below 1" : json_type_name(v));
     return 0;
 }
 
@@ -225,14 +246,19 @@ static int config_from_json(json_t *root, const char *path, LlamaConfig *c, SeqE
         return seq_err(e, "config '%s' must hold a JSON object {...}, found %s", path, json_type_name(root));
     memset(c, 0, sizeof *c);
     double eps = 0;
+    if (reject_unsupported(root, path, &c->family, e) != 0) return -1;
+    const int mistral = c->family == LLAMA_FAMILY_MISTRAL; /* transformers' MistralConfig defaults */
     int head_dim_given = field(root, "head_dim") != NULL;
     if (int_field(root, "hidden_size", 1, 0, path, &c->hidden_size, e) ||
         int_field(root, "intermediate_size", 1, 0, path, &c->intermediate_size, e) ||
         int_field(root, "num_attention_heads", 1, 0, path, &c->num_attention_heads, e) ||
         int_field(root, "num_hidden_layers", 1, 0, path, &c->num_hidden_layers, e) ||
         int_field(root, "vocab_size", 1, 0, path, &c->vocab_size, e) ||
-        int_field(root, "num_key_value_heads", 0, c->num_attention_heads, path, &c->num_key_value_heads, e) ||
-        int_field(root, "max_position_embeddings", 0, 2048, path, &c->max_position_embeddings, e) ||
+        /* absent from a Mistral's config: MistralConfig's 8; null (and a Llama's absent): the heads */
+        int_field(root, "num_key_value_heads", 0,
+                  mistral && !json_object_get(root, "num_key_value_heads") ? 8 : c->num_attention_heads, path,
+                  &c->num_key_value_heads, e) ||
+        int_field(root, "max_position_embeddings", 0, mistral ? 131072 : 2048, path, &c->max_position_embeddings, e) ||
         /* 0 marks head_dim as implicit for llama_config_check; filled in after validation. */
         int_field(root, "head_dim", 0, 0, path, &c->head_dim, e) ||
         number_field(root, "rms_norm_eps", 1e-6, path, &eps, e) ||
@@ -240,7 +266,7 @@ static int config_from_json(json_t *root, const char *path, LlamaConfig *c, SeqE
         return -1;
     c->rms_norm_eps = (float)eps;
     if (bool_field(root, "tie_word_embeddings", 0, path, &c->tie_word_embeddings, e) != 0) return -1;
-    if (reject_unsupported(root, path, e) != 0) return -1;
+    if (read_sliding_window(root, path, c, e) != 0) return -1;
     if (read_carried(root, path, c, e) != 0) return -1;
     if (read_rope_settings(root, path, c, e) != 0) return -1;
 
@@ -318,8 +344,10 @@ static double float_as_short_decimal(float x) {
 
 int config_json_save(const char *path, const LlamaConfig *c, SeqErr *e) {
     json_t *root = json_object();
-    json_object_set_new(root, "architectures", json_pack("[s]", "LlamaForCausalLM"));
-    json_object_set_new(root, "model_type", json_string("llama"));
+    const int mistral = c->family == LLAMA_FAMILY_MISTRAL;
+    json_object_set_new(root, "architectures", json_pack("[s]", mistral ? "MistralForCausalLM" : "LlamaForCausalLM"));
+    json_object_set_new(root, "model_type", json_string(mistral ? "mistral" : "llama"));
+    if (mistral) json_object_set_new(root, "sliding_window", c->sliding_window ? json_integer(c->sliding_window) : json_null());
     json_object_set_new(root, "hidden_act", json_string("silu"));
     json_object_set_new(root, "hidden_size", json_integer(c->hidden_size));
     json_object_set_new(root, "intermediate_size", json_integer(c->intermediate_size));
@@ -349,9 +377,9 @@ int config_json_save(const char *path, const LlamaConfig *c, SeqErr *e) {
     json_object_set_new(root, "rope_parameters", rope); /* transformers 5 */
     json_object_set_new(root, "tie_word_embeddings", json_boolean(c->tie_word_embeddings));
     json_object_set_new(root, "torch_dtype", json_string("float32"));
-    json_object_set_new(root, "attention_bias", json_false());
+    if (!mistral) json_object_set_new(root, "attention_bias", json_false()); /* a Mistral has neither option */
     json_object_set_new(root, "attention_dropout", json_real(0.0));
-    json_object_set_new(root, "mlp_bias", json_false());
+    if (!mistral) json_object_set_new(root, "mlp_bias", json_false());
     json_object_set_new(root, "initializer_range", json_real(0.02));
     json_object_set_new(root, "use_cache", json_true());
     if (c->hf_carried[0]) { /* the token ids (and initializer_range) of the config the model came from */

@@ -114,6 +114,13 @@ void llama_config_validate(const LlamaConfig *c, const char *where) {
     if (llama_config_check(c, where, &e) != 0) die_collective("%s", e.msg);
 }
 
+int llama_window_check(const LlamaConfig *c, long tokens, const char *fix, SeqErr *e) {
+    if (c->sliding_window <= 0 || tokens <= c->sliding_window) return 0;
+    return seq_err(e, "the model is a Mistral whose attention sees a sliding window of the %d latest tokens, and "
+                   "seqpar's attention is full causal: the same model only for sequences of at most %d tokens, but "
+                   "this one has %ld: %s", c->sliding_window, c->sliding_window, tokens, fix);
+}
+
 const char *llama_rope_type_name(int rope_type) {
     switch (rope_type) {
     case LLAMA_ROPE_LINEAR: return "linear";

@@ -1,4 +1,6 @@
-/* The Llama model configuration: the fields of a Hugging Face config.json that seqpar uses. */
+/* The Llama model configuration: the fields of a Hugging Face config.json that seqpar uses (a
+ * Llama, or a Mistral: the same model with a sliding attention window, which seqpar computes for
+ * sequences no longer than the window). */
 #ifndef SEQPAR_MODEL_CONFIG_H
 #define SEQPAR_MODEL_CONFIG_H
 
@@ -22,6 +24,8 @@ typedef struct {
     double rope_factor;         /* linear and llama3 */
     double rope_low_freq_factor, rope_high_freq_factor; /* llama3 */
     int rope_original_max_position_embeddings;          /* llama3 */
+    int family;                 /* LLAMA_FAMILY_LLAMA (0) or LLAMA_FAMILY_MISTRAL: config.json's model_type */
+    int sliding_window;         /* Mistral: each token attends to this many latest tokens; 0: all */
     /* config.json's fields that seqpar does not compute with but a saved model must keep for
      * transformers (bos/eos/pad_token_id, an initializer_range other than 0.02): a compact JSON object of those present
      * in the config it was read from, "" for none (a model from size flags); written back on save. */
@@ -29,6 +33,7 @@ typedef struct {
 } LlamaConfig;
 
 enum { LLAMA_ROPE_DEFAULT = 0, LLAMA_ROPE_LINEAR = 1, LLAMA_ROPE_LLAMA3 = 2 };
+enum { LLAMA_FAMILY_LLAMA = 0, LLAMA_FAMILY_MISTRAL = 1 };
 
 /* The RoPE inverse frequency of pair j (0 <= j < head_dim / 2), in double, exactly as
  * transformers' rope init functions compute it: theta^(-2j/head_dim), then for "linear" divided
@@ -46,6 +51,10 @@ const char *llama_rope_type_name(int rope_type);
  * heads not dividing heads, absurd sizes whose products would overflow, ...), else 0. `where`
  * names the source (a path or "size flags") in the message. */
 int llama_config_check(const LlamaConfig *c, const char *where, SeqErr *e);
+/* 0 where a sequence of `tokens` positions computes the model c describes; -1 with one line ending
+ * in `fix` where it reaches past c's sliding window (seqpar's attention is full causal, which is the
+ * window's attention only up to the window's length). */
+int llama_window_check(const LlamaConfig *c, long tokens, const char *fix, SeqErr *e);
 /* llama_config_check that dies with the message (on every rank: it is a pure function). */
 void llama_config_validate(const LlamaConfig *c, const char *where);
 
