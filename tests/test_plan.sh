@@ -179,6 +179,19 @@ expect_refusal() { # words flags...
 expect_refusal "--seq-len 512 needs 513 tokens but '$FIX/tiny_long/tokens.bin' holds 257" --ranks 2 --hidden 32 --ffn 64 --layers 1 \
     --seq-len 512 --batch 1 --data "$FIX/tiny_long/tokens.bin" $RATES
 expect_refusal "recall task: seq_len is 3 but it needs at least 4" --ranks 2 --hidden 32 --ffn 64 --layers 1 --seq-len 3 --batch 2 $RATES
+# --pack as train checks it (the best line carries it now): not on the recall task, even with an
+# --eot (train named the --eot first, then refused the recall task), and not without an id
+for eot in "" "--eot 0"; do
+    expect_refusal "--pack splits token data at the end-of-text id: pass --data" --ranks 1 --hidden 32 --ffn 64 --layers 1 --seq-len 32 --pack $eot $RATES
+    err=$(timeout 60 "$SEQPAR" train --hidden 32 --ffn 64 --layers 1 --seq-len 32 --batch 1 --steps 1 --pack $eot --log "$T/p.jsonl" 2>&1 >/dev/null)
+    if printf '%s' "$err" | grep -q -- "--pack splits token data at the end-of-text id: pass --data"; then ok; else bad "train --pack $eot on the recall task: $err"; fi
+done
+expect_refusal "--pack needs the end-of-text token id: pass --eot ID" --ranks 1 --hidden 32 --ffn 64 --layers 1 --seq-len 32 $DATA --pack $RATES
+# a cluster flag given twice: the last one, as train's flags (the second --ranks was read as an
+# abbreviation of train's --ranks-per-node)
+out=$(timeout 60 "$SEQPAR" plan --ranks 3 --ranks 2 $M --gemm-gflops 50 --gemm-gflops 60 --attn-gflops 10 --top 1 2>&1)
+if printf '%s' "$out" | grep -q "configurations run on 2 ranks" && printf '%s' "$out" | grep -q "GEMM 60.0 GFLOPS"; then ok
+else bad "plan with --ranks and --gemm-gflops twice: $(printf '%s' "$out" | tail -n 2)"; fi
 
 # fixed flags that nothing matches: train's reason, on stderr (it was a bare 'nothing runs' on stdout)
 err=$(timeout 60 "$SEQPAR" plan --ranks 4 $M $RATES --strategy ulysses --cp 2 2>&1 >/dev/null); rc=$?

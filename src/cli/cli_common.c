@@ -33,6 +33,7 @@ long parse_long(const char *cmd, const char *flag, const char *value, long min, 
 
 const char *take_flag(int *argc, char **argv, const char *cmd, const char *name) {
     size_t len = strlen(name);
+    const char *last = NULL; /* every occurrence taken, the last one wins (as getopt's flags) */
     for (int i = 1; i < *argc; i++) {
         const char *a = argv[i], *v = NULL;
         int used = 0;
@@ -47,9 +48,10 @@ const char *take_flag(int *argc, char **argv, const char *cmd, const char *name)
         if (!v) continue;
         for (int j = i; j + used < *argc; j++) argv[j] = argv[j + used];
         *argc -= used;
-        return v;
+        last = v;
+        i--; /* argv[i] is the next argument now */
     }
-    return NULL;
+    return last;
 }
 
 double parse_double(const char *cmd, const char *flag, const char *value, double min, double max) {

@@ -12,8 +12,9 @@
 
 /* The flag's value as a decimal integer (double) in [min, max]; dies naming the flag otherwise. */
 long   parse_long(const char *cmd, const char *flag, const char *value, long min, long max);
-/* Removes "NAME VALUE" or "NAME=VALUE" from argv (for a command's own flags before train's parser
- * reads the rest) and returns VALUE (a pointer into argv), or NULL when NAME is absent. */
+/* Removes every "NAME VALUE" and "NAME=VALUE" from argv (for a command's own flags before train's
+ * parser reads the rest) and returns the last VALUE (a pointer into argv; given twice, the last
+ * wins, as with getopt's flags), or NULL when NAME is absent. */
 const char *take_flag(int *argc, char **argv, const char *cmd, const char *name);
 double parse_double(const char *cmd, const char *flag, const char *value, double min, double max);
 

@@ -74,7 +74,8 @@ void memory_input_from_options(const TrainOptions *o, SizeFlags *sf, const char 
         }
         llama_config_validate(out, "size flags");
     }
-    window_length_check(out, o->seq_len); /* train's refusal */
+    window_length_check(out, o->seq_len); /* train's refusals */
+    (void)train_pack_eot(o, in->recall_data, out->vocab_size, cmd);
     in->seq_len = o->seq_len;
     in->batch = o->batch;
     if (!in->recall_data) token_stream_close(&ts);

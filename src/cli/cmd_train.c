@@ -250,6 +250,13 @@ static void record_settings(TrainerState *st, const TrainOptions *o, const Llama
     else trainer_state_set(st, "pack_eot", "none");
 }
 
+int train_pack_eot(const TrainOptions *o, int recall, int vocab_size, const char *cmd) {
+    if (o->pack.pack && recall) /* before --eot's own checks: no id makes the recall task packed */
+        die_collective("seqpar %s: --pack splits token data at the end-of-text id: pass --data with a token file "
+                       "(.bin shard or .txt), not the recall task", cmd);
+    return pack_flags_eot(&o->pack, cmd, o->model_dir ? o->model_dir : o->resume_dir, vocab_size);
+}
+
 RecallSpec recall_spec_from_options(const TrainOptions *o, int vocab_size) {
     RecallSpec spec = {.format = (RecallFormat)o->recall_format, .vocab_size = vocab_size, .seq_len = o->seq_len,
                        .n_pairs = o->recall_pairs, .n_queries = o->recall_queries};
@@ -585,10 +592,7 @@ int cmd_train(int argc, char **argv) {
     if (o.resume_dir || o.model_dir) size_flags_check(&sf, c, "train", o.resume_dir ? o.resume_dir : o.model_dir);
     window_length_check(c, S);
     ds.ts.vocab_size = c->vocab_size; /* every shard is checked when it is loaded */
-    o.eot = pack_flags_eot(&o.pack, "train", o.model_dir ? o.model_dir : o.resume_dir, c->vocab_size);
-    if (o.eot >= 0 && ds.is_recall)
-        die_collective("seqpar train: --pack splits token data at the end-of-text id: pass --data with a token file "
-                       "(.bin shard or .txt), not the recall task");
+    o.eot = train_pack_eot(&o, ds.is_recall, c->vocab_size, "train");
     if (ds.is_recall) {
         ds.spec = recall_spec_from_options(&o, c->vocab_size);
         o.recall_pairs = ds.spec.n_pairs;
