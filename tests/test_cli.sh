@@ -65,6 +65,30 @@ if timeout 120 "$SEQPAR" train --model "$T/mistral_16" --data "$FIX/tiny_mha/tok
 else bad "train --save of a Mistral: $(cat "$T/mistral_saved/config.json" 2>&1 | head -n 5)"; fi
 expect_error "resume past a saved Mistral's window" "use --seq-len 16 or less" "$SEQPAR" train --resume "$T/mistral_saved" --data "$FIX/tiny_mha/tokens.bin" --seq-len 20 --batch 2 --steps 4 --log "$T/m2.jsonl"
 
+# ---- a save over a checkpoint keeps what the user put in its directory (a tokenizer.json for
+# transformers, notes, a subdirectory, a link: a save replaced the directory with the checkpoint's
+# files alone), but no stale file of the checkpoint's own (an earlier sharded save's shards); a
+# --save that is a symbolic link saves into the directory it names (the link was replaced by a
+# directory and the linked checkpoint stayed at its old step); a mount point is refused at the
+# start (every save failed with EBUSY after training)
+KM="--layers 1 --hidden 32 --ffn 64 --heads 4 --kv-heads 2 --seq-len 32 --batch 2 --steps 6 --quiet --log $T/keep.jsonl --data $FIX/tiny_long/tokens.bin"
+timeout 60 "$SEQPAR" train $KM --stop-at 2 --save "$T/keep" --save-shard-mb 0.01 >/dev/null 2>&1
+echo '{"my": "tokenizer"}' >"$T/keep/tokenizer.json"; mkdir -p "$T/keep/notes"; echo n >"$T/keep/notes/a.txt"; ln -s tokenizer.json "$T/keep/tok_link"
+shards_before=$(ls "$T/keep" | grep -c '^model-0000')
+timeout 60 "$SEQPAR" train $KM --stop-at 3 --resume "$T/keep" --save "$T/keep" >/dev/null 2>&1
+if [ "$shards_before" -gt 1 ] && [ "$(cat "$T/keep/tokenizer.json" 2>/dev/null)" = '{"my": "tokenizer"}' ] && [ -f "$T/keep/notes/a.txt" ] &&
+    [ -L "$T/keep/tok_link" ] && [ -f "$T/keep/model.safetensors" ] && [ "$(ls "$T/keep" | grep -c '^model-0000')" = 0 ] &&
+    grep -q '"step": 3' "$T/keep/trainer_state.json"; then ok
+else bad "a save over a checkpoint with the user's files ($shards_before shards before): $(ls "$T/keep" | tr '\n' ' ')"; fi
+timeout 60 "$SEQPAR" train $KM --stop-at 2 --save "$T/keep_real" >/dev/null 2>&1
+ln -s "$T/keep_real" "$T/keep_link"
+timeout 60 "$SEQPAR" train $KM --stop-at 4 --resume "$T/keep_link" --save "$T/keep_link" >/dev/null 2>&1
+if [ -L "$T/keep_link" ] && grep -q '"step": 4' "$T/keep_real/trainer_state.json"; then ok
+else bad "--save through a symbolic link: $(ls -ld "$T/keep_link"; grep '"step"' "$T/keep_real/trainer_state.json")"; fi
+if [ -d /dev/shm ] && [ "$(stat -c %d /dev/shm)" != "$(stat -c %d /dev)" ]; then
+    expect_error "--save at a mount point" "is a mount point .*give --save /dev/shm/NAME" "$SEQPAR" train $KM --save /dev/shm
+else echo "test_cli: /dev/shm is not a mount point here: --save at a mount point not checked"; fi
+
 # --checkpoint gives the same file bit for bit
 timeout 120 "$SEQPAR" grad --model "$FIX/tiny_mha" --tokens "$FIX/tiny_mha/tokens.bin" --seq-len 24 --out "$T/ck.grads" --checkpoint >/dev/null 2>&1
 if cmp -s "$T/ck.grads" "$T/tiny_mha.grads"; then ok; else bad "grad --checkpoint differs from grad"; fi

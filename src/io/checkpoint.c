@@ -147,7 +147,9 @@ static char *str_printf(const char *fmt, ...) {
     return s;
 }
 
-/* `dir` without trailing slashes, or NULL with a message for an empty path or "/". */
+/* `dir` without trailing slashes, or NULL with a message for an empty path or "/". A symbolic link
+ * is replaced by the directory it names: a save puts a new directory in place of the path, which
+ * would replace the link and leave the checkpoint it points at behind. */
 static char *normalize_dir(const char *dir, SeqErr *e) {
     size_t n = strlen(dir);
     while (n > 1 && dir[n - 1] == '/') n--;
@@ -158,7 +160,74 @@ static char *normalize_dir(const char *dir, SeqErr *e) {
     char *d = xmalloc(n + 1);
     memcpy(d, dir, n);
     d[n] = '\0';
+    struct stat lsb;
+    if (lstat(d, &lsb) == 0 && S_ISLNK(lsb.st_mode)) {
+        char *target = realpath(d, NULL); /* NULL for a dangling link: the path stays as given */
+        if (target) {
+            xfree(d);
+            d = str_printf("%s", target);
+            free(target);
+        }
+    }
     return d;
+}
+
+/* 1 for the names a checkpoint's files have (config, weights and their shards, optimizer, state):
+ * what a save writes anew; every other entry of the directory is the user's. */
+static int checkpoint_owns(const char *name) {
+    unsigned a, b;
+    int end = 0;
+    return !strcmp(name, F_CONFIG) || !strcmp(name, F_MODEL) || !strcmp(name, ST_INDEX_NAME) ||
+           !strcmp(name, F_OPTIM) || !strcmp(name, F_STATE) ||
+           (sscanf(name, "model-%5u-of-%5u.safetensors%n", &a, &b, &end) == 2 && end > 0 && name[end] == '\0');
+}
+
+/* Copies the regular file src to dst (a new file, mode kept); 0 or -1 with errno set. */
+static int copy_file(const char *src, const char *dst, mode_t mode) {
+    int in = open(src, O_RDONLY), out = in < 0 ? -1 : open(dst, O_WRONLY | O_CREAT | O_EXCL, mode & 07777);
+    int rc = in < 0 || out < 0 ? -1 : 0;
+    char buf[65536];
+    for (ssize_t n; rc == 0 && (n = read(in, buf, sizeof buf)) != 0;) {
+        if (n < 0 || write(out, buf, (size_t)n) != n) rc = -1;
+    }
+    const int err = errno;
+    if (out >= 0 && close(out) != 0) rc = -1;
+    if (in >= 0) close(in);
+    if (rc != 0) errno = err;
+    return rc;
+}
+
+/* The entries of the old checkpoint directory d that are not the checkpoint's own files (a
+ * tokenizer.json copied in for transformers, notes), put into the new one tmp before the swap
+ * (a save replaced them with nothing until 2026-11-29): `dirs` 0, regular files hard-linked
+ * (copied where the file system has no links) and symbolic links made again, which leaves d as
+ * it was; `dirs` 1, directories moved (where the swap then fails, they are in tmp, which the
+ * message names). 0, or -1 with a message. */
+static int carry_user_entries(const char *d, const char *tmp, int dirs, SeqErr *e) {
+    DIR *dd = opendir(d);
+    if (!dd) return seq_err(e, "cannot save checkpoint '%s': reading it failed: %s", d, strerror(errno));
+    int rc = 0;
+    struct dirent *de;
+    while (rc == 0 && (de = readdir(dd)) != NULL) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") || checkpoint_owns(de->d_name)) continue;
+        char *src = str_printf("%s/%s", d, de->d_name), *dst = str_printf("%s/%s", tmp, de->d_name);
+        struct stat sb;
+        char target[4096];
+        ssize_t tn;
+        if (lstat(src, &sb) != 0) rc = -1;
+        else if (dirs && S_ISDIR(sb.st_mode)) rc = rename(src, dst);
+        else if (!dirs && S_ISREG(sb.st_mode)) rc = link(src, dst) == 0 || copy_file(src, dst, sb.st_mode) == 0 ? 0 : -1;
+        else if (!dirs && S_ISLNK(sb.st_mode))
+            rc = (tn = readlink(src, target, sizeof target - 1)) >= 0 && (target[tn] = '\0', symlink(target, dst) == 0) ? 0 : -1;
+        if (rc != 0)
+            seq_err(e, "cannot save checkpoint '%s': keeping its %s '%s' in the new checkpoint failed: %s (the new "
+                    "checkpoint is complete in '%s'%s)", d, dirs ? "directory" : "file", de->d_name, strerror(errno),
+                    tmp, dirs ? ", with the directories moved before this one" : "; the old one is unchanged");
+        xfree(src);
+        xfree(dst);
+    }
+    closedir(dd);
+    return rc;
 }
 
 /* Splits a normalized dir into its parent ("." if none) and base name, both newly allocated. */
@@ -266,6 +335,11 @@ int checkpoint_check_target(const char *dir, SeqErr *e) {
     if (rc == 0 && (stat(parent, &sb) != 0 || !S_ISDIR(sb.st_mode)))
         rc = seq_err(e, "cannot save checkpoint '%s': parent directory '%s' %s: create it first", d, parent,
                      path_exists(parent) ? "is not a directory" : "does not exist");
+    struct stat db, pb; /* a save renames a new directory into d's place: not across file systems */
+    if (rc == 0 && stat(d, &db) == 0 && stat(parent, &pb) == 0 && db.st_dev != pb.st_dev)
+        rc = seq_err(e, "cannot save checkpoint '%s': it is a mount point (another file system than '%s'), and a "
+                     "checkpoint is put in place by renaming a new directory beside it: give --save %s/NAME, a "
+                     "directory inside it", d, parent, d);
     if (rc == 0 && path_exists(d)) rc = check_replaceable(d, e);
     if (rc == 0) { /* the only honest writability test: create (and remove) a sibling */
         char *probe = str_printf("%s.tmp.XXXXXX", d);
@@ -470,7 +544,10 @@ int checkpoint_save(const char *dir, const LlamaConfig *cfg, const ParamTable *t
              * complete, the messages say where each copy is */
             rc = fill_checkpoint(tmp, d, cfg, t, params, opt, st, e);
             if (rc != 0) remove_tree(tmp);
-            else rc = swap_in(tmp, d, exists, &old, e);
+            else {
+                for (int dirs = 0; exists && rc == 0 && dirs < 2; dirs++) rc = carry_user_entries(d, tmp, dirs, e);
+                if (rc == 0) rc = swap_in(tmp, d, exists, &old, e);
+            }
         }
     }
     if (rc == 0) rc = fsync_dir(parent, e);
