@@ -138,6 +138,10 @@ expect_error "--val-data with recall" "--val-data needs token data" "$SEQPAR" tr
 expect_error "--val-data missing" "no_val" "$SEQPAR" train "${M[@]}" --data "$T/sh" --val-data "$T/no_val.bin" --steps 1 --log "$T/x.jsonl"
 head -c 1100 "$T/sh/data_val_000000.bin" > "$T/short_val.bin"
 printf '\x26\x00\x00\x00' | dd of="$T/short_val.bin" bs=1 seek=8 conv=notrunc status=none # count 38
+# a validation token outside the vocabulary: refused before step 1 (it ended the run at the first
+# evaluation, --eval-every steps of training later)
+expect_error "--val-data: a token above the vocabulary, at start-up" "holds token 256 but the model's vocab_size is 61" "$SEQPAR" train --model "$FIX/tiny_mha" --data "$FIX/tiny_mha/tokens.bin" --val-data "$T/sh/data_val_000000.bin" --seq-len 16 --batch 1 --steps 100 --eval-every 50 --log "$T/vv.jsonl"
+if ! grep -q '"loss"' "$T/vv.jsonl" 2>/dev/null; then ok; else bad "--val-data out of the vocabulary: steps trained before the refusal"; fi
 expect_error "--val-data shorter than a sequence" "fewer than one sequence" "$SEQPAR" train "${M[@]}" --data "$T/sh" --val-data "$T/short_val.bin" --steps 1 --log "$T/x.jsonl"
 expect_error "--data: a token above the model's vocabulary" "vocab_size is 64" "$SEQPAR" train --model "$FIX/tiny_long" --data "$T/sh" --seq-len 16 --steps 1 --log "$T/x.jsonl"
 

@@ -179,4 +179,16 @@ pack_error 1 "a model from size flags has none" train --data "$T/docs.txt" --pac
 # with --eot the list does not matter
 timeout 60 "$SEQPAR" "${G[@]}" --model "$T/multi" --pack --eot 3 >"$T/m.out" 2>&1 && [ "$(loss_of "$T/m.out")" = "$single" ] && ok ||
     bad "--eot 3 with a config listing two eos ids: $(tail -n 1 "$T/m.out")"
+# the validation loss of a packed run is packed too (it attended across documents, with positions
+# not restarted, and scored the target after each end-of-text: the unpacked loss): with --lr 0 the
+# one validation window's loss is grad --pack's, on 1 and 2 ranks (ring), and its targets are counted
+cp "$F/tokens.bin" "$T/val_copy.bin"
+want=$(timeout 60 "$SEQPAR" grad --model "$F" --tokens "$F/tokens.bin" --seq-len 64 --out "$T/v.st" --pack 2>/dev/null | sed -nE 's/^loss: ([0-9.]+)$/\1/p')
+for np in 1 2; do
+    VT=(train --model "$F" --data "$F/tokens.bin" --val-data "$T/val_copy.bin" --pack --seq-len 64 --batch 2 --steps 1 --lr 0 --warmup 0 --eval-batches 1 --quiet --log "$T/val$np.jsonl")
+    if [ "$np" -eq 1 ]; then out=$(timeout 120 "$SEQPAR" "${VT[@]}" 2>&1); else out=$(timeout 120 mpirun --oversubscribe -np 2 "$SEQPAR" "${VT[@]}" --strategy ring --cp 2 2>&1); fi
+    got=$(sed -nE 's/.*"val_loss": ([0-9.eE+-]+), "val_tokens": ([0-9]+).*/\1 \2/p' "$T/val$np.jsonl" | tail -n 1)
+    if [ -n "$want" ] && awk -v g="$got" -v w="$want" 'BEGIN { split(g, a, " "); d = a[1] - w; if (d < 0) d = -d; exit !(d <= 1e-6 * w && a[2] == 58) }'; then ok
+    else bad "packed validation on $np rank(s): '$got' (loss, tokens), grad --pack $want over 58 targets: $(printf '%s' "$out" | tail -n 1)"; fi
+done
 summary test_pack

@@ -618,7 +618,7 @@ int cmd_train(int argc, char **argv) {
     if (!o.val_data && !ds.is_recall && token_stream_dir_has_val(o.data)) o.val_data = o.data;
     if (o.val_data) {
         die_if_any_rank(validation_open(&val, o.val_data, o.tokens_format, S, o.eval_batches, o.batch, dp,
-                                        c->vocab_size, &err) != 0 ? &err : NULL);
+                                        c->vocab_size, o.eot, &err) != 0 ? &err : NULL);
         vp = &val;
     }
 
