@@ -89,6 +89,23 @@ if [ -d /dev/shm ] && [ "$(stat -c %d /dev/shm)" != "$(stat -c %d /dev)" ]; then
     expect_error "--save at a mount point" "is a mount point .*give --save /dev/shm/NAME" "$SEQPAR" train $KM --save /dev/shm
 else echo "test_cli: /dev/shm is not a mount point here: --save at a mount point not checked"; fi
 
+# --trace and --log never replace what a run reads or writes: inside the --save directory (the
+# trace, written last, replaced the new trainer_state.json; the log went with the old copy at each
+# save), at an existing file that is no trace (weights, tokens); grad --out at the --tokens file
+timeout 60 "$SEQPAR" train $KM --stop-at 2 --save "$T/tr" >/dev/null 2>&1
+cp "$T/tr/trainer_state.json" "$T/tr_state.bak"
+expect_error "--trace inside --save" "lies in the --save directory" "$SEQPAR" train $KM --resume "$T/tr" --save "$T/tr" --trace "$T/tr/trainer_state.json"
+expect_error "--trace inside --save, spelt otherwise" "lies in the --save directory" "$SEQPAR" train $KM --resume "$T/tr" --save "$T/tr/" --trace "$T/tr/../tr/t.json"
+expect_error "--log inside --save" "--log $T/tr2/train.jsonl lies in the --save directory" "$SEQPAR" train $KM --save "$T/tr2" --log "$T/tr2/train.jsonl"
+cp "$FIX/tiny_mha/tokens.bin" "$T/tr_tokens.bin"
+expect_error "--trace over a token file" "is an existing file that is not a trace seqpar wrote" "$SEQPAR" grad --model "$FIX/tiny_mha" --tokens "$T/tr_tokens.bin" --seq-len 16 --out "$T/tr_g.st" --trace "$T/tr_tokens.bin"
+expect_error "grad --out over the --tokens file" "is the --tokens file" "$SEQPAR" grad --model "$FIX/tiny_mha" --tokens "$T/tr_tokens.bin" --seq-len 16 --out "$T/tr_tokens.bin"
+if cmp -s "$T/tr/trainer_state.json" "$T/tr_state.bak" && cmp -s "$T/tr_tokens.bin" "$FIX/tiny_mha/tokens.bin" && [ ! -e "$T/tr2" ]; then ok
+else bad "a refused --trace / --log / --out changed a file or made the --save directory"; fi
+timeout 60 "$SEQPAR" grad --model "$FIX/tiny_mha" --tokens "$T/tr_tokens.bin" --seq-len 16 --out "$T/tr_g.st" --trace "$T/tr.json" >/dev/null 2>&1
+if timeout 60 "$SEQPAR" grad --model "$FIX/tiny_mha" --tokens "$T/tr_tokens.bin" --seq-len 16 --out "$T/tr_g.st" --trace "$T/tr.json" >/dev/null 2>&1; then ok
+else bad "--trace over an earlier trace refused"; fi
+
 # --checkpoint gives the same file bit for bit
 timeout 120 "$SEQPAR" grad --model "$FIX/tiny_mha" --tokens "$FIX/tiny_mha/tokens.bin" --seq-len 24 --out "$T/ck.grads" --checkpoint >/dev/null 2>&1
 if cmp -s "$T/ck.grads" "$T/tiny_mha.grads"; then ok; else bad "grad --checkpoint differs from grad"; fi

@@ -301,8 +301,57 @@ void file_target_check(const char *path) {
     die_if_any_rank(rank == 0 && atomic_check_target(path, &e) != 0 ? &e : NULL);
 }
 
-void trace_target_check(const ParallelConfig *pc) {
-    if (pc->trace_path) file_target_check(pc->trace_path);
+/* `p` absolute with its longest existing prefix resolved (realpath) and the rest appended; newly
+ * allocated. */
+static char *canonical_path(const char *p) {
+    char cwd[4096] = "", buf[8192];
+    if (p[0] != '/' && !getcwd(cwd, sizeof cwd)) cwd[0] = 0;
+    snprintf(buf, sizeof buf, "%s%s%s", cwd, p[0] == '/' ? "" : "/", p);
+    size_t n = strlen(buf);
+    while (n > 1 && buf[n - 1] == '/') buf[--n] = 0;
+    for (size_t cut = n;;) { /* the longest prefix (ending at a '/') that resolves */
+        char saved = buf[cut];
+        buf[cut] = 0;
+        char *r = realpath(cut ? buf : "/", NULL);
+        buf[cut] = saved;
+        if (r) {
+            char *out = xmalloc(strlen(r) + strlen(buf + cut) + 2);
+            sprintf(out, "%s%s", strcmp(r, "/") ? r : "", buf + cut);
+            free(r);
+            if (!*out) strcpy(out, "/");
+            return out;
+        }
+        while (cut > 0 && buf[--cut] != '/') {}
+    }
+}
+
+int path_inside_dir(const char *path, const char *dir) {
+    char *p = canonical_path(path), *d = canonical_path(dir);
+    const size_t n = strlen(d);
+    const int inside = !strncmp(p, d, n) && (p[n] == '/' || !strcmp(d, "/"));
+    xfree(p);
+    xfree(d);
+    return inside;
+}
+
+void trace_target_check(const ParallelConfig *pc, const char *save_dir) {
+    const char *t = pc->trace_path;
+    if (!t) return;
+    file_target_check(t);
+    if (save_dir && path_inside_dir(t, save_dir))
+        die_collective("--trace %s lies in the --save directory %s, which every save replaces whole: write the trace "
+                       "elsewhere", t, save_dir);
+    struct stat st;
+    if (stat(t, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) { /* only a trace is replaced */
+        static const char head[] = "{\"displayTimeUnit\"";
+        char got[sizeof head] = "";
+        FILE *f = fopen(t, "rb");
+        const size_t n = f ? fread(got, 1, sizeof head - 1, f) : 0;
+        if (f) fclose(f);
+        if (n != sizeof head - 1 || memcmp(got, head, sizeof head - 1) != 0)
+            die_collective("--trace %s is an existing file that is not a trace seqpar wrote (the trace, written at the "
+                           "end, would replace it): give a new path", t);
+    }
 }
 
 int file_exists(const char *path) {

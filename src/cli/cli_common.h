@@ -115,7 +115,12 @@ void parallel_free_or_die(SeqParallel *par);
  * directory, a directory) ends every rank now with rank 0's line, not after the run (collective
  * over MPI_COMM_WORLD); trace_target_check: --trace's, nothing without it. */
 void file_target_check(const char *path);
-void trace_target_check(const ParallelConfig *pc);
+/* --trace, also: not inside `save_dir` (--save; NULL: none), which every save replaces whole, and
+ * not an existing file other than a trace (the weights, the tokens, a checkpoint's file: written at
+ * the end, it replaced them). */
+void trace_target_check(const ParallelConfig *pc, const char *save_dir);
+/* 1 if `path` (which need not exist) lies inside directory `dir`, by their real paths. */
+int path_inside_dir(const char *path, const char *dir);
 /* Utilisation for printing: min(u, 1); *clamped set when u was above 1. */
 double utilisation_clamp(double u, int *clamped);
 

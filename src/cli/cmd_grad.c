@@ -108,8 +108,10 @@ int cmd_grad(int argc, char **argv) {
     int S = (int)seq_len;
     SeqParallel par;
     pc.wire_bf16 = mf.precision == PRECISION_BF16; /* the head exchange in bf16 too */
-    trace_target_check(&pc); /* before the work, not after */
+    trace_target_check(&pc, NULL); /* before the work, not after */
     file_target_check(out_path);
+    if (same_file(out_path, tokens_path))
+        die_collective("seqpar grad: --out %s is the --tokens file: write the gradients elsewhere", out_path);
     seq_parallel_create(&par, &pc, &model.cfg, S, model.table.total);
     int N = par.n_local;
     int *global_inputs = xmalloc(sizeof(int) * S), *global_targets = xmalloc(sizeof(int) * S);

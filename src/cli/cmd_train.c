@@ -575,7 +575,10 @@ int cmd_train(int argc, char **argv) {
                           "directory, continue it with --resume %s, or remove it first", o.save_dir, o.save_dir) != 0;
         die_if_any_rank(bad ? &err : NULL);
     }
-    trace_target_check(&o.par); /* and --trace, written at the end */
+    trace_target_check(&o.par, o.save_dir); /* and --trace, written at the end */
+    if (o.log_path && o.save_dir && path_inside_dir(o.log_path, o.save_dir)) /* it went with the old copy */
+        die_collective("--log %s lies in the --save directory %s, which every save replaces whole: write the log "
+                       "elsewhere", o.log_path, o.save_dir);
 
     /* model */
     LlamaModel model;
