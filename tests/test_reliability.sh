@@ -196,6 +196,31 @@ K=$(sed -nE "s|^seqpar: stopped by SIGINT after step ([0-9]+) of 100000: checkpo
 if [ $rc -eq 0 ] && [ -n "$K" ] && [ -f "$T/logs/checkpoint-step$K/model.safetensors" ]; then ok; else
     bad "SIGINT to one process: status $rc: $(tail -n 2 "$T/i.out")"; fi
 
+# ---- a stop that lands on an --eval-every step evaluates that step first (the resumed run starts at
+# the next one, so the evaluation was lost for good); one process, SIGTERM, an evaluation every step
+timeout 60 "$SEQPAR" train "${SMALL[@]}" --batch 4 --steps 100000 --eval-every 1 --log "$T/logs/e.jsonl" >"$T/e.out" 2>&1 &
+tp=$!
+wait_lines "$T/logs/e.jsonl" 6
+kill -TERM "$(pgrep -P $tp)"
+wait $tp
+K=$(sed -nE 's/^seqpar: stopped by SIGTERM after step ([0-9]+) of .*/\1/p' "$T/e.out")
+if [ -n "$K" ] && grep -q "^{\"step\": $K, \"eval\": \"recall\"" "$T/logs/e.jsonl"; then ok; else
+    bad "stop on an evaluation step: no evaluation of step '$K' in the log: $(tail -n 2 "$T/e.out")"; fi
+
+# ---- a stop signal during start-up (MPI's, the sgemm trials for the MFU peak): it took the default
+# action, SIGUSR1's killing every rank (signal 10, mpirun's status non-zero, no "stopped by" line for
+# a requeueing wrapper); now the run stops after its first step with a checkpoint
+NOPEAK=(--layers 2 --hidden 32 --heads 4 --kv-heads 2 --ffn 64 --vocab 64 --seq-len 64 --eval-every 0 --quiet --seed 3)
+( env -u SEQPAR_PEAK_GFLOPS timeout 120 mpirun --oversubscribe -np 2 "$SEQPAR" train "${NOPEAK[@]}" --batch 4 \
+    --steps 100000 --cp 2 --save "$T/uck" --log "$T/u.jsonl" >"$T/u.out" 2>&1; echo "status $?" >>"$T/u.out" ) &
+tp=$!
+for i in $(seq 1 200); do m=$(pgrep -f -- "^mpirun .*--log $T/u.jsonl" | head -n 1); [ -n "$m" ] && [ -n "$(pgrep -P "$m")" ] && break; sleep 0.05; done
+sleep 0.3
+[ -n "$m" ] && kill -USR1 "$m"
+wait $tp
+if grep -q '^seqpar: stopped by SIGUSR1 after step 1 of 100000' "$T/u.out" && grep -q '^status 0$' "$T/u.out" &&
+    [ -f "$T/uck/trainer_state.json" ]; then ok; else bad "SIGUSR1 during start-up: $(grep -E 'stopped|status|signal' "$T/u.out" | head -n 3)"; fi
+
 # ---- non-finite numbers
 NF=(train "${SMALL[@]}" --batch 2 --steps 8)
 expect_fail() { # description, words, log, command... : non-zero exit, one error line per rank holding words

@@ -732,8 +732,7 @@ int cmd_train(int argc, char **argv) {
         fflush(stdout);
     }
 
-    stop_signals_install();
-    double last_loss = NAN;
+    double last_loss = NAN; /* the stop signals' handlers: main(), before MPI starts */
     long first_step = st.step + 1;
     double run_t0 = now_seconds(); /* elapsed time and ETA count from here */
     int skipped = 0, stop_sig = 0;
@@ -852,7 +851,8 @@ int cmd_train(int argc, char **argv) {
             fflush(log);
         }
         if (o.trace_step) trace_set_recording(par.comm->trace, 0);
-        if (stop_sig) break;
+        /* a step's evaluation before a stop's checkpoint: the resumed run starts at the next step, so
+         * it was lost for good (the log lacked that step's val_loss) */
         if (ds.is_recall && o.eval_every > 0 && st.step % o.eval_every == 0 && st.step < o.stop_at) {
             watch(&par, st.step, "eval", 0);
             eval_report(&model, acts, &par, &ds, &o, log, st.step, "step", now_seconds() - run_t0,
@@ -862,6 +862,7 @@ int cmd_train(int argc, char **argv) {
             watch(&par, st.step, "eval", 0);
             evaluate_val(vp, &model, acts, &par, st.step, log);
         }
+        if (stop_sig) break;
         if (o.save_dir && o.save_every > 0 && st.step % o.save_every == 0 && st.step < o.stop_at) {
             watch(&par, st.step, "save", 1);
             save_checkpoint(o.save_dir, &model, &opt, &st, &par);

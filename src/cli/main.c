@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/run_control.h"
 #include "comm/comm.h"
 #include "core/common.h"
 #include "kernels/blas_core.h"
@@ -109,6 +110,10 @@ int main(int argc, char **argv) {
      * for that world) they skip MPI's start-up (a second on a busy machine) */
     int launch_rank;
     const int launch_world = comm_launched_world(&launch_rank);
+    /* train's stop signals from the start: one during MPI's start-up, the checkpoint's load or the
+     * sgemm trials killed every rank (SIGUSR1's default action), and a Slurm wrapper then found no
+     * "stopped by" line and did not requeue; such a stop takes effect after the first step */
+    if (argc >= 2 && !strcmp(argv[1], "train")) stop_signals_install();
     int skip_mpi = argc >= 2 && (!strcmp(argv[1], "memory") || !strcmp(argv[1], "plan")) && launch_world <= 1;
     /* Under a launcher, MPI_Init waits for every rank to start (a fence with all of them): under
      * the set-up's guard (comm.h), so that a rank that never starts ends the job with one line */
