@@ -106,6 +106,13 @@ timeout 60 "$SEQPAR" grad --model "$FIX/tiny_mha" --tokens "$T/tr_tokens.bin" --
 if timeout 60 "$SEQPAR" grad --model "$FIX/tiny_mha" --tokens "$T/tr_tokens.bin" --seq-len 16 --out "$T/tr_g.st" --trace "$T/tr.json" >/dev/null 2>&1; then ok
 else bad "--trace over an earlier trace refused"; fi
 
+# a log that cannot be written (/dev/full: every write fails with ENOSPC, as on a full disk): one
+# warning, the run goes on and ends 0 naming the log incomplete (its records were lost without a word)
+out=$(timeout 60 "$SEQPAR" train $KM --log /dev/full 2>"$T/full.err"); rc=$?
+if [ $rc -eq 0 ] && [ "$(grep -c 'warning: writing the log /dev/full failed' "$T/full.err")" = 1 ] &&
+    printf '%s' "$out" | grep -q 'log: /dev/full (incomplete: No space left on device)'; then ok
+else bad "a log on a full disk: status $rc: $(cat "$T/full.err") $(printf '%s' "$out" | tail -n 1)"; fi
+
 # --checkpoint gives the same file bit for bit
 timeout 120 "$SEQPAR" grad --model "$FIX/tiny_mha" --tokens "$FIX/tiny_mha/tokens.bin" --seq-len 24 --out "$T/ck.grads" --checkpoint >/dev/null 2>&1
 if cmp -s "$T/ck.grads" "$T/tiny_mha.grads"; then ok; else bad "grad --checkpoint differs from grad"; fi

@@ -145,7 +145,7 @@ static void evaluate_val(Validation *val, LlamaModel *m, LlamaActs *acts, SeqPar
     printf("step %5ld | val loss %.4f (%d sequences, %ld tokens)\n", step, loss, val->n_seqs, n);
     fflush(stdout);
     fprintf(log, "{\"step\": %ld, \"val_loss\": %.17g, \"val_tokens\": %ld}\n", step, loss, n);
-    fflush(log);
+    progress_log_flush(log, step);
 }
 
 /* Recall accuracy on eval_seqs fresh sequences from a fixed seed (the same set every time).
@@ -214,7 +214,7 @@ static double eval_report(LlamaModel *m, LlamaActs *acts, SeqParallel *par, Data
         fprintf(log, "{\"step\": %ld, \"eval\": \"recall\", \"accuracy\": %.6f, \"by_distance\": ", step, acc);
         recall_stats_json(&stats, log);
         fprintf(log, ", \"elapsed_s\": %.3f}\n", elapsed);
-        fflush(log);
+        progress_log_flush(log, step);
     }
     return acc;
 }
@@ -687,7 +687,7 @@ int cmd_train(int argc, char **argv) {
     }
     die_if_any_rank(root && !log ? &err : NULL);
     if (root) {
-        progress_log_run_start(log, st.step + 1, o.steps, par.topo.world_size, argc, argv);
+        progress_log_run_start(log, o.log_path, st.step + 1, o.steps, par.topo.world_size, argc, argv);
         char desc[512];
         seq_parallel_describe(&par, desc, sizeof desc);
         printf("model: %d layers, hidden %d, heads %d (kv %d), head_dim %d, ffn %d, vocab %d: %.3fM parameters\n",
@@ -795,7 +795,7 @@ int cmd_train(int argc, char **argv) {
                              "\"skip_limit\": %d}\n",
                         st.step + 1, fatal ? "stopped" : "skipped", loss, sqrt(norm_sq), lr,
                         fatal ? skipped - 1 : skipped, o.skip_nonfinite);
-                fflush(log);
+                progress_log_flush(log, st.step + 1);
             }
             if (fatal) {
                 if (o.skip_nonfinite == 0)
@@ -848,7 +848,7 @@ int cmd_train(int argc, char **argv) {
                     st.step, loss, lr, sqrt(norm_sq), tok_s, tok_s_rank, fmin(mfu, 1.0), fmin(hfu, 1.0), flops_per_token,
                     peak_mem, dt, elapsed, eta);
             if (mfu > 1.0 || hfu > 1.0) clamped = 1;
-            fflush(log);
+            progress_log_flush(log, st.step);
         }
         if (o.trace_step) trace_set_recording(par.comm->trace, 0);
         /* a step's evaluation before a stop's checkpoint: the resumed run starts at the next step, so
@@ -922,6 +922,7 @@ int cmd_train(int argc, char **argv) {
         char el[32];
         progress_format_duration(now_seconds() - run_t0, el, sizeof el);
         printf("run took %s; log: %s", el, o.log_path);
+        if (progress_log_error()) printf(" (incomplete: %s)", strerror(progress_log_error()));
         if (o.save_dir && !stop_sig) printf("; model: %s", o.save_dir);
         if (o.par.trace_path) printf("; trace: %s", o.par.trace_path);
         printf("\n");

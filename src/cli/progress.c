@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli/progress.h"
 
@@ -89,7 +90,33 @@ void json_write_string(FILE *out, const char *s) {
     fputc('"', out);
 }
 
-void progress_log_run_start(FILE *log, long first_step, long steps, int ranks, int argc, char **argv) {
+/* the log this process writes (rank 0's only): its path, the end of its last whole record, the
+ * error that stopped it */
+static struct {
+    char path[4096];
+    long good;
+    int err;
+} g_log;
+
+void progress_log_flush(FILE *log, long step) {
+    if (g_log.err) return;
+    errno = 0;
+    if (fflush(log) == 0 && !ferror(log)) {
+        g_log.good = ftell(log);
+        return;
+    }
+    g_log.err = errno ? errno : EIO;
+    const int cut = g_log.good > 0 && ftruncate(fileno(log), g_log.good) == 0;
+    fprintf(stderr, "seqpar: warning: writing the log %s failed at step %ld (%s): training goes on, the log keeps the "
+            "records before%s\n", g_log.path, step, strerror(g_log.err), cut ? "" : " (and part of the one that failed)");
+    if (!freopen("/dev/null", "w", log)) clearerr(log); /* later records go nowhere */
+}
+
+int progress_log_error(void) { return g_log.err; }
+
+void progress_log_run_start(FILE *log, const char *path, long first_step, long steps, int ranks, int argc, char **argv) {
+    snprintf(g_log.path, sizeof g_log.path, "%s", path);
+    g_log.good = ftell(log) > 0 ? ftell(log) : 0;
     char stamp[32];
     time_t now = time(NULL);
     struct tm tm;
@@ -102,5 +129,5 @@ void progress_log_run_start(FILE *log, long first_step, long steps, int ranks, i
         json_write_string(log, argv[i]);
     }
     fputs("]}\n", log);
-    fflush(log);
+    progress_log_flush(log, first_step - 1);
 }

@@ -27,7 +27,14 @@ int run_dir_create(const char *parent, MPI_Comm comm, char *buf, size_t n, SeqEr
 
 /* The record that opens a run in its JSONL log:
  * {"run_start": "2026-11-22T08:50:01Z", "first_step": 1, "steps": 1500, "ranks": 2, "argv": [...]}. */
-void progress_log_run_start(FILE *log, long first_step, long steps, int ranks, int argc, char **argv);
+void progress_log_run_start(FILE *log, const char *path, long first_step, long steps, int ranks, int argc, char **argv);
+
+/* Ends a record of the log: flushed, or on the first failure to write (a full disk) one warning on
+ * stderr, the file cut back to its last whole record and every later record dropped: the run goes
+ * on (the log's records were lost without a word, the last one cut mid-line). `step`: the record's. */
+void progress_log_flush(FILE *log, long step);
+/* The error (errno) that stopped the log, 0 while it is whole. */
+int progress_log_error(void);
 
 /* Writes s as a JSON string literal (quotes included). */
 void json_write_string(FILE *out, const char *s);
