@@ -106,6 +106,25 @@ timeout 60 "$SEQPAR" grad --model "$FIX/tiny_mha" --tokens "$T/tr_tokens.bin" --
 if timeout 60 "$SEQPAR" grad --model "$FIX/tiny_mha" --tokens "$T/tr_tokens.bin" --seq-len 16 --out "$T/tr_g.st" --trace "$T/tr.json" >/dev/null 2>&1; then ok
 else bad "--trace over an earlier trace refused"; fi
 
+# a seqpar checkpoint read with --model (grad, sample, train) is checked against the CRCs its state
+# recorded, as --resume checks it (a flipped bit in model.safetensors gave another loss, exit 0);
+# a Hugging Face directory with the HF Trainer's own trainer_state.json is read as before; a state
+# edited to format_version 1 while it records checksums is damaged (version 1 turned every check off)
+timeout 60 "$SEQPAR" train $KM --stop-at 2 --save "$T/crc" >/dev/null 2>&1
+python3 -c "
+import struct, sys
+p = sys.argv[1]; b = bytearray(open(p, 'rb').read()); n = struct.unpack('<Q', b[:8])[0]; b[8 + n + 100] ^= 4
+open(p, 'wb').write(b)" "$T/crc/model.safetensors"
+expect_error "grad --model on a bit-flipped checkpoint" "model.safetensors' is damaged: its CRC-32" "$SEQPAR" grad --model "$T/crc" --tokens "$FIX/tiny_long/tokens.bin" --seq-len 32 --out "$T/crc.st"
+expect_error "sample --model on a bit-flipped checkpoint" "model.safetensors' is damaged: its CRC-32" "$SEQPAR" sample --model "$T/crc" --prompt-tokens 1,2
+mkdir -p "$T/hf_trainer"; cp "$FIX/tiny_mha/config.json" "$FIX/tiny_mha/model.safetensors" "$T/hf_trainer/"
+echo '{"best_metric": null, "global_step": 10, "log_history": []}' >"$T/hf_trainer/trainer_state.json"
+if timeout 60 "$SEQPAR" grad --model "$T/hf_trainer" --tokens "$FIX/tiny_mha/tokens.bin" --seq-len 24 --out "$T/hf_trainer.st" >/dev/null 2>&1 &&
+    cmp -s "$T/hf_trainer.st" "$T/tiny_mha.grads"; then ok; else bad "a Hugging Face directory with the HF Trainer's trainer_state.json"; fi
+timeout 60 "$SEQPAR" train $KM --stop-at 2 --save "$T/v1" >/dev/null 2>&1
+sed -i 's/"format_version": 2/"format_version": 1/' "$T/v1/trainer_state.json"
+expect_error "a state turned to format_version 1" "says format_version 1 but records version 2's checksums" "$SEQPAR" train $KM --resume "$T/v1"
+
 # a log that cannot be written (/dev/full: every write fails with ENOSPC, as on a full disk): one
 # warning, the run goes on and ends 0 naming the log incomplete (its records were lost without a word)
 out=$(timeout 60 "$SEQPAR" train $KM --log /dev/full 2>"$T/full.err"); rc=$?

@@ -13,6 +13,7 @@
 
 #include "core/common.h"
 #include "io/atomic_file.h"
+#include "io/checkpoint.h"
 #include "io/config_json.h"
 #include "io/param_io.h"
 #include "kernels/bf16.h"
@@ -471,8 +472,8 @@ void model_from_dir(LlamaModel *m, const char *dir, uint64_t seed, int random_in
         failed = (seq_err(&e, "model directory '%s' does not exist: pass a directory holding config.json", dir), &e);
     else if (!file_exists(path))
         failed = (seq_err(&e, "'%s' is missing: a model directory needs a Hugging Face config.json", path), &e);
-    else if (config_json_read(path, &cfg, &e) != 0)
-        failed = &e;
+    else if (checkpoint_verify_model(dir, &e) != 0 || config_json_read(path, &cfg, &e) != 0)
+        failed = &e; /* a seqpar checkpoint's files against their recorded checksums first */
     die_if_any_rank(failed); /* every rank ends with the same one line */
     llama_build(m, &cfg);
     if (random_init) { /* what was asked, whatever else the directory holds: its weights are not read */

@@ -661,6 +661,9 @@ static int parse_state(const char *path, json_t *root, TrainerState *st, StateEx
         return seq_err(e, "%s has format_version %lld but this seqpar reads versions 1 and %d: resume with the seqpar "
                        "version that wrote it", path, (long long)ver, CKPT_FORMAT_VERSION);
     ex->checksummed = ver >= 2;
+    if (!ex->checksummed && (json_object_get(root, "state_crc32") || json_object_get(root, "files")))
+        return seq_err(e, "%s says format_version 1 but records version 2's checksums: the file is damaged (an edit or "
+                       "a bit flip that would turn its checks off): resume from another checkpoint", path);
     if (ex->checksummed) {
         uint64_t want;
         uint32_t got;
@@ -784,6 +787,25 @@ static int verify_file(const char *path, const StateExtra *ex, int i, SeqErr *e)
                        "0x%08" PRIx32 " at save (a bit flip on disk or in transfer): resume from another checkpoint",
                        path, crc, ex->crc[i]);
     return 0;
+}
+
+int checkpoint_verify_model(const char *dir, SeqErr *e) {
+    char *d = normalize_dir(dir, e);
+    if (!d) return -1;
+    int rc = 0;
+    if (is_seqpar_checkpoint(d)) {
+        char *state = str_printf("%s/" F_STATE, d), *cfg = str_printf("%s/" F_CONFIG, d), *model = str_printf("%s/" F_MODEL, d);
+        StateExtra ex;
+        TrainerState st;
+        rc = read_state(state, &st, &ex, e);
+        if (rc == 0) rc = verify_file(cfg, &ex, 0, e);
+        if (rc == 0 && !ex.sharded && path_exists(model)) rc = verify_file(model, &ex, 1, e);
+        xfree(state);
+        xfree(cfg);
+        xfree(model);
+    }
+    xfree(d);
+    return rc;
 }
 
 int checkpoint_read_config(const char *dir, LlamaConfig *cfg, SeqErr *e) {

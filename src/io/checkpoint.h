@@ -106,6 +106,12 @@ int checkpoint_save(const char *dir, const LlamaConfig *cfg, const ParamTable *t
 /* 1 if DIR holds a checkpoint (DIR/trainer_state.json exists), else 0. */
 int checkpoint_exists(const char *dir);
 
+/* For a model directory read as weights (--model): where DIR holds a seqpar trainer state, its
+ * config.json and model.safetensors are checked against the sizes and CRC-32s it recorded (a
+ * sharded model's index records its shards'); 0 for any other directory (a Hugging Face one: its
+ * trainer_state.json, if any, is not seqpar's). -1 with one line naming the damaged file. */
+int checkpoint_verify_model(const char *dir, SeqErr *e);
+
 /* Reads DIR/config.json into *cfg (to build the model before checkpoint_load), after checking
  * trainer_state.json and config.json's checksum. Returns -1 with one line if DIR or a file is
  * missing, damaged or invalid; checkpoint_load_config dies with it instead. */
