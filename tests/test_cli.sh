@@ -125,6 +125,14 @@ timeout 60 "$SEQPAR" train $KM --stop-at 2 --save "$T/v1" >/dev/null 2>&1
 sed -i 's/"format_version": 2/"format_version": 1/' "$T/v1/trainer_state.json"
 expect_error "a state turned to format_version 1" "says format_version 1 but records version 2's checksums" "$SEQPAR" train $KM --resume "$T/v1"
 
+# --resume D --save D with D's state damaged or missing: the damage named (it said --save D "is not
+# a seqpar checkpoint: choose a new checkpoint directory", and that advice started a fresh run)
+timeout 60 "$SEQPAR" train $KM --stop-at 2 --save "$T/dmg" >/dev/null 2>&1
+printf '{"format": "seqpar-trainer-st' >"$T/dmg/trainer_state.json"
+expect_error "--resume = --save, damaged state" "trainer_state.json is not valid JSON" "$SEQPAR" train $KM --resume "$T/dmg" --save "$T/dmg"
+rm "$T/dmg/trainer_state.json"
+expect_error "--resume = --save, state missing" "is incomplete: trainer_state.json is missing" "$SEQPAR" train $KM --resume "$T/dmg" --save "$T/dmg"
+
 # a log that cannot be written (/dev/full: every write fails with ENOSPC, as on a full disk): one
 # warning, the run goes on and ends 0 naming the log incomplete (its records were lost without a word)
 out=$(timeout 60 "$SEQPAR" train $KM --log /dev/full 2>"$T/full.err"); rc=$?

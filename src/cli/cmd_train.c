@@ -564,6 +564,12 @@ int cmd_train(int argc, char **argv) {
     } else if (o.val_data) {
         die_collective("--val-data needs token data: --data recall reports recall accuracy instead");
     }
+    /* the checkpoint resumed from first: a damaged one is named as such, not as a --save directory
+     * "that is no seqpar checkpoint" where both flags name it */
+    if (o.resume_dir) {
+        LlamaConfig resumed;
+        die_if_any_rank(checkpoint_read_config(o.resume_dir, &resumed, &err) != 0 ? &err : NULL);
+    }
     /* An unusable --save path ends the run now, not after training (rank 0 checks, all end). */
     if (o.save_dir) {
         int rank = 0;
