@@ -187,6 +187,9 @@ for eot in "" "--eot 0"; do
     if printf '%s' "$err" | grep -q -- "--pack splits token data at the end-of-text id: pass --data"; then ok; else bad "train --pack $eot on the recall task: $err"; fi
 done
 expect_refusal "--pack needs the end-of-text token id: pass --eot ID" --ranks 1 --hidden 32 --ffn 64 --layers 1 --seq-len 32 $DATA --pack $RATES
+# 65536 ranks: WallFacer's team^2 overflowed an int (a floating point exception, status 136)
+timeout 60 "$SEQPAR" plan --ranks 65536 --layers 1 --hidden 32 --ffn 64 --seq-len 64 --gemm-gflops 50 --attn-gflops 50 >"$T/big.out" 2>&1; rc=$?
+if [ $rc -eq 1 ] && grep -q "configurations run on 65536 ranks" "$T/big.out" && grep -q "nothing runs on 65536 ranks" "$T/big.out"; then ok; else bad "plan --ranks 65536: status $rc: $(tail -n 1 "$T/big.out")"; fi
 # a cluster flag given twice: the last one, as train's flags (the second --ranks was read as an
 # abbreviation of train's --ranks-per-node)
 out=$(timeout 60 "$SEQPAR" plan --ranks 3 --ranks 2 $M --gemm-gflops 50 --gemm-gflops 60 --attn-gflops 10 --top 1 2>&1)

@@ -436,7 +436,8 @@ char *plan_search(const MemoryModelInput *base, const PlanFixed *f, const PlanCl
                     if (cp % W || !fixed_or(f->ring_inner, W)) continue;
                     if (!is_ring && W != cp) continue;
                     if (W == 1 && cp > 1 && f->ring_inner != 1) continue; /* inner rings of one: the plain ring */
-                    for (int team = is_wf ? 1 : 0; team <= (is_wf ? cp : 0); team++) {
+                    /* a team of `team` needs team^2 to divide cp: no larger team (in long: 46341^2 overflowed) */
+                    for (int team = is_wf ? 1 : 0; team <= (is_wf ? cp : 0) && (long)team * team <= cp; team++) {
                         if (is_wf && (cp % (team * team) || !fixed_or(f->team, team))) continue;
                         if (is_wf && team == 1 && f->team != 1) continue; /* teams of one: the plain ring */
                         for (int u = 1; u <= (is_fpdt ? 64 : 1); u *= 2) {
