@@ -133,6 +133,14 @@ expect_error "--resume = --save, damaged state" "trainer_state.json is not valid
 rm "$T/dmg/trainer_state.json"
 expect_error "--resume = --save, state missing" "is incomplete: trainer_state.json is missing" "$SEQPAR" train $KM --resume "$T/dmg" --save "$T/dmg"
 
+# --log and --trace at one path: refused (the trace replaced the log, whose next run was then refused)
+expect_error "--log = --trace" "--log and --trace both name" "$SEQPAR" train $KM --log "$T/lt.json" --trace "$T/../$(basename "$T")/lt.json"
+# the recall task's pair limit suggests what both its limits allow (it named the keys' 31, which the
+# sequence's 16 then refused)
+expect_error "--recall-pairs past both limits" "use at most 16 pairs or a larger vocabulary" "$SEQPAR" train --layers 1 --hidden 32 --ffn 64 --seq-len 64 --steps 1 --batch 1 --recall-pairs 100 --log "$T/rp.jsonl"
+if timeout 60 "$SEQPAR" train --layers 1 --hidden 32 --ffn 64 --seq-len 64 --steps 1 --batch 1 --recall-pairs 16 --quiet --log "$T/rp.jsonl" >/dev/null 2>&1; then ok
+else bad "--recall-pairs 16 as suggested does not run"; fi
+
 # a log that cannot be written (/dev/full: every write fails with ENOSPC, as on a full disk): one
 # warning, the run goes on and ends 0 naming the log incomplete (its records were lost without a word)
 out=$(timeout 60 "$SEQPAR" train $KM --log /dev/full 2>"$T/full.err"); rc=$?

@@ -505,6 +505,14 @@ static void test_config(const TempDir *td) {
                            "\"num_hidden_layers\": 1, \"vocab_size\": 64, \"attention_dropout\": 0.1}";
         CHECK(config_json_parse(drop, strlen(drop), "drop", &kc, &ce) != 0 && strstr(ce.msg, "attention_dropout") &&
                   strstr(ce.msg, "set it to 0.0"), "attention_dropout 0.1 not refused by name: %s", ce.msg);
+        /* partial_rotary_factor at the top level (transformers 4's place; it was read as 1.0) */
+        const char *prf = "{\"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 4, "
+                          "\"num_hidden_layers\": 1, \"vocab_size\": 64, \"partial_rotary_factor\": 0.5}";
+        CHECK(config_json_parse(prf, strlen(prf), "prf", &kc, &ce) != 0 && strstr(ce.msg, "\"partial_rotary_factor\" is 0.5"),
+              "a top-level partial_rotary_factor 0.5 not refused: %s", ce.msg);
+        const char *prf1 = "{\"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 4, "
+                           "\"num_hidden_layers\": 1, \"vocab_size\": 64, \"partial_rotary_factor\": 1.0}";
+        CHECK(config_json_parse(prf1, strlen(prf1), "prf1", &kc, &ce) == 0, "partial_rotary_factor 1.0 refused: %s", ce.msg);
         char big[8192];
         int n = snprintf(big, sizeof big, "{\"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 4, "
                                            "\"num_hidden_layers\": 1, \"vocab_size\": 64, \"eos_token_id\": [1");

@@ -190,6 +190,14 @@ expect_refusal "--pack needs the end-of-text token id: pass --eot ID" --ranks 1 
 # 65536 ranks: WallFacer's team^2 overflowed an int (a floating point exception, status 136)
 timeout 60 "$SEQPAR" plan --ranks 65536 --layers 1 --hidden 32 --ffn 64 --seq-len 64 --gemm-gflops 50 --attn-gflops 50 >"$T/big.out" 2>&1; rc=$?
 if [ $rc -eq 1 ] && grep -q "configurations run on 65536 ranks" "$T/big.out" && grep -q "nothing runs on 65536 ranks" "$T/big.out"; then ok; else bad "plan --ranks 65536: status $rc: $(tail -n 1 "$T/big.out")"; fi
+# memory and plan refuse what train refuses (plan's best line carries these flags): --val-data on the
+# recall task or naming no file, --ring-inner that does not divide cp on one rank
+expect_refusal "--val-data needs token data" --ranks 1 --hidden 32 --ffn 64 --layers 1 --seq-len 32 --val-data "$FIX/tiny_long/tokens.bin" $RATES
+expect_refusal "cannot open token file '$T/none.bin'" --ranks 1 --hidden 32 --ffn 64 --layers 1 --seq-len 32 $DATA --val-data "$T/none.bin" $RATES
+for args in "--ring-inner 2" "--val-data $T/none.bin $DATA"; do
+    err=$(timeout 60 "$SEQPAR" memory --hidden 32 --ffn 64 --layers 1 --seq-len 32 $args 2>&1 >/dev/null); rc=$?
+    if [ $rc -ne 0 ] && [ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ]; then ok; else bad "memory $args: status $rc: $err"; fi
+done
 # a cluster flag given twice: the last one, as train's flags (the second --ranks was read as an
 # abbreviation of train's --ranks-per-node)
 out=$(timeout 60 "$SEQPAR" plan --ranks 3 --ranks 2 $M --gemm-gflops 50 --gemm-gflops 60 --attn-gflops 10 --top 1 2>&1)

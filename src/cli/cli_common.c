@@ -335,6 +335,14 @@ int path_inside_dir(const char *path, const char *dir) {
     return inside;
 }
 
+int paths_same(const char *a, const char *b) {
+    char *p = canonical_path(a), *q = canonical_path(b);
+    const int same = !strcmp(p, q);
+    xfree(p);
+    xfree(q);
+    return same;
+}
+
 void trace_target_check(const ParallelConfig *pc, const char *save_dir) {
     const char *t = pc->trace_path;
     if (!t) return;

@@ -121,6 +121,8 @@ void file_target_check(const char *path);
 void trace_target_check(const ParallelConfig *pc, const char *save_dir);
 /* 1 if `path` (which need not exist) lies inside directory `dir`, by their real paths. */
 int path_inside_dir(const char *path, const char *dir);
+/* 1 if the two paths (which need not exist) name one file, by their real paths. */
+int paths_same(const char *a, const char *b);
 /* Utilisation for printing: min(u, 1); *clamped set when u was above 1. */
 double utilisation_clamp(double u, int *clamped);
 

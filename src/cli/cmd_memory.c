@@ -75,7 +75,12 @@ void memory_input_from_options(const TrainOptions *o, SizeFlags *sf, const char 
         llama_config_validate(out, "size flags");
     }
     window_length_check(out, o->seq_len); /* train's refusals */
-    (void)train_pack_eot(o, in->recall_data, out->vocab_size, cmd);
+    (void)train_data_flags_check(o, in->recall_data, out->vocab_size, cmd);
+    if (o->val_data) { /* opened as train opens it: a missing or malformed source is refused alike */
+        TokenStream vs;
+        if (token_stream_open(&vs, o->val_data, o->tokens_format, STREAM_VAL, &e) != 0) die_collective("%s", e.msg);
+        token_stream_close(&vs);
+    }
     in->seq_len = o->seq_len;
     in->batch = o->batch;
     if (!in->recall_data) token_stream_close(&ts);

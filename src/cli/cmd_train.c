@@ -250,7 +250,8 @@ static void record_settings(TrainerState *st, const TrainOptions *o, const Llama
     else trainer_state_set(st, "pack_eot", "none");
 }
 
-int train_pack_eot(const TrainOptions *o, int recall, int vocab_size, const char *cmd) {
+int train_data_flags_check(const TrainOptions *o, int recall, int vocab_size, const char *cmd) {
+    if (o->val_data && recall) die_collective("--val-data needs token data: --data recall reports recall accuracy instead");
     if (o->pack.pack && recall) /* before --eot's own checks: no id makes the recall task packed */
         die_collective("seqpar %s: --pack splits token data at the end-of-text id: pass --data with a token file "
                        "(.bin shard or .txt), not the recall task", cmd);
@@ -561,8 +562,6 @@ int cmd_train(int argc, char **argv) {
         die_if_any_rank(token_stream_open(&ds.ts, o.data, o.tokens_format, STREAM_TRAIN, &err) != 0 ? &err : NULL);
         data_length_check(&ds.ts, S, o.data);
         if (!o.model_dir && !o.resume_dir) size_flags_fit_data(&sf, &ds.ts, o.data); /* a vocabulary that covers it */
-    } else if (o.val_data) {
-        die_collective("--val-data needs token data: --data recall reports recall accuracy instead");
     }
     /* the checkpoint resumed from first: a damaged one is named as such, not as a --save directory
      * "that is no seqpar checkpoint" where both flags name it */
@@ -582,6 +581,8 @@ int cmd_train(int argc, char **argv) {
         die_if_any_rank(bad ? &err : NULL);
     }
     trace_target_check(&o.par, o.save_dir); /* and --trace, written at the end */
+    if (o.log_path && o.par.trace_path && paths_same(o.log_path, o.par.trace_path)) /* the trace replaced the log */
+        die_collective("--log and --trace both name %s: give each its own file", o.log_path);
     if (o.log_path && o.save_dir && path_inside_dir(o.log_path, o.save_dir)) /* it went with the old copy */
         die_collective("--log %s lies in the --save directory %s, which every save replaces whole: write the log "
                        "elsewhere", o.log_path, o.save_dir);
@@ -601,7 +602,7 @@ int cmd_train(int argc, char **argv) {
     if (o.resume_dir || o.model_dir) size_flags_check(&sf, c, "train", o.resume_dir ? o.resume_dir : o.model_dir);
     window_length_check(c, S);
     ds.ts.vocab_size = c->vocab_size; /* every shard is checked when it is loaded */
-    o.eot = train_pack_eot(&o, ds.is_recall, c->vocab_size, "train");
+    o.eot = train_data_flags_check(&o, ds.is_recall, c->vocab_size, "train");
     if (ds.is_recall) {
         ds.spec = recall_spec_from_options(&o, c->vocab_size);
         o.recall_pairs = ds.spec.n_pairs;

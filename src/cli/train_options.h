@@ -39,10 +39,10 @@ void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, 
  * buf: the flags of a train command to print. Returns 0, or -1 where they do not fit in n. */
 int train_flags_except(int argc, char **argv, const char *const *drop, char *buf, size_t n);
 
-/* The end-of-text id --pack splits documents at (-1 without --pack), as train, memory and plan
- * check it: --pack on the recall task, or without an id (--eot, or the model's eos_token_id), ends
- * every rank with one line. */
-int train_pack_eot(const TrainOptions *o, int recall, int vocab_size, const char *cmd);
+/* The data flags as train, memory and plan check them (--val-data or --pack on the recall task,
+ * --pack without an id: --eot or the model's eos_token_id, each ends every rank with one line);
+ * returns the end-of-text id --pack splits documents at, -1 without --pack. */
+int train_data_flags_check(const TrainOptions *o, int recall, int vocab_size, const char *cmd);
 
 /* The recall task of the flags for a model of vocab_size at --seq-len: checked (a window or a
  * vocabulary too small ends every rank with one line) and with its default query count filled in. */

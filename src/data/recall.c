@@ -55,14 +55,17 @@ void recall_spec_finalize(RecallSpec *spec) {
         if (pairs > half / pair_tokens) pairs = half / pair_tokens;
         spec->n_pairs = pairs < 1 ? 1 : pairs;
     }
+    /* the most pairs both limits allow: the one suggested whichever is hit (the keys' limit alone was
+     * suggested, and then refused by the sequence's) */
+    const int most = n_keys < half / pair_tokens ? n_keys : half / pair_tokens;
     if (spec->n_pairs > n_keys)
         die_collective("recall task: %d pairs need %d distinct keys but vocab_size %d provides only %d; use at "
                        "most %d pairs or a larger vocabulary", spec->n_pairs, spec->n_pairs, spec->vocab_size,
-                       n_keys, n_keys);
+                       n_keys, most);
     if (pair_tokens * (long)spec->n_pairs > half)
         die_collective("recall task: %d pairs (%d token%s each) do not fit in the first half (%d tokens) of a "
                        "%d-token sequence; use at most %d pairs or a longer sequence", spec->n_pairs, pair_tokens,
-                       pair_tokens == 1 ? "" : "s", half, spec->seq_len, half / pair_tokens);
+                       pair_tokens == 1 ? "" : "s", half, spec->seq_len, most);
     if (spec->n_queries == 0) spec->n_queries = spec->n_pairs;
     if (spec->n_queries > second_half)
         die_collective("recall task: %d queries do not fit in the second half (%d tokens) of a %d-token "

@@ -188,6 +188,12 @@ static int reject_unsupported(json_t *root, const char *path, int *family, SeqEr
             return seq_err(e, "config '%s' sets \"%s\": true, but seqpar's Llama has no biases: set it to false", path,
                            bias_fields[i]);
     }
+    double partial = 1.0; /* top level too, where transformers 4 read it (transformers 5 moves it into
+                             * rope_parameters, whose reader refuses it) */
+    if (number_field(root, "partial_rotary_factor", 1.0, path, &partial, e) != 0) return -1;
+    if (partial != 1.0)
+        return seq_err(e, "config '%s': \"partial_rotary_factor\" is %g, but seqpar rotates the whole head "
+                       "(partial rotary embeddings are not Llama's)", path, partial);
     double dropout = 0;
     if (number_field(root, "attention_dropout", 0.0, path, &dropout, e) != 0) return -1;
     if (dropout != 0.0)

@@ -148,6 +148,9 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
     if (sp_params.team == 0) sp_params.team = strategy_default_team(s, cp);
     char *unread = parallel_flags_check(s, pc);
     if (unread) return unread;
+    if (cp % sp_params.ring_inner != 0) /* topology_init's refusal, which the strategies' checks skip at sp = 1 */
+        return xstrdup_printf("--ring-inner %d does not divide --cp %d: pick an inner ring size that divides the "
+                              "context group (W = cp is the plain ring)", sp_params.ring_inner, cp);
     if (pc->offload_dir && !own && in->checkpoint == LLAMA_CKPT_NONE)
         return xstrdup("--offload-dir moves FPDT chunks and checkpointed layer inputs: use --strategy fpdt or "
                        "--checkpoint layer|selective");
