@@ -103,6 +103,19 @@ tr_ --data "$T/one.bin" --vocab 257 --steps 6 --stop-at 4 --save "$T/old" --log 
 "$EDIT" "$T/old/trainer_state.json" data_shard --delete
 tr_ --data "$T/one.bin" --vocab 257 --steps 6 --resume "$T/old" --log "$T/old.jsonl"
 if ! grep -q '"data_shard"' "$T/old/trainer_state.json" && same_losses "$T/one.jsonl" "$T/old.jsonl"; then ok; else bad "a checkpoint without data_shard does not resume bit-identically: $(losses "$T/one.jsonl" | tr "\n" " ") / $(losses "$T/old.jsonl" | tr "\n" " ") $(grep -c data_shard "$T/old/trainer_state.json")"; fi
+# the same shards moved elsewhere and named another way (node-local scratch, a job that cds
+# elsewhere: "--data ./sh" or "sh/" was refused as other data) resume bit-identically; a shard
+# rewritten with as many other tokens is refused (it was accepted)
+tr_ --data "$T/sh" --steps 6 --eval-every 3 --stop-at 3 --save "$T/mv" --log "$T/mv.jsonl"
+cp -r "$T/sh" "$T/moved"
+ABS_SEQPAR="$(cd "$(dirname "$SEQPAR")" && pwd)/$(basename "$SEQPAR")"
+( cd "$T" && timeout 120 "$ABS_SEQPAR" train "${M[@]}" --data ./moved/ --steps 6 --eval-every 3 --resume "$T/mv" --log "$T/mv.jsonl" >"$T/mv.out" 2>&1 ) ||
+    bad "resume on the moved shards: $(tail -n 1 "$T/mv.out")"
+if same_losses "$T/full.jsonl" "$T/mv.jsonl"; then ok; else bad "resume on the moved shards: losses differ from the uninterrupted run"; fi
+tr_ --data "$T/sh" --steps 6 --eval-every 3 --stop-at 3 --save "$T/mv2" --log "$T/mv2.jsonl"
+$PY -c "
+import sys; p = sys.argv[1]; b = bytearray(open(p, 'rb').read()); b[1030] = (b[1030] + 1) % 200; open(p, 'wb').write(b)" "$T/moved/data_train_000000.bin"
+expect_error "resume on a shard rewritten, same size" "was trained on other token files" "$SEQPAR" train "${M[@]}" --data "$T/moved" --steps 6 --resume "$T/mv2" --log "$T/x.jsonl"
 # resuming with other data is refused: another shard in the directory, a cursor outside the data
 cp "$T/sh/data_train_000000.bin" "$T/sh/data_train_000099.bin"
 expect_error "resume with a shard added" "data_shards" "$SEQPAR" train "${M[@]}" --data "$T/sh" --steps 6 --resume "$T/part" --log "$T/x.jsonl"

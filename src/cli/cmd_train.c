@@ -221,11 +221,19 @@ static double eval_report(LlamaModel *m, LlamaActs *acts, SeqParallel *par, Data
 
 static void record_settings(TrainerState *st, const TrainOptions *o, const LlamaModel *m, const DataSource *ds,
                             const LlamaActs *acts) {
-    trainer_state_set(st, "data", "%s", o->data);
+    /* the data by what it is, not by how --data spells it (a resume on the same files moved or named
+     * another way was refused, one rewritten with as many other tokens accepted); checkpoints from
+     * before this recorded "data" as given, which a token run no longer records, so they still resume */
+    trainer_state_set(st, "data_kind", "%s", ds->is_recall ? "recall task" : "token files");
+    if (ds->is_recall) trainer_state_set(st, "data", "%s", o->data);
     if (ds->ts.n_shards > 0) { /* the same files, not only the same name */
         char desc[96];
         token_stream_describe(&ds->ts, desc, sizeof desc);
         trainer_state_set(st, "data_shards", "%s", desc);
+        uint32_t crc;
+        SeqErr e;
+        die_if_any_rank(token_stream_fingerprint(&ds->ts, &crc, &e) != 0 ? &e : NULL);
+        trainer_state_set(st, "data_files", "0x%08x", (unsigned)crc);
     }
     trainer_state_set(st, "batch", "%d", o->batch);
     trainer_state_set(st, "steps", "%ld", o->steps);
@@ -646,6 +654,9 @@ int cmd_train(int argc, char **argv) {
     if (o.resume_dir) {
         load_checkpoint(o.resume_dir, &model, &opt, &st);
         die_if_any_rank(check_resumed(&st, &now, &o, &ds, &err) != 0 ? &err : NULL);
+        /* the settings every key of which matched: this version's, so that its saves record them all */
+        st.n_settings = now.n_settings;
+        memcpy(st.settings, now.settings, sizeof st.settings);
         if (st.step >= o.stop_at) { /* a finished run or slice: say so and end cleanly (a requeued job) */
             if (root) {
                 if (o.stop_at == o.steps)

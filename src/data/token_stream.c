@@ -11,6 +11,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "io/read_file.h"
+
 static int is_glob(const char *s) { return strpbrk(s, "*?[") != NULL; }
 
 static int ends_with(const char *s, const char *suffix) {
@@ -188,6 +190,27 @@ int token_stream_seek(TokenStream *ts, uint64_t shard, uint64_t offset, SeqErr *
     ts->shard = shard;
     ts->offset = offset;
     normalize(ts);
+    return 0;
+}
+
+int token_stream_fingerprint(const TokenStream *ts, uint32_t *crc, SeqErr *e) {
+    uint32_t c = 0;
+    unsigned char buf[4096];
+    for (int i = 0; i < ts->n_shards; i++) {
+        const char *slash = strrchr(ts->paths[i], '/'), *name = slash ? slash + 1 : ts->paths[i];
+        c = crc32_bytes(c, name, strlen(name) + 1);
+        const uint64_t count = ts->counts[i];
+        c = crc32_bytes(c, &count, sizeof count);
+        FILE *f = fopen(ts->paths[i], "rb");
+        if (!f) return seq_err(e, "cannot read token file '%s': %s", ts->paths[i], strerror(errno));
+        size_t got = fread(buf, 1, sizeof buf, f); /* the head, then the tail */
+        c = crc32_bytes(c, buf, got);
+        if (got == sizeof buf && fseek(f, -(long)sizeof buf, SEEK_END) == 0) c = crc32_bytes(c, buf, fread(buf, 1, sizeof buf, f));
+        const int bad = ferror(f);
+        fclose(f);
+        if (bad) return seq_err(e, "cannot read token file '%s'", ts->paths[i]);
+    }
+    *crc = c;
     return 0;
 }
 

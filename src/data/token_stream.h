@@ -61,6 +61,12 @@ int token_stream_seek(TokenStream *ts, uint64_t shard, uint64_t offset, SeqErr *
 /* 1 if `source` is a directory holding held-out (*_val_*.bin) shards, else 0. */
 int token_stream_dir_has_val(const char *source);
 
+/* A CRC-32 over each shard's file name (not its directory), token count and first and last 4 KiB:
+ * the same for the same files wherever they lie (data moved to node-local scratch, a path spelt
+ * another way), different for other files or a shard rewritten with other tokens of the same count
+ * (what a resume compares). 0, or -1 with one line if a shard cannot be read. */
+int token_stream_fingerprint(const TokenStream *ts, uint32_t *crc, SeqErr *e);
+
 /* "N shards, T tokens" style summary, for settings and headers. */
 void token_stream_describe(const TokenStream *ts, char *buf, size_t n);
 

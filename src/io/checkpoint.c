@@ -110,6 +110,11 @@ int trainer_state_compare(const TrainerState *saved, const TrainerState *now, co
             setting_display(saved->settings[i].value, was, sizeof was);
             setting_display(v, is, sizeof is);
             /* the settings that are one train flag's value: name the flag that resumes */
+            if (!strcmp(saved->settings[i].key, "data_files")) /* token_stream_fingerprint */
+                return seq_err(e, "checkpoint %s was trained on other token files than this run's --data (their "
+                               "names, token counts or contents differ: fingerprint %s, now %s): resume with the "
+                               "files it was trained on (moved anywhere, named any way) or start a new run",
+                               dir, saved->settings[i].value, v);
             static const char *const flag_of[][2] = {
                 {"ffn_chunks", "--ffn-chunks"}, {"precision", "--precision"}, {"batch", "--batch"},
                 {"steps", "--steps"}, {"warmup", "--warmup"}, {"lr", "--lr"}, {"min_lr", "--min-lr"},
