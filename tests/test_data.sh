@@ -151,6 +151,13 @@ expect_error "--val-data with recall" "--val-data needs token data" "$SEQPAR" tr
 expect_error "--val-data missing" "no_val" "$SEQPAR" train "${M[@]}" --data "$T/sh" --val-data "$T/no_val.bin" --steps 1 --log "$T/x.jsonl"
 head -c 1100 "$T/sh/data_val_000000.bin" > "$T/short_val.bin"
 printf '\x26\x00\x00\x00' | dd of="$T/short_val.bin" bs=1 seek=8 conv=notrunc status=none # count 38
+# validation on training data (a training shard as --val-data, a glob that takes in the _val_ shard
+# it is validated on) and an llm.c shard read with --tokens-format text (trained on its raw bytes,
+# header included): refused, by train and by memory
+expect_error "--val-data = a training shard" "--val-data and --data share" "$SEQPAR" train "${M[@]}" --data "$T/sh" --val-data "$T/sh/data_train_000000.bin" --steps 1 --log "$T/x.jsonl"
+expect_error "--data glob with the _val_ shard, validated on it" "--val-data and --data share" "$SEQPAR" train "${M[@]}" --data "$T/sh/*.bin" --val-data "$T/sh/data_val_000000.bin" --steps 1 --log "$T/x.jsonl"
+expect_error "memory: --val-data = a training shard" "--val-data and --data share" "$SEQPAR" memory "${M[@]}" --data "$T/sh" --val-data "$T/sh/data_train_000000.bin"
+expect_error "--tokens-format text on llm.c shards" "is an llm.c token shard" "$SEQPAR" train "${M[@]}" --data "$T/sh" --tokens-format text --steps 1 --log "$T/x.jsonl"
 # a validation token outside the vocabulary: refused before step 1 (it ended the run at the first
 # evaluation, --eval-every steps of training later)
 expect_error "--val-data: a token above the vocabulary, at start-up" "holds token 256 but the model's vocab_size is 61" "$SEQPAR" train --model "$FIX/tiny_mha" --data "$FIX/tiny_mha/tokens.bin" --val-data "$T/sh/data_val_000000.bin" --seq-len 16 --batch 1 --steps 100 --eval-every 50 --log "$T/vv.jsonl"

@@ -79,6 +79,7 @@ void memory_input_from_options(const TrainOptions *o, SizeFlags *sf, const char 
     if (o->val_data) { /* opened as train opens it: a missing or malformed source is refused alike */
         TokenStream vs;
         if (token_stream_open(&vs, o->val_data, o->tokens_format, STREAM_VAL, &e) != 0) die_collective("%s", e.msg);
+        val_overlap_check(&vs, &ts);
         token_stream_close(&vs);
     }
     in->seq_len = o->seq_len;

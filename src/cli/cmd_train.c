@@ -258,6 +258,15 @@ static void record_settings(TrainerState *st, const TrainOptions *o, const Llama
     else trainer_state_set(st, "pack_eot", "none");
 }
 
+void val_overlap_check(const TokenStream *val, const TokenStream *train) {
+    for (int i = 0; i < val->n_shards; i++) /* held out means not trained on */
+        for (int j = 0; j < train->n_shards; j++)
+            if (same_file(val->paths[i], train->paths[j]))
+                die_collective("--val-data and --data share '%s': a validation loss on training data measures nothing "
+                               "held out: give held-out shards as --val-data (a --data directory's *_val_* shards are "
+                               "held out; a glob takes them in)", val->paths[i]);
+}
+
 int train_data_flags_check(const TrainOptions *o, int recall, int vocab_size, const char *cmd) {
     if (o->val_data && recall) die_collective("--val-data needs token data: --data recall reports recall accuracy instead");
     if (o->pack.pack && recall) /* before --eot's own checks: no id makes the recall task packed */
@@ -638,6 +647,7 @@ int cmd_train(int argc, char **argv) {
         die_if_any_rank(validation_open(&val, o.val_data, o.tokens_format, S, o.eval_batches, o.batch, dp,
                                         c->vocab_size, o.eot, &err) != 0 ? &err : NULL);
         vp = &val;
+        val_overlap_check(&val.stream, &ds.ts);
     }
 
     LlamaActsOptions ao = {.checkpoint = o.mem.checkpoint, .ffn_chunks = o.mem.ffn_chunks, .offload_dir = o.par.offload_dir,

@@ -8,6 +8,7 @@
 #include "cli/cli_common.h"
 #include "data/packing.h"
 #include "data/recall.h"
+#include "data/token_stream.h"
 #include "data/tokens.h"
 #include "optim/adamw.h"
 #include "strategies/memory_model.h"
@@ -43,6 +44,8 @@ int train_flags_except(int argc, char **argv, const char *const *drop, char *buf
  * --pack without an id: --eot or the model's eos_token_id, each ends every rank with one line);
  * returns the end-of-text id --pack splits documents at, -1 without --pack. */
 int train_data_flags_check(const TrainOptions *o, int recall, int vocab_size, const char *cmd);
+/* --val-data sharing a file with --data ends every rank with one line (train, memory, plan). */
+void val_overlap_check(const TokenStream *val, const TokenStream *train);
 
 /* The recall task of the flags for a model of vocab_size at --seq-len: checked (a window or a
  * vocabulary too small ends every rank with one line) and with its default query count filled in. */

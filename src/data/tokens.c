@@ -148,8 +148,15 @@ int tokens_probe(const char *path, TokensFormat format, size_t *count, SeqErr *e
     size_t file_size = 0, width;
     if (open_token_file(path, &fp, &file_size, e) != 0) return -1;
     int rc = 0;
-    if (resolve_format(path, format) == TOKENS_TEXT) *count = file_size;
-    else rc = read_llmc_header(fp, path, file_size, count, &width, e);
+    if (resolve_format(path, format) == TOKENS_TEXT) {
+        *count = file_size;
+        int32_t magic = 0; /* an llm.c shard read as text trained on its raw bytes, header included */
+        if (file_size >= 1024 && fread(&magic, sizeof magic, 1, fp) == 1 && (magic == LLMC_MAGIC_U16 || magic == LLMC_MAGIC_U32))
+            rc = seq_err(e, "'%s' is an llm.c token shard (magic %d), but --tokens-format text reads a file's bytes: "
+                         "drop --tokens-format text (or give auto or llmc)", path, (int)magic);
+    } else {
+        rc = read_llmc_header(fp, path, file_size, count, &width, e);
+    }
     fclose(fp);
     return rc;
 }
