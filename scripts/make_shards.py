@@ -118,8 +118,12 @@ def documents(paths, field, txt_split):
         if not os.path.isfile(path):
             fail(f"input '{path}' does not exist or is not a file")
         if path.endswith(".jsonl") or path.endswith(".json"):
-            with open(path, encoding="utf-8") as f:
-                for n, line in enumerate(f, 1):
+            with open(path, "rb") as f:
+                for n, raw in enumerate(f, 1):
+                    try:
+                        line = raw.decode("utf-8")
+                    except UnicodeDecodeError as exc:
+                        fail(f"{path}:{n} is not UTF-8 text ({exc.reason} at byte {exc.start} of the line)")
                     if not line.strip():
                         continue
                     try:
@@ -144,12 +148,30 @@ def documents(paths, field, txt_split):
 
 
 class ShardWriter:
+    """Writes shards into out_dir, made at the first shard; remove() takes back everything it made
+    (a failed run leaves no half-made set of shards, nor an empty directory)."""
+
     def __init__(self, out_dir, name, shard_size, vocab_size):
         self.out_dir, self.name, self.shard_size = out_dir, name, shard_size
         self.wide = vocab_size > 65536
         self.written = []
+        self.made_dir = False
+
+    def remove(self):
+        for p, _ in self.written:
+            if os.path.exists(p):
+                os.remove(p)
+        self.written = []
+        if self.made_dir and not os.listdir(self.out_dir):
+            os.rmdir(self.out_dir)
 
     def write(self, kind, index, tokens):
+        if not os.path.isdir(self.out_dir):
+            try:
+                os.makedirs(self.out_dir)
+            except OSError as exc:
+                fail(f"cannot make --out directory '{self.out_dir}': {exc.strerror}")
+            self.made_dir = True
         path = os.path.join(self.out_dir, f"{self.name}_{kind}_{index:06d}.bin")
         header = array.array("i", [0] * 256)
         header[0], header[1] = (MAGIC_U32, VERSION_U32) if self.wide else (MAGIC_U16, VERSION_U16)
@@ -159,18 +181,27 @@ class ShardWriter:
             header.byteswap()
             body.byteswap()
         tmp = path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(header.tobytes())
-            f.write(body.tobytes())
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(header.tobytes())
+                f.write(body.tobytes())
+            os.replace(tmp, path)
+        except OSError as exc:  # a full disk, a read-only directory
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            fail(f"writing '{path}' failed: {exc.strerror}")
         self.written.append((path, len(tokens)))
 
 
-def parse_ids(text):
+def parse_ids(text, vocab_size):
     try:
-        return [int(x) for x in text.replace(",", " ").split()]
+        ids = [int(x) for x in text.replace(",", " ").split()]
     except ValueError:
         fail(f"--decode expects token ids separated by commas, got '{text}'")
+    for i in ids:
+        if not 0 <= i < vocab_size:  # dropped without a word (bytes) or an exception (tokenizers)
+            fail(f"--decode: id {i} is outside the vocabulary (0..{vocab_size - 1}): give ids of this tokenizer")
+    return ids
 
 
 def main():
@@ -207,7 +238,7 @@ def main():
         print(",".join(str(i) for i in tok.encode_batch([a.encode])[0]))
         return
     if a.decode is not None:
-        sys.stdout.write(tok.decode(parse_ids(a.decode)))
+        sys.stdout.write(tok.decode(parse_ids(a.decode, tok.vocab_size)))
         return
     if not a.inputs:
         fail("no input files: name .txt or .jsonl files to tokenize")
@@ -221,9 +252,26 @@ def main():
         eot = BYTE_EOT if a.byte_level else tok.eot_id(a.eot_token)
     if not 0 <= eot < max(tok.vocab_size, 1) or eot >= 2**31 - 1:
         fail(f"--eot {eot} is outside the vocabulary (0..{tok.vocab_size - 1})")
-    os.makedirs(a.out, exist_ok=True)
+    if not a.name or "/" in a.name or a.name in (".", ".."):
+        fail(f"--name '{a.name}' must be a file name prefix (no '/'): the shards go into --out")
+    if "_val_" in a.name or "_train_" in a.name:
+        fail(f"--name '{a.name}' holds '_val_' or '_train_', which seqpar reads as the shard's role: choose another")
+    if os.path.exists(a.out) and not os.path.isdir(a.out):
+        fail(f"--out '{a.out}' exists and is not a directory: give a directory (it is created)")
+    if os.path.isdir(a.out):  # `seqpar train --data DIR` reads every .bin file in it, old ones too
+        old = sorted(f for f in os.listdir(a.out) if f.endswith(".bin"))
+        if old:
+            fail(f"--out '{a.out}' already holds {len(old)} .bin file(s) ({', '.join(old[:3])}{', ...' if len(old) > 3 else ''}), "
+                 "which seqpar would read with the new shards: give an empty directory or remove them")
     w = ShardWriter(a.out, a.name, a.shard_size, tok.vocab_size)
+    try:
+        write_shards(a, tok, eot, w)
+    except SystemExit:
+        w.remove()
+        raise
 
+
+def write_shards(a, tok, eot, w):
     val, train, train_index, n_docs = [], [], 0, 0
     in_val = a.val_tokens > 0
     batch = []
@@ -258,9 +306,7 @@ def main():
              "give more text or a smaller --val-tokens")
     if train:
         w.write("train", train_index, train)
-    if not any(p.endswith(".bin") and "_train_" in p for p, _ in w.written):
-        for p, _ in w.written:  # no half-made set of shards left behind
-            os.remove(p)
+    if not any(p.endswith(".bin") and "_train_" in os.path.basename(p) for p, _ in w.written):
         fail(f"no training tokens: the {n_docs} documents fill only the validation shard; lower --val-tokens")
     total = sum(n for _, n in w.written)
     print(f"make_shards.py: {n_docs} documents, {total} tokens (end-of-text {eot}, vocabulary {tok.vocab_size}) "

@@ -49,6 +49,19 @@ expect_error "make_shards: missing input" "no_such.txt" $PY scripts/make_shards.
 printf '{"body": "x"}\n' > "$T/c.jsonl"
 expect_error "make_shards: JSONL without the field" "--text-field" $PY scripts/make_shards.py --byte-level "$T/c.jsonl" --out "$T/x" --val-tokens 0
 expect_error "make_shards: everything held out" "--val-tokens" $PY scripts/make_shards.py --byte-level "$T/a.txt" --out "$T/x"
+# make_shards: one line, status 1, for what raised a Python traceback or did something else (an --out
+# that is a file, ids outside the vocabulary to --decode (dropped), a --name with '/', JSONL that is
+# not UTF-8); a --name seqpar would read as held out; an --out already holding .bin files (kept, and
+# trained on with the new ones); a failed run leaves no directory it made
+echo x >"$T/ms_file"
+expect_error "make_shards: --out is a file" "exists and is not a directory" $PY scripts/make_shards.py --byte-level "$T/a.txt" --out "$T/ms_file" --val-tokens 0
+expect_error "make_shards: --decode past the vocabulary" "id 300 is outside the vocabulary (0..256)" $PY scripts/make_shards.py --byte-level --decode 104,300
+expect_error "make_shards: --name with /" "must be a file name prefix" $PY scripts/make_shards.py --byte-level "$T/a.txt" --out "$T/ms_n" --name a/b --val-tokens 0
+expect_error "make_shards: --name with _val_" "holds '_val_' or '_train_'" $PY scripts/make_shards.py --byte-level "$T/a.txt" --out "$T/ms_n" --name x_val_y --val-tokens 0
+printf '{"text": "ok"}\n{"text": "\xff\xfe"}\n' >"$T/bad_utf8.jsonl"
+expect_error "make_shards: JSONL not UTF-8" "bad_utf8.jsonl:2 is not UTF-8 text" $PY scripts/make_shards.py --byte-level "$T/a.txt" "$T/bad_utf8.jsonl" --out "$T/ms_u" --val-tokens 0
+if [ ! -e "$T/ms_u" ] && [ ! -e "$T/ms_n" ]; then ok; else bad "make_shards left a directory after failing: $(ls -d "$T"/ms_u "$T"/ms_n 2>&1)"; fi
+expect_error "make_shards: --out holding shards" "already holds 1 .bin file(s) (t_train_000000.bin)" $PY scripts/make_shards.py --byte-level "$T/a.txt" --out "$T/bs" --val-tokens 0
 # one document (the whole file) larger than --val-tokens: all of it held out, no training shard, and
 # the validation shard it wrote removed (was left behind beside the error)
 mkdir -p "$T/noval"
