@@ -141,6 +141,18 @@ expect_error "--recall-pairs past both limits" "use at most 16 pairs or a larger
 if timeout 60 "$SEQPAR" train --layers 1 --hidden 32 --ffn 64 --seq-len 64 --steps 1 --batch 1 --recall-pairs 16 --quiet --log "$T/rp.jsonl" >/dev/null 2>&1; then ok
 else bad "--recall-pairs 16 as suggested does not run"; fi
 
+# two runs at once on one --save: the second is refused while the first holds its lock (both were
+# checked only at their start, then replaced each other's checkpoints); once the first has ended, a
+# run continues its checkpoint
+timeout 120 "$SEQPAR" train --layers 1 --hidden 32 --ffn 64 --seq-len 32 --batch 2 --steps 100000 --quiet --log "$T/lk1.jsonl" --save "$T/lk" --save-every 50 >/dev/null 2>&1 &
+lk=$!
+for i in $(seq 1 400); do [ -s "$T/lk1.jsonl" ] && break; sleep 0.05; done
+expect_error "a second run on the same --save" "is being written by another run (process" "$SEQPAR" train --layers 1 --hidden 32 --ffn 64 --seq-len 32 --batch 2 --steps 5 --log "$T/lk2.jsonl" --save "$T/lk"
+kill -TERM "$lk" 2>/dev/null; wait "$lk"
+if [ -f "$T/lk/trainer_state.json" ] && timeout 60 "$SEQPAR" train --layers 1 --hidden 32 --ffn 64 --seq-len 32 --batch 2 --steps 100000 --quiet \
+    --log "$T/lk1.jsonl" --resume "$T/lk" --save "$T/lk" --stop-at "$(( $(sed -nE 's/.*"step": ([0-9]+),.*/\1/p' "$T/lk/trainer_state.json" | head -n 1) + 1 ))" >/dev/null 2>&1; then ok
+else bad "the --save lock outlived its run: $(ls -a "$T" | grep lock)"; fi
+
 # a log that cannot be written (/dev/full: every write fails with ENOSPC, as on a full disk): one
 # warning, the run goes on and ends 0 naming the log incomplete (its records were lost without a word)
 out=$(timeout 60 "$SEQPAR" train $KM --log /dev/full 2>"$T/full.err"); rc=$?

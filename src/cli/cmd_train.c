@@ -587,11 +587,14 @@ int cmd_train(int argc, char **argv) {
         die_if_any_rank(checkpoint_read_config(o.resume_dir, &resumed, &err) != 0 ? &err : NULL);
     }
     /* An unusable --save path ends the run now, not after training (rank 0 checks, all end). */
+    int save_lock = -1; /* rank 0's lock on --save, held to the end */
     if (o.save_dir) {
         int rank = 0;
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
         int bad = rank == 0 && checkpoint_check_target(o.save_dir, &err) != 0;
         /* another run's checkpoint is not replaced unless this run continues it */
+        /* another run on the same --save now (one that started with it, or is starting) */
+        if (rank == 0 && !bad) bad = (save_lock = checkpoint_lock(o.save_dir, &err)) < 0;
         if (rank == 0 && !bad && checkpoint_exists(o.save_dir) && !(o.resume_dir && same_file(o.resume_dir, o.save_dir)))
             bad = seq_err(&err, "--save %s already holds a checkpoint that this run does not continue: give a new "
                           "directory, continue it with --resume %s, or remove it first", o.save_dir, o.save_dir) != 0;
@@ -944,6 +947,7 @@ int cmd_train(int argc, char **argv) {
                "measured sgemm) is below what this run reached\n");
     if (root && !isnan(last_loss)) printf("final loss %.6f\n", last_loss);
     if (log) fclose(log);
+    if (save_lock >= 0) close(save_lock);
     xfree(g_inputs); xfree(g_targets); xfree(inputs); xfree(targets); xfree(g_docs); xfree(docs);
     run_free(acts, &par, &opt, &ds, vp, &model); /* writes the trace */
     if (root) { /* where this run's files are */

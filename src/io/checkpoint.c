@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -359,6 +360,42 @@ int checkpoint_check_target(const char *dir, SeqErr *e) {
     xfree(parent);
     xfree(base);
     return rc;
+}
+
+int checkpoint_lock(const char *dir, SeqErr *e) {
+    char *d = normalize_dir(dir, e), *parent = NULL, *base = NULL;
+    if (!d) return -1;
+    int fd = -1;
+    if (split_dir(d, &parent, &base, e) == 0) {
+        char *path = str_printf("%s/.%s.seqpar-lock", parent, base);
+        fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0) {
+            seq_err(e, "cannot save checkpoint '%s': creating its lock '%s' failed: %s (choose a writable --save path)",
+                    d, path, strerror(errno));
+        } else if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            char holder[32] = "";
+            const ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
+            holder[n > 0 ? n : 0] = 0;
+            holder[strcspn(holder, "\n")] = 0;
+            seq_err(e, "--save %s is being written by another run (process %s%s holds its lock '%s'): give this run "
+                    "another directory, or start it when that one ends", d, *holder ? holder : "?",
+                    *holder ? " on the host that saved it" : "", path);
+            close(fd);
+            fd = -1;
+        } else {
+            char pid[32];
+            const int len = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+            if (ftruncate(fd, 0) == 0) { /* the holder's name is a courtesy to the next run's message */
+                const ssize_t wrote = pwrite(fd, pid, (size_t)len, 0);
+                (void)wrote;
+            }
+        }
+        xfree(path);
+    }
+    xfree(d);
+    xfree(parent);
+    xfree(base);
+    return fd;
 }
 
 /* ---------------------------------------------------------------------------------------------

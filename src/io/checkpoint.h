@@ -89,6 +89,13 @@ int trainer_state_parse(const char *text, size_t len, const char *path, TrainerS
  * is empty or holds a seqpar checkpoint. The CLI calls it before step 1; checkpoint_save again. */
 int checkpoint_check_target(const char *dir, SeqErr *e);
 
+/* Takes the save lock of DIR for this process's life: an flock on ".BASE.seqpar-lock" beside DIR
+ * (holding the process id), so that two runs started on one --save cannot replace each other's
+ * checkpoints (each checked only at its start that DIR was not another run's). Returns the lock's
+ * descriptor (to keep open), or -1 with one line naming the process that holds it. The file stays
+ * (empty of meaning once its holder ends: a lock dies with its process). */
+int checkpoint_lock(const char *dir, SeqErr *e);
+
 /* Weights larger than this are saved as model-0000k-of-0000n.safetensors shards with
  * model.safetensors.index.json (params_save_dir; the index's CRC is in the trainer state, each
  * shard's in the index); 0 means never shard. Default: 5 GB, as transformers. */
