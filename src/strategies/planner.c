@@ -32,6 +32,27 @@ static void send_to(PlanTraffic *t, const Grid *g, int k, int me, int peer, doub
     else t->inter[k] += bytes;
 }
 
+/* The indices [*lo, *hi] of the members first + i stride (i < n, stride > 0) that lie on the
+ * node of world rank me (a member's node: a contiguous run of them); *lo > *hi for none. */
+static void node_members(const Grid *g, long first, long stride, int n, int me, long *lo, long *hi) {
+    const long begin = (long)(me / g->rpn) * g->rpn, end = begin + g->rpn - 1;
+    long a = begin <= first ? 0 : (begin - first + stride - 1) / stride, b = end < first ? -1 : (end - first) / stride;
+    *lo = a;
+    *hi = b < n - 1 ? b : n - 1;
+}
+
+/* spread() over the n peers first + i stride, me among them: in closed form (the planner's loop
+ * over every rank made a peer loop per rank quadratic in the ranks: 5 minutes at 4096) */
+static void spread_ap(PlanTraffic *t, const Grid *g, int k, int me, long first, long stride, int n, double bytes) {
+    if (n <= 1 || bytes == 0) return;
+    long lo, hi;
+    node_members(g, first, stride, n, me, &lo, &hi);
+    const double share = bytes / (n - 1), on_node = (double)(hi - lo); /* hi - lo + 1 members, me one of them */
+    t->bytes[k] += share * (n - 1);
+    t->intra[k] += share * on_node;
+    t->inter[k] += share * (n - 1 - on_node);
+}
+
 /* bytes spread in equal shares over n peers (world ranks; me skipped) */
 static void spread(PlanTraffic *t, const Grid *g, int k, int me, const int *peers, int n, double bytes) {
     int others = 0;
@@ -42,17 +63,20 @@ static void spread(PlanTraffic *t, const Grid *g, int k, int me, const int *peer
 
 /* The direct-model allreduce of `count` elements of es bytes over the members (world ranks,
  * in communicator order) as comm_allreduce counts it: to each peer p, (c_p + c_me) elements. */
-static void allreduce_to(PlanTraffic *t, const Grid *g, int k, const int *members, int n, int me_index, double count,
-                         double es) {
+static void allreduce_to(PlanTraffic *t, const Grid *g, int k, long first, long stride, int n, int me_index,
+                         double count, double es) {
     if (n <= 1) return;
-    long long c = (long long)count, base = c / n, rem = c % n;
-    long long mine = base + (me_index < rem);
-    for (int p = 0; p < n; p++) {
-        if (p == me_index) continue;
-        long long part = base + (p < rem);
-        send_to(t, g, k, members[me_index], members[p], (double)(part + mine) * es);
-        t->msgs[k] += 1;
-    }
+    /* the members first + p stride: the sums over peers in closed form (integers, exact) */
+    const long long c = (long long)count, base = c / n, rem = c % n, mine = base + (me_index < rem);
+    long lo, hi;
+    node_members(g, first, stride, n, (int)(first + (long)me_index * stride), &lo, &hi);
+    const long long cnt = hi - lo + 1, below = rem > lo ? (rem - 1 < hi ? rem - 1 : hi) - lo + 1 : 0;
+    const long long all = (c - mine) + (long long)(n - 1) * mine; /* to every peer: its part + mine */
+    const long long near = (cnt * base + below - mine) + (cnt - 1) * mine;
+    t->bytes[k] += (double)all * es;
+    t->intra[k] += (double)near * es;
+    t->inter[k] += (double)(all - near) * es;
+    t->msgs[k] += n - 1;
 }
 
 /* Shard of group rank q of g ranks over Psi elements (data_parallel.c's split). */
@@ -68,36 +92,33 @@ static void grad_traffic(PlanTraffic *t, const Grid *g, const LlamaConfig *c, in
     double E, Lu, T;
     memory_model_unit_sizes(c, &E, &Lu, &T);
     const double Psi = E + c->num_hidden_layers * Lu + T;
-    int *members = xmalloc(sizeof(int) * (size_t)g->world);
     if (zero == 0) {
-        for (int i = 0; i < g->world; i++) members[i] = i;
-        allreduce_to(t, g, COMM_GRAD_REDUCE, members, g->world, w, Psi, 4);
-        xfree(members);
+        allreduce_to(t, g, COMM_GRAD_REDUCE, 0, 1, g->world, w, Psi, 4);
         return;
     }
     const int G = g->world / group, q = w % group, gi = w / group;
     double sb, se;
     shard_of(Psi, q, group, &sb, &se);
     const double n = se - sb;
+    long lo = 0, hi = -1; /* the group's members on this rank's node */
+    if (group > 1) node_members(g, (long)gi * group, 1, group, w, &lo, &hi);
     if (group > 1) {
-        /* reduce-scatter in the group: each peer gets its shard; zero 2/3 once per micro-batch */
+        /* reduce-scatter in the group: each peer gets its shard; zero 2/3 once per micro-batch (the
+         * shards are contiguous: those of members lo..hi add up to end(hi) - begin(lo)) */
         int reps = zero >= 2 ? micro : 1;
-        for (int p = 0; p < group; p++) {
-            if (p == q) continue;
-            double pb, pe;
-            shard_of(Psi, p, group, &pb, &pe);
-            send_to(t, g, COMM_GRAD_REDUCE, w, gi * group + p, 4 * (pe - pb) * reps);
-        }
+        double first_b, unused, last_e, lo_b, hi_e;
+        shard_of(Psi, 0, group, &first_b, &unused);
+        shard_of(Psi, group - 1, group, &unused, &last_e);
+        shard_of(Psi, (int)lo, group, &lo_b, &unused);
+        shard_of(Psi, (int)hi, group, &unused, &hi_e);
+        const double all = (last_e - first_b) - n, near = (hi_e - lo_b) - n; /* its own shard left out */
+        t->bytes[COMM_GRAD_REDUCE] += 4 * all * reps;
+        t->intra[COMM_GRAD_REDUCE] += 4 * near * reps;
+        t->inter[COMM_GRAD_REDUCE] += 4 * (all - near) * reps;
         t->msgs[COMM_GRAD_REDUCE] += (double)(group - 1) * reps * (zero >= 2 ? c->num_hidden_layers + 2 : 1);
     }
-    if (G > 1) { /* the shard's replicas in the other groups */
-        for (int i = 0; i < G; i++) members[i] = i * group + q;
-        allreduce_to(t, g, COMM_GRAD_REDUCE, members, G, gi, n, 4);
-    }
-    if (group > 1) { /* the norm: one double over the group */
-        for (int i = 0; i < group; i++) members[i] = gi * group + i;
-        allreduce_to(t, g, COMM_GRAD_REDUCE, members, group, q, 1, 8);
-    }
+    if (G > 1) allreduce_to(t, g, COMM_GRAD_REDUCE, q, group, G, gi, n, 4); /* the shard's replicas in the other groups */
+    if (group > 1) allreduce_to(t, g, COMM_GRAD_REDUCE, (long)gi * group, 1, group, q, 1, 8); /* the norm: one double */
     if (group > 1) {
         double per_peer;
         if (zero <= 2) {
@@ -110,11 +131,11 @@ static void grad_traffic(PlanTraffic *t, const Grid *g, const LlamaConfig *c, in
             outer += se > tb ? se - tb : 0;
             per_peer = (double)micro * 4 * (2 * n - outer);
         }
-        for (int p = 0; p < group; p++)
-            if (p != q) send_to(t, g, COMM_PARAM_GATHER, w, gi * group + p, per_peer);
+        t->bytes[COMM_PARAM_GATHER] += per_peer * (group - 1);
+        t->intra[COMM_PARAM_GATHER] += per_peer * (double)(hi - lo);
+        t->inter[COMM_PARAM_GATHER] += per_peer * (double)(group - 1 - (hi - lo));
         t->msgs[COMM_PARAM_GATHER] += (double)(group - 1) * (zero <= 2 ? 1 : micro * (2.0 * c->num_hidden_layers + 2));
     }
-    xfree(members);
 }
 
 /* plan_rank_traffic for a configuration the memory model already accepted (m: its estimate, the
@@ -176,8 +197,8 @@ static char *rank_traffic(const MemoryModelInput *in, const MemoryEstimate *est,
         /* peers: the head group (equal shares: exact when hp divides the heads), the next member of
          * the inner ring and of the outer ring (2d, ring), WallFacer's own, LightSeq's context group */
         int *peers = xmalloc(sizeof(int) * (size_t)(g.hp > g.cp ? g.hp : g.cp));
-        for (int p = 0; p < g.hp; p++) peers[p] = world_of(&g, d, p, cr);
-        spread(t, &g, COMM_ALLTOALL, w, peers, g.hp, bytes[COMM_ALLTOALL]);
+        const int cf = g.pl == PLACEMENT_CONTEXT_FIRST; /* world_of's two orders: heads or contexts adjacent */
+        spread_ap(t, &g, COMM_ALLTOALL, w, world_of(&g, d, 0, cr), cf ? g.cp : 1, g.hp, bytes[COMM_ALLTOALL]);
         const int ring = s->schedule == &double_ring_schedule;
         if (ring) {
             int inner = (cr / g.W) * g.W + (cr % g.W + 1) % g.W, outer = (cr + g.W) % g.cp;
@@ -197,10 +218,10 @@ static char *rank_traffic(const MemoryModelInput *in, const MemoryEstimate *est,
             send_to(t, &g, COMM_P2P_OUTER, w, world_of(&g, d, h, r.init_send), bytes[COMM_P2P_OUTER] - back);
             send_to(t, &g, COMM_P2P_OUTER, w, world_of(&g, d, h, r.init_recv), back);
         } else {
-            for (int p = 0; p < g.cp; p++) peers[p] = world_of(&g, d, h, p);
-            spread(t, &g, COMM_P2P_INNER, w, peers, g.cp, bytes[COMM_P2P_INNER]);
-            spread(t, &g, COMM_P2P_OUTER, w, peers, g.cp, bytes[COMM_P2P_OUTER]);
-            spread(t, &g, COMM_TEAM, w, peers, g.cp, bytes[COMM_TEAM]);
+            const long first = world_of(&g, d, h, 0), stride = cf ? 1 : g.hp; /* the context group */
+            spread_ap(t, &g, COMM_P2P_INNER, w, first, stride, g.cp, bytes[COMM_P2P_INNER]);
+            spread_ap(t, &g, COMM_P2P_OUTER, w, first, stride, g.cp, bytes[COMM_P2P_OUTER]);
+            spread_ap(t, &g, COMM_TEAM, w, first, stride, g.cp, bytes[COMM_TEAM]);
         }
         xfree(peers);
         for (int k = 0; k < COMM_KINDS; k++) t->msgs[k] += msgs[k];
