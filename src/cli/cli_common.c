@@ -316,10 +316,10 @@ static char *canonical_path(const char *p) {
         char *r = realpath(cut ? buf : "/", NULL);
         buf[cut] = saved;
         if (r) {
-            char *out = xmalloc(strlen(r) + strlen(buf + cut) + 2);
-            sprintf(out, "%s%s", strcmp(r, "/") ? r : "", buf + cut);
+            const size_t size = strlen(r) + strlen(buf + cut) + 2;
+            char *out = xmalloc(size);
+            snprintf(out, size, "%s%s", strcmp(r, "/") ? r : "", *(buf + cut) || strcmp(r, "/") ? buf + cut : "/");
             free(r);
-            if (!*out) strcpy(out, "/");
             return out;
         }
         while (cut > 0 && buf[--cut] != '/') {}
