@@ -339,8 +339,8 @@ int train_flags_except(int argc, char **argv, const char *const *drop, char *buf
     optind = 0; /* a fresh scan (glibc: 0 re-initialises) */
     int opt, idx;
     for (int start = 1; (idx = -1, opt = getopt_long(argc, argv, ":h", TRAIN_OPTIONS, &idx)) != -1; start = optind) {
-        /* --checkpoint's mode given as the next word (memory_flags_handle reads it so) */
-        if (opt == 3001 && !optarg && optind < argc && llama_checkpoint_parse(argv[optind]) >= 0) optind++;
+        MemoryFlags unused; /* --checkpoint's mode given as the next word: taken as the parser takes it */
+        if (opt == 3001) memory_flags_handle(&unused, "plan", opt, optarg, argc, argv);
         int keep = idx >= 0;
         for (const char *const *d = drop; keep && *d; d++)
             if (!strcmp(TRAIN_OPTIONS[idx].name, *d)) keep = 0;

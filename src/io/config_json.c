@@ -87,6 +87,19 @@ static int bool_field(json_t *root, const char *name, int fallback, const char *
     return 0;
 }
 
+/* A partial_rotary_factor other than 1 in `obj` (the RoPE object `name`, or the top level where
+ * name is NULL): seqpar rotates the whole head. */
+static int refuse_partial_rotary(json_t *obj, const char *name, const char *path, SeqErr *e) {
+    double partial = 1.0;
+    if (number_field(obj, "partial_rotary_factor", 1.0, path, &partial, e) != 0) return -1;
+    if (partial == 1.0) return 0;
+    if (name)
+        return seq_err(e, "config '%s': \"%s\".partial_rotary_factor is %g, but seqpar rotates the whole head "
+                       "(partial rotary embeddings are not Llama's)", path, name, partial);
+    return seq_err(e, "config '%s': \"partial_rotary_factor\" is %g, but seqpar rotates the whole head (partial "
+                   "rotary embeddings are not Llama's)", path, partial);
+}
+
 /* Reads one RoPE description ("rope_scaling" of transformers 4 or "rope_parameters" of
  * transformers 5) into c's rope fields: type "default" (or, for rope_parameters, none given),
  * "linear" (factor) and "llama3" (factor, low_freq_factor, high_freq_factor,
@@ -103,11 +116,7 @@ static int read_rope(json_t *rope, const char *name, const char *path, LlamaConf
     if (!t)
         return seq_err(e, "config '%s': \"%s\" has no \"rope_type\": give it \"default\", \"linear\" or \"llama3\"",
                        path, name);
-    double partial = 1.0;
-    if (number_field(rope, "partial_rotary_factor", 1.0, path, &partial, e) != 0) return -1;
-    if (partial != 1.0)
-        return seq_err(e, "config '%s': \"%s\".partial_rotary_factor is %g, but seqpar rotates the whole head "
-                       "(partial rotary embeddings are not Llama's)", path, name, partial);
+    if (refuse_partial_rotary(rope, name, path, e) != 0) return -1;
     if (strcmp(t, "default") == 0) { *type_out = LLAMA_ROPE_DEFAULT; return 0; }
     if (strcmp(t, "linear") != 0 && strcmp(t, "llama3") != 0)
         return seq_err(e, "config '%s' sets \"%s\" of type \"%.60s\", which seqpar does not implement (it implements "
@@ -188,12 +197,8 @@ static int reject_unsupported(json_t *root, const char *path, int *family, SeqEr
             return seq_err(e, "config '%s' sets \"%s\": true, but seqpar's Llama has no biases: set it to false", path,
                            bias_fields[i]);
     }
-    double partial = 1.0; /* top level too, where transformers 4 read it (transformers 5 moves it into
-                             * rope_parameters, whose reader refuses it) */
-    if (number_field(root, "partial_rotary_factor", 1.0, path, &partial, e) != 0) return -1;
-    if (partial != 1.0)
-        return seq_err(e, "config '%s': \"partial_rotary_factor\" is %g, but seqpar rotates the whole head "
-                       "(partial rotary embeddings are not Llama's)", path, partial);
+    /* top level too, where transformers 4 read it (transformers 5 moves it into rope_parameters) */
+    if (refuse_partial_rotary(root, NULL, path, e) != 0) return -1;
     double dropout = 0;
     if (number_field(root, "attention_dropout", 0.0, path, &dropout, e) != 0) return -1;
     if (dropout != 0.0)

@@ -101,17 +101,16 @@ static void grad_traffic(PlanTraffic *t, const Grid *g, const LlamaConfig *c, in
     shard_of(Psi, q, group, &sb, &se);
     const double n = se - sb;
     long lo = 0, hi = -1; /* the group's members on this rank's node */
-    if (group > 1) node_members(g, (long)gi * group, 1, group, w, &lo, &hi);
     if (group > 1) {
+        node_members(g, (long)gi * group, 1, group, w, &lo, &hi);
         /* reduce-scatter in the group: each peer gets its shard; zero 2/3 once per micro-batch (the
-         * shards are contiguous: those of members lo..hi add up to end(hi) - begin(lo)) */
+         * shards are contiguous: the group's add up to the whole, members lo..hi's to end(hi) - begin(lo)) */
         int reps = zero >= 2 ? micro : 1;
-        double first_b, unused, last_e, lo_b, hi_e;
-        shard_of(Psi, 0, group, &first_b, &unused);
-        shard_of(Psi, group - 1, group, &unused, &last_e);
+        double unused, whole, lo_b, hi_e;
+        shard_of(Psi, 0, 1, &unused, &whole);
         shard_of(Psi, (int)lo, group, &lo_b, &unused);
         shard_of(Psi, (int)hi, group, &unused, &hi_e);
-        const double all = (last_e - first_b) - n, near = (hi_e - lo_b) - n; /* its own shard left out */
+        const double all = whole - n, near = (hi_e - lo_b) - n; /* its own shard left out */
         t->bytes[COMM_GRAD_REDUCE] += 4 * all * reps;
         t->intra[COMM_GRAD_REDUCE] += 4 * near * reps;
         t->inter[COMM_GRAD_REDUCE] += 4 * (all - near) * reps;
