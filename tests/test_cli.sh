@@ -212,6 +212,35 @@ run_train --resume "$T/part" --save "$T/part" --log "$T/part.jsonl"
 if [ "$(losses "$T/full.jsonl")" = "$(losses "$T/part.jsonl")" ] && [ "$(losses "$T/full.jsonl" | wc -l)" -eq 6 ]; then ok; else
     bad "3 steps + resume + 3 steps: losses differ from 6 uninterrupted steps"; diff <(losses "$T/full.jsonl") <(losses "$T/part.jsonl"); fi
 if cmp -s "$T/full/model.safetensors" "$T/part/model.safetensors" && cmp -s "$T/full/optimizer.safetensors" "$T/part/optimizer.safetensors"; then ok; else bad "resumed weights or optimizer state are not bit-identical"; fi
+# --auto-resume: one command for every start of a job: the first starts the run (--save holds no
+# checkpoint yet), the same command again continues it, bit for bit as the uninterrupted run
+out=$(timeout 120 "$SEQPAR" train "${TRAIN[@]}" --auto-resume --stop-at 3 --save "$T/auto" --log "$T/auto.jsonl" 2>&1)
+if printf '%s' "$out" | grep -q "auto-resume: .*auto holds no checkpoint yet: starting the run"; then ok; else bad "auto-resume, first start: $out"; fi
+out=$(timeout 120 "$SEQPAR" train "${TRAIN[@]}" --auto-resume --save "$T/auto" --log "$T/auto.jsonl" 2>&1)
+if printf '%s' "$out" | grep -q "^resumed from .*auto at step 3" && [ "$(losses "$T/full.jsonl")" = "$(losses "$T/auto.jsonl")" ] &&
+    cmp -s "$T/full/model.safetensors" "$T/auto/model.safetensors"; then ok; else bad "auto-resume: not the uninterrupted run: $out"; fi
+# a save interrupted between the two renames of its fallback (file systems without rename-exchange)
+# leaves no DIR, the last checkpoint as DIR.old.XXXXXX and the new one as DIR.tmp.XXXXXX: a run with
+# --save DIR brings the old one back (under its lock) and continues it, bit for bit
+cp -r "$T/part3" "$T/intr.old.Zz9Yx8"; cp -r "$T/full" "$T/intr.tmp.Qq1Ww2"
+out=$(timeout 120 "$SEQPAR" train "${TRAIN[@]}" --auto-resume --save "$T/intr" --log "$T/intr.jsonl" 2>&1)
+if printf '%s' "$out" | grep -q "checkpoint .*intr brought back from .*intr.old.Zz9Yx8" && [ ! -e "$T/intr.old.Zz9Yx8" ] &&
+    [ -d "$T/intr.tmp.Qq1Ww2" ] && [ "$(losses "$T/full.jsonl" | tail -n 3)" = "$(losses "$T/intr.jsonl")" ] &&
+    cmp -s "$T/full/model.safetensors" "$T/intr/model.safetensors"; then ok; else bad "interrupted save not brought back: $out"; fi
+rm -rf "$T/intr"; cp -r "$T/part3" "$T/intr.old.Aa1Bb2"
+out=$(timeout 120 "$SEQPAR" train "${TRAIN[@]}" --resume "$T/intr" --save "$T/intr" --log "$T/intr2.jsonl" 2>&1)
+if printf '%s' "$out" | grep -q "brought back from .*intr.old.Aa1Bb2" && [ "$(losses "$T/full.jsonl" | tail -n 3)" = "$(losses "$T/intr2.jsonl")" ]; then ok; else
+    bad "--resume DIR --save DIR: interrupted save not brought back: $out"; fi
+rm -rf "$T/intr"; cp -r "$T/part3" "$T/intr.old.Cc3Dd4"; cp -r "$T/part3" "$T/intr.old.Ee5Ff6"
+expect_error "two interrupted saves' checkpoints" "more than one checkpoint beside it.*rename the one to continue from" \
+    "$SEQPAR" train "${TRAIN[@]}" --auto-resume --save "$T/intr" --log "$T/x.jsonl"
+if [ -d "$T/intr.old.Cc3Dd4" ] && [ -d "$T/intr.old.Ee5Ff6" ] && [ ! -e "$T/intr" ]; then ok; else bad "two candidates: one was moved"; fi
+expect_error "--resume DIR alone, DIR left aside" "intr.old.* does (a save was interrupted).*--save .*intr too brings it back" \
+    "$SEQPAR" train "${TRAIN[@]}" --resume "$T/intr" --log "$T/x.jsonl"
+expect_error "--auto-resume without --save" "--auto-resume continues the run in the --save directory: give --save DIR" \
+    "$SEQPAR" train "${TRAIN[@]}" --auto-resume --log "$T/x.jsonl"
+expect_error "--auto-resume with --resume" "--auto-resume and --resume both name where to continue from" \
+    "$SEQPAR" train "${TRAIN[@]}" --auto-resume --resume "$T/part3" --save "$T/auto" --log "$T/x.jsonl"
 # the comparison tool asked for bit-identity (both tolerances 0): equal files agree, others differ
 if "$CMP" "$T/full/model.safetensors" "$T/part/model.safetensors" 0 0 >/dev/null &&
     ! "$CMP" "$T/full/model.safetensors" "$T/full/optimizer.safetensors" 0 0 >/dev/null 2>&1 &&

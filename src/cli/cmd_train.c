@@ -86,6 +86,9 @@ static const char HELP_TAIL[] =
     "  --save-shard-mb N    weights above N MB are saved as shards + model.safetensors.index.json\n"
     "                       (default 5000, as transformers; 0: never shard)\n"
     "  --resume DIR         continue the run saved in DIR (same settings required)\n"
+    "  --auto-resume        continue the run saved in --save DIR when DIR holds a checkpoint, else\n"
+    "                       start it (from --model or the size flags): one command for every\n"
+    "                       (re)start of a requeued job\n"
     "  --stop-at N          stop after step N (of the --steps schedule), e.g. to train in slices\n"
     "  --skip-nonfinite N   skip the update of at most N steps whose loss or gradient norm is NaN or\n"
     "                       Inf (each logged); the next one ends the run (default 0: the first does)\n"
@@ -298,7 +301,7 @@ static const struct option TRAIN_OPTIONS[] = {
     {"decay-all", no_argument, 0, 'A'}, {"grad-clip", required_argument, 0, 'g'},
     {"beta1", required_argument, 0, '1'}, {"beta2", required_argument, 0, '2'},
     MEMORY_FLAG_OPTIONS, PACK_FLAG_OPTIONS, {"seed", required_argument, 0, 'r'},
-    {"random-init", no_argument, 0, 3101},
+    {"random-init", no_argument, 0, 3101}, {"auto-resume", no_argument, 0, 3107},
     {"eval-every", required_argument, 0, 'e'}, {"eval-seqs", required_argument, 0, 'E'},
     {"val-data", required_argument, 0, 3103}, {"eval-batches", required_argument, 0, 3104},
     {"save", required_argument, 0, 'S'}, {"save-every", required_argument, 0, 'V'},
@@ -381,6 +384,7 @@ void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, 
         switch (opt) {
         case 'm': o->model_dir = optarg; break;
         case 3101: o->random_init = 1; break;
+        case 3107: o->auto_resume = 1; break;
         case 'd': o->data = optarg; break;
         case 'F': o->tokens_format = tokens_format_parse(optarg); break;
         case 's': o->seq_len = (int)parse_long(cmd, "seq-len", optarg, 2, 1L << 30); break;
@@ -450,6 +454,11 @@ void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, 
                        "to %ld, or 'last'", o->trace_step, o->stop_at, o->stop_at);
     if (o->model_dir && o->resume_dir)
         die_collective("seqpar train: --model and --resume both name a model: --resume DIR already holds one");
+    if (o->auto_resume && !o->save_dir)
+        die_collective("seqpar %s: --auto-resume continues the run in the --save directory: give --save DIR", cmd);
+    if (o->auto_resume && o->resume_dir)
+        die_collective("seqpar %s: --auto-resume and --resume both name where to continue from: --auto-resume "
+                       "continues from --save DIR; drop one of them", cmd);
 }
 
 /* Writes the checkpoint from rank 0: the AdamW moments are gathered from their shards. */
@@ -580,6 +589,40 @@ int cmd_train(int argc, char **argv) {
         data_length_check(&ds.ts, S, o.data);
         if (!o.model_dir && !o.resume_dir) size_flags_fit_data(&sf, &ds.ts, o.data); /* a vocabulary that covers it */
     }
+    /* Where --save names no directory, a save interrupted between the two renames of its fallback may
+     * have left the last checkpoint beside it (DIR.old.*): rank 0 brings it back, under the save lock,
+     * before any rank reads --save or --resume; --auto-resume then continues what --save holds. */
+    int save_lock = -1; /* rank 0's lock on --save, held to the end */
+    if (o.save_dir) {
+        int rank = 0, holds = 0;
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        int bad = 0;
+        if (rank == 0) {
+            SeqErr lock_err; /* a lock refused here is reported below, after the --save path's checks */
+            char *from = NULL;
+            save_lock = checkpoint_lock(o.save_dir, &lock_err);
+            const int r = save_lock >= 0 ? checkpoint_recover(o.save_dir, &from, &err) : 0;
+            bad = r < 0;
+            if (r == 1)
+                printf("seqpar: checkpoint %s brought back from %s, where a save interrupted between its two renames "
+                       "left it\n", o.save_dir, from);
+            fflush(stdout); /* before any error line of this start */
+            xfree(from);
+            holds = !bad && checkpoint_exists(o.save_dir);
+        }
+        die_if_any_rank(bad ? &err : NULL); /* also: no rank reads --save before it is back */
+        if (o.auto_resume) {
+            MPI_Bcast(&holds, 1, MPI_INT, 0, MPI_COMM_WORLD);
+            if (holds) { /* as --resume DIR --save DIR; the checkpoint holds the model */
+                o.resume_dir = o.save_dir;
+                o.model_dir = NULL;
+                o.random_init = 0;
+            } else if (rank == 0) {
+                printf("seqpar: --auto-resume: %s holds no checkpoint yet: starting the run\n", o.save_dir);
+                fflush(stdout);
+            }
+        }
+    }
     /* the checkpoint resumed from first: a damaged one is named as such, not as a --save directory
      * "that is no seqpar checkpoint" where both flags name it */
     if (o.resume_dir) {
@@ -587,14 +630,13 @@ int cmd_train(int argc, char **argv) {
         die_if_any_rank(checkpoint_read_config(o.resume_dir, &resumed, &err) != 0 ? &err : NULL);
     }
     /* An unusable --save path ends the run now, not after training (rank 0 checks, all end). */
-    int save_lock = -1; /* rank 0's lock on --save, held to the end */
     if (o.save_dir) {
         int rank = 0;
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
         int bad = rank == 0 && checkpoint_check_target(o.save_dir, &err) != 0;
         /* another run's checkpoint is not replaced unless this run continues it */
         /* another run on the same --save now (one that started with it, or is starting) */
-        if (rank == 0 && !bad) bad = (save_lock = checkpoint_lock(o.save_dir, &err)) < 0;
+        if (rank == 0 && !bad && save_lock < 0) bad = (save_lock = checkpoint_lock(o.save_dir, &err)) < 0;
         if (rank == 0 && !bad && checkpoint_exists(o.save_dir) && !(o.resume_dir && same_file(o.resume_dir, o.save_dir)))
             bad = seq_err(&err, "--save %s already holds a checkpoint that this run does not continue: give a new "
                           "directory, continue it with --resume %s, or remove it first", o.save_dir, o.save_dir) != 0;

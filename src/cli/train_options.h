@@ -22,6 +22,7 @@ typedef struct {
     long trace_step; /* --trace-step: 0 every step, -1 the last one */
     uint64_t seed;
     int random_init;
+    int auto_resume; /* --auto-resume: --resume --save DIR where DIR holds a checkpoint */
     double peak_gflops;
     AdamWConfig opt;
     int min_lr_set;

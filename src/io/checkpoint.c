@@ -309,6 +309,49 @@ static int is_seqpar_checkpoint(const char *d) {
     return yes;
 }
 
+int checkpoint_recover(const char *dir, char **from, SeqErr *e) {
+    *from = NULL;
+    char *d = normalize_dir(dir, e), *parent = NULL, *base = NULL;
+    if (!d) return -1;
+    if (split_dir(d, &parent, &base, e) != 0) {
+        xfree(d);
+        return -1;
+    }
+    struct stat sb;
+    const int absent = lstat(d, &sb) != 0 && errno == ENOENT;
+    char *found = NULL, *other = NULL; /* the first two DIR.old.* siblings holding a checkpoint */
+    DIR *dd = absent ? opendir(parent) : NULL;
+    if (dd) {
+        struct dirent *ent;
+        while (!other && (ent = readdir(dd)) != NULL) {
+            if (!is_sibling(ent->d_name, base, "old")) continue;
+            char *path = str_printf("%s/%s", parent, ent->d_name);
+            if (!is_seqpar_checkpoint(path)) xfree(path);
+            else if (!found) found = path;
+            else other = path;
+        }
+        closedir(dd);
+    }
+    int rc = 0;
+    if (other)
+        rc = seq_err(e, "checkpoint directory '%s' does not exist, and interrupted saves left more than one checkpoint "
+                     "beside it ('%s', '%s', ...): rename the one to continue from to '%s'", d, found, other, d);
+    else if (found && rename(found, d) != 0)
+        rc = seq_err(e, "cannot bring back checkpoint '%s' from '%s', where an interrupted save left it: %s (rename "
+                     "it yourself)", d, found, strerror(errno));
+    else if (found && (rc = fsync_dir(parent, e)) == 0) {
+        *from = found;
+        found = NULL;
+        rc = 1;
+    }
+    xfree(found);
+    xfree(other);
+    xfree(d);
+    xfree(parent);
+    xfree(base);
+    return rc;
+}
+
 /* An existing DIR may be replaced only if it is ours: a directory owned by this user that is
  * empty or holds a seqpar checkpoint. */
 static int check_replaceable(const char *d, SeqErr *e) {
@@ -630,7 +673,7 @@ static int require_dir(const char *d, SeqErr *e) {
     int rc;
     if (old)
         rc = seq_err(e, "checkpoint directory '%s' does not exist, but '%s' does (a save was interrupted): rename it "
-                     "to '%s' to resume from it", d, old, d);
+                     "to '%s' to resume from it (a run given --save %s too brings it back itself)", d, old, d, d);
     else
         rc = seq_err(e, "checkpoint directory '%s' does not exist: check the path", d);
     xfree(old);

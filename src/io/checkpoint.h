@@ -28,7 +28,8 @@
  * fsynced and then swapped with DIR (renameat2 RENAME_EXCHANGE where the file system supports it,
  * else DIR -> DIR.old.XXXXXX and DIR.tmp.XXXXXX -> DIR); the parent is fsynced and the old copy
  * removed. A crash at any point leaves a complete old or new checkpoint (in the two-rename
- * fallback, a crash between the renames leaves it as DIR.old.XXXXXX; loading DIR then says so).
+ * fallback, a crash between the renames leaves it as DIR.old.XXXXXX: checkpoint_recover brings it
+ * back, and loading DIR before that says so).
  * A save that fails while writing (a full disk) removes its DIR.tmp.XXXXXX before it ends the
  * program; DIR.tmp.* / DIR.old.* siblings that the running save did not create are never
  * removed. Only one process (rank 0) may save a given DIR.
@@ -95,6 +96,15 @@ int checkpoint_check_target(const char *dir, SeqErr *e);
  * descriptor (to keep open), or -1 with one line naming the process that holds it. The file stays
  * (empty of meaning once its holder ends: a lock dies with its process). */
 int checkpoint_lock(const char *dir, SeqErr *e);
+
+/* Brings back the checkpoint a save left aside when it was interrupted between the two renames
+ * of its fallback (no rename-exchange on the file system): where DIR does not exist and exactly
+ * one DIR.old.XXXXXX sibling holds a seqpar checkpoint, that sibling is renamed to DIR (and the
+ * parent fsynced). Call it holding DIR's save lock (checkpoint_lock). Returns 1 with *from the
+ * sibling's path (to free) when it moved one, 0 when there was nothing to bring back (DIR exists,
+ * or no such sibling), -1 with one line when it cannot: several candidates (named, for the user
+ * to choose), or the rename failed. DIR.tmp.* siblings are left alone. */
+int checkpoint_recover(const char *dir, char **from, SeqErr *e);
 
 /* Weights larger than this are saved as model-0000k-of-0000n.safetensors shards with
  * model.safetensors.index.json (params_save_dir; the index's CRC is in the trainer state, each
