@@ -125,6 +125,15 @@ ABS_SEQPAR="$(cd "$(dirname "$SEQPAR")" && pwd)/$(basename "$SEQPAR")"
 ( cd "$T" && timeout 120 "$ABS_SEQPAR" train "${M[@]}" --data ./moved/ --steps 6 --eval-every 3 --resume "$T/mv" --log "$T/mv.jsonl" >"$T/mv.out" 2>&1 ) ||
     bad "resume on the moved shards: $(tail -n 1 "$T/mv.out")"
 if same_losses "$T/full.jsonl" "$T/mv.jsonl"; then ok; else bad "resume on the moved shards: losses differ from the uninterrupted run"; fi
+# ... on 2 ranks too: rank 0 alone reads the shards for the fingerprint and sends it (every rank read
+# 8 KiB of every shard); a rank without it would refuse the resume
+( mpi_test_env
+  run_np 2 "$SEQPAR" train "${M[@]}" --cp 2 --data "$T/sh" --steps 6 --log "$T/r2full.jsonl" >"$T/r2.out" 2>&1 &&
+  run_np 2 "$SEQPAR" train "${M[@]}" --cp 2 --data "$T/sh" --steps 6 --stop-at 3 --save "$T/r2" --log "$T/r2.jsonl" >>"$T/r2.out" 2>&1 &&
+  cp -r "$T/sh" "$T/moved2" &&
+  run_np 2 "$SEQPAR" train "${M[@]}" --cp 2 --data "$T/moved2" --steps 6 --resume "$T/r2" --log "$T/r2.jsonl" >>"$T/r2.out" 2>&1 ) ||
+    bad "2 ranks, resume on moved shards: $(tail -n 2 "$T/r2.out")"
+if same_losses "$T/r2full.jsonl" "$T/r2.jsonl" && [ "$(losses "$T/r2.jsonl" | wc -l)" -eq 6 ]; then ok; else bad "2 ranks, resume on the moved shards: losses differ from the uninterrupted run"; fi
 tr_ --data "$T/sh" --steps 6 --eval-every 3 --stop-at 3 --save "$T/mv2" --log "$T/mv2.jsonl"
 $PY -c "
 import sys; p = sys.argv[1]; b = bytearray(open(p, 'rb').read()); b[1030] = (b[1030] + 1) % 200; open(p, 'wb').write(b)" "$T/moved/data_train_000000.bin"

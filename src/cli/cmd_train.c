@@ -233,9 +233,12 @@ static void record_settings(TrainerState *st, const TrainOptions *o, const Llama
         char desc[96];
         token_stream_describe(&ds->ts, desc, sizeof desc);
         trainer_state_set(st, "data_shards", "%s", desc);
-        uint32_t crc;
+        uint32_t crc = 0;
         SeqErr e;
-        die_if_any_rank(token_stream_fingerprint(&ds->ts, &crc, &e) != 0 ? &e : NULL);
+        int rank = 0; /* rank 0 reads the shards' ends (8 KiB each), not every rank of the job */
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        die_if_any_rank(rank == 0 && token_stream_fingerprint(&ds->ts, &crc, &e) != 0 ? &e : NULL);
+        MPI_Bcast(&crc, 1, MPI_UINT32_T, 0, MPI_COMM_WORLD);
         trainer_state_set(st, "data_files", "0x%08x", (unsigned)crc);
     }
     trainer_state_set(st, "batch", "%d", o->batch);
