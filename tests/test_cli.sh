@@ -48,11 +48,35 @@ mistral_dir() { # DIR WINDOW(json)
 mistral_dir "$T/mistral_none" null
 mistral_dir "$T/mistral_24" 24
 mistral_dir "$T/mistral_16" 16
+mistral_dir "$T/mistral_bias" null # MistralForCausalLM has no biases whatever attention_bias says
+sed -i 's/^{/{"attention_bias": true, "mlp_bias": true,/' "$T/mistral_bias/config.json"
+timeout 60 "$SEQPAR" grad --model "$T/mistral_bias" --tokens "$FIX/tiny_mha/tokens.bin" --seq-len 24 --out "$T/mistral_bias.grads" >"$T/mb.out" 2>&1
+if cmp -s "$T/mistral_bias.grads" "$T/tiny_mha.grads"; then ok; else bad "a Mistral with attention_bias true: $(tail -n 1 "$T/mb.out")"; fi
 for d in mistral_none mistral_24; do
     timeout 120 "$SEQPAR" grad --model "$T/$d" --tokens "$FIX/tiny_mha/tokens.bin" --seq-len 24 --out "$T/$d.grads" >"$T/$d.out" 2>&1
     if cmp -s "$T/$d.grads" "$T/tiny_mha.grads" && [ "$(grep '^loss' "$T/$d.out")" = "$(timeout 60 "$SEQPAR" grad --model "$FIX/tiny_mha" \
         --tokens "$FIX/tiny_mha/tokens.bin" --seq-len 24 --out "$T/x.grads" | grep '^loss')" ]; then ok; else bad "grad $d: not the Llama's loss and gradients: $(tail -n 1 "$T/$d.out")"; fi
 done
+# ---- pad_token_id: transformers builds embed_tokens with padding_idx = pad_token_id, so that row
+# gets no gradient from the lookup (seqpar gave it the full one, the loss unchanged): tiny_mha
+# (untied) with its first input token as the pad id gives the same loss and gradients bit for bit
+# but that row, which is zero (checked against transformers 5.24 in float64 by hand, tied too)
+mkdir -p "$T/pad"
+ln -sf "$(cd "$FIX/tiny_mha" && pwd)/model.safetensors" "$T/pad/model.safetensors"
+pad=$(python3 -c 'import struct,sys; b=open(sys.argv[1],"rb").read(); print(struct.unpack("<H", b[1024:1026])[0])' "$FIX/tiny_mha/tokens.bin")
+sed -e "s/^{/{\"pad_token_id\": $pad,/" "$FIX/tiny_mha/config.json" >"$T/pad/config.json"
+timeout 60 "$SEQPAR" grad --model "$T/pad" --tokens "$FIX/tiny_mha/tokens.bin" --seq-len 24 --out "$T/pad.grads" >"$T/pad.out" 2>&1
+python3 - "$T/tiny_mha.grads" "$T/pad_want.grads" "$pad" <<'PYEOF' || bad "pad_token_id: the row of the pad token had no gradient to zero"
+import json, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read()); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+t = h["model.embed_tokens.weight"]; D = t["shape"][1]; o = 8 + n + t["data_offsets"][0] + int(sys.argv[3]) * D * 4
+if not any(b[o:o + 4 * D]): sys.exit(1)
+b[o:o + 4 * D] = bytes(4 * D); open(sys.argv[2], "wb").write(b)
+PYEOF
+if "$CMP" "$T/pad.grads" "$T/pad_want.grads" 0 0 >/dev/null && [ "$(grep '^loss' "$T/pad.out")" = "$(timeout 60 "$SEQPAR" grad --model "$FIX/tiny_mha" \
+    --tokens "$FIX/tiny_mha/tokens.bin" --seq-len 24 --out "$T/x.grads" | grep '^loss')" ]; then ok; else bad "pad_token_id $pad: not the unpadded gradients with row $pad zero: $(tail -n 1 "$T/pad.out")"; fi
+sed -e 's/^{/{"pad_token_id": 61,/' "$FIX/tiny_mha/config.json" >"$T/pad/config.json"
+expect_error "pad_token_id outside the vocabulary" "pad_token_id\" 61 lies outside the vocabulary of 61 tokens" "$SEQPAR" grad --model "$T/pad" --tokens "$FIX/tiny_mha/tokens.bin" --seq-len 24 --out "$T/x.grads"
 expect_error "grad past a Mistral's window" "sliding window of the 16 latest tokens.*use --seq-len 16 or less" "$SEQPAR" grad --model "$T/mistral_16" --tokens "$FIX/tiny_mha/tokens.bin" --seq-len 24 --out "$T/x.grads"
 expect_error "train past a Mistral's window" "use --seq-len 16 or less" "$SEQPAR" train --model "$T/mistral_16" --data "$FIX/tiny_mha/tokens.bin" --seq-len 17 --steps 1 --log "$T/x.jsonl"
 expect_error "memory past a Mistral's window" "use --seq-len 16 or less" "$SEQPAR" memory --model "$T/mistral_16" --seq-len 32

@@ -211,8 +211,15 @@ static double em_obj(void) {
 static void test_embedding(void) {
     fill(em_t, EV * ED, 1); fill(em_w, EN * ED, 1);
     float dt[EV * ED] = {0};
-    embedding_backward(dt, em_w, em_tok, EN, ED);
+    embedding_backward(dt, em_w, em_tok, EN, ED, -1);
     check_grad("embedding d(table)", em_obj, em_t, dt, EV * ED);
+    /* with padding_idx 3 (transformers' nn.Embedding): row 3 gets nothing, the others the same */
+    float dp[EV * ED] = {0};
+    embedding_backward(dp, em_w, em_tok, EN, ED, 3);
+    int same = 1;
+    for (int r = 0; r < EV; r++)
+        for (int j = 0; j < ED; j++) same &= dp[r * ED + j] == (r == 3 ? 0.0f : dt[r * ED + j]);
+    CHECK(same && dt[3 * ED] != 0.0f, "embedding backward with padding_idx 3: row 3 not zero or other rows changed");
 }
 
 /* ---- lm head + cross-entropy, chunked (chunk 3 over 7 tokens), with ignored targets */

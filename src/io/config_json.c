@@ -190,7 +190,9 @@ static int reject_unsupported(json_t *root, const char *path, int *family, SeqEr
                            "it to null) only if the checkpoint was trained without it", path, on_fields[i]);
     }
     const char *bias_fields[] = {"attention_bias", "mlp_bias"};
-    for (size_t i = 0; i < ARRAY_LEN(bias_fields); i++) {
+    /* MistralForCausalLM has no biases whatever these say (transformers reads neither); a bias
+     * tensor in its weights is refused as one the model does not use */
+    for (size_t i = 0; *family == LLAMA_FAMILY_LLAMA && i < ARRAY_LEN(bias_fields); i++) {
         int on = 0;
         if (bool_field(root, bias_fields[i], 0, path, &on, e) != 0) return -1;
         if (on)
@@ -252,6 +254,24 @@ static int read_carried(json_t *root, const char *path, LlamaConfig *c, SeqErr *
     return 0;
 }
 
+/* pad_token_id as transformers' LlamaModel uses it: the padding_idx of embed_tokens (absent or
+ * null: none). torch takes -vocab_size .. vocab_size - 1 and refuses the rest, as here. */
+static int read_padding_idx(json_t *root, const char *path, LlamaConfig *c, SeqErr *e) {
+    json_t *v = field(root, "pad_token_id");
+    if (!v) return 0;
+    const json_int_t V = c->vocab_size;
+    if (!json_is_integer(v))
+        return seq_err(e, "config '%s': \"pad_token_id\" must be a JSON integer (a token id) or null, found %s", path,
+                       json_type_name(v));
+    const json_int_t p = json_integer_value(v);
+    if (p < -V || p >= V)
+        return seq_err(e, "config '%s': \"pad_token_id\" %lld lies outside the vocabulary of %lld tokens (transformers "
+                       "refuses it too, as the embedding's padding_idx): give an id below %lld, or null", path,
+                       (long long)p, (long long)V, (long long)V);
+    c->padding_idx1 = (int)(p < 0 ? p + V : p) + 1;
+    return 0;
+}
+
 static int config_from_json(json_t *root, const char *path, LlamaConfig *c, SeqErr *e) {
     if (!json_is_object(root))
         return seq_err(e, "config '%s' must hold a JSON object {...}, found %s", path, json_type_name(root));
@@ -279,6 +299,7 @@ static int config_from_json(json_t *root, const char *path, LlamaConfig *c, SeqE
     if (bool_field(root, "tie_word_embeddings", 0, path, &c->tie_word_embeddings, e) != 0) return -1;
     if (read_sliding_window(root, path, c, e) != 0) return -1;
     if (read_carried(root, path, c, e) != 0) return -1;
+    if (read_padding_idx(root, path, c, e) != 0) return -1;
     if (read_rope_settings(root, path, c, e) != 0) return -1;
 
     if (!head_dim_given && c->num_attention_heads > 0 && c->hidden_size % c->num_attention_heads == 0)

@@ -318,12 +318,12 @@ void embedding_forward(float *out, const int *tokens, const float *table, int N,
         memcpy(out + (size_t)i * D, table + (size_t)tokens[i] * D, sizeof(float) * (size_t)D);
 }
 
-void embedding_backward(float *dtable, const float *dout, const int *tokens, int N, int D) {
+void embedding_backward(float *dtable, const float *dout, const int *tokens, int N, int D, int padding_idx) {
     /* Rows of the same token collide, so parallelise over the embedding dimension. */
     #pragma omp parallel for schedule(static)
     for (int j = 0; j < D; j++)
         for (int i = 0; i < N; i++)
-            dtable[(size_t)tokens[i] * D + j] += dout[(size_t)i * D + j];
+            if (tokens[i] != padding_idx) dtable[(size_t)tokens[i] * D + j] += dout[(size_t)i * D + j];
 }
 
 double lm_head_cross_entropy(const float *x, const float *W, const int *targets, int N, int D, int V,

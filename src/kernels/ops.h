@@ -107,8 +107,9 @@ void swiglu_backward_bf16(float *dgate, float *dup, const float *dh, const float
 
 /* out (N, D) = table[tokens[i]] */
 void embedding_forward(float *out, const int *tokens, const float *table, int N, int D);
-/* dtable[tokens[i]] += dout[i] */
-void embedding_backward(float *dtable, const float *dout, const int *tokens, int N, int D);
+/* dtable[tokens[i]] += dout[i], but for tokens[i] == padding_idx (transformers' nn.Embedding
+ * padding_idx: that row gets no gradient from the lookup; -1: every row does) */
+void embedding_backward(float *dtable, const float *dout, const int *tokens, int N, int D, int padding_idx);
 
 /* Language-model head and mean cross-entropy, fused and chunked: logits are made for `chunk`
  * tokens at a time (never N x V at once). For each token with targets[i] >= 0 adds

@@ -16,6 +16,10 @@ typedef struct {
     int head_dim;               /* hidden_size / num_attention_heads unless config.json sets it */
     int max_position_embeddings;
     int tie_word_embeddings;    /* 0 or 1 */
+    /* 1 + the embedding row transformers builds as nn.Embedding's padding_idx (pad_token_id; a
+     * negative id counts from the end, as torch's): the lookup adds nothing to that row's gradient,
+     * so it keeps its values through training (a tied lm_head's part still reaches it). 0: none. */
+    int padding_idx1;
     float rms_norm_eps;
     double rope_theta;
     /* RoPE frequency scaling (config.json "rope_scaling" / "rope_parameters"); zero-initialised

@@ -92,6 +92,9 @@ void llama_init_random(LlamaModel *m, uint64_t seed) {
             for (size_t j = 0; j < p->numel; j++) w[j] = (float)(0.02 * rng_normal(&rng));
         }
     }
+    if (m->cfg.padding_idx1) /* as transformers' _init_weights: the padding row starts at zero */
+        memset(m->w.embed + (size_t)(m->cfg.padding_idx1 - 1) * m->cfg.hidden_size, 0,
+               sizeof(float) * (size_t)m->cfg.hidden_size);
 }
 
 void llama_free(LlamaModel *m) {
@@ -1145,7 +1148,7 @@ double llama_forward_backward_docs(LlamaModel *m, LlamaActs *a, SeqAttention *at
         layer_backward(m, a, attn, l);
         hook(m, LLAMA_HOOK_AFTER_BACKWARD, l, 1);
     }
-    embedding_backward(m->g.embed, a->dx, inputs, N, D);
+    embedding_backward(m->g.embed, a->dx, inputs, N, D, c->padding_idx1 - 1);
     hook(m, LLAMA_HOOK_END, -1, 1);
     return loss;
 }
