@@ -513,6 +513,33 @@ static void test_config(const TempDir *td) {
         const char *prf1 = "{\"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 4, "
                            "\"num_hidden_layers\": 1, \"vocab_size\": 64, \"partial_rotary_factor\": 1.0}";
         CHECK(config_json_parse(prf1, strlen(prf1), "prf1", &kc, &ce) == 0, "partial_rotary_factor 1.0 refused: %s", ce.msg);
+        /* nulls transformers 5 refuses (they took seqpar's defaults, and a save wrote the guess), token
+         * ids that are not integers; the nulls transformers allows still read */
+        const char *nulls[] = {"model_type", "rms_norm_eps", "hidden_act", "tie_word_embeddings", "max_position_embeddings",
+                               "attention_bias", "mlp_bias"};
+        for (size_t k = 0; k < sizeof nulls / sizeof *nulls; k++) {
+            char cfg_null[512];
+            snprintf(cfg_null, sizeof cfg_null, "{\"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 4, "
+                     "\"num_hidden_layers\": 1, \"vocab_size\": 64, \"%s\": null}", nulls[k]);
+            char want[64];
+            snprintf(want, sizeof want, "\"%s\" is null", nulls[k]);
+            CHECK(config_json_parse(cfg_null, strlen(cfg_null), "nul", &kc, &ce) != 0 && strstr(ce.msg, want) &&
+                      strstr(ce.msg, "which transformers refuses too"), "%s null not refused: %s", nulls[k], ce.msg);
+        }
+        const char *ok_nulls = "{\"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 4, "
+                               "\"num_hidden_layers\": 1, \"vocab_size\": 64, \"num_key_value_heads\": null, \"head_dim\": null, "
+                               "\"rope_scaling\": null, \"bos_token_id\": null, \"eos_token_id\": [1, 2], \"pad_token_id\": null}";
+        CHECK(config_json_parse(ok_nulls, strlen(ok_nulls), "ok", &kc, &ce) == 0 && kc.num_key_value_heads == 4 &&
+                  kc.head_dim == 16, "nulls transformers reads refused: %s", ce.msg);
+        const char *eos_str = "{\"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 4, "
+                              "\"num_hidden_layers\": 1, \"vocab_size\": 64, \"eos_token_id\": \"2\"}";
+        CHECK(config_json_parse(eos_str, strlen(eos_str), "eos", &kc, &ce) != 0 &&
+                  strstr(ce.msg, "\"eos_token_id\" must be an integer, a list of integers or null, found a string"),
+              "eos_token_id \"2\" not refused: %s", ce.msg);
+        const char *bos_list = "{\"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 4, "
+                               "\"num_hidden_layers\": 1, \"vocab_size\": 64, \"bos_token_id\": [1, \"x\"]}";
+        CHECK(config_json_parse(bos_list, strlen(bos_list), "bos", &kc, &ce) != 0 && strstr(ce.msg, "a list holding something else"),
+              "bos_token_id [1, \"x\"] not refused: %s", ce.msg);
         char big[8192];
         int n = snprintf(big, sizeof big, "{\"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 4, "
                                            "\"num_hidden_layers\": 1, \"vocab_size\": 64, \"eos_token_id\": [1");

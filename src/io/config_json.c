@@ -272,10 +272,39 @@ static int read_padding_idx(json_t *root, const char *path, LlamaConfig *c, SeqE
     return 0;
 }
 
+/* Keys whose null transformers (5.x) refuses to load ('expected float, got NoneType'): read as
+ * absent they took seqpar's defaults silently, and a saved config then stated the guess as fact.
+ * Keys that may be null (num_key_value_heads, head_dim, rope_scaling, a Mistral's sliding_window)
+ * are not here. The token ids may be null, an integer or a list of integers, as in transformers. */
+static int refuse_nulls(json_t *root, const char *path, SeqErr *e) {
+    static const char *const typed[] = {"model_type", "hidden_size", "intermediate_size", "num_attention_heads",
+                                        "num_hidden_layers", "vocab_size", "max_position_embeddings", "rms_norm_eps",
+                                        "hidden_act", "tie_word_embeddings", "attention_bias", "mlp_bias"};
+    for (size_t i = 0; i < ARRAY_LEN(typed); i++)
+        if (json_is_null(json_object_get(root, typed[i])))
+            return seq_err(e, "config '%s': \"%s\" is null, which transformers refuses too: give the value the model "
+                           "was trained with, or remove the key for transformers' default", path, typed[i]);
+    static const char *const ids[] = {"bos_token_id", "eos_token_id", "pad_token_id"};
+    for (size_t i = 0; i < ARRAY_LEN(ids); i++) {
+        json_t *v = json_object_get(root, ids[i]);
+        int ok = !v || json_is_null(v) || json_is_integer(v);
+        if (json_is_array(v)) {
+            ok = 1;
+            for (size_t j = 0; j < json_array_size(v); j++) ok &= json_is_integer(json_array_get(v, j));
+        }
+        if (!ok)
+            return seq_err(e, "config '%s': \"%s\" must be an integer, a list of integers or null, found %s (transformers "
+                           "refuses it too): write the id as a number", path, ids[i],
+                           json_is_array(v) ? "a list holding something else" : json_type_name(v));
+    }
+    return 0;
+}
+
 static int config_from_json(json_t *root, const char *path, LlamaConfig *c, SeqErr *e) {
     if (!json_is_object(root))
         return seq_err(e, "config '%s' must hold a JSON object {...}, found %s", path, json_type_name(root));
     memset(c, 0, sizeof *c);
+    if (refuse_nulls(root, path, e) != 0) return -1;
     double eps = 0;
     if (reject_unsupported(root, path, &c->family, e) != 0) return -1;
     const int mistral = c->family == LLAMA_FAMILY_MISTRAL; /* transformers' MistralConfig defaults */
