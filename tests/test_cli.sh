@@ -667,5 +667,15 @@ if printf '%s\n' "$out" | grep "head_dim 128" | awk '{
     for (i = 1; i <= n; i++) if (f[i] ~ /% of sgemm/ || f[i] ~ /^ best /) { v[++k] = f[i] + 0; if (f[i] ~ /best/) v[k] = substr(f[i], 7) + 0 }
     exit !(k == 4 && v[2] >= v[1] && v[4] >= v[3] && v[1] > 0) }'; then ok
 else bad "bench attn: not a median and a best share of the peak per rate, the best no lower: $out"; fi
+# bench attn's --heads and --kv-heads on one rank too (it ran 8 heads, 4 at head_dim 128, whatever was given);
+# a --kv-heads not dividing the heads is bench's one line naming the flag (under --cp 1 it was the kernel's
+# "n_heads=3 is not a multiple of n_kv_heads=2"); step and memory run the reference model's heads
+out=$(timeout 180 "$SEQPAR" bench attn --heads 6 --kv-heads 2 --seq-len 256 --head-dims 16,128 --repeats 1 2>&1)
+if printf '%s\n' "$out" | grep -q "^  head_dim  16, 6 heads (2 KV): forward" &&
+    printf '%s\n' "$out" | grep -q "^  head_dim 128, 6 heads (2 KV): forward"; then ok
+else bad "bench attn --heads 6 --kv-heads 2 on one rank: not 6 heads (2 KV): $out"; fi
+expect_error "bench attn --kv-heads not dividing --heads" "--kv-heads 2 does not divide the 3 query heads" "$SEQPAR" bench attn --heads 3 --kv-heads 2
+expect_error "bench attn --cp 1 --kv-heads not dividing --heads" "--kv-heads 2 does not divide the 3 query heads" "$SEQPAR" bench attn --heads 3 --kv-heads 2 --cp 1
+expect_error "bench step --heads" "--heads is read by attn only" "$SEQPAR" bench step --heads 6
 
 summary test_cli

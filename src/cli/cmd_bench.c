@@ -56,8 +56,8 @@ static const char HELP[] =
     "  memory also takes --strategy, --hp/--cp/--dp, --chunks, --zero, --zero-group, --offload-dir and\n"
     "                       --no-stream (under mpirun for more ranks): then the lengths run shortest\n"
     "                       first in one process, next to the memory model's prediction ('seqpar memory')\n"
-    "  --heads N            query heads for distributed attn (default 8)\n"
-    "  --kv-heads N         key/value heads for distributed attn (default = heads)\n"
+    "  --heads N            query heads for attn (default 8; one-rank attn: 8, 4 at head_dim 128 and up)\n"
+    "  --kv-heads N         key/value heads for attn, dividing --heads (default = heads)\n"
     "  --help               this text\n"
     "\n"
     "The reference model: 4 layers, hidden 256, 4 heads (2 KV heads, head_dim 64), ffn 1024,\n"
@@ -175,13 +175,17 @@ static double measure_peak(int bf16, int trials, double libs[SGEMM_LIBS]);
  * slows a run down. */
 static int attn_bench_heads(int head_dim) { return head_dim >= 128 ? 4 : 8; }
 
-static void bench_attn(int S, const int *dims, int n_dims, int repeats, double peak, int bf16, int trials) {
+/* heads, kv_heads: --heads and --kv-heads (0: not given, the default per head_dim, KV = heads) */
+static void bench_attn(int S, const int *dims, int n_dims, int repeats, double peak, int bf16, int trials, int heads,
+                       int kv_heads) {
     const char *yard = peak_name(bf16);
     const Precision prec = bf16 ? PRECISION_BF16 : PRECISION_FP32;
     AttnBenchResult r[BENCH_LIST_MAX];
+    int H[BENCH_LIST_MAX], Hkv[BENCH_LIST_MAX];
     for (int i = 0; i < n_dims; i++) {
-        const int h = attn_bench_heads(dims[i]);
-        attention_bench(S, h, h, dims[i], ATTN_CAUSAL, prec, repeats, &r[i]);
+        H[i] = heads ? heads : attn_bench_heads(dims[i]);
+        Hkv[i] = kv_heads ? kv_heads : H[i];
+        attention_bench(S, H[i], Hkv[i], dims[i], ATTN_CAUSAL, prec, repeats, &r[i]);
     }
     const double before = peak, after = measure_peak(bf16, trials, NULL);
     if (after > peak) peak = after;
@@ -190,10 +194,11 @@ static void bench_attn(int S, const int *dims, int n_dims, int repeats, double p
            current_threads(), repeats, bench_clock_is_cpu() ? ", GFLOPS per CPU-second (CPU s)" : "", yard, before,
            after);
     for (int i = 0; i < n_dims; i++) {
-        int d = dims[i], heads = attn_bench_heads(d);
-        printf("  head_dim %3d, %d heads: forward %7.1f GFLOPS (%5.1f%% of %s, %.3f s; best %5.1f%%) | "
+        char kv[32] = "";
+        if (Hkv[i] != H[i]) snprintf(kv, sizeof kv, " (%d KV)", Hkv[i]);
+        printf("  head_dim %3d, %d heads%s: forward %7.1f GFLOPS (%5.1f%% of %s, %.3f s; best %5.1f%%) | "
                "backward %7.1f GFLOPS (%5.1f%% of %s, %.3f s; best %5.1f%%)\n",
-               d, heads, r[i].fwd_gflops, 100 * r[i].fwd_gflops / peak, yard, r[i].fwd_seconds,
+               dims[i], H[i], kv, r[i].fwd_gflops, 100 * r[i].fwd_gflops / peak, yard, r[i].fwd_seconds,
                100 * r[i].fwd_best_gflops / peak, r[i].bwd_gflops, 100 * r[i].bwd_gflops / peak, yard,
                r[i].bwd_seconds, 100 * r[i].bwd_best_gflops / peak);
     }
@@ -451,7 +456,7 @@ int cmd_bench(int argc, char **argv) {
     MemoryFlags mf = {0};
     int dims[BENCH_LIST_MAX] = {64, 128}, n_dims = 2;
     int lens[BENCH_LIST_MAX] = {4096, 16384, 65536}, n_lens = 3;
-    int heads = 8, kv_heads = 0, grid = 0, mem_modes = 0;
+    int heads = 0, kv_heads = 0, grid = 0, mem_modes = 0; /* heads 0: not given */
     ParallelConfig pc;
     parallel_config_default(&pc);
     static const struct option opts[] = {
@@ -490,24 +495,34 @@ int cmd_bench(int argc, char **argv) {
     int all = !strcmp(part, "all");
     if (!all && strcmp(part, "attn") && strcmp(part, "step") && strcmp(part, "memory"))
         die_collective("seqpar bench: unknown part '%s': use attn, step, memory or all", part);
+    if ((heads || kv_heads) && !all && strcmp(part, "attn")) /* step and memory: the reference model's heads */
+        die_collective("seqpar bench: --%s is read by attn only ('%s' runs the reference model, 4 heads / 2 KV): drop "
+                       "it or use 'bench attn'", heads ? "heads" : "kv-heads", part);
     for (int i = 0; i < n_dims; i++)
         if (dims[i] % 2) die_collective("seqpar bench: --head-dims values must be even, got %d", dims[i]);
 
     int world = 1;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
+    const int dist_attn = world > 1 || grid; /* distributed attn: --heads default 8 at every head_dim */
+    for (int i = 0; kv_heads && i < (dist_attn ? 1 : n_dims); i++) {
+        const int h = heads ? heads : dist_attn ? 8 : attn_bench_heads(dims[i]);
+        if (h % kv_heads)
+            die_collective("seqpar bench: --kv-heads %d does not divide the %d query heads%s: give --kv-heads dividing "
+                           "--heads", kv_heads, h, heads ? "" : " (the default: set --heads)");
+    }
     if (!strcmp(part, "memory") && (world > 1 || grid || mem_modes)) {
         offload_flags_check(&pc, &mf);
         bench_memory_parallel(&pc, &mf, lens, n_lens);
         return 0;
     }
-    if (world > 1 || grid) {
+    if (dist_attn) {
         if (strcmp(part, "attn"))
             die_collective("seqpar bench: with --dp/--hp/--cp or under mpirun only 'bench attn' and 'bench memory' run; "
                            "got '%s'", part);
         if (bench_clock_is_cpu())
             die_collective("seqpar bench: --cpu-time times one process's kernels; distributed 'bench attn' measures "
                            "wall time, its waits included: drop --cpu-time");
-        bench_dist_attn(&pc, S, heads, kv_heads ? kv_heads : heads, dims[0], repeats);
+        bench_dist_attn(&pc, S, heads ? heads : 8, kv_heads ? kv_heads : heads ? heads : 8, dims[0], repeats);
         return 0;
     }
     double peak = 0;
@@ -537,7 +552,8 @@ int cmd_bench(int argc, char **argv) {
         }
         fflush(stdout);
     }
-    if (all || !strcmp(part, "attn")) bench_attn(S, dims, n_dims, repeats, peak, mf.precision == PRECISION_BF16, trials);
+    if (all || !strcmp(part, "attn"))
+        bench_attn(S, dims, n_dims, repeats, peak, mf.precision == PRECISION_BF16, trials, heads, kv_heads);
     if (all || !strcmp(part, "step")) bench_step(S, repeats, &mf, peak, trials);
     if (all || !strcmp(part, "memory")) bench_memory(lens, n_lens, &mf);
     return 0;
