@@ -408,6 +408,13 @@ expect_error "plan rates in hexadecimal" "--attn-gflops '0x5a' is not F or F,B" 
 if out=$("$SEQPAR" plan --ranks 2 --attn-gflops 9e1,.85e2 2>&1) && printf '%s' "$out" | grep -q '^best:'; then ok; else
     bad "plan --attn-gflops 9e1,.85e2 (plain decimal with exponents) refused: $out"; fi
 expect_error "grad without --model" "--model" "$SEQPAR" grad --tokens x --seq-len 3 --out y
+# an empty --model is refused alike by every command (memory and plan read '/config.json'), and a missing
+# directory is train's line in memory and plan too (they named '/nonexistent/config.json')
+expect_error "train --model ''" "--model needs a directory" "$SEQPAR" train --model '' --steps 1 --log "$T/x.jsonl"
+for c in memory plan; do
+    expect_error "$c --model ''" "--model needs a directory" "$SEQPAR" $c --model '' --ranks 1
+    expect_error "$c --model of a missing directory" "model directory '$T/none' does not exist" "$SEQPAR" $c --model "$T/none" --ranks 1
+done
 expect_error "unknown bench part" "unknown part" "$SEQPAR" bench nothing
 expect_error "bad SEQPAR_ATTN_BWD_ROWS" "SEQPAR_ATTN_BWD_ROWS=12x" env SEQPAR_ATTN_BWD_ROWS=12x "$SEQPAR" "${G[@]}" --model "$FIX/tiny_mha"
 expect_error "bad SEQPAR_ATTN_DQ_SLOTS" "SEQPAR_ATTN_DQ_SLOTS=0" env SEQPAR_ATTN_DQ_SLOTS=0 "$SEQPAR" "${G[@]}" --model "$FIX/tiny_mha"

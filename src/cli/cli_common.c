@@ -470,17 +470,24 @@ void window_length_check(const LlamaConfig *c, int seq_len) {
     if (llama_window_check(c, seq_len, fix, &e) != 0) die_collective("%s", e.msg);
 }
 
+int model_dir_check(const char *dir, SeqErr *e) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (!*dir) /* "/config.json" was read */
+        return seq_err(e, "--model needs a directory: name one (an empty path is not the current directory)");
+    if (!file_exists(dir))
+        return seq_err(e, "model directory '%s' does not exist: pass a directory holding config.json", dir);
+    if (!file_exists(path)) return seq_err(e, "'%s' is missing: a model directory needs a Hugging Face config.json", path);
+    return 0;
+}
+
 void model_from_dir(LlamaModel *m, const char *dir, uint64_t seed, int random_init) {
     char path[4096];
     SeqErr e;
     const SeqErr *failed = NULL;
     LlamaConfig cfg;
     snprintf(path, sizeof path, "%s/config.json", dir);
-    if (!file_exists(dir))
-        failed = (seq_err(&e, "model directory '%s' does not exist: pass a directory holding config.json", dir), &e);
-    else if (!file_exists(path))
-        failed = (seq_err(&e, "'%s' is missing: a model directory needs a Hugging Face config.json", path), &e);
-    else if (checkpoint_verify_model(dir, &e) != 0 || config_json_read(path, &cfg, &e) != 0)
+    if (model_dir_check(dir, &e) != 0 || checkpoint_verify_model(dir, &e) != 0 || config_json_read(path, &cfg, &e) != 0)
         failed = &e; /* a seqpar checkpoint's files against their recorded checksums first */
     die_if_any_rank(failed); /* every rank ends with the same one line */
     llama_build(m, &cfg);

@@ -65,6 +65,9 @@ void window_length_check(const LlamaConfig *c, int seq_len);
 void size_flags_check(const SizeFlags *f, const LlamaConfig *c, const char *cmd, const char *source);
 extern const char SIZE_FLAGS_HELP[];
 
+/* --model DIR's checks before its config.json is read (train, grad, sample, memory, plan alike): an
+ * empty name, a missing directory, a directory without config.json; -1 and *e naming the fix. */
+int model_dir_check(const char *dir, SeqErr *e);
 /* Loads DIR/config.json and the weights: DIR/model.safetensors or a sharded checkpoint
  * (model.safetensors.index.json + shards). A directory without weights is an error unless
  * random_init (--random-init), which initialises from seed. Collective: every rank must call

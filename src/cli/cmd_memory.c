@@ -61,7 +61,7 @@ void memory_input_from_options(const TrainOptions *o, SizeFlags *sf, const char 
     } else if (o->model_dir) {
         char path[4096];
         snprintf(path, sizeof path, "%s/config.json", o->model_dir);
-        if (config_json_read(path, out, &e) != 0) die_collective("%s", e.msg);
+        if (model_dir_check(o->model_dir, &e) != 0 || config_json_read(path, out, &e) != 0) die_collective("%s", e.msg);
         size_flags_check(sf, out, cmd, o->model_dir);
     } else {
         if (!in->recall_data) size_flags_fit_data(sf, &ts, o->data); /* token data sizes the vocabulary, as in train */
