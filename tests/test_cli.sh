@@ -408,6 +408,13 @@ expect_error "plan rates in hexadecimal" "--attn-gflops '0x5a' is not F or F,B" 
 if out=$("$SEQPAR" plan --ranks 2 --attn-gflops 9e1,.85e2 2>&1) && printf '%s' "$out" | grep -q '^best:'; then ok; else
     bad "plan --attn-gflops 9e1,.85e2 (plain decimal with exponents) refused: $out"; fi
 expect_error "grad without --model" "--model" "$SEQPAR" grad --tokens x --seq-len 3 --out y
+# one rank, --zero-group 3 and --chunks 3: the fix the line names runs (it said "use a divisor of 1", which --zero 0
+# then refused, and "use --strategy fpdt", which the default --seq-len 128 then refused)
+L1=(--steps 1 --quiet --log "$T/x.jsonl")
+expect_error "train --zero-group 3 on one rank" "drop it, or use --zero 1, 2 or 3 with a --zero-group dividing 1" "$SEQPAR" train --zero-group 3 "${L1[@]}"
+if timeout 60 "$SEQPAR" train --zero 1 --zero-group 1 "${L1[@]}" >/dev/null 2>&1; then ok; else bad "train --zero 1 --zero-group 1 on one rank"; fi
+expect_error "train --chunks 3 on one rank" "drop it, or use --strategy fpdt with a --seq-len that splits into 3 x hp pieces" "$SEQPAR" train --chunks 3 "${L1[@]}"
+if timeout 60 "$SEQPAR" train --strategy fpdt --chunks 3 --seq-len 126 "${L1[@]}" >/dev/null 2>&1; then ok; else bad "train --strategy fpdt --chunks 3 --seq-len 126 on one rank"; fi
 # an empty --model is refused alike by every command (memory and plan read '/config.json'), and a missing
 # directory is train's line in memory and plan too (they named '/nonexistent/config.json')
 expect_error "train --model ''" "--model needs a directory" "$SEQPAR" train --model '' --steps 1 --log "$T/x.jsonl"

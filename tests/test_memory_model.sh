@@ -241,6 +241,8 @@ expect_error "zero-group 3 does not divide the 4 ranks" memory --ranks 4 --zero 
 expect_error "splits heads only: drop --cp 2" memory --ranks 4 --strategy ulysses --cp 2
 expect_error "unknown strategy 'nope'" memory --strategy nope
 expect_error "is read by --strategy fpdt only" memory --chunks 2
+# both problems of a --zero-group in one line, as grad_sync_init (it said "use --zero 1, 2 or 3", then "a divisor of 1")
+expect_error "--zero-group 3 shards nothing under --zero 0 and does not divide the 1 ranks: drop it, or use --zero 1, 2 or 3 with a --zero-group dividing 1" memory --ranks 1 --zero-group 3
 expect_error "is read by --strategy wallfacer only" memory --ranks 4 --strategy ring --team 2
 expect_error "is read by --strategy ring and 2d only" memory --ranks 4 --strategy allgather --ring-inner 2
 expect_error "add --checkpoint layer|selective" memory --offload-dir /tmp

@@ -8,6 +8,19 @@
 #include "core/common.h"
 #include "optim/adamw.h"
 
+char *zero_flags_error(int zero, int group, int world) {
+    if (zero < 0 || zero > 3) return xstrdup_printf("--zero %d is not a ZeRO stage: use 0, 1, 2 or 3", zero);
+    const int divides = group >= 0 && group <= world && (group == 0 || world % group == 0);
+    if (group > 0 && zero == 0 && divides)
+        return xstrdup_printf("--zero-group %d shards nothing under --zero 0: use --zero 1, 2 or 3", group);
+    if (group > 0 && zero == 0) /* --zero-group 3 on one rank: "a divisor of 1" alone was refused next */
+        return xstrdup_printf("--zero-group %d shards nothing under --zero 0 and does not divide the %d ranks: drop it, "
+                              "or use --zero 1, 2 or 3 with a --zero-group dividing %d", group, world, world);
+    if (!divides)
+        return xstrdup_printf("--zero-group %d does not divide the %d ranks: use a divisor of %d", group, world, world);
+    return NULL;
+}
+
 void grad_sync_init(GradSync *g, MPI_Comm comm, Comm *stats, size_t total, int zero, int group) {
     memset(g, 0, sizeof *g);
     g->world = comm;
@@ -17,12 +30,8 @@ void grad_sync_init(GradSync *g, MPI_Comm comm, Comm *stats, size_t total, int z
     g->total = total;
     MPI_Comm_rank(comm, &g->world_rank);
     MPI_Comm_size(comm, &g->world_size);
-    if (zero < 0 || zero > 3) die_collective("--zero %d is not a ZeRO stage: use 0, 1, 2 or 3", zero);
-    if (group < 0 || group > g->world_size || (group > 0 && g->world_size % group != 0))
-        die_collective("--zero-group %d does not divide the %d ranks: use a divisor of %d", group, g->world_size,
-                       g->world_size);
-    if (group > 0 && zero == 0)
-        die_collective("--zero-group %d shards nothing under --zero 0: use --zero 1, 2 or 3", group);
+    char *err = zero_flags_error(zero, group, g->world_size);
+    if (err) die_collective("%s", err);
     g->group = group > 0 ? group : g->world_size;
     g->n_groups = g->world_size / g->group;
     g->rank = 0;

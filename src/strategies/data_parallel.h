@@ -93,10 +93,13 @@ typedef struct {
     float *p_outer;                /* zero 3: the gathered embedding + tail, during a micro-batch */
 } GradSync;
 
-/* Plans the shards over groups of `group` ranks (0: the whole world). Errors (g not dividing
- * the world, zero outside 0..3, a buffer too large for MPI's int counts) are one line on every
- * rank (die_collective). */
+/* Plans the shards over groups of `group` ranks (0: the whole world). Errors (zero_flags_error's, a
+ * buffer too large for MPI's int counts) are one line on every rank (die_collective). */
 void grad_sync_init(GradSync *g, MPI_Comm comm, Comm *stats, size_t total, int zero, int group);
+/* --zero and --zero-group (group 0: not given, all ranks) against `world` ranks: NULL, or the one line
+ * (newly allocated) whose fix works as given: a group under --zero 0 that also does not divide the
+ * ranks names both (grad_sync_init and the memory model refuse alike). */
+char *zero_flags_error(int zero, int group, int world);
 void grad_sync_free(GradSync *g);
 
 /* zero 2/3 (on more than one rank): installs the hooks on the model (m->hooks) and takes over

@@ -160,10 +160,8 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
     }
     if (in->seq_len % sp != 0) return xstrdup_printf("--seq-len %ld does not split over %d sequence-parallel ranks: use a multiple of %d", in->seq_len, sp, sp);
     const int zero = pc->zero, group = pc->zero_group > 0 ? pc->zero_group : world;
-    if (group > 0 && pc->zero_group > 0 && zero == 0)
-        return xstrdup_printf("--zero-group %d shards nothing under --zero 0: use --zero 1, 2 or 3", group);
-    if (zero < 0 || zero > 3) return xstrdup_printf("--zero %d is not a ZeRO stage: use 0, 1, 2 or 3", zero);
-    if (world % group != 0) return xstrdup_printf("--zero-group %d does not divide the %d ranks: use a divisor of %d", group, world, world);
+    err = zero_flags_error(zero, pc->zero_group, world); /* grad_sync_init's refusals */
+    if (err) return err;
     err = batch_split_error(in->batch, dp);
     if (err) return err;
     const int threads = pc->threads > 0 ? pc->threads : (in->cores / world > 1 ? in->cores / world : 1);

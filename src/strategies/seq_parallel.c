@@ -95,7 +95,8 @@ char *parallel_flags_check(const Strategy *s, const ParallelConfig *cfg) {
         return xstrdup_printf("--team %d is read by --strategy wallfacer only: drop it or use --strategy wallfacer",
                               cfg->team);
     if (cfg->chunks > 1 && !s->own)
-        return xstrdup_printf("--chunks %d is read by --strategy fpdt only: drop it or use --strategy fpdt", cfg->chunks);
+        return xstrdup_printf("--chunks %d is read by --strategy fpdt only: drop it, or use --strategy fpdt with a "
+                              "--seq-len that splits into %d x hp pieces", cfg->chunks, cfg->chunks);
     if (cfg->ring_inner > 0 && !ring)
         return xstrdup_printf("--ring-inner %d is read by --strategy ring and 2d only (their double ring%s): drop it "
                               "or use --strategy ring or 2d", cfg->ring_inner,
