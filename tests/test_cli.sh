@@ -691,5 +691,8 @@ else bad "bench attn --heads 6 --kv-heads 2 on one rank: not 6 heads (2 KV): $ou
 expect_error "bench attn --kv-heads not dividing --heads" "--kv-heads 2 does not divide the 3 query heads" "$SEQPAR" bench attn --heads 3 --kv-heads 2
 expect_error "bench attn --cp 1 --kv-heads not dividing --heads" "--kv-heads 2 does not divide the 3 query heads" "$SEQPAR" bench attn --heads 3 --kv-heads 2 --cp 1
 expect_error "bench step --heads" "--heads is read by attn only" "$SEQPAR" bench step --heads 6
+# an empty list item is refused, not skipped (strtok read '8,,8' as 8,8 and '64,' as 64)
+expect_error "bench --head-dims 8,,8" "--head-dims '8,,8' has an empty item" "$SEQPAR" bench attn --head-dims 8,,8
+expect_error "bench --mem-seq-lens 64," "--mem-seq-lens '64,' has an empty item" "$SEQPAR" bench memory --mem-seq-lens 64,
 
 summary test_cli

@@ -75,18 +75,26 @@ static const char HELP[] =
     "core, SEQPAR_ATTN_TILES=fwd_bq,fwd_bk,bwd_bk,bwd_bq sets them. The sgemm figure is the best of\n"
     "several trials: the fp32 peak that MFU is measured against.\n";
 
-/* Parses "a,b,c" into at most max positive ints; returns the count. */
+/* Parses "a,b,c" into at most max positive ints; returns the count. An empty item ("8,,8", "64,")
+ * is refused (strtok skipped it). */
 #define BENCH_LIST_MAX 8 /* values of --head-dims and --mem-seq-lens */
 static int parse_list(const char *flag, const char *s, int *out, int max) {
+    if (!*s) die_collective("seqpar bench: --%s needs at least one value", flag);
     int n = 0;
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", s);
-    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+    for (const char *p = s;; p++) {
+        const size_t len = strcspn(p, ",");
+        if (len == 0)
+            die_collective("seqpar bench: --%s '%s' has an empty item: give values separated by single commas "
+                           "(e.g. 64,128)", flag, s);
         if (n == max) die_collective("seqpar bench: --%s takes at most %d values", flag, max);
+        char *tok = xmalloc(len + 1);
+        memcpy(tok, p, len);
+        tok[len] = 0;
         out[n++] = (int)parse_long("bench", flag, tok, 1, 1 << 30);
+        xfree(tok);
+        p += len;
+        if (!*p) return n;
     }
-    if (n == 0) die_collective("seqpar bench: --%s needs at least one value", flag);
-    return n;
 }
 
 typedef struct {
