@@ -218,6 +218,8 @@ if timeout 60 "$SEQPAR" sample --model "$T/full" --prompt "The " --max-new-token
 expect_error "sample: text prompt to a tokenized model" "--prompt-tokens" "$SEQPAR" sample --model "$FIX/tiny_mha" --prompt "hi"
 expect_error "sample: no model" "--model DIR is required" "$SEQPAR" sample --prompt "hi"
 expect_error "sample: token outside the vocabulary" "outside the vocabulary" "$SEQPAR" sample --model "$FIX/tiny_mha" --prompt-tokens "1,61"
+expect_error "sample: --stop-token = vocab_size" "--stop-token 61 is outside the vocabulary .*(vocab_size 61): give an id from 0 to 60, or -1" "$SEQPAR" sample --model "$FIX/tiny_mha" --prompt-tokens 1 --stop-token 61
+if timeout 60 "$SEQPAR" sample --model "$FIX/tiny_mha" --prompt-tokens 1 --stop-token 60 --max-new-tokens 2 >/dev/null 2>&1; then ok; else bad "sample --stop-token 60 (the last id of vocab_size 61) refused"; fi
 expect_error "sample: bad token list" "comma" "$SEQPAR" sample --model "$FIX/tiny_mha" --prompt-tokens "1,x"
 for ids in "1,,2" "1,2," ",1" "1 2"; do # an empty or missing entry is not skipped silently
     expect_error "sample: token list '$ids'" "separated by commas" "$SEQPAR" sample --model "$FIX/tiny_mha" --prompt-tokens "$ids"

@@ -36,8 +36,8 @@ static const char HELP[] =
     "                         where positive, multiplied by R where negative, before the choice (also\n"
     "                         the greedy one; transformers' repetition_penalty; R > 0; default 1: none)\n"
     "  --seed S               sampling seed (default 1): the same seed gives the same text\n"
-    "  --stop-token ID        stop after generating ID (default: 256 for a vocabulary-257 byte model,\n"
-    "                         none otherwise; -1: never stop early)\n"
+    "  --stop-token ID        stop after generating ID, an id below vocab_size (default: 256 for a\n"
+    "                         vocabulary-257 byte model, none otherwise; -1: never stop early)\n"
     "  --ids                  print token ids (comma-separated) instead of text\n"
     "  --threads N            threads (default 1: one token at a time is little work, and more threads\n"
     "                         mostly wait for each other; larger models may gain from more)\n"
@@ -166,6 +166,9 @@ int cmd_sample(int argc, char **argv) {
                 die_collective("seqpar sample: prompt token %d is outside the vocabulary of '%s' (vocab_size %d)",
                                prompt[i], o.model_dir, V);
     }
+    if (o.stop_set && o.stop_token >= V) /* no token the model makes: it never stopped */
+        die_collective("seqpar sample: --stop-token %ld is outside the vocabulary of '%s' (vocab_size %d): give an id "
+                       "from 0 to %d, or -1 (never stop early)", o.stop_token, o.model_dir, V, V - 1);
     long stop = o.stop_set ? o.stop_token : V == 257 ? 256 : -1;
     int as_ids = o.ids || !byte_level;
 
