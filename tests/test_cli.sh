@@ -425,6 +425,9 @@ done
 expect_error "unknown bench part" "unknown part" "$SEQPAR" bench nothing
 expect_error "bad SEQPAR_ATTN_BWD_ROWS" "SEQPAR_ATTN_BWD_ROWS=12x" env SEQPAR_ATTN_BWD_ROWS=12x "$SEQPAR" "${G[@]}" --model "$FIX/tiny_mha"
 expect_error "bad SEQPAR_ATTN_DQ_SLOTS" "SEQPAR_ATTN_DQ_SLOTS=0" env SEQPAR_ATTN_DQ_SLOTS=0 "$SEQPAR" "${G[@]}" --model "$FIX/tiny_mha"
+# SEQPAR_CHECK_ROUNDED is 1 or 0 (or unset): any other value was taken silently as 1
+expect_error "bad SEQPAR_CHECK_ROUNDED" "SEQPAR_CHECK_ROUNDED=x: expected 1 .* or 0" env SEQPAR_CHECK_ROUNDED=x "$SEQPAR" "${G[@]}" --model "$FIX/tiny_mha"
+if SEQPAR_CHECK_ROUNDED=0 timeout 60 "$SEQPAR" "${G[@]}" --model "$FIX/tiny_mha" --precision bf16 >/dev/null 2>&1; then ok; else bad "SEQPAR_CHECK_ROUNDED=0 refused"; fi
 # in plain decimal, as the command line's numbers (strtol took ' 4' and ' 96')
 expect_error "SEQPAR_ATTN_DQ_SLOTS with a space" "SEQPAR_ATTN_DQ_SLOTS= 4" env SEQPAR_ATTN_DQ_SLOTS=' 4' "$SEQPAR" "${G[@]}" --model "$FIX/tiny_mha"
 expect_error "SEQPAR_ATTN_BWD_ROWS with a space" "SEQPAR_ATTN_BWD_ROWS= 96" env SEQPAR_ATTN_BWD_ROWS=' 96' "$SEQPAR" "${G[@]}" --model "$FIX/tiny_mha"

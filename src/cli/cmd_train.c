@@ -114,7 +114,7 @@ static const char HELP_TAIL[] =
     "  The attention backward sums dq in 2 slots per thread (1 on one thread), never by timing;\n"
     "  SEQPAR_ATTN_DQ_SLOTS=N fixes the count: the same gradients bit for bit on any thread count.\n"
     "  SEQPAR_CHECK_ROUNDED=1 (bf16, for tests): every matrix-multiply operand the model made as bf16\n"
-    "  values is checked to be so before its product (one line naming the call if not).\n";
+    "  values is checked to be so before its product (one line naming the call if not); 0: no check.\n";
 
 
 /* The source of training sequences: recall task or token files read in order (token_stream.h). */

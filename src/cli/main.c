@@ -11,6 +11,7 @@
 #include "comm/comm.h"
 #include "core/common.h"
 #include "kernels/blas_core.h"
+#include "kernels/ops.h"
 #include "kernels/sgemm.h"
 
 static const char USAGE[] =
@@ -101,7 +102,8 @@ int main(int argc, char **argv) {
     /* before MPI starts: OpenBLAS chose its kernels in its constructor; a weak choice is corrected
      * by running this program again with OPENBLAS_CORETYPE set (returns when none is needed) */
     char err[200];
-    if (blas_core_reexec_if_weak(argv, err, sizeof err) || sgemm_select_from_env(err, sizeof err)) {
+    if (blas_core_reexec_if_weak(argv, err, sizeof err) || sgemm_select_from_env(err, sizeof err) ||
+        check_rounded_from_env(err, sizeof err)) {
         fprintf(stderr, "seqpar: error: %s\n", err);
         return 1;
     }

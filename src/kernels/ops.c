@@ -86,9 +86,20 @@ static float *scratch_reserve_f32(Bf16Scratch *s, size_t na, size_t nb, float **
 /* SEQPAR_CHECK_ROUNDED=1: the operands a call marks as rounded are checked (ops.h) */
 static int check_rounded;
 static pthread_once_t check_rounded_once = PTHREAD_ONCE_INIT;
-static void read_check_rounded(void) {
+int check_rounded_from_env(char *err, size_t n) {
     const char *e = getenv("SEQPAR_CHECK_ROUNDED");
-    check_rounded = e && *e && strcmp(e, "0") != 0;
+    if (!e || !*e || !strcmp(e, "0")) check_rounded = 0;
+    else if (!strcmp(e, "1")) check_rounded = 1;
+    else { /* any other value was taken as 1 */
+        snprintf(err, n, "SEQPAR_CHECK_ROUNDED=%.40s: expected 1 (check the operands made as bf16 values) or 0 (no "
+                 "check; also unset)", e);
+        return -1;
+    }
+    return 0;
+}
+static void read_check_rounded(void) { /* without the CLI's start-up call (the test programs) */
+    char err[200];
+    if (check_rounded_from_env(err, sizeof err) != 0) die("%s", err);
 }
 
 static void check_operand(const char *call, const char *name, const float *x, size_t n) {

@@ -59,6 +59,9 @@ void linear_backward_bf16(float *din, float *dW, const float *dout, const float 
  * bit either way. With SEQPAR_CHECK_ROUNDED=1 in the environment every operand so marked is
  * checked first, and one that is not a bf16 value ends the process naming the call (tests). */
 enum { BF16_IN_ROUNDED = 1, BF16_DOUT_ROUNDED = 2 };
+/* Reads SEQPAR_CHECK_ROUNDED (1; 0, empty or unset: no check). Returns 0, or -1 with a one-line
+ * message in err for any other value. The CLI calls it at start-up; else the first marked operand reads it. */
+int check_rounded_from_env(char *err, size_t n);
 /* On strided rows as linear_forward_ld / linear_backward_ld; the bf16 copies keep the strides
  * (a row operand's copy is N rows of its stride). */
 void linear_forward_bf16_ld(float *out, int ld_out, const float *in, int ld_in, const float *W, int N, int n_in,
