@@ -415,6 +415,11 @@ expect_error "train --zero-group 3 on one rank" "drop it, or use --zero 1, 2 or 
 if timeout 60 "$SEQPAR" train --zero 1 --zero-group 1 "${L1[@]}" >/dev/null 2>&1; then ok; else bad "train --zero 1 --zero-group 1 on one rank"; fi
 expect_error "train --chunks 3 on one rank" "drop it, or use --strategy fpdt with a --seq-len that splits into 3 x hp pieces" "$SEQPAR" train --chunks 3 "${L1[@]}"
 if timeout 60 "$SEQPAR" train --strategy fpdt --chunks 3 --seq-len 126 "${L1[@]}" >/dev/null 2>&1; then ok; else bad "train --strategy fpdt --chunks 3 --seq-len 126 on one rank"; fi
+# wallfacer's --team where sp = 1 is checked as at sp > 1 (it was accepted and read by nothing), its team
+# alone: --team 1 still takes any --seq-len on one rank (no layout splits it)
+expect_error "train --strategy wallfacer --team 3 on one rank" "--team 3 exceeds sqrt(cp) .*valid --team for cp 1: 1" "$SEQPAR" train --strategy wallfacer --team 3 "${L1[@]}"
+expect_error "memory --strategy wallfacer --team 2 over dp 2" "--team 2 exceeds sqrt(cp) .*valid --team for cp 1: 1" "$SEQPAR" memory --ranks 2 --dp 2 --strategy wallfacer --team 2
+if timeout 60 "$SEQPAR" train --strategy wallfacer --team 1 --seq-len 127 "${L1[@]}" >/dev/null 2>&1; then ok; else bad "train --strategy wallfacer --team 1 --seq-len 127 on one rank"; fi
 # an empty --model is refused alike by every command (memory and plan read '/config.json'), and a missing
 # directory is train's line in memory and plan too (they named '/nonexistent/config.json')
 expect_error "train --model ''" "--model needs a directory" "$SEQPAR" train --model '' --steps 1 --log "$T/x.jsonl"

@@ -157,6 +157,9 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
     if (sp > 1 || own) {
         err = strategy_check(s, &sp_params);
         if (err) return err;
+    } else if (pc->team > 0) { /* as seq_parallel_create */
+        err = team_sp1_check(s, &sp_params);
+        if (err) return err;
     }
     if (in->seq_len % sp != 0) return xstrdup_printf("--seq-len %ld does not split over %d sequence-parallel ranks: use a multiple of %d", in->seq_len, sp, sp);
     const int zero = pc->zero, group = pc->zero_group > 0 ? pc->zero_group : world;

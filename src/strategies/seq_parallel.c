@@ -104,6 +104,12 @@ char *parallel_flags_check(const Strategy *s, const ParallelConfig *cfg) {
     return NULL;
 }
 
+char *team_sp1_check(const Strategy *s, const StrategyParams *p) {
+    StrategyParams q = *p;
+    q.layout = LAYOUT_CONTIGUOUS; /* splits any --seq-len over one rank */
+    return strategy_check(s, &q);
+}
+
 void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaConfig *model, int seq_len,
                          size_t n_params) {
     memset(p, 0, sizeof *p);
@@ -161,6 +167,9 @@ void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaC
     const int own = p->strategy->own != NULL;
     if (sp > 1 || own) {
         err = strategy_check(p->strategy, &p->params);
+        if (err) die_collective("%s", err);
+    } else if (cfg->team > 0) { /* --team 3 on one rank was accepted and read by nothing */
+        err = team_sp1_check(p->strategy, &p->params);
         if (err) die_collective("%s", err);
     }
     if (cfg->offload_dir) { /* a directory one node lacks: every rank's one line, not a stall (chunk_tier.h) */

@@ -74,6 +74,10 @@ int cpus_left_idle(const cpu_set_t *node, int n, const cpu_set_t *avail);
  * it and its fix (the caller frees it), else NULL. Refused rather than echoed in the header and
  * ignored; seq_parallel_create and the memory model both ask. */
 char *parallel_flags_check(const Strategy *s, const ParallelConfig *cfg);
+/* A --team given where sp = 1 (one rank, or dp only), where the strategy's check is skipped: the
+ * team's check alone (wallfacer: C^2 divides cp = 1), not the layout's (nothing is split). A one-line
+ * message (the caller frees it), else NULL; seq_parallel_create and the memory model both ask. */
+char *team_sp1_check(const Strategy *s, const StrategyParams *p);
 
 /* Builds everything; every configuration error (unknown strategy, product not equal to the
  * ranks, W not dividing cp, S not splitting under the layout, more head ranks than heads, a
