@@ -702,5 +702,18 @@ expect_error "bench step --heads" "--heads is read by attn only" "$SEQPAR" bench
 # an empty list item is refused, not skipped (strtok read '8,,8' as 8,8 and '64,' as 64)
 expect_error "bench --head-dims 8,,8" "--head-dims '8,,8' has an empty item" "$SEQPAR" bench attn --head-dims 8,,8
 expect_error "bench --mem-seq-lens 64," "--mem-seq-lens '64,' has an empty item" "$SEQPAR" bench memory --mem-seq-lens 64,
+# a bench part refuses the memory flags it does not read (bench attn ran with --no-stream, --offload-dir D,
+# --zero, --checkpoint ignored); --offload-dir is FPDT's chunk tier in bench attn --strategy fpdt
+expect_error "bench attn --no-stream" "--no-stream is read by 'bench memory' only, not by 'bench attn'" "$SEQPAR" bench attn --no-stream
+expect_error "bench attn --offload-dir" "--offload-dir is read by 'bench memory' and 'bench attn --strategy fpdt' only" "$SEQPAR" bench attn --offload-dir "$T"
+expect_error "bench attn --cp 1 --zero 1" "--zero is read by 'bench memory' only" "$SEQPAR" bench attn --cp 1 --zero 1
+expect_error "bench attn --checkpoint layer" "--checkpoint is read by 'bench step' and 'bench memory'" "$SEQPAR" bench attn --checkpoint layer
+expect_error "bench memory --no-stream without fpdt" "--no-stream runs FPDT's layers whole" "$SEQPAR" bench memory --no-stream --mem-seq-lens 64
+if timeout 60 "$SEQPAR" bench attn --strategy fpdt --chunks 2 --offload-dir "$T" --seq-len 64 --head-dims 16 --repeats 1 >/dev/null 2>&1; then ok
+else bad "bench attn --strategy fpdt --offload-dir refused"; fi
+# distributed bench attn runs --precision bf16 (bf16 inputs and wire, as train; it ran fp32) and says so
+out=$(timeout 60 "$SEQPAR" bench attn --cp 1 --precision bf16 --seq-len 64 --head-dims 16 --repeats 1 2>&1)
+if printf '%s\n' "$out" | grep -q "^distributed attention, causal, S = 64, 8 heads (8 KV), head_dim 16, bf16 on"; then ok
+else bad "bench attn --cp 1 --precision bf16 not bf16: $out"; fi
 
 summary test_cli

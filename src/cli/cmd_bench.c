@@ -432,8 +432,8 @@ static void bench_dist_attn(const ParallelConfig *pc, int S, int H, int Hkv, int
     if (par.topo.world_rank == 0) {
         char desc[512];
         seq_parallel_describe(&par, desc, sizeof desc);
-        printf("distributed attention, causal, S = %d, %d heads (%d KV), head_dim %d on %s; medians of %d:\n", S, H,
-               Hkv, d, desc, repeats);
+        printf("distributed attention, causal, S = %d, %d heads (%d KV), head_dim %d, %s on %s; medians of %d:\n", S,
+               H, Hkv, d, pc->wire_bf16 ? "bf16" : "fp32", desc, repeats);
         if (par.topo.world_size == 1) { /* nothing to overlap or count: the timing alone */
             printf("  forward+backward %.3f s (forward %.3f s, backward %.3f s) | %.1f GFLOPS | one process: no "
                    "communication\n", r.time_s, r.fwd_s, r.bwd_s, r.gflops);
@@ -518,6 +518,19 @@ int cmd_bench(int argc, char **argv) {
             die_collective("seqpar bench: --kv-heads %d does not divide the %d query heads%s: give --kv-heads dividing "
                            "--heads", kv_heads, h, heads ? "" : " (the default: set --heads)");
     }
+    /* a flag no part of this run reads is refused (as train's --chunks without fpdt): --zero, --zero-group,
+     * --no-stream and --offload-dir are the parallel memory part's (and fpdt's chunks in distributed
+     * attn: --offload-dir), --checkpoint and --ffn-chunks step's and memory's */
+    const int fpdt = pc.strategy && !strcmp(pc.strategy, "fpdt");
+    const char *unread = pc.zero > 0 ? "zero" : pc.zero_group > 0 ? "zero-group" : mf.no_stream ? "no-stream"
+                         : pc.offload_dir && !(dist_attn && fpdt) ? "offload-dir" : NULL;
+    if (unread && strcmp(part, "memory"))
+        die_collective("seqpar bench: --%s is read by 'bench memory'%s only, not by 'bench %s': drop it or run 'bench "
+                       "memory'", unread, strcmp(unread, "offload-dir") ? "" : " and 'bench attn --strategy fpdt'", part);
+    if (!strcmp(part, "attn") && (mf.checkpoint != LLAMA_CKPT_NONE || mf.ffn_chunks > 0))
+        die_collective("seqpar bench: --%s is read by 'bench step' and 'bench memory', not by 'bench attn' (attention "
+                       "alone): drop it", mf.ffn_chunks > 0 ? "ffn-chunks" : "checkpoint");
+    if (mf.no_stream) mem_modes = 1; /* memory in one process: offload_flags_check (fpdt's flag) */
     if (!strcmp(part, "memory") && (world > 1 || grid || mem_modes)) {
         offload_flags_check(&pc, &mf);
         bench_memory_parallel(&pc, &mf, lens, n_lens);
@@ -530,6 +543,7 @@ int cmd_bench(int argc, char **argv) {
         if (bench_clock_is_cpu())
             die_collective("seqpar bench: --cpu-time times one process's kernels; distributed 'bench attn' measures "
                            "wall time, its waits included: drop --cpu-time");
+        pc.wire_bf16 = mf.precision == PRECISION_BF16; /* bf16 inputs and wire, as train (it ran fp32) */
         bench_dist_attn(&pc, S, heads ? heads : 8, kv_heads ? kv_heads : heads ? heads : 8, dims[0], repeats);
         return 0;
     }
