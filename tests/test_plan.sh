@@ -100,10 +100,18 @@ if printf '%s' "$tight" | grep -q '^best: .*--checkpoint \(selective\|layer\)' &
 # no row that does not fit before one that does
 if printf '%s\n' "$tight" | awk '/^ *[0-9]+  [a-z0-9]+ / { nf = /does not fit/; if (seen && !nf) bad = 1; if (nf) seen = 1 } END { exit bad }'; then ok; else
     bad "a configuration that does not fit is listed before one that does"; fi
-none=$(timeout 60 "$SEQPAR" plan --ranks 2 $S2 $RATES --mem-per-rank 0.01 --top 3 2>&1)
+# nothing fits: the table on stdout, then stderr's one line naming what to change (it was a line on stdout),
+# status 1 on every rank (the other ranks of an mpirun exited 0); the --mem-per-rank it names fits
+none=$(timeout 60 "$SEQPAR" plan --ranks 2 $S2 $RATES --mem-per-rank 0.01 --top 3 2>"$T/none.err")
 rc=$?
-if [ $rc -eq 1 ] && printf '%s' "$none" | grep -q '^no configuration fits in 10.2 MiB per rank: the smallest needs'; then ok; else
-    bad "nothing fits: status $rc: $(printf '%s' "$none" | tail -n 2)"; fi
+need=$(sed -nE 's/.*give --mem-per-rank ([0-9.]+) or more.*/\1/p' "$T/none.err")
+if [ $rc -eq 1 ] && [ "$(grep -c '' "$T/none.err")" = 1 ] && printf '%s' "$none" | grep -q 'does not fit$' &&
+    grep -q '^seqpar: error: seqpar plan: no configuration fits in 10.2 MiB per rank: the smallest (row 1) needs .* MiB: give --mem-per-rank [0-9.]* or more .*, more --ranks, --offload-dir DIR, or a shorter --seq-len$' "$T/none.err"; then ok; else
+    bad "nothing fits: status $rc: $(printf '%s' "$none" | tail -n 1) / $(cat "$T/none.err")"; fi
+if [ -n "$need" ] && timeout 60 "$SEQPAR" plan --ranks 2 $S2 $RATES --mem-per-rank "$need" --top 1 2>&1 | grep -q '^best: '; then ok; else
+    bad "nothing fits: the --mem-per-rank '$need' it names does not fit"; fi
+st=$(run_np 2 sh -c "\"$SEQPAR\" plan --ranks 2 $S2 $RATES --mem-per-rank 0.01 --top 1 >/dev/null 2>&1; echo status \$?" 2>/dev/null | sort | uniq -c | tr -s ' ')
+if [ "$st" = " 2 status 1" ]; then ok; else bad "nothing fits under mpirun: not status 1 on both ranks: $st"; fi
 
 # one FFN chunk under --checkpoint none (gate and up kept, not recomputed): faster, in more RAM; the
 # pick where it fits, not where only the default's chunks do; a user's --ffn-chunks kept

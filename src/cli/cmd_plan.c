@@ -316,9 +316,9 @@ int cmd_plan(int argc, char **argv) {
     if (err) die_collective("seqpar plan: %s", err);
     int fit = 0;
     for (int i = 0; i < n; i++) fit += list[i].fits;
-    if (rank != 0) {
+    if (rank != 0) { /* rank 0 prints; every rank ends with its status (nothing runs or fits: 1, as rank 0) */
         xfree(list);
-        return 0;
+        return n == 0 || fit == 0 ? 1 : 0;
     }
     const LlamaConfig *c = &base.model;
     const int nodes = cl.ranks / cl.ranks_per_node, thr = cl.cores_per_node / cl.ranks_per_node > 1 ? cl.cores_per_node / cl.ranks_per_node : 1;
@@ -395,10 +395,7 @@ int cmd_plan(int argc, char **argv) {
         char pe[48] = "";
         if (thr > 1) snprintf(pe, sizeof pe, " --map-by slot:PE=%d", thr);
         printf("best: mpirun -n %d%s seqpar train%s%s %s\n", cl.ranks, pe, *given ? " " : "", given, flags);
-    } else
-        printf("no configuration fits in %s per rank: the smallest needs %.1f MiB (more ranks, --offload-dir, or "
-               "a shorter --seq-len)\n",
-               ram, best->ram / 1048576.0);
+    }
     if (traffic) {
         MemoryModelInput in = base;
         in.world = cl.ranks;
@@ -418,6 +415,12 @@ int cmd_plan(int argc, char **argv) {
                            t.intra[k] / 1e6, t.inter[k] / 1e6);
             printf("\n");
         }
+    }
+    if (!best->fits) { /* the table stays on stdout; the error is stderr's one line, last, naming what to change */
+        const double gib = ceil(best->ram / 1073741824.0 * 1000) / 1000; /* --mem-per-rank's unit, rounded up */
+        fprintf(stderr, "seqpar: error: seqpar plan: no configuration fits in %s per rank: the smallest (row 1) needs "
+                "%.1f MiB: give --mem-per-rank %.3f or more (ranks with that RAM), more --ranks, %sor a shorter "
+                "--seq-len\n", ram, best->ram / 1048576.0, gib, base.par.offload_dir ? "" : "--offload-dir DIR, ");
     }
     const int status = best->fits ? 0 : 1;
     xfree(list);
