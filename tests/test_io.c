@@ -489,6 +489,16 @@ static void test_config(const TempDir *td) {
         int eot = -1; /* two eos ids: --pack asks which (it reads the saved list) */
         CHECK(config_json_eos_token_id(saved, &eot, &ce) != 0 && strstr(ce.msg, "lists 2 eos_token_id values"),
               "eos of the saved config: %d", eot);
+        /* an integer id too large (or negative) is named by its value (it said "found an integer") */
+        char eos_path[300];
+        snprintf(eos_path, sizeof eos_path, "%s.eos", saved);
+        write_text(eos_path, "{\"eos_token_id\": 2147483648}");
+        CHECK(config_json_eos_token_id(eos_path, &eot, &ce) != 0 &&
+                  strstr(ce.msg, "\"eos_token_id\" 2147483648 is out of range (a token id is 0 to 2147483646)"),
+              "eos_token_id 2^31 not refused as out of range: %s", ce.msg);
+        write_text(eos_path, "{\"eos_token_id\": 2147483646}");
+        CHECK(config_json_eos_token_id(eos_path, &eot, &ce) == 0 && eot == 2147483646, "eos_token_id 2^31 - 2 refused");
+        remove(eos_path);
         LlamaConfig back2;
         config_json_load(saved, &back2);
         CHECK(memcmp(&kc, &back2, sizeof kc) == 0, "config with token ids: save/load round trip changed values");

@@ -376,9 +376,12 @@ int config_json_eos_token_id(const char *path, int *eos, SeqErr *e) {
     } else if (json_is_array(v)) {
         rc = seq_err(e, "config '%s' lists %zu eos_token_id values: pass the one that ends documents with --eot ID",
                      path, json_array_size(v));
-    } else if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= INT_MAX) {
+    } else if (!json_is_integer(v)) {
         rc = seq_err(e, "config '%s': \"eos_token_id\" must be a non-negative JSON integer, found %s: pass --eot ID",
                      path, json_type_name(v));
+    } else if (json_integer_value(v) < 0 || json_integer_value(v) >= INT_MAX) { /* an integer: its size is wrong */
+        rc = seq_err(e, "config '%s': \"eos_token_id\" %lld is out of range (a token id is 0 to %d): pass --eot ID",
+                     path, (long long)json_integer_value(v), INT_MAX - 1);
     } else {
         *eos = (int)json_integer_value(v);
         rc = 0;
