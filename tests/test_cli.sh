@@ -171,7 +171,7 @@ else bad "--recall-pairs 16 as suggested does not run"; fi
 timeout 120 "$SEQPAR" train --layers 1 --hidden 32 --ffn 64 --seq-len 32 --batch 2 --steps 100000 --quiet --log "$T/lk1.jsonl" --save "$T/lk" --save-every 50 >/dev/null 2>&1 &
 lk=$!
 for i in $(seq 1 400); do [ -s "$T/lk1.jsonl" ] && break; sleep 0.05; done
-expect_error "a second run on the same --save" "is being written by another run (process" "$SEQPAR" train --layers 1 --hidden 32 --ffn 64 --seq-len 32 --batch 2 --steps 5 --log "$T/lk2.jsonl" --save "$T/lk"
+expect_error "a second run on the same --save" "is being written by another run (process [0-9]* holds its lock '.*', on the host running that run)" "$SEQPAR" train --layers 1 --hidden 32 --ffn 64 --seq-len 32 --batch 2 --steps 5 --log "$T/lk2.jsonl" --save "$T/lk"
 kill -TERM "$lk" 2>/dev/null; wait "$lk"
 if [ -f "$T/lk/trainer_state.json" ] && timeout 60 "$SEQPAR" train --layers 1 --hidden 32 --ffn 64 --seq-len 32 --batch 2 --steps 100000 --quiet \
     --log "$T/lk1.jsonl" --resume "$T/lk" --save "$T/lk" --stop-at "$(( $(sed -nE 's/.*"step": ([0-9]+),.*/\1/p' "$T/lk/trainer_state.json" | head -n 1) + 1 ))" >/dev/null 2>&1; then ok

@@ -420,9 +420,9 @@ int checkpoint_lock(const char *dir, SeqErr *e) {
             const ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
             holder[n > 0 ? n : 0] = 0;
             holder[strcspn(holder, "\n")] = 0;
-            seq_err(e, "--save %s is being written by another run (process %s%s holds its lock '%s'): give this run "
-                    "another directory, or start it when that one ends", d, *holder ? holder : "?",
-                    *holder ? " on the host that saved it" : "", path);
+            seq_err(e, "--save %s is being written by another run (%s%s holds its lock '%s'%s): give this run another "
+                    "directory, or start it when that one ends", d, *holder ? "process " : "a process", holder, path,
+                    *holder ? ", on the host running that run" : "");
             close(fd);
             fd = -1;
         } else {
