@@ -57,6 +57,25 @@ for d in mistral_none mistral_24; do
     if cmp -s "$T/$d.grads" "$T/tiny_mha.grads" && [ "$(grep '^loss' "$T/$d.out")" = "$(timeout 60 "$SEQPAR" grad --model "$FIX/tiny_mha" \
         --tokens "$FIX/tiny_mha/tokens.bin" --seq-len 24 --out "$T/x.grads" | grep '^loss')" ]; then ok; else bad "grad $d: not the Llama's loss and gradients: $(tail -n 1 "$T/$d.out")"; fi
 done
+# ---- sample stops where transformers' generate does: at the model's eos_token_id (one or a list),
+# from generation_config.json where the directory has one, else config.json (it ran on to
+# --max-new-tokens); --stop-token overrides, -1 never stops
+mkdir -p "$T/eos"
+ln -sf "$(cd "$FIX/tiny_mha" && pwd)/model.safetensors" "$T/eos/model.safetensors"
+SMP=(--prompt-tokens 1,2,3 --ids --temperature 0 --repetition-penalty 3 --max-new-tokens 12)
+full=$(timeout 60 "$SEQPAR" sample --model "$FIX/tiny_mha" "${SMP[@]}" 2>/dev/null) # 12 distinct ids
+third=$(printf '%s' "$full" | cut -d, -f3); fifth=$(printf '%s' "$full" | cut -d, -f5)
+sed -e "s/^{/{\"eos_token_id\": [99, $fifth],/" "$FIX/tiny_mha/config.json" >"$T/eos/config.json"
+got=$(timeout 60 "$SEQPAR" sample --model "$T/eos" "${SMP[@]}" 2>/dev/null)
+if [ "$(printf '%s' "$full" | wc -c)" -gt 20 ] && [ "$got" = "$(printf '%s' "$full" | cut -d, -f1-5)" ]; then ok; else bad "sample: not stopped at config.json's eos $fifth: $got (all: $full)"; fi
+printf '{"eos_token_id": %s, "bos_token_id": 1}\n' "$third" >"$T/eos/generation_config.json"
+got=$(timeout 60 "$SEQPAR" sample --model "$T/eos" "${SMP[@]}" 2>/dev/null)
+if [ "$got" = "$(printf '%s' "$full" | cut -d, -f1-3)" ]; then ok; else bad "sample: not stopped at generation_config.json's eos $third: $got"; fi
+got=$(timeout 60 "$SEQPAR" sample --model "$T/eos" "${SMP[@]}" --stop-token -1 2>/dev/null)
+if [ "$got" = "$full" ]; then ok; else bad "sample --stop-token -1 stopped early: $got"; fi
+printf '{"eos_token_id": "x"}\n' >"$T/eos/generation_config.json"
+expect_error "sample, a bad eos in generation_config.json" "generation_config.json.*eos_token_id.*give --stop-token ID" \
+    "$SEQPAR" sample --model "$T/eos" "${SMP[@]}"
 # ---- pad_token_id: transformers builds embed_tokens with padding_idx = pad_token_id, so that row
 # gets no gradient from the lookup (seqpar gave it the full one, the loss unchanged): tiny_mha
 # (untied) with its first input token as the pad id gives the same loss and gradients bit for bit

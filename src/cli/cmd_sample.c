@@ -13,6 +13,7 @@
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "core/common.h"
+#include "io/config_json.h"
 #include "model/generate.h"
 #include "model/llama.h"
 
@@ -36,14 +37,19 @@ static const char HELP[] =
     "                         where positive, multiplied by R where negative, before the choice (also\n"
     "                         the greedy one; transformers' repetition_penalty; R > 0; default 1: none)\n"
     "  --seed S               sampling seed (default 1): the same seed gives the same text\n"
-    "  --stop-token ID        stop after generating ID, an id below vocab_size (default: 256 for a\n"
-    "                         vocabulary-257 byte model, none otherwise; -1: never stop early)\n"
+    "  --stop-token ID        stop after generating ID, an id below vocab_size; -1: never stop early\n"
+    "                         (default: the model's eos_token_id, one or a list, as transformers'\n"
+    "                         generate reads it: generation_config.json where the directory has\n"
+    "                         one, else config.json; without one, 256 for a vocabulary-257 byte\n"
+    "                         model, else none)\n"
     "  --ids                  print token ids (comma-separated) instead of text\n"
     "  --threads N            threads (default 1: one token at a time is little work, and more threads\n"
     "                         mostly wait for each other; larger models may gain from more)\n"
     "  --help                 this text\n"
     "Output: byte-level models print the prompt and its continuation as text (the end-of-text id\n"
     "as a newline); other models print the generated ids. Speed goes to stderr.\n";
+
+enum { SAMPLE_MAX_STOPS = 64 }; /* eos ids a model may list (Llama 3 lists 3) */
 
 typedef struct {
     const char *model_dir, *prompt, *prompt_tokens;
@@ -169,7 +175,27 @@ int cmd_sample(int argc, char **argv) {
     if (o.stop_set && o.stop_token >= V) /* no token the model makes: it never stopped */
         die_collective("seqpar sample: --stop-token %ld is outside the vocabulary of '%s' (vocab_size %d): give an id "
                        "from 0 to %d, or -1 (never stop early)", o.stop_token, o.model_dir, V, V - 1);
-    long stop = o.stop_set ? o.stop_token : V == 257 ? 256 : -1;
+    /* where generation stops: --stop-token, else the model's eos_token_id as transformers' generate
+     * reads it (generation_config.json where the directory has one, else config.json; an integer
+     * or a list), else a byte model's end-of-text id 256 */
+    int stops[SAMPLE_MAX_STOPS], n_stops = 0;
+    if (o.stop_set) {
+        if (o.stop_token >= 0) stops[n_stops++] = (int)o.stop_token;
+    } else {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/generation_config.json", o.model_dir);
+        SeqErr ee;
+        int rc = config_json_eos_ids(path, stops, SAMPLE_MAX_STOPS, &n_stops, &ee);
+        if (rc == 1) {
+            snprintf(path, sizeof path, "%s/config.json", o.model_dir);
+            rc = config_json_eos_ids(path, stops, SAMPLE_MAX_STOPS, &n_stops, &ee);
+        }
+        if (rc < 0) die_collective("seqpar sample: %s", ee.msg);
+        if (rc == 1 || (n_stops == 0 && V == 257)) { /* (a directory always has config.json) */
+            n_stops = 0;
+            if (V == 257) stops[n_stops++] = 256;
+        }
+    }
     int as_ids = o.ids || !byte_level;
 
     Generator g;
@@ -206,7 +232,9 @@ int cmd_sample(int argc, char **argv) {
         context[n_prompt + made] = next;
         put_token(next, as_ids, made == 0);
         fflush(stdout);
-        if (next == stop) {
+        int stop = 0;
+        for (int k = 0; k < n_stops; k++) stop |= next == stops[k];
+        if (stop) {
             made++;
             break;
         }

@@ -20,6 +20,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/common.h"
 #include "io/atomic_file.h"
@@ -464,5 +465,36 @@ int config_json_save(const char *path, const LlamaConfig *c, SeqErr *e) {
     if (!text) return seq_err(e, "cannot encode model config for '%s' as JSON (out of memory?)", path);
     int rc = atomic_write_text(path, text, e);
     free(text);
+    return rc;
+}
+
+int config_json_eos_ids(const char *path, int *ids, int max, int *n, SeqErr *e) {
+    *n = 0;
+    struct stat sb;
+    if (stat(path, &sb) != 0 && errno == ENOENT) return 1;
+    unsigned char *text;
+    size_t len;
+    if (read_regular_file(path, "model config", CONFIG_MAX_BYTES, &text, &len, e) != 0) return -1;
+    json_error_t jerr;
+    json_t *root = json_loadb((const char *)text, len, 0, &jerr);
+    xfree(text);
+    if (!root || !json_is_object(root)) {
+        if (root) json_decref(root);
+        return seq_err(e, "'%s' is not a JSON object: fix it, or give --stop-token ID", path);
+    }
+    json_t *v = field(root, "eos_token_id");
+    const size_t count = !v ? 0 : json_is_array(v) ? json_array_size(v) : 1;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < count; i++) {
+        json_t *id = json_is_array(v) ? json_array_get(v, i) : v;
+        if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) > INT_MAX)
+            rc = seq_err(e, "'%s': \"eos_token_id\" must be a non-negative integer or a list of them: fix it, or give "
+                         "--stop-token ID", path);
+        else if (*n >= max)
+            rc = seq_err(e, "'%s' lists more than %d eos_token_id values: give --stop-token ID", path, max);
+        else
+            ids[(*n)++] = (int)json_integer_value(id);
+    }
+    json_decref(root);
     return rc;
 }

@@ -29,4 +29,10 @@ int config_json_eos_token_id(const char *path, int *eos, SeqErr *e);
  * -1 with a one-line message. */
 int config_json_save(const char *path, const LlamaConfig *c, SeqErr *e);
 
+/* The ids generation stops at, as transformers' generate reads them: "eos_token_id" of the JSON
+ * file at `path` (generation_config.json or config.json), an integer or a list of them (at most
+ * max), into ids[0..*n) (*n = 0 where it is absent or null). 0, 1 where the file does not exist,
+ * -1 with one line (unreadable, not JSON, an id that is not a non-negative integer). */
+int config_json_eos_ids(const char *path, int *ids, int max, int *n, SeqErr *e);
+
 #endif
