@@ -577,6 +577,7 @@ save_error "--save in an unwritable place" "failed" "/proc/seqpar_ck"
 mkdir -p "$T/hf_dir"; cp "$FIX/tiny_mha/config.json" "$FIX/tiny_mha/model.safetensors" "$T/hf_dir/"; printf '{}' > "$T/hf_dir/tokenizer.json"
 save_error "--save over a model directory" "not a seqpar checkpoint" "$T/hf_dir"
 if [ -f "$T/hf_dir/tokenizer.json" ]; then ok; else bad "--save replaced a model directory"; fi
+if [ ! -e "$T/.a_file.seqpar-lock" ] && [ ! -e "$T/.hf_dir.seqpar-lock" ]; then ok; else bad "a refused --save left a lock file beside its target"; fi
 # an unusable --trace path is refused before the run, not after it
 expect_error "--trace in a missing directory" "cannot write '/nonexistent-seqpar-dir/t.json'.*writable" "$SEQPAR" train "${RT[@]}" --log "$T/x.jsonl" --trace /nonexistent-seqpar-dir/t.json
 expect_error "--trace naming a directory" "'$T': it is a directory" "$SEQPAR" grad --model "$FIX/tiny_mha" --tokens "$FIX/tiny_mha/tokens.bin" --seq-len 24 --out "$T/tr.grads" --trace "$T"

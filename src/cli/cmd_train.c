@@ -603,7 +603,8 @@ int cmd_train(int argc, char **argv) {
         if (rank == 0) {
             SeqErr lock_err; /* a lock refused here is reported below, after the --save path's checks */
             char *from = NULL;
-            save_lock = checkpoint_lock(o.save_dir, &lock_err);
+            struct stat sb; /* only a missing DIR can be an interrupted save's (no lock file beside a refused one) */
+            if (lstat(o.save_dir, &sb) != 0 && errno == ENOENT) save_lock = checkpoint_lock(o.save_dir, &lock_err);
             const int r = save_lock >= 0 ? checkpoint_recover(o.save_dir, &from, &err) : 0;
             bad = r < 0;
             if (r == 1)
