@@ -436,6 +436,8 @@ expect_error "train --chunks 3 on one rank" "drop it, or use --strategy fpdt wit
 if timeout 60 "$SEQPAR" train --strategy fpdt --chunks 3 --seq-len 126 "${L1[@]}" >/dev/null 2>&1; then ok; else bad "train --strategy fpdt --chunks 3 --seq-len 126 on one rank"; fi
 # wallfacer's --team where sp = 1 is checked as at sp > 1 (it was accepted and read by nothing), its team
 # alone: --team 1 still takes any --seq-len on one rank (no layout splits it)
+expect_error "train --strategy wallfacer --placement head-first" "--placement head-first orders head and context groups: --strategy wallfacer takes team-first" "$SEQPAR" train --strategy wallfacer --placement head-first "${L1[@]}"
+expect_error "memory --strategy wallfacer --placement head-first" "--placement head-first orders head and context groups" "$SEQPAR" memory --ranks 2 --strategy wallfacer --placement head-first
 expect_error "train --strategy wallfacer --team 3 on one rank" "--team 3 exceeds sqrt(cp) .*valid --team for cp 1: 1" "$SEQPAR" train --strategy wallfacer --team 3 "${L1[@]}"
 expect_error "memory --strategy wallfacer --team 2 over dp 2" "--team 2 exceeds sqrt(cp) .*valid --team for cp 1: 1" "$SEQPAR" memory --ranks 2 --dp 2 --strategy wallfacer --team 2
 if timeout 60 "$SEQPAR" train --strategy wallfacer --team 1 --seq-len 127 "${L1[@]}" >/dev/null 2>&1; then ok; else bad "train --strategy wallfacer --team 1 --seq-len 127 on one rank"; fi

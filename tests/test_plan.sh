@@ -280,6 +280,16 @@ err_case() { # expected-substring args...
         bad "plan $*: status $rc: $out"; fi
 }
 err_case "give --ranks P" $M
+# WallFacer: --placement head-first is refused (it was the default's value, so read as team-first
+# and ignored by train and memory); on 2 ranks its only team, 1, is listed where it is asked for
+# (plan found nothing to run, while train ran it), and its best line runs
+expect_refusal "--placement head-first orders head and context groups: --strategy wallfacer takes team-first" --ranks 2 --strategy wallfacer --placement head-first $M $RATES
+out=$(timeout 60 "$SEQPAR" plan --ranks 2 --strategy wallfacer $M $RATES 2>&1)
+best=$(printf '%s\n' "$out" | sed -n 's/^best: mpirun -n 2 seqpar train //p')
+if printf '%s' "$best" | grep -q -- "--strategy wallfacer --cp 2 --team 1 --placement team-first" &&
+    ! printf '%s\n' "$out" | grep -q "ring-first" &&
+    timeout 120 mpirun --oversubscribe -n 2 "$SEQPAR" train $best --steps 1 --log "$T/wf1.jsonl" >/dev/null 2>&1; then ok; else
+    bad "plan --strategy wallfacer on 2 ranks: $(printf '%s' "$out" | tail -n 2)"; fi
 err_case "--ranks-per-node 3 does not divide --ranks 4" --ranks 4 --ranks-per-node 3 $M
 err_case "unknown strategy 'nope'" --ranks 4 --strategy nope $M $RATES
 err_case "--attn-gflops 'x' is not F or F,B" --ranks 2 --attn-gflops x $M

@@ -201,7 +201,7 @@ int parallel_flags_handle(ParallelConfig *c, const char *cmd, int opt, const cha
     case 2002: c->hp = (int)parse_long(cmd, "hp", arg, 1, 1 << 20); return 1;
     case 2003: c->cp = (int)parse_long(cmd, "cp", arg, 1, 1 << 20); return 1;
     case 2004: c->ring_inner = (int)parse_long(cmd, "ring-inner", arg, 1, 1 << 20); return 1;
-    case 2005: c->placement = placement_parse(arg); return 1;
+    case 2005: c->placement = placement_parse(arg); c->placement_given = 1; return 1;
     case 2006: c->layout = layout_parse(arg); c->layout_given = 1; return 1;
     case 2007: c->ranks_per_node = (int)parse_long(cmd, "ranks-per-node", arg, 1, 1 << 20); return 1;
     case 2008: c->zero = (int)parse_long(cmd, "zero", arg, 0, 3); return 1;

@@ -459,7 +459,8 @@ char *plan_search(const MemoryModelInput *base, const PlanFixed *f, const PlanCl
                     /* a team of `team` needs team^2 to divide cp: no larger team (in long: 46341^2 overflowed) */
                     for (int team = is_wf ? 1 : 0; team <= (is_wf ? cp : 0) && (long)team * team <= cp; team++) {
                         if (is_wf && (cp % (team * team) || !fixed_or(f->team, team))) continue;
-                        if (is_wf && team == 1 && f->team != 1) continue; /* teams of one: the plain ring */
+                        /* teams of one are the plain ring: listed where wallfacer is asked for (on 2 ranks its only team) */
+                        if (is_wf && team == 1 && f->team != 1 && !f->strategy) continue;
                         for (int u = 1; u <= (is_fpdt ? 64 : 1); u *= 2) {
                             if (is_fpdt && !fixed_or(f->chunks, u)) continue;
                             if (is_fpdt && base->seq_len % ((long)u * hp)) continue;
@@ -469,7 +470,7 @@ char *plan_search(const MemoryModelInput *base, const PlanFixed *f, const PlanCl
                                     if (pl == PLACEMENT_CONTEXT_FIRST && (hp == 1 || cp == 1 || is_wf)) continue;
                                     if (pl == PLACEMENT_HEAD_FIRST && is_wf) continue; /* team-first */
                                     if (pl == PLACEMENT_TEAM_FIRST && !is_wf) continue;
-                                    if (pl == PLACEMENT_RING_FIRST && (!is_wf || team * team == cp)) continue;
+                                    if (pl == PLACEMENT_RING_FIRST && (!is_wf || team == 1 || team * team == cp)) continue;
                                 }
                                 for (int ci = 0; ci < 3; ci++) {
                                     if (f->checkpoint >= 0 && f->checkpoint != ckpts[ci]) continue;

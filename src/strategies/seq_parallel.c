@@ -88,9 +88,9 @@ char *parallel_flags_check(const Strategy *s, const ParallelConfig *cfg) {
     if (!wallfacer && (cfg->placement == PLACEMENT_TEAM_FIRST || cfg->placement == PLACEMENT_RING_FIRST))
         return xstrdup_printf("--placement %s places WallFacer's teams: --strategy %s takes head-first (the default) "
                               "or context-first", placement_name(cfg->placement), s->name);
-    if (wallfacer && cfg->placement == PLACEMENT_CONTEXT_FIRST)
-        return xstrdup("--placement context-first orders head and context groups: --strategy wallfacer takes "
-                       "team-first (the default) or ring-first");
+    if (wallfacer && (cfg->placement == PLACEMENT_CONTEXT_FIRST || (cfg->placement == PLACEMENT_HEAD_FIRST && cfg->placement_given)))
+        return xstrdup_printf("--placement %s orders head and context groups: --strategy wallfacer takes team-first "
+                              "(the default) or ring-first", placement_name(cfg->placement));
     if (!wallfacer && cfg->team > 0)
         return xstrdup_printf("--team %d is read by --strategy wallfacer only: drop it or use --strategy wallfacer",
                               cfg->team);

@@ -29,6 +29,7 @@ typedef struct {
     int zero_group;      /* ranks per sharding group; 0 = the world */
     int threads;         /* 0 = the default: see threads_for_cpus */
     Placement placement;
+    int placement_given; /* --placement was given (head-first is also the default, which WallFacer reads as team-first) */
     TokenLayout layout;
     int layout_given;    /* 0: the strategy's default layout */
     const char *trace_path; /* NULL: no trace */
