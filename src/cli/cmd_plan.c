@@ -179,7 +179,8 @@ static const char HELP[] =
     "  --top K               configurations listed (default 10)\n"
     "  --traffic             the best's bytes per rank and kind in one step, as 'seqpar train\n"
     "                        --stats' prints them ('bytes rank r: ...', exact; 'rank r: ...', MB\n"
-    "                        with the split to peers on the node and on other nodes)\n"
+    "                        with the split to peers on the node and on other nodes); --stats\n"
+    "                        counts the whole run: one step on token data (no evaluation) equals it\n"
     "  --help                this text\n";
 
 static const char *has_flag(int argc, char **argv, const char *name) {
