@@ -452,6 +452,14 @@ expect_error "unknown bench part" "unknown part" "$SEQPAR" bench nothing
 expect_error "bad SEQPAR_ATTN_BWD_ROWS" "SEQPAR_ATTN_BWD_ROWS=12x" env SEQPAR_ATTN_BWD_ROWS=12x "$SEQPAR" "${G[@]}" --model "$FIX/tiny_mha"
 expect_error "bad SEQPAR_ATTN_DQ_SLOTS" "SEQPAR_ATTN_DQ_SLOTS=0" env SEQPAR_ATTN_DQ_SLOTS=0 "$SEQPAR" "${G[@]}" --model "$FIX/tiny_mha"
 # SEQPAR_CHECK_ROUNDED is 1 or 0 (or unset): any other value was taken silently as 1
+# the kernels' tuning variables are checked at start-up, before MPI: one line on each rank, no
+# MPI_Abort (they ended the job through MPI_Abort under mpirun, the dq/rows ones inside step 1)
+for v in SEQPAR_ATTN_TILES=8,24,8,32 SEQPAR_ISA=foo SEQPAR_ATTN_BWD_ROWS=x SEQPAR_ATTN_DQ_SLOTS=0; do
+    expect_error "bad $v" "^seqpar: error: ${v%%=*}" env "$v" "$SEQPAR" "${G[@]}" --model "$FIX/tiny_mha"
+done
+out=$( (mpi_test_env; env SEQPAR_ATTN_DQ_SLOTS=0 timeout 60 mpirun --oversubscribe -np 2 "$SEQPAR" "${G[@]}" --model "$FIX/tiny_mha" --hp 2) 2>&1)
+if [ $? -ne 0 ] && printf '%s' "$out" | grep -q "^seqpar: error: SEQPAR_ATTN_DQ_SLOTS=0: expected" && ! printf '%s' "$out" | grep -q MPI_ABORT; then ok; else
+    bad "SEQPAR_ATTN_DQ_SLOTS=0 under mpirun: $out"; fi
 expect_error "bad SEQPAR_CHECK_ROUNDED" "SEQPAR_CHECK_ROUNDED=x: expected 1 .* or 0" env SEQPAR_CHECK_ROUNDED=x "$SEQPAR" "${G[@]}" --model "$FIX/tiny_mha"
 if SEQPAR_CHECK_ROUNDED=0 timeout 60 "$SEQPAR" "${G[@]}" --model "$FIX/tiny_mha" --precision bf16 >/dev/null 2>&1; then ok; else bad "SEQPAR_CHECK_ROUNDED=0 refused"; fi
 # in plain decimal, as the command line's numbers (strtol took ' 4' and ' 96')

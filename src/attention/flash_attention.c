@@ -561,16 +561,41 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
 
 /* ---------------------------------------------------------------------------------------------
  * Backward. */
-int attn_backward_dq_slots(int threads) {
+/* SEQPAR_ATTN_DQ_SLOTS and SEQPAR_ATTN_BWD_ROWS: their values (0 where unset or empty), or -1 with
+ * the one-line message in err */
+static long env_dq_slots(char *err, size_t n) {
     const char *env = getenv("SEQPAR_ATTN_DQ_SLOTS");
-    if (env && *env) {
-        char *end;
-        long n = strtol(env, &end, 10);
-        if (*end || !is_decimal_number(env, 0) || n < 1 || n > 1024)
-            die("SEQPAR_ATTN_DQ_SLOTS=%s: expected the number of dq accumulators of the attention backward, 1..1024",
-                env);
-        return (int)n;
+    if (!env || !*env) return 0;
+    char *end;
+    long v = strtol(env, &end, 10);
+    if (*end || !is_decimal_number(env, 0) || v < 1 || v > 1024) {
+        snprintf(err, n, "SEQPAR_ATTN_DQ_SLOTS=%.40s: expected the number of dq accumulators of the attention "
+                 "backward, 1..1024", env);
+        return -1;
     }
+    return v;
+}
+
+static long env_bwd_rows(char *err, size_t n) {
+    const char *env = getenv("SEQPAR_ATTN_BWD_ROWS");
+    if (!env || !*env) return 0;
+    char *end;
+    long v = strtol(env, &end, 10);
+    if (*end || !is_decimal_number(env, 0) || v <= 0 || v > INT_MAX / 2) {
+        snprintf(err, n, "SEQPAR_ATTN_BWD_ROWS=%.40s: expected a positive number of query rows per backward pass",
+                 env);
+        return -1;
+    }
+    return v;
+}
+
+int attn_env_check(char *err, size_t n) { return env_dq_slots(err, n) < 0 || env_bwd_rows(err, n) < 0; }
+
+int attn_backward_dq_slots(int threads) {
+    char err[160];
+    const long v = env_dq_slots(err, sizeof err);
+    if (v < 0) die("%s", err);
+    if (v > 0) return (int)v;
     return threads <= 1 ? 1 : 2 * threads;
 }
 
@@ -591,12 +616,10 @@ static void wait_turn(atomic_int *turn, int mine) {
 
 int attn_backward_pass_rows(int n_q, int n_kv, int group, int head_dim, int bq, int bf16_tiles, int threads) {
     if (n_q <= 0 || bq <= 0) return n_q > 0 ? n_q : 0;
-    const char *env = getenv("SEQPAR_ATTN_BWD_ROWS");
-    if (env && *env) {
-        char *end;
-        long r = strtol(env, &end, 10);
-        if (*end || !is_decimal_number(env, 0) || r <= 0 || r > INT_MAX - bq)
-            die("SEQPAR_ATTN_BWD_ROWS=%s: expected a positive number of query rows per backward pass", env);
+    char err[160];
+    long r = env_bwd_rows(err, sizeof err);
+    if (r < 0) die("%s", err);
+    if (r > 0) {
         r = (r + bq - 1) / bq * bq;
         return r < n_q ? (int)r : n_q;
     }

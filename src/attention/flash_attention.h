@@ -137,6 +137,10 @@ void attn_backward_docs(const AttnShape *s,
  * itself; each other one a dq copy of the pass. SEQPAR_ATTN_DQ_SLOTS=N (1..1024) sets it (tests,
  * or gradients that must not change with the thread count); anything else is a one-line error. */
 int attn_backward_dq_slots(int threads);
+/* SEQPAR_ATTN_DQ_SLOTS and SEQPAR_ATTN_BWD_ROWS checked at start-up (the CLI, before MPI starts):
+ * 0, or 1 with the one-line message in err (the kernel would end the process with it at its first
+ * backward, through MPI_Abort under mpirun). */
+int attn_env_check(char *err, size_t n);
 
 /* Query rows per pass of attn_backward (n_q: one pass). The backward's buffers that grow with the
  * query rows (one dq copy per slot beyond the first, and the compact Q and dO copies) cover one

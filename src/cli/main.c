@@ -10,7 +10,9 @@
 #include "cli/run_control.h"
 #include "comm/comm.h"
 #include "core/common.h"
+#include "attention/flash_attention.h"
 #include "kernels/blas_core.h"
+#include "kernels/isa.h"
 #include "kernels/ops.h"
 #include "kernels/sgemm.h"
 
@@ -103,7 +105,7 @@ int main(int argc, char **argv) {
      * by running this program again with OPENBLAS_CORETYPE set (returns when none is needed) */
     char err[200];
     if (blas_core_reexec_if_weak(argv, err, sizeof err) || sgemm_select_from_env(err, sizeof err) ||
-        check_rounded_from_env(err, sizeof err)) {
+        check_rounded_from_env(err, sizeof err) || isa_env_check(err, sizeof err) || attn_env_check(err, sizeof err)) {
         fprintf(stderr, "seqpar: error: %s\n", err);
         return 1;
     }

@@ -173,6 +173,28 @@ void simd_attn_tiles_describe(char *buf, size_t n) {
              g_tiles_env ? "; SEQPAR_ATTN_TILES" : uses_small_l2(k) ? "; the small-L2 tiles" : "");
 }
 
+int isa_env_check(char *err, size_t n) {
+    const char *tiles = getenv("SEQPAR_ATTN_TILES"), *isa = getenv("SEQPAR_ISA");
+    int t[4];
+    const char *bad = tiles && *tiles ? simd_attn_tiles_parse(tiles, t) : NULL;
+    if (bad) {
+        snprintf(err, n, "%s (got '%.40s')", bad, tiles);
+        return 1;
+    }
+    if (!isa || !*isa) return 0;
+    char why[200];
+    if (!strcmp(isa, "amx")) {
+        if (amx_available(why, sizeof why)) return 0;
+        snprintf(err, n, "SEQPAR_ISA=amx: this CPU cannot run it (%s)", why);
+        return 1;
+    }
+    const int p = isa_parse(isa);
+    if (p < 0) snprintf(err, n, "SEQPAR_ISA=%.40s is not a kernel path: use scalar, avx2, avx512 or amx", isa);
+    else if (p > (int)isa_best())
+        snprintf(err, n, "SEQPAR_ISA=%.40s: this CPU cannot run it (best available: %s)", isa, isa_name(isa_best()));
+    return p < 0 || p > (int)isa_best();
+}
+
 static void choose(void) {
     for (int i = 0; i < ISA_COUNT; i++) g_tables[i] = *TABLES[i];
     choose_tiles();

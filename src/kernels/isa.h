@@ -39,6 +39,9 @@ IsaLevel isa_best(void);
 const char *isa_name(IsaLevel l);
 /* Parses a name; -1 when unknown. */
 int isa_parse(const char *name);
+/* SEQPAR_ISA and SEQPAR_ATTN_TILES checked at start-up (the CLI, before MPI starts), with the
+ * messages the first kernel call would end the process with: 0, or 1 with one line in err. */
+int isa_env_check(char *err, size_t n);
 
 /* Prefetch of the next key/value tiles while a product runs (rows of up to two strided tiles,
  * a few 64-byte lines per micro-kernel call). Zero-initialise the fields after total. */
