@@ -718,10 +718,14 @@ int main(int argc, char **argv) {
             }
         }
     }
-    int traced = 4; /* a shape whose S splits in zigzag over this world (S = 48 for 3 ranks) */
-    while (heads[traced].S % (2 * g_size)) traced = (traced + 1) % n_heads;
-    test_trace_and_print(&refs[traced]);
-    test_bf16_reaches_kernel(&refs[traced]);
+    int traced = 4, tried = 0; /* a shape whose S splits in zigzag over this world (S = 48 for 3 ranks) */
+    while (heads[traced].S % (2 * g_size) && ++tried < n_heads) traced = (traced + 1) % n_heads;
+    if (heads[traced].S % (2 * g_size) == 0) {
+        test_trace_and_print(&refs[traced]);
+        test_bf16_reaches_kernel(&refs[traced]);
+    } else if (g_rank == 0) { /* it looped forever at 5 and 7 ranks */
+        printf("test_dist_attention: no shape splits in zigzag over %d ranks: trace and bf16 checks not run\n", g_size);
+    }
     for (int i = 0; i < n_heads; i++) reference_free(&refs[i]);
     for (size_t i = 0; i < ARRAY_LEN(packed); i++) {
         reference_free(&prefs[i]);

@@ -464,8 +464,11 @@ int main(int argc, char **argv) {
                     StrategyParams sp = {.hp = 1, .cp = P, .layout = (TokenLayout)lay, .seq_len = heads[hi].S,
                                          .n_heads = heads[hi].H, .n_kv_heads = heads[hi].Hkv, .head_dim = heads[hi].d};
                     char *err = scheds[si]->check(&sp);
-                    if (err) { /* only LightSeq refuses, and only odd P or another layout */
-                        CHECKQ(scheds[si] == &lightseq_schedule && (P % 2 || lay != LAYOUT_CONTIGUOUS),
+                    if (err) { /* LightSeq refuses odd P or another layout; both, an S the layout does
+                                * not split over P (at 5 and 7 ranks: that was counted as a failure) */
+                        const int splits = heads[hi].S % (lay == LAYOUT_ZIGZAG ? 2 * P : P) == 0;
+                        CHECKQ((scheds[si] == &lightseq_schedule && (P % 2 || lay != LAYOUT_CONTIGUOUS)) ||
+                                   (!splits && strstr(err, "does not split")),
                                "%s refused cp %d %s: %s", scheds[si]->name, P, layout_name((TokenLayout)lay), err);
                         xfree(err);
                         skipped++;
