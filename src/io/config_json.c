@@ -358,17 +358,24 @@ int config_json_read(const char *path, LlamaConfig *c, SeqErr *e) {
     return rc;
 }
 
-int config_json_eos_token_id(const char *path, int *eos, SeqErr *e) {
+/* The JSON object in the file at path, or NULL with "<prefix>'path' is not a JSON object: <fix>"
+ * (or the reader's line) */
+static json_t *read_object(const char *path, const char *prefix, const char *fix, SeqErr *e) {
     unsigned char *text;
     size_t len;
-    if (read_regular_file(path, "model config", CONFIG_MAX_BYTES, &text, &len, e) != 0) return -1;
+    if (read_regular_file(path, "model config", CONFIG_MAX_BYTES, &text, &len, e) != 0) return NULL;
     json_error_t jerr;
     json_t *root = json_loadb((const char *)text, len, 0, &jerr);
     xfree(text);
-    if (!root || !json_is_object(root)) {
-        if (root) json_decref(root);
-        return seq_err(e, "config '%s' is not a JSON object: pass --eot ID", path);
-    }
+    if (root && json_is_object(root)) return root;
+    if (root) json_decref(root);
+    seq_err(e, "%s'%s' is not a JSON object: %s", prefix, path, fix);
+    return NULL;
+}
+
+int config_json_eos_token_id(const char *path, int *eos, SeqErr *e) {
+    json_t *root = read_object(path, "config ", "pass --eot ID", e);
+    if (!root) return -1;
     int rc = 1;
     json_t *v = field(root, "eos_token_id");
     if (v && json_is_array(v) && json_array_size(v) == 1) v = json_array_get(v, 0);
@@ -472,16 +479,8 @@ int config_json_eos_ids(const char *path, int *ids, int max, int *n, SeqErr *e) 
     *n = 0;
     struct stat sb;
     if (stat(path, &sb) != 0 && errno == ENOENT) return 1;
-    unsigned char *text;
-    size_t len;
-    if (read_regular_file(path, "model config", CONFIG_MAX_BYTES, &text, &len, e) != 0) return -1;
-    json_error_t jerr;
-    json_t *root = json_loadb((const char *)text, len, 0, &jerr);
-    xfree(text);
-    if (!root || !json_is_object(root)) {
-        if (root) json_decref(root);
-        return seq_err(e, "'%s' is not a JSON object: fix it, or give --stop-token ID", path);
-    }
+    json_t *root = read_object(path, "", "fix it, or give --stop-token ID", e);
+    if (!root) return -1;
     json_t *v = field(root, "eos_token_id");
     const size_t count = !v ? 0 : json_is_array(v) ? json_array_size(v) : 1;
     int rc = 0;
