@@ -191,10 +191,7 @@ int cmd_sample(int argc, char **argv) {
             rc = config_json_eos_ids(path, stops, SAMPLE_MAX_STOPS, &n_stops, &ee);
         }
         if (rc < 0) die_collective("seqpar sample: %s", ee.msg);
-        if (rc == 1 || (n_stops == 0 && V == 257)) { /* (a directory always has config.json) */
-            n_stops = 0;
-            if (V == 257) stops[n_stops++] = 256;
-        }
+        if (n_stops == 0 && V == 257) stops[n_stops++] = 256; /* none named: a byte model's end-of-text */
     }
     int as_ids = o.ids || !byte_level;
 

@@ -103,7 +103,7 @@ int main(int argc, char **argv) {
     signal(SIGXFSZ, SIG_IGN);
     /* before MPI starts: OpenBLAS chose its kernels in its constructor; a weak choice is corrected
      * by running this program again with OPENBLAS_CORETYPE set (returns when none is needed) */
-    char err[200];
+    char err[400];
     if (blas_core_reexec_if_weak(argv, err, sizeof err) || sgemm_select_from_env(err, sizeof err) ||
         check_rounded_from_env(err, sizeof err) || isa_env_check(err, sizeof err) || attn_env_check(err, sizeof err)) {
         fprintf(stderr, "seqpar: error: %s\n", err);

@@ -280,17 +280,6 @@ static int is_sibling(const char *name, const char *base, const char *kind) {
            name[bl + 1 + kl] == '.' && strlen(name + bl + 1 + kl + 1) == 6;
 }
 
-/* The first "<base>.old.XXXXXX" in parent, newly allocated, or NULL. */
-static char *find_old_sibling(const char *parent, const char *base) {
-    DIR *dd = opendir(parent);
-    if (!dd) return NULL;
-    char *found = NULL;
-    struct dirent *e;
-    while (!found && (e = readdir(dd)) != NULL)
-        if (is_sibling(e->d_name, base, "old")) found = str_printf("%s/%s", parent, e->d_name);
-    closedir(dd);
-    return found;
-}
 
 /* 1 if `path` holds a trainer_state.json that says it was written by seqpar. */
 static int is_seqpar_checkpoint(const char *d) {
@@ -309,6 +298,25 @@ static int is_seqpar_checkpoint(const char *d) {
     return yes;
 }
 
+/* The first "<base>.old.XXXXXX" in parent (newly allocated, or NULL), only those holding a seqpar
+ * checkpoint where checkpoints_only; where second is not NULL, also the next such one there. */
+static char *find_old_sibling(const char *parent, const char *base, int checkpoints_only, char **second) {
+    if (second) *second = NULL;
+    DIR *dd = opendir(parent);
+    if (!dd) return NULL;
+    char *found = NULL;
+    struct dirent *ent;
+    while ((!found || (second && !*second)) && (ent = readdir(dd)) != NULL) {
+        if (!is_sibling(ent->d_name, base, "old")) continue;
+        char *path = str_printf("%s/%s", parent, ent->d_name);
+        if (checkpoints_only && !is_seqpar_checkpoint(path)) xfree(path);
+        else if (!found) found = path;
+        else *second = path;
+    }
+    closedir(dd);
+    return found;
+}
+
 int checkpoint_recover(const char *dir, char **from, SeqErr *e) {
     *from = NULL;
     char *d = normalize_dir(dir, e), *parent = NULL, *base = NULL;
@@ -318,20 +326,8 @@ int checkpoint_recover(const char *dir, char **from, SeqErr *e) {
         return -1;
     }
     struct stat sb;
-    const int absent = lstat(d, &sb) != 0 && errno == ENOENT;
     char *found = NULL, *other = NULL; /* the first two DIR.old.* siblings holding a checkpoint */
-    DIR *dd = absent ? opendir(parent) : NULL;
-    if (dd) {
-        struct dirent *ent;
-        while (!other && (ent = readdir(dd)) != NULL) {
-            if (!is_sibling(ent->d_name, base, "old")) continue;
-            char *path = str_printf("%s/%s", parent, ent->d_name);
-            if (!is_seqpar_checkpoint(path)) xfree(path);
-            else if (!found) found = path;
-            else other = path;
-        }
-        closedir(dd);
-    }
+    if (lstat(d, &sb) != 0 && errno == ENOENT) found = find_old_sibling(parent, base, 1, &other);
     int rc = 0;
     if (other)
         rc = seq_err(e, "checkpoint directory '%s' does not exist, and interrupted saves left more than one checkpoint "
@@ -669,7 +665,7 @@ static int require_dir(const char *d, SeqErr *e) {
     }
     char *parent, *base;
     if (split_dir(d, &parent, &base, e) != 0) return -1;
-    char *old = find_old_sibling(parent, base);
+    char *old = find_old_sibling(parent, base, 0, NULL);
     int rc;
     if (old)
         rc = seq_err(e, "checkpoint directory '%s' does not exist, but '%s' does (a save was interrupted): rename it "

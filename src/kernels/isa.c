@@ -152,9 +152,8 @@ static void choose_tiles(void) {
     g_l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
     const char *env = getenv("SEQPAR_ATTN_TILES");
     int t[4] = {0};
-    if (env && *env) {
-        const char *err = simd_attn_tiles_parse(env, t);
-        if (err) die("%s (got '%s')", err, env);
+    if (env && *env) { /* valid: choose() checked it (isa_env_check) */
+        simd_attn_tiles_parse(env, t);
         g_tiles_env = 1;
     }
     for (int i = 0; i < ISA_COUNT; i++) {
@@ -178,7 +177,7 @@ int isa_env_check(char *err, size_t n) {
     int t[4];
     const char *bad = tiles && *tiles ? simd_attn_tiles_parse(tiles, t) : NULL;
     if (bad) {
-        snprintf(err, n, "%s (got '%.40s')", bad, tiles);
+        snprintf(err, n, "%s (got '%.100s')", bad, tiles);
         return 1;
     }
     if (!isa || !*isa) return 0;
@@ -189,29 +188,25 @@ int isa_env_check(char *err, size_t n) {
         return 1;
     }
     const int p = isa_parse(isa);
-    if (p < 0) snprintf(err, n, "SEQPAR_ISA=%.40s is not a kernel path: use scalar, avx2, avx512 or amx", isa);
+    if (p < 0) snprintf(err, n, "SEQPAR_ISA=%.100s is not a kernel path: use scalar, avx2, avx512 or amx", isa);
     else if (p > (int)isa_best())
-        snprintf(err, n, "SEQPAR_ISA=%.40s: this CPU cannot run it (best available: %s)", isa, isa_name(isa_best()));
+        snprintf(err, n, "SEQPAR_ISA=%.100s: this CPU cannot run it (best available: %s)", isa, isa_name(isa_best()));
     return p < 0 || p > (int)isa_best();
 }
 
 static void choose(void) {
+    char err[400]; /* the CLI checked these at start-up; a program without that call ends here */
+    if (isa_env_check(err, sizeof err)) die("%s", err);
     for (int i = 0; i < ISA_COUNT; i++) g_tables[i] = *TABLES[i];
     choose_tiles();
     IsaLevel best = isa_best(), l = best;
     const char *env = getenv("SEQPAR_ISA");
-    if (env && *env) {
-        char why[200];
+    if (env && *env) { /* a path this CPU runs (isa_env_check) */
         if (!strcmp(env, "amx")) {
-            if (!amx_available(why, sizeof why)) die("SEQPAR_ISA=amx: this CPU cannot run it (%s)", why);
             g_amx_on = 1;
             l = ISA_AVX512;
         } else {
-            int p = isa_parse(env);
-            if (p < 0) die("SEQPAR_ISA=%s is not a kernel path: use scalar, avx2, avx512 or amx", env);
-            if (p > (int)best)
-                die("SEQPAR_ISA=%s: this CPU cannot run it (best available: %s)", env, isa_name(best));
-            l = (IsaLevel)p;
+            l = (IsaLevel)isa_parse(env);
         }
         g_forced = 1;
     } else {

@@ -195,7 +195,6 @@ static char *rank_traffic(const MemoryModelInput *in, const MemoryEstimate *est,
         msgs[COMM_ALLTOALL] += (double)micro * L * extra_a2a_msgs;
         /* peers: the head group (equal shares: exact when hp divides the heads), the next member of
          * the inner ring and of the outer ring (2d, ring), WallFacer's own, LightSeq's context group */
-        int *peers = xmalloc(sizeof(int) * (size_t)(g.hp > g.cp ? g.hp : g.cp));
         const int cf = g.pl == PLACEMENT_CONTEXT_FIRST; /* world_of's two orders: heads or contexts adjacent */
         spread_ap(t, &g, COMM_ALLTOALL, w, world_of(&g, d, 0, cr), cf ? g.cp : 1, g.hp, bytes[COMM_ALLTOALL]);
         const int ring = s->schedule == &double_ring_schedule;
@@ -209,9 +208,11 @@ static char *rank_traffic(const MemoryModelInput *in, const MemoryEstimate *est,
              * the backward's bytes) */
             WallfacerRank r;
             wallfacer_rank_config(g.cp, sp.team, pc->placement == PLACEMENT_RING_FIRST, cr, &r);
+            int *peers = xmalloc(sizeof(int) * (size_t)sp.team); /* its team's members */
             for (int mb = 0; mb < sp.team; mb++)
                 peers[mb] = world_of(&g, d, h, wallfacer_ctx_rank(g.cp, sp.team, r.ring_first, r.team, mb));
             spread(t, &g, COMM_TEAM, w, peers, sp.team, bytes[COMM_TEAM]);
+            xfree(peers);
             send_to(t, &g, COMM_P2P_INNER, w, world_of(&g, d, h, r.ring_next), bytes[COMM_P2P_INNER]);
             const double back = (double)micro * L * (double)v.bwd[COMM_P2P_OUTER] / 2; /* dk, dv back */
             send_to(t, &g, COMM_P2P_OUTER, w, world_of(&g, d, h, r.init_send), bytes[COMM_P2P_OUTER] - back);
@@ -222,7 +223,6 @@ static char *rank_traffic(const MemoryModelInput *in, const MemoryEstimate *est,
             spread_ap(t, &g, COMM_P2P_OUTER, w, first, stride, g.cp, bytes[COMM_P2P_OUTER]);
             spread_ap(t, &g, COMM_TEAM, w, first, stride, g.cp, bytes[COMM_TEAM]);
         }
-        xfree(peers);
         for (int k = 0; k < COMM_KINDS; k++) t->msgs[k] += msgs[k];
     }
     grad_traffic(t, &g, c, in->par.zero, in->par.zero_group > 0 ? in->par.zero_group : in->world, micro, w);
