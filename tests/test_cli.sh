@@ -408,10 +408,25 @@ expect_error "truncated safetensors" "model.safetensors" "$SEQPAR" "${G[@]}" --m
 printf '{"hidden_size": 32, ' > "$T/m_json/config.json"
 expect_error "bad JSON config" "config.json" "$SEQPAR" "${G[@]}" --model "$T/m_json"
 sed -e 's/"num_attention_heads": *[0-9]*/"num_attention_heads": 5/' -e '/"head_dim"/d' "$FIX/tiny_mha/config.json" > "$T/m_heads/config.json"
-expect_error "heads not dividing hidden size (config)" "num_attention_heads" "$SEQPAR" "${G[@]}" --model "$T/m_heads"
+expect_error "heads not dividing hidden size (config)" "num_attention_heads (5) does not divide hidden_size (.*), so head_dim cannot be derived: .*or set head_dim to a positive even value" "$SEQPAR" "${G[@]}" --model "$T/m_heads"
 sed -e 's/"num_key_value_heads": *[0-9]*/"num_key_value_heads": 3/' "$FIX/tiny_mha/config.json" > "$T/m_kv/config.json"
 expect_error "kv heads not dividing heads (config)" "num_key_value_heads" "$SEQPAR" "${G[@]}" --model "$T/m_kv"
-expect_error "heads not dividing hidden size (flags)" "heads" "$SEQPAR" train --hidden 30 --heads 4 --steps 1 --log "$T/x.jsonl"
+expect_error "heads not dividing hidden size (flags)" "--heads 4 does not divide --hidden 30: pick heads dividing the hidden size or set --head-dim (an even value, e.g. 6)" "$SEQPAR" train --hidden 30 --heads 4 --steps 1 --log "$T/x.jsonl"
+expect_error "heads not dividing hidden size (memory)" "--heads 4 does not divide --hidden 30: .* or set --head-dim" "$SEQPAR" memory --hidden 30 --heads 4
+# An explicit head_dim is explicit whatever its value: hidden / heads rounded down where the heads do
+# not divide the hidden size (66 / 4 -> 16) runs as another value (18) does, from config.json and
+# from --head-dim, in train and memory (until 2026-11-29 both sources were refused with '... or set
+# head_dim explicitly', though it was set)
+mkdir -p "$T/m_floor"
+HD=(--layers 1 --hidden 66 --heads 4 --kv-heads 2 --ffn 128 --seq-len 32)
+for hd in 16 18; do
+    printf '{"hidden_size": 66, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 1, "vocab_size": 64, "head_dim": %d}\n' "$hd" >"$T/m_floor/config.json"
+    if timeout 60 "$SEQPAR" train --model "$T/m_floor" --random-init --seq-len 32 --batch 1 --steps 1 --quiet --log "$T/hd.jsonl" >"$T/hd.out" 2>&1 &&
+        grep -q "head_dim $hd, ffn 128" "$T/hd.out"; then ok; else bad "config.json head_dim $hd, 4 heads, hidden 66: $(tail -n 1 "$T/hd.out")"; fi
+    if timeout 60 "$SEQPAR" train "${HD[@]}" --head-dim "$hd" --batch 1 --steps 1 --quiet --log "$T/hd.jsonl" >"$T/hd.out" 2>&1 &&
+        grep -q "head_dim $hd, ffn 128" "$T/hd.out"; then ok; else bad "train --head-dim $hd, 4 heads, hidden 66: $(tail -n 1 "$T/hd.out")"; fi
+    if timeout 20 "$SEQPAR" memory "${HD[@]}" --head-dim "$hd" 2>&1 | grep -q "head_dim $hd, ffn 128"; then ok; else bad "memory --head-dim $hd, 4 heads, hidden 66: refused"; fi
+done
 expect_error "kv heads not dividing heads (flags)" "kv" "$SEQPAR" train --heads 4 --kv-heads 3 --steps 1 --log "$T/x.jsonl"
 expect_error "unknown flag" "unknown option '--bogus'" "$SEQPAR" train --bogus
 expect_error "flag without value" "needs a value" "$SEQPAR" train --steps

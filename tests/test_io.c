@@ -387,6 +387,32 @@ static void test_config(const TempDir *td) {
     LlamaConfig back;
     config_json_load(saved, &back);
     CHECK(memcmp(&orig, &back, sizeof orig) == 0, "config save/load round trip changed values");
+    /* An explicit head_dim is explicit whatever its value: hidden_size / num_attention_heads rounded
+     * down where the heads do not divide the hidden size (66 / 4 -> 16) is read, validated and saved
+     * as a different value (18) is, as transformers reads it. Until 2026-11-29 it was taken for the
+     * derived value and refused ('... or set head_dim explicitly', though it was set). */
+    {
+        const int dims[] = {16, 18};
+        for (size_t i = 0; i < ARRAY_LEN(dims); i++) {
+            char json[400];
+            snprintf(json, sizeof json, "{\"hidden_size\": 66, \"intermediate_size\": 128, \"num_attention_heads\": 4, "
+                     "\"num_key_value_heads\": 2, \"num_hidden_layers\": 1, \"vocab_size\": 64, \"head_dim\": %d}",
+                     dims[i]);
+            LlamaConfig fc;
+            SeqErr fe = {{0}};
+            int rc = config_json_parse(json, strlen(json), "floor.json", &fc, &fe);
+            CHECK(rc == 0 && fc.head_dim == dims[i], "explicit head_dim %d with 4 heads, hidden 66 refused: %s", dims[i],
+                  fe.msg);
+            if (rc != 0) continue;
+            CHECK(llama_config_check(&fc, "size flags", &fe) == 0, "size flags with head_dim %d refused: %s", dims[i],
+                  fe.msg);
+            CHECK(config_json_save(saved, &fc, &fe) == 0, "config_json_save: %s", fe.msg);
+            LlamaConfig fb;
+            rc = config_json_read(saved, &fb, &fe);
+            CHECK(rc == 0 && memcmp(&fc, &fb, sizeof fc) == 0, "head_dim %d with 4 heads, hidden 66: save/read: %s",
+                  dims[i], rc ? fe.msg : "values changed");
+        }
+    }
     /* RoPE scaling survives save/load (both layouts are written; they agree). */
     for (int rt = LLAMA_ROPE_LINEAR; rt <= LLAMA_ROPE_LLAMA3; rt++) {
         LlamaConfig sc = orig;
@@ -641,7 +667,8 @@ static void test_config(const TempDir *td) {
                  "column");
     EXPECT_DEATH("config missing field", death_config_load, paths[1], "missing_field.json", "\"vocab_size\"", "add it");
     EXPECT_DEATH("config heads not dividing", death_config_load, paths[2], "heads_not_dividing.json",
-                 "num_attention_heads (3) does not divide hidden_size (100)");
+                 "num_attention_heads (3) does not divide hidden_size (100), so head_dim cannot be derived",
+                 "the nearest is 2", "or set head_dim to a positive even value (e.g. 32)");
     EXPECT_DEATH("config kv not dividing", death_config_load, paths[3], "kv_not_dividing.json",
                  "num_key_value_heads (3) does not divide num_attention_heads (4)");
     EXPECT_DEATH("config float for int", death_config_load, paths[4], "float_int.json", "\"hidden_size\"",
@@ -660,7 +687,17 @@ static void test_config(const TempDir *td) {
     bad_heads.hidden_size = 100;
     bad_heads.num_attention_heads = 8;
     bad_heads.head_dim = 0;
-    EXPECT_DEATH("validate heads", death_config_validate, &bad_heads, "size flags", "does not divide hidden_size");
+    EXPECT_DEATH("validate heads", death_config_validate, &bad_heads, "size flags", "does not divide hidden_size",
+                 "set head_dim to a positive even value (e.g. 12)");
+    bad_heads.head_dim = -4; /* set, but not positive: no advice to leave it out, which the heads refuse */
+    EXPECT_DEATH("validate negative head_dim", death_config_validate, &bad_heads, "size flags",
+                 "head_dim is -4; it must be a positive even value (e.g. 12)");
+    bad_heads.head_dim = 100 / 8; /* the quotient rounded down, set: explicit, accepted */
+    bad_heads.num_key_value_heads = 4;
+    {
+        SeqErr he;
+        CHECK(llama_config_check(&bad_heads, "size flags", &he) == 0, "head_dim 12 with 8 heads, hidden 100: %s", he.msg);
+    }
     LlamaConfig bad_kv = orig;
     bad_kv.num_key_value_heads = 4;
     EXPECT_DEATH("validate kv heads", death_config_validate, &bad_kv, "num_key_value_heads (4)", "(6)");

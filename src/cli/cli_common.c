@@ -505,15 +505,22 @@ void model_from_dir(LlamaModel *m, const char *dir, uint64_t seed, int random_in
     die_if_any_rank(failed);
 }
 
+void size_flags_validate(LlamaConfig *c) {
+    if (c->head_dim == 0 && c->num_attention_heads > 0) { /* no --head-dim: derived */
+        if (c->hidden_size % c->num_attention_heads != 0) {
+            int q = c->hidden_size / c->num_attention_heads;
+            die_collective("--heads %d does not divide --hidden %d: pick heads dividing the hidden size or set "
+                           "--head-dim (an even value, e.g. %d)", c->num_attention_heads, c->hidden_size,
+                           q < 2 ? 2 : q - q % 2);
+        }
+        c->head_dim = c->hidden_size / c->num_attention_heads;
+    }
+    llama_config_validate(c, "size flags"); /* a --head-dim given is explicit, whatever its value */
+}
+
 void model_from_size(LlamaModel *m, const LlamaConfig *cfg, uint64_t seed) {
     LlamaConfig c = *cfg;
-    if (c.head_dim == 0 && c.num_attention_heads > 0) {
-        if (c.hidden_size % c.num_attention_heads != 0)
-            die_collective("--heads %d does not divide --hidden %d: pick heads dividing the hidden size or set --head-dim",
-                           c.num_attention_heads, c.hidden_size);
-        c.head_dim = c.hidden_size / c.num_attention_heads;
-    }
-    llama_config_validate(&c, "size flags");
+    size_flags_validate(&c);
     llama_build(m, &c);
     llama_init_random(m, seed);
 }

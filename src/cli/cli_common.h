@@ -73,7 +73,11 @@ int model_dir_check(const char *dir, SeqErr *e);
  * random_init (--random-init), which initialises from seed. Collective: every rank must call
  * it; a problem on any rank ends every rank with one line. */
 void model_from_dir(LlamaModel *m, const char *dir, uint64_t seed, int random_init);
-/* Builds a random model from size flags (validated; `where` names the source in errors). */
+/* The size flags' model made whole and checked (train, grad, memory, plan alike): head_dim, unless
+ * --head-dim gave it (then it is explicit, whatever its value, as config.json's), is --hidden /
+ * --heads, which the heads must divide; a problem ends every rank with one line naming the fix. */
+void size_flags_validate(LlamaConfig *c);
+/* Builds a random model from size flags (size_flags_validate). */
 void model_from_size(LlamaModel *m, const LlamaConfig *cfg, uint64_t seed);
 
 /* Parallelism flags shared by grad, train and bench: --strategy --team --dp --hp --cp

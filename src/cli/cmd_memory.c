@@ -66,13 +66,7 @@ void memory_input_from_options(const TrainOptions *o, SizeFlags *sf, const char 
     } else {
         if (!in->recall_data) size_flags_fit_data(sf, &ts, o->data); /* token data sizes the vocabulary, as in train */
         *out = sf->cfg;
-        if (out->head_dim == 0 && out->num_attention_heads > 0) {
-            if (out->hidden_size % out->num_attention_heads != 0)
-                die_collective("--heads %d does not divide --hidden %d: pick heads dividing the hidden size or set "
-                               "--head-dim", out->num_attention_heads, out->hidden_size);
-            out->head_dim = out->hidden_size / out->num_attention_heads;
-        }
-        llama_config_validate(out, "size flags");
+        size_flags_validate(out);
     }
     window_length_check(out, o->seq_len); /* train's refusals */
     (void)train_data_flags_check(o, in->recall_data, out->vocab_size, cmd);

@@ -32,6 +32,10 @@ static int nearest_divisor(int n, int near) {
     return (int)best;
 }
 
+/* An even head_dim near `quotient` (hidden_size / num_attention_heads rounded down), for the
+ * message that asks for one: RoPE needs it even. */
+static int even_head_dim(int quotient) { return quotient < 2 ? 2 : quotient - quotient % 2; }
+
 static int require_positive(int value, const char *field, const char *where, SeqErr *e) {
     if (value <= 0) return seq_err(e, "%s: %s is %d; it must be a positive integer", where, field, value);
     return 0;
@@ -58,16 +62,24 @@ int llama_config_check(const LlamaConfig *c, const char *where, SeqErr *e) {
         require_at_most(c->head_dim, MAX_HEAD_DIM, "head_dim", where, e))
         return -1;
 
-    /* head_dim is implicit when it is unset (0) or equals the truncated quotient that
-     * hidden_size / num_attention_heads produces: then the heads must divide the hidden size. */
-    int heads = c->num_attention_heads;
-    if (c->hidden_size % heads != 0 && (c->head_dim <= 0 || c->head_dim == c->hidden_size / heads))
-        return seq_err(e, "%s: num_attention_heads (%d) does not divide hidden_size (%d): choose a head count that "
-                       "divides the hidden size (the nearest is %d), or set head_dim explicitly",
-                       where, heads, c->hidden_size, nearest_divisor(c->hidden_size, heads));
-    if (c->head_dim <= 0)
-        return seq_err(e, "%s: head_dim is %d; it must be positive (leave it out to use hidden_size / "
-                       "num_attention_heads = %d)", where, c->head_dim, c->hidden_size / heads);
+    /* head_dim is implicit only when it is unset (0: the callers fill in hidden_size /
+     * num_attention_heads where the heads divide the hidden size): then the heads must divide it.
+     * Any value that was set is explicit, hidden_size / num_attention_heads rounded down included,
+     * as transformers reads config.json's head_dim (the q/k/v projections are heads x head_dim wide,
+     * o_proj maps that back to hidden_size). */
+    int heads = c->num_attention_heads, divides = c->hidden_size % heads == 0;
+    if (c->head_dim == 0 && !divides)
+        return seq_err(e, "%s: num_attention_heads (%d) does not divide hidden_size (%d), so head_dim cannot be "
+                       "derived: choose a head count that divides the hidden size (the nearest is %d), or set head_dim "
+                       "to a positive even value (e.g. %d)", where, heads, c->hidden_size,
+                       nearest_divisor(c->hidden_size, heads), even_head_dim(c->hidden_size / heads));
+    if (c->head_dim <= 0) {
+        if (divides)
+            return seq_err(e, "%s: head_dim is %d; it must be positive (leave it out to use hidden_size / "
+                           "num_attention_heads = %d)", where, c->head_dim, c->hidden_size / heads);
+        return seq_err(e, "%s: head_dim is %d; it must be a positive even value (e.g. %d)", where, c->head_dim,
+                       even_head_dim(c->hidden_size / heads));
+    }
     if (c->head_dim % 2 != 0)
         return seq_err(e, "%s: head_dim is %d; rotary position embeddings need an even head_dim", where, c->head_dim);
     if (heads % c->num_key_value_heads != 0)

@@ -13,7 +13,7 @@ typedef struct {
     int num_key_value_heads;
     int num_hidden_layers;
     int vocab_size;
-    int head_dim;               /* hidden_size / num_attention_heads unless config.json sets it */
+    int head_dim;               /* hidden_size / num_attention_heads unless config.json or --head-dim sets it */
     int max_position_embeddings;
     int tie_word_embeddings;    /* 0 or 1 */
     /* 1 + the embedding row transformers builds as nn.Embedding's padding_idx (pad_token_id; a
@@ -51,8 +51,9 @@ const char *llama_rope_type_name(int rope_type);
 #include "core/common.h"
 
 /* Returns -1 with a one-line message in *e naming the field and the fix if the configuration is
- * unusable (non-positive sizes, heads not dividing hidden size when head_dim is implicit, KV
- * heads not dividing heads, absurd sizes whose products would overflow, ...), else 0. `where`
+ * unusable (non-positive sizes, heads not dividing hidden size when head_dim is unset, 0: any value
+ * set is explicit, hidden_size / num_attention_heads rounded down included; KV heads not dividing
+ * heads, absurd sizes whose products would overflow, ...), else 0. `where`
  * names the source (a path or "size flags") in the message. */
 int llama_config_check(const LlamaConfig *c, const char *where, SeqErr *e);
 /* 0 where a sequence of `tokens` positions computes the model c describes; -1 with one line ending
