@@ -376,7 +376,30 @@ expect_error "resume under bf16" "precision = fp32 but this run uses bf16: resum
 expect_error "resume with other FFN chunks" "ffn_chunks = [0-9]* but this run uses 1: resume with --ffn-chunks [0-9]* or start" "$SEQPAR" train "${TRAIN[@]}" --ffn-chunks 1 --resume "$T/part" --log "$T/x.jsonl"
 # FPDT's streamed layers against whole ones (--no-stream): the same refusal
 run_train --strategy fpdt --chunks 2 --ffn-chunks 4 --steps 2 --save "$T/fpdt_s" --log "$T/fpdt.jsonl"
-expect_error "resume of streamed layers with --no-stream" "streamed_layers = yes but this run uses no" "$SEQPAR" train "${TRAIN[@]}" --strategy fpdt --chunks 2 --ffn-chunks 4 --steps 2 --no-stream --resume "$T/fpdt_s" --log "$T/x.jsonl"
+expect_error "resume of streamed layers with --no-stream" "streamed_layers = yes but this run uses no.*: resume with --ffn-chunks 4 and without --no-stream or start" "$SEQPAR" train "${TRAIN[@]}" --strategy fpdt --chunks 2 --ffn-chunks 4 --steps 2 --no-stream --resume "$T/fpdt_s" --log "$T/x.jsonl"
+# Under FPDT's streamed layers a --ffn-chunks K is rounded up to a multiple of --chunks, so the
+# saved count alone did not resume (until 2026-11-29 'resume with --ffn-chunks 2', which made 4
+# chunks under --chunks 4): the refusal names the flags that do, and they resume.
+# resume_fix "what" CHECKPOINT flags...: the refusal's "resume with F or start a new run", F added to
+# the flags ("F and without --no-stream": that flag dropped), resumes (train exits 0)
+resume_fix() {
+    local what=$1 ck=$2 err fix f flags=()
+    shift 2
+    err=$(timeout 60 "$SEQPAR" train "${TRAIN[@]}" "$@" --resume "$ck" --log "$T/x.jsonl" 2>&1 >/dev/null)
+    fix=$(printf '%s' "$err" | sed -nE 's/.*: resume with (--.*) or start a new run$/\1/p')
+    if [ -z "$fix" ]; then bad "$what: no flags in the refusal: $err"; return; fi
+    for f in "$@"; do [ "$f" = --no-stream ] && [ "${fix% and without --no-stream}" != "$fix" ] || flags+=("$f"); done
+    # shellcheck disable=SC2086 # the flags as printed, split into words
+    if timeout 120 "$SEQPAR" train "${TRAIN[@]}" "${flags[@]}" ${fix% and without --no-stream} --resume "$ck" --log "$T/x.jsonl" >"$T/fix.out" 2>&1; then ok
+    else bad "$what: '$fix' does not resume: $(tail -n 1 "$T/fix.out")"; fi
+}
+expect_error "resume of whole layers under fpdt --chunks 4 --ffn-chunks 2" "ffn_chunks = 2 but this run uses 4: resume with --no-stream --ffn-chunks 2 or start" "$SEQPAR" train "${TRAIN[@]}" --strategy fpdt --chunks 4 --ffn-chunks 2 --resume "$T/part3" --log "$T/x.jsonl"
+resume_fix "whole layers under fpdt --chunks 4" "$T/part3" --strategy fpdt --chunks 4
+resume_fix "whole layers under fpdt --chunks 4 --ffn-chunks 2" "$T/part3" --strategy fpdt --chunks 4 --ffn-chunks 2
+expect_error "resume of 4 FFN chunks streamed in 2 under --chunks 8" "ffn_chunks = 4 but this run uses 8: resume with --chunks 4 --ffn-chunks 4 or start" "$SEQPAR" train "${TRAIN[@]}" --strategy fpdt --chunks 8 --ffn-chunks 4 --steps 2 --resume "$T/fpdt_s" --log "$T/x.jsonl"
+resume_fix "4 FFN chunks streamed in 2 under --chunks 8" "$T/fpdt_s" --strategy fpdt --chunks 8 --ffn-chunks 4 --steps 2
+resume_fix "streamed layers with --no-stream" "$T/fpdt_s" --strategy fpdt --chunks 2 --ffn-chunks 4 --steps 2 --no-stream
+expect_error "resume of streamed layers outside fpdt" "streamed_layers = yes but this run uses no.*: resume with FPDT's streamed layers as it was trained (--strategy fpdt with its --chunks, not under --checkpoint selective) and --ffn-chunks 4 or start" "$SEQPAR" train "${TRAIN[@]}" --ffn-chunks 4 --steps 2 --resume "$T/fpdt_s" --log "$T/x.jsonl"
 expect_error "resume from a missing dir" "$T/nothing" "$SEQPAR" train "${TRAIN[@]}" --resume "$T/nothing" --log "$T/x.jsonl"
 # training on a text file and on an llm.c shard
 printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 1 40) > "$T/text.txt"

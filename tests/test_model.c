@@ -224,6 +224,38 @@ int main(void) {
         }
         llama_free(&m);
     }
+    /* The FFN chunks of --ffn-chunks K (llama_ffn_chunk_count: the one rule of the activations and
+     * the memory model) and the K that gives a count back (llama_ffn_chunks_flag, which a resume's
+     * refusal names): whole layers of N = 96 rows, K = 9 -> 11 rows -> 9 chunks, K = 11 -> 9 rows ->
+     * 11, K = 13 -> 8 rows -> 12; streamed in 3 chunks of 32 rows a K is rounded up to a multiple of
+     * 3 (K = 2 -> 3, 4 -> 6), so no K gives 2 or 4 there (the refusal named --ffn-chunks 2 until
+     * 2026-11-29); every count a K makes is given back by one K. */
+    {
+        const struct { long N, K; int su; long want, rows; } cases[] = {
+            {96, 9, 1, 9, 11},  {96, 11, 1, 11, 9}, {96, 13, 1, 12, 8}, {96, 200, 1, 96, 1}, {96, 2, 3, 3, 32},
+            {96, 4, 3, 6, 24}, {96, 6, 3, 6, 16},  {96, 1, 3, 3, 32},  {96, 8, 2, 8, 12}};
+        for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+            long rows = 0, n = llama_ffn_chunk_count(cases[i].N, cases[i].K, cases[i].su, cases[i].N / cases[i].su, &rows);
+            CHECK(n == cases[i].want && rows == cases[i].rows, "FFN chunks of K = %ld, N = %ld in %d: %ld of %ld rows, "
+                  "expected %ld of %ld", cases[i].K, cases[i].N, cases[i].su, n, rows, cases[i].want, cases[i].rows);
+        }
+        CHECK(llama_ffn_chunks_flag(96, 2, 3, 32) == 0 && llama_ffn_chunks_flag(96, 4, 3, 32) == 0,
+              "2 or 4 FFN chunks given back in 3 streamed chunks");
+        CHECK(llama_ffn_chunks_flag(96, 2, 1, 96) == 2 && llama_ffn_chunks_flag(96, 2, 2, 48) == 2 &&
+                  llama_ffn_chunks_flag(96, 6, 3, 32) == 6, "the count itself not given back as its K");
+        CHECK(llama_ffn_chunks_flag(96, 13, 1, 96) == 0, "13 chunks of 96 rows (no row count makes them) given back");
+        int bad = 0;
+        for (long N = 1; N <= 40; N++)
+            for (int su = 1; su <= 4; su++) {
+                if (N % su) continue;
+                for (long K = 1; K <= N + 1; K++) {
+                    const long want = llama_ffn_chunk_count(N, K, su, N / su, NULL);
+                    const long k2 = llama_ffn_chunks_flag(N, want, su, N / su);
+                    bad += k2 <= 0 || llama_ffn_chunk_count(N, k2, su, N / su, NULL) != want;
+                }
+            }
+        CHECK(bad == 0, "%d counts a K makes not given back", bad);
+    }
     /* BF16 weights load and give the reference loss of the BF16-rounded weights. */
     {
         char dir[256], path[512];

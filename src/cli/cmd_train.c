@@ -551,11 +551,57 @@ static void load_checkpoint(const char *dir, LlamaModel *m, AdamW *opt, TrainerS
     adamw_free(&full);
 }
 
+/* The flags that give this run a checkpoint's FFN chunks and layer streaming back (its settings
+ * "ffn_chunks" and "streamed_layers"), for the refusal of a resume that differs in either: "with
+ * --no-stream --ffn-chunks 2", "with --chunks 2 --ffn-chunks 2", "with --ffn-chunks 4 and without
+ * --no-stream". Under FPDT's streamed layers a --ffn-chunks K is rounded up to a multiple of
+ * --chunks (llama_ffn_chunk_count), so the saved count alone may not resume (the refusal named just
+ * it until 2026-11-29: 'resume with --ffn-chunks 2', which made 3 chunks under --chunks 3). ""
+ * where no flag gives them back to this run's N local tokens (another rank layout's): the refusal
+ * then names --ffn-chunks and the saved count. */
+static void resume_layer_fix(const TrainerState *saved, const TrainerState *now, const TrainOptions *o,
+                             const SeqAttention *attn, long N, char *fix, size_t n) {
+    fix[0] = '\0';
+    const char *sk = trainer_state_get(saved, "ffn_chunks"), *nk = trainer_state_get(now, "ffn_chunks");
+    const char *ss = trainer_state_get(saved, "streamed_layers"), *ns = trainer_state_get(now, "streamed_layers");
+    if (!sk || !nk || !ns || (!strcmp(sk, nk) && (!ss || !strcmp(ss, ns)))) return; /* nothing to give back */
+    char *end;
+    const long want = strtol(sk, &end, 10);
+    if (*end || want <= 0) return;
+    const int now_streams = !strncmp(ns, "yes", 3), streamed = ss ? !strncmp(ss, "yes", 3) : now_streams;
+    if (!streamed) { /* whole layers: --no-stream where this run streams */
+        const long K = llama_ffn_chunks_flag(N, want, 1, N);
+        if (K > 0) snprintf(fix, n, "with %s--ffn-chunks %ld", now_streams ? "--no-stream " : "", K);
+        return;
+    }
+    /* streamed layers: FPDT's with --chunks u > 1, not under --checkpoint selective; this run's u
+     * where it gives the count back, else the u nearest to it that does (u must divide N) */
+    if (strcmp(attn->name, "fpdt") != 0 || !llama_streams(2, o->mem.checkpoint, 0)) { /* under the --chunks it
+        was trained with, its count is --ffn-chunks' (llama_ffn_chunks_flag) */
+        snprintf(fix, n, "with FPDT's streamed layers as it was trained (--strategy fpdt with its --chunks, not under "
+                 "--checkpoint selective) and --ffn-chunks %ld", want);
+        return;
+    }
+    const long u = attn->stream_chunks > 1 ? attn->stream_chunks : 1;
+    long best_u = 0, best_K = 0;
+    for (long v = 2; v <= want && v <= N; v++) /* the count is v x the chunks inside each of v */
+        if (N % v == 0 && want % v == 0 && (!best_K || labs(v - u) < labs(best_u - u))) {
+            const long K = llama_ffn_chunks_flag(N, want, (int)v, N / v);
+            if (K > 0) best_u = v, best_K = K;
+        }
+    if (!best_K) return;
+    char chunks[48] = "";
+    if (best_u != u) snprintf(chunks, sizeof chunks, "--chunks %ld ", best_u);
+    snprintf(fix, n, "with %s--ffn-chunks %ld%s", chunks, best_K, o->mem.no_stream ? " and without --no-stream" : "");
+}
+
 /* A resumed state must fit this run: same settings, a step inside the --steps schedule and a
  * data cursor inside the token data. */
 static int check_resumed(const TrainerState *st, const TrainerState *now, const TrainOptions *o, DataSource *ds,
-                         SeqErr *e) {
-    if (trainer_state_compare(st, now, o->resume_dir, e) != 0) return -1;
+                         const SeqAttention *attn, long N, SeqErr *e) {
+    char layer_fix[160];
+    resume_layer_fix(st, now, o, attn, N, layer_fix, sizeof layer_fix);
+    if (trainer_state_compare(st, now, o->resume_dir, layer_fix, e) != 0) return -1;
     if (st->seed != now->seed) /* the data stream continues from the checkpoint; evaluation would not */
         return seq_err(e, "checkpoint %s was trained with --seed %llu but this run uses %llu: resume with --seed %llu "
                        "or start a new run", o->resume_dir, (unsigned long long)st->seed,
@@ -712,7 +758,7 @@ int cmd_train(int argc, char **argv) {
     record_settings(&now, &o, &model, &ds, acts);
     if (o.resume_dir) {
         load_checkpoint(o.resume_dir, &model, &opt, &st);
-        die_if_any_rank(check_resumed(&st, &now, &o, &ds, &err) != 0 ? &err : NULL);
+        die_if_any_rank(check_resumed(&st, &now, &o, &ds, par.attn, N, &err) != 0 ? &err : NULL);
         /* the settings every key of which matched: this version's, so that its saves record them all */
         st.n_settings = now.n_settings;
         memcpy(st.settings, now.settings, sizeof st.settings);

@@ -100,7 +100,8 @@ static void setting_display(const char *v, char *out, size_t n) {
     }
 }
 
-int trainer_state_compare(const TrainerState *saved, const TrainerState *now, const char *dir, SeqErr *e) {
+int trainer_state_compare(const TrainerState *saved, const TrainerState *now, const char *dir, const char *layer_fix,
+                          SeqErr *e) {
     if (saved->seq_len > 0 && now->seq_len > 0 && saved->seq_len != now->seq_len)
         return seq_err(e, "checkpoint %s was trained with seq_len %d but this run uses %d: resume with --seq-len %d or "
                        "start a new run", dir, saved->seq_len, now->seq_len, saved->seq_len);
@@ -110,6 +111,12 @@ int trainer_state_compare(const TrainerState *saved, const TrainerState *now, co
             char was[128], is[128];
             setting_display(saved->settings[i].value, was, sizeof was);
             setting_display(v, is, sizeof is);
+            /* FFN chunks and layer streaming: the flags the caller worked out for this run (under
+               FPDT's streamed layers --ffn-chunks alone does not give a count back) */
+            if (layer_fix && *layer_fix &&
+                (!strcmp(saved->settings[i].key, "ffn_chunks") || !strcmp(saved->settings[i].key, "streamed_layers")))
+                return seq_err(e, "checkpoint %s was trained with %s = %s but this run uses %s: resume %s or start a "
+                               "new run", dir, saved->settings[i].key, was, is, layer_fix);
             /* the settings that are one train flag's value: name the flag that resumes */
             if (!strcmp(saved->settings[i].key, "data_files")) /* token_stream_fingerprint */
                 return seq_err(e, "checkpoint %s was trained on other token files than this run's --data (their "
@@ -133,7 +140,7 @@ int trainer_state_compare(const TrainerState *saved, const TrainerState *now, co
 
 void trainer_state_check(const TrainerState *saved, const TrainerState *now, const char *dir) {
     SeqErr e;
-    if (trainer_state_compare(saved, now, dir, &e) != 0) die_collective("%s", e.msg);
+    if (trainer_state_compare(saved, now, dir, NULL, &e) != 0) die_collective("%s", e.msg);
 }
 
 /* ---------------------------------------------------------------------------------------------

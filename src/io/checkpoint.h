@@ -76,8 +76,13 @@ void trainer_state_set(TrainerState *st, const char *key, const char *fmt, ...) 
 const char *trainer_state_get(const TrainerState *st, const char *key);
 /* Returns -1 with one line naming `dir`, the setting and both values if `saved` (from the
  * checkpoint) and `now` (this run) differ in seq_len (when both are > 0) or in any setting both
- * have, else 0. trainer_state_check dies (on every rank) instead. */
-int trainer_state_compare(const TrainerState *saved, const TrainerState *now, const char *dir, SeqErr *e);
+ * have, else 0. The line ends in the fix: a setting that is one flag's value names that flag and
+ * the saved value; "ffn_chunks" and "streamed_layers" name `layer_fix` where it is not NULL or ""
+ * ("with --no-stream --ffn-chunks 2": the caller's flags that give this run both back; without
+ * it, --ffn-chunks and the saved count). trainer_state_check (no layer_fix) dies on every rank
+ * instead. */
+int trainer_state_compare(const TrainerState *saved, const TrainerState *now, const char *dir, const char *layer_fix,
+                          SeqErr *e);
 void trainer_state_check(const TrainerState *saved, const TrainerState *now, const char *dir);
 
 /* Parses and validates trainer_state.json text (`path` names it in messages) into *st, checking

@@ -212,6 +212,29 @@ int llama_ffn_chunks_default(const LlamaConfig *c, long N, int stream, int su) {
     return k > LLAMA_FFN_CHUNKS_DEFAULT ? (int)k : LLAMA_FFN_CHUNKS_DEFAULT;
 }
 
+long llama_ffn_chunk_count(long N, long K, int su, long sc, long *rows) {
+    long r = N > 0 && K > 0 ? (N + K - 1) / K : 1; /* K past N: one row a chunk */
+    if (su > 1 && r > sc) r = sc > 0 ? sc : 1;
+    if (rows) *rows = r;
+    if (N <= 0) return 1;
+    return su > 1 ? su * ((sc + r - 1) / r) : (N + r - 1) / r;
+}
+
+long llama_ffn_chunks_flag(long N, long want, int su, long sc) {
+    if (want > 0 && llama_ffn_chunk_count(N, want, su, sc, NULL) == want) return want;
+    /* the counts are a function of the rows, ceil(N / K): each row count r <= N is reached by
+     * K = ceil(N / r) where any K reaches it, and a smaller r by a larger K */
+    long best = 0;
+    for (long r = N; r >= 1; r--) {
+        const long K = (N + r - 1) / r;
+        if ((N + K - 1) / K == r && llama_ffn_chunk_count(N, K, su, sc, NULL) == want) {
+            best = K;
+            break;
+        }
+    }
+    return best;
+}
+
 LlamaConfig llama_reference_config(void) {
     return (LlamaConfig){.hidden_size = 256, .intermediate_size = 1024, .num_attention_heads = 4,
                          .num_key_value_heads = 2, .num_hidden_layers = 4, .vocab_size = 256, .head_dim = 64,
@@ -407,13 +430,9 @@ LlamaActs *llama_acts_create_opts(const LlamaModel *m, const SeqAttention *attn,
     a->su = a->stream ? attn->stream_chunks : 1;
     a->sc = a->stream ? attn->stream_rows : N;
     int K = opt->ffn_chunks > 0 ? opt->ffn_chunks : llama_ffn_chunks_default(c, N, a->stream, a->su);
-    if (K > N) K = N > 0 ? N : 1;
-    a->ffn_rows = N > 0 ? (N + K - 1) / K : 1;
-    a->ffn_chunks = N > 0 ? (N + a->ffn_rows - 1) / a->ffn_rows : 1;
-    if (a->stream) { /* the MLP runs inside each attention chunk of c rows */
-        if (a->ffn_rows > a->sc) a->ffn_rows = a->sc;
-        a->ffn_chunks = a->su * ((a->sc + a->ffn_rows - 1) / a->ffn_rows);
-    }
+    long rows; /* streamed: the MLP runs inside each attention chunk of sc rows */
+    a->ffn_chunks = (int)llama_ffn_chunk_count(N, K, a->su, a->sc, &rows);
+    a->ffn_rows = (int)rows;
     a->store_gate_up = a->checkpoint == LLAMA_CKPT_NONE && a->ffn_chunks == 1;
     a->ldF = linear_row_stride(c->intermediate_size);
     /* no per-layer q, k, v when each layer's own would never be read again (the strategy keeps

@@ -118,6 +118,15 @@ const char *llama_checkpoint_name(int mode);
 /* The FFN chunk count a run of model c uses when --ffn-chunks is not given: N local tokens, whole
  * layers or streamed in su chunks. */
 int llama_ffn_chunks_default(const LlamaConfig *c, long N, int stream, int su);
+/* The FFN chunks --ffn-chunks K (> 0) makes of N local tokens (the one rule of llama_acts_create
+ * and the memory model): whole layers (su 1, sc N) run chunks of ceil(N / K) rows; streamed layers
+ * (su chunks of sc rows, N = su sc) run chunks of min(ceil(N / K), sc) rows inside each streamed
+ * chunk, su x ceil(sc / rows) in all (a K there is rounded up to a multiple of su). Returns the
+ * count; *rows (where not NULL) the rows of each chunk but the last. */
+long llama_ffn_chunk_count(long N, long K, int su, long sc, long *rows);
+/* The --ffn-chunks K that makes `want` FFN chunks under that rule: `want` itself where it does,
+ * else the smallest K that does; 0 where none does (a resume's fix names it). */
+long llama_ffn_chunks_flag(long N, long want, int su, long sc);
 /* The benchmarks' reference model (`seqpar bench step`, bench/): 4 layers, hidden 256, 4 heads of
  * 64 (2 KV heads), ffn 1024, vocabulary 256, untied, RoPE theta 1e4, eps 1e-5. */
 LlamaConfig llama_reference_config(void);

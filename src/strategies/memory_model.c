@@ -185,14 +185,8 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
     const int stream = own && !strcmp(s->name, "fpdt") && llama_streams(su, ckpt, in->no_stream);
     const double Cr = stream ? N / su : N; /* rows of the layer's scratch */
     /* FFN chunks exactly as llama_acts_create_opts */
-    long Nl = (long)N, K = in->ffn_chunks > 0 ? in->ffn_chunks : llama_ffn_chunks_default(c, Nl, stream, su);
-    if (K > Nl) K = Nl > 0 ? Nl : 1;
-    long rows = Nl > 0 ? (Nl + K - 1) / K : 1, chunks = Nl > 0 ? (Nl + rows - 1) / rows : 1;
-    if (stream) {
-        long c_rows = Nl / su;
-        if (rows > c_rows) rows = c_rows;
-        chunks = su * ((c_rows + rows - 1) / rows);
-    }
+    long Nl = (long)N, K = in->ffn_chunks > 0 ? in->ffn_chunks : llama_ffn_chunks_default(c, Nl, stream, su), rows;
+    const long chunks = llama_ffn_chunk_count(Nl, K, stream ? su : 1, stream ? Nl / su : Nl, &rows);
     const int store_gate_up = ckpt == LLAMA_CKPT_NONE && chunks == 1;
     /* rows of xn, dxn and of the attention projections' calls: a chunk's (streaming) or an FFN
      * chunk's (whole layers: every token-wise part runs over FFN chunks) */
