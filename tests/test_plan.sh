@@ -13,6 +13,9 @@
 BUILD=${1:-build}
 source tests/lib.sh
 mpi_test_env
+# the best line names the program as it was run ("$SEQPAR", a path), so that it runs as printed:
+# PROG is that path as a sed/grep basic regular expression ('#' is the seds' delimiter)
+PROG=$(printf '%s' "$SEQPAR" | sed 's/[][\.*^$#]/\\&/g')
 
 M="--layers 2 --hidden 64 --heads 4 --kv-heads 2 --ffn 128 --vocab 256 --seq-len 256 --batch 2"
 DATA="--data $FIX/tiny_long/tokens.bin"
@@ -64,7 +67,7 @@ traffic_case 4 2 1 --strategy fpdt --dp 1 --hp 4 --chunks 4 --checkpoint none --
 # the search
 out=$(timeout 60 "$SEQPAR" plan --ranks 4 --ranks-per-node 2 $M $RATES --mem-per-rank 8 --top 100000 2>&1)
 rc=$?
-if [ $rc -eq 0 ] && printf '%s' "$out" | grep -qF -- "best: mpirun -n 4 seqpar train $M --strategy"; then ok; else bad "plan 4 ranks: status $rc: $(printf '%s' "$out" | tail -n 3)"; fi
+if [ $rc -eq 0 ] && printf '%s' "$out" | grep -qF -- "best: mpirun -n 4 $SEQPAR train $M --strategy"; then ok; else bad "plan 4 ranks: status $rc: $(printf '%s' "$out" | tail -n 3)"; fi
 rows=$(printf '%s\n' "$out" | grep -cE '^ *[0-9]+  [a-z0-9]+ ')
 total=$(printf '%s\n' "$out" | sed -nE 's/^([0-9]+) configurations run.*/\1/p')
 if [ -n "$total" ] && [ "$rows" -eq "$total" ] && [ "$total" -gt 50 ]; then ok; else bad "plan listed $rows rows of $total configurations"; fi
@@ -90,7 +93,7 @@ tight=$(timeout 60 "$SEQPAR" plan --ranks 2 $S2 $RATES --mem-per-rank 0.6 --top 
 if printf '%s' "$loose" | grep -q 'checkpoint none'; then ok; else bad "20 GiB per rank: $(printf '%s' "$loose" | tail -n 2)"; fi
 # the best line trains what was planned: the user's flags (the model's sizes, the length and the
 # batch), then the plan's
-if printf '%s' "$loose" | grep -q -- "^best: mpirun -n 2 seqpar train $S2 --strategy [a-z0-9]* .*--checkpoint none"; then ok; else
+if printf '%s' "$loose" | grep -q -- "^best: mpirun -n 2 $PROG train $S2 --strategy [a-z0-9]* .*--checkpoint none"; then ok; else
     bad "plan's best line: $(printf '%s' "$loose" | grep '^best')"; fi
 best_line=$(printf '%s\n' "$tight" | grep -E '^ +1  ')
 best_ram=$(printf '%s\n' "$best_line" | awk '{ print $NF }')
@@ -119,14 +122,14 @@ S3="--layers 4 --hidden 256 --heads 4 --kv-heads 2 --ffn 1024 --vocab 256 --seq-
 roomy=$(timeout 60 "$SEQPAR" plan --ranks 1 $S3 $RATES --mem-per-rank 20 --top 100 2>&1)
 r1=$(printf '%s\n' "$roomy" | grep -E '^ *[0-9]+  2d .* none +1 +0 ' | head -n 1)
 r2=$(printf '%s\n' "$roomy" | grep -E '^ *[0-9]+  2d .* none +5 +0 ' | head -n 1) # the default's 5 chunks at 8K
-if printf '%s' "$roomy" | grep -q '^best: mpirun -n 1 \(--map-by slot:PE=[0-9]* \)\?seqpar train --layers 4 .* --strategy 2d --hp 1 --checkpoint none --ffn-chunks 1$' &&
+if printf '%s' "$roomy" | grep -q "^best: mpirun -n 1 \\(--map-by slot:PE=[0-9]* \\)\\?$PROG train --layers 4 .* --strategy 2d --hp 1 --checkpoint none --ffn-chunks 1\$" &&
     [ -n "$r1" ] && [ -n "$r2" ] && awk -v a="$r1" -v b="$r2" 'BEGIN { n = split(a, x); m = split(b, y); exit !(x[14] + 0 > y[14] + 0 && x[n] + 0 > y[m] + 0) }'; then ok
 else bad "one FFN chunk with 20 GiB: $(printf '%s' "$roomy" | grep '^best')
 $r1
 $r2"; fi
 # between the two: 500 MiB holds the default's two chunks (428 MiB by the model), not one (712)
 snug=$(timeout 60 "$SEQPAR" plan --ranks 1 $S3 $RATES --mem-per-rank 0.5 --top 3 2>&1)
-if printf '%s' "$snug" | grep -q '^best: mpirun -n 1 \(--map-by slot:PE=[0-9]* \)\?seqpar train --layers 4 .* --strategy 2d --hp 1 --checkpoint none$'; then ok
+if printf '%s' "$snug" | grep -q "^best: mpirun -n 1 \\(--map-by slot:PE=[0-9]* \\)\\?$PROG train --layers 4 .* --strategy 2d --hp 1 --checkpoint none\$"; then ok
 else bad "0.5 GiB: $(printf '%s' "$snug" | grep '^best')"; fi
 given=$(timeout 60 "$SEQPAR" plan --ranks 1 $S3 $RATES --mem-per-rank 20 --ffn-chunks 2 --top 100 2>&1)
 if printf '%s' "$given" | grep -q '^best: .* --checkpoint none --ffn-chunks 2$' &&
@@ -136,7 +139,7 @@ else bad "--ffn-chunks 2 not kept: $(printf '%s' "$given" | grep '^best')"; fi
 # one rank at 64K in 0.45 GiB: nothing fits in RAM; with --offload-dir FPDT's chunks and the layer
 # inputs go to disk and it does, with the flag in the best's command
 off=$(timeout 60 "$SEQPAR" plan --ranks 1 $S2 $RATES --mem-per-rank 0.45 --top 3 --offload-dir "$T" 2>&1)
-if printf '%s' "$off" | grep -q "^best: mpirun -n 1 \(--map-by slot:PE=[0-9]* \)\?seqpar train --layers 4 .* --strategy fpdt --chunks [0-9]* --checkpoint \(layer\|selective\) --offload-dir $T"; then ok; else
+if printf '%s' "$off" | grep -q "^best: mpirun -n 1 \(--map-by slot:PE=[0-9]* \)\?$PROG train --layers 4 .* --strategy fpdt --chunks [0-9]* --checkpoint \(layer\|selective\) --offload-dir $T"; then ok; else
     bad "offload: $(printf '%s' "$off" | tail -n 2)"; fi
 timeout 60 "$SEQPAR" plan --ranks 1 $S2 $RATES --mem-per-rank 0.45 --top 3 >/dev/null 2>&1
 if [ $? -eq 1 ]; then ok; else bad "0.45 GiB without --offload-dir: a configuration fits"; fi
@@ -144,20 +147,29 @@ if [ $? -eq 1 ]; then ok; else bad "0.45 GiB without --offload-dir: a configurat
 # the best line runs as printed (2 ranks, one step): the model, length, batch and every other train
 # flag given in it (plan dropped --save, --steps, --data..., and built the size flags itself)
 flags=$(timeout 60 "$SEQPAR" plan --ranks 2 $M $RATES $DATA $TRAIN --steps 1 --quiet --save "$T/best" --top 1 2>&1 |
-    sed -nE 's/^best: mpirun -n 2 seqpar train (.*)$/\1/p')
+    sed -n "s#^best: mpirun -n 2 $PROG train ##p")
 case "$flags" in "$M $DATA $TRAIN --steps 1 --quiet --save $T/best --strategy "*) ok ;; *) bad "the best line's flags: '$flags'" ;; esac
 if [ -n "$flags" ] && run_np 2 "$SEQPAR" train $flags >"$T/best.out" 2>&1 && [ -f "$T/best/model.safetensors" ]; then ok; else
     bad "the best's flags '$flags' do not run: $(tail -n 2 "$T/best.out" 2>/dev/null)"; fi
 # a flag's value the shell would split or expand is quoted; the grid flags given with a value in
 # the next word (--checkpoint layer) or after '=' are the plan's, printed once
 line=$(timeout 60 "$SEQPAR" plan --ranks 2 $M $RATES --save "$T/it's here" --checkpoint layer --zero=1 --lr '1e-3' --top 1 2>&1 | grep '^best: ')
-want="best: mpirun -n 2 seqpar train $M --save '$T/it'\\''s here' --lr 1e-3 --strategy "
+want="best: mpirun -n 2 $SEQPAR train $M --save '$T/it'\\''s here' --lr 1e-3 --strategy "
 case "$line" in "$want"*" --checkpoint layer"*" --zero 1") ok ;; *) bad "quoted and grid flags: '$line', want '$want... --checkpoint layer ... --zero 1'" ;; esac
 if [ "$(printf '%s\n' "$line" | grep -o -- '--checkpoint' | wc -l)" -eq 1 ]; then ok; else bad "--checkpoint twice: $line"; fi
-args=$(printf '%s' "$line" | sed -E 's/^best: mpirun -n 2 seqpar train //')
+args=$(printf '%s' "$line" | sed "s#^best: mpirun -n 2 $PROG train ##")
 eval "set -- $args"
 case " $* " in *" $T/it's here "*) ok ;; *) bad "the quoted path does not read back: $*" ;; esac
 set --
+# the program as it was run (until 2026-11-29 the line said `seqpar` whatever ran it, which a
+# checkout without build/ on PATH does not run): a path as given, so that the line runs as printed
+# (here literally: one rank, one step); `seqpar` found on PATH as `seqpar`
+line=$(timeout 60 "$SEQPAR" plan --ranks 1 $M $RATES $DATA $TRAIN --steps 1 --quiet --top 1 2>&1 | grep '^best: ')
+case "$line" in "best: mpirun -n 1 "*"$SEQPAR train $M "*) ok ;; *) bad "the best line does not name $SEQPAR: '$line'" ;; esac
+if [ -n "$line" ] && (eval "timeout 120 ${line#best: }") >"$T/asis.out" 2>&1 && grep -q '^final loss' "$T/asis.out"; then ok
+else bad "the best line as printed does not run: $(tail -n 2 "$T/asis.out")"; fi
+line=$(PATH="$(cd "$(dirname "$SEQPAR")" && pwd):$PATH" timeout 60 seqpar plan --ranks 1 $M $RATES --top 1 2>&1 | grep '^best: ')
+case "$line" in "best: mpirun -n 1 "*" seqpar train $M "*) ok ;; *) bad "seqpar run from PATH: '$line'" ;; esac
 # --threads is the plan's: refused with the flag that says it (it would contradict --map-by)
 err=$(timeout 60 "$SEQPAR" plan --ranks 2 $M $RATES --threads 1 2>&1 >/dev/null); rc=$?
 if [ $rc -ne 0 ] && printf '%s' "$err" | grep -q -- "--threads is the plan's to choose .*: give --cores-per-node 2 for 1 thread a rank"; then ok
@@ -168,10 +180,10 @@ else bad "plan --threads: status $rc: $err"; fi
 # of 1 thread need no binding flag
 one=$(timeout 60 "$SEQPAR" plan --ranks 1 --cores-per-node 2 $M $RATES --batch 2 --top 1 2>&1 | sed -nE 's/^best: (mpirun .*)$/\1/p')
 two=$(timeout 60 "$SEQPAR" plan --ranks 2 --cores-per-node 2 $M $RATES --batch 2 --top 1 2>&1 | grep '^best: ')
-if printf '%s' "$one" | grep -q '^mpirun -n 1 --map-by slot:PE=2 seqpar train ' && printf '%s' "$two" | grep -q '^best: mpirun -n 2 seqpar train '; then ok
+if printf '%s' "$one" | grep -q "^mpirun -n 1 --map-by slot:PE=2 $PROG train " && printf '%s' "$two" | grep -q "^best: mpirun -n 2 $PROG train "; then ok
 else bad "the best lines' binding: '$one' / '$two'"; fi
 if [ "$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)" -ge 2 ]; then
-    args=$(printf '%s' "$one" | sed -E 's/^mpirun -n 1 --map-by slot:PE=2 seqpar train //')
+    args=$(printf '%s' "$one" | sed "s#^mpirun -n 1 --map-by slot:PE=2 $PROG train ##")
     if timeout 120 mpirun --oversubscribe -n 1 --map-by slot:PE=2 "$SEQPAR" train $args $DATA $TRAIN --steps 1 2>&1 | grep -q ' 2 threads/rank'; then ok
     else bad "the one-rank best line does not run 2 threads: $args"; fi
 else echo "test_plan: one CPU: the one-rank best line's 2 threads not run"; fi
@@ -285,7 +297,7 @@ err_case "give --ranks P" $M
 # (plan found nothing to run, while train ran it), and its best line runs
 expect_refusal "--placement head-first orders head and context groups: --strategy wallfacer takes team-first" --ranks 2 --strategy wallfacer --placement head-first $M $RATES
 out=$(timeout 60 "$SEQPAR" plan --ranks 2 --strategy wallfacer $M $RATES 2>&1)
-best=$(printf '%s\n' "$out" | sed -n 's/^best: mpirun -n 2 seqpar train //p')
+best=$(printf '%s\n' "$out" | sed -n "s#^best: mpirun -n 2 $PROG train ##p")
 if printf '%s' "$best" | grep -q -- "--strategy wallfacer --cp 2 --team 1 --placement team-first" &&
     ! printf '%s\n' "$out" | grep -q "ring-first" &&
     timeout 120 mpirun --oversubscribe -n 2 "$SEQPAR" train $best --steps 1 --log "$T/wf1.jsonl" >/dev/null 2>&1; then ok; else

@@ -212,7 +212,7 @@ static void parse_rates(const char *v, double *f, double *b) {
                        v);
 }
 
-int cmd_plan(int argc, char **argv) {
+int cmd_plan(int argc, char **argv, const char *program) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(HELP, stdout);
@@ -388,14 +388,17 @@ int cmd_plan(int argc, char **argv) {
         static const char *const grid[] = {"strategy", "dp",         "hp",   "cp",         "ring-inner", "team",
                                            "chunks",   "placement",  "zero", "checkpoint", "ffn-chunks", "offload-dir",
                                            NULL};
-        char given[4096];
+        char given[4096], prog[4096];
         if (train_flags_except(argc, argv, grid, given, sizeof given) != 0)
             die("seqpar plan: the train flags given are over %zu characters: shorten the paths", sizeof given);
+        /* the program as it was run (a checkout's build/seqpar), so that the line runs as printed */
+        if (program_word(program, prog, sizeof prog) != 0)
+            die("seqpar plan: the program's path is over %zu characters: run it by a shorter one", sizeof prog);
         /* each rank the cores the plan gave it: Open MPI binds a rank to one core where it starts at most
          * 2, so a bare `mpirun -n 1` trains on 1 thread where the plan counted 2 */
         char pe[48] = "";
         if (thr > 1) snprintf(pe, sizeof pe, " --map-by slot:PE=%d", thr);
-        printf("best: mpirun -n %d%s seqpar train%s%s %s\n", cl.ranks, pe, *given ? " " : "", given, flags);
+        printf("best: mpirun -n %d%s %s train%s%s %s\n", cl.ranks, pe, prog, *given ? " " : "", given, flags);
     }
     if (traffic) {
         MemoryModelInput in = base;

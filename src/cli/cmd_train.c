@@ -358,6 +358,15 @@ int train_flags_except(int argc, char **argv, const char *const *drop, char *buf
     return 0;
 }
 
+int program_word(const char *program, char *buf, size_t n) {
+    size_t len = 0;
+    if (n) buf[0] = 0;
+    shell_word_append(buf, n, &len, program && strchr(program, '/') ? program : "seqpar");
+    if (len >= n) return -1;
+    memmove(buf, buf + 1, len); /* the leading space */
+    return 0;
+}
+
 void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, const char *cmd) {
     memset(o, 0, sizeof *o);
     size_flags_default(sf);

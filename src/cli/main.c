@@ -153,7 +153,7 @@ int main(int argc, char **argv) {
     } else if (!strcmp(argv[1], "memory")) {
         status = cmd_memory(argc - 1, argv + 1);
     } else if (!strcmp(argv[1], "plan")) {
-        status = cmd_plan(argc - 1, argv + 1);
+        status = cmd_plan(argc - 1, argv + 1, argv[0]);
     } else {
         die_collective("unknown command '%s': the commands are train, grad, bench, strategies, memory, plan and sample (see 'seqpar --help')", argv[1]);
     }

@@ -40,6 +40,10 @@ void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, 
  * without the dashes, NULL-terminated), each with its value, as shell words one space apart in
  * buf: the flags of a train command to print. Returns 0, or -1 where they do not fit in n. */
 int train_flags_except(int argc, char **argv, const char *const *drop, char *buf, size_t n);
+/* How a printed command names seqpar so that it runs as printed: `program` (main's argv[0]) as one
+ * shell word where it is a path (holds a '/': build/seqpar from a checkout), else "seqpar" (found on
+ * PATH). Returns 0, or -1 where it does not fit in n. */
+int program_word(const char *program, char *buf, size_t n);
 
 /* The data flags as train, memory and plan check them (--val-data or --pack on the recall task,
  * --pack without an id: --eot or the model's eos_token_id, each ends every rank with one line);
