@@ -121,13 +121,13 @@ if [ "$st" = " 2 status 1" ]; then ok; else bad "nothing fits under mpirun: not 
 S3="--layers 4 --hidden 256 --heads 4 --kv-heads 2 --ffn 1024 --vocab 256 --seq-len 8192 --batch 1"
 roomy=$(timeout 60 "$SEQPAR" plan --ranks 1 $S3 $RATES --mem-per-rank 20 --top 100 2>&1)
 r1=$(printf '%s\n' "$roomy" | grep -E '^ *[0-9]+  2d .* none +1 +0 ' | head -n 1)
-r2=$(printf '%s\n' "$roomy" | grep -E '^ *[0-9]+  2d .* none +5 +0 ' | head -n 1) # the default's 5 chunks at 8K
+r2=$(printf '%s\n' "$roomy" | grep -E '^ *[0-9]+  2d .* none +4 +0 ' | head -n 1) # the default's 4 chunks at 8K (5 until 2026-11-29)
 if printf '%s' "$roomy" | grep -q "^best: mpirun -n 1 \\(--map-by slot:PE=[0-9]* \\)\\?$PROG train --layers 4 .* --strategy 2d --hp 1 --checkpoint none --ffn-chunks 1\$" &&
     [ -n "$r1" ] && [ -n "$r2" ] && awk -v a="$r1" -v b="$r2" 'BEGIN { n = split(a, x); m = split(b, y); exit !(x[14] + 0 > y[14] + 0 && x[n] + 0 > y[m] + 0) }'; then ok
 else bad "one FFN chunk with 20 GiB: $(printf '%s' "$roomy" | grep '^best')
 $r1
 $r2"; fi
-# between the two: 500 MiB holds the default's two chunks (428 MiB by the model), not one (712)
+# between the two: 500 MiB holds the default's four chunks at 8K (343.5 MiB by the model with the runtime), not one (623.6)
 snug=$(timeout 60 "$SEQPAR" plan --ranks 1 $S3 $RATES --mem-per-rank 0.5 --top 3 2>&1)
 if printf '%s' "$snug" | grep -q "^best: mpirun -n 1 \\(--map-by slot:PE=[0-9]* \\)\\?$PROG train --layers 4 .* --strategy 2d --hp 1 --checkpoint none\$"; then ok
 else bad "0.5 GiB: $(printf '%s' "$snug" | grep '^best')"; fi

@@ -108,13 +108,18 @@ const char *llama_checkpoint_name(int mode);
  * LLAMA_FFN_ROWS_MAX tokens, so the scratch stops growing with N (at S = 32768 on the reference
  * model 80 instead of 320 MiB; a GEMM of 4096 rows runs at the rate of a larger one), and no more
  * rows than the attention half's gradients (dq, dk, dv, dout: 2 N (H + Hkv) d floats) leave room
- * for in the buffer the two share (3 chunk buffers of ldF floats a row; phases_alloc in llama.c),
- * but at least LLAMA_FFN_ROWS_MIN: there the MLP costs no memory of its own; FPDT's streamed
+ * for in the buffer the two share (3 chunk buffers of ldF floats a row; phases_alloc in llama.c):
+ * there the MLP costs no memory of its own. But at least LLAMA_FFN_ROWS_MIN rows: the MLP's GEMMs
+ * lose speed on fewer (2 layers of hidden 1024, F 4096 at S = 4096 on a Zen 4, 2 threads: a step
+ * of 5.96 s in chunks of 2048 rows, 6.05 in 1366, 6.35 in 1024, 6.80 in 820, the rule's 850 when
+ * the minimum was 512; 5.28 s whole, without the recompute), while the 3 chunk buffers' excess
+ * over the attention's gradients is at most 3 x 2048 x ldF floats a rank (24 MiB at F = 1024,
+ * 336 MiB at Llama-3-8B's 14336; at that shape's 4096 tokens +9% of the peak). FPDT's streamed
  * layers, 2u (chunk streaming below; there the MLP runs inside each attention chunk, so in at
  * least u chunks whatever K). */
 #define LLAMA_FFN_CHUNKS_DEFAULT 2
 #define LLAMA_FFN_ROWS_MAX 4096
-#define LLAMA_FFN_ROWS_MIN 512
+#define LLAMA_FFN_ROWS_MIN 2048
 /* The FFN chunk count a run of model c uses when --ffn-chunks is not given: N local tokens, whole
  * layers or streamed in su chunks. */
 int llama_ffn_chunks_default(const LlamaConfig *c, long N, int stream, int su);
