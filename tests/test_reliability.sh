@@ -9,7 +9,8 @@
 #     MPI_Init the same way, under mpirun and under srun's variables (SLURM_STEP_NUM_TASKS);
 #   - preemption: SIGUSR1 sent to mpirun, SIGTERM sent to every rank, and SIGINT to a single
 #     process each stop the run after the current step with a checkpoint and exit 0; resuming
-#     from it gives losses bit-identical to an uninterrupted run;
+#     from it gives losses bit-identical to an uninterrupted run; so does a SIGUSR1 raised during
+#     start-up, also while the shared libraries initialise (before main());
 #   - multi-host: a link taken down between two network-namespace hosts ends the job through the
 #     watchdog (bench/multihost.sh linkdown; skipped without root / ip netns);
 #   - non-finite numbers: a NaN gradient (SEQPAR_FAULT_NONFINITE, test only) or a huge --lr ends
@@ -220,6 +221,24 @@ sleep 0.3
 wait $tp
 if grep -q '^seqpar: stopped by SIGUSR1 after step 1 of 100000' "$T/u.out" && grep -q '^status 0$' "$T/u.out" &&
     [ -f "$T/uck/trainer_state.json" ]; then ok; else bad "SIGUSR1 during start-up: $(grep -E 'stopped|status|signal' "$T/u.out" | head -n 3)"; fi
+
+# ---- a stop signal while the shared libraries initialise, before main() (OpenBLAS, oneDNN, OpenMP
+# and MPI's constructors: 5-10 ms of every rank's start here): it took the default action too (the
+# handlers were installed in main()); now the executable's .preinit_array installs them before any
+# library's constructor. A library preloaded into the ranks raises SIGUSR1 in its constructor.
+printf '%s\n' '#define _GNU_SOURCE' '#include <errno.h>' '#include <signal.h>' '#include <string.h>' \
+    '__attribute__((constructor)) static void early(void) {' \
+    '    if (!strcmp(program_invocation_short_name, "seqpar")) raise(SIGUSR1); /* not in mpirun, orted */' '}' >"$T/early.c"
+if ${CC:-cc} -shared -fPIC -o "$T/early.so" "$T/early.c"; then
+    timeout 120 mpirun --oversubscribe -np 2 -x LD_PRELOAD="$T/early.so" -x ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+        "$SEQPAR" train "${SMALL[@]}" --batch 4 --steps 100000 --cp 2 --save "$T/eck" --log "$T/early.jsonl" >"$T/early.out" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ] && grep -q '^seqpar: stopped by SIGUSR1 after step 1 of 100000' "$T/early.out" &&
+        [ -f "$T/eck/trainer_state.json" ]; then ok; else
+        bad "SIGUSR1 before main(): status $rc: $(grep -E 'stopped|signal' "$T/early.out" | head -n 2)"; fi
+else
+    bad "compiling the preloaded library failed"
+fi
 
 # ---- non-finite numbers
 NF=(train "${SMALL[@]}" --batch 2 --steps 8)

@@ -96,6 +96,18 @@ static void die_unless_same_command(int argc, char **argv) {
                    differs, first, differs, other);
 }
 
+/* train's stop signals before any shared library initialises: the dynamic linker runs the
+ * executable's .preinit_array before every library's constructors (OpenBLAS, oneDNN, OpenMP, MPI:
+ * 5-10 ms per rank here), which all run before main(); a SIGUSR1 or SIGTERM that arrived then took
+ * the default action (the rank died by the signal, no checkpoint, no "stopped by" line for a
+ * requeueing wrapper). main() installs them again (the same handlers). */
+static void stop_signals_preinit(int argc, char **argv, char **envp) {
+    (void)envp;
+    if (argc >= 2 && argv && argv[1] && !strcmp(argv[1], "train")) stop_signals_install();
+}
+__attribute__((used, section(".preinit_array"))) static void (*const preinit_stop_signals)(int, char **, char **) =
+    stop_signals_preinit;
+
 int main(int argc, char **argv) {
     int provided = 0;
     /* a write past a file size limit (ulimit -f) fails with EFBIG and takes the writers' error path
