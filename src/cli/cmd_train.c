@@ -699,6 +699,20 @@ int cmd_train(int argc, char **argv) {
         if (rank == 0 && !bad && checkpoint_exists(o.save_dir) && !(o.resume_dir && same_file(o.resume_dir, o.save_dir)))
             bad = seq_err(&err, "--save %s already holds a checkpoint that this run does not continue: give a new "
                           "directory, continue it with --resume %s, or remove it first", o.save_dir, o.save_dir) != 0;
+        /* under the lock: what saves killed before they ended left beside it (each up to a whole
+         * checkpoint, never removed by seqpar: they piled up without a word until a save found the
+         * disk full) */
+        char *left = NULL;
+        uint64_t left_bytes = 0;
+        const int n_left = rank == 0 && !bad ? checkpoint_leftovers(o.save_dir, &left, &left_bytes) : 0;
+        if (n_left > 0) {
+            fprintf(stderr, "seqpar: warning: --save %s: %d interrupted save%s left %.1f MB beside it (%s%s), which "
+                    "seqpar never removes: delete %s when no run is writing %s\n", o.save_dir, n_left,
+                    n_left == 1 ? "" : "s", (double)left_bytes / 1e6, left, n_left == 1 ? "" : ", ...",
+                    n_left == 1 ? "it" : "them", o.save_dir);
+            fflush(stderr);
+        }
+        xfree(left);
         die_if_any_rank(bad ? &err : NULL);
     }
     trace_target_check(&o.par, o.save_dir); /* and --trace, written at the end */

@@ -324,6 +324,51 @@ static char *find_old_sibling(const char *parent, const char *base, int checkpoi
     return found;
 }
 
+/* nftw has no user pointer: the running total of tree_bytes (one caller at a time, rank 0's start) */
+static uint64_t g_tree_bytes;
+static long g_tree_files;
+
+static int add_file_size(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)path; (void)ftw;
+    if (flag == FTW_F) {
+        g_tree_bytes += (uint64_t)sb->st_size;
+        g_tree_files++;
+    }
+    return 0;
+}
+
+int checkpoint_leftovers(const char *dir, char **first, uint64_t *bytes) {
+    *first = NULL;
+    *bytes = 0;
+    char *d = normalize_dir(dir, NULL), *parent = NULL, *base = NULL;
+    if (!d) return 0;
+    int n = 0;
+    DIR *dd = split_dir(d, &parent, &base, NULL) == 0 ? opendir(parent) : NULL;
+    struct dirent *ent;
+    while (dd && (ent = readdir(dd)) != NULL) {
+        if (!is_sibling(ent->d_name, base, "tmp") && !is_sibling(ent->d_name, base, "old")) continue;
+        char *path = str_printf("%s/%s", parent, ent->d_name);
+        struct stat sb;
+        g_tree_bytes = 0;
+        g_tree_files = 0;
+        if (lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) nftw(path, add_file_size, 16, FTW_PHYS);
+        if (g_tree_files > 0) {
+            n++;
+            *bytes += g_tree_bytes;
+            if (!*first) {
+                *first = path;
+                path = NULL;
+            }
+        }
+        xfree(path);
+    }
+    if (dd) closedir(dd);
+    xfree(d);
+    xfree(parent);
+    xfree(base);
+    return n;
+}
+
 int checkpoint_recover(const char *dir, char **from, SeqErr *e) {
     *from = NULL;
     char *d = normalize_dir(dir, e), *parent = NULL, *base = NULL;

@@ -111,6 +111,14 @@ int checkpoint_lock(const char *dir, SeqErr *e);
  * to choose), or the rename failed. DIR.tmp.* siblings are left alone. */
 int checkpoint_recover(const char *dir, char **from, SeqErr *e);
 
+/* The leftovers of saves that were killed before they ended: the DIR.tmp.XXXXXX and DIR.old.XXXXXX
+ * siblings of DIR that hold at least one file (seqpar never removes what it did not create, so
+ * each kill -9 during a save leaves up to a checkpoint's size there). Returns their number (0 when
+ * there are none or the parent cannot be read), with *bytes their files' total size and *first the
+ * path of the first one (to free; NULL when none). Empty ones (a save's start, the --save check's
+ * probe) are not counted. Call it holding DIR's save lock, so no other run is saving to DIR. */
+int checkpoint_leftovers(const char *dir, char **first, uint64_t *bytes);
+
 /* Weights larger than this are saved as model-0000k-of-0000n.safetensors shards with
  * model.safetensors.index.json (params_save_dir; the index's CRC is in the trainer state, each
  * shard's in the index); 0 means never shard. Default: 5 GB, as transformers. */
