@@ -280,6 +280,19 @@ expect_error "two interrupted saves' checkpoints" "more than one checkpoint besi
 if [ -d "$T/intr.old.Cc3Dd4" ] && [ -d "$T/intr.old.Ee5Ff6" ] && [ ! -e "$T/intr" ]; then ok; else bad "two candidates: one was moved"; fi
 expect_error "--resume DIR alone, DIR left aside" "intr.old.* does (a save was interrupted).*--save .*intr too brings it back" \
     "$SEQPAR" train "${TRAIN[@]}" --resume "$T/intr" --log "$T/x.jsonl"
+# a save killed while it removed the old copy (the fallback's DIR.old.*) leaves part of it, perhaps
+# with trainer_state.json (a kill sweep left config, weights and state, the optimizer unlinked): it
+# is no checkpoint to bring back, so a later save interrupted between its renames is continued
+# (it was refused: "more than one checkpoint beside it"), bit for bit, and --resume's hint names
+# the whole one
+rm -f "$T/intr.old.Cc3Dd4/optimizer.safetensors"
+expect_error "--resume DIR alone, a part and a whole copy aside" "intr.old.Ee5Ff6' does (a save was interrupted)" \
+    "$SEQPAR" train "${TRAIN[@]}" --resume "$T/intr" --log "$T/x.jsonl"
+out=$(timeout 120 "$SEQPAR" train "${TRAIN[@]}" --auto-resume --save "$T/intr" --log "$T/intr3.jsonl" 2>&1)
+if printf '%s' "$out" | grep -q "brought back from .*intr.old.Ee5Ff6" && [ -d "$T/intr.old.Cc3Dd4" ] &&
+    [ "$(losses "$T/full.jsonl" | tail -n 3)" = "$(losses "$T/intr3.jsonl")" ] &&
+    cmp -s "$T/full/model.safetensors" "$T/intr/model.safetensors"; then ok; else
+    bad "a whole checkpoint beside a removal's leftover not brought back: $out"; fi
 expect_error "--auto-resume without --save" "--auto-resume continues the run in the --save directory: give --save DIR" \
     "$SEQPAR" train "${TRAIN[@]}" --auto-resume --log "$T/x.jsonl"
 expect_error "--auto-resume with --resume" "--auto-resume and --resume both name where to continue from" \

@@ -305,8 +305,11 @@ static int is_seqpar_checkpoint(const char *d) {
     return yes;
 }
 
-/* The first "<base>.old.XXXXXX" in parent (newly allocated, or NULL), only those holding a seqpar
- * checkpoint where checkpoints_only; where second is not NULL, also the next such one there. */
+static int is_whole_checkpoint(const char *d);
+
+/* The first "<base>.old.XXXXXX" in parent (newly allocated, or NULL), only those holding a whole
+ * seqpar checkpoint where checkpoints_only (is_whole_checkpoint: not the part of an old copy that a
+ * save killed while removing it left); where second is not NULL, also the next such one there. */
 static char *find_old_sibling(const char *parent, const char *base, int checkpoints_only, char **second) {
     if (second) *second = NULL;
     DIR *dd = opendir(parent);
@@ -316,7 +319,7 @@ static char *find_old_sibling(const char *parent, const char *base, int checkpoi
     while ((!found || (second && !*second)) && (ent = readdir(dd)) != NULL) {
         if (!is_sibling(ent->d_name, base, "old")) continue;
         char *path = str_printf("%s/%s", parent, ent->d_name);
-        if (checkpoints_only && !is_seqpar_checkpoint(path)) xfree(path);
+        if (checkpoints_only && !is_whole_checkpoint(path)) xfree(path);
         else if (!found) found = path;
         else *second = path;
     }
@@ -717,7 +720,8 @@ static int require_dir(const char *d, SeqErr *e) {
     }
     char *parent, *base;
     if (split_dir(d, &parent, &base, e) != 0) return -1;
-    char *old = find_old_sibling(parent, base, 0, NULL);
+    char *old = find_old_sibling(parent, base, 1, NULL); /* a whole checkpoint first */
+    if (!old) old = find_old_sibling(parent, base, 0, NULL);
     int rc;
     if (old)
         rc = seq_err(e, "checkpoint directory '%s' does not exist, but '%s' does (a save was interrupted): rename it "
@@ -902,6 +906,28 @@ static int read_state(const char *path, TrainerState *st, StateExtra *ex, SeqErr
     int rc = parse_state_text((const char *)text, len, path, st, ex, e);
     xfree(text);
     return rc;
+}
+
+/* 1 if d holds a whole seqpar checkpoint: its trainer state reads (its own CRC-32 checked) and each
+ * file it records (config, weights or their index, optimizer) is a regular file of the size it
+ * recorded. What a save killed while it removed an old copy leaves (DIR.old.* in the fallback: some
+ * files unlinked, trainer_state.json perhaps still there) is not; the files' CRC-32s are not read
+ * here (the resume checks them). Version-1 states (no sizes): the files must exist. */
+static int is_whole_checkpoint(const char *d) {
+    char *state = str_printf("%s/" F_STATE, d);
+    TrainerState st;
+    StateExtra ex;
+    int yes = read_state(state, &st, &ex, NULL) == 0;
+    xfree(state);
+    for (int i = 0; yes && i < 3; i++) {
+        const int needed = ex.checksummed ? ex.has_file[i] : (i < 2 || ex.has_opt);
+        if (!needed) continue;
+        char *p = str_printf("%s/%s", d, i == 1 && ex.sharded ? ST_INDEX_NAME : CHECKED_FILES[i]);
+        struct stat sb;
+        yes = stat(p, &sb) == 0 && S_ISREG(sb.st_mode) && (!ex.checksummed || (uint64_t)sb.st_size == ex.bytes[i]);
+        xfree(p);
+    }
+    return yes;
 }
 
 /* Checks file i of the checkpoint against the size and CRC-32 the state recorded at save. */

@@ -104,7 +104,9 @@ int checkpoint_lock(const char *dir, SeqErr *e);
 
 /* Brings back the checkpoint a save left aside when it was interrupted between the two renames
  * of its fallback (no rename-exchange on the file system): where DIR does not exist and exactly
- * one DIR.old.XXXXXX sibling holds a seqpar checkpoint, that sibling is renamed to DIR (and the
+ * one DIR.old.XXXXXX sibling holds a whole seqpar checkpoint (its state reads and every file it
+ * records has the recorded size: not the part of an old copy that a save killed while removing it
+ * left), that sibling is renamed to DIR (and the
  * parent fsynced). Call it holding DIR's save lock (checkpoint_lock). Returns 1 with *from the
  * sibling's path (to free) when it moved one, 0 when there was nothing to bring back (DIR exists,
  * or no such sibling), -1 with one line when it cannot: several candidates (named, for the user
