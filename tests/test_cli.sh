@@ -679,6 +679,19 @@ if [ -f "$T/keep_ck.tmp.AbCdEf/notes" ] && [ -d "$T/keep_ck.old.GhIjKl" ] && [ -
 if [ "$(printf '%s\n' "$err" | grep -c "^seqpar: warning: --save .*keep_ck: 1 interrupted save left 0.0 MB beside it (.*keep_ck.tmp.AbCdEf), which seqpar never removes: delete it when no run is writing")" -eq 1 ] &&
     [ "$(printf '%s\n' "$err" | grep -c '')" -eq 1 ]; then ok; else bad "no warning naming the leftover of an interrupted save: $err"; fi
 
+# a checkpoint its owner made read-only (chmod a-w) is not replaced: a save renamed a new directory
+# into its place (the mode does not stop that) and then could not remove the old copy's files
+rm -rf "$T"/ro_ck*
+timeout 60 "$SEQPAR" train "${RT[@]}" --steps 6 --stop-at 2 --save "$T/ro_ck" --log "$T/ro.jsonl" >/dev/null 2>&1 || bad "ro_ck: the run failed"
+cp -r "$T/ro_ck" "$T/ro_ck_copy"; chmod a-w "$T/ro_ck"
+expect_error "--save DIR made read-only" "refusing to replace '.*ro_ck': it is read-only (mode 555).*chmod u+w" \
+    "$SEQPAR" train "${RT[@]}" --steps 6 --resume "$T/ro_ck" --save "$T/ro_ck" --log "$T/x.jsonl"
+expect_error "--auto-resume, --save DIR made read-only" "it is read-only (mode 555)" \
+    "$SEQPAR" train "${RT[@]}" --steps 6 --auto-resume --save "$T/ro_ck" --log "$T/x.jsonl"
+if diff -r "$T/ro_ck_copy" "$T/ro_ck" >/dev/null && ! ls -d "$T"/ro_ck.tmp.* >/dev/null 2>&1; then ok; else
+    bad "a read-only --save was changed or left a temporary: $(ls -d "$T"/ro_ck* | tr '\n' ' ')"; fi
+chmod u+w "$T/ro_ck"
+
 # damaged and out-of-schedule checkpoints are refused with one line
 ck_copy() { rm -rf "$T/$1"; cp -r "$T/keep_ck" "$T/$1"; }
 ck_copy ck_flip

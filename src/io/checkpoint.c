@@ -413,6 +413,14 @@ static int check_replaceable(const char *d, SeqErr *e) {
     if (sb.st_uid != geteuid())
         return seq_err(e, "refusing to replace '%s': it belongs to another user (uid %u): choose a checkpoint directory "
                        "of your own", d, (unsigned)sb.st_uid);
+    /* its owner took away its own write permission (chmod a-w: keep it): a save renames a new
+     * directory into its place, which the directory's mode does not stop, and then cannot remove
+     * the old copy's files (until 2026-11-29 it replaced it, warned five times per file and left
+     * the copy beside it); root too, whom the mode does not stop otherwise */
+    if (!(sb.st_mode & S_IWUSR))
+        return seq_err(e, "refusing to replace '%s': it is read-only (mode %03o) and a save puts a new directory in its "
+                       "place: make it writable (chmod u+w %s) or choose another --save path", d,
+                       (unsigned)(sb.st_mode & 07777), d);
     if (is_seqpar_checkpoint(d)) return 0;
     DIR *dd = opendir(d);
     if (!dd) return seq_err(e, "cannot read checkpoint directory '%s': %s", d, strerror(errno));
@@ -675,7 +683,8 @@ int checkpoint_save(const char *dir, const LlamaConfig *cfg, const ParamTable *t
         } else {
             mode_t mask = umask(0);
             umask(mask);
-            (void)chmod(tmp, 0777 & ~mask); /* mkdtemp makes 0700; not fatal if this fails */
+            (void)chmod(tmp, (0777 & ~mask) | S_IRWXU); /* mkdtemp makes 0700; not fatal if this fails; writable
+                                                          * by its owner whatever the umask (the next save's check) */
             /* a failed write (a full disk) removes what this save created; once the temporary is
              * complete, the messages say where each copy is */
             rc = fill_checkpoint(tmp, d, cfg, t, params, opt, st, e);
