@@ -297,6 +297,13 @@ expect_error "--auto-resume without --save" "--auto-resume continues the run in 
     "$SEQPAR" train "${TRAIN[@]}" --auto-resume --log "$T/x.jsonl"
 expect_error "--auto-resume with --resume" "--auto-resume and --resume both name where to continue from" \
     "$SEQPAR" train "${TRAIN[@]}" --auto-resume --resume "$T/part3" --save "$T/auto" --log "$T/x.jsonl"
+# a --save DIR holding a checkpoint's files but no trainer_state.json: the refusal alone, stdout
+# included (until 2026-11-29 "holds no checkpoint yet: starting the run" came first)
+mkdir -p "$T/nostate" && cp "$T/auto/"* "$T/nostate/" && rm -f "$T/nostate/trainer_state.json"
+out=$(timeout 120 "$SEQPAR" train "${TRAIN[@]}" --auto-resume --save "$T/nostate" --log "$T/x.jsonl" 2>&1); rc=$?
+if [ "$rc" -ne 0 ] && [ "$(printf '%s\n' "$out" | grep -c '')" = 1 ] &&
+    printf '%s' "$out" | grep -q "refusing to replace .*nostate.*not a seqpar checkpoint"; then ok
+else bad "--auto-resume on a checkpoint without its state: status $rc, not the refusal alone: $out"; fi
 # the comparison tool asked for bit-identity (both tolerances 0): equal files agree, others differ
 if "$CMP" "$T/full/model.safetensors" "$T/part/model.safetensors" 0 0 >/dev/null &&
     ! "$CMP" "$T/full/model.safetensors" "$T/full/optimizer.safetensors" 0 0 >/dev/null 2>&1 &&

@@ -651,6 +651,8 @@ int cmd_train(int argc, char **argv) {
      * have left the last checkpoint beside it (DIR.old.*): rank 0 brings it back, under the save lock,
      * before any rank reads --save or --resume; --auto-resume then continues what --save holds. */
     int save_lock = -1; /* rank 0's lock on --save, held to the end */
+    int auto_start = 0; /* --auto-resume found no checkpoint: rank 0 says it starts the run (not before a
+                           refusal of the --save path: one line, the refusal, until 2026-11-29 two) */
     if (o.save_dir) {
         int rank = 0, holds = 0;
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -676,9 +678,8 @@ int cmd_train(int argc, char **argv) {
                 o.resume_dir = o.save_dir;
                 o.model_dir = NULL;
                 o.random_init = 0;
-            } else if (rank == 0) {
-                printf("seqpar: --auto-resume: %s holds no checkpoint yet: starting the run\n", o.save_dir);
-                fflush(stdout);
+            } else {
+                auto_start = rank == 0; /* said once the --save path's checks below have passed */
             }
         }
     }
@@ -714,6 +715,10 @@ int cmd_train(int argc, char **argv) {
         }
         xfree(left);
         die_if_any_rank(bad ? &err : NULL);
+        if (auto_start) {
+            printf("seqpar: --auto-resume: %s holds no checkpoint yet: starting the run\n", o.save_dir);
+            fflush(stdout);
+        }
     }
     trace_target_check(&o.par, o.save_dir); /* and --trace, written at the end */
     if (o.log_path && o.par.trace_path && paths_same(o.log_path, o.par.trace_path)) /* the trace replaced the log */
