@@ -87,5 +87,8 @@ double   rng_normal(Rng *r);            /* standard normal (Box-Muller) */
 uint64_t rng_below(Rng *r, uint64_t n); /* uniform in [0, n) */
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+/* A macro's value as a string literal, for help texts that name a constant: SEQ_STR(X) */
+#define SEQ_STR_(x) #x
+#define SEQ_STR(x) SEQ_STR_(x)
 
 #endif
