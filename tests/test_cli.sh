@@ -416,10 +416,28 @@ resume_fix() {
 expect_error "resume of whole layers under fpdt --chunks 4 --ffn-chunks 2" "ffn_chunks = 2 but this run uses 4: resume with --no-stream --ffn-chunks 2 or start" "$SEQPAR" train "${TRAIN[@]}" --strategy fpdt --chunks 4 --ffn-chunks 2 --resume "$T/part3" --log "$T/x.jsonl"
 resume_fix "whole layers under fpdt --chunks 4" "$T/part3" --strategy fpdt --chunks 4
 resume_fix "whole layers under fpdt --chunks 4 --ffn-chunks 2" "$T/part3" --strategy fpdt --chunks 4 --ffn-chunks 2
-expect_error "resume of 4 FFN chunks streamed in 2 under --chunks 8" "ffn_chunks = 4 but this run uses 8: resume with --chunks 4 --ffn-chunks 4 or start" "$SEQPAR" train "${TRAIN[@]}" --strategy fpdt --chunks 8 --ffn-chunks 4 --steps 2 --resume "$T/fpdt_s" --log "$T/x.jsonl"
+expect_error "resume of 4 FFN chunks streamed in 2 under --chunks 8" "ffn_chunks = 4 but this run uses 8: resume with --chunks 2 --ffn-chunks 4 or start" "$SEQPAR" train "${TRAIN[@]}" --strategy fpdt --chunks 8 --ffn-chunks 4 --steps 2 --resume "$T/fpdt_s" --log "$T/x.jsonl"
 resume_fix "4 FFN chunks streamed in 2 under --chunks 8" "$T/fpdt_s" --strategy fpdt --chunks 8 --ffn-chunks 4 --steps 2
 resume_fix "streamed layers with --no-stream" "$T/fpdt_s" --strategy fpdt --chunks 2 --ffn-chunks 4 --steps 2 --no-stream
-expect_error "resume of streamed layers outside fpdt" "streamed_layers = yes but this run uses no.*: resume with FPDT's streamed layers as it was trained (--strategy fpdt with its --chunks, not under --checkpoint selective) and --ffn-chunks 4 or start" "$SEQPAR" train "${TRAIN[@]}" --ffn-chunks 4 --steps 2 --resume "$T/fpdt_s" --log "$T/x.jsonl"
+expect_error "resume of streamed layers outside fpdt" "streamed_layers = yes but this run uses no.*: resume with FPDT's streamed layers as it was trained (--strategy fpdt --chunks 2, not under --checkpoint selective) and --ffn-chunks 4 or start" "$SEQPAR" train "${TRAIN[@]}" --ffn-chunks 4 --steps 2 --resume "$T/fpdt_s" --log "$T/x.jsonl"
+# FPDT's --chunks change its sums (attention and streamed layers chunk by chunk): recorded as
+# fpdt_chunks and a resume under another count refused naming --chunks, --auto-resume alike, the
+# checkpoint untouched (--chunks 4 --ffn-chunks 4 resumed a --chunks 2 checkpoint, not bit for bit);
+# under the same count bit for bit, and a checkpoint from before the key (deleted) too, re-saved with it
+FP=(--strategy fpdt --chunks 2 --ffn-chunks 4)
+run_train "${FP[@]}" --save "$T/fp_full" --log "$T/x.jsonl"
+run_train "${FP[@]}" --stop-at 3 --save "$T/fp3" --log "$T/x.jsonl"
+cp -r "$T/fp3" "$T/fp_part" && cp -r "$T/fp3" "$T/fp_old" && cp -r "$T/fp3" "$T/fp3_kept"
+expect_error "resume under another FPDT --chunks" "fpdt_chunks = 2 but this run uses 4: resume with --chunks 2 or start a new run" "$SEQPAR" train "${TRAIN[@]}" "${FP[@]}" --chunks 4 --resume "$T/fp3" --log "$T/x.jsonl"
+expect_error "--auto-resume under another FPDT --chunks" "fp3 was trained with fpdt_chunks = 2 but this run uses 4: resume with --chunks 2 or" "$SEQPAR" train "${TRAIN[@]}" "${FP[@]}" --chunks 4 --auto-resume --save "$T/fp3" --log "$T/x.jsonl"
+if diff -r "$T/fp3" "$T/fp3_kept" >/dev/null; then ok; else bad "a refused --auto-resume under another --chunks changed the checkpoint"; fi
+run_train "${FP[@]}" --resume "$T/fp_part" --save "$T/fp_part" --log "$T/x.jsonl"
+"$BUILD/tests/tool_edit_state" "$T/fp_old/trainer_state.json" settings.fpdt_chunks --delete
+run_train "${FP[@]}" --resume "$T/fp_old" --save "$T/fp_old" --log "$T/x.jsonl"
+for d in fp_part fp_old; do
+    if cmp -s "$T/fp_full/model.safetensors" "$T/$d/model.safetensors" && cmp -s "$T/fp_full/optimizer.safetensors" "$T/$d/optimizer.safetensors" &&
+        grep -q '"fpdt_chunks": "2"' "$T/$d/trainer_state.json"; then ok; else bad "FPDT --chunks 2 resume of $d: not bit-identical or no fpdt_chunks saved"; fi
+done
 expect_error "resume from a missing dir" "$T/nothing" "$SEQPAR" train "${TRAIN[@]}" --resume "$T/nothing" --log "$T/x.jsonl"
 # training on a text file and on an llm.c shard
 printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 1 40) > "$T/text.txt"

@@ -212,6 +212,18 @@ for zero in 0 1; do
     if [ "$(losses "$T/z$zero.jsonl" | wc -l)" -eq 20 ] && [ "$(losses "$T/z$zero.jsonl")" = "$(losses "$T/z${zero}p.jsonl")" ]; then ok; else
         bad "zero $zero: save + resume on 2 ranks differs from the uninterrupted run"; diff <(losses "$T/z$zero.jsonl") <(losses "$T/z${zero}p.jsonl") | head -n 6; fi
 done
+# FPDT on 2 ranks (--chunks 2): saved at 10 and resumed equals the uninterrupted run; a resume
+# under another --chunks (which sums in another order) is refused with the same line on both ranks
+FP=(--strategy fpdt --chunks 2 --ffn-chunks 4)
+run_np 2 "$SEQPAR" "${TRAIN[@]}" "${FP[@]}" --log "$T/fp.jsonl" >"$T/fp.out" 2>&1 || bad "2-rank FPDT training: $(tail -n 3 "$T/fp.out")"
+run_np 2 "$SEQPAR" "${TRAIN[@]}" "${FP[@]}" --stop-at 10 --save "$T/ckfp" --log "$T/fpp.jsonl" >"$T/fp.out" 2>&1 || bad "2-rank FPDT save: $(tail -n 3 "$T/fp.out")"
+err=$(run_np 2 "$SEQPAR" "${TRAIN[@]}" "${FP[@]}" --chunks 4 --resume "$T/ckfp" --log "$T/x.jsonl" 2>&1 >/dev/null)
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(printf '%s\n' "$err" | grep -c '^seqpar: error: checkpoint .*ckfp was trained with fpdt_chunks = 2 but this run uses 4: resume with --chunks 2 or start a new run$')" -eq 2 ] &&
+    [ "$(printf '%s\n' "$err" | grep -c '^seqpar')" -eq 2 ]; then ok; else bad "FPDT resume under another --chunks on 2 ranks: status $rc: $(printf '%s' "$err" | head -n 4)"; fi
+run_np 2 "$SEQPAR" "${TRAIN[@]}" "${FP[@]}" --resume "$T/ckfp" --log "$T/fpp.jsonl" >"$T/fp.out" 2>&1 || bad "2-rank FPDT resume: $(tail -n 3 "$T/fp.out")"
+if [ "$(losses "$T/fp.jsonl" | wc -l)" -eq 20 ] && [ "$(losses "$T/fp.jsonl")" = "$(losses "$T/fpp.jsonl")" ]; then ok; else
+    bad "FPDT --chunks 2: save + resume on 2 ranks differs from the uninterrupted run"; diff <(losses "$T/fp.jsonl") <(losses "$T/fpp.jsonl") | head -n 6; fi
 
 # Resume under a different parallel layout: the checkpoint holds the whole model and the whole
 # AdamW state, each rank takes its part. Saved at step 10 on 2 ranks (--cp 2 --zero 1), resumed

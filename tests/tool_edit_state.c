@@ -2,7 +2,8 @@
  * when the file carries "state_crc32", re-signs it (CRC-32 of the compact, key-sorted JSON
  * without that field, written independently of the library's code), so tests can reach the
  * semantic checks behind the checksum: tool_edit_state FILE KEY JSON-VALUE. The value --delete
- * removes the field instead (to make a checkpoint as an older seqpar wrote it). */
+ * removes the field instead (to make a checkpoint as an older seqpar wrote it). KEY "OBJ.NAME"
+ * names a field of the top-level object OBJ ("settings.fpdt_chunks"). */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,8 +23,20 @@ int main(int argc, char **argv) {
         fprintf(stderr, "tool_edit_state: cannot parse %s or the value: %s\n", root ? "the value" : argv[1], err.text);
         return 2;
     }
-    if (delete) json_object_del(root, argv[2]);
-    else json_object_set_new(root, argv[2], value);
+    json_t *obj = root;
+    const char *key = argv[2], *dot = strchr(key, '.');
+    if (dot) { /* a field of a top-level object */
+        char outer[256];
+        snprintf(outer, sizeof outer, "%.*s", (int)(dot - key), key);
+        obj = json_object_get(root, outer);
+        key = dot + 1;
+        if (!json_is_object(obj)) {
+            fprintf(stderr, "tool_edit_state: %s has no object \"%s\"\n", argv[1], outer);
+            return 2;
+        }
+    }
+    if (delete) json_object_del(obj, key);
+    else json_object_set_new(obj, key, value);
     if (json_object_get(root, "state_crc32")) {
         json_t *copy = json_deep_copy(root);
         json_object_del(copy, "state_crc32");

@@ -223,7 +223,7 @@ static double eval_report(LlamaModel *m, LlamaActs *acts, SeqParallel *par, Data
 }
 
 static void record_settings(TrainerState *st, const TrainOptions *o, const LlamaModel *m, const DataSource *ds,
-                            const LlamaActs *acts) {
+                            const LlamaActs *acts, const SeqParallel *par) {
     /* the data by what it is, not by how --data spells it (a resume on the same files moved or named
      * another way was refused, one rewritten with as many other tokens accepted); checkpoints from
      * before this recorded "data" as given, which a token run no longer records, so they still resume */
@@ -259,6 +259,12 @@ static void record_settings(TrainerState *st, const TrainOptions *o, const Llama
     trainer_state_set(st, "precision", "%s", precision_name(o->mem.precision));
     trainer_state_set(st, "ffn_chunks", "%d", llama_acts_ffn_chunks(acts));
     trainer_state_set(st, "streamed_layers", "%s", llama_acts_streams(acts) ? "yes" : "no (--no-stream or no chunks)");
+    /* FPDT's --chunks: its attention runs (and its layers stream) chunk by chunk, so another count
+       sums in another order. Recorded where the run is FPDT, after the two above, so that a resume
+       differing in them too is refused with resume_layer_fix's flags (--chunks included); another
+       strategy is another layout, and checkpoints from before this resume under any --chunks */
+    if (!strcmp(par->attn->name, "fpdt"))
+        trainer_state_set(st, "fpdt_chunks", "%d", par->params.chunks > 0 ? par->params.chunks : 1);
     /* always recorded, so that resuming with --pack changed either way is refused */
     if (o->eot >= 0) trainer_state_set(st, "pack_eot", "%d", o->eot);
     else trainer_state_set(st, "pack_eot", "none");
@@ -578,23 +584,33 @@ static void resume_layer_fix(const TrainerState *saved, const TrainerState *now,
     const long want = strtol(sk, &end, 10);
     if (*end || want <= 0) return;
     const int now_streams = !strncmp(ns, "yes", 3), streamed = ss ? !strncmp(ss, "yes", 3) : now_streams;
+    /* FPDT's --chunks where the checkpoint recorded them (fpdt_chunks, since 2026-11-29): a resume
+     * under another count is refused after these two, so the fix names the saved one */
+    const char *sc = trainer_state_get(saved, "fpdt_chunks"), *nc = trainer_state_get(now, "fpdt_chunks");
+    const long saved_u = sc ? strtol(sc, NULL, 10) : 0;
     if (!streamed) { /* whole layers: --no-stream where this run streams */
         const long K = llama_ffn_chunks_flag(N, want, 1, N);
-        if (K > 0) snprintf(fix, n, "with %s--ffn-chunks %ld", now_streams ? "--no-stream " : "", K);
+        char chunks[48] = "";
+        if (sc && nc && strcmp(sc, nc) != 0) snprintf(chunks, sizeof chunks, "--chunks %ld ", saved_u);
+        if (K > 0) snprintf(fix, n, "with %s%s--ffn-chunks %ld", chunks, now_streams ? "--no-stream " : "", K);
         return;
     }
-    /* streamed layers: FPDT's with --chunks u > 1, not under --checkpoint selective; this run's u
-     * where it gives the count back, else the u nearest to it that does (u must divide N) */
+    /* streamed layers: FPDT's with --chunks u > 1, not under --checkpoint selective; the saved u
+     * where it was recorded, else this run's u where it gives the count back, else the u nearest to
+     * it that does (u must divide N) */
     if (strcmp(attn->name, "fpdt") != 0 || !llama_streams(2, o->mem.checkpoint, 0)) { /* under the --chunks it
         was trained with, its count is --ffn-chunks' (llama_ffn_chunks_flag) */
-        snprintf(fix, n, "with FPDT's streamed layers as it was trained (--strategy fpdt with its --chunks, not under "
-                 "--checkpoint selective) and --ffn-chunks %ld", want);
+        char chunks[48] = "with its --chunks";
+        if (saved_u > 1) snprintf(chunks, sizeof chunks, "--chunks %ld", saved_u);
+        snprintf(fix, n, "with FPDT's streamed layers as it was trained (--strategy fpdt %s, not under "
+                 "--checkpoint selective) and --ffn-chunks %ld", chunks, want);
         return;
     }
     const long u = attn->stream_chunks > 1 ? attn->stream_chunks : 1;
     long best_u = 0, best_K = 0;
     for (long v = 2; v <= want && v <= N; v++) /* the count is v x the chunks inside each of v */
-        if (N % v == 0 && want % v == 0 && (!best_K || labs(v - u) < labs(best_u - u))) {
+        if ((saved_u <= 0 || v == saved_u) && N % v == 0 && want % v == 0 &&
+            (!best_K || labs(v - u) < labs(best_u - u))) {
             const long K = llama_ffn_chunks_flag(N, want, (int)v, N / v);
             if (K > 0) best_u = v, best_K = K;
         }
@@ -783,7 +799,7 @@ int cmd_train(int argc, char **argv) {
     trainer_state_init(&now);
     now.seed = o.seed;
     now.seq_len = S;
-    record_settings(&now, &o, &model, &ds, acts);
+    record_settings(&now, &o, &model, &ds, acts, &par);
     if (o.resume_dir) {
         load_checkpoint(o.resume_dir, &model, &opt, &st);
         die_if_any_rank(check_resumed(&st, &now, &o, &ds, par.attn, N, &err) != 0 ? &err : NULL);

@@ -124,9 +124,9 @@ int trainer_state_compare(const TrainerState *saved, const TrainerState *now, co
                                "files it was trained on (moved anywhere, named any way) or start a new run",
                                dir, saved->settings[i].value, v);
             static const char *const flag_of[][2] = {
-                {"ffn_chunks", "--ffn-chunks"}, {"precision", "--precision"}, {"batch", "--batch"},
-                {"steps", "--steps"}, {"warmup", "--warmup"}, {"lr", "--lr"}, {"min_lr", "--min-lr"},
-                {"weight_decay", "--weight-decay"}, {"grad_clip", "--grad-clip"}};
+                {"ffn_chunks", "--ffn-chunks"}, {"fpdt_chunks", "--chunks"}, {"precision", "--precision"},
+                {"batch", "--batch"}, {"steps", "--steps"}, {"warmup", "--warmup"}, {"lr", "--lr"},
+                {"min_lr", "--min-lr"}, {"weight_decay", "--weight-decay"}, {"grad_clip", "--grad-clip"}};
             for (size_t f = 0; f < ARRAY_LEN(flag_of); f++)
                 if (!strcmp(saved->settings[i].key, flag_of[f][0]))
                     return seq_err(e, "checkpoint %s was trained with %s = %s but this run uses %s: resume with %s %s "
