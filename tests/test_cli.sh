@@ -721,7 +721,13 @@ chmod u+w "$T/ro_ck"
 ck_copy() { rm -rf "$T/$1"; cp -r "$T/keep_ck" "$T/$1"; }
 ck_copy ck_flip
 printf '\x5a' | dd of="$T/ck_flip/model.safetensors" bs=1 seek=$(( $(stat -c %s "$T/ck_flip/model.safetensors") - 100 )) conv=notrunc status=none
-expect_error "bit flip in model.safetensors" "model.safetensors.*damaged" "$SEQPAR" train "${RT[@]}" --resume "$T/ck_flip" --log "$T/x.jsonl"
+expect_error "bit flip in model.safetensors" "model.safetensors.*damaged.*: resume from another checkpoint$" "$SEQPAR" train "${RT[@]}" --resume "$T/ck_flip" --log "$T/x.jsonl"
+# the advice fits how the run names the checkpoint (it said "resume from another checkpoint" to
+# each): --auto-resume's --save DIR is its only one, --resume DIR --save DIR cannot take another
+# into DIR, grad --model resumes nothing
+expect_error "bit flip, --auto-resume" "model.safetensors.*damaged.*: restore .*ck_flip from a copy, or move it aside (mv .*ck_flip .*ck_flip.damaged) and --auto-resume starts the run afresh (or continues a whole .*ck_flip.old.\* copy" "$SEQPAR" train "${RT[@]}" --auto-resume --save "$T/ck_flip" --log "$T/x.jsonl"
+expect_error "bit flip, --resume DIR --save DIR" "model.safetensors.*damaged.*: restore .*ck_flip from a copy, or resume from another checkpoint with another --save directory$" "$SEQPAR" train "${RT[@]}" --resume "$T/ck_flip" --save "$T/ck_flip" --log "$T/x.jsonl"
+expect_error "bit flip, grad --model" "model.safetensors.*damaged.*: use an undamaged copy of it or another checkpoint$" "$SEQPAR" grad --model "$T/ck_flip" --tokens "$FIX/tiny_long/tokens.bin" --seq-len 32 --out "$T/g.out"
 ck_copy ck_flip_opt
 printf '\x5a' | dd of="$T/ck_flip_opt/optimizer.safetensors" bs=1 seek=$(( $(stat -c %s "$T/ck_flip_opt/optimizer.safetensors") - 100 )) conv=notrunc status=none
 expect_error "bit flip in optimizer.safetensors" "optimizer.safetensors.*damaged" "$SEQPAR" train "${RT[@]}" --resume "$T/ck_flip_opt" --log "$T/x.jsonl"

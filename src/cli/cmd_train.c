@@ -637,6 +637,27 @@ static int check_resumed(const TrainerState *st, const TrainerState *now, const 
     return ds->is_recall ? 0 : token_stream_seek(&ds->ts, st->data_shard, st->data_cursor, e);
 }
 
+/* What the refusal of a damaged or incomplete --resume checkpoint advises (checkpoint.c's messages
+ * end in it), by how this run names it. Under --auto-resume the --save DIR is the run's only
+ * checkpoint ("resume from another checkpoint" did not say how): restore it, or move it out of the
+ * way, and the next start begins afresh, or continues the whole copy an interrupted save left
+ * beside it as DIR.old.* (checkpoint_recover). --resume DIR --save DIR: another checkpoint resumes
+ * into another --save only (DIR holds one that run would not continue). */
+static void set_damage_advice(const TrainOptions *o) {
+    char advice[512];
+    const char *d = o->resume_dir;
+    if (o->auto_resume)
+        snprintf(advice, sizeof advice, "restore %s from a copy, or move it aside (mv %s %s.damaged) and --auto-resume "
+                 "starts the run afresh (or continues a whole %s.old.* copy that an interrupted save left beside it)",
+                 d, d, d, d);
+    else if (o->save_dir && same_file(d, o->save_dir))
+        snprintf(advice, sizeof advice, "restore %s from a copy, or resume from another checkpoint with another --save "
+                 "directory", d);
+    else
+        snprintf(advice, sizeof advice, "resume from another checkpoint");
+    checkpoint_set_damage_advice(advice);
+}
+
 /* The end of a run (collective: the parallel state's communicators; writes --trace). */
 static void run_free(LlamaActs *acts, SeqParallel *par, AdamW *opt, DataSource *ds, Validation *vp, LlamaModel *model) {
     llama_acts_free(acts);
@@ -702,6 +723,7 @@ int cmd_train(int argc, char **argv) {
     /* the checkpoint resumed from first: a damaged one is named as such, not as a --save directory
      * "that is no seqpar checkpoint" where both flags name it */
     if (o.resume_dir) {
+        set_damage_advice(&o);
         LlamaConfig resumed;
         die_if_any_rank(checkpoint_read_config(o.resume_dir, &resumed, &err) != 0 ? &err : NULL);
     }

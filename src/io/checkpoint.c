@@ -743,11 +743,23 @@ static int require_dir(const char *d, SeqErr *e) {
     return rc;
 }
 
+/* What every message about a damaged or incomplete checkpoint ends in: the caller's advice, which
+ * knows how the run named the checkpoint (checkpoint_set_damage_advice), else one for any reader. */
+static char g_damage_advice[512];
+
+void checkpoint_set_damage_advice(const char *advice) {
+    snprintf(g_damage_advice, sizeof g_damage_advice, "%s", advice ? advice : "");
+}
+
+static const char *damage_advice(void) {
+    return g_damage_advice[0] ? g_damage_advice : "use an undamaged copy of it or another checkpoint";
+}
+
 static char *require_file(const char *d, const char *name, SeqErr *e) {
     char *p = str_printf("%s/%s", d, name);
     if (!path_exists(p)) {
-        seq_err(e, "checkpoint '%s' is incomplete: %s is missing (resume from a complete checkpoint written by seqpar)",
-                d, name);
+        seq_err(e, "checkpoint '%s' is incomplete: %s is missing (not a whole checkpoint written by seqpar): %s", d,
+                name, damage_advice());
         xfree(p);
         return NULL;
     }
@@ -755,8 +767,8 @@ static char *require_file(const char *d, const char *name, SeqErr *e) {
 }
 
 static int bad_field(const char *path, const char *key, const char *what, SeqErr *e) {
-    return seq_err(e, "%s: field \"%s\" is missing or not %s (the file is damaged: resume from another checkpoint)",
-                   path, key, what);
+    return seq_err(e, "%s: field \"%s\" is missing or not %s (the file is damaged): %s", path, key, what,
+                   damage_advice());
 }
 
 static int get_int(const char *path, json_t *obj, const char *key, json_int_t min, json_int_t *out, SeqErr *e) {
@@ -796,7 +808,7 @@ static const char *const CHECKED_FILES[3] = { F_CONFIG, F_MODEL, F_OPTIM };
 
 static int parse_state(const char *path, json_t *root, TrainerState *st, StateExtra *ex, SeqErr *e) {
     if (!json_is_object(root))
-        return seq_err(e, "%s is not a JSON object: the file is damaged, resume from another checkpoint", path);
+        return seq_err(e, "%s is not a JSON object: the file is damaged: %s", path, damage_advice());
     const char *fmt = json_string_value(json_object_get(root, "format"));
     if (!fmt || strcmp(fmt, STATE_FORMAT) != 0)
         return seq_err(e, "%s is not a seqpar trainer state (\"format\" is not \"" STATE_FORMAT "\"): pass a "
@@ -809,7 +821,7 @@ static int parse_state(const char *path, json_t *root, TrainerState *st, StateEx
     ex->checksummed = ver >= 2;
     if (!ex->checksummed && (json_object_get(root, "state_crc32") || json_object_get(root, "files")))
         return seq_err(e, "%s says format_version 1 but records version 2's checksums: the file is damaged (an edit or "
-                       "a bit flip that would turn its checks off): resume from another checkpoint", path);
+                       "a bit flip that would turn its checks off): %s", path, damage_advice());
     if (ex->checksummed) {
         uint64_t want;
         uint32_t got;
@@ -817,7 +829,7 @@ static int parse_state(const char *path, json_t *root, TrainerState *st, StateEx
         if (state_crc(root, &got) != 0) return seq_err(e, "%s: cannot checksum the trainer state (out of memory?)", path);
         if (CHECKSUMS_ENFORCED && got != (uint32_t)want)
             return seq_err(e, "%s is damaged: its contents have CRC-32 0x%08" PRIx32 " but it records 0x%08" PRIx32
-                           " (a bit flip or an edit): resume from another checkpoint", path, got, (uint32_t)want);
+                           " (a bit flip or an edit): %s", path, got, (uint32_t)want, damage_advice());
         json_t *files = json_object_get(root, "files");
         if (!json_is_object(files)) return bad_field(path, "files", "an object", e);
         for (int i = 0; i < 3; i++) {
@@ -896,8 +908,8 @@ static int parse_state_text(const char *text, size_t len, const char *path, Trai
     json_error_t err;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
     if (!root)
-        return seq_err(e, "%s is not valid JSON (line %d: %s): the file is damaged, resume from another checkpoint",
-                       path, err.line, err.text);
+        return seq_err(e, "%s is not valid JSON (line %d: %s): the file is damaged: %s", path, err.line, err.text,
+                       damage_advice());
     int rc = parse_state(path, root, st, ex, e);
     json_decref(root);
     return rc;
@@ -948,12 +960,12 @@ static int verify_file(const char *path, const StateExtra *ex, int i, SeqErr *e)
     if (!CHECKSUMS_ENFORCED) return 0;
     if (size != ex->bytes[i])
         return seq_err(e, "checkpoint file '%s' is damaged: it has %llu bytes but " F_STATE " recorded %llu at save "
-                       "(truncated or replaced): resume from another checkpoint", path, (unsigned long long)size,
-                       (unsigned long long)ex->bytes[i]);
+                       "(truncated or replaced): %s", path, (unsigned long long)size,
+                       (unsigned long long)ex->bytes[i], damage_advice());
     if (crc != ex->crc[i])
         return seq_err(e, "checkpoint file '%s' is damaged: its CRC-32 is 0x%08" PRIx32 " but " F_STATE " recorded "
-                       "0x%08" PRIx32 " at save (a bit flip on disk or in transfer): resume from another checkpoint",
-                       path, crc, ex->crc[i]);
+                       "0x%08" PRIx32 " at save (a bit flip on disk or in transfer): %s", path, crc, ex->crc[i],
+                       damage_advice());
     return 0;
 }
 
@@ -1018,7 +1030,7 @@ static int check_config(const char *path, const LlamaConfig *got, const LlamaCon
 /* Checks that `name` in the optimizer file is 1-D with n elements, then reads it. */
 static int read_moment(const StFile *f, const char *path, const char *name, size_t n, float *dst, SeqErr *e) {
     const StTensor *ts = st_find(f, name);
-    if (!ts) return seq_err(e, "%s has no tensor %s: the file is damaged, resume from another checkpoint", path, name);
+    if (!ts) return seq_err(e, "%s has no tensor %s: the file is damaged: %s", path, name, damage_advice());
     size_t have = 1;
     for (int i = 0; i < ts->ndim; i++) have *= (size_t)ts->shape[i];
     if (ts->ndim != 1 || have != n)

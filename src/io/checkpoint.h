@@ -127,6 +127,13 @@ int checkpoint_leftovers(const char *dir, char **first, uint64_t *bytes);
 #define CHECKPOINT_DEFAULT_SHARD_BYTES 5000000000ull
 void checkpoint_set_shard_bytes(uint64_t max_shard_bytes);
 
+/* The advice that ends every message about a damaged or incomplete checkpoint ("... (a bit flip
+ * on disk or in transfer): ADVICE"), given by the caller, which knows how its user named the
+ * checkpoint and what they can do instead ("resume from another checkpoint"); NULL or "" restores
+ * the default, "use an undamaged copy of it or another checkpoint". Process-wide, like the shard
+ * size; at most 511 characters kept. */
+void checkpoint_set_damage_advice(const char *advice);
+
 /* Writes the checkpoint DIR atomically (see above), replacing an existing one. A DIR that
  * checkpoint_check_target refuses is refused, so a mistyped path cannot delete unrelated data.
  * `opt` may be NULL (no optimizer state saved). Returns 0, or -1 with a one-line message; a
