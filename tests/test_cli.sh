@@ -235,6 +235,15 @@ for c in train grad bench sample strategies memory plan; do
     a=$(timeout 20 "$SEQPAR" "$c" --help 2>&1); b=$(timeout 20 "$SEQPAR" "$c" -h 2>&1); h=$(timeout 20 "$SEQPAR" help "$c" 2>&1)
     if printf '%s' "$a" | grep -q "^usage: seqpar $c" && [ "$a" = "$b" ] && [ "$a" = "$h" ]; then ok; else bad "seqpar $c -h / help $c differ from --help"; fi
 done
+# a help text starts no MPI (it took 0.3-0.4 s of Open MPI's start-up): it prints under a transport
+# MPI_Init cannot open, where a command that starts MPI ends with Open MPI's error
+for args in "" "--help" "help" "help train" "train --help" "grad -h" "bench --help"; do
+    out=$(OMPI_MCA_pml=no_such_transport timeout 20 "$SEQPAR" $args 2>&1)
+    if printf '%s' "$out" | grep -q "^usage: seqpar" && ! printf '%s' "$out" | grep -q "requested component was not found"; then ok; else
+        bad "'seqpar $args' started MPI for its help: $(printf '%s' "$out" | head -n 2)"; fi
+done
+if ! OMPI_MCA_pml=no_such_transport timeout 20 "$SEQPAR" strategies --ranks 2 --seq-len 64 >/dev/null 2>&1; then ok; else
+    bad "strategies ran under a transport MPI cannot open: the help check above proves nothing"; fi
 
 # ---- MFU against the measured fp32 peak (the best of several sgemm trials, named in the header),
 # never above 100%: the suite's other runs skip the trials (SEQPAR_PEAK_GFLOPS, run_tests.sh)

@@ -108,6 +108,8 @@ static void stop_signals_preinit(int argc, char **argv, char **envp) {
 __attribute__((used, section(".preinit_array"))) static void (*const preinit_stop_signals)(int, char **, char **) =
     stop_signals_preinit;
 
+static int is_help_word(const char *a) { return !strcmp(a, "--help") || !strcmp(a, "-h"); }
+
 int main(int argc, char **argv) {
     int provided = 0;
     /* a write past a file size limit (ulimit -f) fails with EFBIG and takes the writers' error path
@@ -131,6 +133,11 @@ int main(int argc, char **argv) {
      * "stopped by" line and did not requeue; such a stop takes effect after the first step */
     if (argc >= 2 && !strcmp(argv[1], "train")) stop_signals_install();
     int skip_mpi = argc >= 2 && (!strcmp(argv[1], "memory") || !strcmp(argv[1], "plan")) && launch_world <= 1;
+    /* and a help text (seqpar, seqpar --help, seqpar help [CMD], seqpar CMD --help): it was 0.3-0.4 s
+     * of Open MPI's start-up for a page of text */
+    if (launch_world <= 1 && (argc < 2 || is_help_word(argv[1]) || !strcmp(argv[1], "help") ||
+                              (argc == 3 && is_help_word(argv[2]))))
+        skip_mpi = 1;
     /* Under a launcher, MPI_Init waits for every rank to start (a fence with all of them): under
      * the set-up's guard (comm.h), so that a rank that never starts ends the job with one line */
     const double setup_deadline = comm_timeout_from_args(argc, argv) * COMM_SLOW_PHASE_FACTOR;
