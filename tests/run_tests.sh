@@ -11,6 +11,14 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 # probing UCX at every MPI_Init, ~0.2 s a launch here (the suite: 547 s -> 419 s on a 2-core Zen 3).
 # The transport does not change what a test checks; a user's run keeps Open MPI's own choice.
 export OMPI_MCA_pml=${OMPI_MCA_pml:-ob1}
+# Every process that calls MPI_Init opens the MTL components too, which only the cm pml uses (not
+# ob1): PSM2's library calibrates its timer with ~500 short sleeps, ~0.15 s at each start; and a
+# process started without mpirun (every one-process `seqpar train/grad/sample/...`, several hundred
+# in the suite) forks a supporting daemon (orted) first, ~0.15 s more, that seqpar never uses (it
+# spawns no processes). Together: a `seqpar --help` 0.40 s -> 0.04 s here. Neither changes what a
+# test checks; test_readme runs the README's commands without both, as a user's shell would.
+export OMPI_MCA_mtl=${OMPI_MCA_mtl:-^ofi,psm,psm2}
+export OMPI_MCA_ess_singleton_isolated=${OMPI_MCA_ess_singleton_isolated:-1}
 # No start-up sgemm trials for the MFU peak in every `seqpar train` (~2 s a run alone, several
 # seconds a rank under mpirun on 2 cores): --peak-gflops' default. test_cli and test_bf16 unset it
 # where they check the measured peaks (fp32 and bf16).
