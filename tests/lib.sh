@@ -18,9 +18,16 @@ summary() {
 }
 
 # For the multi-rank scripts: mpirun as root, more ranks than cores, one thread per rank; every
-# mpirun under a timeout so that a hang is a failure.
+# mpirun under a timeout so that a hang is a failure. When a rank exits non-zero, mpirun signals the
+# others and then waits odls_base_sigkill_timeout (default 1 s) before SIGKILL: a second of idle
+# time at each of the ~55 expected one-line errors of the multi-rank tests. Those errors end every
+# rank through die_collective, whose MPI_Finalize is a fence: every rank has printed its line before
+# any exits, so the wait keeps nothing a test reads (without it a rank that printed only after
+# another exited would be caught, not missed). test_reliability, whose watchdog and signal cases end
+# ranks otherwise, keeps the default.
 mpi_test_env() {
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+    export OMPI_MCA_odls_base_sigkill_timeout=${OMPI_MCA_odls_base_sigkill_timeout:-0}
     export OMP_NUM_THREADS=1
 }
 run_np() { local np=$1; shift; timeout 240 mpirun --oversubscribe -np "$np" "$@"; }
