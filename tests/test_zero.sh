@@ -47,7 +47,10 @@ train_stages() { # np "grid flags" "zero flags" ...
         run_np "$np" "$SEQPAR" "${TRAIN[@]}" $grid --zero $z --log "$T/t.jsonl" >"$T/t.out" 2>&1 || bad "np $np $grid --zero $z: $(tail -n 2 "$T/t.out")"
         if close "$T/base$np.jsonl" "$T/t.jsonl"; then ok; else
             bad "np $np $grid --zero $z: 20 steps differ from --zero 0"; paste <(losses "$T/base$np.jsonl") <(losses "$T/t.jsonl") | head -n 3; fi
+        # kept: resume_case's uninterrupted run on the same 4 ranks is this very command
+        cp "$T/t.jsonl" "$T/run$np $grid --zero $z.jsonl" 2>/dev/null
     done
+    cp "$T/base$np.jsonl" "$T/run$np $grid --zero 0.jsonl" 2>/dev/null
 }
 train_stages 2 "--cp 2" 1 2 3 "3 --zero-group 1" "2 --zero-group 2"
 train_stages 4 "--dp 2 --cp 2" 1 "1 --zero-group 2" 2 "2 --zero-group 2" 3 "3 --zero-group 2" "3 --zero-group 1" "3 --checkpoint"
@@ -62,8 +65,12 @@ resume_case() { # "save zero flags" "resume zero flags" exact(1)|close(0)
     run_np 4 "$SEQPAR" "${TRAIN[@]}" "${G4[@]}" --zero $a --stop-at 10 --save "$T/ck" --log "$T/r.jsonl" >"$T/r.out" 2>&1 || bad "save under --zero $a: $(tail -n 2 "$T/r.out")"
     # shellcheck disable=SC2086
     run_np 4 "$SEQPAR" "${TRAIN[@]}" "${G4[@]}" --zero $b --resume "$T/ck" --log "$T/r.jsonl" >"$T/r.out" 2>&1 || bad "resume under --zero $b: $(tail -n 2 "$T/r.out")"
-    # shellcheck disable=SC2086
-    run_np 4 "$SEQPAR" "${TRAIN[@]}" "${G4[@]}" --zero $b --log "$T/u.jsonl" >"$T/r.out" 2>&1 || bad "--zero $b: $(tail -n 2 "$T/r.out")"
+    # the uninterrupted run: train_stages ran this command (TRAIN, --dp 2 --cp 2, --zero b) and kept its log
+    local kept="$T/run4 ${G4[*]} --zero $b.jsonl"
+    if [ -f "$kept" ]; then cp "$kept" "$T/u.jsonl"; else
+        # shellcheck disable=SC2086
+        run_np 4 "$SEQPAR" "${TRAIN[@]}" "${G4[@]}" --zero $b --log "$T/u.jsonl" >"$T/r.out" 2>&1 || bad "--zero $b: $(tail -n 2 "$T/r.out")"
+    fi
     if [ "$exact" = 1 ]; then
         if [ "$(losses "$T/r.jsonl" | wc -l)" -eq 20 ] && [ "$(losses "$T/r.jsonl")" = "$(losses "$T/u.jsonl")" ]; then ok; else
             bad "--zero $a saved, --zero $b resumed: not bit-identical to the uninterrupted run"; diff <(losses "$T/r.jsonl") <(losses "$T/u.jsonl") | head -n 4; fi
