@@ -11,7 +11,8 @@ data-parallel engine does), gradient clipping and AdamW: torch.distributed on gl
 rank under torchrun, --threads threads each (torch.set_num_threads). seqpar: `mpirun -np P seqpar
 train --strategy ulysses` with the same model (the reference model of `seqpar bench step`: 4 layers,
 hidden 256, 4 heads / 2 KV heads, head_dim 64, ffn 1024, vocab 256), S and batch 1, --threads the
-same. Both in fp32. Each round runs seqpar then DeepSpeed right after it; the step time is the
+same. fp32, or with --precision bf16 seqpar's --precision bf16 against the DeepSpeed step under
+torch.autocast("cpu", dtype=torch.bfloat16) (fp32 weights, bf16 matmuls and attention). Each round runs seqpar then DeepSpeed right after it; the step time is the
 median of the timed steps after --warmup (seqpar: its log's step_seconds; DeepSpeed: the slowest
 rank's time per step, barriers around it), peak memory the largest rank's peak RSS (VmHWM). The
 per-round ratios' median is printed last. Not a test.
@@ -42,7 +43,7 @@ def vm_hwm_mib():
 # one rank of the DeepSpeed-Ulysses step (under torchrun)
 
 
-def child(S, steps, warmup, threads, compiled):
+def child(S, steps, warmup, threads, compiled, precision):
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
     import torch
     import torch.distributed as dist
@@ -95,8 +96,9 @@ def child(S, steps, warmup, threads, compiled):
 
     def step():
         opt.zero_grad(set_to_none=False)
-        logits = fwd(input_ids=x, position_ids=pos).logits
-        loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.reshape(-1), reduction="sum") / S
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            logits = fwd(input_ids=x, position_ids=pos).logits
+        loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), y.reshape(-1), reduction="sum") / S
         loss.backward()
         off = 0
         for p in params:  # one all-reduce of every gradient, as a data-parallel engine buckets them
@@ -142,7 +144,7 @@ def child(S, steps, warmup, threads, compiled):
 def run_deepspeed(a, compiled):
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), DS_ACCELERATOR="cpu")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={a.ranks}", os.path.abspath(__file__), "--child",
-           json.dumps([a.seq_len, a.steps, a.warmup, a.threads, compiled])]
+           json.dumps([a.seq_len, a.steps, a.warmup, a.threads, compiled, a.precision])]
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=a.timeout)
     lines = [l for l in out.stdout.splitlines() if l.startswith("{")]
     if out.returncode != 0 or not lines:
@@ -180,7 +182,7 @@ def run_seqpar(a):
                str(MODEL["layers"]), "--hidden", str(MODEL["hidden"]), "--heads", str(MODEL["heads"]), "--kv-heads",
                str(MODEL["kv_heads"]), "--head-dim", str(MODEL["head_dim"]), "--ffn", str(MODEL["ffn"]), "--vocab",
                str(MODEL["vocab"]), "--seq-len", str(a.seq_len), "--batch", "1", "--steps", str(a.warmup + a.steps),
-               "--strategy", "ulysses", "--threads", str(a.threads), "--quiet", "--log", log] + a.seqpar_flags
+               "--strategy", "ulysses", "--threads", str(a.threads), "--precision", a.precision, "--quiet", "--log", log] + a.seqpar_flags
         env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OMPI_ALLOW_RUN_AS_ROOT="1",
                    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
@@ -202,6 +204,7 @@ def main():
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1, help="threads per rank (default 1)")
     ap.add_argument("--seq-len", type=int, default=16384)
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--steps", type=int, default=3, help="timed steps per run (default 3)")
     ap.add_argument("--warmup", type=int, default=1, help="untimed steps first (default 1)")
     ap.add_argument("--rounds", type=int, default=2)
@@ -215,7 +218,7 @@ def main():
     cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
     model = next((l.split(":", 1)[1].strip() for l in cpu.splitlines() if l.startswith("Model name")), "?")
     print(f"CPU: {model}, {os.cpu_count()} CPUs; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
-          f"{a.ranks} ranks x {a.threads} thread(s); S = {a.seq_len}, batch 1, fp32; reference model")
+          f"{a.ranks} ranks x {a.threads} thread(s); S = {a.seq_len}, batch 1, {a.precision}; reference model")
     modes = ["eager"] + (["compiled"] if a.compile else [])
     ratios = {m: [] for m in modes}
     mem = {m: [] for m in modes}

@@ -5,7 +5,7 @@
 # makes it) and installs DeepSpeed from PyPI into it once (no compiled ops: DS_BUILD_OPS=0; on a
 # CPU it runs with DS_ACCELERATOR=cpu). For the benchmark only: the tests and the main job never
 # need it.
-# usage: bench/vs_deepspeed.sh [--ranks P] [--threads N] [--seq-len S] [--steps N] [--rounds N] [--compile]
+# usage: bench/vs_deepspeed.sh [--ranks P] [--threads N] [--seq-len S] [--precision fp32|bf16] [--steps N] [--rounds N] [--compile]
 #        [--seqpar-flags '...']
 set -euo pipefail
 cd "$(dirname "$0")/.."
