@@ -9,6 +9,7 @@ set -euo pipefail
 need=(build-essential pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin libjansson-dev zlib1g-dev libdnnl-dev
       clang libclang-rt-dev)
 need+=(python3) # scripts/make_shards.py (standard library only; --tokenizer adds the PyPI package on request)
+need+=(strace)  # tests/test_cli.sh: which programs a one-process seqpar starts (no Open MPI daemon)
 optional=(gnuplot-nox)
 missing=()
 missing_needed=0

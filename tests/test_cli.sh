@@ -244,6 +244,17 @@ for args in "" "--help" "help" "help train" "train --help" "grad -h" "bench --he
 done
 if ! OMPI_MCA_pml=no_such_transport timeout 20 "$SEQPAR" strategies --ranks 2 --seq-len 64 >/dev/null 2>&1; then ok; else
     bad "strategies ran under a transport MPI cannot open: the help check above proves nothing"; fi
+# started alone, seqpar is an MPI singleton that forks no Open MPI daemon (orted) first, unless the
+# user asks for one (their OMPI_MCA_ess_singleton_isolated wins); without run_tests.sh's own settings
+single_exec() { # label isolated-value
+    env -u OMPI_MCA_ess_singleton_isolated -u OMPI_MCA_mtl -u OMPI_MCA_pml ${2:+OMPI_MCA_ess_singleton_isolated=$2} \
+        timeout 60 strace -f -qq -e trace=execve -o "$T/exec.$1" "$SEQPAR" grad --model "$FIX/tiny_mha" \
+        --tokens "$FIX/tiny_mha/tokens.bin" --seq-len 24 --out "$T/single.$1" >/dev/null 2>&1
+}
+if single_exec own "" && grep -q 'execve("[^"]*seqpar"' "$T/exec.own" && ! grep -q 'execve("[^"]*orted"' "$T/exec.own"; then ok; else
+    bad "a one-process seqpar forked Open MPI's daemon: $(grep -o 'execve("[^"]*"' "$T/exec.own" | tr '\n' ' ')"; fi
+if single_exec user 0 && grep -q 'execve("[^"]*orted"' "$T/exec.user"; then ok; else
+    bad "OMPI_MCA_ess_singleton_isolated=0 of the user's was not kept (no daemon started)"; fi
 
 # ---- MFU against the measured fp32 peak (the best of several sgemm trials, named in the header),
 # never above 100%: the suite's other runs skip the trials (SEQPAR_PEAK_GFLOPS, run_tests.sh)

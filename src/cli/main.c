@@ -108,6 +108,18 @@ static void stop_signals_preinit(int argc, char **argv, char **envp) {
 __attribute__((used, section(".preinit_array"))) static void (*const preinit_stop_signals)(int, char **, char **) =
     stop_signals_preinit;
 
+/* Started without a launcher, seqpar is an MPI singleton that talks to no other process: unless
+ * the user set them, Open MPI starts it without forking its daemon first (ess_singleton_isolated:
+ * no MPI_Comm_spawn, which seqpar never calls), on the shared-memory point-to-point layer (pml ob1,
+ * not UCX's network probe) and without the MTLs that serve only the cm layer (PSM2's library
+ * calibrated its timer with ~500 sleeps): 0.3-0.5 s of idle at every start of a one-process
+ * train, grad, bench or sample (README, Reliability). Under mpirun or srun nothing is changed. */
+static void singleton_mpi_defaults(void) {
+    setenv("OMPI_MCA_ess_singleton_isolated", "1", 0);
+    setenv("OMPI_MCA_pml", "ob1", 0);
+    setenv("OMPI_MCA_mtl", "^ofi,psm,psm2", 0);
+}
+
 static int is_help_word(const char *a) { return !strcmp(a, "--help") || !strcmp(a, "-h"); }
 
 int main(int argc, char **argv) {
@@ -143,6 +155,7 @@ int main(int argc, char **argv) {
     const double setup_deadline = comm_timeout_from_args(argc, argv) * COMM_SLOW_PHASE_FACTOR;
     const int guard = !skip_mpi && launch_world > 1;
     if (guard) comm_guard_begin(launch_rank, "MPI_Init (waiting for every rank to start)", setup_deadline);
+    if (!skip_mpi && launch_world == 0) singleton_mpi_defaults();
     if (!skip_mpi) MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     if (guard) comm_guard_end();
     /* the ranks' error exchanges (die_if_any_rank) under the set-up's deadline; --comm-timeout
