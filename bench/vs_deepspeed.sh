@@ -9,16 +9,11 @@
 #        [--seqpar-flags '...']
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV=bench/.venv
-if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import torch, transformers' 2>/dev/null; then
-    echo "vs_deepspeed: creating $VENV (PyTorch and transformers from PyPI; a few GB, once)" >&2
-    python3 -m venv "$VENV"
-    "$VENV/bin/pip" install --progress-bar off -q torch transformers
-fi
+. bench/venv.sh
+bench_venv vs_deepspeed
 if ! DS_ACCELERATOR=cpu "$VENV/bin/python" -c 'import deepspeed' 2>/dev/null; then
     echo "vs_deepspeed: installing DeepSpeed from PyPI into $VENV (once)" >&2
     DS_BUILD_OPS=0 "$VENV/bin/pip" install --progress-bar off -q deepspeed
 fi
-[ -x build/seqpar ] || make -j2 build/seqpar >/dev/null
 export DS_ACCELERATOR=cpu
 exec "$VENV/bin/python" bench/vs_deepspeed.py "$@"

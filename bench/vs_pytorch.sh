@@ -8,11 +8,6 @@
 #        [--checkpoints none,selective] [--parts attn,step]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV=bench/.venv
-if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import torch, transformers' 2>/dev/null; then
-    echo "vs_pytorch: creating $VENV (PyTorch and transformers from PyPI; a few GB, once)" >&2
-    python3 -m venv "$VENV"
-    "$VENV/bin/pip" install --progress-bar off -q torch transformers
-fi
-[ -x build/seqpar ] || make -j2 build/seqpar >/dev/null
+. bench/venv.sh
+bench_venv vs_pytorch
 exec "$VENV/bin/python" bench/vs_pytorch.py "$@"
