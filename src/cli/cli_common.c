@@ -507,12 +507,10 @@ void model_from_dir(LlamaModel *m, const char *dir, uint64_t seed, int random_in
 
 void size_flags_validate(LlamaConfig *c) {
     if (c->head_dim == 0 && c->num_attention_heads > 0) { /* no --head-dim: derived */
-        if (c->hidden_size % c->num_attention_heads != 0) {
-            int q = c->hidden_size / c->num_attention_heads;
+        if (c->hidden_size % c->num_attention_heads != 0)
             die_collective("--heads %d does not divide --hidden %d: pick heads dividing the hidden size or set "
                            "--head-dim (an even value, e.g. %d)", c->num_attention_heads, c->hidden_size,
-                           q < 2 ? 2 : q - q % 2);
-        }
+                           llama_even_head_dim(c->hidden_size / c->num_attention_heads));
         c->head_dim = c->hidden_size / c->num_attention_heads;
     }
     llama_config_validate(c, "size flags"); /* a --head-dim given is explicit, whatever its value */

@@ -169,7 +169,7 @@ int main(int argc, char **argv) {
         argc = 3;
         argv = help_argv;
     }
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+    if (argc < 2 || is_help_word(argv[1]) || !strcmp(argv[1], "help")) {
         fputs(USAGE, stdout);
         status = argc < 2 ? 2 : 0;
     } else if (!strcmp(argv[1], "train")) {

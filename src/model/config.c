@@ -32,9 +32,7 @@ static int nearest_divisor(int n, int near) {
     return (int)best;
 }
 
-/* An even head_dim near `quotient` (hidden_size / num_attention_heads rounded down), for the
- * message that asks for one: RoPE needs it even. */
-static int even_head_dim(int quotient) { return quotient < 2 ? 2 : quotient - quotient % 2; }
+int llama_even_head_dim(int quotient) { return quotient < 2 ? 2 : quotient - quotient % 2; }
 
 static int require_positive(int value, const char *field, const char *where, SeqErr *e) {
     if (value <= 0) return seq_err(e, "%s: %s is %d; it must be a positive integer", where, field, value);
@@ -72,13 +70,13 @@ int llama_config_check(const LlamaConfig *c, const char *where, SeqErr *e) {
         return seq_err(e, "%s: num_attention_heads (%d) does not divide hidden_size (%d), so head_dim cannot be "
                        "derived: choose a head count that divides the hidden size (the nearest is %d), or set head_dim "
                        "to a positive even value (e.g. %d)", where, heads, c->hidden_size,
-                       nearest_divisor(c->hidden_size, heads), even_head_dim(c->hidden_size / heads));
+                       nearest_divisor(c->hidden_size, heads), llama_even_head_dim(c->hidden_size / heads));
     if (c->head_dim <= 0) {
         if (divides)
             return seq_err(e, "%s: head_dim is %d; it must be positive (leave it out to use hidden_size / "
                            "num_attention_heads = %d)", where, c->head_dim, c->hidden_size / heads);
         return seq_err(e, "%s: head_dim is %d; it must be a positive even value (e.g. %d)", where, c->head_dim,
-                       even_head_dim(c->hidden_size / heads));
+                       llama_even_head_dim(c->hidden_size / heads));
     }
     if (c->head_dim % 2 != 0)
         return seq_err(e, "%s: head_dim is %d; rotary position embeddings need an even head_dim", where, c->head_dim);

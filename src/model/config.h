@@ -56,6 +56,9 @@ const char *llama_rope_type_name(int rope_type);
  * heads, absurd sizes whose products would overflow, ...), else 0. `where`
  * names the source (a path or "size flags") in the message. */
 int llama_config_check(const LlamaConfig *c, const char *where, SeqErr *e);
+/* An even head_dim near `quotient` (hidden_size / num_attention_heads rounded down), for the
+ * messages that ask for one (config.json's head_dim, --head-dim): RoPE needs it even. */
+int llama_even_head_dim(int quotient);
 /* 0 where a sequence of `tokens` positions computes the model c describes; -1 with one line ending
  * in `fix` where it reaches past c's sliding window (seqpar's attention is full causal, which is the
  * window's attention only up to the window's length). */
