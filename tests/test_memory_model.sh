@@ -76,6 +76,16 @@ case_ 1 --strategy fpdt --chunks 8 --checkpoint layer --offload-dir "$OFF" --ffn
 case_ 2 --strategy fpdt --chunks 4 --checkpoint layer --offload-dir "$OFF" --batch 1
 case_ 2 --strategy fpdt --chunks 4 --checkpoint none --batch 1
 case_ 1 --strategy fpdt --chunks 8 --checkpoint layer --offload-dir "$OFF" --no-stream --batch 1
+# an untied head's outer units (embedding; final norm + head) take turns in one buffer under ZeRO-2/3
+# (data_parallel.h): with a vocabulary of 16384 they are most of the parameters (until 2026-11-29
+# both buffers held both units: the model then said E + T for each, and these runs measured 8 and 16 MiB more)
+case_ 2 --vocab 16384 --strategy ring --checkpoint none --zero 2 --batch 1
+case_ 2 --vocab 16384 --strategy ulysses --checkpoint layer --zero 3 --batch 1
+# later micro-batches reduce-scatter into temporaries of each unit's own part, not a second whole
+# shard (data_parallel.h): 12 layers on 2 ranks, 4 micro-batches (until 2026-11-29 the whole shard:
+# 3.1 MiB more, 0.92 of the measured peak by today's model)
+case_ 2 --layers 12 --strategy ring --checkpoint layer --zero 2 --batch 4
+case_ 2 --layers 12 --strategy ulysses --checkpoint none --zero 3 --batch 4
 # token data: the trainer holds its largest training file's tokens whole, 4 bytes each (the model left
 # them out until 2026-11-29: 0.82-0.95 of the measured peak with text files of 38-152 KB); a text of
 # 972 KB, and a glob of it and a 300 KB one (the larger read first, so one step holds it)

@@ -1125,6 +1125,7 @@ double llama_forward_backward_docs(LlamaModel *m, LlamaActs *a, SeqAttention *at
     attn->set_positions(attn, positions, docs);
     hook(m, LLAMA_HOOK_BEGIN, -1, backward);
     embedding_forward(residual_at(a, c, 0), inputs, m->w.embed, N, D);
+    hook(m, LLAMA_HOOK_AFTER_EMBEDDING, -1, backward);
     for (int l = 0; l < nL; l++) {
         hook(m, LLAMA_HOOK_BEFORE_FORWARD, l, backward);
         if (a->inputs_tier && backward) input_store(a, c, l);
@@ -1137,8 +1138,10 @@ double llama_forward_backward_docs(LlamaModel *m, LlamaActs *a, SeqAttention *at
         hook(m, LLAMA_HOOK_AFTER_FORWARD, l, backward);
     }
     if (a->inputs_tier && backward) input_prefetch(a, nL - 1); /* read while the loss runs */
+    hook(m, LLAMA_HOOK_BEFORE_HEAD, -1, backward);
     double loss = a->stream ? stream_head(m, a, targets, loss_scale, backward, predictions)
                             : whole_head(m, a, targets, loss_scale, backward, predictions);
+    hook(m, LLAMA_HOOK_AFTER_HEAD, -1, backward);
     if (!backward) {
         hook(m, LLAMA_HOOK_END, -1, 0);
         return loss;
@@ -1167,6 +1170,7 @@ double llama_forward_backward_docs(LlamaModel *m, LlamaActs *a, SeqAttention *at
         layer_backward(m, a, attn, l);
         hook(m, LLAMA_HOOK_AFTER_BACKWARD, l, 1);
     }
+    hook(m, LLAMA_HOOK_BEFORE_EMBEDDING_BACKWARD, -1, 1);
     embedding_backward(m->g.embed, a->dx, inputs, N, D, c->padding_idx1 - 1);
     hook(m, LLAMA_HOOK_END, -1, 1);
     return loss;

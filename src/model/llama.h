@@ -37,12 +37,18 @@ typedef struct {
  * recomputation runs after BEFORE_BACKWARD. A hook may repoint m->w.layers[layer] /
  * m->g.layers[layer] and must leave them usable until the matching AFTER point. */
 typedef enum {
-    LLAMA_HOOK_BEGIN,           /* before the embedding */
-    LLAMA_HOOK_BEFORE_FORWARD,  /* before layer l's forward */
-    LLAMA_HOOK_AFTER_FORWARD,   /* after layer l's forward */
-    LLAMA_HOOK_BEFORE_BACKWARD, /* before layer l's backward (and its recomputation) */
-    LLAMA_HOOK_AFTER_BACKWARD,  /* after layer l's backward: its gradients are final */
-    LLAMA_HOOK_END              /* after the embedding's backward (or the loss, forward only) */
+    LLAMA_HOOK_BEGIN,              /* before the embedding */
+    LLAMA_HOOK_AFTER_EMBEDDING,    /* after the embedding's forward: m->w.embed is not read again
+                                      unless the head is tied to it */
+    LLAMA_HOOK_BEFORE_FORWARD,     /* before layer l's forward */
+    LLAMA_HOOK_AFTER_FORWARD,      /* after layer l's forward */
+    LLAMA_HOOK_BEFORE_HEAD,        /* before the final norm, head and loss */
+    LLAMA_HOOK_AFTER_HEAD,         /* after them (with backward: the final norm's and head's
+                                      gradients are final) */
+    LLAMA_HOOK_BEFORE_BACKWARD,    /* before layer l's backward (and its recomputation) */
+    LLAMA_HOOK_AFTER_BACKWARD,     /* after layer l's backward: its gradients are final */
+    LLAMA_HOOK_BEFORE_EMBEDDING_BACKWARD, /* before the embedding's backward (m->g.embed written) */
+    LLAMA_HOOK_END                 /* after the embedding's backward (or the loss, forward only) */
 } LlamaHookPoint;
 
 struct LlamaModel;

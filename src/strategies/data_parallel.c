@@ -74,13 +74,15 @@ void grad_sync_free(GradSync *g) {
     xfree(g->grad_outer);
     xfree(g->grad_slot[0]);
     xfree(g->grad_slot[1]);
-    xfree(g->grad_tmp);
+    for (int k = 0; k < 4; k++) xfree(g->acc_tmp[k]);
+    xfree(g->acc_whole);
     xfree(g->p_shard);
     for (int i = 0; i < 2; i++) {
         xfree(g->p_layer[i]);
         xfree(g->gather_displs[i]);
     }
     xfree(g->p_outer);
+    xfree(g->outer_displs);
     memset(g, 0, sizeof *g);
 }
 
@@ -108,15 +110,28 @@ static void bind_layer(const GradSync *g, LlamaLayerWeights *w, float *base, int
         *f[i] = base ? base + (t->t[1 + 9 * l + i].offset - g->unit_begin[1 + l]) : NULL;
 }
 
+/* The embedding of w pointed at embed (its unit) and the final norm and head at tail (the tail
+ * unit); NULL unbinds (a use then faults). A tied head is the embedding. */
+static void bind_outer_at(const GradSync *g, LlamaWeights *w, float *embed, float *tail) {
+    const ParamTable *t = &g->model->table;
+    int tu = g->n_units - 1, nL = g->n_units - 2;
+    w->embed = embed;
+    w->final_norm = tail ? tail + (t->t[1 + 9 * nL].offset - g->unit_begin[tu]) : NULL;
+    w->lm_head = g->model->cfg.tie_word_embeddings ? embed
+                 : tail                            ? tail + (t->t[2 + 9 * nL].offset - g->unit_begin[tu])
+                                                   : NULL;
+}
+
 /* The embedding, final norm and head of w pointed into base = [embedding unit | tail unit]. */
 static void bind_outer(const GradSync *g, LlamaWeights *w, float *base) {
-    const ParamTable *t = &g->model->table;
-    int tail = g->n_units - 1, nL = g->n_units - 2;
-    size_t E = unit_size(g, 0);
-    w->embed = base;
-    w->final_norm = base ? base + E + (t->t[1 + 9 * nL].offset - g->unit_begin[tail]) : NULL;
-    w->lm_head = !base || g->model->cfg.tie_word_embeddings ? w->embed
-                                                              : base + E + (t->t[2 + 9 * nL].offset - g->unit_begin[tail]);
+    bind_outer_at(g, w, base, base ? base + unit_size(g, 0) : NULL);
+}
+
+/* Floats of grad_outer and p_outer: the two outer units back to back, or the larger of them when
+ * they take turns. */
+static size_t outer_floats(const GradSync *g) {
+    size_t E = unit_size(g, 0), T = unit_size(g, g->n_units - 1);
+    return g->outer_turns ? max_sz(E, T) : E + T;
 }
 
 /* All-gathers unit u's parameters (from the shards in p_shard) into dst (the unit's size). */
@@ -157,12 +172,44 @@ static void gather_use(GradSync *g, LlamaModel *m, int k, int layer) {
     bind_layer(g, &m->w.layers[layer], g->p_layer[b], layer);
 }
 
+/* The temporary (acc_tmp) a later micro-batch's reduce-scatter of unit u lands in. */
+static int acc_slot(const GradSync *g, int u) {
+    if (u == g->n_units - 1) return 2;
+    if (u == 0) return g->outer_turns ? 2 : 3;
+    return (u - 1) % 2;
+}
+
+/* Adds each later micro-batch's reduce-scatter that is seen complete into shard_buf (the same
+ * one addition per element as a whole second shard added at the end). */
+static void acc_finish(GradSync *g) {
+    for (int k = 0; k < 4; k++) {
+        const int u = g->acc_unit[k];
+        if (u < 0 || g->reqs[u] != MPI_REQUEST_NULL) continue;
+        size_t ob, oe;
+        unit_own(g, u, &ob, &oe);
+        float *dst = g->shard_buf + (ob - g->shard_begin);
+        const float *src = g->acc_whole ? g->acc_whole + (ob - g->shard_begin) : g->acc_tmp[k];
+        for (size_t i = 0; i < oe - ob; i++) dst[i] += src[i];
+        g->acc_unit[k] = -1;
+    }
+}
+
 /* Posts the reduce-scatter of unit u's gradient (in src) into this rank's part of the shard
- * accumulator (the step's first micro-batch) or of grad_tmp (the later ones, added at END). */
+ * accumulator (the step's first micro-batch) or of the unit's temporary (the later ones: added
+ * by acc_finish; a temporary still awaited by an earlier unit is waited for first). */
 static void unit_reduce_post(GradSync *g, int u, const float *src) {
     size_t ob, oe;
     unit_own(g, u, &ob, &oe);
-    float *dst = (g->micro == 0 ? g->shard_buf : g->grad_tmp) + (ob - g->shard_begin);
+    float *dst = g->shard_buf + (ob - g->shard_begin);
+    if (g->micro > 0) {
+        const int k = acc_slot(g, u);
+        if (g->acc_unit[k] >= 0) {
+            comm_waitall(g->stats, COMM_GRAD_REDUCE, 1, &g->reqs[g->acc_unit[k]]);
+            acc_finish(g);
+        }
+        dst = g->acc_whole ? g->acc_whole + (ob - g->shard_begin) : g->acc_tmp[k];
+        g->acc_unit[k] = u;
+    }
     const int *cnt = g->unit_counts + (size_t)u * (size_t)g->size;
     comm_ireduce_scatter(g->stats, COMM_GRAD_REDUCE, src, dst, cnt, MPI_FLOAT, MPI_SUM, g->shard_comm, &g->reqs[u]);
 }
@@ -173,15 +220,36 @@ static void zero_hook(void *ctx, LlamaModel *m, LlamaHookPoint point, int layer,
     size_t E = unit_size(g, 0);
     switch (point) {
     case LLAMA_HOOK_BEGIN:
-        if (z3) { /* the first layer's gather in flight; embedding, final norm and head: whole for the micro-batch */
+        if (z3) { /* the first layer's gather in flight; embedding, final norm and head: whole for the
+                     micro-batch, or (turns) the embedding now and the tail after its forward */
             g->pass_len = (backward ? 2 : 1) * (g->n_units - 2);
             gather_post(g, 0);
-            g->p_outer = xmalloc(sizeof(float) * (E + unit_size(g, tail)));
+            g->p_outer = xmalloc(sizeof(float) * outer_floats(g));
             unit_gather(g, 0, g->p_outer);
-            unit_gather(g, tail, g->p_outer + E);
-            bind_outer(g, &m->w, g->p_outer);
+            if (g->outer_turns) {
+                bind_outer_at(g, &m->w, g->p_outer, NULL);
+            } else {
+                unit_gather(g, tail, g->p_outer + E);
+                bind_outer(g, &m->w, g->p_outer);
+            }
         }
-        if (backward) memset(g->grad_outer, 0, sizeof(float) * (E + unit_size(g, tail)));
+        if (backward && g->outer_turns) { /* the tail's gradient first; the embedding's at its backward */
+            memset(g->grad_outer, 0, sizeof(float) * unit_size(g, tail));
+            bind_outer_at(g, &m->g, NULL, g->grad_outer);
+        } else if (backward) {
+            memset(g->grad_outer, 0, sizeof(float) * outer_floats(g));
+        }
+        break;
+    case LLAMA_HOOK_AFTER_EMBEDDING:
+        if (z3 && g->outer_turns) { /* the embedding is done with: the tail's gather into its place */
+            bind_outer_at(g, &m->w, NULL, NULL);
+            const int *cnt = g->unit_counts + (size_t)tail * (size_t)g->size;
+            size_t ob, oe;
+            unit_own(g, tail, &ob, &oe);
+            for (int p = 0, d = 0; p < g->size; p++) g->outer_displs[p] = d, d += cnt[p];
+            comm_iallgatherv(g->stats, COMM_PARAM_GATHER, g->p_shard + (ob - g->shard_begin), cnt[g->rank], g->p_outer,
+                             cnt, g->outer_displs, MPI_FLOAT, g->shard_comm, &g->outer_req);
+        }
         break;
     case LLAMA_HOOK_BEFORE_FORWARD:
         if (z3) gather_use(g, m, layer, layer);
@@ -190,6 +258,28 @@ static void zero_hook(void *ctx, LlamaModel *m, LlamaHookPoint point, int layer,
         if (z3) {
             bind_layer(g, &m->w.layers[layer], NULL, layer);
             comm_testall(g->stats, COMM_PARAM_GATHER, 2, g->gather_req); /* progress the next layer's */
+            if (g->outer_turns) comm_testall(g->stats, COMM_PARAM_GATHER, 1, &g->outer_req); /* and the tail's */
+        }
+        break;
+    case LLAMA_HOOK_BEFORE_HEAD:
+        if (z3 && g->outer_turns) {
+            comm_waitall(g->stats, COMM_PARAM_GATHER, 1, &g->outer_req);
+            bind_outer_at(g, &m->w, NULL, g->p_outer);
+        }
+        break;
+    case LLAMA_HOOK_AFTER_HEAD:
+        if (backward && g->outer_turns) { /* the tail's gradient is final: reduced while the layers run */
+            unit_reduce_post(g, tail, g->grad_outer);
+            bind_outer_at(g, &m->g, NULL, NULL);
+        }
+        if (z3 && g->outer_turns) bind_outer_at(g, &m->w, NULL, NULL);
+        break;
+    case LLAMA_HOOK_BEFORE_EMBEDDING_BACKWARD:
+        if (g->outer_turns) { /* the buffer is the embedding's once the tail's reduce-scatter is done */
+            comm_waitall(g->stats, COMM_GRAD_REDUCE, 1, &g->reqs[tail]);
+            acc_finish(g);
+            memset(g->grad_outer, 0, sizeof(float) * E);
+            bind_outer_at(g, &m->g, g->grad_outer, NULL);
         }
         break;
     case LLAMA_HOOK_BEFORE_BACKWARD: {
@@ -197,6 +287,7 @@ static void zero_hook(void *ctx, LlamaModel *m, LlamaHookPoint point, int layer,
         int s = layer % 2; /* the slot's previous reduce-scatter (layer + 2) must be done */
         if (g->slot_unit[s] >= 0) comm_waitall(g->stats, COMM_GRAD_REDUCE, 1, &g->reqs[g->slot_unit[s]]);
         g->slot_unit[s] = -1;
+        acc_finish(g);
         memset(g->grad_slot[s], 0, sizeof(float) * unit_size(g, 1 + layer));
         bind_layer(g, &m->g.layers[layer], g->grad_slot[s], layer);
         break;
@@ -211,18 +302,17 @@ static void zero_hook(void *ctx, LlamaModel *m, LlamaHookPoint point, int layer,
             comm_testall(g->stats, COMM_PARAM_GATHER, 2, g->gather_req);
         }
         comm_testall(g->stats, COMM_GRAD_REDUCE, g->n_units, g->reqs); /* progress the ones in flight */
+        acc_finish(g);
         break;
     }
     case LLAMA_HOOK_END:
         if (backward) {
-            unit_reduce_post(g, tail, g->grad_outer + E);
+            if (!g->outer_turns) unit_reduce_post(g, tail, g->grad_outer + E);
             unit_reduce_post(g, 0, g->grad_outer);
             comm_waitall(g->stats, COMM_GRAD_REDUCE, g->n_units, g->reqs);
+            if (g->outer_turns) bind_outer_at(g, &m->g, NULL, NULL);
             g->slot_unit[0] = g->slot_unit[1] = -1;
-            if (g->micro > 0) {
-                size_t n = g->shard_end - g->shard_begin;
-                for (size_t i = 0; i < n; i++) g->shard_buf[i] += g->grad_tmp[i];
-            }
+            acc_finish(g); /* every one is complete */
             g->micro++;
             g->reduced = 1;
         }
@@ -271,16 +361,19 @@ void grad_sync_attach(GradSync *g, LlamaModel *m) {
     g->reqs = xmalloc(sizeof(MPI_Request) * (size_t)g->n_units);
     for (int u = 0; u < g->n_units; u++) g->reqs[u] = MPI_REQUEST_NULL;
     g->slot_unit[0] = g->slot_unit[1] = -1;
+    for (int k = 0; k < 4; k++) g->acc_unit[k] = -1;
 
     /* gradients: the flat buffer goes; the embedding and tail get their own buffer, layers use
      * two slots in turn (one being reduce-scattered while the next is produced) */
-    size_t outer = unit_size(g, 0) + unit_size(g, nL + 1), n = g->shard_end - g->shard_begin;
-    g->grad_outer = xmalloc(sizeof(float) * outer);
+    g->outer_turns = !m->cfg.tie_word_embeddings;
+    size_t n = g->shard_end - g->shard_begin;
+    g->grad_outer = xmalloc(sizeof(float) * outer_floats(g));
     g->grad_slot[0] = xmalloc(sizeof(float) * max_layer);
     g->grad_slot[1] = xmalloc(sizeof(float) * max_layer);
     xfree(m->grads);
     m->grads = NULL;
-    bind_outer(g, &m->g, g->grad_outer);
+    if (g->outer_turns) bind_outer_at(g, &m->g, NULL, NULL); /* bound at their turns */
+    else bind_outer(g, &m->g, g->grad_outer);
     for (int l = 0; l < nL; l++) bind_layer(g, &m->g.layers[l], NULL, l);
     if (g->zero == 3) { /* parameters: this rank's shard, two gathered layers, the outer units per micro-batch */
         g->p_shard = xmalloc(sizeof(float) * (n + 1));
@@ -290,6 +383,8 @@ void grad_sync_attach(GradSync *g, LlamaModel *m) {
             g->gather_displs[i] = xmalloc(sizeof(int) * (size_t)g->size);
             g->gather_req[i] = MPI_REQUEST_NULL;
         }
+        g->outer_displs = xmalloc(sizeof(int) * (size_t)g->size);
+        g->outer_req = MPI_REQUEST_NULL;
         xfree(m->params);
         m->params = NULL;
         bind_outer(g, &m->w, NULL);
@@ -302,8 +397,23 @@ void grad_sync_attach(GradSync *g, LlamaModel *m) {
 
 void grad_sync_microbatch(GradSync *g, int index) {
     if (index == 0) g->micro = 0, g->reduced = 0;
-    if (g->micro > 0 && !g->grad_tmp && g->zero >= 2 && g->counts)
-        g->grad_tmp = xmalloc(sizeof(float) * (g->shard_end - g->shard_begin + 1));
+    if (g->micro == 0 || g->acc_tmp[0] || g->acc_whole || !g->model) return;
+    /* a later micro-batch: the temporaries of the units' own parts (acc_slot), made once; or one
+     * of the whole shard (each unit's part at its place, as before 2026-11-29) where that is not
+     * more (a few ranks: one unit can be most of a shard) */
+    size_t n[4] = {0, 0, 0, 0}, sum = 0, shard = g->shard_end - g->shard_begin;
+    for (int u = 0; u < g->n_units; u++) {
+        const int k = acc_slot(g, u);
+        n[k] = max_sz(n[k], (size_t)g->unit_counts[(size_t)u * (size_t)g->size + (size_t)g->rank]);
+    }
+    n[1] = n[0] = max_sz(n[0], n[1]); /* the layers' two slots alike */
+    for (int k = 0; k < 4; k++) sum += k < 3 || !g->outer_turns ? n[k] + 1 : 0;
+    if (sum >= shard + 1) {
+        g->acc_whole = xmalloc(sizeof(float) * (shard + 1));
+        return;
+    }
+    for (int k = 0; k < 4; k++)
+        if (k < 3 || !g->outer_turns) g->acc_tmp[k] = xmalloc(sizeof(float) * (n[k] + 1));
 }
 
 /* ---------------------------------------------------------------- the step's reduction */

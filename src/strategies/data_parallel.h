@@ -12,11 +12,22 @@
  *           As soon as layer l's backward is done (hook AFTER_BACKWARD) its gradient is posted
  *           as a nonblocking reduce-scatter (MPI_Ireduce_scatter) to its owners and progressed
  *           while layer l-1 runs; slot l % 2 is reused by layer l-2 only after that reduce-scatter
- *           completed. The embedding and tail follow after the embedding's backward. Every
- *           micro-batch is reduced this way, summed into the shard (shard_buf). Then as zero 1.
+ *           completed. The tail's (final norm, head) is posted once the head's backward is done
+ *           (AFTER_HEAD), the embedding's after its backward. With an untied head the two take
+ *           turns in one buffer as large as the larger: the embedding's gradient exists only
+ *           from its backward on (the tail's reduce-scatter is waited for first), so the buffer
+ *           costs max(E, T) floats instead of E + T. Every micro-batch is reduced this way,
+ *           summed into the shard (shard_buf): the first straight into it, each later one per
+ *           unit into a temporary of the unit's own part, added to shard_buf as soon as its
+ *           reduce-scatter is seen complete (three or four such temporaries, the largest own
+ *           part of a layer twice and the outer units', instead of a second whole shard, which
+ *           stays where it is no larger; the same additions, so the same sums bit for bit).
+ *           Then as zero 1.
  *   zero 3: parameters sharded too. The flat parameter buffer is freed; a rank keeps its shard
  *           (p_shard), two layer buffers used in turn and, during each micro-batch, the gathered
- *           embedding + final norm + head. Each layer is all-gathered for its forward and again
+ *           embedding + final norm + head (an untied head: one buffer of max(E, T) holds the
+ *           embedding until its forward is done, then the tail, whose gather is posted then and
+ *           waited for before the head). Each layer is all-gathered for its forward and again
  *           for its backward, in the order the pass uses the layers (0 .. L-1, then L-1 .. 0):
  *           when a layer starts, its gather (posted one layer earlier) is waited for and the
  *           next layer's is posted (MPI_Iallgatherv) into the other buffer, so it runs while
@@ -79,10 +90,21 @@ typedef struct {
     int *unit_counts;              /* (n_units x size): overlap of unit u with group rank p's shard */
     int *unit_displs;              /* (size) scratch */
     MPI_Request *reqs;             /* (n_units) reduce-scatters in flight */
-    float *grad_outer;             /* gradients of the embedding and tail units, back to back */
+    float *grad_outer;             /* gradients of the embedding and tail units: back to back when the
+                                      head is tied to the embedding, else the tail's and then (from
+                                      the embedding's backward on) the embedding's in one buffer */
+    int outer_turns;               /* the head is not tied: the embedding and tail units take turns in
+                                      grad_outer and p_outer (each as large as the larger) */
     float *grad_slot[2];           /* layer gradients, layer l in slot l % 2 */
     int slot_unit[2];              /* the unit whose reduce-scatter reads the slot (-1: none) */
-    float *grad_tmp;               /* (shard) reduce-scatter target of micro-batches after the first */
+    float *acc_tmp[4];             /* micro-batches after a step's first: a unit's reduce-scatter lands
+                                      in the temporary of its slot (0, 1: a layer's parity, 2: the tail
+                                      and, taking turns, the embedding, 3: a tied head's embedding),
+                                      as large as the largest own part of a unit it takes, and is
+                                      added to shard_buf once seen complete */
+    float *acc_whole;              /* instead of acc_tmp where those would be no smaller: one of the
+                                      whole shard, each unit's part at its place */
+    int acc_unit[4];               /* the unit whose reduce-scatter fills slot k (-1: none) */
     int micro;                     /* micro-batches of this step reduced so far */
     int reduced;                   /* this step's reduce-scatters have completed */
     float *p_shard;                /* zero 3: this rank's parameters [shard_begin, shard_end) */
@@ -90,7 +112,11 @@ typedef struct {
     int *gather_displs[2];         /* (size) displacements of the gather into p_layer[i] */
     MPI_Request gather_req[2];     /* zero 3: the gather into p_layer[i] in flight */
     int pass_len;                  /* zero 3: gathers in this pass (L forward, L more with backward) */
-    float *p_outer;                /* zero 3: the gathered embedding + tail, during a micro-batch */
+    float *p_outer;                /* zero 3: the gathered embedding + tail, during a micro-batch
+                                      (outer_turns: the embedding until its forward is done, then
+                                      the tail, gathered while the layers run) */
+    int *outer_displs;             /* (size) displacements of the tail's gather into p_outer */
+    MPI_Request outer_req;         /* zero 3, outer_turns: the tail's gather in flight */
 } GradSync;
 
 /* Plans the shards over groups of `group` ranks (0: the whole world). Errors (zero_flags_error's, a

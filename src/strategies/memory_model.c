@@ -22,6 +22,12 @@ static const char *const NAMES[MEM_COMPONENTS] = {
 const char *memory_component_name(MemComponent c) { return c >= 0 && c < MEM_COMPONENTS ? NAMES[c] : "?"; }
 
 /* Floats of the units data_parallel.c shards: the embedding, one layer, the tail. */
+/* Elements of [b, e) inside [ub, ue). */
+static double overlap(double b, double e, double ub, double ue) {
+    const double lo = b > ub ? b : ub, hi = e < ue ? e : ue;
+    return hi > lo ? hi - lo : 0;
+}
+
 void memory_model_unit_sizes(const LlamaConfig *c, double *embed, double *layer, double *tail) {
     double D = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
     double qd = (double)c->num_attention_heads * c->head_dim, kvd = (double)c->num_key_value_heads * c->head_dim;
@@ -316,9 +322,28 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
                 cur.ram[MEM_PARAMS] = 4 * P;
                 cur.ram[MEM_GRADS] = 4 * (P + sb);
             } else {
-                cur.ram[MEM_GRADS] = 4 * (E + T + 2 * Lu + sb + (per_replica > 1 ? sb : 0));
+                /* the embedding and tail units: back to back with a tied head, else taking turns
+                 * in one buffer as large as the larger (data_parallel.h) */
+                const double outer = c->tie_word_embeddings ? E + T : (E > T ? E : T);
+                /* later micro-batches: per unit a temporary of its own part (data_parallel.h): two
+                 * of a layer's largest, the tail's (taking turns with the embedding's), a tied
+                 * head's embedding's; or the whole shard where that is no more */
+                double acc = 0;
+                if (per_replica > 1) {
+                    const double b = (double)((size_t)P * (size_t)r / (size_t)group);
+                    const double e = (double)((size_t)P * (size_t)(r + 1) / (size_t)group);
+                    double lay = 0;
+                    for (int l = 0; l < (int)L; l++) {
+                        const double o = overlap(b, e, E + l * Lu, E + (l + 1) * Lu);
+                        lay = o > lay ? o : lay;
+                    }
+                    const double oe = overlap(b, e, 0, E), ot = overlap(b, e, E + L * Lu, P);
+                    acc = 2 * (lay + 1) + (c->tie_word_embeddings ? ot + 1 + oe + 1 : (oe > ot ? oe : ot) + 1);
+                    if (acc >= shard + 1) acc = shard + 1; /* one whole-shard temporary instead */
+                }
+                cur.ram[MEM_GRADS] = 4 * (outer + 2 * Lu + sb + acc);
                 /* zero 3: the shard, two gathered layers (in use, prefetched), embedding and tail */
-                cur.ram[MEM_PARAMS] = zero == 3 ? 4 * (shard + 1 + 2 * Lu + E + T) : 4 * P;
+                cur.ram[MEM_PARAMS] = zero == 3 ? 4 * (shard + 1 + 2 * Lu + outer) : 4 * P;
             }
         }
         /* the trainer's tokens: the global batch, this rank's share, positions, recall distances */
