@@ -80,13 +80,9 @@ void head_exchange_init(HeadExchange *x, Comm *comm, MPI_Comm head_comm, int hp,
      * the bf16 wire */
     if ((size_t)N * H * (d + 1) > most) most = (size_t)N * H * (d + 1);
     if ((size_t)hp * N * x->Hl * (d + 1) > most) most = (size_t)hp * N * x->Hl * (d + 1);
-    size_t most_send = most, most_recv = most, most_wire = most;
-    if ((size_t)N * H * (d + 2) > most_wire) most_wire = (size_t)N * H * (d + 2);
-    if ((size_t)hp * N * x->Hl * (d + 2) > most_wire) most_wire = (size_t)hp * N * x->Hl * (d + 2);
     x->most = most;
-    x->most_wire = most_wire;
-    x->send = xmalloc_aligned(sizeof(float) * most_send);
-    x->recv = hp > 1 ? xmalloc_aligned(sizeof(float) * most_recv) : NULL;
+    x->send = xmalloc_aligned(sizeof(float) * most);
+    x->recv = hp > 1 ? xmalloc_aligned(sizeof(float) * most) : NULL;
     x->scounts = xmalloc(sizeof(int) * (size_t)hp);
     x->sdispls = xmalloc(sizeof(int) * (size_t)hp);
     x->rcounts = xmalloc(sizeof(int) * (size_t)hp);
@@ -98,14 +94,10 @@ void head_exchange_init(HeadExchange *x, Comm *comm, MPI_Comm head_comm, int hp,
 void head_exchange_set_wire_bf16(HeadExchange *x) {
     if (x->wire_bf16 || x->split.hp == 1) return; /* hp = 1 sends nothing */
     x->wire_bf16 = 1;
-    x->wire_send = xmalloc_aligned(sizeof(bf16_t) * x->most_wire);
-    x->wire_recv = xmalloc_aligned(sizeof(bf16_t) * x->most_wire);
 }
 
 void head_exchange_free(HeadExchange *x) {
     head_split_free(&x->split);
-    xfree(x->wire_send);
-    xfree(x->wire_recv);
     xfree(x->send);
     xfree(x->recv);
     xfree(x->scounts);
@@ -149,17 +141,24 @@ static const float *exchange_tail(HeadExchange *x, const size_t *send_sizes, con
                        MPI_FLOAT, x->head_comm);
         return x->recv;
     }
-    /* on the wire: a block's rounded floats, then its tail's words (2 per float) */
-    size_t *wss = xmalloc(sizeof(size_t) * 2 * (size_t)hp), *wrs = wss + hp;
+    /* on the wire: a block's rounded floats, then its tail's words (2 per float); the words are
+     * packed into recv and received into send (each holds 2 most words: a block set's floats
+     * plus its tails', which are at most one word per float, fit) */
+    size_t *wss = xmalloc(sizeof(size_t) * 2 * (size_t)hp), *wrs = wss + hp, ws = 0, wr = 0;
     for (int p = 0; p < hp; p++) {
         wss[p] = send_sizes[p] + (send_tail ? send_tail[p] : 0);
         wrs[p] = recv_sizes[p] + (recv_tail ? recv_tail[p] : 0);
+        ws += wss[p];
+        wr += wrs[p];
     }
+    if (ws > 2 * x->most || wr > 2 * x->most)
+        die("internal: head exchange: %zu / %zu bf16 words exceed the buffers' %zu", ws, wr, 2 * x->most);
     set_counts(x->scounts, x->sdispls, hp, wss);
     set_counts(x->rcounts, x->rdispls, hp, wrs);
+    bf16_t *wire_send = (bf16_t *)x->recv, *wire_recv = (bf16_t *)x->send;
     double t0 = comm_compute_begin(x->comm);
     const float *src = x->send;
-    bf16_t *w = x->wire_send;
+    bf16_t *w = wire_send;
     for (int p = 0; p < hp; p++) {
         const size_t tail = send_tail ? send_tail[p] : 0, body = send_sizes[p] - tail;
         bf16_pack(w, src, body);
@@ -168,11 +167,11 @@ static const float *exchange_tail(HeadExchange *x, const size_t *send_sizes, con
         w += wss[p];
     }
     comm_compute_end(x->comm, "a2a bf16 pack", t0);
-    comm_alltoallv(x->comm, COMM_ALLTOALL, x->wire_send, x->scounts, x->sdispls, x->wire_recv, x->rcounts, x->rdispls,
+    comm_alltoallv(x->comm, COMM_ALLTOALL, wire_send, x->scounts, x->sdispls, wire_recv, x->rcounts, x->rdispls,
                    MPI_UINT16_T, x->head_comm);
     t0 = comm_compute_begin(x->comm);
     float *dst = x->recv;
-    const bf16_t *r = x->wire_recv;
+    const bf16_t *r = wire_recv;
     for (int p = 0; p < hp; p++) {
         const size_t tail = recv_tail ? recv_tail[p] : 0, body = recv_sizes[p] - tail;
         bf16_unpack(dst, r, body);

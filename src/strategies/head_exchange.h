@@ -51,11 +51,9 @@ typedef struct {
     int Hl, Hk;      /* this member's query and KV heads */
     float *send, *recv;
     int wire_bf16;                              /* the all-to-alls carry bf16 (head_exchange_set_wire_bf16) */
-    uint16_t *wire_send, *wire_recv;            /* their bf16 buffers */
     int *scounts, *sdispls, *rcounts, *rdispls; /* (hp) in floats */
     size_t *ssize, *rsize;                      /* (hp) block sizes of the exchange in progress */
     size_t most;                                /* elements of send (and recv) */
-    size_t most_wire;                           /* elements of wire_send (and wire_recv) */
 } HeadExchange;
 
 /* Collective-free set-up (the split must be valid: check it with head_split_init first). */
@@ -64,7 +62,9 @@ void head_exchange_free(HeadExchange *x);
 /* bf16 on the wire (--precision bf16): every exchange packs its send buffer to bf16 (round to
  * nearest even), sends half the bytes and widens what it receives. q, k, v, dout and o are
  * bf16 values already under --precision bf16 (o is rounded where the model uses it), so only
- * dq, dk, dv are rounded by the wire. */
+ * dq, dk, dv are rounded by the wire. The bf16 words need no buffers of their own: they are
+ * packed into the receive buffer (idle until the all-to-all lands) and received into the send
+ * buffer (idle once packed), whose fp32 contents an exchange therefore does not keep. */
 void head_exchange_set_wire_bf16(HeadExchange *x);
 
 /* With hp = 1 every call below is one copy (the local layout is the head-parallel one) and

@@ -109,17 +109,6 @@ static double gemm_bf16_scratch(double R, double fr, double D, double qd, double
     return bf16_products_on_sgemm() ? conv : 0.5 * scratch;
 }
 
-/* The largest block set of the head exchange over `rows` local rows (head_exchange.c: `most`),
- * which the bf16 wire stages twice in bf16 (one float's bytes per element in all). Floats. */
-static double head_exchange_most(const HeadSplit *hs, int hr, double rows, int H, int d) {
-    double theirs = 0, mine = (double)hs->hp * rows * (hs->hl[hr] + 2.0 * hs->hk[hr]) * d;
-    for (int q = 0; q < hs->hp; q++) theirs += rows * (hs->hl[q] + 2.0 * hs->hk[q]) * d;
-    double most = theirs > mine ? theirs : mine;
-    if (rows * H * d > most) most = rows * H * d;
-    if ((double)hs->hp * rows * hs->hl[hr] * d > most) most = (double)hs->hp * rows * hs->hl[hr] * d;
-    return most;
-}
-
 char *batch_split_error(int batch, int dp) {
     if (dp > 0 && batch % dp == 0) return NULL;
     return xstrdup_printf("--batch %d does not split over --dp %d replicas: use a batch divisible by %d", batch, dp, dp);
@@ -228,10 +217,6 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
             if (err) return err;
             group_q = hs.hk[hr] > 0 ? (double)hs.hl[hr] / hs.hk[hr] : 1;
             kv_heads_call = hs.hk[hr];
-            /* FPDT's head exchange (per chunk) on the bf16 wire: two bf16 staging buffers of its
-             * largest block set (the schedules' and the others' are in strategy_memory) */
-            if (own && bf16 && hp > 1)
-                attn_buf += head_exchange_most(&hs, hr, S / su / hp, c->num_attention_heads, c->head_dim);
             head_split_free(&hs);
         } else { /* local_attention.c: lse kept, positions and delta */
             saved = kept = N * c->num_attention_heads;

@@ -187,19 +187,15 @@ void strategy_memory(const Strategy *s, const StrategyParams *p, int hp_rank, At
     m->kept_per_layer = n * Hl;                                       /* lse_h */
     m->bf16_per_layer = n * Hl * d + 2 * n * Hk * d;                  /* q_h | kv_h */
     /* the head exchange's send and receive buffers (head_exchange_init: the largest block set
-     * either way, dout with delta d + 1 floats per row and head) and its two bf16 wire buffers
-     * (d + 2 words per row and head for dout with delta) */
+     * either way, dout with delta d + 1 floats per row and head); the bf16 wire's words live in
+     * them */
     const size_t H = (size_t)p->n_heads;
     size_t theirs = 0, mine = n * (Hl + 2 * Hk) * d;
     for (int q = 0; q < p->hp; q++) theirs += N * (size_t)(hs.hl[q] + 2 * hs.hk[q]) * d;
     size_t most = theirs > mine ? theirs : mine;
     if (N * H * (d + 1) > most) most = N * H * (d + 1);
     if (n * Hl * (d + 1) > most) most = n * Hl * (d + 1);
-    size_t wire = most;
-    if (N * H * (d + 2) > wire) wire = N * H * (d + 2);
-    if (n * Hl * (d + 2) > wire) wire = n * Hl * (d + 2);
     size_t exchange = most + (p->hp > 1 ? most : 0);
-    if (p->wire_bf16 && p->hp > 1) exchange += wire; /* two bf16 wire buffers of `wire` halves */
     /* dout_h, dq_h (n, Hl, d), delta (n, Hl), dkv_h, the local delta (N, H); the forward's o_h
      * lives in the exchange's send buffer */
     size_t scratch = n * Hl * d * 2 + n * Hl + 2 * n * Hk * d + N * H;
