@@ -713,6 +713,16 @@ rc=$?
 if [ $rc -ne 0 ] && [ "$(printf '%s\n' "$err" | grep -c "^seqpar: error: writing '.*small2_ck.tmp.*' failed while .*File too large")" -eq 2 ] &&
     ! printf '%s' "$err" | grep -q "MPI_ABORT" && ! ls -d "$T"/small2_ck.tmp.* >/dev/null 2>&1 && [ ! -e "$T/small2_ck" ]; then ok; else
     bad "failed save on 2 ranks: status $rc, leftovers: $(ls -d "$T"/small2_ck* 2>/dev/null | tr '\n' ' '), stderr: $err"; fi
+# ... and so under --zero 3, where rank 0 fetches the sharded parameters and moments piece by piece
+# while it writes (the other rank answers until rank 0 says done: after the failed write too)
+rm -rf "$T"/small3_ck*
+err=$( (mpi_test_env; exec timeout 60 mpirun --oversubscribe --mca btl self,tcp -np 2 bash -c "ulimit -f 4096; \
+    exec \"$SEQPAR\" train --layers 1 --hidden 256 --heads 2 --kv-heads 1 --ffn 2048 --vocab 64 --seq-len 16 --cp 2 --batch 1 \
+    --steps 1 --eval-seqs 1 --quiet --peak-gflops 100 --zero 3 --save \"$T/small3_ck\" --log \"$T/small3.jsonl\"") 2>&1 >/dev/null)
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(printf '%s\n' "$err" | grep -c "^seqpar: error: writing '.*small3_ck.tmp.*' failed while .*File too large")" -eq 2 ] &&
+    ! printf '%s' "$err" | grep -q "MPI_ABORT" && ! ls -d "$T"/small3_ck.tmp.* >/dev/null 2>&1 && [ ! -e "$T/small3_ck" ]; then ok; else
+    bad "failed --zero 3 save on 2 ranks: status $rc, leftovers: $(ls -d "$T"/small3_ck* 2>/dev/null | tr '\n' ' '), stderr: $err"; fi
 # a successful save leaves DIR.tmp.* / DIR.old.* siblings it did not create alone
 mkdir -p "$T/keep_ck.tmp.AbCdEf" "$T/keep_ck.old.GhIjKl"; printf 'mine' > "$T/keep_ck.tmp.AbCdEf/notes"
 err=$(timeout 60 "$SEQPAR" train "${RT[@]}" --save "$T/keep_ck" --log "$T/keep.jsonl" 2>&1 >/dev/null) || bad "save beside foreign temporaries failed"

@@ -160,10 +160,10 @@ static void test_safetensors_round_trip(const TempDir *td) {
     uint32_t special[4] = {0x80000000u, 0x00000001u, 0x7F800000u, 0x7FC00001u};
     memcpy(&norm[1], special, sizeof special);
     StWriteTensor w[] = {
-        {"model.embed_tokens.weight", embed, 2, {6, 5}},
-        {"model.norm.weight", norm, 1, {5}},
-        {"extra.three_d", bias3d, 3, {2, 3, 4}},
-        {"empty", NULL, 2, {0, 7}},
+        {"model.embed_tokens.weight", embed, 2, {6, 5}, 0},
+        {"model.norm.weight", norm, 1, {5}, 0},
+        {"extra.three_d", bias3d, 3, {2, 3, 4}, 0},
+        {"empty", NULL, 2, {0, 7}, 0},
     };
     SeqErr we;
     CHECK(st_write_f32(path, w, (int)ARRAY_LEN(w), "pt", &we) == 0, "st_write_f32: %s", we.msg);
@@ -259,11 +259,11 @@ static void test_safetensors_errors(const TempDir *td) {
     path_in(td, "out_of_range.safetensors", out_of_range, sizeof out_of_range);
 
     float values[12] = {0};
-    StWriteTensor w[] = {{"w", values, 2, {3, 4}}};
+    StWriteTensor w[] = {{"w", values, 2, {3, 4}, 0}};
     SeqErr we;
     CHECK(st_write_f32(good, w, 1, "pt", &we) == 0, "st_write_f32: %s", we.msg);
     /* a bad tensor description and an unwritable path are errors returned, not exits */
-    StWriteTensor twice[] = {{"w", values, 2, {3, 4}}, {"w", values, 1, {12}}};
+    StWriteTensor twice[] = {{"w", values, 2, {3, 4}, 0}, {"w", values, 1, {12}, 0}};
     CHECK(st_write_f32(good, twice, 2, "pt", &we) == -1 && strstr(we.msg, "appears twice"),
           "a repeated tensor name: '%s'", we.msg);
     CHECK(st_write_f32("/nonexistent-seqpar-dir/x.safetensors", w, 1, "pt", &we) == -1 &&

@@ -479,23 +479,46 @@ void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, 
                        "continues from --save DIR; drop one of them", cmd);
 }
 
-/* Writes the checkpoint from rank 0: the AdamW moments are gathered from their shards. */
+/* A save's source of sharded state (checkpoint_save_src): pieces fetched from the shards. */
+typedef struct {
+    GradSync *g;
+    const float *arrays[3]; /* the parameter shard (zero 3), the moments m and v */
+    size_t total;
+} SaveShards;
+
+static void read_params(void *ctx, size_t first, size_t n, float *dst) {
+    SaveShards *s = ctx;
+    grad_sync_fetch(s->g, s->arrays, 0, first, n, dst);
+}
+
+static void read_moments(void *ctx, size_t first, size_t n, float *dst) { /* m as [0, total), v after it */
+    SaveShards *s = ctx;
+    const int v = first >= s->total;
+    grad_sync_fetch(s->g, s->arrays, 1 + v, first - (v ? s->total : 0), n, dst);
+}
+
+/* Writes the checkpoint from rank 0. Sharded state (the AdamW moments under ZeRO, the parameters
+ * under ZeRO-3) is fetched from its shards piece by piece while the files are written, so rank 0
+ * never holds it whole (until 2026-11-29 it gathered the parameters and both moments whole). */
 static void save_checkpoint(const char *dir, LlamaModel *m, const AdamW *opt, const TrainerState *st,
                             SeqParallel *par) {
     int root = par->topo.world_rank == 0;
-    AdamW full = *opt;
-    full.begin = 0;
-    full.end = m->table.total;
-    full.m = root ? xmalloc(sizeof(float) * m->table.total) : NULL;
-    full.v = root ? xmalloc(sizeof(float) * m->table.total) : NULL;
-    float *params = grad_sync_full_to_root(&par->sync, m, 0); /* zero 3 holds only shards */
-    grad_sync_gather_to_root(&par->sync, opt->m, full.m);
-    grad_sync_gather_to_root(&par->sync, opt->v, full.v);
+    GradSync *g = &par->sync;
+    SaveShards sh = {g, {g->p_shard, opt->m, opt->v}, m->table.total};
+    const int sharded = grad_sync_streams(g);
     SeqErr e;
-    const int failed = root && checkpoint_save(dir, &m->cfg, &m->table, params, &full, st, &e) != 0;
-    xfree(params);
-    xfree(full.m);
-    xfree(full.v);
+    int failed = 0;
+    if (root) {
+        AdamW whole = *opt; /* its range and step; the moments from the source where sharded */
+        whole.begin = 0;
+        whole.end = m->table.total;
+        if (sharded || opt->begin != 0 || opt->end != m->table.total) whole.m = whole.v = NULL;
+        CheckpointSource src = {{read_params, &sh}, {read_moments, &sh}};
+        failed = checkpoint_save_src(dir, &m->cfg, &m->table, m->params, &whole, &src, st, &e) != 0;
+        grad_sync_fetch_done(g); /* after a failed write too: the shards' ranks wait for it */
+    } else {
+        grad_sync_serve(g, sh.arrays, 3);
+    }
     if (par->topo.world_size > 1) comm_control_barrier(par->comm, "MPI_Ibarrier (after the save)", par->topo.world);
     /* a save that failed (the disk full, the directory gone) ends every rank with its line; the
      * previous checkpoint, if any, is untouched */
@@ -551,19 +574,13 @@ static void default_stop_dir(const char *log_path, long step, char *buf, size_t 
     else snprintf(buf, n, "checkpoint-step%ld", step);
 }
 
-/* Every rank reads the checkpoint (the directory must be visible to all ranks) and keeps its
- * shard of the AdamW moments, so any rank layout resumes any checkpoint. An error on any rank
- * ends every rank with one line. */
+/* Every rank reads the checkpoint (the directory must be visible to all ranks) and, of the AdamW
+ * moments (saved whole), only its own shard, so any rank layout resumes any checkpoint without a
+ * rank holding the whole moments (until 2026-11-29 each read them whole, then kept its shard). An
+ * error on any rank ends every rank with one line. */
 static void load_checkpoint(const char *dir, LlamaModel *m, AdamW *opt, TrainerState *st) {
-    AdamW full;
-    adamw_init(&full, &opt->cfg, 0, m->table.total);
     SeqErr e;
-    die_if_any_rank(checkpoint_read(dir, NULL, &m->table, m->params, &full, st, &e) != 0 ? &e : NULL);
-    size_t n = opt->end - opt->begin;
-    memcpy(opt->m, full.m + opt->begin, sizeof(float) * n);
-    memcpy(opt->v, full.v + opt->begin, sizeof(float) * n);
-    opt->step = full.step;
-    adamw_free(&full);
+    die_if_any_rank(checkpoint_read(dir, NULL, &m->table, m->params, opt, st, &e) != 0 ? &e : NULL);
 }
 
 /* The flags that give this run a checkpoint's FFN chunks and layer streaming back (its settings
@@ -1099,7 +1116,19 @@ int cmd_train(int argc, char **argv) {
     }
     /* every rank gets here before any enters MPI_Finalize, which has no deadline */
     watch(&par, st.step, "end", 0);
-    if (par.topo.world_size > 1) comm_control_barrier(par.comm, "MPI_Ibarrier (end of run)", par.topo.world);
+    /* the run's high-water mark of resident memory, every phase included (the steps' tracked
+     * peak leaves out loading, saves and the C runtime): rank 0's and the largest rank's */
+    unsigned long long rss0 = (unsigned long long)mem_peak_rss(), rss_max = rss0;
+    if (par.topo.world_size > 1) {
+        comm_control_allreduce(par.comm, "MPI_Allreduce (peak RSS)", &rss_max, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX,
+                               par.topo.world);
+        comm_control_barrier(par.comm, "MPI_Ibarrier (end of run)", par.topo.world);
+    }
+    if (root && log) {
+        fprintf(log, "{\"run_end\": {\"step\": %ld, \"elapsed_s\": %.3f, \"peak_rss_bytes_rank0\": %llu, "
+                     "\"peak_rss_bytes_max\": %llu}}\n", st.step, now_seconds() - run_t0, rss0, rss_max);
+        progress_log_flush(log, st.step);
+    }
     if (root && clamped)
         printf("note: a utilisation above 100%% of the peak was shown as 100%%: the peak (--peak-gflops or the "
                "measured sgemm) is below what this run reached\n");

@@ -582,24 +582,26 @@ static int record_file(json_t *files, const char *tmp, const char *name, SeqErr 
 
 /* Writes every file of the checkpoint into the temporary directory tmp; 0, or -1 with a message. */
 static int fill_checkpoint(const char *tmp, const char *d, const LlamaConfig *cfg, const ParamTable *t,
-                           const float *params, const AdamW *opt, const TrainerState *st, SeqErr *e) {
+                           const float *params, const AdamW *opt, const CheckpointSource *src, const TrainerState *st,
+                           SeqErr *e) {
     json_t *files = json_object();
     char *p = str_printf("%s/" F_CONFIG, tmp);
     int rc = config_json_save(p, cfg, e);
     xfree(p);
     if (rc == 0) rc = record_file(files, tmp, F_CONFIG, e);
-    int n_weight_files = rc == 0 ? params_save_dir(tmp, t, params, g_shard_bytes, e) : -1;
+    int n_weight_files =
+        rc == 0 ? params_save_dir_src(tmp, t, params, params || !src ? NULL : &src->params, g_shard_bytes, e) : -1;
     if (n_weight_files < 0) rc = -1;
     /* shards: their CRCs are in the index */
     if (rc == 0) rc = record_file(files, tmp, n_weight_files == 1 ? F_MODEL : ST_INDEX_NAME, e);
     if (rc == 0 && opt) {
         size_t n = opt->end - opt->begin;
         StWriteTensor w[2] = {
-            { "adamw.m", opt->m, 1, { (int64_t)n, 0, 0, 0 } },
-            { "adamw.v", opt->v, 1, { (int64_t)n, 0, 0, 0 } },
+            { "adamw.m", opt->m, 1, { (int64_t)n, 0, 0, 0 }, 0 },
+            { "adamw.v", opt->v, 1, { (int64_t)n, 0, 0, 0 }, n },
         };
         p = str_printf("%s/" F_OPTIM, tmp);
-        rc = st_write_f32(p, w, 2, "pt", e);
+        rc = st_write_f32_src(p, w, 2, "pt", opt->m || !src ? NULL : &src->moments, e);
         xfree(p);
         if (rc == 0) rc = record_file(files, tmp, F_OPTIM, e);
     }
@@ -668,6 +670,14 @@ static int swap_in(const char *tmp, const char *d, int exists, char **old, SeqEr
 
 int checkpoint_save(const char *dir, const LlamaConfig *cfg, const ParamTable *t, const float *params,
                     const AdamW *opt, const TrainerState *st, SeqErr *e) {
+    return checkpoint_save_src(dir, cfg, t, params, opt, NULL, st, e);
+}
+
+int checkpoint_save_src(const char *dir, const LlamaConfig *cfg, const ParamTable *t, const float *params,
+                        const AdamW *opt, const CheckpointSource *src, const TrainerState *st, SeqErr *e) {
+    if ((!params || (opt && !opt->m)) && !src)
+        return seq_err(e, "internal: cannot save checkpoint '%s': weights or moments given neither whole nor by a source",
+                       dir);
     if (checkpoint_check_target(dir, e) != 0) return -1;
     char *d = normalize_dir(dir, e), *parent = NULL, *base = NULL, *tmp = NULL, *old = NULL;
     int rc = d ? split_dir(d, &parent, &base, e) : -1;
@@ -687,7 +697,7 @@ int checkpoint_save(const char *dir, const LlamaConfig *cfg, const ParamTable *t
                                                           * by its owner whatever the umask (the next save's check) */
             /* a failed write (a full disk) removes what this save created; once the temporary is
              * complete, the messages say where each copy is */
-            rc = fill_checkpoint(tmp, d, cfg, t, params, opt, st, e);
+            rc = fill_checkpoint(tmp, d, cfg, t, params, opt, src, st, e);
             if (rc != 0) remove_tree(tmp);
             else {
                 for (int dirs = 0; exists && rc == 0 && dirs < 2; dirs++) rc = carry_user_entries(d, tmp, dirs, e);
@@ -1027,8 +1037,10 @@ static int check_config(const char *path, const LlamaConfig *got, const LlamaCon
     return 0;
 }
 
-/* Checks that `name` in the optimizer file is 1-D with n elements, then reads it. */
-static int read_moment(const StFile *f, const char *path, const char *name, size_t n, float *dst, SeqErr *e) {
+/* Checks that `name` in the optimizer file is 1-D with n elements (the saved range), then reads
+ * elements [first, first + count) of it: this run's range (a rank's shard reads only its own). */
+static int read_moment(const StFile *f, const char *path, const char *name, size_t n, size_t first, size_t count,
+                       float *dst, SeqErr *e) {
     const StTensor *ts = st_find(f, name);
     if (!ts) return seq_err(e, "%s has no tensor %s: the file is damaged: %s", path, name, damage_advice());
     size_t have = 1;
@@ -1036,9 +1048,8 @@ static int read_moment(const StFile *f, const char *path, const char *name, size
     if (ts->ndim != 1 || have != n)
         return seq_err(e, "%s: %s has %zu elements but this model's optimizer range has %zu: the checkpoint belongs to "
                        "a different model or rank layout", path, name, have, n);
-    int64_t shape[1] = { (int64_t)n };
-    if (st_load_tensor(f, name, 1, shape, dst, e) != 0) return -1;
-    return st_check_finite(dst, n, name, path, e);
+    if (st_load_tensor_range(f, name, n, first, count, dst, e) != 0) return -1;
+    return st_check_finite(dst, count, name, path, e);
 }
 
 int checkpoint_read(const char *dir, const LlamaConfig *expect, const ParamTable *t, float *params, AdamW *opt,
@@ -1065,7 +1076,7 @@ int checkpoint_read(const char *dir, const LlamaConfig *expect, const ParamTable
         if (!ex.has_opt)
             rc = seq_err(e, "checkpoint '%s' has no optimizer state (saved without one): load only the weights, or "
                          "resume from a checkpoint with " F_OPTIM, d);
-        else if (ex.opt_begin != opt->begin || ex.opt_end != opt->end)
+        else if (opt->begin < ex.opt_begin || opt->end > ex.opt_end)
             rc = seq_err(e, "%s: the optimizer state covers [%zu, %zu) of the parameters but this run's optimizer "
                          "covers [%zu, %zu): resume with the same number of ranks as the saved run", state_path, ex.opt_begin,
                          ex.opt_end, opt->begin, opt->end);
@@ -1081,9 +1092,9 @@ int checkpoint_read(const char *dir, const LlamaConfig *expect, const ParamTable
         StFile f;
         rc = st_load(optim_path, &f, e);
         if (rc == 0) {
-            size_t n = opt->end - opt->begin;
-            rc = read_moment(&f, optim_path, "adamw.m", n, opt->m, e);
-            if (rc == 0) rc = read_moment(&f, optim_path, "adamw.v", n, opt->v, e);
+            const size_t n = ex.opt_end - ex.opt_begin, first = opt->begin - ex.opt_begin, count = opt->end - opt->begin;
+            rc = read_moment(&f, optim_path, "adamw.m", n, first, count, opt->m, e);
+            if (rc == 0) rc = read_moment(&f, optim_path, "adamw.v", n, first, count, opt->v, e);
             st_close(&f);
         }
         if (rc == 0) opt->step = ex.opt_step;

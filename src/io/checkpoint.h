@@ -44,6 +44,7 @@
 
 #include "core/common.h"
 #include "core/param_table.h"
+#include "io/safetensors.h"
 #include "model/config.h"
 #include "optim/adamw.h"
 
@@ -141,6 +142,15 @@ void checkpoint_set_damage_advice(const char *advice);
  * was, a later one says where each copy is. */
 int checkpoint_save(const char *dir, const LlamaConfig *cfg, const ParamTable *t, const float *params,
                     const AdamW *opt, const TrainerState *st, SeqErr *e);
+/* checkpoint_save for state no one process holds whole: where params (then NULL) and opt->m,
+ * opt->v (then NULL; opt gives the range and step) are missing, `params` reads the weights by
+ * their flat offsets and `moments` the moments, m as [0, n) and v as [n, 2n) for the n elements
+ * of opt's range, piece by piece in the files' order (st_write_f32_src). */
+typedef struct {
+    StSource params, moments;
+} CheckpointSource;
+int checkpoint_save_src(const char *dir, const LlamaConfig *cfg, const ParamTable *t, const float *params,
+                        const AdamW *opt, const CheckpointSource *src, const TrainerState *st, SeqErr *e);
 
 /* 1 if DIR holds a checkpoint (DIR/trainer_state.json exists), else 0. */
 int checkpoint_exists(const char *dir);
@@ -158,8 +168,8 @@ int checkpoint_read_config(const char *dir, LlamaConfig *cfg, SeqErr *e);
 void checkpoint_load_config(const char *dir, LlamaConfig *cfg);
 
 /* Loads the checkpoint into an already built model: params (every tensor of t), the optimizer
- * (m, v, step; opt may be NULL to skip it; opt must already be initialised by adamw_init with the
- * same range as when saved) and *st. If `expect` is not NULL, the architecture fields of
+ * (m, v, step; opt may be NULL to skip it; opt must already be initialised by adamw_init with a
+ * range inside the one saved: a sharded rank reads only its own part of the moments) and *st. If `expect` is not NULL, the architecture fields of
  * DIR/config.json must equal it. Validates before reading tensors: missing files, bad or
  * wrong-version trainer_state.json, a parameter count or optimizer range that differs from t/opt;
  * each dies with one line naming the file and the fix, as does a file whose size or CRC-32 differs

@@ -48,7 +48,8 @@ static int write_list(const ParamTable *t, const float *params, const int *shard
             return seq_err(e, "tensor %s lies outside the parameter buffer (%zu + %zu > %zu): the parameter table is "
                            "inconsistent", p->name, p->offset, p->numel, t->total);
         w[n].name = p->name;
-        w[n].data = params + p->offset;
+        w[n].data = params ? params + p->offset : NULL;
+        w[n].at = p->offset;
         w[n].ndim = p->ndim;
         for (int d = 0; d < p->ndim; d++) w[n].shape[d] = p->shape[d];
         n++;
@@ -58,11 +59,19 @@ static int write_list(const ParamTable *t, const float *params, const int *shard
 }
 
 int params_save_dir(const char *dir, const ParamTable *t, const float *params, uint64_t max_shard_bytes, SeqErr *e) {
+    return params_save_dir_src(dir, t, params, NULL, max_shard_bytes, e);
+}
+
+int params_save_dir_src(const char *dir, const ParamTable *t, const float *params, const StSource *src,
+                        uint64_t max_shard_bytes, SeqErr *e) {
     uint64_t total = 0;
     for (int i = 0; i < t->n; i++) total += (uint64_t)t->t[i].numel * 4;
     if (max_shard_bytes == 0 || total <= max_shard_bytes) {
         char *p = join_path(dir, "model.safetensors");
-        int rc = params_save_safetensors(p, t, params, e);
+        StWriteTensor *w = xcalloc(t->n ? (size_t)t->n : 1, sizeof *w);
+        const int n = write_list(t, params, NULL, 0, w, NULL, NULL, e);
+        const int rc = n < 0 ? -1 : st_write_f32_src(p, w, n, "pt", src, e);
+        xfree(w);
         xfree(p);
         return rc == 0 ? 1 : -1;
     }
@@ -86,7 +95,8 @@ int params_save_dir(const char *dir, const ParamTable *t, const float *params, u
         const int n = write_list(t, params, shard_of, k, w, map, name, e);
         char *path = join_path(dir, name);
         json_t *fj = NULL;
-        if (n < 0 || st_write_f32(path, w, n, "pt", e) != 0 || !(fj = file_size_crc_json(path, "shard", e))) rc = -1;
+        if (n < 0 || st_write_f32_src(path, w, n, "pt", src, e) != 0 || !(fj = file_size_crc_json(path, "shard", e)))
+            rc = -1;
         else json_object_set_new(files, name, fj);
         xfree(path);
     }

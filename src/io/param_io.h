@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "core/param_table.h"
+#include "io/safetensors.h"
 
 /* Writes every tensor of the table as F32 (metadata format "pt"), atomically (st_write_f32).
  * F32 round-trips bit-exactly through params_load_safetensors. Returns 0, or -1 with a one-line
@@ -51,5 +52,9 @@ int params_read_dir(const char *dir, const ParamTable *t, float *params, int tie
  * one-line message (files this call wrote before the failure stay; the caller writes into a
  * temporary directory). */
 int params_save_dir(const char *dir, const ParamTable *t, const float *params, uint64_t max_shard_bytes, SeqErr *e);
+/* The same with the weights read from src (indexed by the flat buffer's offsets) piece by piece
+ * instead of from params (NULL then): a sharded model written without being held whole. */
+int params_save_dir_src(const char *dir, const ParamTable *t, const float *params, const StSource *src,
+                        uint64_t max_shard_bytes, SeqErr *e);
 
 #endif

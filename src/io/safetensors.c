@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/common.h"
 #include "io/atomic_file.h"
@@ -146,24 +147,47 @@ static int check_tiling(const char *path, const StFile *f, SeqErr *e) {
     return rc;
 }
 
+/* Reads exactly len bytes at offset off; 0, or -1 with a message naming the file (a short read:
+ * the file changed while it was read). */
+static int pread_fully(int fd, const char *path, void *buf, size_t len, uint64_t off, SeqErr *e) {
+    size_t done = 0;
+    while (done < len) {
+        size_t chunk = len - done < ((size_t)1 << 30) ? len - done : ((size_t)1 << 30);
+        ssize_t got = pread(fd, (unsigned char *)buf + done, chunk, (off_t)(off + done));
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) return seq_err(e, "reading safetensors file '%s' failed: %s", path, strerror(errno));
+        if (got == 0)
+            return seq_err(e, "safetensors file '%s' shrank while it was read (%zu of %zu bytes at offset %llu): do "
+                           "not rewrite a checkpoint while it is loaded", path, done, len, (unsigned long long)off);
+        done += (size_t)got;
+    }
+    return 0;
+}
+
 int st_load(const char *path, StFile *f, SeqErr *e) {
     memset(f, 0, sizeof *f);
-    unsigned char *raw;
-    size_t file_size;
-    if (read_regular_file(path, "safetensors file", UINT64_MAX, &raw, &file_size, e) != 0) return -1;
+    f->fd = -1;
+    uint64_t file_size;
+    const int fd = open_regular_file(path, "safetensors file", &file_size, e);
+    if (fd < 0) return -1;
     if (file_size < 8) {
-        xfree(raw);
-        return seq_err(e, "'%s' is not a safetensors file: it has %zu bytes, fewer than the 8-byte header length "
-                       "that starts every safetensors file", path, file_size);
+        close(fd);
+        return seq_err(e, "'%s' is not a safetensors file: it has %llu bytes, fewer than the 8-byte header length "
+                       "that starts every safetensors file", path, (unsigned long long)file_size);
+    }
+    unsigned char len_bytes[8];
+    if (pread_fully(fd, path, len_bytes, 8, 0, e) != 0) {
+        close(fd);
+        return -1;
     }
     uint64_t header_len = 0;
-    for (int i = 7; i >= 0; i--) header_len = (header_len << 8) | raw[i];
+    for (int i = 7; i >= 0; i--) header_len = (header_len << 8) | len_bytes[i];
     const char *problem = NULL;
     char pbuf[512];
     if (header_len > file_size - 8) {
         snprintf(pbuf, sizeof pbuf, "safetensors file '%.300s' is truncated or not a safetensors file: its header "
-                 "length is %" PRIu64 " bytes but only %zu bytes follow the length field", path, header_len,
-                 file_size - 8);
+                 "length is %" PRIu64 " bytes but only %llu bytes follow the length field", path, header_len,
+                 (unsigned long long)(file_size - 8));
         problem = pbuf;
     } else if (header_len > ST_MAX_HEADER_BYTES) {
         snprintf(pbuf, sizeof pbuf, "safetensors file '%.300s': header length %" PRIu64 " exceeds the 100 MB limit "
@@ -175,15 +199,27 @@ int st_load(const char *path, StFile *f, SeqErr *e) {
         problem = pbuf;
     }
     if (problem) {
-        xfree(raw);
+        close(fd);
         return seq_err(e, "%s", problem);
+    }
+    if (file_size > SIZE_MAX) {
+        close(fd);
+        return seq_err(e, "safetensors file '%s' has %llu bytes, more than this machine can address", path,
+                       (unsigned long long)file_size);
+    }
+    unsigned char *raw = xmalloc((size_t)header_len + 1);
+    if (pread_fully(fd, path, raw, (size_t)header_len, 8, e) != 0) {
+        xfree(raw);
+        close(fd);
+        return -1;
     }
 
     json_error_t jerr;
-    json_t *root = json_loadb((const char *)raw + 8, (size_t)header_len, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *root = json_loadb((const char *)raw, (size_t)header_len, JSON_REJECT_DUPLICATES, &jerr);
+    xfree(raw);
     if (!root || !json_is_object(root)) {
         if (root) json_decref(root);
-        xfree(raw);
+        close(fd);
         if (!root)
             return seq_err(e, "safetensors file '%s' has a corrupt header: %s at line %d, column %d of the header "
                            "JSON", path, jerr.text, jerr.line, jerr.column);
@@ -191,9 +227,9 @@ int st_load(const char *path, StFile *f, SeqErr *e) {
     }
 
     f->path = string_copy(path);
-    f->raw = raw;
-    f->data = raw + 8 + header_len;
-    f->data_len = file_size - 8 - (size_t)header_len;
+    f->fd = fd;
+    f->data_off = 8 + (size_t)header_len;
+    f->data_len = (size_t)(file_size - 8 - header_len);
     size_t n_entries = json_object_size(root);
     f->tensors = xcalloc(n_entries ? n_entries : 1, sizeof(StTensor));
     const char *key;
@@ -224,9 +260,10 @@ void st_open(const char *path, StFile *f) {
 void st_close(StFile *f) {
     for (int i = 0; i < f->n_tensors; i++) xfree(f->tensors[i].name);
     xfree(f->tensors);
-    xfree(f->raw);
+    if (f->fd >= 0) close(f->fd);
     xfree(f->path);
     memset(f, 0, sizeof *f);
+    f->fd = -1;
 }
 
 const StTensor *st_find(const StFile *f, const char *name) {
@@ -257,6 +294,29 @@ static float half_to_float(uint16_t h) {
     return out;
 }
 
+/* Elements [first, first + count) of tensor t into dst as floats: F32 read straight into dst,
+ * BF16 and F16 through a small buffer and converted. */
+static int read_elements(const StFile *f, const StTensor *t, size_t first, size_t count, float *dst, SeqErr *e) {
+    const size_t es = dtype_size(t->dtype);
+    const uint64_t at = (uint64_t)f->data_off + t->begin + (uint64_t)first * es;
+    if (t->dtype == ST_F32) return count ? pread_fully(f->fd, f->path, dst, count * 4, at, e) : 0;
+    enum { CHUNK = 16384 };
+    uint16_t buf[CHUNK];
+    for (size_t i0 = 0; i0 < count; i0 += CHUNK) {
+        const size_t n = count - i0 < CHUNK ? count - i0 : CHUNK;
+        if (pread_fully(f->fd, f->path, buf, n * 2, at + (uint64_t)i0 * 2, e) != 0) return -1;
+        for (size_t i = 0; i < n; i++) {
+            if (t->dtype == ST_BF16) {
+                const uint32_t bits = (uint32_t)buf[i] << 16;
+                memcpy(&dst[i0 + i], &bits, 4);
+            } else {
+                dst[i0 + i] = half_to_float(buf[i]);
+            }
+        }
+    }
+    return 0;
+}
+
 int st_load_tensor(const StFile *f, const char *name, int ndim, const int64_t *shape, float *dst, SeqErr *e) {
     const StTensor *t = st_find(f, name);
     if (!t)
@@ -270,29 +330,23 @@ int st_load_tensor(const StFile *f, const char *name, int ndim, const int64_t *s
                        "configuration", name, f->path, shape_text(t->ndim, t->shape, have, sizeof have),
                        shape_text(ndim, shape, want, sizeof want));
     }
-    const unsigned char *src = f->data + t->begin;
-    size_t numel = (t->end - t->begin) / dtype_size(t->dtype);
-    switch (t->dtype) {
-    case ST_F32:
-        if (numel) memcpy(dst, src, numel * 4);
-        break;
-    case ST_BF16:
-        for (size_t i = 0; i < numel; i++) {
-            uint16_t h;
-            memcpy(&h, src + 2 * i, 2);
-            uint32_t bits = (uint32_t)h << 16;
-            memcpy(&dst[i], &bits, 4);
-        }
-        break;
-    case ST_F16:
-        for (size_t i = 0; i < numel; i++) {
-            uint16_t h;
-            memcpy(&h, src + 2 * i, 2);
-            dst[i] = half_to_float(h);
-        }
-        break;
-    }
-    return 0;
+    return read_elements(f, t, 0, (t->end - t->begin) / dtype_size(t->dtype), dst, e);
+}
+
+int st_load_tensor_range(const StFile *f, const char *name, size_t numel, size_t first, size_t count, float *dst,
+                         SeqErr *e) {
+    const StTensor *t = st_find(f, name);
+    if (!t)
+        return seq_err(e, "tensor '%s' missing from '%s' (the file holds %d tensors): is this checkpoint from a model "
+                       "with the same configuration?", name, f->path, f->n_tensors);
+    const size_t have = (t->end - t->begin) / dtype_size(t->dtype);
+    if (have != numel)
+        return seq_err(e, "tensor '%s' in '%s' has %zu elements, expected %zu: the checkpoint does not match the model "
+                       "configuration", name, f->path, have, numel);
+    if (first > numel || count > numel - first)
+        return seq_err(e, "internal: elements [%zu, %zu) of tensor '%s' in '%s' asked for, which has %zu", first,
+                       first + count, name, f->path, numel);
+    return read_elements(f, t, first, count, dst, e);
 }
 
 int st_check_finite(const float *x, size_t n, const char *name, const char *path, SeqErr *e) {
@@ -309,6 +363,11 @@ void st_read_f32(const StFile *f, const char *name, int ndim, const int64_t *sha
 }
 
 int st_write_f32(const char *path, const StWriteTensor *tensors, int n, const char *metadata_format, SeqErr *e) {
+    return st_write_f32_src(path, tensors, n, metadata_format, NULL, e);
+}
+
+int st_write_f32_src(const char *path, const StWriteTensor *tensors, int n, const char *metadata_format,
+                     const StSource *src, SeqErr *e) {
     json_t *root = json_object();
     if (metadata_format) json_object_set_new(root, "__metadata__", json_pack("{s:s}", "format", metadata_format));
     uint64_t offset = 0;
@@ -362,10 +421,27 @@ int st_write_f32(const char *path, const StWriteTensor *tensors, int n, const ch
     atomic_write(&af, header, header_len);
     atomic_write(&af, spaces, padded_len - header_len);
     free(header);
+    float *piece = NULL;
+    size_t piece_n = 0; /* the largest piece any tensor needs */
+    for (int i = 0; src && i < n; i++) {
+        uint64_t numel = 1;
+        for (int d = 0; d < tensors[i].ndim; d++) numel *= (uint64_t)tensors[i].shape[d];
+        if (numel > piece_n) piece_n = numel < ST_WRITE_PIECE ? (size_t)numel : ST_WRITE_PIECE;
+    }
     for (int i = 0; i < n; i++) {
         uint64_t numel = 1;
         for (int d = 0; d < tensors[i].ndim; d++) numel *= (uint64_t)tensors[i].shape[d];
-        if (numel) atomic_write(&af, tensors[i].data, (size_t)numel * 4);
+        if (!src) {
+            if (numel) atomic_write(&af, tensors[i].data, (size_t)numel * 4);
+            continue;
+        }
+        for (uint64_t k = 0; k < numel; k += ST_WRITE_PIECE) { /* the source's pieces in file order */
+            const size_t m = numel - k < ST_WRITE_PIECE ? (size_t)(numel - k) : ST_WRITE_PIECE;
+            if (!piece) piece = xmalloc(sizeof(float) * piece_n);
+            src->read(src->ctx, tensors[i].at + (size_t)k, m, piece);
+            atomic_write(&af, piece, m * 4);
+        }
     }
+    xfree(piece);
     return atomic_commit(&af, e);
 }

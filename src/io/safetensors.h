@@ -23,16 +23,19 @@ typedef struct {
     char *path;
     StTensor *tensors;
     int n_tensors;
-    unsigned char *raw;  /* the whole file, read into memory */
-    unsigned char *data; /* the data section (inside raw) */
+    int fd;          /* the open file: tensors are read from it when asked for, never the whole
+                        file into memory (a model's or optimizer's file is as large as its
+                        parameters: reading it whole doubled a load's memory until 2026-11-29) */
+    size_t data_off; /* where the data section starts in the file */
     size_t data_len;
 } StFile;
 
-/* Reads and fully validates a file: a regular file (a FIFO or device is refused without
+/* Opens and fully validates a file's header: a regular file (a FIFO or device is refused without
  * blocking), header length within the file, JSON parses, every tensor's offsets lie inside the
  * data section and match dtype x shape, and the tensors tile the data section exactly (no
- * overlap, no gap, no trailing bytes). Returns 0, or -1 with a one-line message in *e naming the
- * file and the problem (an unsupported dtype names the tensor); *f then needs no st_close. */
+ * overlap, no gap, no trailing bytes). Only the header is read; the file stays open until
+ * st_close. Returns 0, or -1 with a one-line message in *e naming the file and the problem (an
+ * unsupported dtype names the tensor); *f then needs no st_close. */
 int st_load(const char *path, StFile *f, SeqErr *e);
 /* st_load that dies with the message instead of returning it. */
 void st_open(const char *path, StFile *f);
@@ -45,6 +48,11 @@ const StTensor *st_find(const StFile *f, const char *name);
  * and tensor if it is missing ("tensor X missing from F"), its shape differs from the expected
  * one ("tensor X in F has shape [a, b], expected [c, d]"). NaN and Inf are converted as they are. */
 int st_load_tensor(const StFile *f, const char *name, int ndim, const int64_t *shape, float *dst, SeqErr *e);
+/* Elements [first, first + count) of tensor `name` in its row-major order, converted to float,
+ * into dst (a rank's range of a flat 1-D tensor: the optimizer moments). Checks the tensor has
+ * `numel` elements in all. Errors as st_load_tensor's. */
+int st_load_tensor_range(const StFile *f, const char *name, size_t numel, size_t first, size_t count, float *dst,
+                         SeqErr *e);
 /* 0 if every x[i] is finite, else -1 with a message naming the tensor, the file and the element. */
 int st_check_finite(const float *x, size_t n, const char *name, const char *path, SeqErr *e);
 /* st_load_tensor that dies with the message instead of returning it. */
@@ -52,15 +60,29 @@ void st_read_f32(const StFile *f, const char *name, int ndim, const int64_t *sha
 
 typedef struct {
     const char *name;
-    const float *data;
+    const float *data; /* its elements, or (with an StSource) NULL */
     int ndim;
     int64_t shape[4];
+    size_t at; /* with an StSource: where its elements start in the source's numbering */
 } StWriteTensor;
+
+/* Where the data of arrays no one process holds whole comes from (a sharded model or optimizer
+ * state, gathered piece by piece): read(ctx, first, n, dst) gives the source's elements [first,
+ * first + n) in dst. */
+typedef struct {
+    void (*read)(void *ctx, size_t first, size_t n, float *dst);
+    void *ctx;
+} StSource;
 
 /* Writes the tensors as F32 in the given order, atomically: temp file in the same directory,
  * fsync, rename. `metadata_format` goes in __metadata__.format (e.g. "pt"); NULL for none.
  * Returns 0, or -1 with a one-line message (a bad tensor description, a failed write: the
  * temporary is removed, any old file intact). */
 int st_write_f32(const char *path, const StWriteTensor *tensors, int n, const char *metadata_format, SeqErr *e);
+/* The same with the data read from src (NULL: from each tensor's data) in pieces of at most
+ * ST_WRITE_PIECE elements, in the file's order: memory for one piece, not the tensors. */
+#define ST_WRITE_PIECE ((size_t)4 << 20)
+int st_write_f32_src(const char *path, const StWriteTensor *tensors, int n, const char *metadata_format,
+                     const StSource *src, SeqErr *e);
 
 #endif

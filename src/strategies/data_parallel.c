@@ -485,3 +485,55 @@ void grad_sync_gather_to_root(GradSync *g, const float *shard, float *full) {
     comm_gatherv(g->stats, COMM_PARAM_GATHER, shard, g->counts[g->rank], full, g->counts, g->displs, MPI_FLOAT, 0,
                  g->shard_comm);
 }
+
+/* ---------------------------------------------------------------- streaming a save */
+
+typedef struct {
+    int64_t array; /* -1: done */
+    int64_t first, n;
+} FetchRequest;
+
+int grad_sync_streams(const GradSync *g) { return g->zero >= 1 && g->counts && g->size > 1; }
+
+/* Group rank p's part of [first, first + n): count and offset in the piece. */
+static void piece_part(const GradSync *g, int p, size_t first, size_t n, int *count, int *at) {
+    const size_t b = max_sz((size_t)g->displs[p], first), e = min_sz((size_t)g->displs[p] + (size_t)g->counts[p], first + n);
+    *count = e > b ? (int)(e - b) : 0;
+    *at = e > b ? (int)(b - first) : 0;
+}
+
+void grad_sync_fetch(GradSync *g, const float *const *arrays, int k, size_t first, size_t n, float *dst) {
+    if (!grad_sync_streams(g)) { /* the root holds its group's whole range */
+        memcpy(dst, arrays[k] + (first - g->shard_begin), sizeof(float) * n);
+        return;
+    }
+    if (n > (size_t)INT_MAX) die("internal: grad_sync_fetch: a piece of %zu elements", n);
+    FetchRequest r = {k, (int64_t)first, (int64_t)n};
+    comm_control_bcast(g->stats, "MPI_Bcast (a save's next piece)", &r, sizeof r, 0, g->shard_comm);
+    int *cnt = xmalloc(sizeof(int) * 2 * (size_t)g->size), *at = cnt + g->size;
+    for (int p = 0; p < g->size; p++) piece_part(g, p, first, n, &cnt[p], &at[p]);
+    const float *mine = arrays[k] + (cnt[0] ? first + (size_t)at[0] - g->shard_begin : 0);
+    comm_gatherv(g->stats, COMM_PARAM_GATHER, mine, cnt[0], dst, cnt, at, MPI_FLOAT, 0, g->shard_comm);
+    xfree(cnt);
+}
+
+void grad_sync_fetch_done(GradSync *g) {
+    if (!grad_sync_streams(g)) return;
+    FetchRequest r = {-1, 0, 0};
+    comm_control_bcast(g->stats, "MPI_Bcast (a save's end)", &r, sizeof r, 0, g->shard_comm);
+}
+
+void grad_sync_serve(GradSync *g, const float *const *arrays, int n_arrays) {
+    if (!grad_sync_streams(g) || g->world_rank / g->group != 0) return; /* replicas: group 0 answers */
+    for (;;) {
+        FetchRequest r;
+        comm_control_bcast(g->stats, "MPI_Bcast (a save's next piece, waiting for rank 0)", &r, sizeof r, 0,
+                           g->shard_comm);
+        if (r.array < 0) return;
+        if (r.array >= n_arrays || r.first < 0 || r.n < 0) die("internal: grad_sync_serve: a bad request");
+        int cnt, at;
+        piece_part(g, g->rank, (size_t)r.first, (size_t)r.n, &cnt, &at);
+        const float *mine = arrays[r.array] + (cnt ? (size_t)r.first + (size_t)at - g->shard_begin : 0);
+        comm_gatherv(g->stats, COMM_PARAM_GATHER, mine, cnt, NULL, NULL, NULL, MPI_FLOAT, 0, g->shard_comm);
+    }
+}

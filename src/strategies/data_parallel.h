@@ -160,4 +160,16 @@ float *grad_sync_full_to_root(GradSync *g, LlamaModel *m, int grads);
  * rank 0 and may be NULL elsewhere. For saving optimizer moments. */
 void grad_sync_gather_to_root(GradSync *g, const float *shard, float *full);
 
+/* Pieces of sharded state for a save on world rank 0 that never holds it whole: arrays[k] (k <
+ * n_arrays) are state vectors covering [shard_begin, shard_end) on every rank of the sharding
+ * group (the zero-3 parameter shard, the AdamW moments). World rank 0 asks for elements [first,
+ * first + n) of array k (grad_sync_fetch: a request broadcast in its group, then a gather of the
+ * overlapping parts, counted as param_gather); the group's other ranks answer in grad_sync_serve
+ * until rank 0 calls grad_sync_fetch_done, which it must (after a failed write too). Ranks outside
+ * group 0 hold replicas and take no part; with one rank in the group nothing is sent. */
+int grad_sync_streams(const GradSync *g); /* 1 when the state is sharded over more than one rank */
+void grad_sync_fetch(GradSync *g, const float *const *arrays, int k, size_t first, size_t n, float *dst);
+void grad_sync_fetch_done(GradSync *g);
+void grad_sync_serve(GradSync *g, const float *const *arrays, int n_arrays);
+
 #endif
