@@ -214,6 +214,19 @@ run_np 2 "$SEQPAR" "${SV[@]}" --steps 2 --resume "$T/sv_ck" --log "$T/sv_res.jso
 if [ "$(losses "$T/sv_res.jsonl")" = "$(losses "$T/sv_no.jsonl" | tail -n 1)" ]; then ok; else
     bad "ZeRO-3 saved at step 1 and resumed: step 2 differs from the uninterrupted run"; fi
 
+# ---- ZeRO-3 never holds the whole model on a rank: each rank fills only its shard of the flat
+# parameters, whose other pages (and the gradient buffer's) are never written before ZeRO-3 frees
+# them. 4 ranks: a 32-layer model's peak RSS (the log's run_end) exceeds a 2-layer one's by less
+# than 1.6x the 30 layers' parameter bytes (seen 1.03x; until 2026-11-29 every rank built and
+# zeroed the whole parameters and gradients first: 2.3x)
+DL=(train --hidden 256 --ffn 704 --heads 4 --kv-heads 2 --vocab 256 --seq-len 64 --batch 1 --cp 4 --zero 3 --steps 1
+    --eval-every 0 --eval-seqs 1 --quiet --peak-gflops 100 --threads 1)
+run_np 4 "$SEQPAR" "${DL[@]}" --layers 2 --log "$T/dl2.jsonl" >"$T/dl.out" 2>&1 || bad "2-layer ZeRO-3 run: $(tail -n 2 "$T/dl.out")"
+run_np 4 "$SEQPAR" "${DL[@]}" --layers 32 --log "$T/dl32.jsonl" >"$T/dl.out" 2>&1 || bad "32-layer ZeRO-3 run: $(tail -n 2 "$T/dl.out")"
+a=$(rss_of "$T/dl2.jsonl"); b=$(rss_of "$T/dl32.jsonl"); per_layer=$((2 * 256 + 2 * 256 * 256 + 2 * 256 * 128 + 3 * 256 * 704))
+if [ -n "$a" ] && [ -n "$b" ] && [ $((10 * (b - a))) -lt $((16 * 30 * per_layer * 4)) ]; then ok; else
+    bad "ZeRO-3 on 4 ranks: 30 more layers raised the peak RSS from ${a:-?} to ${b:-?} bytes (want under 1.6x their $((30 * per_layer * 4)) parameter bytes)"; fi
+
 # ---- a non-finite gradient (test hook: NaN in rank 0's gradient at step 3) is seen under
 # every sharded stage: --skip-nonfinite skips exactly that step on every rank
 for z in 2 3; do

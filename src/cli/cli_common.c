@@ -484,6 +484,11 @@ int model_dir_check(const char *dir, SeqErr *e) {
 }
 
 void model_from_dir(LlamaModel *m, const char *dir, uint64_t seed, int random_init) {
+    model_dir_build(m, dir);
+    model_dir_load(m, dir, seed, random_init, 0, m->table.total);
+}
+
+void model_dir_build(LlamaModel *m, const char *dir) {
     char path[4096];
     SeqErr e;
     const SeqErr *failed = NULL;
@@ -493,11 +498,16 @@ void model_from_dir(LlamaModel *m, const char *dir, uint64_t seed, int random_in
         failed = &e; /* a seqpar checkpoint's files against their recorded checksums first */
     die_if_any_rank(failed); /* every rank ends with the same one line */
     llama_build(m, &cfg);
+}
+
+void model_dir_load(LlamaModel *m, const char *dir, uint64_t seed, int random_init, size_t lo, size_t hi) {
+    SeqErr e;
+    const SeqErr *failed = NULL;
     if (random_init) { /* what was asked, whatever else the directory holds: its weights are not read */
-        llama_init_random(m, seed);
+        llama_init_random_part(m, seed, lo, hi);
         return;
     }
-    int rc = params_read_dir(dir, &m->table, m->params, cfg.tie_word_embeddings, &e);
+    int rc = params_read_dir_part(dir, &m->table, m->params, m->cfg.tie_word_embeddings, lo, hi, &e);
     if (rc == 1)
         rc = seq_err(&e, "'%s' holds config.json but no weights (model.safetensors or " ST_INDEX_NAME "): pass "
                      "--random-init (seqpar train, grad) to start from random weights on purpose", dir);
@@ -517,10 +527,14 @@ void size_flags_validate(LlamaConfig *c) {
 }
 
 void model_from_size(LlamaModel *m, const LlamaConfig *cfg, uint64_t seed) {
+    model_size_build(m, cfg);
+    llama_init_random(m, seed);
+}
+
+void model_size_build(LlamaModel *m, const LlamaConfig *cfg) {
     LlamaConfig c = *cfg;
     size_flags_validate(&c);
     llama_build(m, &c);
-    llama_init_random(m, seed);
 }
 
 void print_kernels_header(void) {

@@ -79,6 +79,13 @@ void model_from_dir(LlamaModel *m, const char *dir, uint64_t seed, int random_in
 void size_flags_validate(LlamaConfig *c);
 /* Builds a random model from size flags (size_flags_validate). */
 void model_from_size(LlamaModel *m, const LlamaConfig *cfg, uint64_t seed);
+/* The two halves of model_from_dir / model_from_size, for a run that shards the parameters
+ * (ZeRO-3): build the model (checks, config, the table; no weights), and later fill only
+ * [lo, hi) of the flat parameters (the rank's shard: the rest is never written) from DIR's
+ * weights or the random initialisation (the same values as a whole load). */
+void model_dir_build(LlamaModel *m, const char *dir);
+void model_dir_load(LlamaModel *m, const char *dir, uint64_t seed, int random_init, size_t lo, size_t hi);
+void model_size_build(LlamaModel *m, const LlamaConfig *cfg);
 
 /* Parallelism flags shared by grad, train and bench: --strategy --team --dp --hp --cp
  * --ring-inner --placement --layout --ranks-per-node --zero --zero-group --threads --trace --stats. */

@@ -575,12 +575,13 @@ static void default_stop_dir(const char *log_path, long step, char *buf, size_t 
 }
 
 /* Every rank reads the checkpoint (the directory must be visible to all ranks) and, of the AdamW
- * moments (saved whole), only its own shard, so any rank layout resumes any checkpoint without a
- * rank holding the whole moments (until 2026-11-29 each read them whole, then kept its shard). An
- * error on any rank ends every rank with one line. */
-static void load_checkpoint(const char *dir, LlamaModel *m, AdamW *opt, TrainerState *st) {
+ * moments (saved whole), only its own shard, and of the weights [lo, hi) (ZeRO-3: its shard; else
+ * all), so any rank layout resumes any checkpoint without a rank holding the whole moments (until
+ * 2026-11-29 each read them whole, then kept its shard). An error on any rank ends every rank with
+ * one line. */
+static void load_checkpoint(const char *dir, LlamaModel *m, size_t lo, size_t hi, AdamW *opt, TrainerState *st) {
     SeqErr e;
-    die_if_any_rank(checkpoint_read(dir, NULL, &m->table, m->params, opt, st, &e) != 0 ? &e : NULL);
+    die_if_any_rank(checkpoint_read_part(dir, NULL, &m->table, m->params, lo, hi, opt, st, &e) != 0 ? &e : NULL);
 }
 
 /* The flags that give this run a checkpoint's FFN chunks and layer streaming back (its settings
@@ -788,10 +789,10 @@ int cmd_train(int argc, char **argv) {
         LlamaConfig cfg;
         die_if_any_rank(checkpoint_read_config(o.resume_dir, &cfg, &err) != 0 ? &err : NULL);
         llama_build(&model, &cfg);
-    } else if (o.model_dir) {
-        model_from_dir(&model, o.model_dir, o.seed, o.random_init);
+    } else if (o.model_dir) { /* built here, its weights loaded once the shards are known (below) */
+        model_dir_build(&model, o.model_dir);
     } else {
-        model_from_size(&model, &sf.cfg, o.seed);
+        model_size_build(&model, &sf.cfg);
     }
     const LlamaConfig *c = &model.cfg;
     if (o.resume_dir || o.model_dir) size_flags_check(&sf, c, "train", o.resume_dir ? o.resume_dir : o.model_dir);
@@ -813,6 +814,13 @@ int cmd_train(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank0);
     fault_maybe_hang(&faults, world_rank0, 0); /* step 0: before the communicators are made */
     seq_parallel_create(&par, &o.par, c, S, model.table.total);
+    /* the weights: under ZeRO-3 each rank fills only its shard of the flat parameters (the rest is
+     * never written: its pages take no memory until grad_sync_attach frees the buffer); until
+     * 2026-11-29 every rank loaded the whole model first */
+    size_t load_lo = 0, load_hi = model.table.total;
+    if (o.par.zero == 3 && par.sync.counts) load_lo = par.sync.shard_begin, load_hi = par.sync.shard_end;
+    if (!o.resume_dir && o.model_dir) model_dir_load(&model, o.model_dir, o.seed, o.random_init, load_lo, load_hi);
+    else if (!o.resume_dir) llama_init_random_part(&model, o.seed, load_lo, load_hi);
     if (o.trace_step) trace_set_recording(par.comm->trace, 0); /* on again for that step only */
     int root = par.topo.world_rank == 0, dp = par.topo.dp, N = par.n_local;
     char *batch_err = batch_split_error(o.batch, dp);
@@ -840,7 +848,7 @@ int cmd_train(int argc, char **argv) {
     now.seq_len = S;
     record_settings(&now, &o, &model, &ds, acts, &par);
     if (o.resume_dir) {
-        load_checkpoint(o.resume_dir, &model, &opt, &st);
+        load_checkpoint(o.resume_dir, &model, load_lo, load_hi, &opt, &st);
         die_if_any_rank(check_resumed(&st, &now, &o, &ds, par.attn, N, &err) != 0 ? &err : NULL);
         /* the settings every key of which matched: this version's, so that its saves record them all */
         st.n_settings = now.n_settings;

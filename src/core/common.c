@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
@@ -108,13 +109,20 @@ void die_if_any_rank(const SeqErr *e) {
     die_collective("%s", shared.msg);
 }
 
-/* Every tracked block carries a 64-byte header holding its size, so that frees can be counted
- * and the user pointer stays 64-byte aligned. */
+/* Every tracked block carries a 64-byte header holding its size (and whether it was mapped
+ * directly, below), so that frees can be counted and the user pointer stays 64-byte aligned. */
 #define HEADER 64
 static size_t g_current, g_peak;
 
+/* Zeroed blocks of at least this many bytes are mapped from the kernel, whose pages read as zero
+ * until written and take memory only then: a flat parameter or gradient buffer that ZeRO-3 frees
+ * before most of it is written (each rank fills its shard) costs that much. A memset would touch
+ * every page (until 2026-11-29 a rank briefly held its whole parameters and gradients). */
+#define LAZY_ZERO_BYTES ((size_t)1 << 20)
+
 static void *track(void *raw, size_t n) {
     *(size_t *)raw = n;
+    ((size_t *)raw)[1] = 0; /* not mapped */
     #pragma omp atomic
     g_current += n;
     size_t cur = g_current;
@@ -134,8 +142,18 @@ void *xmalloc(size_t n) { return xmalloc_aligned(n); }
 
 void *xcalloc(size_t count, size_t size) {
     if (size && count > SIZE_MAX / size) die("allocation of %zu x %zu bytes overflows", count, size);
-    void *p = xmalloc_aligned(count * size);
-    memset(p, 0, count * size);
+    const size_t n = count * size;
+    if (n < LAZY_ZERO_BYTES || n > SIZE_MAX - HEADER) {
+        void *p = xmalloc_aligned(n);
+        memset(p, 0, n);
+        return p;
+    }
+    void *raw = mmap(NULL, n + HEADER, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED)
+        die("out of memory allocating %zu bytes (%.2f GiB): use a shorter --seq-len or a smaller model", n,
+            (double)n / (1 << 30));
+    void *p = track(raw, n); /* page-aligned raw: the user pointer 64-byte aligned */
+    ((size_t *)raw)[1] = 1;  /* mapped */
     return p;
 }
 
@@ -145,7 +163,8 @@ void xfree(void *p) {
     size_t n = *(size_t *)raw;
     #pragma omp atomic
     g_current -= n;
-    free(raw);
+    if (((size_t *)raw)[1]) munmap(raw, n + HEADER);
+    else free(raw);
 }
 
 size_t mem_tracked_current(void) { return g_current; }

@@ -1054,6 +1054,11 @@ static int read_moment(const StFile *f, const char *path, const char *name, size
 
 int checkpoint_read(const char *dir, const LlamaConfig *expect, const ParamTable *t, float *params, AdamW *opt,
                     TrainerState *st, SeqErr *e) {
+    return checkpoint_read_part(dir, expect, t, params, 0, t->total, opt, st, e);
+}
+
+int checkpoint_read_part(const char *dir, const LlamaConfig *expect, const ParamTable *t, float *params, size_t lo,
+                         size_t hi, AdamW *opt, TrainerState *st, SeqErr *e) {
     char *d = normalize_dir(dir, e);
     if (!d) return -1;
     char *cfg_path = NULL, *model_path = NULL, *state_path = NULL, *optim_path = NULL;
@@ -1086,8 +1091,8 @@ int checkpoint_read(const char *dir, const LlamaConfig *expect, const ParamTable
     if (rc == 0) rc = verify_file(model_path, &ex, 1, e);
     if (rc == 0 && optim_path) rc = verify_file(optim_path, &ex, 2, e);
     if (rc == 0)
-        rc = ex.sharded ? params_read_sharded(d, t, params, cfg.tie_word_embeddings, e)
-                        : params_read_safetensors(model_path, t, params, cfg.tie_word_embeddings, e);
+        rc = ex.sharded ? params_read_sharded_part(d, t, params, cfg.tie_word_embeddings, lo, hi, e)
+                        : params_read_safetensors_part(model_path, t, params, cfg.tie_word_embeddings, lo, hi, e);
     if (rc == 0 && opt) {
         StFile f;
         rc = st_load(optim_path, &f, e);

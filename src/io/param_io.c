@@ -150,8 +150,34 @@ static int param_index(const ParamTable *t, const char *name) {
 /* Loads every tensor of one safetensors file into the table's slots, marking them in seen[]. A
  * tensor the table lacks, one already loaded from another file, or (with an index) one the
  * index maps elsewhere is an error naming it. */
+/* The part of the flat buffer a load fills, [lo, hi) (a ZeRO-3 rank's shard; [0, total): all),
+ * and a tied model's stored lm_head copy over the embedding's elements [head_lo, head_hi). */
+typedef struct {
+    size_t lo, hi;
+    float *tied_head;
+    size_t head_lo, head_hi;
+} LoadPart;
+
+static size_t max_z(size_t a, size_t b) { return a > b ? a : b; }
+static size_t min_z(size_t a, size_t b) { return a < b ? a : b; }
+
+/* Tensor `name` (a table tensor at [off, off + numel) of the flat buffer) into its part of dst
+ * (dst: the flat buffer), checked for shape and, in the part read, for finite values. */
+static int load_part(const StFile *f, const char *path, const char *name, int ndim, const int64_t *shape, size_t off,
+                     size_t numel, const LoadPart *pt, float *dst, SeqErr *e) {
+    const size_t a = max_z(off, pt->lo), b = min_z(off + numel, pt->hi);
+    if (a >= b) return st_check_tensor(f, name, ndim, shape, e); /* none of it here */
+    if (a == off && b == off + numel) {
+        if (st_load_tensor(f, name, ndim, shape, dst + off, e) != 0) return -1;
+    } else if (st_check_tensor(f, name, ndim, shape, e) != 0 ||
+               st_load_tensor_range(f, name, numel, a - off, b - a, dst + a, e) != 0) {
+        return -1;
+    }
+    return st_check_finite(dst + a, b - a, name, path, e);
+}
+
 static int read_one_file(const char *path, const char *shard, json_t *weight_map, const ParamTable *t, float *params,
-                         int tie, char *seen, float **tied_head, SeqErr *e) {
+                         int tie, char *seen, LoadPart *pt, SeqErr *e) {
     StFile f;
     if (st_load(path, &f, e) != 0) return -1;
     int rc = 0;
@@ -172,12 +198,17 @@ static int read_one_file(const char *path, const char *shard, json_t *weight_map
         if (i < 0 && tie && strcmp(name, LM_HEAD) == 0) {
             /* A tied model's lm_head is the embedding: a stored copy is accepted only if it is one. */
             int emb = param_index(t, EMBED);
-            if (emb < 0 || *tied_head) {
+            if (emb < 0 || pt->tied_head) {
                 rc = seq_err(e, "'%s' holds %s but the tied model has no %s to compare it with", path, LM_HEAD, EMBED);
-            } else {
+            } else { /* the part of it over the embedding's part */
                 const ParamTensor *pe = &t->t[emb];
-                *tied_head = xmalloc(sizeof(float) * (pe->numel ? pe->numel : 1));
-                rc = st_load_tensor(&f, name, pe->ndim, pe->shape, *tied_head, e);
+                pt->head_lo = max_z(pe->offset, pt->lo);
+                pt->head_hi = max_z(pt->head_lo, min_z(pe->offset + pe->numel, pt->hi));
+                const size_t n = pt->head_hi - pt->head_lo;
+                pt->tied_head = xmalloc(sizeof(float) * (n ? n : 1));
+                rc = st_check_tensor(&f, name, pe->ndim, pe->shape, e);
+                if (rc == 0 && n)
+                    rc = st_load_tensor_range(&f, name, pe->numel, pt->head_lo - pe->offset, n, pt->tied_head, e);
             }
         } else if (i < 0) {
             rc = seq_err(e, "tensor '%s' in '%s' is not part of seqpar's Llama (%s): the checkpoint is from a different "
@@ -190,8 +221,7 @@ static int read_one_file(const char *path, const char *shard, json_t *weight_map
             if (p->offset + p->numel > t->total)
                 rc = seq_err(e, "tensor %s lies outside the parameter buffer (%zu + %zu > %zu): the parameter table "
                              "is inconsistent", p->name, p->offset, p->numel, t->total);
-            if (rc == 0) rc = st_load_tensor(&f, p->name, p->ndim, p->shape, params + p->offset, e);
-            if (rc == 0) rc = st_check_finite(params + p->offset, p->numel, p->name, path, e);
+            if (rc == 0) rc = load_part(&f, path, p->name, p->ndim, p->shape, p->offset, p->numel, pt, params, e);
             seen[i] = 1;
         }
     }
@@ -200,12 +230,11 @@ static int read_one_file(const char *path, const char *shard, json_t *weight_map
 }
 
 /* After every file: each table tensor loaded (the tied lm_head gets the embedding's copy). */
-static int finish(const char *where, const ParamTable *t, float *params, int tie, const char *seen, float *tied_head,
+static int finish(const char *where, const ParamTable *t, float *params, int tie, const char *seen, const LoadPart *pt,
                   SeqErr *e) {
     int lm_head_idx = -1, embed_idx = -1;
-    if (tied_head) {
-        int emb = param_index(t, EMBED);
-        if (emb >= 0 && memcmp(tied_head, params + t->t[emb].offset, t->t[emb].numel * sizeof(float)) != 0)
+    if (pt->tied_head) { /* over the part read (every rank of a sharded load checks its own) */
+        if (memcmp(pt->tied_head, params + pt->head_lo, (pt->head_hi - pt->head_lo) * sizeof(float)) != 0)
             return seq_err(e, "%s holds %s, which differs from %s, but config.json sets \"tie_word_embeddings\": "
                            "true: set it to false if the checkpoint has its own output matrix", where, LM_HEAD, EMBED);
     }
@@ -222,6 +251,8 @@ static int finish(const char *where, const ParamTable *t, float *params, int tie
     }
     if (lm_head_idx >= 0) {
         const ParamTensor *h = &t->t[lm_head_idx];
+        if (pt->lo != 0 || pt->hi != t->total)
+            return seq_err(e, "internal: a tied model's table with its own %s cannot be loaded in part", LM_HEAD);
         if (embed_idx < 0 || t->t[embed_idx].numel != h->numel)
             return seq_err(e, "the parameter table has %s but tie_word_embeddings is set and %s is missing or differs "
                            "in size: the parameter table is inconsistent", LM_HEAD, EMBED);
@@ -230,14 +261,19 @@ static int finish(const char *where, const ParamTable *t, float *params, int tie
     return 0;
 }
 
-int params_read_safetensors(const char *path, const ParamTable *t, float *params, int tie_word_embeddings, SeqErr *e) {
+int params_read_safetensors_part(const char *path, const ParamTable *t, float *params, int tie_word_embeddings,
+                                 size_t lo, size_t hi, SeqErr *e) {
     char *seen = xcalloc(t->n ? (size_t)t->n : 1, 1);
-    float *tied_head = NULL;
-    int rc = read_one_file(path, NULL, NULL, t, params, tie_word_embeddings, seen, &tied_head, e);
-    if (rc == 0) rc = finish(path, t, params, tie_word_embeddings, seen, tied_head, e);
-    xfree(tied_head);
+    LoadPart pt = {lo, hi, NULL, 0, 0};
+    int rc = read_one_file(path, NULL, NULL, t, params, tie_word_embeddings, seen, &pt, e);
+    if (rc == 0) rc = finish(path, t, params, tie_word_embeddings, seen, &pt, e);
+    xfree(pt.tied_head);
     xfree(seen);
     return rc;
+}
+
+int params_read_safetensors(const char *path, const ParamTable *t, float *params, int tie_word_embeddings, SeqErr *e) {
+    return params_read_safetensors_part(path, t, params, tie_word_embeddings, 0, t->total, e);
 }
 
 /* A shard name from the index must be a plain file name inside the model directory. */
@@ -265,12 +301,17 @@ static int verify_shard(const char *path, json_t *sums, const char *index_path, 
 }
 
 int params_read_sharded(const char *dir, const ParamTable *t, float *params, int tie_word_embeddings, SeqErr *e) {
+    return params_read_sharded_part(dir, t, params, tie_word_embeddings, 0, t->total, e);
+}
+
+int params_read_sharded_part(const char *dir, const ParamTable *t, float *params, int tie_word_embeddings, size_t lo,
+                             size_t hi, SeqErr *e) {
     char *index_path = join_path(dir, ST_INDEX_NAME);
     unsigned char *text = NULL;
     size_t len = 0;
     json_t *root = NULL;
     char *seen = xcalloc(t->n ? (size_t)t->n : 1, 1);
-    float *tied_head = NULL;
+    LoadPart pt = {lo, hi, NULL, 0, 0};
     int rc = read_regular_file(index_path, "safetensors index", 64u << 20, &text, &len, e);
     if (rc == 0) {
         json_error_t jerr;
@@ -315,7 +356,7 @@ int params_read_sharded(const char *dir, const ParamTable *t, float *params, int
                          "checkpoint", path, index_path);
         else if (sums)
             rc = verify_shard(path, sums, index_path, e);
-        if (rc == 0) rc = read_one_file(path, shard, map, t, params, tie_word_embeddings, seen, &tied_head, e);
+        if (rc == 0) rc = read_one_file(path, shard, map, t, params, tie_word_embeddings, seen, &pt, e);
         xfree(path);
     }
     /* A tensor the index lists but whose shard does not hold it. */
@@ -329,8 +370,8 @@ int params_read_sharded(const char *dir, const ParamTable *t, float *params, int
             }
         }
     }
-    if (rc == 0) rc = finish(index_path, t, params, tie_word_embeddings, seen, tied_head, e);
-    xfree(tied_head);
+    if (rc == 0) rc = finish(index_path, t, params, tie_word_embeddings, seen, &pt, e);
+    xfree(pt.tied_head);
     json_decref(shards);
     if (root) json_decref(root);
     xfree(text);
@@ -340,6 +381,11 @@ int params_read_sharded(const char *dir, const ParamTable *t, float *params, int
 }
 
 int params_read_dir(const char *dir, const ParamTable *t, float *params, int tie_word_embeddings, SeqErr *e) {
+    return params_read_dir_part(dir, t, params, tie_word_embeddings, 0, t->total, e);
+}
+
+int params_read_dir_part(const char *dir, const ParamTable *t, float *params, int tie_word_embeddings, size_t lo,
+                         size_t hi, SeqErr *e) {
     char *single = join_path(dir, "model.safetensors"), *index = join_path(dir, ST_INDEX_NAME);
     struct stat sb;
     int has_single = stat(single, &sb) == 0, has_index = stat(index, &sb) == 0, rc;
@@ -347,9 +393,9 @@ int params_read_dir(const char *dir, const ParamTable *t, float *params, int tie
         rc = seq_err(e, "'%s' holds both model.safetensors and " ST_INDEX_NAME ": keep one checkpoint per directory",
                      dir);
     } else if (has_single) {
-        rc = params_read_safetensors(single, t, params, tie_word_embeddings, e);
+        rc = params_read_safetensors_part(single, t, params, tie_word_embeddings, lo, hi, e);
     } else if (has_index) {
-        rc = params_read_sharded(dir, t, params, tie_word_embeddings, e);
+        rc = params_read_sharded_part(dir, t, params, tie_word_embeddings, lo, hi, e);
     } else {
         /* PyTorch pickles (pytorch_model.bin, its shards and index) are code, not data: refused. */
         DIR *d = opendir(dir);

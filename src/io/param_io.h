@@ -43,6 +43,15 @@ int params_read_sharded(const char *dir, const ParamTable *t, float *params, int
  * an error). Returns 0 when loaded, -1 with a message, or 1 when DIR holds no weights at all;
  * pytorch_model*.bin without safetensors is an error saying how to convert. */
 int params_read_dir(const char *dir, const ParamTable *t, float *params, int tie_word_embeddings, SeqErr *e);
+/* The same filling only elements [lo, hi) of params (a ZeRO-3 rank's shard: the rest is never
+ * written, so its pages need no memory); every tensor is still checked for presence and shape,
+ * values (finite, a tied model's stored lm_head copy) in the part read. */
+int params_read_dir_part(const char *dir, const ParamTable *t, float *params, int tie_word_embeddings, size_t lo,
+                         size_t hi, SeqErr *e);
+int params_read_safetensors_part(const char *path, const ParamTable *t, float *params, int tie_word_embeddings,
+                                 size_t lo, size_t hi, SeqErr *e);
+int params_read_sharded_part(const char *dir, const ParamTable *t, float *params, int tie_word_embeddings, size_t lo,
+                             size_t hi, SeqErr *e);
 
 /* Writes the weights into DIR as transformers' save_pretrained does: model.safetensors when they
  * fit in max_shard_bytes (0: no limit), else model-0000k-of-0000n.safetensors shards of at most

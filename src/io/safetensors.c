@@ -318,6 +318,12 @@ static int read_elements(const StFile *f, const StTensor *t, size_t first, size_
 }
 
 int st_load_tensor(const StFile *f, const char *name, int ndim, const int64_t *shape, float *dst, SeqErr *e) {
+    if (st_check_tensor(f, name, ndim, shape, e) != 0) return -1;
+    const StTensor *t = st_find(f, name);
+    return read_elements(f, t, 0, (t->end - t->begin) / dtype_size(t->dtype), dst, e);
+}
+
+int st_check_tensor(const StFile *f, const char *name, int ndim, const int64_t *shape, SeqErr *e) {
     const StTensor *t = st_find(f, name);
     if (!t)
         return seq_err(e, "tensor '%s' missing from '%s' (the file holds %d tensors): is this checkpoint from a model "
@@ -330,7 +336,7 @@ int st_load_tensor(const StFile *f, const char *name, int ndim, const int64_t *s
                        "configuration", name, f->path, shape_text(t->ndim, t->shape, have, sizeof have),
                        shape_text(ndim, shape, want, sizeof want));
     }
-    return read_elements(f, t, 0, (t->end - t->begin) / dtype_size(t->dtype), dst, e);
+    return 0;
 }
 
 int st_load_tensor_range(const StFile *f, const char *name, size_t numel, size_t first, size_t count, float *dst,

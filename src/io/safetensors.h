@@ -48,6 +48,8 @@ const StTensor *st_find(const StFile *f, const char *name);
  * and tensor if it is missing ("tensor X missing from F"), its shape differs from the expected
  * one ("tensor X in F has shape [a, b], expected [c, d]"). NaN and Inf are converted as they are. */
 int st_load_tensor(const StFile *f, const char *name, int ndim, const int64_t *shape, float *dst, SeqErr *e);
+/* 0 if tensor `name` is in the file with this shape, else st_load_tensor's error. */
+int st_check_tensor(const StFile *f, const char *name, int ndim, const int64_t *shape, SeqErr *e);
 /* Elements [first, first + count) of tensor `name` in its row-major order, converted to float,
  * into dst (a rank's range of a flat 1-D tensor: the optimizer moments). Checks the tensor has
  * `numel` elements in all. Errors as st_load_tensor's. */

@@ -80,21 +80,30 @@ void llama_build(LlamaModel *m, const LlamaConfig *cfg) {
     bind_weights(&m->g, m->grads, &m->table, c);
 }
 
-void llama_init_random(LlamaModel *m, uint64_t seed) {
+void llama_init_random(LlamaModel *m, uint64_t seed) { llama_init_random_part(m, seed, 0, m->table.total); }
+
+void llama_init_random_part(LlamaModel *m, uint64_t seed, size_t lo, size_t hi) {
     Rng rng;
     rng_seed(&rng, seed);
-    for (int i = 0; i < m->table.n; i++) {
+    for (int i = 0; i < m->table.n; i++) { /* the whole sequence drawn, the part [lo, hi) kept */
         const ParamTensor *p = &m->table.t[i];
         float *w = m->params + p->offset;
+        const size_t a = lo > p->offset ? lo - p->offset : 0, b = hi < p->offset ? 0 : hi - p->offset;
         if (p->ndim == 1) {
-            for (size_t j = 0; j < p->numel; j++) w[j] = 1.0f;
+            for (size_t j = a; j < p->numel && j < b; j++) w[j] = 1.0f;
         } else {
-            for (size_t j = 0; j < p->numel; j++) w[j] = (float)(0.02 * rng_normal(&rng));
+            for (size_t j = 0; j < p->numel; j++) {
+                const float x = (float)(0.02 * rng_normal(&rng));
+                if (j >= a && j < b) w[j] = x;
+            }
         }
     }
-    if (m->cfg.padding_idx1) /* as transformers' _init_weights: the padding row starts at zero */
-        memset(m->w.embed + (size_t)(m->cfg.padding_idx1 - 1) * m->cfg.hidden_size, 0,
-               sizeof(float) * (size_t)m->cfg.hidden_size);
+    if (m->cfg.padding_idx1) { /* as transformers' _init_weights: the padding row starts at zero */
+        const size_t D = (size_t)m->cfg.hidden_size;
+        const size_t r0 = (size_t)(m->w.embed - m->params) + (size_t)(m->cfg.padding_idx1 - 1) * D;
+        for (size_t j = r0; j < r0 + D; j++)
+            if (j >= lo && j < hi) m->params[j] = 0.0f;
+    }
 }
 
 void llama_free(LlamaModel *m) {

@@ -71,6 +71,9 @@ typedef struct LlamaModel {
 void llama_build(LlamaModel *m, const LlamaConfig *cfg);
 /* Hugging Face's initialisation: Linear and Embedding weights ~ N(0, 0.02), norm weights 1. */
 void llama_init_random(LlamaModel *m, uint64_t seed);
+/* The same values, written only at flat elements [lo, hi) (a ZeRO-3 rank's shard; the rest of
+ * params is left untouched, so its pages need no memory). */
+void llama_init_random_part(LlamaModel *m, uint64_t seed, size_t lo, size_t hi);
 void llama_free(LlamaModel *m);
 
 /* Parameters that do matrix multiplies (everything but the embedding lookup; the head counts
