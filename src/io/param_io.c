@@ -58,6 +58,15 @@ static int write_list(const ParamTable *t, const float *params, const int *shard
     return n;
 }
 
+/* Every tensor of the table into one file, from params or (params NULL) src. */
+static int save_one_file(const char *path, const ParamTable *t, const float *params, const StSource *src, SeqErr *e) {
+    StWriteTensor *w = xcalloc(t->n ? (size_t)t->n : 1, sizeof *w);
+    const int n = write_list(t, params, NULL, 0, w, NULL, NULL, e);
+    const int rc = n < 0 ? -1 : st_write_f32_src(path, w, n, "pt", src, e);
+    xfree(w);
+    return rc;
+}
+
 int params_save_dir(const char *dir, const ParamTable *t, const float *params, uint64_t max_shard_bytes, SeqErr *e) {
     return params_save_dir_src(dir, t, params, NULL, max_shard_bytes, e);
 }
@@ -68,10 +77,7 @@ int params_save_dir_src(const char *dir, const ParamTable *t, const float *param
     for (int i = 0; i < t->n; i++) total += (uint64_t)t->t[i].numel * 4;
     if (max_shard_bytes == 0 || total <= max_shard_bytes) {
         char *p = join_path(dir, "model.safetensors");
-        StWriteTensor *w = xcalloc(t->n ? (size_t)t->n : 1, sizeof *w);
-        const int n = write_list(t, params, NULL, 0, w, NULL, NULL, e);
-        const int rc = n < 0 ? -1 : st_write_f32_src(p, w, n, "pt", src, e);
-        xfree(w);
+        const int rc = save_one_file(p, t, params, src, e);
         xfree(p);
         return rc == 0 ? 1 : -1;
     }
@@ -117,11 +123,7 @@ int params_save_dir_src(const char *dir, const ParamTable *t, const float *param
 }
 
 int params_save_safetensors(const char *path, const ParamTable *t, const float *params, SeqErr *e) {
-    StWriteTensor *w = xcalloc(t->n ? (size_t)t->n : 1, sizeof *w);
-    const int n = write_list(t, params, NULL, 0, w, NULL, NULL, e);
-    const int rc = n < 0 ? -1 : st_write_f32(path, w, n, "pt", e);
-    xfree(w);
-    return rc;
+    return save_one_file(path, t, params, NULL, e);
 }
 
 /* Old Llama conversions store RoPE's inverse frequencies as buffers; transformers recomputes them
@@ -147,9 +149,6 @@ static int param_index(const ParamTable *t, const char *name) {
     return -1;
 }
 
-/* Loads every tensor of one safetensors file into the table's slots, marking them in seen[]. A
- * tensor the table lacks, one already loaded from another file, or (with an index) one the
- * index maps elsewhere is an error naming it. */
 /* The part of the flat buffer a load fills, [lo, hi) (a ZeRO-3 rank's shard; [0, total): all),
  * and a tied model's stored lm_head copy over the embedding's elements [head_lo, head_hi). */
 typedef struct {
@@ -176,6 +175,9 @@ static int load_part(const StFile *f, const char *path, const char *name, int nd
     return st_check_finite(dst + a, b - a, name, path, e);
 }
 
+/* Loads every tensor of one safetensors file into the table's slots (their part in pt), marking
+ * them in seen[]. A tensor the table lacks, one already loaded from another file, or (with an
+ * index) one the index maps elsewhere is an error naming it. */
 static int read_one_file(const char *path, const char *shard, json_t *weight_map, const ParamTable *t, float *params,
                          int tie, char *seen, LoadPart *pt, SeqErr *e) {
     StFile f;
