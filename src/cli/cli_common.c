@@ -507,7 +507,7 @@ void model_dir_load(LlamaModel *m, const char *dir, uint64_t seed, int random_in
         llama_init_random_part(m, seed, lo, hi);
         return;
     }
-    int rc = params_read_dir_part(dir, &m->table, m->params, m->cfg.tie_word_embeddings, lo, hi, &e);
+    int rc = params_read_dir(dir, &m->table, m->params, m->cfg.tie_word_embeddings, lo, hi, &e);
     if (rc == 1)
         rc = seq_err(&e, "'%s' holds config.json but no weights (model.safetensors or " ST_INDEX_NAME "): pass "
                      "--random-init (seqpar train, grad) to start from random weights on purpose", dir);

@@ -158,7 +158,7 @@ int cmd_grad(int argc, char **argv) {
     if (!isfinite(loss) || !isfinite(norm_sq))
         die_collective("seqpar grad: the loss (%g) or the gradient norm (%g) is not finite (the weights or the tokens "
                        "of '%s' give NaN or Inf); no gradient file written", loss, sqrt(norm_sq), tokens_path);
-    float *full = grad_sync_full_to_root(&par.sync, &model, 1); /* with --zero >= 1 each rank holds a shard */
+    float *full = grad_sync_grads_to_root(&par.sync, &model); /* with --zero >= 1 each rank holds a shard */
     if (full && par.topo.dp > 1) /* the replicas' sum to their mean: one process's gradient within one fp32 rounding */
         for (size_t i = 0; i < model.table.total; i++) full[i] = (float)((double)full[i] / par.topo.dp);
     if (par.topo.world_rank == 0) {

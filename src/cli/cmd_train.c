@@ -512,7 +512,7 @@ static void save_checkpoint(const char *dir, LlamaModel *m, const AdamW *opt, co
         AdamW whole = *opt; /* its range and step; the moments from the source where sharded */
         whole.begin = 0;
         whole.end = m->table.total;
-        if (sharded || opt->begin != 0 || opt->end != m->table.total) whole.m = whole.v = NULL;
+        if (sharded) whole.m = whole.v = NULL; /* else this rank's range is all of it */
         CheckpointSource src = {{read_params, &sh}, {read_moments, &sh}};
         failed = checkpoint_save_src(dir, &m->cfg, &m->table, m->params, &whole, &src, st, &e) != 0;
         grad_sync_fetch_done(g); /* after a failed write too: the shards' ranks wait for it */

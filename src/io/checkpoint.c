@@ -590,7 +590,7 @@ static int fill_checkpoint(const char *tmp, const char *d, const LlamaConfig *cf
     xfree(p);
     if (rc == 0) rc = record_file(files, tmp, F_CONFIG, e);
     int n_weight_files =
-        rc == 0 ? params_save_dir_src(tmp, t, params, params || !src ? NULL : &src->params, g_shard_bytes, e) : -1;
+        rc == 0 ? params_save_dir(tmp, t, params, params || !src ? NULL : &src->params, g_shard_bytes, e) : -1;
     if (n_weight_files < 0) rc = -1;
     /* shards: their CRCs are in the index */
     if (rc == 0) rc = record_file(files, tmp, n_weight_files == 1 ? F_MODEL : ST_INDEX_NAME, e);
@@ -1091,7 +1091,7 @@ int checkpoint_read_part(const char *dir, const LlamaConfig *expect, const Param
     if (rc == 0) rc = verify_file(model_path, &ex, 1, e);
     if (rc == 0 && optim_path) rc = verify_file(optim_path, &ex, 2, e);
     if (rc == 0)
-        rc = ex.sharded ? params_read_sharded_part(d, t, params, cfg.tie_word_embeddings, lo, hi, e)
+        rc = ex.sharded ? params_read_sharded(d, t, params, cfg.tie_word_embeddings, lo, hi, e)
                         : params_read_safetensors_part(model_path, t, params, cfg.tie_word_embeddings, lo, hi, e);
     if (rc == 0 && opt) {
         StFile f;

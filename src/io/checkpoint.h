@@ -179,7 +179,7 @@ int checkpoint_read(const char *dir, const LlamaConfig *expect, const ParamTable
                     TrainerState *st, SeqErr *e);
 void checkpoint_load(const char *dir, const LlamaConfig *expect, const ParamTable *t, float *params, AdamW *opt,
                      TrainerState *st);
-/* checkpoint_read filling only elements [lo, hi) of params (params_read_dir_part). */
+/* checkpoint_read filling only elements [lo, hi) of params (params_read_dir's lo, hi). */
 int checkpoint_read_part(const char *dir, const LlamaConfig *expect, const ParamTable *t, float *params, size_t lo,
                          size_t hi, AdamW *opt, TrainerState *st, SeqErr *e);
 

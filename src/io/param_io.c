@@ -67,12 +67,8 @@ static int save_one_file(const char *path, const ParamTable *t, const float *par
     return rc;
 }
 
-int params_save_dir(const char *dir, const ParamTable *t, const float *params, uint64_t max_shard_bytes, SeqErr *e) {
-    return params_save_dir_src(dir, t, params, NULL, max_shard_bytes, e);
-}
-
-int params_save_dir_src(const char *dir, const ParamTable *t, const float *params, const StSource *src,
-                        uint64_t max_shard_bytes, SeqErr *e) {
+int params_save_dir(const char *dir, const ParamTable *t, const float *params, const StSource *src,
+                    uint64_t max_shard_bytes, SeqErr *e) {
     uint64_t total = 0;
     for (int i = 0; i < t->n; i++) total += (uint64_t)t->t[i].numel * 4;
     if (max_shard_bytes == 0 || total <= max_shard_bytes) {
@@ -302,12 +298,8 @@ static int verify_shard(const char *path, json_t *sums, const char *index_path, 
     return 0;
 }
 
-int params_read_sharded(const char *dir, const ParamTable *t, float *params, int tie_word_embeddings, SeqErr *e) {
-    return params_read_sharded_part(dir, t, params, tie_word_embeddings, 0, t->total, e);
-}
-
-int params_read_sharded_part(const char *dir, const ParamTable *t, float *params, int tie_word_embeddings, size_t lo,
-                             size_t hi, SeqErr *e) {
+int params_read_sharded(const char *dir, const ParamTable *t, float *params, int tie_word_embeddings, size_t lo,
+                        size_t hi, SeqErr *e) {
     char *index_path = join_path(dir, ST_INDEX_NAME);
     unsigned char *text = NULL;
     size_t len = 0;
@@ -382,12 +374,8 @@ int params_read_sharded_part(const char *dir, const ParamTable *t, float *params
     return rc;
 }
 
-int params_read_dir(const char *dir, const ParamTable *t, float *params, int tie_word_embeddings, SeqErr *e) {
-    return params_read_dir_part(dir, t, params, tie_word_embeddings, 0, t->total, e);
-}
-
-int params_read_dir_part(const char *dir, const ParamTable *t, float *params, int tie_word_embeddings, size_t lo,
-                         size_t hi, SeqErr *e) {
+int params_read_dir(const char *dir, const ParamTable *t, float *params, int tie_word_embeddings, size_t lo,
+                    size_t hi, SeqErr *e) {
     char *single = join_path(dir, "model.safetensors"), *index = join_path(dir, ST_INDEX_NAME);
     struct stat sb;
     int has_single = stat(single, &sb) == 0, has_index = stat(index, &sb) == 0, rc;
@@ -397,7 +385,7 @@ int params_read_dir_part(const char *dir, const ParamTable *t, float *params, in
     } else if (has_single) {
         rc = params_read_safetensors_part(single, t, params, tie_word_embeddings, lo, hi, e);
     } else if (has_index) {
-        rc = params_read_sharded_part(dir, t, params, tie_word_embeddings, lo, hi, e);
+        rc = params_read_sharded(dir, t, params, tie_word_embeddings, lo, hi, e);
     } else {
         /* PyTorch pickles (pytorch_model.bin, its shards and index) are code, not data: refused. */
         DIR *d = opendir(dir);

@@ -34,24 +34,23 @@ void params_load_safetensors(const char *path, const ParamTable *t, float *param
 struct json_t;
 struct json_t *file_size_crc_json(const char *path, const char *what, SeqErr *e);
 
+/* The readers below fill elements [lo, hi) of params ([0, t->total): all of it; a ZeRO-3 rank's
+ * shard: the rest is never written, so its pages need no memory); every tensor is still checked
+ * for presence and shape, values (finite, a tied model's stored lm_head copy) in the part read. */
+/* params_read_safetensors over a part. */
+int params_read_safetensors_part(const char *path, const ParamTable *t, float *params, int tie_word_embeddings,
+                                 size_t lo, size_t hi, SeqErr *e);
 /* Reads DIR/model.safetensors.index.json (Hugging Face's sharded layout: "weight_map" maps each
  * tensor name to a shard file in DIR) and every shard it names: each table tensor exactly once,
  * in the shard the index names; a missing shard, a missing tensor, a tensor the table lacks or a
  * tensor in two shards is an error naming it. */
-int params_read_sharded(const char *dir, const ParamTable *t, float *params, int tie_word_embeddings, SeqErr *e);
+int params_read_sharded(const char *dir, const ParamTable *t, float *params, int tie_word_embeddings, size_t lo,
+                        size_t hi, SeqErr *e);
 /* The weights of a Hugging Face model directory: model.safetensors or the sharded index (both:
  * an error). Returns 0 when loaded, -1 with a message, or 1 when DIR holds no weights at all;
  * pytorch_model*.bin without safetensors is an error saying how to convert. */
-int params_read_dir(const char *dir, const ParamTable *t, float *params, int tie_word_embeddings, SeqErr *e);
-/* The same filling only elements [lo, hi) of params (a ZeRO-3 rank's shard: the rest is never
- * written, so its pages need no memory); every tensor is still checked for presence and shape,
- * values (finite, a tied model's stored lm_head copy) in the part read. */
-int params_read_dir_part(const char *dir, const ParamTable *t, float *params, int tie_word_embeddings, size_t lo,
-                         size_t hi, SeqErr *e);
-int params_read_safetensors_part(const char *path, const ParamTable *t, float *params, int tie_word_embeddings,
-                                 size_t lo, size_t hi, SeqErr *e);
-int params_read_sharded_part(const char *dir, const ParamTable *t, float *params, int tie_word_embeddings, size_t lo,
-                             size_t hi, SeqErr *e);
+int params_read_dir(const char *dir, const ParamTable *t, float *params, int tie_word_embeddings, size_t lo,
+                    size_t hi, SeqErr *e);
 
 /* Writes the weights into DIR as transformers' save_pretrained does: model.safetensors when they
  * fit in max_shard_bytes (0: no limit), else model-0000k-of-0000n.safetensors shards of at most
@@ -60,10 +59,9 @@ int params_read_sharded_part(const char *dir, const ParamTable *t, float *params
  * atomically. Returns the number of weight files (1: a single model.safetensors), or -1 with a
  * one-line message (files this call wrote before the failure stay; the caller writes into a
  * temporary directory). */
-int params_save_dir(const char *dir, const ParamTable *t, const float *params, uint64_t max_shard_bytes, SeqErr *e);
-/* The same with the weights read from src (indexed by the flat buffer's offsets) piece by piece
- * instead of from params (NULL then): a sharded model written without being held whole. */
-int params_save_dir_src(const char *dir, const ParamTable *t, const float *params, const StSource *src,
-                        uint64_t max_shard_bytes, SeqErr *e);
+/* The weights come from params, or (params NULL) from src (indexed by the flat buffer's offsets)
+ * piece by piece: a sharded model written without being held whole. */
+int params_save_dir(const char *dir, const ParamTable *t, const float *params, const StSource *src,
+                    uint64_t max_shard_bytes, SeqErr *e);
 
 #endif

@@ -454,25 +454,10 @@ void grad_sync_update(GradSync *g, AdamW *opt, LlamaModel *m, float lr, float gr
     if (g->zero >= 1 && g->zero <= 2) grad_sync_gather_full(g, m->params);
 }
 
-float *grad_sync_full_to_root(GradSync *g, LlamaModel *m, int grads) {
-    float *full = g->world_rank == 0 ? xmalloc(sizeof(float) * g->total) : NULL;
-    float *flat = grads ? m->grads : m->params;
-    if (flat) { /* the flat buffer exists: whole (zero 0, 2's parameters) or sharded (zero 1) */
-        if (g->zero == 1 && grads) grad_sync_gather_full(g, flat);
-        if (full) memcpy(full, flat, sizeof(float) * g->total);
-    } else {
-        grad_sync_gather_to_root(g, grads ? g->shard_buf : g->p_shard, full);
-    }
-    return full;
-}
-
-void grad_sync_gather_full(GradSync *g, float *buf) {
-    if (!g->zero || !g->counts || g->size == 1) return;
-    comm_allgatherv(g->stats, COMM_PARAM_GATHER, MPI_IN_PLACE, g->counts[g->rank], buf, g->counts, g->displs,
-                    MPI_FLOAT, g->shard_comm);
-}
-
-void grad_sync_gather_to_root(GradSync *g, const float *shard, float *full) {
+/* Gathers a state vector covering [shard_begin, shard_end) on each rank into full (total
+ * elements) on world rank 0 (sharded), or copies it on rank 0 (zero 0). `full` is read only on
+ * rank 0 and may be NULL elsewhere. */
+static void gather_to_root(GradSync *g, const float *shard, float *full) {
     if (!g->zero || !g->counts) { /* every rank holds all of it; only the root has a destination */
         if (g->world_rank == 0 && full != shard) memcpy(full, shard, sizeof(float) * g->total);
         return;
@@ -485,6 +470,24 @@ void grad_sync_gather_to_root(GradSync *g, const float *shard, float *full) {
     comm_gatherv(g->stats, COMM_PARAM_GATHER, shard, g->counts[g->rank], full, g->counts, g->displs, MPI_FLOAT, 0,
                  g->shard_comm);
 }
+
+float *grad_sync_grads_to_root(GradSync *g, LlamaModel *m) {
+    float *full = g->world_rank == 0 ? xmalloc(sizeof(float) * g->total) : NULL;
+    if (m->grads) { /* the flat buffer exists: whole (zero 0) or sharded (zero 1) */
+        if (g->zero == 1) grad_sync_gather_full(g, m->grads);
+        if (full) memcpy(full, m->grads, sizeof(float) * g->total);
+    } else { /* zero 2/3: the reduced shard */
+        gather_to_root(g, g->shard_buf, full);
+    }
+    return full;
+}
+
+void grad_sync_gather_full(GradSync *g, float *buf) {
+    if (!g->zero || !g->counts || g->size == 1) return;
+    comm_allgatherv(g->stats, COMM_PARAM_GATHER, MPI_IN_PLACE, g->counts[g->rank], buf, g->counts, g->displs,
+                    MPI_FLOAT, g->shard_comm);
+}
+
 
 /* ---------------------------------------------------------------- streaming a save */
 

@@ -151,14 +151,10 @@ void grad_sync_update(GradSync *g, AdamW *opt, LlamaModel *m, float lr, float gr
  * not sharded. */
 void grad_sync_gather_full(GradSync *g, float *buf);
 
-/* The full parameters (grads = 0) or summed gradient (grads = 1, after grad_sync_reduce) on
- * world rank 0, in a buffer it must xfree; NULL on the other ranks. Collective. */
-float *grad_sync_full_to_root(GradSync *g, LlamaModel *m, int grads);
-
-/* Gathers a state vector covering [shard_begin, shard_end) on each rank into full (total
- * elements) on world rank 0 (sharded), or copies it on rank 0 (zero 0). `full` is read only on
- * rank 0 and may be NULL elsewhere. For saving optimizer moments. */
-void grad_sync_gather_to_root(GradSync *g, const float *shard, float *full);
+/* The summed gradient (after grad_sync_reduce) whole on world rank 0, in a buffer it must xfree
+ * (`seqpar grad`'s file); NULL on the other ranks. Collective. (A checkpoint's sharded state goes
+ * to rank 0 piece by piece instead: grad_sync_fetch below.) */
+float *grad_sync_grads_to_root(GradSync *g, LlamaModel *m);
 
 /* Pieces of sharded state for a save on world rank 0 that never holds it whole: arrays[k] (k <
  * n_arrays) are state vectors covering [shard_begin, shard_end) on every rank of the sharding
