@@ -20,7 +20,8 @@
 #     files equal --checkpoint layer's bit for bit (ring, Ulysses, 2D, FPDT's streamed layers);
 #   - saved checkpoints are fp32 in both modes; a bad --precision is a one-line error;
 #   - the MLP's padded rows (fixture tiny_wide_ffn) in bf16, on this CPU's bf16 path and on the
-#     conversion path: loss within 1e-3 relative and gradients within 3e-2 (+3e-6) of fp32's.
+#     conversion path: loss within 1e-3 relative and gradients within 3e-2 (+3e-6) of fp32's; the
+#     same for the bias fixtures (tiny_qwen2, tiny_attn_bias), also on 2 ranks of ring attention.
 # Every run here has SEQPAR_CHECK_ROUNDED=1: each matrix-multiply operand the model marks as made
 # in bf16 already (ops.h, BF16_IN_ROUNDED / BF16_DOUT_ROUNDED, read in place on the conversion
 # path) is checked to be bf16 values, under every strategy, checkpoint mode and FPDT's streaming.
@@ -55,6 +56,24 @@ for isa in $isas; do
         --out "$T/w.bf16" >"$T/w.bf16.out" 2>&1 &&
         close "$(loss_of "$T/w.bf16.out")" "$(loss_of "$T/w.fp32.out")" 1e-3 && "$CMP" "$T/w.bf16" "$T/w.fp32" 3e-2 3e-6 >/dev/null; then ok
     else bad "tiny_wide_ffn bf16 ($isa): loss $(loss_of "$T/w.bf16.out") vs $(loss_of "$T/w.fp32.out"); $("$CMP" "$T/w.bf16" "$T/w.fp32" 3e-2 3e-6 2>&1 | tail -n 1)"; fi
+done
+
+# biases (tiny_qwen2: q, k, v; tiny_attn_bias: q, k, v, o) under bf16: added in fp32 to each
+# projection's fp32 accumulator before its rounding, their gradients the column sums of the bf16
+# output gradients; on this CPU's bf16 path, the conversion path and 2 ranks of ring attention,
+# loss and gradients against fp32's as tiny_wide_ffn's (seen: 0.49-0.81 of the gradient tolerance)
+for fs in tiny_qwen2:48 tiny_attn_bias:64; do
+    f=${fs%%:*} S=${fs##*:} B="$FIX/${fs%%:*}"
+    timeout 60 "$SEQPAR" grad --model "$B" --tokens "$B/tokens.bin" --seq-len $S --out "$T/b.fp32" >"$T/b.fp32.out" 2>&1 ||
+        bad "$f fp32: $(tail -n 1 "$T/b.fp32.out")"
+    for run in $isas ring; do
+        launch=(timeout 60); [ "$run" = native ] || launch=(env SEQPAR_ISA=$run timeout 60)
+        [ "$run" = ring ] && launch=(timeout 60 mpirun --oversubscribe -np 2)
+        if "${launch[@]}" "$SEQPAR" grad --model "$B" --tokens "$B/tokens.bin" --seq-len $S --precision bf16 \
+            --strategy ring --out "$T/b.bf16" >"$T/b.bf16.out" 2>&1 &&
+            close "$(loss_of "$T/b.bf16.out")" "$(loss_of "$T/b.fp32.out")" 1e-3 && "$CMP" "$T/b.bf16" "$T/b.fp32" 3e-2 3e-6 >/dev/null; then ok
+        else bad "$f bf16 ($run): loss $(loss_of "$T/b.bf16.out") vs $(loss_of "$T/b.fp32.out"); $("$CMP" "$T/b.bf16" "$T/b.fp32" 3e-2 3e-6 2>&1 | tail -n 1)"; fi
+    done
 done
 
 # single-process references: fp32 and bf16 at S

@@ -107,6 +107,23 @@ if timeout 120 "$SEQPAR" train --model "$T/mistral_16" --data "$FIX/tiny_mha/tok
     grep -q '"sliding_window": 16' "$T/mistral_saved/config.json" && grep -q '"MistralForCausalLM"' "$T/mistral_saved/config.json"; then ok
 else bad "train --save of a Mistral: $(cat "$T/mistral_saved/config.json" 2>&1 | head -n 5)"; fi
 expect_error "resume past a saved Mistral's window" "use --seq-len 16 or less" "$SEQPAR" train --resume "$T/mistral_saved" --data "$FIX/tiny_mha/tokens.bin" --seq-len 20 --batch 2 --steps 4 --log "$T/m2.jsonl"
+# a Qwen2 (q, k, v biases) and a Llama with attention_bias (q, k, v, o) train, save as themselves
+# (model_type, architectures, the bias tensors), and resume on 2 ranks under ZeRO-3 (the biases
+# inside its layer units) to the uninterrupted run's weights, byte for byte
+for fb in tiny_qwen2:qwen2:Qwen2ForCausalLM tiny_attn_bias:llama:LlamaForCausalLM; do
+    f=${fb%%:*} mt=$(printf '%s' "$fb" | cut -d: -f2) arch=${fb##*:}
+    QT=(--data "$FIX/$f/tokens.bin" --seq-len 16 --batch 2 --steps 4 --quiet --zero 3 --lr 1e-2)
+    (mpi_test_env
+     run_np 2 "$SEQPAR" train --model "$FIX/$f" "${QT[@]}" --log "$T/$f.a.jsonl" --save "$T/$f.all"
+     run_np 2 "$SEQPAR" train --model "$FIX/$f" "${QT[@]}" --log "$T/$f.b.jsonl" --save "$T/$f.part" --stop-at 2
+     run_np 2 "$SEQPAR" train "${QT[@]}" --log "$T/$f.b.jsonl" --resume "$T/$f.part" --save "$T/$f.part") >/dev/null 2>&1
+    if grep -q "\"model_type\": \"$mt\"" "$T/$f.all/config.json" && grep -q "\"$arch\"" "$T/$f.all/config.json" &&
+        [ "$(head -c 8192 "$T/$f.all/model.safetensors" | grep -ao 'self_attn\.[a-z]*_proj\.bias' | sort -u | tr '\n' ' ')" = \
+          "$(head -c 8192 "$FIX/$f/model.safetensors" | grep -ao 'self_attn\.[a-z]*_proj\.bias' | sort -u | tr '\n' ' ')" ] &&
+        ! cmp -s "$T/$f.all/model.safetensors" "$FIX/$f/model.safetensors" &&
+        cmp -s "$T/$f.all/model.safetensors" "$T/$f.part/model.safetensors"; then ok
+    else bad "train, save and resume of $f under ZeRO-3: $(head -c 300 "$T/$f.all/config.json" 2>&1 | tr '\n' ' ')"; fi
+done
 
 # ---- a save over a checkpoint keeps what the user put in its directory (a tokenizer.json for
 # transformers, notes, a subdirectory, a link: a save replaced the directory with the checkpoint's
@@ -657,12 +674,15 @@ sed -i 's/"weight_map": {/"weight_map": {"model.layers.0.self_attn.q_norm.weight
 expect_error "tensor seqpar does not use" "q_norm.weight.*not part of seqpar" "$SEQPAR" "${GL[@]}" --model "$T/sh_extra"
 cp "$FIX/tiny_llama3/model.safetensors" "$T/sh_both/"
 expect_error "single file and index together" "both" "$SEQPAR" "${GL[@]}" --model "$T/sh_both"
-# configs of other families or options seqpar does not compute: refused by name
-for c in mt:'s/"model_type": "llama"/"model_type": "qwen2"/':qwen2 \
+# configs of other families or options seqpar does not compute: refused by name; a config that
+# asks for biases the weights lack: the first missing bias named
+for c in mt:'s/"model_type": "llama"/"model_type": "qwen3"/':qwen3 \
+         mlp:'s/"mlp_bias": false/"mlp_bias": true/':mlp_bias \
+         q2:'s/"model_type": "llama"/"model_type": "qwen2"/':'layers.0.self_attn.q_proj.bias missing' \
          sw:'s/"vocab_size"/"sliding_window": 4096, "vocab_size"/':sliding_window \
          qk:'s/"vocab_size"/"use_qk_norm": true, "vocab_size"/':use_qk_norm \
          yarn:'s/"rope_type": "llama3"/"rope_type": "yarn"/':yarn \
-         bias:'s/"attention_bias": false/"attention_bias": true/':attention_bias; do
+         bias:'s/"attention_bias": false/"attention_bias": true/':'layers.0.self_attn.q_proj.bias missing'; do
     n=${c%%:*}; rest=${c#*:}; expr=${rest%:*}; word=${rest##*:}
     mkdir -p "$T/rf_$n"; cp "$HS"/* "$T/rf_$n/"; sed -i "$expr" "$T/rf_$n/config.json"
     expect_error "config refused: $n" "$word" "$SEQPAR" "${GL[@]}" --model "$T/rf_$n"

@@ -597,7 +597,7 @@ static void test_config(const TempDir *td) {
             {"{" MSIZES "\"model_type\": \"mistral\", \"sliding_window\": 0}", 0, 0, 0, 0},
             {"{" MSIZES "\"model_type\": \"mistral\", \"sliding_window\": \"4096\"}", 0, 0, 0, 0},
             {"{" MSIZES "\"model_type\": \"llama\", \"sliding_window\": 32}", 0, 0, 0, 0},
-            {"{" MSIZES "\"model_type\": \"qwen2\"}", 0, 0, 0, 0},
+            {"{" MSIZES "\"model_type\": \"qwen3\"}", 0, 0, 0, 0},
         };
 #undef MSIZES
         for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
@@ -631,6 +631,73 @@ static void test_config(const TempDir *td) {
             LlamaConfig back;
             config_json_load(saved, &back);
             CHECK(memcmp(&mc, &back, sizeof mc) == 0, "mistral case %zu: save/load round trip changed values", i);
+        }
+    }
+
+    /* A Qwen2 (model_type "qwen2"): biases on q, k, v (not o), read with Qwen2Config's defaults (32 KV
+     * heads where absent, 32768 positions, no window unless use_sliding_window; then the window from
+     * layer max_window_layers on, default 28); layer_types must agree with those; saved as a Qwen2
+     * with the three window fields, read back equal. A Llama's attention_bias: all four biases. */
+    {
+#define QSIZES "\"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 32, \"num_hidden_layers\": 2, \"vocab_size\": 64, "
+        struct { const char *json; int ok, window, kv, maxpos, family, qkv, o; const char *word; } cases[] = {
+            {"{" QSIZES "\"model_type\": \"qwen2\"}", 1, 0, 32, 32768, LLAMA_FAMILY_QWEN2, 1, 0, NULL},
+            {"{" QSIZES "\"model_type\": \"qwen2\", \"num_key_value_heads\": 4, \"use_sliding_window\": false, "
+             "\"sliding_window\": 32, \"max_window_layers\": 0, \"attention_bias\": false}", 1, 0, 4, 32768, LLAMA_FAMILY_QWEN2, 1, 0, NULL},
+            {"{" QSIZES "\"model_type\": \"qwen2\", \"use_sliding_window\": true, \"sliding_window\": 32, "
+             "\"max_window_layers\": 1}", 1, 32, 32, 32768, LLAMA_FAMILY_QWEN2, 1, 0, NULL},
+            {"{" QSIZES "\"model_type\": \"qwen2\", \"use_sliding_window\": true, \"sliding_window\": 32, "
+             "\"max_window_layers\": 2}", 1, 0, 32, 32768, LLAMA_FAMILY_QWEN2, 1, 0, NULL}, /* no layer windowed */
+            {"{" QSIZES "\"model_type\": \"qwen2\", \"use_sliding_window\": true, \"sliding_window\": 32, "
+             "\"max_window_layers\": 1, \"layer_types\": [\"full_attention\", \"sliding_attention\"]}", 1, 32, 32, 32768,
+             LLAMA_FAMILY_QWEN2, 1, 0, NULL},
+            {"{" QSIZES "\"model_type\": \"qwen2\", \"layer_types\": [\"full_attention\", \"full_attention\"]}", 1, 0, 32,
+             32768, LLAMA_FAMILY_QWEN2, 1, 0, NULL},
+            {"{" QSIZES "\"model_type\": \"qwen2\", \"layer_types\": [\"full_attention\", \"sliding_attention\"]}", 0, 0,
+             0, 0, 0, 0, 0, "layer 1 should be \"full_attention\""},
+            {"{" QSIZES "\"model_type\": \"qwen2\", \"layer_types\": [\"full_attention\"]}", 0, 0, 0, 0, 0, 0, 0,
+             "layer_types"},
+            {"{" QSIZES "\"model_type\": \"qwen2\", \"max_window_layers\": -1}", 0, 0, 0, 0, 0, 0, 0,
+             "\"max_window_layers\" -1 is negative"},
+            {"{" QSIZES "\"model_type\": \"qwen2\", \"use_sliding_window\": 1}", 0, 0, 0, 0, 0, 0, 0,
+             "\"use_sliding_window\" must be true or false"},
+            {"{" QSIZES "\"model_type\": \"llama\", \"attention_bias\": true}", 1, 0, 32, 2048, LLAMA_FAMILY_LLAMA, 1, 1, NULL},
+            {"{" QSIZES "\"attention_bias\": true, \"mlp_bias\": true}", 0, 0, 0, 0, 0, 0, 0, "\"mlp_bias\": true"},
+            {"{" QSIZES "\"model_type\": \"llama\", \"use_sliding_window\": false, \"layer_types\": [\"full_attention\"]}",
+             0, 0, 0, 0, 0, 0, 0, "\"layer_types\""}, /* a Llama's stay refused by name */
+        };
+#undef QSIZES
+        for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+            LlamaConfig qc;
+            SeqErr ce;
+            const int ok = config_json_parse(cases[i].json, strlen(cases[i].json), "qwen2 case", &qc, &ce) == 0;
+            CHECK(ok == cases[i].ok, "qwen2 case %zu: %s", i, ok ? "read, should be refused" : ce.msg);
+            if (!ok) {
+                CHECK(strstr(ce.msg, cases[i].word) != NULL, "qwen2 case %zu: '%s' lacks '%s'", i, ce.msg, cases[i].word);
+                continue;
+            }
+            CHECK(qc.family == cases[i].family && qc.sliding_window == cases[i].window &&
+                      qc.num_key_value_heads == cases[i].kv && qc.max_position_embeddings == cases[i].maxpos &&
+                      qc.qkv_bias == cases[i].qkv && qc.o_bias == cases[i].o,
+                  "qwen2 case %zu read as family %d window %d kv %d positions %d biases %d %d", i, qc.family,
+                  qc.sliding_window, qc.num_key_value_heads, qc.max_position_embeddings, qc.qkv_bias, qc.o_bias);
+            const int past = llama_window_check(&qc, 33, "use --seq-len 32 or less", &ce) != 0;
+            CHECK(past == (cases[i].window == 32), "qwen2 case %zu: 33 tokens %s", i, past ? "refused" : "accepted");
+            CHECK(config_json_save(saved, &qc, &ce) == 0, "config_json_save: %s", ce.msg);
+            json_error_t jerr;
+            json_t *r = json_load_file(saved, 0, &jerr);
+            const int q2 = cases[i].family == LLAMA_FAMILY_QWEN2;
+            CHECK(r && !strcmp(json_string_value(json_object_get(r, "model_type")), q2 ? "qwen2" : "llama") &&
+                      !strcmp(json_string_value(json_array_get(json_object_get(r, "architectures"), 0)),
+                              q2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM") &&
+                      (q2 ? !json_object_get(r, "attention_bias") && json_object_get(r, "use_sliding_window") &&
+                                json_object_get(r, "max_window_layers")
+                          : json_is_true(json_object_get(r, "attention_bias"))),
+                  "qwen2 case %zu: the saved config is not the family read", i);
+            json_decref(r);
+            LlamaConfig back;
+            config_json_load(saved, &back);
+            CHECK(memcmp(&qc, &back, sizeof qc) == 0, "qwen2 case %zu: save/load round trip changed values", i);
         }
     }
 

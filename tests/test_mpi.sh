@@ -104,6 +104,19 @@ grad_case $L 256 2 --strategy fpdt --chunks 4 --offload-dir "$T/offload" --check
 grad_case tiny_gqa_tied 32 4 --strategy fpdt --chunks 2 --offload-dir "$T/offload" --checkpoint layer
 grad_case $L 256 2 --strategy fpdt --chunks 4 --offload-dir "$T/offload" --checkpoint layer --zero 3   # hooks per layer
 if [ -z "$(ls -A "$T/offload")" ]; then ok; else bad "--offload-dir left files: $(ls "$T/offload" | head -n 3)"; fi
+# biases (a Qwen2's q, k, v; a Llama's attention_bias: q, k, v, o) under every strategy and ZeRO-3's
+# layer units (the biases inside them), against transformers' float64 fixture
+Q=tiny_qwen2; AB=tiny_attn_bias   # 6 heads (2 KV), tied, S 48; 4 heads (2 KV), S 64
+grad_case $Q 48 2 --strategy ulysses
+grad_case $Q 48 3 --strategy ulysses --layout contiguous      # 6 heads over 3, 2 KV heads replicated
+grad_case $Q 48 4 --hp 2 --cp 2 --zero 3 --dp 1
+grad_case $Q 48 4 --strategy lightseq
+grad_case $Q 48 4 --strategy fpdt --chunks 2 --checkpoint layer
+grad_case $AB 64 4 --cp 4 --ring-inner 2
+grad_case $AB 64 4 --strategy allgather --hp 2 --layout striped
+grad_case $AB 64 4 --strategy wallfacer --team 2
+grad_case $AB 64 4 --dp 2 --cp 2 --zero 3
+grad_case $AB 64 2 --strategy fpdt --chunks 4 --checkpoint selective
 # streaming against whole layers (--no-stream) on the same grid: the layers really stream, and the
 # files agree within 1e-5 of each tensor's scale (the weight gradients are summed per chunk: seen
 # 1e-6); streamed none and layer are bit-identical (ckpt_case below)

@@ -43,8 +43,12 @@ import transformers
 import safetensors
 from safetensors.numpy import save_file as np_save_file, load_file as np_load_file
 from safetensors.torch import save_file as torch_save_file
-from transformers import LlamaForCausalLM
+from transformers import AutoModelForCausalLM, LlamaForCausalLM
 from transformers.models.llama import modeling_llama
+try:
+    from transformers.models.qwen2 import modeling_qwen2
+except ImportError:  # transformers 4.45 has it too; only older ones lack it
+    modeling_qwen2 = None
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT_ROOT = os.path.join(REPO, "tests", "fixtures")
@@ -73,6 +77,13 @@ FIXTURES = [
     # the other fixtures' widths never get
     dict(name="tiny_wide_ffn", hidden=16, inter=512, heads=2, kv=1, layers=1, vocab=40, S=40,
          tie=False, eps=1e-5, theta=10000.0, head_dim=8, seed=1007, bf16=False),
+    # biases: a Qwen2 (q, k, v biased; Qwen2ForCausalLM) and a Llama with attention_bias (q, k,
+    # v and o biased); made with transformers 5 (bench/.venv/bin/python tools/make_fixtures.py
+    # tiny_qwen2 tiny_attn_bias), the biases random like the weights
+    dict(name="tiny_qwen2", hidden=48, inter=96, heads=6, kv=2, layers=2, vocab=67, S=48,
+         tie=True, eps=1e-6, theta=1000000.0, head_dim=None, seed=1008, bf16=False, family="qwen2"),
+    dict(name="tiny_attn_bias", hidden=32, inter=64, heads=4, kv=2, layers=2, vocab=59, S=64,
+         tie=False, eps=1e-5, theta=10000.0, head_dim=None, seed=1009, bf16=False, attn_bias=True),
 ]
 
 WEIGHT_STD = 0.1   # std of every matrix entry
@@ -154,15 +165,18 @@ def _softmax(input, dim=None, _stacklevel=3, dtype=None):
     return _orig_softmax(input, dim=dim, _stacklevel=_stacklevel, dtype=dtype)
 
 
-_ORIG = (modeling_llama.LlamaRMSNorm.forward, modeling_llama.LlamaRotaryEmbedding.forward, _orig_softmax)
+_FAMILIES = [(modeling_llama, "Llama")] + ([(modeling_qwen2, "Qwen2")] if modeling_qwen2 else [])
+_ORIG = [(getattr(mod, f"{n}RMSNorm").forward, getattr(mod, f"{n}RotaryEmbedding").forward) for mod, n in _FAMILIES]
 
 
 def make_hf_float64_faithful(on=True):
     """Install (on=True) or remove (on=False) the float64 patches."""
-    rms, rope, sm = (_rmsnorm_forward, _rope_forward, _softmax) if on else _ORIG
-    modeling_llama.LlamaRMSNorm.forward = rms
-    modeling_llama.LlamaRotaryEmbedding.forward = rope
-    modeling_llama.nn.functional.softmax = sm  # torch.nn.functional, as used by HF eager attention
+    for (mod, n), orig in zip(_FAMILIES, _ORIG):
+        rms, rope = (_rmsnorm_forward, _rope_forward) if on else orig
+        getattr(mod, f"{n}RMSNorm").forward = rms
+        getattr(mod, f"{n}RotaryEmbedding").forward = rope
+    # torch.nn.functional, as used by HF eager attention
+    modeling_llama.nn.functional.softmax = _softmax if on else _orig_softmax
 
 
 # ---------------------------------------------------------------------------------------------
@@ -170,6 +184,27 @@ def make_hf_float64_faithful(on=True):
 # ---------------------------------------------------------------------------------------------
 def config_dict(fx):
     head_dim = fx["head_dim"] or fx["hidden"] // fx["heads"]
+    if fx.get("family") == "qwen2":
+        return {
+            "architectures": ["Qwen2ForCausalLM"],
+            "model_type": "qwen2",
+            "hidden_act": "silu",
+            "hidden_size": fx["hidden"],
+            "intermediate_size": fx["inter"],
+            "num_attention_heads": fx["heads"],
+            "num_key_value_heads": fx["kv"],
+            "num_hidden_layers": fx["layers"],
+            "vocab_size": fx["vocab"],
+            "max_position_embeddings": MAX_POS,
+            "rms_norm_eps": fx["eps"],
+            "rope_theta": fx["theta"],
+            "tie_word_embeddings": fx["tie"],
+            "use_sliding_window": False,
+            "sliding_window": 4096,
+            "max_window_layers": 21,
+            "attention_dropout": 0.0,
+            "torch_dtype": "float32",
+        }
     return {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
@@ -186,12 +221,19 @@ def config_dict(fx):
         "rope_theta": fx["theta"],
         "rope_scaling": fx.get("rope"),
         "tie_word_embeddings": fx["tie"],
-        "attention_bias": False,
+        "attention_bias": bool(fx.get("attn_bias")),
         "attention_dropout": 0.0,
         "mlp_bias": False,
         "pretraining_tp": 1,
         "torch_dtype": "float32",
     }
+
+
+def has_biases(fx):
+    """(q, k, v biased, o biased): a Qwen2's q, k, v; a Llama's four with attention_bias."""
+    if fx.get("family") == "qwen2":
+        return True, False
+    return bool(fx.get("attn_bias")), bool(fx.get("attn_bias"))
 
 
 def param_shapes(fx):
@@ -200,12 +242,20 @@ def param_shapes(fx):
     shapes = [("model.embed_tokens.weight", (V, H))]
     for l in range(fx["layers"]):
         p = f"model.layers.{l}."
+        qkv_bias, o_bias = has_biases(fx)
         shapes += [
             (p + "input_layernorm.weight", (H,)),
             (p + "self_attn.q_proj.weight", (fx["heads"] * D, H)),
             (p + "self_attn.k_proj.weight", (fx["kv"] * D, H)),
             (p + "self_attn.v_proj.weight", (fx["kv"] * D, H)),
             (p + "self_attn.o_proj.weight", (H, fx["heads"] * D)),
+        ]
+        if qkv_bias:
+            shapes += [(p + "self_attn.q_proj.bias", (fx["heads"] * D,)), (p + "self_attn.k_proj.bias", (fx["kv"] * D,)),
+                       (p + "self_attn.v_proj.bias", (fx["kv"] * D,))]
+        if o_bias:
+            shapes.append((p + "self_attn.o_proj.bias", (H,)))
+        shapes += [
             (p + "post_attention_layernorm.weight", (H,)),
             (p + "mlp.gate_proj.weight", (I, H)),
             (p + "mlp.up_proj.weight", (I, H)),
@@ -312,16 +362,18 @@ def ref_loss(W, fx, inputs, targets):
     x = W["model.embed_tokens.weight"][inputs]
     for l in range(L):
         p = f"model.layers.{l}."
+        def bias(name):
+            return W[p + name] if p + name in W else 0.0
         h = rms(x, W[p + "input_layernorm.weight"])
-        q = rope((h @ W[p + "self_attn.q_proj.weight"].T).view(S, nh, D))
-        k = rope((h @ W[p + "self_attn.k_proj.weight"].T).view(S, nkv, D))
-        v = (h @ W[p + "self_attn.v_proj.weight"].T).view(S, nkv, D)
+        q = rope((h @ W[p + "self_attn.q_proj.weight"].T + bias("self_attn.q_proj.bias")).view(S, nh, D))
+        k = rope((h @ W[p + "self_attn.k_proj.weight"].T + bias("self_attn.k_proj.bias")).view(S, nkv, D))
+        v = (h @ W[p + "self_attn.v_proj.weight"].T + bias("self_attn.v_proj.bias")).view(S, nkv, D)
         k = k.repeat_interleave(nh // nkv, dim=1)
         v = v.repeat_interleave(nh // nkv, dim=1)
         att = torch.einsum("qhd,khd->hqk", q, k) / math.sqrt(D)
         att = att.masked_fill(mask[None], float("-inf")).softmax(-1)
         o = torch.einsum("hqk,khd->qhd", att, v).reshape(S, nh * D)
-        x = x + o @ W[p + "self_attn.o_proj.weight"].T
+        x = x + o @ W[p + "self_attn.o_proj.weight"].T + bias("self_attn.o_proj.bias")
         h = rms(x, W[p + "post_attention_layernorm.weight"])
         g = h @ W[p + "mlp.gate_proj.weight"].T
         u = h @ W[p + "mlp.up_proj.weight"].T
@@ -361,11 +413,14 @@ def make_fixture(fx):
     write_shard(os.path.join(d, "tokens.bin"), tokens)
 
     # --- reference: HF loads the files we just wrote, upcasting F32 -> F64 --------------------
-    model = LlamaForCausalLM.from_pretrained(d, torch_dtype=torch.float64, attn_implementation="eager")
+    cls = AutoModelForCausalLM if fx.get("family") else LlamaForCausalLM
+    model = cls.from_pretrained(d, torch_dtype=torch.float64, attn_implementation="eager")
     model.eval()  # dropout is 0 anyway
-    assert model.config.head_dim == cfg["head_dim"]
-    assert model.model.layers[0].self_attn.head_dim == cfg["head_dim"], "transformers ignores head_dim"
-    assert model.model.layers[0].self_attn.q_proj.weight.shape == (fx["heads"] * cfg["head_dim"], fx["hidden"])
+    head_dim = cfg.get("head_dim", fx["hidden"] // fx["heads"])
+    assert type(model).__name__ == cfg["architectures"][0], type(model).__name__
+    assert getattr(model.config, "head_dim", head_dim) == head_dim
+    assert model.model.layers[0].self_attn.head_dim == head_dim, "transformers ignores head_dim"
+    assert model.model.layers[0].self_attn.q_proj.weight.shape == (fx["heads"] * head_dim, fx["hidden"])
     params = dict(model.named_parameters())  # tied lm_head is not listed separately
     if fx["tie"]:
         assert model.lm_head.weight is model.model.embed_tokens.weight
@@ -417,6 +472,7 @@ def make_fixture(fx):
     picks = ["model.layers.0.self_attn.k_proj.weight",
              f"model.layers.{L}.post_attention_layernorm.weight",
              "model.embed_tokens.weight"]
+    picks += [n for n in ("model.layers.0.self_attn.q_proj.bias", f"model.layers.{L}.self_attn.o_proj.bias") if n in back]
     h = 1e-5
     for n in picks:
         g = back[n].astype(np.float64)

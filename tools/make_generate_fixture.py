@@ -9,8 +9,9 @@ between the two largest float64 logits along the greedy path (how far from a tie
 then the same greedy continuation under `repetition_penalty` REPETITION_PENALTY (float32 and float64
 agreeing, with the smallest gap of the penalised logits along its path).
 
-Run once with a python that has torch and transformers (made with transformers 5.23, torch 2.15):
-    /work/wt/kernels/bench/.venv/bin/python tools/make_generate_fixture.py
+Run once with a python that has torch and transformers (made with transformers 5.23, torch 2.15;
+tiny_qwen2 and tiny_attn_bias with transformers 5.24):
+    bench/.venv/bin/python tools/make_generate_fixture.py [FIXTURE...]   (named: only those)
 """
 import json
 import os
@@ -21,7 +22,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_fixtures  # noqa: E402  (its float64 patches for transformers' Llama)
 import transformers  # noqa: E402
-from transformers import LlamaForCausalLM  # noqa: E402
+from transformers import AutoModelForCausalLM as LlamaForCausalLM  # noqa: E402  (Llama or Qwen2, by config)
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures")
 CASES = [  # fixture, prompt (ids, or bytes of a string), new tokens
@@ -29,6 +30,8 @@ CASES = [  # fixture, prompt (ids, or bytes of a string), new tokens
     ("tiny_mha", 8, 16),
     ("tiny_gqa_tied", 8, 16),
     ("tiny_llama3", 8, 16),
+    ("tiny_qwen2", 8, 16),       # Qwen2ForCausalLM: q, k, v biases
+    ("tiny_attn_bias", 5, 16),   # a Llama with attention_bias (5: its sixth token is 0, generate's pad id)
 ]
 
 
@@ -61,7 +64,10 @@ def greedy_penalised(model, ids, n):
 def main():
     torch.manual_seed(0)
     torch.set_num_threads(1)
+    only = sys.argv[1:]
     for fixture, prompt, n in CASES:
+        if only and fixture not in only:
+            continue
         d = os.path.join(ROOT, fixture)
         ids = prompt_ids(fixture, prompt)
         m32 = LlamaForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").eval()

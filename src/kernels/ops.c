@@ -329,6 +329,31 @@ void embedding_forward(float *out, const int *tokens, const float *table, int N,
         memcpy(out + (size_t)i * D, table + (size_t)tokens[i] * D, sizeof(float) * (size_t)D);
 }
 
+void bias_add_rows(float *y, size_t ld, const float *b, int N, int cols) {
+    #pragma omp parallel for schedule(static) if ((size_t)N * (size_t)cols > 65536)
+    for (int i = 0; i < N; i++) {
+        float *r = y + (size_t)i * ld;
+        for (int j = 0; j < cols; j++) r[j] += b[j];
+    }
+}
+
+void bias_grad_rows(float *db, const float *dy, size_t ld, int N, int cols) {
+    /* blocks of 64 columns to threads; inside a block the rows in order, so each column's sum is
+     * the same whatever the threads */
+    const int blocks = (cols + 63) / 64;
+    #pragma omp parallel for schedule(static) if ((size_t)N * (size_t)cols > 65536)
+    for (int bk = 0; bk < blocks; bk++) {
+        const int j0 = bk * 64, j1 = j0 + 64 < cols ? j0 + 64 : cols;
+        float acc[64];
+        for (int j = j0; j < j1; j++) acc[j - j0] = db[j];
+        for (int i = 0; i < N; i++) {
+            const float *r = dy + (size_t)i * ld;
+            for (int j = j0; j < j1; j++) acc[j - j0] += r[j];
+        }
+        for (int j = j0; j < j1; j++) db[j] = acc[j - j0];
+    }
+}
+
 void embedding_backward(float *dtable, const float *dout, const int *tokens, int N, int D, int padding_idx) {
     /* Rows of the same token collide, so parallelise over the embedding dimension. */
     #pragma omp parallel for schedule(static)

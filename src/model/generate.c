@@ -113,6 +113,11 @@ int generator_forward(Generator *g, const int *tokens, int n, float *logits, flo
         linear_forward(g->q, g->xn, w->q_proj, n, D, H * hd, 0);
         linear_forward(g->k, g->xn, w->k_proj, n, D, Hkv * hd, 0);
         linear_forward(g->v, g->xn, w->v_proj, n, D, Hkv * hd, 0);
+        if (w->q_bias) {
+            bias_add_rows(g->q, (size_t)H * hd, w->q_bias, n, H * hd);
+            bias_add_rows(g->k, (size_t)Hkv * hd, w->k_bias, n, Hkv * hd);
+            bias_add_rows(g->v, (size_t)Hkv * hd, w->v_bias, n, Hkv * hd);
+        }
         rope_forward(g->q, g->rope_cos, g->rope_sin, n, H, hd);
         rope_forward(g->k, g->rope_cos, g->rope_sin, n, Hkv, hd);
         size_t at = ((size_t)l * g->max_len + (size_t)g->len) * kvd;
@@ -120,6 +125,7 @@ int generator_forward(Generator *g, const int *tokens, int n, float *logits, flo
         memcpy(g->v_cache + at, g->v, sizeof(float) * (size_t)n * kvd);
         cached_attention(g, l, n);
         linear_forward(g->x, g->o, w->o_proj, n, H * hd, D, 1); /* x += o_proj(o) */
+        if (w->o_bias) bias_add_rows(g->x, (size_t)D, w->o_bias, n, D);
         rmsnorm_forward(g->xn, g->rstd, g->x, w->post_norm, n, D, c->rms_norm_eps);
         linear_forward(g->gate, g->xn, w->gate_proj, n, D, F, 0);
         linear_forward(g->up, g->xn, w->up_proj, n, D, F, 0);

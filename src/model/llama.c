@@ -26,22 +26,25 @@ static void add_tensor(ParamTable *t, size_t cap, const char *name, int64_t rows
     t->total += p->numel;
 }
 
-static void bind_weights(LlamaWeights *w, float *base, const ParamTable *t, const LlamaConfig *c) {
-    /* The table was built in a fixed order: embed, per layer 9 tensors, norm, [lm_head]. */
-    int i = 0;
-    w->embed = base + t->t[i++].offset;
-    for (int l = 0; l < c->num_hidden_layers; l++) {
-        LlamaLayerWeights *L = &w->layers[l];
-        L->input_norm = base + t->t[i++].offset;
-        L->q_proj = base + t->t[i++].offset;
-        L->k_proj = base + t->t[i++].offset;
-        L->v_proj = base + t->t[i++].offset;
-        L->o_proj = base + t->t[i++].offset;
-        L->post_norm = base + t->t[i++].offset;
-        L->gate_proj = base + t->t[i++].offset;
-        L->up_proj = base + t->t[i++].offset;
-        L->down_proj = base + t->t[i++].offset;
+int llama_layer_tensors(const LlamaConfig *c) { return 9 + 3 * (c->qkv_bias != 0) + (c->o_bias != 0); }
+
+void llama_bind_layer(LlamaLayerWeights *w, float *base, size_t origin, const ParamTable *t, const LlamaConfig *c,
+                      int l) {
+    float **f[13] = {&w->input_norm, &w->q_proj, &w->q_bias, &w->k_proj, &w->k_bias, &w->v_proj, &w->v_bias,
+                     &w->o_proj, &w->o_bias, &w->post_norm, &w->gate_proj, &w->up_proj, &w->down_proj};
+    const int has[13] = {1, 1, c->qkv_bias, 1, c->qkv_bias, 1, c->qkv_bias, 1, c->o_bias, 1, 1, 1, 1};
+    int i = 1 + l * llama_layer_tensors(c); /* the layer's first tensor in the table */
+    for (int k = 0; k < 13; k++) {
+        *f[k] = has[k] && base ? base + (t->t[i].offset - origin) : NULL;
+        if (has[k]) i++;
     }
+}
+
+static void bind_weights(LlamaWeights *w, float *base, const ParamTable *t, const LlamaConfig *c) {
+    /* The table was built in a fixed order (llama_layer_tensors) */
+    w->embed = base + t->t[0].offset;
+    for (int l = 0; l < c->num_hidden_layers; l++) llama_bind_layer(&w->layers[l], base, 0, t, c, l);
+    int i = 1 + c->num_hidden_layers * llama_layer_tensors(c);
     w->final_norm = base + t->t[i++].offset;
     w->lm_head = c->tie_word_embeddings ? w->embed : base + t->t[i++].offset;
 }
@@ -52,18 +55,23 @@ void llama_build(LlamaModel *m, const LlamaConfig *cfg) {
     const LlamaConfig *c = cfg;
     int64_t D = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
     int64_t qd = (int64_t)c->num_attention_heads * c->head_dim, kvd = (int64_t)c->num_key_value_heads * c->head_dim;
-    size_t cap = 3 + 9 * (size_t)c->num_hidden_layers; /* size_t: no int overflow for any layer count */
+    /* size_t: no int overflow for any layer count */
+    size_t cap = 3 + (size_t)llama_layer_tensors(c) * (size_t)c->num_hidden_layers;
     m->table.t = xcalloc(cap, sizeof(ParamTensor));
     char name[96];
     add_tensor(&m->table, cap, "model.embed_tokens.weight", V, D, 1);
     for (int l = 0; l < c->num_hidden_layers; l++) {
 #define LAYER_TENSOR(suffix, rows, cols, nd) \
-        snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix); add_tensor(&m->table, cap, name, rows, cols, nd)
+        do { snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix); add_tensor(&m->table, cap, name, rows, cols, nd); } while (0)
         LAYER_TENSOR("input_layernorm.weight", D, 0, 1);
         LAYER_TENSOR("self_attn.q_proj.weight", qd, D, 0);
+        if (c->qkv_bias) LAYER_TENSOR("self_attn.q_proj.bias", qd, 0, 1);
         LAYER_TENSOR("self_attn.k_proj.weight", kvd, D, 0);
+        if (c->qkv_bias) LAYER_TENSOR("self_attn.k_proj.bias", kvd, 0, 1);
         LAYER_TENSOR("self_attn.v_proj.weight", kvd, D, 0);
+        if (c->qkv_bias) LAYER_TENSOR("self_attn.v_proj.bias", kvd, 0, 1);
         LAYER_TENSOR("self_attn.o_proj.weight", D, qd, 0);
+        if (c->o_bias) LAYER_TENSOR("self_attn.o_proj.bias", D, 0, 1);
         LAYER_TENSOR("post_attention_layernorm.weight", D, 0, 1);
         LAYER_TENSOR("mlp.gate_proj.weight", F, D, 0);
         LAYER_TENSOR("mlp.up_proj.weight", F, D, 0);
@@ -89,8 +97,10 @@ void llama_init_random_part(LlamaModel *m, uint64_t seed, size_t lo, size_t hi) 
         const ParamTensor *p = &m->table.t[i];
         float *w = m->params + p->offset;
         const size_t a = lo > p->offset ? lo - p->offset : 0, b = hi < p->offset ? 0 : hi - p->offset;
-        if (p->ndim == 1) {
-            for (size_t j = a; j < p->numel && j < b; j++) w[j] = 1.0f;
+        if (p->ndim == 1) { /* norms 1, biases 0 (xcalloc'd, or the checkpoint's: written) */
+            const size_t len = strlen(p->name);
+            const float v = len > 5 && !strcmp(p->name + len - 5, ".bias") ? 0.0f : 1.0f;
+            for (size_t j = a; j < p->numel && j < b; j++) w[j] = v;
         } else {
             for (size_t j = 0; j < p->numel; j++) {
                 const float x = (float)(0.02 * rng_normal(&rng));
@@ -783,6 +793,11 @@ static void qkv_rows(const LlamaModel *m, LlamaActs *a, int l, const float *x_in
     mm_forward(a, q, a->xn, w->q_proj, n, D, H * hd, 0, BF16_IN_ROUNDED);
     mm_forward(a, k, a->xn, w->k_proj, n, D, Hkv * hd, 0, BF16_IN_ROUNDED);
     mm_forward(a, v, a->xn, w->v_proj, n, D, Hkv * hd, 0, BF16_IN_ROUNDED);
+    if (w->q_bias) { /* before RoPE (and bf16's rounding), as nn.Linear adds it */
+        bias_add_rows(q, (size_t)H * hd, w->q_bias, n, H * hd);
+        bias_add_rows(k, (size_t)Hkv * hd, w->k_bias, n, Hkv * hd);
+        bias_add_rows(v, (size_t)Hkv * hd, w->v_bias, n, Hkv * hd);
+    }
     if (a->precision == PRECISION_BF16) { /* attention's inputs are bf16: q, k rounded as RoPE writes them */
         rope_forward_bf16(q, a->rope_cos + rope_off, a->rope_sin + rope_off, n, H, hd);
         rope_forward_bf16(k, a->rope_cos + rope_off, a->rope_sin + rope_off, n, Hkv, hd);
@@ -808,6 +823,14 @@ static void qkv_forward(const LlamaModel *m, LlamaActs *a, int l) {
                  L->q + (size_t)r0 * qd, L->k + (size_t)r0 * kvd, L->v + (size_t)r0 * kvd);
 }
 
+/* x (n, D) += o_proj(o) over n rows of o (n, H d), its bias included. */
+static void o_proj_onto(const LlamaModel *m, LlamaActs *a, int l, float *x, const float *o, int n) {
+    const int D = m->cfg.hidden_size, qd = m->cfg.num_attention_heads * m->cfg.head_dim;
+    const LlamaLayerWeights *w = &m->w.layers[l];
+    mm_forward(a, x, o, w->o_proj, n, qd, D, 1, BF16_IN_ROUNDED);
+    if (w->o_bias) bias_add_rows(x, (size_t)D, w->o_bias, n, D);
+}
+
 /* x_mid = x_in + o_proj(o), ffn_rows rows at a time */
 static void residual_attn(const LlamaModel *m, LlamaActs *a, int l) {
     const LlamaConfig *c = &m->cfg;
@@ -815,8 +838,7 @@ static void residual_attn(const LlamaModel *m, LlamaActs *a, int l) {
     int N = a->N, D = c->hidden_size, qd = c->num_attention_heads * c->head_dim;
     memcpy(L->x_mid, residual_at(a, c, l), sizeof(float) * (size_t)N * D);
     for (int r0 = 0; r0 < N; r0 += a->ffn_rows)
-        mm_forward(a, L->x_mid + (size_t)r0 * D, L->o + (size_t)r0 * qd, m->w.layers[l].o_proj,
-                   ffn_chunk_rows(a, N, r0), qd, D, 1, BF16_IN_ROUNDED);
+        o_proj_onto(m, a, l, L->x_mid + (size_t)r0 * D, L->o + (size_t)r0 * qd, ffn_chunk_rows(a, N, r0));
 }
 
 /* The attention half of layer l: x_mid = x_in + o_proj(attn(rope(q), rope(k), v)). */
@@ -925,6 +947,18 @@ static void mlp_backward(LlamaModel *m, LlamaActs *a, int l) {
     mlp_backward_rows(m, a, l, L->x_mid, L->rstd2, a->dx, a->N);
 }
 
+/* The q, k, v biases' gradients over n rows of dq, dk, dv (the projections' output gradients,
+ * RoPE's backward applied), where the model has them. */
+static void qkv_bias_grads(LlamaModel *m, int l, const float *dq, const float *dk, const float *dv, int n) {
+    LlamaLayerWeights *g = &m->g.layers[l];
+    if (!g->q_bias) return;
+    const size_t qd = (size_t)m->cfg.num_attention_heads * m->cfg.head_dim;
+    const size_t kvd = (size_t)m->cfg.num_key_value_heads * m->cfg.head_dim;
+    bias_grad_rows(g->q_bias, dq, qd, n, (int)qd);
+    bias_grad_rows(g->k_bias, dk, kvd, n, (int)kvd);
+    bias_grad_rows(g->v_bias, dv, kvd, n, (int)kvd);
+}
+
 /* Layer l: x_out = layer(x_in), filling L's saved activations (and a->xn, a->h as scratch). */
 static void layer_forward(const LlamaModel *m, LlamaActs *a, SeqAttention *attn, int l) {
     attn_block_forward(m, a, attn, l);
@@ -959,6 +993,7 @@ static void layer_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn, int 
     for (int r0 = 0; r0 < N; r0 += a->ffn_rows) /* every row of dout, once */
         mm_backward(a, a->dout + (size_t)r0 * qd, 0, g->o_proj, a->dx + (size_t)r0 * D, L->o + (size_t)r0 * qd,
                     w->o_proj, ffn_chunk_rows(a, a->N, r0), H * hd, D, BF16_IN_ROUNDED);
+    if (g->o_bias) bias_grad_rows(g->o_bias, a->dx, (size_t)D, N, D);
     if (a->precision == PRECISION_BF16) bf16_round(a->dout, (size_t)N * H * hd); /* attention's dout is bf16 */
     if (attn->keeps_inputs) /* its own q, k, v are in `saved`; o is read for delta */
         attn->backward(attn, NULL, NULL, NULL, L->o, L->saved, a->dout, a->dq, a->dk, a->dv);
@@ -975,6 +1010,7 @@ static void layer_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn, int 
         mm_backward(a, a->dxn, 0, g->q_proj, a->dq + (size_t)r0 * qd, a->xn, w->q_proj, n, D, H * hd, both);
         mm_backward(a, a->dxn, 1, g->k_proj, a->dk + (size_t)r0 * kvd, a->xn, w->k_proj, n, D, Hkv * hd, both);
         mm_backward(a, a->dxn, 1, g->v_proj, a->dv + (size_t)r0 * kvd, a->xn, w->v_proj, n, D, Hkv * hd, both);
+        qkv_bias_grads(m, l, a->dq + (size_t)r0 * qd, a->dk + (size_t)r0 * kvd, a->dv + (size_t)r0 * kvd, n);
         rmsnorm_backward(a->dx + (size_t)r0 * D, g->input_norm, a->dxn, xr, w->input_norm, L->rstd1 + r0, n, D);
     }
 }
@@ -988,7 +1024,7 @@ static void layer_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn, int 
  * recompute of --checkpoint layer needs (backward rebuilds x_mid itself). */
 static void stream_layer_forward(const LlamaModel *m, LlamaActs *a, SeqAttention *attn, int l, int whole) {
     const LlamaConfig *c = &m->cfg;
-    const size_t D = (size_t)c->hidden_size, qd = (size_t)c->num_attention_heads * c->head_dim;
+    const size_t D = (size_t)c->hidden_size;
     float *saved = a->layers[l].saved;
     for (int i = 0; i < a->su; i++) {
         const size_t r0 = (size_t)i * a->sc;
@@ -997,7 +1033,7 @@ static void stream_layer_forward(const LlamaModel *m, LlamaActs *a, SeqAttention
         attn->forward_chunk(attn, i, a->q, a->k, a->v, a->o_c, saved);
         if (!whole) continue;
         memcpy(a->x_mid_c, x_in, sizeof(float) * (size_t)a->sc * D);
-        mm_forward(a, a->x_mid_c, a->o_c, m->w.layers[l].o_proj, a->sc, (int)qd, (int)D, 1, BF16_IN_ROUNDED);
+        o_proj_onto(m, a, l, a->x_mid_c, a->o_c, a->sc);
         mlp_forward_rows(m, a, l, a->x_mid_c, a->rstd2_c, residual_at(a, c, l + 1) + r0 * D, a->sc);
     }
 }
@@ -1022,9 +1058,10 @@ static void stream_layer_backward(LlamaModel *m, LlamaActs *a, SeqAttention *att
         float *dx = a->dx + r0 * D;
         attn->output_chunk(attn, i, saved, a->o_c);
         memcpy(a->x_mid_c, x_in, sizeof(float) * (size_t)n * D);
-        mm_forward(a, a->x_mid_c, a->o_c, w->o_proj, n, H * hd, D, 1, BF16_IN_ROUNDED);
+        o_proj_onto(m, a, l, a->x_mid_c, a->o_c, n);
         mlp_backward_rows(m, a, l, a->x_mid_c, a->rstd2_c, dx, n);
         mm_backward(a, a->dout, 0, g->o_proj, dx, a->o_c, w->o_proj, n, H * hd, D, BF16_IN_ROUNDED);
+        if (g->o_bias) bias_grad_rows(g->o_bias, dx, (size_t)D, n, D);
         if (a->precision == PRECISION_BF16) bf16_round(a->dout, (size_t)n * H * hd); /* attention's dout is bf16 */
         attn->dout_chunk(attn, i, saved, a->dout);
     }
@@ -1038,6 +1075,7 @@ static void stream_layer_backward(LlamaModel *m, LlamaActs *a, SeqAttention *att
         mm_backward(a, a->dxn, 0, g->q_proj, a->dq, a->xn, w->q_proj, n, D, H * hd, both);
         mm_backward(a, a->dxn, 1, g->k_proj, a->dk, a->xn, w->k_proj, n, D, Hkv * hd, both);
         mm_backward(a, a->dxn, 1, g->v_proj, a->dv, a->xn, w->v_proj, n, D, Hkv * hd, both);
+        qkv_bias_grads(m, l, a->dq, a->dk, a->dv, n);
         rmsnorm_backward(a->dx + r0 * D, g->input_norm, a->dxn, x_in, w->input_norm, a->rstd1_c, n, D);
     }
 }

@@ -22,6 +22,11 @@ typedef struct {
     float *gate_proj;  /* (F, D) */
     float *up_proj;    /* (F, D) */
     float *down_proj;  /* (D, F) */
+    /* biases (cfg.qkv_bias: q, k, v; cfg.o_bias: o), NULL where the model has none */
+    float *q_bias;     /* (H*d) */
+    float *k_bias;     /* (Hkv*d) */
+    float *v_bias;     /* (Hkv*d) */
+    float *o_bias;     /* (D) */
 } LlamaLayerWeights;
 
 typedef struct {
@@ -67,9 +72,19 @@ typedef struct LlamaModel {
     const LlamaHooks *hooks; /* NULL: none (llama_build leaves it NULL) */
 } LlamaModel;
 
+/* Tensors per decoder layer in the parameter table (9, plus its biases). The table's order:
+ * the embedding; per layer input norm, q [bias], k [bias], v [bias], o [bias], post norm, gate,
+ * up, down; the final norm; the head unless tied. */
+int llama_layer_tensors(const LlamaConfig *cfg);
+/* Points w's fields at layer l's tensors of table t inside `base`, which holds the flat buffer
+ * from element `origin` on (base NULL: every field NULL). */
+void llama_bind_layer(LlamaLayerWeights *w, float *base, size_t origin, const ParamTable *t, const LlamaConfig *cfg,
+                      int l);
+
 /* Allocates parameters and gradients (zeroed) for the configuration. */
 void llama_build(LlamaModel *m, const LlamaConfig *cfg);
-/* Hugging Face's initialisation: Linear and Embedding weights ~ N(0, 0.02), norm weights 1. */
+/* Hugging Face's initialisation: Linear and Embedding weights ~ N(0, 0.02), norm weights 1,
+ * biases 0. */
 void llama_init_random(LlamaModel *m, uint64_t seed);
 /* The same values, written only at flat elements [lo, hi) (a ZeRO-3 rank's shard; the rest of
  * params is left untouched, so its pages need no memory). */

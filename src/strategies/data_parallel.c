@@ -103,22 +103,18 @@ static size_t unit_size(const GradSync *g, int u) { return g->unit_end[u] - g->u
 /* Points layer l's named tensors (w: one of m->w.layers / m->g.layers) into base, which holds
  * the layer's unit; base NULL unbinds them (a use without the gather then faults). */
 static void bind_layer(const GradSync *g, LlamaLayerWeights *w, float *base, int l) {
-    float **f[9] = {&w->input_norm, &w->q_proj, &w->k_proj, &w->v_proj, &w->o_proj,
-                    &w->post_norm, &w->gate_proj, &w->up_proj, &w->down_proj};
-    const ParamTable *t = &g->model->table;
-    for (int i = 0; i < 9; i++)
-        *f[i] = base ? base + (t->t[1 + 9 * l + i].offset - g->unit_begin[1 + l]) : NULL;
+    llama_bind_layer(w, base, g->unit_begin[1 + l], &g->model->table, &g->model->cfg, l);
 }
 
 /* The embedding of w pointed at embed (its unit) and the final norm and head at tail (the tail
  * unit); NULL unbinds (a use then faults). A tied head is the embedding. */
 static void bind_outer_at(const GradSync *g, LlamaWeights *w, float *embed, float *tail) {
     const ParamTable *t = &g->model->table;
-    int tu = g->n_units - 1, nL = g->n_units - 2;
+    const int tu = g->n_units - 1, fi = 1 + (g->n_units - 2) * llama_layer_tensors(&g->model->cfg); /* final norm */
     w->embed = embed;
-    w->final_norm = tail ? tail + (t->t[1 + 9 * nL].offset - g->unit_begin[tu]) : NULL;
+    w->final_norm = tail ? tail + (t->t[fi].offset - g->unit_begin[tu]) : NULL;
     w->lm_head = g->model->cfg.tie_word_embeddings ? embed
-                 : tail                            ? tail + (t->t[2 + 9 * nL].offset - g->unit_begin[tu])
+                 : tail                            ? tail + (t->t[fi + 1].offset - g->unit_begin[tu])
                                                    : NULL;
 }
 
@@ -328,8 +324,8 @@ static void zero_hook(void *ctx, LlamaModel *m, LlamaHookPoint point, int layer,
 void grad_sync_attach(GradSync *g, LlamaModel *m) {
     if (g->zero < 2 || !g->counts) return;
     const ParamTable *t = &m->table;
-    int nL = m->cfg.num_hidden_layers;
-    if (t->total != g->total || nL < 1 || t->n != 2 + 9 * nL + !m->cfg.tie_word_embeddings)
+    const int nL = m->cfg.num_hidden_layers, per = llama_layer_tensors(&m->cfg);
+    if (t->total != g->total || nL < 1 || t->n != 2 + per * nL + !m->cfg.tie_word_embeddings)
         die("internal: grad_sync_attach: the table does not match the model");
     for (int i = 1; i < t->n; i++) /* every tensor follows the previous one: units are ranges */
         if (t->t[i].offset != t->t[i - 1].offset + t->t[i - 1].numel)
@@ -338,17 +334,17 @@ void grad_sync_attach(GradSync *g, LlamaModel *m) {
     g->n_units = nL + 2;
     g->unit_begin = xmalloc(sizeof(size_t) * (size_t)g->n_units);
     g->unit_end = xmalloc(sizeof(size_t) * (size_t)g->n_units);
-    /* the table's order: embed, 9 tensors per layer, final norm, [lm_head] */
+    /* the table's order: embed, per tensors per layer, final norm, [lm_head] */
     g->unit_begin[0] = 0;
     g->unit_end[0] = t->t[1].offset;
     size_t max_layer = 0;
     for (int l = 0; l < nL; l++) {
-        const ParamTensor *last = &t->t[9 + 9 * l];
-        g->unit_begin[1 + l] = t->t[1 + 9 * l].offset;
+        const ParamTensor *last = &t->t[per + per * l];
+        g->unit_begin[1 + l] = t->t[1 + per * l].offset;
         g->unit_end[1 + l] = last->offset + last->numel;
         max_layer = max_sz(max_layer, g->unit_end[1 + l] - g->unit_begin[1 + l]);
     }
-    g->unit_begin[nL + 1] = t->t[1 + 9 * nL].offset;
+    g->unit_begin[nL + 1] = t->t[1 + per * nL].offset;
     g->unit_end[nL + 1] = t->total;
     g->unit_counts = xmalloc(sizeof(int) * (size_t)g->n_units * (size_t)g->size);
     g->unit_displs = xmalloc(sizeof(int) * (size_t)g->size);

@@ -32,7 +32,7 @@ void memory_model_unit_sizes(const LlamaConfig *c, double *embed, double *layer,
     double D = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
     double qd = (double)c->num_attention_heads * c->head_dim, kvd = (double)c->num_key_value_heads * c->head_dim;
     *embed = V * D;
-    *layer = 2 * D + 2 * qd * D + 2 * kvd * D + 3 * F * D;
+    *layer = 2 * D + 2 * qd * D + 2 * kvd * D + 3 * F * D + (c->qkv_bias ? qd + 2 * kvd : 0) + (c->o_bias ? D : 0);
     *tail = D + (c->tie_word_embeddings ? 0 : V * D);
 }
 
