@@ -62,7 +62,7 @@ done
 # projection's fp32 accumulator before its rounding, their gradients the column sums of the bf16
 # output gradients; on this CPU's bf16 path, the conversion path and 2 ranks of ring attention,
 # loss and gradients against fp32's as tiny_wide_ffn's (seen: 0.49-0.81 of the gradient tolerance)
-for fs in tiny_qwen2:48 tiny_attn_bias:64; do
+for fs in tiny_qwen2:48 tiny_attn_bias:64 tiny_qwen3:40 tiny_qwen3_bias:48; do
     f=${fs%%:*} S=${fs##*:} B="$FIX/${fs%%:*}"
     timeout 60 "$SEQPAR" grad --model "$B" --tokens "$B/tokens.bin" --seq-len $S --out "$T/b.fp32" >"$T/b.fp32.out" 2>&1 ||
         bad "$f fp32: $(tail -n 1 "$T/b.fp32.out")"

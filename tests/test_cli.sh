@@ -107,10 +107,11 @@ if timeout 120 "$SEQPAR" train --model "$T/mistral_16" --data "$FIX/tiny_mha/tok
     grep -q '"sliding_window": 16' "$T/mistral_saved/config.json" && grep -q '"MistralForCausalLM"' "$T/mistral_saved/config.json"; then ok
 else bad "train --save of a Mistral: $(cat "$T/mistral_saved/config.json" 2>&1 | head -n 5)"; fi
 expect_error "resume past a saved Mistral's window" "use --seq-len 16 or less" "$SEQPAR" train --resume "$T/mistral_saved" --data "$FIX/tiny_mha/tokens.bin" --seq-len 20 --batch 2 --steps 4 --log "$T/m2.jsonl"
-# a Qwen2 (q, k, v biases) and a Llama with attention_bias (q, k, v, o) train, save as themselves
-# (model_type, architectures, the bias tensors), and resume on 2 ranks under ZeRO-3 (the biases
-# inside its layer units) to the uninterrupted run's weights, byte for byte
-for fb in tiny_qwen2:qwen2:Qwen2ForCausalLM tiny_attn_bias:llama:LlamaForCausalLM; do
+# a Qwen2 (q, k, v biases), a Llama with attention_bias (q, k, v, o) and a Qwen3 with it (and its
+# q/k norms) train, save as themselves (model_type, architectures, the bias tensors), and resume on
+# 2 ranks under ZeRO-3 (the biases and norms inside its layer units) to the uninterrupted run's
+# weights, byte for byte
+for fb in tiny_qwen2:qwen2:Qwen2ForCausalLM tiny_attn_bias:llama:LlamaForCausalLM tiny_qwen3_bias:qwen3:Qwen3ForCausalLM; do
     f=${fb%%:*} mt=$(printf '%s' "$fb" | cut -d: -f2) arch=${fb##*:}
     QT=(--data "$FIX/$f/tokens.bin" --seq-len 16 --batch 2 --steps 4 --quiet --zero 3 --lr 1e-2)
     (mpi_test_env
@@ -676,7 +677,8 @@ cp "$FIX/tiny_llama3/model.safetensors" "$T/sh_both/"
 expect_error "single file and index together" "both" "$SEQPAR" "${GL[@]}" --model "$T/sh_both"
 # configs of other families or options seqpar does not compute: refused by name; a config that
 # asks for biases the weights lack: the first missing bias named
-for c in mt:'s/"model_type": "llama"/"model_type": "qwen3"/':qwen3 \
+for c in mt:'s/"model_type": "llama"/"model_type": "gemma"/':gemma \
+         q3:'s/"model_type": "llama"/"model_type": "qwen3"/':'layers.0.self_attn.q_norm.weight missing' \
          mlp:'s/"mlp_bias": false/"mlp_bias": true/':mlp_bias \
          q2:'s/"model_type": "llama"/"model_type": "qwen2"/':'layers.0.self_attn.q_proj.bias missing' \
          sw:'s/"vocab_size"/"sliding_window": 4096, "vocab_size"/':sliding_window \

@@ -189,7 +189,7 @@ expect_error "--data: a token above the model's vocabulary" "vocab_size is 64" "
 
 # ---- sample: transformers' greedy continuation (generate.json) from the fixtures
 gen_field() { $PY -c "import json, sys; g = json.load(open(sys.argv[1])); print(','.join(map(str, g[sys.argv[2]])) if isinstance(g[sys.argv[2]], list) else g[sys.argv[2]])" "$FIX/$1/generate.json" "$2"; }
-for f in tiny_bytes tiny_mha tiny_gqa_tied tiny_llama3 tiny_qwen2 tiny_attn_bias; do
+for f in tiny_bytes tiny_mha tiny_gqa_tied tiny_llama3 tiny_qwen2 tiny_attn_bias tiny_qwen3 tiny_qwen3_bias; do
     got=$(timeout 60 "$SEQPAR" sample --model "$FIX/$f" --prompt-tokens "$(gen_field $f prompt)" --max-new-tokens "$(gen_field $f max_new_tokens)" --temperature 0 --ids 2>/dev/null)
     if [ -n "$got" ] && [ "$got" = "$(gen_field $f greedy)" ]; then ok; else bad "sample $f: greedy '$got', transformers '$(gen_field $f greedy)'"; fi
     # and under transformers' repetition_penalty (each token of the prompt and the output penalised)

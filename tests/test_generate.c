@@ -301,6 +301,8 @@ int main(void) {
     test_fixture("tiny_llama3");
     test_fixture("tiny_qwen2");     /* q, k, v biases */
     test_fixture("tiny_attn_bias"); /* q, k, v, o biases */
+    test_fixture("tiny_qwen3");     /* per-head q/k norms */
+    test_fixture("tiny_qwen3_bias");
     test_sampling();
     test_top_p_and_penalty();
     test_errors();

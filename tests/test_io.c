@@ -597,7 +597,7 @@ static void test_config(const TempDir *td) {
             {"{" MSIZES "\"model_type\": \"mistral\", \"sliding_window\": 0}", 0, 0, 0, 0},
             {"{" MSIZES "\"model_type\": \"mistral\", \"sliding_window\": \"4096\"}", 0, 0, 0, 0},
             {"{" MSIZES "\"model_type\": \"llama\", \"sliding_window\": 32}", 0, 0, 0, 0},
-            {"{" MSIZES "\"model_type\": \"qwen3\"}", 0, 0, 0, 0},
+            {"{" MSIZES "\"model_type\": \"gemma\"}", 0, 0, 0, 0},
         };
 #undef MSIZES
         for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
@@ -665,6 +665,16 @@ static void test_config(const TempDir *td) {
             {"{" QSIZES "\"attention_bias\": true, \"mlp_bias\": true}", 0, 0, 0, 0, 0, 0, 0, "\"mlp_bias\": true"},
             {"{" QSIZES "\"model_type\": \"llama\", \"use_sliding_window\": false, \"layer_types\": [\"full_attention\"]}",
              0, 0, 0, 0, 0, 0, 0, "\"layer_types\""}, /* a Llama's stay refused by name */
+            /* a Qwen3: q/k norms, head_dim 128 where absent (Qwen3Config), attention_bias on all four */
+            {"{" QSIZES "\"model_type\": \"qwen3\"}", 1, 0, 32, 32768, LLAMA_FAMILY_QWEN3, 0, 0, NULL},
+            {"{" QSIZES "\"model_type\": \"qwen3\", \"attention_bias\": true, \"head_dim\": 16, \"num_key_value_heads\": 8, "
+             "\"mlp_bias\": true}", 1, 0, 8, 32768, LLAMA_FAMILY_QWEN3, 1, 1, NULL},
+            {"{" QSIZES "\"model_type\": \"qwen3\", \"use_sliding_window\": true, \"sliding_window\": 32, "
+             "\"max_window_layers\": 0, \"layer_types\": [\"sliding_attention\", \"sliding_attention\"]}", 1, 32, 32, 32768,
+             LLAMA_FAMILY_QWEN3, 0, 0, NULL},
+            {"{" QSIZES "\"model_type\": \"qwen3\", \"head_dim\": null}", 0, 0, 0, 0, 0, 0, 0, "\"head_dim\" is null"},
+            {"{" QSIZES "\"model_type\": \"qwen3\", \"attention_bias\": 1}", 0, 0, 0, 0, 0, 0, 0,
+             "\"attention_bias\" must be true or false"},
         };
 #undef QSIZES
         for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
@@ -676,9 +686,11 @@ static void test_config(const TempDir *td) {
                 CHECK(strstr(ce.msg, cases[i].word) != NULL, "qwen2 case %zu: '%s' lacks '%s'", i, ce.msg, cases[i].word);
                 continue;
             }
+            const int q3 = cases[i].family == LLAMA_FAMILY_QWEN3;
             CHECK(qc.family == cases[i].family && qc.sliding_window == cases[i].window &&
                       qc.num_key_value_heads == cases[i].kv && qc.max_position_embeddings == cases[i].maxpos &&
-                      qc.qkv_bias == cases[i].qkv && qc.o_bias == cases[i].o,
+                      qc.qkv_bias == cases[i].qkv && qc.o_bias == cases[i].o && qc.qk_norm == q3 &&
+                      qc.head_dim == (q3 ? (strstr(cases[i].json, "\"head_dim\": 16") ? 16 : 128) : 2),
                   "qwen2 case %zu read as family %d window %d kv %d positions %d biases %d %d", i, qc.family,
                   qc.sliding_window, qc.num_key_value_heads, qc.max_position_embeddings, qc.qkv_bias, qc.o_bias);
             const int past = llama_window_check(&qc, 33, "use --seq-len 32 or less", &ce) != 0;
@@ -687,12 +699,15 @@ static void test_config(const TempDir *td) {
             json_error_t jerr;
             json_t *r = json_load_file(saved, 0, &jerr);
             const int q2 = cases[i].family == LLAMA_FAMILY_QWEN2;
-            CHECK(r && !strcmp(json_string_value(json_object_get(r, "model_type")), q2 ? "qwen2" : "llama") &&
-                      !strcmp(json_string_value(json_array_get(json_object_get(r, "architectures"), 0)),
-                              q2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM") &&
-                      (q2 ? !json_object_get(r, "attention_bias") && json_object_get(r, "use_sliding_window") &&
-                                json_object_get(r, "max_window_layers")
-                          : json_is_true(json_object_get(r, "attention_bias"))),
+            const char *mt = q2 ? "qwen2" : q3 ? "qwen3" : "llama";
+            const char *arch = q2 ? "Qwen2ForCausalLM" : q3 ? "Qwen3ForCausalLM" : "LlamaForCausalLM";
+            json_t *ab = r ? json_object_get(r, "attention_bias") : NULL;
+            CHECK(r && !strcmp(json_string_value(json_object_get(r, "model_type")), mt) &&
+                      !strcmp(json_string_value(json_array_get(json_object_get(r, "architectures"), 0)), arch) &&
+                      (q2 ? !ab : json_is_boolean(ab) && json_is_true(ab) == cases[i].o) &&
+                      (q2 || q3 ? json_object_get(r, "use_sliding_window") && json_object_get(r, "max_window_layers")
+                                : !json_object_get(r, "use_sliding_window")) &&
+                      !json_is_true(json_object_get(r, "mlp_bias")),
                   "qwen2 case %zu: the saved config is not the family read", i);
             json_decref(r);
             LlamaConfig back;

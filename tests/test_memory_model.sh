@@ -71,6 +71,14 @@ case_ 4 --strategy 2d --hp 2 --cp 2 --ring-inner 1 --checkpoint selective --zero
 case_ 4 --strategy ring --ring-inner 2 --checkpoint layer --zero 2 --batch 1
 case_ 4 --strategy lightseq --dp 2 --checkpoint none --zero 1 --batch 2
 case_ 4 --strategy fpdt --chunks 2 --offload-dir "$OFF" --checkpoint selective --zero 2 --batch 1
+# a Qwen3 of MODEL's sizes (per-head q/k norms: their rstd and the backward's q or k made again
+# with its gradient, chunk by chunk; with attention_bias its biases in ZeRO's layer units)
+Q3="$T/qwen3"; mkdir -p "$Q3"
+printf '{"model_type": "qwen3", "hidden_size": 128, "intermediate_size": 384, "num_attention_heads": 4, "num_key_value_heads": 2,
+ "head_dim": 32, "num_hidden_layers": 3, "vocab_size": 256, "attention_bias": true}\n' >"$Q3/config.json"
+case_ 1 --model "$Q3" --random-init --checkpoint none --batch 1
+case_ 2 --model "$Q3" --random-init --strategy fpdt --chunks 2 --checkpoint selective --zero 3 --batch 1
+case_ 2 --model "$Q3" --random-init --strategy ulysses --checkpoint layer --precision bf16 --batch 1
 # FPDT's layers streamed chunk by chunk (llama.h), all memory features together, and whole layers
 case_ 1 --strategy fpdt --chunks 8 --checkpoint layer --offload-dir "$OFF" --ffn-chunks 32 --batch 1
 case_ 2 --strategy fpdt --chunks 4 --checkpoint layer --offload-dir "$OFF" --batch 1

@@ -104,7 +104,7 @@ static void compare_grads(const char *name, const LlamaModel *m, const char *gra
 
 int main(void) {
     const char *fixtures[] = {"tiny_mha", "tiny_gqa_tied", "tiny_headdim", "tiny_long", "tiny_llama3", "tiny_linear",
-                                "tiny_wide_ffn", "tiny_qwen2", "tiny_attn_bias"};
+                                "tiny_wide_ffn", "tiny_qwen2", "tiny_attn_bias", "tiny_qwen3", "tiny_qwen3_bias"};
     for (size_t k = 0; k < ARRAY_LEN(fixtures); k++) {
         char dir[256], path[512];
         snprintf(dir, sizeof dir, "%s/%s", FIXTURES, fixtures[k]);
@@ -149,8 +149,12 @@ int main(void) {
                  * and their gradient (xn, dxn: every token-wise part runs over the same chunks) to 2
                  * chunks of D */
                 size_t rows = (S + (size_t)chunks - 1) / (size_t)chunks, D = (size_t)cfg.hidden_size;
-                size_t want = bytes1 - sizeof(float) * (L * 2 * S * F + phases_floats(S, 1, F, S, qd, kvd) + 2 * S * D) +
-                              sizeof(float) * (phases_floats(rows, 0, F, S, qd, kvd) + 2 * rows * D);
+                /* and a Qwen3's per-head q/k norm scratch (rstd, q or k again, its gradient) to chunks */
+                const size_t heads = (size_t)(cfg.num_attention_heads > cfg.num_key_value_heads ? cfg.num_attention_heads
+                                                                                                 : cfg.num_key_value_heads);
+                const size_t qk = cfg.qk_norm ? heads * (1 + 2 * (size_t)cfg.head_dim) : 0;
+                size_t want = bytes1 - sizeof(float) * (L * 2 * S * F + phases_floats(S, 1, F, S, qd, kvd) + 2 * S * D + S * qk) +
+                              sizeof(float) * (phases_floats(rows, 0, F, S, qd, kvd) + 2 * rows * D + rows * qk);
                 CHECK(bytes[0] == want, "%s: %d FFN chunks: activations %zu bytes, expected %zu", fixtures[k], chunks,
                       bytes[0], want);
             }

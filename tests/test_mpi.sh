@@ -117,6 +117,19 @@ grad_case $AB 64 4 --strategy allgather --hp 2 --layout striped
 grad_case $AB 64 4 --strategy wallfacer --team 2
 grad_case $AB 64 4 --dp 2 --cp 2 --zero 3
 grad_case $AB 64 2 --strategy fpdt --chunks 4 --checkpoint selective
+# a Qwen3's per-head q/k norms (the backward makes q and k again for them) under the same, with
+# its attention_bias; the checkpoint modes bit for bit against none (ckpt_case below)
+Q3=tiny_qwen3; Q3B=tiny_qwen3_bias   # head_dim 16 (not 32 / 4), tied, S 40; 6 heads (3 KV), all four biases, S 48
+grad_case $Q3 40 2 --strategy ulysses
+grad_case $Q3 40 4 --hp 2 --cp 2 --zero 3 --dp 1
+grad_case $Q3 40 4 --strategy lightseq --checkpoint selective
+grad_case $Q3 40 4 --strategy fpdt --chunks 2 --checkpoint layer
+grad_case $Q3 40 2 --strategy fpdt --chunks 4
+grad_case $Q3B 48 3 --strategy ulysses --layout contiguous   # 6 heads over 3
+grad_case $Q3B 48 4 --cp 4 --ring-inner 2 --checkpoint layer
+grad_case $Q3B 48 4 --strategy allgather --hp 2
+grad_case $Q3B 48 4 --strategy wallfacer --team 2
+grad_case $Q3B 48 4 --dp 2 --cp 2 --zero 2
 # streaming against whole layers (--no-stream) on the same grid: the layers really stream, and the
 # files agree within 1e-5 of each tensor's scale (the weight gradients are summed per chunk: seen
 # 1e-6); streamed none and layer are bit-identical (ckpt_case below)
@@ -161,6 +174,8 @@ ckpt_case() { # mode fixture seq_len np flags...
 }
 ckpt_case selective tiny_mha 24 2 --strategy ulysses                    # 2 layers, MHA
 ckpt_case selective tiny_gqa_tied 32 4 --strategy ulysses               # KV replication (hp 4 > 2 KV heads)
+ckpt_case selective tiny_qwen3 40 2 --strategy ring                     # per-head q/k norms
+ckpt_case layer tiny_qwen3_bias 48 2 --strategy ulysses
 ckpt_case selective tiny_headdim 40 4 --strategy 2d --hp 2 --cp 2       # 3 layers, 1 KV head
 ckpt_case selective tiny_headdim 40 8 --hp 4 --cp 2 --layout striped
 ckpt_case selective $L 256 2 --strategy ring

@@ -47,8 +47,9 @@ from transformers import AutoModelForCausalLM, LlamaForCausalLM
 from transformers.models.llama import modeling_llama
 try:
     from transformers.models.qwen2 import modeling_qwen2
-except ImportError:  # transformers 4.45 has it too; only older ones lack it
-    modeling_qwen2 = None
+    from transformers.models.qwen3 import modeling_qwen3
+except ImportError:  # transformers 4.45 has both; only older ones lack them
+    modeling_qwen2 = modeling_qwen3 = None
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT_ROOT = os.path.join(REPO, "tests", "fixtures")
@@ -84,6 +85,12 @@ FIXTURES = [
          tie=True, eps=1e-6, theta=1000000.0, head_dim=None, seed=1008, bf16=False, family="qwen2"),
     dict(name="tiny_attn_bias", hidden=32, inter=64, heads=4, kv=2, layers=2, vocab=59, S=64,
          tie=False, eps=1e-5, theta=10000.0, head_dim=None, seed=1009, bf16=False, attn_bias=True),
+    # Qwen3: RMSNorms over each head of q and k (q_norm, k_norm) before RoPE; Qwen3Config's
+    # head_dim is explicit (16 here, not hidden / heads); the second with attention_bias (all four)
+    dict(name="tiny_qwen3", hidden=32, inter=80, heads=4, kv=2, layers=2, vocab=61, S=40,
+         tie=True, eps=1e-6, theta=1000000.0, head_dim=16, seed=1010, bf16=False, family="qwen3"),
+    dict(name="tiny_qwen3_bias", hidden=48, inter=64, heads=6, kv=3, layers=2, vocab=53, S=48,
+         tie=False, eps=1e-6, theta=10000.0, head_dim=8, seed=1011, bf16=False, family="qwen3", attn_bias=True),
 ]
 
 WEIGHT_STD = 0.1   # std of every matrix entry
@@ -165,7 +172,7 @@ def _softmax(input, dim=None, _stacklevel=3, dtype=None):
     return _orig_softmax(input, dim=dim, _stacklevel=_stacklevel, dtype=dtype)
 
 
-_FAMILIES = [(modeling_llama, "Llama")] + ([(modeling_qwen2, "Qwen2")] if modeling_qwen2 else [])
+_FAMILIES = [(modeling_llama, "Llama")] + ([(modeling_qwen2, "Qwen2"), (modeling_qwen3, "Qwen3")] if modeling_qwen2 else [])
 _ORIG = [(getattr(mod, f"{n}RMSNorm").forward, getattr(mod, f"{n}RotaryEmbedding").forward) for mod, n in _FAMILIES]
 
 
@@ -184,10 +191,11 @@ def make_hf_float64_faithful(on=True):
 # ---------------------------------------------------------------------------------------------
 def config_dict(fx):
     head_dim = fx["head_dim"] or fx["hidden"] // fx["heads"]
-    if fx.get("family") == "qwen2":
-        return {
-            "architectures": ["Qwen2ForCausalLM"],
-            "model_type": "qwen2",
+    if fx.get("family") in ("qwen2", "qwen3"):
+        q3 = fx["family"] == "qwen3"
+        cfg = {
+            "architectures": ["Qwen3ForCausalLM" if q3 else "Qwen2ForCausalLM"],
+            "model_type": fx["family"],
             "hidden_act": "silu",
             "hidden_size": fx["hidden"],
             "intermediate_size": fx["inter"],
@@ -205,6 +213,10 @@ def config_dict(fx):
             "attention_dropout": 0.0,
             "torch_dtype": "float32",
         }
+        if q3:
+            cfg["head_dim"] = head_dim
+            cfg["attention_bias"] = bool(fx.get("attn_bias"))
+        return cfg
     return {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
@@ -233,7 +245,7 @@ def has_biases(fx):
     """(q, k, v biased, o biased): a Qwen2's q, k, v; a Llama's four with attention_bias."""
     if fx.get("family") == "qwen2":
         return True, False
-    return bool(fx.get("attn_bias")), bool(fx.get("attn_bias"))
+    return bool(fx.get("attn_bias")), bool(fx.get("attn_bias"))  # a Llama's, a Qwen3's attention_bias
 
 
 def param_shapes(fx):
@@ -255,6 +267,8 @@ def param_shapes(fx):
                        (p + "self_attn.v_proj.bias", (fx["kv"] * D,))]
         if o_bias:
             shapes.append((p + "self_attn.o_proj.bias", (H,)))
+        if fx.get("family") == "qwen3":
+            shapes += [(p + "self_attn.q_norm.weight", (D,)), (p + "self_attn.k_norm.weight", (D,))]
         shapes += [
             (p + "post_attention_layernorm.weight", (H,)),
             (p + "mlp.gate_proj.weight", (I, H)),
@@ -270,7 +284,7 @@ def param_shapes(fx):
 def make_weights(fx, rng):
     w = {}
     for name, shape in param_shapes(fx):
-        if name.endswith("layernorm.weight") or name == "model.norm.weight":
+        if name.endswith("norm.weight"):  # layernorms, the final norm, a Qwen3's q_norm / k_norm
             a = 1.0 + NORM_STD * rng.standard_normal(shape)
         else:
             a = WEIGHT_STD * rng.standard_normal(shape)
@@ -365,8 +379,11 @@ def ref_loss(W, fx, inputs, targets):
         def bias(name):
             return W[p + name] if p + name in W else 0.0
         h = rms(x, W[p + "input_layernorm.weight"])
-        q = rope((h @ W[p + "self_attn.q_proj.weight"].T + bias("self_attn.q_proj.bias")).view(S, nh, D))
-        k = rope((h @ W[p + "self_attn.k_proj.weight"].T + bias("self_attn.k_proj.bias")).view(S, nkv, D))
+        q = (h @ W[p + "self_attn.q_proj.weight"].T + bias("self_attn.q_proj.bias")).view(S, nh, D)
+        k = (h @ W[p + "self_attn.k_proj.weight"].T + bias("self_attn.k_proj.bias")).view(S, nkv, D)
+        if p + "self_attn.q_norm.weight" in W:  # Qwen3: RMSNorm over each head, before RoPE
+            q, k = rms(q, W[p + "self_attn.q_norm.weight"]), rms(k, W[p + "self_attn.k_norm.weight"])
+        q, k = rope(q), rope(k)
         v = (h @ W[p + "self_attn.v_proj.weight"].T + bias("self_attn.v_proj.bias")).view(S, nkv, D)
         k = k.repeat_interleave(nh // nkv, dim=1)
         v = v.repeat_interleave(nh // nkv, dim=1)
@@ -472,7 +489,8 @@ def make_fixture(fx):
     picks = ["model.layers.0.self_attn.k_proj.weight",
              f"model.layers.{L}.post_attention_layernorm.weight",
              "model.embed_tokens.weight"]
-    picks += [n for n in ("model.layers.0.self_attn.q_proj.bias", f"model.layers.{L}.self_attn.o_proj.bias") if n in back]
+    picks += [n for n in ("model.layers.0.self_attn.q_proj.bias", f"model.layers.{L}.self_attn.o_proj.bias",
+                          "model.layers.0.self_attn.k_norm.weight") if n in back]
     h = 1e-5
     for n in picks:
         g = back[n].astype(np.float64)

@@ -10,7 +10,7 @@ then the same greedy continuation under `repetition_penalty` REPETITION_PENALTY 
 agreeing, with the smallest gap of the penalised logits along its path).
 
 Run once with a python that has torch and transformers (made with transformers 5.23, torch 2.15;
-tiny_qwen2 and tiny_attn_bias with transformers 5.24):
+tiny_qwen2, tiny_attn_bias, tiny_qwen3 and tiny_qwen3_bias with transformers 5.24):
     bench/.venv/bin/python tools/make_generate_fixture.py [FIXTURE...]   (named: only those)
 """
 import json
@@ -32,6 +32,8 @@ CASES = [  # fixture, prompt (ids, or bytes of a string), new tokens
     ("tiny_llama3", 8, 16),
     ("tiny_qwen2", 8, 16),       # Qwen2ForCausalLM: q, k, v biases
     ("tiny_attn_bias", 5, 16),   # a Llama with attention_bias (5: its sixth token is 0, generate's pad id)
+    ("tiny_qwen3", 8, 16),       # Qwen3ForCausalLM: per-head q/k norms
+    ("tiny_qwen3_bias", 8, 16),  # and attention_bias
 ]
 
 

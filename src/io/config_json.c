@@ -173,10 +173,14 @@ static int read_rope_settings(json_t *root, const char *path, LlamaConfig *c, Se
 static int reject_unsupported(json_t *root, const char *path, int *family, SeqErr *e) {
     json_t *mt = field(root, "model_type");
     const char *mts = mt && json_is_string(mt) ? json_string_value(mt) : "";
-    *family = !strcmp(mts, "mistral") ? LLAMA_FAMILY_MISTRAL : !strcmp(mts, "qwen2") ? LLAMA_FAMILY_QWEN2 : LLAMA_FAMILY_LLAMA;
+    *family = !strcmp(mts, "mistral") ? LLAMA_FAMILY_MISTRAL
+              : !strcmp(mts, "qwen2") ? LLAMA_FAMILY_QWEN2
+              : !strcmp(mts, "qwen3") ? LLAMA_FAMILY_QWEN3
+                                      : LLAMA_FAMILY_LLAMA;
     if (mt && strcmp(mts, "llama") && *family == LLAMA_FAMILY_LLAMA)
         return seq_err(e, "config '%s' has \"model_type\" %s%.60s%s: seqpar trains Llama, Mistral and Qwen2 models "
-                       "only (model_type \"llama\", \"mistral\" or \"qwen2\"); other families compute a different model", path,
+                       "only (model_type \"llama\", \"mistral\", \"qwen2\" or \"qwen3\"); other families compute a different "
+                       "model", path,
                        json_is_string(mt) ? "\"" : "", json_is_string(mt) ? json_string_value(mt) : json_type_name(mt),
                        json_is_string(mt) ? "\"" : "");
     const char *on_fields[] = {"sliding_window", "use_sliding_window", "use_qk_norm", "qk_norm", "qk_layernorm",
@@ -185,10 +189,10 @@ static int reject_unsupported(json_t *root, const char *path, int *family, SeqEr
                                "residual_multiplier", "attention_multiplier"};
     for (size_t i = 0; i < ARRAY_LEN(on_fields); i++) {
         if (*family == LLAMA_FAMILY_MISTRAL && !strcmp(on_fields[i], "sliding_window")) continue; /* read below */
-        if (*family == LLAMA_FAMILY_QWEN2 && (!strcmp(on_fields[i], "sliding_window") ||
+        if ((*family == LLAMA_FAMILY_QWEN2 || *family == LLAMA_FAMILY_QWEN3) && (!strcmp(on_fields[i], "sliding_window") ||
                                               !strcmp(on_fields[i], "use_sliding_window") ||
                                               !strcmp(on_fields[i], "layer_types")))
-            continue; /* read below (read_qwen2_window) */
+            continue; /* read below (read_qwen_window) */
         json_t *v = field(root, on_fields[i]);
         if (v && !json_is_false(v))
             return seq_err(e, "config '%s' sets \"%s\", which seqpar's Llama does not implement: remove it (or set "
@@ -196,7 +200,8 @@ static int reject_unsupported(json_t *root, const char *path, int *family, SeqEr
     }
     /* MistralForCausalLM and Qwen2ForCausalLM read neither field (a Mistral has no biases, a Qwen2
      * those of q, k and v, whatever these say; a bias tensor the model does not have is refused
-     * as one it does not use); a Llama's attention_bias is read by config_from_json */
+     * as one it does not use), Qwen3ForCausalLM only attention_bias; a Llama's and a Qwen3's
+     * attention_bias is read by config_from_json */
     int mlp_bias = 0;
     if (*family == LLAMA_FAMILY_LLAMA && bool_field(root, "mlp_bias", 0, path, &mlp_bias, e) != 0) return -1;
     if (mlp_bias)
@@ -232,40 +237,40 @@ static int read_sliding_window(json_t *root, const char *path, LlamaConfig *c, S
     return 0;
 }
 
-/* A Qwen2's window (Qwen2Config): use_sliding_window (default false) turns on sliding_window
+/* A Qwen2's or Qwen3's window (Qwen2Config, Qwen3Config): use_sliding_window (default false) turns on sliding_window
  * (default 4096; null: none) for the layers from max_window_layers (default 28) on, which
  * layer_types spells out when present; seqpar computes the window as a Mistral's, for sequences
  * no longer than it (c->sliding_window, 0 where no layer has one). layer_types must be what the
  * other three give (a saved config writes those three back, and transformers derives it). */
-static int read_qwen2_window(json_t *root, const char *path, LlamaConfig *c, SeqErr *e) {
-    if (c->family != LLAMA_FAMILY_QWEN2) return 0;
-    if (bool_field(root, "use_sliding_window", 0, path, &c->qwen2_use_window, e) != 0 ||
-        int_field(root, "max_window_layers", 0, 28, path, &c->qwen2_max_window_layers, e) != 0)
+static int read_qwen_window(json_t *root, const char *path, LlamaConfig *c, SeqErr *e) {
+    if (c->family != LLAMA_FAMILY_QWEN2 && c->family != LLAMA_FAMILY_QWEN3) return 0;
+    if (bool_field(root, "use_sliding_window", 0, path, &c->qwen_use_window, e) != 0 ||
+        int_field(root, "max_window_layers", 0, 28, path, &c->qwen_max_window_layers, e) != 0)
         return -1;
-    if (c->qwen2_max_window_layers < 0)
+    if (c->qwen_max_window_layers < 0)
         return seq_err(e, "config '%s': \"max_window_layers\" %d is negative: give the index of the first layer with "
-                       "the window (0 to num_hidden_layers)", path, c->qwen2_max_window_layers);
+                       "the window (0 to num_hidden_layers)", path, c->qwen_max_window_layers);
     json_t *v = json_object_get(root, "sliding_window");
-    if (!v) c->qwen2_window = 4096;
-    else if (json_is_null(v)) c->qwen2_window = 0;
+    if (!v) c->qwen_window = 4096;
+    else if (json_is_null(v)) c->qwen_window = 0;
     else if (json_is_integer(v) && json_integer_value(v) >= 1 && json_integer_value(v) <= INT_MAX)
-        c->qwen2_window = (int)json_integer_value(v);
+        c->qwen_window = (int)json_integer_value(v);
     else
         return seq_err(e, "config '%s': \"sliding_window\" must be a positive JSON integer (tokens) or null (no "
                        "window), found %s", path, json_is_integer(v) ? "an integer below 1" : json_type_name(v));
-    const int window = c->qwen2_use_window ? c->qwen2_window : 0; /* as Qwen2Config.__post_init__ */
+    const int window = c->qwen_use_window ? c->qwen_window : 0; /* as Qwen2Config.__post_init__ */
     json_t *types = field(root, "layer_types");
     for (int l = 0; types && l < c->num_hidden_layers; l++) {
-        const int sliding = window && l >= c->qwen2_max_window_layers;
+        const int sliding = window && l >= c->qwen_max_window_layers;
         json_t *t = json_is_array(types) ? json_array_get(types, (size_t)l) : NULL;
         if (!json_is_array(types) || json_array_size(types) != (size_t)c->num_hidden_layers || !json_is_string(t) ||
             strcmp(json_string_value(t), sliding ? "sliding_attention" : "full_attention"))
             return seq_err(e, "config '%s': \"layer_types\" is not the list use_sliding_window, sliding_window and "
-                           "max_window_layers give (layer %d should be \"%s\"): seqpar keeps a Qwen2's window in those "
+                           "max_window_layers give (layer %d should be \"%s\"): seqpar keeps a Qwen's window in those "
                            "three; remove layer_types if they describe the checkpoint", path, l,
                            sliding ? "sliding_attention" : "full_attention");
     }
-    c->sliding_window = window && c->qwen2_max_window_layers < c->num_hidden_layers ? window : 0;
+    c->sliding_window = window && c->qwen_max_window_layers < c->num_hidden_layers ? window : 0;
     return 0;
 }
 
@@ -349,6 +354,10 @@ static int config_from_json(json_t *root, const char *path, LlamaConfig *c, SeqE
     if (reject_unsupported(root, path, &c->family, e) != 0) return -1;
     const int mistral = c->family == LLAMA_FAMILY_MISTRAL; /* transformers' MistralConfig defaults */
     const int qwen2 = c->family == LLAMA_FAMILY_QWEN2;     /* and Qwen2Config's */
+    const int qwen3 = c->family == LLAMA_FAMILY_QWEN3;     /* and Qwen3Config's */
+    if (qwen3 && json_is_null(json_object_get(root, "head_dim")))
+        return seq_err(e, "config '%s': \"head_dim\" is null, which transformers' Qwen3 cannot use: give the model's "
+                       "head_dim (Qwen3Config's default is 128)", path);
     int head_dim_given = field(root, "head_dim") != NULL;
     if (int_field(root, "hidden_size", 1, 0, path, &c->hidden_size, e) ||
         int_field(root, "intermediate_size", 1, 0, path, &c->intermediate_size, e) ||
@@ -358,26 +367,29 @@ static int config_from_json(json_t *root, const char *path, LlamaConfig *c, SeqE
         /* absent from a Mistral's config: MistralConfig's 8; null (and a Llama's absent): the heads */
         int_field(root, "num_key_value_heads", 0,
                   mistral && !json_object_get(root, "num_key_value_heads")  ? 8
-                  : qwen2 && !json_object_get(root, "num_key_value_heads") ? 32
+                  : (qwen2 || qwen3) && !json_object_get(root, "num_key_value_heads") ? 32
                                                                              : c->num_attention_heads,
                   path, &c->num_key_value_heads, e) ||
-        int_field(root, "max_position_embeddings", 0, mistral ? 131072 : qwen2 ? 32768 : 2048, path,
+        int_field(root, "max_position_embeddings", 0, mistral ? 131072 : qwen2 || qwen3 ? 32768 : 2048, path,
                   &c->max_position_embeddings, e) ||
         /* 0 marks head_dim as implicit for llama_config_check; filled in after validation. */
-        int_field(root, "head_dim", 0, 0, path, &c->head_dim, e) ||
+        int_field(root, "head_dim", 0, qwen3 ? 128 : 0, path, &c->head_dim, e) || /* Qwen3Config: 128 */
         number_field(root, "rms_norm_eps", 1e-6, path, &eps, e) ||
         number_field(root, "rope_theta", 10000.0, path, &c->rope_theta, e))
         return -1;
     c->rms_norm_eps = (float)eps;
     if (bool_field(root, "tie_word_embeddings", 0, path, &c->tie_word_embeddings, e) != 0) return -1;
-    if (read_sliding_window(root, path, c, e) != 0 || read_qwen2_window(root, path, c, e) != 0) return -1;
-    if (c->family == LLAMA_FAMILY_LLAMA && bool_field(root, "attention_bias", 0, path, &c->o_bias, e) != 0) return -1;
-    c->qkv_bias = c->family == LLAMA_FAMILY_QWEN2 || c->o_bias; /* LlamaAttention: all four, Qwen2Attention: q, k, v */
+    if (read_sliding_window(root, path, c, e) != 0 || read_qwen_window(root, path, c, e) != 0) return -1;
+    if ((c->family == LLAMA_FAMILY_LLAMA || qwen3) && bool_field(root, "attention_bias", 0, path, &c->o_bias, e) != 0)
+        return -1;
+    /* LlamaAttention and Qwen3Attention: all four or none; Qwen2Attention: q, k, v */
+    c->qkv_bias = qwen2 || c->o_bias;
+    c->qk_norm = qwen3;
     if (read_carried(root, path, c, e) != 0) return -1;
     if (read_padding_idx(root, path, c, e) != 0) return -1;
     if (read_rope_settings(root, path, c, e) != 0) return -1;
 
-    if (!head_dim_given && c->num_attention_heads > 0 && c->hidden_size % c->num_attention_heads == 0)
+    if (!head_dim_given && !qwen3 && c->num_attention_heads > 0 && c->hidden_size % c->num_attention_heads == 0)
         c->head_dim = c->hidden_size / c->num_attention_heads;
     char where[1200];
     snprintf(where, sizeof where, "config '%.1000s'", path);
@@ -461,16 +473,18 @@ static double float_as_short_decimal(float x) {
 
 int config_json_save(const char *path, const LlamaConfig *c, SeqErr *e) {
     json_t *root = json_object();
-    const int mistral = c->family == LLAMA_FAMILY_MISTRAL, qwen2 = c->family == LLAMA_FAMILY_QWEN2;
+    const int mistral = c->family == LLAMA_FAMILY_MISTRAL, qwen2 = c->family == LLAMA_FAMILY_QWEN2,
+              qwen3 = c->family == LLAMA_FAMILY_QWEN3;
     json_object_set_new(root, "architectures", json_pack("[s]", mistral ? "MistralForCausalLM"
                                                                 : qwen2 ? "Qwen2ForCausalLM"
+                                                                : qwen3 ? "Qwen3ForCausalLM"
                                                                         : "LlamaForCausalLM"));
-    json_object_set_new(root, "model_type", json_string(mistral ? "mistral" : qwen2 ? "qwen2" : "llama"));
+    json_object_set_new(root, "model_type", json_string(mistral ? "mistral" : qwen2 ? "qwen2" : qwen3 ? "qwen3" : "llama"));
     if (mistral) json_object_set_new(root, "sliding_window", c->sliding_window ? json_integer(c->sliding_window) : json_null());
-    if (qwen2) {
-        json_object_set_new(root, "use_sliding_window", json_boolean(c->qwen2_use_window));
-        json_object_set_new(root, "sliding_window", c->qwen2_window ? json_integer(c->qwen2_window) : json_null());
-        json_object_set_new(root, "max_window_layers", json_integer(c->qwen2_max_window_layers));
+    if (qwen2 || qwen3) {
+        json_object_set_new(root, "use_sliding_window", json_boolean(c->qwen_use_window));
+        json_object_set_new(root, "sliding_window", c->qwen_window ? json_integer(c->qwen_window) : json_null());
+        json_object_set_new(root, "max_window_layers", json_integer(c->qwen_max_window_layers));
     }
     json_object_set_new(root, "hidden_act", json_string("silu"));
     json_object_set_new(root, "hidden_size", json_integer(c->hidden_size));
@@ -501,8 +515,8 @@ int config_json_save(const char *path, const LlamaConfig *c, SeqErr *e) {
     json_object_set_new(root, "rope_parameters", rope); /* transformers 5 */
     json_object_set_new(root, "tie_word_embeddings", json_boolean(c->tie_word_embeddings));
     json_object_set_new(root, "torch_dtype", json_string("float32"));
-    const int llama = !mistral && !qwen2; /* the others have neither option */
-    if (llama) json_object_set_new(root, "attention_bias", json_boolean(c->o_bias));
+    const int llama = !mistral && !qwen2 && !qwen3; /* the others have no mlp_bias, a Qwen3 attention_bias */
+    if (llama || qwen3) json_object_set_new(root, "attention_bias", json_boolean(c->o_bias));
     json_object_set_new(root, "attention_dropout", json_real(0.0));
     if (llama) json_object_set_new(root, "mlp_bias", json_false());
     json_object_set_new(root, "initializer_range", json_real(0.02));

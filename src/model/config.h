@@ -1,7 +1,8 @@
 /* The Llama model configuration: the fields of a Hugging Face config.json that seqpar uses (a
  * Llama, with or without attention biases; a Mistral: the same model with a sliding attention
  * window, which seqpar computes for sequences no longer than the window; a Qwen2: a Llama with
- * biases on q, k and v, its optional window computed as a Mistral's). */
+ * biases on q, k and v, its optional window computed as a Mistral's; a Qwen3: a Llama with RMSNorms
+ * over each head of q and k, optional attention biases, a Qwen2's window). */
 #ifndef SEQPAR_MODEL_CONFIG_H
 #define SEQPAR_MODEL_CONFIG_H
 
@@ -29,15 +30,17 @@ typedef struct {
     double rope_factor;         /* linear and llama3 */
     double rope_low_freq_factor, rope_high_freq_factor; /* llama3 */
     int rope_original_max_position_embeddings;          /* llama3 */
-    int family;                 /* LLAMA_FAMILY_LLAMA (0), _MISTRAL or _QWEN2: config.json's model_type */
+    int family;                 /* LLAMA_FAMILY_LLAMA (0), _MISTRAL, _QWEN2 or _QWEN3: config.json's model_type */
     int sliding_window;         /* Mistral, Qwen2: each token of a windowed layer attends to this many
                                    latest tokens; 0: all (no layer has a window) */
     int qkv_bias;               /* 1: q_proj, k_proj, v_proj have biases (Qwen2; a Llama's attention_bias) */
-    int o_bias;                 /* 1: o_proj has a bias (a Llama's attention_bias) */
-    /* a Qwen2's window settings as config.json gave them, written back on save:
+    int o_bias;                 /* 1: o_proj has a bias (a Llama's or a Qwen3's attention_bias) */
+    int qk_norm;                /* 1: q and k pass an RMSNorm over each head (weights of head_dim) before
+                                   RoPE: a Qwen3's q_norm, k_norm */
+    /* a Qwen2's or Qwen3's window settings as config.json gave them, written back on save:
      * use_sliding_window, its sliding_window (0: null) and max_window_layers (layers from this
      * index on have the window) */
-    int qwen2_use_window, qwen2_window, qwen2_max_window_layers;
+    int qwen_use_window, qwen_window, qwen_max_window_layers;
     /* config.json's fields that seqpar does not compute with but a saved model must keep for
      * transformers (bos/eos/pad_token_id, an initializer_range other than 0.02): a compact JSON object of those present
      * in the config it was read from, "" for none (a model from size flags); written back on save. */
@@ -45,7 +48,7 @@ typedef struct {
 } LlamaConfig;
 
 enum { LLAMA_ROPE_DEFAULT = 0, LLAMA_ROPE_LINEAR = 1, LLAMA_ROPE_LLAMA3 = 2 };
-enum { LLAMA_FAMILY_LLAMA = 0, LLAMA_FAMILY_MISTRAL = 1, LLAMA_FAMILY_QWEN2 = 2 };
+enum { LLAMA_FAMILY_LLAMA = 0, LLAMA_FAMILY_MISTRAL = 1, LLAMA_FAMILY_QWEN2 = 2, LLAMA_FAMILY_QWEN3 = 3 };
 
 /* The RoPE inverse frequency of pair j (0 <= j < head_dim / 2), in double, exactly as
  * transformers' rope init functions compute it: theta^(-2j/head_dim), then for "linear" divided

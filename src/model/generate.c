@@ -33,7 +33,7 @@ int generator_init(Generator *g, const LlamaModel *m, int max_len, int max_chunk
     g->gate = xmalloc(sizeof(float) * T * F);
     g->up = xmalloc(sizeof(float) * T * F);
     g->h = xmalloc(sizeof(float) * T * F);
-    g->rstd = xmalloc(sizeof(float) * T);
+    g->rstd = xmalloc(sizeof(float) * T * (size_t)c->num_attention_heads); /* per head: q/k norms */
     g->rope_cos = xmalloc(sizeof(float) * T * (size_t)(c->head_dim / 2 > 0 ? c->head_dim / 2 : 1));
     g->rope_sin = xmalloc(sizeof(float) * T * (size_t)(c->head_dim / 2 > 0 ? c->head_dim / 2 : 1));
     g->scores = xmalloc(sizeof(double) * (size_t)max_len);
@@ -117,6 +117,10 @@ int generator_forward(Generator *g, const int *tokens, int n, float *logits, flo
             bias_add_rows(g->q, (size_t)H * hd, w->q_bias, n, H * hd);
             bias_add_rows(g->k, (size_t)Hkv * hd, w->k_bias, n, Hkv * hd);
             bias_add_rows(g->v, (size_t)Hkv * hd, w->v_bias, n, Hkv * hd);
+        }
+        if (w->q_norm) { /* Qwen3: each head of q and k normed before RoPE */
+            rmsnorm_forward(g->q, g->rstd, g->q, w->q_norm, n * H, hd, c->rms_norm_eps);
+            rmsnorm_forward(g->k, g->rstd, g->k, w->k_norm, n * Hkv, hd, c->rms_norm_eps);
         }
         rope_forward(g->q, g->rope_cos, g->rope_sin, n, H, hd);
         rope_forward(g->k, g->rope_cos, g->rope_sin, n, Hkv, hd);

@@ -21,7 +21,7 @@ typedef struct {
     float *v_cache;       /* (L, max_len, Hkv*d) */
     /* scratch for up to max_chunk tokens */
     float *x, *xn, *q, *k, *v, *o; /* (T, D) (T, D) (T, H d) (T, Hkv d) (T, Hkv d) (T, H d) */
-    float *gate, *up, *h, *rstd;   /* (T, F) x3, (T) */
+    float *gate, *up, *h, *rstd;   /* (T, F) x3, (T, H) */
     float *rope_cos, *rope_sin;                       /* (T, d/2) */
     double *scores;                                   /* (max_len) */
     int *positions;                                   /* (T) */

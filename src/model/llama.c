@@ -26,15 +26,19 @@ static void add_tensor(ParamTable *t, size_t cap, const char *name, int64_t rows
     t->total += p->numel;
 }
 
-int llama_layer_tensors(const LlamaConfig *c) { return 9 + 3 * (c->qkv_bias != 0) + (c->o_bias != 0); }
+int llama_layer_tensors(const LlamaConfig *c) {
+    return 9 + 3 * (c->qkv_bias != 0) + (c->o_bias != 0) + 2 * (c->qk_norm != 0);
+}
 
 void llama_bind_layer(LlamaLayerWeights *w, float *base, size_t origin, const ParamTable *t, const LlamaConfig *c,
                       int l) {
-    float **f[13] = {&w->input_norm, &w->q_proj, &w->q_bias, &w->k_proj, &w->k_bias, &w->v_proj, &w->v_bias,
-                     &w->o_proj, &w->o_bias, &w->post_norm, &w->gate_proj, &w->up_proj, &w->down_proj};
-    const int has[13] = {1, 1, c->qkv_bias, 1, c->qkv_bias, 1, c->qkv_bias, 1, c->o_bias, 1, 1, 1, 1};
+    float **f[15] = {&w->input_norm, &w->q_proj, &w->q_bias, &w->k_proj, &w->k_bias, &w->v_proj, &w->v_bias,
+                     &w->o_proj, &w->o_bias, &w->q_norm, &w->k_norm, &w->post_norm, &w->gate_proj, &w->up_proj,
+                     &w->down_proj};
+    const int has[15] = {1, 1, c->qkv_bias, 1, c->qkv_bias, 1, c->qkv_bias, 1, c->o_bias, c->qk_norm, c->qk_norm,
+                         1, 1, 1, 1};
     int i = 1 + l * llama_layer_tensors(c); /* the layer's first tensor in the table */
-    for (int k = 0; k < 13; k++) {
+    for (int k = 0; k < 15; k++) {
         *f[k] = has[k] && base ? base + (t->t[i].offset - origin) : NULL;
         if (has[k]) i++;
     }
@@ -72,6 +76,8 @@ void llama_build(LlamaModel *m, const LlamaConfig *cfg) {
         if (c->qkv_bias) LAYER_TENSOR("self_attn.v_proj.bias", kvd, 0, 1);
         LAYER_TENSOR("self_attn.o_proj.weight", D, qd, 0);
         if (c->o_bias) LAYER_TENSOR("self_attn.o_proj.bias", D, 0, 1);
+        if (c->qk_norm) LAYER_TENSOR("self_attn.q_norm.weight", c->head_dim, 0, 1);
+        if (c->qk_norm) LAYER_TENSOR("self_attn.k_norm.weight", c->head_dim, 0, 1);
         LAYER_TENSOR("post_attention_layernorm.weight", D, 0, 1);
         LAYER_TENSOR("mlp.gate_proj.weight", F, D, 0);
         LAYER_TENSOR("mlp.up_proj.weight", F, D, 0);
@@ -194,6 +200,9 @@ struct LlamaActs {
                              recomputed in backward */
     float *dx;            /* (N, D) */
     float *dxn;           /* (xn_rows, D) its gradient */
+    /* per-head q/k norms (cfg.qk_norm): the rstd of a chunk's heads, forward and backward, and the
+       backward's projection output made again and its gradient, (xn_rows, max(H, Hkv) d) each */
+    float *qk_rstd, *qk_x, *qk_dx;
     float *dq, *dk, *dv, *dout; /* attention gradients */
     /* the MLP's F-wide rows, here and in LayerActs, are ldF floats apart (linear_row_stride(F)),
        their padding zero from the start and forever after (see ffn_rows_alloc) */
@@ -486,6 +495,13 @@ LlamaActs *llama_acts_create_opts(const LlamaModel *m, const SeqAttention *attn,
     a->xn = alloc_floats((size_t)a->xn_rows * D);
     a->dx = alloc_floats(Nn * D);
     a->dxn = alloc_floats((size_t)a->xn_rows * D);
+    if (c->qk_norm) {
+        const size_t heads = (size_t)(c->num_attention_heads > c->num_key_value_heads ? c->num_attention_heads
+                                                                                       : c->num_key_value_heads);
+        a->qk_rstd = alloc_floats((size_t)a->xn_rows * heads);
+        a->qk_x = alloc_floats((size_t)a->xn_rows * heads * (size_t)c->head_dim);
+        a->qk_dx = alloc_floats((size_t)a->xn_rows * heads * (size_t)c->head_dim);
+    }
     a->saved_floats = attn->saved_floats;
     a->saved_bf16 = attn->bf16_floats <= attn->saved_floats - attn->kept_floats ? attn->bf16_floats : 0;
     /* bf16 per-layer copies (none under streaming: no layer keeps q, k, v or o) */
@@ -582,7 +598,7 @@ void llama_acts_free(LlamaActs *a) {
     bf16_scratch_free(&a->mm_scratch);
     xfree(a->x_mid_shared);
     xfree(a->residual); xfree(a->rope_cos); xfree(a->rope_sin); xfree(a->rstd_final);
-    xfree(a->xn); xfree(a->dx); xfree(a->dxn); xfree(a->dq); xfree(a->dk); xfree(a->dv); xfree(a->dout);
+    xfree(a->xn); xfree(a->dx); xfree(a->dxn); xfree(a->qk_rstd); xfree(a->qk_x); xfree(a->qk_dx); xfree(a->dq); xfree(a->dk); xfree(a->dv); xfree(a->dout);
     xfree(a->x_mid_c); xfree(a->o_c); xfree(a->rstd1_c); xfree(a->rstd2_c);
     xfree(a->h); xfree(a->gate_c); xfree(a->up_c); xfree(a->ce_workspace);
     xfree(a);
@@ -634,6 +650,7 @@ void llama_recompute_flops_parts(const LlamaConfig *c, double seq_len, int check
     if (checkpoint == LLAMA_CKPT_LAYER) per_layer += proj, attn = attn_fwd;
     if (checkpoint == LLAMA_CKPT_SELECTIVE) per_layer += proj;
     if (x_mid_again && checkpoint == LLAMA_CKPT_NONE) per_layer += 2.0 * D * qd; /* o_proj's forward again */
+    if (c->qk_norm) per_layer += 2.0 * D * (qd + kvd); /* q and k made again for their norms' backward */
     *dense = per_layer * c->num_hidden_layers;
     *attention = attn * c->num_hidden_layers;
 }
@@ -798,6 +815,10 @@ static void qkv_rows(const LlamaModel *m, LlamaActs *a, int l, const float *x_in
         bias_add_rows(k, (size_t)Hkv * hd, w->k_bias, n, Hkv * hd);
         bias_add_rows(v, (size_t)Hkv * hd, w->v_bias, n, Hkv * hd);
     }
+    if (w->q_norm) { /* each head of q and k normed in place, in fp32, before RoPE (Qwen3) */
+        rmsnorm_forward(q, a->qk_rstd, q, w->q_norm, n * H, hd, c->rms_norm_eps);
+        rmsnorm_forward(k, a->qk_rstd, k, w->k_norm, n * Hkv, hd, c->rms_norm_eps);
+    }
     if (a->precision == PRECISION_BF16) { /* attention's inputs are bf16: q, k rounded as RoPE writes them */
         rope_forward_bf16(q, a->rope_cos + rope_off, a->rope_sin + rope_off, n, H, hd);
         rope_forward_bf16(k, a->rope_cos + rope_off, a->rope_sin + rope_off, n, Hkv, hd);
@@ -947,16 +968,40 @@ static void mlp_backward(LlamaModel *m, LlamaActs *a, int l) {
     mlp_backward_rows(m, a, l, L->x_mid, L->rstd2, a->dx, a->N);
 }
 
-/* The q, k, v biases' gradients over n rows of dq, dk, dv (the projections' output gradients,
- * RoPE's backward applied), where the model has them. */
-static void qkv_bias_grads(LlamaModel *m, int l, const float *dq, const float *dk, const float *dv, int n) {
+/* The backward of the q, k, v projections over n rows: on entry a->xn holds the rows' normed
+ * input and dq, dk, dv the gradients of q, k, v as RoPE takes them (RoPE's backward applied);
+ * gives the projections' weight (and bias) gradients and a->dxn = their input gradient. With
+ * per-head q/k norms (Qwen3) each projection's output is made again from a->xn by the forward's
+ * own product (the same call, so the same values) into a->qk_x, its norm's rstd again into
+ * a->qk_rstd, and the norm's backward turns dq (dk) into the projection's output gradient in
+ * a->qk_dx. */
+static void qkv_backward_rows(LlamaModel *m, LlamaActs *a, int l, const float *dq, const float *dk, const float *dv,
+                              int n) {
+    const LlamaConfig *c = &m->cfg;
+    const LlamaLayerWeights *w = &m->w.layers[l];
     LlamaLayerWeights *g = &m->g.layers[l];
-    if (!g->q_bias) return;
-    const size_t qd = (size_t)m->cfg.num_attention_heads * m->cfg.head_dim;
-    const size_t kvd = (size_t)m->cfg.num_key_value_heads * m->cfg.head_dim;
-    bias_grad_rows(g->q_bias, dq, qd, n, (int)qd);
-    bias_grad_rows(g->k_bias, dk, kvd, n, (int)kvd);
-    bias_grad_rows(g->v_bias, dv, kvd, n, (int)kvd);
+    const int D = c->hidden_size, hd = c->head_dim, H = c->num_attention_heads, Hkv = c->num_key_value_heads;
+    const unsigned both = BF16_IN_ROUNDED | BF16_DOUT_ROUNDED;
+    const struct { const float *d, *W, *bias, *norm; float *gW, *gbias, *gnorm; int heads; } p[3] = {
+        {dq, w->q_proj, w->q_bias, w->q_norm, g->q_proj, g->q_bias, g->q_norm, H},
+        {dk, w->k_proj, w->k_bias, w->k_norm, g->k_proj, g->k_bias, g->k_norm, Hkv},
+        {dv, w->v_proj, w->v_bias, NULL, g->v_proj, g->v_bias, NULL, Hkv}};
+    for (int i = 0; i < 3; i++) {
+        const int cols = p[i].heads * hd;
+        const float *d = p[i].d;
+        if (p[i].norm) {
+            float *x = a->qk_x, *dx = a->qk_dx;
+            mm_forward(a, x, a->xn, p[i].W, n, D, cols, 0, BF16_IN_ROUNDED);
+            if (p[i].bias) bias_add_rows(x, (size_t)cols, p[i].bias, n, cols);
+            rmsnorm_forward(dx, a->qk_rstd, x, p[i].norm, n * p[i].heads, hd, c->rms_norm_eps); /* its rstd */
+            memset(dx, 0, sizeof(float) * (size_t)n * (size_t)cols);
+            rmsnorm_backward(dx, p[i].gnorm, d, x, p[i].norm, a->qk_rstd, n * p[i].heads, hd);
+            if (a->precision == PRECISION_BF16) bf16_round(dx, (size_t)n * (size_t)cols); /* a bf16 operand */
+            d = dx;
+        }
+        if (p[i].gbias) bias_grad_rows(p[i].gbias, d, (size_t)cols, n, cols);
+        mm_backward(a, a->dxn, i > 0, p[i].gW, d, a->xn, p[i].W, n, D, cols, both);
+    }
 }
 
 /* Layer l: x_out = layer(x_in), filling L's saved activations (and a->xn, a->h as scratch). */
@@ -1005,12 +1050,8 @@ static void layer_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn, int 
     for (int r0 = 0; r0 < N; r0 += a->ffn_rows) {
         const int n = ffn_chunk_rows(a, a->N, r0);
         const float *xr = x_in + (size_t)r0 * D;
-        const unsigned both = BF16_IN_ROUNDED | BF16_DOUT_ROUNDED;
         norm_rounded(a, a->xn, L->rstd1 + r0, xr, w->input_norm, n, D, c->rms_norm_eps);
-        mm_backward(a, a->dxn, 0, g->q_proj, a->dq + (size_t)r0 * qd, a->xn, w->q_proj, n, D, H * hd, both);
-        mm_backward(a, a->dxn, 1, g->k_proj, a->dk + (size_t)r0 * kvd, a->xn, w->k_proj, n, D, Hkv * hd, both);
-        mm_backward(a, a->dxn, 1, g->v_proj, a->dv + (size_t)r0 * kvd, a->xn, w->v_proj, n, D, Hkv * hd, both);
-        qkv_bias_grads(m, l, a->dq + (size_t)r0 * qd, a->dk + (size_t)r0 * kvd, a->dv + (size_t)r0 * kvd, n);
+        qkv_backward_rows(m, a, l, a->dq + (size_t)r0 * qd, a->dk + (size_t)r0 * kvd, a->dv + (size_t)r0 * kvd, n);
         rmsnorm_backward(a->dx + (size_t)r0 * D, g->input_norm, a->dxn, xr, w->input_norm, L->rstd1 + r0, n, D);
     }
 }
@@ -1048,7 +1089,7 @@ static void stream_layer_backward(LlamaModel *m, LlamaActs *a, SeqAttention *att
     const LlamaConfig *c = &m->cfg;
     const LlamaLayerWeights *w = &m->w.layers[l];
     LlamaLayerWeights *g = &m->g.layers[l];
-    const int D = c->hidden_size, H = c->num_attention_heads, Hkv = c->num_key_value_heads, hd = c->head_dim;
+    const int D = c->hidden_size, H = c->num_attention_heads, hd = c->head_dim;
     const int n = a->sc;
     const float *saved = a->layers[l].saved;
     if (a->checkpoint == LLAMA_CKPT_LAYER) stream_layer_forward(m, a, attn, l, 0);
@@ -1068,14 +1109,10 @@ static void stream_layer_backward(LlamaModel *m, LlamaActs *a, SeqAttention *att
     for (int i = 0; i < a->su; i++) {
         const size_t r0 = (size_t)i * n;
         const float *x_in = residual_at(a, c, l) + r0 * D;
-        const unsigned both = BF16_IN_ROUNDED | BF16_DOUT_ROUNDED;
         attn->backward_chunk(attn, i, saved, a->dq, a->dk, a->dv);
         rope_backward_rounded(m, a, (int)r0, n);
         norm_rounded(a, a->xn, a->rstd1_c, x_in, w->input_norm, n, D, c->rms_norm_eps);
-        mm_backward(a, a->dxn, 0, g->q_proj, a->dq, a->xn, w->q_proj, n, D, H * hd, both);
-        mm_backward(a, a->dxn, 1, g->k_proj, a->dk, a->xn, w->k_proj, n, D, Hkv * hd, both);
-        mm_backward(a, a->dxn, 1, g->v_proj, a->dv, a->xn, w->v_proj, n, D, Hkv * hd, both);
-        qkv_bias_grads(m, l, a->dq, a->dk, a->dv, n);
+        qkv_backward_rows(m, a, l, a->dq, a->dk, a->dv, n);
         rmsnorm_backward(a->dx + r0 * D, g->input_norm, a->dxn, x_in, w->input_norm, a->rstd1_c, n, D);
     }
 }

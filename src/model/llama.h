@@ -27,6 +27,9 @@ typedef struct {
     float *k_bias;     /* (Hkv*d) */
     float *v_bias;     /* (Hkv*d) */
     float *o_bias;     /* (D) */
+    /* per-head RMSNorm weights of q and k (cfg.qk_norm: a Qwen3's q_norm, k_norm), NULL without */
+    float *q_norm;     /* (d) */
+    float *k_norm;     /* (d) */
 } LlamaLayerWeights;
 
 typedef struct {
@@ -72,9 +75,9 @@ typedef struct LlamaModel {
     const LlamaHooks *hooks; /* NULL: none (llama_build leaves it NULL) */
 } LlamaModel;
 
-/* Tensors per decoder layer in the parameter table (9, plus its biases). The table's order:
- * the embedding; per layer input norm, q [bias], k [bias], v [bias], o [bias], post norm, gate,
- * up, down; the final norm; the head unless tied. */
+/* Tensors per decoder layer in the parameter table (9, plus its biases and q/k norms). The
+ * table's order: the embedding; per layer input norm, q [bias], k [bias], v [bias], o [bias],
+ * [q norm, k norm], post norm, gate, up, down; the final norm; the head unless tied. */
 int llama_layer_tensors(const LlamaConfig *cfg);
 /* Points w's fields at layer l's tensors of table t inside `base`, which holds the flat buffer
  * from element `origin` on (base NULL: every field NULL). */

@@ -32,7 +32,8 @@ void memory_model_unit_sizes(const LlamaConfig *c, double *embed, double *layer,
     double D = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
     double qd = (double)c->num_attention_heads * c->head_dim, kvd = (double)c->num_key_value_heads * c->head_dim;
     *embed = V * D;
-    *layer = 2 * D + 2 * qd * D + 2 * kvd * D + 3 * F * D + (c->qkv_bias ? qd + 2 * kvd : 0) + (c->o_bias ? D : 0);
+    *layer = 2 * D + 2 * qd * D + 2 * kvd * D + 3 * F * D + (c->qkv_bias ? qd + 2 * kvd : 0) + (c->o_bias ? D : 0) +
+             (c->qk_norm ? 2.0 * c->head_dim : 0);
     *tail = D + (c->tie_word_embeddings ? 0 : V * D);
 }
 
@@ -269,6 +270,11 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
         if (x_mid_shared) layer_set += N * D;
         layer_set += N * d /* rope */ + (stream ? 1 : N) /* rstd_final */ + N * D /* dx */ +
                      2 * Xr * D /* xn, dxn */ + (N < 256 ? N : 256) * V;
+        if (c->qk_norm) { /* per-head q/k norms: rstd, the projection made again, its gradient */
+            const double heads = c->num_attention_heads > c->num_key_value_heads ? c->num_attention_heads
+                                                                                  : c->num_key_value_heads;
+            layer_set += Xr * heads * (1 + 2 * d);
+        }
         /* the MLP's h (dgate, dup go into gate, up), gate_c, up_c; the attention half's dq, dk, dv,
          * dout and under none the widened set: on whole layers one buffer as large as the larger
          * of the two (llama.c's phases_alloc) */
