@@ -223,22 +223,28 @@ static int reject_unsupported(json_t *root, const char *path, int *family, SeqEr
     return 0;
 }
 
-/* A Mistral's sliding_window: absent, transformers' MistralConfig default (4096); null, none. */
-static int read_sliding_window(json_t *root, const char *path, LlamaConfig *c, SeqErr *e) {
-    if (c->family != LLAMA_FAMILY_MISTRAL) return 0;
+/* "sliding_window" into *window: absent, the default of MistralConfig, Qwen2Config and Qwen3Config
+ * (4096); null, none (0); else a positive integer. */
+static int window_field(json_t *root, const char *path, int *window, SeqErr *e) {
     json_t *v = json_object_get(root, "sliding_window");
-    if (!v) c->sliding_window = 4096;
-    else if (json_is_null(v)) c->sliding_window = 0;
+    if (!v) *window = 4096;
+    else if (json_is_null(v)) *window = 0;
     else if (json_is_integer(v) && json_integer_value(v) >= 1 && json_integer_value(v) <= INT_MAX)
-        c->sliding_window = (int)json_integer_value(v);
+        *window = (int)json_integer_value(v);
     else
         return seq_err(e, "config '%s': \"sliding_window\" must be a positive JSON integer (tokens) or null (no "
                        "window), found %s", path, json_is_integer(v) ? "an integer below 1" : json_type_name(v));
     return 0;
 }
 
-/* A Qwen2's or Qwen3's window (Qwen2Config, Qwen3Config): use_sliding_window (default false) turns on sliding_window
- * (default 4096; null: none) for the layers from max_window_layers (default 28) on, which
+/* A Mistral's sliding_window: every layer has it. */
+static int read_sliding_window(json_t *root, const char *path, LlamaConfig *c, SeqErr *e) {
+    if (c->family != LLAMA_FAMILY_MISTRAL) return 0;
+    return window_field(root, path, &c->sliding_window, e);
+}
+
+/* A Qwen2's or Qwen3's window (Qwen2Config, Qwen3Config): use_sliding_window (default false) turns
+ * on sliding_window (default 4096; null: none) for the layers from max_window_layers (default 28) on, which
  * layer_types spells out when present; seqpar computes the window as a Mistral's, for sequences
  * no longer than it (c->sliding_window, 0 where no layer has one). layer_types must be what the
  * other three give (a saved config writes those three back, and transformers derives it). */
@@ -250,14 +256,7 @@ static int read_qwen_window(json_t *root, const char *path, LlamaConfig *c, SeqE
     if (c->qwen_max_window_layers < 0)
         return seq_err(e, "config '%s': \"max_window_layers\" %d is negative: give the index of the first layer with "
                        "the window (0 to num_hidden_layers)", path, c->qwen_max_window_layers);
-    json_t *v = json_object_get(root, "sliding_window");
-    if (!v) c->qwen_window = 4096;
-    else if (json_is_null(v)) c->qwen_window = 0;
-    else if (json_is_integer(v) && json_integer_value(v) >= 1 && json_integer_value(v) <= INT_MAX)
-        c->qwen_window = (int)json_integer_value(v);
-    else
-        return seq_err(e, "config '%s': \"sliding_window\" must be a positive JSON integer (tokens) or null (no "
-                       "window), found %s", path, json_is_integer(v) ? "an integer below 1" : json_type_name(v));
+    if (window_field(root, path, &c->qwen_window, e) != 0) return -1;
     const int window = c->qwen_use_window ? c->qwen_window : 0; /* as Qwen2Config.__post_init__ */
     json_t *types = field(root, "layer_types");
     for (int l = 0; types && l < c->num_hidden_layers; l++) {
