@@ -125,6 +125,16 @@ for fb in tiny_qwen2:qwen2:Qwen2ForCausalLM tiny_attn_bias:llama:LlamaForCausalL
         cmp -s "$T/$f.all/model.safetensors" "$T/$f.part/model.safetensors"; then ok
     else bad "train, save and resume of $f under ZeRO-3: $(head -c 300 "$T/$f.all/config.json" 2>&1 | tr '\n' ' ')"; fi
 done
+# the run header names the family and what it adds to a Llama
+for fw in "tiny_qwen3_bias:Qwen3 (q/k norms, q, k, v, o biases)" "tiny_qwen2:Qwen2 (q, k, v biases)" "tiny_mha:Llama,"; do
+    f=${fw%%:*} want=${fw#*:}
+    got=$(timeout 60 "$SEQPAR" train --model "$FIX/$f" --data "$FIX/$f/tokens.bin" --seq-len 16 --batch 1 --steps 1 \
+          --log "$T/hdr.jsonl" 2>&1 | grep '^model: ')
+    case "$got" in "model: $want"*) ok ;; *) bad "train's header for $f: '$got', expected 'model: $want...'" ;; esac
+done
+got=$(timeout 60 "$SEQPAR" train --model "$T/mistral_16" --data "$FIX/tiny_mha/tokens.bin" --seq-len 16 --batch 1 --steps 1 \
+      --log "$T/hdr.jsonl" 2>&1 | grep '^model: ')
+case "$got" in "model: Mistral (window 16), 2 layers"*) ok ;; *) bad "train's header for a Mistral: '$got'" ;; esac
 
 # ---- a save over a checkpoint keeps what the user put in its directory (a tokenizer.json for
 # transformers, notes, a subdirectory, a link: a save replaced the directory with the checkpoint's

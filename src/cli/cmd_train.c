@@ -904,8 +904,10 @@ int cmd_train(int argc, char **argv) {
         progress_log_run_start(log, o.log_path, st.step + 1, o.steps, par.topo.world_size, argc, argv);
         char desc[512];
         seq_parallel_describe(&par, desc, sizeof desc);
-        printf("model: %d layers, hidden %d, heads %d (kv %d), head_dim %d, ffn %d, vocab %d: %.3fM parameters\n",
-               c->num_hidden_layers, c->hidden_size, c->num_attention_heads, c->num_key_value_heads, c->head_dim,
+        char family[128];
+        llama_describe_family(c, family, sizeof family);
+        printf("model: %s, %d layers, hidden %d, heads %d (kv %d), head_dim %d, ffn %d, vocab %d: %.3fM parameters\n",
+               family, c->num_hidden_layers, c->hidden_size, c->num_attention_heads, c->num_key_value_heads, c->head_dim,
                c->intermediate_size, c->vocab_size, (double)model.table.total / 1e6);
         printf("data: %s, seq-len %d, batch %d; %d rank%s: %s\n", o.data, S, o.batch, par.topo.world_size,
                par.topo.world_size == 1 ? "" : "s", desc);

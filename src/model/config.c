@@ -5,6 +5,7 @@
 #include "model/config.h"
 
 #include <math.h>
+#include <stdio.h>
 
 #include "core/common.h"
 
@@ -137,6 +138,20 @@ const char *llama_rope_type_name(int rope_type) {
     case LLAMA_ROPE_LLAMA3: return "llama3";
     default: return "default";
     }
+}
+
+void llama_describe_family(const LlamaConfig *c, char *buf, size_t n) {
+    const char *name = c->family == LLAMA_FAMILY_MISTRAL ? "Mistral"
+                       : c->family == LLAMA_FAMILY_QWEN2 ? "Qwen2"
+                       : c->family == LLAMA_FAMILY_QWEN3 ? "Qwen3"
+                                                         : "Llama";
+    char opts[96] = "";
+    size_t len = 0;
+    if (c->qk_norm) len += (size_t)snprintf(opts + len, sizeof opts - len, ", q/k norms");
+    if (c->qkv_bias) len += (size_t)snprintf(opts + len, sizeof opts - len, ", %s biases", c->o_bias ? "q, k, v, o" : "q, k, v");
+    if (c->sliding_window) snprintf(opts + len, sizeof opts - len, ", window %d", c->sliding_window);
+    if (opts[0]) snprintf(buf, n, "%s (%s)", name, opts + 2);
+    else snprintf(buf, n, "%s", name);
 }
 
 double llama_rope_inv_freq(const LlamaConfig *c, int j) {

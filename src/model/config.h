@@ -6,6 +6,8 @@
 #ifndef SEQPAR_MODEL_CONFIG_H
 #define SEQPAR_MODEL_CONFIG_H
 
+#include <stddef.h>
+
 #define LLAMA_HF_CARRIED_MAX 1024
 
 typedef struct {
@@ -56,6 +58,9 @@ enum { LLAMA_FAMILY_LLAMA = 0, LLAMA_FAMILY_MISTRAL = 1, LLAMA_FAMILY_QWEN2 = 2,
  * 2*pi/inv_freq exceeds original_max_position_embeddings / low_freq_factor, kept when it is
  * below original_max_position_embeddings / high_freq_factor, and smoothly interpolated between. */
 double llama_rope_inv_freq(const LlamaConfig *c, int j);
+/* The family and its options for a run's header: "Llama", "Qwen2 (q, k, v biases)", "Qwen3 (q/k
+ * norms)", "Mistral (window 4096)", ... */
+void llama_describe_family(const LlamaConfig *c, char *buf, size_t n);
 /* The rope_type name of c ("default", "linear", "llama3"). */
 const char *llama_rope_type_name(int rope_type);
 
