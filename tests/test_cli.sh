@@ -688,6 +688,8 @@ expect_error "single file and index together" "both" "$SEQPAR" "${GL[@]}" --mode
 # configs of other families or options seqpar does not compute: refused by name; a config that
 # asks for biases the weights lack: the first missing bias named
 for c in mt:'s/"model_type": "llama"/"model_type": "gemma"/':gemma \
+         moe:'s/"model_type": "llama"/"model_type": "qwen3_moe"/':'"qwen3_moe".*seqpar trains Llama, Mistral, Qwen2 and Qwen3' \
+         mix:'s/"model_type": "llama"/"model_type": "mixtral"/':'"model_type" "mixtral"' \
          q3:'s/"model_type": "llama"/"model_type": "qwen3"/':'layers.0.self_attn.q_norm.weight missing' \
          mlp:'s/"mlp_bias": false/"mlp_bias": true/':mlp_bias \
          q2:'s/"model_type": "llama"/"model_type": "qwen2"/':'layers.0.self_attn.q_proj.bias missing' \

@@ -178,9 +178,9 @@ static int reject_unsupported(json_t *root, const char *path, int *family, SeqEr
               : !strcmp(mts, "qwen3") ? LLAMA_FAMILY_QWEN3
                                       : LLAMA_FAMILY_LLAMA;
     if (mt && strcmp(mts, "llama") && *family == LLAMA_FAMILY_LLAMA)
-        return seq_err(e, "config '%s' has \"model_type\" %s%.60s%s: seqpar trains Llama, Mistral and Qwen2 models "
-                       "only (model_type \"llama\", \"mistral\", \"qwen2\" or \"qwen3\"); other families compute a different "
-                       "model", path,
+        return seq_err(e, "config '%s' has \"model_type\" %s%.60s%s: seqpar trains Llama, Mistral, Qwen2 and "
+                       "Qwen3 models only (model_type \"llama\", \"mistral\", \"qwen2\" or \"qwen3\"); other "
+                       "families compute a different model", path,
                        json_is_string(mt) ? "\"" : "", json_is_string(mt) ? json_string_value(mt) : json_type_name(mt),
                        json_is_string(mt) ? "\"" : "");
     const char *on_fields[] = {"sliding_window", "use_sliding_window", "use_qk_norm", "qk_norm", "qk_layernorm",
@@ -189,9 +189,9 @@ static int reject_unsupported(json_t *root, const char *path, int *family, SeqEr
                                "residual_multiplier", "attention_multiplier"};
     for (size_t i = 0; i < ARRAY_LEN(on_fields); i++) {
         if (*family == LLAMA_FAMILY_MISTRAL && !strcmp(on_fields[i], "sliding_window")) continue; /* read below */
-        if ((*family == LLAMA_FAMILY_QWEN2 || *family == LLAMA_FAMILY_QWEN3) && (!strcmp(on_fields[i], "sliding_window") ||
-                                              !strcmp(on_fields[i], "use_sliding_window") ||
-                                              !strcmp(on_fields[i], "layer_types")))
+        const int qwen = *family == LLAMA_FAMILY_QWEN2 || *family == LLAMA_FAMILY_QWEN3;
+        if (qwen && (!strcmp(on_fields[i], "sliding_window") || !strcmp(on_fields[i], "use_sliding_window") ||
+                     !strcmp(on_fields[i], "layer_types")))
             continue; /* read below (read_qwen_window) */
         json_t *v = field(root, on_fields[i]);
         if (v && !json_is_false(v))
