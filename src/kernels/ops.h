@@ -108,8 +108,8 @@ void swiglu_backward(float *dgate, float *dup, const float *dh, const float *gat
 void swiglu_forward_bf16(float *h, const float *gate, const float *up, size_t n);
 void swiglu_backward_bf16(float *dgate, float *dup, const float *dh, const float *gate, const float *up, size_t n);
 
-/* Linear biases (HF nn.Linear's bias: q, k, v of a Qwen2, every attention projection of a Llama
- * with attention_bias). bias_add_rows: y[i][j] += b[j] over N rows of `cols` values, rows ld
+/* Linear biases (HF nn.Linear's bias: q, k, v of a Qwen2, every attention projection of a Llama or
+ * a Qwen3 with attention_bias). bias_add_rows: y[i][j] += b[j] over N rows of `cols` values, rows ld
  * apart. bias_grad_rows: db[j] += sum over the rows of dy[i][j], each column summed in row order
  * (the same sums for any thread count). */
 void bias_add_rows(float *y, size_t ld, const float *b, int N, int cols);

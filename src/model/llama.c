@@ -103,7 +103,7 @@ void llama_init_random_part(LlamaModel *m, uint64_t seed, size_t lo, size_t hi) 
         const ParamTensor *p = &m->table.t[i];
         float *w = m->params + p->offset;
         const size_t a = lo > p->offset ? lo - p->offset : 0, b = hi < p->offset ? 0 : hi - p->offset;
-        if (p->ndim == 1) { /* norms 1, biases 0 (xcalloc'd, or the checkpoint's: written) */
+        if (p->ndim == 1) { /* norm weights 1, biases 0 (transformers' _init_weights) */
             const size_t len = strlen(p->name);
             const float v = len > 5 && !strcmp(p->name + len - 5, ".bias") ? 0.0f : 1.0f;
             for (size_t j = a; j < p->numel && j < b; j++) w[j] = v;
@@ -598,7 +598,8 @@ void llama_acts_free(LlamaActs *a) {
     bf16_scratch_free(&a->mm_scratch);
     xfree(a->x_mid_shared);
     xfree(a->residual); xfree(a->rope_cos); xfree(a->rope_sin); xfree(a->rstd_final);
-    xfree(a->xn); xfree(a->dx); xfree(a->dxn); xfree(a->qk_rstd); xfree(a->qk_x); xfree(a->qk_dx); xfree(a->dq); xfree(a->dk); xfree(a->dv); xfree(a->dout);
+    xfree(a->xn); xfree(a->dx); xfree(a->dxn); xfree(a->dq); xfree(a->dk); xfree(a->dv); xfree(a->dout);
+    xfree(a->qk_rstd); xfree(a->qk_x); xfree(a->qk_dx);
     xfree(a->x_mid_c); xfree(a->o_c); xfree(a->rstd1_c); xfree(a->rstd2_c);
     xfree(a->h); xfree(a->gate_c); xfree(a->up_c); xfree(a->ce_workspace);
     xfree(a);
