@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""seqpar against transformers on real Qwen shapes: Qwen2.5-0.5B's and Qwen3-0.6B's configurations
+"""seqpar against transformers on real shapes: Qwen2.5-0.5B's, Qwen3-0.6B's and Llama-3.2-1B's configurations
 (transformers' own random initialisation, the 1-D biases and norms moved off their initial values),
 saved by save_pretrained as a user's download looks (bf16 safetensors in shards with an index,
-config.json with layer_types, dtype, token ids), then the float64 loss of 64 random tokens (ids up
-to 151935, an llm.c uint32 shard) in transformers, and `seqpar grad` on the same directory.
+config.json with layer_types, dtype, token ids, llama3 RoPE scaling), then the float64 loss of 64 random
+tokens (ids up to 128255, an llm.c uint32 shard) in transformers, and `seqpar grad` on the same directory.
 
-Needs torch and transformers (bench/.venv has both); not part of the test suite (2 x ~2.5 GB).
+Needs torch and transformers (bench/.venv has both); not part of the test suite (models of 2-5 GB,
+about 11 GB of memory at the largest).
     bench/.venv/bin/python tools/check_real_shapes.py [BUILD_DIR]
 Prints each model's two losses and their relative difference; exits 1 if one is above 1e-7.
 """
@@ -20,7 +21,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_fixtures  # noqa: E402  (the float64 patches, hf_loss)
-from transformers import AutoModelForCausalLM, Qwen2Config, Qwen3Config  # noqa: E402
+from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Config  # noqa: E402
 
 CONFIGS = {
     "Qwen2.5-0.5B": Qwen2Config(hidden_size=896, intermediate_size=4864, num_attention_heads=14, num_key_value_heads=2,
@@ -31,6 +32,13 @@ CONFIGS = {
                               head_dim=128, num_hidden_layers=28, vocab_size=151936, tie_word_embeddings=True,
                               rope_theta=1000000.0, max_position_embeddings=40960, rms_norm_eps=1e-6,
                               bos_token_id=151643, eos_token_id=151645, attention_bias=False),
+    "Llama-3.2-1B": LlamaConfig(hidden_size=2048, intermediate_size=8192, num_attention_heads=32, num_key_value_heads=8,
+                                head_dim=64, num_hidden_layers=16, vocab_size=128256, tie_word_embeddings=True,
+                                max_position_embeddings=131072, rms_norm_eps=1e-5, bos_token_id=128000,
+                                eos_token_id=[128001, 128008, 128009],
+                                rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0,
+                                                 "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                                 "original_max_position_embeddings": 8192}),
 }
 
 
@@ -41,7 +49,7 @@ def main():
     torch.set_num_threads(2)
     work = tempfile.mkdtemp(prefix="seqpar_real_")
     try:
-        toks = np.random.default_rng(7).integers(0, 151936, size=65).astype(np.uint32)
+        toks = np.random.default_rng(7).integers(0, 128256, size=65).astype(np.uint32)  # in every vocabulary
         shard = os.path.join(work, "tokens.bin")
         header = np.zeros(256, dtype="<i4")
         header[0], header[1], header[2] = 20240801, 7, len(toks)  # llm.c's uint32 shard
