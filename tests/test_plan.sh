@@ -58,6 +58,13 @@ traffic_case 4 2 1 --strategy ulysses --dp 1 --hp 4 --checkpoint selective --zer
 traffic_case 4 2 1 --strategy ring --dp 2 --cp 2 --checkpoint layer --zero 1 --zero-group 2
 traffic_case 4 2 0 --strategy lightseq --dp 1 --cp 4 --checkpoint selective --zero 0
 traffic_case 4 2 1 --strategy allgather --dp 1 --cp 4 --checkpoint layer --zero 3
+# a Qwen3 of M's sizes with attention biases: its biases and q/k norms in the gradient reduction
+# and ZeRO's gathers
+Q3="$T/qwen3"; mkdir -p "$Q3"
+printf '{"model_type": "qwen3", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
+ "head_dim": 16, "num_hidden_layers": 2, "vocab_size": 256, "attention_bias": true}\n' >"$Q3/config.json"
+traffic_case 4 2 1 --model "$Q3" --random-init --strategy ulysses --dp 2 --hp 2 --checkpoint none --zero 3
+traffic_case 4 2 1 --model "$Q3" --random-init --strategy ring --dp 2 --cp 2 --checkpoint selective --zero 1
 traffic_case 4 2 1 --strategy wallfacer --dp 1 --cp 4 --team 2 --placement team-first --checkpoint none --zero 0
 traffic_case 8 4 1 --strategy wallfacer --dp 1 --cp 8 --team 2 --placement ring-first --checkpoint selective --zero 0
 traffic_case 2 2 1 --strategy fpdt --dp 1 --hp 2 --chunks 2 --checkpoint selective --zero 0
