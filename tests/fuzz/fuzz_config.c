@@ -19,5 +19,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         c.head_dim % 2 != 0 || c.num_attention_heads % c.num_key_value_heads != 0 || c.num_hidden_layers <= 0 ||
         c.vocab_size <= 0)
         abort(); /* validation let an unusable configuration through */
+    if ((c.qk_norm && c.family != LLAMA_FAMILY_QWEN3) || (c.o_bias && !c.qkv_bias) || c.sliding_window < 0 ||
+        (c.family == LLAMA_FAMILY_QWEN2 && !c.qkv_bias))
+        abort(); /* a family read with options it does not have */
     return 0;
 }
