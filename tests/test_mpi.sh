@@ -130,6 +130,8 @@ grad_case $Q3B 48 4 --cp 4 --ring-inner 2 --checkpoint layer
 grad_case $Q3B 48 4 --strategy allgather --hp 2
 grad_case $Q3B 48 4 --strategy wallfacer --team 2
 grad_case $Q3B 48 4 --dp 2 --cp 2 --zero 2
+grad_case $Q3B 48 6 --hp 3 --cp 2 --placement context-first   # 6 ranks: 3 head ranks of 2 heads (1 KV) x 2
+grad_case $Q3B 48 6 --hp 2 --cp 3 --ring-inner 3 --zero 3 --dp 1 # 3 heads each (3 KV heads over 2) x a ring of 3
 # streaming against whole layers (--no-stream) on the same grid: the layers really stream, and the
 # files agree within 1e-5 of each tensor's scale (the weight gradients are summed per chunk: seen
 # 1e-6); streamed none and layer are bit-identical (ckpt_case below)
