@@ -91,6 +91,15 @@ def child_step(S, repeats, compiled, precision):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
     ids = torch.randint(0, 256, (1, S))
     labels = torch.randint(0, 256, (1, S))
+    r = time_train_steps(model, opt, ids, labels, repeats, compiled, precision)
+    r["rss_after_import_mib"] = base
+    return r
+
+
+def time_train_steps(model, opt, ids, labels, repeats, compiled, precision):
+    """A training step (forward, backward, clipping at 1, the optimizer; bf16: autocast), eager or
+    under torch.compile: one warm-up (and compilation), then the median of `repeats` timed steps."""
+    import torch
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -111,12 +120,12 @@ def child_step(S, repeats, compiled, precision):
         fn()
         ts.append(time.perf_counter() - t0)
     s = statistics.median(ts)
-    return {"step_s": s, "tokens_per_s": S / s, "peak_rss_mib": rss_mib(), "rss_after_import_mib": base,
-            "warmup_s": warm}
+    return {"step_s": s, "tokens_per_s": ids.shape[1] / s, "peak_rss_mib": rss_mib(), "warmup_s": warm}
 
 
-def run_child(args, timeout):
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", json.dumps(args)]
+def run_child(args, timeout, script=__file__):
+    """`script --child ARGS-JSON` in its own process: its last JSON line, or {"error": ...}."""
+    cmd = [sys.executable, os.path.abspath(script), "--child", json.dumps(args)]
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:

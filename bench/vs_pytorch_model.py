@@ -24,12 +24,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEQPAR = os.path.join(ROOT, "build", "seqpar")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from vs_pytorch import rss_mib  # noqa: E402  (VmHWM of this process image)
+from vs_pytorch import run_child as run_script_child, time_train_steps  # noqa: E402
 
 PRESETS = {  # the published configurations' sizes (random weights)
     "qwen3-0.6b": {"model_type": "qwen3", "hidden_size": 1024, "intermediate_size": 3072, "num_attention_heads": 16,
@@ -60,41 +59,13 @@ def child_step(config_path, S, repeats, compiled, precision, threads):
     model = AutoModelForCausalLM.from_config(cfg).float().train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
     ids = torch.randint(0, cfg.vocab_size, (1, S))
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        return loss
-
-    fn = torch.compile(step) if compiled else step
-    t0 = time.perf_counter()
-    fn()
-    warm = time.perf_counter() - t0
-    ts = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    s = statistics.median(ts)
-    return {"step_s": s, "tokens_per_s": S / s, "peak_rss_mib": rss_mib(), "warmup_s": warm,
-            "params": sum(p.numel() for p in model.parameters())}
+    r = time_train_steps(model, opt, ids, ids, repeats, compiled, precision)
+    r["params"] = sum(p.numel() for p in model.parameters())
+    return r
 
 
 def run_child(args, timeout):
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", json.dumps(args)]
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout} s"}
-    lines = [l for l in out.stdout.splitlines() if l.startswith("{")]
-    if out.returncode != 0 or not lines:
-        tail = (out.stderr or out.stdout).strip().splitlines()[-1:] or ["?"]
-        return {"error": f"exit {out.returncode}: {tail[0][:200]}"}
-    return json.loads(lines[-1])
+    return run_script_child(args, timeout, __file__)
 
 
 def seqpar_step(model_dir, data, S, repeats, precision, threads, timeout):

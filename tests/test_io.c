@@ -336,6 +336,32 @@ static void death_config_validate(const void *arg) {
     llama_config_validate((const LlamaConfig *)arg, "size flags");
 }
 
+/* One case of a config table: parses json into *c; checks that it was read (want_ok) or refused
+ * with a message holding `word`. Returns whether it was read (the caller checks what). */
+static int config_case_read(const char *label, size_t i, const char *json, int want_ok, const char *word,
+                            LlamaConfig *c) {
+    SeqErr e;
+    const int ok = config_json_parse(json, strlen(json), label, c, &e) == 0;
+    CHECK(ok == want_ok, "%s %zu: %s", label, i, ok ? "read, should be refused" : e.msg);
+    if (!ok) CHECK(strstr(e.msg, word) != NULL, "%s %zu: '%s' lacks '%s'", label, i, e.msg, word);
+    return ok;
+}
+
+/* Saves c at path and returns the file's JSON (NULL if unreadable; the caller decrefs it). */
+static json_t *config_case_save(const LlamaConfig *c, const char *path) {
+    SeqErr e;
+    CHECK(config_json_save(path, c, &e) == 0, "config_json_save: %s", e.msg);
+    json_error_t jerr;
+    return json_load_file(path, 0, &jerr);
+}
+
+/* The config saved at path reads back as c, field for field. */
+static void config_case_reloads(const char *label, size_t i, const LlamaConfig *c, const char *path) {
+    LlamaConfig back;
+    config_json_load(path, &back);
+    CHECK(memcmp(c, &back, sizeof back) == 0, "%s %zu: save/load round trip changed values", label, i);
+}
+
 static void test_config(const TempDir *td) {
     char full[256], minimal[256], saved[256];
     path_in(td, "full_config.json", full, sizeof full);
@@ -603,12 +629,9 @@ static void test_config(const TempDir *td) {
         for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
             LlamaConfig mc;
             SeqErr ce;
-            const int ok = config_json_parse(cases[i].json, strlen(cases[i].json), "mistral case", &mc, &ce) == 0;
-            CHECK(ok == cases[i].ok, "mistral case %zu: %s", i, ok ? "read, should be refused" : ce.msg);
-            if (!ok) {
-                CHECK(strstr(ce.msg, i == 7 ? "model_type" : "sliding_window") != NULL, "mistral case %zu: %s", i, ce.msg);
+            if (!config_case_read("mistral case", i, cases[i].json, cases[i].ok, i == 7 ? "model_type" : "sliding_window",
+                                  &mc))
                 continue;
-            }
             CHECK(mc.family == LLAMA_FAMILY_MISTRAL && mc.sliding_window == cases[i].window &&
                       mc.num_key_value_heads == cases[i].kv && mc.max_position_embeddings == cases[i].maxpos,
                   "mistral case %zu read as family %d window %d kv %d positions %d", i, mc.family, mc.sliding_window,
@@ -617,9 +640,7 @@ static void test_config(const TempDir *td) {
             const int past = llama_window_check(&mc, 33, "use --seq-len 32 or less", &ce) != 0;
             CHECK(past == (cases[i].window == 32) && (!past || strstr(ce.msg, "sliding window of the 32 latest tokens")),
                   "mistral case %zu: 33 tokens %s: %s", i, past ? "refused" : "accepted", ce.msg);
-            CHECK(config_json_save(saved, &mc, &ce) == 0, "config_json_save: %s", ce.msg);
-            json_error_t jerr;
-            json_t *r = json_load_file(saved, 0, &jerr);
+            json_t *r = config_case_save(&mc, saved);
             json_t *sw = r ? json_object_get(r, "sliding_window") : NULL;
             CHECK(r && !strcmp(json_string_value(json_object_get(r, "model_type")), "mistral") &&
                       !strcmp(json_string_value(json_array_get(json_object_get(r, "architectures"), 0)),
@@ -628,9 +649,7 @@ static void test_config(const TempDir *td) {
                       !json_object_get(r, "attention_bias"),
                   "mistral case %zu: the saved config is no Mistral with its window", i);
             json_decref(r);
-            LlamaConfig back;
-            config_json_load(saved, &back);
-            CHECK(memcmp(&mc, &back, sizeof mc) == 0, "mistral case %zu: save/load round trip changed values", i);
+            config_case_reloads("mistral case", i, &mc, saved);
         }
     }
 
@@ -680,12 +699,7 @@ static void test_config(const TempDir *td) {
         for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
             LlamaConfig qc;
             SeqErr ce;
-            const int ok = config_json_parse(cases[i].json, strlen(cases[i].json), "qwen2 case", &qc, &ce) == 0;
-            CHECK(ok == cases[i].ok, "qwen2 case %zu: %s", i, ok ? "read, should be refused" : ce.msg);
-            if (!ok) {
-                CHECK(strstr(ce.msg, cases[i].word) != NULL, "qwen2 case %zu: '%s' lacks '%s'", i, ce.msg, cases[i].word);
-                continue;
-            }
+            if (!config_case_read("qwen2 case", i, cases[i].json, cases[i].ok, cases[i].word, &qc)) continue;
             const int q3 = cases[i].family == LLAMA_FAMILY_QWEN3;
             CHECK(qc.family == cases[i].family && qc.sliding_window == cases[i].window &&
                       qc.num_key_value_heads == cases[i].kv && qc.max_position_embeddings == cases[i].maxpos &&
@@ -695,9 +709,7 @@ static void test_config(const TempDir *td) {
                   qc.sliding_window, qc.num_key_value_heads, qc.max_position_embeddings, qc.qkv_bias, qc.o_bias);
             const int past = llama_window_check(&qc, 33, "use --seq-len 32 or less", &ce) != 0;
             CHECK(past == (cases[i].window == 32), "qwen2 case %zu: 33 tokens %s", i, past ? "refused" : "accepted");
-            CHECK(config_json_save(saved, &qc, &ce) == 0, "config_json_save: %s", ce.msg);
-            json_error_t jerr;
-            json_t *r = json_load_file(saved, 0, &jerr);
+            json_t *r = config_case_save(&qc, saved);
             const int q2 = cases[i].family == LLAMA_FAMILY_QWEN2;
             const char *mt = q2 ? "qwen2" : q3 ? "qwen3" : "llama";
             const char *arch = q2 ? "Qwen2ForCausalLM" : q3 ? "Qwen3ForCausalLM" : "LlamaForCausalLM";
@@ -710,9 +722,7 @@ static void test_config(const TempDir *td) {
                       !json_is_true(json_object_get(r, "mlp_bias")),
                   "qwen2 case %zu: the saved config is not the family read", i);
             json_decref(r);
-            LlamaConfig back;
-            config_json_load(saved, &back);
-            CHECK(memcmp(&qc, &back, sizeof qc) == 0, "qwen2 case %zu: save/load round trip changed values", i);
+            config_case_reloads("qwen2 case", i, &qc, saved);
         }
     }
 

@@ -191,18 +191,21 @@ def make_hf_float64_faithful(on=True):
 # ---------------------------------------------------------------------------------------------
 def config_dict(fx):
     head_dim = fx["head_dim"] or fx["hidden"] // fx["heads"]
+    sizes = {  # every family's, in the order its fixtures were written
+        "hidden_act": "silu",
+        "hidden_size": fx["hidden"],
+        "intermediate_size": fx["inter"],
+        "num_attention_heads": fx["heads"],
+        "num_key_value_heads": fx["kv"],
+        "num_hidden_layers": fx["layers"],
+        "vocab_size": fx["vocab"],
+    }
     if fx.get("family") in ("qwen2", "qwen3"):
         q3 = fx["family"] == "qwen3"
         cfg = {
             "architectures": ["Qwen3ForCausalLM" if q3 else "Qwen2ForCausalLM"],
             "model_type": fx["family"],
-            "hidden_act": "silu",
-            "hidden_size": fx["hidden"],
-            "intermediate_size": fx["inter"],
-            "num_attention_heads": fx["heads"],
-            "num_key_value_heads": fx["kv"],
-            "num_hidden_layers": fx["layers"],
-            "vocab_size": fx["vocab"],
+            **sizes,
             "max_position_embeddings": MAX_POS,
             "rms_norm_eps": fx["eps"],
             "rope_theta": fx["theta"],
@@ -220,13 +223,7 @@ def config_dict(fx):
     return {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
-        "hidden_act": "silu",
-        "hidden_size": fx["hidden"],
-        "intermediate_size": fx["inter"],
-        "num_attention_heads": fx["heads"],
-        "num_key_value_heads": fx["kv"],
-        "num_hidden_layers": fx["layers"],
-        "vocab_size": fx["vocab"],
+        **sizes,
         "head_dim": head_dim,
         "max_position_embeddings": MAX_POS,
         "rms_norm_eps": fx["eps"],
