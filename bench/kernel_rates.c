@@ -104,7 +104,7 @@ int main(int argc, char **argv) {
     int S = argc > 1 ? atoi(argv[1]) : 4096, d = argc > 2 ? atoi(argv[2]) : 64;
     int H = argc > 3 ? atoi(argv[3]) : 8, reps = argc > 4 ? atoi(argv[4]) : 3;
     omp_set_num_threads(1);
-    AttnShape s = {S, S, H, H, d, 1.0f / sqrtf((float)d), ATTN_CAUSAL, PRECISION_FP32, NULL, NULL, NULL, NULL, NULL};
+    AttnShape s = {S, S, H, H, d, 1.0f / sqrtf((float)d), ATTN_CAUSAL, 0, PRECISION_FP32, NULL, NULL, NULL, NULL, NULL};
     size_t n = (size_t)S * H * d;
     Rng rng;
     rng_seed(&rng, 1);

@@ -62,7 +62,7 @@ static long long kernel_cells(const int *start, const int *qpos, int n, const in
             const AttnSpan ps = attn_span(qpos + i0, qdoc + i0, nq);
             for (int c = 0; c < kb.n_runs; c++) {
                 const PosRun *k = &kb.runs[c];
-                AttnVisibility v = attn_visibility(ps, (AttnSpan){k->lo, k->hi, k->doc_lo, k->doc_hi});
+                AttnVisibility v = attn_visibility(ps, (AttnSpan){k->lo, k->hi, k->doc_lo, k->doc_hi}, 0);
                 if (v == ATTN_VIS_HIDDEN) continue;
                 if (v == ATTN_VIS_FULL) { /* the kernel runs it unmasked: every tile */
                     cells += (long long)nq * k->len;
@@ -74,7 +74,7 @@ static long long kernel_cells(const int *start, const int *qpos, int n, const in
                     for (int u0 = 0; u0 < k->len; u0 += BK) {
                         const int bk = k->len - u0 < BK ? k->len - u0 : BK;
                         const AttnSpan kt = attn_span(kpos + k->start + u0, kdoc + k->start + u0, bk);
-                        if (attn_visibility(qt, kt) != ATTN_VIS_HIDDEN) cells += (long long)bq * bk;
+                        if (attn_visibility(qt, kt, 0) != ATTN_VIS_HIDDEN) cells += (long long)bq * bk;
                     }
                 }
             }

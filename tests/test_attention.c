@@ -221,7 +221,7 @@ static void check_lse(const char *what, const Case *c, const float *got, const d
 }
 
 static AttnShape part_shape(const Case *c, int n_kv) {
-    AttnShape s = {c->n_q, n_kv, c->H, c->Hkv, c->d, 1.0f / sqrtf((float)c->d), c->mask, PRECISION_FP32, NULL, NULL, NULL, NULL, NULL};
+    AttnShape s = {c->n_q, n_kv, c->H, c->Hkv, c->d, 1.0f / sqrtf((float)c->d), c->mask, 0, PRECISION_FP32, NULL, NULL, NULL, NULL, NULL};
     return s;
 }
 
@@ -407,7 +407,7 @@ static int all_zero(const float *x, size_t n) {
 /* Backward accumulates (a second call doubles) and accepts NULL gradients. */
 static void test_backward_accumulate_and_null(Rng *rng) {
     const int n = 300, H = 4, Hkv = 2, d = 64;
-    AttnShape s = {n, n, H, Hkv, d, 0.125f, ATTN_CAUSAL, PRECISION_FP32, NULL, NULL, NULL, NULL, NULL};
+    AttnShape s = {n, n, H, Hkv, d, 0.125f, ATTN_CAUSAL, 0, PRECISION_FP32, NULL, NULL, NULL, NULL, NULL};
     int *pos = xmalloc(n * sizeof(int));
     make_positions(LAYOUT_RANDOM, n, 0, rng, pos);
     size_t nq = (size_t)n * H * d, nkv = (size_t)n * Hkv * d;
@@ -455,7 +455,7 @@ static double loss_of(const AttnShape *s, const double *q, const int *pos, const
 
 static void test_finite_difference(Rng *rng) {
     const int n = 6, H = 2, Hkv = 1, d = 4;
-    AttnShape s = {n, n, H, Hkv, d, 0.5f, ATTN_CAUSAL, PRECISION_FP32, NULL, NULL, NULL, NULL, NULL};
+    AttnShape s = {n, n, H, Hkv, d, 0.5f, ATTN_CAUSAL, 0, PRECISION_FP32, NULL, NULL, NULL, NULL, NULL};
     int pos[6];
     make_positions(LAYOUT_RANDOM, n, 0, rng, pos);
     size_t nq = (size_t)n * H * d, nkv = (size_t)n * Hkv * d;
@@ -498,7 +498,7 @@ static void test_flops(Rng *rng) {
     make_positions(LAYOUT_RANDOM, n_q, 0, rng, qp);
     make_positions(LAYOUT_STRIPED, n_kv, 40, rng, kp);
     kp[5] = kp[6]; /* duplicates are counted too */
-    AttnShape s = {n_q, n_kv, 3, 1, 16, 0.25f, ATTN_CAUSAL, PRECISION_FP32, NULL, NULL, NULL, NULL, NULL};
+    AttnShape s = {n_q, n_kv, 3, 1, 16, 0.25f, ATTN_CAUSAL, 0, PRECISION_FP32, NULL, NULL, NULL, NULL, NULL};
     long long pairs = 0;
     for (int i = 0; i < n_q; i++)
         for (int j = 0; j < n_kv; j++) pairs += kp[j] <= qp[i];
@@ -515,7 +515,7 @@ static void test_flops(Rng *rng) {
  * tiles of uneven cost, repeated, so a timing-dependent schedule would show. */
 static void test_backward_reproducible(Rng *rng) {
     const int n = 1500, H = 4, Hkv = 2, d = 64;
-    AttnShape s = {n, n, H, Hkv, d, 0.125f, ATTN_CAUSAL, PRECISION_FP32, NULL, NULL, NULL, NULL, NULL};
+    AttnShape s = {n, n, H, Hkv, d, 0.125f, ATTN_CAUSAL, 0, PRECISION_FP32, NULL, NULL, NULL, NULL, NULL};
     int *pos = xmalloc(n * sizeof(int));
     make_positions(LAYOUT_ZIGZAG, n, 0, rng, pos);
     size_t nq = (size_t)n * H * d, nkv = (size_t)n * Hkv * d;
@@ -558,7 +558,7 @@ static void test_backward_slots(Rng *rng) {
     const char *slots[] = {"1", "3", "4"}, *rows[] = {"", "200"};
     int saved = omp_get_max_threads(), cases = 0;
     for (int pi = 0; pi < 2; pi++) {
-        AttnShape s = {n, n, H, Hkv, d, 0.14f, ATTN_CAUSAL, pi ? PRECISION_BF16 : PRECISION_FP32, NULL, NULL, NULL, NULL, NULL};
+        AttnShape s = {n, n, H, Hkv, d, 0.14f, ATTN_CAUSAL, pi ? PRECISION_BF16 : 0, PRECISION_FP32, NULL, NULL, NULL, NULL, NULL};
         int *pos = xmalloc(n * sizeof(int));
         make_positions(pi ? LAYOUT_ZIGZAG : LAYOUT_CONTIG, n, 0, rng, pos);
         size_t nq = (size_t)n * H * d, nkv = (size_t)n * Hkv * d, sz[3] = {nq, nkv, nkv};

@@ -12,8 +12,9 @@
  * Each is checked against a scalar double-precision reference on the same bf16-rounded q, k, v,
  * dout: forward O and LSE, backward dQ, dK, dV (backward given the reference's lse and delta, so
  * that each direction is measured alone), over MHA / GQA / MQA, head_dim 32, 64, 128 and the odd
- * 17 (a padded pair), causal, full and packed documents, contiguous / zigzag / random positions,
- * a query block against a key block of other positions, lengths that leave ragged, odd-sized
+ * 17 (a padded pair), causal, full, packed documents and sliding windows (alone, with documents,
+ * on a block pair), contiguous / zigzag / random positions, a query block against a key block of
+ * other positions, lengths that leave ragged, odd-sized
  * tiles (1, 37, 301, 700), keys in two parts merged by successive calls, and NULL gradients.
  *
  * Tolerances. The bf16 tiles round P (forward, and backward for dV) and dS (backward, for dQ and dK)
@@ -60,6 +61,7 @@ typedef struct {
     int layout;    /* positions of the query block (the keys are contiguous before or around it) */
     int kv_offset; /* keys at positions kv_offset .. ; queries at 0.. (a block pair of other positions) */
     int doc_every; /* > 0: packed documents, a new one at each token with probability 1/doc_every */
+    int window;    /* > 0: a sliding window (AttnShape.window) */
 } Case;
 
 static Rng rng;
@@ -90,6 +92,7 @@ static void make_positions(int layout, int n, int *pos) {
 static int is_visible(const Case *c, const int *qp, const int *qd, const int *kp, const int *kd, int i, int j) {
     if (c->mask == ATTN_FULL) return 1;
     if (qd && qd[i] != kd[j]) return 0;
+    if (c->window > 0 && qp[i] - kp[j] >= c->window) return 0;
     return kp[j] <= qp[i];
 }
 
@@ -202,7 +205,7 @@ static void run_case(const Case *c, int tiles) {
     const int H = c->H, Hkv = c->Hkv, d = c->d, nq = c->n_q, nk = c->n_kv;
     const size_t Q = (size_t)nq * H * d, K = (size_t)nk * Hkv * d, L = (size_t)nq * H;
     AttnShape s = {.n_q = nq, .n_kv = nk, .n_heads = H, .n_kv_heads = Hkv, .head_dim = d,
-                   .scale = 1.0f / sqrtf((float)d), .mask = c->mask, .precision = PRECISION_BF16};
+                   .scale = 1.0f / sqrtf((float)d), .mask = c->mask, .window = c->window, .precision = PRECISION_BF16};
     float *q = bf16_normal(Q), *k = bf16_normal(K), *v = bf16_normal(K), *dout = bf16_normal(Q);
     int *qp = xmalloc(sizeof(int) * (size_t)(nq + 1)), *kp = xmalloc(sizeof(int) * (size_t)(nk + 1));
     int *qd = NULL, *kd = NULL;
@@ -416,17 +419,23 @@ static void check_tile_gemm(const AttnBf16Tiles *t) {
 }
 
 static const Case CASES[] = {
-    {"MHA d=64 S=301 causal", 301, 301, 4, 4, 64, ATTN_CAUSAL, POS_CONTIG, 0, 0},
-    {"GQA 4/2 d=32 S=301 causal zigzag", 301, 301, 4, 2, 32, ATTN_CAUSAL, POS_ZIGZAG, 0, 0},
-    {"MQA 4/1 d=128 S=301 causal random order", 301, 301, 4, 1, 128, ATTN_CAUSAL, POS_RANDOM, 0, 0},
-    {"MHA d=64 S=700 causal", 700, 700, 2, 2, 64, ATTN_CAUSAL, POS_CONTIG, 0, 0},
-    {"GQA 2/1 d=64 S=200 full", 200, 200, 2, 1, 64, ATTN_FULL, POS_CONTIG, 0, 0},
-    {"GQA 4/2 d=64 S=301 packed documents", 301, 301, 4, 2, 64, ATTN_CAUSAL, POS_CONTIG, 0, 60},
-    {"MHA d=32 S=301 packed short documents, random order", 301, 301, 2, 2, 32, ATTN_CAUSAL, POS_RANDOM, 0, 7},
-    {"MQA 2/1 d=17 (odd) S=257 packed documents", 257, 257, 2, 1, 17, ATTN_CAUSAL, POS_CONTIG, 0, 40},
-    {"GQA 6/2 d=128 S=37 causal", 37, 37, 6, 2, 128, ATTN_CAUSAL, POS_CONTIG, 0, 0},
-    {"MHA d=64 queries 150 after keys 263 (block pair)", 150, 263, 2, 2, 64, ATTN_CAUSAL, POS_CONTIG, -100, 0},
-    {"MHA d=64 S=1", 1, 1, 2, 2, 64, ATTN_CAUSAL, POS_CONTIG, 0, 0},
+    {"MHA d=64 S=301 causal", 301, 301, 4, 4, 64, ATTN_CAUSAL, POS_CONTIG, 0, 0, 0},
+    {"GQA 4/2 d=32 S=301 causal zigzag", 301, 301, 4, 2, 32, ATTN_CAUSAL, POS_ZIGZAG, 0, 0, 0},
+    {"MQA 4/1 d=128 S=301 causal random order", 301, 301, 4, 1, 128, ATTN_CAUSAL, POS_RANDOM, 0, 0, 0},
+    {"MHA d=64 S=700 causal", 700, 700, 2, 2, 64, ATTN_CAUSAL, POS_CONTIG, 0, 0, 0},
+    {"GQA 2/1 d=64 S=200 full", 200, 200, 2, 1, 64, ATTN_FULL, POS_CONTIG, 0, 0, 0},
+    {"GQA 4/2 d=64 S=301 packed documents", 301, 301, 4, 2, 64, ATTN_CAUSAL, POS_CONTIG, 0, 60, 0},
+    {"MHA d=32 S=301 packed short documents, random order", 301, 301, 2, 2, 32, ATTN_CAUSAL, POS_RANDOM, 0, 7, 0},
+    {"MQA 2/1 d=17 (odd) S=257 packed documents", 257, 257, 2, 1, 17, ATTN_CAUSAL, POS_CONTIG, 0, 40, 0},
+    {"GQA 6/2 d=128 S=37 causal", 37, 37, 6, 2, 128, ATTN_CAUSAL, POS_CONTIG, 0, 0, 0},
+    {"MHA d=64 queries 150 after keys 263 (block pair)", 150, 263, 2, 2, 64, ATTN_CAUSAL, POS_CONTIG, -100, 0, 0},
+    {"MHA d=64 S=1", 1, 1, 2, 2, 64, ATTN_CAUSAL, POS_CONTIG, 0, 0, 0},
+    {"GQA 4/2 d=64 S=301 causal window 40", 301, 301, 4, 2, 64, ATTN_CAUSAL, POS_CONTIG, 0, 0, 40},
+    {"MHA d=32 S=700 causal window 200, zigzag", 700, 700, 2, 2, 32, ATTN_CAUSAL, POS_ZIGZAG, 0, 0, 200},
+    {"MQA 4/1 d=17 (odd) S=257 window 5, random order", 257, 257, 4, 1, 17, ATTN_CAUSAL, POS_RANDOM, 0, 0, 5},
+    {"GQA 4/2 d=64 S=301 packed documents, window 23", 301, 301, 4, 2, 64, ATTN_CAUSAL, POS_CONTIG, 0, 60, 23},
+    {"MHA d=64 queries 150 after keys 263 (block pair), window 120", 150, 263, 2, 2, 64, ATTN_CAUSAL, POS_CONTIG, -100, 0,
+     120},
 };
 
 /* The softmax step that packs P (col_exp2_pairs, shared by every table) against double exp2: the

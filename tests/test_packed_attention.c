@@ -1,5 +1,6 @@
-/* Tests of packed documents in the flash-attention kernel (attn_forward_docs / attn_backward_docs,
- * attn_visibility with document spans, attn_forward_flops_docs) and of the packing functions
+/* Tests of packed documents and sliding windows in the flash-attention kernel (attn_forward_docs /
+ * attn_backward_docs, attn_visibility with document spans and windows, attn_forward_flops_docs) and
+ * of the packing functions
  * (src/data/packing.c). run_tests.sh runs it once per kernel path this CPU has (SEQPAR_ISA), since
  * the masked tiles reach every path's exp / max / GEMM kernels with -inf entries.
  *
@@ -21,8 +22,14 @@
  *    alone; and, printed for information (wall time on a shared machine), forward over 4096 tokens
  *    causal, as 8 documents of 512 and as 64 documents of 64;
  *  - attn_forward_flops_docs against a brute-force count.
+ *  - sliding windows (AttnShape.window W: key visible iff also qpos - kpos < W): the same reference
+ *    and per-document comparison with windows 1 to 300 over the orders, mixes, GQA ratios and head
+ *    dims, the kernel's plain path (no document ids) too; the rule on spans; a window that leaves
+ *    whole key tiles behind every query skips them (their inputs NaN, the result finite and equal
+ *    to the run without those keys); attn_forward_flops(_docs) with windows against brute force.
  * Tolerances as test_attention.c (fp32 kernel vs float64 reference): forward atol 1e-5 rtol 1e-4,
  * backward atol 1e-4 rtol 1e-3. */
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -82,15 +89,26 @@ static void test_packing(void) {
 
 static void test_visibility(void) {
     AttnSpan q = {100, 163, 2, 2};
-    CHECK(attn_visibility(q, (AttnSpan){0, 63, 1, 1}) == ATTN_VIS_HIDDEN, "earlier keys of another document are hidden");
-    CHECK(attn_visibility(q, (AttnSpan){0, 63, 2, 2}) == ATTN_VIS_FULL, "earlier keys of the same document are visible");
-    CHECK(attn_visibility(q, (AttnSpan){0, 63, 1, 2}) == ATTN_VIS_PARTIAL, "keys across a boundary are partial");
-    CHECK(attn_visibility(q, (AttnSpan){200, 263, 2, 2}) == ATTN_VIS_HIDDEN, "later keys are hidden");
-    CHECK(attn_visibility(q, (AttnSpan){120, 180, 2, 2}) == ATTN_VIS_PARTIAL, "the diagonal is partial");
-    CHECK(attn_visibility((AttnSpan){100, 163, 2, 3}, (AttnSpan){0, 63, 2, 2}) == ATTN_VIS_PARTIAL,
+    CHECK(attn_visibility(q, (AttnSpan){0, 63, 1, 1}, 0) == ATTN_VIS_HIDDEN, "earlier keys of another document are hidden");
+    CHECK(attn_visibility(q, (AttnSpan){0, 63, 2, 2}, 0) == ATTN_VIS_FULL, "earlier keys of the same document are visible");
+    CHECK(attn_visibility(q, (AttnSpan){0, 63, 1, 2}, 0) == ATTN_VIS_PARTIAL, "keys across a boundary are partial");
+    CHECK(attn_visibility(q, (AttnSpan){200, 263, 2, 2}, 0) == ATTN_VIS_HIDDEN, "later keys are hidden");
+    CHECK(attn_visibility(q, (AttnSpan){120, 180, 2, 2}, 0) == ATTN_VIS_PARTIAL, "the diagonal is partial");
+    CHECK(attn_visibility((AttnSpan){100, 163, 2, 3}, (AttnSpan){0, 63, 2, 2}, 0) == ATTN_VIS_PARTIAL,
           "queries across a boundary are partial");
-    CHECK(attn_visibility((AttnSpan){100, 163, 0, 0}, (AttnSpan){0, 63, 0, 0}) == ATTN_VIS_FULL,
+    CHECK(attn_visibility((AttnSpan){100, 163, 0, 0}, (AttnSpan){0, 63, 0, 0}, 0) == ATTN_VIS_FULL,
           "without documents: the position rule");
+    /* windows: queries at 100..163 see keys from 100 - W + 1 (the first query) to 163 - W + 1 on */
+    AttnSpan w = {100, 163, 0, 0};
+    CHECK(attn_visibility(w, (AttnSpan){0, 63, 0, 0}, 37) == ATTN_VIS_HIDDEN, "keys before every query's window are hidden");
+    CHECK(attn_visibility(w, (AttnSpan){0, 63, 0, 0}, 38) == ATTN_VIS_PARTIAL, "the first query sees key 63 with window 38");
+    CHECK(attn_visibility(w, (AttnSpan){0, 63, 0, 0}, 163) == ATTN_VIS_PARTIAL, "key 0 is past the last query's window 163");
+    CHECK(attn_visibility(w, (AttnSpan){0, 63, 0, 0}, 164) == ATTN_VIS_FULL, "window 164 covers every pair");
+    CHECK(attn_visibility(w, (AttnSpan){0, 63, 2, 2}, 164) == ATTN_VIS_HIDDEN, "another document stays hidden in a window");
+    CHECK(attn_visibility(w, (AttnSpan){120, 180, 0, 0}, 1000) == ATTN_VIS_PARTIAL, "the diagonal stays partial");
+    CHECK(attn_visibility(w, (AttnSpan){200, 263, 0, 0}, 1000) == ATTN_VIS_HIDDEN, "later keys stay hidden");
+    CHECK(attn_visibility((AttnSpan){INT_MAX - 10, INT_MAX, 0, 0}, (AttnSpan){INT_MIN, INT_MIN + 10, 0, 0}, 5) ==
+              ATTN_VIS_HIDDEN, "extreme positions do not overflow the window rule");
     AttnSpan s = attn_span((const int[]){5, 3, 9}, (const int[]){1, 0, 1}, 3);
     CHECK(s.pos_lo == 3 && s.pos_hi == 9 && s.doc_lo == 0 && s.doc_hi == 1, "attn_span");
 }
@@ -134,7 +152,8 @@ static float *new_normal(size_t n, Rng *rng) {
 }
 
 /* Double reference from a fresh state: o (nq, H, d), lse (nq, H), and the gradients of
- * sum(o * dout) (dq, dk, dv), key j visible to query i iff kdoc[j] == qdoc[i] && kpos[j] <= qpos[i]. */
+ * sum(o * dout) (dq, dk, dv), key j visible to query i iff kdoc[j] == qdoc[i] && kpos[j] <= qpos[i]
+ * && (s->window == 0 || qpos[i] - kpos[j] < s->window). */
 static void ref_attention(const AttnShape *s, const float *q, const int *qpos, const int *qdoc, const float *k,
                           const float *v, const int *kpos, const int *kdoc, const float *dout, double *o, double *lse,
                           double *dq, double *dk, double *dv) {
@@ -149,7 +168,8 @@ static void ref_attention(const AttnShape *s, const float *q, const int *qpos, c
             double *oi = o + ((size_t)i * H + h) * d, mx = -INFINITY;
             for (int j = 0; j < nk; j++) {
                 p[j] = -INFINITY;
-                if (kdoc[j] != qdoc[i] || kpos[j] > qpos[i]) continue;
+                if (kdoc[j] != qdoc[i] || kpos[j] > qpos[i] || (s->window > 0 && qpos[i] - kpos[j] >= s->window))
+                    continue;
                 const float *kj = k + ((size_t)j * Hkv + h / G) * d;
                 double dot = 0;
                 for (int c = 0; c < d; c++) dot += (double)qi[c] * kj[c];
@@ -198,8 +218,9 @@ static double viol(const float *a, const double *b, size_t n, double atol, doubl
     return w;
 }
 
-/* Self-attention of n packed tokens in `order` with documents `mix`; keys in n_parts calls. */
-static void packed_case(int n, int order, int mix, int H, int Hkv, int d, int n_parts, Rng *rng) {
+/* Self-attention of n packed tokens in `order` with documents `mix` and a sliding window (0: none);
+ * keys in n_parts calls. */
+static void packed_case(int n, int order, int mix, int H, int Hkv, int d, int n_parts, int window, Rng *rng) {
     int *pos = xmalloc(sizeof(int) * (size_t)n), *start = xmalloc(sizeof(int) * (size_t)n);
     int *doc = xmalloc(sizeof(int) * (size_t)n);
     make_order(order, n, rng, pos);
@@ -208,7 +229,7 @@ static void packed_case(int n, int order, int mix, int H, int Hkv, int d, int n_
     const size_t nq = (size_t)n * H * d, nk = (size_t)n * Hkv * d;
     float *q = new_normal(nq, rng), *k = new_normal(nk, rng), *v = new_normal(nk, rng), *dout = new_normal(nq, rng);
     AttnShape s = {.n_q = n, .n_kv = n, .n_heads = H, .n_kv_heads = Hkv, .head_dim = d,
-                   .scale = 1.0f / sqrtf((float)d), .mask = ATTN_CAUSAL};
+                   .scale = 1.0f / sqrtf((float)d), .mask = ATTN_CAUSAL, .window = window};
     float *o = xmalloc(sizeof(float) * nq), *lse = xmalloc(sizeof(float) * (size_t)n * H);
     attn_state_init(&s, o, lse);
     for (int p = 0; p < n_parts; p++) { /* key rows [lo, hi) per call, merged through the running state */
@@ -232,10 +253,26 @@ static void packed_case(int n, int order, int mix, int H, int Hkv, int d, int n_
     ref_attention(&s, q, pos, doc, k, v, pos, doc, dout, ro, rl, rq, rk, rv);
     double vf = fmax(viol(o, ro, nq, FWD_ATOL, FWD_RTOL), viol(lse, rl, (size_t)n * H, FWD_ATOL, FWD_RTOL));
     double vb = fmax(viol(dq, rq, nq, BWD_ATOL, BWD_RTOL), fmax(viol(dk, rk, nk, BWD_ATOL, BWD_RTOL), viol(dv, rv, nk, BWD_ATOL, BWD_RTOL)));
-    CHECK(vf <= 1 && vb <= 1, "n=%d %s, %s, H=%d Hkv=%d d=%d parts=%d: forward %.3g, backward %.3g x tolerance", n,
-          order_name[order], mix_name[mix], H, Hkv, d, n_parts, vf, vb);
+    CHECK(vf <= 1 && vb <= 1, "n=%d %s, %s, H=%d Hkv=%d d=%d parts=%d window %d: forward %.3g, backward %.3g x tolerance",
+          n, order_name[order], mix_name[mix], H, Hkv, d, n_parts, window, vf, vb);
     g_worst_fwd = fmax(g_worst_fwd, vf);
     g_worst_bwd = fmax(g_worst_bwd, vb);
+
+    if (mix == DOCS_ONE) { /* one document: the kernel's plain path (no ids) against the same reference */
+        float *po = xmalloc(sizeof(float) * nq), *pl = xmalloc(sizeof(float) * (size_t)n * H);
+        float *pq = xcalloc(nq, sizeof(float)), *pk = xcalloc(nk, sizeof(float)), *pv = xcalloc(nk, sizeof(float));
+        float *pd = xmalloc(sizeof(float) * (size_t)n * H);
+        attn_state_init(&s, po, pl);
+        attn_forward(&s, q, pos, k, v, pos, po, pl);
+        attn_backward_delta(&s, po, dout, pd);
+        attn_backward(&s, q, pos, k, v, pos, pl, pd, dout, pq, pk, pv);
+        double pf = fmax(viol(po, ro, nq, FWD_ATOL, FWD_RTOL), viol(pl, rl, (size_t)n * H, FWD_ATOL, FWD_RTOL));
+        double pb = fmax(viol(pq, rq, nq, BWD_ATOL, BWD_RTOL), fmax(viol(pk, rk, nk, BWD_ATOL, BWD_RTOL), viol(pv, rv, nk, BWD_ATOL, BWD_RTOL)));
+        CHECK(pf <= 1 && pb <= 1, "n=%d %s, H=%d Hkv=%d d=%d window %d, no document ids: forward %.3g, backward %.3g x "
+              "tolerance", n, order_name[order], H, Hkv, d, window, pf, pb);
+        float *pr[] = {po, pl, pq, pk, pv, pd};
+        for (size_t i = 0; i < ARRAY_LEN(pr); i++) xfree(pr[i]);
+    }
 
     /* each document by itself through the plain kernel (positions 0..L-1, rows gathered) */
     double ef = 0, eb = 0;
@@ -280,8 +317,8 @@ static void packed_case(int n, int order, int mix, int H, int Hkv, int d, int n_
             if (start[t] != s0) { next = t; break; }
         s0 = next;
     }
-    CHECK(ef <= 1 && eb <= 1, "n=%d %s, %s: packed vs each document alone: forward %.3g, backward %.3g x tolerance", n,
-          order_name[order], mix_name[mix], ef, eb);
+    CHECK(ef <= 1 && eb <= 1, "n=%d %s, %s, window %d: packed vs each document alone: forward %.3g, backward %.3g x "
+          "tolerance", n, order_name[order], mix_name[mix], window, ef, eb);
     float *fr[] = {q, k, v, dout, o, lse, delta, dq, dk, dv, bq, bk, bv, bg, bo, bl, bd, gq, gk, gv};
     for (size_t i = 0; i < ARRAY_LEN(fr); i++) xfree(fr[i]);
     double *dr[] = {ro, rl, rq, rk, rv};
@@ -306,6 +343,20 @@ static void test_flops(Rng *rng) {
         for (int j = 200; j < 300; j++) pairs += doc[j] == doc[i] && pos[j] <= pos[i];
     double got = attn_forward_flops_docs(&s, pos, doc, pos + 200, doc + 200);
     CHECK(got == 4.0 * 16 * 3 * pairs, "flops with documents %.0f, brute force %.0f", got, 4.0 * 16 * 3 * pairs);
+    const int windows[] = {1, 2, 17, 150, 400};
+    for (size_t w = 0; w < ARRAY_LEN(windows); w++) { /* and with a window, documents or none */
+        s.window = windows[w];
+        double wd = 0, wp = 0;
+        for (int i = 0; i < 200; i++)
+            for (int j = 200; j < 300; j++) {
+                const int in = pos[j] <= pos[i] && pos[i] - pos[j] < windows[w];
+                wp += in;
+                wd += in && doc[j] == doc[i];
+            }
+        double gd = attn_forward_flops_docs(&s, pos, doc, pos + 200, doc + 200), gp = attn_forward_flops(&s, pos, pos + 200);
+        CHECK(gd == 4.0 * 16 * 3 * wd && gp == 4.0 * 16 * 3 * wp, "flops with window %d: %.0f / %.0f (documents / none), "
+              "brute force %.0f / %.0f", windows[w], gd, gp, 4.0 * 16 * 3 * wd, 4.0 * 16 * 3 * wp);
+    }
 }
 
 /* Tiles wholly across documents cost nothing: 8 documents of 512 tokens against one causal 4096
@@ -418,6 +469,56 @@ static void nan_documents_case(int backward, Rng *rng) {
     xfree(doc);
 }
 
+/* A window that leaves whole key tiles behind every query: keys at positions 0..3L-1 whose first L
+ * (whole tiles of this path) are NaN, queries at 2L..3L-1 with window L, which see none of them:
+ * o, lse, dq and the other keys' dk, dv must be finite and equal to the run without those keys,
+ * and the NaN keys' dk, dv untouched (0). backward as nan_documents_case. */
+static void window_skip_case(int backward, Rng *rng) {
+    const SimdKernels *sk = simd();
+    const int a = backward ? sk->bwd_bq : sk->fwd_bq, b = backward ? sk->bwd_bk : sk->fwd_bk;
+    const int L = a / gcd(a, b) * b, nkv = 3 * L, H = 2, Hkv = 1, d = 32;
+    const size_t nq = (size_t)L * H * d, nk = (size_t)nkv * Hkv * d, hk = (size_t)L * Hkv * d, hr = (size_t)L * H;
+    int *qpos = xmalloc(sizeof(int) * (size_t)L), *kpos = xmalloc(sizeof(int) * (size_t)nkv);
+    for (int i = 0; i < L; i++) qpos[i] = 2 * L + i;
+    for (int j = 0; j < nkv; j++) kpos[j] = j;
+    float *q = new_normal(nq, rng), *k = new_normal(nk, rng), *v = new_normal(nk, rng), *g = new_normal(nq, rng);
+    AttnShape s = {.n_q = L, .n_kv = nkv, .n_heads = H, .n_kv_heads = Hkv, .head_dim = d, .scale = 0.2f,
+                   .mask = ATTN_CAUSAL, .window = L};
+    AttnShape s1 = s; /* keys L.. only, finite */
+    s1.n_kv = nkv - L;
+    float *o1 = xmalloc(sizeof(float) * nq), *l1 = xmalloc(sizeof(float) * hr), *d1 = xmalloc(sizeof(float) * hr);
+    float *dq1 = xcalloc(nq, sizeof(float)), *dk1 = xcalloc(nk - hk, sizeof(float)), *dv1 = xcalloc(nk - hk, sizeof(float));
+    attn_state_init(&s1, o1, l1);
+    attn_forward(&s1, q, qpos, k + hk, v + hk, kpos + L, o1, l1);
+    attn_backward_delta(&s1, o1, g, d1);
+    attn_backward(&s1, q, qpos, k + hk, v + hk, kpos + L, l1, d1, g, dq1, dk1, dv1);
+    for (size_t i = 0; i < hk; i++) k[i] = v[i] = NAN;
+    float *o = xmalloc(sizeof(float) * nq), *lse = xmalloc(sizeof(float) * hr);
+    float *dq = xcalloc(nq, sizeof(float)), *dk = xcalloc(nk, sizeof(float)), *dv = xcalloc(nk, sizeof(float));
+    int finite;
+    double e = 0;
+    if (!backward) {
+        attn_state_init(&s, o, lse);
+        attn_forward(&s, q, qpos, k, v, kpos, o, lse);
+        finite = all_finite(o, nq) && all_finite(lse, hr);
+        for (size_t i = 0; i < nq; i++) e = fmax(e, fabs(o[i] - o1[i]) / FWD_ATOL);
+        for (size_t i = 0; i < hr; i++) e = fmax(e, fabs(lse[i] - l1[i]) / FWD_ATOL);
+    } else {
+        attn_backward(&s, q, qpos, k, v, kpos, l1, d1, g, dq, dk, dv);
+        finite = all_finite(dq, nq) && all_finite(dk, nk) && all_finite(dv, nk);
+        for (size_t i = 0; i < hk; i++) finite &= dk[i] == 0 && dv[i] == 0;
+        for (size_t i = 0; i < nq; i++) e = fmax(e, fabs(dq[i] - dq1[i]) / BWD_ATOL);
+        for (size_t i = 0; i < nk - hk; i++) e = fmax(e, fmax(fabs(dk[hk + i] - dk1[i]), fabs(dv[hk + i] - dv1[i])) / BWD_ATOL);
+    }
+    CHECK(finite && e <= 1, "%s: window %d with the %d keys before every query's window NaN: %s, %.3g x tolerance from "
+          "the run without them: tiles before the window were computed, not skipped", backward ? "backward" : "forward",
+          L, L, finite ? "finite" : "NaN or touched", e);
+    float *fr[] = {q, k, v, g, o, lse, dq, dk, dv, o1, l1, d1, dq1, dk1, dv1};
+    for (size_t i = 0; i < ARRAY_LEN(fr); i++) xfree(fr[i]);
+    xfree(qpos);
+    xfree(kpos);
+}
+
 int main(void) {
     Rng rng;
     rng_seed(&rng, 20261122);
@@ -434,8 +535,21 @@ int main(void) {
                 int d = dims[idx % 3], ratio = ratios[(idx / 3 + idx) % 3], Hkv = sizes[si] >= 700 ? 1 : 2;
                 if (sizes[si] >= 257 && mix == DOCS_ONE && order != ORDER_RANDOM) continue; /* test_attention's ground */
                 if (sizes[si] >= 700 && (mix != DOCS_RANDOM || order == ORDER_CONTIG)) continue; /* keep it short */
-                packed_case(sizes[si], order, mix, ratio * Hkv, Hkv, d, 1 + idx % 3, &rng);
+                packed_case(sizes[si], order, mix, ratio * Hkv, Hkv, d, 1 + idx % 3, 0, &rng);
             }
+    /* sliding windows: 1 (each token alone), narrower than, about and wider than the tiles */
+    const int wsizes[] = {7, 100, 257, 700}, windows[] = {1, 3, 17, 64, 150, 300};
+    idx = 0;
+    for (size_t si = 0; si < ARRAY_LEN(wsizes); si++)
+        for (int order = 0; order < N_ORDERS; order++)
+            for (int mix = 0; mix < N_MIXES; mix++, idx++) {
+                int d = dims[idx % 3], ratio = ratios[(idx / 3 + idx) % 3], Hkv = wsizes[si] >= 700 ? 1 : 2;
+                if (wsizes[si] >= 257 && mix == DOCS_SINGLETONS) continue; /* one-token documents need no window */
+                if (wsizes[si] >= 700 && (order == ORDER_STRIPED || order == ORDER_RANDOM)) continue; /* keep it short */
+                packed_case(wsizes[si], order, mix, ratio * Hkv, Hkv, d, 1 + idx % 3, windows[idx % ARRAY_LEN(windows)], &rng);
+            }
+    window_skip_case(0, &rng);
+    window_skip_case(1, &rng);
     nan_documents_case(0, &rng);
     nan_documents_case(1, &rng);
     test_tiles_skipped(&rng);

@@ -51,7 +51,11 @@
  * softmax pass itself and dS where it is computed (both layouts), so neither is stored in fp32.
  * The tiles have their own sizes (attn_bf16.h), even, so that tile pairs are the call's pairs.
  *
- * Not here: dropout, sliding windows, low-precision storage; inputs must be finite. */
+ * Sliding windows (AttnShape.window) ride on the same tiles: the spans' rule (attn_visibility) skips
+ * a tile wholly before its queries' windows, and a tile across a window's lower edge is partial:
+ * its elementwise mask hides the keys window or more positions back as well as the later ones.
+ *
+ * Not here: dropout, low-precision storage; inputs must be finite. */
 #include "attention/flash_attention.h"
 
 #include <limits.h>
@@ -76,15 +80,29 @@
 #define FA_LOG2E 1.4426950408889634
 #define FA_LN2 0.6931471805599453
 
-/* s[j] = -inf where kv_pos[j] > qp (causal mask of one row). */
-static inline void row_mask(float *restrict s, const int *restrict kv_pos, int n, int qp) {
-    for (int j = 0; j < n; j++) s[j] = kv_pos[j] > qp ? -INFINITY : s[j];
+/* Whether the key at kp is window (> 0) or more positions before the query at qp. */
+static inline int before_window(int kp, int qp, int window) {
+    return window > 0 && (long long)qp - kp >= window;
 }
 
-/* s[j] = -inf where kv_pos[j] > qp or kv_doc[j] != qd (causal and document mask of one row). */
+/* Whether the key at kp is hidden from the query at qp by causality or a window (0: none). */
+static inline int key_hidden(int kp, int qp, int window) { return kp > qp || before_window(kp, qp, window); }
+
+/* s[j] = -inf where kv_pos[j] > qp, or kv_pos[j] <= qp - window (window > 0) (causal and window
+ * mask of one row). */
+static inline void row_mask(float *restrict s, const int *restrict kv_pos, int n, int qp, int window) {
+    if (window <= 0) {
+        for (int j = 0; j < n; j++) s[j] = kv_pos[j] > qp ? -INFINITY : s[j];
+        return;
+    }
+    for (int j = 0; j < n; j++) s[j] = key_hidden(kv_pos[j], qp, window) ? -INFINITY : s[j];
+}
+
+/* s[j] = -inf where row_mask hides it or kv_doc[j] != qd (causal, window and document mask of one
+ * row). */
 static inline void row_mask_docs(float *restrict s, const int *restrict kv_pos, const int *restrict kv_doc, int n,
-                                 int qp, int qd) {
-    for (int j = 0; j < n; j++) s[j] = kv_pos[j] > qp || kv_doc[j] != qd ? -INFINITY : s[j];
+                                 int qp, int qd, int window) {
+    for (int j = 0; j < n; j++) s[j] = key_hidden(kv_pos[j], qp, window) || kv_doc[j] != qd ? -INFINITY : s[j];
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -115,16 +133,18 @@ static void tile_ranges(const int *pos, const int *doc, int n, int tile, AttnSpa
     }
 }
 
-AttnVisibility attn_visibility(AttnSpan q, AttnSpan k) {
+AttnVisibility attn_visibility(AttnSpan q, AttnSpan k, int window) {
     if (k.pos_lo > q.pos_hi || k.doc_lo > q.doc_hi || k.doc_hi < q.doc_lo) return ATTN_VIS_HIDDEN;
-    if (k.pos_hi <= q.pos_lo && q.doc_lo == q.doc_hi && k.doc_lo == k.doc_hi && k.doc_lo == q.doc_lo)
+    if (before_window(k.pos_hi, q.pos_lo, window)) return ATTN_VIS_HIDDEN; /* before every query's window */
+    if (k.pos_hi <= q.pos_lo && q.doc_lo == q.doc_hi && k.doc_lo == k.doc_hi && k.doc_lo == q.doc_lo &&
+        !before_window(k.pos_lo, q.pos_hi, window))
         return ATTN_VIS_FULL;
     return ATTN_VIS_PARTIAL;
 }
 
-static inline int tile_class(AttnMask mask, AttnSpan q, AttnSpan k) {
+static inline int tile_class(AttnMask mask, int window, AttnSpan q, AttnSpan k) {
     if (mask == ATTN_FULL) return TILE_VISIBLE;
-    return (int)attn_visibility(q, k);
+    return (int)attn_visibility(q, k, window);
 }
 
 typedef struct { int cost, idx; } TileOrder;
@@ -148,6 +168,8 @@ static void check_shape(const AttnShape *s, const int *q_pos, const int *kv_pos,
     if ((q_doc == NULL) != (kv_doc == NULL))
         die("%s: document ids given for %s only: give both q_doc and kv_doc, or neither", who, q_doc ? "q" : "kv");
     if (q_doc && s->mask != ATTN_CAUSAL) die("%s: document ids need ATTN_CAUSAL", who);
+    if (s->window < 0) die("%s: window %d is negative (0: no window)", who, s->window);
+    if (s->window > 0 && s->mask != ATTN_CAUSAL) die("%s: a window needs ATTN_CAUSAL", who);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -192,6 +214,23 @@ void attn_backward_delta(const AttnShape *s, const float *o, const float *dout, 
     }
 }
 
+/* The first position a query at qp sees: qp - window + 1 (window > 0), else INT_MIN. */
+static int window_start(int qp, int window) {
+    if (window <= 0) return INT_MIN;
+    const long long w = (long long)qp - window + 1;
+    return w < INT_MIN ? INT_MIN : (int)w;
+}
+
+/* Entries of sorted[0..n) that are <= x (upper=1) or < x (upper=0). */
+static int count_below(const int *sorted, int n, int x, int upper) {
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (sorted[mid] < x || (upper && sorted[mid] == x)) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
 static int cmp_int(const void *a, const void *b) {
     int x = *(const int *)a, y = *(const int *)b;
     return (x > y) - (x < y);
@@ -225,9 +264,9 @@ double attn_forward_flops_docs(const AttnShape *s, const int *q_pos, const int *
     for (int j = 0; j < s->n_kv; j++) sorted[j] = (DocPos){kv_doc[j], kv_pos[j]};
     qsort(sorted, (size_t)s->n_kv, sizeof *sorted, cmp_docpos);
     double pairs = 0;
-    for (int i = 0; i < s->n_q; i++) /* keys of the query's document at or before it */
+    for (int i = 0; i < s->n_q; i++) /* keys of the query's document at or before it (and in its window) */
         pairs += docpos_bound(sorted, s->n_kv, (DocPos){q_doc[i], q_pos[i]}, 1) -
-                 docpos_bound(sorted, s->n_kv, (DocPos){q_doc[i], INT_MIN}, 0);
+                 docpos_bound(sorted, s->n_kv, (DocPos){q_doc[i], window_start(q_pos[i], s->window)}, 0);
     xfree(sorted);
     return 4.0 * s->head_dim * (double)s->n_heads * pairs;
 }
@@ -242,14 +281,9 @@ double attn_forward_flops(const AttnShape *s, const int *q_pos, const int *kv_po
         memcpy(sorted, kv_pos, (size_t)s->n_kv * sizeof(int));
         qsort(sorted, (size_t)s->n_kv, sizeof(int), cmp_int);
         pairs = 0;
-        for (int i = 0; i < s->n_q; i++) { /* number of keys with position <= q_pos[i] */
-            int lo = 0, hi = s->n_kv;
-            while (lo < hi) {
-                int mid = lo + (hi - lo) / 2;
-                if (sorted[mid] <= q_pos[i]) lo = mid + 1; else hi = mid;
-            }
-            pairs += lo;
-        }
+        for (int i = 0; i < s->n_q; i++) /* keys with position in [window start, q_pos[i]] */
+            pairs += count_below(sorted, s->n_kv, q_pos[i], 1) -
+                     count_below(sorted, s->n_kv, window_start(q_pos[i], s->window), 0);
         xfree(sorted);
     }
     return 4.0 * s->head_dim * (double)s->n_heads * pairs;
@@ -309,6 +343,7 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
     const size_t ldc = (size_t)d + FA_SKEW; /* row stride of the compact k and v tiles */
     const float alpha = (float)(s->scale * FA_LOG2E); /* scores in log2 units */
     const AttnMask mask = s->mask;
+    const int W = s->window;
 
     AttnSpan *qr = xmalloc((size_t)nqt * sizeof *qr), *kr = xmalloc((size_t)nkt * sizeof *kr);
     tile_ranges(mask == ATTN_CAUSAL ? q_pos : NULL, q_doc, n_q, BQ, qr);
@@ -318,7 +353,7 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
     int n_busy = 0;
     for (int t = 0; t < nqt; t++) {
         int c = 0;
-        for (int u = 0; u < nkt; u++) c += tile_class(mask, qr[t], kr[u]) != TILE_HIDDEN;
+        for (int u = 0; u < nkt; u++) c += tile_class(mask, W, qr[t], kr[u]) != TILE_HIDDEN;
         if (c) order[n_busy++] = (TileOrder){c, t};
     }
     qsort(order, (size_t)n_busy, sizeof *order, cmp_cost_desc);
@@ -426,7 +461,7 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
                 }
             }
             for (int kt = 0; kt < nkt; kt++) {
-                const int cls = tile_class(mask, qr[qt], kr[kt]);
+                const int cls = tile_class(mask, W, qr[qt], kr[kt]);
                 if (cls == TILE_HIDDEN) continue;
                 const int j0 = kt * BK, bk = j0 + BK <= n_kv ? BK : n_kv - j0;
                 /* this tile's packed K and V, and the next visible tile's to prefetch (contiguous:
@@ -440,7 +475,7 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
                  * product; under acc_t K so, and V^T (d strided rows) during acc^T's */
                 Prefetch pf = {.lines_per_row = 1}, pfv = {.lines_per_row = 1}; /* empty */
                 for (int nt = kt + 1; nt < nkt; nt++) {
-                    if (tile_class(mask, qr[qt], kr[nt]) == TILE_HIDDEN) continue;
+                    if (tile_class(mask, W, qr[qt], kr[nt]) == TILE_HIDDEN) continue;
                     const int n0 = nt * BK, nb = n0 + BK <= n_kv ? BK : n_kv - n0;
                     const size_t bytes = bt ? (size_t)nb * ldkw * sizeof(bf16_pair) : (size_t)nb * ldc * sizeof(float);
                     const void *kb = bt ? (const void *)K_TILE_AT(Kall, g, nt) : (const void *)K_TILE_AT(Kf, g, nt);
@@ -486,14 +521,18 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
                     if (cls == TILE_PARTIAL)
                         for (int j = 0; j < je; j++) {
                             const int kp = kv_pos[j0 + j], kd = q_doc ? kv_doc[j0 + j] : 0;
-                            if (kp <= qr[qt].pos_lo && (!q_doc || (kd == qr[qt].doc_lo && kd == qr[qt].doc_hi)))
+                            if (kp <= qr[qt].pos_lo && (!q_doc || (kd == qr[qt].doc_lo && kd == qr[qt].doc_hi)) &&
+                                !before_window(kp, qr[qt].pos_hi, W))
                                 continue; /* every query of the tile sees this key */
                             float *row = ST + (size_t)j * ldt;
                             const int *qp = q_pos + i0, *qd = q_doc ? q_doc + i0 : NULL;
-                            if (!q_doc)
+                            if (!q_doc && W <= 0)
                                 for (int i = c0; i < c0 + cw; i++) row[i] = kp > qp[i] ? -INFINITY : row[i];
+                            else if (!q_doc)
+                                for (int i = c0; i < c0 + cw; i++) row[i] = key_hidden(kp, qp[i], W) ? -INFINITY : row[i];
                             else
-                                for (int i = c0; i < c0 + cw; i++) row[i] = kp > qp[i] || kd != qd[i] ? -INFINITY : row[i];
+                                for (int i = c0; i < c0 + cw; i++)
+                                    row[i] = key_hidden(kp, qp[i], W) || kd != qd[i] ? -INFINITY : row[i];
                         }
                     sk->col_max(ST + c0, je, cw, ldt, mx + c0);
                     if (bt) /* the max of the scaled scores: alpha > 0 and rounding are monotonic */
@@ -686,6 +725,7 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
     const size_t ldc = (size_t)d + FA_SKEW; /* row stride of the compact k, q and dout tiles */
     const float alpha = (float)(s->scale * FA_LOG2E), scale = s->scale;
     const AttnMask mask = s->mask;
+    const int W = s->window;
 
     AttnSpan *qr = xmalloc((size_t)nqt * sizeof *qr), *kr = xmalloc((size_t)nkt * sizeof *kr);
     tile_ranges(mask == ATTN_CAUSAL ? q_pos : NULL, q_doc, n_q, BQ, qr);
@@ -694,7 +734,7 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
     int n_busy = 0;
     for (int u = 0; u < nkt; u++) {
         int c = 0;
-        for (int t = 0; t < nqt; t++) c += tile_class(mask, qr[t], kr[u]) != TILE_HIDDEN;
+        for (int t = 0; t < nqt; t++) c += tile_class(mask, W, qr[t], kr[u]) != TILE_HIDDEN;
         if (c) order[n_busy++] = (TileOrder){c, u};
     }
     qsort(order, (size_t)n_busy, sizeof *order, cmp_cost_desc);
@@ -799,7 +839,7 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
                     for (int w = 0; w < n_busy; w++) {
                         int vis = !passes_on;
                         for (int qt = qt0; qt < qt1 && !vis; qt++)
-                            vis = tile_class(mask, qr[qt], kr[order[w].idx]) != TILE_HIDDEN;
+                            vis = tile_class(mask, W, qr[qt], kr[order[w].idx]) != TILE_HIDDEN;
                         if (vis) items[n_items++] = (BwdItem){order[w].idx, w % nslots, slot_items[w % nslots]++};
                     }
                 }
@@ -864,7 +904,7 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
                     for (int hp = 0; hp < ph; hp++) {
                         const int h = h0 + ha + hp;
                         for (int qt = qt0; qt < qt1; qt++) {
-                            const int cls = tile_class(mask, qr[qt], kr[kt]);
+                            const int cls = tile_class(mask, W, qr[qt], kr[kt]);
                             if (cls == TILE_HIDDEN) continue;
                             const int i0 = qt * BQ, bq = i0 + BQ <= n_q ? BQ : n_q - i0;
                             /* fp32, a tile across the diagonal: its products run over rows r_lo..
@@ -888,7 +928,7 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
                              * last products: compact rows (fp32) or rows (bf16, pfq) and pairs (pfp) */
                             Prefetch pfq = {.lines_per_row = 1}, pfp = pfq; /* empty */
                             for (int nt = qt + 1; nt < qt1; nt++) {
-                                if (tile_class(mask, qr[nt], kr[kt]) == TILE_HIDDEN) continue;
+                                if (tile_class(mask, W, qr[nt], kr[kt]) == TILE_HIDDEN) continue;
                                 const int n0 = nt * BQ, nb = n0 + BQ <= n_q ? BQ : n_q - n0;
                                 if (bt) {
                                     const size_t nro = ((size_t)hp * PR + (n0 - r0)) * ldkw;
@@ -915,16 +955,20 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
                                 float *prow = P + (size_t)r * ldp;
                                 float L = lse[(size_t)(i0 + r) * H + h];
                                 int hidden = L == -INFINITY;
-                                if (cls == TILE_PARTIAL && !hidden && !q_doc) {
-                                    int qp = q_pos[i0 + r];
-                                    if (qp < kr[kt].pos_lo) hidden = 1;
-                                    else if (qp < kr[kt].pos_hi) row_mask(prow, kv_pos + j0, je, qp);
-                                } else if (cls == TILE_PARTIAL && !hidden) {
-                                    const int qp = q_pos[i0 + r], qd = q_doc[i0 + r];
+                                if (cls == TILE_PARTIAL && !hidden) {
+                                    /* the row sees none of the tile (before its first key, past
+                                     * every key's window, or outside its documents), all of it,
+                                     * or needs the mask */
+                                    const int qp = q_pos[i0 + r], qd = q_doc ? q_doc[i0 + r] : 0;
                                     const AttnSpan kk = kr[kt];
-                                    if (qp < kk.pos_lo || qd < kk.doc_lo || qd > kk.doc_hi) hidden = 1;
-                                    else if (qp < kk.pos_hi || kk.doc_lo != kk.doc_hi)
-                                        row_mask_docs(prow, kv_pos + j0, kv_doc + j0, je, qp, qd);
+                                    if (qp < kk.pos_lo || before_window(kk.pos_hi, qp, W) ||
+                                        (q_doc && (qd < kk.doc_lo || qd > kk.doc_hi)))
+                                        hidden = 1;
+                                    else if (!q_doc && (qp < kk.pos_hi || before_window(kk.pos_lo, qp, W)))
+                                        row_mask(prow, kv_pos + j0, je, qp, W);
+                                    else if (q_doc && (qp < kk.pos_hi || before_window(kk.pos_lo, qp, W) ||
+                                                       kk.doc_lo != kk.doc_hi))
+                                        row_mask_docs(prow, kv_pos + j0, kv_doc + j0, je, qp, qd, W);
                                 }
                                 if (hidden) {
                                     memset(prow, 0, (size_t)je * sizeof(float));

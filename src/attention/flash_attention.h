@@ -21,6 +21,12 @@
  * chunk-permuted) therefore needs no special case. With ATTN_FULL every key is visible and the
  * position arrays may be NULL. A row that sees no key in a call is left unchanged.
  *
+ * Sliding windows (Mistral, a Qwen's windowed layers): with AttnShape.window = W > 0 (ATTN_CAUSAL
+ * only) key j is visible to query i only if also q_pos[i] - kv_pos[j] < W: each query sees its W
+ * latest positions, itself included (transformers' sliding_window rule). Tiles wholly before
+ * every query's window are skipped like future ones; only tiles across a window's lower edge get
+ * the elementwise mask.
+ *
  * Documents (packed sequences): the _docs variants also take a document id per row (q_doc,
  * kv_doc); under ATTN_CAUSAL key j is then visible to query i iff kv_doc[j] == q_doc[i] AND
  * kv_pos[j] <= q_pos[i]. NULL doc arrays mean one document (the plain calls). Ids are any ints;
@@ -47,6 +53,8 @@ typedef struct {
     int head_dim;
     float scale;    /* usually 1/sqrt(head_dim) */
     AttnMask mask;
+    int window;     /* ATTN_CAUSAL: > 0 hides keys window or more positions before the query (the
+                       sliding window above); 0: none */
     /* PRECISION_BF16: q, k, v and dout are bf16 operands (--precision bf16). Where the CPU has
      * AVX512_BF16 (and the kernel path is avx512) the tile products then run on bf16 tiles with
      * fp32 accumulation (VDPBF16PS, kernels/attn_bf16.h): q, k, v, dout rounded to bf16 as they are
@@ -78,13 +86,15 @@ const char *attn_kernel_name(Precision precision);
  * in [doc_lo, doc_hi] (both 0 when there are no documents). */
 typedef struct { int pos_lo, pos_hi, doc_lo, doc_hi; } AttnSpan;
 
-/* The causal (and document) visibility rule for a set of queries against a set of keys: every key
- * visible to every query (FULL: all keys at or before every query, all in the one document of
- * every query), none (HIDDEN: every key after every query, or the document ranges do not meet),
- * or some (PARTIAL: needs the elementwise mask). The kernel classifies its tiles with it, and the
- * distributed strategies classify whole blocks and runs with it: one rule, one place. */
+/* The causal (and document, and sliding-window) visibility rule for a set of queries against a set
+ * of keys: every key visible to every query (FULL: all keys at or before every query, all in the
+ * one document of every query, and with a window W > 0 all less than W positions before every
+ * query), none (HIDDEN: every key after every query, or the document ranges do not meet, or every
+ * key W or more positions before every query), or some (PARTIAL: needs the elementwise mask). The
+ * kernel classifies its tiles with it, and the distributed strategies classify whole blocks and
+ * runs with it: one rule, one place. window 0: no window. */
 typedef enum { ATTN_VIS_HIDDEN = 0, ATTN_VIS_PARTIAL = 1, ATTN_VIS_FULL = 2 } AttnVisibility;
-AttnVisibility attn_visibility(AttnSpan q, AttnSpan k);
+AttnVisibility attn_visibility(AttnSpan q, AttnSpan k, int window);
 
 /* The span of rows [0, n) of pos and doc (doc NULL: document 0). n > 0. */
 AttnSpan attn_span(const int *pos, const int *doc, int n);
@@ -156,7 +166,8 @@ int attn_env_check(char *err, size_t n);
 int attn_backward_pass_rows(int n_q, int n_kv, int group, int head_dim, int bq, int bf16_tiles, int threads);
 
 /* Exact floating-point operation counts of a call (for MFU and benchmarks): 4 * d per visible
- * (query, key, head) pair forward, 2.5x that backward, counting only visible pairs. */
+ * (query, key, head) pair forward, 2.5x that backward, counting only visible pairs (documents and
+ * the window included). */
 double attn_forward_flops(const AttnShape *s, const int *q_pos, const int *kv_pos);
 double attn_forward_flops_docs(const AttnShape *s, const int *q_pos, const int *q_doc, const int *kv_pos,
                                const int *kv_doc);

@@ -19,7 +19,7 @@ static AttnShape local_shape(const SeqAttention *sa) {
     const AttnHeads *h = &sa->heads;
     AttnShape s = {.n_q = h->n_local, .n_kv = h->n_local, .n_heads = h->n_heads, .n_kv_heads = h->n_kv_heads,
                    .head_dim = h->head_dim, .scale = 1.0f / sqrtf((float)h->head_dim), .mask = ATTN_CAUSAL,
-                   .precision = h->precision};
+                   .window = sa->window, .precision = h->precision};
     return s;
 }
 

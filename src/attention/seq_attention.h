@@ -40,7 +40,11 @@
  *             chunk i, final (written, not accumulated).
  * All four are collective for distributed strategies (every member calls them with the same i).
  * forward() and backward() on the same strategy give the same numbers as the chunk calls made
- * over all chunks (they are built from them). stream_chunks 0: the strategy has no chunk calls. */
+ * over all chunks (they are built from them). stream_chunks 0: the strategy has no chunk calls.
+ *
+ * Sliding windows: SeqAttention.window, set per layer, masks every call as the kernel's
+ * AttnShape.window does; distributed strategies skip (query, key) blocks wholly before the window
+ * as they skip future ones (their transfers still run as without a window). */
 #ifndef SEQPAR_SEQ_ATTENTION_H
 #define SEQPAR_SEQ_ATTENTION_H
 
@@ -70,6 +74,11 @@ struct SeqAttention {
      * may keep it as bf16 between forward and backward and widen it back bit for bit (llama.c).
      * 0: none (<= saved_floats - kept_floats). */
     size_t bf16_floats;
+    /* The sliding window of the layer the next forward / backward / chunk calls are for (AttnShape.window:
+     * each query sees its `window` latest positions; 0, as created: full causal attention). The model
+     * sets it before each layer's calls (a Mistral's layers, a Qwen's windowed ones); strategies read it
+     * at every call that computes attention. */
+    int window;
     /* Positions (N) of this rank's tokens for the coming forward/backward calls, and their
      * document ids (N) for packed sequences (NULL: the sequence is one document; every rank of the
      * group must pass NULL or ids alike). Positions are global token positions in the sequence

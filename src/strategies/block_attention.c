@@ -59,7 +59,7 @@ static void for_each_visible_pair(BlockAttn *b, const PosBlock *qb, const PosBlo
             const AttnSpan piece = attn_span(qb->pos + p.i0, qb->doc ? qb->doc + p.i0 : NULL, p.nq);
             for (int c = 0; c < kb->n_runs; c++) {
                 const PosRun *kr = &kb->runs[c];
-                p.vis = attn_visibility(piece, (AttnSpan){kr->lo, kr->hi, kr->doc_lo, kr->doc_hi});
+                p.vis = attn_visibility(piece, (AttnSpan){kr->lo, kr->hi, kr->doc_lo, kr->doc_hi}, b->window);
                 if (p.vis == ATTN_VIS_HIDDEN) continue;
                 p.j0 = kr->start;
                 p.nk = kr->len;
@@ -89,7 +89,8 @@ static AttnShape pair_shape(const BlockAttn *b, const Pair *p, const PairArgs *a
     const int test = a->pr && a->pr->n;
     AttnShape s = {.n_q = p->nq, .n_kv = p->nk, .n_heads = b->heads, .n_kv_heads = b->kv_heads,
                    .head_dim = b->head_dim, .scale = b->scale,
-                   .mask = p->vis == ATTN_VIS_FULL ? ATTN_FULL : ATTN_CAUSAL, .precision = b->precision,
+                   .mask = p->vis == ATTN_VIS_FULL ? ATTN_FULL : ATTN_CAUSAL,
+                   .window = p->vis == ATTN_VIS_FULL ? 0 : b->window, .precision = b->precision,
                    .progress = test ? progress_requests : NULL, .progress_arg = test ? (void *)a : NULL};
     return s;
 }

@@ -6,8 +6,9 @@
  * runs of stride 1, a striped slot one run of stride cp, a contiguous block one run). Queries go
  * to the kernel a run at a time (or in pieces of at most piece_rows rows of one run, for tests).
  * Each (piece, key run) pair is classified with
- * attn_visibility() (the rule the kernel uses for its tiles, documents included): hidden pairs are
- * skipped (a key run wholly in other documents too), fully visible ones run unmasked (ATTN_FULL),
+ * attn_visibility() (the rule the kernel uses for its tiles, documents and windows included): hidden
+ * pairs are skipped (a key run wholly in other documents, or before the window, too), fully visible
+ * ones run unmasked (ATTN_FULL),
  * partial ones causal with the documents' ids. So zigzag off-diagonal steps cost
  * exactly half a block and future blocks cost nothing. The in-flight requests of the caller's
  * ring are tested from inside the kernel between its tiles (AttnShape.progress) and after every
@@ -63,6 +64,9 @@ typedef struct {
     int compute;    /* 0: count work but skip the kernel (benchmark of communication alone) */
     Precision precision; /* PRECISION_BF16: the blocks hold bf16 values (--precision bf16): the kernel's
                           * bf16 tiles (flash_attention.h); block_attn_init sets fp32 */
+    int window;          /* the sliding window of the layer being computed (AttnShape.window; 0: none):
+                          * the strategy sets it from SeqAttention.window before its calls; pairs
+                          * wholly before every query's window are hidden like future ones */
     AttnWork work;
 } BlockAttn;
 

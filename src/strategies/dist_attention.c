@@ -43,6 +43,7 @@ static void dist_forward(SeqAttention *sa, const float *q, const float *k, const
     float *q_h = saved, *kv_h = saved + off_kv(x), *lse_h = saved + off_lse(x);
     BlockAttn *b = x->sched->blocks;
     b->work.fwd_calls = b->work.fwd_cells = 0;
+    b->window = sa->window;
     head_exchange_qkv(&x->hx, q, k, v, q_h, kv_h);
     /* the head-parallel output straight into the exchange's send buffer (idle until the exchange
      * back); with hp = 1 straight into o, whose layout it is */
@@ -61,6 +62,7 @@ static void dist_backward(SeqAttention *sa, const float *q, const float *k, cons
     const float *q_h = saved, *kv_h = saved + off_kv(x), *lse_h = saved + off_lse(x);
     BlockAttn *b = x->sched->blocks;
     b->work.bwd_calls = b->work.bwd_cells = 0;
+    b->window = sa->window;
     /* delta = rowsum(dO * O) where O lives (the local rows, every head; per row in double, so the
      * same values as from the head-parallel rows), carried by dout's exchange */
     double t0 = comm_compute_begin(x->comm);

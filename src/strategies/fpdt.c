@@ -299,6 +299,7 @@ static void outer_one(Fpdt *x, int i, const float *saved, float *dq_i, float *dk
 
 static void fpdt_forward(SeqAttention *sa, const float *q, const float *k, const float *v, float *o, float *saved) {
     Fpdt *x = sa->ctx;
+    x->b.window = sa->window;
     for (int i = 0; i < x->u; i++)
         fwd_chunk(x, i, q + rows_off(x, i, x->H), k + rows_off(x, i, x->Hkv), v + rows_off(x, i, x->Hkv),
                   o + rows_off(x, i, x->H), saved);
@@ -309,6 +310,7 @@ static void fpdt_backward(SeqAttention *sa, const float *q, const float *k, cons
                           const float *saved, const float *dout, float *dq, float *dk, float *dv) {
     Fpdt *x = sa->ctx;
     (void)q, (void)k, (void)v, (void)o; /* the strategy's own copies are in the tier */
+    x->b.window = sa->window;
     for (int j = 0; j < x->u; j++) dout_one(x, j, saved, dout + rows_off(x, j, x->H));
     for (int i = 0; i < x->u; i++)
         outer_one(x, i, saved, dq + rows_off(x, i, x->H), dk + rows_off(x, i, x->Hkv), dv + rows_off(x, i, x->Hkv));
@@ -320,6 +322,7 @@ static void fpdt_backward(SeqAttention *sa, const float *q, const float *k, cons
 static void fpdt_forward_chunk(SeqAttention *sa, int i, const float *q, const float *k, const float *v, float *o,
                                float *saved) {
     Fpdt *x = sa->ctx;
+    x->b.window = sa->window;
     fwd_chunk(x, i, q, k, v, o, saved);
     if (i == x->u - 1) tier_sync(x);
 }
@@ -341,6 +344,7 @@ static void fpdt_dout_chunk(SeqAttention *sa, int i, const float *saved, const f
 
 static void fpdt_backward_chunk(SeqAttention *sa, int i, const float *saved, float *dq, float *dk, float *dv) {
     Fpdt *x = sa->ctx;
+    x->b.window = sa->window;
     outer_one(x, i, saved, dq, dk, dv);
     if (i == x->u - 1) tier_sync(x);
 }
