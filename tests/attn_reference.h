@@ -54,7 +54,8 @@ static inline double reference_max_abs(const float *x, size_t n) {
     return m;
 }
 
-static inline void reference_build(Reference *R, HeadCase hc, uint64_t seed) {
+/* The reference with a sliding window (AttnShape.window; 0: plain causal). */
+static inline void reference_build_window(Reference *R, HeadCase hc, uint64_t seed, int window) {
     memset(R, 0, sizeof *R);
     R->hc = hc;
     const int S = hc.S, H = hc.H, Hkv = hc.Hkv, d = hc.d;
@@ -73,7 +74,7 @@ static inline void reference_build(Reference *R, HeadCase hc, uint64_t seed) {
     int *pos = xmalloc(sizeof(int) * (size_t)S);
     for (int i = 0; i < S; i++) pos[i] = i;
     AttnShape s = {.n_q = S, .n_kv = S, .n_heads = H, .n_kv_heads = Hkv, .head_dim = d,
-                   .scale = 1.0f / sqrtf((float)d), .mask = ATTN_CAUSAL};
+                   .scale = 1.0f / sqrtf((float)d), .mask = ATTN_CAUSAL, .window = window};
     attn_state_init(&s, R->o, R->lse);
     attn_forward(&s, R->q, pos, R->k, R->v, pos, R->o, R->lse);
     float *delta = xmalloc((size_t)S * H * sizeof(float));
@@ -85,6 +86,8 @@ static inline void reference_build(Reference *R, HeadCase hc, uint64_t seed) {
     xfree(delta);
     xfree(pos);
 }
+
+static inline void reference_build(Reference *R, HeadCase hc, uint64_t seed) { reference_build_window(R, hc, seed, 0); }
 
 /* Packed documents: doc_start (S) gives each token's document as the position of its first token
  * (data/packing.h). The reference runs EVERY DOCUMENT SEPARATELY through the plain causal kernel

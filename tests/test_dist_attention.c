@@ -29,6 +29,9 @@
  * run SEPARATELY through the plain kernel (reference_build_docs), and the positions exchange must
  * send exactly twice the formula's meta bytes (the ids travel like the positions).
  *
+ * Sliding windows: for three head shapes every configuration runs again with a window (3, 13, 23
+ * positions; SeqAttention.window), against the single-process kernel with the same window.
+ *
  * Also: dist_attention_check() on bad head/hp/S combinations (the message names the valid hp
  * values), the collective wrappers' byte model, comm_stats_print, and a Chrome trace that
  * jansson can parse. Prints one line "test_dist_attention: N passed, N failed" (checks summed
@@ -61,7 +64,7 @@ extern void openblas_set_num_threads(int);
 /* One configuration. */
 
 typedef struct {
-    long cases, skipped, packed, wire;
+    long cases, skipped, packed, wire, windowed;
     double max_o, max_lse, max_dq, max_dk, max_dv; /* relative to tolerance */
 } Summary;
 
@@ -126,15 +129,18 @@ static StrategyParams params_of(const Topology *t, TokenLayout layout, HeadCase 
     return p;
 }
 
-/* doc_start (S): packed documents (R then holds the per-document reference), or NULL. */
+/* doc_start (S): packed documents (R then holds the per-document reference), or NULL; window: the
+ * sliding window R was built with (SeqAttention.window), or 0. */
 static void run_case(const Topology *t, Comm *cm, const Strategy *strat, TokenLayout layout, int team,
-                     const Reference *R, const int *doc_start, int piece_rows, Summary *sum, const char *what) {
+                     const Reference *R, const int *doc_start, int window, int piece_rows, Summary *sum,
+                     const char *what) {
     const HeadCase hc = R->hc;
     const int S = hc.S, H = hc.H, Hkv = hc.Hkv, d = hc.d, N = S / t->sp;
     StrategyParams sp = params_of(t, layout, hc);
     sp.team = team;
     SeqAttention *sa = dist_attention_create(strat->schedule, &sp, t, cm);
     dist_attention_set_piece_rows(sa, piece_rows);
+    sa->window = window;
     int *pos = xmalloc(sizeof(int) * (size_t)N);
     layout_positions(layout, S, t->hp, t->cp, t->hp_rank, t->cp_rank, pos);
     AttnVolume vol;
@@ -201,7 +207,7 @@ static void run_case(const Topology *t, Comm *cm, const Strategy *strat, TokenLa
      * off-diagonal step, contiguous computes only past blocks (n = S/cp rows per slot) */
     AttnWork wk;
     dist_attention_work(sa, &wk);
-    if (strat->schedule == &double_ring_schedule && !docs) {
+    if (strat->schedule == &double_ring_schedule && !docs && !window) {
         unsigned long long nn = (unsigned long long)(S / t->cp) * (unsigned)(S / t->cp), cp = (unsigned)t->cp;
         /* zigzag's diagonal step is 3/4 of a block, or a whole causal block for the last slot
          * whose two chunks are adjacent (one run; the kernel skips its hidden tiles itself) */
@@ -500,7 +506,7 @@ static void test_trace_and_print(const Reference *R) {
     topology_create(&t, 1, hp, cp, cp, PLACEMENT_HEAD_FIRST, 2);
     Comm *cm = comm_create(&t, path);
     Summary s = {0};
-    run_case(&t, cm, strategy_find("2d"), LAYOUT_ZIGZAG, 1, R, NULL, 8, &s, "traced run");
+    run_case(&t, cm, strategy_find("2d"), LAYOUT_ZIGZAG, 1, R, NULL, 0, 8, &s, "traced run");
     FILE *f = g_rank == 0 ? tmpfile() : NULL;
     comm_stats_print(cm, f);
     if (g_rank == 0) {
@@ -656,6 +662,14 @@ int main(int argc, char **argv) {
         reference_build_docs(&prefs[i], hc, 1000 + (uint64_t)packed[i], pstarts[i]);
     }
 
+    /* sliding windows: the same inputs for three shapes, the reference the kernel's with the window
+     * (test_packed_attention checks it against double precision); windows narrower than a rank's
+     * block at 8 ranks, about two blocks, and most of the sequence */
+    const int windowed[] = {1, 4, 6}, windows[] = {3, 13, 23};
+    Reference wrefs[ARRAY_LEN(windowed)];
+    for (size_t i = 0; i < ARRAY_LEN(windowed); i++)
+        reference_build_window(&wrefs[i], heads[windowed[i]], 1000 + (uint64_t)windowed[i], windows[i]);
+
     test_check_messages();
     test_collectives();
     test_dout_delta_exchange();
@@ -696,7 +710,7 @@ int main(int argc, char **argv) {
                             snprintf(what, sizeof what, "%s C%d dp%d hp%d cp%d W%d %s %s H%d Hkv%d d%d S%d piece%d",
                                      strat->name, team, dp, hp, cp, W, placement_name((Placement)pl), layout_name((TokenLayout)lay), heads[hi].H,
                                      heads[hi].Hkv, heads[hi].d, heads[hi].S, piece);
-                            run_case(&t, cm, strat, (TokenLayout)lay, team, &refs[hi], NULL, piece, &sum, what);
+                            run_case(&t, cm, strat, (TokenLayout)lay, team, &refs[hi], NULL, 0, piece, &sum, what);
                             if (hi == 4 || hi == 6) { /* GQA 8/2 and 5 heads (uneven splits) */
                                 run_wire_case(&t, cm, strat, (TokenLayout)lay, team, &refs[hi], what);
                                 sum.wire++;
@@ -705,8 +719,16 @@ int main(int argc, char **argv) {
                                 if (packed[pi] != hi) continue;
                                 char pw[200];
                                 snprintf(pw, sizeof pw, "%s, packed documents", what);
-                                run_case(&t, cm, strat, (TokenLayout)lay, team, &prefs[pi], pstarts[pi], piece, &sum, pw);
+                                run_case(&t, cm, strat, (TokenLayout)lay, team, &prefs[pi], pstarts[pi], 0, piece, &sum, pw);
                                 sum.packed++;
+                            }
+                            for (size_t wi = 0; wi < ARRAY_LEN(windowed); wi++) {
+                                if (windowed[wi] != hi) continue;
+                                char ww[200];
+                                snprintf(ww, sizeof ww, "%s, window %d", what, windows[wi]);
+                                run_case(&t, cm, strat, (TokenLayout)lay, team, &wrefs[wi], NULL, windows[wi], piece, &sum,
+                                         ww);
+                                sum.windowed++;
                             }
                             }
                           }
@@ -731,6 +753,7 @@ int main(int argc, char **argv) {
         reference_free(&prefs[i]);
         xfree(pstarts[i]);
     }
+    for (size_t i = 0; i < ARRAY_LEN(windowed); i++) reference_free(&wrefs[i]);
 
     double worst[5] = {sum.max_o, sum.max_lse, sum.max_dq, sum.max_dk, sum.max_dv}, wmax[5];
     MPI_Allreduce(worst, wmax, 5, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -738,8 +761,9 @@ int main(int argc, char **argv) {
     MPI_Allreduce(counts, tot, 2, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
     double elapsed = MPI_Wtime() - t_start;
     if (g_rank == 0) {
-        printf("ranks %d: %ld configurations per rank (%ld with packed documents, %ld on the bf16 wire; %ld head shapes "
-               "skipped as invalid for hp), %.2f s\n", g_size, sum.cases, sum.packed, sum.wire, sum.skipped, elapsed);
+        printf("ranks %d: %ld configurations per rank (%ld with packed documents, %ld with a sliding window, %ld on the "
+               "bf16 wire; %ld head shapes skipped as invalid for hp), %.2f s\n", g_size, sum.cases, sum.packed,
+               sum.windowed, sum.wire, sum.skipped, elapsed);
         printf("worst error / tolerance: O %.3f, LSE %.3f, dQ %.3f, dK %.3f, dV %.3f\n", wmax[0], wmax[1], wmax[2],
                wmax[3], wmax[4]);
         printf("test_dist_attention: %ld passed, %ld failed\n", tot[0], tot[1]);

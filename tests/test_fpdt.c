@@ -11,6 +11,8 @@
  *   - the chunk calls (forward_chunk, output_chunk, dout_chunk, backward_chunk: the model's
  *     streaming path) give forward's o and backward's dq, dk, dv bit for bit, chunk by chunk;
  *   - check() messages for bad u / S name lengths and chunk counts that work.
+ * Packed documents for three head shapes; a sliding window of 11 positions (SeqAttention.window)
+ * for two, in RAM and on the disk tier, against the single-process kernel with that window.
  * Prints "test_fpdt: N passed, N failed" (summed over ranks) and exits non-zero on failure. */
 #include <errno.h>
 #include <math.h>
@@ -32,9 +34,10 @@
 extern void openblas_set_num_threads(int);
 
 
-/* doc_start (S): packed documents (R then holds the per-document reference), or NULL. */
-static void run_case(const Topology *t, Comm *cm, const Strategy *fp, const Reference *R, const int *doc_start, int u,
-                     const char *offload, const char *what) {
+/* doc_start (S): packed documents (R then holds the per-document reference), or NULL; window: the
+ * sliding window R was built with, or 0. */
+static void run_case(const Topology *t, Comm *cm, const Strategy *fp, const Reference *R, const int *doc_start,
+                     int window, int u, const char *offload, const char *what) {
     const HeadCase hc = R->hc;
     const int S = hc.S, H = hc.H, Hkv = hc.Hkv, d = hc.d, P = t->hp, N = S / P, c = N / u, Cn = S / u;
     StrategyParams sp = {.hp = P, .cp = 1, .chunks = u, .offload_dir = offload, .layout = LAYOUT_CONTIGUOUS, .seq_len = S, .n_heads = H,
@@ -53,6 +56,7 @@ static void run_case(const Topology *t, Comm *cm, const Strategy *fp, const Refe
             if (pos[i * c + r] != (i * P + t->hp_rank) * c + r) layout_ok = 0;
     CHECKQ(layout_ok, "%s: local chunk i must hold global piece i hp + r", what);
     SeqAttention *sa = strategy_create_attention(fp, &sp, t, cm);
+    sa->window = window;
     AttnVolume vol;
     strategy_volume(fp, &sp, t->hp_rank, 0, &vol);
     AttnMemory mem;
@@ -296,8 +300,10 @@ int main(int argc, char **argv) {
     const HeadCase heads[] = {{4, 4, 16, 96}, {4, 2, 16, 96}, {4, 1, 32, 96}, {6, 2, 16, 96}, {5, 5, 8, 96}};
     long cases = 0;
     for (size_t hi = 0; hi < ARRAY_LEN(heads); hi++) {
-        Reference R, P;
+        Reference R, P, Wr;
+        const int window = hi == 1 || hi == 3 ? 11 : 0; /* a sliding window of 11 (of 96) for two shapes */
         reference_build(&R, heads[hi], 700 + (uint64_t)hi);
+        if (window) reference_build_window(&Wr, heads[hi], 700 + (uint64_t)hi, window);
         int starts[96];
         reference_doc_starts(heads[hi].S, 90 + hi, starts);
         if (hi < 3) reference_build_docs(&P, heads[hi], 700 + (uint64_t)hi, starts);
@@ -311,18 +317,24 @@ int main(int argc, char **argv) {
                 char what[128];
                 snprintf(what, sizeof what, "fpdt dp%d hp%d u%d H%d Hkv%d d%d S%d", g_size / hp, hp, u, heads[hi].H,
                          heads[hi].Hkv, heads[hi].d, heads[hi].S);
-                run_case(&t, cm, fp, &R, NULL, u, NULL, what);
+                run_case(&t, cm, fp, &R, NULL, 0, u, NULL, what);
                 cases++;
+                if (window) { /* the sliding window, in RAM and (u = 2) on disk */
+                    char w2[160];
+                    snprintf(w2, sizeof w2, "%s window %d", what, window);
+                    run_case(&t, cm, fp, &Wr, NULL, window, u, u == 2 ? "/tmp" : NULL, w2);
+                    cases++;
+                }
                 if (hi < 3) { /* packed documents against each document run by itself */
                     char w2[160];
                     snprintf(w2, sizeof w2, "%s packed", what);
-                    run_case(&t, cm, fp, &P, starts, u, u == 2 ? "/tmp" : NULL, w2);
+                    run_case(&t, cm, fp, &P, starts, 0, u, u == 2 ? "/tmp" : NULL, w2);
                     cases++;
                 }
                 if (u == 1 || u == 4) { /* the disk tier: same results, `saved` only lse */
                     char w2[160];
                     snprintf(w2, sizeof w2, "%s offload", what);
-                    run_case(&t, cm, fp, &R, NULL, u, "/tmp", w2);
+                    run_case(&t, cm, fp, &R, NULL, 0, u, "/tmp", w2);
                     cases++;
                 }
             }
@@ -331,6 +343,7 @@ int main(int argc, char **argv) {
         }
         reference_free(&R);
         if (hi < 3) reference_free(&P);
+        if (window) reference_free(&Wr);
     }
     long counts[2] = {tl_passed, tl_failed}, tot[2];
     MPI_Allreduce(counts, tot, 2, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);

@@ -303,6 +303,8 @@ int main(void) {
     test_fixture("tiny_attn_bias"); /* q, k, v, o biases */
     test_fixture("tiny_qwen3");     /* per-head q/k norms */
     test_fixture("tiny_qwen3_bias");
+    test_fixture("tiny_mistral_window"); /* a window of 7 on every layer, prompt 9 + 16 new tokens */
+    test_fixture("tiny_qwen2_window");   /* a window of 9 on layers 1-2, prompt 20 + 16 new tokens */
     test_sampling();
     test_top_p_and_penalty();
     test_errors();

@@ -628,7 +628,6 @@ static void test_config(const TempDir *td) {
 #undef MSIZES
         for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
             LlamaConfig mc;
-            SeqErr ce;
             if (!config_case_read("mistral case", i, cases[i].json, cases[i].ok, i == 7 ? "model_type" : "sliding_window",
                                   &mc))
                 continue;
@@ -636,10 +635,10 @@ static void test_config(const TempDir *td) {
                       mc.num_key_value_heads == cases[i].kv && mc.max_position_embeddings == cases[i].maxpos,
                   "mistral case %zu read as family %d window %d kv %d positions %d", i, mc.family, mc.sliding_window,
                   mc.num_key_value_heads, mc.max_position_embeddings);
-            CHECK(llama_window_check(&mc, 32, "fix", &ce) == 0, "mistral case %zu: 32 tokens refused", i);
-            const int past = llama_window_check(&mc, 33, "use --seq-len 32 or less", &ce) != 0;
-            CHECK(past == (cases[i].window == 32) && (!past || strstr(ce.msg, "sliding window of the 32 latest tokens")),
-                  "mistral case %zu: 33 tokens %s: %s", i, past ? "refused" : "accepted", ce.msg);
+            CHECK(llama_layer_window(&mc, 0) == cases[i].window && llama_layer_window(&mc, 1) == cases[i].window &&
+                      llama_windowed_layers(&mc) == (cases[i].window ? mc.num_hidden_layers : 0),
+                  "mistral case %zu: every layer's window should be %d: %d, %d", i, cases[i].window,
+                  llama_layer_window(&mc, 0), llama_layer_window(&mc, 1));
             json_t *r = config_case_save(&mc, saved);
             json_t *sw = r ? json_object_get(r, "sliding_window") : NULL;
             CHECK(r && !strcmp(json_string_value(json_object_get(r, "model_type")), "mistral") &&
@@ -698,7 +697,6 @@ static void test_config(const TempDir *td) {
 #undef QSIZES
         for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
             LlamaConfig qc;
-            SeqErr ce;
             if (!config_case_read("qwen2 case", i, cases[i].json, cases[i].ok, cases[i].word, &qc)) continue;
             const int q3 = cases[i].family == LLAMA_FAMILY_QWEN3;
             CHECK(qc.family == cases[i].family && qc.sliding_window == cases[i].window &&
@@ -707,8 +705,10 @@ static void test_config(const TempDir *td) {
                       qc.head_dim == (q3 ? (strstr(cases[i].json, "\"head_dim\": 16") ? 16 : 128) : 2),
                   "qwen2 case %zu read as family %d window %d kv %d positions %d biases %d %d", i, qc.family,
                   qc.sliding_window, qc.num_key_value_heads, qc.max_position_embeddings, qc.qkv_bias, qc.o_bias);
-            const int past = llama_window_check(&qc, 33, "use --seq-len 32 or less", &ce) != 0;
-            CHECK(past == (cases[i].window == 32), "qwen2 case %zu: 33 tokens %s", i, past ? "refused" : "accepted");
+            const int w0 = strstr(cases[i].json, "\"max_window_layers\": 0") ? cases[i].window : 0; /* 2 layers */
+            CHECK(llama_layer_window(&qc, 0) == w0 && llama_layer_window(&qc, 1) == cases[i].window,
+                  "qwen2 case %zu: layer windows %d, %d, expected %d, %d", i, llama_layer_window(&qc, 0),
+                  llama_layer_window(&qc, 1), w0, cases[i].window);
             json_t *r = config_case_save(&qc, saved);
             const int q2 = cases[i].family == LLAMA_FAMILY_QWEN2;
             const char *mt = q2 ? "qwen2" : q3 ? "qwen3" : "llama";

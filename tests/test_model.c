@@ -104,7 +104,8 @@ static void compare_grads(const char *name, const LlamaModel *m, const char *gra
 
 int main(void) {
     const char *fixtures[] = {"tiny_mha", "tiny_gqa_tied", "tiny_headdim", "tiny_long", "tiny_llama3", "tiny_linear",
-                                "tiny_wide_ffn", "tiny_qwen2", "tiny_attn_bias", "tiny_qwen3", "tiny_qwen3_bias"};
+                                "tiny_wide_ffn", "tiny_qwen2", "tiny_attn_bias", "tiny_qwen3", "tiny_qwen3_bias",
+                                "tiny_mistral_window", "tiny_qwen2_window"};
     for (size_t k = 0; k < ARRAY_LEN(fixtures); k++) {
         char dir[256], path[512];
         snprintf(dir, sizeof dir, "%s/%s", FIXTURES, fixtures[k]);

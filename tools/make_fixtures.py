@@ -45,6 +45,7 @@ from safetensors.numpy import save_file as np_save_file, load_file as np_load_fi
 from safetensors.torch import save_file as torch_save_file
 from transformers import AutoModelForCausalLM, LlamaForCausalLM
 from transformers.models.llama import modeling_llama
+from transformers.models.mistral import modeling_mistral
 try:
     from transformers.models.qwen2 import modeling_qwen2
     from transformers.models.qwen3 import modeling_qwen3
@@ -91,6 +92,14 @@ FIXTURES = [
          tie=True, eps=1e-6, theta=1000000.0, head_dim=16, seed=1010, bf16=False, family="qwen3"),
     dict(name="tiny_qwen3_bias", hidden=48, inter=64, heads=6, kv=3, layers=2, vocab=53, S=48,
          tie=False, eps=1e-6, theta=10000.0, head_dim=8, seed=1011, bf16=False, family="qwen3", attn_bias=True),
+    # sliding-window attention (key j visible to query i iff j <= i and i - j < window): a Mistral
+    # (MistralForCausalLM, every layer windowed; window 7 of S = 40) and a Qwen2 with
+    # use_sliding_window whose layers from max_window_layers (1) on are windowed (layer 0 full causal)
+    dict(name="tiny_mistral_window", hidden=32, inter=64, heads=4, kv=2, layers=2, vocab=61, S=40,
+         tie=False, eps=1e-5, theta=10000.0, head_dim=None, seed=1012, bf16=False, family="mistral", window=7),
+    dict(name="tiny_qwen2_window", hidden=48, inter=96, heads=6, kv=2, layers=3, vocab=67, S=48,
+         tie=True, eps=1e-6, theta=1000000.0, head_dim=None, seed=1013, bf16=False, family="qwen2",
+         window=9, window_layers=1),
 ]
 
 WEIGHT_STD = 0.1   # std of every matrix entry
@@ -172,7 +181,7 @@ def _softmax(input, dim=None, _stacklevel=3, dtype=None):
     return _orig_softmax(input, dim=dim, _stacklevel=_stacklevel, dtype=dtype)
 
 
-_FAMILIES = [(modeling_llama, "Llama")] + ([(modeling_qwen2, "Qwen2"), (modeling_qwen3, "Qwen3")] if modeling_qwen2 else [])
+_FAMILIES = [(modeling_llama, "Llama"), (modeling_mistral, "Mistral")] + ([(modeling_qwen2, "Qwen2"), (modeling_qwen3, "Qwen3")] if modeling_qwen2 else [])
 _ORIG = [(getattr(mod, f"{n}RMSNorm").forward, getattr(mod, f"{n}RotaryEmbedding").forward) for mod, n in _FAMILIES]
 
 
@@ -210,9 +219,9 @@ def config_dict(fx):
             "rms_norm_eps": fx["eps"],
             "rope_theta": fx["theta"],
             "tie_word_embeddings": fx["tie"],
-            "use_sliding_window": False,
-            "sliding_window": 4096,
-            "max_window_layers": 21,
+            "use_sliding_window": bool(fx.get("window")),
+            "sliding_window": fx.get("window", 4096),
+            "max_window_layers": fx.get("window_layers", 21),
             "attention_dropout": 0.0,
             "torch_dtype": "float32",
         }
@@ -220,6 +229,20 @@ def config_dict(fx):
             cfg["head_dim"] = head_dim
             cfg["attention_bias"] = bool(fx.get("attn_bias"))
         return cfg
+    if fx.get("family") == "mistral":  # Llama's layout, no biases, every layer windowed
+        return {
+            "architectures": ["MistralForCausalLM"],
+            "model_type": "mistral",
+            **sizes,
+            "head_dim": head_dim,
+            "max_position_embeddings": MAX_POS,
+            "rms_norm_eps": fx["eps"],
+            "rope_theta": fx["theta"],
+            "sliding_window": fx["window"],
+            "tie_word_embeddings": fx["tie"],
+            "attention_dropout": 0.0,
+            "torch_dtype": "float32",
+        }
     return {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
@@ -236,6 +259,14 @@ def config_dict(fx):
         "pretraining_tp": 1,
         "torch_dtype": "float32",
     }
+
+
+def layer_windows(fx):
+    """The sliding window of each layer (None: full causal attention), from the fixture's own
+    fields: a Mistral's window on every layer, a Qwen2's on the layers from window_layers on."""
+    w = fx.get("window")
+    return [w if w and (fx.get("family") == "mistral" or l >= fx["window_layers"]) else None
+            for l in range(fx["layers"])]
 
 
 def has_biases(fx):
@@ -333,8 +364,9 @@ def hf_loss(model, inputs, targets):
     return F.cross_entropy(logits, targets)
 
 
-def ref_loss(W, fx, inputs, targets):
-    """Independent float64 Llama (HF semantics) on a dict of float64 tensors."""
+def ref_loss(W, fx, inputs, targets, windows=None):
+    """Independent float64 Llama (HF semantics) on a dict of float64 tensors. windows: each
+    layer's sliding window (None: full causal), layer_windows(fx) by default."""
     H, nh, nkv, L = fx["hidden"], fx["heads"], fx["kv"], fx["layers"]
     D = fx["head_dim"] or H // nh
     S = len(inputs)
@@ -369,10 +401,15 @@ def ref_loss(W, fx, inputs, targets):
         c, s = cos[:, None, :], sin[:, None, :]
         return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
 
-    mask = torch.triu(torch.ones(S, S, dtype=torch.bool), diagonal=1)
+    if windows is None:
+        windows = layer_windows(fx)
+    qi, ki = torch.arange(S)[:, None], torch.arange(S)[None, :]
     x = W["model.embed_tokens.weight"][inputs]
     for l in range(L):
         p = f"model.layers.{l}."
+        mask = ki > qi  # True: masked
+        if windows[l] is not None:
+            mask = mask | (qi - ki >= windows[l])
         def bias(name):
             return W[p + name] if p + name in W else 0.0
         h = rms(x, W[p + "input_layernorm.weight"])
@@ -473,6 +510,29 @@ def make_fixture(fx):
     print(f"  own float64 Llama: loss rel diff {rel_err(rl.item(), loss_v):.2e}, worst grad diff / |grad|max {gmax:.2e}")
     assert rel_err(rl.item(), loss_v) < 1e-12 and gmax < 1e-10
 
+    # sliding windows: transformers' own per-layer view, and that the window really changes the loss
+    windows = layer_windows(fx)
+    if any(windows):
+        lt = getattr(model.config, "layer_types", None) or ["sliding_attention"] * fx["layers"]
+        hf_windows = [model.config.sliding_window if t == "sliding_attention" else None for t in lt]
+        assert hf_windows == windows, (hf_windows, windows)
+        saved = model.config.sliding_window
+        model.config.sliding_window = S  # i - j < S always: the same weights with the window removed
+        try:
+            with torch.no_grad():
+                hf_full = hf_loss(model, inputs, targets).item()
+        finally:
+            model.config.sliding_window = saved
+        with torch.no_grad():
+            W0 = {n: w.detach() for n, w in W.items()}
+            ref_full = ref_loss(W0, fx, inputs, targets, windows=[None] * fx["layers"]).item()
+            off = [ref_loss(W0, fx, inputs, targets, windows=[w and w + dw for w in windows]).item() for dw in (-1, 1)]
+        print(f"  sliding windows {windows}: loss {loss_v!r}; window removed: HF {hf_full!r}, own {ref_full!r} "
+              f"(rel diff to windowed {rel_err(hf_full, loss_v):.2e}); own with windows -1/+1: rel diff "
+              f"{rel_err(off[0], loss_v):.2e} / {rel_err(off[1], loss_v):.2e}")
+        assert rel_err(hf_full, ref_full) < 1e-12 and rel_err(hf_full, loss_v) > 1e-4
+        assert min(rel_err(o, loss_v) for o in off) > 1e-6
+
     # stored grads, read back with the safetensors package
     back = np_load_file(os.path.join(d, "grads.safetensors"))
     assert sorted(back) == sorted(weights)
@@ -488,6 +548,8 @@ def make_fixture(fx):
              "model.embed_tokens.weight"]
     picks += [n for n in ("model.layers.0.self_attn.q_proj.bias", f"model.layers.{L}.self_attn.o_proj.bias",
                           "model.layers.0.self_attn.k_norm.weight") if n in back]
+    if layer_windows(fx)[L]:  # a windowed layer's attention
+        picks.append(f"model.layers.{L}.self_attn.k_proj.weight")
     h = 1e-5
     for n in picks:
         g = back[n].astype(np.float64)

@@ -10,7 +10,8 @@ then the same greedy continuation under `repetition_penalty` REPETITION_PENALTY 
 agreeing, with the smallest gap of the penalised logits along its path).
 
 Run once with a python that has torch and transformers (made with transformers 5.23, torch 2.15;
-tiny_qwen2, tiny_attn_bias, tiny_qwen3 and tiny_qwen3_bias with transformers 5.24):
+tiny_qwen2, tiny_attn_bias, tiny_qwen3, tiny_qwen3_bias, tiny_mistral_window and tiny_qwen2_window
+with transformers 5.24):
     bench/.venv/bin/python tools/make_generate_fixture.py [FIXTURE...]   (named: only those)
 """
 import json
@@ -20,9 +21,9 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import make_fixtures  # noqa: E402  (its float64 patches for transformers' Llama)
+import make_fixtures  # noqa: E402  (its float64 patches for transformers' Llama, Mistral, Qwen2, Qwen3)
 import transformers  # noqa: E402
-from transformers import AutoModelForCausalLM as LlamaForCausalLM  # noqa: E402  (Llama or Qwen2, by config)
+from transformers import AutoModelForCausalLM as LlamaForCausalLM  # noqa: E402  (Llama, Mistral, Qwen2 or Qwen3, by config)
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures")
 CASES = [  # fixture, prompt (ids, or bytes of a string), new tokens
@@ -34,6 +35,9 @@ CASES = [  # fixture, prompt (ids, or bytes of a string), new tokens
     ("tiny_attn_bias", 5, 16),   # a Llama with attention_bias (5: its sixth token is 0, generate's pad id)
     ("tiny_qwen3", 8, 16),       # Qwen3ForCausalLM: per-head q/k norms
     ("tiny_qwen3_bias", 8, 16),  # and attention_bias
+    # sliding windows: prompts longer than the window, so that the prompt logits see it too
+    ("tiny_mistral_window", 9, 16),  # MistralForCausalLM, window 7 on every layer (9: its tenth token is 0)
+    ("tiny_qwen2_window", 20, 16),   # Qwen2 with use_sliding_window: window 9 on layers 1 and 2
 ]
 
 

@@ -465,13 +465,6 @@ void data_length_check(const TokenStream *ts, int seq_len, const char *data) {
                        data, ts->total);
 }
 
-void window_length_check(const LlamaConfig *c, int seq_len) {
-    char fix[64];
-    snprintf(fix, sizeof fix, "use --seq-len %d or less", c->sliding_window);
-    SeqErr e;
-    if (llama_window_check(c, seq_len, fix, &e) != 0) die_collective("%s", e.msg);
-}
-
 int model_dir_check(const char *dir, SeqErr *e) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);

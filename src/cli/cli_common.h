@@ -56,9 +56,6 @@ void size_flags_fit_data(SizeFlags *sf, TokenStream *ts, const char *data);
 /* Token data too short for one window (--seq-len S reads S + 1 tokens) ends every rank with train's
  * one line; train, memory and plan refuse alike. */
 void data_length_check(const TokenStream *ts, int seq_len, const char *data);
-/* --seq-len S past the model's sliding window (a Mistral's; llama_window_check): one line on every
- * rank naming the longest --seq-len that computes the model. */
-void window_length_check(const LlamaConfig *c, int seq_len);
 /* With --model or --resume the model's own config decides the sizes: a size flag given with a
  * different value is one line on every rank naming both values (the same value is accepted, so
  * a run can be resumed with its original command line). `source` names the config. */

@@ -96,7 +96,6 @@ int cmd_grad(int argc, char **argv) {
 
     LlamaModel model;
     model_from_dir(&model, model_dir, seed, random_init);
-    window_length_check(&model.cfg, (int)seq_len);
     const int eot = pack_flags_eot(&pf, cmd, model_dir, model.cfg.vocab_size);
     TokenData td;
     SeqErr err;

@@ -68,7 +68,6 @@ void memory_input_from_options(const TrainOptions *o, SizeFlags *sf, const char 
         *out = sf->cfg;
         size_flags_validate(out);
     }
-    window_length_check(out, o->seq_len); /* train's refusals */
     (void)train_data_flags_check(o, in->recall_data, out->vocab_size, cmd);
     if (o->val_data) { /* opened as train opens it: a missing or malformed source is refused alike */
         TokenStream vs;

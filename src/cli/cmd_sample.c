@@ -199,13 +199,6 @@ int cmd_sample(int argc, char **argv) {
     SeqErr e;
     long total = (long)n_prompt + o.max_new;
     if (total > (1L << 30)) die_collective("seqpar sample: prompt + --max-new-tokens exceeds 2^30 tokens");
-    { /* the cache's positions past a Mistral's window would attend further back than the model does */
-        char fix[128];
-        if (n_prompt >= model.cfg.sliding_window)
-            snprintf(fix, sizeof fix, "shorten the prompt (%d tokens) below %d", n_prompt, model.cfg.sliding_window);
-        else snprintf(fix, sizeof fix, "give --max-new-tokens %d or less", model.cfg.sliding_window - n_prompt);
-        if (llama_window_check(&model.cfg, total, fix, &e) != 0) die_collective("seqpar sample: %s", e.msg);
-    }
     int chunk = n_prompt < 512 ? n_prompt : 512;
     if (generator_init(&g, &model, (int)total, chunk, &e) != 0) die_collective("%s", e.msg);
     float *logits = xmalloc(sizeof(float) * (size_t)V);

@@ -796,7 +796,6 @@ int cmd_train(int argc, char **argv) {
     }
     const LlamaConfig *c = &model.cfg;
     if (o.resume_dir || o.model_dir) size_flags_check(&sf, c, "train", o.resume_dir ? o.resume_dir : o.model_dir);
-    window_length_check(c, S);
     ds.ts.vocab_size = c->vocab_size; /* every shard is checked when it is loaded */
     o.eot = train_data_flags_check(&o, ds.is_recall, c->vocab_size, "train");
     if (ds.is_recall) {

@@ -125,11 +125,17 @@ void llama_config_validate(const LlamaConfig *c, const char *where) {
     if (llama_config_check(c, where, &e) != 0) die_collective("%s", e.msg);
 }
 
-int llama_window_check(const LlamaConfig *c, long tokens, const char *fix, SeqErr *e) {
-    if (c->sliding_window <= 0 || tokens <= c->sliding_window) return 0;
-    return seq_err(e, "the model is a Mistral whose attention sees a sliding window of the %d latest tokens, and "
-                   "seqpar's attention is full causal: the same model only for sequences of at most %d tokens, but "
-                   "this one has %ld: %s", c->sliding_window, c->sliding_window, tokens, fix);
+int llama_layer_window(const LlamaConfig *c, int l) {
+    if (c->sliding_window <= 0) return 0;
+    if (c->family == LLAMA_FAMILY_QWEN2 || c->family == LLAMA_FAMILY_QWEN3)
+        return l >= c->qwen_max_window_layers ? c->sliding_window : 0;
+    return c->sliding_window;
+}
+
+int llama_windowed_layers(const LlamaConfig *c) {
+    int n = 0;
+    for (int l = 0; l < c->num_hidden_layers; l++) n += llama_layer_window(c, l) > 0;
+    return n;
 }
 
 const char *llama_rope_type_name(int rope_type) {
@@ -149,7 +155,12 @@ void llama_describe_family(const LlamaConfig *c, char *buf, size_t n) {
     size_t len = 0;
     if (c->qk_norm) len += (size_t)snprintf(opts + len, sizeof opts - len, ", q/k norms");
     if (c->qkv_bias) len += (size_t)snprintf(opts + len, sizeof opts - len, ", %s biases", c->o_bias ? "q, k, v, o" : "q, k, v");
-    if (c->sliding_window) snprintf(opts + len, sizeof opts - len, ", window %d", c->sliding_window);
+    const int windowed = llama_windowed_layers(c);
+    if (windowed == c->num_hidden_layers && windowed > 0)
+        snprintf(opts + len, sizeof opts - len, ", window %d", c->sliding_window);
+    else if (windowed > 0)
+        snprintf(opts + len, sizeof opts - len, ", window %d on layers %d-%d", c->sliding_window,
+                 c->num_hidden_layers - windowed, c->num_hidden_layers - 1);
     if (opts[0]) snprintf(buf, n, "%s (%s)", name, opts + 2);
     else snprintf(buf, n, "%s", name);
 }

@@ -1,8 +1,8 @@
 /* The Llama model configuration: the fields of a Hugging Face config.json that seqpar uses (a
  * Llama, with or without attention biases; a Mistral: the same model with a sliding attention
- * window, which seqpar computes for sequences no longer than the window; a Qwen2: a Llama with
- * biases on q, k and v, its optional window computed as a Mistral's; a Qwen3: a Llama with RMSNorms
- * over each head of q and k, optional attention biases, a Qwen2's window). */
+ * window on every layer; a Qwen2: a Llama with biases on q, k and v and an optional window on the
+ * layers from max_window_layers on; a Qwen3: a Llama with RMSNorms over each head of q and k,
+ * optional attention biases, a Qwen2's window). */
 #ifndef SEQPAR_MODEL_CONFIG_H
 #define SEQPAR_MODEL_CONFIG_H
 
@@ -75,10 +75,13 @@ int llama_config_check(const LlamaConfig *c, const char *where, SeqErr *e);
 /* An even head_dim near `quotient` (hidden_size / num_attention_heads rounded down), for the
  * messages that ask for one (config.json's head_dim, --head-dim): RoPE needs it even. */
 int llama_even_head_dim(int quotient);
-/* 0 where a sequence of `tokens` positions computes the model c describes; -1 with one line ending
- * in `fix` where it reaches past c's sliding window (seqpar's attention is full causal, which is the
- * window's attention only up to the window's length). */
-int llama_window_check(const LlamaConfig *c, long tokens, const char *fix, SeqErr *e);
+/* The sliding window of layer l (0 <= l < num_hidden_layers): each token attends to its this many
+ * latest positions, itself included (transformers' rule: key visible iff q - k < window); 0: full
+ * causal attention. A Mistral's sliding_window on every layer; a Qwen's window (use_sliding_window)
+ * from layer max_window_layers on. */
+int llama_layer_window(const LlamaConfig *c, int l);
+/* Layers with a window (llama_layer_window > 0). */
+int llama_windowed_layers(const LlamaConfig *c);
 /* llama_config_check that dies with the message (on every rank: it is a pure function). */
 void llama_config_validate(const LlamaConfig *c, const char *where);
 

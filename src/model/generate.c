@@ -49,20 +49,23 @@ void generator_free(Generator *g) {
 }
 
 /* o (n, H d) = causal softmax attention of the n new queries (at positions len..len+n-1) over the
- * layer's cached keys and values 0..len+n-1 (the new ones already appended). */
+ * layer's cached keys and values 0..len+n-1 (the new ones already appended); under the layer's
+ * sliding window W (llama_layer_window) the query at p over keys p - W + 1 .. p only. */
 static void cached_attention(Generator *g, int layer, int n) {
     const LlamaConfig *c = &g->m->cfg;
     int H = c->num_attention_heads, Hkv = c->num_key_value_heads, d = c->head_dim, group = H / Hkv;
     size_t kvd = (size_t)Hkv * d;
     const float *K = g->k_cache + (size_t)layer * g->max_len * kvd, *V = g->v_cache + (size_t)layer * g->max_len * kvd;
     double scale = 1.0 / sqrt((double)d);
+    const int window = llama_layer_window(c, layer);
     for (int t = 0; t < n; t++) {
-        int last = g->len + t; /* attends to keys 0..last */
+        const int last = g->len + t; /* attends to keys first..last */
+        const int first = window > 0 && last - window + 1 > 0 ? last - window + 1 : 0;
         for (int h = 0; h < H; h++) {
             const float *q = g->q + ((size_t)t * H + h) * d;
             int kh = h / group;
             double mx = -INFINITY;
-            for (int j = 0; j <= last; j++) {
+            for (int j = first; j <= last; j++) {
                 const float *k = K + (size_t)j * kvd + (size_t)kh * d;
                 double s = 0;
                 for (int i = 0; i < d; i++) s += (double)q[i] * k[i];
@@ -71,11 +74,11 @@ static void cached_attention(Generator *g, int layer, int n) {
                 if (s > mx) mx = s;
             }
             double sum = 0;
-            for (int j = 0; j <= last; j++) sum += g->scores[j] = exp(g->scores[j] - mx);
+            for (int j = first; j <= last; j++) sum += g->scores[j] = exp(g->scores[j] - mx);
             float *o = g->o + ((size_t)t * H + h) * d;
             for (int i = 0; i < d; i++) {
                 double acc = 0;
-                for (int j = 0; j <= last; j++) acc += g->scores[j] * V[(size_t)j * kvd + (size_t)kh * d + i];
+                for (int j = first; j <= last; j++) acc += g->scores[j] * V[(size_t)j * kvd + (size_t)kh * d + i];
                 o[i] = (float)(acc / sum);
             }
         }

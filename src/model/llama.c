@@ -867,6 +867,7 @@ static void residual_attn(const LlamaModel *m, LlamaActs *a, int l) {
 static void attn_block_forward(const LlamaModel *m, LlamaActs *a, SeqAttention *attn, int l) {
     LayerActs *L = &a->layers[l];
     qkv_forward(m, a, l);
+    attn->window = llama_layer_window(&m->cfg, l);
     attn->forward(attn, L->q, L->k, L->v, L->o, L->saved);
     /* bf16: o rounded in place, under every checkpoint mode: o_proj (forward and weight gradient)
      * rounds it anyway, and the attention backward's delta = rowsum(dout * o) then reads the same
@@ -1041,6 +1042,7 @@ static void layer_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn, int 
                     w->o_proj, ffn_chunk_rows(a, a->N, r0), H * hd, D, BF16_IN_ROUNDED);
     if (g->o_bias) bias_grad_rows(g->o_bias, a->dx, (size_t)D, N, D);
     if (a->precision == PRECISION_BF16) bf16_round(a->dout, (size_t)N * H * hd); /* attention's dout is bf16 */
+    attn->window = llama_layer_window(c, l);
     if (attn->keeps_inputs) /* its own q, k, v are in `saved`; o is read for delta */
         attn->backward(attn, NULL, NULL, NULL, L->o, L->saved, a->dout, a->dq, a->dk, a->dv);
     else if (a->qkv16_read) /* the layer's bf16 copies, as they are */
@@ -1068,6 +1070,7 @@ static void stream_layer_forward(const LlamaModel *m, LlamaActs *a, SeqAttention
     const LlamaConfig *c = &m->cfg;
     const size_t D = (size_t)c->hidden_size;
     float *saved = a->layers[l].saved;
+    attn->window = llama_layer_window(c, l);
     for (int i = 0; i < a->su; i++) {
         const size_t r0 = (size_t)i * a->sc;
         float *x_in = residual_at(a, c, l) + r0 * D;
@@ -1094,6 +1097,7 @@ static void stream_layer_backward(LlamaModel *m, LlamaActs *a, SeqAttention *att
     const int n = a->sc;
     const float *saved = a->layers[l].saved;
     if (a->checkpoint == LLAMA_CKPT_LAYER) stream_layer_forward(m, a, attn, l, 0);
+    attn->window = llama_layer_window(c, l);
     for (int i = 0; i < a->su; i++) {
         const size_t r0 = (size_t)i * n;
         const float *x_in = residual_at(a, c, l) + r0 * D;
