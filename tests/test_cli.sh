@@ -103,6 +103,10 @@ llama_loss=$(timeout 60 "$SEQPAR" grad --model "$FIX/tiny_mha" --tokens "$FIX/ti
 if grep -q '^loss' "$T/m16.out" && [ "$(grep '^loss' "$T/m16.out")" != "$llama_loss" ]; then ok; else
     bad "grad past a Mistral's window: $(tail -n 1 "$T/m16.out") (the Llama's $llama_loss)"; fi
 if timeout 60 "$SEQPAR" train --model "$T/mistral_16" --data "$FIX/tiny_mha/tokens.bin" --seq-len 24 --steps 1 --log "$T/x.jsonl" >/dev/null 2>&1; then ok; else bad "train past a Mistral's window"; fi
+# its MFU counts the window's pairs: 6 x 22432 matmul parameters + 6 x 2 layers x 32 (H d) x the
+# window's attention length 16 (2 x 24 - 16) / 24 = 142784 FLOPs per token (without it 143808)
+fpt=$(sed -nE 's/.*"flops_per_token": ([0-9.e+]+).*/\1/p' "$T/x.jsonl" | head -n 1)
+if [ "$fpt" = "142784" ]; then ok; else bad "train past a Mistral's window: flops_per_token $fpt, expected 142784"; fi
 if timeout 60 "$SEQPAR" memory --model "$T/mistral_16" --seq-len 32 >/dev/null 2>&1; then ok; else bad "memory past a Mistral's window"; fi
 if timeout 60 "$SEQPAR" plan --ranks 1 --model "$T/mistral_16" --seq-len 32 --gemm-gflops 10 --attn-gflops 10 >/dev/null 2>&1; then ok; else bad "plan past a Mistral's window"; fi
 if [ "$(timeout 60 "$SEQPAR" sample --model "$T/mistral_16" --prompt-tokens 1,2,3 --max-new-tokens 20 --temperature 0 --ids 2>/dev/null | tr ',' '\n' | wc -l)" -eq 20 ]; then ok; else bad "sample past a Mistral's window"; fi

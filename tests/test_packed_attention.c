@@ -78,10 +78,17 @@ static void test_packing(void) {
     double sq = 0;
     for (int i = 0; i < 8; i++)
         for (int j = 0; j < 8; j++) sq += doc[j] == doc[i];
-    CHECK(pack_attention_length(doc, 8) == sq / 8 && sq == 16, "attention length %g, brute force %g / 8",
-          pack_attention_length(doc, 8), sq);
-    CHECK(pack_documents(none, 4, eot, doc) == 1 && pack_attention_length(doc, 4) == 4.0,
-          "one document: the attention length is the window (got %g)", pack_attention_length(doc, 4));
+    CHECK(pack_attention_length(doc, 8, 0) == sq / 8 && sq == 16, "attention length %g, brute force %g / 8",
+          pack_attention_length(doc, 8, 0), sq);
+    /* under a sliding window W a document of m > W tokens counts W (2m - W) (the causal count's m^2
+     * with the pairs past the window left out); documents 1 2 1 3 1: W = 1 gives 1 + 3 + 1 + 5 + 1
+     * (2m - 1 each), W = 2: 1 + 4 + 1 + 8 + 1, W >= 3 the causal 16 */
+    const double want_w[] = {0, 1 + 3 + 1 + 5 + 1, 1 + 4 + 1 + 8 + 1, 16, 16};
+    for (int w = 1; w <= 4; w++)
+        CHECK(pack_attention_length(doc, 8, w) == want_w[w] / 8, "window %d: attention length %g, want %g / 8", w,
+              pack_attention_length(doc, 8, w), want_w[w]);
+    CHECK(pack_documents(none, 4, eot, doc) == 1 && pack_attention_length(doc, 4, 0) == 4.0,
+          "one document: the attention length is the window (got %g)", pack_attention_length(doc, 4, 0));
     n = pack_documents(mixed, 8, eot, doc);
     CHECK(pack_visible_pairs(doc, pos, 8) == brute, "visible pairs %lld, brute force %lld", pack_visible_pairs(doc, pos, 8),
           brute);

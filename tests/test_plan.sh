@@ -8,6 +8,7 @@
 #  - the search: configurations that do not fit are never listed before those that do, a fitting
 #    best stays within the RAM per rank, tight RAM moves the pick to a checkpoint mode, a
 #    cluster where nothing fits exits 1 with a line saying so; the best's flags run;
+#  - a sliding window's attention counts only its pairs;
 #  - one-line errors for bad input.
 # Usage: tests/test_plan.sh BUILD_DIR
 BUILD=${1:-build}
@@ -309,6 +310,21 @@ if printf '%s' "$best" | grep -q -- "--strategy wallfacer --cp 2 --team 1 --plac
     ! printf '%s\n' "$out" | grep -q "ring-first" &&
     timeout 120 mpirun --oversubscribe -n 2 "$SEQPAR" train $best --steps 1 --log "$T/wf1.jsonl" >/dev/null 2>&1; then ok; else
     bad "plan --strategy wallfacer on 2 ranks: $(printf '%s' "$out" | tail -n 2)"; fi
+# a sliding window counts only its pairs: tiny_mha as a Mistral with a window of 16 at S = 8192 plans
+# one step of attention at 16 / 8192 of the causal pairs (the window's attention length 16 (2 S -
+# 16) / S against S), so the best step is many times shorter than the same Llama's; the header
+# names the window
+mkdir -p "$T/mistral16"
+ln -sf "$(cd "$FIX/tiny_mha" && pwd)/model.safetensors" "$T/mistral16/model.safetensors"
+sed -e 's/"model_type": *"llama"/"model_type": "mistral"/' -e 's/"LlamaForCausalLM"/"MistralForCausalLM"/' \
+    -e 's/"attention_bias": *false,//' -e 's/"mlp_bias": *false,//' -e 's/^{/{"sliding_window": 16,/' \
+    "$FIX/tiny_mha/config.json" >"$T/mistral16/config.json"
+win=$(timeout 60 "$SEQPAR" plan --ranks 4 --model "$T/mistral16" --seq-len 8192 $RATES --top 1 2>&1)
+full=$(timeout 60 "$SEQPAR" plan --ranks 4 --model "$FIX/tiny_mha" --seq-len 8192 $RATES --top 1 2>&1)
+tw=$(printf '%s\n' "$win" | awk '$1 == "1" { print $(NF - 5) }'); tf=$(printf '%s\n' "$full" | awk '$1 == "1" { print $(NF - 5) }')
+if printf '%s\n' "$win" | grep -q '^plan: Mistral (window 16), 2 layers' &&
+    awk -v w="$tw" -v f="$tf" 'BEGIN { exit !(w > 0 && f > 10 * w) }'; then ok; else
+    bad "plan of a Mistral with a window of 16 at S 8192: step $tw s against the Llama's $tf s: $(printf '%s' "$win" | head -n 1)"; fi
 err_case "--ranks-per-node 3 does not divide --ranks 4" --ranks 4 --ranks-per-node 3 $M
 err_case "unknown strategy 'nope'" --ranks 4 --strategy nope $M $RATES
 err_case "--attn-gflops 'x' is not F or F,B" --ranks 2 --attn-gflops x $M

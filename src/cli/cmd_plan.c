@@ -323,8 +323,10 @@ int cmd_plan(int argc, char **argv, const char *program) {
     }
     const LlamaConfig *c = &base.model;
     const int nodes = cl.ranks / cl.ranks_per_node, thr = cl.cores_per_node / cl.ranks_per_node > 1 ? cl.cores_per_node / cl.ranks_per_node : 1;
-    printf("plan: %d layers, hidden %d, heads %d (kv %d), head_dim %d, ffn %d, vocab %d; S = %d, batch %d, %s\n",
-           c->num_hidden_layers, c->hidden_size, c->num_attention_heads, c->num_key_value_heads, c->head_dim,
+    char family[160];
+    llama_describe_family(c, family, sizeof family);
+    printf("plan: %s, %d layers, hidden %d, heads %d (kv %d), head_dim %d, ffn %d, vocab %d; S = %d, batch %d, %s\n",
+           family, c->num_hidden_layers, c->hidden_size, c->num_attention_heads, c->num_key_value_heads, c->head_dim,
            c->intermediate_size, c->vocab_size, o.seq_len, o.batch, precision_name(base.precision));
     char ram[32];
     ram_text(cl.ram_bytes, ram, sizeof ram);

@@ -974,11 +974,14 @@ int cmd_train(int argc, char **argv) {
                            "check --eot or the data", st.step + 1, o.eot);
         if (n_targets == 0) die_collective("a batch holds no targets: use a longer --seq-len or more --recall-queries");
         if (o.eot >= 0) { /* packed: attention computes each document alone; FLOPs count only that */
-            double len = 0;
-            for (int b = 0; b < o.batch; b++) len += pack_attention_length(g_docs + (size_t)b * S, S);
-            len /= o.batch;
-            flops_per_token = llama_train_flops_per_token(c, len);
-            hw_flops_per_token = flops_per_token + llama_recompute_flops_per_token(c, len, acts);
+            double len = 0, len_w = 0; /* the layers without and with a window */
+            for (int b = 0; b < o.batch; b++) {
+                len += pack_attention_length(g_docs + (size_t)b * S, S, 0);
+                len_w += pack_attention_length(g_docs + (size_t)b * S, S, c->sliding_window);
+            }
+            len /= o.batch, len_w /= o.batch;
+            flops_per_token = llama_train_flops_lengths(c, len, len_w);
+            hw_flops_per_token = flops_per_token + llama_recompute_flops_lengths(c, len, len_w, acts);
         }
         for (int b = 0; b < per_replica; b++) {
             size_t g = (size_t)(par.topo.dp_rank * per_replica + b) * S;

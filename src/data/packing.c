@@ -29,13 +29,14 @@ long long pack_visible_pairs(const int *doc_start, const int *pos, int n) {
     return pairs;
 }
 
-double pack_attention_length(const int *doc_start, int n) {
+double pack_attention_length(const int *doc_start, int n, int window) {
     if (n <= 0) return 0;
     double squares = 0;
     for (int i = 0; i < n;) {
         int j = i + 1;
         while (j < n && doc_start[j] == doc_start[i]) j++;
-        squares += (double)(j - i) * (double)(j - i);
+        const double m = j - i;
+        squares += window > 0 && m > window ? (double)window * (2 * m - window) : m * m;
         i = j;
     }
     return squares / n;

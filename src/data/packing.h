@@ -30,9 +30,11 @@ int pack_mask_targets(const int *inputs, int n, int eot, int *targets);
 long long pack_visible_pairs(const int *doc_start, const int *pos, int n);
 
 /* The sequence length that counts attention FLOPs for a window of n tokens with these document
- * starts: (sum over documents of length^2) / n, which is n for one document. The model's FLOPs
- * per token (llama_train_flops_per_token) take it in place of S, so that MFU counts only the
- * attention packed documents really compute (each token attends to its own document). */
-double pack_attention_length(const int *doc_start, int n);
+ * starts: (sum over documents of length^2) / n, which is n for one document; under a sliding
+ * attention window W > 0 (0: none) a document of m > W tokens counts W (2m - W) instead of m^2
+ * (twice its visible pairs, as llama_window_length). The model's FLOPs per token
+ * (llama_train_flops_lengths) take it in place of S, so that MFU counts only the attention packed
+ * documents really compute (each token attends to its own document, within its window). */
+double pack_attention_length(const int *doc_start, int n, int window);
 
 #endif

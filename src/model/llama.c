@@ -141,9 +141,24 @@ double llama_matmul_params(const LlamaConfig *c) {
     return llama_layer_matmul_params(c) * c->num_hidden_layers + (double)c->vocab_size * c->hidden_size;
 }
 
-double llama_train_flops_per_token(const LlamaConfig *c, double seq_len) {
+double llama_window_length(double seq_len, int window) {
+    if (window <= 0 || seq_len <= window) return seq_len;
+    return (double)window * (2.0 * seq_len - window) / seq_len;
+}
+
+/* layers x attention length: the windowed layers at len_window, the others at len_full */
+static double layer_lengths(const LlamaConfig *c, double len_full, double len_window) {
+    const int windowed = llama_windowed_layers(c);
+    return (c->num_hidden_layers - windowed) * len_full + windowed * len_window;
+}
+
+double llama_train_flops_lengths(const LlamaConfig *c, double len_full, double len_window) {
     return 6.0 * llama_matmul_params(c) +
-           6.0 * c->num_hidden_layers * (double)seq_len * c->num_attention_heads * c->head_dim;
+           6.0 * layer_lengths(c, len_full, len_window) * c->num_attention_heads * c->head_dim;
+}
+
+double llama_train_flops_per_token(const LlamaConfig *c, double seq_len) {
+    return llama_train_flops_lengths(c, seq_len, llama_window_length(seq_len, c->sliding_window));
 }
 
 /* ---------------------------------------------------------------- activations */
@@ -640,27 +655,32 @@ int llama_rebuilds_x_mid(int checkpoint, int precision, int stream) {
     return checkpoint == LLAMA_CKPT_NONE && (stream || precision == PRECISION_BF16);
 }
 
-void llama_recompute_flops_parts(const LlamaConfig *c, double seq_len, int checkpoint, int store_gate_up,
-                                 int x_mid_again, double *dense, double *attention) {
+void llama_recompute_flops_parts(const LlamaConfig *c, double len_full, double len_window, int checkpoint,
+                                 int store_gate_up, int x_mid_again, double *dense, double *attention) {
     double D = c->hidden_size, F = c->intermediate_size;
     double qd = (double)c->num_attention_heads * c->head_dim, kvd = (double)c->num_key_value_heads * c->head_dim;
     double proj = 2.0 * (D * qd * 2 + D * kvd * 2); /* q, k, v, o projections, forward */
     double gate_up = store_gate_up ? 0.0 : 2.0 * 2 * D * F;
-    double attn_fwd = 2.0 * seq_len * c->num_attention_heads * c->head_dim; /* causal half */
+    /* attention's forward, the causal half (and the windows), summed over the layers */
+    double attn_fwd = 2.0 * layer_lengths(c, len_full, len_window) * c->num_attention_heads * c->head_dim;
     double per_layer = gate_up, attn = 0;
     if (checkpoint == LLAMA_CKPT_LAYER) per_layer += proj, attn = attn_fwd;
     if (checkpoint == LLAMA_CKPT_SELECTIVE) per_layer += proj;
     if (x_mid_again && checkpoint == LLAMA_CKPT_NONE) per_layer += 2.0 * D * qd; /* o_proj's forward again */
     if (c->qk_norm) per_layer += 2.0 * D * (qd + kvd); /* q and k made again for their norms' backward */
     *dense = per_layer * c->num_hidden_layers;
-    *attention = attn * c->num_hidden_layers;
+    *attention = attn;
+}
+
+double llama_recompute_flops_lengths(const LlamaConfig *c, double len_full, double len_window, const LlamaActs *a) {
+    double dense, attn;
+    llama_recompute_flops_parts(c, len_full, len_window, a->checkpoint, a->store_gate_up,
+                                llama_rebuilds_x_mid(a->checkpoint, a->precision, a->stream), &dense, &attn);
+    return dense + attn;
 }
 
 double llama_recompute_flops_per_token(const LlamaConfig *c, double seq_len, const LlamaActs *a) {
-    double dense, attn;
-    llama_recompute_flops_parts(c, seq_len, a->checkpoint, a->store_gate_up,
-                                llama_rebuilds_x_mid(a->checkpoint, a->precision, a->stream), &dense, &attn);
-    return dense + attn;
+    return llama_recompute_flops_lengths(c, seq_len, llama_window_length(seq_len, c->sliding_window), a);
 }
 
 /* ---------------------------------------------------------------- forward / backward */

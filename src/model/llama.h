@@ -101,9 +101,16 @@ double llama_matmul_params(const LlamaConfig *cfg);
 double llama_layer_matmul_params(const LlamaConfig *cfg);
 /* Model FLOPs per token of one training step (forward + backward) as Megatron-LM and
  * LoongTrain count them: 6 x matmul parameters + 6 x layers x S x H x head_dim (the attention's
- * 12 L S H d with the causal half counted once). S is the global sequence length (for packed
- * documents pack_attention_length: what attention computes). */
+ * 12 L S H d with the causal half counted once), S the global sequence length; a layer with a
+ * sliding window counts llama_window_length(S, window) in place of S. */
 double llama_train_flops_per_token(const LlamaConfig *cfg, double seq_len);
+/* The same with the attention lengths given: len_full for the layers without a window, len_window
+ * for those with one (packed documents: pack_attention_length without and with the window). */
+double llama_train_flops_lengths(const LlamaConfig *cfg, double len_full, double len_window);
+/* The attention length of one causal sequence of S tokens under a sliding window W (0: none):
+ * twice its visible (query, key) pairs per token, S where S <= W (the causal count's S^2 / 2
+ * pairs), W (2 S - W) / S past it (the first W tokens' W^2 / 2, then W a token). */
+double llama_window_length(double seq_len, int window);
 
 typedef struct LlamaActs LlamaActs;
 
@@ -246,10 +253,12 @@ int llama_rebuilds_x_mid(int checkpoint, int precision, int stream);
  * is rebuilt (llama_rebuilds_x_mid). The flash-attention backward's own recomputation of the
  * scores is part of every mode and counted in none. */
 double llama_recompute_flops_per_token(const LlamaConfig *cfg, double seq_len, const LlamaActs *a);
+/* The same with the attention lengths given (llama_train_flops_lengths). */
+double llama_recompute_flops_lengths(const LlamaConfig *cfg, double len_full, double len_window, const LlamaActs *a);
 /* The same from the settings alone, split into the linear layers' part and attention's (per token;
  * store_gate_up: one FFN chunk under none; x_mid_again: llama_rebuilds_x_mid). For the planner. */
-void llama_recompute_flops_parts(const LlamaConfig *cfg, double seq_len, int checkpoint, int store_gate_up,
-                                 int x_mid_again, double *dense, double *attention);
+void llama_recompute_flops_parts(const LlamaConfig *cfg, double len_full, double len_window, int checkpoint,
+                                 int store_gate_up, int x_mid_again, double *dense, double *attention);
 
 /* One forward (and, if backward, backward) over N local tokens. inputs/targets/positions (N):
  * targets < 0 are ignored; positions are global. loss_scale multiplies each token's loss

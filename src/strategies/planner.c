@@ -238,15 +238,24 @@ char *plan_rank_traffic(const MemoryModelInput *in, int ranks_per_node, int w, P
 
 /* ---------------------------------------------------------------- time */
 
-/* Visible causal pairs (query, key at or before it) of context slot c: its queries' positions + 1. */
-static double slot_pairs(TokenLayout l, long S, int cp, int c) {
-    if (cp == 1) return (double)S * (double)(S + 1) / 2;
+/* Visible causal pairs (query, key at or before it) of context slot c: its queries' positions + 1,
+ * at most the sliding window (> 0; 0: none) each. */
+static double slot_pairs(TokenLayout l, long S, int cp, int c, int window) {
     int *pos = xmalloc(sizeof(int) * (size_t)(S / cp));
     layout_context_positions(l, (int)S, cp, c, pos);
     double sum = 0;
-    for (long i = 0; i < S / cp; i++) sum += pos[i] + 1.0;
+    for (long i = 0; i < S / cp; i++) sum += window > 0 && pos[i] + 1.0 > window ? window : pos[i] + 1.0;
     xfree(pos);
     return sum;
+}
+
+/* The pairs of every context slot (cp of them) for one layer of this window: each slot's own, or
+ * (balanced: LightSeq's and WallFacer's schedules) an equal share of the sequence's. */
+static void layer_pairs(TokenLayout l, long S, int cp, int balanced, int window, double *pairs) {
+    double total = 0;
+    for (int k = 0; k < cp; k++) total += pairs[k] = slot_pairs(l, S, cp, k, window);
+    if (balanced)
+        for (int k = 0; k < cp; k++) pairs[k] = total / cp;
 }
 
 static double link_time(const PlanTraffic *t, int k, const PlanCluster *c) {
@@ -278,7 +287,8 @@ char *plan_evaluate(const MemoryModelInput *in0, const PlanCluster *cl, PlanEntr
     const double thr = m->threads > 0 ? m->threads : 1;
     const double S = (double)in.seq_len, N = S / sp;
     double rec_dense, rec_attn;
-    llama_recompute_flops_parts(c, S, in.checkpoint, in.checkpoint == LLAMA_CKPT_NONE && m->ffn_chunks == 1,
+    llama_recompute_flops_parts(c, S, llama_window_length(S, c->sliding_window), in.checkpoint,
+                                in.checkpoint == LLAMA_CKPT_NONE && m->ffn_chunks == 1,
                                 llama_rebuilds_x_mid(in.checkpoint, in.precision, m->streams), &rec_dense, &rec_attn);
     const double dense = N * (6.0 * llama_matmul_params(c) + rec_dense);
     const double t_dense = dense / (cl->gemm_gflops * 1e9 * thr);
@@ -287,19 +297,23 @@ char *plan_evaluate(const MemoryModelInput *in0, const PlanCluster *cl, PlanEntr
     HeadSplit hs;
     err = head_split_init(&hs, m->hp, c->num_attention_heads, c->num_key_value_heads);
     if (err) return err;
-    double *pairs = xmalloc(sizeof(double) * (size_t)m->cp);
-    for (int k = 0; k < m->cp; k++)
-        pairs[k] = balanced ? S * (S + 1) / 2 / m->cp : slot_pairs(layout, in.seq_len, m->cp, k);
+    /* each slot's pairs over the layers: those without a window and those with one */
+    const int windowed = llama_windowed_layers(c);
+    double *pairs = xmalloc(sizeof(double) * (size_t)m->cp), *wpairs = xmalloc(sizeof(double) * (size_t)m->cp);
+    layer_pairs(layout, in.seq_len, m->cp, balanced, 0, pairs);
+    layer_pairs(layout, in.seq_len, m->cp, balanced, windowed ? c->sliding_window : 0, wpairs);
+    for (int k = 0; k < m->cp; k++) pairs[k] = (L - windowed) * pairs[k] + windowed * wpairs[k];
+    xfree(wpairs);
 
     double worst = -1;
     for (int w = 0; w < cl->ranks; w++) {
         const int in_rep = w % sp;
         const int h = in.par.placement == PLACEMENT_CONTEXT_FIRST ? in_rep / m->cp : in_rep % m->hp;
         const int cr = in.par.placement == PLACEMENT_CONTEXT_FIRST ? in_rep % m->cp : in_rep / m->hp;
-        const double fwd = 4.0 * c->head_dim * pairs[cr] * hs.hl[h];
+        const double fwd = 4.0 * c->head_dim * pairs[cr] * hs.hl[h]; /* every layer's */
         const double fwd_runs = in.checkpoint == LLAMA_CKPT_LAYER ? 2 : 1;
-        const double t_attn_f = L * fwd * fwd_runs / (cl->attn_fwd_gflops * 1e9 * thr);
-        const double t_attn_b = L * 2.5 * fwd / (cl->attn_bwd_gflops * 1e9 * thr);
+        const double t_attn_f = fwd * fwd_runs / (cl->attn_fwd_gflops * 1e9 * thr);
+        const double t_attn_b = 2.5 * fwd / (cl->attn_bwd_gflops * 1e9 * thr);
         const double compute = micro * (t_dense + t_attn_f + t_attn_b);
         PlanTraffic t;
         err = rank_traffic(&in, m, cl->ranks_per_node, w, &t);
