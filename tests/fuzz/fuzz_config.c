@@ -22,5 +22,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if ((c.qk_norm && c.family != LLAMA_FAMILY_QWEN3) || (c.o_bias && !c.qkv_bias) || c.sliding_window < 0 ||
         (c.family == LLAMA_FAMILY_QWEN2 && !c.qkv_bias))
         abort(); /* a family read with options it does not have */
+    const int windowed = llama_windowed_layers(&c); /* the window reaches some layer, or none */
+    if ((c.sliding_window > 0) != (windowed > 0) || (c.family == LLAMA_FAMILY_LLAMA && c.sliding_window) ||
+        (c.family == LLAMA_FAMILY_MISTRAL && windowed && windowed != c.num_hidden_layers))
+        abort();
     return 0;
 }
