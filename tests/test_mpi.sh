@@ -7,6 +7,8 @@
 #   - `seqpar grad` under every kind of grid (Ulysses, ring, 2D, double ring, KV replication,
 #     dp, ZeRO-1, both placements, three layouts) prints the single-process loss and writes the
 #     same gradient file, and matches the Hugging Face float64 fixtures;
+#   - sliding windows (Mistral, Qwen2 from max_window_layers on) under every strategy, against the
+#     HF fixtures and, across the kernel's tiles (S 256, window 50), against one process;
 #   - `seqpar grad --checkpoint selective` (and layer) under every strategy writes the
 #     single-process file and is bit-identical to --checkpoint none on the same grid;
 #   - 20 training steps on dp=2 x hp=2 x cp=2 track the single-process losses; a ZeRO-1 run
@@ -132,6 +134,47 @@ grad_case $Q3B 48 4 --strategy wallfacer --team 2
 grad_case $Q3B 48 4 --dp 2 --cp 2 --zero 2
 grad_case $Q3B 48 6 --hp 3 --cp 2 --placement context-first   # 6 ranks: 3 head ranks of 2 heads (1 KV) x 2
 grad_case $Q3B 48 6 --hp 2 --cp 3 --ring-inner 3 --zero 3 --dp 1 # 3 heads each (3 KV heads over 2) x a ring of 3
+# sliding windows (a Mistral's on every layer, a Qwen2's from max_window_layers on) under every
+# strategy (keys, blocks, chunks and ring steps before a query's window hidden), against transformers' files
+MW=tiny_mistral_window; QW=tiny_qwen2_window   # window 7, 4 heads (2 KV), S 40; window 9 on layers 1-2 of 3, 6 heads (2 KV), tied, S 48
+grad_case $MW 40 2 --strategy ulysses
+grad_case $MW 40 2 --cp 2                                     # ring, zigzag
+grad_case $MW 40 4 --cp 4 --layout contiguous                 # blocks of 10 rows
+grad_case $MW 40 4 --hp 2 --cp 2 --zero 3 --dp 1              # 2D
+grad_case $MW 40 4 --cp 4 --ring-inner 2                      # double ring
+grad_case $MW 40 4 --strategy lightseq
+grad_case $MW 40 4 --strategy allgather --layout striped
+grad_case $MW 40 4 --strategy wallfacer --team 2
+grad_case $MW 40 2 --strategy fpdt --chunks 4                 # chunks of 5 rows
+grad_case $MW 40 4 --dp 2 --cp 2 --zero 2
+grad_case $QW 48 3 --strategy ulysses --layout contiguous     # 6 heads over 3
+grad_case $QW 48 3 --cp 3                                     # a ring of 3
+grad_case $QW 48 4 --cp 4 --ring-inner 2 --layout contiguous
+grad_case $QW 48 4 --hp 2 --cp 2 --zero 3 --dp 1
+grad_case $QW 48 4 --strategy lightseq
+grad_case $QW 48 4 --strategy allgather --hp 2
+grad_case $QW 48 4 --strategy wallfacer --team 2 --placement ring-first
+grad_case $QW 48 2 --strategy fpdt --chunks 4
+grad_case $QW 48 4 --strategy fpdt --chunks 2 --checkpoint layer   # 6 heads over 4
+grad_case $QW 48 4 --dp 2 --hp 2 --zero 2
+grad_case $QW 48 6 --hp 3 --cp 2 --placement context-first    # 6 ranks
+# a window across the kernel's tiles and the ranks' blocks (the fixtures' S is under one tile):
+# tiny_long as a Mistral with window 50, each grid against its own single process (no expected.json:
+# tiny_long's HF file has no window)
+WL=tiny_long_window50
+mkdir -p "$T/$WL"
+for x in model.safetensors tokens.bin; do ln -sf "$(cd "$FIX/$L" && pwd)/$x" "$T/$WL/$x"; done
+sed -e 's/"model_type": *"llama"/"model_type": "mistral"/' -e 's/"LlamaForCausalLM"/"MistralForCausalLM"/' \
+    -e 's/"attention_bias": *false,//' -e 's/"mlp_bias": *false,//' -e 's/^{/{"sliding_window": 50,/' "$FIX/$L/config.json" >"$T/$WL/config.json"
+FIX=$T grad_case $WL 256 4 --cp 4 --layout contiguous         # blocks of 64 rows
+FIX=$T grad_case $WL 256 8 --cp 8 --ring-inner 4
+FIX=$T grad_case $WL 256 4 --strategy lightseq
+FIX=$T grad_case $WL 256 8 --strategy wallfacer --team 2
+FIX=$T grad_case $WL 256 2 --strategy fpdt --chunks 8
+FIX=$T grad_case $WL 256 4 --hp 2 --cp 2 --layout striped
+# the window is in effect: not tiny_long's loss
+if [ -n "$(sed -n 's/^loss: //p' "$T/$WL.256.single.out")" ] && [ "$(grep '^loss' "$T/$WL.256.single.out")" != "$(grep '^loss' "$T/$L.256.single.out")" ]; then ok; else
+    bad "$WL: the loss of tiny_long without a window: $(tail -n 1 "$T/$WL.256.single.out")"; fi
 # streaming against whole layers (--no-stream) on the same grid: the layers really stream, and the
 # files agree within 1e-5 of each tensor's scale (the weight gradients are summed per chunk: seen
 # 1e-6); streamed none and layer are bit-identical (ckpt_case below)
@@ -149,6 +192,7 @@ stream_case() { # fixture seq_len np flags...
 stream_case $L 256 1 --strategy fpdt --chunks 8
 stream_case $L 256 2 --strategy fpdt --chunks 4 --checkpoint layer --offload-dir "$T/offload"
 stream_case tiny_headdim 40 2 --strategy fpdt --chunks 2
+stream_case tiny_qwen2_window 48 2 --strategy fpdt --chunks 4 --checkpoint layer   # windows on 2 of 3 layers
 out=$(run_np 2 "$SEQPAR" grad --model "$FIX/$L" --tokens "$FIX/$L/tokens.bin" --seq-len 256 --out "$T/dist" --strategy fpdt \
       --chunks 4 --offload-dir "$T/offload" --stats 2>&1)
 if [ "$(printf '%s\n' "$out" | grep -c '^rank [01]: offload: [0-9.]* MB written, [0-9.]* MB read per batch')" -eq 2 ]; then ok; else
@@ -188,6 +232,8 @@ ckpt_case selective $L 256 8 --strategy wallfacer --team 2
 ckpt_case selective tiny_mha 24 8 --strategy wallfacer --hp 2 --team 2 --layout contiguous
 ckpt_case selective tiny_mha 24 8 --dp 2 --hp 2 --cp 2 --zero 1
 ckpt_case layer tiny_headdim 40 4 --strategy 2d --hp 2 --cp 2
+ckpt_case selective tiny_mistral_window 40 4 --strategy ring --layout contiguous   # sliding window
+ckpt_case layer tiny_qwen2_window 48 4 --hp 2 --cp 2                    # window on layers 1-2
 # (selective runs whole layers: its none counterpart too)
 ckpt_case selective $L 256 4 --strategy fpdt --chunks 4 --no-stream
 ckpt_case selective tiny_headdim 40 2 --strategy fpdt --chunks 2 --no-stream
