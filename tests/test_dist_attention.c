@@ -29,8 +29,10 @@
  * run SEPARATELY through the plain kernel (reference_build_docs), and the positions exchange must
  * send exactly twice the formula's meta bytes (the ids travel like the positions).
  *
- * Sliding windows: for three head shapes every configuration runs again with a window (3, 13, 23
- * positions; SeqAttention.window), against the single-process kernel with the same window.
+ * Sliding windows: for four head shapes every configuration runs again with a window (1, 3, 13, 23
+ * positions; SeqAttention.window), against the single-process kernel with the same window; the
+ * plain ring on the contiguous layout then runs only the steps a window reaches (bytes exactly the
+ * formula's, and the last dK/dV hop's peer in the split).
  *
  * Also: dist_attention_check() on bad head/hp/S combinations (the message names the valid hp
  * values), the collective wrappers' byte model, comm_stats_print, and a Chrome trace that
@@ -98,7 +100,13 @@ static void check_volume(Comm *cm, const Topology *t, const CommStats *st, const
         out_i = st->bytes_intra[COMM_P2P_OUTER], out_x = st->bytes_inter[COMM_P2P_OUTER];
         W = 1, R = 1;
     }
-    if (W > 1) expect_split(cm, t, COMM_P2P_INNER, t->inner_comm, (t->inner_rank + 1) % W, bytes[COMM_P2P_INNER], &in_i, &in_x);
+    if (W > 1) { /* to the next member, but the ring's last dK/dV hop: to the owner, ring_home_back back */
+        const uint64_t home = bwd ? vol->ring_home_bytes : 0;
+        expect_split(cm, t, COMM_P2P_INNER, t->inner_comm, (t->inner_rank + 1) % W, bytes[COMM_P2P_INNER] - home, &in_i,
+                     &in_x);
+        expect_split(cm, t, COMM_P2P_INNER, t->inner_comm, (t->inner_rank - vol->ring_home_back + W) % W, home, &in_i,
+                     &in_x);
+    }
     if (R > 1) expect_split(cm, t, COMM_P2P_OUTER, t->outer_comm, (t->outer_rank + 1) % R, bytes[COMM_P2P_OUTER], &out_i, &out_x);
     if (t->hp > 1) {
         HeadSplit hs;
@@ -138,6 +146,7 @@ static void run_case(const Topology *t, Comm *cm, const Strategy *strat, TokenLa
     const int S = hc.S, H = hc.H, Hkv = hc.Hkv, d = hc.d, N = S / t->sp;
     StrategyParams sp = params_of(t, layout, hc);
     sp.team = team;
+    sp.window = window; /* the ring's volume formula under the window */
     SeqAttention *sa = dist_attention_create(strat->schedule, &sp, t, cm);
     dist_attention_set_piece_rows(sa, piece_rows);
     sa->window = window;
@@ -235,9 +244,31 @@ static void run_case(const Topology *t, Comm *cm, const Strategy *strat, TokenLa
         CHECKQ(comm_stats_bytes(&fst, COMM_ALLTOALL) == a2a && comm_stats_bytes(&bst, COMM_ALLTOALL) == a2a_bwd,
                "%s: alltoall bytes differ from (Size(q)+Size(k)+Size(v)+Size(out))(hp-1)/hp = %llu (backward + "
                "Size(q)/d for delta = %llu)", what, a2a, a2a_bwd);
-        CHECKQ(comm_stats_bytes(&fst, COMM_P2P_INNER) == (cp / W) * (W - 1) * size_kv &&
+        /* a window on the plain ring: only the steps some (query, key) pair of the window needs, by
+         * brute force over the pairs (at step s a member holds the slot s before its own), where the
+         * slots are runs of consecutive positions (contiguous, zigzag); a striped slot's one run
+         * spans the sequence, and ring_steps, which reads spans, runs every step there */
+        unsigned long long steps = W;
+        if (window && W == cp && layout != LAYOUT_STRIPED) {
+            int *slot_of = xmalloc(sizeof(int) * (size_t)S), *cpos = xmalloc(sizeof(int) * (size_t)(S / t->cp));
+            for (int c = 0; c < t->cp; c++) {
+                layout_context_positions(layout, S, t->cp, c, cpos);
+                for (int i = 0; i < S / t->cp; i++) slot_of[cpos[i]] = c;
+            }
+            int far = 0;
+            for (int i = 0; i < S; i++)
+                for (int j = i - window + 1 > 0 ? i - window + 1 : 0; j <= i; j++) {
+                    const int back = (slot_of[i] - slot_of[j] + t->cp) % t->cp;
+                    if (back > far) far = back;
+                }
+            steps = (unsigned long long)far + 1;
+            xfree(slot_of);
+            xfree(cpos);
+        }
+        CHECKQ(comm_stats_bytes(&fst, COMM_P2P_INNER) == (cp / W) * (steps - 1) * size_kv &&
                    comm_stats_bytes(&fst, COMM_P2P_OUTER) == (cp / W - 1) * size_kv,
-               "%s: forward p2p bytes differ from (cp/W)(W-1) inner + (cp/W-1) outer x Size(kv)", what);
+               "%s: forward p2p bytes differ from (cp/W)(W-1) inner + (cp/W-1) outer x Size(kv) (a window on the "
+               "plain ring: %llu steps)", what, steps);
     }
     sum->cases++;
     xfree(saved);
@@ -662,10 +693,10 @@ int main(int argc, char **argv) {
         reference_build_docs(&prefs[i], hc, 1000 + (uint64_t)packed[i], pstarts[i]);
     }
 
-    /* sliding windows: the same inputs for three shapes, the reference the kernel's with the window
-     * (test_packed_attention checks it against double precision); windows narrower than a rank's
-     * block at 8 ranks, about two blocks, and most of the sequence */
-    const int windowed[] = {1, 4, 6}, windows[] = {3, 13, 23};
+    /* sliding windows: the same inputs for four shapes, the reference the kernel's with the window
+     * (test_packed_attention checks it against double precision); windows of one token, narrower
+     * than a rank's block at 8 ranks, about two blocks, and most of the sequence */
+    const int windowed[] = {0, 1, 4, 6}, windows[] = {1, 3, 13, 23}; /* 1: each token alone, no ring step */
     Reference wrefs[ARRAY_LEN(windowed)];
     for (size_t i = 0; i < ARRAY_LEN(windowed); i++)
         reference_build_window(&wrefs[i], heads[windowed[i]], 1000 + (uint64_t)windowed[i], windows[i]);

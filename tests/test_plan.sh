@@ -66,6 +66,16 @@ printf '{"model_type": "qwen3", "hidden_size": 64, "intermediate_size": 128, "nu
  "head_dim": 16, "num_hidden_layers": 2, "vocab_size": 256, "attention_bias": true}\n' >"$Q3/config.json"
 traffic_case 4 2 1 --model "$Q3" --random-init --strategy ulysses --dp 2 --hp 2 --checkpoint none --zero 3
 traffic_case 4 2 1 --model "$Q3" --random-init --strategy ring --dp 2 --cp 2 --checkpoint selective --zero 1
+# sliding windows: the plain ring on the contiguous layout runs only the steps a window reaches
+# (a Mistral of M's sizes, window 40 over slots of 64: 2 of 4 steps; a Qwen2 with a window of 100 on
+# layer 1 only: 3 of 4 on it, all 4 on layer 0), the last dK/dV hop to its owner, the zigzag ring all
+MWIN="$T/mistral_w40"; QWIN="$T/qwen2_w100"; mkdir -p "$MWIN" "$QWIN"
+SIZES='"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 256'
+printf '{"model_type": "mistral", %s, "sliding_window": 40}\n' "$SIZES" >"$MWIN/config.json"
+printf '{"model_type": "qwen2", %s, "use_sliding_window": true, "sliding_window": 100, "max_window_layers": 1}\n' "$SIZES" >"$QWIN/config.json"
+traffic_case 4 2 1 --model "$MWIN" --random-init --strategy ring --dp 1 --cp 4 --layout contiguous --checkpoint none --zero 0
+traffic_case 4 2 1 --model "$MWIN" --random-init --strategy ring --dp 1 --cp 4 --ring-inner 4 --checkpoint layer --zero 1
+traffic_case 4 2 1 --model "$QWIN" --random-init --strategy ring --dp 1 --cp 4 --ring-inner 4 --layout contiguous --checkpoint selective --zero 0
 traffic_case 4 2 1 --strategy wallfacer --dp 1 --cp 4 --team 2 --placement team-first --checkpoint none --zero 0
 traffic_case 8 4 1 --strategy wallfacer --dp 1 --cp 8 --team 2 --placement ring-first --checkpoint selective --zero 0
 traffic_case 2 2 1 --strategy fpdt --dp 1 --hp 2 --chunks 2 --checkpoint selective --zero 0

@@ -158,6 +158,8 @@ void llama_describe_family(const LlamaConfig *c, char *buf, size_t n) {
     const int windowed = llama_windowed_layers(c);
     if (windowed == c->num_hidden_layers && windowed > 0)
         snprintf(opts + len, sizeof opts - len, ", window %d", c->sliding_window);
+    else if (windowed == 1)
+        snprintf(opts + len, sizeof opts - len, ", window %d on layer %d", c->sliding_window, c->num_hidden_layers - 1);
     else if (windowed > 0)
         snprintf(opts + len, sizeof opts - len, ", window %d on layers %d-%d", c->sliding_window,
                  c->num_hidden_layers - windowed, c->num_hidden_layers - 1);

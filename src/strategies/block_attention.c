@@ -27,6 +27,15 @@ void pos_block_init(PosBlock *b, const int *pos, const int *doc, int n, PosRun *
     b->n_runs = count;
 }
 
+int pos_blocks_meet(const PosBlock *q, const PosBlock *k, int window) {
+    for (int a = 0; a < q->n_runs; a++)
+        for (int c = 0; c < k->n_runs; c++)
+            if (attn_visibility((AttnSpan){q->runs[a].lo, q->runs[a].hi, 0, 0},
+                                (AttnSpan){k->runs[c].lo, k->runs[c].hi, 0, 0}, window) != ATTN_VIS_HIDDEN)
+                return 1;
+    return 0;
+}
+
 void block_attn_init(BlockAttn *b, Comm *comm, int heads, int kv_heads, int head_dim) {
     memset(b, 0, sizeof *b);
     b->comm = comm;

@@ -45,6 +45,10 @@ typedef struct {
 /* Cuts pos (n) into runs; `runs` must hold n entries (owned by the caller). doc (n) may be NULL. */
 void pos_block_init(PosBlock *b, const int *pos, const int *doc, int n, PosRun *runs);
 
+/* Whether some query of q may see some key of k by position alone (documents not considered) under
+ * a sliding window (0: none): some (run, run) pair not hidden by attn_visibility. */
+int pos_blocks_meet(const PosBlock *q, const PosBlock *k, int window);
+
 /* Attention work since the last reset. */
 typedef struct { unsigned long long fwd_calls, fwd_cells, bwd_calls, bwd_cells; } AttnWork;
 

@@ -71,6 +71,12 @@ typedef struct {
     unsigned long long fwd_msgs[COMM_KINDS], bwd_msgs[COMM_KINDS];
     unsigned long long meta_batch; /* control bytes (positions) outside the kinds, once per batch;
                                     * packed documents send as many again (their ids) */
+    /* The plain ring under a sliding window (double_ring.c): of bwd[COMM_P2P_INNER], the bytes of
+     * the last dK/dV hop, which goes to the member ring_home_back places back in the inner ring
+     * (the next one when the ring runs all its steps: ring_home_back W - 1); 0 where it does not
+     * apply. */
+    unsigned long long ring_home_bytes;
+    int ring_home_back;
 } AttnVolume;
 
 /* Everything the registry's check / volume / memory functions need (no communicators). For a
@@ -92,6 +98,8 @@ typedef struct {
     int attn_bf16;        /* --precision bf16: the attention inputs are bf16 values, so the kernel runs its
                              bf16 tiles where the CPU has them (BlockAttn.precision). Set together with
                              wire_bf16 by the trainer; apart so that tests can vary the wire alone */
+    int window;           /* the sliding window of the layer whose traffic volume() counts (0: none): the
+                             plain ring runs only the steps some query's window reaches (double_ring.c) */
 } StrategyParams;
 
 #endif

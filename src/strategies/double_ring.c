@@ -19,7 +19,16 @@
  *   backward p2p_inner [R (W-1) Size16(kv) + (W>1) R W Size(kv)],
  *            p2p_outer [(R-1) Size16(kv) + (R>1) R Size(kv)]
  * (LoongTrain §4.5.3-4.5.4 with 4-byte elements; Size16 = Size in fp32). Messages: one per
- * transfer. */
+ * transfer.
+ *
+ * Sliding windows: the plain ring (R = 1) runs only the steps at which some member's queries can
+ * see the KV block it then holds (ring_steps: at step s member c holds slot c - s; with the
+ * contiguous layout and a window of w tokens over slots of n, 1 + ceil((w - 1) / n) steps of cp),
+ * so the KV blocks no window reaches are never sent; in backward each dK/dV accumulator then makes
+ * its last hop straight back to the block's owner, steps - 1 members back (the next member when
+ * every step runs). Then forward p2p_inner is (steps - 1) Size16(kv), backward (steps - 1)
+ * Size16(kv) + (steps > 1) steps Size(kv). The rule reads the runs' spans (pos_blocks_meet), so
+ * a striped slot (one run across the sequence) runs every step; so does the double ring (R > 1). */
 #include <string.h>
 
 #include "attention/flash_attention.h"
@@ -34,6 +43,7 @@ enum {
     TAG_BWD_KV_OUTER = 202,
     TAG_BWD_DKV_INNER = 203,
     TAG_BWD_DKV_OUTER = 204,
+    TAG_BWD_DKV_HOME = 205, /* the inner ring's last dK/dV hop, back to the block's owner */
 };
 
 typedef struct {
@@ -74,6 +84,17 @@ static int kv_owner(const DoubleRing *x, int j, int s) {
     return o * x->W + i;
 }
 
+/* The inner steps a ring of W members runs (R outer steps): W, or for the plain ring (R = 1) under
+ * a window, 1 + the last step s at which some member c's queries may see slot c - s (slots: the
+ * cp context slots' positions). */
+static int ring_steps(const PosBlock *slots, int cp, int W, int R, int window) {
+    if (R > 1 || window <= 0) return W;
+    for (int s = W - 1; s > 0; s--)
+        for (int c = 0; c < cp; c++)
+            if (pos_blocks_meet(&slots[c], &slots[(c - s + cp) % cp], window)) return s + 1;
+    return 1;
+}
+
 /* Post a KV transfer of `count` floats (send to next, receive from previous) on one ring. */
 static void post_pair(DoubleRing *x, CommKind kind, const float *send, float *recv, size_t count, int next, int prev,
                       int tag, MPI_Comm mc, MPI_Request *rs, MPI_Request *rr) {
@@ -98,19 +119,20 @@ static void dr_forward(ContextSchedule *s, const float *q, const float *kv, floa
     ring_requests_init(&rq);
     Progress pr = {(MPI_Request *)&rq, sizeof rq / sizeof(MPI_Request), W > 1 ? COMM_P2P_INNER : COMM_P2P_OUTER};
     const PosBlock *mine = &x->slots[t->cp_rank];
+    const int steps = ring_steps(x->slots, x->cp, W, R, x->blocks.window);
     const float *kv_start = kv;
     for (int j = 0; j < R; j++) {
         if (j < R - 1)
             post_pair(x, COMM_P2P_OUTER, kv_start, x->kvbuf[j % 2], kv_floats, outer_next(x), outer_prev(x),
                       TAG_FWD_KV_OUTER, t->outer_comm, &rq.outer_send, &rq.outer_recv);
         const float *cur = kv_start;
-        for (int step = 0; step < W; step++) {
+        for (int step = 0; step < steps; step++) {
             float *nxt = x->kvbuf[2 + step % 2];
-            if (step < W - 1)
+            if (step < steps - 1)
                 post_pair(x, COMM_P2P_INNER, cur, nxt, kv_floats, inner_next(x), inner_prev(x), TAG_FWD_KV_INNER,
                           t->inner_comm, &rq.kv_send, &rq.kv_recv);
             block_attn_forward(&x->blocks, q, mine, cur, cur + half, &x->slots[kv_owner(x, j, step)], o, lse, &pr);
-            if (step < W - 1) {
+            if (step < steps - 1) {
                 comm_waitall(x->comm, COMM_P2P_INNER, 2, &rq.kv_send);
                 cur = nxt;
             }
@@ -140,6 +162,11 @@ static void dr_backward(ContextSchedule *s, const float *q, const float *kv, con
     ring_requests_init(&rq);
     Progress pr = {(MPI_Request *)&rq, sizeof rq / sizeof(MPI_Request), W > 1 ? COMM_P2P_INNER : COMM_P2P_OUTER};
     const PosBlock *mine = &x->slots[t->cp_rank];
+    /* the inner steps (ring_steps), and where each accumulator's last hop goes to and comes from:
+     * the owner of the block held at the last step, steps - 1 members back (the next member when
+     * all W steps run), and the member holding my block then, steps - 1 ahead (the previous one) */
+    const int steps = ring_steps(x->slots, x->cp, W, R, x->blocks.window);
+    const int home_to = (t->inner_rank - (steps - 1) + W) % W, home_from = (t->inner_rank + steps - 1) % W;
     const float *kv_start = kv;
     for (int j = 0; j < R; j++) {
         float *wp = x->dkv_wp[j % 2];
@@ -150,39 +177,43 @@ static void dr_backward(ContextSchedule *s, const float *q, const float *kv, con
             comm_irecv(cm, COMM_P2P_OUTER, x->dkv_or, kv_bytes, outer_prev(x), TAG_BWD_DKV_OUTER, t->outer_comm,
                        &rq.dkv_outer_recv);
         const float *cur = kv_start;
-        for (int step = 0; step < W; step++) {
+        for (int step = 0; step < steps; step++) {
             float *nxt = x->kvbuf[2 + step % 2];
             float *L = x->dkv_l[step % 2];
-            if (step < W - 1)
+            if (step < steps - 1)
                 post_pair(x, COMM_P2P_INNER, cur, nxt, kv_floats, inner_next(x), inner_prev(x), TAG_BWD_KV_INNER,
                           t->inner_comm, &rq.kv_send, &rq.kv_recv);
-            if (W > 1 && step >= 1)
+            if (steps > 1 && step >= 1)
                 comm_irecv(cm, COMM_P2P_INNER, x->dkv_in, kv_bytes, inner_prev(x), TAG_BWD_DKV_INNER, t->inner_comm,
                            &rq.dkv_recv);
-            if (W > 1 && step == W - 1) /* posted after dkv_recv: same source and tag match in order */
-                comm_irecv(cm, COMM_P2P_INNER, wp, kv_bytes, inner_prev(x), TAG_BWD_DKV_INNER, t->inner_comm,
+            if (steps > 1 && step == steps - 1) /* my block's total, from its last holder */
+                comm_irecv(cm, COMM_P2P_INNER, wp, kv_bytes, home_from, TAG_BWD_DKV_HOME, t->inner_comm,
                            &rq.dkv_home);
             double t0 = comm_compute_begin(cm);
             memset(L, 0, kv_bytes);
             comm_compute_end(cm, "zero dkv", t0);
             block_attn_backward(&x->blocks, q, mine, cur, cur + half, &x->slots[kv_owner(x, j, step)], lse, delta,
                                 dout, dq, L, L + half, &pr);
-            if (W > 1) {
+            if (steps > 1) {
                 if (step >= 1) {
                     comm_waitall(cm, COMM_P2P_INNER, 1, &rq.dkv_recv);
                     add_into(cm, L, x->dkv_in, kv_floats);
                 }
                 comm_waitall(cm, COMM_P2P_INNER, 1, &rq.dkv_send); /* the previous send (other L buffer) */
-                comm_isend(cm, COMM_P2P_INNER, L, kv_bytes, inner_next(x), TAG_BWD_DKV_INNER, t->inner_comm,
-                           &rq.dkv_send);
+                if (step < steps - 1) /* on with its KV block */
+                    comm_isend(cm, COMM_P2P_INNER, L, kv_bytes, inner_next(x), TAG_BWD_DKV_INNER, t->inner_comm,
+                               &rq.dkv_send);
+                else /* the last hop: home to the block's owner */
+                    comm_isend(cm, COMM_P2P_INNER, L, kv_bytes, home_to, TAG_BWD_DKV_HOME, t->inner_comm,
+                               &rq.dkv_send);
             }
-            if (step < W - 1) {
+            if (step < steps - 1) {
                 comm_waitall(cm, COMM_P2P_INNER, 2, &rq.kv_send);
                 cur = nxt;
             }
         }
         /* the window's partial dkv for this step's starting KV */
-        if (W > 1) {
+        if (steps > 1) {
             comm_waitall(cm, COMM_P2P_INNER, 1, &rq.dkv_home);
             comm_waitall(cm, COMM_P2P_INNER, 1, &rq.dkv_send);
         } else {
@@ -277,13 +308,32 @@ static char *dr_check(const StrategyParams *p) {
 
 /* Size(kv) of a slot: 8 n Hk d; Hk is the KV heads a head member holds (the same on every
  * member when hp divides the heads; the volume is per rank, so take the rank's own). */
+/* ring_steps on the layout's positions (the slots' as set_positions will give them). */
+static int volume_steps(const StrategyParams *p) {
+    const int W = ring_w(p), R = p->cp / W;
+    if (R > 1 || p->window <= 0) return W;
+    const int cp = p->cp, n = (int)(p->seq_len / cp);
+    int *pos = xmalloc(sizeof(int) * (size_t)cp * n);
+    PosRun *runs = xmalloc(sizeof(PosRun) * (size_t)cp * n);
+    PosBlock *slots = xcalloc((size_t)cp, sizeof *slots);
+    for (int c = 0; c < cp; c++) {
+        layout_context_positions(p->layout, (int)p->seq_len, cp, c, pos + (size_t)c * n);
+        pos_block_init(&slots[c], pos + (size_t)c * n, NULL, n, runs + (size_t)c * n);
+    }
+    const int steps = ring_steps(slots, cp, W, R, p->window);
+    xfree(pos);
+    xfree(runs);
+    xfree(slots);
+    return steps;
+}
+
 static void dr_volume_for(const StrategyParams *p, int kv_heads, AttnVolume *v) {
-    const unsigned long long W = (unsigned)ring_w(p), R = (unsigned)p->cp / W;
+    const unsigned long long W = (unsigned)ring_w(p), R = (unsigned)p->cp / W, S = (unsigned)volume_steps(p);
     const unsigned long long n = (unsigned long long)p->seq_len / (unsigned)p->cp;
     const unsigned long long size_kv = 8ULL * n * (unsigned)kv_heads * (unsigned)p->head_dim;
     const unsigned long long size_kv_wire = p->wire_bf16 ? size_kv / 2 : size_kv;
-    const unsigned long long fi = R * (W - 1), fo = R - 1;
-    const unsigned long long gi = W > 1 ? R * W : 0, go = R > 1 ? R : 0; /* dK/dV hops */
+    const unsigned long long fi = R * (S - 1), fo = R - 1; /* S: the inner steps (W, or fewer: ring_steps) */
+    const unsigned long long gi = S > 1 ? R * S : 0, go = R > 1 ? R : 0; /* dK/dV hops */
     const unsigned long long bi = fi + gi, bo = fo + go;
     v->fwd[COMM_P2P_INNER] += fi * size_kv_wire;
     v->fwd[COMM_P2P_OUTER] += fo * size_kv_wire;
@@ -293,6 +343,10 @@ static void dr_volume_for(const StrategyParams *p, int kv_heads, AttnVolume *v) 
     v->fwd_msgs[COMM_P2P_OUTER] += fo;
     v->bwd_msgs[COMM_P2P_INNER] += bi;
     v->bwd_msgs[COMM_P2P_OUTER] += bo;
+    if (S > 1) { /* the last dK/dV hop of each outer step, S - 1 members back */
+        v->ring_home_bytes += R * size_kv;
+        v->ring_home_back = (int)S - 1;
+    }
 }
 
 static void dr_volume(const StrategyParams *p, int cp_rank, AttnVolume *v) {

@@ -163,8 +163,12 @@ static char *rank_traffic(const MemoryModelInput *in, const MemoryEstimate *est,
                              .n_heads = c->num_attention_heads, .n_kv_heads = c->num_key_value_heads,
                              .head_dim = c->head_dim, .wire_bf16 = bf16, .attn_bf16 = bf16};
         if (sp.team == 0) sp.team = strategy_default_team(s, g.cp);
-        AttnVolume v;
+        /* the volume of a layer without a window and of one with it (the ring runs fewer steps) */
+        const int windowed = llama_windowed_layers(c);
+        AttnVolume v, vw;
         strategy_volume(s, &sp, h, cr, &v);
+        sp.window = windowed ? c->sliding_window : 0;
+        strategy_volume(s, &sp, h, cr, &vw);
         /* how many times per micro-batch each direction runs: forward, backward, and the checkpoint
          * mode's recomputation (layer: the forward again; selective: the head exchange of q, k, v,
          * and FPDT's of o too) */
@@ -187,9 +191,12 @@ static char *rank_traffic(const MemoryModelInput *in, const MemoryEstimate *est,
             head_split_free(&hs);
         }
         double bytes[COMM_KINDS], msgs[COMM_KINDS];
+        const double Lf = L - windowed, Lw = windowed;
         for (int k = 0; k < COMM_KINDS; k++) {
-            bytes[k] = (double)micro * L * (fwd_times * (double)v.fwd[k] + (double)v.bwd[k]);
-            msgs[k] = (double)micro * L * (fwd_times * (double)v.fwd_msgs[k] + (double)v.bwd_msgs[k]);
+            bytes[k] = (double)micro * (Lf * (fwd_times * (double)v.fwd[k] + (double)v.bwd[k]) +
+                                        Lw * (fwd_times * (double)vw.fwd[k] + (double)vw.bwd[k]));
+            msgs[k] = (double)micro * (Lf * (fwd_times * (double)v.fwd_msgs[k] + (double)v.bwd_msgs[k]) +
+                                       Lw * (fwd_times * (double)vw.fwd_msgs[k] + (double)vw.bwd_msgs[k]));
         }
         bytes[COMM_ALLTOALL] += (double)micro * L * extra_a2a;
         msgs[COMM_ALLTOALL] += (double)micro * L * extra_a2a_msgs;
@@ -200,7 +207,19 @@ static char *rank_traffic(const MemoryModelInput *in, const MemoryEstimate *est,
         const int ring = s->schedule == &double_ring_schedule;
         if (ring) {
             int inner = (cr / g.W) * g.W + (cr % g.W + 1) % g.W, outer = (cr + g.W) % g.cp;
-            send_to(t, &g, COMM_P2P_INNER, w, world_of(&g, d, h, inner), bytes[COMM_P2P_INNER]);
+            /* the last dK/dV hop of each ring pass goes to the block's owner, ring_home_back members
+             * back (the next member when every step runs) */
+            const AttnVolume *hv[2] = {&v, &vw};
+            const double hl[2] = {Lf, Lw};
+            double to_next = bytes[COMM_P2P_INNER];
+            for (int i = 0; i < 2; i++) {
+                if (!hl[i] || !hv[i]->ring_home_bytes) continue;
+                const double home = (double)micro * hl[i] * (double)hv[i]->ring_home_bytes;
+                const int to = (cr / g.W) * g.W + (cr % g.W - hv[i]->ring_home_back + g.W) % g.W;
+                send_to(t, &g, COMM_P2P_INNER, w, world_of(&g, d, h, to), home);
+                to_next -= home;
+            }
+            send_to(t, &g, COMM_P2P_INNER, w, world_of(&g, d, h, inner), to_next);
             send_to(t, &g, COMM_P2P_OUTER, w, world_of(&g, d, h, outer), bytes[COMM_P2P_OUTER]);
         } else if (!strcmp(s->name, "wallfacer")) {
             /* team collectives inside the team; Alg. 3's sub-ring to the next team's member; Alg.

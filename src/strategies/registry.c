@@ -168,6 +168,8 @@ void strategy_volume(const Strategy *s, const StrategyParams *p, int hp_rank, in
             v->fwd_msgs[k] += c.fwd_msgs[k];
             v->bwd_msgs[k] += c.bwd_msgs[k];
         }
+        v->ring_home_bytes = c.ring_home_bytes;
+        v->ring_home_back = c.ring_home_back;
     }
     head_split_free(&hs);
 }
