@@ -95,27 +95,28 @@ static void test_packing(void) {
 }
 
 static void test_visibility(void) {
-    AttnSpan q = {100, 163, 2, 2};
-    CHECK(attn_visibility(q, (AttnSpan){0, 63, 1, 1}, 0) == ATTN_VIS_HIDDEN, "earlier keys of another document are hidden");
-    CHECK(attn_visibility(q, (AttnSpan){0, 63, 2, 2}, 0) == ATTN_VIS_FULL, "earlier keys of the same document are visible");
-    CHECK(attn_visibility(q, (AttnSpan){0, 63, 1, 2}, 0) == ATTN_VIS_PARTIAL, "keys across a boundary are partial");
-    CHECK(attn_visibility(q, (AttnSpan){200, 263, 2, 2}, 0) == ATTN_VIS_HIDDEN, "later keys are hidden");
-    CHECK(attn_visibility(q, (AttnSpan){120, 180, 2, 2}, 0) == ATTN_VIS_PARTIAL, "the diagonal is partial");
-    CHECK(attn_visibility((AttnSpan){100, 163, 2, 3}, (AttnSpan){0, 63, 2, 2}, 0) == ATTN_VIS_PARTIAL,
-          "queries across a boundary are partial");
-    CHECK(attn_visibility((AttnSpan){100, 163, 0, 0}, (AttnSpan){0, 63, 0, 0}, 0) == ATTN_VIS_FULL,
-          "without documents: the position rule");
-    /* windows: queries at 100..163 see keys from 100 - W + 1 (the first query) to 163 - W + 1 on */
-    AttnSpan w = {100, 163, 0, 0};
-    CHECK(attn_visibility(w, (AttnSpan){0, 63, 0, 0}, 37) == ATTN_VIS_HIDDEN, "keys before every query's window are hidden");
-    CHECK(attn_visibility(w, (AttnSpan){0, 63, 0, 0}, 38) == ATTN_VIS_PARTIAL, "the first query sees key 63 with window 38");
-    CHECK(attn_visibility(w, (AttnSpan){0, 63, 0, 0}, 163) == ATTN_VIS_PARTIAL, "key 0 is past the last query's window 163");
-    CHECK(attn_visibility(w, (AttnSpan){0, 63, 0, 0}, 164) == ATTN_VIS_FULL, "window 164 covers every pair");
-    CHECK(attn_visibility(w, (AttnSpan){0, 63, 2, 2}, 164) == ATTN_VIS_HIDDEN, "another document stays hidden in a window");
-    CHECK(attn_visibility(w, (AttnSpan){120, 180, 0, 0}, 1000) == ATTN_VIS_PARTIAL, "the diagonal stays partial");
-    CHECK(attn_visibility(w, (AttnSpan){200, 263, 0, 0}, 1000) == ATTN_VIS_HIDDEN, "later keys stay hidden");
-    CHECK(attn_visibility((AttnSpan){INT_MAX - 10, INT_MAX, 0, 0}, (AttnSpan){INT_MIN, INT_MIN + 10, 0, 0}, 5) ==
-              ATTN_VIS_HIDDEN, "extreme positions do not overflow the window rule");
+    /* queries at 100..163 in document 2 (or 2..3, or none); with a window W they see keys from
+     * 100 - W + 1 (the first query) to 163 - W + 1 (the last) on */
+    const struct { AttnSpan q, k; int window; AttnVisibility want; const char *what; } cases[] = {
+        {{100, 163, 2, 2}, {0, 63, 1, 1}, 0, ATTN_VIS_HIDDEN, "earlier keys of another document are hidden"},
+        {{100, 163, 2, 2}, {0, 63, 2, 2}, 0, ATTN_VIS_FULL, "earlier keys of the same document are visible"},
+        {{100, 163, 2, 2}, {0, 63, 1, 2}, 0, ATTN_VIS_PARTIAL, "keys across a boundary are partial"},
+        {{100, 163, 2, 2}, {200, 263, 2, 2}, 0, ATTN_VIS_HIDDEN, "later keys are hidden"},
+        {{100, 163, 2, 2}, {120, 180, 2, 2}, 0, ATTN_VIS_PARTIAL, "the diagonal is partial"},
+        {{100, 163, 2, 3}, {0, 63, 2, 2}, 0, ATTN_VIS_PARTIAL, "queries across a boundary are partial"},
+        {{100, 163, 0, 0}, {0, 63, 0, 0}, 0, ATTN_VIS_FULL, "without documents: the position rule"},
+        {{100, 163, 0, 0}, {0, 63, 0, 0}, 37, ATTN_VIS_HIDDEN, "keys before every query's window are hidden"},
+        {{100, 163, 0, 0}, {0, 63, 0, 0}, 38, ATTN_VIS_PARTIAL, "the first query sees key 63 with window 38"},
+        {{100, 163, 0, 0}, {0, 63, 0, 0}, 163, ATTN_VIS_PARTIAL, "key 0 is past the last query's window 163"},
+        {{100, 163, 0, 0}, {0, 63, 0, 0}, 164, ATTN_VIS_FULL, "window 164 covers every pair"},
+        {{100, 163, 0, 0}, {0, 63, 2, 2}, 164, ATTN_VIS_HIDDEN, "another document stays hidden in a window"},
+        {{100, 163, 0, 0}, {120, 180, 0, 0}, 1000, ATTN_VIS_PARTIAL, "the diagonal stays partial"},
+        {{100, 163, 0, 0}, {200, 263, 0, 0}, 1000, ATTN_VIS_HIDDEN, "later keys stay hidden"},
+        {{INT_MAX - 10, INT_MAX, 0, 0}, {INT_MIN, INT_MIN + 10, 0, 0}, 5, ATTN_VIS_HIDDEN,
+         "extreme positions do not overflow the window rule"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++)
+        CHECK(attn_visibility(cases[i].q, cases[i].k, cases[i].window) == cases[i].want, "%s", cases[i].what);
     AttnSpan s = attn_span((const int[]){5, 3, 9}, (const int[]){1, 0, 1}, 3);
     CHECK(s.pos_lo == 3 && s.pos_hi == 9 && s.doc_lo == 0 && s.doc_hi == 1, "attn_span");
 }
