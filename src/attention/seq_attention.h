@@ -44,7 +44,8 @@
  *
  * Sliding windows: SeqAttention.window, set per layer, masks every call as the kernel's
  * AttnShape.window does; distributed strategies skip (query, key) blocks wholly before the window
- * as they skip future ones (their transfers still run as without a window). */
+ * as they skip future ones, and the plain ring also stops passing KV blocks no window reaches
+ * (double_ring.c); the other schedules' transfers run as without a window. */
 #ifndef SEQPAR_SEQ_ATTENTION_H
 #define SEQPAR_SEQ_ATTENTION_H
 
