@@ -31,7 +31,7 @@ row() { # np flags...
     local one=0
     case " $* " in *" --ffn-chunks 1 "*) one=1 ;; esac
     pred=$("$SEQPAR" plan --ranks "$np" --cores-per-node "$CORES" $M --gemm-gflops "$G" --attn-gflops "$F,$B" --top 5 "$@" |
-        awk -v one="$one" '/^ +[0-9]+  [a-z0-9]+ / && (one || $11 != 1) { print $14; exit }')
+        awk -v one="$one" '/^ +[0-9]+  [a-z0-9]+ / && (one || $12 != 1) { print $15; exit }')
     # one rank: unbound, so that it gets every core (Open MPI binds a lone rank to one core)
     local bind=""
     [ "$np" -eq 1 ] && bind="--bind-to none"

@@ -74,7 +74,7 @@ SIZES='"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "n
 printf '{"model_type": "mistral", %s, "sliding_window": 40}\n' "$SIZES" >"$MWIN/config.json"
 printf '{"model_type": "qwen2", %s, "use_sliding_window": true, "sliding_window": 100, "max_window_layers": 1}\n' "$SIZES" >"$QWIN/config.json"
 traffic_case 4 2 1 --model "$MWIN" --random-init --strategy ring --dp 1 --cp 4 --layout contiguous --checkpoint none --zero 0
-traffic_case 4 2 1 --model "$MWIN" --random-init --strategy ring --dp 1 --cp 4 --ring-inner 4 --checkpoint layer --zero 1
+traffic_case 4 2 1 --model "$MWIN" --random-init --strategy ring --dp 1 --cp 4 --ring-inner 4 --layout zigzag --checkpoint layer --zero 1
 traffic_case 4 2 1 --model "$QWIN" --random-init --strategy ring --dp 1 --cp 4 --ring-inner 4 --layout contiguous --checkpoint selective --zero 0
 traffic_case 4 2 1 --strategy wallfacer --dp 1 --cp 4 --team 2 --placement team-first --checkpoint none --zero 0
 traffic_case 8 4 1 --strategy wallfacer --dp 1 --cp 8 --team 2 --placement ring-first --checkpoint selective --zero 0
@@ -94,13 +94,13 @@ for s in 2d ulysses ring fpdt lightseq allgather wallfacer; do
     if printf '%s\n' "$out" | grep -qE "^ *[0-9]+  $s "; then ok; else bad "plan 4 ranks: no $s configuration"; fi
 done
 # sorted by tokens/s in 1% buckets: no later row more than 1% faster than an earlier one
-if printf '%s\n' "$out" | awk '/^ *[0-9]+  [a-z0-9]+ / && !/does not fit/ { t = $14; if (n && t > 1.0101 * low) bad = 1; if (!n || t < low) low = t; n++ } END { exit bad }'; then ok; else
+if printf '%s\n' "$out" | awk '/^ *[0-9]+  [a-z0-9]+ / && !/does not fit/ { t = $15; if (n && t > 1.0101 * low) bad = 1; if (!n || t < low) low = t; n++ } END { exit bad }'; then ok; else
     bad "plan's rows are not sorted by tokens/s"; fi
 
 # speeds within 1% of their group's fastest count as equal and the lower ZeRO stage goes first (a
 # log-spaced bucket split a ZeRO-2 row 0.3% faster from ZeRO-0 and listed it first)
 tie=$(timeout 60 "$SEQPAR" plan --ranks 2 --gemm-gflops 50 --attn-gflops 40 --top 100000 2>&1)
-if printf '%s\n' "$tie" | awk '/^ *[0-9]+  [a-z0-9]+ / && !/does not fit/ { n++; t[n] = $14; z[n] = $12 } END {
+if printf '%s\n' "$tie" | awk '/^ *[0-9]+  [a-z0-9]+ / && !/does not fit/ { n++; t[n] = $15; z[n] = $13 } END {
         m = 0; for (i = 1; i <= n; i++) if (t[i] > m) m = t[i]
         lo = 99; for (i = 1; i <= n; i++) if (t[i] * 1.01 >= m && z[i] < lo) lo = z[i]
         exit !(n > 0 && z[1] == lo) }'; then ok; else bad "plan: the first row is not the lowest ZeRO stage within 1% of the fastest: $(printf '%s\n' "$tie" | grep -E '^ +[12]  ')"; fi
@@ -141,7 +141,7 @@ roomy=$(timeout 60 "$SEQPAR" plan --ranks 1 $S3 $RATES --mem-per-rank 20 --top 1
 r1=$(printf '%s\n' "$roomy" | grep -E '^ *[0-9]+  2d .* none +1 +0 ' | head -n 1)
 r2=$(printf '%s\n' "$roomy" | grep -E '^ *[0-9]+  2d .* none +4 +0 ' | head -n 1) # the default's 4 chunks at 8K (5 until 2026-11-29)
 if printf '%s' "$roomy" | grep -q "^best: mpirun -n 1 \\(--map-by slot:PE=[0-9]* \\)\\?$PROG train --layers 4 .* --strategy 2d --hp 1 --checkpoint none --ffn-chunks 1\$" &&
-    [ -n "$r1" ] && [ -n "$r2" ] && awk -v a="$r1" -v b="$r2" 'BEGIN { n = split(a, x); m = split(b, y); exit !(x[14] + 0 > y[14] + 0 && x[n] + 0 > y[m] + 0) }'; then ok
+    [ -n "$r1" ] && [ -n "$r2" ] && awk -v a="$r1" -v b="$r2" 'BEGIN { n = split(a, x); m = split(b, y); exit !(x[15] + 0 > y[15] + 0 && x[n] + 0 > y[m] + 0) }'; then ok
 else bad "one FFN chunk with 20 GiB: $(printf '%s' "$roomy" | grep '^best')
 $r1
 $r2"; fi
@@ -335,6 +335,17 @@ tw=$(printf '%s\n' "$win" | awk '$1 == "1" { print $(NF - 5) }'); tf=$(printf '%
 if printf '%s\n' "$win" | grep -q '^plan: Mistral (window 16), 2 layers' &&
     awk -v w="$tw" -v f="$tf" 'BEGIN { exit !(w > 0 && f > 10 * w) }'; then ok; else
     bad "plan of a Mistral with a window of 16 at S 8192: step $tw s against the Llama's $tf s: $(printf '%s' "$win" | head -n 1)"; fi
+# and the plain ring on the contiguous layout is tried beside zigzag for it (its steps cut to the
+# window's reach): fewer bytes across nodes than the zigzag ring of the same grid; a --layout given
+# is the plan's, once in the best line
+lay=$(timeout 60 "$SEQPAR" plan --ranks 4 --ranks-per-node 2 --model "$T/mistral16" --seq-len 4096 $RATES --top 100000 2>&1)
+ic=$(printf '%s\n' "$lay" | awk '$2 == "ring" && $5 == 4 && $6 == 4 && $10 == "contiguous" && $11 == "none" && $13 == 0 { print $(NF - 1); exit }')
+iz=$(printf '%s\n' "$lay" | awk '$2 == "ring" && $5 == 4 && $6 == 4 && $10 == "zigzag" && $11 == "none" && $13 == 0 { print $(NF - 1); exit }')
+if awk -v c="$ic" -v z="$iz" 'BEGIN { exit !(c != "" && z != "" && c + 0 < z + 0) }'; then ok; else
+    bad "plan of a windowed Mistral: the contiguous ring's $ic MB across nodes against zigzag's $iz"; fi
+given=$(timeout 60 "$SEQPAR" plan --ranks 4 --model "$T/mistral16" --seq-len 4096 $RATES --top 1 --layout striped 2>&1 | grep '^best')
+if [ "$(printf '%s' "$given" | grep -o -- '--layout [a-z]*' | tr '\n' ' ')" = "--layout striped " ]; then ok; else
+    bad "plan --layout striped: the best line has $(printf '%s' "$given" | grep -o -- '--layout [a-z]*' | tr '\n' ' ')"; fi
 err_case "--ranks-per-node 3 does not divide --ranks 4" --ranks 4 --ranks-per-node 3 $M
 err_case "unknown strategy 'nope'" --ranks 4 --strategy nope $M $RATES
 err_case "--attn-gflops 'x' is not F or F,B" --ranks 2 --attn-gflops x $M

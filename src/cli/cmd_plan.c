@@ -365,9 +365,9 @@ int cmd_plan(int argc, char **argv, const char *program) {
         xfree(list);
         return 1;
     }
-    printf("  #  %-10s %3s %3s %3s %3s %4s %5s %-13s %-9s %3s %4s %9s %10s %8s %8s %10s %10s\n", "strategy", "dp", "hp",
-           "cp", "W", "team", "chunk", "placement", "ckpt", "ffn", "zero", "step s", "tokens/s", "compute", "exposed",
-           "inter MB", "RAM MiB");
+    printf("  #  %-10s %3s %3s %3s %3s %4s %5s %-13s %-10s %-9s %3s %4s %9s %10s %8s %8s %10s %10s\n", "strategy", "dp",
+           "hp", "cp", "W", "team", "chunk", "placement", "layout", "ckpt", "ffn", "zero", "step s", "tokens/s", "compute",
+           "exposed", "inter MB", "RAM MiB");
     for (int i = 0; i < n && i < top; i++) {
         const PlanEntry *e = &list[i];
         /* W where a double ring reads it (ring, 2d), else "-" (train refuses --ring-inner there) */
@@ -377,9 +377,12 @@ int cmd_plan(int argc, char **argv, const char *program) {
         char *no_ring = parallel_flags_check(strategy_find(e->par.strategy), &probe);
         if (!no_ring) snprintf(w, sizeof w, "%d", e->par.ring_inner > 0 ? e->par.ring_inner : e->par.cp);
         xfree(no_ring);
-        printf("%3d  %-10s %3d %3d %3d %3s %4d %5d %-13s %-9s %3d %4d %9.3f %10.0f %8.3f %8.3f %10.2f %10.1f%s\n", i + 1,
-               e->par.strategy, e->par.dp, e->par.hp, e->par.cp, w,
-               e->par.team, e->par.chunks > 0 ? e->par.chunks : 1, placement_name(e->par.placement),
+        /* the token layout (FPDT has its own: -) */
+        const Strategy *es = strategy_find(e->par.strategy);
+        const char *lay = es->own ? "-" : layout_name(e->par.layout_given ? e->par.layout : es->default_layout);
+        printf("%3d  %-10s %3d %3d %3d %3s %4d %5d %-13s %-10s %-9s %3d %4d %9.3f %10.0f %8.3f %8.3f %10.2f %10.1f%s\n",
+               i + 1, e->par.strategy, e->par.dp, e->par.hp, e->par.cp, w,
+               e->par.team, e->par.chunks > 0 ? e->par.chunks : 1, placement_name(e->par.placement), lay,
                llama_checkpoint_name(e->checkpoint), e->mem.ffn_chunks, e->par.zero, e->t_step, e->tokens_per_s, e->t_compute,
                e->t_exposed, e->inter_bytes / 1e6, e->ram / 1048576.0, e->fits ? "" : "  does not fit");
     }
@@ -387,9 +390,9 @@ int cmd_plan(int argc, char **argv, const char *program) {
     char flags[512];
     plan_flags(best, flags, sizeof flags);
     if (best->fits) { /* the user's train flags, with the plan's choices in place of its grid flags */
-        static const char *const grid[] = {"strategy", "dp",         "hp",   "cp",         "ring-inner", "team",
-                                           "chunks",   "placement",  "zero", "checkpoint", "ffn-chunks", "offload-dir",
-                                           NULL};
+        static const char *const grid[] = {"strategy",   "dp",         "hp",         "cp",     "ring-inner",
+                                           "team",       "chunks",     "placement",  "layout", "zero",
+                                           "checkpoint", "ffn-chunks", "offload-dir", NULL};
         char given[4096], prog[4096];
         if (train_flags_except(argc, argv, grid, given, sizeof given) != 0)
             die("seqpar plan: the train flags given are over %zu characters: shorten the paths", sizeof given);

@@ -484,6 +484,11 @@ char *plan_search(const MemoryModelInput *base, const PlanFixed *f, const PlanCl
                 if (s->grid != GRID_2D && sp == 1 && !s->own) continue;
                 if (s->grid == GRID_CONTEXT && cp == 1) continue;
                 const int is_ring = s->schedule == &double_ring_schedule && cp > 1;
+                /* under a sliding window the plain ring on the contiguous layout runs only the steps
+                 * the window reaches and its slots' work evens out past it: tried beside the
+                 * strategy's default layout where the user gave none */
+                const int try_contig = is_ring && !base->par.layout_given && llama_windowed_layers(&base->model) &&
+                                       s->default_layout != LAYOUT_CONTIGUOUS;
                 const int is_wf = !strcmp(s->name, "wallfacer"), is_fpdt = s->own != NULL;
                 for (int W = 1; W <= cp; W++) {
                     if (cp % W || !fixed_or(f->ring_inner, W)) continue;
@@ -505,11 +510,16 @@ char *plan_search(const MemoryModelInput *base, const PlanFixed *f, const PlanCl
                                     if (pl == PLACEMENT_TEAM_FIRST && !is_wf) continue;
                                     if (pl == PLACEMENT_RING_FIRST && (!is_wf || team == 1 || team * team == cp)) continue;
                                 }
+                                for (int lay = 0; lay < (try_contig && W == cp ? 2 : 1); lay++)
                                 for (int ci = 0; ci < 3; ci++) {
                                     if (f->checkpoint >= 0 && f->checkpoint != ckpts[ci]) continue;
                                     for (int z = 0; z <= (P > 1 ? 3 : 0); z++) {
                                         if (f->zero >= 0 && f->zero != z) continue;
                                         in.par = base->par;
+                                        if (lay) {
+                                            in.par.layout = LAYOUT_CONTIGUOUS;
+                                            in.par.layout_given = 1;
+                                        }
                                         in.par.strategy = s->name;
                                         in.par.dp = dp;
                                         in.par.hp = hp;
@@ -564,6 +574,7 @@ void plan_flags(const PlanEntry *e, char *buf, size_t n) {
     if (p->team > 0) ADD(" --team %d", p->team);
     if (p->chunks > 1) ADD(" --chunks %d", p->chunks);
     if (p->placement != PLACEMENT_HEAD_FIRST) ADD(" --placement %s", placement_name(p->placement));
+    if (p->layout_given) ADD(" --layout %s", layout_name(p->layout));
     ADD(" --checkpoint %s", llama_checkpoint_name(e->checkpoint));
     if (e->ffn_chunks > 0) ADD(" --ffn-chunks %d", e->ffn_chunks);
     if (p->zero) ADD(" --zero %d", p->zero);
