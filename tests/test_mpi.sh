@@ -197,6 +197,19 @@ out=$(run_np 2 "$SEQPAR" grad --model "$FIX/$L" --tokens "$FIX/$L/tokens.bin" --
       --chunks 4 --offload-dir "$T/offload" --stats 2>&1)
 if [ "$(printf '%s\n' "$out" | grep -c '^rank [01]: offload: [0-9.]* MB written, [0-9.]* MB read per batch')" -eq 2 ]; then ok; else
     bad "--offload-dir --stats: no offload line per rank"; fi
+# under a sliding window FPDT fetches only the chunks some window reaches: tiny_long as a Mistral with
+# window 50 over 8 chunks of 32 positions reads less from its disk tier than without the window, and
+# writes as much (the same file as its single process: grad_case above)
+mb_read() { sed -nE 's/^rank 0: offload: [0-9.]+ MB written, ([0-9.]+) MB read per batch.*/\1/p'; }
+mb_written() { sed -nE 's/^rank 0: offload: ([0-9.]+) MB written.*/\1/p'; }
+full=$(run_np 2 "$SEQPAR" grad --model "$FIX/$L" --tokens "$FIX/$L/tokens.bin" --seq-len 256 --out "$T/x" --strategy fpdt \
+      --chunks 8 --offload-dir "$T/offload" --stats 2>&1)
+win=$(run_np 2 "$SEQPAR" grad --model "$T/$WL" --tokens "$T/$WL/tokens.bin" --seq-len 256 --out "$T/x" --strategy fpdt \
+      --chunks 8 --offload-dir "$T/offload" --stats 2>&1)
+rf=$(printf '%s\n' "$full" | mb_read); rw=$(printf '%s\n' "$win" | mb_read)
+if awk -v f="$rf" -v w="$rw" 'BEGIN { exit !(f != "" && w != "" && w + 0 < f + 0) }' &&
+    [ -n "$(printf '%s\n' "$win" | mb_written)" ] && [ "$(printf '%s\n' "$win" | mb_written)" = "$(printf '%s\n' "$full" | mb_written)" ]; then ok; else
+    bad "FPDT offload under a window of 50: read $rw MB a batch against $rf without it (written $(printf '%s\n' "$win" | mb_written) / $(printf '%s\n' "$full" | mb_written))"; fi
 # a full disk (simulated: a 16 KiB file size limit with SIGXFSZ ignored; tcp, so that shared
 # memory needs no file): the same one line on every rank, no crash, no hang, no file left
 err=$(timeout 60 mpirun --oversubscribe --mca btl self,tcp -np 2 bash -c "trap '' XFSZ; ulimit -f 16; exec \"$SEQPAR\" grad \

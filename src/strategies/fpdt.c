@@ -36,6 +36,11 @@
  * and come back one chunk ahead of use (forward: kv_h_{j+1} read while kv_h_j computes;
  * backward: o_h_{j+1}, kv_h_{i+1}, q_h_{j+1} likewise); `saved` holds only lse_h, S Hl floats.
  *
+ * Sliding windows (SeqAttention.window): chunk i's queries attend only to the chunks from the first
+ * some window of theirs reaches, and key chunk i's backward runs only over the query chunks up to
+ * the last one whose windows reach it (first_seen, last_seeing): the chunks outside are never
+ * fetched, so the tier's reads grow with the window, not with the chunk's index.
+ *
  * Communication per layer: u head exchanges of c rows, i.e. Ulysses' bytes (linear in rows) in
  * u times as many messages. */
 #include <stdio.h>
@@ -202,6 +207,22 @@ static void tier_sync(Fpdt *x) {
                        "choose another directory", x->offload_dir, strerror(e));
 }
 
+/* Under a sliding window (x->b.window) the chunks a chunk's queries can see are a range: from the
+ * first whose keys reach some window of query chunk i (0 without a window), and, for key chunk i,
+ * the query chunks up to the last one some of whose windows reach it (u - 1 without one). Chunks
+ * outside are never fetched from the tier (their attention is all hidden: the same results). */
+static int first_seen(const Fpdt *x, int i) {
+    int j = 0;
+    while (j < i && !pos_blocks_meet(&x->blk[i], &x->blk[j], x->b.window)) j++;
+    return j;
+}
+
+static int last_seeing(const Fpdt *x, int i) {
+    int j = x->u - 1;
+    while (j > i && !pos_blocks_meet(&x->blk[j], &x->blk[i], x->b.window)) j--;
+    return j;
+}
+
 /* Forward of local chunk i (q_i, k_i, v_i: its c rows; o_i: its c output rows). */
 static void fwd_chunk(Fpdt *x, int i, const float *q_i, const float *k_i, const float *v_i, float *o_i, float *saved) {
     ChunkTier *t = x->tier;
@@ -216,8 +237,9 @@ static void fwd_chunk(Fpdt *x, int i, const float *q_i, const float *k_i, const 
     if (!o_h || !lse_h) tier_check(t, -1);
     double t0 = comm_compute_begin(x->comm);
     attn_state_init(&st, o_h, lse_h);
-    if (i > 0) t->prefetch(t, saved, TIER_KV, 0, 0);
-    for (int j = 0; j <= i; j++) { /* kv_h_i (just made) and at most one fetched kv_h_j */
+    const int j0 = first_seen(x, i); /* the kv chunks before j0 lie before every window */
+    if (i > j0) t->prefetch(t, saved, TIER_KV, j0, j0 & 1);
+    for (int j = j0; j <= i; j++) { /* kv_h_i (just made) and at most one fetched kv_h_j */
         const float *kv = j == i ? kv_h : t->fetch(t, saved, TIER_KV, j, j & 1);
         if (!kv) tier_check(t, -1);
         if (j + 1 < i) t->prefetch(t, saved, TIER_KV, j + 1, (j + 1) & 1);
@@ -276,8 +298,9 @@ static void outer_one(Fpdt *x, int i, const float *saved, float *dq_i, float *dk
     if (!kv) tier_check(t, -1);
     memset(x->dkv_h, 0, sizeof(float) * 2 * kv_half);
     double t0 = comm_compute_begin(x->comm);
-    for (int j = i; j < x->u; j++) {
-        if (j + 1 < x->u) {
+    const int j1 = last_seeing(x, i); /* the query chunks after j1 see none of kv chunk i */
+    for (int j = i; j <= j1; j++) {
+        if (j + 1 <= j1) {
             t->prefetch(t, saved, TIER_Q, j + 1, (j + 1) & 1);
             t->prefetch(t, saved, TIER_LSE, j + 1, (j + 1) & 1);
             dt->prefetch(dt, x->dout_saved, TIER_Q, j + 1, (j + 1) & 1);
