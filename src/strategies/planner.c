@@ -510,6 +510,8 @@ char *plan_search(const MemoryModelInput *base, const PlanFixed *f, const PlanCl
                                     if (pl == PLACEMENT_TEAM_FIRST && !is_wf) continue;
                                     if (pl == PLACEMENT_RING_FIRST && (!is_wf || team == 1 || team * team == cp)) continue;
                                 }
+                                /* lay 0: the strategy's (or the user's) layout; 1: the contiguous one
+                                 * beside it for the plain ring of a windowed model (try_contig) */
                                 for (int lay = 0; lay < (try_contig && W == cp ? 2 : 1); lay++)
                                 for (int ci = 0; ci < 3; ci++) {
                                     if (f->checkpoint >= 0 && f->checkpoint != ckpts[ci]) continue;
