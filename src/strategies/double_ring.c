@@ -308,10 +308,16 @@ static char *dr_check(const StrategyParams *p) {
 
 /* Size(kv) of a slot: 8 n Hk d; Hk is the KV heads a head member holds (the same on every
  * member when hp divides the heads; the volume is per rank, so take the rank's own). */
-/* ring_steps on the layout's positions (the slots' as set_positions will give them). */
+/* ring_steps on the layout's positions (the slots' as set_positions will give them). The planner
+ * asks for every rank of every configuration it weighs, each an O(S + W cp) pass: the last answer
+ * is kept (a pure function of these five values; the planner runs on one thread). */
 static int volume_steps(const StrategyParams *p) {
     const int W = ring_w(p), R = p->cp / W;
     if (R > 1 || p->window <= 0) return W;
+    static struct { TokenLayout layout; long seq_len; int cp, W, window, steps; } last = {.steps = 0};
+    if (last.steps && last.layout == p->layout && last.seq_len == p->seq_len && last.cp == p->cp && last.W == W &&
+        last.window == p->window)
+        return last.steps;
     const int cp = p->cp, n = (int)(p->seq_len / cp);
     int *pos = xmalloc(sizeof(int) * (size_t)cp * n);
     PosRun *runs = xmalloc(sizeof(PosRun) * (size_t)cp * n);
@@ -324,6 +330,8 @@ static int volume_steps(const StrategyParams *p) {
     xfree(pos);
     xfree(runs);
     xfree(slots);
+    last.layout = p->layout, last.seq_len = p->seq_len, last.cp = p->cp, last.W = W, last.window = p->window;
+    last.steps = steps;
     return steps;
 }
 

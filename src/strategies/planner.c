@@ -167,8 +167,11 @@ static char *rank_traffic(const MemoryModelInput *in, const MemoryEstimate *est,
         const int windowed = llama_windowed_layers(c);
         AttnVolume v, vw;
         strategy_volume(s, &sp, h, cr, &v);
-        sp.window = windowed ? c->sliding_window : 0;
-        strategy_volume(s, &sp, h, cr, &vw);
+        vw = v;
+        if (windowed) {
+            sp.window = c->sliding_window;
+            strategy_volume(s, &sp, h, cr, &vw);
+        }
         /* how many times per micro-batch each direction runs: forward, backward, and the checkpoint
          * mode's recomputation (layer: the forward again; selective: the head exchange of q, k, v,
          * and FPDT's of o too) */
@@ -320,8 +323,8 @@ char *plan_evaluate(const MemoryModelInput *in0, const PlanCluster *cl, PlanEntr
     const int windowed = llama_windowed_layers(c);
     double *pairs = xmalloc(sizeof(double) * (size_t)m->cp), *wpairs = xmalloc(sizeof(double) * (size_t)m->cp);
     layer_pairs(layout, in.seq_len, m->cp, balanced, 0, pairs);
-    layer_pairs(layout, in.seq_len, m->cp, balanced, windowed ? c->sliding_window : 0, wpairs);
-    for (int k = 0; k < m->cp; k++) pairs[k] = (L - windowed) * pairs[k] + windowed * wpairs[k];
+    if (windowed) layer_pairs(layout, in.seq_len, m->cp, balanced, c->sliding_window, wpairs);
+    for (int k = 0; k < m->cp; k++) pairs[k] = (L - windowed) * pairs[k] + (windowed ? windowed * wpairs[k] : 0);
     xfree(wpairs);
 
     double worst = -1;
