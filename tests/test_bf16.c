@@ -290,6 +290,84 @@ static void test_rounded_operands(int pad) {
     xfree(g); xfree(u); xfree(dh); xfree(h1); xfree(h2); xfree(dg); xfree(du);
 }
 
+/* lm_head_cross_entropy_bf16 against double products of the bf16 operands: the loss from double
+ * logits of the rounded x and W, the argmax, and dx, dW from the logit gradients rounded to bf16
+ * (within one bf16 step of the largest term, where the fp32 gradient and the double one round
+ * apart), over chunks with a short last one and ignored targets. */
+static void test_head(void) {
+    const int N = 37, D = 48, V = 301, chunk = 16;
+    const float scale = 1.0f / 30;
+    float *x = xmalloc(sizeof(float) * N * D), *W = xmalloc(sizeof(float) * V * D);
+    float *dx = xcalloc((size_t)N * D, sizeof(float)), *dW = xcalloc((size_t)V * D, sizeof(float));
+    float *ws = xmalloc(sizeof(float) * chunk * V);
+    int *t = xmalloc(sizeof(int) * N), *pred = xmalloc(sizeof(int) * N);
+    fill(x, (size_t)N * D, 1); fill(W, (size_t)V * D, 0.3);
+    bf16_round(x, (size_t)N * D); /* the head's input is made as bf16 values (rmsnorm_forward_bf16) */
+    for (int i = 0; i < N; i++) t[i] = i % 7 == 3 ? -1 : (int)rng_below(&rng, V);
+    Bf16Weight hw = {0};
+    Bf16Scratch s = {0};
+    bf16_weight_set(&hw, W, (size_t)V * D);
+    double loss = lm_head_cross_entropy_bf16(x, &hw, t, N, D, V, scale, dx, dW, pred, chunk, ws, &s);
+#define R(v) ((double)bf16_to_float(bf16_from_float((float)(v))))
+    double *dl = xmalloc(sizeof(double) * N * V), ref = 0, wl, wx = 0, ww = 0;
+    long loose = 0; /* elements past 1e-5 sum|a b|: only where a gradient rounded apart */
+    int argmax_ok = 1;
+    for (int i = 0; i < N; i++) {
+        double *li = dl + (size_t)i * V, mx = -INFINITY, z = 0;
+        int am = 0;
+        for (int v = 0; v < V; v++) {
+            double a = 0;
+            for (int j = 0; j < D; j++) a += (double)x[i * D + j] * R(W[v * D + j]);
+            li[v] = a;
+            if (a > mx) mx = a, am = v;
+        }
+        argmax_ok &= pred[i] == am;
+        for (int v = 0; v < V; v++) z += exp(li[v] - mx);
+        if (t[i] >= 0) ref += mx + log(z) - li[t[i]];
+        for (int v = 0; v < V; v++) li[v] = t[i] < 0 ? 0 : R(scale * (exp(li[v] - mx) / z - (v == t[i])));
+    }
+    wl = fabs(loss - ref) / (1e-6 * (1 + fabs(ref)));
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < D; j++) {
+            double a = 0, m = 0, big = 0;
+            for (int v = 0; v < V; v++) {
+                const double p = dl[(size_t)i * V + v] * R(W[v * D + j]);
+                a += p, m += fabs(p), big = fabs(p) > big ? fabs(p) : big;
+            }
+            const double e = fabs(dx[i * D + j] - a) / (1e-30 + 1e-5 * m + big / 256);
+            if (!(e <= wx)) wx = e;
+            loose += !(fabs(dx[i * D + j] - a) <= 1e-5 * m);
+        }
+    for (int v = 0; v < V; v++)
+        for (int j = 0; j < D; j++) {
+            double a = 0, m = 0, big = 0;
+            for (int i = 0; i < N; i++) {
+                const double p = dl[(size_t)i * V + v] * x[i * D + j];
+                a += p, m += fabs(p), big = fabs(p) > big ? fabs(p) : big;
+            }
+            const double e = fabs(dW[v * D + j] - a) / (1e-30 + 1e-5 * m + big / 256);
+            if (!(e <= ww)) ww = e;
+            loose += !(fabs(dW[v * D + j] - a) <= 1e-5 * m);
+        }
+#undef R
+    const long elems = (long)N * D + (long)V * D;
+    CHECK(wl <= 10 && wx <= 1 && ww <= 1 && loose * 50 <= elems && argmax_ok,
+          "bf16 LM head (%d rows in chunks of %d, vocabulary %d): loss %.3g of 1e-6, dx %.3g, dW %.3g of 1e-5 sum|a b| + "
+          "the largest term / 256, %ld of %ld gradients past 1e-5 sum|a b| (at most 2%%)%s", N, chunk, V, wl, wx, ww, loose,
+          elems, argmax_ok ? "" : ", an argmax differs");
+    printf("bf16 LM head: loss %.3g of 1e-6, dx %.3g, dW %.3g of their bounds, %ld of %ld gradients past 1e-5 sum|a b|\n", wl,
+           wx, ww, loose, elems);
+    /* forward only: the same loss and predictions, no gradient written */
+    float *dx0 = xcalloc((size_t)N * D, sizeof(float));
+    int *pred2 = xmalloc(sizeof(int) * N);
+    const double loss2 = lm_head_cross_entropy_bf16(x, &hw, t, N, D, V, scale, NULL, NULL, pred2, chunk, ws, &s);
+    CHECK(loss2 == loss && !memcmp(pred, pred2, sizeof(int) * N), "bf16 LM head forward alone: loss %.17g against %.17g",
+          loss2, loss);
+    bf16_weight_free(&hw);
+    bf16_scratch_free(&s);
+    xfree(x); xfree(W); xfree(dx); xfree(dW); xfree(ws); xfree(t); xfree(pred); xfree(dl); xfree(dx0); xfree(pred2);
+}
+
 int main(void) {
     rng_seed(&rng, 99);
     test_rounding();
@@ -320,6 +398,7 @@ int main(void) {
     test_linear(0, 16);
     test_rounded_operands(0);
     test_rounded_operands(16);
+    test_head();
     printf("bf16 paths tested:%s (used: %s); not available on this CPU:%s\n", ran, bf16_path_name(bf16_kernels()->path),
            *missing ? missing : " none");
     return test_summary("test_bf16");

@@ -4,8 +4,11 @@
 #     within 1e-4 relative of fp32's, every gradient tensor within 1e-2 of its largest fp32 entry
 #     plus 3e-6 absolute (2e-5 of the model's largest gradient entry, about 0.15), for the
 #     near-zero q/k gradients (about 2.5e-6, 36% off) of a layer whose attention is still nearly
-#     uniform; the distributed bf16 runs also against the single-process bf16 run (loss 1e-6
-#     relative, gradients 1e-3 + 3e-6): the strategies see the same bf16 inputs;
+#     uniform; the distributed bf16 runs also against the single-process bf16 run (loss 1e-5
+#     relative, gradients 1e-3 + 3e-6): the strategies see the same bf16 inputs, but the LM
+#     head's input is rounded to bf16, so a last-bit difference in the residual stream (another
+#     order of the attention's merges) can move one of its elements by a bf16 step (1.9e-6 of
+#     the loss seen with the context schedules; below 1e-6 while the head was fp32);
 #   - the same at S = 16384 on 1 rank and under every strategy on 2 and 4 ranks;
 #   - bf16 on the wire: exactly half the all-to-all bytes of the fp32 run (Ulysses, FPDT, 2D),
 #     the context schedules' kinds between half and all of fp32's (k, v in bf16, gradients fp32;
@@ -107,7 +110,7 @@ dist() { # S np flags...
     if [ $rc -ne 0 ]; then bad "bf16 grad S=$S np $np $*: status $rc: $(printf '%s' "$out" | tail -n 2)"; return; fi
     local got
     got=$(printf '%s\n' "$out" | sed -nE 's/^loss: (.*)$/\1/p')
-    if close "$got" "$(loss_of "$T/g.$S.bf16.out")" 1e-6; then ok; else bad "bf16 S=$S np $np $*: loss $got, one process $(loss_of "$T/g.$S.bf16.out")"; fi
+    if close "$got" "$(loss_of "$T/g.$S.bf16.out")" 1e-5; then ok; else bad "bf16 S=$S np $np $*: loss $got, one process $(loss_of "$T/g.$S.bf16.out")"; fi
     if close "$got" "$(loss_of "$T/g.$S.fp32.out")" 1e-4; then ok; else bad "bf16 S=$S np $np $*: loss $got, fp32 $(loss_of "$T/g.$S.fp32.out")"; fi
     if "$CMP" "$T/dist" "$T/g.$S.bf16" 1e-3 3e-6 >/dev/null; then ok; else
         bad "bf16 S=$S np $np $*: vs one bf16 process: $("$CMP" "$T/dist" "$T/g.$S.bf16" 1e-3 3e-6)"; fi

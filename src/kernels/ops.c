@@ -386,3 +386,77 @@ double lm_head_cross_entropy(const float *x, const float *W, const int *targets,
     }
     return total;
 }
+
+size_t bf16_weight_bytes(size_t n) { return n * (bf16_products_on_sgemm() ? sizeof(float) : sizeof(bf16_t)); }
+
+void bf16_weight_set(Bf16Weight *w, const float *W, size_t n) {
+    const size_t bytes = bf16_weight_bytes(n);
+    if (w->bytes < bytes || !w->buf) {
+        xfree(w->buf);
+        w->buf = xmalloc(bytes ? bytes : 1);
+        w->bytes = bytes;
+    }
+    if (bf16_products_on_sgemm()) bf16_round_copy(w->buf, W, n);
+    else bf16_pack(w->buf, W, n);
+    w->n = n;
+}
+
+void bf16_weight_free(Bf16Weight *w) {
+    xfree(w->buf);
+    memset(w, 0, sizeof *w);
+}
+
+size_t lm_head_bf16_scratch_elems(int chunk, int D, int V) {
+    return bf16_scratch_elems((size_t)chunk * D, (size_t)chunk * V);
+}
+
+double lm_head_cross_entropy_bf16(const float *x, const Bf16Weight *W, const int *targets, int N, int D, int V,
+                                  float loss_scale, float *dx, float *dW, int *predictions, int chunk,
+                                  float *workspace, Bf16Scratch *scratch) {
+    if (chunk > 256) die("internal: cross-entropy chunk %d exceeds 256", chunk);
+    if (W->n != (size_t)V * D) die("internal: the bf16 head holds %zu elements, not %d x %d", W->n, V, D);
+    check_operand("lm_head_cross_entropy_bf16", "the input", x, (size_t)N * D);
+    const int on_sgemm = bf16_products_on_sgemm(), grad = dx || dW;
+    const SimdKernels *sk = simd();
+    const Bf16Kernels *k = bf16_kernels();
+    double total = 0.0;
+    for (int c0 = 0; c0 < N; c0 += chunk) {
+        const int n = N - c0 < chunk ? N - c0 : chunk;
+        const float *xc = x + (size_t)c0 * D;
+        float *logits = workspace; /* (n, V): logits, then their fp32 gradients */
+        bf16_t *x_h = NULL, *dl_h = NULL;
+        double t0 = op_clock_now();
+        if (on_sgemm) {
+            sgemm_lib_rm(sgemm_lib(), 0, 1, n, V, D, 1.0f, xc, D, W->buf, D, 0.0f, logits, V);
+        } else {
+            x_h = scratch_reserve(scratch, (size_t)n * D, (size_t)n * V, &dl_h);
+            bf16_pack(x_h, xc, (size_t)n * D);
+            k->gemm(0, 1, n, V, D, 1.0f, x_h, D, W->buf, D, 0.0f, logits, V);
+        }
+        op_clock_add(OPC_LINEAR, t0);
+        double row_loss[256]; /* per-row losses, summed in order below (deterministic) */
+        /* each row's logit gradients go to bf16 while the row is in cache */
+        #pragma omp parallel for schedule(static)
+        for (int i = 0; i < n; i++) {
+            int arg = 0;
+            float *row = logits + (size_t)i * V;
+            row_loss[i] = sk->xent_row(row, V, targets[c0 + i], loss_scale, grad, &arg);
+            if (predictions) predictions[c0 + i] = arg;
+            if (grad && on_sgemm) bf16_round_serial(row, (size_t)V);
+            else if (grad) k->pack(dl_h + (size_t)i * V, row, (size_t)V);
+        }
+        for (int i = 0; i < n; i++) total += row_loss[i];
+        if (!grad) continue;
+        t0 = op_clock_now();
+        if (on_sgemm) {
+            const SgemmLib lib = sgemm_lib();
+            if (dx) sgemm_lib_rm(lib, 0, 0, n, D, V, 1.0f, logits, V, W->buf, D, 1.0f, dx + (size_t)c0 * D, D);
+            if (dW) sgemm_lib_rm(lib, 1, 0, V, D, n, 1.0f, logits, V, xc, D, 1.0f, dW, D);
+        } else {
+            if (dx) k->gemm(0, 0, n, D, V, 1.0f, dl_h, V, W->buf, D, 1.0f, dx + (size_t)c0 * D, D);
+            if (dW) k->gemm(1, 0, V, D, n, 1.0f, dl_h, V, x_h, D, 1.0f, dW, D);
+        }
+        op_clock_add(OPC_LINEAR, t0);
+    }
+    return total;
+}

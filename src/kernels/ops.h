@@ -72,6 +72,21 @@ void linear_backward_bf16_acc_ld(float *din, int din_accumulate, float *dW, cons
                                  const float *in, int ld_in, const float *W, int N, int n_in, int n_out,
                                  unsigned rounded, Bf16Scratch *scratch);
 
+/* A weight held as the bf16 products read it, made once and read by many calls (the LM head's,
+ * whose vocabulary-sized matrix is too large to copy per call): bf16 words on the bf16 path, an
+ * fp32 array of bf16 values on the conversion path (bf16_products_on_sgemm). The buffer grows as
+ * needed and is kept. */
+typedef struct {
+    void *buf;
+    size_t bytes; /* capacity */
+    size_t n;     /* elements it holds */
+} Bf16Weight;
+/* Bytes a Bf16Weight of n elements holds on this process's path. */
+size_t bf16_weight_bytes(size_t n);
+/* w = W (n elements) rounded to bf16, OpenMP-parallel. */
+void bf16_weight_set(Bf16Weight *w, const float *W, size_t n);
+void bf16_weight_free(Bf16Weight *w);
+
 /* RMSNorm (HF LlamaRMSNorm): out = x / sqrt(mean(x^2) + eps) * w. rstd (N) is saved. */
 void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int D, float eps);
 /* The same with out rounded to bf16 values row by row as it is made (an input of bf16 products
@@ -130,5 +145,17 @@ void embedding_backward(float *dtable, const float *dout, const int *tokens, int
 double lm_head_cross_entropy(const float *x, const float *W, const int *targets, int N, int D, int V,
                              float loss_scale, float *dx, float *dW, int *predictions,
                              int chunk, float *workspace);
+
+/* The same under bf16 mixed precision: the three products (logits, dx, dW) take bf16 operands and
+ * accumulate in fp32, as PyTorch's autocast runs an LM head; logits, the softmax and the loss
+ * stay fp32. x must hold bf16 values already (rmsnorm_forward_bf16; checked under
+ * SEQPAR_CHECK_ROUNDED), W is the head's weight made by bf16_weight_set, and each chunk's logit
+ * gradients are rounded to bf16 as they are made. scratch: the bf16 path's copies of a chunk's x
+ * and logit gradients (chunk x (D + V) elements; the conversion path uses none). */
+double lm_head_cross_entropy_bf16(const float *x, const Bf16Weight *W, const int *targets, int N, int D, int V,
+                                  float loss_scale, float *dx, float *dW, int *predictions, int chunk,
+                                  float *workspace, Bf16Scratch *scratch);
+/* Elements of the bf16 path's scratch for lm_head_cross_entropy_bf16 over chunks of `chunk` rows. */
+size_t lm_head_bf16_scratch_elems(int chunk, int D, int V);
 
 #endif

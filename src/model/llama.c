@@ -231,6 +231,7 @@ struct LlamaActs {
     float *phases;
     float *ce_workspace;  /* (chunk, V) */
     int ce_chunk;
+    Bf16Weight head16;    /* bf16: the LM head's weight as its products read it, made per forward */
     /* layer-input offload (llama.h): residual holds two (N, D) buffers, layer l's in l % 2 */
     ChunkTier *inputs_tier;
     int in_chunks, in_rows; /* chunks of a layer input, rows per chunk (the last may be shorter) */
@@ -611,6 +612,7 @@ void llama_acts_free(LlamaActs *a) {
     }
     xfree(a->wq); xfree(a->wk); xfree(a->wv); xfree(a->wo); xfree(a->wsaved);
     bf16_scratch_free(&a->mm_scratch);
+    bf16_weight_free(&a->head16);
     xfree(a->x_mid_shared);
     xfree(a->residual); xfree(a->rope_cos); xfree(a->rope_sin); xfree(a->rstd_final);
     xfree(a->xn); xfree(a->dx); xfree(a->dxn); xfree(a->dq); xfree(a->dk); xfree(a->dv); xfree(a->dout);
@@ -1142,22 +1144,40 @@ static void stream_layer_backward(LlamaModel *m, LlamaActs *a, SeqAttention *att
     }
 }
 
+/* Under bf16 the head's products take a bf16 copy of its weight, made once per forward (after
+ * ZeRO-3 has gathered it: the head hook runs first). */
+static void head_prepare(const LlamaModel *m, LlamaActs *a) {
+    if (a->precision == PRECISION_BF16)
+        bf16_weight_set(&a->head16, m->w.lm_head, (size_t)m->cfg.vocab_size * m->cfg.hidden_size);
+}
+
+/* The loss (and with dxn its backward) of n normed rows xn: fp32, or bf16 products (ops.h). */
+static double head_rows(LlamaModel *m, LlamaActs *a, const int *targets, int n, float loss_scale, int backward,
+                        int *predictions) {
+    const int D = m->cfg.hidden_size, V = m->cfg.vocab_size;
+    if (a->precision == PRECISION_BF16)
+        return lm_head_cross_entropy_bf16(a->xn, &a->head16, targets, n, D, V, loss_scale, backward ? a->dxn : NULL,
+                                          backward ? m->g.lm_head : NULL, predictions, a->ce_chunk, a->ce_workspace,
+                                          &a->mm_scratch);
+    return lm_head_cross_entropy(a->xn, m->w.lm_head, targets, n, D, V, loss_scale, backward ? a->dxn : NULL,
+                                 backward ? m->g.lm_head : NULL, predictions, a->ce_chunk, a->ce_workspace);
+}
+
 /* The final norm and the loss over chunks of c rows (the normed rows never exist whole): the
  * sum of the local losses; with `backward`, a->dx = dL/d(last layer's output). */
 static double stream_head(LlamaModel *m, LlamaActs *a, const int *targets, float loss_scale, int backward,
                           int *predictions) {
     const LlamaConfig *c = &m->cfg;
-    const int D = c->hidden_size, V = c->vocab_size, nL = c->num_hidden_layers, n = a->sc;
+    const int D = c->hidden_size, nL = c->num_hidden_layers, n = a->sc;
     double loss = 0;
     if (backward) memset(a->dx, 0, sizeof(float) * (size_t)a->N * D);
+    head_prepare(m, a);
     for (int i = 0; i < a->su; i++) {
         const size_t r0 = (size_t)i * n;
         const float *x = residual_at(a, c, nL) + r0 * D;
-        rmsnorm_forward(a->xn, a->rstd1_c, x, m->w.final_norm, n, D, c->rms_norm_eps);
+        norm_rounded(a, a->xn, a->rstd1_c, x, m->w.final_norm, n, D, c->rms_norm_eps);
         if (backward) memset(a->dxn, 0, sizeof(float) * (size_t)n * D);
-        loss += lm_head_cross_entropy(a->xn, m->w.lm_head, targets + r0, n, D, V, loss_scale, backward ? a->dxn : NULL,
-                                      backward ? m->g.lm_head : NULL, predictions ? predictions + r0 : NULL,
-                                      a->ce_chunk, a->ce_workspace);
+        loss += head_rows(m, a, targets + r0, n, loss_scale, backward, predictions ? predictions + r0 : NULL);
         if (backward)
             rmsnorm_backward(a->dx + r0 * D, m->g.final_norm, a->dxn, x, m->w.final_norm, a->rstd1_c, n, D);
     }
@@ -1169,17 +1189,16 @@ static double stream_head(LlamaModel *m, LlamaActs *a, const int *targets, float
 static double whole_head(LlamaModel *m, LlamaActs *a, const int *targets, float loss_scale, int backward,
                          int *predictions) {
     const LlamaConfig *c = &m->cfg;
-    const int N = a->N, D = c->hidden_size, V = c->vocab_size, nL = c->num_hidden_layers;
+    const int N = a->N, D = c->hidden_size, nL = c->num_hidden_layers;
     double loss = 0;
     if (backward) memset(a->dx, 0, sizeof(float) * (size_t)N * D);
+    head_prepare(m, a);
     for (int r0 = 0; r0 < N; r0 += a->ffn_rows) {
         const int n = ffn_chunk_rows(a, a->N, r0);
         const float *x = residual_at(a, c, nL) + (size_t)r0 * D;
-        rmsnorm_forward(a->xn, a->rstd_final + r0, x, m->w.final_norm, n, D, c->rms_norm_eps);
+        norm_rounded(a, a->xn, a->rstd_final + r0, x, m->w.final_norm, n, D, c->rms_norm_eps);
         if (backward) memset(a->dxn, 0, sizeof(float) * (size_t)n * D);
-        loss += lm_head_cross_entropy(a->xn, m->w.lm_head, targets + r0, n, D, V, loss_scale, backward ? a->dxn : NULL,
-                                      backward ? m->g.lm_head : NULL, predictions ? predictions + r0 : NULL,
-                                      a->ce_chunk, a->ce_workspace);
+        loss += head_rows(m, a, targets + r0, n, loss_scale, backward, predictions ? predictions + r0 : NULL);
         if (backward)
             rmsnorm_backward(a->dx + (size_t)r0 * D, m->g.final_norm, a->dxn, x, m->w.final_norm, a->rstd_final + r0, n,
                              D);

@@ -283,7 +283,11 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
         if (stream) layer_set += mlp_phase + attn_phase;
         else layer_set += mlp_phase > attn_phase ? mlp_phase : attn_phase;
         if (ckpt != LLAMA_CKPT_NONE) layer_set += widened; /* selective: o, widened before the MLP's backward */
-        if (bf16) layer_set += gemm_bf16_scratch(Xr, (double)rows, D, qd, kvd, F, ldF);
+        if (bf16) { /* the products' shared scratch (the head's chunks too) and the head's bf16 copy */
+            const double ce = N < 256 ? N : 256, head = 0.5 * (double)lm_head_bf16_scratch_elems((int)ce, (int)D, (int)V);
+            const double mm = gemm_bf16_scratch(Xr, (double)rows, D, qd, kvd, F, ldF);
+            layer_set += (bf16_products_on_sgemm() || mm > head ? mm : head) + bf16_weight_bytes((size_t)(V * D)) / 4.0;
+        }
         layer_set += flash_transient(threads, nq_call, nq_call, kv_heads_call, (int)group_q, c->head_dim, bt, qkv16_read);
         cur.ram[MEM_SAVED] = 4 * saved_acts;
         cur.ram[MEM_LAYER] = 4 * layer_set;
