@@ -2,7 +2,8 @@
  * fp32 -> bf16 rounding (nearest even, NaN, infinities, denormals, overflow) and each path's
  * conversions bit-identical to the portable one on odd lengths; each path's GEMM (all four
  * transpose cases, padded leading dimensions, alpha, beta) against a double GEMM of the same bf16
- * operands; the bf16 linear layers (ops.h) against double products of bf16-rounded operands.
+ * operands; the bf16 linear layers and the bf16 LM head (ops.h) against double products of
+ * bf16-rounded operands.
  * Prints the paths it ran and those this CPU could not. */
 #include <math.h>
 #include <stdio.h>
