@@ -419,6 +419,7 @@ double lm_head_cross_entropy_bf16(const float *x, const Bf16Weight *W, const int
     const int on_sgemm = bf16_products_on_sgemm(), grad = dx || dW;
     const SimdKernels *sk = simd();
     const Bf16Kernels *k = bf16_kernels();
+    Bf16Scratch own = {0}, *s = scratch ? scratch : &own;
     double total = 0.0;
     for (int c0 = 0; c0 < N; c0 += chunk) {
         const int n = N - c0 < chunk ? N - c0 : chunk;
@@ -429,7 +430,7 @@ double lm_head_cross_entropy_bf16(const float *x, const Bf16Weight *W, const int
         if (on_sgemm) {
             sgemm_lib_rm(sgemm_lib(), 0, 1, n, V, D, 1.0f, xc, D, W->buf, D, 0.0f, logits, V);
         } else {
-            x_h = scratch_reserve(scratch, (size_t)n * D, (size_t)n * V, &dl_h);
+            x_h = scratch_reserve(s, (size_t)n * D, (size_t)n * V, &dl_h);
             bf16_pack(x_h, xc, (size_t)n * D);
             k->gemm(0, 1, n, V, D, 1.0f, x_h, D, W->buf, D, 0.0f, logits, V);
         }
@@ -458,5 +459,6 @@ double lm_head_cross_entropy_bf16(const float *x, const Bf16Weight *W, const int
         }
         op_clock_add(OPC_LINEAR, t0);
     }
+    if (!scratch) bf16_scratch_free(&own);
     return total;
 }

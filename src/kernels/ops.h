@@ -151,7 +151,8 @@ double lm_head_cross_entropy(const float *x, const float *W, const int *targets,
  * stay fp32. x must hold bf16 values already (rmsnorm_forward_bf16; checked under
  * SEQPAR_CHECK_ROUNDED), W is the head's weight made by bf16_weight_set, and each chunk's logit
  * gradients are rounded to bf16 as they are made. scratch: the bf16 path's copies of a chunk's x
- * and logit gradients (chunk x (D + V) elements; the conversion path uses none). */
+ * and logit gradients (chunk x (D + V) elements; the conversion path uses none; NULL: allocated
+ * and freed per call). */
 double lm_head_cross_entropy_bf16(const float *x, const Bf16Weight *W, const int *targets, int N, int D, int V,
                                   float loss_scale, float *dx, float *dW, int *predictions, int chunk,
                                   float *workspace, Bf16Scratch *scratch);
