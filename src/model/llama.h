@@ -203,9 +203,9 @@ int llama_acts_streams(const LlamaActs *a);
 /* Chunks of a layer input in the offload tier for N local tokens. */
 int llama_input_chunks(long N);
 
-/* bf16 mixed precision (--precision bf16): every matrix multiply of the layers (q, k, v, o,
- * gate, up, down projections, forward and backward) takes bf16-rounded operands and accumulates
- * in fp32; attention takes bf16 q, k, v (after RoPE) and a bf16 output gradient, with fp32
+/* bf16 mixed precision (--precision bf16): every matrix multiply (the layers' q, k, v, o, gate,
+ * up, down projections and the LM head, forward and backward) takes bf16-rounded operands and
+ * accumulates in fp32 (the head reads a bf16 copy of its weight made once per forward); attention takes bf16 q, k, v (after RoPE) and a bf16 output gradient, with fp32
  * softmax statistics and accumulation; each layer's kept attention tensors (q, k, v when the
  * model keeps them, and o; under none also the strategy's own copies of q, k, v in its saved
  * state, SeqAttention.bf16_floats: the head-parallel q_h, kv_h, FPDT's RAM-tier chunks) are
@@ -213,9 +213,9 @@ int llama_input_chunks(long N);
  * q, k, v bit for bit, as they are bf16 values already; o is rounded in place after attention
  * under every checkpoint mode, as o_proj takes it rounded anyway, and every strategy's attention
  * backward reads that o for its delta; FPDT rounds its o_h chunks alike). Parameters, gradients,
- * the residual stream (layer inputs, x_mid), norms, RoPE tables, the strategies' lse, the LM head
- * and the loss stay fp32 (the head's logits and the cross-entropy are where
- * bf16 loses most; a bf16 residual stream would change the forward's numbers); under none no
+ * the residual stream (layer inputs, x_mid), norms, RoPE tables, the strategies' lse, the
+ * logits and the loss stay fp32 (the logits and the cross-entropy are where bf16 loses most;
+ * a bf16 residual stream would change the forward's numbers); under none no
  * layer keeps its x_mid: backward makes it again from the layer input and o
  * (llama_rebuilds_x_mid), so a layer keeps its input in fp32 and the rest in bf16. */
 
