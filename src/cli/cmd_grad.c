@@ -157,7 +157,8 @@ int cmd_grad(int argc, char **argv) {
     if (!isfinite(loss) || !isfinite(norm_sq))
         die_collective("seqpar grad: the loss (%g) or the gradient norm (%g) is not finite (the weights or the tokens "
                        "of '%s' give NaN or Inf); no gradient file written", loss, sqrt(norm_sq), tokens_path);
-    float *full = grad_sync_grads_to_root(&par.sync, &model); /* with --zero >= 1 each rank holds a shard */
+    int full_owned = 0; /* zero 0/1: rank 0's whole gradient is the model's own, not a copy */
+    float *full = grad_sync_grads_to_root(&par.sync, &model, &full_owned);
     if (full && par.topo.dp > 1) /* the replicas' sum to their mean: one process's gradient within one fp32 rounding */
         for (size_t i = 0; i < model.table.total; i++) full[i] = (float)((double)full[i] / par.topo.dp);
     if (par.topo.world_rank == 0) {
@@ -173,7 +174,7 @@ int cmd_grad(int argc, char **argv) {
     }
     SeqErr werr;
     const int failed = par.topo.world_rank == 0 && params_save_safetensors(out_path, &model.table, full, &werr) != 0;
-    xfree(full);
+    if (full_owned) xfree(full);
     /* every rank gets here before any enters MPI_Finalize, which has no deadline */
     if (par.topo.world_size > 1) comm_control_barrier(par.comm, "MPI_Ibarrier (end of run)", par.topo.world);
     die_if_any_rank(failed ? &werr : NULL); /* a gradient file rank 0 could not write ends every rank */

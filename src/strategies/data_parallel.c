@@ -467,14 +467,15 @@ static void gather_to_root(GradSync *g, const float *shard, float *full) {
                  g->shard_comm);
 }
 
-float *grad_sync_grads_to_root(GradSync *g, LlamaModel *m) {
-    float *full = g->world_rank == 0 ? xmalloc(sizeof(float) * g->total) : NULL;
+float *grad_sync_grads_to_root(GradSync *g, LlamaModel *m, int *owned) {
     if (m->grads) { /* the flat buffer exists: whole (zero 0) or sharded (zero 1) */
         if (g->zero == 1) grad_sync_gather_full(g, m->grads);
-        if (full) memcpy(full, m->grads, sizeof(float) * g->total);
-    } else { /* zero 2/3: the reduced shard */
-        gather_to_root(g, g->shard_buf, full);
+        *owned = 0;
+        return g->world_rank == 0 ? m->grads : NULL;
     }
+    float *full = g->world_rank == 0 ? xmalloc(sizeof(float) * g->total) : NULL; /* zero 2/3: the reduced shards */
+    gather_to_root(g, g->shard_buf, full);
+    *owned = full != NULL;
     return full;
 }
 
