@@ -359,14 +359,13 @@ static void test_head(void) {
     printf("bf16 LM head: loss %.3g of 1e-6, dx %.3g, dW %.3g of their bounds, %ld of %ld gradients past 1e-5 sum|a b|\n", wl,
            wx, ww, loose, elems);
     /* forward only: the same loss and predictions, no gradient written */
-    float *dx0 = xcalloc((size_t)N * D, sizeof(float));
     int *pred2 = xmalloc(sizeof(int) * N);
     const double loss2 = lm_head_cross_entropy_bf16(x, &hw, t, N, D, V, scale, NULL, NULL, pred2, chunk, ws, &s);
     CHECK(loss2 == loss && !memcmp(pred, pred2, sizeof(int) * N), "bf16 LM head forward alone: loss %.17g against %.17g",
           loss2, loss);
     bf16_weight_free(&hw);
     bf16_scratch_free(&s);
-    xfree(x); xfree(W); xfree(dx); xfree(dW); xfree(ws); xfree(t); xfree(pred); xfree(dl); xfree(dx0); xfree(pred2);
+    xfree(x); xfree(W); xfree(dx); xfree(dW); xfree(ws); xfree(t); xfree(pred); xfree(dl); xfree(pred2);
 }
 
 int main(void) {

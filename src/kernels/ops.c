@@ -362,31 +362,6 @@ void embedding_backward(float *dtable, const float *dout, const int *tokens, int
             if (tokens[i] != padding_idx) dtable[(size_t)tokens[i] * D + j] += dout[(size_t)i * D + j];
 }
 
-double lm_head_cross_entropy(const float *x, const float *W, const int *targets, int N, int D, int V,
-                             float loss_scale, float *dx, float *dW, int *predictions,
-                             int chunk, float *workspace) {
-    if (chunk > 256) die("internal: cross-entropy chunk %d exceeds 256", chunk);
-    double total = 0.0;
-    for (int c0 = 0; c0 < N; c0 += chunk) {
-        int n = N - c0 < chunk ? N - c0 : chunk;
-        const float *xc = x + (size_t)c0 * D;
-        float *logits = workspace; /* (n, V) */
-        linear_forward(logits, xc, W, n, D, V, 0);
-        double row_loss[256]; /* per-row losses, summed in order below (deterministic) */
-        const SimdKernels *sk = simd();
-        /* logits become dlogits = scale * (softmax - onehot) with a backward; 0 if ignored */
-        #pragma omp parallel for schedule(static)
-        for (int i = 0; i < n; i++) {
-            int arg = 0;
-            row_loss[i] = sk->xent_row(logits + (size_t)i * V, V, targets[c0 + i], loss_scale, dx || dW, &arg);
-            if (predictions) predictions[c0 + i] = arg;
-        }
-        for (int i = 0; i < n; i++) total += row_loss[i];
-        if (dx || dW) linear_backward(dx ? dx + (size_t)c0 * D : NULL, dW, logits, xc, W, n, D, V);
-    }
-    return total;
-}
-
 size_t bf16_weight_bytes(size_t n) { return n * (bf16_products_on_sgemm() ? sizeof(float) : sizeof(bf16_t)); }
 
 void bf16_weight_set(Bf16Weight *w, const float *W, size_t n) {
@@ -410,55 +385,71 @@ size_t lm_head_bf16_scratch_elems(int chunk, int D, int V) {
     return bf16_scratch_elems((size_t)chunk * D, (size_t)chunk * V);
 }
 
-double lm_head_cross_entropy_bf16(const float *x, const Bf16Weight *W, const int *targets, int N, int D, int V,
-                                  float loss_scale, float *dx, float *dW, int *predictions, int chunk,
-                                  float *workspace, Bf16Scratch *scratch) {
+/* The chunked head and cross-entropy of both precisions: fp32 products on W (W16 NULL), or bf16
+ * products on W16, as bf16 words with the bf16 path's GEMM or, on the conversion path, as fp32
+ * sgemm on its fp32 array of bf16 values; under bf16 each row's logit gradients go to bf16 while
+ * the row is in cache. scratch: the bf16 words of a chunk's x and logit gradients. */
+static double head_xent(const float *x, const float *W, const Bf16Weight *W16, const int *targets, int N, int D,
+                        int V, float loss_scale, float *dx, float *dW, int *predictions, int chunk, float *workspace,
+                        Bf16Scratch *scratch) {
     if (chunk > 256) die("internal: cross-entropy chunk %d exceeds 256", chunk);
-    if (W->n != (size_t)V * D) die("internal: the bf16 head holds %zu elements, not %d x %d", W->n, V, D);
-    check_operand("lm_head_cross_entropy_bf16", "the input", x, (size_t)N * D);
-    const int on_sgemm = bf16_products_on_sgemm(), grad = dx || dW;
+    const int words = W16 && !bf16_products_on_sgemm(), grad = dx || dW;
+    const float *Wf = W16 ? (words ? NULL : (const float *)W16->buf) : W; /* the products' fp32 operand */
     const SimdKernels *sk = simd();
-    const Bf16Kernels *k = bf16_kernels();
-    Bf16Scratch own = {0}, *s = scratch ? scratch : &own;
+    const Bf16Kernels *k = words ? bf16_kernels() : NULL;
     double total = 0.0;
     for (int c0 = 0; c0 < N; c0 += chunk) {
         const int n = N - c0 < chunk ? N - c0 : chunk;
         const float *xc = x + (size_t)c0 * D;
-        float *logits = workspace; /* (n, V): logits, then their fp32 gradients */
+        float *logits = workspace; /* (n, V): logits, then dlogits = scale * (softmax - onehot), 0 if ignored */
         bf16_t *x_h = NULL, *dl_h = NULL;
-        double t0 = op_clock_now();
-        if (on_sgemm) {
-            sgemm_lib_rm(sgemm_lib(), 0, 1, n, V, D, 1.0f, xc, D, W->buf, D, 0.0f, logits, V);
-        } else {
-            x_h = scratch_reserve(s, (size_t)n * D, (size_t)n * V, &dl_h);
+        if (words) {
+            const double t0 = op_clock_now();
+            x_h = scratch_reserve(scratch, (size_t)n * D, (size_t)n * V, &dl_h);
             bf16_pack(x_h, xc, (size_t)n * D);
-            k->gemm(0, 1, n, V, D, 1.0f, x_h, D, W->buf, D, 0.0f, logits, V);
+            k->gemm(0, 1, n, V, D, 1.0f, x_h, D, W16->buf, D, 0.0f, logits, V);
+            op_clock_add(OPC_LINEAR, t0);
+        } else {
+            linear_forward(logits, xc, Wf, n, D, V, 0);
         }
-        op_clock_add(OPC_LINEAR, t0);
         double row_loss[256]; /* per-row losses, summed in order below (deterministic) */
-        /* each row's logit gradients go to bf16 while the row is in cache */
         #pragma omp parallel for schedule(static)
         for (int i = 0; i < n; i++) {
             int arg = 0;
             float *row = logits + (size_t)i * V;
             row_loss[i] = sk->xent_row(row, V, targets[c0 + i], loss_scale, grad, &arg);
             if (predictions) predictions[c0 + i] = arg;
-            if (grad && on_sgemm) bf16_round_serial(row, (size_t)V);
-            else if (grad) k->pack(dl_h + (size_t)i * V, row, (size_t)V);
+            if (grad && words) k->pack(dl_h + (size_t)i * V, row, (size_t)V);
+            else if (grad && W16) bf16_round_serial(row, (size_t)V);
         }
         for (int i = 0; i < n; i++) total += row_loss[i];
         if (!grad) continue;
-        t0 = op_clock_now();
-        if (on_sgemm) {
-            const SgemmLib lib = sgemm_lib();
-            if (dx) sgemm_lib_rm(lib, 0, 0, n, D, V, 1.0f, logits, V, W->buf, D, 1.0f, dx + (size_t)c0 * D, D);
-            if (dW) sgemm_lib_rm(lib, 1, 0, V, D, n, 1.0f, logits, V, xc, D, 1.0f, dW, D);
-        } else {
-            if (dx) k->gemm(0, 0, n, D, V, 1.0f, dl_h, V, W->buf, D, 1.0f, dx + (size_t)c0 * D, D);
+        if (words) {
+            const double t0 = op_clock_now();
+            if (dx) k->gemm(0, 0, n, D, V, 1.0f, dl_h, V, W16->buf, D, 1.0f, dx + (size_t)c0 * D, D);
             if (dW) k->gemm(1, 0, V, D, n, 1.0f, dl_h, V, x_h, D, 1.0f, dW, D);
+            op_clock_add(OPC_LINEAR, t0);
+        } else {
+            linear_backward(dx ? dx + (size_t)c0 * D : NULL, dW, logits, xc, Wf, n, D, V);
         }
-        op_clock_add(OPC_LINEAR, t0);
     }
-    if (!scratch) bf16_scratch_free(&own);
+    return total;
+}
+
+double lm_head_cross_entropy(const float *x, const float *W, const int *targets, int N, int D, int V,
+                             float loss_scale, float *dx, float *dW, int *predictions,
+                             int chunk, float *workspace) {
+    return head_xent(x, W, NULL, targets, N, D, V, loss_scale, dx, dW, predictions, chunk, workspace, NULL);
+}
+
+double lm_head_cross_entropy_bf16(const float *x, const Bf16Weight *W, const int *targets, int N, int D, int V,
+                                  float loss_scale, float *dx, float *dW, int *predictions, int chunk,
+                                  float *workspace, Bf16Scratch *scratch) {
+    if (W->n != (size_t)V * D) die("internal: the bf16 head holds %zu elements, not %d x %d", W->n, V, D);
+    check_operand("lm_head_cross_entropy_bf16", "the input", x, (size_t)N * D);
+    Bf16Scratch own = {0};
+    const double total = head_xent(x, NULL, W, targets, N, D, V, loss_scale, dx, dW, predictions, chunk, workspace,
+                                   scratch ? scratch : &own);
+    bf16_scratch_free(&own);
     return total;
 }

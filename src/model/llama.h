@@ -205,8 +205,9 @@ int llama_input_chunks(long N);
 
 /* bf16 mixed precision (--precision bf16): every matrix multiply (the layers' q, k, v, o, gate,
  * up, down projections and the LM head, forward and backward) takes bf16-rounded operands and
- * accumulates in fp32 (the head reads a bf16 copy of its weight made once per forward); attention takes bf16 q, k, v (after RoPE) and a bf16 output gradient, with fp32
- * softmax statistics and accumulation; each layer's kept attention tensors (q, k, v when the
+ * accumulates in fp32 (the head reads a bf16 copy of its weight made once per forward);
+ * attention takes bf16 q, k, v (after RoPE) and a bf16 output gradient, with fp32 softmax
+ * statistics and accumulation; each layer's kept attention tensors (q, k, v when the
  * model keeps them, and o; under none also the strategy's own copies of q, k, v in its saved
  * state, SeqAttention.bf16_floats: the head-parallel q_h, kv_h, FPDT's RAM-tier chunks) are
  * stored as bf16, widened into one shared fp32 set before the layer's backward (the copies of
