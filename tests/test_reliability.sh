@@ -200,6 +200,41 @@ K=$(sed -nE "s|^seqpar: stopped by SIGINT after step ([0-9]+) of 100000: checkpo
 if [ $rc -eq 0 ] && [ -n "$K" ] && [ -f "$T/logs/checkpoint-step$K/model.safetensors" ]; then ok; else
     bad "SIGINT to one process: status $rc: $(tail -n 2 "$T/i.out")"; fi
 
+# ---- one stop delivered twice: a wrapper that signals the process and then its process group
+# (coreutils' timeout does) delivers a SIGTERM twice; the second, 0.2 s after the first, is the same
+# stop, not the operator's "end now" (until 2026-12-06 it ended the run without its stop checkpoint,
+# 1 run in 20 under timeout); a second SIGTERM 1.5 s after the first still ends the process at once.
+# Rank 0 pauses at step 2 (SEQPAR_FAULT_HANG=0:2:MS, test only) while the signals arrive.
+wait_text() { # waits until file $1 holds a line matching $2 (at most 60 s)
+    local i
+    for i in $(seq 1 600); do
+        grep -q "$2" "$1" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    return 1
+}
+for gap in 0.2 1.5; do
+    SEQPAR_FAULT_HANG=0:2:$([ $gap = 0.2 ] && echo 3000 || echo 30000) timeout 60 "$SEQPAR" train "${SMALL[@]}" \
+        --batch 4 --steps 100000 --save "$T/dk$gap" --log "$T/dk$gap.jsonl" >"$T/dk$gap.out" 2>&1 &
+    tp=$!
+    wait_text "$T/dk$gap.out" "hangs at step 2 for"
+    p=$(pgrep -P $tp)
+    t0=$(now)
+    kill -TERM "$p"; sleep $gap; kill -TERM "$p"
+    wait $tp
+    rc=$?
+    el=$(echo "$(now) - $t0" | bc)
+    if [ $gap = 0.2 ]; then
+        if [ $rc -eq 0 ] && grep -q "^seqpar: stopped by SIGTERM after step 2 of 100000: checkpoint saved to $T/dk$gap;" \
+            "$T/dk$gap.out" && [ -f "$T/dk$gap/trainer_state.json" ]; then ok; else
+            bad "two SIGTERMs 0.2 s apart: status $rc, not one graceful stop: $(tail -n 2 "$T/dk$gap.out")"; fi
+    else
+        if [ $rc -eq 143 ] && ! grep -q "stopped by" "$T/dk$gap.out" && [ ! -f "$T/dk$gap/trainer_state.json" ] &&
+            awk -v e="$el" 'BEGIN { exit !(e < 10) }'; then ok; else
+            bad "two SIGTERMs 1.5 s apart: status $rc after ${el} s, expected 143 (ended by the second) at once"; fi
+    fi
+done
+
 # ---- a stop that lands on an --eval-every step evaluates that step first (the resumed run starts at
 # the next one, so the evaluation was lost for good); one process, SIGTERM, an evaluation every step
 timeout 60 "$SEQPAR" train "${SMALL[@]}" --batch 4 --steps 100000 --eval-every 1 --log "$T/logs/e.jsonl" >"$T/e.out" 2>&1 &
@@ -287,7 +322,7 @@ SEQPAR_FAULT_NONFINITE=x expect_fail "malformed SEQPAR_FAULT_NONFINITE" "SEQPAR_
 for v in ' 3' '3,,5' '+3' '3,' '0x3'; do
     SEQPAR_FAULT_NONFINITE=$v expect_fail "SEQPAR_FAULT_NONFINITE='$v'" "SEQPAR_FAULT_NONFINITE" timeout 60 "$SEQPAR" "${NF[@]}" --log "$T/n7.jsonl"
 done
-for v in '1: 4' '+1:4' '1:4x' '1' ':4'; do
+for v in '1: 4' '+1:4' '1:4x' '1' ':4' '1:4:' '1:4:x' '1:4:5:6' '1:4:-5'; do
     SEQPAR_FAULT_HANG=$v expect_fail "SEQPAR_FAULT_HANG='$v'" "SEQPAR_FAULT_HANG" timeout 60 "$SEQPAR" "${NF[@]}" --log "$T/n8.jsonl"
 done
 
