@@ -5,6 +5,8 @@
  * BF16 weight files; and the activation memory of each mode and chunk count, byte for byte. */
 #include <jansson.h>
 #include <math.h>
+#include <omp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -102,7 +104,56 @@ static void compare_grads(const char *name, const LlamaModel *m, const char *gra
     st_close(&f);
 }
 
+/* llama_init_random(_part) draws the stream serially and makes the normals on the threads: the
+ * same values as the plain serial rng_normal loop, bit for bit, whole and in parts that start and
+ * end inside its blocks of 65536 elements and inside tensors (the rest left untouched), on one
+ * thread and on several. tiny_long's shape with a vocabulary of 5000 (embedding and head 160000
+ * elements each). */
+static void test_init_random(void) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/tiny_long/config.json", FIXTURES);
+    LlamaConfig cfg;
+    config_json_load(path, &cfg);
+    cfg.vocab_size = 5000;
+    LlamaModel m;
+    llama_build(&m, &cfg);
+    const size_t n = m.table.total;
+    float *ref = xmalloc(sizeof(float) * n);
+    Rng rng;
+    rng_seed(&rng, 77);
+    for (int i = 0; i < m.table.n; i++) {
+        const ParamTensor *p = &m.table.t[i];
+        for (size_t j = 0; j < p->numel; j++)
+            ref[p->offset + j] = p->ndim == 1 ? 1.0f : (float)(0.02 * rng_normal(&rng));
+    }
+    const size_t parts[][2] = {{0, n}, {0, 1}, {70001, 170003}, {n - 65537, n}, {131072, 196608}, {5, 5}};
+    const int threads[] = {1, 2, 3};
+    int bad_parts = 0, bad_outside = 0;
+    for (size_t t = 0; t < ARRAY_LEN(threads); t++) {
+        omp_set_num_threads(threads[t]);
+        for (size_t k = 0; k < ARRAY_LEN(parts); k++) {
+            const size_t lo = parts[k][0], hi = parts[k][1];
+            memset(m.params, 0xff, sizeof(float) * n); /* NaN everywhere first */
+            if (lo == 0 && hi == n) llama_init_random(&m, 77);
+            else llama_init_random_part(&m, 77, lo, hi);
+            bad_parts += memcmp(m.params + lo, ref + lo, sizeof(float) * (hi - lo)) != 0;
+            for (size_t j = 0; j < n; j++) {
+                uint32_t u;
+                memcpy(&u, m.params + j, sizeof u);
+                if ((j < lo || j >= hi) && u != 0xffffffffu) { bad_outside++; break; }
+            }
+        }
+    }
+    omp_set_num_threads(omp_get_num_procs());
+    CHECK(bad_parts == 0 && bad_outside == 0 && n > 2 * 160000,
+          "random initialisation: %d of %zu parts differ from the serial draws, %d wrote outside their part",
+          bad_parts, ARRAY_LEN(parts) * ARRAY_LEN(threads), bad_outside);
+    xfree(ref);
+    llama_free(&m);
+}
+
 int main(void) {
+    test_init_random();
     const char *fixtures[] = {"tiny_mha", "tiny_gqa_tied", "tiny_headdim", "tiny_long", "tiny_llama3", "tiny_linear",
                                 "tiny_wide_ffn", "tiny_qwen2", "tiny_attn_bias", "tiny_qwen3", "tiny_qwen3_bias",
                                 "tiny_mistral_window", "tiny_qwen2_window"};

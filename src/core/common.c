@@ -261,10 +261,15 @@ uint64_t rng_u64(Rng *r) { /* xoshiro256** */
 
 double rng_uniform(Rng *r) { return (double)(rng_u64(r) >> 11) * 0x1.0p-53; }
 
-double rng_normal(Rng *r) {
-    double u1 = rng_uniform(r), u2 = rng_uniform(r);
+double rng_normal_from(uint64_t a, uint64_t b) {
+    double u1 = (double)(a >> 11) * 0x1.0p-53, u2 = (double)(b >> 11) * 0x1.0p-53; /* rng_uniform's */
     if (u1 < 1e-300) u1 = 1e-300;
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+double rng_normal(Rng *r) {
+    const uint64_t a = rng_u64(r), b = rng_u64(r);
+    return rng_normal_from(a, b);
 }
 
 uint64_t rng_below(Rng *r, uint64_t n) { return n ? rng_u64(r) % n : 0; }

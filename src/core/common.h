@@ -84,6 +84,9 @@ void     rng_seed(Rng *r, uint64_t seed);
 uint64_t rng_u64(Rng *r);
 double   rng_uniform(Rng *r);           /* [0, 1) */
 double   rng_normal(Rng *r);            /* standard normal (Box-Muller) */
+/* rng_normal's value from the two draws it would take (a, then b, from rng_u64): the same number,
+ * so that a caller may draw the stream serially and transform it on several threads */
+double   rng_normal_from(uint64_t a, uint64_t b);
 uint64_t rng_below(Rng *r, uint64_t n); /* uniform in [0, n) */
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))

@@ -96,9 +96,15 @@ void llama_build(LlamaModel *m, const LlamaConfig *cfg) {
 
 void llama_init_random(LlamaModel *m, uint64_t seed) { llama_init_random_part(m, seed, 0, m->table.total); }
 
+/* Elements per block of the random initialisation: the stream is drawn serially (about a
+ * nanosecond a draw) and the kept elements' normals made from it by the threads (the logarithm
+ * and cosine are the cost). */
+#define INIT_BLOCK 65536
+
 void llama_init_random_part(LlamaModel *m, uint64_t seed, size_t lo, size_t hi) {
     Rng rng;
     rng_seed(&rng, seed);
+    uint64_t *draws = NULL;
     for (int i = 0; i < m->table.n; i++) { /* the whole sequence drawn, the part [lo, hi) kept */
         const ParamTensor *p = &m->table.t[i];
         float *w = m->params + p->offset;
@@ -107,13 +113,24 @@ void llama_init_random_part(LlamaModel *m, uint64_t seed, size_t lo, size_t hi) 
             const size_t len = strlen(p->name);
             const float v = len > 5 && !strcmp(p->name + len - 5, ".bias") ? 0.0f : 1.0f;
             for (size_t j = a; j < p->numel && j < b; j++) w[j] = v;
-        } else {
-            for (size_t j = 0; j < p->numel; j++) {
-                const float x = (float)(0.02 * rng_normal(&rng));
-                if (j >= a && j < b) w[j] = x;
+            continue;
+        }
+        /* 0.02 rng_normal per element in order: element j is made of the tensor's draws 2j, 2j + 1 */
+        for (size_t j0 = 0; j0 < p->numel; j0 += INIT_BLOCK) {
+            const size_t nb = p->numel - j0 < INIT_BLOCK ? p->numel - j0 : INIT_BLOCK;
+            const size_t k0 = a > j0 ? a : j0, k1 = b < j0 + nb ? b : j0 + nb;
+            if (k0 >= k1) { /* nothing of this block kept: the stream only advances */
+                for (size_t k = 0; k < 2 * nb; k++) (void)rng_u64(&rng);
+                continue;
             }
+            if (!draws) draws = xmalloc(sizeof(uint64_t) * 2 * INIT_BLOCK);
+            for (size_t k = 0; k < 2 * nb; k++) draws[k] = rng_u64(&rng);
+            #pragma omp parallel for schedule(static) if (k1 - k0 >= 4096)
+            for (size_t j = k0; j < k1; j++)
+                w[j] = (float)(0.02 * rng_normal_from(draws[2 * (j - j0)], draws[2 * (j - j0) + 1]));
         }
     }
+    xfree(draws);
     if (m->cfg.padding_idx1) { /* as transformers' _init_weights: the padding row starts at zero */
         const size_t D = (size_t)m->cfg.hidden_size;
         const size_t r0 = (size_t)(m->w.embed - m->params) + (size_t)(m->cfg.padding_idx1 - 1) * D;
