@@ -178,6 +178,17 @@ expect_error "--log inside --save" "--log $T/tr2/train.jsonl lies in the --save 
 cp "$FIX/tiny_mha/tokens.bin" "$T/tr_tokens.bin"
 expect_error "--trace over a token file" "is an existing file that is not a trace seqpar wrote" "$SEQPAR" grad --model "$FIX/tiny_mha" --tokens "$T/tr_tokens.bin" --seq-len 16 --out "$T/tr_g.st" --trace "$T/tr_tokens.bin"
 expect_error "grad --out over the --tokens file" "is the --tokens file" "$SEQPAR" grad --model "$FIX/tiny_mha" --tokens "$T/tr_tokens.bin" --seq-len 16 --out "$T/tr_tokens.bin"
+# a file written over a device, a FIFO or a socket would replace it (run as root, `grad --out
+# /dev/null` made /dev/null a regular file): refused at the start, the node left as it was; the
+# device case where mknod is allowed (root), on a node of its own (/dev/null's numbers, in $T)
+mkfifo "$T/out_fifo"
+expect_error "grad --out on a FIFO" "cannot write '$T/out_fifo': it is a FIFO, and writing a file there replaces it; name a regular file" "$SEQPAR" grad --model "$FIX/tiny_mha" --tokens "$T/tr_tokens.bin" --seq-len 16 --out "$T/out_fifo"
+expect_error "--trace on a FIFO" "cannot write '$T/out_fifo': it is a FIFO" "$SEQPAR" grad --model "$FIX/tiny_mha" --tokens "$T/tr_tokens.bin" --seq-len 16 --out "$T/tr_g2.st" --trace "$T/out_fifo"
+if [ -p "$T/out_fifo" ]; then ok; else bad "a refused --out or --trace replaced the FIFO"; fi
+if mknod -m 666 "$T/out_null" c 1 3 2>/dev/null; then
+    expect_error "grad --out on a device" "cannot write '$T/out_null': it is a device, and writing a file there replaces it" "$SEQPAR" grad --model "$FIX/tiny_mha" --tokens "$T/tr_tokens.bin" --seq-len 16 --out "$T/out_null"
+    if [ -c "$T/out_null" ]; then ok; else bad "a refused --out replaced the device node"; fi
+else echo "grad --out on a device: skipped (mknod needs root)"; fi
 if cmp -s "$T/tr/trainer_state.json" "$T/tr_state.bak" && cmp -s "$T/tr_tokens.bin" "$FIX/tiny_mha/tokens.bin" && [ ! -e "$T/tr2" ]; then ok
 else bad "a refused --trace / --log / --out changed a file or made the --save directory"; fi
 timeout 60 "$SEQPAR" grad --model "$FIX/tiny_mha" --tokens "$T/tr_tokens.bin" --seq-len 16 --out "$T/tr_g.st" --trace "$T/tr.json" >/dev/null 2>&1

@@ -1207,8 +1207,16 @@ static void test_atomic(const TempDir *td) {
     char sub[300];
     path_in(td, "a_dir", sub, sizeof sub);
     mkdir(sub, 0755);
-    CHECK(atomic_write_text(sub, "x", &e) == -1 && strstr(e.msg, "renaming") && strstr(e.msg, "a_dir"),
+    CHECK(atomic_write_text(sub, "x", &e) == -1 && strstr(e.msg, "it is a directory") && strstr(e.msg, "a_dir"),
           "a file over a directory: '%s'", e.msg);
+    /* ... and a FIFO, which the rename would replace (a device likewise: test_cli as root) */
+    char fifo[300];
+    path_in(td, "a_fifo", fifo, sizeof fifo);
+    struct stat fs;
+    CHECK(mkfifo(fifo, 0644) == 0 && atomic_write_text(fifo, "x", &e) == -1 && strstr(e.msg, "it is a FIFO") &&
+              stat(fifo, &fs) == 0 && S_ISFIFO(fs.st_mode),
+          "a file over a FIFO: '%s'", e.msg);
+    unlink(fifo);
     rmdir(sub);
     char dir_slash[300];
     snprintf(dir_slash, sizeof dir_slash, "%s/", td->dir);

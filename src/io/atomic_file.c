@@ -43,6 +43,13 @@ int atomic_open(AtomicFile *af, const char *path, SeqErr *e) {
     const char *slash = strrchr(path, '/');
     const char *base = slash ? slash + 1 : path;
     if (*base == '\0') return seq_err(e, "cannot write '%s': the path names a directory, not a file", path);
+    /* The rename replaces whatever the path names: a device (run as root, `--out /dev/null` made
+     * /dev/null a regular file until 2026-12-06), a FIFO or a socket is refused instead. */
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return seq_err(e, "cannot write '%s': it is %s, and writing a file there replaces it; name a regular file",
+                       path, S_ISDIR(sb.st_mode) ? "a directory" : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device"
+                       : S_ISFIFO(sb.st_mode) ? "a FIFO" : "a socket or another special file");
     size_t dir_len = (size_t)(base - path);
     /* "<dir>/.<base>.tmp.XXXXXX": hidden, beside the target, unique. */
     static const char suffix[] = ".tmp.XXXXXX";

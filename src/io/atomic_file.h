@@ -17,7 +17,9 @@ typedef struct {
     SeqErr err;  /* that failure's message, which atomic_commit returns */
 } AtomicFile;
 
-/* Opens a temporary file beside `path` for binary writing. Returns 0, or -1 with the reason. */
+/* Opens a temporary file beside `path` for binary writing. Returns 0, or -1 with the reason; a
+ * path that names anything but a regular file (a directory, a device, a FIFO, a socket; through
+ * symbolic links) is refused, since the commit's rename would replace it. */
 int atomic_open(AtomicFile *af, const char *path, SeqErr *e);
 /* Writes `len` bytes. A failure removes the temporary and is kept (sticky) for atomic_commit, so
  * a writer may issue its writes and check once; returns -1 from then on, else 0. */
