@@ -41,6 +41,22 @@ static const char HELP[] =
     "  --seed N             seed for --random-init (default 1)\n"
     "  --help               this text\n";
 
+/* Under ZeRO-2/3 the reduced gradient lives in its group's shards: rank 0 writes the file from
+ * pieces fetched from them (grad_sync_fetch), each turned into the replicas' mean as it comes, so
+ * no rank holds the whole gradient (until 2026-12-06 rank 0 gathered it whole first). */
+typedef struct {
+    GradSync *g;
+    const float *arrays[1]; /* the reduced gradient's shard */
+    int dp;
+} GradShards;
+
+static void read_grad_piece(void *ctx, size_t first, size_t n, float *dst) {
+    GradShards *s = ctx;
+    grad_sync_fetch(s->g, s->arrays, 0, first, n, dst);
+    if (s->dp > 1) /* the replicas' sum to their mean, as for a gradient held whole */
+        for (size_t i = 0; i < n; i++) dst[i] = (float)((double)dst[i] / s->dp);
+}
+
 int cmd_grad(int argc, char **argv) {
     const char *cmd = "grad", *model_dir = NULL, *tokens_path = NULL, *out_path = NULL;
     TokensFormat fmt = TOKENS_AUTO;
@@ -157,8 +173,9 @@ int cmd_grad(int argc, char **argv) {
     if (!isfinite(loss) || !isfinite(norm_sq))
         die_collective("seqpar grad: the loss (%g) or the gradient norm (%g) is not finite (the weights or the tokens "
                        "of '%s' give NaN or Inf); no gradient file written", loss, sqrt(norm_sq), tokens_path);
+    const int from_shards = model.grads == NULL; /* zero 2/3 */
     int full_owned = 0; /* zero 0/1: rank 0's whole gradient is the model's own, not a copy */
-    float *full = grad_sync_grads_to_root(&par.sync, &model, &full_owned);
+    float *full = from_shards ? NULL : grad_sync_grads_to_root(&par.sync, &model, &full_owned);
     if (full && par.topo.dp > 1) /* the replicas' sum to their mean: one process's gradient within one fp32 rounding */
         for (size_t i = 0; i < model.table.total; i++) full[i] = (float)((double)full[i] / par.topo.dp);
     if (par.topo.world_rank == 0) {
@@ -173,7 +190,17 @@ int cmd_grad(int argc, char **argv) {
         printf("loss: %.9f\n", loss);
     }
     SeqErr werr;
-    const int failed = par.topo.world_rank == 0 && params_save_safetensors(out_path, &model.table, full, &werr) != 0;
+    int failed = 0;
+    GradShards gs = {&par.sync, {par.sync.shard_buf}, par.topo.dp};
+    if (!from_shards) {
+        failed = par.topo.world_rank == 0 && params_save_safetensors(out_path, &model.table, full, &werr) != 0;
+    } else if (par.topo.world_rank == 0) {
+        const StSource src = {read_grad_piece, &gs};
+        failed = params_save_safetensors_src(out_path, &model.table, &src, &werr) != 0;
+        grad_sync_fetch_done(&par.sync); /* after a failed write too: the shards' ranks wait for it */
+    } else {
+        grad_sync_serve(&par.sync, gs.arrays, 1);
+    }
     if (full_owned) xfree(full);
     /* every rank gets here before any enters MPI_Finalize, which has no deadline */
     if (par.topo.world_size > 1) comm_control_barrier(par.comm, "MPI_Ibarrier (end of run)", par.topo.world);

@@ -122,6 +122,10 @@ int params_save_safetensors(const char *path, const ParamTable *t, const float *
     return save_one_file(path, t, params, NULL, e);
 }
 
+int params_save_safetensors_src(const char *path, const ParamTable *t, const StSource *src, SeqErr *e) {
+    return save_one_file(path, t, NULL, src, e);
+}
+
 /* Old Llama conversions store RoPE's inverse frequencies as buffers; transformers recomputes them
  * from config.json and ignores these on load, and so does seqpar. */
 static int is_rope_buffer(const char *name) {

@@ -13,6 +13,9 @@
  * F32 round-trips bit-exactly through params_load_safetensors. Returns 0, or -1 with a one-line
  * message (an inconsistent table, a failed write). */
 int params_save_safetensors(const char *path, const ParamTable *t, const float *params, SeqErr *e);
+/* The same with the elements read from src piece by piece (indexed by the flat buffer's offsets):
+ * a file written without the data held whole. */
+int params_save_safetensors_src(const char *path, const ParamTable *t, const StSource *src, SeqErr *e);
 
 /* Reads every tensor of the table from `path` (F32, BF16 or F16, converted to float), checking its
  * shape. A tensor of the table missing from the file dies naming it; a tensor in the file that the
