@@ -174,8 +174,7 @@ int cmd_grad(int argc, char **argv) {
         die_collective("seqpar grad: the loss (%g) or the gradient norm (%g) is not finite (the weights or the tokens "
                        "of '%s' give NaN or Inf); no gradient file written", loss, sqrt(norm_sq), tokens_path);
     const int from_shards = model.grads == NULL; /* zero 2/3 */
-    int full_owned = 0; /* zero 0/1: rank 0's whole gradient is the model's own, not a copy */
-    float *full = from_shards ? NULL : grad_sync_grads_to_root(&par.sync, &model, &full_owned);
+    float *full = from_shards ? NULL : grad_sync_grads_to_root(&par.sync, &model); /* zero 0/1: the model's own */
     if (full && par.topo.dp > 1) /* the replicas' sum to their mean: one process's gradient within one fp32 rounding */
         for (size_t i = 0; i < model.table.total; i++) full[i] = (float)((double)full[i] / par.topo.dp);
     if (par.topo.world_rank == 0) {
@@ -201,7 +200,6 @@ int cmd_grad(int argc, char **argv) {
     } else {
         grad_sync_serve(&par.sync, gs.arrays, 1);
     }
-    if (full_owned) xfree(full);
     /* every rank gets here before any enters MPI_Finalize, which has no deadline */
     if (par.topo.world_size > 1) comm_control_barrier(par.comm, "MPI_Ibarrier (end of run)", par.topo.world);
     die_if_any_rank(failed ? &werr : NULL); /* a gradient file rank 0 could not write ends every rank */

@@ -450,33 +450,10 @@ void grad_sync_update(GradSync *g, AdamW *opt, LlamaModel *m, float lr, float gr
     if (g->zero >= 1 && g->zero <= 2) grad_sync_gather_full(g, m->params);
 }
 
-/* Gathers a state vector covering [shard_begin, shard_end) on each rank into full (total
- * elements) on world rank 0 (sharded), or copies it on rank 0 (zero 0). `full` is read only on
- * rank 0 and may be NULL elsewhere. */
-static void gather_to_root(GradSync *g, const float *shard, float *full) {
-    if (!g->zero || !g->counts) { /* every rank holds all of it; only the root has a destination */
-        if (g->world_rank == 0 && full != shard) memcpy(full, shard, sizeof(float) * g->total);
-        return;
-    }
-    if (g->world_rank / g->group != 0) return; /* group 0 holds world rank 0; the others are replicas */
-    if (g->size == 1) {
-        memcpy(full, shard, sizeof(float) * g->total);
-        return;
-    }
-    comm_gatherv(g->stats, COMM_PARAM_GATHER, shard, g->counts[g->rank], full, g->counts, g->displs, MPI_FLOAT, 0,
-                 g->shard_comm);
-}
-
-float *grad_sync_grads_to_root(GradSync *g, LlamaModel *m, int *owned) {
-    if (m->grads) { /* the flat buffer exists: whole (zero 0) or sharded (zero 1) */
-        if (g->zero == 1) grad_sync_gather_full(g, m->grads);
-        *owned = 0;
-        return g->world_rank == 0 ? m->grads : NULL;
-    }
-    float *full = g->world_rank == 0 ? xmalloc(sizeof(float) * g->total) : NULL; /* zero 2/3: the reduced shards */
-    gather_to_root(g, g->shard_buf, full);
-    *owned = full != NULL;
-    return full;
+float *grad_sync_grads_to_root(GradSync *g, LlamaModel *m) {
+    if (!m->grads) die("internal: grad_sync_grads_to_root under ZeRO-2/3: fetch the shards (grad_sync_fetch)");
+    if (g->zero == 1) grad_sync_gather_full(g, m->grads); /* whole (zero 0) or sharded (zero 1) */
+    return g->world_rank == 0 ? m->grads : NULL;
 }
 
 void grad_sync_gather_full(GradSync *g, float *buf) {

@@ -151,13 +151,11 @@ void grad_sync_update(GradSync *g, AdamW *opt, LlamaModel *m, float lr, float gr
  * not sharded. */
 void grad_sync_gather_full(GradSync *g, float *buf);
 
-/* The summed gradient (after grad_sync_reduce) whole on world rank 0 (`seqpar grad`'s file); NULL
- * on the other ranks. Where the model's flat gradient holds it whole already (zero 0; zero 1 after
- * its all-gather) that buffer itself, *owned = 0, so that no second copy of the gradient is made;
- * else (zero 2/3) a buffer gathered from the shards, *owned = 1, which the caller must xfree.
- * Collective. (A checkpoint's sharded state goes to rank 0 piece by piece instead:
- * grad_sync_fetch below.) */
-float *grad_sync_grads_to_root(GradSync *g, LlamaModel *m, int *owned);
+/* Under ZeRO 0/1: the summed gradient (after grad_sync_reduce) whole on world rank 0 (`seqpar
+ * grad`'s file), the model's own flat buffer (zero 1 all-gathers it first), so no second copy is
+ * made; NULL on the other ranks. Collective. Under ZeRO-2/3 the gradient lives in shards, which
+ * rank 0 fetches piece by piece instead (grad_sync_fetch below). */
+float *grad_sync_grads_to_root(GradSync *g, LlamaModel *m);
 
 /* Pieces of sharded state for a save on world rank 0 that never holds it whole: arrays[k] (k <
  * n_arrays) are state vectors covering [shard_begin, shard_end) on every rank of the sharding
