@@ -322,7 +322,7 @@ SEQPAR_FAULT_NONFINITE=x expect_fail "malformed SEQPAR_FAULT_NONFINITE" "SEQPAR_
 for v in ' 3' '3,,5' '+3' '3,' '0x3'; do
     SEQPAR_FAULT_NONFINITE=$v expect_fail "SEQPAR_FAULT_NONFINITE='$v'" "SEQPAR_FAULT_NONFINITE" timeout 60 "$SEQPAR" "${NF[@]}" --log "$T/n7.jsonl"
 done
-for v in '1: 4' '+1:4' '1:4x' '1' ':4' '1:4:' '1:4:x' '1:4:5:6' '1:4:-5'; do
+for v in '1: 4' '+1:4' '1:4x' '1' ':4' '1:4:' '1:4:x' '1:4:5:6' '1:4:-5' '1:4:0'; do
     SEQPAR_FAULT_HANG=$v expect_fail "SEQPAR_FAULT_HANG='$v'" "SEQPAR_FAULT_HANG" timeout 60 "$SEQPAR" "${NF[@]}" --log "$T/n8.jsonl"
 done
 

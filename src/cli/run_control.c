@@ -97,7 +97,7 @@ void fault_plan_from_env(FaultPlan *f) {
         const char *third = s[n] && s[n + 1 + n2] ? s + n + 1 + n2 + 1 : NULL;
         const long r = plain_count(s, n), st = s[n] ? plain_count(s + n + 1, n2) : -1;
         const long ms = third ? plain_count(third, strlen(third)) : 0;
-        if (r < 0 || r > INT_MAX || st < 0 || ms < 0)
+        if (r < 0 || r > INT_MAX || st < 0 || ms < 0 || (third && ms < 1))
             die_collective("SEQPAR_FAULT_HANG='%s' is not RANK:STEP or RANK:STEP:MILLISECONDS such as '1:4', '1:0' or "
                            "'0:2:3000' (a test-only setting: unset it)", s);
         f->hang_rank = (int)r;

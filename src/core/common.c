@@ -259,10 +259,12 @@ uint64_t rng_u64(Rng *r) { /* xoshiro256** */
     return result;
 }
 
-double rng_uniform(Rng *r) { return (double)(rng_u64(r) >> 11) * 0x1.0p-53; }
+static double unit_interval(uint64_t x) { return (double)(x >> 11) * 0x1.0p-53; } /* [0, 1) */
+
+double rng_uniform(Rng *r) { return unit_interval(rng_u64(r)); }
 
 double rng_normal_from(uint64_t a, uint64_t b) {
-    double u1 = (double)(a >> 11) * 0x1.0p-53, u2 = (double)(b >> 11) * 0x1.0p-53; /* rng_uniform's */
+    double u1 = unit_interval(a), u2 = unit_interval(b);
     if (u1 < 1e-300) u1 = 1e-300;
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
