@@ -62,6 +62,9 @@ typedef struct {
     int kv_offset; /* keys at positions kv_offset .. ; queries at 0.. (a block pair of other positions) */
     int doc_every; /* > 0: packed documents, a new one at each token with probability 1/doc_every */
     int window;    /* > 0: a sliding window (AttnShape.window) */
+    float ramp;    /* > 0: q times ramp and key j times 1 + ramp j / n_kv (bf16 values again): scores that
+                    * grow along the keys by dozens in log2 units, so that a query's maximum grows past
+                    * the forward's lazy reference (LAZY_MAX_LOG2) again and again, and below it too */
 } Case;
 
 static Rng rng;
@@ -207,6 +210,14 @@ static void run_case(const Case *c, int tiles) {
     AttnShape s = {.n_q = nq, .n_kv = nk, .n_heads = H, .n_kv_heads = Hkv, .head_dim = d,
                    .scale = 1.0f / sqrtf((float)d), .mask = c->mask, .window = c->window, .precision = PRECISION_BF16};
     float *q = bf16_normal(Q), *k = bf16_normal(K), *v = bf16_normal(K), *dout = bf16_normal(Q);
+    if (c->ramp > 0) {
+        for (size_t i = 0; i < Q; i++) q[i] = bf16_to_float(bf16_from_float(q[i] * c->ramp));
+        for (int j = 0; j < nk; j++)
+            for (size_t e = 0; e < (size_t)Hkv * d; e++) {
+                float *x = k + (size_t)j * Hkv * d + e;
+                *x = bf16_to_float(bf16_from_float(*x * (1.0f + c->ramp * (float)j / (float)nk)));
+            }
+    }
     int *qp = xmalloc(sizeof(int) * (size_t)(nq + 1)), *kp = xmalloc(sizeof(int) * (size_t)(nk + 1));
     int *qd = NULL, *kd = NULL;
     make_positions(c->layout, nq, qp);
@@ -419,23 +430,25 @@ static void check_tile_gemm(const AttnBf16Tiles *t) {
 }
 
 static const Case CASES[] = {
-    {"MHA d=64 S=301 causal", 301, 301, 4, 4, 64, ATTN_CAUSAL, POS_CONTIG, 0, 0, 0},
-    {"GQA 4/2 d=32 S=301 causal zigzag", 301, 301, 4, 2, 32, ATTN_CAUSAL, POS_ZIGZAG, 0, 0, 0},
-    {"MQA 4/1 d=128 S=301 causal random order", 301, 301, 4, 1, 128, ATTN_CAUSAL, POS_RANDOM, 0, 0, 0},
-    {"MHA d=64 S=700 causal", 700, 700, 2, 2, 64, ATTN_CAUSAL, POS_CONTIG, 0, 0, 0},
-    {"GQA 2/1 d=64 S=200 full", 200, 200, 2, 1, 64, ATTN_FULL, POS_CONTIG, 0, 0, 0},
-    {"GQA 4/2 d=64 S=301 packed documents", 301, 301, 4, 2, 64, ATTN_CAUSAL, POS_CONTIG, 0, 60, 0},
-    {"MHA d=32 S=301 packed short documents, random order", 301, 301, 2, 2, 32, ATTN_CAUSAL, POS_RANDOM, 0, 7, 0},
-    {"MQA 2/1 d=17 (odd) S=257 packed documents", 257, 257, 2, 1, 17, ATTN_CAUSAL, POS_CONTIG, 0, 40, 0},
-    {"GQA 6/2 d=128 S=37 causal", 37, 37, 6, 2, 128, ATTN_CAUSAL, POS_CONTIG, 0, 0, 0},
-    {"MHA d=64 queries 150 after keys 263 (block pair)", 150, 263, 2, 2, 64, ATTN_CAUSAL, POS_CONTIG, -100, 0, 0},
-    {"MHA d=64 S=1", 1, 1, 2, 2, 64, ATTN_CAUSAL, POS_CONTIG, 0, 0, 0},
-    {"GQA 4/2 d=64 S=301 causal window 40", 301, 301, 4, 2, 64, ATTN_CAUSAL, POS_CONTIG, 0, 0, 40},
-    {"MHA d=32 S=700 causal window 200, zigzag", 700, 700, 2, 2, 32, ATTN_CAUSAL, POS_ZIGZAG, 0, 0, 200},
-    {"MQA 4/1 d=17 (odd) S=257 window 5, random order", 257, 257, 4, 1, 17, ATTN_CAUSAL, POS_RANDOM, 0, 0, 5},
-    {"GQA 4/2 d=64 S=301 packed documents, window 23", 301, 301, 4, 2, 64, ATTN_CAUSAL, POS_CONTIG, 0, 60, 23},
+    {"MHA d=64 S=301 causal", 301, 301, 4, 4, 64, ATTN_CAUSAL, POS_CONTIG, 0, 0, 0, 0},
+    {"GQA 4/2 d=32 S=301 causal zigzag", 301, 301, 4, 2, 32, ATTN_CAUSAL, POS_ZIGZAG, 0, 0, 0, 0},
+    {"MQA 4/1 d=128 S=301 causal random order", 301, 301, 4, 1, 128, ATTN_CAUSAL, POS_RANDOM, 0, 0, 0, 0},
+    {"MHA d=64 S=700 causal", 700, 700, 2, 2, 64, ATTN_CAUSAL, POS_CONTIG, 0, 0, 0, 0},
+    {"GQA 2/1 d=64 S=200 full", 200, 200, 2, 1, 64, ATTN_FULL, POS_CONTIG, 0, 0, 0, 0},
+    {"GQA 4/2 d=64 S=301 packed documents", 301, 301, 4, 2, 64, ATTN_CAUSAL, POS_CONTIG, 0, 60, 0, 0},
+    {"MHA d=32 S=301 packed short documents, random order", 301, 301, 2, 2, 32, ATTN_CAUSAL, POS_RANDOM, 0, 7, 0, 0},
+    {"MQA 2/1 d=17 (odd) S=257 packed documents", 257, 257, 2, 1, 17, ATTN_CAUSAL, POS_CONTIG, 0, 40, 0, 0},
+    {"GQA 6/2 d=128 S=37 causal", 37, 37, 6, 2, 128, ATTN_CAUSAL, POS_CONTIG, 0, 0, 0, 0},
+    {"MHA d=64 queries 150 after keys 263 (block pair)", 150, 263, 2, 2, 64, ATTN_CAUSAL, POS_CONTIG, -100, 0, 0, 0},
+    {"MHA d=64 S=1", 1, 1, 2, 2, 64, ATTN_CAUSAL, POS_CONTIG, 0, 0, 0, 0},
+    {"GQA 4/2 d=64 S=301 causal window 40", 301, 301, 4, 2, 64, ATTN_CAUSAL, POS_CONTIG, 0, 0, 40, 0},
+    {"MHA d=32 S=700 causal window 200, zigzag", 700, 700, 2, 2, 32, ATTN_CAUSAL, POS_ZIGZAG, 0, 0, 200, 0},
+    {"MQA 4/1 d=17 (odd) S=257 window 5, random order", 257, 257, 4, 1, 17, ATTN_CAUSAL, POS_RANDOM, 0, 0, 5, 0},
+    {"GQA 4/2 d=64 S=301 packed documents, window 23", 301, 301, 4, 2, 64, ATTN_CAUSAL, POS_CONTIG, 0, 60, 23, 0},
     {"MHA d=64 queries 150 after keys 263 (block pair), window 120", 150, 263, 2, 2, 64, ATTN_CAUSAL, POS_CONTIG, -100, 0,
-     120},
+     120, 0},
+    {"MHA d=64 S=700 causal, scores growing along the keys", 700, 700, 2, 2, 64, ATTN_CAUSAL, POS_CONTIG, 0, 0, 0, 6.0f},
+    {"GQA 4/2 d=128 S=500 full, scores growing along the keys", 500, 500, 4, 2, 128, ATTN_FULL, POS_CONTIG, 0, 0, 0, 4.0f},
 };
 
 /* The softmax step that packs P (col_exp2_pairs, shared by every table) against double exp2: the

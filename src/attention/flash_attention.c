@@ -79,6 +79,7 @@
 
 #define FA_LOG2E 1.4426950408889634
 #define FA_LN2 0.6931471805599453
+#define LAZY_MAX_LOG2 8.0f /* the bf16 forward's lazy rescaling: P below 2^8 */
 
 /* Whether the key at kp is window (> 0) or more positions before the query at qp. */
 static inline int before_window(int kp, int qp, int window) {
@@ -342,6 +343,13 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
         die("internal: attn_forward: query tile %d plus the bf16 tiles' %d rows exceeds the stride %zu", BQ, bt->mr, ldt);
     const size_t ldc = (size_t)d + FA_SKEW; /* row stride of the compact k and v tiles */
     const float alpha = (float)(s->scale * FA_LOG2E); /* scores in log2 units */
+    /* Lazy rescaling (bf16 tiles): a query's reference maximum m moves only when a block's maximum
+     * exceeds it by more than LAZY_MAX_LOG2, so the accumulator is rescaled a few times per row
+     * instead of at almost every key block (with 192 queries a block some query's maximum grows in
+     * nearly every one); P = 2^(s - m) then stays below 2^LAZY_MAX_LOG2, exact in bf16's exponent
+     * range, and l and the fp32 accumulator carry the factor until the final division. The fp32
+     * kernel keeps the exact running maximum: its results are unchanged. */
+    const float lazy_max = LAZY_MAX_LOG2;
     const AttnMask mask = s->mask;
     const int W = s->window;
 
@@ -538,8 +546,8 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
                     if (bt) /* the max of the scaled scores: alpha > 0 and rounding are monotonic */
                         for (int i = c0; i < c0 + cw; i++) mx[i] *= alpha;
                 }
-                for (int i = 0; i < bq; i++) {
-                    float mnew = m[i] > mx[i] ? m[i] : mx[i];
+                for (int i = 0; i < bq; i++) { /* bf16 tiles: the reference maximum moves only past lazy_max */
+                    float mnew = !bt ? (m[i] > mx[i] ? m[i] : mx[i]) : mx[i] > m[i] + lazy_max ? mx[i] : m[i];
                     seen[i] |= mx[i] != -INFINITY;
                     msafe[i] = mnew == -INFINITY ? 0.0f : mnew; /* a column with no key yet: p = 0 */
                     corr[i] = m[i] - msafe[i];                  /* exponent of the rescaling */
