@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli/cli_common.h"
 #include "cli/commands.h"
@@ -41,19 +42,22 @@ static const char HELP[] =
     "  --seed N             seed for --random-init (default 1)\n"
     "  --help               this text\n";
 
-/* Under ZeRO-2/3 the reduced gradient lives in its group's shards: rank 0 writes the file from
- * pieces fetched from them (grad_sync_fetch), each turned into the replicas' mean as it comes, so
- * no rank holds the whole gradient (until 2026-12-06 rank 0 gathered it whole first). */
+/* The gradient file's source, piece by piece: under ZeRO 0/1 rank 0's whole gradient (the model's
+ * own buffer), under ZeRO-2/3 pieces fetched from the group's shards (grad_sync_fetch), so no rank
+ * holds the whole gradient twice (until 2026-12-06 rank 0 gathered or copied it whole first); each
+ * piece turned into the replicas' mean as it comes. */
 typedef struct {
     GradSync *g;
-    const float *arrays[1]; /* the reduced gradient's shard */
+    const float *arrays[1]; /* the reduced gradient's shard (ZeRO-2/3) */
+    const float *whole;     /* or the whole gradient (ZeRO 0/1) */
     int dp;
-} GradShards;
+} GradSource;
 
 static void read_grad_piece(void *ctx, size_t first, size_t n, float *dst) {
-    GradShards *s = ctx;
-    grad_sync_fetch(s->g, s->arrays, 0, first, n, dst);
-    if (s->dp > 1) /* the replicas' sum to their mean, as for a gradient held whole */
+    GradSource *s = ctx;
+    if (s->whole) memcpy(dst, s->whole + first, sizeof(float) * n);
+    else grad_sync_fetch(s->g, s->arrays, 0, first, n, dst);
+    if (s->dp > 1) /* the replicas' sum to their mean: one process's gradient within one fp32 rounding */
         for (size_t i = 0; i < n; i++) dst[i] = (float)((double)dst[i] / s->dp);
 }
 
@@ -174,9 +178,8 @@ int cmd_grad(int argc, char **argv) {
         die_collective("seqpar grad: the loss (%g) or the gradient norm (%g) is not finite (the weights or the tokens "
                        "of '%s' give NaN or Inf); no gradient file written", loss, sqrt(norm_sq), tokens_path);
     const int from_shards = model.grads == NULL; /* zero 2/3 */
-    float *full = from_shards ? NULL : grad_sync_grads_to_root(&par.sync, &model); /* zero 0/1: the model's own */
-    if (full && par.topo.dp > 1) /* the replicas' sum to their mean: one process's gradient within one fp32 rounding */
-        for (size_t i = 0; i < model.table.total; i++) full[i] = (float)((double)full[i] / par.topo.dp);
+    GradSource gs = {&par.sync, {par.sync.shard_buf}, from_shards ? NULL : grad_sync_grads_to_root(&par.sync, &model),
+                     par.topo.dp};
     if (par.topo.world_rank == 0) {
         char b16[160];
         print_kernels_header();
@@ -190,14 +193,11 @@ int cmd_grad(int argc, char **argv) {
     }
     SeqErr werr;
     int failed = 0;
-    GradShards gs = {&par.sync, {par.sync.shard_buf}, par.topo.dp};
-    if (!from_shards) {
-        failed = par.topo.world_rank == 0 && params_save_safetensors(out_path, &model.table, full, &werr) != 0;
-    } else if (par.topo.world_rank == 0) {
+    if (par.topo.world_rank == 0) {
         const StSource src = {read_grad_piece, &gs};
         failed = params_save_safetensors_src(out_path, &model.table, &src, &werr) != 0;
-        grad_sync_fetch_done(&par.sync); /* after a failed write too: the shards' ranks wait for it */
-    } else {
+        if (from_shards) grad_sync_fetch_done(&par.sync); /* after a failed write too: the shards' ranks wait for it */
+    } else if (from_shards) {
         grad_sync_serve(&par.sync, gs.arrays, 1);
     }
     /* every rank gets here before any enters MPI_Finalize, which has no deadline */
