@@ -453,18 +453,20 @@ static const Case CASES[] = {
 
 /* The softmax step that packs P (col_exp2_pairs, shared by every table) against double exp2: the
  * fp32 column sums within 3e-6 relative (its exp2's error is 2.7e-6: the LSE stays within the fp32
- * kernel's tolerance), every packed value within one bf16 rounding of 2^(alpha s - m) with alpha s
- * rounded to fp32 first, exactly 0 for -inf scores and arguments below -126, and the pad half of an
- * odd last row 0. 37 rows x 53 columns (ragged vectors), stride 61. */
+ * kernel's tolerance), every packed value within one bf16 rounding of 2^(alpha s - m), exactly 0
+ * for -inf scores and arguments below -126 (far below, and between -149 and -126, where fp32 has
+ * only denormals: the bf16 conversion flushes them), and the pad half of an odd last row 0. 37 rows
+ * x 53 columns (ragged vectors), stride 61. */
 static void check_softmax_pack(const AttnBf16Tiles *t) {
     enum { R = 37, NC = 53, LD = 61 };
     float s[R * LD], m[NC], sum[NC];
     bf16_pair w[(R + 1) / 2 * LD];
     const float alpha = 0.18033688f; /* 1 / sqrt(64) * log2(e) */
     for (int j = 0; j < R * LD; j++) s[j] = (float)(12.0 * rng_normal(&rng));
-    for (int j = 0; j < R; j++) { /* masked keys, and arguments far below -126 */
+    for (int j = 0; j < R; j++) { /* masked keys, arguments far below -126 and just below it */
         s[j * LD + (j * 7) % NC] = -INFINITY;
         s[j * LD + (j * 11 + 3) % NC] = -3000.0f;
+        s[j * LD + (j * 13 + 5) % NC] = -750.0f; /* alpha s = -135.3, the column's m about 2-6 above 0 */
     }
     for (int i = 0; i < NC; i++) {
         float mx = -INFINITY;
@@ -474,12 +476,13 @@ static void check_softmax_pack(const AttnBf16Tiles *t) {
     memset(w, 0xff, sizeof w);
     t->col_exp2_pairs(s, R, NC, LD, alpha, m, sum, w, LD);
     double worst_sum = 0, worst_p = 0;
-    int exact_zero = 1, pad = 1;
+    int exact_zero = 1, pad = 1, denormal_band = 0;
     for (int i = 0; i < NC; i++) {
         double want = 0;
         for (int j = 0; j < R; j++) {
-            const float x = alpha * s[j * LD + i];
-            const double e = x == -INFINITY || x - m[i] < -126.0f ? 0.0 : exp2((double)(x - m[i]));
+            const double x = (double)alpha * s[j * LD + i] - m[i];
+            const double e = x == -INFINITY || x < -126.0 ? 0.0 : exp2(x);
+            denormal_band += x >= -149.0 && x < -126.0;
             want += e;
             const bf16_pair word = w[(j / 2) * LD + i];
             const double got = bf16_to_float((bf16_t)(j % 2 ? word >> 16 : word & 0xffff));
@@ -493,6 +496,7 @@ static void check_softmax_pack(const AttnBf16Tiles *t) {
     CHECK(worst_p <= 1.0, "%s col_exp2_pairs: a packed p off by %.3g bf16 roundings", t->name, worst_p);
     CHECK(exact_zero, "%s col_exp2_pairs: a masked or underflowing p is not exactly 0", t->name);
     CHECK(pad, "%s col_exp2_pairs: the odd last row's pad half is not 0", t->name);
+    CHECK(denormal_band > 0, "%s col_exp2_pairs: no argument between -149 and -126 was tried", t->name);
 }
 
 static void run_cases(const char *label, int tiles) {

@@ -381,13 +381,15 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
      * floats or bf16 pair words, (Hkv, nkt, BKp, d or d2); where the bf16 table has no panels
      * (AMX) K in rows layout, (Hkv, nkt, BK, ldkw) pair words. V as fp32 compact rows of ldc
      * floats, (Hkv, n_kv, ldc); under bf16 tiles in pairs layout, (Hkv, n_kv / 2, ldvw), or (acc_t)
-     * V^T in rows layout, (Hkv, d, ldvt) (V^T's words pair keys: a key tile's are the columns
-     * j0 / 2 ..), and per thread Q rows (BQ, d2) | Q^T pairs (d2, ldt) | P^T pairs (BK/2, ldt;
+     * V^T in rows layout a key tile at a time, (Hkv, nkt, d, ldvt) (a tile's V^T words pair its
+     * keys; each tile contiguous, as K's: with V^T's rows the whole sequence long, every tile's
+     * 128 rows lay 16 KiB apart at S = 8192, a TLB page each, and the forward ran 8-10% slower on
+     * the AMX Xeon at d = 128), and per thread Q rows (BQ, d2) | Q^T pairs (d2, ldt) | P^T pairs (BK/2, ldt;
      * under acc_t first the V pairs of a key tile being packed, (BK/2, d)). ldt >= BQ + mr where
      * P^T is read transposed. Key tiles start at even rows (BK even), so a tile's pairs are the
      * call's. */
     const int d2 = (d + 1) / 2, bk2 = (BK + 1) / 2, nkv2 = (n_kv + 1) / 2;
-    const size_t ldkw = (size_t)d2 + FA_SKEW / 2, ldvw = (size_t)d + FA_SKEW / 2, ldvt = (size_t)nkv2 + FA_SKEW / 2;
+    const size_t ldkw = (size_t)d2 + FA_SKEW / 2, ldvw = (size_t)d + FA_SKEW / 2, ldvt = ((size_t)bk2 + 15) / 16 * 16;
     const size_t pw_n = (size_t)bk2 * (acc_t && (size_t)d > ldt ? (size_t)d : ldt);
     const size_t per_thread_w = ((size_t)BQ * d2 + (size_t)d2 * ldt + pw_n + 15) / 16 * 16;
     bf16_pair *work_w = bt ? words_zeroed((size_t)nth * per_thread_w) : NULL;
@@ -398,7 +400,8 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
 #define K_TILE_AT(base, g, kt) ((base) + ((size_t)(g) * nkt + (size_t)(kt)) * ktile_n)
     bf16_pair *Kall = bt ? words_zeroed((size_t)Hkv * nkt * ktile_n) : NULL;
     bf16_pair *Vall = bt && !acc_t ? words_zeroed((size_t)Hkv * nkv2 * ldvw) : NULL;
-    bf16_pair *VTall = acc_t ? words_zeroed((size_t)Hkv * d * ldvt) : NULL;
+    bf16_pair *VTall = acc_t ? words_zeroed((size_t)Hkv * nkt * d * ldvt) : NULL;
+#define VT_TILE_AT(g, kt) (VTall + ((size_t)(g) * nkt + (size_t)(kt)) * d * ldvt)
     float *Kf = bt ? NULL : xmalloc_aligned((size_t)Hkv * nkt * ktile_n * sizeof(float));
     float *Vf = bt ? NULL : xmalloc_aligned((size_t)Hkv * n_kv * ldc * sizeof(float));
 
@@ -428,7 +431,7 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
                     bt->pack_pairs(bk, d, vs, ldk, Vall + ((size_t)g * nkv2 + j0 / 2) * ldvw, ldvw);
                 } else { /* V's pairs (an odd last key pairs with 0), then as V^T rows */
                     bt->pack_pairs(bk, d, vs, ldk, Pw, (size_t)d);
-                    sk->transpose32((bk + 1) / 2, d, Pw, (size_t)d, VTall + (size_t)g * d * ldvt + j0 / 2, ldvt);
+                    sk->transpose32((bk + 1) / 2, d, Pw, (size_t)d, VT_TILE_AT(g, t % nkt), ldvt);
                 }
             } else {
                 sk->pack_panels(bk, d, ks, ldk, K_TILE_AT(Kf, g, t % nkt));
@@ -476,11 +479,11 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
                  * rows of one 64-byte line) */
                 const bf16_pair *Kw = bt ? K_TILE_AT(Kall, g, kt) : NULL;
                 const bf16_pair *Vw = bt && !acc_t ? Vall + ((size_t)g * nkv2 + j0 / 2) * ldvw : NULL;
-                const bf16_pair *VTw = acc_t ? VTall + (size_t)g * d * ldvt + j0 / 2 : NULL;
+                const bf16_pair *VTw = acc_t ? VT_TILE_AT(g, kt) : NULL;
                 const float *Kc = bt ? NULL : K_TILE_AT(Kf, g, kt);
                 const float *Vc = bt ? NULL : Vf + ((size_t)g * n_kv + j0) * ldc;
                 /* K and V are contiguous (rows of one 64-byte line), prefetched during the score
-                 * product; under acc_t K so, and V^T (d strided rows) during acc^T's */
+                 * product; under acc_t K so, and V^T's tile during acc^T's */
                 Prefetch pf = {.lines_per_row = 1}, pfv = {.lines_per_row = 1}; /* empty */
                 for (int nt = kt + 1; nt < nkt; nt++) {
                     if (tile_class(mask, W, qr[qt], kr[nt]) == TILE_HIDDEN) continue;
@@ -491,13 +494,7 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
                                      : bt  ? (const void *)(Vall + ((size_t)g * nkv2 + n0 / 2) * ldvw)
                                            : (const void *)(Vf + ((size_t)g * n_kv + n0) * ldc);
                     prefetch_pair(&pf, kb, vb, bytes);
-                    if (acc_t) {
-                        pfv.base[0] = (const char *)(VTall + (size_t)g * d * ldvt + n0 / 2);
-                        pfv.stride = ldvt * sizeof(bf16_pair);
-                        pfv.rows = d;
-                        pfv.lines_per_row = (int)(((size_t)(nb + 1) / 2 * sizeof(bf16_pair) + 63) / 64) + 1;
-                        pfv.total = pfv.rows * pfv.lines_per_row;
-                    }
+                    if (acc_t) prefetch_pair(&pfv, VT_TILE_AT(g, nt), NULL, (size_t)d * ldvt * sizeof(bf16_pair));
                     break;
                 }
                 /* A partial tile runs in blocks of FA_QBLOCK queries: no key row at or past jend[b]
@@ -596,6 +593,7 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
     xfree(work);
     xfree(work_w);
 #undef K_TILE_AT
+#undef VT_TILE_AT
     xfree(Kall);
     xfree(Vall);
     xfree(VTall);

@@ -65,10 +65,10 @@ typedef struct {
      * row pairs with 0. */
     void (*pack_pairs)(int rows, int cols, const float *src, size_t lds, bf16_pair *dst, size_t ldd);
     /* The forward's softmax step fused with packing its probabilities: p[j][i] = 2^(alpha s[j][i] -
-     * m[i]) (the product alpha s rounded to fp32 first, as a tile_gemm with this alpha would store
-     * it: the scores arrive unscaled, so that their product stores straight from the tiles) for rows
-     * j < rows, columns i < n of s (ld); sum[i] = the sum over j of the fp32 p; dst (ceil(rows / 2),
-     * n words; ldd) = pairs layout of p. s is not written. */
+     * m[i]) (alpha s - m in one fused multiply-add: the scores arrive unscaled, so that their product
+     * stores straight from the tiles) for rows j < rows, columns i < n of s (ld); sum[i] = the sum
+     * over j of the fp32 p; dst (ceil(rows / 2), n words; ldd) = pairs layout of p. s is not
+     * written. */
     void (*col_exp2_pairs)(const float *s, int rows, int n, size_t ld, float alpha, const float *m, float *sum,
                            bf16_pair *dst, size_t ldd);
     /* The backward's dS = scale p (dp - delta[r]) for rows r < rows, columns j < n of p and dp (ld)

@@ -186,16 +186,16 @@ void attn_bf16_col_exp2_pairs_avx512(const float *s, int rows, int n, size_t ld,
         __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
         for (int rr = 0; rr < rows / 2; rr++) {
             const float *r0 = s + (size_t)(2 * rr) * ld + c;
-            const __m512 x0 = vexp2_bf16_maskz(mk, _mm512_sub_ps(_mm512_mul_ps(av, _mm512_maskz_loadu_ps(mk, r0)), mv));
+            const __m512 x0 = vexp2_bf16_maskz(mk, _mm512_fmsub_ps(av, _mm512_maskz_loadu_ps(mk, r0), mv));
             const __m512 x1 =
-                vexp2_bf16_maskz(mk, _mm512_sub_ps(_mm512_mul_ps(av, _mm512_maskz_loadu_ps(mk, r0 + ld)), mv));
+                vexp2_bf16_maskz(mk, _mm512_fmsub_ps(av, _mm512_maskz_loadu_ps(mk, r0 + ld), mv));
             acc0 = _mm512_add_ps(acc0, x0);
             acc1 = _mm512_add_ps(acc1, x1);
             _mm512_mask_storeu_epi32(dst + (size_t)rr * ldd + c, mk, interleave_pairs(x0, x1));
         }
         if (rows % 2) { /* the last row pairs with 0 */
             const float *r0 = s + (size_t)(rows - 1) * ld + c;
-            const __m512 x0 = vexp2_bf16_maskz(mk, _mm512_sub_ps(_mm512_mul_ps(av, _mm512_maskz_loadu_ps(mk, r0)), mv));
+            const __m512 x0 = vexp2_bf16_maskz(mk, _mm512_fmsub_ps(av, _mm512_maskz_loadu_ps(mk, r0), mv));
             acc0 = _mm512_add_ps(acc0, x0);
             _mm512_mask_storeu_epi32(dst + (size_t)(rows / 2) * ldd + c, mk, interleave_pairs(x0, _mm512_setzero_ps()));
         }
