@@ -499,6 +499,56 @@ static void check_softmax_pack(const AttnBf16Tiles *t) {
     CHECK(denormal_band > 0, "%s col_exp2_pairs: no argument between -149 and -126 was tried", t->name);
 }
 
+/* The backward's probabilities (row_exp2_pairs, shared by every table) against double exp2: every
+ * fp32 p written back within 3e-6 relative of 2^(alpha s - m) (the forward's exp2), every packed
+ * value within one bf16 rounding, exactly 0 for -inf scores, arguments below -126 and a row whose
+ * m is +inf (a hidden row), and the pad half of an odd last row 0. 37 rows x 53 columns (ragged
+ * vectors), stride 61; the columns past 53 untouched. */
+static void check_row_exp2_pairs(const AttnBf16Tiles *t) {
+    enum { R = 37, NC = 53, LD = 61 };
+    float s[R * LD], p[R * LD], m[R];
+    bf16_pair w[(R + 1) / 2 * LD];
+    const float alpha = 0.18033688f;
+    for (int j = 0; j < R * LD; j++) s[j] = (float)(12.0 * rng_normal(&rng));
+    for (int r = 0; r < R; r++) {
+        s[r * LD + (r * 7) % NC] = -INFINITY;
+        s[r * LD + (r * 11 + 3) % NC] = -3000.0f;
+        s[r * LD + (r * 13 + 5) % NC] = -750.0f;
+        float mx = -INFINITY;
+        for (int j = 0; j < NC; j++) mx = fmaxf(mx, alpha * s[r * LD + j]);
+        m[r] = mx + (float)(r % 5); /* an lse lies at or above the row's maximum */
+    }
+    m[4] = INFINITY; /* a hidden row */
+    memcpy(p, s, sizeof p);
+    memset(w, 0xff, sizeof w);
+    t->row_exp2_pairs(p, R, NC, LD, alpha, m, w, LD);
+    double worst_f = 0, worst_w = 0;
+    int exact_zero = 1, pad = 1, untouched = 1, hidden = 1;
+    for (int r = 0; r < R; r++) {
+        for (int j = 0; j < NC; j++) {
+            const double x = (double)alpha * s[r * LD + j] - m[r];
+            const double e = x == -INFINITY || x < -126.0 || m[r] == INFINITY ? 0.0 : exp2(x);
+            const float got = p[r * LD + j];
+            const bf16_pair word = w[(r / 2) * LD + j];
+            const double gw = bf16_to_float((bf16_t)(r % 2 ? word >> 16 : word & 0xffff));
+            if (e == 0) exact_zero &= gw == 0 && (got == 0 || (x < -126.0 && got < 0x1p-126f));
+            else {
+                worst_f = fmax(worst_f, fabs(got - e) / e);
+                worst_w = fmax(worst_w, fabs(gw - e) / (0x1p-8 * e + 1e-30));
+            }
+            if (m[r] == INFINITY) hidden &= got == 0 && gw == 0;
+        }
+        for (int j = NC; j < LD; j++) untouched &= memcmp(&p[r * LD + j], &s[r * LD + j], sizeof(float)) == 0;
+    }
+    for (int j = 0; j < NC; j++) pad &= (w[(R / 2) * LD + j] >> 16) == 0;
+    CHECK(worst_f <= 3e-6, "%s row_exp2_pairs: an fp32 p off by %.3g relative (allowed 3e-6)", t->name, worst_f);
+    CHECK(worst_w <= 1.0, "%s row_exp2_pairs: a packed p off by %.3g bf16 roundings", t->name, worst_w);
+    CHECK(exact_zero, "%s row_exp2_pairs: a masked or underflowing p is not 0", t->name);
+    CHECK(hidden, "%s row_exp2_pairs: a row with m = +inf is not all 0", t->name);
+    CHECK(pad, "%s row_exp2_pairs: the odd last row's pad half is not 0", t->name);
+    CHECK(untouched, "%s row_exp2_pairs: a column past n was written", t->name);
+}
+
 static void run_cases(const char *label, int tiles) {
     worst_fwd = worst_lse = worst_bwd = 0;
     double t0 = now_seconds();
@@ -524,6 +574,7 @@ int main(void) {
         const AttnBf16Tiles *t = attn_bf16_tiles_for((AttnBf16Kind)kd);
         if (t) check_tile_gemm(t);
         if (t) check_softmax_pack(t);
+        if (t) check_row_exp2_pairs(t);
     }
 
     /* the dispatch on each kernel path, and what it picks there */

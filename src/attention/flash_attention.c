@@ -724,6 +724,7 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
     const SimdKernels *sk = simd();
     const AttnBf16Tiles *bt = s->precision == PRECISION_BF16 ? attn_bf16_tiles() : NULL;
     const int group = H / Hkv, BQ = bt ? bt->bwd_bq : sk->bwd_bq, BK = bt ? bt->bwd_bk : sk->bwd_bk;
+    if (BQ > FA_MAX_TILE) die("attn_backward: query tile %d exceeds %d", BQ, FA_MAX_TILE);
     const int nqt = (n_q + BQ - 1) / BQ, nkt = (n_kv + BK - 1) / BK;
     const size_t ldq = (size_t)H * d, ldk = (size_t)Hkv * d, ldp = (size_t)BK + FA_SKEW;
     if (bt && (size_t)BK + (size_t)bt->mr > ldp) /* P and dS pairs are read transposed, up to mr words past */
@@ -957,6 +958,9 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
                                               P + (size_t)r_lo * ldp, ldp, NULL);
                             }
                             int any = 0;
+                            /* bf16 tiles: each row's lse in log2 units (+inf: a hidden row, all 0),
+                             * for the exponential that also packs P's pairs, after the masks */
+                            float mrow[FA_MAX_TILE];
                             for (int r = r_lo; r < bq; r++) {
                                 float *prow = P + (size_t)r * ldp;
                                 float L = lse[(size_t)(i0 + r) * H + h];
@@ -978,17 +982,20 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
                                 }
                                 if (hidden) {
                                     memset(prow, 0, (size_t)je * sizeof(float));
+                                    if (bt) mrow[r] = INFINITY;
                                     continue;
                                 }
                                 any = 1;
-                                if (bt) sk->row_exp2_scaled_sum(prow, bk, alpha, (float)(L * FA_LOG2E));
+                                if (bt) mrow[r] = (float)(L * FA_LOG2E);
                                 else sk->row_exp2_sum(prow, je, (float)(L * FA_LOG2E));
                             }
                             if (!any) continue;
+                            /* P = 2^(alpha S - lse) in place and P's pairs (P^T read transposed by dV's
+                             * product), in one pass: one read of S instead of two */
+                            if (bt) bt->row_exp2_pairs(P, bq, bk, ldp, alpha, mrow, Pp, ldp);
                             const int bq2r = (bq + 1) / 2, bk2r = (bk + 1) / 2; /* pair steps over bq, bk */
                             if (dv) { /* dV (bk, d) += P^T (bk, bq) dO (bq, d) */
                                 if (bt) {
-                                    bt->pack_pairs(bq, bk, P, ldp, Pp, ldp);
                                     bt->tile_gemm(bk, d, bq2r, 1.0f, Pp, 1, ldp, dOpairs + po, ldvw, 1, dVt, (size_t)d,
                                                   NULL);
                                 } else {

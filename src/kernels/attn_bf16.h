@@ -71,6 +71,13 @@ typedef struct {
      * written. */
     void (*col_exp2_pairs)(const float *s, int rows, int n, size_t ld, float alpha, const float *m, float *sum,
                            bf16_pair *dst, size_t ldd);
+    /* The backward's probabilities, fp32 and packed in one pass: p[r][j] = 2^(alpha p[r][j] - m[r])
+     * (p holds the unscaled scores on entry; alpha s - m in one fused multiply-add, the softmax
+     * step's exp2 of col_exp2_pairs: relative error 2.7e-6, 0 for -inf and below -126) for rows
+     * r < rows, columns j < n (ld), written back to p; dst (ceil(rows / 2), n words; ldd) = the
+     * pairs layout of the new p (an odd last row pairs with 0). m[r] = +inf makes row r all 0. */
+    void (*row_exp2_pairs)(float *p, int rows, int n, size_t ld, float alpha, const float *m, bf16_pair *dst,
+                           size_t ldd);
     /* The backward's dS = scale p (dp - delta[r]) for rows r < rows, columns j < n of p and dp (ld)
      * (the softmax scale applied here, so that the dK and dQ products accumulate with alpha 1),
      * packed twice: pairs (ceil(rows / 2), n words; ldpairs) and rows (rows, ceil(n / 2) words;
@@ -106,13 +113,15 @@ void attn_bf16_tiles_use(const AttnBf16Tiles *t);
 #define ATTN_BF16_SHARED_FIELDS                                                                           \
     .fwd_bq = 192, .fwd_bk = 192, .bwd_bk = 192, .bwd_bq = 96, .pack_rows = attn_bf16_pack_rows_avx512,       \
     .pack_pairs = attn_bf16_pack_pairs_avx512, .col_exp2_pairs = attn_bf16_col_exp2_pairs_avx512,             \
-    .ds_pack = attn_bf16_ds_pack_avx512
+    .row_exp2_pairs = attn_bf16_row_exp2_pairs_avx512, .ds_pack = attn_bf16_ds_pack_avx512
 
 /* The AVX512_BF16 packers (attn_bf16_avx512.c), shared by every table; see the fields above. */
 void attn_bf16_pack_rows_avx512(int rows, int cols, const float *src, size_t lds, bf16_pair *dst, size_t ldd);
 void attn_bf16_pack_pairs_avx512(int rows, int cols, const float *src, size_t lds, bf16_pair *dst, size_t ldd);
 void attn_bf16_col_exp2_pairs_avx512(const float *s, int rows, int n, size_t ld, float alpha, const float *m,
                                      float *sum, bf16_pair *dst, size_t ldd);
+void attn_bf16_row_exp2_pairs_avx512(float *p, int rows, int n, size_t ld, float alpha, const float *m,
+                                     bf16_pair *dst, size_t ldd);
 /* dst[r][k] = src[k lds + r] for r, k < 16: one 16 x 16 block of 32-bit words transposed in registers
  * (the AMX tiles' A panel from a transposed operand, attn_bf16_amx_body.h). */
 void attn_bf16_transpose16_avx512(const bf16_pair *src, size_t lds, bf16_pair dst[16][16]);

@@ -203,6 +203,29 @@ void attn_bf16_col_exp2_pairs_avx512(const float *s, int rows, int n, size_t ld,
     }
 }
 
+void attn_bf16_row_exp2_pairs_avx512(float *p, int rows, int n, size_t ld, float alpha, const float *m,
+                                     bf16_pair *dst, size_t ldd) {
+    const __m512 av = _mm512_set1_ps(alpha), zero = _mm512_setzero_ps();
+    for (int rr = 0; rr < (rows + 1) / 2; rr++) {
+        const int has1 = 2 * rr + 1 < rows;
+        float *p0 = p + (size_t)(2 * rr) * ld, *p1 = has1 ? p0 + ld : NULL;
+        const __m512 m0 = _mm512_set1_ps(m[2 * rr]), m1 = _mm512_set1_ps(has1 ? m[2 * rr + 1] : 0.0f);
+        bf16_pair *d = dst + (size_t)rr * ldd;
+        for (int c = 0; c < n; c += 16) {
+            const int cnt = n - c < 16 ? n - c : 16;
+            const __mmask16 mk = (__mmask16)((1u << cnt) - 1u);
+            const __m512 x0 = vexp2_bf16_maskz(mk, _mm512_fmsub_ps(av, _mm512_maskz_loadu_ps(mk, p0 + c), m0));
+            _mm512_mask_storeu_ps(p0 + c, mk, x0);
+            __m512 x1 = zero;
+            if (has1) {
+                x1 = vexp2_bf16_maskz(mk, _mm512_fmsub_ps(av, _mm512_maskz_loadu_ps(mk, p1 + c), m1));
+                _mm512_mask_storeu_ps(p1 + c, mk, x1);
+            }
+            _mm512_mask_storeu_epi32(d + c, mk, interleave_pairs(x0, x1));
+        }
+    }
+}
+
 void attn_bf16_ds_pack_avx512(const float *p, const float *dp, size_t ld, int rows, int n, const float *delta,
                               float scale, bf16_pair *pairs, size_t ldpairs, bf16_pair *rows_w, size_t ldrows) {
     const __m512 sc = _mm512_set1_ps(scale);

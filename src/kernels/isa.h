@@ -126,10 +126,6 @@ typedef struct {
     void (*col_exp2_sum)(float *s, int rows, int n, size_t ld, const float *m, float *sum);
     /* s[j] = 2^(s[j] - m); returns their sum */
     float (*row_exp2_sum)(float *s, int n, float m);
-    /* s[j] = 2^(alpha s[j] - m), alpha s[j] rounded to fp32 first (the same values as scaling the
-     * row, then row_exp2_sum); returns their sum. For scores stored unscaled (the AMX tiles store a
-     * product with alpha 1 straight from the accumulators). */
-    float (*row_exp2_scaled_sum)(float *s, int n, float alpha, float m);
     /* p[j] = p[j] (dp[j] - delta) */
     void (*ds_row)(float *p, const float *dp, int n, float delta);
     /* x[j] *= a */

@@ -280,17 +280,13 @@ static void sb_col_exp2_sum(float *s, int rows, int n, size_t ld, const float *m
     }
 }
 
-/* s[j] = 2^(alpha s[j] - m) (scaled) or 2^(s[j] - m), alpha s[j] rounded first; their sum. One body
- * for both entries; `scaled` is a constant at each call, so the unscaled one has no multiply. */
-static inline __attribute__((always_inline)) float row_exp2_body(float *s, int n, float alpha, float m,
-                                                                 const int scaled) {
-    const V vm = vset1(m), va = vset1(alpha);
+/* s[j] = 2^(s[j] - m); their sum */
+static float sb_row_exp2_sum(float *s, int n, float m) {
+    const V vm = vset1(m);
     V a = vzero(), b = a;
     int j = 0;
     for (; j + 2 * VL <= n; j += 2 * VL) {
-        V y0 = vload(s + j), y1 = vload(s + j + VL);
-        if (scaled) y0 = vmul(va, y0), y1 = vmul(va, y1);
-        V x0 = vexp2_bounded(vsub(y0, vm)), x1 = vexp2_bounded(vsub(y1, vm));
+        V x0 = vexp2_bounded(vsub(vload(s + j), vm)), x1 = vexp2_bounded(vsub(vload(s + j + VL), vm));
         vstore(s + j, x0);
         vstore(s + j + VL, x1);
         a = vadd(a, x0);
@@ -299,18 +295,12 @@ static inline __attribute__((always_inline)) float row_exp2_body(float *s, int n
     for (; j < n; j += VL) {
         const int cnt = n - j < VL ? n - j : VL;
         const VM mk = vmask(cnt);
-        V y = vload_m(s + j, mk);
-        if (scaled) y = vmul(va, y);
-        V x = vsel_m(mk, vexp2_bounded(vsub(y, vm)));
+        V x = vsel_m(mk, vexp2_bounded(vsub(vload_m(s + j, mk), vm)));
         vstore_m(s + j, mk, x);
         a = vadd(a, x);
     }
     return vhsum(vadd(a, b));
 }
-
-static float sb_row_exp2_sum(float *s, int n, float m) { return row_exp2_body(s, n, 1.0f, m, 0); }
-
-static float sb_row_exp2_scaled_sum(float *s, int n, float alpha, float m) { return row_exp2_body(s, n, alpha, m, 1); }
 
 static void sb_ds_row(float *p, const float *dp, int n, float delta) {
     const V vd = vset1(delta);
@@ -538,7 +528,6 @@ const SimdKernels SIMD_TABLE = {
     .col_max = sb_col_max,
     .col_exp2_sum = sb_col_exp2_sum,
     .row_exp2_sum = sb_row_exp2_sum,
-    .row_exp2_scaled_sum = sb_row_exp2_scaled_sum,
     .ds_row = sb_ds_row,
     .scale_row = sb_scale_row,
     .scale_cols = sb_scale_cols,
