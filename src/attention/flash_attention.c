@@ -788,9 +788,21 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
     const size_t per_thread_w = (2 * (size_t)d2 * ldp + (size_t)bk2 * ldc + (size_t)BK * d2 + (size_t)bq2 * ldp +
                                  (size_t)BQ * ldsw + 15) / 16 * 16;
     bf16_pair *work_w = bt ? words_zeroed((size_t)nth * per_thread_w) : NULL;
-    const size_t rows_w = (size_t)ph * PR * ldkw, pairs_w = (size_t)ph * pr2 * ldvw;
+    /* bwd_acc_transposed (the AMX tiles): dK and dV accumulate transposed, dK^T (d, bk) += Q^T (d,
+     * bq) dS (bq, bk) and dV^T += dO^T P, so that every operand of the five products loads in
+     * place (dS and P as their pairs, Q^T and dO^T in rows layout) instead of P^T and dS^T being
+     * transposed into the tiles' A panels; Q^T and dO^T are packed once per pass, a query tile at a
+     * time, (ph, nqp, d, ldqt) words each (each tile contiguous, as the forward's V^T), in place of
+     * Q's and dO's pairs. The per-thread dK and dV sums are then (d, BK), turned back into rows as
+     * they are added to dk, dv (or dKall, dVall) at the end of each key tile. */
+    const int acc_tb = bt && bt->bwd_acc_transposed && (size_t)bq2 <= ldp; /* a tile's Q pairs fit Vt */
+    const int nqp = (PR + BQ - 1) / BQ; /* query tiles per pass */
+    const size_t ldqt = ((size_t)bq2 + 15) / 16 * 16;
+    const size_t rows_w = (size_t)ph * PR * ldkw, pairs_w = acc_tb ? (size_t)ph * nqp * d * ldqt : (size_t)ph * pr2 * ldvw;
     bf16_pair *Qrows = bt ? words_zeroed(rows_w) : NULL, *dOrows = bt && (dq || dk) ? words_zeroed(rows_w) : NULL;
+    /* Q and dO pairs (ph, PR / 2, ldvw), or under acc_tb Q^T and dO^T rows */
     bf16_pair *Qpairs = bt && dk ? words_zeroed(pairs_w) : NULL, *dOpairs = bt && dv ? words_zeroed(pairs_w) : NULL;
+#define QT_TILE_AT(base, hp, t) ((base) + ((size_t)(hp) * nqp + (size_t)(t)) * d * ldqt)
     /* fp32: Q and dO of the current pass, compact rows of ldc, (ph, PR, ldc) each, copied once per
      * pass (every key tile reads them; a copy per tile pair measured ~6% of the backward at
      * S = 8192) */
@@ -863,8 +875,21 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
                         const size_t po = ((size_t)hp * pr2 + (i0 - r0) / 2) * ldvw;
                         bt->pack_rows(bq, d, qs, lq, Qrows + ro, ldkw);
                         if (dOrows) bt->pack_rows(bq, d, ds, ldq, dOrows + ro, ldkw);
-                        if (Qpairs) bt->pack_pairs(bq, d, qs, lq, Qpairs + po, ldvw);
-                        if (dOpairs) bt->pack_pairs(bq, d, ds, ldq, dOpairs + po, ldvw);
+                        if (acc_tb) { /* pairs (bq2, d) in Vt, then as Q^T, dO^T rows (d, ldqt) */
+                            bf16_pair *tmp = (bf16_pair *)Vt;
+                            const int tq = (int)(t % (qt1 - qt0)); /* the tile's place in the pass */
+                            if (Qpairs) {
+                                bt->pack_pairs(bq, d, qs, lq, tmp, (size_t)d);
+                                sk->transpose32((bq + 1) / 2, d, tmp, (size_t)d, QT_TILE_AT(Qpairs, hp, tq), ldqt);
+                            }
+                            if (dOpairs) {
+                                bt->pack_pairs(bq, d, ds, ldq, tmp, (size_t)d);
+                                sk->transpose32((bq + 1) / 2, d, tmp, (size_t)d, QT_TILE_AT(dOpairs, hp, tq), ldqt);
+                            }
+                        } else {
+                            if (Qpairs) bt->pack_pairs(bq, d, qs, lq, Qpairs + po, ldvw);
+                            if (dOpairs) bt->pack_pairs(bq, d, ds, ldq, dOpairs + po, ldvw);
+                        }
                     } else {
                         const size_t dst = ((size_t)hp * PR + (i0 - r0)) * ldc;
                         copy_tile(bq, d, qs, lq, Qf + dst, ldc);
@@ -904,7 +929,16 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
                     }
                     /* this tile's dK and dV sums: per item, or the kv head's across passes */
                     float *dKt = dKall ? dKall + (size_t)j0 * d : dKa, *dVt = dVall ? dVall + (size_t)j0 * d : dVa;
-                    if (!passes_on) {
+                    if (acc_tb) { /* (d, BK): from 0, or the kv head's sums so far (the same chain as one pass) */
+                        dKt = dKa, dVt = dVa;
+                        if (passes_on) {
+                            if (dKall) sk->transpose32(bk, d, dKall + (size_t)j0 * d, (size_t)d, dKa, (size_t)BK);
+                            if (dVall) sk->transpose32(bk, d, dVall + (size_t)j0 * d, (size_t)d, dVa, (size_t)BK);
+                        } else {
+                            memset(dKa, 0, (size_t)d * BK * sizeof(float));
+                            memset(dVa, 0, (size_t)d * BK * sizeof(float));
+                        }
+                    } else if (!passes_on) {
                         memset(dKa, 0, (size_t)bk * d * sizeof(float));
                         memset(dVa, 0, (size_t)bk * d * sizeof(float));
                     }
@@ -942,8 +976,13 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
                                     const size_t npo = ((size_t)hp * pr2 + (n0 - r0) / 2) * ldvw;
                                     prefetch_pair(&pfq, Qrows + nro, dOrows ? dOrows + nro : NULL,
                                                   (size_t)nb * ldkw * sizeof(bf16_pair));
-                                    prefetch_pair(&pfp, Qpairs ? Qpairs + npo : NULL, dOpairs ? dOpairs + npo : NULL,
-                                                  (size_t)(nb + 1) / 2 * ldvw * sizeof(bf16_pair));
+                                    if (acc_tb)
+                                        prefetch_pair(&pfp, Qpairs ? QT_TILE_AT(Qpairs, hp, nt - qt0) : NULL,
+                                                      dOpairs ? QT_TILE_AT(dOpairs, hp, nt - qt0) : NULL,
+                                                      (size_t)d * ldqt * sizeof(bf16_pair));
+                                    else
+                                        prefetch_pair(&pfp, Qpairs ? Qpairs + npo : NULL, dOpairs ? dOpairs + npo : NULL,
+                                                      (size_t)(nb + 1) / 2 * ldvw * sizeof(bf16_pair));
                                 } else {
                                     const size_t off = ((size_t)hp * PR + (n0 - r0)) * ldc;
                                     prefetch_pair(&pfq, Qf + off, dOf + off, (size_t)nb * ldc * sizeof(float));
@@ -995,7 +1034,10 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
                             if (bt) bt->row_exp2_pairs(P, bq, bk, ldp, alpha, mrow, Pp, ldp);
                             const int bq2r = (bq + 1) / 2, bk2r = (bk + 1) / 2; /* pair steps over bq, bk */
                             if (dv) { /* dV (bk, d) += P^T (bk, bq) dO (bq, d) */
-                                if (bt) {
+                                if (acc_tb) { /* dV^T (d, bk) += dO^T (d, bq) P (bq, bk) */
+                                    bt->tile_gemm(d, bk, bq2r, 1.0f, QT_TILE_AT(dOpairs, hp, qt - qt0), ldqt, 1, Pp,
+                                                  ldp, 1, dVt, (size_t)BK, NULL);
+                                } else if (bt) {
                                     bt->tile_gemm(bk, d, bq2r, 1.0f, Pp, 1, ldp, dOpairs + po, ldvw, 1, dVt, (size_t)d,
                                                   NULL);
                                 } else {
@@ -1028,7 +1070,10 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
                                 float dl[FA_MAX_TILE];
                                 for (int r = 0; r < bq; r++) dl[r] = delta[(size_t)(i0 + r) * H + h];
                                 bt->ds_pack(P, dP, ldp, bq, bk, dl, scale, Pp, ldp, dSr, ldsw); /* scale dS */
-                                if (dk) /* dK (bk, d) += (scale dS)^T (bk, bq) Q (bq, d) */
+                                if (dk && acc_tb) /* dK^T (d, bk) += Q^T (d, bq) (scale dS) (bq, bk) */
+                                    bt->tile_gemm(d, bk, bq2r, 1.0f, QT_TILE_AT(Qpairs, hp, qt - qt0), ldqt, 1, Pp, ldp,
+                                                  1, dKt, (size_t)BK, &pfdq);
+                                else if (dk) /* dK (bk, d) += (scale dS)^T (bk, bq) Q (bq, d) */
                                     bt->tile_gemm(bk, d, bq2r, 1.0f, Pp, 1, ldp, Qpairs + po, ldvw, 1, dKt, (size_t)d,
                                                   &pfdq);
                                 if (dq) /* dQ (bq, d) += (scale dS) (bq, bk) K (bk, d) */
@@ -1047,7 +1092,22 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
                             }
                         }
                     }
-                    if (!passes_on)
+                    if (acc_tb && passes_on) { /* the sums so far back to the kv head's rows */
+                        if (dKall) sk->transpose32(d, bk, dKa, (size_t)BK, dKall + (size_t)j0 * d, (size_t)d);
+                        if (dVall) sk->transpose32(d, bk, dVa, (size_t)BK, dVall + (size_t)j0 * d, (size_t)d);
+                    } else if (acc_tb) { /* rows of 16 keys at a time through Kt (unused by bf16 tiles) */
+                        for (int jb = 0; jb < bk; jb += 16) {
+                            const int nj = bk - jb < 16 ? bk - jb : 16;
+                            for (int w = 0; w < 2; w++) {
+                                float *dst = w ? dv : dk;
+                                if (!dst) continue;
+                                sk->transpose32(d, nj, (w ? dVa : dKa) + jb, (size_t)BK, Kt, (size_t)d);
+                                for (int j = 0; j < nj; j++) /* this thread is the only writer of these rows */
+                                    sk->add_row(dst + ((size_t)(j0 + jb + j) * Hkv + g) * d, Kt + (size_t)j * d,
+                                                (size_t)d);
+                            }
+                        }
+                    } else if (!passes_on)
                         for (int j = 0; j < bk; j++) { /* this thread is the only writer of these rows */
                             size_t off = ((size_t)(j0 + j) * Hkv + g) * d;
                             if (dk) sk->add_row(dk + off, dKa + (size_t)j * d, (size_t)d);
@@ -1089,6 +1149,7 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
     xfree(work_w);
     xfree(Qrows);
     xfree(dOrows);
+#undef QT_TILE_AT
     xfree(Qpairs);
     xfree(dOpairs);
     xfree(Qf);

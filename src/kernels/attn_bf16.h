@@ -44,6 +44,11 @@ typedef struct {
      * d = 64, bench/amx_probe.c) 3.6 us against 8.1; on Zen 4 the VDPBF16PS tiles' forward was
      * 8-18% slower transposed (kernel_rates, d = 64), so they keep 0. The same values either way. */
     int fwd_acc_transposed;
+    /* 1: the backward's dK and dV products run transposed, dK^T += Q^T dS and dV^T += dO^T P (Q^T,
+     * dO^T in rows layout, dS and P in pairs layout, as the softmax steps pack them: every operand
+     * in place); 0: dK += dS^T Q, dV += P^T dO with dS^T, P^T read transposed. The same values
+     * either way (each product the same pairs in the same order). */
+    int bwd_acc_transposed;
     /* C (M, N; ldc) = alpha A B [+ C when accumulate], contraction over K2 pairs:
      * A(m, kk) = A[m ars + kk aks] (one of ars, aks is 1), B(kk, n) = B[kk ldb + n] (pairs layout). */
     void (*tile_gemm)(int M, int N, int K2, float alpha, const bf16_pair *A, size_t ars, size_t aks,

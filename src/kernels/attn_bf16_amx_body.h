@@ -223,6 +223,7 @@ const AttnBf16Tiles AMX_TABLE = {
     .name = AMX_TABLE_NAME,
     .mr = 0,
     .fwd_acc_transposed = 1,
+    .bwd_acc_transposed = 1,
     .tile_gemm = amx_tile_gemm,
     ATTN_BF16_SHARED_FIELDS,
 };

@@ -290,6 +290,7 @@ const AttnBf16Tiles attn_bf16_tiles_avx512 = {
     .name = "bf16 tiles (VDPBF16PS)",
     .mr = MR,
     .fwd_acc_transposed = 0, /* see attn_bf16.h */
+    .bwd_acc_transposed = 0,
     .tile_gemm = tile_gemm_bf16,
     .tile_gemm_panels = tile_gemm_panels_bf16,
     .pack_panels = pack_panels_bf16,
