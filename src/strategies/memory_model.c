@@ -49,7 +49,9 @@ static int hp_rank_of(int w, int hp, int cp, Placement pl) {
  * made once per call forward (K and V of every kv head of the call: K in the score product's panels,
  * whole key tiles) and once per pass backward (Q and dO of the pass's query heads and rows:
  * attn_backward_pass_rows), as fp32 or, with the bf16 tiles (attn_bf16.h, bt non-NULL), as pair
- * words (K panels, or rows where the table has none, and V pairs; Q and dO rows and pairs) with
+ * words (K panels, or rows where the table has none, and V pairs; Q and dO rows and pairs; V^T,
+ * Q^T and dO^T in rows a tile at a time instead of the pairs where the table accumulates
+ * transposed) with
  * per-thread pair-word tiles; in backward one dq copy of the pass per dq slot beyond
  * the first (attn_backward_dq_slots), and with several passes the kv head's dK and dV (flash_attention.c), with
  * bf16_inputs (AttnShape.q16) a tile of them widened per thread. Floats (a pair word is one). */
@@ -73,11 +75,16 @@ static double flash_transient(int threads, double nq, double nk, int kv_heads, i
         const double d2 = (d + 1) / 2, bk2 = ((int)fbk + 1) / 2, ldkw = d2 + skew / 2, ldvw = d + skew / 2;
         /* K a key tile at a time: in the table's panels, or (AMX) rows of ldkw words */
         const double ktile = bt->panel_mr ? ceil(fbk / bt->panel_mr) * bt->panel_mr * d2 : fbk * ldkw;
-        fwd += threads * (fbq * d2 + d2 * ldt + bk2 * ldt + 16) +
-               kv_heads * (ceil(nk / fbk) * ktile + (double)(((long)nk + 1) / 2) * ldvw);
+        /* V pairs, or (fwd_acc_transposed) V^T rows a key tile at a time, d x ceil16(bk2) words each */
+        const double vall = bt->fwd_acc_transposed ? ceil(nk / fbk) * d * ceil(bk2 / 16) * 16
+                                                   : (double)(((long)nk + 1) / 2) * ldvw;
+        fwd += threads * (fbq * d2 + d2 * ldt + bk2 * ldt + 16) + kv_heads * (ceil(nk / fbk) * ktile + vall);
         const double b_bk2 = ((int)bbk + 1) / 2, b_bq2 = ((int)bbq + 1) / 2, ldsw = b_bk2 + skew;
+        /* Q and dO pairs, or (bwd_acc_transposed) Q^T and dO^T rows a query tile at a time */
+        const double qpairs = bt->bwd_acc_transposed && b_bq2 <= ldp ? ceil(pr / bbq) * d * ceil(b_bq2 / 16) * 16
+                                                                     : (double)(((long)pr + 1) / 2) * ldvw;
         bwd += threads * (2.0 * d2 * ldp + b_bk2 * ldc + bbk * d2 + b_bq2 * ldp + bbq * ldsw + 16) +
-               2.0 * ph * pr * ldkw + 2.0 * ph * (double)(((long)pr + 1) / 2) * ldvw;
+               2.0 * ph * pr * ldkw + 2.0 * ph * qpairs;
     }
     return fwd > bwd ? fwd : bwd;
 }
