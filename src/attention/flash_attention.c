@@ -382,9 +382,8 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
      * (AMX) K in rows layout, (Hkv, nkt, BK, ldkw) pair words. V as fp32 compact rows of ldc
      * floats, (Hkv, n_kv, ldc); under bf16 tiles in pairs layout, (Hkv, n_kv / 2, ldvw), or (acc_t)
      * V^T in rows layout a key tile at a time, (Hkv, nkt, d, ldvt) (a tile's V^T words pair its
-     * keys; each tile contiguous, as K's: with V^T's rows the whole sequence long, every tile's
-     * 128 rows lay 16 KiB apart at S = 8192, a TLB page each, and the forward ran 8-10% slower on
-     * the AMX Xeon at d = 128), and per thread Q rows (BQ, d2) | Q^T pairs (d2, ldt) | P^T pairs (BK/2, ldt;
+     * keys; each tile contiguous, as K's: with V^T's rows the whole sequence long, a tile's 128
+     * rows lay 16 KiB apart at S = 8192, a TLB page each), and per thread Q rows (BQ, d2) | Q^T pairs (d2, ldt) | P^T pairs (BK/2, ldt;
      * under acc_t first the V pairs of a key tile being packed, (BK/2, d)). ldt >= BQ + mr where
      * P^T is read transposed. Key tiles start at even rows (BK even), so a tile's pairs are the
      * call's. */
@@ -1029,8 +1028,8 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
                                 else sk->row_exp2_sum(prow, je, (float)(L * FA_LOG2E));
                             }
                             if (!any) continue;
-                            /* P = 2^(alpha S - lse) in place and P's pairs (P^T read transposed by dV's
-                             * product), in one pass: one read of S instead of two */
+                            /* P = 2^(alpha S - lse) in place and P's pairs (dV's operand: B of dV^T +=
+                             * dO^T P under acc_tb, else P^T read transposed), in one pass over S */
                             if (bt) bt->row_exp2_pairs(P, bq, bk, ldp, alpha, mrow, Pp, ldp);
                             const int bq2r = (bq + 1) / 2, bk2r = (bk + 1) / 2; /* pair steps over bq, bk */
                             if (dv) { /* dV (bk, d) += P^T (bk, bq) dO (bq, d) */

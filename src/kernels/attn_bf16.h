@@ -78,7 +78,8 @@ typedef struct {
                            bf16_pair *dst, size_t ldd);
     /* The backward's probabilities, fp32 and packed in one pass: p[r][j] = 2^(alpha p[r][j] - m[r])
      * (p holds the unscaled scores on entry; alpha s - m in one fused multiply-add, the softmax
-     * step's exp2 of col_exp2_pairs: relative error 2.7e-6, 0 for -inf and below -126) for rows
+     * step's exp2 of col_exp2_pairs: relative error 2.7e-6, 0 for -inf, 0 or an fp32 denormal below
+     * -126, which the pairs hold as 0: the bf16 conversion flushes denormals) for rows
      * r < rows, columns j < n (ld), written back to p; dst (ceil(rows / 2), n words; ldd) = the
      * pairs layout of the new p (an odd last row pairs with 0). m[r] = +inf makes row r all 0. */
     void (*row_exp2_pairs)(float *p, int rows, int n, size_t ld, float alpha, const float *m, bf16_pair *dst,
