@@ -13,14 +13,7 @@
 static inline __m512 vexp2_core(__mmask16 keep, __m512 x) {
     __m512 k = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 f = _mm512_sub_ps(x, k);
-    __m512 p = _mm512_set1_ps(EXP2_POLY_P0);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(EXP2_POLY_P1));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(EXP2_POLY_P2));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(EXP2_POLY_P3));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(EXP2_POLY_P4));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(EXP2_POLY_P5));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    return _mm512_maskz_scalef_ps(keep, p, k);
+    return _mm512_maskz_scalef_ps(keep, EXP2_POLY_VEC(_mm512_fmadd_ps, _mm512_set1_ps, f), k);
 }
 
 static inline __m512 vexp2(__m512 x) {

@@ -12,6 +12,15 @@
 #define EXP2_POLY_P4 2.402264791363012e-1f
 #define EXP2_POLY_P5 6.931472028550421e-1f
 
+/* p(f) by Horner's rule on vectors, for the vector paths: FMA(a, b, c) = a b + c fused, SET1(x) a
+ * vector of x (the intrinsics of the path's width). */
+#define EXP2_POLY_VEC(FMA, SET1, f)                                                                          \
+    FMA(FMA(FMA(FMA(FMA(FMA(SET1(EXP2_POLY_P0), (f), SET1(EXP2_POLY_P1)), (f), SET1(EXP2_POLY_P2)), (f),         \
+                    SET1(EXP2_POLY_P3)),                                                                        \
+                (f), SET1(EXP2_POLY_P4)),                                                                       \
+            (f), SET1(EXP2_POLY_P5)),                                                                           \
+        (f), SET1(1.0f))
+
 /* Degree 4 for values rounded to bf16 next (attn_bf16_avx512.c's softmax step): p(f) = (((P0 f + P1)
  * f + P2) f + P3) f + P4, relative error at most 2.7e-6 on [-0.5, 0.5] (fitted for relative error;
  * the running sum, and so LSE, stay within the fp32 kernel's tolerance). */

@@ -59,13 +59,7 @@ static inline float vhmax(__m256 a) {
 static inline __m256 vexp2_core(__m256 x) {
     __m256 k = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 f = _mm256_sub_ps(x, k);
-    __m256 p = _mm256_set1_ps(EXP2_POLY_P0);
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_POLY_P1));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_POLY_P2));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_POLY_P3));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_POLY_P4));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_POLY_P5));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    __m256 p = EXP2_POLY_VEC(_mm256_fmadd_ps, _mm256_set1_ps, f);
     __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
