@@ -315,7 +315,7 @@ int main(int argc, char **argv) {
         const SimdKernels *sk = simd();
         TIME("softmax: column max of S^T", 0, iters, sk->col_max(ST, BK, BQ, LDT, mx));
         TIME("softmax: exp2, column sums, P^T packed (col_exp2_pairs)", 0, iters,
-             t->col_exp2_pairs(ST, BK, BQ, LDT, 0.01f, m, sum, Pw, LDT));
+             t->col_exp2_pairs(ST, BK, BQ, LDT, 0.01f, m, sum, Pw, LDT, NULL));
     }
     (void)why;
     xfree(K); xfree(Qw); xfree(Pw); xfree(Vw); xfree(VT); xfree(ST); xfree(ST2); xfree(O); xfree(OT); xfree(Pr);

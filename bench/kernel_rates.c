@@ -72,7 +72,7 @@ static void bf16_pieces(const AttnBf16Tiles *t, int d) {
      * at half the rate (bench/amx_probe.c) */
     for (const double t_end = cpu_seconds() + 0.1; cpu_seconds() < t_end;) {
         t->tile_gemm(bk, bq, d2, 1.0f, kw, (size_t)d2, 1, qw, (size_t)bq, 0, st, (size_t)bq, NULL);
-        t->col_exp2_pairs(st, bk, bq, (size_t)bq, 0.125f, m, sum, pw, (size_t)bq);
+        t->col_exp2_pairs(st, bk, bq, (size_t)bq, 0.125f, m, sum, pw, (size_t)bq, NULL);
         t->tile_gemm(bq, d, bk2, 1.0f, pw, 1, (size_t)bq, vw, (size_t)d, 1, ob, (size_t)d, NULL);
     }
     double best[3] = {0, 0, 0};
@@ -80,7 +80,7 @@ static void bf16_pieces(const AttnBf16Tiles *t, int d) {
         double t0 = cpu_seconds();
         t->tile_gemm(bk, bq, d2, 1.0f, kw, (size_t)d2, 1, qw, (size_t)bq, 0, st, (size_t)bq, NULL);
         double t1 = cpu_seconds();
-        t->col_exp2_pairs(st, bk, bq, (size_t)bq, 0.125f, m, sum, pw, (size_t)bq);
+        t->col_exp2_pairs(st, bk, bq, (size_t)bq, 0.125f, m, sum, pw, (size_t)bq, NULL);
         double t2 = cpu_seconds();
         t->tile_gemm(bq, d, bk2, 1.0f, pw, 1, (size_t)bq, vw, (size_t)d, 1, ob, (size_t)d, NULL);
         double t3 = cpu_seconds();

@@ -474,7 +474,7 @@ static void check_softmax_pack(const AttnBf16Tiles *t) {
         m[i] = mx;
     }
     memset(w, 0xff, sizeof w);
-    t->col_exp2_pairs(s, R, NC, LD, alpha, m, sum, w, LD);
+    t->col_exp2_pairs(s, R, NC, LD, alpha, m, sum, w, LD, NULL);
     double worst_sum = 0, worst_p = 0;
     int exact_zero = 1, pad = 1, denormal_band = 0;
     for (int i = 0; i < NC; i++) {
@@ -497,6 +497,35 @@ static void check_softmax_pack(const AttnBf16Tiles *t) {
     CHECK(exact_zero, "%s col_exp2_pairs: a masked or underflowing p is not exactly 0", t->name);
     CHECK(pad, "%s col_exp2_pairs: the odd last row's pad half is not 0", t->name);
     CHECK(denormal_band > 0, "%s col_exp2_pairs: no argument between -149 and -126 was tried", t->name);
+}
+
+/* col_exp2_pairs keeping each column's largest argument (xmax, for the forward's try of the current
+ * maxima): xmax[i] the largest fp32 alpha s - m of the column (within one fp32 rounding of the
+ * double value), -inf for a column of -inf scores, and P's words and the sums bit for bit those of
+ * the call without it. 37 rows x 53 columns, stride 61, one column all -inf. */
+static void check_softmax_xmax(const AttnBf16Tiles *t) {
+    enum { R = 37, NC = 53, LD = 61 };
+    float s[R * LD], m[NC], sum1[NC], sum2[NC], xmax[NC + 3];
+    bf16_pair w1[(R + 1) / 2 * LD], w2[(R + 1) / 2 * LD];
+    const float alpha = 0.18033688f;
+    for (int j = 0; j < R * LD; j++) s[j] = (float)(12.0 * rng_normal(&rng));
+    for (int j = 0; j < R; j++) s[j * LD + 5] = -INFINITY, s[j * LD + (j * 7) % NC] = -INFINITY;
+    for (int i = 0; i < NC; i++) m[i] = (float)(3.0 * rng_normal(&rng)); /* any reference, as in a try */
+    memset(w1, 0xff, sizeof w1);
+    memset(w2, 0xff, sizeof w2);
+    for (int i = 0; i < NC + 3; i++) xmax[i] = 12345.0f;
+    t->col_exp2_pairs(s, R, NC, LD, alpha, m, sum1, w1, LD, NULL);
+    t->col_exp2_pairs(s, R, NC, LD, alpha, m, sum2, w2, LD, xmax);
+    int same = memcmp(sum1, sum2, sizeof sum1) == 0 && memcmp(w1, w2, sizeof w1) == 0, close = 1;
+    for (int i = 0; i < NC; i++) {
+        double want = -INFINITY;
+        for (int j = 0; j < R; j++) want = fmax(want, (double)alpha * s[j * LD + i] - m[i]);
+        if (want == -INFINITY) close &= xmax[i] == -INFINITY;
+        else close &= fabs(xmax[i] - want) <= fabs(want) * 0x1p-23 + 1e-30;
+    }
+    CHECK(same, "%s col_exp2_pairs with xmax: P or the sums differ from the call without it", t->name);
+    CHECK(close && xmax[5] == -INFINITY, "%s col_exp2_pairs: a column's largest argument is wrong", t->name);
+    CHECK(xmax[NC] == 12345.0f && xmax[NC + 2] == 12345.0f, "%s col_exp2_pairs: xmax written past n", t->name);
 }
 
 /* The backward's probabilities (row_exp2_pairs, shared by every table) against double exp2: every
@@ -574,6 +603,7 @@ int main(void) {
         const AttnBf16Tiles *t = attn_bf16_tiles_for((AttnBf16Kind)kd);
         if (t) check_tile_gemm(t);
         if (t) check_softmax_pack(t);
+        if (t) check_softmax_xmax(t);
         if (t) check_row_exp2_pairs(t);
     }
 

@@ -514,6 +514,13 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
                         jend[b] = je;
                     }
                 }
+                /* bf16 tiles on a tile every key of which every query sees, with every query's reference
+                 * maximum set: the softmax step first tries the current maxima, finding the block's
+                 * largest arguments as it goes, so that the separate pass for the column maxima (a
+                 * read of S^T from L2, 7% of the AMX forward at d = 64) is needed only where a maximum
+                 * moves (the lazy rule: by more than lazy_max) */
+                int try_m = bt && cls != TILE_PARTIAL;
+                for (int i = 0; i < bq && try_m; i++) try_m = m[i] != -INFINITY;
                 for (int b = 0; b < nblk; b++) {
                     /* S^T (je, cw) = alpha K (je, d) Q^T (d, cw) of this block's queries, masked */
                     const int c0 = b * bw, cw = c0 + bw < bq ? bw : bq - c0, je = jend[b];
@@ -538,30 +545,54 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
                                 for (int i = c0; i < c0 + cw; i++)
                                     row[i] = key_hidden(kp, qp[i], W) || kd != qd[i] ? -INFINITY : row[i];
                         }
+                    if (try_m) continue;
                     sk->col_max(ST + c0, je, cw, ldt, mx + c0);
                     if (bt) /* the max of the scaled scores: alpha > 0 and rounding are monotonic */
                         for (int i = c0; i < c0 + cw; i++) mx[i] *= alpha;
                 }
-                for (int i = 0; i < bq; i++) { /* bf16 tiles: the reference maximum moves only past lazy_max */
-                    float mnew = !bt ? (m[i] > mx[i] ? m[i] : mx[i]) : mx[i] > m[i] + lazy_max ? mx[i] : m[i];
-                    seen[i] |= mx[i] != -INFINITY;
-                    msafe[i] = mnew == -INFINITY ? 0.0f : mnew; /* a column with no key yet: p = 0 */
-                    corr[i] = m[i] - msafe[i];                  /* exponent of the rescaling */
-                    m[i] = mnew;
+                int settled = 0; /* P, its sums and l done by the try */
+                if (try_m) { /* one block (no partial tile): c0 0, cw bq, je bk */
+                    bt->col_exp2_pairs(ST, bk, bq, ldt, alpha, m, sum, Pw, ldt, mx);
+                    /* no argument within a quarter of the threshold: the rule below, on the maxima, would
+                     * keep every m too (for |m| < 2^21), and its step would make these same P, sums and
+                     * l (m - m = 0, a factor of 1): the results are bit for bit those of that path */
+                    int moves = 0;
+                    for (int i = 0; i < bq; i++) moves |= mx[i] > lazy_max - 0.25f;
+                    if (!moves) {
+                        for (int i = 0; i < bq; i++) {
+                            seen[i] |= mx[i] != -INFINITY;
+                            l[i] += sum[i]; /* m stays: no rescaling */
+                        }
+                        settled = 1;
+                    } else { /* the maxima after all, and the usual step below (P made again) */
+                        sk->col_max(ST, bk, bq, ldt, mx);
+                        for (int i = 0; i < bq; i++) mx[i] *= alpha;
+                    }
                 }
-                sk->row_exp2_sum(corr, bq, 0.0f); /* corr = 2^(m_old - m_new), 0 when m was -inf */
-                for (int b = 0; b < nblk; b++) { /* P^T: bf16 pairs (never stored in fp32), or in place */
-                    const int c0 = b * bw, cw = c0 + bw < bq ? bw : bq - c0;
-                    if (bt) bt->col_exp2_pairs(ST + c0, jend[b], cw, ldt, alpha, msafe + c0, sum + c0, Pw + c0, ldt);
-                    else sk->col_exp2_sum(ST + c0, jend[b], cw, ldt, msafe + c0, sum + c0);
+                if (!settled) {
+                    for (int i = 0; i < bq; i++) { /* bf16 tiles: the reference maximum moves only past lazy_max */
+                        float mnew = !bt ? (m[i] > mx[i] ? m[i] : mx[i]) : mx[i] > m[i] + lazy_max ? mx[i] : m[i];
+                        seen[i] |= mx[i] != -INFINITY;
+                        msafe[i] = mnew == -INFINITY ? 0.0f : mnew; /* a column with no key yet: p = 0 */
+                        corr[i] = m[i] - msafe[i];                  /* exponent of the rescaling */
+                        m[i] = mnew;
+                    }
+                    sk->row_exp2_sum(corr, bq, 0.0f); /* corr = 2^(m_old - m_new), 0 when m was -inf */
+                    for (int b = 0; b < nblk; b++) { /* P^T: bf16 pairs (never stored in fp32), or in place */
+                        const int c0 = b * bw, cw = c0 + bw < bq ? bw : bq - c0;
+                        if (bt)
+                            bt->col_exp2_pairs(ST + c0, jend[b], cw, ldt, alpha, msafe + c0, sum + c0, Pw + c0, ldt,
+                                               NULL);
+                        else sk->col_exp2_sum(ST + c0, jend[b], cw, ldt, msafe + c0, sum + c0);
+                    }
+                    int rescale = 0;
+                    for (int i = 0; i < bq; i++) {
+                        l[i] = l[i] * corr[i] + sum[i];
+                        rescale |= corr[i] != 1.0f;
+                        if (!acc_t && corr[i] != 1.0f) sk->scale_row(acc + (size_t)i * d, d, corr[i]);
+                    }
+                    if (acc_t && rescale) sk->scale_cols(acc, d, bq, ldt, corr);
                 }
-                int rescale = 0;
-                for (int i = 0; i < bq; i++) {
-                    l[i] = l[i] * corr[i] + sum[i];
-                    rescale |= corr[i] != 1.0f;
-                    if (!acc_t && corr[i] != 1.0f) sk->scale_row(acc + (size_t)i * d, d, corr[i]);
-                }
-                if (acc_t && rescale) sk->scale_cols(acc, d, bq, ldt, corr);
                 for (int b = 0; b < nblk; b++) {
                     /* acc (cw, d) += P (cw, je) V (je, d), P read as (S^T)^T; or acc^T (d, cw) +=
                      * V^T (d, je) P^T (je, cw) */

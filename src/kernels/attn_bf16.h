@@ -72,10 +72,11 @@ typedef struct {
     /* The forward's softmax step fused with packing its probabilities: p[j][i] = 2^(alpha s[j][i] -
      * m[i]) (alpha s - m in one fused multiply-add: the scores arrive unscaled, so that their product
      * stores straight from the tiles) for rows j < rows, columns i < n of s (ld); sum[i] = the sum
-     * over j of the fp32 p; dst (ceil(rows / 2), n words; ldd) = pairs layout of p. s is not
-     * written. */
+     * over j of the fp32 p; dst (ceil(rows / 2), n words; ldd) = pairs layout of p; xmax (NULL:
+     * not kept) [i] = the largest alpha s[j][i] - m[i] over j (-inf for a column of -inf scores),
+     * so that a caller trying its current m can see whether that m still holds. s is not written. */
     void (*col_exp2_pairs)(const float *s, int rows, int n, size_t ld, float alpha, const float *m, float *sum,
-                           bf16_pair *dst, size_t ldd);
+                           bf16_pair *dst, size_t ldd, float *xmax);
     /* The backward's probabilities, fp32 and packed in one pass: p[r][j] = 2^(alpha p[r][j] - m[r])
      * (p holds the unscaled scores on entry; alpha s - m in one fused multiply-add, the softmax
      * step's exp2 of col_exp2_pairs: relative error 2.7e-6, 0 for -inf, 0 or an fp32 denormal below
@@ -125,7 +126,7 @@ void attn_bf16_tiles_use(const AttnBf16Tiles *t);
 void attn_bf16_pack_rows_avx512(int rows, int cols, const float *src, size_t lds, bf16_pair *dst, size_t ldd);
 void attn_bf16_pack_pairs_avx512(int rows, int cols, const float *src, size_t lds, bf16_pair *dst, size_t ldd);
 void attn_bf16_col_exp2_pairs_avx512(const float *s, int rows, int n, size_t ld, float alpha, const float *m,
-                                     float *sum, bf16_pair *dst, size_t ldd);
+                                     float *sum, bf16_pair *dst, size_t ldd, float *xmax);
 void attn_bf16_row_exp2_pairs_avx512(float *p, int rows, int n, size_t ld, float alpha, const float *m,
                                      bf16_pair *dst, size_t ldd);
 /* dst[r][k] = src[k lds + r] for r, k < 16: one 16 x 16 block of 32-bit words transposed in registers

@@ -9,6 +9,7 @@
  * AVX512_BF16 and the kernel path is avx512. The packers serve the AMX tables too
  * (attn_bf16_amx_body.h): every CPU with AMX-BF16 has AVX512_BF16. */
 #include <immintrin.h>
+#include <math.h>
 
 #include "kernels/attn_bf16.h"
 #include "kernels/avx512_exp2.h"
@@ -176,31 +177,45 @@ void attn_bf16_pack_pairs_avx512(int rows, int cols, const float *src, size_t ld
     }
 }
 
-void attn_bf16_col_exp2_pairs_avx512(const float *s, int rows, int n, size_t ld, float alpha, const float *m,
-                                     float *sum, bf16_pair *dst, size_t ldd) {
+/* col_exp2_pairs' body; with_max (a constant at each call) also keeps each column's largest
+ * argument alpha s - m in xmax */
+static inline __attribute__((always_inline)) void col_exp2_pairs_body(const float *s, int rows, int n, size_t ld,
+                                                                      float alpha, const float *m, float *sum,
+                                                                      bf16_pair *dst, size_t ldd, float *xmax,
+                                                                      const int with_max) {
     const __m512 av = _mm512_set1_ps(alpha);
     for (int c = 0; c < n; c += 16) {
         const int cnt = n - c < 16 ? n - c : 16;
         const __mmask16 mk = (__mmask16)((1u << cnt) - 1u);
         const __m512 mv = _mm512_maskz_loadu_ps(mk, m + c);
-        __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, mx0 = _mm512_set1_ps(-INFINITY), mx1 = mx0;
         for (int rr = 0; rr < rows / 2; rr++) {
             const float *r0 = s + (size_t)(2 * rr) * ld + c;
-            const __m512 x0 = vexp2_bf16_maskz(mk, _mm512_fmsub_ps(av, _mm512_maskz_loadu_ps(mk, r0), mv));
-            const __m512 x1 =
-                vexp2_bf16_maskz(mk, _mm512_fmsub_ps(av, _mm512_maskz_loadu_ps(mk, r0 + ld), mv));
+            const __m512 y0 = _mm512_fmsub_ps(av, _mm512_maskz_loadu_ps(mk, r0), mv);
+            const __m512 y1 = _mm512_fmsub_ps(av, _mm512_maskz_loadu_ps(mk, r0 + ld), mv);
+            if (with_max) mx0 = _mm512_max_ps(mx0, y0), mx1 = _mm512_max_ps(mx1, y1);
+            const __m512 x0 = vexp2_bf16_maskz(mk, y0), x1 = vexp2_bf16_maskz(mk, y1);
             acc0 = _mm512_add_ps(acc0, x0);
             acc1 = _mm512_add_ps(acc1, x1);
             _mm512_mask_storeu_epi32(dst + (size_t)rr * ldd + c, mk, interleave_pairs(x0, x1));
         }
         if (rows % 2) { /* the last row pairs with 0 */
             const float *r0 = s + (size_t)(rows - 1) * ld + c;
-            const __m512 x0 = vexp2_bf16_maskz(mk, _mm512_fmsub_ps(av, _mm512_maskz_loadu_ps(mk, r0), mv));
+            const __m512 y0 = _mm512_fmsub_ps(av, _mm512_maskz_loadu_ps(mk, r0), mv);
+            if (with_max) mx0 = _mm512_max_ps(mx0, y0);
+            const __m512 x0 = vexp2_bf16_maskz(mk, y0);
             acc0 = _mm512_add_ps(acc0, x0);
             _mm512_mask_storeu_epi32(dst + (size_t)(rows / 2) * ldd + c, mk, interleave_pairs(x0, _mm512_setzero_ps()));
         }
         _mm512_mask_storeu_ps(sum + c, mk, _mm512_add_ps(acc0, acc1));
+        if (with_max) _mm512_mask_storeu_ps(xmax + c, mk, _mm512_max_ps(mx0, mx1));
     }
+}
+
+void attn_bf16_col_exp2_pairs_avx512(const float *s, int rows, int n, size_t ld, float alpha, const float *m,
+                                     float *sum, bf16_pair *dst, size_t ldd, float *xmax) {
+    if (xmax) col_exp2_pairs_body(s, rows, n, ld, alpha, m, sum, dst, ldd, xmax, 1);
+    else col_exp2_pairs_body(s, rows, n, ld, alpha, m, sum, dst, ldd, NULL, 0);
 }
 
 void attn_bf16_row_exp2_pairs_avx512(float *p, int rows, int n, size_t ld, float alpha, const float *m,
