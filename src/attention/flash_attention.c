@@ -327,6 +327,16 @@ void attn_forward_docs(const AttnShape *s, const float *q, const int *q_pos, con
     op_clock_add(OPC_ATTN_FWD, t0);
 }
 
+/* mx (n) = the column maxima of the scores S^T (rows, n; ld) in log2 units: as stored (the fp32
+ * kernel scales in its product), or (unscaled, the bf16 tiles) times alpha: the max of the scaled
+ * scores, alpha > 0 and rounding being monotonic. */
+static void col_max_scores(const SimdKernels *sk, int unscaled, const float *st, int rows, int n, size_t ld,
+                           float alpha, float *mx) {
+    sk->col_max(st, rows, n, ld, mx);
+    if (unscaled)
+        for (int i = 0; i < n; i++) mx[i] *= alpha;
+}
+
 static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, const int *q_doc, const float *k,
                          const float *v, const int *kv_pos, const int *kv_doc, float *o, float *lse) {
     check_shape(s, q_pos, kv_pos, q_doc, kv_doc, "attn_forward");
@@ -545,10 +555,7 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
                                 for (int i = c0; i < c0 + cw; i++)
                                     row[i] = key_hidden(kp, qp[i], W) || kd != qd[i] ? -INFINITY : row[i];
                         }
-                    if (try_m) continue;
-                    sk->col_max(ST + c0, je, cw, ldt, mx + c0);
-                    if (bt) /* the max of the scaled scores: alpha > 0 and rounding are monotonic */
-                        for (int i = c0; i < c0 + cw; i++) mx[i] *= alpha;
+                    if (!try_m) col_max_scores(sk, bt != NULL, ST + c0, je, cw, ldt, alpha, mx + c0);
                 }
                 int settled = 0; /* P, its sums and l done by the try */
                 if (try_m) { /* one block (no partial tile): c0 0, cw bq, je bk */
@@ -565,8 +572,7 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
                         }
                         settled = 1;
                     } else { /* the maxima after all, and the usual step below (P made again) */
-                        sk->col_max(ST, bk, bq, ldt, mx);
-                        for (int i = 0; i < bq; i++) mx[i] *= alpha;
+                        col_max_scores(sk, 1, ST, bk, bq, ldt, alpha, mx);
                     }
                 }
                 if (!settled) {
