@@ -51,9 +51,18 @@ static void attn_rates(const AttnShape *s, const float *q, const float *k, const
 }
 
 /* The bf16 table's pieces alone, on the forward's shapes (fwd_bq queries x fwd_bk keys, head_dim
- * d): S = K Q^T (rows A), O += P^T V (transposed A, accumulate), the softmax step that packs P;
- * GFLOPS (elements per ns for the softmax) per CPU-second, best of 20 calls after a tenth of a
- * second of warm-up. */
+ * d): S = K Q^T (rows A), the softmax step that packs P, and the product with V the forward runs
+ * with this table: O^T += V^T P (rows A, the tables with fwd_acc_transposed: AMX) or O += P^T V
+ * (transposed A), accumulating; GFLOPS (elements per ns for the softmax) per CPU-second, best of 20
+ * calls after a tenth of a second of warm-up. */
+/* The forward's product with V: O^T (d, bq) += V^T (d, bk2 pairs) P (bk2, bq) where the table
+ * accumulates transposed, else O (bq, d) += P^T V with P (bk2, bq) read transposed. */
+static void pv_product(const AttnBf16Tiles *t, int acc_t, int bq, int bk2, int d, const bf16_pair *pw,
+                       const bf16_pair *vw, const bf16_pair *vtw, float *ob) {
+    if (acc_t) t->tile_gemm(d, bq, bk2, 1.0f, vtw, (size_t)bk2, 1, pw, (size_t)bq, 1, ob, (size_t)bq, NULL);
+    else t->tile_gemm(bq, d, bk2, 1.0f, pw, 1, (size_t)bq, vw, (size_t)d, 1, ob, (size_t)d, NULL);
+}
+
 static void bf16_pieces(const AttnBf16Tiles *t, int d) {
     const int bq = t->fwd_bq, bk = t->fwd_bk, d2 = (d + 1) / 2, bk2 = (bk + 1) / 2;
     Rng rng;
@@ -67,13 +76,19 @@ static void bf16_pieces(const AttnBf16Tiles *t, int d) {
         for (int c = 0; c < d; c++) st[(size_t)c * bq + i] = qf[(size_t)i * d + c];
     t->pack_pairs(d, bq, st, (size_t)bq, qw, (size_t)bq);
     t->pack_pairs(bk, d, vf, (size_t)d, vw, (size_t)d);
+    const int acc_t = t->fwd_acc_transposed;
+    bf16_pair *vtw = xmalloc_aligned((size_t)d * bk2 * 4); /* V^T as rows: (d, bk2) */
+    float *vt = xmalloc_aligned((size_t)d * bk * 4);
+    for (int j = 0; j < bk; j++)
+        for (int c = 0; c < d; c++) vt[(size_t)c * bk + j] = vf[(size_t)j * d + c];
+    t->pack_rows(d, bk, vt, (size_t)bk, vtw, (size_t)bk2);
     for (int i = 0; i < bq && i < 1024; i++) m[i] = 0;
     /* a tenth of a second of the three first: on the AMX Xeon the tile products of a cold unit ran
      * at half the rate (bench/amx_probe.c) */
     for (const double t_end = cpu_seconds() + 0.1; cpu_seconds() < t_end;) {
         t->tile_gemm(bk, bq, d2, 1.0f, kw, (size_t)d2, 1, qw, (size_t)bq, 0, st, (size_t)bq, NULL);
         t->col_exp2_pairs(st, bk, bq, (size_t)bq, 0.125f, m, sum, pw, (size_t)bq, NULL);
-        t->tile_gemm(bq, d, bk2, 1.0f, pw, 1, (size_t)bq, vw, (size_t)d, 1, ob, (size_t)d, NULL);
+        pv_product(t, acc_t, bq, bk2, d, pw, vw, vtw, ob);
     }
     double best[3] = {0, 0, 0};
     for (int r = 0; r <= 20; r++) {
@@ -82,15 +97,16 @@ static void bf16_pieces(const AttnBf16Tiles *t, int d) {
         double t1 = cpu_seconds();
         t->col_exp2_pairs(st, bk, bq, (size_t)bq, 0.125f, m, sum, pw, (size_t)bq, NULL);
         double t2 = cpu_seconds();
-        t->tile_gemm(bq, d, bk2, 1.0f, pw, 1, (size_t)bq, vw, (size_t)d, 1, ob, (size_t)d, NULL);
+        pv_product(t, acc_t, bq, bk2, d, pw, vw, vtw, ob);
         double t3 = cpu_seconds();
         const double g[3] = {2.0 * bk * bq * d / (t1 - t0), (double)bk * bq / (t2 - t1), 2.0 * bk * bq * d / (t3 - t2)};
         for (int j = 0; j < 3 && r; j++)
             if (g[j] > best[j]) best[j] = g[j];
     }
     printf("  %s pieces, %d x %d block, d=%d: S = K Q^T %.1f GFLOPS, softmax+pack %.2f elements/ns, "
-           "O += P^T V %.1f GFLOPS per CPU-second\n", t->name, bk, bq, d, best[0] * 1e-9, best[1] * 1e-9, best[2] * 1e-9);
-    xfree(kf); xfree(qf); xfree(vf); xfree(st); xfree(ob); xfree(kw); xfree(qw); xfree(vw); xfree(pw);
+           "%s %.1f GFLOPS per CPU-second\n", t->name, bk, bq, d, best[0] * 1e-9, best[1] * 1e-9,
+           acc_t ? "O^T += V^T P" : "O += P^T V", best[2] * 1e-9);
+    xfree(vt); xfree(vtw); xfree(kf); xfree(qf); xfree(vf); xfree(st); xfree(ob); xfree(kw); xfree(qw); xfree(vw); xfree(pw);
 }
 
 int main(int argc, char **argv) {
