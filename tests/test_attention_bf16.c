@@ -311,16 +311,18 @@ static void run_case(const Case *c, int tiles) {
  * hold NaN pairs: a kernel that multiplies one into a result fails. Tolerance: fp32 accumulation
  * of the 2 K2 exact products, (2 K2 + 4) 2^-24 of the sum of the absolute terms (and C0). */
 static void check_tile_gemm(const AttnBf16Tiles *t) {
-    static const int Ms[] = {1, 16, 17, 33, 50}, Ns[] = {1, 16, 17, 40, 65}, Ks[] = {1, 16, 17, 33, 130};
+    /* M and K2 of 32: whole row blocks of two whole k-tiles (head_dim 64, AMX's short-contraction
+     * rows); alpha 1 too: AMX loads and stores whole tiles of C in place there */
+    static const int Ms[] = {1, 16, 17, 32, 33, 50}, Ns[] = {1, 16, 17, 40, 65}, Ks[] = {1, 16, 17, 32, 33, 130};
     const bf16_pair NAN_PAIR = 0x7fc07fc0u;
     double worst = 0;
     int cases = 0;
     for (size_t mi = 0; mi < ARRAY_LEN(Ms); mi++)
         for (size_t ni = 0; ni < ARRAY_LEN(Ns); ni++)
             for (size_t ki = 0; ki < ARRAY_LEN(Ks); ki++)
-                for (int acc = 0; acc < 2; acc++) {
+                for (int acc = 0; acc < 4; acc++) {
                     const int M = Ms[mi], N = Ns[ni], K2 = Ks[ki];
-                    const float alpha = acc ? 0.375f : -1.25f;
+                    const float alpha = acc >= 2 ? 1.0f : acc ? 0.375f : -1.25f;
                     const size_t ars = (size_t)K2 + 3, aks = (size_t)M + 5, ldb = (size_t)N + 2, ldc = (size_t)N + 3;
                     const size_t nr = (size_t)(M - 1) * ars + (size_t)K2, nt = (size_t)(K2 - 1) * aks + (size_t)M + (size_t)t->mr;
                     bf16_pair *Ar = xmalloc(sizeof(bf16_pair) * nr), *At = xmalloc(sizeof(bf16_pair) * nt);
@@ -345,8 +347,8 @@ static void check_tile_gemm(const AttnBf16Tiles *t) {
                     for (size_t i = 0; i < nc; i++) C0[i] = (float)rng_normal(&rng);
                     memcpy(Cr, C0, sizeof(float) * nc);
                     memcpy(Ct, C0, sizeof(float) * nc);
-                    t->tile_gemm(M, N, K2, alpha, Ar, ars, 1, B, ldb, acc, Cr, ldc, NULL);
-                    t->tile_gemm(M, N, K2, alpha, At, 1, aks, B, ldb, acc, Ct, ldc, NULL);
+                    t->tile_gemm(M, N, K2, alpha, Ar, ars, 1, B, ldb, acc & 1, Cr, ldc, NULL);
+                    t->tile_gemm(M, N, K2, alpha, At, 1, aks, B, ldb, acc & 1, Ct, ldc, NULL);
                     double w = 0;
                     int untouched = 1;
                     for (int m = 0; m <= M; m++)
@@ -366,13 +368,13 @@ static void check_tile_gemm(const AttnBf16Tiles *t) {
                             }
                             ref *= alpha;
                             mag *= fabs(alpha);
-                            if (acc) ref += C0[i], mag += fabs(C0[i]);
+                            if (acc & 1) ref += C0[i], mag += fabs(C0[i]);
                             const double tol = (2.0 * K2 + 4) * 0x1p-24 * mag + 1e-30;
                             const double e = fmax(fabs(Cr[i] - ref), fabs(Ct[i] - ref)) / tol;
                             if (!(e <= w)) w = isnan(e) ? INFINITY : e;
                         }
-                    CHECK(w <= 1, "%s tile_gemm M %d N %d K2 %d accumulate %d: off by %.3g of its tolerance", t->name, M, N,
-                          K2, acc, w);
+                    CHECK(w <= 1, "%s tile_gemm M %d N %d K2 %d alpha %g accumulate %d: off by %.3g of its tolerance", t->name, M, N,
+                          K2, (double)alpha, acc & 1, w);
                     CHECK(untouched, "%s tile_gemm M %d N %d K2 %d: wrote C outside M x N", t->name, M, N, K2);
                     CHECK(!memcmp(Cr, Ct, sizeof(float) * nc), "%s tile_gemm M %d N %d K2 %d: rows and transposed A differ",
                           t->name, M, N, K2);
@@ -385,7 +387,7 @@ static void check_tile_gemm(const AttnBf16Tiles *t) {
                                     m < M ? Ar[(size_t)m * ars + k] : 0u;
                         float *Cp = xmalloc(sizeof(float) * nc);
                         memcpy(Cp, C0, sizeof(float) * nc);
-                        t->tile_gemm_panels(M, N, K2, alpha, Ap, B, ldb, acc, Cp, ldc, NULL);
+                        t->tile_gemm_panels(M, N, K2, alpha, Ap, B, ldb, acc & 1, Cp, ldc, NULL);
                         CHECK(!memcmp(Cp, Cr, sizeof(float) * nc), "%s tile_gemm_panels M %d N %d K2 %d: not the rows layout's C",
                               t->name, M, N, K2);
                         xfree(Ap); xfree(Cp);
