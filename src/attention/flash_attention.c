@@ -398,7 +398,8 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
      * P^T is read transposed. Key tiles start at even rows (BK even), so a tile's pairs are the
      * call's. */
     const int d2 = (d + 1) / 2, bk2 = (BK + 1) / 2, nkv2 = (n_kv + 1) / 2;
-    const size_t ldkw = (size_t)d2 + FA_SKEW / 2, ldvw = (size_t)d + FA_SKEW / 2, ldvt = ((size_t)bk2 + 15) / 16 * 16;
+    const size_t ldkw = bt ? attn_bf16_rows_ld(bt, d2) : 0, ldvw = (size_t)d + FA_SKEW / 2;
+    const size_t ldvt = ((size_t)bk2 + 15) / 16 * 16;
     const size_t pw_n = (size_t)bk2 * (acc_t && (size_t)d > ldt ? (size_t)d : ldt);
     const size_t per_thread_w = ((size_t)BQ * d2 + (size_t)d2 * ldt + pw_n + 15) / 16 * 16;
     bf16_pair *work_w = bt ? words_zeroed((size_t)nth * per_thread_w) : NULL;
@@ -707,7 +708,9 @@ int attn_backward_pass_rows(int n_q, int n_kv, int group, int head_dim, int bq, 
     const int slots = attn_backward_dq_slots(threads);
     const double d = head_dim, ldc = d + FA_SKEW, d2 = (head_dim + 1) / 2;
     /* words per query row of the compact Q and dO copies: fp32 rows, or bf16 rows and pairs */
-    const double copy_row = bf16_tiles ? 2 * (d2 + FA_SKEW / 2) + (d + FA_SKEW / 2) : 2 * ldc;
+    const AttnBf16Tiles *bt = bf16_tiles ? attn_bf16_tiles() : NULL;
+    const double ldkw = bt ? (double)attn_bf16_rows_ld(bt, (int)d2) : d2 + ATTN_BF16_ROW_SKEW;
+    const double copy_row = bf16_tiles ? 2 * ldkw + (d + FA_SKEW / 2) : 2 * ldc;
     const double whole = (slots - 1.0) * n_q * group * d + (double)group * n_q * copy_row;
     const double per_row = (slots - 1.0) * d + copy_row, acc = 2.0 * n_kv * d;
     double c = acc / per_row; /* per-pass buffers about the size of the kv head's dK and dV */
@@ -820,7 +823,8 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
      * transposed. Query tiles and passes start at even rows (BQ even), so a tile's pairs are the
      * pass's. */
     const int d2 = (d + 1) / 2, bk2 = (BK + 1) / 2, bq2 = (BQ + 1) / 2, pr2 = (PR + 1) / 2;
-    const size_t ldkw = (size_t)d2 + FA_SKEW / 2, ldvw = (size_t)d + FA_SKEW / 2, ldsw = (size_t)bk2 + FA_SKEW;
+    const size_t ldkw = bt ? attn_bf16_rows_ld(bt, d2) : 0, ldvw = (size_t)d + FA_SKEW / 2;
+    const size_t ldsw = (size_t)bk2 + FA_SKEW;
     const size_t per_thread_w = (2 * (size_t)d2 * ldp + (size_t)bk2 * ldc + (size_t)BK * d2 + (size_t)bq2 * ldp +
                                  (size_t)BQ * ldsw + 15) / 16 * 16;
     bf16_pair *work_w = bt ? words_zeroed((size_t)nth * per_thread_w) : NULL;

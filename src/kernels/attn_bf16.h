@@ -38,6 +38,12 @@ typedef struct {
     /* Flash-attention tile sizes on these kernels (as isa.h's), all even: a tile's pairs are then
      * pairs of the whole call's rows */
     int fwd_bq, fwd_bk, bwd_bk, bwd_bq;
+    /* Pair words the row stride of the kernel's rows-layout copies (K's key tiles, the backward's Q
+     * and dO rows: the A operands of the score products) is rounded up to (attn_bf16_rows_ld): AMX
+     * 16, so that each 64-byte row of a tile load is one cache line (with the skew's stride of
+     * head_dim / 2 + 8 words every other row straddled two: 2-3% of the AMX forward and backward);
+     * 0: the row plus ATTN_BF16_ROW_SKEW words. */
+    int rows_align;
     /* 1: the forward's second product runs transposed, acc^T += V^T P^T (V^T in rows layout, P^T
      * in pairs layout, as the softmax step packs it: every operand in place); 0: acc += P V with
      * P^T read transposed (attention/flash_attention.c). On the AMX Xeon (one 192 x 192 block,
@@ -92,6 +98,17 @@ typedef struct {
     void (*ds_pack)(const float *p, const float *dp, size_t ld, int rows, int n, const float *delta, float scale,
                     bf16_pair *pairs, size_t ldpairs, bf16_pair *rows_w, size_t ldrows);
 } AttnBf16Tiles;
+
+/* Words a rows-layout row of d2 pair words is padded with where the table does not align its rows:
+ * no power-of-two stride (cache-set conflicts), as flash_attention.c's FA_SKEW / 2. */
+#define ATTN_BF16_ROW_SKEW 8
+
+/* The row stride, in pair words, of the attention kernel's rows-layout copies of d2 words a row
+ * (flash_attention.c; the memory model counts the same). */
+static inline size_t attn_bf16_rows_ld(const AttnBf16Tiles *t, int d2) {
+    const size_t a = (size_t)t->rows_align;
+    return a ? ((size_t)d2 + a - 1) / a * a : (size_t)d2 + ATTN_BF16_ROW_SKEW;
+}
 
 /* The bf16 tile kernels for this process's kernel path, or NULL where there are none: the CPU
  * lacks AVX512_BF16 or the kernel path (isa.h, SEQPAR_ISA) is below avx512. The AMX tiles where

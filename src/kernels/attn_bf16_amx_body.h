@@ -290,6 +290,7 @@ static void amx_tile_gemm(int M, int N, int K2, float alpha, const bf16_pair *A,
 const AttnBf16Tiles AMX_TABLE = {
     .name = AMX_TABLE_NAME,
     .mr = 0,
+    .rows_align = 16,
     .fwd_acc_transposed = 1,
     .bwd_acc_transposed = 1,
     .tile_gemm = amx_tile_gemm,

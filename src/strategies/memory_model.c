@@ -72,7 +72,7 @@ static double flash_transient(int threads, double nq, double nk, int kv_heads, i
         fwd += kv_heads * (ceil(nk / fbk) * bkp * d + nk * ldc);
         bwd += 2.0 * ph * pr * ldc;
     } else {
-        const double d2 = (d + 1) / 2, bk2 = ((int)fbk + 1) / 2, ldkw = d2 + skew / 2, ldvw = d + skew / 2;
+        const double d2 = (d + 1) / 2, bk2 = ((int)fbk + 1) / 2, ldkw = (double)attn_bf16_rows_ld(bt, (int)d2), ldvw = d + skew / 2;
         /* K a key tile at a time: in the table's panels, or (AMX) rows of ldkw words */
         const double ktile = bt->panel_mr ? ceil(fbk / bt->panel_mr) * bt->panel_mr * d2 : fbk * ldkw;
         /* V pairs, or (fwd_acc_transposed) V^T rows a key tile at a time, d x ceil16(bk2) words each */
