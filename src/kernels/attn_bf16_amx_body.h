@@ -11,7 +11,9 @@
  * TDPBF16PS computes C (16 x 16 fp32) += A (16 rows of 16 pair words) B (16 pair steps of 16 pair
  * words): A's rows are the rows layout of attn_bf16.h and B's rows its pairs layout, so B is
  * loaded straight from the caller's operand. The block of C is 32 x 32: four accumulator tiles
- * (tmm0-3), two A tiles (tmm4-5) and two B tiles (tmm6-7), each A and B tile used twice per load.
+ * (tmm0-3), two A tiles (tmm4-5) and two B tiles (tmm6-7), each A and B tile used twice per load;
+ * a contraction of one or two k-tiles (head_dim up to 64) goes row block by row block instead, A
+ * held in tiles (amx_short_row).
  * One configuration for the whole call: every tile 16 rows of 64 bytes; ragged edges are padded
  * with zeros in scratch blocks instead:
  *   A     a whole 32-row block of a rows-layout A (aks == 1) whose pair steps fill whole tiles
