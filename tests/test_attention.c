@@ -732,10 +732,34 @@ static void test_backward_passes(Rng *rng) {
     unsetenv("SEQPAR_ATTN_BWD_ROWS");
 }
 
+/* The kernel's buffer allocator (core/common.h: xzalloc_filled): zeroed, 64-byte aligned,
+ * writable end to end and tracked, below 1 MiB as xcalloc's, from 1 MiB a mapping whose header
+ * and data start a 2 MiB huge page (so Linux can back it with huge pages). */
+static void test_kernel_buffers(void) {
+    const size_t sizes[] = {100, ((size_t)1 << 20) - 1, (size_t)1 << 20, ((size_t)5 << 20) + 3};
+    for (size_t i = 0; i < ARRAY_LEN(sizes); i++) {
+        const size_t n = sizes[i], before = mem_tracked_current();
+        unsigned char *p = xzalloc_filled(n);
+        size_t nonzero = 0;
+        for (size_t j = 0; j < n; j++) nonzero += p[j] != 0;
+        CHECK(nonzero == 0, "xzalloc_filled(%zu): %zu bytes not zero", n, nonzero);
+        CHECK((uintptr_t)p % 64 == 0, "xzalloc_filled(%zu): %p not 64-byte aligned", n, (void *)p);
+        if (n >= (size_t)1 << 20)
+            CHECK(((uintptr_t)p - 64) % ((uintptr_t)2 << 20) == 0, "xzalloc_filled(%zu): the block does not start a 2 MiB page", n);
+        CHECK(mem_tracked_current() - before == n, "xzalloc_filled(%zu): tracked %zu bytes", n, mem_tracked_current() - before);
+        memset(p, 0xA5, n);
+        CHECK(p[0] == 0xA5 && p[n - 1] == 0xA5, "xzalloc_filled(%zu): not writable end to end", n);
+        xfree(p);
+        CHECK(mem_tracked_current() == before, "xzalloc_filled(%zu): xfree left %zu bytes tracked", n, mem_tracked_current() - before);
+    }
+}
+
 int main(void) {
     Rng rng;
     rng_seed(&rng, 20240611);
     double t0 = now_seconds();
+
+    test_kernel_buffers();
 
     test_merge();
     test_flops(&rng);

@@ -297,12 +297,12 @@ static void copy_tile(int rows, int cols, const float *src, size_t ld_src, float
 }
 
 /* Zeroed, 64-byte aligned pair words (the bf16 tiles' workspace): padding a product reads but
- * no packer writes is then a finite value. */
-static bf16_pair *words_zeroed(size_t n) {
-    bf16_pair *w = xmalloc_aligned(n * sizeof *w);
-    memset(w, 0, n * sizeof *w);
-    return w;
-}
+ * no packer writes is then a finite value. The kernel's buffers, these and the fp32 ones, come
+ * from xzalloc_filled: from 1 MiB the kernel's zero pages, in huge pages where granted, first
+ * touched by the threads that fill them. A memset here was serial and took each 4 KiB page's
+ * fault (8.2-9.2 ms of a 130 ms forward at S = 8192, d = 128, 4 heads on the AMX Xeon, 12% of it
+ * on two threads). */
+static bf16_pair *words_zeroed(size_t n) { return xzalloc_filled(n * sizeof(bf16_pair)); }
 
 const char *attn_kernel_name(Precision precision) {
     if (precision != PRECISION_BF16) return "fp32";
@@ -381,7 +381,7 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
      * corr, sum (BQ) */
     const size_t acc_n = acc_t ? (size_t)d * ldt : (size_t)BQ * d;
     const size_t per_thread = ((size_t)d * ldt + (size_t)BK * ldt + acc_n + 6 * (size_t)BQ + 15) / 16 * 16;
-    float *work = xmalloc_aligned((size_t)nth * per_thread * sizeof(float));
+    float *work = xzalloc_filled((size_t)nth * per_thread * sizeof(float));
     const long long n_items = (long long)n_busy * H;
     /* K and V of every kv head are packed once per call (every query tile reads them; copying a
      * tile per query tile instead measured ~10% of the forward at S = 8192): K in the panels of the
@@ -412,8 +412,8 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
     bf16_pair *Vall = bt && !acc_t ? words_zeroed((size_t)Hkv * nkv2 * ldvw) : NULL;
     bf16_pair *VTall = acc_t ? words_zeroed((size_t)Hkv * nkt * d * ldvt) : NULL;
 #define VT_TILE_AT(g, kt) (VTall + ((size_t)(g) * nkt + (size_t)(kt)) * d * ldvt)
-    float *Kf = bt ? NULL : xmalloc_aligned((size_t)Hkv * nkt * ktile_n * sizeof(float));
-    float *Vf = bt ? NULL : xmalloc_aligned((size_t)Hkv * n_kv * ldc * sizeof(float));
+    float *Kf = bt ? NULL : xzalloc_filled((size_t)Hkv * nkt * ktile_n * sizeof(float));
+    float *Vf = bt ? NULL : xzalloc_filled((size_t)Hkv * n_kv * ldc * sizeof(float));
 
 #pragma omp parallel num_threads(nth)
     {
@@ -807,15 +807,15 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
     const size_t wide_n = in16 ? (size_t)(BQ > BK ? BQ : BK) * d : 0;
     const size_t per_thread =
         (2 * (size_t)d * ldp + 2 * (size_t)BQ * ldp + 2 * (size_t)BK * d + (size_t)BK * ldc + wide_n + 15) / 16 * 16;
-    float *work = xmalloc_aligned((size_t)nth * per_thread * sizeof(float));
+    float *work = xzalloc_filled((size_t)nth * per_thread * sizeof(float));
     /* dq slots 1.. : (PR, ph, d) each, for the query heads and rows of the current pass */
     const size_t dq_elems = (size_t)PR * ph * d;
     float **dqbuf = xcalloc((size_t)nslots, sizeof *dqbuf);
     if (dq)
-        for (int t = 1; t < nslots; t++) dqbuf[t] = xmalloc_aligned(dq_elems * sizeof(float));
+        for (int t = 1; t < nslots; t++) dqbuf[t] = xzalloc_filled(dq_elems * sizeof(float));
     /* with passes: the kv head's dK and dV, (n_kv, d) each, across its passes */
-    float *dKall = passes_on && dk ? xmalloc_aligned((size_t)n_kv * d * sizeof(float)) : NULL;
-    float *dVall = passes_on && dv ? xmalloc_aligned((size_t)n_kv * d * sizeof(float)) : NULL;
+    float *dKall = passes_on && dk ? xzalloc_filled((size_t)n_kv * d * sizeof(float)) : NULL;
+    float *dVall = passes_on && dv ? xzalloc_filled((size_t)n_kv * d * sizeof(float)) : NULL;
     /* bf16 tiles: Q and dO of the current pass (ph query heads, PR rows) in rows and pairs layouts,
      * packed once per pass (every key tile reads them), (ph, PR, ldkw) and (ph, PR / 2, ldvw) pair
      * words each; per thread: K^T, V^T pairs (d2, ldp) | K pairs (BK/2, ldc) | K or V rows (BK, d2)
@@ -846,8 +846,8 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
     /* fp32: Q and dO of the current pass, compact rows of ldc, (ph, PR, ldc) each, copied once per
      * pass (every key tile reads them; a copy per tile pair measured ~6% of the backward at
      * S = 8192) */
-    float *Qf = bt ? NULL : xmalloc_aligned((size_t)ph * PR * ldc * sizeof(float));
-    float *dOf = bt ? NULL : xmalloc_aligned((size_t)ph * PR * ldc * sizeof(float));
+    float *Qf = bt ? NULL : xzalloc_filled((size_t)ph * PR * ldc * sizeof(float));
+    float *dOf = bt ? NULL : xzalloc_filled((size_t)ph * PR * ldc * sizeof(float));
 
 #pragma omp parallel num_threads(nth)
     {

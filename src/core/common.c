@@ -5,6 +5,7 @@
 #include <math.h>
 #include <mpi.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -154,6 +155,26 @@ void *xcalloc(size_t count, size_t size) {
             (double)n / (1 << 30));
     void *p = track(raw, n); /* page-aligned raw: the user pointer 64-byte aligned */
     ((size_t *)raw)[1] = 1;  /* mapped */
+    return p;
+}
+
+#define HUGE_PAGE ((size_t)2 << 20)
+
+void *xzalloc_filled(size_t n) {
+    if (n < LAZY_ZERO_BYTES || n > SIZE_MAX - HEADER - 2 * HUGE_PAGE) return xcalloc(n, 1);
+    /* map a huge page more, keep the 2 MiB-aligned part (so the header and the data start a huge
+     * page), and give the rest back: xfree unmaps exactly what is kept */
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE), keep = (n + HEADER + page - 1) / page * page;
+    char *base = mmap(NULL, keep + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED)
+        die("out of memory allocating %zu bytes (%.2f GiB): use a shorter --seq-len or a smaller model", n,
+            (double)n / (1 << 30));
+    char *raw = (char *)(((uintptr_t)base + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+    if (raw > base) munmap(base, (size_t)(raw - base));
+    if (base + keep + HUGE_PAGE > raw + keep) munmap(raw + keep, (size_t)(base + keep + HUGE_PAGE - (raw + keep)));
+    madvise(raw, keep, MADV_HUGEPAGE); /* advice only: without huge pages the pages come 4 KiB at a time */
+    void *p = track(raw, n);
+    ((size_t *)raw)[1] = 1; /* mapped */
     return p;
 }
 

@@ -50,7 +50,12 @@ char *xstrdup(const char *s);
 char *xstrdup_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void *xcalloc(size_t count, size_t size);
 void *xmalloc_aligned(size_t n);  /* 64-byte aligned; free with xfree */
-void  xfree(void *p);             /* frees memory from xmalloc / xcalloc / xmalloc_aligned */
+/* n zero bytes for a buffer its caller fills whole right away (the attention kernel's packed
+ * copies): from 1 MiB on mapped from the kernel, 2 MiB-aligned and advised for transparent huge
+ * pages (MADV_HUGEPAGE), so the zeroing happens at the first touch, in whichever thread writes
+ * the page, one fault per 2 MiB where Linux grants huge pages; smaller, xcalloc's. Free with xfree. */
+void *xzalloc_filled(size_t n);
+void  xfree(void *p);             /* frees memory from any of the x* allocators above */
 FILE *xfopen(const char *path, const char *mode); /* dies naming the path and the reason */
 
 /* Bytes currently allocated through x* allocators and the highest value seen. */
