@@ -50,11 +50,6 @@ static void attn_rates(const AttnShape *s, const float *q, const float *k, const
     }
 }
 
-/* The bf16 table's pieces alone, on the forward's shapes (fwd_bq queries x fwd_bk keys, head_dim
- * d): S = K Q^T (rows A), the softmax step that packs P, and the product with V the forward runs
- * with this table: O^T += V^T P (rows A, the tables with fwd_acc_transposed: AMX) or O += P^T V
- * (transposed A), accumulating; GFLOPS (elements per ns for the softmax) per CPU-second, best of 20
- * calls after a tenth of a second of warm-up. */
 /* The forward's product with V: O^T (d, bq) += V^T (d, bk2 pairs) P (bk2, bq) where the table
  * accumulates transposed, else O (bq, d) += P^T V with P (bk2, bq) read transposed. */
 static void pv_product(const AttnBf16Tiles *t, int acc_t, int bq, int bk2, int d, const bf16_pair *pw,
@@ -63,6 +58,11 @@ static void pv_product(const AttnBf16Tiles *t, int acc_t, int bq, int bk2, int d
     else t->tile_gemm(bq, d, bk2, 1.0f, pw, 1, (size_t)bq, vw, (size_t)d, 1, ob, (size_t)d, NULL);
 }
 
+/* The bf16 table's pieces alone, on the forward's shapes (fwd_bq queries x fwd_bk keys, head_dim
+ * d): S = K Q^T (rows A), the softmax step that packs P, and the product with V the forward runs
+ * with this table: O^T += V^T P (rows A, the tables with fwd_acc_transposed: AMX) or O += P^T V
+ * (transposed A), accumulating; GFLOPS (elements per ns for the softmax) per CPU-second, best of 20
+ * calls after a tenth of a second of warm-up. */
 static void bf16_pieces(const AttnBf16Tiles *t, int d) {
     const int bq = t->fwd_bq, bk = t->fwd_bk, d2 = (d + 1) / 2, bk2 = (bk + 1) / 2;
     Rng rng;
