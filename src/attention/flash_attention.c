@@ -304,6 +304,15 @@ static void copy_tile(int rows, int cols, const float *src, size_t ld_src, float
  * on two threads). */
 static bf16_pair *words_zeroed(size_t n) { return xzalloc_filled(n * sizeof(bf16_pair)); }
 
+/* dst (d, ldd words) = the transposed pairs layout of fp32 src (rows, d; lds): row c holds column
+ * c's pair words (an odd last row pairs with 0), the rows-layout A of a transposed product (the
+ * forward's V^T, the backward's Q^T and dO^T), made as pairs (d words a row) in tmp first. */
+static void pack_pairs_transposed(const AttnBf16Tiles *bt, const SimdKernels *sk, int rows, int d, const float *src,
+                                  size_t lds, bf16_pair *tmp, bf16_pair *dst, size_t ldd) {
+    bt->pack_pairs(rows, d, src, lds, tmp, (size_t)d);
+    sk->transpose32((rows + 1) / 2, d, tmp, (size_t)d, dst, ldd);
+}
+
 const char *attn_kernel_name(Precision precision) {
     if (precision != PRECISION_BF16) return "fp32";
     const AttnBf16Tiles *bt = attn_bf16_tiles();
@@ -393,8 +402,9 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
      * floats, (Hkv, n_kv, ldc); under bf16 tiles in pairs layout, (Hkv, n_kv / 2, ldvw), or (acc_t)
      * V^T in rows layout a key tile at a time, (Hkv, nkt, d, ldvt) (a tile's V^T words pair its
      * keys; each tile contiguous, as K's: with V^T's rows the whole sequence long, a tile's 128
-     * rows lay 16 KiB apart at S = 8192, a TLB page each), and per thread Q rows (BQ, d2) | Q^T pairs (d2, ldt) | P^T pairs (BK/2, ldt;
-     * under acc_t first the V pairs of a key tile being packed, (BK/2, d)). ldt >= BQ + mr where
+     * rows lay 16 KiB apart at S = 8192, a TLB page each), and per thread Q rows (BQ, d2) | Q^T
+     * pairs (d2, ldt) | P^T pairs (BK/2, ldt; under acc_t first the V pairs of a key tile being
+     * packed, (BK/2, d)). ldt >= BQ + mr where
      * P^T is read transposed. Key tiles start at even rows (BK even), so a tile's pairs are the
      * call's. */
     const int d2 = (d + 1) / 2, bk2 = (BK + 1) / 2, nkv2 = (n_kv + 1) / 2;
@@ -440,8 +450,7 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
                 if (!acc_t) {
                     bt->pack_pairs(bk, d, vs, ldk, Vall + ((size_t)g * nkv2 + j0 / 2) * ldvw, ldvw);
                 } else { /* V's pairs (an odd last key pairs with 0), then as V^T rows */
-                    bt->pack_pairs(bk, d, vs, ldk, Pw, (size_t)d);
-                    sk->transpose32((bk + 1) / 2, d, Pw, (size_t)d, VT_TILE_AT(g, t % nkt), ldvt);
+                    pack_pairs_transposed(bt, sk, bk, d, vs, ldk, Pw, VT_TILE_AT(g, t % nkt), ldvt);
                 }
             } else {
                 sk->pack_panels(bk, d, ks, ldk, K_TILE_AT(Kf, g, t % nkt));
@@ -918,14 +927,10 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
                         if (acc_tb) { /* pairs (bq2, d) in Vt, then as Q^T, dO^T rows (d, ldqt) */
                             bf16_pair *tmp = (bf16_pair *)Vt;
                             const int tq = (int)(t % (qt1 - qt0)); /* the tile's place in the pass */
-                            if (Qpairs) {
-                                bt->pack_pairs(bq, d, qs, lq, tmp, (size_t)d);
-                                sk->transpose32((bq + 1) / 2, d, tmp, (size_t)d, QT_TILE_AT(Qpairs, hp, tq), ldqt);
-                            }
-                            if (dOpairs) {
-                                bt->pack_pairs(bq, d, ds, ldq, tmp, (size_t)d);
-                                sk->transpose32((bq + 1) / 2, d, tmp, (size_t)d, QT_TILE_AT(dOpairs, hp, tq), ldqt);
-                            }
+                            if (Qpairs)
+                                pack_pairs_transposed(bt, sk, bq, d, qs, lq, tmp, QT_TILE_AT(Qpairs, hp, tq), ldqt);
+                            if (dOpairs)
+                                pack_pairs_transposed(bt, sk, bq, d, ds, ldq, tmp, QT_TILE_AT(dOpairs, hp, tq), ldqt);
                         } else {
                             if (Qpairs) bt->pack_pairs(bq, d, qs, lq, Qpairs + po, ldvw);
                             if (dOpairs) bt->pack_pairs(bq, d, ds, ldq, dOpairs + po, ldvw);
