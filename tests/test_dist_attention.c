@@ -472,6 +472,73 @@ static void test_dout_delta_exchange(void) {
     topology_free(&t);
 }
 
+/* Rank r's contribution to element i of the reduce-scatter test: values whose sum depends on the
+ * order of the additions (fp32 rounding), so that the order comm.h documents is checked. */
+static float rs_value(int r, size_t i, int salt) {
+    return (float)(sin(0.37 * (double)i + 1.3 * r + salt) * (1.0 + 0.25 * r) * pow(10.0, (double)(i % 7) - 3.0));
+}
+
+/* comm_rs_post / comm_rs_test / comm_rs_wait and the blocking form: every rank's block is the sum
+ * of the ranks' contributions added in the order me, me+1, ..., me-1 (mod P), bit for bit (as a
+ * plain loop adds them here); blocks of several messages (above COMM_RS_PIECE floats), empty
+ * blocks, two reduce-scatters in flight at once on one communicator (tags 0 and 1), the other
+ * ranks' blocks of the input unchanged, bytes counted as the direct model. */
+static void test_reduce_scatter(void) {
+    Topology t;
+    topology_create(&t, g_size, 1, 1, 1, PLACEMENT_HEAD_FIRST, 2);
+    Comm *cm = comm_create(&t, NULL);
+    int *counts = xmalloc(sizeof(int) * (size_t)g_size);
+    size_t *displs = xmalloc(sizeof(size_t) * (size_t)g_size), total = 0;
+    for (int p = 0; p < g_size; p++) { /* rank 1's block takes two messages; rank 2's is empty */
+        counts[p] = p == 1 ? (int)COMM_RS_PIECE + 77 : p == 2 ? 0 : 5 + 3 * p;
+        displs[p] = total;
+        total += (size_t)counts[p];
+    }
+    const size_t own = (size_t)counts[g_rank];
+    for (int round = 0; round < 2; round++) { /* 0: two in flight (tags 0, 1); 1: the blocking form */
+        float *src[2], *dst[2];
+        for (int a = 0; a < 2; a++) {
+            src[a] = xmalloc(sizeof(float) * total);
+            dst[a] = xmalloc(sizeof(float) * (own ? own : 1));
+            for (size_t i = 0; i < total; i++) src[a][i] = rs_value(g_rank, i, a);
+        }
+        comm_stats_reset(cm);
+        if (round == 0) {
+            CommReduceScatter rs[2] = {{0}, {0}};
+            for (int a = 0; a < 2; a++) comm_rs_post(cm, COMM_GRAD_REDUCE, &rs[a], src[a], dst[a], counts, t.dp_comm, a);
+            for (int i = 0; i < 3; i++) comm_rs_test(cm, COMM_GRAD_REDUCE, 2, rs);
+            comm_rs_wait(cm, COMM_GRAD_REDUCE, 2, rs);
+            CHECK(!comm_rs_active(&rs[0]) && !comm_rs_active(&rs[1]), "reduce-scatters complete after the wait");
+        } else {
+            comm_reduce_scatter(cm, COMM_GRAD_REDUCE, src[0], dst[0], counts, t.dp_comm);
+            comm_reduce_scatter(cm, COMM_GRAD_REDUCE, src[1], dst[1], counts, t.dp_comm);
+        }
+        for (int a = 0; a < 2; a++) {
+            size_t bad_sum = 0, bad_kept = 0;
+            for (size_t i = 0; i < own; i++) {
+                const size_t e = displs[g_rank] + i;
+                float want = rs_value(g_rank, e, a);
+                for (int q = 1; q < g_size; q++) want += rs_value((g_rank + q) % g_size, e, a);
+                bad_sum += memcmp(&want, &dst[a][i], sizeof want) != 0;
+            }
+            for (size_t i = 0; i < total; i++)
+                if (i < displs[g_rank] || i >= displs[g_rank] + own) bad_kept += src[a][i] != rs_value(g_rank, i, a);
+            CHECK(bad_sum == 0, "reduce-scatter %s %d: %zu of %zu sums differ from the documented order", round ? "blocking"
+                  : "in flight", a, bad_sum, own);
+            CHECK(bad_kept == 0, "reduce-scatter %s %d: %zu elements of the other ranks' blocks changed",
+                  round ? "blocking" : "in flight", a, bad_kept);
+        }
+        CHECK(comm_stats_bytes(&cm->stats, COMM_GRAD_REDUCE) == 2 * 4 * (uint64_t)(total - own),
+              "reduce-scatter bytes %llu, expected %llu", (unsigned long long)comm_stats_bytes(&cm->stats, COMM_GRAD_REDUCE),
+              (unsigned long long)(2 * 4 * (uint64_t)(total - own)));
+        for (int a = 0; a < 2; a++) xfree(src[a]), xfree(dst[a]);
+    }
+    xfree(counts);
+    xfree(displs);
+    comm_destroy(cm, NULL);
+    topology_free(&t);
+}
+
 /* The collective wrappers' byte model and results. */
 static void test_collectives(void) {
     Topology t;
@@ -500,7 +567,7 @@ static void test_collectives(void) {
     }
     float *all = xmalloc(sizeof(float) * (size_t)total), *part = xmalloc(sizeof(float) * (size_t)(g_rank + 1));
     for (int i = 0; i < total; i++) all[i] = (float)i;
-    comm_reduce_scatter(cm, COMM_GRAD_REDUCE, all, part, counts, MPI_FLOAT, MPI_SUM, t.dp_comm);
+    comm_reduce_scatter(cm, COMM_GRAD_REDUCE, all, part, counts, t.dp_comm);
     ok = 1;
     for (int i = 0; i < g_rank + 1; i++) ok &= part[i] == (float)(g_size * (displs[g_rank] + i));
     CHECK(ok, "reduce_scatter result");
@@ -519,7 +586,7 @@ static void test_collectives(void) {
     CHECK(cm->stats.bytes_intra[COMM_PARAM_GATHER] == intra && cm->stats.bytes_inter[COMM_PARAM_GATHER] == inter,
           "allgatherv intra/inter split");
     comm_stats_reset(cm);
-    comm_reduce_scatter_block(cm, COMM_GRAD_REDUCE, all, part, 1, MPI_FLOAT, MPI_SUM, t.dp_comm);
+    comm_reduce_scatter_block(cm, COMM_GRAD_REDUCE, all, part, 1, t.dp_comm);
     CHECK(comm_stats_bytes(&cm->stats, COMM_GRAD_REDUCE) == 4u * (unsigned)(g_size - 1), "reduce_scatter_block bytes");
     xfree(all);
     xfree(part);
@@ -703,6 +770,7 @@ int main(int argc, char **argv) {
 
     test_check_messages();
     test_collectives();
+    test_reduce_scatter();
     test_dout_delta_exchange();
 
     Summary sum = {0};

@@ -1129,16 +1129,19 @@ int cmd_train(int argc, char **argv) {
     /* every rank gets here before any enters MPI_Finalize, which has no deadline */
     watch(&par, st.step, "end", 0);
     /* the run's high-water mark of resident memory, every phase included (the steps' tracked
-     * peak leaves out loading, saves and the C runtime): rank 0's and the largest rank's */
-    unsigned long long rss0 = (unsigned long long)mem_peak_rss(), rss_max = rss0;
+     * peak leaves out loading, saves and the C runtime): rank 0's, the largest and the smallest rank's */
+    unsigned long long rss0 = (unsigned long long)mem_peak_rss(), rss_max = rss0, rss_min = rss0;
     if (par.topo.world_size > 1) {
         comm_control_allreduce(par.comm, "MPI_Allreduce (peak RSS)", &rss_max, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX,
+                               par.topo.world);
+        comm_control_allreduce(par.comm, "MPI_Allreduce (peak RSS)", &rss_min, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN,
                                par.topo.world);
         comm_control_barrier(par.comm, "MPI_Ibarrier (end of run)", par.topo.world);
     }
     if (root && log) {
         fprintf(log, "{\"run_end\": {\"step\": %ld, \"elapsed_s\": %.3f, \"peak_rss_bytes_rank0\": %llu, "
-                     "\"peak_rss_bytes_max\": %llu}}\n", st.step, now_seconds() - run_t0, rss0, rss_max);
+                     "\"peak_rss_bytes_max\": %llu, \"peak_rss_bytes_min\": %llu}}\n", st.step, now_seconds() - run_t0, rss0, rss_max,
+                rss_min);
         progress_log_flush(log, st.step);
     }
     if (root && clamped)

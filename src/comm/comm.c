@@ -571,52 +571,154 @@ void comm_allreduce(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, siz
     }
 }
 
-void comm_reduce_scatter_block(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t recvcount,
-                               MPI_Datatype dt, MPI_Op op, MPI_Comm mc) {
-    int n = comm_size_of(mc), me = comm_rank_of(mc);
-    size_t es = type_size(dt);
-    if (recvcount > (size_t)INT_MAX) die("MPI_Reduce_scatter_block: %zu elements exceed MPI's int count", recvcount);
-    double t0 = now_seconds();
-    MPI_Request req;
-    mpi_check(MPI_Ireduce_scatter_block(sendbuf, recvbuf, (int)recvcount, dt, op, mc, &req),
-              "MPI_Ireduce_scatter_block", mc, -1, recvcount * es);
-    wait_deadline(c, "MPI_Ireduce_scatter_block", k, mc, 1, &req);
-    finish_collective(c, k, "reduce_scatter", t0);
-    for (int p = 0; p < n; p++)
-        if (p != me) {
-            count_bytes(c, k, mc, p, (uint64_t)recvcount * es);
-            c->stats.messages[k]++;
+/* ---- reduce-scatter (comm.h: seqpar's own, in pieces, summed in rank order) ---- */
+#define RS_TAG_BASE 24576 /* tags RS_TAG_BASE .. + COMM_RS_TAGS - 1, on the reduce-scatter's communicator */
+
+/* Receives and sums every message that has arrived, in step order; when all are summed and the
+ * sends are complete, returns 1 (the reduce-scatter is then no longer in flight). */
+static int rs_progress(CommReduceScatter *rs) {
+    const long pieces = rs->n_steps / (rs->n - 1 > 0 ? rs->n - 1 : 1);
+    while (rs->step < rs->n_steps) {
+        const int p = (int)((rs->me + 1 + rs->step / pieces) % rs->n);
+        const size_t off = (size_t)(rs->step % pieces) * COMM_RS_PIECE;
+        const size_t len = rs->own - off < COMM_RS_PIECE ? rs->own - off : COMM_RS_PIECE;
+        if (!rs->recv_posted) {
+            mpi_check(MPI_Irecv(rs->land + off, (int)len, MPI_FLOAT, p, RS_TAG_BASE + rs->tag, rs->mc, &rs->recv),
+                      "MPI_Irecv (reduce-scatter)", rs->mc, p, len * sizeof(float));
+            rs->recv_posted = 1;
         }
+        int flag = 0;
+        mpi_check(MPI_Test(&rs->recv, &flag, MPI_STATUS_IGNORE), "MPI_Test (reduce-scatter)", rs->mc, p,
+                  len * sizeof(float));
+        if (!flag) return 0;
+        rs->recv_posted = 0;
+        float *d = rs->dst + off;
+        const float *x = rs->land + off;
+        for (size_t i = 0; i < len; i++) d[i] += x[i];
+        rs->step++;
+    }
+    int flag = 1;
+    if (rs->n_sends)
+        mpi_check(MPI_Testall(rs->n_sends, rs->sends, &flag, MPI_STATUSES_IGNORE), "MPI_Testall (reduce-scatter)",
+                  rs->mc, -1, 0);
+    if (!flag) return 0;
+    xfree(rs->sends);
+    rs->sends = NULL;
+    rs->n_sends = 0;
+    rs->active = 0;
+    return 1;
 }
 
-void comm_reduce_scatter(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, const int *recvcounts,
-                         MPI_Datatype dt, MPI_Op op, MPI_Comm mc) {
-    int n = comm_size_of(mc), me = comm_rank_of(mc);
-    size_t es = type_size(dt);
-    double t0 = now_seconds();
-    MPI_Request req;
-    mpi_check(MPI_Ireduce_scatter(sendbuf, recvbuf, recvcounts, dt, op, mc, &req), "MPI_Ireduce_scatter", mc, -1,
-              (size_t)recvcounts[me] * es);
-    wait_deadline(c, "MPI_Ireduce_scatter", k, mc, 1, &req);
-    finish_collective(c, k, "reduce_scatter", t0);
-    for (int p = 0; p < n; p++)
+void comm_rs_post(Comm *c, CommKind k, CommReduceScatter *rs, float *src, float *recv, const int *recvcounts,
+                  MPI_Comm mc, int tag) {
+    if (rs->active) die("internal: a reduce-scatter posted while still in flight");
+    if (tag < 0 || tag >= COMM_RS_TAGS) die("internal: reduce-scatter tag %d outside 0..%d", tag, COMM_RS_TAGS - 1);
+    const int n = comm_size_of(mc), me = comm_rank_of(mc);
+    size_t off = 0, own_off = 0;
+    int n_sends = 0;
+    for (int p = 0; p < n; p++) {
+        if (recvcounts[p] < 0) die("internal: reduce-scatter count %d for rank %d", recvcounts[p], p);
+        if (p == me) own_off = off;
+        else n_sends += (int)(((size_t)recvcounts[p] + COMM_RS_PIECE - 1) / COMM_RS_PIECE);
+        off += (size_t)recvcounts[p];
+    }
+    const size_t own = (size_t)recvcounts[me];
+    *rs = (CommReduceScatter){.c = c, .k = k, .mc = mc, .n = n, .me = me, .tag = tag, .active = 1,
+                              .land = src + own_off, .dst = recv, .own = own,
+                              .n_steps = (long)((own + COMM_RS_PIECE - 1) / COMM_RS_PIECE) * (n - 1),
+                              .n_sends = n_sends};
+    if (n_sends) rs->sends = xmalloc(sizeof(MPI_Request) * (size_t)n_sends);
+    int i = 0;
+    off = 0;
+    for (int p = 0; p < n; p++) {
+        const size_t cnt = (size_t)recvcounts[p];
         if (p != me) {
-            count_bytes(c, k, mc, p, (uint64_t)recvcounts[p] * es);
-            c->stats.messages[k]++;
+            for (size_t o = 0; o < cnt; o += COMM_RS_PIECE) {
+                const size_t len = cnt - o < COMM_RS_PIECE ? cnt - o : COMM_RS_PIECE;
+                mpi_check(MPI_Isend(src + off + o, (int)len, MPI_FLOAT, p, RS_TAG_BASE + tag, mc, &rs->sends[i++]),
+                          "MPI_Isend (reduce-scatter)", mc, p, len * sizeof(float));
+            }
+            if (cnt) {
+                count_bytes(c, k, mc, p, (uint64_t)cnt * sizeof(float));
+                c->stats.messages[k]++;
+            }
         }
+        off += cnt;
+    }
+    if (own && recv < rs->land + own && rs->land < recv + own) die("internal: a reduce-scatter's block overlaps its input");
+    if (own) memcpy(recv, rs->land, own * sizeof(float)); /* the own contribution first */
+    rs_progress(rs);
 }
 
-void comm_ireduce_scatter(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, const int *recvcounts,
-                          MPI_Datatype dt, MPI_Op op, MPI_Comm mc, MPI_Request *req) {
-    int n = comm_size_of(mc), me = comm_rank_of(mc);
-    size_t es = type_size(dt);
-    mpi_check(MPI_Ireduce_scatter(sendbuf, recvbuf, recvcounts, dt, op, mc, req), "MPI_Ireduce_scatter", mc, -1,
-              (size_t)recvcounts[me] * es);
-    for (int p = 0; p < n; p++)
-        if (p != me) {
-            count_bytes(c, k, mc, p, (uint64_t)recvcounts[p] * es);
-            c->stats.messages[k]++;
-        }
+int comm_rs_test(Comm *c, CommKind k, int n, CommReduceScatter *rs) {
+    int pending = 0;
+    for (int i = 0; i < n && !pending; i++) pending = rs[i].active;
+    if (!pending) return 1;
+    double t0 = now_seconds();
+    int done = 1;
+    for (int i = 0; i < n; i++)
+        if (rs[i].active) done &= rs_progress(&rs[i]);
+    double t1 = now_seconds();
+    c->stats.wait_s[k] += t1 - t0;
+    if (c->trace && t1 - t0 > 20e-6) record(c, "reduce-scatter test", "wait", t0, t1);
+    return done;
+}
+
+typedef struct {
+    int n;
+    CommReduceScatter *rs;
+} RsPending;
+
+static int rs_pending_done(void *arg) {
+    RsPending *p = arg;
+    int done = 1;
+    for (int i = 0; i < p->n; i++)
+        if (p->rs[i].active) done &= rs_progress(&p->rs[i]);
+    return done;
+}
+
+/* Completes them under the deadline, with no accounting. */
+static void rs_complete(Comm *c, CommKind k, int n, CommReduceScatter *rs) {
+    RsPending p = {n, rs};
+    double waited = 0;
+    if (wait_until(rs_pending_done, &p, c->timeout_s, &waited) != 0) {
+        MPI_Comm group = MPI_COMM_NULL;
+        for (int i = 0; i < n && group == MPI_COMM_NULL; i++)
+            if (rs[i].active) group = rs[i].mc;
+        watchdog_fire(c, "reduce-scatter", k, group, 0, NULL, waited);
+    }
+}
+
+void comm_rs_wait(Comm *c, CommKind k, int n, CommReduceScatter *rs) {
+    int pending = 0;
+    for (int i = 0; i < n && !pending; i++) pending = rs[i].active;
+    if (!pending) return;
+    double t0 = now_seconds();
+    rs_complete(c, k, n, rs);
+    double t1 = now_seconds();
+    c->stats.wait_s[k] += t1 - t0;
+    if (c->trace) {
+        char name[40];
+        snprintf(name, sizeof name, "wait %s", KIND_NAMES[k]);
+        record(c, name, "wait", t0, t1);
+    }
+}
+
+void comm_reduce_scatter(Comm *c, CommKind k, float *sendbuf, float *recvbuf, const int *recvcounts, MPI_Comm mc) {
+    double t0 = now_seconds();
+    CommReduceScatter rs = {0};
+    comm_rs_post(c, k, &rs, sendbuf, recvbuf, recvcounts, mc, COMM_RS_TAGS - 1);
+    rs_complete(c, k, 1, &rs);
+    finish_collective(c, k, "reduce_scatter", t0);
+}
+
+void comm_reduce_scatter_block(Comm *c, CommKind k, float *sendbuf, float *recvbuf, size_t recvcount, MPI_Comm mc) {
+    if (recvcount > (size_t)INT_MAX) die("reduce-scatter: %zu elements a rank exceed MPI's int count", recvcount);
+    const int n = comm_size_of(mc);
+    int *counts = xmalloc(sizeof(int) * (size_t)n);
+    for (int p = 0; p < n; p++) counts[p] = (int)recvcount;
+    comm_reduce_scatter(c, k, sendbuf, recvbuf, counts, mc);
+    xfree(counts);
 }
 
 void comm_allgatherv(Comm *c, CommKind k, const void *sendbuf, int sendcount, void *recvbuf, const int *recvcounts,

@@ -208,18 +208,55 @@ void comm_alltoallv(Comm *c, CommKind k, const void *sendbuf, const int *sendcou
                     void *recvbuf, const int *recvcounts, const int *rdispls, MPI_Datatype dt, MPI_Comm mc);
 void comm_allreduce(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t count,
                     MPI_Datatype dt, MPI_Op op, MPI_Comm mc);
-void comm_reduce_scatter_block(Comm *c, CommKind k, const void *sendbuf, void *recvbuf,
-                               size_t recvcount, MPI_Datatype dt, MPI_Op op, MPI_Comm mc);
-void comm_reduce_scatter(Comm *c, CommKind k, const void *sendbuf, void *recvbuf,
-                         const int *recvcounts, MPI_Datatype dt, MPI_Op op, MPI_Comm mc);
 void comm_allgatherv(Comm *c, CommKind k, const void *sendbuf, int sendcount, void *recvbuf,
                      const int *recvcounts, const int *displs, MPI_Datatype dt, MPI_Comm mc);
-/* Nonblocking reduce-scatter (MPI_Ireduce_scatter): posts it and returns; bytes are counted when
- * posted (as comm_reduce_scatter counts them). Complete it later with comm_waitall (under the
- * watchdog's deadline) or progress it with comm_testall; the time blocked there goes to their
- * kind. sendbuf must not change and recvbuf not be read until it completes. */
-void comm_ireduce_scatter(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, const int *recvcounts,
-                          MPI_Datatype dt, MPI_Op op, MPI_Comm mc, MPI_Request *req);
+/* Reduce-scatter of floats (sum), run by seqpar over point-to-point messages rather than
+ * MPI_Ireduce_scatter: Open MPI 4's nonblocking one (libnbc) reduces the WHOLE vector to rank 0
+ * along a binomial tree, in temporaries of one to two times its size on rank 0 and on the tree's
+ * inner ranks, and then scatters it from rank 0, so that rank 0 held up to twice a unit's
+ * gradient more than the others and moved every byte of it. Here each rank sends each peer that
+ * peer's block (the direct model the byte counts always followed) in messages of at most
+ * COMM_RS_PIECE floats, and every rank sums its own block without any temporary: its own
+ * contribution is copied into recvbuf, then the peers' contributions land, one message at a
+ * time, in the OWN BLOCK OF SENDBUF (which is never sent: its contents are undefined afterwards)
+ * and are added in a fixed order, peers me+1, me+2, ... me-1 (mod P), so that at each moment the
+ * ranks read from different peers. The sum is the same bit for bit on every run with the same
+ * layout; for two ranks it is MPI's (a + b = b + a).
+ * A reduce-scatter in flight is progressed by comm_rs_test (each call sums every message that has
+ * arrived) and completed by comm_rs_wait under the watchdog's deadline; several may be in flight
+ * on one communicator when each has its own tag (0 .. COMM_RS_TAGS - 2; the blocking forms use
+ * COMM_RS_TAGS - 1; every rank of mc posts the same reduce-scatters in the same order, as for any
+ * collective). sendbuf must not be touched and recvbuf not be read until it completes. Bytes are
+ * counted when posted (to peer p its block). */
+#define COMM_RS_PIECE ((size_t)1 << 20) /* floats per message: 4 MiB */
+#define COMM_RS_TAGS 1024
+typedef struct {
+    Comm *c;
+    CommKind k;
+    MPI_Comm mc;
+    int n, me, tag, active;
+    float *land;          /* the own block of sendbuf: where the peers' messages land */
+    float *dst;           /* this rank's block of the sum */
+    size_t own;           /* floats of this rank's block */
+    long n_steps, step;   /* messages to receive ((P - 1) x pieces, peer-major); summed so far */
+    int recv_posted;      /* step's receive is posted in recv */
+    MPI_Request recv;
+    MPI_Request *sends;   /* every piece to every peer */
+    int n_sends;
+} CommReduceScatter;
+/* Posts the reduce-scatter of src (recvcounts[p] floats to rank p of mc, blocks in rank order)
+ * into recv (recvcounts[me] floats). rs must not be in flight. */
+void comm_rs_post(Comm *c, CommKind k, CommReduceScatter *rs, float *src, float *recv, const int *recvcounts,
+                  MPI_Comm mc, int tag);
+/* Progresses the n reduce-scatters (those not in flight are skipped); returns 1 when none is left
+ * in flight. Time goes to k. */
+int comm_rs_test(Comm *c, CommKind k, int n, CommReduceScatter *rs);
+/* Completes the n reduce-scatters under the watchdog's deadline; time goes to k. */
+void comm_rs_wait(Comm *c, CommKind k, int n, CommReduceScatter *rs);
+static inline int comm_rs_active(const CommReduceScatter *rs) { return rs->active; }
+/* Blocking forms: recvcounts per rank, or recvcount floats for every rank. */
+void comm_reduce_scatter(Comm *c, CommKind k, float *sendbuf, float *recvbuf, const int *recvcounts, MPI_Comm mc);
+void comm_reduce_scatter_block(Comm *c, CommKind k, float *sendbuf, float *recvbuf, size_t recvcount, MPI_Comm mc);
 /* Nonblocking all-gatherv (MPI_Iallgatherv), counted when posted as comm_allgatherv counts it;
  * complete it with comm_waitall or progress it with comm_testall. recvbuf must not be read and
  * sendbuf not change until it completes. */

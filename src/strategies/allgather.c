@@ -121,7 +121,7 @@ static void ag_backward(ContextSchedule *s, const float *q, const float *kv, con
                             NULL);
     }
     if (x->P > 1)
-        comm_reduce_scatter_block(x->comm, COMM_TEAM, x->dkv_all, dkv, x->kvf, MPI_FLOAT, MPI_SUM, x->mc);
+        comm_reduce_scatter_block(x->comm, COMM_TEAM, x->dkv_all, dkv, x->kvf, x->mc);
 }
 
 static void ag_destroy(ContextSchedule *s) {

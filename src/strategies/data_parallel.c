@@ -69,7 +69,7 @@ void grad_sync_free(GradSync *g) {
     xfree(g->unit_begin);
     xfree(g->unit_end);
     xfree(g->unit_counts);
-    xfree(g->reqs);
+    xfree(g->rs);
     xfree(g->unit_displs);
     xfree(g->grad_outer);
     xfree(g->grad_slot[0]);
@@ -180,7 +180,7 @@ static int acc_slot(const GradSync *g, int u) {
 static void acc_finish(GradSync *g) {
     for (int k = 0; k < 4; k++) {
         const int u = g->acc_unit[k];
-        if (u < 0 || g->reqs[u] != MPI_REQUEST_NULL) continue;
+        if (u < 0 || comm_rs_active(&g->rs[u])) continue;
         size_t ob, oe;
         unit_own(g, u, &ob, &oe);
         float *dst = g->shard_buf + (ob - g->shard_begin);
@@ -193,21 +193,21 @@ static void acc_finish(GradSync *g) {
 /* Posts the reduce-scatter of unit u's gradient (in src) into this rank's part of the shard
  * accumulator (the step's first micro-batch) or of the unit's temporary (the later ones: added
  * by acc_finish; a temporary still awaited by an earlier unit is waited for first). */
-static void unit_reduce_post(GradSync *g, int u, const float *src) {
+static void unit_reduce_post(GradSync *g, int u, float *src) {
     size_t ob, oe;
     unit_own(g, u, &ob, &oe);
     float *dst = g->shard_buf + (ob - g->shard_begin);
     if (g->micro > 0) {
         const int k = acc_slot(g, u);
         if (g->acc_unit[k] >= 0) {
-            comm_waitall(g->stats, COMM_GRAD_REDUCE, 1, &g->reqs[g->acc_unit[k]]);
+            comm_rs_wait(g->stats, COMM_GRAD_REDUCE, 1, &g->rs[g->acc_unit[k]]);
             acc_finish(g);
         }
         dst = g->acc_whole ? g->acc_whole + (ob - g->shard_begin) : g->acc_tmp[k];
         g->acc_unit[k] = u;
     }
     const int *cnt = g->unit_counts + (size_t)u * (size_t)g->size;
-    comm_ireduce_scatter(g->stats, COMM_GRAD_REDUCE, src, dst, cnt, MPI_FLOAT, MPI_SUM, g->shard_comm, &g->reqs[u]);
+    comm_rs_post(g->stats, COMM_GRAD_REDUCE, &g->rs[u], src, dst, cnt, g->shard_comm, u % (COMM_RS_TAGS - 1));
 }
 
 static void zero_hook(void *ctx, LlamaModel *m, LlamaHookPoint point, int layer, int backward) {
@@ -272,7 +272,7 @@ static void zero_hook(void *ctx, LlamaModel *m, LlamaHookPoint point, int layer,
         break;
     case LLAMA_HOOK_BEFORE_EMBEDDING_BACKWARD:
         if (g->outer_turns) { /* the buffer is the embedding's once the tail's reduce-scatter is done */
-            comm_waitall(g->stats, COMM_GRAD_REDUCE, 1, &g->reqs[tail]);
+            comm_rs_wait(g->stats, COMM_GRAD_REDUCE, 1, &g->rs[tail]);
             acc_finish(g);
             memset(g->grad_outer, 0, sizeof(float) * E);
             bind_outer_at(g, &m->g, g->grad_outer, NULL);
@@ -281,7 +281,7 @@ static void zero_hook(void *ctx, LlamaModel *m, LlamaHookPoint point, int layer,
     case LLAMA_HOOK_BEFORE_BACKWARD: {
         if (z3) gather_use(g, m, 2 * (g->n_units - 2) - 1 - layer, layer);
         int s = layer % 2; /* the slot's previous reduce-scatter (layer + 2) must be done */
-        if (g->slot_unit[s] >= 0) comm_waitall(g->stats, COMM_GRAD_REDUCE, 1, &g->reqs[g->slot_unit[s]]);
+        if (g->slot_unit[s] >= 0) comm_rs_wait(g->stats, COMM_GRAD_REDUCE, 1, &g->rs[g->slot_unit[s]]);
         g->slot_unit[s] = -1;
         acc_finish(g);
         memset(g->grad_slot[s], 0, sizeof(float) * unit_size(g, 1 + layer));
@@ -297,7 +297,7 @@ static void zero_hook(void *ctx, LlamaModel *m, LlamaHookPoint point, int layer,
             bind_layer(g, &m->w.layers[layer], NULL, layer);
             comm_testall(g->stats, COMM_PARAM_GATHER, 2, g->gather_req);
         }
-        comm_testall(g->stats, COMM_GRAD_REDUCE, g->n_units, g->reqs); /* progress the ones in flight */
+        comm_rs_test(g->stats, COMM_GRAD_REDUCE, g->n_units, g->rs); /* progress the ones in flight */
         acc_finish(g);
         break;
     }
@@ -305,7 +305,7 @@ static void zero_hook(void *ctx, LlamaModel *m, LlamaHookPoint point, int layer,
         if (backward) {
             if (!g->outer_turns) unit_reduce_post(g, tail, g->grad_outer + E);
             unit_reduce_post(g, 0, g->grad_outer);
-            comm_waitall(g->stats, COMM_GRAD_REDUCE, g->n_units, g->reqs);
+            comm_rs_wait(g->stats, COMM_GRAD_REDUCE, g->n_units, g->rs);
             if (g->outer_turns) bind_outer_at(g, &m->g, NULL, NULL);
             g->slot_unit[0] = g->slot_unit[1] = -1;
             acc_finish(g); /* every one is complete */
@@ -354,8 +354,7 @@ void grad_sync_attach(GradSync *g, LlamaModel *m) {
             size_t b = max_sz(g->unit_begin[u], sb), e = min_sz(g->unit_end[u], se);
             g->unit_counts[(size_t)u * (size_t)g->size + (size_t)p] = e > b ? (int)(e - b) : 0;
         }
-    g->reqs = xmalloc(sizeof(MPI_Request) * (size_t)g->n_units);
-    for (int u = 0; u < g->n_units; u++) g->reqs[u] = MPI_REQUEST_NULL;
+    g->rs = xcalloc((size_t)g->n_units, sizeof *g->rs); /* none in flight */
     g->slot_unit[0] = g->slot_unit[1] = -1;
     for (int k = 0; k < 4; k++) g->acc_unit[k] = -1;
 
@@ -422,8 +421,7 @@ double grad_sync_reduce(GradSync *g, float *grads) {
     }
     size_t n = g->shard_end - g->shard_begin;
     if (g->zero == 1) {
-        comm_reduce_scatter(g->stats, COMM_GRAD_REDUCE, grads, g->shard_buf, g->counts, MPI_FLOAT, MPI_SUM,
-                            g->shard_comm);
+        comm_reduce_scatter(g->stats, COMM_GRAD_REDUCE, grads, g->shard_buf, g->counts, g->shard_comm);
     } else if (!g->model || !g->reduced) {
         die("internal: --zero %d: the gradient was not reduced in backward (grad_sync_attach and "
             "grad_sync_microbatch not called)", g->zero);

@@ -10,7 +10,7 @@
  *   zero 2: gradients sharded too. The model's flat gradient buffer is freed: the embedding and
  *           tail gradients get a buffer of their own and the layers two slots used in turn.
  *           As soon as layer l's backward is done (hook AFTER_BACKWARD) its gradient is posted
- *           as a nonblocking reduce-scatter (MPI_Ireduce_scatter) to its owners and progressed
+ *           as a nonblocking reduce-scatter (comm_rs_post: seqpar's own, summed in rank order) to its owners and progressed
  *           while layer l-1 runs; slot l % 2 is reused by layer l-2 only after that reduce-scatter
  *           completed. The tail's (final norm, head) is posted once the head's backward is done
  *           (AFTER_HEAD), the embedding's after its backward. With an untied head the two take
@@ -89,7 +89,7 @@ typedef struct {
     size_t *unit_begin, *unit_end;
     int *unit_counts;              /* (n_units x size): overlap of unit u with group rank p's shard */
     int *unit_displs;              /* (size) scratch */
-    MPI_Request *reqs;             /* (n_units) reduce-scatters in flight */
+    CommReduceScatter *rs;         /* (n_units) reduce-scatters (comm.h), unit u's with tag u */
     float *grad_outer;             /* gradients of the embedding and tail units: back to back when the
                                       head is tied to the embedding, else the tail's and then (from
                                       the embedding's backward on) the embedding's in one buffer */

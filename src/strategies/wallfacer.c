@@ -462,7 +462,7 @@ static void wf_backward(ContextSchedule *s, const float *q, const float *kv, con
             bnxt = tmp;
         }
     }
-    const float *dq_team = dql[0]; /* G = 1: the only step's dq is complete */
+    float *dq_team = dql[0]; /* G = 1: the only step's dq is complete */
     if (G > 1) {
         comm_waitall(cm, COMM_P2P_INNER, 1, &reqs[4]);
         comm_waitall(cm, COMM_P2P_INNER, 1, &reqs[2]);
@@ -472,7 +472,7 @@ static void wf_backward(ContextSchedule *s, const float *q, const float *kv, con
     /* 4. dk/dv back through the inverse of the initial map, overlapping the dq reduce-scatter;
      *    then reduce-scatter (sum) of the C member blocks [dk_j | dv_j] */
     MPI_Request back[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-    const float *dkv_home = dkvt;
+    float *dkv_home = dkvt;
     if (me->init_send != me->rank) {
         float *dkvback = kv0; /* sent by the initial exchange, which completed: free */
         comm_isend(cm, COMM_P2P_OUTER, dkvt, 2 * C * b * sizeof(float), me->init_recv, TAG_BWD_DKV, x->p2p_comm,
@@ -481,9 +481,9 @@ static void wf_backward(ContextSchedule *s, const float *q, const float *kv, con
                    &back[1]);
         dkv_home = dkvback;
     }
-    comm_reduce_scatter_block(cm, COMM_TEAM, dq_team, dq, a, MPI_FLOAT, MPI_SUM, x->team_comm);
+    comm_reduce_scatter_block(cm, COMM_TEAM, dq_team, dq, a, x->team_comm);
     comm_waitall(cm, COMM_P2P_OUTER, 2, back);
-    comm_reduce_scatter_block(cm, COMM_TEAM, dkv_home, dkv, 2 * b, MPI_FLOAT, MPI_SUM, x->team_comm);
+    comm_reduce_scatter_block(cm, COMM_TEAM, dkv_home, dkv, 2 * b, x->team_comm);
 }
 
 static void wf_destroy(ContextSchedule *s) {
