@@ -478,7 +478,7 @@ static float rs_value(int r, size_t i, int salt) {
     return (float)(sin(0.37 * (double)i + 1.3 * r + salt) * (1.0 + 0.25 * r) * pow(10.0, (double)(i % 7) - 3.0));
 }
 
-/* comm_rs_post / comm_rs_test / comm_rs_wait and the blocking form: every rank's block is the sum
+/* comm_rs_post / comm_rs_test / comm_rs_wait, the blocking form and comm_allreduce's own path: every rank's block is the sum
  * of the ranks' contributions added in the order me, me+1, ..., me-1 (mod P), bit for bit (as a
  * plain loop adds them here); blocks of several messages (above COMM_RS_PIECE floats), empty
  * blocks, two reduce-scatters in flight at once on one communicator (tags 0 and 1), the other
@@ -532,6 +532,35 @@ static void test_reduce_scatter(void) {
               "reduce-scatter bytes %llu, expected %llu", (unsigned long long)comm_stats_bytes(&cm->stats, COMM_GRAD_REDUCE),
               (unsigned long long)(2 * 4 * (uint64_t)(total - own)));
         for (int a = 0; a < 2; a++) xfree(src[a]), xfree(dst[a]);
+    }
+    /* comm_allreduce of floats on seqpar's own path (at least COMM_ALLREDUCE_OWN_MIN): in place and
+     * not, element e summed by the owner of its near-equal block b in the order b, b+1, ..., b-1,
+     * the same bits on every rank; several messages a block; bytes as the direct model */
+    const size_t an = 2 * COMM_AR_PIECE * (size_t)g_size + 12345;
+    const size_t abase = an / (size_t)g_size, arem = an % (size_t)g_size;
+    for (int inplace = 0; inplace < 2; inplace++) {
+        float *x = xmalloc(sizeof(float) * an), *y = xmalloc(sizeof(float) * an);
+        for (size_t i = 0; i < an; i++) x[i] = rs_value(g_rank, i, 7);
+        comm_stats_reset(cm);
+        if (inplace) comm_allreduce(cm, COMM_GRAD_REDUCE, MPI_IN_PLACE, x, an, MPI_FLOAT, MPI_SUM, t.dp_comm);
+        else comm_allreduce(cm, COMM_GRAD_REDUCE, x, y, an, MPI_FLOAT, MPI_SUM, t.dp_comm);
+        const float *got = inplace ? x : y;
+        size_t bad = 0;
+        for (size_t i = 0, b = 0, end = abase + (arem > 0); i < an; i++) {
+            while (i >= end) b++, end += abase + (b < arem);
+            float want = rs_value((int)b, i, 7);
+            for (int q = 1; q < g_size; q++) want += rs_value(((int)b + q) % g_size, i, 7);
+            bad += memcmp(&want, &got[i], sizeof want) != 0;
+        }
+        CHECK(bad == 0, "allreduce (%s, %zu floats): %zu sums differ from the block owners' order", inplace ? "in place" : "copy",
+              an, bad);
+        uint64_t expect = 0, mine = abase + ((size_t)g_rank < arem);
+        for (int p = 0; p < g_size; p++)
+            if (p != g_rank) expect += 4u * (abase + ((size_t)p < arem) + mine);
+        CHECK(comm_stats_bytes(&cm->stats, COMM_GRAD_REDUCE) == expect, "allreduce (own path) bytes %llu expected %llu",
+              (unsigned long long)comm_stats_bytes(&cm->stats, COMM_GRAD_REDUCE), (unsigned long long)expect);
+        xfree(x);
+        xfree(y);
     }
     xfree(counts);
     xfree(displs);

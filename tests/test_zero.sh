@@ -214,15 +214,16 @@ run_np 2 "$SEQPAR" "${SV[@]}" --steps 2 --resume "$T/sv_ck" --log "$T/sv_res.jso
 if [ "$(losses "$T/sv_res.jsonl")" = "$(losses "$T/sv_no.jsonl" | tail -n 1)" ]; then ok; else
     bad "ZeRO-3 saved at step 1 and resumed: step 2 differs from the uninterrupted run"; fi
 
-# ---- the gradient's reduce-scatter holds no rank's memory above the others' (comm.h: seqpar's own,
-# summed into the own block without a temporary; until 2026-12-06 Open MPI's MPI_Ireduce_scatter
+# ---- the gradient's reduction holds no rank's memory above the others' (comm.h: seqpar's own
+# reduce-scatter and allreduce, summed in place; until 2026-12-06 Open MPI's MPI_Ireduce_scatter
 # reduced every unit whole on rank 0 and scattered it from there, and rank 0's peak RSS stood 73 to
 # 146 MB above the other ranks' in these runs): 4 ranks, a 32000-token vocabulary (its embedding
-# 32.8 MB), the largest rank's peak RSS (the log's run_end) within 8 MB of the smallest's (seen 0.2-0.7)
+# 32.8 MB), under every stage the largest rank's peak RSS (the log's run_end) within 8 MB of the
+# smallest's (seen 0.2-1.1)
 BAL=(train --layers 2 --hidden 256 --ffn 1024 --heads 4 --kv-heads 2 --vocab 32000 --seq-len 64 --batch 1 --cp 4 --steps 2
      --eval-every 0 --eval-seqs 1 --quiet --peak-gflops 100 --threads 1)
 rss_field() { sed -nE "s/.*\"run_end\".*\"$2\": ([0-9]+).*/\1/p" "$1" | tail -n 1; }
-for z in 1 2 3; do
+for z in 0 1 2 3; do
     rm -f "$T/bal.jsonl"
     run_np 4 "$SEQPAR" "${BAL[@]}" --zero $z --log "$T/bal.jsonl" >"$T/bal.out" 2>&1 || bad "--zero $z balance run: $(tail -n 2 "$T/bal.out")"
     hi=$(rss_field "$T/bal.jsonl" peak_rss_bytes_max); lo=$(rss_field "$T/bal.jsonl" peak_rss_bytes_min)

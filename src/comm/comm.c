@@ -551,15 +551,22 @@ void comm_alltoallv(Comm *c, CommKind k, const void *sendbuf, const int *sendcou
         }
 }
 
+static void allreduce_floats_own(Comm *c, CommKind k, float *buf, size_t count, MPI_Comm mc, int n);
+
 void comm_allreduce(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t count, MPI_Datatype dt,
                     MPI_Op op, MPI_Comm mc) {
     int n = comm_size_of(mc), me = comm_rank_of(mc);
     size_t es = type_size(dt);
     if (count > (size_t)INT_MAX) die("MPI_Allreduce: %zu elements exceed MPI's int count", count);
     double t0 = now_seconds();
-    MPI_Request req;
-    mpi_check(MPI_Iallreduce(sendbuf, recvbuf, (int)count, dt, op, mc, &req), "MPI_Iallreduce", mc, -1, count * es);
-    wait_deadline(c, "MPI_Iallreduce", k, mc, 1, &req);
+    if (dt == MPI_FLOAT && op == MPI_SUM && n > 1 && count >= COMM_ALLREDUCE_OWN_MIN) {
+        if (sendbuf != MPI_IN_PLACE) memcpy(recvbuf, sendbuf, count * sizeof(float));
+        allreduce_floats_own(c, k, recvbuf, count, mc, n);
+    } else {
+        MPI_Request req;
+        mpi_check(MPI_Iallreduce(sendbuf, recvbuf, (int)count, dt, op, mc, &req), "MPI_Iallreduce", mc, -1, count * es);
+        wait_deadline(c, "MPI_Iallreduce", k, mc, 1, &req);
+    }
     finish_collective(c, k, "allreduce", t0);
     size_t base = count / (size_t)n, rem = count % (size_t)n;
     size_t mine = base + ((size_t)me < rem);
@@ -578,12 +585,14 @@ void comm_allreduce(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, siz
  * sends are complete, returns 1 (the reduce-scatter is then no longer in flight). */
 static int rs_progress(CommReduceScatter *rs) {
     const long pieces = rs->n_steps / (rs->n - 1 > 0 ? rs->n - 1 : 1);
+    const size_t pe = rs->piece;
     while (rs->step < rs->n_steps) {
         const int p = (int)((rs->me + 1 + rs->step / pieces) % rs->n);
-        const size_t off = (size_t)(rs->step % pieces) * COMM_RS_PIECE;
-        const size_t len = rs->own - off < COMM_RS_PIECE ? rs->own - off : COMM_RS_PIECE;
+        const size_t off = (size_t)(rs->step % pieces) * pe;
+        const size_t len = rs->own - off < pe ? rs->own - off : pe;
+        float *land = rs->scratch ? rs->scratch : rs->land + off;
         if (!rs->recv_posted) {
-            mpi_check(MPI_Irecv(rs->land + off, (int)len, MPI_FLOAT, p, RS_TAG_BASE + rs->tag, rs->mc, &rs->recv),
+            mpi_check(MPI_Irecv(land, (int)len, MPI_FLOAT, p, RS_TAG_BASE + rs->tag, rs->mc, &rs->recv),
                       "MPI_Irecv (reduce-scatter)", rs->mc, p, len * sizeof(float));
             rs->recv_posted = 1;
         }
@@ -593,8 +602,7 @@ static int rs_progress(CommReduceScatter *rs) {
         if (!flag) return 0;
         rs->recv_posted = 0;
         float *d = rs->dst + off;
-        const float *x = rs->land + off;
-        for (size_t i = 0; i < len; i++) d[i] += x[i];
+        for (size_t i = 0; i < len; i++) d[i] += land[i];
         rs->step++;
     }
     int flag = 1;
@@ -603,14 +611,20 @@ static int rs_progress(CommReduceScatter *rs) {
                   rs->mc, -1, 0);
     if (!flag) return 0;
     xfree(rs->sends);
+    xfree(rs->scratch);
     rs->sends = NULL;
+    rs->scratch = NULL;
     rs->n_sends = 0;
     rs->active = 0;
     return 1;
 }
 
-void comm_rs_post(Comm *c, CommKind k, CommReduceScatter *rs, float *src, float *recv, const int *recvcounts,
-                  MPI_Comm mc, int tag) {
+/* comm_rs_post's work; in_place: the sum is made in the own block of src (recv unused), the
+ * peers' messages landing in a scratch piece; account: count the bytes (comm_allreduce counts its
+ * own). */
+static void rs_start(Comm *c, CommKind k, CommReduceScatter *rs, float *src, float *recv, const int *recvcounts,
+                     MPI_Comm mc, int tag, int in_place, int account) {
+    const size_t pe = in_place ? COMM_AR_PIECE : COMM_RS_PIECE; /* floats a message */
     if (rs->active) die("internal: a reduce-scatter posted while still in flight");
     if (tag < 0 || tag >= COMM_RS_TAGS) die("internal: reduce-scatter tag %d outside 0..%d", tag, COMM_RS_TAGS - 1);
     const int n = comm_size_of(mc), me = comm_rank_of(mc);
@@ -619,35 +633,43 @@ void comm_rs_post(Comm *c, CommKind k, CommReduceScatter *rs, float *src, float 
     for (int p = 0; p < n; p++) {
         if (recvcounts[p] < 0) die("internal: reduce-scatter count %d for rank %d", recvcounts[p], p);
         if (p == me) own_off = off;
-        else n_sends += (int)(((size_t)recvcounts[p] + COMM_RS_PIECE - 1) / COMM_RS_PIECE);
+        else n_sends += (int)(((size_t)recvcounts[p] + pe - 1) / pe);
         off += (size_t)recvcounts[p];
     }
     const size_t own = (size_t)recvcounts[me];
     *rs = (CommReduceScatter){.c = c, .k = k, .mc = mc, .n = n, .me = me, .tag = tag, .active = 1,
-                              .land = src + own_off, .dst = recv, .own = own,
-                              .n_steps = (long)((own + COMM_RS_PIECE - 1) / COMM_RS_PIECE) * (n - 1),
-                              .n_sends = n_sends};
+                              .land = src + own_off, .dst = in_place ? src + own_off : recv, .own = own,
+                              .piece = pe, .n_steps = (long)((own + pe - 1) / pe) * (n - 1), .n_sends = n_sends};
     if (n_sends) rs->sends = xmalloc(sizeof(MPI_Request) * (size_t)n_sends);
     int i = 0;
     off = 0;
     for (int p = 0; p < n; p++) {
         const size_t cnt = (size_t)recvcounts[p];
         if (p != me) {
-            for (size_t o = 0; o < cnt; o += COMM_RS_PIECE) {
-                const size_t len = cnt - o < COMM_RS_PIECE ? cnt - o : COMM_RS_PIECE;
+            for (size_t o = 0; o < cnt; o += pe) {
+                const size_t len = cnt - o < pe ? cnt - o : pe;
                 mpi_check(MPI_Isend(src + off + o, (int)len, MPI_FLOAT, p, RS_TAG_BASE + tag, mc, &rs->sends[i++]),
                           "MPI_Isend (reduce-scatter)", mc, p, len * sizeof(float));
             }
-            if (cnt) {
+            if (cnt && account) {
                 count_bytes(c, k, mc, p, (uint64_t)cnt * sizeof(float));
                 c->stats.messages[k]++;
             }
         }
         off += cnt;
     }
-    if (own && recv < rs->land + own && rs->land < recv + own) die("internal: a reduce-scatter's block overlaps its input");
-    if (own) memcpy(recv, rs->land, own * sizeof(float)); /* the own contribution first */
+    if (in_place) {
+        if (own && n > 1) rs->scratch = xmalloc(sizeof(float) * (own < pe ? own : pe));
+    } else {
+        if (own && recv < rs->land + own && rs->land < recv + own) die("internal: a reduce-scatter's block overlaps its input");
+        if (own) memcpy(recv, rs->land, own * sizeof(float)); /* the own contribution first */
+    }
     rs_progress(rs);
+}
+
+void comm_rs_post(Comm *c, CommKind k, CommReduceScatter *rs, float *src, float *recv, const int *recvcounts,
+                  MPI_Comm mc, int tag) {
+    rs_start(c, k, rs, src, recv, recvcounts, mc, tag, 0, 1);
 }
 
 int comm_rs_test(Comm *c, CommKind k, int n, CommReduceScatter *rs) {
@@ -710,6 +732,29 @@ void comm_reduce_scatter(Comm *c, CommKind k, float *sendbuf, float *recvbuf, co
     comm_rs_post(c, k, &rs, sendbuf, recvbuf, recvcounts, mc, COMM_RS_TAGS - 1);
     rs_complete(c, k, 1, &rs);
     finish_collective(c, k, "reduce_scatter", t0);
+}
+
+/* comm_allreduce of floats (sum, in place, count <= INT_MAX): the reduce-scatter above into
+ * near-equal blocks, each summed in its own place, then an in-place all-gather of the blocks (the
+ * bytes are comm_allreduce's to count). Every rank gets every element as its block's owner summed
+ * it: the replicas stay equal bit for bit. */
+static void allreduce_floats_own(Comm *c, CommKind k, float *buf, size_t count, MPI_Comm mc, int n) {
+    int *counts = xmalloc(sizeof(int) * (size_t)n), *displs = xmalloc(sizeof(int) * (size_t)n);
+    const size_t base = count / (size_t)n, rem = count % (size_t)n;
+    for (int p = 0, d = 0; p < n; p++) {
+        counts[p] = (int)(base + ((size_t)p < rem));
+        displs[p] = d;
+        d += counts[p];
+    }
+    CommReduceScatter rs = {0};
+    rs_start(c, k, &rs, buf, NULL, counts, mc, COMM_RS_TAGS - 1, 1, 0);
+    rs_complete(c, k, 1, &rs);
+    MPI_Request req;
+    mpi_check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT, mc, &req),
+              "MPI_Iallgatherv (allreduce)", mc, -1, count * sizeof(float));
+    wait_deadline(c, "MPI_Iallgatherv (allreduce)", k, mc, 1, &req);
+    xfree(counts);
+    xfree(displs);
 }
 
 void comm_reduce_scatter_block(Comm *c, CommKind k, float *sendbuf, float *recvbuf, size_t recvcount, MPI_Comm mc) {

@@ -206,6 +206,14 @@ void comm_alltoall(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size
 /* All-to-all with per-peer counts and displacements in elements of dt (sendcounts[p] to peer p). */
 void comm_alltoallv(Comm *c, CommKind k, const void *sendbuf, const int *sendcounts, const int *sdispls,
                     void *recvbuf, const int *recvcounts, const int *rdispls, MPI_Datatype dt, MPI_Comm mc);
+/* Sums of at least COMM_ALLREDUCE_OWN_MIN floats (MPI_FLOAT, MPI_SUM) on more than one rank are
+ * seqpar's own: the reduce-scatter below into near-equal blocks, each summed in its own place of
+ * recvbuf (sendbuf copied there first unless MPI_IN_PLACE) with one message of scratch (at most
+ * COMM_AR_PIECE floats, tracked), then an in-place MPI_Iallgatherv; every rank gets the same bits.
+ * (Open MPI 4.1's MPI_Iallreduce in place runs a binomial reduce to rank 0 and a broadcast from it,
+ * with a temporary of the whole vector on every rank.) Anything else goes to MPI_Iallreduce. */
+#define COMM_ALLREDUCE_OWN_MIN ((size_t)16384)
+#define COMM_AR_PIECE ((size_t)1 << 16) /* floats a message there, and of the scratch: 256 KiB */
 void comm_allreduce(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t count,
                     MPI_Datatype dt, MPI_Op op, MPI_Comm mc);
 void comm_allgatherv(Comm *c, CommKind k, const void *sendbuf, int sendcount, void *recvbuf,
@@ -236,8 +244,10 @@ typedef struct {
     MPI_Comm mc;
     int n, me, tag, active;
     float *land;          /* the own block of sendbuf: where the peers' messages land */
+    float *scratch;       /* or here, one message at a time (comm_allreduce's in-place sums) */
     float *dst;           /* this rank's block of the sum */
     size_t own;           /* floats of this rank's block */
+    size_t piece;         /* floats a message: COMM_RS_PIECE, or COMM_AR_PIECE for comm_allreduce */
     long n_steps, step;   /* messages to receive ((P - 1) x pieces, peer-major); summed so far */
     int recv_posted;      /* step's receive is posted in recv */
     MPI_Request recv;

@@ -315,11 +315,22 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
         double shard = sharded ? (double)((size_t)P * (size_t)(r + 1) / (size_t)group - (size_t)P * (size_t)r / (size_t)group)
                                : P;
         cur.ram[MEM_OPTIMIZER] = 4 * 2 * shard;
+        /* the gradient allreduce's scratch (comm.h: one message of the rank's block, where comm_allreduce
+         * sums the floats itself): over the world under zero 0, the shard over the groups under a group */
+        const int G = sharded ? world / group : 1;
+        const double ar_n = !sharded ? P : G > 1 ? shard : 0, ar_p = !sharded ? world : G;
+        double ar_scratch = 0;
+        if (ar_p > 1 && ar_n >= (double)COMM_ALLREDUCE_OWN_MIN) {
+            const int ar_r = !sharded ? w : w / group;
+            ar_scratch = floor(ar_n / ar_p) + (ar_r < fmod(ar_n, ar_p) ? 1 : 0);
+            if (ar_scratch > (double)COMM_AR_PIECE) ar_scratch = (double)COMM_AR_PIECE;
+        }
         if (!sharded) {
             cur.ram[MEM_PARAMS] = 4 * P;
-            cur.ram[MEM_GRADS] = 4 * P;
+            cur.ram[MEM_GRADS] = 4 * (P + ar_scratch);
         } else {
             double sb = shard + 1; /* shard_buf */
+            sb += ar_scratch;
             if (zero == 1) {
                 cur.ram[MEM_PARAMS] = 4 * P;
                 cur.ram[MEM_GRADS] = 4 * (P + sb);
