@@ -104,7 +104,24 @@ static void compare_grads(const char *name, const LlamaModel *m, const char *gra
     st_close(&f);
 }
 
-/* llama_init_random(_part) draws the stream serially and makes the normals on the threads: the
+/* rng_jump(n) leaves the state n calls of rng_u64 would (n below and above the table's 64, powers of
+ * two and their neighbours, a jump in two parts), and a jumped stream goes on drawing the same. */
+static void test_rng_jump(void) {
+    const uint64_t ns[] = {0, 1, 2, 63, 64, 65, 127, 128, 1000, 4096, 65537, (1u << 20) + 3, 2 * 13000003ull};
+    int bad = 0;
+    for (size_t k = 0; k < ARRAY_LEN(ns); k++) {
+        Rng a, b;
+        rng_seed(&a, 91 + k);
+        rng_seed(&b, 91 + k);
+        for (uint64_t i = 0; i < ns[k]; i++) (void)rng_u64(&a);
+        if (k % 2) rng_jump(&b, ns[k]);
+        else rng_jump(&b, ns[k] / 3), rng_jump(&b, ns[k] - ns[k] / 3);
+        bad += memcmp(&a, &b, sizeof a) != 0 || rng_u64(&a) != rng_u64(&b);
+    }
+    CHECK(bad == 0, "rng_jump: %d of %zu jumps differ from the serial draws", bad, ARRAY_LEN(ns));
+}
+
+/* llama_init_random(_part) makes each thread's share from the stream jumped to it (rng_jump): the
  * same values as the plain serial rng_normal loop, bit for bit, whole and in parts that start and
  * end inside its blocks of 65536 elements and inside tensors (the rest left untouched), on one
  * thread and on several. tiny_long's shape with a vocabulary of 5000 (embedding and head 160000
@@ -153,6 +170,7 @@ static void test_init_random(void) {
 }
 
 int main(void) {
+    test_rng_jump();
     test_init_random();
     const char *fixtures[] = {"tiny_mha", "tiny_gqa_tied", "tiny_headdim", "tiny_long", "tiny_llama3", "tiny_linear",
                                 "tiny_wide_ffn", "tiny_qwen2", "tiny_attn_bias", "tiny_qwen3", "tiny_qwen3_bias",

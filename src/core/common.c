@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <math.h>
 #include <mpi.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -278,6 +279,51 @@ uint64_t rng_u64(Rng *r) { /* xoshiro256** */
     s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3];
     s[2] ^= t; s[3] = rotl(s[3], 45);
     return result;
+}
+
+/* rng_jump: xoshiro256's state update is linear over GF(2), so n updates are the n-th power of its
+ * 256 x 256 bit matrix T. jump_table[k][i] holds T^(2^k) applied to the unit state e_i (bit i of
+ * the 256), made once (64 levels, each by applying the level below to its own images: about 10 ms);
+ * a jump then applies the levels of n's set bits to the state, 256 conditional XORs each. */
+static uint64_t jump_table[64][256][4];
+static pthread_once_t jump_once = PTHREAD_ONCE_INIT;
+
+static void state_step(uint64_t *s) { /* rng_u64's update without its output */
+    const uint64_t t = s[1] << 17;
+    s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3];
+    s[2] ^= t; s[3] = rotl(s[3], 45);
+}
+
+/* x <- M x for the linear map whose images of the unit states are m[0..255] */
+static void apply_map(const uint64_t (*m)[4], uint64_t *x) {
+    uint64_t y[4] = {0, 0, 0, 0};
+    for (int i = 0; i < 256; i++)
+        if (x[i >> 6] >> (i & 63) & 1)
+            for (int w = 0; w < 4; w++) y[w] ^= m[i][w];
+    memcpy(x, y, sizeof y);
+}
+
+static void jump_table_make(void) {
+    for (int i = 0; i < 256; i++) {
+        memset(jump_table[0][i], 0, sizeof jump_table[0][i]);
+        jump_table[0][i][i >> 6] = 1ull << (i & 63);
+        state_step(jump_table[0][i]);
+    }
+    for (int k = 1; k < 64; k++)
+        for (int i = 0; i < 256; i++) {
+            memcpy(jump_table[k][i], jump_table[k - 1][i], sizeof jump_table[k][i]);
+            apply_map((const uint64_t (*)[4])jump_table[k - 1], jump_table[k][i]);
+        }
+}
+
+void rng_jump(Rng *r, uint64_t n) {
+    if (n < 64) { /* short ones step */
+        for (uint64_t i = 0; i < n; i++) state_step(r->s);
+        return;
+    }
+    pthread_once(&jump_once, jump_table_make);
+    for (int k = 0; k < 64; k++)
+        if (n >> k & 1) apply_map((const uint64_t (*)[4])jump_table[k], r->s);
 }
 
 static double unit_interval(uint64_t x) { return (double)(x >> 11) * 0x1.0p-53; } /* [0, 1) */

@@ -87,6 +87,9 @@ int wait_until(int (*done)(void *arg), void *arg, double deadline_s, double *wai
 typedef struct { uint64_t s[4]; } Rng;
 void     rng_seed(Rng *r, uint64_t seed);
 uint64_t rng_u64(Rng *r);
+/* Advances r by n draws of rng_u64 (the same state as n calls) in O(log n): the stream can be
+ * split among threads and ranks. Thread-safe (a table made once per process). */
+void     rng_jump(Rng *r, uint64_t n);
 double   rng_uniform(Rng *r);           /* [0, 1) */
 double   rng_normal(Rng *r);            /* standard normal (Box-Muller) */
 /* rng_normal's value from the two draws it would take (a, then b, from rng_u64): the same number,

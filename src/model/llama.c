@@ -3,6 +3,7 @@
 #include "model/llama.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -96,41 +97,43 @@ void llama_build(LlamaModel *m, const LlamaConfig *cfg) {
 
 void llama_init_random(LlamaModel *m, uint64_t seed) { llama_init_random_part(m, seed, 0, m->table.total); }
 
-/* Elements per block of the random initialisation: the stream is drawn serially (about a
- * nanosecond a draw) and the kept elements' normals made from it by the threads (the logarithm
- * and cosine are the cost). */
-#define INIT_BLOCK 65536
-
+/* The random initialisation: element j of a 2-D tensor is 0.02 rng_normal of the tensor's draws 2j
+ * and 2j + 1 of the one stream (seeded by seed) that runs through the tensors in order; only the part
+ * [lo, hi) is made, each thread making a contiguous share of it from its own copy of the stream
+ * jumped to the share's first draw (rng_jump): no rank draws the stream before its part, no thread
+ * waits for another's draws, and the values are the serial loop's bit for bit. */
 void llama_init_random_part(LlamaModel *m, uint64_t seed, size_t lo, size_t hi) {
-    Rng rng;
-    rng_seed(&rng, seed);
-    uint64_t *draws = NULL;
-    for (int i = 0; i < m->table.n; i++) { /* the whole sequence drawn, the part [lo, hi) kept */
+    Rng base;
+    rng_seed(&base, seed);
+    uint64_t drawn = 0; /* draws of the stream before this tensor */
+    for (int i = 0; i < m->table.n; i++) {
         const ParamTensor *p = &m->table.t[i];
         float *w = m->params + p->offset;
         const size_t a = lo > p->offset ? lo - p->offset : 0, b = hi < p->offset ? 0 : hi - p->offset;
+        const size_t k1 = b < p->numel ? b : p->numel;
         if (p->ndim == 1) { /* norm weights 1, biases 0 (transformers' _init_weights) */
             const size_t len = strlen(p->name);
             const float v = len > 5 && !strcmp(p->name + len - 5, ".bias") ? 0.0f : 1.0f;
-            for (size_t j = a; j < p->numel && j < b; j++) w[j] = v;
+            for (size_t j = a; j < k1; j++) w[j] = v;
             continue;
         }
-        /* 0.02 rng_normal per element in order: element j is made of the tensor's draws 2j, 2j + 1 */
-        for (size_t j0 = 0; j0 < p->numel; j0 += INIT_BLOCK) {
-            const size_t nb = p->numel - j0 < INIT_BLOCK ? p->numel - j0 : INIT_BLOCK;
-            const size_t k0 = a > j0 ? a : j0, k1 = b < j0 + nb ? b : j0 + nb;
-            if (k0 >= k1) { /* nothing of this block kept: the stream only advances */
-                for (size_t k = 0; k < 2 * nb; k++) (void)rng_u64(&rng);
-                continue;
+        if (a < k1) {
+            #pragma omp parallel if (k1 - a >= 4096)
+            {
+                const size_t nt = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num();
+                const size_t c0 = a + (k1 - a) * t / nt, c1 = a + (k1 - a) * (t + 1) / nt;
+                if (c0 < c1) {
+                    Rng r = base;
+                    rng_jump(&r, drawn + 2 * (uint64_t)c0);
+                    for (size_t j = c0; j < c1; j++) {
+                        const uint64_t x = rng_u64(&r), y = rng_u64(&r);
+                        w[j] = (float)(0.02 * rng_normal_from(x, y));
+                    }
+                }
             }
-            if (!draws) draws = xmalloc(sizeof(uint64_t) * 2 * INIT_BLOCK);
-            for (size_t k = 0; k < 2 * nb; k++) draws[k] = rng_u64(&rng);
-            #pragma omp parallel for schedule(static) if (k1 - k0 >= 4096)
-            for (size_t j = k0; j < k1; j++)
-                w[j] = (float)(0.02 * rng_normal_from(draws[2 * (j - j0)], draws[2 * (j - j0) + 1]));
         }
+        drawn += 2 * (uint64_t)p->numel;
     }
-    xfree(draws);
     if (m->cfg.padding_idx1) { /* as transformers' _init_weights: the padding row starts at zero */
         const size_t D = (size_t)m->cfg.hidden_size;
         const size_t r0 = (size_t)(m->w.embed - m->params) + (size_t)(m->cfg.padding_idx1 - 1) * D;
