@@ -578,7 +578,7 @@ void comm_allreduce(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, siz
     }
 }
 
-/* ---- reduce-scatter (comm.h: seqpar's own, in pieces, summed in rank order) ---- */
+/* ---- reduce-scatter (comm.h: seqpar's own, in pieces, each block summed in a fixed order) ---- */
 #define RS_TAG_BASE 24576 /* tags RS_TAG_BASE .. + COMM_RS_TAGS - 1, on the reduce-scatter's communicator */
 
 /* Receives and sums every message that has arrived, in step order; when all are summed and the

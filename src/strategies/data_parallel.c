@@ -190,7 +190,8 @@ static void acc_finish(GradSync *g) {
     }
 }
 
-/* Posts the reduce-scatter of unit u's gradient (in src) into this rank's part of the shard
+/* Posts the reduce-scatter of unit u's gradient (in src; the rank's own part of it is the landing
+ * space of the peers' messages: comm.h) into this rank's part of the shard
  * accumulator (the step's first micro-batch) or of the unit's temporary (the later ones: added
  * by acc_finish; a temporary still awaited by an earlier unit is waited for first). */
 static void unit_reduce_post(GradSync *g, int u, float *src) {
