@@ -536,7 +536,7 @@ static void test_reduce_scatter(void) {
     /* comm_allreduce of floats on seqpar's own path (at least COMM_ALLREDUCE_OWN_MIN): in place and
      * not, element e summed by the owner of its near-equal block b in the order b, b+1, ..., b-1,
      * the same bits on every rank; several messages a block; bytes as the direct model */
-    const size_t an = 2 * COMM_AR_PIECE * (size_t)g_size + 12345;
+    const size_t an = 2 * COMM_AR_PIECE + 12345; /* 2 ranks: two messages a block */
     const size_t abase = an / (size_t)g_size, arem = an % (size_t)g_size;
     for (int inplace = 0; inplace < 2; inplace++) {
         float *x = xmalloc(sizeof(float) * an), *y = xmalloc(sizeof(float) * an);
@@ -561,6 +561,16 @@ static void test_reduce_scatter(void) {
               (unsigned long long)comm_stats_bytes(&cm->stats, COMM_GRAD_REDUCE), (unsigned long long)expect);
         xfree(x);
         xfree(y);
+    }
+    { /* an all-gather of several messages a block (2 ranks: two of COMM_RS_PIECE): exact integer sums */
+        const size_t bn = 2 * COMM_RS_PIECE + 777;
+        float *x = xmalloc(sizeof(float) * bn);
+        for (size_t i = 0; i < bn; i++) x[i] = (float)(i % 1000 + (size_t)g_rank);
+        comm_allreduce(cm, COMM_GRAD_REDUCE, MPI_IN_PLACE, x, bn, MPI_FLOAT, MPI_SUM, t.dp_comm);
+        size_t bad = 0;
+        for (size_t i = 0; i < bn; i++) bad += x[i] != (float)((double)g_size * (double)(i % 1000) + g_size * (g_size - 1) / 2);
+        CHECK(bad == 0, "allreduce of %zu floats: %zu sums wrong", bn, bad);
+        xfree(x);
     }
     xfree(counts);
     xfree(displs);

@@ -557,9 +557,10 @@ void comm_allreduce(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, siz
                     MPI_Op op, MPI_Comm mc) {
     int n = comm_size_of(mc), me = comm_rank_of(mc);
     size_t es = type_size(dt);
-    if (count > (size_t)INT_MAX) die("MPI_Allreduce: %zu elements exceed MPI's int count", count);
+    const int own = dt == MPI_FLOAT && op == MPI_SUM && n > 1 && count >= COMM_ALLREDUCE_OWN_MIN;
+    if (!own && count > (size_t)INT_MAX) die("MPI_Allreduce: %zu elements exceed MPI's int count", count);
     double t0 = now_seconds();
-    if (dt == MPI_FLOAT && op == MPI_SUM && n > 1 && count >= COMM_ALLREDUCE_OWN_MIN) {
+    if (own) {
         if (sendbuf != MPI_IN_PLACE) memcpy(recvbuf, sendbuf, count * sizeof(float));
         allreduce_floats_own(c, k, recvbuf, count, mc, n);
     } else {
@@ -622,7 +623,7 @@ static int rs_progress(CommReduceScatter *rs) {
 /* comm_rs_post's work; in_place: the sum is made in the own block of src (recv unused), the
  * peers' messages landing in a scratch piece; account: count the bytes (comm_allreduce counts its
  * own). */
-static void rs_start(Comm *c, CommKind k, CommReduceScatter *rs, float *src, float *recv, const int *recvcounts,
+static void rs_start(Comm *c, CommKind k, CommReduceScatter *rs, float *src, float *recv, const size_t *recvcounts,
                      MPI_Comm mc, int tag, int in_place, int account) {
     const size_t pe = in_place ? COMM_AR_PIECE : COMM_RS_PIECE; /* floats a message */
     if (rs->active) die("internal: a reduce-scatter posted while still in flight");
@@ -631,12 +632,11 @@ static void rs_start(Comm *c, CommKind k, CommReduceScatter *rs, float *src, flo
     size_t off = 0, own_off = 0;
     int n_sends = 0;
     for (int p = 0; p < n; p++) {
-        if (recvcounts[p] < 0) die("internal: reduce-scatter count %d for rank %d", recvcounts[p], p);
         if (p == me) own_off = off;
-        else n_sends += (int)(((size_t)recvcounts[p] + pe - 1) / pe);
-        off += (size_t)recvcounts[p];
+        else n_sends += (int)((recvcounts[p] + pe - 1) / pe);
+        off += recvcounts[p];
     }
-    const size_t own = (size_t)recvcounts[me];
+    const size_t own = recvcounts[me];
     *rs = (CommReduceScatter){.c = c, .k = k, .mc = mc, .n = n, .me = me, .tag = tag, .active = 1,
                               .land = src + own_off, .dst = in_place ? src + own_off : recv, .own = own,
                               .piece = pe, .n_steps = (long)((own + pe - 1) / pe) * (n - 1), .n_sends = n_sends};
@@ -644,7 +644,7 @@ static void rs_start(Comm *c, CommKind k, CommReduceScatter *rs, float *src, flo
     int i = 0;
     off = 0;
     for (int p = 0; p < n; p++) {
-        const size_t cnt = (size_t)recvcounts[p];
+        const size_t cnt = recvcounts[p];
         if (p != me) {
             for (size_t o = 0; o < cnt; o += pe) {
                 const size_t len = cnt - o < pe ? cnt - o : pe;
@@ -669,7 +669,14 @@ static void rs_start(Comm *c, CommKind k, CommReduceScatter *rs, float *src, flo
 
 void comm_rs_post(Comm *c, CommKind k, CommReduceScatter *rs, float *src, float *recv, const int *recvcounts,
                   MPI_Comm mc, int tag) {
-    rs_start(c, k, rs, src, recv, recvcounts, mc, tag, 0, 1);
+    const int n = comm_size_of(mc);
+    size_t *counts = xmalloc(sizeof(size_t) * (size_t)n);
+    for (int p = 0; p < n; p++) {
+        if (recvcounts[p] < 0) die("internal: reduce-scatter count %d for rank %d", recvcounts[p], p);
+        counts[p] = (size_t)recvcounts[p];
+    }
+    rs_start(c, k, rs, src, recv, counts, mc, tag, 0, 1);
+    xfree(counts);
 }
 
 int comm_rs_test(Comm *c, CommKind k, int n, CommReduceScatter *rs) {
@@ -734,25 +741,44 @@ void comm_reduce_scatter(Comm *c, CommKind k, float *sendbuf, float *recvbuf, co
     finish_collective(c, k, "reduce_scatter", t0);
 }
 
-/* comm_allreduce of floats (sum, in place, count <= INT_MAX): the reduce-scatter above into
- * near-equal blocks, each summed in its own place, then an in-place all-gather of the blocks (the
- * bytes are comm_allreduce's to count). Every rank gets every element as its block's owner summed
- * it: the replicas stay equal bit for bit. */
+/* comm_allreduce of floats (sum, in place, any count): the reduce-scatter above into near-equal
+ * blocks, each summed in its own place, then an all-gather of the blocks in messages of at most
+ * COMM_RS_PIECE floats, all posted at once (no MPI count or displacement beyond one message, so
+ * vectors past 2^31 floats too; the bytes are comm_allreduce's to count). Every rank gets every
+ * element as its block's owner summed it: the replicas stay equal bit for bit. */
 static void allreduce_floats_own(Comm *c, CommKind k, float *buf, size_t count, MPI_Comm mc, int n) {
-    int *counts = xmalloc(sizeof(int) * (size_t)n), *displs = xmalloc(sizeof(int) * (size_t)n);
+    const int me = comm_rank_of(mc);
+    size_t *counts = xmalloc(sizeof(size_t) * (size_t)n), *displs = xmalloc(sizeof(size_t) * (size_t)n);
     const size_t base = count / (size_t)n, rem = count % (size_t)n;
-    for (int p = 0, d = 0; p < n; p++) {
-        counts[p] = (int)(base + ((size_t)p < rem));
-        displs[p] = d;
-        d += counts[p];
+    for (int p = 0; p < n; p++) {
+        counts[p] = base + ((size_t)p < rem);
+        displs[p] = p ? displs[p - 1] + counts[p - 1] : 0;
     }
     CommReduceScatter rs = {0};
     rs_start(c, k, &rs, buf, NULL, counts, mc, COMM_RS_TAGS - 1, 1, 0);
     rs_complete(c, k, 1, &rs);
-    MPI_Request req;
-    mpi_check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT, mc, &req),
-              "MPI_Iallgatherv (allreduce)", mc, -1, count * sizeof(float));
-    wait_deadline(c, "MPI_Iallgatherv (allreduce)", k, mc, 1, &req);
+    const size_t pe = COMM_RS_PIECE, mine = (counts[me] + pe - 1) / pe;
+    size_t n_req = 0;
+    for (int p = 0; p < n; p++)
+        if (p != me) n_req += mine + (counts[p] + pe - 1) / pe;
+    if (n_req > (size_t)INT_MAX) die("allreduce: %zu messages", n_req);
+    MPI_Request *reqs = xmalloc(sizeof(MPI_Request) * (n_req ? n_req : 1));
+    size_t i = 0;
+    for (int p = 0; p < n; p++) {
+        if (p == me) continue;
+        for (size_t o = 0; o < counts[p]; o += pe) { /* p's block from p */
+            const size_t len = counts[p] - o < pe ? counts[p] - o : pe;
+            mpi_check(MPI_Irecv(buf + displs[p] + o, (int)len, MPI_FLOAT, p, RS_TAG_BASE + COMM_RS_TAGS, mc, &reqs[i++]),
+                      "MPI_Irecv (allreduce's all-gather)", mc, p, len * sizeof(float));
+        }
+        for (size_t o = 0; o < counts[me]; o += pe) { /* mine to p */
+            const size_t len = counts[me] - o < pe ? counts[me] - o : pe;
+            mpi_check(MPI_Isend(buf + displs[me] + o, (int)len, MPI_FLOAT, p, RS_TAG_BASE + COMM_RS_TAGS, mc, &reqs[i++]),
+                      "MPI_Isend (allreduce's all-gather)", mc, p, len * sizeof(float));
+        }
+    }
+    wait_deadline(c, "allreduce's all-gather", k, mc, (int)n_req, reqs);
+    xfree(reqs);
     xfree(counts);
     xfree(displs);
 }

@@ -209,7 +209,8 @@ void comm_alltoallv(Comm *c, CommKind k, const void *sendbuf, const int *sendcou
 /* Sums of at least COMM_ALLREDUCE_OWN_MIN floats (MPI_FLOAT, MPI_SUM) on more than one rank are
  * seqpar's own: the reduce-scatter below into near-equal blocks, each summed in its own place of
  * recvbuf (sendbuf copied there first unless MPI_IN_PLACE) with one message of scratch (at most
- * COMM_AR_PIECE floats, tracked), then an in-place MPI_Iallgatherv; every rank gets the same bits.
+ * COMM_AR_PIECE floats, tracked), then an all-gather in messages of at most COMM_RS_PIECE floats;
+ * every rank gets the same bits, and no MPI count limits the length (past 2^31 floats too).
  * (Open MPI 4.1's MPI_Iallreduce in place runs a binomial reduce to rank 0 and a broadcast from it,
  * with a temporary of the whole vector on every rank.) Anything else goes to MPI_Iallreduce. */
 #define COMM_ALLREDUCE_OWN_MIN ((size_t)16384)
