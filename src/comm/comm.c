@@ -637,7 +637,7 @@ static void rs_start(Comm *c, CommKind k, CommReduceScatter *rs, float *src, flo
         off += recvcounts[p];
     }
     const size_t own = recvcounts[me];
-    *rs = (CommReduceScatter){.c = c, .k = k, .mc = mc, .n = n, .me = me, .tag = tag, .active = 1,
+    *rs = (CommReduceScatter){.mc = mc, .n = n, .me = me, .tag = tag, .active = 1,
                               .land = src + own_off, .dst = in_place ? src + own_off : recv, .own = own,
                               .piece = pe, .n_steps = (long)((own + pe - 1) / pe) * (n - 1), .n_sends = n_sends};
     if (n_sends) rs->sends = xmalloc(sizeof(MPI_Request) * (size_t)n_sends);
@@ -679,14 +679,24 @@ void comm_rs_post(Comm *c, CommKind k, CommReduceScatter *rs, float *src, float 
     xfree(counts);
 }
 
-int comm_rs_test(Comm *c, CommKind k, int n, CommReduceScatter *rs) {
-    int pending = 0;
-    for (int i = 0; i < n && !pending; i++) pending = rs[i].active;
-    if (!pending) return 1;
-    double t0 = now_seconds();
+static int rs_any_active(int n, const CommReduceScatter *rs) {
+    for (int i = 0; i < n; i++)
+        if (rs[i].active) return 1;
+    return 0;
+}
+
+/* Progresses every one in flight; 1 when none is left. */
+static int rs_progress_all(int n, CommReduceScatter *rs) {
     int done = 1;
     for (int i = 0; i < n; i++)
         if (rs[i].active) done &= rs_progress(&rs[i]);
+    return done;
+}
+
+int comm_rs_test(Comm *c, CommKind k, int n, CommReduceScatter *rs) {
+    if (!rs_any_active(n, rs)) return 1;
+    double t0 = now_seconds();
+    const int done = rs_progress_all(n, rs);
     double t1 = now_seconds();
     c->stats.wait_s[k] += t1 - t0;
     if (c->trace && t1 - t0 > 20e-6) record(c, "reduce-scatter test", "wait", t0, t1);
@@ -700,10 +710,7 @@ typedef struct {
 
 static int rs_pending_done(void *arg) {
     RsPending *p = arg;
-    int done = 1;
-    for (int i = 0; i < p->n; i++)
-        if (p->rs[i].active) done &= rs_progress(&p->rs[i]);
-    return done;
+    return rs_progress_all(p->n, p->rs);
 }
 
 /* Completes them under the deadline, with no accounting. */
@@ -719,9 +726,7 @@ static void rs_complete(Comm *c, CommKind k, int n, CommReduceScatter *rs) {
 }
 
 void comm_rs_wait(Comm *c, CommKind k, int n, CommReduceScatter *rs) {
-    int pending = 0;
-    for (int i = 0; i < n && !pending; i++) pending = rs[i].active;
-    if (!pending) return;
+    if (!rs_any_active(n, rs)) return;
     double t0 = now_seconds();
     rs_complete(c, k, n, rs);
     double t1 = now_seconds();

@@ -240,8 +240,6 @@ void comm_allgatherv(Comm *c, CommKind k, const void *sendbuf, int sendcount, vo
 #define COMM_RS_PIECE ((size_t)1 << 20) /* floats per message: 4 MiB */
 #define COMM_RS_TAGS 1024
 typedef struct {
-    Comm *c;
-    CommKind k;
     MPI_Comm mc;
     int n, me, tag, active;
     float *land;          /* the own block of sendbuf: where the peers' messages land */
