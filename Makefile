@@ -25,7 +25,9 @@ BUILD   ?= build-san
 endif
 BUILD   ?= build
 
-LIB_SRC  := $(wildcard src/core/*.c src/kernels/*.c src/attention/*.c src/comm/*.c src/strategies/*.c src/model/*.c src/optim/*.c src/data/*.c src/io/*.c)
+# the library's floors, bottom up (src/README.md): no file includes one from a floor above its own
+LIB_DIRS := core kernels attention optim memory model data io parallel strategies plan bench train
+LIB_SRC  := $(foreach d,$(LIB_DIRS),$(wildcard src/$(d)/*.c))
 CLI_SRC  := $(wildcard src/cli/*.c)
 TEST_SRC := $(wildcard tests/test_*.c)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)

@@ -11,7 +11,7 @@
 #include "attention/seq_attention.h"
 #include "core/common.h"
 #include "kernels/bf16.h"
-#include "kernels/sgemm_bench.h"
+#include "bench/sgemm_bench.h"
 #include "model/llama.h"
 
 int main(int argc, char **argv) {

@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm.h"
-#include "comm/topology.h"
+#include "parallel/comm.h"
+#include "parallel/topology.h"
 #include "core/common.h"
 
 /* Resets this process's VmHWM to its current RSS (Linux: 5 to /proc/self/clear_refs); 0 on success. */

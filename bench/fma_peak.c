@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "core/common.h"
-#include "kernels/sgemm_bench.h"
+#include "bench/sgemm_bench.h"
 
 #define CHAINS 12 /* > FMA latency x FMA ports on every x86 core seen here (4 x 2) */
 

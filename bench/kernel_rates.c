@@ -21,7 +21,7 @@
 #include "kernels/bf16.h"
 #include "kernels/blas_core.h"
 #include "kernels/isa.h"
-#include "kernels/sgemm_bench.h"
+#include "bench/sgemm_bench.h"
 
 static float *rnd(size_t n, Rng *r) {
     float *x = xmalloc_aligned(n * sizeof(float));

@@ -26,8 +26,8 @@
 #include "core/common.h"
 #include "data/packing.h"
 #include "kernels/isa.h"
-#include "strategies/block_attention.h"
-#include "strategies/layout.h"
+#include "parallel/block_attention.h"
+#include "parallel/layout.h"
 #include "strategies/lightseq.h"
 
 enum { L_CONTIG, L_ZIGZAG, L_STRIPED, L_LIGHTSEQ, N_L };

@@ -99,6 +99,7 @@ run_one test_data 600 bash tests/test_data.sh "$BUILD"
 run_one test_fuzz 600 bash tests/test_fuzz.sh
 run_one test_progress 300 bash tests/test_progress.sh "$BUILD"
 run_one test_readme 600 bash tests/test_readme.sh "$BUILD"
+run_one test_layers 120 bash tests/test_layers.sh "$BUILD"
 # no test may leave a run directory in the working tree (each gives train --log or $SEQPAR_RUNS)
 left=$(find runs -mindepth 1 -maxdepth 1 -newer "$marker" 2>/dev/null | wc -l)
 if [ "$left" -eq 0 ]; then total_pass=$((total_pass + 1)); echo "working tree: 1 passed, 0 failed"

@@ -1,6 +1,6 @@
-/* Tests of the distributed attention strategy (src/strategies/dist_attention.c: 2D-Attention with
+/* Tests of the distributed attention strategy (src/parallel/dist_attention.c: 2D-Attention with
  * its corners Ulysses and Ring, Double-Ring-Attention, KV replication) and of the communication
- * layer (src/comm/comm.c, trace.c). Run under mpirun with 1, 2, 4 and 8 ranks.
+ * layer (src/parallel/comm.c, trace.c). Run under mpirun with 1, 2, 4 and 8 ranks.
  *
  * For EVERY factorisation world = dp x hp x cp, every inner ring size W dividing cp, both
  * placements (where they differ: hp > 1 and cp > 1), every layout (contiguous, zigzag,
@@ -47,15 +47,15 @@
 #include <unistd.h>
 
 #include "attention/flash_attention.h"
-#include "comm/comm.h"
-#include "comm/topology.h"
+#include "parallel/comm.h"
+#include "parallel/topology.h"
 #include "core/common.h"
 #include "kernels/attn_bf16.h"
 #include "kernels/bf16.h"
-#include "strategies/dist_attention.h"
-#include "strategies/head_exchange.h"
+#include "parallel/dist_attention.h"
+#include "parallel/head_exchange.h"
 #include "strategies/registry.h"
-#include "strategies/layout.h"
+#include "parallel/layout.h"
 #include "attn_reference.h"
 #include "testlib.h"
 
@@ -216,7 +216,7 @@ static void run_case(const Topology *t, Comm *cm, const Strategy *strat, TokenLa
      * off-diagonal step, contiguous computes only past blocks (n = S/cp rows per slot) */
     AttnWork wk;
     dist_attention_work(sa, &wk);
-    if (strat->schedule == &double_ring_schedule && !docs && !window) {
+    if (strat->schedule == strategy_find("2d")->schedule && !docs && !window) {
         unsigned long long nn = (unsigned long long)(S / t->cp) * (unsigned)(S / t->cp), cp = (unsigned)t->cp;
         /* zigzag's diagonal step is 3/4 of a block, or a whole causal block for the last slot
          * whose two chunks are adjacent (one run; the kernel skips its hidden tiles itself) */
@@ -228,12 +228,12 @@ static void run_case(const Topology *t, Comm *cm, const Strategy *strat, TokenLa
                what, wk.fwd_cells, wk.bwd_cells, want);
     }
 
-    const int ring = strat->schedule == &double_ring_schedule;
+    const int ring = strat->schedule == strategy_find("2d")->schedule;
     check_volume(cm, t, &fst, &vol, 0, &sp, ring, what);
     check_volume(cm, t, &bst, &vol, 1, &sp, ring, what);
     /* the paper's formulas, written out independently (fp32: Size(q) = 4 S D / sp), where they
      * apply: the double ring with hp dividing the heads */
-    if (strat->schedule == &double_ring_schedule && H % t->hp == 0) {
+    if (strat->schedule == strategy_find("2d")->schedule && H % t->hp == 0) {
         unsigned long long sp = (unsigned)t->sp, hp = (unsigned)t->hp, W = (unsigned)t->ring_inner,
                            cp = (unsigned)t->cp, D = (unsigned)(H * d);
         unsigned long long mx = (unsigned)(Hkv > t->hp ? Hkv : t->hp);
@@ -327,8 +327,8 @@ static void run_wire_case(const Topology *t, Comm *cm, const Strategy *strat, To
         if (w) {
             char ww[200];
             snprintf(ww, sizeof ww, "%s, bf16 wire", what);
-            check_volume(cm, t, &fst, &vol, 0, &sp, strat->schedule == &double_ring_schedule, ww);
-            check_volume(cm, t, &bst, &vol, 1, &sp, strat->schedule == &double_ring_schedule, ww);
+            check_volume(cm, t, &fst, &vol, 0, &sp, strat->schedule == strategy_find("2d")->schedule, ww);
+            check_volume(cm, t, &bst, &vol, 1, &sp, strat->schedule == strategy_find("2d")->schedule, ww);
         }
         seq_attention_destroy(sa);
     }
@@ -831,8 +831,8 @@ int main(int argc, char **argv) {
                           for (int si = 0; strategy_at(si); si++) {
                             const Strategy *strat = strategy_at(si);
                             if (strat->grid == GRID_HEADS_ONLY || strat->grid == GRID_CONTEXT_ONLY) continue; /* = 2d */
-                            if (strat->schedule != &double_ring_schedule && (W != cp || pl == 1)) continue;
-                            const int wallfacer = strat->schedule == &wallfacer_schedule;
+                            if (strat->schedule != strategy_find("2d")->schedule && (W != cp || pl == 1)) continue;
+                            const int wallfacer = strat->schedule == strategy_find("wallfacer")->schedule;
                             for (int team = 1; team <= (wallfacer ? cp : 1); team++) {
                             if (wallfacer && cp % (team * team)) continue;
                             StrategyParams sp = params_of(&t, (TokenLayout)lay, heads[hi]);

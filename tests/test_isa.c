@@ -22,6 +22,7 @@
 #include "kernels/bf16.h"
 #include "kernels/blas_core.h"
 #include "kernels/exp2_poly.h"
+#include "kernels/onednn.h"
 #include "kernels/isa.h"
 #include "testlib.h"
 
@@ -518,11 +519,11 @@ int main(int argc, char **argv) {
     CHECK(isa_parse("sse9") == -1, "unknown names are refused");
     CHECK(isa_active() == best || getenv("SEQPAR_ISA"), "the default path is the best one");
     /* oneDNN's bf16 GEMM follows seqpar's AMX switch (capped below AMX when it is off) */
-    const char *dnnl_isa = bf16_onednn_isa();
+    const char *dnnl_isa = onednn_isa();
     if (!getenv("DNNL_MAX_CPU_ISA") && !getenv("ONEDNN_MAX_CPU_ISA"))
         CHECK((strcmp(dnnl_isa, "avx512_core_amx") == 0) == (isa_amx() != 0), "oneDNN runs %s with seqpar's AMX %s", dnnl_isa,
               isa_amx() ? "on" : "off");
-    printf("test_isa: oneDNN %s, effective ISA %s\n", bf16_onednn_version(), dnnl_isa);
+    printf("test_isa: oneDNN %s, effective ISA %s\n", onednn_version(), dnnl_isa);
     char line[320];
     isa_describe(line, sizeof line);
     printf("test_isa: active %s\n", line);

@@ -44,11 +44,11 @@
 #include <string.h>
 
 #include "attention/flash_attention.h"
-#include "comm/comm.h"
-#include "comm/topology.h"
+#include "parallel/comm.h"
+#include "parallel/topology.h"
 #include "core/common.h"
-#include "strategies/block_attention.h"
-#include "strategies/layout.h"
+#include "parallel/block_attention.h"
+#include "parallel/layout.h"
 #include "strategies/lightseq.h"
 #include "strategies/registry.h"
 #include "attn_reference.h"
@@ -174,56 +174,56 @@ static void expect_msg(const ScheduleInfo *si, StrategyParams p, const char *wan
 static void test_checks(void) {
     StrategyParams p = {.hp = 1, .cp = 3, .layout = LAYOUT_CONTIGUOUS, .seq_len = 48, .n_heads = 4, .n_kv_heads = 2,
                         .head_dim = 16};
-    expect_msg(&lightseq_schedule, p, "lightseq needs an even --cp (got 3): 3 ranks have no even cp: start 2 or 4 "
+    expect_msg(strategy_find("lightseq")->schedule, p, "lightseq needs an even --cp (got 3): 3 ranks have no even cp: start 2 or 4 "
                "(mpirun -np), or use another --strategy", "cp 3");
     /* 2 replicas of 3: the grids of all 6 ranks (was "use --cp 2 or 4": neither runs on 6) */
     p.dp = 2;
-    expect_msg(&lightseq_schedule, p, "on these 6 ranks use --dp 1 --hp 1 --cp 6 or --dp 3 --hp 1 --cp 2", "dp 2 cp 3");
+    expect_msg(strategy_find("lightseq")->schedule, p, "on these 6 ranks use --dp 1 --hp 1 --cp 6 or --dp 3 --hp 1 --cp 2", "dp 2 cp 3");
     p.dp = 0;
-    expect_msg(&allgather_schedule, p, NULL, "cp 3 contiguous");
+    expect_msg(strategy_find("allgather")->schedule, p, NULL, "cp 3 contiguous");
     /* the even-cp grids of the same ranks, within the heads; none: the ranks to start */
     p.hp = 2;
-    expect_msg(&lightseq_schedule, p, "on these ranks use --hp 3 --cp 2 or --hp 1 --cp 6", "hp 2 cp 3");
+    expect_msg(strategy_find("lightseq")->schedule, p, "on these ranks use --hp 3 --cp 2 or --hp 1 --cp 6", "hp 2 cp 3");
     p.n_heads = 2;
-    expect_msg(&lightseq_schedule, p, "on these ranks use --hp 1 --cp 6", "hp 2 cp 3, 2 heads");
+    expect_msg(strategy_find("lightseq")->schedule, p, "on these ranks use --hp 1 --cp 6", "hp 2 cp 3, 2 heads");
     p.hp = 3;
-    expect_msg(&lightseq_schedule, p, "9 ranks have no even cp: start 8 or 10 (mpirun -np)", "hp 3 cp 3");
+    expect_msg(strategy_find("lightseq")->schedule, p, "9 ranks have no even cp: start 8 or 10 (mpirun -np)", "hp 3 cp 3");
     p.hp = 1;
     p.n_heads = 4;
     p.cp = 4;
     p.layout = LAYOUT_ZIGZAG;
-    expect_msg(&lightseq_schedule, p, "add --layout contiguous", "zigzag");
-    expect_msg(&allgather_schedule, p, NULL, "zigzag cp 4");
+    expect_msg(strategy_find("lightseq")->schedule, p, "add --layout contiguous", "zigzag");
+    expect_msg(strategy_find("allgather")->schedule, p, NULL, "zigzag cp 4");
     p.layout = LAYOUT_STRIPED;
-    expect_msg(&lightseq_schedule, p, "add --layout contiguous", "striped");
-    expect_msg(&allgather_schedule, p, NULL, "striped cp 4");
+    expect_msg(strategy_find("lightseq")->schedule, p, "add --layout contiguous", "striped");
+    expect_msg(strategy_find("allgather")->schedule, p, NULL, "striped cp 4");
     p.layout = LAYOUT_CONTIGUOUS;
-    expect_msg(&lightseq_schedule, p, NULL, "contiguous cp 4");
+    expect_msg(strategy_find("lightseq")->schedule, p, NULL, "contiguous cp 4");
     p.seq_len = 50;
-    expect_msg(&lightseq_schedule, p, "divisible by 4 (e.g. 48 or 52)", "S 50 cp 4");
+    expect_msg(strategy_find("lightseq")->schedule, p, "divisible by 4 (e.g. 48 or 52)", "S 50 cp 4");
     p.layout = LAYOUT_ZIGZAG;
-    expect_msg(&allgather_schedule, p, "divisible by 8 (e.g. 48 or 56)", "S 50 zigzag cp 4");
+    expect_msg(strategy_find("allgather")->schedule, p, "divisible by 8 (e.g. 48 or 56)", "S 50 zigzag cp 4");
     p.seq_len = 2; /* shorter than the unit: one example, not "8 or 8" */
-    expect_msg(&allgather_schedule, p, "divisible by 8 (e.g. 8)", "S 2 zigzag cp 4");
+    expect_msg(strategy_find("allgather")->schedule, p, "divisible by 8 (e.g. 8)", "S 2 zigzag cp 4");
     p.seq_len = 50;
     p.hp = 2; /* hp x cp ranks split the sequence; zigzag runs over the context group: 2 cp and hp cp
                  must divide S (8 here), 2 hp cp need not */
     p.seq_len = 36;
-    expect_msg(&allgather_schedule, p, "divisible by 8 (e.g. 32 or 40)", "S 36 zigzag hp 2 cp 4");
+    expect_msg(strategy_find("allgather")->schedule, p, "divisible by 8 (e.g. 32 or 40)", "S 36 zigzag hp 2 cp 4");
     p.seq_len = 40;
-    expect_msg(&allgather_schedule, p, NULL, "S 40 zigzag hp 2 cp 4");
+    expect_msg(strategy_find("allgather")->schedule, p, NULL, "S 40 zigzag hp 2 cp 4");
     p.hp = 3; /* odd hp: 2 hp cp after all (hp cp = 6 and 2 cp = 4: their lcm 12) */
     p.cp = 2;
     p.seq_len = 18;
-    expect_msg(&allgather_schedule, p, "divisible by 12 (e.g. 12 or 24)", "S 18 zigzag hp 3 cp 2");
+    expect_msg(strategy_find("allgather")->schedule, p, "divisible by 12 (e.g. 12 or 24)", "S 18 zigzag hp 3 cp 2");
     p.cp = 4;
     p.seq_len = 48;
     p.hp = 1;
     p.cp = 1;
-    expect_msg(&lightseq_schedule, p, NULL, "cp 1 (local, any layout)");
+    expect_msg(strategy_find("lightseq")->schedule, p, NULL, "cp 1 (local, any layout)");
     p.cp = 0;
-    expect_msg(&lightseq_schedule, p, "at least 1", "cp 0");
-    expect_msg(&allgather_schedule, p, "at least 1", "cp 0");
+    expect_msg(strategy_find("lightseq")->schedule, p, "at least 1", "cp 0");
+    expect_msg(strategy_find("allgather")->schedule, p, "at least 1", "cp 0");
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -384,7 +384,7 @@ static void run_case(const ScheduleInfo *si, const Topology *t, Comm *cm, TokenL
     sum->max_dv = fmax(sum->max_dv, ev);
 
     /* work: a replay of the plan through the same iterator */
-    int is_ls = si == &lightseq_schedule;
+    int is_ls = si == strategy_find("lightseq")->schedule;
     Work w = rank_work(is_ls, layout, S, P, r, piece_rows);
     CHECKQ(s->blocks->work.fwd_cells == w.cells && s->blocks->work.bwd_cells == w.cells,
            "%s: work cells fwd %llu bwd %llu, replay %llu", what, s->blocks->work.fwd_cells, s->blocks->work.bwd_cells,
@@ -449,7 +449,7 @@ int main(int argc, char **argv) {
     const HeadCase heads[] = {{4, 4, 16, 48}, {4, 2, 16, 48}, {4, 1, 32, 48}, {8, 2, 8, 48}};
     Reference refs[ARRAY_LEN(heads)];
     for (size_t i = 0; i < ARRAY_LEN(heads); i++) reference_build(&refs[i], heads[i], 2000 + i);
-    const ScheduleInfo *scheds[] = {&lightseq_schedule, &allgather_schedule};
+    const ScheduleInfo *scheds[] = {strategy_find("lightseq")->schedule, strategy_find("allgather")->schedule};
     Summary sum = {0};
     long skipped = 0, combo = 0;
     for (int P = 1; P <= g_size; P++) {
@@ -467,7 +467,7 @@ int main(int argc, char **argv) {
                     if (err) { /* LightSeq refuses odd P or another layout; both, an S the layout does
                                 * not split over P (at 5 and 7 ranks: that was counted as a failure) */
                         const int splits = heads[hi].S % (lay == LAYOUT_ZIGZAG ? 2 * P : P) == 0;
-                        CHECKQ((scheds[si] == &lightseq_schedule && (P % 2 || lay != LAYOUT_CONTIGUOUS)) ||
+                        CHECKQ((scheds[si] == strategy_find("lightseq")->schedule && (P % 2 || lay != LAYOUT_CONTIGUOUS)) ||
                                    (!splits && strstr(err, "does not split")),
                                "%s refused cp %d %s: %s", scheds[si]->name, P, layout_name((TokenLayout)lay), err);
                         xfree(err);

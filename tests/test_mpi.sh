@@ -46,6 +46,8 @@ mpi_test_binary test_lightseq_allgather "2 3 4 8" "lightseq / allgather schedule
 mpi_test_binary test_wallfacer "2 4 8 9 12" "wallfacer schedule"
 # FPDT against the single-process kernel (3: head splits that do not divide)
 mpi_test_binary test_fpdt "2 3 4" "fpdt"
+# a strategy added as one file plus one registry line (tests/plugin/example.c), exact on 2 and 4 ranks
+mpi_test_binary test_plugin "2 4" "the example plug-in"
 
 # ---- seqpar grad: every grid writes the single-process file
 L=tiny_long   # H 4, KV heads 2, S 256

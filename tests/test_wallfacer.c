@@ -40,12 +40,15 @@
 #include <string.h>
 
 #include "attention/flash_attention.h"
-#include "comm/comm.h"
-#include "comm/topology.h"
+#include "parallel/comm.h"
+#include "parallel/topology.h"
 #include "core/common.h"
-#include "strategies/layout.h"
+#include "parallel/layout.h"
 #include "strategies/registry.h"
 #include "strategies/wallfacer.h"
+
+/* the schedule of the registry's wallfacer strategy */
+#define wallfacer_schedule (*strategy_find("wallfacer")->schedule)
 #include "attn_reference.h"
 #include "testlib.h"
 
@@ -187,8 +190,9 @@ static void test_check(void) {
     expect_msg(9, 3, 18, LAYOUT_ZIGZAG, NULL, NULL);
     expect_msg(9, 1, 9, LAYOUT_STRIPED, NULL, NULL);
     expect_msg(1, 1, 4, LAYOUT_ZIGZAG, NULL, NULL);
-    CHECKQ(!strcmp(wallfacer_schedule.name, "wallfacer") && wallfacer_schedule.summary &&
-               !strcmp(wallfacer_schedule.flags, "--hp --cp --team --placement --layout") && wallfacer_schedule.constraints,
+    const Strategy *wf = strategy_find("wallfacer");
+    CHECKQ(wf && !strcmp(wf->schedule->name, "wallfacer") && wf->summary &&
+               !strcmp(wf->flags, "--hp --cp --team --placement --layout") && wf->constraints,
            "schedule table entry");
 }
 

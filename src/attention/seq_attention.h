@@ -15,19 +15,19 @@
  * the forward's output as the model keeps it for o_proj (bf16-rounded under --precision bf16),
  * for delta = rowsum(dout * o), except chunk-streaming strategies, which keep their own.
  *
- * Selective checkpointing (Selective Checkpoint++ / LightSeq's rematerialization-aware
- * checkpointing): `saved` is split into a recomputable prefix and a KEPT suffix, the last
+ * Selective checkpointing (Selective Checkpoint++, paper 000 / rematerialization-aware
+ * checkpointing, paper 004): `saved` is split into a recomputable prefix and a KEPT suffix, the last
  * kept_floats floats (the lse: (N, H) locally, lse_h (n, Hl) for distributed strategies). A model
  * that checkpoints selectively keeps, per layer, only the kept suffix and the local output o; in
  * backward it recomputes q, k, v (after RoPE), copies the kept suffix back into a full `saved`
  * buffer and calls restore(), which rebuilds the prefix exactly as forward left it without running
- * attention (distributed: the head exchange of q, k, v (and FPDT's of o), all-to-alls, no
+ * attention (distributed: the head exchange of q, k, v (and of o, for a strategy that keeps o_h chunks), all-to-alls, no
  * attention compute).
  * backward() then runs from the output o and the kept lse: attention's forward runs once. Every
- * prefix float restore() writes is a copy of q, k, v or (FPDT, which keeps its o_h chunks) o,
+ * prefix float restore() writes is a copy of q, k, v or (a strategy that keeps its o_h chunks) o,
  * so backward after restore() is bit-identical to backward after forward().
  *
- * Chunk streaming (optional; FPDT, paper 003 §4): a strategy with stream_chunks = u > 1 lets the
+ * Chunk streaming (optional; paper 003 §4): a strategy with stream_chunks = u > 1 lets the
  * model run a layer chunk by chunk, so that no (N, .) activation of the layer exists whole. Local
  * chunk i is rows [i c, (i + 1) c) with c = stream_rows (N = u c), and causality makes chunk i
  * depend only on chunks <= i. The calls, in this order per layer:
@@ -108,6 +108,11 @@ struct SeqAttention {
     void (*output_chunk)(SeqAttention *sa, int i, const float *saved, float *o);
     void (*dout_chunk)(SeqAttention *sa, int i, const float *saved, const float *dout);
     void (*backward_chunk)(SeqAttention *sa, int i, const float *saved, float *dq, float *dk, float *dv);
+    /* Measurement knobs (optional; NULL: the strategy has none): query rows per kernel call (0: a
+     * whole run) and compute on/off (off: the same communication with no attention work, the
+     * benchmark's communication-alone time). */
+    void (*set_piece_rows)(SeqAttention *sa, int rows);
+    void (*set_compute)(SeqAttention *sa, int enabled);
     void (*destroy)(SeqAttention *sa);
 };
 

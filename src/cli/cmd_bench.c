@@ -16,20 +16,20 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "attention/attention_bench.h"
-#include "cli/cli_common.h"
+#include "bench/attention_bench.h"
+#include "train/cli_common.h"
 #include "cli/commands.h"
 #include "core/common.h"
 #include "core/op_clock.h"
 #include "kernels/bf16.h"
 #include "kernels/isa.h"
 #include "kernels/sgemm.h"
-#include "kernels/sgemm_bench.h"
+#include "bench/sgemm_bench.h"
 #include "model/llama.h"
 #include "optim/adamw.h"
-#include "strategies/dist_attention_bench.h"
-#include "strategies/memory_model.h"
-#include "strategies/seq_parallel.h"
+#include "bench/dist_attention_bench.h"
+#include "plan/memory_model.h"
+#include "train/seq_parallel.h"
 
 static const char HELP[] =
     "usage: seqpar bench [attn|step|memory|all] [options]\n"
@@ -496,7 +496,7 @@ int cmd_bench(int argc, char **argv) {
         case 'C': bench_clock_cpu(1); break;
         case 'w': g_warmup_steps = (int)parse_long(cmd, "warmup-steps", optarg, 0, 1000); break;
         case 'M': n_lens = parse_list("mem-seq-lens", optarg, lens, BENCH_LIST_MAX); break;
-        case 'h': fputs(HELP, stdout); fputs(PARALLEL_FLAGS_HELP, stdout); return 0;
+        case 'h': fputs(HELP, stdout); parallel_flags_help(stdout); return 0;
         default: die_bad_option(cmd, argc, argv, opt);
         }
     }
@@ -520,19 +520,27 @@ int cmd_bench(int argc, char **argv) {
             die_collective("seqpar bench: --kv-heads %d does not divide the %d query heads%s: give --kv-heads dividing "
                            "--heads", kv_heads, h, heads ? "" : " (the default: set --heads)");
     }
-    /* a flag no part of this run reads is refused (as train's --chunks without fpdt): --zero, --zero-group,
-     * --no-stream and --offload-dir are the parallel memory part's (and fpdt's chunks in distributed
-     * attn: --offload-dir), --checkpoint and --ffn-chunks step's and memory's */
-    const int fpdt = pc.strategy && !strcmp(pc.strategy, "fpdt");
+    /* a flag no part of this run reads is refused (as train's knobs of another strategy): --zero,
+     * --zero-group, --no-stream and --offload-dir are the parallel memory part's (and, in distributed
+     * attn, --offload-dir the chunk tier's of a strategy that keeps its chunks there), --checkpoint and
+     * --ffn-chunks step's and memory's */
+    const Strategy *named = strategy_named(pc.strategy), *chunker = NULL;
+    for (int i = 0; strategy_at(i) && !chunker; i++)
+        if (strategy_at(i)->reads & KNOB_CHUNK_OFFLOAD) chunker = strategy_at(i);
+    const int own_chunks = named && named->reads & KNOB_CHUNK_OFFLOAD;
     const char *unread = pc.zero > 0 ? "zero" : pc.zero_group > 0 ? "zero-group" : mf.no_stream ? "no-stream"
-                         : pc.offload_dir && !(dist_attn && fpdt) ? "offload-dir" : NULL;
-    if (unread && strcmp(part, "memory"))
+                         : pc.offload_dir && !(dist_attn && own_chunks) ? "offload-dir" : NULL;
+    if (unread && strcmp(part, "memory")) {
+        char attn[96] = "";
+        if (!strcmp(unread, "offload-dir") && chunker)
+            snprintf(attn, sizeof attn, " and 'bench attn --strategy %s'", chunker->name);
         die_collective("seqpar bench: --%s is read by 'bench memory'%s only, not by 'bench %s': drop it or run 'bench "
-                       "memory'", unread, strcmp(unread, "offload-dir") ? "" : " and 'bench attn --strategy fpdt'", part);
+                       "memory'", unread, attn, part);
+    }
     if (!strcmp(part, "attn") && (mf.checkpoint != LLAMA_CKPT_NONE || mf.ffn_chunks > 0))
         die_collective("seqpar bench: --%s is read by 'bench step' and 'bench memory', not by 'bench attn' (attention "
                        "alone): drop it", mf.ffn_chunks > 0 ? "ffn-chunks" : "checkpoint");
-    if (mf.no_stream) mem_modes = 1; /* memory in one process: offload_flags_check (fpdt's flag) */
+    if (mf.no_stream) mem_modes = 1; /* memory in one process: offload_flags_check (a streaming strategy's flag) */
     if (!strcmp(part, "memory") && (world > 1 || grid || mem_modes)) {
         offload_flags_check(&pc, &mf);
         bench_memory_parallel(&pc, &mf, lens, n_lens);

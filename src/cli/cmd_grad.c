@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/cli_common.h"
+#include "train/cli_common.h"
 #include "cli/commands.h"
-#include "cli/run_control.h"
+#include "train/run_control.h"
 #include "core/common.h"
 #include "attention/flash_attention.h"
 #include "kernels/bf16.h"
@@ -23,7 +23,7 @@
 #include "io/atomic_file.h"
 #include "io/param_io.h"
 #include "model/llama.h"
-#include "strategies/seq_parallel.h"
+#include "train/seq_parallel.h"
 
 static const char HELP[] =
     "usage: seqpar grad --model DIR --tokens FILE --seq-len S --out FILE [options]\n"
@@ -95,7 +95,7 @@ int cmd_grad(int argc, char **argv) {
         case 's': seq_len = parse_long(cmd, "seq-len", optarg, 1, 1L << 30); break;
         case 'o': out_path = optarg; break;
         case 'r': seed = (uint64_t)parse_long(cmd, "seed", optarg, 0, (1L << 62)); break;
-        case 'h': fputs(HELP, stdout); fputs(MEMORY_FLAGS_HELP, stdout); fputs(PACK_FLAGS_HELP, stdout); fputs(PARALLEL_FLAGS_HELP, stdout); return 0;
+        case 'h': fputs(HELP, stdout); fputs(MEMORY_FLAGS_HELP, stdout); fputs(PACK_FLAGS_HELP, stdout); parallel_flags_help(stdout); return 0;
         default: die_bad_option(cmd, argc, argv, opt);
         }
     }

@@ -6,13 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/cli_common.h"
+#include "train/cli_common.h"
 #include "cli/commands.h"
-#include "cli/train_options.h"
+#include "train/train_options.h"
 #include "core/common.h"
 #include "io/checkpoint.h"
 #include "io/config_json.h"
-#include "strategies/memory_model.h"
+#include "plan/memory_model.h"
 
 #include <omp.h>
 
@@ -43,48 +43,6 @@ static void print_row(const char *name, double ram, double disk, double total) {
     printf("\n");
 }
 
-void memory_input_from_options(const TrainOptions *o, SizeFlags *sf, const char *cmd, MemoryModelInput *in) {
-    memset(in, 0, sizeof *in);
-    LlamaConfig *out = &in->model;
-    SeqErr e;
-    in->recall_data = !strcmp(o->data, "recall");
-    TokenStream ts; /* token data: read for its length, its largest file and (size flags) its vocabulary */
-    if (!in->recall_data) {
-        if (token_stream_open(&ts, o->data, o->tokens_format, STREAM_TRAIN, &e) != 0) die_collective("%s", e.msg);
-        data_length_check(&ts, o->seq_len, o->data); /* train's refusal, so that no plan names a run train refuses */
-        for (int i = 0; i < ts.n_shards; i++) /* the trainer holds one training file at a time, whole */
-            if ((double)ts.counts[i] > in->data_tokens) in->data_tokens = (double)ts.counts[i];
-    }
-    if (o->resume_dir) {
-        if (checkpoint_read_config(o->resume_dir, out, &e) != 0) die_collective("%s", e.msg);
-        size_flags_check(sf, out, cmd, o->resume_dir);
-    } else if (o->model_dir) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/config.json", o->model_dir);
-        if (model_dir_check(o->model_dir, &e) != 0 || config_json_read(path, out, &e) != 0) die_collective("%s", e.msg);
-        size_flags_check(sf, out, cmd, o->model_dir);
-    } else {
-        if (!in->recall_data) size_flags_fit_data(sf, &ts, o->data); /* token data sizes the vocabulary, as in train */
-        *out = sf->cfg;
-        size_flags_validate(out);
-    }
-    (void)train_data_flags_check(o, in->recall_data, out->vocab_size, cmd);
-    if (o->val_data) { /* opened as train opens it: a missing or malformed source is refused alike */
-        TokenStream vs;
-        if (token_stream_open(&vs, o->val_data, o->tokens_format, STREAM_VAL, &e) != 0) die_collective("%s", e.msg);
-        val_overlap_check(&vs, &ts);
-        token_stream_close(&vs);
-    }
-    in->seq_len = o->seq_len;
-    in->batch = o->batch;
-    if (!in->recall_data) token_stream_close(&ts);
-    else (void)recall_spec_from_options(o, out->vocab_size); /* the recall task's own limits, as train checks them */
-    in->par = o->par;
-    in->checkpoint = o->mem.checkpoint;
-    in->ffn_chunks = o->mem.ffn_chunks;
-    in->no_stream = o->mem.no_stream;
-    in->precision = o->mem.precision;
-}
 
 int cmd_memory(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
@@ -138,13 +96,12 @@ int cmd_memory(int argc, char **argv) {
     else if (in.par.chunks > 1 && in.checkpoint == LLAMA_CKPT_SELECTIVE)
         printf("  whole layers: --checkpoint selective keeps each layer's output whole, so it does not stream\n");
     printf("papers' terms (fp32, this rank):\n");
-    printf("  WallFacer Eq. 5  A = B N H / P                  %10.2f MiB\n", m.wf_A / 1048576.0);
-    printf("  WallFacer Eq. 6  (Y + 1) A + 3 A   (ring)       %10.2f MiB (+ M_m+o)\n", m.wf_eq6 / 1048576.0);
-    printf("  WallFacer Eq. 7  (Y + 1) A + 3 C A (teams)      %10.2f MiB (+ M_m+o)\n", m.wf_eq7 / 1048576.0);
-    printf("  LoongTrain 4.5.5 saved q, k, v per layer        %10.2f MiB; inner + outer ring buffers %.2f MiB\n",
-           m.lt_qkv_per_layer / 1048576.0, m.lt_ring_buffers / 1048576.0);
-    printf("  LoongTrain 5.2   Selective++ (SD + SH)/d_sp     %10.2f MiB per layer\n", m.lt_selective_per_layer / 1048576.0);
-    printf("  FPDT Table 2     backward peak 8 N d            %10.2f MiB\n", m.fpdt_table2_peak / 1048576.0);
+    const PaperMemoryInput pin = {.p = &m.params, .D = c->hidden_size, .L = c->num_hidden_layers};
+    for (int i = 0; strategy_at(i); i++) {
+        PaperMemory pm;
+        strategy_paper_memory(strategy_at(i), &pin, &pm);
+        for (int k = 0; k < pm.n; k++) printf("%s\n", pm.line[k]);
+    }
     fflush(stdout);
     return 0;
 }

@@ -10,17 +10,17 @@
 
 #include <omp.h>
 
-#include "attention/attention_bench.h"
-#include "cli/cli_common.h"
+#include "bench/attention_bench.h"
+#include "train/cli_common.h"
 #include "cli/commands.h"
-#include "cli/train_options.h"
+#include "train/train_options.h"
 #include "core/common.h"
 #include "kernels/bf16.h"
 #include "kernels/isa.h"
 #include "kernels/ops.h"
-#include "kernels/sgemm_bench.h"
+#include "bench/sgemm_bench.h"
 #include "model/llama.h"
-#include "strategies/planner.h"
+#include "plan/planner.h"
 #include "strategies/registry.h"
 
 /* The tokens model_gemm_gflops times (min(S, 4096)), or 0 where one layer's weights exceed 64 MB. */
@@ -156,7 +156,7 @@ static const char HELP[] =
     "usage: seqpar plan --ranks P [cluster flags] [train's model, --seq-len, --batch, --precision flags]\n"
     "\n"
     "Ranks every configuration of 'seqpar train' the P ranks allow (strategy, dp x hp x cp, ring\n"
-    "inner size, WallFacer team, FPDT chunks, placement, --checkpoint, --zero) by a predicted step\n"
+    "inner size, team, chunks, placement, --checkpoint, --zero) by a predicted step\n"
     "time, keeping those whose memory (the model of 'seqpar memory') fits a rank, and prints the\n"
     "train flags of the best. Train's grid flags given here (--strategy, --dp, --hp, --cp,\n"
     "--ring-inner, --team, --chunks, --placement, --checkpoint, --zero) fix that choice.\n"
@@ -377,7 +377,7 @@ int cmd_plan(int argc, char **argv, const char *program) {
         char *no_ring = parallel_flags_check(strategy_find(e->par.strategy), &probe);
         if (!no_ring) snprintf(w, sizeof w, "%d", e->par.ring_inner > 0 ? e->par.ring_inner : e->par.cp);
         xfree(no_ring);
-        /* the token layout (FPDT has its own: -) */
+        /* the token layout (a strategy with its own attention has its own: -) */
         const Strategy *es = strategy_find(e->par.strategy);
         const char *lay = es->own ? "-" : layout_name(e->par.layout_given ? e->par.layout : es->default_layout);
         printf("%3d  %-10s %3d %3d %3d %3s %4d %5d %-13s %-10s %-9s %3d %4d %9.3f %10.0f %8.3f %8.3f %10.2f %10.1f%s\n",

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cli/cli_common.h"
+#include "train/cli_common.h"
 #include "cli/commands.h"
 #include "core/common.h"
 #include "io/config_json.h"

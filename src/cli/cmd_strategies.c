@@ -6,37 +6,39 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli/cli_common.h"
+#include "train/cli_common.h"
 #include "cli/commands.h"
 #include "core/common.h"
 #include "kernels/bf16.h"
 #include "strategies/registry.h"
 
 static const char HELP[] =
-    "usage: seqpar strategies [--ranks P --seq-len S --heads H --kv-heads K --head-dim D]\n"
+    "usage: seqpar strategies [--names] [--ranks P --seq-len S --heads H --kv-heads K --head-dim D]\n"
     "\n"
     "Lists the distributed attention strategies ('--strategy NAME' of train, grad and bench), the\n"
     "flags each reads and its constraints. Given --ranks, also prints per strategy (all ranks in one\n"
     "sequence-parallel group, its default grid) the bytes rank 0 sends per layer, forward + backward,\n"
     "and its attention memory, from the strategies' formulas (bytes and messages of the busiest rank).\n"
     "\n"
+    "  --names        the strategies' names only, one a line\n"
     "  --ranks P      sequence-parallel ranks (default: list only)\n"
     "  --seq-len S    global sequence length (default 16384)\n"
     "  --heads H      query heads (default 8)\n"
     "  --kv-heads K   key/value heads (default: H)\n"
     "  --head-dim D   head dimension (default 64)\n"
-    "  --team C       wallfacer team size (default: the largest C with C^2 dividing the ranks)\n"
+    "  --team C       team size of the strategies with teams (default: theirs, e.g. the largest C with\n"
+    "                 C^2 dividing the ranks)\n"
     "  --precision P  fp32 (default) or bf16: with bf16 the head exchange sends 2 bytes an element\n";
 
 int cmd_strategies(int argc, char **argv) {
     const char *cmd = "strategies";
-    int P = 0, H = 8, K = 0, d = 64, team = 0, precision = PRECISION_FP32;
+    int P = 0, H = 8, K = 0, d = 64, team = 0, precision = PRECISION_FP32, names = 0;
     long S = 16384;
     static const struct option opts[] = {
         {"ranks", required_argument, 0, 'P'}, {"seq-len", required_argument, 0, 'S'},
         {"heads", required_argument, 0, 'H'}, {"kv-heads", required_argument, 0, 'K'},
         {"head-dim", required_argument, 0, 'd'}, {"team", required_argument, 0, 'C'},
-        {"precision", required_argument, 0, 'p'},
+        {"precision", required_argument, 0, 'p'}, {"names", no_argument, 0, 'n'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int opt;
     opterr = 0;
@@ -53,18 +55,22 @@ int cmd_strategies(int argc, char **argv) {
             precision = precision_parse(optarg);
             if (precision < 0) die_collective("seqpar %s: --precision expects fp32 or bf16, got '%s'", cmd, optarg);
             break;
+        case 'n': names = 1; break;
         case 'h': fputs(HELP, stdout); return 0;
         default: die_bad_option(cmd, argc, argv, opt);
         }
     }
     die_extra_args(cmd, argc, argv);
     if (!K) K = H;
+    if (names) {
+        for (int i = 0; strategy_at(i); i++) printf("%s\n", strategy_at(i)->name);
+        return 0;
+    }
     for (int i = 0; strategy_at(i); i++) {
         const Strategy *s = strategy_at(i);
-        printf("%-10s %s\n", s->name, s->summary || !s->schedule ? s->summary : s->schedule->summary);
-        printf("%-10s flags: %s; constraints: %s%s%s\n", "", s->flags || !s->schedule ? s->flags : s->schedule->flags,
-               s->constraints || !s->schedule ? s->constraints : s->schedule->constraints,
-               s->own ? "" : "; default layout ", /* FPDT's own layout is in its constraints (no --layout) */
+        printf("%-10s %s\n", s->name, s->summary);
+        printf("%-10s flags: %s; constraints: %s%s%s\n", "", s->flags, s->constraints,
+               s->own ? "" : "; default layout ", /* an own attention's layout is in its constraints (no --layout) */
                s->own ? "" : layout_name(s->default_layout));
     }
     if (!P) return 0;
@@ -84,7 +90,7 @@ int cmd_strategies(int argc, char **argv) {
                 if (P % h == 0 && h * h <= P) p.hp = h;
             p.cp = P / p.hp;
         }
-        if (!p.team) p.team = strategy_default_team(s, p.cp);
+        strategy_defaults(s, &p);
         if (!err) err = strategy_check(s, &p);
         if (err) {
             printf("%-10s cannot run: %s\n", s->name, err);

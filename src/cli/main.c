@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "cli/commands.h"
-#include "cli/run_control.h"
-#include "comm/comm.h"
+#include "train/run_control.h"
+#include "parallel/comm.h"
 #include "core/common.h"
 #include "attention/flash_attention.h"
 #include "kernels/blas_core.h"
@@ -30,7 +30,21 @@ static const char USAGE[] =
     "  memory  the memory one training step with train's flags would hold, per rank and component\n"
     "  plan    the strategy, grid, checkpoint mode and ZeRO stage to train with on a given cluster\n"
     "\n"
-    "'seqpar <command> --help' (or -h, or 'seqpar help <command>') describes each command's options.\n";
+    "'seqpar <command> --help' (or -h, or 'seqpar help <command>') describes each command's options.\n"
+    "\n"
+    "environment (none needed; docs/environment.md):\n"
+    "  SEQPAR_ISA=scalar|avx2|avx512|amx   kernel path (default: the best this CPU runs)      tuning\n"
+    "  SEQPAR_ATTN_TILES=fq,fk,bk,bq       fp32 attention tiles (default: by the L2 per core) tuning\n"
+    "  SEQPAR_ATTN_DQ_SLOTS=N              backward dq slots, 1..1024 (default: 2 per thread) tuning\n"
+    "  SEQPAR_SGEMM=onednn|openblas        fp32 GEMM library (default onednn)                 tuning\n"
+    "  SEQPAR_BLAS_CORE=keep|auto          OpenBLAS core check off, or over OPENBLAS_CORETYPE  tuning\n"
+    "  SEQPAR_PEAK_GFLOPS=X                MFU peak, --peak-gflops' default (default: measured)\n"
+    "  SEQPAR_RUNS=DIR                     where run directories go (default runs)\n"
+    "  SEQPAR_CACHE=DIR                    make_shards.py's tokenizers venv (~/.cache/seqpar)\n"
+    "  SEQPAR_ATTN_BWD_ROWS=R              attention backward in passes of R rows         diagnostic\n"
+    "  SEQPAR_CHECK_ROUNDED=1              check operands marked as bf16 values           diagnostic\n"
+    "  test only: SEQPAR_FAULT_NONFINITE, SEQPAR_FAULT_HANG, SEQPAR_CKPT_NO_RENAME_EXCHANGE\n"
+    "  internal: SEQPAR_BLAS_REEXEC (set by seqpar's OpenBLAS re-execution)\n";
 
 /* --comm-timeout's value on the command line before MPI starts (the real parser checks it later):
  * the default where absent or not a number >= 0. */

@@ -111,8 +111,8 @@ int trainer_state_compare(const TrainerState *saved, const TrainerState *now, co
             char was[128], is[128];
             setting_display(saved->settings[i].value, was, sizeof was);
             setting_display(v, is, sizeof is);
-            /* FFN chunks and layer streaming: the flags the caller worked out for this run (under
-               FPDT's streamed layers --ffn-chunks alone does not give a count back) */
+            /* FFN chunks and layer streaming: the flags the caller worked out for this run (under a
+               strategy's streamed layers --ffn-chunks alone does not give a count back) */
             if (layer_fix && *layer_fix &&
                 (!strcmp(saved->settings[i].key, "ffn_chunks") || !strcmp(saved->settings[i].key, "streamed_layers")))
                 return seq_err(e, "checkpoint %s was trained with %s = %s but this run uses %s: resume %s or start a "
@@ -124,13 +124,18 @@ int trainer_state_compare(const TrainerState *saved, const TrainerState *now, co
                                "files it was trained on (moved anywhere, named any way) or start a new run",
                                dir, saved->settings[i].value, v);
             static const char *const flag_of[][2] = {
-                {"ffn_chunks", "--ffn-chunks"}, {"fpdt_chunks", "--chunks"}, {"precision", "--precision"},
+                {"ffn_chunks", "--ffn-chunks"}, {"precision", "--precision"},
                 {"batch", "--batch"}, {"steps", "--steps"}, {"warmup", "--warmup"}, {"lr", "--lr"},
                 {"min_lr", "--min-lr"}, {"weight_decay", "--weight-decay"}, {"grad_clip", "--grad-clip"}};
-            for (size_t f = 0; f < ARRAY_LEN(flag_of); f++)
-                if (!strcmp(saved->settings[i].key, flag_of[f][0]))
+            const char *key = saved->settings[i].key;
+            const size_t kl = strlen(key);
+            for (size_t f = 0; f < ARRAY_LEN(flag_of) + 1; f++)
+                /* and NAME_chunks, a strategy's --chunks (the trainer records it so) */
+                if (f == ARRAY_LEN(flag_of) ? kl > 7 && !strcmp(key + kl - 7, "_chunks")
+                                            : !strcmp(key, flag_of[f][0]))
                     return seq_err(e, "checkpoint %s was trained with %s = %s but this run uses %s: resume with %s %s "
-                                   "or start a new run", dir, saved->settings[i].key, was, is, flag_of[f][1], was);
+                                   "or start a new run", dir, saved->settings[i].key, was, is,
+                                   f == ARRAY_LEN(flag_of) ? "--chunks" : flag_of[f][1], was);
             return seq_err(e, "checkpoint %s was trained with %s = %s but this run uses %s: resume with the same "
                            "setting or start a new run", dir, saved->settings[i].key, was, is);
         }

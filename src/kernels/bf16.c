@@ -8,8 +8,8 @@
 #include "core/common.h"
 #include "kernels/attn_bf16.h"
 #include "kernels/isa.h"
+#include "kernels/onednn.h"
 #include "kernels/sgemm.h"
-#include "kernels/sgemm_bench.h"
 
 int precision_parse(const char *name) {
     if (!name) return -1;
@@ -69,33 +69,6 @@ const Bf16Kernels *bf16_kernels(void) {
 
 int bf16_products_on_sgemm(void) { return bf16_kernels()->path == BF16_PATH_CONVERT; }
 
-double bf16_gemm_peak_gflops(int trials) {
-    if (bf16_products_on_sgemm()) return sgemm_peak_gflops(trials);
-    const int n = 2048;
-    size_t nn = (size_t)n * n;
-    bf16_t *A = xmalloc(sizeof(bf16_t) * nn), *B = xmalloc(sizeof(bf16_t) * nn);
-    float *C = xmalloc(sizeof(float) * nn);
-    Rng rng;
-    rng_seed(&rng, 1234);
-    for (size_t i = 0; i < nn; i++) {
-        A[i] = bf16_from_float((float)(rng_uniform(&rng) - 0.5));
-        B[i] = bf16_from_float((float)(rng_uniform(&rng) - 0.5));
-    }
-    const Bf16Kernels *k = bf16_kernels();
-    if (trials < 3) trials = 3;
-    double best = 1e300;
-    for (int r = -1; r < trials; r++) { /* r = -1: warm-up */
-        double t0 = bench_seconds();
-        k->gemm(0, 0, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
-        double dt = bench_seconds() - t0;
-        if (r >= 0 && dt < best) best = dt;
-    }
-    xfree(A);
-    xfree(B);
-    xfree(C);
-    return 2.0 * (double)n * n * n / best * 1e-9;
-}
-
 #define BF16_PAR_CHUNK 16384 /* elements per OpenMP work item of the conversions */
 
 void bf16_pack(bf16_t *dst, const float *src, size_t n) {
@@ -146,8 +119,8 @@ void bf16_round(float *x, size_t n) { bf16_round_copy(x, x, n); }
 void bf16_describe(char *buf, size_t n) {
     const Bf16Kernels *k = bf16_kernels();
     if (k->path == BF16_PATH_AVX512BF16)
-        snprintf(buf, n, "%s, GEMM: oneDNN %s matmul on %s", bf16_path_name(k->path), bf16_onednn_version(),
-                 bf16_onednn_isa());
+        snprintf(buf, n, "%s, GEMM: oneDNN %s matmul on %s", bf16_path_name(k->path), onednn_version(),
+                 onednn_isa());
     else
         snprintf(buf, n, "%s, GEMM: fp32 sgemm on bf16 values (%s)", bf16_path_name(k->path), sgemm_lib_name(sgemm_lib()));
 }

@@ -14,7 +14,7 @@
  * oneDNN matmul, which then runs its AMX kernels itself (oneDNN 2.6 asks Linux for the tile-data
  * permission on its own); when seqpar's AMX is off (SEQPAR_ISA other than amx, kernels/isa.h)
  * oneDNN is capped at avx512_core_bf16 before its first use, unless DNNL_MAX_CPU_ISA or
- * ONEDNN_MAX_CPU_ISA says otherwise. bf16_onednn_isa() names what oneDNN runs. */
+ * ONEDNN_MAX_CPU_ISA says otherwise. onednn_isa() names what oneDNN runs. */
 #ifndef SEQPAR_BF16_H
 #define SEQPAR_BF16_H
 
@@ -73,21 +73,9 @@ void bf16_gemm_convert(int transA, int transB, int M, int N, int K, float alpha,
 void bf16_gemm_onednn(int transA, int transB, int M, int N, int K, float alpha, const bf16_t *A, int lda,
                       const bf16_t *B, int ldb, float beta, float *C, int ldc);
 
-/* oneDNN's version ("2.6.3") and the ISA its kernels use (dnnl_get_effective_cpu_isa:
- * "avx512_core_amx", "avx512_core_bf16", ...), after the cap above; the first call sets oneDNN up. */
-const char *bf16_onednn_version(void);
-const char *bf16_onednn_isa(void);
 /* One line for run headers: "avx512_bf16, GEMM: oneDNN 2.6.3 matmul on avx512_core_bf16" or
  * "convert, GEMM: fp32 sgemm on bf16 values (oneDNN 2.6.3)". */
 void bf16_describe(char *buf, size_t n);
-
-/* The bf16 peak for MFU under --precision bf16: the best GFLOPS of `trials` (at least 3) runs of
- * this path's GEMM on square 2048 x 2048 bf16 matrices, after one warm-up (as sgemm_peak_gflops).
- * On the conversion path the linear layers' products are fp32 sgemm on arrays of bf16 values
- * (ops.h), the same arithmetic at the same rate as fp32's: its peak is the fp32 peak
- * (sgemm_peak_gflops, the better library's), not bf16_gemm_convert's, whose two widening passes
- * made the peak read lower and the utilisation higher than the hardware's. */
-double bf16_gemm_peak_gflops(int trials);
 
 /* Whether bf16 products run as fp32 sgemm on arrays of bf16 values: the conversion path (ops.h's
  * linear layers read them so; its MFU peak and the planner's GEMM rate are then fp32's). */

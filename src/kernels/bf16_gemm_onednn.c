@@ -6,7 +6,7 @@
  * pointer, nothing is copied. alpha other than 1 or beta other than 0 and 1 (no caller uses
  * them) go to the conversion path's GEMM. Where the CPU has AMX, oneDNN's matmul uses it (its
  * brgemm avx512_core_amx kernels; oneDNN requests the Linux tile-data permission itself) unless
- * seqpar's AMX is off (onednn_setup below caps it). */
+ * seqpar's AMX is off (kernels/onednn.c caps it). */
 #include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -15,6 +15,7 @@
 #include "core/common.h"
 #include "kernels/bf16.h"
 #include "kernels/isa.h"
+#include "kernels/onednn.h"
 
 #define CHECK_DNNL(call) do { dnnl_status_t st_ = (call); \
     if (st_ != dnnl_success) die("oneDNN: %s failed with status %d", #call, (int)st_); } while (0)
@@ -60,43 +61,8 @@ static void make_entry(MatmulEntry *e, const int key[9]) {
     memcpy(e->key, key, sizeof e->key);
 }
 
-static pthread_once_t g_setup_once = PTHREAD_ONCE_INIT;
-static char g_version[32];
-
-/* Before any other oneDNN call: cap its ISA below AMX when seqpar's AMX is off (SEQPAR_ISA), unless
- * the user set oneDNN's own variable; then the engine and stream. */
-static void onednn_setup(void) {
-    if (!isa_amx() && !getenv("DNNL_MAX_CPU_ISA") && !getenv("ONEDNN_MAX_CPU_ISA"))
-        (void)dnnl_set_max_cpu_isa(dnnl_cpu_isa_avx512_core_bf16); /* refused only after an earlier oneDNN
-                                                                     call (a benchmark's): bf16_onednn_isa() tells */
-    const dnnl_version_t *v = dnnl_version();
-    snprintf(g_version, sizeof g_version, "%d.%d.%d", v->major, v->minor, v->patch);
-    CHECK_DNNL(dnnl_engine_create(&g_engine, dnnl_cpu, 0));
-    CHECK_DNNL(dnnl_stream_create(&g_stream, g_engine, dnnl_stream_default_flags));
-}
-
-const char *bf16_onednn_version(void) {
-    pthread_once(&g_setup_once, onednn_setup);
-    return g_version;
-}
-
-const char *bf16_onednn_isa(void) {
-    pthread_once(&g_setup_once, onednn_setup);
-    switch (dnnl_get_effective_cpu_isa()) {
-    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
-    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
-    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
-    case dnnl_cpu_isa_avx512_core: return "avx512_core";
-    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
-    case dnnl_cpu_isa_avx2: return "avx2";
-    case dnnl_cpu_isa_avx: return "avx";
-    case dnnl_cpu_isa_sse41: return "sse41";
-    default: return "other";
-    }
-}
-
 static MatmulEntry *lookup(const int key[9]) {
-    pthread_once(&g_setup_once, onednn_setup);
+    if (!g_engine) onednn_engine(&g_engine, &g_stream);
     for (int i = 0; i < g_cached; i++)
         if (!memcmp(g_cache[i].key, key, sizeof g_cache[i].key)) return &g_cache[i];
     MatmulEntry *e;

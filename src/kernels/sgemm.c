@@ -9,8 +9,8 @@
 
 #include "core/common.h"
 #include "core/op_clock.h"
-#include "kernels/bf16.h"
 #include "kernels/blas_core.h"
+#include "kernels/onednn.h"
 
 static SgemmLib g_lib = SGEMM_ONEDNN;
 
@@ -30,7 +30,7 @@ SgemmLib sgemm_lib(void) { return g_lib; }
 const char *sgemm_lib_name(SgemmLib lib) {
     static char names[SGEMM_LIBS][48];
     if (!names[lib][0]) {
-        if (lib == SGEMM_ONEDNN) snprintf(names[lib], sizeof names[lib], "oneDNN %s", bf16_onednn_version());
+        if (lib == SGEMM_ONEDNN) snprintf(names[lib], sizeof names[lib], "oneDNN %s", onednn_version());
         else blas_version(names[lib], sizeof names[lib]);
     }
     return names[lib];
@@ -40,7 +40,7 @@ void sgemm_lib_rm(SgemmLib lib, int ta, int tb, int M, int N, int K, float alpha
                   const float *B, int ldb, float beta, float *C, int ldc) {
     if (M <= 0 || N <= 0) return;
     if (lib == SGEMM_ONEDNN) {
-        (void)bf16_onednn_version(); /* oneDNN's one-time set-up (its ISA cap) before its first use */
+        (void)onednn_version(); /* oneDNN's one-time set-up (its ISA cap) before its first use */
         dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         if (st != dnnl_success) die("oneDNN: dnnl_sgemm (%d x %d x %d) failed with status %d", M, N, K, (int)st);
         return;

@@ -10,7 +10,7 @@
 #include "core/common.h"
 #include "kernels/bf16.h"
 #include "kernels/ops.h"
-#include "strategies/chunk_tier.h"
+#include "memory/chunk_tier.h"
 
 /* ---------------------------------------------------------------- parameters */
 
@@ -188,8 +188,8 @@ typedef struct {
     float *q, *k, *v; /* (N, H*d), (N, Hkv*d), (N, Hkv*d), after RoPE; shared scratch (not kept)
                          when the strategy keeps its own copies (keeps_inputs) */
     float *o;         /* (N, H*d) attention output (o_proj's weight gradient reads it) */
-    float *saved;     /* strategy's saved state (lse; head-parallel q, k, v, lse when distributed; FPDT
-                         also its o_h chunks) */
+    float *saved;     /* strategy's saved state (lse; head-parallel q, k, v, lse when distributed;
+                         a chunked strategy's o_h chunks too) */
     float *kept;      /* selective, when the strategy's saved state has a recomputable part: this
                          layer's copy of the kept suffix (the lse); NULL otherwise */
     float *x_mid;     /* (N, D) residual after attention; or x_mid_shared */

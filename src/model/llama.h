@@ -39,7 +39,7 @@ typedef struct {
     float *lm_head;    /* (V, D); the embedding itself when tie_word_embeddings */
 } LlamaWeights;
 
-/* Per-layer hooks (ZeRO-2/3 use them: src/strategies/data_parallel.h). llama_forward_backward
+/* Per-layer hooks (ZeRO-2/3 use them: src/parallel/data_parallel.h). llama_forward_backward
  * calls fn, when the model has hooks, at these points of one micro-batch; layer is -1 for BEGIN
  * and END, backward tells whether a backward pass follows or ran. With --checkpoint the layer's
  * recomputation runs after BEFORE_BACKWARD. A hook may repoint m->w.layers[layer] /
@@ -118,7 +118,7 @@ typedef struct LlamaActs LlamaActs;
  *   none       every layer keeps its activations (fastest, most memory);
  *   layer      only each layer's input is kept (the residual stream); backward recomputes the
  *              attention half of the layer, attention's forward included;
- *   selective  Selective Checkpoint++ / LightSeq's rematerialization-aware checkpointing: each
+ *   selective  Selective Checkpoint++ (paper 000) / rematerialization-aware checkpointing (paper 004): each
  *              layer also keeps its attention output o (N, H d) and the strategy's kept state
  *              (the lse: (N, H) locally, (n, Hl) head-parallel when distributed); backward
  *              recomputes norm -> q, k, v -> RoPE (-> the strategy's restore(): for distributed
@@ -133,7 +133,7 @@ enum { LLAMA_CKPT_NONE = 0, LLAMA_CKPT_LAYER = 1, LLAMA_CKPT_SELECTIVE = 2 };
 int llama_checkpoint_parse(const char *name);
 const char *llama_checkpoint_name(int mode);
 
-/* Chunked FFN (FPDT §5.4): the MLP's forward and backward run over ffn_chunks chunks of
+/* Chunked FFN (paper 003 §5.4): the MLP's forward and backward run over ffn_chunks chunks of
  * ceil(N / ffn_chunks) tokens, so its (N, F) gate / up / h never exist whole: scratch is 5 chunks
  * x F floats. With more than one chunk (or under layer / selective) gate and up are recomputed
  * per chunk in backward from the normed x_mid (2 x 2 D F FLOPs per token and layer, counted by
@@ -148,8 +148,8 @@ const char *llama_checkpoint_name(int mode);
  * of 5.96 s in chunks of 2048 rows, 6.05 in 1366, 6.35 in 1024, 6.80 in 820, the rule's 850 when
  * the minimum was 512; 5.28 s whole, without the recompute), while the 3 chunk buffers' excess
  * over the attention's gradients is at most 3 x 2048 x ldF floats a rank (24 MiB at F = 1024,
- * 336 MiB at Llama-3-8B's 14336; at that shape's 4096 tokens +9% of the peak). FPDT's streamed
- * layers, 2u (chunk streaming below; there the MLP runs inside each attention chunk, so in at
+ * 336 MiB at Llama-3-8B's 14336; at that shape's 4096 tokens +9% of the peak). A strategy's
+ * streamed layers, 2u (chunk streaming below; there the MLP runs inside each attention chunk, so in at
  * least u chunks whatever K). */
 #define LLAMA_FFN_CHUNKS_DEFAULT 2
 #define LLAMA_FFN_ROWS_MAX 4096
@@ -169,7 +169,7 @@ long llama_ffn_chunks_flag(long N, long want, int su, long sc);
 /* The benchmarks' reference model (`seqpar bench step`, bench/): 4 layers, hidden 256, 4 heads of
  * 64 (2 KV heads), ffn 1024, vocabulary 256, untied, RoPE theta 1e4, eps 1e-5. */
 LlamaConfig llama_reference_config(void);
-/* Layer-input offload (FPDT's "activation checkpoint with offloading"): with offload_dir set and
+/* Layer-input offload (paper 003's "activation checkpoint with offloading"): with offload_dir set and
  * checkpoint layer or selective, the residual stream keeps two (N, D) working buffers in RAM
  * instead of L + 1; each layer's input goes to a file in offload_dir through the disk chunk tier
  * (strategies/chunk_tier.h: a helper thread, staging and read buffers of one chunk, two each) in
@@ -184,8 +184,8 @@ typedef struct {
     int precision;  /* PRECISION_FP32 (0, the default) or PRECISION_BF16 (kernels/bf16.h) */
     int no_stream;  /* 1: run whole layers even when the strategy streams (--no-stream) */
 } LlamaActsOptions;
-/* Chunk streaming (FPDT's pipeline, paper 003 §4): when the attention strategy has chunk calls
- * (seq_attention.h: fpdt with --chunks u > 1) and the checkpoint mode is none or layer, each layer
+/* Chunk streaming (the pipeline of paper 003 §4): when the attention strategy has chunk calls
+ * (seq_attention.h: a streaming strategy with --chunks u > 1) and the checkpoint mode is none or layer, each layer
  * runs chunk by chunk: per chunk of c = N / u local rows, norm -> q, k, v -> RoPE -> the
  * strategy's forward_chunk -> o_proj -> the MLP (in ffn chunks inside the chunk); backward in two
  * passes (the output gradient of every chunk, then the strategy's key/value-outer loop handing
@@ -209,11 +209,11 @@ int llama_input_chunks(long N);
  * attention takes bf16 q, k, v (after RoPE) and a bf16 output gradient, with fp32 softmax
  * statistics and accumulation; each layer's kept attention tensors (q, k, v when the
  * model keeps them, and o; under none also the strategy's own copies of q, k, v in its saved
- * state, SeqAttention.bf16_floats: the head-parallel q_h, kv_h, FPDT's RAM-tier chunks) are
+ * state, SeqAttention.bf16_floats: the head-parallel q_h, kv_h, a chunked strategy's RAM-tier chunks) are
  * stored as bf16, widened into one shared fp32 set before the layer's backward (the copies of
  * q, k, v bit for bit, as they are bf16 values already; o is rounded in place after attention
  * under every checkpoint mode, as o_proj takes it rounded anyway, and every strategy's attention
- * backward reads that o for its delta; FPDT rounds its o_h chunks alike). Parameters, gradients,
+ * backward reads that o for its delta; a chunked strategy rounds its o_h chunks alike). Parameters, gradients,
  * the residual stream (layer inputs, x_mid), norms, RoPE tables, the strategies' lse, the
  * logits and the loss stay fp32 (the logits and the cross-entropy are where bf16 loses most;
  * a bf16 residual stream would change the forward's numbers); under none no

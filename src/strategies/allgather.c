@@ -165,15 +165,23 @@ static ContextSchedule *allgather_create(const ScheduleShape *sh) {
     return s;
 }
 
-const ScheduleInfo allgather_schedule = {
+static const ScheduleInfo allgather_schedule = {
     .name = "allgather",
+    .check = allgather_check,
+    .create = allgather_create,
+    .volume = allgather_volume,
+    .workspace_floats = allgather_workspace_floats,
+};
+
+const Strategy allgather_strategy = {
+    .name = "allgather",
+    .title = "all-gather context parallelism",
     .summary = "all-gather context parallelism (Llama 3 / TransformerEngine all_gather CP): all-gather k|v, "
                "reduce-scatter dk|dv",
     .flags = "--hp --cp --layout",
     .constraints = "any cp; any layout (zigzag balances the causal work); seq-len divisible by hp x cp (zigzag: also by "
                    "2 cp)",
-    .check = allgather_check,
-    .create = allgather_create,
-    .volume = allgather_volume,
-    .workspace_floats = allgather_workspace_floats,
+    .grid = GRID_CONTEXT,
+    .default_layout = LAYOUT_ZIGZAG,
+    .schedule = &allgather_schedule,
 };

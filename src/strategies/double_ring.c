@@ -33,7 +33,7 @@
 
 #include "attention/flash_attention.h"
 #include "core/common.h"
-#include "strategies/registry.h"
+#include "strategies/double_ring.h"
 
 /* Message tags: forward KV, backward KV and backward dK/dV never share a tag. */
 enum {
@@ -374,11 +374,93 @@ static size_t dr_workspace(const StrategyParams *p) {
 
 const ScheduleInfo double_ring_schedule = {
     .name = "2d",
-    .summary = "LoongTrain 2D attention: head all-to-all x Double-Ring-Attention (Ulysses: cp 1; Ring: hp 1)",
-    .flags = "--hp --cp --ring-inner --placement --layout",
-    .constraints = "--ring-inner divides --cp; any layout",
     .check = dr_check,
     .create = dr_create,
     .volume = dr_volume,
     .workspace_floats = dr_workspace,
+};
+
+char *double_ring_refuse(unsigned knob, const Strategy *runner, const ParallelConfig *cfg) {
+    (void)knob; /* KNOB_RING_INNER, the one it owns */
+    char teams[96] = "";
+    if (runner->reads & KNOB_TEAM) snprintf(teams, sizeof teams, "; %s's rings are set by --team", runner->name);
+    return xstrdup_printf("--ring-inner %d is read by --strategy ring and 2d only (their double ring%s): drop it "
+                          "or use --strategy ring or 2d", cfg->ring_inner, teams);
+}
+
+int double_ring_candidates(int hp, int cp, const StrategyFixed *fixed, StrategyCandidate *out, int max) {
+    const int ring = cp > 1; /* on one context rank there is no ring to split */
+    int n = 0;
+    for (int W = 1; W <= cp; W++) {
+        if (cp % W || (fixed->ring_inner > 0 && fixed->ring_inner != W)) continue;
+        if (!ring && W != cp) continue;
+        if (W == 1 && cp > 1 && fixed->ring_inner != 1) continue; /* inner rings of one: the plain ring */
+        for (int pl = 0; pl < 4; pl++) {
+            if (fixed->placement >= 0 && fixed->placement != pl) continue;
+            if (fixed->placement < 0 && pl != PLACEMENT_HEAD_FIRST && (pl != PLACEMENT_CONTEXT_FIRST || hp == 1 || cp == 1))
+                continue; /* the placements that differ */
+            if (n < max)
+                out[n++] = (StrategyCandidate){.ring_inner = ring ? W : 0, .placement = (Placement)pl,
+                                               .plain_ring = ring && W == cp};
+        }
+    }
+    return n;
+}
+
+void double_ring_route(const StrategyParams *p, int cr, const RankTraffic *t, const TrafficSink *sink) {
+    const int W = p->ring_inner, cp = p->cp;
+    const int inner = (cr / W) * W + (cr % W + 1) % W, outer = (cr + W) % cp;
+    /* the last dK/dV hop of each ring pass goes to the block's owner, ring_home_back members back
+     * (the next member when every step runs) */
+    double to_next = t->bytes[COMM_P2P_INNER];
+    for (int i = 0; i < 2; i++) {
+        if (!t->layers[i] || !t->layer[i]->ring_home_bytes) continue;
+        const double home = t->micro * t->layers[i] * (double)t->layer[i]->ring_home_bytes;
+        const int to = (cr / W) * W + (cr % W - t->layer[i]->ring_home_back + W) % W;
+        sink->to(sink->ctx, COMM_P2P_INNER, to, home);
+        to_next -= home;
+    }
+    sink->to(sink->ctx, COMM_P2P_INNER, inner, to_next);
+    sink->to(sink->ctx, COMM_P2P_OUTER, outer, t->bytes[COMM_P2P_OUTER]);
+}
+
+/* LoongTrain's memory terms (paper 000 §4.5.5 and §5.2): the head-parallel q, k, v a layer keeps, the
+ * two rings' KV buffers, and Selective Checkpoint++'s (S D + S H) / d_sp a layer. */
+static void double_ring_paper_memory(const PaperMemoryInput *in, PaperMemory *out) {
+    const StrategyParams *p = in->p;
+    const double S = (double)p->seq_len, n = S / p->cp, d = p->head_dim;
+    const double qd = p->n_heads * d, kvd = p->n_kv_heads * d;
+    const int W = p->ring_inner > 0 ? p->ring_inner : p->cp, sp = p->hp * p->cp;
+    const double qkv = 4 * n * (qd + 2 * kvd) / p->hp;
+    const double rings = 4 * (W > 1 ? 1 : 0) * 2 * n * kvd / p->hp + 4 * (p->cp / W > 1 ? 1 : 0) * 2 * n * kvd / p->hp;
+    const double selective = 4 * (S * in->D + S * p->n_heads) / sp;
+    out->n = 2;
+    snprintf(out->line[0], sizeof out->line[0],
+             "  LoongTrain 4.5.5 saved q, k, v per layer        %10.2f MiB; inner + outer ring buffers %.2f MiB",
+             qkv / 1048576.0, rings / 1048576.0);
+    snprintf(out->line[1], sizeof out->line[1], "  LoongTrain 5.2   Selective++ (SD + SH)/d_sp     %10.2f MiB per layer",
+             selective / 1048576.0);
+}
+
+static const StrategyFlag FLAGS[] = {
+    {"--ring-inner W", "2d, ring: double ring with inner rings of W ranks; W divides cp (default cp)"},
+    {NULL, NULL},
+};
+
+const Strategy double_ring_strategy = {
+    .name = "2d",
+    .title = "2D-Attention",
+    .summary = "LoongTrain 2D attention: head all-to-all x Double-Ring-Attention (Ulysses: cp 1; Ring: hp 1)",
+    .flags = "--hp --cp --ring-inner --placement --layout",
+    .constraints = "--ring-inner divides --cp; any layout",
+    .grid = GRID_2D,
+    .default_layout = LAYOUT_ZIGZAG,
+    .schedule = &double_ring_schedule,
+    .own_flags = FLAGS,
+    .reads = KNOB_RING_INNER,
+    .owns = KNOB_RING_INNER,
+    .refuse = double_ring_refuse,
+    .candidates = double_ring_candidates,
+    .route = double_ring_route,
+    .paper_memory = double_ring_paper_memory,
 };

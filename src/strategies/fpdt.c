@@ -49,9 +49,9 @@
 #include "attention/flash_attention.h"
 #include "core/common.h"
 #include "kernels/bf16.h"
-#include "strategies/block_attention.h"
-#include "strategies/chunk_tier.h"
-#include "strategies/head_exchange.h"
+#include "parallel/block_attention.h"
+#include "memory/chunk_tier.h"
+#include "parallel/head_exchange.h"
 #include "strategies/registry.h"
 
 typedef struct {
@@ -411,6 +411,10 @@ static void fpdt_destroy(SeqAttention *sa) {
     xfree(sa);
 }
 
+static void fpdt_set_piece_rows(SeqAttention *sa, int rows) { ((Fpdt *)sa->ctx)->b.piece_rows = rows > 0 ? rows : 0; }
+
+static void fpdt_set_compute(SeqAttention *sa, int enabled) { ((Fpdt *)sa->ctx)->b.compute = enabled != 0; }
+
 static SeqAttention *fpdt_create(const StrategyParams *p, const Topology *t, Comm *comm) {
     Fpdt *x = xcalloc(1, sizeof *x);
     x->t = t;
@@ -489,6 +493,8 @@ static SeqAttention *fpdt_create(const StrategyParams *p, const Topology *t, Com
         sa->dout_chunk = fpdt_dout_chunk;
         sa->backward_chunk = fpdt_backward_chunk;
     }
+    sa->set_piece_rows = fpdt_set_piece_rows;
+    sa->set_compute = fpdt_set_compute;
     sa->destroy = fpdt_destroy;
     return sa;
 }
@@ -505,17 +511,81 @@ static void fpdt_tier_stats(const SeqAttention *sa, TierStats *s, long *batches)
     *batches = x->batches;
 }
 
-static void fpdt_set_piece_rows(SeqAttention *sa, int rows) { ((Fpdt *)sa->ctx)->b.piece_rows = rows > 0 ? rows : 0; }
 
-static void fpdt_set_compute(SeqAttention *sa, int enabled) { ((Fpdt *)sa->ctx)->b.compute = enabled != 0; }
+/* --chunks, --no-stream and the chunks' use of --offload-dir are FPDT's: refused for the others */
+static char *fpdt_refuse(unsigned knob, const Strategy *runner, const ParallelConfig *cfg) {
+    (void)runner;
+    if (knob == KNOB_CHUNKS)
+        return xstrdup_printf("--chunks %d is read by --strategy fpdt only: drop it, or use --strategy fpdt with a "
+                              "--seq-len that splits into %d x hp pieces", cfg->chunks, cfg->chunks);
+    if (knob == KNOB_NO_STREAM)
+        return xstrdup("--no-stream runs FPDT's layers whole instead of chunk by chunk: it is read by --strategy fpdt "
+                       "only: drop it or use --strategy fpdt");
+    return xstrdup("--offload-dir moves FPDT chunks and checkpointed layer inputs: add --checkpoint layer|selective "
+                   "or use --strategy fpdt");
+}
 
-const OwnAttention fpdt_attention = {
+/* Chunk counts u = 1, 2, 4, ... 64 that split S into u x hp pieces. */
+static int fpdt_candidates(int hp, int cp, const StrategyFixed *fixed, StrategyCandidate *out, int max) {
+    (void)cp;
+    int n = 0;
+    for (int u = 1; u <= 64; u *= 2) {
+        if (fixed->chunks > 0 && fixed->chunks != u) continue;
+        if (fixed->seq_len % ((long)u * hp)) continue;
+        for (int pl = 0; pl < 4; pl++) {
+            if (fixed->placement >= 0 && fixed->placement != pl) continue;
+            if (fixed->placement < 0 && pl != PLACEMENT_HEAD_FIRST) continue; /* cp = 1: one placement */
+            if (n < max) out[n++] = (StrategyCandidate){.chunks = u, .placement = (Placement)pl};
+        }
+    }
+    return n;
+}
+
+static void fpdt_layout_name(const StrategyParams *p, char *buf, size_t n) {
+    snprintf(buf, n, "rank-ordinal chunk (%d chunks)", p->chunks > 0 ? p->chunks : 1);
+}
+
+/* FPDT's memory term (paper 003 Table 2): the peak of one Ulysses block's backward, 8 N d (q, k, v,
+ * o, dO, dq, dk, dv of the local tokens). */
+static void fpdt_paper_memory(const PaperMemoryInput *in, PaperMemory *out) {
+    const StrategyParams *p = in->p;
+    const double N = (double)(p->seq_len / ((long)p->hp * p->cp));
+    out->n = 1;
+    snprintf(out->line[0], sizeof out->line[0], "  FPDT Table 2     backward peak 8 N d            %10.2f MiB",
+             8 * N * in->D * 4 / 1048576.0);
+}
+
+static const OwnAttention fpdt_attention = {
     .check = fpdt_check,
     .create = fpdt_create,
     .positions = fpdt_positions,
+    .layout_name = fpdt_layout_name,
     .volume = fpdt_volume,
     .memory = fpdt_memory,
-    .set_piece_rows = fpdt_set_piece_rows,
-    .set_compute = fpdt_set_compute,
     .tier_stats = fpdt_tier_stats,
+};
+
+static const StrategyFlag FLAGS[] = {
+    {"--chunks U", "fpdt: U sequence chunks, the head exchange and attention run per chunk\n"
+                     "                      (default 1); S must split into U x hp pieces"},
+    {NULL, NULL},
+};
+
+const Strategy fpdt_strategy = {
+    .name = "fpdt",
+    .title = "FPDT",
+    .summary = "FPDT (DeepSpeed Ulysses-Offload): Ulysses run per sequence chunk, kv chunks outer in backward",
+    .flags = "--hp --chunks",
+    .constraints = "hp <= query heads; S divisible by chunks x hp; its own rank-ordinal chunk layout",
+    .grid = GRID_HEADS_ONLY,
+    .default_layout = LAYOUT_CONTIGUOUS,
+    .own = &fpdt_attention,
+    .own_flags = FLAGS,
+    .reads = KNOB_CHUNKS | KNOB_CHUNK_OFFLOAD | KNOB_NO_STREAM,
+    .owns = KNOB_CHUNKS | KNOB_CHUNK_OFFLOAD | KNOB_NO_STREAM,
+    .streams = 1,
+    .restores_o = 1,
+    .refuse = fpdt_refuse,
+    .candidates = fpdt_candidates,
+    .paper_memory = fpdt_paper_memory,
 };

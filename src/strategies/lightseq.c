@@ -482,14 +482,23 @@ static ContextSchedule *lightseq_create(const ScheduleShape *sh) {
     return s;
 }
 
-const ScheduleInfo lightseq_schedule = {
+static const ScheduleInfo lightseq_schedule = {
     .name = "lightseq",
-    .summary = "LightSeq / DistFlashAttn balanced causal schedule: idle early ranks compute later ranks' blocks "
-               "(paper 004 §3.2)",
-    .flags = "--hp --cp --layout",
-    .constraints = "cp even (or 1); contiguous layout; seq-len divisible by hp x cp",
     .check = lightseq_check,
     .create = lightseq_create,
     .volume = lightseq_volume,
     .workspace_floats = lightseq_workspace_floats,
+};
+
+const Strategy lightseq_strategy = {
+    .name = "lightseq",
+    .title = "LightSeq",
+    .summary = "LightSeq / DistFlashAttn balanced causal schedule: idle early ranks compute later ranks' blocks "
+               "(paper 004 §3.2)",
+    .flags = "--hp --cp --layout",
+    .constraints = "cp even (or 1); contiguous layout; seq-len divisible by hp x cp",
+    .grid = GRID_CONTEXT,
+    .default_layout = LAYOUT_CONTIGUOUS,
+    .schedule = &lightseq_schedule,
+    .balanced = 1,
 };

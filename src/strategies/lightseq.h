@@ -25,7 +25,7 @@
 #ifndef SEQPAR_LIGHTSEQ_H
 #define SEQPAR_LIGHTSEQ_H
 
-#include "strategies/context_schedule.h"
+#include "parallel/context_schedule.h"
 
 /* Which query rows of a slot a block covers or a transfer carries: all n, the first n/2 (rounded
  * down) or the other n - n/2. */

@@ -5,39 +5,49 @@
 #include <string.h>
 
 #include "core/common.h"
-#include "strategies/dist_attention.h"
-#include "strategies/head_exchange.h"
+#include "parallel/dist_attention.h"
+#include "parallel/head_exchange.h"
 
-static const Strategy TABLE[] = {
-    {"2d", &double_ring_schedule, GRID_2D, LAYOUT_ZIGZAG, NULL, NULL, NULL, NULL},
-    {"ulysses", &double_ring_schedule, GRID_HEADS_ONLY, LAYOUT_ZIGZAG,
-     "DeepSpeed-Ulysses: head all-to-all only (the cp = 1 corner of 2d)", "--hp --layout",
-     "hp <= query heads (uneven splits allowed; KV heads replicated when fewer than hp)", NULL},
-    {"ring", &double_ring_schedule, GRID_CONTEXT_ONLY, LAYOUT_ZIGZAG,
-     "Ring-Attention / Megatron CP: P2P ring only (the hp = 1 corner of 2d; --ring-inner for a double ring)",
-     "--cp --ring-inner --layout", "--ring-inner divides --cp; any layout", NULL},
-    {"fpdt", NULL, GRID_HEADS_ONLY, LAYOUT_CONTIGUOUS,
-     "FPDT (DeepSpeed Ulysses-Offload): Ulysses run per sequence chunk, kv chunks outer in backward",
-     "--hp --chunks", "hp <= query heads; S divisible by chunks x hp; its own rank-ordinal chunk layout",
-     &fpdt_attention},
-    {"lightseq", &lightseq_schedule, GRID_CONTEXT, LAYOUT_CONTIGUOUS, NULL, NULL, NULL, NULL},
-    {"allgather", &allgather_schedule, GRID_CONTEXT, LAYOUT_ZIGZAG, NULL, NULL, NULL, NULL},
-    {"wallfacer", &wallfacer_schedule, GRID_CONTEXT, LAYOUT_ZIGZAG, NULL, NULL, NULL, NULL},
-};
+/* The registered strategies, in the order `seqpar strategies` lists them and the planner tries them;
+ * the first is the default. One line each: X(NAME) for `const Strategy NAME_strategy` in NAME.c.
+ * SEQPAR_REGISTRY_EXTRA adds more (tests/test_plugin.c compiles this file with an example). */
+#ifndef SEQPAR_REGISTRY_EXTRA
+#define SEQPAR_REGISTRY_EXTRA(X)
+#endif
+#define STRATEGIES(X) \
+    X(double_ring)    \
+    X(ulysses)        \
+    X(ring)           \
+    X(fpdt)           \
+    X(lightseq)       \
+    X(allgather)      \
+    X(wallfacer)      \
+    SEQPAR_REGISTRY_EXTRA(X)
 
-const Strategy *strategy_at(int i) { return i >= 0 && i < (int)ARRAY_LEN(TABLE) ? &TABLE[i] : NULL; }
+#define DECLARE(n) extern const Strategy n##_strategy;
+STRATEGIES(DECLARE)
+#undef DECLARE
+#define ENTRY(n) &n##_strategy,
+static const Strategy *const TABLE[] = {STRATEGIES(ENTRY)};
+#undef ENTRY
+
+const Strategy *strategy_at(int i) { return i >= 0 && i < (int)ARRAY_LEN(TABLE) ? TABLE[i] : NULL; }
 
 const Strategy *strategy_find(const char *name) {
     for (size_t i = 0; i < ARRAY_LEN(TABLE); i++)
-        if (!strcmp(TABLE[i].name, name)) return &TABLE[i];
+        if (!strcmp(TABLE[i]->name, name)) return TABLE[i];
     return NULL;
 }
+
+const Strategy *strategy_default(void) { return TABLE[0]; }
+
+const Strategy *strategy_named(const char *name) { return name ? strategy_find(name) : strategy_default(); }
 
 char *strategy_unknown_message(const char *name) {
     char buf[512];
     int len = snprintf(buf, sizeof buf, "unknown strategy '%s': use one of", name);
     for (size_t i = 0; i < ARRAY_LEN(TABLE) && len < (int)sizeof buf - 32; i++)
-        len += snprintf(buf + len, sizeof buf - (size_t)len, "%s %s", i ? "," : "", TABLE[i].name);
+        len += snprintf(buf + len, sizeof buf - (size_t)len, "%s %s", i ? "," : "", TABLE[i]->name);
     snprintf(buf + len, sizeof buf - (size_t)len, " (seqpar strategies lists them)");
     return xstrdup(buf);
 }
@@ -89,12 +99,13 @@ const char *strategy_run_name(const Strategy *s, int sp, int dp) {
     return sp > 1 || s->own ? s->name : dp > 1 ? "data parallel only" : "single process";
 }
 
-int strategy_default_team(const Strategy *s, int cp) {
-    int team = 0;
-    if (s->schedule == &wallfacer_schedule)
-        for (int c = 1; c * c <= cp; c++)
-            if (cp % (c * c) == 0) team = c;
-    return team;
+void strategy_defaults(const Strategy *s, StrategyParams *p) {
+    if (s->defaults) s->defaults(p);
+}
+
+void strategy_describe(const Strategy *s, const StrategyParams *p, char *buf, size_t n) {
+    if (n) buf[0] = 0;
+    if (s->describe) s->describe(p, buf, n);
 }
 
 /* The heads the schedule holds on head member hp_rank, as the schedule's StrategyParams (hp = 1:
@@ -205,4 +216,69 @@ void strategy_memory(const Strategy *s, const StrategyParams *p, int hp_rank, At
     size_t sched = s->schedule->workspace_floats ? s->schedule->workspace_floats(&sv) : 0;
     m->workspace = exchange + scratch + sched + (size_t)p->seq_len; /* + positions (S ints of 4 bytes) */
     head_split_free(&hs);
+}
+
+/* The refusal of knob k where s does not read it; NULL where it does. */
+static char *unread(unsigned k, const Strategy *s, const ParallelConfig *cfg) {
+    return s->reads & k ? NULL : strategy_knob_refusal(k, s, cfg);
+}
+
+char *parallel_flags_check(const Strategy *s, const ParallelConfig *cfg) {
+    char *err = NULL;
+    if (cfg->placement == PLACEMENT_TEAM_FIRST || cfg->placement == PLACEMENT_RING_FIRST)
+        err = unread(KNOB_TEAM_PLACEMENT, s, cfg);
+    if (!err && s->check_config) err = s->check_config(cfg);
+    if (!err && cfg->team > 0) err = unread(KNOB_TEAM, s, cfg);
+    if (!err && cfg->chunks > 1) err = unread(KNOB_CHUNKS, s, cfg);
+    if (!err && cfg->ring_inner > 0) err = unread(KNOB_RING_INNER, s, cfg);
+    return err;
+}
+
+char *strategy_knob_refusal(unsigned knob, const Strategy *s, const ParallelConfig *cfg) {
+    for (size_t i = 0; i < ARRAY_LEN(TABLE); i++)
+        if (TABLE[i]->owns & knob && TABLE[i]->refuse) return TABLE[i]->refuse(knob, s, cfg);
+    return xstrdup_printf("a setting --strategy %s does not read was given: drop it (seqpar strategies lists what "
+                          "each strategy reads)", s->name);
+}
+
+void strategy_flags_help(char *buf, size_t n) {
+    size_t len = 0;
+    if (n) buf[0] = 0;
+    for (size_t i = 0; i < ARRAY_LEN(TABLE); i++) {
+        for (const StrategyFlag *f = TABLE[i]->own_flags; f && f->flag; f++) {
+            int seen = 0; /* a flag two strategies read is listed once, by the first */
+            for (size_t j = 0; j < i && !seen; j++)
+                for (const StrategyFlag *g = TABLE[j]->own_flags; g && g->flag && !seen; g++)
+                    seen = !strcmp(g->flag, f->flag);
+            if (seen || len >= n) continue;
+            int w = snprintf(buf + len, n - len, "  %-18s  %s\n", f->flag, f->help);
+            if (w > 0) len += (size_t)w < n - len ? (size_t)w : n - len - 1;
+        }
+    }
+}
+
+int strategy_candidates(const Strategy *s, int hp, int cp, const StrategyFixed *fixed, StrategyCandidate *out,
+                        int max) {
+    if (s->candidates) return s->candidates(hp, cp, fixed, out, max);
+    if (max < 1) return 0;
+    if (fixed->placement >= 0) { /* the placements that differ: head-first, and context-first on a 2D grid */
+        if (fixed->placement != PLACEMENT_HEAD_FIRST && fixed->placement != PLACEMENT_CONTEXT_FIRST) return 0;
+        out[0] = (StrategyCandidate){.placement = (Placement)fixed->placement};
+        return 1;
+    }
+    out[0] = (StrategyCandidate){.placement = PLACEMENT_HEAD_FIRST};
+    if (hp == 1 || cp == 1 || max < 2) return 1;
+    out[1] = (StrategyCandidate){.placement = PLACEMENT_CONTEXT_FIRST};
+    return 2;
+}
+
+void strategy_paper_memory(const Strategy *s, const PaperMemoryInput *in, PaperMemory *out) {
+    memset(out, 0, sizeof *out);
+    if (s->paper_memory) s->paper_memory(in, out);
+}
+
+char *team_sp1_check(const Strategy *s, const StrategyParams *p) {
+    StrategyParams q = *p;
+    q.layout = LAYOUT_CONTIGUOUS; /* splits any --seq-len over one rank */
+    return strategy_check(s, &q);
 }

@@ -1,46 +1,24 @@
-/* The strategy registry: one table of every distributed attention strategy seqpar has. A
- * strategy is the head exchange (hp ranks, head_exchange.h) composed with one context schedule
- * (cp ranks, context_schedule.h); the table holds, per schedule, its name, what it reads, its
- * constraints, a check that RETURNS a one-line message, its constructor and its communication
- * volume and memory formulas.
+/* The strategy registry: the one interface through which the rest of seqpar sees its distributed
+ * attention strategies. A strategy is a plug-in: one file in src/strategies/ that defines one
+ * `const Strategy NAME_strategy` (below) holding everything that is that strategy's (its name and
+ * summary, its grid rule and layout, its flags and their refusals, its checks, its constructor, its
+ * exact traffic and memory terms, the configurations it offers the planner and where its traffic
+ * goes), and one line in registry.c's table. Nothing outside src/strategies/ names a strategy: the
+ * planner, the memory model, the trainer and the CLI ask the descriptor's fields and functions.
  *
- * Adding a strategy: write src/strategies/NAME.c defining `const ScheduleInfo NAME_schedule`
- * (declared below), add one line to the table in registry.c, and add its tests.
- *
- * A strategy that is not "head exchange, then one schedule" (FPDT runs the head exchange per
- * chunk) provides its own SeqAttention instead: an OwnAttention (constructor, check, token
- * layout, volume and memory formulas) and schedule = NULL. */
+ * Most strategies are the head exchange (hp ranks, parallel/head_exchange.h) composed with one
+ * context schedule (cp ranks, parallel/context_schedule.h: a ScheduleInfo); one that is not (it runs
+ * the head exchange per chunk, say) provides its own SeqAttention instead (an OwnAttention) and
+ * schedule = NULL. */
 #ifndef SEQPAR_REGISTRY_H
 #define SEQPAR_REGISTRY_H
 
 #include <stddef.h>
 
 #include "attention/seq_attention.h"
-#include "strategies/chunk_tier.h"
-#include "strategies/context_schedule.h"
-
-typedef struct {
-    const char *name;        /* --strategy NAME */
-    const char *summary;     /* one line: what it is, which paper */
-    const char *flags;       /* the flags it reads, e.g. "--cp --team --layout" */
-    const char *constraints; /* human-readable, e.g. "C^2 divides cp; zigzag or contiguous layout" */
-    /* NULL when the context part of p can run; otherwise an xmalloc'd one-line message naming what
-     * would work (the caller frees it with xfree). Reads p only: no communication. */
-    char *(*check)(const StrategyParams *p);
-    /* Collective over the context group. Only called after check() returned NULL. */
-    ContextSchedule *(*create)(const ScheduleShape *sh);
-    /* Bytes and messages context rank cp_rank sends per layer in the CONTEXT part (the head
-     * exchange adds its own); exact, per rank (schedules such as LightSeq are not symmetric). */
-    void (*volume)(const StrategyParams *p, int cp_rank, AttnVolume *v);
-    /* Peak floats of the schedule's own buffers per rank (workspaces beyond the slot's q, kv, o,
-     * lse that the caller holds), for the memory formula. */
-    size_t (*workspace_floats)(const StrategyParams *p);
-} ScheduleInfo;
-
-extern const ScheduleInfo double_ring_schedule; /* "2d"  (double_ring.c) */
-extern const ScheduleInfo wallfacer_schedule;   /* "wallfacer" (wallfacer.c) */
-extern const ScheduleInfo lightseq_schedule;    /* "lightseq" (lightseq.c) */
-extern const ScheduleInfo allgather_schedule;   /* "allgather" (allgather.c) */
+#include "memory/chunk_tier.h"
+#include "parallel/context_schedule.h"
+#include "parallel/parallel_config.h"
 
 /* Memory of head member hp_rank in floats: the `saved` state per layer (head-parallel q, kv, o,
  * lse), its suffix that selective checkpointing keeps per layer (the lse: SeqAttention's
@@ -58,36 +36,126 @@ typedef struct {
     SeqAttention *(*create)(const StrategyParams *p, const Topology *t, Comm *comm);
     /* positions (S / (hp cp)) of member (hp_rank, cp_rank): the strategy's own token layout. */
     void (*positions)(const StrategyParams *p, int hp_rank, int cp_rank, int *positions);
+    /* The run header's name of that layout ("rank-ordinal chunk (4 chunks)"). */
+    void (*layout_name)(const StrategyParams *p, char *buf, size_t n);
     /* Bytes and messages member hp_rank sends per layer, all kinds, exact. */
     void (*volume)(const StrategyParams *p, int hp_rank, AttnVolume *v);
     void (*memory)(const StrategyParams *p, int hp_rank, AttnMemory *m);
-    /* The benchmark's knobs (dist_attention.h), optional. */
-    void (*set_piece_rows)(SeqAttention *sa, int rows);
-    void (*set_compute)(SeqAttention *sa, int enabled);
     /* The slow tier's counters since creation and the batches (set_positions calls) seen. */
     void (*tier_stats)(const SeqAttention *sa, TierStats *s, long *batches);
 } OwnAttention;
 
-extern const OwnAttention fpdt_attention; /* "fpdt" (fpdt.c) */
-
 /* How a strategy uses the sp = hp x cp grid. */
 typedef enum {
     GRID_2D,           /* --hp and --cp as given (default 1 x 1) */
-    GRID_HEADS_ONLY,   /* Ulysses: hp = sp (default: the ranks of a replica), cp = 1 */
-    GRID_CONTEXT_ONLY, /* Ring: hp = 1, cp = sp (default: the ranks of a replica) */
+    GRID_HEADS_ONLY,   /* heads only: hp = sp (default: the ranks of a replica), cp = 1 */
+    GRID_CONTEXT_ONLY, /* context only: hp = 1, cp = sp (default: the ranks of a replica) */
     GRID_CONTEXT,      /* cp defaults to the ranks of a replica / hp; hp as given (default 1) */
 } GridRule;
 
+/* The run-wide settings of ParallelConfig / StrategyParams that only some strategies read, one bit
+ * each. A strategy says which it reads (`reads`); the one that `owns` a knob words the refusal when
+ * a run of another strategy is given it (`refuse`). */
+enum {
+    KNOB_RING_INNER = 1 << 0,     /* --ring-inner W */
+    KNOB_TEAM = 1 << 1,           /* --team C */
+    KNOB_CHUNKS = 1 << 2,         /* --chunks U (> 1) */
+    KNOB_TEAM_PLACEMENT = 1 << 3, /* --placement team-first | ring-first */
+    KNOB_CHUNK_OFFLOAD = 1 << 4,  /* --offload-dir for the strategy's own chunks (without checkpointing) */
+    KNOB_NO_STREAM = 1 << 5,      /* --no-stream: whole layers instead of the strategy's chunk streaming */
+};
+
+/* A flag of a strategy's own, for --help. */
 typedef struct {
+    const char *flag; /* "--team C" */
+    const char *help; /* "teams of C ranks, C^2 divides cp (default: the largest such C)" */
+} StrategyFlag;
+
+/* One setting of a strategy's knobs that the planner tries on an hp x cp grid. */
+typedef struct {
+    int ring_inner, team, chunks; /* 0: not read */
+    Placement placement;
+    int plain_ring; /* a ring over the whole context group, whose sliding-window steps thin out on the
+                       contiguous layout: the planner tries that layout too */
+} StrategyCandidate;
+
+/* What the user fixed for the planner (0, or -1 for the placement: free) and whether the strategy
+ * was named. */
+typedef struct {
+    int ring_inner, team, chunks, placement;
+    int strategy_given;
+    long seq_len;
+} StrategyFixed;
+
+/* Where a rank's attention traffic of one step goes (the planner's node accounting): `to` one context
+ * rank, `group` in equal shares over its whole context group, `peers` in equal shares over n context
+ * ranks (the rank itself among them or not). */
+typedef struct {
+    void *ctx;
+    void (*to)(void *ctx, int kind, int cp_peer, double bytes);
+    void (*group)(void *ctx, int kind, double bytes);
+    void (*peers)(void *ctx, int kind, const int *cp_peers, int n, double bytes);
+} TrafficSink;
+
+/* One rank's attention traffic of one step: the bytes of each kind (every layer and micro-batch,
+ * recomputation included) and what they are made of. */
+typedef struct {
+    double bytes[COMM_KINDS];
+    const AttnVolume *layer[2]; /* one layer's volume: without a sliding window, with one */
+    double layers[2];           /* how many layers of each */
+    double micro;               /* micro-batches in the step */
+    int n_layers;               /* layers in all */
+} RankTraffic;
+
+/* The papers' memory formulas for a strategy's family, which `seqpar memory` prints beside its own
+ * estimate (fp32 bytes of this rank), from the run's resolved parameters p (whatever strategy the run
+ * has), the model's hidden size D and layers L: up to 4 lines of text, "  LABEL   VALUE MiB". */
+typedef struct {
+    const StrategyParams *p;
+    double D, L;
+} PaperMemoryInput;
+typedef struct {
+    int n;
+    char line[4][160];
+} PaperMemory;
+
+typedef struct Strategy Strategy;
+struct Strategy {
     const char *name;              /* --strategy NAME */
-    const ScheduleInfo *schedule;  /* the context schedule it runs (NULL: own != NULL) */
+    const char *title;             /* as its paper calls it, for messages: "FPDT" */
+    const char *summary;           /* one line: what it is, which paper */
+    const char *flags;             /* the flags it reads, e.g. "--cp --team --layout" */
+    const char *constraints;       /* human-readable, e.g. "C^2 divides cp; zigzag or contiguous layout" */
     GridRule grid;
     TokenLayout default_layout;    /* when --layout is not given */
-    const char *summary;           /* NULL: the schedule's */
-    const char *flags;             /* NULL: the schedule's */
-    const char *constraints;       /* NULL: the schedule's */
-    const OwnAttention *own;       /* its own SeqAttention instead of a schedule; else NULL */
-} Strategy;
+    const ScheduleInfo *schedule;  /* the context schedule composed with the head exchange, or NULL and */
+    const OwnAttention *own;       /* its own SeqAttention (which runs even on one rank) */
+    const StrategyFlag *own_flags; /* its knobs' help, ended by {NULL}; NULL: none */
+    unsigned reads;                /* the KNOB_* it reads */
+    unsigned owns;                 /* the KNOB_* whose refusal it words */
+    int balanced;                  /* every context rank computes an equal share of the causal pairs */
+    int streams;                   /* its attention has chunk calls under --chunks > 1 (seq_attention.h) */
+    int restores_o;                /* selective checkpointing's restore() exchanges o as well as q, k, v,
+                                      once per chunk each way */
+    /* Optional. The refusal of knob k, which it owns, given to a run of `runner`: a one-line
+     * message (xmalloc'd). */
+    char *(*refuse)(unsigned knob, const Strategy *runner, const ParallelConfig *cfg);
+    /* Optional. Its own refusals of the run-wide settings (a placement of the other family): NULL or
+     * a one-line message (xmalloc'd). */
+    char *(*check_config)(const ParallelConfig *cfg);
+    /* Optional. The knobs of p not given (0), filled with its defaults for p->cp. */
+    void (*defaults)(StrategyParams *p);
+    /* Optional. The run header's words for its knobs (", team 2"), where sp > 1. */
+    void (*describe)(const StrategyParams *p, char *buf, size_t n);
+    /* The knob settings it offers the planner on an hp x cp grid: out[0 .. return value), at most
+     * max, in the order the planner tries them. NULL: one, no knobs, head-first. */
+    int (*candidates)(int hp, int cp, const StrategyFixed *fixed, StrategyCandidate *out, int max);
+    /* Optional. Where context rank cp_rank's traffic goes; NULL: each point-to-point and team kind
+     * in equal shares over the context group. */
+    void (*route)(const StrategyParams *p, int cp_rank, const RankTraffic *t, const TrafficSink *sink);
+    /* Optional. Its paper's memory formulas. */
+    void (*paper_memory)(const PaperMemoryInput *in, PaperMemory *out);
+};
 
 /* The registered strategies: the i-th, NULL past the end. */
 const Strategy *strategy_at(int i);
@@ -109,9 +177,24 @@ void strategy_positions(const Strategy *s, const StrategyParams *p, int hp_rank,
  * flags the user gave (a --hp the user gave is checked with the heads by strategy_check). */
 char *strategy_grid(const Strategy *s, int hp_given, int cp_given, int sp_ranks, int n_heads, int *hp, int *cp);
 
-/* The team size when --team is not given: wallfacer's largest C with C^2 dividing cp; 0 for the
- * strategies without teams. */
-int strategy_default_team(const Strategy *s, int cp);
+/* The knobs of p not given, filled with s's defaults for p->cp (its team size, say). */
+void strategy_defaults(const Strategy *s, StrategyParams *p);
+/* The run header's words for s's knobs (", team 2"; "" for none), where sp > 1. */
+void strategy_describe(const Strategy *s, const StrategyParams *p, char *buf, size_t n);
+/* The refusal of knob k (KNOB_*) given to a run of s, worded by the strategy that owns k: a one-line
+ * message (xmalloc'd). */
+char *strategy_knob_refusal(unsigned knob, const Strategy *s, const ParallelConfig *cfg);
+/* Every registered strategy's own flags, for --help: lines "  --team C            help\n" (each
+ * flag once, in table order), at most n bytes with the 0. */
+void strategy_flags_help(char *buf, size_t n);
+/* The strategy of a run that names none (--strategy's default): the table's first. */
+const Strategy *strategy_default(void);
+/* By name; NULL: the default. NULL when unknown. */
+const Strategy *strategy_named(const char *name);
+/* The planner's knob settings of s on an hp x cp grid (s->candidates, or its one default). */
+int strategy_candidates(const Strategy *s, int hp, int cp, const StrategyFixed *fixed, StrategyCandidate *out, int max);
+/* The papers' memory formulas for s (none: out->n = 0). */
+void strategy_paper_memory(const Strategy *s, const PaperMemoryInput *in, PaperMemory *out);
 /* What a run of s on a dp x sp grid is called in headers: the strategy's name, or where it has no
  * attention to split (sp = 1 and no attention of its own) "data parallel only" (dp > 1) or
  * "single process". */
@@ -129,5 +212,15 @@ char *strategy_check(const Strategy *s, const StrategyParams *p);
 void strategy_volume(const Strategy *s, const StrategyParams *p, int hp_rank, int cp_rank, AttnVolume *v);
 
 void strategy_memory(const Strategy *s, const StrategyParams *p, int hp_rank, AttnMemory *m);
+
+/* The run's flags as given (parallel_config.h) against strategy s. */
+/* A flag `s` does not read, given anyway (another strategy's knob, a placement of the other family): a one-line message naming
+ * it and its fix (the caller frees it), else NULL. Refused rather than echoed in the header and
+ * ignored; seq_parallel_create and the memory model both ask. */
+char *parallel_flags_check(const Strategy *s, const ParallelConfig *cfg);
+/* A --team given where sp = 1 (one rank, or dp only), where the strategy's check is skipped: the
+ * team's check alone (C^2 divides cp = 1), not the layout's (nothing is split). A one-line
+ * message (the caller frees it), else NULL; seq_parallel_create and the memory model both ask. */
+char *team_sp1_check(const Strategy *s, const StrategyParams *p);
 
 #endif

@@ -55,7 +55,7 @@
  * partials, dq and dk/dv stay fp32: in the formulas above 4 becomes 2 in those terms only.
  *
  * What it does not do: no recomputation. */
-#include "strategies/merge_scatter.h"
+#include "parallel/merge_scatter.h"
 #include "strategies/wallfacer.h"
 
 #include <math.h>
@@ -536,16 +536,116 @@ static ContextSchedule *wf_create(const ScheduleShape *sh) {
     return s;
 }
 
-const ScheduleInfo wallfacer_schedule = {
+static char *wf_refuse(unsigned knob, const Strategy *runner, const ParallelConfig *cfg) {
+    if (knob == KNOB_TEAM)
+        return xstrdup_printf("--team %d is read by --strategy wallfacer only: drop it or use --strategy wallfacer",
+                              cfg->team);
+    return xstrdup_printf("--placement %s places WallFacer's teams: --strategy %s takes head-first (the default) "
+                          "or context-first", placement_name(cfg->placement), runner->name);
+}
+
+/* Its placements are its teams' (team-first, the default, or ring-first): the head-and-context ones are
+ * refused, head-first where given (as the default it stands for team-first). */
+static char *wf_check_config(const ParallelConfig *cfg) {
+    if (cfg->placement == PLACEMENT_CONTEXT_FIRST || (cfg->placement == PLACEMENT_HEAD_FIRST && cfg->placement_given))
+        return xstrdup_printf("--placement %s orders head and context groups: --strategy wallfacer takes team-first "
+                              "(the default) or ring-first", placement_name(cfg->placement));
+    return NULL;
+}
+
+/* The team when --team is not given: the largest C with C^2 dividing cp. */
+static void wf_defaults(StrategyParams *p) {
+    if (p->team > 0) return;
+    for (int c = 1; c * c <= p->cp; c++)
+        if (p->cp % (c * c) == 0) p->team = c;
+}
+
+static void wf_describe(const StrategyParams *p, char *buf, size_t n) { snprintf(buf, n, ", team %d", p->team); }
+
+/* Teams C with C^2 dividing cp (teams of one, the plain ring, only where asked for: --team 1 or
+ * --strategy wallfacer), each team-first and, where the sub-rings differ from the teams, ring-first. */
+static int wf_candidates(int hp, int cp, const StrategyFixed *fixed, StrategyCandidate *out, int max) {
+    (void)hp;
+    int n = 0;
+    /* a team of `team` needs team^2 to divide cp: no larger team (in long: 46341^2 overflowed) */
+    for (int team = 1; team <= cp && (long)team * team <= cp; team++) {
+        if (cp % (team * team) || (fixed->team > 0 && fixed->team != team)) continue;
+        if (team == 1 && fixed->team != 1 && !fixed->strategy_given) continue;
+        for (int pl = 0; pl < 4; pl++) {
+            if (fixed->placement >= 0 && fixed->placement != pl) continue;
+            if (fixed->placement < 0 && pl != PLACEMENT_TEAM_FIRST &&
+                (pl != PLACEMENT_RING_FIRST || team == 1 || team * team == cp))
+                continue;
+            if (n < max) out[n++] = (StrategyCandidate){.team = team, .placement = (Placement)pl};
+        }
+    }
+    return n;
+}
+
+/* Team collectives inside the team; Alg. 3's sub-ring to the next team's member; Alg. 2's initial
+ * send of k, v out (forward, and again in backward) and dk, dv back (half of the backward's bytes). */
+static void wf_route(const StrategyParams *p, int cr, const RankTraffic *t, const TrafficSink *sink) {
+    WallfacerRank r;
+    wallfacer_rank_config(p->cp, p->team, p->placement == PLACEMENT_RING_FIRST, cr, &r);
+    int *peers = xmalloc(sizeof(int) * (size_t)p->team); /* its team's members */
+    for (int mb = 0; mb < p->team; mb++) peers[mb] = wallfacer_ctx_rank(p->cp, p->team, r.ring_first, r.team, mb);
+    sink->peers(sink->ctx, COMM_TEAM, peers, p->team, t->bytes[COMM_TEAM]);
+    xfree(peers);
+    sink->to(sink->ctx, COMM_P2P_INNER, r.ring_next, t->bytes[COMM_P2P_INNER]);
+    const double back = t->micro * t->n_layers * (double)t->layer[0]->bwd[COMM_P2P_OUTER] / 2; /* dk, dv back */
+    sink->to(sink->ctx, COMM_P2P_OUTER, r.init_send, t->bytes[COMM_P2P_OUTER] - back);
+    sink->to(sink->ctx, COMM_P2P_OUTER, r.init_recv, back);
+}
+
+/* WallFacer's memory terms (paper 002 Eq. 5-7): A = B N H / P, one layer's hidden activation of the
+ * local tokens; the (Y + 1) A checkpoints plus 3 A of q, k, v (ring) or 3 C A (teams of C). */
+static void wf_paper_memory(const PaperMemoryInput *in, PaperMemory *out) {
+    const StrategyParams *p = in->p;
+    const double N = (double)(p->seq_len / ((long)p->hp * p->cp)), A = N * in->D * 4, L = in->L;
+    const int C = p->team > 0 ? p->team : 1;
+    out->n = 3;
+    snprintf(out->line[0], sizeof out->line[0], "  WallFacer Eq. 5  A = B N H / P                  %10.2f MiB",
+             A / 1048576.0);
+    snprintf(out->line[1], sizeof out->line[1], "  WallFacer Eq. 6  (Y + 1) A + 3 A   (ring)       %10.2f MiB (+ M_m+o)",
+             ((L + 1) * A + 3 * A) / 1048576.0);
+    snprintf(out->line[2], sizeof out->line[2], "  WallFacer Eq. 7  (Y + 1) A + 3 C A (teams)      %10.2f MiB (+ M_m+o)",
+             ((L + 1) * A + 3.0 * C * A) / 1048576.0);
+}
+
+static const StrategyFlag FLAGS[] = {
+    {"--team C", "wallfacer: teams of C ranks, C^2 divides cp (default: the largest such C)"},
+    {NULL, NULL},
+};
+
+static const ScheduleInfo wallfacer_schedule = {
     .name = "wallfacer",
+    .check = wf_check,
+    .create = wf_create,
+    .volume = wf_volume,
+    .workspace_floats = wf_workspace_floats,
+};
+
+const Strategy wallfacer_strategy = {
+    .name = "wallfacer",
+    .title = "WallFacer",
     .summary = "WallFacer multi-ring attention: teams of C ranks all-gather q, k, v and run C^2 sub-rings of "
                "cp/C^2 steps (paper 002)",
     .flags = "--hp --cp --team --placement --layout",
     .constraints = "--team C >= 1 with C^2 dividing cp (C = 1: plain ring; C = sqrt(cp): no ring steps); "
                    "--placement team-first (teams on consecutive ranks, default) or ring-first (sub-rings); any "
                    "layout (zigzag balances causal work); S divisible by sp (zigzag: also by 2 cp)",
-    .check = wf_check,
-    .create = wf_create,
-    .volume = wf_volume,
-    .workspace_floats = wf_workspace_floats,
+    .grid = GRID_CONTEXT,
+    .default_layout = LAYOUT_ZIGZAG,
+    .schedule = &wallfacer_schedule,
+    .own_flags = FLAGS,
+    .reads = KNOB_TEAM | KNOB_TEAM_PLACEMENT,
+    .owns = KNOB_TEAM | KNOB_TEAM_PLACEMENT,
+    .balanced = 1,
+    .refuse = wf_refuse,
+    .check_config = wf_check_config,
+    .defaults = wf_defaults,
+    .describe = wf_describe,
+    .candidates = wf_candidates,
+    .route = wf_route,
+    .paper_memory = wf_paper_memory,
 };

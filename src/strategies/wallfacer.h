@@ -14,7 +14,7 @@
 #ifndef SEQPAR_WALLFACER_H
 #define SEQPAR_WALLFACER_H
 
-#include "strategies/context_schedule.h"
+#include "parallel/context_schedule.h"
 
 /* One context rank's view of the schedule. Every rank field is a context rank (ctx_comm). */
 typedef struct {

@@ -1,0 +1,153 @@
+/* The visible-pair iterator of distributed attention: see block_attention.h. */
+#include "parallel/block_attention.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "attention/flash_attention.h"
+#include "core/common.h"
+
+void pos_block_init(PosBlock *b, const int *pos, const int *doc, int n, PosRun *runs) {
+    int count = 0, i = 0;
+    while (i < n) {
+        int j = i + 1;
+        if (j < n) {
+            long stride = (long)pos[j] - pos[i];
+            while (j + 1 < n && (long)pos[j + 1] - pos[j] == stride) j++;
+            j++;
+        }
+        AttnSpan sp = attn_span(pos + i, doc ? doc + i : NULL, j - i);
+        runs[count++] = (PosRun){i, j - i, sp.pos_lo, sp.pos_hi, sp.doc_lo, sp.doc_hi};
+        i = j;
+    }
+    b->pos = pos;
+    b->doc = doc;
+    b->n = n;
+    b->runs = runs;
+    b->n_runs = count;
+}
+
+int pos_blocks_meet(const PosBlock *q, const PosBlock *k, int window) {
+    for (int a = 0; a < q->n_runs; a++)
+        for (int c = 0; c < k->n_runs; c++)
+            if (attn_visibility((AttnSpan){q->runs[a].lo, q->runs[a].hi, 0, 0},
+                                (AttnSpan){k->runs[c].lo, k->runs[c].hi, 0, 0}, window) != ATTN_VIS_HIDDEN)
+                return 1;
+    return 0;
+}
+
+void block_attn_init(BlockAttn *b, Comm *comm, int heads, int kv_heads, int head_dim) {
+    memset(b, 0, sizeof *b);
+    b->comm = comm;
+    b->heads = heads;
+    b->kv_heads = kv_heads;
+    b->head_dim = head_dim;
+    b->scale = 1.0f / sqrtf((float)head_dim);
+    b->piece_rows = 0; /* whole runs: the kernel calls progress between its tiles */
+    b->compute = 1;
+}
+
+/* The one iterator: calls visit(pair) for every visible (query piece, key run) pair, and tests
+ * the caller's requests after every piece that computed something. */
+typedef struct {
+    int i0, nq;    /* query rows [i0, i0 + nq) */
+    int j0, nk;    /* key rows [j0, j0 + nk) */
+    AttnVisibility vis;
+} Pair;
+
+typedef void (*PairFn)(BlockAttn *b, const Pair *p, void *arg);
+
+static void for_each_visible_pair(BlockAttn *b, const PosBlock *qb, const PosBlock *kb, PairFn fn, void *arg,
+                                  const Progress *pr) {
+    for (int a = 0; a < qb->n_runs; a++) {
+        const PosRun *qr = &qb->runs[a];
+        const int rows = b->piece_rows > 0 ? b->piece_rows : qr->len; /* default: the whole run */
+        for (int r0 = 0; r0 < qr->len; r0 += rows) {
+            Pair p = {.i0 = qr->start + r0, .nq = qr->len - r0 < rows ? qr->len - r0 : rows};
+            int did = 0;
+            const AttnSpan piece = attn_span(qb->pos + p.i0, qb->doc ? qb->doc + p.i0 : NULL, p.nq);
+            for (int c = 0; c < kb->n_runs; c++) {
+                const PosRun *kr = &kb->runs[c];
+                p.vis = attn_visibility(piece, (AttnSpan){kr->lo, kr->hi, kr->doc_lo, kr->doc_hi}, b->window);
+                if (p.vis == ATTN_VIS_HIDDEN) continue;
+                p.j0 = kr->start;
+                p.nk = kr->len;
+                fn(b, &p, arg);
+                did = 1;
+            }
+            if (did && pr && pr->n) comm_testall(b->comm, pr->kind, pr->n, pr->reqs);
+        }
+    }
+}
+
+typedef struct {
+    const float *q, *k, *v, *lse, *delta, *dout;
+    const int *qpos, *kpos, *qdoc, *kdoc; /* docs NULL: one document */
+    float *o, *lse_out, *dq, *dk, *dv;
+    Comm *comm;
+    const Progress *pr; /* the caller's requests in flight (NULL or none: nothing to test) */
+} PairArgs;
+
+/* AttnShape.progress: the caller's requests, tested from inside the kernel between its tiles. */
+static void progress_requests(void *arg) {
+    const PairArgs *a = arg;
+    comm_testall(a->comm, a->pr->kind, a->pr->n, a->pr->reqs);
+}
+
+static AttnShape pair_shape(const BlockAttn *b, const Pair *p, const PairArgs *a) {
+    const int test = a->pr && a->pr->n;
+    AttnShape s = {.n_q = p->nq, .n_kv = p->nk, .n_heads = b->heads, .n_kv_heads = b->kv_heads,
+                   .head_dim = b->head_dim, .scale = b->scale,
+                   .mask = p->vis == ATTN_VIS_FULL ? ATTN_FULL : ATTN_CAUSAL,
+                   .window = p->vis == ATTN_VIS_FULL ? 0 : b->window, .precision = b->precision,
+                   .progress = test ? progress_requests : NULL, .progress_arg = test ? (void *)a : NULL};
+    return s;
+}
+
+static void forward_pair(BlockAttn *b, const Pair *p, void *arg) {
+    const PairArgs *a = arg;
+    const size_t H = (size_t)b->heads, Hk = (size_t)b->kv_heads, d = (size_t)b->head_dim;
+    b->work.fwd_calls++;
+    b->work.fwd_cells += (unsigned long long)p->nq * (unsigned)p->nk;
+    if (!b->compute) return;
+    AttnShape s = pair_shape(b, p, a);
+    double t0 = comm_compute_begin(b->comm);
+    const int docs = a->qdoc && s.mask == ATTN_CAUSAL; /* a fully visible pair needs no ids */
+    attn_forward_docs(&s, a->q + p->i0 * H * d, a->qpos + p->i0, docs ? a->qdoc + p->i0 : NULL, a->k + p->j0 * Hk * d,
+                      a->v + p->j0 * Hk * d, a->kpos + p->j0, docs ? a->kdoc + p->j0 : NULL, a->o + p->i0 * H * d,
+                      a->lse_out + p->i0 * H);
+    comm_compute_end(b->comm, "attn fwd", t0);
+}
+
+static void backward_pair(BlockAttn *b, const Pair *p, void *arg) {
+    const PairArgs *a = arg;
+    const size_t H = (size_t)b->heads, Hk = (size_t)b->kv_heads, d = (size_t)b->head_dim;
+    const size_t qo = (size_t)p->i0 * H * d, ko = (size_t)p->j0 * Hk * d;
+    b->work.bwd_calls++;
+    b->work.bwd_cells += (unsigned long long)p->nq * (unsigned)p->nk;
+    if (!b->compute) return;
+    AttnShape s = pair_shape(b, p, a);
+    double t0 = comm_compute_begin(b->comm);
+    const int docs = a->qdoc && s.mask == ATTN_CAUSAL;
+    attn_backward_docs(&s, a->q + qo, a->qpos + p->i0, docs ? a->qdoc + p->i0 : NULL, a->k + ko, a->v + ko,
+                       a->kpos + p->j0, docs ? a->kdoc + p->j0 : NULL, a->lse + p->i0 * H, a->delta + p->i0 * H,
+                       a->dout + qo, a->dq ? a->dq + qo : NULL, a->dk ? a->dk + ko : NULL, a->dv ? a->dv + ko : NULL);
+    comm_compute_end(b->comm, "attn bwd", t0);
+}
+
+void block_attn_forward(BlockAttn *b, const float *q, const PosBlock *qb, const float *k, const float *v,
+                        const PosBlock *kb, float *o, float *lse, const Progress *pr) {
+    if ((qb->doc == NULL) != (kb->doc == NULL)) die("block_attn_forward: document ids on one side only");
+    PairArgs a = {.q = q, .k = k, .v = v, .qpos = qb->pos, .kpos = kb->pos, .qdoc = qb->doc, .kdoc = kb->doc, .o = o,
+                  .lse_out = lse, .comm = b->comm, .pr = pr};
+    for_each_visible_pair(b, qb, kb, forward_pair, &a, pr);
+}
+
+void block_attn_backward(BlockAttn *b, const float *q, const PosBlock *qb, const float *k, const float *v,
+                         const PosBlock *kb, const float *lse, const float *delta, const float *dout, float *dq,
+                         float *dk, float *dv, const Progress *pr) {
+    if ((qb->doc == NULL) != (kb->doc == NULL)) die("block_attn_backward: document ids on one side only");
+    PairArgs a = {.q = q, .k = k, .v = v, .lse = lse, .delta = delta, .dout = dout, .qpos = qb->pos, .kpos = kb->pos,
+                  .qdoc = qb->doc, .kdoc = kb->doc, .dq = dq, .dk = dk, .dv = dv, .comm = b->comm, .pr = pr};
+    for_each_visible_pair(b, qb, kb, backward_pair, &a, pr);
+}

@@ -1,0 +1,924 @@
+/* The communication layer: MPI wrappers with per-kind statistics, tracing and the watchdog.
+ * See comm.h. */
+#include "parallel/comm.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "parallel/trace.h"
+#include "core/common.h"
+#include "kernels/bf16.h"
+
+static const char *const KIND_NAMES[COMM_KINDS] = {"alltoall", "p2p_inner", "p2p_outer", "team", "grad_reduce",
+                                                    "param_gather"};
+
+const char *comm_kind_name(CommKind k) { return (unsigned)k < COMM_KINDS ? KIND_NAMES[k] : "?"; }
+
+static void mpi_check(int rc, const char *what, MPI_Comm mc, int peer, size_t bytes) {
+    if (rc == MPI_SUCCESS) return;
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0, size = -1;
+    MPI_Error_string(rc, msg, &len);
+    if (mc != MPI_COMM_NULL) MPI_Comm_size(mc, &size);
+    die("%s failed (communicator of %d ranks, peer %d, %zu bytes): %s", what, size, peer, bytes, msg);
+}
+
+static int bytes_to_int(size_t bytes, const char *what) {
+    if (bytes > (size_t)INT_MAX)
+        die("%s: one message of %zu bytes exceeds MPI's int count (2 GiB): use a shorter sequence or more ranks",
+            what, bytes);
+    return (int)bytes;
+}
+
+/* ---- communicator -> world ranks, cached as an attribute ---- */
+static int delete_ranks(MPI_Comm comm, int keyval, void *attr, void *extra) {
+    (void)comm;
+    (void)keyval;
+    (void)extra;
+    xfree(attr);
+    return MPI_SUCCESS;
+}
+
+/* Returns the cached array [size, world rank of 0, world rank of 1, ...] of communicator mc. */
+static const int *world_ranks(Comm *c, MPI_Comm mc) {
+    void *attr = NULL;
+    int found = 0;
+    mpi_check(MPI_Comm_get_attr(mc, c->keyval, &attr, &found), "MPI_Comm_get_attr", mc, -1, 0);
+    if (found) return attr;
+    int size;
+    mpi_check(MPI_Comm_size(mc, &size), "MPI_Comm_size", mc, -1, 0);
+    MPI_Group g, gw;
+    mpi_check(MPI_Comm_group(mc, &g), "MPI_Comm_group", mc, -1, 0);
+    mpi_check(MPI_Comm_group(c->topo->world, &gw), "MPI_Comm_group (world)", mc, -1, 0);
+    int *arr = xmalloc(sizeof(int) * ((size_t)size + 1));
+    int *in = xmalloc(sizeof(int) * (size_t)size);
+    for (int i = 0; i < size; i++) in[i] = i;
+    arr[0] = size;
+    mpi_check(MPI_Group_translate_ranks(g, size, in, gw, arr + 1), "MPI_Group_translate_ranks", mc, -1, 0);
+    xfree(in);
+    MPI_Group_free(&g);
+    MPI_Group_free(&gw);
+    mpi_check(MPI_Comm_set_attr(mc, c->keyval, arr), "MPI_Comm_set_attr", mc, -1, 0);
+    return arr;
+}
+
+int comm_world_rank_of(Comm *c, MPI_Comm mc, int rank) {
+    const int *arr = world_ranks(c, mc);
+    if (rank < 0 || rank >= arr[0]) die("comm: rank %d outside a communicator of %d ranks", rank, arr[0]);
+    return arr[1 + rank];
+}
+
+static void count_bytes(Comm *c, CommKind k, MPI_Comm mc, int peer, uint64_t bytes) {
+    int w = comm_world_rank_of(c, mc, peer);
+    if (w == c->topo->world_rank) return; /* to self: not communication */
+    if (topology_node_of(c->topo, w) == topology_node_of(c->topo, c->topo->world_rank))
+        c->stats.bytes_intra[k] += bytes;
+    else
+        c->stats.bytes_inter[k] += bytes;
+}
+
+static void record(Comm *c, const char *name, const char *cat, double t0, double t1) {
+    if (c->trace) trace_event(c->trace, name, cat, t0, t1);
+}
+
+/* ---- watchdog ---- */
+void comm_set_timeout(Comm *c, double seconds) {
+    c->timeout_s = seconds > 0 ? seconds : 0;
+    exchange_deadline_set(c->timeout_s); /* die_if_any_rank's waits: the same deadline (common.h) */
+}
+
+void comm_set_step(Comm *c, long step, const char *phase) {
+    c->step = step;
+    c->phase = phase ? phase : "?";
+}
+
+static void remember_posted(Comm *c, MPI_Request req, int world_peer, int is_send, CommKind k, size_t bytes) {
+    CommPosted *p = &c->posted[c->posted_next];
+    c->posted_next = (c->posted_next + 1) % COMM_POSTED;
+    p->req = req;
+    p->world_peer = world_peer;
+    p->is_send = is_send;
+    p->kind = k;
+    p->bytes = bytes;
+}
+
+static const CommPosted *find_posted(const Comm *c, MPI_Request req) {
+    for (int i = 1; i <= COMM_POSTED; i++) { /* newest first */
+        const CommPosted *p = &c->posted[(c->posted_next - i + COMM_POSTED) % COMM_POSTED];
+        if (p->req == req) return p;
+    }
+    return NULL;
+}
+
+/* Appends to buf (capacity n) without overflowing; keeps it terminated. */
+static void append(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void append(char *buf, size_t n, const char *fmt, ...) {
+    size_t len = strlen(buf);
+    if (len + 1 >= n) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + len, n - len, fmt, ap);
+    va_end(ap);
+}
+
+/* "4 ranks (world 0-2,8)" for the members of mc (ranges, cut after ~200 characters). */
+static void describe_group(Comm *c, MPI_Comm mc, char *buf, size_t n) {
+    const int *arr = world_ranks(c, mc);
+    int size = arr[0];
+    snprintf(buf, n, "%d rank%s (world ", size, size == 1 ? "" : "s");
+    for (int i = 0; i < size;) {
+        int j = i;
+        while (j + 1 < size && arr[1 + j + 1] == arr[1 + j] + 1) j++;
+        if (strlen(buf) > 200) {
+            append(buf, n, "...");
+            break;
+        }
+        if (j > i) append(buf, n, "%s%d-%d", i ? "," : "", arr[1 + i], arr[1 + j]);
+        else append(buf, n, "%s%d", i ? "," : "", arr[1 + i]);
+        i = j + 1;
+    }
+    append(buf, n, ")");
+}
+
+/* The pending point-to-point requests among reqs: "recv from world rank 1 (64 KiB), ...". */
+static void describe_pending(Comm *c, int n, MPI_Request *reqs, char *buf, size_t cap) {
+    buf[0] = 0;
+    int listed = 0;
+    for (int i = 0; i < n; i++) {
+        if (reqs[i] == MPI_REQUEST_NULL) continue;
+        int done = 0;
+        MPI_Request_get_status(reqs[i], &done, MPI_STATUS_IGNORE);
+        if (done) continue;
+        const CommPosted *p = find_posted(c, reqs[i]);
+        if (p)
+            append(buf, cap, "%s%s world rank %d (%s, %zu KiB)", listed ? ", " : "", p->is_send ? "send to" : "recv from",
+                   p->world_peer, comm_kind_name(p->kind), p->bytes >> 10);
+        else
+            append(buf, cap, "%sa request not posted through comm_isend/comm_irecv", listed ? ", " : "");
+        listed++;
+    }
+    if (!listed) snprintf(buf, cap, "requests that completed just now");
+}
+
+/* Prints the watchdog's line, gives the other ranks a moment to print theirs, ends the job. */
+static void watchdog_fire(Comm *c, const char *op, CommKind k, MPI_Comm group, int n, MPI_Request *reqs,
+                          double waited) {
+    char who[512], when[96], kind[24] = "";
+    if (group != MPI_COMM_NULL) {
+        char g[400];
+        describe_group(c, group, g, sizeof g);
+        snprintf(who, sizeof who, "over a group of %s", g);
+    } else {
+        char pend[440];
+        describe_pending(c, n, reqs, pend, sizeof pend);
+        snprintf(who, sizeof who, "waiting for %s", pend);
+    }
+    if (c->step > 0) snprintf(when, sizeof when, "at step %ld (%s)", c->step, c->phase);
+    else snprintf(when, sizeof when, "before step 1 (%s)", c->phase);
+    if ((unsigned)k < COMM_KINDS) snprintf(kind, sizeof kind, " (%s)", KIND_NAMES[k]); /* control: none */
+    fprintf(stderr,
+            "seqpar: error: watchdog: rank %d %s: %s%s %s is not complete after %.1f s: some rank is stopped, "
+            "dead or cut off (one of those that print no such line); ending the job (raise --comm-timeout if steps "
+            "are legitimately this slow)\n",
+            c->topo->world_rank, when, op, kind, who, waited);
+    fflush(stderr);
+    double grace = c->timeout_s / 2 < 5 ? c->timeout_s / 2 : 5;
+    sleep_seconds(grace);
+    MPI_Abort(c->topo->world, COMM_WATCHDOG_EXIT);
+    exit(COMM_WATCHDOG_EXIT); /* not reached */
+}
+
+/* A wait's requests, tested by wait_until (core/common.h) */
+typedef struct {
+    int n;
+    MPI_Request *reqs;
+    const char *op;
+    MPI_Comm group;
+} Pending;
+
+static int pending_done(void *arg) {
+    Pending *p = arg;
+    int flag = 0;
+    mpi_check(MPI_Testall(p->n, p->reqs, &flag, MPI_STATUSES_IGNORE), p->op, p->group, -1, 0);
+    return flag;
+}
+
+/* Completes n requests under the deadline. group: the collective's communicator (named in the
+ * message), or MPI_COMM_NULL for point-to-point requests (their peers are named). k may be
+ * COMM_KINDS for control traffic. */
+static void wait_deadline(Comm *c, const char *op, CommKind k, MPI_Comm group, int n, MPI_Request *reqs) {
+    Pending p = {n, reqs, op, group};
+    double waited = 0;
+    if (wait_until(pending_done, &p, c->timeout_s, &waited) != 0) watchdog_fire(c, op, k, group, n, reqs, waited);
+}
+
+/* ---- the setup's guard (comm.h) ---- */
+static pthread_mutex_t g_guard_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_guard_cv;
+static pthread_once_t g_guard_once = PTHREAD_ONCE_INIT;
+static int g_guard_armed, g_guard_rank, g_guard_thread_ok;
+static struct timespec g_guard_deadline; /* CLOCK_MONOTONIC */
+static double g_guard_timeout;
+static char g_guard_what[200];
+
+static void *guard_main(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&g_guard_mu);
+    for (;;) {
+        while (!g_guard_armed) pthread_cond_wait(&g_guard_cv, &g_guard_mu);
+        const struct timespec dl = g_guard_deadline;
+        if (pthread_cond_timedwait(&g_guard_cv, &g_guard_mu, &dl) != ETIMEDOUT || !g_guard_armed) continue;
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec < g_guard_deadline.tv_sec ||
+            (now.tv_sec == g_guard_deadline.tv_sec && now.tv_nsec < g_guard_deadline.tv_nsec))
+            continue; /* re-armed meanwhile */
+        fprintf(stderr,
+                "seqpar: error: watchdog: rank %d before step 1 (setup): %s is not complete after %.1f s: some rank is "
+                "stopped, dead or cut off (one of those that print no such line); ending the job (raise "
+                "--comm-timeout if the start is legitimately this slow)\n",
+                g_guard_rank, g_guard_what, g_guard_timeout);
+        fflush(stderr);
+        _exit(COMM_WATCHDOG_EXIT);
+    }
+    return NULL;
+}
+
+static void guard_init(void) {
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(&g_guard_cv, &a);
+    pthread_condattr_destroy(&a);
+    pthread_t th;
+    g_guard_thread_ok = pthread_create(&th, NULL, guard_main, NULL) == 0;
+    if (g_guard_thread_ok) pthread_detach(th);
+}
+
+void comm_guard_begin(int world_rank, const char *what, double timeout_s) {
+    if (!(timeout_s > 0)) return;
+    pthread_once(&g_guard_once, guard_init);
+    if (!g_guard_thread_ok) return; /* no thread: no guard (the setup runs as before) */
+    pthread_mutex_lock(&g_guard_mu);
+    clock_gettime(CLOCK_MONOTONIC, &g_guard_deadline);
+    const double end = (double)g_guard_deadline.tv_sec + 1e-9 * (double)g_guard_deadline.tv_nsec + timeout_s;
+    g_guard_deadline.tv_sec = (time_t)end;
+    g_guard_deadline.tv_nsec = (long)((end - (double)g_guard_deadline.tv_sec) * 1e9);
+    g_guard_timeout = timeout_s;
+    g_guard_rank = world_rank;
+    snprintf(g_guard_what, sizeof g_guard_what, "%s", what);
+    g_guard_armed = 1;
+    pthread_cond_signal(&g_guard_cv);
+    pthread_mutex_unlock(&g_guard_mu);
+}
+
+void comm_guard_end(void) {
+    if (!g_guard_thread_ok) return;
+    pthread_mutex_lock(&g_guard_mu);
+    g_guard_armed = 0;
+    pthread_cond_signal(&g_guard_cv);
+    pthread_mutex_unlock(&g_guard_mu);
+}
+
+/* ---- context ---- */
+Comm *comm_create(const Topology *t, const char *trace_path) {
+    Comm *c = xcalloc(1, sizeof *c);
+    c->topo = t;
+    c->timeout_s = COMM_DEFAULT_TIMEOUT_S;
+    c->phase = "setup";
+    mpi_check(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_ranks, &c->keyval, NULL),
+              "MPI_Comm_create_keyval", MPI_COMM_NULL, -1, 0);
+    if (trace_path) c->trace = trace_create(t->world, trace_path);
+    return c;
+}
+
+int comm_destroy(Comm *c, SeqErr *e) {
+    if (!c) return 0;
+    int rc = 0;
+    if (c->trace) {
+        if (trace_write(c->trace, e) < 0) rc = -1;
+        trace_free(c->trace);
+    }
+    for (int i = 0; i < c->n_wire; i++) xfree(c->wire[i].stage);
+    xfree(c->wire);
+    /* attributes still attached stay valid and are deleted with their communicators */
+    mpi_check(MPI_Comm_free_keyval(&c->keyval), "MPI_Comm_free_keyval", MPI_COMM_NULL, -1, 0);
+    xfree(c);
+    return rc;
+}
+
+uint64_t comm_stats_bytes(const CommStats *s, CommKind k) { return s->bytes_intra[k] + s->bytes_inter[k]; }
+
+void comm_stats_reset(Comm *c) { memset(&c->stats, 0, sizeof c->stats); }
+
+double comm_stats_exposed(const CommStats *s) {
+    double e = 0;
+    for (int k = 0; k < COMM_KINDS; k++) e += s->wait_s[k];
+    return e + s->meta_wait_s;
+}
+
+void comm_stats_print(Comm *c, FILE *f) {
+    int rank = c->topo->world_rank, size = c->topo->world_size;
+    CommStats *all = rank == 0 ? xmalloc(sizeof(CommStats) * (size_t)size) : NULL;
+    MPI_Request req;
+    mpi_check(MPI_Igather(&c->stats, (int)sizeof(CommStats), MPI_BYTE, all, (int)sizeof(CommStats), MPI_BYTE, 0,
+                          c->topo->world, &req),
+              "MPI_Igather (comm stats)", c->topo->world, 0, sizeof(CommStats));
+    wait_deadline(c, "MPI_Igather (comm stats)", COMM_KINDS, c->topo->world, 1, &req);
+    if (rank != 0) return;
+    for (int r = 0; r < size; r++) {
+        const CommStats *s = &all[r];
+        fprintf(f, "rank %d:", r);
+        for (int k = 0; k < COMM_KINDS; k++) {
+            if (!s->messages[k] && !comm_stats_bytes(s, (CommKind)k) && s->wait_s[k] == 0) continue;
+            fprintf(f, " %s %.3f MB (intra %.3f, inter %.3f) msgs %" PRIu64 " wait %.4f s;", KIND_NAMES[k],
+                    comm_stats_bytes(s, (CommKind)k) / 1e6, s->bytes_intra[k] / 1e6, s->bytes_inter[k] / 1e6,
+                    s->messages[k], s->wait_s[k]);
+        }
+        if (s->meta_bytes || s->meta_wait_s > 0) fprintf(f, " meta %.3f MB wait %.4f s;", s->meta_bytes / 1e6, s->meta_wait_s);
+        fprintf(f, " compute in the attention strategy %.4f s (cpu %.4f s), exposed comm %.4f s\n", s->compute_s, s->compute_cpu_s,
+                comm_stats_exposed(s));
+    }
+    for (int r = 0; r < size; r++) { /* the exact byte counts, for checks against formulas */
+        fprintf(f, "bytes rank %d:", r);
+        for (int k = 0; k < COMM_KINDS; k++)
+            fprintf(f, " %s %" PRIu64, KIND_NAMES[k], comm_stats_bytes(&all[r], (CommKind)k));
+        fprintf(f, "\n");
+    }
+    fflush(f);
+    xfree(all);
+}
+
+double comm_compute_begin(Comm *c) {
+    c->cpu_t0 = cpu_seconds();
+    return now_seconds();
+}
+
+void comm_compute_end(Comm *c, const char *name, double t0) {
+    double t1 = now_seconds();
+    c->stats.compute_s += t1 - t0;
+    c->stats.compute_cpu_s += cpu_seconds() - c->cpu_t0;
+    record(c, name, "compute", t0, t1);
+}
+
+/* ---- point to point ---- */
+void comm_isend(Comm *c, CommKind k, const void *buf, size_t bytes, int peer, int tag, MPI_Comm mc,
+                MPI_Request *req) {
+    double t0 = now_seconds();
+    mpi_check(MPI_Isend(buf, bytes_to_int(bytes, "MPI_Isend"), MPI_BYTE, peer, tag, mc, req), "MPI_Isend", mc,
+              peer, bytes);
+    count_bytes(c, k, mc, peer, bytes);
+    c->stats.messages[k]++;
+    remember_posted(c, *req, comm_world_rank_of(c, mc, peer), 1, k, bytes);
+    if (c->trace) {
+        char name[40];
+        snprintf(name, sizeof name, "isend %s %zuKB to %d", KIND_NAMES[k], bytes >> 10,
+                 comm_world_rank_of(c, mc, peer));
+        record(c, name, "send", t0, now_seconds());
+    }
+}
+
+void comm_irecv(Comm *c, CommKind k, void *buf, size_t bytes, int peer, int tag, MPI_Comm mc, MPI_Request *req) {
+    double t0 = now_seconds();
+    mpi_check(MPI_Irecv(buf, bytes_to_int(bytes, "MPI_Irecv"), MPI_BYTE, peer, tag, mc, req), "MPI_Irecv", mc,
+              peer, bytes);
+    remember_posted(c, *req, comm_world_rank_of(c, mc, peer), 0, k, bytes);
+    if (c->trace) {
+        char name[40];
+        snprintf(name, sizeof name, "irecv %s %zuKB from %d", KIND_NAMES[k], bytes >> 10,
+                 comm_world_rank_of(c, mc, peer));
+        record(c, name, "recv", t0, now_seconds());
+    }
+}
+
+/* ---- bf16 wire ---- */
+static MPI_Request wire_busy_marker = MPI_REQUEST_NULL; /* a blocking collective's staging slot */
+
+/* The index of a free slot with room for count bf16 elements (a free one is grown, or a new one
+ * added: the array may move, so callers keep indices, not pointers). */
+static int wire_slot(Comm *c, size_t count) {
+    int grow = -1;
+    for (int i = 0; i < c->n_wire; i++) {
+        if (c->wire[i].req) continue;
+        if (c->wire[i].cap >= count) return i;
+        if (grow < 0) grow = i;
+    }
+    if (grow < 0) {
+        CommWireSlot *bigger = xcalloc((size_t)c->n_wire + 1, sizeof *bigger);
+        if (c->n_wire) memcpy(bigger, c->wire, sizeof *bigger * (size_t)c->n_wire);
+        xfree(c->wire);
+        c->wire = bigger;
+        grow = c->n_wire++;
+    }
+    CommWireSlot *w = &c->wire[grow];
+    xfree(w->stage);
+    w->stage = xmalloc_aligned(sizeof(bf16_t) * (count ? count : 1));
+    w->cap = count;
+    return grow;
+}
+
+/* Completes the bf16 transfers whose requests MPI has completed (their handles are null now):
+ * receives are widened into their destinations, slots become free. */
+static void wire_finish(Comm *c) {
+    for (int i = 0; i < c->n_wire; i++) {
+        CommWireSlot *w = &c->wire[i];
+        if (!w->req || w->req == &wire_busy_marker || *w->req != MPI_REQUEST_NULL) continue;
+        if (w->dst) bf16_unpack(w->dst, w->stage, w->count);
+        w->req = NULL;
+        w->dst = NULL;
+    }
+}
+
+void comm_isend_floats(Comm *c, CommKind k, const float *buf, size_t count, CommWire w, int peer, int tag,
+                       MPI_Comm mc, MPI_Request *req) {
+    if (w == COMM_WIRE_FP32) {
+        comm_isend(c, k, buf, sizeof(float) * count, peer, tag, mc, req);
+        return;
+    }
+    const int i = wire_slot(c, count); /* may move c->wire */
+    CommWireSlot *s = &c->wire[i];
+    bf16_pack(s->stage, buf, count);
+    comm_isend(c, k, s->stage, sizeof(bf16_t) * count, peer, tag, mc, req);
+    s->req = req;
+    s->dst = NULL;
+    s->count = count;
+}
+
+void comm_irecv_floats(Comm *c, CommKind k, float *buf, size_t count, CommWire w, int peer, int tag, MPI_Comm mc,
+                       MPI_Request *req) {
+    if (w == COMM_WIRE_FP32) {
+        comm_irecv(c, k, buf, sizeof(float) * count, peer, tag, mc, req);
+        return;
+    }
+    const int i = wire_slot(c, count); /* may move c->wire */
+    CommWireSlot *s = &c->wire[i];
+    comm_irecv(c, k, s->stage, sizeof(bf16_t) * count, peer, tag, mc, req);
+    s->req = req;
+    s->dst = buf;
+    s->count = count;
+}
+
+void comm_waitall(Comm *c, CommKind k, int n, MPI_Request *reqs) {
+    if (n <= 0) return;
+    double t0 = now_seconds();
+    wait_deadline(c, "MPI_Waitall", k, MPI_COMM_NULL, n, reqs);
+    double t1 = now_seconds();
+    c->stats.wait_s[k] += t1 - t0;
+    if (c->n_wire) wire_finish(c);
+    if (c->trace) {
+        char name[40];
+        snprintf(name, sizeof name, "wait %s", KIND_NAMES[k]);
+        record(c, name, "wait", t0, t1);
+    }
+}
+
+int comm_testall(Comm *c, CommKind k, int n, MPI_Request *reqs) {
+    int pending = 0; /* none (e.g. a ring of one rank's progress tests): no test, no time to k */
+    for (int i = 0; i < n && !pending; i++) pending = reqs[i] != MPI_REQUEST_NULL;
+    if (!pending) return 1;
+    double t0 = now_seconds();
+    int flag = 0;
+    mpi_check(MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE), "MPI_Testall", MPI_COMM_NULL, -1, 0);
+    if (flag && c->n_wire) wire_finish(c);
+    double t1 = now_seconds();
+    c->stats.wait_s[k] += t1 - t0;
+    if (c->trace && t1 - t0 > 20e-6) record(c, "testall", "wait", t0, t1);
+    return flag;
+}
+
+/* ---- collectives ---- */
+static int comm_size_of(MPI_Comm mc) {
+    int n;
+    mpi_check(MPI_Comm_size(mc, &n), "MPI_Comm_size", mc, -1, 0);
+    return n;
+}
+
+static int comm_rank_of(MPI_Comm mc) {
+    int r;
+    mpi_check(MPI_Comm_rank(mc, &r), "MPI_Comm_rank", mc, -1, 0);
+    return r;
+}
+
+static size_t type_size(MPI_Datatype dt) {
+    int s;
+    mpi_check(MPI_Type_size(dt, &s), "MPI_Type_size", MPI_COMM_NULL, -1, 0);
+    return (size_t)s;
+}
+
+static void finish_collective(Comm *c, CommKind k, const char *cat, double t0) {
+    double t1 = now_seconds();
+    c->stats.wait_s[k] += t1 - t0;
+    if (c->trace) record(c, KIND_NAMES[k], cat, t0, t1);
+}
+
+void comm_alltoall(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t bytes_per_peer, MPI_Comm mc) {
+    int n = comm_size_of(mc), me = comm_rank_of(mc);
+    double t0 = now_seconds();
+    MPI_Request req;
+    mpi_check(MPI_Ialltoall(sendbuf, bytes_to_int(bytes_per_peer, "MPI_Ialltoall"), MPI_BYTE, recvbuf,
+                            (int)bytes_per_peer, MPI_BYTE, mc, &req),
+              "MPI_Ialltoall", mc, -1, bytes_per_peer);
+    wait_deadline(c, "MPI_Ialltoall", k, mc, 1, &req);
+    finish_collective(c, k, "alltoall", t0);
+    for (int p = 0; p < n; p++)
+        if (p != me) {
+            count_bytes(c, k, mc, p, bytes_per_peer);
+            c->stats.messages[k]++;
+        }
+}
+
+void comm_alltoallv(Comm *c, CommKind k, const void *sendbuf, const int *sendcounts, const int *sdispls,
+                    void *recvbuf, const int *recvcounts, const int *rdispls, MPI_Datatype dt, MPI_Comm mc) {
+    int n = comm_size_of(mc), me = comm_rank_of(mc);
+    size_t es = type_size(dt);
+    double t0 = now_seconds();
+    MPI_Request req;
+    mpi_check(MPI_Ialltoallv(sendbuf, sendcounts, sdispls, dt, recvbuf, recvcounts, rdispls, dt, mc, &req),
+              "MPI_Ialltoallv", mc, -1, (size_t)sendcounts[me] * es);
+    wait_deadline(c, "MPI_Ialltoallv", k, mc, 1, &req);
+    finish_collective(c, k, "alltoall", t0);
+    for (int p = 0; p < n; p++)
+        if (p != me) {
+            count_bytes(c, k, mc, p, (uint64_t)sendcounts[p] * es);
+            c->stats.messages[k]++;
+        }
+}
+
+static void allreduce_floats_own(Comm *c, CommKind k, float *buf, size_t count, MPI_Comm mc, int n);
+
+void comm_allreduce(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t count, MPI_Datatype dt,
+                    MPI_Op op, MPI_Comm mc) {
+    int n = comm_size_of(mc), me = comm_rank_of(mc);
+    size_t es = type_size(dt);
+    const int own = dt == MPI_FLOAT && op == MPI_SUM && n > 1 && count >= COMM_ALLREDUCE_OWN_MIN;
+    if (!own && count > (size_t)INT_MAX) die("MPI_Allreduce: %zu elements exceed MPI's int count", count);
+    double t0 = now_seconds();
+    if (own) {
+        if (sendbuf != MPI_IN_PLACE) memcpy(recvbuf, sendbuf, count * sizeof(float));
+        allreduce_floats_own(c, k, recvbuf, count, mc, n);
+    } else {
+        MPI_Request req;
+        mpi_check(MPI_Iallreduce(sendbuf, recvbuf, (int)count, dt, op, mc, &req), "MPI_Iallreduce", mc, -1, count * es);
+        wait_deadline(c, "MPI_Iallreduce", k, mc, 1, &req);
+    }
+    finish_collective(c, k, "allreduce", t0);
+    size_t base = count / (size_t)n, rem = count % (size_t)n;
+    size_t mine = base + ((size_t)me < rem);
+    for (int p = 0; p < n; p++) {
+        if (p == me) continue;
+        size_t part = base + ((size_t)p < rem);
+        count_bytes(c, k, mc, p, (uint64_t)(part + mine) * es);
+        c->stats.messages[k]++;
+    }
+}
+
+/* ---- reduce-scatter (comm.h: seqpar's own, in pieces, each block summed in a fixed order) ---- */
+#define RS_TAG_BASE 24576 /* tags RS_TAG_BASE .. + COMM_RS_TAGS - 1, on the reduce-scatter's communicator */
+
+/* Receives and sums every message that has arrived, in step order; when all are summed and the
+ * sends are complete, returns 1 (the reduce-scatter is then no longer in flight). */
+static int rs_progress(CommReduceScatter *rs) {
+    const long pieces = rs->n_steps / (rs->n - 1 > 0 ? rs->n - 1 : 1);
+    const size_t pe = rs->piece;
+    while (rs->step < rs->n_steps) {
+        const int p = (int)((rs->me + 1 + rs->step / pieces) % rs->n);
+        const size_t off = (size_t)(rs->step % pieces) * pe;
+        const size_t len = rs->own - off < pe ? rs->own - off : pe;
+        float *land = rs->scratch ? rs->scratch : rs->land + off;
+        if (!rs->recv_posted) {
+            mpi_check(MPI_Irecv(land, (int)len, MPI_FLOAT, p, RS_TAG_BASE + rs->tag, rs->mc, &rs->recv),
+                      "MPI_Irecv (reduce-scatter)", rs->mc, p, len * sizeof(float));
+            rs->recv_posted = 1;
+        }
+        int flag = 0;
+        mpi_check(MPI_Test(&rs->recv, &flag, MPI_STATUS_IGNORE), "MPI_Test (reduce-scatter)", rs->mc, p,
+                  len * sizeof(float));
+        if (!flag) return 0;
+        rs->recv_posted = 0;
+        float *d = rs->dst + off;
+        for (size_t i = 0; i < len; i++) d[i] += land[i];
+        rs->step++;
+    }
+    int flag = 1;
+    if (rs->n_sends)
+        mpi_check(MPI_Testall(rs->n_sends, rs->sends, &flag, MPI_STATUSES_IGNORE), "MPI_Testall (reduce-scatter)",
+                  rs->mc, -1, 0);
+    if (!flag) return 0;
+    xfree(rs->sends);
+    xfree(rs->scratch);
+    rs->sends = NULL;
+    rs->scratch = NULL;
+    rs->n_sends = 0;
+    rs->active = 0;
+    return 1;
+}
+
+/* comm_rs_post's work; in_place: the sum is made in the own block of src (recv unused), the
+ * peers' messages landing in a scratch piece; account: count the bytes (comm_allreduce counts its
+ * own). */
+static void rs_start(Comm *c, CommKind k, CommReduceScatter *rs, float *src, float *recv, const size_t *recvcounts,
+                     MPI_Comm mc, int tag, int in_place, int account) {
+    const size_t pe = in_place ? COMM_AR_PIECE : COMM_RS_PIECE; /* floats a message */
+    if (rs->active) die("internal: a reduce-scatter posted while still in flight");
+    if (tag < 0 || tag >= COMM_RS_TAGS) die("internal: reduce-scatter tag %d outside 0..%d", tag, COMM_RS_TAGS - 1);
+    const int n = comm_size_of(mc), me = comm_rank_of(mc);
+    size_t off = 0, own_off = 0;
+    int n_sends = 0;
+    for (int p = 0; p < n; p++) {
+        if (p == me) own_off = off;
+        else n_sends += (int)((recvcounts[p] + pe - 1) / pe);
+        off += recvcounts[p];
+    }
+    const size_t own = recvcounts[me];
+    *rs = (CommReduceScatter){.mc = mc, .n = n, .me = me, .tag = tag, .active = 1,
+                              .land = src + own_off, .dst = in_place ? src + own_off : recv, .own = own,
+                              .piece = pe, .n_steps = (long)((own + pe - 1) / pe) * (n - 1), .n_sends = n_sends};
+    if (n_sends) rs->sends = xmalloc(sizeof(MPI_Request) * (size_t)n_sends);
+    int i = 0;
+    off = 0;
+    for (int p = 0; p < n; p++) {
+        const size_t cnt = recvcounts[p];
+        if (p != me) {
+            for (size_t o = 0; o < cnt; o += pe) {
+                const size_t len = cnt - o < pe ? cnt - o : pe;
+                mpi_check(MPI_Isend(src + off + o, (int)len, MPI_FLOAT, p, RS_TAG_BASE + tag, mc, &rs->sends[i++]),
+                          "MPI_Isend (reduce-scatter)", mc, p, len * sizeof(float));
+            }
+            if (cnt && account) {
+                count_bytes(c, k, mc, p, (uint64_t)cnt * sizeof(float));
+                c->stats.messages[k]++;
+            }
+        }
+        off += cnt;
+    }
+    if (in_place) {
+        if (own && n > 1) rs->scratch = xmalloc(sizeof(float) * (own < pe ? own : pe));
+    } else {
+        if (own && recv < rs->land + own && rs->land < recv + own) die("internal: a reduce-scatter's block overlaps its input");
+        if (own) memcpy(recv, rs->land, own * sizeof(float)); /* the own contribution first */
+    }
+    rs_progress(rs);
+}
+
+void comm_rs_post(Comm *c, CommKind k, CommReduceScatter *rs, float *src, float *recv, const int *recvcounts,
+                  MPI_Comm mc, int tag) {
+    const int n = comm_size_of(mc);
+    size_t *counts = xmalloc(sizeof(size_t) * (size_t)n);
+    for (int p = 0; p < n; p++) {
+        if (recvcounts[p] < 0) die("internal: reduce-scatter count %d for rank %d", recvcounts[p], p);
+        counts[p] = (size_t)recvcounts[p];
+    }
+    rs_start(c, k, rs, src, recv, counts, mc, tag, 0, 1);
+    xfree(counts);
+}
+
+static int rs_any_active(int n, const CommReduceScatter *rs) {
+    for (int i = 0; i < n; i++)
+        if (rs[i].active) return 1;
+    return 0;
+}
+
+/* Progresses every one in flight; 1 when none is left. */
+static int rs_progress_all(int n, CommReduceScatter *rs) {
+    int done = 1;
+    for (int i = 0; i < n; i++)
+        if (rs[i].active) done &= rs_progress(&rs[i]);
+    return done;
+}
+
+int comm_rs_test(Comm *c, CommKind k, int n, CommReduceScatter *rs) {
+    if (!rs_any_active(n, rs)) return 1;
+    double t0 = now_seconds();
+    const int done = rs_progress_all(n, rs);
+    double t1 = now_seconds();
+    c->stats.wait_s[k] += t1 - t0;
+    if (c->trace && t1 - t0 > 20e-6) record(c, "reduce-scatter test", "wait", t0, t1);
+    return done;
+}
+
+typedef struct {
+    int n;
+    CommReduceScatter *rs;
+} RsPending;
+
+static int rs_pending_done(void *arg) {
+    RsPending *p = arg;
+    return rs_progress_all(p->n, p->rs);
+}
+
+/* Completes them under the deadline, with no accounting. */
+static void rs_complete(Comm *c, CommKind k, int n, CommReduceScatter *rs) {
+    RsPending p = {n, rs};
+    double waited = 0;
+    if (wait_until(rs_pending_done, &p, c->timeout_s, &waited) != 0) {
+        MPI_Comm group = MPI_COMM_NULL;
+        for (int i = 0; i < n && group == MPI_COMM_NULL; i++)
+            if (rs[i].active) group = rs[i].mc;
+        watchdog_fire(c, "reduce-scatter", k, group, 0, NULL, waited);
+    }
+}
+
+void comm_rs_wait(Comm *c, CommKind k, int n, CommReduceScatter *rs) {
+    if (!rs_any_active(n, rs)) return;
+    double t0 = now_seconds();
+    rs_complete(c, k, n, rs);
+    double t1 = now_seconds();
+    c->stats.wait_s[k] += t1 - t0;
+    if (c->trace) {
+        char name[40];
+        snprintf(name, sizeof name, "wait %s", KIND_NAMES[k]);
+        record(c, name, "wait", t0, t1);
+    }
+}
+
+void comm_reduce_scatter(Comm *c, CommKind k, float *sendbuf, float *recvbuf, const int *recvcounts, MPI_Comm mc) {
+    double t0 = now_seconds();
+    CommReduceScatter rs = {0};
+    comm_rs_post(c, k, &rs, sendbuf, recvbuf, recvcounts, mc, COMM_RS_TAGS - 1);
+    rs_complete(c, k, 1, &rs);
+    finish_collective(c, k, "reduce_scatter", t0);
+}
+
+/* comm_allreduce of floats (sum, in place, any count): the reduce-scatter above into near-equal
+ * blocks, each summed in its own place, then an all-gather of the blocks in messages of at most
+ * COMM_RS_PIECE floats, all posted at once (no MPI count or displacement beyond one message, so
+ * vectors past 2^31 floats too; the bytes are comm_allreduce's to count). Every rank gets every
+ * element as its block's owner summed it: the replicas stay equal bit for bit. */
+static void allreduce_floats_own(Comm *c, CommKind k, float *buf, size_t count, MPI_Comm mc, int n) {
+    const int me = comm_rank_of(mc);
+    size_t *counts = xmalloc(sizeof(size_t) * (size_t)n), *displs = xmalloc(sizeof(size_t) * (size_t)n);
+    const size_t base = count / (size_t)n, rem = count % (size_t)n;
+    for (int p = 0; p < n; p++) {
+        counts[p] = base + ((size_t)p < rem);
+        displs[p] = p ? displs[p - 1] + counts[p - 1] : 0;
+    }
+    CommReduceScatter rs = {0};
+    rs_start(c, k, &rs, buf, NULL, counts, mc, COMM_RS_TAGS - 1, 1, 0);
+    rs_complete(c, k, 1, &rs);
+    const size_t pe = COMM_RS_PIECE, mine = (counts[me] + pe - 1) / pe;
+    size_t n_req = 0;
+    for (int p = 0; p < n; p++)
+        if (p != me) n_req += mine + (counts[p] + pe - 1) / pe;
+    if (n_req > (size_t)INT_MAX) die("allreduce: %zu messages", n_req);
+    MPI_Request *reqs = xmalloc(sizeof(MPI_Request) * (n_req ? n_req : 1));
+    size_t i = 0;
+    for (int p = 0; p < n; p++) {
+        if (p == me) continue;
+        for (size_t o = 0; o < counts[p]; o += pe) { /* p's block from p */
+            const size_t len = counts[p] - o < pe ? counts[p] - o : pe;
+            mpi_check(MPI_Irecv(buf + displs[p] + o, (int)len, MPI_FLOAT, p, RS_TAG_BASE + COMM_RS_TAGS, mc, &reqs[i++]),
+                      "MPI_Irecv (allreduce's all-gather)", mc, p, len * sizeof(float));
+        }
+        for (size_t o = 0; o < counts[me]; o += pe) { /* mine to p */
+            const size_t len = counts[me] - o < pe ? counts[me] - o : pe;
+            mpi_check(MPI_Isend(buf + displs[me] + o, (int)len, MPI_FLOAT, p, RS_TAG_BASE + COMM_RS_TAGS, mc, &reqs[i++]),
+                      "MPI_Isend (allreduce's all-gather)", mc, p, len * sizeof(float));
+        }
+    }
+    wait_deadline(c, "allreduce's all-gather", k, mc, (int)n_req, reqs);
+    xfree(reqs);
+    xfree(counts);
+    xfree(displs);
+}
+
+void comm_reduce_scatter_block(Comm *c, CommKind k, float *sendbuf, float *recvbuf, size_t recvcount, MPI_Comm mc) {
+    if (recvcount > (size_t)INT_MAX) die("reduce-scatter: %zu elements a rank exceed MPI's int count", recvcount);
+    const int n = comm_size_of(mc);
+    int *counts = xmalloc(sizeof(int) * (size_t)n);
+    for (int p = 0; p < n; p++) counts[p] = (int)recvcount;
+    comm_reduce_scatter(c, k, sendbuf, recvbuf, counts, mc);
+    xfree(counts);
+}
+
+void comm_allgatherv(Comm *c, CommKind k, const void *sendbuf, int sendcount, void *recvbuf, const int *recvcounts,
+                     const int *displs, MPI_Datatype dt, MPI_Comm mc) {
+    int n = comm_size_of(mc), me = comm_rank_of(mc);
+    size_t es = type_size(dt);
+    double t0 = now_seconds();
+    MPI_Request req;
+    mpi_check(MPI_Iallgatherv(sendbuf, sendcount, dt, recvbuf, recvcounts, displs, dt, mc, &req), "MPI_Iallgatherv",
+              mc, -1, (size_t)sendcount * es);
+    wait_deadline(c, "MPI_Iallgatherv", k, mc, 1, &req);
+    finish_collective(c, k, "allgather", t0);
+    for (int p = 0; p < n; p++)
+        if (p != me) {
+            count_bytes(c, k, mc, p, (uint64_t)sendcount * es);
+            c->stats.messages[k]++;
+        }
+}
+
+void comm_iallgatherv(Comm *c, CommKind k, const void *sendbuf, int sendcount, void *recvbuf, const int *recvcounts,
+                      const int *displs, MPI_Datatype dt, MPI_Comm mc, MPI_Request *req) {
+    int n = comm_size_of(mc), me = comm_rank_of(mc);
+    size_t es = type_size(dt);
+    mpi_check(MPI_Iallgatherv(sendbuf, sendcount, dt, recvbuf, recvcounts, displs, dt, mc, req), "MPI_Iallgatherv",
+              mc, -1, (size_t)sendcount * es);
+    for (int p = 0; p < n; p++)
+        if (p != me) {
+            count_bytes(c, k, mc, p, (uint64_t)sendcount * es);
+            c->stats.messages[k]++;
+        }
+}
+
+void comm_allgather(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t bytes_per_rank, MPI_Comm mc) {
+    int n = comm_size_of(mc), me = comm_rank_of(mc);
+    double t0 = now_seconds();
+    MPI_Request req;
+    mpi_check(MPI_Iallgather(sendbuf, bytes_to_int(bytes_per_rank, "MPI_Iallgather"), MPI_BYTE, recvbuf,
+                             (int)bytes_per_rank, MPI_BYTE, mc, &req),
+              "MPI_Iallgather", mc, -1, bytes_per_rank);
+    wait_deadline(c, "MPI_Iallgather", k, mc, 1, &req);
+    finish_collective(c, k, "allgather", t0);
+    for (int p = 0; p < n; p++)
+        if (p != me) {
+            count_bytes(c, k, mc, p, bytes_per_rank);
+            c->stats.messages[k]++;
+        }
+}
+
+void comm_allgather_floats(Comm *c, CommKind k, const float *sendbuf, float *recvbuf, size_t count_per_rank,
+                           CommWire w, MPI_Comm mc) {
+    if (w == COMM_WIRE_FP32) {
+        comm_allgather(c, k, sendbuf, recvbuf, sizeof(float) * count_per_rank, mc);
+        return;
+    }
+    size_t n = (size_t)comm_size_of(mc);
+    const int si = wire_slot(c, count_per_rank);
+    c->wire[si].req = &wire_busy_marker; /* held while the receive slot is found */
+    const int ri = wire_slot(c, n * count_per_rank);
+    bf16_pack(c->wire[si].stage, sendbuf, count_per_rank);
+    comm_allgather(c, k, c->wire[si].stage, c->wire[ri].stage, sizeof(bf16_t) * count_per_rank, mc);
+    bf16_unpack(recvbuf, c->wire[ri].stage, n * count_per_rank);
+    c->wire[si].req = NULL;
+}
+
+void comm_allgather_meta(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t bytes, MPI_Comm mc) {
+    int n = comm_size_of(mc);
+    double t0 = now_seconds();
+    MPI_Request req;
+    mpi_check(MPI_Iallgather(sendbuf, bytes_to_int(bytes, "MPI_Iallgather"), MPI_BYTE, recvbuf, (int)bytes,
+                             MPI_BYTE, mc, &req),
+              "MPI_Iallgather", mc, -1, bytes);
+    wait_deadline(c, "MPI_Iallgather (meta)", k, mc, 1, &req);
+    double t1 = now_seconds();
+    c->stats.meta_wait_s += t1 - t0; /* not k's: it moved none of k's bytes (k names it to the watchdog) */
+    if (c->trace) record(c, "allgather meta", "allgather", t0, t1);
+    c->stats.meta_bytes += (uint64_t)bytes * (uint64_t)(n - 1);
+}
+
+void comm_gatherv(Comm *c, CommKind k, const void *sendbuf, int sendcount, void *recvbuf, const int *recvcounts,
+                  const int *displs, MPI_Datatype dt, int root, MPI_Comm mc) {
+    int me = comm_rank_of(mc);
+    size_t es = type_size(dt);
+    double t0 = now_seconds();
+    MPI_Request req;
+    mpi_check(MPI_Igatherv(sendbuf, sendcount, dt, recvbuf, recvcounts, displs, dt, root, mc, &req), "MPI_Igatherv",
+              mc, root, (size_t)sendcount * es);
+    wait_deadline(c, "MPI_Igatherv", k, mc, 1, &req);
+    finish_collective(c, k, "gather", t0);
+    if (me != root) {
+        count_bytes(c, k, mc, root, (uint64_t)sendcount * es);
+        c->stats.messages[k]++;
+    }
+}
+
+/* ---- control traffic: under the watchdog, outside the statistics ---- */
+void comm_control_allreduce(Comm *c, const char *what, void *buf, size_t count, MPI_Datatype dt, MPI_Op op,
+                            MPI_Comm mc) {
+    if (count > (size_t)INT_MAX) die("%s: %zu elements exceed MPI's int count", what, count);
+    MPI_Request req;
+    mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, dt, op, mc, &req), what, mc, -1, count);
+    wait_deadline(c, what, COMM_KINDS, mc, 1, &req);
+}
+
+void comm_control_barrier(Comm *c, const char *what, MPI_Comm mc) {
+    MPI_Request req;
+    mpi_check(MPI_Ibarrier(mc, &req), what, mc, -1, 0);
+    wait_deadline(c, what, COMM_KINDS, mc, 1, &req);
+}
+
+void comm_control_bcast(Comm *c, const char *what, void *buf, size_t bytes, int root, MPI_Comm mc) {
+    MPI_Request req;
+    mpi_check(MPI_Ibcast(buf, bytes_to_int(bytes, what), MPI_BYTE, root, mc, &req), what, mc, root, bytes);
+    wait_deadline(c, what, COMM_KINDS, mc, 1, &req);
+}
+
+int comm_launched_world(int *rank) {
+    static const char *const vars[][2] = {
+        {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"}, {"PMI_SIZE", "PMI_RANK"}, {"SLURM_STEP_NUM_TASKS", "SLURM_PROCID"}};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *n = getenv(vars[i][0]), *r = getenv(vars[i][1]);
+        if (!n) continue;
+        *rank = r ? atoi(r) : -1;
+        return atoi(n);
+    }
+    *rank = -1;
+    return 0;
+}

@@ -1,0 +1,569 @@
+/* The planner: enumerate, check, predict memory, traffic and time, rank (planner.h). */
+#include "plan/planner.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/common.h"
+#include "model/llama.h"
+#include "parallel/head_exchange.h"
+#include "parallel/layout.h"
+#include "strategies/registry.h"
+
+/* ---------------------------------------------------------------- traffic */
+
+typedef struct {
+    int world, dp, hp, cp, sp, W, rpn;
+    Placement pl;
+} Grid;
+
+static int world_of(const Grid *g, int d, int h, int c) {
+    return d * g->sp + (g->pl == PLACEMENT_CONTEXT_FIRST ? h * g->cp + c : c * g->hp + h);
+}
+
+/* bytes to peer world rank `peer` from world rank `me`, kind k */
+static void send_to(PlanTraffic *t, const Grid *g, int k, int me, int peer, double bytes) {
+    if (peer == me || bytes == 0) return;
+    t->bytes[k] += bytes;
+    if (peer / g->rpn == me / g->rpn) t->intra[k] += bytes;
+    else t->inter[k] += bytes;
+}
+
+/* The indices [*lo, *hi] of the members first + i stride (i < n, stride > 0) that lie on the
+ * node of world rank me (a member's node: a contiguous run of them); *lo > *hi for none. */
+static void node_members(const Grid *g, long first, long stride, int n, int me, long *lo, long *hi) {
+    const long begin = (long)(me / g->rpn) * g->rpn, end = begin + g->rpn - 1;
+    long a = begin <= first ? 0 : (begin - first + stride - 1) / stride, b = end < first ? -1 : (end - first) / stride;
+    *lo = a;
+    *hi = b < n - 1 ? b : n - 1;
+}
+
+/* spread() over the n peers first + i stride, me among them: in closed form (the planner's loop
+ * over every rank made a peer loop per rank quadratic in the ranks: 5 minutes at 4096) */
+static void spread_ap(PlanTraffic *t, const Grid *g, int k, int me, long first, long stride, int n, double bytes) {
+    if (n <= 1 || bytes == 0) return;
+    long lo, hi;
+    node_members(g, first, stride, n, me, &lo, &hi);
+    const double share = bytes / (n - 1), on_node = (double)(hi - lo); /* hi - lo + 1 members, me one of them */
+    t->bytes[k] += share * (n - 1);
+    t->intra[k] += share * on_node;
+    t->inter[k] += share * (n - 1 - on_node);
+}
+
+/* bytes spread in equal shares over n peers (world ranks; me skipped) */
+static void spread(PlanTraffic *t, const Grid *g, int k, int me, const int *peers, int n, double bytes) {
+    int others = 0;
+    for (int i = 0; i < n; i++) others += peers[i] != me;
+    if (!others) return;
+    for (int i = 0; i < n; i++) send_to(t, g, k, me, peers[i], bytes / others);
+}
+
+/* The direct-model allreduce of `count` elements of es bytes over the members (world ranks,
+ * in communicator order) as comm_allreduce counts it: to each peer p, (c_p + c_me) elements. */
+static void allreduce_to(PlanTraffic *t, const Grid *g, int k, long first, long stride, int n, int me_index,
+                         double count, double es) {
+    if (n <= 1) return;
+    /* the members first + p stride: the sums over peers in closed form (integers, exact) */
+    const long long c = (long long)count, base = c / n, rem = c % n, mine = base + (me_index < rem);
+    long lo, hi;
+    node_members(g, first, stride, n, (int)(first + (long)me_index * stride), &lo, &hi);
+    const long long cnt = hi - lo + 1, below = rem > lo ? (rem - 1 < hi ? rem - 1 : hi) - lo + 1 : 0;
+    const long long all = (c - mine) + (long long)(n - 1) * mine; /* to every peer: its part + mine */
+    const long long near = (cnt * base + below - mine) + (cnt - 1) * mine;
+    t->bytes[k] += (double)all * es;
+    t->intra[k] += (double)near * es;
+    t->inter[k] += (double)(all - near) * es;
+    t->msgs[k] += n - 1;
+}
+
+/* Shard of group rank q of g ranks over Psi elements (data_parallel.c's split). */
+static void shard_of(double Psi, int q, int g, double *b, double *e) {
+    long long P = (long long)Psi;
+    *b = (double)(P * q / g);
+    *e = (double)(P * (q + 1) / g);
+}
+
+/* Gradient reduction and ZeRO's gathers of one step (data_parallel.h's formulas), world rank w. */
+static void grad_traffic(PlanTraffic *t, const Grid *g, const LlamaConfig *c, int zero, int group, int micro, int w) {
+    if (g->world == 1) return;
+    double E, Lu, T;
+    memory_model_unit_sizes(c, &E, &Lu, &T);
+    const double Psi = E + c->num_hidden_layers * Lu + T;
+    if (zero == 0) {
+        allreduce_to(t, g, COMM_GRAD_REDUCE, 0, 1, g->world, w, Psi, 4);
+        return;
+    }
+    const int G = g->world / group, q = w % group, gi = w / group;
+    double sb, se;
+    shard_of(Psi, q, group, &sb, &se);
+    const double n = se - sb;
+    long lo = 0, hi = -1; /* the group's members on this rank's node */
+    if (group > 1) {
+        node_members(g, (long)gi * group, 1, group, w, &lo, &hi);
+        /* reduce-scatter in the group: each peer gets its shard; zero 2/3 once per micro-batch (the
+         * shards are contiguous: the group's add up to the whole, members lo..hi's to end(hi) - begin(lo)) */
+        int reps = zero >= 2 ? micro : 1;
+        double unused, whole, lo_b, hi_e;
+        shard_of(Psi, 0, 1, &unused, &whole);
+        shard_of(Psi, (int)lo, group, &lo_b, &unused);
+        shard_of(Psi, (int)hi, group, &unused, &hi_e);
+        const double all = whole - n, near = (hi_e - lo_b) - n; /* its own shard left out */
+        t->bytes[COMM_GRAD_REDUCE] += 4 * all * reps;
+        t->intra[COMM_GRAD_REDUCE] += 4 * near * reps;
+        t->inter[COMM_GRAD_REDUCE] += 4 * (all - near) * reps;
+        t->msgs[COMM_GRAD_REDUCE] += (double)(group - 1) * reps * (zero >= 2 ? c->num_hidden_layers + 2 : 1);
+    }
+    if (G > 1) allreduce_to(t, g, COMM_GRAD_REDUCE, q, group, G, gi, n, 4); /* the shard's replicas in the other groups */
+    if (group > 1) allreduce_to(t, g, COMM_GRAD_REDUCE, (long)gi * group, 1, group, q, 1, 8); /* the norm: one double */
+    if (group > 1) {
+        double per_peer;
+        if (zero <= 2) {
+            per_peer = 4 * n; /* the updated shard to every peer after the step */
+        } else {
+            /* own part of the embedding and tail units: gathered once per micro-batch; layers twice */
+            double ob = sb > 0 ? sb : 0, oe = se < E ? se : E;
+            double outer = (oe > ob ? oe - ob : 0);
+            double tb = sb > Psi - T ? sb : Psi - T;
+            outer += se > tb ? se - tb : 0;
+            per_peer = (double)micro * 4 * (2 * n - outer);
+        }
+        t->bytes[COMM_PARAM_GATHER] += per_peer * (group - 1);
+        t->intra[COMM_PARAM_GATHER] += per_peer * (double)(hi - lo);
+        t->inter[COMM_PARAM_GATHER] += per_peer * (double)(group - 1 - (hi - lo));
+        t->msgs[COMM_PARAM_GATHER] += (double)(group - 1) * (zero <= 2 ? 1 : micro * (2.0 * c->num_hidden_layers + 2));
+    }
+}
+
+/* A strategy's route (registry.h) into this rank's traffic: context ranks to world ranks. */
+typedef struct {
+    PlanTraffic *t;
+    const Grid *g;
+    int w, d, h;
+} RouteCtx;
+
+static void route_to(void *ctx, int kind, int cp_peer, double bytes) {
+    RouteCtx *r = ctx;
+    send_to(r->t, r->g, kind, r->w, world_of(r->g, r->d, r->h, cp_peer), bytes);
+}
+
+static void route_group(void *ctx, int kind, double bytes) {
+    RouteCtx *r = ctx;
+    const long first = world_of(r->g, r->d, r->h, 0), stride = r->g->pl == PLACEMENT_CONTEXT_FIRST ? 1 : r->g->hp;
+    spread_ap(r->t, r->g, kind, r->w, first, stride, r->g->cp, bytes);
+}
+
+static void route_peers(void *ctx, int kind, const int *cp_peers, int n, double bytes) {
+    RouteCtx *r = ctx;
+    int *peers = xmalloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
+    for (int i = 0; i < n; i++) peers[i] = world_of(r->g, r->d, r->h, cp_peers[i]);
+    spread(r->t, r->g, kind, r->w, peers, n, bytes);
+    xfree(peers);
+}
+
+/* plan_rank_traffic for a configuration the memory model already accepted (m: its estimate, the
+ * resolved grid), so that plan_evaluate's loop over the ranks does not estimate it again per rank. */
+static char *rank_traffic(const MemoryModelInput *in, const MemoryEstimate *est, int ranks_per_node, int w,
+                          PlanTraffic *t) {
+    memset(t, 0, sizeof *t);
+    const MemoryEstimate m = *est;
+    char *err = NULL;
+    const LlamaConfig *c = &in->model;
+    const ParallelConfig *pc = &in->par;
+    const Strategy *s = strategy_named(pc->strategy);
+    Grid g = {.world = in->world, .dp = m.dp, .hp = m.hp, .cp = m.cp, .sp = m.hp * m.cp,
+              .W = pc->ring_inner > 0 ? pc->ring_inner : m.cp, .rpn = ranks_per_node > 0 ? ranks_per_node : 1,
+              .pl = pc->placement};
+    if (w < 0 || w >= g.world) return xstrdup_printf("rank %d is outside the %d ranks", w, g.world);
+    const int micro = in->batch / m.dp, L = c->num_hidden_layers;
+    const int d = w / g.sp, in_rep = w % g.sp;
+    const int h = g.pl == PLACEMENT_CONTEXT_FIRST ? in_rep / g.cp : in_rep % g.hp;
+    const int cr = g.pl == PLACEMENT_CONTEXT_FIRST ? in_rep % g.cp : in_rep / g.hp;
+    if (g.sp > 1 || s->own) {
+        const int bf16 = in->precision == PRECISION_BF16;
+        StrategyParams sp = {.hp = g.hp, .cp = g.cp, .ring_inner = g.W, .team = pc->team, .chunks = pc->chunks,
+                             .offload_dir = s->reads & KNOB_CHUNK_OFFLOAD ? pc->offload_dir : NULL,
+                             .placement = pc->placement,
+                             .layout = pc->layout_given ? pc->layout : s->default_layout, .seq_len = in->seq_len,
+                             .n_heads = c->num_attention_heads, .n_kv_heads = c->num_key_value_heads,
+                             .head_dim = c->head_dim, .wire_bf16 = bf16, .attn_bf16 = bf16};
+        strategy_defaults(s, &sp);
+        /* the volume of a layer without a window and of one with it (the ring runs fewer steps) */
+        const int windowed = llama_windowed_layers(c);
+        AttnVolume v, vw;
+        strategy_volume(s, &sp, h, cr, &v);
+        vw = v;
+        if (windowed) {
+            sp.window = c->sliding_window;
+            strategy_volume(s, &sp, h, cr, &vw);
+        }
+        /* how many times per micro-batch each direction runs: forward, backward, and the checkpoint
+         * mode's recomputation (layer: the forward again; selective: the head exchange of q, k, v,
+         * and, where the strategy's restore() exchanges o, of o too) */
+        double fwd_times = in->checkpoint == LLAMA_CKPT_LAYER ? 2 : 1;
+        double extra_a2a = 0, extra_a2a_msgs = 0;
+        if (g.hp > 1 && (m.streams || in->checkpoint == LLAMA_CKPT_SELECTIVE)) {
+            HeadSplit hs;
+            err = head_split_init(&hs, g.hp, c->num_attention_heads, c->num_key_value_heads);
+            if (err) return err;
+            const double N = (double)(in->seq_len / g.sp), e = bf16 ? 2 : 4;
+            if (m.streams) { /* streamed layers: the backward fetches each chunk's o again (output_chunk) */
+                extra_a2a += N * c->head_dim * e * hs.hl[h] * (g.hp - 1);
+                extra_a2a_msgs += (double)(g.hp - 1) * pc->chunks;
+            } else { /* selective: restore()'s exchange of q, k, v (and of o, per chunk, where it does) */
+                const int fp = s->restores_o;
+                for (int p = 0; p < g.hp; p++)
+                    if (p != h) extra_a2a += N * c->head_dim * e * (hs.hl[p] + 2 * hs.hk[p] + (fp ? hs.hl[p] : 0));
+                extra_a2a_msgs += (double)(g.hp - 1) * (fp ? 2.0 * (pc->chunks > 1 ? pc->chunks : 1) : 1.0);
+            }
+            head_split_free(&hs);
+        }
+        double bytes[COMM_KINDS], msgs[COMM_KINDS];
+        const double Lf = L - windowed, Lw = windowed;
+        for (int k = 0; k < COMM_KINDS; k++) {
+            bytes[k] = (double)micro * (Lf * (fwd_times * (double)v.fwd[k] + (double)v.bwd[k]) +
+                                        Lw * (fwd_times * (double)vw.fwd[k] + (double)vw.bwd[k]));
+            msgs[k] = (double)micro * (Lf * (fwd_times * (double)v.fwd_msgs[k] + (double)v.bwd_msgs[k]) +
+                                       Lw * (fwd_times * (double)vw.fwd_msgs[k] + (double)vw.bwd_msgs[k]));
+        }
+        bytes[COMM_ALLTOALL] += (double)micro * L * extra_a2a;
+        msgs[COMM_ALLTOALL] += (double)micro * L * extra_a2a_msgs;
+        /* peers: the head group (equal shares: exact when hp divides the heads); the context kinds
+         * where the strategy's route sends them (NULL: in equal shares over the context group) */
+        const int cf = g.pl == PLACEMENT_CONTEXT_FIRST; /* world_of's two orders: heads or contexts adjacent */
+        spread_ap(t, &g, COMM_ALLTOALL, w, world_of(&g, d, 0, cr), cf ? g.cp : 1, g.hp, bytes[COMM_ALLTOALL]);
+        if (s->route) {
+            RouteCtx rc = {.t = t, .g = &g, .w = w, .d = d, .h = h};
+            const TrafficSink sink = {.ctx = &rc, .to = route_to, .group = route_group, .peers = route_peers};
+            RankTraffic rt = {.layer = {&v, &vw}, .layers = {Lf, Lw}, .micro = micro, .n_layers = L};
+            memcpy(rt.bytes, bytes, sizeof rt.bytes);
+            s->route(&sp, cr, &rt, &sink);
+        } else {
+            const long first = world_of(&g, d, h, 0), stride = cf ? 1 : g.hp; /* the context group */
+            spread_ap(t, &g, COMM_P2P_INNER, w, first, stride, g.cp, bytes[COMM_P2P_INNER]);
+            spread_ap(t, &g, COMM_P2P_OUTER, w, first, stride, g.cp, bytes[COMM_P2P_OUTER]);
+            spread_ap(t, &g, COMM_TEAM, w, first, stride, g.cp, bytes[COMM_TEAM]);
+        }
+        for (int k = 0; k < COMM_KINDS; k++) t->msgs[k] += msgs[k];
+    }
+    grad_traffic(t, &g, c, in->par.zero, in->par.zero_group > 0 ? in->par.zero_group : in->world, micro, w);
+    return NULL;
+}
+
+char *plan_rank_traffic(const MemoryModelInput *in, int ranks_per_node, int w, PlanTraffic *t) {
+    memset(t, 0, sizeof *t);
+    MemoryEstimate m;
+    char *err = memory_model_estimate(in, &m);
+    return err ? err : rank_traffic(in, &m, ranks_per_node, w, t);
+}
+
+/* ---------------------------------------------------------------- time */
+
+/* Visible causal pairs (query, key at or before it) of context slot c: its queries' positions + 1,
+ * at most the sliding window (> 0; 0: none) each. */
+static double slot_pairs(TokenLayout l, long S, int cp, int c, int window) {
+    int *pos = xmalloc(sizeof(int) * (size_t)(S / cp));
+    layout_context_positions(l, (int)S, cp, c, pos);
+    double sum = 0;
+    for (long i = 0; i < S / cp; i++) sum += window > 0 && pos[i] + 1.0 > window ? window : pos[i] + 1.0;
+    xfree(pos);
+    return sum;
+}
+
+/* The pairs of every context slot (cp of them) for one layer of this window: each slot's own, or
+ * (balanced: the schedules that even out causal work, Strategy.balanced) an equal share of the sequence's. */
+static void layer_pairs(TokenLayout l, long S, int cp, int balanced, int window, double *pairs) {
+    double total = 0;
+    for (int k = 0; k < cp; k++) total += pairs[k] = slot_pairs(l, S, cp, k, window);
+    if (balanced)
+        for (int k = 0; k < cp; k++) pairs[k] = total / cp;
+}
+
+static double link_time(const PlanTraffic *t, int k, const PlanCluster *c) {
+    double s = t->intra[k] / (c->intra_gbs * 1e9) + t->inter[k] / (c->inter_gbs * 1e9);
+    double lat = t->inter[k] > 0 ? c->inter_lat_s : c->intra_lat_s;
+    return s + t->msgs[k] * lat;
+}
+
+char *plan_evaluate(const MemoryModelInput *in0, const PlanCluster *cl, PlanEntry *e) {
+    memset(e, 0, sizeof *e);
+    MemoryModelInput in = *in0;
+    in.world = cl->ranks;
+    in.cores = cl->cores_per_node * (cl->ranks / cl->ranks_per_node > 0 ? cl->ranks / cl->ranks_per_node : 1);
+    char *err = memory_model_estimate(&in, &e->mem);
+    if (err) return err;
+    const MemoryEstimate *m = &e->mem;
+    const LlamaConfig *c = &in.model;
+    const Strategy *s = strategy_named(in.par.strategy);
+    e->par = in.par;
+    e->par.dp = m->dp;
+    e->par.hp = m->hp;
+    e->par.cp = m->cp;
+    e->checkpoint = in.checkpoint;
+    e->ffn_chunks = in.ffn_chunks;
+    e->ram = m->ram_total + cl->runtime_bytes;
+    e->fits = cl->ram_bytes <= 0 || e->ram <= cl->ram_bytes;
+
+    const int sp = m->hp * m->cp, micro = in.batch / m->dp, L = c->num_hidden_layers;
+    const double thr = m->threads > 0 ? m->threads : 1;
+    const double S = (double)in.seq_len, N = S / sp;
+    double rec_dense, rec_attn;
+    llama_recompute_flops_parts(c, S, llama_window_length(S, c->sliding_window), in.checkpoint,
+                                in.checkpoint == LLAMA_CKPT_NONE && m->ffn_chunks == 1,
+                                llama_rebuilds_x_mid(in.checkpoint, in.precision, m->streams), &rec_dense, &rec_attn);
+    const double dense = N * (6.0 * llama_matmul_params(c) + rec_dense);
+    const double t_dense = dense / (cl->gemm_gflops * 1e9 * thr);
+    const TokenLayout layout = in.par.layout_given ? in.par.layout : s->default_layout;
+    const int balanced = s->balanced;
+    HeadSplit hs;
+    err = head_split_init(&hs, m->hp, c->num_attention_heads, c->num_key_value_heads);
+    if (err) return err;
+    /* each slot's pairs over the layers: those without a window and those with one */
+    const int windowed = llama_windowed_layers(c);
+    double *pairs = xmalloc(sizeof(double) * (size_t)m->cp), *wpairs = xmalloc(sizeof(double) * (size_t)m->cp);
+    layer_pairs(layout, in.seq_len, m->cp, balanced, 0, pairs);
+    if (windowed) layer_pairs(layout, in.seq_len, m->cp, balanced, c->sliding_window, wpairs);
+    for (int k = 0; k < m->cp; k++) pairs[k] = (L - windowed) * pairs[k] + (windowed ? windowed * wpairs[k] : 0);
+    xfree(wpairs);
+
+    double worst = -1;
+    for (int w = 0; w < cl->ranks; w++) {
+        const int in_rep = w % sp;
+        const int h = in.par.placement == PLACEMENT_CONTEXT_FIRST ? in_rep / m->cp : in_rep % m->hp;
+        const int cr = in.par.placement == PLACEMENT_CONTEXT_FIRST ? in_rep % m->cp : in_rep / m->hp;
+        const double fwd = 4.0 * c->head_dim * pairs[cr] * hs.hl[h]; /* every layer's */
+        const double fwd_runs = in.checkpoint == LLAMA_CKPT_LAYER ? 2 : 1;
+        const double t_attn_f = fwd * fwd_runs / (cl->attn_fwd_gflops * 1e9 * thr);
+        const double t_attn_b = 2.5 * fwd / (cl->attn_bwd_gflops * 1e9 * thr);
+        const double compute = micro * (t_dense + t_attn_f + t_attn_b);
+        PlanTraffic t;
+        err = rank_traffic(&in, m, cl->ranks_per_node, w, &t);
+        if (err) break;
+        double exposed = link_time(&t, COMM_ALLTOALL, cl) + link_time(&t, COMM_TEAM, cl);
+        const double p2p = link_time(&t, COMM_P2P_INNER, cl) + link_time(&t, COMM_P2P_OUTER, cl);
+        exposed += fmax(0, p2p - micro * (t_attn_f + t_attn_b));
+        const double gr = link_time(&t, COMM_GRAD_REDUCE, cl), pg = link_time(&t, COMM_PARAM_GATHER, cl);
+        const double backward = micro * (t_attn_b + t_dense * 2.0 / 3.0);
+        exposed += in.par.zero >= 2 ? fmax(0, gr - backward) : gr;
+        exposed += in.par.zero == 3 ? fmax(0, pg - compute) : pg;
+        const double step = compute + exposed;
+        if (step > worst) {
+            worst = step;
+            e->t_compute = compute;
+            e->t_exposed = exposed;
+        }
+        double inter = 0, total = 0;
+        for (int k = 0; k < COMM_KINDS; k++) inter += t.inter[k], total += t.bytes[k];
+        e->inter_bytes = fmax(e->inter_bytes, inter);
+        e->total_bytes = fmax(e->total_bytes, total);
+    }
+    xfree(pairs);
+    head_split_free(&hs);
+    if (err) return err;
+    e->t_step = worst;
+    e->tokens_per_s = worst > 0 ? in.batch * S / worst : 0;
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- search */
+
+typedef struct {
+    PlanEntry *v;
+    int n, cap, invalid;
+    char *first_refusal; /* the first configuration's reason, for a search that finds none */
+} List;
+
+static void try_one(List *l, const MemoryModelInput *in, const PlanCluster *c) {
+    PlanEntry e;
+    char *err = plan_evaluate(in, c, &e);
+    if (err) {
+        if (!l->first_refusal) l->first_refusal = err;
+        else xfree(err);
+        l->invalid++;
+        return;
+    }
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        PlanEntry *v = xmalloc(sizeof(PlanEntry) * (size_t)l->cap);
+        if (l->n) memcpy(v, l->v, sizeof(PlanEntry) * (size_t)l->n);
+        xfree(l->v);
+        l->v = v;
+    }
+    l->v[l->n++] = e;
+}
+
+/* Fitting first, by speed; those that do not fit after them by RAM, the smallest first. By speed
+ * in two passes: sorted fastest first, then cut into groups of the entries within PLAN_TIE of
+ * their group's fastest, and inside a group the simpler configuration goes first: the lower ZeRO
+ * stage (its gathers and rebinding cost what the model does not count), then less recomputation
+ * (none, selective, layer), then fewer bytes to other nodes (what a wrong guess of the links' speed
+ * would hurt most), then the faster, then less RAM. (A tie "within 1%" is not transitive, so it
+ * cannot be one comparison for qsort; a log-spaced bucket was, but split pairs 0.3% apart.) */
+#define PLAN_TIE 0.01
+static int ckpt_rank(int ckpt) { return ckpt == LLAMA_CKPT_NONE ? 0 : ckpt == LLAMA_CKPT_SELECTIVE ? 1 : 2; }
+
+static int cmp_speed(const void *a, const void *b) {
+    const PlanEntry *x = a, *y = b;
+    if (x->fits != y->fits) return y->fits - x->fits;
+    if (!x->fits && x->ram != y->ram) return x->ram < y->ram ? -1 : 1; /* nearest to fitting first */
+    if (x->tokens_per_s != y->tokens_per_s) return x->tokens_per_s < y->tokens_per_s ? 1 : -1;
+    if (x->ram != y->ram) return x->ram < y->ram ? -1 : 1;
+    return 0;
+}
+
+static int cmp_simpler(const void *a, const void *b) {
+    const PlanEntry *x = a, *y = b;
+    if (x->par.zero != y->par.zero) return x->par.zero - y->par.zero;
+    if (x->checkpoint != y->checkpoint) return ckpt_rank(x->checkpoint) - ckpt_rank(y->checkpoint);
+    if (x->inter_bytes != y->inter_bytes) return x->inter_bytes < y->inter_bytes ? -1 : 1;
+    return cmp_speed(a, b);
+}
+
+static void rank_entries(PlanEntry *v, int n) {
+    if (n < 2) return;
+    qsort(v, (size_t)n, sizeof *v, cmp_speed);
+    int nfit = 0;
+    while (nfit < n && v[nfit].fits) nfit++;
+    for (int i = 0; i < nfit;) {
+        int j = i + 1;
+        while (j < nfit && v[j].tokens_per_s * (1 + PLAN_TIE) >= v[i].tokens_per_s) j++;
+        qsort(v + i, (size_t)(j - i), sizeof *v, cmp_simpler);
+        i = j;
+    }
+}
+
+static int fixed_or(int fixed, int v) { return fixed > 0 ? fixed == v : 1; }
+
+char *plan_search(const MemoryModelInput *base, const PlanFixed *f, const PlanCluster *c, PlanEntry **out, int *n,
+                  int *invalid, char **refusal) {
+    *out = NULL;
+    *n = *invalid = 0;
+    if (refusal) *refusal = NULL;
+    if (c->ranks < 1) return xstrdup_printf("--ranks %d: give the job's ranks (at least 1)", c->ranks);
+    if (c->ranks_per_node < 1 || c->ranks % c->ranks_per_node != 0)
+        return xstrdup_printf("--ranks-per-node %d does not divide --ranks %d: use a divisor of %d", c->ranks_per_node,
+                       c->ranks, c->ranks);
+    if (f->strategy && !strategy_find(f->strategy)) return strategy_unknown_message(f->strategy);
+    if (!(c->gemm_gflops > 0 && c->attn_fwd_gflops > 0 && c->attn_bwd_gflops > 0 && c->intra_gbs > 0 &&
+          c->inter_gbs > 0))
+        return xstrdup_printf("the planner needs positive GEMM and attention rates and link bandwidths");
+    const int P = c->ranks;
+    static const int ckpts[3] = {LLAMA_CKPT_NONE, LLAMA_CKPT_SELECTIVE, LLAMA_CKPT_LAYER};
+    List l = {0};
+    MemoryModelInput in = *base;
+    for (int si = 0; strategy_at(si); si++) {
+        const Strategy *s = strategy_at(si);
+        if (f->strategy && strcmp(f->strategy, s->name)) continue;
+        /* only the strategies train would take the fixed flags with: a knob fixes the strategies that
+         * read it (the others refuse it; with --strategy given, nothing runs, and the CLI names
+         * train's reason) */
+        ParallelConfig fx = base->par;
+        fx.team = f->team;
+        fx.chunks = f->chunks;
+        fx.ring_inner = f->ring_inner;
+        fx.placement = f->placement >= 0 ? (Placement)f->placement : PLACEMENT_HEAD_FIRST;
+        char *unread = parallel_flags_check(s, &fx);
+        xfree(unread);
+        if (unread) continue;
+        for (int dp = 1; dp <= P; dp++) {
+            if (P % dp || !fixed_or(f->dp, dp)) continue;
+            char *batch_err = batch_split_error(base->batch, dp);
+            if (batch_err) { /* the memory model's reason, kept for a search that finds nothing */
+                if (!l.first_refusal) l.first_refusal = batch_err;
+                else xfree(batch_err);
+                continue;
+            }
+            const int sp = P / dp;
+            for (int hp = 1; hp <= sp; hp++) {
+                if (sp % hp || !fixed_or(f->hp, hp) || !fixed_or(f->cp, sp / hp)) continue;
+                const int cp = sp / hp;
+                /* each grid once: the corners under the heads-only and context-only strategies, the
+                 * middle under the 2D one */
+                if (s->grid == GRID_HEADS_ONLY && cp != 1) continue;
+                if (s->grid == GRID_CONTEXT_ONLY && hp != 1) continue;
+                /* (sp = 1, data parallel only: once, as the 2D strategy's 1 x 1, and under the
+                 * strategies with their own attention, whose chunked layers save memory on one rank) */
+                if (s->grid == GRID_2D && (hp == 1) != (cp == 1)) continue;
+                if (s->grid != GRID_2D && sp == 1 && !s->own) continue;
+                if (s->grid == GRID_CONTEXT && cp == 1) continue;
+                StrategyFixed fixed = {.ring_inner = f->ring_inner, .team = f->team, .chunks = f->chunks,
+                                       .placement = f->placement, .strategy_given = f->strategy != NULL,
+                                       .seq_len = base->seq_len};
+                StrategyCandidate cand[256];
+                const int nc = strategy_candidates(s, hp, cp, &fixed, cand, (int)ARRAY_LEN(cand));
+                for (int k = 0; k < nc; k++) {
+                    const StrategyCandidate *sc = &cand[k];
+                    /* under a sliding window the plain ring on the contiguous layout runs only the steps
+                     * the window reaches and its slots' work evens out past it: tried beside the
+                     * strategy's default layout where the user gave none */
+                    const int try_contig = sc->plain_ring && !base->par.layout_given &&
+                                           llama_windowed_layers(&base->model) && s->default_layout != LAYOUT_CONTIGUOUS;
+                    /* lay 0: the strategy's (or the user's) layout; 1: the contiguous one beside it */
+                    for (int lay = 0; lay < (try_contig ? 2 : 1); lay++)
+                        for (int ci = 0; ci < 3; ci++) {
+                            if (f->checkpoint >= 0 && f->checkpoint != ckpts[ci]) continue;
+                            for (int z = 0; z <= (P > 1 ? 3 : 0); z++) {
+                                if (f->zero >= 0 && f->zero != z) continue;
+                                in.par = base->par;
+                                if (lay) {
+                                    in.par.layout = LAYOUT_CONTIGUOUS;
+                                    in.par.layout_given = 1;
+                                }
+                                in.par.strategy = s->name;
+                                in.par.dp = dp;
+                                in.par.hp = hp;
+                                in.par.cp = cp;
+                                in.par.ring_inner = sc->ring_inner;
+                                in.par.team = sc->team;
+                                in.par.chunks = sc->chunks;
+                                in.par.placement = sc->placement;
+                                in.par.zero = z;
+                                in.checkpoint = ckpts[ci];
+                                in.ffn_chunks = base->ffn_chunks;
+                                const int before = l.n;
+                                try_one(&l, &in, c);
+                                /* one FFN chunk: no gate / up recompute (not under a streaming strategy,
+                                 * whose chunks are the stream's), where the default has more than one */
+                                if (base->ffn_chunks == 0 && ckpts[ci] == LLAMA_CKPT_NONE && !s->streams &&
+                                    l.n > before && l.v[l.n - 1].mem.ffn_chunks > 1) {
+                                    in.ffn_chunks = 1;
+                                    try_one(&l, &in, c);
+                                }
+                            }
+                        }
+                }
+            }
+        }
+    }
+    rank_entries(l.v, l.n);
+    *out = l.v;
+    *n = l.n;
+    *invalid = l.invalid;
+    if (refusal && l.n == 0) *refusal = l.first_refusal;
+    else xfree(l.first_refusal);
+    return NULL;
+}
+
+void plan_flags(const PlanEntry *e, char *buf, size_t n) {
+    const ParallelConfig *p = &e->par;
+    int len = snprintf(buf, n, "--strategy %s", p->strategy);
+    const Strategy *s = strategy_find(p->strategy);
+#define ADD(...)                                                                                                       \
+    do {                                                                                                               \
+        if (len >= 0 && (size_t)len < n) len += snprintf(buf + len, n - (size_t)len, __VA_ARGS__);                      \
+    } while (0)
+    if (p->dp > 1) ADD(" --dp %d", p->dp);
+    if (s && s->grid != GRID_CONTEXT_ONLY && (p->hp > 1 || s->grid == GRID_2D)) ADD(" --hp %d", p->hp);
+    if (s && s->grid != GRID_HEADS_ONLY && p->cp > 1) ADD(" --cp %d", p->cp);
+    if (p->ring_inner > 0 && p->ring_inner < p->cp) ADD(" --ring-inner %d", p->ring_inner);
+    if (p->team > 0) ADD(" --team %d", p->team);
+    if (p->chunks > 1) ADD(" --chunks %d", p->chunks);
+    if (p->placement != PLACEMENT_HEAD_FIRST) ADD(" --placement %s", placement_name(p->placement));
+    if (p->layout_given) ADD(" --layout %s", layout_name(p->layout));
+    ADD(" --checkpoint %s", llama_checkpoint_name(e->checkpoint));
+    if (e->ffn_chunks > 0) ADD(" --ffn-chunks %d", e->ffn_chunks);
+    if (p->zero) ADD(" --zero %d", p->zero);
+    if (p->offload_dir && (p->chunks > 0 || e->checkpoint != LLAMA_CKPT_NONE)) ADD(" --offload-dir %s", p->offload_dir);
+#undef ADD
+}

@@ -1,0 +1,94 @@
+/* The planner (`seqpar plan`): which strategy, grid, placement, checkpoint mode and ZeRO stage to
+ * train a model at a sequence length on a given cluster. It enumerates every configuration the
+ * registry accepts for the ranks, keeps those whose predicted memory (memory_model.h) fits a rank,
+ * and ranks them by a predicted step time:
+ *
+ *   compute   the linear layers' FLOPs (recomputation included, llama.h) at the GEMM rate and the
+ *             rank's own causal attention pairs (its layout's share; the balanced schedules even
+ *             theirs out) at the attention kernel's forward and backward rates, per thread x threads;
+ *   traffic   each strategy's exact bytes per layer (the registry's volume formulas) times layers,
+ *             micro-batches and the checkpoint mode's repeated exchanges, plus the gradient
+ *             reduction and ZeRO's gathers (data_parallel.h's formulas), split into bytes to peers
+ *             on the rank's node and on other nodes from the peers' world ranks;
+ *   exposed   the head all-to-alls, team collectives and ZeRO-0/1 reductions wait in full; ring
+ *             transfers hide behind the attention compute, ZeRO-2/3's reduce-scatters behind the
+ *             backward and ZeRO-3's gathers behind the step, as the code overlaps them.
+ *
+ * The step is the slowest rank's compute plus its exposed communication. Elementwise work (norms,
+ * RoPE, SwiGLU, the loss, AdamW) is not counted. Runs nothing (no MPI, no allocation of the
+ * model). */
+#ifndef SEQPAR_PLANNER_H
+#define SEQPAR_PLANNER_H
+
+#include "parallel/comm.h"
+#include "plan/memory_model.h"
+
+typedef struct {
+    int ranks;             /* ranks of the job */
+    int ranks_per_node;    /* consecutive world ranks share a node */
+    int cores_per_node;    /* threads per rank: cores_per_node / ranks_per_node (at least 1) */
+    double ram_bytes;      /* RAM one rank may use; <= 0: no limit */
+    double runtime_bytes;  /* per rank beyond the memory model's tracked allocations (C runtime, MPI, stacks) */
+    double intra_gbs, inter_gbs;       /* GB/s a rank sends at, to a peer on its node / another node */
+    double intra_lat_s, inter_lat_s;   /* per message */
+    double gemm_gflops;                /* per thread: the linear layers' GEMMs in the run's precision */
+    double attn_fwd_gflops, attn_bwd_gflops; /* per thread: the attention kernel (backward counted as 2.5x
+                                                 the forward's FLOPs, as `seqpar bench attn`) */
+} PlanCluster;
+
+/* Bytes and messages one rank sends in one training step: the totals per kind exact (what `seqpar
+ * train --stats` counts), and so is the split into bytes to peers on the rank's node and on other
+ * nodes for every strategy with a route of its own (registry.h); the others' point-to-point steps
+ * change peers from step to step (an equal share per peer of the context group there); the head exchange's split is an equal share
+ * per head-group peer, exact when hp divides the heads. */
+typedef struct {
+    double bytes[COMM_KINDS], intra[COMM_KINDS], inter[COMM_KINDS], msgs[COMM_KINDS];
+} PlanTraffic;
+
+/* One configuration and its prediction. */
+typedef struct {
+    ParallelConfig par;   /* strategy, dp, hp, cp, ring_inner, team, chunks, placement, zero */
+    int checkpoint;       /* LLAMA_CKPT_* */
+    int ffn_chunks;       /* --ffn-chunks as train is to get it: 0 its default (mem.ffn_chunks: the count) */
+    MemoryEstimate mem;
+    double ram;           /* mem.ram_total + the cluster's runtime allowance */
+    int fits;             /* ram within the cluster's RAM per rank */
+    double t_step, t_compute, t_exposed; /* seconds, the slowest rank's */
+    double tokens_per_s;
+    double inter_bytes;   /* the most bytes a rank sends to other nodes per step */
+    double total_bytes;   /* the most bytes a rank sends per step */
+} PlanEntry;
+
+/* The traffic of world rank w in one step of `in` (in->par resolved: memory_model_estimate's
+ * grid) under ranks_per_node. NULL, or a one-line message (xmalloc'd) when `in` does not run. */
+char *plan_rank_traffic(const MemoryModelInput *in, int ranks_per_node, int w, PlanTraffic *t);
+
+/* Predicts one configuration (in->par as the user would pass it; 0 = the strategy's default).
+ * NULL, or the one-line reason it cannot run. */
+char *plan_evaluate(const MemoryModelInput *in, const PlanCluster *c, PlanEntry *e);
+
+/* Which choices the search may vary; a field set by the user stays fixed. */
+typedef struct {
+    const char *strategy;     /* NULL: every registered strategy */
+    int dp, hp, cp;           /* 0: every factorisation */
+    int ring_inner, team, chunks; /* 0: every valid value */
+    int placement;            /* -1: every placement the strategy distinguishes */
+    int checkpoint;           /* -1: none, selective, layer */
+    int zero;                 /* -1: 0 to 3 */
+} PlanFixed;
+
+/* Every configuration of base (model, S, batch, precision, offload) on the cluster, evaluated
+ * (under --checkpoint none, where base leaves --ffn-chunks to its default, also with one FFN chunk:
+ * every layer's gate and up kept instead of recomputed in the backward, for more memory)
+ * and sorted: fitting ones first (the others after them, by RAM), by tokens/s in buckets of 1% (within one, the lower ZeRO stage,
+ * then less recomputation, then fewer cross-node bytes, then the faster, then less RAM). *n entries (xmalloc'd, free with
+ * xfree); *invalid counts those the registry refused; where none runs, *refusal (may be NULL; xfree it)
+ * gets the first refused configuration's reason. NULL or a one-line message. */
+char *plan_search(const MemoryModelInput *base, const PlanFixed *fixed, const PlanCluster *c, PlanEntry **out,
+                  int *n, int *invalid, char **refusal);
+
+/* "--strategy ring --cp 8 --checkpoint none --zero 0 ..." for `seqpar train` (every flag that
+ * differs from train's defaults). */
+void plan_flags(const PlanEntry *e, char *buf, size_t n);
+
+#endif

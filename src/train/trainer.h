@@ -1,0 +1,25 @@
+/* The training loop as a library: what `seqpar train` runs, callable from any C program that has
+ * initialised MPI (one process or several under mpirun). The options are train's
+ * (train_options.h: parse_train_options fills them from argv, or set the fields yourself after
+ * parse_train_options on an empty argv for the defaults).
+ *
+ * Data comes from the built-in associative-recall task (default), an llm.c token shard or a text
+ * file; each step runs --batch sequences of --seq-len tokens through the model, clips the global
+ * gradient norm and takes an AdamW step. Every step prints (with the elapsed time and an ETA,
+ * progress.h) and logs to the run's own JSONL log: loss, learning rate, gradient norm, tokens/s,
+ * MFU, HFU (hardware FLOPs: recomputation counted), peak memory; recall evaluations are logged by
+ * key-query distance. --save writes an atomic checkpoint that Hugging Face loads; --resume continues
+ * a run bit-identically. SIGTERM, SIGUSR1 or SIGINT stop the run after the current step with a
+ * checkpoint (run_control.h); a non-finite loss or gradient norm ends the run unless
+ * --skip-nonfinite allows skipping that step's update. */
+#ifndef SEQPAR_TRAINER_H
+#define SEQPAR_TRAINER_H
+
+#include "train/train_options.h"
+
+/* Runs the training the options describe, collective over MPI_COMM_WORLD. argc, argv: the command
+ * line the run's log records. Returns 0; a configuration or run error ends every rank with one line
+ * (die_collective), as the CLI does. */
+int train_run(const TrainOptions *options, const SizeFlags *sizes, int argc, char **argv);
+
+#endif
