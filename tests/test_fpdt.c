@@ -23,10 +23,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm.h"
-#include "comm/topology.h"
+#include "parallel/comm.h"
+#include "parallel/topology.h"
 #include "core/common.h"
-#include "strategies/chunk_tier.h"
+#include "memory/chunk_tier.h"
 #include "strategies/registry.h"
 #include "attn_reference.h"
 #include "testlib.h"

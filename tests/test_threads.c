@@ -8,7 +8,7 @@
 #include <sched.h>
 #include <stdlib.h>
 
-#include "strategies/seq_parallel.h"
+#include "train/seq_parallel.h"
 #include "testlib.h"
 
 static cpu_set_t cpus(int lo, int hi) { /* CPUs lo .. hi */
