@@ -3,7 +3,7 @@
  * 128, causal), step (a training step of a 4-layer, 256-wide, 4-head / 2-KV-head model, MFU and
  * HFU, under --checkpoint none|layer|selective and --ffn-chunks),
  * memory (peak memory of a training step at several sequence lengths, each in a fresh child
- * process). Benchmarks are not tests: they report, the README quotes them. */
+ * process). Benchmarks are not tests: they report; bench/results/ keeps the readings. */
 #include <cblas.h>
 #include <getopt.h>
 #include <mpi.h>

@@ -127,7 +127,7 @@ __attribute__((used, section(".preinit_array"))) static void (*const preinit_sto
  * no MPI_Comm_spawn, which seqpar never calls), on the shared-memory point-to-point layer (pml ob1,
  * not UCX's network probe) and without the MTLs that serve only the cm layer (PSM2's library
  * calibrated its timer with ~500 sleeps): 0.3-0.5 s of idle at every start of a one-process
- * train, grad, bench or sample (README, Reliability). Under mpirun or srun nothing is changed. */
+ * train, grad, bench or sample (docs/reliability.md). Under mpirun or srun nothing is changed. */
 static void singleton_mpi_defaults(void) {
     setenv("OMPI_MCA_ess_singleton_isolated", "1", 0);
     setenv("OMPI_MCA_pml", "ob1", 0);

@@ -1,6 +1,6 @@
 /* The avx512_bf16 path's GEMM (bf16.h): oneDNN's bf16 matmul (bf16 operands, fp32 accumulation
  * and output; its avx512_core_bf16 brgemm kernels use VDPBF16PS). Measured at 2.2-3.5x OpenBLAS
- * sgemm on the model's shapes on the project's CPU (bench/bf16_gemm_libs.c, README), where
+ * sgemm on the model's shapes on the project's CPU (bench/bf16_gemm_libs.c, bench/results/), where
  * Debian's OpenBLAS has no bf16 GEMM. A matmul primitive is made once per shape (transposes,
  * sizes, leading dimensions, beta 0 or 1) and kept in a small cache; operands are passed by
  * pointer, nothing is copied. alpha other than 1 or beta other than 0 and 1 (no caller uses

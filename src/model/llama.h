@@ -197,7 +197,7 @@ typedef struct {
  * half only). With layer inputs offloaded the residual stream is one (N, D) buffer: each chunk's
  * output rows overwrite its input rows. The default FFN chunk count is 2u. Selective
  * checkpointing keeps the whole-layer path (it keeps o whole by design). Gradients equal the
- * whole-layer path's within float rounding (weight gradients sum per chunk): see the README. */
+ * whole-layer path's within float rounding (weight gradients sum per chunk): docs/memory.md. */
 int llama_streams(int stream_chunks, int checkpoint, int no_stream);
 int llama_acts_streams(const LlamaActs *a);
 /* Chunks of a layer input in the offload tier for N local tokens. */

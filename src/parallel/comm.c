@@ -512,6 +512,16 @@ static size_t type_size(MPI_Datatype dt) {
     return (size_t)s;
 }
 
+/* One message of `bytes` to every other member of mc, counted (a collective's traffic). */
+static void count_to_peers(Comm *c, CommKind k, MPI_Comm mc, uint64_t bytes) {
+    const int n = comm_size_of(mc), me = comm_rank_of(mc);
+    for (int p = 0; p < n; p++)
+        if (p != me) {
+            count_bytes(c, k, mc, p, bytes);
+            c->stats.messages[k]++;
+        }
+}
+
 static void finish_collective(Comm *c, CommKind k, const char *cat, double t0) {
     double t1 = now_seconds();
     c->stats.wait_s[k] += t1 - t0;
@@ -519,7 +529,6 @@ static void finish_collective(Comm *c, CommKind k, const char *cat, double t0) {
 }
 
 void comm_alltoall(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t bytes_per_peer, MPI_Comm mc) {
-    int n = comm_size_of(mc), me = comm_rank_of(mc);
     double t0 = now_seconds();
     MPI_Request req;
     mpi_check(MPI_Ialltoall(sendbuf, bytes_to_int(bytes_per_peer, "MPI_Ialltoall"), MPI_BYTE, recvbuf,
@@ -527,11 +536,7 @@ void comm_alltoall(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size
               "MPI_Ialltoall", mc, -1, bytes_per_peer);
     wait_deadline(c, "MPI_Ialltoall", k, mc, 1, &req);
     finish_collective(c, k, "alltoall", t0);
-    for (int p = 0; p < n; p++)
-        if (p != me) {
-            count_bytes(c, k, mc, p, bytes_per_peer);
-            c->stats.messages[k]++;
-        }
+    count_to_peers(c, k, mc, bytes_per_peer);
 }
 
 void comm_alltoallv(Comm *c, CommKind k, const void *sendbuf, const int *sendcounts, const int *sdispls,
@@ -799,7 +804,6 @@ void comm_reduce_scatter_block(Comm *c, CommKind k, float *sendbuf, float *recvb
 
 void comm_allgatherv(Comm *c, CommKind k, const void *sendbuf, int sendcount, void *recvbuf, const int *recvcounts,
                      const int *displs, MPI_Datatype dt, MPI_Comm mc) {
-    int n = comm_size_of(mc), me = comm_rank_of(mc);
     size_t es = type_size(dt);
     double t0 = now_seconds();
     MPI_Request req;
@@ -807,28 +811,18 @@ void comm_allgatherv(Comm *c, CommKind k, const void *sendbuf, int sendcount, vo
               mc, -1, (size_t)sendcount * es);
     wait_deadline(c, "MPI_Iallgatherv", k, mc, 1, &req);
     finish_collective(c, k, "allgather", t0);
-    for (int p = 0; p < n; p++)
-        if (p != me) {
-            count_bytes(c, k, mc, p, (uint64_t)sendcount * es);
-            c->stats.messages[k]++;
-        }
+    count_to_peers(c, k, mc, (uint64_t)sendcount * es);
 }
 
 void comm_iallgatherv(Comm *c, CommKind k, const void *sendbuf, int sendcount, void *recvbuf, const int *recvcounts,
                       const int *displs, MPI_Datatype dt, MPI_Comm mc, MPI_Request *req) {
-    int n = comm_size_of(mc), me = comm_rank_of(mc);
     size_t es = type_size(dt);
     mpi_check(MPI_Iallgatherv(sendbuf, sendcount, dt, recvbuf, recvcounts, displs, dt, mc, req), "MPI_Iallgatherv",
               mc, -1, (size_t)sendcount * es);
-    for (int p = 0; p < n; p++)
-        if (p != me) {
-            count_bytes(c, k, mc, p, (uint64_t)sendcount * es);
-            c->stats.messages[k]++;
-        }
+    count_to_peers(c, k, mc, (uint64_t)sendcount * es);
 }
 
 void comm_allgather(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t bytes_per_rank, MPI_Comm mc) {
-    int n = comm_size_of(mc), me = comm_rank_of(mc);
     double t0 = now_seconds();
     MPI_Request req;
     mpi_check(MPI_Iallgather(sendbuf, bytes_to_int(bytes_per_rank, "MPI_Iallgather"), MPI_BYTE, recvbuf,
@@ -836,11 +830,7 @@ void comm_allgather(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, siz
               "MPI_Iallgather", mc, -1, bytes_per_rank);
     wait_deadline(c, "MPI_Iallgather", k, mc, 1, &req);
     finish_collective(c, k, "allgather", t0);
-    for (int p = 0; p < n; p++)
-        if (p != me) {
-            count_bytes(c, k, mc, p, bytes_per_rank);
-            c->stats.messages[k]++;
-        }
+    count_to_peers(c, k, mc, bytes_per_rank);
 }
 
 void comm_allgather_floats(Comm *c, CommKind k, const float *sendbuf, float *recvbuf, size_t count_per_rank,

@@ -11,7 +11,7 @@
  * measures, in fp32 and in bf16.
  *
  * It predicts the tracked allocations (xmalloc), not the process's RSS: the C runtime, MPI's
- * own buffers and the thread stacks are outside it (tens of MiB, see the README). */
+ * own buffers and the thread stacks are outside it (tens of MiB, docs/memory.md). */
 #ifndef SEQPAR_MEMORY_MODEL_H
 #define SEQPAR_MEMORY_MODEL_H
 
