@@ -60,6 +60,9 @@ struct ContextSchedule {
 };
 
 void context_schedule_destroy(ContextSchedule *s);
+/* A schedule's value: its functions as `ops` gives them (ctx and blocks of ops unused), around its
+ * state ctx and block compute; xcalloc'd, freed by the schedule's destroy with xfree. */
+ContextSchedule *context_schedule_new(const ContextSchedule *ops, void *ctx, BlockAttn *blocks);
 
 /* Bytes and messages one rank sends per layer, per kind (fp32), forward and backward. */
 typedef struct {

@@ -155,14 +155,9 @@ static ContextSchedule *allgather_create(const ScheduleShape *sh) {
         x->kv_all = xmalloc_aligned(sizeof(float) * x->kvf * (size_t)x->P);
         x->dkv_all = xmalloc_aligned(sizeof(float) * x->kvf * (size_t)x->P);
     }
-    ContextSchedule *s = xcalloc(1, sizeof *s);
-    s->ctx = x;
-    s->blocks = &x->ba;
-    s->set_positions = ag_set_positions;
-    s->forward = ag_forward;
-    s->backward = ag_backward;
-    s->destroy = ag_destroy;
-    return s;
+    static const ContextSchedule OPS = {.set_positions = ag_set_positions, .forward = ag_forward,
+                                        .backward = ag_backward, .destroy = ag_destroy};
+    return context_schedule_new(&OPS, x, &x->ba);
 }
 
 static const ScheduleInfo allgather_schedule = {

@@ -472,14 +472,9 @@ static ContextSchedule *lightseq_create(const ScheduleShape *sh) {
         x->in = xmalloc_aligned(sizeof(float) * part);
         x->bundle = xmalloc_aligned(sizeof(float) * bundle);
     }
-    ContextSchedule *s = xcalloc(1, sizeof *s);
-    s->ctx = x;
-    s->blocks = &x->ba;
-    s->set_positions = ls_set_positions;
-    s->forward = ls_forward;
-    s->backward = ls_backward;
-    s->destroy = ls_destroy;
-    return s;
+    static const ContextSchedule OPS = {.set_positions = ls_set_positions, .forward = ls_forward,
+                                        .backward = ls_backward, .destroy = ls_destroy};
+    return context_schedule_new(&OPS, x, &x->ba);
 }
 
 static const ScheduleInfo lightseq_schedule = {

@@ -526,14 +526,9 @@ static ContextSchedule *wf_create(const ScheduleShape *sh) {
         die("wallfacer: MPI_Comm_split of the team communicator failed");
     if (MPI_Comm_dup(t->ctx_comm, &x->p2p_comm) != MPI_SUCCESS) die("wallfacer: MPI_Comm_dup of ctx_comm failed");
     block_attn_init(&x->ba, sh->comm, sh->heads, sh->kv_heads, sh->head_dim);
-    ContextSchedule *s = xcalloc(1, sizeof *s);
-    s->ctx = x;
-    s->blocks = &x->ba;
-    s->set_positions = wf_set_positions;
-    s->forward = wf_forward;
-    s->backward = wf_backward;
-    s->destroy = wf_destroy;
-    return s;
+    static const ContextSchedule OPS = {.set_positions = wf_set_positions, .forward = wf_forward,
+                                        .backward = wf_backward, .destroy = wf_destroy};
+    return context_schedule_new(&OPS, x, &x->ba);
 }
 
 static char *wf_refuse(unsigned knob, const Strategy *runner, const ParallelConfig *cfg) {
