@@ -44,7 +44,7 @@ static const char HELP[] =
 
 /* The gradient file's source, piece by piece: under ZeRO 0/1 rank 0's whole gradient (the model's
  * own buffer), under ZeRO-2/3 pieces fetched from the group's shards (grad_sync_fetch), so no rank
- * holds the whole gradient twice (until 2026-12-06 rank 0 gathered or copied it whole first); each
+ * holds the whole gradient twice; each
  * piece turned into the replicas' mean as it comes. */
 typedef struct {
     GradSync *g;

@@ -119,7 +119,7 @@ static size_t g_current, g_peak;
 /* Zeroed blocks of at least this many bytes are mapped from the kernel, whose pages read as zero
  * until written and take memory only then: a flat parameter or gradient buffer that ZeRO-3 frees
  * before most of it is written (each rank fills its shard) costs that much. A memset would touch
- * every page (until 2026-11-29 a rank briefly held its whole parameters and gradients). */
+ * every page. */
 #define LAZY_ZERO_BYTES ((size_t)1 << 20)
 
 static void *track(void *raw, size_t n) {

@@ -44,7 +44,7 @@ int atomic_open(AtomicFile *af, const char *path, SeqErr *e) {
     const char *base = slash ? slash + 1 : path;
     if (*base == '\0') return seq_err(e, "cannot write '%s': the path names a directory, not a file", path);
     /* The rename replaces whatever the path names: a device (run as root, `--out /dev/null` would
-     * have made /dev/null a regular file until 2026-12-06), a FIFO or a socket is refused instead. */
+     * make /dev/null a regular file), a FIFO or a socket is refused instead. */
     struct stat sb;
     if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
         return seq_err(e, "cannot write '%s': it is %s, and writing a file there replaces it; name a regular file",

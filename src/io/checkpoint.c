@@ -216,8 +216,8 @@ static int copy_file(const char *src, const char *dst, mode_t mode) {
 }
 
 /* The entries of the old checkpoint directory d that are not the checkpoint's own files (a
- * tokenizer.json copied in for transformers, notes), put into the new one tmp before the swap
- * (a save replaced them with nothing until 2026-11-29): `dirs` 0, regular files hard-linked
+ * tokenizer.json copied in for transformers, notes), put into the new one tmp before the swap:
+ * `dirs` 0, regular files hard-linked
  * (copied where the file system has no links) and symbolic links made again, which leaves d as
  * it was; `dirs` 1, directories moved (where the swap then fails, they are in tmp, which the
  * message names). 0, or -1 with a message. */
@@ -420,8 +420,7 @@ static int check_replaceable(const char *d, SeqErr *e) {
                        "of your own", d, (unsigned)sb.st_uid);
     /* its owner took away its own write permission (chmod a-w: keep it): a save renames a new
      * directory into its place, which the directory's mode does not stop, and then cannot remove
-     * the old copy's files (until 2026-11-29 it replaced it, warned five times per file and left
-     * the copy beside it); root too, whom the mode does not stop otherwise */
+     * the old copy's files; root too, whom the mode does not stop otherwise */
     if (!(sb.st_mode & S_IWUSR))
         return seq_err(e, "refusing to replace '%s': it is read-only (mode %03o) and a save puts a new directory in its "
                        "place: make it writable (chmod u+w %s) or choose another --save path", d,

@@ -25,7 +25,7 @@ typedef struct {
     int n_tensors;
     int fd;          /* the open file: tensors are read from it when asked for, never the whole
                         file into memory (a model's or optimizer's file is as large as its
-                        parameters: reading it whole doubled a load's memory until 2026-11-29) */
+                        parameters: reading it whole would double a load's memory) */
     size_t data_off; /* where the data section starts in the file */
     size_t data_len;
 } StFile;

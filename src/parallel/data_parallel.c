@@ -395,7 +395,7 @@ void grad_sync_microbatch(GradSync *g, int index) {
     if (index == 0) g->micro = 0, g->reduced = 0;
     if (g->micro == 0 || g->acc_tmp[0] || g->acc_whole || !g->model) return;
     /* a later micro-batch: the temporaries of the units' own parts (acc_slot), made once; or one
-     * of the whole shard (each unit's part at its place, as before 2026-11-29) where that is not
+     * of the whole shard (each unit's part at its place) where that is not
      * more (a few ranks: one unit can be most of a shard) */
     size_t n[4] = {0, 0, 0, 0}, sum = 0, shard = g->shard_end - g->shard_begin;
     for (int u = 0; u < g->n_units; u++) {

@@ -201,7 +201,7 @@ static void read_moments(void *ctx, size_t first, size_t n, float *dst) { /* m a
 }
 /* Writes the checkpoint from rank 0. Sharded state (the AdamW moments under ZeRO, the parameters
  * under ZeRO-3) is fetched from its shards piece by piece while the files are written, so rank 0
- * never holds it whole (until 2026-11-29 it gathered the parameters and both moments whole). */
+ * never holds it whole. */
 static void save_checkpoint(const char *dir, LlamaModel *m, const AdamW *opt, const TrainerState *st,
                             SeqParallel *par) {
     int root = par->topo.world_rank == 0;
@@ -274,8 +274,7 @@ static void default_stop_dir(const char *log_path, long step, char *buf, size_t 
 }
 /* Every rank reads the checkpoint (the directory must be visible to all ranks) and, of the AdamW
  * moments (saved whole), only its own shard, and of the weights [lo, hi) (ZeRO-3: its shard; else
- * all), so any rank layout resumes any checkpoint without a rank holding the whole moments (until
- * 2026-11-29 each read them whole, then kept its shard). An error on any rank ends every rank with
+ * all), so any rank layout resumes any checkpoint without a rank holding the whole moments. An error on any rank ends every rank with
  * one line. */
 static void load_checkpoint(const char *dir, LlamaModel *m, size_t lo, size_t hi, AdamW *opt, TrainerState *st) {
     SeqErr e;
@@ -410,7 +409,7 @@ int train_run(const TrainOptions *options, const SizeFlags *sizes, int argc, cha
      * before any rank reads --save or --resume; --auto-resume then continues what --save holds. */
     int save_lock = -1; /* rank 0's lock on --save, held to the end */
     int auto_start = 0; /* --auto-resume found no checkpoint: rank 0 says it starts the run (not before a
-                           refusal of the --save path: one line, the refusal, until 2026-11-29 two) */
+                           refusal of the --save path: one line, the refusal) */
     if (o.save_dir) {
         int rank = 0, holds = 0;
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -517,8 +516,7 @@ int train_run(const TrainOptions *options, const SizeFlags *sizes, int argc, cha
     fault_maybe_hang(&faults, world_rank0, 0); /* step 0: before the communicators are made */
     seq_parallel_create(&par, &o.par, c, S, model.table.total);
     /* the weights: under ZeRO-3 each rank fills only its shard of the flat parameters (the rest is
-     * never written: its pages take no memory until grad_sync_attach frees the buffer); until
-     * 2026-11-29 every rank loaded the whole model first */
+     * never written: its pages take no memory until grad_sync_attach frees the buffer) */
     size_t load_lo = 0, load_hi = model.table.total;
     if (o.par.zero == 3 && par.sync.counts) load_lo = par.sync.shard_begin, load_hi = par.sync.shard_end;
     if (!o.resume_dir && o.model_dir) model_dir_load(&model, o.model_dir, o.seed, o.random_init, load_lo, load_hi);
