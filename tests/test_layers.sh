@@ -7,7 +7,8 @@
 #      string literal "NAME" and no word NAME, in code or comments, of a registered strategy;
 #   5. every SEQPAR_* environment variable the code reads is listed by `seqpar --help` and in
 #      docs/environment.md;
-#   6. every folder of src/ has a README.md saying what lives there and what it may include.
+#   6. every folder of src/ has a README.md saying what lives there and what it may include;
+#   7. no comment in src/ tells history ("until 2026-11-29 it ...": CHANGELOG.md holds it).
 # Prints "N passed, N failed"; exits non-zero on any failure.
 set -u
 BUILD=${1:-build}
@@ -83,6 +84,10 @@ for v in $(grep -rhoE 'getenv\("SEQPAR_[A-Z0-9_]+"' src | sed -E 's/.*"(SEQPAR_[
     if printf '%s' "$help" | grep -q "$v" && grep -q "$v" docs/environment.md 2>/dev/null; then ok
     else bad "$v is read by src/ but missing from seqpar --help's footer or docs/environment.md"; fi
 done
+
+# 7. comments say what the code does, not when it changed: no "until / before / since <date>" in src/
+hist=$(grep -rnE '(until|before|since) 20[0-9]{2}-[01][0-9]-[0-3][0-9]' src --include=*.c --include=*.h || true)
+if [ -z "$hist" ]; then ok; else bad "history in comments (CHANGELOG.md holds it): $(printf '%s' "$hist" | head -n 3 | tr '\n' ' ')"; fi
 
 # 6. every folder says what it is for
 for d in src/*/; do
