@@ -32,6 +32,26 @@ mpi_test_env() {
 }
 run_np() { local np=$1; shift; timeout 240 mpirun --oversubscribe -np "$np" "$@"; }
 
+# run_shared LOG OUT command...: runs the command (its --log is LOG, a new file; its stdout and
+# stderr go to OUT) and returns its status. Where the suite runner gave the tests a shared directory
+# ($SEQPAR_TEST_SHARED) and another test ran the same command (LOG aside) under the same
+# environment to a successful end, its log and output are copied instead: the same command writes
+# the same files (a configuration two scripts each check, e.g. test_mpi's and test_zero's 2- and
+# 8-rank training runs). Run alone, a script runs every command itself.
+run_shared() {
+    local log=$1 out=$2 a key d rc
+    shift 2
+    if [ -z "${SEQPAR_TEST_SHARED:-}" ] || [ ! -d "$SEQPAR_TEST_SHARED" ] || [ -e "$log" ]; then "$@" >"$out" 2>&1; return; fi
+    key=$( { for a in "$@"; do [ "$a" = "$log" ] && a=@LOG; printf '%s\n' "$a"; done
+             env | grep -E '^(OMP_|OMPI_|SEQPAR_)' | grep -v '^SEQPAR_TEST_SHARED=' | LC_ALL=C sort; } | md5sum | cut -c1-32)
+    d="$SEQPAR_TEST_SHARED/$key"
+    if [ -f "$d/done" ]; then cp "$d/log" "$log" && cp "$d/out" "$out"; return; fi
+    "$@" >"$out" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ] && [ -f "$log" ] && mkdir -p "$d" && cp "$log" "$d/log" && cp "$out" "$d/out"; then touch "$d/done"; fi
+    return $rc
+}
+
 # `seqpar grad` on np ranks with the given flags must print the single-process loss (1e-6
 # relative) and write the single-process gradient file, and the HF fixture's where it was made at
 # this length (a directory without expected.json has none).

@@ -84,6 +84,16 @@ for fs in tiny_qwen2:48 tiny_attn_bias:64 tiny_qwen3:40 tiny_qwen3_bias:48 tiny_
     done
 done
 
+# Gradient files of bf16 runs kept by their configuration ("S ranks flags", and the threads), for the
+# checks below that need the same run again (the checkpoint modes' bit-identity): it is not made twice.
+mkdir -p "$T/kept"
+kept() { printf '%s/%s' "$T/kept" "$(printf '%s' "$* t$OMP_NUM_THREADS" | tr -c 'A-Za-z0-9,.=-' '_')"; }
+keep() { # file key...
+    local f=$1
+    shift
+    [ -s "$f" ] && cp "$f" "$(kept "$@")"
+}
+
 # single-process references: fp32 and bf16 at S
 single() { # S
     local S=$1
@@ -99,6 +109,7 @@ single() { # S
     # bf16 is in effect: not fp32 within reordering noise
     if "$CMP" "$T/g.$S.bf16" "$T/g.$S.fp32" 1e-5 0 >/dev/null; then bad "S=$S bf16 gradients equal fp32's: no rounding?"; else ok; fi
     grep -q "^precision: bf16" "$T/g.$S.bf16.out" && ok || bad "grad --precision bf16 does not name the precision"
+    keep "$T/g.$S.bf16" "$S" 1
 }
 
 dist() { # S np flags...
@@ -108,6 +119,7 @@ dist() { # S np flags...
     out=$(run_np "$np" "$SEQPAR" grad --model "$M" --tokens "$T/text.txt" --seq-len "$S" --precision bf16 --out "$T/dist" "$@" 2>&1)
     rc=$?
     if [ $rc -ne 0 ]; then bad "bf16 grad S=$S np $np $*: status $rc: $(printf '%s' "$out" | tail -n 2)"; return; fi
+    keep "$T/dist" "$S" "$np" "$@"
     local got
     got=$(printf '%s\n' "$out" | sed -nE 's/^loss: (.*)$/\1/p')
     if close "$got" "$(loss_of "$T/g.$S.bf16.out")" 1e-5; then ok; else bad "bf16 S=$S np $np $*: loss $got, one process $(loss_of "$T/g.$S.bf16.out")"; fi
@@ -121,10 +133,12 @@ dist() { # S np flags...
 export OMP_NUM_THREADS=1
 single 1024
 for mode in layer selective; do
+    rm -f "$T/g.ck"
     if timeout 120 "$SEQPAR" grad --model "$M" --tokens "$T/text.txt" --seq-len 1024 --precision bf16 --checkpoint $mode \
         --out "$T/g.ck" >"$T/g.ck.out" 2>&1 && "$CMP" "$T/g.ck" "$T/g.1024.fp32" 1e-2 3e-6 >/dev/null &&
         close "$(loss_of "$T/g.ck.out")" "$(loss_of "$T/g.1024.fp32.out")" 1e-4; then ok; else
         bad "bf16 --checkpoint $mode: $(tail -n 1 "$T/g.ck.out")"; fi
+    keep "$T/g.ck" 1024 1 --checkpoint "$mode"
 done
 dist 1024 2 --strategy ulysses
 dist 1024 2 --strategy ring
@@ -140,7 +154,7 @@ dist 1024 4 --strategy lightseq
 dist 1024 4 --strategy allgather
 dist 1024 4 --strategy wallfacer --team 2
 dist 1024 4 --strategy fpdt --chunks 2
-dist 1024 4 --hp 2 --cp 2 --checkpoint selective
+dist 1024 4 --strategy 2d --hp 2 --cp 2 --checkpoint selective   # 2d: the default strategy, named as below
 # Data-parallel replicas each run one process's bf16 arithmetic (the same sequence at its loss
 # scale) and their fp32 sum is divided by dp: any dp gives one process's gradients within one fp32
 # rounding (1e-6 of each tensor's largest entry), 3 and 5 (not powers of two: 1/3 in the loss scale
@@ -166,7 +180,10 @@ done
 # gradients are then summed per chunk: within rounding, not bit for bit, llama.h). Under none on
 # whole layers no layer keeps x_mid either: backward makes it again from the layer input and the
 # kept o (llama_rebuilds_x_mid), which `layer` computes in its recompute as the forward did; FPDT
-# with --no-stream runs whole layers (its o_h chunks beside the model's o).
+# with --no-stream runs whole layers (its o_h chunks beside the model's o). A run made above with the
+# same flags (one process and its checkpoint modes; ring, Ulysses, 2D, FPDT under none; 2D under
+# selective) is that file, kept, not made again (none is the default --checkpoint; one process is
+# the same single rank, started without mpirun there).
 for flags in "1" "2 --strategy ring" "2 --strategy ulysses" "4 --strategy 2d --hp 2 --cp 2" "2 --strategy fpdt --chunks 2" \
     "2 --strategy fpdt --chunks 2 --no-stream"; do
     set -- $flags
@@ -174,12 +191,14 @@ for flags in "1" "2 --strategy ring" "2 --strategy ulysses" "4 --strategy 2d --h
     shift
     modes="none selective"
     case "$*" in *fpdt*) modes=none ;; esac
-    for mode in $modes; do
+    for mode in $modes layer; do
+        ck=()
+        [ "$mode" = none ] || ck=(--checkpoint "$mode")
+        k=$(kept 1024 "$np" "$@" "${ck[@]}")
+        if [ -s "$k" ]; then cp "$k" "$T/g.$mode"; continue; fi
         run_np "$np" "$SEQPAR" grad --model "$M" --tokens "$T/text.txt" --seq-len 1024 --precision bf16 --out "$T/g.$mode" \
             --checkpoint $mode "$@" >"$T/g.$mode.out" 2>&1
     done
-    run_np "$np" "$SEQPAR" grad --model "$M" --tokens "$T/text.txt" --seq-len 1024 --precision bf16 --out "$T/g.layer" \
-        --checkpoint layer "$@" >"$T/g.layer.out" 2>&1
     for mode in $modes; do
         if [ -s "$T/g.$mode" ] && cmp -s "$T/g.$mode" "$T/g.layer"; then ok; else
             bad "bf16 np $np $*: --checkpoint $mode (bf16 saved q_h, kv_h, o) and layer gradients differ: $("$CMP" "$T/g.$mode" "$T/g.layer" 0 1e-30)"; fi

@@ -88,6 +88,13 @@ M=(--layers 1 --hidden 32 --heads 4 --kv-heads 2 --ffn 64 --seq-len 64 --batch 2
 tr_() { timeout 120 "$SEQPAR" train "${M[@]}" "$@" >"$T/tr.out" 2>&1 || bad "train $*: $(tail -n 1 "$T/tr.out")"; }
 tr_ --data "$T/sh" --steps 6 --eval-every 3 --save "$T/full" --log "$T/full.jsonl"
 tr_ --data "$T/sh" --steps 6 --eval-every 3 --stop-at 3 --save "$T/part" --log "$T/part.jsonl"
+# a copy of this step-3 checkpoint and its log: the same command again (--save mv, mv2 below) would
+# write the same files (a checkpoint holds no path of its own); those cases start from the copy
+cp -r "$T/part" "$T/at3" && cp "$T/part.jsonl" "$T/at3.jsonl"
+at3() { # DIR: the step-3 checkpoint and its log at DIR and DIR.jsonl (made again if the copy is missing)
+    if [ -f "$T/at3/trainer_state.json" ]; then cp -r "$T/at3" "$1" && cp "$T/at3.jsonl" "$1.jsonl"
+    else tr_ --data "$T/sh" --steps 6 --eval-every 3 --stop-at 3 --save "$1" --log "$1.jsonl"; fi
+}
 shard_at3=$(sed -nE 's/.*"data_shard": "0x0*([0-9a-f]+)".*/\1/p' "$T/part/trainer_state.json")
 tr_ --data "$T/sh" --steps 6 --eval-every 3 --resume "$T/part" --save "$T/part" --log "$T/part.jsonl"
 # 3 steps x 2 x 64 tokens from 300-token shards: the cursor is in shard 1 at step 3
@@ -119,7 +126,7 @@ if ! grep -q '"data_shard"' "$T/old/trainer_state.json" && same_losses "$T/one.j
 # the same shards moved elsewhere and named another way (node-local scratch, a job that cds
 # elsewhere: "--data ./sh" or "sh/" was refused as other data) resume bit-identically; a shard
 # rewritten with as many other tokens is refused (it was accepted)
-tr_ --data "$T/sh" --steps 6 --eval-every 3 --stop-at 3 --save "$T/mv" --log "$T/mv.jsonl"
+at3 "$T/mv"
 cp -r "$T/sh" "$T/moved"
 ABS_SEQPAR="$(cd "$(dirname "$SEQPAR")" && pwd)/$(basename "$SEQPAR")"
 ( cd "$T" && timeout 120 "$ABS_SEQPAR" train "${M[@]}" --data ./moved/ --steps 6 --eval-every 3 --resume "$T/mv" --log "$T/mv.jsonl" >"$T/mv.out" 2>&1 ) ||
@@ -134,7 +141,7 @@ if same_losses "$T/full.jsonl" "$T/mv.jsonl"; then ok; else bad "resume on the m
   run_np 2 "$SEQPAR" train "${M[@]}" --cp 2 --data "$T/moved2" --steps 6 --resume "$T/r2" --log "$T/r2.jsonl" >>"$T/r2.out" 2>&1 ) ||
     bad "2 ranks, resume on moved shards: $(tail -n 2 "$T/r2.out")"
 if same_losses "$T/r2full.jsonl" "$T/r2.jsonl" && [ "$(losses "$T/r2.jsonl" | wc -l)" -eq 6 ]; then ok; else bad "2 ranks, resume on the moved shards: losses differ from the uninterrupted run"; fi
-tr_ --data "$T/sh" --steps 6 --eval-every 3 --stop-at 3 --save "$T/mv2" --log "$T/mv2.jsonl"
+at3 "$T/mv2"
 $PY -c "
 import sys; p = sys.argv[1]; b = bytearray(open(p, 'rb').read()); b[1030] = (b[1030] + 1) % 200; open(p, 'wb').write(b)" "$T/moved/data_train_000000.bin"
 expect_error "resume on a shard rewritten, same size" "was trained on other token files" "$SEQPAR" train "${M[@]}" --data "$T/moved" --steps 6 --resume "$T/mv2" --log "$T/x.jsonl"

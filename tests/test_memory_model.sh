@@ -21,15 +21,32 @@ predict() { # np flags... -> predicted bytes (the total line, MiB -> bytes)
     "$SEQPAR" memory --ranks "$np" $MODEL --seq-len $S "$@" 2>&1 |
         awk '/^  total / { printf "%.0f\n", $2 * 1048576 }'
 }
-measure() { # np flags... -> measured peak tracked bytes of step 1
+measure() { # np flags... -> measured peak tracked bytes of step 1 (a configuration measured already: its figure)
+    local np=$1
+    shift
+    local memo
+    memo="$T/measured/$(printf '%s' "$np $* ${SEQPAR_ATTN_BWD_ROWS:-} ${SEQPAR_ATTN_DQ_SLOTS:-}" | tr -c 'A-Za-z0-9,.=-' '_')"
+    if [ -s "$memo" ]; then cat "$memo"; return; fi
+    mkdir -p "$T/measured"
+    measure_run "$np" "$@" | tee "$memo"
+    [ "$(cat "$memo")" != 0 ] || rm -f "$memo"
+}
+measure_run() {
     local np=$1
     shift
     rm -f "$T/m.jsonl"
     # unbound (--bind-to none): Open MPI binds a rank to one core where it starts at most 2, so a 1-rank run would
-    # get one thread where `seqpar memory` (this machine's cores per rank) predicts the default two
-    OMPI_MCA_hwloc_base_binding_policy=none run_np "$np" "$SEQPAR" train $MODEL --seq-len $S --steps 1 --eval-every 0 --eval-seqs 1 --quiet \
+    # get one thread where `seqpar memory` (this machine's cores per rank) predicts the default two. One rank
+    # is started without mpirun (unbound too: the same threads, the same peak; mpirun's start-up was a
+    # third of such a run, ~0.1 s)
+    on_ranks "$np" "$SEQPAR" train $MODEL --seq-len $S --steps 1 --eval-every 0 --eval-seqs 1 --quiet \
         --peak-gflops 100 --log "$T/m.jsonl" "$@" >"$T/m.out" 2>&1 || { tail -n 2 "$T/m.out" >&2; echo 0; return; }
     sed -nE 's/.*"peak_mem_bytes": ([0-9]+),.*/\1/p' "$T/m.jsonl" | head -n 1
+}
+on_ranks() { # np command...: one rank alone (unbound), more under mpirun --bind-to none
+    local np=$1
+    shift
+    if [ "$np" -eq 1 ]; then timeout 240 "$@"; else OMPI_MCA_hwloc_base_binding_policy=none run_np "$np" "$@"; fi
 }
 within() { # predicted measured -> status 0 when within TOL
     awk -v p="$1" -v m="$2" -v t=$TOL 'BEGIN { if (m <= 0 || p <= 0) exit 1; r = p / m; exit !(r >= 1 - t && r <= 1 + t) }'

@@ -230,7 +230,13 @@ ckpt_case() { # mode fixture seq_len np flags...
     shift 4
     grad_case "$f" "$S" "$np" "$@" --checkpoint "$mode" --ffn-chunks 3
     cp "$T/dist" "$T/dist_ckpt"
-    run_np "$np" "$SEQPAR" grad --model "$FIX/$f" --tokens "$FIX/$f/tokens.bin" --seq-len "$S" --out "$T/dist" "$@" --checkpoint none --ffn-chunks 3 >/dev/null 2>&1
+    # the none file of this grid: made once (layer and selective of one grid compare with the same run)
+    local none
+    none="$T/none.$(printf '%s' "$f $S $np $*" | tr -c 'A-Za-z0-9,.=-' '_')"
+    if [ -s "$none" ]; then cp "$none" "$T/dist"; else
+        run_np "$np" "$SEQPAR" grad --model "$FIX/$f" --tokens "$FIX/$f/tokens.bin" --seq-len "$S" --out "$T/dist" "$@" --checkpoint none --ffn-chunks 3 >/dev/null 2>&1 &&
+            cp "$T/dist" "$none"
+    fi
     if cmp -s "$T/dist" "$T/dist_ckpt"; then ok; else bad "grad $f np $np $* --checkpoint $mode: not bit-identical to --checkpoint none"; fi
 }
 ckpt_case selective tiny_mha 24 2 --strategy ulysses                    # 2 layers, MHA
@@ -267,7 +273,8 @@ done
 TRAIN=(train --layers 2 --hidden 32 --heads 4 --kv-heads 2 --ffn 64 --vocab 64 --seq-len 64 --batch 4 --steps 20
        --warmup 3 --eval-every 0 --eval-seqs 4 --quiet --peak-gflops 100 --seed 3)
 timeout 240 "$SEQPAR" "${TRAIN[@]}" --log "$T/single.jsonl" >"$T/single.out" 2>&1 || bad "single-process training: $(tail -n 2 "$T/single.out")"
-run_np 8 "$SEQPAR" "${TRAIN[@]}" --dp 2 --hp 2 --cp 2 --zero 1 --log "$T/grid.jsonl" >"$T/grid.out" 2>&1 || bad "8-rank training: $(tail -n 3 "$T/grid.out")"
+run_shared "$T/grid.jsonl" "$T/grid.out" run_np 8 "$SEQPAR" "${TRAIN[@]}" --dp 2 --hp 2 --cp 2 --zero 1 --log "$T/grid.jsonl" ||
+    bad "8-rank training: $(tail -n 3 "$T/grid.out")"
 # Adam amplifies fp32 reordering a little each step: 2e-4 relative over 20 steps (seen: ~1e-6)
 if [ "$(losses "$T/grid.jsonl" | wc -l)" -eq 20 ] && paste <(losses "$T/single.jsonl") <(losses "$T/grid.jsonl") |
     awk '{ d = $2 - $4; if (d < 0) d = -d; if ($1 != $3 || d > 2e-4 * $2) bad = 1 } END { exit bad }'; then ok; else
@@ -297,7 +304,8 @@ if [ "$(losses "$T/grid.jsonl")" = "$(losses "$T/part.jsonl")" ]; then ok; else
 # Every ZeRO stage saves and resumes on several ranks (--zero 0 once crashed every non-root rank
 # at its first save): 2 ranks, ring, stop at 10 + resume = uninterrupted.
 for zero in 0 1; do
-    run_np 2 "$SEQPAR" "${TRAIN[@]}" --cp 2 --zero $zero --log "$T/z$zero.jsonl" >"$T/z.out" 2>&1 || bad "2-rank training, zero $zero: $(tail -n 3 "$T/z.out")"
+    run_shared "$T/z$zero.jsonl" "$T/z.out" run_np 2 "$SEQPAR" "${TRAIN[@]}" --cp 2 --zero $zero --log "$T/z$zero.jsonl" ||
+        bad "2-rank training, zero $zero: $(tail -n 3 "$T/z.out")"
     run_np 2 "$SEQPAR" "${TRAIN[@]}" --cp 2 --zero $zero --stop-at 10 --save "$T/ckz$zero" --log "$T/z${zero}p.jsonl" >"$T/z.out" 2>&1 || bad "2-rank save, zero $zero: $(tail -n 3 "$T/z.out")"
     # the layout change below resumes this very checkpoint (2 ranks, --cp 2 --zero 1, step 10): a copy
     [ $zero = 1 ] && cp -r "$T/ckz1" "$T/ck_layout"

@@ -40,11 +40,13 @@ train_stages() { # np "grid flags" "zero flags" ...
     local np=$1 grid=$2
     shift 2
     # shellcheck disable=SC2086
-    run_np "$np" "$SEQPAR" "${TRAIN[@]}" $grid --zero 0 --log "$T/base$np.jsonl" >"$T/t.out" 2>&1 || bad "np $np $grid zero 0: $(tail -n 2 "$T/t.out")"
+    run_shared "$T/base$np.jsonl" "$T/t.out" run_np "$np" "$SEQPAR" "${TRAIN[@]}" $grid --zero 0 --log "$T/base$np.jsonl" ||
+        bad "np $np $grid zero 0: $(tail -n 2 "$T/t.out")"
     for z in "$@"; do
         rm -f "$T/t.jsonl"
         # shellcheck disable=SC2086
-        run_np "$np" "$SEQPAR" "${TRAIN[@]}" $grid --zero $z --log "$T/t.jsonl" >"$T/t.out" 2>&1 || bad "np $np $grid --zero $z: $(tail -n 2 "$T/t.out")"
+        run_shared "$T/t.jsonl" "$T/t.out" run_np "$np" "$SEQPAR" "${TRAIN[@]}" $grid --zero $z --log "$T/t.jsonl" ||
+            bad "np $np $grid --zero $z: $(tail -n 2 "$T/t.out")"
         if close "$T/base$np.jsonl" "$T/t.jsonl"; then ok; else
             bad "np $np $grid --zero $z: 20 steps differ from --zero 0"; paste <(losses "$T/base$np.jsonl") <(losses "$T/t.jsonl") | head -n 3; fi
         # kept: resume_case's uninterrupted run on the same 4 ranks is this very command
@@ -61,8 +63,18 @@ G4=(--dp 2 --cp 2)
 resume_case() { # "save zero flags" "resume zero flags" exact(1)|close(0)
     local a=$1 b=$2 exact=$3
     rm -rf "$T/ck" "$T/r.jsonl" "$T/u.jsonl"
-    # shellcheck disable=SC2086
-    run_np 4 "$SEQPAR" "${TRAIN[@]}" "${G4[@]}" --zero $a --stop-at 10 --save "$T/ck" --log "$T/r.jsonl" >"$T/r.out" 2>&1 || bad "save under --zero $a: $(tail -n 2 "$T/r.out")"
+    # the checkpoint saved under these flags and its log of steps 1-10: an earlier case's copy where
+    # one saved them already (the same command, which writes the same files), else saved now
+    local saved
+    saved="$T/saved_$(printf '%s' "$a" | tr -c 'A-Za-z0-9-' '_')"
+    if [ -f "$saved/trainer_state.json" ] && [ -f "$saved.jsonl" ]; then
+        cp -r "$saved" "$T/ck" && cp "$saved.jsonl" "$T/r.jsonl"
+    else
+        # shellcheck disable=SC2086
+        if run_np 4 "$SEQPAR" "${TRAIN[@]}" "${G4[@]}" --zero $a --stop-at 10 --save "$T/ck" --log "$T/r.jsonl" >"$T/r.out" 2>&1; then
+            cp -r "$T/ck" "$saved" && cp "$T/r.jsonl" "$saved.jsonl"
+        else bad "save under --zero $a: $(tail -n 2 "$T/r.out")"; fi
+    fi
     # shellcheck disable=SC2086
     run_np 4 "$SEQPAR" "${TRAIN[@]}" "${G4[@]}" --zero $b --resume "$T/ck" --log "$T/r.jsonl" >"$T/r.out" 2>&1 || bad "resume under --zero $b: $(tail -n 2 "$T/r.out")"
     # the uninterrupted run: train_stages ran this command (TRAIN, --dp 2 --cp 2, --zero b) and kept its log
