@@ -442,7 +442,7 @@ static void double_ring_paper_memory(const PaperMemoryInput *in, PaperMemory *ou
              selective / 1048576.0);
 }
 
-static const StrategyFlag FLAGS[] = {
+const StrategyFlag double_ring_flags[] = {
     {"--ring-inner W", "2d, ring: double ring with inner rings of W ranks; W divides cp (default cp)"},
     {NULL, NULL},
 };
@@ -456,7 +456,7 @@ const Strategy double_ring_strategy = {
     .grid = GRID_2D,
     .default_layout = LAYOUT_ZIGZAG,
     .schedule = &double_ring_schedule,
-    .own_flags = FLAGS,
+    .own_flags = double_ring_flags,
     .reads = KNOB_RING_INNER,
     .owns = KNOB_RING_INNER,
     .refuse = double_ring_refuse,

@@ -7,6 +7,8 @@
 #include "strategies/registry.h"
 
 extern const ScheduleInfo double_ring_schedule;
+/* --ring-inner W: the flag of every strategy on the double ring that splits its context group */
+extern const StrategyFlag double_ring_flags[];
 
 char *double_ring_refuse(unsigned knob, const Strategy *runner, const ParallelConfig *cfg);
 /* Inner ring sizes W dividing cp (the plain ring W = cp first among equals) x the placements. */

@@ -3,11 +3,6 @@
  * rings. Every rank of a replica in the ring by default. */
 #include "strategies/double_ring.h"
 
-static const StrategyFlag FLAGS[] = {
-    {"--ring-inner W", "2d, ring: double ring with inner rings of W ranks; W divides cp (default cp)"},
-    {NULL, NULL},
-};
-
 const Strategy ring_strategy = {
     .name = "ring",
     .title = "Ring-Attention",
@@ -17,7 +12,7 @@ const Strategy ring_strategy = {
     .grid = GRID_CONTEXT_ONLY,
     .default_layout = LAYOUT_ZIGZAG,
     .schedule = &double_ring_schedule,
-    .own_flags = FLAGS,
+    .own_flags = double_ring_flags,
     .reads = KNOB_RING_INNER,
     .candidates = double_ring_candidates,
     .route = double_ring_route,
