@@ -298,6 +298,16 @@ for args in "" "--help" "help" "help train" "train --help" "grad -h" "bench --he
 done
 if ! OMPI_MCA_pml=no_such_transport timeout 20 "$SEQPAR" strategies --ranks 2 --seq-len 64 >/dev/null 2>&1; then ok; else
     bad "strategies ran under a transport MPI cannot open: the help check above proves nothing"; fi
+# strategies --schedule: a played schedule whose bytes equal the formulas, and its refusals
+out=$(timeout 60 "$SEQPAR" strategies --schedule 2d --ranks 8 --hp 2 --cp 4 --ring-inner 2 --seq-len 4096 --backward 2>&1)
+if printf '%s' "$out" | grep -q "^2d backward, hp 2 x cp 4" && printf '%s' "$out" | grep -q "per kind equal its volume formula"; then ok; else
+    bad "strategies --schedule 2d: $(printf '%s' "$out" | tail -n 2)"; fi
+expect_error "strategies --schedule without --ranks" "needs --ranks P" "$SEQPAR" strategies --schedule ring
+expect_error "strategies --schedule of an unknown strategy" "unknown strategy 'nope'" "$SEQPAR" strategies --schedule nope --ranks 2
+expect_error "strategies --schedule on a grid the strategy refuses" "drop --hp 2" "$SEQPAR" strategies --schedule ring --ranks 4 --hp 2
+expect_error "strategies --schedule with a grid of other ranks" "not --ranks 8" "$SEQPAR" strategies --schedule 2d --ranks 8 --hp 2 --cp 2
+expect_error "strategies --schedule with a team C^2 does not divide" "team" "$SEQPAR" strategies --schedule wallfacer --ranks 8 --team 3
+expect_error "strategies --schedule with another strategy's knob" "read by --strategy fpdt only" "$SEQPAR" strategies --schedule ring --ranks 4 --chunks 2
 # started alone, seqpar is an MPI singleton that forks no Open MPI daemon (orted) first, unless the
 # user asks for one (their OMPI_MCA_ess_singleton_isolated wins); without run_tests.sh's own settings
 single_exec() { # label isolated-value

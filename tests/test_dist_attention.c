@@ -228,6 +228,27 @@ static void run_case(const Topology *t, Comm *cm, const Strategy *strat, TokenLa
                what, wk.fwd_cells, wk.bwd_cells, want);
     }
 
+    /* the schedule the strategy plays (strategy_play): this rank's cells equal the work counters
+     * (whole query runs, one document: the planner's view), its bytes per kind what it sent */
+    if (!docs && piece_rows >= S / t->cp) {
+        for (int ps = 0; ps < 2; ps++) {
+            StepSchedule sc;
+            strategy_play(strat, &sp, (SchedulePass)ps, &sc);
+            MemberTotals mt;
+            schedule_member_totals(&sc, t->cp_rank * t->hp + t->hp_rank, &mt);
+            const unsigned long long cells = ps ? wk.bwd_cells : wk.fwd_cells;
+            CHECKQ(mt.cells == cells, "%s: played schedule computes %llu cells in %s, the run %llu", what, mt.cells,
+                   ps ? "backward" : "forward", cells);
+            const CommStats *st = ps ? &bst : &fst;
+            int differ = 0;
+            for (int k = 0; k < COMM_KINDS; k++)
+                differ += mt.bytes[k] != comm_stats_bytes(st, (CommKind)k) || mt.msgs[k] != st->messages[k];
+            CHECKQ(!differ, "%s: played schedule's %s bytes or messages differ from the run's in %d kinds", what,
+                   ps ? "backward" : "forward", differ);
+            schedule_free(&sc);
+        }
+    }
+
     const int ring = strat->schedule == strategy_find("2d")->schedule;
     check_volume(cm, t, &fst, &vol, 0, &sp, ring, what);
     check_volume(cm, t, &bst, &vol, 1, &sp, ring, what);

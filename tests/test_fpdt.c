@@ -97,6 +97,28 @@ static void run_case(const Topology *t, Comm *cm, const Strategy *fp, const Refe
                (unsigned long long)fst.messages[kd], (unsigned long long)bst.messages[kd], vol.fwd_msgs[kd],
                vol.bwd_msgs[kd]);
     }
+    if (!docs) { /* the schedule fpdt plays: this member's cells and bytes as the run's */
+        AttnWork wk;
+        strategy_attention_work(fp, sa, &wk);
+        StrategyParams pw = sp;
+        pw.window = window;
+        for (int ps = 0; ps < 2; ps++) {
+            StepSchedule sc;
+            strategy_play(fp, &pw, (SchedulePass)ps, &sc);
+            MemberTotals mt;
+            schedule_member_totals(&sc, t->hp_rank, &mt);
+            const unsigned long long cells = ps ? wk.bwd_cells : wk.fwd_cells;
+            CHECKQ(mt.cells == cells, "%s: played schedule computes %llu cells in %s, the run %llu", what, mt.cells,
+                   ps ? "backward" : "forward", cells);
+            int differ = 0;
+            for (int kd = 0; kd < COMM_KINDS; kd++)
+                differ += mt.bytes[kd] != comm_stats_bytes(ps ? &bst : &fst, (CommKind)kd) ||
+                          mt.msgs[kd] != (ps ? bst : fst).messages[kd];
+            CHECKQ(!differ, "%s: played schedule's %s bytes or messages differ from the run's in %d kinds", what,
+                   ps ? "backward" : "forward", differ);
+            schedule_free(&sc);
+        }
+    }
     double eo = row_err(o, R->o, pos, N, H * d, 1.0, 0);
     CHECKQ(eo <= O_ATOL, "%s: O error %.3g", what, eo);
     /* lse: the suffix, chunk-major, each chunk (Cn, Hl) holding positions [i Cn, (i+1) Cn) */

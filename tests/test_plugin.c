@@ -73,6 +73,15 @@ static void registry_checks(void) {
     const unsigned long long kv = 8ULL * 16 * 2 * 16; /* 8 n Hk d, n = 16 */
     CHECK(v.fwd[COMM_P2P_INNER] == 3 * kv && v.bwd[COMM_P2P_INNER] == 3 * kv + 4 * kv,
           "ring volume: fwd %llu bwd %llu", v.fwd[COMM_P2P_INNER], v.bwd[COMM_P2P_INNER]);
+    /* and the schedule it plays (the planner's simulator replays it): 4 ring steps, the same bytes */
+    StepSchedule sc;
+    strategy_play(&example_strategy, &p, PASS_BACKWARD, &sc);
+    MemberTotals mt;
+    schedule_member_totals(&sc, 1, &mt);
+    CHECK(sc.n_steps == 4 && mt.bytes[COMM_P2P_INNER] == v.bwd[COMM_P2P_INNER] && mt.msgs[COMM_P2P_INNER] == 7,
+          "played backward: %d steps, %llu bytes in %llu messages", sc.n_steps, mt.bytes[COMM_P2P_INNER],
+          mt.msgs[COMM_P2P_INNER]);
+    schedule_free(&sc);
 }
 
 /* Forward and backward of the example on this world (hp 1, cp = world) against the reference. */

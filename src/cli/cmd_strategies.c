@@ -1,7 +1,8 @@
 /* seqpar strategies: lists the registered distributed attention strategies (registry.h) with the
  * flags they read and their constraints. With a model shape and a rank count it also prints, for
  * every strategy that can run it, the bytes one rank sends per layer and its attention memory,
- * from the strategies' own formulas (the tests check those formulas against what is sent). */
+ * from the strategies' own formulas (the tests check those formulas against what is sent); with
+ * --schedule NAME, the steps that strategy plays (strategy_play: blocks and messages per step). */
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
@@ -14,6 +15,8 @@
 
 static const char HELP[] =
     "usage: seqpar strategies [--names] [--ranks P --seq-len S --heads H --kv-heads K --head-dim D]\n"
+    "       seqpar strategies --schedule NAME --ranks P [--hp H --cp C --ring-inner W --team C --chunks U\n"
+    "                         --layout L --window W --backward] [shape flags as above]\n"
     "\n"
     "Lists the distributed attention strategies ('--strategy NAME' of train, grad and bench), the\n"
     "flags each reads and its constraints. Given --ranks, also prints per strategy (all ranks in one\n"
@@ -28,17 +31,86 @@ static const char HELP[] =
     "  --head-dim D   head dimension (default 64)\n"
     "  --team C       team size of the strategies with teams (default: theirs, e.g. the largest C with\n"
     "                 C^2 dividing the ranks)\n"
-    "  --precision P  fp32 (default) or bf16: with bf16 the head exchange sends 2 bytes an element\n";
+    "  --precision P  fp32 (default) or bf16: with bf16 the head exchange sends 2 bytes an element\n"
+    "\n"
+    "  --schedule NAME  the schedule strategy NAME runs for one layer's attention on P ranks, step by\n"
+    "                 step: each step's attention blocks (count, the most score cells one rank computes)\n"
+    "                 and messages (count, the most bytes one rank sends, the step by which the last must\n"
+    "                 arrive); the schedule the planner's simulator replays. --hp / --cp pick the grid\n"
+    "                 (default: the strategy's), --ring-inner / --team / --chunks its knobs, --layout the\n"
+    "                 token layout, --window a sliding window, --backward the backward pass\n";
+
+/* One line a step: its blocks (count, the most cells one member computes), its messages (count, the
+ * most bytes one member sends, the last step by which one must arrive); then each member's totals
+ * against strategy_volume. */
+static void print_schedule(const Strategy *s, const StrategyParams *p, SchedulePass pass) {
+    StepSchedule sc;
+    strategy_play(s, p, pass, &sc);
+    char knobs[96] = "";
+    strategy_describe(s, p, knobs, sizeof knobs);
+    char win[32] = "";
+    if (p->window) snprintf(win, sizeof win, ", window %d", p->window);
+    printf("%s %s, hp %d x cp %d%s, S = %ld, %s layout, %d heads (%d KV), head_dim %d%s%s:\n", s->name,
+           pass == PASS_BACKWARD ? "backward" : "forward", p->hp, p->cp, knobs, p->seq_len, layout_name(p->layout),
+           p->n_heads, p->n_kv_heads, p->head_dim, p->wire_bf16 ? ", bf16 wire" : "", win);
+    printf("%5s  %-44s %7s %14s %9s %12s %9s\n", "step", "what", "blocks", "max cells", "messages", "max MiB",
+           "arrive by");
+    double *sent = xcalloc((size_t)sc.members, sizeof *sent);
+    unsigned long long *cells = xcalloc((size_t)sc.members, sizeof *cells);
+    for (int i = 0; i < sc.n_steps; i++) {
+        const ScheduleStep *st = &sc.steps[i];
+        memset(sent, 0, sizeof *sent * (size_t)sc.members);
+        memset(cells, 0, sizeof *cells * (size_t)sc.members);
+        double most = 0;
+        unsigned long long most_cells = 0;
+        int by = i;
+        for (int j = st->message0; j < st->message0 + st->n_message; j++) {
+            const StepMessage *m = &sc.messages[j];
+            sent[m->from] += (double)m->bytes;
+            if (sent[m->from] > most) most = sent[m->from];
+            if (i + m->steps - 1 > by) by = i + m->steps - 1;
+        }
+        for (int j = st->compute0; j < st->compute0 + st->n_compute; j++) {
+            const StepCompute *c = &sc.compute[j];
+            cells[c->member] += c->cells;
+            if (cells[c->member] > most_cells) most_cells = cells[c->member];
+        }
+        printf("%5d  %-44s %7d %14llu %9d %12.3f %9d\n", i, st->what, st->n_compute, most_cells, st->n_message,
+               most / 1048576.0, by);
+    }
+    int equal = 1;
+    for (int h = 0; h < p->hp; h++)
+        for (int c = 0; c < p->cp; c++) {
+            AttnVolume v;
+            strategy_volume(s, p, h, c, &v);
+            MemberTotals t;
+            schedule_member_totals(&sc, c * p->hp + h, &t);
+            for (int k = 0; k < COMM_KINDS; k++)
+                equal &= t.bytes[k] == (pass == PASS_BACKWARD ? v.bwd[k] : v.fwd[k]) &&
+                         t.msgs[k] == (pass == PASS_BACKWARD ? v.bwd_msgs[k] : v.fwd_msgs[k]);
+        }
+    printf("%d steps, %d blocks, %d messages; every rank's bytes and messages per kind %s its volume formula\n",
+           sc.n_steps, sc.n_compute, sc.n_messages, equal ? "equal" : "DIFFER FROM");
+    xfree(sent);
+    xfree(cells);
+    schedule_free(&sc);
+}
 
 int cmd_strategies(int argc, char **argv) {
     const char *cmd = "strategies";
     int P = 0, H = 8, K = 0, d = 64, team = 0, precision = PRECISION_FP32, names = 0;
+    int hp_given = 0, cp_given = 0, ring_inner = 0, chunks = 0, window = 0, backward = 0, layout = -1;
+    const char *schedule = NULL;
     long S = 16384;
     static const struct option opts[] = {
         {"ranks", required_argument, 0, 'P'}, {"seq-len", required_argument, 0, 'S'},
         {"heads", required_argument, 0, 'H'}, {"kv-heads", required_argument, 0, 'K'},
         {"head-dim", required_argument, 0, 'd'}, {"team", required_argument, 0, 'C'},
         {"precision", required_argument, 0, 'p'}, {"names", no_argument, 0, 'n'},
+        {"schedule", required_argument, 0, 's'}, {"hp", required_argument, 0, 'a'},
+        {"cp", required_argument, 0, 'c'}, {"ring-inner", required_argument, 0, 'W'},
+        {"chunks", required_argument, 0, 'U'}, {"layout", required_argument, 0, 'L'},
+        {"window", required_argument, 0, 'w'}, {"backward", no_argument, 0, 'b'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int opt;
     opterr = 0;
@@ -56,12 +128,48 @@ int cmd_strategies(int argc, char **argv) {
             if (precision < 0) die_collective("seqpar %s: --precision expects fp32 or bf16, got '%s'", cmd, optarg);
             break;
         case 'n': names = 1; break;
+        case 's': schedule = optarg; break;
+        case 'a': hp_given = (int)parse_long(cmd, "hp", optarg, 1, 1 << 20); break;
+        case 'c': cp_given = (int)parse_long(cmd, "cp", optarg, 1, 1 << 20); break;
+        case 'W': ring_inner = (int)parse_long(cmd, "ring-inner", optarg, 1, 1 << 20); break;
+        case 'U': chunks = (int)parse_long(cmd, "chunks", optarg, 1, 1 << 20); break;
+        case 'L': layout = (int)layout_parse(optarg); break;
+        case 'w': window = (int)parse_long(cmd, "window", optarg, 1, 1 << 30); break;
+        case 'b': backward = 1; break;
         case 'h': fputs(HELP, stdout); return 0;
         default: die_bad_option(cmd, argc, argv, opt);
         }
     }
     die_extra_args(cmd, argc, argv);
     if (!K) K = H;
+    if (schedule) {
+        if (!P) die_collective("seqpar %s: --schedule needs --ranks P (the ranks of the sequence-parallel group)", cmd);
+        const Strategy *s = strategy_find(schedule);
+        if (!s) die_collective("seqpar %s: %s", cmd, strategy_unknown_message(schedule));
+        ParallelConfig cfg;
+        parallel_config_default(&cfg);
+        cfg.strategy = s->name;
+        cfg.team = team;
+        cfg.chunks = chunks;
+        cfg.ring_inner = ring_inner;
+        int hp, cp;
+        char *err = parallel_flags_check(s, &cfg); /* another strategy's knob */
+        if (!err) err = strategy_grid(s, hp_given, cp_given, P, H, &hp, &cp);
+        if (!err && (long)hp * cp != P)
+            err = xstrdup_printf("--hp %d x --cp %d is %d ranks, not --ranks %d: give --hp and --cp whose product is P",
+                                 hp, cp, hp * cp, P);
+        StrategyParams p = {.hp = hp, .cp = cp, .ring_inner = ring_inner, .team = team, .chunks = chunks,
+                            .layout = layout >= 0 ? (TokenLayout)layout : s->default_layout, .seq_len = S,
+                            .n_heads = H, .n_kv_heads = K, .head_dim = d, .wire_bf16 = precision == PRECISION_BF16,
+                            .window = window};
+        if (!err) {
+            strategy_defaults(s, &p);
+            err = strategy_check(s, &p);
+        }
+        if (err) die_collective("seqpar %s: --schedule %s: %s", cmd, s->name, err);
+        print_schedule(s, &p, backward ? PASS_BACKWARD : PASS_FORWARD);
+        return 0;
+    }
     if (names) {
         for (int i = 0; strategy_at(i); i++) printf("%s\n", strategy_at(i)->name);
         return 0;

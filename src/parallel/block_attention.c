@@ -151,3 +151,23 @@ void block_attn_backward(BlockAttn *b, const float *q, const PosBlock *qb, const
                   .qdoc = qb->doc, .kdoc = kb->doc, .dq = dq, .dk = dk, .dv = dv, .comm = b->comm, .pr = pr};
     for_each_visible_pair(b, qb, kb, backward_pair, &a, pr);
 }
+
+typedef struct {
+    unsigned long long cells, calls;
+} WorkCount;
+
+static void count_pair(BlockAttn *b, const Pair *p, void *arg) {
+    (void)b;
+    WorkCount *w = arg;
+    w->calls++;
+    w->cells += (unsigned long long)p->nq * (unsigned)p->nk;
+}
+
+void pos_blocks_work(const PosBlock *q, const PosBlock *k, int window, unsigned long long *cells,
+                     unsigned long long *calls) {
+    BlockAttn b = {.window = window}; /* piece_rows 0: whole runs, as the strategies call it */
+    WorkCount w = {0, 0};
+    for_each_visible_pair(&b, q, k, count_pair, &w, NULL);
+    *cells = w.cells;
+    *calls = w.calls;
+}

@@ -49,6 +49,11 @@ void pos_block_init(PosBlock *b, const int *pos, const int *doc, int n, PosRun *
  * a sliding window (0: none): some (run, run) pair not hidden by attn_visibility. */
 int pos_blocks_meet(const PosBlock *q, const PosBlock *k, int window);
 
+/* The work block_attn_forward / block_attn_backward record for q against k with whole query runs
+ * (piece_rows 0): *cells the rows x keys of every pair not hidden, *calls the pairs. */
+void pos_blocks_work(const PosBlock *q, const PosBlock *k, int window, unsigned long long *cells,
+                     unsigned long long *calls);
+
 /* Attention work since the last reset. */
 typedef struct { unsigned long long fwd_calls, fwd_cells, bwd_calls, bwd_cells; } AttnWork;
 

@@ -26,6 +26,7 @@
 #include "parallel/topology.h"
 #include "parallel/block_attention.h"
 #include "parallel/layout.h"
+#include "parallel/step_schedule.h"
 
 /* Everything a schedule is created with. */
 typedef struct {
@@ -116,6 +117,10 @@ typedef struct {
     /* Peak floats of the schedule's own buffers per rank (workspaces beyond the slot's q, kv, o,
      * lse that the caller holds), for the memory formula. */
     size_t (*workspace_floats)(const StrategyParams *p);
+    /* Plays the CONTEXT part of one layer's pass into out (step_schedule.h; created with hp = 1, so
+     * members are the context ranks), as every rank of the context group runs it, p's heads being
+     * the ones the schedule holds (as for volume). p->window is the layer's sliding window. */
+    void (*play)(const StrategyParams *p, SchedulePass pass, StepSchedule *out);
 } ScheduleInfo;
 
 #endif

@@ -160,8 +160,36 @@ static ContextSchedule *allgather_create(const ScheduleShape *sh) {
     return context_schedule_new(&OPS, x, &x->ba);
 }
 
+/* The schedule ag_forward / ag_backward run: a blocking all-gather of k|v, then each rank's
+ * queries against every slot (its own first); backward the all-gather again, the blocks, and the
+ * reduce-scatter of dk|dv (each rank sends every other the sum's share it owns: one fp32 block). */
+static void allgather_play(const StrategyParams *p, SchedulePass pass, StepSchedule *out) {
+    const int P = p->cp, bwd = pass == PASS_BACKWARD;
+    const unsigned long long kv = 4ULL * kv_floats(p), kv_wire = p->wire_bf16 ? kv / 2 : kv;
+    SlotBlocks sb;
+    slot_blocks_init(&sb, p->layout, p->seq_len, P);
+    if (P > 1) {
+        schedule_step(out, "all-gather k|v");
+        for (int r = 0; r < P; r++)
+            for (int c = 0; c < P; c++)
+                if (c != r) schedule_message(out, COMM_TEAM, r, c, kv_wire, 1);
+    }
+    schedule_step(out, bwd ? "attention backward, every slot" : "attention, every slot");
+    for (int r = 0; r < P; r++)
+        for (int i = 0; i < P; i++)
+            schedule_compute(out, r, p->n_heads, kv_heads_held(p), &sb.slot[r], &sb.slot[(r + i) % P], p->window);
+    if (bwd && P > 1) {
+        schedule_step(out, "reduce-scatter dk|dv");
+        for (int r = 0; r < P; r++)
+            for (int c = 0; c < P; c++)
+                if (c != r) schedule_message(out, COMM_TEAM, r, c, kv, 1);
+    }
+    slot_blocks_free(&sb);
+}
+
 static const ScheduleInfo allgather_schedule = {
     .name = "allgather",
+    .play = allgather_play,
     .check = allgather_check,
     .create = allgather_create,
     .volume = allgather_volume,

@@ -372,12 +372,48 @@ static size_t dr_workspace(const StrategyParams *p) {
     return bufs * kv + staging;
 }
 
+/* The schedule dr_forward / dr_backward run, every context rank c = (window o, member i) at once:
+ * one schedule step per (outer step j, inner step). The window's outer KV transfer is posted with
+ * its first inner step and waited after its last; inside a window the next KV is in flight while
+ * the current block computes. Backward: each dK/dV accumulator leaves after its block (result),
+ * arrives during the next step, and makes its last hop home; a window's partial sum crosses the
+ * outer ring after its last step and is waited at the end of the next window. */
+static void dr_play(const StrategyParams *p, SchedulePass pass, StepSchedule *out) {
+    const int cp = p->cp, W = ring_w(p), R = cp / W, steps = volume_steps(p), bwd = pass == PASS_BACKWARD;
+    const unsigned long long size_kv = 8ULL * (unsigned long long)(p->seq_len / cp) * (unsigned)p->n_kv_heads *
+                                       (unsigned)p->head_dim;
+    const unsigned long long size_kv_wire = p->wire_bf16 ? size_kv / 2 : size_kv;
+    SlotBlocks sb;
+    slot_blocks_init(&sb, p->layout, p->seq_len, cp);
+    for (int j = 0; j < R; j++)
+        for (int step = 0; step < steps; step++) {
+            schedule_step(out, bwd ? "ring step (backward)" : "ring step");
+            for (int c = 0; c < cp; c++) {
+                const int o = c / W, i = c % W, next = o * W + (i + 1) % W, outer = ((o + 1) % R) * W + i;
+                const int held = ((o - j % R + R) % R) * W + (i - step % W + W) % W;
+                if (step == 0 && j < R - 1) schedule_message(out, COMM_P2P_OUTER, c, outer, size_kv_wire, steps);
+                if (step < steps - 1) schedule_message(out, COMM_P2P_INNER, c, next, size_kv_wire, 1);
+                schedule_compute(out, c, p->n_heads, p->n_kv_heads, &sb.slot[c], &sb.slot[held], p->window);
+                if (!bwd) continue;
+                if (steps > 1) { /* the accumulator on with its KV block, or home from the last step */
+                    const int home = o * W + (i - (steps - 1) + W) % W;
+                    schedule_result(out, COMM_P2P_INNER, c, step < steps - 1 ? next : home, size_kv,
+                                    step < steps - 1 ? 2 : 1);
+                }
+                if (R > 1 && step == steps - 1) /* the window's partial sum, waited a window later */
+                    schedule_result(out, COMM_P2P_OUTER, c, outer, size_kv, j < R - 1 ? steps + 1 : 1);
+            }
+        }
+    slot_blocks_free(&sb);
+}
+
 const ScheduleInfo double_ring_schedule = {
     .name = "2d",
     .check = dr_check,
     .create = dr_create,
     .volume = dr_volume,
     .workspace_floats = dr_workspace,
+    .play = dr_play,
 };
 
 char *double_ring_refuse(unsigned knob, const Strategy *runner, const ParallelConfig *cfg) {

@@ -555,7 +555,59 @@ static void fpdt_paper_memory(const PaperMemoryInput *in, PaperMemory *out) {
              8 * N * in->D * 4 / 1048576.0);
 }
 
+/* The schedule fwd_chunk / dout_one / outer_one run, every member at once: per chunk the head
+ * exchange of q, k, v, the chunk's queries against the chunks they see, o back; backward dout of
+ * every chunk, then per key chunk its blocks against the query chunks that see it and dq, dk, dv
+ * back. Each exchange and its attention follow one another (no overlap). */
+static void fpdt_play(const StrategyParams *p, SchedulePass pass, StepSchedule *out) {
+    HeadSplit hs;
+    char *err = head_split_init(&hs, p->hp, p->n_heads, p->n_kv_heads);
+    if (err) die("fpdt_play: %s", err);
+    const int u = fpdt_chunks(p), P = p->hp, S = (int)p->seq_len, Cn = S / u, elem = p->wire_bf16 ? 2 : 4;
+    const long c = (long)Cn / P;
+    int *pos = xmalloc(sizeof(int) * (size_t)S);
+    PosRun *runs = xmalloc(sizeof(PosRun) * (size_t)S);
+    PosBlock *blk = xcalloc((size_t)u, sizeof *blk);
+    for (int i = 0; i < S; i++) pos[i] = i; /* after the exchange chunk i is the segment [i Cn, (i + 1) Cn) */
+    for (int i = 0; i < u; i++) pos_block_init(&blk[i], pos + (size_t)i * Cn, NULL, Cn, runs + (size_t)i * Cn);
+    if (pass == PASS_FORWARD) {
+        for (int i = 0; i < u; i++) {
+            schedule_step(out, "head exchange: q, k, v of a chunk");
+            schedule_head_exchange(out, &hs, c, p->head_dim, elem, HX_QKV, 0);
+            schedule_step(out, "attention of a chunk");
+            int j0 = 0;
+            while (j0 < i && !pos_blocks_meet(&blk[i], &blk[j0], p->window)) j0++;
+            for (int m = 0; m < P; m++)
+                for (int j = j0; j <= i; j++) schedule_compute(out, m, hs.hl[m], hs.hk[m], &blk[i], &blk[j], p->window);
+            schedule_step(out, "head exchange: o of a chunk");
+            schedule_head_exchange(out, &hs, c, p->head_dim, elem, HX_OUT, 0);
+        }
+    } else {
+        for (int j = 0; j < u; j++) {
+            schedule_step(out, "head exchange: dout of a chunk");
+            schedule_head_exchange(out, &hs, c, p->head_dim, elem, HX_DOUT, 0);
+        }
+        for (int i = 0; i < u; i++) {
+            schedule_step(out, "attention backward of a key chunk");
+            int j1 = u - 1;
+            while (j1 > i && !pos_blocks_meet(&blk[j1], &blk[i], p->window)) j1--;
+            for (int m = 0; m < P; m++)
+                for (int j = i; j <= j1; j++) schedule_compute(out, m, hs.hl[m], hs.hk[m], &blk[j], &blk[i], p->window);
+            schedule_step(out, "head exchange: dq, dk, dv of a chunk");
+            schedule_head_exchange(out, &hs, c, p->head_dim, elem, HX_GRADS, 0);
+        }
+    }
+    xfree(pos);
+    xfree(runs);
+    xfree(blk);
+    head_split_free(&hs);
+}
+
+static void fpdt_work(const SeqAttention *sa, AttnWork *w) { *w = ((const Fpdt *)sa->ctx)->b.work; }
+
 static const OwnAttention fpdt_attention = {
+    .work = fpdt_work,
+    .play = fpdt_play,
     .check = fpdt_check,
     .create = fpdt_create,
     .positions = fpdt_positions,

@@ -477,12 +477,53 @@ static ContextSchedule *lightseq_create(const ScheduleShape *sh) {
     return context_schedule_new(&OPS, x, &x->ba);
 }
 
+/* The schedule ls_forward / ls_backward run: the plan's steps (lightseq_step), every rank's
+ * transfers posted at the step's start (the next step's input, the previous step's partial for
+ * another rank) while its block computes. */
+static void lightseq_play(const StrategyParams *p, SchedulePass pass, StepSchedule *out) {
+    const int P = p->cp, bwd = pass == PASS_BACKWARD, H = p->n_heads, Hk = kv_heads_held(p);
+    const Sizes z = params_sizes(p);
+    const int n = (int)(p->seq_len / P), elem = p->wire_bf16 ? 2 : 4;
+    SlotBlocks sb;
+    slot_blocks_init(&sb, p->layout, p->seq_len, P);
+    PosRun *runs = xmalloc(sizeof(PosRun) * (size_t)n);
+    for (int t = 0; t < lightseq_steps(P); t++) {
+        schedule_step(out, t <= P / 2 ? (bwd ? "balanced step (backward)" : "balanced step") : "return the last partials");
+        for (int r = 0; r < P; r++) {
+            LightseqStep st;
+            lightseq_step(P, r, t, &st);
+            int r0, nr, q0, nq, e0, ne;
+            lightseq_rows(st.rows, n, &r0, &nr);
+            lightseq_rows(st.q_rows, n, &q0, &nq);
+            lightseq_rows(st.ret_rows, n, &e0, &ne);
+            const unsigned long long qe = (unsigned long long)nq * (unsigned)H * (unsigned)p->head_dim,
+                                     le = (unsigned long long)nq * (unsigned)H;
+            const unsigned long long re = (unsigned long long)ne * (unsigned)H * (unsigned)p->head_dim,
+                                     rl = (unsigned long long)ne * (unsigned)H;
+            if (st.send_kv_to >= 0) schedule_message(out, COMM_P2P_INNER, r, st.send_kv_to, z.kv_wire, 1);
+            else if (st.send_q_to >= 0) /* forward: q rows on the wire; backward: q | dout | lse | delta, fp32 */
+                schedule_message(out, COMM_P2P_INNER, r, st.send_q_to, bwd ? 4 * (2 * qe + 2 * le) : elem * qe, 1);
+            if (st.ret_to >= 0) /* forward: o | lse of a helper block; backward: its dq */
+                schedule_message(out, COMM_P2P_INNER, r, st.ret_to, bwd ? 4 * re : 4 * (re + rl), 1);
+            else if (bwd && st.dkv_to >= 0)
+                schedule_message(out, COMM_P2P_INNER, r, st.dkv_to, z.kv, 1);
+            if (st.q < 0) continue;
+            PosBlock qb;
+            pos_block_init(&qb, sb.pos + (size_t)st.q * n + r0, NULL, nr, runs);
+            schedule_compute(out, r, H, Hk, &qb, &sb.slot[st.kv], p->window);
+        }
+    }
+    xfree(runs);
+    slot_blocks_free(&sb);
+}
+
 static const ScheduleInfo lightseq_schedule = {
     .name = "lightseq",
     .check = lightseq_check,
     .create = lightseq_create,
     .volume = lightseq_volume,
     .workspace_floats = lightseq_workspace_floats,
+    .play = lightseq_play,
 };
 
 const Strategy lightseq_strategy = {

@@ -185,6 +185,51 @@ void strategy_volume(const Strategy *s, const StrategyParams *p, int hp_rank, in
     head_split_free(&hs);
 }
 
+void strategy_play(const Strategy *s, const StrategyParams *p, SchedulePass pass, StepSchedule *out) {
+    schedule_init(out, p->hp, p->cp, pass);
+    const ScheduleInfo *sched = s->schedule;
+    void (*own_play)(const StrategyParams *, SchedulePass, StepSchedule *) = s->own ? s->own->play : NULL;
+    if (s->own ? !own_play : !sched->play) die("internal: strategy %s plays no schedule", s->name);
+    if (own_play) {
+        own_play(p, pass, out);
+        schedule_finish(out);
+        return;
+    }
+    HeadSplit hs;
+    char *err = head_split_init(&hs, p->hp, p->n_heads, p->n_kv_heads);
+    if (err) die("strategy_play: %s", err);
+    const long N = p->seq_len / ((long)p->hp * p->cp);
+    const int elem = p->wire_bf16 ? 2 : 4, fwd = pass == PASS_FORWARD;
+    if (p->hp > 1) {
+        schedule_step(out, fwd ? "head exchange: q, k, v" : "head exchange: dout, delta");
+        schedule_head_exchange(out, &hs, N, p->head_dim, elem, fwd ? HX_QKV : HX_DOUT, 1);
+    }
+    const int first = out->n_steps;
+    for (int h = 0; h < p->hp; h++) { /* every head member's context group runs the schedule */
+        StrategyParams sv = schedule_view(p, &hs, h);
+        StepSchedule lane;
+        schedule_init(&lane, 1, p->cp, pass);
+        sched->play(&sv, pass, &lane);
+        schedule_add_lane(out, &lane, h, first);
+        schedule_free(&lane);
+    }
+    if (p->hp > 1) {
+        schedule_step(out, fwd ? "head exchange: o" : "head exchange: dq, dk, dv");
+        schedule_head_exchange(out, &hs, N, p->head_dim, elem, fwd ? HX_OUT : HX_GRADS, 0);
+    }
+    head_split_free(&hs);
+    schedule_finish(out);
+}
+
+void strategy_attention_work(const Strategy *s, const SeqAttention *sa, AttnWork *w) {
+    if (!s->own)
+        dist_attention_work(sa, w);
+    else if (s->own->work)
+        s->own->work(sa, w);
+    else
+        memset(w, 0, sizeof *w);
+}
+
 void strategy_memory(const Strategy *s, const StrategyParams *p, int hp_rank, AttnMemory *m) {
     memset(m, 0, sizeof *m);
     if (s->own) {

@@ -43,6 +43,10 @@ typedef struct {
     void (*memory)(const StrategyParams *p, int hp_rank, AttnMemory *m);
     /* The slow tier's counters since creation and the batches (set_positions calls) seen. */
     void (*tier_stats)(const SeqAttention *sa, TierStats *s, long *batches);
+    /* The attention work of the last forward and backward (block_attention.h's counters). */
+    void (*work)(const SeqAttention *sa, AttnWork *w);
+    /* Plays one layer's pass into out (step_schedule.h; created with p's hp x cp), every member. */
+    void (*play)(const StrategyParams *p, SchedulePass pass, StepSchedule *out);
 } OwnAttention;
 
 /* How a strategy uses the sp = hp x cp grid. */
@@ -212,6 +216,16 @@ char *strategy_check(const Strategy *s, const StrategyParams *p);
 void strategy_volume(const Strategy *s, const StrategyParams *p, int hp_rank, int cp_rank, AttnVolume *v);
 
 void strategy_memory(const Strategy *s, const StrategyParams *p, int hp_rank, AttnMemory *m);
+
+/* The schedule s runs for one layer's forward or backward attention on p's hp x cp grid
+ * (p->window: that layer's sliding window), every member's blocks and messages step by step
+ * (step_schedule.h): the head exchange's steps around the context schedule's, or the strategy's own.
+ * out is initialised here and finished; free it with schedule_free. Each member's bytes and
+ * messages per kind equal strategy_volume's. */
+void strategy_play(const Strategy *s, const StrategyParams *p, SchedulePass pass, StepSchedule *out);
+/* The attention work of sa's (created for s) last forward and backward: what strategy_play's blocks
+ * count, for the tests. */
+void strategy_attention_work(const Strategy *s, const SeqAttention *sa, AttnWork *w);
 
 /* The run's flags as given (parallel_config.h) against strategy s. */
 /* A flag `s` does not read, given anyway (another strategy's knob, a placement of the other family): a one-line message naming

@@ -612,7 +612,66 @@ static const StrategyFlag FLAGS[] = {
     {NULL, NULL},
 };
 
+/* A team collective in the schedule: every rank sends `bytes` to each other member of its team. */
+static void team_all(StepSchedule *out, const WallfacerRank *rk, int P, int C, int rf, unsigned long long bytes) {
+    for (int c = 0; c < P; c++)
+        for (int j = 0; j < C; j++)
+            if (j != rk[c].member)
+                schedule_message(out, COMM_TEAM, c, wallfacer_ctx_rank(P, C, rf, rk[c].team, j), bytes, 1);
+}
+
+/* The schedule wf_forward / wf_backward run, every context rank at once: the team all-gathers, the
+ * initial send, G sub-ring steps of C x C blocks with the next kv (forward) or query bundle
+ * (backward) in flight, and the reduce-scatters; backward's dq partial leaves after its step's
+ * blocks and is added during the next step, its last hop waited after the ring. */
+static void wf_play(const StrategyParams *p, SchedulePass pass, StepSchedule *out) {
+    if (!wallfacer_team_valid(p->cp, p->team)) die("wallfacer: team size %d is not valid for %d context ranks", p->team, p->cp);
+    const int P = p->cp, C = p->team, rf = p->placement == PLACEMENT_RING_FIRST, bwd = pass == PASS_BACKWARD;
+    const Sizes z = sizes_of_params(p);
+    const unsigned long long a = z.a, b = z.b, h = z.h, E = z.E, F = sizeof(float), Z = 2 * a + 2 * h;
+    WallfacerRank *rk = xmalloc(sizeof *rk * (size_t)P);
+    for (int c = 0; c < P; c++) wallfacer_rank_config(P, C, rf, c, &rk[c]);
+    const int G = rk[0].G, H = (int)z.H, Hk = (int)z.Hk;
+    SlotBlocks sb;
+    slot_blocks_init(&sb, p->layout, p->seq_len, P);
+    schedule_step(out, bwd ? "team all-gather: q | dout | lse | delta, kv" : "team all-gather: q, kv");
+    team_all(out, rk, P, C, rf, bwd ? F * Z : E * a);
+    team_all(out, rk, P, C, rf, E * 2 * b);
+    schedule_step(out, "initial kv send");
+    for (int c = 0; c < P; c++)
+        if (rk[c].init_send != c) schedule_message(out, COMM_P2P_OUTER, c, rk[c].init_send, E * 2 * C * b, 1);
+    for (int step = 0; step < G; step++) {
+        schedule_step(out, bwd ? "sub-ring step (backward)" : "sub-ring step");
+        for (int c = 0; c < P; c++) {
+            const WallfacerRank *r = &rk[c];
+            if (step < G - 1) schedule_message(out, COMM_P2P_INNER, c, r->ring_next, bwd ? F * C * Z : E * 2 * C * b, 1);
+            const int qt = bwd ? wallfacer_bwd_q_team(r, step) : r->team;
+            const int kt = wallfacer_fwd_kv_team(r, bwd ? 0 : step);
+            for (int i = 0; i < C; i++)
+                for (int j = 0; j < C; j++)
+                    schedule_compute(out, c, H, Hk, &sb.slot[wallfacer_ctx_rank(P, C, rf, qt, i)],
+                                     &sb.slot[wallfacer_ctx_rank(P, C, rf, kt, j)], p->window);
+            if (bwd && G > 1) /* the dq partial on to the next team, added there during its next step */
+                schedule_result(out, COMM_P2P_INNER, c, r->ring_next, F * C * a, step < G - 1 ? 2 : 1);
+        }
+    }
+    if (!bwd) {
+        schedule_step(out, "merge reduce-scatter: o, lse");
+        team_all(out, rk, P, C, rf, F * (a + h));
+    } else {
+        schedule_step(out, "dk|dv back, reduce-scatter dq");
+        for (int c = 0; c < P; c++)
+            if (rk[c].init_send != c) schedule_message(out, COMM_P2P_OUTER, c, rk[c].init_recv, F * 2 * C * b, 1);
+        team_all(out, rk, P, C, rf, F * a);
+        schedule_step(out, "reduce-scatter dk|dv");
+        team_all(out, rk, P, C, rf, F * 2 * b);
+    }
+    slot_blocks_free(&sb);
+    xfree(rk);
+}
+
 static const ScheduleInfo wallfacer_schedule = {
+    .play = wf_play,
     .name = "wallfacer",
     .check = wf_check,
     .create = wf_create,

@@ -1,0 +1,115 @@
+/* The schedules the strategies play (strategy_play, parallel/step_schedule.h) against what they
+ * send: for every registered strategy, every setting of its knobs the planner tries
+ * (strategy_candidates), grids of 1 to 8 ranks, the three layouts, head counts that do and do not
+ * divide (GQA, MQA, KV replication), sliding windows and the bf16 wire, each member's bytes and
+ * messages per kind in the played forward and backward equal strategy_volume's, exactly; every
+ * message goes between two members of the group and is waited within the schedule; forward and
+ * backward compute the same blocks in all (cells over the group). The cells of each rank against a
+ * real run's work counters: test_dist_attention and test_fpdt. No MPI. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/common.h"
+#include "strategies/registry.h"
+#include "testlib.h"
+
+static const char *kind_label(int k) { return comm_kind_name((CommKind)k); }
+
+/* One configuration: plays both passes and compares. */
+static void check_config(const Strategy *s, const StrategyParams *p, const char *what) {
+    StepSchedule pass[2];
+    unsigned long long cells[2] = {0, 0};
+    for (int ps = 0; ps < 2; ps++) {
+        StepSchedule *sc = &pass[ps];
+        strategy_play(s, p, (SchedulePass)ps, sc);
+        int bad_msg = 0;
+        for (int i = 0; i < sc->n_messages; i++) {
+            const StepMessage *m = &sc->messages[i];
+            if (m->from < 0 || m->from >= sc->members || m->to < 0 || m->to >= sc->members || m->from == m->to ||
+                !m->bytes || m->step + m->steps > sc->n_steps)
+                bad_msg++;
+        }
+        CHECK(!bad_msg, "%s %s: %d messages out of the group, to itself, empty or waited past the end", what,
+              ps ? "backward" : "forward", bad_msg);
+        int ordered = 1;
+        for (int i = 0; i < sc->n_steps; i++) {
+            const ScheduleStep *st = &sc->steps[i];
+            for (int j = st->compute0; j < st->compute0 + st->n_compute; j++) ordered &= sc->compute[j].step == i;
+            for (int j = st->message0; j < st->message0 + st->n_message; j++) ordered &= sc->messages[j].step == i;
+        }
+        CHECK(ordered, "%s: events not grouped by step", what);
+        int mismatch = 0;
+        char first[240] = "";
+        for (int h = 0; h < p->hp; h++)
+            for (int c = 0; c < p->cp; c++) {
+                AttnVolume v;
+                strategy_volume(s, p, h, c, &v);
+                MemberTotals t;
+                schedule_member_totals(sc, c * p->hp + h, &t);
+                cells[ps] += t.cells;
+                for (int k = 0; k < COMM_KINDS; k++) {
+                    const unsigned long long want = ps ? v.bwd[k] : v.fwd[k], msgs = ps ? v.bwd_msgs[k] : v.fwd_msgs[k];
+                    if (t.bytes[k] == want && t.msgs[k] == msgs) continue;
+                    if (!mismatch++)
+                        snprintf(first, sizeof first, "member hp %d cp %d %s: played %llu bytes in %llu messages, "
+                                 "volume %llu in %llu", h, c, kind_label(k), t.bytes[k], t.msgs[k], want, msgs);
+                }
+            }
+        CHECK(!mismatch, "%s %s: %d (member, kind) totals differ from strategy_volume, first: %s", what,
+              ps ? "backward" : "forward", mismatch, first);
+    }
+    CHECK(cells[0] == cells[1] && cells[0] > 0, "%s: forward computes %llu cells, backward %llu", what, cells[0],
+          cells[1]);
+    schedule_free(&pass[0]);
+    schedule_free(&pass[1]);
+}
+
+int main(void) {
+    typedef struct { int H, Hkv, d; } Heads;
+    const Heads heads[] = {{4, 4, 16}, {8, 2, 16}, {4, 1, 32}, {5, 5, 16}, {6, 2, 16}, {7, 1, 16}};
+    const int windows[] = {0, 5, 40};
+    long configs = 0;
+    for (int si = 0; strategy_at(si); si++) {
+        const Strategy *s = strategy_at(si);
+        long mine = 0;
+        for (int sp = 1; sp <= 8; sp++)
+            for (int hp = 1; hp <= sp; hp++) {
+                if (sp % hp) continue;
+                const int cp = sp / hp;
+                if ((s->grid == GRID_HEADS_ONLY && cp > 1) || (s->grid == GRID_CONTEXT_ONLY && hp > 1)) continue;
+                for (int lay = 0; lay < 3; lay++)
+                    for (size_t hi = 0; hi < ARRAY_LEN(heads); hi++)
+                        for (size_t wi = 0; wi < ARRAY_LEN(windows); wi++) {
+                            const long S = 96;
+                            StrategyFixed fixed = {.placement = -1, .seq_len = S};
+                            StrategyCandidate cand[32];
+                            const int n = strategy_candidates(s, hp, cp, &fixed, cand, 32);
+                            for (int ci = 0; ci < n; ci++) {
+                                StrategyParams p = {.hp = hp, .cp = cp, .dp = 1, .ring_inner = cand[ci].ring_inner,
+                                                    .team = cand[ci].team, .chunks = cand[ci].chunks,
+                                                    .placement = cand[ci].placement, .layout = (TokenLayout)lay,
+                                                    .seq_len = S, .n_heads = heads[hi].H,
+                                                    .n_kv_heads = heads[hi].Hkv, .head_dim = heads[hi].d,
+                                                    .window = windows[wi], .wire_bf16 = (int)((hi + wi) % 2)};
+                                strategy_defaults(s, &p);
+                                char *err = strategy_check(s, &p);
+                                if (err) { /* heads the grid cannot split, a layout the strategy refuses */
+                                    xfree(err);
+                                    continue;
+                                }
+                                char what[200];
+                                snprintf(what, sizeof what, "%s hp %d cp %d W %d team %d chunks %d %s H %d/%d window %d%s",
+                                         s->name, hp, cp, p.ring_inner, p.team, p.chunks, layout_name(p.layout), p.n_heads,
+                                         p.n_kv_heads, p.window, p.wire_bf16 ? " bf16 wire" : "");
+                                check_config(s, &p, what);
+                                mine++;
+                            }
+                        }
+            }
+        CHECK(mine > 0, "%s: no configuration played", s->name);
+        printf("%s: %ld configurations played\n", s->name, mine);
+        configs += mine;
+    }
+    printf("%ld configurations in all\n", configs);
+    return test_summary("test_schedule");
+}
