@@ -569,11 +569,6 @@ static int write_json_atomic(const char *path, json_t *root, SeqErr *e) {
     return rc;
 }
 
-/* Weights above this size are saved as shards with an index (transformers' 5 GB convention). */
-static uint64_t g_shard_bytes = CHECKPOINT_DEFAULT_SHARD_BYTES;
-
-void checkpoint_set_shard_bytes(uint64_t max_shard_bytes) { g_shard_bytes = max_shard_bytes; }
-
 /* Records DIR_TMP/name's size and CRC in files; 0, or -1 with a message. */
 static int record_file(json_t *files, const char *tmp, const char *name, SeqErr *e) {
     char *p = str_printf("%s/%s", tmp, name);
@@ -586,15 +581,15 @@ static int record_file(json_t *files, const char *tmp, const char *name, SeqErr 
 
 /* Writes every file of the checkpoint into the temporary directory tmp; 0, or -1 with a message. */
 static int fill_checkpoint(const char *tmp, const char *d, const LlamaConfig *cfg, const ParamTable *t,
-                           const float *params, const AdamW *opt, const CheckpointSource *src, const TrainerState *st,
-                           SeqErr *e) {
+                           const float *params, const AdamW *opt, const CheckpointSource *src,
+                           uint64_t max_shard_bytes, const TrainerState *st, SeqErr *e) {
     json_t *files = json_object();
     char *p = str_printf("%s/" F_CONFIG, tmp);
     int rc = config_json_save(p, cfg, e);
     xfree(p);
     if (rc == 0) rc = record_file(files, tmp, F_CONFIG, e);
     int n_weight_files =
-        rc == 0 ? params_save_dir(tmp, t, params, params || !src ? NULL : &src->params, g_shard_bytes, e) : -1;
+        rc == 0 ? params_save_dir(tmp, t, params, params || !src ? NULL : &src->params, max_shard_bytes, e) : -1;
     if (n_weight_files < 0) rc = -1;
     /* shards: their CRCs are in the index */
     if (rc == 0) rc = record_file(files, tmp, n_weight_files == 1 ? F_MODEL : ST_INDEX_NAME, e);
@@ -674,11 +669,12 @@ static int swap_in(const char *tmp, const char *d, int exists, char **old, SeqEr
 
 int checkpoint_save(const char *dir, const LlamaConfig *cfg, const ParamTable *t, const float *params,
                     const AdamW *opt, const TrainerState *st, SeqErr *e) {
-    return checkpoint_save_src(dir, cfg, t, params, opt, NULL, st, e);
+    return checkpoint_save_src(dir, cfg, t, params, opt, NULL, CHECKPOINT_DEFAULT_SHARD_BYTES, st, e);
 }
 
 int checkpoint_save_src(const char *dir, const LlamaConfig *cfg, const ParamTable *t, const float *params,
-                        const AdamW *opt, const CheckpointSource *src, const TrainerState *st, SeqErr *e) {
+                        const AdamW *opt, const CheckpointSource *src, uint64_t max_shard_bytes,
+                        const TrainerState *st, SeqErr *e) {
     if ((!params || (opt && !opt->m)) && !src)
         return seq_err(e, "internal: cannot save checkpoint '%s': weights or moments given neither whole nor by a source",
                        dir);
@@ -701,7 +697,7 @@ int checkpoint_save_src(const char *dir, const LlamaConfig *cfg, const ParamTabl
                                                           * by its owner whatever the umask (the next save's check) */
             /* a failed write (a full disk) removes what this save created; once the temporary is
              * complete, the messages say where each copy is */
-            rc = fill_checkpoint(tmp, d, cfg, t, params, opt, src, st, e);
+            rc = fill_checkpoint(tmp, d, cfg, t, params, opt, src, max_shard_bytes, st, e);
             if (rc != 0) remove_tree(tmp);
             else {
                 for (int dirs = 0; exists && rc == 0 && dirs < 2; dirs++) rc = carry_user_entries(d, tmp, dirs, e);
@@ -757,16 +753,13 @@ static int require_dir(const char *d, SeqErr *e) {
     return rc;
 }
 
-/* What every message about a damaged or incomplete checkpoint ends in: the caller's advice, which
- * knows how the run named the checkpoint (checkpoint_set_damage_advice), else one for any reader. */
-static char g_damage_advice[512];
+/* What every message about a damaged or incomplete checkpoint ends in (checkpoint_error_advice). */
+static const char *damage_advice(void) { return CHECKPOINT_DAMAGE_ADVICE; }
 
-void checkpoint_set_damage_advice(const char *advice) {
-    snprintf(g_damage_advice, sizeof g_damage_advice, "%s", advice ? advice : "");
-}
-
-static const char *damage_advice(void) {
-    return g_damage_advice[0] ? g_damage_advice : "use an undamaged copy of it or another checkpoint";
+void checkpoint_error_advice(SeqErr *e, const char *advice) {
+    const size_t n = strlen(e->msg), k = strlen(CHECKPOINT_DAMAGE_ADVICE);
+    if (!advice || n < k || strcmp(e->msg + n - k, CHECKPOINT_DAMAGE_ADVICE) != 0) return;
+    snprintf(e->msg + n - k, sizeof e->msg - (n - k), "%s", advice);
 }
 
 static char *require_file(const char *d, const char *name, SeqErr *e) {

@@ -5,7 +5,7 @@
  * Layout of DIR:
  *   config.json            the LlamaConfig (config_json_save)
  *   model.safetensors      all parameters, F32, HF names and shapes; above the shard limit
- *                          (checkpoint_set_shard_bytes, default 5 GB) instead
+ *                          (checkpoint_save_src's max_shard_bytes, default 5 GB) instead
  *                          model-0000k-of-0000n.safetensors + model.safetensors.index.json, as
  *                          transformers' save_pretrained writes them
  *   optimizer.safetensors  F32 tensors "adamw.m" and "adamw.v" of shape [end - begin]; the range
@@ -126,14 +126,14 @@ int checkpoint_leftovers(const char *dir, char **first, uint64_t *bytes);
  * model.safetensors.index.json (params_save_dir; the index's CRC is in the trainer state, each
  * shard's in the index); 0 means never shard. Default: 5 GB, as transformers. */
 #define CHECKPOINT_DEFAULT_SHARD_BYTES 5000000000ull
-void checkpoint_set_shard_bytes(uint64_t max_shard_bytes);
 
-/* The advice that ends every message about a damaged or incomplete checkpoint ("... (a bit flip
- * on disk or in transfer): ADVICE"), given by the caller, which knows how its user named the
- * checkpoint and what they can do instead ("resume from another checkpoint"); NULL or "" restores
- * the default, "use an undamaged copy of it or another checkpoint". Process-wide, like the shard
- * size; at most 511 characters kept. */
-void checkpoint_set_damage_advice(const char *advice);
+/* Every message about a damaged or incomplete checkpoint ends in this advice ("... (a bit flip on
+ * disk or in transfer): ADVICE"), which holds for any reader. */
+#define CHECKPOINT_DAMAGE_ADVICE "use an undamaged copy of it or another checkpoint"
+/* A caller that knows how its user named the checkpoint and what they can do instead ("resume from
+ * another checkpoint") puts its own advice in place of that ending of e's message (a message of
+ * another kind is left as it is). */
+void checkpoint_error_advice(SeqErr *e, const char *advice);
 
 /* Writes the checkpoint DIR atomically (see above), replacing an existing one. A DIR that
  * checkpoint_check_target refuses is refused, so a mistyped path cannot delete unrelated data.
@@ -145,12 +145,14 @@ int checkpoint_save(const char *dir, const LlamaConfig *cfg, const ParamTable *t
 /* checkpoint_save for state no one process holds whole: where params (then NULL) and opt->m,
  * opt->v (then NULL; opt gives the range and step) are missing, `params` reads the weights by
  * their flat offsets and `moments` the moments, m as [0, n) and v as [n, 2n) for the n elements
- * of opt's range, piece by piece in the files' order (st_write_f32_src). */
+ * of opt's range, piece by piece in the files' order (st_write_f32_src). Weights above
+ * max_shard_bytes are saved in shards (0: never; checkpoint_save: CHECKPOINT_DEFAULT_SHARD_BYTES). */
 typedef struct {
     StSource params, moments;
 } CheckpointSource;
 int checkpoint_save_src(const char *dir, const LlamaConfig *cfg, const ParamTable *t, const float *params,
-                        const AdamW *opt, const CheckpointSource *src, const TrainerState *st, SeqErr *e);
+                        const AdamW *opt, const CheckpointSource *src, uint64_t max_shard_bytes,
+                        const TrainerState *st, SeqErr *e);
 
 /* 1 if DIR holds a checkpoint (DIR/trainer_state.json exists), else 0. */
 int checkpoint_exists(const char *dir);

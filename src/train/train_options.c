@@ -220,6 +220,7 @@ void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, 
     o->opt.lr = 2e-3f;
     o->opt.warmup_steps = 50;
     parallel_config_default(&o->par);
+    o->save_shard_bytes = CHECKPOINT_DEFAULT_SHARD_BYTES;
     const char *peak_env = getenv("SEQPAR_PEAK_GFLOPS"); /* the default of --peak-gflops */
     if (peak_env && *peak_env) o->peak_gflops = parse_double(cmd, "peak-gflops (from SEQPAR_PEAK_GFLOPS)", peak_env, 1e-3, 1e12);
     pack_flags_default(&o->pack);
@@ -254,7 +255,7 @@ void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, 
         case 3103: o->val_data = optarg; break;
         case 3104: o->eval_batches = (int)parse_long(cmd, "eval-batches", optarg, 1, 1 << 20); break;
         case 'S': o->save_dir = optarg; break;
-        case 3102: checkpoint_set_shard_bytes((uint64_t)(parse_double(cmd, "save-shard-mb", optarg, 0.0, 1e9) * 1e6)); break;
+        case 3102: o->save_shard_bytes = (uint64_t)(parse_double(cmd, "save-shard-mb", optarg, 0.0, 1e9) * 1e6); break;
         case 'V': o->save_every = (int)parse_long(cmd, "save-every", optarg, 1, 1 << 30); break;
         case 'R': o->resume_dir = optarg; break;
         case 'o': o->log_path = optarg; break;

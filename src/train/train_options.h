@@ -30,6 +30,7 @@ typedef struct {
     MemoryFlags mem;
     PackFlags pack;
     int eot; /* --pack: the end-of-text id documents end with; -1: not packed */
+    uint64_t save_shard_bytes; /* --save-shard-mb: weights above it are saved in shards (0: never) */
 } TrainOptions;
 
 /* Parses train's flags (GNU long options; a bad one ends every rank with one line naming it);

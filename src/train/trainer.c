@@ -203,7 +203,7 @@ static void read_moments(void *ctx, size_t first, size_t n, float *dst) { /* m a
  * under ZeRO-3) is fetched from its shards piece by piece while the files are written, so rank 0
  * never holds it whole. */
 static void save_checkpoint(const char *dir, LlamaModel *m, const AdamW *opt, const TrainerState *st,
-                            SeqParallel *par) {
+                            SeqParallel *par, uint64_t max_shard_bytes) {
     int root = par->topo.world_rank == 0;
     GradSync *g = &par->sync;
     SaveShards sh = {g, {g->p_shard, opt->m, opt->v}, m->table.total};
@@ -216,7 +216,7 @@ static void save_checkpoint(const char *dir, LlamaModel *m, const AdamW *opt, co
         whole.end = m->table.total;
         if (sharded) whole.m = whole.v = NULL; /* else this rank's range is all of it */
         CheckpointSource src = {{read_params, &sh}, {read_moments, &sh}};
-        failed = checkpoint_save_src(dir, &m->cfg, &m->table, m->params, &whole, &src, st, &e) != 0;
+        failed = checkpoint_save_src(dir, &m->cfg, &m->table, m->params, &whole, &src, max_shard_bytes, st, &e) != 0;
         grad_sync_fetch_done(g); /* after a failed write too: the shards' ranks wait for it */
     } else {
         grad_sync_serve(g, sh.arrays, 3);
@@ -276,9 +276,12 @@ static void default_stop_dir(const char *log_path, long step, char *buf, size_t 
  * moments (saved whole), only its own shard, and of the weights [lo, hi) (ZeRO-3: its shard; else
  * all), so any rank layout resumes any checkpoint without a rank holding the whole moments. An error on any rank ends every rank with
  * one line. */
-static void load_checkpoint(const char *dir, LlamaModel *m, size_t lo, size_t hi, AdamW *opt, TrainerState *st) {
+static void load_checkpoint(const char *dir, LlamaModel *m, size_t lo, size_t hi, AdamW *opt, TrainerState *st,
+                            const char *advice) {
     SeqErr e;
-    die_if_any_rank(checkpoint_read_part(dir, NULL, &m->table, m->params, lo, hi, opt, st, &e) != 0 ? &e : NULL);
+    const int failed = checkpoint_read_part(dir, NULL, &m->table, m->params, lo, hi, opt, st, &e) != 0;
+    if (failed) checkpoint_error_advice(&e, advice);
+    die_if_any_rank(failed ? &e : NULL);
 }
 /* The flags that give this run a checkpoint's FFN chunks and layer streaming back (its settings
  * "ffn_chunks" and "streamed_layers"), for the refusal of a resume that differs in either: "with
@@ -366,19 +369,25 @@ static int check_resumed(const TrainerState *st, const TrainerState *now, const 
  * way, and the next start begins afresh, or continues the whole copy an interrupted save left
  * beside it as DIR.old.* (checkpoint_recover). --resume DIR --save DIR: another checkpoint resumes
  * into another --save only (DIR holds one that run would not continue). */
-static void set_damage_advice(const TrainOptions *o) {
-    char advice[512];
+static void damage_advice(const TrainOptions *o, char *advice, size_t n) {
     const char *d = o->resume_dir;
     if (o->auto_resume)
-        snprintf(advice, sizeof advice, "restore %s from a copy, or move it aside (mv %s %s.damaged) and --auto-resume "
+        snprintf(advice, n, "restore %s from a copy, or move it aside (mv %s %s.damaged) and --auto-resume "
                  "starts the run afresh (or continues a whole %s.old.* copy that an interrupted save left beside it)",
                  d, d, d, d);
     else if (o->save_dir && same_file(d, o->save_dir))
-        snprintf(advice, sizeof advice, "restore %s from a copy, or resume from another checkpoint with another --save "
+        snprintf(advice, n, "restore %s from a copy, or resume from another checkpoint with another --save "
                  "directory", d);
     else
-        snprintf(advice, sizeof advice, "resume from another checkpoint");
-    checkpoint_set_damage_advice(advice);
+        snprintf(advice, n, "resume from another checkpoint");
+}
+/* The --resume checkpoint's config (collective: a refusal on any rank ends every rank, ending in
+ * the run's advice). */
+static void read_resumed_config(const char *dir, LlamaConfig *cfg, const char *advice) {
+    SeqErr e;
+    const int failed = checkpoint_read_config(dir, cfg, &e) != 0;
+    if (failed) checkpoint_error_advice(&e, advice);
+    die_if_any_rank(failed ? &e : NULL);
 }
 /* The end of a run (collective: the parallel state's communicators; writes --trace). */
 static void run_free(LlamaActs *acts, SeqParallel *par, AdamW *opt, DataSource *ds, Validation *vp, LlamaModel *model) {
@@ -442,10 +451,11 @@ int train_run(const TrainOptions *options, const SizeFlags *sizes, int argc, cha
     }
     /* the checkpoint resumed from first: a damaged one is named as such, not as a --save directory
      * "that is no seqpar checkpoint" where both flags name it */
+    char advice[512] = CHECKPOINT_DAMAGE_ADVICE; /* what a refusal of a damaged --resume advises */
     if (o.resume_dir) {
-        set_damage_advice(&o);
+        damage_advice(&o, advice, sizeof advice);
         LlamaConfig resumed;
-        die_if_any_rank(checkpoint_read_config(o.resume_dir, &resumed, &err) != 0 ? &err : NULL);
+        read_resumed_config(o.resume_dir, &resumed, advice);
     }
     /* An unusable --save path ends the run now, not after training (rank 0 checks, all end). */
     if (o.save_dir) {
@@ -489,7 +499,7 @@ int train_run(const TrainOptions *options, const SizeFlags *sizes, int argc, cha
     LlamaModel model;
     if (o.resume_dir) {
         LlamaConfig cfg;
-        die_if_any_rank(checkpoint_read_config(o.resume_dir, &cfg, &err) != 0 ? &err : NULL);
+        read_resumed_config(o.resume_dir, &cfg, advice);
         llama_build(&model, &cfg);
     } else if (o.model_dir) { /* built here, its weights loaded once the shards are known (below) */
         model_dir_build(&model, o.model_dir);
@@ -548,7 +558,7 @@ int train_run(const TrainOptions *options, const SizeFlags *sizes, int argc, cha
     now.seq_len = S;
     record_settings(&now, &o, &model, &ds, acts, &par);
     if (o.resume_dir) {
-        load_checkpoint(o.resume_dir, &model, load_lo, load_hi, &opt, &st);
+        load_checkpoint(o.resume_dir, &model, load_lo, load_hi, &opt, &st, advice);
         die_if_any_rank(check_resumed(&st, &now, &o, &ds, par.attn, N, &err) != 0 ? &err : NULL);
         /* the settings every key of which matched: this version's, so that its saves record them all */
         st.n_settings = now.n_settings;
@@ -784,7 +794,7 @@ int train_run(const TrainOptions *options, const SizeFlags *sizes, int argc, cha
         if (stop_sig) break;
         if (o.save_dir && o.save_every > 0 && st.step % o.save_every == 0 && st.step < o.stop_at) {
             watch(&par, st.step, "save", 1);
-            save_checkpoint(o.save_dir, &model, &opt, &st, &par);
+            save_checkpoint(o.save_dir, &model, &opt, &st, &par, o.save_shard_bytes);
         }
     }
     if (stop_sig) { /* a stop signal: checkpoint and exit 0, no final evaluation */
@@ -792,7 +802,7 @@ int train_run(const TrainOptions *options, const SizeFlags *sizes, int argc, cha
         if (o.save_dir) snprintf(dir, sizeof dir, "%s", o.save_dir);
         else default_stop_dir(o.log_path, st.step, dir, sizeof dir);
         watch(&par, st.step, "save", 1);
-        save_checkpoint(dir, &model, &opt, &st, &par);
+        save_checkpoint(dir, &model, &opt, &st, &par, o.save_shard_bytes);
         if (root) {
             printf("seqpar: stopped by %s after step %ld of %ld: checkpoint saved to %s; continue with --resume %s\n",
                    stop_signal_name(stop_sig), st.step, o.steps, dir, dir);
@@ -810,7 +820,7 @@ int train_run(const TrainOptions *options, const SizeFlags *sizes, int argc, cha
         }
         if (o.save_dir) {
             watch(&par, st.step, "save", 1);
-            save_checkpoint(o.save_dir, &model, &opt, &st, &par);
+            save_checkpoint(o.save_dir, &model, &opt, &st, &par, o.save_shard_bytes);
             if (root) printf("saved checkpoint to %s (step %ld)\n", o.save_dir, st.step);
         }
     }
