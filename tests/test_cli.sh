@@ -308,6 +308,11 @@ expect_error "strategies --schedule on a grid the strategy refuses" "drop --hp 2
 expect_error "strategies --schedule with a grid of other ranks" "not --ranks 8" "$SEQPAR" strategies --schedule 2d --ranks 8 --hp 2 --cp 2
 expect_error "strategies --schedule with a team C^2 does not divide" "team" "$SEQPAR" strategies --schedule wallfacer --ranks 8 --team 3
 expect_error "strategies --schedule with another strategy's knob" "read by --strategy fpdt only" "$SEQPAR" strategies --schedule ring --ranks 4 --chunks 2
+printf '{"nodes": 2, "ranks_per_node": 4, "intra_gbs": 100, "attention": [[64, 10]]}' >"$T/nonic.json"
+expect_error "strategies --cluster without NICs for two nodes" "need \"nics_per_node\"" "$SEQPAR" strategies --schedule ring --ranks 8 --cluster "$T/nonic.json"
+expect_error "strategies --cluster too small for the ranks" "the cluster has 8 ranks" "$SEQPAR" strategies --schedule ring --ranks 16 --seq-len 4096 --cluster "$FIX/clusters/two-nodes.json"
+out=$(timeout 60 "$SEQPAR" strategies --schedule ring --ranks 8 --seq-len 8192 --cluster "$FIX/clusters/two-nodes.json" 2>&1)
+if printf '%s' "$out" | grep -q "the layer's forward attention ends at"; then ok; else bad "strategies --cluster: $(printf '%s' "$out" | tail -n 2)"; fi
 # started alone, seqpar is an MPI singleton that forks no Open MPI daemon (orted) first, unless the
 # user asks for one (their OMPI_MCA_ess_singleton_isolated wins); without run_tests.sh's own settings
 single_exec() { # label isolated-value

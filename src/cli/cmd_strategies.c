@@ -11,12 +11,13 @@
 #include "cli/commands.h"
 #include "core/common.h"
 #include "kernels/bf16.h"
+#include "plan/simulate.h"
 #include "strategies/registry.h"
 
 static const char HELP[] =
     "usage: seqpar strategies [--names] [--ranks P --seq-len S --heads H --kv-heads K --head-dim D]\n"
     "       seqpar strategies --schedule NAME --ranks P [--hp H --cp C --ring-inner W --team C --chunks U\n"
-    "                         --layout L --window W --backward] [shape flags as above]\n"
+    "                         --layout L --window W --backward --cluster FILE] [shape flags as above]\n"
     "\n"
     "Lists the distributed attention strategies ('--strategy NAME' of train, grad and bench), the\n"
     "flags each reads and its constraints. Given --ranks, also prints per strategy (all ranks in one\n"
@@ -38,12 +39,16 @@ static const char HELP[] =
     "                 and messages (count, the most bytes one rank sends, the step by which the last must\n"
     "                 arrive); the schedule the planner's simulator replays. --hp / --cp pick the grid\n"
     "                 (default: the strategy's), --ring-inner / --team / --chunks its knobs, --layout the\n"
-    "                 token layout, --window a sliding window, --backward the backward pass\n";
+    "                 token layout, --window a sliding window, --backward the backward pass\n"
+    "  --cluster FILE   with --schedule: play it on the cluster described in FILE (JSON: nodes,\n"
+    "                 ranks_per_node, intra_gbs, nics_per_node, nic_gbs, latencies, attention rate\n"
+    "                 points; rank i of the group on the cluster's rank i) and print each rank's simulated\n"
+    "                 time: its blocks, its exposed wait, its end\n";
 
 /* One line a step: its blocks (count, the most cells one member computes), its messages (count, the
  * most bytes one member sends, the last step by which one must arrive); then each member's totals
  * against strategy_volume. */
-static void print_schedule(const Strategy *s, const StrategyParams *p, SchedulePass pass) {
+static void print_schedule(const Strategy *s, const StrategyParams *p, SchedulePass pass, const Cluster *cl) {
     StepSchedule sc;
     strategy_play(s, p, pass, &sc);
     char knobs[96] = "";
@@ -91,6 +96,25 @@ static void print_schedule(const Strategy *s, const StrategyParams *p, ScheduleP
         }
     printf("%d steps, %d blocks, %d messages; every rank's bytes and messages per kind %s its volume formula\n",
            sc.n_steps, sc.n_compute, sc.n_messages, equal ? "equal" : "DIFFER FROM");
+    if (cl) {
+        int *rank_of = xmalloc(sizeof(int) * (size_t)sc.members);
+        for (int m = 0; m < sc.members; m++) rank_of[m] = m;
+        ScheduleSim sim;
+        SeqErr e;
+        if (simulate_schedule(&sc, cl, rank_of, p->head_dim, &sim, &e) != 0) die_collective("seqpar strategies: %s", e.msg);
+        printf("\nsimulated on %s (%d nodes x %d ranks, %d NIC%s of %g GB/s a node):\n", cl->name, cl->nodes,
+               cl->ranks_per_node, cl->nics_per_node, cl->nics_per_node == 1 ? "" : "s", cl->nic_gbs);
+        printf("%6s %6s %12s %12s %12s %14s %14s\n", "rank", "node", "blocks ms", "wait ms", "end ms", "intra MiB",
+               "inter MiB");
+        for (int m = 0; m < sim.members; m++)
+            printf("%6d %6d %12.4f %12.4f %12.4f %14.3f %14.3f\n", m, cluster_node_of(cl, rank_of[m]),
+                   1e3 * sim.m[m].compute_s, 1e3 * sim.m[m].wait_s, 1e3 * sim.m[m].end_s,
+                   sim.m[m].bytes_intra / 1048576.0, sim.m[m].bytes_inter / 1048576.0);
+        printf("the layer's %s attention ends at %.4f ms (rank %d last)\n", pass == PASS_BACKWARD ? "backward" : "forward",
+               1e3 * sim.end_s, sim.slowest);
+        schedule_sim_free(&sim);
+        xfree(rank_of);
+    }
     xfree(sent);
     xfree(cells);
     schedule_free(&sc);
@@ -100,7 +124,7 @@ int cmd_strategies(int argc, char **argv) {
     const char *cmd = "strategies";
     int P = 0, H = 8, K = 0, d = 64, team = 0, precision = PRECISION_FP32, names = 0;
     int hp_given = 0, cp_given = 0, ring_inner = 0, chunks = 0, window = 0, backward = 0, layout = -1;
-    const char *schedule = NULL;
+    const char *schedule = NULL, *cluster = NULL;
     long S = 16384;
     static const struct option opts[] = {
         {"ranks", required_argument, 0, 'P'}, {"seq-len", required_argument, 0, 'S'},
@@ -111,6 +135,7 @@ int cmd_strategies(int argc, char **argv) {
         {"cp", required_argument, 0, 'c'}, {"ring-inner", required_argument, 0, 'W'},
         {"chunks", required_argument, 0, 'U'}, {"layout", required_argument, 0, 'L'},
         {"window", required_argument, 0, 'w'}, {"backward", no_argument, 0, 'b'},
+        {"cluster", required_argument, 0, 'X'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int opt;
     opterr = 0;
@@ -136,6 +161,7 @@ int cmd_strategies(int argc, char **argv) {
         case 'L': layout = (int)layout_parse(optarg); break;
         case 'w': window = (int)parse_long(cmd, "window", optarg, 1, 1 << 30); break;
         case 'b': backward = 1; break;
+        case 'X': cluster = optarg; break;
         case 'h': fputs(HELP, stdout); return 0;
         default: die_bad_option(cmd, argc, argv, opt);
         }
@@ -167,7 +193,10 @@ int cmd_strategies(int argc, char **argv) {
             err = strategy_check(s, &p);
         }
         if (err) die_collective("seqpar %s: --schedule %s: %s", cmd, s->name, err);
-        print_schedule(s, &p, backward ? PASS_BACKWARD : PASS_FORWARD);
+        Cluster cl;
+        SeqErr ce;
+        if (cluster && cluster_load(cluster, &cl, &ce) != 0) die_collective("seqpar %s: %s", cmd, ce.msg);
+        print_schedule(s, &p, backward ? PASS_BACKWARD : PASS_FORWARD, cluster ? &cl : NULL);
         return 0;
     }
     if (names) {

@@ -1,0 +1,265 @@
+/* The step simulator: see simulate.h. */
+#include "plan/simulate.h"
+
+#include <math.h>
+#include <string.h>
+
+/* A transfer: one message of the schedule. */
+typedef struct {
+    int from, to;          /* members */
+    int step, due;         /* posted in step `step`, waited at the end of step `due` */
+    int after;             /* posted when the sender's blocks of the step are done */
+    double bytes, left;    /* total, still to send */
+    double ready;          /* when it starts moving (post + latency); < 0: not posted */
+    double rate;           /* bytes / s while active */
+    int done;
+    int res[3], n_res;     /* the resources it crosses */
+} Flow;
+
+typedef struct {
+    const StepSchedule *sc;
+    const Cluster *c;
+    const int *rank_of;
+    Flow *f;
+    int n_flows;
+    double *cap, *cap_left;
+    int *users, n_res;
+    int *step, *finished;     /* per member: the step it is in, done with all */
+    double *compute_end;
+    double *step_compute;     /* (members x steps) seconds of blocks */
+    int *pending;             /* (members x steps) transfers not done that the member waits for at that step */
+    int *waits;               /* per member: those of its current and earlier steps */
+} Sim;
+
+/* Resources: NIC egress and ingress of every (node, NIC), each rank's intra-node port out and in,
+ * each node's shared medium. */
+static int nic_out(const Sim *s, int rank) {
+    return cluster_node_of(s->c, rank) * s->c->nics_per_node + cluster_nic_of(s->c, rank);
+}
+static void flow_resources(Sim *s, Flow *f) {
+    const Cluster *c = s->c;
+    const int a = s->rank_of[f->from], b = s->rank_of[f->to];
+    const int nics = c->nodes * (c->nics_per_node > 0 ? c->nics_per_node : 1), ranks = c->nodes * c->ranks_per_node;
+    f->n_res = 0;
+    if (cluster_node_of(c, a) != cluster_node_of(c, b)) {
+        f->res[f->n_res++] = nic_out(s, a);
+        f->res[f->n_res++] = nics + nic_out(s, b);
+    } else {
+        f->res[f->n_res++] = 2 * nics + a;
+        f->res[f->n_res++] = 2 * nics + ranks + b;
+        if (c->intra_node_gbs > 0) f->res[f->n_res++] = 2 * nics + 2 * ranks + cluster_node_of(c, a);
+    }
+}
+
+static double latency_s(const Sim *s, const Flow *f) {
+    const Cluster *c = s->c;
+    const int inter = cluster_node_of(c, s->rank_of[f->from]) != cluster_node_of(c, s->rank_of[f->to]);
+    return 1e-6 * (inter ? c->nic_latency_us : c->intra_latency_us);
+}
+
+/* Max-min fair rates of the transfers moving at time t (progressive filling). */
+static void share(Sim *s, double t) {
+    for (int r = 0; r < s->n_res; r++) {
+        s->cap_left[r] = s->cap[r];
+        s->users[r] = 0;
+    }
+    int unfrozen = 0;
+    for (int i = 0; i < s->n_flows; i++) {
+        Flow *f = &s->f[i];
+        f->rate = 0;
+        if (f->done || f->ready < 0 || f->ready > t) continue;
+        f->rate = -1; /* unfrozen */
+        unfrozen++;
+        for (int k = 0; k < f->n_res; k++) s->users[f->res[k]]++;
+    }
+    while (unfrozen) {
+        int best = -1;
+        double most = 0;
+        for (int r = 0; r < s->n_res; r++)
+            if (s->users[r] && (best < 0 || s->cap_left[r] / s->users[r] < most)) {
+                best = r;
+                most = s->cap_left[r] / s->users[r];
+            }
+        if (best < 0) break;
+        for (int i = 0; i < s->n_flows; i++) {
+            Flow *f = &s->f[i];
+            if (f->rate != -1) continue;
+            int uses = 0;
+            for (int k = 0; k < f->n_res; k++) uses |= f->res[k] == best;
+            if (!uses) continue;
+            f->rate = most;
+            unfrozen--;
+            for (int k = 0; k < f->n_res; k++) {
+                s->cap_left[f->res[k]] -= most;
+                s->users[f->res[k]]--;
+            }
+        }
+    }
+}
+
+static void post(Sim *s, int m, int k, int after, double t) {
+    const ScheduleStep *st = &s->sc->steps[k];
+    for (int j = st->message0; j < st->message0 + st->n_message; j++) {
+        Flow *f = &s->f[j];
+        if (f->from == m && f->after == after) f->ready = t + latency_s(s, f);
+    }
+}
+
+static void begin(Sim *s, int m, double t) {
+    const int k = s->step[m];
+    s->compute_end[m] = t + s->step_compute[(size_t)m * s->sc->n_steps + k];
+    post(s, m, k, 0, t);
+    if (s->compute_end[m] <= t) post(s, m, k, 1, t);
+}
+
+/* Whether member m may end its step at time t: its blocks done, and every transfer it sends or
+ * receives that is due by this step. */
+static int may_end(const Sim *s, int m, double t) { return t >= s->compute_end[m] && !s->waits[m]; }
+
+/* A transfer done: neither end waits for it any more. */
+static void flow_done(Sim *s, Flow *f) {
+    f->done = 1;
+    const int K = s->sc->n_steps, ends[2] = {f->from, f->to};
+    for (int i = 0; i < 2; i++) {
+        s->pending[(size_t)ends[i] * K + f->due]--;
+        if (f->due <= s->step[ends[i]]) s->waits[ends[i]]--;
+    }
+}
+
+int simulate_schedule(const StepSchedule *sc, const Cluster *c, const int *rank_of, int head_dim, ScheduleSim *out,
+                      SeqErr *e) {
+    memset(out, 0, sizeof *out);
+    const int M = sc->members, K = sc->n_steps, ranks = c->nodes * c->ranks_per_node;
+    for (int m = 0; m < M; m++)
+        if (rank_of[m] < 0 || rank_of[m] >= ranks)
+            return seq_err(e, "member %d on rank %d: the cluster has %d ranks (%d nodes x %d): give a larger cluster",
+                           m, rank_of[m], ranks, c->nodes, c->ranks_per_node);
+    Sim s = {.sc = sc, .c = c, .rank_of = rank_of, .n_flows = sc->n_messages};
+    const int nics = c->nodes * (c->nics_per_node > 0 ? c->nics_per_node : 1);
+    s.n_res = 2 * nics + 2 * ranks + c->nodes;
+    s.cap = xcalloc((size_t)s.n_res, sizeof *s.cap);
+    s.cap_left = xcalloc((size_t)s.n_res, sizeof *s.cap_left);
+    s.users = xcalloc((size_t)s.n_res, sizeof *s.users);
+    for (int r = 0; r < 2 * nics; r++) s.cap[r] = c->nic_gbs * 1e9;
+    for (int r = 0; r < 2 * ranks; r++) s.cap[2 * nics + r] = c->intra_gbs * 1e9;
+    for (int r = 0; r < c->nodes; r++) s.cap[2 * nics + 2 * ranks + r] = c->intra_node_gbs * 1e9;
+    s.f = xcalloc((size_t)(sc->n_messages ? sc->n_messages : 1), sizeof *s.f);
+    for (int i = 0; i < sc->n_messages; i++) {
+        const StepMessage *m = &sc->messages[i];
+        Flow *f = &s.f[i];
+        *f = (Flow){.from = m->from, .to = m->to, .step = m->step, .due = m->step + m->steps - 1, .after = m->after,
+                    .bytes = (double)m->bytes, .left = (double)m->bytes, .ready = -1};
+        flow_resources(&s, f);
+    }
+    out->members = M;
+    out->m = xcalloc((size_t)M, sizeof *out->m);
+    s.step = xcalloc((size_t)M, sizeof *s.step);
+    s.finished = xcalloc((size_t)M, sizeof *s.finished);
+    s.compute_end = xcalloc((size_t)M, sizeof *s.compute_end);
+    s.step_compute = xcalloc((size_t)M * (size_t)(K ? K : 1), sizeof *s.step_compute);
+    s.pending = xcalloc((size_t)M * (size_t)(K ? K : 1), sizeof *s.pending);
+    s.waits = xcalloc((size_t)M, sizeof *s.waits);
+    for (int i = 0; i < sc->n_messages; i++) {
+        const Flow *f = &s.f[i];
+        s.pending[(size_t)f->from * K + f->due]++;
+        s.pending[(size_t)f->to * K + f->due]++;
+    }
+    for (int m = 0; m < M; m++) s.waits[m] = K ? s.pending[(size_t)m * K] : 0;
+    const double factor = sc->pass == PASS_BACKWARD ? c->attn_backward_factor : 1.0;
+    for (int i = 0; i < sc->n_compute; i++) {
+        const StepCompute *b = &sc->compute[i];
+        const double flops = 4.0 * (double)b->cells * b->heads * head_dim * factor;
+        const double secs = flops / cluster_attention_flops_per_s(c, b->q_rows, b->kv_rows);
+        s.step_compute[(size_t)b->member * K + b->step] += secs;
+        out->m[b->member].compute_s += secs;
+    }
+    for (int i = 0; i < sc->n_messages; i++) {
+        const Flow *f = &s.f[i];
+        const int inter = cluster_node_of(c, rank_of[f->from]) != cluster_node_of(c, rank_of[f->to]);
+        if (inter) out->m[f->from].bytes_inter += f->bytes;
+        else out->m[f->from].bytes_intra += f->bytes;
+    }
+    double now = 0;
+    int left = M, rc = 0;
+    for (int m = 0; m < M; m++) {
+        if (K == 0) {
+            s.finished[m] = 1;
+            left--;
+        } else {
+            begin(&s, m, 0);
+        }
+    }
+    share(&s, now);
+    while (left) {
+        int changed = 1;
+        while (changed) { /* members that end their step now, and begin the next */
+            changed = 0;
+            for (int m = 0; m < M; m++) {
+                if (s.finished[m] || !may_end(&s, m, now)) continue;
+                out->m[m].wait_s += now - s.compute_end[m];
+                changed = 1;
+                if (++s.step[m] < K) s.waits[m] += s.pending[(size_t)m * K + s.step[m]];
+                if (s.step[m] == K) {
+                    s.finished[m] = 1;
+                    out->m[m].end_s = now;
+                    left--;
+                } else {
+                    begin(&s, m, now);
+                }
+            }
+            if (changed) share(&s, now);
+        }
+        if (!left) break;
+        double next = INFINITY;
+        for (int i = 0; i < s.n_flows; i++) {
+            const Flow *f = &s.f[i];
+            if (f->done || f->ready < 0) continue;
+            if (f->ready > now) next = fmin(next, f->ready);
+            else if (f->rate > 0) next = fmin(next, now + f->left / f->rate);
+            else if (f->left <= 0) next = now;
+        }
+        for (int m = 0; m < M; m++)
+            if (!s.finished[m] && s.compute_end[m] > now) next = fmin(next, s.compute_end[m]);
+        if (!isfinite(next)) {
+            int m = 0;
+            while (m < M && s.finished[m]) m++;
+            rc = seq_err(e, "the schedule cannot finish: member %d waits in step %d (\"%s\") for a message never sent",
+                         m, s.step[m], sc->steps[s.step[m]].what);
+            break;
+        }
+        const double dt = next - now;
+        for (int i = 0; i < s.n_flows; i++) {
+            Flow *f = &s.f[i];
+            if (f->done || f->ready < 0 || f->ready > now) continue;
+            f->left -= f->rate * dt;
+            /* within a relative 1e-9 of its size: done (rates times durations round) */
+            if (f->left <= 1e-9 * f->bytes) flow_done(&s, f);
+        }
+        now = next;
+        for (int m = 0; m < M; m++) /* results posted at the end of the member's blocks */
+            if (!s.finished[m] && s.compute_end[m] == now) post(&s, m, s.step[m], 1, now);
+        share(&s, now);
+    }
+    for (int m = 0; m < M; m++)
+        if (out->m[m].end_s >= out->end_s) {
+            out->end_s = out->m[m].end_s;
+            out->slowest = m;
+        }
+    xfree(s.cap);
+    xfree(s.cap_left);
+    xfree(s.users);
+    xfree(s.f);
+    xfree(s.step);
+    xfree(s.finished);
+    xfree(s.compute_end);
+    xfree(s.step_compute);
+    xfree(s.pending);
+    xfree(s.waits);
+    if (rc) schedule_sim_free(out);
+    return rc;
+}
+
+void schedule_sim_free(ScheduleSim *s) {
+    xfree(s->m);
+    s->m = NULL;
+}

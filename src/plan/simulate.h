@@ -1,0 +1,41 @@
+/* The step simulator: plays a strategy's schedule (parallel/step_schedule.h, as strategy_play gives
+ * it) on a cluster (cluster.h), event by event.
+ *
+ * Each member begins a step when it ended the previous one: it posts the step's messages (those
+ * marked `after` once its blocks are done), computes its blocks one after another at the rate their
+ * shape gets, and ends the step when its blocks are done and every message it sends or receives
+ * that is due by then (posted steps - 1 steps before) has arrived, as MPI's waits do. A message
+ * starts after its link's latency and then shares bandwidth with every transfer in flight at the
+ * same time, max-min fairly: a transfer between nodes goes through the sender's NIC and the
+ * receiver's NIC (rank i of a node uses NIC i * nics / ranks_per_node), one inside a node through
+ * the two ranks' ports and, where the node has one, its shared medium. Nothing else (no MPI
+ * protocol, no GEMMs: the schedule is one layer's attention). */
+#ifndef SEQPAR_SIMULATE_H
+#define SEQPAR_SIMULATE_H
+
+#include "parallel/step_schedule.h"
+#include "plan/cluster.h"
+
+typedef struct {
+    double compute_s;   /* its blocks */
+    double wait_s;      /* exposed: step ends after its blocks were done, summed */
+    double end_s;       /* when it ended its last step */
+    double bytes_intra, bytes_inter; /* sent, inside its node and to other nodes */
+} MemberSim;
+
+typedef struct {
+    int members;
+    MemberSim *m;       /* (members) */
+    double end_s;       /* the last member's end */
+    int slowest;        /* that member */
+} ScheduleSim;
+
+/* Plays sc with member i on world rank rank_of[i] of cluster c (ranks inside c's nodes x
+ * ranks_per_node), head_dim for the blocks' FLOPs (4 cells heads head_dim a forward block, times
+ * the cluster's backward factor in a backward schedule). 0, or -1 with one line (a rank outside the
+ * cluster, a schedule that cannot finish). Free out with schedule_sim_free. */
+int simulate_schedule(const StepSchedule *sc, const Cluster *c, const int *rank_of, int head_dim, ScheduleSim *out,
+                      SeqErr *e);
+void schedule_sim_free(ScheduleSim *s);
+
+#endif
