@@ -130,7 +130,7 @@ static void sort_by_step(void *a, int n, size_t size, int n_steps, int *first, i
         const int st = *(const int *)(base + (size_t)i * size);
         memcpy(out + (size_t)fill[st]++ * size, base + (size_t)i * size, size);
     }
-    memcpy(base, out, size * (size_t)n);
+    if (n) memcpy(base, out, size * (size_t)n);
     xfree(out);
     xfree(fill);
 }
