@@ -20,6 +20,13 @@
  * head runs in passes of one query head and a range of query rows each, the copies covering one
  * pass and dK/dV summed across passes: the same gradients bit for bit.
  *
+ * Both are built from the same tile steps (section "Tile steps"): one grid of query and key tiles
+ * with its cost-sorted work list (query tiles forward, key tiles backward), the walk over the tile
+ * pairs an item sees, the score product of one side's rows with the other side's transposed tile,
+ * the mask of a partially visible pair (a key or a query at a time against the other side's tile)
+ * and the trimming of its keys, and the packing of the second products' operands; forward_docs and
+ * backward_docs are each a loop over tiles calling those and their own steps (fwd_*, bwd_*).
+ *
  * Tile products, the column softmax and the row loops go through the kernel table chosen at run
  * time (kernels/isa.h, simd_body.h): an in-register micro-kernel on strided operands (no packing,
  * no beta pass: at these tile shapes OpenBLAS spent ~25% of the attention time packing and
@@ -320,6 +327,167 @@ const char *attn_kernel_name(Precision precision) {
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * Tile steps: the forward and the backward are built from these. Both run over one grid of query
+ * and key tiles (TileGrid) in its work list's order, each item over the tiles of the other axis
+ * that it sees, in tile order (next_key_tile, next_query_tile: the loop and the prefetch of the
+ * next tile). A tile pair's scores are one product (score_tile) of one side's rows with the other
+ * side's transposed tile (load_transposed); on a partially visible pair they are masked a key or a
+ * query at a time, that position against the other side's tile (key_class, query_class: the tile
+ * rule on a span of one position; mask_key_row, mask_query_row where it is partial), and the
+ * products stop at the last key the pair's queries can see (visible_keys). The second products
+ * contract over a tile's rows, packed by pack_contracting; lse enters both in log2 units
+ * (lse_log2). */
+
+/* Rows of tile t of `tile` rows over n (the last tile may be short). */
+static inline int tile_len(int t, int tile, int n) {
+    const int i0 = t * tile;
+    return i0 + tile <= n ? tile : n - i0;
+}
+
+/* The tiles of one call and its work list. The forward's items are query tiles (each runs over the
+ * key tiles it sees), the backward's key tiles (each runs over the query tiles that see it); the
+ * list holds the tiles of the items' axis that see (or are seen by) any tile of the other, heaviest
+ * (most such tiles) first, so that the dynamic schedule ends balanced. */
+typedef struct {
+    AttnMask mask;
+    int window;
+    int nqt, nkt;      /* query tiles, key tiles */
+    AttnSpan *qr, *kr; /* (nqt), (nkt): each tile's span (unused under ATTN_FULL) */
+    TileOrder *order;  /* (n_busy): the work list */
+    int n_busy;
+} TileGrid;
+
+/* How query tile qt and key tile kt see each other: TILE_HIDDEN, TILE_PARTIAL or TILE_VISIBLE. */
+static inline int pair_class(const TileGrid *tg, int qt, int kt) {
+    return tile_class(tg->mask, tg->window, tg->qr[qt], tg->kr[kt]);
+}
+
+static void tile_grid_init(TileGrid *tg, const AttnShape *s, const int *q_pos, const int *q_doc, const int *kv_pos,
+                           const int *kv_doc, int BQ, int BK, int items_are_keys) {
+    tg->mask = s->mask;
+    tg->window = s->window;
+    tg->nqt = (s->n_q + BQ - 1) / BQ;
+    tg->nkt = (s->n_kv + BK - 1) / BK;
+    tg->qr = xmalloc((size_t)tg->nqt * sizeof *tg->qr);
+    tg->kr = xmalloc((size_t)tg->nkt * sizeof *tg->kr);
+    tile_ranges(s->mask == ATTN_CAUSAL ? q_pos : NULL, q_doc, s->n_q, BQ, tg->qr);
+    tile_ranges(s->mask == ATTN_CAUSAL ? kv_pos : NULL, kv_doc, s->n_kv, BK, tg->kr);
+    const int n_items = items_are_keys ? tg->nkt : tg->nqt, n_other = items_are_keys ? tg->nqt : tg->nkt;
+    tg->order = xmalloc((size_t)n_items * sizeof *tg->order);
+    tg->n_busy = 0;
+    for (int t = 0; t < n_items; t++) {
+        int c = 0;
+        for (int u = 0; u < n_other; u++)
+            c += (items_are_keys ? pair_class(tg, u, t) : pair_class(tg, t, u)) != TILE_HIDDEN;
+        if (c) tg->order[tg->n_busy++] = (TileOrder){c, t};
+    }
+    qsort(tg->order, (size_t)tg->n_busy, sizeof *tg->order, cmp_cost_desc);
+}
+
+static void tile_grid_free(TileGrid *tg) {
+    xfree(tg->order);
+    xfree(tg->qr);
+    xfree(tg->kr);
+}
+
+/* The first key tile from kt on that query tile qt sees (nkt: none). */
+static inline int next_key_tile(const TileGrid *tg, int qt, int kt) {
+    while (kt < tg->nkt && pair_class(tg, qt, kt) == TILE_HIDDEN) kt++;
+    return kt;
+}
+
+/* The first query tile in [qt, end) that sees key tile kt (end: none). */
+static inline int next_query_tile(const TileGrid *tg, int kt, int qt, int end) {
+    while (qt < end && pair_class(tg, qt, kt) == TILE_HIDDEN) qt++;
+    return qt;
+}
+
+/* How the key at kp (document kd) and the query tile q see each other, and the query at qp
+ * (document qd) and the key tile k: the tile rule on a span of one position. TILE_VISIBLE: no mask
+ * work; TILE_HIDDEN: nothing visible. Without document ids kd and qd are 0, as the tiles' spans. */
+static inline int key_class(AttnSpan q, int kp, int kd, int window) {
+    return (int)attn_visibility(q, (AttnSpan){kp, kp, kd, kd}, window);
+}
+
+static inline int query_class(int qp, int qd, AttnSpan k, int window) {
+    return (int)attn_visibility((AttnSpan){qp, qp, qd, qd}, k, window);
+}
+
+/* s[i] = -inf for the queries i in [c0, c1) (positions qp, documents qd or NULL) that do not see
+ * the key at kp (document kd): the mask of one row of the transposed scores S^T (the forward's). */
+static inline void mask_key_row(float *restrict s, int kp, int kd, const int *restrict qp, const int *restrict qd,
+                                int c0, int c1, int window) {
+    if (!qd && window <= 0)
+        for (int i = c0; i < c1; i++) s[i] = kp > qp[i] ? -INFINITY : s[i];
+    else if (!qd)
+        for (int i = c0; i < c1; i++) s[i] = key_hidden(kp, qp[i], window) ? -INFINITY : s[i];
+    else
+        for (int i = c0; i < c1; i++) s[i] = key_hidden(kp, qp[i], window) || kd != qd[i] ? -INFINITY : s[i];
+}
+
+/* s[j] = -inf for the keys j < n (positions kv_pos, documents kv_doc or NULL) that the query at qp
+ * (document qd) does not see: the mask of one row of the scores S (the backward's). */
+static inline void mask_query_row(float *restrict s, const int *restrict kv_pos, const int *restrict kv_doc, int n,
+                                  int qp, int qd, int window) {
+    if (!kv_doc) row_mask(s, kv_pos, n, qp, window);
+    else row_mask_docs(s, kv_pos, kv_doc, n, qp, qd, window);
+}
+
+/* Keys [0, result) of a tile (positions kv_pos, n of them): every key after them is past maxq, so
+ * hidden from each query at maxq or before. A partially visible pair's products stop there; the
+ * rows left out would hold p = 0 exactly, so every sum is the whole tile's, bit for bit. */
+static inline int visible_keys(const int *kv_pos, int n, int maxq) {
+    while (n > 0 && kv_pos[n - 1] > maxq) n--;
+    return n;
+}
+
+/* lse (natural log) in the scores' log2 units. */
+static inline float lse_log2(float lse) { return (float)(lse * FA_LOG2E); }
+
+/* C (m, n; ldc) = A (m, d) B (d, n): a tile pair's scores (alpha Q K^T, or transposed K Q^T), or
+ * the backward's dP = dO V^T (alpha 1). A: one side's m rows, in the micro-kernel's panels (lda 0)
+ * or rows lda apart; B: the other side's tile transposed (load_transposed), ldb. fp32 floats,
+ * scaled by alpha in the product; bf16 tiles pair words, unscaled (alpha applied with the
+ * exponential), so that the product stores straight from its accumulators. pf may be NULL. */
+static inline void score_tile(const SimdKernels *sk, const AttnBf16Tiles *bt, int m, int n, int d, float alpha,
+                              const void *a, size_t lda, const void *b, size_t ldb, float *c, size_t ldc,
+                              Prefetch *pf) {
+    if (bt) {
+        const int d2 = (d + 1) / 2;
+        if (!lda) bt->tile_gemm_panels(m, n, d2, 1.0f, a, b, ldb, 0, c, ldc, pf);
+        else bt->tile_gemm(m, n, d2, 1.0f, a, lda, 1, b, ldb, 0, c, ldc, pf);
+    } else if (!lda) {
+        sk->tile_gemm_panels(m, n, d, alpha, a, b, ldb, 0, c, ldc, pf);
+    } else {
+        sk->tile_gemm(m, n, d, alpha, a, lda, 1, b, ldb, 0, c, ldc, pf);
+    }
+}
+
+/* dst = the B operand of score_tile from one side's tile src (rows, d; lds): fp32 its transpose
+ * (d, rows; ldd floats); bf16 tiles its rows layout (made in tmp, rows x ceil(d / 2) words)
+ * transposed (ceil(d / 2), rows; ldd words). */
+static inline void load_transposed(const SimdKernels *sk, const AttnBf16Tiles *bt, int rows, int d, const float *src,
+                                   size_t lds, bf16_pair *tmp, void *dst, size_t ldd) {
+    if (bt) {
+        const int d2 = (d + 1) / 2;
+        bt->pack_rows(rows, d, src, lds, tmp, (size_t)d2);
+        sk->transpose32(rows, d2, tmp, (size_t)d2, dst, ldd);
+    } else {
+        sk->transpose32(rows, d, src, lds, dst, ldd);
+    }
+}
+
+/* dst = fp32 src (rows, d; lds) as the bf16 operand of a product that contracts over its rows (the
+ * forward's V, the backward's Q and dO): its pairs layout (ceil(rows / 2), d words; ldd) where the
+ * product's accumulator is (queries or keys, d), or (transposed: the accumulator is (d, queries or
+ * keys)) those pairs transposed into rows layout, (d, ceil(rows / 2) words; ldd), through tmp. */
+static inline void pack_contracting(const AttnBf16Tiles *bt, const SimdKernels *sk, int transposed, int rows, int d,
+                                    const float *src, size_t lds, bf16_pair *tmp, bf16_pair *dst, size_t ldd) {
+    if (transposed) pack_pairs_transposed(bt, sk, rows, d, src, lds, tmp, dst, ldd);
+    else bt->pack_pairs(rows, d, src, lds, dst, ldd);
+}
+
+/* ---------------------------------------------------------------------------------------------
  * Forward. */
 void attn_forward(const AttnShape *s, const float *q, const int *q_pos, const float *k,
                   const float *v, const int *kv_pos, float *o, float *lse) {
@@ -346,6 +514,247 @@ static void col_max_scores(const SimdKernels *sk, int unscaled, const float *st,
         for (int i = 0; i < n; i++) mx[i] *= alpha;
 }
 
+/* One forward call: its kernels, sizes and strides, and K and V of every kv head, packed once
+ * (forward_docs says how). */
+typedef struct {
+    const SimdKernels *sk;
+    const AttnBf16Tiles *bt; /* NULL: fp32 */
+    int acc_t;               /* bf16 tiles: acc^T += V^T P^T instead of acc += P V */
+    int kpan;                /* K in the score product's panels */
+    int d, d2, BK, n_kv, nkt, nkv2, Hkv;
+    size_t ldt;             /* row stride of Q^T, S^T (and acc^T) */
+    size_t ldc;             /* row stride of fp32 V's compact rows */
+    size_t ldkw, ldvw, ldvt; /* bf16: K rows, V pairs, V^T rows (words) */
+    size_t ktile_n;          /* floats or words of one packed K tile */
+    float alpha;             /* scale * log2 e: scores in log2 units */
+    float lazy_max;          /* bf16 tiles: the lazy rescaling's threshold */
+    bf16_pair *Kall, *Vall, *VTall; /* bf16: K tiles, V pairs, V^T tiles */
+    float *Kf, *Vf;                 /* fp32: K tiles in panels, V compact rows */
+} FwdCall;
+
+/* A thread's buffers: the query tile transposed, the scores, the accumulator and the per-query
+ * running state of the current item. */
+typedef struct {
+    float *Qt;  /* (d, bq) transposed q tile (fp32) */
+    float *ST;  /* (bk, bq) scores^T / probs^T */
+    float *acc; /* (bq, d); acc_t: (d, ldt) */
+    float *m;   /* (bq) running max, log2 */
+    float *l;   /* (bq) running sum */
+    float *mx, *msafe, *corr, *sum; /* (bq) each */
+    bf16_pair *Qr, *Qw, *Pw; /* bf16: (bq, d2) Q rows, (d2, bq) Q^T pairs, (bk/2, bq) P^T pairs */
+    unsigned char seen[FA_MAX_TILE]; /* a query saw a key in this call */
+} FwdWork;
+
+/* Key tile kt of kv head g in the packed K (bf16 words or fp32 floats in panels), and in the
+ * packed V: V^T rows (acc_t), pairs (bf16) or compact rows (fp32). */
+static inline void *fwd_k_tile(const FwdCall *c, int g, int kt) {
+    const size_t at = ((size_t)g * c->nkt + (size_t)kt) * c->ktile_n;
+    return c->bt ? (void *)(c->Kall + at) : (void *)(c->Kf + at);
+}
+
+static inline void *fwd_v_tile(const FwdCall *c, int g, int kt) {
+    const int j0 = kt * c->BK;
+    if (c->acc_t) return c->VTall + ((size_t)g * c->nkt + (size_t)kt) * c->d * c->ldvt;
+    if (c->bt) return c->Vall + ((size_t)g * c->nkv2 + j0 / 2) * c->ldvw;
+    return c->Vf + ((size_t)g * c->n_kv + j0) * c->ldc;
+}
+
+/* Packs key tile kt of kv head g (k, v: rows ldk apart): K in panels or rows, V as fp32 compact
+ * rows or bf16 pairs or V^T rows (pack_contracting, through tmp). */
+static inline void fwd_pack_key_tile(const FwdCall *c, int g, int kt, const float *k, const float *v, size_t ldk,
+                                     bf16_pair *tmp) {
+    const int d = c->d, j0 = kt * c->BK, bk = tile_len(kt, c->BK, c->n_kv);
+    const float *ks = k + ((size_t)j0 * c->Hkv + g) * d, *vs = v + ((size_t)j0 * c->Hkv + g) * d;
+    if (c->bt) {
+        if (c->kpan) c->bt->pack_panels(bk, d, ks, ldk, fwd_k_tile(c, g, kt));
+        else c->bt->pack_rows(bk, d, ks, ldk, fwd_k_tile(c, g, kt), c->ldkw);
+        pack_contracting(c->bt, c->sk, c->acc_t, bk, d, vs, ldk, tmp, fwd_v_tile(c, g, kt), c->acc_t ? c->ldvt : c->ldvw);
+    } else {
+        c->sk->pack_panels(bk, d, ks, ldk, fwd_k_tile(c, g, kt));
+        copy_tile(bk, d, vs, ldk, fwd_v_tile(c, g, kt), c->ldc);
+    }
+}
+
+/* The prefetches of key tile nt (nkt: none, both empty) during this tile's products: its K and V
+ * (contiguous, rows of one 64-byte line) during the score product; under acc_t K so, and V^T's
+ * tile during acc^T's. */
+static inline void fwd_prefetch(const FwdCall *c, int g, int nt, Prefetch *pf, Prefetch *pfv) {
+    *pf = (Prefetch){.lines_per_row = 1};
+    *pfv = (Prefetch){.lines_per_row = 1};
+    if (nt >= c->nkt) return;
+    const int nb = tile_len(nt, c->BK, c->n_kv);
+    const size_t bytes = c->bt ? (size_t)nb * c->ldkw * sizeof(bf16_pair) : (size_t)nb * c->ldc * sizeof(float);
+    prefetch_pair(pf, fwd_k_tile(c, g, nt), c->acc_t ? NULL : fwd_v_tile(c, g, nt), bytes);
+    if (c->acc_t) prefetch_pair(pfv, fwd_v_tile(c, g, nt), NULL, (size_t)c->d * c->ldvt * sizeof(bf16_pair));
+}
+
+/* The state of the item's queries from the caller's: bq rows of o (rows H * d apart) and lse
+ * (H apart). A row with no state yet (lse -inf) starts empty; another is one key of weight 1 with
+ * the value o (l = 1, m its lse), so that the call merges into it. */
+static inline void fwd_seed(const FwdCall *c, FwdWork *w, int bq, const float *o, const float *lse, int H) {
+    const int d = c->d;
+    for (int r = 0; r < bq; r++) {
+        const size_t row = (size_t)r * H;
+        float L = lse[row];
+        w->seen[r] = 0;
+        if (L == -INFINITY) {
+            w->m[r] = -INFINITY;
+            w->l[r] = 0.0f;
+            if (c->acc_t)
+                for (int cc = 0; cc < d; cc++) w->acc[(size_t)cc * c->ldt + r] = 0.0f;
+            else
+                memset(w->acc + (size_t)r * d, 0, (size_t)d * sizeof(float));
+        } else {
+            w->m[r] = lse_log2(L);
+            w->l[r] = 1.0f;
+            if (c->acc_t)
+                for (int cc = 0; cc < d; cc++) w->acc[(size_t)cc * c->ldt + r] = o[row * d + cc];
+            else
+                memcpy(w->acc + (size_t)r * d, o + row * d, (size_t)d * sizeof(float));
+        }
+    }
+}
+
+/* The query blocks of a tile pair. A partially visible pair runs in blocks of FA_QBLOCK queries,
+ * block b over the keys before end[b] (visible_keys: every later key is past the block's latest
+ * query), so that its products, mask and softmax stop there; any other pair is one block. */
+typedef struct { int n, w, end[FA_MAX_TILE / FA_QBLOCK + 1]; } QueryBlocks;
+
+static inline void fwd_query_blocks(QueryBlocks *qb, int cls, const int *q_pos, const int *kv_pos, int bq, int bk) {
+    qb->n = 1;
+    qb->w = bq;
+    qb->end[0] = bk;
+    if (cls != TILE_PARTIAL) return;
+    qb->n = (bq + FA_QBLOCK - 1) / FA_QBLOCK;
+    qb->w = FA_QBLOCK;
+    for (int b = 0; b < qb->n; b++) {
+        const int c0 = b * qb->w, c1 = c0 + qb->w < bq ? c0 + qb->w : bq;
+        qb->end[b] = visible_keys(kv_pos, bk, attn_span(q_pos + c0, NULL, c1 - c0).pos_hi);
+    }
+}
+
+/* Queries [c0, c0 + width) of block b of a tile of bq queries. */
+static inline int block_width(const QueryBlocks *qb, int b, int bq) {
+    const int c0 = b * qb->w;
+    return c0 + qb->w < bq ? qb->w : bq - c0;
+}
+
+/* bf16 tiles on a pair every key of which every query sees, with every query's reference maximum
+ * set: the softmax step first tries the current maxima, finding the block's largest arguments as it
+ * goes, so that the separate pass for the column maxima (a read of S^T from L2, 7% of the AMX
+ * forward at d = 64) is needed only where a maximum moves (the lazy rule: by more than lazy_max). */
+static inline int fwd_try_maxima(const FwdCall *c, const FwdWork *w, int cls, int bq) {
+    int try_m = c->bt && cls != TILE_PARTIAL;
+    for (int i = 0; i < bq && try_m; i++) try_m = w->m[i] != -INFINITY;
+    return try_m;
+}
+
+/* S^T (end[b], width) of each query block = K Q^T of the block's queries (score_tile: the bf16
+ * tiles' unscaled), masked on a partial pair key by key (a key every query of the tile q sees is
+ * left as it is; positions qp, qd of the tile's queries, kp, kd of the pair's keys, qd and kd NULL
+ * without documents), and unless the softmax step tries the current maxima, the block's column
+ * maxima in log2 units into mx. */
+static inline void fwd_scores(const FwdCall *c, FwdWork *w, const QueryBlocks *qb, int bq, int cls, int try_m,
+                              const void *K, Prefetch *pf, AttnSpan q, const int *qp, const int *qd, const int *kp,
+                              const int *kd, int window) {
+    for (int b = 0; b < qb->n; b++) {
+        const int c0 = b * qb->w, cw = block_width(qb, b, bq), je = qb->end[b];
+        const void *QT = c->bt ? (const void *)(w->Qw + c0) : (const void *)(w->Qt + c0); /* the block's Q^T */
+        score_tile(c->sk, c->bt, je, cw, c->d, c->alpha, K, c->kpan ? 0 : c->ldkw, QT, c->ldt, w->ST + c0, c->ldt, pf);
+        if (cls == TILE_PARTIAL)
+            for (int j = 0; j < je; j++) {
+                const int kdj = qd ? kd[j] : 0;
+                if (key_class(q, kp[j], kdj, window) == TILE_VISIBLE) continue; /* every query sees it */
+                mask_key_row(w->ST + (size_t)j * c->ldt, kp[j], kdj, qp, qd, c0, c0 + cw, window);
+            }
+        if (!try_m) col_max_scores(c->sk, c->bt != NULL, w->ST + c0, je, cw, c->ldt, c->alpha, w->mx + c0);
+    }
+}
+
+/* The online softmax step of a pair: the running maxima m (bf16 tiles: moved only past lazy_max),
+ * P^T = 2^(S^T - m) (in place, or the bf16 tiles' pairs, never stored in fp32), l = l corr + the
+ * column sums and the accumulator rescaled by corr = 2^(m_old - m_new). */
+static inline void fwd_softmax(const FwdCall *c, FwdWork *w, const QueryBlocks *qb, int bq, int bk, int try_m) {
+    const SimdKernels *sk = c->sk;
+    const AttnBf16Tiles *bt = c->bt;
+    const size_t ldt = c->ldt;
+    const float lazy_max = c->lazy_max;
+    float *m = w->m, *l = w->l, *mx = w->mx, *msafe = w->msafe, *corr = w->corr, *sum = w->sum;
+    if (try_m) { /* one block (no partial pair): c0 0, cw bq, je bk */
+        bt->col_exp2_pairs(w->ST, bk, bq, ldt, c->alpha, m, sum, w->Pw, ldt, mx);
+        /* no argument within a quarter of the threshold: the rule below, on the maxima, would
+         * keep every m too (for |m| < 2^21), and its step would make these same P, sums and
+         * l (m - m = 0, a factor of 1): the results are bit for bit those of that path */
+        int moves = 0;
+        for (int i = 0; i < bq; i++) moves |= mx[i] > lazy_max - 0.25f;
+        if (!moves) {
+            for (int i = 0; i < bq; i++) {
+                w->seen[i] |= mx[i] != -INFINITY;
+                l[i] += sum[i]; /* m stays: no rescaling */
+            }
+            return;
+        }
+        col_max_scores(sk, 1, w->ST, bk, bq, ldt, c->alpha, mx); /* the maxima after all; P made again */
+    }
+    for (int i = 0; i < bq; i++) { /* bf16 tiles: the reference maximum moves only past lazy_max */
+        float mnew = !bt ? (m[i] > mx[i] ? m[i] : mx[i]) : mx[i] > m[i] + lazy_max ? mx[i] : m[i];
+        w->seen[i] |= mx[i] != -INFINITY;
+        msafe[i] = mnew == -INFINITY ? 0.0f : mnew; /* a column with no key yet: p = 0 */
+        corr[i] = m[i] - msafe[i];                  /* exponent of the rescaling */
+        m[i] = mnew;
+    }
+    sk->row_exp2_sum(corr, bq, 0.0f); /* corr = 2^(m_old - m_new), 0 when m was -inf */
+    for (int b = 0; b < qb->n; b++) { /* P^T: bf16 pairs (never stored in fp32), or in place */
+        const int c0 = b * qb->w, cw = block_width(qb, b, bq);
+        if (bt)
+            bt->col_exp2_pairs(w->ST + c0, qb->end[b], cw, ldt, c->alpha, msafe + c0, sum + c0, w->Pw + c0, ldt, NULL);
+        else sk->col_exp2_sum(w->ST + c0, qb->end[b], cw, ldt, msafe + c0, sum + c0);
+    }
+    int rescale = 0;
+    for (int i = 0; i < bq; i++) {
+        l[i] = l[i] * corr[i] + sum[i];
+        rescale |= corr[i] != 1.0f;
+        if (!c->acc_t && corr[i] != 1.0f) sk->scale_row(w->acc + (size_t)i * c->d, c->d, corr[i]);
+    }
+    if (c->acc_t && rescale) sk->scale_cols(w->acc, c->d, bq, ldt, corr);
+}
+
+/* acc (cw, d) += P (cw, je) V (je, d) of each query block, P read as (S^T)^T (fp32) or from its
+ * pairs (bf16); or acc^T (d, cw) += V^T (d, je) P^T (je, cw) (acc_t; pfv during the first). */
+static inline void fwd_accumulate(const FwdCall *c, FwdWork *w, const QueryBlocks *qb, int bq, const void *V,
+                                  Prefetch *pfv) {
+    const int d = c->d;
+    const size_t ldt = c->ldt;
+    for (int b = 0; b < qb->n; b++) {
+        const int c0 = b * qb->w, cw = block_width(qb, b, bq), je = qb->end[b];
+        float *ab = w->acc + (size_t)c0 * d;
+        if (c->acc_t)
+            c->bt->tile_gemm(d, cw, (je + 1) / 2, 1.0f, V, c->ldvt, 1, w->Pw + c0, ldt, 1, w->acc + c0, ldt,
+                             b == 0 ? pfv : NULL);
+        else if (c->bt)
+            c->bt->tile_gemm(cw, d, (je + 1) / 2, 1.0f, w->Pw + c0, 1, ldt, V, c->ldvw, 1, ab, (size_t)d, NULL);
+        else
+            c->sk->tile_gemm(cw, d, je, 1.0f, w->ST + c0, 1, ldt, V, c->ldc, 1, ab, (size_t)d, NULL);
+    }
+}
+
+/* The item's queries back into the caller's state (o rows H * d apart, lse H apart): o = acc / l,
+ * lse = (m + log2 l) ln 2; a query that saw no key in this call keeps its state. */
+static inline void fwd_finish(const FwdCall *c, const FwdWork *w, int bq, float *o, float *lse, int H) {
+    const int d = c->d;
+    for (int r = 0; r < bq; r++) {
+        if (!w->seen[r]) continue; /* no visible key in this call: state unchanged */
+        const size_t row = (size_t)r * H;
+        float inv = 1.0f / w->l[r];
+        float *orow = o + row * d;
+        if (c->acc_t)
+            for (int cc = 0; cc < d; cc++) orow[cc] = w->acc[(size_t)cc * c->ldt + r] * inv;
+        else
+            for (int cc = 0; cc < d; cc++) orow[cc] = w->acc[(size_t)r * d + cc] * inv;
+        lse[row] = (float)(((double)w->m[r] + log2((double)w->l[r])) * FA_LN2);
+    }
+}
+
 static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, const int *q_doc, const float *k,
                          const float *v, const int *kv_pos, const int *kv_doc, float *o, float *lse) {
     check_shape(s, q_pos, kv_pos, q_doc, kv_doc, "attn_forward");
@@ -356,34 +765,25 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
     const int acc_t = bt && bt->fwd_acc_transposed; /* acc^T += V^T P^T instead of acc += P V */
     const int group = H / Hkv, BQ = bt ? bt->fwd_bq : sk->fwd_bq, BK = bt ? bt->fwd_bk : sk->fwd_bk;
     if (BQ > FA_MAX_TILE) die("attn_forward: query tile %d exceeds %d", BQ, FA_MAX_TILE);
-    const int nqt = (n_q + BQ - 1) / BQ, nkt = (n_kv + BK - 1) / BK;
     const size_t ldq = (size_t)H * d, ldk = (size_t)Hkv * d, ldt = (size_t)BQ + FA_SKEW;
     if (bt && !acc_t && (size_t)BQ + (size_t)bt->mr > ldt) /* P^T is read transposed, up to mr words past a row */
         die("internal: attn_forward: query tile %d plus the bf16 tiles' %d rows exceeds the stride %zu", BQ, bt->mr, ldt);
-    const size_t ldc = (size_t)d + FA_SKEW; /* row stride of the compact k and v tiles */
-    const float alpha = (float)(s->scale * FA_LOG2E); /* scores in log2 units */
+    const int W = s->window;
     /* Lazy rescaling (bf16 tiles): a query's reference maximum m moves only when a block's maximum
      * exceeds it by more than LAZY_MAX_LOG2, so the accumulator is rescaled a few times per row
      * instead of at almost every key block (with 192 queries a block some query's maximum grows in
      * nearly every one); P = 2^(s - m) then stays below 2^LAZY_MAX_LOG2, exact in bf16's exponent
      * range, and l and the fp32 accumulator carry the factor until the final division. The fp32
      * kernel keeps the exact running maximum: its results are unchanged. */
-    const float lazy_max = LAZY_MAX_LOG2;
-    const AttnMask mask = s->mask;
-    const int W = s->window;
+    FwdCall c = {.sk = sk, .bt = bt, .acc_t = acc_t, .d = d, .d2 = (d + 1) / 2, .BK = BK, .n_kv = n_kv, .Hkv = Hkv,
+                 .nkv2 = (n_kv + 1) / 2, .ldt = ldt, .ldc = (size_t)d + FA_SKEW,
+                 .alpha = (float)(s->scale * FA_LOG2E), .lazy_max = LAZY_MAX_LOG2};
 
-    AttnSpan *qr = xmalloc((size_t)nqt * sizeof *qr), *kr = xmalloc((size_t)nkt * sizeof *kr);
-    tile_ranges(mask == ATTN_CAUSAL ? q_pos : NULL, q_doc, n_q, BQ, qr);
-    tile_ranges(mask == ATTN_CAUSAL ? kv_pos : NULL, kv_doc, n_kv, BK, kr);
-    /* Heaviest query tiles first, so the dynamic schedule ends balanced. */
-    TileOrder *order = xmalloc((size_t)nqt * sizeof *order);
-    int n_busy = 0;
-    for (int t = 0; t < nqt; t++) {
-        int c = 0;
-        for (int u = 0; u < nkt; u++) c += tile_class(mask, W, qr[t], kr[u]) != TILE_HIDDEN;
-        if (c) order[n_busy++] = (TileOrder){c, t};
-    }
-    qsort(order, (size_t)n_busy, sizeof *order, cmp_cost_desc);
+    /* the query tiles with any key tile to see, heaviest first */
+    TileGrid tg;
+    tile_grid_init(&tg, s, q_pos, q_doc, kv_pos, kv_doc, BQ, BK, 0);
+    const int nkt = tg.nkt, n_busy = tg.n_busy;
+    c.nkt = nkt;
 
     const int nth = omp_get_max_threads();
     /* per thread: Q^T (d, ldt) | S^T (BK, ldt) | acc (BQ, d) or acc^T (d, ldt) | m, l, mx, msafe,
@@ -407,247 +807,74 @@ static void forward_docs(const AttnShape *s, const float *q, const int *q_pos, c
      * packed, (BK/2, d)). ldt >= BQ + mr where
      * P^T is read transposed. Key tiles start at even rows (BK even), so a tile's pairs are the
      * call's. */
-    const int d2 = (d + 1) / 2, bk2 = (BK + 1) / 2, nkv2 = (n_kv + 1) / 2;
-    const size_t ldkw = bt ? attn_bf16_rows_ld(bt, d2) : 0, ldvw = (size_t)d + FA_SKEW / 2;
-    const size_t ldvt = ((size_t)bk2 + 15) / 16 * 16;
+    const int d2 = c.d2, bk2 = (BK + 1) / 2;
+    c.ldkw = bt ? attn_bf16_rows_ld(bt, d2) : 0;
+    c.ldvw = (size_t)d + FA_SKEW / 2;
+    c.ldvt = ((size_t)bk2 + 15) / 16 * 16;
     const size_t pw_n = (size_t)bk2 * (acc_t && (size_t)d > ldt ? (size_t)d : ldt);
     const size_t per_thread_w = ((size_t)BQ * d2 + (size_t)d2 * ldt + pw_n + 15) / 16 * 16;
     bf16_pair *work_w = bt ? words_zeroed((size_t)nth * per_thread_w) : NULL;
-    const int kpan = !bt || bt->tile_gemm_panels; /* K in panels */
-    const int pmr = !bt ? sk->gemm_mr : bt->panel_mr, BKp = kpan ? (BK + pmr - 1) / pmr * pmr : 0;
-    /* words or floats of one packed K tile, and where tile kt of kv head g starts */
-    const size_t ktile_n = kpan ? (size_t)BKp * (bt ? d2 : d) : (size_t)BK * ldkw;
-#define K_TILE_AT(base, g, kt) ((base) + ((size_t)(g) * nkt + (size_t)(kt)) * ktile_n)
-    bf16_pair *Kall = bt ? words_zeroed((size_t)Hkv * nkt * ktile_n) : NULL;
-    bf16_pair *Vall = bt && !acc_t ? words_zeroed((size_t)Hkv * nkv2 * ldvw) : NULL;
-    bf16_pair *VTall = acc_t ? words_zeroed((size_t)Hkv * nkt * d * ldvt) : NULL;
-#define VT_TILE_AT(g, kt) (VTall + ((size_t)(g) * nkt + (size_t)(kt)) * d * ldvt)
-    float *Kf = bt ? NULL : xzalloc_filled((size_t)Hkv * nkt * ktile_n * sizeof(float));
-    float *Vf = bt ? NULL : xzalloc_filled((size_t)Hkv * n_kv * ldc * sizeof(float));
+    c.kpan = !bt || bt->tile_gemm_panels;
+    const int pmr = !bt ? sk->gemm_mr : bt->panel_mr, BKp = c.kpan ? (BK + pmr - 1) / pmr * pmr : 0;
+    c.ktile_n = c.kpan ? (size_t)BKp * (bt ? d2 : d) : (size_t)BK * c.ldkw;
+    c.Kall = bt ? words_zeroed((size_t)Hkv * nkt * c.ktile_n) : NULL;
+    c.Vall = bt && !acc_t ? words_zeroed((size_t)Hkv * c.nkv2 * c.ldvw) : NULL;
+    c.VTall = acc_t ? words_zeroed((size_t)Hkv * nkt * d * c.ldvt) : NULL;
+    c.Kf = bt ? NULL : xzalloc_filled((size_t)Hkv * nkt * c.ktile_n * sizeof(float));
+    c.Vf = bt ? NULL : xzalloc_filled((size_t)Hkv * n_kv * c.ldc * sizeof(float));
 
 #pragma omp parallel num_threads(nth)
     {
-        float *Qt = work + (size_t)omp_get_thread_num() * per_thread; /* (d, bq) transposed q tile */
-        float *ST = Qt + (size_t)d * ldt;                             /* (bk, bq) scores^T / probs^T */
-        float *acc = ST + (size_t)BK * ldt;                           /* (bq, d); acc_t: (d, ldt) */
-        float *m = acc + acc_n;                                       /* (bq) running max, log2 */
-        float *l = m + BQ;                                            /* (bq) running sum */
-        float *mx = l + BQ, *msafe = mx + BQ, *corr = msafe + BQ, *sum = corr + BQ; /* (bq) each */
-        unsigned char seen[FA_MAX_TILE];
-        bf16_pair *Qr = NULL, *Qw = NULL, *Pw = NULL;
+        FwdWork w = {.Qt = work + (size_t)omp_get_thread_num() * per_thread};
+        w.ST = w.Qt + (size_t)d * ldt;
+        w.acc = w.ST + (size_t)BK * ldt;
+        w.m = w.acc + acc_n;
+        w.l = w.m + BQ;
+        w.mx = w.l + BQ, w.msafe = w.mx + BQ, w.corr = w.msafe + BQ, w.sum = w.corr + BQ;
         if (bt) {
-            Qr = work_w + (size_t)omp_get_thread_num() * per_thread_w; /* (bq, d2) Q rows */
-            Qw = Qr + (size_t)BQ * d2;                                /* (d2, bq) Q^T pairs */
-            Pw = Qw + (size_t)d2 * ldt;                               /* (bk/2, bq) P^T pairs */
+            w.Qr = work_w + (size_t)omp_get_thread_num() * per_thread_w;
+            w.Qw = w.Qr + (size_t)BQ * d2;
+            w.Pw = w.Qw + (size_t)d2 * ldt;
         }
 #pragma omp for schedule(static)
-        for (long long t = 0; t < (long long)Hkv * nkt; t++) { /* K, V of every kv head: rows, or packed */
-            const int g = (int)(t / nkt), j0 = (int)(t % nkt) * BK, bk = j0 + BK <= n_kv ? BK : n_kv - j0;
-            const float *ks = k + ((size_t)j0 * Hkv + g) * d, *vs = v + ((size_t)j0 * Hkv + g) * d;
-            if (bt) {
-                if (kpan) bt->pack_panels(bk, d, ks, ldk, K_TILE_AT(Kall, g, t % nkt));
-                else bt->pack_rows(bk, d, ks, ldk, K_TILE_AT(Kall, g, t % nkt), ldkw);
-                if (!acc_t) {
-                    bt->pack_pairs(bk, d, vs, ldk, Vall + ((size_t)g * nkv2 + j0 / 2) * ldvw, ldvw);
-                } else { /* V's pairs (an odd last key pairs with 0), then as V^T rows */
-                    pack_pairs_transposed(bt, sk, bk, d, vs, ldk, Pw, VT_TILE_AT(g, t % nkt), ldvt);
-                }
-            } else {
-                sk->pack_panels(bk, d, ks, ldk, K_TILE_AT(Kf, g, t % nkt));
-                copy_tile(bk, d, vs, ldk, Vf + ((size_t)g * n_kv + j0) * ldc, ldc);
-            }
-        } /* implicit barrier: every tile is packed */
+        for (long long t = 0; t < (long long)Hkv * nkt; t++) /* K, V of every kv head: rows, or packed */
+            fwd_pack_key_tile(&c, (int)(t / nkt), (int)(t % nkt), k, v, ldk, w.Pw);
+        /* implicit barrier: every tile is packed */
 
 #pragma omp for schedule(dynamic, 1)
-        for (long long w = 0; w < n_items; w++) {
+        for (long long it = 0; it < n_items; it++) {
             /* head-major: the threads work on one head at a time and share its K/V in L3 */
-            const int h = (int)(w / n_busy), qt = order[w % n_busy].idx, g = h / group;
-            if (s->progress && w > 0 && omp_get_thread_num() == 0) s->progress(s->progress_arg);
-            const int i0 = qt * BQ, bq = i0 + BQ <= n_q ? BQ : n_q - i0;
-            if (bt) {
-                bt->pack_rows(bq, d, q + ((size_t)i0 * H + h) * d, ldq, Qr, (size_t)d2);
-                sk->transpose32(bq, d2, Qr, (size_t)d2, Qw, ldt);
-            } else {
-                sk->transpose32(bq, d, q + ((size_t)i0 * H + h) * d, ldq, Qt, ldt);
+            const int h = (int)(it / n_busy), qt = tg.order[it % n_busy].idx, g = h / group;
+            if (s->progress && it > 0 && omp_get_thread_num() == 0) s->progress(s->progress_arg);
+            const int i0 = qt * BQ, bq = tile_len(qt, BQ, n_q);
+            const int *qp = q_pos ? q_pos + i0 : NULL, *qd = q_doc ? q_doc + i0 : NULL;
+            const size_t row0 = (size_t)i0 * H + h; /* the item's first (query, head) row */
+            load_transposed(sk, bt, bq, d, q + row0 * d, ldq, w.Qr, bt ? (void *)w.Qw : (void *)w.Qt, ldt);
+            fwd_seed(&c, &w, bq, o + row0 * d, lse + row0, H);
+            for (int kt = next_key_tile(&tg, qt, 0), nt; kt < nkt; kt = nt) {
+                nt = next_key_tile(&tg, qt, kt + 1);
+                const int cls = pair_class(&tg, qt, kt), j0 = kt * BK, bk = tile_len(kt, BK, n_kv);
+                const int *kp = kv_pos ? kv_pos + j0 : NULL, *kd = kv_doc ? kv_doc + j0 : NULL;
+                Prefetch pf, pfv; /* the next visible key tile's K and V */
+                fwd_prefetch(&c, g, nt, &pf, &pfv);
+                QueryBlocks qb;
+                fwd_query_blocks(&qb, cls, qp, kp, bq, bk);
+                const int try_m = fwd_try_maxima(&c, &w, cls, bq);
+                fwd_scores(&c, &w, &qb, bq, cls, try_m, fwd_k_tile(&c, g, kt), &pf, tg.qr[qt], qp, qd, kp, kd, W);
+                fwd_softmax(&c, &w, &qb, bq, bk, try_m);
+                fwd_accumulate(&c, &w, &qb, bq, fwd_v_tile(&c, g, kt), &pfv);
             }
-            for (int r = 0; r < bq; r++) {
-                size_t row = (size_t)(i0 + r) * H + h;
-                float L = lse[row];
-                seen[r] = 0;
-                if (L == -INFINITY) {
-                    m[r] = -INFINITY;
-                    l[r] = 0.0f;
-                    if (acc_t)
-                        for (int c = 0; c < d; c++) acc[(size_t)c * ldt + r] = 0.0f;
-                    else
-                        memset(acc + (size_t)r * d, 0, (size_t)d * sizeof(float));
-                } else {
-                    m[r] = (float)(L * FA_LOG2E);
-                    l[r] = 1.0f;
-                    if (acc_t)
-                        for (int c = 0; c < d; c++) acc[(size_t)c * ldt + r] = o[row * d + c];
-                    else
-                        memcpy(acc + (size_t)r * d, o + row * d, (size_t)d * sizeof(float));
-                }
-            }
-            for (int kt = 0; kt < nkt; kt++) {
-                const int cls = tile_class(mask, W, qr[qt], kr[kt]);
-                if (cls == TILE_HIDDEN) continue;
-                const int j0 = kt * BK, bk = j0 + BK <= n_kv ? BK : n_kv - j0;
-                /* this tile's packed K and V, and the next visible tile's to prefetch (contiguous:
-                 * rows of one 64-byte line) */
-                const bf16_pair *Kw = bt ? K_TILE_AT(Kall, g, kt) : NULL;
-                const bf16_pair *Vw = bt && !acc_t ? Vall + ((size_t)g * nkv2 + j0 / 2) * ldvw : NULL;
-                const bf16_pair *VTw = acc_t ? VT_TILE_AT(g, kt) : NULL;
-                const float *Kc = bt ? NULL : K_TILE_AT(Kf, g, kt);
-                const float *Vc = bt ? NULL : Vf + ((size_t)g * n_kv + j0) * ldc;
-                /* K and V are contiguous (rows of one 64-byte line), prefetched during the score
-                 * product; under acc_t K so, and V^T's tile during acc^T's */
-                Prefetch pf = {.lines_per_row = 1}, pfv = {.lines_per_row = 1}; /* empty */
-                for (int nt = kt + 1; nt < nkt; nt++) {
-                    if (tile_class(mask, W, qr[qt], kr[nt]) == TILE_HIDDEN) continue;
-                    const int n0 = nt * BK, nb = n0 + BK <= n_kv ? BK : n_kv - n0;
-                    const size_t bytes = bt ? (size_t)nb * ldkw * sizeof(bf16_pair) : (size_t)nb * ldc * sizeof(float);
-                    const void *kb = bt ? (const void *)K_TILE_AT(Kall, g, nt) : (const void *)K_TILE_AT(Kf, g, nt);
-                    const void *vb = acc_t ? NULL
-                                     : bt  ? (const void *)(Vall + ((size_t)g * nkv2 + n0 / 2) * ldvw)
-                                           : (const void *)(Vf + ((size_t)g * n_kv + n0) * ldc);
-                    prefetch_pair(&pf, kb, vb, bytes);
-                    if (acc_t) prefetch_pair(&pfv, VT_TILE_AT(g, nt), NULL, (size_t)d * ldvt * sizeof(bf16_pair));
-                    break;
-                }
-                /* A partial tile runs in blocks of FA_QBLOCK queries: no key row at or past jend[b]
-                 * is visible to block b (each is later than the block's latest query), so block b's
-                 * products, mask and softmax stop there. The rows skipped would hold p = 0 exactly,
-                 * so the result is the whole tile's. */
-                int jend[FA_MAX_TILE / FA_QBLOCK + 1], nblk = 1, bw = bq;
-                jend[0] = bk;
-                if (cls == TILE_PARTIAL) {
-                    nblk = (bq + FA_QBLOCK - 1) / FA_QBLOCK;
-                    bw = FA_QBLOCK;
-                    for (int b = 0; b < nblk; b++) {
-                        const int c0 = b * bw, c1 = c0 + bw < bq ? c0 + bw : bq;
-                        int maxq = INT_MIN, je = 0;
-                        for (int i = c0; i < c1; i++) maxq = q_pos[i0 + i] > maxq ? q_pos[i0 + i] : maxq;
-                        for (int j = 0; j < bk; j++)
-                            if (kv_pos[j0 + j] <= maxq) je = j + 1;
-                        jend[b] = je;
-                    }
-                }
-                /* bf16 tiles on a tile every key of which every query sees, with every query's reference
-                 * maximum set: the softmax step first tries the current maxima, finding the block's
-                 * largest arguments as it goes, so that the separate pass for the column maxima (a
-                 * read of S^T from L2, 7% of the AMX forward at d = 64) is needed only where a maximum
-                 * moves (the lazy rule: by more than lazy_max) */
-                int try_m = bt && cls != TILE_PARTIAL;
-                for (int i = 0; i < bq && try_m; i++) try_m = m[i] != -INFINITY;
-                for (int b = 0; b < nblk; b++) {
-                    /* S^T (je, cw) = alpha K (je, d) Q^T (d, cw) of this block's queries, masked */
-                    const int c0 = b * bw, cw = c0 + bw < bq ? bw : bq - c0, je = jend[b];
-                    /* (the bf16 tiles store K Q^T unscaled and apply alpha in the softmax step:
-                     * AMX stores a product with alpha 1 straight from its tiles) */
-                    if (bt && kpan) bt->tile_gemm_panels(je, cw, d2, 1.0f, Kw, Qw + c0, ldt, 0, ST + c0, ldt, &pf);
-                    else if (bt) bt->tile_gemm(je, cw, d2, 1.0f, Kw, ldkw, 1, Qw + c0, ldt, 0, ST + c0, ldt, &pf);
-                    else sk->tile_gemm_panels(je, cw, d, alpha, Kc, Qt + c0, ldt, 0, ST + c0, ldt, &pf);
-                    if (cls == TILE_PARTIAL)
-                        for (int j = 0; j < je; j++) {
-                            const int kp = kv_pos[j0 + j], kd = q_doc ? kv_doc[j0 + j] : 0;
-                            if (kp <= qr[qt].pos_lo && (!q_doc || (kd == qr[qt].doc_lo && kd == qr[qt].doc_hi)) &&
-                                !before_window(kp, qr[qt].pos_hi, W))
-                                continue; /* every query of the tile sees this key */
-                            float *row = ST + (size_t)j * ldt;
-                            const int *qp = q_pos + i0, *qd = q_doc ? q_doc + i0 : NULL;
-                            if (!q_doc && W <= 0)
-                                for (int i = c0; i < c0 + cw; i++) row[i] = kp > qp[i] ? -INFINITY : row[i];
-                            else if (!q_doc)
-                                for (int i = c0; i < c0 + cw; i++) row[i] = key_hidden(kp, qp[i], W) ? -INFINITY : row[i];
-                            else
-                                for (int i = c0; i < c0 + cw; i++)
-                                    row[i] = key_hidden(kp, qp[i], W) || kd != qd[i] ? -INFINITY : row[i];
-                        }
-                    if (!try_m) col_max_scores(sk, bt != NULL, ST + c0, je, cw, ldt, alpha, mx + c0);
-                }
-                int settled = 0; /* P, its sums and l done by the try */
-                if (try_m) { /* one block (no partial tile): c0 0, cw bq, je bk */
-                    bt->col_exp2_pairs(ST, bk, bq, ldt, alpha, m, sum, Pw, ldt, mx);
-                    /* no argument within a quarter of the threshold: the rule below, on the maxima, would
-                     * keep every m too (for |m| < 2^21), and its step would make these same P, sums and
-                     * l (m - m = 0, a factor of 1): the results are bit for bit those of that path */
-                    int moves = 0;
-                    for (int i = 0; i < bq; i++) moves |= mx[i] > lazy_max - 0.25f;
-                    if (!moves) {
-                        for (int i = 0; i < bq; i++) {
-                            seen[i] |= mx[i] != -INFINITY;
-                            l[i] += sum[i]; /* m stays: no rescaling */
-                        }
-                        settled = 1;
-                    } else { /* the maxima after all, and the usual step below (P made again) */
-                        col_max_scores(sk, 1, ST, bk, bq, ldt, alpha, mx);
-                    }
-                }
-                if (!settled) {
-                    for (int i = 0; i < bq; i++) { /* bf16 tiles: the reference maximum moves only past lazy_max */
-                        float mnew = !bt ? (m[i] > mx[i] ? m[i] : mx[i]) : mx[i] > m[i] + lazy_max ? mx[i] : m[i];
-                        seen[i] |= mx[i] != -INFINITY;
-                        msafe[i] = mnew == -INFINITY ? 0.0f : mnew; /* a column with no key yet: p = 0 */
-                        corr[i] = m[i] - msafe[i];                  /* exponent of the rescaling */
-                        m[i] = mnew;
-                    }
-                    sk->row_exp2_sum(corr, bq, 0.0f); /* corr = 2^(m_old - m_new), 0 when m was -inf */
-                    for (int b = 0; b < nblk; b++) { /* P^T: bf16 pairs (never stored in fp32), or in place */
-                        const int c0 = b * bw, cw = c0 + bw < bq ? bw : bq - c0;
-                        if (bt)
-                            bt->col_exp2_pairs(ST + c0, jend[b], cw, ldt, alpha, msafe + c0, sum + c0, Pw + c0, ldt,
-                                               NULL);
-                        else sk->col_exp2_sum(ST + c0, jend[b], cw, ldt, msafe + c0, sum + c0);
-                    }
-                    int rescale = 0;
-                    for (int i = 0; i < bq; i++) {
-                        l[i] = l[i] * corr[i] + sum[i];
-                        rescale |= corr[i] != 1.0f;
-                        if (!acc_t && corr[i] != 1.0f) sk->scale_row(acc + (size_t)i * d, d, corr[i]);
-                    }
-                    if (acc_t && rescale) sk->scale_cols(acc, d, bq, ldt, corr);
-                }
-                for (int b = 0; b < nblk; b++) {
-                    /* acc (cw, d) += P (cw, je) V (je, d), P read as (S^T)^T; or acc^T (d, cw) +=
-                     * V^T (d, je) P^T (je, cw) */
-                    const int c0 = b * bw, cw = c0 + bw < bq ? bw : bq - c0, je = jend[b];
-                    float *ab = acc + (size_t)c0 * d;
-                    if (acc_t)
-                        bt->tile_gemm(d, cw, (je + 1) / 2, 1.0f, VTw, ldvt, 1, Pw + c0, ldt, 1, acc + c0, ldt,
-                                      b == 0 ? &pfv : NULL);
-                    else if (bt)
-                        bt->tile_gemm(cw, d, (je + 1) / 2, 1.0f, Pw + c0, 1, ldt, Vw, ldvw, 1, ab, (size_t)d, NULL);
-                    else
-                        sk->tile_gemm(cw, d, je, 1.0f, ST + c0, 1, ldt, Vc, ldc, 1, ab, (size_t)d, NULL);
-                }
-            }
-            for (int r = 0; r < bq; r++) {
-                if (!seen[r]) continue; /* no visible key in this call: state unchanged */
-                size_t row = (size_t)(i0 + r) * H + h;
-                float inv = 1.0f / l[r];
-                float *orow = o + row * d;
-                if (acc_t)
-                    for (int c = 0; c < d; c++) orow[c] = acc[(size_t)c * ldt + r] * inv;
-                else
-                    for (int c = 0; c < d; c++) orow[c] = acc[(size_t)r * d + c] * inv;
-                lse[row] = (float)(((double)m[r] + log2((double)l[r])) * FA_LN2);
-            }
+            fwd_finish(&c, &w, bq, o + row0 * d, lse + row0, H);
         }
     }
     xfree(work);
     xfree(work_w);
-#undef K_TILE_AT
-#undef VT_TILE_AT
-    xfree(Kall);
-    xfree(Vall);
-    xfree(VTall);
-    xfree(Kf);
-    xfree(Vf);
-    xfree(order);
-    xfree(qr);
-    xfree(kr);
+    xfree(c.Kall);
+    xfree(c.Vall);
+    xfree(c.VTall);
+    xfree(c.Kf);
+    xfree(c.Vf);
+    tile_grid_free(&tg);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -763,6 +990,266 @@ static const float *input_rows(const float *f, const bf16_t *h, size_t off, int 
     return tmp;
 }
 
+
+/* One backward call: its kernels, sizes and strides, the current pass's Q and dO copies and the
+ * kv head's dK and dV across passes (backward_docs says how). */
+typedef struct {
+    const SimdKernels *sk;
+    const AttnBf16Tiles *bt; /* NULL: fp32 */
+    int acc_tb;              /* bf16 tiles: dK^T += Q^T dS and dV^T += dO^T P */
+    int passes_on;           /* the kv head runs in passes (dKall, dVall) */
+    int d, d2, BQ, BK, Hkv, PR, pr2, nqp;
+    size_t ldp;              /* row stride of K^T, V^T, P, dP (and the pairs read transposed) */
+    size_t ldc;              /* row stride of the compact fp32 K, Q, dO and the bf16 K pairs */
+    size_t ldkw, ldvw, ldsw, ldqt; /* bf16: Q, dO rows; Q, dO pairs; dS rows; Q^T, dO^T rows */
+    float alpha, scale;
+    bf16_pair *Qrows, *dOrows, *Qpairs, *dOpairs; /* bf16: the pass's Q and dO (Qpairs: Q^T under acc_tb) */
+    float *Qf, *dOf;                             /* fp32: the pass's Q and dO, compact rows */
+    float *dKall, *dVall;                        /* with passes: the kv head's dK, dV (n_kv, d) */
+    float *dk, *dv;                              /* the caller's (NULL: not wanted) */
+} BwdCall;
+
+/* A thread's buffers: the key tile's transposed and compact copies, the tile pair's P and dP, the
+ * key tile's dK and dV sums. */
+typedef struct {
+    float *Kt, *Vt;   /* (d, bk) transposed k, v tiles */
+    float *P, *dP;    /* (bq, bk) probabilities, then dS; dP */
+    float *dKa, *dVa; /* (bk, d), or (d, BK) under acc_tb */
+    float *Kc;        /* (bk, d) compact k tile */
+    float *Wide;      /* bf16 inputs: a tile widened */
+    bf16_pair *KTw, *VTw, *Kp, *Tr, *Pp, *dSr; /* bf16: K^T, V^T pairs | K pairs | K or V rows | P, dS pairs | dS rows */
+} BwdWork;
+
+/* Query tile qt (query head hp of the pass from row r0, query tile qt0) in the pass's copies: rows
+ * and pairs (bf16; Q^T, dO^T rows under acc_tb), or compact rows (fp32); NULL where not made. */
+typedef struct {
+    bf16_pair *Qr, *dOr, *Qp, *dOp;
+    float *Qc, *dOc;
+} BwdQueries;
+
+static inline BwdQueries bwd_queries(const BwdCall *c, int hp, int qt, int qt0, int r0) {
+    BwdQueries t = {.Qr = NULL};
+    const int i0 = qt * c->BQ;
+    if (c->bt) {
+        const size_t ro = ((size_t)hp * c->PR + (i0 - r0)) * c->ldkw;
+        const size_t po = ((size_t)hp * c->pr2 + (i0 - r0) / 2) * c->ldvw;
+        const size_t to = ((size_t)hp * c->nqp + (size_t)(qt - qt0)) * c->d * c->ldqt;
+        t.Qr = c->Qrows + ro;
+        if (c->dOrows) t.dOr = c->dOrows + ro;
+        if (c->Qpairs) t.Qp = c->Qpairs + (c->acc_tb ? to : po);
+        if (c->dOpairs) t.dOp = c->dOpairs + (c->acc_tb ? to : po);
+    } else {
+        const size_t off = ((size_t)hp * c->PR + (i0 - r0)) * c->ldc;
+        t.Qc = c->Qf + off;
+        t.dOc = c->dOf + off;
+    }
+    return t;
+}
+
+/* Packs query tile qt of the pass's query head hp (rows q_off.. of q and dout, ldq apart): bf16 Q
+ * and dO rows and pairs (pack_contracting, through the thread's Vt), or fp32 compact rows. */
+static inline void bwd_pack_query_tile(const BwdCall *c, BwdWork *w, const AttnShape *s, const float *q,
+                                       const float *dout, size_t q_off, size_t ldq, int bq, BwdQueries t) {
+    const int d = c->d;
+    size_t lq;
+    const float *qs = input_rows(q, s->q16, q_off, bq, d, ldq, w->Wide, &lq), *ds = dout + q_off;
+    if (c->bt) {
+        const size_t ldpw = c->acc_tb ? c->ldqt : c->ldvw;
+        c->bt->pack_rows(bq, d, qs, lq, t.Qr, c->ldkw);
+        if (t.dOr) c->bt->pack_rows(bq, d, ds, ldq, t.dOr, c->ldkw);
+        if (t.Qp) pack_contracting(c->bt, c->sk, c->acc_tb, bq, d, qs, lq, (bf16_pair *)w->Vt, t.Qp, ldpw);
+        if (t.dOp) pack_contracting(c->bt, c->sk, c->acc_tb, bq, d, ds, ldq, (bf16_pair *)w->Vt, t.dOp, ldpw);
+    } else {
+        copy_tile(bq, d, qs, lq, t.Qc, c->ldc);
+        copy_tile(bq, d, ds, ldq, t.dOc, c->ldc);
+    }
+}
+
+/* The next visible query tile's Q and dO, toward L2 during this pair's last products: rows (bf16)
+ * or compact rows (fp32) into pfq, pairs (bf16) into pfp; both empty where there is none. */
+static inline void bwd_prefetch(const BwdCall *c, int hp, int nt, int qt0, int qt1, int r0, int n_q, Prefetch *pfq,
+                                Prefetch *pfp) {
+    *pfq = (Prefetch){.lines_per_row = 1};
+    *pfp = *pfq;
+    if (nt >= qt1) return;
+    const int nb = tile_len(nt, c->BQ, n_q);
+    const BwdQueries t = bwd_queries(c, hp, nt, qt0, r0);
+    if (c->bt) {
+        prefetch_pair(pfq, t.Qr, t.dOr, (size_t)nb * c->ldkw * sizeof(bf16_pair));
+        prefetch_pair(pfp, t.Qp, t.dOp,
+                      c->acc_tb ? (size_t)c->d * c->ldqt * sizeof(bf16_pair)
+                                : (size_t)(nb + 1) / 2 * c->ldvw * sizeof(bf16_pair));
+    } else {
+        prefetch_pair(pfq, t.Qc, t.dOc, (size_t)nb * c->ldc * sizeof(float));
+    }
+}
+
+/* Loads key tile kv_off.. (bk rows, ldk apart) of k and v: K^T and V^T (load_transposed) and, for
+ * dQ, K itself (bf16 pairs or fp32 compact rows). With bf16 inputs K and then V are widened into
+ * the same buffer. */
+static inline void bwd_load_key_tile(const BwdCall *c, BwdWork *w, const AttnShape *s, const float *k, const float *v,
+                                     size_t kv_off, size_t ldk, int bk, int want_dq) {
+    const int d = c->d;
+    const int bf = c->bt != NULL;
+    size_t lk, lv;
+    const float *ktile = input_rows(k, s->k16, kv_off, bk, d, ldk, w->Wide, &lk);
+    load_transposed(c->sk, c->bt, bk, d, ktile, lk, w->Tr, bf ? (void *)w->KTw : (void *)w->Kt, c->ldp);
+    if (want_dq) {
+        if (bf) c->bt->pack_pairs(bk, d, ktile, lk, w->Kp, c->ldc);
+        else copy_tile(bk, d, ktile, lk, w->Kc, c->ldc);
+    }
+    const float *vtile = input_rows(v, s->v16, kv_off, bk, d, ldk, w->Wide, &lv);
+    load_transposed(c->sk, c->bt, bk, d, vtile, lv, w->Tr, bf ? (void *)w->VTw : (void *)w->Vt, c->ldp);
+}
+
+/* Where key tile j0.. (bk keys) sums its dK and dV: per item from 0, or the kv head's sums across
+ * passes (in place; under acc_tb transposed into the thread's (d, BK) sums, the same chain as one
+ * pass). */
+static inline void bwd_sums_start(const BwdCall *c, BwdWork *w, int j0, int bk, float **dKt, float **dVt) {
+    const int d = c->d;
+    *dKt = c->dKall ? c->dKall + (size_t)j0 * d : w->dKa;
+    *dVt = c->dVall ? c->dVall + (size_t)j0 * d : w->dVa;
+    if (c->acc_tb) { /* (d, BK): from 0, or the kv head's sums so far */
+        *dKt = w->dKa, *dVt = w->dVa;
+        if (c->passes_on) {
+            if (c->dKall) c->sk->transpose32(bk, d, c->dKall + (size_t)j0 * d, (size_t)d, w->dKa, (size_t)c->BK);
+            if (c->dVall) c->sk->transpose32(bk, d, c->dVall + (size_t)j0 * d, (size_t)d, w->dVa, (size_t)c->BK);
+        } else {
+            memset(w->dKa, 0, (size_t)d * c->BK * sizeof(float));
+            memset(w->dVa, 0, (size_t)d * c->BK * sizeof(float));
+        }
+    } else if (!c->passes_on) {
+        memset(w->dKa, 0, (size_t)bk * d * sizeof(float));
+        memset(w->dVa, 0, (size_t)bk * d * sizeof(float));
+    }
+}
+
+/* Key tile j0.. of kv head g done: its sums back to the kv head's rows (passes, acc_tb), or added
+ * to dk and dv (this thread is the only writer of these rows; under acc_tb 16 keys at a time
+ * through Kt, which the bf16 tiles do not use). Without acc_tb and with passes the sums are
+ * dKall's own rows already. */
+static inline void bwd_sums_store(const BwdCall *c, BwdWork *w, int g, int j0, int bk) {
+    const SimdKernels *sk = c->sk;
+    const int d = c->d;
+    if (c->acc_tb && c->passes_on) {
+        if (c->dKall) sk->transpose32(d, bk, w->dKa, (size_t)c->BK, c->dKall + (size_t)j0 * d, (size_t)d);
+        if (c->dVall) sk->transpose32(d, bk, w->dVa, (size_t)c->BK, c->dVall + (size_t)j0 * d, (size_t)d);
+    } else if (c->acc_tb) {
+        for (int jb = 0; jb < bk; jb += 16) {
+            const int nj = bk - jb < 16 ? bk - jb : 16;
+            for (int x = 0; x < 2; x++) {
+                float *dst = x ? c->dv : c->dk;
+                if (!dst) continue;
+                sk->transpose32(d, nj, (x ? w->dVa : w->dKa) + jb, (size_t)c->BK, w->Kt, (size_t)d);
+                for (int j = 0; j < nj; j++)
+                    sk->add_row(dst + ((size_t)(j0 + jb + j) * c->Hkv + g) * d, w->Kt + (size_t)j * d, (size_t)d);
+            }
+        }
+    } else if (!c->passes_on) {
+        for (int j = 0; j < bk; j++) {
+            size_t off = ((size_t)(j0 + j) * c->Hkv + g) * d;
+            if (c->dk) sk->add_row(c->dk + off, w->dKa + (size_t)j * d, (size_t)d);
+            if (c->dv) sk->add_row(c->dv + off, w->dVa + (size_t)j * d, (size_t)d);
+        }
+    }
+}
+
+/* P (bq, bk) = 2^(alpha Q K^T - lse) of a tile pair, over rows r_lo.. and keys ..je - 1 (fp32 on a
+ * partial pair: the leading rows see none of the key tile, the later keys are past every query;
+ * the bf16 tiles run the whole pair). A row hidden from the whole key tile k (or with no state:
+ * lse -inf) is 0; on a partial pair the others are masked a query at a time (query positions qp,
+ * qd of the tile, key positions kp, kd of the pair; qd, kd NULL without documents). lse: the tile's
+ * first row's, rows H apart. bf16 tiles: P's pairs (Pp) too, in the same pass. 0 where no row sees
+ * any key (nothing to add). */
+static inline int bwd_probs(const BwdCall *c, BwdWork *w, const BwdQueries *t, int bq, int bk, int r_lo, int je,
+                            int cls, AttnSpan k, const float *lse, int H, const int *qp, const int *qd, const int *kp,
+                            const int *kd, int window) {
+    const AttnBf16Tiles *bt = c->bt;
+    const size_t ldp = c->ldp;
+    /* S: unscaled under the bf16 tiles (alpha applied with the exponential, as the forward) */
+    score_tile(c->sk, bt, bq - r_lo, je, c->d, c->alpha,
+               bt ? (const void *)(t->Qr + (size_t)r_lo * c->ldkw) : (const void *)(t->Qc + (size_t)r_lo * c->ldc),
+               bt ? c->ldkw : c->ldc, bt ? (const void *)w->KTw : (const void *)w->Kt, ldp, w->P + (size_t)r_lo * ldp,
+               ldp, NULL);
+    int any = 0;
+    /* bf16 tiles: each row's lse in log2 units (+inf: a hidden row, all 0), for the exponential
+     * that also packs P's pairs, after the masks */
+    float mrow[FA_MAX_TILE];
+    for (int r = r_lo; r < bq; r++) {
+        float *prow = w->P + (size_t)r * ldp;
+        float L = lse[(size_t)r * H];
+        int hidden = L == -INFINITY;
+        if (cls == TILE_PARTIAL && !hidden) {
+            /* the row sees none of the tile (before its first key, past every key's window, or
+             * outside its documents), all of it, or needs the mask */
+            const int qdr = qd ? qd[r] : 0, rc = query_class(qp[r], qdr, k, window);
+            if (rc == TILE_HIDDEN) hidden = 1;
+            else if (rc == TILE_PARTIAL) mask_query_row(prow, kp, kd, je, qp[r], qdr, window);
+        }
+        if (hidden) {
+            memset(prow, 0, (size_t)je * sizeof(float));
+            if (bt) mrow[r] = INFINITY;
+            continue;
+        }
+        any = 1;
+        if (bt) mrow[r] = lse_log2(L);
+        else c->sk->row_exp2_sum(prow, je, lse_log2(L));
+    }
+    if (!any) return 0;
+    /* P = 2^(alpha S - lse) in place and P's pairs (dV's operand: B of dV^T += dO^T P under acc_tb,
+     * else P^T read transposed), in one pass over S */
+    if (bt) bt->row_exp2_pairs(w->P, bq, bk, ldp, c->alpha, mrow, w->Pp, ldp);
+    return 1;
+}
+
+/* dV (bk, d) += P^T (bk, bq) dO (bq, d) of a tile pair (fp32: keys ..je - 1, rows r_lo..), or
+ * (acc_tb) dV^T (d, bk) += dO^T (d, bq) P (bq, bk). */
+static inline void bwd_dv(const BwdCall *c, BwdWork *w, const BwdQueries *t, int bq, int bk, int r_lo, int je,
+                          float *dVt) {
+    const int d = c->d, bq2r = (bq + 1) / 2; /* pair steps over bq */
+    if (c->acc_tb)
+        c->bt->tile_gemm(d, bk, bq2r, 1.0f, t->dOp, c->ldqt, 1, w->Pp, c->ldp, 1, dVt, (size_t)c->BK, NULL);
+    else if (c->bt)
+        c->bt->tile_gemm(bk, d, bq2r, 1.0f, w->Pp, 1, c->ldp, t->dOp, c->ldvw, 1, dVt, (size_t)d, NULL);
+    else
+        c->sk->tile_gemm(je, d, bq - r_lo, 1.0f, w->P + (size_t)r_lo * c->ldp, 1, c->ldp,
+                         t->dOc + (size_t)r_lo * c->ldc, c->ldc, 1, dVt, (size_t)d, NULL);
+}
+
+/* dS = P (dP - delta) of a tile pair (delta: the tile's first row's, rows H apart), then dK (bk, d)
+ * += scale dS^T (bk, bq) Q (bq, d) (acc_tb: dK^T (d, bk) += Q^T (d, bq) scale dS) and dQ (bq, d)
+ * += scale dS (bq, bk) K (bk, d) into dq_tile (rows dq_ld apart). The bf16 tiles pack scale dS
+ * straight into its pairs and rows (nothing fp32 written); fp32 writes dS into P and scales in the
+ * products. pfdq: the dq rows, during the dK product; pfq: the next query tile, during dQ's. */
+static inline void bwd_ds_dk_dq(const BwdCall *c, BwdWork *w, const BwdQueries *t, int bq, int bk, int r_lo, int je,
+                                const float *delta, int H, float *dKt, float *dq_tile, size_t dq_ld, Prefetch *pfdq,
+                                Prefetch *pfq) {
+    const int d = c->d, want_dk = c->dk != NULL, bqe = bq - r_lo;
+    const size_t ldp = c->ldp;
+    if (c->bt) {
+        const int bq2r = (bq + 1) / 2, bk2r = (bk + 1) / 2; /* pair steps over bq, bk */
+        float dl[FA_MAX_TILE];
+        for (int r = 0; r < bq; r++) dl[r] = delta[(size_t)r * H];
+        c->bt->ds_pack(w->P, w->dP, ldp, bq, bk, dl, c->scale, w->Pp, ldp, w->dSr, c->ldsw); /* scale dS */
+        if (want_dk && c->acc_tb) /* dK^T (d, bk) += Q^T (d, bq) (scale dS) (bq, bk) */
+            c->bt->tile_gemm(d, bk, bq2r, 1.0f, t->Qp, c->ldqt, 1, w->Pp, ldp, 1, dKt, (size_t)c->BK, pfdq);
+        else if (want_dk) /* dK (bk, d) += (scale dS)^T (bk, bq) Q (bq, d) */
+            c->bt->tile_gemm(bk, d, bq2r, 1.0f, w->Pp, 1, ldp, t->Qp, c->ldvw, 1, dKt, (size_t)d, pfdq);
+        if (dq_tile) /* dQ (bq, d) += (scale dS) (bq, bk) K (bk, d) */
+            c->bt->tile_gemm(bq, d, bk2r, 1.0f, w->dSr, c->ldsw, 1, w->Kp, c->ldc, 1, dq_tile, dq_ld, pfq);
+    } else {
+        for (int r = r_lo; r < bq; r++) /* dS = P * (dP - delta), into P */
+            c->sk->ds_row(w->P + (size_t)r * ldp, w->dP + (size_t)r * ldp, je, delta[(size_t)r * H]);
+        const float *dS = w->P + (size_t)r_lo * ldp;
+        if (want_dk) /* dK (bk, d) += scale dS^T (bk, bq) Q (bq, d) */
+            c->sk->tile_gemm(je, d, bqe, c->scale, dS, 1, ldp, t->Qc + (size_t)r_lo * c->ldc, c->ldc, 1, dKt,
+                             (size_t)d, pfdq);
+        if (dq_tile) /* dQ (bq, d) += scale dS (bq, bk) K (bk, d) */
+            c->sk->tile_gemm(bqe, d, je, c->scale, dS, ldp, 1, w->Kc, c->ldc, 1, dq_tile + (size_t)r_lo * dq_ld,
+                             dq_ld, pfq);
+    }
+}
+
 static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, const int *q_doc, const float *k,
                           const float *v, const int *kv_pos, const int *kv_doc, const float *lse, const float *delta,
                           const float *dout, float *dq, float *dk, float *dv) {
@@ -773,26 +1260,16 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
     const AttnBf16Tiles *bt = s->precision == PRECISION_BF16 ? attn_bf16_tiles() : NULL;
     const int group = H / Hkv, BQ = bt ? bt->bwd_bq : sk->bwd_bq, BK = bt ? bt->bwd_bk : sk->bwd_bk;
     if (BQ > FA_MAX_TILE) die("attn_backward: query tile %d exceeds %d", BQ, FA_MAX_TILE);
-    const int nqt = (n_q + BQ - 1) / BQ, nkt = (n_kv + BK - 1) / BK;
     const size_t ldq = (size_t)H * d, ldk = (size_t)Hkv * d, ldp = (size_t)BK + FA_SKEW;
     if (bt && (size_t)BK + (size_t)bt->mr > ldp) /* P and dS pairs are read transposed, up to mr words past */
         die("internal: attn_backward: key tile %d plus the bf16 tiles' %d rows exceeds the stride %zu", BK, bt->mr, ldp);
     const size_t ldc = (size_t)d + FA_SKEW; /* row stride of the compact k, q and dout tiles */
-    const float alpha = (float)(s->scale * FA_LOG2E), scale = s->scale;
-    const AttnMask mask = s->mask;
     const int W = s->window;
 
-    AttnSpan *qr = xmalloc((size_t)nqt * sizeof *qr), *kr = xmalloc((size_t)nkt * sizeof *kr);
-    tile_ranges(mask == ATTN_CAUSAL ? q_pos : NULL, q_doc, n_q, BQ, qr);
-    tile_ranges(mask == ATTN_CAUSAL ? kv_pos : NULL, kv_doc, n_kv, BK, kr);
-    TileOrder *order = xmalloc((size_t)nkt * sizeof *order);
-    int n_busy = 0;
-    for (int u = 0; u < nkt; u++) {
-        int c = 0;
-        for (int t = 0; t < nqt; t++) c += tile_class(mask, W, qr[t], kr[u]) != TILE_HIDDEN;
-        if (c) order[n_busy++] = (TileOrder){c, u};
-    }
-    qsort(order, (size_t)n_busy, sizeof *order, cmp_cost_desc);
+    /* the key tiles any query tile sees, heaviest first */
+    TileGrid tg;
+    tile_grid_init(&tg, s, q_pos, q_doc, kv_pos, kv_doc, BQ, BK, 1);
+    const int n_busy = tg.n_busy;
 
     const int nth = omp_get_max_threads(), nslots = attn_backward_dq_slots(nth);
     /* a pass's key tiles in order (those its queries see), each with its dq slot (by its place in
@@ -822,20 +1299,24 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
     float **dqbuf = xcalloc((size_t)nslots, sizeof *dqbuf);
     if (dq)
         for (int t = 1; t < nslots; t++) dqbuf[t] = xzalloc_filled(dq_elems * sizeof(float));
+    BwdCall c = {.sk = sk, .bt = bt, .passes_on = passes_on, .d = d, .d2 = (d + 1) / 2, .BQ = BQ, .BK = BK,
+                 .Hkv = Hkv, .PR = PR, .pr2 = (PR + 1) / 2, .nqp = (PR + BQ - 1) / BQ, .ldp = ldp, .ldc = ldc,
+                 .alpha = (float)(s->scale * FA_LOG2E), .scale = s->scale, .dk = dk, .dv = dv};
     /* with passes: the kv head's dK and dV, (n_kv, d) each, across its passes */
-    float *dKall = passes_on && dk ? xzalloc_filled((size_t)n_kv * d * sizeof(float)) : NULL;
-    float *dVall = passes_on && dv ? xzalloc_filled((size_t)n_kv * d * sizeof(float)) : NULL;
+    c.dKall = passes_on && dk ? xzalloc_filled((size_t)n_kv * d * sizeof(float)) : NULL;
+    c.dVall = passes_on && dv ? xzalloc_filled((size_t)n_kv * d * sizeof(float)) : NULL;
     /* bf16 tiles: Q and dO of the current pass (ph query heads, PR rows) in rows and pairs layouts,
      * packed once per pass (every key tile reads them), (ph, PR, ldkw) and (ph, PR / 2, ldvw) pair
      * words each; per thread: K^T, V^T pairs (d2, ldp) | K pairs (BK/2, ldc) | K or V rows (BK, d2)
      * | P or dS pairs (BQ/2, ldp) | dS rows (BQ, ldsw). ldp >= BK + mr: P and dS pairs are read
      * transposed. Query tiles and passes start at even rows (BQ even), so a tile's pairs are the
      * pass's. */
-    const int d2 = (d + 1) / 2, bk2 = (BK + 1) / 2, bq2 = (BQ + 1) / 2, pr2 = (PR + 1) / 2;
-    const size_t ldkw = bt ? attn_bf16_rows_ld(bt, d2) : 0, ldvw = (size_t)d + FA_SKEW / 2;
-    const size_t ldsw = (size_t)bk2 + FA_SKEW;
+    const int d2 = c.d2, bk2 = (BK + 1) / 2, bq2 = (BQ + 1) / 2;
+    c.ldkw = bt ? attn_bf16_rows_ld(bt, d2) : 0;
+    c.ldvw = (size_t)d + FA_SKEW / 2;
+    c.ldsw = (size_t)bk2 + FA_SKEW;
     const size_t per_thread_w = (2 * (size_t)d2 * ldp + (size_t)bk2 * ldc + (size_t)BK * d2 + (size_t)bq2 * ldp +
-                                 (size_t)BQ * ldsw + 15) / 16 * 16;
+                                 (size_t)BQ * c.ldsw + 15) / 16 * 16;
     bf16_pair *work_w = bt ? words_zeroed((size_t)nth * per_thread_w) : NULL;
     /* bwd_acc_transposed (the AMX tiles): dK and dV accumulate transposed, dK^T (d, bk) += Q^T (d,
      * bq) dS (bq, bk) and dV^T += dO^T P, so that every operand of the five products loads in
@@ -844,47 +1325,47 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
      * time, (ph, nqp, d, ldqt) words each (each tile contiguous, as the forward's V^T), in place of
      * Q's and dO's pairs. The per-thread dK and dV sums are then (d, BK), turned back into rows as
      * they are added to dk, dv (or dKall, dVall) at the end of each key tile. */
-    const int acc_tb = bt && bt->bwd_acc_transposed && (size_t)bq2 <= ldp; /* a tile's Q pairs fit Vt */
-    const int nqp = (PR + BQ - 1) / BQ; /* query tiles per pass */
-    const size_t ldqt = ((size_t)bq2 + 15) / 16 * 16;
-    const size_t rows_w = (size_t)ph * PR * ldkw, pairs_w = acc_tb ? (size_t)ph * nqp * d * ldqt : (size_t)ph * pr2 * ldvw;
-    bf16_pair *Qrows = bt ? words_zeroed(rows_w) : NULL, *dOrows = bt && (dq || dk) ? words_zeroed(rows_w) : NULL;
+    c.acc_tb = bt && bt->bwd_acc_transposed && (size_t)bq2 <= ldp; /* a tile's Q pairs fit Vt */
+    c.ldqt = ((size_t)bq2 + 15) / 16 * 16;
+    const size_t rows_w = (size_t)ph * PR * c.ldkw;
+    const size_t pairs_w = c.acc_tb ? (size_t)ph * c.nqp * d * c.ldqt : (size_t)ph * c.pr2 * c.ldvw;
+    c.Qrows = bt ? words_zeroed(rows_w) : NULL;
+    c.dOrows = bt && (dq || dk) ? words_zeroed(rows_w) : NULL;
     /* Q and dO pairs (ph, PR / 2, ldvw), or under acc_tb Q^T and dO^T rows */
-    bf16_pair *Qpairs = bt && dk ? words_zeroed(pairs_w) : NULL, *dOpairs = bt && dv ? words_zeroed(pairs_w) : NULL;
-#define QT_TILE_AT(base, hp, t) ((base) + ((size_t)(hp) * nqp + (size_t)(t)) * d * ldqt)
+    c.Qpairs = bt && dk ? words_zeroed(pairs_w) : NULL;
+    c.dOpairs = bt && dv ? words_zeroed(pairs_w) : NULL;
     /* fp32: Q and dO of the current pass, compact rows of ldc, (ph, PR, ldc) each, copied once per
      * pass (every key tile reads them; a copy per tile pair measured ~6% of the backward at
      * S = 8192) */
-    float *Qf = bt ? NULL : xzalloc_filled((size_t)ph * PR * ldc * sizeof(float));
-    float *dOf = bt ? NULL : xzalloc_filled((size_t)ph * PR * ldc * sizeof(float));
+    c.Qf = bt ? NULL : xzalloc_filled((size_t)ph * PR * ldc * sizeof(float));
+    c.dOf = bt ? NULL : xzalloc_filled((size_t)ph * PR * ldc * sizeof(float));
 
 #pragma omp parallel num_threads(nth)
     {
         const int tid = omp_get_thread_num();
-        float *Kt = work + (size_t)tid * per_thread; /* (d, bk) transposed k tile */
-        float *Vt = Kt + (size_t)d * ldp;            /* (d, bk) transposed v tile */
-        float *P = Vt + (size_t)d * ldp;             /* (bq, bk) probabilities, then dS */
-        float *dP = P + (size_t)BQ * ldp;            /* (bq, bk) */
-        float *dKa = dP + (size_t)BQ * ldp;          /* (bk, d) */
-        float *dVa = dKa + (size_t)BK * d;           /* (bk, d) */
-        float *Kc = dVa + (size_t)BK * d;            /* (bk, d) compact k tile */
-        float *Wide = Kc + (size_t)BK * ldc;         /* bf16 inputs: a tile widened */
-        bf16_pair *KTw = NULL, *VTw = NULL, *Kp = NULL, *Tr = NULL, *Pp = NULL, *dSr = NULL;
+        BwdWork w = {.Kt = work + (size_t)tid * per_thread};
+        w.Vt = w.Kt + (size_t)d * ldp;
+        w.P = w.Vt + (size_t)d * ldp;
+        w.dP = w.P + (size_t)BQ * ldp;
+        w.dKa = w.dP + (size_t)BQ * ldp;
+        w.dVa = w.dKa + (size_t)BK * d;
+        w.Kc = w.dVa + (size_t)BK * d;
+        w.Wide = w.Kc + (size_t)BK * ldc;
         if (bt) {
-            KTw = work_w + (size_t)tid * per_thread_w; /* (d2, bk) K^T pairs */
-            VTw = KTw + (size_t)d2 * ldp;              /* (d2, bk) V^T pairs */
-            Kp = VTw + (size_t)d2 * ldp;               /* (bk/2, d) K pairs */
-            Tr = Kp + (size_t)bk2 * ldc;               /* (bk, d2) K or V rows, before transposing */
-            Pp = Tr + (size_t)BK * d2;                 /* (bq/2, bk) P, then dS, pairs */
-            dSr = Pp + (size_t)bq2 * ldp;              /* (bq, bk/2) dS rows */
+            w.KTw = work_w + (size_t)tid * per_thread_w;
+            w.VTw = w.KTw + (size_t)d2 * ldp;
+            w.Kp = w.VTw + (size_t)d2 * ldp;
+            w.Tr = w.Kp + (size_t)bk2 * ldc;
+            w.Pp = w.Tr + (size_t)BK * d2;
+            w.dSr = w.Pp + (size_t)bq2 * ldp;
         }
         for (int g = 0; g < Hkv; g++) {
             const int h0 = g * group;
             if (passes_on) { /* this kv head's dK and dV, summed across its passes, start at 0 */
 #pragma omp for schedule(static)
                 for (int j = 0; j < n_kv; j++) {
-                    if (dKall) memset(dKall + (size_t)j * d, 0, (size_t)d * sizeof(float));
-                    if (dVall) memset(dVall + (size_t)j * d, 0, (size_t)d * sizeof(float));
+                    if (c.dKall) memset(c.dKall + (size_t)j * d, 0, (size_t)d * sizeof(float));
+                    if (c.dVall) memset(c.dVall + (size_t)j * d, 0, (size_t)d * sizeof(float));
                 }
             }
             const int row_passes = (n_q + PR - 1) / PR;
@@ -904,198 +1385,66 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
                         slot_items[t] = 0;
                         atomic_store_explicit(&turn[t], 0, memory_order_relaxed);
                     }
-                    for (int w = 0; w < n_busy; w++) {
-                        int vis = !passes_on;
-                        for (int qt = qt0; qt < qt1 && !vis; qt++)
-                            vis = tile_class(mask, W, qr[qt], kr[order[w].idx]) != TILE_HIDDEN;
-                        if (vis) items[n_items++] = (BwdItem){order[w].idx, w % nslots, slot_items[w % nslots]++};
+                    for (int x = 0; x < n_busy; x++) {
+                        const int kt = tg.order[x].idx;
+                        if (!passes_on || next_query_tile(&tg, kt, qt0, qt1) < qt1)
+                            items[n_items++] = (BwdItem){kt, x % nslots, slot_items[x % nslots]++};
                     }
                 }
                 /* Q, dO of this pass, packed once: rows and pairs, or compact rows */
 #pragma omp for schedule(static)
                 for (long long t = 0; t < (long long)ph * (qt1 - qt0); t++) {
-                    const int hp = (int)(t / (qt1 - qt0)), i0 = (qt0 + (int)(t % (qt1 - qt0))) * BQ;
-                    const int bq = i0 + BQ <= n_q ? BQ : n_q - i0, hh = ha + hp;
-                    const size_t q_off = ((size_t)i0 * H + h0 + hh) * d;
-                    size_t lq;
-                    const float *qs = input_rows(q, s->q16, q_off, bq, d, ldq, Wide, &lq), *ds = dout + q_off;
-                    if (bt) {
-                        const size_t ro = ((size_t)hp * PR + (i0 - r0)) * ldkw;
-                        const size_t po = ((size_t)hp * pr2 + (i0 - r0) / 2) * ldvw;
-                        bt->pack_rows(bq, d, qs, lq, Qrows + ro, ldkw);
-                        if (dOrows) bt->pack_rows(bq, d, ds, ldq, dOrows + ro, ldkw);
-                        if (acc_tb) { /* pairs (bq2, d) in Vt, then as Q^T, dO^T rows (d, ldqt) */
-                            bf16_pair *tmp = (bf16_pair *)Vt;
-                            const int tq = (int)(t % (qt1 - qt0)); /* the tile's place in the pass */
-                            if (Qpairs)
-                                pack_pairs_transposed(bt, sk, bq, d, qs, lq, tmp, QT_TILE_AT(Qpairs, hp, tq), ldqt);
-                            if (dOpairs)
-                                pack_pairs_transposed(bt, sk, bq, d, ds, ldq, tmp, QT_TILE_AT(dOpairs, hp, tq), ldqt);
-                        } else {
-                            if (Qpairs) bt->pack_pairs(bq, d, qs, lq, Qpairs + po, ldvw);
-                            if (dOpairs) bt->pack_pairs(bq, d, ds, ldq, dOpairs + po, ldvw);
-                        }
-                    } else {
-                        const size_t dst = ((size_t)hp * PR + (i0 - r0)) * ldc;
-                        copy_tile(bq, d, qs, lq, Qf + dst, ldc);
-                        copy_tile(bq, d, ds, ldq, dOf + dst, ldc);
-                    }
+                    const int hp = (int)(t / (qt1 - qt0)), qt = qt0 + (int)(t % (qt1 - qt0)), i0 = qt * BQ;
+                    bwd_pack_query_tile(&c, &w, s, q, dout, ((size_t)i0 * H + h0 + ha + hp) * d, ldq,
+                                        tile_len(qt, BQ, n_q), bwd_queries(&c, hp, qt, qt0, r0));
                 } /* implicit barrier: the copies, the zeroed slots, the items and turns are ready */
-                /* The key tiles to whichever thread comes free (heaviest first); the tile at place w
-                 * of the whole order sums its dq terms into slot w % nslots, at its turn there
+                /* The key tiles to whichever thread comes free (heaviest first); the tile at place x
+                 * of the whole order sums its dq terms into slot x % nslots, at its turn there
                  * (attn_backward_dq_slots), so which thread took it, and when, never changes a bit
                  * of the gradients, nor do passes. */
 #pragma omp for schedule(dynamic, 1) nowait
                 for (int it = 0; it < n_items; it++) {
-                    const int kt = items[it].kt, j0 = kt * BK, bk = j0 + BK <= n_kv ? BK : n_kv - j0;
+                    const int kt = items[it].kt, j0 = kt * BK, bk = tile_len(kt, BK, n_kv);
                     const int slot = items[it].slot, my_turn = items[it].turn;
                     int have_turn = !dq; /* waited for this slot's turn (no dq: no turns) */
                     if (s->progress && it > 0 && tid == 0) s->progress(s->progress_arg);
                     /* slot 0 accumulates straight into dq; the others into their (PR, ph, d) buffer */
                     float *dq_base = !dq ? NULL : slot == 0 ? dq + ((size_t)r0 * H + h0 + ha) * d : dqbuf[slot];
                     const size_t dq_ld = slot == 0 ? ldq : (size_t)ph * d; /* row stride of dq_base */
-                    /* this tile's K, then V, (bk, d) rows lk, lv apart (with bf16 inputs widened,
-                     * one after the other, into the same buffer) */
-                    const size_t kv_off = ((size_t)j0 * Hkv + g) * d;
-                    size_t lk, lv;
-                    const float *ktile = input_rows(k, s->k16, kv_off, bk, d, ldk, Wide, &lk);
-                    if (bt) {
-                        bt->pack_rows(bk, d, ktile, lk, Tr, (size_t)d2);
-                        sk->transpose32(bk, d2, Tr, (size_t)d2, KTw, ldp);
-                        if (dq) bt->pack_pairs(bk, d, ktile, lk, Kp, ldc);
-                        const float *vtile = input_rows(v, s->v16, kv_off, bk, d, ldk, Wide, &lv);
-                        bt->pack_rows(bk, d, vtile, lv, Tr, (size_t)d2);
-                        sk->transpose32(bk, d2, Tr, (size_t)d2, VTw, ldp);
-                    } else {
-                        sk->transpose32(bk, d, ktile, lk, Kt, ldp);
-                        if (dq) copy_tile(bk, d, ktile, lk, Kc, ldc);
-                        const float *vtile = input_rows(v, s->v16, kv_off, bk, d, ldk, Wide, &lv);
-                        sk->transpose32(bk, d, vtile, lv, Vt, ldp);
-                    }
-                    /* this tile's dK and dV sums: per item, or the kv head's across passes */
-                    float *dKt = dKall ? dKall + (size_t)j0 * d : dKa, *dVt = dVall ? dVall + (size_t)j0 * d : dVa;
-                    if (acc_tb) { /* (d, BK): from 0, or the kv head's sums so far (the same chain as one pass) */
-                        dKt = dKa, dVt = dVa;
-                        if (passes_on) {
-                            if (dKall) sk->transpose32(bk, d, dKall + (size_t)j0 * d, (size_t)d, dKa, (size_t)BK);
-                            if (dVall) sk->transpose32(bk, d, dVall + (size_t)j0 * d, (size_t)d, dVa, (size_t)BK);
-                        } else {
-                            memset(dKa, 0, (size_t)d * BK * sizeof(float));
-                            memset(dVa, 0, (size_t)d * BK * sizeof(float));
-                        }
-                    } else if (!passes_on) {
-                        memset(dKa, 0, (size_t)bk * d * sizeof(float));
-                        memset(dVa, 0, (size_t)bk * d * sizeof(float));
-                    }
+                    const int *kp = kv_pos ? kv_pos + j0 : NULL, *kd = kv_doc ? kv_doc + j0 : NULL;
+                    bwd_load_key_tile(&c, &w, s, k, v, ((size_t)j0 * Hkv + g) * d, ldk, bk, dq != NULL);
+                    float *dKt, *dVt; /* this tile's dK and dV sums */
+                    bwd_sums_start(&c, &w, j0, bk, &dKt, &dVt);
                     for (int hp = 0; hp < ph; hp++) {
                         const int h = h0 + ha + hp;
-                        for (int qt = qt0; qt < qt1; qt++) {
-                            const int cls = tile_class(mask, W, qr[qt], kr[kt]);
-                            if (cls == TILE_HIDDEN) continue;
-                            const int i0 = qt * BQ, bq = i0 + BQ <= n_q ? BQ : n_q - i0;
-                            /* fp32, a tile across the diagonal: its products run over rows r_lo..
-                             * (the leading rows before the tile's first key see none of it) and
-                             * keys ..je - 1 (later keys are past the tile's latest query). The
-                             * terms left out are exact zeros (p = 0), so every sum is the whole
-                             * tile's, bit for bit. */
+                        for (int qt = next_query_tile(&tg, kt, qt0, qt1), nq; qt < qt1; qt = nq) {
+                            nq = next_query_tile(&tg, kt, qt + 1, qt1);
+                            const int cls = pair_class(&tg, qt, kt), i0 = qt * BQ, bq = tile_len(qt, BQ, n_q);
+                            const int *qp = q_pos ? q_pos + i0 : NULL, *qd = q_doc ? q_doc + i0 : NULL;
+                            const size_t row0 = (size_t)i0 * H + h; /* the tile's first (query, head) row */
+                            /* fp32, a pair across the diagonal: its products run over rows r_lo.. (the
+                             * leading rows before the key tile's first key see none of it) and keys
+                             * ..je - 1 (visible_keys) */
                             int r_lo = 0, je = bk;
                             if (cls == TILE_PARTIAL && !bt) {
-                                while (r_lo < bq && q_pos[i0 + r_lo] < kr[kt].pos_lo) r_lo++;
-                                while (je > 0 && kv_pos[j0 + je - 1] > qr[qt].pos_hi) je--;
+                                while (r_lo < bq && qp[r_lo] < tg.kr[kt].pos_lo) r_lo++;
+                                je = visible_keys(kp, bk, tg.qr[qt].pos_hi);
                                 if (r_lo == bq || je == 0) continue;
                             }
-                            const int bqe = bq - r_lo; /* the rows the products run over */
-                            /* this tile's Q, dO: rows and pairs (bf16), compact rows (fp32) */
-                            const size_t ro = ((size_t)hp * PR + (i0 - r0)) * ldkw;
-                            const size_t po = ((size_t)hp * pr2 + (i0 - r0) / 2) * ldvw;
-                            const float *Qc = bt ? NULL : Qf + ((size_t)hp * PR + (i0 - r0)) * ldc;
-                            const float *dOc = bt ? NULL : dOf + ((size_t)hp * PR + (i0 - r0)) * ldc;
-                            /* the next visible query tile's Q and dO, toward L2 during this pair's
-                             * last products: compact rows (fp32) or rows (bf16, pfq) and pairs (pfp) */
-                            Prefetch pfq = {.lines_per_row = 1}, pfp = pfq; /* empty */
-                            for (int nt = qt + 1; nt < qt1; nt++) {
-                                if (tile_class(mask, W, qr[nt], kr[kt]) == TILE_HIDDEN) continue;
-                                const int n0 = nt * BQ, nb = n0 + BQ <= n_q ? BQ : n_q - n0;
-                                if (bt) {
-                                    const size_t nro = ((size_t)hp * PR + (n0 - r0)) * ldkw;
-                                    const size_t npo = ((size_t)hp * pr2 + (n0 - r0) / 2) * ldvw;
-                                    prefetch_pair(&pfq, Qrows + nro, dOrows ? dOrows + nro : NULL,
-                                                  (size_t)nb * ldkw * sizeof(bf16_pair));
-                                    if (acc_tb)
-                                        prefetch_pair(&pfp, Qpairs ? QT_TILE_AT(Qpairs, hp, nt - qt0) : NULL,
-                                                      dOpairs ? QT_TILE_AT(dOpairs, hp, nt - qt0) : NULL,
-                                                      (size_t)d * ldqt * sizeof(bf16_pair));
-                                    else
-                                        prefetch_pair(&pfp, Qpairs ? Qpairs + npo : NULL, dOpairs ? dOpairs + npo : NULL,
-                                                      (size_t)(nb + 1) / 2 * ldvw * sizeof(bf16_pair));
-                                } else {
-                                    const size_t off = ((size_t)hp * PR + (n0 - r0)) * ldc;
-                                    prefetch_pair(&pfq, Qf + off, dOf + off, (size_t)nb * ldc * sizeof(float));
-                                }
-                                break;
-                            }
-                            /* S (bq, bk) = alpha Q (bq, d) K^T (d, bk); P = 2^(S - lse) */
-                            if (bt) { /* unscaled (alpha applied with the exponential, as the forward) */
-                                bt->tile_gemm(bq, bk, d2, 1.0f, Qrows + ro, ldkw, 1, KTw, ldp, 0, P, ldp, NULL);
-                            } else {
-                                sk->tile_gemm(bqe, je, d, alpha, Qc + (size_t)r_lo * ldc, ldc, 1, Kt, ldp, 0,
-                                              P + (size_t)r_lo * ldp, ldp, NULL);
-                            }
-                            int any = 0;
-                            /* bf16 tiles: each row's lse in log2 units (+inf: a hidden row, all 0),
-                             * for the exponential that also packs P's pairs, after the masks */
-                            float mrow[FA_MAX_TILE];
-                            for (int r = r_lo; r < bq; r++) {
-                                float *prow = P + (size_t)r * ldp;
-                                float L = lse[(size_t)(i0 + r) * H + h];
-                                int hidden = L == -INFINITY;
-                                if (cls == TILE_PARTIAL && !hidden) {
-                                    /* the row sees none of the tile (before its first key, past
-                                     * every key's window, or outside its documents), all of it,
-                                     * or needs the mask */
-                                    const int qp = q_pos[i0 + r], qd = q_doc ? q_doc[i0 + r] : 0;
-                                    const AttnSpan kk = kr[kt];
-                                    if (qp < kk.pos_lo || before_window(kk.pos_hi, qp, W) ||
-                                        (q_doc && (qd < kk.doc_lo || qd > kk.doc_hi)))
-                                        hidden = 1;
-                                    else if (!q_doc && (qp < kk.pos_hi || before_window(kk.pos_lo, qp, W)))
-                                        row_mask(prow, kv_pos + j0, je, qp, W);
-                                    else if (q_doc && (qp < kk.pos_hi || before_window(kk.pos_lo, qp, W) ||
-                                                       kk.doc_lo != kk.doc_hi))
-                                        row_mask_docs(prow, kv_pos + j0, kv_doc + j0, je, qp, qd, W);
-                                }
-                                if (hidden) {
-                                    memset(prow, 0, (size_t)je * sizeof(float));
-                                    if (bt) mrow[r] = INFINITY;
-                                    continue;
-                                }
-                                any = 1;
-                                if (bt) mrow[r] = (float)(L * FA_LOG2E);
-                                else sk->row_exp2_sum(prow, je, (float)(L * FA_LOG2E));
-                            }
-                            if (!any) continue;
-                            /* P = 2^(alpha S - lse) in place and P's pairs (dV's operand: B of dV^T +=
-                             * dO^T P under acc_tb, else P^T read transposed), in one pass over S */
-                            if (bt) bt->row_exp2_pairs(P, bq, bk, ldp, alpha, mrow, Pp, ldp);
-                            const int bq2r = (bq + 1) / 2, bk2r = (bk + 1) / 2; /* pair steps over bq, bk */
-                            if (dv) { /* dV (bk, d) += P^T (bk, bq) dO (bq, d) */
-                                if (acc_tb) { /* dV^T (d, bk) += dO^T (d, bq) P (bq, bk) */
-                                    bt->tile_gemm(d, bk, bq2r, 1.0f, QT_TILE_AT(dOpairs, hp, qt - qt0), ldqt, 1, Pp,
-                                                  ldp, 1, dVt, (size_t)BK, NULL);
-                                } else if (bt) {
-                                    bt->tile_gemm(bk, d, bq2r, 1.0f, Pp, 1, ldp, dOpairs + po, ldvw, 1, dVt, (size_t)d,
-                                                  NULL);
-                                } else {
-                                    sk->tile_gemm(je, d, bqe, 1.0f, P + (size_t)r_lo * ldp, 1, ldp,
-                                                  dOc + (size_t)r_lo * ldc, ldc, 1, dVt, (size_t)d, NULL);
-                                }
-                            }
+                            const BwdQueries qt_ops = bwd_queries(&c, hp, qt, qt0, r0);
+                            Prefetch pfq, pfp; /* the next visible query tile's Q and dO */
+                            bwd_prefetch(&c, hp, nq, qt0, qt1, r0, n_q, &pfq, &pfp);
+                            if (!bwd_probs(&c, &w, &qt_ops, bq, bk, r_lo, je, cls, tg.kr[kt], lse + row0, H, qp, qd, kp,
+                                           kd, W))
+                                continue;
+                            if (dv) bwd_dv(&c, &w, &qt_ops, bq, bk, r_lo, je, dVt);
                             if (!dq && !dk) continue;
-                            /* dP (bq, bk) = dO (bq, d) V^T (d, bk) */
-                            if (bt) bt->tile_gemm(bq, bk, d2, 1.0f, dOrows + ro, ldkw, 1, VTw, ldp, 0, dP, ldp, &pfp);
-                            else
-                                sk->tile_gemm(bqe, je, d, 1.0f, dOc + (size_t)r_lo * ldc, ldc, 1, Vt, ldp, 0,
-                                              dP + (size_t)r_lo * ldp, ldp, NULL);
+                            /* dP (bq, bk) = dO (bq, d) V^T (d, bk): the score product's shape, alpha 1 */
+                            score_tile(sk, bt, bq - r_lo, je, d, 1.0f,
+                                       bt ? (const void *)qt_ops.dOr
+                                          : (const void *)(qt_ops.dOc + (size_t)r_lo * ldc),
+                                       bt ? c.ldkw : ldc, bt ? (const void *)w.VTw : (const void *)w.Vt, ldp,
+                                       w.dP + (size_t)r_lo * ldp, ldp, bt ? &pfp : NULL);
                             float *dq_tile = dq ? dq_base + (size_t)(i0 - r0) * dq_ld + (size_t)hp * d : NULL;
                             /* this pair's dq rows (strided; a row may straddle one more line), toward L2
                              * during the dK product */
@@ -1111,53 +1460,11 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
                                 wait_turn(&turn[slot], my_turn);
                                 have_turn = 1;
                             }
-                            if (bt) { /* dS = P * (dP - delta) straight into its bf16 pairs and rows */
-                                float dl[FA_MAX_TILE];
-                                for (int r = 0; r < bq; r++) dl[r] = delta[(size_t)(i0 + r) * H + h];
-                                bt->ds_pack(P, dP, ldp, bq, bk, dl, scale, Pp, ldp, dSr, ldsw); /* scale dS */
-                                if (dk && acc_tb) /* dK^T (d, bk) += Q^T (d, bq) (scale dS) (bq, bk) */
-                                    bt->tile_gemm(d, bk, bq2r, 1.0f, QT_TILE_AT(Qpairs, hp, qt - qt0), ldqt, 1, Pp, ldp,
-                                                  1, dKt, (size_t)BK, &pfdq);
-                                else if (dk) /* dK (bk, d) += (scale dS)^T (bk, bq) Q (bq, d) */
-                                    bt->tile_gemm(bk, d, bq2r, 1.0f, Pp, 1, ldp, Qpairs + po, ldvw, 1, dKt, (size_t)d,
-                                                  &pfdq);
-                                if (dq) /* dQ (bq, d) += (scale dS) (bq, bk) K (bk, d) */
-                                    bt->tile_gemm(bq, d, bk2r, 1.0f, dSr, ldsw, 1, Kp, ldc, 1, dq_tile, dq_ld, &pfq);
-                            } else {
-                                for (int r = r_lo; r < bq; r++) /* dS = P * (dP - delta), into P */
-                                    sk->ds_row(P + (size_t)r * ldp, dP + (size_t)r * ldp, je,
-                                               delta[(size_t)(i0 + r) * H + h]);
-                                const float *dS = P + (size_t)r_lo * ldp;
-                                if (dk) /* dK (bk, d) += scale dS^T (bk, bq) Q (bq, d) */
-                                    sk->tile_gemm(je, d, bqe, scale, dS, 1, ldp, Qc + (size_t)r_lo * ldc, ldc, 1, dKt,
-                                                  (size_t)d, &pfdq);
-                                if (dq) /* dQ (bq, d) += scale dS (bq, bk) K (bk, d) */
-                                    sk->tile_gemm(bqe, d, je, scale, dS, ldp, 1, Kc, ldc, 1,
-                                                  dq_tile + (size_t)r_lo * dq_ld, dq_ld, &pfq);
-                            }
+                            bwd_ds_dk_dq(&c, &w, &qt_ops, bq, bk, r_lo, je, delta + row0, H, dKt, dq_tile, dq_ld,
+                                         &pfdq, &pfq);
                         }
                     }
-                    if (acc_tb && passes_on) { /* the sums so far back to the kv head's rows */
-                        if (dKall) sk->transpose32(d, bk, dKa, (size_t)BK, dKall + (size_t)j0 * d, (size_t)d);
-                        if (dVall) sk->transpose32(d, bk, dVa, (size_t)BK, dVall + (size_t)j0 * d, (size_t)d);
-                    } else if (acc_tb) { /* rows of 16 keys at a time through Kt (unused by bf16 tiles) */
-                        for (int jb = 0; jb < bk; jb += 16) {
-                            const int nj = bk - jb < 16 ? bk - jb : 16;
-                            for (int w = 0; w < 2; w++) {
-                                float *dst = w ? dv : dk;
-                                if (!dst) continue;
-                                sk->transpose32(d, nj, (w ? dVa : dKa) + jb, (size_t)BK, Kt, (size_t)d);
-                                for (int j = 0; j < nj; j++) /* this thread is the only writer of these rows */
-                                    sk->add_row(dst + ((size_t)(j0 + jb + j) * Hkv + g) * d, Kt + (size_t)j * d,
-                                                (size_t)d);
-                            }
-                        }
-                    } else if (!passes_on)
-                        for (int j = 0; j < bk; j++) { /* this thread is the only writer of these rows */
-                            size_t off = ((size_t)(j0 + j) * Hkv + g) * d;
-                            if (dk) sk->add_row(dk + off, dKa + (size_t)j * d, (size_t)d);
-                            if (dv) sk->add_row(dv + off, dVa + (size_t)j * d, (size_t)d);
-                        }
+                    bwd_sums_store(&c, &w, g, j0, bk);
                     if (dq) { /* the slot's next tile may go on */
                         if (!have_turn) wait_turn(&turn[slot], my_turn);
                         atomic_store_explicit(&turn[slot], my_turn + 1, memory_order_release);
@@ -1177,12 +1484,12 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
             } /* passes */
             if (passes_on) { /* implicit barrier above: the kv head's dK and dV are complete */
 #pragma omp for schedule(static)
-                for (int w = 0; w < n_busy; w++) {
-                    const int j0 = order[w].idx * BK, bk = j0 + BK <= n_kv ? BK : n_kv - j0;
+                for (int x = 0; x < n_busy; x++) {
+                    const int j0 = tg.order[x].idx * BK, bk = tile_len(tg.order[x].idx, BK, n_kv);
                     for (int j = 0; j < bk; j++) {
                         size_t off = ((size_t)(j0 + j) * Hkv + g) * d;
-                        if (dk) sk->add_row(dk + off, dKall + (size_t)(j0 + j) * d, (size_t)d);
-                        if (dv) sk->add_row(dv + off, dVall + (size_t)(j0 + j) * d, (size_t)d);
+                        if (dk) sk->add_row(dk + off, c.dKall + (size_t)(j0 + j) * d, (size_t)d);
+                        if (dv) sk->add_row(dv + off, c.dVall + (size_t)(j0 + j) * d, (size_t)d);
                     }
                 }
             }
@@ -1192,19 +1499,16 @@ static void backward_docs(const AttnShape *s, const float *q, const int *q_pos, 
     xfree(dqbuf);
     xfree(work);
     xfree(work_w);
-    xfree(Qrows);
-    xfree(dOrows);
-#undef QT_TILE_AT
-    xfree(Qpairs);
-    xfree(dOpairs);
-    xfree(Qf);
-    xfree(dOf);
-    xfree(dKall);
-    xfree(dVall);
+    xfree(c.Qrows);
+    xfree(c.dOrows);
+    xfree(c.Qpairs);
+    xfree(c.dOpairs);
+    xfree(c.Qf);
+    xfree(c.dOf);
+    xfree(c.dKall);
+    xfree(c.dVall);
     xfree(items);
     xfree(slot_items);
     xfree(turn);
-    xfree(order);
-    xfree(qr);
-    xfree(kr);
+    tile_grid_free(&tg);
 }
