@@ -205,7 +205,7 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
         memset(cur.disk, 0, sizeof cur.disk);
         const int hr = hp_rank_of(w, hp, cp, pc->placement);
         /* attention strategy: saved state per layer, what selective keeps, buffers */
-        double saved, kept, attn_buf, nq_call, group_q, saved_bf16 = 0;
+        double saved, kept, attn_buf, nq_call, group_q, saved_bf16 = 0, disk_layer = 0, disk_once = 0;
         int keeps_inputs, kv_heads_call, reads_bf16;
         if (sp > 1 || own) {
             AttnMemory am;
@@ -217,9 +217,9 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
             if (!own) attn_buf += S * (double)(sizeof(PosRun) / sizeof(float)); /* the schedule's run index */
             keeps_inputs = 1;
             reads_bf16 = 0; /* moot: the strategy keeps its own copies */
-            /* block_attention calls the kernel a query run at a time: at most a slot's rows (an own
-             * attention: one chunk of S / u rows after the exchange) */
-            nq_call = own ? S / (pc->chunks > 1 ? pc->chunks : 1) : S / cp;
+            nq_call = (double)am.rows_per_call;
+            disk_layer = am.disk_per_layer;
+            disk_once = am.disk_workspace;
             HeadSplit hs;
             err = head_split_init(&hs, hp, c->num_attention_heads, c->num_key_value_heads);
             if (err) return err;
@@ -300,16 +300,10 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
         cur.ram[MEM_LAYER] = 4 * layer_set;
         cur.ram[MEM_ATTN] = 4 * attn_buf;
         if (offload_inputs) cur.disk[MEM_SAVED] += 4 * L * N * D;
-        if (own && pc->offload_dir) { /* an own attention's chunks: q, k|v, o of each layer's buffer on disk (bf16
-                                         values kept as bf16 under bf16: chunk_tier.h) */
-            double distinct = ckpt == LLAMA_CKPT_LAYER ? 1 : L, elem = bf16 ? 2 : 4;
-            HeadSplit hs;
-            err = head_split_init(&hs, hp, c->num_attention_heads, c->num_key_value_heads);
-            if (err) return err;
-            cur.disk[MEM_SAVED] += elem * distinct * S * (2.0 * hs.hl[hr] * d + 2.0 * hs.hk[hr] * d);
-            cur.disk[MEM_ATTN] += elem * S * (double)hs.hl[hr] * d; /* the backward's dout_h of every chunk */
-            head_split_free(&hs);
-        }
+        /* the strategy's own chunks on disk: per layer whose state is kept (one buffer under layer
+         * checkpointing) and its buffer every layer reuses */
+        cur.disk[MEM_SAVED] += (ckpt == LLAMA_CKPT_LAYER ? 1 : L) * disk_layer;
+        cur.disk[MEM_ATTN] += disk_once;
         /* parameters, gradients, optimizer (data_parallel.c) */
         const int sharded = zero > 0 && world > 1, r = w % group;
         double shard = sharded ? (double)((size_t)P * (size_t)(r + 1) / (size_t)group - (size_t)P * (size_t)r / (size_t)group)

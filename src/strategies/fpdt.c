@@ -144,7 +144,13 @@ static void fpdt_memory(const StrategyParams *p, int hp_rank, AttnMemory *m) {
             tier += (widest + 1) / 2 + (Cn * Hl * d + 1) / 2;
         }
         dout_h = 0;
+        /* q_h, kv_h, o_h of every chunk in the layer's file (bf16 values as bf16 under bf16: chunk_tier.h),
+         * and the backward's dout_h of every chunk in the second file */
+        const double elem = p->attn_bf16 ? 2 : 4;
+        m->disk_per_layer = elem * (double)S * (2.0 * Hl * d + 2.0 * Hk * d);
+        m->disk_workspace = elem * (double)S * (double)Hl * d;
     }
+    m->rows_per_call = Cn; /* block_attention calls the kernel a chunk at a time (one run) */
     size_t send = 0, recv = 0; /* the head exchange of one chunk (head_exchange.c's buffers) */
     for (int q = 0; q < p->hp; q++) {
         send += c * (size_t)(hs.hl[q] + 2 * hs.hk[q]) * d;

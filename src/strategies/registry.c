@@ -242,6 +242,7 @@ void strategy_memory(const Strategy *s, const StrategyParams *p, int hp_rank, At
     const size_t n = (size_t)(p->seq_len / p->cp), N = (size_t)(p->seq_len / ((long)p->hp * p->cp));
     const size_t d = (size_t)p->head_dim, Hl = (size_t)hs.hl[hp_rank], Hk = (size_t)hs.hk[hp_rank];
     m->saved_per_layer = n * Hl * d + 2 * n * Hk * d + n * Hl; /* q_h | kv_h | lse_h */
+    m->rows_per_call = n; /* block_attention calls the kernel a query run at a time: at most a slot's rows */
     m->kept_per_layer = n * Hl;                                       /* lse_h */
     m->bf16_per_layer = n * Hl * d + 2 * n * Hk * d;                  /* q_h | kv_h */
     /* the head exchange's send and receive buffers (head_exchange_init: the largest block set

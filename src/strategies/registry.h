@@ -26,6 +26,10 @@
 typedef struct {
     size_t saved_per_layer, kept_per_layer, workspace;
     size_t bf16_per_layer; /* the prefix of `saved` that holds copies of q, k, v (SeqAttention's bf16_floats) */
+    size_t rows_per_call;  /* the most query rows one kernel call gets (the kernel's transient buffers) */
+    /* bytes on the disk tier (--offload-dir) of the strategy's own chunks: per layer whose state is
+     * kept, and once (a buffer every layer's backward reuses) */
+    double disk_per_layer, disk_workspace;
 } AttnMemory;
 
 /* A strategy that builds its own SeqAttention (no context schedule). */
