@@ -84,8 +84,32 @@ static void count_bytes(Comm *c, CommKind k, MPI_Comm mc, int peer, uint64_t byt
         c->stats.bytes_inter[k] += bytes;
 }
 
+/* One message of `bytes` to peer of mc in kind k's statistics. */
+static void count_message(Comm *c, CommKind k, MPI_Comm mc, int peer, uint64_t bytes) {
+    count_bytes(c, k, mc, peer, bytes);
+    c->stats.messages[k]++;
+}
+
 static void record(Comm *c, const char *name, const char *cat, double t0, double t1) {
     if (c->trace) trace_event(c->trace, name, cat, t0, t1);
+}
+
+#define TRACE_EVERY (-1.0)     /* wait_spent's trace_over for waits: each is traced */
+#define TRACE_TESTS_OVER 20e-6 /* ... for tests: only those past 20 us (most return at once) */
+
+/* [t0, t1], time this rank spent waiting on kind k's traffic (a wait, a test, a blocking
+ * collective): added to k's exposed wait and, where it lasted over trace_over seconds, traced as
+ * the event `name` of category cat (NULL name: "wait <kind>"). */
+static void wait_spent(Comm *c, CommKind k, const char *name, const char *cat, double trace_over, double t0,
+                       double t1) {
+    c->stats.wait_s[k] += t1 - t0;
+    if (!c->trace || !(t1 - t0 > trace_over)) return;
+    char wait_name[40];
+    if (!name) {
+        snprintf(wait_name, sizeof wait_name, "wait %s", comm_kind_name(k));
+        name = wait_name;
+    }
+    record(c, name, cat, t0, t1);
 }
 
 /* ---- watchdog ---- */
@@ -219,6 +243,15 @@ static void wait_deadline(Comm *c, const char *op, CommKind k, MPI_Comm group, i
     if (wait_until(pending_done, &p, c->timeout_s, &waited) != 0) watchdog_fire(c, op, k, group, n, reqs, waited);
 }
 
+/* The skeleton of every blocking collective here: rc, what its nonblocking call `op` on mc
+ * returned, is checked (a failure names peer and bytes), then req is completed under the deadline
+ * (the watchdog names op, k and mc). */
+static void collective_wait(Comm *c, const char *op, CommKind k, MPI_Comm mc, int rc, int peer, size_t bytes,
+                            MPI_Request *req) {
+    mpi_check(rc, op, mc, peer, bytes);
+    wait_deadline(c, op, k, mc, 1, req);
+}
+
 /* ---- the setup's guard (comm.h) ---- */
 static pthread_mutex_t g_guard_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_guard_cv;
@@ -328,10 +361,10 @@ void comm_stats_print(Comm *c, FILE *f) {
     int rank = c->topo->world_rank, size = c->topo->world_size;
     CommStats *all = rank == 0 ? xmalloc(sizeof(CommStats) * (size_t)size) : NULL;
     MPI_Request req;
-    mpi_check(MPI_Igather(&c->stats, (int)sizeof(CommStats), MPI_BYTE, all, (int)sizeof(CommStats), MPI_BYTE, 0,
-                          c->topo->world, &req),
-              "MPI_Igather (comm stats)", c->topo->world, 0, sizeof(CommStats));
-    wait_deadline(c, "MPI_Igather (comm stats)", COMM_KINDS, c->topo->world, 1, &req);
+    collective_wait(c, "MPI_Igather (comm stats)", COMM_KINDS, c->topo->world,
+                    MPI_Igather(&c->stats, (int)sizeof(CommStats), MPI_BYTE, all, (int)sizeof(CommStats), MPI_BYTE, 0,
+                                c->topo->world, &req),
+                    0, sizeof(CommStats), &req);
     if (rank != 0) return;
     for (int r = 0; r < size; r++) {
         const CommStats *s = &all[r];
@@ -374,8 +407,7 @@ void comm_isend(Comm *c, CommKind k, const void *buf, size_t bytes, int peer, in
     double t0 = now_seconds();
     mpi_check(MPI_Isend(buf, bytes_to_int(bytes, "MPI_Isend"), MPI_BYTE, peer, tag, mc, req), "MPI_Isend", mc,
               peer, bytes);
-    count_bytes(c, k, mc, peer, bytes);
-    c->stats.messages[k]++;
+    count_message(c, k, mc, peer, bytes);
     remember_posted(c, *req, comm_world_rank_of(c, mc, peer), 1, k, bytes);
     if (c->trace) {
         char name[40];
@@ -469,14 +501,8 @@ void comm_waitall(Comm *c, CommKind k, int n, MPI_Request *reqs) {
     if (n <= 0) return;
     double t0 = now_seconds();
     wait_deadline(c, "MPI_Waitall", k, MPI_COMM_NULL, n, reqs);
-    double t1 = now_seconds();
-    c->stats.wait_s[k] += t1 - t0;
+    wait_spent(c, k, NULL, "wait", TRACE_EVERY, t0, now_seconds());
     if (c->n_wire) wire_finish(c);
-    if (c->trace) {
-        char name[40];
-        snprintf(name, sizeof name, "wait %s", KIND_NAMES[k]);
-        record(c, name, "wait", t0, t1);
-    }
 }
 
 int comm_testall(Comm *c, CommKind k, int n, MPI_Request *reqs) {
@@ -487,9 +513,7 @@ int comm_testall(Comm *c, CommKind k, int n, MPI_Request *reqs) {
     int flag = 0;
     mpi_check(MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE), "MPI_Testall", MPI_COMM_NULL, -1, 0);
     if (flag && c->n_wire) wire_finish(c);
-    double t1 = now_seconds();
-    c->stats.wait_s[k] += t1 - t0;
-    if (c->trace && t1 - t0 > 20e-6) record(c, "testall", "wait", t0, t1);
+    wait_spent(c, k, "testall", "wait", TRACE_TESTS_OVER, t0, now_seconds());
     return flag;
 }
 
@@ -516,25 +540,21 @@ static size_t type_size(MPI_Datatype dt) {
 static void count_to_peers(Comm *c, CommKind k, MPI_Comm mc, uint64_t bytes) {
     const int n = comm_size_of(mc), me = comm_rank_of(mc);
     for (int p = 0; p < n; p++)
-        if (p != me) {
-            count_bytes(c, k, mc, p, bytes);
-            c->stats.messages[k]++;
-        }
+        if (p != me) count_message(c, k, mc, p, bytes);
 }
 
+/* A blocking collective of kind k, begun at t0, is complete: its time is exposed wait. */
 static void finish_collective(Comm *c, CommKind k, const char *cat, double t0) {
-    double t1 = now_seconds();
-    c->stats.wait_s[k] += t1 - t0;
-    if (c->trace) record(c, KIND_NAMES[k], cat, t0, t1);
+    wait_spent(c, k, KIND_NAMES[k], cat, TRACE_EVERY, t0, now_seconds());
 }
 
 void comm_alltoall(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t bytes_per_peer, MPI_Comm mc) {
     double t0 = now_seconds();
     MPI_Request req;
-    mpi_check(MPI_Ialltoall(sendbuf, bytes_to_int(bytes_per_peer, "MPI_Ialltoall"), MPI_BYTE, recvbuf,
-                            (int)bytes_per_peer, MPI_BYTE, mc, &req),
-              "MPI_Ialltoall", mc, -1, bytes_per_peer);
-    wait_deadline(c, "MPI_Ialltoall", k, mc, 1, &req);
+    collective_wait(c, "MPI_Ialltoall", k, mc,
+                    MPI_Ialltoall(sendbuf, bytes_to_int(bytes_per_peer, "MPI_Ialltoall"), MPI_BYTE, recvbuf,
+                                  (int)bytes_per_peer, MPI_BYTE, mc, &req),
+                    -1, bytes_per_peer, &req);
     finish_collective(c, k, "alltoall", t0);
     count_to_peers(c, k, mc, bytes_per_peer);
 }
@@ -545,15 +565,12 @@ void comm_alltoallv(Comm *c, CommKind k, const void *sendbuf, const int *sendcou
     size_t es = type_size(dt);
     double t0 = now_seconds();
     MPI_Request req;
-    mpi_check(MPI_Ialltoallv(sendbuf, sendcounts, sdispls, dt, recvbuf, recvcounts, rdispls, dt, mc, &req),
-              "MPI_Ialltoallv", mc, -1, (size_t)sendcounts[me] * es);
-    wait_deadline(c, "MPI_Ialltoallv", k, mc, 1, &req);
+    collective_wait(c, "MPI_Ialltoallv", k, mc,
+                    MPI_Ialltoallv(sendbuf, sendcounts, sdispls, dt, recvbuf, recvcounts, rdispls, dt, mc, &req), -1,
+                    (size_t)sendcounts[me] * es, &req);
     finish_collective(c, k, "alltoall", t0);
     for (int p = 0; p < n; p++)
-        if (p != me) {
-            count_bytes(c, k, mc, p, (uint64_t)sendcounts[p] * es);
-            c->stats.messages[k]++;
-        }
+        if (p != me) count_message(c, k, mc, p, (uint64_t)sendcounts[p] * es);
 }
 
 static void allreduce_floats_own(Comm *c, CommKind k, float *buf, size_t count, MPI_Comm mc, int n);
@@ -570,8 +587,8 @@ void comm_allreduce(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, siz
         allreduce_floats_own(c, k, recvbuf, count, mc, n);
     } else {
         MPI_Request req;
-        mpi_check(MPI_Iallreduce(sendbuf, recvbuf, (int)count, dt, op, mc, &req), "MPI_Iallreduce", mc, -1, count * es);
-        wait_deadline(c, "MPI_Iallreduce", k, mc, 1, &req);
+        collective_wait(c, "MPI_Iallreduce", k, mc, MPI_Iallreduce(sendbuf, recvbuf, (int)count, dt, op, mc, &req), -1,
+                        count * es, &req);
     }
     finish_collective(c, k, "allreduce", t0);
     size_t base = count / (size_t)n, rem = count % (size_t)n;
@@ -579,13 +596,32 @@ void comm_allreduce(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, siz
     for (int p = 0; p < n; p++) {
         if (p == me) continue;
         size_t part = base + ((size_t)p < rem);
-        count_bytes(c, k, mc, p, (uint64_t)(part + mine) * es);
-        c->stats.messages[k]++;
+        count_message(c, k, mc, p, (uint64_t)(part + mine) * es);
     }
 }
 
 /* ---- reduce-scatter (comm.h: seqpar's own, in pieces, each block summed in a fixed order) ---- */
 #define RS_TAG_BASE 24576 /* tags RS_TAG_BASE .. + COMM_RS_TAGS - 1, on the reduce-scatter's communicator */
+
+/* Messages of at most pe floats that count floats take. */
+static size_t pieces_of(size_t count, size_t pe) { return (count + pe - 1) / pe; }
+
+/* Posts the floats [buf, buf + count) to peer p of mc (send) or from it (receive) as
+ * pieces_of(count, pe) messages, one request each from reqs on; returns how many it posted. what:
+ * the call, for the error message. The reduce-scatter and the allreduce's all-gather move their
+ * blocks this way: no message beyond MPI's int count, and the reduce-scatter sums a piece while
+ * the next ones are in flight. */
+static size_t post_pieces(int send, float *buf, size_t count, size_t pe, int p, int tag, MPI_Comm mc,
+                          MPI_Request *reqs, const char *what) {
+    size_t i = 0;
+    for (size_t o = 0; o < count; o += pe, i++) {
+        const size_t len = count - o < pe ? count - o : pe;
+        mpi_check(send ? MPI_Isend(buf + o, (int)len, MPI_FLOAT, p, tag, mc, &reqs[i])
+                       : MPI_Irecv(buf + o, (int)len, MPI_FLOAT, p, tag, mc, &reqs[i]),
+                  what, mc, p, len * sizeof(float));
+    }
+    return i;
+}
 
 /* Receives and sums every message that has arrived, in step order; when all are summed and the
  * sends are complete, returns 1 (the reduce-scatter is then no longer in flight). */
@@ -638,28 +674,22 @@ static void rs_start(Comm *c, CommKind k, CommReduceScatter *rs, float *src, flo
     int n_sends = 0;
     for (int p = 0; p < n; p++) {
         if (p == me) own_off = off;
-        else n_sends += (int)((recvcounts[p] + pe - 1) / pe);
+        else n_sends += (int)pieces_of(recvcounts[p], pe);
         off += recvcounts[p];
     }
     const size_t own = recvcounts[me];
     *rs = (CommReduceScatter){.mc = mc, .n = n, .me = me, .tag = tag, .active = 1,
                               .land = src + own_off, .dst = in_place ? src + own_off : recv, .own = own,
-                              .piece = pe, .n_steps = (long)((own + pe - 1) / pe) * (n - 1), .n_sends = n_sends};
+                              .piece = pe, .n_steps = (long)pieces_of(own, pe) * (n - 1), .n_sends = n_sends};
     if (n_sends) rs->sends = xmalloc(sizeof(MPI_Request) * (size_t)n_sends);
     int i = 0;
     off = 0;
     for (int p = 0; p < n; p++) {
         const size_t cnt = recvcounts[p];
         if (p != me) {
-            for (size_t o = 0; o < cnt; o += pe) {
-                const size_t len = cnt - o < pe ? cnt - o : pe;
-                mpi_check(MPI_Isend(src + off + o, (int)len, MPI_FLOAT, p, RS_TAG_BASE + tag, mc, &rs->sends[i++]),
-                          "MPI_Isend (reduce-scatter)", mc, p, len * sizeof(float));
-            }
-            if (cnt && account) {
-                count_bytes(c, k, mc, p, (uint64_t)cnt * sizeof(float));
-                c->stats.messages[k]++;
-            }
+            i += (int)post_pieces(1, src + off, cnt, pe, p, RS_TAG_BASE + tag, mc, rs->sends + i,
+                                  "MPI_Isend (reduce-scatter)");
+            if (cnt && account) count_message(c, k, mc, p, (uint64_t)cnt * sizeof(float));
         }
         off += cnt;
     }
@@ -702,9 +732,7 @@ int comm_rs_test(Comm *c, CommKind k, int n, CommReduceScatter *rs) {
     if (!rs_any_active(n, rs)) return 1;
     double t0 = now_seconds();
     const int done = rs_progress_all(n, rs);
-    double t1 = now_seconds();
-    c->stats.wait_s[k] += t1 - t0;
-    if (c->trace && t1 - t0 > 20e-6) record(c, "reduce-scatter test", "wait", t0, t1);
+    wait_spent(c, k, "reduce-scatter test", "wait", TRACE_TESTS_OVER, t0, now_seconds());
     return done;
 }
 
@@ -734,13 +762,7 @@ void comm_rs_wait(Comm *c, CommKind k, int n, CommReduceScatter *rs) {
     if (!rs_any_active(n, rs)) return;
     double t0 = now_seconds();
     rs_complete(c, k, n, rs);
-    double t1 = now_seconds();
-    c->stats.wait_s[k] += t1 - t0;
-    if (c->trace) {
-        char name[40];
-        snprintf(name, sizeof name, "wait %s", KIND_NAMES[k]);
-        record(c, name, "wait", t0, t1);
-    }
+    wait_spent(c, k, NULL, "wait", TRACE_EVERY, t0, now_seconds());
 }
 
 void comm_reduce_scatter(Comm *c, CommKind k, float *sendbuf, float *recvbuf, const int *recvcounts, MPI_Comm mc) {
@@ -767,25 +789,19 @@ static void allreduce_floats_own(Comm *c, CommKind k, float *buf, size_t count, 
     CommReduceScatter rs = {0};
     rs_start(c, k, &rs, buf, NULL, counts, mc, COMM_RS_TAGS - 1, 1, 0);
     rs_complete(c, k, 1, &rs);
-    const size_t pe = COMM_RS_PIECE, mine = (counts[me] + pe - 1) / pe;
+    const size_t pe = COMM_RS_PIECE, mine = pieces_of(counts[me], pe);
     size_t n_req = 0;
     for (int p = 0; p < n; p++)
-        if (p != me) n_req += mine + (counts[p] + pe - 1) / pe;
+        if (p != me) n_req += mine + pieces_of(counts[p], pe);
     if (n_req > (size_t)INT_MAX) die("allreduce: %zu messages", n_req);
     MPI_Request *reqs = xmalloc(sizeof(MPI_Request) * (n_req ? n_req : 1));
     size_t i = 0;
     for (int p = 0; p < n; p++) {
         if (p == me) continue;
-        for (size_t o = 0; o < counts[p]; o += pe) { /* p's block from p */
-            const size_t len = counts[p] - o < pe ? counts[p] - o : pe;
-            mpi_check(MPI_Irecv(buf + displs[p] + o, (int)len, MPI_FLOAT, p, RS_TAG_BASE + COMM_RS_TAGS, mc, &reqs[i++]),
-                      "MPI_Irecv (allreduce's all-gather)", mc, p, len * sizeof(float));
-        }
-        for (size_t o = 0; o < counts[me]; o += pe) { /* mine to p */
-            const size_t len = counts[me] - o < pe ? counts[me] - o : pe;
-            mpi_check(MPI_Isend(buf + displs[me] + o, (int)len, MPI_FLOAT, p, RS_TAG_BASE + COMM_RS_TAGS, mc, &reqs[i++]),
-                      "MPI_Isend (allreduce's all-gather)", mc, p, len * sizeof(float));
-        }
+        i += post_pieces(0, buf + displs[p], counts[p], pe, p, RS_TAG_BASE + COMM_RS_TAGS, mc, reqs + i,
+                         "MPI_Irecv (allreduce's all-gather)"); /* p's block from p */
+        i += post_pieces(1, buf + displs[me], counts[me], pe, p, RS_TAG_BASE + COMM_RS_TAGS, mc, reqs + i,
+                         "MPI_Isend (allreduce's all-gather)"); /* mine to p */
     }
     wait_deadline(c, "allreduce's all-gather", k, mc, (int)n_req, reqs);
     xfree(reqs);
@@ -807,9 +823,9 @@ void comm_allgatherv(Comm *c, CommKind k, const void *sendbuf, int sendcount, vo
     size_t es = type_size(dt);
     double t0 = now_seconds();
     MPI_Request req;
-    mpi_check(MPI_Iallgatherv(sendbuf, sendcount, dt, recvbuf, recvcounts, displs, dt, mc, &req), "MPI_Iallgatherv",
-              mc, -1, (size_t)sendcount * es);
-    wait_deadline(c, "MPI_Iallgatherv", k, mc, 1, &req);
+    collective_wait(c, "MPI_Iallgatherv", k, mc,
+                    MPI_Iallgatherv(sendbuf, sendcount, dt, recvbuf, recvcounts, displs, dt, mc, &req), -1,
+                    (size_t)sendcount * es, &req);
     finish_collective(c, k, "allgather", t0);
     count_to_peers(c, k, mc, (uint64_t)sendcount * es);
 }
@@ -825,10 +841,10 @@ void comm_iallgatherv(Comm *c, CommKind k, const void *sendbuf, int sendcount, v
 void comm_allgather(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t bytes_per_rank, MPI_Comm mc) {
     double t0 = now_seconds();
     MPI_Request req;
-    mpi_check(MPI_Iallgather(sendbuf, bytes_to_int(bytes_per_rank, "MPI_Iallgather"), MPI_BYTE, recvbuf,
-                             (int)bytes_per_rank, MPI_BYTE, mc, &req),
-              "MPI_Iallgather", mc, -1, bytes_per_rank);
-    wait_deadline(c, "MPI_Iallgather", k, mc, 1, &req);
+    collective_wait(c, "MPI_Iallgather", k, mc,
+                    MPI_Iallgather(sendbuf, bytes_to_int(bytes_per_rank, "MPI_Iallgather"), MPI_BYTE, recvbuf,
+                                   (int)bytes_per_rank, MPI_BYTE, mc, &req),
+                    -1, bytes_per_rank, &req);
     finish_collective(c, k, "allgather", t0);
     count_to_peers(c, k, mc, bytes_per_rank);
 }
@@ -869,14 +885,11 @@ void comm_gatherv(Comm *c, CommKind k, const void *sendbuf, int sendcount, void 
     size_t es = type_size(dt);
     double t0 = now_seconds();
     MPI_Request req;
-    mpi_check(MPI_Igatherv(sendbuf, sendcount, dt, recvbuf, recvcounts, displs, dt, root, mc, &req), "MPI_Igatherv",
-              mc, root, (size_t)sendcount * es);
-    wait_deadline(c, "MPI_Igatherv", k, mc, 1, &req);
+    collective_wait(c, "MPI_Igatherv", k, mc,
+                    MPI_Igatherv(sendbuf, sendcount, dt, recvbuf, recvcounts, displs, dt, root, mc, &req), root,
+                    (size_t)sendcount * es, &req);
     finish_collective(c, k, "gather", t0);
-    if (me != root) {
-        count_bytes(c, k, mc, root, (uint64_t)sendcount * es);
-        c->stats.messages[k]++;
-    }
+    if (me != root) count_message(c, k, mc, root, (uint64_t)sendcount * es);
 }
 
 /* ---- control traffic: under the watchdog, outside the statistics ---- */
@@ -884,20 +897,19 @@ void comm_control_allreduce(Comm *c, const char *what, void *buf, size_t count, 
                             MPI_Comm mc) {
     if (count > (size_t)INT_MAX) die("%s: %zu elements exceed MPI's int count", what, count);
     MPI_Request req;
-    mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, dt, op, mc, &req), what, mc, -1, count);
-    wait_deadline(c, what, COMM_KINDS, mc, 1, &req);
+    collective_wait(c, what, COMM_KINDS, mc, MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, dt, op, mc, &req), -1, count,
+                    &req);
 }
 
 void comm_control_barrier(Comm *c, const char *what, MPI_Comm mc) {
     MPI_Request req;
-    mpi_check(MPI_Ibarrier(mc, &req), what, mc, -1, 0);
-    wait_deadline(c, what, COMM_KINDS, mc, 1, &req);
+    collective_wait(c, what, COMM_KINDS, mc, MPI_Ibarrier(mc, &req), -1, 0, &req);
 }
 
 void comm_control_bcast(Comm *c, const char *what, void *buf, size_t bytes, int root, MPI_Comm mc) {
     MPI_Request req;
-    mpi_check(MPI_Ibcast(buf, bytes_to_int(bytes, what), MPI_BYTE, root, mc, &req), what, mc, root, bytes);
-    wait_deadline(c, what, COMM_KINDS, mc, 1, &req);
+    collective_wait(c, what, COMM_KINDS, mc, MPI_Ibcast(buf, bytes_to_int(bytes, what), MPI_BYTE, root, mc, &req), root,
+                    bytes, &req);
 }
 
 int comm_launched_world(int *rank) {
