@@ -65,6 +65,24 @@ void context_schedule_destroy(ContextSchedule *s);
  * state ctx and block compute; xcalloc'd, freed by the schedule's destroy with xfree. */
 ContextSchedule *context_schedule_new(const ContextSchedule *ops, void *ctx, BlockAttn *blocks);
 
+/* What a schedule builds from its ScheduleShape the same way as every other: its block compute and
+ * the position blocks of the cp context slots. A schedule's state holds one: schedule_core_init in
+ * its create, schedule_core_set_positions as (or in) its set_positions, schedule_core_new for its
+ * ContextSchedule value, schedule_core_free in its destroy. */
+typedef struct {
+    BlockAttn ba;    /* ContextSchedule.blocks */
+    int P, n;        /* context slots (cp) and rows a slot */
+    PosBlock *slot;  /* (P) the rows of slot c: all_pos[c n .. (c+1) n) of set_positions */
+    PosRun *runs;    /* (P n) their runs */
+} ScheduleCore;
+
+void schedule_core_init(ScheduleCore *c, const ScheduleShape *sh);
+/* Cuts every slot's positions (and document ids; NULL: one document) into c->slot (pos_block_init). */
+void schedule_core_set_positions(ScheduleCore *c, const int *all_pos, const int *all_doc);
+void schedule_core_free(ScheduleCore *c);
+/* context_schedule_new around state ctx and c's block compute. */
+ContextSchedule *schedule_core_new(const ContextSchedule *ops, void *ctx, ScheduleCore *c);
+
 /* Bytes and messages one rank sends per layer, per kind (fp32), forward and backward. */
 typedef struct {
     unsigned long long fwd[COMM_KINDS], bwd[COMM_KINDS];

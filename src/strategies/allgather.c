@@ -65,9 +65,7 @@ typedef struct {
     int P, r, n, H, Hk, d;
     CommWire wire;  /* of the all-gathers */
     size_t kvf, qf; /* floats of one k|v block, of the q block */
-    BlockAttn ba;
-    PosBlock *pb;   /* (P) */
-    PosRun *runs;   /* (P n) */
+    ScheduleCore core; /* block compute; core.slot[c]: slot c's rows */
     float *kv_all;  /* (P, 2, n, Hk, d): slot c's k|v at c kvf */
     float *dkv_all; /* same shape: dk|dv of every slot, before the reduce-scatter */
 } AgCtx;
@@ -75,9 +73,7 @@ typedef struct {
 static AgCtx *ag_of(ContextSchedule *s) { return (AgCtx *)s->ctx; }
 
 static void ag_set_positions(ContextSchedule *s, const int *all_pos, const int *all_doc) {
-    AgCtx *x = ag_of(s);
-    for (int c = 0; c < x->P; c++)
-        pos_block_init(&x->pb[c], all_pos + (size_t)c * x->n, all_doc ? all_doc + (size_t)c * x->n : NULL, x->n, x->runs + (size_t)c * x->n);
+    schedule_core_set_positions(&ag_of(s)->core, all_pos, all_doc);
 }
 
 /* The gathered k|v of every slot (my own without a copy when P = 1). */
@@ -99,7 +95,7 @@ static void ag_forward(ContextSchedule *s, const float *q, const float *kv, floa
     for (int i = 0; i < x->P; i++) {
         int c = slot_at(x, i);
         const float *k = all + (size_t)c * x->kvf;
-        block_attn_forward(&x->ba, q, &x->pb[x->r], k, k + half, &x->pb[c], o, lse, NULL);
+        block_attn_forward(&x->core.ba, q, &x->core.slot[x->r], k, k + half, &x->core.slot[c], o, lse, NULL);
     }
 }
 
@@ -117,8 +113,8 @@ static void ag_backward(ContextSchedule *s, const float *q, const float *kv, con
         int c = slot_at(x, i);
         const float *k = all + (size_t)c * x->kvf;
         float *dk = dall + (size_t)c * x->kvf;
-        block_attn_backward(&x->ba, q, &x->pb[x->r], k, k + half, &x->pb[c], lse, delta, dout, dq, dk, dk + half,
-                            NULL);
+        block_attn_backward(&x->core.ba, q, &x->core.slot[x->r], k, k + half, &x->core.slot[c], lse, delta, dout, dq,
+                            dk, dk + half, NULL);
     }
     if (x->P > 1)
         comm_reduce_scatter_block(x->comm, COMM_TEAM, x->dkv_all, dkv, x->kvf, x->mc);
@@ -128,8 +124,7 @@ static void ag_destroy(ContextSchedule *s) {
     AgCtx *x = ag_of(s);
     xfree(x->kv_all);
     xfree(x->dkv_all);
-    xfree(x->pb);
-    xfree(x->runs);
+    schedule_core_free(&x->core);
     xfree(x);
     xfree(s);
 }
@@ -148,16 +143,14 @@ static ContextSchedule *allgather_create(const ScheduleShape *sh) {
     x->wire = sh->wire;
     x->kvf = 2 * (size_t)sh->n * (size_t)sh->kv_heads * (size_t)sh->head_dim;
     x->qf = (size_t)sh->n * (size_t)sh->heads * (size_t)sh->head_dim;
-    block_attn_init(&x->ba, sh->comm, sh->heads, sh->kv_heads, sh->head_dim);
-    x->pb = xcalloc((size_t)x->P, sizeof(PosBlock));
-    x->runs = xmalloc(sizeof(PosRun) * (size_t)x->P * (size_t)x->n);
+    schedule_core_init(&x->core, sh);
     if (x->P > 1) {
         x->kv_all = xmalloc_aligned(sizeof(float) * x->kvf * (size_t)x->P);
         x->dkv_all = xmalloc_aligned(sizeof(float) * x->kvf * (size_t)x->P);
     }
     static const ContextSchedule OPS = {.set_positions = ag_set_positions, .forward = ag_forward,
                                         .backward = ag_backward, .destroy = ag_destroy};
-    return context_schedule_new(&OPS, x, &x->ba);
+    return schedule_core_new(&OPS, x, &x->core);
 }
 
 /* The schedule ag_forward / ag_backward run: a blocking all-gather of k|v, then each rank's

@@ -47,14 +47,11 @@ enum {
 };
 
 typedef struct {
-    ContextSchedule base;
-    BlockAttn blocks;
+    ScheduleCore core;    /* block compute; core.slot[c]: positions and runs of slot c */
     const Topology *t;
     Comm *comm;
     int n, Hl, Hk, d, cp, W, R;
     CommWire wire;        /* of the KV blocks (their gradients travel in fp32) */
-    PosBlock *slots;      /* (cp) positions and runs of every slot */
-    PosRun *runs;         /* (cp n) */
     float *kvbuf[4];      /* outer receive x2, inner rotation x2: (2 n Hk d) each */
     float *dkv_l[2], *dkv_in, *dkv_wp[2], *dkv_or, *dkv_final;
 } DoubleRing;
@@ -103,9 +100,7 @@ static void post_pair(DoubleRing *x, CommKind kind, const float *send, float *re
 }
 
 static void dr_set_positions(ContextSchedule *s, const int *all_pos, const int *all_doc) {
-    DoubleRing *x = s->ctx;
-    for (int c = 0; c < x->cp; c++)
-        pos_block_init(&x->slots[c], all_pos + (size_t)c * x->n, all_doc ? all_doc + (size_t)c * x->n : NULL, x->n, x->runs + (size_t)c * x->n);
+    schedule_core_set_positions(&((DoubleRing *)s->ctx)->core, all_pos, all_doc);
 }
 
 static void dr_forward(ContextSchedule *s, const float *q, const float *kv, float *o, float *lse) {
@@ -118,8 +113,8 @@ static void dr_forward(ContextSchedule *s, const float *q, const float *kv, floa
     RingRequests rq;
     ring_requests_init(&rq);
     Progress pr = {(MPI_Request *)&rq, sizeof rq / sizeof(MPI_Request), W > 1 ? COMM_P2P_INNER : COMM_P2P_OUTER};
-    const PosBlock *mine = &x->slots[t->cp_rank];
-    const int steps = ring_steps(x->slots, x->cp, W, R, x->blocks.window);
+    const PosBlock *mine = &x->core.slot[t->cp_rank];
+    const int steps = ring_steps(x->core.slot, x->cp, W, R, x->core.ba.window);
     const float *kv_start = kv;
     for (int j = 0; j < R; j++) {
         if (j < R - 1)
@@ -131,7 +126,7 @@ static void dr_forward(ContextSchedule *s, const float *q, const float *kv, floa
             if (step < steps - 1)
                 post_pair(x, COMM_P2P_INNER, cur, nxt, kv_floats, inner_next(x), inner_prev(x), TAG_FWD_KV_INNER,
                           t->inner_comm, &rq.kv_send, &rq.kv_recv);
-            block_attn_forward(&x->blocks, q, mine, cur, cur + half, &x->slots[kv_owner(x, j, step)], o, lse, &pr);
+            block_attn_forward(&x->core.ba, q, mine, cur, cur + half, &x->core.slot[kv_owner(x, j, step)], o, lse, &pr);
             if (step < steps - 1) {
                 comm_waitall(x->comm, COMM_P2P_INNER, 2, &rq.kv_send);
                 cur = nxt;
@@ -161,11 +156,11 @@ static void dr_backward(ContextSchedule *s, const float *q, const float *kv, con
     RingRequests rq;
     ring_requests_init(&rq);
     Progress pr = {(MPI_Request *)&rq, sizeof rq / sizeof(MPI_Request), W > 1 ? COMM_P2P_INNER : COMM_P2P_OUTER};
-    const PosBlock *mine = &x->slots[t->cp_rank];
+    const PosBlock *mine = &x->core.slot[t->cp_rank];
     /* the inner steps (ring_steps), and where each accumulator's last hop goes to and comes from:
      * the owner of the block held at the last step, steps - 1 members back (the next member when
      * all W steps run), and the member holding my block then, steps - 1 ahead (the previous one) */
-    const int steps = ring_steps(x->slots, x->cp, W, R, x->blocks.window);
+    const int steps = ring_steps(x->core.slot, x->cp, W, R, x->core.ba.window);
     const int home_to = (t->inner_rank - (steps - 1) + W) % W, home_from = (t->inner_rank + steps - 1) % W;
     const float *kv_start = kv;
     for (int j = 0; j < R; j++) {
@@ -192,8 +187,8 @@ static void dr_backward(ContextSchedule *s, const float *q, const float *kv, con
             double t0 = comm_compute_begin(cm);
             memset(L, 0, kv_bytes);
             comm_compute_end(cm, "zero dkv", t0);
-            block_attn_backward(&x->blocks, q, mine, cur, cur + half, &x->slots[kv_owner(x, j, step)], lse, delta,
-                                dout, dq, L, L + half, &pr);
+            block_attn_backward(&x->core.ba, q, mine, cur, cur + half, &x->core.slot[kv_owner(x, j, step)], lse,
+                                delta, dout, dq, L, L + half, &pr);
             if (steps > 1) {
                 if (step >= 1) {
                     comm_waitall(cm, COMM_P2P_INNER, 1, &rq.dkv_recv);
@@ -252,9 +247,9 @@ static void dr_destroy(ContextSchedule *s) {
     xfree(x->dkv_in);
     xfree(x->dkv_or);
     xfree(x->dkv_final);
-    xfree(x->slots);
-    xfree(x->runs);
+    schedule_core_free(&x->core);
     xfree(x);
+    xfree(s);
 }
 
 static int ring_w(const StrategyParams *p) { return p->ring_inner > 0 ? p->ring_inner : p->cp; }
@@ -271,7 +266,7 @@ static ContextSchedule *dr_create(const ScheduleShape *sh) {
     x->W = sh->topo->ring_inner > 0 ? sh->topo->ring_inner : x->cp;
     x->R = x->cp / x->W;
     x->wire = sh->wire;
-    block_attn_init(&x->blocks, sh->comm, x->Hl, x->Hk, x->d);
+    schedule_core_init(&x->core, sh);
     const size_t kv = 2 * (size_t)x->n * x->Hk * x->d;
     const int R = x->R, W = x->W;
     /* ring buffers only where the ring needs them: outer ones when R > 1, inner ones when W > 1 */
@@ -283,15 +278,9 @@ static ContextSchedule *dr_create(const ScheduleShape *sh) {
     x->dkv_wp[1] = R > 1 ? xmalloc_aligned(sizeof(float) * kv) : NULL;
     x->dkv_or = R > 1 ? xmalloc_aligned(sizeof(float) * kv) : NULL;
     x->dkv_final = xmalloc_aligned(sizeof(float) * kv);
-    x->slots = xcalloc((size_t)x->cp, sizeof(PosBlock));
-    x->runs = xmalloc(sizeof(PosRun) * (size_t)x->cp * x->n);
-    x->base.ctx = x;
-    x->base.blocks = &x->blocks;
-    x->base.set_positions = dr_set_positions;
-    x->base.forward = dr_forward;
-    x->base.backward = dr_backward;
-    x->base.destroy = dr_destroy;
-    return &x->base;
+    static const ContextSchedule OPS = {.set_positions = dr_set_positions, .forward = dr_forward,
+                                        .backward = dr_backward, .destroy = dr_destroy};
+    return schedule_core_new(&OPS, x, &x->core);
 }
 
 static char *dr_check(const StrategyParams *p) {

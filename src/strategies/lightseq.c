@@ -237,18 +237,19 @@ typedef struct {
     int P, r, n, H, Hk, d;
     CommWire wire;          /* of k|v and q */
     Sizes z;
-    BlockAttn ba;
-    PosBlock *pb;           /* (P) one per slot, all rows */
+    ScheduleCore core;      /* block compute; core.slot[c]: all rows of slot c */
     PosBlock *pb_first;     /* (P) the first n/2 rows of each slot */
     PosBlock *pb_second;    /* (P) the other rows */
-    PosRun *runs, *runs_split; /* (P n) each */
+    PosRun *runs_split;     /* (P n) */
     float *pay[2], *part[2], *in, *bundle;
 } LsCtx;
 
 static LsCtx *ls_of(ContextSchedule *s) { return (LsCtx *)s->ctx; }
 
 static const PosBlock *rows_block(const LsCtx *x, int slot, LightseqRows rows) {
-    return rows == LS_ROWS_FIRST ? &x->pb_first[slot] : rows == LS_ROWS_SECOND ? &x->pb_second[slot] : &x->pb[slot];
+    return rows == LS_ROWS_FIRST    ? &x->pb_first[slot]
+           : rows == LS_ROWS_SECOND ? &x->pb_second[slot]
+                                    : &x->core.slot[slot];
 }
 
 static void ls_set_positions(ContextSchedule *s, const int *all_pos, const int *all_doc) {
@@ -256,10 +257,10 @@ static void ls_set_positions(ContextSchedule *s, const int *all_pos, const int *
     int f0, fn, s0, sn;
     lightseq_rows(LS_ROWS_FIRST, x->n, &f0, &fn);
     lightseq_rows(LS_ROWS_SECOND, x->n, &s0, &sn);
+    schedule_core_set_positions(&x->core, all_pos, all_doc);
     for (int c = 0; c < x->P; c++) {
         const int *pos = all_pos + (size_t)c * x->n, *doc = all_doc ? all_doc + (size_t)c * x->n : NULL;
         PosRun *runs = x->runs_split + (size_t)c * x->n;
-        pos_block_init(&x->pb[c], pos, doc, x->n, x->runs + (size_t)c * x->n);
         pos_block_init(&x->pb_first[c], pos + f0, doc ? doc + f0 : NULL, fn, runs);
         pos_block_init(&x->pb_second[c], pos + s0, doc ? doc + s0 : NULL, sn, runs + fn);
     }
@@ -293,7 +294,7 @@ static void ls_forward(ContextSchedule *s, const float *q, const float *kv, floa
     const size_t half = z->kvf / 2;
     Comm *cm = x->comm;
     AttnShape st = {.n_q = x->n, .n_kv = x->n, .n_heads = x->H, .n_kv_heads = x->Hk, .head_dim = x->d,
-                    .scale = x->ba.scale, .mask = ATTN_CAUSAL};
+                    .scale = x->core.ba.scale, .mask = ATTN_CAUSAL};
     attn_state_init(&st, o, lse);
     MPI_Request reqs[4];
     Progress pr = {reqs, 4, COMM_P2P_INNER};
@@ -323,8 +324,8 @@ static void ls_forward(ContextSchedule *s, const float *q, const float *kv, floa
             comm_isend(cm, COMM_P2P_INNER, x->part[(t + 1) % 2], ret_bytes, p.ret_to, TAG_FWD_RES, x->mc, &reqs[3]);
         if (p.q == x->r) { /* own rows: kv own (t = 0) or received at step t - 1 */
             const float *k = p.kv == x->r ? kv : prev;
-            block_attn_forward(&x->ba, q + q_elems(x, r0), rows_block(x, p.q, p.rows), k, k + half, &x->pb[p.kv],
-                               o + q_elems(x, r0), lse + l_elems(x, r0), &pr);
+            block_attn_forward(&x->core.ba, q + q_elems(x, r0), rows_block(x, p.q, p.rows), k, k + half,
+                               &x->core.slot[p.kv], o + q_elems(x, r0), lse + l_elems(x, r0), &pr);
         } else if (p.q >= 0) { /* helper: another rank's q rows against my kv, into a fresh partial */
             float *res = x->part[t % 2];
             double t0 = comm_compute_begin(cm);
@@ -332,8 +333,8 @@ static void ls_forward(ContextSchedule *s, const float *q, const float *kv, floa
             sh.n_q = nr;
             attn_state_init(&sh, res, res + q_elems(x, nr));
             comm_compute_end(cm, "init partial", t0);
-            block_attn_forward(&x->ba, prev, rows_block(x, p.q, p.rows), kv, kv + half, &x->pb[p.kv], res,
-                               res + q_elems(x, nr), &pr);
+            block_attn_forward(&x->core.ba, prev, rows_block(x, p.q, p.rows), kv, kv + half, &x->core.slot[p.kv],
+                               res, res + q_elems(x, nr), &pr);
         }
         comm_waitall(cm, COMM_P2P_INNER, 4, reqs);
         if (p.ret_from >= 0) {
@@ -402,22 +403,22 @@ static void ls_backward(ContextSchedule *s, const float *q, const float *kv, con
             comm_isend(cm, COMM_P2P_INNER, out_prev, z->kv, p.dkv_to, TAG_BWD_DKV, x->mc, &reqs[3]);
         const size_t qo = q_elems(x, r0), lo = l_elems(x, r0);
         if (p.q == x->r && p.kv == x->r) {
-            block_attn_backward(&x->ba, q, &x->pb[p.q], kv, kv + half, &x->pb[p.kv], lse, delta, dout, dq, dkv,
-                                dkv + half, &pr);
+            block_attn_backward(&x->core.ba, q, &x->core.slot[p.q], kv, kv + half, &x->core.slot[p.kv], lse, delta,
+                                dout, dq, dkv, dkv + half, &pr);
         } else if (p.q == x->r) { /* owner block: dk|dv of the received kv go back next step */
             t0 = comm_compute_begin(cm);
             memset(out, 0, sizeof(float) * z->kvf);
             comm_compute_end(cm, "zero partial", t0);
-            block_attn_backward(&x->ba, q + qo, rows_block(x, p.q, p.rows), prev, prev + half, &x->pb[p.kv], lse + lo,
-                                delta + lo, dout + qo, dq + qo, out, out + half, &pr);
+            block_attn_backward(&x->core.ba, q + qo, rows_block(x, p.q, p.rows), prev, prev + half,
+                                &x->core.slot[p.kv], lse + lo, delta + lo, dout + qo, dq + qo, out, out + half, &pr);
         } else if (p.q >= 0) { /* helper block: dq of the received rows goes back next step */
             const size_t qe = q_elems(x, nr), le = l_elems(x, nr);
             const float *qm = prev, *doutm = prev + qe, *lsem = prev + 2 * qe, *deltam = lsem + le;
             t0 = comm_compute_begin(cm);
             memset(out, 0, sizeof(float) * qe);
             comm_compute_end(cm, "zero partial", t0);
-            block_attn_backward(&x->ba, qm, rows_block(x, p.q, p.rows), kv, kv + half, &x->pb[p.kv], lsem, deltam,
-                                doutm, out, dkv, dkv + half, &pr);
+            block_attn_backward(&x->core.ba, qm, rows_block(x, p.q, p.rows), kv, kv + half, &x->core.slot[p.kv],
+                                lsem, deltam, doutm, out, dkv, dkv + half, &pr);
         }
         comm_waitall(cm, COMM_P2P_INNER, 4, reqs);
         if (p.ret_from >= 0) add_into(cm, dq + q_elems(x, e0), x->in, q_elems(x, ne));
@@ -433,10 +434,9 @@ static void ls_destroy(ContextSchedule *s) {
     }
     xfree(x->in);
     xfree(x->bundle);
-    xfree(x->pb);
+    schedule_core_free(&x->core);
     xfree(x->pb_first);
     xfree(x->pb_second);
-    xfree(x->runs);
     xfree(x->runs_split);
     xfree(x);
     xfree(s);
@@ -456,11 +456,9 @@ static ContextSchedule *lightseq_create(const ScheduleShape *sh) {
     x->d = sh->head_dim;
     x->wire = sh->wire;
     x->z = sizes_of(sh->n, sh->heads, sh->kv_heads, sh->head_dim, sh->wire == COMM_WIRE_BF16);
-    block_attn_init(&x->ba, sh->comm, sh->heads, sh->kv_heads, sh->head_dim);
-    x->pb = xcalloc((size_t)x->P, sizeof(PosBlock));
+    schedule_core_init(&x->core, sh);
     x->pb_first = xcalloc((size_t)x->P, sizeof(PosBlock));
     x->pb_second = xcalloc((size_t)x->P, sizeof(PosBlock));
-    x->runs = xmalloc(sizeof(PosRun) * (size_t)x->P * (size_t)x->n);
     x->runs_split = xmalloc(sizeof(PosRun) * (size_t)x->P * (size_t)x->n);
     if (x->P > 1) {
         size_t pay, part, bundle;
@@ -474,7 +472,7 @@ static ContextSchedule *lightseq_create(const ScheduleShape *sh) {
     }
     static const ContextSchedule OPS = {.set_positions = ls_set_positions, .forward = ls_forward,
                                         .backward = ls_backward, .destroy = ls_destroy};
-    return context_schedule_new(&OPS, x, &x->ba);
+    return schedule_core_new(&OPS, x, &x->core);
 }
 
 /* The schedule ls_forward / ls_backward run: the plan's steps (lightseq_step), every rank's

@@ -285,26 +285,21 @@ typedef struct {
     CommWire wire;      /* of q and kv (the backward's query bundle, partials and gradients: fp32) */
     MPI_Comm team_comm; /* the C members of this rank's team, ordered by member */
     MPI_Comm p2p_comm;  /* a duplicate of ctx_comm for the initial sends and the sub-rings */
-    BlockAttn ba;
+    ScheduleCore core;  /* block compute; core.slot[c]: the rows of context slot c */
     Arena A;
     float *arena;
     const int *all_pos; /* (P, n), the caller's */
-    PosRun *runs;       /* (P, n) */
-    PosBlock *slot_blk; /* (P): the rows of each context slot */
 } WfCtx;
 
 static void wf_set_positions(ContextSchedule *s, const int *all_pos, const int *all_doc) {
     WfCtx *x = s->ctx;
-    const int n = x->n;
     x->all_pos = all_pos;
-    for (int c = 0; c < x->me.P; c++)
-        pos_block_init(&x->slot_blk[c], all_pos + (size_t)c * n, all_doc ? all_doc + (size_t)c * n : NULL, n,
-                       x->runs + (size_t)c * n);
+    schedule_core_set_positions(&x->core, all_pos, all_doc);
 }
 
 /* The rows of member j of team t. */
 static const PosBlock *member_rows(const WfCtx *x, int t, int j) {
-    return &x->slot_blk[wallfacer_ctx_rank(x->me.P, x->me.C, x->me.ring_first, t, j)];
+    return &x->core.slot[wallfacer_ctx_rank(x->me.P, x->me.C, x->me.ring_first, t, j)];
 }
 
 static void require_positions(const WfCtx *x, const char *who) {
@@ -344,7 +339,7 @@ static void wf_forward(ContextSchedule *s, const float *q, const float *kv, floa
     comm_allgather_floats(cm, COMM_TEAM, kv, kv0, 2 * b, x->wire, x->team_comm);
     double t0 = comm_compute_begin(cm);
     AttnShape st = {.n_q = x->n, .n_kv = 1, .n_heads = x->H, .n_kv_heads = x->Hk, .head_dim = x->d,
-                    .scale = x->ba.scale, .mask = ATTN_CAUSAL};
+                    .scale = x->core.ba.scale, .mask = ATTN_CAUSAL};
     for (size_t i = 0; i < C; i++) attn_state_init(&st, ol + i * (a + h), ol + i * (a + h) + a);
     comm_compute_end(cm, "wallfacer init", t0);
 
@@ -366,7 +361,7 @@ static void wf_forward(ContextSchedule *s, const float *q, const float *kv, floa
         const int kt = wallfacer_fwd_kv_team(me, step);
         for (size_t i = 0; i < C; i++)
             for (size_t j = 0; j < C; j++)
-                block_attn_forward(&x->ba, qt + i * a, member_rows(x, me->team, (int)i), cur + j * 2 * b,
+                block_attn_forward(&x->core.ba, qt + i * a, member_rows(x, me->team, (int)i), cur + j * 2 * b,
                                    cur + j * 2 * b + b, member_rows(x, kt, (int)j), ol + i * (a + h),
                                    ol + i * (a + h) + a, &pr);
         if (step < G - 1) {
@@ -440,7 +435,7 @@ static void wf_backward(ContextSchedule *s, const float *q, const float *kv, con
         for (size_t i = 0; i < C; i++) {
             const float *B = bcur + i * Z; /* q_i | dout_i | lse_i | delta_i */
             for (size_t j = 0; j < C; j++)
-                block_attn_backward(&x->ba, B, member_rows(x, qt, (int)i), kvf + j * 2 * b, kvf + j * 2 * b + b,
+                block_attn_backward(&x->core.ba, B, member_rows(x, qt, (int)i), kvf + j * 2 * b, kvf + j * 2 * b + b,
                                     member_rows(x, kt, (int)j), B + 2 * a, B + 2 * a + h, B + a, L + i * a,
                                     dkvt + j * 2 * b, dkvt + j * 2 * b + b, &pr);
         }
@@ -493,8 +488,7 @@ static void wf_destroy(ContextSchedule *s) {
         if (x->team_comm != MPI_COMM_NULL) MPI_Comm_free(&x->team_comm);
         if (x->p2p_comm != MPI_COMM_NULL) MPI_Comm_free(&x->p2p_comm);
         xfree(x->arena);
-        xfree(x->runs);
-        xfree(x->slot_blk);
+        schedule_core_free(&x->core);
         xfree(x);
     }
     xfree(s);
@@ -520,15 +514,13 @@ static ContextSchedule *wf_create(const ScheduleShape *sh) {
     x->z = sizes_of((size_t)sh->n, sh->heads, sh->kv_heads, sh->head_dim, C, P);
     x->A = arena_of(&x->z);
     x->arena = xmalloc_aligned(sizeof(float) * arena_floats(&x->A));
-    x->runs = xmalloc(sizeof(PosRun) * (size_t)P * sh->n);
-    x->slot_blk = xcalloc((size_t)P, sizeof(PosBlock));
+    schedule_core_init(&x->core, sh);
     if (MPI_Comm_split(t->ctx_comm, x->me.team, x->me.member, &x->team_comm) != MPI_SUCCESS)
         die("wallfacer: MPI_Comm_split of the team communicator failed");
     if (MPI_Comm_dup(t->ctx_comm, &x->p2p_comm) != MPI_SUCCESS) die("wallfacer: MPI_Comm_dup of ctx_comm failed");
-    block_attn_init(&x->ba, sh->comm, sh->heads, sh->kv_heads, sh->head_dim);
     static const ContextSchedule OPS = {.set_positions = wf_set_positions, .forward = wf_forward,
                                         .backward = wf_backward, .destroy = wf_destroy};
-    return context_schedule_new(&OPS, x, &x->ba);
+    return schedule_core_new(&OPS, x, &x->core);
 }
 
 static char *wf_refuse(unsigned knob, const Strategy *runner, const ParallelConfig *cfg) {
