@@ -6,7 +6,6 @@
 
 #include "attention/flash_attention.h"
 #include "core/common.h"
-#include "parallel/head_exchange.h"
 
 typedef struct {
     const Topology *t;
@@ -116,8 +115,7 @@ SeqAttention *dist_attention_create(const ScheduleInfo *schedule, const Strategy
     x->N = x->S / t->sp;
     x->n = x->S / t->cp;
     x->d = p->head_dim;
-    head_exchange_init(&x->hx, comm, t->head_comm, t->hp, t->hp_rank, x->N, p->n_heads, p->n_kv_heads, p->head_dim);
-    if (p->wire_bf16) head_exchange_set_wire_bf16(&x->hx);
+    dist_attention_exchange_init(&x->hx, p, t, comm, x->N);
     x->Hl = x->hx.Hl;
     x->Hk = x->hx.Hk;
     ScheduleShape sh = {.topo = t, .comm = comm, .n = x->n, .heads = x->Hl, .kv_heads = x->Hk,
@@ -150,6 +148,25 @@ SeqAttention *dist_attention_create(const ScheduleInfo *schedule, const Strategy
     sa->set_compute = dist_set_compute;
     sa->destroy = dist_destroy;
     return sa;
+}
+
+void dist_attention_exchange_init(HeadExchange *hx, const StrategyParams *p, const Topology *t, Comm *comm, int rows) {
+    head_exchange_init(hx, comm, t->head_comm, t->hp, t->hp_rank, rows, p->n_heads, p->n_kv_heads, p->head_dim);
+    if (p->wire_bf16) head_exchange_set_wire_bf16(hx);
+}
+
+void dist_attention_exchange_volume(const StrategyParams *p, const HeadSplit *hs, int hp_rank, long rows,
+                                    int exchanges, int dout_delta, AttnVolume *v) {
+    unsigned long long fb, bb, msgs;
+    head_exchange_volume(hs, hp_rank, rows, p->head_dim, p->wire_bf16 ? 2 : 4, &fb, &bb, &msgs);
+    if (dout_delta) bb += head_exchange_delta_bytes(hs, hp_rank, rows);
+    const unsigned long long u = (unsigned long long)exchanges;
+    v->fwd[COMM_ALLTOALL] = u * fb;
+    v->bwd[COMM_ALLTOALL] = u * bb;
+    v->fwd_msgs[COMM_ALLTOALL] = v->bwd_msgs[COMM_ALLTOALL] = u * msgs;
+    /* the positions: N ints of every member to the sp - 1 others */
+    const long sp = (long)p->hp * p->cp, N = p->seq_len / sp;
+    v->meta_batch = 4ULL * (unsigned long long)N * (unsigned long long)(sp - 1);
 }
 
 void dist_attention_saved_view(const SeqAttention *sa, const float *saved, DistSavedView *v) {

@@ -32,11 +32,24 @@
 #include "parallel/topology.h"
 #include "parallel/block_attention.h"
 #include "parallel/context_schedule.h"
+#include "parallel/head_exchange.h"
 
 /* The strategy for this rank's sp group. The caller has checked p with strategy_check(); t and
  * comm must outlive the strategy. Collective over the world (schedules may split communicators). */
 SeqAttention *dist_attention_create(const ScheduleInfo *schedule, const StrategyParams *p, const Topology *t,
                                     Comm *comm);
+
+/* The head exchange of this rank's head group (t's head_comm) for `rows` local rows a call, on the
+ * wire p asks for: the composition's covers the whole local sequence; a strategy of its own that
+ * exchanges its sequence in chunks makes one for a chunk. */
+void dist_attention_exchange_init(HeadExchange *hx, const StrategyParams *p, const Topology *t, Comm *comm, int rows);
+
+/* What member hp_rank sends per layer outside the context schedule (hs: the split of p's heads):
+ * `exchanges` head exchanges of `rows` local rows each (COMM_ALLTOALL: q, k, v in and o back
+ * forward; dout in, carrying delta where dout_delta, and dq, dk, dv back backward), and per batch
+ * the all-gather of the sp group's positions (meta_batch). Sets those fields of v. */
+void dist_attention_exchange_volume(const StrategyParams *p, const HeadSplit *hs, int hp_rank, long rows,
+                                    int exchanges, int dout_delta, AttnVolume *v);
 
 /* Where things are inside a layer's `saved` buffer (for tests and diagnostics). */
 typedef struct {

@@ -51,7 +51,7 @@
 #include "kernels/bf16.h"
 #include "parallel/block_attention.h"
 #include "memory/chunk_tier.h"
-#include "parallel/head_exchange.h"
+#include "parallel/dist_attention.h"
 #include "strategies/registry.h"
 
 typedef struct {
@@ -114,13 +114,9 @@ static void fpdt_volume(const StrategyParams *p, int hp_rank, AttnVolume *v) {
     HeadSplit hs;
     char *err = head_split_init(&hs, p->hp, p->n_heads, p->n_kv_heads);
     if (err) die("fpdt_volume: %s", err);
+    /* u exchanges of a chunk's c local rows a layer; delta is made after dout's exchange (dout_one) */
     const long u = fpdt_chunks(p), N = p->seq_len / p->hp, c = N / u;
-    unsigned long long fb, bb, msgs;
-    head_exchange_volume(&hs, hp_rank, c, p->head_dim, p->wire_bf16 ? 2 : 4, &fb, &bb, &msgs);
-    v->fwd[COMM_ALLTOALL] = (unsigned long long)u * fb;
-    v->bwd[COMM_ALLTOALL] = (unsigned long long)u * bb;
-    v->fwd_msgs[COMM_ALLTOALL] = v->bwd_msgs[COMM_ALLTOALL] = (unsigned long long)u * msgs;
-    v->meta_batch = 4ULL * (unsigned long long)N * (unsigned long long)(p->hp - 1);
+    dist_attention_exchange_volume(p, &hs, hp_rank, c, (int)u, 0, v);
     head_split_free(&hs);
 }
 
@@ -434,8 +430,7 @@ static SeqAttention *fpdt_create(const StrategyParams *p, const Topology *t, Com
     x->H = p->n_heads;
     x->Hkv = p->n_kv_heads;
     x->d = p->head_dim;
-    head_exchange_init(&x->hx, comm, t->head_comm, t->hp, t->hp_rank, x->c, p->n_heads, p->n_kv_heads, p->head_dim);
-    if (p->wire_bf16) head_exchange_set_wire_bf16(&x->hx);
+    dist_attention_exchange_init(&x->hx, p, t, comm, x->c);
     x->Hl = x->hx.Hl;
     x->Hk = x->hx.Hk;
     block_attn_init(&x->b, comm, x->Hl, x->Hk, x->d);

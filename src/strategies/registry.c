@@ -161,13 +161,8 @@ void strategy_volume(const Strategy *s, const StrategyParams *p, int hp_rank, in
     HeadSplit hs;
     char *err = head_split_init(&hs, p->hp, p->n_heads, p->n_kv_heads);
     if (err) die("strategy_volume: %s", err);
-    const long N = p->seq_len / ((long)p->hp * p->cp);
-    unsigned long long fb, bb, msgs;
-    head_exchange_volume(&hs, hp_rank, N, p->head_dim, p->wire_bf16 ? 2 : 4, &fb, &bb, &msgs);
-    v->fwd[COMM_ALLTOALL] = fb;
-    v->bwd[COMM_ALLTOALL] = bb + head_exchange_delta_bytes(&hs, hp_rank, N); /* dout carries delta */
-    v->fwd_msgs[COMM_ALLTOALL] = v->bwd_msgs[COMM_ALLTOALL] = msgs;
-    v->meta_batch = 4ULL * (unsigned long long)N * (unsigned long long)((long)p->hp * p->cp - 1);
+    /* one exchange of the N local rows a layer, dout carrying delta */
+    dist_attention_exchange_volume(p, &hs, hp_rank, p->seq_len / ((long)p->hp * p->cp), 1, 1, v);
     StrategyParams sv = schedule_view(p, &hs, hp_rank);
     if (p->cp > 1 && s->schedule->volume) {
         AttnVolume c;
