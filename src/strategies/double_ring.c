@@ -307,18 +307,10 @@ static int volume_steps(const StrategyParams *p) {
     if (last.steps && last.layout == p->layout && last.seq_len == p->seq_len && last.cp == p->cp && last.W == W &&
         last.window == p->window)
         return last.steps;
-    const int cp = p->cp, n = (int)(p->seq_len / cp);
-    int *pos = xmalloc(sizeof(int) * (size_t)cp * n);
-    PosRun *runs = xmalloc(sizeof(PosRun) * (size_t)cp * n);
-    PosBlock *slots = xcalloc((size_t)cp, sizeof *slots);
-    for (int c = 0; c < cp; c++) {
-        layout_context_positions(p->layout, (int)p->seq_len, cp, c, pos + (size_t)c * n);
-        pos_block_init(&slots[c], pos + (size_t)c * n, NULL, n, runs + (size_t)c * n);
-    }
-    const int steps = ring_steps(slots, cp, W, R, p->window);
-    xfree(pos);
-    xfree(runs);
-    xfree(slots);
+    SlotBlocks sb;
+    slot_blocks_init(&sb, p->layout, p->seq_len, p->cp);
+    const int steps = ring_steps(sb.slot, p->cp, W, R, p->window);
+    slot_blocks_free(&sb);
     last.layout = p->layout, last.seq_len = p->seq_len, last.cp = p->cp, last.W = W, last.window = p->window;
     last.steps = steps;
     return steps;
