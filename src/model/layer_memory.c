@@ -4,7 +4,6 @@
 #include "model/layer_memory.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "core/common.h"

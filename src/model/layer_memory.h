@@ -258,9 +258,10 @@ void layer_memory_head_begin(LlamaActs *a, int backward);
 void layer_memory_backward_begin(LlamaActs *a);
 void layer_memory_layer_backward_begin(LlamaActs *a, int l);
 
-/* After the attention of layer l's last chunk (its forward, before its MLP): selective keeps the
- * strategy's kept suffix; bf16 packs the layer's kept tensors to their bf16 copies (before the
- * MLP, which shares the fp32 set's memory). */
+/* In layer l's forward, once its last chunk's attention half (x_mid included) has run and before
+ * that chunk's MLP: selective keeps the strategy's kept suffix; bf16 packs the layer's kept
+ * tensors to their bf16 copies (before the MLP, which on whole layers shares the fp32 set's
+ * memory). */
 void layer_memory_attention_done(LlamaActs *a, const SeqAttention *attn, int l);
 /* Before selective's restore of layer l: the kept suffix back into the strategy's state. */
 void layer_memory_restore_kept(LlamaActs *a, const SeqAttention *attn, int l);
