@@ -170,7 +170,7 @@ done
 # Under --checkpoint none each layer keeps the strategy's copies of q, k, v (q_h, kv_h; FPDT: its
 # RAM tier's q_h, kv_h chunks; one process: the layer's own q, k, v, which the kernel's backward
 # then reads as they are) as bf16 and
-# widens them into one shared fp32 buffer before its backward (llama.c); they are bf16 values
+# widens them into one shared fp32 buffer before its backward (layer_memory.c); they are bf16 values
 # already, so the gradients are bit-identical to --checkpoint layer's, which keeps nothing and
 # recomputes them (2 layers: layer 0's backward needs its own copies back, not layer 1's). The
 # attention output o is rounded to bf16 in place under every mode (o_proj rounds it anyway), so the

@@ -8,7 +8,8 @@
 #   5. every SEQPAR_* environment variable the code reads is listed by `seqpar --help` and in
 #      docs/environment.md;
 #   6. every folder of src/ has a README.md saying what lives there and what it may include;
-#   7. no comment in src/ tells history ("until 2026-11-29 it ...": CHANGELOG.md holds it).
+#   7. no comment in src/ tells history ("until 2026-11-29 it ...": CHANGELOG.md holds it);
+#   8. a folder's private header (model/activations.h) is included only inside its folder.
 # Prints "N passed, N failed"; exits non-zero on any failure.
 set -u
 BUILD=${1:-build}
@@ -94,6 +95,12 @@ for d in src/*/; do
     if [ -s "$d/README.md" ]; then ok; else bad "$d has no README.md"; fi
 done
 [ -s src/README.md ] && ok || bad "src/README.md is missing"
+
+# 8. private headers stay in their folder
+for h in model/activations.h; do
+    outside=$(grep -rl "#include \"$h\"" src tests | grep -v "^src/${h%%/*}/" || true)
+    if [ -z "$outside" ]; then ok; else bad "$h is private to src/${h%%/*}/ but included by: $(printf '%s' "$outside" | tr '\n' ' ')"; fi
+done
 
 echo "test_layers: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

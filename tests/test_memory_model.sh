@@ -118,7 +118,7 @@ awk 'BEGIN { srand(3); for (i = 0; i < 12000; i++) { s = ""; for (j = 0; j < 80;
 head -c 300000 "$T/data_a.txt" >"$T/data_b.txt"
 case_ 1 --data "$T/data_a.txt" --checkpoint none --batch 1
 case_ 2 --data "$T/data_*.txt" --strategy ulysses --checkpoint layer --batch 1
-# --precision bf16 (llama.c, memory_model.c): per-layer bf16 copies and their shared fp32 sets,
+# --precision bf16 (layer_memory.c, memory_model.c): per-layer bf16 copies and their shared fp32 sets,
 # the bf16 GEMMs' operand copies, the bf16 attention kernel's pair words, the bf16 wire's staging
 B="--precision bf16"
 case_ 1 $B --checkpoint none --batch 1
@@ -184,7 +184,7 @@ for flags in "--batch 8" "--strategy ulysses --batch 1" "--strategy ring --batch
         bad "bf16 saved activations at Llama-3-8B shape ($flags): ${s16:-none} vs fp32 ${s32:-none} MiB, not half"; fi
 done
 
-# One buffer for a layer's two phases (llama.c's phases_alloc): the MLP's h, gate and up chunks
+# One buffer for a layer's two phases (layer_memory.c's phases_alloc): the MLP's h, gate and up chunks
 # and the attention half's dq, dk, dv, dout. What --ffn-chunks 8 takes from --ffn-chunks 2's peak
 # (none, fp32), predicted against measured within 10%, and below what the smaller MLP chunks (and
 # xn, dxn) alone would take with the buffers side by side: there the attention half's buffers

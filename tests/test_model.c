@@ -35,7 +35,7 @@ static double json_number(const char *path, const char *key) {
 }
 
 /* Runs forward+backward of the fixture's model on its tokens; returns the mean loss. */
-/* llama.c's phases_alloc: the MLP's buffers (h, and gate and up unless kept whole) and the
+/* layer_memory.c's phases_alloc: the MLP's buffers (h, and gate and up unless kept whole) and the
  * attention half's (dq, dk, dv, dout) share one buffer as large as the larger, each part rounded
  * up to 16 floats. Floats, for fp32 on MLP chunks of `rows` rows. */
 static size_t r16(size_t n) { return (n + 15) / 16 * 16; }

@@ -72,7 +72,7 @@ typedef struct {
     /* Backward only, optional: q, k, v as bf16 values, laid out as the fp32 arrays would be. When
      * set, attn_backward reads these instead (its q, k, v arguments may be NULL), widening a tile
      * at a time into a per-thread buffer (exact), so a caller that keeps q, k, v as bf16 copies
-     * (llama.c under --precision bf16 --checkpoint none) needs no fp32 set of them: the same
+     * (the model under --precision bf16 --checkpoint none) needs no fp32 set of them: the same
      * gradients bit for bit as from the widened arrays. */
     const bf16_t *q16, *k16, *v16;
 } AttnShape;

@@ -72,7 +72,7 @@ struct SeqAttention {
     size_t kept_floats;  /* the suffix of `saved` that restore() cannot rebuild (<= saved_floats) */
     /* The prefix of `saved` that holds only copies of q, k, v (the head-parallel q_h, kv_h): when
      * the model passes bf16-rounded q, k, v (--precision bf16) its values are bf16, so the model
-     * may keep it as bf16 between forward and backward and widen it back bit for bit (llama.c).
+     * may keep it as bf16 between forward and backward and widen it back bit for bit (model/layer_memory.c).
      * 0: none (<= saved_floats - kept_floats). */
     size_t bf16_floats;
     /* The sliding window of the layer the next forward / backward / chunk calls are for (AttnShape.window:

@@ -3,6 +3,8 @@
  * policy's points in a forward and backward (offload, kept state, bf16 packing and widening). */
 #include "model/layer_memory.h"
 
+#include "model/activations.h"
+
 #include <math.h>
 #include <string.h>
 

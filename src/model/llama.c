@@ -11,7 +11,7 @@
 #include "core/common.h"
 #include "kernels/bf16.h"
 #include "kernels/ops.h"
-#include "model/layer_memory.h"
+#include "model/activations.h"
 
 /* ---------------------------------------------------------------- parameters */
 

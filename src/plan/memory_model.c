@@ -175,7 +175,7 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
     /* sizes, floats (double: no overflow) */
     const double N = (double)(in->seq_len / sp), S = (double)in->seq_len;
     const double D = c->hidden_size, F = c->intermediate_size, V = c->vocab_size, L = c->num_hidden_layers;
-    const double ldF = linear_row_stride(c->intermediate_size); /* the MLP's rows, as llama.c lays them out */
+    const double ldF = linear_row_stride(c->intermediate_size); /* the MLP's rows, as the model lays them out (layer_memory.c) */
     const double qd = (double)c->num_attention_heads * c->head_dim, kvd = (double)c->num_key_value_heads * c->head_dim;
     const double d = c->head_dim;
     double E, Lu, T;
@@ -235,7 +235,7 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
             group_q = (double)c->num_attention_heads / c->num_key_value_heads;
             kv_heads_call = c->num_key_value_heads;
         }
-        /* bf16 (llama.c, `low`): under none each layer keeps its own q, k, v (when the strategy
+        /* bf16 (layer_memory.c): under none each layer keeps its own q, k, v (when the strategy
          * keeps no copies), o and the strategy's copies of q, k, v (saved_bf16) as bf16, the rest of
          * saved as fp32; under selective its o as bf16; one shared fp32 set of each is widened into
          * before the layer's backward (working set) */
@@ -284,7 +284,7 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
         }
         /* the MLP's h (dgate, dup go into gate, up), gate_c, up_c; the attention half's dq, dk, dv,
          * dout and under none the widened set: on whole layers one buffer as large as the larger
-         * of the two (llama.c's phases_alloc) */
+         * of the two (layer_memory.c's phases_alloc) */
         const double mlp_phase = (double)rows * ldF * (store_gate_up ? 1 : 3);
         const double attn_phase = 2 * Cr * qd + 2 * Cr * kvd + (ckpt == LLAMA_CKPT_NONE ? widened : 0);
         if (stream) layer_set += mlp_phase + attn_phase;
