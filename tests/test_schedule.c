@@ -4,7 +4,8 @@
  * divide (GQA, MQA, KV replication), sliding windows and the bf16 wire, each member's bytes and
  * messages per kind in the played forward and backward equal strategy_volume's, exactly; every
  * message goes between two members of the group and is waited within the schedule; forward and
- * backward compute the same blocks in all (cells over the group). The cells of each rank against a
+ * backward compute the same blocks in all (cells over the group), and cover every (query, key) pair
+ * the causal mask and window let through, for every head, exactly once. The cells of each rank against a
  * real run's work counters: test_dist_attention and test_fpdt. No MPI. */
 #include <stdio.h>
 #include <string.h>
@@ -18,7 +19,7 @@ static const char *kind_label(int k) { return comm_kind_name((CommKind)k); }
 /* One configuration: plays both passes and compares. */
 static void check_config(const Strategy *s, const StrategyParams *p, const char *what) {
     StepSchedule pass[2];
-    unsigned long long cells[2] = {0, 0};
+    unsigned long long cells[2] = {0, 0}, pairs[2] = {0, 0};
     for (int ps = 0; ps < 2; ps++) {
         StepSchedule *sc = &pass[ps];
         strategy_play(s, p, (SchedulePass)ps, sc);
@@ -40,6 +41,7 @@ static void check_config(const Strategy *s, const StrategyParams *p, const char 
         CHECK(ordered, "%s: events not grouped by step", what);
         int mismatch = 0;
         char first[240] = "";
+        for (int i = 0; i < sc->n_compute; i++) pairs[ps] += sc->compute[i].pairs * (unsigned)sc->compute[i].heads;
         for (int h = 0; h < p->hp; h++)
             for (int c = 0; c < p->cp; c++) {
                 AttnVolume v;
@@ -60,6 +62,12 @@ static void check_config(const Strategy *s, const StrategyParams *p, const char 
     }
     CHECK(cells[0] == cells[1] && cells[0] > 0, "%s: forward computes %llu cells, backward %llu", what, cells[0],
           cells[1]);
+    /* every (query, key) pair the mask lets through, for every head, exactly once a pass */
+    unsigned long long visible = 0;
+    for (long q = 0; q < p->seq_len; q++) visible += (unsigned long long)(p->window > 0 && q + 1 > p->window ? p->window : q + 1);
+    visible *= (unsigned)p->n_heads;
+    CHECK(pairs[0] == visible && pairs[1] == visible, "%s: the blocks cover %llu (forward) and %llu (backward) "
+          "visible pairs x heads, the mask lets %llu through", what, pairs[0], pairs[1], visible);
     schedule_free(&pass[0]);
     schedule_free(&pass[1]);
 }

@@ -84,16 +84,18 @@ static void print_schedule(const Strategy *s, const StrategyParams *p, ScheduleP
                most / 1048576.0, by);
     }
     int equal = 1;
+    MemberTotals *totals = xmalloc(sizeof *totals * (size_t)sc.members);
+    schedule_totals(&sc, totals);
     for (int h = 0; h < p->hp; h++)
         for (int c = 0; c < p->cp; c++) {
             AttnVolume v;
             strategy_volume(s, p, h, c, &v);
-            MemberTotals t;
-            schedule_member_totals(&sc, c * p->hp + h, &t);
+            const MemberTotals t = totals[c * p->hp + h];
             for (int k = 0; k < COMM_KINDS; k++)
                 equal &= t.bytes[k] == (pass == PASS_BACKWARD ? v.bwd[k] : v.fwd[k]) &&
                          t.msgs[k] == (pass == PASS_BACKWARD ? v.bwd_msgs[k] : v.fwd_msgs[k]);
         }
+    xfree(totals);
     printf("%d steps, %d blocks, %d messages; every rank's bytes and messages per kind %s its volume formula\n",
            sc.n_steps, sc.n_compute, sc.n_messages, equal ? "equal" : "DIFFER FROM");
     if (cl) {

@@ -1,6 +1,7 @@
 /* The visible-pair iterator of distributed attention: see block_attention.h. */
 #include "parallel/block_attention.h"
 
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -153,21 +154,45 @@ void block_attn_backward(BlockAttn *b, const float *q, const PosBlock *qb, const
 }
 
 typedef struct {
-    unsigned long long cells, calls;
+    const PosBlock *q, *k;
+    int window;
+    unsigned long long cells, calls, visible;
 } WorkCount;
+
+/* Keys of run r (positions lo, lo + stride, ..., len of them) in [a, b]. */
+static long long run_keys_in(const PosRun *r, const int *pos, long long a, long long b) {
+    if (b < a || r->len <= 0) return 0;
+    const long long lo = pos[r->start], stride = r->len > 1 ? (long long)pos[r->start + 1] - lo : 1;
+    /* indices i with a <= lo + i stride <= b, 0 <= i < len (stride >= 1: positions increase) */
+    long long i0 = a <= lo ? 0 : (a - lo + stride - 1) / stride, i1 = b < lo ? -1 : (b - lo) / stride;
+    if (i1 > r->len - 1) i1 = r->len - 1;
+    return i1 >= i0 ? i1 - i0 + 1 : 0;
+}
 
 static void count_pair(BlockAttn *b, const Pair *p, void *arg) {
     (void)b;
     WorkCount *w = arg;
     w->calls++;
     w->cells += (unsigned long long)p->nq * (unsigned)p->nk;
+    if (p->vis == ATTN_VIS_FULL) {
+        w->visible += (unsigned long long)p->nq * (unsigned)p->nk;
+        return;
+    }
+    const PosRun *kr = NULL; /* the key run this pair is (runs start at j0) */
+    for (int c = 0; c < w->k->n_runs && !kr; c++)
+        if (w->k->runs[c].start == p->j0) kr = &w->k->runs[c];
+    for (int i = p->i0; i < p->i0 + p->nq; i++) {
+        const long long qp = w->q->pos[i];
+        w->visible += (unsigned long long)run_keys_in(kr, w->k->pos, w->window > 0 ? qp - w->window + 1 : LLONG_MIN, qp);
+    }
 }
 
 void pos_blocks_work(const PosBlock *q, const PosBlock *k, int window, unsigned long long *cells,
-                     unsigned long long *calls) {
+                     unsigned long long *calls, unsigned long long *visible) {
     BlockAttn b = {.window = window}; /* piece_rows 0: whole runs, as the strategies call it */
-    WorkCount w = {0, 0};
+    WorkCount w = {q, k, window, 0, 0, 0};
     for_each_visible_pair(&b, q, k, count_pair, &w, NULL);
     *cells = w.cells;
     *calls = w.calls;
+    *visible = w.visible;
 }

@@ -50,9 +50,11 @@ void pos_block_init(PosBlock *b, const int *pos, const int *doc, int n, PosRun *
 int pos_blocks_meet(const PosBlock *q, const PosBlock *k, int window);
 
 /* The work block_attn_forward / block_attn_backward record for q against k with whole query runs
- * (piece_rows 0): *cells the rows x keys of every pair not hidden, *calls the pairs. */
+ * (piece_rows 0): *cells the rows x keys of every pair not hidden, *calls the pairs; and *visible
+ * the (query, key) pairs the mask lets through (causal, the window; one document), which a
+ * partially visible pair's cells overcount (the kernel skips its hidden tiles). */
 void pos_blocks_work(const PosBlock *q, const PosBlock *k, int window, unsigned long long *cells,
-                     unsigned long long *calls);
+                     unsigned long long *calls, unsigned long long *visible);
 
 /* Attention work since the last reset. */
 typedef struct { unsigned long long fwd_calls, fwd_cells, bwd_calls, bwd_cells; } AttnWork;

@@ -60,7 +60,7 @@ static void add_message(StepSchedule *s, StepMessage m) {
 void schedule_compute(StepSchedule *s, int member, int heads, int kv_heads, const PosBlock *q, const PosBlock *kv,
                       int window) {
     StepCompute c = {.member = member, .heads = heads, .kv_heads = kv_heads, .q_rows = q->n, .kv_rows = kv->n};
-    pos_blocks_work(q, kv, window, &c.cells, &c.calls);
+    pos_blocks_work(q, kv, window, &c.cells, &c.calls, &c.pairs);
     if (c.calls) add_compute(s, c);
 }
 
@@ -165,6 +165,21 @@ void schedule_member_totals(const StepSchedule *s, int m, MemberTotals *t) {
         if (c->member != m) continue;
         t->cells += c->cells;
         t->calls += c->calls;
+        t->pairs += c->pairs;
+    }
+}
+
+void schedule_totals(const StepSchedule *s, MemberTotals *t) {
+    memset(t, 0, sizeof *t * (size_t)s->members);
+    for (int i = 0; i < s->n_messages; i++) {
+        const StepMessage *x = &s->messages[i];
+        t[x->from].bytes[x->kind] += x->bytes;
+        t[x->from].msgs[x->kind]++;
+    }
+    for (int i = 0; i < s->n_compute; i++) {
+        t[s->compute[i].member].cells += s->compute[i].cells;
+        t[s->compute[i].member].calls += s->compute[i].calls;
+        t[s->compute[i].member].pairs += s->compute[i].pairs;
     }
 }
 

@@ -17,8 +17,10 @@
  *
  * A compute block is the attention of q_rows query rows against kv_rows key rows with the heads the
  * member holds; `cells` is what block_attention's work counter records for it (rows x keys of every
- * (query run, key run) pair not hidden: causal, windowed), `calls` its kernel calls. Documents
- * (packed sequences) are not known here: a schedule is played for one document per sequence. */
+ * (query run, key run) pair not hidden: causal, windowed), `calls` its kernel calls, `pairs` the
+ * (query, key) pairs the mask lets through (the useful work: cells overcount a causal pair, whose
+ * hidden tiles the kernel skips). Documents (packed sequences) are not known here: a schedule is
+ * played for one document per sequence. */
 #ifndef SEQPAR_STEP_SCHEDULE_H
 #define SEQPAR_STEP_SCHEDULE_H
 
@@ -35,6 +37,7 @@ typedef struct {
     int heads, kv_heads;          /* query and KV heads of the block (held by the member) */
     int q_rows, kv_rows;
     unsigned long long cells, calls;
+    unsigned long long pairs;     /* (query, key) pairs the mask lets through, per head */
 } StepCompute;
 
 typedef struct {
@@ -92,9 +95,11 @@ void schedule_finish(StepSchedule *s);
  * and kernel calls. */
 typedef struct {
     unsigned long long bytes[COMM_KINDS], msgs[COMM_KINDS];
-    unsigned long long cells, calls;
+    unsigned long long cells, calls, pairs;
 } MemberTotals;
 void schedule_member_totals(const StepSchedule *s, int m, MemberTotals *t);
+/* The same for every member at once: t (members), in one pass over the events. */
+void schedule_totals(const StepSchedule *s, MemberTotals *t);
 
 /* The positions of the cp context slots under a layout (layout.h), cut into runs: what a context
  * schedule's play computes its blocks from. */

@@ -24,6 +24,10 @@ typedef struct {
     int n_flows;
     double *cap, *cap_left;
     int *users, n_res;
+    int *active, n_active;    /* transfers moving: posted, latency over, not done */
+    int *waiting, n_waiting;  /* posted, still in their latency */
+    int *used, *slot_of, *res_start, *res_flows; /* share(): the resources in use and their transfers */
+    int *sent_start, *sent;   /* the transfers member m posts in step k: sent[sent_start[k M + m] ..) */
     int *step, *finished;     /* per member: the step it is in, done with all */
     double *compute_end;
     double *step_compute;     /* (members x steps) seconds of blocks */
@@ -57,51 +61,86 @@ static double latency_s(const Sim *s, const Flow *f) {
     return 1e-6 * (inter ? c->nic_latency_us : c->intra_latency_us);
 }
 
-/* Max-min fair rates of the transfers moving at time t (progressive filling). */
-static void share(Sim *s, double t) {
-    for (int r = 0; r < s->n_res; r++) {
-        s->cap_left[r] = s->cap[r];
-        s->users[r] = 0;
+/* Max-min fair rates of the moving transfers (progressive filling): the resource whose equal share
+ * is the smallest fixes that rate for its unfixed transfers, which then leave every resource they
+ * cross; until every transfer has its rate. */
+static void share(Sim *s) {
+    int n_used = 0;
+    for (int i = 0; i < s->n_active; i++) {
+        Flow *f = &s->f[s->active[i]];
+        f->rate = -1; /* not fixed */
+        for (int k = 0; k < f->n_res; k++) {
+            const int r = f->res[k];
+            if (s->slot_of[r] < 0) {
+                s->slot_of[r] = n_used;
+                s->used[n_used++] = r;
+                s->users[r] = 0;
+                s->cap_left[r] = s->cap[r];
+            }
+            s->users[r]++;
+        }
     }
-    int unfrozen = 0;
-    for (int i = 0; i < s->n_flows; i++) {
-        Flow *f = &s->f[i];
-        f->rate = 0;
-        if (f->done || f->ready < 0 || f->ready > t) continue;
-        f->rate = -1; /* unfrozen */
-        unfrozen++;
-        for (int k = 0; k < f->n_res; k++) s->users[f->res[k]]++;
+    s->res_start[0] = 0; /* each used resource's transfers, contiguous */
+    for (int u = 0; u < n_used; u++) s->res_start[u + 1] = s->res_start[u] + s->users[s->used[u]];
+    for (int u = 0; u < n_used; u++) s->users[s->used[u]] = 0;
+    for (int i = 0; i < s->n_active; i++) {
+        const Flow *f = &s->f[s->active[i]];
+        for (int k = 0; k < f->n_res; k++) {
+            const int u = s->slot_of[f->res[k]];
+            s->res_flows[s->res_start[u] + s->users[f->res[k]]++] = s->active[i];
+        }
     }
-    while (unfrozen) {
+    int unfixed = s->n_active;
+    while (unfixed) {
         int best = -1;
         double most = 0;
-        for (int r = 0; r < s->n_res; r++)
+        for (int u = 0; u < n_used; u++) {
+            const int r = s->used[u];
             if (s->users[r] && (best < 0 || s->cap_left[r] / s->users[r] < most)) {
-                best = r;
+                best = u;
                 most = s->cap_left[r] / s->users[r];
             }
+        }
         if (best < 0) break;
-        for (int i = 0; i < s->n_flows; i++) {
-            Flow *f = &s->f[i];
-            if (f->rate != -1) continue;
-            int uses = 0;
-            for (int k = 0; k < f->n_res; k++) uses |= f->res[k] == best;
-            if (!uses) continue;
-            f->rate = most;
-            unfrozen--;
-            for (int k = 0; k < f->n_res; k++) {
-                s->cap_left[f->res[k]] -= most;
-                s->users[f->res[k]]--;
+        /* every resource at that level saturates together (fixing its transfers at the level keeps
+         * the others' shares there): one round a level, not a resource */
+        for (int u = best; u < n_used; u++) {
+            const int r = s->used[u];
+            if (!s->users[r] || s->cap_left[r] / s->users[r] > most * (1 + 1e-12)) continue;
+            for (int j = s->res_start[u]; j < s->res_start[u + 1]; j++) {
+                Flow *f = &s->f[s->res_flows[j]];
+                if (f->rate != -1) continue;
+                f->rate = most;
+                unfixed--;
+                for (int k = 0; k < f->n_res; k++) {
+                    s->cap_left[f->res[k]] -= most;
+                    s->users[f->res[k]]--;
+                }
             }
         }
     }
+    for (int u = 0; u < n_used; u++) s->slot_of[s->used[u]] = -1;
+}
+
+/* Posted transfers whose latency is over at time t start moving. */
+static void start_ready(Sim *s, double t) {
+    int w = 0;
+    for (int i = 0; i < s->n_waiting; i++) {
+        const int j = s->waiting[i];
+        if (s->f[j].ready <= t) s->active[s->n_active++] = j;
+        else s->waiting[w++] = j;
+    }
+    s->n_waiting = w;
 }
 
 static void post(Sim *s, int m, int k, int after, double t) {
-    const ScheduleStep *st = &s->sc->steps[k];
-    for (int j = st->message0; j < st->message0 + st->n_message; j++) {
+    const size_t at = (size_t)k * s->sc->members + m;
+    for (int i = s->sent_start[at]; i < s->sent_start[at + 1]; i++) {
+        const int j = s->sent[i];
         Flow *f = &s->f[j];
-        if (f->from == m && f->after == after) f->ready = t + latency_s(s, f);
+        if (f->after != after || f->ready >= 0) continue;
+        f->ready = t + latency_s(s, f);
+        s->waiting[s->n_waiting++] = j;
     }
 }
 
@@ -140,6 +179,24 @@ int simulate_schedule(const StepSchedule *sc, const Cluster *c, const int *rank_
     s.cap = xcalloc((size_t)s.n_res, sizeof *s.cap);
     s.cap_left = xcalloc((size_t)s.n_res, sizeof *s.cap_left);
     s.users = xcalloc((size_t)s.n_res, sizeof *s.users);
+    s.used = xcalloc((size_t)s.n_res, sizeof *s.used);
+    s.slot_of = xmalloc(sizeof *s.slot_of * (size_t)s.n_res);
+    for (int r = 0; r < s.n_res; r++) s.slot_of[r] = -1;
+    s.res_start = xcalloc((size_t)s.n_res + 1, sizeof *s.res_start);
+    s.res_flows = xcalloc(3 * (size_t)(sc->n_messages ? sc->n_messages : 1), sizeof *s.res_flows);
+    const size_t KM = (size_t)K * (size_t)M;
+    s.sent_start = xcalloc(KM + 1, sizeof *s.sent_start);
+    s.sent = xcalloc((size_t)(sc->n_messages ? sc->n_messages : 1), sizeof *s.sent);
+    for (int i = 0; i < sc->n_messages; i++) s.sent_start[(size_t)sc->messages[i].step * M + sc->messages[i].from + 1]++;
+    for (size_t i = 0; i < KM; i++) s.sent_start[i + 1] += s.sent_start[i];
+    {
+        int *fill = xmalloc(sizeof(int) * (KM ? KM : 1));
+        for (size_t i = 0; i < KM; i++) fill[i] = s.sent_start[i];
+        for (int i = 0; i < sc->n_messages; i++) s.sent[fill[(size_t)sc->messages[i].step * M + sc->messages[i].from]++] = i;
+        xfree(fill);
+    }
+    s.active = xcalloc((size_t)(sc->n_messages ? sc->n_messages : 1), sizeof *s.active);
+    s.waiting = xcalloc((size_t)(sc->n_messages ? sc->n_messages : 1), sizeof *s.waiting);
     for (int r = 0; r < 2 * nics; r++) s.cap[r] = c->nic_gbs * 1e9;
     for (int r = 0; r < 2 * ranks; r++) s.cap[2 * nics + r] = c->intra_gbs * 1e9;
     for (int r = 0; r < c->nodes; r++) s.cap[2 * nics + 2 * ranks + r] = c->intra_node_gbs * 1e9;
@@ -168,7 +225,7 @@ int simulate_schedule(const StepSchedule *sc, const Cluster *c, const int *rank_
     const double factor = sc->pass == PASS_BACKWARD ? c->attn_backward_factor : 1.0;
     for (int i = 0; i < sc->n_compute; i++) {
         const StepCompute *b = &sc->compute[i];
-        const double flops = 4.0 * (double)b->cells * b->heads * head_dim * factor;
+        const double flops = 4.0 * (double)b->pairs * b->heads * head_dim * factor;
         const double secs = flops / cluster_attention_flops_per_s(c, b->q_rows, b->kv_rows);
         s.step_compute[(size_t)b->member * K + b->step] += secs;
         out->m[b->member].compute_s += secs;
@@ -189,7 +246,8 @@ int simulate_schedule(const StepSchedule *sc, const Cluster *c, const int *rank_
             begin(&s, m, 0);
         }
     }
-    share(&s, now);
+    start_ready(&s, now);
+    share(&s);
     while (left) {
         int changed = 1;
         while (changed) { /* members that end their step now, and begin the next */
@@ -207,16 +265,18 @@ int simulate_schedule(const StepSchedule *sc, const Cluster *c, const int *rank_
                     begin(&s, m, now);
                 }
             }
-            if (changed) share(&s, now);
+            if (changed) {
+                start_ready(&s, now);
+                share(&s);
+            }
         }
         if (!left) break;
         double next = INFINITY;
-        for (int i = 0; i < s.n_flows; i++) {
-            const Flow *f = &s.f[i];
-            if (f->done || f->ready < 0) continue;
-            if (f->ready > now) next = fmin(next, f->ready);
+        for (int i = 0; i < s.n_waiting; i++) next = fmin(next, s.f[s.waiting[i]].ready);
+        for (int i = 0; i < s.n_active; i++) {
+            const Flow *f = &s.f[s.active[i]];
+            if (f->left <= 0) next = now;
             else if (f->rate > 0) next = fmin(next, now + f->left / f->rate);
-            else if (f->left <= 0) next = now;
         }
         for (int m = 0; m < M; m++)
             if (!s.finished[m] && s.compute_end[m] > now) next = fmin(next, s.compute_end[m]);
@@ -228,17 +288,20 @@ int simulate_schedule(const StepSchedule *sc, const Cluster *c, const int *rank_
             break;
         }
         const double dt = next - now;
-        for (int i = 0; i < s.n_flows; i++) {
-            Flow *f = &s.f[i];
-            if (f->done || f->ready < 0 || f->ready > now) continue;
+        int kept = 0;
+        for (int i = 0; i < s.n_active; i++) {
+            Flow *f = &s.f[s.active[i]];
             f->left -= f->rate * dt;
             /* within a relative 1e-9 of its size: done (rates times durations round) */
             if (f->left <= 1e-9 * f->bytes) flow_done(&s, f);
+            else s.active[kept++] = s.active[i];
         }
+        s.n_active = kept;
         now = next;
         for (int m = 0; m < M; m++) /* results posted at the end of the member's blocks */
             if (!s.finished[m] && s.compute_end[m] == now) post(&s, m, s.step[m], 1, now);
-        share(&s, now);
+        start_ready(&s, now);
+        share(&s);
     }
     for (int m = 0; m < M; m++)
         if (out->m[m].end_s >= out->end_s) {
@@ -248,6 +311,14 @@ int simulate_schedule(const StepSchedule *sc, const Cluster *c, const int *rank_
     xfree(s.cap);
     xfree(s.cap_left);
     xfree(s.users);
+    xfree(s.used);
+    xfree(s.slot_of);
+    xfree(s.res_start);
+    xfree(s.res_flows);
+    xfree(s.sent_start);
+    xfree(s.sent);
+    xfree(s.active);
+    xfree(s.waiting);
     xfree(s.f);
     xfree(s.step);
     xfree(s.finished);

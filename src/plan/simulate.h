@@ -31,8 +31,9 @@ typedef struct {
 } ScheduleSim;
 
 /* Plays sc with member i on world rank rank_of[i] of cluster c (ranks inside c's nodes x
- * ranks_per_node), head_dim for the blocks' FLOPs (4 cells heads head_dim a forward block, times
- * the cluster's backward factor in a backward schedule). 0, or -1 with one line (a rank outside the
+ * ranks_per_node), head_dim for the blocks' FLOPs (4 pairs heads head_dim a forward block: the
+ * visible (query, key) pairs, as attention rates are quoted; times the cluster's backward factor
+ * in a backward schedule). 0, or -1 with one line (a rank outside the
  * cluster, a schedule that cannot finish). Free out with schedule_sim_free. */
 int simulate_schedule(const StepSchedule *sc, const Cluster *c, const int *rank_of, int head_dim, ScheduleSim *out,
                       SeqErr *e);
