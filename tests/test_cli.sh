@@ -311,6 +311,13 @@ expect_error "strategies --schedule with another strategy's knob" "read by --str
 printf '{"nodes": 2, "ranks_per_node": 4, "intra_gbs": 100, "attention": [[64, 10]]}' >"$T/nonic.json"
 expect_error "strategies --cluster without NICs for two nodes" "need \"nics_per_node\"" "$SEQPAR" strategies --schedule ring --ranks 8 --cluster "$T/nonic.json"
 expect_error "strategies --cluster too small for the ranks" "the cluster has 8 ranks" "$SEQPAR" strategies --schedule ring --ranks 16 --seq-len 4096 --cluster "$FIX/clusters/two-nodes.json"
+# calibrate: a cluster file the simulator loads, and its refusals
+if timeout 120 "$SEQPAR" calibrate --repeats 1 --rows 64,128 --out "$T/here.json" >/dev/null 2>&1 &&
+    grep -q '"source": "measured by seqpar calibrate on 1 rank' "$T/here.json" &&
+    timeout 60 "$SEQPAR" strategies --schedule ring --ranks 1 --seq-len 1024 --cluster "$T/here.json" | grep -q "ends at"; then ok; else
+    bad "calibrate --out: $(head -c 300 "$T/here.json" 2>&1)"; fi
+expect_error "calibrate --rows not increasing" "increasing block sizes" "$SEQPAR" calibrate --rows 512,128
+expect_error "calibrate with more NICs than ranks" "exceeds the 1 ranks a node runs" "$SEQPAR" calibrate --nics-per-node 2
 out=$(timeout 60 "$SEQPAR" strategies --schedule ring --ranks 8 --seq-len 8192 --cluster "$FIX/clusters/two-nodes.json" 2>&1)
 if printf '%s' "$out" | grep -q "the layer's forward attention ends at"; then ok; else bad "strategies --cluster: $(printf '%s' "$out" | tail -n 2)"; fi
 # started alone, seqpar is an MPI singleton that forks no Open MPI daemon (orted) first, unless the

@@ -132,7 +132,7 @@ def check_example(seqpar, page, line, helps):
     if not m:
         return ""
     cmd, rest = m.group(1), m.group(2)
-    if cmd not in ("train", "grad", "sample", "bench", "memory", "plan", "strategies", "help"):
+    if cmd not in ("train", "grad", "sample", "bench", "memory", "plan", "strategies", "calibrate", "help"):
         return f"seqpar has no command '{cmd}'"
     h = helps.setdefault(cmd, helptext(seqpar, cmd))
     for f in re.findall(r"(?:^|\s)(--[a-z0-9-]+)", rest):

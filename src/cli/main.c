@@ -29,6 +29,7 @@ static const char USAGE[] =
     "  sample  generate text (or tokens) from a trained model: greedy, temperature, top-k\n"
     "  memory  the memory one training step with train's flags would hold, per rank and component\n"
     "  plan    the strategy, grid, checkpoint mode and ZeRO stage to train with on a given cluster\n"
+    "  calibrate  measure this machine (under mpirun: its ranks and nodes) into a cluster file\n"
     "\n"
     "'seqpar <command> --help' (or -h, or 'seqpar help <command>') describes each command's options.\n"
     "\n"
@@ -200,8 +201,10 @@ int main(int argc, char **argv) {
         status = cmd_memory(argc - 1, argv + 1);
     } else if (!strcmp(argv[1], "plan")) {
         status = cmd_plan(argc - 1, argv + 1, argv[0]);
+    } else if (!strcmp(argv[1], "calibrate")) {
+        status = cmd_calibrate(argc - 1, argv + 1);
     } else {
-        die_collective("unknown command '%s': the commands are train, grad, bench, strategies, memory, plan and sample (see 'seqpar --help')", argv[1]);
+        die_collective("unknown command '%s': the commands are train, grad, bench, strategies, memory, plan, calibrate and sample (see 'seqpar --help')", argv[1]);
     }
     if (!skip_mpi) MPI_Finalize();
     return status;

@@ -2,9 +2,12 @@
 #include "plan/cluster.h"
 
 #include <jansson.h>
+#include <stdlib.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "io/atomic_file.h"
 
 /* A number field of the object: required ones must be there; -1 with one line otherwise. */
 static int number(json_t *o, const char *path, const char *key, int required, double fallback, double *out,
@@ -71,6 +74,41 @@ int cluster_load(const char *path, Cluster *c, SeqErr *e) {
     rc = 0;
 out:
     json_decref(root);
+    return rc;
+}
+
+int cluster_save(const char *path, const Cluster *c, const char *source, SeqErr *e) {
+    json_t *o = json_object(), *pts = json_array();
+    json_object_set_new(o, "name", json_string(c->name));
+    json_object_set_new(o, "source", json_string(source ? source : ""));
+    json_object_set_new(o, "nodes", json_integer(c->nodes));
+    json_object_set_new(o, "ranks_per_node", json_integer(c->ranks_per_node));
+    json_object_set_new(o, "intra_gbs", json_real(c->intra_gbs));
+    json_object_set_new(o, "intra_node_gbs", json_real(c->intra_node_gbs));
+    json_object_set_new(o, "intra_latency_us", json_real(c->intra_latency_us));
+    json_object_set_new(o, "nics_per_node", json_integer(c->nics_per_node));
+    json_object_set_new(o, "nic_gbs", json_real(c->nic_gbs));
+    json_object_set_new(o, "nic_latency_us", json_real(c->nic_latency_us));
+    for (int i = 0; i < c->n_rate_points; i++) {
+        json_t *p = json_array();
+        json_array_append_new(p, json_real(c->rate_rows[i]));
+        json_array_append_new(p, json_real(c->attn_tflops[i]));
+        json_array_append_new(pts, p);
+    }
+    json_object_set_new(o, "attention", pts);
+    json_object_set_new(o, "attention_backward_factor", json_real(c->attn_backward_factor));
+    char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
+    json_decref(o);
+    if (!text) return seq_err(e, "cluster '%s': cannot format the file (out of memory?)", path);
+    const size_t n = strlen(text);
+    char *line = xmalloc(n + 2);
+    memcpy(line, text, n);
+    line[n] = '\n', line[n + 1] = 0;
+    free(text);
+    int rc = 0;
+    if (path) rc = atomic_write_text(path, line, e);
+    else fputs(line, stdout);
+    xfree(line);
     return rc;
 }
 

@@ -29,6 +29,9 @@ typedef struct {
 /* Reads a cluster file: a JSON object with the fields above (rate points as "attention": [[rows,
  * tflops], ...]); -1 with one line naming the file and the field on a missing or bad value. */
 int cluster_load(const char *path, Cluster *c, SeqErr *e);
+/* Writes c as a cluster file (atomically; path NULL: to stdout), `source` saying where its values come from ("measured by
+ * seqpar calibrate on ..."): 0, or -1 with one line. */
+int cluster_save(const char *path, const Cluster *c, const char *source, SeqErr *e);
 /* NULL, or a one-line message naming the first field out of range (xmalloc'd). */
 char *cluster_check(const Cluster *c);
 

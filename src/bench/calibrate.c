@@ -1,0 +1,106 @@
+/* Measurements of this machine for a cluster file: see calibrate.h. */
+#include "bench/calibrate.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention/flash_attention.h"
+#include "core/common.h"
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double calibrate_attention(int rows, int heads, int head_dim, int repeats, double *backward_factor) {
+    const size_t nq = (size_t)rows * heads * head_dim;
+    float *q = xmalloc(sizeof(float) * nq), *k = xmalloc(sizeof(float) * nq), *v = xmalloc(sizeof(float) * nq);
+    float *o = xmalloc(sizeof(float) * nq), *dout = xmalloc(sizeof(float) * nq), *dq = xmalloc(sizeof(float) * nq);
+    float *dk = xmalloc(sizeof(float) * nq), *dv = xmalloc(sizeof(float) * nq);
+    float *lse = xmalloc(sizeof(float) * (size_t)rows * heads), *delta = xmalloc(sizeof(float) * (size_t)rows * heads);
+    int *qpos = xmalloc(sizeof(int) * (size_t)rows), *kpos = xmalloc(sizeof(int) * (size_t)rows);
+    for (size_t i = 0; i < nq; i++) {
+        q[i] = (float)((i * 7919) % 97) / 97.0f - 0.5f;
+        k[i] = (float)((i * 104729) % 89) / 89.0f - 0.5f;
+        v[i] = (float)((i * 1299709) % 83) / 83.0f - 0.5f;
+        dout[i] = (float)((i * 15485863) % 79) / 79.0f - 0.5f;
+    }
+    for (int i = 0; i < rows; i++) {
+        kpos[i] = i;
+        qpos[i] = rows + i; /* every key before every query: the whole block visible */
+    }
+    AttnShape s = {.n_q = rows, .n_kv = rows, .n_heads = heads, .n_kv_heads = heads, .head_dim = head_dim,
+                   .scale = 1.0f / sqrtf((float)head_dim), .mask = ATTN_FULL};
+    double *tf = xmalloc(sizeof(double) * (size_t)repeats), *tb = xmalloc(sizeof(double) * (size_t)repeats);
+    attn_forward(&s, q, qpos, k, v, kpos, o, lse); /* warm-up */
+    for (int r = 0; r < repeats; r++) {
+        double t0 = MPI_Wtime();
+        attn_forward(&s, q, qpos, k, v, kpos, o, lse);
+        double t1 = MPI_Wtime();
+        attn_backward_delta(&s, o, dout, delta);
+        attn_backward(&s, q, qpos, k, v, kpos, lse, delta, dout, dq, dk, dv);
+        double t2 = MPI_Wtime();
+        tf[r] = t1 - t0;
+        tb[r] = t2 - t1;
+    }
+    const double fwd = median(tf, repeats), bwd = median(tb, repeats);
+    *backward_factor = bwd / fwd;
+    xfree(q), xfree(k), xfree(v), xfree(o), xfree(dout), xfree(dq), xfree(dk), xfree(dv);
+    xfree(lse), xfree(delta), xfree(qpos), xfree(kpos), xfree(tf), xfree(tb);
+    return 4.0 * rows * (double)rows * heads * head_dim / fwd / 1e12;
+}
+
+double calibrate_pingpong(MPI_Comm comm, int a, int b, size_t bytes, int repeats) {
+    int me;
+    MPI_Comm_rank(comm, &me);
+    char *buf = xcalloc(bytes ? bytes : 1, 1);
+    double *t = xmalloc(sizeof(double) * (size_t)repeats);
+    const int n = (int)bytes;
+    for (int r = -1; r < repeats; r++) { /* r = -1: a warm-up round trip */
+        MPI_Barrier(comm);
+        const double t0 = MPI_Wtime();
+        if (me == a) {
+            MPI_Send(buf, n, MPI_BYTE, b, 77, comm);
+            MPI_Recv(buf, n, MPI_BYTE, b, 77, comm, MPI_STATUS_IGNORE);
+        } else if (me == b) {
+            MPI_Recv(buf, n, MPI_BYTE, a, 77, comm, MPI_STATUS_IGNORE);
+            MPI_Send(buf, n, MPI_BYTE, a, 77, comm);
+        }
+        if (r >= 0) t[r] = (MPI_Wtime() - t0) / 2;
+    }
+    double one_way = median(t, repeats);
+    MPI_Bcast(&one_way, 1, MPI_DOUBLE, a, comm);
+    xfree(buf);
+    xfree(t);
+    return one_way;
+}
+
+double calibrate_all_pairs_gbs(MPI_Comm comm, size_t bytes, int repeats) {
+    int me, size;
+    MPI_Comm_rank(comm, &me);
+    MPI_Comm_size(comm, &size);
+    const int partner = (me ^ 1) < size ? (me ^ 1) : -1, pairs = size / 2;
+    char *s = xcalloc(bytes ? bytes : 1, 1), *rbuf = xcalloc(bytes ? bytes : 1, 1);
+    double *t = xmalloc(sizeof(double) * (size_t)repeats);
+    for (int r = -1; r < repeats; r++) {
+        MPI_Barrier(comm);
+        const double t0 = MPI_Wtime();
+        if (partner >= 0)
+            MPI_Sendrecv(s, (int)bytes, MPI_BYTE, partner, 78, rbuf, (int)bytes, MPI_BYTE, partner, 78, comm,
+                         MPI_STATUS_IGNORE);
+        double mine = MPI_Wtime() - t0, slowest;
+        MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm);
+        if (r >= 0) t[r] = slowest;
+    }
+    const double secs = median(t, repeats);
+    xfree(s);
+    xfree(rbuf);
+    xfree(t);
+    return pairs > 0 ? 2.0 * pairs * (double)bytes / secs / 1e9 : 0;
+}

@@ -1,0 +1,24 @@
+/* Measurements of this machine for a cluster file (seqpar calibrate): the attention kernel's rate on
+ * square blocks, and the time of messages between two ranks and of every rank of a node exchanging
+ * at once. Collective where it says so; every figure is a median of repeats. */
+#ifndef SEQPAR_CALIBRATE_H
+#define SEQPAR_CALIBRATE_H
+
+#include <mpi.h>
+#include <stddef.h>
+
+/* The forward rate of a fully visible rows x rows block (heads, head_dim; fp32) in TFLOP/s of
+ * useful work (4 rows^2 heads head_dim a pass), the median of `repeats`, and the backward's time
+ * over the forward's (*backward_factor). */
+double calibrate_attention(int rows, int heads, int head_dim, int repeats, double *backward_factor);
+
+/* One-way seconds of a `bytes` message between ranks a and b of comm (half a round trip, the median
+ * of `repeats`); every rank of comm calls it, the others wait. */
+double calibrate_pingpong(MPI_Comm comm, int a, int b, size_t bytes, int repeats);
+
+/* Every rank of comm sends `bytes` to its partner (rank ^ 1; an odd last rank sits out) and
+ * receives as many, all at once: the bytes all ranks sent over the slowest rank's time, in GB/s
+ * (median of `repeats`). Collective. */
+double calibrate_all_pairs_gbs(MPI_Comm comm, size_t bytes, int repeats);
+
+#endif

@@ -1,0 +1,153 @@
+/* seqpar calibrate: measures this machine (or the hosts mpirun started it on) into a cluster file for
+ * the step simulator (plan/cluster.h): the attention kernel's rate on blocks of several sizes with
+ * every rank computing at once, a message's latency and bandwidth between two ranks of a node and
+ * between nodes, and a node's throughput with all its ranks exchanging at once. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+
+#include "bench/calibrate.h"
+#include "cli/commands.h"
+#include "core/common.h"
+#include "plan/cluster.h"
+#include "train/cli_common.h"
+
+static const char HELP[] =
+    "usage: mpirun -np P seqpar calibrate [--out FILE] [--nics-per-node N] [--rows LIST] [--heads H]\n"
+    "                                     [--head-dim D] [--repeats N] [--name NAME]\n"
+    "\n"
+    "Measures this machine into a cluster file for 'seqpar strategies --schedule NAME --cluster FILE':\n"
+    "the attention kernel's forward rate on fully visible square blocks of each --rows size (every rank\n"
+    "computing at once, one thread a rank unless OMP_NUM_THREADS says otherwise) and the backward's\n"
+    "time over the forward's; a message's one-way latency (8 bytes) and bandwidth (--message-mib) between\n"
+    "the first two ranks of a node, and of every rank of the first node exchanging with a partner at\n"
+    "once; with ranks on two or more nodes, the same between the first ranks of nodes 0 and 1. Nodes\n"
+    "and ranks per node are the MPI job's (ranks sharing memory).\n"
+    "\n"
+    "  --out FILE        write the cluster file here (default: print it)\n"
+    "  --nics-per-node N the NICs a node's ranks share (not measurable from here; default 1); the\n"
+    "                    measured inter-node bandwidth is one NIC's\n"
+    "  --rows LIST       block sizes for the attention rate (default 128,512,2048)\n"
+    "  --heads H         heads of those blocks (default 8)\n"
+    "  --head-dim D      head dimension (default 64)\n"
+    "  --message-mib M   the bandwidth messages' size in MiB (default 16)\n"
+    "  --repeats N       repeats of each measurement, medians kept (default 5)\n"
+    "  --name NAME       the cluster's name in the file (default: this host's name)\n";
+
+int cmd_calibrate(int argc, char **argv) {
+    const char *cmd = "calibrate", *out = NULL, *name = NULL, *rows_arg = "128,512,2048";
+    int nics = 1, heads = 8, head_dim = 64, repeats = 5;
+    double message_mib = 16;
+    static const struct option opts[] = {
+        {"out", required_argument, 0, 'o'}, {"nics-per-node", required_argument, 0, 'N'},
+        {"rows", required_argument, 0, 'r'}, {"heads", required_argument, 0, 'H'},
+        {"head-dim", required_argument, 0, 'd'}, {"repeats", required_argument, 0, 'R'},
+        {"message-mib", required_argument, 0, 'm'}, {"name", required_argument, 0, 'n'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    int opt;
+    opterr = 0;
+    optind = 1;
+    while ((opt = getopt_full(argc, argv, ":h", opts, cmd)) != -1) {
+        switch (opt) {
+        case 'o': out = optarg; break;
+        case 'N': nics = (int)parse_long(cmd, "nics-per-node", optarg, 1, 1024); break;
+        case 'r': rows_arg = optarg; break;
+        case 'H': heads = (int)parse_long(cmd, "heads", optarg, 1, 1024); break;
+        case 'd': head_dim = (int)parse_long(cmd, "head-dim", optarg, 1, 1024); break;
+        case 'R': repeats = (int)parse_long(cmd, "repeats", optarg, 1, 1000); break;
+        case 'm': message_mib = parse_double(cmd, "message-mib", optarg, 1.0 / 1024, 1024); break;
+        case 'n': name = optarg; break;
+        case 'h': fputs(HELP, stdout); return 0;
+        default: die_bad_option(cmd, argc, argv, opt);
+        }
+    }
+    die_extra_args(cmd, argc, argv);
+    int rows[CLUSTER_RATE_POINTS], n_rows = 0;
+    for (const char *p = rows_arg; *p;) {
+        char *end;
+        const long r = strtol(p, &end, 10);
+        if (end == p || r < 16 || r > 65536 || (*end && *end != ',') || n_rows == CLUSTER_RATE_POINTS ||
+            (n_rows && r <= rows[n_rows - 1]))
+            die_collective("seqpar %s: --rows %s: give up to %d increasing block sizes of 16 to 65536 rows, comma "
+                           "separated (e.g. 128,512,2048)", cmd, rows_arg, CLUSTER_RATE_POINTS);
+        rows[n_rows++] = (int)r;
+        p = *end ? end + 1 : end;
+    }
+    int rank, world;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+    int rpn, node_rank, most, least;
+    MPI_Comm_size(node, &rpn);
+    MPI_Comm_rank(node, &node_rank);
+    MPI_Allreduce(&rpn, &most, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(&rpn, &least, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (most != least)
+        die_collective("seqpar %s: the nodes run %d to %d ranks each: start the same number of ranks on every node "
+                       "(mpirun --map-by ppr:N:node)", cmd, least, most);
+    if (nics > rpn)
+        die_collective("seqpar %s: --nics-per-node %d exceeds the %d ranks a node runs: a NIC serves at least one rank",
+                       cmd, nics, rpn);
+
+    Cluster c;
+    memset(&c, 0, sizeof c);
+    struct utsname un;
+    snprintf(c.name, sizeof c.name, "%.63s", name ? name : (uname(&un) == 0 ? un.nodename : "this machine"));
+    c.nodes = world / rpn;
+    c.ranks_per_node = rpn;
+    c.nics_per_node = nics;
+    c.n_rate_points = n_rows;
+    double factor_sum = 0;
+    for (int i = 0; i < n_rows; i++) { /* every rank at once, as in training; the slowest rank's rate */
+        MPI_Barrier(MPI_COMM_WORLD);
+        double factor, tflops = calibrate_attention(rows[i], heads, head_dim, repeats, &factor), slowest;
+        MPI_Allreduce(&tflops, &slowest, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+        c.rate_rows[i] = rows[i];
+        c.attn_tflops[i] = slowest;
+        factor_sum += factor;
+    }
+    double factor_all;
+    MPI_Allreduce(&factor_sum, &factor_all, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    c.attn_backward_factor = factor_all / n_rows / world;
+    const size_t big = (size_t)(message_mib * 1048576.0);
+    /* inside the first node: its first two ranks, then all its ranks at once */
+    int color = rank < rpn ? 0 : MPI_UNDEFINED;
+    MPI_Comm first;
+    MPI_Comm_split(MPI_COMM_WORLD, color, rank, &first);
+    double intra[3] = {0, 0, 0}; /* latency s, bandwidth GB/s, node total GB/s */
+    if (first != MPI_COMM_NULL) {
+        if (rpn >= 2) {
+            intra[0] = calibrate_pingpong(first, 0, 1, 8, repeats * 20);
+            intra[1] = big / calibrate_pingpong(first, 0, 1, big, repeats) / 1e9;
+            intra[2] = calibrate_all_pairs_gbs(first, big, repeats);
+        }
+        MPI_Comm_free(&first);
+    }
+    MPI_Bcast(intra, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    c.intra_latency_us = 1e6 * intra[0];
+    c.intra_gbs = rpn >= 2 ? intra[1] : 1e3; /* one rank a node: no traffic inside it to limit */
+    /* a shared medium shows as a node total below its ranks' ports together */
+    c.intra_node_gbs = rpn >= 2 && intra[2] < 0.9 * (rpn / 2 * 2) * intra[1] ? intra[2] : 0;
+    if (c.nodes >= 2) { /* the first ranks of nodes 0 and 1 */
+        c.nic_latency_us = 1e6 * calibrate_pingpong(MPI_COMM_WORLD, 0, rpn, 8, repeats * 20);
+        c.nic_gbs = big / calibrate_pingpong(MPI_COMM_WORLD, 0, rpn, big, repeats) / 1e9;
+    }
+    MPI_Comm_free(&node);
+    char *bad = cluster_check(&c);
+    if (bad) die_collective("seqpar %s: the measured cluster is not valid (%s): a measurement failed", cmd, bad);
+    if (rank == 0) {
+        char source[256];
+        snprintf(source, sizeof source, "measured by seqpar calibrate on %d rank%s (%d node%s x %d), fp32 attention, "
+                 "%d heads of %d, medians of %d; nics_per_node given (%d)", world, world == 1 ? "" : "s", c.nodes,
+                 c.nodes == 1 ? "" : "s", rpn, heads, head_dim, repeats, nics);
+        SeqErr e;
+        if (cluster_save(out, &c, source, &e) != 0) die("seqpar %s: %s", cmd, e.msg);
+        if (out) printf("wrote %s: %d node%s x %d ranks, attention %.3g to %.3g TFLOP/s, inside %.3g GB/s (%.3g us)%s\n",
+                        out, c.nodes, c.nodes == 1 ? "" : "s", rpn, c.attn_tflops[0], c.attn_tflops[n_rows - 1],
+                        c.intra_gbs, c.intra_latency_us, c.nodes >= 2 ? ", between nodes measured" : "");
+    }
+    return 0;
+}
