@@ -41,13 +41,14 @@ static void check_config(const Strategy *s, const StrategyParams *p, const char 
         CHECK(ordered, "%s: events not grouped by step", what);
         int mismatch = 0;
         char first[240] = "";
+        MemberTotals *all = xmalloc(sizeof *all * (size_t)sc->members);
+        schedule_totals(sc, all);
         for (int i = 0; i < sc->n_compute; i++) pairs[ps] += sc->compute[i].pairs * (unsigned)sc->compute[i].heads;
         for (int h = 0; h < p->hp; h++)
             for (int c = 0; c < p->cp; c++) {
                 AttnVolume v;
                 strategy_volume(s, p, h, c, &v);
-                MemberTotals t;
-                schedule_member_totals(sc, c * p->hp + h, &t);
+                const MemberTotals t = all[c * p->hp + h];
                 cells[ps] += t.cells;
                 for (int k = 0; k < COMM_KINDS; k++) {
                     const unsigned long long want = ps ? v.bwd[k] : v.fwd[k], msgs = ps ? v.bwd_msgs[k] : v.fwd_msgs[k];
@@ -57,6 +58,7 @@ static void check_config(const Strategy *s, const StrategyParams *p, const char 
                                  "volume %llu in %llu", h, c, kind_label(k), t.bytes[k], t.msgs[k], want, msgs);
                 }
             }
+        xfree(all);
         CHECK(!mismatch, "%s %s: %d (member, kind) totals differ from strategy_volume, first: %s", what,
               ps ? "backward" : "forward", mismatch, first);
     }

@@ -38,11 +38,6 @@ int schedule_step(StepSchedule *s, const char *what) {
     return s->n_steps++;
 }
 
-void schedule_at(StepSchedule *s, int step) {
-    if (step < 0 || step >= s->n_steps) die("schedule_at: step %d of %d", step, s->n_steps);
-    s->cur = step;
-}
-
 static void add_compute(StepSchedule *s, StepCompute c) {
     if (s->cur < 0) die("schedule_compute: no step begun");
     s->compute = grow(s->compute, &s->cap_compute, s->n_compute, sizeof *s->compute);
@@ -152,23 +147,6 @@ void schedule_finish(StepSchedule *s) {
     xfree(count);
 }
 
-void schedule_member_totals(const StepSchedule *s, int m, MemberTotals *t) {
-    memset(t, 0, sizeof *t);
-    for (int i = 0; i < s->n_messages; i++) {
-        const StepMessage *x = &s->messages[i];
-        if (x->from != m) continue;
-        t->bytes[x->kind] += x->bytes;
-        t->msgs[x->kind]++;
-    }
-    for (int i = 0; i < s->n_compute; i++) {
-        const StepCompute *c = &s->compute[i];
-        if (c->member != m) continue;
-        t->cells += c->cells;
-        t->calls += c->calls;
-        t->pairs += c->pairs;
-    }
-}
-
 void schedule_totals(const StepSchedule *s, MemberTotals *t) {
     memset(t, 0, sizeof *t * (size_t)s->members);
     for (int i = 0; i < s->n_messages; i++) {
@@ -181,6 +159,13 @@ void schedule_totals(const StepSchedule *s, MemberTotals *t) {
         t[s->compute[i].member].calls += s->compute[i].calls;
         t[s->compute[i].member].pairs += s->compute[i].pairs;
     }
+}
+
+void schedule_member_totals(const StepSchedule *s, int m, MemberTotals *t) {
+    MemberTotals *all = xmalloc(sizeof *all * (size_t)s->members);
+    schedule_totals(s, all);
+    *t = all[m];
+    xfree(all);
 }
 
 void schedule_head_exchange(StepSchedule *s, const HeadSplit *hs, long N, int d, int elem_bytes, HeadExchangeLeg leg,

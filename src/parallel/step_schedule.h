@@ -64,7 +64,7 @@ typedef struct {
     StepMessage *messages;
     int n_steps, n_compute, n_messages;
     int cap_steps, cap_compute, cap_messages;
-    int cur;                      /* the step events go to (schedule_step, schedule_at) */
+    int cur;                      /* the step events go to (schedule_step; schedule_add_lane) */
 } StepSchedule;
 
 void schedule_init(StepSchedule *s, int hp, int cp, SchedulePass pass);
@@ -72,8 +72,6 @@ void schedule_free(StepSchedule *s);
 
 /* Starts a new step; the events that follow belong to it. Returns its index. */
 int schedule_step(StepSchedule *s, const char *what);
-/* Events that follow go to step `step` (an earlier one: a lane of a schedule played apart). */
-void schedule_at(StepSchedule *s, int step);
 /* Member computes the attention of q's rows against kv's rows (window: the layer's sliding
  * window, 0 none). Blocks no pair of which is visible add nothing (the strategies skip them too). */
 void schedule_compute(StepSchedule *s, int member, int heads, int kv_heads, const PosBlock *q, const PosBlock *kv,
@@ -91,14 +89,13 @@ void schedule_add_lane(StepSchedule *s, const StepSchedule *lane, int hp_rank, i
 /* Orders the events by step (stable) and sets each step's ranges. Call once, after the play. */
 void schedule_finish(StepSchedule *s);
 
-/* What member m does over the whole schedule: bytes and messages it sends per kind, attention cells
- * and kernel calls. */
+/* What a member does over the whole schedule: bytes and messages it sends per kind, attention cells,
+ * kernel calls and visible pairs; schedule_totals every member's (t: members), in one pass. */
 typedef struct {
     unsigned long long bytes[COMM_KINDS], msgs[COMM_KINDS];
     unsigned long long cells, calls, pairs;
 } MemberTotals;
 void schedule_member_totals(const StepSchedule *s, int m, MemberTotals *t);
-/* The same for every member at once: t (members), in one pass over the events. */
 void schedule_totals(const StepSchedule *s, MemberTotals *t);
 
 /* The positions of the cp context slots under a layout (layout.h), cut into runs: what a context
