@@ -7,12 +7,11 @@
 /* A transfer: one message of the schedule. */
 typedef struct {
     int from, to;          /* members */
-    int step, due;         /* posted in step `step`, waited at the end of step `due` */
+    int due;               /* waited at the end of step `due` (posted steps - 1 steps before) */
     int after;             /* posted when the sender's blocks of the step are done */
     double bytes, left;    /* total, still to send */
     double ready;          /* when it starts moving (post + latency); < 0: not posted */
     double rate;           /* bytes / s while active */
-    int done;
     int res[3], n_res;     /* the resources it crosses */
 } Flow;
 
@@ -156,8 +155,7 @@ static void begin(Sim *s, int m, double t) {
 static int may_end(const Sim *s, int m, double t) { return t >= s->compute_end[m] && !s->waits[m]; }
 
 /* A transfer done: neither end waits for it any more. */
-static void flow_done(Sim *s, Flow *f) {
-    f->done = 1;
+static void flow_done(Sim *s, const Flow *f) {
     const int K = s->sc->n_steps, ends[2] = {f->from, f->to};
     for (int i = 0; i < 2; i++) {
         s->pending[(size_t)ends[i] * K + f->due]--;
@@ -204,7 +202,7 @@ int simulate_schedule(const StepSchedule *sc, const Cluster *c, const int *rank_
     for (int i = 0; i < sc->n_messages; i++) {
         const StepMessage *m = &sc->messages[i];
         Flow *f = &s.f[i];
-        *f = (Flow){.from = m->from, .to = m->to, .step = m->step, .due = m->step + m->steps - 1, .after = m->after,
+        *f = (Flow){.from = m->from, .to = m->to, .due = m->step + m->steps - 1, .after = m->after,
                     .bytes = (double)m->bytes, .left = (double)m->bytes, .ready = -1};
         flow_resources(&s, f);
     }
