@@ -6,17 +6,8 @@
 #include <string.h>
 
 #include "attention/flash_attention.h"
+#include "bench/sgemm_bench.h"
 #include "core/common.h"
-
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 double calibrate_attention(int rows, int heads, int head_dim, int repeats, double *backward_factor) {
     const size_t nq = (size_t)rows * heads * head_dim;
@@ -49,7 +40,7 @@ double calibrate_attention(int rows, int heads, int head_dim, int repeats, doubl
         tf[r] = t1 - t0;
         tb[r] = t2 - t1;
     }
-    const double fwd = median(tf, repeats), bwd = median(tb, repeats);
+    const double fwd = median_of(tf, repeats), bwd = median_of(tb, repeats);
     *backward_factor = bwd / fwd;
     xfree(q), xfree(k), xfree(v), xfree(o), xfree(dout), xfree(dq), xfree(dk), xfree(dv);
     xfree(lse), xfree(delta), xfree(qpos), xfree(kpos), xfree(tf), xfree(tb);
@@ -74,7 +65,7 @@ double calibrate_pingpong(MPI_Comm comm, int a, int b, size_t bytes, int repeats
         }
         if (r >= 0) t[r] = (MPI_Wtime() - t0) / 2;
     }
-    double one_way = median(t, repeats);
+    double one_way = median_of(t, repeats);
     MPI_Bcast(&one_way, 1, MPI_DOUBLE, a, comm);
     xfree(buf);
     xfree(t);
@@ -98,7 +89,7 @@ double calibrate_all_pairs_gbs(MPI_Comm comm, size_t bytes, int repeats) {
         MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm);
         if (r >= 0) t[r] = slowest;
     }
-    const double secs = median(t, repeats);
+    const double secs = median_of(t, repeats);
     xfree(s);
     xfree(rbuf);
     xfree(t);

@@ -5,18 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/sgemm_bench.h"
 #include "core/common.h"
 #include "parallel/dist_attention.h"
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static void fill(float *x, size_t n, Rng *r) {
     for (size_t i = 0; i < n; i++) x[i] = (float)rng_normal(r);
@@ -100,13 +91,13 @@ void dist_attention_bench(const Topology *t, Comm *comm, SeqAttention *sa, const
         r->bytes_kind_max[kd] = run.kind_bytes[kd];
         r->messages_kind_max[kd] = run.kind_msgs[kd];
     }
-    r->time_s = median(tt, repeats);
-    r->fwd_s = median(tf, repeats);
-    r->bwd_s = median(tb, repeats);
-    r->compute_s = median(tc, repeats);
-    r->compute_cpu_s = median(tu, repeats);
-    r->exposed_s = median(te, repeats);
-    r->exposed_p2p_s = median(tp, repeats);
+    r->time_s = median_of(tt, repeats);
+    r->fwd_s = median_of(tf, repeats);
+    r->bwd_s = median_of(tb, repeats);
+    r->compute_s = median_of(tc, repeats);
+    r->compute_cpu_s = median_of(tu, repeats);
+    r->exposed_s = median_of(te, repeats);
+    r->exposed_p2p_s = median_of(tp, repeats);
 
     /* the same schedule without the attention compute: all of it is communication (a single
      * process has none) */
@@ -117,8 +108,8 @@ void dist_attention_bench(const Topology *t, Comm *comm, SeqAttention *sa, const
         tt[i] = run.exposed;
         tp[i] = run.exposed_p2p;
     }
-    r->comm_only_s = distributed ? median(tt, repeats) : 0;
-    r->comm_only_p2p_s = distributed ? median(tp, repeats) : 0;
+    r->comm_only_s = distributed ? median_of(tt, repeats) : 0;
+    r->comm_only_p2p_s = distributed ? median_of(tp, repeats) : 0;
     if (distributed) dist_attention_set_compute(sa, 1);
     r->overlap = r->comm_only_s > 0 ? fmax(0.0, fmin(1.0, (r->comm_only_s - r->exposed_s) / r->comm_only_s)) : 1.0;
     r->overlap_p2p = r->comm_only_p2p_s > 0
