@@ -9,7 +9,8 @@
 #      docs/environment.md;
 #   6. every folder of src/ has a README.md saying what lives there and what it may include;
 #   7. no comment in src/ tells history ("until 2026-11-29 it ...": CHANGELOG.md holds it);
-#   8. a folder's private header (model/activations.h) is included only inside its folder.
+#   8. a folder's private header (model/activations.h) is included only inside its folder;
+#   9. no layer above the strategies reads a strategy's knob (team, chunks) by name.
 # Prints "N passed, N failed"; exits non-zero on any failure.
 set -u
 BUILD=${1:-build}
@@ -101,6 +102,12 @@ for h in model/activations.h; do
     outside=$(grep -rl "#include \"$h\"" src tests | grep -v "^src/${h%%/*}/" || true)
     if [ -z "$outside" ]; then ok; else bad "$h is private to src/${h%%/*}/ but included by: $(printf '%s' "$outside" | tr '\n' ' ')"; fi
 done
+
+# 9. a strategy's knobs are read through the registry above the strategies: no file of src/plan,
+#    src/bench, src/train or src/cli reads the team or chunk count of StrategyParams or
+#    ParallelConfig by name (.team, ->team, .chunks, ->chunks)
+knob_reads=$(grep -rnE '(\.|->)(team|chunks)\b' src/plan src/bench src/train src/cli --include='*.c' --include='*.h' || true)
+if [ -z "$knob_reads" ]; then ok; else bad "a strategy's knob read by name outside src/strategies/: $(printf '%s' "$knob_reads" | head -n 3)"; fi
 
 echo "test_layers: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

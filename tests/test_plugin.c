@@ -39,18 +39,28 @@ static void registry_checks(void) {
     ParallelConfig pc;
     parallel_config_default(&pc);
     pc.strategy = "example";
-    pc.ring_inner = 2;
+    knob_set(&pc.knobs, "ring-inner", 2);
     err = parallel_flags_check(&example_strategy, &pc);
     CHECK(!err, "--ring-inner is the example's: %s", err ? err : "");
     xfree(err);
-    pc.ring_inner = 0;
-    pc.team = 2;
+    StrategyParams given = {0};
+    strategy_apply_knobs(&example_strategy, &pc.knobs, &given);
+    CHECK(given.ring_inner == 2, "--ring-inner 2 reaches the example's parameters: %d", given.ring_inner);
+    pc.cp = 4;
+    char flags[64];
+    strategy_knob_flags(&example_strategy, &pc, flags, sizeof flags);
+    CHECK(!strcmp(flags, " --ring-inner 2"), "its flags as the planner prints them: '%s'", flags);
+    knob_set(&pc.knobs, "ring-inner", 4); /* = cp: the plain ring, what not giving it means */
+    strategy_knob_flags(&example_strategy, &pc, flags, sizeof flags);
+    CHECK(!strcmp(flags, ""), "W = cp left off the printed flags: '%s'", flags);
+    knob_set(&pc.knobs, "ring-inner", 0);
+    knob_set(&pc.knobs, "team", 2);
     err = parallel_flags_check(&example_strategy, &pc);
     CHECK(err && !strcmp(err, "--team 2 is read by --strategy wallfacer only: drop it or use --strategy wallfacer"),
           "--team refused: %s", err ? err : "(none)");
     xfree(err);
-    pc.team = 0;
-    pc.chunks = 4;
+    knob_set(&pc.knobs, "team", 0);
+    knob_set(&pc.knobs, "chunks", 4);
     err = parallel_flags_check(&example_strategy, &pc);
     CHECK(err && strstr(err, "--chunks 4 is read by --strategy fpdt only"), "--chunks refused: %s", err ? err : "(none)");
     xfree(err);
@@ -63,7 +73,8 @@ static void registry_checks(void) {
     StrategyFixed fx = {.placement = -1, .seq_len = 64};
     StrategyCandidate c[16];
     int nc = strategy_candidates(&example_strategy, 1, 4, &fx, c, 16);
-    CHECK(nc == 2 && c[0].ring_inner == 2 && c[1].ring_inner == 4 && c[1].plain_ring && !c[0].plain_ring,
+    CHECK(nc == 2 && knob_get(&c[0].knobs, "ring-inner") == 2 && knob_get(&c[1].knobs, "ring-inner") == 4 &&
+              c[1].plain_ring && !c[0].plain_ring,
           "planner settings on cp 4: %d", nc);
     /* its traffic: a ring's exact volume, counted by the composition */
     StrategyParams p = {.hp = 1, .cp = 4, .ring_inner = 4, .layout = LAYOUT_STRIPED, .seq_len = 64, .n_heads = 4,

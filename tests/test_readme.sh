@@ -21,6 +21,7 @@
 #    relative link (and #anchor) resolving, every flag of every `seqpar CMD --help` in docs/cli.md,
 #    every SEQPAR_ variable the sources read in docs/environment.md and docs/.help_footer.txt (at
 #    most 16 lines of at most 100 columns).
+# 4. The README's "Adding a strategy" example is tests/plugin/example.c as it is.
 # Prints "N passed, N failed".
 set -u
 BUILD=${1:-build}
@@ -229,4 +230,10 @@ for ((i = 0; i < ${#docs_cmds[@]}; i += 2)); do
     if (cd "$dir" && timeout 120 bash -c "$cmd") >"$T/cmd.out" 2>&1; then ok; else
         bad "$page: '$cmd' failed: $(tail -n 3 "$T/cmd.out")"; fi
 done
+# 4. The "Adding a strategy" walk-through shows tests/plugin/example.c as it is (after its opening
+#    comment): the file test_plugin compiles and checks, so the README's example builds and runs.
+shown=$(awk '/^## Adding a strategy/ { on = 1 } on && /^```c$/ { f = 1; next } f && /^```$/ { exit } f { print }' README.md)
+file=$(awk 'done || !/^( \*|\/\*)/ { done = 1; print }' tests/plugin/example.c)
+if [ -n "$shown" ] && [ "$shown" = "$file" ]; then ok; else
+    bad "the README's \"Adding a strategy\" example differs from tests/plugin/example.c: $(diff <(printf '%s\n' "$shown") <(printf '%s\n' "$file") | head -n 6)"; fi
 summary test_readme

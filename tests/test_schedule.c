@@ -95,12 +95,12 @@ int main(void) {
                             StrategyCandidate cand[32];
                             const int n = strategy_candidates(s, hp, cp, &fixed, cand, 32);
                             for (int ci = 0; ci < n; ci++) {
-                                StrategyParams p = {.hp = hp, .cp = cp, .dp = 1, .ring_inner = cand[ci].ring_inner,
-                                                    .team = cand[ci].team, .chunks = cand[ci].chunks,
+                                StrategyParams p = {.hp = hp, .cp = cp, .dp = 1,
                                                     .placement = cand[ci].placement, .layout = (TokenLayout)lay,
                                                     .seq_len = S, .n_heads = heads[hi].H,
                                                     .n_kv_heads = heads[hi].Hkv, .head_dim = heads[hi].d,
                                                     .window = windows[wi], .wire_bf16 = (int)((hi + wi) % 2)};
+                                strategy_apply_knobs(s, &cand[ci].knobs, &p);
                                 strategy_defaults(s, &p);
                                 char *err = strategy_check(s, &p);
                                 if (err) { /* heads the grid cannot split, a layout the strategy refuses */

@@ -479,7 +479,7 @@ int cmd_bench(int argc, char **argv) {
     opterr = 0;
     optind = 1;
     int opt;
-    while ((opt = getopt_full(argc, argv, ":h", opts, cmd)) != -1) {
+    while ((opt = getopt_full(argc, argv, ":h", options_with_knobs(opts), cmd)) != -1) {
         if (parallel_flags_handle(&pc, cmd, opt, optarg)) {
             if ((opt >= 2001 && opt <= 2004) || (opt >= 2012 && opt <= 2014)) grid = 1;
             if (opt == 2008 || opt == 2012 || opt == 2014 || opt == 2015 || opt == 2031) mem_modes = 1;

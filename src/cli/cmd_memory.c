@@ -90,10 +90,11 @@ int cmd_memory(int argc, char **argv) {
     printf("  RAM per token: %.2f KiB per global token, %.2f KiB per local token\n", m.ram_total / 1024.0 / (double)in.seq_len,
            m.ram_total / 1024.0 / m.n_local);
     if (m.layer_chunks) printf("  layer inputs offloaded in %d chunks each\n", m.layer_chunks);
+    const int chunk_calls = strategy_attention_chunks(strategy_named(in.par.strategy), &m.params);
     if (m.streams)
-        printf("  layers streamed chunk by chunk: %d chunks of %d rows (--no-stream: whole layers)\n", in.par.chunks,
-               m.n_local / in.par.chunks);
-    else if (in.par.chunks > 1 && in.checkpoint == LLAMA_CKPT_SELECTIVE)
+        printf("  layers streamed chunk by chunk: %d chunks of %d rows (--no-stream: whole layers)\n", chunk_calls,
+               m.n_local / chunk_calls);
+    else if (chunk_calls > 1 && in.checkpoint == LLAMA_CKPT_SELECTIVE)
         printf("  whole layers: --checkpoint selective keeps each layer's output whole, so it does not stream\n");
     printf("papers' terms (fp32, this rank):\n");
     const PaperMemoryInput pin = {.p = &m.params, .D = c->hidden_size, .L = c->num_hidden_layers};

@@ -281,9 +281,7 @@ int cmd_plan(int argc, char **argv, const char *program) {
     fx.dp = o.par.dp;
     fx.hp = o.par.hp;
     fx.cp = o.par.cp;
-    fx.ring_inner = o.par.ring_inner;
-    fx.team = o.par.team;
-    fx.chunks = o.par.chunks;
+    fx.knobs = o.par.knobs;
     if (fix_pl) fx.placement = o.par.placement;
     if (fix_ckpt) fx.checkpoint = o.mem.checkpoint;
     if (fix_zero) fx.zero = o.par.zero;
@@ -365,24 +363,28 @@ int cmd_plan(int argc, char **argv, const char *program) {
         xfree(list);
         return 1;
     }
-    printf("  #  %-10s %3s %3s %3s %3s %4s %5s %-13s %-10s %-9s %3s %4s %9s %10s %8s %8s %10s %10s\n", "strategy", "dp",
-           "hp", "cp", "W", "team", "chunk", "placement", "layout", "ckpt", "ffn", "zero", "step s", "tokens/s", "compute",
-           "exposed", "inter MB", "RAM MiB");
+    /* a column per strategy knob (registry.h: its heading, at least 3 wide) */
+    const int n_knobs = strategy_knob_count();
+    printf("  #  %-10s %3s %3s %3s", "strategy", "dp", "hp", "cp");
+    for (int j = 0; j < n_knobs; j++) printf(" %3s", strategy_knob(j)->column);
+    printf(" %-13s %-10s %-9s %3s %4s %9s %10s %8s %8s %10s %10s\n", "placement", "layout", "ckpt", "ffn", "zero",
+           "step s", "tokens/s", "compute", "exposed", "inter MB", "RAM MiB");
     for (int i = 0; i < n && i < top; i++) {
         const PlanEntry *e = &list[i];
-        /* W where a double ring reads it (ring, 2d), else "-" (train refuses --ring-inner there) */
-        char w[16] = "-";
-        ParallelConfig probe = e->par;
-        probe.ring_inner = 1;
-        char *no_ring = parallel_flags_check(strategy_find(e->par.strategy), &probe);
-        if (!no_ring) snprintf(w, sizeof w, "%d", e->par.ring_inner > 0 ? e->par.ring_inner : e->par.cp);
-        xfree(no_ring);
-        /* the token layout (a strategy with its own attention has its own: -) */
         const Strategy *es = strategy_find(e->par.strategy);
+        /* each knob's value where the strategy reads it, else "-" (train refuses it there) */
+        char knobs[256] = "";
+        for (int j = 0, len = 0; j < n_knobs && len < (int)sizeof knobs; j++) {
+            char v[16] = "-";
+            const int shown = strategy_knob_shown(es, &e->par, j);
+            if (shown >= 0) snprintf(v, sizeof v, "%d", shown);
+            len += snprintf(knobs + len, sizeof knobs - (size_t)len, " %*s", (int)strlen(strategy_knob(j)->column) > 3
+                            ? (int)strlen(strategy_knob(j)->column) : 3, v);
+        }
+        /* the token layout (a strategy with its own attention has its own: -) */
         const char *lay = es->own ? "-" : layout_name(e->par.layout_given ? e->par.layout : es->default_layout);
-        printf("%3d  %-10s %3d %3d %3d %3s %4d %5d %-13s %-10s %-9s %3d %4d %9.3f %10.0f %8.3f %8.3f %10.2f %10.1f%s\n",
-               i + 1, e->par.strategy, e->par.dp, e->par.hp, e->par.cp, w,
-               e->par.team, e->par.chunks > 0 ? e->par.chunks : 1, placement_name(e->par.placement), lay,
+        printf("%3d  %-10s %3d %3d %3d%s %-13s %-10s %-9s %3d %4d %9.3f %10.0f %8.3f %8.3f %10.2f %10.1f%s\n",
+               i + 1, e->par.strategy, e->par.dp, e->par.hp, e->par.cp, knobs, placement_name(e->par.placement), lay,
                llama_checkpoint_name(e->checkpoint), e->mem.ffn_chunks, e->par.zero, e->t_step, e->tokens_per_s, e->t_compute,
                e->t_exposed, e->inter_bytes / 1e6, e->ram / 1048576.0, e->fits ? "" : "  does not fit");
     }
@@ -390,9 +392,13 @@ int cmd_plan(int argc, char **argv, const char *program) {
     char flags[512];
     plan_flags(best, flags, sizeof flags);
     if (best->fits) { /* the user's train flags, with the plan's choices in place of its grid flags */
-        static const char *const grid[] = {"strategy",   "dp",         "hp",         "cp",     "ring-inner",
-                                           "team",       "chunks",     "placement",  "layout", "zero",
-                                           "checkpoint", "ffn-chunks", "offload-dir", NULL};
+        static const char *const chosen[] = {"strategy", "dp",         "hp",         "cp",         "placement",
+                                             "layout",   "zero",       "checkpoint", "ffn-chunks", "offload-dir"};
+        const char *grid[ARRAY_LEN(chosen) + KNOB_SLOTS + 1]; /* and the strategies' knobs */
+        size_t ng = 0;
+        for (size_t j = 0; j < ARRAY_LEN(chosen); j++) grid[ng++] = chosen[j];
+        for (int j = 0; j < n_knobs; j++) grid[ng++] = strategy_knob(j)->name;
+        grid[ng] = NULL;
         char given[4096], prog[4096];
         if (train_flags_except(argc, argv, grid, given, sizeof given) != 0)
             die("seqpar plan: the train flags given are over %zu characters: shorten the paths", sizeof given);

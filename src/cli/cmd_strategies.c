@@ -16,8 +16,8 @@
 
 static const char HELP[] =
     "usage: seqpar strategies [--names] [--ranks P --seq-len S --heads H --kv-heads K --head-dim D]\n"
-    "       seqpar strategies --schedule NAME --ranks P [--hp H --cp C --ring-inner W --team C --chunks U\n"
-    "                         --layout L --window W --backward --cluster FILE] [shape flags as above]\n"
+    "       seqpar strategies --schedule NAME --ranks P [--hp H --cp C --layout L --placement P --window W\n"
+    "                         --backward --cluster FILE] [knobs] [shape flags as above]\n"
     "\n"
     "Lists the distributed attention strategies ('--strategy NAME' of train, grad and bench), the\n"
     "flags each reads and its constraints. Given --ranks, also prints per strategy (all ranks in one\n"
@@ -30,20 +30,22 @@ static const char HELP[] =
     "  --heads H      query heads (default 8)\n"
     "  --kv-heads K   key/value heads (default: H)\n"
     "  --head-dim D   head dimension (default 64)\n"
-    "  --team C       team size of the strategies with teams (default: theirs, e.g. the largest C with\n"
-    "                 C^2 dividing the ranks)\n"
     "  --precision P  fp32 (default) or bf16: with bf16 the head exchange sends 2 bytes an element\n"
+    "  knobs          the strategies' own flags, each applied to the strategies that declare it\n"
+    "                 (default: each strategy's own, e.g. the largest team C with C^2 dividing the ranks):\n"
+    "%s"
     "\n"
     "  --schedule NAME  the schedule strategy NAME runs for one layer's attention on P ranks, step by\n"
     "                 step: each step's attention blocks (count, the most score cells one rank computes)\n"
     "                 and messages (count, the most bytes one rank sends, the step by which the last must\n"
     "                 arrive); the schedule the planner's simulator replays. --hp / --cp pick the grid\n"
-    "                 (default: the strategy's), --ring-inner / --team / --chunks its knobs, --layout the\n"
-    "                 token layout, --window a sliding window, --backward the backward pass\n"
+    "                 (default: the strategy's), the knobs its settings, --layout the token layout,\n"
+    "                 --placement the ranks' order (as train's: head-first, context-first, team-first,\n"
+    "                 ring-first), --window a sliding window, --backward the backward pass\n"
     "  --cluster FILE   with --schedule: play it on the cluster described in FILE (JSON: nodes,\n"
     "                 ranks_per_node, intra_gbs, nics_per_node, nic_gbs, latencies, attention rate\n"
-    "                 points; rank i of the group on the cluster's rank i) and print each rank's simulated\n"
-    "                 time: its blocks, its exposed wait, its end\n";
+    "                 points; the group's ranks on the cluster's first ranks in --placement's order) and\n"
+    "                 print each rank's simulated time: its blocks, its exposed wait, its end\n";
 
 /* One line a step: its blocks (count, the most cells one member computes), its messages (count, the
  * most bytes one member sends, the last step by which one must arrive); then each member's totals
@@ -100,7 +102,8 @@ static void print_schedule(const Strategy *s, const StrategyParams *p, ScheduleP
            sc.n_steps, sc.n_compute, sc.n_messages, equal ? "equal" : "DIFFER FROM");
     if (cl) {
         int *rank_of = xmalloc(sizeof(int) * (size_t)sc.members);
-        for (int m = 0; m < sc.members; m++) rank_of[m] = m;
+        for (int m = 0; m < sc.members; m++) /* member c hp + h on its world rank under the placement */
+            rank_of[m] = placement_world_rank(p->placement, p->hp, p->cp, 0, m % p->hp, m / p->hp);
         ScheduleSim sim;
         SeqErr e;
         if (simulate_schedule(&sc, cl, rank_of, p->head_dim, &sim, &e) != 0) die_collective("seqpar strategies: %s", e.msg);
@@ -109,11 +112,11 @@ static void print_schedule(const Strategy *s, const StrategyParams *p, ScheduleP
         printf("%6s %6s %12s %12s %12s %14s %14s\n", "rank", "node", "blocks ms", "wait ms", "end ms", "intra MiB",
                "inter MiB");
         for (int m = 0; m < sim.members; m++)
-            printf("%6d %6d %12.4f %12.4f %12.4f %14.3f %14.3f\n", m, cluster_node_of(cl, rank_of[m]),
+            printf("%6d %6d %12.4f %12.4f %12.4f %14.3f %14.3f\n", rank_of[m], cluster_node_of(cl, rank_of[m]),
                    1e3 * sim.m[m].compute_s, 1e3 * sim.m[m].wait_s, 1e3 * sim.m[m].end_s,
                    sim.m[m].bytes_intra / 1048576.0, sim.m[m].bytes_inter / 1048576.0);
         printf("the layer's %s attention ends at %.4f ms (rank %d last)\n", pass == PASS_BACKWARD ? "backward" : "forward",
-               1e3 * sim.end_s, sim.slowest);
+               1e3 * sim.end_s, rank_of[sim.slowest]);
         schedule_sim_free(&sim);
         xfree(rank_of);
     }
@@ -124,32 +127,33 @@ static void print_schedule(const Strategy *s, const StrategyParams *p, ScheduleP
 
 int cmd_strategies(int argc, char **argv) {
     const char *cmd = "strategies";
-    int P = 0, H = 8, K = 0, d = 64, team = 0, precision = PRECISION_FP32, names = 0;
-    int hp_given = 0, cp_given = 0, ring_inner = 0, chunks = 0, window = 0, backward = 0, layout = -1;
+    int P = 0, H = 8, K = 0, d = 64, precision = PRECISION_FP32, names = 0;
+    int hp_given = 0, cp_given = 0, window = 0, backward = 0, layout = -1, placement = -1;
+    KnobValues knobs = {0}; /* the strategies' own flags (--team, --ring-inner, --chunks, ...) */
     const char *schedule = NULL, *cluster = NULL;
     long S = 16384;
     static const struct option opts[] = {
         {"ranks", required_argument, 0, 'P'}, {"seq-len", required_argument, 0, 'S'},
         {"heads", required_argument, 0, 'H'}, {"kv-heads", required_argument, 0, 'K'},
-        {"head-dim", required_argument, 0, 'd'}, {"team", required_argument, 0, 'C'},
+        {"head-dim", required_argument, 0, 'd'},
         {"precision", required_argument, 0, 'p'}, {"names", no_argument, 0, 'n'},
         {"schedule", required_argument, 0, 's'}, {"hp", required_argument, 0, 'a'},
-        {"cp", required_argument, 0, 'c'}, {"ring-inner", required_argument, 0, 'W'},
-        {"chunks", required_argument, 0, 'U'}, {"layout", required_argument, 0, 'L'},
+        {"cp", required_argument, 0, 'c'}, {"layout", required_argument, 0, 'L'},
+        {"placement", required_argument, 0, 'o'},
         {"window", required_argument, 0, 'w'}, {"backward", no_argument, 0, 'b'},
         {"cluster", required_argument, 0, 'X'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int opt;
     opterr = 0;
     optind = 1;
-    while ((opt = getopt_full(argc, argv, ":h", opts, cmd)) != -1) {
+    while ((opt = getopt_full(argc, argv, ":h", options_with_knobs(opts), cmd)) != -1) {
+        if (knob_option_handle(&knobs, cmd, opt, optarg)) continue;
         switch (opt) {
         case 'P': P = (int)parse_long(cmd, "ranks", optarg, 1, 1 << 20); break;
         case 'S': S = parse_long(cmd, "seq-len", optarg, 1, 1L << 40); break;
         case 'H': H = (int)parse_long(cmd, "heads", optarg, 1, 1 << 16); break;
         case 'K': K = (int)parse_long(cmd, "kv-heads", optarg, 1, 1 << 16); break;
         case 'd': d = (int)parse_long(cmd, "head-dim", optarg, 1, 1 << 16); break;
-        case 'C': team = (int)parse_long(cmd, "team", optarg, 1, 1 << 20); break;
         case 'p':
             precision = precision_parse(optarg);
             if (precision < 0) die_collective("seqpar %s: --precision expects fp32 or bf16, got '%s'", cmd, optarg);
@@ -158,13 +162,17 @@ int cmd_strategies(int argc, char **argv) {
         case 's': schedule = optarg; break;
         case 'a': hp_given = (int)parse_long(cmd, "hp", optarg, 1, 1 << 20); break;
         case 'c': cp_given = (int)parse_long(cmd, "cp", optarg, 1, 1 << 20); break;
-        case 'W': ring_inner = (int)parse_long(cmd, "ring-inner", optarg, 1, 1 << 20); break;
-        case 'U': chunks = (int)parse_long(cmd, "chunks", optarg, 1, 1 << 20); break;
         case 'L': layout = (int)layout_parse(optarg); break;
+        case 'o': placement = (int)placement_parse(optarg); break;
         case 'w': window = (int)parse_long(cmd, "window", optarg, 1, 1 << 30); break;
         case 'b': backward = 1; break;
         case 'X': cluster = optarg; break;
-        case 'h': fputs(HELP, stdout); return 0;
+        case 'h': {
+            char knobs_help[2048];
+            strategy_flags_help(knobs_help, sizeof knobs_help);
+            printf(HELP, knobs_help);
+            return 0;
+        }
         default: die_bad_option(cmd, argc, argv, opt);
         }
     }
@@ -177,20 +185,23 @@ int cmd_strategies(int argc, char **argv) {
         ParallelConfig cfg;
         parallel_config_default(&cfg);
         cfg.strategy = s->name;
-        cfg.team = team;
-        cfg.chunks = chunks;
-        cfg.ring_inner = ring_inner;
+        cfg.knobs = knobs;
+        if (placement >= 0) cfg.placement = (Placement)placement, cfg.placement_given = 1;
+        /* head-first is the default, which a strategy with teams reads as its teams on consecutive ranks */
+        const Placement pl = s->reads & KNOB_TEAM_PLACEMENT && cfg.placement == PLACEMENT_HEAD_FIRST
+                                 ? PLACEMENT_TEAM_FIRST : cfg.placement;
         int hp, cp;
         char *err = parallel_flags_check(s, &cfg); /* another strategy's knob */
         if (!err) err = strategy_grid(s, hp_given, cp_given, P, H, &hp, &cp);
         if (!err && (long)hp * cp != P)
             err = xstrdup_printf("--hp %d x --cp %d is %d ranks, not --ranks %d: give --hp and --cp whose product is P",
                                  hp, cp, hp * cp, P);
-        StrategyParams p = {.hp = hp, .cp = cp, .ring_inner = ring_inner, .team = team, .chunks = chunks,
+        StrategyParams p = {.hp = hp, .cp = cp, .placement = pl,
                             .layout = layout >= 0 ? (TokenLayout)layout : s->default_layout, .seq_len = S,
                             .n_heads = H, .n_kv_heads = K, .head_dim = d, .wire_bf16 = precision == PRECISION_BF16,
                             .window = window};
         if (!err) {
+            strategy_apply_knobs(s, &knobs, &p);
             strategy_defaults(s, &p);
             err = strategy_check(s, &p);
         }
@@ -221,7 +232,7 @@ int cmd_strategies(int argc, char **argv) {
         const Strategy *s = strategy_at(i);
         int hp, cp;
         char *err = strategy_grid(s, 0, 0, P, H, &hp, &cp);
-        StrategyParams p = {.hp = hp, .cp = cp, .team = team, .layout = s->default_layout, .seq_len = S,
+        StrategyParams p = {.hp = hp, .cp = cp, .layout = s->default_layout, .seq_len = S,
                             .n_heads = H, .n_kv_heads = K, .head_dim = d, .wire_bf16 = precision == PRECISION_BF16};
         if (!err && (long)hp * cp != P) { /* 2d's default grid is 1 x 1: spread it as heads x context */
             p.hp = 1;
@@ -229,6 +240,7 @@ int cmd_strategies(int argc, char **argv) {
                 if (P % h == 0 && h * h <= P) p.hp = h;
             p.cp = P / p.hp;
         }
+        strategy_apply_knobs(s, &knobs, &p);
         strategy_defaults(s, &p);
         if (!err) err = strategy_check(s, &p);
         if (err) {

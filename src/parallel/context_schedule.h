@@ -97,15 +97,17 @@ typedef struct {
     int ring_home_back;
 } AttnVolume;
 
-/* Everything the registry's check / volume / memory functions need (no communicators). For a
+/* Everything the registry's check / volume / memory functions need (no communicators): the grid,
+ * the building blocks' parameters (the inner ring, the team, the sequence chunks: set from the
+ * knobs a strategy declares, registry.h), the model's shape and precision. For a
  * ScheduleInfo's volume and workspace_floats, n_heads and n_kv_heads are the heads the schedule
  * holds on this rank (after the head exchange; the model's heads when hp = 1). */
 typedef struct {
     int hp, cp;           /* head and context group sizes (sp = hp cp) */
     int dp;               /* data-parallel replicas of that group (0: not known; for messages only) */
-    int ring_inner;       /* W (2d); 0 = cp */
-    int team;             /* C (teams); 0 = not given */
-    int chunks;           /* U (sequence chunks); 0 = not given (1) */
+    int ring_inner;       /* W: members of an inner ring of the double ring; 0 = cp */
+    int team;             /* C: ranks of a team (teams of the context group); 0 = not given */
+    int chunks;           /* U: sequence chunks of chunked attention; 0 = not given (1) */
     const char *offload_dir; /* a chunked strategy's disk tier directory (NULL: RAM) */
     Placement placement;  /* of the topology (teams: team-first or ring-first) */
     TokenLayout layout;

@@ -1,5 +1,5 @@
 /* The parallel settings of one run as the user gave them (flags of train, grad, bench, memory and
- * plan): the strategy's name and knobs, the dp x hp x cp grid, placement, layout, ZeRO, threads,
+ * plan): the strategy's name and its knobs' values, the dp x hp x cp grid, placement, layout, ZeRO, threads,
  * tracing and the watchdog. A plain value: the registry (strategies/registry.h) checks it against
  * the chosen strategy, the runtime (train/seq_parallel.h) builds from it, the memory model and the
  * planner read it. */
@@ -9,13 +9,19 @@
 #include "parallel/layout.h"
 #include "parallel/topology.h"
 
+/* The values given for the strategies' own integer flags (--team C, --chunks U, ...), one slot per
+ * flag: the strategies declare the flags (strategies/registry.h, StrategyKnob) and the registry
+ * numbers them; 0 = not given. */
+#define KNOB_SLOTS 8
+typedef struct {
+    int v[KNOB_SLOTS];
+} KnobValues;
+
 typedef struct {
     const char *strategy; /* registry name; NULL: the registry's default */
-    int team;            /* --team C (teams); 0 = not given */
-    int chunks;          /* --chunks U (sequence chunks); 0 = not given (1) */
+    KnobValues knobs;    /* its flags' values as given */
     const char *offload_dir; /* --offload-dir DIR: idle chunks and layer inputs on disk; NULL = RAM */
     int dp, hp, cp;      /* 0 = not given: the strategy's grid rule decides (registry.h) */
-    int ring_inner;      /* 0 = cp (plain ring) */
     int ranks_per_node;  /* 0 = from MPI_COMM_TYPE_SHARED */
     int zero;            /* ZeRO stage 0 to 3 (data_parallel.h) */
     int zero_group;      /* ranks per sharding group; 0 = the world */

@@ -22,9 +22,13 @@ const char *placement_name(Placement p) {
     }
 }
 
+int placement_world_rank(Placement pl, int hp, int cp, int dp_rank, int h, int c) {
+    if (pl != PLACEMENT_CONTEXT_FIRST) return dp_rank * hp * cp + c * hp + h;
+    return dp_rank * hp * cp + h * cp + c;
+}
+
 int topology_world_rank_of(const Topology *t, int dp_rank, int h, int c) {
-    if (t->placement != PLACEMENT_CONTEXT_FIRST) return dp_rank * t->sp + c * t->hp + h;
-    return dp_rank * t->sp + h * t->cp + c;
+    return placement_world_rank(t->placement, t->hp, t->cp, dp_rank, h, c);
 }
 
 int topology_node_of(const Topology *t, int world_rank) { return world_rank / t->ranks_per_node; }

@@ -46,6 +46,8 @@ typedef struct {
  *   head-first (and team-first, ring-first): dp_rank * sp + c * hp + h
  *   context-first: dp_rank * sp + h * cp + c */
 int topology_world_rank_of(const Topology *t, int dp_rank, int h, int c);
+/* The same for a grid of hp x cp under placement pl, without a Topology (the planner's). */
+int placement_world_rank(Placement pl, int hp, int cp, int dp_rank, int h, int c);
 /* Node of a world rank: world_rank / ranks_per_node. */
 int topology_node_of(const Topology *t, int world_rank);
 

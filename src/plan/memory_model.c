@@ -143,12 +143,13 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
         return xstrdup_printf("dp %d x hp %d x cp %d is not the %d ranks: give --dp, --hp, --cp (or --ranks) whose product "
                        "is the ranks", dp, hp, cp, world);
     const int sp = hp * cp, own = s->own != NULL;
-    StrategyParams sp_params = {.hp = hp, .cp = cp, .dp = dp, .ring_inner = pc->ring_inner > 0 ? pc->ring_inner : cp,
-                                .team = pc->team, .chunks = pc->chunks,
+    StrategyParams sp_params = {.hp = hp, .cp = cp, .dp = dp,
                                 .offload_dir = s->reads & KNOB_CHUNK_OFFLOAD ? pc->offload_dir : NULL,
                                 .placement = pc->placement, .layout = layout, .seq_len = in->seq_len,
                                 .n_heads = c->num_attention_heads, .n_kv_heads = c->num_key_value_heads,
                                 .head_dim = c->head_dim, .wire_bf16 = bf16, .attn_bf16 = bf16};
+    strategy_apply_knobs(s, &pc->knobs, &sp_params);
+    if (sp_params.ring_inner <= 0) sp_params.ring_inner = cp; /* the plain ring, as topology_create */
     strategy_defaults(s, &sp_params);
     char *unread = parallel_flags_check(s, pc);
     if (unread) return unread;
@@ -160,8 +161,8 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
     if (sp > 1 || own) {
         err = strategy_check(s, &sp_params);
         if (err) return err;
-    } else if (pc->team > 0) { /* as seq_parallel_create */
-        err = team_sp1_check(s, &sp_params);
+    } else if (knobs_given(&pc->knobs)) { /* as seq_parallel_create */
+        err = strategy_sp1_check(s, &sp_params);
         if (err) return err;
     }
     if (in->seq_len % sp != 0) return xstrdup_printf("--seq-len %ld does not split over %d sequence-parallel ranks: use a multiple of %d", in->seq_len, sp, sp);
@@ -184,7 +185,7 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
     const int per_replica = in->batch / dp;
     const int ckpt = in->checkpoint;
     /* chunk streaming (llama.h): a streaming strategy's chunk calls exist for --chunks > 1 */
-    const int su = pc->chunks > 1 ? pc->chunks : 1;
+    const int su = strategy_attention_chunks(s, &sp_params);
     const int stream = s->streams && llama_streams(su, ckpt, in->no_stream);
     const double Cr = stream ? N / su : N; /* rows of the layer's scratch */
     /* FFN chunks exactly as llama_acts_create_opts */

@@ -10,6 +10,7 @@
 #include "model/llama.h"
 #include "parallel/head_exchange.h"
 #include "parallel/layout.h"
+#include "plan/simulate.h"
 #include "strategies/registry.h"
 
 /* ---------------------------------------------------------------- traffic */
@@ -19,9 +20,7 @@ typedef struct {
     Placement pl;
 } Grid;
 
-static int world_of(const Grid *g, int d, int h, int c) {
-    return d * g->sp + (g->pl == PLACEMENT_CONTEXT_FIRST ? h * g->cp + c : c * g->hp + h);
-}
+static int world_of(const Grid *g, int d, int h, int c) { return placement_world_rank(g->pl, g->hp, g->cp, d, h, c); }
 
 /* bytes to peer world rank `peer` from world rank `me`, kind k */
 static void send_to(PlanTraffic *t, const Grid *g, int k, int me, int peer, double bytes) {
@@ -162,6 +161,22 @@ static void route_peers(void *ctx, int kind, const int *cp_peers, int n, double 
     xfree(peers);
 }
 
+/* The strategy's parameters of configuration `in` on the grid the memory model resolved (m). */
+static void strategy_params_of(const MemoryModelInput *in, const MemoryEstimate *m, StrategyParams *sp) {
+    const ParallelConfig *pc = &in->par;
+    const Strategy *s = strategy_named(pc->strategy);
+    const LlamaConfig *c = &in->model;
+    const int bf16 = in->precision == PRECISION_BF16;
+    *sp = (StrategyParams){.hp = m->hp, .cp = m->cp, .offload_dir = s->reads & KNOB_CHUNK_OFFLOAD ? pc->offload_dir : NULL,
+                           .placement = pc->placement,
+                           .layout = pc->layout_given ? pc->layout : s->default_layout, .seq_len = in->seq_len,
+                           .n_heads = c->num_attention_heads, .n_kv_heads = c->num_key_value_heads,
+                           .head_dim = c->head_dim, .wire_bf16 = bf16, .attn_bf16 = bf16};
+    strategy_apply_knobs(s, &pc->knobs, sp);
+    if (sp->ring_inner <= 0) sp->ring_inner = m->cp; /* the plain ring */
+    strategy_defaults(s, sp);
+}
+
 /* plan_rank_traffic for a configuration the memory model already accepted (m: its estimate, the
  * resolved grid), so that plan_evaluate's loop over the ranks does not estimate it again per rank. */
 static char *rank_traffic(const MemoryModelInput *in, const MemoryEstimate *est, int ranks_per_node, int w,
@@ -173,7 +188,7 @@ static char *rank_traffic(const MemoryModelInput *in, const MemoryEstimate *est,
     const ParallelConfig *pc = &in->par;
     const Strategy *s = strategy_named(pc->strategy);
     Grid g = {.world = in->world, .dp = m.dp, .hp = m.hp, .cp = m.cp, .sp = m.hp * m.cp,
-              .W = pc->ring_inner > 0 ? pc->ring_inner : m.cp, .rpn = ranks_per_node > 0 ? ranks_per_node : 1,
+              .W = m.params.ring_inner > 0 ? m.params.ring_inner : m.cp, .rpn = ranks_per_node > 0 ? ranks_per_node : 1,
               .pl = pc->placement};
     if (w < 0 || w >= g.world) return xstrdup_printf("rank %d is outside the %d ranks", w, g.world);
     const int micro = in->batch / m.dp, L = c->num_hidden_layers;
@@ -182,13 +197,9 @@ static char *rank_traffic(const MemoryModelInput *in, const MemoryEstimate *est,
     const int cr = g.pl == PLACEMENT_CONTEXT_FIRST ? in_rep % g.cp : in_rep / g.hp;
     if (g.sp > 1 || s->own) {
         const int bf16 = in->precision == PRECISION_BF16;
-        StrategyParams sp = {.hp = g.hp, .cp = g.cp, .ring_inner = g.W, .team = pc->team, .chunks = pc->chunks,
-                             .offload_dir = s->reads & KNOB_CHUNK_OFFLOAD ? pc->offload_dir : NULL,
-                             .placement = pc->placement,
-                             .layout = pc->layout_given ? pc->layout : s->default_layout, .seq_len = in->seq_len,
-                             .n_heads = c->num_attention_heads, .n_kv_heads = c->num_key_value_heads,
-                             .head_dim = c->head_dim, .wire_bf16 = bf16, .attn_bf16 = bf16};
-        strategy_defaults(s, &sp);
+        StrategyParams sp;
+        strategy_params_of(in, &m, &sp);
+        const int chunk_calls = strategy_attention_chunks(s, &sp);
         /* the volume of a layer without a window and of one with it (the ring runs fewer steps) */
         const int windowed = llama_windowed_layers(c);
         AttnVolume v, vw;
@@ -210,12 +221,12 @@ static char *rank_traffic(const MemoryModelInput *in, const MemoryEstimate *est,
             const double N = (double)(in->seq_len / g.sp), e = bf16 ? 2 : 4;
             if (m.streams) { /* streamed layers: the backward fetches each chunk's o again (output_chunk) */
                 extra_a2a += N * c->head_dim * e * hs.hl[h] * (g.hp - 1);
-                extra_a2a_msgs += (double)(g.hp - 1) * pc->chunks;
+                extra_a2a_msgs += (double)(g.hp - 1) * chunk_calls;
             } else { /* selective: restore()'s exchange of q, k, v (and of o, per chunk, where it does) */
                 const int fp = s->restores_o;
                 for (int p = 0; p < g.hp; p++)
                     if (p != h) extra_a2a += N * c->head_dim * e * (hs.hl[p] + 2 * hs.hk[p] + (fp ? hs.hl[p] : 0));
-                extra_a2a_msgs += (double)(g.hp - 1) * (fp ? 2.0 * (pc->chunks > 1 ? pc->chunks : 1) : 1.0);
+                extra_a2a_msgs += (double)(g.hp - 1) * (fp ? 2.0 * chunk_calls : 1.0);
             }
             head_split_free(&hs);
         }
@@ -286,7 +297,78 @@ static double link_time(const PlanTraffic *t, int k, const PlanCluster *c) {
     return s + t->msgs[k] * lat;
 }
 
-char *plan_evaluate(const MemoryModelInput *in0, const PlanCluster *cl, PlanEntry *e) {
+/* ---------------------------------------------------------------- simulated attention */
+
+/* One layer's attention played on the cluster, forward and backward: each member's (c hp + h)
+ * end and the time in its blocks. Cached by the strategy's parameters: the search's checkpoint
+ * modes, ZeRO stages and FFN chunks share it. */
+typedef struct {
+    const Strategy *s;
+    StrategyParams p;
+    double *end[2], *blocks[2]; /* [forward, backward] (hp cp) */
+} SimAttn;
+
+typedef struct {
+    SimAttn *v;
+    int n, cap;
+} SimCache;
+
+static void sim_cache_free(SimCache *c) {
+    for (int i = 0; i < c->n; i++)
+        for (int k = 0; k < 2; k++) xfree(c->v[i].end[k]), xfree(c->v[i].blocks[k]);
+    xfree(c->v);
+}
+
+/* The layer of s with p (p->window: that layer's window) played on cl with member (h, c) on world
+ * rank placement_world_rank(p->placement, ...): from the cache, or played and kept. NULL with
+ * *err (xmalloc'd) when it cannot be played. */
+static const SimAttn *sim_attention(SimCache *cache, const Strategy *s, const StrategyParams *p, const Cluster *cl,
+                                    char **err) {
+    for (int i = 0; i < cache->n; i++) /* StrategyParams holds no padding: its bytes are its fields */
+        if (cache->v[i].s == s && !memcmp(&cache->v[i].p, p, sizeof *p)) return &cache->v[i];
+    const int members = p->hp * p->cp;
+    if (members > cl->nodes * cl->ranks_per_node) {
+        *err = xstrdup_printf("%d sequence-parallel ranks do not fit the cluster's %d x %d ranks", members, cl->nodes,
+                              cl->ranks_per_node);
+        return NULL;
+    }
+    SimAttn a = {.s = s, .p = *p};
+    int *rank_of = xmalloc(sizeof(int) * (size_t)members);
+    for (int m = 0; m < members; m++) rank_of[m] = placement_world_rank(p->placement, p->hp, p->cp, 0, m % p->hp, m / p->hp);
+    for (int k = 0; k < 2 && !*err; k++) {
+        StepSchedule sc;
+        strategy_play(s, p, k ? PASS_BACKWARD : PASS_FORWARD, &sc);
+        ScheduleSim sim;
+        SeqErr e;
+        if (simulate_schedule(&sc, cl, rank_of, p->head_dim, &sim, &e) != 0) {
+            *err = xstrdup(e.msg);
+        } else {
+            a.end[k] = xmalloc(sizeof(double) * (size_t)members);
+            a.blocks[k] = xmalloc(sizeof(double) * (size_t)members);
+            for (int m = 0; m < members; m++) a.end[k][m] = sim.m[m].end_s, a.blocks[k][m] = sim.m[m].compute_s;
+            schedule_sim_free(&sim);
+        }
+        schedule_free(&sc);
+    }
+    xfree(rank_of);
+    if (*err) {
+        for (int k = 0; k < 2; k++) xfree(a.end[k]), xfree(a.blocks[k]);
+        return NULL;
+    }
+    if (cache->n == cache->cap) {
+        cache->cap = cache->cap ? 2 * cache->cap : 16;
+        SimAttn *v = xmalloc(sizeof *v * (size_t)cache->cap);
+        if (cache->n) memcpy(v, cache->v, sizeof *v * (size_t)cache->n);
+        xfree(cache->v);
+        cache->v = v;
+    }
+    cache->v[cache->n] = a;
+    return &cache->v[cache->n++];
+}
+
+/* ---------------------------------------------------------------- the step */
+
+static char *evaluate(const MemoryModelInput *in0, const PlanCluster *cl, SimCache *cache, PlanEntry *e) {
     memset(e, 0, sizeof *e);
     MemoryModelInput in = *in0;
     in.world = cl->ranks;
@@ -326,6 +408,23 @@ char *plan_evaluate(const MemoryModelInput *in0, const PlanCluster *cl, PlanEntr
     if (windowed) layer_pairs(layout, in.seq_len, m->cp, balanced, c->sliding_window, wpairs);
     for (int k = 0; k < m->cp; k++) pairs[k] = (L - windowed) * pairs[k] + (windowed ? windowed * wpairs[k] : 0);
     xfree(wpairs);
+    /* the attention played on the cluster: layers without a window and with one */
+    const SimAttn *played[2] = {NULL, NULL};
+    StrategyParams sprm;
+    strategy_params_of(&in, m, &sprm);
+    if (cl->sim && (sp > 1 || s->own)) {
+        played[0] = sim_attention(cache, s, &sprm, cl->sim, &err);
+        if (played[0] && windowed) {
+            StrategyParams pw = sprm;
+            pw.window = c->sliding_window;
+            played[1] = sim_attention(cache, s, &pw, cl->sim, &err);
+        }
+        if (err) {
+            xfree(pairs);
+            head_split_free(&hs);
+            return err;
+        }
+    }
 
     double worst = -1;
     for (int w = 0; w < cl->ranks; w++) {
@@ -334,15 +433,49 @@ char *plan_evaluate(const MemoryModelInput *in0, const PlanCluster *cl, PlanEntr
         const int cr = in.par.placement == PLACEMENT_CONTEXT_FIRST ? in_rep % m->cp : in_rep / m->hp;
         const double fwd = 4.0 * c->head_dim * pairs[cr] * hs.hl[h]; /* every layer's */
         const double fwd_runs = in.checkpoint == LLAMA_CKPT_LAYER ? 2 : 1;
-        const double t_attn_f = fwd * fwd_runs / (cl->attn_fwd_gflops * 1e9 * thr);
-        const double t_attn_b = 2.5 * fwd / (cl->attn_bwd_gflops * 1e9 * thr);
-        const double compute = micro * (t_dense + t_attn_f + t_attn_b);
+        double t_attn_f = fwd * fwd_runs / (cl->attn_fwd_gflops * 1e9 * thr);
+        double t_attn_b = 2.5 * fwd / (cl->attn_bwd_gflops * 1e9 * thr);
         PlanTraffic t;
         err = rank_traffic(&in, m, cl->ranks_per_node, w, &t);
         if (err) break;
-        double exposed = link_time(&t, COMM_ALLTOALL, cl) + link_time(&t, COMM_TEAM, cl);
-        const double p2p = link_time(&t, COMM_P2P_INNER, cl) + link_time(&t, COMM_P2P_OUTER, cl);
-        exposed += fmax(0, p2p - micro * (t_attn_f + t_attn_b));
+        double exposed;
+        if (played[0]) { /* its blocks and its waits as the cluster plays them, every layer */
+            const int mb = cr * m->hp + h;
+            const double Lf = L - windowed, Lw = windowed;
+            double end[2], blocks[2];
+            for (int k = 0; k < 2; k++) {
+                end[k] = Lf * played[0]->end[k][mb] + (Lw ? Lw * played[1]->end[k][mb] : 0);
+                blocks[k] = Lf * played[0]->blocks[k][mb] + (Lw ? Lw * played[1]->blocks[k][mb] : 0);
+            }
+            t_attn_f = blocks[0] * fwd_runs;
+            t_attn_b = blocks[1];
+            exposed = micro * ((end[0] - blocks[0]) * fwd_runs + end[1] - blocks[1]);
+            /* the head-exchange bytes beyond the played passes (selective checkpointing's restore,
+             * streamed layers' output fetch) at the links' rates */
+            AttnVolume v, vw;
+            strategy_volume(s, &sprm, h, cr, &v);
+            vw = v;
+            if (windowed) {
+                StrategyParams pw = sprm;
+                pw.window = c->sliding_window;
+                strategy_volume(s, &pw, h, cr, &vw);
+            }
+            const double played_a2a = micro * (Lf * (fwd_runs * (double)v.fwd[COMM_ALLTOALL] + (double)v.bwd[COMM_ALLTOALL]) +
+                                               Lw * (fwd_runs * (double)vw.fwd[COMM_ALLTOALL] + (double)vw.bwd[COMM_ALLTOALL]));
+            const double extra = t.bytes[COMM_ALLTOALL] - played_a2a;
+            if (extra > 0 && t.bytes[COMM_ALLTOALL] > 0) {
+                PlanTraffic x = {0};
+                const double share = extra / t.bytes[COMM_ALLTOALL];
+                x.intra[COMM_ALLTOALL] = share * t.intra[COMM_ALLTOALL];
+                x.inter[COMM_ALLTOALL] = share * t.inter[COMM_ALLTOALL];
+                exposed += link_time(&x, COMM_ALLTOALL, cl);
+            }
+        } else {
+            exposed = link_time(&t, COMM_ALLTOALL, cl) + link_time(&t, COMM_TEAM, cl);
+            const double p2p = link_time(&t, COMM_P2P_INNER, cl) + link_time(&t, COMM_P2P_OUTER, cl);
+            exposed += fmax(0, p2p - micro * (t_attn_f + t_attn_b));
+        }
+        const double compute = micro * (t_dense + t_attn_f + t_attn_b);
         const double gr = link_time(&t, COMM_GRAD_REDUCE, cl), pg = link_time(&t, COMM_PARAM_GATHER, cl);
         const double backward = micro * (t_attn_b + t_dense * 2.0 / 3.0);
         exposed += in.par.zero >= 2 ? fmax(0, gr - backward) : gr;
@@ -366,6 +499,13 @@ char *plan_evaluate(const MemoryModelInput *in0, const PlanCluster *cl, PlanEntr
     return NULL;
 }
 
+char *plan_evaluate(const MemoryModelInput *in, const PlanCluster *cl, PlanEntry *e) {
+    SimCache cache = {0};
+    char *err = evaluate(in, cl, &cache, e);
+    sim_cache_free(&cache);
+    return err;
+}
+
 /* ---------------------------------------------------------------- search */
 
 typedef struct {
@@ -374,9 +514,9 @@ typedef struct {
     char *first_refusal; /* the first configuration's reason, for a search that finds none */
 } List;
 
-static void try_one(List *l, const MemoryModelInput *in, const PlanCluster *c) {
+static void try_one(List *l, const MemoryModelInput *in, const PlanCluster *c, SimCache *cache) {
     PlanEntry e;
-    char *err = plan_evaluate(in, c, &e);
+    char *err = evaluate(in, c, cache, &e);
     if (err) {
         if (!l->first_refusal) l->first_refusal = err;
         else xfree(err);
@@ -451,6 +591,7 @@ char *plan_search(const MemoryModelInput *base, const PlanFixed *f, const PlanCl
     const int P = c->ranks;
     static const int ckpts[3] = {LLAMA_CKPT_NONE, LLAMA_CKPT_SELECTIVE, LLAMA_CKPT_LAYER};
     List l = {0};
+    SimCache cache = {0};
     MemoryModelInput in = *base;
     for (int si = 0; strategy_at(si); si++) {
         const Strategy *s = strategy_at(si);
@@ -459,9 +600,7 @@ char *plan_search(const MemoryModelInput *base, const PlanFixed *f, const PlanCl
          * read it (the others refuse it; with --strategy given, nothing runs, and the CLI names
          * train's reason) */
         ParallelConfig fx = base->par;
-        fx.team = f->team;
-        fx.chunks = f->chunks;
-        fx.ring_inner = f->ring_inner;
+        fx.knobs = f->knobs;
         fx.placement = f->placement >= 0 ? (Placement)f->placement : PLACEMENT_HEAD_FIRST;
         char *unread = parallel_flags_check(s, &fx);
         xfree(unread);
@@ -487,8 +626,7 @@ char *plan_search(const MemoryModelInput *base, const PlanFixed *f, const PlanCl
                 if (s->grid == GRID_2D && (hp == 1) != (cp == 1)) continue;
                 if (s->grid != GRID_2D && sp == 1 && !s->own) continue;
                 if (s->grid == GRID_CONTEXT && cp == 1) continue;
-                StrategyFixed fixed = {.ring_inner = f->ring_inner, .team = f->team, .chunks = f->chunks,
-                                       .placement = f->placement, .strategy_given = f->strategy != NULL,
+                StrategyFixed fixed = {.knobs = f->knobs, .placement = f->placement, .strategy_given = f->strategy != NULL,
                                        .seq_len = base->seq_len};
                 StrategyCandidate cand[256];
                 const int nc = strategy_candidates(s, hp, cp, &fixed, cand, (int)ARRAY_LEN(cand));
@@ -514,21 +652,19 @@ char *plan_search(const MemoryModelInput *base, const PlanFixed *f, const PlanCl
                                 in.par.dp = dp;
                                 in.par.hp = hp;
                                 in.par.cp = cp;
-                                in.par.ring_inner = sc->ring_inner;
-                                in.par.team = sc->team;
-                                in.par.chunks = sc->chunks;
+                                in.par.knobs = sc->knobs;
                                 in.par.placement = sc->placement;
                                 in.par.zero = z;
                                 in.checkpoint = ckpts[ci];
                                 in.ffn_chunks = base->ffn_chunks;
                                 const int before = l.n;
-                                try_one(&l, &in, c);
+                                try_one(&l, &in, c, &cache);
                                 /* one FFN chunk: no gate / up recompute (not under a streaming strategy,
                                  * whose chunks are the stream's), where the default has more than one */
                                 if (base->ffn_chunks == 0 && ckpts[ci] == LLAMA_CKPT_NONE && !s->streams &&
                                     l.n > before && l.v[l.n - 1].mem.ffn_chunks > 1) {
                                     in.ffn_chunks = 1;
-                                    try_one(&l, &in, c);
+                                    try_one(&l, &in, c, &cache);
                                 }
                             }
                         }
@@ -536,6 +672,7 @@ char *plan_search(const MemoryModelInput *base, const PlanFixed *f, const PlanCl
             }
         }
     }
+    sim_cache_free(&cache);
     rank_entries(l.v, l.n);
     *out = l.v;
     *n = l.n;
@@ -556,14 +693,16 @@ void plan_flags(const PlanEntry *e, char *buf, size_t n) {
     if (p->dp > 1) ADD(" --dp %d", p->dp);
     if (s && s->grid != GRID_CONTEXT_ONLY && (p->hp > 1 || s->grid == GRID_2D)) ADD(" --hp %d", p->hp);
     if (s && s->grid != GRID_HEADS_ONLY && p->cp > 1) ADD(" --cp %d", p->cp);
-    if (p->ring_inner > 0 && p->ring_inner < p->cp) ADD(" --ring-inner %d", p->ring_inner);
-    if (p->team > 0) ADD(" --team %d", p->team);
-    if (p->chunks > 1) ADD(" --chunks %d", p->chunks);
+    if (s) {
+        char knobs[256];
+        strategy_knob_flags(s, p, knobs, sizeof knobs);
+        ADD("%s", knobs);
+    }
     if (p->placement != PLACEMENT_HEAD_FIRST) ADD(" --placement %s", placement_name(p->placement));
     if (p->layout_given) ADD(" --layout %s", layout_name(p->layout));
     ADD(" --checkpoint %s", llama_checkpoint_name(e->checkpoint));
     if (e->ffn_chunks > 0) ADD(" --ffn-chunks %d", e->ffn_chunks);
     if (p->zero) ADD(" --zero %d", p->zero);
-    if (p->offload_dir && (p->chunks > 0 || e->checkpoint != LLAMA_CKPT_NONE)) ADD(" --offload-dir %s", p->offload_dir);
+    if (p->offload_dir && ((s && s->reads & KNOB_CHUNK_OFFLOAD) || e->checkpoint != LLAMA_CKPT_NONE)) ADD(" --offload-dir %s", p->offload_dir);
 #undef ADD
 }

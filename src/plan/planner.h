@@ -21,6 +21,7 @@
 #define SEQPAR_PLANNER_H
 
 #include "parallel/comm.h"
+#include "plan/cluster.h"
 #include "plan/memory_model.h"
 
 typedef struct {
@@ -34,6 +35,12 @@ typedef struct {
     double gemm_gflops;                /* per thread: the linear layers' GEMMs in the run's precision */
     double attn_fwd_gflops, attn_bwd_gflops; /* per thread: the attention kernel (backward counted as 2.5x
                                                  the forward's FLOPs, as `seqpar bench attn`) */
+    /* Optional: the cluster (nodes, ports, NICs, attention rates by block shape) on which the step
+     * simulator (simulate.h) plays each configuration's attention schedule, forward and backward,
+     * every rank of the job's first replica; its times then replace the attention FLOPs at the
+     * rates above and the attention traffic's link times (the head exchange, the rings, the team
+     * collectives). NULL: the formulas above. */
+    const Cluster *sim;
 } PlanCluster;
 
 /* Bytes and messages one rank sends in one training step: the totals per kind exact (what `seqpar
@@ -47,7 +54,7 @@ typedef struct {
 
 /* One configuration and its prediction. */
 typedef struct {
-    ParallelConfig par;   /* strategy, dp, hp, cp, ring_inner, team, chunks, placement, zero */
+    ParallelConfig par;   /* strategy, its knobs, dp, hp, cp, placement, zero */
     int checkpoint;       /* LLAMA_CKPT_* */
     int ffn_chunks;       /* --ffn-chunks as train is to get it: 0 its default (mem.ffn_chunks: the count) */
     MemoryEstimate mem;
@@ -71,7 +78,7 @@ char *plan_evaluate(const MemoryModelInput *in, const PlanCluster *c, PlanEntry 
 typedef struct {
     const char *strategy;     /* NULL: every registered strategy */
     int dp, hp, cp;           /* 0: every factorisation */
-    int ring_inner, team, chunks; /* 0: every valid value */
+    KnobValues knobs;         /* the strategies' knobs (registry.h); 0: every valid value */
     int placement;            /* -1: every placement the strategy distinguishes */
     int checkpoint;           /* -1: none, selective, layer */
     int zero;                 /* -1: 0 to 3 */

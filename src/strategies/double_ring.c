@@ -29,6 +29,7 @@
  * every step runs). Then forward p2p_inner is (steps - 1) Size16(kv), backward (steps - 1)
  * Size16(kv) + (steps > 1) steps Size(kv). The rule reads the runs' spans (pos_blocks_meet), so
  * a striped slot (one run across the sequence) runs every step; so does the double ring (R > 1). */
+#include <stddef.h>
 #include <string.h>
 
 #include "attention/flash_attention.h"
@@ -397,28 +398,31 @@ const ScheduleInfo double_ring_schedule = {
     .play = dr_play,
 };
 
-char *double_ring_refuse(unsigned knob, const Strategy *runner, const ParallelConfig *cfg) {
-    (void)knob; /* KNOB_RING_INNER, the one it owns */
+static char *double_ring_refuse(const Strategy *runner, int value) {
     char teams[96] = "";
-    if (runner->reads & KNOB_TEAM) snprintf(teams, sizeof teams, "; %s's rings are set by --team", runner->name);
+    if (strategy_knob_of(runner, strategy_knob_slot("team")))
+        snprintf(teams, sizeof teams, "; %s's rings are set by --team", runner->name);
     return xstrdup_printf("--ring-inner %d is read by --strategy ring and 2d only (their double ring%s): drop it "
-                          "or use --strategy ring or 2d", cfg->ring_inner, teams);
+                          "or use --strategy ring or 2d", value, teams);
 }
 
 int double_ring_candidates(int hp, int cp, const StrategyFixed *fixed, StrategyCandidate *out, int max) {
     const int ring = cp > 1; /* on one context rank there is no ring to split */
+    const int fixed_w = knob_get(&fixed->knobs, "ring-inner");
     int n = 0;
     for (int W = 1; W <= cp; W++) {
-        if (cp % W || (fixed->ring_inner > 0 && fixed->ring_inner != W)) continue;
+        if (cp % W || (fixed_w > 0 && fixed_w != W)) continue;
         if (!ring && W != cp) continue;
-        if (W == 1 && cp > 1 && fixed->ring_inner != 1) continue; /* inner rings of one: the plain ring */
+        if (W == 1 && cp > 1 && fixed_w != 1) continue; /* inner rings of one: the plain ring */
         for (int pl = 0; pl < 4; pl++) {
             if (fixed->placement >= 0 && fixed->placement != pl) continue;
             if (fixed->placement < 0 && pl != PLACEMENT_HEAD_FIRST && (pl != PLACEMENT_CONTEXT_FIRST || hp == 1 || cp == 1))
                 continue; /* the placements that differ */
-            if (n < max)
-                out[n++] = (StrategyCandidate){.ring_inner = ring ? W : 0, .placement = (Placement)pl,
-                                               .plain_ring = ring && W == cp};
+            if (n < max) {
+                out[n] = (StrategyCandidate){.placement = (Placement)pl, .plain_ring = ring && W == cp};
+                if (ring) knob_set(&out[n].knobs, "ring-inner", W);
+                n++;
+            }
         }
     }
     return n;
@@ -459,9 +463,12 @@ static void double_ring_paper_memory(const PaperMemoryInput *in, PaperMemory *ou
              selective / 1048576.0);
 }
 
-const StrategyFlag double_ring_flags[] = {
-    {"--ring-inner W", "2d, ring: double ring with inner rings of W ranks; W divides cp (default cp)"},
-    {NULL, NULL},
+const StrategyKnob double_ring_knobs[] = {
+    {.name = "ring-inner", .metavar = "W",
+     .help = "2d, ring: double ring with inner rings of W ranks; W divides cp (default cp)",
+     .max = 1 << 20, .param = offsetof(StrategyParams, ring_inner), .same = KNOB_SAME_CP, .column = "W",
+     .refuse = double_ring_refuse},
+    {0},
 };
 
 const Strategy double_ring_strategy = {
@@ -473,10 +480,7 @@ const Strategy double_ring_strategy = {
     .grid = GRID_2D,
     .default_layout = LAYOUT_ZIGZAG,
     .schedule = &double_ring_schedule,
-    .own_flags = double_ring_flags,
-    .reads = KNOB_RING_INNER,
-    .owns = KNOB_RING_INNER,
-    .refuse = double_ring_refuse,
+    .knobs = double_ring_knobs,
     .candidates = double_ring_candidates,
     .route = double_ring_route,
     .paper_memory = double_ring_paper_memory,

@@ -7,10 +7,8 @@
 #include "strategies/registry.h"
 
 extern const ScheduleInfo double_ring_schedule;
-/* --ring-inner W: the flag of every strategy on the double ring that splits its context group */
-extern const StrategyFlag double_ring_flags[];
-
-char *double_ring_refuse(unsigned knob, const Strategy *runner, const ParallelConfig *cfg);
+/* --ring-inner W: the knob of every strategy on the double ring that splits its context group */
+extern const StrategyKnob double_ring_knobs[];
 /* Inner ring sizes W dividing cp (the plain ring W = cp first among equals) x the placements. */
 int double_ring_candidates(int hp, int cp, const StrategyFixed *fixed, StrategyCandidate *out, int max);
 /* KV blocks and dK/dV to the next member of the inner ring (the last hop home), the outer ring's to

@@ -43,6 +43,7 @@
  *
  * Communication per layer: u head exchanges of c rows, i.e. Ulysses' bytes (linear in rows) in
  * u times as many messages. */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -514,11 +515,14 @@ static void fpdt_tier_stats(const SeqAttention *sa, TierStats *s, long *batches)
 
 
 /* --chunks, --no-stream and the chunks' use of --offload-dir are FPDT's: refused for the others */
-static char *fpdt_refuse(unsigned knob, const Strategy *runner, const ParallelConfig *cfg) {
+static char *fpdt_refuse_chunks(const Strategy *runner, int value) {
     (void)runner;
-    if (knob == KNOB_CHUNKS)
-        return xstrdup_printf("--chunks %d is read by --strategy fpdt only: drop it, or use --strategy fpdt with a "
-                              "--seq-len that splits into %d x hp pieces", cfg->chunks, cfg->chunks);
+    return xstrdup_printf("--chunks %d is read by --strategy fpdt only: drop it, or use --strategy fpdt with a "
+                          "--seq-len that splits into %d x hp pieces", value, value);
+}
+
+static char *fpdt_refuse(unsigned knob, const Strategy *runner, const ParallelConfig *cfg) {
+    (void)runner, (void)cfg;
     if (knob == KNOB_NO_STREAM)
         return xstrdup("--no-stream runs FPDT's layers whole instead of chunk by chunk: it is read by --strategy fpdt "
                        "only: drop it or use --strategy fpdt");
@@ -529,14 +533,18 @@ static char *fpdt_refuse(unsigned knob, const Strategy *runner, const ParallelCo
 /* Chunk counts u = 1, 2, 4, ... 64 that split S into u x hp pieces. */
 static int fpdt_candidates(int hp, int cp, const StrategyFixed *fixed, StrategyCandidate *out, int max) {
     (void)cp;
+    const int fixed_u = knob_get(&fixed->knobs, "chunks");
     int n = 0;
     for (int u = 1; u <= 64; u *= 2) {
-        if (fixed->chunks > 0 && fixed->chunks != u) continue;
+        if (fixed_u > 0 && fixed_u != u) continue;
         if (fixed->seq_len % ((long)u * hp)) continue;
         for (int pl = 0; pl < 4; pl++) {
             if (fixed->placement >= 0 && fixed->placement != pl) continue;
             if (fixed->placement < 0 && pl != PLACEMENT_HEAD_FIRST) continue; /* cp = 1: one placement */
-            if (n < max) out[n++] = (StrategyCandidate){.chunks = u, .placement = (Placement)pl};
+            if (n < max) {
+                out[n] = (StrategyCandidate){.placement = (Placement)pl};
+                knob_set(&out[n++].knobs, "chunks", u);
+            }
         }
     }
     return n;
@@ -618,10 +626,13 @@ static const OwnAttention fpdt_attention = {
     .tier_stats = fpdt_tier_stats,
 };
 
-static const StrategyFlag FLAGS[] = {
-    {"--chunks U", "fpdt: U sequence chunks, the head exchange and attention run per chunk\n"
-                     "                      (default 1); S must split into U x hp pieces"},
-    {NULL, NULL},
+static const StrategyKnob KNOBS[] = {
+    {.name = "chunks", .metavar = "U",
+     .help = "fpdt: U sequence chunks, the head exchange and attention run per chunk\n"
+             "                      (default 1); S must split into U x hp pieces",
+     .max = 1 << 20, .param = offsetof(StrategyParams, chunks), .same = KNOB_SAME_ONE, .column = "chunk",
+     .recorded = 1, .refuse = fpdt_refuse_chunks},
+    {0},
 };
 
 const Strategy fpdt_strategy = {
@@ -633,9 +644,9 @@ const Strategy fpdt_strategy = {
     .grid = GRID_HEADS_ONLY,
     .default_layout = LAYOUT_CONTIGUOUS,
     .own = &fpdt_attention,
-    .own_flags = FLAGS,
-    .reads = KNOB_CHUNKS | KNOB_CHUNK_OFFLOAD | KNOB_NO_STREAM,
-    .owns = KNOB_CHUNKS | KNOB_CHUNK_OFFLOAD | KNOB_NO_STREAM,
+    .knobs = KNOBS,
+    .reads = KNOB_CHUNK_OFFLOAD | KNOB_NO_STREAM,
+    .owns = KNOB_CHUNK_OFFLOAD | KNOB_NO_STREAM,
     .streams = 1,
     .restores_o = 1,
     .refuse = fpdt_refuse,

@@ -1,6 +1,7 @@
 /* The strategy registry: see registry.h. One line per strategy in TABLE. */
 #include "strategies/registry.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -259,9 +260,121 @@ void strategy_memory(const Strategy *s, const StrategyParams *p, int hp_rank, At
     head_split_free(&hs);
 }
 
-/* The refusal of knob k where s does not read it; NULL where it does. */
+/* The refusal of bit k where s does not read it; NULL where it does. */
 static char *unread(unsigned k, const Strategy *s, const ParallelConfig *cfg) {
     return s->reads & k ? NULL : strategy_knob_refusal(k, s, cfg);
+}
+
+/* The knobs' slots: the names the table's strategies declare, each once, in table order. */
+static const StrategyKnob *knob_slots[KNOB_SLOTS];
+static int knob_slot_count = -1;
+
+static void knob_slots_init(void) {
+    if (knob_slot_count >= 0) return;
+    int n = 0;
+    for (size_t i = 0; i < ARRAY_LEN(TABLE); i++)
+        for (const StrategyKnob *k = TABLE[i]->knobs; k && k->name; k++) {
+            int seen = 0;
+            for (int j = 0; j < n && !seen; j++) seen = !strcmp(knob_slots[j]->name, k->name);
+            if (seen) continue;
+            if (n == KNOB_SLOTS) die("internal: the strategies declare more than %d knobs: raise KNOB_SLOTS", KNOB_SLOTS);
+            knob_slots[n++] = k;
+        }
+    knob_slot_count = n;
+}
+
+int strategy_knob_count(void) {
+    knob_slots_init();
+    return knob_slot_count;
+}
+
+const StrategyKnob *strategy_knob(int slot) {
+    knob_slots_init();
+    return slot >= 0 && slot < knob_slot_count ? knob_slots[slot] : NULL;
+}
+
+int strategy_knob_slot(const char *name) {
+    knob_slots_init();
+    for (int j = 0; j < knob_slot_count; j++)
+        if (!strcmp(knob_slots[j]->name, name)) return j;
+    return -1;
+}
+
+const StrategyKnob *strategy_knob_of(const Strategy *s, int slot) {
+    const StrategyKnob *named = strategy_knob(slot);
+    if (!named) return NULL;
+    for (const StrategyKnob *k = s->knobs; k && k->name; k++)
+        if (!strcmp(k->name, named->name)) return k;
+    return NULL;
+}
+
+int knob_get(const KnobValues *k, const char *name) {
+    const int slot = strategy_knob_slot(name);
+    return slot >= 0 ? k->v[slot] : 0;
+}
+
+void knob_set(KnobValues *k, const char *name, int value) {
+    const int slot = strategy_knob_slot(name);
+    if (slot < 0) die("internal: no strategy declares the knob '%s'", name);
+    k->v[slot] = value;
+}
+
+int knobs_given(const KnobValues *k) {
+    for (int j = 0; j < KNOB_SLOTS; j++)
+        if (k->v[j]) return 1;
+    return 0;
+}
+
+int strategy_knob_param(const StrategyParams *p, const StrategyKnob *k) {
+    int v;
+    memcpy(&v, (const char *)p + k->param, sizeof v);
+    return v;
+}
+
+void strategy_apply_knobs(const Strategy *s, const KnobValues *given, StrategyParams *p) {
+    for (const StrategyKnob *k = s->knobs; k && k->name; k++) {
+        const int v = given->v[strategy_knob_slot(k->name)];
+        memcpy((char *)p + k->param, &v, sizeof v);
+    }
+}
+
+/* The value a knob runs at in pc on context group cp where it is not given. */
+static int knob_unset(const StrategyKnob *k, int cp) { return k->same == KNOB_SAME_CP ? cp : k->same == KNOB_SAME_ONE; }
+
+void strategy_knob_flags(const Strategy *s, const ParallelConfig *pc, char *buf, size_t n) {
+    size_t len = 0;
+    if (n) buf[0] = 0;
+    for (const StrategyKnob *k = s->knobs; k && k->name; k++) {
+        const int v = pc->knobs.v[strategy_knob_slot(k->name)];
+        if (v <= 0 || (k->same != KNOB_SAME_NONE && v == knob_unset(k, pc->cp)) || len >= n) continue;
+        int w = snprintf(buf + len, n - len, " --%s %d", k->name, v);
+        if (w > 0) len += (size_t)w < n - len ? (size_t)w : n - len - 1;
+    }
+}
+
+int strategy_knob_shown(const Strategy *s, const ParallelConfig *pc, int slot) {
+    const StrategyKnob *k = strategy_knob_of(s, slot);
+    if (!k) return -1;
+    return pc->knobs.v[slot] > 0 ? pc->knobs.v[slot] : knob_unset(k, pc->cp);
+}
+
+int strategy_knob_value(const StrategyKnob *k, const StrategyParams *p) {
+    const int v = strategy_knob_param(p, k);
+    return v > 0 ? v : knob_unset(k, p->cp);
+}
+
+void strategy_knob_key(const Strategy *s, const StrategyKnob *k, char *buf, size_t n) {
+    snprintf(buf, n, "%s_%s", s->name, k->name);
+}
+
+const StrategyKnob *strategy_chunk_knob(const Strategy *s) {
+    for (const StrategyKnob *k = s->knobs; k && k->name; k++)
+        if (k->param == offsetof(StrategyParams, chunks)) return k;
+    return NULL;
+}
+
+int strategy_attention_chunks(const Strategy *s, const StrategyParams *p) {
+    return s->streams && p->chunks > 1 ? p->chunks : 1;
 }
 
 char *parallel_flags_check(const Strategy *s, const ParallelConfig *cfg) {
@@ -269,9 +382,20 @@ char *parallel_flags_check(const Strategy *s, const ParallelConfig *cfg) {
     if (cfg->placement == PLACEMENT_TEAM_FIRST || cfg->placement == PLACEMENT_RING_FIRST)
         err = unread(KNOB_TEAM_PLACEMENT, s, cfg);
     if (!err && s->check_config) err = s->check_config(cfg);
-    if (!err && cfg->team > 0) err = unread(KNOB_TEAM, s, cfg);
-    if (!err && cfg->chunks > 1) err = unread(KNOB_CHUNKS, s, cfg);
-    if (!err && cfg->ring_inner > 0) err = unread(KNOB_RING_INNER, s, cfg);
+    for (int j = strategy_knob_count() - 1; !err && j >= 0; j--) { /* the later strategies' knobs first */
+        const int v = cfg->knobs.v[j];
+        const StrategyKnob *k = strategy_knob(j);
+        /* a value that means the same as not giving it is still a flag this run does not read,
+         * except 1 for a count (--chunks 1: one chunk, what every strategy runs) */
+        if (v <= 0 || (k->same == KNOB_SAME_ONE && v == 1) || strategy_knob_of(s, j)) continue;
+        for (size_t i = 0; i < ARRAY_LEN(TABLE) && !err; i++) {
+            const StrategyKnob *own = strategy_knob_of(TABLE[i], j);
+            if (own && own->refuse) err = own->refuse(s, v);
+        }
+        if (!err)
+            err = xstrdup_printf("--%s %d is not read by --strategy %s: drop it (seqpar strategies lists what each "
+                                 "strategy reads)", k->name, v, s->name);
+    }
     return err;
 }
 
@@ -285,16 +409,12 @@ char *strategy_knob_refusal(unsigned knob, const Strategy *s, const ParallelConf
 void strategy_flags_help(char *buf, size_t n) {
     size_t len = 0;
     if (n) buf[0] = 0;
-    for (size_t i = 0; i < ARRAY_LEN(TABLE); i++) {
-        for (const StrategyFlag *f = TABLE[i]->own_flags; f && f->flag; f++) {
-            int seen = 0; /* a flag two strategies read is listed once, by the first */
-            for (size_t j = 0; j < i && !seen; j++)
-                for (const StrategyFlag *g = TABLE[j]->own_flags; g && g->flag && !seen; g++)
-                    seen = !strcmp(g->flag, f->flag);
-            if (seen || len >= n) continue;
-            int w = snprintf(buf + len, n - len, "  %-18s  %s\n", f->flag, f->help);
-            if (w > 0) len += (size_t)w < n - len ? (size_t)w : n - len - 1;
-        }
+    for (int j = 0; j < strategy_knob_count() && len < n; j++) {
+        const StrategyKnob *k = strategy_knob(j);
+        char flag[64];
+        snprintf(flag, sizeof flag, "--%s %s", k->name, k->metavar);
+        int w = snprintf(buf + len, n - len, "  %-18s  %s\n", flag, k->help);
+        if (w > 0) len += (size_t)w < n - len ? (size_t)w : n - len - 1;
     }
 }
 
@@ -318,7 +438,7 @@ void strategy_paper_memory(const Strategy *s, const PaperMemoryInput *in, PaperM
     if (s->paper_memory) s->paper_memory(in, out);
 }
 
-char *team_sp1_check(const Strategy *s, const StrategyParams *p) {
+char *strategy_sp1_check(const Strategy *s, const StrategyParams *p) {
     StrategyParams q = *p;
     q.layout = LAYOUT_CONTIGUOUS; /* splits any --seq-len over one rank */
     return strategy_check(s, &q);

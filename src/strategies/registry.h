@@ -61,36 +61,54 @@ typedef enum {
     GRID_CONTEXT,      /* cp defaults to the ranks of a replica / hp; hp as given (default 1) */
 } GridRule;
 
-/* The run-wide settings of ParallelConfig / StrategyParams that only some strategies read, one bit
- * each. A strategy says which it reads (`reads`); the one that `owns` a knob words the refusal when
- * a run of another strategy is given it (`refuse`). */
+/* The run-wide flags that only some strategies read, one bit each: a value of --placement, a use of
+ * --offload-dir, --no-stream. A strategy says which it reads (`reads`); the one that `owns` a bit
+ * words the refusal when a run of another strategy is given it (`refuse`). A strategy's own integer
+ * flags are knobs (StrategyKnob) instead. */
 enum {
-    KNOB_RING_INNER = 1 << 0,     /* --ring-inner W */
-    KNOB_TEAM = 1 << 1,           /* --team C */
-    KNOB_CHUNKS = 1 << 2,         /* --chunks U (> 1) */
     KNOB_TEAM_PLACEMENT = 1 << 3, /* --placement team-first | ring-first */
     KNOB_CHUNK_OFFLOAD = 1 << 4,  /* --offload-dir for the strategy's own chunks (without checkpointing) */
     KNOB_NO_STREAM = 1 << 5,      /* --no-stream: whole layers instead of the strategy's chunk streaming */
 };
 
-/* A flag of a strategy's own, for --help. */
+typedef struct Strategy Strategy;
+
+/* Which value of a knob means the same as not giving it: none, 1, or the context group's size. */
+typedef enum { KNOB_SAME_NONE, KNOB_SAME_ONE, KNOB_SAME_CP } KnobSame;
+
+/* An integer flag of a strategy's own, --NAME METAVAR with a value from 1 to max, declared in its
+ * descriptor (`knobs`). The registry gives each name a slot of KnobValues (two strategies declaring
+ * the same name share the flag), and from the declarations every command with the parallel flags
+ * parses it, --help lists it (the first declaration's text), a run of a strategy that does not
+ * declare it is refused, and a run of one that does gets the value in StrategyParams at `param`. */
 typedef struct {
-    const char *flag; /* "--team C" */
-    const char *help; /* "teams of C ranks, C^2 divides cp (default: the largest such C)" */
-} StrategyFlag;
+    const char *name;    /* "team": the flag --team */
+    const char *metavar; /* "C" */
+    const char *help;    /* --help's text after the flag */
+    int max;
+    size_t param;        /* offsetof(StrategyParams, the int it sets) */
+    KnobSame same;       /* the value that means the same as not giving it (left off printed commands) */
+    const char *column;  /* its heading in seqpar plan's table */
+    int recorded;        /* it changes the arithmetic (the order of sums): checkpoints record it as
+                            STRATEGY_NAME and a resume under another value is refused */
+    /* Optional: the refusal given to a run of `runner`, which does not declare it, given `value`
+     * (one line, xmalloc'd); NULL: the registry's. */
+    char *(*refuse)(const Strategy *runner, int value);
+} StrategyKnob;
 
 /* One setting of a strategy's knobs that the planner tries on an hp x cp grid. */
 typedef struct {
-    int ring_inner, team, chunks; /* 0: not read */
+    KnobValues knobs; /* 0: not set */
     Placement placement;
     int plain_ring; /* a ring over the whole context group, whose sliding-window steps thin out on the
                        contiguous layout: the planner tries that layout too */
 } StrategyCandidate;
 
-/* What the user fixed for the planner (0, or -1 for the placement: free) and whether the strategy
+/* What the user fixed for the planner (knobs 0 and the placement -1: free) and whether the strategy
  * was named. */
 typedef struct {
-    int ring_inner, team, chunks, placement;
+    KnobValues knobs;
+    int placement;
     int strategy_given;
     long seq_len;
 } StrategyFixed;
@@ -127,7 +145,6 @@ typedef struct {
     char line[4][160];
 } PaperMemory;
 
-typedef struct Strategy Strategy;
 struct Strategy {
     const char *name;              /* --strategy NAME */
     const char *title;             /* as its paper calls it, for messages: "FPDT" */
@@ -138,14 +155,14 @@ struct Strategy {
     TokenLayout default_layout;    /* when --layout is not given */
     const ScheduleInfo *schedule;  /* the context schedule composed with the head exchange, or NULL and */
     const OwnAttention *own;       /* its own SeqAttention (which runs even on one rank) */
-    const StrategyFlag *own_flags; /* its knobs' help, ended by {NULL}; NULL: none */
-    unsigned reads;                /* the KNOB_* it reads */
-    unsigned owns;                 /* the KNOB_* whose refusal it words */
+    const StrategyKnob *knobs;     /* its own integer flags, ended by {NULL}; NULL: none */
+    unsigned reads;                /* the KNOB_* bits it reads */
+    unsigned owns;                 /* the KNOB_* bits whose refusal it words */
     int balanced;                  /* every context rank computes an equal share of the causal pairs */
     int streams;                   /* its attention has chunk calls under --chunks > 1 (seq_attention.h) */
     int restores_o;                /* selective checkpointing's restore() exchanges o as well as q, k, v,
                                       once per chunk each way */
-    /* Optional. The refusal of knob k, which it owns, given to a run of `runner`: a one-line
+    /* Optional. The refusal of bit k (KNOB_*), which it owns, given to a run of `runner`: a one-line
      * message (xmalloc'd). */
     char *(*refuse)(unsigned knob, const Strategy *runner, const ParallelConfig *cfg);
     /* Optional. Its own refusals of the run-wide settings (a placement of the other family): NULL or
@@ -189,9 +206,44 @@ char *strategy_grid(const Strategy *s, int hp_given, int cp_given, int sp_ranks,
 void strategy_defaults(const Strategy *s, StrategyParams *p);
 /* The run header's words for s's knobs (", team 2"; "" for none), where sp > 1. */
 void strategy_describe(const Strategy *s, const StrategyParams *p, char *buf, size_t n);
-/* The refusal of knob k (KNOB_*) given to a run of s, worded by the strategy that owns k: a one-line
+/* The refusal of bit k (KNOB_*) given to a run of s, worded by the strategy that owns k: a one-line
  * message (xmalloc'd). */
 char *strategy_knob_refusal(unsigned knob, const Strategy *s, const ParallelConfig *cfg);
+
+/* The knobs of all registered strategies: slots 0 .. strategy_knob_count() - 1, each the first
+ * declaration of its name in table order. */
+int strategy_knob_count(void);
+const StrategyKnob *strategy_knob(int slot);
+/* The slot of knob `name` ("team"); -1 when no strategy declares it. */
+int strategy_knob_slot(const char *name);
+/* s's declaration of the knob in `slot`; NULL where s does not declare it. */
+const StrategyKnob *strategy_knob_of(const Strategy *s, int slot);
+/* The value of knob `name` in k (0 where no strategy declares it), and setting it (an internal
+ * error where none does). */
+int knob_get(const KnobValues *k, const char *name);
+void knob_set(KnobValues *k, const char *name, int value);
+/* Whether any knob has a value. */
+int knobs_given(const KnobValues *k);
+/* The knob's value in p (its `param`). */
+int strategy_knob_param(const StrategyParams *p, const StrategyKnob *k);
+/* Sets p's parameter of each knob s declares from `given` (0: not given, the strategy's default
+ * later: strategy_defaults). */
+void strategy_apply_knobs(const Strategy *s, const KnobValues *given, StrategyParams *p);
+/* The knobs of pc (a configuration of strategy s on context group cp) as flags: " --ring-inner 4
+ * --team 2", each value that differs from not giving it ("" for none); at most n bytes with the 0. */
+void strategy_knob_flags(const Strategy *s, const ParallelConfig *pc, char *buf, size_t n);
+/* The value s runs knob `slot` at in pc on context group cp (where not given: what its `same` says,
+ * else 0), or -1 where s does not declare it: seqpar plan's table. */
+int strategy_knob_shown(const Strategy *s, const ParallelConfig *pc, int slot);
+/* The value knob k runs at in p: its parameter, or where not given what its `same` says (else 0). */
+int strategy_knob_value(const StrategyKnob *k, const StrategyParams *p);
+/* The key a checkpoint records knob k of s under ("fpdt_chunks"), at most n bytes with the 0. */
+void strategy_knob_key(const Strategy *s, const StrategyKnob *k, char *buf, size_t n);
+/* s's knob that sets its attention's sequence chunks (StrategyParams.chunks), NULL where none. */
+const StrategyKnob *strategy_chunk_knob(const Strategy *s);
+/* The calls a layer's attention makes, one per sequence chunk (seq_attention.h): the chunks of a
+ * strategy that streams (`streams`) under a chunk count above 1, else 1. */
+int strategy_attention_chunks(const Strategy *s, const StrategyParams *p);
 /* Every registered strategy's own flags, for --help: lines "  --team C            help\n" (each
  * flag once, in table order), at most n bytes with the 0. */
 void strategy_flags_help(char *buf, size_t n);
@@ -236,9 +288,10 @@ void strategy_attention_work(const Strategy *s, const SeqAttention *sa, AttnWork
  * it and its fix (the caller frees it), else NULL. Refused rather than echoed in the header and
  * ignored; seq_parallel_create and the memory model both ask. */
 char *parallel_flags_check(const Strategy *s, const ParallelConfig *cfg);
-/* A --team given where sp = 1 (one rank, or dp only), where the strategy's check is skipped: the
- * team's check alone (C^2 divides cp = 1), not the layout's (nothing is split). A one-line
- * message (the caller frees it), else NULL; seq_parallel_create and the memory model both ask. */
-char *team_sp1_check(const Strategy *s, const StrategyParams *p);
+/* A strategy's knob given where sp = 1 (one rank, or dp only), where the strategy's check is
+ * skipped: its check on the one rank (a team of C needs C^2 to divide cp = 1), not the layout's
+ * (nothing is split). A one-line message (the caller frees it), else NULL; seq_parallel_create and
+ * the memory model both ask. */
+char *strategy_sp1_check(const Strategy *s, const StrategyParams *p);
 
 #endif

@@ -12,8 +12,7 @@ const Strategy ring_strategy = {
     .grid = GRID_CONTEXT_ONLY,
     .default_layout = LAYOUT_ZIGZAG,
     .schedule = &double_ring_schedule,
-    .own_flags = double_ring_flags,
-    .reads = KNOB_RING_INNER,
+    .knobs = double_ring_knobs,
     .candidates = double_ring_candidates,
     .route = double_ring_route,
 };

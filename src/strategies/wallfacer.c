@@ -59,6 +59,7 @@
 #include "strategies/wallfacer.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -523,10 +524,13 @@ static ContextSchedule *wf_create(const ScheduleShape *sh) {
     return schedule_core_new(&OPS, x, &x->core);
 }
 
+static char *wf_refuse_team(const Strategy *runner, int value) {
+    (void)runner;
+    return xstrdup_printf("--team %d is read by --strategy wallfacer only: drop it or use --strategy wallfacer", value);
+}
+
 static char *wf_refuse(unsigned knob, const Strategy *runner, const ParallelConfig *cfg) {
-    if (knob == KNOB_TEAM)
-        return xstrdup_printf("--team %d is read by --strategy wallfacer only: drop it or use --strategy wallfacer",
-                              cfg->team);
+    (void)knob; /* KNOB_TEAM_PLACEMENT, the bit it owns */
     return xstrdup_printf("--placement %s places WallFacer's teams: --strategy %s takes head-first (the default) "
                           "or context-first", placement_name(cfg->placement), runner->name);
 }
@@ -553,17 +557,21 @@ static void wf_describe(const StrategyParams *p, char *buf, size_t n) { snprintf
  * --strategy wallfacer), each team-first and, where the sub-rings differ from the teams, ring-first. */
 static int wf_candidates(int hp, int cp, const StrategyFixed *fixed, StrategyCandidate *out, int max) {
     (void)hp;
+    const int fixed_team = knob_get(&fixed->knobs, "team");
     int n = 0;
     /* a team of `team` needs team^2 to divide cp: no larger team (in long: 46341^2 overflowed) */
     for (int team = 1; team <= cp && (long)team * team <= cp; team++) {
-        if (cp % (team * team) || (fixed->team > 0 && fixed->team != team)) continue;
-        if (team == 1 && fixed->team != 1 && !fixed->strategy_given) continue;
+        if (cp % (team * team) || (fixed_team > 0 && fixed_team != team)) continue;
+        if (team == 1 && fixed_team != 1 && !fixed->strategy_given) continue;
         for (int pl = 0; pl < 4; pl++) {
             if (fixed->placement >= 0 && fixed->placement != pl) continue;
             if (fixed->placement < 0 && pl != PLACEMENT_TEAM_FIRST &&
                 (pl != PLACEMENT_RING_FIRST || team == 1 || team * team == cp))
                 continue;
-            if (n < max) out[n++] = (StrategyCandidate){.team = team, .placement = (Placement)pl};
+            if (n < max) {
+                out[n] = (StrategyCandidate){.placement = (Placement)pl};
+                knob_set(&out[n++].knobs, "team", team);
+            }
         }
     }
     return n;
@@ -599,9 +607,10 @@ static void wf_paper_memory(const PaperMemoryInput *in, PaperMemory *out) {
              ((L + 1) * A + 3.0 * C * A) / 1048576.0);
 }
 
-static const StrategyFlag FLAGS[] = {
-    {"--team C", "wallfacer: teams of C ranks, C^2 divides cp (default: the largest such C)"},
-    {NULL, NULL},
+static const StrategyKnob KNOBS[] = {
+    {.name = "team", .metavar = "C", .help = "wallfacer: teams of C ranks, C^2 divides cp (default: the largest such C)",
+     .max = 1 << 20, .param = offsetof(StrategyParams, team), .column = "team", .refuse = wf_refuse_team},
+    {0},
 };
 
 /* A team collective in the schedule: every rank sends `bytes` to each other member of its team. */
@@ -683,9 +692,9 @@ const Strategy wallfacer_strategy = {
     .grid = GRID_CONTEXT,
     .default_layout = LAYOUT_ZIGZAG,
     .schedule = &wallfacer_schedule,
-    .own_flags = FLAGS,
-    .reads = KNOB_TEAM | KNOB_TEAM_PLACEMENT,
-    .owns = KNOB_TEAM | KNOB_TEAM_PLACEMENT,
+    .knobs = KNOBS,
+    .reads = KNOB_TEAM_PLACEMENT,
+    .owns = KNOB_TEAM_PLACEMENT,
     .balanced = 1,
     .refuse = wf_refuse,
     .check_config = wf_check_config,

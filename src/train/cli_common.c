@@ -212,7 +212,6 @@ int parallel_flags_handle(ParallelConfig *c, const char *cmd, int opt, const cha
     case 2001: c->dp = (int)parse_long(cmd, "dp", arg, 1, 1 << 20); return 1;
     case 2002: c->hp = (int)parse_long(cmd, "hp", arg, 1, 1 << 20); return 1;
     case 2003: c->cp = (int)parse_long(cmd, "cp", arg, 1, 1 << 20); return 1;
-    case 2004: c->ring_inner = (int)parse_long(cmd, "ring-inner", arg, 1, 1 << 20); return 1;
     case 2005: c->placement = placement_parse(arg); c->placement_given = 1; return 1;
     case 2006: c->layout = layout_parse(arg); c->layout_given = 1; return 1;
     case 2007: c->ranks_per_node = (int)parse_long(cmd, "ranks-per-node", arg, 1, 1 << 20); return 1;
@@ -222,12 +221,10 @@ int parallel_flags_handle(ParallelConfig *c, const char *cmd, int opt, const cha
     case 2010: c->stats = 1; return 1;
     case 2011: c->threads = (int)parse_long(cmd, "threads", arg, 1, 4096); return 1;
     case 2012: c->strategy = arg; return 1;
-    case 2013: c->team = (int)parse_long(cmd, "team", arg, 1, 1 << 20); return 1;
     case 2015:
         if (!*arg) die_collective("--offload-dir needs a directory: name one (an empty path is not the current directory)");
         c->offload_dir = arg;
         return 1;
-    case 2014: c->chunks = (int)parse_long(cmd, "chunks", arg, 1, 1 << 20); return 1;
     case 2030: /* and the deadline of the ranks' error exchanges until the watchdog takes it over */
         c->comm_timeout = parse_double(cmd, "comm-timeout", arg, 0, 1e7);
         if (c->comm_timeout > 0 && c->comm_timeout < 0.1) /* every ordinary wait would end the job */
@@ -235,8 +232,36 @@ int parallel_flags_handle(ParallelConfig *c, const char *cmd, int opt, const cha
                            "watchdog) or at least 0.1 seconds", cmd, arg);
         exchange_deadline_set(c->comm_timeout * COMM_SLOW_PHASE_FACTOR);
         return 1;
-    default: return 0;
+    default: return knob_option_handle(&c->knobs, cmd, opt, arg);
     }
+}
+
+const struct option *options_with_knobs(const struct option *opts) {
+    static struct {
+        const struct option *base;
+        struct option *all;
+    } made[16];
+    static int n_made;
+    for (int i = 0; i < n_made; i++)
+        if (made[i].base == opts) return made[i].all;
+    if (n_made == (int)ARRAY_LEN(made)) die("internal: options_with_knobs called for more than %d tables", n_made);
+    size_t n = 0;
+    while (opts[n].name) n++;
+    const int knobs = strategy_knob_count();
+    struct option *all = xcalloc(n + (size_t)knobs + 1, sizeof *all);
+    memcpy(all, opts, n * sizeof *all);
+    for (int j = 0; j < knobs; j++)
+        all[n + (size_t)j] = (struct option){strategy_knob(j)->name, required_argument, 0, KNOB_OPTION_FIRST + j};
+    made[n_made].base = opts;
+    made[n_made++].all = all;
+    return all;
+}
+
+int knob_option_handle(KnobValues *k, const char *cmd, int opt, const char *arg) {
+    const StrategyKnob *knob = strategy_knob(opt - KNOB_OPTION_FIRST);
+    if (opt < KNOB_OPTION_FIRST || !knob) return 0;
+    k->v[opt - KNOB_OPTION_FIRST] = (int)parse_long(cmd, knob->name, arg, 1, knob->max);
+    return 1;
 }
 
 const char MEMORY_FLAGS_HELP[] =

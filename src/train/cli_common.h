@@ -85,19 +85,28 @@ void model_dir_build(LlamaModel *m, const char *dir);
 void model_dir_load(LlamaModel *m, const char *dir, uint64_t seed, int random_init, size_t lo, size_t hi);
 void model_size_build(LlamaModel *m, const LlamaConfig *cfg);
 
-/* Parallelism flags shared by grad, train and bench: --strategy --team --dp --hp --cp
- * --ring-inner --placement --layout --ranks-per-node --zero --zero-group --threads --trace --stats. */
+/* Parallelism flags shared by grad, train and bench: --strategy --dp --hp --cp --placement --layout
+ * --ranks-per-node --zero --zero-group --threads --trace --stats --comm-timeout --offload-dir, and the
+ * strategies' own knobs (--ring-inner, --team, --chunks, ...: registry.h), which options_with_knobs
+ * adds to a command's table. */
 #define PARALLEL_FLAG_OPTIONS \
     {"dp", required_argument, 0, 2001}, {"hp", required_argument, 0, 2002}, \
-    {"cp", required_argument, 0, 2003}, {"ring-inner", required_argument, 0, 2004}, \
+    {"cp", required_argument, 0, 2003}, \
     {"placement", required_argument, 0, 2005}, {"layout", required_argument, 0, 2006}, \
     {"ranks-per-node", required_argument, 0, 2007}, {"zero", required_argument, 0, 2008}, \
     {"trace", required_argument, 0, 2009}, {"stats", no_argument, 0, 2010}, \
     {"threads", required_argument, 0, 2011}, {"strategy", required_argument, 0, 2012}, \
-    {"team", required_argument, 0, 2013}, {"comm-timeout", required_argument, 0, 2030}, \
-    {"zero-group", required_argument, 0, 2031}, {"chunks", required_argument, 0, 2014}, \
+    {"comm-timeout", required_argument, 0, 2030}, \
+    {"zero-group", required_argument, 0, 2031}, \
     {"offload-dir", required_argument, 0, 2015}
 int parallel_flags_handle(ParallelConfig *c, const char *cmd, int opt, const char *arg);
+/* opts (ended by {0}) and an entry for each registered strategy knob, --NAME with a value, option
+ * id KNOB_OPTION_FIRST + its slot: a copy made once per table and kept. */
+#define KNOB_OPTION_FIRST 2100
+const struct option *options_with_knobs(const struct option *opts);
+/* A knob's option (id from options_with_knobs): its value (1 to the knob's max) into k; returns 1,
+ * or 0 for any other option. */
+int knob_option_handle(KnobValues *k, const char *cmd, int opt, const char *arg);
 /* The parallelism flags' help, the registered strategies' knobs among them. */
 void parallel_flags_help(FILE *out);
 

@@ -102,7 +102,9 @@ void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaC
     char *err = strategy_grid(p->strategy, cfg->hp, cfg->cp, sp_ranks, model->num_attention_heads, &hp, &cp);
     if (err) die_collective("%s", err);
     int dp = cfg->dp > 0 ? cfg->dp : (world % (hp * cp) == 0 ? world / (hp * cp) : 1);
-    topology_create(&p->topo, dp, hp, cp, cfg->ring_inner, cfg->placement, cfg->ranks_per_node);
+    StrategyParams given = {0}; /* the strategy's knobs as given: its inner ring shapes the topology */
+    strategy_apply_knobs(p->strategy, &cfg->knobs, &given);
+    topology_create(&p->topo, dp, hp, cp, given.ring_inner, cfg->placement, cfg->ranks_per_node);
 
     /* threads: each rank stands for one device */
     int idle = 0;
@@ -114,13 +116,14 @@ void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaC
 
     p->seq_len = seq_len;
     int sp = p->topo.sp;
-    p->params = (StrategyParams){.hp = hp, .cp = cp, .dp = dp, .ring_inner = p->topo.ring_inner, .team = cfg->team,
-                                 .chunks = cfg->chunks,
+    p->params = (StrategyParams){.hp = hp, .cp = cp, .dp = dp,
                                  .offload_dir = p->strategy->reads & KNOB_CHUNK_OFFLOAD ? cfg->offload_dir : NULL,
                                  .placement = cfg->placement,
                                  .layout = cfg->layout, .seq_len = seq_len, .n_heads = model->num_attention_heads,
                                  .n_kv_heads = model->num_key_value_heads, .head_dim = model->head_dim,
                                  .wire_bf16 = cfg->wire_bf16, .attn_bf16 = cfg->wire_bf16};
+    strategy_apply_knobs(p->strategy, &cfg->knobs, &p->params);
+    p->params.ring_inner = p->topo.ring_inner; /* cp where not given */
     strategy_defaults(p->strategy, &p->params);
     /* --offload-dir where the strategy keeps no chunks there moves checkpointed layer inputs only: the
      * model's business (llama.h); the CLI refuses it without --checkpoint layer|selective
@@ -133,8 +136,8 @@ void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaC
     if (sp > 1 || own) {
         err = strategy_check(p->strategy, &p->params);
         if (err) die_collective("%s", err);
-    } else if (cfg->team > 0) { /* --team 3 on one rank was accepted and read by nothing */
-        err = team_sp1_check(p->strategy, &p->params);
+    } else if (knobs_given(&cfg->knobs)) { /* --team 3 on one rank: accepted and read by nothing otherwise */
+        err = strategy_sp1_check(p->strategy, &p->params);
         if (err) die_collective("%s", err);
     }
     if (cfg->offload_dir) { /* a directory one node lacks: every rank's one line, not a stall (chunk_tier.h) */

@@ -184,12 +184,13 @@ int train_flags_except(int argc, char **argv, const char *const *drop, char *buf
     opterr = 0;
     optind = 0; /* a fresh scan (glibc: 0 re-initialises) */
     int opt, idx;
-    for (int start = 1; (idx = -1, opt = getopt_long(argc, argv, ":h", TRAIN_OPTIONS, &idx)) != -1; start = optind) {
+    const struct option *opts = options_with_knobs(TRAIN_OPTIONS);
+    for (int start = 1; (idx = -1, opt = getopt_long(argc, argv, ":h", opts, &idx)) != -1; start = optind) {
         MemoryFlags unused; /* --checkpoint's mode given as the next word: taken as the parser takes it */
         if (opt == 3001) memory_flags_handle(&unused, "plan", opt, optarg, argc, argv);
         int keep = idx >= 0;
         for (const char *const *d = drop; keep && *d; d++)
-            if (!strcmp(TRAIN_OPTIONS[idx].name, *d)) keep = 0;
+            if (!strcmp(opts[idx].name, *d)) keep = 0;
         for (int i = start; keep && i < optind; i++) shell_word_append(buf, n, &len, argv[i]);
     }
     opterr = saved_opterr;
@@ -227,7 +228,7 @@ void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, 
     opterr = 0;
     optind = 1;
     int opt;
-    while ((opt = getopt_full(argc, argv, ":h", TRAIN_OPTIONS, cmd)) != -1) {
+    while ((opt = getopt_full(argc, argv, ":h", options_with_knobs(TRAIN_OPTIONS), cmd)) != -1) {
         if (size_flags_handle(sf, cmd, opt, optarg)) continue;
         if (parallel_flags_handle(&o->par, cmd, opt, optarg)) continue;
         if (memory_flags_handle(&o->mem, cmd, opt, optarg, argc, argv)) continue;

@@ -170,15 +170,16 @@ static void record_settings(TrainerState *st, const TrainOptions *o, const Llama
     trainer_state_set(st, "precision", "%s", precision_name(o->mem.precision));
     trainer_state_set(st, "ffn_chunks", "%d", llama_acts_ffn_chunks(acts));
     trainer_state_set(st, "streamed_layers", "%s", llama_acts_streams(acts) ? "yes" : "no (--no-stream or no chunks)");
-    /* a strategy's --chunks: its attention runs (and its layers stream) chunk by chunk, so another
-       count sums in another order. Recorded as NAME_chunks where the strategy reads --chunks, after
-       the two above, so that a resume differing in them too is refused with resume_layer_fix's flags
+    /* the strategy's knobs that change the arithmetic (its --chunks: its attention runs, and its layers
+       stream, chunk by chunk, so another count sums in another order), recorded as NAME_KNOB after the
+       two above, so that a resume differing in them too is refused with resume_layer_fix's flags
        (--chunks included); another strategy is another layout, and checkpoints without the setting
-       resume under any --chunks */
-    if (par->strategy->reads & KNOB_CHUNKS) {
+       resume under any value */
+    for (const StrategyKnob *k = par->strategy->knobs; k && k->name; k++) {
+        if (!k->recorded) continue;
         char key[64];
-        snprintf(key, sizeof key, "%s_chunks", par->strategy->name);
-        trainer_state_set(st, key, "%d", par->params.chunks > 0 ? par->params.chunks : 1);
+        strategy_knob_key(par->strategy, k, key, sizeof key);
+        trainer_state_set(st, key, "%d", strategy_knob_value(k, &par->params));
     }
     /* always recorded, so that resuming with --pack changed either way is refused */
     if (o->eot >= 0) trainer_state_set(st, "pack_eot", "%d", o->eot);
@@ -307,18 +308,19 @@ static void resume_layer_fix(const TrainerState *saved, const TrainerState *now,
     char key[64] = "";
     for (int i = 0; strategy_at(i); i++) {
         const Strategy *s = strategy_at(i);
-        if (!s->streams) continue;
-        snprintf(key, sizeof key, "%s_chunks", s->name);
+        if (!s->streams || !strategy_chunk_knob(s)) continue;
+        strategy_knob_key(s, strategy_chunk_knob(s), key, sizeof key);
         if (!streamer || trainer_state_get(saved, key)) streamer = s;
         if (trainer_state_get(saved, key)) break;
     }
-    if (streamer) snprintf(key, sizeof key, "%s_chunks", streamer->name);
+    const char *flag = streamer ? strategy_chunk_knob(streamer)->name : "chunks"; /* its chunk count's flag */
+    if (streamer) strategy_knob_key(streamer, strategy_chunk_knob(streamer), key, sizeof key);
     const char *sc = streamer ? trainer_state_get(saved, key) : NULL, *nc = streamer ? trainer_state_get(now, key) : NULL;
     const long saved_u = sc ? strtol(sc, NULL, 10) : 0;
     if (!streamed) { /* whole layers: --no-stream where this run streams */
         const long K = llama_ffn_chunks_flag(N, want, 1, N);
         char chunks[48] = "";
-        if (sc && nc && strcmp(sc, nc) != 0) snprintf(chunks, sizeof chunks, "--chunks %ld ", saved_u);
+        if (sc && nc && strcmp(sc, nc) != 0) snprintf(chunks, sizeof chunks, "--%.16s %ld ", flag, saved_u);
         if (K > 0) snprintf(fix, n, "with %s%s--ffn-chunks %ld", chunks, now_streams ? "--no-stream " : "", K);
         return;
     }
@@ -327,11 +329,13 @@ static void resume_layer_fix(const TrainerState *saved, const TrainerState *now,
      * it that does (u must divide N) */
     if (!streamer || strcmp(attn->name, streamer->name) != 0 || !llama_streams(2, o->mem.checkpoint, 0)) {
         /* under the --chunks it was trained with, its count is --ffn-chunks' (llama_ffn_chunks_flag) */
-        char chunks[48] = "with its --chunks";
-        if (saved_u > 1) snprintf(chunks, sizeof chunks, "--chunks %ld", saved_u);
-        snprintf(fix, n, "with %s's streamed layers as it was trained (--strategy %s %s, not under "
-                 "--checkpoint selective) and --ffn-chunks %ld", streamer ? streamer->title : "the",
-                 streamer ? streamer->name : "", chunks, want);
+        char chunks[48];
+        snprintf(chunks, sizeof chunks, "with its --%.16s", flag);
+        if (saved_u > 1) snprintf(chunks, sizeof chunks, "--%.16s %ld", flag, saved_u);
+        if (snprintf(fix, n, "with %s's streamed layers as it was trained (--strategy %s %s, not under "
+                     "--checkpoint selective) and --ffn-chunks %ld", streamer ? streamer->title : "the",
+                     streamer ? streamer->name : "", chunks, want) < 0)
+            fix[0] = '\0';
         return;
     }
     const long u = attn->stream_chunks > 1 ? attn->stream_chunks : 1;
@@ -344,7 +348,7 @@ static void resume_layer_fix(const TrainerState *saved, const TrainerState *now,
         }
     if (!best_K) return;
     char chunks[48] = "";
-    if (best_u != u) snprintf(chunks, sizeof chunks, "--chunks %ld ", best_u);
+    if (best_u != u) snprintf(chunks, sizeof chunks, "--%.16s %ld ", flag, best_u);
     snprintf(fix, n, "with %s--ffn-chunks %ld%s", chunks, best_K, o->mem.no_stream ? " and without --no-stream" : "");
 }
 /* A resumed state must fit this run: same settings, a step inside the --steps schedule and a

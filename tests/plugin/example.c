@@ -3,11 +3,16 @@
  * It is the ring (double_ring.c's schedule) on the striped layout by default, a context-only grid,
  * with --ring-inner: every knob, check, traffic route and planner setting comes from the descriptor,
  * and nothing else in seqpar names it. */
+#include <stddef.h>
+
 #include "strategies/double_ring.h"
 
-static const StrategyFlag FLAGS[] = {
-    {"--ring-inner W", "2d, ring, example: double ring with inner rings of W ranks"},
-    {NULL, NULL},
+/* Its own integer flag: declared here, parsed, listed, refused for the other strategies and set in
+ * StrategyParams by the registry. The name is the double ring's, so it shares 2d's flag. */
+static const StrategyKnob KNOBS[] = {
+    {.name = "ring-inner", .metavar = "W", .help = "example: double ring with inner rings of W ranks", .max = 1 << 20,
+     .param = offsetof(StrategyParams, ring_inner), .same = KNOB_SAME_CP, .column = "W"},
+    {0},
 };
 
 const Strategy example_strategy = {
@@ -19,8 +24,7 @@ const Strategy example_strategy = {
     .grid = GRID_CONTEXT_ONLY,
     .default_layout = LAYOUT_STRIPED,
     .schedule = &double_ring_schedule,
-    .own_flags = FLAGS,
-    .reads = KNOB_RING_INNER,
+    .knobs = KNOBS,
     .candidates = double_ring_candidates,
     .route = double_ring_route,
 };
