@@ -30,7 +30,10 @@ LIB_DIRS := core kernels attention optim memory model data io parallel strategie
 LIB_SRC  := $(foreach d,$(LIB_DIRS),$(wildcard src/$(d)/*.c))
 CLI_SRC  := $(wildcard src/cli/*.c)
 TEST_SRC := $(wildcard tests/test_*.c)
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/cluster_presets.o
+# the named cluster presets (clusters/*.json), compiled into the library so that --cluster NAME works
+# from any directory (clusters/embed.sh writes them as C strings)
+PRESETS  := $(sort $(wildcard clusters/*.json))
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TOOLS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/tool_*.c))
@@ -50,6 +53,13 @@ $(BUILD)/tests/%: tests/%.c tests/testlib.h tests/attn_reference.h $(BUILD)/libs
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/gen/cluster_presets.c: $(PRESETS) clusters/embed.sh clusters
+	@mkdir -p $(dir $@)
+	sh clusters/embed.sh $@ $(PRESETS)
+
+$(BUILD)/gen/cluster_presets.o: $(BUILD)/gen/cluster_presets.c
 	$(CC) $(CFLAGS) -c -o $@ $<
 
 $(BUILD)/src/kernels/simd_avx2.o: CFLAGS += $(ISA_AVX2_FLAGS)

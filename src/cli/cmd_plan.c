@@ -20,6 +20,7 @@
 #include "kernels/ops.h"
 #include "bench/sgemm_bench.h"
 #include "model/llama.h"
+#include "plan/cluster.h"
 #include "plan/planner.h"
 #include "strategies/registry.h"
 
@@ -154,6 +155,8 @@ static void ram_text(double bytes, char *buf, size_t n) {
 
 static const char HELP[] =
     "usage: seqpar plan --ranks P [cluster flags] [train's model, --seq-len, --batch, --precision flags]\n"
+    "       seqpar plan --cluster NAME|FILE [cluster overrides] [--ranks P] [train's flags as above]\n"
+    "       seqpar plan --clusters\n"
     "\n"
     "Ranks every configuration of 'seqpar train' the P ranks allow (strategy, dp x hp x cp, ring\n"
     "inner size, team, chunks, placement, --checkpoint, --zero) by a predicted step\n"
@@ -161,7 +164,15 @@ static const char HELP[] =
     "train flags of the best. Train's grid flags given here (--strategy, --dp, --hp, --cp,\n"
     "--ring-inner, --team, --chunks, --placement, --checkpoint, --zero) fix that choice.\n"
     "\n"
-    "  --ranks P             ranks of the job (required)\n"
+    "  --clusters            list the cluster presets (name, nodes x ranks, what it is) and end\n"
+    "  --cluster NAME|FILE   a preset or a JSON cluster file (docs/planner.md): its ranks per node, threads\n"
+    "                        (cores = threads x ranks per node), device memory as RAM per rank, links\n"
+    "                        (across nodes: each rank's share of its node's NICs) and its rates (per thread;\n"
+    "                        GEMM at the model's S/P x hidden x hidden product, attention on causal blocks\n"
+    "                        of S/P rows) stand for the flags below not given; the cluster overrides\n"
+    "                        replace its single fields (--ranks-per-node and --intra-gbs among them)\n"
+    CLUSTER_OVERRIDE_HELP
+    "  --ranks P             ranks of the job (required; with --cluster: its nodes x ranks per node)\n"
     "  --ranks-per-node R    consecutive ranks per node (default: all on one node)\n"
     "  --cores-per-node C    threads per rank = C / R (default: this machine's cores)\n"
     "  --mem-per-rank GIB    RAM a rank may use (default: this machine's RAM / R)\n"
@@ -188,6 +199,32 @@ static const char *has_flag(int argc, char **argv, const char *name) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], name) || (!strncmp(argv[i], name, len) && argv[i][len] == '=')) return name;
     return NULL;
+}
+
+/* seqpar plan --clusters: each preset's name, nodes x ranks and line (rank 0 prints). */
+static int list_clusters(int rank) {
+    if (rank != 0) return 0;
+    printf("cluster presets (--cluster NAME; each value and its source: clusters/NAME.json in the repository):\n");
+    for (int i = 0; i < cluster_preset_count(); i++) {
+        const char *name = cluster_preset_name(i);
+        Cluster c;
+        SeqErr e;
+        char path[4096], line[4200];
+        const int ok = cluster_resolve(name, &c, &e) == 0;
+        if (cluster_preset_text(name)) {
+            if (!ok) die("seqpar plan: %s", e.msg); /* a preset that does not load: a build problem */
+            snprintf(line, sizeof line, "%s", c.description);
+        } else if (ok) {
+            snprintf(line, sizeof line, "this machine as 'seqpar calibrate --save' measured it (%s)",
+                     cluster_this_machine_path(path, sizeof path));
+        } else {
+            snprintf(line, sizeof line, "this machine: not measured yet (run 'mpirun -np P seqpar calibrate --save')");
+        }
+        char shape[32] = "-";
+        if (ok) snprintf(shape, sizeof shape, "%d x %d", c.nodes, c.ranks_per_node);
+        printf("  %-24s %9s  %s\n", name, shape, line);
+    }
+    return 0;
 }
 
 /* F or F,B */
@@ -221,26 +258,44 @@ int cmd_plan(int argc, char **argv, const char *program) {
     int rank = 0, mpi = 0;
     MPI_Initialized(&mpi);
     if (mpi) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--clusters")) return list_clusters(rank);
     PlanCluster cl = {.intra_gbs = 10, .inter_gbs = 12.5, .intra_lat_s = 2e-6, .inter_lat_s = 5e-6,
                       .runtime_bytes = 64.0 * 1048576};
     const char *v;
     int top = 10, traffic = 0;
+    /* --cluster: a preset or file, its single fields overridden, standing for the flags not given */
+    Cluster cx;
+    const char *cluster = take_flag(&argc, argv, "plan", "--cluster");
+    if (cluster) {
+        ClusterOverrides over;
+        SeqErr ce;
+        if (cluster_take_overrides(&argc, argv, &over, &ce) != 0 || cluster_resolve(cluster, &cx, &ce) != 0 ||
+            cluster_apply_overrides(&cx, &over, &ce) != 0)
+            die_collective("seqpar plan: %s", ce.msg);
+        cl.ranks = cx.nodes * cx.ranks_per_node;
+        cl.intra_gbs = cx.intra_gbs, cl.intra_lat_s = cx.intra_latency_us * 1e-6;
+        if (cx.nodes > 1) cl.inter_gbs = cx.nic_gbs * cx.nics_per_node / cx.ranks_per_node;
+        cl.inter_lat_s = cx.nic_latency_us * 1e-6;
+    }
     if ((v = take_flag(&argc, argv, "plan", "--ranks"))) cl.ranks = (int)parse_long("plan", "ranks", v, 1, 1 << 20);
-    else die_collective("seqpar plan: give --ranks P, the ranks of the job (see seqpar plan --help)");
-    cl.ranks_per_node = cl.ranks;
-    if ((v = take_flag(&argc, argv, "plan", "--ranks-per-node")))
+    else if (!cluster) die_collective("seqpar plan: give --ranks P, the ranks of the job (see seqpar plan --help)");
+    cl.ranks_per_node = cluster ? cx.ranks_per_node : cl.ranks;
+    if (!cluster && (v = take_flag(&argc, argv, "plan", "--ranks-per-node")))
         cl.ranks_per_node = (int)parse_long("plan", "ranks-per-node", v, 1, 1 << 20);
-    cl.cores_per_node = omp_get_num_procs();
+    if (cl.ranks_per_node > cl.ranks) cl.ranks_per_node = cl.ranks; /* fewer ranks than the cluster's node */
+    cl.cores_per_node = cluster ? cx.threads_per_rank * cl.ranks_per_node : omp_get_num_procs();
     if ((v = take_flag(&argc, argv, "plan", "--cores-per-node")))
         cl.cores_per_node = (int)parse_long("plan", "cores-per-node", v, 1, 1 << 20);
     double ram_node = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
-    int ram_given = 0;
-    cl.ram_bytes = ram_node / cl.ranks_per_node;
+    int ram_given = cluster && cx.device_mem_gib > 0;
+    cl.ram_bytes = ram_given ? cx.device_mem_gib * 1073741824.0 : ram_node / cl.ranks_per_node;
     if ((v = take_flag(&argc, argv, "plan", "--mem-per-rank")))
         cl.ram_bytes = parse_double("plan", "mem-per-rank", v, 1e-3, 1e9) * 1073741824.0, ram_given = 1;
     if ((v = take_flag(&argc, argv, "plan", "--runtime-mib")))
         cl.runtime_bytes = parse_double("plan", "runtime-mib", v, 0, 1e9) * 1048576.0;
-    if ((v = take_flag(&argc, argv, "plan", "--intra-gbs"))) cl.intra_gbs = parse_double("plan", "intra-gbs", v, 1e-6, 1e9);
+    if (!cluster && (v = take_flag(&argc, argv, "plan", "--intra-gbs")))
+        cl.intra_gbs = parse_double("plan", "intra-gbs", v, 1e-6, 1e9);
     if ((v = take_flag(&argc, argv, "plan", "--inter-gbs"))) cl.inter_gbs = parse_double("plan", "inter-gbs", v, 1e-6, 1e9);
     if ((v = take_flag(&argc, argv, "plan", "--intra-lat-us")))
         cl.intra_lat_s = parse_double("plan", "intra-lat-us", v, 0, 1e9) * 1e-6;
@@ -285,6 +340,26 @@ int cmd_plan(int argc, char **argv, const char *program) {
     if (fix_pl) fx.placement = o.par.placement;
     if (fix_ckpt) fx.checkpoint = o.mem.checkpoint;
     if (fix_zero) fx.zero = o.par.zero;
+    /* the cluster's rates per thread where the flags give none: GEMM at the model's (S/P) x hidden x
+     * hidden product in the precision (where the cluster has a curve for it), attention on causal
+     * blocks of S/P rows, backward at the forward's rate over the cluster's factor (2.5x the FLOPs) */
+    char cluster_gemm[160] = "", cluster_attn[160] = "";
+    if (cluster) {
+        const double rows = (double)base.seq_len / cl.ranks > 1 ? (double)base.seq_len / cl.ranks : 1;
+        const double h = base.model.hidden_size, threads = cx.threads_per_rank;
+        if (!(cl.gemm_gflops > 0) && cx.gemm[base.precision].n) {
+            cl.gemm_gflops = cluster_gemm_flops_per_s(&cx, base.precision, rows, h, h) / threads * 1e-9;
+            snprintf(cluster_gemm, sizeof cluster_gemm, " (cluster %s, %s, per rank / %d threads)", cx.name,
+                     precision_name(base.precision), cx.threads_per_rank);
+        }
+        if (!(cl.attn_fwd_gflops > 0)) {
+            cl.attn_fwd_gflops = cluster_attention_rate(&cx, base.precision, base.model.head_dim, 1, (int)rows, (int)rows) /
+                                 threads * 1e-9;
+            cl.attn_bwd_gflops = cl.attn_fwd_gflops * 2.5 / cx.attn_backward_factor;
+            snprintf(cluster_attn, sizeof cluster_attn, " (cluster %s, causal blocks of %.0f rows, per rank / %d threads)",
+                     cx.name, rows, cx.threads_per_rank);
+        }
+    }
 
     /* the kernels' rates per thread, measured here unless given: one copy per core of this machine
      * (of this rank's share of them under mpirun), as many as 2 GiB (and a quarter of the RAM) hold */
@@ -333,7 +408,7 @@ int cmd_plan(int argc, char **argv, const char *program) {
            cl.ranks, cl.ranks == 1 ? "" : "s", nodes, nodes == 1 ? "" : "s", cl.ranks_per_node, thr, thr == 1 ? "" : "s",
            ram, ram_given ? "" : " (this machine's RAM / ranks per node)",
            cl.runtime_bytes / 1048576.0, cl.intra_gbs, cl.inter_gbs, cl.intra_lat_s * 1e6, cl.inter_lat_s * 1e6);
-    char gemm_src[192] = "", attn_src[128] = "";
+    char gemm_src[192] = "", attn_src[192] = "";
     if (measured_gemm == 2)
         snprintf(gemm_src, sizeof gemm_src, " (this machine's sgemm on one layer's products at %d tokens, %s)",
                  gemm_tokens, load);
@@ -341,6 +416,8 @@ int cmd_plan(int argc, char **argv, const char *program) {
         snprintf(gemm_src, sizeof gemm_src, " (this machine's %s, 2048^3, %s)", bf16_gemm ? "bf16 GEMM" : "sgemm",
                  bf16_gemm ? "one thread" : load);
     if (measured_attn) snprintf(attn_src, sizeof attn_src, " (this machine's kernel, S = 4096, %s)", load);
+    if (*cluster_gemm) snprintf(gemm_src, sizeof gemm_src, "%s", cluster_gemm);
+    if (*cluster_attn) snprintf(attn_src, sizeof attn_src, "%s", cluster_attn);
     printf("rates per thread: GEMM %.1f GFLOPS%s, attention %.1f / %.1f GFLOPS forward / backward%s\n", cl.gemm_gflops,
            gemm_src, cl.attn_fwd_gflops, cl.attn_bwd_gflops, attn_src);
     printf("%d configurations run on %d ranks (%d refused by the strategies' checks); %d fit in %s\n", n,

@@ -17,7 +17,7 @@
 static const char HELP[] =
     "usage: seqpar strategies [--names] [--ranks P --seq-len S --heads H --kv-heads K --head-dim D]\n"
     "       seqpar strategies --schedule NAME --ranks P [--hp H --cp C --layout L --placement P --window W\n"
-    "                         --backward --cluster FILE] [knobs] [shape flags as above]\n"
+    "                         --backward --cluster NAME|FILE [cluster overrides]] [knobs] [shape flags as above]\n"
     "\n"
     "Lists the distributed attention strategies ('--strategy NAME' of train, grad and bench), the\n"
     "flags each reads and its constraints. Given --ranks, also prints per strategy (all ranks in one\n"
@@ -42,10 +42,11 @@ static const char HELP[] =
     "                 (default: the strategy's), the knobs its settings, --layout the token layout,\n"
     "                 --placement the ranks' order (as train's: head-first, context-first, team-first,\n"
     "                 ring-first), --window a sliding window, --backward the backward pass\n"
-    "  --cluster FILE   with --schedule: play it on the cluster described in FILE (JSON: nodes,\n"
-    "                 ranks_per_node, intra_gbs, nics_per_node, nic_gbs, latencies, attention rate\n"
-    "                 points; the group's ranks on the cluster's first ranks in --placement's order) and\n"
-    "                 print each rank's simulated time: its blocks, its exposed wait, its end\n";
+    "  --cluster NAME|FILE  with --schedule: play it on a cluster, a preset ('seqpar plan --clusters'\n"
+    "                 lists them) or a JSON cluster file (docs/planner.md; the group's ranks on the\n"
+    "                 cluster's first ranks in --placement's order), and print each rank's simulated\n"
+    "                 time: its blocks, its exposed wait, its end\n"
+    CLUSTER_OVERRIDE_HELP;
 
 /* One line a step: its blocks (count, the most cells one member computes), its messages (count, the
  * most bytes one member sends, the last step by which one must arrive); then each member's totals
@@ -143,6 +144,9 @@ int cmd_strategies(int argc, char **argv) {
         {"window", required_argument, 0, 'w'}, {"backward", no_argument, 0, 'b'},
         {"cluster", required_argument, 0, 'X'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    ClusterOverrides over;
+    SeqErr ce;
+    if (cluster_take_overrides(&argc, argv, &over, &ce) != 0) die_collective("seqpar %s: %s", cmd, ce.msg);
     int opt;
     opterr = 0;
     optind = 1;
@@ -177,6 +181,9 @@ int cmd_strategies(int argc, char **argv) {
         }
     }
     die_extra_args(cmd, argc, argv);
+    if (over.n && !cluster)
+        die_collective("seqpar %s: a cluster override (%s) needs --cluster NAME|FILE: give the cluster it changes", cmd,
+                       over.flag[0]);
     if (!K) K = H;
     if (schedule) {
         if (!P) die_collective("seqpar %s: --schedule needs --ranks P (the ranks of the sequence-parallel group)", cmd);
@@ -207,8 +214,8 @@ int cmd_strategies(int argc, char **argv) {
         }
         if (err) die_collective("seqpar %s: --schedule %s: %s", cmd, s->name, err);
         Cluster cl;
-        SeqErr ce;
-        if (cluster && cluster_load(cluster, &cl, &ce) != 0) die_collective("seqpar %s: %s", cmd, ce.msg);
+        if (cluster && (cluster_resolve(cluster, &cl, &ce) != 0 || cluster_apply_overrides(&cl, &over, &ce) != 0))
+            die_collective("seqpar %s: %s", cmd, ce.msg);
         print_schedule(s, &p, backward ? PASS_BACKWARD : PASS_FORWARD, cluster ? &cl : NULL);
         return 0;
     }
