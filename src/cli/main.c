@@ -42,6 +42,7 @@ static const char USAGE[] =
     "  SEQPAR_PEAK_GFLOPS=X                MFU peak, --peak-gflops' default (default: measured)\n"
     "  SEQPAR_RUNS=DIR                     where run directories go (default runs)\n"
     "  SEQPAR_CACHE=DIR                    make_shards.py's tokenizers venv (~/.cache/seqpar)\n"
+    "  SEQPAR_THIS_MACHINE=FILE            calibrate --save's file, the preset this-machine\n"
     "  SEQPAR_ATTN_BWD_ROWS=R              attention backward in passes of R rows         diagnostic\n"
     "  SEQPAR_CHECK_ROUNDED=1              check operands marked as bf16 values           diagnostic\n"
     "  test only: SEQPAR_FAULT_NONFINITE, SEQPAR_FAULT_HANG, SEQPAR_CKPT_NO_RENAME_EXCHANGE\n"

@@ -41,7 +41,7 @@ typedef struct {
     int nodes, ranks_per_node;
     int threads_per_rank;  /* CPU threads a rank computes with (a GPU rank: the host cores it may use) */
     /* memory: each rank's own (a GPU's HBM; a CPU rank's share of RAM), the node's slow tier that
-     * offloading (FPDT) spills to (host RAM for a GPU, disk for a CPU), and each rank's bandwidth
+     * offloading spills to (host RAM for a GPU, disk for a CPU), and each rank's bandwidth
      * to it per direction; 0: not given */
     double device_mem_gib, host_mem_gib, d2h_gbs;
     int intra_kind; /* ClusterIntraKind */
