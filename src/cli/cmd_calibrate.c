@@ -1,50 +1,96 @@
 /* seqpar calibrate: measures this machine (or the hosts mpirun started it on) into a cluster file for
- * the step simulator (plan/cluster.h): the attention kernel's rate on blocks of several sizes with
- * every rank computing at once, a message's latency and bandwidth between two ranks of a node and
- * between nodes, and a node's throughput with all its ranks exchanging at once. */
+ * the step simulator (plan/cluster.h): the attention kernel's rate on blocks of several sizes and the
+ * fp32 GEMM's on products of several sizes with every rank computing at once, a message's latency
+ * and bandwidth between two ranks of a node and between nodes, and a node's throughput with all its
+ * ranks exchanging at once; the threads and memory of a rank from the job. */
+#include <errno.h>
 #include <getopt.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
+#include <unistd.h>
 
 #include "bench/calibrate.h"
+#include "bench/sgemm_bench.h"
+#include "kernels/bf16.h"
 #include "cli/commands.h"
 #include "core/common.h"
 #include "plan/cluster.h"
 #include "train/cli_common.h"
 
 static const char HELP[] =
-    "usage: mpirun -np P seqpar calibrate [--out FILE] [--nics-per-node N] [--rows LIST] [--heads H]\n"
-    "                                     [--head-dim D] [--repeats N] [--name NAME]\n"
+    "usage: mpirun -np P seqpar calibrate [--out FILE | --save] [--nics-per-node N] [--rows LIST] [--heads H]\n"
+    "                                     [--head-dim D] [--gemm-sizes LIST] [--repeats N] [--name NAME]\n"
     "\n"
     "Measures this machine into a cluster file for 'seqpar strategies --schedule NAME --cluster FILE':\n"
     "the attention kernel's forward rate on fully visible square blocks of each --rows size (every rank\n"
     "computing at once, one thread a rank unless OMP_NUM_THREADS says otherwise) and the backward's\n"
-    "time over the forward's; a message's one-way latency (8 bytes) and bandwidth (--message-mib) between\n"
+    "time over the forward's; the fp32 GEMM's rate on square products of each --gemm-sizes size (the\n"
+    "same way; bf16's too: the same products where bf16 runs on fp32's sgemm, else the bf16 GEMM at\n"
+    "2048); a message's one-way latency (8 bytes) and bandwidth (--message-mib) between\n"
     "the first two ranks of a node, and of every rank of the first node exchanging with a partner at\n"
     "once; with ranks on two or more nodes, the same between the first ranks of nodes 0 and 1. Nodes\n"
-    "and ranks per node are the MPI job's (ranks sharing memory).\n"
+    "and ranks per node are the MPI job's (ranks sharing memory); threads per rank its OpenMP threads;\n"
+    "a rank's memory this host's RAM over its ranks; the slow tier (disk) is not measured (0).\n"
     "\n"
     "  --out FILE        write the cluster file here (default: print it)\n"
+    "  --save            write it where the cluster preset this-machine reads it (the default cluster;\n"
+    "                    $SEQPAR_THIS_MACHINE, else ~/.config/seqpar/this-machine.json)\n"
     "  --nics-per-node N the NICs a node's ranks share (not measurable from here; default 1); the\n"
     "                    measured inter-node bandwidth is one NIC's\n"
     "  --rows LIST       block sizes for the attention rate (default 128,512,2048)\n"
     "  --heads H         heads of those blocks (default 8)\n"
     "  --head-dim D      head dimension (default 64)\n"
+    "  --gemm-sizes LIST square GEMM sizes for the GEMM rate (default 256,1024,2048)\n"
     "  --message-mib M   the bandwidth messages' size in MiB (default 16)\n"
     "  --repeats N       repeats of each measurement, medians kept (default 5)\n"
     "  --name NAME       the cluster's name in the file (default: this host's name)\n";
 
+/* A comma-separated list of up to CLUSTER_RATE_POINTS increasing sizes from lo to hi into v. */
+static void sizes_list(const char *cmd, const char *flag, const char *arg, long lo, long hi, const char *what,
+                       const char *example, int *v, int *n) {
+    *n = 0;
+    for (const char *p = arg; *p;) {
+        char *end;
+        const long r = strtol(p, &end, 10);
+        if (end == p || r < lo || r > hi || (*end && *end != ',') || *n == CLUSTER_RATE_POINTS || (*n && r <= v[*n - 1]))
+            die_collective("seqpar %s: --%s %s: give up to %d increasing %s of %ld to %ld, comma separated (e.g. %s)",
+                           cmd, flag, arg, CLUSTER_RATE_POINTS, what, lo, hi, example);
+        v[(*n)++] = (int)r;
+        p = *end ? end + 1 : end;
+    }
+    if (!*n) die_collective("seqpar %s: --%s is empty: give sizes such as %s", cmd, flag, example);
+}
+
+/* mkdir -p of path's directory: 0, or -1 with errno. */
+static int make_parent(const char *path) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash || slash == dir) return 0;
+    *slash = 0;
+    for (char *p = dir + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(dir, 0755) != 0 && errno != EEXIST) return -1;
+            *p = '/';
+        }
+    return mkdir(dir, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
 int cmd_calibrate(int argc, char **argv) {
-    const char *cmd = "calibrate", *out = NULL, *name = NULL, *rows_arg = "128,512,2048";
-    int nics = 1, heads = 8, head_dim = 64, repeats = 5;
+    const char *cmd = "calibrate", *out = NULL, *name = NULL, *rows_arg = "128,512,2048", *gemm_arg = "256,1024,2048";
+    int nics = 1, heads = 8, head_dim = 64, repeats = 5, save = 0;
     double message_mib = 16;
     static const struct option opts[] = {
         {"out", required_argument, 0, 'o'}, {"nics-per-node", required_argument, 0, 'N'},
         {"rows", required_argument, 0, 'r'}, {"heads", required_argument, 0, 'H'},
         {"head-dim", required_argument, 0, 'd'}, {"repeats", required_argument, 0, 'R'},
         {"message-mib", required_argument, 0, 'm'}, {"name", required_argument, 0, 'n'},
+        {"save", no_argument, 0, 's'}, {"gemm-sizes", required_argument, 0, 'g'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int opt;
     opterr = 0;
@@ -59,22 +105,19 @@ int cmd_calibrate(int argc, char **argv) {
         case 'R': repeats = (int)parse_long(cmd, "repeats", optarg, 1, 1000); break;
         case 'm': message_mib = parse_double(cmd, "message-mib", optarg, 1.0 / 1024, 1024); break;
         case 'n': name = optarg; break;
+        case 's': save = 1; break;
+        case 'g': gemm_arg = optarg; break;
         case 'h': fputs(HELP, stdout); return 0;
         default: die_bad_option(cmd, argc, argv, opt);
         }
     }
     die_extra_args(cmd, argc, argv);
-    int rows[CLUSTER_RATE_POINTS], n_rows = 0;
-    for (const char *p = rows_arg; *p;) {
-        char *end;
-        const long r = strtol(p, &end, 10);
-        if (end == p || r < 16 || r > 65536 || (*end && *end != ',') || n_rows == CLUSTER_RATE_POINTS ||
-            (n_rows && r <= rows[n_rows - 1]))
-            die_collective("seqpar %s: --rows %s: give up to %d increasing block sizes of 16 to 65536 rows, comma "
-                           "separated (e.g. 128,512,2048)", cmd, rows_arg, CLUSTER_RATE_POINTS);
-        rows[n_rows++] = (int)r;
-        p = *end ? end + 1 : end;
-    }
+    if (save && out) die_collective("seqpar %s: give --out FILE or --save, not both", cmd);
+    char save_path[4096];
+    if (save) out = cluster_this_machine_path(save_path, sizeof save_path);
+    int rows[CLUSTER_RATE_POINTS], n_rows = 0, sizes[CLUSTER_RATE_POINTS], n_sizes = 0;
+    sizes_list(cmd, "rows", rows_arg, 16, 65536, "block sizes", "128,512,2048", rows, &n_rows);
+    sizes_list(cmd, "gemm-sizes", gemm_arg, 16, 8192, "GEMM sizes", "256,1024,2048", sizes, &n_sizes);
     int rank, world;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
@@ -99,6 +142,9 @@ int cmd_calibrate(int argc, char **argv) {
     c.nodes = world / rpn;
     c.ranks_per_node = rpn;
     c.nics_per_node = nics;
+    c.threads_per_rank = omp_get_max_threads();
+    c.device_mem_gib = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE) / rpn / 1073741824.0;
+    c.intra_kind = CLUSTER_INTRA_SHARED_MEMORY; /* a node's ranks are the MPI job's ranks sharing memory */
     c.n_rate_points = n_rows;
     double factor_sum = 0;
     for (int i = 0; i < n_rows; i++) { /* every rank at once, as in training; the slowest rank's rate */
@@ -112,6 +158,29 @@ int cmd_calibrate(int argc, char **argv) {
     double factor_all;
     MPI_Allreduce(&factor_sum, &factor_all, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     c.attn_backward_factor = factor_all / n_rows / world;
+    /* the same points as a curve of their shape: fp32, head_dim, fully visible */
+    c.n_attn_curves = 1;
+    c.attn_curves[0] = (ClusterAttnCurve){.precision = PRECISION_FP32, .head_dim = head_dim, .causal = 0,
+                                          .rate = {.n = n_rows}};
+    memcpy(c.attn_curves[0].rate.x, c.rate_rows, sizeof c.rate_rows);
+    memcpy(c.attn_curves[0].rate.tflops, c.attn_tflops, sizeof c.attn_tflops);
+    /* GEMMs: every rank at once, the slowest rank's rate; bf16 is fp32's sgemm on the conversion path */
+    c.gemm[PRECISION_FP32].n = n_sizes;
+    for (int i = 0; i < n_sizes; i++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double tflops = sgemm_gflops(sizes[i], sizes[i], sizes[i], repeats) * 1e-3, slowest;
+        MPI_Allreduce(&tflops, &slowest, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+        c.gemm[PRECISION_FP32].x[i] = sizes[i];
+        c.gemm[PRECISION_FP32].tflops[i] = slowest;
+    }
+    if (bf16_products_on_sgemm()) {
+        c.gemm[PRECISION_BF16] = c.gemm[PRECISION_FP32];
+    } else {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double tflops = bf16_gemm_peak_gflops(repeats < 3 ? 3 : repeats) * 1e-3, slowest;
+        MPI_Allreduce(&tflops, &slowest, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+        c.gemm[PRECISION_BF16] = (ClusterCurve){.n = 1, .x = {2048}, .tflops = {slowest}};
+    }
     const size_t big = (size_t)(message_mib * 1048576.0);
     /* inside the first node: its first two ranks, then all its ranks at once */
     int color = rank < rpn ? 0 : MPI_UNDEFINED;
@@ -139,11 +208,16 @@ int cmd_calibrate(int argc, char **argv) {
     char *bad = cluster_check(&c);
     if (bad) die_collective("seqpar %s: the measured cluster is not valid (%s): a measurement failed", cmd, bad);
     if (rank == 0) {
-        char source[256];
+        char source[512];
         snprintf(source, sizeof source, "measured by seqpar calibrate on %d rank%s (%d node%s x %d), fp32 attention, "
-                 "%d heads of %d, medians of %d; nics_per_node given (%d)", world, world == 1 ? "" : "s", c.nodes,
-                 c.nodes == 1 ? "" : "s", rpn, heads, head_dim, repeats, nics);
+                 "%d heads of %d, fp32 GEMM %s, medians of %d; nics_per_node given (%d); host_mem_gib and d2h_gbs "
+                 "(the disk) not measured", world, world == 1 ? "" : "s", c.nodes, c.nodes == 1 ? "" : "s", rpn, heads,
+                 head_dim, bf16_products_on_sgemm() ? "(bf16: the same, on sgemm)" : "(bf16: its GEMM at 2048)", repeats,
+                 nics);
+        snprintf(c.description, sizeof c.description, "%s as seqpar calibrate measured it: %d node%s x %d ranks",
+                 c.name, c.nodes, c.nodes == 1 ? "" : "s", rpn);
         SeqErr e;
+        if (save && make_parent(out) != 0) die("seqpar %s: cannot make the directory of %s: %s", cmd, out, strerror(errno));
         if (cluster_save(out, &c, source, &e) != 0) die("seqpar %s: %s", cmd, e.msg);
         if (out) printf("wrote %s: %d node%s x %d ranks, attention %.3g to %.3g TFLOP/s, inside %.3g GB/s (%.3g us)%s\n",
                         out, c.nodes, c.nodes == 1 ? "" : "s", rpn, c.attn_tflops[0], c.attn_tflops[n_rows - 1],
