@@ -320,15 +320,6 @@ char *cluster_check(const Cluster *c) {
     if (c->nics_per_node > c->ranks_per_node)
         return xstrdup_printf("\"nics_per_node\" %d exceeds \"ranks_per_node\" %d: a NIC serves at least one rank",
                               c->nics_per_node, c->ranks_per_node);
-    if (c->n_rate_points < 1) return xstrdup("\"attention\" needs at least one [rows, tflops] point");
-    const ClusterCurve def = {.n = c->n_rate_points};
-    ClusterCurve d = def;
-    memcpy(d.x, c->rate_rows, sizeof d.x);
-    memcpy(d.tflops, c->attn_tflops, sizeof d.tflops);
-    char *bad = curve_check(&d, "\"attention\"", "rows", 1);
-    if (bad) return bad;
-    if (!(c->attn_backward_factor > 0) || !isfinite(c->attn_backward_factor))
-        return xstrdup("\"attention_backward_factor\" must be positive");
     if (c->n_attn_curves < 0 || c->n_attn_curves > CLUSTER_ATTN_CURVES)
         return xstrdup_printf("\"attention_rates\" holds 0 to %d curves", CLUSTER_ATTN_CURVES);
     for (int i = 0; i < c->n_attn_curves; i++) {
@@ -339,13 +330,23 @@ char *cluster_check(const Cluster *c) {
             return xstrdup_printf("%s: \"precision\" must be fp32 or bf16", what);
         if (k->head_dim < 1) return xstrdup_printf("%s: \"head_dim\" must be at least 1 (got %d)", what, k->head_dim);
         if (k->causal != 0 && k->causal != 1) return xstrdup_printf("%s: \"causal\" must be true or false", what);
-        if ((bad = curve_check(&k->rate, what, "rows", 1))) return bad;
+        char *bad = curve_check(&k->rate, what, "rows", 1);
+        if (bad) return bad;
         for (int j = 0; j < i; j++)
             if (c->attn_curves[j].precision == k->precision && c->attn_curves[j].head_dim == k->head_dim &&
                 c->attn_curves[j].causal == k->causal)
                 return xstrdup_printf("%s repeats curve %d (%s, head_dim %d, %s): give each shape once", what, j + 1,
                                       precision_name(k->precision), k->head_dim, k->causal ? "causal" : "not causal");
     }
+    if (c->n_rate_points < 1) return xstrdup("\"attention\" needs at least one [rows, tflops] point");
+    const ClusterCurve def = {.n = c->n_rate_points};
+    ClusterCurve d = def;
+    memcpy(d.x, c->rate_rows, sizeof d.x);
+    memcpy(d.tflops, c->attn_tflops, sizeof d.tflops);
+    char *bad = curve_check(&d, "\"attention\"", "rows", 1);
+    if (bad) return bad;
+    if (!(c->attn_backward_factor > 0) || !isfinite(c->attn_backward_factor))
+        return xstrdup("\"attention_backward_factor\" must be positive");
     for (int p = 0; p < 2; p++)
         if (c->gemm[p].n) {
             char what[32];
