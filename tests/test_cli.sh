@@ -320,6 +320,27 @@ expect_error "calibrate --rows not increasing" "increasing block sizes" "$SEQPAR
 expect_error "calibrate with more NICs than ranks" "exceeds the 1 ranks a node runs" "$SEQPAR" calibrate --nics-per-node 2
 out=$(timeout 60 "$SEQPAR" strategies --schedule ring --ranks 8 --seq-len 8192 --cluster "$FIX/clusters/two-nodes.json" 2>&1)
 if printf '%s' "$out" | grep -q "the layer's forward attention ends at"; then ok; else bad "strategies --cluster: $(printf '%s' "$out" | tail -n 2)"; fi
+# cluster presets: listed, found from any directory (compiled in), overridden field by field; this-machine
+out=$(timeout 20 "$SEQPAR" plan --clusters 2>&1)
+if printf '%s' "$out" | grep -q "^  loongtrain-a800  *8 x 8  LoongTrain" && printf '%s' "$out" | grep -q "^  this-machine "; then ok; else
+    bad "plan --clusters: $(printf '%s' "$out" | head -n 3)"; fi
+abs_seqpar="$(cd "$(dirname "$SEQPAR")" && pwd)/seqpar"
+out=$(cd "$T" && timeout 60 "$abs_seqpar" strategies --schedule 2d --ranks 64 --hp 8 --cp 8 --heads 32 --head-dim 128 \
+    --seq-len 65536 --cluster loongtrain-a800 --nics-per-node 1 --nic-gbs 20 2>&1)
+if printf '%s' "$out" | grep -q "simulated on loongtrain-a800 (8 nodes x 8 ranks, 1 NIC of 20 GB/s a node)" &&
+    printf '%s' "$out" | grep -q "ends at"; then ok; else bad "strategies --cluster PRESET from another directory: $(printf '%s' "$out" | tail -n 2)"; fi
+expect_error "strategies --cluster of an unknown preset" "neither a preset nor a readable file: give a preset" "$SEQPAR" strategies --schedule ring --ranks 4 --cluster loongtrain-a900
+expect_error "a cluster override without --cluster" "needs --cluster NAME|FILE" "$SEQPAR" strategies --schedule ring --ranks 4 --nic-gbs 3
+expect_error "a cluster override out of range" "--nics-per-node 16: \"nics_per_node\" 16 exceeds" "$SEQPAR" strategies --schedule ring --ranks 4 --cluster h100-8x8-ndr400 --nics-per-node 16
+expect_error "plan --cluster of an unknown preset" "give a preset" "$SEQPAR" plan --cluster nope
+out=$(timeout 60 "$SEQPAR" plan --cluster fpdt-a100-80g --nodes 2 --layers 2 --hidden 256 --heads 4 --kv-heads 4 --ffn 512 --seq-len 8192 --precision bf16 --top 1 2>&1)
+if printf '%s' "$out" | grep -q "^cluster: 8 ranks on 2 nodes of 4, 1 thread/rank, 80.00 GiB RAM per rank" &&
+    printf '%s' "$out" | grep -q "cluster fpdt-a100-80g, bf16"; then ok; else bad "plan --cluster: $(printf '%s' "$out" | head -n 4)"; fi
+if SEQPAR_THIS_MACHINE="$T/config/this.json" timeout 120 "$SEQPAR" calibrate --repeats 1 --rows 64 --gemm-sizes 64 --save >/dev/null 2>&1 &&
+    grep -q '"gemm"' "$T/config/this.json" &&
+    SEQPAR_THIS_MACHINE="$T/config/this.json" timeout 60 "$SEQPAR" strategies --schedule ring --ranks 1 --seq-len 1024 --cluster this-machine | grep -q "ends at"; then ok; else
+    bad "calibrate --save and --cluster this-machine: $(head -c 300 "$T/config/this.json" 2>&1)"; fi
+expect_error "calibrate --out and --save" "not both" "$SEQPAR" calibrate --out "$T/x.json" --save
 # started alone, seqpar is an MPI singleton that forks no Open MPI daemon (orted) first, unless the
 # user asks for one (their OMPI_MCA_ess_singleton_isolated wins); without run_tests.sh's own settings
 single_exec() { # label isolated-value
