@@ -14,21 +14,25 @@
 #
 #   bash bench/paper_attention.sh [BUILD] [CLUSTER]    # BUILD default build; CLUSTER a name or file
 #                                                      # (default loongtrain-a800)
-set -u
+set -u -o pipefail
 BUILD=${1:-build}
 CLUSTER=${2:-loongtrain-a800}
 SEQPAR="$BUILD/seqpar"
 [ -x "$SEQPAR" ] || { echo "no $SEQPAR: build first (make -j2)"; exit 2; }
 export OMPI_MCA_ess_singleton_isolated=${OMPI_MCA_ess_singleton_isolated:-1}
 
-# fwd + bwd milliseconds of 2d on 64 ranks: cp hp W placement S kv_heads
+# fwd + bwd milliseconds of 2d on 64 ranks: cp hp W placement S kv_heads ("" where it fails: the
+# caller stops). A run is tried twice: Open MPI's start-up can fail on a busy machine.
 sim() {
-    local t total=0 pass
+    local t total=0 pass try
     for pass in "" --backward; do
-        t=$("$SEQPAR" strategies --schedule 2d --ranks 64 --cp "$1" --hp "$2" --ring-inner "$3" --placement "$4" \
-            --seq-len "$5" --heads 32 --kv-heads "$6" --head-dim 128 --precision bf16 --cluster "$CLUSTER" $pass |
-            awk '/attention ends at/ { print $7 }')
-        [ -n "$t" ] || { echo "simulation failed: cp $1 hp $2 W $3 $4 S $5 kv $6" >&2; exit 1; }
+        for try in 1 2; do
+            t=$("$SEQPAR" strategies --schedule 2d --ranks 64 --cp "$1" --hp "$2" --ring-inner "$3" --placement "$4" \
+                --seq-len "$5" --heads 32 --kv-heads "$6" --head-dim 128 --precision bf16 --cluster "$CLUSTER" $pass \
+                2>/dev/null | awk '/attention ends at/ { print $7 }')
+            [ -n "$t" ] && break
+        done
+        [ -n "$t" ] || { echo "simulation failed: cp $1 hp $2 W $3 $4 S $5 kv $6" >&2; return; }
         total=$(awk -v a="$total" -v b="$t" 'BEGIN { printf "%.3f", a + b }')
     done
     echo "$total"
@@ -112,11 +116,12 @@ for model in MHA GQA; do
         printf '%s\n' "$TABLE4" | awk -v m="$model" '$1 == m' | while read -r _ pl cp hp t0 t1 t2 t3; do
             t=($t0 $t1 $t2 $t3)
             s=$(sim "$cp" "$hp" "$cp" "$pl" "${LENS[$i]}" "$kv")
+            [ -n "$s" ] || exit 1
             short=${pl%%-*}; lab="cp${cp}xhp${hp}/${short:0:1}F"
             printf '%s %s %s\n' "$lab" "${t[$i]}" "$s" >>"$rows"
             printf '  %-4s %-5s %-16s measured %8.1f  simulated %8.1f  error %+5.0f%%\n' "$model" "${NAMES[$i]}" "$lab" \
                 "${t[$i]}" "$s" "$(awk -v a="$s" -v b="${t[$i]}" 'BEGIN { print 100 * (a - b) / b }')"
-        done
+        done || exit 1
         column_summary "T4 $model ${NAMES[$i]}" <"$rows" | tee -a "$summary4"
     done
 done
@@ -130,10 +135,11 @@ for model in MHA GQA; do
         printf '%s\n' "$TABLE5" | awk -v m="$model" '$1 == m' | while read -r _ w t0 t1 t2 t3; do
             t=($t0 $t1 $t2 $t3)
             s=$(sim 64 1 "$w" context-first "${LENS[$i]}" "$kv")
+            [ -n "$s" ] || exit 1
             printf 'W%s %s %s\n' "$w" "${t[$i]}" "$s" >>"$rows"
             printf '  %-4s %-5s W %-3s measured %8.1f  simulated %8.1f  error %+5.0f%%\n' "$model" "${NAMES[$i]}" "$w" \
                 "${t[$i]}" "$s" "$(awk -v a="$s" -v b="${t[$i]}" 'BEGIN { print 100 * (a - b) / b }')"
-        done
+        done || exit 1
         column_summary "T5 $model ${NAMES[$i]}" <"$rows" | tee -a "$summary5"
     done
 done

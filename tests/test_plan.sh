@@ -346,6 +346,23 @@ if awk -v c="$ic" -v z="$iz" 'BEGIN { exit !(c != "" && z != "" && c + 0 < z + 0
 given=$(timeout 60 "$SEQPAR" plan --ranks 4 --model "$T/mistral16" --seq-len 4096 $RATES --top 1 --layout striped 2>&1 | grep '^best')
 if [ "$(printf '%s' "$given" | grep -o -- '--layout [a-z]*' | tr '\n' ' ')" = "--layout striped " ]; then ok; else
     bad "plan --layout striped: the best line has $(printf '%s' "$given" | grep -o -- '--layout [a-z]*' | tr '\n' ' ')"; fi
+# --cluster: each configuration's attention played on the cluster by the step simulator. The ring on
+# 2 nodes x 4 ranks (2 NICs of 10 GB/s a node): the plan's exposed time is the simulated schedule's
+# waits of its slowest rank (forward + backward, `strategies --schedule --cluster`; the tiny model's
+# gradient allreduce adds under 2 ms), not the formula's (63 ms where the simulator plays 26 ms)
+C2=tests/fixtures/clusters/two-nodes.json
+RING="--layers 1 --hidden 256 --heads 4 --kv-heads 4 --ffn 512 --vocab 256 --seq-len 65536 --batch 1"
+simplan=$(timeout 60 "$SEQPAR" plan --cluster "$C2" $RING --strategy ring --cp 8 --ring-inner 8 --checkpoint none --zero 0 --top 1 --gemm-gflops 50 2>&1)
+pexp=$(printf '%s\n' "$simplan" | awk '$1 == "1" && $2 == "ring" { print 1000 * $17 }')
+waits=0
+for b in "" --backward; do
+    w=$(timeout 60 "$SEQPAR" strategies --schedule ring --ranks 8 --seq-len 65536 --heads 4 --head-dim 64 --cluster "$C2" $b |
+        awk '$1 ~ /^[0-9]+$/ && NF == 7 && $2 ~ /^[0-9]+$/ && $5 + 0 > e { e = $5 + 0; w = $4 } END { print w }')
+    waits=$(awk -v a="$waits" -v b="$w" 'BEGIN { print a + b }')
+done
+if printf '%s' "$simplan" | grep -q "^attention: each configuration's schedule played on two toy nodes by the step simulator" &&
+    awk -v p="$pexp" -v w="$waits" 'BEGIN { exit !(p != "" && w > 5 && p >= w && p <= w + 2) }'; then ok; else
+    bad "plan --cluster: exposed ${pexp} ms, the simulated schedule's waits ${waits} ms: $(printf '%s' "$simplan" | tail -n 3)"; fi
 err_case "--ranks-per-node 3 does not divide --ranks 4" --ranks 4 --ranks-per-node 3 $M
 err_case "unknown strategy 'nope'" --ranks 4 --strategy nope $M $RATES
 err_case "--attn-gflops 'x' is not F or F,B" --ranks 2 --attn-gflops x $M

@@ -30,7 +30,7 @@ static int near(double a, double b) { return fabs(a - b) <= 1e-9 * fabs(b) + 1e-
 
 static double run(const StepSchedule *sc, const Cluster *c, const int *rank_of, ScheduleSim *out) {
     SeqErr e;
-    if (simulate_schedule(sc, c, rank_of, 64, out, &e) != 0) {
+    if (simulate_schedule(sc, c, rank_of, 64, PRECISION_FP32, out, &e) != 0) {
         CHECK(0, "simulate: %s", e.msg);
         return -1;
     }

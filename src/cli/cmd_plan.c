@@ -358,6 +358,7 @@ int cmd_plan(int argc, char **argv, const char *program) {
             cl.attn_bwd_gflops = cl.attn_fwd_gflops * 2.5 / cx.attn_backward_factor;
             snprintf(cluster_attn, sizeof cluster_attn, " (cluster %s, causal blocks of %.0f rows, per rank / %d threads)",
                      cx.name, rows, cx.threads_per_rank);
+            cl.sim = &cx; /* and each configuration's attention schedule played on the cluster */
         }
     }
 
@@ -420,6 +421,9 @@ int cmd_plan(int argc, char **argv, const char *program) {
     if (*cluster_attn) snprintf(attn_src, sizeof attn_src, "%s", cluster_attn);
     printf("rates per thread: GEMM %.1f GFLOPS%s, attention %.1f / %.1f GFLOPS forward / backward%s\n", cl.gemm_gflops,
            gemm_src, cl.attn_fwd_gflops, cl.attn_bwd_gflops, attn_src);
+    if (cl.sim)
+        printf("attention: each configuration's schedule played on %s by the step simulator (its NICs, links and "
+               "block rates; docs/planner.md)\n", cl.sim->name);
     printf("%d configurations run on %d ranks (%d refused by the strategies' checks); %d fit in %s\n", n,
            cl.ranks, invalid, fit, ram);
     if (n == 0) { /* the flags given, as train would take them: its reason, where it has one */

@@ -107,7 +107,8 @@ static void print_schedule(const Strategy *s, const StrategyParams *p, ScheduleP
             rank_of[m] = placement_world_rank(p->placement, p->hp, p->cp, 0, m % p->hp, m / p->hp);
         ScheduleSim sim;
         SeqErr e;
-        if (simulate_schedule(&sc, cl, rank_of, p->head_dim, &sim, &e) != 0) die_collective("seqpar strategies: %s", e.msg);
+        if (simulate_schedule(&sc, cl, rank_of, p->head_dim, p->wire_bf16 ? PRECISION_BF16 : PRECISION_FP32, &sim, &e) != 0)
+            die_collective("seqpar strategies: %s", e.msg);
         printf("\nsimulated on %s (%d nodes x %d ranks, %d NIC%s of %g GB/s a node):\n", cl->name, cl->nodes,
                cl->ranks_per_node, cl->nics_per_node, cl->nics_per_node == 1 ? "" : "s", cl->nic_gbs);
         printf("%6s %6s %12s %12s %12s %14s %14s\n", "rank", "node", "blocks ms", "wait ms", "end ms", "intra MiB",

@@ -340,7 +340,7 @@ static const SimAttn *sim_attention(SimCache *cache, const Strategy *s, const St
         strategy_play(s, p, k ? PASS_BACKWARD : PASS_FORWARD, &sc);
         ScheduleSim sim;
         SeqErr e;
-        if (simulate_schedule(&sc, cl, rank_of, p->head_dim, &sim, &e) != 0) {
+        if (simulate_schedule(&sc, cl, rank_of, p->head_dim, p->attn_bf16 ? PRECISION_BF16 : PRECISION_FP32, &sim, &e) != 0) {
             *err = xstrdup(e.msg);
         } else {
             a.end[k] = xmalloc(sizeof(double) * (size_t)members);

@@ -163,7 +163,7 @@ static void flow_done(Sim *s, const Flow *f) {
     }
 }
 
-int simulate_schedule(const StepSchedule *sc, const Cluster *c, const int *rank_of, int head_dim, ScheduleSim *out,
+int simulate_schedule(const StepSchedule *sc, const Cluster *c, const int *rank_of, int head_dim, int precision, ScheduleSim *out,
                       SeqErr *e) {
     memset(out, 0, sizeof *out);
     const int M = sc->members, K = sc->n_steps, ranks = c->nodes * c->ranks_per_node;
@@ -224,7 +224,10 @@ int simulate_schedule(const StepSchedule *sc, const Cluster *c, const int *rank_
     for (int i = 0; i < sc->n_compute; i++) {
         const StepCompute *b = &sc->compute[i];
         const double flops = 4.0 * (double)b->pairs * b->heads * head_dim * factor;
-        const double secs = flops / cluster_attention_flops_per_s(c, b->q_rows, b->kv_rows);
+        /* a block with fewer visible pairs than cells is masked (a causal diagonal, a window's edge):
+           the causal curve's rate, whose FLOPs count the visible pairs as these do */
+        const int masked = b->pairs < (unsigned long long)b->q_rows * (unsigned long long)b->kv_rows;
+        const double secs = flops / cluster_attention_rate(c, precision, head_dim, masked, b->q_rows, b->kv_rows);
         s.step_compute[(size_t)b->member * K + b->step] += secs;
         out->m[b->member].compute_s += secs;
     }

@@ -33,10 +33,12 @@ typedef struct {
 /* Plays sc with member i on world rank rank_of[i] of cluster c (ranks inside c's nodes x
  * ranks_per_node), head_dim for the blocks' FLOPs (4 pairs heads head_dim a forward block: the
  * visible (query, key) pairs, as attention rates are quoted; times the cluster's backward factor
- * in a backward schedule). 0, or -1 with one line (a rank outside the
+ * in a backward schedule) at the cluster's rate for the precision (PRECISION_*), the head dim, the
+ * block's shape and whether it is masked (fewer visible pairs than cells: the causal curve)
+ * (cluster_attention_rate). 0, or -1 with one line (a rank outside the
  * cluster, a schedule that cannot finish). Free out with schedule_sim_free. */
-int simulate_schedule(const StepSchedule *sc, const Cluster *c, const int *rank_of, int head_dim, ScheduleSim *out,
-                      SeqErr *e);
+int simulate_schedule(const StepSchedule *sc, const Cluster *c, const int *rank_of, int head_dim, int precision,
+                      ScheduleSim *out, SeqErr *e);
 void schedule_sim_free(ScheduleSim *s);
 
 #endif
