@@ -37,12 +37,13 @@ static const char *NAMES[METHODS] = {"reduce-scatter, seqpar", "reduce-scatter, 
                                      "allreduce (in place), seqpar", "allreduce (in place), MPI_Iallreduce"};
 
 /* One call of method m on n floats (buf: the input, refilled by the caller; out: a block). */
-static void run(int m, Comm *cm, float *buf, float *out, size_t n, const int *counts, MPI_Comm mc) {
+static void run(int m, Comm *cm, float *buf, float *out, size_t n, const size_t *counts, const int *icounts,
+                MPI_Comm mc) {
     MPI_Request req;
     switch (m) {
     case OWN_RS: comm_reduce_scatter(cm, COMM_GRAD_REDUCE, buf, out, counts, mc); break;
     case MPI_RS:
-        MPI_Ireduce_scatter(buf, out, counts, MPI_FLOAT, MPI_SUM, mc, &req);
+        MPI_Ireduce_scatter(buf, out, icounts, MPI_FLOAT, MPI_SUM, mc, &req);
         MPI_Wait(&req, MPI_STATUS_IGNORE);
         break;
     case OWN_AR: comm_allreduce(cm, COMM_GRAD_REDUCE, MPI_IN_PLACE, buf, n, MPI_FLOAT, MPI_SUM, mc); break;
@@ -76,8 +77,9 @@ int main(int argc, char **argv) {
     for (int si = 0; si < n_sizes; si++) {
         const size_t n = sizes[si];
         if (n > (size_t)1 << 30 || n < (size_t)P) continue;
-        int *counts = xmalloc(sizeof(int) * (size_t)P);
-        for (int p = 0; p < P; p++) counts[p] = (int)(n / (size_t)P + ((size_t)p < n % (size_t)P));
+        size_t *counts = xmalloc(sizeof(size_t) * (size_t)P);
+        int *icounts = xmalloc(sizeof(int) * (size_t)P); /* MPI's, for MPI_Ireduce_scatter */
+        for (int p = 0; p < P; p++) counts[p] = n / (size_t)P + ((size_t)p < n % (size_t)P), icounts[p] = (int)counts[p];
         float *buf = xmalloc_aligned(sizeof(float) * n), *out = xmalloc_aligned(sizeof(float) * ((size_t)counts[0] + 1));
         for (size_t i = 0; i < n; i++) buf[i] = (float)((i + (size_t)me) % 97) * 0.01f;
         memset(out, 0, sizeof(float) * ((size_t)counts[0] + 1)); /* the caller's block: touched before */
@@ -89,7 +91,7 @@ int main(int argc, char **argv) {
                 if (r == 0 && reset_hwm() != 0) hwm_reset_ok = 0;
                 MPI_Barrier(MPI_COMM_WORLD);
                 const double hwm0 = (double)mem_peak_rss(), t0 = MPI_Wtime();
-                run(m, cm, buf, out, n, counts, MPI_COMM_WORLD);
+                run(m, cm, buf, out, n, counts, icounts, MPI_COMM_WORLD);
                 const double t1 = MPI_Wtime();
                 double dt = t1 - t0, g = (double)mem_peak_rss() - hwm0;
                 MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -114,6 +116,7 @@ int main(int argc, char **argv) {
         xfree(buf);
         xfree(out);
         xfree(counts);
+        xfree(icounts);
     }
     if (me == 0 && !hwm_reset_ok)
         printf("note: /proc/self/clear_refs could not reset the peak RSS: a growth can hide behind an earlier call's\n");

@@ -508,14 +508,14 @@ static void test_reduce_scatter(void) {
     Topology t;
     topology_create(&t, g_size, 1, 1, 1, PLACEMENT_HEAD_FIRST, 2);
     Comm *cm = comm_create(&t, NULL);
-    int *counts = xmalloc(sizeof(int) * (size_t)g_size);
+    size_t *counts = xmalloc(sizeof(size_t) * (size_t)g_size);
     size_t *displs = xmalloc(sizeof(size_t) * (size_t)g_size), total = 0;
     for (int p = 0; p < g_size; p++) { /* rank 1's block takes two messages; rank 2's is empty */
-        counts[p] = p == 1 ? (int)COMM_RS_PIECE + 77 : p == 2 ? 0 : 5 + 3 * p;
+        counts[p] = p == 1 ? COMM_RS_PIECE + 77 : p == 2 ? 0 : 5 + 3 * (size_t)p;
         displs[p] = total;
-        total += (size_t)counts[p];
+        total += counts[p];
     }
-    const size_t own = (size_t)counts[g_rank];
+    const size_t own = counts[g_rank];
     for (int round = 0; round < 2; round++) { /* 0: two in flight (tags 0, 1); 1: the blocking form */
         float *src[2], *dst[2];
         for (int a = 0; a < 2; a++) {
@@ -619,10 +619,11 @@ static void test_collectives(void) {
           (unsigned long long)comm_stats_bytes(&cm->stats, COMM_GRAD_REDUCE), (unsigned long long)expect);
     comm_stats_reset(cm);
     /* reduce_scatter with counts r+1 and allgatherv back */
-    int *counts = xmalloc(sizeof(int) * (size_t)g_size), *displs = xmalloc(sizeof(int) * (size_t)g_size), total = 0;
+    size_t *counts = xmalloc(sizeof(size_t) * (size_t)g_size), *displs = xmalloc(sizeof(size_t) * (size_t)g_size);
+    int total = 0;
     for (int p = 0; p < g_size; p++) {
-        counts[p] = p + 1;
-        displs[p] = total;
+        counts[p] = (size_t)p + 1;
+        displs[p] = (size_t)total;
         total += p + 1;
     }
     float *all = xmalloc(sizeof(float) * (size_t)total), *part = xmalloc(sizeof(float) * (size_t)(g_rank + 1));

@@ -4,6 +4,7 @@
 #   - the distributed attention test binary at 1, 2, 4 and 8 ranks;
 #   - the LightSeq / all-gather context schedule test at 2, 3, 4 and 8 ranks;
 #   - the WallFacer schedule test binary at 2, 4, 8, 9 and 12 ranks;
+#   - comm.h's collectives split into pieces of 1 to 100 elements (test_comm_pieces) at 2 and 3 ranks;
 #   - `seqpar grad` under every kind of grid (Ulysses, ring, 2D, double ring, KV replication,
 #     dp, ZeRO-1, both placements, three layouts) prints the single-process loss and writes the
 #     same gradient file, and matches the Hugging Face float64 fixtures;
@@ -48,6 +49,8 @@ mpi_test_binary test_wallfacer "2 4 8 9 12" "wallfacer schedule"
 mpi_test_binary test_fpdt "2 3 4" "fpdt"
 # a strategy added as one file plus one registry line (tests/plugin/example.c), exact on 2 and 4 ranks
 mpi_test_binary test_plugin "2 4" "the example plug-in"
+# comm.h's size_t counts: every collective split at pieces of 1 to 100 elements (3 ranks: uneven)
+mpi_test_binary test_comm_pieces "2 3" "collectives in pieces"
 
 # ---- seqpar grad: every grid writes the single-process file
 L=tiny_long   # H 4, KV heads 2, S 256

@@ -30,11 +30,47 @@ static void mpi_check(int rc, const char *what, MPI_Comm mc, int peer, size_t by
     die("%s failed (communicator of %d ranks, peer %d, %zu bytes): %s", what, size, peer, bytes, msg);
 }
 
-static int bytes_to_int(size_t bytes, const char *what) {
-    if (bytes > (size_t)INT_MAX)
-        die("%s: one message of %zu bytes exceeds MPI's int count (2 GiB): use a shorter sequence or more ranks",
-            what, bytes);
-    return (int)bytes;
+/* The most elements one message or one MPI call's count carries (comm.h, "Counts"). */
+static size_t msg_limit(const Comm *c) { return c->piece && c->piece < (size_t)INT_MAX ? c->piece : (size_t)INT_MAX; }
+
+/* Elements a piece of a split transfer: def, or less under comm_set_piece. */
+static size_t piece_of(const Comm *c, size_t def) { return c->piece && c->piece < def ? c->piece : def; }
+
+/* A span of bytes as one MPI count of one datatype: `bytes` of MPI_BYTE when they fit msg_limit,
+ * else one element of a derived type of extent `bytes` (chunks of msg_limit bytes, then the rest),
+ * which also serves as the block of an equal-block collective (block p at p x bytes). */
+typedef struct {
+    int count;
+    MPI_Datatype dt;
+} Span;
+
+static Span span_of(const Comm *c, size_t bytes, const char *what) {
+    if (bytes <= msg_limit(c)) return (Span){(int)bytes, MPI_BYTE};
+    size_t chunk = msg_limit(c);
+    if (bytes / chunk > (size_t)INT_MAX) chunk = bytes / (size_t)INT_MAX + 1; /* a tiny comm_set_piece */
+    const size_t n = bytes / chunk, rest = bytes % chunk;
+    MPI_Datatype one, body, whole, t;
+    mpi_check(MPI_Type_contiguous((int)chunk, MPI_BYTE, &one), what, MPI_COMM_NULL, -1, bytes);
+    mpi_check(MPI_Type_contiguous((int)n, one, &body), what, MPI_COMM_NULL, -1, bytes);
+    if (rest) {
+        int len[2] = {1, (int)rest};
+        MPI_Aint at[2] = {0, (MPI_Aint)(n * chunk)};
+        MPI_Datatype ty[2] = {body, MPI_BYTE};
+        mpi_check(MPI_Type_create_struct(2, len, at, ty, &whole), what, MPI_COMM_NULL, -1, bytes);
+    } else {
+        mpi_check(MPI_Type_dup(body, &whole), what, MPI_COMM_NULL, -1, bytes);
+    }
+    mpi_check(MPI_Type_create_resized(whole, 0, (MPI_Aint)bytes, &t), what, MPI_COMM_NULL, -1, bytes);
+    mpi_check(MPI_Type_commit(&t), what, MPI_COMM_NULL, -1, bytes);
+    MPI_Type_free(&one);
+    MPI_Type_free(&body);
+    MPI_Type_free(&whole);
+    return (Span){1, t};
+}
+
+/* Once the call using it is posted (MPI keeps what a pending operation needs). */
+static void span_free(Span *s) {
+    if (s->dt != MPI_BYTE) MPI_Type_free(&s->dt);
 }
 
 /* ---- communicator -> world ranks, cached as an attribute ---- */
@@ -117,6 +153,8 @@ void comm_set_timeout(Comm *c, double seconds) {
     c->timeout_s = seconds > 0 ? seconds : 0;
     exchange_deadline_set(c->timeout_s); /* die_if_any_rank's waits: the same deadline (common.h) */
 }
+
+void comm_set_piece(Comm *c, size_t n) { c->piece = n; }
 
 void comm_set_step(Comm *c, long step, const char *phase) {
     c->step = step;
@@ -326,6 +364,16 @@ Comm *comm_create(const Topology *t, const char *trace_path) {
     c->topo = t;
     c->timeout_s = COMM_DEFAULT_TIMEOUT_S;
     c->phase = "setup";
+    const char *piece = getenv("SEQPAR_COMM_PIECE");
+    if (piece) {
+        char *end = NULL;
+        errno = 0;
+        const unsigned long long v = strtoull(piece, &end, 10);
+        if (!*piece || *end || errno || v == 0 || piece[0] == '-')
+            die("SEQPAR_COMM_PIECE=%s is not a positive count of elements: unset it (it is for tests) or give "
+                "e.g. 1000", piece);
+        c->piece = (size_t)v;
+    }
     mpi_check(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_ranks, &c->keyval, NULL),
               "MPI_Comm_create_keyval", MPI_COMM_NULL, -1, 0);
     if (trace_path) c->trace = trace_create(t->world, trace_path);
@@ -405,8 +453,9 @@ void comm_compute_end(Comm *c, const char *name, double t0) {
 void comm_isend(Comm *c, CommKind k, const void *buf, size_t bytes, int peer, int tag, MPI_Comm mc,
                 MPI_Request *req) {
     double t0 = now_seconds();
-    mpi_check(MPI_Isend(buf, bytes_to_int(bytes, "MPI_Isend"), MPI_BYTE, peer, tag, mc, req), "MPI_Isend", mc,
-              peer, bytes);
+    Span sp = span_of(c, bytes, "MPI_Isend");
+    mpi_check(MPI_Isend(buf, sp.count, sp.dt, peer, tag, mc, req), "MPI_Isend", mc, peer, bytes);
+    span_free(&sp);
     count_message(c, k, mc, peer, bytes);
     remember_posted(c, *req, comm_world_rank_of(c, mc, peer), 1, k, bytes);
     if (c->trace) {
@@ -419,8 +468,9 @@ void comm_isend(Comm *c, CommKind k, const void *buf, size_t bytes, int peer, in
 
 void comm_irecv(Comm *c, CommKind k, void *buf, size_t bytes, int peer, int tag, MPI_Comm mc, MPI_Request *req) {
     double t0 = now_seconds();
-    mpi_check(MPI_Irecv(buf, bytes_to_int(bytes, "MPI_Irecv"), MPI_BYTE, peer, tag, mc, req), "MPI_Irecv", mc,
-              peer, bytes);
+    Span sp = span_of(c, bytes, "MPI_Irecv");
+    mpi_check(MPI_Irecv(buf, sp.count, sp.dt, peer, tag, mc, req), "MPI_Irecv", mc, peer, bytes);
+    span_free(&sp);
     remember_posted(c, *req, comm_world_rank_of(c, mc, peer), 0, k, bytes);
     if (c->trace) {
         char name[40];
@@ -551,23 +601,69 @@ static void finish_collective(Comm *c, CommKind k, const char *cat, double t0) {
 void comm_alltoall(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t bytes_per_peer, MPI_Comm mc) {
     double t0 = now_seconds();
     MPI_Request req;
-    collective_wait(c, "MPI_Ialltoall", k, mc,
-                    MPI_Ialltoall(sendbuf, bytes_to_int(bytes_per_peer, "MPI_Ialltoall"), MPI_BYTE, recvbuf,
-                                  (int)bytes_per_peer, MPI_BYTE, mc, &req),
-                    -1, bytes_per_peer, &req);
+    Span sp = span_of(c, bytes_per_peer, "MPI_Ialltoall");
+    const int rc = MPI_Ialltoall(sendbuf, sp.count, sp.dt, recvbuf, sp.count, sp.dt, mc, &req);
+    span_free(&sp);
+    collective_wait(c, "MPI_Ialltoall", k, mc, rc, -1, bytes_per_peer, &req);
     finish_collective(c, k, "alltoall", t0);
     count_to_peers(c, k, mc, bytes_per_peer);
 }
 
-void comm_alltoallv(Comm *c, CommKind k, const void *sendbuf, const int *sendcounts, const int *sdispls,
-                    void *recvbuf, const int *recvcounts, const int *rdispls, MPI_Datatype dt, MPI_Comm mc) {
+static size_t post_pieces(int send, void *buf, size_t count, MPI_Datatype dt, size_t es, size_t pe, int p, int tag,
+                          MPI_Comm mc, MPI_Request *reqs, const char *what);
+static size_t pieces_of(size_t count, size_t pe);
+
+/* Tags of the collectives run over point-to-point messages (beside the reduce-scatter's, below). */
+#define A2A_TAG 24000
+#define AG_TAG 24001
+#define GATHER_TAG 24002
+
+/* An int copy of n counts known to fit. */
+static int *ints_of(const size_t *v, int n, int *into) {
+    for (int i = 0; i < n; i++) into[i] = (int)v[i];
+    return into;
+}
+
+void comm_alltoallv(Comm *c, CommKind k, const void *sendbuf, const size_t *sendcounts, const size_t *sdispls,
+                    void *recvbuf, const size_t *recvcounts, const size_t *rdispls, MPI_Datatype dt, size_t most,
+                    MPI_Comm mc) {
     int n = comm_size_of(mc), me = comm_rank_of(mc);
     size_t es = type_size(dt);
     double t0 = now_seconds();
-    MPI_Request req;
-    collective_wait(c, "MPI_Ialltoallv", k, mc,
-                    MPI_Ialltoallv(sendbuf, sendcounts, sdispls, dt, recvbuf, recvcounts, rdispls, dt, mc, &req), -1,
-                    (size_t)sendcounts[me] * es, &req);
+    if (most <= msg_limit(c)) { /* every rank's counts fit: one MPI call */
+        int *iv = xmalloc(sizeof(int) * 4 * (size_t)n);
+        for (int p = 0; p < n; p++)
+            if (sendcounts[p] > most || sdispls[p] > most - sendcounts[p] || recvcounts[p] > most ||
+                rdispls[p] > most - recvcounts[p])
+                die("internal: all-to-all: a count or displacement past the bound %zu", most);
+        MPI_Request req;
+        collective_wait(c, "MPI_Ialltoallv", k, mc,
+                        MPI_Ialltoallv(sendbuf, ints_of(sendcounts, n, iv), ints_of(sdispls, n, iv + n), dt, recvbuf,
+                                       ints_of(recvcounts, n, iv + 2 * n), ints_of(rdispls, n, iv + 3 * n), dt, mc,
+                                       &req),
+                        -1, sendcounts[me] * es, &req);
+        xfree(iv);
+    } else { /* messages in pieces; the own block is copied */
+        const size_t pe = piece_of(c, COMM_RS_PIECE);
+        size_t n_req = 0;
+        for (int p = 0; p < n; p++)
+            if (p != me) n_req += pieces_of(sendcounts[p], pe) + pieces_of(recvcounts[p], pe);
+        if (n_req > (size_t)INT_MAX) die("all-to-all: %zu messages", n_req);
+        MPI_Request *reqs = xmalloc(sizeof(MPI_Request) * (n_req ? n_req : 1));
+        size_t i = 0;
+        for (int p = 0; p < n; p++) {
+            if (p == me) continue;
+            i += post_pieces(0, (char *)recvbuf + rdispls[p] * es, recvcounts[p], dt, es, pe, p, A2A_TAG, mc, reqs + i,
+                             "MPI_Irecv (all-to-all)");
+            i += post_pieces(1, (char *)sendbuf + sdispls[p] * es, sendcounts[p], dt, es, pe, p, A2A_TAG, mc, reqs + i,
+                             "MPI_Isend (all-to-all)");
+        }
+        if (sendcounts[me] != recvcounts[me]) die("internal: all-to-all: %zu elements to self, %zu expected", sendcounts[me], recvcounts[me]);
+        if (sendcounts[me])
+            memcpy((char *)recvbuf + rdispls[me] * es, (const char *)sendbuf + sdispls[me] * es, sendcounts[me] * es);
+        wait_deadline(c, "all-to-all", k, mc, (int)n_req, reqs);
+        xfree(reqs);
+    }
     finish_collective(c, k, "alltoall", t0);
     for (int p = 0; p < n; p++)
         if (p != me) count_message(c, k, mc, p, (uint64_t)sendcounts[p] * es);
@@ -580,15 +676,22 @@ void comm_allreduce(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, siz
     int n = comm_size_of(mc), me = comm_rank_of(mc);
     size_t es = type_size(dt);
     const int own = dt == MPI_FLOAT && op == MPI_SUM && n > 1 && count >= COMM_ALLREDUCE_OWN_MIN;
-    if (!own && count > (size_t)INT_MAX) die("MPI_Allreduce: %zu elements exceed MPI's int count", count);
     double t0 = now_seconds();
     if (own) {
         if (sendbuf != MPI_IN_PLACE) memcpy(recvbuf, sendbuf, count * sizeof(float));
         allreduce_floats_own(c, k, recvbuf, count, mc, n);
-    } else {
-        MPI_Request req;
-        collective_wait(c, "MPI_Iallreduce", k, mc, MPI_Iallreduce(sendbuf, recvbuf, (int)count, dt, op, mc, &req), -1,
-                        count * es, &req);
+    } else { /* runs of at most msg_limit elements (an elementwise op: the same results) */
+        const size_t lim = msg_limit(c);
+        size_t o = 0;
+        do {
+            const size_t len = count - o < lim ? count - o : lim;
+            const void *from = sendbuf == MPI_IN_PLACE ? MPI_IN_PLACE : (const char *)sendbuf + o * es;
+            MPI_Request req;
+            collective_wait(c, "MPI_Iallreduce", k, mc,
+                            MPI_Iallreduce(from, (char *)recvbuf + o * es, (int)len, dt, op, mc, &req), -1, len * es,
+                            &req);
+            o += len;
+        } while (o < count);
     }
     finish_collective(c, k, "allreduce", t0);
     size_t base = count / (size_t)n, rem = count % (size_t)n;
@@ -606,19 +709,20 @@ void comm_allreduce(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, siz
 /* Messages of at most pe floats that count floats take. */
 static size_t pieces_of(size_t count, size_t pe) { return (count + pe - 1) / pe; }
 
-/* Posts the floats [buf, buf + count) to peer p of mc (send) or from it (receive) as
- * pieces_of(count, pe) messages, one request each from reqs on; returns how many it posted. what:
- * the call, for the error message. The reduce-scatter and the allreduce's all-gather move their
- * blocks this way: no message beyond MPI's int count, and the reduce-scatter sums a piece while
- * the next ones are in flight. */
-static size_t post_pieces(int send, float *buf, size_t count, size_t pe, int p, int tag, MPI_Comm mc,
-                          MPI_Request *reqs, const char *what) {
+/* Posts the count elements of dt (es bytes each) at buf to peer p of mc (send) or from it
+ * (receive) as pieces_of(count, pe) messages, one request each from reqs on; returns how many it
+ * posted. what: the call, for the error message. The reduce-scatter, the allreduce's all-gather
+ * and the per-rank-count collectives past MPI's int counts move their blocks this way: no message
+ * beyond MPI's int count (pe is at most INT_MAX), and the reduce-scatter sums a piece while the
+ * next ones are in flight. */
+static size_t post_pieces(int send, void *buf, size_t count, MPI_Datatype dt, size_t es, size_t pe, int p, int tag,
+                          MPI_Comm mc, MPI_Request *reqs, const char *what) {
     size_t i = 0;
     for (size_t o = 0; o < count; o += pe, i++) {
         const size_t len = count - o < pe ? count - o : pe;
-        mpi_check(send ? MPI_Isend(buf + o, (int)len, MPI_FLOAT, p, tag, mc, &reqs[i])
-                       : MPI_Irecv(buf + o, (int)len, MPI_FLOAT, p, tag, mc, &reqs[i]),
-                  what, mc, p, len * sizeof(float));
+        char *at = (char *)buf + o * es;
+        mpi_check(send ? MPI_Isend(at, (int)len, dt, p, tag, mc, &reqs[i]) : MPI_Irecv(at, (int)len, dt, p, tag, mc, &reqs[i]),
+                  what, mc, p, len * es);
     }
     return i;
 }
@@ -626,11 +730,11 @@ static size_t post_pieces(int send, float *buf, size_t count, size_t pe, int p, 
 /* Receives and sums every message that has arrived, in step order; when all are summed and the
  * sends are complete, returns 1 (the reduce-scatter is then no longer in flight). */
 static int rs_progress(CommReduceScatter *rs) {
-    const long pieces = rs->n_steps / (rs->n - 1 > 0 ? rs->n - 1 : 1);
+    const size_t pieces = rs->n_steps / (size_t)(rs->n - 1 > 0 ? rs->n - 1 : 1);
     const size_t pe = rs->piece;
     while (rs->step < rs->n_steps) {
         const int p = (int)((rs->me + 1 + rs->step / pieces) % rs->n);
-        const size_t off = (size_t)(rs->step % pieces) * pe;
+        const size_t off = rs->step % pieces * pe;
         const size_t len = rs->own - off < pe ? rs->own - off : pe;
         float *land = rs->scratch ? rs->scratch : rs->land + off;
         if (!rs->recv_posted) {
@@ -666,29 +770,30 @@ static int rs_progress(CommReduceScatter *rs) {
  * own). */
 static void rs_start(Comm *c, CommKind k, CommReduceScatter *rs, float *src, float *recv, const size_t *recvcounts,
                      MPI_Comm mc, int tag, int in_place, int account) {
-    const size_t pe = in_place ? COMM_AR_PIECE : COMM_RS_PIECE; /* floats a message */
+    const size_t pe = piece_of(c, in_place ? COMM_AR_PIECE : COMM_RS_PIECE); /* floats a message */
     if (rs->active) die("internal: a reduce-scatter posted while still in flight");
     if (tag < 0 || tag >= COMM_RS_TAGS) die("internal: reduce-scatter tag %d outside 0..%d", tag, COMM_RS_TAGS - 1);
     const int n = comm_size_of(mc), me = comm_rank_of(mc);
     size_t off = 0, own_off = 0;
-    int n_sends = 0;
+    size_t n_sends = 0;
     for (int p = 0; p < n; p++) {
         if (p == me) own_off = off;
-        else n_sends += (int)pieces_of(recvcounts[p], pe);
+        else n_sends += pieces_of(recvcounts[p], pe);
         off += recvcounts[p];
     }
+    if (n_sends > (size_t)INT_MAX) die("reduce-scatter: %zu messages", n_sends);
     const size_t own = recvcounts[me];
     *rs = (CommReduceScatter){.mc = mc, .n = n, .me = me, .tag = tag, .active = 1,
                               .land = src + own_off, .dst = in_place ? src + own_off : recv, .own = own,
-                              .piece = pe, .n_steps = (long)pieces_of(own, pe) * (n - 1), .n_sends = n_sends};
-    if (n_sends) rs->sends = xmalloc(sizeof(MPI_Request) * (size_t)n_sends);
-    int i = 0;
+                              .piece = pe, .n_steps = pieces_of(own, pe) * (size_t)(n - 1), .n_sends = (int)n_sends};
+    if (n_sends) rs->sends = xmalloc(sizeof(MPI_Request) * n_sends);
+    size_t i = 0;
     off = 0;
     for (int p = 0; p < n; p++) {
         const size_t cnt = recvcounts[p];
         if (p != me) {
-            i += (int)post_pieces(1, src + off, cnt, pe, p, RS_TAG_BASE + tag, mc, rs->sends + i,
-                                  "MPI_Isend (reduce-scatter)");
+            i += post_pieces(1, src + off, cnt, MPI_FLOAT, sizeof(float), pe, p, RS_TAG_BASE + tag, mc, rs->sends + i,
+                             "MPI_Isend (reduce-scatter)");
             if (cnt && account) count_message(c, k, mc, p, (uint64_t)cnt * sizeof(float));
         }
         off += cnt;
@@ -702,16 +807,9 @@ static void rs_start(Comm *c, CommKind k, CommReduceScatter *rs, float *src, flo
     rs_progress(rs);
 }
 
-void comm_rs_post(Comm *c, CommKind k, CommReduceScatter *rs, float *src, float *recv, const int *recvcounts,
+void comm_rs_post(Comm *c, CommKind k, CommReduceScatter *rs, float *src, float *recv, const size_t *recvcounts,
                   MPI_Comm mc, int tag) {
-    const int n = comm_size_of(mc);
-    size_t *counts = xmalloc(sizeof(size_t) * (size_t)n);
-    for (int p = 0; p < n; p++) {
-        if (recvcounts[p] < 0) die("internal: reduce-scatter count %d for rank %d", recvcounts[p], p);
-        counts[p] = (size_t)recvcounts[p];
-    }
-    rs_start(c, k, rs, src, recv, counts, mc, tag, 0, 1);
-    xfree(counts);
+    rs_start(c, k, rs, src, recv, recvcounts, mc, tag, 0, 1);
 }
 
 static int rs_any_active(int n, const CommReduceScatter *rs) {
@@ -765,7 +863,7 @@ void comm_rs_wait(Comm *c, CommKind k, int n, CommReduceScatter *rs) {
     wait_spent(c, k, NULL, "wait", TRACE_EVERY, t0, now_seconds());
 }
 
-void comm_reduce_scatter(Comm *c, CommKind k, float *sendbuf, float *recvbuf, const int *recvcounts, MPI_Comm mc) {
+void comm_reduce_scatter(Comm *c, CommKind k, float *sendbuf, float *recvbuf, const size_t *recvcounts, MPI_Comm mc) {
     double t0 = now_seconds();
     CommReduceScatter rs = {0};
     comm_rs_post(c, k, &rs, sendbuf, recvbuf, recvcounts, mc, COMM_RS_TAGS - 1);
@@ -789,7 +887,7 @@ static void allreduce_floats_own(Comm *c, CommKind k, float *buf, size_t count, 
     CommReduceScatter rs = {0};
     rs_start(c, k, &rs, buf, NULL, counts, mc, COMM_RS_TAGS - 1, 1, 0);
     rs_complete(c, k, 1, &rs);
-    const size_t pe = COMM_RS_PIECE, mine = pieces_of(counts[me], pe);
+    const size_t pe = piece_of(c, COMM_RS_PIECE), mine = pieces_of(counts[me], pe);
     size_t n_req = 0;
     for (int p = 0; p < n; p++)
         if (p != me) n_req += mine + pieces_of(counts[p], pe);
@@ -798,10 +896,10 @@ static void allreduce_floats_own(Comm *c, CommKind k, float *buf, size_t count, 
     size_t i = 0;
     for (int p = 0; p < n; p++) {
         if (p == me) continue;
-        i += post_pieces(0, buf + displs[p], counts[p], pe, p, RS_TAG_BASE + COMM_RS_TAGS, mc, reqs + i,
-                         "MPI_Irecv (allreduce's all-gather)"); /* p's block from p */
-        i += post_pieces(1, buf + displs[me], counts[me], pe, p, RS_TAG_BASE + COMM_RS_TAGS, mc, reqs + i,
-                         "MPI_Isend (allreduce's all-gather)"); /* mine to p */
+        i += post_pieces(0, buf + displs[p], counts[p], MPI_FLOAT, sizeof(float), pe, p, RS_TAG_BASE + COMM_RS_TAGS, mc,
+                         reqs + i, "MPI_Irecv (allreduce's all-gather)"); /* p's block from p */
+        i += post_pieces(1, buf + displs[me], counts[me], MPI_FLOAT, sizeof(float), pe, p, RS_TAG_BASE + COMM_RS_TAGS,
+                         mc, reqs + i, "MPI_Isend (allreduce's all-gather)"); /* mine to p */
     }
     wait_deadline(c, "allreduce's all-gather", k, mc, (int)n_req, reqs);
     xfree(reqs);
@@ -810,41 +908,117 @@ static void allreduce_floats_own(Comm *c, CommKind k, float *buf, size_t count, 
 }
 
 void comm_reduce_scatter_block(Comm *c, CommKind k, float *sendbuf, float *recvbuf, size_t recvcount, MPI_Comm mc) {
-    if (recvcount > (size_t)INT_MAX) die("reduce-scatter: %zu elements a rank exceed MPI's int count", recvcount);
     const int n = comm_size_of(mc);
-    int *counts = xmalloc(sizeof(int) * (size_t)n);
-    for (int p = 0; p < n; p++) counts[p] = (int)recvcount;
+    size_t *counts = xmalloc(sizeof(size_t) * (size_t)n);
+    for (int p = 0; p < n; p++) counts[p] = recvcount;
     comm_reduce_scatter(c, k, sendbuf, recvbuf, counts, mc);
     xfree(counts);
 }
 
-void comm_allgatherv(Comm *c, CommKind k, const void *sendbuf, int sendcount, void *recvbuf, const int *recvcounts,
-                     const int *displs, MPI_Datatype dt, MPI_Comm mc) {
-    size_t es = type_size(dt);
-    double t0 = now_seconds();
-    MPI_Request req;
-    collective_wait(c, "MPI_Iallgatherv", k, mc,
-                    MPI_Iallgatherv(sendbuf, sendcount, dt, recvbuf, recvcounts, displs, dt, mc, &req), -1,
-                    (size_t)sendcount * es, &req);
-    finish_collective(c, k, "allgather", t0);
+/* Posts the all-gatherv into ag (comm.h): one MPI_Iallgatherv when every count and displacement
+ * fits (the arrays are the same on every rank, so all take the same path), else every rank's
+ * block to every other in pieces of at most COMM_RS_PIECE elements, received straight into
+ * place. Counts the bytes (comm.h's direct model). */
+static void allgatherv_post(Comm *c, CommKind k, const void *sendbuf, size_t sendcount, void *recvbuf,
+                            const size_t *recvcounts, const size_t *displs, MPI_Datatype dt, MPI_Comm mc,
+                            CommGather *ag) {
+    const int n = comm_size_of(mc), me = comm_rank_of(mc);
+    const size_t es = type_size(dt), lim = msg_limit(c);
+    if (ag->reqs) die("internal: an all-gather posted while still in flight");
+    if (sendcount != recvcounts[me])
+        die("internal: all-gather: %zu elements sent, %zu expected from this rank", sendcount, recvcounts[me]);
+    int fits = 1;
+    for (int p = 0; p < n; p++) fits &= recvcounts[p] <= lim && displs[p] <= lim;
+    *ag = (CommGather){.mc = mc};
+    if (fits) {
+        ag->ints = xmalloc(sizeof(int) * 2 * (size_t)n);
+        ag->reqs = xmalloc(sizeof(MPI_Request));
+        ag->n = 1;
+        mpi_check(MPI_Iallgatherv(sendbuf, (int)sendcount, dt, recvbuf, ints_of(recvcounts, n, ag->ints), ints_of(displs, n, ag->ints + n),
+                                  dt, mc, ag->reqs),
+                  "MPI_Iallgatherv", mc, -1, sendcount * es);
+    } else {
+        char *mine = (char *)recvbuf + displs[me] * es;
+        if (sendbuf != MPI_IN_PLACE && sendcount) memcpy(mine, sendbuf, sendcount * es);
+        const size_t pe = piece_of(c, COMM_RS_PIECE);
+        size_t n_req = 0;
+        for (int p = 0; p < n; p++)
+            if (p != me) n_req += pieces_of(recvcounts[p], pe) + pieces_of(sendcount, pe);
+        if (n_req > (size_t)INT_MAX) die("all-gather: %zu messages", n_req);
+        ag->reqs = xmalloc(sizeof(MPI_Request) * (n_req ? n_req : 1));
+        ag->n = (int)n_req;
+        size_t i = 0;
+        for (int p = 0; p < n; p++) {
+            if (p == me) continue;
+            i += post_pieces(0, (char *)recvbuf + displs[p] * es, recvcounts[p], dt, es, pe, p, AG_TAG, mc, ag->reqs + i,
+                             "MPI_Irecv (all-gather)");
+            i += post_pieces(1, mine, sendcount, dt, es, pe, p, AG_TAG, mc, ag->reqs + i, "MPI_Isend (all-gather)");
+        }
+    }
     count_to_peers(c, k, mc, (uint64_t)sendcount * es);
 }
 
-void comm_iallgatherv(Comm *c, CommKind k, const void *sendbuf, int sendcount, void *recvbuf, const int *recvcounts,
-                      const int *displs, MPI_Datatype dt, MPI_Comm mc, MPI_Request *req) {
-    size_t es = type_size(dt);
-    mpi_check(MPI_Iallgatherv(sendbuf, sendcount, dt, recvbuf, recvcounts, displs, dt, mc, req), "MPI_Iallgatherv",
-              mc, -1, (size_t)sendcount * es);
-    count_to_peers(c, k, mc, (uint64_t)sendcount * es);
+static void gather_done(CommGather *ag) {
+    xfree(ag->reqs);
+    xfree(ag->ints);
+    ag->reqs = NULL;
+    ag->ints = NULL;
+    ag->n = 0;
+}
+
+void comm_allgatherv(Comm *c, CommKind k, const void *sendbuf, size_t sendcount, void *recvbuf, const size_t *recvcounts,
+                     const size_t *displs, MPI_Datatype dt, MPI_Comm mc) {
+    double t0 = now_seconds();
+    CommGather ag = {0};
+    allgatherv_post(c, k, sendbuf, sendcount, recvbuf, recvcounts, displs, dt, mc, &ag);
+    wait_deadline(c, "all-gather", k, mc, ag.n, ag.reqs);
+    gather_done(&ag);
+    finish_collective(c, k, "allgather", t0);
+}
+
+void comm_iallgatherv(Comm *c, CommKind k, const void *sendbuf, size_t sendcount, void *recvbuf,
+                      const size_t *recvcounts, const size_t *displs, MPI_Datatype dt, MPI_Comm mc, CommGather *ag) {
+    allgatherv_post(c, k, sendbuf, sendcount, recvbuf, recvcounts, displs, dt, mc, ag);
+}
+
+int comm_gather_test(Comm *c, CommKind k, int n, CommGather *ag) {
+    int pending = 0;
+    for (int i = 0; i < n; i++) pending |= ag[i].reqs != NULL;
+    if (!pending) return 1;
+    double t0 = now_seconds();
+    int all = 1;
+    for (int i = 0; i < n; i++) {
+        if (!ag[i].reqs) continue;
+        int flag = 0;
+        mpi_check(MPI_Testall(ag[i].n, ag[i].reqs, &flag, MPI_STATUSES_IGNORE), "MPI_Testall (all-gather)", ag[i].mc, -1,
+                  0);
+        if (flag) gather_done(&ag[i]);
+        all &= flag;
+    }
+    wait_spent(c, k, "testall", "wait", TRACE_TESTS_OVER, t0, now_seconds());
+    return all;
+}
+
+void comm_gather_wait(Comm *c, CommKind k, int n, CommGather *ag) {
+    int pending = 0;
+    for (int i = 0; i < n; i++) pending |= ag[i].reqs != NULL;
+    if (!pending) return;
+    double t0 = now_seconds();
+    for (int i = 0; i < n; i++) {
+        if (!ag[i].reqs) continue;
+        wait_deadline(c, "all-gather", k, ag[i].mc, ag[i].n, ag[i].reqs);
+        gather_done(&ag[i]);
+    }
+    wait_spent(c, k, NULL, "wait", TRACE_EVERY, t0, now_seconds());
 }
 
 void comm_allgather(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t bytes_per_rank, MPI_Comm mc) {
     double t0 = now_seconds();
     MPI_Request req;
-    collective_wait(c, "MPI_Iallgather", k, mc,
-                    MPI_Iallgather(sendbuf, bytes_to_int(bytes_per_rank, "MPI_Iallgather"), MPI_BYTE, recvbuf,
-                                   (int)bytes_per_rank, MPI_BYTE, mc, &req),
-                    -1, bytes_per_rank, &req);
+    Span sp = span_of(c, bytes_per_rank, "MPI_Iallgather");
+    const int rc = MPI_Iallgather(sendbuf, sp.count, sp.dt, recvbuf, sp.count, sp.dt, mc, &req);
+    span_free(&sp);
+    collective_wait(c, "MPI_Iallgather", k, mc, rc, -1, bytes_per_rank, &req);
     finish_collective(c, k, "allgather", t0);
     count_to_peers(c, k, mc, bytes_per_rank);
 }
@@ -869,9 +1043,10 @@ void comm_allgather_meta(Comm *c, CommKind k, const void *sendbuf, void *recvbuf
     int n = comm_size_of(mc);
     double t0 = now_seconds();
     MPI_Request req;
-    mpi_check(MPI_Iallgather(sendbuf, bytes_to_int(bytes, "MPI_Iallgather"), MPI_BYTE, recvbuf, (int)bytes,
-                             MPI_BYTE, mc, &req),
-              "MPI_Iallgather", mc, -1, bytes);
+    Span sp = span_of(c, bytes, "MPI_Iallgather");
+    mpi_check(MPI_Iallgather(sendbuf, sp.count, sp.dt, recvbuf, sp.count, sp.dt, mc, &req), "MPI_Iallgather", mc, -1,
+              bytes);
+    span_free(&sp);
     wait_deadline(c, "MPI_Iallgather (meta)", k, mc, 1, &req);
     double t1 = now_seconds();
     c->stats.meta_wait_s += t1 - t0; /* not k's: it moved none of k's bytes (k names it to the watchdog) */
@@ -879,15 +1054,36 @@ void comm_allgather_meta(Comm *c, CommKind k, const void *sendbuf, void *recvbuf
     c->stats.meta_bytes += (uint64_t)bytes * (uint64_t)(n - 1);
 }
 
-void comm_gatherv(Comm *c, CommKind k, const void *sendbuf, int sendcount, void *recvbuf, const int *recvcounts,
-                  const int *displs, MPI_Datatype dt, int root, MPI_Comm mc) {
-    int me = comm_rank_of(mc);
-    size_t es = type_size(dt);
+void comm_gatherv(Comm *c, CommKind k, const void *sendbuf, size_t sendcount, void *recvbuf,
+                  const size_t *recvcounts, const size_t *displs, MPI_Datatype dt, int root, MPI_Comm mc) {
+    const int n = comm_size_of(mc), me = comm_rank_of(mc);
+    const size_t es = type_size(dt), pe = piece_of(c, COMM_RS_PIECE);
     double t0 = now_seconds();
-    MPI_Request req;
-    collective_wait(c, "MPI_Igatherv", k, mc,
-                    MPI_Igatherv(sendbuf, sendcount, dt, recvbuf, recvcounts, displs, dt, root, mc, &req), root,
-                    (size_t)sendcount * es, &req);
+    size_t n_req = 0;
+    if (me == root) {
+        for (int p = 0; p < n; p++)
+            if (p != me) n_req += pieces_of(recvcounts[p], pe);
+        if (sendbuf != MPI_IN_PLACE) {
+            if (sendcount != recvcounts[me])
+                die("internal: gather: %zu elements from the root, %zu expected", sendcount, recvcounts[me]);
+            if (sendcount) memcpy((char *)recvbuf + displs[me] * es, sendbuf, sendcount * es);
+        }
+    } else {
+        n_req = pieces_of(sendcount, pe);
+    }
+    if (n_req > (size_t)INT_MAX) die("gather: %zu messages", n_req);
+    MPI_Request *reqs = xmalloc(sizeof(MPI_Request) * (n_req ? n_req : 1));
+    size_t i = 0;
+    if (me == root) {
+        for (int p = 0; p < n; p++)
+            if (p != me)
+                i += post_pieces(0, (char *)recvbuf + displs[p] * es, recvcounts[p], dt, es, pe, p, GATHER_TAG, mc,
+                                 reqs + i, "MPI_Irecv (gather)");
+    } else {
+        i = post_pieces(1, (void *)sendbuf, sendcount, dt, es, pe, root, GATHER_TAG, mc, reqs, "MPI_Isend (gather)");
+    }
+    wait_deadline(c, "gather", k, mc, (int)n_req, reqs);
+    xfree(reqs);
     finish_collective(c, k, "gather", t0);
     if (me != root) count_message(c, k, mc, root, (uint64_t)sendcount * es);
 }
@@ -895,10 +1091,16 @@ void comm_gatherv(Comm *c, CommKind k, const void *sendbuf, int sendcount, void 
 /* ---- control traffic: under the watchdog, outside the statistics ---- */
 void comm_control_allreduce(Comm *c, const char *what, void *buf, size_t count, MPI_Datatype dt, MPI_Op op,
                             MPI_Comm mc) {
-    if (count > (size_t)INT_MAX) die("%s: %zu elements exceed MPI's int count", what, count);
-    MPI_Request req;
-    collective_wait(c, what, COMM_KINDS, mc, MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, dt, op, mc, &req), -1, count,
-                    &req);
+    const size_t es = type_size(dt), lim = msg_limit(c);
+    size_t o = 0;
+    do { /* runs of at most lim elements (the op is elementwise: the same results) */
+        const size_t len = count - o < lim ? count - o : lim;
+        MPI_Request req;
+        collective_wait(c, what, COMM_KINDS, mc,
+                        MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + o * es, (int)len, dt, op, mc, &req), -1, len * es,
+                        &req);
+        o += len;
+    } while (o < count);
 }
 
 void comm_control_barrier(Comm *c, const char *what, MPI_Comm mc) {
@@ -908,8 +1110,10 @@ void comm_control_barrier(Comm *c, const char *what, MPI_Comm mc) {
 
 void comm_control_bcast(Comm *c, const char *what, void *buf, size_t bytes, int root, MPI_Comm mc) {
     MPI_Request req;
-    collective_wait(c, what, COMM_KINDS, mc, MPI_Ibcast(buf, bytes_to_int(bytes, what), MPI_BYTE, root, mc, &req), root,
-                    bytes, &req);
+    Span sp = span_of(c, bytes, what);
+    const int rc = MPI_Ibcast(buf, sp.count, sp.dt, root, mc, &req);
+    span_free(&sp);
+    collective_wait(c, what, COMM_KINDS, mc, rc, root, bytes, &req);
 }
 
 int comm_launched_world(int *rank) {

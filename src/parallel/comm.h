@@ -27,6 +27,17 @@
  * found with MPI_Group_translate_ranks once per communicator and cached on the communicator as
  * an MPI attribute (freed with it).
  *
+ * Counts. Every count here is a size_t: no message, block or vector length is limited by MPI's
+ * int counts. A call whose counts and displacements fit in one MPI call's ints (at most INT_MAX
+ * elements) is that MPI call; past that, a message or an equal-sized block travels as one element
+ * of a derived datatype of its bytes (chunks of at most INT_MAX bytes and the rest), and the
+ * collectives with per-rank counts (all-gatherv, gatherv, all-to-allv) run over point-to-point
+ * messages of at most COMM_RS_PIECE elements, as the reduce-scatter and the own allreduce always
+ * do. None of this adds, moves or reorders an arithmetic operation: every result is the same bits
+ * whichever way it travelled. The environment variable SEQPAR_COMM_PIECE=N (or comm_set_piece)
+ * lowers every one of those limits to N elements (tests: the splitting paths run at small
+ * counts, every boundary included; a user has no reason to set it).
+ *
  * Every MPI return code is checked: a failure dies naming the call, the communicator size, the
  * peer and the byte count. A Comm is used from one thread. Nothing is global: the context is
  * passed explicitly.
@@ -126,6 +137,7 @@ typedef struct {
     int posted_next;
     CommWireSlot *wire; /* bf16 transfers: slots in flight and idle staging buffers */
     int n_wire;
+    size_t piece;       /* 0, or the most elements of one message or MPI call (comm_set_piece) */
 } Comm;
 
 /* Creates the context. trace_path non-NULL turns tracing on (written by comm_destroy).
@@ -134,6 +146,13 @@ Comm *comm_create(const Topology *t, const char *trace_path);
 /* Writes the trace if tracing is on (collective over world then) and frees the context. Returns
  * 0, or -1 with a one-line message (on rank 0) when the trace file could not be written. */
 int comm_destroy(Comm *c, SeqErr *e);
+
+/* The most elements any one message or MPI call carries from now on (0: the defaults: INT_MAX
+ * elements an MPI call, COMM_RS_PIECE / COMM_AR_PIECE floats a piece of the reduce-scatter and of
+ * the allreduce; a smaller n lowers each of them to n). Every rank of a communicator must use the
+ * same value. comm_create takes it from SEQPAR_COMM_PIECE (a positive count) when that is set.
+ * For tests: results are the same bits under any value. */
+void comm_set_piece(Comm *c, size_t n);
 
 /* Watchdog deadline of every later wait, in seconds (0: wait forever). comm_create sets
  * COMM_DEFAULT_TIMEOUT_S. */
@@ -203,9 +222,13 @@ int comm_testall(Comm *c, CommKind k, int n, MPI_Request *reqs);
 /* Collectives (blocking; their whole time counts as wait time of kind k). */
 void comm_alltoall(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t bytes_per_peer,
                    MPI_Comm mc);
-/* All-to-all with per-peer counts and displacements in elements of dt (sendcounts[p] to peer p). */
-void comm_alltoallv(Comm *c, CommKind k, const void *sendbuf, const int *sendcounts, const int *sdispls,
-                    void *recvbuf, const int *recvcounts, const int *rdispls, MPI_Datatype dt, MPI_Comm mc);
+/* All-to-all with per-peer counts and displacements in elements of dt (sendcounts[p] to peer p).
+ * most: a bound, the same on every rank of mc, on every count and displacement + count any rank of
+ * mc passes (a rank cannot see the others' counts, and all must take the same path: one
+ * MPI_Ialltoallv when most fits MPI's int, else messages in pieces). */
+void comm_alltoallv(Comm *c, CommKind k, const void *sendbuf, const size_t *sendcounts, const size_t *sdispls,
+                    void *recvbuf, const size_t *recvcounts, const size_t *rdispls, MPI_Datatype dt, size_t most,
+                    MPI_Comm mc);
 /* Sums of at least COMM_ALLREDUCE_OWN_MIN floats (MPI_FLOAT, MPI_SUM) on more than one rank are
  * seqpar's own: the reduce-scatter below into near-equal blocks, each summed in its own place of
  * recvbuf (sendbuf copied there first unless MPI_IN_PLACE) with one message of scratch (at most
@@ -217,8 +240,10 @@ void comm_alltoallv(Comm *c, CommKind k, const void *sendbuf, const int *sendcou
 #define COMM_AR_PIECE ((size_t)1 << 16) /* floats a message there, and of the scratch: 256 KiB */
 void comm_allreduce(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t count,
                     MPI_Datatype dt, MPI_Op op, MPI_Comm mc);
-void comm_allgatherv(Comm *c, CommKind k, const void *sendbuf, int sendcount, void *recvbuf,
-                     const int *recvcounts, const int *displs, MPI_Datatype dt, MPI_Comm mc);
+/* All-gather of per-rank blocks (MPI_Allgatherv semantics, MPI_IN_PLACE allowed; counts and
+ * displacements in elements of dt, the same arrays on every rank). */
+void comm_allgatherv(Comm *c, CommKind k, const void *sendbuf, size_t sendcount, void *recvbuf,
+                     const size_t *recvcounts, const size_t *displs, MPI_Datatype dt, MPI_Comm mc);
 /* Reduce-scatter of floats (sum), run by seqpar over point-to-point messages rather than
  * MPI_Ireduce_scatter: Open MPI 4's nonblocking one (libnbc) reduces the WHOLE vector to rank 0
  * along a binomial tree, in temporaries of one to two times its size on rank 0 and on the tree's
@@ -247,7 +272,7 @@ typedef struct {
     float *dst;           /* this rank's block of the sum */
     size_t own;           /* floats of this rank's block */
     size_t piece;         /* floats a message: COMM_RS_PIECE, or COMM_AR_PIECE for comm_allreduce */
-    long n_steps, step;   /* messages to receive ((P - 1) x pieces, peer-major); summed so far */
+    size_t n_steps, step; /* messages to receive ((P - 1) x pieces, peer-major); summed so far */
     int recv_posted;      /* step's receive is posted in recv */
     MPI_Request recv;
     MPI_Request *sends;   /* every piece to every peer */
@@ -255,7 +280,7 @@ typedef struct {
 } CommReduceScatter;
 /* Posts the reduce-scatter of src (recvcounts[p] floats to rank p of mc, blocks in rank order)
  * into recv (recvcounts[me] floats). rs must not be in flight. */
-void comm_rs_post(Comm *c, CommKind k, CommReduceScatter *rs, float *src, float *recv, const int *recvcounts,
+void comm_rs_post(Comm *c, CommKind k, CommReduceScatter *rs, float *src, float *recv, const size_t *recvcounts,
                   MPI_Comm mc, int tag);
 /* Progresses the n reduce-scatters (those not in flight are skipped); returns 1 when none is left
  * in flight. Time goes to k. */
@@ -264,13 +289,26 @@ int comm_rs_test(Comm *c, CommKind k, int n, CommReduceScatter *rs);
 void comm_rs_wait(Comm *c, CommKind k, int n, CommReduceScatter *rs);
 static inline int comm_rs_active(const CommReduceScatter *rs) { return rs->active; }
 /* Blocking forms: recvcounts per rank, or recvcount floats for every rank. */
-void comm_reduce_scatter(Comm *c, CommKind k, float *sendbuf, float *recvbuf, const int *recvcounts, MPI_Comm mc);
+void comm_reduce_scatter(Comm *c, CommKind k, float *sendbuf, float *recvbuf, const size_t *recvcounts, MPI_Comm mc);
 void comm_reduce_scatter_block(Comm *c, CommKind k, float *sendbuf, float *recvbuf, size_t recvcount, MPI_Comm mc);
-/* Nonblocking all-gatherv (MPI_Iallgatherv), counted when posted as comm_allgatherv counts it;
- * complete it with comm_waitall or progress it with comm_testall. recvbuf must not be read and
- * sendbuf not change until it completes. */
-void comm_iallgatherv(Comm *c, CommKind k, const void *sendbuf, int sendcount, void *recvbuf, const int *recvcounts,
-                      const int *displs, MPI_Datatype dt, MPI_Comm mc, MPI_Request *req);
+/* Nonblocking comm_allgatherv, counted when posted as comm_allgatherv counts it: one
+ * MPI_Iallgatherv, or (past MPI's int counts) its messages in pieces; progress it with
+ * comm_gather_test and complete it with comm_gather_wait. recvbuf must not be read and sendbuf not
+ * change until it completes. Several may be in flight on one communicator when every rank posts
+ * them in the same order. */
+typedef struct {
+    MPI_Comm mc;
+    MPI_Request *reqs; /* NULL: not in flight */
+    int n;
+    int *ints;         /* the MPI call's counts and displacements, kept until it completes */
+} CommGather;
+void comm_iallgatherv(Comm *c, CommKind k, const void *sendbuf, size_t sendcount, void *recvbuf,
+                      const size_t *recvcounts, const size_t *displs, MPI_Datatype dt, MPI_Comm mc, CommGather *ag);
+/* One test of the n gathers (those not in flight are skipped): 1 when none is left in flight. */
+int comm_gather_test(Comm *c, CommKind k, int n, CommGather *ag);
+/* Completes the n gathers under the watchdog's deadline. */
+void comm_gather_wait(Comm *c, CommKind k, int n, CommGather *ag);
+static inline int comm_gather_active(const CommGather *ag) { return ag->reqs != NULL; }
 /* All-gather of equal blocks of bytes_per_rank (own block to each other member). */
 void comm_allgather(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t bytes_per_rank, MPI_Comm mc);
 /* comm_allgather of count floats per rank on a wire (see comm_isend_floats). */
@@ -281,9 +319,11 @@ void comm_allgather_floats(Comm *c, CommKind k, const float *sendbuf, float *rec
 void comm_allgather_meta(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t bytes,
                          MPI_Comm mc);
 /* Gather to `root` (MPI_Gatherv semantics; recvcounts/displs used on the root only): each
- * non-root member sends its block to the root, counted as one message of kind k. */
-void comm_gatherv(Comm *c, CommKind k, const void *sendbuf, int sendcount, void *recvbuf, const int *recvcounts,
-                  const int *displs, MPI_Datatype dt, int root, MPI_Comm mc);
+ * non-root member sends its block to the root, counted as one message of kind k. It runs over
+ * point-to-point messages of at most COMM_RS_PIECE elements (the other ranks do not know the
+ * root's counts, so no rank could choose another path alone), received straight into place. */
+void comm_gatherv(Comm *c, CommKind k, const void *sendbuf, size_t sendcount, void *recvbuf,
+                  const size_t *recvcounts, const size_t *displs, MPI_Datatype dt, int root, MPI_Comm mc);
 
 /* Control traffic: a few values per step (loss sums, step times, stop flags, evaluation counts)
  * and barriers. Under the watchdog like everything else, but counted in no statistics (outside

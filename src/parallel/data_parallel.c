@@ -1,7 +1,6 @@
 /* Gradient reduction and Hybrid ZeRO stages 0-3 over sharding groups: see data_parallel.h. */
 #include "parallel/data_parallel.h"
 
-#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -39,23 +38,21 @@ void grad_sync_init(GradSync *g, MPI_Comm comm, Comm *stats, size_t total, int z
     g->shard_begin = 0;
     g->shard_end = total;
     if (zero == 0 || g->world_size == 1) return;
-    if (total > (size_t)INT_MAX)
-        die_collective("the model has %zu parameters, more than MPI's int counts allow in one collective: use --zero 0",
-                       total);
     /* groups of g consecutive world ranks; the cross communicator joins equal group ranks */
     MPI_Comm_split(comm, g->world_rank / g->group, g->world_rank, &g->shard_comm);
     MPI_Comm_split(comm, g->world_rank % g->group, g->world_rank, &g->cross_comm);
     MPI_Comm_rank(g->shard_comm, &g->rank);
     MPI_Comm_size(g->shard_comm, &g->size);
-    g->counts = xmalloc(sizeof(int) * (size_t)g->size);
-    g->displs = xmalloc(sizeof(int) * (size_t)g->size);
-    for (int r = 0; r < g->size; r++) {
-        size_t b = total * (size_t)r / (size_t)g->size, e = total * (size_t)(r + 1) / (size_t)g->size;
-        g->counts[r] = (int)(e - b);
-        g->displs[r] = (int)b;
+    g->counts = xmalloc(sizeof(size_t) * (size_t)g->size);
+    g->displs = xmalloc(sizeof(size_t) * (size_t)g->size);
+    for (int r = 0; r < g->size; r++) { /* total x r: no overflow below 2^64 / ranks elements */
+        size_t b = total / (size_t)g->size * (size_t)r + total % (size_t)g->size * (size_t)r / (size_t)g->size;
+        size_t e = total / (size_t)g->size * (size_t)(r + 1) + total % (size_t)g->size * (size_t)(r + 1) / (size_t)g->size;
+        g->counts[r] = e - b;
+        g->displs[r] = b;
     }
-    g->shard_begin = (size_t)g->displs[g->rank];
-    g->shard_end = g->shard_begin + (size_t)g->counts[g->rank];
+    g->shard_begin = g->displs[g->rank];
+    g->shard_end = g->shard_begin + g->counts[g->rank];
     g->shard_buf = xmalloc(sizeof(float) * (g->shard_end - g->shard_begin + 1));
 }
 
@@ -77,12 +74,8 @@ void grad_sync_free(GradSync *g) {
     for (int k = 0; k < 4; k++) xfree(g->acc_tmp[k]);
     xfree(g->acc_whole);
     xfree(g->p_shard);
-    for (int i = 0; i < 2; i++) {
-        xfree(g->p_layer[i]);
-        xfree(g->gather_displs[i]);
-    }
+    for (int i = 0; i < 2; i++) xfree(g->p_layer[i]);
     xfree(g->p_outer);
-    xfree(g->outer_displs);
     memset(g, 0, sizeof *g);
 }
 
@@ -132,10 +125,11 @@ static size_t outer_floats(const GradSync *g) {
 
 /* All-gathers unit u's parameters (from the shards in p_shard) into dst (the unit's size). */
 static void unit_gather(GradSync *g, int u, float *dst) {
-    const int *cnt = g->unit_counts + (size_t)u * (size_t)g->size;
+    const size_t *cnt = g->unit_counts + (size_t)u * (size_t)g->size;
     size_t ob, oe;
     unit_own(g, u, &ob, &oe);
-    for (int p = 0, d = 0; p < g->size; p++) g->unit_displs[p] = d, d += cnt[p];
+    size_t d = 0;
+    for (int p = 0; p < g->size; p++) g->unit_displs[p] = d, d += cnt[p];
     comm_allgatherv(g->stats, COMM_PARAM_GATHER, g->p_shard + (ob - g->shard_begin), cnt[g->rank], dst, cnt,
                     g->unit_displs, MPI_FLOAT, g->shard_comm);
 }
@@ -152,18 +146,18 @@ static int pass_layer(const GradSync *g, int k) {
 static void gather_post(GradSync *g, int k) {
     if (k >= g->pass_len) return;
     int u = 1 + pass_layer(g, k), b = k % 2;
-    const int *cnt = g->unit_counts + (size_t)u * (size_t)g->size;
-    size_t ob, oe;
+    const size_t *cnt = g->unit_counts + (size_t)u * (size_t)g->size;
+    size_t ob, oe, d = 0;
     unit_own(g, u, &ob, &oe);
-    for (int p = 0, d = 0; p < g->size; p++) g->gather_displs[b][p] = d, d += cnt[p];
+    for (int p = 0; p < g->size; p++) g->unit_displs[p] = d, d += cnt[p];
     comm_iallgatherv(g->stats, COMM_PARAM_GATHER, g->p_shard + (ob - g->shard_begin), cnt[g->rank], g->p_layer[b],
-                     cnt, g->gather_displs[b], MPI_FLOAT, g->shard_comm, &g->gather_req[b]);
+                     cnt, g->unit_displs, MPI_FLOAT, g->shard_comm, &g->gather[b]);
 }
 
 /* Layer `layer` starts as use k of the pass: waits for its gather, posts the next one, binds it. */
 static void gather_use(GradSync *g, LlamaModel *m, int k, int layer) {
     int b = k % 2;
-    comm_waitall(g->stats, COMM_PARAM_GATHER, 1, &g->gather_req[b]);
+    comm_gather_wait(g->stats, COMM_PARAM_GATHER, 1, &g->gather[b]);
     gather_post(g, k + 1);
     bind_layer(g, &m->w.layers[layer], g->p_layer[b], layer);
 }
@@ -207,7 +201,7 @@ static void unit_reduce_post(GradSync *g, int u, float *src) {
         dst = g->acc_whole ? g->acc_whole + (ob - g->shard_begin) : g->acc_tmp[k];
         g->acc_unit[k] = u;
     }
-    const int *cnt = g->unit_counts + (size_t)u * (size_t)g->size;
+    const size_t *cnt = g->unit_counts + (size_t)u * (size_t)g->size;
     comm_rs_post(g->stats, COMM_GRAD_REDUCE, &g->rs[u], src, dst, cnt, g->shard_comm, u % (COMM_RS_TAGS - 1));
 }
 
@@ -240,12 +234,12 @@ static void zero_hook(void *ctx, LlamaModel *m, LlamaHookPoint point, int layer,
     case LLAMA_HOOK_AFTER_EMBEDDING:
         if (z3 && g->outer_turns) { /* the embedding is done with: the tail's gather into its place */
             bind_outer_at(g, &m->w, NULL, NULL);
-            const int *cnt = g->unit_counts + (size_t)tail * (size_t)g->size;
-            size_t ob, oe;
+            const size_t *cnt = g->unit_counts + (size_t)tail * (size_t)g->size;
+            size_t ob, oe, d = 0;
             unit_own(g, tail, &ob, &oe);
-            for (int p = 0, d = 0; p < g->size; p++) g->outer_displs[p] = d, d += cnt[p];
+            for (int p = 0; p < g->size; p++) g->unit_displs[p] = d, d += cnt[p];
             comm_iallgatherv(g->stats, COMM_PARAM_GATHER, g->p_shard + (ob - g->shard_begin), cnt[g->rank], g->p_outer,
-                             cnt, g->outer_displs, MPI_FLOAT, g->shard_comm, &g->outer_req);
+                             cnt, g->unit_displs, MPI_FLOAT, g->shard_comm, &g->outer_gather);
         }
         break;
     case LLAMA_HOOK_BEFORE_FORWARD:
@@ -254,13 +248,13 @@ static void zero_hook(void *ctx, LlamaModel *m, LlamaHookPoint point, int layer,
     case LLAMA_HOOK_AFTER_FORWARD:
         if (z3) {
             bind_layer(g, &m->w.layers[layer], NULL, layer);
-            comm_testall(g->stats, COMM_PARAM_GATHER, 2, g->gather_req); /* progress the next layer's */
-            if (g->outer_turns) comm_testall(g->stats, COMM_PARAM_GATHER, 1, &g->outer_req); /* and the tail's */
+            comm_gather_test(g->stats, COMM_PARAM_GATHER, 2, g->gather); /* progress the next layer's */
+            if (g->outer_turns) comm_gather_test(g->stats, COMM_PARAM_GATHER, 1, &g->outer_gather); /* and the tail's */
         }
         break;
     case LLAMA_HOOK_BEFORE_HEAD:
         if (z3 && g->outer_turns) {
-            comm_waitall(g->stats, COMM_PARAM_GATHER, 1, &g->outer_req);
+            comm_gather_wait(g->stats, COMM_PARAM_GATHER, 1, &g->outer_gather);
             bind_outer_at(g, &m->w, NULL, g->p_outer);
         }
         break;
@@ -296,7 +290,7 @@ static void zero_hook(void *ctx, LlamaModel *m, LlamaHookPoint point, int layer,
         bind_layer(g, &m->g.layers[layer], NULL, layer);
         if (z3) {
             bind_layer(g, &m->w.layers[layer], NULL, layer);
-            comm_testall(g->stats, COMM_PARAM_GATHER, 2, g->gather_req);
+            comm_gather_test(g->stats, COMM_PARAM_GATHER, 2, g->gather);
         }
         comm_rs_test(g->stats, COMM_GRAD_REDUCE, g->n_units, g->rs); /* progress the ones in flight */
         acc_finish(g);
@@ -347,13 +341,13 @@ void grad_sync_attach(GradSync *g, LlamaModel *m) {
     }
     g->unit_begin[nL + 1] = t->t[1 + per * nL].offset;
     g->unit_end[nL + 1] = t->total;
-    g->unit_counts = xmalloc(sizeof(int) * (size_t)g->n_units * (size_t)g->size);
-    g->unit_displs = xmalloc(sizeof(int) * (size_t)g->size);
+    g->unit_counts = xmalloc(sizeof(size_t) * (size_t)g->n_units * (size_t)g->size);
+    g->unit_displs = xmalloc(sizeof(size_t) * (size_t)g->size);
     for (int u = 0; u < g->n_units; u++)
         for (int p = 0; p < g->size; p++) {
-            size_t sb = (size_t)g->displs[p], se = sb + (size_t)g->counts[p];
+            size_t sb = g->displs[p], se = sb + g->counts[p];
             size_t b = max_sz(g->unit_begin[u], sb), e = min_sz(g->unit_end[u], se);
-            g->unit_counts[(size_t)u * (size_t)g->size + (size_t)p] = e > b ? (int)(e - b) : 0;
+            g->unit_counts[(size_t)u * (size_t)g->size + (size_t)p] = e > b ? e - b : 0;
         }
     g->rs = xcalloc((size_t)g->n_units, sizeof *g->rs); /* none in flight */
     g->slot_unit[0] = g->slot_unit[1] = -1;
@@ -374,13 +368,7 @@ void grad_sync_attach(GradSync *g, LlamaModel *m) {
     if (g->zero == 3) { /* parameters: this rank's shard, two gathered layers, the outer units per micro-batch */
         g->p_shard = xmalloc(sizeof(float) * (n + 1));
         memcpy(g->p_shard, m->params + g->shard_begin, sizeof(float) * n);
-        for (int i = 0; i < 2; i++) {
-            g->p_layer[i] = xmalloc(sizeof(float) * max_layer);
-            g->gather_displs[i] = xmalloc(sizeof(int) * (size_t)g->size);
-            g->gather_req[i] = MPI_REQUEST_NULL;
-        }
-        g->outer_displs = xmalloc(sizeof(int) * (size_t)g->size);
-        g->outer_req = MPI_REQUEST_NULL;
+        for (int i = 0; i < 2; i++) g->p_layer[i] = xmalloc(sizeof(float) * max_layer); /* gathers: none in flight */
         xfree(m->params);
         m->params = NULL;
         bind_outer(g, &m->w, NULL);
@@ -400,7 +388,7 @@ void grad_sync_microbatch(GradSync *g, int index) {
     size_t n[4] = {0, 0, 0, 0}, sum = 0, shard = g->shard_end - g->shard_begin;
     for (int u = 0; u < g->n_units; u++) {
         const int k = acc_slot(g, u);
-        n[k] = max_sz(n[k], (size_t)g->unit_counts[(size_t)u * (size_t)g->size + (size_t)g->rank]);
+        n[k] = max_sz(n[k], g->unit_counts[(size_t)u * (size_t)g->size + (size_t)g->rank]);
     }
     n[1] = n[0] = max_sz(n[0], n[1]); /* the layers' two slots alike */
     for (int k = 0; k < 4; k++) sum += k < 3 || !g->outer_turns ? n[k] + 1 : 0;
@@ -472,10 +460,10 @@ typedef struct {
 int grad_sync_streams(const GradSync *g) { return g->zero >= 1 && g->counts && g->size > 1; }
 
 /* Group rank p's part of [first, first + n): count and offset in the piece. */
-static void piece_part(const GradSync *g, int p, size_t first, size_t n, int *count, int *at) {
-    const size_t b = max_sz((size_t)g->displs[p], first), e = min_sz((size_t)g->displs[p] + (size_t)g->counts[p], first + n);
-    *count = e > b ? (int)(e - b) : 0;
-    *at = e > b ? (int)(b - first) : 0;
+static void piece_part(const GradSync *g, int p, size_t first, size_t n, size_t *count, size_t *at) {
+    const size_t b = max_sz(g->displs[p], first), e = min_sz(g->displs[p] + g->counts[p], first + n);
+    *count = e > b ? e - b : 0;
+    *at = e > b ? b - first : 0;
 }
 
 void grad_sync_fetch(GradSync *g, const float *const *arrays, int k, size_t first, size_t n, float *dst) {
@@ -483,12 +471,11 @@ void grad_sync_fetch(GradSync *g, const float *const *arrays, int k, size_t firs
         memcpy(dst, arrays[k] + (first - g->shard_begin), sizeof(float) * n);
         return;
     }
-    if (n > (size_t)INT_MAX) die("internal: grad_sync_fetch: a piece of %zu elements", n);
     FetchRequest r = {k, (int64_t)first, (int64_t)n};
     comm_control_bcast(g->stats, "MPI_Bcast (a save's next piece)", &r, sizeof r, 0, g->shard_comm);
-    int *cnt = xmalloc(sizeof(int) * 2 * (size_t)g->size), *at = cnt + g->size;
+    size_t *cnt = xmalloc(sizeof(size_t) * 2 * (size_t)g->size), *at = cnt + g->size;
     for (int p = 0; p < g->size; p++) piece_part(g, p, first, n, &cnt[p], &at[p]);
-    const float *mine = arrays[k] + (cnt[0] ? first + (size_t)at[0] - g->shard_begin : 0);
+    const float *mine = arrays[k] + (cnt[0] ? first + at[0] - g->shard_begin : 0);
     comm_gatherv(g->stats, COMM_PARAM_GATHER, mine, cnt[0], dst, cnt, at, MPI_FLOAT, 0, g->shard_comm);
     xfree(cnt);
 }
@@ -507,9 +494,9 @@ void grad_sync_serve(GradSync *g, const float *const *arrays, int n_arrays) {
                            g->shard_comm);
         if (r.array < 0) return;
         if (r.array >= n_arrays || r.first < 0 || r.n < 0) die("internal: grad_sync_serve: a bad request");
-        int cnt, at;
+        size_t cnt, at;
         piece_part(g, g->rank, (size_t)r.first, (size_t)r.n, &cnt, &at);
-        const float *mine = arrays[r.array] + (cnt ? (size_t)r.first + (size_t)at - g->shard_begin : 0);
+        const float *mine = arrays[r.array] + (cnt ? (size_t)r.first + at - g->shard_begin : 0);
         comm_gatherv(g->stats, COMM_PARAM_GATHER, mine, cnt, NULL, NULL, NULL, MPI_FLOAT, 0, g->shard_comm);
     }
 }

@@ -79,7 +79,7 @@ typedef struct {
     int rank, size;      /* in shard_comm */
     size_t total;        /* elements of the flat buffer */
     size_t shard_begin, shard_end; /* this rank's optimizer range ([0, total) with zero 0) */
-    int *counts, *displs;          /* per group-rank shard sizes and offsets (zero >= 1) */
+    size_t *counts, *displs;       /* per group-rank shard sizes and offsets (zero >= 1) */
     float *shard_buf;              /* (shard) the summed gradient of the shard (zero >= 2: accumulated
                                       over the step's micro-batches) */
     /* zero 2/3 (grad_sync_attach): units, buffers and the per-layer hooks */
@@ -87,8 +87,8 @@ typedef struct {
     LlamaHooks hooks;
     int n_units;                   /* 0 embedding, 1 + l layer l, n_layers + 1 the tail */
     size_t *unit_begin, *unit_end;
-    int *unit_counts;              /* (n_units x size): overlap of unit u with group rank p's shard */
-    int *unit_displs;              /* (size) scratch */
+    size_t *unit_counts;           /* (n_units x size): overlap of unit u with group rank p's shard */
+    size_t *unit_displs;           /* (size) scratch */
     CommReduceScatter *rs;         /* (n_units) reduce-scatters (comm.h), unit u's with tag u */
     float *grad_outer;             /* gradients of the embedding and tail units: back to back when the
                                       head is tied to the embedding, else the tail's and then (from
@@ -109,18 +109,17 @@ typedef struct {
     int reduced;                   /* this step's reduce-scatters have completed */
     float *p_shard;                /* zero 3: this rank's parameters [shard_begin, shard_end) */
     float *p_layer[2];             /* zero 3: gathered layers, gather k of the pass in p_layer[k % 2] */
-    int *gather_displs[2];         /* (size) displacements of the gather into p_layer[i] */
-    MPI_Request gather_req[2];     /* zero 3: the gather into p_layer[i] in flight */
+    CommGather gather[2];          /* zero 3: the gather into p_layer[i] in flight */
     int pass_len;                  /* zero 3: gathers in this pass (L forward, L more with backward) */
     float *p_outer;                /* zero 3: the gathered embedding + tail, during a micro-batch
                                       (outer_turns: the embedding until its forward is done, then
                                       the tail, gathered while the layers run) */
-    int *outer_displs;             /* (size) displacements of the tail's gather into p_outer */
-    MPI_Request outer_req;         /* zero 3, outer_turns: the tail's gather in flight */
+    CommGather outer_gather;       /* zero 3, outer_turns: the tail's gather in flight */
 } GradSync;
 
-/* Plans the shards over groups of `group` ranks (0: the whole world). Errors (zero_flags_error's, a
- * buffer too large for MPI's int counts) are one line on every rank (die_collective). */
+/* Plans the shards over groups of `group` ranks (0: the whole world). Errors (zero_flags_error's)
+ * are one line on every rank (die_collective). Every count is a size_t and every collective here
+ * goes through comm.h's, which split what MPI's int counts cannot carry: no model size is refused. */
 void grad_sync_init(GradSync *g, MPI_Comm comm, Comm *stats, size_t total, int zero, int group);
 /* --zero and --zero-group (group 0: not given, all ranks) against `world` ranks: NULL, or the one line
  * (newly allocated) whose fix works as given: a group under --zero 0 that also does not divide the

@@ -57,6 +57,22 @@ void head_split_free(HeadSplit *s) {
     memset(s, 0, sizeof *s);
 }
 
+/* Floats of member me's send (and receive) buffer: the largest block set either way: q|k|v out
+ * (their heads) and in (mine), dq|dk|dv the same in reverse, o and dout (N H d one way, hp N Hl d
+ * the other), dout with delta (head_exchange_dout_delta: d + 1 floats per row and head, d + 2
+ * words on the bf16 wire). */
+static size_t buffer_floats(const HeadSplit *s, int me, int N, int H, int d) {
+    const int hp = s->hp, Hl = s->hl[me], Hk = s->hk[me];
+    size_t theirs = 0, mine = (size_t)hp * N * (Hl + 2 * Hk) * d;
+    for (int p = 0; p < hp; p++) theirs += (size_t)N * (s->hl[p] + 2 * s->hk[p]) * d;
+    size_t most = theirs > mine ? theirs : mine;
+    if ((size_t)N * H * d > most) most = (size_t)N * H * d;
+    if ((size_t)hp * N * Hl * d > most) most = (size_t)hp * N * Hl * d;
+    if ((size_t)N * H * (d + 1) > most) most = (size_t)N * H * (d + 1);
+    if ((size_t)hp * N * Hl * (d + 1) > most) most = (size_t)hp * N * Hl * (d + 1);
+    return most;
+}
+
 void head_exchange_init(HeadExchange *x, Comm *comm, MPI_Comm head_comm, int hp, int me, int N, int H, int Hkv,
                         int d) {
     memset(x, 0, sizeof *x);
@@ -69,24 +85,19 @@ void head_exchange_init(HeadExchange *x, Comm *comm, MPI_Comm head_comm, int hp,
     x->d = d;
     x->Hl = x->split.hl[me];
     x->Hk = x->split.hk[me];
-    /* the largest block set either way: q|k|v out (their heads) and in (mine), dq|dk|dv the same
-     * in reverse, o and dout (N H d one way, hp N Hl d the other) */
-    size_t theirs = 0, mine = (size_t)hp * N * (x->Hl + 2 * x->Hk) * d;
-    for (int p = 0; p < hp; p++) theirs += (size_t)N * (x->split.hl[p] + 2 * x->split.hk[p]) * d;
-    size_t most = theirs > mine ? theirs : mine;
-    if ((size_t)N * H * d > most) most = (size_t)N * H * d;
-    if ((size_t)hp * N * x->Hl * d > most) most = (size_t)hp * N * x->Hl * d;
-    /* dout with delta (head_exchange_dout_delta): d + 1 floats per row and head, d + 2 words on
-     * the bf16 wire */
-    if ((size_t)N * H * (d + 1) > most) most = (size_t)N * H * (d + 1);
-    if ((size_t)hp * N * x->Hl * (d + 1) > most) most = (size_t)hp * N * x->Hl * (d + 1);
-    x->most = most;
+    x->most = buffer_floats(&x->split, me, N, H, d);
+    x->most_any = 0; /* every member's: the all-to-alls' common bound on counts (comm_alltoallv) */
+    for (int p = 0; p < hp; p++) {
+        const size_t m = buffer_floats(&x->split, p, N, H, d);
+        if (m > x->most_any) x->most_any = m;
+    }
+    const size_t most = x->most;
     x->send = xmalloc_aligned(sizeof(float) * most);
     x->recv = hp > 1 ? xmalloc_aligned(sizeof(float) * most) : NULL;
-    x->scounts = xmalloc(sizeof(int) * (size_t)hp);
-    x->sdispls = xmalloc(sizeof(int) * (size_t)hp);
-    x->rcounts = xmalloc(sizeof(int) * (size_t)hp);
-    x->rdispls = xmalloc(sizeof(int) * (size_t)hp);
+    x->scounts = xmalloc(sizeof(size_t) * (size_t)hp);
+    x->sdispls = xmalloc(sizeof(size_t) * (size_t)hp);
+    x->rcounts = xmalloc(sizeof(size_t) * (size_t)hp);
+    x->rdispls = xmalloc(sizeof(size_t) * (size_t)hp);
     x->ssize = xcalloc((size_t)hp, sizeof(size_t));
     x->rsize = xcalloc((size_t)hp, sizeof(size_t));
 }
@@ -113,15 +124,12 @@ static void copy_rows(float *dst, size_t dst_ld, const float *src, size_t src_ld
     for (int i = 0; i < rows; i++) memcpy(dst + (size_t)i * dst_ld, src + (size_t)i * src_ld, sizeof(float) * width);
 }
 
-/* Sets counts (floats) and displacements from per-member sizes. */
-static void set_counts(int *counts, int *displs, int hp, const size_t *sizes) {
+/* Sets counts (elements) and displacements from per-member sizes. */
+static void set_counts(size_t *counts, size_t *displs, int hp, const size_t *sizes) {
     size_t off = 0;
     for (int p = 0; p < hp; p++) {
-        if (sizes[p] > (size_t)0x7fffffff || off > (size_t)0x7fffffff)
-            die("head exchange: a block of %zu floats exceeds MPI's int counts; use more ranks or a shorter sequence",
-                sizes[p]);
-        counts[p] = (int)sizes[p];
-        displs[p] = (int)off;
+        counts[p] = sizes[p];
+        displs[p] = off;
         off += sizes[p];
     }
 }
@@ -138,7 +146,7 @@ static const float *exchange_tail(HeadExchange *x, const size_t *send_sizes, con
         set_counts(x->scounts, x->sdispls, hp, send_sizes);
         set_counts(x->rcounts, x->rdispls, hp, recv_sizes);
         comm_alltoallv(x->comm, COMM_ALLTOALL, x->send, x->scounts, x->sdispls, x->recv, x->rcounts, x->rdispls,
-                       MPI_FLOAT, x->head_comm);
+                       MPI_FLOAT, x->most_any, x->head_comm);
         return x->recv;
     }
     /* on the wire: a block's rounded floats, then its tail's words (2 per float); the words are
@@ -168,7 +176,7 @@ static const float *exchange_tail(HeadExchange *x, const size_t *send_sizes, con
     }
     comm_compute_end(x->comm, "a2a bf16 pack", t0);
     comm_alltoallv(x->comm, COMM_ALLTOALL, wire_send, x->scounts, x->sdispls, wire_recv, x->rcounts, x->rdispls,
-                   MPI_UINT16_T, x->head_comm);
+                   MPI_UINT16_T, 2 * x->most_any, x->head_comm);
     t0 = comm_compute_begin(x->comm);
     float *dst = x->recv;
     const bf16_t *r = wire_recv;

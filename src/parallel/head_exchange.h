@@ -51,9 +51,10 @@ typedef struct {
     int Hl, Hk;      /* this member's query and KV heads */
     float *send, *recv;
     int wire_bf16;                              /* the all-to-alls carry bf16 (head_exchange_set_wire_bf16) */
-    int *scounts, *sdispls, *rcounts, *rdispls; /* (hp) in floats */
+    size_t *scounts, *sdispls, *rcounts, *rdispls; /* (hp) in elements of the exchange's type */
     size_t *ssize, *rsize;                      /* (hp) block sizes of the exchange in progress */
     size_t most;                                /* elements of send (and recv) */
+    size_t most_any;                            /* the largest most of any member */
 } HeadExchange;
 
 /* Collective-free set-up (the split must be valid: check it with head_split_init first). */
