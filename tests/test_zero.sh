@@ -6,6 +6,8 @@
 #     within 1e-6 relative at 2, 4 (dp 2: two micro-batches per rank) and 8 ranks;
 #   - checkpoints saved under one stage resume under another (and bit-identically under the
 #     same stage);
+#   - with every collective cut into messages of 97 elements (SEQPAR_COMM_PIECE=97) the losses, the
+#     saved files and a resume are bit-identical to the default run's (ZeRO-1, 2, 3, groups);
 #   - the bytes per kind that --stats counts equal the formulas of data_parallel.h for every
 #     stage and group size;
 #   - peak tracked memory falls by what zero 2 and 3 free (formulas below);
@@ -96,6 +98,35 @@ resume_case 3 0 0
 resume_case 0 3 0
 resume_case 2 "3 --zero-group 2" 0
 resume_case "3 --zero-group 1" 1 0
+
+# ---- comm.h's pieces: with SEQPAR_COMM_PIECE=97 every collective of ZeRO (the reduce-scatters, the
+# gathers of ZeRO-1/2's update and of ZeRO-3's layers, the cross-group allreduce, a save's fetches)
+# runs in messages of at most 97 elements, and nothing moves a bit: the losses of every step, the
+# saved model and optimizer files and a resume from them are those of the default run above
+pieces_case() { # "zero flags": saved at step 10 and resumed under the knob, against resume_case's files
+    local a=$1 saved
+    saved="$T/saved_$(printf '%s' "$a" | tr -c 'A-Za-z0-9-' '_')"
+    rm -rf "$T/pk" "$T/p.jsonl"
+    # shellcheck disable=SC2086
+    SEQPAR_COMM_PIECE=97 run_np 4 "$SEQPAR" "${TRAIN[@]}" "${G4[@]}" --zero $a --stop-at 10 --save "$T/pk" --log "$T/p.jsonl" >"$T/p.out" 2>&1 ||
+        { bad "pieces of 97: save under --zero $a: $(tail -n 2 "$T/p.out")"; return; }
+    local f diff=""
+    for f in model.safetensors optimizer.safetensors; do cmp -s "$T/pk/$f" "$saved/$f" || diff="$diff $f"; done
+    if [ -z "$diff" ] && [ "$(losses "$T/p.jsonl")" = "$(losses "$saved.jsonl")" ]; then ok; else
+        bad "pieces of 97, --zero $a: steps 1-10 or the saved files ($diff) differ from the default run's"; fi
+    # shellcheck disable=SC2086
+    SEQPAR_COMM_PIECE=97 run_np 4 "$SEQPAR" "${TRAIN[@]}" "${G4[@]}" --zero $a --resume "$T/pk" --log "$T/p.jsonl" >"$T/p.out" 2>&1 ||
+        { bad "pieces of 97: resume under --zero $a: $(tail -n 2 "$T/p.out")"; return; }
+    if [ "$(losses "$T/p.jsonl" | wc -l)" -eq 20 ] && [ "$(losses "$T/p.jsonl")" = "$(losses "$T/run4 ${G4[*]} --zero $a.jsonl")" ]; then ok; else
+        bad "pieces of 97, --zero $a: the resumed run is not bit-identical to the default uninterrupted one"; fi
+}
+pieces_case 2
+pieces_case 3
+pieces_case "3 --zero-group 2"
+rm -f "$T/p.jsonl"
+SEQPAR_COMM_PIECE=97 run_np 4 "$SEQPAR" "${TRAIN[@]}" "${G4[@]}" --zero 1 --log "$T/p.jsonl" >"$T/p.out" 2>&1 || bad "pieces of 97, --zero 1: $(tail -n 2 "$T/p.out")"
+if [ "$(losses "$T/p.jsonl")" = "$(losses "$T/run4 ${G4[*]} --zero 1.jsonl")" ]; then ok; else
+    bad "pieces of 97, --zero 1: 20 steps not bit-identical to the default run"; fi
 
 # ---- bytes per kind against the formulas (data_parallel.h), seqpar grad: one micro-batch
 F=tiny_headdim

@@ -45,7 +45,8 @@ static const char USAGE[] =
     "  SEQPAR_THIS_MACHINE=FILE            calibrate --save's file, the preset this-machine\n"
     "  SEQPAR_ATTN_BWD_ROWS=R              attention backward in passes of R rows         diagnostic\n"
     "  SEQPAR_CHECK_ROUNDED=1              check operands marked as bf16 values           diagnostic\n"
-    "  test only: SEQPAR_FAULT_NONFINITE, SEQPAR_FAULT_HANG, SEQPAR_CKPT_NO_RENAME_EXCHANGE\n"
+    "  test only: SEQPAR_FAULT_NONFINITE, SEQPAR_FAULT_HANG, SEQPAR_CKPT_NO_RENAME_EXCHANGE,\n"
+    "             SEQPAR_COMM_PIECE\n"
     "  internal: SEQPAR_BLAS_REEXEC (set by seqpar's OpenBLAS re-execution)\n";
 
 /* --comm-timeout's value on the command line before MPI starts (the real parser checks it later):
@@ -147,7 +148,8 @@ int main(int argc, char **argv) {
      * by running this program again with OPENBLAS_CORETYPE set (returns when none is needed) */
     char err[400];
     if (blas_core_reexec_if_weak(argv, err, sizeof err) || sgemm_select_from_env(err, sizeof err) ||
-        check_rounded_from_env(err, sizeof err) || isa_env_check(err, sizeof err) || attn_env_check(err, sizeof err)) {
+        check_rounded_from_env(err, sizeof err) || isa_env_check(err, sizeof err) || attn_env_check(err, sizeof err) ||
+        comm_env_check(err, sizeof err)) {
         fprintf(stderr, "seqpar: error: %s\n", err);
         return 1;
     }

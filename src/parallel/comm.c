@@ -359,21 +359,32 @@ void comm_guard_end(void) {
 }
 
 /* ---- context ---- */
+/* SEQPAR_COMM_PIECE: its value (0 where unset or empty), or -1 with a one-line message in err. */
+static long long env_piece(char *err, size_t n) {
+    const char *env = getenv("SEQPAR_COMM_PIECE");
+    if (!env || !*env) return 0;
+    char *end = NULL;
+    errno = 0;
+    const long long v = strtoll(env, &end, 10);
+    if (*end || errno || v < 1 || env[0] < '0' || env[0] > '9') {
+        snprintf(err, n, "SEQPAR_COMM_PIECE=%.40s: expected a positive number of elements a message (a test knob: "
+                 "unset it for normal runs)", env);
+        return -1;
+    }
+    return v;
+}
+
+int comm_env_check(char *err, size_t n) { return env_piece(err, n) < 0; }
+
 Comm *comm_create(const Topology *t, const char *trace_path) {
     Comm *c = xcalloc(1, sizeof *c);
     c->topo = t;
     c->timeout_s = COMM_DEFAULT_TIMEOUT_S;
     c->phase = "setup";
-    const char *piece = getenv("SEQPAR_COMM_PIECE");
-    if (piece) {
-        char *end = NULL;
-        errno = 0;
-        const unsigned long long v = strtoull(piece, &end, 10);
-        if (!*piece || *end || errno || v == 0 || piece[0] == '-')
-            die("SEQPAR_COMM_PIECE=%s is not a positive count of elements: unset it (it is for tests) or give "
-                "e.g. 1000", piece);
-        c->piece = (size_t)v;
-    }
+    char err[200];
+    const long long piece = env_piece(err, sizeof err);
+    if (piece < 0) die("%s", err);
+    c->piece = (size_t)piece;
     mpi_check(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_ranks, &c->keyval, NULL),
               "MPI_Comm_create_keyval", MPI_COMM_NULL, -1, 0);
     if (trace_path) c->trace = trace_create(t->world, trace_path);

@@ -153,6 +153,8 @@ int comm_destroy(Comm *c, SeqErr *e);
  * same value. comm_create takes it from SEQPAR_COMM_PIECE (a positive count) when that is set.
  * For tests: results are the same bits under any value. */
 void comm_set_piece(Comm *c, size_t n);
+/* Checks SEQPAR_COMM_PIECE before MPI starts: 0, or 1 with a one-line message in err. */
+int comm_env_check(char *err, size_t n);
 
 /* Watchdog deadline of every later wait, in seconds (0: wait forever). comm_create sets
  * COMM_DEFAULT_TIMEOUT_S. */
@@ -235,7 +237,8 @@ void comm_alltoallv(Comm *c, CommKind k, const void *sendbuf, const size_t *send
  * COMM_AR_PIECE floats, tracked), then an all-gather in messages of at most COMM_RS_PIECE floats;
  * every rank gets the same bits, and no MPI count limits the length (past 2^31 floats too).
  * (Open MPI 4.1's MPI_Iallreduce in place runs a binomial reduce to rank 0 and a broadcast from it,
- * with a temporary of the whole vector on every rank.) Anything else goes to MPI_Iallreduce. */
+ * with a temporary of the whole vector on every rank.) Anything else goes to MPI_Iallreduce, in
+ * runs of at most INT_MAX elements (the ops are elementwise: the same results). */
 #define COMM_ALLREDUCE_OWN_MIN ((size_t)16384)
 #define COMM_AR_PIECE ((size_t)1 << 16) /* floats a message there, and of the scratch: 256 KiB */
 void comm_allreduce(Comm *c, CommKind k, const void *sendbuf, void *recvbuf, size_t count,
