@@ -308,7 +308,7 @@ static void test_head(void) {
     Bf16Weight hw = {0};
     Bf16Scratch s = {0};
     bf16_weight_set(&hw, W, (size_t)V * D);
-    double loss = lm_head_cross_entropy_bf16(x, &hw, t, N, D, V, scale, dx, dW, pred, chunk, ws, NULL);
+    double loss = lm_head_cross_entropy_bf16(x, &hw, t, N, D, V, scale, dx, dW, pred, NULL, chunk, ws, NULL);
 #define R(v) ((double)bf16_to_float(bf16_from_float((float)(v))))
     double *dl = xmalloc(sizeof(double) * N * V), ref = 0, wl, wx = 0, ww = 0;
     long loose = 0; /* elements past 1e-5 sum|a b|: only where a gradient rounded apart */
@@ -360,7 +360,7 @@ static void test_head(void) {
            wx, ww, loose, elems);
     /* forward only: the same loss and predictions, no gradient written */
     int *pred2 = xmalloc(sizeof(int) * N);
-    const double loss2 = lm_head_cross_entropy_bf16(x, &hw, t, N, D, V, scale, NULL, NULL, pred2, chunk, ws, &s);
+    const double loss2 = lm_head_cross_entropy_bf16(x, &hw, t, N, D, V, scale, NULL, NULL, pred2, NULL, chunk, ws, &s);
     CHECK(loss2 == loss && !memcmp(pred, pred2, sizeof(int) * N), "bf16 LM head forward alone: loss %.17g against %.17g",
           loss2, loss);
     bf16_weight_free(&hw);

@@ -227,7 +227,7 @@ enum { CN = 7, CD = 8, CV = 11 };
 static float ce_x[CN * CD], ce_W[CV * CD], ce_ws[3 * CV];
 static const int ce_t[CN] = {4, -1, 10, 0, 4, -1, 7};
 static double ce_obj(void) {
-    return lm_head_cross_entropy(ce_x, ce_W, ce_t, CN, CD, CV, 1.0f, NULL, NULL, NULL, 3, ce_ws);
+    return lm_head_cross_entropy(ce_x, ce_W, ce_t, CN, CD, CV, 1.0f, NULL, NULL, NULL, NULL, 3, ce_ws);
 }
 static void test_cross_entropy(void) {
     fill(ce_x, CN * CD, 1); fill(ce_W, CV * CD, 1);
@@ -247,7 +247,7 @@ static void test_cross_entropy(void) {
     CHECK(fabs(got - ref) < 1e-5 * fabs(ref), "cross-entropy %.9g, reference %.9g", got, ref);
     float dx[CN * CD] = {0}, dW[CV * CD] = {0};
     int pred[CN];
-    double again = lm_head_cross_entropy(ce_x, ce_W, ce_t, CN, CD, CV, 1.0f, dx, dW, pred, 3, ce_ws);
+    double again = lm_head_cross_entropy(ce_x, ce_W, ce_t, CN, CD, CV, 1.0f, dx, dW, pred, NULL, 3, ce_ws);
     CHECK(again == got, "cross-entropy with backward returned %.9g, without %.9g", again, got);
     check_grad("cross-entropy d(x)", ce_obj, ce_x, dx, CN * CD);
     check_grad("cross-entropy d(W)", ce_obj, ce_W, dW, CV * CD);

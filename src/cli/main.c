@@ -27,6 +27,7 @@ static const char USAGE[] =
     "  bench   attention, training-step and memory benchmarks against same-run sgemm\n"
     "  strategies  the distributed attention strategies, their flags, constraints and formulas\n"
     "  sample  generate text (or tokens) from a trained model: greedy, temperature, top-k\n"
+    "  eval    a model's loss and perplexity by position (and recall accuracy) on token data, forward only\n"
     "  memory  the memory one training step with train's flags would hold, per rank and component\n"
     "  plan    the strategy, grid, checkpoint mode and ZeRO stage to train with on a given cluster\n"
     "  calibrate  measure this machine (under mpirun: its ranks and nodes) into a cluster file\n"
@@ -200,6 +201,8 @@ int main(int argc, char **argv) {
         status = cmd_strategies(argc - 1, argv + 1);
     } else if (!strcmp(argv[1], "sample")) {
         status = cmd_sample(argc - 1, argv + 1);
+    } else if (!strcmp(argv[1], "eval")) {
+        status = cmd_eval(argc - 1, argv + 1);
     } else if (!strcmp(argv[1], "memory")) {
         status = cmd_memory(argc - 1, argv + 1);
     } else if (!strcmp(argv[1], "plan")) {
@@ -207,7 +210,7 @@ int main(int argc, char **argv) {
     } else if (!strcmp(argv[1], "calibrate")) {
         status = cmd_calibrate(argc - 1, argv + 1);
     } else {
-        die_collective("unknown command '%s': the commands are train, grad, bench, strategies, memory, plan, calibrate and sample (see 'seqpar --help')", argv[1]);
+        die_collective("unknown command '%s': the commands are train, grad, bench, strategies, memory, plan, calibrate, sample and eval (see 'seqpar --help')", argv[1]);
     }
     if (!skip_mpi) MPI_Finalize();
     return status;

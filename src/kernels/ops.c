@@ -390,8 +390,8 @@ size_t lm_head_bf16_scratch_elems(int chunk, int D, int V) {
  * sgemm on its fp32 array of bf16 values; under bf16 each row's logit gradients go to bf16 while
  * the row is in cache. scratch: the bf16 words of a chunk's x and logit gradients. */
 static double head_xent(const float *x, const float *W, const Bf16Weight *W16, const int *targets, int N, int D,
-                        int V, float loss_scale, float *dx, float *dW, int *predictions, int chunk, float *workspace,
-                        Bf16Scratch *scratch) {
+                        int V, float loss_scale, float *dx, float *dW, int *predictions, double *row_losses, int chunk,
+                        float *workspace, Bf16Scratch *scratch) {
     if (chunk > 256) die("internal: cross-entropy chunk %d exceeds 256", chunk);
     const int words = W16 && !bf16_products_on_sgemm(), grad = dx || dW;
     const float *Wf = W16 ? (words ? NULL : (const float *)W16->buf) : W; /* the products' fp32 operand */
@@ -423,6 +423,7 @@ static double head_xent(const float *x, const float *W, const Bf16Weight *W16, c
             else if (grad && W16) bf16_round_serial(row, (size_t)V);
         }
         for (int i = 0; i < n; i++) total += row_loss[i];
+        if (row_losses) memcpy(row_losses + c0, row_loss, sizeof(double) * (size_t)n);
         if (!grad) continue;
         if (words) {
             const double t0 = op_clock_now();
@@ -437,19 +438,20 @@ static double head_xent(const float *x, const float *W, const Bf16Weight *W16, c
 }
 
 double lm_head_cross_entropy(const float *x, const float *W, const int *targets, int N, int D, int V,
-                             float loss_scale, float *dx, float *dW, int *predictions,
+                             float loss_scale, float *dx, float *dW, int *predictions, double *row_losses,
                              int chunk, float *workspace) {
-    return head_xent(x, W, NULL, targets, N, D, V, loss_scale, dx, dW, predictions, chunk, workspace, NULL);
+    return head_xent(x, W, NULL, targets, N, D, V, loss_scale, dx, dW, predictions, row_losses, chunk, workspace,
+                     NULL);
 }
 
 double lm_head_cross_entropy_bf16(const float *x, const Bf16Weight *W, const int *targets, int N, int D, int V,
-                                  float loss_scale, float *dx, float *dW, int *predictions, int chunk,
-                                  float *workspace, Bf16Scratch *scratch) {
+                                  float loss_scale, float *dx, float *dW, int *predictions, double *row_losses,
+                                  int chunk, float *workspace, Bf16Scratch *scratch) {
     if (W->n != (size_t)V * D) die("internal: the bf16 head holds %zu elements, not %d x %d", W->n, V, D);
     check_operand("lm_head_cross_entropy_bf16", "the input", x, (size_t)N * D);
     Bf16Scratch own = {0};
-    const double total = head_xent(x, NULL, W, targets, N, D, V, loss_scale, dx, dW, predictions, chunk, workspace,
-                                   scratch ? scratch : &own);
+    const double total = head_xent(x, NULL, W, targets, N, D, V, loss_scale, dx, dW, predictions, row_losses, chunk,
+                                   workspace, scratch ? scratch : &own);
     bf16_scratch_free(&own);
     return total;
 }

@@ -140,10 +140,12 @@ void embedding_backward(float *dtable, const float *dout, const int *tokens, int
  * tokens at a time (never N x V at once). For each token with targets[i] >= 0 adds
  * -log softmax(x_i W^T)[target] to the returned sum. When dx/dW are non-NULL also does the
  * backward with dloss_i = loss_scale (so the caller passes 1 / the global number of targets):
- * dx (N, D) += ..., dW (V, D) += .... If predictions is non-NULL it gets the argmax per token.
- * workspace: chunk * V floats, chunk <= 256. Returns the SUM of the per-token losses (double). */
+ * dx (N, D) += ..., dW (V, D) += .... If predictions is non-NULL it gets the argmax per token;
+ * if row_losses (N) is non-NULL it gets each token's loss (0 where targets[i] < 0), the values the
+ * sum adds. workspace: chunk * V floats, chunk <= 256. Returns the SUM of the per-token losses
+ * (double). */
 double lm_head_cross_entropy(const float *x, const float *W, const int *targets, int N, int D, int V,
-                             float loss_scale, float *dx, float *dW, int *predictions,
+                             float loss_scale, float *dx, float *dW, int *predictions, double *row_losses,
                              int chunk, float *workspace);
 
 /* The same under bf16 mixed precision: the three products (logits, dx, dW) take bf16 operands and
@@ -154,8 +156,8 @@ double lm_head_cross_entropy(const float *x, const float *W, const int *targets,
  * and logit gradients (chunk x (D + V) elements; the conversion path uses none; NULL: allocated
  * and freed per call). */
 double lm_head_cross_entropy_bf16(const float *x, const Bf16Weight *W, const int *targets, int N, int D, int V,
-                                  float loss_scale, float *dx, float *dW, int *predictions, int chunk,
-                                  float *workspace, Bf16Scratch *scratch);
+                                  float loss_scale, float *dx, float *dW, int *predictions, double *row_losses,
+                                  int chunk, float *workspace, Bf16Scratch *scratch);
 /* Elements of the bf16 path's scratch for lm_head_cross_entropy_bf16 over chunks of `chunk` rows. */
 size_t lm_head_bf16_scratch_elems(int chunk, int D, int V);
 

@@ -99,7 +99,9 @@ struct LlamaActs {
     /* chunk streaming (above): layers run chunk by chunk through the strategy's chunk calls */
     int stream;             /* 1: the streaming path; the (N, .) scratch above is then chunk-sized */
     int su, sc;             /* attention chunks u and rows per chunk c (whole layers: 1 and N) */
-    int residual_single;    /* streaming with layer inputs offloaded: one (N, D) buffer, x_out over x_in */
+    int residual_single;    /* streaming with layer inputs offloaded, or forward only: one (N, D)
+                               buffer, x_out over x_in */
+    int forward_only;       /* LlamaActsOptions.forward_only: no backward, no gradient scratch */
     float *x_mid_c, *o_c;   /* (c, D), (c, H d): one chunk's x_mid and attention output */
     float *rstd1_c, *rstd2_c; /* (c) */
 };

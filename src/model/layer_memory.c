@@ -112,6 +112,8 @@ static float *carve(Carve *c, size_t n) {
  * `wsaved` the strategy's shared `saved`. The MLP's rows' padding is zeroed where each MLP pass starts
  * (layer_memory_ffn_pads_zero): the attention half writes over it. */
 static void phases_alloc(LlamaActs *a, size_t N, size_t qd, size_t kvd, int widened, int wsaved) {
+    /* forward only: no gradients; dq, dk, dv only as the home of q, k, v under shared_qkv */
+    const int grads = !a->forward_only, qkv_home = grads || a->shared_qkv;
     const size_t ffn = (size_t)a->ffn_rows * (size_t)a->ldF;
     /* att2: where wq, wk, wv go; with qkv16_read over dq, dk, dv, dout, which the forward (their
      * only time) does not use (no shared_qkv there) */
@@ -122,10 +124,12 @@ static void phases_alloc(LlamaActs *a, size_t N, size_t qd, size_t kvd, int wide
             a->gate_c = carve(&mlp, ffn);
             a->up_c = carve(&mlp, ffn);
         }
-        a->dq = carve(&att, N * qd);
-        a->dk = carve(&att, N * kvd);
-        a->dv = carve(&att, N * kvd);
-        a->dout = carve(&att, N * qd);
+        if (qkv_home) {
+            a->dq = carve(&att, N * qd);
+            a->dk = carve(&att, N * kvd);
+            a->dv = carve(&att, N * kvd);
+        }
+        if (grads) a->dout = carve(&att, N * qd);
         if (widened) {
             a->wo = carve(&att, N * qd);
             if (!a->shared_qkv) {
@@ -224,13 +228,15 @@ LlamaActs *layer_memory_create(const LlamaConfig *c, const SeqAttention *attn, i
     if (opt->precision != PRECISION_FP32 && opt->precision != PRECISION_BF16)
         die("internal: unknown precision %d", opt->precision);
     a->N = N;
-    a->checkpoint = opt->checkpoint;
+    a->forward_only = opt->forward_only != 0;
+    /* forward only: the layers share one set of tensors, as under layer checkpointing */
+    a->checkpoint = a->forward_only ? LLAMA_CKPT_LAYER : opt->checkpoint;
     a->precision = opt->precision;
     a->n_layers = c->num_hidden_layers;
     a->D = (int)D;
     a->qd = (int)qd;
     a->kvd = (int)kvd;
-    a->stream = llama_streams(attn->stream_chunks, opt->checkpoint, opt->no_stream) && attn->forward_chunk &&
+    a->stream = llama_streams(attn->stream_chunks, a->checkpoint, opt->no_stream) && attn->forward_chunk &&
                 attn->stream_rows > 0 && (long)attn->stream_chunks * attn->stream_rows == N;
     a->su = a->stream ? attn->stream_chunks : 1;
     a->sc = a->stream ? attn->stream_rows : N;
@@ -244,9 +250,12 @@ LlamaActs *layer_memory_create(const LlamaConfig *c, const SeqAttention *attn, i
      * copies for its backward, or restore() takes them): forward projects into the gradient
      * scratch dq, dk, dv, which backward only fills after the strategy has taken its copies */
     a->shared_qkv = attn->keeps_inputs;
-    a->qkv16_read = llama_reads_qkv16(opt->checkpoint, opt->precision, a->stream, attn->keeps_inputs,
+    a->qkv16_read = llama_reads_qkv16(a->checkpoint, opt->precision, a->stream, attn->keeps_inputs,
                                       attn->backward_bf16 != NULL);
-    if (opt->offload_dir && a->checkpoint != LLAMA_CKPT_NONE) {
+    if (a->forward_only) { /* each layer's output over its input */
+        a->residual_single = 1;
+        a->residual = alloc_floats(Nn * D);
+    } else if (opt->offload_dir && a->checkpoint != LLAMA_CKPT_NONE) {
         a->in_chunks = llama_input_chunks(N);
         a->in_rows = N > 0 ? (N + a->in_chunks - 1) / a->in_chunks : 1;
         a->in_chunks = N > 0 ? (N + a->in_rows - 1) / a->in_rows : 1;
@@ -270,14 +279,16 @@ LlamaActs *layer_memory_create(const LlamaConfig *c, const SeqAttention *attn, i
     a->xn_rows = a->stream ? a->sc : a->ffn_rows;
     a->rstd_final = alloc_floats(a->stream ? 1 : Nn);
     a->xn = alloc_floats((size_t)a->xn_rows * D);
-    a->dx = alloc_floats(Nn * D);
-    a->dxn = alloc_floats((size_t)a->xn_rows * D);
+    if (!a->forward_only) {
+        a->dx = alloc_floats(Nn * D);
+        a->dxn = alloc_floats((size_t)a->xn_rows * D);
+    }
     if (c->qk_norm) {
         const size_t heads = (size_t)(c->num_attention_heads > c->num_key_value_heads ? c->num_attention_heads
                                                                                        : c->num_key_value_heads);
         a->qk_rstd = alloc_floats((size_t)a->xn_rows * heads);
         a->qk_x = alloc_floats((size_t)a->xn_rows * heads * (size_t)c->head_dim);
-        a->qk_dx = alloc_floats((size_t)a->xn_rows * heads * (size_t)c->head_dim);
+        if (!a->forward_only) a->qk_dx = alloc_floats((size_t)a->xn_rows * heads * (size_t)c->head_dim);
     }
     a->saved_floats = attn->saved_floats;
     a->saved_bf16 = attn->bf16_floats <= attn->saved_floats - attn->kept_floats ? attn->bf16_floats : 0;
@@ -287,10 +298,12 @@ LlamaActs *layer_memory_create(const LlamaConfig *c, const SeqAttention *attn, i
      * shared fp32 `saved` (wsaved) */
     const int wsaved = a->precision == PRECISION_BF16 && a->checkpoint == LLAMA_CKPT_NONE && a->saved_bf16 > 0;
     if (a->stream) {
-        a->dq = alloc_floats(Cr * qd);
-        a->dk = alloc_floats(Cr * kvd);
-        a->dv = alloc_floats(Cr * kvd);
-        a->dout = alloc_floats(Cr * qd);
+        if (!a->forward_only || a->shared_qkv) {
+            a->dq = alloc_floats(Cr * qd);
+            a->dk = alloc_floats(Cr * kvd);
+            a->dv = alloc_floats(Cr * kvd);
+        }
+        if (!a->forward_only) a->dout = alloc_floats(Cr * qd);
         a->h = ffn_rows_alloc((size_t)a->ffn_rows, a->ldF);
         if (!a->store_gate_up) {
             a->gate_c = ffn_rows_alloc((size_t)a->ffn_rows, a->ldF);
@@ -417,6 +430,7 @@ int llama_acts_io_error(const LlamaActs *a, SeqErr *e) {
                    "choose another directory", a->offload_dir, strerror(a->inputs_tier->io_errno));
 }
 int llama_acts_precision(const LlamaActs *a) { return a->precision; }
+int llama_acts_forward_only(const LlamaActs *a) { return a->forward_only; }
 int llama_acts_streams(const LlamaActs *a) { return a->stream; }
 
 int llama_streams(int stream_chunks, int checkpoint, int no_stream) {

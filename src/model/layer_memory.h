@@ -84,7 +84,17 @@ typedef struct {
     int rank;                /* names the offload file (one per rank) */
     int precision;  /* PRECISION_FP32 (0, the default) or PRECISION_BF16 (kernels/bf16.h) */
     int no_stream;  /* 1: run whole layers even when the strategy streams (--no-stream) */
+    int forward_only; /* 1: forward passes only (seqpar eval), see below */
 } LlamaActsOptions;
+/* Forward only (`seqpar eval`): activations for forward passes that no backward follows. No layer
+ * keeps anything for a backward: the layers run as under layer checkpointing (one shared set of
+ * q, k, v, o, x_mid and the strategy's `saved`), whatever opt->checkpoint says, and the residual
+ * stream is one (N, D) buffer whose rows each layer's output overwrites (the layer reads its input
+ * rows into x_mid before it writes them; streamed, chunk by chunk as with offloaded inputs). No
+ * gradient scratch (dx, dxn, the q/k norms' and the attention half's gradients; under a strategy
+ * that keeps its inputs q, k, v still go where dq, dk, dv would) and no layer-input offload. The
+ * forward's arithmetic is the training forward's, bit for bit; llama_forward_backward with
+ * backward 1 on these activations is an internal error. */
 /* Chunk streaming (the pipeline of paper 003 §4): when the attention strategy has chunk calls
  * (seq_attention.h: a streaming strategy with --chunks u > 1) and the checkpoint mode is none or layer, each layer
  * runs chunk by chunk: per chunk of c = N / u local rows, norm -> q, k, v -> RoPE -> the
@@ -132,6 +142,7 @@ void llama_acts_offload_stats(const LlamaActs *a, unsigned long long *bytes_writ
                               double *wait_s, long *passes);
 int llama_acts_io_error(const LlamaActs *a, SeqErr *e);
 int llama_acts_precision(const LlamaActs *a);
+int llama_acts_forward_only(const LlamaActs *a);
 
 /* Whether a layer's attention backward reads the layer's bf16 q, k, v as they are, never widened:
  * bf16 under none on whole layers, with a strategy that keeps no copies of q, k, v of its own

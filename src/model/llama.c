@@ -574,20 +574,21 @@ static void head_prepare(const LlamaModel *m, LlamaActs *a) {
 
 /* The loss (and with dxn its backward) of n normed rows xn: fp32, or bf16 products (ops.h). */
 static double head_rows(LlamaModel *m, LlamaActs *a, const int *targets, int n, float loss_scale, int backward,
-                        int *predictions) {
+                        int *predictions, double *token_loss) {
     const int D = m->cfg.hidden_size, V = m->cfg.vocab_size;
     if (a->precision == PRECISION_BF16)
         return lm_head_cross_entropy_bf16(a->xn, &a->head16, targets, n, D, V, loss_scale, backward ? a->dxn : NULL,
-                                          backward ? m->g.lm_head : NULL, predictions, a->ce_chunk, a->ce_workspace,
-                                          &a->mm_scratch);
+                                          backward ? m->g.lm_head : NULL, predictions, token_loss, a->ce_chunk,
+                                          a->ce_workspace, &a->mm_scratch);
     return lm_head_cross_entropy(a->xn, m->w.lm_head, targets, n, D, V, loss_scale, backward ? a->dxn : NULL,
-                                 backward ? m->g.lm_head : NULL, predictions, a->ce_chunk, a->ce_workspace);
+                                 backward ? m->g.lm_head : NULL, predictions, token_loss, a->ce_chunk,
+                                 a->ce_workspace);
 }
 
 /* The final norm and the loss over blocks of xn_rows rows (the normed rows never exist whole):
  * the sum of the local losses; with `backward`, a->dx = dL/d(last layer's output). */
 static double head_forward_backward(LlamaModel *m, LlamaActs *a, const int *targets, float loss_scale, int backward,
-                                    int *predictions) {
+                                    int *predictions, double *token_loss) {
     const LlamaConfig *c = &m->cfg;
     const int N = a->N, D = c->hidden_size, nL = c->num_hidden_layers;
     double loss = 0;
@@ -599,7 +600,8 @@ static double head_forward_backward(LlamaModel *m, LlamaActs *a, const int *targ
         float *rstd = layer_memory_head_rstd(a, r0);
         norm_rounded(a, a->xn, rstd, x, m->w.final_norm, n, D, c->rms_norm_eps);
         if (backward) memset(a->dxn, 0, sizeof(float) * (size_t)n * D);
-        loss += head_rows(m, a, targets + r0, n, loss_scale, backward, predictions ? predictions + r0 : NULL);
+        loss += head_rows(m, a, targets + r0, n, loss_scale, backward, predictions ? predictions + r0 : NULL,
+                          token_loss ? token_loss + r0 : NULL);
         if (backward) rmsnorm_backward(a->dx + (size_t)r0 * D, m->g.final_norm, a->dxn, x, m->w.final_norm, rstd, n, D);
     }
     return loss;
@@ -611,6 +613,10 @@ static void hook(LlamaModel *m, LlamaHookPoint p, int layer, int backward) {
     if (m->hooks && m->hooks->fn) m->hooks->fn(m->hooks->ctx, m, p, layer, backward);
 }
 
+static double forward_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn, const int *inputs, const int *targets,
+                               const int *positions, const int *docs, int N, float loss_scale, int backward,
+                               int *predictions, double *token_loss);
+
 double llama_forward_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn,
                               const int *inputs, const int *targets, const int *positions, int N,
                               float loss_scale, int backward, int *predictions) {
@@ -621,8 +627,22 @@ double llama_forward_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn,
 double llama_forward_backward_docs(LlamaModel *m, LlamaActs *a, SeqAttention *attn,
                                    const int *inputs, const int *targets, const int *positions, const int *docs,
                                    int N, float loss_scale, int backward, int *predictions) {
+    return forward_backward(m, a, attn, inputs, targets, positions, docs, N, loss_scale, backward, predictions, NULL);
+}
+
+double llama_forward_scores(LlamaModel *m, LlamaActs *a, SeqAttention *attn, const int *inputs, const int *targets,
+                            const int *positions, const int *docs, int N, double *token_loss, int *predictions) {
+    return forward_backward(m, a, attn, inputs, targets, positions, docs, N, 1.0f, 0, predictions, token_loss);
+}
+
+/* The forward (and with `backward` the backward) of llama_forward_backward_docs; token_loss (N, may
+ * be NULL) receives each token's loss. */
+static double forward_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn, const int *inputs, const int *targets,
+                               const int *positions, const int *docs, int N, float loss_scale, int backward,
+                               int *predictions, double *token_loss) {
     const LlamaConfig *c = &m->cfg;
     if (N != a->N) die("internal: activations were made for %d tokens, called with %d", a->N, N);
+    if (backward && a->forward_only) die("internal: a backward pass on activations made forward only");
     int D = c->hidden_size, V = c->vocab_size, nL = c->num_hidden_layers;
     for (int i = 0; i < N; i++)
         if (inputs[i] < 0 || inputs[i] >= V || targets[i] >= V)
@@ -661,7 +681,7 @@ double llama_forward_backward_docs(LlamaModel *m, LlamaActs *a, SeqAttention *at
     }
     layer_memory_head_begin(a, backward);
     hook(m, LLAMA_HOOK_BEFORE_HEAD, -1, backward);
-    double loss = head_forward_backward(m, a, targets, loss_scale, backward, predictions);
+    double loss = head_forward_backward(m, a, targets, loss_scale, backward, predictions, token_loss);
     hook(m, LLAMA_HOOK_AFTER_HEAD, -1, backward);
     if (!backward) {
         hook(m, LLAMA_HOOK_END, -1, 0);

@@ -155,4 +155,12 @@ double llama_forward_backward_docs(LlamaModel *m, LlamaActs *a, SeqAttention *at
                                    const int *inputs, const int *targets, const int *positions, const int *docs,
                                    int N, float loss_scale, int backward, int *predictions);
 
+/* The forward of llama_forward_backward_docs alone (backward 0), returning the same sum bit for
+ * bit, with each token's loss in token_loss (N; 0 where targets[i] < 0; the returned sum adds
+ * them in blocks of rows, so summing them in another grouping may differ in the last bits) and,
+ * when predictions is non-NULL, each token's argmax. For activations made forward only
+ * (LlamaActsOptions.forward_only) or any others. */
+double llama_forward_scores(LlamaModel *m, LlamaActs *a, SeqAttention *attn, const int *inputs, const int *targets,
+                            const int *positions, const int *docs, int N, double *token_loss, int *predictions);
+
 #endif
