@@ -78,6 +78,46 @@ static double run_fixture(const char *dir, const char *weights, int checkpoint, 
     return loss;
 }
 
+/* The forward alone of a fixture's model over its tokens: llama_forward_backward with backward 0 on
+ * activations of checkpoint mode `mode`, or (mode < 0) llama_forward_scores on activations made
+ * forward only, its per-token losses in token_loss (S). Returns the sum; *acts_bytes the
+ * activations' bytes. */
+static double forward_fixture(const char *dir, int mode, size_t *acts_bytes, double *token_loss) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    LlamaConfig cfg;
+    config_json_load(path, &cfg);
+    LlamaModel m;
+    llama_build(&m, &cfg);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    params_load_safetensors(path, &m.table, m.params, cfg.tie_word_embeddings);
+    snprintf(path, sizeof path, "%s/expected.json", dir);
+    int S = (int)json_number(path, "seq_len");
+    snprintf(path, sizeof path, "%s/tokens.bin", dir);
+    TokenData td;
+    tokens_load(path, TOKENS_LLMC, &td);
+    int in[4096], tg[4096], pos[4096];
+    for (int i = 0; i < S; i++) {
+        in[i] = (int)td.tokens[i];
+        tg[i] = i % 5 == 3 ? -1 : (int)td.tokens[i + 1]; /* some targets ignored */
+        pos[i] = i;
+    }
+    SeqAttention *attn = local_attention_create((AttnHeads){.n_local = S, .n_heads = cfg.num_attention_heads,
+                                                            .n_kv_heads = cfg.num_key_value_heads,
+                                                            .head_dim = cfg.head_dim});
+    size_t before = mem_tracked_current();
+    LlamaActsOptions ao = {.checkpoint = mode < 0 ? LLAMA_CKPT_NONE : mode, .forward_only = mode < 0};
+    LlamaActs *acts = llama_acts_create_opts(&m, attn, S, &ao);
+    *acts_bytes = mem_tracked_current() - before;
+    double sum = mode < 0 ? llama_forward_scores(&m, acts, attn, in, tg, pos, NULL, S, token_loss, NULL)
+                          : llama_forward_backward(&m, acts, attn, in, tg, pos, S, 1.0f, 0, NULL);
+    llama_acts_free(acts);
+    seq_attention_destroy(attn);
+    tokens_free(&td);
+    llama_free(&m);
+    return sum;
+}
+
 /* Per tensor: |ours - ref| <= 1e-4 * max|ref| + 1e-7 elementwise. The reference is float64
  * rounded to F32; ours accumulates in fp32 over at most a few hundred terms per dot product,
  * whose error is ~1e-6 of the tensor's scale (seen: <= 1.1e-6), so 1e-4 leaves a margin of
@@ -256,6 +296,28 @@ int main(void) {
             llama_free(&ref);
         }
         llama_free(&m);
+        { /* forward only: the training forward's sum bit for bit, each token's loss (0 where ignored)
+           * adding up to it, and no layer's activations: at least the L + 1 layer inputs but one and
+           * dx (N, D) fewer than layer checkpointing's */
+            static double tl[4096];
+            size_t b_fwd, b_none, b_layer;
+            const double s_fwd = forward_fixture(dir, -1, &b_fwd, tl);
+            const double s_none = forward_fixture(dir, LLAMA_CKPT_NONE, &b_none, NULL);
+            (void)forward_fixture(dir, LLAMA_CKPT_LAYER, &b_layer, NULL);
+            double sum = 0;
+            int zeros = 1;
+            for (size_t i = 0; i < S; i++) {
+                sum += tl[i];
+                if (i % 5 == 3) zeros &= tl[i] == 0.0;
+                else zeros &= tl[i] > 0.0;
+            }
+            CHECK(s_fwd == s_none, "%s: forward-only sum %.17g, the training forward's %.17g", fixtures[k], s_fwd, s_none);
+            CHECK(fabs(sum - s_fwd) <= 1e-12 * fabs(s_fwd) && zeros, "%s: per-token losses add up to %.17g, the sum "
+                  "is %.17g (or an ignored target's loss is not 0)", fixtures[k], sum, s_fwd);
+            const size_t fewer = sizeof(float) * (L + 1) * S * (size_t)cfg.hidden_size;
+            CHECK(b_fwd + fewer <= b_layer && b_layer <= b_none, "%s: forward-only activations %zu bytes, layer's %zu, "
+                  "none's %zu", fixtures[k], b_fwd, b_layer, b_none);
+        }
     }
     /* The default FFN chunk count: at least 2 chunks, each of at most LLAMA_FFN_ROWS_MAX tokens
      * and of no more rows than fit, as h, gate and up (3 ldF floats a row), where the attention
