@@ -297,8 +297,8 @@ int main(void) {
         }
         llama_free(&m);
         { /* forward only: the training forward's sum bit for bit, each token's loss (0 where ignored)
-           * adding up to it, and no layer's activations: at least the L + 1 layer inputs but one and
-           * dx (N, D) fewer than layer checkpointing's */
+           * adding up to it, and no layer's activations: at least the L + 1 layer inputs but one,
+           * x_mid and dx, L + 2 (N, D) buffers, fewer than layer checkpointing's */
             static double tl[4096];
             size_t b_fwd, b_none, b_layer;
             const double s_fwd = forward_fixture(dir, -1, &b_fwd, tl);
@@ -314,7 +314,7 @@ int main(void) {
             CHECK(s_fwd == s_none, "%s: forward-only sum %.17g, the training forward's %.17g", fixtures[k], s_fwd, s_none);
             CHECK(fabs(sum - s_fwd) <= 1e-12 * fabs(s_fwd) && zeros, "%s: per-token losses add up to %.17g, the sum "
                   "is %.17g (or an ignored target's loss is not 0)", fixtures[k], sum, s_fwd);
-            const size_t fewer = sizeof(float) * (L + 1) * S * (size_t)cfg.hidden_size;
+            const size_t fewer = sizeof(float) * (L + 2) * S * (size_t)cfg.hidden_size;
             CHECK(b_fwd + fewer <= b_layer && b_layer <= b_none, "%s: forward-only activations %zu bytes, layer's %zu, "
                   "none's %zu", fixtures[k], b_fwd, b_layer, b_none);
         }

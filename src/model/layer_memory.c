@@ -191,7 +191,8 @@ static void layer_acts_alloc(LayerActs *L, const LlamaConfig *c, const SeqAttent
     }
     if (!partial) layer_saved_alloc(L, a);
     else if (attn->kept_floats < attn->saved_floats) L->saved = alloc_floats(attn->saved_floats);
-    L->x_mid = a->x_mid_shared ? a->x_mid_shared : alloc_floats(Nn * D);
+    /* forward only: x_mid made in place in the one residual buffer, x_out over it (llama.c) */
+    L->x_mid = a->x_mid_shared ? a->x_mid_shared : a->forward_only ? a->residual : alloc_floats(Nn * D);
     L->rstd2 = alloc_floats(Nn);
     if (a->store_gate_up) {
         L->gate = ffn_rows_alloc(Nn, a->ldF);
@@ -385,7 +386,7 @@ void llama_acts_free(LlamaActs *a) {
                 if (L->o16) xfree(L->o16); else xfree(L->o);
                 if (L->kept) xfree(L->kept); else xfree(L->saved);
             }
-        layer_acts_free(&a->shared, a->shared_qkv, NULL);
+        layer_acts_free(&a->shared, a->shared_qkv, a->forward_only ? a->residual : NULL);
     }
     xfree(a->layers);
     if (a->inputs_tier) chunk_tier_destroy(a->inputs_tier);

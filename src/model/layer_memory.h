@@ -88,9 +88,10 @@ typedef struct {
 } LlamaActsOptions;
 /* Forward only (`seqpar eval`): activations for forward passes that no backward follows. No layer
  * keeps anything for a backward: the layers run as under layer checkpointing (one shared set of
- * q, k, v, o, x_mid and the strategy's `saved`), whatever opt->checkpoint says, and the residual
- * stream is one (N, D) buffer whose rows each layer's output overwrites (the layer reads its input
- * rows into x_mid before it writes them; streamed, chunk by chunk as with offloaded inputs). No
+ * q, k, v, o and the strategy's `saved`), whatever opt->checkpoint says, and the residual stream is
+ * one (N, D) buffer: on whole layers x_mid = x_in + o_proj(o) is made in it in place once q, k, v
+ * are made, and the MLP's output added to it in place (each chunk's rows normed before they are
+ * written); streamed, each chunk's output rows overwrite its input rows, as with offloaded inputs. No
  * gradient scratch (dx, dxn, the q/k norms' and the attention half's gradients; under a strategy
  * that keeps its inputs q, k, v still go where dq, dk, dv would) and no layer-input offload. The
  * forward's arithmetic is the training forward's, bit for bit; llama_forward_backward with

@@ -357,14 +357,15 @@ static void mlp_gate_up(const LlamaModel *m, LlamaActs *a, int l, const float *x
 }
 
 /* The MLP half over N rows: x_out = x_mid + down(swiglu(gate(xn2), up(xn2))), over chunks of
- * ffn_rows tokens, each normed on its own into a->xn (x_out may not alias x_mid). */
+ * ffn_rows tokens, each normed on its own into a->xn (x_out is x_mid itself, each chunk's rows
+ * normed before they are written, or does not overlap it). */
 static void mlp_forward_rows(const LlamaModel *m, LlamaActs *a, int l, const float *x_mid, float *rstd2, float *x_out,
                              int N) {
     const LlamaConfig *c = &m->cfg;
     const LlamaLayerWeights *w = &m->w.layers[l];
     int D = c->hidden_size, F = c->intermediate_size;
     layer_memory_ffn_pads_zero(a, F);
-    memcpy(x_out, x_mid, sizeof(float) * (size_t)N * D);
+    if (x_out != x_mid) memcpy(x_out, x_mid, sizeof(float) * (size_t)N * D);
     for (int r0 = 0; r0 < N; r0 += a->ffn_rows) {
         const int n = ffn_chunk_rows(a, N, r0);
         float *gate, *up;
@@ -486,7 +487,8 @@ static void x_mid_rows(const LlamaModel *m, LlamaActs *a, int l, int i) {
     LayerActs *L = &a->layers[l];
     const int n = a->sc;
     const size_t D = (size_t)a->D, qd = (size_t)a->qd;
-    memcpy(L->x_mid, layer_memory_input(a, l) + (size_t)i * a->sc * D, sizeof(float) * (size_t)n * D);
+    const float *x_in = layer_memory_input(a, l) + (size_t)i * a->sc * D;
+    if (L->x_mid != x_in) memcpy(L->x_mid, x_in, sizeof(float) * (size_t)n * D); /* else in place (forward only) */
     for (int t = 0; t < n; t += a->xn_rows)
         o_proj_onto(m, a, l, L->x_mid + (size_t)t * D, L->o + (size_t)t * qd, xn_block_rows(a, n, t));
 }
