@@ -4,7 +4,7 @@
 # partial results merged in another order, each a few fp32 ulps off; seen: <= 3e-9), per position
 # bucket too, with the buckets' token counts summing to the total; equal bit for bit to the
 # validation loss `seqpar train --steps 0 --val-data` prints for the same sequences on the same ranks
-# (plain and packed) and to train's recall accuracy by distance; the forward-only activations
+# (plain, packed and bf16) and to train's recall accuracy by distance; the forward-only activations
 # smaller than a training step's; the JSON summary; one-line errors with a non-zero exit on every
 # rank for bad input. Prints "N passed, N failed".
 set -u
@@ -79,6 +79,7 @@ val_case 1
 val_case 2 --strategy ring
 val_case 4 --strategy ulysses --dp 2
 val_case 2 --strategy ring --pack --eot 10 # documents end at a newline
+val_case 2 --strategy ring --precision bf16
 # packed: each document alone; its positions restart (the 1-1K bucket holds more tokens)
 run_np 2 "$SEQPAR" eval --model "$M" --data "$T/text.txt" --seq-len $S --pack --eot 10 --out "$T/pack.json" >"$T/pack.out" 2>&1
 n1=$(buckets "$T/pack.json" | head -n 1 | cut -d' ' -f3)
