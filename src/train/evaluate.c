@@ -186,6 +186,12 @@ void eval_print(const EvalResult *r, FILE *out) {
             (double)r->peak_rss / (1 << 20));
 }
 
+/* A number as JSON has it: null for NaN and the infinities (a perplexity past a double's range) */
+static void json_number(FILE *f, double x) {
+    if (isfinite(x)) fprintf(f, "%.17g", x);
+    else fputs("null", f);
+}
+
 int eval_write_json(const char *path, const char *header, const EvalResult *r, SeqErr *e) {
     char *text = NULL;
     size_t len = 0;
@@ -194,18 +200,25 @@ int eval_write_json(const char *path, const char *header, const EvalResult *r, S
     fprintf(f, "{\n");
     if (header && *header) fprintf(f, "%s,\n", header);
     fprintf(f, "  \"seq_len\": %ld,\n  \"sequences\": %ld,\n  \"tokens\": %ld,\n", r->seq_len, r->n_seqs, r->scored);
-    fprintf(f, "  \"loss\": %.17g,\n  \"perplexity\": %.17g,\n  \"by_position\": [", r->loss, perplexity(r->loss));
+    fputs("  \"loss\": ", f);
+    json_number(f, r->loss);
+    fputs(",\n  \"perplexity\": ", f);
+    json_number(f, perplexity(r->loss));
+    fputs(",\n  \"by_position\": [", f);
     for (int b = 0; b < r->n_buckets; b++) {
         fprintf(f, "%s\n    {\"from\": %ld, \"to\": %ld, \"tokens\": %ld, ", b ? "," : "", r->from[b], r->to[b],
                 r->tokens[b]);
-        if (r->tokens[b])
-            fprintf(f, "\"loss\": %.17g, \"perplexity\": %.17g}", r->bucket_loss[b], perplexity(r->bucket_loss[b]));
-        else
-            fprintf(f, "\"loss\": null, \"perplexity\": null}");
+        fputs("\"loss\": ", f);
+        json_number(f, r->tokens[b] ? r->bucket_loss[b] : NAN);
+        fputs(", \"perplexity\": ", f);
+        json_number(f, r->tokens[b] ? perplexity(r->bucket_loss[b]) : NAN);
+        fputc('}', f);
     }
     fprintf(f, "\n  ],\n");
     if (r->recall) {
-        fprintf(f, "  \"recall_accuracy\": %.17g,\n  \"recall_by_distance\": ", r->accuracy);
+        fputs("  \"recall_accuracy\": ", f);
+        json_number(f, r->accuracy);
+        fputs(",\n  \"recall_by_distance\": ", f);
         recall_stats_json(&r->stats, f);
         fprintf(f, ",\n");
     }
