@@ -101,11 +101,11 @@ if [ -n "$want" ] && [ "$want" = "$got" ] && grep -q '"recall_by_distance": \[{"
 # ---- memory: eval's forward-only peak below a training step's at the same length (the activations
 # of one layer instead of L + 1 layer inputs, no gradients, no optimizer state; at this size the
 # MLP's chunk scratch, which both hold, is most of it)
-timeout 60 "$SEQPAR" train --model "$M" --data "$T/text.txt" --seq-len $S --steps 1 --batch 1 --checkpoint layer --log "$T/m.jsonl" >"$T/m.out" 2>&1
+timeout 120 "$SEQPAR" train --model "$M" --data "$T/text.txt" --seq-len $S --steps 1 --batch 1 --checkpoint layer --log "$T/m.jsonl" >"$T/m.out" 2>&1
 train_peak=$(sed -nE 's/.*"peak_mem_bytes": ([0-9]+),.*/\1/p' "$T/m.jsonl" | head -n 1)
 eval_peak=$(field "$T/one.json" peak_tracked_bytes_max)
 if [ -n "$train_peak" ] && [ -n "$eval_peak" ] && [ "$eval_peak" -gt 0 ] && [ "$eval_peak" -lt "$train_peak" ]; then ok; else
-    bad "peak memory: eval $eval_peak bytes, a training step $train_peak"; fi
+    bad "peak memory: eval $eval_peak bytes, a training step $train_peak: $(tail -n 2 "$T/m.out")"; fi
 
 # ---- bad input: one line on every rank, non-zero exit, no hang
 rank_error() { # np words flags...
