@@ -37,8 +37,6 @@ if grep -q '^  1K-2400 ' "$T/one.out" && grep -q '^loss .*perplexity' "$T/one.ou
 eval_case() { # np flags...
     local np=$1
     shift
-    local run=(run_np "$np")
-    [ "$np" = 1 ] && run=(timeout 120)
     local out="$T/np$np${*// /}.json"
     if ! run_np "$np" "$SEQPAR" eval --model "$M" --data "$T/text.txt" --seq-len $S --out "$out" "$@" >"$T/case.out" 2>&1; then
         bad "eval np $np $*: $(tail -n 2 "$T/case.out")"; return; fi
