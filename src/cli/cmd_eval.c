@@ -70,7 +70,7 @@ int cmd_eval(int argc, char **argv) {
     opterr = 0;
     optind = 1;
     int opt;
-    while ((opt = getopt_full(argc, argv, ":h", opts, cmd)) != -1) {
+    while ((opt = getopt_full(argc, argv, ":h", options_with_knobs(opts), cmd)) != -1) {
         if (parallel_flags_handle(&pc, cmd, opt, optarg)) continue;
         if (memory_flags_handle(&mf, cmd, opt, optarg, argc, argv)) continue;
         if (pack_flags_handle(&pf, cmd, opt, optarg)) continue;

@@ -67,6 +67,11 @@ double parse_double(const char *cmd, const char *flag, const char *value, double
 }
 
 int getopt_full(int argc, char **argv, const char *shortopts, const struct option *opts, const char *cmd) {
+    for (const struct option *o = opts; o->name; o++) /* a table with the parallel flags: the knobs too */
+        if (o->val == 2012) {
+            opts = options_with_knobs(opts);
+            break;
+        }
     int idx = -1;
     const int opt = getopt_long(argc, argv, shortopts, opts, &idx);
     if (opt == -1 || opt == '?' || opt == ':' || idx < 0 || optind < 1) return opt;
@@ -246,7 +251,8 @@ const struct option *options_with_knobs(const struct option *opts) {
         if (made[i].base == opts) return made[i].all;
     if (n_made == (int)ARRAY_LEN(made)) die("internal: options_with_knobs called for more than %d tables", n_made);
     size_t n = 0;
-    while (opts[n].name) n++;
+    for (; opts[n].name; n++)
+        if (opts[n].val >= KNOB_OPTION_FIRST && opts[n].val < KNOB_OPTION_FIRST + KNOB_SLOTS) return opts; /* has them */
     const int knobs = strategy_knob_count();
     struct option *all = xcalloc(n + (size_t)knobs + 1, sizeof *all);
     memcpy(all, opts, n * sizeof *all);

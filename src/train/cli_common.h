@@ -21,7 +21,8 @@ double parse_double(const char *cmd, const char *flag, const char *value, double
 
 /* getopt_long without its abbreviations: a long option must be given in full (getopt_long takes
  * any unambiguous prefix, so another command's --tokens read as train's --tokens-format and --ranks
- * as --ranks-per-node); a prefix dies naming the option it would have been read as. */
+ * as --ranks-per-node); a prefix dies naming the option it would have been read as. A table with
+ * the parallel flags (PARALLEL_FLAG_OPTIONS) gets the strategies' knobs too (options_with_knobs). */
 int getopt_full(int argc, char **argv, const char *shortopts, const struct option *opts, const char *cmd);
 /* Call from the getopt_long loop on '?' or ':': dies naming the option and pointing at --help. */
 void die_bad_option(const char *cmd, int argc, char **argv, int opt);
@@ -101,7 +102,8 @@ void model_size_build(LlamaModel *m, const LlamaConfig *cfg);
     {"offload-dir", required_argument, 0, 2015}
 int parallel_flags_handle(ParallelConfig *c, const char *cmd, int opt, const char *arg);
 /* opts (ended by {0}) and an entry for each registered strategy knob, --NAME with a value, option
- * id KNOB_OPTION_FIRST + its slot: a copy made once per table and kept. */
+ * id KNOB_OPTION_FIRST + its slot: a copy made once per table and kept (opts itself where it has
+ * them already). */
 #define KNOB_OPTION_FIRST 2100
 const struct option *options_with_knobs(const struct option *opts);
 /* A knob's option (id from options_with_knobs): its value (1 to the knob's max) into k; returns 1,
