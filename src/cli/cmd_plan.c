@@ -346,18 +346,20 @@ int cmd_plan(int argc, char **argv, const char *program) {
     char cluster_gemm[160] = "", cluster_attn[160] = "";
     if (cluster) {
         const double rows = (double)base.seq_len / cl.ranks > 1 ? (double)base.seq_len / cl.ranks : 1;
-        const double h = base.model.hidden_size, threads = cx.threads_per_rank;
+        /* per thread as the planner counts a rank's threads (--cores-per-node / ranks per node) */
+        const int thr_rank = cl.cores_per_node / cl.ranks_per_node > 1 ? cl.cores_per_node / cl.ranks_per_node : 1;
+        const double h = base.model.hidden_size, threads = thr_rank;
         if (!(cl.gemm_gflops > 0) && cx.gemm[base.precision].n) {
             cl.gemm_gflops = cluster_gemm_flops_per_s(&cx, base.precision, rows, h, h) / threads * 1e-9;
             snprintf(cluster_gemm, sizeof cluster_gemm, " (cluster %s, %s, per rank / %d threads)", cx.name,
-                     precision_name(base.precision), cx.threads_per_rank);
+                     precision_name(base.precision), thr_rank);
         }
         if (!(cl.attn_fwd_gflops > 0)) {
             cl.attn_fwd_gflops = cluster_attention_rate(&cx, base.precision, base.model.head_dim, 1, (int)rows, (int)rows) /
                                  threads * 1e-9;
             cl.attn_bwd_gflops = cl.attn_fwd_gflops * 2.5 / cx.attn_backward_factor;
             snprintf(cluster_attn, sizeof cluster_attn, " (cluster %s, causal blocks of %.0f rows, per rank / %d threads)",
-                     cx.name, rows, cx.threads_per_rank);
+                     cx.name, rows, thr_rank);
             cl.sim = &cx; /* and each configuration's attention schedule played on the cluster */
         }
     }
