@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "data/packing.h"
 #include "io/read_file.h"
 
 static int is_glob(const char *s) { return strpbrk(s, "*?[") != NULL; }
@@ -229,4 +230,18 @@ int token_stream_dir_has_val(const char *source) {
     }
     free(names);
     return found;
+}
+
+int token_stream_scan(TokenStream *ts, long n_seqs, int S, int eot, long *scored, SeqErr *e) {
+    int *inputs = xmalloc(sizeof(int) * (size_t)S), *targets = xmalloc(sizeof(int) * (size_t)S);
+    int rc = token_stream_seek(ts, 0, 0, e);
+    *scored = 0;
+    for (long s = 0; s < n_seqs && rc == 0; s++) {
+        rc = token_stream_next(ts, S, inputs, targets, e);
+        if (rc == 0 && eot >= 0) pack_mask_targets(inputs, S, eot, targets);
+        for (int i = 0; rc == 0 && i < S; i++) *scored += targets[i] >= 0;
+    }
+    xfree(inputs);
+    xfree(targets);
+    return rc;
 }

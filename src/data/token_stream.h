@@ -58,6 +58,12 @@ int token_stream_next(TokenStream *ts, int S, int *inputs, int *targets, SeqErr 
 /* Moves the cursor (from a checkpoint). -1 with one line if it lies outside the stream. */
 int token_stream_seek(TokenStream *ts, uint64_t shard, uint64_t offset, SeqErr *e);
 
+/* Reads the stream's first n_seqs sequences of S tokens once, from its start (every token checked
+ * against the vocabulary, as token_stream_next does), and sets *scored to the targets they leave to
+ * score (packed: eot >= 0, the target after each end-of-text dropped, pack_mask_targets). 0, or -1
+ * with one line. */
+int token_stream_scan(TokenStream *ts, long n_seqs, int S, int eot, long *scored, SeqErr *e);
+
 /* 1 if `source` is a directory holding held-out (*_val_*.bin) shards, else 0. */
 int token_stream_dir_has_val(const char *source);
 

@@ -40,16 +40,8 @@ int eval_data_tokens(EvalData *d, const char *source, TokensFormat format, int s
     }
     d->n_seqs = max_seqs > 0 && (size_t)max_seqs < avail ? max_seqs : (long)avail;
     /* every sequence read once now: a token outside the vocabulary ends the run before any forward */
-    int *inputs = xmalloc(sizeof(int) * (size_t)seq_len), *targets = xmalloc(sizeof(int) * (size_t)seq_len);
-    int rc = token_stream_seek(&d->stream, 0, 0, e);
-    long scored = 0;
-    for (long s = 0; s < d->n_seqs && rc == 0; s++) {
-        rc = token_stream_next(&d->stream, seq_len, inputs, targets, e);
-        if (rc == 0 && eot >= 0) pack_mask_targets(inputs, seq_len, eot, targets);
-        for (int i = 0; rc == 0 && i < seq_len; i++) scored += targets[i] >= 0;
-    }
-    xfree(inputs);
-    xfree(targets);
+    long scored;
+    int rc = token_stream_scan(&d->stream, d->n_seqs, seq_len, eot, &scored, e);
     if (rc == 0 && scored == 0)
         rc = seq_err(e, "--data '%s': its %ld sequences hold nothing but the end-of-text id %d (--pack), so no token "
                      "is scored: give other data or check --eot", source, d->n_seqs, eot);

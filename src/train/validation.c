@@ -26,16 +26,8 @@ int validation_open(Validation *v, const char *source, TokensFormat format, int 
     v->n_seqs = (int)want;
     v->eot = eot;
     /* every sequence read once now: a token outside the vocabulary ends the run before step 1 */
-    int *inputs = xmalloc(sizeof(int) * (size_t)seq_len), *targets = xmalloc(sizeof(int) * (size_t)seq_len);
-    int rc = token_stream_seek(&v->stream, 0, 0, e);
-    long scored = 0;
-    for (int s = 0; s < v->n_seqs && rc == 0; s++) {
-        rc = token_stream_next(&v->stream, seq_len, inputs, targets, e);
-        if (rc == 0 && eot >= 0) pack_mask_targets(inputs, seq_len, eot, targets);
-        for (int i = 0; rc == 0 && i < seq_len; i++) scored += targets[i] >= 0;
-    }
-    xfree(inputs);
-    xfree(targets);
+    long scored;
+    int rc = token_stream_scan(&v->stream, v->n_seqs, seq_len, eot, &scored, e);
     if (rc == 0 && scored == 0)
         rc = seq_err(e, "--val-data '%s': its %d sequences hold nothing but the end-of-text id %d (--pack), so no token "
                      "is scored: give other validation data", source, v->n_seqs, eot);
