@@ -23,13 +23,22 @@ export OMPI_MCA_ess_singleton_isolated=${OMPI_MCA_ess_singleton_isolated:-1}
 # seconds a rank under mpirun on 2 cores): --peak-gflops' default. test_cli and test_bf16 unset it
 # where they check the measured peaks (fp32 and bf16).
 export SEQPAR_PEAK_GFLOPS=${SEQPAR_PEAK_GFLOPS:-100}
+# Open MPI's session directories under this run's own temporary directory: every MPI job of a user on
+# a host shares /tmp/ompi.HOST.UID, and where two suites (or a suite and another MPI job) run at once
+# a start-up now and then fails to make its directory there ("orte_session_dir failed"), which a
+# test would read as a refusal. The directory does not change what a test checks.
+ompi_tmp=""
+if [ -z "${OMPI_MCA_orte_tmpdir_base:-}" ]; then
+    ompi_tmp=$(mktemp -d)
+    export OMPI_MCA_orte_tmpdir_base=$ompi_tmp
+fi
 total_pass=0
 total_fail=0
 marker=$(mktemp) # run directories made after it in the working tree's runs/: a train run without --log
 # where a test keeps a run another test makes again with the same command (tests/lib.sh, run_shared)
 SEQPAR_TEST_SHARED=$(mktemp -d)
 export SEQPAR_TEST_SHARED
-trap 'rm -rf "$marker" "$SEQPAR_TEST_SHARED"' EXIT
+trap 'rm -rf "$marker" "$SEQPAR_TEST_SHARED" ${ompi_tmp:+"$ompi_tmp"}' EXIT
 run_one() { # name, timeout seconds, command...
     local name=$1 limit=$2
     shift 2
