@@ -173,7 +173,7 @@ for kv in 32 8; do
     total=0 blocks=0
     for pass in "" --backward; do
         out=""
-        for try in 1 2; do
+        for _ in 1 2; do
             # shellcheck disable=SC2086
             out=$("$SEQPAR" strategies --schedule lightseq --ranks 16 --seq-len 65536 --heads 32 --kv-heads "$kv" \
                 --head-dim 128 --precision bf16 --cluster "$CLUSTER" $EXTRA $pass 2>/dev/null)
