@@ -10,11 +10,12 @@
 #             with --offload-dir (activation checkpointing with CPU offload, §5.2), --zero 3.
 #   Table 3   Llama 3 8B on 8 GPUs (2 nodes of 4): the Ulysses rows (ZeRO-1/2/3 without checkpointing
 #             at their 64K, with checkpointing + offload at their 512K) and FPDT's (ZeRO-3, 4M, 64K
-#             chunks): MFU at the row's length, and the longest length (of 64K, 128K, ..., 8M, 3M)
+#             chunks): MFU at the row's length, and the longest length (of 64K, 128K, ..., 8M)
 #             the planner finds a fitting configuration for, against the row's "Max len.". The
 #             tensor-parallel rows are not replayed: seqpar has no tensor parallelism.
-#   Table 1   FPDT's longest context, 2.7B / 8B / 13B on 1-8 A100 40G and 4-32 A100 80G (64K chunks,
-#             offload, ZeRO-3), against the planner's longest fitting length.
+#   Table 1   FPDT's longest context, 2.7B / 8B / 13B on 1-8 A100 40G and 4-32 A100 80G (offload,
+#             ZeRO-3), against the longest length (128K ... 8M) the planner finds a fitting FPDT
+#             configuration for (its choice of chunks).
 #
 # MFU: FPDT does not state its formula; it is computed here as Megatron-DeepSpeed's throughput
 # calculator does (the code FPDT ships in): 24 f L h^2 (1 + S / 6h + V / 16 L h) FLOPs a token, f = 4
@@ -53,7 +54,7 @@ plan_row() {
     [ "${10}" = 1 ] && off=(--offload-dir "$OFF")
     [ "$2" = 1 ] && z=0 # one rank: nothing to shard (seqpar's ZeRO needs two)
     s=(--strategy "$5" --dp 1 --hp "$6" --cp 1)
-    [ "$5" = fpdt ] && s+=(--chunks "$7")
+    [ "$5" = fpdt ] && [ "$7" != 0 ] && s+=(--chunks "$7") # 0: the planner chooses
     for _ in 1 2; do
         out=$("$SEQPAR" plan --cluster "$1" --nodes "$nodes" --ranks-per-node "$rpn" --layers "$L" --hidden "$D" \
             --heads "$H" --kv-heads "$KV" --ffn "$F" --vocab "$V" --seq-len "$4" --batch 1 --precision bf16 \
@@ -78,13 +79,18 @@ mfu_causal() {
         tok = 3 * (L * (2 * (2 * D * D + 2 * D * KV * HD) + 2 * 3 * D * F + 2 * S * D) + 2 * D * V)
         printf "%.1f", 100 * tps * tok / (P * 312e12) }'
 }
-# the longest of the lengths LIST that fits: cluster GPUs model strategy hp checkpoint zero offload LIST...
+# FPDT's chunks for S tokens: 64K each, as the paper's runs, but at most 64 (the planner lists no
+# more: at 8M the chunks are 128K)
+fpdt_chunks() { local u=$(($1 / 65536)); [ "$u" -lt 1 ] && u=1; [ "$u" -gt 64 ] && u=64; echo "$u"; }
+# the longest of the lengths LIST (ascending; the search stops at the first that does not fit) for
+# which the planner finds a fitting configuration, FPDT's chunks its choice (it lists powers of two
+# up to 64: 3M tokens in 48 chunks of 64K is not among them) that fits: cluster GPUs model strategy hp checkpoint zero offload LIST...
 longest() {
-    local c=$1 p=$2 m=$3 st=$4 hp=$5 ck=$6 z=$7 o=$8 best=- S chunks
+    local c=$1 p=$2 m=$3 st=$4 hp=$5 ck=$6 z=$7 o=$8 best=- S
     shift 8
     for S in "$@"; do
-        chunks=$((S / 65536)); [ "$chunks" -lt 1 ] && chunks=1
-        [ -n "$(plan_row "$c" "$p" "$m" "$S" "$st" "$hp" "$chunks" "$ck" "$z" "$o")" ] && best=$S
+        [ -n "$(plan_row "$c" "$p" "$m" "$S" "$st" "$hp" 0 "$ck" "$z" "$o")" ] || break # longer fits no better
+        best=$S
     done
     echo "$best"
 }
@@ -105,11 +111,11 @@ for spec in "2.7B 1 38.4" "8B 4 47.6" "13B 4 46.1"; do
 done
 echo
 echo "Table 3: Llama 3 8B on 8 GPUs (2 nodes of 4, A100 80G): MFU (%) at the row's length; longest length that fits"
-LENS=(65536 131072 262144 524288 1048576 2097152 3145728 4194304 8388608)
+LENS=(65536 131072 262144 524288 1048576 2097152 4194304 8388608)
 # strategy zero checkpoint offload S measured_mfu measured_max label
 while read -r st z ck o S meas mx lab; do
     f=3; [ "$ck" != none ] && f=4
-    r=$(plan_row fpdt-a100-80g 8 8B "$S" "$st" 8 $((S / 65536)) "$ck" "$z" "$o")
+    r=$(plan_row fpdt-a100-80g 8 8B "$S" "$st" 8 "$(fpdt_chunks "$S")" "$ck" "$z" "$o")
     pred=- pc=-; [ -n "$r" ] && pred=$(mfu 8B "$S" "${r#* }" 8 "$f") && pc=$(mfu_causal 8B "$S" "${r#* }" 8)
     lg=$(longest fpdt-a100-80g 8 8B "$st" 8 "$ck" "$z" "$o" "${LENS[@]}")
     [ "$pred" != - ] && echo "T3 $lab $meas $pred $pc" >>"$rows"
@@ -125,7 +131,7 @@ ulysses 3 layer 1 524288 47.2 512K AC+OC+UL+ZeRO-3
 fpdt 3 layer 1 4194304 55.7 4M AC+OC+FPDT+ZeRO-3
 EOF
 echo
-echo "Table 1: FPDT's longest context (64K chunks, offload, ZeRO-3): measured / planner"
+echo "Table 1: FPDT's longest context (offload, ZeRO-3; the planner's chunks): measured / planner"
 T1LENS=(131072 262144 524288 1048576 2097152 3145728 4194304 8388608)
 # model then the measured maxima on A100 40G x 1 2 4 8 and A100 80G x 4 8 16 32
 agree=0 n=0

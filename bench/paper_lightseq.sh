@@ -63,9 +63,9 @@ TABLE3="1024 0.84 0.84
 # predicted step seconds: nodes strategy heads kv_heads seq_len checkpoint hp cp ("" where it fails;
 # tried twice: Open MPI's start-up can fail on a busy machine)
 predict() {
-    local t try hd=()
+    local t hd=()
     [ "$3" = 33 ] && hd=(--head-dim 128) # Llama-33H: 33 heads of 128 on hidden 4096
-    for try in 1 2; do
+    for _ in 1 2; do
         # shellcheck disable=SC2086 # EXTRA is a list of flags
         t=$("$SEQPAR" plan --cluster "$CLUSTER" --nodes "$1" $EXTRA --layers 32 --hidden 4096 --heads "$3" \
             --kv-heads "$4" "${hd[@]}" --ffn 11008 --vocab 32000 --seq-len "$5" --batch 1 --precision bf16 \
