@@ -105,7 +105,7 @@ column_summary() {
     }'
 }
 
-echo "cluster: $CLUSTER; $("$SEQPAR" --version 2>/dev/null | head -n 1)"
+echo "cluster: $CLUSTER; code: $(git -C "$(dirname "$0")" describe --always --dirty 2>/dev/null)"
 echo
 echo "Table 4: one 2D-Attention forward + backward (ms), 64 ranks, plain ring (W = cp)"
 summary4=$(mktemp)
