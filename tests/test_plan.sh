@@ -363,6 +363,14 @@ done
 if printf '%s' "$simplan" | grep -q "^attention: each configuration's schedule played on two toy nodes by the step simulator" &&
     awk -v p="$pexp" -v w="$waits" 'BEGIN { exit !(p != "" && w > 5 && p >= w && p <= w + 2) }'; then ok; else
     bad "plan --cluster: exposed ${pexp} ms, the simulated schedule's waits ${waits} ms: $(printf '%s' "$simplan" | tail -n 3)"; fi
+# a knob or stage given is planned as train takes it, also outside the values the search tries by
+# itself: FPDT's --chunks 48 (the search tries powers of two), --zero 3 on one rank (the search
+# shards nothing there); both found nothing to run
+SMALL="--layers 2 --hidden 128 --heads 4 --ffn 256 --vocab 256 --gemm-gflops 50 --attn-gflops 50"
+c48=$(timeout 60 "$SEQPAR" plan --ranks 2 $SMALL --seq-len 9216 --strategy fpdt --chunks 48 2>&1 | grep '^best')
+if printf '%s' "$c48" | grep -q -- "--strategy fpdt .*--chunks 48"; then ok; else bad "plan --chunks 48: '$c48'"; fi
+z3=$(timeout 60 "$SEQPAR" plan --ranks 1 $SMALL --seq-len 4096 --zero 3 2>&1 | grep '^best')
+if printf '%s' "$z3" | grep -q -- "--zero 3$"; then ok; else bad "plan --zero 3 on one rank: '$z3'"; fi
 err_case "--ranks-per-node 3 does not divide --ranks 4" --ranks 4 --ranks-per-node 3 $M
 err_case "unknown strategy 'nope'" --ranks 4 --strategy nope $M $RATES
 err_case "--attn-gflops 'x' is not F or F,B" --ranks 2 --attn-gflops x $M

@@ -641,8 +641,8 @@ char *plan_search(const MemoryModelInput *base, const PlanFixed *f, const PlanCl
                     for (int lay = 0; lay < (try_contig ? 2 : 1); lay++)
                         for (int ci = 0; ci < 3; ci++) {
                             if (f->checkpoint >= 0 && f->checkpoint != ckpts[ci]) continue;
-                            for (int z = 0; z <= (P > 1 ? 3 : 0); z++) {
-                                if (f->zero >= 0 && f->zero != z) continue;
+                            for (int z = 0; z <= 3; z++) { /* one rank: ZeRO shards nothing, unless given */
+                                if (f->zero >= 0 ? f->zero != z : P == 1 && z > 0) continue;
                                 in.par = base->par;
                                 if (lay) {
                                     in.par.layout = LAYOUT_CONTIGUOUS;

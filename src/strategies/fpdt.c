@@ -530,13 +530,12 @@ static char *fpdt_refuse(unsigned knob, const Strategy *runner, const ParallelCo
                    "or use --strategy fpdt");
 }
 
-/* Chunk counts u = 1, 2, 4, ... 64 that split S into u x hp pieces. */
+/* Chunk counts u = 1, 2, 4, ... 64 that split S into u x hp pieces; a --chunks U given: U alone. */
 static int fpdt_candidates(int hp, int cp, const StrategyFixed *fixed, StrategyCandidate *out, int max) {
     (void)cp;
     const int fixed_u = knob_get(&fixed->knobs, "chunks");
     int n = 0;
-    for (int u = 1; u <= 64; u *= 2) {
-        if (fixed_u > 0 && fixed_u != u) continue;
+    for (int u = fixed_u > 0 ? fixed_u : 1; u <= (fixed_u > 0 ? fixed_u : 64); u *= 2) {
         if (fixed->seq_len % ((long)u * hp)) continue;
         for (int pl = 0; pl < 4; pl++) {
             if (fixed->placement >= 0 && fixed->placement != pl) continue;
