@@ -80,7 +80,9 @@ static void test_presets(void) {
             json_t *s = json_object_get(src, key);
             CHECK(json_is_string(s) && strlen(json_string_value(s)) > 10, "%s: field \"%s\" names no source", name, key);
         }
-        CHECK(fields == 16 && (int)json_object_size(src) == fields, "%s: %d fields, %zu sources", name, fields,
+        /* the 16 every preset gives, and the per-peer limit where its nodes are wired pair by pair */
+        const int want_fields = 16 + (json_object_get(root, "intra_peer_gbs") != NULL);
+        CHECK(fields == want_fields && (int)json_object_size(src) == fields, "%s: %d fields, %zu sources", name, fields,
               json_object_size(src));
         json_decref(root);
     }
@@ -263,6 +265,8 @@ static void test_bad(void) {
          "\"threads_per_rank\" must be a whole number"},
         {"{\"nodes\": 1, \"ranks_per_node\": 2, \"intra_gbs\": 1, \"attention\": [[1, 1]], \"nic_gbs\": -1}",
          "\"nic_gbs\" must not be negative"},
+        {"{\"nodes\": 1, \"ranks_per_node\": 2, \"intra_gbs\": 1, \"attention\": [[1, 1]], \"intra_peer_gbs\": -1}",
+         "\"intra_peer_gbs\" must be 0 (no limit beyond the ports) or positive (got -1)"},
         {"{\"nodes\": 1, \"ranks_per_node\": 2, \"intra_gbs\": 1, \"attention\": [[1, 1]], \"nic_latency_us\": -1}",
          "\"nic_latency_us\" is -1"},
         {"{\"nodes\": 1, \"ranks_per_node\": 2, \"intra_gbs\": 1, \"attention\": [[1, 1]], \"intra_all_to_all\": \"bus\"}",

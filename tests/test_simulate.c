@@ -2,7 +2,8 @@
  * are computed by hand: two flows through one NIC and through two, a 4-rank ring over two nodes
  * whose steps wait for the link between the nodes, an all-to-all across two nodes, the attention
  * rate's interpolation, a message posted after the blocks; every registered strategy's played
- * schedule runs to the end with its bytes split into intra- and inter-node; bad cluster files are
+ * schedule runs to the end with its bytes split into intra- and inter-node; a per-peer limit inside a
+ * node; bad cluster files are
  * refused with one line naming the field. No MPI. */
 #include <math.h>
 #include <stdio.h>
@@ -261,7 +262,33 @@ static void test_bad_files(void) {
     rmdir(dir);
 }
 
+/* Ranks wired pair by pair inside a node (intra_peer_gbs): rank 0 of a 4-rank node sends 1e8 bytes
+ * to ranks 1 and 2 at once through its 100 GB/s port. With 25 GB/s to any one peer each flow moves at
+ * 25 (the port is not full); with 60, the port splits them at 50 each; with none, likewise at 50. */
+static void test_peer_links(void) {
+    const double peers[3] = {25, 60, 0}, want_rate[3] = {25e9, 50e9, 50e9};
+    const int ident[4] = {0, 1, 2, 3};
+    for (int i = 0; i < 3; i++) {
+        Cluster c = two_nodes(1);
+        c.nodes = 1;
+        c.ranks_per_node = 4;
+        c.intra_peer_gbs = peers[i];
+        StepSchedule sc;
+        schedule_init(&sc, 1, 4, PASS_FORWARD);
+        schedule_step(&sc, "two flows out of rank 0");
+        schedule_message(&sc, COMM_P2P_INNER, 0, 1, 100000000ULL, 1);
+        schedule_message(&sc, COMM_P2P_INNER, 0, 2, 100000000ULL, 1);
+        schedule_finish(&sc);
+        ScheduleSim out;
+        const double t = run(&sc, &c, ident, &out), want = 1e-6 + 1e8 / want_rate[i];
+        CHECK(near(t, want), "two flows from one rank, %g GB/s a peer: %.9g s, by hand %.9g s", peers[i], t, want);
+        schedule_sim_free(&out);
+        schedule_free(&sc);
+    }
+}
+
 int main(void) {
+    test_peer_links();
     test_nic_sharing();
     test_nic_egress();
     test_ring_two_nodes();

@@ -19,7 +19,7 @@ extern const int cluster_preset_n;
 /* Every key a cluster file may hold; anything else is refused as a typo. */
 static const char *const KEYS[] = {
     "name", "description", "source", "sources", "note", "nodes", "ranks_per_node", "threads_per_rank",
-    "device_mem_gib", "host_mem_gib", "d2h_gbs", "intra_all_to_all", "intra_gbs", "intra_node_gbs",
+    "device_mem_gib", "host_mem_gib", "d2h_gbs", "intra_all_to_all", "intra_gbs", "intra_node_gbs", "intra_peer_gbs",
     "intra_latency_us", "nics_per_node", "nic_gbs", "nic_latency_us", "attention", "attention_backward_factor",
     "attention_rates", "gemm"};
 
@@ -143,6 +143,7 @@ int cluster_parse(const char *text, const char *origin, Cluster *c, SeqErr *e) {
         number(root, origin, "d2h_gbs", 0, 0, 0, &c->d2h_gbs, e) ||
         number(root, origin, "intra_gbs", 1, 0, 0, &c->intra_gbs, e) ||
         number(root, origin, "intra_node_gbs", 0, 0, 0, &c->intra_node_gbs, e) ||
+        number(root, origin, "intra_peer_gbs", 0, 0, 0, &c->intra_peer_gbs, e) ||
         number(root, origin, "intra_latency_us", 0, 0, 0, &c->intra_latency_us, e) ||
         number(root, origin, "nics_per_node", 0, 1, 1, &nics, e) || number(root, origin, "nic_gbs", 0, 0, 0, &c->nic_gbs, e) ||
         number(root, origin, "nic_latency_us", 0, 0, 0, &c->nic_latency_us, e) ||
@@ -231,6 +232,7 @@ int cluster_save(const char *path, const Cluster *c, const char *source, SeqErr 
                         json_string(c->intra_kind == CLUSTER_INTRA_SHARED_MEMORY ? "shared_memory" : "switch"));
     json_object_set_new(o, "intra_gbs", json_real(c->intra_gbs));
     json_object_set_new(o, "intra_node_gbs", json_real(c->intra_node_gbs));
+    json_object_set_new(o, "intra_peer_gbs", json_real(c->intra_peer_gbs));
     json_object_set_new(o, "intra_latency_us", json_real(c->intra_latency_us));
     json_object_set_new(o, "nics_per_node", json_integer(c->nics_per_node));
     json_object_set_new(o, "nic_gbs", json_real(c->nic_gbs));
@@ -306,6 +308,8 @@ char *cluster_check(const Cluster *c) {
     if (!(c->intra_gbs > 0) || !isfinite(c->intra_gbs))
         return xstrdup_printf("\"intra_gbs\" must be positive (got %g)", c->intra_gbs);
     if (!nonneg(c->intra_node_gbs)) return xstrdup("\"intra_node_gbs\" must be 0 (no shared limit) or positive");
+    if (!nonneg(c->intra_peer_gbs))
+        return xstrdup_printf("\"intra_peer_gbs\" must be 0 (no limit beyond the ports) or positive (got %g)", c->intra_peer_gbs);
     if (c->intra_node_gbs > 0 && c->intra_kind == CLUSTER_INTRA_SWITCH)
         return xstrdup_printf("\"intra_node_gbs\" %g is a shared medium's limit, but \"intra_all_to_all\" is \"switch\": "
                               "set it to 0 or say \"shared_memory\"", c->intra_node_gbs);
@@ -486,6 +490,7 @@ static const Override OVERRIDES[] = {
     {"--d2h-gbs", "d2h_gbs", 1},
     {"--intra-gbs", "intra_gbs", 1},
     {"--intra-node-gbs", "intra_node_gbs", 1},
+    {"--intra-peer-gbs", "intra_peer_gbs", 1},
     {"--intra-latency-us", "intra_latency_us", 1},
     {"--intra-all-to-all", "intra_all_to_all", 2},
     {"--nics-per-node", "nics_per_node", 0},
@@ -554,7 +559,8 @@ int cluster_apply_overrides(Cluster *c, const ClusterOverrides *o, SeqErr *e) {
         else if (!strcmp(ov->key, "intra_node_gbs")) {
             c->intra_node_gbs = x;
             if (x > 0) c->intra_kind = CLUSTER_INTRA_SHARED_MEMORY;
-        } else if (!strcmp(ov->key, "intra_latency_us")) c->intra_latency_us = x;
+        } else if (!strcmp(ov->key, "intra_peer_gbs")) c->intra_peer_gbs = x;
+        else if (!strcmp(ov->key, "intra_latency_us")) c->intra_latency_us = x;
         else if (!strcmp(ov->key, "nics_per_node")) c->nics_per_node = (int)x;
         else if (!strcmp(ov->key, "nic_gbs")) c->nic_gbs = x;
         else c->nic_latency_us = x;

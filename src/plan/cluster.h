@@ -48,6 +48,9 @@ typedef struct {
     /* inside a node: each rank's port (per direction) and, where the node's ranks share one medium
      * (shared memory), the node's total; 0: no shared limit (a switch such as NVSwitch) */
     double intra_gbs, intra_node_gbs, intra_latency_us;
+    /* inside a node: the most one rank sends another per direction, where the ranks are wired pair by
+     * pair (a 4-GPU board's NVLinks split over its 3 peers); 0: no limit beyond the ports */
+    double intra_peer_gbs;
     /* between nodes: NICs per node, each with this bandwidth per direction; rank i of a node sends
      * and receives through NIC i * nics / ranks_per_node */
     int nics_per_node;
@@ -110,8 +113,9 @@ int cluster_apply_overrides(Cluster *c, const ClusterOverrides *o, SeqErr *e);
 #define CLUSTER_OVERRIDE_HELP                                                                                    \
     "  cluster overrides (with --cluster): --nodes N, --ranks-per-node R, --threads-per-rank T,\n"                 \
     "                 --device-mem-gib G, --host-mem-gib G, --d2h-gbs X, --intra-gbs X, --intra-node-gbs X,\n"     \
-    "                 --intra-latency-us A, --intra-all-to-all switch|shared_memory, --nics-per-node N,\n"        \
-    "                 --nic-gbs X (per direction), --nic-latency-us B: each replaces one field of the cluster\n"
+    "                 --intra-peer-gbs X, --intra-latency-us A, --intra-all-to-all switch|shared_memory,\n"      \
+    "                 --nics-per-node N, --nic-gbs X (per direction), --nic-latency-us B: each replaces one\n"     \
+    "                 field of the cluster\n"
 
 /* A curve's value at x (TFLOP/s): linear between the points, constant outside. */
 double cluster_curve_at(const ClusterCurve *k, double x);

@@ -12,7 +12,7 @@ typedef struct {
     double bytes, left;    /* total, still to send */
     double ready;          /* when it starts moving (post + latency); < 0: not posted */
     double rate;           /* bytes / s while active */
-    int res[3], n_res;     /* the resources it crosses */
+    int res[4], n_res;     /* the resources it crosses */
 } Flow;
 
 typedef struct {
@@ -35,7 +35,8 @@ typedef struct {
 } Sim;
 
 /* Resources: NIC egress and ingress of every (node, NIC), each rank's intra-node port out and in,
- * each node's shared medium. */
+ * each node's shared medium, and (where the cluster limits one rank to another, intra_peer_gbs)
+ * every ordered pair of ranks of a node. */
 static int nic_out(const Sim *s, int rank) {
     return cluster_node_of(s->c, rank) * s->c->nics_per_node + cluster_nic_of(s->c, rank);
 }
@@ -51,6 +52,8 @@ static void flow_resources(Sim *s, Flow *f) {
         f->res[f->n_res++] = 2 * nics + a;
         f->res[f->n_res++] = 2 * nics + ranks + b;
         if (c->intra_node_gbs > 0) f->res[f->n_res++] = 2 * nics + 2 * ranks + cluster_node_of(c, a);
+        if (c->intra_peer_gbs > 0) /* the pair (a, b): a, and b's place in its node */
+            f->res[f->n_res++] = 2 * nics + 2 * ranks + c->nodes + a * c->ranks_per_node + b % c->ranks_per_node;
     }
 }
 
@@ -173,7 +176,7 @@ int simulate_schedule(const StepSchedule *sc, const Cluster *c, const int *rank_
                            m, rank_of[m], ranks, c->nodes, c->ranks_per_node);
     Sim s = {.sc = sc, .c = c, .rank_of = rank_of, .n_flows = sc->n_messages};
     const int nics = c->nodes * (c->nics_per_node > 0 ? c->nics_per_node : 1);
-    s.n_res = 2 * nics + 2 * ranks + c->nodes;
+    s.n_res = 2 * nics + 2 * ranks + c->nodes + (c->intra_peer_gbs > 0 ? ranks * c->ranks_per_node : 0);
     s.cap = xcalloc((size_t)s.n_res, sizeof *s.cap);
     s.cap_left = xcalloc((size_t)s.n_res, sizeof *s.cap_left);
     s.users = xcalloc((size_t)s.n_res, sizeof *s.users);
@@ -181,7 +184,7 @@ int simulate_schedule(const StepSchedule *sc, const Cluster *c, const int *rank_
     s.slot_of = xmalloc(sizeof *s.slot_of * (size_t)s.n_res);
     for (int r = 0; r < s.n_res; r++) s.slot_of[r] = -1;
     s.res_start = xcalloc((size_t)s.n_res + 1, sizeof *s.res_start);
-    s.res_flows = xcalloc(3 * (size_t)(sc->n_messages ? sc->n_messages : 1), sizeof *s.res_flows);
+    s.res_flows = xcalloc(4 * (size_t)(sc->n_messages ? sc->n_messages : 1), sizeof *s.res_flows);
     const size_t KM = (size_t)K * (size_t)M;
     s.sent_start = xcalloc(KM + 1, sizeof *s.sent_start);
     s.sent = xcalloc((size_t)(sc->n_messages ? sc->n_messages : 1), sizeof *s.sent);
@@ -198,6 +201,7 @@ int simulate_schedule(const StepSchedule *sc, const Cluster *c, const int *rank_
     for (int r = 0; r < 2 * nics; r++) s.cap[r] = c->nic_gbs * 1e9;
     for (int r = 0; r < 2 * ranks; r++) s.cap[2 * nics + r] = c->intra_gbs * 1e9;
     for (int r = 0; r < c->nodes; r++) s.cap[2 * nics + 2 * ranks + r] = c->intra_node_gbs * 1e9;
+    for (int r = 2 * nics + 2 * ranks + c->nodes; r < s.n_res; r++) s.cap[r] = c->intra_peer_gbs * 1e9;
     s.f = xcalloc((size_t)(sc->n_messages ? sc->n_messages : 1), sizeof *s.f);
     for (int i = 0; i < sc->n_messages; i++) {
         const StepMessage *m = &sc->messages[i];
