@@ -383,3 +383,43 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
     out->params = sp_params;
     return NULL;
 }
+
+static void print_row(FILE *out, const char *name, double ram, double disk, double total) {
+    fprintf(out, "  %-36s %12.2f MiB %6.1f%%", name, ram / 1048576.0, total > 0 ? 100.0 * ram / total : 0.0);
+    if (disk > 0) fprintf(out, "   disk %10.2f MiB", disk / 1048576.0);
+    fprintf(out, "\n");
+}
+void memory_estimate_print(FILE *out, const MemoryModelInput *in, const MemoryEstimate *m) {
+    const LlamaConfig *c = &in->model;
+    char groups[48] = "";
+    if (m->zero > 0 && m->zero_group < in->world) snprintf(groups, sizeof groups, " (groups of %d)", m->zero_group);
+    fprintf(out, "memory model of one %s training step: %d layers, hidden %d, heads %d (kv %d), head_dim %d, ffn %d, vocab %d\n",
+           precision_name(in->precision), c->num_hidden_layers, c->hidden_size, c->num_attention_heads,
+           c->num_key_value_heads, c->head_dim, c->intermediate_size, c->vocab_size);
+    fprintf(out, "S = %ld, batch %d, %d rank%s: %s, dp %d x hp %d x cp %d, %d local tokens, --precision %s, --checkpoint %s, "
+           "%d FFN chunk%s, zero %d%s, %d thread%s/rank%s%s\n",
+           in->seq_len, in->batch, in->world, in->world == 1 ? "" : "s", m->strategy, m->dp, m->hp, m->cp, m->n_local,
+           precision_name(in->precision),
+           llama_checkpoint_name(in->checkpoint), m->ffn_chunks, m->ffn_chunks == 1 ? "" : "s", m->zero, groups,
+           m->threads, m->threads == 1 ? "" : "s", in->par.offload_dir ? ", offload to " : "",
+           in->par.offload_dir ? in->par.offload_dir : "");
+    fprintf(out, "rank %d (the largest), RAM by component:\n", m->rank);
+    for (int k = 0; k < MEM_COMPONENTS; k++) print_row(out, memory_component_name((MemComponent)k), m->ram[k], m->disk[k], m->ram_total);
+    fprintf(out, "  %-36s %12.2f MiB          disk %10.2f MiB\n", "total", m->ram_total / 1048576.0, m->disk_total / 1048576.0);
+    fprintf(out, "  RAM per token: %.2f KiB per global token, %.2f KiB per local token\n", m->ram_total / 1024.0 / (double)in->seq_len,
+           m->ram_total / 1024.0 / m->n_local);
+    if (m->layer_chunks) fprintf(out, "  layer inputs offloaded in %d chunks each\n", m->layer_chunks);
+    const int chunk_calls = strategy_attention_chunks(strategy_named(in->par.strategy), &m->params);
+    if (m->streams)
+        fprintf(out, "  layers streamed chunk by chunk: %d chunks of %d rows (--no-stream: whole layers)\n", chunk_calls,
+               m->n_local / chunk_calls);
+    else if (chunk_calls > 1 && in->checkpoint == LLAMA_CKPT_SELECTIVE)
+        fprintf(out, "  whole layers: --checkpoint selective keeps each layer's output whole, so it does not stream\n");
+    fprintf(out, "papers' terms (fp32, this rank):\n");
+    const PaperMemoryInput pin = {.p = &m->params, .D = c->hidden_size, .L = c->num_hidden_layers};
+    for (int i = 0; strategy_at(i); i++) {
+        PaperMemory pm;
+        strategy_paper_memory(strategy_at(i), &pin, &pm);
+        for (int k = 0; k < pm.n; k++) fprintf(out, "%s\n", pm.line[k]);
+    }
+}

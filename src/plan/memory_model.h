@@ -16,6 +16,7 @@
 #define SEQPAR_MEMORY_MODEL_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "model/config.h"
 #include "parallel/parallel_config.h"
@@ -67,6 +68,11 @@ typedef struct {
 /* Fills *out; NULL, or a one-line message (xmalloc'd) naming a flag that does not fit (the same
  * checks seq_parallel_create makes, without MPI). */
 char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out);
+
+/* The plan `seqpar memory` and `seqpar train --dry-run` print for the estimate of `in` (in->world
+ * ranks): the model and run, RAM and disk by component of the largest rank, per token, streaming,
+ * and every strategy's paper terms. */
+void memory_estimate_print(FILE *out, const MemoryModelInput *in, const MemoryEstimate *m);
 
 /* NULL when a global batch of `batch` sequences splits over dp replicas, else the one-line refusal
  * (train, the memory model and the planner give the same). */

@@ -95,6 +95,17 @@ static const char HELP_TAIL[] =
     "  --peak-gflops X      peak for MFU and HFU (default: $SEQPAR_PEAK_GFLOPS, else the best of several\n"
     "                       sgemm trials at start-up, oneDNN's and OpenBLAS's)\n"
     "  --quiet              print only evaluations and the summary\n"
+    "checking a job before it runs:\n"
+    "  --dry-run            make every check of a run (flags, strategy rules, data, model files,\n"
+    "                       --save and --resume, memory per rank and disk tier against --mem-per-rank\n"
+    "                       or the node) on every rank, print the memory plan ('seqpar memory') and\n"
+    "                       exit 0, or with the one-line refusal the run would give; allocates no\n"
+    "                       weights, activations or optimizer state and writes nothing\n"
+    "  --ranks P            with --dry-run: check a job of P ranks from this one process, without\n"
+    "                       starting them (another cluster's: --ranks-per-node R, --mem-per-rank GIB)\n"
+    "  --mem-per-rank GIB   RAM one rank may use: a run whose predicted memory (the memory model\n"
+    "                       plus 64 MiB of runtime) exceeds it is refused before it allocates\n"
+    "                       (default: this node's RAM over its ranks)\n"
     "  --help               this text\n"
     "  Each step line ends with the elapsed time and an estimate of the time left (ETA); the run\n"
     "  ends by naming its log, model (--save) and trace (--trace).\n"
@@ -156,6 +167,8 @@ static const struct option TRAIN_OPTIONS[] = {
     {"recall-pairs", required_argument, 0, 'P'}, {"recall-queries", required_argument, 0, 'Q'},
     {"recall-format", required_argument, 0, 3105}, {"trace-step", required_argument, 0, 3106},
     {"skip-nonfinite", required_argument, 0, 'K'},
+    {"dry-run", no_argument, 0, 3108}, {"ranks", required_argument, 0, 3109},
+    {"mem-per-rank", required_argument, 0, 3110},
     {"quiet", no_argument, 0, 'q'}, {"stop-at", required_argument, 0, 'T'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 /* arg appended to buf at *len after a space, as one shell word: as it is where every character is
  * plain, else in single quotes (a quote inside as '\''); *len counts past n where it does not fit */
@@ -271,6 +284,9 @@ void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, 
             break;
         case 'Q': o->recall_queries = (int)parse_long(cmd, "recall-queries", optarg, 1, 1 << 28); break;
         case 'q': o->quiet = 1; break;
+        case 3108: o->dry_run = 1; break;
+        case 3109: o->dry_ranks = (int)parse_long(cmd, "ranks", optarg, 1, 1 << 20); break;
+        case 3110: o->mem_per_rank = parse_double(cmd, "mem-per-rank", optarg, 1e-3, 1e9) * 1073741824.0; break;
         case 'K': o->skip_nonfinite = (int)parse_long(cmd, "skip-nonfinite", optarg, 0, 1 << 30); break;
         case 'T':
             o->stop_at = parse_long(cmd, "stop-at", optarg, LONG_MIN, 1L << 40);
@@ -304,6 +320,11 @@ void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, 
     if (o->trace_step > o->stop_at) /* the trace would hold no step */
         die_collective("seqpar train: --trace-step %ld is past the run's last step, %ld (--steps or --stop-at): give 1 "
                        "to %ld, or 'last'", o->trace_step, o->stop_at, o->stop_at);
+    if (o->dry_run && strcmp(cmd, "train") != 0) /* memory and plan read train's table */
+        die_collective("seqpar %s: --dry-run is seqpar train's: run seqpar train --dry-run with these flags", cmd);
+    if (o->dry_ranks && !o->dry_run) /* mpirun -np P starts the ranks of a real run */
+        die_collective("seqpar %s: --ranks %d checks a job of %d ranks without starting them: add --dry-run, or "
+                       "start the ranks with mpirun -np %d", cmd, o->dry_ranks, o->dry_ranks, o->dry_ranks);
     if (o->model_dir && o->resume_dir)
         die_collective("seqpar train: --model and --resume both name a model: --resume DIR already holds one");
     if (o->auto_resume && !o->save_dir)

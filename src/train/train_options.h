@@ -31,6 +31,11 @@ typedef struct {
     PackFlags pack;
     int eot; /* --pack: the end-of-text id documents end with; -1: not packed */
     uint64_t save_shard_bytes; /* --save-shard-mb: weights above it are saved in shards (0: never) */
+    double mem_per_rank;       /* --mem-per-rank GIB, in bytes: the RAM a rank may use (0: the node's RAM
+                                  over its ranks) */
+    int dry_run;               /* --dry-run: every check, the memory plan, nothing allocated, no run */
+    int dry_ranks;             /* --dry-run --ranks P: a job of P ranks checked from this one process (0: the
+                                  ranks mpirun started) */
 } TrainOptions;
 
 /* Parses train's flags (GNU long options; a bad one ends every rank with one line naming it);
