@@ -524,16 +524,39 @@ void model_from_dir(LlamaModel *m, const char *dir, uint64_t seed, int random_in
     model_dir_load(m, dir, seed, random_init, 0, m->table.total);
 }
 
-void model_dir_build(LlamaModel *m, const char *dir) {
+void model_dir_config(const char *dir, LlamaConfig *cfg) {
     char path[4096];
     SeqErr e;
     const SeqErr *failed = NULL;
-    LlamaConfig cfg;
     snprintf(path, sizeof path, "%s/config.json", dir);
-    if (model_dir_check(dir, &e) != 0 || checkpoint_verify_model(dir, &e) != 0 || config_json_read(path, &cfg, &e) != 0)
+    if (model_dir_check(dir, &e) != 0 || checkpoint_verify_model(dir, &e) != 0 || config_json_read(path, cfg, &e) != 0)
         failed = &e; /* a seqpar checkpoint's files against their recorded checksums first */
     die_if_any_rank(failed); /* every rank ends with the same one line */
+}
+void model_dir_build(LlamaModel *m, const char *dir) {
+    LlamaConfig cfg;
+    model_dir_config(dir, &cfg);
     llama_build(m, &cfg);
+}
+/* A directory without weights, as model_dir_load and model_dir_weights_check refuse it. */
+static int no_weights_error(const char *dir, SeqErr *e) {
+    return seq_err(e, "'%s' holds config.json but no weights (model.safetensors or " ST_INDEX_NAME "): pass "
+                   "--random-init (seqpar train, grad) to start from random weights on purpose", dir);
+}
+void model_dir_weights_check(const char *dir, int random_init) {
+    SeqErr e;
+    int rc = 0;
+    if (!random_init) {
+        char single[4096], index[4096];
+        struct stat sb;
+        snprintf(single, sizeof single, "%s/model.safetensors", dir);
+        snprintf(index, sizeof index, "%s/" ST_INDEX_NAME, dir);
+        const int has_single = stat(single, &sb) == 0, has_index = stat(index, &sb) == 0;
+        /* both or neither: params_read_dir's refusals, which read no weights and no table */
+        if (has_single == has_index) rc = params_read_dir(dir, NULL, NULL, 0, 0, 0, &e);
+        if (rc == 1) rc = no_weights_error(dir, &e);
+    }
+    die_if_any_rank(rc != 0 ? &e : NULL);
 }
 
 void model_dir_load(LlamaModel *m, const char *dir, uint64_t seed, int random_init, size_t lo, size_t hi) {
@@ -544,9 +567,7 @@ void model_dir_load(LlamaModel *m, const char *dir, uint64_t seed, int random_in
         return;
     }
     int rc = params_read_dir(dir, &m->table, m->params, m->cfg.tie_word_embeddings, lo, hi, &e);
-    if (rc == 1)
-        rc = seq_err(&e, "'%s' holds config.json but no weights (model.safetensors or " ST_INDEX_NAME "): pass "
-                     "--random-init (seqpar train, grad) to start from random weights on purpose", dir);
+    if (rc == 1) rc = no_weights_error(dir, &e);
     if (rc != 0) failed = &e;
     die_if_any_rank(failed);
 }

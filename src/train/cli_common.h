@@ -83,6 +83,11 @@ void model_from_size(LlamaModel *m, const LlamaConfig *cfg, uint64_t seed);
  * [lo, hi) of the flat parameters (the rank's shard: the rest is never written) from DIR's
  * weights or the random initialisation (the same values as a whole load). */
 void model_dir_build(LlamaModel *m, const char *dir);
+/* model_dir_build's checks and config, without the model: every rank ends alike on a refusal. */
+void model_dir_config(const char *dir, LlamaConfig *cfg);
+/* model_dir_load's refusal of a directory without weights (or with both kinds), made without reading
+ * them: nothing under random_init. Collective. */
+void model_dir_weights_check(const char *dir, int random_init);
 void model_dir_load(LlamaModel *m, const char *dir, uint64_t seed, int random_init, size_t lo, size_t hi);
 void model_size_build(LlamaModel *m, const LlamaConfig *cfg);
 

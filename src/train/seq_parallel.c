@@ -73,8 +73,9 @@ static int default_threads(int *idle) {
 }
 
 
-void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaConfig *model, int seq_len,
-                         size_t n_params) {
+/* seq_parallel_create's checks and what they resolve (seq_parallel_check); `full`: the rest too. */
+static void seq_parallel_build(SeqParallel *p, const ParallelConfig *cfg, const LlamaConfig *model, int seq_len,
+                               size_t n_params, int full) {
     memset(p, 0, sizeof *p);
     p->cfg = *cfg;
     int world = 1, world_rank = 0;
@@ -149,6 +150,12 @@ void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaC
         die_if_any_rank(bad ? &e : NULL);
     }
     p->n_local = seq_len / sp;
+    if (!full) { /* grad_sync_init's refusals, without its communicators */
+        err = zero_flags_error(cfg->zero, cfg->zero_group, world);
+        if (err) die_collective("%s", err);
+        comm_guard_end();
+        return;
+    }
     p->positions = xmalloc(sizeof(int) * (size_t)p->n_local);
     if (sp > 1 || own) {
         strategy_positions(p->strategy, &p->params, p->topo.hp_rank, p->topo.cp_rank, p->positions);
@@ -164,6 +171,18 @@ void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaC
                      : local_attention_create(heads);
     grad_sync_init(&p->sync, MPI_COMM_WORLD, p->comm, n_params, cfg->zero, cfg->zero_group);
     comm_guard_end();
+}
+
+void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaConfig *model, int seq_len,
+                         size_t n_params) {
+    seq_parallel_build(p, cfg, model, seq_len, n_params, 1);
+}
+void seq_parallel_check(SeqParallel *p, const ParallelConfig *cfg, const LlamaConfig *model, int seq_len) {
+    seq_parallel_build(p, cfg, model, seq_len, 0, 0);
+}
+void seq_parallel_check_free(SeqParallel *p) {
+    topology_free(&p->topo);
+    memset(p, 0, sizeof *p);
 }
 
 int seq_parallel_free(SeqParallel *p, SeqErr *e) {

@@ -55,6 +55,12 @@ int cpus_left_idle(const cpu_set_t *node, int n, const cpu_set_t *avail);
  * sizes the gradient synchronisation. */
 void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaConfig *model, int seq_len,
                          size_t n_params);
+/* The checks of seq_parallel_create, made by the same code in the same order with the same one-line
+ * refusals (collective), and what they resolve (the grid and its communicators, the strategy's
+ * parameters, the threads, n_local), but no attention buffers, positions, statistics or gradient
+ * synchronisation: `seqpar train --dry-run`. Free with seq_parallel_check_free. */
+void seq_parallel_check(SeqParallel *p, const ParallelConfig *cfg, const LlamaConfig *model, int seq_len);
+void seq_parallel_check_free(SeqParallel *p);
 /* Prints stats (if asked) and writes the trace (if asked): collective. Returns 0, or -1 with a
  * one-line message on the rank that could not write the trace file (rank 0): the caller decides
  * (the CLI ends every rank with it, die_if_any_rank). */

@@ -7,10 +7,12 @@
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "attention/flash_attention.h"
@@ -402,124 +404,300 @@ static void run_free(LlamaActs *acts, SeqParallel *par, AdamW *opt, DataSource *
     if (vp) validation_close(vp);
     llama_free(model);
 }
-int train_run(const TrainOptions *options, const SizeFlags *sizes, int argc, char **argv) {
-    TrainOptions o = *options;
-    SizeFlags sf = *sizes;
-    int S = o.seq_len;
-
+/* What the start's checks leave to the run: rank 0's lock on --save (-1: none), held to the end, and
+ * what a refusal of a damaged --resume checkpoint advises. */
+typedef struct {
+    int save_lock;
+    char advice[512];
+} StartState;
+/* The checks a run makes before it reads a model: the data (opened into *ds), --save, --resume's
+ * checkpoint, --trace and --log. dry (--dry-run): the same refusals, but --save is neither locked nor
+ * brought back from an interrupted save, and nothing is said about starting. Collective. */
+static void start_checks(TrainOptions *o, SizeFlags *sf, DataSource *ds, StartState *ss, int dry) {
     /* data */
-    DataSource ds;
-    memset(&ds, 0, sizeof ds);
-    ds.is_recall = !strcmp(o.data, "recall");
+    memset(ds, 0, sizeof *ds);
+    ds->is_recall = !strcmp(o->data, "recall");
     SeqErr err;
-    if (!ds.is_recall) {
-        die_if_any_rank(token_stream_open(&ds.ts, o.data, o.tokens_format, STREAM_TRAIN, &err) != 0 ? &err : NULL);
-        data_length_check(&ds.ts, S, o.data);
-        if (!o.model_dir && !o.resume_dir) size_flags_fit_data(&sf, &ds.ts, o.data); /* a vocabulary that covers it */
+    if (!ds->is_recall) {
+        die_if_any_rank(token_stream_open(&ds->ts, o->data, o->tokens_format, STREAM_TRAIN, &err) != 0 ? &err : NULL);
+        data_length_check(&ds->ts, o->seq_len, o->data);
+        if (!o->model_dir && !o->resume_dir) size_flags_fit_data(sf, &ds->ts, o->data); /* a vocabulary that covers it */
     }
     /* Where --save names no directory, a save interrupted between the two renames of its fallback may
      * have left the last checkpoint beside it (DIR.old.*): rank 0 brings it back, under the save lock,
      * before any rank reads --save or --resume; --auto-resume then continues what --save holds. */
-    int save_lock = -1; /* rank 0's lock on --save, held to the end */
+    ss->save_lock = -1;
     int auto_start = 0; /* --auto-resume found no checkpoint: rank 0 says it starts the run (not before a
                            refusal of the --save path: one line, the refusal) */
-    if (o.save_dir) {
+    if (o->save_dir) {
         int rank = 0, holds = 0;
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
         int bad = 0;
-        if (rank == 0) {
+        if (rank == 0 && !dry) {
             SeqErr lock_err; /* a lock refused here is reported below, after the --save path's checks */
             char *from = NULL;
             struct stat sb; /* only a missing DIR can be an interrupted save's (no lock file beside a refused one) */
-            if (lstat(o.save_dir, &sb) != 0 && errno == ENOENT) save_lock = checkpoint_lock(o.save_dir, &lock_err);
-            const int r = save_lock >= 0 ? checkpoint_recover(o.save_dir, &from, &err) : 0;
+            if (lstat(o->save_dir, &sb) != 0 && errno == ENOENT) ss->save_lock = checkpoint_lock(o->save_dir, &lock_err);
+            const int r = ss->save_lock >= 0 ? checkpoint_recover(o->save_dir, &from, &err) : 0;
             bad = r < 0;
             if (r == 1)
                 printf("seqpar: checkpoint %s brought back from %s, where a save interrupted between its two renames "
-                       "left it\n", o.save_dir, from);
+                       "left it\n", o->save_dir, from);
             fflush(stdout); /* before any error line of this start */
             xfree(from);
-            holds = !bad && checkpoint_exists(o.save_dir);
+            holds = !bad && checkpoint_exists(o->save_dir);
+        } else if (rank == 0) {
+            holds = checkpoint_exists(o->save_dir);
         }
         die_if_any_rank(bad ? &err : NULL); /* also: no rank reads --save before it is back */
-        if (o.auto_resume) {
+        if (o->auto_resume) {
             MPI_Bcast(&holds, 1, MPI_INT, 0, MPI_COMM_WORLD);
             if (holds) { /* as --resume DIR --save DIR; the checkpoint holds the model */
-                o.resume_dir = o.save_dir;
-                o.model_dir = NULL;
-                o.random_init = 0;
+                o->resume_dir = o->save_dir;
+                o->model_dir = NULL;
+                o->random_init = 0;
             } else {
-                auto_start = rank == 0; /* said once the --save path's checks below have passed */
+                auto_start = rank == 0 && !dry; /* said once the --save path's checks below have passed */
             }
         }
     }
     /* the checkpoint resumed from first: a damaged one is named as such, not as a --save directory
      * "that is no seqpar checkpoint" where both flags name it */
-    char advice[512] = CHECKPOINT_DAMAGE_ADVICE; /* what a refusal of a damaged --resume advises */
-    if (o.resume_dir) {
-        damage_advice(&o, advice, sizeof advice);
+    snprintf(ss->advice, sizeof ss->advice, "%s", CHECKPOINT_DAMAGE_ADVICE);
+    if (o->resume_dir) {
+        damage_advice(o, ss->advice, sizeof ss->advice);
         LlamaConfig resumed;
-        read_resumed_config(o.resume_dir, &resumed, advice);
+        read_resumed_config(o->resume_dir, &resumed, ss->advice);
     }
     /* An unusable --save path ends the run now, not after training (rank 0 checks, all end). */
-    if (o.save_dir) {
+    if (o->save_dir) {
         int rank = 0;
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-        int bad = rank == 0 && checkpoint_check_target(o.save_dir, &err) != 0;
+        int bad = rank == 0 && checkpoint_check_target(o->save_dir, &err) != 0;
         /* another run's checkpoint is not replaced unless this run continues it */
         /* another run on the same --save now (one that started with it, or is starting) */
-        if (rank == 0 && !bad && save_lock < 0) bad = (save_lock = checkpoint_lock(o.save_dir, &err)) < 0;
-        if (rank == 0 && !bad && checkpoint_exists(o.save_dir) && !(o.resume_dir && same_file(o.resume_dir, o.save_dir)))
+        if (rank == 0 && !bad && ss->save_lock < 0 && !dry)
+            bad = (ss->save_lock = checkpoint_lock(o->save_dir, &err)) < 0;
+        if (rank == 0 && !bad && checkpoint_exists(o->save_dir) && !(o->resume_dir && same_file(o->resume_dir, o->save_dir)))
             bad = seq_err(&err, "--save %s already holds a checkpoint that this run does not continue: give a new "
-                          "directory, continue it with --resume %s, or remove it first", o.save_dir, o.save_dir) != 0;
+                          "directory, continue it with --resume %s, or remove it first", o->save_dir, o->save_dir) != 0;
         /* under the lock: what saves killed before they ended left beside it (each up to a whole
          * checkpoint, never removed by seqpar: they piled up without a word until a save found the
          * disk full) */
         char *left = NULL;
         uint64_t left_bytes = 0;
-        const int n_left = rank == 0 && !bad ? checkpoint_leftovers(o.save_dir, &left, &left_bytes) : 0;
+        const int n_left = rank == 0 && !bad ? checkpoint_leftovers(o->save_dir, &left, &left_bytes) : 0;
         if (n_left > 0) {
             fprintf(stderr, "seqpar: warning: --save %s: %d interrupted save%s left %.1f MB beside it (%s%s), which "
-                    "seqpar never removes: delete %s when no run is writing %s\n", o.save_dir, n_left,
+                    "seqpar never removes: delete %s when no run is writing %s\n", o->save_dir, n_left,
                     n_left == 1 ? "" : "s", (double)left_bytes / 1e6, left, n_left == 1 ? "" : ", ...",
-                    n_left == 1 ? "it" : "them", o.save_dir);
+                    n_left == 1 ? "it" : "them", o->save_dir);
             fflush(stderr);
         }
         xfree(left);
         die_if_any_rank(bad ? &err : NULL);
         if (auto_start) {
-            printf("seqpar: --auto-resume: %s holds no checkpoint yet: starting the run\n", o.save_dir);
+            printf("seqpar: --auto-resume: %s holds no checkpoint yet: starting the run\n", o->save_dir);
             fflush(stdout);
         }
     }
-    trace_target_check(&o.par, o.save_dir); /* and --trace, written at the end */
-    if (o.log_path && o.par.trace_path && paths_same(o.log_path, o.par.trace_path)) /* the trace replaced the log */
-        die_collective("--log and --trace both name %s: give each its own file", o.log_path);
-    if (o.log_path && o.save_dir && path_inside_dir(o.log_path, o.save_dir)) /* it went with the old copy */
+    trace_target_check(&o->par, o->save_dir); /* and --trace, written at the end */
+    if (o->log_path && o->par.trace_path && paths_same(o->log_path, o->par.trace_path)) /* the trace replaced the log */
+        die_collective("--log and --trace both name %s: give each its own file", o->log_path);
+    if (o->log_path && o->save_dir && path_inside_dir(o->log_path, o->save_dir)) /* it went with the old copy */
         die_collective("--log %s lies in the --save directory %s, which every save replaces whole: write the log "
-                       "elsewhere", o.log_path, o.save_dir);
+                       "elsewhere", o->log_path, o->save_dir);
+}
+/* The model's config (--resume's checkpoint, --model's config.json, or the size flags) and the
+ * checks on it: size flags against it, the data flags (*o's eot set), the recall task (*ds's spec).
+ * dry: --model's weights are checked to be there, not read. Collective. */
+static void model_checks(TrainOptions *o, SizeFlags *sf, DataSource *ds, const char *advice, LlamaConfig *c, int dry) {
+    if (o->resume_dir) {
+        read_resumed_config(o->resume_dir, c, advice);
+    } else if (o->model_dir) { /* built here, its weights loaded once the shards are known (below) */
+        model_dir_config(o->model_dir, c);
+        if (dry) model_dir_weights_check(o->model_dir, o->random_init);
+    } else {
+        *c = sf->cfg;
+        size_flags_validate(c);
+    }
+    if (o->resume_dir || o->model_dir) size_flags_check(sf, c, "train", o->resume_dir ? o->resume_dir : o->model_dir);
+    ds->ts.vocab_size = c->vocab_size; /* every shard is checked when it is loaded */
+    o->eot = train_data_flags_check(o, ds->is_recall, c->vocab_size, "train");
+    if (ds->is_recall) {
+        ds->spec = recall_spec_from_options(o, c->vocab_size);
+        o->recall_pairs = ds->spec.n_pairs;
+        o->recall_queries = ds->spec.n_queries;
+    }
+}
+/* The checks once the grid is known: --batch over the dp replicas and the validation data (opened
+ * into *val; NULL without it). Collective. */
+static Validation *grid_checks(TrainOptions *o, const DataSource *ds, const LlamaConfig *c, int dp, Validation *val) {
+    char *batch_err = batch_split_error(o->batch, dp);
+    if (batch_err) die_collective("%s", batch_err);
+    /* llm.c's layout: a --data directory's *_val_* shards are its held-out data */
+    if (!o->val_data && !ds->is_recall && token_stream_dir_has_val(o->data)) o->val_data = o->data;
+    if (!o->val_data) return NULL;
+    SeqErr err;
+    die_if_any_rank(validation_open(val, o->val_data, o->tokens_format, o->seq_len, o->eval_batches, o->batch, dp,
+                                    c->vocab_size, o->eot, &err) != 0 ? &err : NULL);
+    val_overlap_check(&val->stream, &ds->ts);
+    return val;
+}
+/* RAM a rank needs beyond the memory model's tracked allocations: the C runtime, MPI, thread stacks
+ * (docs/memory.md: tens of MiB; seqpar plan's default --runtime-mib). */
+#define RUNTIME_BYTES (64.0 * 1048576)
+/* The memory model of this run on `world` ranks of `threads` threads each (0: the model's default for
+ * this machine's cores): NULL, or its one-line refusal (xmalloc'd). */
+static char *run_estimate(const TrainOptions *o, const DataSource *ds, const LlamaConfig *c, int world, int threads,
+                          MemoryModelInput *in, MemoryEstimate *m) {
+    memset(in, 0, sizeof *in);
+    in->model = *c;
+    in->seq_len = o->seq_len;
+    in->batch = o->batch;
+    in->world = world;
+    in->cores = omp_get_num_procs();
+    in->recall_data = ds->is_recall;
+    for (int i = 0; i < ds->ts.n_shards; i++) /* the trainer holds one training file at a time, whole */
+        if ((double)ds->ts.counts[i] > in->data_tokens) in->data_tokens = (double)ds->ts.counts[i];
+    in->par = o->par;
+    if (threads > 0) in->par.threads = threads;
+    in->checkpoint = o->mem.checkpoint;
+    in->ffn_chunks = o->mem.ffn_chunks;
+    in->no_stream = o->mem.no_stream;
+    in->precision = o->mem.precision;
+    return memory_model_estimate(in, m);
+}
+/* The memory plan against what a rank has: RAM (the estimate plus RUNTIME_BYTES) against
+ * --mem-per-rank, else this node's RAM over its `ranks_here` ranks; the disk tier (--offload-dir)
+ * against the free space there, shared by the node's ranks. ranks_here 0: a job for another
+ * cluster (--dry-run --ranks), of which only --mem-per-rank is known. A refusal ends every rank with
+ * one line; else, on rank 0 where `said`, what was checked. Collective where ranks_here > 0. */
+static void memory_fit_check(const TrainOptions *o, const MemoryEstimate *m, int ranks_here, char *said, size_t n) {
+    const double GiB = 1073741824.0, need = m->ram_total + RUNTIME_BYTES;
+    double have = o->mem_per_rank;
+    char whose[160];
+    if (have > 0) snprintf(whose, sizeof whose, "--mem-per-rank %.2f GiB", have / GiB);
+    else if (ranks_here > 0) {
+        const double node = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+        have = node / ranks_here;
+        snprintf(whose, sizeof whose, "this node's %.2f GiB of RAM over its %d rank%s", node / GiB, ranks_here,
+                 ranks_here == 1 ? "" : "s");
+    }
+    SeqErr e;
+    int bad = 0;
+    if (have > 0 && need > have)
+        bad = seq_err(&e, "this run needs %.2f GiB of RAM per rank (the memory model's %.2f GiB for rank %d, plus %.0f "
+                      "MiB of runtime) but a rank has %.2f GiB (%s): use more ranks, --zero 3, --checkpoint layer, "
+                      "--offload-dir DIR or a shorter --seq-len ('seqpar memory' shows where it goes, 'seqpar plan' "
+                      "what fits)", need / GiB, m->ram_total / GiB, m->rank, RUNTIME_BYTES / 1048576, have / GiB,
+                      whose) != 0;
+    double disk_need = 0, disk_free = -1;
+    if (!bad && ranks_here > 0 && o->par.offload_dir && m->disk_total > 0) {
+        struct statvfs vs;
+        disk_need = m->disk_total * ranks_here;
+        if (statvfs(o->par.offload_dir, &vs) == 0) disk_free = (double)vs.f_bavail * (double)vs.f_frsize;
+        if (disk_free >= 0 && disk_need > disk_free)
+            bad = seq_err(&e, "the disk tier needs %.2f GiB under --offload-dir %s (%.2f GiB a rank x %d rank%s of this "
+                          "node) but %.2f GiB are free there: free space, or give --offload-dir on a larger disk",
+                          disk_need / GiB, o->par.offload_dir, m->disk_total / GiB, ranks_here,
+                          ranks_here == 1 ? "" : "s", disk_free / GiB) != 0;
+    }
+    if (ranks_here > 0) die_if_any_rank(bad ? &e : NULL);
+    else if (bad) die_collective("%s", e.msg);
+    if (!said) return;
+    int k = have > 0 ? snprintf(said, n, "RAM per rank %.2f GiB (with %.0f MiB of runtime) of %.2f GiB (%s)", need / GiB,
+                                RUNTIME_BYTES / 1048576, have / GiB, whose)
+                     : snprintf(said, n, "RAM per rank %.2f GiB (with %.0f MiB of runtime): not checked (give "
+                                "--mem-per-rank GIB, the RAM a rank of that cluster has)", need / GiB,
+                                RUNTIME_BYTES / 1048576);
+    if (k > 0 && (size_t)k < n && disk_free >= 0)
+        snprintf(said + k, n - (size_t)k, "; disk tier %.2f GiB of %.2f GiB free under %s", disk_need / GiB,
+                 disk_free / GiB, o->par.offload_dir);
+}
+/* MPI ranks sharing this node (collective over MPI_COMM_WORLD). */
+static int ranks_on_node(void) {
+    MPI_Comm shared;
+    int rank = 0, n = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &shared);
+    MPI_Comm_size(shared, &n);
+    MPI_Comm_free(&shared);
+    return n;
+}
+/* --dry-run: the run's checks, each by the code the run makes it with (start_checks, model_checks,
+ * seq_parallel_check, grid_checks, memory_fit_check), and the memory plan; allocates no weights,
+ * activations or optimizer state and writes nothing. --ranks P: the job of P ranks checked from this
+ * process (the grid's refusals are then the memory model's, as seqpar memory --ranks gives them). */
+static int dry_run(TrainOptions *o, SizeFlags *sf) {
+    DataSource ds;
+    StartState ss;
+    start_checks(o, sf, &ds, &ss, 1);
+    LlamaConfig c;
+    model_checks(o, sf, &ds, ss.advice, &c, 1);
+    o->par.wire_bf16 = o->mem.precision == PRECISION_BF16;
+    MemoryModelInput in;
+    MemoryEstimate m;
+    Validation val, *vp = NULL;
+    int rank = 0, world, ranks_here = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    char *err;
+    if (!o->dry_ranks) {
+        SeqParallel par;
+        seq_parallel_check(&par, &o->par, &c, o->seq_len);
+        world = par.topo.world_size;
+        vp = grid_checks(o, &ds, &c, par.topo.dp, &val);
+        err = run_estimate(o, &ds, &c, world, par.threads, &in, &m);
+        seq_parallel_check_free(&par);
+        ranks_here = ranks_on_node();
+    } else {
+        world = o->dry_ranks;
+        const int rpn = o->par.ranks_per_node, cores = omp_get_num_procs();
+        err = run_estimate(o, &ds, &c, world, o->par.threads > 0 || rpn <= 0 ? 0 : (cores / rpn > 0 ? cores / rpn : 1),
+                           &in, &m);
+        if (err) die_collective("%s", err);
+        vp = grid_checks(o, &ds, &c, m.dp, &val);
+    }
+    char said[512];
+    if (!err) memory_fit_check(o, &m, ranks_here, said, sizeof said);
+    else snprintf(said, sizeof said, "memory not checked: the memory model does not know this run (%s)", err);
+    if (vp) validation_close(vp);
+    if (!ds.is_recall) token_stream_close(&ds.ts);
+    if (rank == 0) {
+        if (!err) memory_estimate_print(stdout, &in, &m);
+        printf("dry run: %s\n", said);
+        if (o->dry_ranks)
+            printf("dry run: every check of seqpar train passed for %d rank%s (checked from one process); nothing was "
+                   "allocated or written: start them with mpirun -np %d, without --dry-run and --ranks\n", world,
+                   world == 1 ? "" : "s", world);
+        else
+            printf("dry run: every check of seqpar train passed on %d rank%s; nothing was allocated or written: run it "
+                   "without --dry-run\n", world, world == 1 ? "" : "s");
+        fflush(stdout);
+    }
+    xfree(err);
+    return 0;
+}
+int train_run(const TrainOptions *options, const SizeFlags *sizes, int argc, char **argv) {
+    TrainOptions o = *options;
+    SizeFlags sf = *sizes;
+    int S = o.seq_len;
+
+    if (o.dry_run) return dry_run(&o, &sf);
+    DataSource ds;
+    StartState ss;
+    start_checks(&o, &sf, &ds, &ss, 0);
+    int save_lock = ss.save_lock;
+    const char *advice = ss.advice;
+    SeqErr err;
 
     /* model */
-    LlamaModel model;
-    if (o.resume_dir) {
-        LlamaConfig cfg;
-        read_resumed_config(o.resume_dir, &cfg, advice);
-        llama_build(&model, &cfg);
-    } else if (o.model_dir) { /* built here, its weights loaded once the shards are known (below) */
-        model_dir_build(&model, o.model_dir);
-    } else {
-        model_size_build(&model, &sf.cfg);
-    }
+    LlamaConfig cfg;
+    model_checks(&o, &sf, &ds, advice, &cfg, 0);
+    LlamaModel model; /* --model's weights are loaded once the shards are known (below) */
+    llama_build(&model, &cfg);
     const LlamaConfig *c = &model.cfg;
-    if (o.resume_dir || o.model_dir) size_flags_check(&sf, c, "train", o.resume_dir ? o.resume_dir : o.model_dir);
-    ds.ts.vocab_size = c->vocab_size; /* every shard is checked when it is loaded */
-    o.eot = train_data_flags_check(&o, ds.is_recall, c->vocab_size, "train");
-    if (ds.is_recall) {
-        ds.spec = recall_spec_from_options(&o, c->vocab_size);
-        o.recall_pairs = ds.spec.n_pairs;
-        o.recall_queries = ds.spec.n_queries;
-        ds.distance = xmalloc(sizeof(int) * S);
-    }
+    if (ds.is_recall) ds.distance = xmalloc(sizeof(int) * S);
 
     SeqParallel par;
     o.par.wire_bf16 = o.mem.precision == PRECISION_BF16; /* the head exchange in bf16 too */
@@ -529,6 +707,16 @@ int train_run(const TrainOptions *options, const SizeFlags *sizes, int argc, cha
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank0);
     fault_maybe_hang(&faults, world_rank0, 0); /* step 0: before the communicators are made */
     seq_parallel_create(&par, &o.par, c, S, model.table.total);
+    /* before the weights are loaded or the activations and optimizer state allocated: the batch, the
+     * validation data, and the memory plan against what a rank has (as --dry-run checks them) */
+    Validation val, *vp = grid_checks(&o, &ds, c, par.topo.dp, &val);
+    {
+        MemoryModelInput in;
+        MemoryEstimate est;
+        char *merr = run_estimate(&o, &ds, c, par.topo.world_size, par.threads, &in, &est);
+        if (!merr) memory_fit_check(&o, &est, ranks_on_node(), NULL, 0);
+        xfree(merr); /* a run the memory model does not know is not refused for it */
+    }
     /* the weights: under ZeRO-3 each rank fills only its shard of the flat parameters (the rest is
      * never written: its pages take no memory until grad_sync_attach frees the buffer) */
     size_t load_lo = 0, load_hi = model.table.total;
@@ -537,18 +725,7 @@ int train_run(const TrainOptions *options, const SizeFlags *sizes, int argc, cha
     else if (!o.resume_dir) llama_init_random_part(&model, o.seed, load_lo, load_hi);
     if (o.trace_step) trace_set_recording(par.comm->trace, 0); /* on again for that step only */
     int root = par.topo.world_rank == 0, dp = par.topo.dp, N = par.n_local;
-    char *batch_err = batch_split_error(o.batch, dp);
-    if (batch_err) die_collective("%s", batch_err);
     int per_replica = o.batch / dp;
-    Validation val, *vp = NULL;
-    /* llm.c's layout: a --data directory's *_val_* shards are its held-out data */
-    if (!o.val_data && !ds.is_recall && token_stream_dir_has_val(o.data)) o.val_data = o.data;
-    if (o.val_data) {
-        die_if_any_rank(validation_open(&val, o.val_data, o.tokens_format, S, o.eval_batches, o.batch, dp,
-                                        c->vocab_size, o.eot, &err) != 0 ? &err : NULL);
-        vp = &val;
-        val_overlap_check(&val.stream, &ds.ts);
-    }
 
     LlamaActsOptions ao = {.checkpoint = o.mem.checkpoint, .ffn_chunks = o.mem.ffn_chunks, .offload_dir = o.par.offload_dir,
                            .rank = par.topo.world_rank, .precision = o.mem.precision,
