@@ -125,6 +125,7 @@ run_one test_eval 300 bash tests/test_eval.sh "$BUILD"
 run_one test_zero 600 bash tests/test_zero.sh "$BUILD"
 run_one test_memory_model 300 bash tests/test_memory_model.sh "$BUILD"
 run_one test_plan 300 bash tests/test_plan.sh "$BUILD"
+run_one test_dry_run 120 bash tests/test_dry_run.sh "$BUILD"
 run_one test_reliability 300 bash tests/test_reliability.sh "$BUILD"
 run_one test_data 600 bash tests/test_data.sh "$BUILD"
 run_one test_fuzz 600 bash tests/test_fuzz.sh

@@ -573,47 +573,55 @@ static char *run_estimate(const TrainOptions *o, const DataSource *ds, const Lla
  * against the free space there, shared by the node's ranks. ranks_here 0: a job for another
  * cluster (--dry-run --ranks), of which only --mem-per-rank is known. A refusal ends every rank with
  * one line; else, on rank 0 where `said`, what was checked. Collective where ranks_here > 0. */
+/* bytes as "N.NN GiB", or "N.N MiB" below a GiB, into buf */
+static const char *size_text(double bytes, char *buf, size_t n) {
+    if (bytes >= 1073741824.0) snprintf(buf, n, "%.2f GiB", bytes / 1073741824.0);
+    else snprintf(buf, n, "%.1f MiB", bytes / 1048576.0);
+    return buf;
+}
 static void memory_fit_check(const TrainOptions *o, const MemoryEstimate *m, int ranks_here, char *said, size_t n) {
-    const double GiB = 1073741824.0, need = m->ram_total + RUNTIME_BYTES;
+    const double need = m->ram_total + RUNTIME_BYTES;
     double have = o->mem_per_rank;
-    char whose[160];
-    if (have > 0) snprintf(whose, sizeof whose, "--mem-per-rank %.2f GiB", have / GiB);
+    char whose[160], t1[32], t2[32], t3[32], t4[32];
+    if (have > 0) snprintf(whose, sizeof whose, "--mem-per-rank %g", have / 1073741824.0);
     else if (ranks_here > 0) {
         const double node = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
         have = node / ranks_here;
-        snprintf(whose, sizeof whose, "this node's %.2f GiB of RAM over its %d rank%s", node / GiB, ranks_here,
-                 ranks_here == 1 ? "" : "s");
+        snprintf(whose, sizeof whose, "this node's %s of RAM over its %d rank%s", size_text(node, t1, sizeof t1),
+                 ranks_here, ranks_here == 1 ? "" : "s");
     }
     SeqErr e;
     int bad = 0;
     if (have > 0 && need > have)
-        bad = seq_err(&e, "this run needs %.2f GiB of RAM per rank (the memory model's %.2f GiB for rank %d, plus %.0f "
-                      "MiB of runtime) but a rank has %.2f GiB (%s): use more ranks, --zero 3, --checkpoint layer, "
-                      "--offload-dir DIR or a shorter --seq-len ('seqpar memory' shows where it goes, 'seqpar plan' "
-                      "what fits)", need / GiB, m->ram_total / GiB, m->rank, RUNTIME_BYTES / 1048576, have / GiB,
-                      whose) != 0;
+        bad = seq_err(&e, "this run needs %s of RAM per rank (the memory model's %s for rank %d, plus %.0f MiB of "
+                      "runtime) but a rank has %s (%s): use more ranks, --zero 3, --checkpoint layer, --offload-dir DIR "
+                      "or a shorter --seq-len ('seqpar memory' shows where it goes, 'seqpar plan' what fits)",
+                      size_text(need, t1, sizeof t1), size_text(m->ram_total, t2, sizeof t2), m->rank,
+                      RUNTIME_BYTES / 1048576, size_text(have, t3, sizeof t3), whose) != 0;
     double disk_need = 0, disk_free = -1;
     if (!bad && ranks_here > 0 && o->par.offload_dir && m->disk_total > 0) {
         struct statvfs vs;
         disk_need = m->disk_total * ranks_here;
         if (statvfs(o->par.offload_dir, &vs) == 0) disk_free = (double)vs.f_bavail * (double)vs.f_frsize;
         if (disk_free >= 0 && disk_need > disk_free)
-            bad = seq_err(&e, "the disk tier needs %.2f GiB under --offload-dir %s (%.2f GiB a rank x %d rank%s of this "
-                          "node) but %.2f GiB are free there: free space, or give --offload-dir on a larger disk",
-                          disk_need / GiB, o->par.offload_dir, m->disk_total / GiB, ranks_here,
-                          ranks_here == 1 ? "" : "s", disk_free / GiB) != 0;
+            bad = seq_err(&e, "the disk tier needs %s under --offload-dir %s (%s a rank x %d rank%s of this node) but %s "
+                          "are free there: free space, or give --offload-dir on a larger disk",
+                          size_text(disk_need, t1, sizeof t1), o->par.offload_dir,
+                          size_text(m->disk_total, t2, sizeof t2), ranks_here, ranks_here == 1 ? "" : "s",
+                          size_text(disk_free, t3, sizeof t3)) != 0;
     }
     if (ranks_here > 0) die_if_any_rank(bad ? &e : NULL);
     else if (bad) die_collective("%s", e.msg);
     if (!said) return;
-    int k = have > 0 ? snprintf(said, n, "RAM per rank %.2f GiB (with %.0f MiB of runtime) of %.2f GiB (%s)", need / GiB,
-                                RUNTIME_BYTES / 1048576, have / GiB, whose)
-                     : snprintf(said, n, "RAM per rank %.2f GiB (with %.0f MiB of runtime): not checked (give "
-                                "--mem-per-rank GIB, the RAM a rank of that cluster has)", need / GiB,
+    int k = have > 0 ? snprintf(said, n, "RAM per rank %s (with %.0f MiB of runtime) of %s (%s)",
+                                size_text(need, t1, sizeof t1), RUNTIME_BYTES / 1048576, size_text(have, t2, sizeof t2),
+                                whose)
+                     : snprintf(said, n, "RAM per rank %s (with %.0f MiB of runtime): not checked (give "
+                                "--mem-per-rank GIB, the RAM a rank of that cluster has)", size_text(need, t1, sizeof t1),
                                 RUNTIME_BYTES / 1048576);
     if (k > 0 && (size_t)k < n && disk_free >= 0)
-        snprintf(said + k, n - (size_t)k, "; disk tier %.2f GiB of %.2f GiB free under %s", disk_need / GiB,
-                 disk_free / GiB, o->par.offload_dir);
+        snprintf(said + k, n - (size_t)k, "; disk tier %s of %s free under %s", size_text(disk_need, t3, sizeof t3),
+                 size_text(disk_free, t4, sizeof t4), o->par.offload_dir);
 }
 /* MPI ranks sharing this node (collective over MPI_COMM_WORLD). */
 static int ranks_on_node(void) {
