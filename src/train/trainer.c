@@ -1,5 +1,6 @@
-/* The training run (trainer.h): data, model, strategy and optimizer set up from the options; the
- * step loop with evaluation, checkpoints, preemption and logging; the end-of-run report. */
+/* The training run (trainer.h): the checks of a start, shared with --dry-run (which stops after
+ * them); data, model, strategy and optimizer set up from the options; the step loop with
+ * evaluation, checkpoints, preemption and logging; the end-of-run report. */
 #include "train/trainer.h"
 
 #include <errno.h>

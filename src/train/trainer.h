@@ -19,7 +19,13 @@
 
 /* Runs the training the options describe, collective over MPI_COMM_WORLD. argc, argv: the command
  * line the run's log records. Returns 0; a configuration or run error ends every rank with one line
- * (die_collective), as the CLI does. */
+ * (die_collective), as the CLI does. Before it loads weights or allocates activations and optimizer
+ * state, the memory plan (memory_model.h, plus 64 MiB of runtime) is checked against --mem-per-rank
+ * (default: the node's RAM over its ranks) and a disk tier against its free space.
+ * options->dry_run (--dry-run): the run's checks only, made by the same functions, then rank 0 prints
+ * the memory plan and what was checked; nothing big is allocated and nothing is written or locked.
+ * options->dry_ranks (--ranks P): a job of P ranks checked from this process (the grid's refusals are
+ * the memory model's). */
 int train_run(const TrainOptions *options, const SizeFlags *sizes, int argc, char **argv);
 
 #endif
