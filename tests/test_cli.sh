@@ -460,7 +460,9 @@ expect_error "--trace-step past the last step" "trace-step 9 is past the run's l
 # long options in full: getopt's abbreviations read another command's --tokens as --tokens-format and
 # --ranks as --ranks-per-node
 expect_error "abbreviated --tokens" "unknown option '--tokens' (--tokens-format is the option" "$SEQPAR" train "${TRAIN[@]}" --tokens x
-expect_error "abbreviated --ranks" "unknown option '--ranks' (--ranks-per-node" "$SEQPAR" train "${TRAIN[@]}" --ranks 4
+expect_error "abbreviated --ranks" "unknown option '--ranks' (--ranks-per-node" "$SEQPAR" grad --ranks 4 # train's --ranks is --dry-run's
+expect_error "train --ranks without --dry-run" "ranks 4 checks a job of 4 ranks without starting them: add --dry-run" "$SEQPAR" train "${TRAIN[@]}" --ranks 4
+expect_error "memory --dry-run" "seqpar memory: --dry-run is seqpar train's" "$SEQPAR" memory --dry-run
 expect_error "a flag given a value" "option '--quiet' takes no value" "$SEQPAR" train "${TRAIN[@]}" --quiet=1
 expect_error "abbreviated --mod" "unknown option '--mod'" "$SEQPAR" grad --mod "$FIX/tiny_mha" --tokens "$FIX/tiny_mha/tokens.bin" --seq-len 8 --out "$T/x"
 # memory (and plan) size the vocabulary to --data as train does (it modelled the size flags' 64)
