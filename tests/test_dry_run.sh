@@ -4,7 +4,8 @@
 # each bad configuration gets exactly the one-line refusal `seqpar train` itself gives for the same
 # flags, with a non-zero status on every rank, on 1 and on 2 ranks; `--ranks P` checks a 64-rank job
 # of a 7B-shaped model from one process (its plan is `seqpar memory --ranks 64`'s) and refuses one
-# whose plan exceeds --mem-per-rank.
+# whose plan exceeds --mem-per-rank; the best configuration `seqpar plan` proposes for the 7B, 13B
+# and 70B shapes at 64 to 1024 ranks passes the dry run with the plan's RAM figure.
 # usage: bash tests/test_dry_run.sh BUILD_DIR
 set -u
 BUILD=${1:-build}
@@ -114,5 +115,28 @@ if [ -n "$want" ] && [ "$want" = "$got" ]; then ok; else bad "--ranks 64 --hp 8 
 out=$("$SEQPAR" train --ranks 4 2>&1)
 if [ $? -ne 0 ] && printf '%s' "$out" | grep -q -- '--ranks 4 checks a job of 4 ranks without starting them: add --dry-run'; then ok; else
     bad "train --ranks without --dry-run: $out"; fi
+
+# 4. what seqpar plan proposes, train --dry-run --ranks accepts: the best configuration of the 7B,
+# 13B and 70B shapes at 64, 256 and 1024 ranks (rates given: no measuring), checked from one
+# process, with the RAM plan printed (its total plus the 64 MiB runtime) equal to the plan's column
+plan_case() { # ranks ranks-per-node mem-per-rank model flags...
+    local P=$1 R=$2 M=$3
+    shift 3
+    "$SEQPAR" plan --ranks "$P" --ranks-per-node "$R" --mem-per-rank "$M" --gemm-gflops 50 --attn-gflops 40 --top 1 \
+        "$@" >"$T/plan.out" 2>&1
+    local best ram
+    best=$(sed -nE 's/^best: mpirun -n [0-9]+( --map-by [^ ]+)? [^ ]+ train //p' "$T/plan.out")
+    ram=$(awk '$1 == "1" { print $NF }' "$T/plan.out")
+    if [ -z "$best" ] || [ -z "$ram" ]; then bad "plan --ranks $P $*: no best configuration: $(tail -n 2 "$T/plan.out")"; return; fi
+    # shellcheck disable=SC2086
+    "$SEQPAR" train --dry-run --ranks "$P" --ranks-per-node "$R" --mem-per-rank "$M" $best >"$T/planned.out" 2>&1
+    local rc=$? total
+    total=$(awk '/^  total / { print $2 }' "$T/planned.out")
+    if [ $rc -eq 0 ] && awk -v a="$total" -v b="$ram" 'BEGIN { d = a + 64 - b; if (d < 0) d = -d; exit !(a != "" && d <= 0.06) }'; then ok; else
+        bad "plan --ranks $P $*: train --dry-run refused or differs (status $rc, total $total + 64 MiB, plan $ram MiB): $best: $(tail -n 1 "$T/planned.out")"; fi
+}
+plan_case 64 8 64 $L7
+plan_case 256 16 64 --layers 40 --hidden 5120 --heads 40 --kv-heads 40 --ffn 13824 --vocab 32000 --seq-len 262144 --batch 1
+plan_case 1024 16 64 --layers 80 --hidden 8192 --heads 64 --kv-heads 8 --ffn 28672 --vocab 32000 --seq-len 262144 --batch 1
 
 summary test_dry_run
