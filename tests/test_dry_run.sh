@@ -84,6 +84,7 @@ for np in 1 2; do
     same_refusal "$np" --resume "$T/noweights"
     same_refusal "$np" --zero 1 --zero-group 3
     same_refusal "$np" --mem-per-rank 0.01
+    same_refusal "$np" --log "$T/short.txt"
     same_refusal "$np" --layers 2 --hidden 1024 --ffn 4096 --heads 8 --vocab 32000 --seq-len 4096 --mem-per-rank 0.5
 done
 same_refusal 2 --strategy ring --seq-len 127

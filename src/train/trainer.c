@@ -241,7 +241,8 @@ static void watch(SeqParallel *par, long step, const char *phase, int slow) {
  * process substitution) it is used as a file. A regular file already there must be a log (a
  * resumed run appends to its own): its first record a run start, not some other file the records
  * would be appended to. NULL and *e on failure. */
-static FILE *open_log(const char *path, SeqErr *e) {
+/* A regular file at `path` that is not a seqpar log: -1 and *e (open_log's and --dry-run's refusal). */
+static int log_file_check(const char *path, SeqErr *e) {
     static const char head[] = "{\"run_start\": ";
     struct stat sb;
     if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0) {
@@ -250,12 +251,14 @@ static FILE *open_log(const char *path, SeqErr *e) {
         const int same = rfd >= 0 && read(rfd, first, sizeof first) == (ssize_t)sizeof first &&
                          memcmp(first, head, sizeof first) == 0;
         if (rfd >= 0) close(rfd);
-        if (!same) {
-            seq_err(e, "--log '%s' is a file that is not a seqpar log (its first line is no run_start record): give "
-                       "a new file or the log of an earlier run", path);
-            return NULL;
-        }
+        if (!same)
+            return seq_err(e, "--log '%s' is a file that is not a seqpar log (its first line is no run_start record): "
+                           "give a new file or the log of an earlier run", path);
     }
+    return 0;
+}
+static FILE *open_log(const char *path, SeqErr *e) {
+    if (log_file_check(path, e) != 0) return NULL;
     int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NONBLOCK | O_CLOEXEC, 0644);
     if (fd < 0 && errno == ENXIO) {
         seq_err(e, "--log '%s' is a FIFO that no process is reading: start its reader first, or give a regular file",
@@ -670,6 +673,10 @@ static int dry_run(TrainOptions *o, SizeFlags *sf) {
     char said[512];
     if (!err) memory_fit_check(o, &m, ranks_here, said, sizeof said);
     else snprintf(said, sizeof said, "memory not checked: the memory model does not know this run (%s)", err);
+    if (o->log_path) { /* rank 0 opens it in the run, after every other check */
+        SeqErr le;
+        die_if_any_rank(rank == 0 && log_file_check(o->log_path, &le) != 0 ? &le : NULL);
+    }
     if (vp) validation_close(vp);
     if (!ds.is_recall) token_stream_close(&ds.ts);
     if (rank == 0) {
