@@ -73,9 +73,7 @@ static int default_threads(int *idle) {
 }
 
 
-/* seq_parallel_create's checks and what they resolve (seq_parallel_check); `full`: the rest too. */
-static void seq_parallel_build(SeqParallel *p, const ParallelConfig *cfg, const LlamaConfig *model, int seq_len,
-                               size_t n_params, int full) {
+void seq_parallel_check(SeqParallel *p, const ParallelConfig *cfg, const LlamaConfig *model, int seq_len) {
     memset(p, 0, sizeof *p);
     p->cfg = *cfg;
     int world = 1, world_rank = 0;
@@ -150,12 +148,17 @@ static void seq_parallel_build(SeqParallel *p, const ParallelConfig *cfg, const 
         die_if_any_rank(bad ? &e : NULL);
     }
     p->n_local = seq_len / sp;
-    if (!full) { /* grad_sync_init's refusals, without its communicators */
-        err = zero_flags_error(cfg->zero, cfg->zero_group, world);
-        if (err) die_collective("%s", err);
-        comm_guard_end();
-        return;
-    }
+    err = zero_flags_error(cfg->zero, cfg->zero_group, world); /* grad_sync_init's refusals, made now */
+    if (err) die_collective("%s", err);
+    comm_guard_end();
+}
+
+void seq_parallel_finish(SeqParallel *p, const LlamaConfig *model, size_t n_params) {
+    const ParallelConfig *cfg = &p->cfg;
+    const int world = p->topo.world_size, sp = p->topo.sp, own = p->strategy->own != NULL, seq_len = p->seq_len;
+    if (world > 1) /* blocking calls every rank must reach, as in seq_parallel_check */
+        comm_guard_begin(p->topo.world_rank, "making the communicators (MPI_Comm_split, MPI_Allreduce)",
+                         cfg->comm_timeout * COMM_SLOW_PHASE_FACTOR);
     p->positions = xmalloc(sizeof(int) * (size_t)p->n_local);
     if (sp > 1 || own) {
         strategy_positions(p->strategy, &p->params, p->topo.hp_rank, p->topo.cp_rank, p->positions);
@@ -175,10 +178,8 @@ static void seq_parallel_build(SeqParallel *p, const ParallelConfig *cfg, const 
 
 void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaConfig *model, int seq_len,
                          size_t n_params) {
-    seq_parallel_build(p, cfg, model, seq_len, n_params, 1);
-}
-void seq_parallel_check(SeqParallel *p, const ParallelConfig *cfg, const LlamaConfig *model, int seq_len) {
-    seq_parallel_build(p, cfg, model, seq_len, 0, 0);
+    seq_parallel_check(p, cfg, model, seq_len);
+    seq_parallel_finish(p, model, n_params);
 }
 void seq_parallel_check_free(SeqParallel *p) {
     topology_free(&p->topo);

@@ -55,11 +55,14 @@ int cpus_left_idle(const cpu_set_t *node, int n, const cpu_set_t *avail);
  * sizes the gradient synchronisation. */
 void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaConfig *model, int seq_len,
                          size_t n_params);
-/* The checks of seq_parallel_create, made by the same code in the same order with the same one-line
- * refusals (collective), and what they resolve (the grid and its communicators, the strategy's
- * parameters, the threads, n_local), but no attention buffers, positions, statistics or gradient
- * synchronisation: `seqpar train --dry-run`. Free with seq_parallel_check_free. */
+/* seq_parallel_create in two halves. seq_parallel_check: every configuration check (the one-line
+ * refusals above, grad_sync_init's of --zero and --zero-group among them) and what they resolve (the
+ * grid and its communicators, the strategy's parameters, the threads, n_local), without the attention
+ * buffers, positions, statistics or gradient synchronisation; collective. Then either
+ * seq_parallel_finish (the rest: what seq_parallel_create builds; the trainer checks the memory plan
+ * in between) or seq_parallel_check_free (`seqpar train --dry-run`). */
 void seq_parallel_check(SeqParallel *p, const ParallelConfig *cfg, const LlamaConfig *model, int seq_len);
+void seq_parallel_finish(SeqParallel *p, const LlamaConfig *model, size_t n_params);
 void seq_parallel_check_free(SeqParallel *p);
 /* Prints stats (if asked) and writes the trace (if asked): collective. Returns 0, or -1 with a
  * one-line message on the rank that could not write the trace file (rank 0): the caller decides

@@ -707,13 +707,9 @@ int train_run(const TrainOptions *options, const SizeFlags *sizes, int argc, cha
     const char *advice = ss.advice;
     SeqErr err;
 
-    /* model */
+    /* model: its config and checks; built once the grid and the memory plan are checked */
     LlamaConfig cfg;
     model_checks(&o, &sf, &ds, advice, &cfg, 0);
-    LlamaModel model; /* --model's weights are loaded once the shards are known (below) */
-    llama_build(&model, &cfg);
-    const LlamaConfig *c = &model.cfg;
-    if (ds.is_recall) ds.distance = xmalloc(sizeof(int) * S);
 
     SeqParallel par;
     o.par.wire_bf16 = o.mem.precision == PRECISION_BF16; /* the head exchange in bf16 too */
@@ -722,17 +718,23 @@ int train_run(const TrainOptions *options, const SizeFlags *sizes, int argc, cha
     int world_rank0 = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank0);
     fault_maybe_hang(&faults, world_rank0, 0); /* step 0: before the communicators are made */
-    seq_parallel_create(&par, &o.par, c, S, model.table.total);
-    /* before the weights are loaded or the activations and optimizer state allocated: the batch, the
-     * validation data, and the memory plan against what a rank has (as --dry-run checks them) */
-    Validation val, *vp = grid_checks(&o, &ds, c, par.topo.dp, &val);
+    seq_parallel_check(&par, &o.par, &cfg, S);
+    /* before anything big is allocated (the model, the strategy's buffers, the activations and the
+     * optimizer state): the batch, the validation data, and the memory plan against what a rank has
+     * (the checks --dry-run makes, by the same functions) */
+    Validation val, *vp = grid_checks(&o, &ds, &cfg, par.topo.dp, &val);
     {
         MemoryModelInput in;
         MemoryEstimate est;
-        char *merr = run_estimate(&o, &ds, c, par.topo.world_size, par.threads, &in, &est);
+        char *merr = run_estimate(&o, &ds, &cfg, par.topo.world_size, par.threads, &in, &est);
         if (!merr) memory_fit_check(&o, &est, ranks_on_node(), NULL, 0);
         xfree(merr); /* a run the memory model does not know is not refused for it */
     }
+    LlamaModel model; /* --model's weights are loaded once the shards are known (below) */
+    llama_build(&model, &cfg);
+    const LlamaConfig *c = &model.cfg;
+    if (ds.is_recall) ds.distance = xmalloc(sizeof(int) * S);
+    seq_parallel_finish(&par, c, model.table.total);
     /* the weights: under ZeRO-3 each rank fills only its shard of the flat parameters (the rest is
      * never written: its pages take no memory until grad_sync_attach frees the buffer) */
     size_t load_lo = 0, load_hi = model.table.total;

@@ -19,8 +19,8 @@
 
 /* Runs the training the options describe, collective over MPI_COMM_WORLD. argc, argv: the command
  * line the run's log records. Returns 0; a configuration or run error ends every rank with one line
- * (die_collective), as the CLI does. Before it loads weights or allocates activations and optimizer
- * state, the memory plan (memory_model.h, plus 64 MiB of runtime) is checked against --mem-per-rank
+ * (die_collective), as the CLI does. Before it allocates the model, the strategy's buffers, the
+ * activations or the optimizer state, the memory plan (memory_model.h, plus 64 MiB of runtime) is checked against --mem-per-rank
  * (default: the node's RAM over its ranks) and a disk tier against its free space.
  * options->dry_run (--dry-run): the run's checks only, made by the same functions, then rank 0 prints
  * the memory plan and what was checked; nothing big is allocated and nothing is written or locked.
