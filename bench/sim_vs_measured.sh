@@ -25,7 +25,7 @@ H=8 D=64
 
 mpirun --oversubscribe -np 2 "$SEQPAR" calibrate --out "$T/me.json" --rows 128,512,2048,4096 --heads $H --head-dim $D \
     >"$T/cal.log" 2>&1 || { echo "calibrate failed: $(tail -n 3 "$T/cal.log")"; exit 1; }
-echo "calibrated: $(grep -o '"attention": \[[^]]*\]\]' "$T/me.json" | head -n 1)"
+echo "calibrated: $(tr -d ' \n' <"$T/me.json" | grep -o '"points":\[\[[^]]*\]\(,\[[^]]*\]\)*\]' | head -n 1) (attention TFLOP/s by rows)"
 printf '%-22s %6s %10s %10s %10s %10s %8s\n' strategy S "sim fwd" "sim bwd" "meas fwd" "meas bwd" "error"
 for S in $LENGTHS; do
     : >"$T/rows"
@@ -57,6 +57,7 @@ for S in $LENGTHS; do
         END { ranks(m, rm); ranks(s, rs); mr = (n + 1) / 2
               for (i = 1; i <= n; i++) { num += (rm[i] - mr) * (rs[i] - mr); dm += (rm[i] - mr) ^ 2; ds += (rs[i] - mr) ^ 2
                                          e = (s[i] - m[i]) / m[i]; err += e < 0 ? -e : e }
-              printf "S %s: mean |error| %.0f%%, Spearman rho %.2f over %d strategies\n", S, 100 * err / n,
-                     dm > 0 && ds > 0 ? num / sqrt(dm * ds) : 1, n }' "$T/rows"
+              rho = 1
+              if (dm > 0 && ds > 0) rho = num / sqrt(dm * ds)
+              printf "S %s: mean |error| %.0f%%, Spearman rho %.2f over %d strategies\n", S, 100 * err / n, rho, n }' "$T/rows"
 done
