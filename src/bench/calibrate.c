@@ -9,7 +9,7 @@
 #include "bench/sgemm_bench.h"
 #include "core/common.h"
 
-double calibrate_attention(int rows, int heads, int head_dim, int repeats, double *backward_factor) {
+double calibrate_attention(int rows, int heads, int head_dim, int causal, int repeats, double *backward_factor) {
     const size_t nq = (size_t)rows * heads * head_dim;
     float *q = xmalloc(sizeof(float) * nq), *k = xmalloc(sizeof(float) * nq), *v = xmalloc(sizeof(float) * nq);
     float *o = xmalloc(sizeof(float) * nq), *dout = xmalloc(sizeof(float) * nq), *dq = xmalloc(sizeof(float) * nq);
@@ -24,10 +24,10 @@ double calibrate_attention(int rows, int heads, int head_dim, int repeats, doubl
     }
     for (int i = 0; i < rows; i++) {
         kpos[i] = i;
-        qpos[i] = rows + i; /* every key before every query: the whole block visible */
+        qpos[i] = causal ? i : rows + i; /* a diagonal block, or every key before every query */
     }
     AttnShape s = {.n_q = rows, .n_kv = rows, .n_heads = heads, .n_kv_heads = heads, .head_dim = head_dim,
-                   .scale = 1.0f / sqrtf((float)head_dim), .mask = ATTN_FULL};
+                   .scale = 1.0f / sqrtf((float)head_dim), .mask = causal ? ATTN_CAUSAL : ATTN_FULL};
     double *tf = xmalloc(sizeof(double) * (size_t)repeats), *tb = xmalloc(sizeof(double) * (size_t)repeats);
     attn_forward(&s, q, qpos, k, v, kpos, o, lse); /* warm-up */
     for (int r = 0; r < repeats; r++) {
@@ -44,7 +44,8 @@ double calibrate_attention(int rows, int heads, int head_dim, int repeats, doubl
     *backward_factor = bwd / fwd;
     xfree(q), xfree(k), xfree(v), xfree(o), xfree(dout), xfree(dq), xfree(dk), xfree(dv);
     xfree(lse), xfree(delta), xfree(qpos), xfree(kpos), xfree(tf), xfree(tb);
-    return 4.0 * rows * (double)rows * heads * head_dim / fwd / 1e12;
+    const double pairs = causal ? rows * (rows + 1.0) / 2 : rows * (double)rows;
+    return 4.0 * pairs * heads * head_dim / fwd / 1e12;
 }
 
 double calibrate_pingpong(MPI_Comm comm, int a, int b, size_t bytes, int repeats) {

@@ -7,10 +7,10 @@
 #include <mpi.h>
 #include <stddef.h>
 
-/* The forward rate of a fully visible rows x rows block (heads, head_dim; fp32) in TFLOP/s of
- * useful work (4 rows^2 heads head_dim a pass), the median of `repeats`, and the backward's time
- * over the forward's (*backward_factor). */
-double calibrate_attention(int rows, int heads, int head_dim, int repeats, double *backward_factor);
+/* The forward rate of a rows x rows block (heads, head_dim; fp32) in TFLOP/s of useful work (4
+ * visible pairs heads head_dim a pass: rows^2 fully visible, rows (rows + 1) / 2 a causal diagonal),
+ * the median of `repeats`, and the backward's time over the forward's (*backward_factor). */
+double calibrate_attention(int rows, int heads, int head_dim, int causal, int repeats, double *backward_factor);
 
 /* One-way seconds of a `bytes` message between ranks a and b of comm (half a round trip, the median
  * of `repeats`); every rank of comm calls it, the others wait. */

@@ -26,15 +26,16 @@ static const char HELP[] =
     "                                     [--head-dim D] [--gemm-sizes LIST] [--repeats N] [--name NAME]\n"
     "\n"
     "Measures this machine into a cluster file for 'seqpar strategies --schedule NAME --cluster FILE':\n"
-    "the attention kernel's forward rate on fully visible square blocks of each --rows size (every rank\n"
-    "computing at once, one thread a rank unless OMP_NUM_THREADS says otherwise) and the backward's\n"
-    "time over the forward's; the fp32 GEMM's rate on square products of each --gemm-sizes size (the\n"
-    "same way; bf16's too: the same products where bf16 runs on fp32's sgemm, else the bf16 GEMM at\n"
-    "2048); a message's one-way latency (8 bytes) and bandwidth (--message-mib) between\n"
-    "the first two ranks of a node, and of every rank of the first node exchanging with a partner at\n"
-    "once; with ranks on two or more nodes, the same between the first ranks of nodes 0 and 1. Nodes\n"
-    "and ranks per node are the MPI job's (ranks sharing memory); threads per rank its OpenMP threads;\n"
-    "a rank's memory this host's RAM over its ranks; the slow tier (disk) is not measured (0).\n"
+    "the attention kernel's forward rate on fully visible square blocks of each --rows size and on causal\n"
+    "diagonal blocks of that size (every rank computing at once, one thread a rank unless OMP_NUM_THREADS\n"
+    "says otherwise) and the backward's time over the forward's; the fp32 GEMM's rate on square\n"
+    "products of each --gemm-sizes size (the same way; bf16's too: the same products where bf16 runs on\n"
+    "fp32's sgemm, else the bf16 GEMM at 2048); a message's one-way latency (8 bytes) and bandwidth\n"
+    "(--message-mib) between the first two ranks of a node, and of every rank of the first node\n"
+    "exchanging with a partner at once; with ranks on two or more nodes, the same between the first\n"
+    "ranks of nodes 0 and 1. Nodes and ranks per node are the MPI job's (ranks sharing memory); threads\n"
+    "per rank its OpenMP threads; a rank's memory this host's RAM over its ranks; the slow tier (disk)\n"
+    "is not measured (0).\n"
     "\n"
     "  --out FILE        write the cluster file here (default: print it)\n"
     "  --save            write it where the cluster preset this-machine reads it (the default cluster;\n"
@@ -146,24 +147,31 @@ int cmd_calibrate(int argc, char **argv) {
     c.device_mem_gib = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE) / rpn / 1073741824.0;
     c.intra_kind = CLUSTER_INTRA_SHARED_MEMORY; /* a node's ranks are the MPI job's ranks sharing memory */
     c.n_rate_points = n_rows;
-    double factor_sum = 0;
+    double factor_sum = 0, causal_tflops[CLUSTER_RATE_POINTS];
     for (int i = 0; i < n_rows; i++) { /* every rank at once, as in training; the slowest rank's rate */
         MPI_Barrier(MPI_COMM_WORLD);
-        double factor, tflops = calibrate_attention(rows[i], heads, head_dim, repeats, &factor), slowest;
+        double factor, tflops = calibrate_attention(rows[i], heads, head_dim, 0, repeats, &factor), slowest;
         MPI_Allreduce(&tflops, &slowest, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
         c.rate_rows[i] = rows[i];
         c.attn_tflops[i] = slowest;
         factor_sum += factor;
+        /* and a causal diagonal block of the same rows (the rate the simulator gives a masked block) */
+        MPI_Barrier(MPI_COMM_WORLD);
+        double unused;
+        tflops = calibrate_attention(rows[i], heads, head_dim, 1, repeats, &unused);
+        MPI_Allreduce(&tflops, &causal_tflops[i], 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
     }
     double factor_all;
     MPI_Allreduce(&factor_sum, &factor_all, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     c.attn_backward_factor = factor_all / n_rows / world;
-    /* the same points as a curve of their shape: fp32, head_dim, fully visible */
-    c.n_attn_curves = 1;
-    c.attn_curves[0] = (ClusterAttnCurve){.precision = PRECISION_FP32, .head_dim = head_dim, .causal = 0,
-                                          .rate = {.n = n_rows}};
-    memcpy(c.attn_curves[0].rate.x, c.rate_rows, sizeof c.rate_rows);
-    memcpy(c.attn_curves[0].rate.tflops, c.attn_tflops, sizeof c.attn_tflops);
+    /* the same points as curves of their shape: fp32, head_dim, fully visible and causal */
+    c.n_attn_curves = 2;
+    for (int k = 0; k < 2; k++) {
+        c.attn_curves[k] = (ClusterAttnCurve){.precision = PRECISION_FP32, .head_dim = head_dim, .causal = k,
+                                              .rate = {.n = n_rows}};
+        memcpy(c.attn_curves[k].rate.x, c.rate_rows, sizeof c.rate_rows);
+        memcpy(c.attn_curves[k].rate.tflops, k ? causal_tflops : c.attn_tflops, sizeof c.attn_tflops);
+    }
     /* GEMMs: every rank at once, the slowest rank's rate; bf16 is fp32's sgemm on the conversion path */
     c.gemm[PRECISION_FP32].n = n_sizes;
     for (int i = 0; i < n_sizes; i++) {
