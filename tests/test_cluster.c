@@ -108,7 +108,7 @@ static void test_old_file(void) {
     }
     CHECK(c.nodes == 2 && c.ranks_per_node == 4 && c.intra_gbs == 100 && c.intra_latency_us == 1 &&
               c.nics_per_node == 2 && c.nic_gbs == 10 && c.nic_latency_us == 5 && c.attn_backward_factor == 2.5 &&
-              c.n_rate_points == 3 && c.intra_node_gbs == 0,
+              c.attn.n == 3 && c.intra_node_gbs == 0,
           "two-nodes.json's fields");
     CHECK(c.threads_per_rank == 1 && c.device_mem_gib == 0 && c.host_mem_gib == 0 && c.d2h_gbs == 0 &&
               c.intra_kind == CLUSTER_INTRA_SWITCH && c.n_attn_curves == 0 && c.gemm[0].n == 0 && c.gemm[1].n == 0,
@@ -160,7 +160,7 @@ static void test_round_trip(void) {
                   b.gemm[PRECISION_BF16].tflops[0] == 9,
               "round trip: GEMM curves");
         /* without "attention", the default curve is the first of attention_rates */
-        CHECK(a.n_rate_points == 2 && a.rate_rows[1] == 4096 && a.attn_tflops[0] == 100, "the default curve");
+        CHECK(a.attn.n == 2 && a.attn.x[1] == 4096 && a.attn.tflops[0] == 100, "the default curve");
     }
     unlink(path);
     rmdir(dir);

@@ -21,7 +21,7 @@
  * attention rate so high that blocks take no time to speak of. */
 static Cluster two_nodes(int nics) {
     Cluster c = {.nodes = 2, .ranks_per_node = 2, .intra_gbs = 100, .intra_latency_us = 1, .nics_per_node = nics,
-                 .nic_gbs = 10, .nic_latency_us = 5, .n_rate_points = 1, .rate_rows = {1}, .attn_tflops = {1e9},
+                 .nic_gbs = 10, .nic_latency_us = 5, .attn = {.n = 1, .x = {1}, .tflops = {1e9}},
                  .attn_backward_factor = 2.5};
     snprintf(c.name, sizeof c.name, "two nodes");
     return c;
@@ -149,9 +149,9 @@ static void test_alltoall(void) {
 /* Compute at the interpolated rate, and a result posted only after the blocks. */
 static void test_compute_and_results(void) {
     Cluster c = two_nodes(1);
-    c.n_rate_points = 2;
-    c.rate_rows[0] = 64, c.attn_tflops[0] = 10;
-    c.rate_rows[1] = 128, c.attn_tflops[1] = 20;
+    c.attn.n = 2;
+    c.attn.x[0] = 64, c.attn.tflops[0] = 10;
+    c.attn.x[1] = 128, c.attn.tflops[1] = 20;
     CHECK(near(cluster_attention_flops_per_s(&c, 100, 4000), 15.625e12), "interpolated rate %.6g",
           cluster_attention_flops_per_s(&c, 100, 4000));
     CHECK(near(cluster_attention_flops_per_s(&c, 10, 10), 10e12) && near(cluster_attention_flops_per_s(&c, 999, 999), 20e12),
@@ -185,7 +185,7 @@ static void test_compute_and_results(void) {
 static void test_every_strategy(void) {
     Cluster c = two_nodes(2);
     c.ranks_per_node = 4;
-    c.attn_tflops[0] = 50;
+    c.attn.tflops[0] = 50;
     for (int si = 0; strategy_at(si); si++) {
         const Strategy *s = strategy_at(si);
         int hp = 1, cp = 8;
@@ -256,7 +256,7 @@ static void test_bad_files(void) {
     Cluster c;
     SeqErr e;
     CHECK(cluster_load(path, &c, &e) == 0 && c.nodes == 2 && c.nics_per_node == 2 && c.nic_gbs == 25 &&
-              c.n_rate_points == 2 && c.attn_backward_factor == 2.5 && !strcmp(c.name, "two"),
+              c.attn.n == 2 && c.attn_backward_factor == 2.5 && !strcmp(c.name, "two"),
           "a good cluster file loads");
     unlink(path);
     rmdir(dir);

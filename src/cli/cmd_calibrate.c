@@ -146,14 +146,14 @@ int cmd_calibrate(int argc, char **argv) {
     c.threads_per_rank = omp_get_max_threads();
     c.device_mem_gib = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE) / rpn / 1073741824.0;
     c.intra_kind = CLUSTER_INTRA_SHARED_MEMORY; /* a node's ranks are the MPI job's ranks sharing memory */
-    c.n_rate_points = n_rows;
-    double factor_sum = 0, causal_tflops[CLUSTER_RATE_POINTS];
+    c.attn.n = n_rows;
+    double factor_sum = 0, causal_tflops[CLUSTER_RATE_POINTS] = {0};
     for (int i = 0; i < n_rows; i++) { /* every rank at once, as in training; the slowest rank's rate */
         MPI_Barrier(MPI_COMM_WORLD);
         double factor, tflops = calibrate_attention(rows[i], heads, head_dim, 0, repeats, &factor), slowest;
         MPI_Allreduce(&tflops, &slowest, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
-        c.rate_rows[i] = rows[i];
-        c.attn_tflops[i] = slowest;
+        c.attn.x[i] = rows[i];
+        c.attn.tflops[i] = slowest;
         factor_sum += factor;
         /* and a causal diagonal block of the same rows (the rate the simulator gives a masked block) */
         MPI_Barrier(MPI_COMM_WORLD);
@@ -168,9 +168,8 @@ int cmd_calibrate(int argc, char **argv) {
     c.n_attn_curves = 2;
     for (int k = 0; k < 2; k++) {
         c.attn_curves[k] = (ClusterAttnCurve){.precision = PRECISION_FP32, .head_dim = head_dim, .causal = k,
-                                              .rate = {.n = n_rows}};
-        memcpy(c.attn_curves[k].rate.x, c.rate_rows, sizeof c.rate_rows);
-        memcpy(c.attn_curves[k].rate.tflops, k ? causal_tflops : c.attn_tflops, sizeof c.attn_tflops);
+                                              .rate = c.attn};
+        if (k) memcpy(c.attn_curves[k].rate.tflops, causal_tflops, sizeof causal_tflops);
     }
     /* GEMMs: every rank at once, the slowest rank's rate; bf16 is fp32's sgemm on the conversion path */
     c.gemm[PRECISION_FP32].n = n_sizes;
@@ -228,7 +227,7 @@ int cmd_calibrate(int argc, char **argv) {
         if (save && make_parent(out) != 0) die("seqpar %s: cannot make the directory of %s: %s", cmd, out, strerror(errno));
         if (cluster_save(out, &c, source, &e) != 0) die("seqpar %s: %s", cmd, e.msg);
         if (out) printf("wrote %s: %d node%s x %d ranks, attention %.3g to %.3g TFLOP/s, inside %.3g GB/s (%.3g us)%s\n",
-                        out, c.nodes, c.nodes == 1 ? "" : "s", rpn, c.attn_tflops[0], c.attn_tflops[n_rows - 1],
+                        out, c.nodes, c.nodes == 1 ? "" : "s", rpn, c.attn.tflops[0], c.attn.tflops[n_rows - 1],
                         c.intra_gbs, c.intra_latency_us, c.nodes >= 2 ? ", between nodes measured" : "");
     }
     return 0;

@@ -169,15 +169,9 @@ int cluster_parse(const char *text, const char *origin, Cluster *c, SeqErr *e) {
     if (gemm && gemm_rates(gemm, origin, c, e) != 0) goto out;
     json_t *pts = json_object_get(root, "attention");
     if (pts || !c->n_attn_curves) {
-        ClusterCurve k;
-        if (points(pts, origin, "\"attention\"", "rows", &k, e) != 0) goto out;
-        c->n_rate_points = k.n;
-        memcpy(c->rate_rows, k.x, sizeof k.x);
-        memcpy(c->attn_tflops, k.tflops, sizeof k.tflops);
+        if (points(pts, origin, "\"attention\"", "rows", &c->attn, e) != 0) goto out;
     } else { /* the default curve: the first of attention_rates */
-        c->n_rate_points = c->attn_curves[0].rate.n;
-        memcpy(c->rate_rows, c->attn_curves[0].rate.x, sizeof c->rate_rows);
-        memcpy(c->attn_tflops, c->attn_curves[0].rate.tflops, sizeof c->attn_tflops);
+        c->attn = c->attn_curves[0].rate;
     }
     char *bad = cluster_check(c);
     if (bad) {
@@ -237,11 +231,7 @@ int cluster_save(const char *path, const Cluster *c, const char *source, SeqErr 
     json_object_set_new(o, "nics_per_node", json_integer(c->nics_per_node));
     json_object_set_new(o, "nic_gbs", json_real(c->nic_gbs));
     json_object_set_new(o, "nic_latency_us", json_real(c->nic_latency_us));
-    const ClusterCurve def = {.n = c->n_rate_points};
-    ClusterCurve d = def;
-    memcpy(d.x, c->rate_rows, sizeof d.x);
-    memcpy(d.tflops, c->attn_tflops, sizeof d.tflops);
-    json_object_set_new(o, "attention", points_json(&d));
+    json_object_set_new(o, "attention", points_json(&c->attn));
     json_object_set_new(o, "attention_backward_factor", json_real(c->attn_backward_factor));
     if (c->n_attn_curves) {
         json_t *arr = json_array();
@@ -342,12 +332,8 @@ char *cluster_check(const Cluster *c) {
                 return xstrdup_printf("%s repeats curve %d (%s, head_dim %d, %s): give each shape once", what, j + 1,
                                       precision_name(k->precision), k->head_dim, k->causal ? "causal" : "not causal");
     }
-    if (c->n_rate_points < 1) return xstrdup("\"attention\" needs at least one [rows, tflops] point");
-    const ClusterCurve def = {.n = c->n_rate_points};
-    ClusterCurve d = def;
-    memcpy(d.x, c->rate_rows, sizeof d.x);
-    memcpy(d.tflops, c->attn_tflops, sizeof d.tflops);
-    char *bad = curve_check(&d, "\"attention\"", "rows", 1);
+    if (c->attn.n < 1) return xstrdup("\"attention\" needs at least one [rows, tflops] point");
+    char *bad = curve_check(&c->attn, "\"attention\"", "rows", 1);
     if (bad) return bad;
     if (!(c->attn_backward_factor > 0) || !isfinite(c->attn_backward_factor))
         return xstrdup("\"attention_backward_factor\" must be positive");
@@ -373,18 +359,7 @@ double cluster_curve_at(const ClusterCurve *k, double x) {
 }
 
 double cluster_attention_flops_per_s(const Cluster *c, int q_rows, int kv_rows) {
-    const double r = q_rows < kv_rows ? q_rows : kv_rows;
-    const int n = c->n_rate_points;
-    double t = c->attn_tflops[n - 1];
-    if (r <= c->rate_rows[0]) t = c->attn_tflops[0];
-    else
-        for (int i = 1; i < n; i++)
-            if (r <= c->rate_rows[i]) {
-                const double f = (r - c->rate_rows[i - 1]) / (c->rate_rows[i] - c->rate_rows[i - 1]);
-                t = c->attn_tflops[i - 1] + f * (c->attn_tflops[i] - c->attn_tflops[i - 1]);
-                break;
-            }
-    return t * 1e12;
+    return cluster_curve_at(&c->attn, q_rows < kv_rows ? q_rows : kv_rows) * 1e12;
 }
 
 double cluster_attention_rate(const Cluster *c, int precision, int head_dim, int causal, int q_rows, int kv_rows) {

@@ -57,10 +57,9 @@ typedef struct {
     double nic_gbs, nic_latency_us;
     /* attention's default curve (the file's "attention" points, else its first "attention_rates"
      * curve): the rank's rate in TFLOP/s for a block whose shorter side (query or key rows) has
-     * rows[i] rows, interpolated linearly between the points (constant outside). The simulator's
-     * rate (cluster_attention_flops_per_s). */
-    int n_rate_points;
-    double rate_rows[CLUSTER_RATE_POINTS], attn_tflops[CLUSTER_RATE_POINTS];
+     * x[i] rows, interpolated linearly between the points (constant outside). The simulator's
+     * rate where the cluster has no curve of the block's precision (cluster_attention_flops_per_s). */
+    ClusterCurve attn;
     double attn_backward_factor; /* backward time per forward time of a block at the same rate (2.5: five matmuls for two) */
     /* attention by shape: curves by precision, head dimension and causality (cluster_attention_rate) */
     int n_attn_curves;
