@@ -134,7 +134,6 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
     const AttnBf16Tiles *bt = bf16 ? attn_bf16_tiles() : NULL;
     const Strategy *s = strategy_named(pc->strategy);
     if (!s) return strategy_unknown_message(pc->strategy);
-    TokenLayout layout = pc->layout_given ? pc->layout : s->default_layout;
     int sp_ranks = pc->dp > 0 ? (world % pc->dp == 0 ? world / pc->dp : 0) : world, hp, cp;
     char *err = strategy_grid(s, pc->hp, pc->cp, sp_ranks, c->num_attention_heads, &hp, &cp);
     if (err) return err;
@@ -143,14 +142,9 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
         return xstrdup_printf("dp %d x hp %d x cp %d is not the %d ranks: give --dp, --hp, --cp (or --ranks) whose product "
                        "is the ranks", dp, hp, cp, world);
     const int sp = hp * cp, own = s->own != NULL;
-    StrategyParams sp_params = {.hp = hp, .cp = cp, .dp = dp,
-                                .offload_dir = s->reads & KNOB_CHUNK_OFFLOAD ? pc->offload_dir : NULL,
-                                .placement = pc->placement, .layout = layout, .seq_len = in->seq_len,
-                                .n_heads = c->num_attention_heads, .n_kv_heads = c->num_key_value_heads,
-                                .head_dim = c->head_dim, .wire_bf16 = bf16, .attn_bf16 = bf16};
-    strategy_apply_knobs(s, &pc->knobs, &sp_params);
-    if (sp_params.ring_inner <= 0) sp_params.ring_inner = cp; /* the plain ring, as topology_create */
-    strategy_defaults(s, &sp_params);
+    StrategyParams sp_params;
+    strategy_params_init(s, pc, dp, hp, cp, in->seq_len, c->num_attention_heads, c->num_key_value_heads, c->head_dim,
+                         bf16, &sp_params);
     char *unread = parallel_flags_check(s, pc);
     if (unread) return unread;
     if (cp % sp_params.ring_inner != 0) /* topology_init's refusal, which the strategies' checks skip at sp = 1 */

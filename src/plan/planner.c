@@ -161,20 +161,13 @@ static void route_peers(void *ctx, int kind, const int *cp_peers, int n, double 
     xfree(peers);
 }
 
-/* The strategy's parameters of configuration `in` on the grid the memory model resolved (m). */
+/* The strategy's parameters of configuration `in` on the grid the memory model resolved (m); dp
+ * left 0, so that the simulated schedules of grids differing only in replicas share their cache. */
 static void strategy_params_of(const MemoryModelInput *in, const MemoryEstimate *m, StrategyParams *sp) {
-    const ParallelConfig *pc = &in->par;
-    const Strategy *s = strategy_named(pc->strategy);
     const LlamaConfig *c = &in->model;
-    const int bf16 = in->precision == PRECISION_BF16;
-    *sp = (StrategyParams){.hp = m->hp, .cp = m->cp, .offload_dir = s->reads & KNOB_CHUNK_OFFLOAD ? pc->offload_dir : NULL,
-                           .placement = pc->placement,
-                           .layout = pc->layout_given ? pc->layout : s->default_layout, .seq_len = in->seq_len,
-                           .n_heads = c->num_attention_heads, .n_kv_heads = c->num_key_value_heads,
-                           .head_dim = c->head_dim, .wire_bf16 = bf16, .attn_bf16 = bf16};
-    strategy_apply_knobs(s, &pc->knobs, sp);
-    if (sp->ring_inner <= 0) sp->ring_inner = m->cp; /* the plain ring */
-    strategy_defaults(s, sp);
+    strategy_params_init(strategy_named(in->par.strategy), &in->par, 0, m->hp, m->cp, in->seq_len,
+                         c->num_attention_heads, c->num_key_value_heads, c->head_dim, in->precision == PRECISION_BF16,
+                         sp);
 }
 
 /* plan_rank_traffic for a configuration the memory model already accepted (m: its estimate, the

@@ -418,6 +418,18 @@ void strategy_flags_help(char *buf, size_t n) {
     }
 }
 
+void strategy_params_init(const Strategy *s, const ParallelConfig *cfg, int dp, int hp, int cp, long seq_len,
+                          int n_heads, int n_kv_heads, int head_dim, int bf16, StrategyParams *p) {
+    *p = (StrategyParams){.hp = hp, .cp = cp, .dp = dp,
+                          .offload_dir = s->reads & KNOB_CHUNK_OFFLOAD ? cfg->offload_dir : NULL,
+                          .placement = cfg->placement, .layout = cfg->layout_given ? cfg->layout : s->default_layout,
+                          .seq_len = seq_len, .n_heads = n_heads, .n_kv_heads = n_kv_heads, .head_dim = head_dim,
+                          .wire_bf16 = bf16, .attn_bf16 = bf16};
+    strategy_apply_knobs(s, &cfg->knobs, p);
+    if (p->ring_inner <= 0) p->ring_inner = cp; /* the plain ring, as topology_create */
+    strategy_defaults(s, p);
+}
+
 int strategy_candidates(const Strategy *s, int hp, int cp, const StrategyFixed *fixed, StrategyCandidate *out,
                         int max) {
     if (s->candidates) return s->candidates(hp, cp, fixed, out, max);

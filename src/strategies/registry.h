@@ -251,6 +251,12 @@ void strategy_flags_help(char *buf, size_t n);
 const Strategy *strategy_default(void);
 /* By name; NULL: the default. NULL when unknown. */
 const Strategy *strategy_named(const char *name);
+/* The parameters of a run of s configured by cfg on a dp x hp x cp grid (dp 0: not known), for a
+ * model of n_heads query and n_kv_heads KV heads of head_dim at seq_len, bf16 or not (the wire and the
+ * kernel's tiles): cfg's layout where given, else s's; cfg's placement; s's knobs from cfg (an inner
+ * ring not given: cp, the plain ring); the knobs' defaults (strategy_defaults). */
+void strategy_params_init(const Strategy *s, const ParallelConfig *cfg, int dp, int hp, int cp, long seq_len,
+                          int n_heads, int n_kv_heads, int head_dim, int bf16, StrategyParams *p);
 /* The planner's knob settings of s on an hp x cp grid (s->candidates, or its one default). */
 int strategy_candidates(const Strategy *s, int hp, int cp, const StrategyFixed *fixed, StrategyCandidate *out, int max);
 /* The papers' memory formulas for s (none: out->n = 0). */

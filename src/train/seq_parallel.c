@@ -101,9 +101,10 @@ void seq_parallel_check(SeqParallel *p, const ParallelConfig *cfg, const LlamaCo
     char *err = strategy_grid(p->strategy, cfg->hp, cfg->cp, sp_ranks, model->num_attention_heads, &hp, &cp);
     if (err) die_collective("%s", err);
     int dp = cfg->dp > 0 ? cfg->dp : (world % (hp * cp) == 0 ? world / (hp * cp) : 1);
-    StrategyParams given = {0}; /* the strategy's knobs as given: its inner ring shapes the topology */
-    strategy_apply_knobs(p->strategy, &cfg->knobs, &given);
-    topology_create(&p->topo, dp, hp, cp, given.ring_inner, cfg->placement, cfg->ranks_per_node);
+    /* the strategy's parameters: its inner ring shapes the topology */
+    strategy_params_init(p->strategy, cfg, dp, hp, cp, seq_len, model->num_attention_heads, model->num_key_value_heads,
+                         model->head_dim, cfg->wire_bf16, &p->params);
+    topology_create(&p->topo, dp, hp, cp, p->params.ring_inner, cfg->placement, cfg->ranks_per_node);
 
     /* threads: each rank stands for one device */
     int idle = 0;
@@ -115,15 +116,6 @@ void seq_parallel_check(SeqParallel *p, const ParallelConfig *cfg, const LlamaCo
 
     p->seq_len = seq_len;
     int sp = p->topo.sp;
-    p->params = (StrategyParams){.hp = hp, .cp = cp, .dp = dp,
-                                 .offload_dir = p->strategy->reads & KNOB_CHUNK_OFFLOAD ? cfg->offload_dir : NULL,
-                                 .placement = cfg->placement,
-                                 .layout = cfg->layout, .seq_len = seq_len, .n_heads = model->num_attention_heads,
-                                 .n_kv_heads = model->num_key_value_heads, .head_dim = model->head_dim,
-                                 .wire_bf16 = cfg->wire_bf16, .attn_bf16 = cfg->wire_bf16};
-    strategy_apply_knobs(p->strategy, &cfg->knobs, &p->params);
-    p->params.ring_inner = p->topo.ring_inner; /* cp where not given */
-    strategy_defaults(p->strategy, &p->params);
     /* --offload-dir where the strategy keeps no chunks there moves checkpointed layer inputs only: the
      * model's business (llama.h); the CLI refuses it without --checkpoint layer|selective
      * (offload_flags_check) */
