@@ -343,8 +343,6 @@ void memory_input_from_options(const TrainOptions *o, SizeFlags *sf, const char 
     if (!in->recall_data) {
         if (token_stream_open(&ts, o->data, o->tokens_format, STREAM_TRAIN, &e) != 0) die_collective("%s", e.msg);
         data_length_check(&ts, o->seq_len, o->data); /* train's refusal, so that no plan names a run train refuses */
-        for (int i = 0; i < ts.n_shards; i++) /* the trainer holds one training file at a time, whole */
-            if ((double)ts.counts[i] > in->data_tokens) in->data_tokens = (double)ts.counts[i];
     }
     if (o->resume_dir) {
         if (checkpoint_read_config(o->resume_dir, out, &e) != 0) die_collective("%s", e.msg);
@@ -366,10 +364,17 @@ void memory_input_from_options(const TrainOptions *o, SizeFlags *sf, const char 
         val_overlap_check(&vs, &ts);
         token_stream_close(&vs);
     }
-    in->seq_len = o->seq_len;
-    in->batch = o->batch;
+    memory_input_settings(o, in->recall_data ? NULL : &ts, in);
     if (!in->recall_data) token_stream_close(&ts);
     else (void)recall_spec_from_options(o, out->vocab_size); /* the recall task's own limits, as train checks them */
+}
+
+void memory_input_settings(const TrainOptions *o, const TokenStream *ts, MemoryModelInput *in) {
+    in->data_tokens = 0;
+    for (int i = 0; ts && i < ts->n_shards; i++) /* the trainer holds one training file at a time, whole */
+        if ((double)ts->counts[i] > in->data_tokens) in->data_tokens = (double)ts->counts[i];
+    in->seq_len = o->seq_len;
+    in->batch = o->batch;
     in->par = o->par;
     in->checkpoint = o->mem.checkpoint;
     in->ffn_chunks = o->mem.ffn_chunks;

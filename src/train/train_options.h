@@ -67,5 +67,10 @@ RecallSpec recall_spec_from_options(const TrainOptions *o, int vocab_size);
  * the parallel flags, checkpoint mode, FFN chunks, streaming and precision; world and cores left
  * 0 for the caller. For `seqpar memory` and `seqpar plan`. */
 void memory_input_from_options(const TrainOptions *o, SizeFlags *sf, const char *cmd, MemoryModelInput *in);
+/* The run's settings of the memory model's input from the flags: S, batch, the parallel flags,
+ * checkpoint mode, FFN chunks, streaming, precision, and the tokens of ts's largest file, which the
+ * trainer holds whole (ts NULL: the recall task, no file). Part of memory_input_from_options; the
+ * trainer's own estimate takes the rest from the model it checked. */
+void memory_input_settings(const TrainOptions *o, const TokenStream *ts, MemoryModelInput *in);
 
 #endif

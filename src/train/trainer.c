@@ -557,19 +557,11 @@ static char *run_estimate(const TrainOptions *o, const DataSource *ds, const Lla
                           MemoryModelInput *in, MemoryEstimate *m) {
     memset(in, 0, sizeof *in);
     in->model = *c;
-    in->seq_len = o->seq_len;
-    in->batch = o->batch;
     in->world = world;
     in->cores = omp_get_num_procs();
     in->recall_data = ds->is_recall;
-    for (int i = 0; i < ds->ts.n_shards; i++) /* the trainer holds one training file at a time, whole */
-        if ((double)ds->ts.counts[i] > in->data_tokens) in->data_tokens = (double)ds->ts.counts[i];
-    in->par = o->par;
+    memory_input_settings(o, ds->is_recall ? NULL : &ds->ts, in);
     if (threads > 0) in->par.threads = threads;
-    in->checkpoint = o->mem.checkpoint;
-    in->ffn_chunks = o->mem.ffn_chunks;
-    in->no_stream = o->mem.no_stream;
-    in->precision = o->mem.precision;
     return memory_model_estimate(in, m);
 }
 /* The memory plan against what a rank has: RAM (the estimate plus RUNTIME_BYTES) against
