@@ -380,6 +380,14 @@ G=(grad --model "$FIX/tiny_long" --tokens "$FIX/tiny_long/tokens.bin" --seq-len 
 if run_np 4 "$SEQPAR" "${G[@]}" --trace "$T/trace.json" >/dev/null 2>&1 &&
     "$BUILD/tests/tool_check_trace" "$T/trace.json" 4 compute send recv wait alltoall allreduce >"$T/trace.out"; then ok; else
     bad "--trace: $(cat "$T/trace.out" 2>/dev/null)"; fi
+# rank 0 takes the other ranks' events in messages of at most 5 events (SEQPAR_COMM_PIECE): the same
+# compute events on every track
+trace_compute() { sed -n 's/.*"name":"\([^"]*\)","cat":"compute".*"tid":\([0-9]*\)}.*/\2 \1/p' "$1" | sort; }
+if SEQPAR_COMM_PIECE=5 run_np 4 "$SEQPAR" "${G[@]}" --trace "$T/trace5.json" >/dev/null 2>&1 &&
+    "$BUILD/tests/tool_check_trace" "$T/trace5.json" 4 compute send recv wait alltoall allreduce >"$T/trace.out" &&
+    [ "$(trace_compute "$T/trace5.json" | wc -l)" -gt 20 ] &&
+    [ "$(trace_compute "$T/trace5.json")" = "$(trace_compute "$T/trace.json")" ]; then ok; else
+    bad "--trace in pieces of 5 events: $(cat "$T/trace.out" 2>/dev/null) $(trace_compute "$T/trace5.json" | wc -l) compute events"; fi
 # 2 ranks per node: head-first puts each head group on one node (all-to-all intra-node, ring
 # inter-node); context-first the opposite.
 run_np 4 "$SEQPAR" "${G[@]}" --stats --placement head-first >"$T/hf.out" 2>&1

@@ -387,7 +387,7 @@ Comm *comm_create(const Topology *t, const char *trace_path) {
     c->piece = (size_t)piece;
     mpi_check(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_ranks, &c->keyval, NULL),
               "MPI_Comm_create_keyval", MPI_COMM_NULL, -1, 0);
-    if (trace_path) c->trace = trace_create(t->world, trace_path);
+    if (trace_path) c->trace = trace_create(t->world, trace_path, c->piece);
     return c;
 }
 

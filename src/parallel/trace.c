@@ -1,11 +1,17 @@
 /* Chrome trace-event recording and writing: see trace.h. */
 #include "parallel/trace.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/common.h"
 #include "io/atomic_file.h"
+
+/* Events a message of trace_write carries at most (fewer under trace_create's piece): MPI counts are
+ * int, and rank 0 holds one piece at a time, so the file has no size limit and rank 0 no memory cost
+ * beyond a piece. */
+#define TRACE_PIECE_EVENTS ((size_t)1 << 20)
 
 typedef struct {
     double ts, dur; /* microseconds */
@@ -19,7 +25,9 @@ struct CommTrace {
     double t0; /* seconds, creation time */
     TraceEvent *ev;
     size_t n, cap;
-    int paused; /* trace_set_recording(tr, 0): events are dropped */
+    int paused;       /* trace_set_recording(tr, 0): events are dropped */
+    uint64_t dropped; /* events lost because the buffer could not grow */
+    size_t piece;     /* events a message of trace_write carries at most */
 };
 
 static void check(int rc, const char *what) {
@@ -33,9 +41,10 @@ static void check(int rc, const char *what) {
 
 double trace_now(void) { return now_seconds(); }
 
-CommTrace *trace_create(MPI_Comm world, const char *path) {
+CommTrace *trace_create(MPI_Comm world, const char *path, size_t piece) {
     CommTrace *tr = xcalloc(1, sizeof *tr);
     tr->world = world;
+    tr->piece = piece && piece < TRACE_PIECE_EVENTS ? piece : TRACE_PIECE_EVENTS;
     size_t len = strlen(path);
     tr->path = xmalloc(len + 1);
     memcpy(tr->path, path, len + 1);
@@ -54,7 +63,10 @@ void trace_event(CommTrace *tr, const char *name, const char *cat, double t0, do
         size_t cap = tr->cap ? 2 * tr->cap : 1024;
         /* plain realloc: trace memory is bookkeeping, not model memory */
         TraceEvent *ev = realloc(tr->ev, cap * sizeof *ev);
-        if (!ev) die("trace: out of memory for %zu events", cap);
+        if (!ev) { /* counted and reported by trace_write: a trace never ends the run */
+            tr->dropped++;
+            return;
+        }
         tr->ev = ev;
         tr->cap = cap;
     }
@@ -80,68 +92,80 @@ static void put_json_string(AtomicFile *af, const char *s) {
     atomic_write(af, buf, j);
 }
 
+static void write_events(AtomicFile *af, const TraceEvent *ev, size_t n, int rank, long *written) {
+    char line[160];
+    for (size_t i = 0; i < n; i++) {
+        atomic_write(af, ",\n{\"name\":", 10);
+        put_json_string(af, ev[i].name);
+        atomic_write(af, ",\"cat\":", 7);
+        put_json_string(af, ev[i].cat);
+        int len = snprintf(line, sizeof line, ",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":0,\"tid\":%d}",
+                           ev[i].ts, ev[i].dur, rank);
+        atomic_write(af, line, (size_t)len);
+        (*written)++;
+    }
+}
+
 long trace_write(CommTrace *tr, SeqErr *e) {
     int rank, size;
     check(MPI_Comm_rank(tr->world, &rank), "MPI_Comm_rank");
     check(MPI_Comm_size(tr->world, &size), "MPI_Comm_size");
-    if (tr->n * sizeof(TraceEvent) > (size_t)1 << 30) die("trace: too many events on rank %d (%zu)", rank, tr->n);
-    int mine = (int)(tr->n * sizeof(TraceEvent));
-    int *counts = NULL, *displs = NULL;
-    char *all = NULL;
-    if (rank == 0) {
-        counts = xcalloc((size_t)size, sizeof(int));
-        displs = xcalloc((size_t)size, sizeof(int));
-    }
-    check(MPI_Gather(&mine, 1, MPI_INT, counts, 1, MPI_INT, 0, tr->world), "MPI_Gather (trace sizes)");
-    size_t total = 0;
-    if (rank == 0) {
-        for (int r = 0; r < size; r++) {
-            if (total + (size_t)counts[r] > (size_t)2000000000) die("trace: gathered trace exceeds 2 GB");
-            displs[r] = (int)total;
-            total += (size_t)counts[r];
+    uint64_t mine[2] = {tr->n, tr->dropped};
+    uint64_t *counts = rank == 0 ? xcalloc((size_t)size * 2, sizeof *counts) : NULL;
+    check(MPI_Gather(mine, 2, MPI_UINT64_T, counts, 2, MPI_UINT64_T, 0, tr->world), "MPI_Gather (trace sizes)");
+    /* Rank r > 0 sends its events to rank 0 in pieces, when rank 0 asks for them (one rank at a time:
+     * rank 0 writes as it receives). */
+    if (rank != 0) {
+        int go = 0;
+        check(MPI_Recv(&go, 1, MPI_INT, 0, 0, tr->world, MPI_STATUS_IGNORE), "MPI_Recv (trace turn)");
+        for (size_t at = 0; at < tr->n; at += tr->piece) {
+            size_t n = tr->n - at < tr->piece ? tr->n - at : tr->piece;
+            check(MPI_Send(tr->ev + at, (int)(n * sizeof(TraceEvent)), MPI_BYTE, 0, 1, tr->world),
+                  "MPI_Send (trace events)");
         }
-        all = xmalloc(total ? total : 1);
+        return 0;
     }
-    check(MPI_Gatherv(tr->ev, mine, MPI_BYTE, all, counts, displs, MPI_BYTE, 0, tr->world),
-          "MPI_Gatherv (trace events)");
+    AtomicFile af;
+    int opened = atomic_open(&af, tr->path, e) == 0; /* if not, the writes below do nothing */
+    if (!opened) af.failed = 1;
+    const char *head = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+    atomic_write(&af, head, strlen(head));
+    TraceEvent *piece = size > 1 ? xmalloc(tr->piece * sizeof *piece) : NULL;
     long written = 0;
-    if (rank == 0) {
-        AtomicFile af;
-        int opened = atomic_open(&af, tr->path, e) == 0; /* if not, the writes below do nothing */
-        if (!opened) af.failed = 1;
-        const char *head = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
-        atomic_write(&af, head, strlen(head));
-        char line[256];
-        int first = 1;
-        for (int r = 0; r < size; r++) {
-            int len = snprintf(line, sizeof line,
-                               "%s{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,"
-                               "\"args\":{\"name\":\"rank %d\"}}",
-                               first ? "" : ",\n", r, r);
-            atomic_write(&af, line, (size_t)len);
-            first = 0;
-            const TraceEvent *ev = (const TraceEvent *)(all + displs[r]);
-            size_t n = (size_t)counts[r] / sizeof(TraceEvent);
-            for (size_t i = 0; i < n; i++) {
-                atomic_write(&af, ",\n{\"name\":", 10);
-                put_json_string(&af, ev[i].name);
-                atomic_write(&af, ",\"cat\":", 7);
-                put_json_string(&af, ev[i].cat);
-                len = snprintf(line, sizeof line, ",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":0,\"tid\":%d}",
-                               ev[i].ts, ev[i].dur, r);
-                atomic_write(&af, line, (size_t)len);
-                written++;
-            }
+    int dropped_rank = -1;
+    char line[160];
+    for (int r = 0; r < size; r++) {
+        int len = snprintf(line, sizeof line,
+                           "%s{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,"
+                           "\"args\":{\"name\":\"rank %d\"}}",
+                           r == 0 ? "" : ",\n", r, r);
+        atomic_write(&af, line, (size_t)len);
+        if (counts[2 * r + 1] && dropped_rank < 0) dropped_rank = r;
+        if (r == 0) {
+            write_events(&af, tr->ev, tr->n, 0, &written);
+            continue;
         }
-        const char *tail = "\n]}\n";
-        atomic_write(&af, tail, strlen(tail));
-        if (opened && atomic_commit(&af, e) != 0) opened = 0;
-        if (!opened) written = -1;
-        xfree(all);
-        xfree(counts);
-        xfree(displs);
+        int go = 1;
+        check(MPI_Send(&go, 1, MPI_INT, r, 0, tr->world), "MPI_Send (trace turn)");
+        for (uint64_t at = 0; at < counts[2 * r]; at += tr->piece) {
+            size_t n = (size_t)(counts[2 * r] - at < tr->piece ? counts[2 * r] - at : tr->piece);
+            check(MPI_Recv(piece, (int)(n * sizeof(TraceEvent)), MPI_BYTE, r, 1, tr->world, MPI_STATUS_IGNORE),
+                  "MPI_Recv (trace events)");
+            write_events(&af, piece, n, r, &written);
+        }
     }
-    return written;
+    const char *tail = "\n]}\n";
+    atomic_write(&af, tail, strlen(tail));
+    xfree(piece);
+    if (opened && atomic_commit(&af, e) != 0) opened = 0;
+    if (opened && dropped_rank >= 0) {
+        seq_err(e, "trace: rank %d ran out of memory for its events and dropped %llu of them (the file %s holds "
+                   "the rest): trace fewer steps",
+                dropped_rank, (unsigned long long)counts[2 * dropped_rank + 1], tr->path);
+        opened = 0;
+    }
+    xfree(counts);
+    return opened ? written : -1;
 }
 
 void trace_free(CommTrace *tr) {
