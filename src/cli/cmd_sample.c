@@ -1,5 +1,7 @@
 /* seqpar sample: generates a continuation of a prompt from a trained model (a seqpar checkpoint or
- * any Hugging Face Llama directory) in one process, with a key/value cache (model/generate.h).
+ * any Hugging Face Llama directory) in one process, with a key/value cache (model/generate.h), or
+ * on several ranks under a strategy, the prompt's prefill split by the strategy's forward and the
+ * cache sharded over the ranks (train/dist_generate.h).
  * Byte-level models (vocabulary 256, as `--data file.txt` trains, or 257 with the end-of-text id
  * 256 that scripts/make_shards.py --byte-level writes) take the prompt as text and print text;
  * other models take and print token ids (scripts/make_shards.py --encode / --decode converts). */
@@ -14,14 +16,20 @@
 #include "cli/commands.h"
 #include "core/common.h"
 #include "io/config_json.h"
+#include "io/atomic_file.h"
 #include "model/generate.h"
 #include "model/llama.h"
+#include "train/dist_generate.h"
+#include "train/seq_parallel.h"
 
 static const char HELP[] =
     "usage: seqpar sample --model DIR (--prompt TEXT | --prompt-tokens IDS) [options]\n"
     "\n"
     "Generates a continuation of a prompt from a trained model (a checkpoint written by\n"
-    "`seqpar train --save`, or any Hugging Face Llama directory), one process, with a key/value cache.\n"
+    "`seqpar train --save`, or any Hugging Face Llama directory), with a key/value cache: in one\n"
+    "process, or on N ranks (mpirun -np N seqpar sample --strategy S ...) with the prompt's prefill\n"
+    "split by the strategy's own forward and the cache sharded over the ranks (docs/inference.md):\n"
+    "the same tokens as one process for the same seed.\n"
     "\n"
     "  --model DIR            config.json + model.safetensors (or a sharded checkpoint)\n"
     "  --prompt TEXT          byte-level models (vocab 256 or 257): the prompt as UTF-8 bytes\n"
@@ -43,8 +51,14 @@ static const char HELP[] =
     "                         one, else config.json; without one, 256 for a vocabulary-257 byte\n"
     "                         model, else none)\n"
     "  --ids                  print token ids (comma-separated) instead of text\n"
-    "  --threads N            threads (default 1: one token at a time is little work, and more threads\n"
-    "                         mostly wait for each other; larger models may gain from more)\n"
+    "  --threads N            threads (one process: default 1, as one token at a time is little work\n"
+    "                         and more threads mostly wait for each other; larger models may gain\n"
+    "                         from more; on ranks: train's default, the CPUs over the ranks)\n"
+    "  --strategy S           run on the ranks mpirun started (one rank too: the same path) with\n"
+    "                         train's strategy S and its parallel flags (--hp, --cp, --layout, the\n"
+    "                         strategy's knobs; every rank splits the one sequence: no --dp, --zero)\n"
+    "  --prompt-logits FILE   also write the logits after every prompt token: prompt length x\n"
+    "                         vocab_size float32, little-endian, row by row (for checks)\n"
     "  --help                 this text\n"
     "Output: byte-level models print the prompt and its continuation as text (the end-of-text id\n"
     "as a newline); other models print the generated ids. Speed goes to stderr.\n";
@@ -55,9 +69,11 @@ typedef struct {
     const char *model_dir, *prompt, *prompt_tokens;
     long max_new;
     SampleParams sp;
-    int ids, stop_set, threads;
+    int ids, stop_set;
     long stop_token;
     uint64_t seed;
+    ParallelConfig pc;
+    const char *prompt_logits; /* --prompt-logits FILE */
 } SampleOptions;
 
 static void parse_sample_options(int argc, char **argv, SampleOptions *o) {
@@ -66,18 +82,20 @@ static void parse_sample_options(int argc, char **argv, SampleOptions *o) {
     o->max_new = 200;
     o->sp = (SampleParams){.temperature = 0.8, .top_k = 40, .top_p = 1, .repetition_penalty = 1};
     o->seed = 1;
-    o->threads = 1;
+    parallel_config_default(&o->pc);
     static const struct option opts[] = {
+        PARALLEL_FLAG_OPTIONS, {"prompt-logits", required_argument, 0, 'L'},
         {"model", required_argument, 0, 'm'}, {"prompt", required_argument, 0, 'p'},
         {"prompt-tokens", required_argument, 0, 'P'}, {"max-new-tokens", required_argument, 0, 'n'},
         {"temperature", required_argument, 0, 't'}, {"top-k", required_argument, 0, 'k'},
         {"top-p", required_argument, 0, 'q'}, {"repetition-penalty", required_argument, 0, 'r'},
         {"seed", required_argument, 0, 's'}, {"stop-token", required_argument, 0, 'x'},
-        {"ids", no_argument, 0, 'i'}, {"threads", required_argument, 0, 'T'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"ids", no_argument, 0, 'i'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     opterr = 0;
     optind = 1;
     int opt;
-    while ((opt = getopt_full(argc, argv, ":h", opts, cmd)) != -1) {
+    while ((opt = getopt_full(argc, argv, ":h", options_with_knobs(opts), cmd)) != -1) {
+        if (parallel_flags_handle(&o->pc, cmd, opt, optarg)) continue;
         switch (opt) {
         case 'm': o->model_dir = optarg; break;
         case 'p': o->prompt = optarg; break;
@@ -99,8 +117,11 @@ static void parse_sample_options(int argc, char **argv, SampleOptions *o) {
         case 's': o->seed = (uint64_t)parse_long(cmd, "seed", optarg, 0, 1L << 62); break;
         case 'x': o->stop_token = parse_long(cmd, "stop-token", optarg, -1, (1L << 31) - 2); o->stop_set = 1; break;
         case 'i': o->ids = 1; break;
-        case 'T': o->threads = (int)parse_long(cmd, "threads", optarg, 1, 4096); break;
-        case 'h': fputs(HELP, stdout); exit(0);
+        case 'L': o->prompt_logits = optarg; break;
+        case 'h':
+            fputs(HELP, stdout);
+            parallel_flags_help(stdout);
+            exit(0);
         default: die_bad_option(cmd, argc, argv, opt);
         }
     }
@@ -148,10 +169,17 @@ int cmd_sample(int argc, char **argv) {
     parse_sample_options(argc, argv, &o);
     int world = 1;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
-    if (world > 1) /* each rank would print its own copy of the text */
-        die_collective("seqpar sample runs in one process, but %d ranks were started: run it without mpirun (or with "
-                       "-np 1)", world);
-    set_threads(o.threads);
+    const int dist = world > 1 || o.pc.strategy; /* the ranks' path (one rank too, given a strategy) */
+    if (dist && o.pc.zero)
+        die_collective("seqpar sample: --zero %d shards gradients and optimizer state, which generation has none of: "
+                       "drop --zero", o.pc.zero);
+    if (dist && o.pc.dp > 1)
+        die_collective("seqpar sample generates one sequence, which every rank splits: drop --dp %d", o.pc.dp);
+    if (dist && o.pc.offload_dir)
+        die_collective("seqpar sample: --offload-dir moves training's chunks and checkpointed layers, which generation "
+                       "keeps none of: drop --offload-dir");
+    if (o.prompt_logits) file_target_check(o.prompt_logits);
+    if (!dist) set_threads(o.pc.threads > 0 ? o.pc.threads : 1);
     LlamaModel model;
     model_from_dir(&model, o.model_dir, 1, 0);
     int V = model.cfg.vocab_size, byte_level = V == 256 || V == 257;
@@ -195,50 +223,117 @@ int cmd_sample(int argc, char **argv) {
     }
     int as_ids = o.ids || !byte_level;
 
-    Generator g;
-    SeqErr e;
     long total = (long)n_prompt + o.max_new;
     if (total > (1L << 30)) die_collective("seqpar sample: prompt + --max-new-tokens exceeds 2^30 tokens");
-    int chunk = n_prompt < 512 ? n_prompt : 512;
-    if (generator_init(&g, &model, (int)total, chunk, &e) != 0) die_collective("%s", e.msg);
+    Generator g;
+    DistGenerator dg;
+    SeqParallel par;
+    SeqErr e;
+    int root = 1, chunk = n_prompt < 512 ? n_prompt : 512;
     float *logits = xmalloc(sizeof(float) * (size_t)V);
+    float *prompt_logits = o.prompt_logits ? xmalloc(sizeof(float) * (size_t)n_prompt * V) : NULL;
+    if (dist) {
+        xfree(model.grads); /* no backward: no gradients */
+        model.grads = NULL;
+        seq_parallel_check_fit(&par, &o.pc, &model.cfg, n_prompt);
+        if (par.topo.dp > 1)
+            die_collective("seqpar sample generates one sequence, which every rank splits, but --strategy %s splits it "
+                           "over hp %d x cp %d = %d of the %d ranks (the rest would be data parallel): give --hp and --cp "
+                           "with hp x cp = %d", par.strategy->name, par.topo.hp, par.topo.cp, par.topo.sp, world, world);
+        seq_parallel_finish(&par, &model.cfg, model.table.total);
+        root = par.topo.world_rank == 0;
+        dist_generator_init(&dg, &model, &par, n_prompt, o.max_new);
+        if (root) {
+            char desc[768];
+            seq_parallel_describe(&par, desc, sizeof desc);
+            fprintf(stderr, "seqpar sample: %s; prompt %d tokens run as %d (padded at its end to what the strategy "
+                    "splits)\n", desc, n_prompt, par.seq_len);
+        }
+    } else if (generator_init(&g, &model, (int)total, chunk, &e) != 0) {
+        die_collective("%s", e.msg);
+    }
     int *context = xmalloc(sizeof(int) * (size_t)total); /* the prompt, then each token made */
     memcpy(context, prompt, sizeof(int) * (size_t)n_prompt);
     Rng rng;
     rng_seed(&rng, o.seed);
 
     double t0 = now_seconds(), c0 = cpu_seconds();
-    for (int i = 0; i < n_prompt; i += chunk) {
-        int n = n_prompt - i < chunk ? n_prompt - i : chunk;
-        if (generator_forward(&g, prompt + i, n, NULL, logits, &e) != 0) die_collective("%s", e.msg);
+    if (dist) {
+        dist_generator_prefill(&dg, prompt, logits, prompt_logits);
+    } else {
+        for (int i = 0; i < n_prompt; i += chunk) {
+            int n = n_prompt - i < chunk ? n_prompt - i : chunk;
+            if (generator_forward(&g, prompt + i, n, prompt_logits ? prompt_logits + (size_t)i * V : NULL, logits, &e) != 0)
+                die_collective("%s", e.msg);
+        }
     }
     double t_prompt = now_seconds() - t0, c_prompt = cpu_seconds() - c0;
-    if (!as_ids) /* the prompt as text first, whichever way it was given */
+    if (root && !as_ids) /* the prompt as text first, whichever way it was given */
         for (int i = 0; i < n_prompt; i++) put_token(prompt[i], 0, 0);
     long made = 0;
     double t1 = now_seconds(), c1 = cpu_seconds();
     for (; made < o.max_new; made++) {
-        int next = sample_next_token(logits, V, &o.sp, context, n_prompt + made, &rng);
+        int next = dist ? dist_generator_choose(&dg, logits, &o.sp, context, n_prompt + made, &rng)
+                        : sample_next_token(logits, V, &o.sp, context, n_prompt + made, &rng);
         context[n_prompt + made] = next;
-        put_token(next, as_ids, made == 0);
-        fflush(stdout);
+        if (root) {
+            put_token(next, as_ids, made == 0);
+            fflush(stdout);
+        }
         int stop = 0;
         for (int k = 0; k < n_stops; k++) stop |= next == stops[k];
         if (stop) {
             made++;
             break;
         }
-        if (made + 1 < o.max_new && generator_forward(&g, &next, 1, NULL, logits, &e) != 0) die_collective("%s", e.msg);
+        if (made + 1 < o.max_new &&
+            (dist ? dist_generator_step(&dg, next, logits, &e) : generator_forward(&g, &next, 1, NULL, logits, &e)) != 0)
+            die_collective("%s", e.msg);
     }
-    putchar('\n');
-    fflush(stdout);
     double t_gen = now_seconds() - t1, c_gen = cpu_seconds() - c1;
-    fprintf(stderr, "seqpar sample: prompt %d tokens in %.3f s (CPU %.3f s); generated %ld tokens in %.3f s (CPU %.3f s): "
-            "%.1f tokens/s\n", n_prompt, t_prompt, c_prompt, made, t_gen, c_gen, t_gen > 0 ? (double)made / t_gen : 0.0);
+    if (root) {
+        putchar('\n');
+        fflush(stdout);
+    }
+    int failed = 0;
+    if (root && prompt_logits) {
+        AtomicFile af;
+        failed = atomic_open(&af, o.prompt_logits, &e) != 0;
+        if (!failed) { /* little-endian float32, as this machine stores them (x86-64, the build's target) */
+            atomic_write(&af, prompt_logits, sizeof(float) * (size_t)n_prompt * V);
+            failed = atomic_commit(&af, &e) != 0;
+        }
+        if (failed) fprintf(stderr, "seqpar: error: %s\n", e.msg);
+    }
+    if (dist) {
+        unsigned long long cache = dist_generator_cache_bytes(&dg), most = cache;
+        double times[2] = {t_prompt, t_gen};
+        if (world > 1) {
+            comm_control_allreduce(par.comm, "MPI_Iallreduce (sample memory)", &most, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX,
+                                   par.topo.world);
+            comm_control_allreduce(par.comm, "MPI_Iallreduce (sample times)", times, 2, MPI_DOUBLE, MPI_MAX, par.topo.world);
+            comm_control_allreduce(par.comm, "MPI_Iallreduce (sample status)", &failed, 1, MPI_INT, MPI_MAX, par.topo.world);
+        }
+        t_prompt = times[0];
+        t_gen = times[1];
+        if (root)
+            fprintf(stderr, "seqpar sample: %d ranks: prefill %d tokens in %.3f s (%.1f tokens/s); generated %ld tokens in "
+                    "%.3f s (%.2f ms/token); key/value cache %.3f MiB on the largest rank\n", world, n_prompt, t_prompt,
+                    t_prompt > 0 ? n_prompt / t_prompt : 0.0, made, t_gen, made > 0 ? 1e3 * t_gen / (double)made : 0.0,
+                    (double)most / (1 << 20));
+        dist_generator_free(&dg);
+        parallel_free_or_die(&par);
+        if (failed) die_collective("seqpar sample: --prompt-logits %s could not be written", o.prompt_logits);
+    } else {
+        fprintf(stderr, "seqpar sample: prompt %d tokens in %.3f s (CPU %.3f s); generated %ld tokens in %.3f s (CPU %.3f s): "
+                "%.1f tokens/s\n", n_prompt, t_prompt, c_prompt, made, t_gen, c_gen, t_gen > 0 ? (double)made / t_gen : 0.0);
+        generator_free(&g);
+        if (failed) exit(1);
+    }
     xfree(logits);
+    xfree(prompt_logits);
     xfree(context);
     xfree(prompt);
-    generator_free(&g);
     llama_free(&model);
     return 0;
 }

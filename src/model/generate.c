@@ -9,7 +9,9 @@
 
 #include "kernels/ops.h"
 
-int generator_init(Generator *g, const LlamaModel *m, int max_len, int max_chunk, SeqErr *e) {
+/* The scratch of both kinds of generator, and the cache unless `attend`. */
+static int init(Generator *g, const LlamaModel *m, int max_len, int max_chunk, GeneratorAttend attend, void *ctx,
+                SeqErr *e) {
     memset(g, 0, sizeof *g);
     if (max_len <= 0 || max_chunk <= 0)
         return seq_err(e, "generation needs room for at least one token (got %d tokens, chunks of %d)", max_len,
@@ -21,9 +23,14 @@ int generator_init(Generator *g, const LlamaModel *m, int max_len, int max_chunk
     g->m = m;
     g->max_len = max_len;
     g->max_chunk = (int)T;
-    size_t cache = (size_t)c->num_hidden_layers * (size_t)max_len * kvd;
-    g->k_cache = xmalloc(sizeof(float) * (cache ? cache : 1));
-    g->v_cache = xmalloc(sizeof(float) * (cache ? cache : 1));
+    g->attend = attend;
+    g->attend_ctx = ctx;
+    if (!attend) {
+        size_t cache = (size_t)c->num_hidden_layers * (size_t)max_len * kvd;
+        g->k_cache = xmalloc(sizeof(float) * (cache ? cache : 1));
+        g->v_cache = xmalloc(sizeof(float) * (cache ? cache : 1));
+        g->scores = xmalloc(sizeof(double) * (size_t)max_len);
+    }
     g->x = xmalloc(sizeof(float) * T * D);
     g->xn = xmalloc(sizeof(float) * T * D);
     g->q = xmalloc(sizeof(float) * T * qd);
@@ -36,9 +43,17 @@ int generator_init(Generator *g, const LlamaModel *m, int max_len, int max_chunk
     g->rstd = xmalloc(sizeof(float) * T * (size_t)c->num_attention_heads); /* per head: q/k norms */
     g->rope_cos = xmalloc(sizeof(float) * T * (size_t)(c->head_dim / 2 > 0 ? c->head_dim / 2 : 1));
     g->rope_sin = xmalloc(sizeof(float) * T * (size_t)(c->head_dim / 2 > 0 ? c->head_dim / 2 : 1));
-    g->scores = xmalloc(sizeof(double) * (size_t)max_len);
     g->positions = xmalloc(sizeof(int) * T);
     return 0;
+}
+
+int generator_init(Generator *g, const LlamaModel *m, int max_len, int max_chunk, SeqErr *e) {
+    return init(g, m, max_len, max_chunk, NULL, NULL, e);
+}
+
+int generator_init_attend(Generator *g, const LlamaModel *m, int max_len, int max_chunk, GeneratorAttend attend,
+                          void *ctx, SeqErr *e) {
+    return init(g, m, max_len, max_chunk, attend, ctx, e);
 }
 
 void generator_free(Generator *g) {
@@ -127,10 +142,14 @@ int generator_forward(Generator *g, const int *tokens, int n, float *logits, flo
         }
         rope_forward(g->q, g->rope_cos, g->rope_sin, n, H, hd);
         rope_forward(g->k, g->rope_cos, g->rope_sin, n, Hkv, hd);
-        size_t at = ((size_t)l * g->max_len + (size_t)g->len) * kvd;
-        memcpy(g->k_cache + at, g->k, sizeof(float) * (size_t)n * kvd);
-        memcpy(g->v_cache + at, g->v, sizeof(float) * (size_t)n * kvd);
-        cached_attention(g, l, n);
+        if (g->attend) {
+            g->attend(g->attend_ctx, l, n, g->positions, g->q, g->k, g->v, g->o);
+        } else {
+            size_t at = ((size_t)l * g->max_len + (size_t)g->len) * kvd;
+            memcpy(g->k_cache + at, g->k, sizeof(float) * (size_t)n * kvd);
+            memcpy(g->v_cache + at, g->v, sizeof(float) * (size_t)n * kvd);
+            cached_attention(g, l, n);
+        }
         linear_forward(g->x, g->o, w->o_proj, n, H * hd, D, 1); /* x += o_proj(o) */
         if (w->o_bias) bias_add_rows(g->x, (size_t)D, w->o_bias, n, D);
         rmsnorm_forward(g->xn, g->rstd, g->x, w->post_norm, n, D, c->rms_norm_eps);

@@ -5,31 +5,47 @@
  * llama_forward_backward (which it must agree with: tests/test_generate.c) that uses the same
  * kernels for every op but attention, which here is a plain softmax over the cache.
  *
- * Not here: batching several prompts, sequence parallelism, beam search. */
+ * A generator may also hand each layer's attention to its caller (generator_init_attend): the
+ * caller keeps the keys and values (a cache sharded over ranks: train/dist_generate.h) and the
+ * generator runs every other op, as here.
+ *
+ * Not here: batching several prompts, beam search. */
 #ifndef SEQPAR_GENERATE_H
 #define SEQPAR_GENERATE_H
 
 #include "core/common.h"
 #include "model/llama.h"
 
+/* The attention of n new tokens of layer `layer` at positions (n), for a generator that keeps no
+ * cache: q (n, H d), k, v (n, Hkv d) after RoPE; writes o (n, H d), each token's causal attention
+ * over every earlier token and itself (under the layer's window, llama_layer_window). */
+typedef void (*GeneratorAttend)(void *ctx, int layer, int n, const int *positions, const float *q, const float *k,
+                                const float *v, float *o);
+
 typedef struct {
     const LlamaModel *m;
+    GeneratorAttend attend; /* NULL: the generator's own cache below */
+    void *attend_ctx;
     int max_len;          /* cache capacity (tokens) */
     int max_chunk;        /* most tokens one generator_forward call takes */
     int len;              /* tokens in the cache */
-    float *k_cache;       /* (L, max_len, Hkv*d), after RoPE */
+    float *k_cache;       /* (L, max_len, Hkv*d), after RoPE; NULL with `attend` */
     float *v_cache;       /* (L, max_len, Hkv*d) */
     /* scratch for up to max_chunk tokens */
     float *x, *xn, *q, *k, *v, *o; /* (T, D) (T, D) (T, H d) (T, Hkv d) (T, Hkv d) (T, H d) */
     float *gate, *up, *h, *rstd;   /* (T, F) x3, (T, H) */
     float *rope_cos, *rope_sin;                       /* (T, d/2) */
-    double *scores;                                   /* (max_len) */
+    double *scores;                                   /* (max_len); NULL with `attend` */
     int *positions;                                   /* (T) */
 } Generator;
 
 /* A generator for at most max_len tokens in all, fed at most max_chunk tokens per call. -1 with
  * one line if max_len or max_chunk is not positive. */
 int generator_init(Generator *g, const LlamaModel *m, int max_len, int max_chunk, SeqErr *e);
+/* The same without a cache: each layer's attention is attend(ctx, ...); max_len bounds the
+ * positions (len + n <= max_len). */
+int generator_init_attend(Generator *g, const LlamaModel *m, int max_len, int max_chunk, GeneratorAttend attend,
+                          void *ctx, SeqErr *e);
 void generator_free(Generator *g);
 
 /* Appends tokens[0..n) at positions len .. len+n-1 (n <= max_chunk, len + n <= max_len).

@@ -637,17 +637,16 @@ double llama_forward_scores(LlamaModel *m, LlamaActs *a, SeqAttention *attn, con
     return forward_backward(m, a, attn, inputs, targets, positions, docs, N, 1.0f, 0, predictions, token_loss);
 }
 
-/* The forward (and with `backward` the backward) of llama_forward_backward_docs; token_loss (N, may
- * be NULL) receives each token's loss. */
-static double forward_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn, const int *inputs, const int *targets,
-                               const int *positions, const int *docs, int N, float loss_scale, int backward,
-                               int *predictions, double *token_loss) {
+/* The forward through every decoder layer: on return layer_memory_input(a, nL) holds the last
+ * layer's output rows. targets may be NULL (none). */
+static void forward_layers(LlamaModel *m, LlamaActs *a, SeqAttention *attn, const int *inputs, const int *targets,
+                           const int *positions, const int *docs, int N, int backward) {
     const LlamaConfig *c = &m->cfg;
     if (N != a->N) die("internal: activations were made for %d tokens, called with %d", a->N, N);
     if (backward && a->forward_only) die("internal: a backward pass on activations made forward only");
     int D = c->hidden_size, V = c->vocab_size, nL = c->num_hidden_layers;
     for (int i = 0; i < N; i++)
-        if (inputs[i] < 0 || inputs[i] >= V || targets[i] >= V)
+        if (inputs[i] < 0 || inputs[i] >= V || (targets && targets[i] >= V))
             die("token %d at position %d is outside the vocabulary (vocab_size %d): use a model whose "
                 "vocab_size covers the data", inputs[i] < 0 || inputs[i] >= V ? inputs[i] : targets[i], i, V);
 
@@ -681,6 +680,35 @@ static double forward_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn, 
         layer_forward(m, a, attn, l);
         hook(m, LLAMA_HOOK_AFTER_FORWARD, l, backward);
     }
+}
+
+void llama_forward_logits(LlamaModel *m, LlamaActs *a, SeqAttention *attn, const int *inputs, const int *positions,
+                          int N, const int *rows, int n_rows, float *logits) {
+    const LlamaConfig *c = &m->cfg;
+    const int D = c->hidden_size, V = c->vocab_size;
+    forward_layers(m, a, attn, inputs, NULL, positions, NULL, N, 0);
+    layer_memory_head_begin(a, 0);
+    hook(m, LLAMA_HOOK_BEFORE_HEAD, -1, 0);
+    const float *x = layer_memory_input(a, c->num_hidden_layers);
+    float *xn = xmalloc(sizeof(float) * (size_t)D), rstd;
+    for (int r = 0; r < n_rows; r++) {
+        if (rows[r] < 0 || rows[r] >= N) die("internal: logits of row %d of %d", rows[r], N);
+        rmsnorm_forward(xn, &rstd, x + (size_t)rows[r] * D, m->w.final_norm, 1, D, c->rms_norm_eps);
+        linear_forward(logits + (size_t)r * V, xn, m->w.lm_head, 1, D, V, 0);
+    }
+    xfree(xn);
+    hook(m, LLAMA_HOOK_AFTER_HEAD, -1, 0);
+    hook(m, LLAMA_HOOK_END, -1, 0);
+}
+
+/* The forward (and with `backward` the backward) of llama_forward_backward_docs; token_loss (N, may
+ * be NULL) receives each token's loss. */
+static double forward_backward(LlamaModel *m, LlamaActs *a, SeqAttention *attn, const int *inputs, const int *targets,
+                               const int *positions, const int *docs, int N, float loss_scale, int backward,
+                               int *predictions, double *token_loss) {
+    const LlamaConfig *c = &m->cfg;
+    const int D = c->hidden_size, nL = c->num_hidden_layers;
+    forward_layers(m, a, attn, inputs, targets, positions, docs, N, backward);
     layer_memory_head_begin(a, backward);
     hook(m, LLAMA_HOOK_BEFORE_HEAD, -1, backward);
     double loss = head_forward_backward(m, a, targets, loss_scale, backward, predictions, token_loss);

@@ -73,7 +73,33 @@ static int default_threads(int *idle) {
 }
 
 
+/* The smallest length from min_len on that s's check accepts on the grid (params: its parameters,
+ * remade for each length tried); min_len itself where none up to 2 min_len + 4096 does (the run's
+ * check then names what is wrong). */
+static int fit_length(const Strategy *s, const ParallelConfig *cfg, int dp, int hp, int cp, int min_len,
+                      const LlamaConfig *model, StrategyParams *params) {
+    const long last = 2L * min_len + 4096;
+    for (long S = min_len; S <= last && S <= (1L << 30); S++) {
+        strategy_params_init(s, cfg, dp, hp, cp, S, model->num_attention_heads, model->num_key_value_heads,
+                             model->head_dim, cfg->wire_bf16, params);
+        char *err = hp * cp > 1 || s->own ? strategy_check(s, params) : NULL;
+        if (!err) return (int)S;
+        xfree(err);
+    }
+    return min_len;
+}
+
+static void check(SeqParallel *p, const ParallelConfig *cfg, const LlamaConfig *model, int seq_len, int fit);
+
 void seq_parallel_check(SeqParallel *p, const ParallelConfig *cfg, const LlamaConfig *model, int seq_len) {
+    check(p, cfg, model, seq_len, 0);
+}
+
+void seq_parallel_check_fit(SeqParallel *p, const ParallelConfig *cfg, const LlamaConfig *model, int min_len) {
+    check(p, cfg, model, min_len, 1);
+}
+
+static void check(SeqParallel *p, const ParallelConfig *cfg, const LlamaConfig *model, int seq_len, int fit) {
     memset(p, 0, sizeof *p);
     p->cfg = *cfg;
     int world = 1, world_rank = 0;
@@ -102,6 +128,7 @@ void seq_parallel_check(SeqParallel *p, const ParallelConfig *cfg, const LlamaCo
     if (err) die_collective("%s", err);
     int dp = cfg->dp > 0 ? cfg->dp : (world % (hp * cp) == 0 ? world / (hp * cp) : 1);
     /* the strategy's parameters: its inner ring shapes the topology */
+    if (fit) seq_len = fit_length(p->strategy, cfg, dp, hp, cp, seq_len, model, &p->params);
     strategy_params_init(p->strategy, cfg, dp, hp, cp, seq_len, model->num_attention_heads, model->num_key_value_heads,
                          model->head_dim, cfg->wire_bf16, &p->params);
     topology_create(&p->topo, dp, hp, cp, p->params.ring_inner, cfg->placement, cfg->ranks_per_node);

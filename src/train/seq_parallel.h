@@ -62,6 +62,9 @@ void seq_parallel_create(SeqParallel *p, const ParallelConfig *cfg, const LlamaC
  * seq_parallel_finish (the rest: what seq_parallel_create builds; the trainer checks the memory plan
  * in between) or seq_parallel_check_free (`seqpar train --dry-run`). */
 void seq_parallel_check(SeqParallel *p, const ParallelConfig *cfg, const LlamaConfig *model, int seq_len);
+/* seq_parallel_check at the shortest sequence length from min_len on that the strategy and its layout
+ * split (p->seq_len): a prompt padded at its end to what the strategy runs (train/dist_generate.h). */
+void seq_parallel_check_fit(SeqParallel *p, const ParallelConfig *cfg, const LlamaConfig *model, int min_len);
 void seq_parallel_finish(SeqParallel *p, const LlamaConfig *model, size_t n_params);
 void seq_parallel_check_free(SeqParallel *p);
 /* Prints stats (if asked) and writes the trace (if asked): collective. Returns 0, or -1 with a

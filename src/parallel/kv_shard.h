@@ -1,0 +1,53 @@
+/* A rank's shard of a generation's key/value cache and the decode attention over the shards of
+ * every rank (flash-decoding across ranks). A prompt's prefill runs the training strategy's own
+ * forward (its layout, zigzag included); kv_capture_create wraps that strategy so that each layer's
+ * local keys and values (after RoPE) land in the shard as the model hands them to attention: each
+ * rank keeps the cache of its own tokens, which is never gathered. A new token's attention
+ * (kv_shard_attend) runs on every rank over its shard, each giving per head its partial result
+ * (max score m, sum s of exp(score - m), and the weighted sum of values, in double); the partials
+ * are all-gathered and merged in rank order by their log-sum-exp, exactly as one softmax over the
+ * whole cache, the same bits on every rank. Not here: the model's other ops (model/generate.h) and
+ * the choice of the rank that keeps a new token (train/dist_generate.h). */
+#ifndef SEQPAR_KV_SHARD_H
+#define SEQPAR_KV_SHARD_H
+
+#include <mpi.h>
+
+#include "attention/seq_attention.h"
+#include "parallel/comm.h"
+
+typedef struct {
+    int layers, heads, kv_heads, head_dim;
+    int cap;      /* rows per layer */
+    int n;        /* rows held */
+    int *pos;     /* (cap) each row's global position */
+    float *k, *v; /* (layers, cap, kv_heads * head_dim), after RoPE */
+    double *part; /* (heads, head_dim + 2): this rank's partial result of one query */
+    double *all;  /* (ranks, heads, head_dim + 2): every rank's */
+    int ranks;
+} KvShard;
+
+void kv_shard_init(KvShard *s, int layers, int heads, int kv_heads, int head_dim, int cap, int ranks);
+void kv_shard_free(KvShard *s);
+/* The cache's bytes on this rank (its keys and values as allocated: cap rows). */
+size_t kv_shard_bytes(const KvShard *s);
+
+/* A SeqAttention running `inner` (not owned) whose every forward also copies the layer's local k and
+ * v into rows 0..N-1 of s (the layer counted from set_positions on, which the model calls before
+ * each forward); s->cap >= N. It has no chunk calls (the model runs whole layers) and no backward. */
+SeqAttention *kv_capture_create(SeqAttention *inner, KvShard *s);
+/* After the captured forward: keeps the rows whose position (positions, N) is below `keep_below`
+ * (the prompt's, not its padding), in order; s->n is their count. */
+void kv_shard_keep(KvShard *s, const int *positions, int N, int keep_below);
+/* Appends an empty row at position pos (its k and v written by kv_shard_attend); -1 when full. */
+int kv_shard_reserve(KvShard *s, int pos);
+
+/* One new query of layer `layer` at position pos: q (H d) after RoPE; k, v (Hkv d) its key and value,
+ * written to this rank's row `row` (reserved by kv_shard_reserve; -1 where another rank keeps it).
+ * Attends to every row of every rank's shard at a position in (pos - window, pos] (window 0: all up
+ * to pos) and writes o (H d) on every rank. Collective over mc (s->ranks members; one member: no
+ * communication). */
+void kv_shard_attend(KvShard *s, Comm *c, MPI_Comm mc, int layer, int pos, int row, int window, const float *q,
+                     const float *k, const float *v, float *o);
+
+#endif

@@ -1,0 +1,121 @@
+/* Generation over a key/value cache sharded across ranks; see dist_generate.h. */
+#include "train/dist_generate.h"
+
+#include <string.h>
+
+#include "core/common.h"
+
+static void attend(void *ctx, int layer, int n, const int *positions, const float *q, const float *k, const float *v,
+                   float *o) {
+    DistGenerator *g = ctx;
+    if (n != 1) die("internal: %d new tokens at once on a sharded cache (one at a time)", n);
+    kv_shard_attend(&g->shard, g->par->comm, g->par->topo.world, layer, positions[0], g->row,
+                    llama_layer_window(&g->m->cfg, layer), q, k, v, o);
+}
+
+void dist_generator_init(DistGenerator *g, LlamaModel *m, SeqParallel *par, int prompt_len, long max_new) {
+    memset(g, 0, sizeof *g);
+    const LlamaConfig *c = &m->cfg;
+    g->m = m;
+    g->par = par;
+    g->prompt_len = prompt_len;
+    g->rank = par->topo.world_rank;
+    g->ranks = par->topo.world_size;
+    /* this rank's prompt rows, then at most its share of the new ones (each goes to a shard holding
+     * the fewest: no shard passes max(N, ceil((held + new) / ranks)) ) */
+    const long cap = (long)par->n_local + (max_new + g->ranks - 1) / g->ranks + 1;
+    kv_shard_init(&g->shard, c->num_hidden_layers, c->num_attention_heads, c->num_key_value_heads, c->head_dim,
+                  (int)cap, g->ranks);
+    g->counts = xcalloc((size_t)g->ranks, sizeof(int));
+    g->row = -1;
+    SeqErr e;
+    if (generator_init_attend(&g->gen, m, (int)((long)prompt_len + max_new), 1, attend, g, &e) != 0) die("%s", e.msg);
+}
+
+void dist_generator_free(DistGenerator *g) {
+    generator_free(&g->gen);
+    kv_shard_free(&g->shard);
+    xfree(g->counts);
+    memset(g, 0, sizeof *g);
+}
+
+size_t dist_generator_cache_bytes(const DistGenerator *g) { return kv_shard_bytes(&g->shard); }
+
+void dist_generator_prefill(DistGenerator *g, const int *prompt, float *last, float *prompt_logits) {
+    SeqParallel *par = g->par;
+    const int S = par->seq_len, N = par->n_local, P = g->prompt_len, V = g->m->cfg.vocab_size;
+    Comm *comm = par->comm;
+    const MPI_Comm world = par->topo.world;
+    /* the prompt and its padding (token 0, after every prompt token: no prompt token sees it) */
+    int *tokens = xcalloc((size_t)S, sizeof(int)), *local = xmalloc(sizeof(int) * (size_t)N);
+    memcpy(tokens, prompt, sizeof(int) * (size_t)P);
+    seq_parallel_take_local(par, tokens, local);
+    /* the logits wanted here: every prompt row for prompt_logits, else the last prompt token's */
+    int *rows = xmalloc(sizeof(int) * (size_t)N), n_rows = 0, have_last = 0;
+    for (int i = 0; i < N; i++) {
+        const int p = par->positions[i];
+        if (p == P - 1) have_last = 1;
+        if ((prompt_logits || p == P - 1) && p < P) rows[n_rows++] = i;
+    }
+    float *out = xmalloc(sizeof(float) * (size_t)V * (size_t)(n_rows ? n_rows : 1));
+    SeqAttention *capture = kv_capture_create(par->attn, &g->shard);
+    LlamaActsOptions ao = {.rank = g->rank, .no_stream = 1, .forward_only = 1};
+    LlamaActs *acts = llama_acts_create_opts(g->m, capture, N, &ao);
+    llama_forward_logits(g->m, acts, capture, local, par->positions, N, rows, n_rows, out);
+    llama_acts_free(acts);
+    seq_attention_destroy(capture);
+    kv_shard_keep(&g->shard, par->positions, N, P);
+    if (g->ranks > 1) comm_allgather_meta(comm, COMM_TEAM, &g->shard.n, g->counts, sizeof(int), world);
+    else g->counts[0] = g->shard.n;
+
+    /* the last prompt token's logits, from the rank that holds it to every rank */
+    int root = have_last ? g->rank : -1;
+    if (g->ranks > 1) comm_control_allreduce(comm, "MPI_Iallreduce (prefill owner)", &root, 1, MPI_INT, MPI_MAX, world);
+    if (have_last)
+        for (int r = 0; r < n_rows; r++)
+            if (par->positions[rows[r]] == P - 1) memcpy(last, out + (size_t)r * V, sizeof(float) * (size_t)V);
+    if (g->ranks > 1) comm_control_bcast(comm, "MPI_Ibcast (prefill logits)", last, sizeof(float) * (size_t)V, root, world);
+
+    if (prompt_logits) { /* every rank's rows to rank 0, then in position order */
+        size_t *cnt = xmalloc(sizeof(size_t) * (size_t)g->ranks), *dis = xmalloc(sizeof(size_t) * (size_t)g->ranks);
+        size_t at = 0;
+        for (int r = 0; r < g->ranks; r++) cnt[r] = (size_t)g->counts[r], dis[r] = at, at += cnt[r];
+        int *pos = xmalloc(sizeof(int) * (size_t)P), *mine = xmalloc(sizeof(int) * (size_t)(n_rows ? n_rows : 1));
+        for (int r = 0; r < n_rows; r++) mine[r] = par->positions[rows[r]];
+        float *all = g->rank == 0 ? xmalloc(sizeof(float) * (size_t)P * V) : NULL;
+        if (g->ranks > 1) {
+            comm_gatherv(comm, COMM_TEAM, mine, (size_t)n_rows, pos, cnt, dis, MPI_INT, 0, world);
+            for (int r = 0; r < g->ranks; r++) cnt[r] *= (size_t)V, dis[r] *= (size_t)V;
+            comm_gatherv(comm, COMM_TEAM, out, (size_t)n_rows * V, all, cnt, dis, MPI_FLOAT, 0, world);
+        } else {
+            memcpy(pos, mine, sizeof(int) * (size_t)n_rows);
+            memcpy(all, out, sizeof(float) * (size_t)n_rows * V);
+        }
+        if (g->rank == 0)
+            for (int i = 0; i < P; i++) memcpy(prompt_logits + (size_t)pos[i] * V, all + (size_t)i * V, sizeof(float) * V);
+        xfree(cnt); xfree(dis); xfree(pos); xfree(mine); xfree(all);
+    }
+    xfree(tokens); xfree(local); xfree(rows); xfree(out);
+    g->gen.len = P;
+}
+
+int dist_generator_step(DistGenerator *g, int token, float *logits, SeqErr *e) {
+    const int pos = g->gen.len;
+    if (pos >= g->gen.max_len)
+        return seq_err(e, "the sequence would reach %d tokens, beyond the %d this generator holds", pos + 1,
+                       g->gen.max_len);
+    int owner = 0; /* the shard holding the fewest tokens keeps the new one */
+    for (int r = 1; r < g->ranks; r++)
+        if (g->counts[r] < g->counts[owner]) owner = r;
+    g->counts[owner]++;
+    g->row = owner == g->rank ? kv_shard_reserve(&g->shard, pos) : -1;
+    if (owner == g->rank && g->row < 0) die("internal: the cache shard of rank %d is full", g->rank);
+    return generator_forward(&g->gen, &token, 1, NULL, logits, e);
+}
+
+int dist_generator_choose(DistGenerator *g, const float *logits, const SampleParams *sp, const int *ids, long n_ids,
+                          Rng *rng) {
+    int next = g->rank == 0 ? sample_next_token(logits, g->m->cfg.vocab_size, sp, ids, n_ids, rng) : 0;
+    if (g->ranks > 1) comm_control_bcast(g->par->comm, "MPI_Ibcast (next token)", &next, sizeof next, 0, g->par->topo.world);
+    return next;
+}

@@ -1,0 +1,47 @@
+/* Generation on several ranks (`mpirun -np N seqpar sample --strategy ...`): the prompt's prefill
+ * is the training strategy's own forward over the prompt split by its layout (zigzag included),
+ * padded at its end to a length the strategy splits (seq_parallel_check_fit: causal attention
+ * keeps the padding out of every prompt token's result); each rank keeps the keys and values of its
+ * own prompt tokens (parallel/kv_shard.h), so the cache is sharded, never gathered. Each new token
+ * then runs every op but attention on every rank (model/generate.h, the same weights everywhere);
+ * its attention runs on every rank over that rank's shard and the partial results merge by their
+ * log-sum-exp (kv_shard_attend), and its key and value are kept by the rank whose shard holds the
+ * fewest tokens (the lowest such rank), so the shards stay balanced. Rank 0 chooses each token
+ * (sample_next_token, one rank's seeds and rules) and sends it to the others.
+ * Not here: the flags and output (cli/cmd_sample.c); data parallelism (one sequence). */
+#ifndef SEQPAR_DIST_GENERATE_H
+#define SEQPAR_DIST_GENERATE_H
+
+#include "model/generate.h"
+#include "model/llama.h"
+#include "parallel/kv_shard.h"
+#include "train/seq_parallel.h"
+
+typedef struct {
+    LlamaModel *m;
+    SeqParallel *par;  /* made by seq_parallel_check_fit for the prompt (dp 1), then finished */
+    int prompt_len;
+    KvShard shard;
+    Generator gen;     /* every op but attention, for each new token */
+    int *counts;       /* (ranks) tokens each rank's shard holds */
+    int row;           /* the new token's row in this rank's shard; -1: another rank keeps it */
+    int rank, ranks;
+} DistGenerator;
+
+/* Ready for a prompt of prompt_len tokens and max_new tokens after it (the shard holds this rank's
+ * share of the prompt and of the new tokens). */
+void dist_generator_init(DistGenerator *g, LlamaModel *m, SeqParallel *par, int prompt_len, long max_new);
+void dist_generator_free(DistGenerator *g);
+/* The prompt's prefill (collective): last (V) on every rank, the logits after the prompt's last token;
+ * prompt_logits (prompt_len, V), where non-NULL on rank 0, those after every prompt token. */
+void dist_generator_prefill(DistGenerator *g, const int *prompt, float *last, float *prompt_logits);
+/* Appends `token` (the same on every rank) at the next position; logits (V) on every rank, the same
+ * bits everywhere. Collective. -1 with one line past the positions it was made for. */
+int dist_generator_step(DistGenerator *g, int token, float *logits, SeqErr *e);
+/* Rank 0's sample_next_token (rng read there only), sent to every rank. Collective. */
+int dist_generator_choose(DistGenerator *g, const float *logits, const SampleParams *sp, const int *ids, long n_ids,
+                          Rng *rng);
+/* The bytes of this rank's cache (keys and values, all layers, as allocated). */
+size_t dist_generator_cache_bytes(const DistGenerator *g);
+
+#endif
