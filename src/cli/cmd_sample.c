@@ -318,9 +318,9 @@ int cmd_sample(int argc, char **argv) {
         t_gen = times[1];
         if (root)
             fprintf(stderr, "seqpar sample: %d ranks: prefill %d tokens in %.3f s (%.1f tokens/s); generated %ld tokens in "
-                    "%.3f s (%.2f ms/token); key/value cache %.3f MiB on the largest rank\n", world, n_prompt, t_prompt,
-                    t_prompt > 0 ? n_prompt / t_prompt : 0.0, made, t_gen, made > 0 ? 1e3 * t_gen / (double)made : 0.0,
-                    (double)most / (1 << 20));
+                    "%.3f s (%.2f ms/token); key/value cache %llu bytes (%.3f MiB) on the largest rank\n", world, n_prompt,
+                    t_prompt, t_prompt > 0 ? n_prompt / t_prompt : 0.0, made, t_gen,
+                    made > 0 ? 1e3 * t_gen / (double)made : 0.0, most, (double)most / (1 << 20));
         dist_generator_free(&dg);
         parallel_free_or_die(&par);
         if (failed) die_collective("seqpar sample: --prompt-logits %s could not be written", o.prompt_logits);

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# `seqpar sample` on several ranks (train/dist_generate.h): the prompt's prefill by every strategy's
+# forward that the registry has (ring, ulysses, 2d, allgather, lightseq, wallfacer, fpdt) on 2, 3 and
+# 4 ranks, prompts whose length no rank count divides (padded at their end), GQA with KV heads
+# replicated (ulysses on more ranks than KV heads), sliding windows (a Mistral's, a Qwen2's on some
+# layers), Qwen3's q/k norms; against one process (`seqpar sample` without mpirun, its own cache):
+#   - greedy generations token for token identical over 64 new tokens;
+#   - the prompt's logits (--prompt-logits) within 1e-5 of one process's (absolute; the logits here
+#     reach 2.2 in size; largest difference seen 8.1e-7: the prefill's attention is the fp32 flash
+#     kernel's, one process's a softmax accumulated in double);
+#   - sampling (temperature, top-k, top-p, repetition penalty, the same seed) the same text;
+#   - transformers' generate (the fixtures' generate.json) the same greedy tokens;
+#   - the key/value cache on the largest rank at most 1/N of one rank's (plus the new tokens' share);
+#   - bad rank counts and --dp: one line on every rank and a non-zero exit.
+# fp32 only: sample has no bf16 path. Prints "N passed, N failed".
+set -u
+BUILD=${1:-build}
+. "$(dirname "$0")/lib.sh"
+mpi_test_env
+
+# the largest absolute difference of two float32 files, and the size of the largest value of the second
+maxdiff() {
+    paste <(od -An -v -f -w4 "$1") <(od -An -v -f -w4 "$2") |
+        awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; a = $2 < 0 ? -$2 : $2; if (a > r) r = a }
+             END { printf "%g %g %d\n", m, r, NR }'
+}
+# the greedy tokens of a fixture's generate.json as "a,b,c"
+fixture_greedy() { sed -nE 's/.*"greedy": \[([^]]*)\].*/\1/p' "$1/generate.json" | tr -d ' '; }
+fixture_prompt() { sed -nE 's/.*"prompt": \[([^]]*)\].*/\1/p' "$1/generate.json" | tr -d ' '; }
+
+# ref NAME FIXTURE PROMPT NEW: one process's greedy ids and prompt logits
+ref() {
+    if timeout 60 "$SEQPAR" sample --model "$2" --prompt-tokens "$3" --temperature 0 --max-new-tokens "$4" --ids \
+        --prompt-logits "$T/$1.f32" >"$T/$1.ids" 2>"$T/$1.err"; then ok; else bad "one process on $2: $(tail -n 1 "$T/$1.err")"; fi
+}
+# case NAME FIXTURE PROMPT NEW NP strategy flags...: the same ids, the logits within 1e-5
+case_np() {
+    local name=$1 fix=$2 prompt=$3 new=$4 np=$5
+    shift 5
+    if ! run_np "$np" "$SEQPAR" sample --model "$fix" --prompt-tokens "$prompt" --temperature 0 --max-new-tokens "$new" \
+        --ids --prompt-logits "$T/d.f32" --strategy "$@" >"$T/d.ids" 2>"$T/d.err"; then
+        bad "np $np --strategy $* on $fix: $(grep -v '^--' "$T/d.err" | tail -n 2)"; return; fi
+    if cmp -s "$T/d.ids" "$T/$name.ids" && [ "$(tr ',' '\n' <"$T/d.ids" | wc -l)" -eq "$new" ]; then ok; else
+        bad "np $np --strategy $* on $fix: $(cat "$T/d.ids"), one process $(cat "$T/$name.ids")"; fi
+    local m
+    m=$(maxdiff "$T/d.f32" "$T/$name.f32")
+    if awk -v m="$m" 'BEGIN { split(m, a, " "); exit !(a[3] > 0 && a[1] <= 1e-5) }'; then ok; else
+        bad "np $np --strategy $* on $fix: prompt logits differ from one process's by $m (max diff, max size, count)"; fi
+}
+
+# ---- GQA (6 query heads, 2 KV), tied head: 13 prompt tokens, every strategy, 2 to 4 ranks
+G="$FIX/tiny_gqa_tied"
+PG=26,62,6,28,14,13,43,71,1,2,3,4,5
+ref gqa "$G" $PG 64
+for np in 2 3 4; do
+    case_np gqa "$G" $PG 64 $np ring
+    case_np gqa "$G" $PG 64 $np ulysses
+    case_np gqa "$G" $PG 64 $np allgather
+    case_np gqa "$G" $PG 64 $np fpdt
+done
+case_np gqa "$G" $PG 64 4 2d --hp 2 --cp 2
+case_np gqa "$G" $PG 64 2 lightseq
+case_np gqa "$G" $PG 64 4 lightseq
+case_np gqa "$G" $PG 64 2 wallfacer
+case_np gqa "$G" $PG 64 4 wallfacer --team 2
+case_np gqa "$G" $PG 64 4 fpdt --chunks 2
+case_np gqa "$G" $PG 64 4 ring --ring-inner 2
+case_np gqa "$G" $PG 64 3 ring --layout striped
+case_np gqa "$G" $PG 64 4 2d --hp 2 --cp 2 --layout contiguous
+case_np gqa "$G" $PG 64 1 ring
+
+# ---- sliding windows: a Mistral (window 7, every layer; 4 query heads, 2 KV) with 19 prompt tokens,
+# and a Qwen2 (window 9 on layers 1-2) with 21; the decode's window masks keys of other ranks too
+W="$FIX/tiny_mistral_window"
+PW=21,21,22,49,32,11,51,16,35,3,9,27,40,8,1,60,13,5,44
+ref win "$W" $PW 64
+case_np win "$W" $PW 64 3 ring
+case_np win "$W" $PW 64 4 ulysses # 2 KV heads over 4 ranks: replicated
+case_np win "$W" $PW 64 2 allgather
+case_np win "$W" $PW 64 4 2d --hp 2 --cp 2
+Q2="$FIX/tiny_qwen2_window"
+PQ2=20,23,43,57,39,44,13,28,63,42,19,63,24,49,42,7,30,29,25,42,11
+ref q2w "$Q2" $PQ2 64
+case_np q2w "$Q2" $PQ2 64 4 ring
+case_np q2w "$Q2" $PQ2 64 3 ulysses
+# ---- Qwen3 (q/k norms, head_dim 16), 11 prompt tokens
+Q3="$FIX/tiny_qwen3"
+PQ3=8,31,20,50,48,18,50,7,9,1,2
+ref q3 "$Q3" $PQ3 64
+case_np q3 "$Q3" $PQ3 64 2 fpdt
+case_np q3 "$Q3" $PQ3 64 2 lightseq
+case_np q3 "$Q3" $PQ3 64 3 wallfacer
+
+# ---- transformers' generate: the fixtures' greedy continuations on 3 ranks
+for f in tiny_gqa_tied tiny_mistral_window tiny_llama3 tiny_bytes; do
+    want=$(fixture_greedy "$FIX/$f")
+    n=$(printf '%s\n' "$want" | tr ',' '\n' | wc -l)
+    got=$(run_np 3 "$SEQPAR" sample --model "$FIX/$f" --prompt-tokens "$(fixture_prompt "$FIX/$f")" --temperature 0 \
+        --max-new-tokens "$n" --ids --stop-token -1 --strategy ring 2>/dev/null)
+    if [ -n "$want" ] && [ "$got" = "$want" ]; then ok; else bad "$f on 3 ranks: $got, transformers' generate $want"; fi
+done
+
+# ---- sampling: temperature, top-k, top-p and the repetition penalty with one seed, as one process
+B="$FIX/tiny_bytes"
+SMP=(--model "$B" --prompt "ROMEO: what light through yonder window" --max-new-tokens 64 --temperature 0.9 --top-k 30
+     --top-p 0.9 --repetition-penalty 1.3 --seed 7 --stop-token -1)
+one=$(timeout 60 "$SEQPAR" sample "${SMP[@]}" 2>/dev/null)
+for c in "2 ring" "3 ulysses" "4 2d --hp 2 --cp 2"; do
+    set -- $c
+    np=$1
+    shift
+    got=$(run_np "$np" "$SEQPAR" sample "${SMP[@]}" --strategy "$@" 2>/dev/null)
+    if [ ${#one} -gt 64 ] && [ "$got" = "$one" ]; then ok; else bad "sampling on $np ranks ($*): '$got', one process '$one'"; fi
+done
+
+# ---- the cache is sharded: on N ranks the largest rank's at most 1/N of one rank's, plus its share
+# of the new tokens (one row each per layer) and the row a shard keeps free
+long=$(head -c 600 README.md | tr -c 'A-Za-z .,' ' ')
+cache_bytes() { sed -nE 's/.*key\/value cache ([0-9]+) bytes.*/\1/p' "$1"; }
+for np in 1 2 4; do
+    if [ "$np" = 1 ]; then
+        timeout 60 "$SEQPAR" sample --model "$B" --prompt "$long" --max-new-tokens 8 --temperature 0 --strategy ring >"$T/c$np.out" 2>"$T/c$np.err"
+    else
+        run_np "$np" "$SEQPAR" sample --model "$B" --prompt "$long" --max-new-tokens 8 --temperature 0 --strategy ring >"$T/c$np.out" 2>"$T/c$np.err"
+    fi
+done
+c1=$(cache_bytes "$T/c1.err") c2=$(cache_bytes "$T/c2.err") c4=$(cache_bytes "$T/c4.err")
+# 600 prompt tokens, 8 new: rows per layer 1 rank 609, 2 ranks 300 + 5, 4 ranks 150 + 3
+if [ -n "$c1" ] && [ -n "$c2" ] && [ -n "$c4" ] && [ $((c2 * 609)) -eq $((c1 * 305)) ] && [ $((c4 * 609)) -eq $((c1 * 153)) ]; then ok; else
+    bad "cache bytes on 1, 2, 4 ranks: $c1, $c2, $c4 (rows 609, 305, 153 expected)"; fi
+if cmp -s "$T/c1.out" "$T/c2.out" && cmp -s "$T/c1.out" "$T/c4.out"; then ok; else bad "600-token prompt: 1, 2, 4 ranks differ"; fi
+
+# ---- refusals: one line on every rank, a non-zero exit
+refuse() { # name pattern np args...
+    local name=$1 pat=$2 np=$3
+    shift 3
+    run_np "$np" "$SEQPAR" sample "$@" >"$T/r.out" 2>&1
+    local rc=$? lines
+    lines=$(grep -c "^seqpar: error: .*$pat" "$T/r.out")
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$lines" -eq "$np" ]; then ok; else bad "$name: status $rc, $lines lines: $(head -n 3 "$T/r.out")"; fi
+}
+refuse "ulysses on more ranks than heads" "heads" 3 --model "$FIX/tiny_llama3" --prompt-tokens 1,2,3 --strategy ulysses
+refuse "2d on 2 ranks without --hp/--cp" "give --hp and --cp" 2 --model "$G" --prompt-tokens 1,2,3 --strategy 2d
+refuse "--dp 2" "drop --dp" 2 --model "$G" --prompt-tokens 1,2,3 --strategy ring --dp 2
+refuse "a token outside the vocabulary" "outside the vocabulary" 2 --model "$G" --prompt-tokens 1,2,99 --strategy ring
+summary test_sample_dist
