@@ -19,12 +19,13 @@ void kv_shard_init(KvShard *s, int layers, int heads, int kv_heads, int head_dim
     s->pos = xmalloc(sizeof(int) * (size_t)s->cap);
     s->k = xmalloc(sizeof(float) * (rows ? rows : 1));
     s->v = xmalloc(sizeof(float) * (rows ? rows : 1));
+    s->scores = xmalloc(sizeof(double) * (size_t)s->cap);
     s->part = xmalloc(sizeof(double) * (size_t)heads * (size_t)(head_dim + 2));
     s->all = xmalloc(sizeof(double) * (size_t)ranks * (size_t)heads * (size_t)(head_dim + 2));
 }
 
 void kv_shard_free(KvShard *s) {
-    xfree(s->pos); xfree(s->k); xfree(s->v); xfree(s->part); xfree(s->all);
+    xfree(s->pos); xfree(s->k); xfree(s->v); xfree(s->part); xfree(s->all); xfree(s->scores);
     memset(s, 0, sizeof *s);
 }
 
@@ -142,17 +143,16 @@ void kv_shard_attend(KvShard *s, Comm *c, MPI_Comm mc, int layer, int pos, int r
             const float *kj = K + (size_t)j * kvd + (size_t)kh * d;
             double dot = 0;
             for (int i = 0; i < d; i++) dot += (double)qh[i] * kj[i];
-            if (dot * scale > mx) mx = dot * scale;
+            s->scores[j] = dot * scale;
+            if (s->scores[j] > mx) mx = s->scores[j];
         }
         double sum = 0;
         for (int i = 0; i < d; i++) p[2 + i] = 0;
         if (mx > -INFINITY)
             for (int j = 0; j < s->n; j++) {
                 if (s->pos[j] < first || s->pos[j] > pos) continue;
-                const float *kj = K + (size_t)j * kvd + (size_t)kh * d, *vj = V + (size_t)j * kvd + (size_t)kh * d;
-                double dot = 0;
-                for (int i = 0; i < d; i++) dot += (double)qh[i] * kj[i];
-                const double w = exp(dot * scale - mx);
+                const float *vj = V + (size_t)j * kvd + (size_t)kh * d;
+                const double w = exp(s->scores[j] - mx);
                 sum += w;
                 for (int i = 0; i < d; i++) p[2 + i] += w * vj[i];
             }

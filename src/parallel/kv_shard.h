@@ -22,6 +22,7 @@ typedef struct {
     int n;        /* rows held */
     int *pos;     /* (cap) each row's global position */
     float *k, *v; /* (layers, cap, kv_heads * head_dim), after RoPE */
+    double *scores; /* (cap): one query's scores over the rows */
     double *part; /* (heads, head_dim + 2): this rank's partial result of one query */
     double *all;  /* (ranks, heads, head_dim + 2): every rank's */
     int ranks;
