@@ -59,6 +59,7 @@ for np in 2 3 4; do
     case_np gqa "$G" $PG 64 $np fpdt
 done
 case_np gqa "$G" $PG 64 4 2d --hp 2 --cp 2
+case_np gqa "$G" $PG 64 2 2d # neither --hp nor --cp: the context ring takes the ranks
 case_np gqa "$G" $PG 64 2 lightseq
 case_np gqa "$G" $PG 64 4 lightseq
 case_np gqa "$G" $PG 64 2 wallfacer
@@ -140,7 +141,7 @@ refuse() { # name pattern np args...
     if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$lines" -eq "$np" ]; then ok; else bad "$name: status $rc, $lines lines: $(head -n 3 "$T/r.out")"; fi
 }
 refuse "ulysses on more ranks than heads" "heads" 3 --model "$FIX/tiny_llama3" --prompt-tokens 1,2,3 --strategy ulysses
-refuse "2d on 2 ranks without --hp/--cp" "give --hp and --cp" 2 --model "$G" --prompt-tokens 1,2,3 --strategy 2d
+refuse "2d --hp 1 on 2 ranks" "give --hp and --cp" 2 --model "$G" --prompt-tokens 1,2,3 --strategy 2d --hp 1
 refuse "--dp 2" "drop --dp" 2 --model "$G" --prompt-tokens 1,2,3 --strategy ring --dp 2
 refuse "a token outside the vocabulary" "outside the vocabulary" 2 --model "$G" --prompt-tokens 1,2,99 --strategy ring
 summary test_sample_dist

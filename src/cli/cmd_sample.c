@@ -20,6 +20,7 @@
 #include "model/generate.h"
 #include "model/llama.h"
 #include "train/dist_generate.h"
+#include "strategies/registry.h"
 #include "train/seq_parallel.h"
 
 static const char HELP[] =
@@ -235,6 +236,13 @@ int cmd_sample(int argc, char **argv) {
     if (dist) {
         xfree(model.grads); /* no backward: no gradients */
         model.grads = NULL;
+        const Strategy *st = strategy_named(o.pc.strategy);
+        int hp = 1, cp = 1;
+        char *grid = st && !o.pc.hp && !o.pc.cp && !o.pc.dp
+                         ? strategy_grid(st, 0, 0, world, model.cfg.num_attention_heads, &hp, &cp) : NULL;
+        if (st && !grid && !o.pc.hp && !o.pc.cp && !o.pc.dp && hp * cp < world)
+            o.pc.cp = world; /* 2d's rule gives the ranks no split of its own: the context ring takes them all */
+        xfree(grid);
         seq_parallel_check_fit(&par, &o.pc, &model.cfg, n_prompt);
         if (par.topo.dp > 1)
             die_collective("seqpar sample generates one sequence, which every rank splits, but --strategy %s splits it "

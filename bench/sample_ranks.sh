@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# `seqpar sample` on 1, 2 and 4 ranks (docs/inference.md): prefill tokens per second of a long prompt
+# on 1 rank and on 2 ranks, per-token decode time after it on 1, 2 and 4 ranks, and the key/value cache
+# bytes of the largest rank. The model: the benchmarks' reference shape (4 layers, hidden 256, 4 heads
+# of 64, 2 KV heads, ffn 1024, vocabulary 256), random weights saved by one training step; the prompt:
+# the repository's docs as bytes. Every run's tokens are compared with the 1-rank run's.
+#   bash bench/sample_ranks.sh [BUILD] [PROMPT_LENGTHS...]   (default: build 4096 16384)
+# Prints one line per run: length, ranks, threads per rank, strategy, prefill s, prefill tokens/s,
+# ms per new token, cache bytes on the largest rank, same tokens as 1 rank.
+set -u
+BUILD=${1:-build}
+shift
+LENS=("$@")
+[ ${#LENS[@]} -gt 0 ] || LENS=(4096 16384)
+cd "$(dirname "$0")/.."
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_pml=${OMPI_MCA_pml:-ob1}
+export OMPI_MCA_mtl=${OMPI_MCA_mtl:-^ofi,psm,psm2} OMPI_MCA_ess_singleton_isolated=1 SEQPAR_PEAK_GFLOPS=100
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+"$BUILD/seqpar" train --data recall --layers 4 --hidden 256 --heads 4 --kv-heads 2 --ffn 1024 --vocab 256 --seq-len 64 \
+    --steps 1 --save "$T/model" --log "$T/train.jsonl" >/dev/null 2>&1 || { echo "could not make the model"; exit 1; }
+cat README.md docs/*.md | tr -c 'A-Za-z0-9 .,\n' ' ' | tr '\n' ' ' >"$T/text.txt"
+NEW=32
+echo "lscpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+printf '%-7s %-5s %-7s %-9s %-10s %-12s %-9s %-12s %s\n' length ranks threads strategy prefill_s prefill_tok/s ms/token \
+    cache_bytes same
+run() { # length np threads strategy flags...
+    local S=$1 np=$2 th=$3
+    shift 3
+    local prompt
+    prompt=$(head -c "$S" "$T/text.txt")
+    local cmd=("$BUILD/seqpar" sample --model "$T/model" --prompt "$prompt" --max-new-tokens $NEW --temperature 0
+               --stop-token -1 --threads "$th" --strategy "$@")
+    if [ "$np" = 1 ]; then "${cmd[@]}" >"$T/out" 2>"$T/err"
+    else mpirun --oversubscribe -np "$np" "${cmd[@]}" >"$T/out" 2>"$T/err"; fi
+    local line same=-
+    line=$(grep 'ranks: prefill' "$T/err")
+    [ -f "$T/ref$S" ] && { cmp -s "$T/out" "$T/ref$S" && same=yes || same=NO; }
+    [ -f "$T/ref$S" ] || cp "$T/out" "$T/ref$S"
+    printf '%-7s %-5s %-7s %-9s %-10s %-12s %-9s %-12s %s\n' "$S" "$np" "$th" "$1" \
+        "$(sed -nE 's/.*prefill [0-9]+ tokens in ([0-9.]+) s.*/\1/p' <<<"$line")" \
+        "$(sed -nE 's/.*s \(([0-9.]+) tokens\/s\).*/\1/p' <<<"$line")" \
+        "$(sed -nE 's/.*\(([0-9.]+) ms\/token\).*/\1/p' <<<"$line")" \
+        "$(sed -nE 's/.*cache ([0-9]+) bytes.*/\1/p' <<<"$line")" "$same"
+}
+for S in "${LENS[@]}"; do
+    run "$S" 1 1 ring
+    run "$S" 1 2 ring
+    run "$S" 2 1 ring
+    run "$S" 2 1 ulysses
+    run "$S" 4 1 ring
+done
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
