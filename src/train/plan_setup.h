@@ -1,0 +1,49 @@
+/* The planner's inputs from `seqpar plan`'s flags, and its pick as a `seqpar train` command line:
+ * the cluster (a preset or file, or this machine with the link and rate flags), the model and run
+ * from train's flags, what the user fixed (train's grid flags given), the kernels' rates measured
+ * here where neither the flags nor the cluster give them, and the search (planner.h). Shared by
+ * `seqpar plan` and `seqpar train --strategy auto` (auto_strategy.h), so that both plan alike. */
+#ifndef SEQPAR_PLAN_SETUP_H
+#define SEQPAR_PLAN_SETUP_H
+
+#include <stddef.h>
+
+#include "plan/cluster.h"
+#include "plan/planner.h"
+#include "train/train_options.h"
+
+typedef struct {
+    PlanCluster cl;        /* cl.sim points at cx: a PlanSetup is not copied once set up */
+    Cluster cx;            /* --cluster's, where given */
+    TrainOptions o;        /* train's flags as parse_train_options read them */
+    SizeFlags sf;
+    MemoryModelInput base; /* the model, S, batch, precision and --offload-dir */
+    PlanFixed fx;          /* the grid flags given */
+    int ram_given;         /* the RAM per rank came from --mem-per-rank or the cluster (else this machine's / ranks) */
+    int measured_gemm;     /* 0 given, 1 measured on the 2048^3 GEMM, 2 on the model's own products */
+    int measured_attn;     /* the attention rates were measured here */
+    int gemm_tokens;       /* measured_gemm 2: the tokens its products had */
+    int bf16_gemm;         /* bf16 on the AVX512_BF16 path's own GEMM (else fp32 sgemm on bf16 values) */
+    char load[64];         /* how the rates were measured: "one thread per core on N cores at once" */
+    char cluster_gemm[160], cluster_attn[160]; /* where the cluster gave the rates: which and how */
+    PlanEntry *list;       /* plan_search's sorted configurations */
+    int n, invalid, fit;   /* configurations that run, refused, and fitting in the RAM per rank */
+    char *refusal;         /* where none runs: the first refusal (may be NULL) */
+} PlanSetup;
+
+/* Takes plan's own flags (--cluster and its overrides, --ranks, --ranks-per-node, --cores-per-node,
+ * --mem-per-rank, --runtime-mib, the link and rate flags, --offload-dir) out of argv, reads the rest
+ * as train's flags, measures the missing rates and runs the search. who names the command in the
+ * one-line errors every rank ends with ("seqpar plan"). Collective where rates are measured under
+ * MPI (each rank measures its share of the cores). Free with plan_setup_free. */
+void plan_setup(int *argc, char **argv, const char *who, PlanSetup *ps);
+void plan_setup_free(PlanSetup *ps);
+
+/* The train command that runs configuration e (fitting) of ps: in `launch`, "mpirun -n P
+ * [--map-by slot:PE=T] PROG train" (PROG: program_word), and in `flags` the train flags of argv
+ * (a train command line: the user's) but its grid flags, then e's (plan_flags), as shell words.
+ * Returns 0, or -1 with the one-line reason in `launch` where they do not fit. */
+int plan_setup_command(const PlanSetup *ps, const PlanEntry *e, int argc, char **argv, const char *program, char *launch,
+                       size_t ln, char *flags, size_t fn);
+
+#endif
