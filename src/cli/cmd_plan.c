@@ -119,7 +119,6 @@ int cmd_plan(int argc, char **argv, const char *program) {
     const TrainOptions o = ps->o;
     PlanEntry *list = ps->list;
     const int n = ps->n, invalid = ps->invalid, fit = ps->fit, ram_given = ps->ram_given;
-    char *refusal = ps->refusal;
     char *err;
     if (rank != 0) { /* rank 0 prints; every rank ends with its status (nothing runs or fits: 1, as rank 0) */
         plan_setup_free(ps);
@@ -158,18 +157,9 @@ int cmd_plan(int argc, char **argv, const char *program) {
     printf("%d configurations run on %d ranks (%d refused by the strategies' checks); %d fit in %s\n", n,
            cl.ranks, invalid, fit, ram);
     if (n == 0) { /* the flags given, as train would take them: its reason, where it has one */
-        MemoryModelInput in = base;
-        in.world = cl.ranks;
-        PlanEntry e;
-        char *why = plan_evaluate(&in, &cl, &e);
-        /* and what stopped the grids plan filled in around them, where that is another reason (--dp 2 on
-         * 4 ranks: train's reason is the grid, the grids with --cp 2 or --hp 2 fail on the batch) */
-        const int other = refusal && (!why || strcmp(why, refusal) != 0);
-        fprintf(stderr, "seqpar: error: seqpar plan: nothing runs on %d rank%s with the flags given: %s%s%s\n", cl.ranks,
-                cl.ranks == 1 ? "" : "s",
-                why ? why : "no configuration of seqpar train matches them all (see 'seqpar strategies' for what each "
-                            "strategy takes)",
-                other ? "; the grids plan tried with them: " : "", other ? refusal : "");
+        char *why = plan_setup_refusal(ps);
+        fprintf(stderr, "seqpar: error: seqpar plan: nothing runs on %d rank%s with the flags given: %s\n", cl.ranks,
+                cl.ranks == 1 ? "" : "s", why);
         xfree(why);
         plan_setup_free(ps);
         xfree(ps);

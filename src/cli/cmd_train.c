@@ -1,13 +1,19 @@
 /* seqpar train: parses train's flags (train/train_options.h) and runs the training library
- * (train/trainer.h), which says what a run does. */
+ * (train/trainer.h), which says what a run does; --strategy auto first puts the planner's pick
+ * in its place (train/auto_strategy.h). */
 #include <stdlib.h>
 
 #include "cli/commands.h"
+#include "train/auto_strategy.h"
 #include "train/trainer.h"
 
-int cmd_train(int argc, char **argv) {
+int cmd_train(int argc, char **argv, const char *program) {
+    char **picked = NULL;
+    if (strategy_auto_given(argc, argv)) argv = picked = strategy_auto_resolve(argc, argv, program, &argc);
     TrainOptions o;
     SizeFlags sf;
     parse_train_options(argc, argv, &o, &sf, "train");
-    return train_run(&o, &sf, argc, argv);
+    const int status = train_run(&o, &sf, argc, argv);
+    strategy_auto_free(picked);
+    return status;
 }

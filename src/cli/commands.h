@@ -2,7 +2,7 @@
 #ifndef SEQPAR_COMMANDS_H
 #define SEQPAR_COMMANDS_H
 
-int cmd_train(int argc, char **argv);
+int cmd_train(int argc, char **argv, const char *program);
 int cmd_grad(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_strategies(int argc, char **argv);

@@ -192,7 +192,7 @@ int main(int argc, char **argv) {
         fputs(USAGE, stdout);
         status = argc < 2 ? 2 : 0;
     } else if (!strcmp(argv[1], "train")) {
-        status = cmd_train(argc - 1, argv + 1);
+        status = cmd_train(argc - 1, argv + 1, argv[0]);
     } else if (!strcmp(argv[1], "grad")) {
         status = cmd_grad(argc - 1, argv + 1);
     } else if (!strcmp(argv[1], "bench")) {

@@ -347,3 +347,19 @@ int plan_setup_command(const PlanSetup *ps, const PlanEntry *e, int argc, char *
     snprintf(launch, ln, "mpirun -n %d%s %s train", ps->cl.ranks, pe, prog);
     return 0;
 }
+
+char *plan_setup_refusal(const PlanSetup *ps) {
+    MemoryModelInput in = ps->base;
+    in.world = ps->cl.ranks;
+    PlanEntry e;
+    char *why = plan_evaluate(&in, &ps->cl, &e);
+    /* and what stopped the grids plan filled in around them, where that is another reason (--dp 2 on
+     * 4 ranks: train's reason is the grid, the grids with --cp 2 or --hp 2 fail on the batch) */
+    const int other = ps->refusal && (!why || strcmp(why, ps->refusal) != 0);
+    char *text = xstrdup_printf("%s%s%s",
+                                why ? why : "no configuration of seqpar train matches them all (see 'seqpar "
+                                            "strategies' for what each strategy takes)",
+                                other ? "; the grids plan tried with them: " : "", other ? ps->refusal : "");
+    xfree(why);
+    return text;
+}

@@ -39,6 +39,10 @@ typedef struct {
 void plan_setup(int *argc, char **argv, const char *who, PlanSetup *ps);
 void plan_setup_free(PlanSetup *ps);
 
+/* Where nothing runs (ps->n == 0): why, as one line (xmalloc'd): train's reason for the flags as
+ * given, where it has one, and the grids the search tried around them, where that is another. */
+char *plan_setup_refusal(const PlanSetup *ps);
+
 /* The train command that runs configuration e (fitting) of ps: in `launch`, "mpirun -n P
  * [--map-by slot:PE=T] PROG train" (PROG: program_word), and in `flags` the train flags of argv
  * (a train command line: the user's) but its grid flags, then e's (plan_flags), as shell words.

@@ -71,6 +71,19 @@ static int default_threads(int *idle) {
     MPI_Comm_free(&shared);
     return t > 0 ? t : 1;
 }
+int seq_parallel_default_threads(void) {
+    int idle;
+    return default_threads(&idle);
+}
+int seq_parallel_ranks_on_node(void) {
+    MPI_Comm shared;
+    int rank = 0, n = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &shared);
+    MPI_Comm_size(shared, &n);
+    MPI_Comm_free(&shared);
+    return n;
+}
 
 
 /* The smallest length from min_len on that s's check accepts on the grid (params: its parameters,

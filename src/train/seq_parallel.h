@@ -41,6 +41,11 @@ typedef struct {
  * those cores; ranks bound to a socket or NUMA domain (Open MPI's default above 2 ranks) share its
  * CPUs with the ranks bound there. */
 int threads_for_cpus(const cpu_set_t *mine, const cpu_set_t *node, int n);
+/* The threads a rank of this job runs without --threads (its CPU set and its node's ranks): collective
+ * over MPI_COMM_WORLD. */
+int seq_parallel_default_threads(void);
+/* The MPI ranks sharing this node (MPI_COMM_TYPE_SHARED): collective over MPI_COMM_WORLD. */
+int seq_parallel_ranks_on_node(void);
 /* The CPUs of `avail` that none of a node's ranks may run on: avail minus the union of the ranks'
  * sets (node, n sets). `avail` is what the ranks' launchers may use themselves (the affinity of
  * each rank's parent process: mpirun's daemon, slurmstepd with the job's CPUs, or the shell), so a

@@ -29,6 +29,7 @@
 #include "model/llama.h"
 #include "optim/adamw.h"
 #include "parallel/trace.h"
+#include "train/auto_strategy.h"
 #include "train/cli_common.h"
 #include "train/progress.h"
 #include "train/run_control.h"
@@ -619,16 +620,6 @@ static void memory_fit_check(const TrainOptions *o, const MemoryEstimate *m, int
         snprintf(said + k, n - (size_t)k, "; disk tier %s of %s free under %s", size_text(disk_need, t3, sizeof t3),
                  size_text(disk_free, t4, sizeof t4), o->par.offload_dir);
 }
-/* MPI ranks sharing this node (collective over MPI_COMM_WORLD). */
-static int ranks_on_node(void) {
-    MPI_Comm shared;
-    int rank = 0, n = 1;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &shared);
-    MPI_Comm_size(shared, &n);
-    MPI_Comm_free(&shared);
-    return n;
-}
 /* --dry-run: the run's checks, each by the code the run makes it with (start_checks, model_checks,
  * seq_parallel_check, grid_checks, memory_fit_check), and the memory plan; allocates no weights,
  * activations or optimizer state and writes nothing. --ranks P: the job of P ranks checked from this
@@ -653,7 +644,7 @@ static int dry_run(TrainOptions *o, SizeFlags *sf) {
         vp = grid_checks(o, &ds, &c, par.topo.dp, &val);
         err = run_estimate(o, &ds, &c, world, par.threads, &in, &m);
         seq_parallel_check_free(&par);
-        ranks_here = ranks_on_node();
+        ranks_here = seq_parallel_ranks_on_node();
     } else {
         world = o->dry_ranks;
         const int rpn = o->par.ranks_per_node, cores = omp_get_num_procs();
@@ -719,7 +710,7 @@ int train_run(const TrainOptions *options, const SizeFlags *sizes, int argc, cha
         MemoryModelInput in;
         MemoryEstimate est;
         char *merr = run_estimate(&o, &ds, &cfg, par.topo.world_size, par.threads, &in, &est);
-        if (!merr) memory_fit_check(&o, &est, ranks_on_node(), NULL, 0);
+        if (!merr) memory_fit_check(&o, &est, seq_parallel_ranks_on_node(), NULL, 0);
         xfree(merr); /* a run the memory model does not know is not refused for it */
     }
     LlamaModel model; /* --model's weights are loaded once the shards are known (below) */
@@ -771,6 +762,11 @@ int train_run(const TrainOptions *options, const SizeFlags *sizes, int argc, cha
     } else {
         st = now;
         rng_seed(&st.data_rng, o.seed * 0x9E3779B97F4A7C15ull + 17);
+    }
+    { /* the configuration it runs, for a resume under --strategy auto (never compared: saved only) */
+        char cfg[sizeof st.settings[0].value];
+        strategy_auto_record(&par, o.mem.checkpoint, o.mem.ffn_chunks, cfg, sizeof cfg);
+        trainer_state_set(&st, AUTO_RECORD_KEY, "%s", cfg);
     }
 
     grad_sync_attach(&par.sync, &model); /* zero 2/3: per-layer reduce-scatter (and gathers) */

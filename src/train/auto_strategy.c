@@ -1,0 +1,217 @@
+/* seqpar train --strategy auto: the planner's pick for the running job, as train flags
+ * (auto_strategy.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <wordexp.h>
+
+#include <mpi.h>
+
+#include "core/common.h"
+#include "io/checkpoint.h"
+#include "io/read_file.h"
+#include "plan/cluster.h"
+#include "plan/planner.h"
+#include "strategies/registry.h"
+#include "train/auto_strategy.h"
+#include "train/cli_common.h"
+#include "train/plan_setup.h"
+#include "train/train_options.h"
+
+#define WHO "seqpar train --strategy auto"
+
+/* argv[i] is --strategy auto or --strategy=auto: the words it takes (0 where it is not). */
+static int auto_words(int argc, char **argv, int i) {
+    if (!strcmp(argv[i], "--strategy=auto")) return 1;
+    return !strcmp(argv[i], "--strategy") && i + 1 < argc && !strcmp(argv[i + 1], "auto") ? 2 : 0;
+}
+
+int strategy_auto_given(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (auto_words(argc, argv, i)) return 1;
+    return 0;
+}
+
+/* A string from rank 0 to every rank (xmalloc'd on each). */
+static char *bcast_text(const char *text) {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    int len = rank == 0 ? (int)strlen(text) : 0;
+    MPI_Bcast(&len, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    char *s = xmalloc((size_t)len + 1);
+    if (rank == 0) memcpy(s, text, (size_t)len);
+    MPI_Bcast(s, len, MPI_CHAR, 0, MPI_COMM_WORLD);
+    s[len] = '\0';
+    return s;
+}
+
+/* The configuration a checkpoint recorded (AUTO_RECORD_KEY), "" where it has none: rank 0 reads
+ * its trainer state, every rank gets the text (xmalloc'd). A state that does not read is left to
+ * the run's own refusal of the checkpoint. */
+static char *recorded_config(const char *dir) {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    char found[sizeof ((CkptSetting *)0)->value] = "";
+    if (rank == 0) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/trainer_state.json", dir);
+        unsigned char *text = NULL;
+        size_t len = 0;
+        SeqErr e;
+        TrainerState *st = xmalloc(sizeof *st);
+        if (read_regular_file(path, "trainer state", 1 << 20, &text, &len, &e) == 0 &&
+            trainer_state_parse((const char *)text, len, path, st, &e) == 0) {
+            const char *v = trainer_state_get(st, AUTO_RECORD_KEY);
+            if (v) snprintf(found, sizeof found, "%s", v);
+        }
+        xfree(text);
+        xfree(st);
+    }
+    return bcast_text(found);
+}
+
+/* The train flags of argv (argv[0] the program) but the grid flags (--offload-dir among them where
+ * drop_offload), as shell words ("" where none); too long for buf: one line on every rank. */
+static void user_flags(int argc, char **argv, int drop_offload, char *buf, size_t n) {
+    static const char *const chosen[] = {"strategy", "dp",         "hp",         "cp",         "placement",
+                                         "layout",   "zero",       "checkpoint", "ffn-chunks", "offload-dir"};
+    const char *grid[ARRAY_LEN(chosen) + KNOB_SLOTS + 1];
+    size_t ng = 0;
+    for (size_t j = 0; j < ARRAY_LEN(chosen); j++)
+        if (drop_offload || strcmp(chosen[j], "offload-dir") != 0) grid[ng++] = chosen[j];
+    for (int j = 0; j < strategy_knob_count(); j++) grid[ng++] = strategy_knob(j)->name;
+    grid[ng] = NULL;
+    if (train_flags_except(argc, argv, grid, buf, n) != 0)
+        die_collective("%s: the train flags given are over %zu characters: shorten the paths", WHO, n);
+}
+
+char **strategy_auto_resolve(int argc, char **argv, const char *program, int *out_argc) {
+    int rank = 0, world = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    /* train's flags without --strategy auto: what plan reads (with no --strategy: every strategy) */
+    char **rest = xmalloc(sizeof(char *) * ((size_t)argc + 1));
+    int nrest = 0;
+    for (int i = 0; i < argc; i++) {
+        const int k = i ? auto_words(argc, argv, i) : 0;
+        if (k) i += k - 1;
+        else rest[nrest++] = argv[i];
+    }
+    rest[nrest] = NULL;
+    /* the flags as train reads them (getopt permutes its array: a copy) */
+    char **scan = xmalloc(sizeof(char *) * ((size_t)nrest + 1));
+    memcpy(scan, rest, sizeof(char *) * ((size_t)nrest + 1));
+    TrainOptions o;
+    SizeFlags sf;
+    parse_train_options(nrest, scan, &o, &sf, "train");
+    xfree(scan);
+    char flags[8192], launch[4300], prog[4096];
+    if (program_word(program, prog, sizeof prog) != 0)
+        die_collective("%s: the program's path is over %zu characters: run it by a shorter one", WHO, sizeof prog);
+    /* a resume takes the configuration its checkpoint recorded (the run continues as it was trained:
+     * a fresh pick could differ with the measured rates, or with another world) */
+    const char *resume = o.resume_dir;
+    if (!resume && o.auto_resume && o.save_dir) {
+        int holds = rank == 0 && checkpoint_exists(o.save_dir);
+        MPI_Bcast(&holds, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        if (holds) resume = o.save_dir;
+    }
+    char *recorded = resume ? recorded_config(resume) : NULL;
+    char *line;
+    if (recorded && *recorded) {
+        user_flags(nrest, rest, 0, flags, sizeof flags);
+        const size_t k = strlen(flags);
+        snprintf(flags + k, sizeof flags - k, "%s%s", k ? " " : "", recorded);
+        if (rank == 0) {
+            printf("strategy auto: resuming %s with the configuration it recorded: mpirun -n %d %s train %s\n", resume,
+                   world, prog, flags);
+            fflush(stdout);
+        }
+        line = bcast_text(flags);
+    } else {
+        /* plan's input for this job: its ranks, ranks per node and threads per rank, the RAM per rank
+         * (--mem-per-rank, read by plan), this machine's calibration where it has one */
+        const int ranks = o.dry_run && o.dry_ranks ? o.dry_ranks : world;
+        const int rpn_mpi = seq_parallel_ranks_on_node(); /* collective: every rank calls it */
+        const int rpn = o.par.ranks_per_node > 0 ? o.par.ranks_per_node : o.dry_run && o.dry_ranks ? ranks : rpn_mpi;
+        const int thr_default = seq_parallel_default_threads(); /* collective */
+        const int thr = o.par.threads > 0 ? o.par.threads : thr_default;
+        char path[4096];
+        int calibrated = rank == 0 && access(cluster_this_machine_path(path, sizeof path), R_OK) == 0;
+        MPI_Bcast(&calibrated, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        char w_ranks[16], w_rpn[16], w_cores[16];
+        snprintf(w_ranks, sizeof w_ranks, "%d", ranks);
+        snprintf(w_rpn, sizeof w_rpn, "%d", rpn);
+        snprintf(w_cores, sizeof w_cores, "%d", thr * rpn);
+        char **pargv = xmalloc(sizeof(char *) * ((size_t)nrest + 10));
+        int pargc = 0;
+        pargv[pargc++] = rest[0];
+        if (calibrated) pargv[pargc++] = "--cluster", pargv[pargc++] = "this-machine";
+        pargv[pargc++] = "--ranks", pargv[pargc++] = w_ranks;
+        pargv[pargc++] = "--cores-per-node", pargv[pargc++] = w_cores;
+        if (o.par.ranks_per_node <= 0) pargv[pargc++] = "--ranks-per-node", pargv[pargc++] = w_rpn;
+        for (int i = 1; i < nrest; i++) { /* --threads: the plan's --cores-per-node above; --dry-run: train's */
+            if (!strcmp(rest[i], "--threads") && i + 1 < nrest) i++;
+            else if (strncmp(rest[i], "--threads=", 10) != 0 && strcmp(rest[i], "--dry-run") != 0) pargv[pargc++] = rest[i];
+        }
+        pargv[pargc] = NULL;
+        PlanSetup *ps = xmalloc(sizeof *ps);
+        plan_setup(&pargc, pargv, WHO, ps);
+        xfree(pargv);
+        if (ps->n == 0)
+            die_collective("%s: nothing runs on %d rank%s with the flags given: %s", WHO, ranks, ranks == 1 ? "" : "s",
+                           plan_setup_refusal(ps));
+        const PlanEntry *best = &ps->list[0];
+        if (!best->fits)
+            die_collective("%s: no configuration fits in %.1f MiB per rank: the smallest needs %.1f MiB: give "
+                           "--mem-per-rank with more, more ranks, or a shorter --seq-len", WHO,
+                           ps->cl.ram_bytes / 1048576.0, best->ram / 1048576.0);
+        if (rank == 0) {
+            if (plan_setup_command(ps, best, nrest, rest, program, launch, sizeof launch, flags, sizeof flags) != 0)
+                snprintf(flags, sizeof flags, "%s", ""); /* said below, on every rank */
+            else
+                printf("strategy auto: the planner's pick of %d configurations (predicted %.3g s a step on %s): %s %s\n",
+                       ps->fit, best->t_step, calibrated ? "cluster this-machine" : "the rates measured here", launch,
+                       flags);
+            fflush(stdout);
+        }
+        line = bcast_text(flags);
+        if (!*line)
+            die_collective("%s: the train flags given are over %zu characters: shorten the paths", WHO, sizeof flags);
+        plan_setup_free(ps);
+        xfree(ps);
+    }
+    xfree(recorded);
+    /* the line as train's argv: the shell's words (quoted as program_word and train_flags_except
+     * quote them), no command substitution */
+    wordexp_t we;
+    if (wordexp(line, &we, WRDE_NOCMD) != 0)
+        die_collective("%s: the pick's flags do not split into words: %s", WHO, line);
+    char **out = xmalloc(sizeof(char *) * (we.we_wordc + 2));
+    out[0] = xstrdup(argv[0]);
+    for (size_t i = 0; i < we.we_wordc; i++) out[i + 1] = xstrdup(we.we_wordv[i]);
+    out[we.we_wordc + 1] = NULL;
+    *out_argc = (int)we.we_wordc + 1;
+    wordfree(&we);
+    xfree(line);
+    xfree(rest);
+    return out;
+}
+
+void strategy_auto_free(char **argv) {
+    for (int i = 0; argv && argv[i]; i++) xfree(argv[i]);
+    xfree(argv);
+}
+
+void strategy_auto_record(const SeqParallel *par, int checkpoint, int ffn_chunks, char *buf, size_t n) {
+    PlanEntry e;
+    memset(&e, 0, sizeof e);
+    e.par = par->cfg;
+    e.par.strategy = par->strategy->name;
+    e.par.dp = par->topo.dp, e.par.hp = par->topo.hp, e.par.cp = par->topo.cp;
+    e.par.offload_dir = NULL; /* a path, not a choice: the resume's own --offload-dir */
+    e.checkpoint = checkpoint;
+    e.ffn_chunks = ffn_chunks;
+    plan_flags(&e, buf, n);
+}

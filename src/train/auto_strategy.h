@@ -1,0 +1,35 @@
+/* `seqpar train --strategy auto`: the planner's pick (plan_setup.h) for the job that is running
+ * (its ranks, ranks per node from MPI's shared-memory split, its threads, the model, S, batch, the
+ * RAM per rank; the cluster `this-machine` where `seqpar calibrate --save` wrote it, else the rates
+ * `seqpar plan` measures here), turned into the train flags that run it. The flags given stay
+ * fixed, as `seqpar plan` takes them. Rank 0 decides and every rank takes its line; a checkpoint
+ * records the configuration it was trained with (AUTO_RECORD_KEY), and a resume under auto takes
+ * that one. */
+#ifndef SEQPAR_AUTO_STRATEGY_H
+#define SEQPAR_AUTO_STRATEGY_H
+
+#include <stddef.h>
+
+#include "train/seq_parallel.h"
+
+/* The checkpoint setting holding a run's configuration as train flags ("--strategy ring --cp 2
+ * --checkpoint none ..."): never compared on a resume (a checkpoint resumes under any strategy),
+ * read by --strategy auto. */
+#define AUTO_RECORD_KEY "parallel"
+
+/* 1 where argv holds --strategy auto (or --strategy=auto). */
+int strategy_auto_given(int argc, char **argv);
+
+/* train's argv with --strategy auto replaced by the pick's flags (the user's other flags kept, the
+ * grid flags given kept as constraints): a new argv of *out_argc words (free with
+ * strategy_auto_free). Rank 0 prints the pick as one line: the command it is equivalent to.
+ * Collective over MPI_COMM_WORLD; where nothing runs or fits, every rank ends with one line.
+ * A --resume (or --auto-resume) checkpoint that recorded its configuration resumes with it. */
+char **strategy_auto_resolve(int argc, char **argv, const char *program, int *out_argc);
+void strategy_auto_free(char **argv);
+
+/* The configuration a run was built with (its strategy, grid, knobs, placement, layout, ZeRO stage,
+ * --checkpoint and --ffn-chunks) as train flags, as plan prints them: what AUTO_RECORD_KEY holds. */
+void strategy_auto_record(const SeqParallel *par, int checkpoint, int ffn_chunks, char *buf, size_t n);
+
+#endif
