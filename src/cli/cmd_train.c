@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "train/auto_strategy.h"
+#include "train/plan_setup.h"
 #include "train/trainer.h"
 
 int cmd_train(int argc, char **argv, const char *program) {
@@ -14,6 +15,6 @@ int cmd_train(int argc, char **argv, const char *program) {
     SizeFlags sf;
     parse_train_options(argc, argv, &o, &sf, "train");
     const int status = train_run(&o, &sf, argc, argv);
-    strategy_auto_free(picked);
+    plan_argv_free(picked);
     return status;
 }

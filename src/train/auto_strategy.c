@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <wordexp.h>
 
 #include <mpi.h>
 
@@ -33,19 +32,6 @@ int strategy_auto_given(int argc, char **argv) {
     return 0;
 }
 
-/* A string from rank 0 to every rank (xmalloc'd on each). */
-static char *bcast_text(const char *text) {
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    int len = rank == 0 ? (int)strlen(text) : 0;
-    MPI_Bcast(&len, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    char *s = xmalloc((size_t)len + 1);
-    if (rank == 0) memcpy(s, text, (size_t)len);
-    MPI_Bcast(s, len, MPI_CHAR, 0, MPI_COMM_WORLD);
-    s[len] = '\0';
-    return s;
-}
-
 /* The configuration a checkpoint recorded (AUTO_RECORD_KEY), "" where it has none: rank 0 reads
  * its trainer state, every rank gets the text (xmalloc'd). A state that does not read is left to
  * the run's own refusal of the checkpoint. */
@@ -68,7 +54,7 @@ static char *recorded_config(const char *dir) {
         xfree(text);
         xfree(st);
     }
-    return bcast_text(found);
+    return plan_bcast_text(found);
 }
 
 /* The train flags of argv (argv[0] the program) but the grid flags (--offload-dir among them where
@@ -128,7 +114,7 @@ char **strategy_auto_resolve(int argc, char **argv, const char *program, int *ou
                    world, prog, flags);
             fflush(stdout);
         }
-        line = bcast_text(flags);
+        line = plan_bcast_text(flags);
     } else {
         /* plan's input for this job: its ranks, ranks per node and threads per rank, the RAM per rank
          * (--mem-per-rank, read by plan), this machine's calibration where it has one */
@@ -176,32 +162,18 @@ char **strategy_auto_resolve(int argc, char **argv, const char *program, int *ou
                        flags);
             fflush(stdout);
         }
-        line = bcast_text(flags);
+        line = plan_bcast_text(flags);
         if (!*line)
             die_collective("%s: the train flags given are over %zu characters: shorten the paths", WHO, sizeof flags);
         plan_setup_free(ps);
         xfree(ps);
     }
     xfree(recorded);
-    /* the line as train's argv: the shell's words (quoted as program_word and train_flags_except
-     * quote them), no command substitution */
-    wordexp_t we;
-    if (wordexp(line, &we, WRDE_NOCMD) != 0)
-        die_collective("%s: the pick's flags do not split into words: %s", WHO, line);
-    char **out = xmalloc(sizeof(char *) * (we.we_wordc + 2));
-    out[0] = xstrdup(argv[0]);
-    for (size_t i = 0; i < we.we_wordc; i++) out[i + 1] = xstrdup(we.we_wordv[i]);
-    out[we.we_wordc + 1] = NULL;
-    *out_argc = (int)we.we_wordc + 1;
-    wordfree(&we);
+    char **out = plan_flags_argv(argv[0], line, out_argc);
+    if (!out) die_collective("%s: the pick's flags do not split into words: %s", WHO, line);
     xfree(line);
     xfree(rest);
     return out;
-}
-
-void strategy_auto_free(char **argv) {
-    for (int i = 0; argv && argv[i]; i++) xfree(argv[i]);
-    xfree(argv);
 }
 
 void strategy_auto_record(const SeqParallel *par, int checkpoint, int ffn_chunks, char *buf, size_t n) {

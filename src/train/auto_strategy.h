@@ -22,11 +22,10 @@ int strategy_auto_given(int argc, char **argv);
 
 /* train's argv with --strategy auto replaced by the pick's flags (the user's other flags kept, the
  * grid flags given kept as constraints): a new argv of *out_argc words (free with
- * strategy_auto_free). Rank 0 prints the pick as one line: the command it is equivalent to.
+ * plan_argv_free). Rank 0 prints the pick as one line: the command it is equivalent to.
  * Collective over MPI_COMM_WORLD; where nothing runs or fits, every rank ends with one line.
  * A --resume (or --auto-resume) checkpoint that recorded its configuration resumes with it. */
 char **strategy_auto_resolve(int argc, char **argv, const char *program, int *out_argc);
-void strategy_auto_free(char **argv);
 
 /* The configuration a run was built with (its strategy, grid, knobs, placement, layout, ZeRO stage,
  * --checkpoint and --ffn-chunks) as train flags, as plan prints them: what AUTO_RECORD_KEY holds. */

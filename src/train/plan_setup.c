@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <wordexp.h>
 
 #include <mpi.h>
 #include <omp.h>
@@ -362,4 +363,33 @@ char *plan_setup_refusal(const PlanSetup *ps) {
                                 other ? "; the grids plan tried with them: " : "", other ? ps->refusal : "");
     xfree(why);
     return text;
+}
+
+char *plan_bcast_text(const char *text) {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    int len = rank == 0 ? (int)strlen(text) : 0;
+    MPI_Bcast(&len, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    char *s = xmalloc((size_t)len + 1);
+    if (rank == 0) memcpy(s, text, (size_t)len);
+    MPI_Bcast(s, len, MPI_CHAR, 0, MPI_COMM_WORLD);
+    s[len] = '\0';
+    return s;
+}
+
+char **plan_flags_argv(const char *argv0, const char *flags, int *argc) {
+    wordexp_t we; /* the shell's words, quoted as train_flags_except quotes them; no command substitution */
+    if (wordexp(flags, &we, WRDE_NOCMD) != 0) return NULL;
+    char **out = xmalloc(sizeof(char *) * (we.we_wordc + 2));
+    out[0] = xstrdup(argv0);
+    for (size_t i = 0; i < we.we_wordc; i++) out[i + 1] = xstrdup(we.we_wordv[i]);
+    out[we.we_wordc + 1] = NULL;
+    *argc = (int)we.we_wordc + 1;
+    wordfree(&we);
+    return out;
+}
+
+void plan_argv_free(char **argv) {
+    for (int i = 0; argv && argv[i]; i++) xfree(argv[i]);
+    xfree(argv);
 }

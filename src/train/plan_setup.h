@@ -50,4 +50,12 @@ char *plan_setup_refusal(const PlanSetup *ps);
 int plan_setup_command(const PlanSetup *ps, const PlanEntry *e, int argc, char **argv, const char *program, char *launch,
                        size_t ln, char *flags, size_t fn);
 
+/* Rank 0's text on every rank (xmalloc'd; collective over MPI_COMM_WORLD): the pick that every
+ * rank takes. */
+char *plan_bcast_text(const char *text);
+/* A command's argv from argv0 and a line of train flags as plan_setup_command writes them (shell
+ * words, quoted): xmalloc'd, *argc words, free with plan_argv_free; NULL where they do not split. */
+char **plan_flags_argv(const char *argv0, const char *flags, int *argc);
+void plan_argv_free(char **argv);
+
 #endif

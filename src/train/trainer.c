@@ -677,7 +677,9 @@ static int dry_run(TrainOptions *o, SizeFlags *sf) {
     xfree(err);
     return 0;
 }
-int train_run(const TrainOptions *options, const SizeFlags *sizes, int argc, char **argv) {
+/* train_run and train_measure: m NULL for the run; else nothing printed, logged or saved, and the
+ * steps' times and last loss in *m. */
+static int run(const TrainOptions *options, const SizeFlags *sizes, int argc, char **argv, TrainMeasure *m) {
     TrainOptions o = *options;
     SizeFlags sf = *sizes;
     int S = o.seq_len;
@@ -726,6 +728,7 @@ int train_run(const TrainOptions *options, const SizeFlags *sizes, int argc, cha
     else if (!o.resume_dir) llama_init_random_part(&model, o.seed, load_lo, load_hi);
     if (o.trace_step) trace_set_recording(par.comm->trace, 0); /* on again for that step only */
     int root = par.topo.world_rank == 0, dp = par.topo.dp, N = par.n_local;
+    const int say = root && !m; /* rank 0 prints and logs, unless measuring */
     int per_replica = o.batch / dp;
 
     LlamaActsOptions ao = {.checkpoint = o.mem.checkpoint, .ffn_chunks = o.mem.ffn_chunks, .offload_dir = o.par.offload_dir,
@@ -746,7 +749,7 @@ int train_run(const TrainOptions *options, const SizeFlags *sizes, int argc, cha
         st.n_settings = now.n_settings;
         memcpy(st.settings, now.settings, sizeof st.settings);
         if (st.step >= o.stop_at) { /* a finished run or slice: say so and end cleanly (a requeued job) */
-            if (root) {
+            if (say) {
                 if (o.stop_at == o.steps)
                     printf("checkpoint %s is at step %ld, the end of its --steps schedule: nothing to train\n",
                            o.resume_dir, st.step);
@@ -758,7 +761,7 @@ int train_run(const TrainOptions *options, const SizeFlags *sizes, int argc, cha
             run_free(acts, &par, &opt, &ds, vp, &model);
             return 0;
         }
-        if (root) printf("resumed from %s at step %ld\n", o.resume_dir, st.step);
+        if (say) printf("resumed from %s at step %ld\n", o.resume_dir, st.step);
     } else {
         st = now;
         rng_seed(&st.data_rng, o.seed * 0x9E3779B97F4A7C15ull + 17);
@@ -785,7 +788,7 @@ int train_run(const TrainOptions *options, const SizeFlags *sizes, int argc, cha
     double hw_flops_per_token = flops_per_token + llama_recompute_flops_per_token(c, S, acts);
     int clamped = 0; /* a utilisation above 100% was printed as 100% */
     char run_log[4096];
-    if (!o.log_path) { /* a log of its own: runs/<UTC date-time>/train.jsonl ($SEQPAR_RUNS for runs/) */
+    if (!o.log_path && !m) { /* a log of its own: runs/<UTC date-time>/train.jsonl ($SEQPAR_RUNS for runs/) */
         char dir[4000];
         const char *runs = getenv("SEQPAR_RUNS");
         die_if_any_rank(run_dir_create(runs && *runs ? runs : "runs", MPI_COMM_WORLD, dir, sizeof dir, &err) != 0 ? &err : NULL);
@@ -793,11 +796,11 @@ int train_run(const TrainOptions *options, const SizeFlags *sizes, int argc, cha
         o.log_path = run_log;
     }
     FILE *log = NULL;
-    if (root) {
+    if (say) {
         if (make_parent_dirs(o.log_path, &err) == 0) log = open_log(o.log_path, &err);
     }
-    die_if_any_rank(root && !log ? &err : NULL);
-    if (root) {
+    die_if_any_rank(say && !log ? &err : NULL);
+    if (say) {
         progress_log_run_start(log, o.log_path, st.step + 1, o.steps, par.topo.world_size, argc, argv);
         char desc[512];
         seq_parallel_describe(&par, desc, sizeof desc);
@@ -905,7 +908,7 @@ int train_run(const TrainOptions *options, const SizeFlags *sizes, int argc, cha
         if (nonfinite) {
             skipped++;
             int fatal = skipped > o.skip_nonfinite;
-            if (root) {
+            if (root && log) {
                 fprintf(log, "{\"step\": %ld, \"nonfinite\": true, \"action\": \"%s\", \"loss\": null, \"grad_norm\": null, "
                              "\"loss_text\": \"%g\", \"grad_norm_text\": \"%g\", \"lr\": %.9g, \"skipped_steps\": %d, "
                              "\"skip_limit\": %d}\n",
@@ -921,7 +924,7 @@ int train_run(const TrainOptions *options, const SizeFlags *sizes, int argc, cha
                                "--skip-nonfinite are used up: lower --lr or raise --warmup", st.step + 1, loss,
                                sqrt(norm_sq), o.skip_nonfinite);
             }
-            if (root) {
+            if (say) {
                 printf("step %5ld/%ld | loss %g | grad norm %g | not finite: update skipped (%d of --skip-nonfinite %d)\n",
                        st.step + 1, o.steps, loss, sqrt(norm_sq), skipped, o.skip_nonfinite);
                 fflush(stdout);
@@ -947,7 +950,7 @@ int train_run(const TrainOptions *options, const SizeFlags *sizes, int argc, cha
         double hfu = tok_s_rank * hw_flops_per_token / (peak * 1e9);
         if (!nonfinite) last_loss = loss;
         double elapsed = now_seconds() - run_t0, eta = progress_eta_seconds(elapsed, st.step - first_step + 1, o.stop_at - st.step);
-        if (root && !o.quiet && !nonfinite) {
+        if (say && !o.quiet && !nonfinite) {
             char el[32], left[32];
             progress_format_duration(elapsed, el, sizeof el);
             progress_format_duration(eta, left, sizeof left);
@@ -957,7 +960,12 @@ int train_run(const TrainOptions *options, const SizeFlags *sizes, int argc, cha
                    100 * utilisation_clamp(hfu, &clamped), (double)peak_mem / (1 << 20), el, left);
             fflush(stdout);
         }
-        if (root && !nonfinite) {
+        if (m) { /* the step's time as every rank agreed it, and its loss */
+            m->step_s[m->steps < TRAIN_MEASURE_STEPS ? m->steps : TRAIN_MEASURE_STEPS - 1] = dt;
+            m->steps++;
+            m->last_loss = loss;
+        }
+        if (root && log && !nonfinite) {
             fprintf(log, "{\"step\": %ld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.17g, \"tokens_per_s\": %.3f, "
                          "\"tokens_per_s_per_rank\": %.3f, \"mfu\": %.9g, \"hfu\": %.9g, \"flops_per_token\": %.9g, "
                          "\"peak_mem_bytes\": %llu, \"step_seconds\": %.6f, \"elapsed_s\": %.3f, \"eta_s\": %.3f}\n",
@@ -984,7 +992,8 @@ int train_run(const TrainOptions *options, const SizeFlags *sizes, int argc, cha
             save_checkpoint(o.save_dir, &model, &opt, &st, &par, o.save_shard_bytes);
         }
     }
-    if (stop_sig) { /* a stop signal: checkpoint and exit 0, no final evaluation */
+    if (stop_sig && m) { /* measuring: nothing to keep */
+    } else if (stop_sig) { /* a stop signal: checkpoint and exit 0, no final evaluation */
         char dir[4096];
         if (o.save_dir) snprintf(dir, sizeof dir, "%s", o.save_dir);
         else default_stop_dir(o.log_path, st.step, dir, sizeof dir);
@@ -999,7 +1008,7 @@ int train_run(const TrainOptions *options, const SizeFlags *sizes, int argc, cha
         if (ds.is_recall && o.eval_seqs > 0) {
             watch(&par, st.step, "eval", 0);
             double acc = eval_report(&model, acts, &par, &ds, &o, log, st.step, "final eval, step", now_seconds() - run_t0, -1);
-            if (root) printf("recall accuracy %.3f (chance %.3f)\n", acc, 1.0 / recall_n_keys(&ds.spec));
+            if (say) printf("recall accuracy %.3f (chance %.3f)\n", acc, 1.0 / recall_n_keys(&ds.spec));
         }
         if (vp) {
             watch(&par, st.step, "eval", 0);
@@ -1008,7 +1017,7 @@ int train_run(const TrainOptions *options, const SizeFlags *sizes, int argc, cha
         if (o.save_dir) {
             watch(&par, st.step, "save", 1);
             save_checkpoint(o.save_dir, &model, &opt, &st, &par, o.save_shard_bytes);
-            if (root) printf("saved checkpoint to %s (step %ld)\n", o.save_dir, st.step);
+            if (say) printf("saved checkpoint to %s (step %ld)\n", o.save_dir, st.step);
         }
     }
     if (llama_acts_offloads_inputs(acts)) { /* per rank, like --stats: its own file */
@@ -1042,15 +1051,15 @@ int train_run(const TrainOptions *options, const SizeFlags *sizes, int argc, cha
                 rss_min);
         progress_log_flush(log, st.step);
     }
-    if (root && clamped)
+    if (say && clamped)
         printf("note: a utilisation above 100%% of the peak was shown as 100%%: the peak (--peak-gflops or the "
                "measured sgemm) is below what this run reached\n");
-    if (root && !isnan(last_loss)) printf("final loss %.6f\n", last_loss);
+    if (say && !isnan(last_loss)) printf("final loss %.6f\n", last_loss);
     if (log) fclose(log);
     if (save_lock >= 0) close(save_lock);
     xfree(g_inputs); xfree(g_targets); xfree(inputs); xfree(targets); xfree(g_docs); xfree(docs);
     run_free(acts, &par, &opt, &ds, vp, &model); /* writes the trace */
-    if (root) { /* where this run's files are */
+    if (say) { /* where this run's files are */
         char el[32];
         progress_format_duration(now_seconds() - run_t0, el, sizeof el);
         printf("run took %s; log: %s", el, o.log_path);
@@ -1061,4 +1070,20 @@ int train_run(const TrainOptions *options, const SizeFlags *sizes, int argc, cha
         fflush(stdout);
     }
     return 0;
+}
+int train_run(const TrainOptions *options, const SizeFlags *sizes, int argc, char **argv) {
+    return run(options, sizes, argc, argv, NULL);
+}
+int train_measure(const TrainOptions *options, const SizeFlags *sizes, long steps, TrainMeasure *m) {
+    TrainOptions o = *options;
+    o.steps = o.stop_at = o.opt.total_steps = steps;
+    if (o.resume_dir) o.model_dir = o.resume_dir, o.random_init = 0; /* its model, from step 0 */
+    o.save_dir = o.resume_dir = NULL, o.auto_resume = 0, o.save_every = 0;
+    o.val_data = NULL, o.eval_every = 0, o.eval_seqs = 0;
+    o.log_path = NULL, o.quiet = 1, o.dry_run = 0, o.dry_ranks = 0;
+    o.par.trace_path = NULL, o.trace_step = 0, o.par.stats = 0;
+    o.peak_gflops = 1; /* no MFU is printed: the peak's measurement is not made */
+    memset(m, 0, sizeof *m);
+    char *argv[] = {"train", NULL};
+    return run(&o, sizes, 1, argv, m);
 }

@@ -28,4 +28,19 @@
  * the memory model's). */
 int train_run(const TrainOptions *options, const SizeFlags *sizes, int argc, char **argv);
 
+#define TRAIN_MEASURE_STEPS 64
+/* What train_measure saw: each step's time (the slowest rank's, as the run's step line gives it;
+ * the first TRAIN_MEASURE_STEPS - 1 steps and the last) and the last step's loss. */
+typedef struct {
+    long steps;
+    double step_s[TRAIN_MEASURE_STEPS];
+    double last_loss;
+} TrainMeasure;
+
+/* `steps` training steps of the options' run from its start (no --resume), timed: nothing printed,
+ * logged, evaluated or saved (WallFacer's profiling of a candidate configuration, `seqpar plan
+ * --profile`). Collective over MPI_COMM_WORLD; a configuration error ends every rank with one line,
+ * as train_run. Returns 0. */
+int train_measure(const TrainOptions *options, const SizeFlags *sizes, long steps, TrainMeasure *m);
+
 #endif
