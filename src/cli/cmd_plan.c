@@ -63,7 +63,7 @@ static const char HELP[] =
     "  --profile K           under mpirun -np P (P = --ranks): also run K training steps of each of the\n"
     "                        --profile-top best fitting configurations on these ranks with the model and data\n"
     "                        given, and print each measured step (the mean after the first) against its\n"
-    "                        prediction and the fastest's train command (WallFacer's topology scheduler)\n"
+    "                        prediction and the fastest's train command (docs/planner.md)\n"
     "  --profile-top N       configurations --profile times (default 3, at most 64)\n"
     "  --traffic             the best's bytes per rank and kind in one step, as 'seqpar train\n"
     "                        --stats' prints them ('bytes rank r: ...', exact; 'rank r: ...', MB\n"
@@ -107,8 +107,8 @@ static double measured_step(const TrainMeasure *m) {
     return sum / (double)(n - 1);
 }
 
-/* --profile K: WallFacer's topology scheduler (its Eq. 8, the configuration of the highest profiled
- * throughput): K training steps of each of the first `top_n` fitting configurations, run by the
+/* --profile K: a topology scheduler's profiling (docs/planner.md: the configuration of the highest
+ * profiled throughput): K training steps of each of the first `top_n` fitting configurations, run by the
  * training library on the ranks mpirun started with the run's model and data, timed; rank 0 prints
  * each measured against its prediction and the fastest's train command. Collective. */
 static void profile(const PlanSetup *ps, int rank, long K, int top_n, int argc, char **argv, const char *program) {
@@ -136,7 +136,7 @@ static void profile(const PlanSetup *ps, int rank, long K, int top_n, int argc, 
     xfree(text);
     if (rank == 0) {
         printf("profile: %ld step%s of each of the %d best configurations on the %d ranks here, the fastest kept "
-               "(WallFacer's topology scheduler, its Eq. 8); measured: %s\n", K, K == 1 ? "" : "s", n_cand,
+               "(docs/planner.md, profiling); measured: %s\n", K, K == 1 ? "" : "s", n_cand,
                ps->cl.ranks, K > 1 ? "the mean step after the first" : "the one step");
         printf("  #  %11s %11s %9s  %s\n", "predicted s", "measured s", "meas/pred", "configuration");
         fflush(stdout);

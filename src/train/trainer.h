@@ -38,7 +38,7 @@ typedef struct {
 } TrainMeasure;
 
 /* `steps` training steps of the options' run from its start (no --resume), timed: nothing printed,
- * logged, evaluated or saved (WallFacer's profiling of a candidate configuration, `seqpar plan
+ * logged, evaluated or saved (the profiling of a candidate configuration, `seqpar plan
  * --profile`). Collective over MPI_COMM_WORLD; a configuration error ends every rank with one line,
  * as train_run. Returns 0. */
 int train_measure(const TrainOptions *options, const SizeFlags *sizes, long steps, TrainMeasure *m);
