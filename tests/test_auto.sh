@@ -5,6 +5,7 @@
 #  - a checkpoint records its configuration; a resume under auto takes it (the losses continue
 #    those of the printed command run whole), and on ranks the recorded grid does not fit it ends
 #    with train's one line;
+#  - eval --strategy auto on 2 ranks: the loss of the printed eval command;
 #  - plan --profile 1 on 2 ranks times the 3 best configurations and keeps the fastest;
 #  - bad input: --profile 0, --profile on other ranks than --ranks, auto with another strategy's
 #    knob: one line, non-zero exit.
@@ -53,6 +54,18 @@ out=$(timeout 60 "$SEQPAR" train --strategy auto $M --steps 4 --resume "$T/ck" -
 rc=$?
 if [ $rc -ne 0 ] && [ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] && printf '%s' "$out" | grep -q '^seqpar: error: '; then ok; else
     bad "auto resume of a 2-rank checkpoint on 1 rank: status $rc: $out"; fi
+
+# eval --strategy auto on 2 ranks: its loss lines are those of the printed eval command
+E="--model $FIX/tiny_long --data $FIX/tiny_long/tokens.bin --seq-len 128 --eval-seqs 2"
+run_np 2 "$SEQPAR" eval --strategy auto $E >"$T/eauto.out" 2>&1
+rc=$?
+flags=$([ "$(grep -c '^strategy auto: ' "$T/eauto.out")" -eq 1 ] &&
+    sed -nE "s#^strategy auto: .*: mpirun -n 2 $PROG eval ##p" "$T/eauto.out")
+eval "set -- $flags"
+run_np 2 "$SEQPAR" eval "$@" >"$T/egiven.out" 2>&1
+a=$(grep -E '^loss |^  1-128 ' "$T/eauto.out"); b=$(grep -E '^loss |^  1-128 ' "$T/egiven.out")
+if [ $rc -eq 0 ] && [ -n "$flags" ] && [ -n "$a" ] && [ "$a" = "$b" ]; then ok; else
+    bad "eval --strategy auto: status $rc ($flags): '$a' against the printed command's '$b': $(tail -n 2 "$T/eauto.out")"; fi
 
 # plan --profile 1 on 2 ranks: the 3 best, each measured, the fastest kept
 RATES="--gemm-gflops 10 --attn-gflops 10"

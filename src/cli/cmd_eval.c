@@ -13,8 +13,10 @@
 #include "io/atomic_file.h"
 #include "kernels/bf16.h"
 #include "model/llama.h"
+#include "train/auto_strategy.h"
 #include "train/cli_common.h"
 #include "train/evaluate.h"
+#include "train/plan_setup.h"
 #include "train/seq_parallel.h"
 #include "train/train_options.h"
 
@@ -43,12 +45,72 @@ static const char HELP[] =
     "  --recall-format F, --recall-pairs N, --recall-queries N   the recall task, as train's\n"
     "  --out FILE           also write the results as JSON (replaced atomically)\n"
     "  --precision P        fp32 (default) or bf16, as train's\n"
+    "  --strategy auto      the planner's pick for the ranks started, planned as train would run one\n"
+    "                       sequence (--batch 1 --zero 0), printed as the eval command it equals and run\n"
     "  --help               this text\n"
     "Also --pack and --eot ID (token data: documents scored alone, as train packs them) and train's\n"
     "parallel flags; --checkpoint, --ffn-chunks and --no-stream are accepted as train takes them\n"
     "(a forward-only pass keeps no layer's activations whatever --checkpoint says).\n";
 
-int cmd_eval(int argc, char **argv) {
+/* --strategy auto: the planner's pick for these ranks, planned as train would run one sequence of
+ * the model (train/auto_strategy.h: train's flags given, eval's own left out; --zero 0, as eval
+ * has no optimizer state; no data: the memory of a forward is less than a training step's), in
+ * place of its words; rank 0 prints the eval command it equals. A new argv (plan_argv_free). */
+static char **eval_auto(int argc, char **argv, const char *program, int *out_argc) {
+    static const char *const own[] = {"--data", "--tokens-format", "--eval-seqs", "--out", "--eot"}; /* with values */
+    char **eargv = xmalloc(sizeof(char *) * ((size_t)argc + 1)), **targv = xmalloc(sizeof(char *) * ((size_t)argc + 5));
+    int en = 0, tn = 0;
+    targv[tn++] = argv[0];
+    for (int i = 1; i < argc; i++) {
+        const int k = strategy_auto_words(argc, argv, i);
+        if (k) {
+            i += k - 1;
+            continue;
+        }
+        eargv[en++] = argv[i];
+        int skip = !strcmp(argv[i], "--pack");
+        for (size_t j = 0; j < ARRAY_LEN(own) && !skip; j++) {
+            const size_t l = strlen(own[j]);
+            if (!strncmp(argv[i], own[j], l) && argv[i][l] == '=') skip = 1;
+            else if (!strcmp(argv[i], own[j]) && i + 1 < argc) skip = 1, eargv[en++] = argv[++i];
+        }
+        if (!skip) targv[tn++] = argv[i];
+    }
+    targv[tn++] = "--batch", targv[tn++] = "1", targv[tn++] = "--zero", targv[tn++] = "0";
+    targv[tn] = NULL;
+    char desc[256] = "", given[8192], prog[4096];
+    char *pick = strategy_auto_pick(tn, targv, "seqpar eval --strategy auto", desc, sizeof desc);
+    if (shell_words(en, eargv, given, sizeof given) != 0 || program_word(program, prog, sizeof prog) != 0)
+        die_collective("seqpar eval --strategy auto: the flags given are over %zu characters: shorten the paths",
+                       sizeof given);
+    char *line = xstrdup_printf("%s%s%s", given, *given ? " " : "", pick);
+    int rank = 0, world = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (rank == 0) {
+        printf("strategy auto: %s: mpirun -n %d %s eval %s\n", desc, world, prog, line);
+        fflush(stdout);
+    }
+    char **out = plan_flags_argv(argv[0], line, out_argc);
+    if (!out) die_collective("seqpar eval --strategy auto: the pick's flags do not split into words: %s", line);
+    xfree(line);
+    xfree(pick);
+    xfree(eargv);
+    xfree(targv);
+    return out;
+}
+
+static int eval_main(int argc, char **argv);
+
+int cmd_eval(int argc, char **argv, const char *program) {
+    char **picked = NULL;
+    if (strategy_auto_given(argc, argv)) argv = picked = eval_auto(argc, argv, program, &argc);
+    const int status = eval_main(argc, argv);
+    plan_argv_free(picked);
+    return status;
+}
+
+static int eval_main(int argc, char **argv) {
     const char *cmd = "eval", *model_dir = NULL, *data = NULL, *out_path = NULL;
     TokensFormat fmt = TOKENS_AUTO;
     long seq_len = 0, eval_seqs = 0;

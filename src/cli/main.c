@@ -202,7 +202,7 @@ int main(int argc, char **argv) {
     } else if (!strcmp(argv[1], "sample")) {
         status = cmd_sample(argc - 1, argv + 1);
     } else if (!strcmp(argv[1], "eval")) {
-        status = cmd_eval(argc - 1, argv + 1);
+        status = cmd_eval(argc - 1, argv + 1, argv[0]);
     } else if (!strcmp(argv[1], "memory")) {
         status = cmd_memory(argc - 1, argv + 1);
     } else if (!strcmp(argv[1], "plan")) {

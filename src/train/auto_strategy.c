@@ -20,15 +20,14 @@
 
 #define WHO "seqpar train --strategy auto"
 
-/* argv[i] is --strategy auto or --strategy=auto: the words it takes (0 where it is not). */
-static int auto_words(int argc, char **argv, int i) {
+int strategy_auto_words(int argc, char **argv, int i) {
     if (!strcmp(argv[i], "--strategy=auto")) return 1;
     return !strcmp(argv[i], "--strategy") && i + 1 < argc && !strcmp(argv[i + 1], "auto") ? 2 : 0;
 }
 
 int strategy_auto_given(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
-        if (auto_words(argc, argv, i)) return 1;
+        if (strategy_auto_words(argc, argv, i)) return 1;
     return 0;
 }
 
@@ -72,26 +71,102 @@ static void user_flags(int argc, char **argv, int drop_offload, char *buf, size_
         die_collective("%s: the train flags given are over %zu characters: shorten the paths", WHO, n);
 }
 
+/* The planner's search for this job from train's flags (argv without --strategy auto, read as o):
+ * its ranks (--dry-run --ranks P: P), ranks per node (MPI's shared-memory split, or
+ * --ranks-per-node), threads (--threads or train's default) and RAM per rank (--mem-per-rank, read
+ * by plan), on cluster this-machine where calibrated (*calibrated). Collective; where nothing runs or
+ * fits every rank ends with one line naming `who`. Free with plan_setup_free and xfree. */
+static PlanSetup *auto_plan(int nrest, char **rest, const TrainOptions *o, const char *who, int *calibrated) {
+    int rank = 0, world = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    const int ranks = o->dry_run && o->dry_ranks ? o->dry_ranks : world;
+    const int rpn_mpi = seq_parallel_ranks_on_node(); /* collective: every rank calls it */
+    const int rpn = o->par.ranks_per_node > 0 ? o->par.ranks_per_node : o->dry_run && o->dry_ranks ? ranks : rpn_mpi;
+    const int thr_default = seq_parallel_default_threads(); /* collective */
+    const int thr = o->par.threads > 0 ? o->par.threads : thr_default;
+    char path[4096];
+    *calibrated = rank == 0 && access(cluster_this_machine_path(path, sizeof path), R_OK) == 0;
+    MPI_Bcast(calibrated, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    char w_ranks[16], w_rpn[16], w_cores[16];
+    snprintf(w_ranks, sizeof w_ranks, "%d", ranks);
+    snprintf(w_rpn, sizeof w_rpn, "%d", rpn);
+    snprintf(w_cores, sizeof w_cores, "%d", thr * rpn);
+    char **pargv = xmalloc(sizeof(char *) * ((size_t)nrest + 10));
+    int pargc = 0;
+    pargv[pargc++] = rest[0];
+    if (*calibrated) pargv[pargc++] = "--cluster", pargv[pargc++] = "this-machine";
+    pargv[pargc++] = "--ranks", pargv[pargc++] = w_ranks;
+    pargv[pargc++] = "--cores-per-node", pargv[pargc++] = w_cores;
+    if (o->par.ranks_per_node <= 0) pargv[pargc++] = "--ranks-per-node", pargv[pargc++] = w_rpn;
+    for (int i = 1; i < nrest; i++) { /* --threads: the plan's --cores-per-node above; --dry-run: train's */
+        if (!strcmp(rest[i], "--threads") && i + 1 < nrest) i++;
+        else if (strncmp(rest[i], "--threads=", 10) != 0 && strcmp(rest[i], "--dry-run") != 0) pargv[pargc++] = rest[i];
+    }
+    pargv[pargc] = NULL;
+    PlanSetup *ps = xmalloc(sizeof *ps);
+    plan_setup(&pargc, pargv, who, ps);
+    xfree(pargv);
+    if (ps->n == 0)
+        die_collective("%s: nothing runs on %d rank%s with the flags given: %s", who, ranks, ranks == 1 ? "" : "s",
+                       plan_setup_refusal(ps));
+    const PlanEntry *best = &ps->list[0];
+    if (!best->fits)
+        die_collective("%s: no configuration fits in %.1f MiB per rank: the smallest needs %.1f MiB: give "
+                       "--mem-per-rank with more, more ranks, or a shorter --seq-len", who,
+                       ps->cl.ram_bytes / 1048576.0, best->ram / 1048576.0);
+    return ps;
+}
+
+/* argv without its --strategy auto words (the array of argv's pointers, xmalloc'd), *n words. */
+static char **without_auto(int argc, char **argv, int *n) {
+    char **rest = xmalloc(sizeof(char *) * ((size_t)argc + 1));
+    *n = 0;
+    for (int i = 0; i < argc; i++) {
+        const int k = i ? strategy_auto_words(argc, argv, i) : 0;
+        if (k) i += k - 1;
+        else rest[(*n)++] = argv[i];
+    }
+    rest[*n] = NULL;
+    return rest;
+}
+
+/* train's options of argv (getopt permutes its array: read from a copy) */
+static void read_options(int argc, char **argv, const char *cmd, TrainOptions *o, SizeFlags *sf) {
+    char **scan = xmalloc(sizeof(char *) * ((size_t)argc + 1));
+    memcpy(scan, argv, sizeof(char *) * ((size_t)argc + 1));
+    parse_train_options(argc, scan, o, sf, cmd);
+    xfree(scan);
+}
+
+char *strategy_auto_pick(int argc, char **argv, const char *who, char *desc, size_t dn) {
+    int rank = 0, calibrated;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    TrainOptions o;
+    SizeFlags sf;
+    read_options(argc, argv, "plan", &o, &sf);
+    PlanSetup *ps = auto_plan(argc, argv, &o, who, &calibrated);
+    char pick[512] = "";
+    if (rank == 0) {
+        plan_flags(&ps->list[0], pick, sizeof pick);
+        snprintf(desc, dn, "the planner's pick of %d configurations (predicted %.3g s a training step on %s)", ps->fit,
+                 ps->list[0].t_step, calibrated ? "cluster this-machine" : "the rates measured here");
+    }
+    plan_setup_free(ps);
+    xfree(ps);
+    return plan_bcast_text(pick);
+}
+
 char **strategy_auto_resolve(int argc, char **argv, const char *program, int *out_argc) {
     int rank = 0, world = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     /* train's flags without --strategy auto: what plan reads (with no --strategy: every strategy) */
-    char **rest = xmalloc(sizeof(char *) * ((size_t)argc + 1));
-    int nrest = 0;
-    for (int i = 0; i < argc; i++) {
-        const int k = i ? auto_words(argc, argv, i) : 0;
-        if (k) i += k - 1;
-        else rest[nrest++] = argv[i];
-    }
-    rest[nrest] = NULL;
-    /* the flags as train reads them (getopt permutes its array: a copy) */
-    char **scan = xmalloc(sizeof(char *) * ((size_t)nrest + 1));
-    memcpy(scan, rest, sizeof(char *) * ((size_t)nrest + 1));
+    int nrest;
+    char **rest = without_auto(argc, argv, &nrest);
     TrainOptions o;
     SizeFlags sf;
-    parse_train_options(nrest, scan, &o, &sf, "train");
-    xfree(scan);
+    read_options(nrest, rest, "train", &o, &sf);
     char flags[8192], launch[4300], prog[4096];
     if (program_word(program, prog, sizeof prog) != 0)
         die_collective("%s: the program's path is over %zu characters: run it by a shorter one", WHO, sizeof prog);
@@ -116,43 +191,9 @@ char **strategy_auto_resolve(int argc, char **argv, const char *program, int *ou
         }
         line = plan_bcast_text(flags);
     } else {
-        /* plan's input for this job: its ranks, ranks per node and threads per rank, the RAM per rank
-         * (--mem-per-rank, read by plan), this machine's calibration where it has one */
-        const int ranks = o.dry_run && o.dry_ranks ? o.dry_ranks : world;
-        const int rpn_mpi = seq_parallel_ranks_on_node(); /* collective: every rank calls it */
-        const int rpn = o.par.ranks_per_node > 0 ? o.par.ranks_per_node : o.dry_run && o.dry_ranks ? ranks : rpn_mpi;
-        const int thr_default = seq_parallel_default_threads(); /* collective */
-        const int thr = o.par.threads > 0 ? o.par.threads : thr_default;
-        char path[4096];
-        int calibrated = rank == 0 && access(cluster_this_machine_path(path, sizeof path), R_OK) == 0;
-        MPI_Bcast(&calibrated, 1, MPI_INT, 0, MPI_COMM_WORLD);
-        char w_ranks[16], w_rpn[16], w_cores[16];
-        snprintf(w_ranks, sizeof w_ranks, "%d", ranks);
-        snprintf(w_rpn, sizeof w_rpn, "%d", rpn);
-        snprintf(w_cores, sizeof w_cores, "%d", thr * rpn);
-        char **pargv = xmalloc(sizeof(char *) * ((size_t)nrest + 10));
-        int pargc = 0;
-        pargv[pargc++] = rest[0];
-        if (calibrated) pargv[pargc++] = "--cluster", pargv[pargc++] = "this-machine";
-        pargv[pargc++] = "--ranks", pargv[pargc++] = w_ranks;
-        pargv[pargc++] = "--cores-per-node", pargv[pargc++] = w_cores;
-        if (o.par.ranks_per_node <= 0) pargv[pargc++] = "--ranks-per-node", pargv[pargc++] = w_rpn;
-        for (int i = 1; i < nrest; i++) { /* --threads: the plan's --cores-per-node above; --dry-run: train's */
-            if (!strcmp(rest[i], "--threads") && i + 1 < nrest) i++;
-            else if (strncmp(rest[i], "--threads=", 10) != 0 && strcmp(rest[i], "--dry-run") != 0) pargv[pargc++] = rest[i];
-        }
-        pargv[pargc] = NULL;
-        PlanSetup *ps = xmalloc(sizeof *ps);
-        plan_setup(&pargc, pargv, WHO, ps);
-        xfree(pargv);
-        if (ps->n == 0)
-            die_collective("%s: nothing runs on %d rank%s with the flags given: %s", WHO, ranks, ranks == 1 ? "" : "s",
-                           plan_setup_refusal(ps));
+        int calibrated;
+        PlanSetup *ps = auto_plan(nrest, rest, &o, WHO, &calibrated);
         const PlanEntry *best = &ps->list[0];
-        if (!best->fits)
-            die_collective("%s: no configuration fits in %.1f MiB per rank: the smallest needs %.1f MiB: give "
-                           "--mem-per-rank with more, more ranks, or a shorter --seq-len", WHO,
-                           ps->cl.ram_bytes / 1048576.0, best->ram / 1048576.0);
         if (rank == 0) {
             if (plan_setup_command(ps, best, nrest, rest, program, launch, sizeof launch, flags, sizeof flags) != 0)
                 snprintf(flags, sizeof flags, "%s", ""); /* said below, on every rank */

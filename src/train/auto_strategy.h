@@ -17,6 +17,8 @@
  * read by --strategy auto. */
 #define AUTO_RECORD_KEY "parallel"
 
+/* The words of --strategy auto at argv[i]: 2 (--strategy auto), 1 (--strategy=auto) or 0. */
+int strategy_auto_words(int argc, char **argv, int i);
 /* 1 where argv holds --strategy auto (or --strategy=auto). */
 int strategy_auto_given(int argc, char **argv);
 
@@ -26,6 +28,13 @@ int strategy_auto_given(int argc, char **argv);
  * Collective over MPI_COMM_WORLD; where nothing runs or fits, every rank ends with one line.
  * A --resume (or --auto-resume) checkpoint that recorded its configuration resumes with it. */
 char **strategy_auto_resolve(int argc, char **argv, const char *program, int *out_argc);
+
+/* The pick alone (plan_flags: "--strategy ring --cp 2 --checkpoint none ...") for the job and the
+ * train flags in argv (argv[0] the program, no --strategy auto): for a command with flags of its
+ * own (`seqpar eval`), which gives the train flags that describe its run. Rank 0's pick on every
+ * rank (xmalloc'd); on rank 0 desc says what was picked from ("the planner's pick of N
+ * configurations (predicted ...)"). Collective; nothing runs or fits: one line naming `who`. */
+char *strategy_auto_pick(int argc, char **argv, const char *who, char *desc, size_t dn);
 
 /* The configuration a run was built with (its strategy, grid, knobs, placement, layout, ZeRO stage,
  * --checkpoint and --ffn-chunks) as train flags, as plan prints them: what AUTO_RECORD_KEY holds. */

@@ -215,6 +215,14 @@ int train_flags_except(int argc, char **argv, const char *const *drop, char *buf
     if (len) memmove(buf, buf + 1, len); /* the leading space */
     return 0;
 }
+int shell_words(int argc, char **argv, char *buf, size_t n) {
+    size_t len = 0;
+    if (n) buf[0] = 0;
+    for (int i = 0; i < argc; i++) shell_word_append(buf, n, &len, argv[i]);
+    if (len >= n) return -1;
+    if (len) memmove(buf, buf + 1, len); /* the leading space */
+    return 0;
+}
 int program_word(const char *program, char *buf, size_t n) {
     size_t len = 0;
     if (n) buf[0] = 0;

@@ -46,6 +46,9 @@ void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, 
  * without the dashes, NULL-terminated), each with its value, as shell words one space apart in
  * buf: the flags of a train command to print. Returns 0, or -1 where they do not fit in n. */
 int train_flags_except(int argc, char **argv, const char *const *drop, char *buf, size_t n);
+/* argv's argc words as shell words one space apart in buf (quoted where the shell would read them
+ * otherwise). Returns 0, or -1 where they do not fit in n. */
+int shell_words(int argc, char **argv, char *buf, size_t n);
 /* How a printed command names seqpar so that it runs as printed: `program` (main's argv[0]) as one
  * shell word where it is a path (holds a '/': build/seqpar from a checkout), else "seqpar" (found on
  * PATH). Returns 0, or -1 where it does not fit in n. */
