@@ -6,9 +6,10 @@
 #    those of the printed command run whole), and on ranks the recorded grid does not fit it ends
 #    with train's one line;
 #  - eval --strategy auto on 2 ranks: the loss of the printed eval command;
-#  - plan --profile 1 on 2 ranks times the 3 best configurations and keeps the fastest;
-#  - bad input: --profile 0, --profile on other ranks than --ranks, auto with another strategy's
-#    knob: one line, non-zero exit.
+#  - plan --profile 1 on 2 ranks times the 3 best configurations and keeps the fastest; train
+#    --strategy auto --profile 1 --profile-top 2 times two and runs the fastest's row;
+#  - bad input: --profile 0, --profile on other ranks than --ranks, train --profile without auto,
+#    auto with another strategy's knob: one line, non-zero exit.
 # Usage: tests/test_auto.sh BUILD_DIR
 BUILD=${1:-build}
 source tests/lib.sh
@@ -76,6 +77,16 @@ rows=$(sed -n '/^profile: 1 step of each of the 3 best configurations on the 2 r
 best=$(sed -n "s#^best measured: mpirun -n 2 $PROG train ##p" "$T/prof.out")
 if [ $rc -eq 0 ] && [ "$rows" -eq 3 ] && [ -n "$best" ]; then ok; else bad "plan --profile 1: status $rc, $rows rows: $(tail -n 5 "$T/prof.out")"; fi
 
+# train --strategy auto --profile 1 --profile-top 2: the two timed, the fastest row run
+run_np 2 "$SEQPAR" train --strategy auto $M --steps 2 --profile 1 --profile-top 2 --log "$T/tprof.jsonl" >"$T/tprof.out" 2>&1
+rc=$?
+row=$(sed -nE 's/^strategy auto: .*, the fastest of its 2 best measured \(row ([0-9]+)\).*/\1/p' "$T/tprof.out")
+conf=$(awk -v r="$row" '$1 == r && $5 ~ /^--strategy$/ { sub(/^ *[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+  /, ""); print }' "$T/tprof.out")
+rows=$(grep -cE '^ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+  --strategy ' "$T/tprof.out")
+if [ $rc -eq 0 ] && [ "$rows" -eq 2 ] && [ -n "$conf" ] && grep -q "^strategy auto: .* train .* $conf$" "$T/tprof.out" &&
+    [ "$(losses "$T/tprof.jsonl" | wc -l)" -eq 2 ]; then ok; else
+    bad "train --strategy auto --profile 1: status $rc, $rows rows, row '$row' ($conf): $(tail -n 3 "$T/tprof.out")"; fi
+
 # one-line errors, non-zero exit (every rank prints the same line: one distinct line besides mpirun's)
 err_case() { # np expected-substring args...
     local np=$1 want=$2
@@ -88,5 +99,6 @@ err_case() { # np expected-substring args...
 }
 err_case 1 "--profile" plan --ranks 2 $M $RATES --profile 0
 err_case 1 "--profile times the configurations on the ranks mpirun started (1), not on --ranks 2" plan --ranks 2 $M $RATES --profile 1
+err_case 1 "add --strategy auto or drop it" train $M --profile 1 --steps 1 --log "$T/bad.jsonl"
 err_case 2 "seqpar train --strategy auto: nothing runs on 2 ranks with the flags given: --team 2 is read by --strategy" train --strategy auto $M --team 2 --steps 1 --log "$T/bad.jsonl"
 summary test_auto

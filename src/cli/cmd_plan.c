@@ -97,84 +97,6 @@ static int list_clusters(int rank) {
     return 0;
 }
 
-/* The step time train_measure saw: the mean of the steps after the first (which also touches the
- * buffers for the first time), or the one step. */
-static double measured_step(const TrainMeasure *m) {
-    const long n = m->steps < TRAIN_MEASURE_STEPS ? m->steps : TRAIN_MEASURE_STEPS;
-    if (n <= 1) return n == 1 ? m->step_s[0] : 0;
-    double sum = 0;
-    for (long i = 1; i < n; i++) sum += m->step_s[i];
-    return sum / (double)(n - 1);
-}
-
-/* --profile K: a topology scheduler's profiling (docs/planner.md: the configuration of the highest
- * profiled throughput): K training steps of each of the first `top_n` fitting configurations, run by the
- * training library on the ranks mpirun started with the run's model and data, timed; rank 0 prints
- * each measured against its prediction and the fastest's train command. Collective. */
-static void profile(const PlanSetup *ps, int rank, long K, int top_n, int argc, char **argv, const char *program) {
-    /* rank 0's candidates (its list: the ranks' measured rates may differ), one train flag line each */
-    char *text = NULL;
-    size_t len = 0;
-    int rows[64], n_cand = 0;
-    if (rank == 0) {
-        text = xmalloc((size_t)top_n * 4701 + 1);
-        text[0] = '\0';
-        for (int i = 0; i < ps->n && n_cand < top_n && n_cand < (int)ARRAY_LEN(rows); i++) {
-            if (!ps->list[i].fits) continue;
-            char launch[4200], flags[4700];
-            if (plan_setup_command(ps, &ps->list[i], argc, argv, program, launch, sizeof launch, flags, sizeof flags) != 0)
-                die("seqpar plan: %s", launch);
-            const size_t k = strlen(flags);
-            memcpy(text + len, flags, k);
-            len += k;
-            text[len++] = '\n';
-            text[len] = '\0';
-            rows[n_cand++] = i;
-        }
-    }
-    char *all = plan_bcast_text(text ? text : "");
-    xfree(text);
-    if (rank == 0) {
-        printf("profile: %ld step%s of each of the %d best configurations on the %d ranks here, the fastest kept "
-               "(docs/planner.md, profiling); measured: %s\n", K, K == 1 ? "" : "s", n_cand,
-               ps->cl.ranks, K > 1 ? "the mean step after the first" : "the one step");
-        printf("  #  %11s %11s %9s  %s\n", "predicted s", "measured s", "meas/pred", "configuration");
-        fflush(stdout);
-    }
-    double best_s = 0;
-    int best = -1, c = 0;
-    for (char *line = all, *end; *line; line = end + 1, c++) {
-        end = strchr(line, '\n');
-        *end = '\0';
-        int cargc;
-        char **cargv = plan_flags_argv("plan", line, &cargc);
-        if (!cargv) die_collective("seqpar plan: a candidate's flags do not split into words: %s", line);
-        TrainOptions o;
-        SizeFlags sf;
-        parse_train_options(cargc, cargv, &o, &sf, "plan");
-        TrainMeasure m;
-        train_measure(&o, &sf, K, &m);
-        plan_argv_free(cargv);
-        const double t = measured_step(&m);
-        if (best < 0 || t < best_s) best = c, best_s = t;
-        if (rank == 0) {
-            const PlanEntry *e = &ps->list[rows[c]];
-            char pick[512];
-            plan_flags(e, pick, sizeof pick);
-            printf("%3d  %11.4f %11.4f %9.2f  %s\n", rows[c] + 1, e->t_step, t, t / e->t_step, pick);
-            fflush(stdout);
-        }
-    }
-    if (rank == 0 && best >= 0) {
-        char launch[4200], flags[4700];
-        if (plan_setup_command(ps, &ps->list[rows[best]], argc, argv, program, launch, sizeof launch, flags,
-                               sizeof flags) != 0)
-            die("seqpar plan: %s", launch);
-        printf("best measured: %s %s\n", launch, flags);
-    }
-    xfree(all);
-}
-
 int cmd_plan(int argc, char **argv, const char *program) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -221,7 +143,7 @@ int cmd_plan(int argc, char **argv, const char *program) {
     /* every rank agrees on profiling: whether anything runs and fits does not depend on the rates */
     const int profiling = profile_steps > 0 && n > 0 && fit > 0;
     if (rank != 0) { /* rank 0 prints; every rank ends with its status (nothing runs or fits: 1, as rank 0) */
-        if (profiling) profile(ps, rank, profile_steps, profile_top, argc, argv, program);
+        if (profiling) (void)plan_setup_profile(ps, profile_steps, profile_top, argc, argv, program, "best measured");
         plan_setup_free(ps);
         xfree(ps);
         return n == 0 || fit == 0 ? 1 : 0;
@@ -324,7 +246,7 @@ int cmd_plan(int argc, char **argv, const char *program) {
                 "%.1f MiB: give --mem-per-rank %.3f or more (ranks with that RAM), more --ranks, %sor a shorter "
                 "--seq-len\n", ram, best->ram / 1048576.0, gib, base.par.offload_dir ? "" : "--offload-dir DIR, ");
     }
-    if (profiling) profile(ps, rank, profile_steps, profile_top, argc, argv, program);
+    if (profiling) (void)plan_setup_profile(ps, profile_steps, profile_top, argc, argv, program, "best measured");
     const int status = best->fits ? 0 : 1;
     plan_setup_free(ps);
     xfree(ps);

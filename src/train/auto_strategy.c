@@ -164,6 +164,15 @@ char **strategy_auto_resolve(int argc, char **argv, const char *program, int *ou
     /* train's flags without --strategy auto: what plan reads (with no --strategy: every strategy) */
     int nrest;
     char **rest = without_auto(argc, argv, &nrest);
+    /* --profile K [--profile-top N]: the planner's N best timed K steps each here, the fastest run */
+    long profile_steps = 0;
+    int profile_top = 3;
+    const char *v;
+    if ((v = take_flag(&nrest, rest, "train", "--profile"))) profile_steps = parse_long("train", "profile", v, 1, 1000000);
+    if ((v = take_flag(&nrest, rest, "train", "--profile-top"))) profile_top = (int)parse_long("train", "profile-top", v, 1, 64);
+    if (v && !profile_steps)
+        die_collective("%s: --profile-top %d names how many configurations --profile K times: give --profile K too",
+                       WHO, profile_top);
     TrainOptions o;
     SizeFlags sf;
     read_options(nrest, rest, "train", &o, &sf);
@@ -193,14 +202,21 @@ char **strategy_auto_resolve(int argc, char **argv, const char *program, int *ou
     } else {
         int calibrated;
         PlanSetup *ps = auto_plan(nrest, rest, &o, WHO, &calibrated);
-        const PlanEntry *best = &ps->list[0];
+        if (profile_steps && o.dry_run)
+            die_collective("%s: --profile runs training steps, which --dry-run does not: drop one of them", WHO);
+        const int row = profile_steps ? plan_setup_profile(ps, profile_steps, profile_top, nrest, rest, program, NULL) : 0;
+        const PlanEntry *best = &ps->list[row];
         if (rank == 0) {
+            char how[128] = "";
+            if (profile_steps)
+                snprintf(how, sizeof how, ", the fastest of its %d best measured (row %d)",
+                         profile_top < ps->fit ? profile_top : ps->fit, row + 1);
             if (plan_setup_command(ps, best, nrest, rest, program, launch, sizeof launch, flags, sizeof flags) != 0)
                 snprintf(flags, sizeof flags, "%s", ""); /* said below, on every rank */
             else
-                printf("strategy auto: the planner's pick of %d configurations (predicted %.3g s a step on %s): %s %s\n",
-                       ps->fit, best->t_step, calibrated ? "cluster this-machine" : "the rates measured here", launch,
-                       flags);
+                printf("strategy auto: the planner's pick of %d configurations%s (predicted %.3g s a step on %s): %s %s\n",
+                       ps->fit, how, best->t_step, calibrated ? "cluster this-machine" : "the rates measured here",
+                       launch, flags);
             fflush(stdout);
         }
         line = plan_bcast_text(flags);

@@ -50,6 +50,17 @@ char *plan_setup_refusal(const PlanSetup *ps);
 int plan_setup_command(const PlanSetup *ps, const PlanEntry *e, int argc, char **argv, const char *program, char *launch,
                        size_t ln, char *flags, size_t fn);
 
+/* --profile K (a topology scheduler's profiling, docs/planner.md: the configuration of the highest
+ * profiled throughput): K training steps of each of the first top_n fitting configurations of ps,
+ * run by the training library (train_measure) on the ranks started, with the train flags of argv
+ * (argc, argv as for plan_setup_command: the user's, the grid flags replaced by each candidate's);
+ * rank 0 prints each measured step (the mean of those after the first; K = 1: the one step) against
+ * its prediction and, where label is not NULL, "LABEL: " and the fastest's train command. Returns
+ * the fastest's row of ps->list (rank 0's, on every rank). Collective; the ranks must be the job's
+ * (ps->cl.ranks). */
+int plan_setup_profile(const PlanSetup *ps, long K, int top_n, int argc, char **argv, const char *program,
+                       const char *label);
+
 /* Rank 0's text on every rank (xmalloc'd; collective over MPI_COMM_WORLD): the pick that every
  * rank takes. */
 char *plan_bcast_text(const char *text);

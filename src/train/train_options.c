@@ -99,6 +99,8 @@ static const char HELP_TAIL[] =
     "                       ranks per node, threads and RAM; the grid flags given stay fixed), printed\n"
     "                       as the train command it equals and run; a resume takes the configuration\n"
     "                       the checkpoint recorded\n"
+    "  --profile K          with --strategy auto: K training steps of each of the planner's\n"
+    "                       --profile-top N (default 3) best on these ranks first, the fastest run\n"
     "checking a job before it runs:\n"
     "  --dry-run            make every check of a run (flags, strategy rules, data, model files,\n"
     "                       --save and --resume, memory per rank and disk tier against --mem-per-rank\n"
