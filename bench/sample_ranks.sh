@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `seqpar sample` on 1, 2 and 4 ranks (docs/inference.md): prefill tokens per second of a long prompt
+# `seqpar sample` on 1, 2 and 4 ranks (docs/sampling.md): prefill tokens per second of a long prompt
 # on 1 rank and on 2 ranks, per-token decode time after it on 1, 2 and 4 ranks, and the key/value cache
 # bytes of the largest rank. The model: the benchmarks' reference shape (4 layers, hidden 256, 4 heads
 # of 64, 2 KV heads, ffn 1024, vocabulary 256), random weights saved by one training step; the prompt:

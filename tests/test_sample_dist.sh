@@ -11,7 +11,8 @@
 #   - sampling (temperature, top-k, top-p, repetition penalty, the same seed) the same text;
 #   - transformers' generate (the fixtures' generate.json) the same greedy tokens;
 #   - the key/value cache on the largest rank at most 1/N of one rank's (plus the new tokens' share);
-#   - bad rank counts and --dp: one line on every rank and a non-zero exit.
+#   - bad rank counts, --dp, an empty prompt, a prompt past the positions (with and without RoPE scaling),
+#     a token outside the vocabulary: one line on every rank and a non-zero exit.
 # fp32 only: sample has no bf16 path. Prints "N passed, N failed".
 set -u
 BUILD=${1:-build}
@@ -69,6 +70,9 @@ case_np gqa "$G" $PG 64 4 ring --ring-inner 2
 case_np gqa "$G" $PG 64 3 ring --layout striped
 case_np gqa "$G" $PG 64 4 2d --hp 2 --cp 2 --layout contiguous
 case_np gqa "$G" $PG 64 1 ring
+# one prompt token on 4 ranks: three shards start empty (their partials weigh nothing)
+ref one "$G" 7 64
+case_np one "$G" 7 64 4 ring
 
 # ---- sliding windows: a Mistral (window 7, every layer; 4 query heads, 2 KV) with 19 prompt tokens,
 # and a Qwen2 (window 9 on layers 1-2) with 21; the decode's window masks keys of other ranks too
@@ -144,4 +148,9 @@ refuse "ulysses on more ranks than heads" "heads" 3 --model "$FIX/tiny_llama3" -
 refuse "2d --hp 1 on 2 ranks" "give --hp and --cp" 2 --model "$G" --prompt-tokens 1,2,3 --strategy 2d --hp 1
 refuse "--dp 2" "drop --dp" 2 --model "$G" --prompt-tokens 1,2,3 --strategy ring --dp 2
 refuse "a token outside the vocabulary" "outside the vocabulary" 2 --model "$G" --prompt-tokens 1,2,99 --strategy ring
+refuse "an empty prompt" "give at least one character" 2 --model "$B" --prompt "" --strategy ring
+refuse "a prompt past the positions" "past the 512 positions.*give a prompt of at most 512" 2 --model "$G" \
+    --prompt-tokens "$(seq -s, 1 513 | sed -E 's/[0-9]+/1/g')" --strategy ring
+refuse "a prompt past the scaled positions" "past the 512 positions.*llama3 RoPE scaling by 8 included" 3 \
+    --model "$FIX/tiny_llama3" --prompt-tokens "$(seq -s, 1 600 | sed -E 's/[0-9]+/2/g')" --strategy ring
 summary test_sample_dist

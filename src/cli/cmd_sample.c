@@ -29,7 +29,7 @@ static const char HELP[] =
     "Generates a continuation of a prompt from a trained model (a checkpoint written by\n"
     "`seqpar train --save`, or any Hugging Face Llama directory), with a key/value cache: in one\n"
     "process, or on N ranks (mpirun -np N seqpar sample --strategy S ...) with the prompt's prefill\n"
-    "split by the strategy's own forward and the cache sharded over the ranks (docs/inference.md):\n"
+    "split by the strategy's own forward and the cache sharded over the ranks (docs/sampling.md):\n"
     "the same tokens as one process for the same seed.\n"
     "\n"
     "  --model DIR            config.json + model.safetensors (or a sharded checkpoint)\n"
@@ -198,8 +198,18 @@ int cmd_sample(int argc, char **argv) {
         prompt = parse_ids(o.prompt_tokens, &n_prompt);
         for (int i = 0; i < n_prompt; i++)
             if (prompt[i] >= V)
-                die_collective("seqpar sample: prompt token %d is outside the vocabulary of '%s' (vocab_size %d)",
-                               prompt[i], o.model_dir, V);
+                die_collective("seqpar sample: prompt token %d is outside the vocabulary of '%s' (vocab_size %d): give "
+                               "ids from 0 to %d, as the model's tokenizer makes them", prompt[i], o.model_dir, V, V - 1);
+    }
+    const LlamaConfig *mc = &model.cfg;
+    if (n_prompt > mc->max_position_embeddings) { /* positions past those the model was made for */
+        char scaling[96] = "";
+        if (mc->rope_type != LLAMA_ROPE_DEFAULT)
+            snprintf(scaling, sizeof scaling, ", its %s RoPE scaling by %g included", llama_rope_type_name(mc->rope_type),
+                     mc->rope_factor);
+        die_collective("seqpar sample: the prompt has %d tokens, past the %d positions of '%s' (max_position_embeddings "
+                       "in its config.json%s): give a prompt of at most %d tokens", n_prompt, mc->max_position_embeddings,
+                       o.model_dir, scaling, mc->max_position_embeddings);
     }
     if (o.stop_set && o.stop_token >= V) /* no token the model makes: it never stopped */
         die_collective("seqpar sample: --stop-token %ld is outside the vocabulary of '%s' (vocab_size %d): give an id "

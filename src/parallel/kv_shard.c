@@ -81,19 +81,12 @@ SeqAttention *kv_capture_create(SeqAttention *inner, KvShard *s) {
     Capture *c = xcalloc(1, sizeof *c);
     c->inner = inner;
     c->s = s;
-    SeqAttention *sa = xcalloc(1, sizeof *sa);
-    sa->name = inner->name;
-    sa->ctx = c;
-    sa->heads = inner->heads;
-    sa->saved_floats = inner->saved_floats;
-    sa->keeps_inputs = inner->keeps_inputs;
-    sa->kept_floats = inner->kept_floats;
-    sa->bf16_floats = inner->bf16_floats;
-    sa->set_positions = capture_set_positions;
-    sa->forward = capture_forward;
-    sa->backward = capture_backward;
-    sa->restore = capture_restore;
-    sa->destroy = capture_destroy;
+    SeqAttention *sa = xmalloc(sizeof *sa); /* inner's shape and buffers; no chunk calls, no knobs */
+    *sa = (SeqAttention){.name = inner->name, .ctx = c, .heads = inner->heads, .saved_floats = inner->saved_floats,
+                         .keeps_inputs = inner->keeps_inputs, .kept_floats = inner->kept_floats,
+                         .bf16_floats = inner->bf16_floats, .set_positions = capture_set_positions,
+                         .forward = capture_forward, .backward = capture_backward, .restore = capture_restore,
+                         .destroy = capture_destroy};
     return sa;
 }
 
