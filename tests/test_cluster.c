@@ -80,8 +80,9 @@ static void test_presets(void) {
             json_t *s = json_object_get(src, key);
             CHECK(json_is_string(s) && strlen(json_string_value(s)) > 10, "%s: field \"%s\" names no source", name, key);
         }
-        /* the 16 every preset gives, and the per-peer limit where its nodes are wired pair by pair */
-        const int want_fields = 16 + (json_object_get(root, "intra_peer_gbs") != NULL);
+        /* the 18 every preset gives, and the per-peer limit where its nodes are wired pair by pair */
+        const int want_fields = 18 + (json_object_get(root, "intra_peer_gbs") != NULL);
+        CHECK(c.device_mem_gbs > 100 && c.device_mem_gbs < 10000, "%s: memory bandwidth %g GB/s", name, c.device_mem_gbs);
         CHECK(fields == want_fields && (int)json_object_size(src) == fields, "%s: %d fields, %zu sources", name, fields,
               json_object_size(src));
         json_decref(root);

@@ -3,8 +3,9 @@
  * whose steps wait for the link between the nodes, an all-to-all across two nodes, the attention
  * rate's interpolation, a message posted after the blocks; every registered strategy's played
  * schedule runs to the end with its bytes split into intra- and inter-node; a per-peer limit inside a
- * node; bad cluster files are
- * refused with one line naming the field. No MPI. */
+ * node; collectives as NCCL's ring plays them (a node's NICs shared by the rings crossing it) and
+ * replicas played side by side; bad cluster files are refused with one line naming the field. No
+ * MPI. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -234,6 +235,8 @@ static void test_bad_files(void) {
         {"{\"nodes\": 1, \"ranks_per_node\": 4, \"intra_gbs\": 100, \"attention\": [[64, 10], [32, 20]]}", "increasing rows"},
         {"{\"nodes\": 1, \"ranks_per_node\": 4, \"intra_gbs\": 100}", "\"attention\" must be a list"},
         {"{\"nodes\": 1, \"ranks_per_node\": 2, \"intra_gbs\": 100, \"nics_per_node\": 4, \"attention\": [[1, 1]]}", "exceeds"},
+        {"{\"nodes\": 1, \"ranks_per_node\": 2, \"intra_gbs\": 100, \"device_mem_gbs\": -1, \"attention\": [[1, 1]]}",
+         "\"device_mem_gbs\" must be 0"},
         {"[1, 2]", "not a JSON object"},
         {"{\"nodes\": ", "give a JSON cluster file"},
     };
@@ -287,7 +290,82 @@ static void test_peer_links(void) {
     }
 }
 
+/* Collectives as NCCL's ring plays them (simulate_collective), on 2 nodes x 4 ranks, ports of 100
+ * GB/s and 1 us inside, NICs of 10 GB/s and 5 us, a buffer of B bytes a member:
+ *   an all-gather over the 8 ranks, one NIC a node: 7/8 B through the NIC, 7 hops of its latency;
+ *   two at once (even and odd ranks), one NIC: the node's NIC split between the two rings (not per
+ *     peer: 3/4 B each at 5 GB/s);
+ *   the data-parallel all-reduce of 4 rings of 2 (rank i and i + 4), 2 NICs a node: 20 GB/s a node
+ *     over 4 rings, twice 1/2 B, 2 hops;
+ *   a reduce-scatter inside node 0 (ranks 0-3): 3/4 B at the port's 100 GB/s, 3 hops of 1 us;
+ *   two all-reduces of 2 inside one node that shares 200 GB/s among its ranks: 50 GB/s each. */
+static void test_collectives(void) {
+    const double B = 8e8;
+    struct {
+        int nics;
+        double node_gbs;
+        CollectiveKind kind;
+        CollectiveGroups g;
+        double want;
+        int across;
+        const char *what;
+    } cases[] = {
+        {1, 0, COLLECTIVE_ALLGATHER, {1, 8, 0, 1}, 7.0 / 8 * B / 10e9 + 7 * 5e-6, 1, "all-gather over 2 nodes, 1 NIC"},
+        {1, 0, COLLECTIVE_ALLGATHER, {2, 4, 1, 2}, 3.0 / 4 * B / 5e9 + 3 * 5e-6, 1, "two all-gathers through 1 NIC"},
+        {2, 0, COLLECTIVE_ALLREDUCE, {4, 2, 1, 4}, 2 * 0.5 * B / 5e9 + 2 * 5e-6, 1, "4 all-reduces over 2 NICs"},
+        {1, 0, COLLECTIVE_REDUCE_SCATTER, {1, 4, 0, 1}, 3.0 / 4 * B / 100e9 + 3 * 1e-6, 0, "reduce-scatter in a node"},
+        {1, 200, COLLECTIVE_ALLREDUCE, {2, 2, 2, 1}, 2 * 0.5 * B / 50e9 + 2 * 1e-6, 0, "two all-reduces, shared medium"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        Cluster c = two_nodes(cases[i].nics);
+        c.ranks_per_node = 4;
+        c.intra_node_gbs = cases[i].node_gbs;
+        CollectiveSim cs;
+        SeqErr e;
+        const int rc = simulate_collective(&c, cases[i].kind, B, 1, &cases[i].g, &cs, &e);
+        CHECK(rc == 0 && near(cs.seconds, cases[i].want) && cs.across == cases[i].across,
+              "%s: %.9g s, by hand %.9g s", cases[i].what, cs.seconds, cases[i].want);
+    }
+    /* three of them one after another: the latencies add up, the bytes share one bandwidth term */
+    Cluster c = two_nodes(1);
+    c.ranks_per_node = 4;
+    CollectiveSim cs;
+    SeqErr e;
+    const CollectiveGroups all = {1, 8, 0, 1};
+    simulate_collective(&c, COLLECTIVE_ALLGATHER, B, 3, &all, &cs, &e);
+    CHECK(near(cs.seconds, 7.0 / 8 * B / 10e9 + 21 * 5e-6), "three all-gathers: %.9g s", cs.seconds);
+    const CollectiveGroups big = {1, 16, 0, 1};
+    CHECK(simulate_collective(&c, COLLECTIVE_ALLGATHER, B, 1, &big, &cs, &e) != 0 && strstr(e.msg, "larger cluster"),
+          "a collective beyond the cluster is refused: %s", e.msg);
+}
+
+/* Two replicas of a 2-rank ring played at once share the NIC: 2 nodes x 2 ranks, 1 NIC each; each
+ * replica's ring crosses the nodes (members 0 and 2, 1 and 3): its two transfers take twice as long
+ * as one replica's alone. */
+static void test_replicas(void) {
+    Cluster c = two_nodes(1);
+    StepSchedule sc;
+    schedule_init(&sc, 1, 2, PASS_FORWARD);
+    schedule_step(&sc, "swap");
+    schedule_message(&sc, COMM_P2P_INNER, 0, 1, 100000000ULL, 1);
+    schedule_message(&sc, COMM_P2P_INNER, 1, 0, 100000000ULL, 1);
+    schedule_finish(&sc);
+    const int one[2] = {0, 2}, two[4] = {0, 2, 1, 3};
+    ScheduleSim a, b;
+    SeqErr e;
+    const double t1 = run(&sc, &c, one, &a);
+    const int rc = simulate_schedule_replicas(&sc, 2, &c, two, 64, PRECISION_FP32, &b, &e);
+    CHECK(near(t1, 5e-6 + 1e8 / 10e9), "one replica: %.9g s", t1);
+    CHECK(rc == 0 && b.members == 4 && near(b.end_s, 5e-6 + 2e8 / 10e9), "two replicas: %.9g s, by hand %.9g s",
+          rc ? -1 : b.end_s, 5e-6 + 2e8 / 10e9);
+    schedule_sim_free(&a);
+    if (!rc) schedule_sim_free(&b);
+    schedule_free(&sc);
+}
+
 int main(void) {
+    test_collectives();
+    test_replicas();
     test_peer_links();
     test_nic_sharing();
     test_nic_egress();

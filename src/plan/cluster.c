@@ -19,7 +19,7 @@ extern const int cluster_preset_n;
 /* Every key a cluster file may hold; anything else is refused as a typo. */
 static const char *const KEYS[] = {
     "name", "description", "source", "sources", "note", "nodes", "ranks_per_node", "threads_per_rank",
-    "device_mem_gib", "host_mem_gib", "d2h_gbs", "intra_all_to_all", "intra_gbs", "intra_node_gbs", "intra_peer_gbs",
+    "device_mem_gib", "host_mem_gib", "d2h_gbs", "device_mem_gbs", "step_overhead_ms", "intra_all_to_all", "intra_gbs", "intra_node_gbs", "intra_peer_gbs",
     "intra_latency_us", "nics_per_node", "nic_gbs", "nic_latency_us", "attention", "attention_backward_factor",
     "attention_rates", "gemm"};
 
@@ -141,6 +141,8 @@ int cluster_parse(const char *text, const char *origin, Cluster *c, SeqErr *e) {
         number(root, origin, "device_mem_gib", 0, 0, 0, &c->device_mem_gib, e) ||
         number(root, origin, "host_mem_gib", 0, 0, 0, &c->host_mem_gib, e) ||
         number(root, origin, "d2h_gbs", 0, 0, 0, &c->d2h_gbs, e) ||
+        number(root, origin, "device_mem_gbs", 0, 0, 0, &c->device_mem_gbs, e) ||
+        number(root, origin, "step_overhead_ms", 0, 0, 0, &c->step_overhead_ms, e) ||
         number(root, origin, "intra_gbs", 1, 0, 0, &c->intra_gbs, e) ||
         number(root, origin, "intra_node_gbs", 0, 0, 0, &c->intra_node_gbs, e) ||
         number(root, origin, "intra_peer_gbs", 0, 0, 0, &c->intra_peer_gbs, e) ||
@@ -222,6 +224,8 @@ int cluster_save(const char *path, const Cluster *c, const char *source, SeqErr 
     json_object_set_new(o, "device_mem_gib", json_real(c->device_mem_gib));
     json_object_set_new(o, "host_mem_gib", json_real(c->host_mem_gib));
     json_object_set_new(o, "d2h_gbs", json_real(c->d2h_gbs));
+    json_object_set_new(o, "device_mem_gbs", json_real(c->device_mem_gbs));
+    json_object_set_new(o, "step_overhead_ms", json_real(c->step_overhead_ms));
     json_object_set_new(o, "intra_all_to_all",
                         json_string(c->intra_kind == CLUSTER_INTRA_SHARED_MEMORY ? "shared_memory" : "switch"));
     json_object_set_new(o, "intra_gbs", json_real(c->intra_gbs));
@@ -293,6 +297,10 @@ char *cluster_check(const Cluster *c) {
     if (!nonneg(c->host_mem_gib))
         return xstrdup_printf("\"host_mem_gib\" must be 0 (not given) or positive (got %g)", c->host_mem_gib);
     if (!nonneg(c->d2h_gbs)) return xstrdup_printf("\"d2h_gbs\" must be 0 (not given) or positive (got %g)", c->d2h_gbs);
+    if (!nonneg(c->device_mem_gbs))
+        return xstrdup_printf("\"device_mem_gbs\" must be 0 (not given) or positive (got %g)", c->device_mem_gbs);
+    if (!nonneg(c->step_overhead_ms))
+        return xstrdup_printf("\"step_overhead_ms\" must be 0 (none) or positive (got %g)", c->step_overhead_ms);
     if (c->intra_kind != CLUSTER_INTRA_SWITCH && c->intra_kind != CLUSTER_INTRA_SHARED_MEMORY)
         return xstrdup("\"intra_all_to_all\" must be \"switch\" or \"shared_memory\"");
     if (!(c->intra_gbs > 0) || !isfinite(c->intra_gbs))
@@ -463,6 +471,8 @@ static const Override OVERRIDES[] = {
     {"--device-mem-gib", "device_mem_gib", 1},
     {"--host-mem-gib", "host_mem_gib", 1},
     {"--d2h-gbs", "d2h_gbs", 1},
+    {"--device-mem-gbs", "device_mem_gbs", 1},
+    {"--step-overhead-ms", "step_overhead_ms", 1},
     {"--intra-gbs", "intra_gbs", 1},
     {"--intra-node-gbs", "intra_node_gbs", 1},
     {"--intra-peer-gbs", "intra_peer_gbs", 1},
@@ -530,6 +540,8 @@ int cluster_apply_overrides(Cluster *c, const ClusterOverrides *o, SeqErr *e) {
         else if (!strcmp(ov->key, "device_mem_gib")) c->device_mem_gib = x;
         else if (!strcmp(ov->key, "host_mem_gib")) c->host_mem_gib = x;
         else if (!strcmp(ov->key, "d2h_gbs")) c->d2h_gbs = x;
+        else if (!strcmp(ov->key, "device_mem_gbs")) c->device_mem_gbs = x;
+        else if (!strcmp(ov->key, "step_overhead_ms")) c->step_overhead_ms = x;
         else if (!strcmp(ov->key, "intra_gbs")) c->intra_gbs = x;
         else if (!strcmp(ov->key, "intra_node_gbs")) {
             c->intra_node_gbs = x;

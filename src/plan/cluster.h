@@ -44,6 +44,12 @@ typedef struct {
      * offloading spills to (host RAM for a GPU, disk for a CPU), and each rank's bandwidth
      * to it per direction; 0: not given */
     double device_mem_gib, host_mem_gib, d2h_gbs;
+    /* each rank's memory bandwidth (a GPU's HBM), for the optimizer step's pass over its shard of the
+     * parameters, gradients and moments; 0: not given (the step not counted) */
+    double device_mem_gbs;
+    /* a fixed cost every training step pays beyond what the model counts (launches, the framework);
+     * 0: none */
+    double step_overhead_ms;
     int intra_kind; /* ClusterIntraKind */
     /* inside a node: each rank's port (per direction) and, where the node's ranks share one medium
      * (shared memory), the node's total; 0: no shared limit (a switch such as NVSwitch) */
@@ -98,7 +104,7 @@ int cluster_resolve(const char *name_or_path, Cluster *c, SeqErr *e);
 
 /* Single-field overrides from the command line, the same for every command that takes --cluster:
  * --nodes N, --ranks-per-node R, --threads-per-rank T, --device-mem-gib G, --host-mem-gib G,
- * --d2h-gbs X, --intra-gbs X, --intra-node-gbs X, --intra-latency-us A, --intra-all-to-all
+ * --d2h-gbs X, --device-mem-gbs X, --step-overhead-ms T, --intra-gbs X, --intra-node-gbs X, --intra-latency-us A, --intra-all-to-all
  * switch|shared_memory, --nics-per-node N, --nic-gbs X (per direction), --nic-latency-us B. */
 typedef struct {
     int n;
@@ -111,7 +117,8 @@ int cluster_take_overrides(int *argc, char **argv, ClusterOverrides *o, SeqErr *
 int cluster_apply_overrides(Cluster *c, const ClusterOverrides *o, SeqErr *e);
 #define CLUSTER_OVERRIDE_HELP                                                                                    \
     "  cluster overrides (with --cluster): --nodes N, --ranks-per-node R, --threads-per-rank T,\n"                 \
-    "                 --device-mem-gib G, --host-mem-gib G, --d2h-gbs X, --intra-gbs X, --intra-node-gbs X,\n"     \
+    "                 --device-mem-gib G, --host-mem-gib G, --d2h-gbs X, --device-mem-gbs X,\n"                     \
+    "                 --step-overhead-ms T, --intra-gbs X, --intra-node-gbs X,\n"                                  \
     "                 --intra-peer-gbs X, --intra-latency-us A, --intra-all-to-all switch|shared_memory,\n"      \
     "                 --nics-per-node N, --nic-gbs X (per direction), --nic-latency-us B: each replaces one\n"     \
     "                 field of the cluster\n"

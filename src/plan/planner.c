@@ -298,7 +298,8 @@ static double link_time(const PlanTraffic *t, int k, const PlanCluster *c) {
 typedef struct {
     const Strategy *s;
     StrategyParams p;
-    double *end[2], *blocks[2]; /* [forward, backward] (hp cp) */
+    int replicas;               /* played at once: the first and those sharing its nodes */
+    double *end[2], *blocks[2]; /* [forward, backward] (hp cp): each member's latest over the replicas */
 } SimAttn;
 
 typedef struct {
@@ -312,33 +313,39 @@ static void sim_cache_free(SimCache *c) {
     xfree(c->v);
 }
 
-/* The layer of s with p (p->window: that layer's window) played on cl with member (h, c) on world
- * rank placement_world_rank(p->placement, ...): from the cache, or played and kept. NULL with
- * *err (xmalloc'd) when it cannot be played. */
-static const SimAttn *sim_attention(SimCache *cache, const Strategy *s, const StrategyParams *p, const Cluster *cl,
-                                    char **err) {
+/* The layer of s with p (p->window: that layer's window) played on cl with member (h, c) of replica
+ * d on world rank placement_world_rank(p->placement, ..., d, h, c), `replicas` replicas at once:
+ * from the cache, or played and kept. NULL with *err (xmalloc'd) when it cannot be played. */
+static const SimAttn *sim_attention(SimCache *cache, const Strategy *s, const StrategyParams *p, int replicas,
+                                    const Cluster *cl, char **err) {
     for (int i = 0; i < cache->n; i++) /* StrategyParams holds no padding: its bytes are its fields */
-        if (cache->v[i].s == s && !memcmp(&cache->v[i].p, p, sizeof *p)) return &cache->v[i];
+        if (cache->v[i].s == s && cache->v[i].replicas == replicas && !memcmp(&cache->v[i].p, p, sizeof *p))
+            return &cache->v[i];
     const int members = p->hp * p->cp;
-    if (members > cl->nodes * cl->ranks_per_node) {
-        *err = xstrdup_printf("%d sequence-parallel ranks do not fit the cluster's %d x %d ranks", members, cl->nodes,
-                              cl->ranks_per_node);
+    if (members * replicas > cl->nodes * cl->ranks_per_node) {
+        *err = xstrdup_printf("%d sequence-parallel ranks do not fit the cluster's %d x %d ranks", members * replicas,
+                              cl->nodes, cl->ranks_per_node);
         return NULL;
     }
-    SimAttn a = {.s = s, .p = *p};
-    int *rank_of = xmalloc(sizeof(int) * (size_t)members);
-    for (int m = 0; m < members; m++) rank_of[m] = placement_world_rank(p->placement, p->hp, p->cp, 0, m % p->hp, m / p->hp);
+    SimAttn a = {.s = s, .p = *p, .replicas = replicas};
+    int *rank_of = xmalloc(sizeof(int) * (size_t)(members * replicas));
+    for (int m = 0; m < members * replicas; m++)
+        rank_of[m] = placement_world_rank(p->placement, p->hp, p->cp, m / members, m % members % p->hp, m % members / p->hp);
     for (int k = 0; k < 2 && !*err; k++) {
         StepSchedule sc;
         strategy_play(s, p, k ? PASS_BACKWARD : PASS_FORWARD, &sc);
         ScheduleSim sim;
         SeqErr e;
-        if (simulate_schedule(&sc, cl, rank_of, p->head_dim, p->attn_bf16 ? PRECISION_BF16 : PRECISION_FP32, &sim, &e) != 0) {
+        if (simulate_schedule_replicas(&sc, replicas, cl, rank_of, p->head_dim,
+                                       p->attn_bf16 ? PRECISION_BF16 : PRECISION_FP32, &sim, &e) != 0) {
             *err = xstrdup(e.msg);
         } else {
-            a.end[k] = xmalloc(sizeof(double) * (size_t)members);
-            a.blocks[k] = xmalloc(sizeof(double) * (size_t)members);
-            for (int m = 0; m < members; m++) a.end[k][m] = sim.m[m].end_s, a.blocks[k][m] = sim.m[m].compute_s;
+            a.end[k] = xcalloc((size_t)members, sizeof(double));
+            a.blocks[k] = xcalloc((size_t)members, sizeof(double));
+            for (int m = 0; m < members * replicas; m++) {
+                a.end[k][m % members] = fmax(a.end[k][m % members], sim.m[m].end_s);
+                a.blocks[k][m % members] = fmax(a.blocks[k][m % members], sim.m[m].compute_s);
+            }
             schedule_sim_free(&sim);
         }
         schedule_free(&sc);
@@ -357,6 +364,70 @@ static const SimAttn *sim_attention(SimCache *cache, const Strategy *s, const St
     }
     cache->v[cache->n] = a;
     return &cache->v[cache->n++];
+}
+
+/* ---------------------------------------------------------------- the cluster's collectives */
+
+/* The parts of a step outside attention on the cluster: the gradient reduction (a ZeRO group's
+ * reduce-scatter, then each shard's all-reduce over the groups: the data-parallel sync; or, at ZeRO
+ * 0, one all-reduce over the world), ZeRO's gathers of the parameters, each as NCCL's ring plays it
+ * (simulate_collective), in the bytes and counts data_parallel.h's code sends; the optimizer step
+ * (AdamW: parameters, gradients and both moments read, all but the gradients written, fp32: 28 bytes
+ * a parameter of the rank's shard) at the rank's memory bandwidth; the cluster's fixed cost. */
+typedef struct {
+    double grad, gather, optimizer, fixed;
+    int grad_across, gather_across;
+} StepCollectives;
+
+static char *step_collectives(const Cluster *cl, const MemoryModelInput *in, int P, int micro, StepCollectives *out) {
+    memset(out, 0, sizeof *out);
+    const LlamaConfig *c = &in->model;
+    double E, Lu, T;
+    memory_model_unit_sizes(c, &E, &Lu, &T);
+    const double Psi = E + c->num_hidden_layers * Lu + T;
+    const int zero = in->par.zero, group = in->par.zero_group > 0 ? in->par.zero_group : P, G = P / group;
+    const double shard = zero ? Psi / group : Psi;
+    if (cl->device_mem_gbs > 0) out->optimizer = 28.0 * shard / (cl->device_mem_gbs * 1e9);
+    out->fixed = 1e-3 * cl->step_overhead_ms;
+    if (P == 1) return NULL;
+    CollectiveSim cs;
+    SeqErr e;
+    if (zero == 0) {
+        const CollectiveGroups world = {.groups = 1, .size = P, .group_step = 0, .stride = 1};
+        if (simulate_collective(cl, COLLECTIVE_ALLREDUCE, 4 * Psi, 1, &world, &cs, &e)) return xstrdup(e.msg);
+        out->grad = cs.seconds, out->grad_across = cs.across;
+        return NULL;
+    }
+    const CollectiveGroups in_group = {.groups = G, .size = group, .group_step = group, .stride = 1};
+    const CollectiveGroups across = {.groups = group, .size = G, .group_step = 1, .stride = group};
+    /* ZeRO-2/3 reduce-scatter every micro-batch, layer by layer (and the embedding and the tail) */
+    const double reps = zero >= 2 ? micro : 1, calls = zero >= 2 ? c->num_hidden_layers + 2 : 1;
+    if (simulate_collective(cl, COLLECTIVE_REDUCE_SCATTER, reps * 4 * Psi, reps * calls, &in_group, &cs, &e))
+        return xstrdup(e.msg);
+    out->grad = cs.seconds, out->grad_across = cs.across;
+    if (simulate_collective(cl, COLLECTIVE_ALLREDUCE, 4 * shard, 1, &across, &cs, &e)) return xstrdup(e.msg);
+    out->grad += cs.seconds, out->grad_across |= cs.across;
+    if (simulate_collective(cl, COLLECTIVE_ALLREDUCE, 8, 1, &in_group, &cs, &e)) return xstrdup(e.msg); /* the norm */
+    out->grad += cs.seconds;
+    /* the updated shards to every member after the step; ZeRO-3: every layer gathered twice a
+     * micro-batch (forward and backward), the embedding and the tail once */
+    const double gathered = zero <= 2 ? 4 * Psi : micro * 4 * (2 * Psi - E - T);
+    const double gathers = zero <= 2 ? 1 : micro * (2.0 * c->num_hidden_layers + 2);
+    if (simulate_collective(cl, COLLECTIVE_ALLGATHER, gathered, gathers, &in_group, &cs, &e)) return xstrdup(e.msg);
+    out->gather = cs.seconds, out->gather_across = cs.across;
+    return NULL;
+}
+
+/* How many replicas share nodes with the first (the node size over its greatest common divisor with
+ * the replica's ranks), at most dp: those whose attention transfers the simulator plays beside it. */
+static int replicas_sharing(int sp, int rpn, int dp) {
+    int a = sp, b = rpn;
+    while (b) {
+        const int t = a % b;
+        a = b, b = t;
+    }
+    const int r = rpn / a;
+    return r < dp ? r : dp;
 }
 
 /* ---------------------------------------------------------------- the step */
@@ -405,18 +476,21 @@ static char *evaluate(const MemoryModelInput *in0, const PlanCluster *cl, SimCac
     const SimAttn *played[2] = {NULL, NULL};
     StrategyParams sprm;
     strategy_params_of(&in, m, &sprm);
-    if (cl->sim && (sp > 1 || s->own)) {
-        played[0] = sim_attention(cache, s, &sprm, cl->sim, &err);
+    StepCollectives col = {0};
+    if (cl->sim) err = step_collectives(cl->sim, &in, cl->ranks, micro, &col);
+    if (cl->sim && !err && (sp > 1 || s->own)) {
+        const int reps = replicas_sharing(sp, cl->sim->ranks_per_node, m->dp);
+        played[0] = sim_attention(cache, s, &sprm, reps, cl->sim, &err);
         if (played[0] && windowed) {
             StrategyParams pw = sprm;
             pw.window = c->sliding_window;
-            played[1] = sim_attention(cache, s, &pw, cl->sim, &err);
+            played[1] = sim_attention(cache, s, &pw, reps, cl->sim, &err);
         }
-        if (err) {
-            xfree(pairs);
-            head_split_free(&hs);
-            return err;
-        }
+    }
+    if (err) {
+        xfree(pairs);
+        head_split_free(&hs);
+        return err;
     }
 
     double worst = -1;
@@ -468,16 +542,28 @@ static char *evaluate(const MemoryModelInput *in0, const PlanCluster *cl, SimCac
             const double p2p = link_time(&t, COMM_P2P_INNER, cl) + link_time(&t, COMM_P2P_OUTER, cl);
             exposed += fmax(0, p2p - micro * (t_attn_f + t_attn_b));
         }
-        const double compute = micro * (t_dense + t_attn_f + t_attn_b);
-        const double gr = link_time(&t, COMM_GRAD_REDUCE, cl), pg = link_time(&t, COMM_PARAM_GATHER, cl);
+        const double attn_comm = exposed;
+        const double compute = micro * (t_dense + t_attn_f + t_attn_b) + col.optimizer;
+        /* the gradient reduction and ZeRO's gathers: the cluster's collectives, else each rank's bytes at
+         * the links' rates */
+        const double gr = cl->sim ? col.grad : link_time(&t, COMM_GRAD_REDUCE, cl);
+        const double pg = cl->sim ? col.gather : link_time(&t, COMM_PARAM_GATHER, cl);
         const double backward = micro * (t_attn_b + t_dense * 2.0 / 3.0);
-        exposed += in.par.zero >= 2 ? fmax(0, gr - backward) : gr;
-        exposed += in.par.zero == 3 ? fmax(0, pg - compute) : pg;
-        const double step = compute + exposed;
+        const double gr_x = in.par.zero >= 2 ? fmax(0, gr - backward) : gr;
+        const double pg_x = in.par.zero == 3 ? fmax(0, pg - compute) : pg;
+        exposed += gr_x + pg_x;
+        const double step = compute + exposed + col.fixed;
         if (step > worst) {
             worst = step;
             e->t_compute = compute;
             e->t_exposed = exposed;
+            e->terms = (PlanTerms){.gemm = micro * t_dense, .attention = micro * (t_attn_f + t_attn_b),
+                                   .attn_comm = attn_comm, .grad = gr_x, .gather = pg_x,
+                                   .grad_across = col.grad_across, .gather_across = col.gather_across,
+                                   .optimizer = col.optimizer, .fixed = col.fixed};
+            static const int attn_kinds[] = {COMM_ALLTOALL, COMM_P2P_INNER, COMM_P2P_OUTER, COMM_TEAM};
+            for (size_t k = 0; k < ARRAY_LEN(attn_kinds); k++)
+                e->terms.attn_intra += t.intra[attn_kinds[k]], e->terms.attn_inter += t.inter[attn_kinds[k]];
         }
         double inter = 0, total = 0;
         for (int k = 0; k < COMM_KINDS; k++) inter += t.inter[k], total += t.bytes[k];

@@ -37,9 +37,13 @@ typedef struct {
                                                  the forward's FLOPs, as `seqpar bench attn`) */
     /* Optional: the cluster (nodes, ports, NICs, attention rates by block shape) on which the step
      * simulator (simulate.h) plays each configuration's attention schedule, forward and backward,
-     * every rank of the job's first replica; its times then replace the attention FLOPs at the
-     * rates above and the attention traffic's link times (the head exchange, the rings, the team
-     * collectives). NULL: the formulas above. */
+     * every rank of the job's first replica and of the replicas that share its nodes; its times
+     * then replace the attention FLOPs at the rates above and the attention traffic's link times
+     * (the head exchange, the rings, the team collectives). The gradient reduction and ZeRO's
+     * reduce-scatters and gathers are then the cluster's collectives (simulate_collective: NCCL's
+     * ring, a node's NICs shared by the rings crossing it), and the optimizer step (its memory
+     * pass at device_mem_gbs) and the cluster's fixed cost a step are added. NULL: the formulas
+     * above. */
     const Cluster *sim;
 } PlanCluster;
 
@@ -51,6 +55,18 @@ typedef struct {
 typedef struct {
     double bytes[COMM_KINDS], intra[COMM_KINDS], inter[COMM_KINDS], msgs[COMM_KINDS];
 } PlanTraffic;
+
+/* What the slowest rank's step is made of (seconds), for `seqpar plan --explain`: compute, the
+ * communication left exposed by kind (with the bytes the attention sends by link and whether the
+ * collectives cross nodes), and the fixed terms. */
+typedef struct {
+    double gemm, attention;          /* compute: the linear layers (recomputation included), attention */
+    double attn_comm;                /* attention's exposed communication: the head exchange, rings, teams */
+    double attn_intra, attn_inter;   /* attention's bytes a step, inside the node / across nodes */
+    double grad, gather;             /* exposed: the gradient reduction (and data-parallel sync), ZeRO's gathers */
+    int grad_across, gather_across;  /* those rings cross nodes (the cluster's collectives only) */
+    double optimizer, fixed;         /* the optimizer step's pass over memory, the cluster's fixed cost */
+} PlanTerms;
 
 /* One configuration and its prediction. */
 typedef struct {
@@ -64,6 +80,7 @@ typedef struct {
     double tokens_per_s;
     double inter_bytes;   /* the most bytes a rank sends to other nodes per step */
     double total_bytes;   /* the most bytes a rank sends per step */
+    PlanTerms terms;      /* t_step's parts, the slowest rank's */
 } PlanEntry;
 
 /* The traffic of world rank w in one step of `in` (in->par resolved: memory_model_estimate's
@@ -93,6 +110,11 @@ typedef struct {
  * gets the first refused configuration's reason. NULL or a one-line message. */
 char *plan_search(const MemoryModelInput *base, const PlanFixed *fixed, const PlanCluster *c, PlanEntry **out,
                   int *n, int *invalid, char **refusal);
+
+/* Why `e` ranks where it does against `other` (the next; NULL: alone), in a few lines into buf:
+ * its step's parts, the term that differs most and by how much, and the tie rule where the two are
+ * within 1% of each other. */
+void plan_explain(const PlanEntry *e, const PlanEntry *other, char *buf, size_t n);
 
 /* "--strategy ring --cp 8 --checkpoint none --zero 0 ..." for `seqpar train` (every flag that
  * differs from train's defaults). */

@@ -335,6 +335,99 @@ int simulate_schedule(const StepSchedule *sc, const Cluster *c, const int *rank_
     return rc;
 }
 
+int simulate_schedule_replicas(const StepSchedule *sc, int replicas, const Cluster *c, const int *rank_of, int head_dim,
+                               int precision, ScheduleSim *out, SeqErr *e) {
+    if (replicas <= 1) return simulate_schedule(sc, c, rank_of, head_dim, precision, out, e);
+    /* one schedule of replicas x members: each copy's events with its members shifted (the steps,
+     * their names and the pass are shared; the simulator reads the events by their step) */
+    StepSchedule x = *sc;
+    const int M = sc->members;
+    x.members = replicas * M;
+    x.n_compute = replicas * sc->n_compute;
+    x.n_messages = replicas * sc->n_messages;
+    x.compute = xmalloc(sizeof *x.compute * (size_t)(x.n_compute ? x.n_compute : 1));
+    x.messages = xmalloc(sizeof *x.messages * (size_t)(x.n_messages ? x.n_messages : 1));
+    for (int r = 0; r < replicas; r++) {
+        for (int i = 0; i < sc->n_compute; i++) {
+            StepCompute *b = &x.compute[(size_t)r * sc->n_compute + i];
+            *b = sc->compute[i];
+            b->member += r * M;
+        }
+        for (int i = 0; i < sc->n_messages; i++) {
+            StepMessage *m = &x.messages[(size_t)r * sc->n_messages + i];
+            *m = sc->messages[i];
+            m->from += r * M;
+            m->to += r * M;
+        }
+    }
+    const int rc = simulate_schedule(&x, c, rank_of, head_dim, precision, out, e);
+    xfree(x.compute);
+    xfree(x.messages);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- collectives */
+
+int simulate_collective(const Cluster *c, CollectiveKind kind, double bytes, double count, const CollectiveGroups *g,
+                        CollectiveSim *out, SeqErr *e) {
+    memset(out, 0, sizeof *out);
+    if (g->size <= 1 || g->groups < 1 || !(bytes > 0 || count > 0)) return 0;
+    const int ranks = c->nodes * c->ranks_per_node, rpn = c->ranks_per_node;
+    const long last = (long)(g->groups - 1) * g->group_step + (long)(g->size - 1) * g->stride;
+    if (g->group_step < 0 || g->stride < 1 || last >= ranks)
+        return seq_err(e, "a collective of %d groups of %d reaches rank %ld: the cluster has %d ranks (%d nodes x %d): "
+                          "give a larger cluster", g->groups, g->size, last, ranks, c->nodes, rpn);
+    /* per node: the rings over several nodes that cross its NICs, and the members whose ring hops
+     * inside it (they share its medium, where it has one); per group, its nodes and members on each */
+    int *crossing = xcalloc((size_t)c->nodes, sizeof(int)), *inside = xcalloc((size_t)c->nodes, sizeof(int));
+    int *tag = xmalloc(sizeof(int) * (size_t)c->nodes), *on = xcalloc((size_t)c->nodes, sizeof(int));
+    int *list = xmalloc(sizeof(int) * (size_t)c->nodes);
+    const double nic_node = (c->nics_per_node > 0 ? c->nics_per_node : 1) * c->nic_gbs;
+    const double n1 = g->size - 1.0, twice = kind == COLLECTIVE_ALLREDUCE ? 2 : 1;
+    const double volume = twice * n1 / g->size * bytes, hops = twice * n1 * count;
+    for (int pass = 0; pass < 2; pass++) { /* 0: the nodes' shares; 1: each ring's time */
+        for (int n = 0; n < c->nodes; n++) tag[n] = -1;
+        for (int k = 0; k < g->groups; k++) {
+            int nodes = 0;
+            for (int i = 0; i < g->size; i++) {
+                const int n = cluster_node_of(c, (int)(k * g->group_step + i * g->stride));
+                if (tag[n] != k) tag[n] = k, on[n] = 0, list[nodes++] = n;
+                on[n]++;
+            }
+            const int across = nodes > 1;
+            double gbs = INFINITY;
+            for (int j = 0; j < nodes; j++) {
+                const int n = list[j];
+                if (pass == 0) {
+                    if (on[n] > 1) inside[n] += on[n];
+                    if (across) crossing[n]++;
+                    continue;
+                }
+                if (on[n] > 1) { /* hops inside the node: each member's port, its pair, the medium's share */
+                    gbs = fmin(gbs, c->intra_gbs);
+                    if (c->intra_peer_gbs > 0) gbs = fmin(gbs, c->intra_peer_gbs);
+                    if (c->intra_node_gbs > 0) gbs = fmin(gbs, c->intra_node_gbs / inside[n]);
+                }
+                if (across) gbs = fmin(gbs, nic_node / crossing[n]);
+            }
+            if (pass == 0) continue;
+            const double lat = 1e-6 * (across ? c->nic_latency_us : c->intra_latency_us);
+            const double t = volume / (gbs * 1e9) + hops * lat;
+            if (t > out->seconds) {
+                out->seconds = t;
+                out->gbs = gbs;
+                out->across = across;
+            }
+        }
+    }
+    xfree(crossing);
+    xfree(inside);
+    xfree(tag);
+    xfree(on);
+    xfree(list);
+    return 0;
+}
+
 void schedule_sim_free(ScheduleSim *s) {
     xfree(s->m);
     s->m = NULL;

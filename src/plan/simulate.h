@@ -9,7 +9,8 @@
  * same time, max-min fairly: a transfer between nodes goes through the sender's NIC and the
  * receiver's NIC (rank i of a node uses NIC i * nics / ranks_per_node), one inside a node through
  * the two ranks' ports and, where the node has one, its shared medium. Nothing else (no MPI
- * protocol, no GEMMs: the schedule is one layer's attention). */
+ * protocol, no GEMMs: the schedule is one layer's attention). simulate_collective times the
+ * collectives outside attention the same cluster carries. */
 #ifndef SEQPAR_SIMULATE_H
 #define SEQPAR_SIMULATE_H
 
@@ -39,6 +40,37 @@ typedef struct {
  * cluster, a schedule that cannot finish). Free out with schedule_sim_free. */
 int simulate_schedule(const StepSchedule *sc, const Cluster *c, const int *rank_of, int head_dim, int precision,
                       ScheduleSim *out, SeqErr *e);
+/* The same with `replicas` copies of sc played at once (the data-parallel replicas that share nodes
+ * with the first: their transfers share its NICs and media): copy r's member i on world rank
+ * rank_of[r * sc->members + i]; out has replicas x members members in that order. */
+int simulate_schedule_replicas(const StepSchedule *sc, int replicas, const Cluster *c, const int *rank_of, int head_dim,
+                               int precision, ScheduleSim *out, SeqErr *e);
 void schedule_sim_free(ScheduleSim *s);
+
+/* Collectives as NCCL's ring algorithm plays them on the cluster, for the parts of a step outside
+ * attention (the gradient reduction, ZeRO's reduce-scatters and gathers). A group's ring visits each
+ * of its nodes once (NCCL orders the ring by topology), so every byte crosses each node boundary of
+ * the ring once per direction, over all of the node's NICs (one channel a NIC), whichever of its
+ * ranks are members. Each member sends (n - 1) / n of the buffer (an all-gather's output, a
+ * reduce-scatter's input; twice for an all-reduce) at the ring's bandwidth: the slowest of its
+ * hops, that is a rank's port inside a node (intra_gbs; the shared medium's share where the node has
+ * one) and, for a ring over several nodes, each node's NICs divided among the concurrent rings that
+ * cross that node. Each collective pays (n - 1) hops of latency (2 (n - 1) for an all-reduce), the
+ * NIC's where the ring crosses nodes. Concurrent groups: member i of group g is world rank
+ * g * group_step + i * stride. */
+typedef enum { COLLECTIVE_ALLGATHER, COLLECTIVE_REDUCE_SCATTER, COLLECTIVE_ALLREDUCE } CollectiveKind;
+typedef struct {
+    int groups, size;
+    long group_step, stride;
+} CollectiveGroups;
+typedef struct {
+    double seconds;    /* the slowest group's */
+    double gbs;        /* that ring's bandwidth, GB/s a member */
+    int across;        /* that ring crosses nodes */
+} CollectiveSim;
+/* `bytes` of one member's buffer in `count` collectives one after another (their latencies add up,
+ * their bytes share the bandwidth term). 0, or -1 with one line (a member outside the cluster). */
+int simulate_collective(const Cluster *c, CollectiveKind kind, double bytes, double count, const CollectiveGroups *g,
+                        CollectiveSim *out, SeqErr *e);
 
 #endif
