@@ -363,6 +363,17 @@ done
 if printf '%s' "$simplan" | grep -q "^attention: each configuration's schedule played on two toy nodes by the step simulator" &&
     awk -v p="$pexp" -v w="$waits" 'BEGIN { exit !(p != "" && w > 5 && p >= w && p <= w + 2) }'; then ok; else
     bad "plan --cluster: exposed ${pexp} ms, the simulated schedule's waits ${waits} ms: $(printf '%s' "$simplan" | tail -n 3)"; fi
+# --explain: the best's and the next's step in parts that add up (compute = GEMMs + attention +
+# optimizer; step = compute + exposed) and the term that decided; --explain is not a train flag in
+# the best line. The ring of 8 on 2 nodes against 2D-Attention's 2 x 4: plan names the larger term.
+ex=$(timeout 60 "$SEQPAR" plan --cluster "$C2" $RING --cp 8 --checkpoint none --zero 0 --top 2 --gemm-gflops 50 --explain 2>&1)
+sums=$(printf '%s\n' "$ex" | awk '$1 == "step" { split("", v); gsub(/[(),:;]/, " "); k = split($0, w, " ")
+    for (i = 1; i < k; i++) if (!(w[i] in v)) v[w[i]] = w[i + 1]
+    c = v["compute"]; g = v["GEMMs"]; a = v["attention"]; o = v["optimizer"]; x = v["exposed"]; s = v["step"]
+    if (c > 0 && (g + a + o - c) ^ 2 < (0.002 * c) ^ 2 && (c + x - s) ^ 2 < (0.002 * s) ^ 2) n++ } END { print n + 0 }')
+if [ "$sums" = 2 ] && printf '%s\n' "$ex" | grep -q "^#1 against #2: .*\(decided by\|within 1%\)" &&
+    ! printf '%s\n' "$ex" | grep '^best' | grep -q -- --explain; then ok; else
+    bad "plan --explain: $sums of 2 steps add up: $(printf '%s\n' "$ex" | tail -n 6)"; fi
 # a knob or stage given is planned as train takes it, also outside the values the search tries by
 # itself: FPDT's --chunks 48 (the search tries powers of two), --zero 3 on one rank (the search
 # shards nothing there); both found nothing to run

@@ -69,6 +69,8 @@ static const char HELP[] =
     "                        --stats' prints them ('bytes rank r: ...', exact; 'rank r: ...', MB\n"
     "                        with the split to peers on the node and on other nodes); --stats\n"
     "                        counts the whole run: one step on token data (no evaluation) equals it\n"
+    "  --explain             why the best comes first: its step's parts (compute, exposed communication\n"
+    "                        by kind and link, memory) and the next's, and the term that decided\n"
     "  --help                this text\n";
 
 /* seqpar plan --clusters: each preset's name, nodes x ranks and line (rank 0 prints). */
@@ -108,7 +110,7 @@ int cmd_plan(int argc, char **argv, const char *program) {
     if (mpi) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--clusters")) return list_clusters(rank);
-    int top = 10, traffic = 0, profile_top = 3;
+    int top = 10, traffic = 0, explain = 0, profile_top = 3;
     long profile_steps = 0;
     const char *v;
     if ((v = take_flag(&argc, argv, "plan", "--top"))) top = (int)parse_long("plan", "top", v, 1, 1 << 20);
@@ -119,11 +121,11 @@ int cmd_plan(int argc, char **argv, const char *program) {
         die_collective("seqpar plan: --profile-top %d names how many configurations --profile K times: give --profile "
                        "K too (K steps each)", profile_top);
     for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--traffic")) {
-            traffic = 1;
+        if (!strcmp(argv[i], "--traffic") || !strcmp(argv[i], "--explain")) {
+            *(argv[i][2] == 't' ? &traffic : &explain) = 1;
             for (int j = i; j + 1 < argc; j++) argv[j] = argv[j + 1];
             argc--;
-            break;
+            i--;
         }
     PlanSetup *ps = xmalloc(sizeof *ps);
     plan_setup(&argc, argv, "seqpar plan", ps);
@@ -219,6 +221,11 @@ int cmd_plan(int argc, char **argv, const char *program) {
         if (plan_setup_command(ps, best, argc, argv, program, launch, sizeof launch, flags, sizeof flags) != 0)
             die("seqpar plan: %s", launch);
         printf("best: %s %s\n", launch, flags);
+    }
+    if (explain) { /* which term put the best first, against the next */
+        char why[2048];
+        plan_explain(&list[0], n > 1 ? &list[1] : NULL, why, sizeof why);
+        fputs(why, stdout);
     }
     if (traffic) {
         MemoryModelInput in = base;

@@ -761,6 +761,88 @@ char *plan_search(const MemoryModelInput *base, const PlanFixed *f, const PlanCl
     return NULL;
 }
 
+/* ---------------------------------------------------------------- explain */
+
+/* The terms of a step, named, in the order plan_explain lists them. */
+#define EXPLAIN_TERMS 7
+static void explain_terms(const PlanTerms *t, double v[EXPLAIN_TERMS], const char *name[EXPLAIN_TERMS]) {
+    static const char *const names[EXPLAIN_TERMS] = {
+        "the GEMMs (recomputation included)", "attention's blocks", "attention's exposed messages",
+        "the gradient reduction", "ZeRO's gathers", "the optimizer step", "the fixed cost"};
+    const double x[EXPLAIN_TERMS] = {t->gemm, t->attention, t->attn_comm, t->grad, t->gather, t->optimizer, t->fixed};
+    for (int i = 0; i < EXPLAIN_TERMS; i++) v[i] = x[i], name[i] = names[i];
+}
+
+/* One line: the step and its parts. */
+static int explain_line(const PlanEntry *e, const char *label, char *buf, size_t n) {
+    const PlanTerms *t = &e->terms;
+    char flags[512];
+    plan_flags(e, flags, sizeof flags);
+    char fixed[48] = "";
+    if (t->fixed > 0) snprintf(fixed, sizeof fixed, " + fixed %.4g", t->fixed);
+    return snprintf(buf, n,
+                    "%s %s\n    step %.4g s = compute %.4g (GEMMs %.4g, attention %.4g, optimizer %.3g) + exposed %.4g "
+                    "(attention's messages %.4g: %.0f MB a step in the node, %.0f MB across; gradient reduction %.4g%s; "
+                    "ZeRO's gathers %.4g%s)%s; %.0f MiB a rank\n",
+                    label, flags, e->t_step, e->t_compute, t->gemm, t->attention, t->optimizer, e->t_exposed, t->attn_comm,
+                    t->attn_intra / 1e6, t->attn_inter / 1e6, t->grad, t->grad_across ? " across nodes" : "", t->gather,
+                    t->gather_across ? " across nodes" : "", fixed, e->ram / 1048576.0);
+}
+
+void plan_explain(const PlanEntry *e, const PlanEntry *other, char *buf, size_t n) {
+    size_t len = 0;
+#define PUT(call)                                                                                                      \
+    do {                                                                                                               \
+        const int w_ = (call);                                                                                         \
+        if (w_ > 0) len = len + (size_t)w_ < n ? len + (size_t)w_ : (n ? n - 1 : 0);                                   \
+    } while (0)
+    if (n) buf[0] = 0;
+    PUT(explain_line(e, "#1:", buf + len, n - len));
+    if (!other) {
+        PUT(snprintf(buf + len, n - len, "#1 is the only configuration that runs\n"));
+        return;
+    }
+    PUT(explain_line(other, "#2:", buf + len, n - len));
+    if (!other->fits || !e->fits) {
+        PUT(snprintf(buf + len, n - len, "#2 %s: memory decided (%.0f MiB a rank against %.0f)\n",
+                     other->fits ? "fits too" : "does not fit", other->ram / 1048576.0, e->ram / 1048576.0));
+        if (!other->fits) return;
+    }
+    double a[EXPLAIN_TERMS], b[EXPLAIN_TERMS];
+    const char *name[EXPLAIN_TERMS];
+    explain_terms(&e->terms, a, name);
+    explain_terms(&other->terms, b, name);
+    int first = -1, second = -1; /* the terms where #1 gains most over #2 */
+    for (int i = 0; i < EXPLAIN_TERMS; i++) {
+        const double d = b[i] - a[i];
+        if (first < 0 || d > b[first] - a[first]) second = first, first = i;
+        else if (second < 0 || d > b[second] - a[second]) second = i;
+    }
+    double worst = 0; /* and where it loses most */
+    int lost = -1;
+    for (int i = 0; i < EXPLAIN_TERMS; i++)
+        if (a[i] - b[i] > worst && a[i] - b[i] > 1e-3 * e->t_step) worst = a[i] - b[i], lost = i;
+    const double faster = other->t_step > 0 ? 100 * (other->t_step - e->t_step) / other->t_step : 0;
+    if (e->tokens_per_s <= other->tokens_per_s * (1 + PLAN_TIE)) {
+        const char *why = e->par.zero != other->par.zero ? "the lower ZeRO stage"
+                          : e->checkpoint != other->checkpoint ? "less recomputation"
+                          : e->inter_bytes != other->inter_bytes ? "fewer bytes across nodes"
+                                                                 : "the faster, then less RAM";
+        PUT(snprintf(buf + len, n - len,
+                     "#1 against #2: %.2f%% %s, within 1%%: the simpler configuration first, decided by %s "
+                     "(%.0f against %.0f MB across nodes a step)\n",
+                     fabs(faster), faster >= 0 ? "faster" : "slower", why, e->inter_bytes / 1e6, other->inter_bytes / 1e6));
+        return;
+    }
+    PUT(snprintf(buf + len, n - len, "#1 against #2: %.2f%% faster (%.4g s a step less): decided by %s (%.4g s less)",
+                 faster, other->t_step - e->t_step, name[first], b[first] - a[first]));
+    if (second >= 0 && b[second] - a[second] > 0)
+        PUT(snprintf(buf + len, n - len, ", then %s (%.4g s less)", name[second], b[second] - a[second]));
+    if (lost >= 0) PUT(snprintf(buf + len, n - len, "; against it: %s (%.4g s more)", name[lost], worst));
+    PUT(snprintf(buf + len, n - len, "\n"));
+#undef PUT
+}
+
 void plan_flags(const PlanEntry *e, char *buf, size_t n) {
     const ParallelConfig *p = &e->par;
     int len = snprintf(buf, n, "--strategy %s", p->strategy);
