@@ -363,7 +363,50 @@ static void test_replicas(void) {
     schedule_free(&sc);
 }
 
+/* The simulated trace (sim_trace_write, train --trace's format): the ring of 4 on two nodes; each
+ * rank's blocks and waits in the trace add up to what the simulator reports, and the file holds one
+ * named thread a rank and one event a block step and a wait. */
+static void test_trace(void) {
+    const Strategy *ring = strategy_find("ring");
+    StrategyParams p = {.hp = 1, .cp = 4, .layout = LAYOUT_ZIGZAG, .seq_len = 4096, .n_heads = 8, .n_kv_heads = 8,
+                        .head_dim = 64};
+    StepSchedule sc;
+    strategy_play(ring, &p, PASS_FORWARD, &sc);
+    Cluster c = two_nodes(1);
+    const int ranks[4] = {0, 1, 2, 3};
+    ScheduleSim out;
+    SimTrace tr;
+    SeqErr e;
+    CHECK(simulate_schedule_trace(&sc, &c, ranks, 64, PRECISION_FP32, &tr, &out, &e) == 0, "traced: %s", e.msg);
+    double blocks[4] = {0}, waits[4] = {0};
+    for (int i = 0; i < tr.n; i++) *(tr.ev[i].wait ? &waits[tr.ev[i].member] : &blocks[tr.ev[i].member]) += tr.ev[i].t1 - tr.ev[i].t0;
+    for (int m = 0; m < 4; m++)
+        CHECK(near(blocks[m], out.m[m].compute_s) && near(waits[m], out.m[m].wait_s),
+              "rank %d: traced blocks %.9g / waits %.9g s, simulated %.9g / %.9g", m, blocks[m], waits[m],
+              out.m[m].compute_s, out.m[m].wait_s);
+    char path[] = "/tmp/test_simulate_trace.XXXXXX";
+    const int fd = mkstemp(path);
+    if (fd >= 0) close(fd);
+    CHECK(sim_trace_write(&tr, ranks, 4, path, &e) == 0, "trace written: %s", e.msg);
+    FILE *f = fopen(path, "r");
+    char text[1 << 16] = "";
+    const size_t got = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    text[got] = 0;
+    if (f) fclose(f);
+    int x = 0, named = 0;
+    for (const char *q = text; (q = strstr(q, "\"ph\":\"X\"")); q++) x++;
+    for (const char *q = text; (q = strstr(q, "\"thread_name\"")); q++) named++;
+    CHECK(!strncmp(text, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", 38) && x == tr.n && named == 4 &&
+              strstr(text, "\"args\":{\"name\":\"rank 3\"}"),
+          "the trace file: %d events of %d, %d ranks named", x, tr.n, named);
+    unlink(path);
+    sim_trace_free(&tr);
+    schedule_sim_free(&out);
+    schedule_free(&sc);
+}
+
 int main(void) {
+    test_trace();
     test_collectives();
     test_replicas();
     test_peer_links();

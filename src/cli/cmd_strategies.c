@@ -46,12 +46,15 @@ static const char HELP[] =
     "                 lists them) or a JSON cluster file (docs/planner.md; the group's ranks on the\n"
     "                 cluster's first ranks in --placement's order), and print each rank's simulated\n"
     "                 time: its blocks, its exposed wait, its end\n"
+    "  --trace FILE     with --cluster: the simulated layer as a Chrome trace (train --trace's format:\n"
+    "                 each rank's blocks by step and its exposed waits), to open beside a measured one\n"
     CLUSTER_OVERRIDE_HELP;
 
 /* One line a step: its blocks (count, the most cells one member computes), its messages (count, the
  * most bytes one member sends, the last step by which one must arrive); then each member's totals
  * against strategy_volume. */
-static void print_schedule(const Strategy *s, const StrategyParams *p, SchedulePass pass, const Cluster *cl) {
+static void print_schedule(const Strategy *s, const StrategyParams *p, SchedulePass pass, const Cluster *cl,
+                           const char *trace_path) {
     StepSchedule sc;
     strategy_play(s, p, pass, &sc);
     char knobs[96] = "";
@@ -106,9 +109,14 @@ static void print_schedule(const Strategy *s, const StrategyParams *p, ScheduleP
         for (int m = 0; m < sc.members; m++) /* member c hp + h on its world rank under the placement */
             rank_of[m] = placement_world_rank(p->placement, p->hp, p->cp, 0, m % p->hp, m / p->hp);
         ScheduleSim sim;
+        SimTrace trace;
         SeqErr e;
-        if (simulate_schedule(&sc, cl, rank_of, p->head_dim, p->wire_bf16 ? PRECISION_BF16 : PRECISION_FP32, &sim, &e) != 0)
+        if (simulate_schedule_trace(&sc, cl, rank_of, p->head_dim, p->wire_bf16 ? PRECISION_BF16 : PRECISION_FP32, &trace,
+                                    &sim, &e) != 0)
             die_collective("seqpar strategies: %s", e.msg);
+        if (trace_path && sim_trace_write(&trace, rank_of, sc.members, trace_path, &e) != 0)
+            die_collective("seqpar strategies: --trace %s: %s", trace_path, e.msg);
+        sim_trace_free(&trace);
         printf("\nsimulated on %s (%d nodes x %d ranks, %d NIC%s of %g GB/s a node):\n", cl->name, cl->nodes,
                cl->ranks_per_node, cl->nics_per_node, cl->nics_per_node == 1 ? "" : "s", cl->nic_gbs);
         printf("%6s %6s %12s %12s %12s %14s %14s\n", "rank", "node", "blocks ms", "wait ms", "end ms", "intra MiB",
@@ -132,7 +140,7 @@ int cmd_strategies(int argc, char **argv) {
     int P = 0, H = 8, K = 0, d = 64, precision = PRECISION_FP32, names = 0;
     int hp_given = 0, cp_given = 0, window = 0, backward = 0, layout = -1, placement = -1;
     KnobValues knobs = {0}; /* the strategies' own flags (--team, --ring-inner, --chunks, ...) */
-    const char *schedule = NULL, *cluster = NULL;
+    const char *schedule = NULL, *cluster = NULL, *trace = NULL;
     long S = 16384;
     static const struct option opts[] = {
         {"ranks", required_argument, 0, 'P'}, {"seq-len", required_argument, 0, 'S'},
@@ -143,7 +151,7 @@ int cmd_strategies(int argc, char **argv) {
         {"cp", required_argument, 0, 'c'}, {"layout", required_argument, 0, 'L'},
         {"placement", required_argument, 0, 'o'},
         {"window", required_argument, 0, 'w'}, {"backward", no_argument, 0, 'b'},
-        {"cluster", required_argument, 0, 'X'},
+        {"cluster", required_argument, 0, 'X'}, {"trace", required_argument, 0, 'T'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     ClusterOverrides over;
     SeqErr ce;
@@ -172,6 +180,7 @@ int cmd_strategies(int argc, char **argv) {
         case 'w': window = (int)parse_long(cmd, "window", optarg, 1, 1 << 30); break;
         case 'b': backward = 1; break;
         case 'X': cluster = optarg; break;
+        case 'T': trace = optarg; break;
         case 'h': {
             char knobs_help[2048];
             strategy_flags_help(knobs_help, sizeof knobs_help);
@@ -185,6 +194,9 @@ int cmd_strategies(int argc, char **argv) {
     if (over.n && !cluster)
         die_collective("seqpar %s: a cluster override (%s) needs --cluster NAME|FILE: give the cluster it changes", cmd,
                        over.flag[0]);
+    if (trace && !cluster)
+        die_collective("seqpar %s: --trace needs --schedule NAME and --cluster NAME|FILE: the trace is of the simulated "
+                       "schedule", cmd);
     if (!K) K = H;
     if (schedule) {
         if (!P) die_collective("seqpar %s: --schedule needs --ranks P (the ranks of the sequence-parallel group)", cmd);
@@ -217,7 +229,7 @@ int cmd_strategies(int argc, char **argv) {
         Cluster cl;
         if (cluster && (cluster_resolve(cluster, &cl, &ce) != 0 || cluster_apply_overrides(&cl, &over, &ce) != 0))
             die_collective("seqpar %s: %s", cmd, ce.msg);
-        print_schedule(s, &p, backward ? PASS_BACKWARD : PASS_FORWARD, cluster ? &cl : NULL);
+        print_schedule(s, &p, backward ? PASS_BACKWARD : PASS_FORWARD, cluster ? &cl : NULL, trace);
         return 0;
     }
     if (names) {

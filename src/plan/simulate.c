@@ -2,7 +2,10 @@
 #include "plan/simulate.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
+
+#include "io/atomic_file.h"
 
 /* A transfer: one message of the schedule. */
 typedef struct {
@@ -32,6 +35,8 @@ typedef struct {
     double *step_compute;     /* (members x steps) seconds of blocks */
     int *pending;             /* (members x steps) transfers not done that the member waits for at that step */
     int *waits;               /* per member: those of its current and earlier steps */
+    double *step_begin;       /* per member: when it began its current step */
+    SimTrace *trace;          /* NULL, or where each member's blocks and waits go */
 } Sim;
 
 /* Resources: NIC egress and ingress of every (node, NIC), each rank's intra-node port out and in,
@@ -148,6 +153,7 @@ static void post(Sim *s, int m, int k, int after, double t) {
 
 static void begin(Sim *s, int m, double t) {
     const int k = s->step[m];
+    s->step_begin[m] = t;
     s->compute_end[m] = t + s->step_compute[(size_t)m * s->sc->n_steps + k];
     post(s, m, k, 0, t);
     if (s->compute_end[m] <= t) post(s, m, k, 1, t);
@@ -166,15 +172,27 @@ static void flow_done(Sim *s, const Flow *f) {
     }
 }
 
-int simulate_schedule(const StepSchedule *sc, const Cluster *c, const int *rank_of, int head_dim, int precision, ScheduleSim *out,
-                      SeqErr *e) {
+static void trace_add(SimTrace *tr, int member, const char *name, int wait, double t0, double t1) {
+    if (!tr || !(t1 > t0)) return;
+    if (tr->n == tr->cap) {
+        tr->cap = tr->cap ? 2 * tr->cap : 256;
+        SimEvent *v = xmalloc(sizeof *v * (size_t)tr->cap);
+        if (tr->n) memcpy(v, tr->ev, sizeof *v * (size_t)tr->n);
+        xfree(tr->ev);
+        tr->ev = v;
+    }
+    tr->ev[tr->n++] = (SimEvent){.member = member, .name = name, .wait = wait, .t0 = t0, .t1 = t1};
+}
+
+static int play(const StepSchedule *sc, const Cluster *c, const int *rank_of, int head_dim, int precision,
+                SimTrace *trace, ScheduleSim *out, SeqErr *e) {
     memset(out, 0, sizeof *out);
     const int M = sc->members, K = sc->n_steps, ranks = c->nodes * c->ranks_per_node;
     for (int m = 0; m < M; m++)
         if (rank_of[m] < 0 || rank_of[m] >= ranks)
             return seq_err(e, "member %d on rank %d: the cluster has %d ranks (%d nodes x %d): give a larger cluster",
                            m, rank_of[m], ranks, c->nodes, c->ranks_per_node);
-    Sim s = {.sc = sc, .c = c, .rank_of = rank_of, .n_flows = sc->n_messages};
+    Sim s = {.sc = sc, .c = c, .rank_of = rank_of, .n_flows = sc->n_messages, .trace = trace};
     const int nics = c->nodes * (c->nics_per_node > 0 ? c->nics_per_node : 1);
     s.n_res = 2 * nics + 2 * ranks + c->nodes + (c->intra_peer_gbs > 0 ? ranks * c->ranks_per_node : 0);
     s.cap = xcalloc((size_t)s.n_res, sizeof *s.cap);
@@ -218,6 +236,7 @@ int simulate_schedule(const StepSchedule *sc, const Cluster *c, const int *rank_
     s.step_compute = xcalloc((size_t)M * (size_t)(K ? K : 1), sizeof *s.step_compute);
     s.pending = xcalloc((size_t)M * (size_t)(K ? K : 1), sizeof *s.pending);
     s.waits = xcalloc((size_t)M, sizeof *s.waits);
+    s.step_begin = xcalloc((size_t)M, sizeof *s.step_begin);
     for (int i = 0; i < sc->n_messages; i++) {
         const Flow *f = &s.f[i];
         s.pending[(size_t)f->from * K + f->due]++;
@@ -260,6 +279,8 @@ int simulate_schedule(const StepSchedule *sc, const Cluster *c, const int *rank_
             for (int m = 0; m < M; m++) {
                 if (s.finished[m] || !may_end(&s, m, now)) continue;
                 out->m[m].wait_s += now - s.compute_end[m];
+                trace_add(s.trace, m, sc->steps[s.step[m]].what, 0, s.step_begin[m], s.compute_end[m]);
+                trace_add(s.trace, m, "wait", 1, s.compute_end[m], now);
                 changed = 1;
                 if (++s.step[m] < K) s.waits[m] += s.pending[(size_t)m * K + s.step[m]];
                 if (s.step[m] == K) {
@@ -331,8 +352,62 @@ int simulate_schedule(const StepSchedule *sc, const Cluster *c, const int *rank_
     xfree(s.step_compute);
     xfree(s.pending);
     xfree(s.waits);
+    xfree(s.step_begin);
     if (rc) schedule_sim_free(out);
     return rc;
+}
+
+int simulate_schedule(const StepSchedule *sc, const Cluster *c, const int *rank_of, int head_dim, int precision, ScheduleSim *out,
+                      SeqErr *e) {
+    return play(sc, c, rank_of, head_dim, precision, NULL, out, e);
+}
+
+int simulate_schedule_trace(const StepSchedule *sc, const Cluster *c, const int *rank_of, int head_dim, int precision,
+                            SimTrace *trace, ScheduleSim *out, SeqErr *e) {
+    memset(trace, 0, sizeof *trace);
+    const int rc = play(sc, c, rank_of, head_dim, precision, trace, out, e);
+    if (rc) sim_trace_free(trace);
+    return rc;
+}
+
+/* A JSON string of plain text (the steps' names): quotes and backslashes escaped. */
+static void put_string(AtomicFile *af, const char *text) {
+    atomic_write(af, "\"", 1);
+    for (const char *p = text; *p; p++) {
+        if (*p == '"' || *p == '\\') atomic_write(af, "\\", 1);
+        atomic_write(af, p, 1);
+    }
+    atomic_write(af, "\"", 1);
+}
+
+int sim_trace_write(const SimTrace *trace, const int *rank_of, int members, const char *path, SeqErr *e) {
+    AtomicFile af;
+    if (atomic_open(&af, path, e) != 0) return -1;
+    const char *head = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+    atomic_write(&af, head, strlen(head));
+    char line[256];
+    for (int m = 0; m < members; m++) {
+        const int len = snprintf(line, sizeof line,
+                                 "%s{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":\"rank %d\"}}",
+                                 m ? ",\n" : "", rank_of[m], rank_of[m]);
+        atomic_write(&af, line, (size_t)len);
+    }
+    for (int i = 0; i < trace->n; i++) {
+        const SimEvent *v = &trace->ev[i];
+        atomic_write(&af, ",\n{\"name\":", 10);
+        put_string(&af, v->name);
+        const int len = snprintf(line, sizeof line, ",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":0,\"tid\":%d}",
+                                 v->wait ? "wait" : "compute", 1e6 * v->t0, 1e6 * (v->t1 - v->t0), rank_of[v->member]);
+        atomic_write(&af, line, (size_t)len);
+    }
+    atomic_write(&af, "\n]}\n", 4);
+    return atomic_commit(&af, e);
+}
+
+void sim_trace_free(SimTrace *trace) {
+    xfree(trace->ev);
+    trace->ev = NULL;
+    trace->n = trace->cap = 0;
 }
 
 int simulate_schedule_replicas(const StepSchedule *sc, int replicas, const Cluster *c, const int *rank_of, int head_dim,

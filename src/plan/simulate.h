@@ -47,6 +47,27 @@ int simulate_schedule_replicas(const StepSchedule *sc, int replicas, const Clust
                                int precision, ScheduleSim *out, SeqErr *e);
 void schedule_sim_free(ScheduleSim *s);
 
+/* A simulated trace: each member's blocks (named by their step) and exposed waits, step by step. */
+typedef struct {
+    int member;
+    const char *name;  /* the step's (static) or "wait" */
+    int wait;
+    double t0, t1;     /* seconds */
+} SimEvent;
+typedef struct {
+    SimEvent *ev;
+    int n, cap;
+} SimTrace;
+/* simulate_schedule recording every member's blocks and waits into *trace (free with sim_trace_free). */
+int simulate_schedule_trace(const StepSchedule *sc, const Cluster *c, const int *rank_of, int head_dim, int precision,
+                            SimTrace *trace, ScheduleSim *out, SeqErr *e);
+/* Writes the trace as Chrome trace-event JSON in `seqpar train --trace`'s format (parallel/trace.h:
+ * "X" events of category compute or wait, microseconds, tid the member's world rank rank_of[m],
+ * a "rank r" name each), atomically, so that a simulated and a measured step open side by side: 0,
+ * or -1 with one line. */
+int sim_trace_write(const SimTrace *trace, const int *rank_of, int members, const char *path, SeqErr *e);
+void sim_trace_free(SimTrace *trace);
+
 /* Collectives as NCCL's ring algorithm plays them on the cluster, for the parts of a step outside
  * attention (the gradient reduction, ZeRO's reduce-scatters and gathers). A group's ring visits each
  * of its nodes once (NCCL orders the ring by topology), so every byte crosses each node boundary of
