@@ -78,15 +78,19 @@ static void test_nic_sharing(void) {
     }
 }
 
+/* The ring's forward on 4 ranks, 4096 tokens, 8 heads of 64 (zigzag). */
+static void play_ring4(StepSchedule *sc) {
+    const StrategyParams p = {.hp = 1, .cp = 4, .layout = LAYOUT_ZIGZAG, .seq_len = 4096, .n_heads = 8, .n_kv_heads = 8,
+                              .head_dim = 64};
+    strategy_play(strategy_find("ring"), &p, PASS_FORWARD, sc);
+}
+
 /* The ring of 4 ranks on 2 nodes (ranks 0, 1 | 2, 3): in each of its 3 transfer steps two KV blocks
  * cross between the nodes (1 -> 2, 3 -> 0), each alone on its NIC's direction, and two stay inside;
  * each step ends with the slower, 5 us + b / 10 GB/s. */
 static void test_ring_two_nodes(void) {
-    const Strategy *ring = strategy_find("ring");
-    StrategyParams p = {.hp = 1, .cp = 4, .layout = LAYOUT_ZIGZAG, .seq_len = 4096, .n_heads = 8, .n_kv_heads = 8,
-                        .head_dim = 64};
     StepSchedule sc;
-    strategy_play(ring, &p, PASS_FORWARD, &sc);
+    play_ring4(&sc);
     Cluster c = two_nodes(1);
     const int ident[4] = {0, 1, 2, 3};
     ScheduleSim out;
@@ -367,11 +371,8 @@ static void test_replicas(void) {
  * rank's blocks and waits in the trace add up to what the simulator reports, and the file holds one
  * named thread a rank and one event a block step and a wait. */
 static void test_trace(void) {
-    const Strategy *ring = strategy_find("ring");
-    StrategyParams p = {.hp = 1, .cp = 4, .layout = LAYOUT_ZIGZAG, .seq_len = 4096, .n_heads = 8, .n_kv_heads = 8,
-                        .head_dim = 64};
     StepSchedule sc;
-    strategy_play(ring, &p, PASS_FORWARD, &sc);
+    play_ring4(&sc);
     Cluster c = two_nodes(1);
     const int ranks[4] = {0, 1, 2, 3};
     ScheduleSim out;
