@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <mpi.h>
+#include <omp.h>
 
 #include "core/common.h"
 #include "io/checkpoint.h"
@@ -84,7 +85,9 @@ static PlanSetup *auto_plan(int nrest, char **rest, const TrainOptions *o, const
     const int rpn_mpi = seq_parallel_ranks_on_node(); /* collective: every rank calls it */
     const int rpn = o->par.ranks_per_node > 0 ? o->par.ranks_per_node : o->dry_run && o->dry_ranks ? ranks : rpn_mpi;
     const int thr_default = seq_parallel_default_threads(); /* collective */
-    const int thr = o->par.threads > 0 ? o->par.threads : thr_default;
+    /* a --dry-run --ranks P job: the cores over its ranks per node, as the dry run counts them */
+    const int thr_dry = omp_get_num_procs() / rpn > 1 ? omp_get_num_procs() / rpn : 1;
+    const int thr = o->par.threads > 0 ? o->par.threads : o->dry_run && o->dry_ranks ? thr_dry : thr_default;
     char path[4096];
     *calibrated = rank == 0 && access(cluster_this_machine_path(path, sizeof path), R_OK) == 0;
     MPI_Bcast(calibrated, 1, MPI_INT, 0, MPI_COMM_WORLD);
