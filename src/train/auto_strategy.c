@@ -13,11 +13,12 @@
 #include "io/read_file.h"
 #include "plan/cluster.h"
 #include "plan/planner.h"
-#include "strategies/registry.h"
 #include "train/auto_strategy.h"
 #include "train/cli_common.h"
 #include "train/plan_setup.h"
+#include "train/seq_parallel.h"
 #include "train/train_options.h"
+#include "train/trainer.h"
 
 #define WHO "seqpar train --strategy auto"
 
@@ -32,7 +33,7 @@ int strategy_auto_given(int argc, char **argv) {
     return 0;
 }
 
-/* The configuration a checkpoint recorded (AUTO_RECORD_KEY), "" where it has none: rank 0 reads
+/* The configuration a checkpoint recorded (TRAIN_RECORD_KEY), "" where it has none: rank 0 reads
  * its trainer state, every rank gets the text (xmalloc'd). A state that does not read is left to
  * the run's own refusal of the checkpoint. */
 static char *recorded_config(const char *dir) {
@@ -48,28 +49,13 @@ static char *recorded_config(const char *dir) {
         TrainerState *st = xmalloc(sizeof *st);
         if (read_regular_file(path, "trainer state", 1 << 20, &text, &len, &e) == 0 &&
             trainer_state_parse((const char *)text, len, path, st, &e) == 0) {
-            const char *v = trainer_state_get(st, AUTO_RECORD_KEY);
+            const char *v = trainer_state_get(st, TRAIN_RECORD_KEY);
             if (v) snprintf(found, sizeof found, "%s", v);
         }
         xfree(text);
         xfree(st);
     }
     return plan_bcast_text(found);
-}
-
-/* The train flags of argv (argv[0] the program) but the grid flags (--offload-dir among them where
- * drop_offload), as shell words ("" where none); too long for buf: one line on every rank. */
-static void user_flags(int argc, char **argv, int drop_offload, char *buf, size_t n) {
-    static const char *const chosen[] = {"strategy", "dp",         "hp",         "cp",         "placement",
-                                         "layout",   "zero",       "checkpoint", "ffn-chunks", "offload-dir"};
-    const char *grid[ARRAY_LEN(chosen) + KNOB_SLOTS + 1];
-    size_t ng = 0;
-    for (size_t j = 0; j < ARRAY_LEN(chosen); j++)
-        if (drop_offload || strcmp(chosen[j], "offload-dir") != 0) grid[ng++] = chosen[j];
-    for (int j = 0; j < strategy_knob_count(); j++) grid[ng++] = strategy_knob(j)->name;
-    grid[ng] = NULL;
-    if (train_flags_except(argc, argv, grid, buf, n) != 0)
-        die_collective("%s: the train flags given are over %zu characters: shorten the paths", WHO, n);
 }
 
 /* The planner's search for this job from train's flags (argv without --strategy auto, read as o):
@@ -193,7 +179,8 @@ char **strategy_auto_resolve(int argc, char **argv, const char *program, int *ou
     char *recorded = resume ? recorded_config(resume) : NULL;
     char *line;
     if (recorded && *recorded) {
-        user_flags(nrest, rest, 0, flags, sizeof flags);
+        if (plan_user_flags(nrest, rest, 1, flags, sizeof flags) != 0)
+            die_collective("%s: the train flags given are over %zu characters: shorten the paths", WHO, sizeof flags);
         const size_t k = strlen(flags);
         snprintf(flags + k, sizeof flags - k, "%s%s", k ? " " : "", recorded);
         if (rank == 0) {
@@ -234,16 +221,4 @@ char **strategy_auto_resolve(int argc, char **argv, const char *program, int *ou
     xfree(line);
     xfree(rest);
     return out;
-}
-
-void strategy_auto_record(const SeqParallel *par, int checkpoint, int ffn_chunks, char *buf, size_t n) {
-    PlanEntry e;
-    memset(&e, 0, sizeof e);
-    e.par = par->cfg;
-    e.par.strategy = par->strategy->name;
-    e.par.dp = par->topo.dp, e.par.hp = par->topo.hp, e.par.cp = par->topo.cp;
-    e.par.offload_dir = NULL; /* a path, not a choice: the resume's own --offload-dir */
-    e.checkpoint = checkpoint;
-    e.ffn_chunks = ffn_chunks;
-    plan_flags(&e, buf, n);
 }

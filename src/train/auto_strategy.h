@@ -3,19 +3,12 @@
  * RAM per rank; the cluster `this-machine` where `seqpar calibrate --save` wrote it, else the rates
  * `seqpar plan` measures here), turned into the train flags that run it. The flags given stay
  * fixed, as `seqpar plan` takes them. Rank 0 decides and every rank takes its line; a checkpoint
- * records the configuration it was trained with (AUTO_RECORD_KEY), and a resume under auto takes
- * that one. */
+ * records the configuration it was trained with (TRAIN_RECORD_KEY, trainer.h), and a resume under
+ * auto takes that one. */
 #ifndef SEQPAR_AUTO_STRATEGY_H
 #define SEQPAR_AUTO_STRATEGY_H
 
 #include <stddef.h>
-
-#include "train/seq_parallel.h"
-
-/* The checkpoint setting holding a run's configuration as train flags ("--strategy ring --cp 2
- * --checkpoint none ..."): never compared on a resume (a checkpoint resumes under any strategy),
- * read by --strategy auto. */
-#define AUTO_RECORD_KEY "parallel"
 
 /* The words of --strategy auto at argv[i]: 2 (--strategy auto), 1 (--strategy=auto) or 0. */
 int strategy_auto_words(int argc, char **argv, int i);
@@ -35,9 +28,5 @@ char **strategy_auto_resolve(int argc, char **argv, const char *program, int *ou
  * rank (xmalloc'd); on rank 0 desc says what was picked from ("the planner's pick of N
  * configurations (predicted ...)"). Collective; nothing runs or fits: one line naming `who`. */
 char *strategy_auto_pick(int argc, char **argv, const char *who, char *desc, size_t dn);
-
-/* The configuration a run was built with (its strategy, grid, knobs, placement, layout, ZeRO stage,
- * --checkpoint and --ffn-chunks) as train flags, as plan prints them: what AUTO_RECORD_KEY holds. */
-void strategy_auto_record(const SeqParallel *par, int checkpoint, int ffn_chunks, char *buf, size_t n);
 
 #endif

@@ -314,20 +314,24 @@ void plan_setup_free(PlanSetup *ps) {
     ps->list = NULL, ps->refusal = NULL;
 }
 
-int plan_setup_command(const PlanSetup *ps, const PlanEntry *e, int argc, char **argv, const char *program, char *launch,
-                       size_t ln, char *flags, size_t fn) {
-    char pick[512];
-    plan_flags(e, pick, sizeof pick);
-    /* the user's train flags, with the plan's choices in place of its grid flags */
+int plan_user_flags(int argc, char **argv, int keep_offload, char *buf, size_t n) {
     static const char *const chosen[] = {"strategy", "dp",         "hp",         "cp",         "placement",
                                          "layout",   "zero",       "checkpoint", "ffn-chunks", "offload-dir"};
     const char *grid[ARRAY_LEN(chosen) + KNOB_SLOTS + 1]; /* and the strategies' knobs */
     size_t ng = 0;
-    for (size_t j = 0; j < ARRAY_LEN(chosen); j++) grid[ng++] = chosen[j];
+    for (size_t j = 0; j < ARRAY_LEN(chosen); j++)
+        if (!keep_offload || strcmp(chosen[j], "offload-dir") != 0) grid[ng++] = chosen[j];
     for (int j = 0; j < strategy_knob_count(); j++) grid[ng++] = strategy_knob(j)->name;
     grid[ng] = NULL;
-    char given[4096], prog[4096];
-    if (train_flags_except(argc, argv, grid, given, sizeof given) != 0) {
+    return train_flags_except(argc, argv, grid, buf, n);
+}
+
+int plan_setup_command(const PlanSetup *ps, const PlanEntry *e, int argc, char **argv, const char *program, char *launch,
+                       size_t ln, char *flags, size_t fn) {
+    char pick[512];
+    plan_flags(e, pick, sizeof pick);
+    char given[4096], prog[4096]; /* the user's train flags, with the plan's choices in place of its grid flags */
+    if (plan_user_flags(argc, argv, 0, given, sizeof given) != 0) {
         snprintf(launch, ln, "the train flags given are over %zu characters: shorten the paths", sizeof given);
         return -1;
     }

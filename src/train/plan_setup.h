@@ -43,6 +43,11 @@ void plan_setup_free(PlanSetup *ps);
  * given, where it has one, and the grids the search tried around them, where that is another. */
 char *plan_setup_refusal(const PlanSetup *ps);
 
+/* The train flags of argv (a train command line, argv[0] the program) but the grid flags the plan
+ * chooses (strategy, grid, knobs, placement, layout, ZeRO stage, --checkpoint, --ffn-chunks and,
+ * unless keep_offload, --offload-dir), as shell words in buf. Returns 0, or -1 where they do not fit. */
+int plan_user_flags(int argc, char **argv, int keep_offload, char *buf, size_t n);
+
 /* The train command that runs configuration e (fitting) of ps: in `launch`, "mpirun -n P
  * [--map-by slot:PE=T] PROG train" (PROG: program_word), and in `flags` the train flags of argv
  * (a train command line: the user's) but its grid flags, then e's (plan_flags), as shell words.

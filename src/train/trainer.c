@@ -29,7 +29,7 @@
 #include "model/llama.h"
 #include "optim/adamw.h"
 #include "parallel/trace.h"
-#include "train/auto_strategy.h"
+#include "plan/planner.h"
 #include "train/cli_common.h"
 #include "train/progress.h"
 #include "train/run_control.h"
@@ -677,6 +677,19 @@ static int dry_run(TrainOptions *o, SizeFlags *sf) {
     xfree(err);
     return 0;
 }
+/* The configuration a run was built with as train flags (TRAIN_RECORD_KEY's value): its grid as
+ * resolved, the knobs as given, no --offload-dir (a path, not a choice: the resume's own). */
+static void record_config(const SeqParallel *par, int checkpoint, int ffn_chunks, char *buf, size_t n) {
+    PlanEntry e;
+    memset(&e, 0, sizeof e);
+    e.par = par->cfg;
+    e.par.strategy = par->strategy->name;
+    e.par.dp = par->topo.dp, e.par.hp = par->topo.hp, e.par.cp = par->topo.cp;
+    e.par.offload_dir = NULL;
+    e.checkpoint = checkpoint;
+    e.ffn_chunks = ffn_chunks;
+    plan_flags(&e, buf, n);
+}
 /* train_run and train_measure: m NULL for the run; else nothing printed, logged or saved, and the
  * steps' times and last loss in *m. */
 static int run(const TrainOptions *options, const SizeFlags *sizes, int argc, char **argv, TrainMeasure *m) {
@@ -768,8 +781,8 @@ static int run(const TrainOptions *options, const SizeFlags *sizes, int argc, ch
     }
     { /* the configuration it runs, for a resume under --strategy auto (never compared: saved only) */
         char cfg[sizeof st.settings[0].value];
-        strategy_auto_record(&par, o.mem.checkpoint, o.mem.ffn_chunks, cfg, sizeof cfg);
-        trainer_state_set(&st, AUTO_RECORD_KEY, "%s", cfg);
+        record_config(&par, o.mem.checkpoint, o.mem.ffn_chunks, cfg, sizeof cfg);
+        trainer_state_set(&st, TRAIN_RECORD_KEY, "%s", cfg);
     }
 
     grad_sync_attach(&par.sync, &model); /* zero 2/3: per-layer reduce-scatter (and gathers) */

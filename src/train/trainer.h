@@ -28,6 +28,12 @@
  * the memory model's). */
 int train_run(const TrainOptions *options, const SizeFlags *sizes, int argc, char **argv);
 
+/* The checkpoint setting holding the configuration a run was built with, as train flags in plan's
+ * form ("--strategy ring --cp 2 --checkpoint none --ffn-chunks 1"): its strategy, grid, knobs,
+ * placement, layout, ZeRO stage, --checkpoint and --ffn-chunks. Never compared on a resume (a
+ * checkpoint resumes under any strategy); `train --strategy auto` resumes with it. */
+#define TRAIN_RECORD_KEY "parallel"
+
 #define TRAIN_MEASURE_STEPS 64
 /* What train_measure saw: each step's time (the slowest rank's, as the run's step line gives it;
  * the first TRAIN_MEASURE_STEPS - 1 steps and the last) and the last step's loss. */
