@@ -70,6 +70,12 @@ if [ $rc -eq 0 ] && [ -n "$flags" ] && [ -n "$a" ] && [ "$a" = "$b" ]; then ok; 
 
 # plan --profile 1 on 2 ranks: the 3 best, each measured, the fastest kept
 RATES="--gemm-gflops 10 --attn-gflops 10"
+# plan --strategy auto (or =auto) is plan choosing the strategy: the same output as without it
+"$SEQPAR" plan --ranks 2 $M $RATES >"$T/pnone.out" 2>&1
+"$SEQPAR" plan --strategy auto --ranks 2 $M $RATES >"$T/pauto.out" 2>&1
+"$SEQPAR" plan --ranks 2 $M $RATES --strategy=auto >"$T/pauto2.out" 2>&1
+if grep -q '^best: ' "$T/pnone.out" && cmp -s "$T/pnone.out" "$T/pauto.out" && cmp -s "$T/pnone.out" "$T/pauto2.out"; then ok
+else bad "plan --strategy auto differs from plan: $(diff "$T/pnone.out" "$T/pauto.out" | head -n 4)"; fi
 run_np 2 "$SEQPAR" plan --ranks 2 $M $RATES --profile 1 >"$T/prof.out" 2>&1
 rc=$?
 rows=$(sed -n '/^profile: 1 step of each of the 3 best configurations on the 2 ranks here/,$p' "$T/prof.out" |

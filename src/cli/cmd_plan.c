@@ -13,6 +13,7 @@
 #include "plan/cluster.h"
 #include "plan/planner.h"
 #include "strategies/registry.h"
+#include "train/auto_strategy.h"
 #include "train/cli_common.h"
 #include "train/plan_setup.h"
 #include "train/train_options.h"
@@ -127,6 +128,13 @@ int cmd_plan(int argc, char **argv, const char *program) {
             argc--;
             i--;
         }
+    for (int i = 1; i < argc; i++) { /* --strategy auto: the planner's own choice, as no --strategy */
+        const int k = strategy_auto_words(argc, argv, i);
+        if (!k) continue;
+        for (int j = i; j + k < argc; j++) argv[j] = argv[j + k];
+        argc -= k;
+        i--;
+    }
     PlanSetup *ps = xmalloc(sizeof *ps);
     plan_setup(&argc, argv, "seqpar plan", ps);
     const PlanCluster cl = ps->cl;
