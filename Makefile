@@ -71,7 +71,7 @@ $(BUILD)/src/kernels/attn_bf16_avx512.o: CFLAGS += $(ISA_AVX512_FLAGS) -mavx512b
 $(BUILD)/src/kernels/attn_bf16_amx.o: CFLAGS += $(ISA_AVX512_FLAGS) -mavx512bf16 -mamx-tile -mamx-bf16
 
 # Benchmark helpers under bench/ (never needed by the tests)
-bench-tools: $(BUILD)/bench/kernel_rates $(BUILD)/bench/fma_peak $(BUILD)/bench/packed_balance $(BUILD)/bench/attn_cpu_time $(BUILD)/bench/step_gemms $(BUILD)/bench/coll_rates
+bench-tools: $(BUILD)/bench/kernel_rates $(BUILD)/bench/fma_peak $(BUILD)/bench/packed_balance $(BUILD)/bench/attn_cpu_time $(BUILD)/bench/step_gemms $(BUILD)/bench/coll_rates $(BUILD)/bench/optimizer_step
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libseqpar.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libseqpar.a $(LDLIBS)

@@ -233,10 +233,10 @@ static float mixed_val(int l, int i, int kd, size_t j) {
 static void test_disk_tier(void) {
     const size_t sizes[TIER_KINDS] = {64, 128, 64, 8};
     char err[512] = "";
-    ChunkTier *t = chunk_tier_disk_create("/nonexistent-seqpar-dir", 0, 2, sizes, 0, err, sizeof err);
+    ChunkTier *t = chunk_tier_disk_create("--offload-dir", "/nonexistent-seqpar-dir", 0, 2, sizes, 0, err, sizeof err);
     CHECKQ(!t && strstr(err, "--offload-dir /nonexistent-seqpar-dir: cannot create a file there"), "bad dir: %s", err);
     chunk_tier_destroy(t);
-    t = chunk_tier_disk_create("/tmp", 0, 3, sizes, 0, err, sizeof err);
+    t = chunk_tier_disk_create("--offload-dir", "/tmp", 0, 3, sizes, 0, err, sizeof err);
     CHECKQ(t != NULL, "disk tier in /tmp: %s", err);
     if (!t) return;
     float a[16], b[16]; /* two layers' saved (lse only: 3 x 8 floats is more than needed here) */
@@ -250,7 +250,7 @@ static void test_disk_tier(void) {
 
     /* q_h and o_h kept as bf16 (kv_h in fp32): bf16 values come back bit for bit, in half the
      * bytes; the fp32 kind beside them unchanged */
-    t = chunk_tier_disk_create("/tmp", 0, 3, sizes, 1u << TIER_Q | 1u << TIER_O, err, sizeof err);
+    t = chunk_tier_disk_create("--offload-dir", "/tmp", 0, 3, sizes, 1u << TIER_Q | 1u << TIER_O, err, sizeof err);
     CHECKQ(t != NULL, "bf16 disk tier in /tmp: %s", err);
     if (!t) return;
     CHECKQ(disk_round_trip(t, layers, sizes, mixed_val), "bf16 disk tier: chunks read back differ from those stored");
@@ -269,7 +269,7 @@ static void test_disk_tier(void) {
     lim.rlim_cur = 1024;
     void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
     setrlimit(RLIMIT_FSIZE, &lim);
-    t = chunk_tier_disk_create("/tmp", 0, 3, sizes, 0, err, sizeof err);
+    t = chunk_tier_disk_create("--offload-dir", "/tmp", 0, 3, sizes, 0, err, sizeof err);
     CHECKQ(t != NULL, "disk tier in /tmp: %s", err);
     if (t) {
         for (int i = 0; i < 3; i++)

@@ -106,6 +106,9 @@ case_ 1 --strategy fpdt --chunks 8 --checkpoint layer --offload-dir "$OFF" --no-
 # both buffers held both units: the model then said E + T for each, and these runs measured 8 and 16 MiB more)
 case_ 2 --vocab 16384 --strategy ring --checkpoint none --zero 2 --batch 1
 case_ 2 --vocab 16384 --strategy ulysses --checkpoint layer --zero 3 --batch 1
+# the AdamW moments on disk (--offload-optimizer): the tier's eight chunk buffers in RAM instead
+case_ 2 --vocab 16384 --strategy ulysses --checkpoint layer --zero 3 --batch 1 --offload-optimizer "$OFF"
+case_ 1 --vocab 16384 --checkpoint none --batch 1 --offload-optimizer "$OFF"
 # later micro-batches reduce-scatter into temporaries of each unit's own part, not a second whole
 # shard (data_parallel.h): 12 layers on 2 ranks, 4 micro-batches (until 2026-11-29 the whole shard:
 # 3.1 MiB more, 0.92 of the measured peak by today's model)

@@ -48,7 +48,7 @@ static const char HELP[] =
  * piece turned into the replicas' mean as it comes. */
 typedef struct {
     GradSync *g;
-    const float *arrays[1]; /* the reduced gradient's shard (ZeRO-2/3) */
+    ShardArray arrays[1];   /* the reduced gradient's shard (ZeRO-2/3) */
     const float *whole;     /* or the whole gradient (ZeRO 0/1) */
     int dp;
 } GradSource;
@@ -178,7 +178,7 @@ int cmd_grad(int argc, char **argv) {
         die_collective("seqpar grad: the loss (%g) or the gradient norm (%g) is not finite (the weights or the tokens "
                        "of '%s' give NaN or Inf); no gradient file written", loss, sqrt(norm_sq), tokens_path);
     const int from_shards = model.grads == NULL; /* zero 2/3 */
-    GradSource gs = {&par.sync, {par.sync.shard_buf}, from_shards ? NULL : grad_sync_grads_to_root(&par.sync, &model),
+    GradSource gs = {&par.sync, {{par.sync.shard_buf, NULL, 0}}, from_shards ? NULL : grad_sync_grads_to_root(&par.sync, &model),
                      par.topo.dp};
     if (par.topo.world_rank == 0) {
         char b16[160];

@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "train/run_control.h"
 #include "parallel/comm.h"
+#include "parallel/optimizer_offload.h"
 #include "core/common.h"
 #include "attention/flash_attention.h"
 #include "kernels/blas_core.h"
@@ -47,7 +48,7 @@ static const char USAGE[] =
     "  SEQPAR_ATTN_BWD_ROWS=R              attention backward in passes of R rows         diagnostic\n"
     "  SEQPAR_CHECK_ROUNDED=1              check operands marked as bf16 values           diagnostic\n"
     "  test only: SEQPAR_FAULT_NONFINITE, SEQPAR_FAULT_HANG, SEQPAR_CKPT_NO_RENAME_EXCHANGE,\n"
-    "             SEQPAR_COMM_PIECE\n"
+    "             SEQPAR_COMM_PIECE, SEQPAR_OPT_OFFLOAD_CHUNK\n"
     "  internal: SEQPAR_BLAS_REEXEC (set by seqpar's OpenBLAS re-execution)\n";
 
 /* --comm-timeout's value on the command line before MPI starts (the real parser checks it later):
@@ -150,7 +151,7 @@ int main(int argc, char **argv) {
     char err[400];
     if (blas_core_reexec_if_weak(argv, err, sizeof err) || sgemm_select_from_env(err, sizeof err) ||
         check_rounded_from_env(err, sizeof err) || isa_env_check(err, sizeof err) || attn_env_check(err, sizeof err) ||
-        comm_env_check(err, sizeof err)) {
+        comm_env_check(err, sizeof err) || optimizer_offload_env_check(err, sizeof err)) {
         fprintf(stderr, "seqpar: error: %s\n", err);
         return 1;
     }

@@ -1036,8 +1036,10 @@ static int check_config(const char *path, const LlamaConfig *got, const LlamaCon
 
 /* Checks that `name` in the optimizer file is 1-D with n elements (the saved range), then reads
  * elements [first, first + count) of it: this run's range (a rank's shard reads only its own). */
+/* Elements [first, first + count) of moment `name` (n saved) into dst, or, where dst is NULL, to the
+ * sink's moment `moment` piece by piece. */
 static int read_moment(const StFile *f, const char *path, const char *name, size_t n, size_t first, size_t count,
-                       float *dst, SeqErr *e) {
+                       float *dst, const CheckpointSink *sink, int moment, SeqErr *e) {
     const StTensor *ts = st_find(f, name);
     if (!ts) return seq_err(e, "%s has no tensor %s: the file is damaged: %s", path, name, damage_advice());
     size_t have = 1;
@@ -1045,8 +1047,20 @@ static int read_moment(const StFile *f, const char *path, const char *name, size
     if (ts->ndim != 1 || have != n)
         return seq_err(e, "%s: %s has %zu elements but this model's optimizer range has %zu: the checkpoint belongs to "
                        "a different model or rank layout", path, name, have, n);
-    if (st_load_tensor_range(f, name, n, first, count, dst, e) != 0) return -1;
-    return st_check_finite(dst, count, name, path, e);
+    if (dst) {
+        if (st_load_tensor_range(f, name, n, first, count, dst, e) != 0) return -1;
+        return st_check_finite(dst, count, name, path, e);
+    }
+    float *piece = xmalloc(sizeof(float) * (count < ST_WRITE_PIECE ? (count ? count : 1) : ST_WRITE_PIECE));
+    int rc = 0;
+    for (size_t k = 0; rc == 0 && k < count; k += ST_WRITE_PIECE) {
+        const size_t m = count - k < ST_WRITE_PIECE ? count - k : ST_WRITE_PIECE;
+        rc = st_load_tensor_range(f, name, n, first + k, m, piece, e);
+        if (rc == 0) rc = st_check_finite(piece, m, name, path, e);
+        if (rc == 0) sink->write(sink->ctx, moment, k, m, piece);
+    }
+    xfree(piece);
+    return rc;
 }
 
 int checkpoint_read(const char *dir, const LlamaConfig *expect, const ParamTable *t, float *params, AdamW *opt,
@@ -1056,6 +1070,13 @@ int checkpoint_read(const char *dir, const LlamaConfig *expect, const ParamTable
 
 int checkpoint_read_part(const char *dir, const LlamaConfig *expect, const ParamTable *t, float *params, size_t lo,
                          size_t hi, AdamW *opt, TrainerState *st, SeqErr *e) {
+    return checkpoint_read_part_to(dir, expect, t, params, lo, hi, opt, NULL, st, e);
+}
+
+int checkpoint_read_part_to(const char *dir, const LlamaConfig *expect, const ParamTable *t, float *params, size_t lo,
+                            size_t hi, AdamW *opt, const CheckpointSink *moments, TrainerState *st, SeqErr *e) {
+    if (opt && !opt->m && !moments)
+        return seq_err(e, "internal: cannot read checkpoint '%s': the moments have neither a buffer nor a sink", dir);
     char *d = normalize_dir(dir, e);
     if (!d) return -1;
     char *cfg_path = NULL, *model_path = NULL, *state_path = NULL, *optim_path = NULL;
@@ -1095,8 +1116,8 @@ int checkpoint_read_part(const char *dir, const LlamaConfig *expect, const Param
         rc = st_load(optim_path, &f, e);
         if (rc == 0) {
             const size_t n = ex.opt_end - ex.opt_begin, first = opt->begin - ex.opt_begin, count = opt->end - opt->begin;
-            rc = read_moment(&f, optim_path, "adamw.m", n, first, count, opt->m, e);
-            if (rc == 0) rc = read_moment(&f, optim_path, "adamw.v", n, first, count, opt->v, e);
+            rc = read_moment(&f, optim_path, "adamw.m", n, first, count, opt->m, moments, 0, e);
+            if (rc == 0) rc = read_moment(&f, optim_path, "adamw.v", n, first, count, opt->v, moments, 1, e);
             st_close(&f);
         }
         if (rc == 0) opt->step = ex.opt_step;

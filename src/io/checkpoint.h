@@ -184,5 +184,15 @@ void checkpoint_load(const char *dir, const LlamaConfig *expect, const ParamTabl
 /* checkpoint_read filling only elements [lo, hi) of params (params_read_dir's lo, hi). */
 int checkpoint_read_part(const char *dir, const LlamaConfig *expect, const ParamTable *t, float *params, size_t lo,
                          size_t hi, AdamW *opt, TrainerState *st, SeqErr *e);
+/* Where a resume's moments go when opt->m and opt->v are NULL (kept out of RAM, adamw_init_unbacked):
+ * write(ctx, moment, first, n, src) with moment 0 for m, 1 for v and `first` counted from
+ * opt->begin, piece by piece (at most ST_WRITE_PIECE elements, each checked finite first). */
+typedef struct {
+    void (*write)(void *ctx, int moment, size_t first, size_t n, const float *src);
+    void *ctx;
+} CheckpointSink;
+/* checkpoint_read_part with the moments written to `moments` where opt->m is NULL. */
+int checkpoint_read_part_to(const char *dir, const LlamaConfig *expect, const ParamTable *t, float *params, size_t lo,
+                            size_t hi, AdamW *opt, const CheckpointSink *moments, TrainerState *st, SeqErr *e);
 
 #endif

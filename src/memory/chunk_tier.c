@@ -2,6 +2,7 @@
 #include "memory/chunk_tier.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -257,29 +258,30 @@ static void disk_destroy(ChunkTier *t) {
 
 /* A new file in dir, already unlinked (gone when the process ends, however it ends); path gets its
  * name. -1 with the one-line message in err. */
-static int offload_file(const char *dir, int rank, char *path, size_t path_size, char *err, size_t errsz) {
+static int offload_file(const char *flag, const char *dir, int rank, char *path, size_t path_size, char *err,
+                        size_t errsz) {
     snprintf(path, path_size, "%s/seqpar-offload-%ld-r%d-XXXXXX", dir, (long)getpid(), rank);
     int fd = mkstemp(path);
     if (fd < 0) {
-        snprintf(err, errsz, "--offload-dir %s: cannot create a file there (%s)", dir, strerror(errno));
+        snprintf(err, errsz, "%s %s: cannot create a file there (%s)", flag, dir, strerror(errno));
         return -1;
     }
     unlink(path);
     return fd;
 }
 
-int chunk_tier_disk_probe(const char *dir, int rank, char *err, size_t errsz) {
+int chunk_tier_disk_probe(const char *flag, const char *dir, int rank, char *err, size_t errsz) {
     char path[4096];
-    int fd = offload_file(dir, rank, path, sizeof path, err, errsz);
+    int fd = offload_file(flag, dir, rank, path, sizeof path, err, errsz);
     if (fd < 0) return -1;
     close(fd);
     return 0;
 }
 
-ChunkTier *chunk_tier_disk_create(const char *dir, int rank, int chunks, const size_t chunk_floats[TIER_KINDS],
-                                  unsigned bf16_kinds, char *err, size_t errsz) {
+ChunkTier *chunk_tier_disk_create(const char *flag, const char *dir, int rank, int chunks,
+                                  const size_t chunk_floats[TIER_KINDS], unsigned bf16_kinds, char *err, size_t errsz) {
     Disk *k = xcalloc(1, sizeof *k);
-    k->fd = offload_file(dir, rank, k->path, sizeof k->path, err, errsz);
+    k->fd = offload_file(flag, dir, rank, k->path, sizeof k->path, err, errsz);
     if (k->fd < 0) {
         xfree(k);
         return NULL;
@@ -323,6 +325,18 @@ ChunkTier *chunk_tier_disk_create(const char *dir, int rank, int chunks, const s
     t->stats = disk_stats;
     t->destroy = disk_destroy;
     return t;
+}
+
+int chunk_tier_disk_reserve(ChunkTier *t, int layers) {
+    Disk *k = t->ctx;
+    const size_t bytes = (size_t)layers * k->layer_bytes;
+    const int rc = bytes ? posix_fallocate(k->fd, 0, (off_t)bytes) : 0;
+    if (rc) {
+        snprintf(t->err, sizeof t->err, "offload file in %.160s: %s", k->dir, strerror(rc));
+        if (!t->io_errno) t->io_errno = rc;
+        return -1;
+    }
+    return 0;
 }
 
 size_t chunk_tier_disk_saved_floats(int chunks, const size_t chunk_floats[TIER_KINDS]) {

@@ -75,14 +75,19 @@ void chunk_tier_destroy(ChunkTier *t);
  * strategy's q_h, kv_h, o_h and dout_h under --precision bf16): the file keeps them as bf16, half the bytes and the
  * I/O, the helper thread rounding on write and widening on read through one bf16 buffer of the
  * largest such chunk (exact for bf16 values; other floats would be rounded). 0: all fp32.
- * NULL with a one-line message in err (size errsz) when DIR is not a writable directory. */
-ChunkTier *chunk_tier_disk_create(const char *dir, int rank, int chunks, const size_t chunk_floats[TIER_KINDS],
-                                  unsigned bf16_kinds, char *err, size_t errsz);
+ * NULL with a one-line message in err (size errsz) when DIR is not a writable directory; `flag` names
+ * the flag that gave DIR in it ("--offload-dir"). */
+ChunkTier *chunk_tier_disk_create(const char *flag, const char *dir, int rank, int chunks,
+                                  const size_t chunk_floats[TIER_KINDS], unsigned bf16_kinds, char *err, size_t errsz);
+/* Allocates the file's space for `layers` layers (keys) now (posix_fallocate), so that a full disk
+ * is found here rather than by a write mid-run, and a read of a chunk never stored gives zeros.
+ * 0, or -1 with err and io_errno set. */
+int chunk_tier_disk_reserve(ChunkTier *t, int layers);
 /* Whether this rank can make its offload file in dir (made and removed at once): 0, or -1 with
  * chunk_tier_disk_create's one-line message in err. Every rank probes at set-up and the first
  * failing rank's line ends all of them (seq_parallel_create), where one rank's failing create
  * later would leave the others waiting in their next collective. */
-int chunk_tier_disk_probe(const char *dir, int rank, char *err, size_t errsz);
+int chunk_tier_disk_probe(const char *flag, const char *dir, int rank, char *err, size_t errsz);
 size_t chunk_tier_disk_saved_floats(int chunks, const size_t chunk_floats[TIER_KINDS]);
 
 /* Zeros for the RAM tier. */

@@ -262,7 +262,7 @@ LlamaActs *layer_memory_create(const LlamaConfig *c, const SeqAttention *attn, i
         a->in_chunks = N > 0 ? (N + a->in_rows - 1) / a->in_rows : 1;
         const size_t sizes[TIER_KINDS] = {(size_t)a->in_rows * D, 0, 0, 0};
         char err[512];
-        a->inputs_tier = chunk_tier_disk_create(opt->offload_dir, opt->rank, a->in_chunks, sizes, 0, err, sizeof err);
+        a->inputs_tier = chunk_tier_disk_create("--offload-dir", opt->offload_dir, opt->rank, a->in_chunks, sizes, 0, err, sizeof err);
         if (!a->inputs_tier) die("%s", err); /* after the set-up's probe: this rank alone (chunk_tier.h) */
         a->in_keys = alloc_floats((size_t)a->n_layers);
         a->offload_dir = opt->offload_dir;

@@ -36,17 +36,21 @@ static void validate(const AdamWConfig *c) {
     if (c->warmup_steps < 0) die("AdamW warmup_steps %ld is negative: use 0 or more", c->warmup_steps);
 }
 
-void adamw_init(AdamW *opt, const AdamWConfig *cfg, size_t begin, size_t end) {
+void adamw_init_unbacked(AdamW *opt, const AdamWConfig *cfg, size_t begin, size_t end) {
     validate(cfg);
     if (begin > end) die("AdamW range [%zu, %zu) is empty or reversed: begin must not exceed end", begin, end);
     memset(opt, 0, sizeof *opt);
     opt->cfg = *cfg;
     opt->begin = begin;
     opt->end = end;
+    opt->step = 0;
+}
+
+void adamw_init(AdamW *opt, const AdamWConfig *cfg, size_t begin, size_t end) {
+    adamw_init_unbacked(opt, cfg, begin, end);
     size_t n = end - begin;
     opt->m = xcalloc(n ? n : 1, sizeof(float));
     opt->v = xcalloc(n ? n : 1, sizeof(float));
-    opt->step = 0;
 }
 
 void adamw_free(AdamW *opt) {
@@ -102,18 +106,29 @@ void adamw_update(AdamW *opt, const ParamTable *table, float *params, const floa
 
 void adamw_update_at(AdamW *opt, const ParamTable *table, float *params, size_t params_base, const float *grads,
                      size_t grads_base, float lr, float grad_scale) {
+    AdamWStep s;
+    adamw_step_begin(opt, lr, grad_scale, &s);
+    adamw_apply(opt, &s, table, params, params_base, grads, grads_base, opt->m, opt->v, opt->begin, opt->end);
+}
+
+void adamw_step_begin(AdamW *opt, float lr, float grad_scale, AdamWStep *s) {
+    s->lr = lr;
+    s->grad_scale = grad_scale;
+    s->t = ++opt->step;
+}
+
+void adamw_apply(const AdamW *opt, const AdamWStep *s, const ParamTable *table, float *params, size_t params_base,
+                 const float *grads, size_t grads_base, float *m, float *v, size_t begin, size_t end) {
     const AdamWConfig *c = &opt->cfg;
-    long t = ++opt->step;
-    double bc1 = 1.0 - pow((double)c->beta1, (double)t);
-    double bc2 = 1.0 - pow((double)c->beta2, (double)t);
+    const float lr = s->lr;
+    double bc1 = 1.0 - pow((double)c->beta1, (double)s->t);
+    double bc2 = 1.0 - pow((double)c->beta2, (double)s->t);
     const float step_size = (float)((double)lr / bc1);
     const float inv_bc2_sqrt = (float)(1.0 / sqrt(bc2));
     const float decay_mul = (float)(1.0 - (double)lr * (double)c->weight_decay);
-    const size_t begin = opt->begin, end = opt->end;
-    float *m = opt->m, *v = opt->v; /* m[i - begin] belongs to element i */
     const SimdKernels *sk = simd();
     const AdamWConsts base = {c->beta1, c->beta2, 1.0f - c->beta1, 1.0f - c->beta2, c->eps, step_size, inv_bc2_sqrt,
-                              decay_mul, grad_scale};
+                              decay_mul, s->grad_scale};
     enum { BLOCK = 4096 }; /* elements per dispatched kernel call */
 
     #pragma omp parallel

@@ -25,7 +25,8 @@ typedef struct {
 typedef struct {
     AdamWConfig cfg;
     size_t begin, end; /* the range of the flat buffer this state covers */
-    float *m, *v;      /* end - begin elements each; m[i - begin] belongs to element i */
+    float *m, *v;      /* end - begin elements each; m[i - begin] belongs to element i (NULL: the moments
+                          live elsewhere, streamed through adamw_apply by their keeper) */
     long step;         /* updates applied so far (t in the bias corrections) */
 } AdamW;
 
@@ -36,6 +37,9 @@ void adamw_config_default(AdamWConfig *cfg);
 /* Allocates zeroed m and v for [begin, end) and sets step = 0. Dies if begin > end or the
  * hyperparameters are unusable (lr < 0, betas outside [0, 1), eps <= 0, ...). */
 void adamw_init(AdamW *opt, const AdamWConfig *cfg, size_t begin, size_t end);
+/* The same with m and v left NULL: the moments are kept elsewhere (the optimizer offload's file,
+ * parallel/optimizer_offload.h), which streams them through adamw_step_begin and adamw_apply. */
+void adamw_init_unbacked(AdamW *opt, const AdamWConfig *cfg, size_t begin, size_t end);
 void adamw_free(AdamW *opt);
 
 /* Learning rate for 0-based step s (the step about to be taken):
@@ -70,5 +74,17 @@ void adamw_update(AdamW *opt, const ParamTable *table, float *params, const floa
  * gradient, ZeRO-3 also of the parameters). adamw_update is adamw_update_at with bases 0. */
 void adamw_update_at(AdamW *opt, const ParamTable *table, float *params, size_t params_base, const float *grads,
                      size_t grads_base, float lr, float grad_scale);
+
+/* adamw_update_at in two parts, for moments held in pieces: adamw_step_begin counts the step and
+ * fixes its constants; adamw_apply updates elements [lo, hi) (inside [begin, end)) with m[i - lo]
+ * and v[i - lo] the moments of element i. The update is element-wise, so pieces applied in any
+ * order give the same bits as one adamw_update_at over the range. */
+typedef struct {
+    float lr, grad_scale;
+    long t;
+} AdamWStep;
+void adamw_step_begin(AdamW *opt, float lr, float grad_scale, AdamWStep *s);
+void adamw_apply(const AdamW *opt, const AdamWStep *s, const ParamTable *table, float *params, size_t params_base,
+                 const float *grads, size_t grads_base, float *m, float *v, size_t lo, size_t hi);
 
 #endif

@@ -76,6 +76,7 @@ void grad_sync_free(GradSync *g) {
     xfree(g->p_shard);
     for (int i = 0; i < 2; i++) xfree(g->p_layer[i]);
     xfree(g->p_outer);
+    optimizer_offload_free(g->offload);
     memset(g, 0, sizeof *g);
 }
 
@@ -426,14 +427,18 @@ double grad_sync_reduce(GradSync *g, float *grads) {
 }
 
 void grad_sync_update(GradSync *g, AdamW *opt, LlamaModel *m, float lr, float grad_scale) {
+    float *params = m->params;
+    size_t params_base = 0, grads_base = 0;
+    const float *grads = m->grads;
     if (g->zero >= 2 && g->model) {
-        if (g->p_shard)
-            adamw_update_at(opt, &m->table, g->p_shard, g->shard_begin, g->shard_buf, g->shard_begin, lr, grad_scale);
-        else
-            adamw_update_at(opt, &m->table, m->params, 0, g->shard_buf, g->shard_begin, lr, grad_scale);
-    } else {
-        adamw_update(opt, &m->table, m->params, m->grads, lr, grad_scale);
+        grads = g->shard_buf;
+        grads_base = g->shard_begin;
+        if (g->p_shard) params = g->p_shard, params_base = g->shard_begin;
     }
+    if (g->offload)
+        optimizer_offload_update(g->offload, opt, &m->table, params, params_base, grads, grads_base, lr, grad_scale);
+    else
+        adamw_update_at(opt, &m->table, params, params_base, grads, grads_base, lr, grad_scale);
     if (g->zero >= 1 && g->zero <= 2) grad_sync_gather_full(g, m->params);
 }
 
@@ -466,17 +471,35 @@ static void piece_part(const GradSync *g, int p, size_t first, size_t n, size_t 
     *at = e > b ? b - first : 0;
 }
 
-void grad_sync_fetch(GradSync *g, const float *const *arrays, int k, size_t first, size_t n, float *dst) {
+/* Elements [first, first + n) of array a (first an absolute offset inside the shard): a pointer into
+ * it in RAM, else read from the offload file into *scratch (grown to n). */
+static const float *shard_part(const ShardArray *a, size_t first, size_t n, const GradSync *g, float **scratch,
+                               size_t *cap) {
+    if (a->ram || !n) return a->ram ? a->ram + (first - g->shard_begin) : NULL;
+    if (*cap < n) {
+        xfree(*scratch);
+        *scratch = xmalloc(sizeof(float) * n);
+        *cap = n;
+    }
+    optimizer_offload_read(a->disk, a->moment, first - g->shard_begin, n, *scratch);
+    return *scratch;
+}
+
+void grad_sync_fetch(GradSync *g, const ShardArray *arrays, int k, size_t first, size_t n, float *dst) {
     if (!grad_sync_streams(g)) { /* the root holds its group's whole range */
-        memcpy(dst, arrays[k] + (first - g->shard_begin), sizeof(float) * n);
+        if (arrays[k].ram) memcpy(dst, arrays[k].ram + (first - g->shard_begin), sizeof(float) * n);
+        else optimizer_offload_read(arrays[k].disk, arrays[k].moment, first - g->shard_begin, n, dst);
         return;
     }
     FetchRequest r = {k, (int64_t)first, (int64_t)n};
     comm_control_bcast(g->stats, "MPI_Bcast (a save's next piece)", &r, sizeof r, 0, g->shard_comm);
     size_t *cnt = xmalloc(sizeof(size_t) * 2 * (size_t)g->size), *at = cnt + g->size;
     for (int p = 0; p < g->size; p++) piece_part(g, p, first, n, &cnt[p], &at[p]);
-    const float *mine = arrays[k] + (cnt[0] ? first + at[0] - g->shard_begin : 0);
+    float *scratch = NULL;
+    size_t cap = 0;
+    const float *mine = shard_part(&arrays[k], first + at[0], cnt[0], g, &scratch, &cap);
     comm_gatherv(g->stats, COMM_PARAM_GATHER, mine, cnt[0], dst, cnt, at, MPI_FLOAT, 0, g->shard_comm);
+    xfree(scratch);
     xfree(cnt);
 }
 
@@ -486,17 +509,20 @@ void grad_sync_fetch_done(GradSync *g) {
     comm_control_bcast(g->stats, "MPI_Bcast (a save's end)", &r, sizeof r, 0, g->shard_comm);
 }
 
-void grad_sync_serve(GradSync *g, const float *const *arrays, int n_arrays) {
+void grad_sync_serve(GradSync *g, const ShardArray *arrays, int n_arrays) {
     if (!grad_sync_streams(g) || g->world_rank / g->group != 0) return; /* replicas: group 0 answers */
+    float *scratch = NULL; /* the pieces read from the offload file */
+    size_t cap = 0;
     for (;;) {
         FetchRequest r;
         comm_control_bcast(g->stats, "MPI_Bcast (a save's next piece, waiting for rank 0)", &r, sizeof r, 0,
                            g->shard_comm);
-        if (r.array < 0) return;
+        if (r.array < 0) break;
         if (r.array >= n_arrays || r.first < 0 || r.n < 0) die("internal: grad_sync_serve: a bad request");
         size_t cnt, at;
         piece_part(g, g->rank, (size_t)r.first, (size_t)r.n, &cnt, &at);
-        const float *mine = arrays[r.array] + (cnt ? (size_t)r.first + at - g->shard_begin : 0);
+        const float *mine = shard_part(&arrays[r.array], (size_t)r.first + at, cnt, g, &scratch, &cap);
         comm_gatherv(g->stats, COMM_PARAM_GATHER, mine, cnt, NULL, NULL, NULL, MPI_FLOAT, 0, g->shard_comm);
     }
+    xfree(scratch);
 }

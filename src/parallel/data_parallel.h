@@ -67,6 +67,7 @@
 #include "parallel/comm.h"
 #include "model/llama.h"
 #include "optim/adamw.h"
+#include "parallel/optimizer_offload.h"
 
 typedef struct {
     MPI_Comm world;      /* all ranks that share the parameters */
@@ -115,6 +116,8 @@ typedef struct {
                                       (outer_turns: the embedding until its forward is done, then
                                       the tail, gathered while the layers run) */
     CommGather outer_gather;       /* zero 3, outer_turns: the tail's gather in flight */
+    OptOffload *offload;           /* --offload-optimizer: the AdamW moments' file (NULL: in RAM); the
+                                      update streams them, and owns and frees it */
 } GradSync;
 
 /* Plans the shards over groups of `group` ranks (0: the whole world). Errors (zero_flags_error's)
@@ -142,7 +145,7 @@ void grad_sync_microbatch(GradSync *g, int index);
  * the squared L2 norm of the full summed gradient (identical on every rank). */
 double grad_sync_reduce(GradSync *g, float *grads);
 
-/* The AdamW step on this rank's range, then (zero 1/2) the all-gather of the updated shards so
+/* The AdamW step on this rank's range (through g->offload where set), then (zero 1/2) the all-gather of the updated shards so
  * that every rank holds all parameters; zero 3 keeps them sharded. */
 void grad_sync_update(GradSync *g, AdamW *opt, LlamaModel *m, float lr, float grad_scale);
 
@@ -163,9 +166,14 @@ float *grad_sync_grads_to_root(GradSync *g, LlamaModel *m);
  * overlapping parts, counted as param_gather); the group's other ranks answer in grad_sync_serve
  * until rank 0 calls grad_sync_fetch_done, which it must (after a failed write too). Ranks outside
  * group 0 hold replicas and take no part; with one rank in the group nothing is sent. */
+typedef struct {
+    const float *ram; /* the vector in RAM, or NULL: */
+    OptOffload *disk; /* moment `moment` (0 m, 1 v) of the optimizer offload's file */
+    int moment;
+} ShardArray;
 int grad_sync_streams(const GradSync *g); /* 1 when the state is sharded over more than one rank */
-void grad_sync_fetch(GradSync *g, const float *const *arrays, int k, size_t first, size_t n, float *dst);
+void grad_sync_fetch(GradSync *g, const ShardArray *arrays, int k, size_t first, size_t n, float *dst);
 void grad_sync_fetch_done(GradSync *g);
-void grad_sync_serve(GradSync *g, const float *const *arrays, int n_arrays);
+void grad_sync_serve(GradSync *g, const ShardArray *arrays, int n_arrays);
 
 #endif

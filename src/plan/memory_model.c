@@ -303,7 +303,12 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
         const int sharded = zero > 0 && world > 1, r = w % group;
         double shard = sharded ? (double)((size_t)P * (size_t)(r + 1) / (size_t)group - (size_t)P * (size_t)r / (size_t)group)
                                : P;
-        cur.ram[MEM_OPTIMIZER] = 4 * 2 * shard;
+        if (pc->offload_optimizer) { /* the moments in their file; the tier's buffers in RAM (optimizer_offload.h) */
+            cur.ram[MEM_OPTIMIZER] = optimizer_offload_ram_bytes((size_t)shard);
+            cur.disk[MEM_OPTIMIZER] = optimizer_offload_disk_bytes((size_t)shard);
+        } else {
+            cur.ram[MEM_OPTIMIZER] = 4 * 2 * shard;
+        }
         /* the gradient allreduce's scratch (comm.h: one message of the rank's block, where comm_allreduce
          * sums the floats itself): over the world under zero 0, the shard over the groups under a group */
         const int G = sharded ? world / group : 1;
@@ -403,6 +408,9 @@ void memory_estimate_print(FILE *out, const MemoryModelInput *in, const MemoryEs
     fprintf(out, "  RAM per token: %.2f KiB per global token, %.2f KiB per local token\n", m->ram_total / 1024.0 / (double)in->seq_len,
            m->ram_total / 1024.0 / m->n_local);
     if (m->layer_chunks) fprintf(out, "  layer inputs offloaded in %d chunks each\n", m->layer_chunks);
+    if (in->par.offload_optimizer)
+        fprintf(out, "  AdamW moments on disk in %s, streamed through each step in chunks of at most %zu MiB\n",
+                in->par.offload_optimizer, OPT_OFFLOAD_CHUNK * sizeof(float) >> 20);
     const int chunk_calls = strategy_attention_chunks(strategy_named(in->par.strategy), &m->params);
     if (m->streams)
         fprintf(out, "  layers streamed chunk by chunk: %d chunks of %d rows (--no-stream: whole layers)\n", chunk_calls,

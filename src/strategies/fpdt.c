@@ -443,7 +443,7 @@ static SeqAttention *fpdt_create(const StrategyParams *p, const Topology *t, Com
         char err[512];
         /* under bf16 attention q_h, kv_h and (rounded in fwd_chunk) o_h are bf16 values: bf16 on disk */
         const unsigned b16 = p->attn_bf16 ? 1u << TIER_Q | 1u << TIER_KV | 1u << TIER_O : 0;
-        x->tier = chunk_tier_disk_create(p->offload_dir, t->world_rank, x->u, sizes, b16, err, sizeof err);
+        x->tier = chunk_tier_disk_create("--offload-dir", p->offload_dir, t->world_rank, x->u, sizes, b16, err, sizeof err);
         if (!x->tier) die("%s", err); /* after the set-up's probe: this rank alone (chunk_tier.h) */
     } else {
         x->tier = chunk_tier_ram_create(x->u, sizes);
@@ -459,7 +459,7 @@ static SeqAttention *fpdt_create(const StrategyParams *p, const Topology *t, Com
         const size_t dsizes[TIER_KINDS] = {Cn * x->Hl * d, 0, 0, 0};
         char err[512];
         /* dout_h: the model's dout, bf16-rounded under bf16 */
-        x->dout_tier = chunk_tier_disk_create(p->offload_dir, t->world_rank, x->u, dsizes,
+        x->dout_tier = chunk_tier_disk_create("--offload-dir", p->offload_dir, t->world_rank, x->u, dsizes,
                                               p->attn_bf16 ? 1u << TIER_Q : 0, err, sizeof err);
         if (!x->dout_tier) die("%s", err);
         x->dout_saved = &x->dout_key;

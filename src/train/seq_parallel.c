@@ -171,10 +171,13 @@ static void check(SeqParallel *p, const ParallelConfig *cfg, const LlamaConfig *
         err = strategy_sp1_check(p->strategy, &p->params);
         if (err) die_collective("%s", err);
     }
-    if (cfg->offload_dir) { /* a directory one node lacks: every rank's one line, not a stall (chunk_tier.h) */
+    /* a directory one node lacks: every rank's one line, not a stall (chunk_tier.h) */
+    const char *const dirs[2][2] = {{"--offload-dir", cfg->offload_dir}, {OPT_OFFLOAD_FLAG, cfg->offload_optimizer}};
+    for (int k = 0; k < 2; k++) {
+        if (!dirs[k][1]) continue;
         SeqErr e;
         char msg[sizeof e.msg - 16];
-        const int bad = chunk_tier_disk_probe(cfg->offload_dir, world_rank, msg, sizeof msg) != 0;
+        const int bad = chunk_tier_disk_probe(dirs[k][0], dirs[k][1], world_rank, msg, sizeof msg) != 0;
         if (bad && world > 1) seq_err(&e, "rank %d: %s", world_rank, msg);
         else if (bad) seq_err(&e, "%s", msg);
         die_if_any_rank(bad ? &e : NULL);

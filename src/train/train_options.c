@@ -73,6 +73,9 @@ static const char HELP_TAIL[] =
     "  --decay-all          also decay norms and embeddings\n"
     "  --grad-clip X        clip the global gradient norm to X; 0 disables (default 1)\n"
     "  --beta1 X, --beta2 X AdamW betas (default 0.9, 0.95)\n"
+    "  --offload-optimizer DIR  keep the AdamW moments (8 bytes a parameter of the rank's shard) in a\n"
+    "                       (deleted-on-exit) file per rank in DIR, its space reserved at start, streamed\n"
+    "                       through each step in 4 MiB chunks (the same results bit for bit)\n"
     "  --seed N             seed for weights and data (default 1)\n"
     "checkpoints:\n"
     "  --save DIR           write a checkpoint to DIR at the end (and every --save-every steps)\n"
@@ -174,7 +177,7 @@ static const struct option TRAIN_OPTIONS[] = {
     {"recall-format", required_argument, 0, 3105}, {"trace-step", required_argument, 0, 3106},
     {"skip-nonfinite", required_argument, 0, 'K'},
     {"dry-run", no_argument, 0, 3108}, {"ranks", required_argument, 0, 3109},
-    {"mem-per-rank", required_argument, 0, 3110},
+    {"mem-per-rank", required_argument, 0, 3110}, {"offload-optimizer", required_argument, 0, 3111},
     {"quiet", no_argument, 0, 'q'}, {"stop-at", required_argument, 0, 'T'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 /* arg appended to buf at *len after a space, as one shell word: as it is where every character is
  * plain, else in single quotes (a quote inside as '\''); *len counts past n where it does not fit */
@@ -299,6 +302,12 @@ void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, 
         case 'Q': o->recall_queries = (int)parse_long(cmd, "recall-queries", optarg, 1, 1 << 28); break;
         case 'q': o->quiet = 1; break;
         case 3108: o->dry_run = 1; break;
+        case 3111:
+            if (!*optarg)
+                die_collective("seqpar %s: --offload-optimizer needs a directory: name one (an empty path is not the "
+                               "current directory)", cmd);
+            o->par.offload_optimizer = optarg;
+            break;
         case 3109: o->dry_ranks = (int)parse_long(cmd, "ranks", optarg, 1, 1 << 20); break;
         case 3110: o->mem_per_rank = parse_double(cmd, "mem-per-rank", optarg, 1e-3, 1e9) * 1073741824.0; break;
         case 'K': o->skip_nonfinite = (int)parse_long(cmd, "skip-nonfinite", optarg, 0, 1 << 30); break;

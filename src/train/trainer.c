@@ -192,7 +192,7 @@ static void record_settings(TrainerState *st, const TrainOptions *o, const Llama
 /* A save's source of sharded state (checkpoint_save_src): pieces fetched from the shards. */
 typedef struct {
     GradSync *g;
-    const float *arrays[3]; /* the parameter shard (zero 3), the moments m and v */
+    ShardArray arrays[3]; /* the parameter shard (zero 3), the moments m and v (in RAM or the offload file) */
     size_t total;
 } SaveShards;
 static void read_params(void *ctx, size_t first, size_t n, float *dst) {
@@ -211,7 +211,7 @@ static void save_checkpoint(const char *dir, LlamaModel *m, const AdamW *opt, co
                             SeqParallel *par, uint64_t max_shard_bytes) {
     int root = par->topo.world_rank == 0;
     GradSync *g = &par->sync;
-    SaveShards sh = {g, {g->p_shard, opt->m, opt->v}, m->table.total};
+    SaveShards sh = {g, {{g->p_shard, NULL, 0}, {opt->m, g->offload, 0}, {opt->v, g->offload, 1}}, m->table.total};
     const int sharded = grad_sync_streams(g);
     SeqErr e;
     int failed = 0;
@@ -280,14 +280,21 @@ static void default_stop_dir(const char *log_path, long step, char *buf, size_t 
     if (slash) snprintf(buf, n, "%.*s/checkpoint-step%ld", (int)(slash - log_path), log_path, step);
     else snprintf(buf, n, "checkpoint-step%ld", step);
 }
+/* A resume's moments into the optimizer offload's file (CheckpointSink). */
+static void moments_to_offload(void *ctx, int moment, size_t first, size_t n, const float *src) {
+    optimizer_offload_write(ctx, moment, first, n, src);
+}
 /* Every rank reads the checkpoint (the directory must be visible to all ranks) and, of the AdamW
- * moments (saved whole), only its own shard, and of the weights [lo, hi) (ZeRO-3: its shard; else
- * all), so any rank layout resumes any checkpoint without a rank holding the whole moments. An error on any rank ends every rank with
- * one line. */
-static void load_checkpoint(const char *dir, LlamaModel *m, size_t lo, size_t hi, AdamW *opt, TrainerState *st,
-                            const char *advice) {
+ * moments (saved whole), only its own shard (into RAM, or through `offload` into its file), and of
+ * the weights [lo, hi) (ZeRO-3: its shard; else all), so any rank layout resumes any checkpoint
+ * without a rank holding the whole moments. An error on any rank ends every rank with one line. */
+static void load_checkpoint(const char *dir, LlamaModel *m, size_t lo, size_t hi, AdamW *opt, OptOffload *offload,
+                            TrainerState *st, const char *advice) {
     SeqErr e;
-    const int failed = checkpoint_read_part(dir, NULL, &m->table, m->params, lo, hi, opt, st, &e) != 0;
+    const CheckpointSink sink = {moments_to_offload, offload};
+    int failed = checkpoint_read_part_to(dir, NULL, &m->table, m->params, lo, hi, opt, offload ? &sink : NULL, st,
+                                         &e) != 0;
+    if (!failed && offload) failed = optimizer_offload_error(offload, &e) != 0;
     if (failed) checkpoint_error_advice(&e, advice);
     die_if_any_rank(failed ? &e : NULL);
 }
@@ -595,17 +602,27 @@ static void memory_fit_check(const TrainOptions *o, const MemoryEstimate *m, int
                       "or a shorter --seq-len ('seqpar memory' shows where it goes, 'seqpar plan' what fits)",
                       size_text(need, t1, sizeof t1), size_text(m->ram_total, t2, sizeof t2), m->rank,
                       RUNTIME_BYTES / 1048576, size_text(have, t3, sizeof t3), whose) != 0;
-    double disk_need = 0, disk_free = -1;
-    if (!bad && ranks_here > 0 && o->par.offload_dir && m->disk_total > 0) {
+    /* the disk tiers: --offload-dir's (activations) and --offload-optimizer's (the moments), summed
+     * where both directories lie on one file system */
+    const char *dirs[2] = {o->par.offload_dir, o->par.offload_optimizer};
+    const char *flags[2] = {"--offload-dir", "--offload-optimizer"};
+    double per_rank[2] = {m->disk_total - m->disk[MEM_OPTIMIZER], m->disk[MEM_OPTIMIZER]};
+    double disk_need[2] = {0, 0}, disk_free[2] = {-1, -1};
+    struct stat dev[2];
+    for (int k = 0; k < 2 && !bad && ranks_here > 0; k++) {
+        if (!dirs[k] || per_rank[k] <= 0) continue;
         struct statvfs vs;
-        disk_need = m->disk_total * ranks_here;
-        if (statvfs(o->par.offload_dir, &vs) == 0) disk_free = (double)vs.f_bavail * (double)vs.f_frsize;
-        if (disk_free >= 0 && disk_need > disk_free)
-            bad = seq_err(&e, "the disk tier needs %s under --offload-dir %s (%s a rank x %d rank%s of this node) but %s "
-                          "are free there: free space, or give --offload-dir on a larger disk",
-                          size_text(disk_need, t1, sizeof t1), o->par.offload_dir,
-                          size_text(m->disk_total, t2, sizeof t2), ranks_here, ranks_here == 1 ? "" : "s",
-                          size_text(disk_free, t3, sizeof t3)) != 0;
+        disk_need[k] = per_rank[k] * ranks_here;
+        if (statvfs(dirs[k], &vs) == 0) disk_free[k] = (double)vs.f_bavail * (double)vs.f_frsize;
+        double need = disk_need[k], rank_need = per_rank[k];
+        if (k == 1 && disk_need[0] > 0 && stat(dirs[0], &dev[0]) == 0 && stat(dirs[1], &dev[1]) == 0 &&
+            dev[0].st_dev == dev[1].st_dev)
+            need += disk_need[0], rank_need += per_rank[0]; /* one file system holds both */
+        if (disk_free[k] >= 0 && need > disk_free[k])
+            bad = seq_err(&e, "the disk tier needs %s under %s %s (%s a rank x %d rank%s of this node) but %s "
+                          "are free there: free space, or give %s on a larger disk", size_text(need, t1, sizeof t1),
+                          flags[k], dirs[k], size_text(rank_need, t2, sizeof t2), ranks_here, ranks_here == 1 ? "" : "s",
+                          size_text(disk_free[k], t3, sizeof t3), flags[k]) != 0;
     }
     if (ranks_here > 0) die_if_any_rank(bad ? &e : NULL);
     else if (bad) die_collective("%s", e.msg);
@@ -616,9 +633,13 @@ static void memory_fit_check(const TrainOptions *o, const MemoryEstimate *m, int
                      : snprintf(said, n, "RAM per rank %s (with %.0f MiB of runtime): not checked (give "
                                 "--mem-per-rank GIB, the RAM a rank of that cluster has)", size_text(need, t1, sizeof t1),
                                 RUNTIME_BYTES / 1048576);
-    if (k > 0 && (size_t)k < n && disk_free >= 0)
-        snprintf(said + k, n - (size_t)k, "; disk tier %s of %s free under %s", size_text(disk_need, t3, sizeof t3),
-                 size_text(disk_free, t4, sizeof t4), o->par.offload_dir);
+    for (int d = 0; d < 2; d++)
+        if (k > 0 && (size_t)k < n && disk_free[d] >= 0) {
+            const int w = snprintf(said + k, n - (size_t)k, "; %s %s of %s free under %s",
+                                   d ? "optimizer on disk" : "disk tier", size_text(disk_need[d], t3, sizeof t3),
+                                   size_text(disk_free[d], t4, sizeof t4), dirs[d]);
+            k = w > 0 ? k + w : k;
+        }
 }
 /* --dry-run: the run's checks, each by the code the run makes it with (start_checks, model_checks,
  * seq_parallel_check, grid_checks, memory_fit_check), and the memory plan; allocates no weights,
@@ -749,14 +770,27 @@ static int run(const TrainOptions *options, const SizeFlags *sizes, int argc, ch
                            .no_stream = o.mem.no_stream};
     LlamaActs *acts = llama_acts_create_opts(&model, par.attn, N, &ao);
     AdamW opt;
-    adamw_init(&opt, &o.opt, par.sync.shard_begin, par.sync.shard_end);
+    if (o.par.offload_optimizer) { /* the moments in a file of their own, its space reserved now */
+        adamw_init_unbacked(&opt, &o.opt, par.sync.shard_begin, par.sync.shard_end);
+        SeqErr oe;
+        par.sync.offload = optimizer_offload_create(o.par.offload_optimizer, par.topo.world_rank,
+                                                    par.sync.shard_end - par.sync.shard_begin, &oe);
+        if (!par.sync.offload && par.topo.world_size > 1) {
+            SeqErr ranked;
+            seq_err(&ranked, "rank %d: %s", par.topo.world_rank, oe.msg);
+            oe = ranked;
+        }
+        die_if_any_rank(par.sync.offload ? NULL : &oe);
+    } else {
+        adamw_init(&opt, &o.opt, par.sync.shard_begin, par.sync.shard_end);
+    }
     TrainerState st, now;
     trainer_state_init(&now);
     now.seed = o.seed;
     now.seq_len = S;
     record_settings(&now, &o, &model, &ds, acts, &par);
     if (o.resume_dir) {
-        load_checkpoint(o.resume_dir, &model, load_lo, load_hi, &opt, &st, advice);
+        load_checkpoint(o.resume_dir, &model, load_lo, load_hi, &opt, par.sync.offload, &st, advice);
         die_if_any_rank(check_resumed(&st, &now, &o, &ds, par.attn, N, &err) != 0 ? &err : NULL);
         /* the settings every key of which matched: this version's, so that its saves record them all */
         st.n_settings = now.n_settings;
@@ -946,11 +980,15 @@ static int run(const TrainOptions *options, const SizeFlags *sizes, int argc, ch
             grad_sync_update(&par.sync, &opt, &model, lr, adamw_clip_scale(&o.opt, norm_sq));
         }
         st.step++;
-        /* step time, peak memory and a stop request, agreed by every rank in one reduction */
-        double agree[3] = {now_seconds() - t0, (double)mem_tracked_peak(), (double)stop_signal_pending()};
+        /* step time, peak memory, a stop request and a failed optimizer-offload read or write (a full
+         * disk), agreed by every rank in one reduction */
+        SeqErr off_err;
+        const int off_failed = par.sync.offload && optimizer_offload_error(par.sync.offload, &off_err) != 0;
+        double agree[4] = {now_seconds() - t0, (double)mem_tracked_peak(), (double)stop_signal_pending(), off_failed};
         if (par.topo.world_size > 1)
-            comm_control_allreduce(par.comm, "MPI_Iallreduce (step time, stop flag)", agree, 3, MPI_DOUBLE, MPI_MAX,
+            comm_control_allreduce(par.comm, "MPI_Iallreduce (step time, stop flag)", agree, 4, MPI_DOUBLE, MPI_MAX,
                                    par.topo.world);
+        if (agree[3] > 0) die_if_any_rank(off_failed ? &off_err : NULL); /* every rank is here: the failing one's line */
         double dt = agree[0];
         unsigned long long peak_mem = (unsigned long long)agree[1];
         stop_sig = (int)agree[2];
@@ -1044,6 +1082,15 @@ static int run(const TrainOptions *options, const SizeFlags *sizes, int argc, ch
                wr / b / 1e6, rd / b / 1e6, passes, wait_s / b,
                (2.0 * N + 4.0 * ((N + llama_input_chunks(N) - 1) / llama_input_chunks(N))) * c->hidden_size * 4 / 1e6,
                (c->num_hidden_layers + 1.0) * N * c->hidden_size * 4 / 1e6);
+        fflush(stdout);
+    }
+    if (par.sync.offload && (o.par.stats || !o.quiet)) { /* per rank: its own file */
+        unsigned long long wr, rd;
+        double wait_s;
+        optimizer_offload_stats(par.sync.offload, &wr, &rd, &wait_s);
+        printf("rank %d: optimizer offload: %.3f MB written, %.3f MB read, I/O not hidden %.3f s; RAM for the moments "
+               "%.3f MB instead of %.3f MB\n", par.topo.world_rank, wr / 1e6, rd / 1e6, wait_s,
+               optimizer_offload_ram_bytes(opt.end - opt.begin) / 1e6, 8.0 * (double)(opt.end - opt.begin) / 1e6);
         fflush(stdout);
     }
     /* every rank gets here before any enters MPI_Finalize, which has no deadline */
