@@ -42,7 +42,7 @@ int main(int argc, char **argv) {
     adamw_init(&ram, &cfg, 0, n);
     adamw_init_unbacked(&disk, &cfg, 0, n);
     SeqErr e;
-    OptOffload *off = optimizer_offload_create(dir, 0, n, &e);
+    OptOffload *off = optimizer_offload_create(dir, 0, n, 0, &e);
     if (!off) die("%s", e.msg);
     double *t[2];
     for (int k = 0; k < 2; k++) t[k] = xmalloc(sizeof(double) * (size_t)rounds);
@@ -71,7 +71,7 @@ int main(int argc, char **argv) {
     printf("  disk - RAM: best %+.3f s, median %+.3f s a step; %.2f GB written, %.2f GB read over %d steps, I/O not "
            "hidden %.3f s a step; RAM for the moments %.1f MiB instead of %.1f MiB\n",
            best[1] - best[0], med[1] - med[0], wr / 1e9, rd / 1e9, rounds + 1, wait_s / (rounds + 1),
-           optimizer_offload_ram_bytes(n) / 1048576.0, 8.0 * (double)n / 1048576.0);
+           optimizer_offload_ram_bytes(n, 0) / 1048576.0, 8.0 * (double)n / 1048576.0);
     printf("  weights after %d steps: %s\n", rounds + 1, same ? "equal bit for bit" : "DIFFERENT");
     optimizer_offload_free(off);
     adamw_free(&ram);

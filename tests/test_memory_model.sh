@@ -108,6 +108,7 @@ case_ 2 --vocab 16384 --strategy ring --checkpoint none --zero 2 --batch 1
 case_ 2 --vocab 16384 --strategy ulysses --checkpoint layer --zero 3 --batch 1
 # the AdamW moments on disk (--offload-optimizer): the tier's eight chunk buffers in RAM instead
 case_ 2 --vocab 16384 --strategy ulysses --checkpoint layer --zero 3 --batch 1 --offload-optimizer "$OFF"
+case_ 2 --vocab 16384 --strategy ulysses --checkpoint layer --zero 3 --batch 1 --offload-optimizer "$OFF" --offload-master
 case_ 1 --vocab 16384 --checkpoint none --batch 1 --offload-optimizer "$OFF"
 # later micro-batches reduce-scatter into temporaries of each unit's own part, not a second whole
 # shard (data_parallel.h): 12 layers on 2 ranks, 4 micro-batches (until 2026-11-29 the whole shard:

@@ -5,13 +5,17 @@
 #     saved model and optimizer files are the in-RAM optimizer's bit for bit, with the moments
 #     streamed in chunks of 97 elements (SEQPAR_OPT_OFFLOAD_CHUNK=97: chunk ends inside tensors and
 #     SIMD vectors, hundreds of chunks) and, on 1 rank, in the default chunks;
+#   - --offload-master (ZeRO-3's parameter shard in the file too, read by every gather) on 2 ranks,
+#     one and two micro-batches a rank: the same bits;
 #   - a run stopped at step 3 and resumed with the moments on disk, or resumed with them in RAM,
-#     gives the uninterrupted run's losses and files bit for bit (1 rank; 2 ranks under --zero 3);
+#     gives the uninterrupted run's losses and files bit for bit (1 rank; 2 ranks under --zero 3,
+#     with and without --offload-master);
 #   - the offload directory is left as empty as it was (the per-rank file is unlinked at once);
-#   - the memory model (seqpar memory) moves the moments from RAM to the disk column;
+#   - the memory model (seqpar memory) moves the moments (and with --offload-master the shard of
+#     the weights) from RAM to the disk column;
 #   - bad input: a missing directory, a file given as the directory, too little free disk
-#     (train and train --dry-run) and a reservation that fails (a file-size limit): one line on
-#     every rank, non-zero exit.
+#     (train and train --dry-run), a reservation that fails (a file-size limit), --offload-master
+#     without the file, outside ZeRO-3 or on one rank: one line on every rank, non-zero exit.
 # Prints "N passed, N failed".
 set -u
 BUILD=${1:-build}
@@ -50,6 +54,11 @@ for z in 0 1 2 3; do
     SEQPAR_OPT_OFFLOAD_CHUNK=97 run "off2z$z" 2 --cp 2 --zero $z --offload-optimizer "$T/od"
     same_run "2 ranks --zero $z, chunks of 97" "off2z$z" "ram2z$z"
 done
+SEQPAR_OPT_OFFLOAD_CHUNK=97 run off2m 2 --cp 2 --zero 3 --offload-optimizer "$T/od" --offload-master
+same_run "2 ranks --zero 3 --offload-master, chunks of 97" off2m ram2z3
+run ram2dp 2 --dp 2 --zero 3
+run off2dpm 2 --dp 2 --zero 3 --offload-optimizer "$T/od" --offload-master
+same_run "2 ranks --dp 2 --zero 3 --offload-master (two micro-batches a rank)" off2dpm ram2dp
 if grep -q 'rank 0: optimizer offload: .* MB written' "$T/off1.out" || ! grep -q 'optimizer offload' "$T/off1.out"; then ok; else
     bad "the offload's summary line: $(grep 'optimizer offload' "$T/off1.out")"; fi
 if [ -z "$(ls -A "$T/od")" ]; then ok; else bad "files left in the offload directory: $(ls "$T/od")"; fi
@@ -65,6 +74,7 @@ resume() { # NAME np uninterrupted flags...
     for how in disk ram; do
         local extra=()
         [ $how = disk ] && extra=(--offload-optimizer "$T/od")
+        [ $how = ram ] && [ "${*: -1}" = --offload-master ] && set -- "${@:1:$#-1}" # the weights in RAM too
         rm -rf "$T/$name-$how"
         cp -r "$T/$name" "$T/$name-$how"
         if [ "$np" = 1 ]; then timeout 120 env SEQPAR_OPT_OFFLOAD_CHUNK=89 "$SEQPAR" "${TRAIN[@]}" "$@" "${extra[@]}" --resume "$T/$name-$how" --save "$T/$name-$how" --log "$T/$name-$how.tail.jsonl" >"$T/r.out" 2>&1
@@ -80,6 +90,7 @@ resume() { # NAME np uninterrupted flags...
 }
 resume res1 1 ram1
 resume res2 2 ram2z3 --cp 2 --zero 3
+resume res2m 2 ram2z3 --cp 2 --zero 3 --offload-master
 
 # ---- the memory model: the moments leave RAM for the disk column
 M=(memory --layers 4 --hidden 512 --heads 8 --ffn 2048 --vocab 32000 --seq-len 64 --batch 1)
@@ -92,6 +103,15 @@ if [ -n "$ram_mib" ] && [ "$(printf '%s\n' "$out" | row)" = 32.00 ] &&
     awk -v r="$ram_mib" -v d="$(printf '%s\n' "$out" | disk_row)" 'BEGIN { exit !(d >= r && d < r + 8) }' &&
     printf '%s\n' "$out" | grep -q "AdamW moments on disk in $T/od"; then ok; else
     bad "seqpar memory --offload-optimizer (in RAM: $ram_mib MiB): $(printf '%s\n' "$out" | grep 'moments')"; fi
+# --offload-master on 2 ranks under ZeRO-3: the shard of the weights leaves RAM for the disk (4 bytes a
+# parameter of the shard in whole chunks: half the moments' disk)
+prow() { sed -nE "s/^  parameters +([0-9.]+) MiB.*/\1/p"; }
+pdisk() { sed -nE "s/^  parameters .* disk +([0-9.]+) MiB/\1/p"; }
+a=$("$SEQPAR" "${M[@]}" --ranks 2 --cp 2 --zero 3 --offload-optimizer "$T/od")
+b=$("$SEQPAR" "${M[@]}" --ranks 2 --cp 2 --zero 3 --offload-optimizer "$T/od" --offload-master)
+if awk -v a="$(printf '%s\n' "$a" | prow)" -v b="$(printf '%s\n' "$b" | prow)" -v d="$(printf '%s\n' "$b" | pdisk)" \
+    -v h="$(printf '%s\n' "$a" | disk_row)" 'BEGIN { exit !(d > 0 && a - b <= d + 0.01 && a - b > d - 4.01 && d == h / 2) }'; then ok; else
+    bad "seqpar memory --offload-master: parameters $(printf '%s\n' "$a" | prow) -> $(printf '%s\n' "$b" | grep '^  parameters')"; fi
 
 # ---- bad input: one line on every rank
 every_rank() { # what np words flags...
@@ -111,6 +131,12 @@ touch "$T/afile"
 every_rank "a file as the directory" 2 "--offload-optimizer $T/afile: cannot create a file there (Not a directory)" \
     --cp 2 --offload-optimizer "$T/afile"
 every_rank "an empty path" 2 "--offload-optimizer needs a directory" --cp 2 --offload-optimizer ""
+every_rank "--offload-master alone" 2 "--offload-master keeps the weights' shard in the optimizer's file: add --offload-optimizer DIR" \
+    --cp 2 --zero 3 --offload-master
+every_rank "--offload-master under --zero 2" 2 "--offload-master moves ZeRO-3's parameter shard to disk, but under --zero 2 every rank's whole weights" \
+    --cp 2 --zero 2 --offload-optimizer "$T/od" --offload-master
+every_rank "--offload-master on one rank" 1 "--offload-master moves ZeRO-3's parameter shard to disk, but one rank has no shard" \
+    --zero 3 --offload-optimizer "$T/od" --offload-master
 # a model whose moments (8 bytes a parameter: 16 TB here) no disk here holds; its RAM passes --mem-per-rank
 BIG=(--layers 1 --hidden 65536 --heads 512 --ffn 262144 --vocab 8192000 --mem-per-rank 1000000000 --offload-optimizer "$T/od")
 for dry in "" --dry-run; do

@@ -124,15 +124,25 @@ static size_t outer_floats(const GradSync *g) {
     return g->outer_turns ? max_sz(E, T) : E + T;
 }
 
-/* All-gathers unit u's parameters (from the shards in p_shard) into dst (the unit's size). */
+/* What a gather of unit u into dst sends: this rank's part of the unit in p_shard, or (the shard
+ * in the optimizer offload's file: --offload-master) MPI_IN_PLACE after reading that part into its
+ * place in dst. Sets unit_displs for the gather. */
+static const void *own_params(GradSync *g, int u, float *dst) {
+    const size_t *cnt = g->unit_counts + (size_t)u * (size_t)g->size;
+    size_t ob, oe, d = 0;
+    unit_own(g, u, &ob, &oe);
+    for (int p = 0; p < g->size; p++) g->unit_displs[p] = d, d += cnt[p];
+    if (g->p_shard) return g->p_shard + (ob - g->shard_begin);
+    optimizer_offload_read(g->offload, 2, ob - g->shard_begin, oe - ob, dst + g->unit_displs[g->rank]);
+    return MPI_IN_PLACE;
+}
+
+/* All-gathers unit u's parameters (from the shards) into dst (the unit's size). */
 static void unit_gather(GradSync *g, int u, float *dst) {
     const size_t *cnt = g->unit_counts + (size_t)u * (size_t)g->size;
-    size_t ob, oe;
-    unit_own(g, u, &ob, &oe);
-    size_t d = 0;
-    for (int p = 0; p < g->size; p++) g->unit_displs[p] = d, d += cnt[p];
-    comm_allgatherv(g->stats, COMM_PARAM_GATHER, g->p_shard + (ob - g->shard_begin), cnt[g->rank], dst, cnt,
-                    g->unit_displs, MPI_FLOAT, g->shard_comm);
+    const void *mine = own_params(g, u, dst);
+    comm_allgatherv(g->stats, COMM_PARAM_GATHER, mine, cnt[g->rank], dst, cnt, g->unit_displs, MPI_FLOAT,
+                    g->shard_comm);
 }
 
 /* zero 3: the pass uses layers in the order k = 0 .. pass_len - 1: forward layer k (k < L), then
@@ -148,11 +158,9 @@ static void gather_post(GradSync *g, int k) {
     if (k >= g->pass_len) return;
     int u = 1 + pass_layer(g, k), b = k % 2;
     const size_t *cnt = g->unit_counts + (size_t)u * (size_t)g->size;
-    size_t ob, oe, d = 0;
-    unit_own(g, u, &ob, &oe);
-    for (int p = 0; p < g->size; p++) g->unit_displs[p] = d, d += cnt[p];
-    comm_iallgatherv(g->stats, COMM_PARAM_GATHER, g->p_shard + (ob - g->shard_begin), cnt[g->rank], g->p_layer[b],
-                     cnt, g->unit_displs, MPI_FLOAT, g->shard_comm, &g->gather[b]);
+    const void *mine = own_params(g, u, g->p_layer[b]);
+    comm_iallgatherv(g->stats, COMM_PARAM_GATHER, mine, cnt[g->rank], g->p_layer[b], cnt, g->unit_displs, MPI_FLOAT,
+                     g->shard_comm, &g->gather[b]);
 }
 
 /* Layer `layer` starts as use k of the pass: waits for its gather, posts the next one, binds it. */
@@ -236,11 +244,9 @@ static void zero_hook(void *ctx, LlamaModel *m, LlamaHookPoint point, int layer,
         if (z3 && g->outer_turns) { /* the embedding is done with: the tail's gather into its place */
             bind_outer_at(g, &m->w, NULL, NULL);
             const size_t *cnt = g->unit_counts + (size_t)tail * (size_t)g->size;
-            size_t ob, oe, d = 0;
-            unit_own(g, tail, &ob, &oe);
-            for (int p = 0; p < g->size; p++) g->unit_displs[p] = d, d += cnt[p];
-            comm_iallgatherv(g->stats, COMM_PARAM_GATHER, g->p_shard + (ob - g->shard_begin), cnt[g->rank], g->p_outer,
-                             cnt, g->unit_displs, MPI_FLOAT, g->shard_comm, &g->outer_gather);
+            const void *mine = own_params(g, tail, g->p_outer);
+            comm_iallgatherv(g->stats, COMM_PARAM_GATHER, mine, cnt[g->rank], g->p_outer, cnt, g->unit_displs,
+                             MPI_FLOAT, g->shard_comm, &g->outer_gather);
         }
         break;
     case LLAMA_HOOK_BEFORE_FORWARD:
@@ -367,8 +373,12 @@ void grad_sync_attach(GradSync *g, LlamaModel *m) {
     else bind_outer(g, &m->g, g->grad_outer);
     for (int l = 0; l < nL; l++) bind_layer(g, &m->g.layers[l], NULL, l);
     if (g->zero == 3) { /* parameters: this rank's shard, two gathered layers, the outer units per micro-batch */
-        g->p_shard = xmalloc(sizeof(float) * (n + 1));
-        memcpy(g->p_shard, m->params + g->shard_begin, sizeof(float) * n);
+        if (g->offload && optimizer_offload_master(g->offload)) { /* the shard to the file (--offload-master) */
+            optimizer_offload_write(g->offload, 2, 0, n, m->params + g->shard_begin);
+        } else {
+            g->p_shard = xmalloc(sizeof(float) * (n + 1));
+            memcpy(g->p_shard, m->params + g->shard_begin, sizeof(float) * n);
+        }
         for (int i = 0; i < 2; i++) g->p_layer[i] = xmalloc(sizeof(float) * max_layer); /* gathers: none in flight */
         xfree(m->params);
         m->params = NULL;

@@ -108,7 +108,8 @@ typedef struct {
     int acc_unit[4];               /* the unit whose reduce-scatter fills slot k (-1: none) */
     int micro;                     /* micro-batches of this step reduced so far */
     int reduced;                   /* this step's reduce-scatters have completed */
-    float *p_shard;                /* zero 3: this rank's parameters [shard_begin, shard_end) */
+    float *p_shard;                /* zero 3: this rank's parameters [shard_begin, shard_end) (NULL: in
+                                      the offload's file, --offload-master) */
     float *p_layer[2];             /* zero 3: gathered layers, gather k of the pass in p_layer[k % 2] */
     CommGather gather[2];          /* zero 3: the gather into p_layer[i] in flight */
     int pass_len;                  /* zero 3: gathers in this pass (L forward, L more with backward) */
@@ -116,8 +117,9 @@ typedef struct {
                                       (outer_turns: the embedding until its forward is done, then
                                       the tail, gathered while the layers run) */
     CommGather outer_gather;       /* zero 3, outer_turns: the tail's gather in flight */
-    OptOffload *offload;           /* --offload-optimizer: the AdamW moments' file (NULL: in RAM); the
-                                      update streams them, and owns and frees it */
+    OptOffload *offload;           /* --offload-optimizer: the AdamW moments' file (NULL: in RAM), with
+                                      --offload-master the zero-3 parameter shard too (attach writes it
+                                      there; the gathers read it); set before grad_sync_attach; freed here */
 } GradSync;
 
 /* Plans the shards over groups of `group` ranks (0: the whole world). Errors (zero_flags_error's)

@@ -1,6 +1,7 @@
 /* The AdamW moments streamed through the disk chunk tier: see optimizer_offload.h. m is the tier's
- * TIER_Q kind and v its TIER_KV kind, chunk i of each holding elements [i C, (i + 1) C) of the
- * range; the tier's one "layer" is keyed by the object's own `key`. */
+ * TIER_Q kind, v its TIER_KV kind and the weights (with `master`) its TIER_O kind, chunk i of each
+ * holding elements [i C, (i + 1) C) of the range; the tier's one "layer" is keyed by the object's
+ * own `key`. */
 #include "parallel/optimizer_offload.h"
 
 #include <errno.h>
@@ -14,7 +15,7 @@
 struct OptOffload {
     ChunkTier *tier;
     size_t n, chunk; /* elements of the range; per chunk */
-    int chunks;
+    int chunks, master;
     float key;       /* the tier's name for the one set of chunks */
     char dir[200];
 };
@@ -52,16 +53,24 @@ static size_t chunk_count(size_t n) {
     return n ? (n + c - 1) / c : 1;
 }
 
-/* two staging and two read buffers for each of m and v */
-double optimizer_offload_ram_bytes(size_t n) { return 2.0 * 4 * sizeof(float) * (double)optimizer_offload_chunk(n); }
-
-double optimizer_offload_disk_bytes(size_t n) {
-    return 2.0 * sizeof(float) * (double)chunk_count(n) * (double)optimizer_offload_chunk(n);
+/* two staging and two read buffers for each of m, v (and the weights) */
+double optimizer_offload_ram_bytes(size_t n, int master) {
+    return (master ? 3.0 : 2.0) * 4 * sizeof(float) * (double)optimizer_offload_chunk(n);
 }
 
-OptOffload *optimizer_offload_create(const char *dir, int rank, size_t n, SeqErr *e) {
+double optimizer_offload_disk_bytes(size_t n, int master) {
+    return (master ? 3.0 : 2.0) * sizeof(float) * (double)chunk_count(n) * (double)optimizer_offload_chunk(n);
+}
+
+int optimizer_offload_master(const OptOffload *o) { return o->master; }
+
+/* the tier's kind of moment k (2: the weights) */
+static TierKind kind_of(int k) { return k == 0 ? TIER_Q : k == 1 ? TIER_KV : TIER_O; }
+
+OptOffload *optimizer_offload_create(const char *dir, int rank, size_t n, int master, SeqErr *e) {
     OptOffload *o = xcalloc(1, sizeof *o);
     o->n = n;
+    o->master = master;
     o->chunk = optimizer_offload_chunk(n);
     const size_t chunks = chunk_count(n);
     if (chunks > (size_t)INT_MAX / 2) { /* 2^50 elements and more */
@@ -71,7 +80,7 @@ OptOffload *optimizer_offload_create(const char *dir, int rank, size_t n, SeqErr
     }
     o->chunks = (int)chunks;
     snprintf(o->dir, sizeof o->dir, "%s", dir);
-    const size_t sizes[TIER_KINDS] = {o->chunk, o->chunk, 0, 0};
+    const size_t sizes[TIER_KINDS] = {o->chunk, o->chunk, master ? o->chunk : 0, 0};
     char err[512];
     o->tier = chunk_tier_disk_create(OPT_OFFLOAD_FLAG, dir, rank, o->chunks, sizes, 0, err, sizeof err);
     if (!o->tier) {
@@ -80,7 +89,7 @@ OptOffload *optimizer_offload_create(const char *dir, int rank, size_t n, SeqErr
         return NULL;
     }
     if (chunk_tier_disk_reserve(o->tier, 1) != 0) {
-        const double b = optimizer_offload_disk_bytes(n), gib = b >= 1073741824.0;
+        const double b = optimizer_offload_disk_bytes(n, master), gib = b >= 1073741824.0;
         seq_err(e, OPT_OFFLOAD_FLAG " %s: cannot reserve %.2f %s for the optimizer state there (%s): free space "
                 "there or give a directory on a larger disk", dir, b / (gib ? 1073741824.0 : 1048576.0),
                 gib ? "GiB" : "MiB", strerror(o->tier->io_errno));
@@ -108,29 +117,31 @@ void optimizer_offload_update(OptOffload *o, AdamW *opt, const ParamTable *table
     adamw_step_begin(opt, lr, grad_scale, &s);
     ChunkTier *t = o->tier;
     if (!o->n) return;
-    t->prefetch(t, &o->key, TIER_Q, 0, 0);
-    t->prefetch(t, &o->key, TIER_KV, 0, 0);
+    const int kinds = o->master ? 3 : 2;
+    for (int k = 0; k < kinds; k++) t->prefetch(t, &o->key, kind_of(k), 0, 0);
     for (int i = 0; i < o->chunks; i++) {
-        const float *mr = t->fetch(t, &o->key, TIER_Q, i, i & 1), *vr = t->fetch(t, &o->key, TIER_KV, i, i & 1);
-        if (i + 1 < o->chunks) { /* read while this chunk is updated */
-            t->prefetch(t, &o->key, TIER_Q, i + 1, (i + 1) & 1);
-            t->prefetch(t, &o->key, TIER_KV, i + 1, (i + 1) & 1);
-        }
+        const float *r[3];
+        float *w[3];
+        for (int k = 0; k < kinds; k++) r[k] = t->fetch(t, &o->key, kind_of(k), i, i & 1);
+        if (i + 1 < o->chunks) /* read while this chunk is updated */
+            for (int k = 0; k < kinds; k++) t->prefetch(t, &o->key, kind_of(k), i + 1, (i + 1) & 1);
         /* the staging buffers of chunk i - 2, whose writes are waited for */
-        float *m = t->slot(t, &o->key, TIER_Q, i), *v = t->slot(t, &o->key, TIER_KV, i);
         const size_t len = chunk_len(o, i), lo = opt->begin + (size_t)i * o->chunk;
-        memcpy(m, mr, sizeof(float) * len);
-        memcpy(v, vr, sizeof(float) * len);
-        adamw_apply(opt, &s, table, params, params_base, grads, grads_base, m, v, lo, lo + len);
-        t->store(t, &o->key, TIER_Q, i);
-        t->store(t, &o->key, TIER_KV, i);
+        for (int k = 0; k < kinds; k++) {
+            w[k] = t->slot(t, &o->key, kind_of(k), i);
+            memcpy(w[k], r[k], sizeof(float) * len);
+        }
+        if (o->master) params = w[2], params_base = lo;
+        adamw_apply(opt, &s, table, params, params_base, grads, grads_base, w[0], w[1], lo, lo + len);
+        for (int k = 0; k < kinds; k++) t->store(t, &o->key, kind_of(k), i);
     }
 }
 
 void optimizer_offload_read(OptOffload *o, int moment, size_t first, size_t n, float *dst) {
     if (!n) return;
+    if (moment == 2 && !o->master) die("internal: optimizer_offload_read: the weights are not in the file");
     ChunkTier *t = o->tier;
-    const TierKind kind = moment ? TIER_KV : TIER_Q;
+    const TierKind kind = kind_of(moment);
     const int a = (int)(first / o->chunk), b = (int)((first + n - 1) / o->chunk);
     for (int i = a; i <= b; i++) {
         if (i < b) t->prefetch(t, &o->key, kind, i + 1, (i + 1) & 1);
@@ -142,8 +153,9 @@ void optimizer_offload_read(OptOffload *o, int moment, size_t first, size_t n, f
 }
 
 void optimizer_offload_write(OptOffload *o, int moment, size_t first, size_t n, const float *src) {
+    if (moment == 2 && !o->master) die("internal: optimizer_offload_write: the weights are not in the file");
     ChunkTier *t = o->tier;
-    const TierKind kind = moment ? TIER_KV : TIER_Q;
+    const TierKind kind = kind_of(moment);
     for (size_t at = first; at < first + n;) {
         const int i = (int)(at / o->chunk);
         const size_t lo = (size_t)i * o->chunk, len = chunk_len(o, i);
@@ -154,6 +166,19 @@ void optimizer_offload_write(OptOffload *o, int moment, size_t first, size_t n, 
         t->store(t, &o->key, kind, i);
         at = to;
     }
+}
+
+char *optimizer_offload_flags_error(const char *dir, int master, int zero, int world) {
+    if (!master) return NULL;
+    if (!dir) return xstrdup("--offload-master keeps the weights' shard in the optimizer's file: add --offload-optimizer DIR");
+    if (zero != 3)
+        return xstrdup_printf("--offload-master moves ZeRO-3's parameter shard to disk, but under --zero %d every rank's "
+                          "whole weights are the model's working weights, kept in RAM: add --zero 3, or drop "
+                          "--offload-master", zero);
+    if (world < 2)
+        return xstrdup("--offload-master moves ZeRO-3's parameter shard to disk, but one rank has no shard (its "
+                       "weights are the model's working weights, kept in RAM): run on more ranks, or drop --offload-master");
+    return NULL;
 }
 
 int optimizer_offload_error(const OptOffload *o, SeqErr *e) {

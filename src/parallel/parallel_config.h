@@ -22,6 +22,7 @@ typedef struct {
     KnobValues knobs;    /* its flags' values as given */
     const char *offload_dir; /* --offload-dir DIR: idle chunks and layer inputs on disk; NULL = RAM */
     const char *offload_optimizer; /* train's --offload-optimizer DIR: the AdamW moments on disk; NULL = RAM */
+    int offload_master;  /* train's --offload-master: ZeRO-3's parameter shard in that file too */
     int dp, hp, cp;      /* 0 = not given: the strategy's grid rule decides (registry.h) */
     int ranks_per_node;  /* 0 = from MPI_COMM_TYPE_SHARED */
     int zero;            /* ZeRO stage 0 to 3 (data_parallel.h) */

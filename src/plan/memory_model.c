@@ -162,6 +162,7 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
     if (in->seq_len % sp != 0) return xstrdup_printf("--seq-len %ld does not split over %d sequence-parallel ranks: use a multiple of %d", in->seq_len, sp, sp);
     const int zero = pc->zero, group = pc->zero_group > 0 ? pc->zero_group : world;
     err = zero_flags_error(zero, pc->zero_group, world); /* grad_sync_init's refusals */
+    if (!err) err = optimizer_offload_flags_error(pc->offload_optimizer, pc->offload_master, zero, world);
     if (err) return err;
     err = batch_split_error(in->batch, dp);
     if (err) return err;
@@ -303,9 +304,13 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
         const int sharded = zero > 0 && world > 1, r = w % group;
         double shard = sharded ? (double)((size_t)P * (size_t)(r + 1) / (size_t)group - (size_t)P * (size_t)r / (size_t)group)
                                : P;
+        /* --offload-master: ZeRO-3's parameter shard in the same file */
+        const int master = pc->offload_optimizer && pc->offload_master && zero == 3 && sharded;
         if (pc->offload_optimizer) { /* the moments in their file; the tier's buffers in RAM (optimizer_offload.h) */
-            cur.ram[MEM_OPTIMIZER] = optimizer_offload_ram_bytes((size_t)shard);
-            cur.disk[MEM_OPTIMIZER] = optimizer_offload_disk_bytes((size_t)shard);
+            cur.ram[MEM_OPTIMIZER] = optimizer_offload_ram_bytes((size_t)shard, master);
+            cur.disk[MEM_OPTIMIZER] = optimizer_offload_disk_bytes((size_t)shard, 0);
+            if (master)
+                cur.disk[MEM_PARAMS] = optimizer_offload_disk_bytes((size_t)shard, 1) - cur.disk[MEM_OPTIMIZER];
         } else {
             cur.ram[MEM_OPTIMIZER] = 4 * 2 * shard;
         }
@@ -350,7 +355,7 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
                 }
                 cur.ram[MEM_GRADS] = 4 * (outer + 2 * Lu + sb + acc);
                 /* zero 3: the shard, two gathered layers (in use, prefetched), embedding and tail */
-                cur.ram[MEM_PARAMS] = zero == 3 ? 4 * (shard + 1 + 2 * Lu + outer) : 4 * P;
+                cur.ram[MEM_PARAMS] = zero == 3 ? 4 * ((master ? 0 : shard + 1) + 2 * Lu + outer) : 4 * P;
             }
         }
         /* the trainer's tokens: the global batch, this rank's share, positions, recall distances */

@@ -185,6 +185,8 @@ static void check(SeqParallel *p, const ParallelConfig *cfg, const LlamaConfig *
     p->n_local = seq_len / sp;
     err = zero_flags_error(cfg->zero, cfg->zero_group, world); /* grad_sync_init's refusals, made now */
     if (err) die_collective("%s", err);
+    err = optimizer_offload_flags_error(cfg->offload_optimizer, cfg->offload_master, cfg->zero, world);
+    if (err) die_collective("%s", err);
     comm_guard_end();
 }
 

@@ -76,6 +76,8 @@ static const char HELP_TAIL[] =
     "  --offload-optimizer DIR  keep the AdamW moments (8 bytes a parameter of the rank's shard) in a\n"
     "                       (deleted-on-exit) file per rank in DIR, its space reserved at start, streamed\n"
     "                       through each step in 4 MiB chunks (the same results bit for bit)\n"
+    "  --offload-master     with --offload-optimizer and --zero 3: the rank's fp32 parameter shard in\n"
+    "                       that file too, read by each layer's gathers and streamed by the update\n"
     "  --seed N             seed for weights and data (default 1)\n"
     "checkpoints:\n"
     "  --save DIR           write a checkpoint to DIR at the end (and every --save-every steps)\n"
@@ -178,6 +180,7 @@ static const struct option TRAIN_OPTIONS[] = {
     {"skip-nonfinite", required_argument, 0, 'K'},
     {"dry-run", no_argument, 0, 3108}, {"ranks", required_argument, 0, 3109},
     {"mem-per-rank", required_argument, 0, 3110}, {"offload-optimizer", required_argument, 0, 3111},
+    {"offload-master", no_argument, 0, 3112},
     {"quiet", no_argument, 0, 'q'}, {"stop-at", required_argument, 0, 'T'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 /* arg appended to buf at *len after a space, as one shell word: as it is where every character is
  * plain, else in single quotes (a quote inside as '\''); *len counts past n where it does not fit */
@@ -308,6 +311,7 @@ void parse_train_options(int argc, char **argv, TrainOptions *o, SizeFlags *sf, 
                                "current directory)", cmd);
             o->par.offload_optimizer = optarg;
             break;
+        case 3112: o->par.offload_master = 1; break;
         case 3109: o->dry_ranks = (int)parse_long(cmd, "ranks", optarg, 1, 1 << 20); break;
         case 3110: o->mem_per_rank = parse_double(cmd, "mem-per-rank", optarg, 1e-3, 1e9) * 1073741824.0; break;
         case 'K': o->skip_nonfinite = (int)parse_long(cmd, "skip-nonfinite", optarg, 0, 1 << 30); break;

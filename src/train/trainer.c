@@ -211,7 +211,7 @@ static void save_checkpoint(const char *dir, LlamaModel *m, const AdamW *opt, co
                             SeqParallel *par, uint64_t max_shard_bytes) {
     int root = par->topo.world_rank == 0;
     GradSync *g = &par->sync;
-    SaveShards sh = {g, {{g->p_shard, NULL, 0}, {opt->m, g->offload, 0}, {opt->v, g->offload, 1}}, m->table.total};
+    SaveShards sh = {g, {{g->p_shard, g->offload, 2}, {opt->m, g->offload, 0}, {opt->v, g->offload, 1}}, m->table.total};
     const int sharded = grad_sync_streams(g);
     SeqErr e;
     int failed = 0;
@@ -606,7 +606,8 @@ static void memory_fit_check(const TrainOptions *o, const MemoryEstimate *m, int
      * where both directories lie on one file system */
     const char *dirs[2] = {o->par.offload_dir, o->par.offload_optimizer};
     const char *flags[2] = {"--offload-dir", "--offload-optimizer"};
-    double per_rank[2] = {m->disk_total - m->disk[MEM_OPTIMIZER], m->disk[MEM_OPTIMIZER]};
+    const double opt_disk = m->disk[MEM_OPTIMIZER] + m->disk[MEM_PARAMS]; /* the weights' shard: --offload-master */
+    double per_rank[2] = {m->disk_total - opt_disk, opt_disk};
     double disk_need[2] = {0, 0}, disk_free[2] = {-1, -1};
     struct stat dev[2];
     for (int k = 0; k < 2 && !bad && ranks_here > 0; k++) {
@@ -774,7 +775,7 @@ static int run(const TrainOptions *options, const SizeFlags *sizes, int argc, ch
         adamw_init_unbacked(&opt, &o.opt, par.sync.shard_begin, par.sync.shard_end);
         SeqErr oe;
         par.sync.offload = optimizer_offload_create(o.par.offload_optimizer, par.topo.world_rank,
-                                                    par.sync.shard_end - par.sync.shard_begin, &oe);
+                                                    par.sync.shard_end - par.sync.shard_begin, o.par.offload_master, &oe);
         if (!par.sync.offload && par.topo.world_size > 1) {
             SeqErr ranked;
             seq_err(&ranked, "rank %d: %s", par.topo.world_rank, oe.msg);
@@ -1088,9 +1089,11 @@ static int run(const TrainOptions *options, const SizeFlags *sizes, int argc, ch
         unsigned long long wr, rd;
         double wait_s;
         optimizer_offload_stats(par.sync.offload, &wr, &rd, &wait_s);
-        printf("rank %d: optimizer offload: %.3f MB written, %.3f MB read, I/O not hidden %.3f s; RAM for the moments "
+        printf("rank %d: optimizer offload: %.3f MB written, %.3f MB read, I/O not hidden %.3f s; RAM for the moments%s "
                "%.3f MB instead of %.3f MB\n", par.topo.world_rank, wr / 1e6, rd / 1e6, wait_s,
-               optimizer_offload_ram_bytes(opt.end - opt.begin) / 1e6, 8.0 * (double)(opt.end - opt.begin) / 1e6);
+               o.par.offload_master ? " and weights" : "",
+               optimizer_offload_ram_bytes(opt.end - opt.begin, o.par.offload_master) / 1e6,
+               (o.par.offload_master ? 12.0 : 8.0) * (double)(opt.end - opt.begin) / 1e6);
         fflush(stdout);
     }
     /* every rank gets here before any enters MPI_Finalize, which has no deadline */
