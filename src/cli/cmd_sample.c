@@ -58,6 +58,13 @@ static const char HELP[] =
     "  --strategy S           run on the ranks mpirun started (one rank too: the same path) with\n"
     "                         train's strategy S and its parallel flags (--hp, --cp, --layout, the\n"
     "                         strategy's knobs; every rank splits the one sequence: no --dp, --zero)\n"
+    "  --continue-prompt TEXT, --continue-tokens IDS\n"
+    "                         a second turn: after the first continuation, these tokens follow\n"
+    "                         (after the last generated one) and --max-new-tokens more are generated:\n"
+    "                         what one process gives for the prompt, the first continuation and TEXT\n"
+    "                         as one prompt. On ranks the block runs against the sharded cache\n"
+    "                         (docs/sampling.md); ids output: the second continuation on a line of its own\n"
+    "  --continue-scheme S    on ranks: auto (the one moving fewer bytes), pass-q or pass-kv\n"
     "  --prompt-logits FILE   also write the logits after every prompt token: prompt length x\n"
     "                         vocab_size float32, little-endian, row by row (for checks)\n"
     "  --help                 this text\n"
@@ -75,6 +82,8 @@ typedef struct {
     uint64_t seed;
     ParallelConfig pc;
     const char *prompt_logits; /* --prompt-logits FILE */
+    const char *cont, *cont_tokens; /* --continue-prompt TEXT, --continue-tokens IDS */
+    KvScheme scheme;                /* --continue-scheme */
 } SampleOptions;
 
 static void parse_sample_options(int argc, char **argv, SampleOptions *o) {
@@ -91,7 +100,8 @@ static void parse_sample_options(int argc, char **argv, SampleOptions *o) {
         {"temperature", required_argument, 0, 't'}, {"top-k", required_argument, 0, 'k'},
         {"top-p", required_argument, 0, 'q'}, {"repetition-penalty", required_argument, 0, 'r'},
         {"seed", required_argument, 0, 's'}, {"stop-token", required_argument, 0, 'x'},
-        {"ids", no_argument, 0, 'i'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"ids", no_argument, 0, 'i'}, {"continue-prompt", required_argument, 0, 'C'},
+        {"continue-tokens", required_argument, 0, 'T'}, {"continue-scheme", required_argument, 0, 'S'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     opterr = 0;
     optind = 1;
     int opt;
@@ -119,6 +129,14 @@ static void parse_sample_options(int argc, char **argv, SampleOptions *o) {
         case 'x': o->stop_token = parse_long(cmd, "stop-token", optarg, -1, (1L << 31) - 2); o->stop_set = 1; break;
         case 'i': o->ids = 1; break;
         case 'L': o->prompt_logits = optarg; break;
+        case 'C': o->cont = optarg; break;
+        case 'T': o->cont_tokens = optarg; break;
+        case 'S':
+            if (!strcmp(optarg, "auto")) o->scheme = KV_AUTO;
+            else if (!strcmp(optarg, "pass-q")) o->scheme = KV_PASS_Q;
+            else if (!strcmp(optarg, "pass-kv")) o->scheme = KV_PASS_KV;
+            else die_collective("seqpar sample: --continue-scheme '%s' is not one: give auto, pass-q or pass-kv", optarg);
+            break;
         case 'h':
             fputs(HELP, stdout);
             parallel_flags_help(stdout);
@@ -130,10 +148,12 @@ static void parse_sample_options(int argc, char **argv, SampleOptions *o) {
     if (!o->model_dir) die_collective("seqpar sample: --model DIR is required: a checkpoint or Hugging Face Llama directory");
     if (!o->prompt == !o->prompt_tokens)
         die_collective("seqpar sample: give exactly one of --prompt TEXT (byte-level models) and --prompt-tokens IDS");
+    if (o->cont && o->cont_tokens)
+        die_collective("seqpar sample: give at most one of --continue-prompt TEXT and --continue-tokens IDS");
 }
 
 /* "1,2, 3" -> ids: one id between commas (spaces around it allowed); dies naming a bad list. */
-static int *parse_ids(const char *s, int *n_out) {
+static int *parse_ids(const char *flag, const char *s, int *n_out) {
     size_t cap = strlen(s) / 2 + 1;
     int *ids = xmalloc(sizeof(int) * cap);
     int n = 0;
@@ -143,19 +163,46 @@ static int *parse_ids(const char *s, int *n_out) {
         char *end;
         long v = strtol(p, &end, 10);
         if (end == p || *p == '-' || *p == '+' || v > 0x7ffffffe)
-            die_collective("seqpar sample: --prompt-tokens expects non-negative token ids separated by commas (e.g. "
-                           "\"1,2,3\"), got '%s'", s);
+            die_collective("seqpar sample: --%s expects non-negative token ids separated by commas (e.g. "
+                           "\"1,2,3\"), got '%s'", flag, s);
         ids[n++] = (int)v;
         p = end;
         while (*p == ' ') p++;
         if (!*p) break;
         if (*p != ',')
-            die_collective("seqpar sample: --prompt-tokens expects non-negative token ids separated by commas (e.g. "
-                           "\"1,2,3\"), got '%s'", s);
+            die_collective("seqpar sample: --%s expects non-negative token ids separated by commas (e.g. "
+                           "\"1,2,3\"), got '%s'", flag, s);
         p++;
     }
     *n_out = n;
     return ids;
+}
+
+/* A prompt's tokens: `text` as bytes (byte-level models) or `ids` (flag names the flags); dies
+ * naming an empty prompt, a text prompt for another model or an id outside the vocabulary. */
+static int *read_prompt(const char *text_flag, const char *ids_flag, const char *text, const char *ids,
+                        const char *model_dir, int V, int *n_out) {
+    int n = 0, *prompt;
+    if (text) {
+        if (V != 256 && V != 257)
+            die_collective("seqpar sample: '%s' has vocab_size %d, so it is not a byte-level model and --%s TEXT "
+                           "cannot be encoded: pass --%s IDS (python3 scripts/make_shards.py --tokenizer "
+                           "tokenizer.json --encode TEXT prints them)", model_dir, V, text_flag, ids_flag);
+        n = (int)strlen(text);
+        if (n == 0) die_collective("seqpar sample: --%s is empty: give at least one character", text_flag);
+        prompt = xmalloc(sizeof(int) * (size_t)n);
+        for (int i = 0; i < n; i++) prompt[i] = (unsigned char)text[i];
+    } else {
+        prompt = parse_ids(ids_flag, ids, &n);
+        for (int i = 0; i < n; i++)
+            if (prompt[i] >= V)
+                die_collective("seqpar sample: %s token %d is outside the vocabulary of '%s' (vocab_size %d): give "
+                               "ids from 0 to %d, as the model's tokenizer makes them",
+                               strcmp(ids_flag, "prompt-tokens") ? "continuation" : "prompt", prompt[i], model_dir, V,
+                               V - 1);
+    }
+    *n_out = n;
+    return prompt;
 }
 
 /* A byte-level model's token as text: bytes as they are, the end-of-text id as a newline. */
@@ -184,24 +231,14 @@ int cmd_sample(int argc, char **argv) {
     LlamaModel model;
     model_from_dir(&model, o.model_dir, 1, 0);
     int V = model.cfg.vocab_size, byte_level = V == 256 || V == 257;
-    int n_prompt = 0, *prompt;
-    if (o.prompt) {
-        if (!byte_level)
-            die_collective("seqpar sample: '%s' has vocab_size %d, so it is not a byte-level model and --prompt TEXT "
-                           "cannot be encoded: pass --prompt-tokens IDS (python3 scripts/make_shards.py --tokenizer "
-                           "tokenizer.json --encode TEXT prints them)", o.model_dir, V);
-        n_prompt = (int)strlen(o.prompt);
-        if (n_prompt == 0) die_collective("seqpar sample: --prompt is empty: give at least one character");
-        prompt = xmalloc(sizeof(int) * (size_t)n_prompt);
-        for (int i = 0; i < n_prompt; i++) prompt[i] = (unsigned char)o.prompt[i];
-    } else {
-        prompt = parse_ids(o.prompt_tokens, &n_prompt);
-        for (int i = 0; i < n_prompt; i++)
-            if (prompt[i] >= V)
-                die_collective("seqpar sample: prompt token %d is outside the vocabulary of '%s' (vocab_size %d): give "
-                               "ids from 0 to %d, as the model's tokenizer makes them", prompt[i], o.model_dir, V, V - 1);
-    }
+    int n_prompt = 0, *prompt = read_prompt("prompt", "prompt-tokens", o.prompt, o.prompt_tokens, o.model_dir, V, &n_prompt);
+    int n_cont = 0, *cont = o.cont || o.cont_tokens ? read_prompt("continue-prompt", "continue-tokens", o.cont,
+                                                                  o.cont_tokens, o.model_dir, V, &n_cont) : NULL;
     const LlamaConfig *mc = &model.cfg;
+    if (cont && (long)n_prompt + o.max_new + n_cont > mc->max_position_embeddings)
+        die_collective("seqpar sample: the prompt (%d tokens), --max-new-tokens %ld and the continuation (%d tokens) "
+                       "reach past the %d positions of '%s': give fewer new tokens or shorter prompts", n_prompt,
+                       o.max_new, n_cont, mc->max_position_embeddings, o.model_dir);
     if (n_prompt > mc->max_position_embeddings) { /* positions past those the model was made for */
         char scaling[96] = "";
         if (mc->rope_type != LLAMA_ROPE_DEFAULT)
@@ -234,13 +271,16 @@ int cmd_sample(int argc, char **argv) {
     }
     int as_ids = o.ids || !byte_level;
 
-    long total = (long)n_prompt + o.max_new;
+    /* a second turn appends the continuation and as many new tokens again */
+    long total = (long)n_prompt + o.max_new + (cont ? n_cont + o.max_new : 0);
     if (total > (1L << 30)) die_collective("seqpar sample: prompt + --max-new-tokens exceeds 2^30 tokens");
     Generator g;
     DistGenerator dg;
     SeqParallel par;
     SeqErr e;
-    int root = 1, chunk = n_prompt < 512 ? n_prompt : 512;
+    const int block = cont ? n_cont + 1 : 0; /* the continuation after the last generated token, unfed yet */
+    int root = 1, chunk = n_prompt > block ? n_prompt : block;
+    if (chunk > 512) chunk = 512;
     float *logits = xmalloc(sizeof(float) * (size_t)V);
     float *prompt_logits = o.prompt_logits ? xmalloc(sizeof(float) * (size_t)n_prompt * V) : NULL;
     if (dist) {
@@ -260,7 +300,7 @@ int cmd_sample(int argc, char **argv) {
                            "with hp x cp = %d", par.strategy->name, par.topo.hp, par.topo.cp, par.topo.sp, world, world);
         seq_parallel_finish(&par, &model.cfg, model.table.total);
         root = par.topo.world_rank == 0;
-        dist_generator_init(&dg, &model, &par, n_prompt, o.max_new);
+        dist_generator_init(&dg, &model, &par, n_prompt, total - n_prompt, block);
         if (root) {
             char desc[768];
             seq_parallel_describe(&par, desc, sizeof desc);
@@ -288,27 +328,65 @@ int cmd_sample(int argc, char **argv) {
     double t_prompt = now_seconds() - t0, c_prompt = cpu_seconds() - c0;
     if (root && !as_ids) /* the prompt as text first, whichever way it was given */
         for (int i = 0; i < n_prompt; i++) put_token(prompt[i], 0, 0);
-    long made = 0;
-    double t1 = now_seconds(), c1 = cpu_seconds();
-    for (; made < o.max_new; made++) {
-        int next = dist ? dist_generator_choose(&dg, logits, &o.sp, context, n_prompt + made, &rng)
-                        : sample_next_token(logits, V, &o.sp, context, n_prompt + made, &rng);
-        context[n_prompt + made] = next;
-        if (root) {
-            put_token(next, as_ids, made == 0);
-            fflush(stdout);
+    long made = 0, len = n_prompt; /* tokens made in all; the context's length */
+    double t_gen = 0, c_gen = 0, t_cont = 0, moved = 0;
+    KvScheme scheme = KV_PASS_Q;
+    int T = 0; /* the continuation's block */
+    for (int turn = 0; turn < (cont ? 2 : 1); turn++) {
+        if (turn == 1) { /* the continuation, after the first turn's last token (made, not fed yet) */
+            int *blk = xmalloc(sizeof(int) * (size_t)block);
+            if (len > n_prompt) blk[T++] = context[len - 1];
+            memcpy(blk + T, cont, sizeof(int) * (size_t)n_cont);
+            T += n_cont;
+            memcpy(context + len, cont, sizeof(int) * (size_t)n_cont);
+            len += n_cont;
+            if (root) {
+                if (as_ids) putchar('\n');
+                else
+                    for (int i = 0; i < n_cont; i++) put_token(cont[i], 0, 0);
+            }
+            double t2 = now_seconds();
+            if (dist) {
+                double pq, pkv, before = (double)comm_stats_bytes(&par.comm->stats, COMM_TEAM);
+                scheme = dist_generator_scheme(&dg, T, o.scheme, &pq, &pkv);
+                if (root)
+                    fprintf(stderr, "seqpar sample: continue: %d new tokens after %d cached: %s (%.3f MB) over %s (%.3f "
+                            "MB)%s\n", T, dg.gen.len, kv_scheme_name(scheme), (scheme == KV_PASS_Q ? pq : pkv) / 1e6,
+                            kv_scheme_name(scheme == KV_PASS_Q ? KV_PASS_KV : KV_PASS_Q),
+                            (scheme == KV_PASS_Q ? pkv : pq) / 1e6,
+                            o.scheme != KV_AUTO ? ", as --continue-scheme asks" : ": fewer bytes");
+                if (dist_generator_continue(&dg, blk, T, scheme, logits, &e) != 0) die_collective("%s", e.msg);
+                moved = (double)comm_stats_bytes(&par.comm->stats, COMM_TEAM) - before;
+                if (world > 1) comm_control_allreduce(par.comm, "MPI_Iallreduce (continue bytes)", &moved, 1, MPI_DOUBLE,
+                                                      MPI_SUM, par.topo.world);
+            } else {
+                for (int i = 0; i < T; i += chunk)
+                    if (generator_forward(&g, blk + i, T - i < chunk ? T - i : chunk, NULL, logits, &e) != 0)
+                        die_collective("%s", e.msg);
+            }
+            t_cont = now_seconds() - t2;
+            xfree(blk);
         }
-        int stop = 0;
-        for (int k = 0; k < n_stops; k++) stop |= next == stops[k];
-        if (stop) {
+        double t1 = now_seconds(), c1 = cpu_seconds();
+        for (long turn_made = 0; turn_made < o.max_new; turn_made++) {
+            int next = dist ? dist_generator_choose(&dg, logits, &o.sp, context, len, &rng)
+                            : sample_next_token(logits, V, &o.sp, context, len, &rng);
+            context[len++] = next;
             made++;
-            break;
+            if (root) {
+                put_token(next, as_ids, turn_made == 0);
+                fflush(stdout);
+            }
+            int stop = 0;
+            for (int k = 0; k < n_stops; k++) stop |= next == stops[k];
+            if (stop) break;
+            if (turn_made + 1 < o.max_new &&
+                (dist ? dist_generator_step(&dg, next, logits, &e) : generator_forward(&g, &next, 1, NULL, logits, &e)) != 0)
+                die_collective("%s", e.msg);
         }
-        if (made + 1 < o.max_new &&
-            (dist ? dist_generator_step(&dg, next, logits, &e) : generator_forward(&g, &next, 1, NULL, logits, &e)) != 0)
-            die_collective("%s", e.msg);
+        t_gen += now_seconds() - t1;
+        c_gen += cpu_seconds() - c1;
     }
-    double t_gen = now_seconds() - t1, c_gen = cpu_seconds() - c1;
     if (root) {
         putchar('\n');
         fflush(stdout);
@@ -325,15 +403,19 @@ int cmd_sample(int argc, char **argv) {
     }
     if (dist) {
         unsigned long long cache = dist_generator_cache_bytes(&dg), most = cache;
-        double times[2] = {t_prompt, t_gen};
+        double times[3] = {t_prompt, t_gen, t_cont};
         if (world > 1) {
             comm_control_allreduce(par.comm, "MPI_Iallreduce (sample memory)", &most, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX,
                                    par.topo.world);
-            comm_control_allreduce(par.comm, "MPI_Iallreduce (sample times)", times, 2, MPI_DOUBLE, MPI_MAX, par.topo.world);
+            comm_control_allreduce(par.comm, "MPI_Iallreduce (sample times)", times, 3, MPI_DOUBLE, MPI_MAX, par.topo.world);
             comm_control_allreduce(par.comm, "MPI_Iallreduce (sample status)", &failed, 1, MPI_INT, MPI_MAX, par.topo.world);
         }
         t_prompt = times[0];
         t_gen = times[1];
+        t_cont = times[2];
+        if (root && cont)
+            fprintf(stderr, "seqpar sample: continue: %d tokens by %s in %.3f s, %.3f MB moved (all ranks)\n", T,
+                    kv_scheme_name(scheme), t_cont, moved / 1e6);
         if (root)
             fprintf(stderr, "seqpar sample: %d ranks: prefill %d tokens in %.3f s (%.1f tokens/s); generated %ld tokens in "
                     "%.3f s (%.2f ms/token); key/value cache %llu bytes (%.3f MiB) on the largest rank\n", world, n_prompt,
@@ -352,6 +434,7 @@ int cmd_sample(int argc, char **argv) {
     xfree(prompt_logits);
     xfree(context);
     xfree(prompt);
+    xfree(cont);
     llama_free(&model);
     return 0;
 }

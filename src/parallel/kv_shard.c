@@ -114,58 +114,55 @@ int kv_shard_reserve(KvShard *s, int pos) {
 
 /* ------------------------------------------------------------------ decode attention */
 
-void kv_shard_attend(KvShard *s, Comm *c, MPI_Comm mc, int layer, int pos, int row, int window, const float *q,
-                     const float *k, const float *v, float *o) {
-    const int H = s->heads, Hkv = s->kv_heads, d = s->head_dim, group = H / Hkv, stride = d + 2;
-    const size_t kvd = (size_t)Hkv * d;
-    const float *K = s->k + (size_t)layer * s->cap * kvd, *V = s->v + (size_t)layer * s->cap * kvd;
-    if (row >= 0) {
-        memcpy(s->k + ((size_t)layer * s->cap + (size_t)row) * kvd, k, sizeof(float) * kvd);
-        memcpy(s->v + ((size_t)layer * s->cap + (size_t)row) * kvd, v, sizeof(float) * kvd);
-    }
-    const int first = window > 0 ? pos - window + 1 : 0; /* the earliest position the query sees */
+/* One query's partial result per head over rows 0..n-1 (keys K, values V, kvd floats a row; pos
+ * their positions), those at a position in first..last only: p (H, d + 2) = the largest score m,
+ * s = sum exp(score - m) and acc = sum exp(score - m) v, in double as one process's attention
+ * (model/generate.c); m = -inf where no row is in reach. */
+static void partial(int H, int group, int d, size_t kvd, const float *q, const float *K, const float *V,
+                    const int *pos, int n, int first, int last, double *scores, double *part) {
+    const int stride = d + 2;
     const double scale = 1.0 / sqrt((double)d);
-    /* this rank's partial result per head: the largest score m, s = sum exp(score - m) and
-     * acc = sum exp(score - m) v, in double as one process's attention (model/generate.c) */
     for (int h = 0; h < H; h++) {
         const float *qh = q + (size_t)h * d;
         const int kh = h / group;
-        double *p = s->part + (size_t)h * stride, mx = -INFINITY;
-        for (int j = 0; j < s->n; j++) {
-            if (s->pos[j] < first || s->pos[j] > pos) continue;
+        double *p = part + (size_t)h * stride, mx = -INFINITY;
+        for (int j = 0; j < n; j++) {
+            if (pos[j] < first || pos[j] > last) continue;
             const float *kj = K + (size_t)j * kvd + (size_t)kh * d;
             double dot = 0;
             for (int i = 0; i < d; i++) dot += (double)qh[i] * kj[i];
-            s->scores[j] = dot * scale;
-            if (s->scores[j] > mx) mx = s->scores[j];
+            scores[j] = dot * scale;
+            if (scores[j] > mx) mx = scores[j];
         }
         double sum = 0;
         for (int i = 0; i < d; i++) p[2 + i] = 0;
         if (mx > -INFINITY)
-            for (int j = 0; j < s->n; j++) {
-                if (s->pos[j] < first || s->pos[j] > pos) continue;
+            for (int j = 0; j < n; j++) {
+                if (pos[j] < first || pos[j] > last) continue;
                 const float *vj = V + (size_t)j * kvd + (size_t)kh * d;
-                const double w = exp(s->scores[j] - mx);
+                const double w = exp(scores[j] - mx);
                 sum += w;
                 for (int i = 0; i < d; i++) p[2 + i] += w * vj[i];
             }
         p[0] = mx;
         p[1] = sum;
     }
-    const size_t bytes = sizeof(double) * (size_t)H * stride;
-    if (s->ranks > 1) comm_allgather(c, COMM_TEAM, s->part, s->all, bytes, mc);
-    else memcpy(s->all, s->part, bytes);
-    /* the log-sum-exp merge, in rank order on every rank: o = sum_r acc_r e^(m_r - M) / sum_r s_r e^(m_r - M) */
+}
+
+/* The log-sum-exp merge of one query's partials, rank r's at all + r * rank_stride (H, d + 2), in
+ * rank order: o (H d) = sum_r acc_r e^(m_r - M) / sum_r s_r e^(m_r - M); acc (d) scratch. */
+static void merge(int H, int d, int ranks, const double *all, size_t rank_stride, double *acc, float *o) {
+    const int stride = d + 2;
     for (int h = 0; h < H; h++) {
         double M = -INFINITY;
-        for (int r = 0; r < s->ranks; r++) {
-            const double m = s->all[((size_t)r * H + h) * stride];
+        for (int r = 0; r < ranks; r++) {
+            const double m = all[(size_t)r * rank_stride + (size_t)h * stride];
             if (m > M) M = m;
         }
-        double sum = 0, *acc = s->part; /* sent already: free for the sum */
+        double sum = 0;
         for (int i = 0; i < d; i++) acc[i] = 0;
-        for (int r = 0; r < s->ranks; r++) {
-            const double *p = s->all + ((size_t)r * H + h) * stride;
+        for (int r = 0; r < ranks; r++) {
+            const double *p = all + (size_t)r * rank_stride + (size_t)h * stride;
             if (!(p[0] > -INFINITY)) continue; /* no key of this rank in reach */
             const double f = exp(p[0] - M);
             sum += p[1] * f;
@@ -173,4 +170,130 @@ void kv_shard_attend(KvShard *s, Comm *c, MPI_Comm mc, int layer, int pos, int r
         }
         for (int i = 0; i < d; i++) o[(size_t)h * d + i] = (float)(acc[i] / sum);
     }
+}
+
+/* The earliest position a query at pos sees under window (0: all). */
+static int reach(int pos, int window) { return window > 0 ? pos - window + 1 : 0; }
+
+void kv_shard_attend(KvShard *s, Comm *c, MPI_Comm mc, int layer, int pos, int row, int window, const float *q,
+                     const float *k, const float *v, float *o) {
+    const int H = s->heads, Hkv = s->kv_heads, d = s->head_dim, stride = d + 2;
+    const size_t kvd = (size_t)Hkv * d;
+    const float *K = s->k + (size_t)layer * s->cap * kvd, *V = s->v + (size_t)layer * s->cap * kvd;
+    if (row >= 0) {
+        memcpy(s->k + ((size_t)layer * s->cap + (size_t)row) * kvd, k, sizeof(float) * kvd);
+        memcpy(s->v + ((size_t)layer * s->cap + (size_t)row) * kvd, v, sizeof(float) * kvd);
+    }
+    partial(H, H / Hkv, d, kvd, q, K, V, s->pos, s->n, reach(pos, window), pos, s->scores, s->part);
+    const size_t bytes = sizeof(double) * (size_t)H * stride;
+    if (s->ranks > 1) comm_allgather(c, COMM_TEAM, s->part, s->all, bytes, mc);
+    else memcpy(s->all, s->part, bytes);
+    merge(H, d, s->ranks, s->all, (size_t)H * stride, s->part /* sent already: free for the sum */, o);
+}
+
+/* ------------------------------------------------------------------ a continuation's prefill */
+
+const char *kv_scheme_name(KvScheme k) { return k == KV_PASS_KV ? "pass-KV" : k == KV_PASS_Q ? "pass-Q" : "auto"; }
+
+void kv_scheme_bytes(const KvShard *s, int T, long cached, double *pass_q, double *pass_kv) {
+    const double N = s->ranks, L = s->layers, H = s->heads, d = s->head_dim, kvd = (double)s->kv_heads * d;
+    *pass_q = L * N * (N - 1) * T * H * (d + 2) * sizeof(double);
+    *pass_kv = L * (N - 1) * ((double)cached * (2 * kvd * sizeof(float) + sizeof(int)) + (double)T * H * d * sizeof(float));
+}
+
+/* The first of the T new queries that rank r answers under pass-KV (contiguous blocks). */
+static int block(int T, int ranks, int r) { return (int)((long)T * r / ranks); }
+
+void kv_shard_attend_block(KvShard *s, Comm *c, MPI_Comm mc, KvScheme scheme, int layer, int T, const int *pos,
+                           const int *rows, const int *owner, const int *cached, int window, const float *q,
+                           const float *k, const float *v, float *o) {
+    const int H = s->heads, Hkv = s->kv_heads, d = s->head_dim, stride = d + 2, R = s->ranks, group = H / Hkv;
+    const size_t kvd = (size_t)Hkv * d, qd = (size_t)H * stride;
+    float *K = s->k + (size_t)layer * s->cap * kvd, *V = s->v + (size_t)layer * s->cap * kvd;
+    int me = 0;
+    if (R > 1) MPI_Comm_rank(mc, &me);
+    for (int t = 0; t < T; t++) /* the new keys and values this rank keeps */
+        if (rows[t] >= 0) {
+            memcpy(K + (size_t)rows[t] * kvd, k + (size_t)t * kvd, sizeof(float) * kvd);
+            memcpy(V + (size_t)rows[t] * kvd, v + (size_t)t * kvd, sizeof(float) * kvd);
+        }
+    double *all = xmalloc(sizeof(double) * (size_t)R * T * qd), *acc = xmalloc(sizeof(double) * (size_t)d);
+    if (scheme != KV_PASS_KV) {
+        /* pass-Q: every query is on every rank already (the dense ops run everywhere); each attends
+         * them all to its shard (its cached rows and the new rows it keeps, so the new tokens' own
+         * causal block is split as the rows are) and the partials are all-gathered */
+        double *part = R > 1 ? xmalloc(sizeof(double) * (size_t)T * qd) : all;
+        for (int t = 0; t < T; t++)
+            partial(H, group, d, kvd, q + (size_t)t * H * d, K, V, s->pos, s->n, reach(pos[t], window), pos[t],
+                    s->scores, part + (size_t)t * qd);
+        if (R > 1) {
+            comm_allgather(c, COMM_TEAM, part, all, sizeof(double) * (size_t)T * qd, mc);
+            xfree(part);
+        }
+        for (int t = 0; t < T; t++) merge(H, d, R, all + (size_t)t * qd, (size_t)T * qd, acc, o + (size_t)t * H * d);
+    } else {
+        /* pass-KV: each rank answers a contiguous block of the queries; every rank's cached rows
+         * (keys, values, positions) are all-gathered, the new rows need no sending (every rank has
+         * them), and each rank's share is rebuilt in its shard's order (cached rows, then the new
+         * rows it keeps) so that the partials are those pass-Q computes; the outputs are
+         * all-gathered */
+        size_t *cnt = xmalloc(sizeof(size_t) * (size_t)R), *dis = xmalloc(sizeof(size_t) * (size_t)R);
+        int most = 0;
+        long sum = 0;
+        for (int r = 0; r < R; r++) {
+            if (cached[r] > most) most = cached[r];
+            sum += cached[r];
+        }
+        const size_t rows_r = (size_t)most + (size_t)T; /* each rank's share: its cached rows, then new ones */
+        float *KV = xmalloc(sizeof(float) * (size_t)R * rows_r * kvd * 2);
+        int *P = xmalloc(sizeof(int) * (size_t)R * rows_r), *n_r = xcalloc((size_t)R, sizeof(int));
+        int *gpos = xmalloc(sizeof(int) * (size_t)(sum ? sum : 1));
+        float *gk = xmalloc(sizeof(float) * (size_t)(sum ? sum : 1) * kvd), *gv = xmalloc(sizeof(float) * (size_t)(sum ? sum : 1) * kvd);
+        size_t at = 0;
+        for (int r = 0; r < R; r++) cnt[r] = (size_t)cached[r], dis[r] = at, at += cnt[r];
+        if (R > 1) {
+            comm_allgatherv(c, COMM_TEAM, s->pos, (size_t)cached[me], gpos, cnt, dis, MPI_INT, mc);
+            for (int r = 0; r < R; r++) cnt[r] *= kvd, dis[r] *= kvd;
+            comm_allgatherv(c, COMM_TEAM, K, (size_t)cached[me] * kvd, gk, cnt, dis, MPI_FLOAT, mc);
+            comm_allgatherv(c, COMM_TEAM, V, (size_t)cached[me] * kvd, gv, cnt, dis, MPI_FLOAT, mc);
+        } else {
+            memcpy(gpos, s->pos, sizeof(int) * (size_t)cached[0]);
+            memcpy(gk, K, sizeof(float) * (size_t)cached[0] * kvd);
+            memcpy(gv, V, sizeof(float) * (size_t)cached[0] * kvd);
+        }
+        at = 0;
+        for (int r = 0; r < R; r++) {
+            float *Kr = KV + (size_t)r * rows_r * kvd * 2, *Vr = Kr + rows_r * kvd;
+            memcpy(Kr, gk + at * kvd, sizeof(float) * (size_t)cached[r] * kvd);
+            memcpy(Vr, gv + at * kvd, sizeof(float) * (size_t)cached[r] * kvd);
+            memcpy(P + (size_t)r * rows_r, gpos + at, sizeof(int) * (size_t)cached[r]);
+            at += (size_t)cached[r];
+            n_r[r] = cached[r];
+        }
+        for (int t = 0; t < T; t++) { /* the new rows, each in its keeper's share */
+            const int r = owner[t];
+            float *Kr = KV + (size_t)r * rows_r * kvd * 2, *Vr = Kr + rows_r * kvd;
+            memcpy(Kr + (size_t)n_r[r] * kvd, k + (size_t)t * kvd, sizeof(float) * kvd);
+            memcpy(Vr + (size_t)n_r[r] * kvd, v + (size_t)t * kvd, sizeof(float) * kvd);
+            P[(size_t)r * rows_r + n_r[r]++] = pos[t];
+        }
+        double *scores = xmalloc(sizeof(double) * rows_r);
+        const int t0 = block(T, R, me), t1 = block(T, R, me + 1);
+        for (int t = t0; t < t1; t++) {
+            for (int r = 0; r < R; r++) {
+                const float *Kr = KV + (size_t)r * rows_r * kvd * 2;
+                partial(H, group, d, kvd, q + (size_t)t * H * d, Kr, Kr + rows_r * kvd, P + (size_t)r * rows_r, n_r[r],
+                        reach(pos[t], window), pos[t], scores, all + (size_t)r * qd);
+            }
+            merge(H, d, R, all, qd, acc, o + (size_t)t * H * d);
+        }
+        if (R > 1) {
+            const size_t od = (size_t)H * d;
+            for (int r = 0; r < R; r++) dis[r] = (size_t)block(T, R, r) * od, cnt[r] = (size_t)block(T, R, r + 1) * od - dis[r];
+            comm_allgatherv(c, COMM_TEAM, MPI_IN_PLACE, cnt[me], o, cnt, dis, MPI_FLOAT, mc);
+        }
+        xfree(cnt); xfree(dis); xfree(KV); xfree(P); xfree(n_r); xfree(gpos); xfree(gk); xfree(gv); xfree(scores);
+    }
+    xfree(all);
+    xfree(acc);
 }

@@ -6,7 +6,10 @@
  * (kv_shard_attend) runs on every rank over its shard, each giving per head its partial result
  * (max score m, sum s of exp(score - m), and the weighted sum of values, in double); the partials
  * are all-gathered and merged in rank order by their log-sum-exp, exactly as one softmax over the
- * whole cache, the same bits on every rank. Not here: the model's other ops (model/generate.h) and
+ * whole cache, the same bits on every rank. A block of T new tokens continuing the cache (a second
+ * prompt) runs by one of two schemes (kv_shard_attend_block), after the pass-KV and pass-Q of
+ * context-parallel inference (Meta, arXiv 2411.01783) adapted to dense ops that run on every rank;
+ * both give every query the partials that decode would and merge them in the same order. Not here: the model's other ops (model/generate.h) and
  * the choice of the rank that keeps a new token (train/dist_generate.h). */
 #ifndef SEQPAR_KV_SHARD_H
 #define SEQPAR_KV_SHARD_H
@@ -50,5 +53,28 @@ int kv_shard_reserve(KvShard *s, int pos);
  * communication). */
 void kv_shard_attend(KvShard *s, Comm *c, MPI_Comm mc, int layer, int pos, int row, int window, const float *q,
                      const float *k, const float *v, float *o);
+
+/* How a block of new tokens attends to the sharded cache. Every rank has every new token's q, k and
+ * v (the dense ops run everywhere); what moves is:
+ *   pass-Q:  the queries stay, each rank attends all T of them to its shard and the partials
+ *            (T x heads x (head_dim + 2) doubles) are all-gathered: N (N - 1) T H (d + 2) 8 bytes
+ *            a layer over all ranks;
+ *   pass-KV: the cache moves, each rank answers T/N of the queries over every rank's cached rows
+ *            (all-gathered: keys, values, positions) and the new rows, and the outputs (T x H x d
+ *            floats) are all-gathered: (N - 1) (C (2 Hkv d 4 + 4) + T H d 4) bytes a layer.
+ * KV_AUTO: the one that moves fewer bytes (pass-Q on a tie). */
+typedef enum { KV_AUTO = 0, KV_PASS_Q, KV_PASS_KV } KvScheme;
+const char *kv_scheme_name(KvScheme k); /* "pass-Q", "pass-KV", "auto" */
+/* The bytes each scheme moves over all ranks and layers for T new tokens after `cached` rows in all. */
+void kv_scheme_bytes(const KvShard *s, int T, long cached, double *pass_q, double *pass_kv);
+
+/* T new queries of layer `layer` at positions pos (T, consecutive), by `scheme` (not KV_AUTO): q (T,
+ * H d) after RoPE; k, v (T, Hkv d) their keys and values, token t's written to this rank's row
+ * rows[t] (reserved by kv_shard_reserve; -1 where owner[t], another rank, keeps it); cached (ranks)
+ * the rows each shard held before the block. Each query attends (under window) to every earlier
+ * row and itself, and o (T, H d) comes out the same on every rank. Collective over mc. */
+void kv_shard_attend_block(KvShard *s, Comm *c, MPI_Comm mc, KvScheme scheme, int layer, int T, const int *pos,
+                           const int *rows, const int *owner, const int *cached, int window, const float *q,
+                           const float *k, const float *v, float *o);
 
 #endif

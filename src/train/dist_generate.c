@@ -8,12 +8,19 @@
 static void attend(void *ctx, int layer, int n, const int *positions, const float *q, const float *k, const float *v,
                    float *o) {
     DistGenerator *g = ctx;
-    if (n != 1) die("internal: %d new tokens at once on a sharded cache (one at a time)", n);
+    if (g->block) {
+        if (n != g->block) die("internal: %d new tokens in a block of %d", n, g->block);
+        kv_shard_attend_block(&g->shard, g->par->comm, g->par->topo.world, g->scheme, layer, n, positions, g->rows,
+                              g->owners, g->cached, llama_layer_window(&g->m->cfg, layer), q, k, v, o);
+        return;
+    }
+    if (n != 1) die("internal: %d new tokens at once on a sharded cache outside a block", n);
     kv_shard_attend(&g->shard, g->par->comm, g->par->topo.world, layer, positions[0], g->row,
                     llama_layer_window(&g->m->cfg, layer), q, k, v, o);
 }
 
-void dist_generator_init(DistGenerator *g, LlamaModel *m, SeqParallel *par, int prompt_len, long max_new) {
+void dist_generator_init(DistGenerator *g, LlamaModel *m, SeqParallel *par, int prompt_len, long max_new,
+                         int max_block) {
     memset(g, 0, sizeof *g);
     const LlamaConfig *c = &m->cfg;
     g->m = m;
@@ -29,13 +36,21 @@ void dist_generator_init(DistGenerator *g, LlamaModel *m, SeqParallel *par, int 
     g->counts = xcalloc((size_t)g->ranks, sizeof(int));
     g->row = -1;
     SeqErr e;
-    if (generator_init_attend(&g->gen, m, (int)((long)prompt_len + max_new), 1, attend, g, &e) != 0) die("%s", e.msg);
+    if (max_block < 1) max_block = 1;
+    g->rows = xmalloc(sizeof(int) * (size_t)max_block);
+    g->owners = xmalloc(sizeof(int) * (size_t)max_block);
+    g->cached = xmalloc(sizeof(int) * (size_t)g->ranks);
+    if (generator_init_attend(&g->gen, m, (int)((long)prompt_len + max_new), max_block, attend, g, &e) != 0)
+        die("%s", e.msg);
 }
 
 void dist_generator_free(DistGenerator *g) {
     generator_free(&g->gen);
     kv_shard_free(&g->shard);
     xfree(g->counts);
+    xfree(g->rows);
+    xfree(g->owners);
+    xfree(g->cached);
     memset(g, 0, sizeof *g);
 }
 
@@ -99,18 +114,51 @@ void dist_generator_prefill(DistGenerator *g, const int *prompt, float *last, fl
     g->gen.len = P;
 }
 
+/* The rank whose shard holds the fewest tokens (the lowest such rank) keeps the token at pos: its
+ * row there, -1 on the others; *owner that rank. */
+static int keep(DistGenerator *g, int pos, int *owner) {
+    int o = 0;
+    for (int r = 1; r < g->ranks; r++)
+        if (g->counts[r] < g->counts[o]) o = r;
+    g->counts[o]++;
+    *owner = o;
+    const int row = o == g->rank ? kv_shard_reserve(&g->shard, pos) : -1;
+    if (o == g->rank && row < 0) die("internal: the cache shard of rank %d is full", g->rank);
+    return row;
+}
+
 int dist_generator_step(DistGenerator *g, int token, float *logits, SeqErr *e) {
     const int pos = g->gen.len;
     if (pos >= g->gen.max_len)
         return seq_err(e, "the sequence would reach %d tokens, beyond the %d this generator holds", pos + 1,
                        g->gen.max_len);
-    int owner = 0; /* the shard holding the fewest tokens keeps the new one */
-    for (int r = 1; r < g->ranks; r++)
-        if (g->counts[r] < g->counts[owner]) owner = r;
-    g->counts[owner]++;
-    g->row = owner == g->rank ? kv_shard_reserve(&g->shard, pos) : -1;
-    if (owner == g->rank && g->row < 0) die("internal: the cache shard of rank %d is full", g->rank);
+    int owner;
+    g->row = keep(g, pos, &owner);
     return generator_forward(&g->gen, &token, 1, NULL, logits, e);
+}
+
+KvScheme dist_generator_scheme(const DistGenerator *g, int T, KvScheme want, double *pass_q, double *pass_kv) {
+    long cached = 0;
+    for (int r = 0; r < g->ranks; r++) cached += g->counts[r];
+    kv_scheme_bytes(&g->shard, T, cached, pass_q, pass_kv);
+    if (want != KV_AUTO) return want;
+    return *pass_kv < *pass_q ? KV_PASS_KV : KV_PASS_Q;
+}
+
+int dist_generator_continue(DistGenerator *g, const int *tokens, int T, KvScheme scheme, float *logits, SeqErr *e) {
+    const int pos = g->gen.len;
+    if (T <= 0) return 0;
+    if (T > g->gen.max_chunk) return seq_err(e, "internal: a block of %d tokens, at most %d", T, g->gen.max_chunk);
+    if (pos + T > g->gen.max_len)
+        return seq_err(e, "the sequence would reach %d tokens, beyond the %d this generator holds", pos + T,
+                       g->gen.max_len);
+    memcpy(g->cached, g->counts, sizeof(int) * (size_t)g->ranks);
+    for (int t = 0; t < T; t++) g->rows[t] = keep(g, pos + t, &g->owners[t]);
+    g->block = T;
+    g->scheme = scheme == KV_AUTO ? KV_PASS_Q : scheme;
+    const int rc = generator_forward(&g->gen, tokens, T, NULL, logits, e);
+    g->block = 0;
+    return rc;
 }
 
 int dist_generator_choose(DistGenerator *g, const float *logits, const SampleParams *sp, const int *ids, long n_ids,

@@ -7,7 +7,10 @@
  * its attention runs on every rank over that rank's shard and the partial results merge by their
  * log-sum-exp (kv_shard_attend), and its key and value are kept by the rank whose shard holds the
  * fewest tokens (the lowest such rank), so the shards stay balanced. Rank 0 chooses each token
- * (sample_next_token, one rank's seeds and rules) and sends it to the others.
+ * (sample_next_token, one rank's seeds and rules) and sends it to the others. A block of new tokens
+ * continuing the cache (a second prompt: dist_generator_continue) runs its dense ops on every rank
+ * at once and its attention by pass-Q or pass-KV (parallel/kv_shard.h), each token kept as a
+ * decoded one would be.
  * Not here: the flags and output (cli/cmd_sample.c); data parallelism (one sequence). */
 #ifndef SEQPAR_DIST_GENERATE_H
 #define SEQPAR_DIST_GENERATE_H
@@ -26,11 +29,17 @@ typedef struct {
     int *counts;       /* (ranks) tokens each rank's shard holds */
     int row;           /* the new token's row in this rank's shard; -1: another rank keeps it */
     int rank, ranks;
+    int block;         /* tokens of the block being continued; 0: one token at a time */
+    KvScheme scheme;   /* the block's */
+    int *rows, *owners; /* (max_block) each block token's row here (-1 elsewhere) and the rank keeping it */
+    int *cached;       /* (ranks) rows each shard held before the block */
 } DistGenerator;
 
-/* Ready for a prompt of prompt_len tokens and max_new tokens after it (the shard holds this rank's
- * share of the prompt and of the new tokens). */
-void dist_generator_init(DistGenerator *g, LlamaModel *m, SeqParallel *par, int prompt_len, long max_new);
+/* Ready for a prompt of prompt_len tokens and max_new tokens after it in all (generated or
+ * continued; the shard holds this rank's share of the prompt and of the new tokens), continued at
+ * most max_block tokens at a time. */
+void dist_generator_init(DistGenerator *g, LlamaModel *m, SeqParallel *par, int prompt_len, long max_new,
+                         int max_block);
 void dist_generator_free(DistGenerator *g);
 /* The prompt's prefill (collective): last (V) on every rank, the logits after the prompt's last token;
  * prompt_logits (prompt_len, V), where non-NULL on rank 0, those after every prompt token. */
@@ -38,6 +47,12 @@ void dist_generator_prefill(DistGenerator *g, const int *prompt, float *last, fl
 /* Appends `token` (the same on every rank) at the next position; logits (V) on every rank, the same
  * bits everywhere. Collective. -1 with one line past the positions it was made for. */
 int dist_generator_step(DistGenerator *g, int token, float *logits, SeqErr *e);
+/* The scheme a block of T tokens after the cache would run by: `want` unless KV_AUTO, else the one
+ * moving fewer bytes; *pass_q, *pass_kv the bytes each would move (all ranks and layers). */
+KvScheme dist_generator_scheme(const DistGenerator *g, int T, KvScheme want, double *pass_q, double *pass_kv);
+/* Appends tokens[0..T) (the same on every rank) at the next positions in one block by `scheme`
+ * (KV_AUTO: pass-Q); logits (V), the last token's, the same bits on every rank. Collective. */
+int dist_generator_continue(DistGenerator *g, const int *tokens, int T, KvScheme scheme, float *logits, SeqErr *e);
 /* Rank 0's sample_next_token (rng read there only), sent to every rank. Collective. */
 int dist_generator_choose(DistGenerator *g, const float *logits, const SampleParams *sp, const int *ids, long n_ids,
                           Rng *rng);
