@@ -11,6 +11,9 @@
 #   - sampling (temperature, top-k, top-p, repetition penalty, the same seed) the same text;
 #   - transformers' generate (the fixtures' generate.json) the same greedy tokens;
 #   - the key/value cache on the largest rank at most 1/N of one rank's (plus the new tokens' share);
+#   - a second prompt continuing the sharded cache (--continue-tokens), by pass-Q and by pass-KV: the
+#     second turn's greedy tokens as one process's for the concatenated prompt, the bytes printed
+#     are the bytes moved, a sampled second turn as one process's text;
 #   - bad rank counts, --dp, an empty prompt, a prompt past the positions (with and without RoPE scaling),
 #     a token outside the vocabulary: one line on every rank and a non-zero exit.
 # fp32 only: sample has no bf16 path. Prints "N passed, N failed".
@@ -135,6 +138,66 @@ if [ -n "$c1" ] && [ -n "$c2" ] && [ -n "$c4" ] && [ $((c2 * 609)) -eq $((c1 * 3
     bad "cache bytes on 1, 2, 4 ranks: $c1, $c2, $c4 (rows 609, 305, 153 expected)"; fi
 if cmp -s "$T/c1.out" "$T/c2.out" && cmp -s "$T/c1.out" "$T/c4.out"; then ok; else bad "600-token prompt: 1, 2, 4 ranks differ"; fi
 
+# ---- a second prompt continuing the sharded cache (--continue-tokens): the block (the first turn's
+# last token and the continuation, 7 and 11 tokens: no rank count divides them) runs by pass-Q and by
+# pass-KV; the second turn's greedy tokens equal one process's given the prompt, the first turn's
+# tokens and the continuation as one prompt, and one process's own --continue-tokens; the bytes moved
+# (measured by the comm layer) equal the ones printed for the scheme
+# cref NAME FIXTURE PROMPT CONT: one process's two turns, and the concatenated prompt's generation
+cref() {
+    timeout 60 "$SEQPAR" sample --model "$2" --prompt-tokens "$3" --temperature 0 --max-new-tokens 32 --ids --stop-token -1 \
+        --continue-tokens "$4" --prompt-logits "$T/$1.cf32" >"$T/$1.c2" 2>/dev/null
+    timeout 60 "$SEQPAR" sample --model "$2" --prompt-tokens "$3,$(head -n 1 "$T/$1.c2"),$4" --temperature 0 \
+        --max-new-tokens 32 --ids --stop-token -1 >"$T/$1.cat" 2>/dev/null
+    if [ "$(sed -n 2p "$T/$1.c2")" = "$(cat "$T/$1.cat")" ] && [ "$(tr ',' '\n' <"$T/$1.cat" | wc -l)" -eq 32 ]; then ok; else
+        bad "one process on $2: second turn $(sed -n 2p "$T/$1.c2"), the concatenated prompt's $(cat "$T/$1.cat")"; fi
+}
+# ccase NAME FIXTURE PROMPT CONT NP strategy flags...: both schemes as one process: the same tokens,
+# the logits of the prompt and of the block within 1e-5 of one process's, and the same bits by both
+ccase() {
+    local name=$1 fix=$2 prompt=$3 cont=$4 np=$5 sch
+    shift 5
+    for sch in pass-q pass-kv; do
+        if ! run_np "$np" "$SEQPAR" sample --model "$fix" --prompt-tokens "$prompt" --temperature 0 --max-new-tokens 32 --ids \
+            --stop-token -1 --continue-tokens "$cont" --continue-scheme $sch --prompt-logits "$T/d-$sch.f32" --strategy "$@" \
+            >"$T/d.c2" 2>"$T/d.err"; then
+            bad "np $np $sch --strategy $* on $fix: $(grep -v '^--' "$T/d.err" | tail -n 2)"; continue; fi
+        if cmp -s "$T/d.c2" "$T/$name.c2"; then ok; else
+            bad "np $np $sch --strategy $* on $fix: $(tr '\n' ' ' <"$T/d.c2"), one process $(tr '\n' ' ' <"$T/$name.c2")"; fi
+        local said moved
+        said=$(sed -nE 's/.*continue: [0-9]+ new tokens after [0-9]+ cached: [^ ]+ \(([0-9.]+) MB\).*/\1/p' "$T/d.err")
+        moved=$(sed -nE 's/.*continue: [0-9]+ tokens by .* s, ([0-9.]+) MB moved.*/\1/p' "$T/d.err")
+        if [ -n "$said" ] && [ "$said" = "$moved" ]; then ok; else bad "np $np $sch --strategy $*: printed $said MB, moved $moved MB"; fi
+        local m
+        m=$(maxdiff "$T/d-$sch.f32" "$T/$name.cf32")
+        if awk -v m="$m" 'BEGIN { split(m, a, " "); exit !(a[3] > 0 && a[1] <= 1e-5) }'; then ok; else
+            bad "np $np $sch --strategy $* on $fix: logits differ from one process's by $m (max diff, max size, count)"; fi
+    done
+    if cmp -s "$T/d-pass-q.f32" "$T/d-pass-kv.f32"; then ok; else bad "np $np --strategy $* on $fix: pass-Q's logits are not pass-KV's"; fi
+}
+C6=9,17,33,2,40,5
+cref gc "$G" $PG $C6
+for np in 2 3 4; do ccase gc "$G" $PG $C6 $np ring; done
+ccase gc "$G" $PG $C6 3 ulysses
+ccase gc "$G" $PG $C6 4 2d --hp 2 --cp 2
+ccase gc "$G" $PG $C6 2 lightseq
+ccase gc "$G" $PG $C6 4 lightseq
+C10=7,7,30,12,55,1,19,8,26,41
+cref wc "$W" $PW $C10
+ccase wc "$W" $PW $C10 3 ring
+ccase wc "$W" $PW $C10 4 ulysses # 2 KV heads over 4 ranks: replicated
+ccase wc "$W" $PW $C10 2 2d
+# sampling through a second turn (text, temperature, top-k, repetition penalty): one process's text
+SC=(--model "$B" --prompt "ROMEO: what light" --max-new-tokens 40 --temperature 0.9 --top-k 30 --repetition-penalty 1.2
+    --seed 3 --stop-token -1 --continue-prompt "
+JULIET: o Romeo, wherefore")
+one=$(timeout 60 "$SEQPAR" sample "${SC[@]}" 2>/dev/null)
+for c in "4 pass-q ulysses" "3 pass-kv ring" "2 auto lightseq"; do
+    set -- $c
+    got=$(run_np "$1" "$SEQPAR" sample "${SC[@]}" --continue-scheme "$2" --strategy "$3" 2>/dev/null)
+    if [ ${#one} -gt 100 ] && [ "$got" = "$one" ]; then ok; else bad "a sampled second turn on $1 ranks ($2, $3): '$got', one process '$one'"; fi
+done
+
 # ---- refusals: one line on every rank, a non-zero exit
 refuse() { # name pattern np args...
     local name=$1 pat=$2 np=$3
@@ -149,6 +212,13 @@ refuse "2d --hp 1 on 2 ranks" "give --hp and --cp" 2 --model "$G" --prompt-token
 refuse "--dp 2" "drop --dp" 2 --model "$G" --prompt-tokens 1,2,3 --strategy ring --dp 2
 refuse "a token outside the vocabulary" "outside the vocabulary" 2 --model "$G" --prompt-tokens 1,2,99 --strategy ring
 refuse "an empty prompt" "give at least one character" 2 --model "$B" --prompt "" --strategy ring
+refuse "an empty continuation" "continue-prompt is empty" 2 --model "$B" --prompt "a" --continue-prompt "" --strategy ring
+refuse "a continuation outside the vocabulary" "continuation token 99 is outside" 2 --model "$G" --prompt-tokens 1,2 \
+    --continue-tokens 3,99 --strategy ring
+refuse "an unknown scheme" "continue-scheme 'pass-x'.*auto, pass-q or pass-kv" 2 --model "$G" --prompt-tokens 1,2 \
+    --continue-tokens 3 --continue-scheme pass-x --strategy ring
+refuse "a continuation past the positions" "reach past the 512 positions" 2 --model "$G" --prompt-tokens 1,2 \
+    --max-new-tokens 500 --continue-tokens "$(seq -s, 1 20 | sed -E 's/[0-9]+/1/g')" --strategy ring
 refuse "a prompt past the positions" "past the 512 positions.*give a prompt of at most 512" 2 --model "$G" \
     --prompt-tokens "$(seq -s, 1 513 | sed -E 's/[0-9]+/1/g')" --strategy ring
 refuse "a prompt past the scaled positions" "past the 512 positions.*llama3 RoPE scaling by 8 included" 3 \

@@ -66,7 +66,9 @@ static const char HELP[] =
     "                         (docs/sampling.md); ids output: the second continuation on a line of its own\n"
     "  --continue-scheme S    on ranks: auto (the one moving fewer bytes), pass-q or pass-kv\n"
     "  --prompt-logits FILE   also write the logits after every prompt token: prompt length x\n"
-    "                         vocab_size float32, little-endian, row by row (for checks)\n"
+    "                         vocab_size float32, little-endian, row by row (for checks); with a\n"
+    "                         second turn, then those after each token of its block (the first\n"
+    "                         turn's last token and the continuation)\n"
     "  --help                 this text\n"
     "Output: byte-level models print the prompt and its continuation as text (the end-of-text id\n"
     "as a newline); other models print the generated ids. Speed goes to stderr.\n";
@@ -282,7 +284,8 @@ int cmd_sample(int argc, char **argv) {
     int root = 1, chunk = n_prompt > block ? n_prompt : block;
     if (chunk > 512) chunk = 512;
     float *logits = xmalloc(sizeof(float) * (size_t)V);
-    float *prompt_logits = o.prompt_logits ? xmalloc(sizeof(float) * (size_t)n_prompt * V) : NULL;
+    /* the prompt's rows, then (a second turn) the block's */
+    float *prompt_logits = o.prompt_logits ? xmalloc(sizeof(float) * (size_t)(n_prompt + block) * V) : NULL;
     if (dist) {
         xfree(model.grads); /* no backward: no gradients */
         model.grads = NULL;
@@ -355,13 +358,16 @@ int cmd_sample(int argc, char **argv) {
                             kv_scheme_name(scheme == KV_PASS_Q ? KV_PASS_KV : KV_PASS_Q),
                             (scheme == KV_PASS_Q ? pkv : pq) / 1e6,
                             o.scheme != KV_AUTO ? ", as --continue-scheme asks" : ": fewer bytes");
-                if (dist_generator_continue(&dg, blk, T, scheme, logits, &e) != 0) die_collective("%s", e.msg);
+                if (dist_generator_continue(&dg, blk, T, scheme, prompt_logits ? prompt_logits + (size_t)n_prompt * V : NULL,
+                                            logits, &e) != 0)
+                    die_collective("%s", e.msg);
                 moved = (double)comm_stats_bytes(&par.comm->stats, COMM_TEAM) - before;
                 if (world > 1) comm_control_allreduce(par.comm, "MPI_Iallreduce (continue bytes)", &moved, 1, MPI_DOUBLE,
                                                       MPI_SUM, par.topo.world);
             } else {
                 for (int i = 0; i < T; i += chunk)
-                    if (generator_forward(&g, blk + i, T - i < chunk ? T - i : chunk, NULL, logits, &e) != 0)
+                    if (generator_forward(&g, blk + i, T - i < chunk ? T - i : chunk,
+                                          prompt_logits ? prompt_logits + (size_t)(n_prompt + i) * V : NULL, logits, &e) != 0)
                         die_collective("%s", e.msg);
             }
             t_cont = now_seconds() - t2;
@@ -396,7 +402,7 @@ int cmd_sample(int argc, char **argv) {
         AtomicFile af;
         failed = atomic_open(&af, o.prompt_logits, &e) != 0;
         if (!failed) { /* little-endian float32, as this machine stores them (x86-64, the build's target) */
-            atomic_write(&af, prompt_logits, sizeof(float) * (size_t)n_prompt * V);
+            atomic_write(&af, prompt_logits, sizeof(float) * (size_t)(n_prompt + T) * V);
             failed = atomic_commit(&af, &e) != 0;
         }
         if (failed) fprintf(stderr, "seqpar: error: %s\n", e.msg);

@@ -145,7 +145,8 @@ KvScheme dist_generator_scheme(const DistGenerator *g, int T, KvScheme want, dou
     return *pass_kv < *pass_q ? KV_PASS_KV : KV_PASS_Q;
 }
 
-int dist_generator_continue(DistGenerator *g, const int *tokens, int T, KvScheme scheme, float *logits, SeqErr *e) {
+int dist_generator_continue(DistGenerator *g, const int *tokens, int T, KvScheme scheme, float *all, float *logits,
+                            SeqErr *e) {
     const int pos = g->gen.len;
     if (T <= 0) return 0;
     if (T > g->gen.max_chunk) return seq_err(e, "internal: a block of %d tokens, at most %d", T, g->gen.max_chunk);
@@ -156,7 +157,7 @@ int dist_generator_continue(DistGenerator *g, const int *tokens, int T, KvScheme
     for (int t = 0; t < T; t++) g->rows[t] = keep(g, pos + t, &g->owners[t]);
     g->block = T;
     g->scheme = scheme == KV_AUTO ? KV_PASS_Q : scheme;
-    const int rc = generator_forward(&g->gen, tokens, T, NULL, logits, e);
+    const int rc = generator_forward(&g->gen, tokens, T, all, logits, e);
     g->block = 0;
     return rc;
 }

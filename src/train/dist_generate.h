@@ -51,8 +51,10 @@ int dist_generator_step(DistGenerator *g, int token, float *logits, SeqErr *e);
  * moving fewer bytes; *pass_q, *pass_kv the bytes each would move (all ranks and layers). */
 KvScheme dist_generator_scheme(const DistGenerator *g, int T, KvScheme want, double *pass_q, double *pass_kv);
 /* Appends tokens[0..T) (the same on every rank) at the next positions in one block by `scheme`
- * (KV_AUTO: pass-Q); logits (V), the last token's, the same bits on every rank. Collective. */
-int dist_generator_continue(DistGenerator *g, const int *tokens, int T, KvScheme scheme, float *logits, SeqErr *e);
+ * (KV_AUTO: pass-Q); logits (V), the last token's, and all (T, V) where non-NULL, every token's,
+ * the same bits on every rank. Collective. */
+int dist_generator_continue(DistGenerator *g, const int *tokens, int T, KvScheme scheme, float *all, float *logits,
+                            SeqErr *e);
 /* Rank 0's sample_next_token (rng read there only), sent to every rank. Collective. */
 int dist_generator_choose(DistGenerator *g, const float *logits, const SampleParams *sp, const int *ids, long n_ids,
                           Rng *rng);
