@@ -239,36 +239,22 @@ void kv_shard_attend_block(KvShard *s, Comm *c, MPI_Comm mc, KvScheme scheme, in
          * all-gathered */
         size_t *cnt = xmalloc(sizeof(size_t) * (size_t)R), *dis = xmalloc(sizeof(size_t) * (size_t)R);
         int most = 0;
-        long sum = 0;
-        for (int r = 0; r < R; r++) {
+        for (int r = 0; r < R; r++)
             if (cached[r] > most) most = cached[r];
-            sum += cached[r];
-        }
-        const size_t rows_r = (size_t)most + (size_t)T; /* each rank's share: its cached rows, then new ones */
+        /* rank r's share at KV + r * rows_r * 2 kvd: its keys (rows_r rows), then its values */
+        const size_t rows_r = (size_t)most + (size_t)T;
         float *KV = xmalloc(sizeof(float) * (size_t)R * rows_r * kvd * 2);
-        int *P = xmalloc(sizeof(int) * (size_t)R * rows_r), *n_r = xcalloc((size_t)R, sizeof(int));
-        int *gpos = xmalloc(sizeof(int) * (size_t)(sum ? sum : 1));
-        float *gk = xmalloc(sizeof(float) * (size_t)(sum ? sum : 1) * kvd), *gv = xmalloc(sizeof(float) * (size_t)(sum ? sum : 1) * kvd);
-        size_t at = 0;
-        for (int r = 0; r < R; r++) cnt[r] = (size_t)cached[r], dis[r] = at, at += cnt[r];
+        int *P = xmalloc(sizeof(int) * (size_t)R * rows_r), *n_r = xmalloc(sizeof(int) * (size_t)R);
+        for (int r = 0; r < R; r++) cnt[r] = (size_t)cached[r], dis[r] = (size_t)r * rows_r, n_r[r] = cached[r];
         if (R > 1) {
-            comm_allgatherv(c, COMM_TEAM, s->pos, (size_t)cached[me], gpos, cnt, dis, MPI_INT, mc);
-            for (int r = 0; r < R; r++) cnt[r] *= kvd, dis[r] *= kvd;
-            comm_allgatherv(c, COMM_TEAM, K, (size_t)cached[me] * kvd, gk, cnt, dis, MPI_FLOAT, mc);
-            comm_allgatherv(c, COMM_TEAM, V, (size_t)cached[me] * kvd, gv, cnt, dis, MPI_FLOAT, mc);
+            comm_allgatherv(c, COMM_TEAM, s->pos, (size_t)cached[me], P, cnt, dis, MPI_INT, mc);
+            for (int r = 0; r < R; r++) cnt[r] *= kvd, dis[r] *= 2 * kvd;
+            comm_allgatherv(c, COMM_TEAM, K, (size_t)cached[me] * kvd, KV, cnt, dis, MPI_FLOAT, mc);
+            comm_allgatherv(c, COMM_TEAM, V, (size_t)cached[me] * kvd, KV + rows_r * kvd, cnt, dis, MPI_FLOAT, mc);
         } else {
-            memcpy(gpos, s->pos, sizeof(int) * (size_t)cached[0]);
-            memcpy(gk, K, sizeof(float) * (size_t)cached[0] * kvd);
-            memcpy(gv, V, sizeof(float) * (size_t)cached[0] * kvd);
-        }
-        at = 0;
-        for (int r = 0; r < R; r++) {
-            float *Kr = KV + (size_t)r * rows_r * kvd * 2, *Vr = Kr + rows_r * kvd;
-            memcpy(Kr, gk + at * kvd, sizeof(float) * (size_t)cached[r] * kvd);
-            memcpy(Vr, gv + at * kvd, sizeof(float) * (size_t)cached[r] * kvd);
-            memcpy(P + (size_t)r * rows_r, gpos + at, sizeof(int) * (size_t)cached[r]);
-            at += (size_t)cached[r];
-            n_r[r] = cached[r];
+            memcpy(P, s->pos, sizeof(int) * (size_t)cached[0]);
+            memcpy(KV, K, sizeof(float) * (size_t)cached[0] * kvd);
+            memcpy(KV + rows_r * kvd, V, sizeof(float) * (size_t)cached[0] * kvd);
         }
         for (int t = 0; t < T; t++) { /* the new rows, each in its keeper's share */
             const int r = owner[t];
@@ -292,7 +278,7 @@ void kv_shard_attend_block(KvShard *s, Comm *c, MPI_Comm mc, KvScheme scheme, in
             for (int r = 0; r < R; r++) dis[r] = (size_t)block(T, R, r) * od, cnt[r] = (size_t)block(T, R, r + 1) * od - dis[r];
             comm_allgatherv(c, COMM_TEAM, MPI_IN_PLACE, cnt[me], o, cnt, dis, MPI_FLOAT, mc);
         }
-        xfree(cnt); xfree(dis); xfree(KV); xfree(P); xfree(n_r); xfree(gpos); xfree(gk); xfree(gv); xfree(scores);
+        xfree(cnt); xfree(dis); xfree(KV); xfree(P); xfree(n_r); xfree(scores);
     }
     xfree(all);
     xfree(acc);
