@@ -14,14 +14,7 @@ shift $(($# < 2 ? $# : 2))
 NEWS=("$@")
 [ ${#NEWS[@]} -gt 0 ] || NEWS=(64 2048)
 cd "$(dirname "$0")/.."
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_pml=${OMPI_MCA_pml:-ob1}
-export OMPI_MCA_mtl=${OMPI_MCA_mtl:-^ofi,psm,psm2} OMPI_MCA_ess_singleton_isolated=1 SEQPAR_PEAK_GFLOPS=100
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-"$BUILD/seqpar" train --data recall --layers 4 --hidden 256 --heads 4 --kv-heads 2 --ffn 1024 --vocab 256 --seq-len 64 \
-    --steps 1 --save "$T/model" --log "$T/train.jsonl" >/dev/null 2>&1 || { echo "could not make the model"; exit 1; }
-cat README.md docs/*.md | tr -c 'A-Za-z0-9 .,\n' ' ' | tr '\n' ' ' >"$T/text.txt"
-echo "lscpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+. bench/sample_model.sh
 printf '%-7s %-6s %-5s %-8s %-10s %-10s %-10s %-9s %s\n' cached new ranks scheme MB_chosen MB_other MB_moved block_s \
     same_as_pass-Q
 prompt=$(head -c "$CACHED" "$T/text.txt")

@@ -13,15 +13,8 @@ shift
 LENS=("$@")
 [ ${#LENS[@]} -gt 0 ] || LENS=(4096 16384)
 cd "$(dirname "$0")/.."
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_pml=${OMPI_MCA_pml:-ob1}
-export OMPI_MCA_mtl=${OMPI_MCA_mtl:-^ofi,psm,psm2} OMPI_MCA_ess_singleton_isolated=1 SEQPAR_PEAK_GFLOPS=100
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-"$BUILD/seqpar" train --data recall --layers 4 --hidden 256 --heads 4 --kv-heads 2 --ffn 1024 --vocab 256 --seq-len 64 \
-    --steps 1 --save "$T/model" --log "$T/train.jsonl" >/dev/null 2>&1 || { echo "could not make the model"; exit 1; }
-cat README.md docs/*.md | tr -c 'A-Za-z0-9 .,\n' ' ' | tr '\n' ' ' >"$T/text.txt"
+. bench/sample_model.sh
 NEW=32
-echo "lscpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-7s %-5s %-7s %-9s %-10s %-12s %-9s %-12s %s\n' length ranks threads strategy prefill_s prefill_tok/s ms/token \
     cache_bytes same
 run() { # length np threads strategy flags...
