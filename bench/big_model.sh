@@ -6,9 +6,9 @@
 #   1. train --dry-run: the memory model's plan per rank against this node's RAM and disk;
 #   2. the initial weights (train --steps 0 --save INIT: random init and a ZeRO-3 save of the
 #      shards, 9 GB of weights; its optimizer file of zeros removed);
-#   3. one process's loss on the first sequence (seqpar eval --model INIT, forward only: `seqpar
-#      grad`'s forward, bit for bit the same loss on the small model checked first, but without the
-#      second 9 GB of a whole gradient this shared machine cannot spare);
+#   3. one process's loss on the first sequence: seqpar eval --model INIT (forward only: `seqpar
+#      grad`'s forward, bit for bit the same loss on the small model checked first), and seqpar grad
+#      itself where 17 GiB of RAM are available (it holds the whole 9 GB gradient beside the weights);
 #   4. U: 3 steps from INIT; its step 1 loss against 3's (fp32 summation order: the two ranks'
 #      halves of the sequence summed in another order, and the GEMMs over 32 rows, not 64);
 #   5. A: the same run stopped after step 2 with a checkpoint (ZeRO-3 save, 27 GB);
@@ -70,12 +70,23 @@ np2 train --steps 0 "${COMMON[@]}" --model "$W/cfg" --random-init --save "$W/ini
 echo "  $((SECONDS - t0)) s, peak RSS $(rss "$W/init.jsonl"), the checkpoint $(du -sh --apparent-size "$W/init" | cut -f1)"
 rm -f "$W/init/optimizer.safetensors" # zeros; --model reads config.json and the weights only
 
-echo "== 3. one process's loss on the first sequence (seqpar eval --model INIT)"
+echo "== 3. one process's loss on the first sequence (seqpar eval --model INIT; seqpar grad too where RAM allows)"
 t0=$SECONDS
 /usr/bin/time -f "  %e s, peak RSS %M KiB" "$SEQPAR" eval --model "$W/init" --data "$W/tokens.bin" --seq-len 64 --eval-seqs 1 \
     --out "$W/eval0.json" >"$W/eval0.out" 2>"$W/eval0.time" || fail "eval: $(tail -n 3 "$W/eval0.out" "$W/eval0.time")"
 cat "$W/eval0.time"
 python3 -c "import json,sys; print('  loss %.17g' % json.load(open(sys.argv[1]))['loss'])" "$W/eval0.json"
+# seqpar grad holds the whole gradient beside the weights (16 GiB of RSS): only with 17 GiB available
+avail=$(awk '/^MemAvailable:/ { print int($2 / 1048576) }' /proc/meminfo)
+if [ "$avail" -ge 17 ]; then
+    /usr/bin/time -f "  seqpar grad: %e s, peak RSS %M KiB" "$SEQPAR" grad --model "$W/init" --tokens "$W/tokens.bin" \
+        --seq-len 64 --out "$W/g.safetensors" >"$W/grad0.out" 2>"$W/grad0.time" || fail "grad: $(tail -n 3 "$W/grad0.out")"
+    cat "$W/grad0.time"
+    echo "  seqpar grad's $(grep '^loss: ' "$W/grad0.out")"
+    rm -f "$W/g.safetensors"
+else
+    echo "  seqpar grad skipped: $avail GiB of RAM available, it needs 17"
+fi
 
 echo "== 4. U: 3 steps from INIT"
 t0=$SECONDS
