@@ -74,7 +74,52 @@ static void check_config(const Strategy *s, const StrategyParams *p, const char 
     schedule_free(&pass[1]);
 }
 
+/* pos_blocks_work's visible pairs against a count of every (query, key) pair: blocks made of runs
+ * of random strides (decreasing and constant query runs too, whose count takes the row-by-row
+ * path), with and without a window. */
+static void test_work_counts(void) {
+    unsigned seed = 12345;
+    int bad = 0, tried = 0;
+    for (int t = 0; t < 400; t++) {
+        int pos[2][64];
+        PosRun runs[2][64];
+        int n[2];
+        for (int side = 0; side < 2; side++) {
+            n[side] = 0;
+            const int pieces = 1 + (int)((seed = seed * 1103515245u + 12345u) >> 16) % 4;
+            for (int k = 0; k < pieces; k++) {
+                seed = seed * 1103515245u + 12345u;
+                const int start = (int)(seed >> 16) % 200, len = 1 + (int)(seed >> 8) % 15;
+                int stride = 1 + (int)(seed >> 4) % 7;
+                if (side == 0 && (seed >> 24) % 5 == 0) stride = -stride; /* a decreasing query run */
+                if (side == 0 && (seed >> 24) % 7 == 1) stride = 0;       /* one position repeated */
+                for (int i = 0; i < len && n[side] < 64; i++) pos[side][n[side]++] = start + i * stride;
+            }
+        }
+        PosBlock q, kb;
+        pos_block_init(&q, pos[0], NULL, n[0], runs[0]);
+        pos_block_init(&kb, pos[1], NULL, n[1], runs[1]);
+        int distinct = 1; /* a key run needs a rising stride (run_keys_in's rule): keys sorted and distinct */
+        for (int j = 0; j < kb.n_runs; j++)
+            if (runs[1][j].len > 1 && pos[1][runs[1][j].start + 1] <= pos[1][runs[1][j].start]) distinct = 0;
+        if (!distinct) continue;
+        const int windows[] = {0, 1, 9, 60};
+        for (size_t wi = 0; wi < ARRAY_LEN(windows); wi++) {
+            const int w = windows[wi];
+            unsigned long long cells, calls, visible, expect = 0;
+            pos_blocks_work(&q, &kb, w, &cells, &calls, &visible);
+            for (int i = 0; i < n[0]; i++)
+                for (int j = 0; j < n[1]; j++) expect += pos[1][j] <= pos[0][i] && (w <= 0 || pos[1][j] > pos[0][i] - w);
+            bad += visible != expect;
+            tried++;
+        }
+    }
+    CHECK(tried > 500 && !bad, "pos_blocks_work: %d of %d random blocks count other visible pairs than one by one", bad,
+          tried);
+}
+
 int main(void) {
+    test_work_counts();
     typedef struct { int H, Hkv, d; } Heads;
     const Heads heads[] = {{4, 4, 16}, {8, 2, 16}, {4, 1, 32}, {5, 5, 16}, {6, 2, 16}, {7, 1, 16}};
     const int windows[] = {0, 5, 40};

@@ -52,7 +52,8 @@ void block_attn_init(BlockAttn *b, Comm *comm, int heads, int kv_heads, int head
  * the caller's requests after every piece that computed something. */
 typedef struct {
     int i0, nq;    /* query rows [i0, i0 + nq) */
-    int j0, nk;    /* key rows [j0, j0 + nk) */
+    int j0, nk;    /* key rows [j0, j0 + nk): key run kc */
+    int kc;
     AttnVisibility vis;
 } Pair;
 
@@ -66,13 +67,16 @@ static void for_each_visible_pair(BlockAttn *b, const PosBlock *qb, const PosBlo
         for (int r0 = 0; r0 < qr->len; r0 += rows) {
             Pair p = {.i0 = qr->start + r0, .nq = qr->len - r0 < rows ? qr->len - r0 : rows};
             int did = 0;
-            const AttnSpan piece = attn_span(qb->pos + p.i0, qb->doc ? qb->doc + p.i0 : NULL, p.nq);
+            /* a whole run's span is the one pos_block_init found for it */
+            const AttnSpan piece = p.nq == qr->len ? (AttnSpan){qr->lo, qr->hi, qr->doc_lo, qr->doc_hi}
+                                                   : attn_span(qb->pos + p.i0, qb->doc ? qb->doc + p.i0 : NULL, p.nq);
             for (int c = 0; c < kb->n_runs; c++) {
                 const PosRun *kr = &kb->runs[c];
                 p.vis = attn_visibility(piece, (AttnSpan){kr->lo, kr->hi, kr->doc_lo, kr->doc_hi}, b->window);
                 if (p.vis == ATTN_VIS_HIDDEN) continue;
                 p.j0 = kr->start;
                 p.nk = kr->len;
+                p.kc = c;
                 fn(b, &p, arg);
                 did = 1;
             }
@@ -169,6 +173,40 @@ static long long run_keys_in(const PosRun *r, const int *pos, long long a, long 
     return i1 >= i0 ? i1 - i0 + 1 : 0;
 }
 
+/* sum over i in [0, n) of floor((a i + b) / m), for m >= 1 and a, b >= 0 (the Euclid-like reduction
+ * of the floor sum: O(log m) steps). Every term it adds is part of the sum, so nothing overflows
+ * where the sum fits. */
+static unsigned long long floor_sum(unsigned long long n, unsigned long long m, unsigned long long a,
+                                    unsigned long long b) {
+    unsigned long long sum = 0;
+    for (;;) {
+        if (a >= m) sum += n * (n - 1) / 2 * (a / m), a %= m;
+        if (b >= m) sum += n * (b / m), b %= m;
+        const unsigned long long top = a * n + b;
+        if (top < m) return sum;
+        n = top / m, b = top % m;
+        const unsigned long long t = m;
+        m = a, a = t;
+    }
+}
+
+/* Smallest i >= 0 with c + i s >= x (s >= 1), at most n. */
+static long long first_at_least(long long c, long long s, long long x, long long n) {
+    const long long i = c >= x ? 0 : (x - c + s - 1) / s;
+    return i < n ? i : n;
+}
+
+/* Sum over the n query positions c, c + sq, ..., of the keys of run r (positions k0, k0 + sk, ...,
+ * nk of them, sk >= 1) at or before each: each query's count is 0 before k0, nk from the last key
+ * on, floor((x - k0) / sk) + 1 between. */
+static unsigned long long keys_at_or_before(long long c, long long sq, long long n, long long k0, long long sk,
+                                            long long nk) {
+    const long long lo = first_at_least(c, sq, k0, n), hi = first_at_least(c, sq, k0 + (nk - 1) * sk, n);
+    return (unsigned long long)((n - hi) * nk + (hi - lo)) +
+           floor_sum((unsigned long long)(hi - lo), (unsigned long long)sk, (unsigned long long)sq,
+                     (unsigned long long)(c + lo * sq - k0));
+}
+
 static void count_pair(BlockAttn *b, const Pair *p, void *arg) {
     (void)b;
     WorkCount *w = arg;
@@ -178,9 +216,16 @@ static void count_pair(BlockAttn *b, const Pair *p, void *arg) {
         w->visible += (unsigned long long)p->nq * (unsigned)p->nk;
         return;
     }
-    const PosRun *kr = NULL; /* the key run this pair is (runs start at j0) */
-    for (int c = 0; c < w->k->n_runs && !kr; c++)
-        if (w->k->runs[c].start == p->j0) kr = &w->k->runs[c];
+    const PosRun *kr = &w->k->runs[p->kc];
+    const int *qpos = w->q->pos + p->i0;
+    const long long sq = p->nq > 1 ? (long long)qpos[1] - qpos[0] : 1,
+                    sk = kr->len > 1 ? (long long)w->k->pos[kr->start + 1] - w->k->pos[kr->start] : 1;
+    if (sq >= 1 && sk >= 1) { /* both progressions increase: the per-query counts below, summed in closed form */
+        const long long k0 = w->k->pos[kr->start];
+        w->visible += keys_at_or_before(qpos[0], sq, p->nq, k0, sk, kr->len);
+        if (w->window > 0) w->visible -= keys_at_or_before((long long)qpos[0] - w->window, sq, p->nq, k0, sk, kr->len);
+        return;
+    }
     for (int i = p->i0; i < p->i0 + p->nq; i++) {
         const long long qp = w->q->pos[i];
         w->visible += (unsigned long long)run_keys_in(kr, w->k->pos, w->window > 0 ? qp - w->window + 1 : LLONG_MIN, qp);
