@@ -17,7 +17,10 @@ void pos_block_init(PosBlock *b, const int *pos, const int *doc, int n, PosRun *
             while (j + 1 < n && (long)pos[j + 1] - pos[j] == stride) j++;
             j++;
         }
-        AttnSpan sp = attn_span(pos + i, doc ? doc + i : NULL, j - i);
+        /* a progression's extremes are its ends: only document ids need the scan */
+        const AttnSpan sp = doc ? attn_span(pos + i, doc + i, j - i)
+                                : (AttnSpan){pos[i] < pos[j - 1] ? pos[i] : pos[j - 1],
+                                             pos[i] > pos[j - 1] ? pos[i] : pos[j - 1], 0, 0};
         runs[count++] = (PosRun){i, j - i, sp.pos_lo, sp.pos_hi, sp.doc_lo, sp.doc_hi};
         i = j;
     }

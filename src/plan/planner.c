@@ -465,13 +465,7 @@ static char *evaluate(const MemoryModelInput *in0, const PlanCluster *cl, SimCac
     HeadSplit hs;
     err = head_split_init(&hs, m->hp, c->num_attention_heads, c->num_key_value_heads);
     if (err) return err;
-    /* each slot's pairs over the layers: those without a window and those with one */
     const int windowed = llama_windowed_layers(c);
-    double *pairs = xmalloc(sizeof(double) * (size_t)m->cp), *wpairs = xmalloc(sizeof(double) * (size_t)m->cp);
-    layer_pairs(layout, in.seq_len, m->cp, balanced, 0, pairs);
-    if (windowed) layer_pairs(layout, in.seq_len, m->cp, balanced, c->sliding_window, wpairs);
-    for (int k = 0; k < m->cp; k++) pairs[k] = (L - windowed) * pairs[k] + (windowed ? windowed * wpairs[k] : 0);
-    xfree(wpairs);
     /* the attention played on the cluster: layers without a window and with one */
     const SimAttn *played[2] = {NULL, NULL};
     StrategyParams sprm;
@@ -488,9 +482,18 @@ static char *evaluate(const MemoryModelInput *in0, const PlanCluster *cl, SimCac
         }
     }
     if (err) {
-        xfree(pairs);
         head_split_free(&hs);
         return err;
+    }
+    /* each slot's pairs over the layers, those without a window and those with one: the attention's
+     * time where the cluster does not play it */
+    double *pairs = xcalloc((size_t)m->cp, sizeof(double));
+    if (!played[0]) {
+        double *wpairs = xmalloc(sizeof(double) * (size_t)m->cp);
+        layer_pairs(layout, in.seq_len, m->cp, balanced, 0, pairs);
+        if (windowed) layer_pairs(layout, in.seq_len, m->cp, balanced, c->sliding_window, wpairs);
+        for (int k = 0; k < m->cp; k++) pairs[k] = (L - windowed) * pairs[k] + (windowed ? windowed * wpairs[k] : 0);
+        xfree(wpairs);
     }
 
     double worst = -1;

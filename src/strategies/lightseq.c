@@ -506,9 +506,9 @@ static void lightseq_play(const StrategyParams *p, SchedulePass pass, StepSchedu
             else if (bwd && st.dkv_to >= 0)
                 schedule_message(out, COMM_P2P_INNER, r, st.dkv_to, z.kv, 1);
             if (st.q < 0) continue;
-            PosBlock qb;
-            pos_block_init(&qb, sb.pos + (size_t)st.q * n + r0, NULL, nr, runs);
-            schedule_compute(out, r, H, Hk, &qb, &sb.slot[st.kv], p->window);
+            PosBlock qb; /* all of a slot's rows: the slot's block, cut once */
+            if (st.rows != LS_ROWS_ALL) pos_block_init(&qb, sb.pos + (size_t)st.q * n + r0, NULL, nr, runs);
+            schedule_compute(out, r, H, Hk, st.rows == LS_ROWS_ALL ? &sb.slot[st.q] : &qb, &sb.slot[st.kv], p->window);
         }
     }
     xfree(runs);
