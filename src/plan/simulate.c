@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "io/atomic_file.h"
@@ -27,6 +28,7 @@ typedef struct {
     double *cap, *cap_left;
     int *users, n_res;
     int *active, n_active;    /* transfers moving: posted, latency over, not done */
+    int reshare;              /* the moving transfers changed since share() last fixed their rates */
     int *waiting, n_waiting;  /* posted, still in their latency */
     int *used, *slot_of, *res_start, *res_flows; /* share(): the resources in use and their transfers */
     int *sent_start, *sent;   /* the transfers member m posts in step k: sent[sent_start[k M + m] ..) */
@@ -36,6 +38,14 @@ typedef struct {
     int *pending;             /* (members x steps) transfers not done that the member waits for at that step */
     int *waits;               /* per member: those of its current and earlier steps */
     double *step_begin;       /* per member: when it began its current step */
+    /* the members whose blocks end later than now, by that time (a binary heap; entries whose member
+     * began again or finished since are dropped when they surface) */
+    struct EndAt { double t; int m; } *ends;
+    int n_ends;
+    /* the members that may end their step now: those a transfer just ended for, those whose blocks
+     * just ended (each listed once: listed[m]) */
+    int *cand, n_cand;
+    char *listed;
     SimTrace *trace;          /* NULL, or where each member's blocks and waits go */
 } Sim;
 
@@ -72,6 +82,8 @@ static double latency_s(const Sim *s, const Flow *f) {
  * is the smallest fixes that rate for its unfixed transfers, which then leave every resource they
  * cross; until every transfer has its rate. */
 static void share(Sim *s) {
+    if (!s->reshare) return; /* the same transfers in the same order: the same rates */
+    s->reshare = 0;
     int n_used = 0;
     for (int i = 0; i < s->n_active; i++) {
         Flow *f = &s->f[s->active[i]];
@@ -134,7 +146,7 @@ static void start_ready(Sim *s, double t) {
     int w = 0;
     for (int i = 0; i < s->n_waiting; i++) {
         const int j = s->waiting[i];
-        if (s->f[j].ready <= t) s->active[s->n_active++] = j;
+        if (s->f[j].ready <= t) s->active[s->n_active++] = j, s->reshare = 1;
         else s->waiting[w++] = j;
     }
     s->n_waiting = w;
@@ -151,10 +163,51 @@ static void post(Sim *s, int m, int k, int after, double t) {
     }
 }
 
+static void ends_push(Sim *s, double t, int m) {
+    int i = s->n_ends++;
+    while (i > 0 && s->ends[(i - 1) / 2].t > t) {
+        s->ends[i] = s->ends[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    s->ends[i] = (struct EndAt){t, m};
+}
+
+static void ends_pop(Sim *s) {
+    const struct EndAt last = s->ends[--s->n_ends];
+    int i = 0;
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= s->n_ends) break;
+        if (c + 1 < s->n_ends && s->ends[c + 1].t < s->ends[c].t) c++;
+        if (!(s->ends[c].t < last.t)) break;
+        s->ends[i] = s->ends[c];
+        i = c;
+    }
+    if (s->n_ends) s->ends[i] = last;
+}
+
+/* Whether the heap's first entry is its member's current end of blocks. */
+static int ends_top_current(const Sim *s) {
+    const struct EndAt *e = &s->ends[0];
+    return !s->finished[e->m] && s->compute_end[e->m] == e->t;
+}
+
+static void list_member(Sim *s, int m) {
+    if (s->listed[m]) return;
+    s->listed[m] = 1;
+    s->cand[s->n_cand++] = m;
+}
+
+static int cmp_int(const void *a, const void *b) {
+    const int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
 static void begin(Sim *s, int m, double t) {
     const int k = s->step[m];
     s->step_begin[m] = t;
     s->compute_end[m] = t + s->step_compute[(size_t)m * s->sc->n_steps + k];
+    if (s->compute_end[m] > t) ends_push(s, s->compute_end[m], m);
     post(s, m, k, 0, t);
     if (s->compute_end[m] <= t) post(s, m, k, 1, t);
 }
@@ -169,6 +222,7 @@ static void flow_done(Sim *s, const Flow *f) {
     for (int i = 0; i < 2; i++) {
         s->pending[(size_t)ends[i] * K + f->due]--;
         if (f->due <= s->step[ends[i]]) s->waits[ends[i]]--;
+        list_member(s, ends[i]);
     }
 }
 
@@ -237,6 +291,9 @@ static int play(const StepSchedule *sc, const Cluster *c, const int *rank_of, in
     s.pending = xcalloc((size_t)M * (size_t)(K ? K : 1), sizeof *s.pending);
     s.waits = xcalloc((size_t)M, sizeof *s.waits);
     s.step_begin = xcalloc((size_t)M, sizeof *s.step_begin);
+    s.ends = xmalloc(sizeof *s.ends * (size_t)(M ? M : 1)); /* one entry a member: see the loop */
+    s.cand = xmalloc(sizeof *s.cand * (size_t)(M ? M : 1));
+    s.listed = xcalloc((size_t)(M ? M : 1), 1);
     for (int i = 0; i < sc->n_messages; i++) {
         const Flow *f = &s.f[i];
         s.pending[(size_t)f->from * K + f->due]++;
@@ -272,16 +329,29 @@ static int play(const StepSchedule *sc, const Cluster *c, const int *rank_of, in
     }
     start_ready(&s, now);
     share(&s);
+    for (int m = 0; m < M; m++) list_member(&s, m);
+    /* An event at time now: the members that may end their step end it and begin the next, in
+     * rank order, pass after pass (ending a step changes no other member: only those that just began
+     * may end again at once); then time moves to the next end of a transfer, of a latency or of a
+     * member's blocks. A member's step may end only once a transfer of it or its blocks ended since
+     * it last could not: the listed members, so that an event costs its own members, not all. Every
+     * entry of the heap of blocks' ends is later than now after an event's ends are taken out, so it
+     * holds at most one per member. */
+    int *next_pass = xmalloc(sizeof(int) * (size_t)(M ? M : 1));
     while (left) {
-        int changed = 1;
-        while (changed) { /* members that end their step now, and begin the next */
-            changed = 0;
-            for (int m = 0; m < M; m++) {
+        int n_pass = s.n_cand;
+        qsort(s.cand, (size_t)n_pass, sizeof *s.cand, cmp_int);
+        for (int i = 0; i < n_pass; i++) s.listed[s.cand[i]] = 0;
+        s.n_cand = 0;
+        while (n_pass) { /* members that end their step now, and begin the next */
+            int n_next = 0;
+            for (int i = 0; i < n_pass; i++) {
+                const int m = s.cand[i];
                 if (s.finished[m] || !may_end(&s, m, now)) continue;
                 out->m[m].wait_s += now - s.compute_end[m];
                 trace_add(s.trace, m, sc->steps[s.step[m]].what, 0, s.step_begin[m], s.compute_end[m]);
                 trace_add(s.trace, m, "wait", 1, s.compute_end[m], now);
-                changed = 1;
+                next_pass[n_next++] = m;
                 if (++s.step[m] < K) s.waits[m] += s.pending[(size_t)m * K + s.step[m]];
                 if (s.step[m] == K) {
                     s.finished[m] = 1;
@@ -291,10 +361,12 @@ static int play(const StepSchedule *sc, const Cluster *c, const int *rank_of, in
                     begin(&s, m, now);
                 }
             }
-            if (changed) {
+            if (n_next) {
                 start_ready(&s, now);
                 share(&s);
             }
+            memcpy(s.cand, next_pass, sizeof(int) * (size_t)n_next);
+            n_pass = n_next;
         }
         if (!left) break;
         double next = INFINITY;
@@ -304,8 +376,8 @@ static int play(const StepSchedule *sc, const Cluster *c, const int *rank_of, in
             if (f->left <= 0) next = now;
             else if (f->rate > 0) next = fmin(next, now + f->left / f->rate);
         }
-        for (int m = 0; m < M; m++)
-            if (!s.finished[m] && s.compute_end[m] > now) next = fmin(next, s.compute_end[m]);
+        while (s.n_ends && !ends_top_current(&s)) ends_pop(&s);
+        if (s.n_ends) next = fmin(next, s.ends[0].t);
         if (!isfinite(next)) {
             int m = 0;
             while (m < M && s.finished[m]) m++;
@@ -322,13 +394,24 @@ static int play(const StepSchedule *sc, const Cluster *c, const int *rank_of, in
             if (f->left <= 1e-9 * f->bytes) flow_done(&s, f);
             else s.active[kept++] = s.active[i];
         }
+        if (kept < s.n_active) s.reshare = 1;
         s.n_active = kept;
         now = next;
-        for (int m = 0; m < M; m++) /* results posted at the end of the member's blocks */
-            if (!s.finished[m] && s.compute_end[m] == now) post(&s, m, s.step[m], 1, now);
+        /* results posted at the end of the member's blocks, in rank order */
+        int n_done = 0;
+        while (s.n_ends && s.ends[0].t <= now) {
+            if (ends_top_current(&s)) next_pass[n_done++] = s.ends[0].m;
+            ends_pop(&s);
+        }
+        qsort(next_pass, (size_t)n_done, sizeof *next_pass, cmp_int);
+        for (int i = 0; i < n_done; i++) {
+            post(&s, next_pass[i], s.step[next_pass[i]], 1, now);
+            list_member(&s, next_pass[i]);
+        }
         start_ready(&s, now);
         share(&s);
     }
+    xfree(next_pass);
     for (int m = 0; m < M; m++)
         if (out->m[m].end_s >= out->end_s) {
             out->end_s = out->m[m].end_s;
@@ -353,6 +436,9 @@ static int play(const StepSchedule *sc, const Cluster *c, const int *rank_of, in
     xfree(s.pending);
     xfree(s.waits);
     xfree(s.step_begin);
+    xfree(s.ends);
+    xfree(s.cand);
+    xfree(s.listed);
     if (rc) schedule_sim_free(out);
     return rc;
 }
