@@ -118,8 +118,37 @@ static void test_work_counts(void) {
           tried);
 }
 
+/* pos_block_init_pieces on the layouts' slots (the pieces layout_context_pieces names) against
+ * pos_block_init: the same runs, for every slot of lengths and group sizes with short, single and
+ * merging chunks. */
+static void test_slot_pieces(void) {
+    int bad = 0, tried = 0;
+    for (int lay = 0; lay < 3; lay++)
+        for (int cp = 1; cp <= 9; cp++)
+            for (int n = 1; n <= 12; n++) {
+                const int S = cp * n;
+                int starts[2], pos[12];
+                PosRun a[12], b[12];
+                const int pieces = layout_context_pieces((TokenLayout)lay, S, cp, starts);
+                if (!pieces) continue;
+                for (int c = 0; c < cp; c++) {
+                    PosBlock x, y;
+                    layout_context_positions((TokenLayout)lay, S, cp, c, pos);
+                    pos_block_init(&x, pos, NULL, n, a);
+                    pos_block_init_pieces(&y, pos, n, b, starts, pieces);
+                    int same = x.n_runs == y.n_runs;
+                    for (int i = 0; same && i < x.n_runs; i++) same = !memcmp(&a[i], &b[i], sizeof a[i]);
+                    bad += !same;
+                    tried++;
+                }
+            }
+    CHECK(tried > 500 && !bad, "pos_block_init_pieces: %d of %d layout slots cut into other runs than pos_block_init's",
+          bad, tried);
+}
+
 int main(void) {
     test_work_counts();
+    test_slot_pieces();
     typedef struct { int H, Hkv, d; } Heads;
     const Heads heads[] = {{4, 4, 16}, {8, 2, 16}, {4, 1, 32}, {5, 5, 16}, {6, 2, 16}, {7, 1, 16}};
     const int windows[] = {0, 5, 40};

@@ -31,6 +31,37 @@ void pos_block_init(PosBlock *b, const int *pos, const int *doc, int n, PosRun *
     b->n_runs = count;
 }
 
+void pos_block_init_pieces(PosBlock *b, const int *pos, int n, PosRun *runs, const int *starts, int n_pieces) {
+    int count = 0, i = 0, k = 0; /* piece k holds index i */
+    while (i < n) {
+        while (k + 1 < n_pieces && starts[k + 1] <= i) k++;
+        int j = i; /* the run's last index: extended as pos_block_init does, a piece at a time */
+        if (i + 1 < n) {
+            const long stride = (long)pos[i + 1] - pos[i];
+            int kk = k;
+            j = i + 1;
+            for (;;) {
+                while (kk + 1 < n_pieces && starts[kk + 1] <= j) kk++;
+                const int end = kk + 1 < n_pieces ? starts[kk + 1] - 1 : n - 1; /* the piece's last */
+                /* inside the piece every step is the piece's own: the run takes it whole or stops */
+                if (j < end) {
+                    if ((long)pos[j + 1] - pos[j] != stride) break;
+                    j = end;
+                }
+                if (j + 1 < n && (long)pos[j + 1] - pos[j] == stride) j++; /* across into the next piece */
+                else break;
+            }
+        }
+        runs[count++] = (PosRun){i, j - i + 1, pos[i] < pos[j] ? pos[i] : pos[j], pos[i] > pos[j] ? pos[i] : pos[j], 0, 0};
+        i = j + 1;
+    }
+    b->pos = pos;
+    b->doc = NULL;
+    b->n = n;
+    b->runs = runs;
+    b->n_runs = count;
+}
+
 int pos_blocks_meet(const PosBlock *q, const PosBlock *k, int window) {
     for (int a = 0; a < q->n_runs; a++)
         for (int c = 0; c < k->n_runs; c++)

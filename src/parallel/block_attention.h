@@ -45,6 +45,11 @@ typedef struct {
 /* Cuts pos (n) into runs; `runs` must hold n entries (owned by the caller). doc (n) may be NULL. */
 void pos_block_init(PosBlock *b, const int *pos, const int *doc, int n, PosRun *runs);
 
+/* pos_block_init for positions without document ids that are one arithmetic progression within
+ * each of n_pieces pieces (piece k starts at index starts[k]): the same runs, found in O(pieces +
+ * runs) instead of O(n). */
+void pos_block_init_pieces(PosBlock *b, const int *pos, int n, PosRun *runs, const int *starts, int n_pieces);
+
 /* Whether some query of q may see some key of k by position alone (documents not considered) under
  * a sliding window (0: none): some (run, run) pair not hidden by attn_visibility. */
 int pos_blocks_meet(const PosBlock *q, const PosBlock *k, int window);

@@ -61,6 +61,15 @@ void layout_context_positions(TokenLayout l, int S, int cp, int c, int *position
     }
 }
 
+int layout_context_pieces(TokenLayout l, int S, int cp, int starts[2]) {
+    const int n = S / cp;
+    starts[0] = 0;
+    if (l != LAYOUT_ZIGZAG) return 1; /* contiguous, striped: one progression */
+    if (n % 2 || n == 0) return 0;    /* a zigzag slot that is not two chunks: not known */
+    starts[1] = n / 2;                /* zigzag: its two chunks */
+    return 2;
+}
+
 void layout_positions(TokenLayout l, int S, int hp, int cp, int h, int c, int *positions) {
     int n_ctx = S / cp, n = n_ctx / hp;
     int *ctx = xmalloc(sizeof(int) * (size_t)n_ctx);

@@ -28,4 +28,10 @@ void layout_positions(TokenLayout l, int S, int hp, int cp, int h, int c, int *p
 /* positions (S / cp): the context slot's token set T_c, in order. */
 void layout_context_positions(TokenLayout l, int S, int cp, int c, int *positions);
 
+/* Where the positions layout_context_positions gives a slot may stop being one arithmetic
+ * progression: the first index of each piece (piece k: [starts[k], starts[k + 1]), the last to S /
+ * cp), inside which they are one. Returns the pieces (at most 2), 0 where the layout does not
+ * split S / cp tokens evenly (a zigzag slot of an odd count). */
+int layout_context_pieces(TokenLayout l, int S, int cp, int starts[2]);
+
 #endif

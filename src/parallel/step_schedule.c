@@ -74,10 +74,13 @@ void slot_blocks_init(SlotBlocks *b, TokenLayout layout, long seq_len, int cp) {
     b->pos = xmalloc(sizeof(int) * (size_t)cp * (size_t)b->n);
     b->runs = xmalloc(sizeof(PosRun) * (size_t)cp * (size_t)b->n);
     b->slot = xcalloc((size_t)cp, sizeof *b->slot);
+    int starts[2];
+    const int pieces = layout_context_pieces(layout, (int)seq_len, cp, starts);
     for (int c = 0; c < cp; c++) {
         int *pos = b->pos + (size_t)c * b->n;
         layout_context_positions(layout, (int)seq_len, cp, c, pos);
-        pos_block_init(&b->slot[c], pos, NULL, b->n, b->runs + (size_t)c * b->n);
+        if (pieces) pos_block_init_pieces(&b->slot[c], pos, b->n, b->runs + (size_t)c * b->n, starts, pieces);
+        else pos_block_init(&b->slot[c], pos, NULL, b->n, b->runs + (size_t)c * b->n);
     }
 }
 
