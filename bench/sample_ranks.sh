@@ -5,6 +5,8 @@
 # of 64, 2 KV heads, ffn 1024, vocabulary 256), random weights saved by one training step; the prompt:
 # the repository's docs as bytes. Every run's tokens are compared with the 1-rank run's.
 #   bash bench/sample_ranks.sh [BUILD] [PROMPT_LENGTHS...]   (default: build 4096 16384)
+#   RUNS="1x1:ring 2x1:ring" bash bench/sample_ranks.sh build 65536   (ranks x threads:strategy; the
+#   default runs 1x1:ring 1x2:ring 2x1:ring 2x1:ulysses 4x1:ring; the first is the reference)
 # Prints one line per run: length, ranks, threads per rank, strategy, prefill s, prefill tokens/s,
 # ms per new token, cache bytes on the largest rank, same tokens as 1 rank.
 set -u
@@ -37,10 +39,9 @@ run() { # length np threads strategy flags...
         "$(sed -nE 's/.*cache ([0-9]+) bytes.*/\1/p' <<<"$line")" "$same"
 }
 for S in "${LENS[@]}"; do
-    run "$S" 1 1 ring
-    run "$S" 1 2 ring
-    run "$S" 2 1 ring
-    run "$S" 2 1 ulysses
-    run "$S" 4 1 ring
+    for r in ${RUNS:-1x1:ring 1x2:ring 2x1:ring 2x1:ulysses 4x1:ring}; do
+        np=${r%%x*} th=${r#*x}
+        run "$S" "$np" "${th%%:*}" "${r#*:}"
+    done
 done
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
