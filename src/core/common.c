@@ -142,6 +142,15 @@ void *xmalloc_aligned(size_t n) {
 
 void *xmalloc(size_t n) { return xmalloc_aligned(n); }
 
+void *xgrow(void *a, int *cap, int n, size_t size, int first) {
+    if (n < *cap) return a;
+    *cap = *cap ? 2 * *cap : first;
+    void *b = xmalloc(size * (size_t)*cap);
+    if (n) memcpy(b, a, size * (size_t)n);
+    xfree(a);
+    return b;
+}
+
 void *xcalloc(size_t count, size_t size) {
     if (size && count > SIZE_MAX / size) die("allocation of %zu x %zu bytes overflows", count, size);
     const size_t n = count * size;

@@ -56,6 +56,9 @@ void *xmalloc_aligned(size_t n);  /* 64-byte aligned; free with xfree */
  * the page, one fault per 2 MiB where Linux grants huge pages; smaller, xcalloc's. Free with xfree. */
 void *xzalloc_filled(size_t n);
 void  xfree(void *p);             /* frees memory from any of the x* allocators above */
+/* Room for one more element in a growing array of `size`-byte elements holding n of *cap: a itself,
+ * or an xmalloc'd copy of its n elements with *cap doubled (first where *cap is 0), a freed. */
+void *xgrow(void *a, int *cap, int n, size_t size, int first);
 FILE *xfopen(const char *path, const char *mode); /* dies naming the path and the reason */
 
 /* Bytes currently allocated through x* allocators and the highest value seen. */

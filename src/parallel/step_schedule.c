@@ -21,15 +21,8 @@ void schedule_free(StepSchedule *s) {
     memset(s, 0, sizeof *s);
 }
 
-/* Room for one more element of an array of `size`-byte elements holding *n of *cap. */
-static void *grow(void *a, int *cap, int n, size_t size) {
-    if (n < *cap) return a;
-    *cap = *cap ? 2 * *cap : 16;
-    void *b = xmalloc(size * (size_t)*cap);
-    if (n) memcpy(b, a, size * (size_t)n);
-    xfree(a);
-    return b;
-}
+/* Room for one more element of an array of `size`-byte elements holding n of *cap. */
+static void *grow(void *a, int *cap, int n, size_t size) { return xgrow(a, cap, n, size, 16); }
 
 int schedule_step(StepSchedule *s, const char *what) {
     s->steps = grow(s->steps, &s->cap_steps, s->n_steps, sizeof *s->steps);

@@ -355,13 +355,7 @@ static const SimAttn *sim_attention(SimCache *cache, const Strategy *s, const St
         for (int k = 0; k < 2; k++) xfree(a.end[k]), xfree(a.blocks[k]);
         return NULL;
     }
-    if (cache->n == cache->cap) {
-        cache->cap = cache->cap ? 2 * cache->cap : 16;
-        SimAttn *v = xmalloc(sizeof *v * (size_t)cache->cap);
-        if (cache->n) memcpy(v, cache->v, sizeof *v * (size_t)cache->n);
-        xfree(cache->v);
-        cache->v = v;
-    }
+    cache->v = xgrow(cache->v, &cache->cap, cache->n, sizeof *cache->v, 16);
     cache->v[cache->n] = a;
     return &cache->v[cache->n++];
 }
@@ -605,13 +599,7 @@ static void try_one(List *l, const MemoryModelInput *in, const PlanCluster *c, S
         l->invalid++;
         return;
     }
-    if (l->n == l->cap) {
-        l->cap = l->cap ? 2 * l->cap : 64;
-        PlanEntry *v = xmalloc(sizeof(PlanEntry) * (size_t)l->cap);
-        if (l->n) memcpy(v, l->v, sizeof(PlanEntry) * (size_t)l->n);
-        xfree(l->v);
-        l->v = v;
-    }
+    l->v = xgrow(l->v, &l->cap, l->n, sizeof *l->v, 64);
     l->v[l->n++] = e;
 }
 

@@ -228,13 +228,7 @@ static void flow_done(Sim *s, const Flow *f) {
 
 static void trace_add(SimTrace *tr, int member, const char *name, int wait, double t0, double t1) {
     if (!tr || !(t1 > t0)) return;
-    if (tr->n == tr->cap) {
-        tr->cap = tr->cap ? 2 * tr->cap : 256;
-        SimEvent *v = xmalloc(sizeof *v * (size_t)tr->cap);
-        if (tr->n) memcpy(v, tr->ev, sizeof *v * (size_t)tr->n);
-        xfree(tr->ev);
-        tr->ev = v;
-    }
+    tr->ev = xgrow(tr->ev, &tr->cap, tr->n, sizeof *tr->ev, 256);
     tr->ev[tr->n++] = (SimEvent){.member = member, .name = name, .wait = wait, .t0 = t0, .t1 = t1};
 }
 
