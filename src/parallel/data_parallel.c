@@ -224,7 +224,9 @@ static void zero_hook(void *ctx, LlamaModel *m, LlamaHookPoint point, int layer,
                      micro-batch, or (turns) the embedding now and the tail after its forward */
             g->pass_len = (backward ? 2 : 1) * (g->n_units - 2);
             gather_post(g, 0);
-            g->p_outer = xmalloc(sizeof(float) * outer_floats(g));
+            /* mapped, not from malloc's heap: a freed unit there (malloc's mmap threshold rises to
+               its size) is split by small allocations, and the next pass's unit grows the heap */
+            g->p_outer = xzalloc_filled(sizeof(float) * outer_floats(g));
             unit_gather(g, 0, g->p_outer);
             if (g->outer_turns) {
                 bind_outer_at(g, &m->w, g->p_outer, NULL);
