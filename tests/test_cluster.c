@@ -80,8 +80,10 @@ static void test_presets(void) {
             json_t *s = json_object_get(src, key);
             CHECK(json_is_string(s) && strlen(json_string_value(s)) > 10, "%s: field \"%s\" names no source", name, key);
         }
-        /* the 18 every preset gives, and the per-peer limit where its nodes are wired pair by pair */
-        const int want_fields = 18 + (json_object_get(root, "intra_peer_gbs") != NULL);
+        /* the 18 every preset gives, the per-peer limit where its nodes are wired pair by pair, and
+           the merge's bytes where the preset counts them */
+        const int want_fields = 18 + (json_object_get(root, "intra_peer_gbs") != NULL) +
+                                (json_object_get(root, "attention_merge_bytes") != NULL);
         CHECK(c.device_mem_gbs > 100 && c.device_mem_gbs < 10000, "%s: memory bandwidth %g GB/s", name, c.device_mem_gbs);
         CHECK(fields == want_fields && (int)json_object_size(src) == fields, "%s: %d fields, %zu sources", name, fields,
               json_object_size(src));
@@ -268,6 +270,8 @@ static void test_bad(void) {
          "\"nic_gbs\" must not be negative"},
         {"{\"nodes\": 1, \"ranks_per_node\": 2, \"intra_gbs\": 1, \"attention\": [[1, 1]], \"intra_peer_gbs\": -1}",
          "\"intra_peer_gbs\" must be 0 (no limit beyond the ports) or positive (got -1)"},
+        {"{\"nodes\": 1, \"ranks_per_node\": 2, \"intra_gbs\": 1, \"attention\": [[1, 1]], \"attention_merge_bytes\": -1}",
+         "\"attention_merge_bytes\" must be 0 (not counted) or positive (got -1)"},
         {"{\"nodes\": 1, \"ranks_per_node\": 2, \"intra_gbs\": 1, \"attention\": [[1, 1]], \"nic_latency_us\": -1}",
          "\"nic_latency_us\" is -1"},
         {"{\"nodes\": 1, \"ranks_per_node\": 2, \"intra_gbs\": 1, \"attention\": [[1, 1]], \"intra_all_to_all\": \"bus\"}",

@@ -186,6 +186,47 @@ static void test_compute_and_results(void) {
     schedule_free(&sc);
 }
 
+/* A block whose visible pairs are whole rectangles (a zigzag ring's off-diagonal step: two query
+ * runs against the earlier of two key runs) runs at the full curve's rate at the rectangle's shorter
+ * side, not the causal curve's; each block then pays the merge of its result into the fp32
+ * accumulators: attention_merge_bytes per element of its output rows (forward), of dq's, dk's and
+ * dv's rows (backward), at device_mem_gbs. */
+static void test_block_shape_and_merge(void) {
+    Cluster c = two_nodes(1);
+    c.n_attn_curves = 2;
+    c.attn_curves[0] = (ClusterAttnCurve){.precision = PRECISION_FP32, .head_dim = 64, .causal = 0,
+                                          .rate = {.n = 2, .x = {50, 100}, .tflops = {20, 40}}};
+    c.attn_curves[1] = (ClusterAttnCurve){.precision = PRECISION_FP32, .head_dim = 64, .causal = 1,
+                                          .rate = {.n = 1, .x = {1}, .tflops = {10}}};
+    int qpos[100], kpos[100];
+    for (int i = 0; i < 50; i++) qpos[i] = 100 + i, qpos[50 + i] = 300 + i; /* two runs */
+    for (int i = 0; i < 50; i++) kpos[i] = i, kpos[50 + i] = 400 + i;       /* before both, after both */
+    PosRun rq[100], rk[100];
+    PosBlock qb, kb;
+    pos_block_init(&qb, qpos, NULL, 100, rq);
+    pos_block_init(&kb, kpos, NULL, 100, rk);
+    const int ident[4] = {0, 1, 2, 3};
+    for (int merge = 0; merge < 2; merge++)
+        for (int pass = 0; pass < 2; pass++) {
+            c.attn_merge_bytes = merge ? 10 : 0;
+            c.device_mem_gbs = 100;
+            StepSchedule sc;
+            schedule_init(&sc, 1, 4, pass ? PASS_BACKWARD : PASS_FORWARD);
+            schedule_step(&sc, "an off-diagonal block");
+            schedule_compute(&sc, 0, 8, 2, &qb, &kb, 0);
+            schedule_finish(&sc);
+            ScheduleSim out;
+            run(&sc, &c, ident, &out);
+            /* 100 x 50 visible pairs, 8 heads, head dim 64, at 20 TFLOP/s (50 rows: the full curve) */
+            double want = 4.0 * 100 * 50 * 8 * 64 * (pass ? 2.5 : 1) / 20e12;
+            if (merge) want += 10.0 * (100 * 8 * 64 + (pass ? 2 * 100 * 2 * 64 : 0)) / 100e9;
+            CHECK(near(out.m[0].compute_s, want), "%s block, merge %d: %.9g s, by hand %.9g s",
+                  pass ? "backward" : "forward", merge, out.m[0].compute_s, want);
+            schedule_sim_free(&out);
+            schedule_free(&sc);
+        }
+}
+
 /* Every strategy's schedules on 8 ranks of 2 nodes end, after their blocks, with all bytes counted. */
 static void test_every_strategy(void) {
     Cluster c = two_nodes(2);
@@ -416,6 +457,7 @@ int main(void) {
     test_ring_two_nodes();
     test_alltoall();
     test_compute_and_results();
+    test_block_shape_and_merge();
     test_every_strategy();
     test_bad_files();
     return test_summary("test_simulate");

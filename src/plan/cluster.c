@@ -21,6 +21,7 @@ static const char *const KEYS[] = {
     "name", "description", "source", "sources", "note", "nodes", "ranks_per_node", "threads_per_rank",
     "device_mem_gib", "host_mem_gib", "d2h_gbs", "device_mem_gbs", "step_overhead_ms", "intra_all_to_all", "intra_gbs", "intra_node_gbs", "intra_peer_gbs",
     "intra_latency_us", "nics_per_node", "nic_gbs", "nic_latency_us", "attention", "attention_backward_factor",
+    "attention_merge_bytes",
     "attention_rates", "gemm"};
 
 /* A number field of the object: required ones must be there; whole ones must be whole; -1 with one
@@ -149,7 +150,8 @@ int cluster_parse(const char *text, const char *origin, Cluster *c, SeqErr *e) {
         number(root, origin, "intra_latency_us", 0, 0, 0, &c->intra_latency_us, e) ||
         number(root, origin, "nics_per_node", 0, 1, 1, &nics, e) || number(root, origin, "nic_gbs", 0, 0, 0, &c->nic_gbs, e) ||
         number(root, origin, "nic_latency_us", 0, 0, 0, &c->nic_latency_us, e) ||
-        number(root, origin, "attention_backward_factor", 0, 0, 2.5, &c->attn_backward_factor, e))
+        number(root, origin, "attention_backward_factor", 0, 0, 2.5, &c->attn_backward_factor, e) ||
+        number(root, origin, "attention_merge_bytes", 0, 0, 0, &c->attn_merge_bytes, e))
         goto out;
     c->nodes = (int)nodes;
     c->ranks_per_node = (int)rpn;
@@ -237,6 +239,7 @@ int cluster_save(const char *path, const Cluster *c, const char *source, SeqErr 
     json_object_set_new(o, "nic_latency_us", json_real(c->nic_latency_us));
     json_object_set_new(o, "attention", points_json(&c->attn));
     json_object_set_new(o, "attention_backward_factor", json_real(c->attn_backward_factor));
+    if (c->attn_merge_bytes > 0) json_object_set_new(o, "attention_merge_bytes", json_real(c->attn_merge_bytes));
     if (c->n_attn_curves) {
         json_t *arr = json_array();
         for (int i = 0; i < c->n_attn_curves; i++) {
@@ -299,6 +302,9 @@ char *cluster_check(const Cluster *c) {
     if (!nonneg(c->d2h_gbs)) return xstrdup_printf("\"d2h_gbs\" must be 0 (not given) or positive (got %g)", c->d2h_gbs);
     if (!nonneg(c->device_mem_gbs))
         return xstrdup_printf("\"device_mem_gbs\" must be 0 (not given) or positive (got %g)", c->device_mem_gbs);
+    if (!nonneg(c->attn_merge_bytes))
+        return xstrdup_printf("\"attention_merge_bytes\" must be 0 (not counted) or positive (got %g)",
+                              c->attn_merge_bytes);
     if (!nonneg(c->step_overhead_ms))
         return xstrdup_printf("\"step_overhead_ms\" must be 0 (none) or positive (got %g)", c->step_overhead_ms);
     if (c->intra_kind != CLUSTER_INTRA_SWITCH && c->intra_kind != CLUSTER_INTRA_SHARED_MEMORY)

@@ -67,6 +67,10 @@ typedef struct {
      * rate where the cluster has no curve of the block's precision (cluster_attention_flops_per_s). */
     ClusterCurve attn;
     double attn_backward_factor; /* backward time per forward time of a block at the same rate (2.5: five matmuls for two) */
+    /* bytes of device memory traffic, per element, to merge a block's result into its fp32
+     * accumulator outside the attention kernel (the forward's output and log-sum-exp rescale, the
+     * backward's dq, dk, dv sums), at device_mem_gbs; 0: not counted */
+    double attn_merge_bytes;
     /* attention by shape: curves by precision, head dimension and causality (cluster_attention_rate) */
     int n_attn_curves;
     ClusterAttnCurve attn_curves[CLUSTER_ATTN_CURVES];

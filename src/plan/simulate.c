@@ -298,10 +298,22 @@ static int play(const StepSchedule *sc, const Cluster *c, const int *rank_of, in
     for (int i = 0; i < sc->n_compute; i++) {
         const StepCompute *b = &sc->compute[i];
         const double flops = 4.0 * (double)b->pairs * b->heads * head_dim * factor;
-        /* a block with fewer visible pairs than cells is masked (a causal diagonal, a window's edge):
-           the causal curve's rate, whose FLOPs count the visible pairs as these do */
-        const int masked = b->pairs < (unsigned long long)b->q_rows * (unsigned long long)b->kv_rows;
-        const double secs = flops / cluster_attention_rate(c, precision, head_dim, masked, b->q_rows, b->kv_rows);
+        /* a block with fewer visible pairs than the cells of its kernel calls is masked (a causal
+           diagonal, a window's edge): the causal curve's rate, whose FLOPs count the visible pairs
+           as these do. A block whose visible pairs are whole rectangles (a zigzag ring's off-diagonal
+           step: all queries against half the keys, or half the queries against all keys) is what the
+           ring implementations call the kernel on unmasked (causal=False), so it gets the full
+           curve's rate at its rectangle's shorter side (cells / q_rows keys a query row) */
+        const int masked = b->pairs < b->cells;
+        const int kv_rows = masked || !b->q_rows ? b->kv_rows : (int)(b->cells / (unsigned long long)b->q_rows);
+        double secs = flops / cluster_attention_rate(c, precision, head_dim, masked, b->q_rows, kv_rows);
+        /* the merge of the block's result into the fp32 accumulators, a pass over device memory:
+           the output rows (forward), dq's rows and dk's and dv's (backward) */
+        if (c->attn_merge_bytes > 0 && c->device_mem_gbs > 0) {
+            double elems = (double)b->q_rows * b->heads * head_dim;
+            if (sc->pass == PASS_BACKWARD) elems += 2.0 * b->kv_rows * b->kv_heads * head_dim;
+            secs += c->attn_merge_bytes * elems / (c->device_mem_gbs * 1e9);
+        }
         s.step_compute[(size_t)b->member * K + b->step] += secs;
         out->m[b->member].compute_s += secs;
     }
