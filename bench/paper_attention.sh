@@ -2,11 +2,11 @@
 # LoongTrain's attention measurements replayed by seqpar's step simulator: Table 4 (one 2D-Attention
 # forward + backward on 64 A800s, 8 per node, 4 HDR NICs a node: every hp x cp grid, head-first and
 # context-first, MHA (32 KV heads) and GQA (8), 128K to 1M tokens) and Table 5 (the double ring's
-# inner ring size, context-first, hp 1 x cp 64; the two groups whose labels our copy of the paper
-# keeps). For each table column (a model and a length) it plays the 2d schedule of every
-# configuration the paper measured on the cluster (`seqpar strategies --schedule 2d ... --cluster`,
-# forward and --backward; head dim 128, bf16 wire) and prints the simulated and measured times,
-# the error, whether the simulator's fastest is within 3% of the measured fastest, and Spearman's
+# inner ring size, context-first, hp 1 x cp 64 and hp 4 x cp 16). For each table column (a model
+# and a length) it plays the 2d schedule of every configuration the paper measured on the cluster
+# (`seqpar strategies --schedule 2d ... --cluster`, forward and --backward; head dim 128, bf16
+# wire) and prints the simulated and measured times, the error, whether the simulator's fastest is
+# within 3% of the measured fastest, how many times are within 25% of the measured, and Spearman's
 # rank correlation between the two orders.
 #
 # The cluster's values come from datasheets and published microbenchmarks (its file names each
@@ -64,15 +64,27 @@ GQA context-first 8 8 56.8 175.2 656.1 2495
 GQA context-first 4 16 57.3 177.2 661.7 2510
 GQA context-first 2 32 59.3 183.1 677.5 2555"
 
-# Table 5's first two groups (ms): model inner-ring-size, then 128K 256K 512K 1M (hp 1 x cp 64)
-TABLE5="MHA 1 295.9 597.7 1214 2913
-MHA 2 184.5 401.3 917.1 2823
-MHA 4 140.6 316.3 842.7 2754
-MHA 8 214.9 415.1 869.9 2815
-GQA 1 86.3 213.8 697.9 2621
-GQA 2 72.6 205.7 710.7 2611
-GQA 4 69.1 199.4 704.4 2610
-GQA 8 77.4 198.7 705.3 2621"
+# Table 5 (ms): model cp hp inner-ring-size, then 128K 256K 512K 1M. Our copy of the paper labels
+# its groups "MHA (CP=64, HP=1)", "GQA (CP=64, HP=1)", "GQA (CP=16, HP=4)" and a fourth without a
+# label; the third group is read as MHA cp 16 x hp 4 and the fourth as GQA cp 16 x hp 4: the text
+# (§6.4) gives the third's 128K gain, "d_cp = 16 ... by a factor of 1.2" (94.2 / 78.4), and their
+# W = 1 rows are within 8% of Table 4's MHA and GQA cp 16 x hp 4 context-first times.
+TABLE5="MHA 64 1 1 295.9 597.7 1214 2913
+MHA 64 1 2 184.5 401.3 917.1 2823
+MHA 64 1 4 140.6 316.3 842.7 2754
+MHA 64 1 8 214.9 415.1 869.9 2815
+GQA 64 1 1 86.3 213.8 697.9 2621
+GQA 64 1 2 72.6 205.7 710.7 2611
+GQA 64 1 4 69.1 199.4 704.4 2610
+GQA 64 1 8 77.4 198.7 705.3 2621
+MHA 16 4 1 94.2 226.7 713.5 2668
+MHA 16 4 2 83.2 218.9 730.5 2650
+MHA 16 4 4 78.4 210.3 719.7 2669
+MHA 16 4 8 83.4 211.6 723.1 2674
+GQA 16 4 1 60.7 180.6 673.3 2567
+GQA 16 4 2 60.8 182.6 671.2 2530
+GQA 16 4 4 60.3 182.0 675.2 2535
+GQA 16 4 8 61.0 183.1 677.4 2537"
 
 LENS=(131072 262144 524288 1048576)
 NAMES=(128K 256K 512K 1M)
@@ -93,15 +105,15 @@ column_summary() {
         for (i = 1; i <= n; i++) {
             if (m[i] < m[bm]) bm = i
             if (s[i] < s[bs]) bs = i
-            e = (s[i] - m[i]) / m[i]; err += e < 0 ? -e : e
+            e = (s[i] - m[i]) / m[i]; err += e < 0 ? -e : e; if ((e < 0 ? -e : e) <= 0.25) near++
         }
         ranks(m, rm); ranks(s, rs)
         mr = (n + 1) / 2; num = 0; dm = 0; ds = 0
         for (i = 1; i <= n; i++) { num += (rm[i] - mr) * (rs[i] - mr); dm += (rm[i] - mr) ^ 2; ds += (rs[i] - mr) ^ 2 }
         rho = dm > 0 && ds > 0 ? num / sqrt(dm * ds) : 1
         regret = 100 * (m[bs] - m[bm]) / m[bm]
-        printf "%-22s measured best %-18s simulated pick %-18s (its measured time +%.1f%%: %s)  rho %.2f  mean |error| %.0f%%\n",
-            what, label[bm], label[bs], regret, regret <= 3 ? "within 3%" : "NOT within 3%", rho, 100 * err / n
+        printf "%-22s measured best %-18s simulated pick %-18s (its measured time +%.1f%%: %s)  rho %.2f  mean |error| %.0f%%  within 25%%: %d of %d\n",
+            what, label[bm], label[bs], regret, regret <= 3 ? "within 3%" : "NOT within 3%", rho, 100 * err / n, near, n
     }'
 }
 
@@ -126,27 +138,31 @@ for model in MHA GQA; do
     done
 done
 echo
-echo "Table 5: the inner ring size W, context-first, hp 1 x cp 64 (ms)"
+echo "Table 5: the inner ring size W, context-first (ms)"
 summary5=$(mktemp)
-for model in MHA GQA; do
-    kv=32; [ "$model" = GQA ] && kv=8
-    for i in 0 1 2 3; do
-        : >"$rows"
-        printf '%s\n' "$TABLE5" | awk -v m="$model" '$1 == m' | while read -r _ w t0 t1 t2 t3; do
-            t=($t0 $t1 $t2 $t3)
-            s=$(sim 64 1 "$w" context-first "${LENS[$i]}" "$kv")
-            [ -n "$s" ] || exit 1
-            printf 'W%s %s %s\n' "$w" "${t[$i]}" "$s" >>"$rows"
-            printf '  %-4s %-5s W %-3s measured %8.1f  simulated %8.1f  error %+5.0f%%\n' "$model" "${NAMES[$i]}" "$w" \
-                "${t[$i]}" "$s" "$(awk -v a="$s" -v b="${t[$i]}" 'BEGIN { print 100 * (a - b) / b }')"
-        done || exit 1
-        column_summary "T5 $model ${NAMES[$i]}" <"$rows" | tee -a "$summary5"
+for grid in "64 1" "16 4"; do
+    read -r gcp ghp <<<"$grid"
+    for model in MHA GQA; do
+        kv=32; [ "$model" = GQA ] && kv=8
+        for i in 0 1 2 3; do
+            : >"$rows"
+            printf '%s\n' "$TABLE5" | awk -v m="$model" -v cp="$gcp" '$1 == m && $2 == cp' | while read -r _ _ _ w t0 t1 t2 t3; do
+                t=($t0 $t1 $t2 $t3)
+                s=$(sim "$gcp" "$ghp" "$w" context-first "${LENS[$i]}" "$kv")
+                [ -n "$s" ] || exit 1
+                printf 'W%s %s %s\n' "$w" "${t[$i]}" "$s" >>"$rows"
+                printf '  %-4s cp%-2s %-5s W %-3s measured %8.1f  simulated %8.1f  error %+5.0f%%\n' "$model" "$gcp" "${NAMES[$i]}" "$w" \
+                    "${t[$i]}" "$s" "$(awk -v a="$s" -v b="${t[$i]}" 'BEGIN { print 100 * (a - b) / b }')"
+            done || exit 1
+            column_summary "T5 $model cp$gcp ${NAMES[$i]}" <"$rows" | tee -a "$summary5"
+        done
     done
 done
 echo
 for f in "$summary4" "$summary5"; do
-    awk '{ n++; if ($0 ~ /: within 3%/) w++; for (i = 1; i <= NF; i++) { if ($i == "rho") r += $(i + 1); if ($i == "|error|") e += $(i + 1) + 0 } }
-         END { printf "%s: simulated pick within 3%% of the measured best in %d of %d columns; mean rho %.2f; mean |error| %.0f%%\n",
-               substr($1, 1, 2) == "T4" ? "Table 4" : "Table 5", w, n, r / n, e / n }' "$f"
+    awk '{ n++; if ($0 ~ /: within 3%/) w++; for (i = 1; i <= NF; i++) { if ($i == "rho") r += $(i + 1); if ($i == "|error|") e += $(i + 1) + 0
+                                                                if ($i == "25%:") { c += $(i + 1); t += $(i + 3) } } }
+         END { printf "%s: simulated pick within 3%% of the measured best in %d of %d columns; mean rho %.2f; mean |error| %.0f%%; %d of %d times within 25%%\n",
+               substr($1, 1, 2) == "T4" ? "Table 4" : "Table 5", w, n, r / n, e / n, c, t }' "$f"
 done
 rm -f "$summary4" "$summary5"
