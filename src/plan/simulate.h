@@ -3,7 +3,8 @@
  *
  * Each member begins a step when it ended the previous one: it posts the step's messages (those
  * marked `after` once its blocks are done), computes its blocks one after another at the rate their
- * shape gets, and ends the step when its blocks are done and every message it sends or receives
+ * shape gets (plus the cluster's merge of each block's result into its accumulators, a pass over
+ * device memory, where the cluster counts one), and ends the step when its blocks are done and every message it sends or receives
  * that is due by then (posted steps - 1 steps before) has arrived, as MPI's waits do. A message
  * starts after its link's latency and then shares bandwidth with every transfer in flight at the
  * same time, max-min fairly: a transfer between nodes goes through the sender's NIC and the
@@ -35,8 +36,10 @@ typedef struct {
  * ranks_per_node), head_dim for the blocks' FLOPs (4 pairs heads head_dim a forward block: the
  * visible (query, key) pairs, as attention rates are quoted; times the cluster's backward factor
  * in a backward schedule) at the cluster's rate for the precision (PRECISION_*), the head dim, the
- * block's shape and whether it is masked (fewer visible pairs than cells: the causal curve)
- * (cluster_attention_rate). 0, or -1 with one line (a rank outside the
+ * block's shape and whether it is masked (fewer visible pairs than the cells of its kernel calls:
+ * the causal curve; a block of whole visible rectangles: the full curve at the rectangle's shorter
+ * side) (cluster_attention_rate), plus attn_merge_bytes an element of the block's output rows
+ * (forward) or of its dq, dk and dv rows (backward) at device_mem_gbs. 0, or -1 with one line (a rank outside the
  * cluster, a schedule that cannot finish). Free out with schedule_sim_free. */
 int simulate_schedule(const StepSchedule *sc, const Cluster *c, const int *rank_of, int head_dim, int precision,
                       ScheduleSim *out, SeqErr *e);
