@@ -195,10 +195,17 @@ void kv_shard_attend(KvShard *s, Comm *c, MPI_Comm mc, int layer, int pos, int r
 
 const char *kv_scheme_name(KvScheme k) { return k == KV_PASS_KV ? "pass-KV" : k == KV_PASS_Q ? "pass-Q" : "auto"; }
 
-void kv_scheme_bytes(const KvShard *s, int T, long cached, double *pass_q, double *pass_kv) {
-    const double N = s->ranks, L = s->layers, H = s->heads, d = s->head_dim, kvd = (double)s->kv_heads * d;
-    *pass_q = L * N * (N - 1) * T * H * (d + 2) * sizeof(double);
-    *pass_kv = L * (N - 1) * ((double)cached * (2 * kvd * sizeof(float) + sizeof(int)) + (double)T * H * d * sizeof(float));
+void kv_scheme_bytes(const KvShard *s, int T, long cached, const int *windows, double *pass_q, double *pass_kv) {
+    const double N = s->ranks, H = s->heads, d = s->head_dim, kvd = (double)s->kv_heads * d;
+    *pass_q = s->layers * N * (N - 1) * T * H * (d + 2) * sizeof(double);
+    *pass_kv = 0;
+    for (int l = 0; l < s->layers; l++) {
+        /* the cache holds positions 0 .. cached-1: under window W the block's first query reaches
+         * the last W - 1 of them, and no later query reaches further back */
+        const int w = windows ? windows[l] : 0;
+        const double sent = w > 0 && w - 1 < cached ? (double)(w - 1) : (double)cached;
+        *pass_kv += (N - 1) * (sent * (2 * kvd * sizeof(float) + sizeof(int)) + (double)T * H * d * sizeof(float));
+    }
 }
 
 /* The first of the T new queries that rank r answers under pass-KV (contiguous blocks). */
@@ -238,24 +245,52 @@ void kv_shard_attend_block(KvShard *s, Comm *c, MPI_Comm mc, KvScheme scheme, in
          * rows it keeps) so that the partials are those pass-Q computes; the outputs are
          * all-gathered */
         size_t *cnt = xmalloc(sizeof(size_t) * (size_t)R), *dis = xmalloc(sizeof(size_t) * (size_t)R);
+        /* under a window only the cached rows the block's first query reaches (the others reach
+         * no further back) are sent: this rank's packed in shard order, their counts exchanged */
+        int *sent = xmalloc(sizeof(int) * (size_t)R), n_send = cached[me];
+        const int *sendP = s->pos;
+        const float *sendK = K, *sendV = V;
+        float *packK = NULL, *packV = NULL;
+        int *packP = NULL;
+        memcpy(sent, cached, sizeof(int) * (size_t)R);
+        if (window > 0) {
+            const int lo = reach(pos[0], window);
+            n_send = 0;
+            for (int i = 0; i < cached[me]; i++) n_send += s->pos[i] >= lo;
+            if (n_send < cached[me]) {
+                packK = xmalloc(sizeof(float) * ((size_t)n_send * kvd + 1));
+                packV = xmalloc(sizeof(float) * ((size_t)n_send * kvd + 1));
+                packP = xmalloc(sizeof(int) * ((size_t)n_send + 1));
+                for (int i = 0, j = 0; i < cached[me]; i++)
+                    if (s->pos[i] >= lo) {
+                        memcpy(packK + (size_t)j * kvd, K + (size_t)i * kvd, sizeof(float) * kvd);
+                        memcpy(packV + (size_t)j * kvd, V + (size_t)i * kvd, sizeof(float) * kvd);
+                        packP[j++] = s->pos[i];
+                    }
+                sendK = packK, sendV = packV, sendP = packP;
+            }
+            if (R > 1) comm_allgather_meta(c, COMM_TEAM, &n_send, sent, sizeof(int), mc);
+            else sent[0] = n_send;
+        }
         int most = 0;
         for (int r = 0; r < R; r++)
-            if (cached[r] > most) most = cached[r];
+            if (sent[r] > most) most = sent[r];
         /* rank r's share at KV + r * rows_r * 2 kvd: its keys (rows_r rows), then its values */
         const size_t rows_r = (size_t)most + (size_t)T;
         float *KV = xmalloc(sizeof(float) * (size_t)R * rows_r * kvd * 2);
         int *P = xmalloc(sizeof(int) * (size_t)R * rows_r), *n_r = xmalloc(sizeof(int) * (size_t)R);
-        for (int r = 0; r < R; r++) cnt[r] = (size_t)cached[r], dis[r] = (size_t)r * rows_r, n_r[r] = cached[r];
+        for (int r = 0; r < R; r++) cnt[r] = (size_t)sent[r], dis[r] = (size_t)r * rows_r, n_r[r] = sent[r];
         if (R > 1) {
-            comm_allgatherv(c, COMM_TEAM, s->pos, (size_t)cached[me], P, cnt, dis, MPI_INT, mc);
+            comm_allgatherv(c, COMM_TEAM, sendP, (size_t)n_send, P, cnt, dis, MPI_INT, mc);
             for (int r = 0; r < R; r++) cnt[r] *= kvd, dis[r] *= 2 * kvd;
-            comm_allgatherv(c, COMM_TEAM, K, (size_t)cached[me] * kvd, KV, cnt, dis, MPI_FLOAT, mc);
-            comm_allgatherv(c, COMM_TEAM, V, (size_t)cached[me] * kvd, KV + rows_r * kvd, cnt, dis, MPI_FLOAT, mc);
+            comm_allgatherv(c, COMM_TEAM, sendK, (size_t)n_send * kvd, KV, cnt, dis, MPI_FLOAT, mc);
+            comm_allgatherv(c, COMM_TEAM, sendV, (size_t)n_send * kvd, KV + rows_r * kvd, cnt, dis, MPI_FLOAT, mc);
         } else {
-            memcpy(P, s->pos, sizeof(int) * (size_t)cached[0]);
-            memcpy(KV, K, sizeof(float) * (size_t)cached[0] * kvd);
-            memcpy(KV + rows_r * kvd, V, sizeof(float) * (size_t)cached[0] * kvd);
+            memcpy(P, sendP, sizeof(int) * (size_t)n_send);
+            memcpy(KV, sendK, sizeof(float) * (size_t)n_send * kvd);
+            memcpy(KV + rows_r * kvd, sendV, sizeof(float) * (size_t)n_send * kvd);
         }
+        xfree(packK); xfree(packV); xfree(packP); xfree(sent);
         for (int t = 0; t < T; t++) { /* the new rows, each in its keeper's share */
             const int r = owner[t];
             float *Kr = KV + (size_t)r * rows_r * kvd * 2, *Vr = Kr + rows_r * kvd;

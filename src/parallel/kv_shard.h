@@ -60,13 +60,17 @@ void kv_shard_attend(KvShard *s, Comm *c, MPI_Comm mc, int layer, int pos, int r
  *            (T x heads x (head_dim + 2) doubles) are all-gathered: N (N - 1) T H (d + 2) 8 bytes
  *            a layer over all ranks;
  *   pass-KV: the cache moves, each rank answers T/N of the queries over every rank's cached rows
- *            (all-gathered: keys, values, positions) and the new rows, and the outputs (T x H x d
- *            floats) are all-gathered: (N - 1) (C (2 Hkv d 4 + 4) + T H d 4) bytes a layer.
+ *            (all-gathered: keys, values, positions; under a sliding window W only the rows the
+ *            block's first query reaches, min(C, W - 1)) and the new rows, and the outputs (T x H
+ *            x d floats) are all-gathered: (N - 1) (C (2 Hkv d 4 + 4) + T H d 4) bytes a layer.
  * KV_AUTO: the one that moves fewer bytes (pass-Q on a tie). */
 typedef enum { KV_AUTO = 0, KV_PASS_Q, KV_PASS_KV } KvScheme;
 const char *kv_scheme_name(KvScheme k); /* "pass-Q", "pass-KV", "auto" */
-/* The bytes each scheme moves over all ranks and layers for T new tokens after `cached` rows in all. */
-void kv_scheme_bytes(const KvShard *s, int T, long cached, double *pass_q, double *pass_kv);
+/* The bytes each scheme moves over all ranks and layers for T new tokens after `cached` rows in all
+ * (positions 0 .. cached-1); windows (layers) each layer's sliding window (0: none; NULL: none on
+ * any layer): under a window W pass-KV sends only the min(cached, W - 1) rows the block's first
+ * query reaches (their counts go as control data, a few ints a layer). */
+void kv_scheme_bytes(const KvShard *s, int T, long cached, const int *windows, double *pass_q, double *pass_kv);
 
 /* T new queries of layer `layer` at positions pos (T, consecutive), by `scheme` (not KV_AUTO): q (T,
  * H d) after RoPE; k, v (T, Hkv d) their keys and values, token t's written to this rank's row

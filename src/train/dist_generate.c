@@ -140,7 +140,11 @@ int dist_generator_step(DistGenerator *g, int token, float *logits, SeqErr *e) {
 KvScheme dist_generator_scheme(const DistGenerator *g, int T, KvScheme want, double *pass_q, double *pass_kv) {
     long cached = 0;
     for (int r = 0; r < g->ranks; r++) cached += g->counts[r];
-    kv_scheme_bytes(&g->shard, T, cached, pass_q, pass_kv);
+    const int L = g->m->cfg.num_hidden_layers;
+    int *windows = xmalloc(sizeof(int) * (size_t)(L > 0 ? L : 1));
+    for (int l = 0; l < L; l++) windows[l] = llama_layer_window(&g->m->cfg, l);
+    kv_scheme_bytes(&g->shard, T, cached, windows, pass_q, pass_kv);
+    xfree(windows);
     if (want != KV_AUTO) return want;
     return *pass_kv < *pass_q ? KV_PASS_KV : KV_PASS_Q;
 }
