@@ -20,6 +20,7 @@
 #include "model/generate.h"
 #include "model/llama.h"
 #include "train/dist_generate.h"
+#include "train/prefix_cache.h"
 #include "strategies/registry.h"
 #include "train/seq_parallel.h"
 
@@ -65,6 +66,13 @@ static const char HELP[] =
     "                         as one prompt. On ranks the block runs against the sharded cache\n"
     "                         (docs/sampling.md); ids output: the second continuation on a line of its own\n"
     "  --continue-scheme S    on ranks: auto (the one moving fewer bytes), pass-q or pass-kv\n"
+    "  --prefix-cache DIR     keep the prompt's key/value cache in DIR (each rank its shard, and a\n"
+    "                         manifest): a later run whose prompt starts with tokens of the cached\n"
+    "                         prompt loads them and prefills only the rest; a prompt that differs\n"
+    "                         sooner reuses what it shares and replaces the cache; another model,\n"
+    "                         strategy or rank count, or a damaged file, is refused (docs/sampling.md)\n"
+    "  --prefill-block N      run a block of new tokens after a cache (the rest of a cached prompt, a\n"
+    "                         second turn; one process: any prompt) N tokens at a time (default 512)\n"
     "  --prompt-logits FILE   also write the logits after every prompt token: prompt length x\n"
     "                         vocab_size float32, little-endian, row by row (for checks); with a\n"
     "                         second turn, then those after each token of its block (the first\n"
@@ -86,6 +94,8 @@ typedef struct {
     const char *prompt_logits; /* --prompt-logits FILE */
     const char *cont, *cont_tokens; /* --continue-prompt TEXT, --continue-tokens IDS */
     KvScheme scheme;                /* --continue-scheme */
+    const char *prefix_dir;         /* --prefix-cache DIR */
+    int prefill_block;              /* --prefill-block N */
 } SampleOptions;
 
 static void parse_sample_options(int argc, char **argv, SampleOptions *o) {
@@ -94,6 +104,7 @@ static void parse_sample_options(int argc, char **argv, SampleOptions *o) {
     o->max_new = 200;
     o->sp = (SampleParams){.temperature = 0.8, .top_k = 40, .top_p = 1, .repetition_penalty = 1};
     o->seed = 1;
+    o->prefill_block = 512;
     parallel_config_default(&o->pc);
     static const struct option opts[] = {
         PARALLEL_FLAG_OPTIONS, {"prompt-logits", required_argument, 0, 'L'},
@@ -103,7 +114,8 @@ static void parse_sample_options(int argc, char **argv, SampleOptions *o) {
         {"top-p", required_argument, 0, 'q'}, {"repetition-penalty", required_argument, 0, 'r'},
         {"seed", required_argument, 0, 's'}, {"stop-token", required_argument, 0, 'x'},
         {"ids", no_argument, 0, 'i'}, {"continue-prompt", required_argument, 0, 'C'},
-        {"continue-tokens", required_argument, 0, 'T'}, {"continue-scheme", required_argument, 0, 'S'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"continue-tokens", required_argument, 0, 'T'}, {"continue-scheme", required_argument, 0, 'S'},
+        {"prefix-cache", required_argument, 0, 'K'}, {"prefill-block", required_argument, 0, 'B'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     opterr = 0;
     optind = 1;
     int opt;
@@ -133,6 +145,8 @@ static void parse_sample_options(int argc, char **argv, SampleOptions *o) {
         case 'L': o->prompt_logits = optarg; break;
         case 'C': o->cont = optarg; break;
         case 'T': o->cont_tokens = optarg; break;
+        case 'K': o->prefix_dir = optarg; break;
+        case 'B': o->prefill_block = (int)parse_long(cmd, "prefill-block", optarg, 1, 1L << 30); break;
         case 'S':
             if (!strcmp(optarg, "auto")) o->scheme = KV_AUTO;
             else if (!strcmp(optarg, "pass-q")) o->scheme = KV_PASS_Q;
@@ -214,6 +228,44 @@ static void put_token(int id, int as_ids, int first) {
     else putchar('\n');
 }
 
+/* --prefix-cache DIR read for this run (collective: every rank ends alike on a problem). */
+static void open_prefix(const SampleOptions *o, const LlamaModel *m, const char *strategy, int ranks,
+                        const int *prompt, int n_prompt, PrefixCache *pc, PrefixIdent *id) {
+    const LlamaConfig *c = &m->cfg;
+    *id = (PrefixIdent){.dtype = "f32", .strategy = strategy, .ranks = ranks, .layers = c->num_hidden_layers,
+                        .kv_heads = c->num_key_value_heads, .head_dim = c->head_dim};
+    SeqErr e;
+    int rc = prefix_model_id(m, o->model_dir, &id->model, &e);
+    if (!rc) rc = prefix_cache_open(pc, o->prefix_dir, id, prompt, n_prompt, &e);
+    if (rc) {
+        SeqErr w;
+        snprintf(w.msg, sizeof w.msg, "seqpar sample: %.1500s", e.msg);
+        die_if_any_rank(&w);
+    }
+    die_if_any_rank(NULL);
+}
+
+/* What the prefix cache gave this run, on stderr. */
+static void say_prefix(const char *dir, const PrefixCache *pc, int n_prompt, double t_load, double t_save) {
+    fprintf(stderr, "seqpar sample: prefix cache %s: ", dir);
+    if (!pc->found) fprintf(stderr, "empty: prefilled the prompt's %d tokens", n_prompt);
+    else if (pc->common == n_prompt)
+        fprintf(stderr, "the prompt is %s the cached prompt's %d tokens: reused the cache of %d, ran the last one again",
+                pc->n_tokens == n_prompt ? "all" : "the start of", pc->n_tokens, pc->reuse);
+    else if (pc->common == pc->n_tokens)
+        fprintf(stderr, "the prompt continues the cached %d tokens: reused their cache, prefilled the %d new ones",
+                pc->n_tokens, n_prompt - pc->reuse);
+    else if (pc->common > 0)
+        fprintf(stderr, "the prompt differs from the cached prompt (%d tokens) at token %d: reused the cache of the %d "
+                "before it, prefilled the other %d", pc->n_tokens, pc->common, pc->reuse, n_prompt - pc->reuse);
+    else
+        fprintf(stderr, "the prompt differs from the cached prompt (%d tokens) at its first token: prefilled all %d "
+                "from scratch", pc->n_tokens, n_prompt);
+    if (pc->reuse > 0) fprintf(stderr, " (loaded in %.3f s)", t_load);
+    if (pc->save) fprintf(stderr, "; saved this prompt's cache in %.3f s\n", t_save);
+    else fprintf(stderr, "; the cache kept as it is\n");
+}
+
 int cmd_sample(int argc, char **argv) {
     SampleOptions o;
     parse_sample_options(argc, argv, &o);
@@ -282,7 +334,9 @@ int cmd_sample(int argc, char **argv) {
     SeqErr e;
     const int block = cont ? n_cont + 1 : 0; /* the continuation after the last generated token, unfed yet */
     int root = 1, chunk = n_prompt > block ? n_prompt : block;
-    if (chunk > 512) chunk = 512;
+    if (chunk > o.prefill_block) chunk = o.prefill_block;
+    PrefixCache pc = {0};
+    PrefixIdent pid = {0};
     float *logits = xmalloc(sizeof(float) * (size_t)V);
     /* the prompt's rows, then (a second turn) the block's */
     float *prompt_logits = o.prompt_logits ? xmalloc(sizeof(float) * (size_t)(n_prompt + block) * V) : NULL;
@@ -303,32 +357,75 @@ int cmd_sample(int argc, char **argv) {
                            "with hp x cp = %d", par.strategy->name, par.topo.hp, par.topo.cp, par.topo.sp, world, world);
         seq_parallel_finish(&par, &model.cfg, model.table.total);
         root = par.topo.world_rank == 0;
-        dist_generator_init(&dg, &model, &par, n_prompt, total - n_prompt, block);
+        if (o.prefix_dir)
+            open_prefix(&o, &model, par.strategy ? par.strategy->name : o.pc.strategy, world, prompt, n_prompt, &pc, &pid);
+        /* the block after a cache: a second turn's, or the rest of a prompt a cached prefix starts */
+        int most = pc.found && n_prompt - pc.reuse > block ? n_prompt - pc.reuse : block;
+        dist_generator_init(&dg, &model, &par, n_prompt, total - n_prompt, most < o.prefill_block ? most : o.prefill_block);
         if (root) {
             char desc[768];
             seq_parallel_describe(&par, desc, sizeof desc);
             fprintf(stderr, "seqpar sample: %s; prompt %d tokens run as %d (padded at its end to what the strategy "
                     "splits)\n", desc, n_prompt, par.seq_len);
         }
-    } else if (generator_init(&g, &model, (int)total, chunk, &e) != 0) {
-        die_collective("%s", e.msg);
+    } else {
+        if (generator_init(&g, &model, (int)total, chunk, &e) != 0) die_collective("%s", e.msg);
+        if (o.prefix_dir) open_prefix(&o, &model, "none", 1, prompt, n_prompt, &pc, &pid);
     }
+    const int hit = pc.found && pc.reuse > 0; /* rows to load */
+    const int skip = hit ? pc.reuse : 0;      /* prompt rows this run does not run (their logits not made) */
     int *context = xmalloc(sizeof(int) * (size_t)total); /* the prompt, then each token made */
     memcpy(context, prompt, sizeof(int) * (size_t)n_prompt);
     Rng rng;
     rng_seed(&rng, o.seed);
 
-    double t0 = now_seconds(), c0 = cpu_seconds();
-    if (dist) {
+    double t0 = now_seconds(), c0 = cpu_seconds(), t_load = 0, t_save = 0, pf_q = 0, pf_kv = 0;
+    KvScheme pf_scheme = KV_PASS_Q;
+    if (hit) { /* the cached prefix's rows loaded, the rest of the prompt run after them */
+        int rc = dist ? prefix_cache_load_dist(&pc, o.prefix_dir, &dg, total - pc.reuse, &e)
+                      : prefix_cache_load_one(&pc, o.prefix_dir, &g, &e);
+        if (rc) {
+            SeqErr w;
+            snprintf(w.msg, sizeof w.msg, "seqpar sample: %.1500s", e.msg);
+            die_if_any_rank(&w);
+        }
+        die_if_any_rank(NULL);
+        if (dist) prefix_cache_loaded(&pc, &dg);
+        t_load = now_seconds() - t0;
+    }
+    if (dist && hit) {
+        if (dist_generator_continue_blocks(&dg, prompt + skip, n_prompt - skip, o.prefill_block, o.scheme,
+                                           prompt_logits ? prompt_logits + (size_t)skip * V : NULL, logits, &pf_scheme,
+                                           &pf_q, &pf_kv, &e) != 0)
+            die_collective("%s", e.msg);
+    } else if (dist) {
         dist_generator_prefill(&dg, prompt, logits, prompt_logits);
     } else {
-        for (int i = 0; i < n_prompt; i += chunk) {
+        for (int i = skip; i < n_prompt; i += chunk) {
             int n = n_prompt - i < chunk ? n_prompt - i : chunk;
             if (generator_forward(&g, prompt + i, n, prompt_logits ? prompt_logits + (size_t)i * V : NULL, logits, &e) != 0)
                 die_collective("%s", e.msg);
         }
     }
     double t_prompt = now_seconds() - t0, c_prompt = cpu_seconds() - c0;
+    if (o.prefix_dir && pc.save) {
+        double ts = now_seconds();
+        if ((dist ? prefix_cache_save_dist(&pc, o.prefix_dir, &pid, prompt, n_prompt, &dg, &e)
+                  : prefix_cache_save_one(&pc, o.prefix_dir, &pid, prompt, n_prompt, &g, &e)) != 0)
+            die_collective("seqpar sample: %.1500s", e.msg); /* every rank has the message */
+        t_save = now_seconds() - ts;
+    }
+    if (o.prefix_dir && root) {
+        say_prefix(o.prefix_dir, &pc, n_prompt, t_load, t_save);
+        if (dist && hit)
+            fprintf(stderr, "seqpar sample: prefix cache: %d new prompt tokens after %d cached: %s (%.3f MB) over %s (%.3f "
+                    "MB)%s\n", n_prompt - skip, skip, kv_scheme_name(pf_scheme),
+                    (pf_scheme == KV_PASS_Q ? pf_q : pf_kv) / 1e6, kv_scheme_name(pf_scheme == KV_PASS_Q ? KV_PASS_KV : KV_PASS_Q),
+                    (pf_scheme == KV_PASS_Q ? pf_kv : pf_q) / 1e6, o.scheme != KV_AUTO ? ", as --continue-scheme asks" : ": fewer bytes");
+        if (hit && prompt_logits)
+            fprintf(stderr, "seqpar sample: --prompt-logits %s: the rows of prompt tokens %d to %d (the cached %d before "
+                    "them were not run)\n", o.prompt_logits, skip, n_prompt - 1, skip);
+    }
     if (root && !as_ids) /* the prompt as text first, whichever way it was given */
         for (int i = 0; i < n_prompt; i++) put_token(prompt[i], 0, 0);
     long made = 0, len = n_prompt; /* tokens made in all; the context's length */
@@ -351,16 +448,21 @@ int cmd_sample(int argc, char **argv) {
             double t2 = now_seconds();
             if (dist) {
                 double pq, pkv, before = (double)comm_stats_bytes(&par.comm->stats, COMM_TEAM);
-                scheme = dist_generator_scheme(&dg, T, o.scheme, &pq, &pkv);
+                const int cached = dg.gen.len;
+                if (dist_generator_continue_blocks(&dg, blk, T, o.prefill_block, o.scheme,
+                                                   prompt_logits ? prompt_logits + (size_t)n_prompt * V : NULL, logits,
+                                                   &scheme, &pq, &pkv, &e) != 0)
+                    die_collective("%s", e.msg);
+                char pieces[64] = "";
+                if (T > dg.gen.max_chunk)
+                    snprintf(pieces, sizeof pieces, ", in %d blocks of at most %d", (T + dg.gen.max_chunk - 1) / dg.gen.max_chunk,
+                             dg.gen.max_chunk);
                 if (root)
                     fprintf(stderr, "seqpar sample: continue: %d new tokens after %d cached: %s (%.3f MB) over %s (%.3f "
-                            "MB)%s\n", T, dg.gen.len, kv_scheme_name(scheme), (scheme == KV_PASS_Q ? pq : pkv) / 1e6,
+                            "MB)%s%s\n", T, cached, kv_scheme_name(scheme), (scheme == KV_PASS_Q ? pq : pkv) / 1e6,
                             kv_scheme_name(scheme == KV_PASS_Q ? KV_PASS_KV : KV_PASS_Q),
                             (scheme == KV_PASS_Q ? pkv : pq) / 1e6,
-                            o.scheme != KV_AUTO ? ", as --continue-scheme asks" : ": fewer bytes");
-                if (dist_generator_continue(&dg, blk, T, scheme, prompt_logits ? prompt_logits + (size_t)n_prompt * V : NULL,
-                                            logits, &e) != 0)
-                    die_collective("%s", e.msg);
+                            o.scheme != KV_AUTO ? ", as --continue-scheme asks" : ": fewer bytes", pieces);
                 moved = (double)comm_stats_bytes(&par.comm->stats, COMM_TEAM) - before;
                 if (world > 1) comm_control_allreduce(par.comm, "MPI_Iallreduce (continue bytes)", &moved, 1, MPI_DOUBLE,
                                                       MPI_SUM, par.topo.world);
@@ -402,7 +504,7 @@ int cmd_sample(int argc, char **argv) {
         AtomicFile af;
         failed = atomic_open(&af, o.prompt_logits, &e) != 0;
         if (!failed) { /* little-endian float32, as this machine stores them (x86-64, the build's target) */
-            atomic_write(&af, prompt_logits, sizeof(float) * (size_t)(n_prompt + T) * V);
+            atomic_write(&af, prompt_logits + (size_t)skip * V, sizeof(float) * (size_t)(n_prompt - skip + T) * V);
             failed = atomic_commit(&af, &e) != 0;
         }
         if (failed) fprintf(stderr, "seqpar: error: %s\n", e.msg);
@@ -424,15 +526,15 @@ int cmd_sample(int argc, char **argv) {
                     kv_scheme_name(scheme), t_cont, moved / 1e6);
         if (root)
             fprintf(stderr, "seqpar sample: %d ranks: prefill %d tokens in %.3f s (%.1f tokens/s); generated %ld tokens in "
-                    "%.3f s (%.2f ms/token); key/value cache %llu bytes (%.3f MiB) on the largest rank\n", world, n_prompt,
-                    t_prompt, t_prompt > 0 ? n_prompt / t_prompt : 0.0, made, t_gen,
+                    "%.3f s (%.2f ms/token); key/value cache %llu bytes (%.3f MiB) on the largest rank\n", world, n_prompt - skip,
+                    t_prompt, t_prompt > 0 ? (n_prompt - skip) / t_prompt : 0.0, made, t_gen,
                     made > 0 ? 1e3 * t_gen / (double)made : 0.0, most, (double)most / (1 << 20));
         dist_generator_free(&dg);
         parallel_free_or_die(&par);
         if (failed) die_collective("seqpar sample: --prompt-logits %s could not be written", o.prompt_logits);
     } else {
         fprintf(stderr, "seqpar sample: prompt %d tokens in %.3f s (CPU %.3f s); generated %ld tokens in %.3f s (CPU %.3f s): "
-                "%.1f tokens/s\n", n_prompt, t_prompt, c_prompt, made, t_gen, c_gen, t_gen > 0 ? (double)made / t_gen : 0.0);
+                "%.1f tokens/s\n", n_prompt - skip, t_prompt, c_prompt, made, t_gen, c_gen, t_gen > 0 ? (double)made / t_gen : 0.0);
         generator_free(&g);
         if (failed) exit(1);
     }
@@ -441,6 +543,7 @@ int cmd_sample(int argc, char **argv) {
     xfree(context);
     xfree(prompt);
     xfree(cont);
+    prefix_cache_free(&pc);
     llama_free(&model);
     return 0;
 }
