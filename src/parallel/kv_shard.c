@@ -126,13 +126,39 @@ static void partial(int H, int group, int d, size_t kvd, const float *q, const f
         const float *qh = q + (size_t)h * d;
         const int kh = h / group;
         double *p = part + (size_t)h * stride, mx = -INFINITY;
-        for (int j = 0; j < n; j++) {
-            if (pos[j] < first || pos[j] > last) continue;
-            const float *kj = K + (size_t)j * kvd + (size_t)kh * d;
-            double dot = 0;
-            for (int i = 0; i < d; i++) dot += (double)qh[i] * kj[i];
-            scores[j] = dot * scale;
-            if (scores[j] > mx) mx = scores[j];
+        /* the rows in reach four at a time: four independent sums (each in i order, as one row's
+         * alone: the same bits) instead of one chain of dependent additions */
+        int js[4], m = 0;
+        for (int j = 0; j <= n; j++) {
+            if (j < n) {
+                if (pos[j] < first || pos[j] > last) continue;
+                js[m++] = j;
+                if (m < 4) continue;
+            }
+            if (m == 4) {
+                const float *k0 = K + (size_t)js[0] * kvd + (size_t)kh * d, *k1 = K + (size_t)js[1] * kvd + (size_t)kh * d;
+                const float *k2 = K + (size_t)js[2] * kvd + (size_t)kh * d, *k3 = K + (size_t)js[3] * kvd + (size_t)kh * d;
+                double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+                for (int i = 0; i < d; i++) {
+                    const double x = qh[i];
+                    s0 += x * k0[i];
+                    s1 += x * k1[i];
+                    s2 += x * k2[i];
+                    s3 += x * k3[i];
+                }
+                scores[js[0]] = s0 * scale, scores[js[1]] = s1 * scale;
+                scores[js[2]] = s2 * scale, scores[js[3]] = s3 * scale;
+            } else {
+                for (int r = 0; r < m; r++) {
+                    const float *kj = K + (size_t)js[r] * kvd + (size_t)kh * d;
+                    double dot = 0;
+                    for (int i = 0; i < d; i++) dot += (double)qh[i] * kj[i];
+                    scores[js[r]] = dot * scale;
+                }
+            }
+            for (int r = 0; r < m; r++)
+                if (scores[js[r]] > mx) mx = scores[js[r]];
+            m = 0;
         }
         double sum = 0;
         for (int i = 0; i < d; i++) p[2 + i] = 0;
