@@ -198,6 +198,10 @@ int prefix_cache_open(PrefixCache *pc, const char *dir, const PrefixIdent *id, c
         else if (!strcmp(line, "dtype")) snprintf(dtype, sizeof dtype, "%s", arg);
         else if (!strcmp(line, "strategy")) snprintf(strategy, sizeof strategy, "%s", arg);
         else if (!strcmp(line, "ranks")) {
+            if (pc->rows) {
+                DAMAGED("two rank counts");
+                goto out;
+            }
             pc->ranks = atoi(arg);
             if (pc->ranks < 1 || pc->ranks > (1 << 20)) {
                 DAMAGED("its rank count");
