@@ -37,8 +37,8 @@ S=(sample --model "$W" --temperature 0 --max-new-tokens 64 --ids --stop-token -1
 # one process on the whole prompt: greedy ids and every prompt row's logits
 for n in 1 2 3 4; do
     eval "p=\$P$n"
-    timeout 60 "$SEQPAR" "${S[@]}" --prompt-tokens "$p" --prompt-logits "$T/ref$n.f32" >"$T/ref$n.ids" 2>/dev/null ||
-        bad "one process on prompt $n"
+    timeout 60 "$SEQPAR" "${S[@]}" --prompt-tokens "$p" --prompt-logits "$T/ref$n.f32" >"$T/ref$n.ids" 2>"$T/ref.err" ||
+        bad "one process on prompt $n: status $?: $(tail -n 3 "$T/ref.err")"
 done
 # the rows of a logits file from row R on
 rows_from() { tail -c +$(($2 * V * 4 + 1)) "$1" >"$3"; }
