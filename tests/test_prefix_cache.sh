@@ -9,8 +9,8 @@
 #     differs at token 5 reuses those 5 and replaces the cache; one that differs at its first token
 #     prefills from scratch; each says so, and generates one process's tokens;
 #   - one process (no --strategy) saves and reuses its own cache alike;
-#   - another rank count, another strategy, another model, a damaged shard, a damaged manifest, a
-#     file for DIR: one line naming the problem on every rank and a non-zero exit;
+#   - another rank count, another strategy, another model, a damaged or missing shard, a damaged
+#     manifest, a file for DIR: one line naming the problem on every rank and a non-zero exit;
 #   - a block after a cache run 4 (or 3) tokens at a time: the same bits as one block, the bytes
 #     printed the bytes moved;
 #   - pass-KV under a Mistral's window of 7: the bytes printed are the formula's with 6 cached rows a
@@ -117,6 +117,9 @@ f=$(ls "$D"/kv-*-1-of-3.bin)
 printf '\x7f' | dd of="$f" bs=1 seek=200 conv=notrunc 2>/dev/null
 refuse "a damaged shard" "rank 1's shard kv-.* is damaged (its checksum does not match): remove the directory" 3 \
     --prompt-tokens "$P2" --strategy ring --prefix-cache "$D"
+rm -rf "$D" && cp -r "$T/saved" "$D"
+rm "$D"/kv-*-2-of-3.bin
+refuse "a missing shard" "rank 2's shard kv-.* cannot be read" 3 --prompt-tokens "$P2" --strategy ring --prefix-cache "$D"
 rm -rf "$D" && cp -r "$T/saved" "$D"
 sed -i 's/^ids 21,21,/ids 21,22,/' "$D/manifest.txt"
 refuse "a damaged manifest" "manifest.txt is damaged (its checksum does not match its text)" 3 --prompt-tokens "$P2" \
