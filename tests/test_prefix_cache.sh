@@ -5,6 +5,7 @@
 #   - a run on 3 ranks saves its prompt's shards and a manifest; a later run whose prompt continues
 #     the cached one loads them, prefills only the new tokens (by pass-Q and by pass-KV: the same
 #     bits), and generates one process's 64 greedy tokens, its new prompt rows' logits within 1e-5;
+#   - without a window (a GQA model), by ring on 3 ranks, ulysses on 2 and 2d on 2 x 2, alike;
 #   - the same prompt again reuses all but its last token and keeps the cache as it is; a prompt that
 #     differs at token 5 reuses those 5 and replaces the cache; one that differs at its first token
 #     prefills from scratch; each says so, and generates one process's tokens;
@@ -40,8 +41,8 @@ for n in 1 2 3 4; do
     timeout 60 "$SEQPAR" "${S[@]}" --prompt-tokens "$p" --prompt-logits "$T/ref$n.f32" >"$T/ref$n.ids" 2>"$T/ref.err" ||
         bad "one process on prompt $n: status $?: $(tail -n 3 "$T/ref.err")"
 done
-# the rows of a logits file from row R on
-rows_from() { tail -c +$(($2 * V * 4 + 1)) "$1" >"$3"; }
+# the rows of a logits file from row R on (vocabulary $4, else V's)
+rows_from() { tail -c +$(($2 * ${4:-$V} * 4 + 1)) "$1" >"$3"; }
 
 D="$T/cache"
 # ---- an empty DIR: the prompt prefilled and saved (3 shards, a manifest)
@@ -70,6 +71,27 @@ done
 if cmp -s "$T/h-pass-q.f32" "$T/h-pass-kv.f32"; then ok; else bad "a cache hit: pass-Q's logits are not pass-KV's"; fi
 if grep -q '^tokens 29$' "$D/manifest.txt" && [ "$(ls "$D" | wc -l)" -eq 4 ]; then ok; else
     bad "after a hit the cache holds the 29-token prompt in 3 shards: $(ls "$D")"; fi
+
+# ---- no window (every cached row in reach of every new token): GQA (6 query heads, 2 KV) by ring on
+# 3 ranks, ulysses on 2, 2d on 2 x 2, each with its own cache: one process's tokens and new rows' logits
+G="$FIX/tiny_gqa_tied"
+GP1=26,62,6,28,14,13,43,71,1,2,3,4,5
+GP2=$GP1,9,17,33,2,40,5,6
+GS=(sample --model "$G" --temperature 0 --max-new-tokens 64 --ids --stop-token -1)
+timeout 60 "$SEQPAR" "${GS[@]}" --prompt-tokens "$GP2" --prompt-logits "$T/gref.f32" >"$T/gref.ids" 2>/dev/null
+rows_from "$T/gref.f32" 13 "$T/gref.tail" 73
+for c in "3 ring" "2 ulysses" "4 2d --hp 2 --cp 2"; do
+    set -- $c
+    np=$1
+    shift
+    run_np "$np" "$SEQPAR" "${GS[@]}" --prompt-tokens "$GP1" --strategy "$@" --prefix-cache "$T/c-$1" >/dev/null 2>&1
+    if run_np "$np" "$SEQPAR" "${GS[@]}" --prompt-tokens "$GP2" --strategy "$@" --prefix-cache "$T/c-$1" \
+        --prompt-logits "$T/c.f32" >"$T/c.ids" 2>"$T/c.err" && grep -q "continues the cached 13 tokens" "$T/c.err" &&
+        cmp -s "$T/c.ids" "$T/gref.ids"; then ok; else
+        bad "a cache hit on $np ranks ($*): $(grep -v '^--' "$T/c.err" | tail -n 2)"; fi
+    m=$(maxdiff "$T/c.f32" "$T/gref.tail")
+    if close_enough "$m"; then ok; else bad "a cache hit on $np ranks ($*): new rows' logits differ from one process's by $m"; fi
+done
 
 # ---- the same prompt again: all but its last token reused, the cache kept as it is
 cp "$D/manifest.txt" "$T/m.before"
