@@ -135,8 +135,14 @@ int cmd_plan(int argc, char **argv, const char *program) {
         argc -= k;
         i--;
     }
+    /* the rows it prints, the next for --explain, those --profile times: the rest of the ranking may
+     * stay bounds (planner.h); SEQPAR_PLAN_PLAY_ALL=1 plays every configuration (the same output) */
+    const char *all = getenv("SEQPAR_PLAN_PLAY_ALL");
+    int exact = top > 2 ? top : 2;
+    if (profile_steps && profile_top > exact) exact = profile_top;
+    if (all && *all && strcmp(all, "0") != 0) exact = 0;
     PlanSetup *ps = xmalloc(sizeof *ps);
-    plan_setup(&argc, argv, "seqpar plan", ps);
+    plan_setup(&argc, argv, "seqpar plan", exact, ps);
     const PlanCluster cl = ps->cl;
     const MemoryModelInput base = ps->base;
     const TrainOptions o = ps->o;

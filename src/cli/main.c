@@ -48,7 +48,7 @@ static const char USAGE[] =
     "  SEQPAR_ATTN_BWD_ROWS=R              attention backward in passes of R rows         diagnostic\n"
     "  SEQPAR_CHECK_ROUNDED=1              check operands marked as bf16 values           diagnostic\n"
     "  test only: SEQPAR_FAULT_NONFINITE, SEQPAR_FAULT_HANG, SEQPAR_CKPT_NO_RENAME_EXCHANGE,\n"
-    "             SEQPAR_COMM_PIECE, SEQPAR_OPT_OFFLOAD_CHUNK\n"
+    "             SEQPAR_COMM_PIECE, SEQPAR_OPT_OFFLOAD_CHUNK, SEQPAR_PLAN_PLAY_ALL\n"
     "  internal: SEQPAR_BLAS_REEXEC (set by seqpar's OpenBLAS re-execution)\n";
 
 /* --comm-timeout's value on the command line before MPI starts (the real parser checks it later):

@@ -313,6 +313,39 @@ static void sim_cache_free(SimCache *c) {
     xfree(c->v);
 }
 
+/* NULL, or why hp cp x replicas members do not fit the cluster (xmalloc'd). */
+static char *sim_fits(int members, int replicas, const Cluster *cl) {
+    if (members * replicas <= cl->nodes * cl->ranks_per_node) return NULL;
+    return xstrdup_printf("%d sequence-parallel ranks do not fit the cluster's %d x %d ranks", members * replicas,
+                          cl->nodes, cl->ranks_per_node);
+}
+
+/* The (query, key) pairs of one sequence of S tokens that the causal mask (and a window, > 0) lets
+ * through, per head. */
+static double visible_pairs(long S, int window) {
+    const double n = (double)S;
+    if (window <= 0 || window >= S) return n * (n + 1) / 2;
+    const double w = window;
+    return w * (w + 1) / 2 + (n - w) * w;
+}
+
+/* The most query rows a block of the layer of p may have: a context slot's tokens (the strategies
+ * move keys and values, and whole slots' queries at most). */
+static int slot_rows(const StrategyParams *p) { return (int)((p->seq_len + p->cp - 1) / p->cp); }
+
+/* Whether a pass's blocks, over its members, compute at least every visible pair of every head,
+ * and none has more query rows than a context slot: what the first of the search's bounds
+ * (attention_bound) takes for granted. */
+static int schedule_covers(const StepSchedule *sc, const StrategyParams *p) {
+    double sum = 0;
+    const int rows = slot_rows(p);
+    for (int i = 0; i < sc->n_compute; i++) {
+        if (sc->compute[i].q_rows > rows) return 0;
+        sum += (double)sc->compute[i].pairs * sc->compute[i].heads;
+    }
+    return sum >= visible_pairs(p->seq_len, p->window) * p->n_heads * (1 - 1e-12);
+}
+
 /* The layer of s with p (p->window: that layer's window) played on cl with member (h, c) of replica
  * d on world rank placement_world_rank(p->placement, ..., d, h, c), `replicas` replicas at once:
  * from the cache, or played and kept. NULL with *err (xmalloc'd) when it cannot be played. */
@@ -322,11 +355,7 @@ static const SimAttn *sim_attention(SimCache *cache, const Strategy *s, const St
         if (cache->v[i].s == s && cache->v[i].replicas == replicas && !memcmp(&cache->v[i].p, p, sizeof *p))
             return &cache->v[i];
     const int members = p->hp * p->cp;
-    if (members * replicas > cl->nodes * cl->ranks_per_node) {
-        *err = xstrdup_printf("%d sequence-parallel ranks do not fit the cluster's %d x %d ranks", members * replicas,
-                              cl->nodes, cl->ranks_per_node);
-        return NULL;
-    }
+    if ((*err = sim_fits(members, replicas, cl))) return NULL;
     SimAttn a = {.s = s, .p = *p, .replicas = replicas};
     int *rank_of = xmalloc(sizeof(int) * (size_t)(members * replicas));
     for (int m = 0; m < members * replicas; m++)
@@ -336,7 +365,11 @@ static const SimAttn *sim_attention(SimCache *cache, const Strategy *s, const St
         strategy_play(s, p, k ? PASS_BACKWARD : PASS_FORWARD, &sc);
         ScheduleSim sim;
         SeqErr e;
-        if (simulate_schedule_replicas(&sc, replicas, cl, rank_of, p->head_dim,
+        if (!schedule_covers(&sc, p)) {
+            *err = xstrdup_printf("%s's %s schedule computes fewer (query, key) pairs than the causal mask lets "
+                                  "through, or a block of more query rows than a context slot's: the planner's "
+                                  "bounds assume neither (a bug)", s->name, k ? "backward" : "forward");
+        } else if (simulate_schedule_replicas(&sc, replicas, cl, rank_of, p->head_dim,
                                        p->attn_bf16 ? PRECISION_BF16 : PRECISION_FP32, &sim, &e) != 0) {
             *err = xstrdup(e.msg);
         } else {
@@ -358,6 +391,93 @@ static const SimAttn *sim_attention(SimCache *cache, const Strategy *s, const St
     cache->v = xgrow(cache->v, &cache->cap, cache->n, sizeof *cache->v, 16);
     cache->v[cache->n] = a;
     return &cache->v[cache->n++];
+}
+
+/* The most a curve gives at `rows` or fewer: it is linear between its points and constant outside
+ * them, so its largest point at or below rows, or its value at rows. */
+static double curve_peak(const ClusterCurve *k, double rows) {
+    double peak = cluster_curve_at(k, rows);
+    for (int i = 0; i < k->n && k->x[i] <= rows; i++) peak = fmax(peak, k->tflops[i]);
+    return peak;
+}
+
+/* The cluster's highest attention rate (FLOP/s) of any block of `rows` (its shorter side) or
+ * fewer: the most any of its curves gives there (a head dimension between two curves is a mix of
+ * them, no more than the larger), a little over for the rounding of the mixes. */
+static double attention_peak(const Cluster *cl, double rows) {
+    double peak = curve_peak(&cl->attn, rows);
+    for (int k = 0; k < cl->n_attn_curves; k++) peak = fmax(peak, curve_peak(&cl->attn_curves[k].rate, rows));
+    return peak * 1e12 * (1 + 1e-9);
+}
+
+/* Lower bounds of what sim_attention gives for the layer of s with p, without playing the events:
+ * each member's blocks (exact) and, as its end, a lower bound (simulate_schedule_bound on the
+ * schedule strategy_play emits: the member's blocks step by step, its own bytes through its NIC,
+ * port and node medium), replica 0's members alone (the replicas sharing its NICs only slow it).
+ * Cached in `cache`: its index there, or -1 with *err (xmalloc'd) when it cannot be played. */
+static int sim_attention_bound(SimCache *cache, const Strategy *s, const StrategyParams *p, const Cluster *cl,
+                               char **err) {
+    for (int i = 0; i < cache->n; i++)
+        if (cache->v[i].s == s && !memcmp(&cache->v[i].p, p, sizeof *p)) return i;
+    const int members = p->hp * p->cp;
+    SimAttn b = {.s = s, .p = *p, .replicas = 1};
+    int *rank_of = xmalloc(sizeof(int) * (size_t)members);
+    for (int m = 0; m < members; m++) rank_of[m] = placement_world_rank(p->placement, p->hp, p->cp, 0, m % p->hp, m / p->hp);
+    for (int k = 0; k < 2 && !*err; k++) {
+        StepSchedule sc;
+        strategy_play(s, p, k ? PASS_BACKWARD : PASS_FORWARD, &sc);
+        SeqErr e;
+        b.end[k] = xcalloc((size_t)members, sizeof(double));
+        b.blocks[k] = xcalloc((size_t)members, sizeof(double));
+        if (!schedule_covers(&sc, p))
+            *err = xstrdup_printf("%s's %s schedule breaks the planner's bounds (a bug): see sim_attention", s->name,
+                                  k ? "backward" : "forward");
+        else if (simulate_schedule_bound(&sc, cl, rank_of, p->head_dim, p->attn_bf16 ? PRECISION_BF16 : PRECISION_FP32,
+                                         b.end[k], b.blocks[k], &e) != 0)
+            *err = xstrdup(e.msg);
+        schedule_free(&sc);
+    }
+    xfree(rank_of);
+    if (*err) {
+        for (int k = 0; k < 2; k++) xfree(b.end[k]), xfree(b.blocks[k]);
+        return -1;
+    }
+    cache->v = xgrow(cache->v, &cache->cap, cache->n, sizeof *cache->v, 16);
+    cache->v[cache->n] = b;
+    return cache->n++;
+}
+
+/* A lower bound of the most any member spends in the attention of a step's layers (Lf without a
+ * window with p, Lw with pw: p with the window), forward counted fwd_runs times, from each pass's
+ * start to its last step's end (what evaluate makes of SimAttn's end). level 1: no schedule at
+ * all: each pass computes at least every visible pair of every head, in blocks of a context slot's
+ * query rows at most (schedule_covers: every play checks both), at the cluster's highest rate for
+ * such blocks, and the member that does the most at least the members' mean. level 2: sim_attention_bound's, member by member. NULL, or the reason (xmalloc'd). */
+static char *attention_bound(int level, SimCache *cache, const Strategy *s, const StrategyParams *p,
+                             const StrategyParams *pw, double Lf, double Lw, int replicas, const Cluster *cl,
+                             double fwd_runs, double *out) {
+    const int members = p->hp * p->cp;
+    char *err = sim_fits(members, replicas, cl);
+    if (err) return err;
+    if (level == 1) {
+        const double scale = 4.0 * p->n_heads * p->head_dim / (members * attention_peak(cl, slot_rows(p)));
+        const double layer = Lf * visible_pairs(p->seq_len, p->window) * scale +
+                             (Lw ? Lw * visible_pairs(pw->seq_len, pw->window) * scale : 0);
+        *out = layer * fwd_runs + layer * cl->attn_backward_factor;
+        return NULL;
+    }
+    const int ia = sim_attention_bound(cache, s, p, cl, &err);
+    const int iw = ia >= 0 && Lw ? sim_attention_bound(cache, s, pw, cl, &err) : -1;
+    if (err) return err;
+    const SimAttn *a = &cache->v[ia], *aw = iw >= 0 ? &cache->v[iw] : NULL;
+    double most = 0;
+    for (int m = 0; m < members; m++) {
+        double end[2];
+        for (int k = 0; k < 2; k++) end[k] = Lf * a->end[k][m] + (Lw ? Lw * aw->end[k][m] : 0);
+        most = fmax(most, end[0] * fwd_runs + end[1]);
+    }
+    *out = most;
+    return NULL;
 }
 
 /* ---------------------------------------------------------------- the cluster's collectives */
@@ -426,7 +546,25 @@ static int replicas_sharing(int sp, int rpn, int dp) {
 
 /* ---------------------------------------------------------------- the step */
 
-static char *evaluate(const MemoryModelInput *in0, const PlanCluster *cl, SimCache *cache, PlanEntry *e) {
+/* A lower bound of the step of a configuration whose slowest member spends at least E seconds in
+ * its layers' attention (attention_bound): the step of evaluate's rank with E in place of its
+ * blocks and waits (the rest of the attention's exposure, the head exchange beyond the played
+ * passes, left out), which only grows with E: its backward at most E of attention (what ZeRO-2/3
+ * hide their reduce-scatters behind), its compute at most t_dense and E (what ZeRO-3 hides its
+ * gathers behind). Less a relative 1e-6 for the rounding of the sums it stands for. */
+static double step_bound(double E, int micro, double t_dense, const StepCollectives *col, int zero) {
+    const double compute = micro * (t_dense + E) + col->optimizer;
+    const double gr_x = zero >= 2 ? fmax(0, col->grad - micro * (E + t_dense * 2.0 / 3.0)) : col->grad;
+    const double pg_x = zero == 3 ? fmax(0, col->gather - compute) : col->gather;
+    return (compute + gr_x + pg_x + col->fixed) * (1 - 1e-6);
+}
+
+/* One configuration: level 0 exact (its attention played: sim_attention); level 1 or 2 (a
+ * configuration the cluster's simulator would play) t_step only, a lower bound (attention_bound's
+ * level, its schedules in `bounds`), with the same refusals as level 0 but a schedule that cannot
+ * finish (the strategies' schedules all do: tests/test_schedule.c). */
+static char *evaluate(const MemoryModelInput *in0, const PlanCluster *cl, SimCache *cache, SimCache *bounds, int level,
+                      PlanEntry *e) {
     memset(e, 0, sizeof *e);
     MemoryModelInput in = *in0;
     in.world = cl->ranks;
@@ -468,6 +606,20 @@ static char *evaluate(const MemoryModelInput *in0, const PlanCluster *cl, SimCac
     if (cl->sim) err = step_collectives(cl->sim, &in, cl->ranks, micro, &col);
     if (cl->sim && !err && (sp > 1 || s->own)) {
         const int reps = replicas_sharing(sp, cl->sim->ranks_per_node, m->dp);
+        if (level > 0) {
+            StrategyParams pw = sprm;
+            pw.window = c->sliding_window;
+            double E = 0;
+            err = attention_bound(level, bounds, s, &sprm, &pw, L - windowed, windowed, reps, cl->sim,
+                                  in.checkpoint == LLAMA_CKPT_LAYER ? 2 : 1, &E);
+            if (!err) {
+                e->t_step = step_bound(E, micro, t_dense, &col, in.par.zero);
+                e->tokens_per_s = in.batch * S / e->t_step;
+                e->bound = level;
+            }
+            head_split_free(&hs);
+            return err;
+        }
         played[0] = sim_attention(cache, s, &sprm, reps, cl->sim, &err);
         if (played[0] && windowed) {
             StrategyParams pw = sprm;
@@ -577,7 +729,7 @@ static char *evaluate(const MemoryModelInput *in0, const PlanCluster *cl, SimCac
 
 char *plan_evaluate(const MemoryModelInput *in, const PlanCluster *cl, PlanEntry *e) {
     SimCache cache = {0};
-    char *err = evaluate(in, cl, &cache, e);
+    char *err = evaluate(in, cl, &cache, NULL, 0, e);
     sim_cache_free(&cache);
     return err;
 }
@@ -588,16 +740,24 @@ typedef struct {
     PlanEntry *v;
     int n, cap, invalid;
     char *first_refusal; /* the first configuration's reason, for a search that finds none */
+    int level;           /* evaluate's level for the configurations as they are found */
+    MemoryModelInput *in; /* level > 0: each entry's input, to evaluate it again (in_cap) */
+    int in_cap;
 } List;
 
-static void try_one(List *l, const MemoryModelInput *in, const PlanCluster *c, SimCache *cache) {
+static void try_one(List *l, const MemoryModelInput *in, const PlanCluster *c, SimCache *cache, SimCache *bounds) {
     PlanEntry e;
-    char *err = evaluate(in, c, cache, &e);
+    char *err = evaluate(in, c, cache, bounds, l->level, &e);
     if (err) {
         if (!l->first_refusal) l->first_refusal = err;
         else xfree(err);
         l->invalid++;
         return;
+    }
+    e.order = l->n;
+    if (l->level) {
+        l->in = xgrow(l->in, &l->in_cap, l->n, sizeof *l->in, 64);
+        l->in[l->n] = *in;
     }
     l->v = xgrow(l->v, &l->cap, l->n, sizeof *l->v, 64);
     l->v[l->n++] = e;
@@ -619,7 +779,7 @@ static int cmp_speed(const void *a, const void *b) {
     if (!x->fits && x->ram != y->ram) return x->ram < y->ram ? -1 : 1; /* nearest to fitting first */
     if (x->tokens_per_s != y->tokens_per_s) return x->tokens_per_s < y->tokens_per_s ? 1 : -1;
     if (x->ram != y->ram) return x->ram < y->ram ? -1 : 1;
-    return 0;
+    return (x->order > y->order) - (x->order < y->order);
 }
 
 static int cmp_simpler(const void *a, const void *b) {
@@ -645,8 +805,76 @@ static void rank_entries(PlanEntry *v, int n) {
 
 static int fixed_or(int fixed, int v) { return fixed > 0 ? fixed == v : 1; }
 
-char *plan_search(const MemoryModelInput *base, const PlanFixed *f, const PlanCluster *c, PlanEntry **out, int *n,
-                  int *invalid, char **refusal) {
+/* A binary heap of entries of v, the smallest step first (then the search's order). */
+static int heap_less(const PlanEntry *v, int a, int b) {
+    return v[a].t_step != v[b].t_step ? v[a].t_step < v[b].t_step : v[a].order < v[b].order;
+}
+static void heap_push(int *h, int *n, const PlanEntry *v, int x) {
+    int i = (*n)++;
+    for (; i > 0 && heap_less(v, x, h[(i - 1) / 2]); i = (i - 1) / 2) h[i] = h[(i - 1) / 2];
+    h[i] = x;
+}
+static void heap_pop(int *h, int *n, const PlanEntry *v) {
+    const int x = h[--*n];
+    int i = 0;
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && heap_less(v, h[c + 1], h[c])) c++;
+        if (!heap_less(v, h[c], x)) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n) h[i] = x;
+}
+
+/* plan_search's `exact`: the entries of l (found at level 1: bounds) made exact, the smallest step
+ * first (a bound made exact comes back with its larger step; a level-1 bound first becomes the
+ * level-2 one), until `exact` fitting ones are exact and faster, beyond the tie, than the smallest
+ * bound left; where fewer than `exact` fit, every entry. The steps taken out in that order never
+ * decrease, so the exact ones taken are the fastest of all (where fewer fit, each is played at
+ * once, its second bound of no use). An entry whose refinement is refused
+ * leaves the list, counted as refused. */
+static void refine(List *l, const PlanCluster *c, SimCache *cache, SimCache *bounds, int exact) {
+    int fits = 0;
+    for (int i = 0; i < l->n; i++) fits += l->v[i].fits;
+    int *heap = xmalloc(sizeof(int) * (size_t)(l->n ? l->n : 1)), nh = 0, done = 0;
+    char *gone = xcalloc((size_t)(l->n ? l->n : 1), 1);
+    for (int i = 0; i < l->n; i++)
+        if (fits < exact || l->v[i].fits) heap_push(heap, &nh, l->v, i);
+    double kth = 0; /* the exact-th exact entry's tokens/s */
+    while (nh) {
+        const int i = heap[0];
+        PlanEntry *e = &l->v[i];
+        if (done >= exact && kth > e->tokens_per_s * (1 + PLAN_TIE)) break;
+        heap_pop(heap, &nh, l->v);
+        if (!e->bound) {
+            if (e->fits && ++done == exact) kth = e->tokens_per_s;
+            continue;
+        }
+        PlanEntry x;
+        char *err = evaluate(&l->in[i], c, cache, bounds, e->bound == 1 && fits >= exact ? 2 : 0, &x);
+        if (err) {
+            if (!l->first_refusal) l->first_refusal = err;
+            else xfree(err);
+            l->invalid++;
+            gone[i] = 1;
+            continue;
+        }
+        x.order = e->order;
+        *e = x;
+        heap_push(heap, &nh, l->v, i);
+    }
+    int kept = 0;
+    for (int i = 0; i < l->n; i++)
+        if (!gone[i]) l->v[kept++] = l->v[i];
+    l->n = kept;
+    xfree(heap);
+    xfree(gone);
+}
+
+char *plan_search(const MemoryModelInput *base, const PlanFixed *f, const PlanCluster *c, int exact, PlanEntry **out,
+                  int *n, int *invalid, char **refusal) {
     *out = NULL;
     *n = *invalid = 0;
     if (refusal) *refusal = NULL;
@@ -660,8 +888,8 @@ char *plan_search(const MemoryModelInput *base, const PlanFixed *f, const PlanCl
         return xstrdup_printf("the planner needs positive GEMM and attention rates and link bandwidths");
     const int P = c->ranks;
     static const int ckpts[3] = {LLAMA_CKPT_NONE, LLAMA_CKPT_SELECTIVE, LLAMA_CKPT_LAYER};
-    List l = {0};
-    SimCache cache = {0};
+    List l = {.level = exact > 0 && c->sim ? 1 : 0};
+    SimCache cache = {0}, bounds = {0};
     MemoryModelInput in = *base;
     for (int si = 0; strategy_at(si); si++) {
         const Strategy *s = strategy_at(si);
@@ -728,13 +956,13 @@ char *plan_search(const MemoryModelInput *base, const PlanFixed *f, const PlanCl
                                 in.checkpoint = ckpts[ci];
                                 in.ffn_chunks = base->ffn_chunks;
                                 const int before = l.n;
-                                try_one(&l, &in, c, &cache);
+                                try_one(&l, &in, c, &cache, &bounds);
                                 /* one FFN chunk: no gate / up recompute (not under a streaming strategy,
                                  * whose chunks are the stream's), where the default has more than one */
                                 if (base->ffn_chunks == 0 && ckpts[ci] == LLAMA_CKPT_NONE && !s->streams &&
                                     l.n > before && l.v[l.n - 1].mem.ffn_chunks > 1) {
                                     in.ffn_chunks = 1;
-                                    try_one(&l, &in, c, &cache);
+                                    try_one(&l, &in, c, &cache, &bounds);
                                 }
                             }
                         }
@@ -742,7 +970,10 @@ char *plan_search(const MemoryModelInput *base, const PlanFixed *f, const PlanCl
             }
         }
     }
+    if (l.level) refine(&l, c, &cache, &bounds, exact);
     sim_cache_free(&cache);
+    sim_cache_free(&bounds);
+    xfree(l.in);
     rank_entries(l.v, l.n);
     *out = l.v;
     *n = l.n;

@@ -81,6 +81,9 @@ typedef struct {
     double inter_bytes;   /* the most bytes a rank sends to other nodes per step */
     double total_bytes;   /* the most bytes a rank sends per step */
     PlanTerms terms;      /* t_step's parts, the slowest rank's */
+    int bound;            /* not played (plan_search with `exact`): t_step is only a lower bound of its step,
+                             tokens_per_s an upper bound, and the other times, terms and bytes are not set */
+    int order;            /* its place in the search's enumeration: the ranking's last tie-break */
 } PlanEntry;
 
 /* The traffic of world rank w in one step of `in` (in->par resolved: memory_model_estimate's
@@ -105,11 +108,21 @@ typedef struct {
  * (under --checkpoint none, where base leaves --ffn-chunks to its default, also with one FFN chunk:
  * every layer's gate and up kept instead of recomputed in the backward, for more memory)
  * and sorted: fitting ones first (the others after them, by RAM), by tokens/s in buckets of 1% (within one, the lower ZeRO stage,
- * then less recomputation, then fewer cross-node bytes, then the faster, then less RAM). *n entries (xmalloc'd, free with
+ * then less recomputation, then fewer cross-node bytes, then the faster, then less RAM, then the search's order). *n entries (xmalloc'd, free with
  * xfree); *invalid counts those the registry refused; where none runs, *refusal (may be NULL; xfree it)
- * gets the first refused configuration's reason. NULL or a one-line message. */
-char *plan_search(const MemoryModelInput *base, const PlanFixed *fixed, const PlanCluster *c, PlanEntry **out,
-                  int *n, int *invalid, char **refusal);
+ * gets the first refused configuration's reason. NULL or a one-line message.
+ *
+ * exact > 0 (with the step simulator, c->sim): only the first `exact` entries of the ranking must
+ * be as a search that plays every configuration gives them (the same entries in the same order,
+ * every figure the same), and so must *n, *invalid and the fits. Each configuration then first gets
+ * a lower bound of its step without playing its schedule's events (the attention's FLOPs over the
+ * members at the cluster's highest attention rate; then, played to its blocks only, each member's
+ * blocks step by step and its own bytes through its NIC, port and node medium at their
+ * bandwidths), and is played, fastest bound first, only until `exact` played configurations are
+ * faster than every bound left by more than the ranking's 1% tie (PLAN_TIE): those left cannot
+ * enter the first `exact` (nor share a tie group with them) and stay bounds (PlanEntry.bound). */
+char *plan_search(const MemoryModelInput *base, const PlanFixed *fixed, const PlanCluster *c, int exact,
+                  PlanEntry **out, int *n, int *invalid, char **refusal);
 
 /* Why `e` ranks where it does against `other` (the next; NULL: alone), in a few lines into buf:
  * its step's parts, the term that differs most and by how much, and the tie rule where the two are

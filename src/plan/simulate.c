@@ -449,6 +449,68 @@ static int play(const StepSchedule *sc, const Cluster *c, const int *rank_of, in
     return rc;
 }
 
+int simulate_schedule_bound(const StepSchedule *sc, const Cluster *c, const int *rank_of, int head_dim, int precision,
+                            double *end_lb, double *compute_s, SeqErr *e) {
+    const int M = sc->members, K = sc->n_steps, ranks = c->nodes * c->ranks_per_node;
+    for (int m = 0; m < M; m++)
+        if (rank_of[m] < 0 || rank_of[m] >= ranks)
+            return seq_err(e, "member %d on rank %d: the cluster has %d ranks (%d nodes x %d): give a larger cluster",
+                           m, rank_of[m], ranks, c->nodes, c->ranks_per_node);
+    /* each member's blocks per step, in the same order and the same arithmetic as play() */
+    double *step_compute = xcalloc((size_t)M * (size_t)(K ? K : 1), sizeof *step_compute);
+    const double factor = sc->pass == PASS_BACKWARD ? c->attn_backward_factor : 1.0;
+    for (int m = 0; m < M; m++) compute_s[m] = 0;
+    for (int i = 0; i < sc->n_compute; i++) {
+        const StepCompute *b = &sc->compute[i];
+        const double flops = 4.0 * (double)b->pairs * b->heads * head_dim * factor;
+        const int masked = b->pairs < (unsigned long long)b->q_rows * (unsigned long long)b->kv_rows;
+        const double secs = flops / cluster_attention_rate(c, precision, head_dim, masked, b->q_rows, b->kv_rows);
+        step_compute[(size_t)b->member * K + b->step] += secs;
+        compute_s[b->member] += secs;
+    }
+    /* a member begins step k + 1 no earlier than its blocks of step k end: play()'s times are at
+     * least this sum, taken in the same order (a rounded sum grows with its terms) */
+    for (int m = 0; m < M; m++) {
+        double t = 0;
+        for (int k = 0; k < K; k++) t = t + step_compute[(size_t)m * K + k];
+        end_lb[m] = t;
+    }
+    xfree(step_compute);
+    /* every transfer a member sends or receives has arrived by its last step's end; those of them
+     * through one resource of its own (its NIC's egress or ingress, its port out or in, its node's
+     * medium) share that resource's bandwidth and none moves before its latency */
+    enum { NIC_OUT, NIC_IN, PORT_OUT, PORT_IN, MEDIUM, OWN };
+    double *acc = xcalloc((size_t)M * OWN, sizeof *acc);
+    for (int i = 0; i < sc->n_messages; i++) {
+        const StepMessage *g = &sc->messages[i];
+        const int a = rank_of[g->from], b = rank_of[g->to];
+        const double bytes = (double)g->bytes;
+        if (cluster_node_of(c, a) != cluster_node_of(c, b)) {
+            acc[(size_t)g->from * OWN + NIC_OUT] += bytes;
+            acc[(size_t)g->to * OWN + NIC_IN] += bytes;
+        } else {
+            acc[(size_t)g->from * OWN + PORT_OUT] += bytes;
+            acc[(size_t)g->to * OWN + PORT_IN] += bytes;
+            acc[(size_t)g->from * OWN + MEDIUM] += bytes;
+            if (g->to != g->from) acc[(size_t)g->to * OWN + MEDIUM] += bytes;
+        }
+    }
+    const double nic = c->nic_gbs * 1e9, port = c->intra_gbs * 1e9, medium = c->intra_node_gbs * 1e9;
+    const double lat_nic = 1e-6 * c->nic_latency_us, lat_intra = 1e-6 * c->intra_latency_us;
+    for (int m = 0; m < M; m++) {
+        const double *x = &acc[(size_t)m * OWN];
+        double t = 0;
+        if (x[NIC_OUT] > 0) t = fmax(t, lat_nic + x[NIC_OUT] / nic);
+        if (x[NIC_IN] > 0) t = fmax(t, lat_nic + x[NIC_IN] / nic);
+        if (x[PORT_OUT] > 0) t = fmax(t, lat_intra + x[PORT_OUT] / port);
+        if (x[PORT_IN] > 0) t = fmax(t, lat_intra + x[PORT_IN] / port);
+        if (x[MEDIUM] > 0 && medium > 0) t = fmax(t, lat_intra + x[MEDIUM] / medium);
+        end_lb[m] = fmax(end_lb[m], t);
+    }
+    xfree(acc);
+    return 0;
+}
+
 int simulate_schedule(const StepSchedule *sc, const Cluster *c, const int *rank_of, int head_dim, int precision, ScheduleSim *out,
                       SeqErr *e) {
     return play(sc, c, rank_of, head_dim, precision, NULL, out, e);

@@ -49,6 +49,17 @@ int simulate_schedule(const StepSchedule *sc, const Cluster *c, const int *rank_
 int simulate_schedule_replicas(const StepSchedule *sc, int replicas, const Cluster *c, const int *rank_of, int head_dim,
                                int precision, ScheduleSim *out, SeqErr *e);
 void schedule_sim_free(ScheduleSim *s);
+/* Without playing the events: each member's time in its blocks (compute_s, equal to
+ * simulate_schedule's) and a lower bound on when it ends (end_lb, at most simulate_schedule's end_s,
+ * up to the rounding of a sum, relative 1e-9 at most, where the bound is a transfer time): the sum of its steps'
+ * blocks, and its own transfers' bytes through each resource only it holds of theirs (its NIC's egress and
+ * ingress, its port out and in, its node's medium) at that resource's bandwidth after a latency.
+ * Also a lower bound with other copies sharing its NICs (simulate_schedule_replicas: they only slow it).
+ * For the planner to skip the configurations that cannot rank high enough to be played (planner.h). 0, or -1 with
+ * one line (a member outside the cluster). */
+int simulate_schedule_bound(const StepSchedule *sc, const Cluster *c, const int *rank_of, int head_dim, int precision,
+                            double *end_lb, double *compute_s, SeqErr *e);
+
 
 /* A simulated trace: each member's blocks (named by their step) and exposed waits, step by step. */
 typedef struct {

@@ -62,8 +62,9 @@ static char *recorded_config(const char *dir) {
  * its ranks (--dry-run --ranks P: P), ranks per node (MPI's shared-memory split, or
  * --ranks-per-node), threads (--threads or train's default) and RAM per rank (--mem-per-rank, read
  * by plan), on cluster this-machine where calibrated (*calibrated). Collective; where nothing runs or
- * fits every rank ends with one line naming `who`. Free with plan_setup_free and xfree. */
-static PlanSetup *auto_plan(int nrest, char **rest, const TrainOptions *o, const char *who, int *calibrated) {
+ * fits every rank ends with one line naming `who`. exact: the list's first entries read (plan_setup's).
+ * Free with plan_setup_free and xfree. */
+static PlanSetup *auto_plan(int nrest, char **rest, const TrainOptions *o, const char *who, int exact, int *calibrated) {
     int rank = 0, world = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
@@ -94,7 +95,7 @@ static PlanSetup *auto_plan(int nrest, char **rest, const TrainOptions *o, const
     }
     pargv[pargc] = NULL;
     PlanSetup *ps = xmalloc(sizeof *ps);
-    plan_setup(&pargc, pargv, who, ps);
+    plan_setup(&pargc, pargv, who, exact, ps);
     xfree(pargv);
     if (ps->n == 0)
         die_collective("%s: nothing runs on %d rank%s with the flags given: %s", who, ranks, ranks == 1 ? "" : "s",
@@ -134,7 +135,7 @@ char *strategy_auto_pick(int argc, char **argv, const char *who, char *desc, siz
     TrainOptions o;
     SizeFlags sf;
     read_options(argc, argv, "plan", &o, &sf);
-    PlanSetup *ps = auto_plan(argc, argv, &o, who, &calibrated);
+    PlanSetup *ps = auto_plan(argc, argv, &o, who, 1, &calibrated);
     char pick[512] = "";
     if (rank == 0) {
         plan_flags(&ps->list[0], pick, sizeof pick);
@@ -191,7 +192,7 @@ char **strategy_auto_resolve(int argc, char **argv, const char *program, int *ou
         line = plan_bcast_text(flags);
     } else {
         int calibrated;
-        PlanSetup *ps = auto_plan(nrest, rest, &o, WHO, &calibrated);
+        PlanSetup *ps = auto_plan(nrest, rest, &o, WHO, profile_steps ? profile_top : 1, &calibrated);
         if (profile_steps && o.dry_run)
             die_collective("%s: --profile runs training steps, which --dry-run does not: drop one of them", WHO);
         const int row = profile_steps ? plan_setup_profile(ps, profile_steps, profile_top, nrest, rest, program, NULL) : 0;

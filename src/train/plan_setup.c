@@ -174,7 +174,7 @@ static void parse_rates(const char *v, double *f, double *b) {
                        v);
 }
 
-void plan_setup(int *argc, char **argv, const char *who, PlanSetup *ps) {
+void plan_setup(int *argc, char **argv, const char *who, int exact, PlanSetup *ps) {
     memset(ps, 0, sizeof *ps);
     PlanCluster *cl = &ps->cl;
     Cluster *cx = &ps->cx;
@@ -297,7 +297,7 @@ void plan_setup(int *argc, char **argv, const char *who, PlanSetup *ps) {
     snprintf(ps->load, sizeof ps->load, copies > 1 ? "one thread per core on %d cores at once" : "one thread", copies);
 
     ps->refusal = NULL;
-    char *err = plan_search(base, fx, cl, &ps->list, &ps->n, &ps->invalid, &ps->refusal);
+    char *err = plan_search(base, fx, cl, exact, &ps->list, &ps->n, &ps->invalid, &ps->refusal);
     if (err) die_collective("%s: %s", who, err);
     ps->fit = 0;
     for (int i = 0; i < ps->n; i++) ps->fit += ps->list[i].fits;

@@ -34,9 +34,11 @@ typedef struct {
 /* Takes plan's own flags (--cluster and its overrides, --ranks, --ranks-per-node, --cores-per-node,
  * --mem-per-rank, --runtime-mib, the link and rate flags, --offload-dir) out of argv, reads the rest
  * as train's flags, measures the missing rates and runs the search. who names the command in the
- * one-line errors every rank ends with ("seqpar plan"). Collective where rates are measured under
- * MPI (each rank measures its share of the cores). Free with plan_setup_free. */
-void plan_setup(int *argc, char **argv, const char *who, PlanSetup *ps);
+ * one-line errors every rank ends with ("seqpar plan"). exact: the first entries of ps->list the
+ * caller reads (plan_search's `exact`: the rest may be bounds; 0: every entry exact). Collective
+ * where rates are measured under MPI (each rank measures its share of the cores). Free with
+ * plan_setup_free. */
+void plan_setup(int *argc, char **argv, const char *who, int exact, PlanSetup *ps);
 void plan_setup_free(PlanSetup *ps);
 
 /* Where nothing runs (ps->n == 0): why, as one line (xmalloc'd): train's reason for the flags as
