@@ -2,6 +2,7 @@
  * every strategy, grid, placement, checkpoint mode and ZeRO stage the ranks allow, the memory of
  * each against the RAM per rank, a predicted step time, the best first and the `seqpar train`
  * flags that run it. The kernels' rates are measured on this machine unless given. */
+#include <malloc.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,6 +142,11 @@ int cmd_plan(int argc, char **argv, const char *program) {
     int exact = top > 2 ? top : 2;
     if (profile_steps && profile_top > exact) exact = profile_top;
     if (all && *all && strcmp(all, "0") != 0) exact = 0;
+    /* the search emits and frees schedules of up to hundreds of MB, one after another: kept in the
+     * heap (not mapped and unmapped each time, every page faulted in again), the same figures in
+     * a fraction of the system time */
+    (void)mallopt(M_MMAP_THRESHOLD, 1 << 30);
+    (void)mallopt(M_TRIM_THRESHOLD, 1 << 30);
     PlanSetup *ps = xmalloc(sizeof *ps);
     plan_setup(&argc, argv, "seqpar plan", exact, ps);
     const PlanCluster cl = ps->cl;

@@ -194,6 +194,18 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
     const int offload_inputs = pc->offload_dir && ckpt != LLAMA_CKPT_NONE;
     long in_chunks = llama_input_chunks(Nl), in_rows = Nl > 0 ? (Nl + in_chunks - 1) / in_chunks : 1;
 
+    /* what a rank's attention holds depends on its head-parallel rank alone: each hp rank's once */
+    HeadSplit hs = {0};
+    AttnMemory *am_of = NULL;
+    if (sp > 1 || own) {
+        am_of = xmalloc(sizeof *am_of * (size_t)hp);
+        for (int h = 0; h < hp; h++) strategy_memory(s, &sp_params, h, &am_of[h]);
+        err = head_split_init(&hs, hp, c->num_attention_heads, c->num_key_value_heads);
+        if (err) {
+            xfree(am_of);
+            return err;
+        }
+    }
     double best = -1;
     MemoryEstimate cur;
     for (int w = 0; w < world; w++) {
@@ -204,8 +216,7 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
         double saved, kept, attn_buf, nq_call, group_q, saved_bf16 = 0, disk_layer = 0, disk_once = 0;
         int keeps_inputs, kv_heads_call, reads_bf16;
         if (sp > 1 || own) {
-            AttnMemory am;
-            strategy_memory(s, &sp_params, hr, &am);
+            const AttnMemory am = am_of[hr];
             saved = (double)am.saved_per_layer;
             kept = (double)am.kept_per_layer;
             saved_bf16 = (double)am.bf16_per_layer;
@@ -216,12 +227,8 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
             nq_call = (double)am.rows_per_call;
             disk_layer = am.disk_per_layer;
             disk_once = am.disk_workspace;
-            HeadSplit hs;
-            err = head_split_init(&hs, hp, c->num_attention_heads, c->num_key_value_heads);
-            if (err) return err;
             group_q = hs.hk[hr] > 0 ? (double)hs.hl[hr] / hs.hk[hr] : 1;
             kv_heads_call = hs.hk[hr];
-            head_split_free(&hs);
         } else { /* local_attention.c: lse kept, positions and delta */
             saved = kept = N * c->num_attention_heads;
             attn_buf = N + N * c->num_attention_heads;
@@ -370,6 +377,8 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
             out->rank = w;
         }
     }
+    if (am_of) head_split_free(&hs);
+    xfree(am_of);
     out->ram_total = out->disk_total = 0;
     for (int k = 0; k < MEM_COMPONENTS; k++) out->ram_total += out->ram[k], out->disk_total += out->disk[k];
     out->dp = dp;

@@ -171,8 +171,11 @@ static void strategy_params_of(const MemoryModelInput *in, const MemoryEstimate 
 }
 
 /* plan_rank_traffic for a configuration the memory model already accepted (m: its estimate, the
- * resolved grid), so that plan_evaluate's loop over the ranks does not estimate it again per rank. */
+ * resolved grid), so that plan_evaluate's loop over the ranks does not estimate it again per rank;
+ * given (else NULL), the rank's layer volumes without and with the window (strategy_volume's of
+ * its member) and the heads' split, which the loop keeps from rank to rank. */
 static char *rank_traffic(const MemoryModelInput *in, const MemoryEstimate *est, int ranks_per_node, int w,
+                          const AttnVolume *given_v, const AttnVolume *given_vw, const HeadSplit *given_hs,
                           PlanTraffic *t) {
     memset(t, 0, sizeof *t);
     const MemoryEstimate m = *est;
@@ -196,11 +199,17 @@ static char *rank_traffic(const MemoryModelInput *in, const MemoryEstimate *est,
         /* the volume of a layer without a window and of one with it (the ring runs fewer steps) */
         const int windowed = llama_windowed_layers(c);
         AttnVolume v, vw;
-        strategy_volume(s, &sp, h, cr, &v);
-        vw = v;
-        if (windowed) {
-            sp.window = c->sliding_window;
-            strategy_volume(s, &sp, h, cr, &vw);
+        if (given_v) {
+            v = *given_v;
+            vw = *given_vw;
+            if (windowed) sp.window = c->sliding_window;
+        } else {
+            strategy_volume(s, &sp, h, cr, &v);
+            vw = v;
+            if (windowed) {
+                sp.window = c->sliding_window;
+                strategy_volume(s, &sp, h, cr, &vw);
+            }
         }
         /* how many times per micro-batch each direction runs: forward, backward, and the checkpoint
          * mode's recomputation (layer: the forward again; selective: the head exchange of q, k, v,
@@ -208,9 +217,10 @@ static char *rank_traffic(const MemoryModelInput *in, const MemoryEstimate *est,
         double fwd_times = in->checkpoint == LLAMA_CKPT_LAYER ? 2 : 1;
         double extra_a2a = 0, extra_a2a_msgs = 0;
         if (g.hp > 1 && (m.streams || in->checkpoint == LLAMA_CKPT_SELECTIVE)) {
-            HeadSplit hs;
-            err = head_split_init(&hs, g.hp, c->num_attention_heads, c->num_key_value_heads);
-            if (err) return err;
+            HeadSplit own;
+            if (!given_hs && (err = head_split_init(&own, g.hp, c->num_attention_heads, c->num_key_value_heads)))
+                return err;
+            const HeadSplit hs = given_hs ? *given_hs : own;
             const double N = (double)(in->seq_len / g.sp), e = bf16 ? 2 : 4;
             if (m.streams) { /* streamed layers: the backward fetches each chunk's o again (output_chunk) */
                 extra_a2a += N * c->head_dim * e * hs.hl[h] * (g.hp - 1);
@@ -221,7 +231,7 @@ static char *rank_traffic(const MemoryModelInput *in, const MemoryEstimate *est,
                     if (p != h) extra_a2a += N * c->head_dim * e * (hs.hl[p] + 2 * hs.hk[p] + (fp ? hs.hl[p] : 0));
                 extra_a2a_msgs += (double)(g.hp - 1) * (fp ? 2.0 * chunk_calls : 1.0);
             }
-            head_split_free(&hs);
+            if (!given_hs) head_split_free(&own);
         }
         double bytes[COMM_KINDS], msgs[COMM_KINDS];
         const double Lf = L - windowed, Lw = windowed;
@@ -259,7 +269,7 @@ char *plan_rank_traffic(const MemoryModelInput *in, int ranks_per_node, int w, P
     memset(t, 0, sizeof *t);
     MemoryEstimate m;
     char *err = memory_model_estimate(in, &m);
-    return err ? err : rank_traffic(in, &m, ranks_per_node, w, t);
+    return err ? err : rank_traffic(in, &m, ranks_per_node, w, NULL, NULL, NULL, t);
 }
 
 /* ---------------------------------------------------------------- time */
@@ -300,6 +310,7 @@ typedef struct {
     StrategyParams p;
     int replicas;               /* played at once: the first and those sharing its nodes */
     double *end[2], *blocks[2]; /* [forward, backward] (hp cp): each member's latest over the replicas */
+    AttnVolume *vol;            /* NULL, or (hp cp) each member's strategy_volume (evaluate's ranks share it) */
 } SimAttn;
 
 typedef struct {
@@ -308,8 +319,10 @@ typedef struct {
 } SimCache;
 
 static void sim_cache_free(SimCache *c) {
-    for (int i = 0; i < c->n; i++)
+    for (int i = 0; i < c->n; i++) {
         for (int k = 0; k < 2; k++) xfree(c->v[i].end[k]), xfree(c->v[i].blocks[k]);
+        xfree(c->v[i].vol);
+    }
     xfree(c->v);
 }
 
@@ -349,7 +362,17 @@ static int schedule_covers(const StepSchedule *sc, const StrategyParams *p) {
 /* The layer of s with p (p->window: that layer's window) played on cl with member (h, c) of replica
  * d on world rank placement_world_rank(p->placement, ..., d, h, c), `replicas` replicas at once:
  * from the cache, or played and kept. NULL with *err (xmalloc'd) when it cannot be played. */
-static const SimAttn *sim_attention(SimCache *cache, const Strategy *s, const StrategyParams *p, int replicas,
+/* Each member's layer volume of a played layer (a's strategy and parameters), computed once. */
+static const AttnVolume *sim_volumes(SimAttn *a) {
+    if (!a->vol) {
+        const int members = a->p.hp * a->p.cp;
+        a->vol = xmalloc(sizeof *a->vol * (size_t)members);
+        for (int m = 0; m < members; m++) strategy_volume(a->s, &a->p, m % a->p.hp, m / a->p.hp, &a->vol[m]);
+    }
+    return a->vol;
+}
+
+static SimAttn *sim_attention(SimCache *cache, const Strategy *s, const StrategyParams *p, int replicas,
                                     const Cluster *cl, char **err) {
     for (int i = 0; i < cache->n; i++) /* StrategyParams holds no padding: its bytes are its fields */
         if (cache->v[i].s == s && cache->v[i].replicas == replicas && !memcmp(&cache->v[i].p, p, sizeof *p))
@@ -599,7 +622,7 @@ static char *evaluate(const MemoryModelInput *in0, const PlanCluster *cl, SimCac
     if (err) return err;
     const int windowed = llama_windowed_layers(c);
     /* the attention played on the cluster: layers without a window and with one */
-    const SimAttn *played[2] = {NULL, NULL};
+    SimAttn *played[2] = {NULL, NULL};
     StrategyParams sprm;
     strategy_params_of(&in, m, &sprm);
     StepCollectives col = {0};
@@ -625,6 +648,8 @@ static char *evaluate(const MemoryModelInput *in0, const PlanCluster *cl, SimCac
             StrategyParams pw = sprm;
             pw.window = c->sliding_window;
             played[1] = sim_attention(cache, s, &pw, reps, cl->sim, &err);
+            /* (adding the second may have moved the cache: the first again, found there) */
+            if (played[1]) played[0] = sim_attention(cache, s, &sprm, reps, cl->sim, &err);
         }
     }
     if (err) {
@@ -642,6 +667,7 @@ static char *evaluate(const MemoryModelInput *in0, const PlanCluster *cl, SimCac
         xfree(wpairs);
     }
 
+    const AttnVolume *vols[2] = {played[0] ? sim_volumes(played[0]) : NULL, played[1] ? sim_volumes(played[1]) : NULL};
     double worst = -1;
     for (int w = 0; w < cl->ranks; w++) {
         const int in_rep = w % sp;
@@ -652,11 +678,12 @@ static char *evaluate(const MemoryModelInput *in0, const PlanCluster *cl, SimCac
         double t_attn_f = fwd * fwd_runs / (cl->attn_fwd_gflops * 1e9 * thr);
         double t_attn_b = 2.5 * fwd / (cl->attn_bwd_gflops * 1e9 * thr);
         PlanTraffic t;
-        err = rank_traffic(&in, m, cl->ranks_per_node, w, &t);
+        const int mb = cr * m->hp + h;
+        const AttnVolume *pv = played[0] ? &vols[0][mb] : NULL, *pvw = played[0] ? &vols[windowed ? 1 : 0][mb] : NULL;
+        err = rank_traffic(&in, m, cl->ranks_per_node, w, pv, pvw, &hs, &t);
         if (err) break;
         double exposed;
         if (played[0]) { /* its blocks and its waits as the cluster plays them, every layer */
-            const int mb = cr * m->hp + h;
             const double Lf = L - windowed, Lw = windowed;
             double end[2], blocks[2];
             for (int k = 0; k < 2; k++) {
@@ -668,14 +695,7 @@ static char *evaluate(const MemoryModelInput *in0, const PlanCluster *cl, SimCac
             exposed = micro * ((end[0] - blocks[0]) * fwd_runs + end[1] - blocks[1]);
             /* the head-exchange bytes beyond the played passes (selective checkpointing's restore,
              * streamed layers' output fetch) at the links' rates */
-            AttnVolume v, vw;
-            strategy_volume(s, &sprm, h, cr, &v);
-            vw = v;
-            if (windowed) {
-                StrategyParams pw = sprm;
-                pw.window = c->sliding_window;
-                strategy_volume(s, &pw, h, cr, &vw);
-            }
+            const AttnVolume v = *pv, vw = *pvw;
             const double played_a2a = micro * (Lf * (fwd_runs * (double)v.fwd[COMM_ALLTOALL] + (double)v.bwd[COMM_ALLTOALL]) +
                                                Lw * (fwd_runs * (double)vw.fwd[COMM_ALLTOALL] + (double)vw.bwd[COMM_ALLTOALL]));
             const double extra = t.bytes[COMM_ALLTOALL] - played_a2a;
