@@ -443,31 +443,50 @@ static int sim_attention_bound(SimCache *cache, const Strategy *s, const Strateg
     for (int i = 0; i < cache->n; i++)
         if (cache->v[i].s == s && !memcmp(&cache->v[i].p, p, sizeof *p)) return i;
     const int members = p->hp * p->cp;
-    SimAttn b = {.s = s, .p = *p, .replicas = 1};
-    int *rank_of = xmalloc(sizeof(int) * (size_t)members);
-    for (int m = 0; m < members; m++) rank_of[m] = placement_world_rank(p->placement, p->hp, p->cp, 0, m % p->hp, m / p->hp);
+    /* head-first and context-first only map the members (grid positions) to world ranks: a
+     * schedule, whose members are grid positions, is the same under both (only WallFacer's play
+     * reads a placement, its teams'), so one emitted schedule bounds both */
+    SimAttn b[2] = {{.s = s, .p = *p, .replicas = 1}, {.s = s, .p = *p, .replicas = 1}};
+    int variants = 1;
+    if (p->hp > 1 && p->cp > 1 && !(s->reads & KNOB_TEAM_PLACEMENT) &&
+        (p->placement == PLACEMENT_HEAD_FIRST || p->placement == PLACEMENT_CONTEXT_FIRST)) {
+        b[1].p.placement = p->placement == PLACEMENT_HEAD_FIRST ? PLACEMENT_CONTEXT_FIRST : PLACEMENT_HEAD_FIRST;
+        variants = 2;
+        for (int i = 0; i < cache->n; i++)
+            if (cache->v[i].s == s && !memcmp(&cache->v[i].p, &b[1].p, sizeof b[1].p)) variants = 1;
+    }
+    int *rank_of = xmalloc(sizeof(int) * (size_t)members * 2);
+    for (int v = 0; v < variants; v++)
+        for (int m = 0; m < members; m++)
+            rank_of[v * members + m] = placement_world_rank(b[v].p.placement, p->hp, p->cp, 0, m % p->hp, m / p->hp);
     for (int k = 0; k < 2 && !*err; k++) {
         StepSchedule sc;
         strategy_play(s, p, k ? PASS_BACKWARD : PASS_FORWARD, &sc);
         SeqErr e;
-        b.end[k] = xcalloc((size_t)members, sizeof(double));
-        b.blocks[k] = xcalloc((size_t)members, sizeof(double));
+        for (int v = 0; v < variants; v++) {
+            b[v].end[k] = xcalloc((size_t)members, sizeof(double));
+            b[v].blocks[k] = xcalloc((size_t)members, sizeof(double));
+        }
         if (!schedule_covers(&sc, p))
             *err = xstrdup_printf("%s's %s schedule breaks the planner's bounds (a bug): see sim_attention", s->name,
                                   k ? "backward" : "forward");
-        else if (simulate_schedule_bound(&sc, cl, rank_of, p->head_dim, p->attn_bf16 ? PRECISION_BF16 : PRECISION_FP32,
-                                         b.end[k], b.blocks[k], &e) != 0)
-            *err = xstrdup(e.msg);
+        for (int v = 0; v < variants && !*err; v++)
+            if (simulate_schedule_bound(&sc, cl, rank_of + v * members, p->head_dim,
+                                        p->attn_bf16 ? PRECISION_BF16 : PRECISION_FP32, b[v].end[k], b[v].blocks[k], &e) != 0)
+                *err = xstrdup(e.msg);
         schedule_free(&sc);
     }
     xfree(rank_of);
     if (*err) {
-        for (int k = 0; k < 2; k++) xfree(b.end[k]), xfree(b.blocks[k]);
+        for (int v = 0; v < variants; v++)
+            for (int k = 0; k < 2; k++) xfree(b[v].end[k]), xfree(b[v].blocks[k]);
         return -1;
     }
-    cache->v = xgrow(cache->v, &cache->cap, cache->n, sizeof *cache->v, 16);
-    cache->v[cache->n] = b;
-    return cache->n++;
+    for (int v = 0; v < variants; v++) {
+        cache->v = xgrow(cache->v, &cache->cap, cache->n, sizeof *cache->v, 16);
+        cache->v[cache->n++] = b[v];
+    }
+    return cache->n - variants;
 }
 
 /* A lower bound of the most any member spends in the attention of a step's layers (Lf without a
@@ -882,6 +901,14 @@ static void refine(List *l, const PlanCluster *c, SimCache *cache, SimCache *bou
             continue;
         }
         x.order = e->order;
+        if (!x.bound && x.t_step < e->t_step) { /* a bound above the played step: the search's premise broken */
+            if (!l->first_refusal)
+                l->first_refusal = xstrdup_printf("the planner's lower bound of a %s step (%.9g s) is above the step "
+                                                  "played (%.9g s): a bug", e->par.strategy, e->t_step, x.t_step);
+            l->invalid++;
+            gone[i] = 1;
+            continue;
+        }
         *e = x;
         heap_push(heap, &nh, l->v, i);
     }
