@@ -359,9 +359,6 @@ static int schedule_covers(const StepSchedule *sc, const StrategyParams *p) {
     return sum >= visible_pairs(p->seq_len, p->window) * p->n_heads * (1 - 1e-12);
 }
 
-/* The layer of s with p (p->window: that layer's window) played on cl with member (h, c) of replica
- * d on world rank placement_world_rank(p->placement, ..., d, h, c), `replicas` replicas at once:
- * from the cache, or played and kept. NULL with *err (xmalloc'd) when it cannot be played. */
 /* Each member's layer volume of a played layer (a's strategy and parameters), computed once. */
 static const AttnVolume *sim_volumes(SimAttn *a) {
     if (!a->vol) {
@@ -372,8 +369,11 @@ static const AttnVolume *sim_volumes(SimAttn *a) {
     return a->vol;
 }
 
+/* The layer of s with p (p->window: that layer's window) played on cl with member (h, c) of replica
+ * d on world rank placement_world_rank(p->placement, ..., d, h, c), `replicas` replicas at once:
+ * from the cache, or played and kept. NULL with *err (xmalloc'd) when it cannot be played. */
 static SimAttn *sim_attention(SimCache *cache, const Strategy *s, const StrategyParams *p, int replicas,
-                                    const Cluster *cl, char **err) {
+                              const Cluster *cl, char **err) {
     for (int i = 0; i < cache->n; i++) /* StrategyParams holds no padding: its bytes are its fields */
         if (cache->v[i].s == s && cache->v[i].replicas == replicas && !memcmp(&cache->v[i].p, p, sizeof *p))
             return &cache->v[i];
@@ -494,7 +494,8 @@ static int sim_attention_bound(SimCache *cache, const Strategy *s, const Strateg
  * start to its last step's end (what evaluate makes of SimAttn's end). level 1: no schedule at
  * all: each pass computes at least every visible pair of every head, in blocks of a context slot's
  * query rows at most (schedule_covers: every play checks both), at the cluster's highest rate for
- * such blocks, and the member that does the most at least the members' mean. level 2: sim_attention_bound's, member by member. NULL, or the reason (xmalloc'd). */
+ * such blocks, and the member that does the most at least the members' mean. level 2:
+ * sim_attention_bound's, member by member. NULL, or the reason (xmalloc'd). */
 static char *attention_bound(int level, SimCache *cache, const Strategy *s, const StrategyParams *p,
                              const StrategyParams *pw, double Lf, double Lw, int replicas, const Cluster *cl,
                              double fwd_runs, double *out) {
