@@ -49,6 +49,53 @@ typedef struct {
     SimTrace *trace;          /* NULL, or where each member's blocks and waits go */
 } Sim;
 
+/* The attention rate of a block's shape (cluster_attention_rate), remembered for the shapes seen:
+ * a schedule has millions of blocks of a few shapes. The same value, looked up. */
+enum { RATE_SLOTS = 1024 };
+typedef struct {
+    const Cluster *c;
+    int precision, head_dim;
+    struct RateSlot { int q, kv, masked; double rate; } slot[RATE_SLOTS];
+} RateMemo;
+
+static void rate_memo_init(RateMemo *r, const Cluster *c, int precision, int head_dim) {
+    r->c = c, r->precision = precision, r->head_dim = head_dim;
+    for (int i = 0; i < RATE_SLOTS; i++) r->slot[i].q = -1;
+}
+
+static double rate_of(RateMemo *r, int masked, int q_rows, int kv_rows) {
+    const unsigned h = ((unsigned)q_rows * 2654435761u ^ (unsigned)kv_rows * 40503u ^ (unsigned)masked) % RATE_SLOTS;
+    struct RateSlot *x = &r->slot[h];
+    if (x->q != q_rows || x->kv != kv_rows || x->masked != masked)
+        *x = (struct RateSlot){q_rows, kv_rows, masked,
+                               cluster_attention_rate(r->c, r->precision, r->head_dim, masked, q_rows, kv_rows)};
+    return x->rate;
+}
+
+/* The seconds block b takes (factor: the cluster's backward factor in a backward schedule, else 1):
+ * its FLOPs (4 visible pairs x heads x head_dim) at the rate its shape gets. A block with fewer
+ * visible pairs than the cells of its kernel calls is masked (a causal diagonal, a window's edge):
+ * the causal curve's rate, whose FLOPs count the visible pairs as these do. A block whose visible
+ * pairs are whole rectangles (a zigzag ring's off-diagonal step: all queries against half the keys,
+ * or half the queries against all keys) is what the ring implementations call the kernel on
+ * unmasked (causal=False), so it gets the full curve's rate at its rectangle's shorter side
+ * (cells / q_rows keys a query row). Plus the merge of the block's result into the fp32
+ * accumulators where the cluster counts one, a pass over device memory: the output rows (forward),
+ * dq's rows and dk's and dv's (backward). play() and the bound take every block's time from here. */
+static double block_seconds(RateMemo *rates, const Cluster *c, const StepSchedule *sc, const StepCompute *b,
+                            int head_dim, double factor) {
+    const double flops = 4.0 * (double)b->pairs * b->heads * head_dim * factor;
+    const int masked = b->pairs < b->cells;
+    const int kv_rows = masked || !b->q_rows ? b->kv_rows : (int)(b->cells / (unsigned long long)b->q_rows);
+    double secs = flops / rate_of(rates, masked, b->q_rows, kv_rows);
+    if (c->attn_merge_bytes > 0 && c->device_mem_gbs > 0) {
+        double elems = (double)b->q_rows * b->heads * head_dim;
+        if (sc->pass == PASS_BACKWARD) elems += 2.0 * b->kv_rows * b->kv_heads * head_dim;
+        secs += c->attn_merge_bytes * elems / (c->device_mem_gbs * 1e9);
+    }
+    return secs;
+}
+
 /* Resources: NIC egress and ingress of every (node, NIC), each rank's intra-node port out and in,
  * each node's shared medium, and (where the cluster limits one rank to another, intra_peer_gbs)
  * every ordered pair of ranks of a node. */
@@ -295,28 +342,15 @@ static int play(const StepSchedule *sc, const Cluster *c, const int *rank_of, in
     }
     for (int m = 0; m < M; m++) s.waits[m] = K ? s.pending[(size_t)m * K] : 0;
     const double factor = sc->pass == PASS_BACKWARD ? c->attn_backward_factor : 1.0;
+    RateMemo *rates = xmalloc(sizeof *rates);
+    rate_memo_init(rates, c, precision, head_dim);
     for (int i = 0; i < sc->n_compute; i++) {
         const StepCompute *b = &sc->compute[i];
-        const double flops = 4.0 * (double)b->pairs * b->heads * head_dim * factor;
-        /* a block with fewer visible pairs than the cells of its kernel calls is masked (a causal
-           diagonal, a window's edge): the causal curve's rate, whose FLOPs count the visible pairs
-           as these do. A block whose visible pairs are whole rectangles (a zigzag ring's off-diagonal
-           step: all queries against half the keys, or half the queries against all keys) is what the
-           ring implementations call the kernel on unmasked (causal=False), so it gets the full
-           curve's rate at its rectangle's shorter side (cells / q_rows keys a query row) */
-        const int masked = b->pairs < b->cells;
-        const int kv_rows = masked || !b->q_rows ? b->kv_rows : (int)(b->cells / (unsigned long long)b->q_rows);
-        double secs = flops / cluster_attention_rate(c, precision, head_dim, masked, b->q_rows, kv_rows);
-        /* the merge of the block's result into the fp32 accumulators, a pass over device memory:
-           the output rows (forward), dq's rows and dk's and dv's (backward) */
-        if (c->attn_merge_bytes > 0 && c->device_mem_gbs > 0) {
-            double elems = (double)b->q_rows * b->heads * head_dim;
-            if (sc->pass == PASS_BACKWARD) elems += 2.0 * b->kv_rows * b->kv_heads * head_dim;
-            secs += c->attn_merge_bytes * elems / (c->device_mem_gbs * 1e9);
-        }
+        const double secs = block_seconds(rates, c, sc, b, head_dim, factor);
         s.step_compute[(size_t)b->member * K + b->step] += secs;
         out->m[b->member].compute_s += secs;
     }
+    xfree(rates);
     for (int i = 0; i < sc->n_messages; i++) {
         const Flow *f = &s.f[i];
         const int inter = cluster_node_of(c, rank_of[f->from]) != cluster_node_of(c, rank_of[f->to]);
@@ -460,14 +494,15 @@ int simulate_schedule_bound(const StepSchedule *sc, const Cluster *c, const int 
     double *step_compute = xcalloc((size_t)M * (size_t)(K ? K : 1), sizeof *step_compute);
     const double factor = sc->pass == PASS_BACKWARD ? c->attn_backward_factor : 1.0;
     for (int m = 0; m < M; m++) compute_s[m] = 0;
+    RateMemo *rates = xmalloc(sizeof *rates);
+    rate_memo_init(rates, c, precision, head_dim);
     for (int i = 0; i < sc->n_compute; i++) {
         const StepCompute *b = &sc->compute[i];
-        const double flops = 4.0 * (double)b->pairs * b->heads * head_dim * factor;
-        const int masked = b->pairs < (unsigned long long)b->q_rows * (unsigned long long)b->kv_rows;
-        const double secs = flops / cluster_attention_rate(c, precision, head_dim, masked, b->q_rows, b->kv_rows);
+        const double secs = block_seconds(rates, c, sc, b, head_dim, factor);
         step_compute[(size_t)b->member * K + b->step] += secs;
         compute_s[b->member] += secs;
     }
+    xfree(rates);
     /* a member begins step k + 1 no earlier than its blocks of step k end: play()'s times are at
      * least this sum, taken in the same order (a rounded sum grows with its terms) */
     for (int m = 0; m < M; m++) {
@@ -481,11 +516,12 @@ int simulate_schedule_bound(const StepSchedule *sc, const Cluster *c, const int 
      * medium) share that resource's bandwidth and none moves before its latency */
     enum { NIC_OUT, NIC_IN, PORT_OUT, PORT_IN, MEDIUM, OWN };
     double *acc = xcalloc((size_t)M * OWN, sizeof *acc);
+    int *node = xmalloc(sizeof(int) * (size_t)(M ? M : 1));
+    for (int m = 0; m < M; m++) node[m] = cluster_node_of(c, rank_of[m]);
     for (int i = 0; i < sc->n_messages; i++) {
         const StepMessage *g = &sc->messages[i];
-        const int a = rank_of[g->from], b = rank_of[g->to];
         const double bytes = (double)g->bytes;
-        if (cluster_node_of(c, a) != cluster_node_of(c, b)) {
+        if (node[g->from] != node[g->to]) {
             acc[(size_t)g->from * OWN + NIC_OUT] += bytes;
             acc[(size_t)g->to * OWN + NIC_IN] += bytes;
         } else {
@@ -508,6 +544,7 @@ int simulate_schedule_bound(const StepSchedule *sc, const Cluster *c, const int 
         end_lb[m] = fmax(end_lb[m], t);
     }
     xfree(acc);
+    xfree(node);
     return 0;
 }
 
