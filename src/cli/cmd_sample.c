@@ -17,6 +17,7 @@
 #include "core/common.h"
 #include "io/config_json.h"
 #include "io/atomic_file.h"
+#include "kernels/bf16.h"
 #include "model/generate.h"
 #include "model/llama.h"
 #include "train/dist_generate.h"
@@ -66,6 +67,10 @@ static const char HELP[] =
     "                         as one prompt. On ranks the block runs against the sharded cache\n"
     "                         (docs/sampling.md); ids output: the second continuation on a line of its own\n"
     "  --continue-scheme S    on ranks: auto (the one moving fewer bytes), pass-q or pass-kv\n"
+    "  --precision P          fp32 (default) or bf16: train's bf16 forward (docs/bf16.md): every matrix\n"
+    "                         multiply on bf16 operands with fp32 accumulation, attention on bf16\n"
+    "                         q, k, v; the key/value cache kept in bf16 (half the bytes), in one\n"
+    "                         process and on ranks alike; logits and sampling in fp32\n"
     "  --prefix-cache DIR     keep the prompt's key/value cache in DIR (each rank its shard, and a\n"
     "                         manifest): a later run whose prompt starts with tokens of the cached\n"
     "                         prompt loads them and prefills only the rest; a prompt that differs\n"
@@ -96,6 +101,7 @@ typedef struct {
     KvScheme scheme;                /* --continue-scheme */
     const char *prefix_dir;         /* --prefix-cache DIR */
     int prefill_block;              /* --prefill-block N */
+    int precision;                  /* --precision: PRECISION_FP32 or PRECISION_BF16 */
 } SampleOptions;
 
 static void parse_sample_options(int argc, char **argv, SampleOptions *o) {
@@ -115,7 +121,8 @@ static void parse_sample_options(int argc, char **argv, SampleOptions *o) {
         {"seed", required_argument, 0, 's'}, {"stop-token", required_argument, 0, 'x'},
         {"ids", no_argument, 0, 'i'}, {"continue-prompt", required_argument, 0, 'C'},
         {"continue-tokens", required_argument, 0, 'T'}, {"continue-scheme", required_argument, 0, 'S'},
-        {"prefix-cache", required_argument, 0, 'K'}, {"prefill-block", required_argument, 0, 'B'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"prefix-cache", required_argument, 0, 'K'}, {"prefill-block", required_argument, 0, 'B'},
+        {"precision", required_argument, 0, 'R'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     opterr = 0;
     optind = 1;
     int opt;
@@ -152,6 +159,10 @@ static void parse_sample_options(int argc, char **argv, SampleOptions *o) {
             else if (!strcmp(optarg, "pass-q")) o->scheme = KV_PASS_Q;
             else if (!strcmp(optarg, "pass-kv")) o->scheme = KV_PASS_KV;
             else die_collective("seqpar sample: --continue-scheme '%s' is not one: give auto, pass-q or pass-kv", optarg);
+            break;
+        case 'R':
+            o->precision = precision_parse(optarg);
+            if (o->precision < 0) die_collective("seqpar sample: --precision expects fp32 or bf16, got '%s'", optarg);
             break;
         case 'h':
             fputs(HELP, stdout);
@@ -232,7 +243,7 @@ static void put_token(int id, int as_ids, int first) {
 static void open_prefix(const SampleOptions *o, const LlamaModel *m, const char *strategy, int ranks,
                         const int *prompt, int n_prompt, PrefixCache *pc, PrefixIdent *id) {
     const LlamaConfig *c = &m->cfg;
-    *id = (PrefixIdent){.dtype = "f32", .strategy = strategy, .ranks = ranks, .layers = c->num_hidden_layers,
+    *id = (PrefixIdent){.dtype = o->precision == PRECISION_BF16 ? "bf16" : "f32", .strategy = strategy, .ranks = ranks, .layers = c->num_hidden_layers,
                         .kv_heads = c->num_key_value_heads, .head_dim = c->head_dim};
     SeqErr e;
     int rc = prefix_model_id(m, o->model_dir, &id->model, &e);
@@ -350,7 +361,11 @@ int cmd_sample(int argc, char **argv) {
         if (st && !grid && !o.pc.hp && !o.pc.cp && !o.pc.dp && hp * cp < world)
             o.pc.cp = world; /* 2d's rule gives the ranks no split of its own: the context ring takes them all */
         xfree(grid);
+        o.pc.wire_bf16 = o.precision == PRECISION_BF16; /* the strategies' bf16 forward, as train's */
         seq_parallel_check_fit(&par, &o.pc, &model.cfg, n_prompt);
+        /* bf16: the prefill's attention takes bf16 q, k, v but keeps its probabilities fp32 (the fp32
+         * kernel, train's on a CPU without AVX512_BF16), as one process's and decode's attention does */
+        par.params.attn_bf16 = 0;
         if (par.topo.dp > 1)
             die_collective("seqpar sample generates one sequence, which every rank splits, but --strategy %s splits it "
                            "over hp %d x cp %d = %d of the %d ranks (the rest would be data parallel): give --hp and --cp "
@@ -369,8 +384,14 @@ int cmd_sample(int argc, char **argv) {
                     "splits)\n", desc, n_prompt, par.seq_len);
         }
     } else {
-        if (generator_init(&g, &model, (int)total, chunk, &e) != 0) die_collective("%s", e.msg);
+        if (generator_init(&g, &model, (int)total, chunk, &e) != 0 || generator_set_precision(&g, o.precision, &e) != 0)
+            die_collective("%s", e.msg);
         if (o.prefix_dir) open_prefix(&o, &model, "none", 1, prompt, n_prompt, &pc, &pid);
+    }
+    if (root && o.precision == PRECISION_BF16) {
+        char b16[256];
+        bf16_describe(b16, sizeof b16);
+        fprintf(stderr, "seqpar sample: precision bf16 (bf16 path: %s); key/value cache in bf16\n", b16);
     }
     const int hit = pc.found && pc.reuse > 0; /* rows to load */
     const int skip = hit ? pc.reuse : 0;      /* prompt rows this run does not run (their logits not made) */

@@ -36,7 +36,7 @@ static int init(Generator *g, const LlamaModel *m, int max_len, int max_chunk, G
     g->q = xmalloc(sizeof(float) * T * qd);
     g->k = xmalloc(sizeof(float) * T * kvd);
     g->v = xmalloc(sizeof(float) * T * kvd);
-    g->o = xmalloc(sizeof(float) * T * qd);
+    g->o = xmalloc(sizeof(float) * (T * qd + (size_t)c->head_dim)); /* + one widened cache row */
     g->gate = xmalloc(sizeof(float) * T * F);
     g->up = xmalloc(sizeof(float) * T * F);
     g->h = xmalloc(sizeof(float) * T * F);
@@ -44,6 +44,7 @@ static int init(Generator *g, const LlamaModel *m, int max_len, int max_chunk, G
     g->rope_cos = xmalloc(sizeof(float) * T * (size_t)(c->head_dim / 2 > 0 ? c->head_dim / 2 : 1));
     g->rope_sin = xmalloc(sizeof(float) * T * (size_t)(c->head_dim / 2 > 0 ? c->head_dim / 2 : 1));
     g->positions = xmalloc(sizeof(int) * T);
+    g->acc = xmalloc(sizeof(double) * (size_t)(c->head_dim > 0 ? c->head_dim : 1));
     return 0;
 }
 
@@ -59,18 +60,45 @@ int generator_init_attend(Generator *g, const LlamaModel *m, int max_len, int ma
 void generator_free(Generator *g) {
     xfree(g->k_cache); xfree(g->v_cache); xfree(g->x); xfree(g->xn); xfree(g->q); xfree(g->k); xfree(g->v);
     xfree(g->o); xfree(g->gate); xfree(g->up); xfree(g->h); xfree(g->rstd); xfree(g->rope_cos); xfree(g->rope_sin);
-    xfree(g->scores); xfree(g->positions);
+    xfree(g->scores); xfree(g->positions); xfree(g->acc); xfree(g->k16_cache); xfree(g->v16_cache);
+    bf16_scratch_free(&g->mm);
     memset(g, 0, sizeof *g);
+}
+
+/* Row j of a layer's cached keys or values (kvd floats a row; `f` fp32 or `h` bf16 words), head kh's
+ * d values as floats: in place (fp32) or widened into tmp (bf16, exact). */
+static const float *cache_row(const float *f, const bf16_t *h, size_t j, size_t kvd, int kh, int d, float *tmp) {
+    if (f) return f + j * kvd + (size_t)kh * d;
+    const bf16_t *r = h + j * kvd + (size_t)kh * d;
+    for (int i = 0; i < d; i++) tmp[i] = bf16_to_float(r[i]);
+    return tmp;
+}
+
+int generator_set_precision(Generator *g, int precision, SeqErr *e) {
+    if (g->len > 0) return seq_err(e, "internal: a generator's precision is set before its first token");
+    g->precision = precision;
+    if (g->attend || precision != PRECISION_BF16 || g->k16_cache) return 0;
+    const LlamaConfig *c = &g->m->cfg;
+    const size_t cache = (size_t)c->num_hidden_layers * (size_t)g->max_len * c->num_key_value_heads * c->head_dim;
+    xfree(g->k_cache);
+    xfree(g->v_cache);
+    g->k_cache = g->v_cache = NULL;
+    g->k16_cache = xmalloc(sizeof(bf16_t) * (cache ? cache : 1));
+    g->v16_cache = xmalloc(sizeof(bf16_t) * (cache ? cache : 1));
+    return 0;
 }
 
 /* o (n, H d) = causal softmax attention of the n new queries (at positions len..len+n-1) over the
  * layer's cached keys and values 0..len+n-1 (the new ones already appended); under the layer's
- * sliding window W (llama_layer_window) the query at p over keys p - W + 1 .. p only. */
+ * sliding window W (llama_layer_window) the query at p over keys p - W + 1 .. p only. Scores,
+ * softmax and the weighted sum in double, each value summed over the keys in order. */
 static void cached_attention(Generator *g, int layer, int n) {
     const LlamaConfig *c = &g->m->cfg;
     int H = c->num_attention_heads, Hkv = c->num_key_value_heads, d = c->head_dim, group = H / Hkv;
-    size_t kvd = (size_t)Hkv * d;
-    const float *K = g->k_cache + (size_t)layer * g->max_len * kvd, *V = g->v_cache + (size_t)layer * g->max_len * kvd;
+    size_t kvd = (size_t)Hkv * d, at = (size_t)layer * g->max_len * kvd;
+    const float *K = g->k_cache ? g->k_cache + at : NULL, *V = g->v_cache ? g->v_cache + at : NULL;
+    const bf16_t *K16 = g->k16_cache ? g->k16_cache + at : NULL, *V16 = g->v16_cache ? g->v16_cache + at : NULL;
+    float *tmp = g->o + (size_t)n * H * d; /* d floats past the n rows: init allots them */
     double scale = 1.0 / sqrt((double)d);
     const int window = llama_layer_window(c, layer);
     for (int t = 0; t < n; t++) {
@@ -81,7 +109,7 @@ static void cached_attention(Generator *g, int layer, int n) {
             int kh = h / group;
             double mx = -INFINITY;
             for (int j = first; j <= last; j++) {
-                const float *k = K + (size_t)j * kvd + (size_t)kh * d;
+                const float *k = cache_row(K, K16, (size_t)j, kvd, kh, d, tmp);
                 double s = 0;
                 for (int i = 0; i < d; i++) s += (double)q[i] * k[i];
                 s *= scale;
@@ -90,14 +118,29 @@ static void cached_attention(Generator *g, int layer, int n) {
             }
             double sum = 0;
             for (int j = first; j <= last; j++) sum += g->scores[j] = exp(g->scores[j] - mx);
-            float *o = g->o + ((size_t)t * H + h) * d;
-            for (int i = 0; i < d; i++) {
-                double acc = 0;
-                for (int j = first; j <= last; j++) acc += g->scores[j] * V[(size_t)j * kvd + (size_t)kh * d + i];
-                o[i] = (float)(acc / sum);
+            for (int i = 0; i < d; i++) g->acc[i] = 0;
+            for (int j = first; j <= last; j++) {
+                const float *v = cache_row(V, V16, (size_t)j, kvd, kh, d, tmp);
+                for (int i = 0; i < d; i++) g->acc[i] += g->scores[j] * v[i];
             }
+            float *o = g->o + ((size_t)t * H + h) * d;
+            for (int i = 0; i < d; i++) o[i] = (float)(g->acc[i] / sum);
         }
     }
+}
+
+/* The generator's matrix multiplies: out (n, n_out) (+)= in (n, n_in) W^T, in fp32 or on bf16
+ * operands (in holds bf16 values already: every input here is made rounded). */
+static void mm(Generator *g, float *out, const float *in, const float *W, int n, int n_in, int n_out, int accumulate) {
+    if (g->precision == PRECISION_BF16)
+        linear_forward_bf16_ld(out, n_out, in, n_in, W, n, n_in, n_out, accumulate, BF16_IN_ROUNDED, &g->mm);
+    else linear_forward(out, in, W, n, n_in, n_out, accumulate);
+}
+
+/* RMSNorm into an input of the products: rounded to bf16 values under bf16. */
+static void norm(Generator *g, float *out, const float *x, const float *w, int n, int D, float eps) {
+    if (g->precision == PRECISION_BF16) rmsnorm_forward_bf16(out, g->rstd, x, w, n, D, eps);
+    else rmsnorm_forward(out, g->rstd, x, w, n, D, eps);
 }
 
 int generator_forward(Generator *g, const int *tokens, int n, float *logits, float *last, SeqErr *e) {
@@ -125,43 +168,57 @@ int generator_forward(Generator *g, const int *tokens, int n, float *logits, flo
         xfree(inv_freq);
     }
     embedding_forward(g->x, tokens, m->w.embed, n, D);
+    const int bf16 = g->precision == PRECISION_BF16;
     for (int l = 0; l < c->num_hidden_layers; l++) {
         const LlamaLayerWeights *w = &m->w.layers[l];
-        rmsnorm_forward(g->xn, g->rstd, g->x, w->input_norm, n, D, c->rms_norm_eps);
-        linear_forward(g->q, g->xn, w->q_proj, n, D, H * hd, 0);
-        linear_forward(g->k, g->xn, w->k_proj, n, D, Hkv * hd, 0);
-        linear_forward(g->v, g->xn, w->v_proj, n, D, Hkv * hd, 0);
+        norm(g, g->xn, g->x, w->input_norm, n, D, c->rms_norm_eps);
+        mm(g, g->q, g->xn, w->q_proj, n, D, H * hd, 0);
+        mm(g, g->k, g->xn, w->k_proj, n, D, Hkv * hd, 0);
+        mm(g, g->v, g->xn, w->v_proj, n, D, Hkv * hd, 0);
         if (w->q_bias) {
             bias_add_rows(g->q, (size_t)H * hd, w->q_bias, n, H * hd);
             bias_add_rows(g->k, (size_t)Hkv * hd, w->k_bias, n, Hkv * hd);
             bias_add_rows(g->v, (size_t)Hkv * hd, w->v_bias, n, Hkv * hd);
         }
-        if (w->q_norm) { /* Qwen3: each head of q and k normed before RoPE */
+        if (w->q_norm) { /* Qwen3: each head of q and k normed before RoPE, in fp32 */
             rmsnorm_forward(g->q, g->rstd, g->q, w->q_norm, n * H, hd, c->rms_norm_eps);
             rmsnorm_forward(g->k, g->rstd, g->k, w->k_norm, n * Hkv, hd, c->rms_norm_eps);
         }
-        rope_forward(g->q, g->rope_cos, g->rope_sin, n, H, hd);
-        rope_forward(g->k, g->rope_cos, g->rope_sin, n, Hkv, hd);
+        if (bf16) { /* attention's inputs are bf16 values, as train's (llama.c's qkv_rows) */
+            rope_forward_bf16(g->q, g->rope_cos, g->rope_sin, n, H, hd);
+            rope_forward_bf16(g->k, g->rope_cos, g->rope_sin, n, Hkv, hd);
+            bf16_round(g->v, (size_t)n * kvd);
+        } else {
+            rope_forward(g->q, g->rope_cos, g->rope_sin, n, H, hd);
+            rope_forward(g->k, g->rope_cos, g->rope_sin, n, Hkv, hd);
+        }
         if (g->attend) {
             g->attend(g->attend_ctx, l, n, g->positions, g->q, g->k, g->v, g->o);
         } else {
             size_t at = ((size_t)l * g->max_len + (size_t)g->len) * kvd;
-            memcpy(g->k_cache + at, g->k, sizeof(float) * (size_t)n * kvd);
-            memcpy(g->v_cache + at, g->v, sizeof(float) * (size_t)n * kvd);
+            if (bf16) { /* bf16 values: the words hold them exactly */
+                bf16_pack(g->k16_cache + at, g->k, (size_t)n * kvd);
+                bf16_pack(g->v16_cache + at, g->v, (size_t)n * kvd);
+            } else {
+                memcpy(g->k_cache + at, g->k, sizeof(float) * (size_t)n * kvd);
+                memcpy(g->v_cache + at, g->v, sizeof(float) * (size_t)n * kvd);
+            }
             cached_attention(g, l, n);
         }
-        linear_forward(g->x, g->o, w->o_proj, n, H * hd, D, 1); /* x += o_proj(o) */
+        if (bf16) bf16_round(g->o, (size_t)n * H * hd); /* o_proj's operand, as train rounds it */
+        mm(g, g->x, g->o, w->o_proj, n, H * hd, D, 1); /* x += o_proj(o) */
         if (w->o_bias) bias_add_rows(g->x, (size_t)D, w->o_bias, n, D);
-        rmsnorm_forward(g->xn, g->rstd, g->x, w->post_norm, n, D, c->rms_norm_eps);
-        linear_forward(g->gate, g->xn, w->gate_proj, n, D, F, 0);
-        linear_forward(g->up, g->xn, w->up_proj, n, D, F, 0);
-        swiglu_forward(g->h, g->gate, g->up, (size_t)n * F);
-        linear_forward(g->x, g->h, w->down_proj, n, F, D, 1); /* x += down(h) */
+        norm(g, g->xn, g->x, w->post_norm, n, D, c->rms_norm_eps);
+        mm(g, g->gate, g->xn, w->gate_proj, n, D, F, 0);
+        mm(g, g->up, g->xn, w->up_proj, n, D, F, 0);
+        if (bf16) swiglu_forward_bf16(g->h, g->gate, g->up, (size_t)n * F);
+        else swiglu_forward(g->h, g->gate, g->up, (size_t)n * F);
+        mm(g, g->x, g->h, w->down_proj, n, F, D, 1); /* x += down(h) */
     }
     g->len += n;
-    rmsnorm_forward(g->xn, g->rstd, g->x, m->w.final_norm, n, D, c->rms_norm_eps);
-    if (logits) linear_forward(logits, g->xn, m->w.lm_head, n, D, V, 0);
-    if (last) linear_forward(last, g->xn + (size_t)(n - 1) * D, m->w.lm_head, 1, D, V, 0);
+    norm(g, g->xn, g->x, m->w.final_norm, n, D, c->rms_norm_eps);
+    if (logits) mm(g, logits, g->xn, m->w.lm_head, n, D, V, 0);
+    if (last) mm(g, last, g->xn + (size_t)(n - 1) * D, m->w.lm_head, 1, D, V, 0);
     return 0;
 }
 

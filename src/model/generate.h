@@ -14,6 +14,8 @@
 #define SEQPAR_GENERATE_H
 
 #include "core/common.h"
+#include "kernels/bf16.h"
+#include "kernels/ops.h"
 #include "model/llama.h"
 
 /* The attention of n new tokens of layer `layer` at positions (n), for a generator that keeps no
@@ -29,8 +31,13 @@ typedef struct {
     int max_len;          /* cache capacity (tokens) */
     int max_chunk;        /* most tokens one generator_forward call takes */
     int len;              /* tokens in the cache */
-    float *k_cache;       /* (L, max_len, Hkv*d), after RoPE; NULL with `attend` */
+    float *k_cache;       /* (L, max_len, Hkv*d), after RoPE; NULL with `attend` or under bf16 */
     float *v_cache;       /* (L, max_len, Hkv*d) */
+    int precision;        /* PRECISION_FP32 (0) or PRECISION_BF16 (generator_set_precision) */
+    bf16_t *k16_cache, *v16_cache; /* bf16 without `attend`: the cache as bf16 words (k and v are
+                                      bf16 values already, so nothing is lost) */
+    Bf16Scratch mm;       /* bf16: the matrix multiplies' operand copies (ops.h) */
+    double *acc;          /* (head_dim): one head's weighted values */
     /* scratch for up to max_chunk tokens */
     float *x, *xn, *q, *k, *v, *o; /* (T, D) (T, D) (T, H d) (T, Hkv d) (T, Hkv d) (T, H d) */
     float *gate, *up, *h, *rstd;   /* (T, F) x3, (T, H) */
@@ -47,6 +54,14 @@ int generator_init(Generator *g, const LlamaModel *m, int max_len, int max_chunk
 int generator_init_attend(Generator *g, const LlamaModel *m, int max_len, int max_chunk, GeneratorAttend attend,
                           void *ctx, SeqErr *e);
 void generator_free(Generator *g);
+/* bf16 mixed precision (PRECISION_BF16), as train's --precision bf16 forward runs it (model/
+ * layer_memory.h): every matrix multiply (q, k, v, o, gate, up, down, the LM head) on bf16 operands
+ * with fp32 accumulation; the normed inputs, SwiGLU's h, q and k after RoPE, v and attention's
+ * output o rounded to bf16 values as train rounds them; the residual stream, norms' statistics,
+ * attention's softmax (here in double) and the logits stay fp32. The cache then holds bf16 words,
+ * half the bytes, losing nothing (k and v are bf16 values). Call before the first forward; -1 with
+ * one line after it. */
+int generator_set_precision(Generator *g, int precision, SeqErr *e);
 
 /* Appends tokens[0..n) at positions len .. len+n-1 (n <= max_chunk, len + n <= max_len).
  * logits (n, V) receives every token's next-token logits when not NULL; last (V) receives the last

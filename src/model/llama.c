@@ -691,10 +691,10 @@ void llama_forward_logits(LlamaModel *m, LlamaActs *a, SeqAttention *attn, const
     hook(m, LLAMA_HOOK_BEFORE_HEAD, -1, 0);
     const float *x = layer_memory_input(a, c->num_hidden_layers);
     float *xn = xmalloc(sizeof(float) * (size_t)D), rstd;
-    for (int r = 0; r < n_rows; r++) {
+    for (int r = 0; r < n_rows; r++) { /* under bf16 the head's products as train's (bf16 operands) */
         if (rows[r] < 0 || rows[r] >= N) die("internal: logits of row %d of %d", rows[r], N);
-        rmsnorm_forward(xn, &rstd, x + (size_t)rows[r] * D, m->w.final_norm, 1, D, c->rms_norm_eps);
-        linear_forward(logits + (size_t)r * V, xn, m->w.lm_head, 1, D, V, 0);
+        norm_rounded(a, xn, &rstd, x + (size_t)rows[r] * D, m->w.final_norm, 1, D, c->rms_norm_eps);
+        mm_forward(a, logits + (size_t)r * V, xn, m->w.lm_head, 1, D, V, 0, BF16_IN_ROUNDED);
     }
     xfree(xn);
     hook(m, LLAMA_HOOK_AFTER_HEAD, -1, 0);

@@ -164,7 +164,8 @@ double llama_forward_scores(LlamaModel *m, LlamaActs *a, SeqAttention *attn, con
                             const int *positions, const int *docs, int N, double *token_loss, int *predictions);
 
 /* The forward of llama_forward_scores without targets or loss: the logits (n_rows, V) of local rows
- * rows[0..n_rows) (each row's final norm and the head, in fp32), e.g. a prompt's last token for
+ * rows[0..n_rows) (each row's final norm and the head: fp32, or under bf16 the head's products on
+ * bf16 operands as train's, the logits fp32), e.g. a prompt's last token for
  * generation (train/dist_generate.h). */
 void llama_forward_logits(LlamaModel *m, LlamaActs *a, SeqAttention *attn, const int *inputs, const int *positions,
                           int N, const int *rows, int n_rows, float *logits);

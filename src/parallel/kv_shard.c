@@ -24,13 +24,47 @@ void kv_shard_init(KvShard *s, int layers, int heads, int kv_heads, int head_dim
     s->all = xmalloc(sizeof(double) * (size_t)ranks * (size_t)heads * (size_t)(head_dim + 2));
 }
 
+void kv_shard_set_bf16(KvShard *s) {
+    if (s->bf16) return;
+    const size_t rows = (size_t)s->layers * (size_t)s->cap * (size_t)s->kv_heads * (size_t)s->head_dim;
+    xfree(s->k);
+    xfree(s->v);
+    s->k = s->v = NULL;
+    s->k16 = xmalloc(sizeof(bf16_t) * (rows ? rows : 1));
+    s->v16 = xmalloc(sizeof(bf16_t) * (rows ? rows : 1));
+    s->bf16 = 1;
+}
+
+/* Bytes of one cached value. */
+static size_t elem(const KvShard *s) { return s->bf16 ? sizeof(bf16_t) : sizeof(float); }
+
+/* Layer `layer`'s keys (or values) from row `row` on, as stored. */
+static void *at_row(const KvShard *s, int values, int layer, int row) {
+    const size_t i = ((size_t)layer * s->cap + (size_t)row) * s->kv_heads * s->head_dim;
+    if (s->bf16) return (values ? s->v16 : s->k16) + i;
+    return (values ? s->v : s->k) + i;
+}
+
+/* n rows of keys and values (fp32; bf16 values under bf16) into layer `layer` from row `row` on. */
+static void put_rows(KvShard *s, int layer, int row, int n, const float *k, const float *v) {
+    const size_t m = (size_t)n * s->kv_heads * s->head_dim;
+    if (s->bf16) {
+        bf16_pack(at_row(s, 0, layer, row), k, m);
+        bf16_pack(at_row(s, 1, layer, row), v, m);
+    } else {
+        memcpy(at_row(s, 0, layer, row), k, sizeof(float) * m);
+        memcpy(at_row(s, 1, layer, row), v, sizeof(float) * m);
+    }
+}
+
 void kv_shard_free(KvShard *s) {
+    xfree(s->k16); xfree(s->v16);
     xfree(s->pos); xfree(s->k); xfree(s->v); xfree(s->part); xfree(s->all); xfree(s->scores);
     memset(s, 0, sizeof *s);
 }
 
 size_t kv_shard_bytes(const KvShard *s) {
-    return 2 * sizeof(float) * (size_t)s->layers * (size_t)s->cap * (size_t)s->kv_heads * (size_t)s->head_dim;
+    return 2 * elem(s) * (size_t)s->layers * (size_t)s->cap * (size_t)s->kv_heads * (size_t)s->head_dim;
 }
 
 /* ------------------------------------------------------------------ capture */
@@ -51,10 +85,8 @@ static void capture_forward(SeqAttention *sa, const float *q, const float *k, co
     Capture *c = sa->ctx;
     KvShard *s = c->s;
     const int N = sa->heads.n_local;
-    const size_t kvd = (size_t)s->kv_heads * s->head_dim, at = (size_t)c->layer * s->cap * kvd;
     if (c->layer >= s->layers || N > s->cap) die("internal: captured layer %d of %d, %d rows of %d", c->layer, s->layers, N, s->cap);
-    memcpy(s->k + at, k, sizeof(float) * (size_t)N * kvd);
-    memcpy(s->v + at, v, sizeof(float) * (size_t)N * kvd);
+    put_rows(s, c->layer, 0, N, k, v);
     c->layer++;
     c->inner->window = sa->window;
     c->inner->forward(c->inner, q, k, v, o, saved);
@@ -91,15 +123,14 @@ SeqAttention *kv_capture_create(SeqAttention *inner, KvShard *s) {
 }
 
 void kv_shard_keep(KvShard *s, const int *positions, int N, int keep_below) {
-    const size_t kvd = (size_t)s->kv_heads * s->head_dim;
+    const size_t row = elem(s) * s->kv_heads * s->head_dim;
     int n = 0;
     for (int i = 0; i < N; i++) {
         if (positions[i] >= keep_below) continue;
         if (n != i)
             for (int l = 0; l < s->layers; l++) {
-                const size_t base = (size_t)l * s->cap * kvd;
-                memmove(s->k + base + (size_t)n * kvd, s->k + base + (size_t)i * kvd, sizeof(float) * kvd);
-                memmove(s->v + base + (size_t)n * kvd, s->v + base + (size_t)i * kvd, sizeof(float) * kvd);
+                memmove(at_row(s, 0, l, n), at_row(s, 0, l, i), row);
+                memmove(at_row(s, 1, l, n), at_row(s, 1, l, i), row);
             }
         s->pos[n++] = positions[i];
     }
@@ -118,8 +149,11 @@ int kv_shard_reserve(KvShard *s, int pos) {
  * their positions), those at a position in first..last only: p (H, d + 2) = the largest score m,
  * s = sum exp(score - m) and acc = sum exp(score - m) v, in double as one process's attention
  * (model/generate.c); m = -inf where no row is in reach. */
-static void partial(int H, int group, int d, size_t kvd, const float *q, const float *K, const float *V,
+static void partial(int H, int group, int d, size_t kvd, const float *q, const void *Kv, const void *Vv, int bf16,
                     const int *pos, int n, int first, int last, double *scores, double *part) {
+    /* bf16 words (exact bf16 values) are widened as they are read: the same sums as fp32 rows */
+    const float *K = bf16 ? NULL : Kv, *V = bf16 ? NULL : Vv;
+    const bf16_t *K16 = bf16 ? Kv : NULL, *V16 = bf16 ? Vv : NULL;
     const int stride = d + 2;
     const double scale = 1.0 / sqrt((double)d);
     for (int h = 0; h < H; h++) {
@@ -136,23 +170,38 @@ static void partial(int H, int group, int d, size_t kvd, const float *q, const f
                 if (m < 4) continue;
             }
             if (m == 4) {
-                const float *k0 = K + (size_t)js[0] * kvd + (size_t)kh * d, *k1 = K + (size_t)js[1] * kvd + (size_t)kh * d;
-                const float *k2 = K + (size_t)js[2] * kvd + (size_t)kh * d, *k3 = K + (size_t)js[3] * kvd + (size_t)kh * d;
+                const size_t o0 = (size_t)js[0] * kvd + (size_t)kh * d, o1 = (size_t)js[1] * kvd + (size_t)kh * d;
+                const size_t o2 = (size_t)js[2] * kvd + (size_t)kh * d, o3 = (size_t)js[3] * kvd + (size_t)kh * d;
                 double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-                for (int i = 0; i < d; i++) {
-                    const double x = qh[i];
-                    s0 += x * k0[i];
-                    s1 += x * k1[i];
-                    s2 += x * k2[i];
-                    s3 += x * k3[i];
+                if (K) {
+                    const float *k0 = K + o0, *k1 = K + o1, *k2 = K + o2, *k3 = K + o3;
+                    for (int i = 0; i < d; i++) {
+                        const double x = qh[i];
+                        s0 += x * k0[i];
+                        s1 += x * k1[i];
+                        s2 += x * k2[i];
+                        s3 += x * k3[i];
+                    }
+                } else {
+                    const bf16_t *k0 = K16 + o0, *k1 = K16 + o1, *k2 = K16 + o2, *k3 = K16 + o3;
+                    for (int i = 0; i < d; i++) {
+                        const double x = qh[i];
+                        s0 += x * bf16_to_float(k0[i]);
+                        s1 += x * bf16_to_float(k1[i]);
+                        s2 += x * bf16_to_float(k2[i]);
+                        s3 += x * bf16_to_float(k3[i]);
+                    }
                 }
                 scores[js[0]] = s0 * scale, scores[js[1]] = s1 * scale;
                 scores[js[2]] = s2 * scale, scores[js[3]] = s3 * scale;
             } else {
                 for (int r = 0; r < m; r++) {
-                    const float *kj = K + (size_t)js[r] * kvd + (size_t)kh * d;
+                    const size_t o = (size_t)js[r] * kvd + (size_t)kh * d;
                     double dot = 0;
-                    for (int i = 0; i < d; i++) dot += (double)qh[i] * kj[i];
+                    if (K)
+                        for (int i = 0; i < d; i++) dot += (double)qh[i] * K[o + i];
+                    else
+                        for (int i = 0; i < d; i++) dot += (double)qh[i] * bf16_to_float(K16[o + i]);
                     scores[js[r]] = dot * scale;
                 }
             }
@@ -165,10 +214,15 @@ static void partial(int H, int group, int d, size_t kvd, const float *q, const f
         if (mx > -INFINITY)
             for (int j = 0; j < n; j++) {
                 if (pos[j] < first || pos[j] > last) continue;
-                const float *vj = V + (size_t)j * kvd + (size_t)kh * d;
                 const double w = exp(scores[j] - mx);
                 sum += w;
-                for (int i = 0; i < d; i++) p[2 + i] += w * vj[i];
+                if (V) {
+                    const float *vj = V + (size_t)j * kvd + (size_t)kh * d;
+                    for (int i = 0; i < d; i++) p[2 + i] += w * vj[i];
+                } else {
+                    const bf16_t *vj = V16 + (size_t)j * kvd + (size_t)kh * d;
+                    for (int i = 0; i < d; i++) p[2 + i] += w * bf16_to_float(vj[i]);
+                }
             }
         p[0] = mx;
         p[1] = sum;
@@ -205,12 +259,8 @@ void kv_shard_attend(KvShard *s, Comm *c, MPI_Comm mc, int layer, int pos, int r
                      const float *k, const float *v, float *o) {
     const int H = s->heads, Hkv = s->kv_heads, d = s->head_dim, stride = d + 2;
     const size_t kvd = (size_t)Hkv * d;
-    const float *K = s->k + (size_t)layer * s->cap * kvd, *V = s->v + (size_t)layer * s->cap * kvd;
-    if (row >= 0) {
-        memcpy(s->k + ((size_t)layer * s->cap + (size_t)row) * kvd, k, sizeof(float) * kvd);
-        memcpy(s->v + ((size_t)layer * s->cap + (size_t)row) * kvd, v, sizeof(float) * kvd);
-    }
-    partial(H, H / Hkv, d, kvd, q, K, V, s->pos, s->n, reach(pos, window), pos, s->scores, s->part);
+    if (row >= 0) put_rows(s, layer, row, 1, k, v);
+    partial(H, H / Hkv, d, kvd, q, at_row(s, 0, layer, 0), at_row(s, 1, layer, 0), s->bf16, s->pos, s->n, reach(pos, window), pos, s->scores, s->part);
     const size_t bytes = sizeof(double) * (size_t)H * stride;
     if (s->ranks > 1) comm_allgather(c, COMM_TEAM, s->part, s->all, bytes, mc);
     else memcpy(s->all, s->part, bytes);
@@ -230,7 +280,7 @@ void kv_scheme_bytes(const KvShard *s, int T, long cached, const int *windows, d
          * the last W - 1 of them, and no later query reaches further back */
         const int w = windows ? windows[l] : 0;
         const double sent = w > 0 && w - 1 < cached ? (double)(w - 1) : (double)cached;
-        *pass_kv += (N - 1) * (sent * (2 * kvd * sizeof(float) + sizeof(int)) + (double)T * H * d * sizeof(float));
+        *pass_kv += (N - 1) * (sent * (2 * kvd * (double)elem(s) + sizeof(int)) + (double)T * H * d * sizeof(float));
     }
 }
 
@@ -242,14 +292,13 @@ void kv_shard_attend_block(KvShard *s, Comm *c, MPI_Comm mc, KvScheme scheme, in
                            const float *k, const float *v, float *o) {
     const int H = s->heads, Hkv = s->kv_heads, d = s->head_dim, stride = d + 2, R = s->ranks, group = H / Hkv;
     const size_t kvd = (size_t)Hkv * d, qd = (size_t)H * stride;
-    float *K = s->k + (size_t)layer * s->cap * kvd, *V = s->v + (size_t)layer * s->cap * kvd;
+    const void *K = at_row(s, 0, layer, 0), *V = at_row(s, 1, layer, 0);
+    const size_t es = elem(s); /* bytes of a cached value */
+    const MPI_Datatype edt = s->bf16 ? MPI_UINT16_T : MPI_FLOAT;
     int me = 0;
     if (R > 1) MPI_Comm_rank(mc, &me);
     for (int t = 0; t < T; t++) /* the new keys and values this rank keeps */
-        if (rows[t] >= 0) {
-            memcpy(K + (size_t)rows[t] * kvd, k + (size_t)t * kvd, sizeof(float) * kvd);
-            memcpy(V + (size_t)rows[t] * kvd, v + (size_t)t * kvd, sizeof(float) * kvd);
-        }
+        if (rows[t] >= 0) put_rows(s, layer, rows[t], 1, k + (size_t)t * kvd, v + (size_t)t * kvd);
     double *all = xmalloc(sizeof(double) * (size_t)R * T * qd), *acc = xmalloc(sizeof(double) * (size_t)d);
     if (scheme != KV_PASS_KV) {
         /* pass-Q: every query is on every rank already (the dense ops run everywhere); each attends
@@ -257,7 +306,7 @@ void kv_shard_attend_block(KvShard *s, Comm *c, MPI_Comm mc, KvScheme scheme, in
          * causal block is split as the rows are) and the partials are all-gathered */
         double *part = R > 1 ? xmalloc(sizeof(double) * (size_t)T * qd) : all;
         for (int t = 0; t < T; t++)
-            partial(H, group, d, kvd, q + (size_t)t * H * d, K, V, s->pos, s->n, reach(pos[t], window), pos[t],
+            partial(H, group, d, kvd, q + (size_t)t * H * d, K, V, s->bf16, s->pos, s->n, reach(pos[t], window), pos[t],
                     s->scores, part + (size_t)t * qd);
         if (R > 1) {
             comm_allgather(c, COMM_TEAM, part, all, sizeof(double) * (size_t)T * qd, mc);
@@ -275,8 +324,8 @@ void kv_shard_attend_block(KvShard *s, Comm *c, MPI_Comm mc, KvScheme scheme, in
          * no further back) are sent: this rank's packed in shard order, their counts exchanged */
         int *sent = xmalloc(sizeof(int) * (size_t)R), n_send = cached[me];
         const int *sendP = s->pos;
-        const float *sendK = K, *sendV = V;
-        float *packK = NULL, *packV = NULL;
+        const void *sendK = K, *sendV = V;
+        char *packK = NULL, *packV = NULL;
         int *packP = NULL;
         memcpy(sent, cached, sizeof(int) * (size_t)R);
         if (window > 0) {
@@ -284,13 +333,14 @@ void kv_shard_attend_block(KvShard *s, Comm *c, MPI_Comm mc, KvScheme scheme, in
             n_send = 0;
             for (int i = 0; i < cached[me]; i++) n_send += s->pos[i] >= lo;
             if (n_send < cached[me]) {
-                packK = xmalloc(sizeof(float) * ((size_t)n_send * kvd + 1));
-                packV = xmalloc(sizeof(float) * ((size_t)n_send * kvd + 1));
+                const size_t row_b = kvd * es;
+                packK = xmalloc((size_t)n_send * row_b + 1);
+                packV = xmalloc((size_t)n_send * row_b + 1);
                 packP = xmalloc(sizeof(int) * ((size_t)n_send + 1));
                 for (int i = 0, j = 0; i < cached[me]; i++)
                     if (s->pos[i] >= lo) {
-                        memcpy(packK + (size_t)j * kvd, K + (size_t)i * kvd, sizeof(float) * kvd);
-                        memcpy(packV + (size_t)j * kvd, V + (size_t)i * kvd, sizeof(float) * kvd);
+                        memcpy(packK + (size_t)j * row_b, (const char *)K + (size_t)i * row_b, row_b);
+                        memcpy(packV + (size_t)j * row_b, (const char *)V + (size_t)i * row_b, row_b);
                         packP[j++] = s->pos[i];
                     }
                 sendK = packK, sendV = packV, sendP = packP;
@@ -301,35 +351,41 @@ void kv_shard_attend_block(KvShard *s, Comm *c, MPI_Comm mc, KvScheme scheme, in
         int most = 0;
         for (int r = 0; r < R; r++)
             if (sent[r] > most) most = sent[r];
-        /* rank r's share at KV + r * rows_r * 2 kvd: its keys (rows_r rows), then its values */
-        const size_t rows_r = (size_t)most + (size_t)T;
-        float *KV = xmalloc(sizeof(float) * (size_t)R * rows_r * kvd * 2);
+        /* rank r's share at KV + r * rows_r * 2 row_b bytes: its keys (rows_r rows), then its values
+         * (es bytes a value: bf16 words under bf16, sent as they are) */
+        const size_t rows_r = (size_t)most + (size_t)T, row_b = kvd * es;
+        char *KV = xmalloc((size_t)R * rows_r * row_b * 2);
         int *P = xmalloc(sizeof(int) * (size_t)R * rows_r), *n_r = xmalloc(sizeof(int) * (size_t)R);
         for (int r = 0; r < R; r++) cnt[r] = (size_t)sent[r], dis[r] = (size_t)r * rows_r, n_r[r] = sent[r];
         if (R > 1) {
             comm_allgatherv(c, COMM_TEAM, sendP, (size_t)n_send, P, cnt, dis, MPI_INT, mc);
             for (int r = 0; r < R; r++) cnt[r] *= kvd, dis[r] *= 2 * kvd;
-            comm_allgatherv(c, COMM_TEAM, sendK, (size_t)n_send * kvd, KV, cnt, dis, MPI_FLOAT, mc);
-            comm_allgatherv(c, COMM_TEAM, sendV, (size_t)n_send * kvd, KV + rows_r * kvd, cnt, dis, MPI_FLOAT, mc);
+            comm_allgatherv(c, COMM_TEAM, sendK, (size_t)n_send * kvd, KV, cnt, dis, edt, mc);
+            comm_allgatherv(c, COMM_TEAM, sendV, (size_t)n_send * kvd, KV + rows_r * row_b, cnt, dis, edt, mc);
         } else {
             memcpy(P, sendP, sizeof(int) * (size_t)n_send);
-            memcpy(KV, sendK, sizeof(float) * (size_t)n_send * kvd);
-            memcpy(KV + rows_r * kvd, sendV, sizeof(float) * (size_t)n_send * kvd);
+            memcpy(KV, sendK, (size_t)n_send * row_b);
+            memcpy(KV + rows_r * row_b, sendV, (size_t)n_send * row_b);
         }
         xfree(packK); xfree(packV); xfree(packP); xfree(sent);
         for (int t = 0; t < T; t++) { /* the new rows, each in its keeper's share */
             const int r = owner[t];
-            float *Kr = KV + (size_t)r * rows_r * kvd * 2, *Vr = Kr + rows_r * kvd;
-            memcpy(Kr + (size_t)n_r[r] * kvd, k + (size_t)t * kvd, sizeof(float) * kvd);
-            memcpy(Vr + (size_t)n_r[r] * kvd, v + (size_t)t * kvd, sizeof(float) * kvd);
+            char *Kr = KV + (size_t)r * rows_r * row_b * 2, *Vr = Kr + rows_r * row_b;
+            if (s->bf16) {
+                bf16_pack((bf16_t *)(void *)(Kr + (size_t)n_r[r] * row_b), k + (size_t)t * kvd, kvd);
+                bf16_pack((bf16_t *)(void *)(Vr + (size_t)n_r[r] * row_b), v + (size_t)t * kvd, kvd);
+            } else {
+                memcpy(Kr + (size_t)n_r[r] * row_b, k + (size_t)t * kvd, row_b);
+                memcpy(Vr + (size_t)n_r[r] * row_b, v + (size_t)t * kvd, row_b);
+            }
             P[(size_t)r * rows_r + n_r[r]++] = pos[t];
         }
         double *scores = xmalloc(sizeof(double) * rows_r);
         const int t0 = block(T, R, me), t1 = block(T, R, me + 1);
         for (int t = t0; t < t1; t++) {
             for (int r = 0; r < R; r++) {
-                const float *Kr = KV + (size_t)r * rows_r * kvd * 2;
-                partial(H, group, d, kvd, q + (size_t)t * H * d, Kr, Kr + rows_r * kvd, P + (size_t)r * rows_r, n_r[r],
+                const char *Kr = KV + (size_t)r * rows_r * row_b * 2;
+                partial(H, group, d, kvd, q + (size_t)t * H * d, Kr, Kr + rows_r * row_b, s->bf16, P + (size_t)r * rows_r, n_r[r],
                         reach(pos[t], window), pos[t], scores, all + (size_t)r * qd);
             }
             merge(H, d, R, all, qd, acc, o + (size_t)t * H * d);

@@ -17,6 +17,7 @@
 #include <mpi.h>
 
 #include "attention/seq_attention.h"
+#include "kernels/bf16.h"
 #include "parallel/comm.h"
 
 typedef struct {
@@ -24,7 +25,9 @@ typedef struct {
     int cap;      /* rows per layer */
     int n;        /* rows held */
     int *pos;     /* (cap) each row's global position */
-    float *k, *v; /* (layers, cap, kv_heads * head_dim), after RoPE */
+    float *k, *v; /* (layers, cap, kv_heads * head_dim), after RoPE; NULL under bf16 */
+    int bf16;     /* kv_shard_set_bf16: k16 and v16 instead, the same shape in bf16 words */
+    bf16_t *k16, *v16;
     double *scores; /* (cap): one query's scores over the rows */
     double *part; /* (heads, head_dim + 2): this rank's partial result of one query */
     double *all;  /* (ranks, heads, head_dim + 2): every rank's */
@@ -33,6 +36,9 @@ typedef struct {
 
 void kv_shard_init(KvShard *s, int layers, int heads, int kv_heads, int head_dim, int cap, int ranks);
 void kv_shard_free(KvShard *s);
+/* Holds the keys and values as bf16 words (half the bytes): for a forward whose attention takes
+ * bf16 values (--precision bf16), which the words hold exactly. Before anything is kept. */
+void kv_shard_set_bf16(KvShard *s);
 /* The cache's bytes on this rank (its keys and values as allocated: cap rows). */
 size_t kv_shard_bytes(const KvShard *s);
 
@@ -62,7 +68,8 @@ void kv_shard_attend(KvShard *s, Comm *c, MPI_Comm mc, int layer, int pos, int r
  *   pass-KV: the cache moves, each rank answers T/N of the queries over every rank's cached rows
  *            (all-gathered: keys, values, positions; under a sliding window W only the rows the
  *            block's first query reaches, min(C, W - 1)) and the new rows, and the outputs (T x H
- *            x d floats) are all-gathered: (N - 1) (C (2 Hkv d 4 + 4) + T H d 4) bytes a layer.
+ *            x d floats) are all-gathered: (N - 1) (C (2 Hkv d e + 4) + T H d 4) bytes a layer, e
+ *            the bytes of a cached value (4, or 2 under bf16: the words travel as they are).
  * KV_AUTO: the one that moves fewer bytes (pass-Q on a tie). */
 typedef enum { KV_AUTO = 0, KV_PASS_Q, KV_PASS_KV } KvScheme;
 const char *kv_scheme_name(KvScheme k); /* "pass-Q", "pass-KV", "auto" */

@@ -33,6 +33,8 @@ void dist_generator_init(DistGenerator *g, LlamaModel *m, SeqParallel *par, int 
     const long cap = (long)par->n_local + (max_new + g->ranks - 1) / g->ranks + 1;
     kv_shard_init(&g->shard, c->num_hidden_layers, c->num_attention_heads, c->num_key_value_heads, c->head_dim,
                   (int)cap, g->ranks);
+    g->precision = par->cfg.wire_bf16 ? PRECISION_BF16 : PRECISION_FP32; /* --precision bf16 */
+    if (g->precision == PRECISION_BF16) kv_shard_set_bf16(&g->shard); /* bf16 values: the words hold them */
     g->counts = xcalloc((size_t)g->ranks, sizeof(int));
     g->row = -1;
     SeqErr e;
@@ -40,7 +42,8 @@ void dist_generator_init(DistGenerator *g, LlamaModel *m, SeqParallel *par, int 
     g->rows = xmalloc(sizeof(int) * (size_t)max_block);
     g->owners = xmalloc(sizeof(int) * (size_t)max_block);
     g->cached = xmalloc(sizeof(int) * (size_t)g->ranks);
-    if (generator_init_attend(&g->gen, m, (int)((long)prompt_len + max_new), max_block, attend, g, &e) != 0)
+    if (generator_init_attend(&g->gen, m, (int)((long)prompt_len + max_new), max_block, attend, g, &e) != 0 ||
+        generator_set_precision(&g->gen, g->precision, &e) != 0)
         die("%s", e.msg);
 }
 
@@ -74,7 +77,7 @@ void dist_generator_prefill(DistGenerator *g, const int *prompt, float *last, fl
     }
     float *out = xmalloc(sizeof(float) * (size_t)V * (size_t)(n_rows ? n_rows : 1));
     SeqAttention *capture = kv_capture_create(par->attn, &g->shard);
-    LlamaActsOptions ao = {.rank = g->rank, .no_stream = 1, .forward_only = 1};
+    LlamaActsOptions ao = {.rank = g->rank, .no_stream = 1, .forward_only = 1, .precision = g->precision};
     LlamaActs *acts = llama_acts_create_opts(g->m, capture, N, &ao);
     llama_forward_logits(g->m, acts, capture, local, par->positions, N, rows, n_rows, out);
     llama_acts_free(acts);

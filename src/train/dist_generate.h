@@ -10,7 +10,8 @@
  * (sample_next_token, one rank's seeds and rules) and sends it to the others. A block of new tokens
  * continuing the cache (a second prompt: dist_generator_continue) runs its dense ops on every rank
  * at once and its attention by pass-Q or pass-KV (parallel/kv_shard.h), each token kept as a
- * decoded one would be.
+ * decoded one would be. Under --precision bf16 (ParallelConfig.wire_bf16) every part runs train's
+ * bf16 forward and the cache is kept in bf16 (kv_shard_set_bf16), as one process keeps it.
  * Not here: the flags and output (cli/cmd_sample.c); data parallelism (one sequence). */
 #ifndef SEQPAR_DIST_GENERATE_H
 #define SEQPAR_DIST_GENERATE_H
@@ -33,6 +34,9 @@ typedef struct {
     KvScheme scheme;   /* the block's */
     int *rows, *owners; /* (max_block) each block token's row here (-1 elsewhere) and the rank keeping it */
     int *cached;       /* (ranks) rows each shard held before the block */
+    int precision;     /* PRECISION_BF16 where par->cfg.wire_bf16 (--precision bf16): the prefill's
+                          forward is train's bf16 forward, the generator's too (generator_set_precision),
+                          and the shard holds bf16 words */
 } DistGenerator;
 
 /* Ready for a prompt of prompt_len tokens and max_new tokens after it in all (generated or

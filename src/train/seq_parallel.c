@@ -206,7 +206,7 @@ void seq_parallel_finish(SeqParallel *p, const LlamaConfig *model, size_t n_para
     comm_set_timeout(p->comm, cfg->comm_timeout * COMM_SLOW_PHASE_FACTOR); /* the caller shortens it after step 1 */
     AttnHeads heads = {.n_local = p->n_local, .n_heads = model->num_attention_heads,
                        .n_kv_heads = model->num_key_value_heads, .head_dim = model->head_dim,
-                       .precision = cfg->wire_bf16 ? PRECISION_BF16 : PRECISION_FP32};
+                       .precision = p->params.attn_bf16 ? PRECISION_BF16 : PRECISION_FP32};
     p->attn = sp > 1 || own ? strategy_create_attention(p->strategy, &p->params, &p->topo, p->comm)
                      : local_attention_create(heads);
     grad_sync_init(&p->sync, MPI_COMM_WORLD, p->comm, n_params, cfg->zero, cfg->zero_group);
