@@ -295,6 +295,9 @@ int cmd_sample(int argc, char **argv) {
     if (!dist) set_threads(o.pc.threads > 0 ? o.pc.threads : 1);
     LlamaModel model;
     model_from_dir(&model, o.model_dir, 1, 0);
+    xfree(model.grads); /* no backward: no gradients (calloc'd and never written, so never resident) */
+    model.grads = NULL;
+    mem_tracked_reset_peak(); /* the peak printed at the end is the run's, as `seqpar memory --sample` counts it */
     int V = model.cfg.vocab_size, byte_level = V == 256 || V == 257;
     int n_prompt = 0, *prompt = read_prompt("prompt", "prompt-tokens", o.prompt, o.prompt_tokens, o.model_dir, V, &n_prompt);
     int n_cont = 0, *cont = o.cont || o.cont_tokens ? read_prompt("continue-prompt", "continue-tokens", o.cont,
@@ -352,8 +355,6 @@ int cmd_sample(int argc, char **argv) {
     /* the prompt's rows, then (a second turn) the block's */
     float *prompt_logits = o.prompt_logits ? xmalloc(sizeof(float) * (size_t)(n_prompt + block) * V) : NULL;
     if (dist) {
-        xfree(model.grads); /* no backward: no gradients */
-        model.grads = NULL;
         const Strategy *st = strategy_named(o.pc.strategy);
         int hp = 1, cp = 1;
         char *grid = st && !o.pc.hp && !o.pc.cp && !o.pc.dp
@@ -532,8 +533,9 @@ int cmd_sample(int argc, char **argv) {
     }
     if (dist) {
         unsigned long long cache = dist_generator_cache_bytes(&dg), most = cache;
-        double times[3] = {t_prompt, t_gen, t_cont};
+        double times[3] = {t_prompt, t_gen, t_cont}, peak[2] = {(double)mem_tracked_peak(), (double)mem_peak_rss()};
         if (world > 1) {
+            comm_control_allreduce(par.comm, "MPI_Iallreduce (sample peaks)", peak, 2, MPI_DOUBLE, MPI_MAX, par.topo.world);
             comm_control_allreduce(par.comm, "MPI_Iallreduce (sample memory)", &most, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX,
                                    par.topo.world);
             comm_control_allreduce(par.comm, "MPI_Iallreduce (sample times)", times, 3, MPI_DOUBLE, MPI_MAX, par.topo.world);
@@ -550,12 +552,17 @@ int cmd_sample(int argc, char **argv) {
                     "%.3f s (%.2f ms/token); key/value cache %llu bytes (%.3f MiB) on the largest rank\n", world, n_prompt - skip,
                     t_prompt, t_prompt > 0 ? (n_prompt - skip) / t_prompt : 0.0, made, t_gen,
                     made > 0 ? 1e3 * t_gen / (double)made : 0.0, most, (double)most / (1 << 20));
+        if (root) /* what `seqpar memory --sample` estimates: the tracked allocations; RSS adds the runtimes' */
+            fprintf(stderr, "seqpar sample: peak memory of the largest rank: %.1f MiB tracked, %.1f MiB resident\n",
+                    peak[0] / (1 << 20), peak[1] / (1 << 20));
         dist_generator_free(&dg);
         parallel_free_or_die(&par);
         if (failed) die_collective("seqpar sample: --prompt-logits %s could not be written", o.prompt_logits);
     } else {
         fprintf(stderr, "seqpar sample: prompt %d tokens in %.3f s (CPU %.3f s); generated %ld tokens in %.3f s (CPU %.3f s): "
                 "%.1f tokens/s\n", n_prompt - skip, t_prompt, c_prompt, made, t_gen, c_gen, t_gen > 0 ? (double)made / t_gen : 0.0);
+        fprintf(stderr, "seqpar sample: peak memory: %.1f MiB tracked, %.1f MiB resident\n",
+                (double)mem_tracked_peak() / (1 << 20), (double)mem_peak_rss() / (1 << 20));
         generator_free(&g);
         if (failed) exit(1);
     }

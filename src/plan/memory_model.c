@@ -89,6 +89,10 @@ static double flash_transient(int threads, double nq, double nk, int kv_heads, i
     return fwd > bwd ? fwd : bwd;
 }
 
+double memory_model_flash_floats(int threads, double nq, double nk, int kv_heads, int group, int d) {
+    return flash_transient(threads, nq, nk, kv_heads, group, d, NULL, 0);
+}
+
 /* The bf16 GEMMs' operand copies (ops.c's Bf16Scratch, kept across calls: as large as the
  * largest call's two operand copies together) over R rows of the attention half's projections
  * and fr rows of the MLP's (F-wide rows ldF apart), as llama.c calls them: bf16 copies on the

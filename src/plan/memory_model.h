@@ -82,4 +82,9 @@ char *batch_split_error(int batch, int dp);
  * norm and an untied head). */
 void memory_model_unit_sizes(const LlamaConfig *c, double *embed, double *layer, double *tail);
 
+/* Floats of the fp32 flash-attention kernel's transient buffers for one call of nq query and nk key
+ * rows (per-thread tiles, the call's compact K and V copies; its backward's too, whichever is more):
+ * what `seqpar memory` counts in a layer's working set, for plan/sample_memory.h. */
+double memory_model_flash_floats(int threads, double nq, double nk, int kv_heads, int group, int d);
+
 #endif
