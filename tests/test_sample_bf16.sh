@@ -13,7 +13,9 @@
 #   - the cache on 1 and 4 ranks is half fp32's bytes;
 #   - a second turn by pass-Q and by pass-KV (the cache moves as bf16 words): one process's tokens, the
 #     two schemes' logits the same bits, the bytes printed the bytes moved;
-#   - sampling (temperature, top-k, top-p, repetition penalty, one seed): one process's text.
+#   - sampling (temperature, top-k, top-p, repetition penalty, one seed): one process's text;
+#   - on the conversion path (SEQPAR_ISA=avx2, as a CPU without AVX512_BF16 runs train's bf16): no
+#     refusal, 3 ranks give one process's tokens there too.
 # Prints "N passed, N failed".
 set -u
 BUILD=${1:-build}
@@ -75,6 +77,16 @@ case_np win "$W" $PW 2 lightseq
 case_np win "$W" $PW 4 wallfacer --team 2
 case_np q3 "$Q3" $PQ3 2 ring
 case_np q3 "$Q3" $PQ3 4 2d --hp 2 --cp 2
+
+# ---- a CPU without AVX512_BF16 (SEQPAR_ISA=avx2: train's conversion path, fp32 sgemm on bf16 values):
+# no refusal, as train's; ranks against one process on that path alike
+SEQPAR_ISA=avx2 timeout 60 "$SEQPAR" sample --model "$W" --prompt-tokens $PW --temperature 0 --max-new-tokens 64 \
+    --stop-token -1 --ids --precision bf16 --prompt-logits "$T/cv.f32" >"$T/cv.ids" 2>"$T/cv.err"
+SEQPAR_ISA=avx2 run_np 3 "$SEQPAR" sample --model "$W" --prompt-tokens $PW --temperature 0 --max-new-tokens 64 \
+    --stop-token -1 --ids --precision bf16 --prompt-logits "$T/cv3.f32" --strategy ring >"$T/cv3.ids" 2>"$T/cv3.err"
+if grep -q "bf16 path: convert" "$T/cv.err" && grep -q "bf16 path: convert" "$T/cv3.err" && cmp -s "$T/cv.ids" "$T/cv3.ids" &&
+    [ "$(tr ',' '\n' <"$T/cv.ids" | wc -l)" -eq 64 ] && within "$T/cv3.f32" "$T/cv.f32" 2e-2; then ok; else
+    bad "the conversion path: $(tail -n 1 "$T/cv3.err"), $(cat "$T/cv3.ids") against $(cat "$T/cv.ids")"; fi
 
 # ---- the cache in bf16: half fp32's bytes on 1 and on 4 ranks
 B="$FIX/tiny_bytes"
