@@ -2,7 +2,7 @@
 # `seqpar memory --sample` (plan/sample_memory.h) against what `seqpar sample` measures on small runs
 # (a 2-layer model, hidden 256, 4 heads of 64, 2 KV heads, ffn 1024, a 2048-byte prompt): the
 # estimated peak of the largest rank is at least its tracked peak and at most 5% + 0.5 MiB above it
-# (seen: 0 to 3.7% above, bench/results/2026-12-07-sample-memory.md), and the resident peak lies
+# (seen: 0 to 4.2% above here; 0.04% below at 44K tokens, bench/results/2026-12-07-sample-memory.md), and the resident peak lies
 # between 0.9x the estimate and the estimate plus 64 MiB (the C runtime, MPI and thread stacks:
 # 0 to 28 MiB seen); for one process's own path, ring on 1 rank, ulysses on 2, 2d on 4 and
 # allgather on 3, fp32 and bf16. Then the longest prompt that fits a budget does fit it and one
