@@ -35,8 +35,8 @@ void kv_shard_set_bf16(KvShard *s) {
     s->bf16 = 1;
 }
 
-/* Bytes of one cached value. */
-static size_t elem(const KvShard *s) { return s->bf16 ? sizeof(bf16_t) : sizeof(float); }
+size_t kv_shard_elem(const KvShard *s) { return s->bf16 ? sizeof(bf16_t) : sizeof(float); }
+static size_t elem(const KvShard *s) { return kv_shard_elem(s); }
 
 /* Layer `layer`'s keys (or values) from row `row` on, as stored. */
 static void *at_row(const KvShard *s, int values, int layer, int row) {
@@ -44,6 +44,8 @@ static void *at_row(const KvShard *s, int values, int layer, int row) {
     if (s->bf16) return (values ? s->v16 : s->k16) + i;
     return (values ? s->v : s->k) + i;
 }
+
+void *kv_shard_rows(const KvShard *s, int values, int layer) { return at_row(s, values, layer, 0); }
 
 /* n rows of keys and values (fp32; bf16 values under bf16) into layer `layer` from row `row` on. */
 static void put_rows(KvShard *s, int layer, int row, int n, const float *k, const float *v) {

@@ -39,6 +39,11 @@ void kv_shard_free(KvShard *s);
 /* Holds the keys and values as bf16 words (half the bytes): for a forward whose attention takes
  * bf16 values (--precision bf16), which the words hold exactly. Before anything is kept. */
 void kv_shard_set_bf16(KvShard *s);
+/* Bytes of one cached value: 4 (fp32) or 2 (bf16 words). */
+size_t kv_shard_elem(const KvShard *s);
+/* Layer `layer`'s keys (values 0) or values (1), cap rows of kv_heads * head_dim values as stored:
+ * float * for fp32, bf16_t * under bf16 (for code that saves or loads a shard as it is). */
+void *kv_shard_rows(const KvShard *s, int values, int layer);
 /* The cache's bytes on this rank (its keys and values as allocated: cap rows). */
 size_t kv_shard_bytes(const KvShard *s);
 
