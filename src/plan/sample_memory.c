@@ -110,7 +110,7 @@ char *sample_memory_estimate(const LlamaConfig *c, const ParallelConfig *pc_in, 
     out->cache = 2 * L * cap * kvd * e + 4 * cap + 8 * cap + 8 * H * (d + 2) * (1 + world);
     /* decode: the generator's one row, kept from before the prefill; its bf16 copies, made by the first token */
     const double gen_rows = generator_bytes(c, 1, 0), gen_bf16 = generator_bytes(c, 1, bf16) - gen_rows;
-    out->decode = gen_rows + gen_bf16 + common;
+    out->decode = gen_rows + gen_bf16 + common + 4 * N /* the layout's positions (SeqParallel) */;
 
     /* the prefill: forward-only activations (layer_memory.c), whole layers */
     long rows;
@@ -157,7 +157,7 @@ char *sample_memory_estimate(const LlamaConfig *c, const ParallelConfig *pc_in, 
     }
     out->prefill = prefill_most;
     /* kept throughout: weights, cache, the generator's rows; then the prefill or decode's copies */
-    out->total = out->weights + out->cache + gen_rows + common + (prefill_most > gen_bf16 ? prefill_most : gen_bf16);
+    out->total = out->weights + out->cache + gen_rows + common + 4 * N + (prefill_most > gen_bf16 ? prefill_most : gen_bf16);
     return NULL;
 }
 
