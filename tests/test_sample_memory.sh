@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `seqpar memory --sample` (plan/sample_memory.h) against what `seqpar sample` measures on small runs
 # (a 2-layer model, hidden 256, 4 heads of 64, 2 KV heads, ffn 1024, a 2048-byte prompt): the
-# estimated peak of the largest rank is at least its tracked peak and at most 5% + 0.5 MiB above it
+# estimated peak of the largest rank is at least its tracked peak (both printed to 0.1 MiB) and at
+# most 5% + 0.5 MiB above it
 # (seen: 0 to 4.2% above here; 0.04% below at 44K tokens, bench/results/2026-12-07-sample-memory.md), and the resident peak lies
 # between 0.9x the estimate and the estimate plus 64 MiB (the C runtime, MPI and thread stacks:
 # 0 to 28 MiB seen); for one process's own path, ring on 1 rank, ulysses on 2, 2d on 4 and
@@ -30,7 +31,7 @@ check() {
     est=$("$SEQPAR" memory --sample --model "$T/m" --seq-len "$len" --max-new-tokens 8 --ranks "$np" --threads 1 \
         --precision "$p" "${sf[@]}" 2>&1 | sed -nE 's/^  peak +([0-9.]+) MiB.*/\1/p')
     if [ -n "$meas" ] && [ -n "$est" ] && awk -v m="$meas" -v e="$est" 'BEGIN { split(m, a, " ");
-        exit !(e >= a[1] && e <= a[1] * 1.05 + 0.5 && a[2] >= 0.9 * e && a[2] <= e + 64) }'; then ok; else
+        exit !(e >= a[1] - 0.1 && e <= a[1] * 1.05 + 0.5 && a[2] >= 0.9 * e && a[2] <= e + 64) }'; then ok; else
         bad "np $np $p ${sf[*]} prompt $len: measured tracked/resident MiB '$meas', estimate '$est'"; fi
 }
 check 1 512 fp32
