@@ -15,7 +15,9 @@
 #   - a block after a cache run 4 (or 3) tokens at a time: the same bits as one block, the bytes
 #     printed the bytes moved;
 #   - pass-KV under a Mistral's window of 7: the bytes printed are the formula's with 6 cached rows a
-#     layer (not the whole cache), and the bytes moved.
+#     layer (not the whole cache), and the bytes moved;
+#   - --precision bf16: a cache of bf16 words saved on 2 ranks and continued by both schemes gives
+#     one bf16 process's tokens; its shards hold 2 bytes a value; a fp32 run on it is refused.
 # Prints "N passed, N failed".
 set -u
 BUILD=${1:-build}
@@ -173,4 +175,34 @@ done
 want=$(awk 'BEGIN { N = 3; L = 2; Hkv = 2; d = 8; H = 4; T = 14; printf "%.3f", (N - 1) * L * (6 * (2 * Hkv * d * 4 + 4) + T * H * d * 4) / 1e6 }')
 said=$(sed -nE 's/.*continue: 14 new tokens after 42 cached: pass-KV \(([0-9.]+) MB\).*/\1/p' "$T/one-pass-kv.err")
 if [ "$said" = "$want" ]; then ok; else bad "pass-KV under a window of 7: printed ${said:-nothing} MB, the window's rows give $want MB"; fi
+# ---- bf16 (--precision bf16: the cache kept as bf16 words, dtype bf16 in the manifest): a cache
+# saved on 2 ranks and continued by pass-Q and pass-KV, one bf16 process's 64 greedy tokens on the
+# whole prompt; the shard files half the fp32 ones' value bytes; a fp32 run on the bf16 cache refused
+B16=(--precision bf16)
+timeout 60 "$SEQPAR" "${GS[@]}" "${B16[@]}" --prompt-tokens "$GP2" >"$T/b16ref.ids" 2>"$T/b16.err" ||
+    bad "one bf16 process on the whole prompt: $(tail -n 2 "$T/b16.err")"
+DB="$T/cache16"
+if run_np 2 "$SEQPAR" "${GS[@]}" "${B16[@]}" --prompt-tokens "$GP1" --strategy ring --prefix-cache "$DB" \
+        >"$T/b16a.ids" 2>"$T/b16a.err" && grep -q '^dtype bf16$' "$DB/manifest.txt"; then ok
+else bad "saving a bf16 cache: $(grep -v '^--' "$T/b16a.err" | tail -n 2)"; fi
+cp -r "$DB" "$T/saved16"
+for sch in pass-q pass-kv; do
+    rm -rf "$DB" && cp -r "$T/saved16" "$DB"
+    if run_np 2 "$SEQPAR" "${GS[@]}" "${B16[@]}" --prompt-tokens "$GP2" --strategy ring --prefix-cache "$DB" \
+            --continue-scheme $sch >"$T/b16h.ids" 2>"$T/b16h.err" &&
+        grep -q "reused their cache, prefilled the 7 new ones" "$T/b16h.err" && cmp -s "$T/b16h.ids" "$T/b16ref.ids"; then ok
+    else bad "bf16 $sch hit: $(cat "$T/b16h.ids"), one bf16 process $(cat "$T/b16ref.ids"); $(grep -v '^--' "$T/b16h.err" | tail -n 2)"; fi
+done
+# a 13-token bf16 shard pair against fp32's: 2 layers x 2 (keys, values) x 13 rows x 2 KV heads x 8 x 2 bytes fewer
+DF="$T/cache32"
+run_np 2 "$SEQPAR" "${GS[@]}" --prompt-tokens "$GP1" --strategy ring --prefix-cache "$DF" >/dev/null 2>&1
+f32=$(cat "$DF"/kv-*.bin 2>/dev/null | wc -c)
+rm -rf "$DB" && cp -r "$T/saved16" "$DB" && b16=$(cat "$DB"/kv-*.bin | wc -c)
+L16=$(sed -nE 's/^shape ([0-9]+) ([0-9]+) ([0-9]+)$/\1 \2 \3/p' "$DB/manifest.txt")
+want=$(echo "$L16" | awk '{ print 2 * $1 * 13 * $2 * $3 * 2 }')
+if [ -n "$want" ] && [ $((f32 - b16)) -eq "$want" ]; then ok; else
+    bad "bf16 shards: $b16 bytes against fp32's $f32 (want $want fewer: the values in 2 bytes)"; fi
+err=$(run_np 2 "$SEQPAR" "${GS[@]}" --prompt-tokens "$GP2" --strategy ring --prefix-cache "$DB" 2>&1 >/dev/null); rc=$?
+if [ $rc -ne 0 ] && [ "$(printf '%s\n' "$err" | grep -c "holds a bf16 cache and this run computes in f32")" -eq 2 ]; then ok; else
+    bad "a fp32 run on a bf16 cache: status $rc: $(printf '%s\n' "$err" | grep -v '^--' | tail -n 2)"; fi
 summary test_prefix_cache

@@ -315,14 +315,18 @@ out:
 
 /* ------------------------------------------------------------------ shard files */
 
-/* Writes a shard: rows of keys and values (rows r of layer l at K + (l stride + r) kvd), their
- * positions; *crc the file's CRC-32. */
+/* Bytes of a cached value under the cache's dtype: 4 ("f32") or 2 ("bf16": the words as kept). */
+static size_t dtype_bytes(const char *dtype) { return strcmp(dtype, "bf16") ? sizeof(float) : sizeof(bf16_t); }
+
+/* Writes a shard: rows of keys and values of es bytes a value (rows r of layer l at K + (l stride +
+ * r) kvd values), their positions; *crc the file's CRC-32. The header's last word says the values'
+ * type (0 fp32, 1 bf16 words). */
 static int shard_write(const char *path, int rank, int ranks, int L, int Hkv, int d, int rows, const int *pos,
-                       const float *K, const float *V, size_t stride, uint32_t *crc, SeqErr *e) {
+                       const void *K, const void *V, size_t es, size_t stride, uint32_t *crc, SeqErr *e) {
     AtomicFile af;
     if (atomic_open(&af, path, e) != 0) return -1;
     const size_t kvd = (size_t)Hkv * d;
-    const int32_t hdr[SHARD_HEADER_INTS] = {SHARD_VERSION, rank, ranks, L, Hkv, d, rows, 0};
+    const int32_t hdr[SHARD_HEADER_INTS] = {SHARD_VERSION, rank, ranks, L, Hkv, d, rows, es == sizeof(bf16_t)};
     uint32_t c = crc32_bytes(0, SHARD_MAGIC, 8);
     atomic_write(&af, SHARD_MAGIC, 8);
     c = crc32_bytes(c, hdr, sizeof hdr);
@@ -331,9 +335,9 @@ static int shard_write(const char *path, int rank, int ranks, int L, int Hkv, in
     atomic_write(&af, pos, sizeof(int) * (size_t)rows);
     for (int half = 0; half < 2; half++)
         for (int l = 0; l < L; l++) {
-            const float *src = (half ? V : K) + (size_t)l * stride * kvd;
-            c = crc32_bytes(c, src, sizeof(float) * (size_t)rows * kvd);
-            atomic_write(&af, src, sizeof(float) * (size_t)rows * kvd);
+            const char *src = (const char *)(half ? V : K) + (size_t)l * stride * kvd * es;
+            c = crc32_bytes(c, src, es * (size_t)rows * kvd);
+            atomic_write(&af, src, es * (size_t)rows * kvd);
         }
     atomic_write(&af, &c, sizeof c);
     if (atomic_commit(&af, e) != 0) return -1;
@@ -342,16 +346,17 @@ static int shard_write(const char *path, int rank, int ranks, int L, int Hkv, in
 }
 
 /* Reads rank's shard named in the manifest, checking it against the manifest: its rows at a
- * position below keep_below go to K, V (layer stride `stride` rows): at row = position when
- * by_position, else in file order (their positions to pos_out); *n_out their count. */
+ * position below keep_below go to K, V (values of id->dtype's bytes, layer stride `stride` rows): at
+ * row = position when by_position, else in file order (their positions to pos_out); *n_out their
+ * count. */
 static int shard_read(const PrefixCache *pc, const char *dir, const PrefixIdent *id, int rank, int keep_below,
-                      float *K, float *V, size_t stride, int by_position, int *pos_out, int *n_out, SeqErr *e) {
+                      void *K, void *V, size_t stride, int by_position, int *pos_out, int *n_out, SeqErr *e) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, pc->files[rank]);
     const int rows = pc->rows[rank], L = id->layers;
-    const size_t kvd = (size_t)id->kv_heads * id->head_dim;
+    const size_t kvd = (size_t)id->kv_heads * id->head_dim, es = dtype_bytes(id->dtype), row_b = kvd * es;
     const uint64_t want = 8 + sizeof(int32_t) * (SHARD_HEADER_INTS + (uint64_t)rows) +
-                          2 * sizeof(float) * (uint64_t)L * rows * kvd + sizeof(uint32_t);
+                          2 * (uint64_t)L * rows * row_b + sizeof(uint32_t);
     uint64_t size;
     const int fd = open_regular_file(path, "prefix cache shard", &size, e);
     if (fd < 0)
@@ -366,13 +371,13 @@ static int shard_read(const PrefixCache *pc, const char *dir, const PrefixIdent 
     int32_t hdr[SHARD_HEADER_INTS];
     int rc = -1, n = 0;
     int *pos = xmalloc(sizeof(int) * (size_t)(rows ? rows : 1));
-    float *scratch = xmalloc(sizeof(float) * kvd);
+    char *scratch = xmalloc(row_b);
     const char *problem = NULL;
     if (size != want) problem = "its size is not the one its rows give";
     else if (fread(magic, 1, 8, f) != 8 || memcmp(magic, SHARD_MAGIC, 8)) problem = "not a shard file";
     else if (fread(hdr, sizeof hdr, 1, f) != 1 || hdr[0] != SHARD_VERSION || hdr[1] != rank ||
              hdr[2] != pc->ranks || hdr[3] != L || hdr[4] != id->kv_heads || hdr[5] != id->head_dim || hdr[6] != rows ||
-             hdr[7] != 0)
+             hdr[7] != (es == sizeof(bf16_t)))
         problem = "its header is not the manifest's";
     else if (fread(pos, sizeof(int), (size_t)rows, f) != (size_t)rows ||
              memcmp(pos, pc->positions[rank], sizeof(int) * (size_t)rows))
@@ -382,16 +387,16 @@ static int shard_read(const PrefixCache *pc, const char *dir, const PrefixIdent 
                                  sizeof(int) * (size_t)rows);
         for (int half = 0; half < 2 && !problem; half++)
             for (int l = 0; l < L && !problem; l++) {
-                float *dst = (half ? V : K) + (size_t)l * stride * kvd;
+                char *dst = (char *)(half ? V : K) + (size_t)l * stride * row_b;
                 int k = 0;
                 for (int i = 0; i < rows; i++) {
                     const int keep = pos[i] < keep_below;
-                    float *row = !keep ? scratch : dst + (size_t)(by_position ? pos[i] : k) * kvd;
-                    if (fread(row, sizeof(float), kvd, f) != kvd) {
+                    char *row = !keep ? scratch : dst + (size_t)(by_position ? pos[i] : k) * row_b;
+                    if (fread(row, es, kvd, f) != kvd) {
                         problem = "it ends early";
                         break;
                     }
-                    c = crc32_bytes(c, row, sizeof(float) * kvd);
+                    c = crc32_bytes(c, row, row_b);
                     k += keep;
                 }
                 n = k;
@@ -423,14 +428,17 @@ int prefix_cache_load_dist(const PrefixCache *pc, const char *dir, DistGenerator
     const long fair = ((long)pc->reuse + still_to_come + R - 1) / R + 1;
     const long need = (own > fair ? own : fair) + 1;
     if (need > g->shard.cap) {
+        const int bf16 = g->shard.bf16;
         kv_shard_free(&g->shard);
         kv_shard_init(&g->shard, c->num_hidden_layers, c->num_attention_heads, c->num_key_value_heads, c->head_dim,
                       (int)need, R);
+        if (bf16) kv_shard_set_bf16(&g->shard);
     }
-    PrefixIdent id = {.layers = c->num_hidden_layers, .kv_heads = c->num_key_value_heads, .head_dim = c->head_dim};
+    PrefixIdent id = {.layers = c->num_hidden_layers, .kv_heads = c->num_key_value_heads, .head_dim = c->head_dim,
+                      .dtype = g->shard.bf16 ? "bf16" : "f32"};
     int n = 0;
-    if (shard_read(pc, dir, &id, g->rank, pc->reuse, g->shard.k, g->shard.v, (size_t)g->shard.cap, 0, g->shard.pos,
-                   &n, e) != 0)
+    if (shard_read(pc, dir, &id, g->rank, pc->reuse, kv_shard_rows(&g->shard, 0, 0), kv_shard_rows(&g->shard, 1, 0),
+                   (size_t)g->shard.cap, 0, g->shard.pos, &n, e) != 0)
         return -1;
     g->shard.n = n;
     return 0;
@@ -445,10 +453,13 @@ void prefix_cache_loaded(const PrefixCache *pc, DistGenerator *g) {
 
 int prefix_cache_load_one(const PrefixCache *pc, const char *dir, Generator *g, SeqErr *e) {
     const LlamaConfig *c = &g->m->cfg;
-    PrefixIdent id = {.layers = c->num_hidden_layers, .kv_heads = c->num_key_value_heads, .head_dim = c->head_dim};
+    PrefixIdent id = {.layers = c->num_hidden_layers, .kv_heads = c->num_key_value_heads, .head_dim = c->head_dim,
+                      .dtype = g->k16_cache ? "bf16" : "f32"};
     int n = 0;
     if (pc->reuse > g->max_len) return seq_err(e, "internal: %d cached rows, room for %d", pc->reuse, g->max_len);
-    if (shard_read(pc, dir, &id, 0, pc->reuse, g->k_cache, g->v_cache, (size_t)g->max_len, 1, NULL, &n, e) != 0)
+    void *K = g->k16_cache ? (void *)g->k16_cache : (void *)g->k_cache;
+    void *V = g->v16_cache ? (void *)g->v16_cache : (void *)g->v_cache;
+    if (shard_read(pc, dir, &id, 0, pc->reuse, K, V, (size_t)g->max_len, 1, NULL, &n, e) != 0)
         return -1;
     if (n != pc->reuse) return seq_err(e, "internal: %d of %d cached rows loaded", n, pc->reuse);
     g->len = pc->reuse;
@@ -518,7 +529,8 @@ int prefix_cache_save_dist(PrefixCache *pc, const char *dir, const PrefixIdent *
     int rc = g->shard.n == g->counts[me] ? 0 : seq_err(e, "internal: shard of %d rows, %d counted", g->shard.n, g->counts[me]);
     if (!rc)
         rc = shard_write(path, me, R, g->shard.layers, g->shard.kv_heads, g->shard.head_dim, g->shard.n, g->shard.pos,
-                         g->shard.k, g->shard.v, (size_t)g->shard.cap, &crc, e);
+                         kv_shard_rows(&g->shard, 0, 0), kv_shard_rows(&g->shard, 1, 0), kv_shard_elem(&g->shard),
+                         (size_t)g->shard.cap, &crc, e);
     if (agree(comm, world, R, me, rc, e) != 0) return -1;
     /* each shard's checksum and positions to rank 0, which writes the manifest */
     uint32_t *crcs = xcalloc((size_t)R, sizeof(uint32_t));
@@ -562,8 +574,10 @@ int prefix_cache_save_one(PrefixCache *pc, const char *dir, const PrefixIdent *i
     int *pos = xmalloc(sizeof(int) * (size_t)P);
     for (int i = 0; i < P; i++) pos[i] = i;
     uint32_t crc;
-    int rc = shard_write(path, 0, 1, id->layers, id->kv_heads, id->head_dim, P, pos, g->k_cache, g->v_cache,
-                         (size_t)g->max_len, &crc, e);
+    const void *K = g->k16_cache ? (const void *)g->k16_cache : (const void *)g->k_cache;
+    const void *V = g->v16_cache ? (const void *)g->v16_cache : (const void *)g->v_cache;
+    int rc = shard_write(path, 0, 1, id->layers, id->kv_heads, id->head_dim, P, pos, K, V,
+                         g->k16_cache ? sizeof(bf16_t) : sizeof(float), (size_t)g->max_len, &crc, e);
     if (!rc) {
         char *files[1] = {name};
         rc = manifest_write(dir, id, prompt, P, 1, files, &P, &crc, &pos, e);

@@ -7,7 +7,7 @@
  *   seqpar-prefix-cache 1
  *   model HEX          the model's identity: a 64-bit hash of its parameters (as loaded, fp32) and
  *                      of its config.json text (prefix_model_id)
- *   dtype f32          the cache's element type
+ *   dtype f32|bf16     the cache's element type (bf16: --precision bf16's cache, its words as kept)
  *   strategy NAME      the strategy that made it ("none": one process without --strategy)
  *   ranks N
  *   shape L HKV D      layers, key/value heads, head dim
@@ -17,8 +17,8 @@
  *                      positions of its rows in file order, as runs ("0-3,12-15")
  *   crc32 0xHEX        the CRC-32 of every line above (the text up to this line)
  * A shard file: "SQPKVC01", then int32 version 1, rank, ranks, layers, kv heads, head dim, rows,
- * dtype (0: f32); rows int32 positions; the keys (layers, rows, Hkv d) and values alike, after
- * RoPE, little-endian; a trailing uint32 CRC-32 of everything before it.
+ * dtype (0: f32, 1: bf16); rows int32 positions; the keys (layers, rows, Hkv d) and values alike
+ * (4 or 2 bytes a value), after RoPE, little-endian; a trailing uint32 CRC-32 of everything before it.
  * Saving is atomic as a whole: each rank writes a new file (a name no earlier save used) by
  * atomic rename, then rank 0 replaces the manifest the same way, then each rank removes the file
  * the old manifest named: a crash leaves the old manifest and its files, or the new ones.
@@ -38,7 +38,7 @@
 /* What a cache must match to be used. */
 typedef struct {
     uint64_t model;       /* prefix_model_id */
-    const char *dtype;    /* "f32" */
+    const char *dtype;    /* "f32" or "bf16" */
     const char *strategy; /* the registry's name, or "none" */
     int ranks;
     int layers, kv_heads, head_dim;
