@@ -444,8 +444,9 @@ static int sim_attention_bound(SimCache *cache, const Strategy *s, const Strateg
         if (cache->v[i].s == s && !memcmp(&cache->v[i].p, p, sizeof *p)) return i;
     const int members = p->hp * p->cp;
     /* head-first and context-first only map the members (grid positions) to world ranks: a
-     * schedule, whose members are grid positions, is the same under both (only WallFacer's play
-     * reads a placement, its teams'), so one emitted schedule bounds both */
+     * schedule, whose members are grid positions, is the same under both (only a strategy whose
+     * play reads its teams' placement, KNOB_TEAM_PLACEMENT, differs), so one emitted schedule
+     * bounds both */
     SimAttn b[2] = {{.s = s, .p = *p, .replicas = 1}, {.s = s, .p = *p, .replicas = 1}};
     int variants = 1;
     if (p->hp > 1 && p->cp > 1 && !(s->reads & KNOB_TEAM_PLACEMENT) &&
