@@ -25,6 +25,13 @@ summary() {
 # any exits, so the wait keeps nothing a test reads (without it a rank that printed only after
 # another exited would be caught, not missed). test_reliability, whose watchdog and signal cases end
 # ranks otherwise, keeps the default.
+# f32_maxdiff A B: two float32 files (little-endian, as --prompt-logits writes them) compared value by
+# value: "largest |a - b|, largest |b|, values compared"
+f32_maxdiff() {
+    paste <(od -An -v -f -w4 "$1") <(od -An -v -f -w4 "$2") |
+        awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; a = $2 < 0 ? -$2 : $2; if (a > r) r = a }
+             END { printf "%g %g %d\n", m, r, NR }'
+}
 mpi_test_env() {
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
     export OMPI_MCA_odls_base_sigkill_timeout=${OMPI_MCA_odls_base_sigkill_timeout:-0}

@@ -22,13 +22,8 @@ BUILD=${1:-build}
 . "$(dirname "$0")/lib.sh"
 mpi_test_env
 
-maxdiff() {
-    paste <(od -An -v -f -w4 "$1") <(od -An -v -f -w4 "$2") |
-        awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; a = $2 < 0 ? -$2 : $2; if (a > r) r = a }
-             END { printf "%g %g %d\n", m, r, NR }'
-}
 # within FILE_A FILE_B BOUND: the files' largest difference is at most BOUND (and they are not empty)
-within() { awk -v m="$(maxdiff "$1" "$2")" -v b="$3" 'BEGIN { split(m, a, " "); exit !(a[3] > 0 && a[1] <= b) }'; }
+within() { awk -v m="$(f32_maxdiff "$1" "$2")" -v b="$3" 'BEGIN { split(m, a, " "); exit !(a[3] > 0 && a[1] <= b) }'; }
 
 # ref NAME FIXTURE PROMPT: one process's bf16 greedy ids (64) and prompt logits, every marked operand checked
 ref() {
@@ -39,7 +34,7 @@ ref() {
     timeout 60 "$SEQPAR" sample --model "$2" --prompt-tokens "$3" --temperature 0 --max-new-tokens 1 --ids \
         --prompt-logits "$T/$1.fp32" >/dev/null 2>&1
     if ! within "$T/$1.f32" "$T/$1.fp32" 1e-4 && within "$T/$1.f32" "$T/$1.fp32" 0.1; then ok; else
-        bad "bf16 against fp32 on $2: $(maxdiff "$T/$1.f32" "$T/$1.fp32") (max diff, max size, count), expected above 1e-4"; fi
+        bad "bf16 against fp32 on $2: $(f32_maxdiff "$T/$1.f32" "$T/$1.fp32") (max diff, max size, count), expected above 1e-4"; fi
 }
 # case_np NAME FIXTURE PROMPT NP strategy flags...: the same ids, the logits within 2e-2
 case_np() {
@@ -52,8 +47,8 @@ case_np() {
     if cmp -s "$T/d.ids" "$T/$name.ids"; then ok; else
         bad "bf16 np $np --strategy $* on $fix: $(cat "$T/d.ids"), one process $(cat "$T/$name.ids")"; fi
     if within "$T/d.f32" "$T/$name.f32" 2e-2 && ! within "$T/d.f32" "$T/$name.fp32" 1e-4; then ok; else
-        bad "bf16 np $np --strategy $* on $fix: prompt logits differ from one process's bf16 by $(maxdiff "$T/d.f32" \
-            "$T/$name.f32"), from its fp32 by $(maxdiff "$T/d.f32" "$T/$name.fp32") (max diff, max size, count)"; fi
+        bad "bf16 np $np --strategy $* on $fix: prompt logits differ from one process's bf16 by $(f32_maxdiff "$T/d.f32" \
+            "$T/$name.f32"), from its fp32 by $(f32_maxdiff "$T/d.f32" "$T/$name.fp32") (max diff, max size, count)"; fi
 }
 
 G="$FIX/tiny_gqa_tied" # 6 query heads, 2 KV

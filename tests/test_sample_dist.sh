@@ -16,18 +16,12 @@
 #     are the bytes moved, a sampled second turn as one process's text;
 #   - bad rank counts, --dp, an empty prompt, a prompt past the positions (with and without RoPE scaling),
 #     a token outside the vocabulary: one line on every rank and a non-zero exit.
-# fp32 only: sample has no bf16 path. Prints "N passed, N failed".
+# fp32 (bf16: test_sample_bf16.sh). Prints "N passed, N failed".
 set -u
 BUILD=${1:-build}
 . "$(dirname "$0")/lib.sh"
 mpi_test_env
 
-# the largest absolute difference of two float32 files, and the size of the largest value of the second
-maxdiff() {
-    paste <(od -An -v -f -w4 "$1") <(od -An -v -f -w4 "$2") |
-        awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; a = $2 < 0 ? -$2 : $2; if (a > r) r = a }
-             END { printf "%g %g %d\n", m, r, NR }'
-}
 # the greedy tokens of a fixture's generate.json as "a,b,c"
 fixture_greedy() { sed -nE 's/.*"greedy": \[([^]]*)\].*/\1/p' "$1/generate.json" | tr -d ' '; }
 fixture_prompt() { sed -nE 's/.*"prompt": \[([^]]*)\].*/\1/p' "$1/generate.json" | tr -d ' '; }
@@ -47,7 +41,7 @@ case_np() {
     if cmp -s "$T/d.ids" "$T/$name.ids" && [ "$(tr ',' '\n' <"$T/d.ids" | wc -l)" -eq "$new" ]; then ok; else
         bad "np $np --strategy $* on $fix: $(cat "$T/d.ids"), one process $(cat "$T/$name.ids")"; fi
     local m
-    m=$(maxdiff "$T/d.f32" "$T/$name.f32")
+    m=$(f32_maxdiff "$T/d.f32" "$T/$name.f32")
     if awk -v m="$m" 'BEGIN { split(m, a, " "); exit !(a[3] > 0 && a[1] <= 1e-5) }'; then ok; else
         bad "np $np --strategy $* on $fix: prompt logits differ from one process's by $m (max diff, max size, count)"; fi
 }
@@ -169,7 +163,7 @@ ccase() {
         moved=$(sed -nE 's/.*continue: [0-9]+ tokens by .* s, ([0-9.]+) MB moved.*/\1/p' "$T/d.err")
         if [ -n "$said" ] && [ "$said" = "$moved" ]; then ok; else bad "np $np $sch --strategy $*: printed $said MB, moved $moved MB"; fi
         local m
-        m=$(maxdiff "$T/d-$sch.f32" "$T/$name.cf32")
+        m=$(f32_maxdiff "$T/d-$sch.f32" "$T/$name.cf32")
         if awk -v m="$m" 'BEGIN { split(m, a, " "); exit !(a[3] > 0 && a[1] <= 1e-5) }'; then ok; else
             bad "np $np $sch --strategy $* on $fix: logits differ from one process's by $m (max diff, max size, count)"; fi
     done
