@@ -8,7 +8,11 @@
 # latency). Only addresses inside those namespaces are used; everything is removed on exit.
 #
 #   bench/multihost.sh [BUILD] [placement|linkdown|all]      (root; default: build all)
+#   bench/multihost.sh BUILD source FILE
 #
+#   source:    sets up the hosts, then sources FILE (with BUILD as its argument) in this shell, where
+#              mh_mpirun LIMIT_S ARGS... starts ARGS on every host's SLOTS ranks (bench/sim_vs_measured.sh
+#              runs its two-host settings so)
 #   placement: 4 ranks (2 hosts x 2 slots), hp 2 x cp 2. head-first keeps each head group's
 #              all-to-all on one host and sends the ring across the slow link; context-first the
 #              opposite. Prints, per placement, the inter-host bytes per rank that --stats counts
@@ -24,7 +28,8 @@
 #              net.ipv4.tcp_retries2 is 2 (the default 15 retransmits unacknowledged data, such as
 #              mpirun's kill order to the lost host, for about 15 minutes). On a real cluster set
 #              the same (see the printed mpirun line).
-# Environment: HOSTS (2..4, default 2), SLOTS (ranks per host, 2), RATE (tbf rate, 20mbit),
+# Environment: HOSTS (2..4, default 2), SLOTS (ranks per host, 2), RATE (tbf rate, 20mbit), BURST (tbf
+# bucket, 32kbit: above about 100mbit the bucket must hold RATE x a timer tick, else tbf sends less),
 # COMM_TIMEOUT (seconds, 5), SEQPAR_NS_PREFIX (namespace names, default sp<pid>).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,6 +40,7 @@ AGENT=$ROOT/bench/netns_agent.sh
 HOSTS=${HOSTS:-2}
 SLOTS=${SLOTS:-2}
 RATE=${RATE:-20mbit}
+BURST=${BURST:-32kbit}
 COMM_TIMEOUT=${COMM_TIMEOUT:-5}
 export SEQPAR_NS_PREFIX=${SEQPAR_NS_PREFIX:-sp$$h}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -75,8 +81,8 @@ for i in $(seq 0 $((HOSTS - 1))); do
     ip -n "$P$i" addr add "10.231.0.$((i + 1))/24" dev eth0
     ip -n "$P$i" link set eth0 up
     # the host's outgoing traffic (and, on the switch port, its incoming traffic) at RATE
-    ip netns exec "$P$i" tc qdisc add dev eth0 root tbf rate "$RATE" burst 32kbit latency 400ms
-    ip netns exec "$SW" tc qdisc add dev "p$i" root tbf rate "$RATE" burst 32kbit latency 400ms
+    ip netns exec "$P$i" tc qdisc add dev eth0 root tbf rate "$RATE" burst "$BURST" latency 400ms
+    ip netns exec "$SW" tc qdisc add dev "p$i" root tbf rate "$RATE" burst "$BURST" latency 400ms
     echo "10.231.0.$((i + 1)) slots=$SLOTS" >>"$W/hosts"
 done
 echo "multihost: $HOSTS hosts (namespaces ${P}0..$P$((HOSTS - 1))), $SLOTS ranks each, links shaped to $RATE"
@@ -95,6 +101,13 @@ mh_mpirun() {
 MODEL=(--layers 1 --hidden 128 --heads 16 --kv-heads 2 --ffn 64 --vocab 64 --seq-len 4096 --batch 1 --eval-every 0
        --eval-seqs 1 --peak-gflops 100 --quiet --hp 2 --cp $((NP / 2)))
 status=0
+
+if [ "$MODE" = source ]; then
+    [ -n "${3:-}" ] && [ -r "$3" ] || die "source needs a readable FILE"
+    # shellcheck disable=SC1090
+    . "$3" "$BUILD"
+    exit $?
+fi
 
 if [ "$MODE" = placement ] || [ "$MODE" = all ]; then
     echo "placement over the slow link (hp 2 x cp $((NP / 2)), $NP ranks, $SLOTS per host, $RATE):"

@@ -12,9 +12,11 @@
  * the median of `repeats`, and the backward's time over the forward's (*backward_factor). */
 double calibrate_attention(int rows, int heads, int head_dim, int causal, int repeats, double *backward_factor);
 
-/* One-way seconds of a `bytes` message between ranks a and b of comm (half a round trip, the median
- * of `repeats`); every rank of comm calls it, the others wait. */
-double calibrate_pingpong(MPI_Comm comm, int a, int b, size_t bytes, int repeats);
+/* One-way seconds of a `bytes` message between ranks a and b of comm (half a round trip): the median
+ * of `repeats`, or with `fastest` the fastest round trip's (a link's own latency: where ranks share
+ * cores, most round trips of a small message also wait for a preempted rank to run again, which is
+ * the cores' time, not the link's); every rank of comm calls it, the others wait. */
+double calibrate_pingpong(MPI_Comm comm, int a, int b, size_t bytes, int repeats, int fastest);
 
 /* Every rank of comm sends `bytes` to its partner (rank ^ 1; an odd last rank sits out) and
  * receives as many, all at once: the bytes all ranks sent over the slowest rank's time, in GB/s

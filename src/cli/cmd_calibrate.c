@@ -30,7 +30,8 @@ static const char HELP[] =
     "diagonal blocks of that size (every rank computing at once, one thread a rank unless OMP_NUM_THREADS\n"
     "says otherwise) and the backward's time over the forward's; the fp32 GEMM's rate on square\n"
     "products of each --gemm-sizes size (the same way; bf16's too: the same products where bf16 runs on\n"
-    "fp32's sgemm, else the bf16 GEMM at 2048); a message's one-way latency (8 bytes) and bandwidth\n"
+    "fp32's sgemm, else the bf16 GEMM at 2048); a message's one-way latency (8 bytes, the fastest round\n"
+    "trip: the slower ones waited for a rank whose core another ran) and bandwidth\n"
     "(--message-mib) between the first two ranks of a node, and of every rank of the first node\n"
     "exchanging with a partner at once; with ranks on two or more nodes, the same between the first\n"
     "ranks of nodes 0 and 1. Nodes and ranks per node are the MPI job's (ranks sharing memory); threads\n"
@@ -196,8 +197,8 @@ int cmd_calibrate(int argc, char **argv) {
     double intra[3] = {0, 0, 0}; /* latency s, bandwidth GB/s, node total GB/s */
     if (first != MPI_COMM_NULL) {
         if (rpn >= 2) {
-            intra[0] = calibrate_pingpong(first, 0, 1, 8, repeats * 20);
-            intra[1] = big / calibrate_pingpong(first, 0, 1, big, repeats) / 1e9;
+            intra[0] = calibrate_pingpong(first, 0, 1, 8, repeats * 20, 1);
+            intra[1] = big / calibrate_pingpong(first, 0, 1, big, repeats, 0) / 1e9;
             intra[2] = calibrate_all_pairs_gbs(first, big, repeats);
         }
         MPI_Comm_free(&first);
@@ -208,8 +209,8 @@ int cmd_calibrate(int argc, char **argv) {
     /* a shared medium shows as a node total below its ranks' ports together */
     c.intra_node_gbs = rpn >= 2 && intra[2] < 0.9 * (rpn / 2 * 2) * intra[1] ? intra[2] : 0;
     if (c.nodes >= 2) { /* the first ranks of nodes 0 and 1 */
-        c.nic_latency_us = 1e6 * calibrate_pingpong(MPI_COMM_WORLD, 0, rpn, 8, repeats * 20);
-        c.nic_gbs = big / calibrate_pingpong(MPI_COMM_WORLD, 0, rpn, big, repeats) / 1e9;
+        c.nic_latency_us = 1e6 * calibrate_pingpong(MPI_COMM_WORLD, 0, rpn, 8, repeats * 20, 1);
+        c.nic_gbs = big / calibrate_pingpong(MPI_COMM_WORLD, 0, rpn, big, repeats, 0) / 1e9;
     }
     MPI_Comm_free(&node);
     char *bad = cluster_check(&c);
