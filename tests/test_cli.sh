@@ -314,6 +314,7 @@ expect_error "strategies --cluster too small for the ranks" "the cluster has 8 r
 # calibrate: a cluster file the simulator loads, and its refusals
 if timeout 120 "$SEQPAR" calibrate --repeats 1 --rows 64,128 --out "$T/here.json" >/dev/null 2>&1 &&
     grep -q '"source": "measured by seqpar calibrate on 1 rank' "$T/here.json" &&
+    awk '/"device_mem_gbs"/ { v = $2 + 0 } END { exit !(v > 0) }' "$T/here.json" &&
     timeout 60 "$SEQPAR" strategies --schedule ring --ranks 1 --seq-len 1024 --cluster "$T/here.json" | grep -q "ends at"; then ok; else
     bad "calibrate --out: $(head -c 300 "$T/here.json" 2>&1)"; fi
 expect_error "calibrate --rows not increasing" "increasing block sizes" "$SEQPAR" calibrate --rows 512,128

@@ -97,3 +97,19 @@ double calibrate_all_pairs_gbs(MPI_Comm comm, size_t bytes, int repeats) {
     xfree(t);
     return pairs > 0 ? 2.0 * pairs * (double)bytes / secs / 1e9 : 0;
 }
+
+double calibrate_memory_gbs(size_t bytes, int repeats) {
+    const size_t n = bytes / sizeof(float) > 0 ? bytes / sizeof(float) : 1;
+    float *a = xmalloc(sizeof(float) * n), *b = xmalloc(sizeof(float) * n), *c = xmalloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) a[i] = 0, b[i] = (float)(i % 7), c[i] = (float)(i % 5);
+    double *t = xmalloc(sizeof(double) * (size_t)repeats);
+    for (int r = -1; r < repeats; r++) { /* r = -1: touches every page once */
+        const double t0 = MPI_Wtime();
+        for (size_t i = 0; i < n; i++) a[i] = b[i] + 0.5f * c[i];
+        if (r >= 0) t[r] = MPI_Wtime() - t0;
+        b[r < 0 ? 0 : (size_t)r % n] = a[n - 1]; /* the result is used: the loop is not dropped */
+    }
+    const double secs = median_of(t, repeats);
+    xfree(a), xfree(b), xfree(c), xfree(t);
+    return 3.0 * sizeof(float) * (double)n / secs / 1e9;
+}

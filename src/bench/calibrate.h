@@ -23,4 +23,9 @@ double calibrate_pingpong(MPI_Comm comm, int a, int b, size_t bytes, int repeats
  * (median of `repeats`). Collective. */
 double calibrate_all_pairs_gbs(MPI_Comm comm, size_t bytes, int repeats);
 
+/* One rank's memory bandwidth in GB/s: STREAM's triad a = b + s c over three arrays of `bytes`
+ * each, counting two arrays read and one written (the median of `repeats`). Not collective: call it
+ * on every rank at once for a node's ranks sharing its memory. */
+double calibrate_memory_gbs(size_t bytes, int repeats);
+
 #endif

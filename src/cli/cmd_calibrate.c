@@ -30,7 +30,8 @@ static const char HELP[] =
     "diagonal blocks of that size (every rank computing at once, one thread a rank unless OMP_NUM_THREADS\n"
     "says otherwise) and the backward's time over the forward's; the fp32 GEMM's rate on square\n"
     "products of each --gemm-sizes size (the same way; bf16's too: the same products where bf16 runs on\n"
-    "fp32's sgemm, else the bf16 GEMM at 2048); a message's one-way latency (8 bytes, the fastest round\n"
+    "fp32's sgemm, else the bf16 GEMM at 2048); a rank's memory bandwidth (STREAM's triad on 64 MiB\n"
+    "arrays, every rank at once: the optimizer step's rate); a message's one-way latency (8 bytes, the fastest round\n"
     "trip: the slower ones waited for a rank whose core another ran) and bandwidth\n"
     "(--message-mib) between the first two ranks of a node, and of every rank of the first node\n"
     "exchanging with a partner at once; with ranks on two or more nodes, the same between the first\n"
@@ -189,6 +190,12 @@ int cmd_calibrate(int argc, char **argv) {
         MPI_Allreduce(&tflops, &slowest, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
         c.gemm[PRECISION_BF16] = (ClusterCurve){.n = 1, .x = {2048}, .tflops = {slowest}};
     }
+    { /* memory: every rank at once (the optimizer step runs on all of them), the slowest rank's */
+        MPI_Barrier(MPI_COMM_WORLD);
+        double gbs = calibrate_memory_gbs((size_t)64 << 20, repeats), slowest;
+        MPI_Allreduce(&gbs, &slowest, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+        c.device_mem_gbs = slowest;
+    }
     const size_t big = (size_t)(message_mib * 1048576.0);
     /* inside the first node: its first two ranks, then all its ranks at once */
     int color = rank < rpn ? 0 : MPI_UNDEFINED;
@@ -218,7 +225,7 @@ int cmd_calibrate(int argc, char **argv) {
     if (rank == 0) {
         char source[512];
         snprintf(source, sizeof source, "measured by seqpar calibrate on %d rank%s (%d node%s x %d), fp32 attention, "
-                 "%d heads of %d, fp32 GEMM %s, medians of %d; nics_per_node given (%d); host_mem_gib and d2h_gbs "
+                 "%d heads of %d, fp32 GEMM %s, memory by STREAM's triad, medians of %d; nics_per_node given (%d); host_mem_gib and d2h_gbs "
                  "(the disk) not measured", world, world == 1 ? "" : "s", c.nodes, c.nodes == 1 ? "" : "s", rpn, heads,
                  head_dim, bf16_products_on_sgemm() ? "(bf16: the same, on sgemm)" : "(bf16: its GEMM at 2048)", repeats,
                  nics);
