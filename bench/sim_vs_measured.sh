@@ -8,7 +8,9 @@
 # `seqpar plan --cluster FILE --top 1 --explain` with the configuration's flags fixed predicts the step,
 # and the configuration `plan` prints as best (that exact command) runs STEPS steps of `train --stats`
 # on the same ranks; the measured step is the median of the steps after the first (the slowest
-# rank's, as train logs it). Prints per row the error, and per setting the mean and largest |error|,
+# rank's, as train logs it). Prints per row the error, the predicted and the measured exposed
+# communication a step (plan --explain's; the most any rank waited, train --stats, over the steps),
+# and per setting the mean and largest |error|,
 # Spearman's rank correlation of predicted and measured steps, and whether the predicted best is
 # within 5% of the measured best. A benchmark: it prints and writes a table, it asserts nothing.
 #
@@ -30,7 +32,7 @@ else
     RANKS=${RANKS-2 4 8} RATES=${RATES-50mbit 200mbit 1gbit} SEQ=${SEQ:-2048} STEPS=${STEPS:-4}
     OUT=${OUT-$ROOT/bench/results/$(date -u +%F)-sim-vs-measured-steps.md}
 fi
-export SEQ STEPS
+export SEQ STEPS SEQPAR_PEAK_GFLOPS=${SEQPAR_PEAK_GFLOPS:-100} # (train's MFU line only: no start-up sgemm trials)
 export OMPI_MCA_pml=${OMPI_MCA_pml:-ob1} OMPI_MCA_mtl=${OMPI_MCA_mtl:-^ofi,psm,psm2} OMP_NUM_THREADS=1
 export OMPI_MCA_ess_singleton_isolated=${OMPI_MCA_ess_singleton_isolated:-1}
 [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -100,13 +102,13 @@ run_setting() {
     local name=$1 p=$2
     shift 2
     local cal="$T/cluster-$name.json" line fl best cmd pred meas i
-    if ! "$@" "$SEQPAR" calibrate --out "$cal" --rows 256,$((SEQ / p)),$SEQ --heads $H --head-dim $D \
+    if ! "$@" "$SEQPAR" calibrate --out "$cal" --rows "$(printf '%s\n' 256 $((SEQ / p)) "$SEQ" | sort -nu | paste -sd,)" --heads $H --head-dim $D \
         --gemm-sizes 256,512,1024 --message-mib 4 --repeats 3 --name "$name" >"$T/cal.log" 2>&1 </dev/null; then
         echo "$name: calibrate failed: $(tail -n 3 "$T/cal.log")"
         return 1
     fi
-    echo "$name: calibrated: $(tr -d ' \n' <"$cal" | grep -oE '"(nodes|ranks_per_node|intra_gbs|nic_gbs|nic_latency_us|intra_latency_us)":[0-9.e+-]+' | tr '\n' ' ')"
-    printf '%-16s %-66s %9s %9s %7s\n' setting configuration "pred s" "meas s" error
+    echo "$name: $(tr -d ' \n' <"$cal" | grep -oE '"(ranks_per_node|device_mem_gbs|intra_gbs|intra_node_gbs|nic_gbs|nic_latency_us|intra_latency_us|attention_backward_factor)":[0-9.e+-]+' | tr '\n' ' ')$(tr -d ' \n' <"$cal" | grep -oE '"gemm":\{"fp32":\[\[[^]]*\](,\[[^]]*\])*\]' | head -n 1) $(tr -d ' \n' <"$cal" | grep -oE '"attention":\[\[[^]]*\](,\[[^]]*\])*\]' | head -n 1)" | tee -a "$T/calibrated"
+    printf '%-16s %-66s %9s %9s %7s %9s %9s\n' setting configuration "pred s" "meas s" error "pred exp" "meas exp"
     configs "$p" | while read -r line; do
         fl="$line $(fixed_for "$line")"
         # shellcheck disable=SC2086
@@ -129,9 +131,14 @@ run_setting() {
         meas=$(sed -nE 's/^\{"step": ([0-9]+), "loss".*"step_seconds": ([0-9.e+-]+).*/\1 \2/p' "$T/step.jsonl" |
             awk '$1 > 1 { print $2 }' | sort -g | awk '{ a[NR] = $1 } END { if (NR) print (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2) }')
         [ -n "$meas" ] || { echo "$name: no steps logged: $cmd"; continue; }
-        printf '%-16s %-66s %9.3f %9.3f %+6.0f%%\n' "$name" "$cmd" "$pred" "$meas" \
-            "$(awk -v a="$pred" -v b="$meas" 'BEGIN { print 100 * (a - b) / b }')"
-        printf '%s|%s|%s|%s\n' "$name" "$cmd" "$pred" "$meas" >>"$T/table"
+        # exposed communication a step: predicted (the slowest rank's), measured (the most a rank
+        # waited over the run, --stats, over its steps)
+        pexp=$(sed -nE 's/^ +step [0-9.e+-]+ s = .* \+ exposed ([0-9.e+-]+) .*/\1/p' "$T/plan.out" | head -n 1)
+        mexp=$(sed -nE 's/^rank [0-9]+: .*exposed comm ([0-9.]+) s.*/\1/p' "$T/train.out" | sort -g | tail -n 1)
+        mexp=$(awk -v x="${mexp:-0}" -v n="$STEPS" 'BEGIN { print x / n }')
+        printf '%-16s %-66s %9.3f %9.3f %+6.0f%% %9.3f %9.3f\n' "$name" "$cmd" "$pred" "$meas" \
+            "$(awk -v a="$pred" -v b="$meas" 'BEGIN { print 100 * (a - b) / b }')" "${pexp:-0}" "$mexp"
+        printf '%s|%s|%s|%s|%s|%s\n' "$name" "$cmd" "$pred" "$meas" "${pexp:-0}" "$mexp" >>"$T/table"
         grep -E '^#1: |^    step ' "$T/plan.out" | head -n 2 >>"$T/explain-$name"
     done
     # the setting's figures: mean and largest |error|, Spearman rho (average ranks for ties), the
@@ -156,7 +163,7 @@ run_setting() {
 # sourced by bench/multihost.sh inside its namespace hosts: one two-host setting at its RATE
 if [ "${SIMVM_PART:-}" = net ]; then
     T=$SIMVM_T
-    run_setting "2hosts-$RATE" 4 mh_mpirun 600
+    run_setting "2hosts-$RATE" 4 mh_mpirun 600 -x SEQPAR_PEAK_GFLOPS
     return 0
 fi
 
@@ -164,6 +171,7 @@ T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 : >"$T/table"     # setting|configuration|predicted|measured
 : >"$T/summary"
+: >"$T/calibrated"
 lscpu | grep -E '^(Model name|CPU\(s\))' | sed 's/  */ /g' | tee "$T/cpu"
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$T/load0"
 echo "model: ${MODEL[*]}; $STEPS steps a run, the median after the first"
@@ -204,9 +212,13 @@ if [ -n "$OUT" ]; then
         echo "$(cat "$T/load0"); load average at end: $(cut -d' ' -f1-3 /proc/loadavg) (other jobs share this machine when the load is above the ranks')."
         echo "Model: \`${MODEL[*]}\`, fp32; every run \`--threads 1\`, $STEPS steps, the median step after the first."
         echo
-        echo "| setting | configuration | predicted s | measured s | error |"
-        echo "| --- | --- | ---: | ---: | ---: |"
-        awk -F'|' '{ printf "| %s | `%s` | %.3f | %.3f | %+.0f%% |\n", $1, $2, $3, $4, 100 * ($3 - $4) / $4 }' "$T/table"
+        echo "Calibrated (each setting's \`seqpar calibrate\` on its own ranks):"
+        echo
+        sed 's/^/    /' "$T/calibrated"
+        echo
+        echo "| setting | configuration | predicted s | measured s | error | predicted exposed s | measured exposed s |"
+        echo "| --- | --- | ---: | ---: | ---: | ---: | ---: |"
+        awk -F'|' '{ printf "| %s | `%s` | %.3f | %.3f | %+.0f%% | %.3f | %.3f |\n", $1, $2, $3, $4, 100 * ($3 - $4) / $4, $5, $6 }' "$T/table"
         echo
         echo "Per setting:"
         echo

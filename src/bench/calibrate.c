@@ -66,15 +66,15 @@ double calibrate_pingpong(MPI_Comm comm, int a, int b, size_t bytes, int repeats
         }
         if (r >= 0) t[r] = (MPI_Wtime() - t0) / 2;
     }
-    double one_way = median_of(t, repeats);
-    for (int r = 0; fastest && r < repeats; r++) one_way = t[r] < one_way ? t[r] : one_way;
+    double one_way = median_of(t, repeats); /* sorts t */
+    if (fastest) one_way = t[0];
     MPI_Bcast(&one_way, 1, MPI_DOUBLE, a, comm);
     xfree(buf);
     xfree(t);
     return one_way;
 }
 
-double calibrate_all_pairs_gbs(MPI_Comm comm, size_t bytes, int repeats) {
+double calibrate_all_pairs_gbs(MPI_Comm comm, size_t bytes, int repeats, int fastest) {
     int me, size;
     MPI_Comm_rank(comm, &me);
     MPI_Comm_size(comm, &size);
@@ -91,7 +91,8 @@ double calibrate_all_pairs_gbs(MPI_Comm comm, size_t bytes, int repeats) {
         MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm);
         if (r >= 0) t[r] = slowest;
     }
-    const double secs = median_of(t, repeats);
+    double secs = median_of(t, repeats); /* sorts t */
+    if (fastest) secs = t[0];
     xfree(s);
     xfree(rbuf);
     xfree(t);

@@ -13,15 +13,16 @@
 double calibrate_attention(int rows, int heads, int head_dim, int causal, int repeats, double *backward_factor);
 
 /* One-way seconds of a `bytes` message between ranks a and b of comm (half a round trip): the median
- * of `repeats`, or with `fastest` the fastest round trip's (a link's own latency: where ranks share
- * cores, most round trips of a small message also wait for a preempted rank to run again, which is
- * the cores' time, not the link's); every rank of comm calls it, the others wait. */
+ * of `repeats`, or with `fastest` the fastest round trip's (a link's own latency and bandwidth: where
+ * ranks share cores, most round trips also wait for a preempted rank to run again, which is the
+ * cores' time, not the link's; as the GEMM's peak takes the best trial); every rank of comm calls
+ * it, the others wait. */
 double calibrate_pingpong(MPI_Comm comm, int a, int b, size_t bytes, int repeats, int fastest);
 
 /* Every rank of comm sends `bytes` to its partner (rank ^ 1; an odd last rank sits out) and
  * receives as many, all at once: the bytes all ranks sent over the slowest rank's time, in GB/s
- * (median of `repeats`). Collective. */
-double calibrate_all_pairs_gbs(MPI_Comm comm, size_t bytes, int repeats);
+ * (median of `repeats`, or with `fastest` the fastest repeat's, as calibrate_pingpong). Collective. */
+double calibrate_all_pairs_gbs(MPI_Comm comm, size_t bytes, int repeats, int fastest);
 
 /* One rank's memory bandwidth in GB/s: STREAM's triad a = b + s c over three arrays of `bytes`
  * each, counting two arrays read and one written (the median of `repeats`). Not collective: call it

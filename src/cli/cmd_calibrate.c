@@ -31,9 +31,9 @@ static const char HELP[] =
     "says otherwise) and the backward's time over the forward's; the fp32 GEMM's rate on square\n"
     "products of each --gemm-sizes size (the same way; bf16's too: the same products where bf16 runs on\n"
     "fp32's sgemm, else the bf16 GEMM at 2048); a rank's memory bandwidth (STREAM's triad on 64 MiB\n"
-    "arrays, every rank at once: the optimizer step's rate); a message's one-way latency (8 bytes, the fastest round\n"
-    "trip: the slower ones waited for a rank whose core another ran) and bandwidth\n"
-    "(--message-mib) between the first two ranks of a node, and of every rank of the first node\n"
+    "arrays, every rank at once: the optimizer step's rate); a message's one-way latency (8 bytes) and\n"
+    "bandwidth (--message-mib; the fastest round trip: the slower ones waited for a rank whose core\n"
+    "another ran) between the first two ranks of a node, and of every rank of the first node\n"
     "exchanging with a partner at once; with ranks on two or more nodes, the same between the first\n"
     "ranks of nodes 0 and 1. Nodes and ranks per node are the MPI job's (ranks sharing memory); threads\n"
     "per rank its OpenMP threads; a rank's memory this host's RAM over its ranks; the slow tier (disk)\n"
@@ -205,8 +205,8 @@ int cmd_calibrate(int argc, char **argv) {
     if (first != MPI_COMM_NULL) {
         if (rpn >= 2) {
             intra[0] = calibrate_pingpong(first, 0, 1, 8, repeats * 20, 1);
-            intra[1] = big / calibrate_pingpong(first, 0, 1, big, repeats, 0) / 1e9;
-            intra[2] = calibrate_all_pairs_gbs(first, big, repeats);
+            intra[1] = big / calibrate_pingpong(first, 0, 1, big, repeats, 1) / 1e9;
+            intra[2] = calibrate_all_pairs_gbs(first, big, repeats, 1);
         }
         MPI_Comm_free(&first);
     }
@@ -217,7 +217,7 @@ int cmd_calibrate(int argc, char **argv) {
     c.intra_node_gbs = rpn >= 2 && intra[2] < 0.9 * (rpn / 2 * 2) * intra[1] ? intra[2] : 0;
     if (c.nodes >= 2) { /* the first ranks of nodes 0 and 1 */
         c.nic_latency_us = 1e6 * calibrate_pingpong(MPI_COMM_WORLD, 0, rpn, 8, repeats * 20, 1);
-        c.nic_gbs = big / calibrate_pingpong(MPI_COMM_WORLD, 0, rpn, big, repeats, 0) / 1e9;
+        c.nic_gbs = big / calibrate_pingpong(MPI_COMM_WORLD, 0, rpn, big, repeats, 1) / 1e9;
     }
     MPI_Comm_free(&node);
     char *bad = cluster_check(&c);
