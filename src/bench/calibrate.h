@@ -9,7 +9,9 @@
 
 /* The forward rate of a rows x rows block (heads, head_dim; fp32) in TFLOP/s of useful work (4
  * visible pairs heads head_dim a pass: rows^2 fully visible, rows (rows + 1) / 2 a causal diagonal),
- * the median of `repeats`, and the backward's time over the forward's (*backward_factor). */
+ * the median of `repeats` trials, each the kernel run again and again for 0.1 s (so that ranks sharing
+ * cores get their share within a trial), and the backward's time over the forward's
+ * (*backward_factor). */
 double calibrate_attention(int rows, int heads, int head_dim, int causal, int repeats, double *backward_factor);
 
 /* One-way seconds of a `bytes` message between ranks a and b of comm (half a round trip): the median
@@ -28,5 +30,9 @@ double calibrate_all_pairs_gbs(MPI_Comm comm, size_t bytes, int repeats, int fas
  * each, counting two arrays read and one written (the median of `repeats`). Not collective: call it
  * on every rank at once for a node's ranks sharing its memory. */
 double calibrate_memory_gbs(size_t bytes, int repeats);
+
+/* The fp32 GEMM's rate (OpenBLAS's sgemm, square size^3) in TFLOP/s, the median of `repeats` trials
+ * of 0.1 s each, as calibrate_attention. */
+double calibrate_gemm_tflops(int size, int repeats);
 
 #endif

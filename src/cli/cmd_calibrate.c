@@ -28,7 +28,8 @@ static const char HELP[] =
     "Measures this machine into a cluster file for 'seqpar strategies --schedule NAME --cluster FILE':\n"
     "the attention kernel's forward rate on fully visible square blocks of each --rows size and on causal\n"
     "diagonal blocks of that size (every rank computing at once, one thread a rank unless OMP_NUM_THREADS\n"
-    "says otherwise) and the backward's time over the forward's; the fp32 GEMM's rate on square\n"
+    "says otherwise; each trial the kernel again and again for 0.1 s, so that ranks sharing cores get\n"
+    "their share within it) and the backward's time over the forward's; the fp32 GEMM's rate on square\n"
     "products of each --gemm-sizes size (the same way; bf16's too: the same products where bf16 runs on\n"
     "fp32's sgemm, else the bf16 GEMM at 2048); a rank's memory bandwidth (STREAM's triad on 64 MiB\n"
     "arrays, every rank at once: the optimizer step's rate); a message's one-way latency (8 bytes) and\n"
@@ -177,7 +178,7 @@ int cmd_calibrate(int argc, char **argv) {
     c.gemm[PRECISION_FP32].n = n_sizes;
     for (int i = 0; i < n_sizes; i++) {
         MPI_Barrier(MPI_COMM_WORLD);
-        double tflops = sgemm_gflops(sizes[i], sizes[i], sizes[i], repeats) * 1e-3, slowest;
+        double tflops = calibrate_gemm_tflops(sizes[i], repeats), slowest;
         MPI_Allreduce(&tflops, &slowest, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
         c.gemm[PRECISION_FP32].x[i] = sizes[i];
         c.gemm[PRECISION_FP32].tflops[i] = slowest;
