@@ -10,9 +10,10 @@
 # on the same ranks; the measured step is the median of the steps after the first (the slowest
 # rank's, as train logs it). Prints per row the error, the predicted and the measured exposed
 # communication a step (plan --explain's; the most any rank waited, train --stats, over the steps),
-# and per setting the mean and largest |error|,
-# Spearman's rank correlation of predicted and measured steps, and whether the predicted best is
-# within 5% of the measured best. A benchmark: it prints and writes a table, it asserts nothing.
+# and per setting the mean and largest |error|, Spearman's rank correlation of predicted and
+# measured steps, and whether the predicted best is within 5% of the measured best. A benchmark: it
+# prints and writes a table, it asserts nothing. About 8 minutes on the 2-core machine of
+# bench/results/2026-12-07-sim-vs-measured-steps.md (loaded).
 #
 #   bash bench/sim_vs_measured.sh [BUILD]     (root for the namespace hosts; else those settings are skipped)
 #
