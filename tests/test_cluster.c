@@ -136,6 +136,7 @@ static void test_round_trip(void) {
     const char *text =
         "{\"name\": \"rt\", \"description\": \"one line\", \"nodes\": 3, \"ranks_per_node\": 4, \"threads_per_rank\": 6, "
         "\"device_mem_gib\": 40, \"host_mem_gib\": 512, \"d2h_gbs\": 20, \"intra_all_to_all\": \"shared_memory\", "
+        "\"collectives\": \"direct\", "
         "\"intra_gbs\": 50, \"intra_node_gbs\": 120, \"intra_latency_us\": 2, \"nics_per_node\": 2, \"nic_gbs\": 12.5, "
         "\"nic_latency_us\": 7, \"attention_backward_factor\": 2.75, "
         "\"attention_rates\": [{\"precision\": \"bf16\", \"head_dim\": 128, \"causal\": true, \"points\": [[512, 100], [4096, 200]]}, "
@@ -153,7 +154,8 @@ static void test_round_trip(void) {
         CHECK(!strcmp(a.description, b.description) && a.threads_per_rank == 6 && b.threads_per_rank == 6 &&
                   b.device_mem_gib == 40 && b.host_mem_gib == 512 && b.d2h_gbs == 20 &&
                   b.intra_kind == CLUSTER_INTRA_SHARED_MEMORY && b.intra_node_gbs == 120 && b.nic_gbs == 12.5 &&
-                  b.attn_backward_factor == 2.75,
+                  b.attn_backward_factor == 2.75 && a.collectives == CLUSTER_COLLECTIVES_DIRECT &&
+                  b.collectives == CLUSTER_COLLECTIVES_DIRECT,
               "round trip: scalar fields");
         CHECK(b.n_attn_curves == 2 && b.attn_curves[0].precision == PRECISION_BF16 && b.attn_curves[0].causal == 1 &&
                   b.attn_curves[0].head_dim == 128 && b.attn_curves[0].rate.n == 2 && b.attn_curves[0].rate.tflops[1] == 200 &&
@@ -276,6 +278,8 @@ static void test_bad(void) {
          "\"nic_latency_us\" is -1"},
         {"{\"nodes\": 1, \"ranks_per_node\": 2, \"intra_gbs\": 1, \"attention\": [[1, 1]], \"intra_all_to_all\": \"bus\"}",
          "\"intra_all_to_all\" must be \"switch\" or \"shared_memory\""},
+        {"{\"nodes\": 1, \"ranks_per_node\": 2, \"intra_gbs\": 1, \"attention\": [[1, 1]], \"collectives\": \"tree\"}",
+         "\"collectives\" must be \"ring\" (NCCL's) or \"direct\""},
         {"{\"nodes\": 1, \"ranks_per_node\": 2, \"intra_gbs\": 1, \"attention\": [[1, 1]], \"intra_all_to_all\": \"switch\", "
          "\"intra_node_gbs\": 5}",
          "set it to 0 or say \"shared_memory\""},

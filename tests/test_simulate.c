@@ -4,6 +4,7 @@
  * rate's interpolation, a message posted after the blocks; every registered strategy's played
  * schedule runs to the end with its bytes split into intra- and inter-node; a per-peer limit inside a
  * node; collectives as NCCL's ring plays them (a node's NICs shared by the rings crossing it) and
+ * as seqpar's direct ones (a node's NICs carry every byte that leaves it),
  * replicas played side by side; bad cluster files are refused with one line naming the field. No
  * MPI. */
 #include <math.h>
@@ -390,6 +391,27 @@ static void test_collectives(void) {
     const CollectiveGroups all = {1, 8, 0, 1};
     simulate_collective(&c, COLLECTIVE_ALLGATHER, B, 3, &all, &cs, &e);
     CHECK(near(cs.seconds, 7.0 / 8 * B / 10e9 + 21 * 5e-6), "three all-gathers: %.9g s", cs.seconds);
+    /* seqpar's own collectives ("direct": every member's share straight to every other member): the
+     * all-gather over the 8 ranks sends, from each node, 4 members x 4 on the other node x B / 8 =
+     * 2 B through its NIC (the ring: 7/8 B); the ports' 7/8 B at 100 GB/s are not the limit. An
+     * all-reduce of 2 nodes x 2 ranks (ranks 0-3, 2 a node): 2 x 2 x 2 / 4 B = 2 B a node (the ring:
+     * 2 x 3/4 B): the 4 / 3 the two-host runs measured. Inside one node: as the ring. */
+    c.collectives = CLUSTER_COLLECTIVES_DIRECT;
+    simulate_collective(&c, COLLECTIVE_ALLGATHER, B, 1, &all, &cs, &e);
+    CHECK(near(cs.seconds, 2 * B / 10e9 + 7 * 5e-6) && cs.across, "direct all-gather over 2 nodes: %.9g s", cs.seconds);
+    const CollectiveGroups four = {1, 4, 0, 1};
+    c.ranks_per_node = 2, c.nodes = 4;
+    simulate_collective(&c, COLLECTIVE_ALLREDUCE, B, 1, &four, &cs, &e);
+    const double direct_ar = cs.seconds;
+    c.collectives = CLUSTER_COLLECTIVES_RING;
+    simulate_collective(&c, COLLECTIVE_ALLREDUCE, B, 1, &four, &cs, &e);
+    CHECK(near(direct_ar, 2 * B / 10e9 + 6 * 5e-6) && near(cs.seconds, 2 * 0.75 * B / 10e9 + 6 * 5e-6),
+          "all-reduce over 2 nodes x 2 ranks: direct %.9g s, ring %.9g s", direct_ar, cs.seconds);
+    c.collectives = CLUSTER_COLLECTIVES_DIRECT, c.ranks_per_node = 4, c.nodes = 2;
+    const double ring_rs = 3.0 / 4 * B / 100e9 + 3 * 1e-6;
+    simulate_collective(&c, COLLECTIVE_REDUCE_SCATTER, B, 1, &four, &cs, &e);
+    CHECK(near(cs.seconds, ring_rs) && !cs.across, "direct reduce-scatter inside a node: %.9g s", cs.seconds);
+    c.collectives = CLUSTER_COLLECTIVES_RING;
     const CollectiveGroups big = {1, 16, 0, 1};
     CHECK(simulate_collective(&c, COLLECTIVE_ALLGATHER, B, 1, &big, &cs, &e) != 0 && strstr(e.msg, "larger cluster"),
           "a collective beyond the cluster is refused: %s", e.msg);

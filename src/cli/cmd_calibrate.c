@@ -149,6 +149,7 @@ int cmd_calibrate(int argc, char **argv) {
     c.threads_per_rank = omp_get_max_threads();
     c.device_mem_gib = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE) / rpn / 1073741824.0;
     c.intra_kind = CLUSTER_INTRA_SHARED_MEMORY; /* a node's ranks are the MPI job's ranks sharing memory */
+    c.collectives = CLUSTER_COLLECTIVES_DIRECT; /* what runs here: seqpar's own collectives (parallel/comm.h) */
     c.attn.n = n_rows;
     double factor_sum = 0, causal_tflops[CLUSTER_RATE_POINTS] = {0};
     for (int i = 0; i < n_rows; i++) { /* every rank at once, as in training; the slowest rank's rate */

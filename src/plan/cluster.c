@@ -19,7 +19,7 @@ extern const int cluster_preset_n;
 /* Every key a cluster file may hold; anything else is refused as a typo. */
 static const char *const KEYS[] = {
     "name", "description", "source", "sources", "note", "nodes", "ranks_per_node", "threads_per_rank",
-    "device_mem_gib", "host_mem_gib", "d2h_gbs", "device_mem_gbs", "step_overhead_ms", "intra_all_to_all", "intra_gbs", "intra_node_gbs", "intra_peer_gbs",
+    "device_mem_gib", "host_mem_gib", "d2h_gbs", "device_mem_gbs", "step_overhead_ms", "collectives", "intra_all_to_all", "intra_gbs", "intra_node_gbs", "intra_peer_gbs",
     "intra_latency_us", "nics_per_node", "nic_gbs", "nic_latency_us", "attention", "attention_backward_factor",
     "attention_merge_bytes",
     "attention_rates", "gemm"};
@@ -168,6 +168,17 @@ int cluster_parse(const char *text, const char *origin, Cluster *c, SeqErr *e) {
             goto out;
         }
     }
+    json_t *coll = json_object_get(root, "collectives");
+    c->collectives = CLUSTER_COLLECTIVES_RING;
+    if (coll) {
+        const char *k = json_is_string(coll) ? json_string_value(coll) : "";
+        if (!strcmp(k, "direct")) c->collectives = CLUSTER_COLLECTIVES_DIRECT;
+        else if (strcmp(k, "ring")) {
+            seq_err(e, "cluster '%s': \"collectives\" must be \"ring\" (NCCL's) or \"direct\" (seqpar's CPU "
+                       "collectives)", origin);
+            goto out;
+        }
+    }
     json_t *rates = json_object_get(root, "attention_rates"), *gemm = json_object_get(root, "gemm");
     if (rates && attention_rates(rates, origin, c, e) != 0) goto out;
     if (gemm && gemm_rates(gemm, origin, c, e) != 0) goto out;
@@ -228,6 +239,7 @@ int cluster_save(const char *path, const Cluster *c, const char *source, SeqErr 
     json_object_set_new(o, "d2h_gbs", json_real(c->d2h_gbs));
     json_object_set_new(o, "device_mem_gbs", json_real(c->device_mem_gbs));
     json_object_set_new(o, "step_overhead_ms", json_real(c->step_overhead_ms));
+    json_object_set_new(o, "collectives", json_string(c->collectives == CLUSTER_COLLECTIVES_DIRECT ? "direct" : "ring"));
     json_object_set_new(o, "intra_all_to_all",
                         json_string(c->intra_kind == CLUSTER_INTRA_SHARED_MEMORY ? "shared_memory" : "switch"));
     json_object_set_new(o, "intra_gbs", json_real(c->intra_gbs));
@@ -307,6 +319,8 @@ char *cluster_check(const Cluster *c) {
                               c->attn_merge_bytes);
     if (!nonneg(c->step_overhead_ms))
         return xstrdup_printf("\"step_overhead_ms\" must be 0 (none) or positive (got %g)", c->step_overhead_ms);
+    if (c->collectives != CLUSTER_COLLECTIVES_RING && c->collectives != CLUSTER_COLLECTIVES_DIRECT)
+        return xstrdup("\"collectives\" must be \"ring\" or \"direct\"");
     if (c->intra_kind != CLUSTER_INTRA_SWITCH && c->intra_kind != CLUSTER_INTRA_SHARED_MEMORY)
         return xstrdup("\"intra_all_to_all\" must be \"switch\" or \"shared_memory\"");
     if (!(c->intra_gbs > 0) || !isfinite(c->intra_gbs))
@@ -468,7 +482,7 @@ int cluster_resolve(const char *arg, Cluster *c, SeqErr *e) {
 
 typedef struct {
     const char *flag, *key;
-    int kind; /* 0 whole number, 1 number, 2 switch|shared_memory */
+    int kind; /* 0 whole number, 1 number, 2 switch|shared_memory, 3 ring|direct */
 } Override;
 static const Override OVERRIDES[] = {
     {"--nodes", "nodes", 0},
@@ -484,6 +498,7 @@ static const Override OVERRIDES[] = {
     {"--intra-peer-gbs", "intra_peer_gbs", 1},
     {"--intra-latency-us", "intra_latency_us", 1},
     {"--intra-all-to-all", "intra_all_to_all", 2},
+    {"--collectives", "collectives", 3},
     {"--nics-per-node", "nics_per_node", 0},
     {"--nic-gbs", "nic_gbs", 1},
     {"--nic-latency-us", "nic_latency_us", 1},
@@ -529,6 +544,12 @@ int cluster_apply_overrides(Cluster *c, const ClusterOverrides *o, SeqErr *e) {
             if (!strcmp(OVERRIDES[j].key, o->key[i])) ov = &OVERRIDES[j];
         if (!ov) return seq_err(e, "no cluster field \"%s\"", o->key[i]);
         const char *v = o->value[i];
+        if (ov->kind == 3) {
+            if (!strcmp(v, "ring")) c->collectives = CLUSTER_COLLECTIVES_RING;
+            else if (!strcmp(v, "direct")) c->collectives = CLUSTER_COLLECTIVES_DIRECT;
+            else return seq_err(e, "%s '%s': give ring (NCCL's) or direct (seqpar's CPU collectives)", ov->flag, v);
+            continue;
+        }
         if (ov->kind == 2) {
             if (!strcmp(v, "switch")) c->intra_kind = CLUSTER_INTRA_SWITCH, c->intra_node_gbs = 0;
             else if (!strcmp(v, "shared_memory")) c->intra_kind = CLUSTER_INTRA_SHARED_MEMORY;

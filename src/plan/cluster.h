@@ -18,6 +18,10 @@
  * port is its own) or through one shared memory (the ranks of a CPU host: intra_node_gbs limits them
  * together where it is set). */
 typedef enum { CLUSTER_INTRA_SWITCH = 0, CLUSTER_INTRA_SHARED_MEMORY = 1 } ClusterIntraKind;
+/* How the step's collectives outside attention (the gradient reduction, ZeRO's reduce-scatters and
+ * gathers) move their bytes: NCCL's ring (a GPU cluster), or seqpar's CPU collectives, where each
+ * member exchanges its share directly with every other member (parallel/comm.h). */
+typedef enum { CLUSTER_COLLECTIVES_RING = 0, CLUSTER_COLLECTIVES_DIRECT = 1 } ClusterCollectives;
 
 /* Rate points: y at x[i], interpolated linearly between the points and constant outside them. */
 typedef struct {
@@ -51,6 +55,7 @@ typedef struct {
      * 0: none */
     double step_overhead_ms;
     int intra_kind; /* ClusterIntraKind */
+    int collectives; /* ClusterCollectives: "collectives" in the file, "ring" unless given */
     /* inside a node: each rank's port (per direction) and, where the node's ranks share one medium
      * (shared memory), the node's total; 0: no shared limit (a switch such as NVSwitch) */
     double intra_gbs, intra_node_gbs, intra_latency_us;

@@ -651,6 +651,7 @@ int simulate_collective(const Cluster *c, CollectiveKind kind, double bytes, dou
     const double nic_node = (c->nics_per_node > 0 ? c->nics_per_node : 1) * c->nic_gbs;
     const double n1 = g->size - 1.0, twice = kind == COLLECTIVE_ALLREDUCE ? 2 : 1;
     const double volume = twice * n1 / g->size * bytes, hops = twice * n1 * count;
+    const int direct = c->collectives == CLUSTER_COLLECTIVES_DIRECT;
     for (int pass = 0; pass < 2; pass++) { /* 0: the nodes' shares; 1: each ring's time */
         for (int n = 0; n < c->nodes; n++) tag[n] = -1;
         for (int k = 0; k < g->groups; k++) {
@@ -661,7 +662,7 @@ int simulate_collective(const Cluster *c, CollectiveKind kind, double bytes, dou
                 on[n]++;
             }
             const int across = nodes > 1;
-            double gbs = INFINITY;
+            double gbs = INFINITY, direct_s = 0;
             for (int j = 0; j < nodes; j++) {
                 const int n = list[j];
                 if (pass == 0) {
@@ -675,10 +676,27 @@ int simulate_collective(const Cluster *c, CollectiveKind kind, double bytes, dou
                     if (c->intra_node_gbs > 0) gbs = fmin(gbs, c->intra_node_gbs / inside[n]);
                 }
                 if (across) gbs = fmin(gbs, nic_node / crossing[n]);
+                if (direct && across) { /* each member's share to every member on another node */
+                    const double leaving = twice * on[n] * (double)(g->size - on[n]) / g->size * bytes;
+                    direct_s = fmax(direct_s, leaving / (nic_node / crossing[n] * 1e9));
+                }
             }
             if (pass == 0) continue;
             const double lat = 1e-6 * (across ? c->nic_latency_us : c->intra_latency_us);
-            const double t = volume / (gbs * 1e9) + hops * lat;
+            double t = volume / (gbs * 1e9) + hops * lat;
+            if (direct && across) { /* the ports as the ring's, the NICs by the bytes that leave the node */
+                double port = INFINITY;
+                for (int j = 0; j < nodes; j++) {
+                    const int n = list[j];
+                    if (on[n] < 2) continue;
+                    port = fmin(port, c->intra_gbs);
+                    if (c->intra_peer_gbs > 0) port = fmin(port, c->intra_peer_gbs);
+                    if (c->intra_node_gbs > 0) port = fmin(port, c->intra_node_gbs / inside[n]);
+                }
+                const double port_s = isfinite(port) ? volume / (port * 1e9) : 0;
+                t = fmax(port_s, direct_s) + hops * lat;
+                gbs = t > hops * lat ? volume / ((t - hops * lat) * 1e9) : gbs;
+            }
             if (t > out->seconds) {
                 out->seconds = t;
                 out->gbs = gbs;

@@ -82,7 +82,7 @@ int simulate_schedule_trace(const StepSchedule *sc, const Cluster *c, const int 
 int sim_trace_write(const SimTrace *trace, const int *rank_of, int members, const char *path, SeqErr *e);
 void sim_trace_free(SimTrace *trace);
 
-/* Collectives as NCCL's ring algorithm plays them on the cluster, for the parts of a step outside
+/* Collectives as the cluster's algorithm plays them (its "collectives"), for the parts of a step outside
  * attention (the gradient reduction, ZeRO's reduce-scatters and gathers). A group's ring visits each
  * of its nodes once (NCCL orders the ring by topology), so every byte crosses each node boundary of
  * the ring once per direction, over all of the node's NICs (one channel a NIC), whichever of its
@@ -91,8 +91,12 @@ void sim_trace_free(SimTrace *trace);
  * hops, that is a rank's port inside a node (intra_gbs; the shared medium's share where the node has
  * one) and, for a ring over several nodes, each node's NICs divided among the concurrent rings that
  * cross that node. Each collective pays (n - 1) hops of latency (2 (n - 1) for an all-reduce), the
- * NIC's where the ring crosses nodes. Concurrent groups: member i of group g is world rank
- * g * group_step + i * stride. */
+ * NIC's where the ring crosses nodes. That is NCCL's ring ("ring"). Under "direct" (seqpar's CPU
+ * collectives, parallel/comm.h: each member sends its share straight to every other member) the
+ * ports inside a node carry the same (n - 1) / n, but a node's NICs carry every byte its members send
+ * to members on other nodes: on x (n - on) / n of the buffer for a node with `on` of the n members
+ * (a ring over those nodes: (n - 1) / n); latency as the ring's. Concurrent groups: member i of
+ * group g is world rank g * group_step + i * stride. */
 typedef enum { COLLECTIVE_ALLGATHER, COLLECTIVE_REDUCE_SCATTER, COLLECTIVE_ALLREDUCE } CollectiveKind;
 typedef struct {
     int groups, size;
