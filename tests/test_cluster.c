@@ -279,7 +279,7 @@ static void test_bad(void) {
         {"{\"nodes\": 1, \"ranks_per_node\": 2, \"intra_gbs\": 1, \"attention\": [[1, 1]], \"intra_all_to_all\": \"bus\"}",
          "\"intra_all_to_all\" must be \"switch\" or \"shared_memory\""},
         {"{\"nodes\": 1, \"ranks_per_node\": 2, \"intra_gbs\": 1, \"attention\": [[1, 1]], \"collectives\": \"tree\"}",
-         "\"collectives\" must be \"ring\" (NCCL's) or \"direct\""},
+         "\"collectives\" must be \"nccl\" (NCCL's ring) or \"direct\""},
         {"{\"nodes\": 1, \"ranks_per_node\": 2, \"intra_gbs\": 1, \"attention\": [[1, 1]], \"intra_all_to_all\": \"switch\", "
          "\"intra_node_gbs\": 5}",
          "set it to 0 or say \"shared_memory\""},

@@ -173,8 +173,8 @@ int cluster_parse(const char *text, const char *origin, Cluster *c, SeqErr *e) {
     if (coll) {
         const char *k = json_is_string(coll) ? json_string_value(coll) : "";
         if (!strcmp(k, "direct")) c->collectives = CLUSTER_COLLECTIVES_DIRECT;
-        else if (strcmp(k, "ring")) {
-            seq_err(e, "cluster '%s': \"collectives\" must be \"ring\" (NCCL's) or \"direct\" (seqpar's CPU "
+        else if (strcmp(k, "nccl")) {
+            seq_err(e, "cluster '%s': \"collectives\" must be \"nccl\" (NCCL's ring) or \"direct\" (seqpar's CPU "
                        "collectives)", origin);
             goto out;
         }
@@ -239,7 +239,7 @@ int cluster_save(const char *path, const Cluster *c, const char *source, SeqErr 
     json_object_set_new(o, "d2h_gbs", json_real(c->d2h_gbs));
     json_object_set_new(o, "device_mem_gbs", json_real(c->device_mem_gbs));
     json_object_set_new(o, "step_overhead_ms", json_real(c->step_overhead_ms));
-    json_object_set_new(o, "collectives", json_string(c->collectives == CLUSTER_COLLECTIVES_DIRECT ? "direct" : "ring"));
+    json_object_set_new(o, "collectives", json_string(c->collectives == CLUSTER_COLLECTIVES_DIRECT ? "direct" : "nccl"));
     json_object_set_new(o, "intra_all_to_all",
                         json_string(c->intra_kind == CLUSTER_INTRA_SHARED_MEMORY ? "shared_memory" : "switch"));
     json_object_set_new(o, "intra_gbs", json_real(c->intra_gbs));
@@ -320,7 +320,7 @@ char *cluster_check(const Cluster *c) {
     if (!nonneg(c->step_overhead_ms))
         return xstrdup_printf("\"step_overhead_ms\" must be 0 (none) or positive (got %g)", c->step_overhead_ms);
     if (c->collectives != CLUSTER_COLLECTIVES_RING && c->collectives != CLUSTER_COLLECTIVES_DIRECT)
-        return xstrdup("\"collectives\" must be \"ring\" or \"direct\"");
+        return xstrdup("\"collectives\" must be \"nccl\" or \"direct\"");
     if (c->intra_kind != CLUSTER_INTRA_SWITCH && c->intra_kind != CLUSTER_INTRA_SHARED_MEMORY)
         return xstrdup("\"intra_all_to_all\" must be \"switch\" or \"shared_memory\"");
     if (!(c->intra_gbs > 0) || !isfinite(c->intra_gbs))
@@ -482,7 +482,7 @@ int cluster_resolve(const char *arg, Cluster *c, SeqErr *e) {
 
 typedef struct {
     const char *flag, *key;
-    int kind; /* 0 whole number, 1 number, 2 switch|shared_memory, 3 ring|direct */
+    int kind; /* 0 whole number, 1 number, 2 switch|shared_memory, 3 nccl|direct */
 } Override;
 static const Override OVERRIDES[] = {
     {"--nodes", "nodes", 0},
@@ -545,9 +545,9 @@ int cluster_apply_overrides(Cluster *c, const ClusterOverrides *o, SeqErr *e) {
         if (!ov) return seq_err(e, "no cluster field \"%s\"", o->key[i]);
         const char *v = o->value[i];
         if (ov->kind == 3) {
-            if (!strcmp(v, "ring")) c->collectives = CLUSTER_COLLECTIVES_RING;
+            if (!strcmp(v, "nccl")) c->collectives = CLUSTER_COLLECTIVES_RING;
             else if (!strcmp(v, "direct")) c->collectives = CLUSTER_COLLECTIVES_DIRECT;
-            else return seq_err(e, "%s '%s': give ring (NCCL's) or direct (seqpar's CPU collectives)", ov->flag, v);
+            else return seq_err(e, "%s '%s': give nccl (NCCL's ring) or direct (seqpar's CPU collectives)", ov->flag, v);
             continue;
         }
         if (ov->kind == 2) {

@@ -55,7 +55,7 @@ typedef struct {
      * 0: none */
     double step_overhead_ms;
     int intra_kind; /* ClusterIntraKind */
-    int collectives; /* ClusterCollectives: "collectives" in the file, "ring" unless given */
+    int collectives; /* ClusterCollectives: "collectives" in the file: "nccl" (the default) or "direct" */
     /* inside a node: each rank's port (per direction) and, where the node's ranks share one medium
      * (shared memory), the node's total; 0: no shared limit (a switch such as NVSwitch) */
     double intra_gbs, intra_node_gbs, intra_latency_us;
@@ -129,8 +129,8 @@ int cluster_apply_overrides(Cluster *c, const ClusterOverrides *o, SeqErr *e);
     "                 --device-mem-gib G, --host-mem-gib G, --d2h-gbs X, --device-mem-gbs X,\n"                     \
     "                 --step-overhead-ms T, --intra-gbs X, --intra-node-gbs X,\n"                                  \
     "                 --intra-peer-gbs X, --intra-latency-us A, --intra-all-to-all switch|shared_memory,\n"      \
-    "                 --nics-per-node N, --nic-gbs X (per direction), --nic-latency-us B: each replaces one\n"     \
-    "                 field of the cluster\n"
+    "                 --collectives nccl|direct, --nics-per-node N, --nic-gbs X (per direction),\n"               \
+    "                 --nic-latency-us B: each replaces one field of the cluster\n"
 
 /* A curve's value at x (TFLOP/s): linear between the points, constant outside. */
 double cluster_curve_at(const ClusterCurve *k, double x);

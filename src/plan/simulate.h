@@ -91,7 +91,7 @@ void sim_trace_free(SimTrace *trace);
  * hops, that is a rank's port inside a node (intra_gbs; the shared medium's share where the node has
  * one) and, for a ring over several nodes, each node's NICs divided among the concurrent rings that
  * cross that node. Each collective pays (n - 1) hops of latency (2 (n - 1) for an all-reduce), the
- * NIC's where the ring crosses nodes. That is NCCL's ring ("ring"). Under "direct" (seqpar's CPU
+ * NIC's where the ring crosses nodes. That is NCCL's ring ("nccl"). Under "direct" (seqpar's CPU
  * collectives, parallel/comm.h: each member sends its share straight to every other member) the
  * ports inside a node carry the same (n - 1) / n, but a node's NICs carry every byte its members send
  * to members on other nodes: on x (n - on) / n of the buffer for a node with `on` of the n members
