@@ -381,8 +381,12 @@ int cmd_sample(int argc, char **argv) {
         if (root) {
             char desc[768];
             seq_parallel_describe(&par, desc, sizeof desc);
-            fprintf(stderr, "seqpar sample: %s; prompt %d tokens run as %d (padded at its end to what the strategy "
-                    "splits)\n", desc, n_prompt, par.seq_len);
+            if (pc.found && pc.reuse > 0) /* the strategy's forward does not run: the cache's rows stand for it */
+                fprintf(stderr, "seqpar sample: %s; prompt %d tokens, %d of them from the prefix cache\n", desc,
+                        n_prompt, pc.reuse);
+            else
+                fprintf(stderr, "seqpar sample: %s; prompt %d tokens run as %d (padded at its end to what the "
+                        "strategy splits)\n", desc, n_prompt, par.seq_len);
         }
     } else {
         if (generator_init(&g, &model, (int)total, chunk, &e) != 0 || generator_set_precision(&g, o.precision, &e) != 0)
