@@ -36,7 +36,6 @@ void kv_shard_set_bf16(KvShard *s) {
 }
 
 size_t kv_shard_elem(const KvShard *s) { return s->bf16 ? sizeof(bf16_t) : sizeof(float); }
-static size_t elem(const KvShard *s) { return kv_shard_elem(s); }
 
 /* Layer `layer`'s keys (or values) from row `row` on, as stored. */
 static void *at_row(const KvShard *s, int values, int layer, int row) {
@@ -66,7 +65,7 @@ void kv_shard_free(KvShard *s) {
 }
 
 size_t kv_shard_bytes(const KvShard *s) {
-    return 2 * elem(s) * (size_t)s->layers * (size_t)s->cap * (size_t)s->kv_heads * (size_t)s->head_dim;
+    return 2 * kv_shard_elem(s) * (size_t)s->layers * (size_t)s->cap * (size_t)s->kv_heads * (size_t)s->head_dim;
 }
 
 /* ------------------------------------------------------------------ capture */
@@ -125,7 +124,7 @@ SeqAttention *kv_capture_create(SeqAttention *inner, KvShard *s) {
 }
 
 void kv_shard_keep(KvShard *s, const int *positions, int N, int keep_below) {
-    const size_t row = elem(s) * s->kv_heads * s->head_dim;
+    const size_t row = kv_shard_elem(s) * s->kv_heads * s->head_dim;
     int n = 0;
     for (int i = 0; i < N; i++) {
         if (positions[i] >= keep_below) continue;
@@ -282,7 +281,7 @@ void kv_scheme_bytes(const KvShard *s, int T, long cached, const int *windows, d
          * the last W - 1 of them, and no later query reaches further back */
         const int w = windows ? windows[l] : 0;
         const double sent = w > 0 && w - 1 < cached ? (double)(w - 1) : (double)cached;
-        *pass_kv += (N - 1) * (sent * (2 * kvd * (double)elem(s) + sizeof(int)) + (double)T * H * d * sizeof(float));
+        *pass_kv += (N - 1) * (sent * (2 * kvd * (double)kv_shard_elem(s) + sizeof(int)) + (double)T * H * d * sizeof(float));
     }
 }
 
@@ -295,7 +294,7 @@ void kv_shard_attend_block(KvShard *s, Comm *c, MPI_Comm mc, KvScheme scheme, in
     const int H = s->heads, Hkv = s->kv_heads, d = s->head_dim, stride = d + 2, R = s->ranks, group = H / Hkv;
     const size_t kvd = (size_t)Hkv * d, qd = (size_t)H * stride;
     const void *K = at_row(s, 0, layer, 0), *V = at_row(s, 1, layer, 0);
-    const size_t es = elem(s); /* bytes of a cached value */
+    const size_t es = kv_shard_elem(s); /* bytes of a cached value */
     const MPI_Datatype edt = s->bf16 ? MPI_UINT16_T : MPI_FLOAT;
     int me = 0;
     if (R > 1) MPI_Comm_rank(mc, &me);

@@ -51,14 +51,16 @@ void dist_generator_prefill(DistGenerator *g, const int *prompt, float *last, fl
 /* Appends `token` (the same on every rank) at the next position; logits (V) on every rank, the same
  * bits everywhere. Collective. -1 with one line past the positions it was made for. */
 int dist_generator_step(DistGenerator *g, int token, float *logits, SeqErr *e);
-/* The scheme a block of T tokens after the cache would run by: `want` unless KV_AUTO, else the one
- * moving fewer bytes; *pass_q, *pass_kv the bytes each would move (all ranks and layers). */
-KvScheme dist_generator_scheme(const DistGenerator *g, int T, KvScheme want, double *pass_q, double *pass_kv);
 /* Appends tokens[0..T) (the same on every rank) at the next positions in one block by `scheme`
  * (KV_AUTO: pass-Q); logits (V), the last token's, and all (T, V) where non-NULL, every token's,
  * the same bits on every rank. Collective. */
 int dist_generator_continue(DistGenerator *g, const int *tokens, int T, KvScheme scheme, float *all, float *logits,
                             SeqErr *e);
+/* Tokens[0..T) continuing g in ceil(T / block) blocks as even as can be (dist_generator_continue each), all
+ * by one scheme: `want`, or for KV_AUTO the one whose bytes over all blocks are fewer; *pass_q,
+ * *pass_kv those bytes (all ranks, layers and blocks). all (T, V) where non-NULL. Collective. */
+int dist_generator_continue_blocks(DistGenerator *g, const int *tokens, int T, int block, KvScheme want, float *all,
+                                   float *logits, KvScheme *used, double *pass_q, double *pass_kv, SeqErr *e);
 /* Rank 0's sample_next_token (rng read there only), sent to every rank. Collective. */
 int dist_generator_choose(DistGenerator *g, const float *logits, const SampleParams *sp, const int *ids, long n_ids,
                           Rng *rng);

@@ -587,39 +587,3 @@ int prefix_cache_save_one(PrefixCache *pc, const char *dir, const PrefixIdent *i
     if (!rc) remove_old(pc, dir, 0, name);
     return rc;
 }
-
-/* ------------------------------------------------------------------ a block in pieces */
-
-/* The first token of piece i of T split into nb pieces as even as can be (sizes differ by one at
- * most): no piece of one token unless T or the block is one, so every piece's matrix products take
- * the BLAS's many-row path as one block's do (a one-row product takes another, which rounds
- * differently). */
-static int piece(int T, int nb, int i) { return (int)((long)T * i / nb); }
-
-int dist_generator_continue_blocks(DistGenerator *g, const int *tokens, int T, int block, KvScheme want, float *all,
-                                   float *logits, KvScheme *used, double *pass_q, double *pass_kv, SeqErr *e) {
-    const LlamaConfig *c = &g->m->cfg;
-    const int V = c->vocab_size, L = c->num_hidden_layers;
-    if (block < 1 || block > g->gen.max_chunk) block = g->gen.max_chunk;
-    const int nb = T > 0 ? (T + block - 1) / block : 0;
-    long cached = 0;
-    for (int r = 0; r < g->ranks; r++) cached += g->counts[r];
-    int *windows = xmalloc(sizeof(int) * (size_t)(L > 0 ? L : 1));
-    for (int l = 0; l < L; l++) windows[l] = llama_layer_window(c, l);
-    *pass_q = *pass_kv = 0;
-    for (int i = 0; i < nb; i++) { /* each piece after the cache and the pieces before it */
-        double q, kv;
-        kv_scheme_bytes(&g->shard, piece(T, nb, i + 1) - piece(T, nb, i), cached + piece(T, nb, i), windows, &q, &kv);
-        *pass_q += q;
-        *pass_kv += kv;
-    }
-    xfree(windows);
-    const KvScheme scheme = want != KV_AUTO ? want : *pass_kv < *pass_q ? KV_PASS_KV : KV_PASS_Q;
-    *used = scheme;
-    for (int i = 0; i < nb; i++) {
-        const int at = piece(T, nb, i), n = piece(T, nb, i + 1) - at;
-        if (dist_generator_continue(g, tokens + at, n, scheme, all ? all + (size_t)at * V : NULL, logits, e) != 0)
-            return -1;
-    }
-    return 0;
-}

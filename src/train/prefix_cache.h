@@ -88,10 +88,4 @@ int prefix_cache_save_dist(PrefixCache *pc, const char *dir, const PrefixIdent *
 int prefix_cache_save_one(PrefixCache *pc, const char *dir, const PrefixIdent *id, const int *prompt, int P,
                           const Generator *g, SeqErr *e);
 
-/* Tokens[0..T) continuing g in ceil(T / block) blocks as even as can be (dist_generator_continue each), all
- * by one scheme: `want`, or for KV_AUTO the one whose bytes over all blocks are fewer; *pass_q,
- * *pass_kv those bytes (all ranks, layers and blocks). all (T, V) where non-NULL. Collective. */
-int dist_generator_continue_blocks(DistGenerator *g, const int *tokens, int T, int block, KvScheme want, float *all,
-                                   float *logits, KvScheme *used, double *pass_q, double *pass_kv, SeqErr *e);
-
 #endif
