@@ -41,19 +41,6 @@ static double generator_bytes(const LlamaConfig *c, double T, int bf16) {
     return b;
 }
 
-/* The smallest length from `prompt` on that the strategy splits over hp x cp (the padded prompt,
- * as seq_parallel_check_fit pads it); -1 where none up to 2 prompt + 4096 does. */
-static long fit(const Strategy *s, const ParallelConfig *pc, int hp, int cp, long prompt, const LlamaConfig *c,
-                int bf16, StrategyParams *sp) {
-    for (long S = prompt; S <= 2 * prompt + 4096; S++) {
-        strategy_params_init(s, pc, 1, hp, cp, S, c->num_attention_heads, c->num_key_value_heads, c->head_dim, bf16, sp);
-        char *err = hp * cp > 1 || s->own ? strategy_check(s, sp) : NULL;
-        if (!err) return S;
-        xfree(err);
-    }
-    return -1;
-}
-
 char *sample_memory_estimate(const LlamaConfig *c, const ParallelConfig *pc_in, int world, int threads, long prompt,
                              long new_tokens, int precision, SampleMemory *out) {
     memset(out, 0, sizeof *out);
@@ -91,7 +78,9 @@ char *sample_memory_estimate(const LlamaConfig *c, const ParallelConfig *pc_in, 
         return xstrdup_printf("--strategy %s splits the prompt over hp %d x cp %d = %d of the %d ranks: give --hp and --cp "
                               "with hp x cp = %d", s->name, hp, cp, hp * cp, world, world);
     StrategyParams sp;
-    const long S = fit(s, &pc, hp, cp, prompt, c, bf16, &sp);
+    /* the padded prompt, as seq_parallel_check_fit pads it */
+    const long S = strategy_fit_length(s, &pc, 1, hp, cp, prompt, c->num_attention_heads, c->num_key_value_heads,
+                                       c->head_dim, bf16, &sp);
     if (S < 0) {
         strategy_params_init(s, &pc, 1, hp, cp, prompt, c->num_attention_heads, c->num_key_value_heads, c->head_dim,
                              bf16, &sp);

@@ -153,6 +153,18 @@ char *strategy_check(const Strategy *s, const StrategyParams *p) {
     return err ? err : layout_split_error(p->layout, p->seq_len, p->hp, p->cp);
 }
 
+long strategy_fit_length(const Strategy *s, const ParallelConfig *cfg, int dp, int hp, int cp, long min_len,
+                         int n_heads, int n_kv_heads, int head_dim, int bf16, StrategyParams *p) {
+    const long last = 2 * min_len + 4096;
+    for (long S = min_len; S <= last && S <= (1L << 30); S++) {
+        strategy_params_init(s, cfg, dp, hp, cp, S, n_heads, n_kv_heads, head_dim, bf16, p);
+        char *err = hp * cp > 1 || s->own ? strategy_check(s, p) : NULL;
+        if (!err) return S;
+        xfree(err);
+    }
+    return -1;
+}
+
 void strategy_volume(const Strategy *s, const StrategyParams *p, int hp_rank, int cp_rank, AttnVolume *v) {
     memset(v, 0, sizeof *v);
     if (s->own) {

@@ -274,6 +274,13 @@ char *strategy_check_heads(const StrategyParams *p);
  * under the layout, and the schedule's own check. NULL or a one-line message (xmalloc'd). */
 char *strategy_check(const Strategy *s, const StrategyParams *p);
 
+/* The shortest sequence from min_len up to 2 min_len + 4096 that s runs on a dp x hp x cp grid
+ * (strategy_check passes; one rank without a schedule of its own: min_len), p set for it
+ * (strategy_params_init); -1 where none does (p then for the last length tried). How a prompt is
+ * padded to what the strategy splits. */
+long strategy_fit_length(const Strategy *s, const ParallelConfig *cfg, int dp, int hp, int cp, long min_len,
+                         int n_heads, int n_kv_heads, int head_dim, int bf16, StrategyParams *p);
+
 /* Bytes and messages rank (hp_rank, cp_rank) sends per layer: head exchange + context schedule. */
 void strategy_volume(const Strategy *s, const StrategyParams *p, int hp_rank, int cp_rank, AttnVolume *v);
 

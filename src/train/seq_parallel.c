@@ -91,15 +91,9 @@ int seq_parallel_ranks_on_node(void) {
  * check then names what is wrong). */
 static int fit_length(const Strategy *s, const ParallelConfig *cfg, int dp, int hp, int cp, int min_len,
                       const LlamaConfig *model, StrategyParams *params) {
-    const long last = 2L * min_len + 4096;
-    for (long S = min_len; S <= last && S <= (1L << 30); S++) {
-        strategy_params_init(s, cfg, dp, hp, cp, S, model->num_attention_heads, model->num_key_value_heads,
-                             model->head_dim, cfg->wire_bf16, params);
-        char *err = hp * cp > 1 || s->own ? strategy_check(s, params) : NULL;
-        if (!err) return (int)S;
-        xfree(err);
-    }
-    return min_len;
+    const long S = strategy_fit_length(s, cfg, dp, hp, cp, min_len, model->num_attention_heads,
+                                       model->num_key_value_heads, model->head_dim, cfg->wire_bf16, params);
+    return S < 0 ? min_len : (int)S;
 }
 
 static void check(SeqParallel *p, const ParallelConfig *cfg, const LlamaConfig *model, int seq_len, int fit);
