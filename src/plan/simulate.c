@@ -634,6 +634,15 @@ int simulate_schedule_replicas(const StepSchedule *sc, int replicas, const Clust
 
 /* ---------------------------------------------------------------- collectives */
 
+/* GB/s of a collective's hops inside a node whose medium `inside` members share: each member's
+ * port, its pair's limit, the medium's share. */
+static double port_gbs(const Cluster *c, int inside) {
+    double gbs = c->intra_gbs;
+    if (c->intra_peer_gbs > 0) gbs = fmin(gbs, c->intra_peer_gbs);
+    if (c->intra_node_gbs > 0) gbs = fmin(gbs, c->intra_node_gbs / inside);
+    return gbs;
+}
+
 int simulate_collective(const Cluster *c, CollectiveKind kind, double bytes, double count, const CollectiveGroups *g,
                         CollectiveSim *out, SeqErr *e) {
     memset(out, 0, sizeof *out);
@@ -670,11 +679,7 @@ int simulate_collective(const Cluster *c, CollectiveKind kind, double bytes, dou
                     if (across) crossing[n]++;
                     continue;
                 }
-                if (on[n] > 1) { /* hops inside the node: each member's port, its pair, the medium's share */
-                    gbs = fmin(gbs, c->intra_gbs);
-                    if (c->intra_peer_gbs > 0) gbs = fmin(gbs, c->intra_peer_gbs);
-                    if (c->intra_node_gbs > 0) gbs = fmin(gbs, c->intra_node_gbs / inside[n]);
-                }
+                if (on[n] > 1) gbs = fmin(gbs, port_gbs(c, inside[n]));
                 if (across) gbs = fmin(gbs, nic_node / crossing[n]);
                 if (direct && across) { /* each member's share to every member on another node */
                     const double leaving = twice * on[n] * (double)(g->size - on[n]) / g->size * bytes;
@@ -686,13 +691,8 @@ int simulate_collective(const Cluster *c, CollectiveKind kind, double bytes, dou
             double t = volume / (gbs * 1e9) + hops * lat;
             if (direct && across) { /* the ports as the ring's, the NICs by the bytes that leave the node */
                 double port = INFINITY;
-                for (int j = 0; j < nodes; j++) {
-                    const int n = list[j];
-                    if (on[n] < 2) continue;
-                    port = fmin(port, c->intra_gbs);
-                    if (c->intra_peer_gbs > 0) port = fmin(port, c->intra_peer_gbs);
-                    if (c->intra_node_gbs > 0) port = fmin(port, c->intra_node_gbs / inside[n]);
-                }
+                for (int j = 0; j < nodes; j++)
+                    if (on[list[j]] > 1) port = fmin(port, port_gbs(c, inside[list[j]]));
                 const double port_s = isfinite(port) ? volume / (port * 1e9) : 0;
                 t = fmax(port_s, direct_s) + hops * lat;
                 gbs = t > hops * lat ? volume / ((t - hops * lat) * 1e9) : gbs;
