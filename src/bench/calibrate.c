@@ -8,12 +8,6 @@
 #include "attention/flash_attention.h"
 #include "bench/sgemm_bench.h"
 #include "core/common.h"
-#include "kernels/sgemm.h"
-
-/* A trial runs its kernel again and again for at least this long: many scheduler time slices, so
- * that ranks sharing cores (more ranks than cores) each get their fair share within it, where one
- * short call either runs alone on a core or waits a whole slice. */
-#define CALIBRATE_TRIAL_S 0.1
 
 double calibrate_attention(int rows, int heads, int head_dim, int causal, int repeats, double *backward_factor) {
     const size_t nq = (size_t)rows * heads * head_dim;
@@ -124,23 +118,4 @@ double calibrate_memory_gbs(size_t bytes, int repeats) {
     const double secs = median_of(t, repeats);
     xfree(a), xfree(b), xfree(c), xfree(t);
     return 3.0 * sizeof(float) * (double)n / secs / 1e9;
-}
-
-double calibrate_gemm_tflops(int size, int repeats) {
-    const size_t nn = (size_t)size * size;
-    float *a = xmalloc_aligned(sizeof(float) * nn), *b = xmalloc_aligned(sizeof(float) * nn);
-    float *c = xmalloc_aligned(sizeof(float) * nn);
-    for (size_t i = 0; i < nn; i++) a[i] = (float)(i % 13) / 13.0f - 0.5f, b[i] = (float)(i % 11) / 11.0f - 0.5f;
-    double *t = xmalloc(sizeof(double) * (size_t)repeats);
-    sgemm_lib_rm(SGEMM_OPENBLAS, 0, 0, size, size, size, 1.0f, a, size, b, size, 0.0f, c, size); /* warm-up */
-    for (int r = 0; r < repeats; r++) {
-        int n = 0;
-        const double t0 = MPI_Wtime();
-        do sgemm_lib_rm(SGEMM_OPENBLAS, 0, 0, size, size, size, 1.0f, a, size, b, size, 0.0f, c, size), n++;
-        while (MPI_Wtime() - t0 < CALIBRATE_TRIAL_S);
-        t[r] = (MPI_Wtime() - t0) / n;
-    }
-    const double secs = median_of(t, repeats);
-    xfree(a), xfree(b), xfree(c), xfree(t);
-    return 2.0 * (double)nn * size / secs / 1e12;
 }

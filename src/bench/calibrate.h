@@ -31,8 +31,10 @@ double calibrate_all_pairs_gbs(MPI_Comm comm, size_t bytes, int repeats, int fas
  * on every rank at once for a node's ranks sharing its memory. */
 double calibrate_memory_gbs(size_t bytes, int repeats);
 
-/* The fp32 GEMM's rate (OpenBLAS's sgemm, square size^3) in TFLOP/s, the median of `repeats` trials
- * of 0.1 s each, as calibrate_attention. */
-double calibrate_gemm_tflops(int size, int repeats);
+/* Seconds a calibration trial runs its kernel again and again (calibrate_attention; the GEMM's
+ * through sgemm_gflops): many scheduler time slices, so that ranks sharing cores (more ranks than
+ * cores) each get their fair share within it, where one short call either runs alone on a core or
+ * waits a whole slice. */
+#define CALIBRATE_TRIAL_S 0.1
 
 #endif

@@ -26,8 +26,9 @@ double median_of(double *x, int n) {
     return (n % 2) ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
-/* Times `repeats` runs after one warm-up; returns the median (best = 0) or the best rate. */
-static double sgemm_rate(SgemmLib lib, int m, int n, int k, int repeats, int best) {
+/* Times `repeats` trials after one warm-up, a trial one product or (trial_s > 0) as many as take
+ * trial_s seconds, timed per product; returns the median (best = 0) or the best rate. */
+static double sgemm_rate(SgemmLib lib, int m, int n, int k, int repeats, int best, double trial_s) {
     if (m <= 0 || n <= 0 || k <= 0) die("sgemm_gflops: bad shape %d x %d x %d", m, n, k);
     if (repeats < 1) repeats = 1;
     float *a = xmalloc_aligned((size_t)m * k * sizeof(float)); /* (m, k) */
@@ -39,10 +40,11 @@ static double sgemm_rate(SgemmLib lib, int m, int n, int k, int repeats, int bes
     for (size_t i = 0; i < (size_t)k * n; i++) b[i] = (float)(rng_uniform(&rng) - 0.5);
     double *t = xmalloc((size_t)repeats * sizeof(double));
     for (int r = -1; r < repeats; r++) { /* r = -1: warm-up */
-        double t0 = bench_seconds();
-        sgemm_lib_rm(lib, 0, 0, m, n, k, 1.0f, a, k, b, n, 0.0f, c, n);
-        double dt = bench_seconds() - t0;
-        if (r >= 0) t[r] = dt;
+        const double t0 = bench_seconds();
+        int calls = 0;
+        do sgemm_lib_rm(lib, 0, 0, m, n, k, 1.0f, a, k, b, n, 0.0f, c, n), calls++;
+        while (r >= 0 && bench_seconds() - t0 < trial_s);
+        if (r >= 0) t[r] = (bench_seconds() - t0) / calls;
     }
     double sel = median_of(t, repeats); /* sorts t ascending */
     if (best) sel = t[0];
@@ -53,12 +55,14 @@ static double sgemm_rate(SgemmLib lib, int m, int n, int k, int repeats, int bes
     return 2.0 * m * n * (double)k / sel * 1e-9;
 }
 
-double sgemm_gflops(int m, int n, int k, int repeats) { return sgemm_rate(SGEMM_OPENBLAS, m, n, k, repeats, 0); }
+double sgemm_gflops(int m, int n, int k, int repeats, double trial_s) {
+    return sgemm_rate(SGEMM_OPENBLAS, m, n, k, repeats, 0, trial_s);
+}
 
 double sgemm_peak_gflops_libs(int trials, double per_lib[SGEMM_LIBS]) {
     double best = 0;
     for (int l = 0; l < SGEMM_LIBS; l++) {
-        const double g = sgemm_rate((SgemmLib)l, 2048, 2048, 2048, trials < 3 ? 3 : trials, 1);
+        const double g = sgemm_rate((SgemmLib)l, 2048, 2048, 2048, trials < 3 ? 3 : trials, 1, 0);
         if (per_lib) per_lib[l] = g;
         if (g > best) best = g;
     }

@@ -23,8 +23,10 @@ double sgemm_peak_gflops(int trials);
  * made the peak read lower and the utilisation higher than the hardware's. */
 double bf16_gemm_peak_gflops(int trials);
 
-/* GFLOPS of one OpenBLAS sgemm shape (M x K times K x N), median over `repeats` runs; for experiments. */
-double sgemm_gflops(int m, int n, int k, int repeats);
+/* GFLOPS of one OpenBLAS sgemm shape (M x K times K x N), the median of `repeats` trials, each one
+ * product or (trial_s > 0) as many as take trial_s seconds (ranks sharing cores then each get their
+ * share within a trial). */
+double sgemm_gflops(int m, int n, int k, int repeats, double trial_s);
 
 /* The benchmarks' clock (these yardsticks, attention_bench, the bf16 GEMM's peak, `seqpar bench`):
  * wall time (monotonic) by default; after bench_clock_cpu(1) this process's CPU time, every thread

@@ -179,7 +179,7 @@ int cmd_calibrate(int argc, char **argv) {
     c.gemm[PRECISION_FP32].n = n_sizes;
     for (int i = 0; i < n_sizes; i++) {
         MPI_Barrier(MPI_COMM_WORLD);
-        double tflops = calibrate_gemm_tflops(sizes[i], repeats), slowest;
+        double tflops = 1e-3 * sgemm_gflops(sizes[i], sizes[i], sizes[i], repeats, CALIBRATE_TRIAL_S), slowest;
         MPI_Allreduce(&tflops, &slowest, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
         c.gemm[PRECISION_FP32].x[i] = sizes[i];
         c.gemm[PRECISION_FP32].tflops[i] = slowest;
