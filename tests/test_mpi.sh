@@ -5,6 +5,7 @@
 #   - the LightSeq / all-gather context schedule test at 2, 3, 4 and 8 ranks;
 #   - the WallFacer schedule test binary at 2, 4, 8, 9 and 12 ranks;
 #   - comm.h's collectives split into pieces of 1 to 100 elements (test_comm_pieces) at 2 and 3 ranks;
+#   - calibrate's exchange across nodes (test_calibrate) at 4 ranks split into two pretended nodes;
 #   - `seqpar grad` under every kind of grid (Ulysses, ring, 2D, double ring, KV replication,
 #     dp, ZeRO-1, both placements, three layouts) prints the single-process loss and writes the
 #     same gradient file, and matches the Hugging Face float64 fixtures;
@@ -51,6 +52,7 @@ mpi_test_binary test_fpdt "2 3 4" "fpdt"
 mpi_test_binary test_plugin "2 4" "the example plug-in"
 # comm.h's size_t counts: every collective split at pieces of 1 to 100 elements (3 ranks: uneven)
 mpi_test_binary test_comm_pieces "2 3" "collectives in pieces"
+mpi_test_binary test_calibrate "4" "calibrate's exchange across nodes"
 
 # ---- seqpar grad: every grid writes the single-process file
 L=tiny_long   # H 4, KV heads 2, S 256

@@ -104,6 +104,38 @@ double calibrate_all_pairs_gbs(MPI_Comm comm, size_t bytes, int repeats, int fas
     return pairs > 0 ? 2.0 * pairs * (double)bytes / secs / 1e9 : 0;
 }
 
+double calibrate_cross_node_gbs(MPI_Comm comm, const int *node_of, size_t bytes, int repeats) {
+    int me, size;
+    MPI_Comm_rank(comm, &me);
+    MPI_Comm_size(comm, &size);
+    int remote = 0, local = 0;
+    for (int r = 0; r < size; r++) node_of[r] == node_of[me] ? local++ : remote++;
+    const size_t piece = remote ? bytes / (size_t)remote : 0;
+    char *s = xcalloc(piece ? piece : 1, 1), *rbuf = xcalloc(piece ? piece * (size_t)remote : 1, 1);
+    MPI_Request *q = xmalloc(sizeof(MPI_Request) * (size_t)(2 * remote + 1));
+    double *t = xmalloc(sizeof(double) * (size_t)repeats);
+    for (int r = -1; r < repeats; r++) { /* r = -1: a warm-up exchange (the connections opened) */
+        MPI_Barrier(comm);
+        const double t0 = MPI_Wtime();
+        int nq = 0, k = 0;
+        for (int p = 0; p < size; p++) {
+            if (node_of[p] == node_of[me]) continue;
+            MPI_Irecv(rbuf + (size_t)k++ * piece, (int)piece, MPI_BYTE, p, 79, comm, &q[nq++]);
+            MPI_Isend(s, (int)piece, MPI_BYTE, p, 79, comm, &q[nq++]);
+        }
+        MPI_Waitall(nq, q, MPI_STATUSES_IGNORE);
+        double mine = MPI_Wtime() - t0, slowest;
+        MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm);
+        if (r >= 0) t[r] = slowest;
+    }
+    const double secs = median_of(t, repeats);
+    xfree(s);
+    xfree(rbuf);
+    xfree(q);
+    xfree(t);
+    return remote && secs > 0 ? (double)local * (double)piece * remote / secs / 1e9 : 0;
+}
+
 double calibrate_memory_gbs(size_t bytes, int repeats) {
     const size_t n = bytes / sizeof(float) > 0 ? bytes / sizeof(float) : 1;
     float *a = xmalloc(sizeof(float) * n), *b = xmalloc(sizeof(float) * n), *c = xmalloc(sizeof(float) * n);

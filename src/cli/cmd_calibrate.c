@@ -1,8 +1,9 @@
 /* seqpar calibrate: measures this machine (or the hosts mpirun started it on) into a cluster file for
  * the step simulator (plan/cluster.h): the attention kernel's rate on blocks of several sizes and the
  * fp32 GEMM's on products of several sizes with every rank computing at once, a message's latency
- * and bandwidth between two ranks of a node and between nodes, and a node's throughput with all its
- * ranks exchanging at once; the threads and memory of a rank from the job. */
+ * and bandwidth between two ranks of a node, a node's throughput with all its ranks exchanging at
+ * once, and between nodes a message's latency and the NICs' bandwidth with every rank exchanging
+ * across nodes at once; the threads and memory of a rank from the job. */
 #include <errno.h>
 #include <getopt.h>
 #include <omp.h>
@@ -35,8 +36,10 @@ static const char HELP[] =
     "arrays, every rank at once: the optimizer step's rate); a message's one-way latency (8 bytes) and\n"
     "bandwidth (--message-mib; the fastest round trip: the slower ones waited for a rank whose core\n"
     "another ran) between the first two ranks of a node, and of every rank of the first node\n"
-    "exchanging with a partner at once; with ranks on two or more nodes, the same between the first\n"
-    "ranks of nodes 0 and 1. Nodes and ranks per node are the MPI job's (ranks sharing memory); threads\n"
+    "exchanging with a partner at once; with ranks on two or more nodes, the latency between rank 0 and\n"
+    "the first rank of another node, and the bandwidth a node's NICs give while every rank exchanges\n"
+    "--message-mib with the ranks of the other nodes at once, both ways (the median; the load of the\n"
+    "collectives and all-to-alls). Nodes and ranks per node are the MPI job's (ranks sharing memory); threads\n"
     "per rank its OpenMP threads; a rank's memory this host's RAM over its ranks; the slow tier (disk)\n"
     "is not measured (0).\n"
     "\n"
@@ -199,8 +202,16 @@ int cmd_calibrate(int argc, char **argv) {
         c.device_mem_gbs = slowest;
     }
     const size_t big = (size_t)(message_mib * 1048576.0);
-    /* inside the first node: its first two ranks, then all its ranks at once */
-    int color = rank < rpn ? 0 : MPI_UNDEFINED;
+    /* each rank's node (by its node's first world rank), as mpirun placed the ranks, so that the pairs
+     * below are inside one node and across two whatever the mapping */
+    int leader = rank, *node_of = xmalloc(sizeof(int) * (size_t)world);
+    MPI_Bcast(&leader, 1, MPI_INT, 0, node);
+    MPI_Allgather(&leader, 1, MPI_INT, node_of, 1, MPI_INT, MPI_COMM_WORLD);
+    int other = -1; /* the first rank on another node than rank 0's */
+    for (int r = 0; r < world && other < 0; r++)
+        if (node_of[r] != node_of[0]) other = r;
+    /* inside rank 0's node: its first two ranks, then all its ranks at once */
+    int color = node_of[rank] == node_of[0] ? 0 : MPI_UNDEFINED;
     MPI_Comm first;
     MPI_Comm_split(MPI_COMM_WORLD, color, rank, &first);
     double intra[3] = {0, 0, 0}; /* latency s, bandwidth GB/s, node total GB/s */
@@ -217,20 +228,29 @@ int cmd_calibrate(int argc, char **argv) {
     c.intra_gbs = rpn >= 2 ? intra[1] : 1e3; /* one rank a node: no traffic inside it to limit */
     /* a shared medium shows as a node total below its ranks' ports together */
     c.intra_node_gbs = rpn >= 2 && intra[2] < 0.9 * (rpn / 2 * 2) * intra[1] ? intra[2] : 0;
-    if (c.nodes >= 2) { /* the first ranks of nodes 0 and 1 */
-        c.nic_latency_us = 1e6 * calibrate_pingpong(MPI_COMM_WORLD, 0, rpn, 8, repeats * 20, 1);
-        c.nic_gbs = big / calibrate_pingpong(MPI_COMM_WORLD, 0, rpn, big, repeats, 1) / 1e9;
+    double pair_gbs = 0; /* one pair across nodes alone (the file's source names it) */
+    if (other >= 0) {
+        /* a message's latency: rank 0 and the first rank of another node; the bandwidth a NIC gives
+         * while every rank of every node exchanges across nodes at once, both ways (as the
+         * collectives and all-to-alls load it), over the node's NICs */
+        c.nic_latency_us = 1e6 * calibrate_pingpong(MPI_COMM_WORLD, 0, other, 8, repeats * 20, 1);
+        pair_gbs = big / calibrate_pingpong(MPI_COMM_WORLD, 0, other, big, repeats, 1) / 1e9;
+        c.nic_gbs = calibrate_cross_node_gbs(MPI_COMM_WORLD, node_of, big, repeats) / nics;
     }
+    xfree(node_of);
     MPI_Comm_free(&node);
     char *bad = cluster_check(&c);
     if (bad) die_collective("seqpar %s: the measured cluster is not valid (%s): a measurement failed", cmd, bad);
     if (rank == 0) {
-        char source[512];
+        char source[768], across[256] = "";
+        if (other >= 0)
+            snprintf(across, sizeof across, "; nic_gbs: every rank exchanging with every rank of the other nodes at "
+                     "once, both ways (one pair alone: %.4g GB/s)", pair_gbs);
         snprintf(source, sizeof source, "measured by seqpar calibrate on %d rank%s (%d node%s x %d), fp32 attention, "
                  "%d heads of %d, fp32 GEMM %s, memory by STREAM's triad, medians of %d; nics_per_node given (%d); host_mem_gib and d2h_gbs "
-                 "(the disk) not measured", world, world == 1 ? "" : "s", c.nodes, c.nodes == 1 ? "" : "s", rpn, heads,
+                 "(the disk) not measured%s", world, world == 1 ? "" : "s", c.nodes, c.nodes == 1 ? "" : "s", rpn, heads,
                  head_dim, bf16_products_on_sgemm() ? "(bf16: the same, on sgemm)" : "(bf16: its GEMM at 2048)", repeats,
-                 nics);
+                 nics, across);
         snprintf(c.description, sizeof c.description, "%s as seqpar calibrate measured it: %d node%s x %d ranks",
                  c.name, c.nodes, c.nodes == 1 ? "" : "s", rpn);
         SeqErr e;
