@@ -2,7 +2,8 @@
  * across nodes (calibrate_cross_node_gbs) with the ranks split into two pretended nodes gives a
  * positive, finite rate of the size the same bytes get from the pairwise exchange (each rank sends
  * as much either way: a node's two ranks' bytes against all ranks', so half the pairwise figure,
- * within this machine's noise, a factor 4 either side), and 0 where every rank is on one node.
+ * within this machine's noise, a factor 4 either side), a rate on every rank where two ranks
+ * exchange and the rest sit out (node -1), and 0 where every rank is on one node.
  * Run at 1 rank (run_tests.sh) and at 4 (test_mpi.sh). Prints "N passed, N failed". */
 #include <math.h>
 #include <mpi.h>
@@ -31,6 +32,11 @@ int main(int argc, char **argv) {
         const double ratio = cross / (pairs / 2);
         CHECK(ratio > 0.25 && ratio < 4, "across nodes %g GB/s, pairwise %g GB/s: a node's bytes count %g times "
               "half the pairwise figure", cross, pairs, ratio);
+        /* two ranks exchanging, the others sitting out: a rate on every rank */
+        for (int r = 0; r < size; r++) node_of[r] = r == 0 ? 0 : r == size / 2 ? 1 : -1;
+        const double pair = calibrate_cross_node_gbs(MPI_COMM_WORLD, node_of, bytes, 2);
+        CHECK(isfinite(pair) && pair > 0, "one pair across two nodes, the rest sitting out: %g GB/s on rank %d", pair,
+              rank);
         if (rank == 0) printf("across two pretended nodes of %d ranks: %.3g GB/s a node; pairwise %.3g GB/s all ranks\n",
                               size / 2, cross, pairs);
     }

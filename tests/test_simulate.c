@@ -5,7 +5,8 @@
  * schedule runs to the end with its bytes split into intra- and inter-node; a per-peer limit inside a
  * node; collectives as NCCL's ring plays them (a node's NICs shared by the rings crossing it) and
  * as seqpar's direct ones (a node's NICs carry every byte that leaves it),
- * replicas played side by side; bad cluster files are refused with one line naming the field. No
+ * replicas played side by side; a NIC whose total falls with its flows (nic_flows) in the play and
+ * in the direct collectives; bad cluster files are refused with one line naming the field. No
  * MPI. */
 #include <math.h>
 #include <stdio.h>
@@ -88,6 +89,61 @@ static void test_nic_sharing(void) {
         schedule_sim_free(&out);
         schedule_free(&sc);
     }
+}
+
+/* A NIC that carries less with more flows (nic_flows [[1, 10], [2, 6]] GB/s): two flows through
+ * one NIC's direction move 3 GB/s each, where one flow each way (0 -> 2, 3 -> 1) moves 10 GB/s; a
+ * file with the curve saves and loads it back; a direct all-reduce of 2 nodes x 2 ranks with the
+ * curve [[1, 10], [4, 6]]: its reduce-scatter (each member receiving from one peer at a time: 4 / 3
+ * flows a NIC on average, 9.556 GB/s) and its all-gather (every share at once: 4 flows, 6 GB/s) move
+ * B each out of a node. */
+static void test_nic_flows(void) {
+    const int ident[4] = {0, 1, 2, 3};
+    const double B = 1e8;
+    Cluster c = two_nodes(1);
+    c.nic_flows = (ClusterCurve){.n = 2, .x = {1, 2}, .tflops = {10, 6}};
+    for (int same = 0; same < 2; same++) {
+        StepSchedule sc;
+        schedule_init(&sc, 1, 4, PASS_FORWARD);
+        schedule_step(&sc, "two flows between the nodes");
+        schedule_message(&sc, COMM_P2P_INNER, 0, 2, (unsigned long long)B, 1);
+        schedule_message(&sc, COMM_P2P_INNER, same ? 1 : 3, same ? 3 : 1, (unsigned long long)B, 1);
+        schedule_finish(&sc);
+        ScheduleSim out;
+        const double t = run(&sc, &c, ident, &out), want = 5e-6 + B / (same ? 3e9 : 10e9);
+        CHECK(near(t, want), "two flows %s with nic_flows: %.9g s, by hand %.9g s", same ? "one way" : "both ways", t,
+              want);
+        schedule_sim_free(&out);
+        schedule_free(&sc);
+    }
+    char path[] = "/tmp/test_simulate_flows.XXXXXX";
+    const int fd = mkstemp(path);
+    if (fd >= 0) close(fd);
+    SeqErr e;
+    Cluster back;
+    c.threads_per_rank = 1;
+    CHECK(fd >= 0 && cluster_save(path, &c, "test", &e) == 0 && cluster_load(path, &back, &e) == 0 &&
+              back.nic_flows.n == 2 && back.nic_flows.x[1] == 2 && back.nic_flows.tflops[1] == 6,
+          "nic_flows saved and loaded back: %s", e.msg);
+    unlink(path);
+    /* --nic-gbs keeps the curve's shape: [[1, 5], [2, 3]] */
+    char a0[] = "x", a1[] = "--nic-gbs", a2[] = "5", *argv[] = {a0, a1, a2, NULL};
+    int argc = 3;
+    ClusterOverrides ov;
+    Cluster half = c;
+    CHECK(cluster_take_overrides(&argc, argv, &ov, &e) == 0 && cluster_apply_overrides(&half, &ov, &e) == 0 &&
+              half.nic_gbs == 5 && half.nic_flows.tflops[0] == 5 && half.nic_flows.tflops[1] == 3,
+          "--nic-gbs 5 over nic_flows [[1, 10], [2, 6]]: nic_gbs %g, curve %g, %g", half.nic_gbs,
+          half.nic_flows.tflops[0], half.nic_flows.tflops[1]);
+    c.collectives = CLUSTER_COLLECTIVES_DIRECT;
+    c.nic_flows = (ClusterCurve){.n = 2, .x = {1, 4}, .tflops = {10, 6}};
+    const CollectiveGroups four = {1, 4, 0, 1};
+    CollectiveSim cs;
+    simulate_collective(&c, COLLECTIVE_ALLREDUCE, B, 1, &four, &cs, &e);
+    const double rs_gbs = 10 + (6 - 10) * (4.0 / 3 - 1) / 3, want = B / (rs_gbs * 1e9) + B / 6e9 + 6 * 5e-6;
+    CHECK(near(cs.seconds, want), "direct all-reduce with nic_flows: %.9g s, by hand %.9g s", cs.seconds, want);
+    simulate_collective(&c, COLLECTIVE_ALLGATHER, B, 1, &four, &cs, &e);
+    CHECK(near(cs.seconds, B / 6e9 + 3 * 5e-6), "direct all-gather with nic_flows: %.9g s", cs.seconds);
 }
 
 /* The ring's forward on 4 ranks, 4096 tokens, 8 heads of 64 (zigzag). */
@@ -294,6 +350,12 @@ static void test_bad_files(void) {
         {"{\"nodes\": 1, \"ranks_per_node\": 2, \"intra_gbs\": 100, \"nics_per_node\": 4, \"attention\": [[1, 1]]}", "exceeds"},
         {"{\"nodes\": 1, \"ranks_per_node\": 2, \"intra_gbs\": 100, \"device_mem_gbs\": -1, \"attention\": [[1, 1]]}",
          "\"device_mem_gbs\" must be 0"},
+        {"{\"nodes\": 2, \"ranks_per_node\": 2, \"intra_gbs\": 100, \"nics_per_node\": 1, \"nic_gbs\": 10, "
+         "\"nic_flows\": [[1, 10], [4, 12]], \"attention\": [[1, 1]]}", "0 < gbs <= \"nic_gbs\""},
+        {"{\"nodes\": 2, \"ranks_per_node\": 2, \"intra_gbs\": 100, \"nics_per_node\": 1, \"nic_gbs\": 10, "
+         "\"nic_flows\": [[4, 6], [1, 10]], \"attention\": [[1, 1]]}", "increasing flows"},
+        {"{\"nodes\": 2, \"ranks_per_node\": 2, \"intra_gbs\": 100, \"nics_per_node\": 1, \"nic_gbs\": 10, "
+         "\"nic_flows\": [[1]], \"attention\": [[1, 1]]}", "[flows, gbs]"},
         {"[1, 2]", "not a JSON object"},
         {"{\"nodes\": ", "give a JSON cluster file"},
     };
@@ -486,6 +548,7 @@ int main(void) {
     test_replicas();
     test_peer_links();
     test_nic_sharing();
+    test_nic_flows();
     test_nic_egress();
     test_ring_two_nodes();
     test_alltoall();

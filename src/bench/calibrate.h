@@ -27,11 +27,12 @@ double calibrate_pingpong(MPI_Comm comm, int a, int b, size_t bytes, int repeats
 double calibrate_all_pairs_gbs(MPI_Comm comm, size_t bytes, int repeats, int fastest);
 
 /* Every rank of comm sends `bytes`, split evenly over the ranks on other nodes (node_of[r]: rank r's
- * node, the same number of ranks on each), to all of them at once, and receives as much from them:
- * the bytes one node's ranks sent across over the slowest rank's time, in GB/s, the median of
- * `repeats`. A node's links as the collectives and all-to-alls load them: every rank sending and
- * receiving at once, many flows each way, where one pair's ping-pong has a direction to itself.
- * Collective; 0 where every rank is on one node. */
+ * node, the same number of ranks on each; a rank with node_of < 0 takes no part), to all of them at
+ * once, and receives as much from them: the bytes one node's ranks sent across over the trials' mean
+ * time (a long transfer's rate: trials over TCP vary by a third), in GB/s, on every rank. A node's
+ * links as the collectives and all-to-alls load them: every rank sending and receiving at once, many
+ * flows each way; with two ranks taking part, one pair's exchange both ways. Collective; 0 where every
+ * rank taking part is on one node. */
 double calibrate_cross_node_gbs(MPI_Comm comm, const int *node_of, size_t bytes, int repeats);
 
 /* One rank's memory bandwidth in GB/s: STREAM's triad a = b + s c over three arrays of `bytes`

@@ -6,6 +6,7 @@
  * across nodes at once; the threads and memory of a rank from the job. */
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -228,14 +229,22 @@ int cmd_calibrate(int argc, char **argv) {
     c.intra_gbs = rpn >= 2 ? intra[1] : 1e3; /* one rank a node: no traffic inside it to limit */
     /* a shared medium shows as a node total below its ranks' ports together */
     c.intra_node_gbs = rpn >= 2 && intra[2] < 0.9 * (rpn / 2 * 2) * intra[1] ? intra[2] : 0;
-    double pair_gbs = 0; /* one pair across nodes alone (the file's source names it) */
+    double pair_gbs = 0, all_gbs = 0, all_flows = 1;
     if (other >= 0) {
-        /* a message's latency: rank 0 and the first rank of another node; the bandwidth a NIC gives
-         * while every rank of every node exchanges across nodes at once, both ways (as the
-         * collectives and all-to-alls load it), over the node's NICs */
+        /* a message's latency: rank 0 and the first rank of another node. A NIC's bandwidth by the
+         * flows through it: one pair exchanging both ways (rank 0 and that rank), then every rank
+         * exchanging with every rank of the other nodes at once (the collectives' and all-to-alls'
+         * load: each NIC's ranks times the ranks elsewhere flows each way), over the node's NICs */
         c.nic_latency_us = 1e6 * calibrate_pingpong(MPI_COMM_WORLD, 0, other, 8, repeats * 20, 1);
-        pair_gbs = big / calibrate_pingpong(MPI_COMM_WORLD, 0, other, big, repeats, 1) / 1e9;
-        c.nic_gbs = calibrate_cross_node_gbs(MPI_COMM_WORLD, node_of, big, repeats) / nics;
+        int *pair = xmalloc(sizeof(int) * (size_t)world);
+        for (int r = 0; r < world; r++) pair[r] = r == 0 ? 0 : r == other ? 1 : -1;
+        pair_gbs = calibrate_cross_node_gbs(MPI_COMM_WORLD, pair, big, repeats);
+        xfree(pair);
+        all_gbs = calibrate_cross_node_gbs(MPI_COMM_WORLD, node_of, big, repeats) / nics;
+        all_flows = (double)rpn / nics * (world - rpn);
+        c.nic_gbs = fmax(pair_gbs, all_gbs);
+        if (all_flows > 1) /* the NIC's total at 1 flow and at all of them (cluster_nic_gbs) */
+            c.nic_flows = (ClusterCurve){.n = 2, .x = {1, all_flows}, .tflops = {pair_gbs, all_gbs}};
     }
     xfree(node_of);
     MPI_Comm_free(&node);
@@ -244,8 +253,9 @@ int cmd_calibrate(int argc, char **argv) {
     if (rank == 0) {
         char source[768], across[256] = "";
         if (other >= 0)
-            snprintf(across, sizeof across, "; nic_gbs: every rank exchanging with every rank of the other nodes at "
-                     "once, both ways (one pair alone: %.4g GB/s)", pair_gbs);
+            snprintf(across, sizeof across, "; nic_flows: one pair exchanging both ways %.4g GB/s, every rank with "
+                     "every rank of the other nodes at once (%g flows a NIC each way) %.4g GB/s a NIC, means of %d",
+                     pair_gbs, all_flows, all_gbs, repeats);
         snprintf(source, sizeof source, "measured by seqpar calibrate on %d rank%s (%d node%s x %d), fp32 attention, "
                  "%d heads of %d, fp32 GEMM %s, memory by STREAM's triad, medians of %d; nics_per_node given (%d); host_mem_gib and d2h_gbs "
                  "(the disk) not measured%s", world, world == 1 ? "" : "s", c.nodes, c.nodes == 1 ? "" : "s", rpn, heads,

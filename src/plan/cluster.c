@@ -20,7 +20,7 @@ extern const int cluster_preset_n;
 static const char *const KEYS[] = {
     "name", "description", "source", "sources", "note", "nodes", "ranks_per_node", "threads_per_rank",
     "device_mem_gib", "host_mem_gib", "d2h_gbs", "device_mem_gbs", "step_overhead_ms", "collectives", "intra_all_to_all", "intra_gbs", "intra_node_gbs", "intra_peer_gbs",
-    "intra_latency_us", "nics_per_node", "nic_gbs", "nic_latency_us", "attention", "attention_backward_factor",
+    "intra_latency_us", "nics_per_node", "nic_gbs", "nic_flows", "nic_latency_us", "attention", "attention_backward_factor",
     "attention_merge_bytes",
     "attention_rates", "gemm"};
 
@@ -41,21 +41,26 @@ static int number(json_t *o, const char *origin, const char *key, int required, 
     return 0;
 }
 
-/* Rate points [[x, tflops], ...] (1 to CLUSTER_RATE_POINTS of them) into k; `what` names them. */
-static int points(json_t *pts, const char *origin, const char *what, const char *xname, ClusterCurve *k, SeqErr *e) {
+/* Points [[x, y], ...] (1 to CLUSTER_RATE_POINTS of them) into k; `what` names them, xname and yname
+ * their coordinates (rate points: y "tflops"). */
+static int points_of(json_t *pts, const char *origin, const char *what, const char *xname, const char *yname,
+                     ClusterCurve *k, SeqErr *e) {
     if (!json_is_array(pts) || !json_array_size(pts) || json_array_size(pts) > CLUSTER_RATE_POINTS)
-        return seq_err(e, "cluster '%s': %s must be a list of 1 to %d [%s, tflops] points", origin, what,
-                       CLUSTER_RATE_POINTS, xname);
+        return seq_err(e, "cluster '%s': %s must be a list of 1 to %d [%s, %s] points", origin, what,
+                       CLUSTER_RATE_POINTS, xname, yname);
     for (size_t i = 0; i < json_array_size(pts); i++) {
         json_t *p = json_array_get(pts, i);
         if (!json_is_array(p) || json_array_size(p) != 2 || !json_is_number(json_array_get(p, 0)) ||
             !json_is_number(json_array_get(p, 1)))
-            return seq_err(e, "cluster '%s': %s point %zu must be [%s, tflops]", origin, what, i + 1, xname);
+            return seq_err(e, "cluster '%s': %s point %zu must be [%s, %s]", origin, what, i + 1, xname, yname);
         k->x[i] = json_number_value(json_array_get(p, 0));
         k->tflops[i] = json_number_value(json_array_get(p, 1));
     }
     k->n = (int)json_array_size(pts);
     return 0;
+}
+static int points(json_t *pts, const char *origin, const char *what, const char *xname, ClusterCurve *k, SeqErr *e) {
+    return points_of(pts, origin, what, xname, "tflops", k, e);
 }
 
 static int precision_of(json_t *v, int *out) {
@@ -180,6 +185,8 @@ int cluster_parse(const char *text, const char *origin, Cluster *c, SeqErr *e) {
         }
     }
     json_t *rates = json_object_get(root, "attention_rates"), *gemm = json_object_get(root, "gemm");
+    json_t *flows = json_object_get(root, "nic_flows");
+    if (flows && points_of(flows, origin, "\"nic_flows\"", "flows", "gbs", &c->nic_flows, e) != 0) goto out;
     if (rates && attention_rates(rates, origin, c, e) != 0) goto out;
     if (gemm && gemm_rates(gemm, origin, c, e) != 0) goto out;
     json_t *pts = json_object_get(root, "attention");
@@ -248,6 +255,7 @@ int cluster_save(const char *path, const Cluster *c, const char *source, SeqErr 
     json_object_set_new(o, "intra_latency_us", json_real(c->intra_latency_us));
     json_object_set_new(o, "nics_per_node", json_integer(c->nics_per_node));
     json_object_set_new(o, "nic_gbs", json_real(c->nic_gbs));
+    if (c->nic_flows.n) json_object_set_new(o, "nic_flows", points_json(&c->nic_flows));
     json_object_set_new(o, "nic_latency_us", json_real(c->nic_latency_us));
     json_object_set_new(o, "attention", points_json(&c->attn));
     json_object_set_new(o, "attention_backward_factor", json_real(c->attn_backward_factor));
@@ -339,6 +347,18 @@ char *cluster_check(const Cluster *c) {
     if (!nonneg(c->nic_gbs)) return xstrdup_printf("\"nic_gbs\" must not be negative (got %g)", c->nic_gbs);
     if (c->nodes > 1 && (c->nics_per_node < 1 || !(c->nic_gbs > 0)))
         return xstrdup_printf("%d nodes need \"nics_per_node\" >= 1 and a positive \"nic_gbs\"", c->nodes);
+    if (c->nic_flows.n) {
+        if (c->nic_flows.n > CLUSTER_RATE_POINTS)
+            return xstrdup_printf("\"nic_flows\" holds 1 to %d [flows, gbs] points", CLUSTER_RATE_POINTS);
+        for (int i = 0; i < c->nic_flows.n; i++) {
+            const double x = c->nic_flows.x[i], y = c->nic_flows.tflops[i];
+            if (!(x >= 1) || !isfinite(x) || !(y > 0) || !(y <= c->nic_gbs))
+                return xstrdup_printf("\"nic_flows\" point %d must have flows >= 1 and 0 < gbs <= \"nic_gbs\" (%g: the most "
+                                      "a NIC carries; got [%g, %g])", i + 1, c->nic_gbs, x, y);
+            if (i && !(x > c->nic_flows.x[i - 1]))
+                return xstrdup_printf("\"nic_flows\" points must be in increasing flows (point %d)", i + 1);
+        }
+    }
     if (c->nics_per_node > c->ranks_per_node)
         return xstrdup_printf("\"nics_per_node\" %d exceeds \"ranks_per_node\" %d: a NIC serves at least one rank",
                               c->nics_per_node, c->ranks_per_node);
@@ -372,6 +392,10 @@ char *cluster_check(const Cluster *c) {
             if ((bad = curve_check(&c->gemm[p], what, "size", 1))) return bad;
         }
     return NULL;
+}
+
+double cluster_nic_gbs(const Cluster *c, double flows) {
+    return c->nic_flows.n ? cluster_curve_at(&c->nic_flows, flows) : c->nic_gbs;
 }
 
 double cluster_curve_at(const ClusterCurve *k, double x) {
@@ -576,7 +600,10 @@ int cluster_apply_overrides(Cluster *c, const ClusterOverrides *o, SeqErr *e) {
         } else if (!strcmp(ov->key, "intra_peer_gbs")) c->intra_peer_gbs = x;
         else if (!strcmp(ov->key, "intra_latency_us")) c->intra_latency_us = x;
         else if (!strcmp(ov->key, "nics_per_node")) c->nics_per_node = (int)x;
-        else if (!strcmp(ov->key, "nic_gbs")) c->nic_gbs = x;
+        else if (!strcmp(ov->key, "nic_gbs")) { /* the curve of the flows keeps its shape */
+            for (int i = 0; i < c->nic_flows.n; i++) c->nic_flows.tflops[i] *= c->nic_gbs > 0 ? x / c->nic_gbs : 1;
+            c->nic_gbs = x;
+        }
         else c->nic_latency_us = x;
     }
     char *bad = cluster_check(c);

@@ -66,6 +66,10 @@ typedef struct {
      * and receives through NIC i * nics / ranks_per_node */
     int nics_per_node;
     double nic_gbs, nic_latency_us;
+    /* a NIC's total per direction (GB/s) by the flows sharing it, as measured where many flows carry
+     * less together than one alone (TCP over a shared queue): x flows, y ("tflops") GB/s, each at most
+     * nic_gbs; n 0: nic_gbs whatever the flows (cluster_nic_gbs) */
+    ClusterCurve nic_flows;
     /* attention's default curve (the file's "attention" points, else its first "attention_rates"
      * curve): the rank's rate in TFLOP/s for a block whose shorter side (query or key rows) has
      * x[i] rows, interpolated linearly between the points (constant outside). The simulator's
@@ -132,6 +136,8 @@ int cluster_apply_overrides(Cluster *c, const ClusterOverrides *o, SeqErr *e);
     "                 --collectives nccl|direct, --nics-per-node N, --nic-gbs X (per direction),\n"               \
     "                 --nic-latency-us B: each replaces one field of the cluster\n"
 
+/* A NIC's total GB/s per direction while `flows` flows share it: nic_flows at flows, else nic_gbs. */
+double cluster_nic_gbs(const Cluster *c, double flows);
 /* A curve's value at x (TFLOP/s): linear between the points, constant outside. */
 double cluster_curve_at(const ClusterCurve *k, double x);
 /* The attention rate in FLOP/s for a block of q_rows x kv_rows on the default curve. */

@@ -27,6 +27,7 @@ typedef struct {
     int n_flows;
     double *cap, *cap_left;
     int *users, n_res;
+    int n_nic_res;            /* resources 0 .. n_nic_res - 1: the NICs' egress, then their ingress */
     int *active, n_active;    /* transfers moving: posted, latency over, not done */
     int reshare;              /* the moving transfers changed since share() last fixed their rates */
     int *waiting, n_waiting;  /* posted, still in their latency */
@@ -146,6 +147,9 @@ static void share(Sim *s) {
             s->users[r]++;
         }
     }
+    if (s->c->nic_flows.n) /* a NIC direction carries what its flows together get (cluster_nic_gbs) */
+        for (int u = 0; u < n_used; u++)
+            if (s->used[u] < s->n_nic_res) s->cap_left[s->used[u]] = cluster_nic_gbs(s->c, s->users[s->used[u]]) * 1e9;
     s->res_start[0] = 0; /* each used resource's transfers, contiguous */
     for (int u = 0; u < n_used; u++) s->res_start[u + 1] = s->res_start[u] + s->users[s->used[u]];
     for (int u = 0; u < n_used; u++) s->users[s->used[u]] = 0;
@@ -312,6 +316,7 @@ static int play(const StepSchedule *sc, const Cluster *c, const int *rank_of, in
     s.active = xcalloc((size_t)(sc->n_messages ? sc->n_messages : 1), sizeof *s.active);
     s.waiting = xcalloc((size_t)(sc->n_messages ? sc->n_messages : 1), sizeof *s.waiting);
     for (int r = 0; r < 2 * nics; r++) s.cap[r] = c->nic_gbs * 1e9;
+    s.n_nic_res = 2 * nics;
     for (int r = 0; r < 2 * ranks; r++) s.cap[2 * nics + r] = c->intra_gbs * 1e9;
     for (int r = 0; r < c->nodes; r++) s.cap[2 * nics + 2 * ranks + r] = c->intra_node_gbs * 1e9;
     for (int r = 2 * nics + 2 * ranks + c->nodes; r < s.n_res; r++) s.cap[r] = c->intra_peer_gbs * 1e9;
@@ -657,7 +662,7 @@ int simulate_collective(const Cluster *c, CollectiveKind kind, double bytes, dou
     int *crossing = xcalloc((size_t)c->nodes, sizeof(int)), *inside = xcalloc((size_t)c->nodes, sizeof(int));
     int *tag = xmalloc(sizeof(int) * (size_t)c->nodes), *on = xcalloc((size_t)c->nodes, sizeof(int));
     int *list = xmalloc(sizeof(int) * (size_t)c->nodes);
-    const double nic_node = (c->nics_per_node > 0 ? c->nics_per_node : 1) * c->nic_gbs;
+    const int nics = c->nics_per_node > 0 ? c->nics_per_node : 1;
     const double n1 = g->size - 1.0, twice = kind == COLLECTIVE_ALLREDUCE ? 2 : 1;
     const double volume = twice * n1 / g->size * bytes, hops = twice * n1 * count;
     const int direct = c->collectives == CLUSTER_COLLECTIVES_DIRECT;
@@ -680,10 +685,19 @@ int simulate_collective(const Cluster *c, CollectiveKind kind, double bytes, dou
                     continue;
                 }
                 if (on[n] > 1) gbs = fmin(gbs, port_gbs(c, inside[n]));
-                if (across) gbs = fmin(gbs, nic_node / crossing[n]);
+                /* a group's share of the node's NICs: their total at the flows through each NIC
+                 * (cluster_nic_gbs), over the groups crossing them */
+                if (across) gbs = fmin(gbs, nics * cluster_nic_gbs(c, fmax(1.0, (double)crossing[n] / nics)) / crossing[n]);
                 if (direct && across) { /* each member's share to every member on another node */
-                    const double leaving = twice * on[n] * (double)(g->size - on[n]) / g->size * bytes;
-                    direct_s = fmax(direct_s, leaving / (nic_node / crossing[n] * 1e9));
+                    const double leaving = on[n] * (double)(g->size - on[n]) / g->size * bytes, pairs = leaving / bytes * g->size;
+                    /* an all-gather posts every share at once; a reduce-scatter's member receives
+                     * from one peer at a time (parallel/comm.h), on average this many across */
+                    const double f_ag = crossing[n] * pairs / nics,
+                                 f_rs = crossing[n] * fmax(1.0, pairs / (g->size - 1)) / nics;
+                    const double s_ag = leaving / (nics * cluster_nic_gbs(c, fmax(1.0, f_ag)) / crossing[n] * 1e9),
+                                 s_rs = leaving / (nics * cluster_nic_gbs(c, fmax(1.0, f_rs)) / crossing[n] * 1e9);
+                    direct_s = fmax(direct_s, kind == COLLECTIVE_ALLGATHER ? s_ag
+                                              : kind == COLLECTIVE_REDUCE_SCATTER ? s_rs : s_rs + s_ag);
                 }
             }
             if (pass == 0) continue;
