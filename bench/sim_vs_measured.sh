@@ -97,18 +97,28 @@ fixed_for() {
 }
 
 
+# calibrate's attention block sizes for P ranks: every power of two from the zigzag half-chunk (S / 2P)
+# or 256, the smaller, up to S (the blocks the strategies run: half-chunks of the rings, chunks,
+# FPDT's chunks, Ulysses' whole sequence), so that no block's rate is interpolated across a gap
+rows_for() {
+    local r=256 out=
+    [ $((SEQ / (2 * $1))) -lt $r ] && r=$((SEQ / (2 * $1)))
+    while [ "$r" -le "$SEQ" ]; do out=${out:+$out,}$r; r=$((r * 2)); done
+    echo "$out"
+}
+
 # run_setting NAME P LAUNCH...: calibrate with LAUNCH (an mpirun prefix for P ranks), then every
 # configuration of P ranks: plan's prediction and the measured median step
 run_setting() {
     local name=$1 p=$2
     shift 2
     local cal="$T/cluster-$name.json" line fl best cmd pred meas i
-    if ! "$@" "$SEQPAR" calibrate --out "$cal" --rows "$(printf '%s\n' 256 $((SEQ / p)) "$SEQ" | sort -nu | paste -sd,)" --heads $H --head-dim $D \
-        --gemm-sizes 256,512,1024 --message-mib 4 --repeats 3 --name "$name" >"$T/cal.log" 2>&1 </dev/null; then
+    if ! "$@" "$SEQPAR" calibrate --out "$cal" --rows "$(rows_for "$p")" --heads $H --head-dim $D \
+        --gemm-sizes 256,512,1024 --message-mib 4 --repeats 5 --name "$name" >"$T/cal.log" 2>&1 </dev/null; then
         echo "$name: calibrate failed: $(tail -n 3 "$T/cal.log")"
         return 1
     fi
-    echo "$name: $(tr -d ' \n' <"$cal" | grep -oE '"(ranks_per_node|device_mem_gbs|intra_gbs|intra_node_gbs|nic_gbs|nic_latency_us|intra_latency_us|attention_backward_factor)":[0-9.e+-]+' | tr '\n' ' ')$(tr -d ' \n' <"$cal" | grep -oE '"gemm":\{"fp32":\[\[[^]]*\](,\[[^]]*\])*\]' | head -n 1) $(tr -d ' \n' <"$cal" | grep -oE '"attention":\[\[[^]]*\](,\[[^]]*\])*\]' | head -n 1)" | tee -a "$T/calibrated"
+    echo "$name: $(tr -d ' \n' <"$cal" | grep -oE '"(ranks_per_node|device_mem_gbs|intra_gbs|intra_node_gbs|nic_gbs|nic_latency_us|intra_latency_us|attention_backward_factor)":[0-9.e+-]+' | tr '\n' ' ')$(tr -d ' \n' <"$cal" | grep -oE '"nic_flows":\[\[[^]]*\](,\[[^]]*\])*\]' | head -n 1) $(tr -d ' \n' <"$cal" | grep -oE '"gemm":\{"fp32":\[\[[^]]*\](,\[[^]]*\])*\]' | head -n 1) $(tr -d ' \n' <"$cal" | grep -oE '"attention":\[\[[^]]*\](,\[[^]]*\])*\]' | head -n 1)" | tee -a "$T/calibrated"
     printf '%-16s %-66s %9s %9s %7s %9s %9s\n' setting configuration "pred s" "meas s" error "pred exp" "meas exp"
     configs "$p" | while read -r line; do
         fl="$line $(fixed_for "$line")"
