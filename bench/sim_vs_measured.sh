@@ -12,14 +12,14 @@
 # communication a step (plan --explain's; the most any rank waited, train --stats, over the steps),
 # and per setting the mean and largest |error|, Spearman's rank correlation of predicted and
 # measured steps, and whether the predicted best is within 5% of the measured best. A benchmark: it
-# prints and writes a table, it asserts nothing. About 8 minutes on the 2-core machine of
-# bench/results/2026-12-07-sim-vs-measured-steps.md (loaded).
+# prints and writes a table, it asserts nothing. About 15 minutes on the 2-core machine of
+# bench/results/2026-12-08-sim-vs-measured-steps.md.
 #
 #   bash bench/sim_vs_measured.sh [BUILD]     (root for the namespace hosts; else those settings are skipped)
 #
 # Environment: QUICK=1 (S = 1024, 3 steps, ranks "2 4", rates "50mbit 1gbit"), RANKS (this host's
 # settings, default "2 4 8"), RATES (tbf rates of the two-host settings, default "50mbit 200mbit 1gbit";
-# empty: none), SEQ (tokens, default 2048), STEPS (default 4), OUT (the markdown table; default
+# empty: none), SEQ (tokens, default 2048), STEPS (default 6), OUT (the markdown table; default
 # bench/results/<today>-sim-vs-measured-steps.md, with QUICK=1 none).
 set -u -o pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -30,7 +30,7 @@ QUICK=${QUICK:-0}
 if [ "$QUICK" = 1 ]; then
     RANKS=${RANKS-2 4} RATES=${RATES-50mbit 1gbit} SEQ=${SEQ:-1024} STEPS=${STEPS:-3} OUT=${OUT:-}
 else
-    RANKS=${RANKS-2 4 8} RATES=${RATES-50mbit 200mbit 1gbit} SEQ=${SEQ:-2048} STEPS=${STEPS:-4}
+    RANKS=${RANKS-2 4 8} RATES=${RATES-50mbit 200mbit 1gbit} SEQ=${SEQ:-2048} STEPS=${STEPS:-6}
     OUT=${OUT-$ROOT/bench/results/$(date -u +%F)-sim-vs-measured-steps.md}
 fi
 export SEQ STEPS SEQPAR_PEAK_GFLOPS=${SEQPAR_PEAK_GFLOPS:-100} # (train's MFU line only: no start-up sgemm trials)
