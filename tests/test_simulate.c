@@ -32,8 +32,9 @@ static Cluster two_nodes(int nics) {
 
 static int near(double a, double b) { return fabs(a - b) <= 1e-9 * fabs(b) + 1e-15; }
 
-/* Plays sc; and checks simulate_schedule_bound against the play: the same time in blocks, bit for
- * bit, and each member's end bound at most its end (the planner skips configurations by it). */
+/* Plays sc; and checks simulate_schedule_bound and simulate_schedule_step_bound against the play:
+ * the same time in blocks, bit for bit, and each member's end bounds at most its end (the planner
+ * skips configurations by them). */
 static double run(const StepSchedule *sc, const Cluster *c, const int *rank_of, ScheduleSim *out) {
     SeqErr e;
     if (simulate_schedule(sc, c, rank_of, 64, PRECISION_FP32, out, &e) != 0) {
@@ -47,6 +48,15 @@ static double run(const StepSchedule *sc, const Cluster *c, const int *rank_of, 
     for (int m = 0; m < M; m++) ok &= blocks[m] == out->m[m].compute_s && lb[m] <= out->m[m].end_s * (1 + 1e-9);
     CHECK(ok, "the bound without playing: blocks equal and every end at most the played one (member 0: %.9g s, "
               "%.9g s played)", lb[0], out->m[0].end_s);
+    CHECK(simulate_schedule_step_bound(sc, c, rank_of, 64, PRECISION_FP32, lb, &e) == 0, "step bound: %s", e.msg);
+    ok = 1;
+    int worst = 0;
+    for (int m = 0; m < M; m++) {
+        ok &= lb[m] <= out->m[m].end_s * (1 + 1e-9);
+        if (lb[m] - out->m[m].end_s > lb[worst] - out->m[worst].end_s) worst = m;
+    }
+    CHECK(ok, "the step bound: every end at most the played one (member %d: %.9g s, %.9g s played)", worst, lb[worst],
+          out->m[worst].end_s);
     xfree(lb);
     xfree(blocks);
     return out->end_s;
@@ -295,6 +305,53 @@ static void test_block_shape_and_merge(void) {
         }
 }
 
+/* strategy_play_parts' schedule bounded in parts (simulate_lanes_bound) against the whole one
+ * (simulate_schedule_bound): the same blocks and end bounds, bit for bit. */
+static void check_parts(const Strategy *s, const StrategyParams *p, SchedulePass pass, const Cluster *c,
+                        const int *rank_of) {
+    StepSchedule sc;
+    SchedulePlayParts parts;
+    strategy_play(s, p, pass, &sc);
+    strategy_play_parts(s, p, pass, &parts);
+    const int M = sc.members;
+    double *lb = xcalloc((size_t)M, sizeof *lb), *blocks = xcalloc((size_t)M, sizeof *blocks);
+    double *lb2 = xcalloc((size_t)M, sizeof *lb2), *blocks2 = xcalloc((size_t)M, sizeof *blocks2);
+    SeqErr e;
+    int rc = simulate_schedule_bound(&sc, c, rank_of, 64, PRECISION_FP32, lb, blocks, &e);
+    rc |= simulate_lanes_bound(&parts.exchange, parts.n_lanes ? parts.lanes : NULL, parts.lane_of, c, rank_of, 64,
+                               PRECISION_FP32, lb2, blocks2, &e);
+    int same = !rc && parts.exchange.members == M;
+    for (int m = 0; same && m < M; m++) same &= lb[m] == lb2[m] && blocks[m] == blocks2[m];
+    CHECK(same, "%s %s hp %d x cp %d: the bound in parts (%d lanes) is the whole schedule's", s->name,
+          pass ? "backward" : "forward", p->hp, p->cp, parts.n_lanes);
+    xfree(lb), xfree(blocks), xfree(lb2), xfree(blocks2);
+    schedule_play_parts_free(&parts);
+    schedule_free(&sc);
+}
+
+/* Head members with different heads run different lanes (6 query heads over 4 head members: 2, 2, 1
+ * and 1): each lane bounded as its own members'. */
+static void test_uneven_lanes(void) {
+    Cluster c = two_nodes(2);
+    c.ranks_per_node = 4;
+    c.attn.tflops[0] = 50;
+    const Strategy *s = strategy_find("2d");
+    StrategyParams p = {.hp = 4, .cp = 2, .layout = s->default_layout, .seq_len = 4096, .n_heads = 6, .n_kv_heads = 3,
+                        .head_dim = 64};
+    strategy_defaults(s, &p);
+    char *err = strategy_check(s, &p);
+    CHECK(!err, "2d on 6 heads over 4: %s", err ? err : "");
+    xfree(err);
+    if (err) return;
+    SchedulePlayParts parts;
+    strategy_play_parts(s, &p, PASS_FORWARD, &parts);
+    CHECK(parts.n_lanes == 2, "6 heads over 4 head members: %d distinct lanes, 2 expected", parts.n_lanes);
+    schedule_play_parts_free(&parts);
+    int placed[8];
+    for (int m = 0; m < 8; m++) placed[m] = (3 * m + 1) % 8;
+    for (int ps = 0; ps < 2; ps++) check_parts(s, &p, (SchedulePass)ps, &c, placed);
+}
+
 /* Every strategy's schedules on 8 ranks of 2 nodes end, after their blocks, with all bytes counted. */
 static void test_every_strategy(void) {
     Cluster c = two_nodes(2);
@@ -332,6 +389,10 @@ static void test_every_strategy(void) {
             }
             CHECK(ok, "%s %s: simulated %.6g s; every rank ends after its blocks with its bytes counted", s->name,
                   ps ? "backward" : "forward", t);
+            int shuffled[8]; /* members placed out of order: the lanes' members mapped as the whole's */
+            for (int m = 0; m < 8; m++) shuffled[m] = (5 * m + 3) % 8;
+            check_parts(s, &p, (SchedulePass)ps, &c, rank_of);
+            check_parts(s, &p, (SchedulePass)ps, &c, shuffled);
             if (out.m) schedule_sim_free(&out);
             schedule_free(&sc);
         }
@@ -555,6 +616,7 @@ int main(void) {
     test_compute_and_results();
     test_block_shape_and_merge();
     test_every_strategy();
+    test_uneven_lanes();
     test_bad_files();
     return test_summary("test_simulate");
 }

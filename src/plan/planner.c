@@ -349,14 +349,26 @@ static int slot_rows(const StrategyParams *p) { return (int)((p->seq_len + p->cp
 /* Whether a pass's blocks, over its members, compute at least every visible pair of every head,
  * and none has more query rows than a context slot: what the first of the search's bounds
  * (attention_bound) takes for granted. */
-static int schedule_covers(const StepSchedule *sc, const StrategyParams *p) {
-    double sum = 0;
-    const int rows = slot_rows(p);
+static int blocks_within(const StepSchedule *sc, int rows, double *sum) {
     for (int i = 0; i < sc->n_compute; i++) {
         if (sc->compute[i].q_rows > rows) return 0;
-        sum += (double)sc->compute[i].pairs * sc->compute[i].heads;
+        *sum += (double)sc->compute[i].pairs * sc->compute[i].heads; /* whole numbers below 2^53: exact */
     }
-    return sum >= visible_pairs(p->seq_len, p->window) * p->n_heads * (1 - 1e-12);
+    return 1;
+}
+
+static int schedule_covers(const StepSchedule *sc, const StrategyParams *p) {
+    double sum = 0;
+    return blocks_within(sc, slot_rows(p), &sum) && sum >= visible_pairs(p->seq_len, p->window) * p->n_heads * (1 - 1e-12);
+}
+
+/* The same of a schedule in parts (strategy_play_parts): each lane's blocks once per head member
+ * that runs it. */
+static int parts_cover(const SchedulePlayParts *x, const StrategyParams *p) {
+    double sum = 0;
+    int ok = blocks_within(&x->exchange, slot_rows(p), &sum);
+    for (int h = 0; ok && x->n_lanes && h < p->hp; h++) ok = blocks_within(&x->lanes[x->lane_of[h]], slot_rows(p), &sum);
+    return ok && sum >= visible_pairs(p->seq_len, p->window) * p->n_heads * (1 - 1e-12);
 }
 
 /* Each member's layer volume of a played layer (a's strategy and parameters), computed once. */
@@ -434,12 +446,15 @@ static double attention_peak(const Cluster *cl, double rows) {
 }
 
 /* Lower bounds of what sim_attention gives for the layer of s with p, without playing the events:
- * each member's blocks (exact) and, as its end, a lower bound (simulate_schedule_bound on the
- * schedule strategy_play emits: the member's blocks step by step, its own bytes through its NIC,
- * port and node medium), replica 0's members alone (the replicas sharing its NICs only slow it).
- * Cached in `cache`: its index there, or -1 with *err (xmalloc'd) when it cannot be played. */
-static int sim_attention_bound(SimCache *cache, const Strategy *s, const StrategyParams *p, const Cluster *cl,
-                               char **err) {
+ * each member's blocks (exact) and, as its end, a lower bound, replica 0's members alone (the
+ * replicas sharing its NICs only slow it). level 2: simulate_lanes_bound on the schedule in parts
+ * (strategy_play_parts: a lane that several head members run emitted and summed once): the
+ * member's blocks step by step, its own bytes through its NIC, port and node medium. level 3: on
+ * the whole schedule (strategy_play), the larger of that and simulate_schedule_step_bound's (step
+ * by step, each step's transfers after their latency). Cached in `cache` (one a level): its index
+ * there, or -1 with *err (xmalloc'd) when it cannot be played. */
+static int sim_attention_bound(int level, SimCache *cache, const Strategy *s, const StrategyParams *p,
+                               const Cluster *cl, char **err) {
     for (int i = 0; i < cache->n; i++)
         if (cache->v[i].s == s && !memcmp(&cache->v[i].p, p, sizeof *p)) return i;
     const int members = p->hp * p->cp;
@@ -460,10 +475,12 @@ static int sim_attention_bound(SimCache *cache, const Strategy *s, const Strateg
     for (int v = 0; v < variants; v++)
         for (int m = 0; m < members; m++)
             rank_of[v * members + m] = placement_world_rank(b[v].p.placement, p->hp, p->cp, 0, m % p->hp, m / p->hp);
-    for (int k = 0; k < 2 && !*err; k++) {
+    for (int k = 0; k < 2 && !*err && level == 3; k++) {
+        /* the whole schedule, step by step: the larger of the two bounds, member by member */
         StepSchedule sc;
         strategy_play(s, p, k ? PASS_BACKWARD : PASS_FORWARD, &sc);
         SeqErr e;
+        double *steps = xmalloc(sizeof(double) * (size_t)members);
         for (int v = 0; v < variants; v++) {
             b[v].end[k] = xcalloc((size_t)members, sizeof(double));
             b[v].blocks[k] = xcalloc((size_t)members, sizeof(double));
@@ -471,11 +488,36 @@ static int sim_attention_bound(SimCache *cache, const Strategy *s, const Strateg
         if (!schedule_covers(&sc, p))
             *err = xstrdup_printf("%s's %s schedule breaks the planner's bounds (a bug): see sim_attention", s->name,
                                   k ? "backward" : "forward");
-        for (int v = 0; v < variants && !*err; v++)
-            if (simulate_schedule_bound(&sc, cl, rank_of + v * members, p->head_dim,
-                                        p->attn_bf16 ? PRECISION_BF16 : PRECISION_FP32, b[v].end[k], b[v].blocks[k], &e) != 0)
+        for (int v = 0; v < variants && !*err; v++) {
+            const int *ro = rank_of + v * members, prec = p->attn_bf16 ? PRECISION_BF16 : PRECISION_FP32;
+            if (simulate_schedule_bound(&sc, cl, ro, p->head_dim, prec, b[v].end[k], b[v].blocks[k], &e) != 0 ||
+                simulate_schedule_step_bound(&sc, cl, ro, p->head_dim, prec, steps, &e) != 0) {
                 *err = xstrdup(e.msg);
+                break;
+            }
+            for (int m = 0; m < members; m++) b[v].end[k][m] = fmax(b[v].end[k][m], steps[m]);
+        }
+        xfree(steps);
         schedule_free(&sc);
+    }
+    for (int k = 0; k < 2 && !*err && level == 2; k++) {
+        /* the schedule in parts: the lanes of head members with the same heads emitted and summed once */
+        SchedulePlayParts sc;
+        strategy_play_parts(s, p, k ? PASS_BACKWARD : PASS_FORWARD, &sc);
+        SeqErr e;
+        for (int v = 0; v < variants; v++) {
+            b[v].end[k] = xcalloc((size_t)members, sizeof(double));
+            b[v].blocks[k] = xcalloc((size_t)members, sizeof(double));
+        }
+        if (!parts_cover(&sc, p))
+            *err = xstrdup_printf("%s's %s schedule breaks the planner's bounds (a bug): see sim_attention", s->name,
+                                  k ? "backward" : "forward");
+        for (int v = 0; v < variants && !*err; v++)
+            if (simulate_lanes_bound(&sc.exchange, sc.n_lanes ? sc.lanes : NULL, sc.lane_of, cl, rank_of + v * members,
+                                     p->head_dim, p->attn_bf16 ? PRECISION_BF16 : PRECISION_FP32, b[v].end[k],
+                                     b[v].blocks[k], &e) != 0)
+                *err = xstrdup(e.msg);
+        schedule_play_parts_free(&sc);
     }
     xfree(rank_of);
     if (*err) {
@@ -490,16 +532,17 @@ static int sim_attention_bound(SimCache *cache, const Strategy *s, const Strateg
     return cache->n - variants;
 }
 
-/* A lower bound of the most any member spends in the attention of a step's layers (Lf without a
- * window with p, Lw with pw: p with the window), forward counted fwd_runs times, from each pass's
- * start to its last step's end (what evaluate makes of SimAttn's end). level 1: no schedule at
- * all: each pass computes at least every visible pair of every head, in blocks of a context slot's
- * query rows at most (schedule_covers: every play checks both), at the cluster's highest rate for
- * such blocks, and the member that does the most at least the members' mean. level 2:
- * sim_attention_bound's, member by member. NULL, or the reason (xmalloc'd). */
+/* Lower bounds of the attention of a step's layers (Lf without a window with p, Lw with pw: p with
+ * the window), forward counted fwd_runs times. level 1: no schedule at all: *out, a lower bound of
+ * the most any member spends in it from each pass's start to its last step's end (what evaluate
+ * makes of SimAttn's end): each pass computes at least every visible pair of every head, in blocks
+ * of a context slot's query rows at most (schedule_covers: every play checks both), at the
+ * cluster's highest rate for such blocks, and the member that does the most at least the members'
+ * mean. level 2 or 3: *a and *aw (NULL without Lw), sim_attention_bound's of that level, each
+ * member's blocks (exact) and a lower bound of its end. NULL, or the reason (xmalloc'd). */
 static char *attention_bound(int level, SimCache *cache, const Strategy *s, const StrategyParams *p,
                              const StrategyParams *pw, double Lf, double Lw, int replicas, const Cluster *cl,
-                             double fwd_runs, double *out) {
+                             double fwd_runs, double *out, const SimAttn **a, const SimAttn **aw) {
     const int members = p->hp * p->cp;
     char *err = sim_fits(members, replicas, cl);
     if (err) return err;
@@ -510,17 +553,12 @@ static char *attention_bound(int level, SimCache *cache, const Strategy *s, cons
         *out = layer * fwd_runs + layer * cl->attn_backward_factor;
         return NULL;
     }
-    const int ia = sim_attention_bound(cache, s, p, cl, &err);
-    const int iw = ia >= 0 && Lw ? sim_attention_bound(cache, s, pw, cl, &err) : -1;
+    cache += level - 2; /* each level's bounds apart */
+    const int ia = sim_attention_bound(level, cache, s, p, cl, &err);
+    const int iw = ia >= 0 && Lw ? sim_attention_bound(level, cache, s, pw, cl, &err) : -1;
     if (err) return err;
-    const SimAttn *a = &cache->v[ia], *aw = iw >= 0 ? &cache->v[iw] : NULL;
-    double most = 0;
-    for (int m = 0; m < members; m++) {
-        double end[2];
-        for (int k = 0; k < 2; k++) end[k] = Lf * a->end[k][m] + (Lw ? Lw * aw->end[k][m] : 0);
-        most = fmax(most, end[0] * fwd_runs + end[1]);
-    }
-    *out = most;
+    *a = &cache->v[ia];
+    *aw = iw >= 0 ? &cache->v[iw] : NULL;
     return NULL;
 }
 
@@ -603,7 +641,34 @@ static double step_bound(double E, int micro, double t_dense, const StepCollecti
     return (compute + gr_x + pg_x + col->fixed) * (1 - 1e-6);
 }
 
-/* One configuration: level 0 exact (its attention played: sim_attention); level 1 or 2 (a
+/* A lower bound of the step of a configuration from the second or the third bound of its layers'
+ * attention (a: the layers without a window, Lf of them; aw: with one, Lw): for each member, the
+ * step of evaluate's rank on it with its blocks (exact) and, for its waits, its end's lower bound
+ * less its blocks (the head exchange beyond the played passes left out); the slowest member's.
+ * Tighter than step_bound of the most a member spends in attention: waits hide no reduce-scatter
+ * or gather in evaluate, blocks do. Less a relative 1e-6 for the rounding of the sums. */
+static double members_step_bound(const SimAttn *a, const SimAttn *aw, double Lf, double Lw, double fwd_runs, int micro,
+                                 double t_dense, const StepCollectives *col, int zero) {
+    const int members = a->p.hp * a->p.cp;
+    double worst = 0;
+    for (int m = 0; m < members; m++) {
+        double end[2], blocks[2];
+        for (int k = 0; k < 2; k++) {
+            end[k] = Lf * a->end[k][m] + (Lw ? Lw * aw->end[k][m] : 0);
+            blocks[k] = Lf * a->blocks[k][m] + (Lw ? Lw * aw->blocks[k][m] : 0);
+        }
+        const double t_attn_f = blocks[0] * fwd_runs, t_attn_b = blocks[1];
+        const double waits = micro * (fmax(0, end[0] - blocks[0]) * fwd_runs + fmax(0, end[1] - blocks[1]));
+        const double compute = micro * (t_dense + t_attn_f + t_attn_b) + col->optimizer;
+        const double backward = micro * (t_attn_b + t_dense * 2.0 / 3.0);
+        const double gr_x = zero >= 2 ? fmax(0, col->grad - backward) : col->grad;
+        const double pg_x = zero == 3 ? fmax(0, col->gather - compute) : col->gather;
+        worst = fmax(worst, compute + waits + gr_x + pg_x + col->fixed);
+    }
+    return worst * (1 - 1e-6);
+}
+
+/* One configuration: level 0 exact (its attention played: sim_attention); level 1, 2 or 3 (a
  * configuration the cluster's simulator would play) t_step only, a lower bound (attention_bound's
  * level, its schedules in `bounds`), with the same refusals as level 0 but a schedule that cannot
  * finish (the strategies' schedules all do: tests/test_schedule.c). */
@@ -654,10 +719,14 @@ static char *evaluate(const MemoryModelInput *in0, const PlanCluster *cl, SimCac
             StrategyParams pw = sprm;
             pw.window = c->sliding_window;
             double E = 0;
-            err = attention_bound(level, bounds, s, &sprm, &pw, L - windowed, windowed, reps, cl->sim,
-                                  in.checkpoint == LLAMA_CKPT_LAYER ? 2 : 1, &E);
+            const double fwd_runs = in.checkpoint == LLAMA_CKPT_LAYER ? 2 : 1;
+            const SimAttn *a = NULL, *aw = NULL;
+            err = attention_bound(level, bounds, s, &sprm, &pw, L - windowed, windowed, reps, cl->sim, fwd_runs, &E,
+                                  &a, &aw);
             if (!err) {
-                e->t_step = step_bound(E, micro, t_dense, &col, in.par.zero);
+                e->t_step = level == 1 ? step_bound(E, micro, t_dense, &col, in.par.zero)
+                                       : members_step_bound(a, aw, L - windowed, windowed, fwd_runs, micro, t_dense, &col,
+                                                            in.par.zero);
                 e->tokens_per_s = in.batch * S / e->t_step;
                 e->bound = level;
             }
@@ -871,10 +940,10 @@ static void heap_pop(int *h, int *n, const PlanEntry *v) {
 
 /* plan_search's `exact`: the entries of l (found at level 1: bounds) made exact, the smallest step
  * first (a bound made exact comes back with its larger step; a level-1 bound first becomes the
- * level-2 one), until `exact` fitting ones are exact and faster, beyond the tie, than the smallest
- * bound left; where fewer than `exact` fit, every entry. The steps taken out in that order never
- * decrease, so the exact ones taken are the fastest of all (where fewer fit, each is played at
- * once, its second bound of no use). An entry whose refinement is refused
+ * level-2 one, that the level-3 one, each at least the one before), until `exact` fitting ones are
+ * exact and faster, beyond the tie, than the smallest bound left; where fewer than `exact` fit,
+ * every entry. The steps taken out in that order never decrease, so the exact ones taken are the
+ * fastest of all (where fewer fit, each is played at once, its tighter bounds of no use). An entry whose refinement is refused
  * leaves the list, counted as refused. */
 static void refine(List *l, const PlanCluster *c, SimCache *cache, SimCache *bounds, int exact) {
     int fits = 0;
@@ -894,7 +963,7 @@ static void refine(List *l, const PlanCluster *c, SimCache *cache, SimCache *bou
             continue;
         }
         PlanEntry x;
-        char *err = evaluate(&l->in[i], c, cache, bounds, e->bound == 1 && fits >= exact ? 2 : 0, &x);
+        char *err = evaluate(&l->in[i], c, cache, bounds, e->bound && e->bound < 3 && fits >= exact ? e->bound + 1 : 0, &x);
         if (err) {
             if (!l->first_refusal) l->first_refusal = err;
             else xfree(err);
@@ -903,6 +972,10 @@ static void refine(List *l, const PlanCluster *c, SimCache *cache, SimCache *bou
             continue;
         }
         x.order = e->order;
+        if (x.bound && x.t_step < e->t_step) { /* two lower bounds: the larger (the steps taken out never decrease) */
+            x.t_step = e->t_step;
+            x.tokens_per_s = e->tokens_per_s;
+        }
         if (!x.bound && x.t_step < e->t_step) { /* a bound above the played step: the search's premise broken */
             if (!l->first_refusal)
                 l->first_refusal = xstrdup_printf("the planner's lower bound of a %s step (%.9g s) is above the step "
@@ -938,7 +1011,7 @@ char *plan_search(const MemoryModelInput *base, const PlanFixed *f, const PlanCl
     const int P = c->ranks;
     static const int ckpts[3] = {LLAMA_CKPT_NONE, LLAMA_CKPT_SELECTIVE, LLAMA_CKPT_LAYER};
     List l = {.level = exact > 0 && c->sim ? 1 : 0};
-    SimCache cache = {0}, bounds = {0};
+    SimCache cache = {0}, bounds[2] = {{0}}; /* the second and the third bounds' */
     MemoryModelInput in = *base;
     for (int si = 0; strategy_at(si); si++) {
         const Strategy *s = strategy_at(si);
@@ -1005,13 +1078,13 @@ char *plan_search(const MemoryModelInput *base, const PlanFixed *f, const PlanCl
                                 in.checkpoint = ckpts[ci];
                                 in.ffn_chunks = base->ffn_chunks;
                                 const int before = l.n;
-                                try_one(&l, &in, c, &cache, &bounds);
+                                try_one(&l, &in, c, &cache, bounds);
                                 /* one FFN chunk: no gate / up recompute (not under a streaming strategy,
                                  * whose chunks are the stream's), where the default has more than one */
                                 if (base->ffn_chunks == 0 && ckpts[ci] == LLAMA_CKPT_NONE && !s->streams &&
                                     l.n > before && l.v[l.n - 1].mem.ffn_chunks > 1) {
                                     in.ffn_chunks = 1;
-                                    try_one(&l, &in, c, &cache, &bounds);
+                                    try_one(&l, &in, c, &cache, bounds);
                                 }
                             }
                         }
@@ -1019,9 +1092,10 @@ char *plan_search(const MemoryModelInput *base, const PlanFixed *f, const PlanCl
             }
         }
     }
-    if (l.level) refine(&l, c, &cache, &bounds, exact);
+    if (l.level) refine(&l, c, &cache, bounds, exact);
     sim_cache_free(&cache);
-    sim_cache_free(&bounds);
+    sim_cache_free(&bounds[0]);
+    sim_cache_free(&bounds[1]);
     xfree(l.in);
     rank_entries(l.v, l.n);
     *out = l.v;

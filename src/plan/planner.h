@@ -116,9 +116,10 @@ typedef struct {
  * be as a search that plays every configuration gives them (the same entries in the same order,
  * every figure the same), and so must *n, *invalid and the fits. Each configuration then first gets
  * a lower bound of its step without playing its schedule's events (the attention's FLOPs over the
- * members at the cluster's highest attention rate; then, played to its blocks only, each member's
- * blocks step by step and its own bytes through its NIC, port and node medium at their
- * bandwidths), and is played, fastest bound first, only until `exact` played configurations are
+ * members at the cluster's highest attention rate; then, its schedule emitted but not played, each
+ * member's blocks exactly and its waits from its blocks step by step and its own bytes through its
+ * NIC, port and node medium at their bandwidths; then from each step's transfers, each after its
+ * latency), and is played, fastest bound first, only until `exact` played configurations are
  * faster than every bound left by more than the ranking's 1% tie (PLAN_TIE): those left cannot
  * enter the first `exact` (nor share a tie group with them) and stay bounds (PlanEntry.bound). */
 char *plan_search(const MemoryModelInput *base, const PlanFixed *fixed, const PlanCluster *c, int exact,

@@ -488,14 +488,11 @@ static int play(const StepSchedule *sc, const Cluster *c, const int *rank_of, in
     return rc;
 }
 
-int simulate_schedule_bound(const StepSchedule *sc, const Cluster *c, const int *rank_of, int head_dim, int precision,
-                            double *end_lb, double *compute_s, SeqErr *e) {
-    const int M = sc->members, K = sc->n_steps, ranks = c->nodes * c->ranks_per_node;
-    for (int m = 0; m < M; m++)
-        if (rank_of[m] < 0 || rank_of[m] >= ranks)
-            return seq_err(e, "member %d on rank %d: the cluster has %d ranks (%d nodes x %d): give a larger cluster",
-                           m, rank_of[m], ranks, c->nodes, c->ranks_per_node);
-    /* each member's blocks per step, in the same order and the same arithmetic as play() */
+/* The bound's blocks: member m of sc's time in its blocks (compute_s[m]) and the sum of its steps'
+ * blocks (end_lb[m]), in the same order and the same arithmetic as play() */
+static void bound_blocks(const StepSchedule *sc, const Cluster *c, int head_dim, int precision, double *end_lb,
+                         double *compute_s) {
+    const int M = sc->members, K = sc->n_steps;
     double *step_compute = xcalloc((size_t)M * (size_t)(K ? K : 1), sizeof *step_compute);
     const double factor = sc->pass == PASS_BACKWARD ? c->attn_backward_factor : 1.0;
     for (int m = 0; m < M; m++) compute_s[m] = 0;
@@ -516,40 +513,185 @@ int simulate_schedule_bound(const StepSchedule *sc, const Cluster *c, const int 
         end_lb[m] = t;
     }
     xfree(step_compute);
-    /* every transfer a member sends or receives has arrived by its last step's end; those of them
-     * through one resource of its own (its NIC's egress or ingress, its port out or in, its node's
-     * medium) share that resource's bandwidth and none moves before its latency */
-    enum { NIC_OUT, NIC_IN, PORT_OUT, PORT_IN, MEDIUM, OWN };
-    double *acc = xcalloc((size_t)M * OWN, sizeof *acc);
-    int *node = xmalloc(sizeof(int) * (size_t)(M ? M : 1));
-    for (int m = 0; m < M; m++) node[m] = cluster_node_of(c, rank_of[m]);
+}
+
+/* The resources of its own a member's transfers go through (simulate_schedule_bound). */
+enum { OWN_NIC_OUT, OWN_NIC_IN, OWN_PORT_OUT, OWN_PORT_IN, OWN_MEDIUM, OWN };
+
+/* Each transfer of sc into the bytes of its sender's and its receiver's own resources (acc: OWN a
+ * member of the whole schedule), sc's member i being member i hp + h of the whole (hp 1, h 0: sc is
+ * the whole), node[m] member m's node. Bytes are whole numbers: their sums do not depend on the
+ * order (below 2^53). */
+static void bound_bytes(const StepSchedule *sc, int hp, int h, const int *node, double *acc) {
     for (int i = 0; i < sc->n_messages; i++) {
         const StepMessage *g = &sc->messages[i];
         const double bytes = (double)g->bytes;
-        if (node[g->from] != node[g->to]) {
-            acc[(size_t)g->from * OWN + NIC_OUT] += bytes;
-            acc[(size_t)g->to * OWN + NIC_IN] += bytes;
+        const int from = g->from * hp + h, to = g->to * hp + h;
+        if (node[from] != node[to]) {
+            acc[(size_t)from * OWN + OWN_NIC_OUT] += bytes;
+            acc[(size_t)to * OWN + OWN_NIC_IN] += bytes;
         } else {
-            acc[(size_t)g->from * OWN + PORT_OUT] += bytes;
-            acc[(size_t)g->to * OWN + PORT_IN] += bytes;
-            acc[(size_t)g->from * OWN + MEDIUM] += bytes;
-            if (g->to != g->from) acc[(size_t)g->to * OWN + MEDIUM] += bytes;
+            acc[(size_t)from * OWN + OWN_PORT_OUT] += bytes;
+            acc[(size_t)to * OWN + OWN_PORT_IN] += bytes;
+            acc[(size_t)from * OWN + OWN_MEDIUM] += bytes;
+            if (to != from) acc[(size_t)to * OWN + OWN_MEDIUM] += bytes;
         }
     }
+}
+
+/* The bound's transfers: every transfer a member sends or receives has arrived by its last step's
+ * end; those of them through one resource of its own (its NIC's egress or ingress, its port out or
+ * in, its node's medium) share that resource's bandwidth and none moves before its latency. */
+static void bound_transfers(const Cluster *c, int M, const double *acc, double *end_lb) {
     const double nic = c->nic_gbs * 1e9, port = c->intra_gbs * 1e9, medium = c->intra_node_gbs * 1e9;
     const double lat_nic = 1e-6 * c->nic_latency_us, lat_intra = 1e-6 * c->intra_latency_us;
     for (int m = 0; m < M; m++) {
         const double *x = &acc[(size_t)m * OWN];
         double t = 0;
-        if (x[NIC_OUT] > 0) t = fmax(t, lat_nic + x[NIC_OUT] / nic);
-        if (x[NIC_IN] > 0) t = fmax(t, lat_nic + x[NIC_IN] / nic);
-        if (x[PORT_OUT] > 0) t = fmax(t, lat_intra + x[PORT_OUT] / port);
-        if (x[PORT_IN] > 0) t = fmax(t, lat_intra + x[PORT_IN] / port);
-        if (x[MEDIUM] > 0 && medium > 0) t = fmax(t, lat_intra + x[MEDIUM] / medium);
+        if (x[OWN_NIC_OUT] > 0) t = fmax(t, lat_nic + x[OWN_NIC_OUT] / nic);
+        if (x[OWN_NIC_IN] > 0) t = fmax(t, lat_nic + x[OWN_NIC_IN] / nic);
+        if (x[OWN_PORT_OUT] > 0) t = fmax(t, lat_intra + x[OWN_PORT_OUT] / port);
+        if (x[OWN_PORT_IN] > 0) t = fmax(t, lat_intra + x[OWN_PORT_IN] / port);
+        if (x[OWN_MEDIUM] > 0 && medium > 0) t = fmax(t, lat_intra + x[OWN_MEDIUM] / medium);
         end_lb[m] = fmax(end_lb[m], t);
     }
+}
+
+static int bound_ranks(int M, const Cluster *c, const int *rank_of, SeqErr *e) {
+    const int ranks = c->nodes * c->ranks_per_node;
+    for (int m = 0; m < M; m++)
+        if (rank_of[m] < 0 || rank_of[m] >= ranks)
+            return seq_err(e, "member %d on rank %d: the cluster has %d ranks (%d nodes x %d): give a larger cluster",
+                           m, rank_of[m], ranks, c->nodes, c->ranks_per_node);
+    return 0;
+}
+
+int simulate_schedule_bound(const StepSchedule *sc, const Cluster *c, const int *rank_of, int head_dim, int precision,
+                            double *end_lb, double *compute_s, SeqErr *e) {
+    return simulate_lanes_bound(sc, NULL, NULL, c, rank_of, head_dim, precision, end_lb, compute_s, e);
+}
+
+int simulate_lanes_bound(const StepSchedule *exchange, const StepSchedule *lanes, const int *lane_of, const Cluster *c,
+                         const int *rank_of, int head_dim, int precision, double *end_lb, double *compute_s, SeqErr *e) {
+    const int M = exchange->members, hp = lanes ? exchange->hp : 1;
+    if (bound_ranks(M, c, rank_of, e)) return -1;
+    if (!lanes) {
+        bound_blocks(exchange, c, head_dim, precision, end_lb, compute_s);
+    } else {
+        /* a member's blocks are its lane's (the exchange has none): its lane's sums, which a step
+         * of the whole schedule without its blocks (the exchange's) adds nothing to */
+        const int cp = exchange->cp;
+        double *lane_end = xmalloc(sizeof(double) * (size_t)cp), *lane_compute = xmalloc(sizeof(double) * (size_t)cp);
+        for (int h = 0; h < hp; h++) {
+            int seen = 0; /* a lane once: at its first head member, for every member running it */
+            for (int g = 0; g < h && !seen; g++) seen = lane_of[g] == lane_of[h];
+            if (seen) continue;
+            bound_blocks(&lanes[lane_of[h]], c, head_dim, precision, lane_end, lane_compute);
+            for (int g = h; g < hp; g++)
+                if (lane_of[g] == lane_of[h])
+                    for (int i = 0; i < cp; i++) end_lb[i * hp + g] = lane_end[i], compute_s[i * hp + g] = lane_compute[i];
+        }
+        xfree(lane_end);
+        xfree(lane_compute);
+    }
+    double *acc = xcalloc((size_t)M * OWN, sizeof *acc);
+    int *node = xmalloc(sizeof(int) * (size_t)(M ? M : 1));
+    for (int m = 0; m < M; m++) node[m] = cluster_node_of(c, rank_of[m]);
+    bound_bytes(exchange, 1, 0, node, acc);
+    if (lanes)
+        for (int h = 0; h < hp; h++) bound_bytes(&lanes[lane_of[h]], hp, h, node, acc);
+    bound_transfers(c, M, acc, end_lb);
     xfree(acc);
     xfree(node);
+    return 0;
+}
+
+/* A group of transfers through one resource of a member's, due at one step: their bytes and the
+ * earliest any of them may be posted. */
+typedef struct {
+    double bytes, post;
+} DueGroup;
+
+int simulate_schedule_step_bound(const StepSchedule *sc, const Cluster *c, const int *rank_of, int head_dim,
+                                 int precision, double *end_lb, SeqErr *e) {
+    const int M = sc->members, K = sc->n_steps;
+    if (bound_ranks(M, c, rank_of, e)) return -1;
+    /* each member's blocks per step, as play() sums them */
+    double *step_compute = xcalloc((size_t)M * (size_t)(K ? K : 1), sizeof *step_compute);
+    const double factor = sc->pass == PASS_BACKWARD ? c->attn_backward_factor : 1.0;
+    RateMemo *rates = xmalloc(sizeof *rates);
+    rate_memo_init(rates, c, precision, head_dim);
+    for (int i = 0; i < sc->n_compute; i++) {
+        const StepCompute *b = &sc->compute[i];
+        step_compute[(size_t)b->member * K + b->step] += block_seconds(rates, c, sc, b, head_dim, factor);
+    }
+    xfree(rates);
+    int *node = xmalloc(sizeof(int) * (size_t)(M ? M : 1));
+    for (int m = 0; m < M; m++) node[m] = cluster_node_of(c, rank_of[m]);
+    const double cap[OWN] = {c->nic_gbs * 1e9, c->nic_gbs * 1e9, c->intra_gbs * 1e9, c->intra_gbs * 1e9,
+                             c->intra_node_gbs * 1e9};
+    const double lat_nic = 1e-6 * c->nic_latency_us, lat_intra = 1e-6 * c->intra_latency_us;
+    /* a transfer's bytes at the slowest rate any resource it crosses allows: what it takes alone */
+    const double peer = c->intra_peer_gbs > 0 ? c->intra_peer_gbs * 1e9 : INFINITY;
+    const double alone_intra = fmin(fmin(cap[OWN_PORT_OUT], c->intra_node_gbs > 0 ? cap[OWN_MEDIUM] : INFINITY), peer);
+    /* less a relative 1e-9: play() takes a transfer within 1e-9 of its size as done */
+    const double done = 1 - 1e-9;
+    double *begin = xcalloc((size_t)(M ? M : 1), sizeof *begin); /* a lower bound of when m begins its step */
+    double *need = xcalloc((size_t)M * (size_t)(K ? K : 1), sizeof *need); /* of when m may end step k */
+    DueGroup *g = xmalloc(sizeof *g * (size_t)(M ? M : 1) * OWN);
+    for (int k = 0; k < K; k++) {
+        for (size_t i = 0; i < (size_t)M * OWN; i++) g[i] = (DueGroup){0, INFINITY};
+        const ScheduleStep *st = &sc->steps[k];
+        for (int i = st->message0; i < st->message0 + st->n_message; i++) {
+            const StepMessage *f = &sc->messages[i];
+            /* posted at the sender's step start, or (a result) once its blocks of the step are done */
+            const double post = begin[f->from] + (f->after ? step_compute[(size_t)f->from * K + k] : 0);
+            const int inter = node[f->from] != node[f->to], due = k + (f->steps > 1 ? f->steps : 1) - 1;
+            const double lat = inter ? lat_nic : lat_intra, bytes = (double)f->bytes;
+            const double alone = post + lat + done * bytes / (inter ? cap[OWN_NIC_OUT] : alone_intra);
+            for (int j = 0; j < 2; j++) {
+                const int m = j ? f->to : f->from;
+                need[(size_t)m * K + due] = fmax(need[(size_t)m * K + due], alone);
+            }
+            if (due != k) continue; /* due later: alone (a group over steps is not kept) */
+            int slot[3], n = 0;
+            if (inter) {
+                slot[n++] = f->from * OWN + OWN_NIC_OUT;
+                slot[n++] = f->to * OWN + OWN_NIC_IN;
+            } else {
+                slot[n++] = f->from * OWN + OWN_PORT_OUT;
+                slot[n++] = f->to * OWN + OWN_PORT_IN;
+                if (c->intra_node_gbs > 0) slot[n++] = f->from * OWN + OWN_MEDIUM;
+            }
+            for (int j = 0; j < n; j++) {
+                g[slot[j]].bytes += bytes;
+                g[slot[j]].post = fmin(g[slot[j]].post, post);
+            }
+            if (!inter && c->intra_node_gbs > 0 && f->to != f->from) {
+                DueGroup *x = &g[f->to * OWN + OWN_MEDIUM];
+                x->bytes += bytes;
+                x->post = fmin(x->post, post);
+            }
+        }
+        /* member m ends step k once its blocks are done and every transfer of it due by then has
+         * arrived: those through one resource of its own no sooner than their bytes at its rate
+         * after the first of them may move */
+        for (int m = 0; m < M; m++) {
+            double end = fmax(begin[m] + step_compute[(size_t)m * K + k], need[(size_t)m * K + k]);
+            for (int r = 0; r < OWN; r++) {
+                const DueGroup *x = &g[m * OWN + r];
+                if (x->bytes > 0 && cap[r] > 0)
+                    end = fmax(end, x->post + (r < OWN_PORT_OUT ? lat_nic : lat_intra) + done * x->bytes / cap[r]);
+            }
+            begin[m] = end;
+        }
+    }
+    for (int m = 0; m < M; m++) end_lb[m] = begin[m];
+    xfree(step_compute);
+    xfree(node);
+    xfree(begin);
+    xfree(need);
+    xfree(g);
     return 0;
 }
 

@@ -59,7 +59,25 @@ void schedule_sim_free(ScheduleSim *s);
  * one line (a member outside the cluster). */
 int simulate_schedule_bound(const StepSchedule *sc, const Cluster *c, const int *rank_of, int head_dim, int precision,
                             double *end_lb, double *compute_s, SeqErr *e);
+/* The same bound, of the same figures, from a schedule in parts (registry.h's SchedulePlayParts,
+ * without the schedule put together): `exchange` on the whole grid (hp x cp members: the head
+ * exchange's messages, no blocks) and head member h's lane lanes[lane_of[h]] (hp 1, cp members:
+ * its member i is member i hp + h of the whole), each lane's blocks summed once however many head
+ * members run it. lanes NULL: exchange is the whole schedule (simulate_schedule_bound). */
+int simulate_lanes_bound(const StepSchedule *exchange, const StepSchedule *lanes, const int *lane_of, const Cluster *c,
+                         const int *rank_of, int head_dim, int precision, double *end_lb, double *compute_s, SeqErr *e);
 
+/* A tighter lower bound of each member's end (end_lb, at most simulate_schedule's end_s up to the
+ * rounding of sums, relative 1e-9): step by step, a member ends a step no sooner than its blocks
+ * after the step's lower-bound start, and no sooner than the transfers it sends or receives that
+ * are due then: each after its sender may post it (the sender's lower-bound start, or that plus
+ * its blocks for a result) and its latency, alone at the slowest rate it crosses, and those due in
+ * the step it was posted through one resource of the member's (its NIC's egress or ingress, its
+ * port out or in, its node's medium) together at that resource's rate after the first of them may
+ * move. Also a lower bound with other copies sharing its NICs. 0, or -1 with one line (a member
+ * outside the cluster). */
+int simulate_schedule_step_bound(const StepSchedule *sc, const Cluster *c, const int *rank_of, int head_dim,
+                                 int precision, double *end_lb, SeqErr *e);
 
 /* A simulated trace: each member's blocks (named by their step) and exposed waits, step by step. */
 typedef struct {

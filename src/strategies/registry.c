@@ -193,6 +193,28 @@ void strategy_volume(const Strategy *s, const StrategyParams *p, int hp_rank, in
     head_split_free(&hs);
 }
 
+/* The context schedule of every head member of p (hp of them): lanes[0 .. return value) the
+ * distinct ones, each played once (a lane is a function of its view: members with the same query
+ * and KV heads run the same one), lane_of[h] head member h's. */
+static int play_lanes(const Strategy *s, const StrategyParams *p, const HeadSplit *hs, SchedulePass pass,
+                      StepSchedule *lanes, int *lane_of) {
+    int n = 0;
+    for (int h = 0; h < p->hp; h++) {
+        int same = -1;
+        for (int g = 0; g < h && same < 0; g++)
+            if (hs->hl[g] == hs->hl[h] && hs->hk[g] == hs->hk[h]) same = lane_of[g];
+        if (same >= 0) {
+            lane_of[h] = same;
+            continue;
+        }
+        StrategyParams sv = schedule_view(p, hs, h);
+        schedule_init(&lanes[n], 1, p->cp, pass);
+        s->schedule->play(&sv, pass, &lanes[n]);
+        lane_of[h] = n++;
+    }
+    return n;
+}
+
 void strategy_play(const Strategy *s, const StrategyParams *p, SchedulePass pass, StepSchedule *out) {
     schedule_init(out, p->hp, p->cp, pass);
     const ScheduleInfo *sched = s->schedule;
@@ -213,20 +235,55 @@ void strategy_play(const Strategy *s, const StrategyParams *p, SchedulePass pass
         schedule_head_exchange(out, &hs, N, p->head_dim, elem, fwd ? HX_QKV : HX_DOUT, 1);
     }
     const int first = out->n_steps;
-    for (int h = 0; h < p->hp; h++) { /* every head member's context group runs the schedule */
-        StrategyParams sv = schedule_view(p, &hs, h);
-        StepSchedule lane;
-        schedule_init(&lane, 1, p->cp, pass);
-        sched->play(&sv, pass, &lane);
-        schedule_add_lane(out, &lane, h, first);
-        schedule_free(&lane);
-    }
+    StepSchedule *lanes = xmalloc(sizeof *lanes * (size_t)p->hp);
+    int *lane_of = xmalloc(sizeof(int) * (size_t)p->hp);
+    const int n_lanes = play_lanes(s, p, &hs, pass, lanes, lane_of);
+    for (int h = 0; h < p->hp; h++) /* every head member's context group runs its schedule */
+        schedule_add_lane(out, &lanes[lane_of[h]], h, first);
+    for (int i = 0; i < n_lanes; i++) schedule_free(&lanes[i]);
+    xfree(lanes);
+    xfree(lane_of);
     if (p->hp > 1) {
         schedule_step(out, fwd ? "head exchange: o" : "head exchange: dq, dk, dv");
         schedule_head_exchange(out, &hs, N, p->head_dim, elem, fwd ? HX_OUT : HX_GRADS, 0);
     }
     head_split_free(&hs);
     schedule_finish(out);
+}
+
+void strategy_play_parts(const Strategy *s, const StrategyParams *p, SchedulePass pass, SchedulePlayParts *out) {
+    memset(out, 0, sizeof *out);
+    if (s->own) {
+        strategy_play(s, p, pass, &out->exchange);
+        return;
+    }
+    if (!s->schedule->play) die("internal: strategy %s plays no schedule", s->name);
+    schedule_init(&out->exchange, p->hp, p->cp, pass);
+    HeadSplit hs;
+    char *err = head_split_init(&hs, p->hp, p->n_heads, p->n_kv_heads);
+    if (err) die("strategy_play_parts: %s", err);
+    const long N = p->seq_len / ((long)p->hp * p->cp);
+    const int elem = p->wire_bf16 ? 2 : 4, fwd = pass == PASS_FORWARD;
+    if (p->hp > 1) {
+        schedule_step(&out->exchange, fwd ? "head exchange: q, k, v" : "head exchange: dout, delta");
+        schedule_head_exchange(&out->exchange, &hs, N, p->head_dim, elem, fwd ? HX_QKV : HX_DOUT, 1);
+        schedule_step(&out->exchange, fwd ? "head exchange: o" : "head exchange: dq, dk, dv");
+        schedule_head_exchange(&out->exchange, &hs, N, p->head_dim, elem, fwd ? HX_OUT : HX_GRADS, 0);
+    }
+    schedule_finish(&out->exchange);
+    out->lanes = xmalloc(sizeof *out->lanes * (size_t)p->hp);
+    out->lane_of = xmalloc(sizeof(int) * (size_t)p->hp);
+    out->n_lanes = play_lanes(s, p, &hs, pass, out->lanes, out->lane_of);
+    for (int i = 0; i < out->n_lanes; i++) schedule_finish(&out->lanes[i]);
+    head_split_free(&hs);
+}
+
+void schedule_play_parts_free(SchedulePlayParts *x) {
+    schedule_free(&x->exchange);
+    for (int i = 0; i < x->n_lanes; i++) schedule_free(&x->lanes[i]);
+    xfree(x->lanes);
+    xfree(x->lane_of);
+    memset(x, 0, sizeof *x);
 }
 
 void strategy_attention_work(const Strategy *s, const SeqAttention *sa, AttnWork *w) {

@@ -292,6 +292,20 @@ void strategy_memory(const Strategy *s, const StrategyParams *p, int hp_rank, At
  * out is initialised here and finished; free it with schedule_free. Each member's bytes and
  * messages per kind equal strategy_volume's. */
 void strategy_play(const Strategy *s, const StrategyParams *p, SchedulePass pass, StepSchedule *out);
+/* strategy_play's schedule in parts, for a caller that needs each member's blocks step by step and
+ * its messages but not how the lanes interleave (the planner's bounds): `exchange`, the head
+ * exchange's steps (messages only) on the hp x cp grid, and each head member h's context schedule,
+ * lanes[lane_of[h]] (hp 1, cp members: its member c is member c hp + h of the whole), each finished
+ * (schedule_finish), the distinct ones once (n_lanes). For a strategy with its own play, exchange is
+ * the whole schedule and n_lanes 0. Free with schedule_play_parts_free. */
+typedef struct {
+    StepSchedule exchange;
+    StepSchedule *lanes;
+    int n_lanes;
+    int *lane_of;
+} SchedulePlayParts;
+void strategy_play_parts(const Strategy *s, const StrategyParams *p, SchedulePass pass, SchedulePlayParts *out);
+void schedule_play_parts_free(SchedulePlayParts *x);
 /* The attention work of sa's (created for s) last forward and backward: what strategy_play's blocks
  * count, for the tests. */
 void strategy_attention_work(const Strategy *s, const SeqAttention *sa, AttnWork *w);
