@@ -324,6 +324,35 @@ static void check_parts(const Strategy *s, const StrategyParams *p, SchedulePass
     for (int m = 0; same && m < M; m++) same &= lb[m] == lb2[m] && blocks[m] == blocks2[m];
     CHECK(same, "%s %s hp %d x cp %d: the bound in parts (%d lanes) is the whole schedule's", s->name,
           pass ? "backward" : "forward", p->hp, p->cp, parts.n_lanes);
+    if (parts.n_lanes) { /* the whole as the parts put together one event at a time (schedule_add_lane) */
+        StepSchedule ref;
+        schedule_init(&ref, p->hp, p->cp, pass);
+        const StepSchedule *x = &parts.exchange;
+        for (int st = 0; st < x->n_steps; st++) {
+            if (st == 1) {
+                const int first = ref.n_steps;
+                for (int h = 0; h < p->hp; h++) schedule_add_lane(&ref, &parts.lanes[parts.lane_of[h]], h, first);
+            }
+            schedule_step(&ref, x->steps[st].what);
+            for (int i = x->steps[st].message0; i < x->steps[st].message0 + x->steps[st].n_message; i++) {
+                const StepMessage *g = &x->messages[i];
+                (g->after ? schedule_result : schedule_message)(&ref, g->kind, g->from, g->to, g->bytes, g->steps);
+            }
+        }
+        if (!x->n_steps) /* one head member: no exchange */
+            for (int h = 0; h < p->hp; h++) schedule_add_lane(&ref, &parts.lanes[parts.lane_of[h]], h, 0);
+        schedule_finish(&ref);
+        int eq = ref.n_steps == sc.n_steps && ref.n_compute == sc.n_compute && ref.n_messages == sc.n_messages;
+        for (int i = 0; eq && i < sc.n_steps; i++)
+            eq &= !strcmp(ref.steps[i].what, sc.steps[i].what) && ref.steps[i].compute0 == sc.steps[i].compute0 &&
+                  ref.steps[i].n_compute == sc.steps[i].n_compute && ref.steps[i].message0 == sc.steps[i].message0 &&
+                  ref.steps[i].n_message == sc.steps[i].n_message;
+        eq = eq && !memcmp(ref.compute, sc.compute, sizeof *sc.compute * (size_t)sc.n_compute) &&
+             !memcmp(ref.messages, sc.messages, sizeof *sc.messages * (size_t)sc.n_messages);
+        CHECK(eq, "%s %s hp %d x cp %d: strategy_play's schedule is its lanes added one event at a time", s->name,
+              pass ? "backward" : "forward", p->hp, p->cp);
+        schedule_free(&ref);
+    }
     xfree(lb), xfree(blocks), xfree(lb2), xfree(blocks2);
     schedule_play_parts_free(&parts);
     schedule_free(&sc);

@@ -105,15 +105,76 @@ void schedule_add_lane(StepSchedule *s, const StepSchedule *lane, int hp_rank, i
     s->cur = s->n_steps - 1;
 }
 
-/* Stable counting sort of n elements of `size` bytes by their step (the int at offset 0). */
+void schedule_add_lanes(StepSchedule *s, const StepSchedule *lanes, const int *lane_of, int first) {
+    const int hp = s->hp;
+    int steps = 0, n_compute = 0, n_messages = 0;
+    for (int h = 0; h < hp; h++) {
+        const StepSchedule *l = &lanes[lane_of[h]];
+        steps = l->n_steps > steps ? l->n_steps : steps;
+        n_compute += l->n_compute;
+        n_messages += l->n_messages;
+    }
+    /* the steps, named as the first lane that has each (schedule_add_lane's, lane after lane) */
+    for (int i = 0; i < steps; i++) {
+        if (first + i < s->n_steps) continue;
+        int h = 0;
+        while (lanes[lane_of[h]].n_steps <= i) h++;
+        schedule_step(s, lanes[lane_of[h]].steps[i].what);
+    }
+    /* room for every event at once, then step by step each head member's in order */
+    if (s->n_compute + n_compute > s->cap_compute) {
+        s->cap_compute = s->n_compute + n_compute;
+        StepCompute *c = xmalloc(sizeof *c * (size_t)(s->cap_compute ? s->cap_compute : 1));
+        if (s->n_compute) memcpy(c, s->compute, sizeof *c * (size_t)s->n_compute);
+        xfree(s->compute);
+        s->compute = c;
+    }
+    if (s->n_messages + n_messages > s->cap_messages) {
+        s->cap_messages = s->n_messages + n_messages;
+        StepMessage *m = xmalloc(sizeof *m * (size_t)(s->cap_messages ? s->cap_messages : 1));
+        if (s->n_messages) memcpy(m, s->messages, sizeof *m * (size_t)s->n_messages);
+        xfree(s->messages);
+        s->messages = m;
+    }
+    for (int i = 0; i < steps; i++)
+        for (int h = 0; h < hp; h++) {
+            const StepSchedule *l = &lanes[lane_of[h]];
+            if (i >= l->n_steps) continue;
+            const ScheduleStep *st = &l->steps[i];
+            for (int j = st->compute0; j < st->compute0 + st->n_compute; j++) {
+                StepCompute c = l->compute[j];
+                c.member = c.member * hp + h;
+                c.step = first + i;
+                s->compute[s->n_compute++] = c;
+            }
+            for (int j = st->message0; j < st->message0 + st->n_message; j++) {
+                StepMessage m = l->messages[j];
+                m.from = m.from * hp + h;
+                m.to = m.to * hp + h;
+                m.step = first + i;
+                s->messages[s->n_messages++] = m;
+            }
+        }
+    s->cur = s->n_steps - 1;
+}
+
+/* Stable counting sort of n elements of `size` bytes by their step (the int at offset 0); nothing
+ * moves where they are in order already (the strategies emit step after step). */
 static void sort_by_step(void *a, int n, size_t size, int n_steps, int *first, int *count) {
     for (int i = 0; i < n_steps; i++) count[i] = 0;
     char *base = a;
-    for (int i = 0; i < n; i++) count[*(const int *)(base + (size_t)i * size)]++;
+    int sorted = 1;
+    for (int i = 0, last = 0; i < n; i++) {
+        const int st = *(const int *)(base + (size_t)i * size);
+        count[st]++;
+        sorted &= st >= last;
+        last = st;
+    }
     for (int i = 0, at = 0; i < n_steps; i++) {
         first[i] = at;
         at += count[i];
     }
+    if (sorted) return;
     char *out = xmalloc(size * (size_t)(n ? n : 1));
     int *fill = xmalloc(sizeof(int) * (size_t)(n_steps ? n_steps : 1));
     for (int i = 0; i < n_steps; i++) fill[i] = first[i];

@@ -86,6 +86,11 @@ void schedule_result(StepSchedule *s, CommKind kind, int from, int to, unsigned 
  * s (steps created as needed, named as lane's). */
 void schedule_add_lane(StepSchedule *s, const StepSchedule *lane, int hp_rank, int first);
 
+/* Every head member h's lane lanes[lane_of[h]] (each finished: schedule_finish) added to s at once,
+ * as schedule_add_lane for h = 0 .. hp-1 and schedule_finish would leave them: step by step, each
+ * step's events head member after head member, so that s stays in step order where it was. */
+void schedule_add_lanes(StepSchedule *s, const StepSchedule *lanes, const int *lane_of, int first);
+
 /* Orders the events by step (stable) and sets each step's ranges. Call once, after the play. */
 void schedule_finish(StepSchedule *s);
 

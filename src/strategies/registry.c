@@ -238,8 +238,8 @@ void strategy_play(const Strategy *s, const StrategyParams *p, SchedulePass pass
     StepSchedule *lanes = xmalloc(sizeof *lanes * (size_t)p->hp);
     int *lane_of = xmalloc(sizeof(int) * (size_t)p->hp);
     const int n_lanes = play_lanes(s, p, &hs, pass, lanes, lane_of);
-    for (int h = 0; h < p->hp; h++) /* every head member's context group runs its schedule */
-        schedule_add_lane(out, &lanes[lane_of[h]], h, first);
+    for (int i = 0; i < n_lanes; i++) schedule_finish(&lanes[i]);
+    schedule_add_lanes(out, lanes, lane_of, first); /* every head member's context group runs its lane */
     for (int i = 0; i < n_lanes; i++) schedule_free(&lanes[i]);
     xfree(lanes);
     xfree(lane_of);
