@@ -210,6 +210,16 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
             return err;
         }
     }
+    /* the kernel's transient buffers depend on the rank's head-parallel rank alone (its heads and
+     * rows a call), and the bf16 products' scratch on none: each once, not once a rank */
+    double *flash_of = xmalloc(sizeof(double) * (size_t)hp);
+    for (int h = 0; h < hp; h++) flash_of[h] = NAN;
+    double bf16_scratch = 0;
+    if (bf16) { /* the products' shared scratch (the head's chunks too) and the head's bf16 copy */
+        const double ce = N < 256 ? N : 256, head = 0.5 * (double)lm_head_bf16_scratch_elems((int)ce, (int)D, (int)V);
+        const double mm = gemm_bf16_scratch(Xr, (double)rows, D, qd, kvd, F, ldF);
+        bf16_scratch = (bf16_products_on_sgemm() || mm > head ? mm : head) + bf16_weight_bytes((size_t)(V * D)) / 4.0;
+    }
     double best = -1;
     MemoryEstimate cur;
     for (int w = 0; w < world; w++) {
@@ -297,12 +307,10 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
         if (stream) layer_set += mlp_phase + attn_phase;
         else layer_set += mlp_phase > attn_phase ? mlp_phase : attn_phase;
         if (ckpt != LLAMA_CKPT_NONE) layer_set += widened; /* selective: o, widened before the MLP's backward */
-        if (bf16) { /* the products' shared scratch (the head's chunks too) and the head's bf16 copy */
-            const double ce = N < 256 ? N : 256, head = 0.5 * (double)lm_head_bf16_scratch_elems((int)ce, (int)D, (int)V);
-            const double mm = gemm_bf16_scratch(Xr, (double)rows, D, qd, kvd, F, ldF);
-            layer_set += (bf16_products_on_sgemm() || mm > head ? mm : head) + bf16_weight_bytes((size_t)(V * D)) / 4.0;
-        }
-        layer_set += flash_transient(threads, nq_call, nq_call, kv_heads_call, (int)group_q, c->head_dim, bt, qkv16_read);
+        if (bf16) layer_set += bf16_scratch;
+        if (isnan(flash_of[hr]))
+            flash_of[hr] = flash_transient(threads, nq_call, nq_call, kv_heads_call, (int)group_q, c->head_dim, bt, qkv16_read);
+        layer_set += flash_of[hr];
         cur.ram[MEM_SAVED] = 4 * saved_acts;
         cur.ram[MEM_LAYER] = 4 * layer_set;
         cur.ram[MEM_ATTN] = 4 * attn_buf;
@@ -383,6 +391,7 @@ char *memory_model_estimate(const MemoryModelInput *in, MemoryEstimate *out) {
     }
     if (am_of) head_split_free(&hs);
     xfree(am_of);
+    xfree(flash_of);
     out->ram_total = out->disk_total = 0;
     for (int k = 0; k < MEM_COMPONENTS; k++) out->ram_total += out->ram[k], out->disk_total += out->disk[k];
     out->dp = dp;
