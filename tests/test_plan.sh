@@ -377,7 +377,8 @@ if [ "$sums" = 2 ] && printf '%s\n' "$ex" | grep -q "^#1 against #2: .*\(decided
 # with the simulator the search plays only the configurations whose lower bound could still reach
 # the rows printed (planner.h): the same output as playing every one (SEQPAR_PLAN_PLAY_ALL=1), byte
 # for byte, on worlds where the bounds leave most unplayed (the first 360 of 452 at its first bound,
-# the next two 968 of 1128 and 756 of 848 at the second), and on a windowed model
+# the next two 987 of 1128 and 745 of 848 at the second or the third, 448 and 449 of them at the
+# third), and on a windowed model
 for args in "--cluster $C2 --layers 2 --hidden 256 --heads 8 --kv-heads 2 --ffn 512 --vocab 1024 --seq-len 65536 --batch 1 --gemm-gflops 50 --top 3 --explain" \
     "--cluster h100-8x8-ndr400 --nodes 2 --layers 4 --hidden 1024 --heads 16 --ffn 2048 --vocab 1024 --precision bf16 --seq-len 262144 --batch 2 --top 5 --explain" \
     "--cluster h100-8x8-ndr400 --nodes 4 --layers 4 --hidden 1024 --heads 16 --kv-heads 4 --ffn 2048 --vocab 1024 --precision bf16 --seq-len 524288 --batch 1 --top 4" \
