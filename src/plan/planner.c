@@ -628,17 +628,31 @@ static int replicas_sharing(int sp, int rpn, int dp) {
 
 /* ---------------------------------------------------------------- the step */
 
-/* A lower bound of the step of a configuration whose slowest member spends at least E seconds in
- * its layers' attention (attention_bound): the step of evaluate's rank with E in place of its
- * blocks and waits (the rest of the attention's exposure, the head exchange beyond the played
- * passes, left out), which only grows with E: its backward at most E of attention (what ZeRO-2/3
- * hide their reduce-scatters behind), its compute at most t_dense and E (what ZeRO-3 hides its
- * gathers behind). Less a relative 1e-6 for the rounding of the sums it stands for. */
-static double step_bound(double E, int micro, double t_dense, const StepCollectives *col, int zero) {
+/* The step of evaluate's rank with E seconds of attention in place of its blocks and waits (the
+ * rest of the attention's exposure, the head exchange beyond the played passes, left out): its
+ * backward at most E of attention (what ZeRO-2/3 hide their reduce-scatters behind), its compute at
+ * most t_dense and E (what ZeRO-3 hides its gathers behind). A rank whose attention takes E has a
+ * step at least this. */
+static double step_at(double E, int micro, double t_dense, const StepCollectives *col, int zero) {
     const double compute = micro * (t_dense + E) + col->optimizer;
     const double gr_x = zero >= 2 ? fmax(0, col->grad - micro * (E + t_dense * 2.0 / 3.0)) : col->grad;
     const double pg_x = zero == 3 ? fmax(0, col->gather - compute) : col->gather;
-    return (compute + gr_x + pg_x + col->fixed) * (1 - 1e-6);
+    return compute + gr_x + pg_x + col->fixed;
+}
+
+/* A lower bound of the step of a configuration whose slowest member spends at least E seconds in
+ * its layers' attention (attention_bound): the least step_at takes at E or beyond. It falls with E
+ * where ZeRO-3's gathers outlast the compute and ZeRO-2/3's reduce-scatter the backward (both
+ * hidden behind more of it), and is convex, piecewise linear with a kink where each stops being
+ * hidden: its least at E or at a kink past E. Less a relative 1e-6 for the rounding of the sums it
+ * stands for. */
+static double step_bound(double E, int micro, double t_dense, const StepCollectives *col, int zero) {
+    double least = step_at(E, micro, t_dense, col, zero);
+    const double kinks[2] = {zero == 3 ? (col->gather - col->optimizer) / micro - t_dense : -1,
+                             zero >= 2 ? col->grad / micro - t_dense * 2.0 / 3.0 : -1};
+    for (int i = 0; i < 2; i++)
+        if (kinks[i] > E) least = fmin(least, step_at(kinks[i], micro, t_dense, col, zero));
+    return least * (1 - 1e-6);
 }
 
 /* A lower bound of the step of a configuration from the second or the third bound of its layers'
