@@ -346,9 +346,8 @@ static double visible_pairs(long S, int window) {
  * move keys and values, and whole slots' queries at most). */
 static int slot_rows(const StrategyParams *p) { return (int)((p->seq_len + p->cp - 1) / p->cp); }
 
-/* Whether a pass's blocks, over its members, compute at least every visible pair of every head,
- * and none has more query rows than a context slot: what the first of the search's bounds
- * (attention_bound) takes for granted. */
+/* sc's blocks' visible pairs times their heads added to *sum; 0 where a block has more than `rows`
+ * query rows. */
 static int blocks_within(const StepSchedule *sc, int rows, double *sum) {
     for (int i = 0; i < sc->n_compute; i++) {
         if (sc->compute[i].q_rows > rows) return 0;
@@ -357,6 +356,9 @@ static int blocks_within(const StepSchedule *sc, int rows, double *sum) {
     return 1;
 }
 
+/* Whether a pass's blocks, over its members, compute at least every visible pair of every head,
+ * and none has more query rows than a context slot: what the first of the search's bounds
+ * (attention_bound) takes for granted. */
 static int schedule_covers(const StepSchedule *sc, const StrategyParams *p) {
     double sum = 0;
     return blocks_within(sc, slot_rows(p), &sum) && sum >= visible_pairs(p->seq_len, p->window) * p->n_heads * (1 - 1e-12);
