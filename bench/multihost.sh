@@ -89,11 +89,13 @@ echo "multihost: $HOSTS hosts (namespaces ${P}0..$P$((HOSTS - 1))), $SLOTS ranks
 
 NP=$((HOSTS * SLOTS))
 # mpirun on host 0, under its own host name, as a login node would start it: mh_mpirun LIMIT_S ARGS...
+# The ranks are not bound to cores: every namespace host's daemon would bind its rank i to core i,
+# so that rank i of every host would share one core of this machine while another core idles.
 mh_mpirun() {
     local limit=$1
     shift
     timeout "$limit" ip netns exec "${P}0" unshare --uts /bin/sh -c 'hostname "$0" && exec "$@"' "${P}0-host" \
-        mpirun --hostfile "$W/hosts" -np "$NP" --mca plm_rsh_agent "$AGENT" --mca btl self,vader,tcp \
+        mpirun --bind-to none --hostfile "$W/hosts" -np "$NP" --mca plm_rsh_agent "$AGENT" --mca btl self,vader,tcp \
         --mca btl_tcp_if_include 10.231.0.0/24 --mca oob_tcp_if_include 10.231.0.0/24 \
         --mca oob_tcp_keepalive_time $((COMM_TIMEOUT + 3)) --mca oob_tcp_keepalive_intvl 1 \
         --mca oob_tcp_keepalive_probes 3 -x OMP_NUM_THREADS=1 "$@"
@@ -159,7 +161,7 @@ if [ "$MODE" = linkdown ] || [ "$MODE" = all ]; then
         status=1
     fi
 fi
-echo "mpirun line used: mpirun --hostfile HOSTS --mca btl self,vader,tcp --mca btl_tcp_if_include NET" \
+echo "mpirun line used: mpirun --bind-to none --hostfile HOSTS --mca btl self,vader,tcp --mca btl_tcp_if_include NET" \
      "--mca oob_tcp_if_include NET --mca oob_tcp_keepalive_time $((COMM_TIMEOUT + 3)) --mca oob_tcp_keepalive_intvl 1" \
      "--mca oob_tcp_keepalive_probes 3 ... seqpar train --comm-timeout $COMM_TIMEOUT ..."
 exit $status

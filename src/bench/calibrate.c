@@ -54,6 +54,14 @@ double calibrate_attention(int rows, int heads, int head_dim, int causal, int re
     return 4.0 * pairs * heads * head_dim / fwd / 1e12;
 }
 
+void calibrate_wait_asleep(MPI_Request *req) {
+    for (int flag = 0;;) {
+        MPI_Test(req, &flag, MPI_STATUS_IGNORE);
+        if (flag) return;
+        nanosleep(&(struct timespec){.tv_nsec = 200000}, NULL);
+    }
+}
+
 double calibrate_pingpong(MPI_Comm comm, int a, int b, size_t bytes, int repeats, int fastest) {
     int me;
     MPI_Comm_rank(comm, &me);
@@ -61,7 +69,10 @@ double calibrate_pingpong(MPI_Comm comm, int a, int b, size_t bytes, int repeats
     double *t = xmalloc(sizeof(double) * (size_t)repeats);
     const int n = (int)bytes;
     for (int r = -1; r < repeats; r++) { /* r = -1: a warm-up round trip */
-        MPI_Barrier(comm);
+        MPI_Request sync;
+        MPI_Ibarrier(comm, &sync); /* the ranks taking no part wait for the next round asleep */
+        if (me == a || me == b) MPI_Wait(&sync, MPI_STATUS_IGNORE);
+        else calibrate_wait_asleep(&sync);
         const double t0 = MPI_Wtime();
         if (me == a) {
             MPI_Send(buf, n, MPI_BYTE, b, 77, comm);
@@ -128,15 +139,9 @@ double calibrate_cross_node_gbs(MPI_Comm comm, const int *node_of, size_t bytes,
         }
         MPI_Waitall(nq, q, MPI_STATUSES_IGNORE);
         double mine = MPI_Wtime() - t0, slowest;
-        /* the ranks done (or taking no part) wait asleep, not polling: where ranks share cores, a
-         * polling rank takes the core from one still moving bytes */
-        MPI_Request done;
+        MPI_Request done; /* the ranks done (or taking no part) wait asleep */
         MPI_Iallreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm, &done);
-        for (int flag = 0;;) {
-            MPI_Test(&done, &flag, MPI_STATUS_IGNORE);
-            if (flag) break;
-            nanosleep(&(struct timespec){.tv_nsec = 200000}, NULL);
-        }
+        calibrate_wait_asleep(&done);
         if (r >= 0) total += slowest;
     }
     double gbs = remote && total > 0 ? (double)local * (double)piece * remote * repeats / total / 1e9 : 0, most;

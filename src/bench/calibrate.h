@@ -35,6 +35,10 @@ double calibrate_all_pairs_gbs(MPI_Comm comm, size_t bytes, int repeats, int fas
  * rank taking part is on one node. */
 double calibrate_cross_node_gbs(MPI_Comm comm, const int *node_of, size_t bytes, int repeats);
 
+/* Waits for req asleep (a test every 0.2 ms), not polling: where ranks share cores, a rank polling
+ * while others measure takes a core from them (every link measurement's bystanders wait so). */
+void calibrate_wait_asleep(MPI_Request *req);
+
 /* One rank's memory bandwidth in GB/s: STREAM's triad a = b + s c over three arrays of `bytes`
  * each, counting two arrays read and one written (the median of `repeats`). Not collective: call it
  * on every rank at once for a node's ranks sharing its memory. */

@@ -38,9 +38,10 @@ static const char HELP[] =
     "bandwidth (--message-mib; the fastest round trip: the slower ones waited for a rank whose core\n"
     "another ran) between the first two ranks of a node, and of every rank of the first node\n"
     "exchanging with a partner at once; with ranks on two or more nodes, the latency between rank 0 and\n"
-    "the first rank of another node, and the bandwidth a node's NICs give while every rank exchanges\n"
-    "--message-mib with the ranks of the other nodes at once, both ways (the median; the load of the\n"
-    "collectives and all-to-alls). Nodes and ranks per node are the MPI job's (ranks sharing memory); threads\n"
+    "the first rank of another node, and a NIC's bandwidth by the flows through it (nic_flows): one pair\n"
+    "exchanging --message-mib both ways, and every rank with every rank of the other nodes at once (the\n"
+    "load of the collectives and all-to-alls), each over the trials' mean time. Nodes and ranks per\n"
+    "node are the MPI job's (ranks sharing memory); threads\n"
     "per rank its OpenMP threads; a rank's memory this host's RAM over its ranks; the slow tier (disk)\n"
     "is not measured (0).\n"
     "\n"
@@ -224,7 +225,9 @@ int cmd_calibrate(int argc, char **argv) {
         }
         MPI_Comm_free(&first);
     }
-    MPI_Bcast(intra, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    MPI_Request got; /* the other nodes' ranks wait asleep meanwhile (calibrate_wait_asleep) */
+    MPI_Ibcast(intra, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD, &got);
+    calibrate_wait_asleep(&got);
     c.intra_latency_us = 1e6 * intra[0];
     c.intra_gbs = rpn >= 2 ? intra[1] : 1e3; /* one rank a node: no traffic inside it to limit */
     /* a shared medium shows as a node total below its ranks' ports together */
