@@ -209,9 +209,16 @@ int cmd_calibrate(int argc, char **argv) {
     int leader = rank, *node_of = xmalloc(sizeof(int) * (size_t)world);
     MPI_Bcast(&leader, 1, MPI_INT, 0, node);
     MPI_Allgather(&leader, 1, MPI_INT, node_of, 1, MPI_INT, MPI_COMM_WORLD);
-    int other = -1; /* the first rank on another node than rank 0's */
-    for (int r = 0; r < world && other < 0; r++)
-        if (node_of[r] != node_of[0]) other = r;
+    int other = -1, scattered = -1; /* the first rank on another node than rank 0's; one out of order */
+    for (int r = 0; r < world; r++) {
+        if (other < 0 && node_of[r] != node_of[0]) other = r;
+        if (scattered < 0 && node_of[r] != node_of[r - r % rpn]) scattered = r;
+    }
+    if (scattered >= 0 && rank == 0) /* the measurements are right; the plans' numbering is not the job's */
+        fprintf(stderr, "seqpar %s: note: mpirun placed rank %d on another node than rank %d: the simulator takes a "
+                "node's ranks to be consecutive (rank r on node r / %d), so plans for this cluster number ranks "
+                "otherwise than this job; start jobs with consecutive ranks a node (--map-by slot)\n",
+                cmd, scattered, scattered - scattered % rpn, rpn);
     /* inside rank 0's node: its first two ranks, then all its ranks at once */
     int color = node_of[rank] == node_of[0] ? 0 : MPI_UNDEFINED;
     MPI_Comm first;
