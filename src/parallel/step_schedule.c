@@ -23,6 +23,16 @@ void schedule_free(StepSchedule *s) {
 
 /* Room for one more element of an array of `size`-byte elements holding n of *cap. */
 static void *grow(void *a, int *cap, int n, size_t size) { return xgrow(a, cap, n, size, 16); }
+/* a with room for `need` elements of `size` (its first n kept): reallocated at exactly that
+ * capacity where it has less */
+static void *reserve(void *a, int *cap, int need, int n, size_t size) {
+    if (need <= *cap) return a;
+    *cap = need;
+    void *b = xmalloc(size * (size_t)(need ? need : 1));
+    if (n) memcpy(b, a, size * (size_t)n);
+    xfree(a);
+    return b;
+}
 
 int schedule_step(StepSchedule *s, const char *what) {
     s->steps = grow(s->steps, &s->cap_steps, s->n_steps, sizeof *s->steps);
@@ -122,20 +132,8 @@ void schedule_add_lanes(StepSchedule *s, const StepSchedule *lanes, const int *l
         schedule_step(s, lanes[lane_of[h]].steps[i].what);
     }
     /* room for every event at once, then step by step each head member's in order */
-    if (s->n_compute + n_compute > s->cap_compute) {
-        s->cap_compute = s->n_compute + n_compute;
-        StepCompute *c = xmalloc(sizeof *c * (size_t)(s->cap_compute ? s->cap_compute : 1));
-        if (s->n_compute) memcpy(c, s->compute, sizeof *c * (size_t)s->n_compute);
-        xfree(s->compute);
-        s->compute = c;
-    }
-    if (s->n_messages + n_messages > s->cap_messages) {
-        s->cap_messages = s->n_messages + n_messages;
-        StepMessage *m = xmalloc(sizeof *m * (size_t)(s->cap_messages ? s->cap_messages : 1));
-        if (s->n_messages) memcpy(m, s->messages, sizeof *m * (size_t)s->n_messages);
-        xfree(s->messages);
-        s->messages = m;
-    }
+    s->compute = reserve(s->compute, &s->cap_compute, s->n_compute + n_compute, s->n_compute, sizeof *s->compute);
+    s->messages = reserve(s->messages, &s->cap_messages, s->n_messages + n_messages, s->n_messages, sizeof *s->messages);
     for (int i = 0; i < steps; i++)
         for (int h = 0; h < hp; h++) {
             const StepSchedule *l = &lanes[lane_of[h]];

@@ -215,6 +215,20 @@ static int play_lanes(const Strategy *s, const StrategyParams *p, const HeadSpli
     return n;
 }
 
+/* The head exchange's step before a context group's schedule (before: q, k, v forward; dout and
+ * delta backward) or after it (o; dq, dk, dv). */
+static void play_head_exchange(StepSchedule *out, const HeadSplit *hs, const StrategyParams *p, int fwd, int before) {
+    const long N = p->seq_len / ((long)p->hp * p->cp);
+    const int elem = p->wire_bf16 ? 2 : 4;
+    if (before) {
+        schedule_step(out, fwd ? "head exchange: q, k, v" : "head exchange: dout, delta");
+        schedule_head_exchange(out, hs, N, p->head_dim, elem, fwd ? HX_QKV : HX_DOUT, 1);
+    } else {
+        schedule_step(out, fwd ? "head exchange: o" : "head exchange: dq, dk, dv");
+        schedule_head_exchange(out, hs, N, p->head_dim, elem, fwd ? HX_OUT : HX_GRADS, 0);
+    }
+}
+
 void strategy_play(const Strategy *s, const StrategyParams *p, SchedulePass pass, StepSchedule *out) {
     schedule_init(out, p->hp, p->cp, pass);
     const ScheduleInfo *sched = s->schedule;
@@ -228,12 +242,8 @@ void strategy_play(const Strategy *s, const StrategyParams *p, SchedulePass pass
     HeadSplit hs;
     char *err = head_split_init(&hs, p->hp, p->n_heads, p->n_kv_heads);
     if (err) die("strategy_play: %s", err);
-    const long N = p->seq_len / ((long)p->hp * p->cp);
-    const int elem = p->wire_bf16 ? 2 : 4, fwd = pass == PASS_FORWARD;
-    if (p->hp > 1) {
-        schedule_step(out, fwd ? "head exchange: q, k, v" : "head exchange: dout, delta");
-        schedule_head_exchange(out, &hs, N, p->head_dim, elem, fwd ? HX_QKV : HX_DOUT, 1);
-    }
+    const int fwd = pass == PASS_FORWARD;
+    if (p->hp > 1) play_head_exchange(out, &hs, p, fwd, 1);
     const int first = out->n_steps;
     StepSchedule *lanes = xmalloc(sizeof *lanes * (size_t)p->hp);
     int *lane_of = xmalloc(sizeof(int) * (size_t)p->hp);
@@ -243,10 +253,7 @@ void strategy_play(const Strategy *s, const StrategyParams *p, SchedulePass pass
     for (int i = 0; i < n_lanes; i++) schedule_free(&lanes[i]);
     xfree(lanes);
     xfree(lane_of);
-    if (p->hp > 1) {
-        schedule_step(out, fwd ? "head exchange: o" : "head exchange: dq, dk, dv");
-        schedule_head_exchange(out, &hs, N, p->head_dim, elem, fwd ? HX_OUT : HX_GRADS, 0);
-    }
+    if (p->hp > 1) play_head_exchange(out, &hs, p, fwd, 0);
     head_split_free(&hs);
     schedule_finish(out);
 }
@@ -262,13 +269,9 @@ void strategy_play_parts(const Strategy *s, const StrategyParams *p, SchedulePas
     HeadSplit hs;
     char *err = head_split_init(&hs, p->hp, p->n_heads, p->n_kv_heads);
     if (err) die("strategy_play_parts: %s", err);
-    const long N = p->seq_len / ((long)p->hp * p->cp);
-    const int elem = p->wire_bf16 ? 2 : 4, fwd = pass == PASS_FORWARD;
     if (p->hp > 1) {
-        schedule_step(&out->exchange, fwd ? "head exchange: q, k, v" : "head exchange: dout, delta");
-        schedule_head_exchange(&out->exchange, &hs, N, p->head_dim, elem, fwd ? HX_QKV : HX_DOUT, 1);
-        schedule_step(&out->exchange, fwd ? "head exchange: o" : "head exchange: dq, dk, dv");
-        schedule_head_exchange(&out->exchange, &hs, N, p->head_dim, elem, fwd ? HX_OUT : HX_GRADS, 0);
+        play_head_exchange(&out->exchange, &hs, p, pass == PASS_FORWARD, 1);
+        play_head_exchange(&out->exchange, &hs, p, pass == PASS_FORWARD, 0);
     }
     schedule_finish(&out->exchange);
     out->lanes = xmalloc(sizeof *out->lanes * (size_t)p->hp);
