@@ -294,17 +294,21 @@ int cluster_save(const char *path, const Cluster *c, const char *source, SeqErr 
     return rc;
 }
 
-/* NULL, or what is wrong with curve k (x at least min_x, increasing; rates positive). */
-static char *curve_check(const ClusterCurve *k, const char *what, const char *xname, double min_x) {
+/* NULL, or what is wrong with curve k (x at least min_x, increasing; y positive), its coordinates
+ * named xname and yname (rate curves: "tflops"). */
+static char *points_check(const ClusterCurve *k, const char *what, const char *xname, const char *yname, double min_x) {
     if (k->n < 1 || k->n > CLUSTER_RATE_POINTS)
-        return xstrdup_printf("%s needs 1 to %d [%s, tflops] points", what, CLUSTER_RATE_POINTS, xname);
+        return xstrdup_printf("%s needs 1 to %d [%s, %s] points", what, CLUSTER_RATE_POINTS, xname, yname);
     for (int i = 0; i < k->n; i++) {
         if (!(k->x[i] >= min_x) || !(k->tflops[i] > 0) || !isfinite(k->x[i]) || !isfinite(k->tflops[i]))
-            return xstrdup_printf("%s point %d must have %s >= %g and tflops > 0", what, i + 1, xname, min_x);
+            return xstrdup_printf("%s point %d must have %s >= %g and %s > 0", what, i + 1, xname, min_x, yname);
         if (i && !(k->x[i] > k->x[i - 1]))
             return xstrdup_printf("%s points must be in increasing %s (point %d)", what, xname, i + 1);
     }
     return NULL;
+}
+static char *curve_check(const ClusterCurve *k, const char *what, const char *xname, double min_x) {
+    return points_check(k, what, xname, "tflops", min_x);
 }
 
 /* A bandwidth, memory size or latency: finite and not negative (0: not given, where allowed). */
@@ -348,16 +352,12 @@ char *cluster_check(const Cluster *c) {
     if (c->nodes > 1 && (c->nics_per_node < 1 || !(c->nic_gbs > 0)))
         return xstrdup_printf("%d nodes need \"nics_per_node\" >= 1 and a positive \"nic_gbs\"", c->nodes);
     if (c->nic_flows.n) {
-        if (c->nic_flows.n > CLUSTER_RATE_POINTS)
-            return xstrdup_printf("\"nic_flows\" holds 1 to %d [flows, gbs] points", CLUSTER_RATE_POINTS);
-        for (int i = 0; i < c->nic_flows.n; i++) {
-            const double x = c->nic_flows.x[i], y = c->nic_flows.tflops[i];
-            if (!(x >= 1) || !isfinite(x) || !(y > 0) || !(y <= c->nic_gbs))
-                return xstrdup_printf("\"nic_flows\" point %d must have flows >= 1 and 0 < gbs <= \"nic_gbs\" (%g: the most "
-                                      "a NIC carries; got [%g, %g])", i + 1, c->nic_gbs, x, y);
-            if (i && !(x > c->nic_flows.x[i - 1]))
-                return xstrdup_printf("\"nic_flows\" points must be in increasing flows (point %d)", i + 1);
-        }
+        char *bad = points_check(&c->nic_flows, "\"nic_flows\"", "flows", "gbs", 1);
+        if (bad) return bad;
+        for (int i = 0; i < c->nic_flows.n; i++)
+            if (!(c->nic_flows.tflops[i] <= c->nic_gbs))
+                return xstrdup_printf("\"nic_flows\" point %d must have 0 < gbs <= \"nic_gbs\" (%g: the most a NIC "
+                                      "carries; got %g)", i + 1, c->nic_gbs, c->nic_flows.tflops[i]);
     }
     if (c->nics_per_node > c->ranks_per_node)
         return xstrdup_printf("\"nics_per_node\" %d exceeds \"ranks_per_node\" %d: a NIC serves at least one rank",
