@@ -62,6 +62,20 @@ run_shared() {
 # `seqpar grad` on np ranks with the given flags must print the single-process loss (1e-6
 # relative) and write the single-process gradient file, and the HF fixture's where it was made at
 # this length (a directory without expected.json has none).
+# same_sample_on_ranks WHAT ONE "NP STRATEGY FLAGS..."...: `seqpar sample "${SMP[@]}" --strategy
+# STRATEGY FLAGS` on NP ranks prints ONE (one process's text, more than 64 bytes), for each case
+same_sample_on_ranks() {
+    local what=$1 one=$2 c np got
+    shift 2
+    for c in "$@"; do
+        set -- $c
+        np=$1
+        shift
+        got=$(run_np "$np" "$SEQPAR" sample "${SMP[@]}" --strategy "$@" 2>/dev/null)
+        if [ ${#one} -gt 64 ] && [ "$got" = "$one" ]; then ok; else bad "$what on $np ranks ($*): '$got', one process '$one'"; fi
+    done
+}
+
 grad_case() { # fixture seq_len np flags...
     local f=$1 S=$2 np=$3
     shift 3

@@ -119,13 +119,7 @@ done
 SMP=(--model "$B" --prompt "ROMEO: what light through yonder window" --max-new-tokens 64 --temperature 0.9 --top-k 30
      --top-p 0.9 --repetition-penalty 1.3 --seed 7 --stop-token -1 --precision bf16)
 one=$(timeout 60 "$SEQPAR" sample "${SMP[@]}" 2>/dev/null)
-for c in "2 ring" "4 2d --hp 2 --cp 2"; do
-    set -- $c
-    np=$1
-    shift
-    got=$(run_np "$np" "$SEQPAR" sample "${SMP[@]}" --strategy "$@" 2>/dev/null)
-    if [ ${#one} -gt 64 ] && [ "$got" = "$one" ]; then ok; else bad "bf16 sampling on $np ranks ($*): '$got', one process '$one'"; fi
-done
+same_sample_on_ranks "bf16 sampling" "$one" "2 ring" "4 2d --hp 2 --cp 2"
 
 # ---- a bad precision: one line on every rank, a non-zero exit
 run_np 2 "$SEQPAR" sample --model "$G" --prompt-tokens 1,2 --precision fp16 --strategy ring >"$T/r.out" 2>&1

@@ -107,13 +107,7 @@ B="$FIX/tiny_bytes"
 SMP=(--model "$B" --prompt "ROMEO: what light through yonder window" --max-new-tokens 64 --temperature 0.9 --top-k 30
      --top-p 0.9 --repetition-penalty 1.3 --seed 7 --stop-token -1)
 one=$(timeout 60 "$SEQPAR" sample "${SMP[@]}" 2>/dev/null)
-for c in "2 ring" "3 ulysses" "4 2d --hp 2 --cp 2"; do
-    set -- $c
-    np=$1
-    shift
-    got=$(run_np "$np" "$SEQPAR" sample "${SMP[@]}" --strategy "$@" 2>/dev/null)
-    if [ ${#one} -gt 64 ] && [ "$got" = "$one" ]; then ok; else bad "sampling on $np ranks ($*): '$got', one process '$one'"; fi
-done
+same_sample_on_ranks "sampling" "$one" "2 ring" "3 ulysses" "4 2d --hp 2 --cp 2"
 
 # ---- the cache is sharded: on N ranks the largest rank's at most 1/N of one rank's, plus its share
 # of the new tokens (one row each per layer) and the row a shard keeps free
