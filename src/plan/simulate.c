@@ -831,7 +831,7 @@ int simulate_collective(const Cluster *c, CollectiveKind kind, double bytes, dou
                  * (cluster_nic_gbs), over the groups crossing them */
                 if (across) gbs = fmin(gbs, nics * cluster_nic_gbs(c, fmax(1.0, (double)crossing[n] / nics)) / crossing[n]);
                 if (direct && across) { /* each member's share to every member on another node */
-                    const double leaving = on[n] * (double)(g->size - on[n]) / g->size * bytes, pairs = leaving / bytes * g->size;
+                    const double pairs = on[n] * (double)(g->size - on[n]), leaving = pairs / g->size * bytes;
                     /* an all-gather posts every share at once; a reduce-scatter's member receives
                      * from one peer at a time (parallel/comm.h), on average this many across */
                     const double f_ag = crossing[n] * pairs / nics,
